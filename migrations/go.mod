@@ -1,0 +1,3 @@
+module github.com/gpubill/gpubill/migrations
+
+go 1.26

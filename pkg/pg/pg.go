@@ -1,0 +1,141 @@
+// Package pg opens PostgreSQL pools (creating the database if missing) and
+// runs each service's migrations with goose at start-up.
+package pg
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+)
+
+// poolSizeDefault bounds connections per service pool; 2 cores here, and
+// every hot path batches, so a few connections suffice.
+const poolSizeDefault = 8
+
+// EnsureDatabase creates the database named in dsn if it does not exist,
+// connecting to the maintenance database "postgres" on the same server.
+func EnsureDatabase(ctx context.Context, dsn string) error {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" {
+		return errors.New("DATABASE_URL names no database")
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		return fmt.Errorf("connect to create database %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `select exists(select 1 from pg_database where datname=$1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("check database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created concurrently
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// Open creates the database if needed and returns a pool.
+func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	if err := EnsureDatabase(ctx, dsn); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if maxConns <= 0 {
+		maxConns = poolSizeDefault
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return pool, nil
+}
+
+// Migrate applies the migrations in fsys (files NNNN_slug.sql) to the
+// service's own schema, keeping goose's version table inside that schema so
+// services migrate independently.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS) error {
+	if _, err := pool.Exec(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	// Serialise concurrent migrators of the same schema (several processes).
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	lockKey := "gpubill.migrate." + schema
+	if _, err := conn.ExecContext(ctx, `select pg_advisory_lock(hashtext($1))`, lockKey); err != nil {
+		return fmt.Errorf("migration lock: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, lockKey) //nolint:errcheck
+	return migrate(ctx, db, schema, fsys)
+}
+
+func migrate(ctx context.Context, db *sql.DB, schema string, fsys fs.FS) error {
+	store, err := database.NewStore(database.DialectPostgres, schema+".goose_db_version")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider("", db, fsys, goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrations for %s: %w", schema, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	return nil
+}
+
+// IsUniqueViolation reports whether err is a unique-constraint violation.
+func IsUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// InTx runs fn in a READ COMMITTED transaction, committing if fn returns nil.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,229 @@
+// Package server runs gpubill's gRPC and REST (grpc-gateway) listeners for one
+// or many services: the same code serves a service alone and every service in
+// `gpubill dev`.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
+)
+
+const (
+	readTimeout      = 30 * time.Second
+	shutdownTimeout  = 15 * time.Second
+	readyCheckTimout = 2 * time.Second
+	grpcMsgSizeMax   = 32 << 20 // 5 000 usage events per ingest call fit easily
+)
+
+// Service is what a gpubill service plugs into the server.
+type Service interface {
+	RegisterGRPC(s *grpc.Server)
+	RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
+	Policy() auth.Policy
+}
+
+// Check is a readiness probe (database, NATS, Temporal reachable).
+type Check struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Options configure a Server.
+type Options struct {
+	GRPCAddr string
+	HTTPAddr string
+	Secret   []byte
+	Log      *slog.Logger
+	Services []Service
+	Ready    []Check
+	// HTTPHandlers are extra plain-HTTP routes (e.g. CSV downloads), path → handler.
+	HTTPHandlers map[string]http.Handler
+}
+
+// Server is a started pair of listeners.
+type Server struct {
+	GRPCAddr string // actual addresses (useful with :0)
+	HTTPAddr string
+
+	grpc   *grpc.Server
+	http   *http.Server
+	conn   *grpc.ClientConn
+	health *health.Server
+	errc   chan error
+	once   sync.Once
+}
+
+// Start listens and serves in the background.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	gl, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+	}
+	hl, err := net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		gl.Close()
+		return nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+	}
+	policy := auth.Policy{}
+	for _, svc := range o.Services {
+		for k, v := range svc.Policy() {
+			policy[k] = v
+		}
+	}
+	gs := grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.MaxRecvMsgSize(grpcMsgSizeMax),
+		grpc.ChainUnaryInterceptor(recoverer(o.Log), auth.UnaryInterceptor(o.Secret, policy), apperr.UnaryInterceptor(o.Log)),
+	)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	for _, svc := range o.Services {
+		svc.RegisterGRPC(gs)
+	}
+	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2)}
+	go func() { s.errc <- gs.Serve(gl) }()
+
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMsgSizeMax), grpc.MaxCallSendMsgSize(grpcMsgSizeMax)))
+	if err != nil {
+		gs.Stop()
+		hl.Close()
+		return nil, err
+	}
+	s.conn = conn
+	gw := NewGatewayMux()
+	for _, svc := range o.Services {
+		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
+			gs.Stop()
+			hl.Close()
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimout)
+		defer cancel()
+		res := map[string]string{}
+		code := http.StatusOK
+		for _, c := range o.Ready {
+			if err := c.Check(ctx); err != nil {
+				res[c.Name] = err.Error()
+				code = http.StatusServiceUnavailable
+			} else {
+				res[c.Name] = "ok"
+			}
+		}
+		writeJSON(w, code, res)
+	})
+	for p, h := range o.HTTPHandlers {
+		mux.Handle(p, h)
+	}
+	mux.Handle("/", colonPaths(gw))
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: readTimeout}
+	go func() {
+		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
+			s.errc <- err
+		}
+	}()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// NewGatewayMux returns the REST mux: proto field names in JSON, every field
+// emitted, unknown input fields ignored, HttpBody passed through raw.
+func NewGatewayMux() *runtime.ServeMux {
+	jsonpb := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+	}
+	return runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonpb}),
+		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
+	)
+}
+
+// colonPaths lets account addresses go into paths as they are
+// (/v1/accounts/provider:p-001:pending:cyc-20261112): the gateway would read
+// the last ':' as a custom-method verb, so colons inside a GET path are
+// percent-encoded before routing and decoded again into the path parameter.
+func colonPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/accounts/") {
+			rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/accounts/")
+			if strings.Contains(rest, ":") {
+				r2 := r.Clone(r.Context())
+				raw := "/v1/accounts/" + strings.ReplaceAll(rest, ":", "%3A")
+				r2.URL.RawPath = raw
+				r2.URL.Path = "/v1/accounts/" + strings.ReplaceAll(rest, ":", "%3A")
+				r = r2
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in handler", "method", info.FullMethod, "panic", r)
+				err = fmt.Errorf("internal error in %s", info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// Err reports a listener failure.
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Conn is a client connection to this server's gRPC listener.
+func (s *Server) Conn() *grpc.ClientConn { return s.conn }
+
+// Shutdown stops both listeners gracefully.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.once.Do(func() {
+		s.health.Shutdown()
+		ctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		defer cancel()
+		_ = s.http.Shutdown(ctx)
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+		}
+		_ = s.conn.Close()
+	})
+}

@@ -1,0 +1,3 @@
+module github.com/gpubill/gpubill/proto
+
+go 1.26
