@@ -1,0 +1,37 @@
+// Package svc is the contract between a gpubill service and the process that
+// hosts it (its own cmd/<name> or the single-binary `gpubill dev`).
+package svc
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/server"
+)
+
+// Deps are what the composition root hands every service.
+type Deps struct {
+	Pool     *pgxpool.Pool       // the service keeps its tables in its own schema
+	JS       jetstream.JetStream // streams are ensured by the service at start-up
+	Log      *slog.Logger
+	Clock    clock.Clock
+	Calendar cycles.Calendar
+	// Internal is an authenticated (admin) connection to the stack's gRPC API,
+	// for the few synchronous calls between services (settlement activities →
+	// ledger, tax). It connects lazily, so it may be made before the server starts.
+	Internal grpc.ClientConnInterface
+}
+
+// Service is a hosted gpubill service: its API plus background loops
+// (JetStream consumers, outbox relay) that Run drives until ctx ends.
+type Service interface {
+	server.Service
+	Name() string
+	Run(ctx context.Context) error
+}
