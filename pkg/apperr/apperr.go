@@ -19,7 +19,7 @@ import (
 // Sentinel kinds; wrap them with fmt.Errorf("...: %w", apperr.ErrNotFound).
 var (
 	ErrNotFound     = errors.New("not found")
-	ErrConflict     = errors.New("conflict")          // 409: idempotency key reused with another body, duplicate id
+	ErrConflict     = errors.New("conflict")            // 409: idempotency key reused with another body, duplicate id
 	ErrPrecondition = errors.New("failed precondition") // 400: state does not allow it
 	ErrForbidden    = errors.New("permission denied")   // 403
 	ErrUnavailable  = errors.New("unavailable")         // 503: a dependency is down, retry

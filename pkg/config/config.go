@@ -11,17 +11,17 @@ import (
 
 // Common is embedded into every command's kong struct.
 type Common struct {
-	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; the database is created if missing."`
-	NatsURL         string `name:"nats-url" env:"NATS_URL" help:"External NATS server; unset = embedded JetStream (gpubill dev only)."`
-	TemporalAddress string `name:"temporal-address" env:"TEMPORAL_ADDRESS" help:"External Temporal frontend; unset = embedded dev server (gpubill dev only)."`
-	HTTPAddr        string `name:"http-addr" env:"GPUBILL_HTTP_ADDR" default:"127.0.0.1:8080" help:"REST listener."`
-	GRPCAddr        string `name:"grpc-addr" env:"GPUBILL_GRPC_ADDR" default:"127.0.0.1:9090" help:"gRPC listener."`
-	DataDir         string `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Embedded servers' data."`
-	AuthSecret      string `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key; generated into the data dir on first start when unset."`
-	CycleDays       int    `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
-	CycleAnchor     string `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
+	DatabaseURL     string        `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; the database is created if missing."`
+	NatsURL         string        `name:"nats-url" env:"NATS_URL" help:"External NATS server; unset = embedded JetStream (gpubill dev only)."`
+	TemporalAddress string        `name:"temporal-address" env:"TEMPORAL_ADDRESS" help:"External Temporal frontend; unset = embedded dev server (gpubill dev only)."`
+	HTTPAddr        string        `name:"http-addr" env:"GPUBILL_HTTP_ADDR" default:"127.0.0.1:8080" help:"REST listener."`
+	GRPCAddr        string        `name:"grpc-addr" env:"GPUBILL_GRPC_ADDR" default:"127.0.0.1:9090" help:"gRPC listener."`
+	DataDir         string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Embedded servers' data."`
+	AuthSecret      string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key; generated into the data dir on first start when unset."`
+	CycleDays       int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
+	CycleAnchor     string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
 	CycleGrace      time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
-	LogLevel        string `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
 // Calendar returns the settlement calendar the settings describe.

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -142,7 +141,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for p, h := range o.HTTPHandlers {
 		mux.Handle(p, h)
 	}
-	mux.Handle("/", colonPaths(gw))
+	// Account addresses go into paths with their colons as they are: the
+	// gateway reads a trailing ":verb" only on routes that declare one.
+	mux.Handle("/", gw)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: readTimeout}
 	go func() {
 		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
@@ -164,26 +165,6 @@ func NewGatewayMux() *runtime.ServeMux {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonpb}),
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
 	)
-}
-
-// colonPaths lets account addresses go into paths as they are
-// (/v1/accounts/provider:p-001:pending:cyc-20261112): the gateway would read
-// the last ':' as a custom-method verb, so colons inside a GET path are
-// percent-encoded before routing and decoded again into the path parameter.
-func colonPaths(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/accounts/") {
-			rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/accounts/")
-			if strings.Contains(rest, ":") {
-				r2 := r.Clone(r.Context())
-				raw := "/v1/accounts/" + strings.ReplaceAll(rest, ":", "%3A")
-				r2.URL.RawPath = raw
-				r2.URL.Path = "/v1/accounts/" + strings.ReplaceAll(rest, ":", "%3A")
-				r = r2
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
