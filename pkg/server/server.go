@@ -57,6 +57,9 @@ type Options struct {
 	Ready    []Check
 	// HTTPHandlers are extra plain-HTTP routes (e.g. CSV downloads), path → handler.
 	HTTPHandlers map[string]http.Handler
+	// GRPCListener, when set, is used instead of listening on GRPCAddr (so a
+	// composition root can know the address before the services exist).
+	GRPCListener net.Listener
 }
 
 // Server is a started pair of listeners.
@@ -74,9 +77,12 @@ type Server struct {
 
 // Start listens and serves in the background.
 func Start(ctx context.Context, o Options) (*Server, error) {
-	gl, err := net.Listen("tcp", o.GRPCAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+	gl := o.GRPCListener
+	if gl == nil {
+		var err error
+		if gl, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+		}
 	}
 	hl, err := net.Listen("tcp", o.HTTPAddr)
 	if err != nil {

@@ -1,0 +1,149 @@
+// Package tempdev runs a real Temporal dev server (`temporal server
+// start-dev`, the Temporal CLI built into bin/temporal) as a child process,
+// for `gpubill dev` and for tests.
+package tempdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+const readyTimeout = 90 * time.Second
+
+// FindBinary locates the Temporal CLI: GPUBILL_TEMPORAL_BIN, then `temporal`
+// beside the running executable, then bin/temporal in the current directory
+// or any parent holding go.work, then PATH.
+func FindBinary() (string, error) {
+	if p := os.Getenv("GPUBILL_TEMPORAL_BIN"); p != "" {
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "temporal")
+		if isFile(p) {
+			return p, nil
+		}
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			if p := filepath.Join(dir, "bin", "temporal"); isFile(p) {
+				return p, nil
+			}
+			if isFile(filepath.Join(dir, "go.work")) {
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("temporal dev server binary not found: run `make bin/temporal`, or set TEMPORAL_ADDRESS to an external server")
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// FreePort returns a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Server is a running dev server.
+type Server struct {
+	Address string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// Start runs `temporal server start-dev` on addr ("127.0.0.1:0" picks a
+// port), with its SQLite store at dbFile ("" = in memory), and waits until
+// the frontend accepts connections. The child dies with the parent.
+func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Server, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("temporal addr %q: %w", addr, err)
+	}
+	if port == "0" || port == "" {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		port = fmt.Sprint(p)
+	}
+	mport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	hport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"server", "start-dev", "--headless", "--ip", host, "--port", port,
+		"--metrics-port", fmt.Sprint(mport), "--http-port", fmt.Sprint(hport),
+		"--log-level", "error", "--namespace", "default"}
+	if dbFile != "" {
+		args = append(args, "--db-filename", dbFile)
+	}
+	cmd := exec.Command(bin, args...)
+	if logw == nil {
+		logw = io.Discard
+	}
+	cmd.Stdout, cmd.Stderr = logw, logw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start temporal dev server: %w", err)
+	}
+	s := &Server{Address: net.JoinHostPort(host, port), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", s.Address, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		case <-s.done:
+			return nil, fmt.Errorf("temporal dev server exited during start-up (see its log)")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.Stop()
+	return nil, fmt.Errorf("temporal dev server on %s not ready in %s", s.Address, readyTimeout)
+}
+
+// Stop terminates the server (SIGTERM, then SIGKILL) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
