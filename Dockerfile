@@ -1,0 +1,12 @@
+# One image per service: docker build --build-arg SERVICE=ledger -t gpubill/ledger .
+FROM golang:1.26-bookworm AS build
+ARG SERVICE=gpubill
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/root/.cache/go-build --mount=type=cache,target=/go/pkg/mod \
+    CGO_ENABLED=0 go build -trimpath -o /out/app ./services/${SERVICE}/cmd/${SERVICE}
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/app /app
+USER nonroot
+ENTRYPOINT ["/app"]

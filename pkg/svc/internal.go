@@ -1,0 +1,87 @@
+package svc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+)
+
+const internalTokenTTL = 10 * 365 * 24 * time.Hour
+
+// Router is a grpc.ClientConnInterface that sends each call to the
+// connection serving its proto package (gpubill.ledger.v1 → ledger), so a
+// service run alone reaches the others wherever they are deployed, and
+// `gpubill dev` simply routes everything to itself.
+type Router struct {
+	routes   map[string]*grpc.ClientConn // service name → conn
+	fallback *grpc.ClientConn
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (r *Router) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return r.conn(method).Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream implements grpc.ClientConnInterface.
+func (r *Router) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return r.conn(method).NewStream(ctx, desc, method, opts...)
+}
+
+// conn picks by the proto package of "/gpubill.<service>.v1.X/Method".
+func (r *Router) conn(method string) *grpc.ClientConn {
+	parts := strings.SplitN(strings.TrimPrefix(method, "/"), ".", 3)
+	if len(parts) == 3 && parts[0] == "gpubill" {
+		if c, ok := r.routes[parts[1]]; ok {
+			return c
+		}
+	}
+	return r.fallback
+}
+
+// Close closes every connection.
+func (r *Router) Close() error {
+	for _, c := range r.routes {
+		_ = c.Close()
+	}
+	return r.fallback.Close()
+}
+
+// NewInternalRouter builds the authenticated internal connection of a
+// standalone service: calls to service S go to GPUBILL_<S>_GRPC when set
+// (e.g. GPUBILL_LEDGER_GRPC=ledger:9090), else to self (this process's own
+// gRPC address, as in the single binary). Calls carry an admin token signed
+// with the shared secret.
+func NewInternalRouter(secret []byte, self string) (*Router, error) {
+	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", internalTokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
+	}
+	fb, err := dial(self)
+	if err != nil {
+		return nil, fmt.Errorf("internal conn %s: %w", self, err)
+	}
+	r := &Router{routes: map[string]*grpc.ClientConn{}, fallback: fb}
+	for _, name := range []string{"metering", "pricing", "ledger", "tax", "payout", "settlement"} {
+		addr := os.Getenv("GPUBILL_" + strings.ToUpper(name) + "_GRPC")
+		if addr == "" {
+			continue
+		}
+		c, err := dial(addr)
+		if err != nil {
+			return nil, fmt.Errorf("internal conn %s=%s: %w", name, addr, err)
+		}
+		r.routes[name] = c
+	}
+	return r, nil
+}
