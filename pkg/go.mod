@@ -3,6 +3,7 @@ module github.com/gpubill/gpubill/pkg
 go 1.26.0
 
 require (
+	github.com/alecthomas/kong v1.17.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0

@@ -1,0 +1,110 @@
+package svc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/obs"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/server"
+)
+
+// standalonePoolConns bounds one standalone service's database pool.
+const standalonePoolConns = 16
+
+// Builder makes a service from its dependencies and the parsed config (for
+// anything service-specific, such as settlement's Temporal client). Extra
+// resources are released by the returned cleanup function.
+type Builder func(ctx context.Context, d Deps, cfg config.Common) (Service, func(), error)
+
+// Main runs one service alone: config from env and flags (DESIGN §10), its
+// database pool, NATS (NATS_URL is required), its gRPC and REST listeners,
+// and its background loops, until SIGINT/SIGTERM. It returns the exit code.
+func Main(name string, build Builder) int {
+	var cfg struct{ config.Common }
+	kong.Parse(&cfg, kong.Name(name), kong.Description("gpubill "+name+" service"))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
+	if err := run(ctx, name, cfg.Common, build); err != nil {
+		log.Error("exit", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, name string, cfg config.Common, build Builder) error {
+	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
+	shutdownTracing, err := obs.SetupTracing(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(context.Background()) //nolint:errcheck
+	if cfg.NatsURL == "" {
+		return errors.New("NATS_URL is required when a service runs alone (gpubill dev embeds NATS)")
+	}
+	if cfg.AuthSecret == "" {
+		return errors.New("GPUBILL_AUTH_SECRET is required when a service runs alone (all services must share it)")
+	}
+	cal, err := cfg.Calendar()
+	if err != nil {
+		return err
+	}
+	secret := []byte(cfg.AuthSecret)
+	pool, err := pg.Open(ctx, cfg.DatabaseURL, standalonePoolConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, js, err := natsx.Connect(cfg.NatsURL, "gpubill-"+name)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain() //nolint:errcheck
+	internal, err := NewInternalRouter(secret, cfg.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	defer internal.Close()
+	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, Internal: internal}
+	s, cleanup, err := build(ctx, deps, cfg)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	if cleanup != nil {
+		defer cleanup()
+	}
+	srv, err := server.Start(ctx, server.Options{
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: secret, Log: log,
+		Services: []server.Service{s},
+		Ready:    []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown(context.Background())
+	log.Info("serving", "grpc", srv.GRPCAddr, "http", srv.HTTPAddr)
+	runErr := make(chan error, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { runErr <- s.Run(runCtx) }()
+	select {
+	case <-ctx.Done():
+		srv.Shutdown(context.Background())
+		cancel()
+		return <-runErr
+	case err := <-srv.Err():
+		return err
+	case err := <-runErr:
+		return err
+	}
+}
