@@ -1,0 +1,339 @@
+// Package postgres is metering's storage in its own schema.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
+)
+
+// Schema is metering's Postgres schema.
+const Schema = "metering"
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store reads and writes metering's tables.
+type Store struct{ Pool *pgxpool.Pool }
+
+// GPUModels returns the known GPU models.
+func (s *Store) GPUModels(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.Pool.Query(ctx, `select gpu_model from metering.gpu_models`)
+	if err != nil {
+		return nil, fmt.Errorf("load gpu models: %w", err)
+	}
+	models, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("load gpu models: %w", err)
+	}
+	out := make(map[string]bool, len(models))
+	for _, m := range models {
+		out[m] = true
+	}
+	return out, nil
+}
+
+const providerCols = `provider_id, name, tier, tax_profile, jurisdiction, pue, currency, version, created_at, updated_at`
+
+func scanProvider(row pgx.Row) (domain.Provider, error) {
+	var p domain.Provider
+	var pue decimal.NullDecimal
+	if err := row.Scan(&p.ID, &p.Name, &p.Tier, &p.TaxProfile, &p.Jurisdiction, &pue, &p.Currency, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return p, ErrNotFound
+		}
+		return p, err
+	}
+	if pue.Valid {
+		p.PUE = &pue.Decimal
+	}
+	return p, nil
+}
+
+func nullPUE(p *decimal.Decimal) decimal.NullDecimal {
+	if p == nil {
+		return decimal.NullDecimal{}
+	}
+	return decimal.NullDecimal{Decimal: *p, Valid: true}
+}
+
+// InsertProvider inserts p unless its id exists; it reports whether it did.
+func (s *Store) InsertProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) (bool, error) {
+	tag, err := tx.Exec(ctx, `insert into metering.providers (`+providerCols+`)
+		values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) on conflict (provider_id) do nothing`,
+		p.ID, p.Name, p.Tier, p.TaxProfile, p.Jurisdiction, nullPUE(p.PUE), p.Currency, p.Version, p.CreatedAt, p.UpdatedAt)
+	if err != nil {
+		return false, fmt.Errorf("insert provider %s: %w", p.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// UpdateProvider writes every mutable field of p.
+func (s *Store) UpdateProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) error {
+	_, err := tx.Exec(ctx, `update metering.providers set name=$2, tier=$3, tax_profile=$4, jurisdiction=$5,
+		pue=$6, currency=$7, version=$8, updated_at=$9 where provider_id=$1`,
+		p.ID, p.Name, p.Tier, p.TaxProfile, p.Jurisdiction, nullPUE(p.PUE), p.Currency, p.Version, p.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("update provider %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// Provider reads one provider; forUpdate locks its row (tx only).
+func (s *Store) Provider(ctx context.Context, q pgx.Tx, id string, forUpdate bool) (domain.Provider, error) {
+	sql := `select ` + providerCols + ` from metering.providers where provider_id=$1`
+	if forUpdate {
+		sql += ` for update`
+	}
+	var row pgx.Row
+	if q != nil {
+		row = q.QueryRow(ctx, sql, id)
+	} else {
+		row = s.Pool.QueryRow(ctx, sql, id)
+	}
+	return scanProvider(row)
+}
+
+// ListProviders pages through providers ordered by id, after the given id.
+func (s *Store) ListProviders(ctx context.Context, tier, after string, limit int) ([]domain.Provider, error) {
+	rows, err := s.Pool.Query(ctx, `select `+providerCols+` from metering.providers
+		where provider_id > $1 and ($2 = '' or tier = $2) order by provider_id limit $3`, after, tier, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list providers: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.Provider
+	for rows.Next() {
+		p, err := scanProvider(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+const renterCols = `renter_id, name, currency, credit_limit, version, created_at, updated_at`
+
+func scanRenter(row pgx.Row) (domain.Renter, error) {
+	var r domain.Renter
+	if err := row.Scan(&r.ID, &r.Name, &r.Currency, &r.CreditLimit, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return r, ErrNotFound
+		}
+		return r, err
+	}
+	return r, nil
+}
+
+// InsertRenter inserts r unless its id exists; it reports whether it did.
+func (s *Store) InsertRenter(ctx context.Context, tx pgx.Tx, r domain.Renter) (bool, error) {
+	tag, err := tx.Exec(ctx, `insert into metering.renters (`+renterCols+`)
+		values ($1,$2,$3,$4,$5,$6,$7) on conflict (renter_id) do nothing`,
+		r.ID, r.Name, r.Currency, r.CreditLimit, r.Version, r.CreatedAt, r.UpdatedAt)
+	if err != nil {
+		return false, fmt.Errorf("insert renter %s: %w", r.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Renter reads one renter.
+func (s *Store) Renter(ctx context.Context, id string) (domain.Renter, error) {
+	return scanRenter(s.Pool.QueryRow(ctx, `select `+renterCols+` from metering.renters where renter_id=$1`, id))
+}
+
+// ListRenters pages through renters ordered by id.
+func (s *Store) ListRenters(ctx context.Context, after string, limit int) ([]domain.Renter, error) {
+	rows, err := s.Pool.Query(ctx, `select `+renterCols+` from metering.renters where renter_id > $1 order by renter_id limit $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list renters: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.Renter
+	for rows.Next() {
+		r, err := scanRenter(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// PartiesOf loads the providers and renters named (for ingest enrichment).
+func (s *Store) PartiesOf(ctx context.Context, providerIDs, renterIDs []string) (map[string]domain.Provider, map[string]domain.Renter, error) {
+	provs := make(map[string]domain.Provider, len(providerIDs))
+	rows, err := s.Pool.Query(ctx, `select `+providerCols+` from metering.providers where provider_id = any($1)`, providerIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load providers: %w", err)
+	}
+	for rows.Next() {
+		p, err := scanProvider(rows)
+		if err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		provs[p.ID] = p
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	rents := make(map[string]domain.Renter, len(renterIDs))
+	rows, err = s.Pool.Query(ctx, `select `+renterCols+` from metering.renters where renter_id = any($1)`, renterIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load renters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRenter(rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		rents[r.ID] = r
+	}
+	return provs, rents, rows.Err()
+}
+
+// Recorded is a usage event as stored.
+type Recorded struct {
+	domain.Event
+	CycleID    string
+	Status     string
+	ReceivedAt time.Time
+}
+
+// InsertUsage inserts events with one multi-row statement, skipping any
+// whose id exists or whose GPU time overlaps its lease's recorded time, and
+// returns the ids it inserted.
+func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map[string]bool, error) {
+	n := len(evs)
+	var (
+		id, lease, prov, rent, model, region, work, cyc, status = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		count                                                   = make([]int32, n)
+		start, end, recv                                        = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	)
+	for i, e := range evs {
+		id[i], lease[i], prov[i], rent[i], model[i] = e.ID, e.LeaseID, e.ProviderID, e.RenterID, e.GPUModel
+		region[i], work[i], cyc[i], status[i] = e.Region, e.Workload, e.CycleID, e.Status
+		count[i], start[i], end[i], recv[i] = e.GPUCount, e.Start, e.End, e.ReceivedAt
+	}
+	rows, err := tx.Query(ctx, `insert into metering.usage_events
+		(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
+		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
+			$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
+		on conflict do nothing returning id`,
+		id, lease, prov, rent, model, count, start, end, region, work, cyc, status, recv)
+	if err != nil {
+		return nil, fmt.Errorf("insert usage: %w", err)
+	}
+	inserted := make(map[string]bool, n)
+	for rows.Next() {
+		var x string
+		if err := rows.Scan(&x); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[x] = true
+	}
+	rows.Close()
+	return inserted, rows.Err()
+}
+
+// ExistingIDs returns which of ids are recorded.
+func (s *Store) ExistingIDs(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, `select id from metering.usage_events where id = any($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("existing usage ids: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(got))
+	for _, x := range got {
+		out[x] = true
+	}
+	return out, nil
+}
+
+// Overlapping returns, for each event, the id of the earliest recorded event
+// of its lease whose GPU time overlaps it ("" when none).
+func (s *Store) Overlapping(ctx context.Context, tx pgx.Tx, evs []domain.Event) (map[string]string, error) {
+	ids, lease := make([]string, len(evs)), make([]string, len(evs))
+	start, end := make([]time.Time, len(evs)), make([]time.Time, len(evs))
+	for i, e := range evs {
+		ids[i], lease[i], start[i], end[i] = e.ID, e.LeaseID, e.Start, e.End
+	}
+	rows, err := tx.Query(ctx, `select distinct on (x.id) x.id, u.id
+		from unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) as x(id, lease_id, s, e)
+		join metering.usage_events u on u.lease_id = x.lease_id
+			and tstzrange(u.start_time, u.end_time, '[)') && tstzrange(x.s, x.e, '[)')
+		order by x.id, u.start_time, u.id`, ids, lease, start, end)
+	if err != nil {
+		return nil, fmt.Errorf("find overlaps: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]string, len(evs))
+	for rows.Next() {
+		var a, b string
+		if err := rows.Scan(&a, &b); err != nil {
+			return nil, err
+		}
+		out[a] = b
+	}
+	return out, rows.Err()
+}
+
+// UsageFilter selects recorded usage.
+type UsageFilter struct {
+	LeaseID, RenterID, ProviderID string
+	From, To                      time.Time // zero = open
+	AfterStart                    time.Time // cursor: (start_time, id) > (AfterStart, AfterID)
+	AfterID                       string
+	Limit                         int
+}
+
+// ListUsage pages through usage ordered by (start_time, id).
+func (s *Store) ListUsage(ctx context.Context, f UsageFilter) ([]Recorded, error) {
+	var from, to, after any
+	if !f.From.IsZero() {
+		from = f.From
+	}
+	if !f.To.IsZero() {
+		to = f.To
+	}
+	if f.AfterID != "" {
+		after = f.AfterStart
+	}
+	rows, err := s.Pool.Query(ctx, `select id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time,
+			region, workload, cycle_id, status, received_at
+		from metering.usage_events
+		where ($1 = '' or lease_id = $1) and ($2 = '' or renter_id = $2) and ($3 = '' or provider_id = $3)
+		  and ($4::timestamptz is null or start_time >= $4) and ($5::timestamptz is null or start_time < $5)
+		  and ($6::timestamptz is null or (start_time, id) > ($6, $7))
+		order by start_time, id limit $8`,
+		f.LeaseID, f.RenterID, f.ProviderID, from, to, after, f.AfterID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list usage: %w", err)
+	}
+	defer rows.Close()
+	var out []Recorded
+	for rows.Next() {
+		var r Recorded
+		if err := rows.Scan(&r.ID, &r.LeaseID, &r.ProviderID, &r.RenterID, &r.GPUModel, &r.GPUCount, &r.Start, &r.End,
+			&r.Region, &r.Workload, &r.CycleID, &r.Status, &r.ReceivedAt); err != nil {
+			return nil, err
+		}
+		r.Start, r.End, r.ReceivedAt = r.Start.UTC(), r.End.UTC(), r.ReceivedAt.UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,63 @@
+// Package app holds metering's use cases: parties (the single owner of
+// providers and renters) and usage ingest.
+package app
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
+)
+
+// App is metering's use cases over its store.
+type App struct {
+	Pool        *pgxpool.Pool
+	Store       *postgres.Store
+	Clock       clock.Clock
+	Calendar    cycles.Calendar
+	LateArrival time.Duration
+
+	mu     sync.RWMutex
+	models map[string]bool
+}
+
+// New returns the use cases with the default late-arrival limit.
+func New(pool *pgxpool.Pool, clk clock.Clock, cal cycles.Calendar) *App {
+	return &App{
+		Pool: pool, Store: &postgres.Store{Pool: pool}, Clock: clk, Calendar: cal,
+		LateArrival: domain.LateArrivalDefaultDay * 24 * time.Hour,
+	}
+}
+
+// knownModels returns the GPU model table, loading it once; an unknown model
+// reloads it (a model added by insert is seen without a restart).
+func (a *App) knownModels(ctx context.Context, names []string) (map[string]bool, error) {
+	a.mu.RLock()
+	m := a.models
+	a.mu.RUnlock()
+	stale := m == nil
+	for _, n := range names {
+		if !m[n] {
+			stale = true
+			break
+		}
+	}
+	if !stale {
+		return m, nil
+	}
+	m, err := a.Store.GPUModels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gpu models: %w", err)
+	}
+	a.mu.Lock()
+	a.models = m
+	a.mu.Unlock()
+	return m, nil
+}

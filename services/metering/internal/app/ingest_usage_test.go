@@ -1,0 +1,201 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/metering/internal/app"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
+)
+
+var now = time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+
+func newApp(t *testing.T) *app.App {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	ctx := context.Background()
+	if err := pg.Migrate(ctx, pool, "metering", migrations.For("metering")); err != nil {
+		t.Fatal(err)
+	}
+	a := app.New(pool, clock.NewManual(now), cycles.Default())
+	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-001", Tier: "pro", TaxProfile: "individual", Jurisdiction: "CN", PUE: "1.6", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-001", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func ev(id, lease, start, end string) domain.EventInput {
+	return domain.EventInput{ID: id, LeaseID: lease, ProviderID: "p-001", RenterID: "r-001", GPUModel: "RTX_4090",
+		GPUCount: 2, StartTime: start, EndTime: end, Region: "cn-east", Workload: "training"}
+}
+
+func TestIngestRejectionReasons(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	with := func(e domain.EventInput, f func(*domain.EventInput)) domain.EventInput { f(&e); return e }
+	base := ev("", "lease-x", "2026-11-01T22:00:00Z", "2026-11-01T23:30:00Z")
+	tests := []struct {
+		name string
+		give domain.EventInput
+		want string
+	}{
+		{"model", with(base, func(e *domain.EventInput) { e.GPUModel = "GTX_9999" }), `unknown gpu_model "GTX_9999"`},
+		{"provider", with(base, func(e *domain.EventInput) { e.ProviderID = "p-x" }), `unknown provider "p-x"`},
+		{"renter", with(base, func(e *domain.EventInput) { e.RenterID = "r-x" }), `unknown renter "r-x"`},
+		{"count zero", with(base, func(e *domain.EventInput) { e.GPUCount = 0 }), `gpu_count 0 outside 1..64`},
+		{"count big", with(base, func(e *domain.EventInput) { e.GPUCount = 65 }), `gpu_count 65 outside 1..64`},
+		{"end before start", with(base, func(e *domain.EventInput) { e.EndTime = "2026-11-01T21:00:00Z" }), `end_time before start_time`},
+		{"too long", with(base, func(e *domain.EventInput) { e.EndTime = "2026-11-02T22:00:01Z"; e.StartTime = "2026-11-01T22:00:00Z" }), `longer than 24h (24h0m1s)`},
+		{"future", with(base, func(e *domain.EventInput) { e.EndTime = "2026-11-02T12:05:01Z" }), `end_time more than 5 min in the future`},
+		{"late", with(base, func(e *domain.EventInput) {
+			e.StartTime, e.EndTime = "2026-09-27T11:00:00Z", "2026-09-27T13:00:00Z"
+		}), `older than the 35-day late-arrival limit`},
+		{"malformed start", with(base, func(e *domain.EventInput) { e.StartTime = "yesterday" }), `malformed start_time "yesterday": want RFC 3339 (2026-11-01T22:00:00Z)`},
+		{"malformed end", with(base, func(e *domain.EventInput) { e.EndTime = "2026-11-01 23:30" }), `malformed end_time "2026-11-01 23:30": want RFC 3339 (2026-11-01T23:30:00Z)`},
+		{"missing id", with(base, func(e *domain.EventInput) { e.ID = "" }), `missing id`},
+		{"missing lease", with(base, func(e *domain.EventInput) { e.LeaseID = "" }), `missing lease_id`},
+	}
+	in := make([]domain.EventInput, 0, len(tests)+1)
+	in = append(in, ev("evt-ok", "lease-ok", "2026-11-01T22:00:00Z", "2026-11-01T23:30:00Z"))
+	for i, tt := range tests {
+		e := tt.give
+		if tt.name != "missing id" {
+			e.ID = fmt.Sprintf("evt-%d", i)
+		}
+		in = append(in, e)
+	}
+	res, err := a.Ingest(ctx, in, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 1 || res.Duplicates != 0 || len(res.Rejected) != len(tests) {
+		t.Fatalf("got %+v", res)
+	}
+	for i, tt := range tests {
+		got := res.Rejected[i]
+		if got.Index != i+1 || got.Reason != tt.want {
+			t.Errorf("%s: got index %d reason %q, want %d %q", tt.name, got.Index, got.Reason, i+1, tt.want)
+		}
+	}
+}
+
+func TestIngestDedupAndOverlap(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	first := []domain.EventInput{
+		ev("evt-1", "lease-9", "2026-11-01T22:00:00Z", "2026-11-01T23:00:00Z"),
+		ev("evt-2", "lease-9", "2026-11-01T23:00:00Z", "2026-11-02T00:00:00Z"),
+		ev("evt-2", "lease-9", "2026-11-01T23:00:00Z", "2026-11-02T00:00:00Z"),  // repeat in batch
+		ev("evt-3", "lease-9", "2026-11-01T22:30:00Z", "2026-11-01T22:45:00Z"),  // overlaps evt-1 in batch
+		ev("evt-4", "lease-10", "2026-11-01T22:30:00Z", "2026-11-01T22:45:00Z"), // other lease: fine
+	}
+	res, err := a.Ingest(ctx, first, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 3 || res.Duplicates != 1 || len(res.Rejected) != 1 || res.Rejected[0].Reason != "overlaps evt-1 on lease lease-9" || res.Rejected[0].Index != 3 {
+		t.Fatalf("first batch: %+v", res)
+	}
+	second := []domain.EventInput{
+		ev("evt-1", "lease-9", "2026-11-01T22:00:00Z", "2026-11-01T23:00:00Z"), // duplicate forever
+		ev("evt-5", "lease-9", "2026-11-01T23:59:00Z", "2026-11-02T00:10:00Z"), // overlaps evt-2 in the database
+		ev("evt-6", "lease-9", "2026-11-02T00:10:00Z", "2026-11-02T00:30:00Z"), // adjacent: fine
+	}
+	res, err = a.Ingest(ctx, second, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 1 || res.Duplicates != 1 || len(res.Rejected) != 1 || res.Rejected[0].Reason != "overlaps evt-2 on lease lease-9" || res.Rejected[0].Index != 1 {
+		t.Fatalf("second batch: %+v", res)
+	}
+	var n, outbox int
+	if err := a.Pool.QueryRow(ctx, `select count(*) from metering.usage_events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Pool.QueryRow(ctx, `select count(*) from metering.outbox where subject like 'usage.recorded.%'`).Scan(&outbox); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || outbox != 2 {
+		t.Fatalf("stored %d events, %d usage messages; want 4, 2", n, outbox)
+	}
+}
+
+func TestIngestFullBatch(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	in := make([]domain.EventInput, domain.BatchEventsMax)
+	start := now.Add(-30 * 24 * time.Hour)
+	for i := range in {
+		s := start.Add(time.Duration(i/50) * time.Hour)
+		in[i] = ev(fmt.Sprintf("evt-%d", i), fmt.Sprintf("lease-%d", i%50), s.Format(time.RFC3339), s.Add(time.Hour).Format(time.RFC3339))
+	}
+	res, err := a.Ingest(ctx, in, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != domain.BatchEventsMax || len(res.Rejected) != 0 {
+		t.Fatalf("got accepted %d, rejected %d (%v)", res.Accepted, len(res.Rejected), res.Rejected[:min(3, len(res.Rejected))])
+	}
+	res, err = a.Ingest(ctx, in, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 0 || res.Duplicates != domain.BatchEventsMax {
+		t.Fatalf("replay: %+v", res)
+	}
+	if _, err := a.Ingest(ctx, append(in, in[0]), app.IngestOptions{}); err == nil {
+		t.Fatal("5001 events accepted")
+	}
+}
+
+func TestListUsagePages(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	var in []domain.EventInput
+	for i := 0; i < 25; i++ {
+		s := now.Add(-time.Duration(48-i) * time.Hour)
+		in = append(in, ev(fmt.Sprintf("evt-%02d", i), "lease-1", s.Format(time.RFC3339), s.Add(30*time.Minute).Format(time.RFC3339)))
+	}
+	if _, err := a.Ingest(ctx, in, app.IngestOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tok := ""
+	for {
+		rows, next, err := a.ListUsage(ctx, app.UsageQuery{LeaseID: "lease-1", PageSize: 10, PageToken: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got = append(got, r.ID)
+		}
+		if next == "" {
+			break
+		}
+		tok = next
+	}
+	if len(got) != 25 || got[0] != "evt-00" || got[24] != "evt-24" {
+		t.Fatalf("paged %v", got)
+	}
+	rows, _, err := a.ListUsage(ctx, app.UsageQuery{RenterID: "r-001", From: now.Add(-30 * time.Hour), To: now.Add(-25 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 5 {
+		t.Fatalf("time range: %d rows", len(rows))
+	}
+}

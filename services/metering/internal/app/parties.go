@@ -1,0 +1,228 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
+)
+
+// Page sizes of the list use cases.
+const (
+	PageSizeDefault = 100
+	PageSizeMax     = 1000
+)
+
+func invalid(vs []domain.Violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	e := &apperr.InvalidError{}
+	for _, v := range vs {
+		e.Violations = append(e.Violations, apperr.FieldViolation{Field: v.Field, Reason: v.Reason})
+	}
+	return e
+}
+
+func notFound(err error, kind, id string) error {
+	if errors.Is(err, postgres.ErrNotFound) {
+		return fmt.Errorf("%s %q: %w", kind, id, apperr.ErrNotFound)
+	}
+	return err
+}
+
+// CreateProvider records a provider. Creating an existing id with the same
+// body returns the stored provider (an idempotent replay); another body is a
+// conflict. Every write publishes party.updated.{id} in the same transaction.
+func (a *App) CreateProvider(ctx context.Context, in domain.ProviderInput) (domain.Provider, error) {
+	p, vs := domain.ParseProvider(in)
+	if err := invalid(vs); err != nil {
+		return domain.Provider{}, err
+	}
+	now := a.Clock.Now()
+	p.Version, p.CreatedAt, p.UpdatedAt = 1, now, now
+	var out domain.Provider
+	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		created, err := a.Store.InsertProvider(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		if !created {
+			old, err := a.Store.Provider(ctx, tx, p.ID, false)
+			if err != nil {
+				return err
+			}
+			if !old.SameBody(p) {
+				return fmt.Errorf("provider %s exists with a different body (use PATCH to change it): %w", p.ID, apperr.ErrConflict)
+			}
+			out = old
+			return nil
+		}
+		out = p
+		return publishProvider(ctx, tx, p)
+	})
+	return out, err
+}
+
+// ProviderPatch holds the fields to change; nil = keep.
+type ProviderPatch struct {
+	Name, Tier, TaxProfile, Jurisdiction, PUE, Currency *string
+}
+
+// UpdateProvider changes the given fields of a provider, bumps its version
+// and publishes it. A patch that changes nothing returns the provider as is.
+func (a *App) UpdateProvider(ctx context.Context, id string, patch ProviderPatch) (domain.Provider, error) {
+	var out domain.Provider
+	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		old, err := a.Store.Provider(ctx, tx, id, true)
+		if err != nil {
+			return notFound(err, "provider", id)
+		}
+		in := domain.ProviderInput{ID: old.ID, Name: old.Name, Tier: old.Tier, TaxProfile: old.TaxProfile,
+			Jurisdiction: old.Jurisdiction, PUE: domain.PUEString(old.PUE), Currency: old.Currency}
+		set := func(dst *string, v *string) {
+			if v != nil {
+				*dst = *v
+			}
+		}
+		set(&in.Name, patch.Name)
+		set(&in.Tier, patch.Tier)
+		set(&in.TaxProfile, patch.TaxProfile)
+		set(&in.Jurisdiction, patch.Jurisdiction)
+		set(&in.PUE, patch.PUE)
+		set(&in.Currency, patch.Currency)
+		p, vs := domain.ParseProvider(in)
+		if err := invalid(vs); err != nil {
+			return err
+		}
+		if p.SameBody(old) {
+			out = old
+			return nil
+		}
+		p.Version, p.CreatedAt, p.UpdatedAt = old.Version+1, old.CreatedAt, a.Clock.Now()
+		if err := a.Store.UpdateProvider(ctx, tx, p); err != nil {
+			return err
+		}
+		out = p
+		return publishProvider(ctx, tx, p)
+	})
+	return out, err
+}
+
+// Provider returns one provider.
+func (a *App) Provider(ctx context.Context, id string) (domain.Provider, error) {
+	p, err := a.Store.Provider(ctx, nil, id, false)
+	return p, notFound(err, "provider", id)
+}
+
+// ListProviders pages providers by id; the page token is the last id seen.
+func (a *App) ListProviders(ctx context.Context, tier, after string, size int) ([]domain.Provider, string, error) {
+	size = pageSize(size)
+	ps, err := a.Store.ListProviders(ctx, tier, after, size+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ps) > size {
+		ps = ps[:size]
+		next = ps[size-1].ID
+	}
+	return ps, next, nil
+}
+
+// CreateRenter records a renter (same replay rule as providers).
+func (a *App) CreateRenter(ctx context.Context, in domain.RenterInput) (domain.Renter, error) {
+	r, vs := domain.ParseRenter(in)
+	if err := invalid(vs); err != nil {
+		return domain.Renter{}, err
+	}
+	now := a.Clock.Now()
+	r.Version, r.CreatedAt, r.UpdatedAt = 1, now, now
+	var out domain.Renter
+	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		created, err := a.Store.InsertRenter(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		if !created {
+			old, err := a.Store.Renter(ctx, r.ID)
+			if err != nil {
+				return err
+			}
+			if !old.SameBody(r) {
+				return fmt.Errorf("renter %s exists with a different body: %w", r.ID, apperr.ErrConflict)
+			}
+			out = old
+			return nil
+		}
+		out = r
+		return publish(ctx, tx, &eventsv1.PartyUpdated{
+			PartyId: r.ID, Kind: domain.KindRenter, Name: r.Name, Currency: r.Currency,
+			CreditLimit: r.CreditLimit.String(), Version: r.Version, UpdatedAt: timestamppb.New(r.UpdatedAt),
+		})
+	})
+	return out, err
+}
+
+// Renter returns one renter.
+func (a *App) Renter(ctx context.Context, id string) (domain.Renter, error) {
+	r, err := a.Store.Renter(ctx, id)
+	return r, notFound(err, "renter", id)
+}
+
+// ListRenters pages renters by id.
+func (a *App) ListRenters(ctx context.Context, after string, size int) ([]domain.Renter, string, error) {
+	size = pageSize(size)
+	rs, err := a.Store.ListRenters(ctx, after, size+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(rs) > size {
+		rs = rs[:size]
+		next = rs[size-1].ID
+	}
+	return rs, next, nil
+}
+
+func pageSize(n int) int {
+	switch {
+	case n <= 0:
+		return PageSizeDefault
+	case n > PageSizeMax:
+		return PageSizeMax
+	}
+	return n
+}
+
+func publishProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) error {
+	return publish(ctx, tx, &eventsv1.PartyUpdated{
+		PartyId: p.ID, Kind: domain.KindProvider, Name: p.Name, Tier: p.Tier, TaxProfile: p.TaxProfile,
+		Jurisdiction: p.Jurisdiction, Pue: domain.PUEString(p.PUE), Currency: p.Currency,
+		Version: p.Version, UpdatedAt: timestamppb.New(p.UpdatedAt),
+	})
+}
+
+// publish adds party.updated.{id} to the outbox; the message id names the
+// party and version, so a version is published once.
+func publish(ctx context.Context, tx pgx.Tx, ev *eventsv1.PartyUpdated) error {
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return outbox.Add(ctx, tx, postgres.Schema, outbox.Message{
+		ID:      fmt.Sprintf("party-%s-%s-v%d", ev.Kind, ev.PartyId, ev.Version),
+		Subject: "party.updated." + ev.PartyId,
+		Payload: b,
+	})
+}

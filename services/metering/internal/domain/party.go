@@ -1,0 +1,195 @@
+// Package domain holds metering's pure types and rules: parties and usage
+// events, their validation. No pgx, NATS or protobuf here.
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
+)
+
+// Party kinds as published in party.updated.
+const (
+	KindProvider = "provider"
+	KindRenter   = "renter"
+)
+
+// DefaultCurrency is a provider's settlement currency when none is given.
+const DefaultCurrency = "USD"
+
+const (
+	partyIDLenMax = 64
+	nameLenMax    = 200
+)
+
+var (
+	tiers       = []string{"standard", "pro", "partner"}
+	taxProfiles = []string{"individual", "enterprise"}
+	pueMin      = decimal.NewFromInt(1)
+)
+
+// Violation names one bad field.
+type Violation struct {
+	Field  string
+	Reason string
+}
+
+// Provider is a GPU provider as metering records it.
+type Provider struct {
+	ID           string
+	Name         string
+	Tier         string
+	TaxProfile   string
+	Jurisdiction string
+	PUE          *decimal.Decimal // nil when unknown
+	Currency     string
+	Version      int64
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Renter is a renter with a prepaid wallet.
+type Renter struct {
+	ID          string
+	Name        string
+	Currency    string
+	CreditLimit decimal.Decimal
+	Version     int64
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// SameBody reports whether two providers carry the same client-given fields
+// (a create replay with the same body is idempotent).
+func (p Provider) SameBody(o Provider) bool {
+	return p.ID == o.ID && p.Name == o.Name && p.Tier == o.Tier && p.TaxProfile == o.TaxProfile &&
+		p.Jurisdiction == o.Jurisdiction && p.Currency == o.Currency && PUEString(p.PUE) == PUEString(o.PUE)
+}
+
+// SameBody reports whether two renters carry the same client-given fields.
+func (r Renter) SameBody(o Renter) bool {
+	return r.ID == o.ID && r.Name == o.Name && r.Currency == o.Currency && r.CreditLimit.Equal(o.CreditLimit)
+}
+
+// PUEString renders a PUE, "" when unknown.
+func PUEString(p *decimal.Decimal) string {
+	if p == nil {
+		return ""
+	}
+	return p.String()
+}
+
+// ProviderInput is the raw, client-given provider.
+type ProviderInput struct {
+	ID, Name, Tier, TaxProfile, Jurisdiction, PUE, Currency string
+}
+
+// RenterInput is the raw, client-given renter.
+type RenterInput struct {
+	ID, Name, Currency, CreditLimit string
+}
+
+// ParseProvider validates a provider input.
+func ParseProvider(in ProviderInput) (Provider, []Violation) {
+	var vs []Violation
+	add := func(f, format string, args ...any) { vs = append(vs, Violation{f, fmt.Sprintf(format, args...)}) }
+	p := Provider{
+		ID: strings.TrimSpace(in.ID), Name: strings.TrimSpace(in.Name), Tier: in.Tier,
+		TaxProfile: in.TaxProfile, Jurisdiction: strings.TrimSpace(in.Jurisdiction),
+	}
+	if v := checkID(p.ID); v != "" {
+		add("provider_id", "%s", v)
+	}
+	if len(p.Name) > nameLenMax {
+		add("name", "longer than %d characters", nameLenMax)
+	}
+	if !contains(tiers, p.Tier) {
+		add("tier", "%q is not one of standard, pro, partner", in.Tier)
+	}
+	if !contains(taxProfiles, p.TaxProfile) {
+		add("tax_profile", "%q is not one of individual, enterprise", in.TaxProfile)
+	}
+	if p.Jurisdiction == "" {
+		add("jurisdiction", "required (e.g. CN, US)")
+	}
+	if s := strings.TrimSpace(in.PUE); s != "" {
+		d, err := decimal.NewFromString(s)
+		switch {
+		case err != nil:
+			add("pue", "%q is not a decimal number", in.PUE)
+		case d.LessThan(pueMin):
+			add("pue", "%s is below 1 (a PUE is total facility power over IT power)", s)
+		default:
+			p.PUE = &d
+		}
+	}
+	cur := in.Currency
+	if strings.TrimSpace(cur) == "" {
+		cur = DefaultCurrency
+	}
+	if c, err := money.Lookup(cur); err != nil {
+		add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
+	} else {
+		p.Currency = c.Code
+	}
+	return p, vs
+}
+
+// ParseRenter validates a renter input.
+func ParseRenter(in RenterInput) (Renter, []Violation) {
+	var vs []Violation
+	add := func(f, format string, args ...any) { vs = append(vs, Violation{f, fmt.Sprintf(format, args...)}) }
+	r := Renter{ID: strings.TrimSpace(in.ID), Name: strings.TrimSpace(in.Name)}
+	if v := checkID(r.ID); v != "" {
+		add("renter_id", "%s", v)
+	}
+	if len(r.Name) > nameLenMax {
+		add("name", "longer than %d characters", nameLenMax)
+	}
+	c, err := money.Lookup(in.Currency)
+	if err != nil {
+		add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
+	} else {
+		r.Currency = c.Code
+	}
+	limit := strings.TrimSpace(in.CreditLimit)
+	if limit == "" {
+		limit = "0"
+	}
+	switch d, err := decimal.NewFromString(limit); {
+	case err != nil:
+		add("credit_limit", "%q is not a decimal number", in.CreditLimit)
+	case d.IsNegative():
+		add("credit_limit", "%s is negative (it is how far the wallet may go below zero)", limit)
+	case c.Code != "" && !d.Equal(c.Round(d)):
+		add("credit_limit", "%s has more than %d decimal places for %s", limit, c.MinorUnits, c.Code)
+	default:
+		r.CreditLimit = d
+	}
+	return r, vs
+}
+
+func checkID(id string) string {
+	switch {
+	case id == "":
+		return "required"
+	case len(id) > partyIDLenMax:
+		return fmt.Sprintf("longer than %d characters", partyIDLenMax)
+	case strings.ContainsAny(id, ".*> \t\n/"):
+		return fmt.Sprintf("%q may not contain spaces, '/', '.', '*' or '>' (it is a subject token)", id)
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,125 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Limits of ingest (DESIGN §2).
+const (
+	BatchEventsMax        = 5000
+	GPUCountMin           = 1
+	GPUCountMax           = 64
+	EventDurationMax      = 24 * time.Hour
+	FutureSkewMax         = 5 * time.Minute
+	LateArrivalDefaultDay = 35
+	eventIDLenMax         = 128
+	fieldLenMax           = 128
+)
+
+// Usage statuses.
+const (
+	StatusAccepted = "accepted"
+	StatusLate     = "late" // its cycle had closed on arrival; the ledger accrues it to the earliest open one
+)
+
+// EventInput is one usage event as a node agent sends it: times are strings
+// so a malformed one rejects only its event.
+type EventInput struct {
+	ID, LeaseID, ProviderID, RenterID, GPUModel string
+	GPUCount                                    int32
+	StartTime, EndTime                          string
+	Region, Workload                            string
+}
+
+// Event is a validated usage event. Times are truncated to microseconds,
+// PostgreSQL's resolution, so what is stored is what was checked and priced.
+type Event struct {
+	ID, LeaseID, ProviderID, RenterID, GPUModel string
+	GPUCount                                    int32
+	Start, End                                  time.Time
+	Region, Workload                            string
+}
+
+// Rules are the checks that depend on configuration and the clock.
+type Rules struct {
+	Now         time.Time
+	LateArrival time.Duration // start older than Now-LateArrival is refused
+	KnownModel  func(string) bool
+}
+
+// Validate checks one event in isolation (parties, duplicates and overlaps
+// need state and are checked by the use case). It returns the event or the
+// reason it is rejected.
+func Validate(in EventInput, r Rules) (Event, string) {
+	e := Event{
+		ID: strings.TrimSpace(in.ID), LeaseID: in.LeaseID, ProviderID: in.ProviderID, RenterID: in.RenterID,
+		GPUModel: in.GPUModel, GPUCount: in.GPUCount, Region: in.Region, Workload: in.Workload,
+	}
+	for _, f := range []struct{ name, v string }{
+		{"id", e.ID}, {"lease_id", e.LeaseID}, {"provider_id", e.ProviderID}, {"renter_id", e.RenterID}, {"gpu_model", e.GPUModel},
+	} {
+		if f.v == "" {
+			return e, "missing " + f.name
+		}
+	}
+	if len(e.ID) > eventIDLenMax {
+		return e, fmt.Sprintf("id longer than %d characters", eventIDLenMax)
+	}
+	for _, f := range []struct{ name, v string }{
+		{"lease_id", e.LeaseID}, {"provider_id", e.ProviderID}, {"renter_id", e.RenterID},
+		{"gpu_model", e.GPUModel}, {"region", e.Region}, {"workload", e.Workload},
+	} {
+		if len(f.v) > fieldLenMax {
+			return e, fmt.Sprintf("%s longer than %d characters", f.name, fieldLenMax)
+		}
+	}
+	if !r.KnownModel(e.GPUModel) {
+		return e, fmt.Sprintf("unknown gpu_model %q", e.GPUModel)
+	}
+	if e.GPUCount < GPUCountMin || e.GPUCount > GPUCountMax {
+		return e, fmt.Sprintf("gpu_count %d outside %d..%d", e.GPUCount, GPUCountMin, GPUCountMax)
+	}
+	start, err := parseTime(in.StartTime)
+	if err != nil {
+		return e, fmt.Sprintf("malformed start_time %q: want RFC 3339 (2026-11-01T22:00:00Z)", clip(in.StartTime))
+	}
+	end, err := parseTime(in.EndTime)
+	if err != nil {
+		return e, fmt.Sprintf("malformed end_time %q: want RFC 3339 (2026-11-01T23:30:00Z)", clip(in.EndTime))
+	}
+	e.Start, e.End = start, end
+	switch {
+	case end.Before(start):
+		return e, "end_time before start_time"
+	case end.Equal(start):
+		return e, "end_time equals start_time (no GPU time)"
+	case end.Sub(start) > EventDurationMax:
+		return e, fmt.Sprintf("longer than 24h (%s)", end.Sub(start))
+	case end.After(r.Now.Add(FutureSkewMax)):
+		return e, "end_time more than 5 min in the future"
+	case start.Before(r.Now.Add(-r.LateArrival)):
+		return e, fmt.Sprintf("older than the %d-day late-arrival limit", int(r.LateArrival/(24*time.Hour)))
+	}
+	return e, ""
+}
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC().Truncate(time.Microsecond), nil
+}
+
+func clip(s string) string {
+	const max = 40
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
+
+// Overlaps reports whether [a.Start,a.End) and [b.Start,b.End) share time.
+func Overlaps(a, b Event) bool { return a.Start.Before(b.End) && b.Start.Before(a.End) }

@@ -1,0 +1,89 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/metering/internal/app"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
+)
+
+// Node agents publish the REST body to usage.ingest.{provider}.
+const (
+	IngestSubjectPrefix = "usage.ingest."
+	ingestDurable       = "metering-ingest"
+	ingestFetchMax      = 64
+	ingestFetchWait     = 100 * time.Millisecond
+	ingestBodyMax       = 8 << 20
+)
+
+var decodeOpts = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// DecodeIngestJSON decodes the ingest body {"events":[…]} as the REST API
+// accepts it (proto field names, unknown fields ignored).
+func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
+	if len(b) > ingestBodyMax {
+		return nil, fmt.Errorf("body of %d bytes; at most %d", len(b), ingestBodyMax)
+	}
+	var req meteringv1.IngestUsageEventsRequest
+	if err := decodeOpts.Unmarshal(b, &req); err != nil {
+		return nil, fmt.Errorf("malformed ingest body: %w", err)
+	}
+	return EventInputs(req.Events), nil
+}
+
+// IngestConsumer records usage that node agents publish on NATS through the
+// same use case as the REST API; the per-event id makes redelivery harmless.
+type IngestConsumer struct {
+	App *app.App
+	JS  jetstream.JetStream
+	Log *slog.Logger
+}
+
+// Run consumes until ctx ends.
+func (c *IngestConsumer) Run(ctx context.Context) error {
+	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
+		Stream: natsx.StreamUsage, Durable: ingestDurable, FilterSubjects: []string{IngestSubjectPrefix + ">"},
+		BatchMax: ingestFetchMax, MaxWait: ingestFetchWait,
+	}, c.handle)
+}
+
+func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
+	for _, m := range msgs {
+		provider := strings.TrimPrefix(m.Subject(), IngestSubjectPrefix)
+		evs, err := DecodeIngestJSON(m.Data())
+		if err != nil {
+			// Retrying cannot fix a malformed body: log it and move on.
+			c.Log.Warn("usage ingest message dropped", "subject", m.Subject(), "msg_id", natsx.MsgID(m), "err", err)
+			continue
+		}
+		for len(evs) > 0 {
+			n := min(len(evs), domain.BatchEventsMax)
+			res, err := c.App.Ingest(ctx, evs[:n], app.IngestOptions{OnlyProvider: provider})
+			var inv *apperr.InvalidError
+			if errors.As(err, &inv) {
+				c.Log.Warn("usage ingest message refused", "subject", m.Subject(), "err", err)
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("ingest %s: %w", m.Subject(), err)
+			}
+			if len(res.Rejected) > 0 {
+				c.Log.Warn("usage events rejected", "subject", m.Subject(), "msg_id", natsx.MsgID(m),
+					"accepted", res.Accepted, "duplicates", res.Duplicates, "rejected", len(res.Rejected), "first", res.Rejected[0].Reason)
+			}
+			evs = evs[n:]
+		}
+	}
+	return nil
+}
