@@ -847,6 +847,10 @@ type ComputeWithholdingRequest struct {
 	Jurisdiction   string                 `protobuf:"bytes,7,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
 	RuleSet        string                 `protobuf:"bytes,8,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"` // "" = the provider's/jurisdiction's default
 	IdempotencyKey string                 `protobuf:"bytes,9,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// The commission rate (decimal fraction) by the provider's tier. When set,
+	// the tax service splits gross into commission + tax + net with pkg/split
+	// (largest remainder, exact in minor units) and ignores commission.
+	CommissionRate string `protobuf:"bytes,10,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -944,6 +948,13 @@ func (x *ComputeWithholdingRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *ComputeWithholdingRequest) GetCommissionRate() string {
+	if x != nil {
+		return x.CommissionRate
+	}
+	return ""
+}
+
 type ComputeWithholdingResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaxWithheld   string                 `protobuf:"bytes,1,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"` // rounded to the currency's minor unit
@@ -952,6 +963,11 @@ type ComputeWithholdingResponse struct {
 	TaxableBase   string                 `protobuf:"bytes,4,opt,name=taxable_base,json=taxableBase,proto3" json:"taxable_base,omitempty"`
 	WithholdingId string                 `protobuf:"bytes,5,opt,name=withholding_id,json=withholdingId,proto3" json:"withholding_id,omitempty"`
 	Currency      string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	Commission    string                 `protobuf:"bytes,7,opt,name=commission,proto3" json:"commission,omitempty"`                   // the commission of the split (as given, or computed from commission_rate)
+	Net           string                 `protobuf:"bytes,8,opt,name=net,proto3" json:"net,omitempty"`                                 // gross - commission - tax_withheld
+	TaxProfile    string                 `protobuf:"bytes,9,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"` // the profile applied (from the tax service's read model when not given)
+	Jurisdiction  string                 `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`              // the jurisdiction whose tax:withheld account gets the tax
+	CertificateId string                 `protobuf:"bytes,11,opt,name=certificate_id,json=certificateId,proto3" json:"certificate_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1040,41 @@ func (x *ComputeWithholdingResponse) GetWithholdingId() string {
 func (x *ComputeWithholdingResponse) GetCurrency() string {
 	if x != nil {
 		return x.Currency
+	}
+	return ""
+}
+
+func (x *ComputeWithholdingResponse) GetCommission() string {
+	if x != nil {
+		return x.Commission
+	}
+	return ""
+}
+
+func (x *ComputeWithholdingResponse) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *ComputeWithholdingResponse) GetTaxProfile() string {
+	if x != nil {
+		return x.TaxProfile
+	}
+	return ""
+}
+
+func (x *ComputeWithholdingResponse) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *ComputeWithholdingResponse) GetCertificateId() string {
+	if x != nil {
+		return x.CertificateId
 	}
 	return ""
 }
@@ -1268,6 +1319,307 @@ func (x *ListRemittancesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type SetRuleSelectionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`               // set for a jurisdiction-wide selection
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"` // set for one provider (takes precedence)
+	RuleSet       string                 `protobuf:"bytes,3,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`          // flat20 | cn_labour
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRuleSelectionRequest) Reset() {
+	*x = SetRuleSelectionRequest{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRuleSelectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRuleSelectionRequest) ProtoMessage() {}
+
+func (x *SetRuleSelectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRuleSelectionRequest.ProtoReflect.Descriptor instead.
+func (*SetRuleSelectionRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetRuleSelectionRequest) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *SetRuleSelectionRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *SetRuleSelectionRequest) GetRuleSet() string {
+	if x != nil {
+		return x.RuleSet
+	}
+	return ""
+}
+
+type SetRuleSelectionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	RuleSet       string                 `protobuf:"bytes,3,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRuleSelectionResponse) Reset() {
+	*x = SetRuleSelectionResponse{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRuleSelectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRuleSelectionResponse) ProtoMessage() {}
+
+func (x *SetRuleSelectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRuleSelectionResponse.ProtoReflect.Descriptor instead.
+func (*SetRuleSelectionResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetRuleSelectionResponse) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *SetRuleSelectionResponse) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *SetRuleSelectionResponse) GetRuleSet() string {
+	if x != nil {
+		return x.RuleSet
+	}
+	return ""
+}
+
+type RemitTaxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Period        string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"` // YYYY-MM: withholdings recorded before the end of this month
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemitTaxRequest) Reset() {
+	*x = RemitTaxRequest{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemitTaxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemitTaxRequest) ProtoMessage() {}
+
+func (x *RemitTaxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemitTaxRequest.ProtoReflect.Descriptor instead.
+func (*RemitTaxRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemitTaxRequest) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+// One line of the remittance report.
+type RemittanceReportLine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	Currency      string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	TaxWithheld   string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Withholdings  int32                  `protobuf:"varint,5,opt,name=withholdings,proto3" json:"withholdings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemittanceReportLine) Reset() {
+	*x = RemittanceReportLine{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemittanceReportLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemittanceReportLine) ProtoMessage() {}
+
+func (x *RemittanceReportLine) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemittanceReportLine.ProtoReflect.Descriptor instead.
+func (*RemittanceReportLine) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemittanceReportLine) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetTaxWithheld() string {
+	if x != nil {
+		return x.TaxWithheld
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetWithholdings() int32 {
+	if x != nil {
+		return x.Withholdings
+	}
+	return 0
+}
+
+type RemitTaxResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Period        string                  `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
+	Remittances   []*TaxRemittance        `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
+	Lines         []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`             // totals per jurisdiction, currency and provider
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemitTaxResponse) Reset() {
+	*x = RemitTaxResponse{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemitTaxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemitTaxResponse) ProtoMessage() {}
+
+func (x *RemitTaxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemitTaxResponse.ProtoReflect.Descriptor instead.
+func (*RemitTaxResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RemitTaxResponse) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *RemitTaxResponse) GetRemittances() []*TaxRemittance {
+	if x != nil {
+		return x.Remittances
+	}
+	return nil
+}
+
+func (x *RemitTaxResponse) GetLines() []*RemittanceReportLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 var File_gpubill_tax_v1_tax_proto protoreflect.FileDescriptor
 
 const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
@@ -1360,7 +1712,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"providerId\x12\x19\n" +
 	"\bcycle_id\x18\x02 \x01(\tR\acycleId\"m\n" +
 	"!GetWithholdingCertificateResponse\x12H\n" +
-	"\vcertificate\x18\x01 \x01(\v2&.gpubill.tax.v1.WithholdingCertificateR\vcertificate\"\xb2\x02\n" +
+	"\vcertificate\x18\x01 \x01(\v2&.gpubill.tax.v1.WithholdingCertificateR\vcertificate\"\xdb\x02\n" +
 	"\x19ComputeWithholdingRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
@@ -1374,14 +1726,25 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"taxProfile\x12\"\n" +
 	"\fjurisdiction\x18\a \x01(\tR\fjurisdiction\x12\x19\n" +
 	"\brule_set\x18\b \x01(\tR\aruleSet\x12'\n" +
-	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\"\xe3\x01\n" +
+	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12'\n" +
+	"\x0fcommission_rate\x18\n" +
+	" \x01(\tR\x0ecommissionRate\"\x81\x03\n" +
 	"\x1aComputeWithholdingResponse\x12!\n" +
 	"\ftax_withheld\x18\x01 \x01(\tR\vtaxWithheld\x12\x19\n" +
 	"\brule_set\x18\x02 \x01(\tR\aruleSet\x12!\n" +
 	"\frule_version\x18\x03 \x01(\tR\vruleVersion\x12!\n" +
 	"\ftaxable_base\x18\x04 \x01(\tR\vtaxableBase\x12%\n" +
 	"\x0ewithholding_id\x18\x05 \x01(\tR\rwithholdingId\x12\x1a\n" +
-	"\bcurrency\x18\x06 \x01(\tR\bcurrency\"\x90\x01\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency\x12\x1e\n" +
+	"\n" +
+	"commission\x18\a \x01(\tR\n" +
+	"commission\x12\x10\n" +
+	"\x03net\x18\b \x01(\tR\x03net\x12\x1f\n" +
+	"\vtax_profile\x18\t \x01(\tR\n" +
+	"taxProfile\x12\"\n" +
+	"\fjurisdiction\x18\n" +
+	" \x01(\tR\fjurisdiction\x12%\n" +
+	"\x0ecertificate_id\x18\v \x01(\tR\rcertificateId\"\x90\x01\n" +
 	"\x13ListTaxRulesRequest\x12\x19\n" +
 	"\brule_set\x18\x01 \x01(\tR\aruleSet\x12\"\n" +
 	"\fjurisdiction\x18\x02 \x01(\tR\fjurisdiction\x12\x1b\n" +
@@ -1399,13 +1762,38 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x82\x01\n" +
 	"\x17ListRemittancesResponse\x12?\n" +
 	"\vremittances\x18\x01 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa3\x06\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +
+	"\x17SetRuleSelectionRequest\x12\"\n" +
+	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x19\n" +
+	"\brule_set\x18\x03 \x01(\tR\aruleSet\"z\n" +
+	"\x18SetRuleSelectionResponse\x12\"\n" +
+	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x19\n" +
+	"\brule_set\x18\x03 \x01(\tR\aruleSet\")\n" +
+	"\x0fRemitTaxRequest\x12\x16\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\"\xbe\x01\n" +
+	"\x14RemittanceReportLine\x12\"\n" +
+	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1a\n" +
+	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x1f\n" +
+	"\vprovider_id\x18\x03 \x01(\tR\n" +
+	"providerId\x12!\n" +
+	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
+	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\"\xa7\x01\n" +
+	"\x10RemitTaxResponse\x12\x16\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
+	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
+	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines2\x9e\b\n" +
 	"\n" +
 	"TaxService\x12\xa4\x01\n" +
 	"\x13ListTaxWithholdings\x12*.gpubill.tax.v1.ListTaxWithholdingsRequest\x1a+.gpubill.tax.v1.ListTaxWithholdingsResponse\"4\x82\xd3\xe4\x93\x02.\x12,/v1/providers/{provider_id}/tax-withholdings\x12\xda\x01\n" +
 	"\x19GetWithholdingCertificate\x120.gpubill.tax.v1.GetWithholdingCertificateRequest\x1a1.gpubill.tax.v1.GetWithholdingCertificateResponse\"X\x82\xd3\xe4\x93\x02Rb\vcertificate\x12C/v1/providers/{provider_id}/tax-withholdings/{cycle_id}/certificate\x12\x9d\x01\n" +
 	"\x12ComputeWithholding\x12).gpubill.tax.v1.ComputeWithholdingRequest\x1a*.gpubill.tax.v1.ComputeWithholdingResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/internal/tax/withholdings:compute\x12p\n" +
-	"\fListTaxRules\x12#.gpubill.tax.v1.ListTaxRulesRequest\x1a$.gpubill.tax.v1.ListTaxRulesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/tax-rules\x12\x7f\n" +
+	"\fListTaxRules\x12#.gpubill.tax.v1.ListTaxRulesRequest\x1a$.gpubill.tax.v1.ListTaxRulesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/tax-rules\x12\x89\x01\n" +
+	"\x10SetRuleSelection\x12'.gpubill.tax.v1.SetRuleSelectionRequest\x1a(.gpubill.tax.v1.SetRuleSelectionResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tax-rule-selections\x12m\n" +
+	"\bRemitTax\x12\x1f.gpubill.tax.v1.RemitTaxRequest\x1a .gpubill.tax.v1.RemitTaxResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/tax-remittances\x12\x7f\n" +
 	"\x0fListRemittances\x12&.gpubill.tax.v1.ListRemittancesRequest\x1a'.gpubill.tax.v1.ListRemittancesResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/tax-remittancesB;Z9github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1;taxv1b\x06proto3"
 
 var (
@@ -1420,7 +1808,7 @@ func file_gpubill_tax_v1_tax_proto_rawDescGZIP() []byte {
 	return file_gpubill_tax_v1_tax_proto_rawDescData
 }
 
-var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*TaxWithholding)(nil),                    // 0: gpubill.tax.v1.TaxWithholding
 	(*WithholdingCertificate)(nil),            // 1: gpubill.tax.v1.WithholdingCertificate
@@ -1437,35 +1825,46 @@ var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*ListTaxRulesResponse)(nil),              // 12: gpubill.tax.v1.ListTaxRulesResponse
 	(*ListRemittancesRequest)(nil),            // 13: gpubill.tax.v1.ListRemittancesRequest
 	(*ListRemittancesResponse)(nil),           // 14: gpubill.tax.v1.ListRemittancesResponse
-	(*timestamppb.Timestamp)(nil),             // 15: google.protobuf.Timestamp
+	(*SetRuleSelectionRequest)(nil),           // 15: gpubill.tax.v1.SetRuleSelectionRequest
+	(*SetRuleSelectionResponse)(nil),          // 16: gpubill.tax.v1.SetRuleSelectionResponse
+	(*RemitTaxRequest)(nil),                   // 17: gpubill.tax.v1.RemitTaxRequest
+	(*RemittanceReportLine)(nil),              // 18: gpubill.tax.v1.RemittanceReportLine
+	(*RemitTaxResponse)(nil),                  // 19: gpubill.tax.v1.RemitTaxResponse
+	(*timestamppb.Timestamp)(nil),             // 20: google.protobuf.Timestamp
 }
 var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
-	15, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
-	15, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	15, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
-	15, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
+	20, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
+	20, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	20, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
+	20, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.tax.v1.TaxRule.brackets:type_name -> gpubill.tax.v1.TaxBracket
-	15, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
-	15, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
+	20, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
+	20, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
 	1,  // 8: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
 	3,  // 9: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
 	4,  // 10: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	5,  // 11: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 12: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 13: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	11, // 14: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	13, // 15: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 16: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 17: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 18: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	12, // 19: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	14, // 20: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 11: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	18, // 12: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
+	5,  // 13: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 14: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 15: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	11, // 16: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 17: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 18: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 19: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	6,  // 20: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 21: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 22: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	12, // 23: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 24: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 25: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 26: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }
@@ -1479,7 +1878,7 @@ func file_gpubill_tax_v1_tax_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_tax_v1_tax_proto_rawDesc), len(file_gpubill_tax_v1_tax_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,8 @@ const (
 	TaxService_GetWithholdingCertificate_FullMethodName = "/gpubill.tax.v1.TaxService/GetWithholdingCertificate"
 	TaxService_ComputeWithholding_FullMethodName        = "/gpubill.tax.v1.TaxService/ComputeWithholding"
 	TaxService_ListTaxRules_FullMethodName              = "/gpubill.tax.v1.TaxService/ListTaxRules"
+	TaxService_SetRuleSelection_FullMethodName          = "/gpubill.tax.v1.TaxService/SetRuleSelection"
+	TaxService_RemitTax_FullMethodName                  = "/gpubill.tax.v1.TaxService/RemitTax"
 	TaxService_ListRemittances_FullMethodName           = "/gpubill.tax.v1.TaxService/ListRemittances"
 )
 
@@ -44,6 +46,14 @@ type TaxServiceClient interface {
 	ComputeWithholding(ctx context.Context, in *ComputeWithholdingRequest, opts ...grpc.CallOption) (*ComputeWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(ctx context.Context, in *ListTaxRulesRequest, opts ...grpc.CallOption) (*ListTaxRulesResponse, error)
+	// Selects the rule set for a jurisdiction, or for one provider (overrides
+	// the jurisdiction's). Finance only.
+	SetRuleSelection(ctx context.Context, in *SetRuleSelectionRequest, opts ...grpc.CallOption) (*SetRuleSelectionResponse, error)
+	// Remits the tax withheld up to the end of a month: per jurisdiction and
+	// currency, Dr tax:withheld:{jurisdiction} / Cr bank:client, and returns the
+	// remittance report (totals per jurisdiction and provider). Idempotent per
+	// period.
+	RemitTax(ctx context.Context, in *RemitTaxRequest, opts ...grpc.CallOption) (*RemitTaxResponse, error)
 	// Lists remittances to tax authorities.
 	ListRemittances(ctx context.Context, in *ListRemittancesRequest, opts ...grpc.CallOption) (*ListRemittancesResponse, error)
 }
@@ -96,6 +106,26 @@ func (c *taxServiceClient) ListTaxRules(ctx context.Context, in *ListTaxRulesReq
 	return out, nil
 }
 
+func (c *taxServiceClient) SetRuleSelection(ctx context.Context, in *SetRuleSelectionRequest, opts ...grpc.CallOption) (*SetRuleSelectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRuleSelectionResponse)
+	err := c.cc.Invoke(ctx, TaxService_SetRuleSelection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taxServiceClient) RemitTax(ctx context.Context, in *RemitTaxRequest, opts ...grpc.CallOption) (*RemitTaxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemitTaxResponse)
+	err := c.cc.Invoke(ctx, TaxService_RemitTax_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *taxServiceClient) ListRemittances(ctx context.Context, in *ListRemittancesRequest, opts ...grpc.CallOption) (*ListRemittancesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListRemittancesResponse)
@@ -121,6 +151,14 @@ type TaxServiceServer interface {
 	ComputeWithholding(context.Context, *ComputeWithholdingRequest) (*ComputeWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error)
+	// Selects the rule set for a jurisdiction, or for one provider (overrides
+	// the jurisdiction's). Finance only.
+	SetRuleSelection(context.Context, *SetRuleSelectionRequest) (*SetRuleSelectionResponse, error)
+	// Remits the tax withheld up to the end of a month: per jurisdiction and
+	// currency, Dr tax:withheld:{jurisdiction} / Cr bank:client, and returns the
+	// remittance report (totals per jurisdiction and provider). Idempotent per
+	// period.
+	RemitTax(context.Context, *RemitTaxRequest) (*RemitTaxResponse, error)
 	// Lists remittances to tax authorities.
 	ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error)
 	mustEmbedUnimplementedTaxServiceServer()
@@ -144,6 +182,12 @@ func (UnimplementedTaxServiceServer) ComputeWithholding(context.Context, *Comput
 }
 func (UnimplementedTaxServiceServer) ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTaxRules not implemented")
+}
+func (UnimplementedTaxServiceServer) SetRuleSelection(context.Context, *SetRuleSelectionRequest) (*SetRuleSelectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRuleSelection not implemented")
+}
+func (UnimplementedTaxServiceServer) RemitTax(context.Context, *RemitTaxRequest) (*RemitTaxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemitTax not implemented")
 }
 func (UnimplementedTaxServiceServer) ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRemittances not implemented")
@@ -241,6 +285,42 @@ func _TaxService_ListTaxRules_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaxService_SetRuleSelection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRuleSelectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaxServiceServer).SetRuleSelection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaxService_SetRuleSelection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaxServiceServer).SetRuleSelection(ctx, req.(*SetRuleSelectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaxService_RemitTax_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemitTaxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaxServiceServer).RemitTax(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaxService_RemitTax_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaxServiceServer).RemitTax(ctx, req.(*RemitTaxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TaxService_ListRemittances_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRemittancesRequest)
 	if err := dec(in); err != nil {
@@ -281,6 +361,14 @@ var TaxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTaxRules",
 			Handler:    _TaxService_ListTaxRules_Handler,
+		},
+		{
+			MethodName: "SetRuleSelection",
+			Handler:    _TaxService_SetRuleSelection_Handler,
+		},
+		{
+			MethodName: "RemitTax",
+			Handler:    _TaxService_RemitTax_Handler,
 		},
 		{
 			MethodName: "ListRemittances",
