@@ -1,0 +1,378 @@
+// Package adapters holds settlement's Postgres store (schema "settlement").
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Schema is settlement's Postgres schema.
+const Schema = "settlement"
+
+// Store reads and writes settlement's tables.
+type Store struct{ Pool *pgxpool.Pool }
+
+// ProviderTier is one row of the tier read model.
+type ProviderTier struct {
+	ProviderID string
+	Tier       string
+	Version    int64
+}
+
+// UpsertTiers applies party updates (newer versions win) inside tx.
+func (s *Store) UpsertTiers(ctx context.Context, tx pgx.Tx, rows []ProviderTier) error {
+	for _, r := range rows {
+		if _, err := tx.Exec(ctx, `insert into settlement.providers (provider_id, tier, version, updated_at)
+			values ($1, $2, $3, now())
+			on conflict (provider_id) do update set tier = excluded.tier, version = excluded.version, updated_at = now()
+			where settlement.providers.version <= excluded.version`, r.ProviderID, r.Tier, r.Version); err != nil {
+			return fmt.Errorf("upsert tier of %s: %w", r.ProviderID, err)
+		}
+	}
+	return nil
+}
+
+// EnsureCycle records a cycle as open unless it is known, and returns its status.
+func (s *Store) EnsureCycle(ctx context.Context, cy cycles.Cycle) (string, error) {
+	var status string
+	err := s.Pool.QueryRow(ctx, `with ins as (
+			insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+			values ($1, 'open', $2, $3, $4) on conflict (cycle_id) do nothing returning status)
+		select status from ins union all select status from settlement.cycles where cycle_id = $1 limit 1`,
+		cy.ID, cy.Start, cy.End, cy.Closes).Scan(&status)
+	if err != nil {
+		return "", fmt.Errorf("ensure cycle %s: %w", cy.ID, err)
+	}
+	return status, nil
+}
+
+// BeginClose moves an open cycle to closing (once) and writes msgs to the
+// outbox in the same transaction. It reports whether this call closed it.
+func (s *Store) BeginClose(ctx context.Context, cycle, reason string, now time.Time, msgs ...outbox.Message) (bool, error) {
+	var changed bool
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update settlement.cycles set status = 'closing', closed_at = $2, close_reason = $3
+			where cycle_id = $1 and status = 'open'`, cycle, now, reason)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		changed = true
+		return outbox.Add(ctx, tx, Schema, msgs...)
+	})
+	if err != nil {
+		return false, fmt.Errorf("begin close of %s: %w", cycle, err)
+	}
+	return changed, nil
+}
+
+// CycleStatus returns a cycle's status and whether its snapshot is complete.
+func (s *Store) CycleStatus(ctx context.Context, cycle string) (status string, snapshotDone bool, err error) {
+	err = s.Pool.QueryRow(ctx, `select status, snapshot_done from settlement.cycles where cycle_id = $1`, cycle).Scan(&status, &snapshotDone)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, fmt.Errorf("cycle %s: %w", cycle, apperr.ErrNotFound)
+	}
+	return status, snapshotDone, err
+}
+
+// Balance is one provider's gross in one currency at close.
+type Balance struct {
+	ProviderID string
+	Currency   string
+	Amount     decimal.Decimal
+}
+
+// SnapshotBalances records gross rows (idempotently: the first snapshot wins).
+func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []Balance) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	providers := make([]string, len(rows))
+	currencies := make([]string, len(rows))
+	amounts := make([]decimal.Decimal, len(rows))
+	for i, r := range rows {
+		providers[i], currencies[i], amounts[i] = r.ProviderID, r.Currency, r.Amount
+	}
+	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross)
+		select $1, p, c, a from unnest($2::text[], $3::text[], $4::numeric[]) as t(p, c, a)
+		on conflict do nothing`, cycle, providers, currencies, amounts)
+	if err != nil {
+		return fmt.Errorf("snapshot %d balances of %s: %w", len(rows), cycle, err)
+	}
+	return nil
+}
+
+// MarkSnapshotDone records that every balance of the cycle is snapshotted.
+func (s *Store) MarkSnapshotDone(ctx context.Context, cycle string) error {
+	_, err := s.Pool.Exec(ctx, `update settlement.cycles set snapshot_done = true where cycle_id = $1`, cycle)
+	return err
+}
+
+// NextProviders returns up to limit providers of the cycle after after, in order.
+func (s *Store) NextProviders(ctx context.Context, cycle, after string, limit int) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select distinct provider_id from settlement.settlements
+		where cycle_id = $1 and provider_id > $2 order by provider_id limit $3`, cycle, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// CompleteCycle marks a closing cycle settled.
+func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) error {
+	_, err := s.Pool.Exec(ctx, `update settlement.cycles set status = 'settled', settled_at = $2
+		where cycle_id = $1 and status = 'closing'`, cycle, now)
+	return err
+}
+
+// PreparedItem is a provider's row in one currency.
+type PreparedItem struct {
+	Currency string
+	Gross    decimal.Decimal
+	Status   string
+}
+
+// Prepare reads a provider's hold, tier and rows, and marks the rows held
+// or back to pending to match the hold.
+func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []PreparedItem, err error) {
+	err = pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `select coalesce((select held from settlement.holds where cycle_id = $1 and provider_id = $2), false),
+			coalesce((select tier from settlement.providers where provider_id = $2), '')`, cycle, provider).Scan(&held, &tier)
+		if err != nil {
+			return err
+		}
+		from, to := domain.ItemHeld, domain.ItemPending
+		if held {
+			from, to = domain.ItemPending, domain.ItemHeld
+		}
+		if _, err := tx.Exec(ctx, `update settlement.settlements set status = $4
+			where cycle_id = $1 and provider_id = $2 and status = $3`, cycle, provider, from, to); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `select currency, gross, status from settlement.settlements
+			where cycle_id = $1 and provider_id = $2 order by currency`, cycle, provider)
+		if err != nil {
+			return err
+		}
+		items, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PreparedItem, error) {
+			var it PreparedItem
+			return it, r.Scan(&it.Currency, &it.Gross, &it.Status)
+		})
+		return err
+	})
+	if err != nil {
+		return false, "", nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
+	}
+	return held, tier, items, nil
+}
+
+// Settled is what Finalize records for one provider, cycle and currency.
+type Settled struct {
+	CycleID, ProviderID, Tier string
+	Split                     domain.Split
+	RuleSet, RuleVersion      string
+	WithholdingID             string
+	TransactionID, SweepID    string
+	Lines                     []domain.Line
+}
+
+// Finalize marks a row settled with its split (once) and writes msgs to the
+// outbox in the same transaction.
+func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msgs ...outbox.Message) error {
+	lines, err := json.Marshal(st.Lines)
+	if err != nil {
+		return err
+	}
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update settlement.settlements set status = 'settled', tier = $4,
+			commission_rate = $5, commission = $6, tax_withheld = $7, net = $8, jurisdiction = $9,
+			rule_set = $10, rule_version = $11, withholding_id = $12, transaction_id = $13,
+			sweep_transaction_id = $14, lines = $15, settled_at = $16
+			where cycle_id = $1 and provider_id = $2 and currency = $3 and status <> 'settled'`,
+			st.CycleID, st.ProviderID, st.Split.Currency, st.Tier, st.Split.CommissionRate, st.Split.Commission,
+			st.Split.Tax, st.Split.Net, st.Split.Jurisdiction, st.RuleSet, st.RuleVersion, st.WithholdingID,
+			st.TransactionID, st.SweepID, lines, now)
+		if err != nil {
+			return fmt.Errorf("finalize %s %s %s: %w", st.CycleID, st.ProviderID, st.Split.Currency, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // already final: the event went out with it
+		}
+		return outbox.Add(ctx, tx, Schema, msgs...)
+	})
+}
+
+// Total is a cycle's total in one currency.
+type Total struct {
+	Currency                    string
+	Gross, Commission, Tax, Net decimal.Decimal
+	Providers                   int
+}
+
+// Cycle is a cycle row with its totals.
+type Cycle struct {
+	ID                         string
+	Status                     string
+	StartsAt, EndsAt, ClosesAt time.Time
+	ClosedAt, SettledAt        *time.Time
+	Totals                     []Total
+}
+
+const cycleCols = `cycle_id, status, starts_at, ends_at, closes_at, closed_at, settled_at`
+
+func scanCycle(r pgx.CollectableRow) (Cycle, error) {
+	var c Cycle
+	return c, r.Scan(&c.ID, &c.Status, &c.StartsAt, &c.EndsAt, &c.ClosesAt, &c.ClosedAt, &c.SettledAt)
+}
+
+// GetCycle returns a cycle with its totals, or ErrNotFound.
+func (s *Store) GetCycle(ctx context.Context, id string) (Cycle, error) {
+	rows, err := s.Pool.Query(ctx, `select `+cycleCols+` from settlement.cycles where cycle_id = $1`, id)
+	if err != nil {
+		return Cycle{}, err
+	}
+	c, err := pgx.CollectExactlyOneRow(rows, scanCycle)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Cycle{}, fmt.Errorf("cycle %s: %w", id, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return Cycle{}, err
+	}
+	if err := s.totals(ctx, []*Cycle{&c}); err != nil {
+		return Cycle{}, err
+	}
+	return c, nil
+}
+
+// ListCycles lists cycles newest first, optionally by status, before a cycle id.
+func (s *Store) ListCycles(ctx context.Context, status, before string, limit int) ([]Cycle, error) {
+	rows, err := s.Pool.Query(ctx, `select `+cycleCols+` from settlement.cycles
+		where ($1 = '' or status = $1) and ($2 = '' or cycle_id < $2) order by cycle_id desc limit $3`, status, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := pgx.CollectRows(rows, scanCycle)
+	if err != nil {
+		return nil, err
+	}
+	ptrs := make([]*Cycle, len(cs))
+	for i := range cs {
+		ptrs[i] = &cs[i]
+	}
+	return cs, s.totals(ctx, ptrs)
+}
+
+// totals sums each cycle's settled rows per currency (gross and providers
+// count every row, settled or still to settle).
+func (s *Store) totals(ctx context.Context, cs []*Cycle) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(cs))
+	byID := make(map[string]*Cycle, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+		byID[c.ID] = c
+	}
+	rows, err := s.Pool.Query(ctx, `select cycle_id, currency, sum(gross), coalesce(sum(commission), 0),
+			coalesce(sum(tax_withheld), 0), coalesce(sum(net), 0), count(*)
+		from settlement.settlements where cycle_id = any($1) group by cycle_id, currency order by cycle_id, currency`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var t Total
+		if err := rows.Scan(&id, &t.Currency, &t.Gross, &t.Commission, &t.Tax, &t.Net, &t.Providers); err != nil {
+			return err
+		}
+		byID[id].Totals = append(byID[id].Totals, t)
+	}
+	return rows.Err()
+}
+
+// Hold is a provider's hold in a cycle.
+type Hold struct {
+	CycleID, ProviderID string
+	Held                bool
+	Reason              string
+	UpdatedAt           time.Time
+}
+
+// SetHold holds or releases a provider in a cycle. Holding a provider
+// already settled in the cycle is refused.
+func (s *Store) SetHold(ctx context.Context, h Hold) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if h.Held {
+			var settled bool
+			if err := tx.QueryRow(ctx, `select exists(select 1 from settlement.settlements
+				where cycle_id = $1 and provider_id = $2 and status = 'settled')`, h.CycleID, h.ProviderID).Scan(&settled); err != nil {
+				return err
+			}
+			if settled {
+				return fmt.Errorf("provider %s is already settled in %s: %w", h.ProviderID, h.CycleID, apperr.ErrPrecondition)
+			}
+		}
+		_, err := tx.Exec(ctx, `insert into settlement.holds (cycle_id, provider_id, held, reason, updated_at)
+			values ($1, $2, $3, $4, $5) on conflict (cycle_id, provider_id)
+			do update set held = excluded.held, reason = excluded.reason, updated_at = excluded.updated_at`,
+			h.CycleID, h.ProviderID, h.Held, h.Reason, h.UpdatedAt)
+		return err
+	})
+}
+
+// Statement is a settled row.
+type Statement struct {
+	Settled
+	CreatedAt time.Time
+}
+
+// ListStatements lists a provider's settled rows, newest cycle first.
+func (s *Store) ListStatements(ctx context.Context, provider, cycle, before string, limit int) ([]Statement, error) {
+	rows, err := s.Pool.Query(ctx, `select cycle_id, provider_id, tier, currency, gross, commission_rate, commission,
+			tax_withheld, net, jurisdiction, rule_set, rule_version, withholding_id, transaction_id,
+			sweep_transaction_id, lines, settled_at
+		from settlement.settlements
+		where provider_id = $1 and status = 'settled' and ($2 = '' or cycle_id = $2) and ($3 = '' or cycle_id < $3)
+		order by cycle_id desc, currency limit $4`, provider, cycle, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Statement, error) {
+		var st Statement
+		var lines []byte
+		sp := &st.Split
+		err := r.Scan(&st.CycleID, &st.ProviderID, &st.Tier, &sp.Currency, &sp.Gross, &sp.CommissionRate, &sp.Commission,
+			&sp.Tax, &sp.Net, &sp.Jurisdiction, &st.RuleSet, &st.RuleVersion, &st.WithholdingID, &st.TransactionID,
+			&st.SweepID, &lines, &st.CreatedAt)
+		if err != nil {
+			return st, err
+		}
+		return st, json.Unmarshal(lines, &st.Lines)
+	})
+}
+
+// UnsettledCycles lists cycles not yet settled (for start-up).
+func (s *Store) UnsettledCycles(ctx context.Context) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select cycle_id from settlement.cycles where status <> 'settled' order by cycle_id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -1,0 +1,166 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Timeouts and retries of the cycle's activities. Transient failures (the
+// ledger down) retry with backoff for as long as ScheduleToClose allows;
+// business failures are non-retryable application errors.
+var (
+	cycleRetry = &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    time.Minute,
+	}
+	cycleActivity = workflow.ActivityOptions{
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            cycleRetry,
+	}
+	snapshotActivity = workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Minute, // 100 000 providers, paged
+		HeartbeatTimeout:       time.Minute,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            cycleRetry,
+	}
+)
+
+// CycleWorkflow is settle-{cycle}: a durable timer to the cycle's end plus
+// grace (or a close signal), then the close: close the cycle in the ledger,
+// snapshot every provider's gross, and settle them in batches of child
+// workflows, continuing as new between batches so the history stays small.
+func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
+	if in.BatchSize <= 0 || in.BatchSize > BatchSizeMax {
+		in.BatchSize = BatchSizeDefault
+	}
+	progress := in.Progress
+	progress.Runs++
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return progress, nil }); err != nil {
+		return err
+	}
+	closeCh := workflow.GetSignalChannel(ctx, SignalClose)
+	actx := workflow.WithActivityOptions(ctx, cycleActivity)
+
+	if in.Phase == "" || in.Phase == PhaseWait {
+		var info CycleInfo
+		if err := workflow.ExecuteActivity(actx, ActEnsureCycle, in.CycleID).Get(ctx, &info); err != nil {
+			return fmt.Errorf("ensure cycle %s: %w", in.CycleID, err)
+		}
+		if info.Status == domain.CycleSettled {
+			return nil
+		}
+		if info.Status == domain.CycleOpen {
+			reason := waitForClose(ctx, closeCh, in)
+			if in.CloseReason == "" {
+				in.CloseReason = reason
+			}
+			// The next cycle's workflow (it waits for its own close) exists
+			// from this cycle's close on, so cycles chain without a scheduler.
+			if err := workflow.ExecuteActivity(actx, ActStartNextCycle, in.CycleID).Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Warn("start next cycle workflow", "err", err)
+			}
+		}
+		if err := workflow.ExecuteActivity(actx, ActBeginClose, BeginCloseInput{CycleID: in.CycleID, Reason: in.CloseReason}).Get(ctx, nil); err != nil {
+			return fmt.Errorf("begin close of %s: %w", in.CycleID, err)
+		}
+		sctx := workflow.WithActivityOptions(ctx, snapshotActivity)
+		if err := workflow.ExecuteActivity(sctx, ActSnapshotCycle, in.CycleID).Get(ctx, nil); err != nil {
+			return fmt.Errorf("snapshot cycle %s: %w", in.CycleID, err)
+		}
+		in.Phase = PhaseSettle
+	}
+
+	var batch []string
+	if err := workflow.ExecuteActivity(actx, ActNextProviders, NextProvidersInput{CycleID: in.CycleID, After: in.After, Limit: in.BatchSize}).Get(ctx, &batch); err != nil {
+		return fmt.Errorf("next providers of %s: %w", in.CycleID, err)
+	}
+	if len(batch) == 0 {
+		if err := workflow.ExecuteActivity(actx, ActCompleteCycle, in.CycleID).Get(ctx, nil); err != nil {
+			return fmt.Errorf("complete cycle %s: %w", in.CycleID, err)
+		}
+		workflow.GetLogger(ctx).Info("cycle settled", "cycle", in.CycleID, "providers", progress.Providers,
+			"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
+		return nil
+	}
+	settleBatch(ctx, in.CycleID, batch, &progress)
+
+	// Signals sent during this run would be lost across continue-as-new:
+	// drain them (a close request is moot once the close runs).
+	for closeCh.ReceiveAsync(nil) {
+	}
+	in.After = batch[len(batch)-1]
+	in.Progress = progress
+	return workflow.NewContinueAsNewError(ctx, CycleWorkflowName, in)
+}
+
+// waitForClose blocks until the cycle's close time or a close signal and
+// returns the close reason.
+func waitForClose(ctx workflow.Context, closeCh workflow.ReceiveChannel, in CycleInput) string {
+	if in.CloseNow {
+		closeCh.ReceiveAsync(nil)
+		return in.CloseReason
+	}
+	wait := in.ClosesAt.Sub(workflow.Now(ctx))
+	if wait <= 0 {
+		return "past due"
+	}
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	reason := "end of cycle plus grace"
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) {})
+	sel.AddReceive(closeCh, func(c workflow.ReceiveChannel, _ bool) {
+		var s CloseSignal
+		c.Receive(ctx, &s)
+		reason = "closed on request"
+		if s.Reason != "" {
+			reason = s.Reason
+		}
+	})
+	sel.Select(ctx)
+	return reason
+}
+
+// settleBatch starts one child per provider and waits for all of them. A
+// failed child leaves its provider pending (visible in the cycle's rows and
+// the logs) without failing the cycle; re-closing or releasing retries it.
+func settleBatch(ctx workflow.Context, cycle string, batch []string, p *Progress) {
+	futures := make([]workflow.ChildWorkflowFuture, len(batch))
+	for i, provider := range batch {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            domain.ProviderWorkflowID(cycle, provider),
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			WorkflowRunTimeout:    24 * time.Hour,
+		})
+		futures[i] = workflow.ExecuteChildWorkflow(cctx, ProviderWorkflowName, ProviderInput{CycleID: cycle, ProviderID: provider})
+	}
+	for i, f := range futures {
+		p.Providers++
+		var res ProviderResult
+		err := f.Get(ctx, &res)
+		var already *temporal.ChildWorkflowExecutionAlreadyStartedError
+		switch {
+		case errors.As(err, &already):
+			// A release started this provider's settlement already; it
+			// settles on its own.
+			p.Settled++
+		case err != nil:
+			p.Failed++
+			workflow.GetLogger(ctx).Error("provider settlement failed", "cycle", cycle, "provider", batch[i], "err", err)
+		case res.Held:
+			p.Held++
+		default:
+			p.Settled++
+		}
+	}
+}

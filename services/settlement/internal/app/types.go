@@ -1,0 +1,163 @@
+// Package app holds settlement's use cases: the Temporal workflows that
+// settle a cycle (settle-{cycle}) and each provider in it
+// (settle-{cycle}-{provider}), and the inputs and results of the activities
+// they call. Workflows name activities by string so the ports that implement
+// them can import this package.
+package app
+
+import (
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Activity names (methods of ports.Activities).
+const (
+	ActEnsureCycle        = "EnsureCycle"
+	ActStartNextCycle     = "StartNextCycle" // starts the workflow of the cycle after the given one
+	ActBeginClose         = "BeginClose"
+	ActSnapshotCycle      = "SnapshotCycle"
+	ActNextProviders      = "NextProviders"
+	ActCompleteCycle      = "CompleteCycle"
+	ActPrepareProvider    = "PrepareProvider"
+	ActComputeTax         = "ComputeTax"
+	ActPostSettlement     = "PostSettlement"
+	ActSweepCommission    = "SweepCommission"
+	ActFinalizeSettlement = "FinalizeSettlement"
+)
+
+// Signal and query names of the cycle workflow.
+const (
+	SignalClose   = "close"
+	QueryProgress = "progress"
+)
+
+// Workflow names (registered under these, so ids and names stay stable
+// across refactors).
+const (
+	CycleWorkflowName    = "SettlementCycle"
+	ProviderWorkflowName = "SettleProvider"
+)
+
+// Limits.
+const (
+	// BatchSizeDefault is how many provider children a cycle run starts and
+	// awaits before it continues as new: ~3 history events per child keeps a
+	// run near 1 500 events, far below Temporal's 51 200.
+	BatchSizeDefault = 500
+	BatchSizeMax     = 2000
+)
+
+// Cycle workflow phases.
+const (
+	PhaseWait   = "wait"
+	PhaseSettle = "settle"
+)
+
+// CycleInput is the cycle workflow's input, also carried across continue-as-new.
+type CycleInput struct {
+	CycleID     string
+	ClosesAt    time.Time
+	Phase       string // "" = PhaseWait
+	CloseNow    bool   // started by a close request: skip the timer
+	CloseReason string
+	After       string // settle phase: the last provider whose child has completed
+	BatchSize   int
+	Progress    Progress
+}
+
+// Progress counts what the close has done so far (all runs together).
+type Progress struct {
+	Providers int
+	Settled   int
+	Held      int
+	Failed    int
+	Runs      int
+}
+
+// CloseSignal asks the cycle workflow to close now.
+type CloseSignal struct{ Reason string }
+
+// CycleInfo is the cycle's status as settlement's tables know it.
+type CycleInfo struct {
+	CycleID string
+	Status  string
+}
+
+// BeginCloseInput starts the close.
+type BeginCloseInput struct {
+	CycleID string
+	Reason  string
+}
+
+// NextProvidersInput pages through the providers snapshotted at close.
+type NextProvidersInput struct {
+	CycleID string
+	After   string
+	Limit   int
+}
+
+// ProviderInput is the provider child's input.
+type ProviderInput struct {
+	CycleID    string
+	ProviderID string
+}
+
+// ProviderResult is what a provider child reports to its cycle.
+type ProviderResult struct {
+	Held    bool
+	Settled []string // currencies settled by this run
+}
+
+// Prepared is what PrepareProvider found: the hold, the tier's commission
+// rate and the gross per currency snapshotted at close.
+type Prepared struct {
+	Held           bool
+	Tier           string
+	CommissionRate decimal.Decimal
+	Items          []Item
+}
+
+// Item is one currency of a provider's settlement.
+type Item struct {
+	Currency string
+	Gross    decimal.Decimal
+	Status   string
+}
+
+// TaxInput asks the tax service for the split and the withholding.
+type TaxInput struct {
+	CycleID        string
+	ProviderID     string
+	Currency       string
+	Gross          decimal.Decimal
+	CommissionRate decimal.Decimal
+	IdempotencyKey string
+}
+
+// TaxResult is the split the tax service computed and recorded.
+type TaxResult struct {
+	Split         domain.Split
+	RuleSet       string
+	RuleVersion   string
+	WithholdingID string
+}
+
+// PostInput is one settlement transaction (or its commission sweep).
+type PostInput struct {
+	CycleID    string
+	ProviderID string
+	Split      domain.Split
+}
+
+// FinalizeInput records the statement and hands off to payout.
+type FinalizeInput struct {
+	CycleID       string
+	ProviderID    string
+	Tier          string
+	Tax           TaxResult
+	TransactionID string
+	SweepID       string
+}

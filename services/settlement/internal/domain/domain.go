@@ -1,0 +1,98 @@
+// Package domain holds settlement's pure types and rules: cycle statuses,
+// ledger account addresses, and the check that a split sums back to gross.
+package domain
+
+import (
+	"fmt"
+
+	"github.com/shopspring/decimal"
+)
+
+// Cycle statuses (DESIGN §5, §7).
+const (
+	CycleOpen    = "open"
+	CycleClosing = "closing"
+	CycleSettled = "settled"
+)
+
+// Settlement row statuses: the gross is snapshotted at close (pending), a
+// finance hold keeps it pending in the ledger (held), then it is settled.
+const (
+	ItemPending = "pending"
+	ItemHeld    = "held"
+	ItemSettled = "settled"
+)
+
+// Ledger account addresses (DESIGN §4).
+const (
+	AccountCommission    = "platform:revenue:commission"
+	AccountBankClient    = "bank:client"
+	AccountBankOperating = "bank:operating"
+)
+
+// PendingAccount is the provider's earnings held in a cycle.
+func PendingAccount(provider, cycle string) string {
+	return "provider:" + provider + ":pending:" + cycle
+}
+
+// AvailableAccount is the provider's settled net awaiting payout.
+func AvailableAccount(provider string) string { return "provider:" + provider + ":available" }
+
+// TaxAccount is the tax withheld for a jurisdiction.
+func TaxAccount(jurisdiction string) string { return "tax:withheld:" + jurisdiction }
+
+// CycleWorkflowID and ProviderWorkflowID are deterministic (DESIGN §5).
+func CycleWorkflowID(cycle string) string { return "settle-" + cycle }
+
+// ProviderWorkflowID names the child that settles one provider in a cycle.
+func ProviderWorkflowID(cycle, provider string) string { return "settle-" + cycle + "-" + provider }
+
+// SettlementKey is the ledger idempotency key of a provider's settlement
+// transaction in one currency: the workflow id plus the currency.
+func SettlementKey(cycle, provider, currency string) string {
+	return ProviderWorkflowID(cycle, provider) + ":" + currency
+}
+
+// SweepKey is the idempotency key of the commission sweep that follows it.
+func SweepKey(cycle, provider, currency string) string {
+	return SettlementKey(cycle, provider, currency) + ":sweep"
+}
+
+// Split is gross divided into commission, tax and net.
+type Split struct {
+	Currency       string
+	Gross          decimal.Decimal
+	CommissionRate decimal.Decimal
+	Commission     decimal.Decimal
+	Tax            decimal.Decimal
+	Net            decimal.Decimal
+	Jurisdiction   string
+}
+
+// Check asserts the invariant money rests on: no part negative, and
+// commission + tax + net = gross exactly.
+func (s Split) Check() error {
+	for _, p := range []decimal.Decimal{s.Commission, s.Tax, s.Net} {
+		if p.IsNegative() {
+			return fmt.Errorf("split of %s %s has a negative part", s.Gross, s.Currency)
+		}
+	}
+	if !s.Commission.Add(s.Tax).Add(s.Net).Equal(s.Gross) {
+		return fmt.Errorf("split %s + %s + %s != gross %s %s", s.Commission, s.Tax, s.Net, s.Gross, s.Currency)
+	}
+	if s.Jurisdiction == "" && s.Tax.IsPositive() {
+		return fmt.Errorf("tax %s %s withheld without a jurisdiction", s.Tax, s.Currency)
+	}
+	return nil
+}
+
+// Line is one statement line: a charge behind the gross.
+type Line struct {
+	TransactionID string `json:"transaction_id"`
+	LeaseID       string `json:"lease_id,omitempty"`
+	RenterID      string `json:"renter_id,omitempty"`
+	GPUModel      string `json:"gpu_model,omitempty"`
+	GPUHours      string `json:"gpu_hours,omitempty"`
+	Amount        string `json:"amount"`
+	Description   string `json:"description,omitempty"`
+}

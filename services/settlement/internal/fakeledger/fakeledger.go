@@ -1,0 +1,277 @@
+// Package fakeledger is an in-memory LedgerService for settlement's tests and
+// benchmark: balanced, idempotent transactions (a replay returns the
+// original; the same key with another body is ALREADY_EXISTS), per-account
+// balances, cycle balances and cycle closing. It also serves a TaxService
+// double that splits with pkg/split (flat20, CN), for tests that do not host
+// the real tax service.
+package fakeledger
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/split"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+)
+
+// Ledger is the fake ledger.
+type Ledger struct {
+	ledgerv1.UnimplementedLedgerServiceServer
+	mu       sync.Mutex
+	txs      []*ledgerv1.Transaction
+	byKey    map[string]*ledgerv1.Transaction
+	requests map[string]int // CreateTransaction calls per key (replays included)
+	balances map[string]map[string]decimal.Decimal // account → currency → credits − debits
+	closed   map[string]time.Time
+	Delay    time.Duration // added to every CreateTransaction (to stretch a close)
+}
+
+// New returns an empty ledger.
+func New() *Ledger {
+	return &Ledger{byKey: map[string]*ledgerv1.Transaction{}, requests: map[string]int{},
+		balances: map[string]map[string]decimal.Decimal{}, closed: map[string]time.Time{}}
+}
+
+// Charge posts a usage charge: Dr renter:{renter}:wallet, Cr provider:{p}:pending:{cycle}.
+func (l *Ledger) Charge(provider, cycle, currency, amount string) {
+	_, err := l.CreateTransaction(context.Background(), &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: fmt.Sprintf("charge-%s-%s-%s-%d", provider, cycle, currency, len(l.txs)),
+		Description:    "usage charge",
+		Metadata:       map[string]string{"lease_id": "lease-" + provider, "renter_id": "r-1", "gpu_model": "RTX_4090", "gpu_hours": "1"},
+		Postings: []*ledgerv1.Posting{
+			{Account: "renter:r-1:wallet", Direction: "debit", Amount: amount, Currency: currency},
+			{Account: "provider:" + provider + ":pending:" + cycle, Direction: "credit", Amount: amount, Currency: currency},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// CreateTransaction implements LedgerService.
+func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransactionRequest) (*ledgerv1.CreateTransactionResponse, error) {
+	if l.Delay > 0 {
+		time.Sleep(l.Delay)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests[req.IdempotencyKey]++
+	if prev, ok := l.byKey[req.IdempotencyKey]; ok {
+		if !proto.Equal(&ledgerv1.CreateTransactionRequest{IdempotencyKey: prev.IdempotencyKey, Description: prev.Description, Metadata: prev.Metadata, Postings: prev.Postings},
+			&ledgerv1.CreateTransactionRequest{IdempotencyKey: req.IdempotencyKey, Description: req.Description, Metadata: req.Metadata, Postings: req.Postings}) {
+			return nil, status.Errorf(codes.AlreadyExists, "idempotency key %s reused with another body", req.IdempotencyKey)
+		}
+		return &ledgerv1.CreateTransactionResponse{Transaction: prev}, nil
+	}
+	sums := map[string]decimal.Decimal{}
+	for _, p := range req.Postings {
+		amt, err := decimal.NewFromString(p.Amount)
+		if err != nil || !amt.IsPositive() {
+			return nil, status.Errorf(codes.InvalidArgument, "posting amount %q", p.Amount)
+		}
+		if p.Direction == "debit" {
+			amt = amt.Neg()
+		}
+		sums[p.Currency] = sums[p.Currency].Add(amt)
+	}
+	for cur, s := range sums {
+		if !s.IsZero() {
+			return nil, status.Errorf(codes.InvalidArgument, "postings in %s do not balance (%s)", cur, s)
+		}
+	}
+	for _, p := range req.Postings {
+		amt := decimal.RequireFromString(p.Amount)
+		if p.Direction == "debit" {
+			amt = amt.Neg()
+		}
+		if l.balances[p.Account] == nil {
+			l.balances[p.Account] = map[string]decimal.Decimal{}
+		}
+		l.balances[p.Account][p.Currency] = l.balances[p.Account][p.Currency].Add(amt)
+	}
+	tx := &ledgerv1.Transaction{TransactionId: fmt.Sprintf("tx-%d", len(l.txs)+1), IdempotencyKey: req.IdempotencyKey,
+		Description: req.Description, Metadata: req.Metadata, Postings: req.Postings, CreatedAt: timestamppb.Now()}
+	l.txs = append(l.txs, tx)
+	l.byKey[req.IdempotencyKey] = tx
+	return &ledgerv1.CreateTransactionResponse{Transaction: tx}, nil
+}
+
+// ListCycleBalances implements LedgerService (page token: the last provider|currency).
+func (l *Ledger) ListCycleBalances(_ context.Context, req *ledgerv1.ListCycleBalancesRequest) (*ledgerv1.ListCycleBalancesResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	suffix := ":pending:" + req.CycleId
+	var all []*ledgerv1.CycleBalance
+	for acct, bals := range l.balances {
+		if !strings.HasPrefix(acct, "provider:") || !strings.HasSuffix(acct, suffix) {
+			continue
+		}
+		p := strings.TrimSuffix(strings.TrimPrefix(acct, "provider:"), suffix)
+		for cur, amt := range bals {
+			all = append(all, &ledgerv1.CycleBalance{ProviderId: p, Currency: cur, Amount: amt.String()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		return all[i].ProviderId+"|"+all[i].Currency < all[j].ProviderId+"|"+all[j].Currency
+	})
+	start := sort.Search(len(all), func(i int) bool { return all[i].ProviderId+"|"+all[i].Currency > req.PageToken })
+	n := int(req.PageSize)
+	if n <= 0 {
+		n = 100
+	}
+	resp := &ledgerv1.ListCycleBalancesResponse{}
+	end := min(start+n, len(all))
+	resp.Balances = all[start:end]
+	if end < len(all) {
+		last := all[end-1]
+		resp.NextPageToken = last.ProviderId + "|" + last.Currency
+	}
+	return resp, nil
+}
+
+// CloseLedgerCycle implements LedgerService.
+func (l *Ledger) CloseLedgerCycle(_ context.Context, req *ledgerv1.CloseLedgerCycleRequest) (*ledgerv1.CloseLedgerCycleResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.closed[req.CycleId]; !ok {
+		l.closed[req.CycleId] = time.Now()
+	}
+	return &ledgerv1.CloseLedgerCycleResponse{CycleId: req.CycleId, ClosedAt: timestamppb.New(l.closed[req.CycleId])}, nil
+}
+
+// ListTransactions implements LedgerService (one page, by account).
+func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	resp := &ledgerv1.ListTransactionsResponse{}
+	for _, tx := range l.txs {
+		if req.Account == "" || slices.ContainsFunc(tx.Postings, func(p *ledgerv1.Posting) bool { return p.Account == req.Account }) {
+			resp.Transactions = append(resp.Transactions, tx)
+			if len(resp.Transactions) == int(req.PageSize) {
+				break
+			}
+		}
+	}
+	return resp, nil
+}
+
+// Balance returns an account's credits − debits in a currency.
+func (l *Ledger) Balance(account, currency string) decimal.Decimal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.balances[account][currency]
+}
+
+// Closed reports whether the cycle was closed.
+func (l *Ledger) Closed(cycle string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.closed[cycle]
+	return ok
+}
+
+// Transactions returns the posted transactions whose key has the prefix.
+func (l *Ledger) Transactions(keyPrefix string) []*ledgerv1.Transaction {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*ledgerv1.Transaction
+	for _, tx := range l.txs {
+		if strings.HasPrefix(tx.IdempotencyKey, keyPrefix) {
+			out = append(out, tx)
+		}
+	}
+	return out
+}
+
+// Requests returns how many CreateTransaction calls carried keys with the prefix.
+func (l *Ledger) Requests(keyPrefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, c := range l.requests {
+		if strings.HasPrefix(k, keyPrefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// Tax is a TaxService double: pkg/split with flat20, every provider an
+// individual in CN; idempotent on the key.
+type Tax struct {
+	taxv1.UnimplementedTaxServiceServer
+	mu    sync.Mutex
+	byKey map[string]*taxv1.ComputeWithholdingResponse
+}
+
+// ComputeWithholding implements TaxService.
+func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdingRequest) (*taxv1.ComputeWithholdingResponse, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey == nil {
+		t.byKey = map[string]*taxv1.ComputeWithholdingResponse{}
+	}
+	if r, ok := t.byKey[req.IdempotencyKey]; ok {
+		return r, nil
+	}
+	cur, err := money.Lookup(req.Currency)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	gross, err := cur.ParseAmount(req.Gross)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	rule, _ := split.RuleFor(split.RuleSetFlat20)
+	r, err := split.Compute(cur, gross, decimal.RequireFromString(req.CommissionRate), rule, split.ProfileIndividual)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp := &taxv1.ComputeWithholdingResponse{
+		TaxWithheld: cur.Format(r.Tax), RuleSet: split.RuleSetFlat20, RuleVersion: "1", TaxableBase: cur.Format(r.TaxBase),
+		WithholdingId: "wh-" + req.IdempotencyKey, Currency: cur.Code, Commission: cur.Format(r.Commission), Net: cur.Format(r.Net),
+		TaxProfile: split.ProfileIndividual, Jurisdiction: "CN", CertificateId: "cert-" + req.IdempotencyKey,
+	}
+	t.byKey[req.IdempotencyKey] = resp
+	return resp, nil
+}
+
+// Serve serves the ledger (and tax, when not nil) on 127.0.0.1:0 until the
+// test ends and returns a client connection to it.
+func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	ledgerv1.RegisterLedgerServiceServer(gs, l)
+	if tax != nil {
+		taxv1.RegisterTaxServiceServer(gs, tax)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}

@@ -1,0 +1,295 @@
+package ports
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/money"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Limits of the API.
+const (
+	pageSizeDefault = 50
+	pageSizeMax     = 500
+	closeWaitMax    = 10 * time.Second // how long a close request waits to report "closing"
+	closeWaitPoll   = 50 * time.Millisecond
+	releaseAttempts = 3
+)
+
+// Server implements SettlementService.
+type Server struct {
+	settlementv1.UnimplementedSettlementServiceServer
+	Store     *adapters.Store
+	Temporal  client.Client
+	TaskQueue string
+	Calendar  cycles.Calendar
+	Clock     clock.Clock
+	BatchSize int
+}
+
+func pageSize(n int32) int {
+	if n <= 0 {
+		return pageSizeDefault
+	}
+	return min(int(n), pageSizeMax)
+}
+
+func decodeToken(tok string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", apperr.Invalid("page_token", "not a token from this API")
+	}
+	return string(b), nil
+}
+
+func encodeToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func toProtoCycle(c adapters.Cycle) *settlementv1.SettlementCycle {
+	out := &settlementv1.SettlementCycle{
+		CycleId: c.ID, Status: c.Status, StartsAt: timestamppb.New(c.StartsAt), EndsAt: timestamppb.New(c.EndsAt),
+		ClosesAt: timestamppb.New(c.ClosesAt), ClosedAt: ts(c.ClosedAt), SettledAt: ts(c.SettledAt),
+	}
+	for _, t := range c.Totals {
+		cur, err := money.Lookup(t.Currency)
+		f := func(d interface{ String() string }) string { return d.String() }
+		tot := &settlementv1.CycleTotal{Currency: t.Currency, Providers: int32(t.Providers)}
+		if err == nil {
+			tot.Gross, tot.Commission, tot.TaxWithheld, tot.Net = cur.Format(t.Gross), cur.Format(t.Commission), cur.Format(t.Tax), cur.Format(t.Net)
+		} else {
+			tot.Gross, tot.Commission, tot.TaxWithheld, tot.Net = f(t.Gross), f(t.Commission), f(t.Tax), f(t.Net)
+		}
+		out.Totals = append(out.Totals, tot)
+	}
+	return out
+}
+
+// cycle returns the cycle from settlement's tables, or the calendar's open
+// cycle when settlement has not recorded it yet.
+func (s *Server) cycle(ctx context.Context, id string) (adapters.Cycle, error) {
+	cy, err := s.Calendar.Parse(id)
+	if err != nil {
+		return adapters.Cycle{}, apperr.Invalid("cycle_id", "%v", err)
+	}
+	c, err := s.Store.GetCycle(ctx, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return adapters.Cycle{ID: cy.ID, Status: domain.CycleOpen, StartsAt: cy.Start, EndsAt: cy.End, ClosesAt: cy.Closes}, nil
+	}
+	return c, err
+}
+
+// ListSettlementCycles implements SettlementService.
+func (s *Server) ListSettlementCycles(ctx context.Context, req *settlementv1.ListSettlementCyclesRequest) (*settlementv1.ListSettlementCyclesResponse, error) {
+	switch req.Status {
+	case "", domain.CycleOpen, domain.CycleClosing, domain.CycleSettled:
+	default:
+		return nil, apperr.Invalid("status", "want open, closing or settled")
+	}
+	before := ""
+	if req.PageToken != "" {
+		var err error
+		if before, err = decodeToken(req.PageToken); err != nil {
+			return nil, err
+		}
+	}
+	n := pageSize(req.PageSize)
+	cs, err := s.Store.ListCycles(ctx, req.Status, before, n)
+	if err != nil {
+		return nil, err
+	}
+	resp := &settlementv1.ListSettlementCyclesResponse{}
+	for _, c := range cs {
+		resp.SettlementCycles = append(resp.SettlementCycles, toProtoCycle(c))
+	}
+	if len(cs) == n {
+		resp.NextPageToken = encodeToken(cs[len(cs)-1].ID)
+	}
+	return resp, nil
+}
+
+// GetSettlementCycle implements SettlementService.
+func (s *Server) GetSettlementCycle(ctx context.Context, req *settlementv1.GetSettlementCycleRequest) (*settlementv1.GetSettlementCycleResponse, error) {
+	c, err := s.cycle(ctx, req.CycleId)
+	if err != nil {
+		return nil, err
+	}
+	return &settlementv1.GetSettlementCycleResponse{SettlementCycle: toProtoCycle(c)}, nil
+}
+
+// CloseSettlementCycle implements SettlementService: signal the cycle's
+// workflow to close now, starting it (with close-now) if absent. A closing
+// or settled cycle is returned unchanged.
+func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.CloseSettlementCycleRequest) (*settlementv1.CloseSettlementCycleResponse, error) {
+	c, err := s.cycle(ctx, req.CycleId)
+	if err != nil {
+		return nil, err
+	}
+	if c.Status != domain.CycleOpen {
+		return &settlementv1.CloseSettlementCycleResponse{SettlementCycle: toProtoCycle(c)}, nil
+	}
+	if !s.Clock.Now().After(c.StartsAt) {
+		return nil, fmt.Errorf("cycle %s has not started yet: %w", c.ID, apperr.ErrPrecondition)
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "closed on request"
+	}
+	_, err = s.Temporal.SignalWithStartWorkflow(ctx, domain.CycleWorkflowID(c.ID), app.SignalClose, app.CloseSignal{Reason: reason},
+		client.StartWorkflowOptions{
+			ID: domain.CycleWorkflowID(c.ID), TaskQueue: s.TaskQueue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		},
+		app.CycleWorkflowName, app.CycleInput{CycleID: c.ID, ClosesAt: c.ClosesAt, CloseNow: true, CloseReason: reason, BatchSize: s.BatchSize})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if err != nil && !errors.As(err, &already) {
+		return nil, fmt.Errorf("close %s: %w: %v", c.ID, apperr.ErrUnavailable, err)
+	}
+	deadline := time.Now().Add(closeWaitMax)
+	for c.Status == domain.CycleOpen && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(closeWaitPoll):
+		}
+		if c, err = s.cycle(ctx, req.CycleId); err != nil {
+			return nil, err
+		}
+	}
+	return &settlementv1.CloseSettlementCycleResponse{SettlementCycle: toProtoCycle(c)}, nil
+}
+
+// HoldProvider implements SettlementService.
+func (s *Server) HoldProvider(ctx context.Context, req *settlementv1.HoldProviderRequest) (*settlementv1.HoldProviderResponse, error) {
+	h, err := s.setHold(ctx, req.CycleId, req.ProviderId, req.Reason, true)
+	if err != nil {
+		return nil, err
+	}
+	return &settlementv1.HoldProviderResponse{Hold: h}, nil
+}
+
+// ReleaseProvider implements SettlementService: the provider is settled now
+// if its cycle is closing or settled.
+func (s *Server) ReleaseProvider(ctx context.Context, req *settlementv1.ReleaseProviderRequest) (*settlementv1.ReleaseProviderResponse, error) {
+	h, err := s.setHold(ctx, req.CycleId, req.ProviderId, req.Reason, false)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.cycle(ctx, req.CycleId)
+	if err != nil {
+		return nil, err
+	}
+	if c.Status != domain.CycleOpen {
+		if err := s.settleReleased(ctx, req.CycleId, req.ProviderId); err != nil {
+			return nil, err
+		}
+	}
+	return &settlementv1.ReleaseProviderResponse{Hold: h}, nil
+}
+
+// settleReleased runs settle-{cycle}-{provider} again. A run that started
+// before the release may still see the hold: then it is run once more.
+func (s *Server) settleReleased(ctx context.Context, cycle, provider string) error {
+	for range releaseAttempts {
+		run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: domain.ProviderWorkflowID(cycle, provider), TaskQueue: s.TaskQueue,
+			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		}, app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle, ProviderID: provider})
+		if err != nil {
+			return fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
+		}
+		var res app.ProviderResult
+		if err := run.Get(ctx, &res); err != nil {
+			return fmt.Errorf("settle released %s: %w", provider, err)
+		}
+		if !res.Held {
+			return nil
+		}
+	}
+	return fmt.Errorf("provider %s is still held in %s: %w", provider, cycle, apperr.ErrConflict)
+}
+
+func (s *Server) setHold(ctx context.Context, cycle, provider, reason string, held bool) (*settlementv1.ProviderHold, error) {
+	var v apperr.Validator
+	_, err := s.Calendar.Parse(cycle)
+	v.Check(err == nil, "cycle_id", "%v", err)
+	v.Check(provider != "", "provider_id", "required")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	h := adapters.Hold{CycleID: cycle, ProviderID: provider, Held: held, Reason: reason, UpdatedAt: s.Clock.Now()}
+	if err := s.Store.SetHold(ctx, h); err != nil {
+		return nil, err
+	}
+	return &settlementv1.ProviderHold{CycleId: cycle, ProviderId: provider, Held: held, Reason: reason, UpdatedAt: timestamppb.New(h.UpdatedAt)}, nil
+}
+
+// ListStatements implements SettlementService. Providers see only their own.
+func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListStatementsRequest) (*settlementv1.ListStatementsResponse, error) {
+	if req.ProviderId == "" {
+		return nil, apperr.Invalid("provider_id", "required")
+	}
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	before := ""
+	if req.PageToken != "" {
+		var err error
+		if before, err = decodeToken(req.PageToken); err != nil {
+			return nil, err
+		}
+	}
+	n := pageSize(req.PageSize)
+	sts, err := s.Store.ListStatements(ctx, req.ProviderId, req.CycleId, before, n)
+	if err != nil {
+		return nil, err
+	}
+	resp := &settlementv1.ListStatementsResponse{}
+	for _, st := range sts {
+		sp := st.Split
+		cur, err := money.Lookup(sp.Currency)
+		if err != nil {
+			return nil, err
+		}
+		out := &settlementv1.Statement{
+			ProviderId: st.ProviderID, CycleId: st.CycleID, Currency: cur.Code,
+			Gross: cur.Format(sp.Gross), Commission: cur.Format(sp.Commission), CommissionRate: sp.CommissionRate.String(),
+			TaxWithheld: cur.Format(sp.Tax), Net: cur.Format(sp.Net), TransactionId: st.TransactionID,
+			CreatedAt: timestamppb.New(st.CreatedAt),
+		}
+		for _, l := range st.Lines {
+			out.Lines = append(out.Lines, &settlementv1.StatementLine{
+				LeaseId: l.LeaseID, RenterId: l.RenterID, GpuModel: l.GPUModel, GpuHours: l.GPUHours,
+				Amount: l.Amount, Description: l.Description,
+			})
+		}
+		resp.Statements = append(resp.Statements, out)
+	}
+	// Statements page by cycle; a page ends on a cycle boundary only when full.
+	if len(sts) == n {
+		resp.NextPageToken = encodeToken(sts[len(sts)-1].CycleID)
+	}
+	return resp, nil
+}

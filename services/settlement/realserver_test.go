@@ -1,0 +1,133 @@
+package settlement
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// dialTemporal connects to a dev server, waiting until its namespace answers
+// (the frontend accepts TCP before the namespace is ready).
+func dialTemporal(t testing.TB, addr string) client.Client {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tc, err := client.Dial(client.Options{HostPort: addr, Logger: TemporalLogger(discardLog())})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
+			cancel()
+			if err == nil {
+				t.Cleanup(tc.Close)
+				return tc
+			}
+			tc.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("temporal at %s not ready: %v", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runWorker runs the service (worker, relay) until the returned stop is called.
+func runWorker(t testing.TB, s *Service) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// On a real Temporal dev server: a close request, the worker stopped after
+// some providers are settled, a new worker finishing the close — and every
+// provider settled exactly once (one settlement transaction per provider and
+// currency in the ledger, whatever the replays).
+func TestCloseSurvivesWorkerRestart(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc, WithBatchSize(40))
+	const providers = 150
+	f.seed(t, cycle1.ID, providers)
+	f.ledger.Delay = 2 * time.Millisecond
+	f.clock.Set(cycle1.End.Add(time.Hour)) // in the grace period: closing now is an early close
+
+	stop := runWorker(t, f.s)
+	ctx := context.Background()
+	resp, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID, Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.SettlementCycle.Status == domain.CycleOpen {
+		t.Fatalf("status after close = %s", resp.SettlementCycle.Status)
+	}
+	settled := func() int {
+		return f.count(t, `select count(*) from settlement.settlements where status = 'settled'`)
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool { return settled() >= 30 }, "30 providers settled")
+	stop()
+	atStop := settled()
+	if atStop >= providers+1 {
+		t.Fatalf("all %d settled before the worker stopped; the test proves nothing", atStop)
+	}
+	t.Logf("worker stopped with %d of %d rows settled", atStop, providers+1)
+
+	// Closing twice changes nothing.
+	if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, f.s)
+	testkit.Eventually(t, 120*time.Second, func() bool {
+		c, err := f.s.store.GetCycle(ctx, cycle1.ID)
+		return err == nil && c.Status == domain.CycleSettled
+	}, "cycle settled after the restart")
+
+	if n := settled(); n != providers+1 {
+		t.Fatalf("settled rows = %d, want %d", n, providers+1)
+	}
+	posted := f.ledger.Transactions("settle-" + cycle1.ID + "-")
+	keys := map[string]int{}
+	for _, tx := range posted {
+		keys[tx.IdempotencyKey]++
+	}
+	if len(posted) != 2*(providers+1) || len(keys) != len(posted) {
+		t.Fatalf("posted %d settlement/sweep transactions with %d keys, want %d each", len(posted), len(keys), 2*(providers+1))
+	}
+	for i := range providers {
+		p := fmt.Sprintf("p-%05d", i)
+		if keys[domain.SettlementKey(cycle1.ID, p, "CNY")] != 1 {
+			t.Errorf("%s: settlement transaction posted %d times", p, keys[domain.SettlementKey(cycle1.ID, p, "CNY")])
+		}
+		if b := f.ledger.Balance(domain.PendingAccount(p, cycle1.ID), "CNY"); !b.IsZero() {
+			t.Errorf("%s pending = %s after settlement", p, b)
+		}
+	}
+	t.Logf("ledger CreateTransaction calls for %d transactions: %d (replays answered idempotently)",
+		len(posted), f.ledger.Requests("settle-"+cycle1.ID+"-"))
+	resp2, err := f.s.api.GetSettlementCycle(ctx, &settlementv1.GetSettlementCycleRequest{CycleId: cycle1.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp2.SettlementCycle; c.Status != domain.CycleSettled || len(c.Totals) != 2 || c.Totals[0].Currency != "CNY" || c.Totals[0].Providers != providers {
+		t.Fatalf("cycle = %v", c)
+	}
+}

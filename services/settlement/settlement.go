@@ -1,0 +1,227 @@
+// Package settlement is the settlement service (DESIGN §5): 45-day cycles
+// closed by Temporal workflows (settle-{cycle}, settle-{cycle}-{provider}),
+// the commission split, statements and provider holds. New is its
+// composition root; *Service implements pkg/svc.Service and hosts the
+// Temporal worker in Run.
+package settlement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/log"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/pkg/svc"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/ports"
+)
+
+// TaskQueueDefault is the Temporal task queue of the settlement worker.
+const TaskQueueDefault = "settlement"
+
+// Worker limits: the provider children are cheap (local activities), so the
+// worker runs many at once; pollers keep the task queue drained.
+const (
+	workflowTaskPollers       = 8
+	activityTaskPollers       = 4
+	workflowTasksConcurrent   = 256
+	localActivitiesConcurrent = 256
+	activitiesConcurrent      = 32
+)
+
+// Option configures the service.
+type Option func(*Service)
+
+// WithCommission sets the commission policy (rates per tier within bounds).
+func WithCommission(p split.CommissionPolicy) Option { return func(s *Service) { s.commission = p } }
+
+// WithBatchSize sets how many provider children a cycle run settles before
+// continuing as new.
+func WithBatchSize(n int) Option { return func(s *Service) { s.batch = n } }
+
+// WithoutStartupCycles skips starting the current and past-due cycles'
+// workflows in Run (tests drive cycles themselves).
+func WithoutStartupCycles() Option { return func(s *Service) { s.noStartup = true } }
+
+// Service is the settlement service.
+type Service struct {
+	d          svc.Deps
+	tc         client.Client
+	queue      string
+	commission split.CommissionPolicy
+	batch      int
+	noStartup  bool
+	store      *adapters.Store
+	acts       *ports.Activities
+	api        *ports.Server
+}
+
+// New migrates settlement's schema, ensures its streams and wires the service.
+// A commission policy outside the platform's bounds is refused.
+func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, opts ...Option) (*Service, error) {
+	if tc == nil {
+		return nil, errors.New("settlement needs a Temporal client")
+	}
+	if taskQueue == "" {
+		taskQueue = TaskQueueDefault
+	}
+	s := &Service{d: d, tc: tc, queue: taskQueue, commission: split.DefaultCommission(), batch: app.BatchSizeDefault}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.commission.Validate(); err != nil {
+		return nil, fmt.Errorf("settlement commission policy: %w", err)
+	}
+	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
+		return nil, err
+	}
+	if d.JS != nil {
+		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamSettlement, natsx.StreamParty); err != nil {
+			return nil, err
+		}
+	}
+	s.store = &adapters.Store{Pool: d.Pool}
+	s.acts = &ports.Activities{
+		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
+		Temporal: tc, TaskQueue: taskQueue, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
+		BatchSize: s.batch,
+	}
+	s.api = &ports.Server{Store: s.store, Temporal: tc, TaskQueue: taskQueue, Calendar: d.Calendar, Clock: d.Clock, BatchSize: s.batch}
+	return s, nil
+}
+
+// Name implements svc.Service.
+func (s *Service) Name() string { return "settlement" }
+
+// RegisterGRPC implements svc.Service.
+func (s *Service) RegisterGRPC(g *grpc.Server) {
+	settlementv1.RegisterSettlementServiceServer(g, s.api)
+}
+
+// RegisterGateway implements svc.Service.
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	return settlementv1.RegisterSettlementServiceHandlerClient(ctx, mux, settlementv1.NewSettlementServiceClient(conn))
+}
+
+// Policy implements svc.Service (DESIGN §7).
+func (s *Service) Policy() auth.Policy {
+	const p = "/gpubill.settlement.v1.SettlementService/"
+	finance := []string{auth.RoleFinance, auth.RoleAdmin}
+	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
+	return auth.Policy{
+		p + "ListSettlementCycles": read,
+		p + "GetSettlementCycle":   read,
+		p + "CloseSettlementCycle": finance,
+		p + "HoldProvider":         finance,
+		p + "ReleaseProvider":      finance,
+		p + "ListStatements":       {auth.RoleProvider, auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin},
+	}
+}
+
+// NewWorker returns a settlement worker on the task queue with the workflows
+// and activities registered (Run starts one; tests start and stop their own).
+func (s *Service) NewWorker() worker.Worker {
+	w := worker.New(s.tc, s.queue, worker.Options{
+		MaxConcurrentWorkflowTaskPollers:        workflowTaskPollers,
+		MaxConcurrentActivityTaskPollers:        activityTaskPollers,
+		MaxConcurrentWorkflowTaskExecutionSize:  workflowTasksConcurrent,
+		MaxConcurrentLocalActivityExecutionSize: localActivitiesConcurrent,
+		MaxConcurrentActivityExecutionSize:      activitiesConcurrent,
+	})
+	Register(w, s.acts)
+	return w
+}
+
+// Register registers settlement's workflows and activities on a worker (or
+// a test environment's registry).
+func Register(r interface {
+	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
+	RegisterActivityWithOptions(any, activity.RegisterOptions)
+}, acts any) {
+	r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
+	r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
+	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{})
+}
+
+// StartCycles starts the workflows of the current cycle, the previous one
+// (it may still be in its grace period) and any cycle settlement knows that
+// is not settled yet. Each start is idempotent.
+func (s *Service) StartCycles(ctx context.Context) error {
+	cur := s.d.Calendar.At(s.d.Clock.Now())
+	prev := s.d.Calendar.At(cur.Start.Add(-1))
+	ids, err := s.store.UnsettledCycles(ctx)
+	if err != nil {
+		return err
+	}
+	todo := map[string]bool{cur.ID: true, prev.ID: true}
+	for _, id := range ids {
+		todo[id] = true
+	}
+	for id := range todo {
+		cy, err := s.d.Calendar.Parse(id)
+		if err != nil {
+			s.d.Log.Warn("unknown cycle in settlement.cycles", "cycle", id, "err", err)
+			continue
+		}
+		if err := ports.StartCycleWorkflow(ctx, s.tc, s.queue, cy, s.batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run hosts the Temporal worker, the party consumer and the outbox relay
+// until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	w := s.NewWorker()
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start settlement worker: %w", err)
+	}
+	defer w.Stop()
+	if !s.noStartup {
+		if err := s.StartCycles(ctx); err != nil {
+			return fmt.Errorf("start cycle workflows: %w", err)
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	if s.d.JS != nil {
+		g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
+		g.Go(func() error {
+			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+		})
+	}
+	g.Go(func() error { <-ctx.Done(); return nil })
+	return g.Wait()
+}
+
+// TemporalLogger adapts a slog logger for the Temporal client, quietened to
+// warnings (the SDK logs every poll at info).
+func TemporalLogger(l *slog.Logger) log.Logger {
+	return log.NewStructuredLogger(slog.New(warnOnly{l.Handler()}))
+}
+
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, lvl slog.Level) bool {
+	return lvl >= slog.LevelWarn && w.Handler.Enabled(ctx, lvl)
+}

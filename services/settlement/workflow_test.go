@@ -1,0 +1,223 @@
+package settlement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
+)
+
+var (
+	cal     = cycles.Default()
+	cycle1  = cal.At(time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)) // cyc-20260101, closes 2026-02-16
+	startAt = time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+)
+
+// fixture is a settlement service on a fresh database with a fake ledger
+// and tax service.
+type fixture struct {
+	s      *Service
+	ledger *fakeledger.Ledger
+	clock  *clock.Manual
+}
+
+func newFixture(t *testing.T, tc client.Client, opts ...Option) *fixture {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	l := fakeledger.New()
+	conn := fakeledger.Serve(t, l, &fakeledger.Tax{})
+	clk := clock.NewManual(startAt)
+	if tc == nil {
+		var err error
+		tc, err = client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // never dialled: StartNextCycle is mocked
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal, Internal: conn},
+		tc, "settlement-test", append([]Option{WithoutStartupCycles()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{s: s, ledger: l, clock: clk}
+}
+
+// seed charges n providers p-0000.. in the cycle (one also in USD) and gives
+// them tiers in rotation.
+func (f *fixture) seed(t *testing.T, cycle string, n int) {
+	t.Helper()
+	tiers := []string{"standard", "pro", "partner"}
+	for i := range n {
+		p := fmt.Sprintf("p-%05d", i)
+		f.ledger.Charge(p, cycle, "CNY", "1000.00")
+		f.ledger.Charge(p, cycle, "CNY", "33.33")
+		if i == 0 {
+			f.ledger.Charge(p, cycle, "USD", "10.01")
+		}
+		if _, err := f.s.d.Pool.Exec(context.Background(), `insert into settlement.providers (provider_id, tier) values ($1, $2)`, p, tiers[i%3]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.s.d.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// runCycle runs the cycle workflow in the time-skipping test environment,
+// following continue-as-new, and returns the number of runs and the
+// workflow clock when the first run ended.
+func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *testsuite.TestWorkflowEnvironment)) (runs int, firstEnd time.Time) {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	for {
+		runs++
+		if runs > 100 {
+			t.Fatal("cycle workflow did not finish in 100 runs")
+		}
+		env := suite.NewTestWorkflowEnvironment()
+		env.SetStartTime(startAt)
+		Register(env, f.s.acts)
+		env.OnActivity(app.ActStartNextCycle, mock.Anything, mock.Anything).Return(nil)
+		if setup != nil && runs == 1 {
+			setup(env)
+		}
+		env.ExecuteWorkflow(app.CycleWorkflowName, in)
+		if !env.IsWorkflowCompleted() {
+			t.Fatal("cycle workflow not completed")
+		}
+		if runs == 1 {
+			firstEnd = env.Now()
+		}
+		err := env.GetWorkflowError()
+		var can *workflow.ContinueAsNewError
+		if errors.As(err, &can) {
+			in = app.CycleInput{}
+			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runs, firstEnd
+	}
+}
+
+// The 45-day cycle: the durable timer runs to the cycle's end plus grace,
+// then the close settles every provider, in batches with continue-as-new.
+func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 5)
+	runs, firstEnd := runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, BatchSize: 2}, nil)
+
+	if firstEnd.Before(cycle1.Closes) {
+		t.Fatalf("closed at %s, before the cycle's end plus grace %s", firstEnd, cycle1.Closes)
+	}
+	if runs != 4 { // 3 batches of ≤2 and the final page
+		t.Errorf("runs = %d, want 4 (continue-as-new per batch)", runs)
+	}
+	if !f.ledger.Closed(cycle1.ID) {
+		t.Error("ledger cycle not closed")
+	}
+	if got := len(f.ledger.Transactions("settle-" + cycle1.ID + "-")); got != 12 { // 6 settlements + 6 sweeps
+		t.Errorf("settlement+sweep transactions = %d, want 12", got)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where status = 'settled'`); n != 6 {
+		t.Errorf("settled rows = %d, want 6", n)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where commission + tax_withheld + net <> gross`); n != 0 {
+		t.Errorf("%d rows do not split exactly", n)
+	}
+	for i := range 5 {
+		p := fmt.Sprintf("p-%05d", i)
+		if b := f.ledger.Balance(domain.PendingAccount(p, cycle1.ID), "CNY"); !b.IsZero() {
+			t.Errorf("%s pending = %s, want 0", p, b)
+		}
+	}
+	// standard tier: 1033.33 → commission 258.33, tax 155.00, net 620.00
+	if b := f.ledger.Balance(domain.AvailableAccount("p-00000"), "CNY"); b.String() != "620" {
+		t.Errorf("p-00000 available = %s, want 620.00", b)
+	}
+	c, err := f.s.store.GetCycle(context.Background(), cycle1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != domain.CycleSettled || len(c.Totals) != 2 {
+		t.Fatalf("cycle = %+v", c)
+	}
+}
+
+// A close request before the cycle's end closes it without waiting.
+func TestCloseSignalClosesEarly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 2)
+	_, firstEnd := runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes}, func(env *testsuite.TestWorkflowEnvironment) {
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(app.SignalClose, app.CloseSignal{Reason: "ops backfill"}) }, time.Hour)
+	})
+	if !firstEnd.Before(startAt.Add(2 * time.Hour)) {
+		t.Fatalf("closed at %s, want about an hour after %s", firstEnd, startAt)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where status = 'settled'`); n != 3 {
+		t.Errorf("settled rows = %d, want 3", n)
+	}
+	if n := f.count(t, `select count(*) from settlement.cycles where close_reason = 'ops backfill'`); n != 1 {
+		t.Error("close reason not recorded")
+	}
+}
+
+// A held provider stays pending at close and is settled when released.
+func TestHeldProviderStaysPending(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 3)
+	ctx := context.Background()
+	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); b.String() != "1033.33" {
+		t.Fatalf("held provider's pending = %s, want 1033.33", b)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where status = 'held'`); n != 1 {
+		t.Fatalf("held rows = %d", n)
+	}
+	// Release: the provider child runs again (here in the test environment).
+	if err := f.s.store.SetHold(ctx, holdRow(cycle1.ID, "p-00001", false)); err != nil {
+		t.Fatal(err)
+	}
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	Register(env, f.s.acts)
+	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001"})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
+		t.Fatalf("released provider's pending = %s, want 0", b)
+	}
+}
