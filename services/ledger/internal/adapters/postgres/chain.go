@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// chainBatchMax bounds the transactions chained (or verified) per round.
+const chainBatchMax = 5000
+
+// ChainStep appends the next final transactions to the hash chain and returns
+// how many it chained. Writers never wait for it: a transaction is chained
+// once its Postgres xid is below the xmin of the current snapshot, when no
+// transaction that could still commit can sort before it, so the (xid, id)
+// order of the chain never changes after the fact. One chainer runs at a time
+// (a transaction-scoped advisory lock).
+func ChainStep(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	n := 0
+	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		var leader bool
+		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock(hashtext('gpubill.ledger.chain'))`).Scan(&leader); err != nil {
+			return err
+		}
+		if !leader {
+			return nil
+		}
+		pos, prev, lastXid, lastID := int64(0), domain.GenesisHash, "0", zeroUUID
+		err := tx.QueryRow(ctx, `select position, hash, xid::text, tx_id::text from ledger.journal_chain
+			order by position desc limit 1`).Scan(&pos, &prev, &lastXid, &lastID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("chain head: %w", err)
+		}
+		rows, err := tx.Query(ctx, `select id::text, xid::text from ledger.transactions
+			where (xid, id) > ($1::text::xid8, $2::uuid) and xid < pg_snapshot_xmin(pg_current_snapshot())
+			order by xid, id limit $3`, lastXid, lastID, chainBatchMax)
+		if err != nil {
+			return fmt.Errorf("chain candidates: %w", err)
+		}
+		var ids, xids []string
+		for rows.Next() {
+			var id, x string
+			if err := rows.Scan(&id, &x); err != nil {
+				return err
+			}
+			ids, xids = append(ids, id), append(xids, x)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		txs, err := LoadTransactions(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		if len(txs) != len(ids) {
+			return fmt.Errorf("chain: loaded %d of %d transactions", len(txs), len(ids))
+		}
+		positions := make([]int64, len(txs))
+		prevs, hashes := make([][]byte, len(txs)), make([][]byte, len(txs))
+		for i, t := range txs {
+			pos++
+			h := domain.ChainHash(prev, *t)
+			positions[i], prevs[i], hashes[i] = pos, prev, h
+			prev = h
+		}
+		if _, err := tx.Exec(ctx, `insert into ledger.journal_chain (position, tx_id, xid, prev_hash, hash)
+			select p, id::uuid, x::xid8, ph, h from unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::bytea[]) as u(p, id, x, ph, h)`,
+			positions, ids, xids, prevs, hashes); err != nil {
+			return fmt.Errorf("append chain: %w", err)
+		}
+		n = len(ids)
+		return nil
+	})
+	return n, err
+}
+
+// ChainHead returns the hash (hex) and position of the chain's last link.
+func ChainHead(ctx context.Context, q Querier) (string, int64, error) {
+	var h []byte
+	var pos int64
+	err := q.QueryRow(ctx, `select hash, position from ledger.journal_chain order by position desc limit 1`).Scan(&h, &pos)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return hex.EncodeToString(domain.GenesisHash), 0, nil
+	}
+	return hex.EncodeToString(h), pos, err
+}
+
+// VerifyResult is the outcome of walking the chain.
+type VerifyResult struct {
+	OK        bool   `json:"ok"`
+	Checked   int64  `json:"checked"`   // links verified
+	Unchained int64  `json:"unchained"` // transactions not chained yet
+	HeadHash  string `json:"head_hash"`
+	// The first link that does not verify.
+	FirstBadTransaction string `json:"first_bad_transaction,omitempty"`
+	FirstBadPosition    int64  `json:"first_bad_position,omitempty"`
+	Reason              string `json:"reason,omitempty"`
+}
+
+// Verify recomputes every link from the journal's current content and names
+// the first transaction whose content or link no longer matches.
+func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
+	res := VerifyResult{OK: true, HeadHash: hex.EncodeToString(domain.GenesisHash)}
+	prev := domain.GenesisHash
+	after := int64(0)
+	for {
+		rows, err := q.Query(ctx, `select position, tx_id::text, prev_hash, hash from ledger.journal_chain
+			where position > $1 order by position limit $2`, after, chainBatchMax)
+		if err != nil {
+			return res, fmt.Errorf("read chain: %w", err)
+		}
+		type link struct {
+			pos        int64
+			id         string
+			prev, hash []byte
+		}
+		var links []link
+		for rows.Next() {
+			var l link
+			if err := rows.Scan(&l.pos, &l.id, &l.prev, &l.hash); err != nil {
+				return res, err
+			}
+			links = append(links, l)
+		}
+		if err := rows.Err(); err != nil {
+			return res, err
+		}
+		if len(links) == 0 {
+			break
+		}
+		ids := make([]string, len(links))
+		for i, l := range links {
+			ids[i] = l.id
+		}
+		txs, err := LoadTransactions(ctx, q, ids)
+		if err != nil {
+			return res, err
+		}
+		byID := make(map[string]*domain.Transaction, len(txs))
+		for _, t := range txs {
+			byID[t.ID] = t
+		}
+		for _, l := range links {
+			bad := func(reason string) (VerifyResult, error) {
+				res.OK, res.FirstBadTransaction, res.FirstBadPosition, res.Reason = false, l.id, l.pos, reason
+				return res, nil
+			}
+			if l.pos != after+1 {
+				return bad(fmt.Sprintf("chain position %d follows %d: links are missing", l.pos, after))
+			}
+			if !bytes.Equal(l.prev, prev) {
+				return bad("prev_hash does not match the previous link")
+			}
+			t := byID[l.id]
+			if t == nil {
+				return bad("transaction is missing from the journal")
+			}
+			if h := domain.ChainHash(prev, *t); !bytes.Equal(h, l.hash) {
+				return bad("content no longer matches its hash (altered transaction or postings)")
+			}
+			prev, after = l.hash, l.pos
+			res.Checked++
+			res.HeadHash = hex.EncodeToString(l.hash)
+		}
+	}
+	if err := q.QueryRow(ctx, `select count(*) from ledger.transactions t
+		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
+		return res, err
+	}
+	return res, nil
+}

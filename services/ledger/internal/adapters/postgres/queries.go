@@ -1,0 +1,296 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+const zeroUUID = "00000000-0000-0000-0000-000000000000"
+
+// LoadTransactions reads transactions with their postings, links and chain
+// hash, in the order of ids (missing ones are left out).
+func LoadTransactions(ctx context.Context, q Querier, ids []string) ([]*domain.Transaction, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `select t.id::text, t.idempotency_key, t.kind, t.description, t.effective_at, t.created_at,
+			t.metadata::text, coalesce(r1.original_id::text, ''), coalesce(r2.reversal_id::text, ''),
+			coalesce(encode(c.hash, 'hex'), '')
+		from ledger.transactions t
+		left join ledger.reversals r1 on r1.reversal_id = t.id
+		left join ledger.reversals r2 on r2.original_id = t.id
+		left join ledger.journal_chain c on c.tx_id = t.id
+		where t.id = any($1::text[]::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load transactions: %w", err)
+	}
+	byID := make(map[string]*domain.Transaction, len(ids))
+	for rows.Next() {
+		t := &domain.Transaction{}
+		var kind, md string
+		if err := rows.Scan(&t.ID, &t.IdempotencyKey, &kind, &t.Description, &t.EffectiveAt, &t.CreatedAt, &md,
+			&t.Reverses, &t.ReversedBy, &t.Hash); err != nil {
+			return nil, err
+		}
+		t.Kind = domain.TxKind(kind)
+		t.EffectiveAt, t.CreatedAt = t.EffectiveAt.UTC(), t.CreatedAt.UTC()
+		if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
+			return nil, fmt.Errorf("transaction %s metadata: %w", t.ID, err)
+		}
+		byID[t.ID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load transactions: %w", err)
+	}
+	rows, err = q.Query(ctx, `select tx_id::text, account, currency, direction, amount::text
+		from ledger.postings where tx_id = any($1::text[]::uuid[]) order by tx_id, idx`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load postings: %w", err)
+	}
+	for rows.Next() {
+		var id, acc, cur, dir, amt string
+		if err := rows.Scan(&id, &acc, &cur, &dir, &amt); err != nil {
+			return nil, err
+		}
+		t := byID[id]
+		if t == nil {
+			continue
+		}
+		a, err := domain.ParseAddress(acc)
+		if err != nil { // written valid; keep what is there so verify can report it
+			a = domain.Account{Address: acc}
+		}
+		d, err := decimal.NewFromString(amt)
+		if err != nil {
+			return nil, err
+		}
+		t.Postings = append(t.Postings, domain.Posting{Account: a, Direction: domain.Direction(dir), Amount: d, Currency: cur})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load postings: %w", err)
+	}
+	out := make([]*domain.Transaction, 0, len(ids))
+	for _, id := range ids {
+		if t := byID[id]; t != nil {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// TxByKey returns the id and request hash stored under an idempotency key.
+func TxByKey(ctx context.Context, q Querier, key string) (string, []byte, error) {
+	var id string
+	var h []byte
+	err := q.QueryRow(ctx, `select id::text, request_hash from ledger.transactions where idempotency_key = $1`, key).Scan(&id, &h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, ErrNotFound
+	}
+	return id, h, err
+}
+
+// Totals are the debits and credits of an account in one currency.
+type Totals struct {
+	Currency        string
+	Debits, Credits decimal.Decimal
+}
+
+func scanTotals(rows pgx.Rows) (map[string][]Totals, error) {
+	out := map[string][]Totals{}
+	for rows.Next() {
+		var acc, cur, d, c string
+		if err := rows.Scan(&acc, &cur, &d, &c); err != nil {
+			return nil, err
+		}
+		dd, err := decimal.NewFromString(d)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := decimal.NewFromString(c)
+		if err != nil {
+			return nil, err
+		}
+		out[acc] = append(out[acc], Totals{Currency: cur, Debits: dd, Credits: cc})
+	}
+	return out, rows.Err()
+}
+
+// AccountTotals returns the totals of accounts per currency, now (asOf nil:
+// the maintained balances) or as of an instant (summing postings up to it
+// through the (account, created_at) index).
+func AccountTotals(ctx context.Context, q Querier, accounts []string, asOf *time.Time) (map[string][]Totals, error) {
+	var rows pgx.Rows
+	var err error
+	if asOf == nil {
+		rows, err = q.Query(ctx, `select account, currency, debits::text, credits::text
+			from ledger.balances where account = any($1::text[]) order by account, currency`, accounts)
+	} else {
+		rows, err = q.Query(ctx, `select account, currency,
+				coalesce(sum(amount) filter (where direction = 'debit'), 0)::text,
+				coalesce(sum(amount) filter (where direction = 'credit'), 0)::text
+			from ledger.postings where account = any($1::text[]) and created_at <= $2
+			group by account, currency order by account, currency`, accounts, *asOf)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("account totals: %w", err)
+	}
+	return scanTotals(rows)
+}
+
+// AccountExists reports whether an account has been used.
+func AccountExists(ctx context.Context, q Querier, address string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `select exists(select 1 from ledger.accounts where address = $1)`, address).Scan(&ok)
+	return ok, err
+}
+
+// ListAccountAddresses pages through accounts whose address starts with
+// prefix, after the address `after`, in address order.
+func ListAccountAddresses(ctx context.Context, q Querier, prefix, after string, limit int) ([]string, error) {
+	upper := prefixUpper(prefix)
+	rows, err := q.Query(ctx, `select address from ledger.accounts
+		where address >= $1 and ($2 = '' or address < $2) and address > $3
+		order by address limit $4`, prefix, upper, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list accounts: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// prefixUpper is the smallest string greater than every string with prefix
+// (byte order, the C collation), or "" for no bound.
+func prefixUpper(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
+}
+
+// TxCursor is a position in a transaction listing.
+type TxCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListTxIDsByAccount pages through the transactions that post to account, in
+// (created_at, id) order.
+func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *TxCursor, limit int) ([]TxCursor, error) {
+	c := TxCursor{CreatedAt: time.Unix(0, 0).UTC(), ID: zeroUUID}
+	if after != nil {
+		c = *after
+	}
+	rows, err := q.Query(ctx, `select created_at, tx_id::text from ledger.postings
+		where account = $1 and (created_at, tx_id) > ($2, $3::uuid)
+		group by created_at, tx_id order by created_at, tx_id limit $4`, account, c.CreatedAt, c.ID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list transactions: %w", err)
+	}
+	var out []TxCursor
+	for rows.Next() {
+		var x TxCursor
+		if err := rows.Scan(&x.CreatedAt, &x.ID); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// ListTxIDs pages through every transaction in id order (UUIDv7: time order).
+func ListTxIDs(ctx context.Context, q Querier, after string, limit int) ([]string, error) {
+	if after == "" {
+		after = zeroUUID
+	}
+	rows, err := q.Query(ctx, `select id::text from ledger.transactions where id > $1::uuid order by id limit $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list transactions: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// CycleBalance is a provider's pending balance in a cycle.
+type CycleBalance struct {
+	Account  string
+	Currency string
+	Amount   decimal.Decimal
+}
+
+// ListCycleBalances pages through the non-zero provider pending balances of a
+// cycle in (account, currency) order.
+func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]CycleBalance, error) {
+	rows, err := q.Query(ctx, `select account, currency, (credits - debits)::text from ledger.balances
+		where cycle_id = $1 and (account, currency) > ($2, $3) and credits <> debits
+		order by account, currency limit $4`, cycle, afterAccount, afterCurrency, limit)
+	if err != nil {
+		return nil, fmt.Errorf("cycle balances: %w", err)
+	}
+	var out []CycleBalance
+	for rows.Next() {
+		var b CycleBalance
+		var amt string
+		if err := rows.Scan(&b.Account, &b.Currency, &amt); err != nil {
+			return nil, err
+		}
+		if b.Amount, err = decimal.NewFromString(amt); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// CurrencyTotals returns every account's totals in one currency, now or as
+// of an instant.
+func CurrencyTotals(ctx context.Context, q Querier, currency string, asOf *time.Time) (map[string]Totals, error) {
+	var rows pgx.Rows
+	var err error
+	if asOf == nil {
+		rows, err = q.Query(ctx, `select account, currency, debits::text, credits::text
+			from ledger.balances where currency = $1`, currency)
+	} else {
+		rows, err = q.Query(ctx, `select account, currency,
+				coalesce(sum(amount) filter (where direction = 'debit'), 0)::text,
+				coalesce(sum(amount) filter (where direction = 'credit'), 0)::text
+			from ledger.postings where currency = $1 and created_at <= $2
+			group by account, currency`, currency, *asOf)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("currency totals: %w", err)
+	}
+	m, err := scanTotals(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Totals, len(m))
+	for acc, ts := range m {
+		out[acc] = ts[0]
+	}
+	return out, nil
+}
+
+// TxIDsTouching returns the ids of transactions (created up to asOf) with a
+// posting in currency on any of the accounts, oldest first.
+func TxIDsTouching(ctx context.Context, q Querier, accounts []string, currency string, asOf time.Time) ([]string, error) {
+	rows, err := q.Query(ctx, `select tx_id::text from ledger.postings
+		where account = any($1::text[]) and currency = $2 and created_at <= $3
+		group by tx_id order by min(created_at), tx_id`, accounts, currency, asOf)
+	if err != nil {
+		return nil, fmt.Errorf("transactions touching house accounts: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -1,0 +1,260 @@
+// Package postgres is the ledger's Postgres adapter: the batched journal
+// writer and the read queries. Every write path goes through Post, which
+// costs a fixed number of statements per batch whatever its size.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Schema is the ledger's Postgres schema.
+const Schema = "ledger"
+
+// knownAccountsMax bounds the in-process cache of accounts known to exist.
+const knownAccountsMax = 1 << 20
+
+// Querier is what both a pool and a transaction offer.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is the ledger's Postgres store.
+type Store struct {
+	Pool *pgxpool.Pool
+
+	mu    sync.Mutex
+	known map[string]struct{} // accounts known to exist (skip the insert)
+}
+
+// NewStore returns a store on pool.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{Pool: pool, known: map[string]struct{}{}}
+}
+
+// BalanceChange is the effect of a batch on one (account, currency).
+type BalanceChange struct {
+	Account  domain.Account
+	Currency string
+	Delta    decimal.Decimal // normal side
+	After    decimal.Decimal // normal side, after the batch
+	Created  bool            // the balance row was created by this batch
+	Reversal bool            // every posting on it came from reversals
+}
+
+// Before is the balance before the batch.
+func (c BalanceChange) Before() decimal.Decimal { return c.After.Sub(c.Delta) }
+
+type balKey struct{ account, currency string }
+
+type agg struct {
+	acc             domain.Account
+	debits, credits decimal.Decimal
+	reversalOnly    bool
+}
+
+// Post writes transactions inside tx: the journal rows, their postings (one
+// COPY), the accounts on first use and one upsert of every touched balance,
+// in sorted (account, currency) order so concurrent writers never deadlock.
+// Transactions whose idempotency key already exists are skipped; the fresh
+// ones are returned with the balance changes they caused.
+func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) ([]*domain.Transaction, []BalanceChange, error) {
+	if len(txs) == 0 {
+		return nil, nil, nil
+	}
+	// Sorted by key: two batches with overlapping keys wait on each other in
+	// one order only.
+	sorted := make([]*domain.Transaction, len(txs))
+	copy(sorted, txs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].IdempotencyKey < sorted[j].IdempotencyKey })
+	n := len(sorted)
+	ids, keys, kinds, descs, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	hashes := make([][]byte, n)
+	eff, created := make([]time.Time, n), make([]time.Time, n)
+	for i, t := range sorted {
+		md := t.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		mb, err := json.Marshal(md)
+		if err != nil {
+			return nil, nil, err
+		}
+		h := t.RequestHash
+		ids[i], keys[i], kinds[i], descs[i], metas[i], hashes[i] = t.ID, t.IdempotencyKey, string(t.Kind), t.Description, string(mb), h[:]
+		eff[i], created[i] = t.EffectiveAt, t.CreatedAt
+	}
+	rows, err := tx.Query(ctx, `insert into ledger.transactions
+			(id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
+		select u.id::uuid, u.k, u.h, u.kind, u.d, u.e, u.c, u.m::jsonb
+		from unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[])
+			as u(id, k, h, kind, d, e, c, m)
+		on conflict (idempotency_key) do nothing
+		returning id::text`, ids, keys, hashes, kinds, descs, eff, created, metas)
+	if err != nil {
+		return nil, nil, fmt.Errorf("insert transactions: %w", err)
+	}
+	freshIDs := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, nil, err
+		}
+		freshIDs[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("insert transactions: %w", err)
+	}
+	fresh := make([]*domain.Transaction, 0, len(freshIDs))
+	for _, t := range txs { // caller's order
+		if freshIDs[t.ID] {
+			fresh = append(fresh, t)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil, nil, nil
+	}
+
+	aggs := map[balKey]*agg{}
+	postRows := make([][]any, 0, 2*len(fresh))
+	for _, t := range fresh {
+		tid, err := uuid.Parse(t.ID)
+		if err != nil {
+			return nil, nil, fmt.Errorf("transaction id %q: %w", t.ID, err)
+		}
+		pgid := pgtype.UUID{Bytes: tid, Valid: true}
+		for i, p := range t.Postings {
+			postRows = append(postRows, []any{pgid, int32(i), p.Account.Address, p.Currency, string(p.Direction),
+				pgtype.Numeric{Int: p.Amount.Coefficient(), Exp: p.Amount.Exponent(), Valid: true}, t.CreatedAt})
+			k := balKey{p.Account.Address, p.Currency}
+			a := aggs[k]
+			if a == nil {
+				a = &agg{acc: p.Account, reversalOnly: true}
+				aggs[k] = a
+			}
+			if p.Direction == domain.Debit {
+				a.debits = a.debits.Add(p.Amount)
+			} else {
+				a.credits = a.credits.Add(p.Amount)
+			}
+			a.reversalOnly = a.reversalOnly && t.Kind == domain.TxReversal
+		}
+	}
+	keysSorted := make([]balKey, 0, len(aggs))
+	for k := range aggs {
+		keysSorted = append(keysSorted, k)
+	}
+	sort.Slice(keysSorted, func(i, j int) bool {
+		if keysSorted[i].account != keysSorted[j].account {
+			return keysSorted[i].account < keysSorted[j].account
+		}
+		return keysSorted[i].currency < keysSorted[j].currency
+	})
+
+	if err := s.ensureAccounts(ctx, tx, keysSorted, aggs); err != nil {
+		return nil, nil, err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{Schema, "postings"},
+		[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"},
+		pgx.CopyFromRows(postRows)); err != nil {
+		return nil, nil, fmt.Errorf("copy postings: %w", err)
+	}
+
+	m := len(keysSorted)
+	bAcc, bCur, bDeb, bCred, bCyc := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	for i, k := range keysSorted {
+		a := aggs[k]
+		bAcc[i], bCur[i], bDeb[i], bCred[i], bCyc[i] = k.account, k.currency, a.debits.String(), a.credits.String(), a.acc.Cycle
+	}
+	rows, err = tx.Query(ctx, `insert into ledger.balances as b (account, currency, debits, credits, cycle_id)
+		select u.a, u.c, u.d::numeric, u.cr::numeric, nullif(u.cy, '')
+		from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) with ordinality as u(a, c, d, cr, cy, n)
+		order by u.n
+		on conflict (account, currency) do update
+			set debits = b.debits + excluded.debits, credits = b.credits + excluded.credits, updated_at = now()
+		returning account, currency, debits::text, credits::text, (xmax = 0)`, bAcc, bCur, bDeb, bCred, bCyc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update balances: %w", err)
+	}
+	changes := make([]BalanceChange, 0, m)
+	for rows.Next() {
+		var k balKey
+		var deb, cred string
+		var inserted bool
+		if err := rows.Scan(&k.account, &k.currency, &deb, &cred, &inserted); err != nil {
+			return nil, nil, err
+		}
+		a := aggs[k]
+		d, _ := decimal.NewFromString(deb)
+		c, _ := decimal.NewFromString(cred)
+		changes = append(changes, BalanceChange{
+			Account: a.acc, Currency: k.currency,
+			Delta: a.acc.NormalBalance(a.debits, a.credits), After: a.acc.NormalBalance(d, c),
+			Created: inserted, Reversal: a.reversalOnly,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("update balances: %w", err)
+	}
+	return fresh, changes, nil
+}
+
+// ensureAccounts creates accounts on first use (sorted, so concurrent
+// creators never deadlock) and remembers them to skip the insert next time.
+func (s *Store) ensureAccounts(ctx context.Context, tx pgx.Tx, keys []balKey, aggs map[balKey]*agg) error {
+	var addrs, classes, kinds, pools []string
+	s.mu.Lock()
+	last := ""
+	for _, k := range keys {
+		if k.account == last {
+			continue
+		}
+		last = k.account
+		if _, ok := s.known[k.account]; ok {
+			continue
+		}
+		a := aggs[k].acc
+		addrs = append(addrs, a.Address)
+		classes = append(classes, string(a.Class))
+		kinds = append(kinds, string(a.Kind))
+		pools = append(pools, string(a.Pool))
+	}
+	s.mu.Unlock()
+	if len(addrs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `insert into ledger.accounts (address, class, kind, fund_pool)
+		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[])
+		on conflict (address) do nothing`, addrs, classes, kinds, pools); err != nil {
+		return fmt.Errorf("create accounts: %w", err)
+	}
+	return nil
+}
+
+// Remember marks accounts as existing once the transaction that created them
+// has committed.
+func (s *Store) Remember(changes []BalanceChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.known) > knownAccountsMax {
+		s.known = map[string]struct{}{}
+	}
+	for _, c := range changes {
+		s.known[c.Account.Address] = struct{}{}
+	}
+}

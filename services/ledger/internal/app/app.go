@@ -1,0 +1,203 @@
+// Package app holds the ledger's use cases, one file per use case. Every
+// write goes through post (one Postgres transaction: journal rows, postings,
+// balances, idempotency and the outbox together).
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// App is the ledger's use cases.
+type App struct {
+	Pool     *pgxpool.Pool
+	Store    *postgres.Store
+	Clock    clock.Clock
+	Calendar cycles.Calendar
+	Log      *slog.Logger
+}
+
+// New wires the use cases.
+func New(pool *pgxpool.Pool, clk clock.Clock, cal cycles.Calendar, log *slog.Logger) *App {
+	if clk == nil {
+		clk = clock.System{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &App{Pool: pool, Store: postgres.NewStore(pool), Clock: clk, Calendar: cal, Log: log}
+}
+
+// now is the creation time of journal rows, at Postgres' microsecond precision
+// so what the caller sees is what the chain hashes.
+func (a *App) now() time.Time { return a.Clock.Now().UTC().Truncate(time.Microsecond) }
+
+func invalid(vs []domain.Violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	e := &apperr.InvalidError{}
+	for _, v := range vs {
+		e.Violations = append(e.Violations, apperr.FieldViolation{Field: v.Field, Reason: v.Reason})
+	}
+	return e
+}
+
+// postOne posts a single transaction idempotently: a replay (same key, same
+// request hash) returns the original, the same key with another request is a
+// conflict. extra runs inside the same Postgres transaction after the
+// postings (reversal links).
+func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(pgx.Tx) error) (*domain.Transaction, error) {
+	resultID := t.ID
+	var changes []postgres.BalanceChange
+	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		fresh, ch, err := a.Store.Post(ctx, tx, []*domain.Transaction{t})
+		if err != nil {
+			return err
+		}
+		if len(fresh) == 0 {
+			id, h, err := postgres.TxByKey(ctx, tx, t.IdempotencyKey)
+			if err != nil {
+				return fmt.Errorf("idempotency key %q: %w", t.IdempotencyKey, err)
+			}
+			if !bytes.Equal(h, t.RequestHash[:]) {
+				return fmt.Errorf("idempotency key %q was used for a different request (transaction %s): %w",
+					t.IdempotencyKey, id, apperr.ErrConflict)
+			}
+			resultID = id
+			return nil
+		}
+		if err := checkOverdraft(ch); err != nil {
+			return err
+		}
+		if extra != nil {
+			if err := extra(tx); err != nil {
+				return err
+			}
+		}
+		changes = ch
+		msgs := postedEvents(fresh)
+		msgs = append(msgs, depletionEvents(fresh, ch, a.now())...)
+		return outbox.Add(ctx, tx, postgres.Schema, msgs...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Store.Remember(changes)
+	return a.getTransaction(ctx, resultID)
+}
+
+// checkOverdraft refuses to take an account below zero unless the account
+// may go negative (renter wallets) or only reversals moved it.
+func checkOverdraft(changes []postgres.BalanceChange) error {
+	var vs []domain.Violation
+	for _, c := range changes {
+		if c.Account.MayGoNegative() || c.Reversal || !c.After.IsNegative() || !c.Delta.IsNegative() {
+			continue
+		}
+		vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
+			"%s would go negative in %s (balance %s after this transaction): %s accounts may not be overdrawn except by a reversal",
+			c.Account.Address, c.Currency, c.After.String(), c.Account.Class)})
+	}
+	return invalid(vs)
+}
+
+func (a *App) getTransaction(ctx context.Context, id string) (*domain.Transaction, error) {
+	txs, err := postgres.LoadTransactions(ctx, a.Pool, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	if len(txs) == 0 {
+		return nil, fmt.Errorf("transaction %s: %w", id, apperr.ErrNotFound)
+	}
+	return txs[0], nil
+}
+
+// postedEvents are ledger.posted.{class}: one per transaction and account
+// class it touches, so a subscriber to one class sees every movement of it.
+func postedEvents(txs []*domain.Transaction) []outbox.Message {
+	out := make([]outbox.Message, 0, 2*len(txs))
+	for _, t := range txs {
+		ev := &eventsv1.LedgerPosted{
+			TransactionId: t.ID, IdempotencyKey: t.IdempotencyKey,
+			EffectiveAt: timestamppb.New(t.EffectiveAt), CreatedAt: timestamppb.New(t.CreatedAt),
+		}
+		var classes []domain.Class
+		for _, p := range t.Postings {
+			ev.Postings = append(ev.Postings, &eventsv1.Posting{Account: p.Account.Address, Direction: string(p.Direction),
+				Amount: p.Amount.String(), Currency: p.Currency})
+			seen := false
+			for _, c := range classes {
+				seen = seen || c == p.Account.Class
+			}
+			if !seen {
+				classes = append(classes, p.Account.Class)
+			}
+		}
+		payload, err := proto.Marshal(ev)
+		if err != nil {
+			continue // a message of strings and timestamps always marshals
+		}
+		for _, c := range classes {
+			out = append(out, outbox.Message{ID: "ledger-posted-" + t.ID + "-" + string(c), Subject: "ledger.posted." + string(c), Payload: payload})
+		}
+	}
+	return out
+}
+
+// depletionEvents are billing.wallet.depleted.{renter} for every renter
+// wallet a debit took from above zero (or from nothing) to zero or below.
+func depletionEvents(txs []*domain.Transaction, changes []postgres.BalanceChange, at time.Time) []outbox.Message {
+	var out []outbox.Message
+	for _, c := range changes {
+		if c.Account.Class != domain.ClassRenter || !c.Delta.IsNegative() || c.After.IsPositive() {
+			continue
+		}
+		if !c.Before().IsPositive() && !c.Created {
+			continue // already depleted: announced when it crossed
+		}
+		last := ""
+		for _, t := range txs {
+			for _, p := range t.Postings {
+				if p.Account.Address == c.Account.Address && p.Currency == c.Currency {
+					last = t.ID
+				}
+			}
+		}
+		payload, err := proto.Marshal(&eventsv1.WalletDepleted{RenterId: c.Account.Party, Currency: c.Currency,
+			Balance: c.After.String(), TransactionId: last, At: timestamppb.New(at)})
+		if err != nil {
+			continue
+		}
+		out = append(out, outbox.Message{ID: "wallet-depleted-" + last + "-" + c.Currency,
+			Subject: "billing.wallet.depleted." + c.Account.Party, Payload: payload})
+	}
+	return out
+}
+
+var errNotFound = postgres.ErrNotFound
+
+func notFound(err error, what string) error {
+	if errors.Is(err, errNotFound) {
+		return fmt.Errorf("%s: %w", what, apperr.ErrNotFound)
+	}
+	return err
+}

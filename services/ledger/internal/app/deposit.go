@@ -1,0 +1,61 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// DepositInput is a renter top-up.
+type DepositInput struct {
+	RenterID    string
+	Amount      string
+	Currency    string
+	ExternalRef string // the bank reference: the idempotency key
+}
+
+// Deposit posts Dr bank:client, Cr renter:{id}:wallet, idempotent on the
+// external reference.
+func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction, error) {
+	var vs []domain.Violation
+	wallet, err := domain.ParseAddress(domain.RenterWallet(in.RenterID))
+	if err != nil {
+		vs = append(vs, domain.Violation{Field: "renter_id", Reason: "1-64 of [A-Za-z0-9._-]"})
+	}
+	ref := strings.TrimSpace(in.ExternalRef)
+	if ref == "" || len(ref) > domain.IdempotencyKeyMax-len("deposit:") {
+		vs = append(vs, domain.Violation{Field: "external_ref", Reason: "required, at most 248 characters"})
+	}
+	cur, err := money.Lookup(in.Currency)
+	if err != nil {
+		vs = append(vs, domain.Violation{Field: "currency", Reason: err.Error()})
+		return nil, invalid(vs)
+	}
+	amt, err := cur.ParseAmount(in.Amount)
+	if err != nil {
+		vs = append(vs, domain.Violation{Field: "amount", Reason: err.Error()})
+	} else if !amt.IsPositive() {
+		vs = append(vs, domain.Violation{Field: "amount", Reason: fmt.Sprintf("%s must be positive", in.Amount)})
+	}
+	if err := invalid(vs); err != nil {
+		return nil, err
+	}
+	bank, _ := domain.ParseAddress(domain.BankClient)
+	now := a.now()
+	t := &domain.Transaction{
+		ID: ids.New(""), IdempotencyKey: "deposit:" + ref, Kind: domain.TxDeposit,
+		Description: "renter top-up " + ref, EffectiveAt: now, CreatedAt: now,
+		Metadata: map[string]string{"external_ref": ref, "renter_id": in.RenterID},
+		Postings: []domain.Posting{
+			{Account: bank, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
+			{Account: wallet, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
+		},
+		RequestHash: domain.RequestHash("deposit", map[string]any{
+			"renter_id": in.RenterID, "amount": amt.String(), "currency": cur.Code}),
+	}
+	return a.postOne(ctx, t, nil)
+}

@@ -1,0 +1,224 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Page sizes.
+const (
+	pageSizeDefault = 100
+	pageSizeMax     = 1000
+)
+
+func pageSize(n int32) int {
+	switch {
+	case n <= 0:
+		return pageSizeDefault
+	case n > pageSizeMax:
+		return pageSizeMax
+	}
+	return int(n)
+}
+
+// Balance is an account's balance in one currency on its normal side.
+type Balance struct {
+	Currency string
+	Amount   decimal.Decimal
+}
+
+// Format renders the amount with the currency's minor units.
+func (b Balance) Format() string {
+	if c, err := money.Lookup(b.Currency); err == nil {
+		return c.Format(b.Amount)
+	}
+	return b.Amount.String()
+}
+
+// AccountView is an account with its balances.
+type AccountView struct {
+	Account  domain.Account
+	Balances []Balance
+}
+
+func view(acc domain.Account, ts []postgres.Totals) AccountView {
+	v := AccountView{Account: acc, Balances: []Balance{}}
+	for _, t := range ts {
+		v.Balances = append(v.Balances, Balance{Currency: t.Currency, Amount: acc.NormalBalance(t.Debits, t.Credits)})
+	}
+	return v
+}
+
+// GetAccount returns an account's balances, now or as of an instant.
+func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (AccountView, error) {
+	acc, err := domain.ParseAddress(address)
+	if err != nil {
+		return AccountView{}, apperr.Invalid("address", "%s", err.Error())
+	}
+	ok, err := postgres.AccountExists(ctx, a.Pool, address)
+	if err != nil {
+		return AccountView{}, err
+	}
+	if !ok {
+		return AccountView{}, fmt.Errorf("account %s has no postings: %w", address, apperr.ErrNotFound)
+	}
+	totals, err := postgres.AccountTotals(ctx, a.Pool, []string{address}, asOf)
+	if err != nil {
+		return AccountView{}, err
+	}
+	return view(acc, totals[address]), nil
+}
+
+// ListAccounts pages through accounts by address prefix, with balances.
+func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, size int32, token string) ([]AccountView, string, error) {
+	after, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	n := pageSize(size)
+	addrs, err := postgres.ListAccountAddresses(ctx, a.Pool, prefix, after, n+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(addrs) > n {
+		addrs = addrs[:n]
+		next = encodeToken(addrs[n-1])
+	}
+	totals, err := postgres.AccountTotals(ctx, a.Pool, addrs, asOf)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]AccountView, 0, len(addrs))
+	for _, addr := range addrs {
+		acc, err := domain.ParseAddress(addr)
+		if err != nil {
+			acc = domain.Account{Address: addr}
+		}
+		out = append(out, view(acc, totals[addr]))
+	}
+	return out, next, nil
+}
+
+// GetTransaction returns one transaction.
+func (a *App) GetTransaction(ctx context.Context, id string) (*domain.Transaction, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, apperr.Invalid("transaction_id", "%q is not a transaction id", id)
+	}
+	return a.getTransaction(ctx, id)
+}
+
+// ListTransactions pages through the journal, oldest first: every
+// transaction in id (time) order, or those posting to one account in
+// (created_at, id) order. Both orders are total, so pages are stable.
+func (a *App) ListTransactions(ctx context.Context, account string, size int32, token string) ([]*domain.Transaction, string, error) {
+	raw, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	n := pageSize(size)
+	var txIDs []string
+	next := ""
+	if account == "" {
+		if _, perr := uuid.Parse(raw); raw != "" && perr != nil {
+			return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+		}
+		txIDs, err = postgres.ListTxIDs(ctx, a.Pool, raw, n+1)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(txIDs) > n {
+			txIDs = txIDs[:n]
+			next = encodeToken(txIDs[n-1])
+		}
+	} else {
+		if _, err := domain.ParseAddress(account); err != nil {
+			return nil, "", apperr.Invalid("account", "%s", err.Error())
+		}
+		var after *postgres.TxCursor
+		if raw != "" {
+			nanos, id, ok := strings.Cut(raw, "|")
+			ns, perr := strconv.ParseInt(nanos, 10, 64)
+			if _, uerr := uuid.Parse(id); !ok || perr != nil || uerr != nil {
+				return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+			}
+			after = &postgres.TxCursor{CreatedAt: time.Unix(0, ns).UTC(), ID: id}
+		}
+		cs, err := postgres.ListTxIDsByAccount(ctx, a.Pool, account, after, n+1)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(cs) > n {
+			cs = cs[:n]
+			last := cs[n-1]
+			next = encodeToken(strconv.FormatInt(last.CreatedAt.UnixNano(), 10) + "|" + last.ID)
+		}
+		for _, c := range cs {
+			txIDs = append(txIDs, c.ID)
+		}
+	}
+	txs, err := postgres.LoadTransactions(ctx, a.Pool, txIDs)
+	return txs, next, err
+}
+
+// CycleBalanceView is one provider's pending balance in a cycle.
+type CycleBalanceView struct {
+	ProviderID string
+	Balance    Balance
+}
+
+// ListCycleBalances pages through the providers' pending balances of a cycle.
+func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32, token string) ([]CycleBalanceView, string, error) {
+	if err := domain.CheckCycleID(cycleID); err != nil {
+		return nil, "", apperr.Invalid("cycle_id", "%s", err.Error())
+	}
+	raw, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	afterAcc, afterCur, _ := strings.Cut(raw, "|")
+	n := pageSize(size)
+	bs, err := postgres.ListCycleBalances(ctx, a.Pool, cycleID, afterAcc, afterCur, n+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(bs) > n {
+		bs = bs[:n]
+		next = encodeToken(bs[n-1].Account + "|" + bs[n-1].Currency)
+	}
+	out := make([]CycleBalanceView, 0, len(bs))
+	for _, b := range bs {
+		acc, err := domain.ParseAddress(b.Account)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, CycleBalanceView{ProviderID: acc.Party, Balance: Balance{Currency: b.Currency, Amount: b.Amount}})
+	}
+	return out, next, nil
+}
+
+func encodeToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func decodeToken(tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", apperr.Invalid("page_token", "not a token this listing issued")
+	}
+	return string(b), nil
+}

@@ -1,0 +1,84 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// ReverseInput asks for the reversal of a transaction.
+type ReverseInput struct {
+	TransactionID  string
+	IdempotencyKey string // default "reverse:{transaction_id}"
+	Description    string
+	EffectiveAt    *time.Time
+}
+
+// ReverseTransaction posts the mirror of a transaction and links the two. A
+// transaction is reversed at most once: asking again with the same key
+// returns the reversal, with another key is a conflict.
+func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.Transaction, error) {
+	if _, err := uuid.Parse(in.TransactionID); err != nil {
+		return nil, apperr.Invalid("transaction_id", "%q is not a transaction id", in.TransactionID)
+	}
+	key := strings.TrimSpace(in.IdempotencyKey)
+	if key == "" {
+		key = "reverse:" + in.TransactionID
+	}
+	if len(key) > domain.IdempotencyKeyMax {
+		return nil, apperr.Invalid("idempotency_key", "at most 256 characters")
+	}
+	orig, err := a.getTransaction(ctx, in.TransactionID)
+	if err != nil {
+		return nil, err
+	}
+	if orig.Kind == domain.TxReversal {
+		return nil, fmt.Errorf("transaction %s is itself a reversal (of %s); post a new entry instead: %w",
+			orig.ID, orig.Reverses, apperr.ErrPrecondition)
+	}
+	desc := in.Description
+	if desc == "" {
+		desc = "reversal of " + orig.ID
+	}
+	now := a.now()
+	eff, effStr := now, ""
+	if in.EffectiveAt != nil {
+		eff = in.EffectiveAt.UTC().Truncate(time.Microsecond)
+		effStr = eff.Format(time.RFC3339Nano)
+	}
+	t := &domain.Transaction{
+		ID: ids.New(""), IdempotencyKey: key, Kind: domain.TxReversal, Description: desc,
+		EffectiveAt: eff, CreatedAt: now, Metadata: map[string]string{"reverses": orig.ID},
+		Postings: domain.Mirror(orig.Postings), Reverses: orig.ID,
+		RequestHash: domain.RequestHash("reversal", map[string]any{
+			"transaction_id": orig.ID, "description": in.Description, "effective_at": effStr}),
+	}
+	if orig.ReversedBy != "" {
+		// Already reversed: a replay returns the reversal, anything else conflicts.
+		id, h, err := postgres.TxByKey(ctx, a.Pool, key)
+		if err == nil && id == orig.ReversedBy && string(h) == string(t.RequestHash[:]) {
+			return a.getTransaction(ctx, id)
+		}
+		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
+	}
+	return a.postOne(ctx, t, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `insert into ledger.reversals (original_id, reversal_id, created_at)
+			values ($1::uuid, $2::uuid, $3) on conflict (original_id) do nothing`, orig.ID, t.ID, now)
+		if err != nil {
+			return fmt.Errorf("link reversal: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("transaction %s was reversed concurrently: %w", orig.ID, apperr.ErrConflict)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,205 @@
+package ports
+
+import (
+	"context"
+	"encoding/csv"
+	"bytes"
+	"time"
+
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+// LedgerServer is the gRPC LedgerService.
+type LedgerServer struct {
+	ledgerv1.UnimplementedLedgerServiceServer
+	App *app.App
+}
+
+func asOf(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
+// CreateDeposit implements LedgerService.
+func (s *LedgerServer) CreateDeposit(ctx context.Context, r *ledgerv1.CreateDepositRequest) (*ledgerv1.CreateDepositResponse, error) {
+	t, err := s.App.Deposit(ctx, app.DepositInput{RenterID: r.GetRenterId(), Amount: r.GetAmount(), Currency: r.GetCurrency(), ExternalRef: r.GetExternalRef()})
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.CreateDepositResponse{Transaction: toProtoTx(t)}, nil
+}
+
+// ListAccounts implements LedgerService.
+func (s *LedgerServer) ListAccounts(ctx context.Context, r *ledgerv1.ListAccountsRequest) (*ledgerv1.ListAccountsResponse, error) {
+	vs, next, err := s.App.ListAccounts(ctx, r.GetPrefix(), asOf(r.GetAsOf()), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListAccountsResponse{NextPageToken: next, Accounts: []*ledgerv1.Account{}}
+	for _, v := range vs {
+		out.Accounts = append(out.Accounts, toProtoAccount(v))
+	}
+	return out, nil
+}
+
+// GetAccount implements LedgerService.
+func (s *LedgerServer) GetAccount(ctx context.Context, r *ledgerv1.GetAccountRequest) (*ledgerv1.GetAccountResponse, error) {
+	v, err := s.App.GetAccount(ctx, r.GetAddress(), asOf(r.GetAsOf()))
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.GetAccountResponse{Account: toProtoAccount(v)}, nil
+}
+
+// ListTransactions implements LedgerService.
+func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
+	txs, next, err := s.App.ListTransactions(ctx, r.GetAccount(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListTransactionsResponse{NextPageToken: next, Transactions: []*ledgerv1.Transaction{}}
+	for _, t := range txs {
+		out.Transactions = append(out.Transactions, toProtoTx(t))
+	}
+	return out, nil
+}
+
+// GetTransaction implements LedgerService.
+func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransactionRequest) (*ledgerv1.GetTransactionResponse, error) {
+	t, err := s.App.GetTransaction(ctx, r.GetTransactionId())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.GetTransactionResponse{Transaction: toProtoTx(t)}, nil
+}
+
+// CreateTransaction implements LedgerService.
+func (s *LedgerServer) CreateTransaction(ctx context.Context, r *ledgerv1.CreateTransactionRequest) (*ledgerv1.CreateTransactionResponse, error) {
+	t, err := s.App.CreateTransaction(ctx, app.CreateTransactionInput{
+		IdempotencyKey: r.GetIdempotencyKey(), Description: r.GetDescription(), EffectiveAt: asOf(r.GetEffectiveAt()),
+		Metadata: r.GetMetadata(), Postings: fromProtoPostings(r.GetPostings()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.CreateTransactionResponse{Transaction: toProtoTx(t)}, nil
+}
+
+// ReverseTransaction implements LedgerService.
+func (s *LedgerServer) ReverseTransaction(ctx context.Context, r *ledgerv1.ReverseTransactionRequest) (*ledgerv1.ReverseTransactionResponse, error) {
+	t, err := s.App.ReverseTransaction(ctx, app.ReverseInput{TransactionID: r.GetTransactionId(), IdempotencyKey: r.GetIdempotencyKey(),
+		Description: r.GetDescription(), EffectiveAt: asOf(r.GetEffectiveAt())})
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.ReverseTransactionResponse{Transaction: toProtoTx(t)}, nil
+}
+
+// ListCycleBalances implements LedgerService.
+func (s *LedgerServer) ListCycleBalances(ctx context.Context, r *ledgerv1.ListCycleBalancesRequest) (*ledgerv1.ListCycleBalancesResponse, error) {
+	bs, next, err := s.App.ListCycleBalances(ctx, r.GetCycleId(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListCycleBalancesResponse{NextPageToken: next, Balances: []*ledgerv1.CycleBalance{}}
+	for _, b := range bs {
+		out.Balances = append(out.Balances, &ledgerv1.CycleBalance{ProviderId: b.ProviderID, Currency: b.Balance.Currency, Amount: b.Balance.Format()})
+	}
+	return out, nil
+}
+
+// CloseLedgerCycle implements LedgerService.
+func (s *LedgerServer) CloseLedgerCycle(ctx context.Context, r *ledgerv1.CloseLedgerCycleRequest) (*ledgerv1.CloseLedgerCycleResponse, error) {
+	at, err := s.App.CloseLedgerCycle(ctx, r.GetCycleId())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.CloseLedgerCycleResponse{CycleId: r.GetCycleId(), ClosedAt: timestamppb.New(at)}, nil
+}
+
+// ReportServer is the gRPC ReportService.
+type ReportServer struct {
+	ledgerv1.UnimplementedReportServiceServer
+	App *app.App
+}
+
+// GetSegregatedFundsReport implements ReportService: JSON (proto field
+// names) or CSV, returned raw.
+func (s *ReportServer) GetSegregatedFundsReport(ctx context.Context, r *ledgerv1.GetSegregatedFundsReportRequest) (*httpbody.HttpBody, error) {
+	format := r.GetFormat()
+	if format == "" {
+		format = "json"
+	}
+	if format != "json" && format != "csv" {
+		return nil, apperr.Invalid("format", "%q: want json or csv", format)
+	}
+	rep, err := s.App.SegregatedFunds(ctx, asOf(r.GetAsOf()), r.GetCurrency(), r.GetBankStatementBalance())
+	if err != nil {
+		return nil, err
+	}
+	pb := ReportProto(rep)
+	if format == "csv" {
+		return &httpbody.HttpBody{ContentType: "text/csv; charset=utf-8", Data: reportCSV(pb)}, nil
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(pb)
+	if err != nil {
+		return nil, err
+	}
+	return &httpbody.HttpBody{ContentType: "application/json", Data: b}, nil
+}
+
+// ReportProto renders the report as its proto (the JSON shape of DESIGN §7).
+func ReportProto(r *app.SegregatedFundsReport) *ledgerv1.SegregatedFundsReport {
+	f := r.Currency.Format
+	out := &ledgerv1.SegregatedFundsReport{
+		AsOf: timestamppb.New(r.AsOf), Currency: r.Currency.Code,
+		ClientMoneyRequirement: f(r.Requirement), TaxWithheldUnremitted: f(r.TaxWithheld),
+		ClientMoneyResource: f(r.Resource), Difference: f(r.Difference), Verdict: r.Verdict,
+		JournalHeadHash: r.JournalHeadHash, Breaches: []*ledgerv1.SegregationBreach{}, Lines: []*ledgerv1.SegregatedFundsLine{},
+	}
+	if r.BankStatementBalance != nil {
+		out.BankStatementBalance = f(*r.BankStatementBalance)
+	}
+	for _, b := range r.Breaches {
+		out.Breaches = append(out.Breaches, &ledgerv1.SegregationBreach{
+			TransactionId: b.TransactionID, EffectiveAt: timestamppb.New(b.EffectiveAt), Account: b.Account,
+			FromPool: string(b.FromPool), ToPool: string(b.ToPool), Amount: f(b.Amount), Currency: b.Currency, Reason: b.Reason,
+		})
+	}
+	for _, l := range r.Lines {
+		out.Lines = append(out.Lines, &ledgerv1.SegregatedFundsLine{Section: l.Section, Account: l.Account, Description: l.Description, Amount: f(l.Amount)})
+	}
+	return out
+}
+
+func reportCSV(r *ledgerv1.SegregatedFundsReport) []byte {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	asOf := r.GetAsOf().AsTime().Format(time.RFC3339Nano)
+	_ = w.Write([]string{"section", "account", "description", "amount", "currency", "as_of"})
+	for _, l := range r.Lines {
+		_ = w.Write([]string{l.Section, l.Account, l.Description, l.Amount, r.Currency, asOf})
+	}
+	_ = w.Write([]string{"total", "requirement", "client money requirement", r.ClientMoneyRequirement, r.Currency, asOf})
+	_ = w.Write([]string{"total", "tax", "tax withheld unremitted", r.TaxWithheldUnremitted, r.Currency, asOf})
+	_ = w.Write([]string{"total", "resource", "client money resource (bank:client)", r.ClientMoneyResource, r.Currency, asOf})
+	if r.BankStatementBalance != "" {
+		_ = w.Write([]string{"total", "bank_statement", "bank statement balance", r.BankStatementBalance, r.Currency, asOf})
+	}
+	_ = w.Write([]string{"total", "difference", "verdict: " + r.Verdict, r.Difference, r.Currency, asOf})
+	for _, b := range r.Breaches {
+		_ = w.Write([]string{"breach", b.Account, b.TransactionId + ": " + b.Reason, b.Amount, b.Currency, asOf})
+	}
+	_ = w.Write([]string{"journal", "head_hash", r.JournalHeadHash, "", "", asOf})
+	w.Flush()
+	return buf.Bytes()
+}

@@ -1,0 +1,153 @@
+// Package ledger is the ledger service's composition root: the double-entry
+// journal (DESIGN §4), its finance API (§7), the charges.rated consumer, the
+// outbox relay, the hash-chain worker and the segregated-fund report (§8).
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/svc"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/ports"
+)
+
+// Hash-chain worker pacing.
+const (
+	chainIdle         = 200 * time.Millisecond
+	chainErrorBackoff = time.Second
+)
+
+// Service is the ledger, hosted by cmd/ledger or `gpubill dev`.
+type Service struct {
+	deps svc.Deps
+	app  *app.App
+}
+
+var _ svc.Service = (*Service)(nil)
+
+// New migrates the ledger schema, ensures its streams and wires the service.
+func New(ctx context.Context, d svc.Deps) (*Service, error) {
+	if d.Pool == nil {
+		return nil, errors.New("ledger: no database pool")
+	}
+	if err := pg.Migrate(ctx, d.Pool, postgres.Schema, migrations.For("ledger")); err != nil {
+		return nil, err
+	}
+	if d.JS != nil {
+		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement); err != nil {
+			return nil, err
+		}
+	}
+	a := app.New(d.Pool, d.Clock, d.Calendar, d.Log)
+	d.Log, d.Clock = a.Log, a.Clock
+	return &Service{deps: d, app: a}, nil
+}
+
+// Name implements svc.Service.
+func (s *Service) Name() string { return "ledger" }
+
+// RegisterGRPC implements svc.Service.
+func (s *Service) RegisterGRPC(g *grpc.Server) {
+	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
+	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{App: s.app})
+}
+
+// RegisterGateway implements svc.Service.
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	if err := ledgerv1.RegisterLedgerServiceHandlerClient(ctx, mux, ledgerv1.NewLedgerServiceClient(conn)); err != nil {
+		return err
+	}
+	return ledgerv1.RegisterReportServiceHandlerClient(ctx, mux, ledgerv1.NewReportServiceClient(conn))
+}
+
+// Policy implements svc.Service (DESIGN §7). admin is the role of the
+// stack's internal connection (settlement posts through CreateTransaction).
+func (s *Service) Policy() auth.Policy {
+	const ls, rs = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/"
+	write := []string{auth.RoleFinance, auth.RoleAdmin}
+	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
+	return auth.Policy{
+		ls + "CreateDeposit":            write,
+		ls + "ListAccounts":             read,
+		ls + "GetAccount":               read,
+		ls + "ListTransactions":         read,
+		ls + "GetTransaction":           read,
+		ls + "CreateTransaction":        write,
+		ls + "ReverseTransaction":       write,
+		ls + "ListCycleBalances":        read,
+		ls + "CloseLedgerCycle":         write,
+		rs + "GetSegregatedFundsReport": read,
+	}
+}
+
+// Run consumes charges, relays the outbox and extends the hash chain until
+// ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if s.deps.JS != nil {
+		g.Go(func() error { return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app) })
+		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
+		g.Go(func() error { return relay.Run(ctx) })
+	}
+	g.Go(func() error { return s.runChain(ctx) })
+	err := g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+func (s *Service) runChain(ctx context.Context) error {
+	for ctx.Err() == nil {
+		n, err := postgres.ChainStep(ctx, s.deps.Pool)
+		wait := time.Duration(0)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.deps.Log.Error("hash chain", "err", err)
+			wait = chainErrorBackoff
+		case n == 0:
+			wait = chainIdle
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	return nil
+}
+
+// App exposes the use cases to tests and the CLI in this module.
+func (s *Service) App() *app.App { return s.app }
+
+// VerifyResult is the outcome of `gpubill ledger verify`.
+type VerifyResult = postgres.VerifyResult
+
+// VerifyChain walks the hash chain, recomputing every link from the journal,
+// and names the first transaction whose content no longer matches.
+func VerifyChain(ctx context.Context, pool *pgxpool.Pool) (VerifyResult, error) {
+	return postgres.Verify(ctx, pool)
+}
+
+// ChainOnce extends the hash chain by one round (tests, the CLI before verify).
+func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	return postgres.ChainStep(ctx, pool)
+}
