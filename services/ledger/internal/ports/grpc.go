@@ -1,9 +1,9 @@
 package ports
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
-	"bytes"
 	"time"
 
 	"google.golang.org/genproto/googleapis/api/httpbody"

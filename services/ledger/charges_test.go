@@ -1,0 +1,167 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+func charge(id, renter, provider, cycle, amount string) *eventsv1.RatedCharge {
+	return &eventsv1.RatedCharge{ChargeId: id, LeaseId: "lease-" + id, RenterId: renter, ProviderId: provider,
+		CycleId: cycle, Currency: "USD", Amount: amount, EffectiveAt: timestamppb.New(time.Date(2026, 11, 20, 23, 30, 0, 0, time.UTC))}
+}
+
+func batchMsg(t testing.TB, id string, cs ...*eventsv1.RatedCharge) app.Message {
+	b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: id, Charges: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app.Message{ID: id, Payload: b}
+}
+
+func (f *fixture) count(t testing.TB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestChargesPostedExactlyOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "10", "USD", "top")
+	const cyc = "cyc-20261112"
+	m := batchMsg(t, "batch-1",
+		charge("ch-1", "r-1", "p-1", cyc, "4.00"),
+		charge("ch-2", "r-1", "p-2", cyc, "0"), // nothing to post
+		charge("ch-3", "r-1", "p-1", cyc, "2.50"))
+	n, err := f.app.PostCharges(f.ctx, []app.Message{m, m}) // the same message twice in one fetch
+	if err != nil || n != 2 {
+		t.Fatalf("first delivery posted %d, %v; want 2", n, err)
+	}
+	// Redelivered later: the inbox knows the message.
+	if n, err := f.app.PostCharges(f.ctx, []app.Message{m}); err != nil || n != 0 {
+		t.Fatalf("redelivery posted %d, %v; want 0", n, err)
+	}
+	// The same charge in another message (a producer retry): the charge id guards.
+	if n, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-2", charge("ch-1", "r-1", "p-1", cyc, "4.00"))}); err != nil || n != 0 {
+		t.Fatalf("charge replay posted %d, %v; want 0", n, err)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "3.50")
+	wantBalance(t, f, "provider:p-1:pending:"+cyc, "USD", "6.50")
+	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != 2 {
+		t.Fatalf("%d charge transactions, want 2", got)
+	}
+	// Depletion: the next charge takes the wallet from 3.50 to -0.50.
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-3", charge("ch-4", "r-1", "p-1", cyc, "4.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'billing.wallet.depleted.r-1'`); got != 1 {
+		t.Fatalf("%d depletion events, want 1", got)
+	}
+	// Still negative: not announced again.
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-4", charge("ch-5", "r-1", "p-1", cyc, "1.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'billing.wallet.depleted.r-1'`); got != 1 {
+		t.Fatalf("%d depletion events after a second charge, want 1", got)
+	}
+	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'ledger.posted.provider'`); got != 4 {
+		t.Fatalf("%d ledger.posted.provider events, want 4", got)
+	}
+}
+
+func TestClosedCycleRedirect(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const closed, next = "cyc-20261112", "cyc-20261227"
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "1.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	at, err := f.app.CloseLedgerCycle(f.ctx, closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.app.CloseLedgerCycle(f.ctx, closed)
+	if err != nil || !again.Equal(at) {
+		t.Fatalf("closing again: %s, %v; want the original %s", again, err, at)
+	}
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b2", charge("ch-2", "r-1", "p-1", closed, "2.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	wantBalance(t, f, "provider:p-1:pending:"+closed, "USD", "1.00")
+	wantBalance(t, f, "provider:p-1:pending:"+next, "USD", "2.00")
+	bs, _, err := f.app.ListCycleBalances(f.ctx, closed, 0, "")
+	if err != nil || len(bs) != 1 || bs[0].ProviderID != "p-1" || !bs[0].Balance.Amount.Equal(dec("1")) {
+		t.Fatalf("cycle balances of %s: %+v, %v", closed, bs, err)
+	}
+	// Two cycles closed in a row: the charge walks to the first open one.
+	if _, err := f.app.CloseLedgerCycle(f.ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b3", charge("ch-3", "r-1", "p-1", closed, "3.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	wantBalance(t, f, "provider:p-1:pending:cyc-20270210", "USD", "3.00")
+	tx, _, err := f.app.ListTransactions(f.ctx, "provider:p-1:pending:cyc-20270210", 0, "")
+	if err != nil || len(tx) != 1 || tx[0].Metadata["requested_cycle"] != closed {
+		t.Fatalf("redirected transaction: %+v, %v", tx, err)
+	}
+	if _, err := f.app.CloseLedgerCycle(f.ctx, "cyc-20261113"); err == nil {
+		t.Fatal("closing a date that is not a cycle start was accepted")
+	}
+}
+
+func TestChargesConsumerFromJetStream(t *testing.T) {
+	t.Parallel()
+	js := testkit.NewJetStream(t)
+	f := newFixture(t, js)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.svc.Run(ctx) }()
+	const cyc = "cyc-20261112"
+	publish := func(msgID string, cs ...*eventsv1.RatedCharge) {
+		b, _ := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
+		m := nats.NewMsg("charges.rated.p-1")
+		m.Data = b
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		if _, err := js.JS.PublishMsg(f.ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("b-1", charge("c-1", "r-1", "p-1", cyc, "1.25"), charge("c-2", "r-2", "p-1", cyc, "2.00"))
+	publish("b-2", charge("c-1", "r-1", "p-1", cyc, "1.25")) // a retry under a new message id
+	publish("b-3", charge("c-3", "r-1", "p-1", cyc, "0.75"))
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.balance(t, "provider:p-1:pending:"+cyc, "USD").Equal(dec("4.00"))
+	}, "charges not posted")
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "-2.00")
+	// The outbox relay publishes depletion to BILLING and postings to LEDGER.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		s, err := js.JS.Stream(f.ctx, "BILLING")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(f.ctx)
+		return err == nil && info.State.Msgs == 2 // r-1 and r-2 both went below zero
+	}, "wallet depletion not published")
+	// The chain worker chains every transaction.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `select count(*) from ledger.journal_chain`) == 3
+	}, "transactions not chained")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
