@@ -1,0 +1,256 @@
+// Package adapters holds the tax service's Postgres store (schema "tax").
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/pg"
+)
+
+// Schema is the tax service's Postgres schema.
+const Schema = "tax"
+
+// Store reads and writes the tax tables.
+type Store struct{ Pool *pgxpool.Pool }
+
+// Profile is a provider's tax profile (read model of party.updated).
+type Profile struct {
+	ProviderID   string
+	TaxProfile   string
+	Jurisdiction string
+	Version      int64
+}
+
+// UpsertProfiles applies party updates (newer versions win) inside tx.
+func (s *Store) UpsertProfiles(ctx context.Context, tx pgx.Tx, ps []Profile) error {
+	for _, p := range ps {
+		if _, err := tx.Exec(ctx, `insert into tax.profiles (provider_id, tax_profile, jurisdiction, version, updated_at)
+			values ($1, $2, $3, $4, now()) on conflict (provider_id) do update
+			set tax_profile = excluded.tax_profile, jurisdiction = excluded.jurisdiction, version = excluded.version, updated_at = now()
+			where tax.profiles.version <= excluded.version`, p.ProviderID, p.TaxProfile, p.Jurisdiction, p.Version); err != nil {
+			return fmt.Errorf("upsert tax profile of %s: %w", p.ProviderID, err)
+		}
+	}
+	return nil
+}
+
+// Profile returns a provider's profile; ok is false when none is known.
+func (s *Store) Profile(ctx context.Context, provider string) (Profile, bool, error) {
+	p := Profile{ProviderID: provider}
+	err := s.Pool.QueryRow(ctx, `select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider).
+		Scan(&p.TaxProfile, &p.Jurisdiction, &p.Version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false, nil
+	}
+	return p, err == nil, err
+}
+
+// Selection returns the rule set selected for a provider, else for its
+// jurisdiction, else "".
+func (s *Store) Selection(ctx context.Context, provider, jurisdiction string) (string, error) {
+	var rs string
+	err := s.Pool.QueryRow(ctx, `select rule_set from tax.rule_selections where scope = any($1)
+		order by scope like 'provider:%' desc limit 1`, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}).Scan(&rs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return rs, err
+}
+
+// SetSelection records a rule set selection for a scope.
+func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string) error {
+	_, err := s.Pool.Exec(ctx, `insert into tax.rule_selections (scope, rule_set) values ($1, $2)
+		on conflict (scope) do update set rule_set = excluded.rule_set, updated_at = now()`, scope, ruleSet)
+	return err
+}
+
+// Rule is a version of a rule set.
+type Rule struct {
+	RuleSet, Version, Jurisdiction string
+	EffectiveFrom                  time.Time
+	EffectiveUntil                 *time.Time
+	IsDefault                      bool
+	Description                    string
+}
+
+const ruleCols = `rule_set, rule_version, jurisdiction, effective_from, effective_until, is_default, description`
+
+func scanRule(r pgx.CollectableRow) (Rule, error) {
+	var x Rule
+	return x, r.Scan(&x.RuleSet, &x.Version, &x.Jurisdiction, &x.EffectiveFrom, &x.EffectiveUntil, &x.IsDefault, &x.Description)
+}
+
+// RuleAt returns the version of ruleSet ("" = the default rule set) in
+// force at instant at, or ErrPrecondition when none is.
+func (s *Store) RuleAt(ctx context.Context, ruleSet string, at time.Time) (Rule, error) {
+	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
+		where (rule_set = $1 or ($1 = '' and is_default)) and effective_from <= $2 and (effective_until is null or effective_until > $2)
+		order by effective_from desc, rule_version desc limit 1`, ruleSet, at)
+	if err != nil {
+		return Rule{}, err
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRule)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Rule{}, fmt.Errorf("no version of tax rule set %q in force at %s: %w", ruleSet, at.Format(time.RFC3339), apperr.ErrPrecondition)
+	}
+	return r, err
+}
+
+// Rules lists rule versions.
+func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]Rule, error) {
+	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
+		where ($1 = '' or rule_set = $1) and ($2 = '' or jurisdiction in ($2, '')) order by rule_set, effective_from, rule_version`, ruleSet, jurisdiction)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanRule)
+}
+
+// Withholding is a recorded withholding (also its certificate).
+type Withholding struct {
+	ID, IdempotencyKey, ProviderID, CycleID, Currency string
+	Gross, Commission, TaxableBase, Tax, Net          decimal.Decimal
+	CommissionRate                                    *decimal.Decimal
+	TaxProfile, Jurisdiction, RuleSet, RuleVersion    string
+	CertificateID                                     string
+	CreatedAt                                         time.Time
+}
+
+const whCols = `withholding_id, idempotency_key, provider_id, cycle_id, currency, gross, commission_rate, commission,
+	taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id, created_at`
+
+func scanWH(r pgx.CollectableRow) (Withholding, error) {
+	var w Withholding
+	return w, r.Scan(&w.ID, &w.IdempotencyKey, &w.ProviderID, &w.CycleID, &w.Currency, &w.Gross, &w.CommissionRate, &w.Commission,
+		&w.TaxableBase, &w.Tax, &w.Net, &w.TaxProfile, &w.Jurisdiction, &w.RuleSet, &w.RuleVersion, &w.CertificateID, &w.CreatedAt)
+}
+
+// WithholdingByKey returns the withholding recorded under an idempotency key.
+func (s *Store) WithholdingByKey(ctx context.Context, key string) (Withholding, bool, error) {
+	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings where idempotency_key = $1`, key)
+	if err != nil {
+		return Withholding{}, false, err
+	}
+	w, err := pgx.CollectExactlyOneRow(rows, scanWH)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Withholding{}, false, nil
+	}
+	return w, err == nil, err
+}
+
+// InsertWithholding records w unless its key is taken, and returns the
+// withholding recorded under the key (the original on a replay).
+func (s *Store) InsertWithholding(ctx context.Context, w Withholding) (Withholding, error) {
+	_, err := s.Pool.Exec(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
+			gross, commission_rate, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version,
+			certificate_id, created_at)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) on conflict (idempotency_key) do nothing`,
+		w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
+		w.Tax, w.Net, w.TaxProfile, w.Jurisdiction, w.RuleSet, w.RuleVersion, w.CertificateID, w.CreatedAt)
+	if err != nil {
+		return Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
+	}
+	got, _, err := s.WithholdingByKey(ctx, w.IdempotencyKey)
+	return got, err
+}
+
+// Withholdings lists a provider's withholdings, newest cycle first.
+func (s *Store) Withholdings(ctx context.Context, provider, cycle, beforeCycle string, limit int) ([]Withholding, error) {
+	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings
+		where provider_id = $1 and ($2 = '' or cycle_id = $2) and ($3 = '' or cycle_id < $3)
+		order by cycle_id desc, currency limit $4`, provider, cycle, beforeCycle, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanWH)
+}
+
+// Remittance is a payment of withheld tax to an authority.
+type Remittance struct {
+	ID, Period, Jurisdiction, Currency string
+	Amount                             decimal.Decimal
+	Status, TransactionID              string
+	CreatedAt                          time.Time
+	RemittedAt                         *time.Time
+}
+
+const remCols = `remittance_id, period, jurisdiction, currency, amount, status, transaction_id, created_at, remitted_at`
+
+func scanRem(r pgx.CollectableRow) (Remittance, error) {
+	var x Remittance
+	return x, r.Scan(&x.ID, &x.Period, &x.Jurisdiction, &x.Currency, &x.Amount, &x.Status, &x.TransactionID, &x.CreatedAt, &x.RemittedAt)
+}
+
+// PlanRemittances assigns every unremitted withholding recorded before end
+// to a remittance of the period per jurisdiction and currency (once), and
+// returns the period's remittances.
+func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]Remittance, error) {
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
+			select 'rem-' || $1 || '-' || jurisdiction || '-' || currency, $1, jurisdiction, currency, sum(tax_withheld), 'pending', $3
+			from tax.withholdings where remittance_id is null and created_at < $2
+			group by jurisdiction, currency
+			on conflict (period, jurisdiction, currency) do nothing`, period, end, now); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `update tax.withholdings w set remittance_id = r.remittance_id
+			from tax.remittances r
+			where w.remittance_id is null and w.created_at < $2 and r.period = $1
+			  and r.jurisdiction = w.jurisdiction and r.currency = w.currency`, period, end)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan remittances of %s: %w", period, err)
+	}
+	return s.Remittances(ctx, period, "", "")
+}
+
+// MarkRemitted records the ledger transaction of a remittance.
+func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time) error {
+	_, err := s.Pool.Exec(ctx, `update tax.remittances set status = 'remitted', transaction_id = $2, reference = $1, remitted_at = $3
+		where remittance_id = $1 and status = 'pending'`, id, txID, at)
+	return err
+}
+
+// Remittances lists remittances by period, jurisdiction and currency ("" = any).
+func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency string) ([]Remittance, error) {
+	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
+		where ($1 = '' or period = $1) and ($2 = '' or jurisdiction = $2) and ($3 = '' or currency = $3)
+		order by period desc, jurisdiction, currency`, period, jurisdiction, currency)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanRem)
+}
+
+// ReportLine is the tax remitted for one provider in one remittance period.
+type ReportLine struct {
+	Jurisdiction, Currency, ProviderID string
+	Tax                                decimal.Decimal
+	Count                              int
+}
+
+// Report totals a period's remitted withholdings per jurisdiction, currency and provider.
+func (s *Store) Report(ctx context.Context, period string) ([]ReportLine, error) {
+	rows, err := s.Pool.Query(ctx, `select w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
+		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
+		where r.period = $1 group by 1, 2, 3 order by 1, 2, 3`, period)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReportLine, error) {
+		var l ReportLine
+		return l, r.Scan(&l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
+	})
+}

@@ -1,0 +1,21 @@
+// Package app holds the tax service's use cases: computing and recording a
+// withholding (one file per use case), and remitting a month's withholdings.
+package app
+
+import (
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+)
+
+// DefaultJurisdiction applies to providers whose party record names none.
+const DefaultJurisdiction = "CN"
+
+// App wires the use cases.
+type App struct {
+	Store    *adapters.Store
+	Ledger   ledgerv1.LedgerServiceClient
+	Clock    clock.Clock
+	Calendar cycles.Calendar
+}

@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/money"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+)
+
+// RemitTax remits every withholding recorded before the end of period
+// (YYYY-MM): one remittance per jurisdiction and currency, each posted as
+// Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
+// idempotency key. Re-running a period posts whatever is still pending and
+// changes nothing else. It returns the remittances and the report lines.
+func (a *App) RemitTax(ctx context.Context, period string) ([]adapters.Remittance, []adapters.ReportLine, error) {
+	start, err := time.Parse("2006-01", period)
+	if err != nil {
+		return nil, nil, apperr.Invalid("period", "want YYYY-MM")
+	}
+	end := start.AddDate(0, 1, 0)
+	now := a.Clock.Now()
+	if now.Before(end) {
+		return nil, nil, fmt.Errorf("period %s has not ended yet: %w", period, apperr.ErrPrecondition)
+	}
+	rems, err := a.Store.PlanRemittances(ctx, period, end, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, r := range rems {
+		if r.Status != "pending" {
+			continue
+		}
+		txID := ""
+		if r.Amount.IsPositive() {
+			cur, err := money.Lookup(r.Currency)
+			if err != nil {
+				return nil, nil, err
+			}
+			amt := cur.Format(r.Amount)
+			resp, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+				IdempotencyKey: r.ID,
+				Description:    fmt.Sprintf("tax remittance %s %s", r.Jurisdiction, period),
+				Metadata:       map[string]string{"kind": "tax_remittance", "period": period, "jurisdiction": r.Jurisdiction},
+				Postings: []*ledgerv1.Posting{
+					{Account: "tax:withheld:" + r.Jurisdiction, Direction: "debit", Amount: amt, Currency: cur.Code},
+					{Account: "bank:client", Direction: "credit", Amount: amt, Currency: cur.Code},
+				},
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("post remittance %s: %w", r.ID, err)
+			}
+			txID = resp.GetTransaction().GetTransactionId()
+		}
+		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
+			return nil, nil, err
+		}
+		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = "remitted", txID, &now
+	}
+	lines, err := a.Store.Report(ctx, period)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rems, lines, nil
+}

@@ -1,0 +1,224 @@
+// Package ports holds the tax service's gRPC handlers and its party consumer.
+package ports
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/split"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	"github.com/gpubill/gpubill/services/tax/internal/app"
+)
+
+const (
+	pageSizeDefault = 50
+	pageSizeMax     = 500
+)
+
+// Server implements TaxService.
+type Server struct {
+	taxv1.UnimplementedTaxServiceServer
+	App *app.App
+}
+
+func fmtAmt(cur string, d decimal.Decimal) string {
+	if c, err := money.Lookup(cur); err == nil {
+		return c.Format(d)
+	}
+	return d.String()
+}
+
+func toProto(w adapters.Withholding) *taxv1.TaxWithholding {
+	return &taxv1.TaxWithholding{
+		WithholdingId: w.ID, ProviderId: w.ProviderID, CycleId: w.CycleID, Currency: w.Currency,
+		Gross: fmtAmt(w.Currency, w.Gross), Commission: fmtAmt(w.Currency, w.Commission),
+		TaxableBase: fmtAmt(w.Currency, w.TaxableBase), TaxWithheld: fmtAmt(w.Currency, w.Tax),
+		TaxProfile: w.TaxProfile, Jurisdiction: w.Jurisdiction, RuleSet: w.RuleSet, RuleVersion: w.RuleVersion,
+		CreatedAt: timestamppb.New(w.CreatedAt),
+	}
+}
+
+// ComputeWithholding implements TaxService (internal: settlement's activities).
+func (s *Server) ComputeWithholding(ctx context.Context, req *taxv1.ComputeWithholdingRequest) (*taxv1.ComputeWithholdingResponse, error) {
+	w, err := s.App.ComputeWithholding(ctx, app.WithholdingRequest{
+		ProviderID: req.ProviderId, CycleID: req.CycleId, Currency: req.Currency, Gross: req.Gross,
+		CommissionRate: req.CommissionRate, Commission: req.Commission, TaxProfile: req.TaxProfile,
+		Jurisdiction: req.Jurisdiction, RuleSet: req.RuleSet, IdempotencyKey: req.IdempotencyKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &taxv1.ComputeWithholdingResponse{
+		TaxWithheld: fmtAmt(w.Currency, w.Tax), RuleSet: w.RuleSet, RuleVersion: w.RuleVersion,
+		TaxableBase: fmtAmt(w.Currency, w.TaxableBase), WithholdingId: w.ID, Currency: w.Currency,
+		Commission: fmtAmt(w.Currency, w.Commission), Net: fmtAmt(w.Currency, w.Net), TaxProfile: w.TaxProfile,
+		Jurisdiction: w.Jurisdiction, CertificateId: w.CertificateID,
+	}, nil
+}
+
+func pageSize(n int32) int {
+	if n <= 0 {
+		return pageSizeDefault
+	}
+	return min(int(n), pageSizeMax)
+}
+
+// ListTaxWithholdings implements TaxService. Providers see only their own.
+func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWithholdingsRequest) (*taxv1.ListTaxWithholdingsResponse, error) {
+	if req.ProviderId == "" {
+		return nil, apperr.Invalid("provider_id", "required")
+	}
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	before := ""
+	if req.PageToken != "" {
+		b, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		if err != nil {
+			return nil, apperr.Invalid("page_token", "not a token from this API")
+		}
+		before = string(b)
+	}
+	n := pageSize(req.PageSize)
+	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, before, n)
+	if err != nil {
+		return nil, err
+	}
+	resp := &taxv1.ListTaxWithholdingsResponse{}
+	for _, w := range ws {
+		resp.TaxWithholdings = append(resp.TaxWithholdings, toProto(w))
+	}
+	if len(ws) == n {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(ws[len(ws)-1].CycleID))
+	}
+	return resp, nil
+}
+
+// GetWithholdingCertificate implements TaxService.
+func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWithholdingCertificateRequest) (*taxv1.GetWithholdingCertificateResponse, error) {
+	var v apperr.Validator
+	v.Check(req.ProviderId != "", "provider_id", "required")
+	v.Check(req.CycleId != "", "cycle_id", "required")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) == 0 {
+		return nil, apperr.ToStatus(wrapNotFound("no withholding for " + req.ProviderId + " in " + req.CycleId))
+	}
+	w := ws[0]
+	return &taxv1.GetWithholdingCertificateResponse{Certificate: &taxv1.WithholdingCertificate{
+		CertificateId: w.CertificateID, WithholdingId: w.ID, ProviderId: w.ProviderID, CycleId: w.CycleID, Currency: w.Currency,
+		Gross: fmtAmt(w.Currency, w.Gross), Commission: fmtAmt(w.Currency, w.Commission), TaxableBase: fmtAmt(w.Currency, w.TaxableBase),
+		TaxWithheld: fmtAmt(w.Currency, w.Tax), TaxProfile: w.TaxProfile, Jurisdiction: w.Jurisdiction, RuleSet: w.RuleSet,
+		RuleVersion: w.RuleVersion, IssuedAt: timestamppb.New(w.CreatedAt),
+	}}, nil
+}
+
+type notFound string
+
+func (e notFound) Error() string  { return string(e) }
+func (e notFound) Unwrap() error  { return apperr.ErrNotFound }
+func wrapNotFound(s string) error { return notFound(s) }
+
+// ListTaxRules implements TaxService: the versions, with the parameters of
+// their rule set.
+func (s *Server) ListTaxRules(ctx context.Context, req *taxv1.ListTaxRulesRequest) (*taxv1.ListTaxRulesResponse, error) {
+	rules, err := s.App.Store.Rules(ctx, req.RuleSet, strings.ToUpper(req.Jurisdiction))
+	if err != nil {
+		return nil, err
+	}
+	resp := &taxv1.ListTaxRulesResponse{}
+	for _, r := range rules {
+		var until *timestamppb.Timestamp
+		if r.EffectiveUntil != nil {
+			until = timestamppb.New(*r.EffectiveUntil)
+		}
+		tr := &taxv1.TaxRule{RuleSet: r.RuleSet, RuleVersion: r.Version, Jurisdiction: r.Jurisdiction, TaxProfile: split.ProfileIndividual,
+			EffectiveFrom: timestamppb.New(r.EffectiveFrom), EffectiveUntil: until, Description: r.Description}
+		switch r.RuleSet {
+		case split.RuleSetFlat20:
+			tr.Rate = "0.20"
+		case split.RuleSetCNLabour:
+			tr.DeductionFixed, tr.DeductionRate, tr.DeductionThreshold = "800", "0.20", "4000"
+			tr.Brackets = []*taxv1.TaxBracket{{UpTo: "20000", Rate: "0.20", QuickDeduction: "0"},
+				{UpTo: "50000", Rate: "0.30", QuickDeduction: "2000"}, {UpTo: "", Rate: "0.40", QuickDeduction: "7000"}}
+		}
+		resp.TaxRules = append(resp.TaxRules, tr)
+	}
+	return resp, nil
+}
+
+// SetRuleSelection implements TaxService.
+func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelectionRequest) (*taxv1.SetRuleSelectionResponse, error) {
+	var v apperr.Validator
+	j := strings.ToUpper(strings.TrimSpace(req.Jurisdiction))
+	v.Check((j == "") != (req.ProviderId == ""), "jurisdiction", "set exactly one of jurisdiction or provider_id")
+	_, err := split.RuleFor(req.RuleSet)
+	v.Check(err == nil && req.RuleSet != "", "rule_set", "want %s or %s", split.RuleSetFlat20, split.RuleSetCNLabour)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	scope := "jurisdiction:" + j
+	if req.ProviderId != "" {
+		scope = "provider:" + req.ProviderId
+	}
+	if err := s.App.Store.SetSelection(ctx, scope, req.RuleSet); err != nil {
+		return nil, err
+	}
+	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet}, nil
+}
+
+func remToProto(r adapters.Remittance) *taxv1.TaxRemittance {
+	out := &taxv1.TaxRemittance{RemittanceId: r.ID, Jurisdiction: r.Jurisdiction, Currency: r.Currency,
+		Amount: fmtAmt(r.Currency, r.Amount), Status: r.Status, Reference: r.ID, TransactionId: r.TransactionID,
+		CreatedAt: timestamppb.New(r.CreatedAt)}
+	if r.RemittedAt != nil {
+		out.RemittedAt = timestamppb.New(*r.RemittedAt)
+	}
+	return out
+}
+
+// RemitTax implements TaxService.
+func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*taxv1.RemitTaxResponse, error) {
+	rems, lines, err := s.App.RemitTax(ctx, req.Period)
+	if err != nil {
+		return nil, err
+	}
+	resp := &taxv1.RemitTaxResponse{Period: req.Period}
+	for _, r := range rems {
+		resp.Remittances = append(resp.Remittances, remToProto(r))
+	}
+	for _, l := range lines {
+		resp.Lines = append(resp.Lines, &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
+			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count)})
+	}
+	return resp, nil
+}
+
+// ListRemittances implements TaxService.
+func (s *Server) ListRemittances(ctx context.Context, req *taxv1.ListRemittancesRequest) (*taxv1.ListRemittancesResponse, error) {
+	rems, err := s.App.Store.Remittances(ctx, "", strings.ToUpper(req.Jurisdiction), strings.ToUpper(req.Currency))
+	if err != nil {
+		return nil, err
+	}
+	resp := &taxv1.ListRemittancesResponse{}
+	for _, r := range rems {
+		resp.Remittances = append(resp.Remittances, remToProto(r))
+	}
+	return resp, nil
+}

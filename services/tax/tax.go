@@ -1,0 +1,90 @@
+// Package tax is the tax service (DESIGN §5): tax profiles (read model of
+// party.updated), a versioned, effective-dated withholding rule table,
+// withholdings with certificates, and monthly remittances. New is its
+// composition root; *Service implements pkg/svc.Service.
+package tax
+
+import (
+	"context"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/svc"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	"github.com/gpubill/gpubill/services/tax/internal/app"
+	"github.com/gpubill/gpubill/services/tax/internal/ports"
+)
+
+// Service is the tax service.
+type Service struct {
+	d   svc.Deps
+	app *app.App
+	api *ports.Server
+}
+
+// New migrates the tax schema (seeding the flat20 and cn_labour rules),
+// ensures the streams it reads and wires the service.
+func New(ctx context.Context, d svc.Deps) (*Service, error) {
+	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
+		return nil, err
+	}
+	if d.JS != nil {
+		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamParty); err != nil {
+			return nil, err
+		}
+	}
+	a := &app.App{Store: &adapters.Store{Pool: d.Pool}, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Clock: d.Clock, Calendar: d.Calendar}
+	return &Service{d: d, app: a, api: &ports.Server{App: a}}, nil
+}
+
+// Name implements svc.Service.
+func (s *Service) Name() string { return "tax" }
+
+// RegisterGRPC implements svc.Service.
+func (s *Service) RegisterGRPC(g *grpc.Server) { taxv1.RegisterTaxServiceServer(g, s.api) }
+
+// RegisterGateway implements svc.Service.
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	return taxv1.RegisterTaxServiceHandlerClient(ctx, mux, taxv1.NewTaxServiceClient(conn))
+}
+
+// Policy implements svc.Service (DESIGN §7): providers see only their own
+// withholdings (checked in the handlers).
+func (s *Service) Policy() auth.Policy {
+	const p = "/gpubill.tax.v1.TaxService/"
+	own := []string{auth.RoleProvider, auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
+	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
+	finance := []string{auth.RoleFinance, auth.RoleAdmin}
+	return auth.Policy{
+		p + "ListTaxWithholdings":       own,
+		p + "GetWithholdingCertificate": own,
+		p + "ComputeWithholding":        {auth.RoleAdmin}, // internal: settlement's activities
+		p + "ListTaxRules":              auth.Roles(),
+		p + "SetRuleSelection":          finance,
+		p + "RemitTax":                  finance,
+		p + "ListRemittances":           read,
+	}
+}
+
+// Run keeps the tax profiles and relays the outbox until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.d.JS == nil {
+		<-ctx.Done()
+		return nil
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.app.Store, s.d.Log) })
+	g.Go(func() error {
+		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+	})
+	return g.Wait()
+}

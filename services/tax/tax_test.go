@@ -1,0 +1,181 @@
+package tax
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+)
+
+// ledgerConn answers CreateTransaction (the only ledger call tax makes).
+type ledgerConn struct {
+	mu   sync.Mutex
+	reqs []*ledgerv1.CreateTransactionRequest
+}
+
+func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	if method != ledgerv1.LedgerService_CreateTransaction_FullMethodName {
+		return status.Errorf(codes.Unimplemented, "%s", method)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	req := args.(*ledgerv1.CreateTransactionRequest)
+	l.reqs = append(l.reqs, req)
+	reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey}
+	return nil
+}
+
+func (l *ledgerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("no streams")
+}
+
+func newTax(t *testing.T) (*Service, *ledgerConn, *clock.Manual) {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	l := &ledgerConn{}
+	clk := clock.NewManual(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC))
+	s, err := New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cycles.Default(), Internal: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, l, clk
+}
+
+// code is the gRPC code the server's interceptor would answer with.
+func code(err error) codes.Code { return status.Code(apperr.ToStatus(err)) }
+
+func as(role, sub string) context.Context {
+	return auth.WithPrincipal(context.Background(), auth.Principal{Role: role, Subject: sub})
+}
+
+func compute(t *testing.T, s *Service, provider, gross, rate, profile, key string) *taxv1.ComputeWithholdingResponse {
+	t.Helper()
+	resp, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+		ProviderId: provider, CycleId: "cyc-20260101", Currency: "CNY", Gross: gross, CommissionRate: rate,
+		TaxProfile: profile, IdempotencyKey: key,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// Both rule sets through the API: flat20 by default (individuals 20 % of
+// gross − commission, enterprises 0 %), cn_labour once selected for the
+// jurisdiction or one provider; each withholding records its rule version.
+func TestRuleSets(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	tests := []struct {
+		give                       string // provider
+		gross, rate, profile       string
+		selectJ, selectP           string // rule set selections made before
+		wantTax, wantNet, wantRule string
+	}{
+		{"p-1", "1000.00", "0.25", "individual", "", "", "150.00", "600.00", "flat20"},
+		{"p-2", "1000.00", "0.15", "enterprise", "", "", "0.00", "850.00", "flat20"},
+		{"p-3", "33.33", "0.25", "", "", "", "5.00", "20.00", "flat20"},
+		{"p-4", "5000.00", "0.20", "individual", "", "cn_labour", "640.00", "3360.00", "cn_labour"}, // (4000−800)×20 %
+		{"p-5", "3000.00", "0.20", "individual", "cn_labour", "", "320.00", "2080.00", "cn_labour"}, // (2400−800)×20 %
+		{"p-6", "50000.00", "0.20", "individual", "", "", "7600.00", "32400.00", "cn_labour"},       // base 40000: 32000×30 %−2000
+	}
+	for _, tt := range tests {
+		if tt.selectP != "" {
+			if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{ProviderId: tt.give, RuleSet: tt.selectP}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tt.selectJ != "" {
+			if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: tt.selectJ}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := compute(t, s, tt.give, tt.gross, tt.rate, tt.profile, "k-"+tt.give)
+		if got.TaxWithheld != tt.wantTax || got.Net != tt.wantNet || got.RuleSet != tt.wantRule || got.RuleVersion != "1" || got.Jurisdiction != "CN" {
+			t.Errorf("%s: got tax %s net %s rule %s v%s j %s; want %s %s %s v1 CN", tt.give, got.TaxWithheld, got.Net, got.RuleSet, got.RuleVersion, got.Jurisdiction, tt.wantTax, tt.wantNet, tt.wantRule)
+		}
+	}
+	// A replay returns the original, even after the selection changed.
+	again := compute(t, s, "p-1", "1000.00", "0.25", "individual", "k-p-1")
+	if again.RuleSet != "flat20" || again.TaxWithheld != "150.00" {
+		t.Errorf("replay = %v", again)
+	}
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "flat99"}); code(err) != codes.InvalidArgument {
+		t.Errorf("unknown rule set: %v, want InvalidArgument", err)
+	}
+}
+
+// Rules are effective-dated: no version is in force before 2026-01-01.
+func TestRuleEffectiveDates(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+		ProviderId: "p-1", CycleId: "cyc-20251117", Currency: "CNY", Gross: "100.00", CommissionRate: "0.25", IdempotencyKey: "old",
+	})
+	if code(err) != codes.FailedPrecondition {
+		t.Fatalf("withholding before any rule: %v, want FailedPrecondition", err)
+	}
+	rules, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{})
+	if err != nil || len(rules.TaxRules) != 2 {
+		t.Fatalf("rules = %v, %v", rules, err)
+	}
+}
+
+// Providers read their own withholdings and certificates, not others'.
+func TestWithholdingsAndCertificate(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.20", "individual", "k1")
+	list, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-1"), &taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1"})
+	if err != nil || len(list.TaxWithholdings) != 1 || list.TaxWithholdings[0].TaxWithheld != "160.00" {
+		t.Fatalf("withholdings = %v, %v", list, err)
+	}
+	cert, err := s.api.GetWithholdingCertificate(as(auth.RoleProvider, "p-1"), &taxv1.GetWithholdingCertificateRequest{ProviderId: "p-1", CycleId: "cyc-20260101"})
+	if err != nil || cert.Certificate.CertificateId == "" || cert.Certificate.RuleVersion != "1" {
+		t.Fatalf("certificate = %v, %v", cert, err)
+	}
+	if _, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-2"), &taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1"}); code(err) != codes.PermissionDenied {
+		t.Fatalf("other provider: %v, want PermissionDenied", err)
+	}
+}
+
+// Remittance: Dr tax:withheld:{j} / Cr bank:client per jurisdiction and
+// currency, a report per provider, and re-running the month posts nothing new.
+func TestRemitTax(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00
+	compute(t, s, "p-2", "1000.00", "0.20", "individual", "k2") // 160.00
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("remitting a month not ended: %v", err)
+	}
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Remittances) != 1 || resp.Remittances[0].Amount != "310.00" || resp.Remittances[0].Status != "remitted" || len(resp.Lines) != 2 {
+		t.Fatalf("remittance = %v", resp)
+	}
+	if len(l.reqs) != 1 || l.reqs[0].Postings[0].Account != "tax:withheld:CN" || l.reqs[0].Postings[1].Account != "bank:client" || l.reqs[0].Postings[0].Amount != "310.00" {
+		t.Fatalf("ledger = %v", l.reqs)
+	}
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err != nil || len(l.reqs) != 1 {
+		t.Fatalf("second remittance posted again: %v, %d", err, len(l.reqs))
+	}
+}
