@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
@@ -107,4 +108,21 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+// chainAll waits until the chain worker's step has chained every transaction
+// (a transaction is chained once no older Postgres transaction is running).
+func chainAll(t testing.TB, f *fixture) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		if _, err := ledger.ChainOnce(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.transactions t
+			where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	}, "transactions left unchained")
 }

@@ -237,17 +237,7 @@ func TestHashChainDetectsTampering(t *testing.T) {
 	for i, ref := range []string{"a", "b", "c", "d"} {
 		txs = append(txs, f.deposit(t, "r-1", "1"+string(rune('0'+i)), "USD", ref))
 	}
-	chained := 0
-	for chained < len(txs) {
-		n, err := ledger.ChainOnce(f.ctx, f.pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chained += n
-		if n == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	chainAll(t, f)
 	res, err := ledger.VerifyChain(f.ctx, f.pool)
 	if err != nil || !res.OK || res.Checked != 4 || res.Unchained != 0 {
 		t.Fatalf("clean chain: %+v, %v", res, err)

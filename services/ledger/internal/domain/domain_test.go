@@ -1,0 +1,76 @@
+package domain
+
+import (
+	"testing"
+
+	"github.com/shopspring/decimal"
+)
+
+func TestParseAddress(t *testing.T) {
+	tests := []struct {
+		give  string
+		class Class
+		kind  Kind
+		pool  Pool
+		ok    bool
+	}{
+		{"bank:client", ClassBank, KindAsset, PoolClient, true},
+		{"bank:operating", ClassBank, KindAsset, PoolHouse, true},
+		{"renter:r-001:wallet", ClassRenter, KindLiability, PoolClient, true},
+		{"provider:p-001:pending:cyc-20261112", ClassProvider, KindLiability, PoolClient, true},
+		{"provider:p-001:available", ClassProvider, KindLiability, PoolClient, true},
+		{"provider:p-001:in_transit", ClassProvider, KindLiability, PoolClient, true},
+		{"tax:withheld:CN", ClassTax, KindLiability, PoolTax, true},
+		{"platform:revenue:commission", ClassPlatform, KindIncome, PoolHouse, true},
+		{"bank:other", "", "", "", false},
+		{"renter::wallet", "", "", "", false},
+		{"renter:r 1:wallet", "", "", "", false},
+		{"provider:p-1:pending", "", "", "", false},
+		{"provider:p-1:pending:cyc-20261340", "", "", "", false},
+		{"provider:p-1:held", "", "", "", false},
+		{"tax:withheld:", "", "", "", false},
+		{"platform:revenue:fees", "", "", "", false},
+		{"", "", "", "", false},
+	}
+	for _, tt := range tests {
+		a, err := ParseAddress(tt.give)
+		if (err == nil) != tt.ok {
+			t.Fatalf("%q: err %v, want ok=%v", tt.give, err, tt.ok)
+		}
+		if tt.ok && (a.Class != tt.class || a.Kind != tt.kind || a.Pool != tt.pool) {
+			t.Fatalf("%q: %+v", tt.give, a)
+		}
+	}
+}
+
+func TestSegregationBreaches(t *testing.T) {
+	p := func(addr string, dir Direction, amt int64) Posting {
+		a, err := ParseAddress(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Posting{Account: a, Direction: dir, Amount: decimal.NewFromInt(amt), Currency: "USD"}
+	}
+	settle := []Posting{p("provider:p:pending:cyc-20261112", Debit, 100), p(PlatformCommission, Credit, 20),
+		p("tax:withheld:CN", Credit, 16), p("provider:p:available", Credit, 64)}
+	sweep := []Posting{p(BankOperating, Debit, 20), p(BankClient, Credit, 20)}
+	tests := []struct {
+		name string
+		give []Posting
+		want int
+	}{
+		{"settlement", settle, 0},
+		{"settlement reversed", Mirror(settle), 0},
+		{"sweep", sweep, 0},
+		{"sweep reversed", Mirror(sweep), 0},
+		{"client only", []Posting{p(BankClient, Debit, 5), p("renter:r:wallet", Credit, 5)}, 0},
+		{"fee from wallet", []Posting{p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5)}, 1},
+		{"house pays from client bank", []Posting{p(BankOperating, Credit, 5), p(BankClient, Debit, 5)}, 0}, // mirror of sweep
+		{"operating funds a wallet", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}, 2},
+	}
+	for _, tt := range tests {
+		if got := SegregationBreaches(tt.give); len(got) != tt.want {
+			t.Fatalf("%s: %d breaches %+v, want %d", tt.name, len(got), got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package ledger_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/shopspring/decimal"
+	"pgregory.net/rapid"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+var propAccounts = []string{
+	"bank:client", "bank:operating", "renter:r-1:wallet", "renter:r-2:wallet",
+	"provider:p-1:pending:cyc-20261112", "provider:p-1:available", "tax:withheld:CN", "platform:revenue:commission",
+}
+
+// Every balance equals the sum of its postings, and debits equal credits per
+// currency, whatever set of transactions (accepted or refused) was posted.
+func TestPropertyJournalBalances(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		cur := rapid.SampledFrom([]string{"USD", "JPY", "USDC"}).Draw(rt, "currency")
+		legs := rapid.IntRange(1, 4).Draw(rt, "legs")
+		var ps []domain.RawPosting
+		for i := 0; i < legs; i++ {
+			units := rapid.Int64Range(1, 1_000_000).Draw(rt, "units")
+			amt := decimal.New(units, -map[string]int32{"USD": 2, "JPY": 0, "USDC": 6}[cur]).String()
+			from := rapid.SampledFrom(propAccounts).Draw(rt, "from")
+			to := rapid.SampledFrom(propAccounts).Draw(rt, "to")
+			ps = append(ps, domain.RawPosting{Account: from, Direction: "debit", Amount: amt, Currency: cur},
+				domain.RawPosting{Account: to, Direction: "credit", Amount: amt, Currency: cur})
+		}
+		_, err := f.app.CreateTransaction(f.ctx, app.CreateTransactionInput{IdempotencyKey: fmt.Sprintf("prop-%d", n), Postings: ps})
+		if err != nil && !isInvalid(err) { // overdrafts are refused: fine, nothing may change
+			rt.Fatalf("post: %v", err)
+		}
+		checkInvariants(rt, f)
+	})
+}
+
+func isInvalid(err error) bool { return err != nil && containsStr(err.Error(), "invalid") }
+
+type fataler interface {
+	Fatalf(format string, args ...any)
+}
+
+func checkInvariants(t fataler, f *fixture) {
+	var bad int
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from (
+			select currency from ledger.postings group by currency
+			having sum(amount) filter (where direction = 'debit') <> sum(amount) filter (where direction = 'credit')) x`).Scan(&bad); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d currencies where debits differ from credits", bad)
+	}
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.balances b full join (
+			select account, currency, coalesce(sum(amount) filter (where direction = 'debit'), 0) d,
+				coalesce(sum(amount) filter (where direction = 'credit'), 0) c
+			from ledger.postings group by account, currency) p using (account, currency)
+		where b.debits is distinct from p.d or b.credits is distinct from p.c`).Scan(&bad); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d balances differ from the sum of their postings", bad)
+	}
+}
+
+// 16 writers move money around a few hot accounts in random order: no
+// deadlock, and every balance ends exactly at what was posted.
+func TestConcurrentHotAccounts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	hot := []string{"renter:r-1:wallet", "renter:r-2:wallet", "renter:r-3:wallet", "renter:r-4:wallet"}
+	const writers, each = 16, 40
+	var mu sync.Mutex
+	want := map[string]decimal.Decimal{}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; i < each; i++ {
+				// Multi-leg transfers touching several hot accounts in random order.
+				var ps []domain.RawPosting
+				delta := map[string]decimal.Decimal{}
+				for _, j := range rng.Perm(len(hot))[:2+rng.IntN(3)] {
+					amt := decimal.New(int64(1+rng.IntN(10000)), -2)
+					ps = append(ps, domain.RawPosting{Account: hot[j], Direction: "debit", Amount: amt.String(), Currency: "USD"},
+						domain.RawPosting{Account: hot[(j+1)%len(hot)], Direction: "credit", Amount: amt.String(), Currency: "USD"})
+					delta[hot[j]] = delta[hot[j]].Sub(amt)
+					delta[hot[(j+1)%len(hot)]] = delta[hot[(j+1)%len(hot)]].Add(amt)
+				}
+				if _, err := f.app.CreateTransaction(f.ctx, app.CreateTransactionInput{IdempotencyKey: fmt.Sprintf("w%d-%d", w, i), Postings: ps}); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for k, v := range delta {
+					want[k] = want[k].Add(v)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("writer failed (deadlock?): %v", err)
+	}
+	for _, a := range hot {
+		wantBalance(t, f, a, "USD", want[a].String())
+	}
+	checkInvariants(t, f)
+}

@@ -1,0 +1,134 @@
+package ledger_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+func TestListTransactionsPagination(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	var want []string
+	for i := 0; i < 7; i++ {
+		tx := f.deposit(t, "r-1", "1", "USD", fmt.Sprintf("ref-%d", i))
+		want = append(want, tx.ID)
+		f.deposit(t, "r-2", "1", "USD", fmt.Sprintf("other-%d", i))
+	}
+	for _, account := range []string{"renter:r-1:wallet", ""} {
+		var got []string
+		tok := ""
+		for pages := 0; ; pages++ {
+			txs, next, err := f.app.ListTransactions(f.ctx, account, 3, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tx := range txs {
+				if account == "" && tx.Postings[1].Account.Address != "renter:r-1:wallet" {
+					continue
+				}
+				got = append(got, tx.ID)
+			}
+			if next == "" {
+				break
+			}
+			tok = next
+			if pages > 10 {
+				t.Fatal("pagination does not end")
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("account %q: pages gave %v, want %v", account, got, want)
+		}
+	}
+}
+
+func TestListAccountsByPrefix(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for _, r := range []string{"r-1", "r-2", "r-3"} {
+		f.deposit(t, r, "2", "USD", "dep-"+r)
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("x", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261112", "1", "USD")); err != nil {
+		t.Fatal(err)
+	}
+	vs, next, err := f.app.ListAccounts(f.ctx, "renter:", nil, 2, "")
+	if err != nil || len(vs) != 2 || next == "" || vs[0].Account.Address != "renter:r-1:wallet" || !vs[0].Balances[0].Amount.Equal(dec("1")) {
+		t.Fatalf("page 1: %+v %q %v", vs, next, err)
+	}
+	vs, next, err = f.app.ListAccounts(f.ctx, "renter:", nil, 2, next)
+	if err != nil || len(vs) != 1 || next != "" || vs[0].Account.Address != "renter:r-3:wallet" {
+		t.Fatalf("page 2: %+v %q %v", vs, next, err)
+	}
+	vs, _, _ = f.app.ListAccounts(f.ctx, "provider:p-1:", nil, 0, "")
+	if len(vs) != 1 || vs[0].Account.Kind != domain.KindLiability || vs[0].Account.Pool != domain.PoolClient {
+		t.Fatalf("provider accounts: %+v", vs)
+	}
+}
+
+func TestSegregatedFundsReport(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	post := func(key string, ps ...domain.RawPosting) *domain.Transaction {
+		t.Helper()
+		tx, err := f.app.CreateTransaction(f.ctx, app.CreateTransactionInput{IdempotencyKey: key, Postings: ps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	p := func(acc, dir, amt string) domain.RawPosting {
+		return domain.RawPosting{Account: acc, Direction: dir, Amount: amt, Currency: "CNY"}
+	}
+	f.deposit(t, "r-1", "1000", "CNY", "d1")
+	const pending = "provider:p-1:pending:cyc-20261112"
+	post("charge-1", p("renter:r-1:wallet", "debit", "400"), p(pending, "credit", "400"))
+	post("charge-2", p("renter:r-2:wallet", "debit", "50"), p(pending, "credit", "50")) // r-2 in debit
+	// Settlement of 450: commission 90, tax 72, net 288; then the sweep.
+	post("settle", p(pending, "debit", "450"), p("platform:revenue:commission", "credit", "90"),
+		p("tax:withheld:CN", "credit", "72"), p("provider:p-1:available", "credit", "288"))
+	post("sweep", p("bank:operating", "debit", "90"), p("bank:client", "credit", "90"))
+	time.Sleep(2 * time.Millisecond)
+	cleanAt := time.Now().UTC()
+
+	rep, err := f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// requirement = 600 (r-1; r-2's -50 does not offset) + 0 pending + 288 available; tax 72; resource 910.
+	// 910 - (888 + 72) = -50: the renter's debt is a shortfall the house must fund.
+	if !rep.Requirement.Equal(dec("888")) || !rep.TaxWithheld.Equal(dec("72")) || !rep.Resource.Equal(dec("910")) ||
+		!rep.Difference.Equal(dec("-50")) || rep.Verdict != app.VerdictShortfall || len(rep.Breaches) != 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	// The house funds the debt: bank:operating → bank:client would be a breach;
+	// the proper way is a top-up by the renter.
+	f.deposit(t, "r-2", "50", "CNY", "d2")
+	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "960.00")
+	if rep.Verdict != app.VerdictBalanced || !rep.Difference.IsZero() {
+		t.Fatalf("after top-up: %+v", rep)
+	}
+	// A breach: commission taken straight out of a renter wallet.
+	bad := post("fee", p("renter:r-1:wallet", "debit", "5"), p("platform:revenue:commission", "credit", "5"))
+	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	if len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.Breaches[0].FromPool != domain.PoolClient {
+		t.Fatalf("breaches: %+v", rep.Breaches)
+	}
+	// As of before the breach: none, and the earlier figures.
+	rep, _ = f.app.SegregatedFunds(f.ctx, &cleanAt, "CNY", "")
+	if len(rep.Breaches) != 0 || !rep.Difference.Equal(dec("-50")) {
+		t.Fatalf("as of %s: %+v", cleanAt, rep)
+	}
+	chainAll(t, f)
+	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	if len(rep.JournalHeadHash) != 64 || rep.JournalHeadHash == strings.Repeat("0", 64) {
+		t.Fatalf("journal head hash %q", rep.JournalHeadHash)
+	}
+	if _, err := f.app.SegregatedFunds(f.ctx, nil, "", ""); !isInvalid(err) {
+		t.Fatalf("no currency: %v", err)
+	}
+}

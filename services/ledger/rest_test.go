@@ -1,0 +1,152 @@
+package ledger_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+type restClient struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (c restClient) do(method, path, body string) (int, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func startServer(t *testing.T, f *fixture) (string, []byte) {
+	t.Helper()
+	secret := []byte("test-secret")
+	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
+		Log: slog.Default(), Services: []server.Service{f.svc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(f.ctx) })
+	return "http://" + srv.HTTPAddr, secret
+}
+
+func TestREST(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+
+	code, body := c.do("POST", "/v1/deposits", `{"renter_id":"r-1","amount":"120.50","currency":"CNY","external_ref":"wx-1"}`)
+	if code != 200 {
+		t.Fatalf("deposit: %d %s", code, body)
+	}
+	var dep struct {
+		TransactionID string `json:"transaction_id"`
+		Postings      []struct{ Account, Direction, Amount, Currency string }
+	}
+	if err := json.Unmarshal([]byte(body), &dep); err != nil || dep.TransactionID == "" || len(dep.Postings) != 2 {
+		t.Fatalf("deposit answer %s (%v)", body, err)
+	}
+
+	code, body = c.do("GET", "/v1/accounts/renter:r-1:wallet", "")
+	want := `{"address":"renter:r-1:wallet","kind":"liability","fund_pool":"client","balances":[{"currency":"CNY","amount":"120.50"}]}`
+	if code != 200 || compactJSON(t, body) != compactJSON(t, want) {
+		t.Fatalf("GET account: %d %s\nwant %s", code, body, want)
+	}
+	// Percent-encoded colons work too.
+	if code, body = c.do("GET", "/v1/accounts/renter%3Ar-1%3Awallet", ""); code != 200 || compactJSON(t, body) != compactJSON(t, want) {
+		t.Fatalf("GET account (encoded): %d %s", code, body)
+	}
+
+	// A settlement-shaped entry on a cycle account, read back by its raw path.
+	code, body = c.do("POST", "/v1/transactions", `{"idempotency_key":"m-1","description":"usage","metadata":{"ticket":"OPS-7"},
+		"postings":[{"account":"renter:r-1:wallet","direction":"debit","amount":"20","currency":"CNY"},
+		{"account":"provider:p-001:pending:cyc-20261112","direction":"credit","amount":"20","currency":"CNY"}]}`)
+	if code != 200 {
+		t.Fatalf("create transaction: %d %s", code, body)
+	}
+	var tx struct {
+		TransactionID string `json:"transaction_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &tx)
+	code, body = c.do("GET", "/v1/accounts/provider:p-001:pending:cyc-20261112", "")
+	if code != 200 || !strings.Contains(body, `"amount":"20.00"`) {
+		t.Fatalf("GET cycle account: %d %s", code, body)
+	}
+	code, body = c.do("GET", "/v1/transactions/"+tx.TransactionID, "")
+	if code != 200 || !strings.Contains(body, `"ticket":"OPS-7"`) {
+		t.Fatalf("GET transaction: %d %s", code, body)
+	}
+	// Reverse through the :reverse verb.
+	code, body = c.do("POST", "/v1/transactions/"+tx.TransactionID+":reverse", `{}`)
+	if code != 200 || !strings.Contains(body, `"reverses":"`+tx.TransactionID+`"`) {
+		t.Fatalf("reverse: %d %s", code, body)
+	}
+	code, body = c.do("GET", "/v1/transactions?account=renter:r-1:wallet&page_size=2", "")
+	if code != 200 || !strings.Contains(body, `"next_page_token":"`) || strings.Contains(body, `"next_page_token":""`) {
+		t.Fatalf("list transactions page 1: %d %s", code, body)
+	}
+
+	tests := []struct {
+		name, method, path, body string
+		token                    string
+		want                     int
+	}{
+		{"unbalanced", "POST", "/v1/transactions", `{"idempotency_key":"m-2","postings":[{"account":"bank:client","direction":"debit","amount":"1","currency":"USD"},{"account":"renter:r-1:wallet","direction":"credit","amount":"2","currency":"USD"}]}`, tok, 400},
+		{"bad address", "GET", "/v1/accounts/renter:r-1", "", tok, 400},
+		{"unknown account", "GET", "/v1/accounts/renter:nobody:wallet", "", tok, 404},
+		{"no token", "GET", "/v1/accounts/renter:r-1:wallet", "", "", 401},
+		{"conflicting replay", "POST", "/v1/deposits", `{"renter_id":"r-1","amount":"1.00","currency":"CNY","external_ref":"wx-1"}`, tok, 409},
+		{"bad page token", "GET", "/v1/transactions?page_token=zz", "", tok, 400},
+		{"bad as_of", "GET", "/v1/accounts/renter:r-1:wallet?as_of=yesterday", "", tok, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := restClient{t: t, base: base, token: tt.token}
+			if code, body := cc.do(tt.method, tt.path, tt.body); code != tt.want {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, code, body, tt.want)
+			}
+		})
+	}
+	// Roles: a renter may not read the journal.
+	rtok, _ := auth.Issue(secret, auth.RoleRenter, "r-1", time.Hour)
+	if code, _ := (restClient{t: t, base: base, token: rtok}).do("GET", "/v1/accounts/renter:r-1:wallet", ""); code != 403 {
+		t.Fatalf("renter reading accounts: %d, want 403", code)
+	}
+}
+
+func compactJSON(t *testing.T, s string) string {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("not JSON: %s", s)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+var _ = testkit.Context
