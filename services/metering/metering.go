@@ -118,5 +118,12 @@ func (s *Service) Ingest(ctx context.Context, req *meteringv1.IngestUsageEventsR
 	return ports.IngestResponse(res), nil
 }
 
+// Parties is the PartyService implementation, for in-process callers
+// (gpubill dev's simulator, tests); it skips the gRPC auth interceptor.
+func (s *Service) Parties() meteringv1.PartyServiceServer { return s.party }
+
+// Usage is the UsageService implementation, for in-process callers.
+func (s *Service) Usage() meteringv1.UsageServiceServer { return s.usage }
+
 // BatchEventsMax is the most events one ingest call takes.
 const BatchEventsMax = domain.BatchEventsMax

@@ -1,0 +1,233 @@
+package pricing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/pricing"
+)
+
+// failOnce fails the named point once, on its nth call.
+func failOnce(point string, nth int32) func(string) error {
+	var calls atomic.Int32
+	return func(p string) error {
+		if p == point && calls.Add(1) == nth {
+			return errors.New("injected failure at " + p)
+		}
+		return nil
+	}
+}
+
+func (s *stack) ingest(t *testing.T, evs []*meteringv1.UsageEventInput, chunk int) (accepted, dups int) {
+	t.Helper()
+	for len(evs) > 0 {
+		n := min(chunk, len(evs))
+		res, err := s.metering.Ingest(context.Background(), &meteringv1.IngestUsageEventsRequest{Events: evs[:n]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rejected) > 0 {
+			t.Fatalf("rejected: %v", res.Rejected[0])
+		}
+		accepted, dups = accepted+int(res.Accepted), dups+int(res.Duplicates)
+		evs = evs[n:]
+	}
+	return accepted, dups
+}
+
+func (s *stack) ratedEvents(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := s.deps.Pool.QueryRow(context.Background(), `select coalesce(sum(cardinality(event_ids)), 0) from pricing.charges`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestExactlyOnceMeteringToPricing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.parties(t, 3, 2, "CNY")
+	s.card(t, "CNY", "0.01")
+	run(t, s.metering)
+
+	// 30 leases; durations chosen so per-event rounding would drift.
+	type lease struct {
+		id       string
+		provider string
+		renter   string
+		secs     int64
+	}
+	var leases []*lease
+	var all []*meteringv1.UsageEventInput
+	base := now.Add(-72 * time.Hour)
+	durations := []time.Duration{30 * time.Minute, 17*time.Minute + 13*time.Second, 30 * time.Minute, 90 * time.Second}
+	for i := 0; i < 30; i++ {
+		l := &lease{id: fmt.Sprintf("lease-%02d", i), provider: fmt.Sprintf("p-%03d", i%3), renter: fmt.Sprintf("r-%03d", i%2)}
+		leases = append(leases, l)
+		at := base
+		for j := 0; j < 9; j++ {
+			d := durations[(i+j)%len(durations)]
+			all = append(all, usage(fmt.Sprintf("evt-%02d-%d", i, j), l.id, l.provider, l.renter, at, d))
+			l.secs += int64(d / time.Second)
+			at = at.Add(d)
+		}
+	}
+	// Interleave leases so each message mixes them.
+	mixed := make([]*meteringv1.UsageEventInput, 0, len(all))
+	for j := 0; j < 9; j++ {
+		for i := 0; i < 30; i++ {
+			mixed = append(mixed, all[i*9+j])
+		}
+	}
+	half := len(mixed) / 2
+
+	// Phase 1: the first rating transaction fails once (rolled back, redelivered).
+	p1 := s.pricing
+	p1.SetFailPoint(failOnce("before-commit", 1))
+	stop1 := run(t, p1)
+	if acc, _ := s.ingest(t, mixed[:half], 20); acc != half {
+		t.Fatalf("accepted %d, want %d", acc, half)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == half }, "first half rated")
+	stop1()
+
+	// While pricing is down: the second half, and the first half again.
+	if acc, dups := s.ingest(t, mixed, 20); acc != len(mixed)-half || dups != half {
+		t.Fatalf("second send: accepted %d duplicates %d", acc, dups)
+	}
+
+	// Phase 2: a restarted pricing; one batch commits but its ack is lost.
+	p2, err := pricing.New(context.Background(), s.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.SetFailPoint(failOnce("after-commit", 1))
+	run(t, p2)
+	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == len(mixed) }, "all rated")
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		_ = s.deps.Pool.QueryRow(context.Background(), `select count(*) from pricing.outbox`).Scan(&n)
+		return n == 0
+	}, "outbox relayed")
+
+	// Every event charged once; per lease, billed == round(exact) in the
+	// database and on the wire.
+	var distinct int
+	if err := s.deps.Pool.QueryRow(context.Background(), `select count(distinct e) from pricing.charges, unnest(event_ids) e`).Scan(&distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != len(mixed) {
+		t.Fatalf("%d distinct events charged, want %d", distinct, len(mixed))
+	}
+	wire := chargesOnWire(t, s.js.JS)
+	for _, l := range leases {
+		exact := decimal.NewFromInt(l.secs).Mul(decimal.RequireFromString("0.01")).Div(decimal.NewFromInt(3600))
+		want := decimal.NewFromInt(l.secs).Mul(decimal.RequireFromString("0.01")).DivRound(decimal.NewFromInt(3600), 2)
+		var billed decimal.Decimal
+		if err := s.deps.Pool.QueryRow(context.Background(), `select coalesce(sum(amount), 0) from pricing.charges where lease_id = $1`, l.id).Scan(&billed); err != nil {
+			t.Fatal(err)
+		}
+		if !billed.Equal(want) || !wire[l.id].Equal(want) {
+			t.Errorf("%s: billed %s in db, %s on the wire; want round(%s) = %s", l.id, billed, wire[l.id], exact.StringFixed(6), want)
+		}
+	}
+}
+
+// chargesOnWire sums the amounts of every charges.rated message per lease,
+// counting each charge id once.
+func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Decimal {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.OrderedConsumer(ctx, natsx.StreamCharges, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, natsx.StreamCharges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := info.Info(ctx)
+	out := map[string]decimal.Decimal{}
+	seen := map[string]bool{}
+	for i := uint64(0); i < st.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b eventsv1.ChargesRatedBatch
+		if err := proto.Unmarshal(m.Data(), &b); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range b.Charges {
+			if seen[c.ChargeId] {
+				t.Errorf("charge %s published twice", c.ChargeId)
+			}
+			seen[c.ChargeId] = true
+			out[c.LeaseId] = out[c.LeaseId].Add(decimal.RequireFromString(c.Amount))
+		}
+	}
+	return out
+}
+
+func TestThreeHalfHoursBillTwoCents(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.parties(t, 1, 1, "USD")
+	s.card(t, "USD", "0.01")
+	run(t, s.metering)
+	run(t, s.pricing)
+	at := now.Add(-5 * time.Hour)
+	for i := 0; i < 3; i++ { // one event per call: three separate charges
+		s.ingest(t, []*meteringv1.UsageEventInput{usage(fmt.Sprintf("evt-%d", i), "lease-9", "p-000", "r-000", at.Add(time.Duration(i)*30*time.Minute), 30*time.Minute)}, 1)
+		testkit.Eventually(t, 10*time.Second, func() bool { return s.ratedEvents(t) == i+1 }, "event %d rated", i)
+	}
+	rows, err := s.deps.Pool.Query(context.Background(), `select amount::text from pricing.charges where lease_id = 'lease-9' order by created_at, charge_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var a string
+		_ = rows.Scan(&a)
+		got = append(got, a)
+	}
+	if fmt.Sprint(got) != "[0.01 0 0.01]" {
+		t.Fatalf("charges %v, want [0.01 0 0.01] (0.02 in total, not 0.03)", got)
+	}
+}
+
+func TestUsageWithoutCardWaitsThenRates(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.parties(t, 1, 1, "JPY")
+	run(t, s.metering)
+	run(t, s.pricing)
+	s.ingest(t, []*meteringv1.UsageEventInput{usage("evt-1", "lease-1", "p-000", "r-000", now.Add(-2*time.Hour), time.Hour)}, 1)
+	var reason string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return s.deps.Pool.QueryRow(context.Background(), `select reason from pricing.pending_rating where event_id = 'evt-1'`).Scan(&reason) == nil
+	}, "pending row")
+	if reason != "no rate card in JPY effective at 2026-11-20T10:00:00Z" {
+		t.Fatalf("reason %q", reason)
+	}
+	s.card(t, "JPY", "150")
+	testkit.Eventually(t, 10*time.Second, func() bool { return s.ratedEvents(t) == 1 }, "rated after the card appeared")
+	var amount string
+	_ = s.deps.Pool.QueryRow(context.Background(), `select amount::text from pricing.charges`).Scan(&amount)
+	if amount != "150" {
+		t.Fatalf("amount %s, want 150 (JPY has no minor unit)", amount)
+	}
+}

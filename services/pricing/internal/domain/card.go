@@ -1,0 +1,275 @@
+// Package domain holds pricing's pure rules: rate cards, time-of-use bands,
+// graduated monthly volume tiers, the PUE surcharge, and exact rating with
+// cumulative rounding. No pgx, NATS or protobuf here.
+package domain
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
+)
+
+// Line kinds.
+const (
+	KindUsage = "usage"
+	KindPUE   = "pue_surcharge"
+)
+
+// Limits of a rate card.
+const (
+	gpuPricesMax = 1000
+	bandsMax     = 24
+	tiersMax     = 20
+)
+
+var (
+	one       = decimal.NewFromInt(1)
+	hourMicro = int64(time.Hour / time.Microsecond)
+)
+
+// Violation names one bad field.
+type Violation struct {
+	Field  string
+	Reason string
+}
+
+// CardInput is a rate card as a client sends it (decimals as strings).
+type CardInput struct {
+	ID            string
+	Currency      string
+	EffectiveFrom time.Time
+	Prices        []PriceInput
+	Bands         []BandInput
+	Tiers         []TierInput
+	PUE           *PUEInput
+}
+
+// PriceInput is one hourly GPU price.
+type PriceInput struct{ Model, Hourly, Region string }
+
+// BandInput is one time-of-use band.
+type BandInput struct{ Name, Start, End, TimeZone, Multiplier string }
+
+// TierInput is one graduated volume tier.
+type TierInput struct{ UpToGPUHours, Discount string }
+
+// PUEInput is the carbon surcharge.
+type PUEInput struct{ Threshold, PerGPUHour string }
+
+// Card is a validated rate card version.
+type Card struct {
+	ID            string
+	Currency      money.Currency
+	EffectiveFrom time.Time
+	Seq           int64 // creation order: among cards with the same effective_from the newest wins
+	Input         CardInput
+	prices        map[priceKey]decimal.Decimal
+	Bands         []Band
+	Tiers         []Tier
+	PUE           *PUE
+}
+
+type priceKey struct{ model, region string }
+
+// Band is a time-of-use band: local wall-clock [Start, End) in Loc, wrapping
+// past midnight when End <= Start.
+type Band struct {
+	Name       string
+	StartMin   int
+	EndMin     int
+	Loc        *time.Location
+	Multiplier decimal.Decimal
+}
+
+// Tier is one graduated tier: GPU usage of a renter in a calendar month up
+// to UpToMicros (GPU-microseconds; 0 = unbounded) is discounted by Discount.
+type Tier struct {
+	Label      string
+	UpToMicros int64
+	Discount   decimal.Decimal
+}
+
+// PUE is the carbon surcharge for providers whose PUE >= Threshold.
+type PUE struct {
+	Threshold  decimal.Decimal
+	PerGPUHour decimal.Decimal
+}
+
+// ParseCard validates a rate card input.
+func ParseCard(in CardInput) (*Card, []Violation) {
+	var vs []Violation
+	add := func(f, format string, args ...any) { vs = append(vs, Violation{f, fmt.Sprintf(format, args...)}) }
+	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{}}
+	cur, err := money.Lookup(in.Currency)
+	if err != nil {
+		add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
+	}
+	c.Currency = cur
+	c.Input.Currency = cur.Code
+	if in.EffectiveFrom.IsZero() {
+		add("effective_from", "required (RFC 3339)")
+	}
+	if len(in.Prices) == 0 {
+		add("gpu_prices", "at least one GPU price is required")
+	}
+	if len(in.Prices) > gpuPricesMax {
+		add("gpu_prices", "more than %d prices", gpuPricesMax)
+	}
+	for i, p := range in.Prices {
+		f := fmt.Sprintf("gpu_prices[%d]", i)
+		if p.Model == "" {
+			add(f+".gpu_model", "required")
+		}
+		h, err := decimal.NewFromString(strings.TrimSpace(p.Hourly))
+		if err != nil || h.IsNegative() {
+			add(f+".hourly", "%q is not a non-negative decimal", p.Hourly)
+			continue
+		}
+		k := priceKey{p.Model, p.Region}
+		if _, dup := c.prices[k]; dup {
+			add(f, "second price for %s in region %q", p.Model, p.Region)
+		}
+		c.prices[k] = h
+	}
+	if len(in.Bands) > bandsMax {
+		add("time_bands", "more than %d bands", bandsMax)
+	}
+	for i, b := range in.Bands {
+		f := fmt.Sprintf("time_bands[%d]", i)
+		band := Band{Name: b.Name}
+		var ok bool
+		if b.Name == "" {
+			add(f+".name", "required (e.g. night)")
+		}
+		if band.StartMin, ok = parseClock(b.Start); !ok {
+			add(f+".start", "%q is not HH:MM", b.Start)
+		}
+		if band.EndMin, ok = parseClock(b.End); !ok {
+			add(f+".end", "%q is not HH:MM", b.End)
+		}
+		if band.StartMin == band.EndMin {
+			add(f, "start equals end (an all-day band is a price, not a band)")
+		}
+		if b.TimeZone == "" {
+			add(f+".timezone", "required (IANA zone, e.g. Asia/Shanghai)")
+		} else if loc, err := time.LoadLocation(b.TimeZone); err != nil {
+			add(f+".timezone", "%q is not an IANA time zone", b.TimeZone)
+		} else {
+			band.Loc = loc
+		}
+		m, err := decimal.NewFromString(strings.TrimSpace(b.Multiplier))
+		if err != nil || m.IsNegative() {
+			add(f+".multiplier", "%q is not a non-negative decimal", b.Multiplier)
+		}
+		band.Multiplier = m
+		c.Bands = append(c.Bands, band)
+	}
+	if len(in.Tiers) > tiersMax {
+		add("volume_tiers", "more than %d tiers", tiersMax)
+	}
+	prevUpTo := decimal.Zero
+	for i, t := range in.Tiers {
+		f := fmt.Sprintf("volume_tiers[%d]", i)
+		tier := Tier{}
+		d, err := decimal.NewFromString(strings.TrimSpace(t.Discount))
+		if err != nil || d.IsNegative() || d.GreaterThanOrEqual(one) {
+			add(f+".discount", "%q is not a fraction in [0, 1)", t.Discount)
+		}
+		tier.Discount = d
+		if strings.TrimSpace(t.UpToGPUHours) == "" {
+			if i != len(in.Tiers)-1 {
+				add(f+".up_to_gpu_hours", "only the last tier may be unbounded")
+			}
+			tier.Label = prevUpTo.String() + "+ GPU-h"
+		} else {
+			u, err := decimal.NewFromString(strings.TrimSpace(t.UpToGPUHours))
+			switch {
+			case err != nil || !u.IsPositive():
+				add(f+".up_to_gpu_hours", "%q is not a positive decimal", t.UpToGPUHours)
+			case !u.GreaterThan(prevUpTo):
+				add(f+".up_to_gpu_hours", "%s does not exceed the previous tier's %s", u, prevUpTo)
+			case u.GreaterThan(decimal.NewFromInt(1e9)):
+				add(f+".up_to_gpu_hours", "%s is beyond 1e9 GPU-hours", u)
+			default:
+				tier.UpToMicros = u.Mul(decimal.NewFromInt(hourMicro)).Ceil().IntPart()
+				tier.Label = prevUpTo.String() + "-" + u.String() + " GPU-h"
+				prevUpTo = u
+			}
+		}
+		c.Tiers = append(c.Tiers, tier)
+	}
+	if in.PUE != nil {
+		th, err := decimal.NewFromString(strings.TrimSpace(in.PUE.Threshold))
+		if err != nil || th.LessThan(one) {
+			add("pue_surcharge.threshold", "%q is not a decimal >= 1", in.PUE.Threshold)
+		}
+		per, err2 := decimal.NewFromString(strings.TrimSpace(in.PUE.PerGPUHour))
+		if err2 != nil || per.IsNegative() {
+			add("pue_surcharge.per_gpu_hour", "%q is not a non-negative decimal", in.PUE.PerGPUHour)
+		}
+		c.PUE = &PUE{Threshold: th, PerGPUHour: per}
+	}
+	return c, vs
+}
+
+func parseClock(s string) (int, bool) {
+	h, m, ok := strings.Cut(s, ":")
+	if !ok || len(h) != 2 || len(m) != 2 {
+		return 0, false
+	}
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if err1 != nil || err2 != nil || hh < 0 || hh > 24 || mm < 0 || mm > 59 || (hh == 24 && mm != 0) {
+		return 0, false
+	}
+	return hh*60 + mm, true
+}
+
+// Price returns the hourly price of one GPU of a model in a region (a
+// region-specific price first, then the card's default for the model).
+func (c *Card) Price(model, region string) (decimal.Decimal, bool) {
+	if region != "" {
+		if p, ok := c.prices[priceKey{model, region}]; ok {
+			return p, true
+		}
+	}
+	p, ok := c.prices[priceKey{model, ""}]
+	return p, ok
+}
+
+// Book is the set of rate cards, per currency, newest effective first.
+type Book struct{ byCur map[string][]*Card }
+
+// NewBook indexes cards.
+func NewBook(cards []*Card) *Book {
+	b := &Book{byCur: map[string][]*Card{}}
+	for _, c := range cards {
+		b.byCur[c.Currency.Code] = append(b.byCur[c.Currency.Code], c)
+	}
+	for _, cs := range b.byCur {
+		sort.Slice(cs, func(i, j int) bool {
+			if !cs[i].EffectiveFrom.Equal(cs[j].EffectiveFrom) {
+				return cs[i].EffectiveFrom.After(cs[j].EffectiveFrom)
+			}
+			return cs[i].Seq > cs[j].Seq
+		})
+	}
+	return b
+}
+
+// For returns the card that prices a usage: the newest in the currency whose
+// effective_from <= the usage's start.
+func (b *Book) For(currency string, start time.Time) (*Card, bool) {
+	for _, c := range b.byCur[currency] {
+		if !c.EffectiveFrom.After(start) {
+			return c, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,251 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
+)
+
+// ExactScale is how many decimal places "exact" amounts are shown with.
+// Billing itself never uses these: it keeps totals as price-seconds (amount
+// x 3600), which are exact decimals, and rounds the exact quotient once.
+const ExactScale = 20
+
+var secondsPerHour = decimal.NewFromInt(3600)
+
+// ErrNoPrice means the card has no price for the usage's GPU model.
+var ErrNoPrice = errors.New("no price")
+
+// Usage is one usage interval to price.
+type Usage struct {
+	Model, Region string
+	GPUCount      int32
+	Start, End    time.Time
+	PUE           *decimal.Decimal // the provider's PUE, nil when unknown
+}
+
+// Piece is a slice of a usage priced alike: one band, one tier, one month.
+// Quantities are integers (GPU-microseconds), so pieces add up exactly and
+// decimal work happens once per aggregated line, not per event.
+type Piece struct {
+	Kind       string
+	Band       int // index into Card.Bands; -1 = outside every band
+	Tier       int // index into Card.Tiers; -1 = no tiers
+	Start, End time.Time
+	GPUMicros  int64
+}
+
+// MonthUsage is one renter's GPU-microseconds per calendar month ("2026-11").
+// Months are UTC calendar months: a renter in any time zone gets the same
+// month boundaries, and the invoice month matches the ledger's UTC dates.
+type MonthUsage map[string]int64
+
+// MonthKey is the tier month of an instant.
+func MonthKey(t time.Time) string { return t.UTC().Format("2006-01") }
+
+// Months lists the tier months an interval touches.
+func Months(start, end time.Time) []string {
+	var out []string
+	for m := monthStart(start); m.Before(end); m = m.AddDate(0, 1, 0) {
+		out = append(out, MonthKey(m))
+	}
+	return out
+}
+
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Rate splits a usage into priced pieces: at time-band edges (in each band's
+// own time zone) and UTC month edges, then each piece's GPU time across the
+// renter's graduated tiers for that month (advancing used), plus a PUE
+// surcharge piece when the provider's PUE reaches the card's threshold.
+// Pieces are appended to out.
+func (c *Card) Rate(u Usage, used MonthUsage, out []Piece) ([]Piece, error) {
+	if _, ok := c.Price(u.Model, u.Region); !ok {
+		return out, fmt.Errorf("%w for GPU model %s on rate card %s", ErrNoPrice, u.Model, c.ID)
+	}
+	if !u.End.After(u.Start) || u.GPUCount <= 0 {
+		return out, fmt.Errorf("empty usage interval")
+	}
+	cuts := c.cuts(u.Start, u.End)
+	count := int64(u.GPUCount)
+	var total int64
+	for i := 0; i+1 < len(cuts); i++ {
+		a, b := cuts[i], cuts[i+1]
+		gpu := int64(b.Sub(a)/time.Microsecond) * count
+		if gpu == 0 {
+			continue
+		}
+		total += gpu
+		band := c.bandAt(a)
+		if len(c.Tiers) == 0 {
+			out = append(out, Piece{Kind: KindUsage, Band: band, Tier: -1, Start: a, End: b, GPUMicros: gpu})
+			continue
+		}
+		month := MonthKey(a)
+		for gpu > 0 {
+			tier, room := c.tierAt(used[month])
+			take := gpu
+			if room > 0 && room < take {
+				take = room
+			}
+			// The piece's wall time is its GPU time over the GPU count
+			// (descriptive only: amounts come from GPUMicros).
+			to := b
+			if take < gpu {
+				to = a.Add(time.Duration(take/count) * time.Microsecond)
+			}
+			out = append(out, Piece{Kind: KindUsage, Band: band, Tier: tier, Start: a, End: to, GPUMicros: take})
+			a = to
+			used[month] += take
+			gpu -= take
+		}
+	}
+	if c.PUE != nil && u.PUE != nil && u.PUE.GreaterThanOrEqual(c.PUE.Threshold) && total > 0 {
+		out = append(out, Piece{Kind: KindPUE, Band: -1, Tier: -1, Start: u.Start, End: u.End, GPUMicros: total})
+	}
+	return out, nil
+}
+
+// cuts returns start, end and every band edge and UTC month start between.
+func (c *Card) cuts(start, end time.Time) []time.Time {
+	cuts := []time.Time{start, end}
+	for _, m := range Months(start, end)[1:] {
+		t, _ := time.Parse("2006-01", m)
+		cuts = append(cuts, t)
+	}
+	for _, b := range c.Bands {
+		ls, le := start.In(b.Loc), end.In(b.Loc)
+		d := time.Date(ls.Year(), ls.Month(), ls.Day()-1, 0, 0, 0, 0, b.Loc)
+		last := time.Date(le.Year(), le.Month(), le.Day()+1, 0, 0, 0, 0, b.Loc)
+		for ; !d.After(last); d = d.AddDate(0, 0, 1) {
+			for _, min := range []int{b.StartMin, b.EndMin} {
+				t := time.Date(d.Year(), d.Month(), d.Day(), min/60, min%60, 0, 0, b.Loc)
+				if t.After(start) && t.Before(end) {
+					cuts = append(cuts, t)
+				}
+			}
+		}
+	}
+	if len(cuts) == 2 {
+		return cuts
+	}
+	sort.Slice(cuts, func(i, j int) bool { return cuts[i].Before(cuts[j]) })
+	uniq := cuts[:1]
+	for _, t := range cuts[1:] {
+		if !t.Equal(uniq[len(uniq)-1]) {
+			uniq = append(uniq, t)
+		}
+	}
+	return uniq
+}
+
+// bandAt returns the first band whose local wall-clock window contains t.
+func (c *Card) bandAt(t time.Time) int {
+	for i, b := range c.Bands {
+		l := t.In(b.Loc)
+		sec := l.Hour()*3600 + l.Minute()*60 + l.Second()
+		s, e := b.StartMin*60, b.EndMin*60
+		in := sec >= s && sec < e
+		if e <= s {
+			in = sec >= s || sec < e
+		}
+		if in {
+			return i
+		}
+	}
+	return -1
+}
+
+// tierAt returns the tier for a renter-month already at used, and how much
+// room is left in it (0 = unbounded).
+func (c *Card) tierAt(used int64) (int, int64) {
+	for i, t := range c.Tiers {
+		if t.UpToMicros == 0 {
+			return i, 0
+		}
+		if used < t.UpToMicros {
+			return i, t.UpToMicros - used
+		}
+	}
+	// Above the last bounded tier: billed at the last tier.
+	return len(c.Tiers) - 1, 0
+}
+
+// BandName is a piece's band name ("" outside every band).
+func (c *Card) BandName(p Piece) string {
+	if p.Band < 0 {
+		return ""
+	}
+	return c.Bands[p.Band].Name
+}
+
+// TierLabel is a piece's tier label ("" without tiers).
+func (c *Card) TierLabel(p Piece) string {
+	if p.Tier < 0 {
+		return ""
+	}
+	return c.Tiers[p.Tier].Label
+}
+
+// Factors returns a piece's unit price (per GPU-hour) and multiplier (band
+// multiplier x tier factor): amount = GPU-hours x unit x multiplier.
+func (c *Card) Factors(p Piece, model, region string) (unit, mult decimal.Decimal) {
+	if p.Kind == KindPUE {
+		return c.PUE.PerGPUHour, one
+	}
+	unit, _ = c.Price(model, region)
+	mult = one
+	if p.Band >= 0 {
+		mult = mult.Mul(c.Bands[p.Band].Multiplier)
+	}
+	if p.Tier >= 0 {
+		mult = mult.Mul(one.Sub(c.Tiers[p.Tier].Discount))
+	}
+	return unit, mult
+}
+
+// PriceSeconds is the exact amount x 3600 of gpuMicros GPU-microseconds at
+// unit x mult per GPU-hour: GPU-seconds x unit x mult, an exact decimal.
+func PriceSeconds(gpuMicros int64, unit, mult decimal.Decimal) decimal.Decimal {
+	return decimal.New(gpuMicros, -6).Mul(unit).Mul(mult)
+}
+
+// GPUHours renders GPU-microseconds as hours (display, ExactScale places).
+func GPUHours(gpuMicros int64) decimal.Decimal {
+	return decimal.New(gpuMicros, -6).DivRound(secondsPerHour, ExactScale)
+}
+
+// Amount renders price-seconds as an amount (display, ExactScale places).
+func Amount(ps decimal.Decimal) decimal.Decimal { return ps.DivRound(secondsPerHour, ExactScale) }
+
+// RoundPS rounds the exact amount ps/3600 to the currency's minor unit, half
+// away from zero: money.Currency.Round's rule applied to the exact quotient
+// (DivRound decides on the true remainder, so no double rounding).
+func RoundPS(cur money.Currency, ps decimal.Decimal) decimal.Decimal {
+	return ps.DivRound(secondsPerHour, cur.MinorUnits)
+}
+
+// LeaseTotal is a lease's cumulative rounding state.
+type LeaseTotal struct {
+	ExactPS decimal.Decimal // exact total so far, in price-seconds
+	Billed  decimal.Decimal // billed so far: always RoundPS(ExactPS)
+}
+
+// Add adds an exact amount (price-seconds) and returns the charge that keeps
+// the billed total equal to the exact total rounded once:
+// round(exact after) - billed before.
+func (t *LeaseTotal) Add(cur money.Currency, ps decimal.Decimal) decimal.Decimal {
+	t.ExactPS = t.ExactPS.Add(ps)
+	after := RoundPS(cur, t.ExactPS)
+	charge := after.Sub(t.Billed)
+	t.Billed = after
+	return charge
+}

@@ -1,0 +1,255 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
+)
+
+func mustCard(t *testing.T, in CardInput) *Card {
+	t.Helper()
+	c, vs := ParseCard(in)
+	if len(vs) > 0 {
+		t.Fatalf("card: %v", vs)
+	}
+	return c
+}
+
+func ts(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// render prints pieces as "band|tier|GPU-hours|amount" lines and the total.
+func render(c *Card, u Usage, ps []Piece) string {
+	var b strings.Builder
+	total := decimal.Zero
+	for _, p := range ps {
+		unit, mult := c.Factors(p, u.Model, u.Region)
+		x := PriceSeconds(p.GPUMicros, unit, mult)
+		total = total.Add(x)
+		fmt.Fprintf(&b, "%s|%s|%s|%s|%s\n", p.Kind, c.BandName(p), c.TierLabel(p), GPUHours(p.GPUMicros).String(), Amount(x).String())
+	}
+	fmt.Fprintf(&b, "total %s", Amount(total))
+	return b.String()
+}
+
+func TestRateBandsAndZones(t *testing.T) {
+	t.Parallel()
+	night := func(tz string) *Card {
+		return mustCard(t, CardInput{ID: "rc-1", Currency: "CNY", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
+			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "2.00"}, {Model: "RTX_4090", Region: "us-west", Hourly: "3.00"}},
+			Bands:  []BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: tz, Multiplier: "0.80"}}})
+	}
+	tests := []struct {
+		name string
+		card *Card
+		give Usage
+		want string
+	}{
+		{
+			name: "22:00-00:30 Shanghai is 1 h day + 1.5 h night",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T14:00:00Z"), End: ts("2026-11-01T16:30:00Z")},
+			want: "usage|||1|2\nusage|night||1.5|2.4\ntotal 4.4",
+		},
+		{
+			name: "exactly the night band",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", GPUCount: 2, Start: ts("2026-11-01T15:00:00Z"), End: ts("2026-11-01T23:00:00Z")},
+			want: "usage|night||16|25.6\ntotal 25.6",
+		},
+		{
+			name: "night into the next day's day band, across local midnight",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T22:30:00Z"), End: ts("2026-11-01T23:30:00Z")},
+			want: "usage|night||0.5|0.8\nusage|||0.5|1\ntotal 1.8",
+		},
+		{
+			name: "UTC midnight inside a Shanghai day is no edge",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T23:00:00Z"), End: ts("2026-11-02T01:00:00Z")},
+			want: "usage|||2|4\ntotal 4",
+		},
+		{
+			name: "the same instants under a New York night band",
+			card: night("America/New_York"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T14:00:00Z"), End: ts("2026-11-01T16:30:00Z")},
+			want: "usage|||2.5|5\ntotal 5",
+		},
+		{
+			name: "New York night across its DST end (01:00 EDT to 08:00 EST is 8 h)",
+			card: night("America/New_York"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T05:00:00Z"), End: ts("2026-11-01T13:00:00Z")},
+			want: "usage|night||7|11.2\nusage|||1|2\ntotal 13.2",
+		},
+		{
+			name: "region price",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", Region: "us-west", GPUCount: 1, Start: ts("2026-11-01T01:00:00Z"), End: ts("2026-11-01T02:00:00Z")},
+			want: "usage|||1|3\ntotal 3",
+		},
+		{
+			name: "a second is priced exactly (shown to 20 places)",
+			card: night("Asia/Shanghai"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T01:00:00Z"), End: ts("2026-11-01T01:00:01Z")},
+			want: "usage|||0.00027777777777777778|0.00055555555555555556\ntotal 0.00055555555555555556",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps, err := tt.card.Rate(tt.give, MonthUsage{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(tt.card, tt.give, ps); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRateTiersAcrossMonths(t *testing.T) {
+	t.Parallel()
+	card := mustCard(t, CardInput{ID: "rc-t", Currency: "USD", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "H100", Hourly: "2.00"}},
+		Tiers:  []TierInput{{UpToGPUHours: "10", Discount: "0"}, {UpToGPUHours: "100", Discount: "0.10"}, {Discount: "0.25"}},
+	})
+	tests := []struct {
+		name string
+		used MonthUsage
+		give Usage
+		want string
+	}{
+		{
+			name: "fresh month, first tier",
+			used: MonthUsage{},
+			give: Usage{Model: "H100", GPUCount: 2, Start: ts("2026-11-10T00:00:00Z"), End: ts("2026-11-10T02:00:00Z")},
+			want: "usage||0-10 GPU-h|4|8\ntotal 8",
+		},
+		{
+			name: "crossing into the second tier mid-usage",
+			used: MonthUsage{"2026-11": 9 * hourMicro},
+			give: Usage{Model: "H100", GPUCount: 2, Start: ts("2026-11-10T00:00:00Z"), End: ts("2026-11-10T01:00:00Z")},
+			want: "usage||0-10 GPU-h|1|2\nusage||10-100 GPU-h|1|1.8\ntotal 3.8",
+		},
+		{
+			name: "month boundary resets the volume",
+			used: MonthUsage{"2026-10": 99 * hourMicro},
+			give: Usage{Model: "H100", GPUCount: 1, Start: ts("2026-10-31T22:00:00Z"), End: ts("2026-11-01T01:00:00Z")},
+			want: "usage||10-100 GPU-h|1|1.8\nusage||100+ GPU-h|1|1.5\nusage||0-10 GPU-h|1|2\ntotal 5.3",
+		},
+		{
+			name: "unbounded top tier",
+			used: MonthUsage{"2026-11": 500 * hourMicro},
+			give: Usage{Model: "H100", GPUCount: 4, Start: ts("2026-11-10T00:00:00Z"), End: ts("2026-11-10T00:30:00Z")},
+			want: "usage||100+ GPU-h|2|3\ntotal 3",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps, err := card.Rate(tt.give, tt.used, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(card, tt.give, ps); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRatePUESurcharge(t *testing.T) {
+	t.Parallel()
+	card := mustCard(t, CardInput{ID: "rc-p", Currency: "USD", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "A100", Hourly: "1.20"}}, PUE: &PUEInput{Threshold: "1.5", PerGPUHour: "0.05"}})
+	pue := func(s string) *decimal.Decimal { d := decimal.RequireFromString(s); return &d }
+	tests := []struct {
+		name string
+		give *decimal.Decimal
+		want string
+	}{
+		{"below threshold", pue("1.49"), "usage|||2|2.4\ntotal 2.4"},
+		{"at threshold", pue("1.5"), "usage|||2|2.4\npue_surcharge|||2|0.1\ntotal 2.5"},
+		{"unknown PUE", nil, "usage|||2|2.4\ntotal 2.4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := Usage{Model: "A100", GPUCount: 2, Start: ts("2026-11-10T00:00:00Z"), End: ts("2026-11-10T01:00:00Z"), PUE: tt.give}
+			ps, err := card.Rate(u, MonthUsage{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(card, u, ps); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCumulativeRounding(t *testing.T) {
+	t.Parallel()
+	cny := money.MustLookup("CNY")
+	tests := []struct {
+		name string
+		give []string // exact amounts of successive usage, as price-seconds / 3600
+		want []string // charges
+	}{
+		{"three half-hours at 0.01/h bill 0.02", []string{"0.005", "0.005", "0.005"}, []string{"0.01", "0", "0.01"}},
+		{"tiny amounts accumulate", []string{"0.001", "0.001", "0.001", "0.001", "0.001"}, []string{"0", "0", "0", "0", "0.01"}},
+		{"half away from zero", []string{"0.004", "0.001"}, []string{"0", "0.01"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var lt LeaseTotal
+			sum := decimal.Zero
+			for i, g := range tt.give {
+				ps := decimal.RequireFromString(g).Mul(secondsPerHour)
+				got := lt.Add(cny, ps)
+				sum = sum.Add(got)
+				if !got.Equal(decimal.RequireFromString(tt.want[i])) {
+					t.Errorf("charge %d: got %s, want %s", i, got, tt.want[i])
+				}
+			}
+			if !sum.Equal(RoundPS(cny, lt.ExactPS)) {
+				t.Errorf("billed %s != round(exact %s)", sum, Amount(lt.ExactPS))
+			}
+		})
+	}
+}
+
+func TestBookPicksNewestEffective(t *testing.T) {
+	t.Parallel()
+	mk := func(id, from string, seq int64) *Card {
+		c := mustCard(t, CardInput{ID: id, Currency: "CNY", EffectiveFrom: ts(from), Prices: []PriceInput{{Model: "A6000", Hourly: "1"}}})
+		c.Seq = seq
+		return c
+	}
+	b := NewBook([]*Card{mk("old", "2026-01-01T00:00:00Z", 1), mk("new", "2026-11-01T00:00:00Z", 2), mk("newer-same-day", "2026-11-01T00:00:00Z", 3)})
+	tests := []struct {
+		give time.Time
+		want string
+	}{
+		{ts("2026-10-31T23:59:59Z"), "old"},
+		{ts("2026-11-01T00:00:00Z"), "newer-same-day"},
+		{ts("2025-12-31T00:00:00Z"), ""},
+	}
+	for _, tt := range tests {
+		c, _ := b.For("CNY", tt.give)
+		got := ""
+		if c != nil {
+			got = c.ID
+		}
+		if got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}

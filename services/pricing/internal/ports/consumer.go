@@ -1,0 +1,78 @@
+package ports
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+)
+
+// Rating consumer limits: one fetch is one Postgres transaction, so big
+// fetches amortise the commit; metering's messages already carry batches.
+const (
+	ratingDurable   = "pricing-rating"
+	ratingFetchMax  = 256
+	ratingFetchWait = 100 * time.Millisecond
+	pendingEvery    = 10 * time.Second
+)
+
+// RatingConsumer rates usage.recorded.* into charges.
+type RatingConsumer struct {
+	App *app.App
+	JS  jetstream.JetStream
+	Log *slog.Logger
+}
+
+// Run consumes until ctx ends.
+func (c *RatingConsumer) Run(ctx context.Context) error {
+	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
+		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{"usage.recorded.>"},
+		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait,
+	}, func(ctx context.Context, msgs []jetstream.Msg) error {
+		in := make([]app.Incoming, len(msgs))
+		for i, m := range msgs {
+			in[i] = app.Incoming{ID: natsx.MsgID(m), Subject: m.Subject(), Data: m.Data()}
+		}
+		return c.App.RateMessages(ctx, in)
+	})
+}
+
+// PendingRetrier rates usage that waited for a rate card: when a card is
+// created here, and periodically (cards created by another process).
+type PendingRetrier struct {
+	App *app.App
+	Log *slog.Logger
+}
+
+// Run retries until ctx ends.
+func (p *PendingRetrier) Run(ctx context.Context) error {
+	t := time.NewTicker(pendingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-p.App.CardAdded():
+		}
+		for {
+			n, err := p.App.RetryPending(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.Log.Error("retry pending usage", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				p.Log.Info("rated usage that waited for a rate card", "events", n)
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
+}

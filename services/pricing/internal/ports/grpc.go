@@ -1,0 +1,47 @@
+// Package ports adapts pricing's use cases to gRPC and JetStream.
+package ports
+
+import (
+	"context"
+
+	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+)
+
+// Server serves PricingService.
+type Server struct {
+	pricingv1.UnimplementedPricingServiceServer
+	App *app.App
+}
+
+// CreateRateCard implements PricingService.
+func (s *Server) CreateRateCard(ctx context.Context, r *pricingv1.CreateRateCardRequest) (*pricingv1.CreateRateCardResponse, error) {
+	c, err := s.App.CreateRateCard(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return &pricingv1.CreateRateCardResponse{RateCard: c}, nil
+}
+
+// ListRateCards implements PricingService.
+func (s *Server) ListRateCards(ctx context.Context, r *pricingv1.ListRateCardsRequest) (*pricingv1.ListRateCardsResponse, error) {
+	cs, next, err := s.App.RateCards(ctx, r.Currency, int(r.PageSize), r.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	return &pricingv1.ListRateCardsResponse{RateCards: cs, NextPageToken: next}, nil
+}
+
+// GetRateCard implements PricingService.
+func (s *Server) GetRateCard(ctx context.Context, r *pricingv1.GetRateCardRequest) (*pricingv1.GetRateCardResponse, error) {
+	c, err := s.App.RateCard(ctx, r.RateCardId)
+	if err != nil {
+		return nil, err
+	}
+	return &pricingv1.GetRateCardResponse{RateCard: c}, nil
+}
+
+// CreateQuote implements PricingService.
+func (s *Server) CreateQuote(ctx context.Context, r *pricingv1.CreateQuoteRequest) (*pricingv1.CreateQuoteResponse, error) {
+	return s.App.Quote(ctx, r, "")
+}

@@ -1,0 +1,97 @@
+// Package pricing is the pricing service: rate cards, rating usage into
+// exact charges (cumulative rounding per lease), and quotes. New is its
+// composition root.
+package pricing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	_ "time/tzdata" // time bands name IANA zones; do not depend on the host's zoneinfo
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/svc"
+	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+	"github.com/gpubill/gpubill/services/pricing/internal/ports"
+)
+
+// Name is the service's name and Postgres schema.
+const Name = "pricing"
+
+// Service is the pricing service.
+type Service struct {
+	d   svc.Deps
+	app *app.App
+	srv *ports.Server
+}
+
+var _ svc.Service = (*Service)(nil)
+
+// New migrates pricing's schema, ensures its streams and wires the service.
+func New(ctx context.Context, d svc.Deps) (*Service, error) {
+	if err := pg.Migrate(ctx, d.Pool, Name, migrations.For(Name)); err != nil {
+		return nil, err
+	}
+	if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamUsage, natsx.StreamCharges); err != nil {
+		return nil, err
+	}
+	a := app.New(d.Pool, d.Clock)
+	return &Service{d: d, app: a, srv: &ports.Server{App: a}}, nil
+}
+
+// Name implements svc.Service.
+func (s *Service) Name() string { return Name }
+
+// RegisterGRPC implements server.Service.
+func (s *Service) RegisterGRPC(g *grpc.Server) { pricingv1.RegisterPricingServiceServer(g, s.srv) }
+
+// RegisterGateway implements server.Service.
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	if err := pricingv1.RegisterPricingServiceHandlerClient(ctx, mux, pricingv1.NewPricingServiceClient(conn)); err != nil {
+		return fmt.Errorf("pricing gateway: %w", err)
+	}
+	return nil
+}
+
+// Policy implements server.Service (DESIGN §7): rate cards are finance's
+// (auditors and admins may read them); quotes are open to every role.
+func (s *Service) Policy() auth.Policy {
+	return auth.Policy{
+		pricingv1.PricingService_CreateRateCard_FullMethodName: {auth.RoleFinance, auth.RoleAdmin},
+		pricingv1.PricingService_ListRateCards_FullMethodName:  {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
+		pricingv1.PricingService_GetRateCard_FullMethodName:    {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
+		pricingv1.PricingService_CreateQuote_FullMethodName:    auth.Any,
+	}
+}
+
+// Run rates usage.recorded.*, retries usage waiting for a card and relays
+// the outbox until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	log := s.d.Log.With("service", Name)
+	g, ctx := errgroup.WithContext(ctx)
+	relay := &outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: log}
+	g.Go(func() error { return relay.Run(ctx) })
+	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log}
+	g.Go(func() error { return cons.Run(ctx) })
+	retry := &ports.PendingRetrier{App: s.app, Log: log}
+	g.Go(func() error { return retry.Run(ctx) })
+	return g.Wait()
+}
+
+// API is the PricingService implementation, for in-process callers
+// (gpubill dev's simulator, tests); it skips the gRPC auth interceptor.
+func (s *Service) API() pricingv1.PricingServiceServer { return s.srv }
+
+// SetFailPoint installs a test hook called at named points of the rating
+// transaction ("before-apply", "before-commit", "after-commit").
+func (s *Service) SetFailPoint(f func(point string) error) { s.app.FailPoint = f }
