@@ -194,7 +194,7 @@ func TestThreeHalfHoursBillTwoCents(t *testing.T) {
 		s.ingest(t, []*meteringv1.UsageEventInput{usage(fmt.Sprintf("evt-%d", i), "lease-9", "p-000", "r-000", at.Add(time.Duration(i)*30*time.Minute), 30*time.Minute)}, 1)
 		testkit.Eventually(t, 10*time.Second, func() bool { return s.ratedEvents(t) == i+1 }, "event %d rated", i)
 	}
-	rows, err := s.deps.Pool.Query(context.Background(), `select amount::text from pricing.charges where lease_id = 'lease-9' order by created_at, charge_id`)
+	rows, err := s.deps.Pool.Query(context.Background(), `select amount::text from pricing.charges where lease_id = 'lease-9' order by effective_at`)
 	if err != nil {
 		t.Fatal(err)
 	}
