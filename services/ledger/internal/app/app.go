@@ -69,7 +69,9 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(pgx
 	resultID := t.ID
 	var changes []postgres.BalanceChange
 	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		fresh, ch, err := a.Store.Post(ctx, tx, []*domain.Transaction{t})
+		fresh, ch, err := a.Store.Post(ctx, tx, []*domain.Transaction{t}, func(fresh []*domain.Transaction) error {
+			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
+		})
 		if err != nil {
 			return err
 		}
@@ -94,9 +96,7 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(pgx
 			}
 		}
 		changes = ch
-		msgs := postedEvents(fresh)
-		msgs = append(msgs, depletionEvents(fresh, ch, a.now())...)
-		return outbox.Add(ctx, tx, postgres.Schema, msgs...)
+		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(fresh, ch, a.now())...)
 	})
 	if err != nil {
 		return nil, err
@@ -167,6 +167,7 @@ func postedEvents(txs []*domain.Transaction) []outbox.Message {
 // wallet a debit took from above zero (or from nothing) to zero or below.
 func depletionEvents(txs []*domain.Transaction, changes []postgres.BalanceChange, at time.Time) []outbox.Message {
 	var out []outbox.Message
+	var last map[string]string // wallet|currency → the batch's last transaction on it
 	for _, c := range changes {
 		if c.Account.Class != domain.ClassRenter || !c.Delta.IsNegative() || c.After.IsPositive() {
 			continue
@@ -174,20 +175,23 @@ func depletionEvents(txs []*domain.Transaction, changes []postgres.BalanceChange
 		if !c.Before().IsPositive() && !c.Created {
 			continue // already depleted: announced when it crossed
 		}
-		last := ""
-		for _, t := range txs {
-			for _, p := range t.Postings {
-				if p.Account.Address == c.Account.Address && p.Currency == c.Currency {
-					last = t.ID
+		if last == nil {
+			last = make(map[string]string, len(txs))
+			for _, t := range txs {
+				for _, p := range t.Postings {
+					if p.Account.Class == domain.ClassRenter {
+						last[p.Account.Address+"|"+p.Currency] = t.ID
+					}
 				}
 			}
 		}
+		txID := last[c.Account.Address+"|"+c.Currency]
 		payload, err := proto.Marshal(&eventsv1.WalletDepleted{RenterId: c.Account.Party, Currency: c.Currency,
-			Balance: c.After.String(), TransactionId: last, At: timestamppb.New(at)})
+			Balance: c.After.String(), TransactionId: txID, At: timestamppb.New(at)})
 		if err != nil {
 			continue
 		}
-		out = append(out, outbox.Message{ID: "wallet-depleted-" + last + "-" + c.Currency,
+		out = append(out, outbox.Message{ID: "wallet-depleted-" + txID + "-" + c.Currency,
 			Subject: "billing.wallet.depleted." + c.Account.Party, Payload: payload})
 	}
 	return out

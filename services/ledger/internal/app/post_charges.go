@@ -101,14 +101,14 @@ func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
 			}
 			txs = append(txs, p.t)
 		}
-		freshTxs, ch, err := a.Store.Post(ctx, tx, txs)
+		freshTxs, ch, err := a.Store.Post(ctx, tx, txs, func(fresh []*domain.Transaction) error {
+			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
+		})
 		if err != nil {
 			return err
 		}
 		changes, posted = ch, len(freshTxs)
-		msgsOut := postedEvents(freshTxs)
-		msgsOut = append(msgsOut, depletionEvents(freshTxs, ch, now)...)
-		return outbox.Add(ctx, tx, postgres.Schema, msgsOut...)
+		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(freshTxs, ch, now)...)
 	})
 	if err != nil {
 		return 0, err

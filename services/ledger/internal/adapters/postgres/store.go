@@ -72,8 +72,12 @@ type agg struct {
 // COPY), the accounts on first use and one upsert of every touched balance,
 // in sorted (account, currency) order so concurrent writers never deadlock.
 // Transactions whose idempotency key already exists are skipped; the fresh
-// ones are returned with the balance changes they caused.
-func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) ([]*domain.Transaction, []BalanceChange, error) {
+// ones are returned with the balance changes they caused. beforeBalances (if
+// not nil) runs with the fresh transactions just before the balance upsert,
+// the statement that takes the row locks, so writes that need no balance
+// (outbox rows) are done before the locks and hot rows stay locked only for
+// the upsert and the commit.
+func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, beforeBalances func([]*domain.Transaction) error) ([]*domain.Transaction, []BalanceChange, error) {
 	if len(txs) == 0 {
 		return nil, nil, nil
 	}
@@ -173,6 +177,11 @@ func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) 
 		[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"},
 		pgx.CopyFromRows(postRows)); err != nil {
 		return nil, nil, fmt.Errorf("copy postings: %w", err)
+	}
+	if beforeBalances != nil {
+		if err := beforeBalances(fresh); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	m := len(keysSorted)
