@@ -65,7 +65,7 @@ func runWorker(t testing.TB, s *Service) (stop func()) {
 func TestCloseSurvivesWorkerRestart(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
-	f := newFixture(t, tc, WithBatchSize(40))
+	f := newFixtureWith(t, tc, true, WithBatchSize(40))
 	const providers = 150
 	f.seed(t, cycle1.ID, providers)
 	f.ledger.Delay = 2 * time.Millisecond
@@ -123,6 +123,7 @@ func TestCloseSurvivesWorkerRestart(t *testing.T) {
 	}
 	t.Logf("ledger CreateTransaction calls for %d transactions: %d (replays answered idempotently)",
 		len(posted), f.ledger.Requests("settle-"+cycle1.ID+"-"))
+	recordHistories(t, tc, cycle1.ID, "p-00001")
 	resp2, err := f.s.api.GetSettlementCycle(ctx, &settlementv1.GetSettlementCycleRequest{CycleId: cycle1.ID})
 	if err != nil {
 		t.Fatal(err)

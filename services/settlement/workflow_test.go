@@ -8,19 +8,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
+	"github.com/gpubill/gpubill/services/tax"
 )
 
 var (
@@ -38,11 +42,26 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, tc client.Client, opts ...Option) *fixture {
+	return newFixtureWith(t, tc, false, opts...)
+}
+
+// newFixtureWith hosts the real tax service (same database, its own schema)
+// next to the fake ledger when realTax is set.
+func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option) *fixture {
 	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	l := fakeledger.New()
-	conn := fakeledger.Serve(t, l, &fakeledger.Tax{})
 	clk := clock.NewManual(startAt)
+	var conn *grpc.ClientConn
+	if realTax {
+		ts, err := tax.New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn = fakeledger.Serve(t, l, nil, ts.RegisterGRPC)
+	} else {
+		conn = fakeledger.Serve(t, l, &fakeledger.Tax{})
+	}
 	if tc == nil {
 		var err error
 		tc, err = client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // never dialled: StartNextCycle is mocked
@@ -60,9 +79,10 @@ func newFixture(t *testing.T, tc client.Client, opts ...Option) *fixture {
 
 // seed charges n providers p-0000.. in the cycle (one also in USD) and gives
 // them tiers in rotation.
-func (f *fixture) seed(t *testing.T, cycle string, n int) {
+func (f *fixture) seed(t testing.TB, cycle string, n int) {
 	t.Helper()
 	tiers := []string{"standard", "pro", "partner"}
+	ps, ts := make([]string, n), make([]string, n)
 	for i := range n {
 		p := fmt.Sprintf("p-%05d", i)
 		f.ledger.Charge(p, cycle, "CNY", "1000.00")
@@ -70,13 +90,15 @@ func (f *fixture) seed(t *testing.T, cycle string, n int) {
 		if i == 0 {
 			f.ledger.Charge(p, cycle, "USD", "10.01")
 		}
-		if _, err := f.s.d.Pool.Exec(context.Background(), `insert into settlement.providers (provider_id, tier) values ($1, $2)`, p, tiers[i%3]); err != nil {
-			t.Fatal(err)
-		}
+		ps[i], ts[i] = p, tiers[i%3]
+	}
+	if _, err := f.s.d.Pool.Exec(context.Background(), `insert into settlement.providers (provider_id, tier)
+		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func (f *fixture) count(t *testing.T, q string, args ...any) int {
+func (f *fixture) count(t testing.TB, q string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := f.s.d.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
@@ -219,5 +241,26 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	}
 	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
 		t.Fatalf("released provider's pending = %s, want 0", b)
+	}
+}
+
+// Tier rates are configurable within the platform's bounds; a rate outside
+// them is refused when the service starts.
+func TestCommissionOutsideBoundsRefused(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewPool(t)
+	tc, _ := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.NewManual(startAt), Calendar: cal}
+	tests := []struct {
+		give    string // pro tier rate
+		wantErr bool
+	}{{"0.20", false}, {"0.15", false}, {"0.25", false}, {"0.30", true}, {"0.10", true}}
+	for _, tt := range tests {
+		p := split.DefaultCommission()
+		p.Rates[split.TierPro] = decimal.RequireFromString(tt.give)
+		_, err := New(context.Background(), d, tc, "q", WithCommission(p))
+		if (err != nil) != tt.wantErr {
+			t.Errorf("pro at %s: err %v, want error %v", tt.give, err, tt.wantErr)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,7 +36,8 @@ type Ledger struct {
 	mu       sync.Mutex
 	txs      []*ledgerv1.Transaction
 	byKey    map[string]*ledgerv1.Transaction
-	requests map[string]int // CreateTransaction calls per key (replays included)
+	byAcct   map[string][]*ledgerv1.Transaction
+	requests map[string]int                        // CreateTransaction calls per key (replays included)
 	balances map[string]map[string]decimal.Decimal // account → currency → credits − debits
 	closed   map[string]time.Time
 	Delay    time.Duration // added to every CreateTransaction (to stretch a close)
@@ -45,7 +45,7 @@ type Ledger struct {
 
 // New returns an empty ledger.
 func New() *Ledger {
-	return &Ledger{byKey: map[string]*ledgerv1.Transaction{}, requests: map[string]int{},
+	return &Ledger{byKey: map[string]*ledgerv1.Transaction{}, byAcct: map[string][]*ledgerv1.Transaction{}, requests: map[string]int{},
 		balances: map[string]map[string]decimal.Decimal{}, closed: map[string]time.Time{}}
 }
 
@@ -110,6 +110,11 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 		Description: req.Description, Metadata: req.Metadata, Postings: req.Postings, CreatedAt: timestamppb.Now()}
 	l.txs = append(l.txs, tx)
 	l.byKey[req.IdempotencyKey] = tx
+	for _, p := range req.Postings {
+		if n := len(l.byAcct[p.Account]); n == 0 || l.byAcct[p.Account][n-1] != tx {
+			l.byAcct[p.Account] = append(l.byAcct[p.Account], tx)
+		}
+	}
 	return &ledgerv1.CreateTransactionResponse{Transaction: tx}, nil
 }
 
@@ -161,12 +166,14 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	resp := &ledgerv1.ListTransactionsResponse{}
-	for _, tx := range l.txs {
-		if req.Account == "" || slices.ContainsFunc(tx.Postings, func(p *ledgerv1.Posting) bool { return p.Account == req.Account }) {
-			resp.Transactions = append(resp.Transactions, tx)
-			if len(resp.Transactions) == int(req.PageSize) {
-				break
-			}
+	txs := l.txs
+	if req.Account != "" {
+		txs = l.byAcct[req.Account]
+	}
+	for _, tx := range txs {
+		resp.Transactions = append(resp.Transactions, tx)
+		if len(resp.Transactions) == int(req.PageSize) {
+			break
 		}
 	}
 	return resp, nil
@@ -253,9 +260,9 @@ func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdin
 	return resp, nil
 }
 
-// Serve serves the ledger (and tax, when not nil) on 127.0.0.1:0 until the
-// test ends and returns a client connection to it.
-func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer) *grpc.ClientConn {
+// Serve serves the ledger (and tax, when not nil, and whatever register
+// adds) on 127.0.0.1:0 until the test ends and returns a client connection to it.
+func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func(*grpc.Server)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -265,6 +272,9 @@ func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer) *grpc.ClientConn
 	ledgerv1.RegisterLedgerServiceServer(gs, l)
 	if tax != nil {
 		taxv1.RegisterTaxServiceServer(gs, tax)
+	}
+	for _, r := range register {
+		r(gs)
 	}
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -1,0 +1,73 @@
+package settlement
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+)
+
+// Recorded histories (testdata/*.json, from TestCloseSurvivesWorkerRestart
+// with GPUBILL_RECORD_HISTORY=1) replay against today's workflow code: a
+// non-deterministic change fails here, not in production.
+func TestReplayRecordedHistories(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*_history.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recorded histories in testdata (%v)", err)
+	}
+	for _, f := range files {
+		r := worker.NewWorkflowReplayer()
+		r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
+		r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
+		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+			t.Errorf("replay %s: %v", f, err)
+		}
+	}
+}
+
+// recordHistories writes the first run of the cycle workflow and one
+// provider child to testdata (run with GPUBILL_RECORD_HISTORY=1).
+func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
+	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
+		return
+	}
+	ctx := context.Background()
+	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = 'settle-" + cycle + "'"})
+	if err != nil || len(resp.Executions) == 0 {
+		t.Fatalf("list runs: %v (%d)", err, len(resp.GetExecutions()))
+	}
+	runs := resp.Executions
+	sort.Slice(runs, func(i, j int) bool { return runs[i].StartTime.AsTime().Before(runs[j].StartTime.AsTime()) })
+	write := func(name, id, runID string) {
+		h := &historypb.History{}
+		it := tc.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Events = append(h.Events, ev)
+		}
+		b, err := protojson.MarshalOptions{Indent: " "}.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cycle_history.json", "settle-"+cycle, runs[0].Execution.RunId)
+	write("provider_history.json", "settle-"+cycle+"-"+provider, "")
+}
