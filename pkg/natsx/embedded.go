@@ -9,6 +9,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+const (
+	embeddedMaxStore  = 16 << 30
+	embeddedMaxMemory = 256 << 20
+)
+
 // RunEmbedded starts an in-process NATS server with JetStream storing under
 // storeDir, listening on addr ("127.0.0.1:0" picks a free port).
 func RunEmbedded(addr, storeDir string) (*server.Server, error) {
@@ -32,6 +37,9 @@ func RunEmbedded(addr, storeDir string) (*server.Server, error) {
 		NoLog:      true,
 		NoSigs:     true,
 		MaxPayload: streamMaxMsgSize,
+		// Explicit limits: room for every stream's MaxBytes, whatever the disk says.
+		JetStreamMaxStore:  embeddedMaxStore,
+		JetStreamMaxMemory: embeddedMaxMemory,
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // event time, so a late event is never aged out before it is consumed.
 const (
 	streamMaxAge        = 14 * 24 * time.Hour
-	streamMaxBytes      = 8 << 30
+	streamMaxBytes      = 1 << 30 // per stream; 7 streams fit the embedded server's store
 	streamMaxMsgSize    = 8 << 20
 	streamDupWindow     = 10 * time.Minute
 	consumerAckWait     = 60 * time.Second

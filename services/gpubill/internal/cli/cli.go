@@ -1,0 +1,201 @@
+// Package cli is gpubill's command line: `dev` (every service in one
+// process), `token`, `simulate` and `ledger verify`. Config comes from the
+// environment and flags (kong), as listed in DESIGN §10.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/obs"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/gpubill/internal/simulate"
+	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
+	"github.com/gpubill/gpubill/services/ledger"
+)
+
+const (
+	printedTokenTTL = 30 * 24 * time.Hour
+	simulateTick    = time.Second
+)
+
+type cli struct {
+	Dev      devCmd      `cmd:"" help:"Run every gpubill service in one process with embedded NATS and Temporal."`
+	Token    tokenCmd    `cmd:"" help:"Print a bearer token the dev stack accepts."`
+	Simulate simulateCmd `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
+	Ledger   ledgerCmd   `cmd:"" help:"Ledger maintenance."`
+}
+
+type devCmd struct {
+	config.Common
+	NATSAddr     string `name:"nats-addr" env:"GPUBILL_NATS_ADDR" default:"127.0.0.1:0" help:"Embedded NATS listener."`
+	TemporalAddr string `name:"temporal-addr" env:"GPUBILL_TEMPORAL_ADDR" default:"127.0.0.1:0" help:"Embedded Temporal dev server listener."`
+	Simulate     bool   `name:"simulate" env:"GPUBILL_SIMULATE" help:"Drive a simulated marketplace through the public API."`
+}
+
+type tokenCmd struct {
+	Role       string        `required:"" help:"finance, auditor, provider, renter, meter or admin."`
+	Sub        string        `help:"Subject: the provider or renter id (required for those roles)."`
+	TTL        time.Duration `name:"ttl" default:"720h" help:"Lifetime."`
+	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill"`
+	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET"`
+}
+
+type simulateCmd struct {
+	URL        string        `name:"url" env:"GPUBILL_URL" default:"http://127.0.0.1:8080" help:"Base URL of the REST API."`
+	Tick       time.Duration `default:"1s" help:"Interval between usage batches."`
+	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill"`
+	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET"`
+	LogLevel   string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info"`
+}
+
+type ledgerCmd struct {
+	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction."`
+}
+
+type verifyCmd struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable"`
+}
+
+type env struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Main runs the CLI and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c cli
+	parser, err := kong.New(&c, kong.Name("gpubill"),
+		kong.Description("gpubill: billing and settlement for a GPU compute marketplace."),
+		kong.Writers(stdout, stderr), kong.UsageOnError(), kong.Exit(func(int) {}))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpubill:", err)
+		return 2
+	}
+	if kctx.Command() == "" {
+		return 0 // --help
+	}
+	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}); err != nil {
+		fmt.Fprintln(stderr, "gpubill:", err)
+		return 1
+	}
+	return 0
+}
+
+func (d *devCmd) Run(e *env) error {
+	log := obs.NewLogger(e.stderr, d.LogLevel)
+	shutdown, err := obs.SetupTracing(e.ctx, "gpubill")
+	if err != nil {
+		return err
+	}
+	defer shutdown(context.Background()) //nolint:errcheck
+	st, err := stack.Start(e.ctx, stack.Config{Common: d.Common, NATSAddr: d.NATSAddr, TemporalAddr: d.TemporalAddr, Log: log})
+	if err != nil {
+		return err
+	}
+	defer st.Stop()
+	finance, err := auth.Issue(st.Secret, auth.RoleFinance, "", printedTokenTTL)
+	if err != nil {
+		return err
+	}
+	base := "http://" + st.HTTPAddr
+	fmt.Fprintf(e.stdout, `
+gpubill dev is up.
+  REST      %[1]s   (health: %[1]s/healthz, readiness: %[1]s/readyz)
+  gRPC      %[2]s
+  NATS      %[3]s
+  Temporal  %[4]s
+  data      %[5]s
+
+A finance token (30 days; more with: bin/gpubill token --role finance):
+  export TOKEN=%[6]s
+  curl -s -H "Authorization: Bearer $TOKEN" %[1]s/v1/accounts/bank:client
+  curl -s -H "Authorization: Bearer $TOKEN" '%[1]s/v1/accounts?prefix=renter:'
+
+`, base, st.GRPCAddr, st.NATSURL, st.Temporal, d.DataDir, finance)
+	if d.Simulate {
+		go func() {
+			if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate")}); err != nil {
+				log.Error("simulation stopped", "err", err)
+			}
+		}()
+		fmt.Fprintln(e.stdout, "Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
+	}
+	select {
+	case <-e.ctx.Done():
+		fmt.Fprintln(e.stdout, "shutting down…")
+		return nil
+	case err := <-st.Err():
+		return err
+	}
+}
+
+func (t *tokenCmd) Run(e *env) error {
+	secret, err := secretFor(t.AuthSecret, t.DataDir)
+	if err != nil {
+		return err
+	}
+	tok, err := auth.Issue(secret, t.Role, t.Sub, t.TTL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, tok)
+	return nil
+}
+
+func (s *simulateCmd) Run(e *env) error {
+	secret, err := secretFor(s.AuthSecret, s.DataDir)
+	if err != nil {
+		return err
+	}
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", printedTokenTTL)
+	if err != nil {
+		return err
+	}
+	return simulate.Run(e.ctx, simulate.Config{BaseURL: s.URL, Token: tok, Tick: s.Tick, Log: obs.NewLogger(e.stderr, s.LogLevel)})
+}
+
+// secretFor reads the dev stack's signing key; it never creates one, so a
+// token printed before the stack first started cannot silently mismatch.
+func secretFor(configured, dataDir string) ([]byte, error) {
+	if configured != "" {
+		return []byte(configured), nil
+	}
+	if _, err := os.Stat(dataDir + "/auth.secret"); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no signing key in %s: start the stack once (make run) or set GPUBILL_AUTH_SECRET", dataDir)
+	}
+	return auth.LoadOrCreateSecret("", dataDir)
+}
+
+func (v *verifyCmd) Run(e *env) error {
+	pool, err := pg.Open(e.ctx, v.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := ledger.VerifyChain(e.ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !res.OK {
+		fmt.Fprintf(e.stdout, "BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
+			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
+		return errors.New("journal hash chain broken")
+	}
+	fmt.Fprintf(e.stdout, "ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
+	return nil
+}

@@ -1,0 +1,206 @@
+// Package e2e drives the whole single-process stack through its public REST
+// API, against real PostgreSQL, an in-process JetStream server and a real
+// Temporal dev server.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
+)
+
+const secret = "e2e-secret"
+
+type fixture struct {
+	t       *testing.T
+	cfg     stack.Config
+	st      *stack.Stack
+	base    string
+	finance string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	cfg := stack.Config{
+		Common: config.Common{
+			DatabaseURL: testkit.NewDatabase(t),
+			HTTPAddr:    "127.0.0.1:0",
+			GRPCAddr:    "127.0.0.1:0",
+			DataDir:     t.TempDir(),
+			AuthSecret:  secret,
+			CycleDays:   45,
+			CycleAnchor: "2026-01-01",
+			CycleGrace:  24 * time.Hour,
+		},
+		NATSAddr:     "127.0.0.1:0",
+		TemporalAddr: "127.0.0.1:0",
+		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	f := &fixture{t: t, cfg: cfg}
+	f.start()
+	tok, err := auth.Issue([]byte(secret), auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.finance = tok
+	return f
+}
+
+func (f *fixture) start() {
+	f.t.Helper()
+	st, err := stack.Start(context.Background(), f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.st = st
+	f.base = "http://" + st.HTTPAddr
+	f.t.Cleanup(st.Stop)
+}
+
+func (f *fixture) do(method, path, token string, body any) (int, map[string]any) {
+	f.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, f.base+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := map[string]any{}
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+func (f *fixture) mustDo(method, path string, body any) map[string]any {
+	f.t.Helper()
+	code, out := f.do(method, path, f.finance, body)
+	if code/100 != 2 {
+		f.t.Fatalf("%s %s: HTTP %d %v", method, path, code, out)
+	}
+	return out
+}
+
+// balance returns the account's balance in currency ("0" if none).
+func (f *fixture) balance(address, currency string) decimal.Decimal {
+	f.t.Helper()
+	code, out := f.do(http.MethodGet, "/v1/accounts/"+address, f.finance, nil)
+	if code == http.StatusNotFound {
+		return decimal.Zero
+	}
+	if code != http.StatusOK {
+		f.t.Fatalf("GET account %s: HTTP %d %v", address, code, out)
+	}
+	bals, _ := out["balances"].([]any)
+	for _, b := range bals {
+		m := b.(map[string]any)
+		if m["currency"] == currency {
+			return decimal.RequireFromString(m["amount"].(string))
+		}
+	}
+	return decimal.Zero
+}
+
+func (f *fixture) waitBalance(address, currency, want string) {
+	f.t.Helper()
+	w := decimal.RequireFromString(want)
+	var got decimal.Decimal
+	testkit.Eventually(f.t, 30*time.Second, func() bool {
+		got = f.balance(address, currency)
+		return got.Equal(w)
+	}, "balance of %s: want %s", address, want)
+}
+
+// dayUsage returns a 1.5 h window inside Asia/Shanghai daytime (09:00–10:30
+// local = 01:00–02:30 UTC), at least a few hours in the past.
+func dayUsage(now time.Time, daysBack int) (time.Time, time.Time) {
+	d := now.UTC().AddDate(0, 0, -daysBack)
+	start := time.Date(d.Year(), d.Month(), d.Day(), 1, 0, 0, 0, time.UTC)
+	if start.Add(3 * time.Hour).After(now) {
+		start = start.AddDate(0, 0, -1)
+	}
+	return start, start.Add(90 * time.Minute)
+}
+
+func TestUsageToLedgerThroughRESTAndRestart(t *testing.T) {
+	f := newFixture(t)
+
+	// Health and auth.
+	if code, _ := f.do(http.MethodGet, "/healthz", "", nil); code != http.StatusOK {
+		t.Fatalf("healthz %d", code)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		code, _ := f.do(http.MethodGet, "/readyz", "", nil)
+		return code == http.StatusOK
+	}, "readyz")
+	if code, _ := f.do(http.MethodGet, "/v1/accounts/bank:client", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("no token: HTTP %d, want 401", code)
+	}
+
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-001", "name": "Rig One", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "pue": "1.2", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "2.80"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "100.00", "currency": "CNY", "external_ref": "bank-ref-1"})
+	// A replayed deposit changes nothing.
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "100.00", "currency": "CNY", "external_ref": "bank-ref-1"})
+
+	start, end := dayUsage(time.Now(), 2)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	ev := map[string]any{"id": "evt-1", "lease_id": "lease-1", "provider_id": "p-001", "renter_id": "r-001",
+		"gpu_model": "RTX_4090", "gpu_count": 2, "start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339),
+		"region": "cn-east", "workload": "training"}
+	res := f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}})
+	if fmt.Sprint(res["accepted"]) != "1" {
+		t.Fatalf("ingest: %v", res)
+	}
+	// 2 GPUs × 1.5 h × 2.80 = 8.40
+	f.waitBalance("renter:r-001:wallet", "CNY", "91.60")
+	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "8.40")
+	f.waitBalance("bank:client", "CNY", "100.00")
+
+	// The same event again is a duplicate and changes nothing.
+	res = f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}})
+	if fmt.Sprint(res["duplicates"]) != "1" {
+		t.Fatalf("replay: %v", res)
+	}
+
+	// Kill the stack and start it again on the same database and data dir:
+	// nothing is lost, and new usage still flows.
+	f.st.Stop()
+	f.start()
+	f.waitBalance("renter:r-001:wallet", "CNY", "91.60")
+	ev2 := map[string]any{"id": "evt-2", "lease_id": "lease-1", "provider_id": "p-001", "renter_id": "r-001",
+		"gpu_model": "RTX_4090", "gpu_count": 2, "start_time": end.Format(time.RFC3339), "end_time": end.Add(30 * time.Minute).Format(time.RFC3339),
+		"region": "cn-east", "workload": "training"}
+	f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev2}})
+	// 2 × 0.5 h × 2.80 = 2.80 more.
+	f.waitBalance("renter:r-001:wallet", "CNY", "88.80")
+	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "11.20")
+	res = f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}})
+	if fmt.Sprint(res["duplicates"]) != "1" {
+		t.Fatalf("replay after restart: %v", res)
+	}
+}

@@ -1,0 +1,224 @@
+// Package simulate drives a small GPU marketplace through gpubill's public
+// REST API, so a newcomer running `make run` sees money flow: providers,
+// renters, a rate card with a night band, deposits, and a steady stream of
+// GPU usage.
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// Limits of the simulation.
+const (
+	leasesPerTick   = 20
+	eventsPerLease  = 3
+	topUpEveryTicks = 30
+	requestTimeout  = 30 * time.Second
+)
+
+// Config of a simulation run.
+type Config struct {
+	BaseURL string // e.g. http://127.0.0.1:8080
+	Token   string // finance or admin token
+	Tick    time.Duration
+	Log     *slog.Logger
+	Now     func() time.Time
+}
+
+type provider struct {
+	ID, Name, Tier, TaxProfile, Jurisdiction, PUE string
+}
+
+var providers = []provider{
+	{"p-001", "Shenzhen Render Farm", "standard", "individual", "CN", "1.2"},
+	{"p-002", "Hangzhou AI Lab", "pro", "enterprise", "CN", "1.6"},
+	{"p-003", "Chengdu GPU Co-op", "partner", "individual", "CN", "1.3"},
+	{"p-004", "Beijing Cloud Rigs", "standard", "individual", "CN", "1.1"},
+}
+
+var renters = []string{"r-001", "r-002", "r-003"}
+
+var gpuModels = []string{"RTX_4090", "A6000", "H100", "MI300X"}
+
+// Run seeds the marketplace and then sends usage every tick until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &client{base: cfg.BaseURL, token: cfg.Token, http: &http.Client{Timeout: requestTimeout}}
+	if err := seed(ctx, c, cfg); err != nil {
+		return fmt.Errorf("seed marketplace: %w", err)
+	}
+	cfg.Log.Info("simulated marketplace seeded", "providers", len(providers), "renters", len(renters))
+	rng := rand.New(rand.NewPCG(uint64(cfg.Now().UnixNano()), 42))
+	t := time.NewTicker(cfg.Tick)
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := sendUsage(ctx, c, cfg, rng, tick); err != nil {
+			cfg.Log.Warn("simulated usage not sent", "err", err)
+		}
+		if tick%topUpEveryTicks == 0 {
+			for _, r := range renters {
+				ref := fmt.Sprintf("sim-topup-%s-%d", r, cfg.Now().Unix()/int64(cfg.Tick.Seconds()*topUpEveryTicks+1))
+				if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "2000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
+					cfg.Log.Warn("simulated top-up failed", "renter", r, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func seed(ctx context.Context, c *client, cfg Config) error {
+	for _, p := range providers {
+		body := map[string]any{"provider_id": p.ID, "name": p.Name, "tier": p.Tier, "tax_profile": p.TaxProfile,
+			"jurisdiction": p.Jurisdiction, "pue": p.PUE, "currency": "CNY"}
+		if err := c.post(ctx, "/v1/providers", body, nil); err != nil && !isConflict(err) {
+			return err
+		}
+	}
+	for _, r := range renters {
+		body := map[string]any{"renter_id": r, "name": "Renter " + r, "currency": "CNY", "credit_limit": "0"}
+		if err := c.post(ctx, "/v1/renters", body, nil); err != nil && !isConflict(err) {
+			return err
+		}
+	}
+	var cards struct {
+		RateCards []json.RawMessage `json:"rate_cards"`
+	}
+	if err := c.get(ctx, "/v1/rate-cards?currency=CNY", &cards); err != nil {
+		return err
+	}
+	if len(cards.RateCards) == 0 {
+		card := map[string]any{
+			"currency":       "CNY",
+			"effective_from": "2026-01-01T00:00:00Z",
+			"gpu_prices": []map[string]string{
+				{"gpu_model": "RTX_4090", "hourly": "2.80"},
+				{"gpu_model": "A6000", "hourly": "3.50"},
+				{"gpu_model": "H100", "hourly": "16.00"},
+				{"gpu_model": "MI300X", "hourly": "14.50"},
+			},
+			"time_bands": []map[string]string{
+				{"name": "night", "start": "23:00", "end": "07:00", "timezone": "Asia/Shanghai", "multiplier": "0.80"},
+			},
+		}
+		if err := c.post(ctx, "/v1/rate-cards", card, nil); err != nil {
+			return err
+		}
+	}
+	for _, r := range renters {
+		ref := "sim-initial-" + r
+		if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "10000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendUsage starts leasesPerTick new leases in the recent past, each with a
+// few consecutive usage events (new lease ids never overlap earlier usage).
+func sendUsage(ctx context.Context, c *client, cfg Config, rng *rand.Rand, tick int) error {
+	now := cfg.Now().UTC().Truncate(time.Second)
+	var events []map[string]any
+	for i := 0; i < leasesPerTick; i++ {
+		lease := fmt.Sprintf("sim-%d-%d-%d", now.Unix(), tick, i)
+		p := providers[rng.IntN(len(providers))]
+		r := renters[rng.IntN(len(renters))]
+		model := gpuModels[rng.IntN(len(gpuModels))]
+		count := 1 + rng.IntN(8)
+		start := now.Add(-time.Duration(2+rng.IntN(46)) * time.Hour)
+		for k := 0; k < eventsPerLease; k++ {
+			end := start.Add(time.Duration(10+rng.IntN(50)) * time.Minute)
+			events = append(events, map[string]any{
+				"id": fmt.Sprintf("%s-e%d", lease, k), "lease_id": lease, "provider_id": p.ID, "renter_id": r,
+				"gpu_model": model, "gpu_count": count, "start_time": start.Format(time.RFC3339),
+				"end_time": end.Format(time.RFC3339), "region": "cn-east", "workload": "training",
+			})
+			start = end
+		}
+	}
+	var res struct {
+		Accepted   int               `json:"accepted"`
+		Duplicates int               `json:"duplicates"`
+		Rejected   []json.RawMessage `json:"rejected"`
+	}
+	if err := c.post(ctx, "/v1/usage-events", map[string]any{"events": events}, &res); err != nil {
+		return err
+	}
+	if len(res.Rejected) > 0 {
+		cfg.Log.Warn("simulated usage rejected", "rejected", len(res.Rejected), "first", string(res.Rejected[0]))
+	}
+	cfg.Log.Debug("simulated usage sent", "accepted", res.Accepted, "duplicates", res.Duplicates)
+	return nil
+}
+
+type client struct {
+	base, token string
+	http        *http.Client
+}
+
+type httpError struct {
+	code int
+	body string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.body) }
+
+func isConflict(err error) bool {
+	he, ok := err.(*httpError)
+	return ok && he.code == http.StatusConflict
+}
+
+func (c *client) post(ctx context.Context, path string, body, out any) error {
+	return c.do(ctx, http.MethodPost, path, body, out)
+}
+
+func (c *client) get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, nil, out)
+}
+
+func (c *client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		return &httpError{code: resp.StatusCode, body: string(b)}
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}

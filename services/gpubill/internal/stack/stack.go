@@ -1,0 +1,308 @@
+// Package stack composes every gpubill service into one process: the
+// single-binary edition behind `gpubill dev` and the end-to-end tests.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/pg"
+	gsrv "github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/tempdev"
+	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/metering"
+	"github.com/gpubill/gpubill/services/payout"
+	"github.com/gpubill/gpubill/services/pricing"
+	"github.com/gpubill/gpubill/services/settlement"
+	"github.com/gpubill/gpubill/services/tax"
+)
+
+const (
+	poolConnsMax       = 24
+	temporalDialWithin = 90 * time.Second
+	internalTokenTTL   = 10 * 365 * 24 * time.Hour
+	settlementQueue    = "settlement"
+)
+
+// Config is what the stack needs beyond config.Common.
+type Config struct {
+	config.Common
+	NATSAddr     string // embedded NATS listener (GPUBILL_NATS_ADDR)
+	TemporalAddr string // embedded Temporal listener (GPUBILL_TEMPORAL_ADDR)
+	Log          *slog.Logger
+	Clock        clock.Clock
+}
+
+// Stack is a running single-process gpubill.
+type Stack struct {
+	HTTPAddr string
+	GRPCAddr string
+	NATSURL  string
+	Temporal string
+	Secret   []byte
+	Pool     *pgxpool.Pool
+
+	log      *slog.Logger
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closers  []func()
+	srv      *gsrv.Server
+	runErr   chan error
+	stopOnce sync.Once
+}
+
+// Start brings up NATS (embedded unless NATS_URL), Temporal (a dev server
+// child unless TEMPORAL_ADDRESS), the database, every service and the
+// listeners. Stop undoes it in reverse.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System{}
+	}
+	cal, err := cfg.Calendar()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Stack{log: cfg.Log, cancel: cancel, runErr: make(chan error, 16)}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	if s.Secret, err = auth.LoadOrCreateSecret(cfg.AuthSecret, cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("auth secret: %w", err)
+	}
+
+	// NATS JetStream.
+	s.NATSURL = cfg.NatsURL
+	if s.NATSURL == "" {
+		ns, err := natsx.RunEmbedded(orDefault(cfg.NATSAddr, "127.0.0.1:0"), filepath.Join(cfg.DataDir, "nats"))
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { shutdownNATS(ns) })
+		s.NATSURL = ns.ClientURL()
+	}
+	nc, js, err := natsx.Connect(s.NATSURL, "gpubill")
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = nc.Drain() })
+
+	// Temporal.
+	s.Temporal = cfg.TemporalAddress
+	if s.Temporal == "" {
+		bin, err := tempdev.FindBinary()
+		if err != nil {
+			return nil, err
+		}
+		logf, err := os.OpenFile(filepath.Join(cfg.DataDir, "temporal.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		dev, err := tempdev.Start(ctx, bin, orDefault(cfg.TemporalAddr, "127.0.0.1:0"), filepath.Join(cfg.DataDir, "temporal.db"), logf)
+		if err != nil {
+			logf.Close()
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { dev.Stop(); logf.Close() })
+		s.Temporal = dev.Address
+	}
+	tc, err := dialTemporal(ctx, s.Temporal, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, tc.Close)
+
+	// PostgreSQL.
+	if s.Pool, err = pg.Open(ctx, cfg.DatabaseURL, poolConnsMax); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.Pool.Close)
+
+	// The gRPC listener comes first so the services' internal connection
+	// (settlement → ledger, tax) knows where to dial.
+	gl, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
+	}
+	internalToken, err := auth.Issue(s.Secret, auth.RoleAdmin, "gpubill-internal", internalTokenTTL)
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	internal, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.BearerCreds(internalToken)))
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = internal.Close() })
+
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, Internal: internal}
+	services, err := newServices(ctx, deps, tc)
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	regs := make([]gsrv.Service, len(services))
+	for i, x := range services {
+		regs[i] = x
+	}
+	s.srv, err = gsrv.Start(ctx, gsrv.Options{
+		GRPCListener: gl, HTTPAddr: cfg.HTTPAddr, Secret: s.Secret, Log: cfg.Log, Services: regs,
+		Ready: readiness(s.Pool, nc, js, tc),
+	})
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	s.HTTPAddr, s.GRPCAddr = s.srv.HTTPAddr, s.srv.GRPCAddr
+	go func() {
+		select {
+		case err := <-s.srv.Err():
+			s.runErr <- fmt.Errorf("listener: %w", err)
+		case <-runCtx.Done():
+		}
+	}()
+	for _, x := range services {
+		s.wg.Add(1)
+		go func(x svc.Service) {
+			defer s.wg.Done()
+			if err := x.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				cfg.Log.Error("service stopped", "service", x.Name(), "err", err)
+				s.runErr <- fmt.Errorf("%s: %w", x.Name(), err)
+			}
+		}(x)
+	}
+	return s, nil
+}
+
+func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Service, error) {
+	var out []svc.Service
+	add := func(x svc.Service, err error) error {
+		if err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
+	}
+	// Order: producers' streams exist before consumers attach.
+	for _, step := range []func() error{
+		func() error { x, err := metering.New(ctx, d); return add(x, wrap("metering", err)) },
+		func() error { x, err := pricing.New(ctx, d); return add(x, wrap("pricing", err)) },
+		func() error { x, err := ledger.New(ctx, d); return add(x, wrap("ledger", err)) },
+		func() error { x, err := tax.New(ctx, d); return add(x, wrap("tax", err)) },
+		func() error { x, err := payout.New(ctx, d); return add(x, wrap("payout", err)) },
+		func() error { x, err := settlement.New(ctx, d, tc, settlementQueue); return add(x, wrap("settlement", err)) },
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func wrap(name string, err error) error {
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	return nil
+}
+
+func readiness(pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, tc client.Client) []gsrv.Check {
+	return []gsrv.Check{
+		{Name: "database", Check: pool.Ping},
+		{Name: "nats", Check: func(ctx context.Context) error {
+			if nc.Status() != nats.CONNECTED {
+				return fmt.Errorf("nats %s", nc.Status())
+			}
+			_, err := js.AccountInfo(ctx)
+			return err
+		}},
+		{Name: "temporal", Check: func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}},
+	}
+}
+
+// dialTemporal retries until the frontend and its default namespace answer.
+func dialTemporal(ctx context.Context, addr string, lg *slog.Logger) (client.Client, error) {
+	deadline := time.Now().Add(temporalDialWithin)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: "default", Logger: log.NewStructuredLogger(lg.With("component", "temporal"))})
+		if err == nil {
+			if _, err = c.CheckHealth(ctx, &client.CheckHealthRequest{}); err == nil {
+				return c, nil
+			}
+			c.Close()
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("temporal at %s: %w", addr, lastErr)
+}
+
+func shutdownNATS(ns *server.Server) {
+	ns.Shutdown()
+	ns.WaitForShutdown()
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+// Err reports a listener or service failure.
+func (s *Stack) Err() <-chan error { return s.runErr }
+
+// Stop shuts everything down: listeners, background loops, then connections
+// and embedded servers in reverse order of start.
+func (s *Stack) Stop() {
+	s.stopOnce.Do(func() {
+		if s.srv != nil {
+			s.srv.Shutdown(context.Background())
+		}
+		s.cancel()
+		s.wg.Wait()
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+	})
+}
