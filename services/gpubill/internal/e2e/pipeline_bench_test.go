@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/metering"
+	"github.com/gpubill/gpubill/services/pricing"
+)
+
+// Shape of the pipeline benchmark.
+const (
+	pipelineEvents     = 200_000
+	pipelineEventsCall = 5_000 // the ingest API's batch limit
+	pipelineLeaseLen   = 10    // events per lease, 6 minutes each
+	pipelineProviders  = 50
+	pipelineRenters    = 100
+	pipelineClients    = 4
+	pipelineHourly     = "2.83"
+)
+
+// TestBenchPipeline measures events/s from the ingest API accepting them
+// until the ledger balances include them, through metering → JetStream →
+// pricing → JetStream → ledger, all on real Postgres and JetStream.
+func TestBenchPipeline(t *testing.T) {
+	testkit.Bench(t, "pipeline")
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	js := testkit.NewJetStream(t)
+	secret := []byte("bench")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	deps := svc.Deps{Pool: pool, JS: js.JS, Log: log, Clock: clock.System{}, Calendar: cycles.Default()}
+	m, err := metering.New(ctx, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pricing.New(ctx, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.New(ctx, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret, Log: log,
+		Services: []server.Service{m, p, l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	for _, s := range []svc.Service{m, p, l} {
+		wg.Add(1)
+		go func(s svc.Service) { defer wg.Done(); _ = s.Run(runCtx) }(s)
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	tok, _ := auth.Issue(secret, auth.RoleAdmin, "bench", time.Hour)
+	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(32<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	parties := meteringv1.NewPartyServiceClient(conn)
+	usage := meteringv1.NewUsageServiceClient(conn)
+	ledgerAPI := ledgerv1.NewLedgerServiceClient(conn)
+	for i := 0; i < pipelineProviders; i++ {
+		if _, err := parties.CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: fmt.Sprintf("p-%03d", i), Name: "bench",
+			Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Pue: "1.2", Currency: "CNY"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < pipelineRenters; i++ {
+		if _, err := parties.CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: fmt.Sprintf("r-%03d", i), Name: "bench", Currency: "CNY", CreditLimit: "0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pricingv1.NewPricingServiceClient(conn).CreateRateCard(ctx, &pricingv1.CreateRateCardRequest{Currency: "CNY",
+		EffectiveFrom: timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		GpuPrices:     []*pricingv1.GpuPrice{{GpuModel: "RTX_4090", Hourly: pipelineHourly}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Build every request up front; each lease is 10 consecutive 6-minute
+	// events, so its exact total is gpu_count × 1 h × hourly.
+	hourly := decimal.RequireFromString(pipelineHourly)
+	base := time.Now().UTC().Add(-30 * time.Hour).Truncate(time.Minute)
+	var reqs []*meteringv1.IngestUsageEventsRequest
+	want := decimal.Zero
+	cur := &meteringv1.IngestUsageEventsRequest{}
+	for i := 0; i < pipelineEvents; i++ {
+		lease, k := i/pipelineLeaseLen, i%pipelineLeaseLen
+		count := int32(1 + lease%4)
+		if k == 0 {
+			want = want.Add(hourly.Mul(decimal.NewFromInt32(count)))
+		}
+		start := base.Add(time.Duration(lease%600) * time.Minute).Add(time.Duration(k) * 6 * time.Minute)
+		cur.Events = append(cur.Events, &meteringv1.UsageEventInput{
+			Id: fmt.Sprintf("bev-%d", i), LeaseId: fmt.Sprintf("blease-%d", lease),
+			ProviderId: fmt.Sprintf("p-%03d", lease%pipelineProviders), RenterId: fmt.Sprintf("r-%03d", lease%pipelineRenters),
+			GpuModel: "RTX_4090", GpuCount: count, StartTime: start.Format(time.RFC3339), EndTime: start.Add(6 * time.Minute).Format(time.RFC3339),
+			Region: "cn-east", Workload: "training",
+		})
+		if len(cur.Events) == pipelineEventsCall {
+			reqs = append(reqs, cur)
+			cur = &meteringv1.IngestUsageEventsRequest{}
+		}
+	}
+	if len(cur.Events) > 0 {
+		reqs = append(reqs, cur)
+	}
+
+	began := time.Now()
+	work := make(chan *meteringv1.IngestUsageEventsRequest)
+	var ingestWG sync.WaitGroup
+	errs := make(chan error, pipelineClients)
+	for c := 0; c < pipelineClients; c++ {
+		ingestWG.Add(1)
+		go func() {
+			defer ingestWG.Done()
+			for r := range work {
+				res, err := usage.IngestUsageEvents(ctx, r)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if int(res.Accepted) != len(r.Events) {
+					errs <- fmt.Errorf("accepted %d of %d: %v", res.Accepted, len(r.Events), res.Rejected[:min(3, len(res.Rejected))])
+					return
+				}
+			}
+		}()
+	}
+	for _, r := range reqs {
+		work <- r
+	}
+	close(work)
+	ingestWG.Wait()
+	ingested := time.Since(began)
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+
+	pending := func() decimal.Decimal {
+		sum := decimal.Zero
+		token := ""
+		for {
+			res, err := ledgerAPI.ListAccounts(ctx, &ledgerv1.ListAccountsRequest{Prefix: "provider:", PageSize: 500, PageToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range res.Accounts {
+				for _, b := range a.Balances {
+					sum = sum.Add(decimal.RequireFromString(b.Amount))
+				}
+			}
+			if token = res.NextPageToken; token == "" {
+				return sum
+			}
+		}
+	}
+	var got decimal.Decimal
+	testkit.Eventually(t, 10*time.Minute, func() bool {
+		got = pending()
+		return got.GreaterThanOrEqual(want)
+	}, "ledger never reached the expected total")
+	elapsed := time.Since(began)
+	if !got.Equal(want) {
+		t.Fatalf("provider pending total %s, want exactly %s", got, want)
+	}
+	testkit.Report(t, testkit.Figure{Bench: "pipeline", Value: float64(int(float64(pipelineEvents) / elapsed.Seconds())), Unit: "events/s", N: pipelineEvents,
+		Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s", float64(pipelineEvents)/ingested.Seconds(), elapsed.Round(time.Millisecond))})
+}
