@@ -142,6 +142,9 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	var dups int
 	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
 		accepted, dbRejected, dups = nil, nil, 0
+		if err := postgres.LockIngest(ctx, tx); err != nil {
+			return err
+		}
 		inserted, err := a.Store.InsertUsage(ctx, tx, recs)
 		if err != nil {
 			return err
@@ -182,8 +185,8 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 				}
 				for i, e := range overlapping {
 					reason := fmt.Sprintf("overlaps %s on lease %s", with[e.ID], e.LeaseID)
-					if with[e.ID] == "" { // the other write was rolled back meanwhile; the client may retry
-						reason = fmt.Sprintf("conflicted with a concurrent write on lease %s; retry", e.LeaseID)
+					if with[e.ID] == "" { // cannot happen under LockIngest; say so rather than guess
+						reason = fmt.Sprintf("not recorded: conflicting write on lease %s; retry", e.LeaseID)
 					}
 					dbRejected = append(dbRejected, Rejection{Index: overlappingIdx[i], ID: e.ID, Reason: reason})
 				}

@@ -210,9 +210,22 @@ type Recorded struct {
 	ReceivedAt time.Time
 }
 
+// LockIngest serialises ingest transactions (across processes): the overlap
+// check in InsertUsage must see every committed event of the lease.
+func LockIngest(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.metering.ingest'))`)
+	return err
+}
+
+// overlapProbe finds a recorded event of lease x.lease_id overlapping
+// [x.s, x.e); events last at most 24 h, so it is a short btree range scan.
+const overlapProbe = `u.lease_id = x.lease_id and u.start_time < x.e
+	and u.start_time > x.s - interval '24 hours' and u.end_time > x.s`
+
 // InsertUsage inserts events with one multi-row statement, skipping any
 // whose id exists or whose GPU time overlaps its lease's recorded time, and
-// returns the ids it inserted.
+// returns the ids it inserted. Call it after LockIngest, with events that do
+// not overlap each other.
 func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map[string]bool, error) {
 	n := len(evs)
 	var (
@@ -229,7 +242,9 @@ func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map
 		(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
 		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
 			$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
-		on conflict do nothing returning id`,
+			as x(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, s, e, region, workload, cycle_id, status, received_at)
+		where not exists (select 1 from metering.usage_events u where `+overlapProbe+`)
+		on conflict (id) do nothing returning id`,
 		id, lease, prov, rent, model, count, start, end, region, work, cyc, status, recv)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
@@ -274,8 +289,7 @@ func (s *Store) Overlapping(ctx context.Context, tx pgx.Tx, evs []domain.Event) 
 	}
 	rows, err := tx.Query(ctx, `select distinct on (x.id) x.id, u.id
 		from unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) as x(id, lease_id, s, e)
-		join metering.usage_events u on u.lease_id = x.lease_id
-			and tstzrange(u.start_time, u.end_time, '[)') && tstzrange(x.s, x.e, '[)')
+		join metering.usage_events u on `+overlapProbe+`
 		order by x.id, u.start_time, u.id`, ids, lease, start, end)
 	if err != nil {
 		return nil, fmt.Errorf("find overlaps: %w", err)

@@ -1,0 +1,112 @@
+package metering_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/metering"
+)
+
+var now = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+
+func newService(t *testing.T) (*metering.Service, svc.Deps) {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	js := testkit.NewJetStream(t)
+	d := svc.Deps{Pool: pool, JS: js.JS, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock.NewManual(now), Calendar: cycles.Default()}
+	s, err := metering.New(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, d
+}
+
+func TestNATSIngestUsesTheSamePath(t *testing.T) {
+	t.Parallel()
+	s, d := newService(t)
+	ctx := context.Background()
+	if _, err := s.Parties().CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: "p-001", Tier: "standard", TaxProfile: "enterprise", Jurisdiction: "US"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Parties().CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: "r-001", Currency: "USD"}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"events":[
+		{"id":"evt-1","lease_id":"l-1","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":8,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"},
+		{"id":"evt-2","lease_id":"l-2","provider_id":"p-002","renter_id":"r-001","gpu_model":"H100","gpu_count":8,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}]}`
+	for i := 0; i < 2; i++ { // a node agent retry is harmless
+		if _, err := d.JS.Publish(ctx, "usage.ingest.p-001", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-001"})
+		return err == nil && len(res.UsageEvents) == 1 && res.UsageEvents[0].Id == "evt-1" && res.UsageEvents[0].CycleId == "cyc-20261112"
+	}, "evt-1 recorded from NATS, evt-2 (another provider's) refused")
+	// usage.recorded carries the enriched event.
+	cons, err := d.JS.OrderedConsumer(ctx, natsx.StreamUsage, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"usage.recorded.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b eventsv1.UsageRecordedBatch
+	if err := proto.Unmarshal(m.Data(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject() != "usage.recorded.p-001" || len(b.Events) != 1 || b.Events[0].Currency != "USD" || b.Events[0].ProviderTier != "standard" || b.Events[0].CycleId != "cyc-20261112" {
+		t.Fatalf("%s %v", m.Subject(), &b)
+	}
+}
+
+func TestPartyUpdatesArePublishedWithVersions(t *testing.T) {
+	t.Parallel()
+	s, d := newService(t)
+	ctx := context.Background()
+	if _, err := s.Parties().CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: "p-7", Tier: "pro", TaxProfile: "individual", Jurisdiction: "CN", Pue: "1.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Parties().UpdateProvider(ctx, &meteringv1.UpdateProviderRequest{
+		Provider: &meteringv1.Provider{ProviderId: "p-7", Pue: "1.55"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"pue"}}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := d.JS.OrderedConsumer(ctx, natsx.StreamParty, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*eventsv1.PartyUpdated
+	for len(got) < 2 {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p eventsv1.PartyUpdated
+		if err := proto.Unmarshal(m.Data(), &p); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, &p)
+	}
+	if got[0].Version != 1 || got[0].Pue != "1.2" || got[1].Version != 2 || got[1].Pue != "1.55" || got[1].Tier != "pro" {
+		t.Fatalf("party updates %v", got)
+	}
+}
