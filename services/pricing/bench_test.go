@@ -1,0 +1,127 @@
+package pricing_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+)
+
+const (
+	benchEvents    = 200_000
+	benchLeases    = 2_000
+	benchProviders = 50
+	benchRenters   = 200
+	benchCall      = 5_000
+)
+
+// benchUsage is benchEvents events from benchLeases leases, interleaved.
+func benchUsage() []*meteringv1.UsageEventInput {
+	start := now.Add(-30 * 24 * time.Hour)
+	out := make([]*meteringv1.UsageEventInput, benchEvents)
+	for i := range out {
+		l := i % benchLeases
+		at := start.Add(time.Duration(i/benchLeases) * 10 * time.Minute)
+		out[i] = usage(fmt.Sprintf("evt-%07d", i), fmt.Sprintf("lease-%05d", l), fmt.Sprintf("p-%03d", l%benchProviders),
+			fmt.Sprintf("r-%03d", l%benchRenters), at, 10*time.Minute)
+	}
+	return out
+}
+
+// usageMessage is a usage.recorded message as metering writes it in the
+// benchmarks: one ingest call of 5 000 events split over 50 providers.
+func usageMessage(events int) []byte {
+	b := &eventsv1.UsageRecordedBatch{BatchId: "ub_bench"}
+	for i := 0; i < events; i++ {
+		b.Events = append(b.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("evt-%07d", i), LeaseId: "lease-00001", ProviderId: "p-001",
+			RenterId: "r-001", GpuModel: "RTX_4090", GpuCount: 2, StartTime: timestamppb.New(now), EndTime: timestamppb.New(now.Add(10 * time.Minute)),
+			Region: "cn-east", Workload: "training", Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(now)})
+	}
+	payload, _ := proto.Marshal(b)
+	return payload
+}
+
+func TestBenchCeilingJetStream(t *testing.T) {
+	testkit.Bench(t, "ceiling_jetstream")
+	ctx := context.Background()
+	js := testkit.NewJetStream(t)
+	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	perMsg := benchCall / benchProviders
+	payload := usageMessage(perMsg)
+	msgs := benchEvents / perMsg
+	began := time.Now()
+	futures := make([]jetstream.PubAckFuture, 0, msgs)
+	for i := 0; i < msgs; i++ {
+		m := nats.NewMsg(fmt.Sprintf("usage.recorded.p-%03d", i%benchProviders))
+		m.Data = payload
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ub-%d", i))
+		f, err := js.JS.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.JS.CreateOrUpdateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < msgs {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			var b eventsv1.UsageRecordedBatch
+			if err := proto.Unmarshal(m.Data(), &b); err != nil {
+				t.Fatal(err)
+			}
+			_ = m.Ack()
+			got++
+		}
+	}
+	el := time.Since(began).Seconds()
+	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte UsageRecordedBatch messages (%d events each)", len(payload), perMsg)
+	testkit.Report(t, testkit.Figure{Bench: "ceiling_jetstream", Value: float64(msgs) / el, Unit: "msgs/s", N: msgs, Note: note})
+	testkit.Report(t, testkit.Figure{Bench: "ceiling_jetstream_events", Value: float64(msgs*perMsg) / el, Unit: "events/s", N: msgs * perMsg, Note: note})
+}
+
+func TestBenchPricingRate(t *testing.T) {
+	testkit.Bench(t, "pricing_rate")
+	s := newStack(t)
+	s.parties(t, benchProviders, benchRenters, "CNY")
+	s.card(t, "CNY", "2.00")
+	run(t, s.metering)
+	s.ingest(t, benchUsage(), benchCall)
+	// Wait until metering's outbox has reached JetStream; pricing is not running yet.
+	testkit.Eventually(t, 2*time.Minute, func() bool {
+		var n int
+		_ = s.deps.Pool.QueryRow(context.Background(), `select count(*) from metering.outbox`).Scan(&n)
+		return n == 0
+	}, "metering outbox relayed")
+	began := time.Now()
+	run(t, s.pricing)
+	testkit.Eventually(t, 5*time.Minute, func() bool { return s.ratedEvents(t) == benchEvents }, "all rated")
+	el := time.Since(began).Seconds()
+	testkit.Report(t, testkit.Figure{Bench: "pricing_rate", Value: benchEvents / el, Unit: "events/s", N: benchEvents,
+		Note: fmt.Sprintf("JetStream usage.recorded (%d-event messages) to committed charges + charges.rated outbox; %d leases", benchCall/benchProviders, benchLeases)})
+}
