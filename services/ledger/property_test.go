@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/shopspring/decimal"
 	"pgregory.net/rapid"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -120,5 +123,50 @@ func TestConcurrentHotAccounts(t *testing.T) {
 	for _, a := range hot {
 		wantBalance(t, f, a, "USD", want[a].String())
 	}
+	checkInvariants(t, f)
+}
+
+// Concurrent API writes are committed in groups; a refused one (overdraft,
+// conflicting replay) fails alone and the rest are posted.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const n = 48
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var in app.CreateTransactionInput
+			switch i % 3 {
+			case 0: // fine
+				in = transfer(fmt.Sprintf("ok-%d", i), "bank:client", "renter:r-1:wallet", "1", "USD")
+			case 1: // overdraws a provider account: refused
+				in = transfer(fmt.Sprintf("od-%d", i), "provider:p-1:available", "renter:r-1:wallet", "1", "USD")
+			case 2: // one key, two bodies: exactly one wins
+				in = transfer("shared", "bank:client", "renter:r-2:wallet", fmt.Sprint(1+i%2), "USD")
+			}
+			_, errs[i] = f.app.CreateTransaction(f.ctx, in)
+		}()
+	}
+	wg.Wait()
+	var ok, od, conflicts int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case i%3 == 1 && isInvalid(err):
+			od++
+		case i%3 == 2 && errors.Is(err, apperr.ErrConflict):
+			conflicts++
+		default:
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if od != n/3 || ok+conflicts != 2*n/3 || conflicts == 0 {
+		t.Fatalf("ok %d, overdrafts %d, conflicts %d", ok, od, conflicts)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", fmt.Sprint(n/3))
 	checkInvariants(t, f)
 }

@@ -33,6 +33,8 @@ type App struct {
 	Clock    clock.Clock
 	Calendar cycles.Calendar
 	Log      *slog.Logger
+
+	group grouper
 }
 
 // New wires the use cases.

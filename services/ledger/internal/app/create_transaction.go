@@ -48,5 +48,5 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 			"postings": domain.CanonicalPostings(postings),
 		}),
 	}
-	return a.postOne(ctx, t, nil)
+	return a.postGrouped(ctx, t)
 }

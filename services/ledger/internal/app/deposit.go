@@ -57,5 +57,5 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 		RequestHash: domain.RequestHash("deposit", map[string]any{
 			"renter_id": in.RenterID, "amount": amt.String(), "currency": cur.Code}),
 	}
-	return a.postOne(ctx, t, nil)
+	return a.postGrouped(ctx, t)
 }

@@ -1,0 +1,158 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// groupMax bounds the API transactions committed together.
+const groupMax = 256
+
+// Group commit for API writes: concurrent manual entries and deposits are
+// posted in one Postgres transaction, so a hot account (bank:client takes
+// every deposit) is locked and fsynced once per group instead of once per
+// call. No background goroutine: the first caller to find no committer
+// running becomes it and drains the queue; the others wait for their result.
+// A group that fails as a whole (an overdraft, any error) is retried one
+// transaction at a time, so each caller gets exactly its own answer.
+type grouper struct {
+	mu      sync.Mutex
+	queue   []*groupReq
+	running bool
+}
+
+type groupReq struct {
+	t    *domain.Transaction
+	id   string // the posted (or original, on a replay) transaction id
+	err  error
+	done chan struct{}
+}
+
+func (a *App) postGrouped(ctx context.Context, t *domain.Transaction) (*domain.Transaction, error) {
+	r := &groupReq{t: t, done: make(chan struct{})}
+	g := &a.group
+	g.mu.Lock()
+	g.queue = append(g.queue, r)
+	lead := !g.running
+	if lead {
+		g.running = true
+	}
+	g.mu.Unlock()
+	if lead {
+		a.commitGroups(context.WithoutCancel(ctx), r)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return a.getTransaction(ctx, r.id)
+}
+
+// commitGroups commits queued groups until mine is answered, then hands the
+// rest of the queue to a new committer so its caller is not held hostage by
+// later arrivals.
+func (a *App) commitGroups(ctx context.Context, mine *groupReq) {
+	g := &a.group
+	for {
+		if mine != nil {
+			select {
+			case <-mine.done:
+				go a.commitGroups(ctx, nil) // drains the queue, then releases the committer role
+				return
+			default:
+			}
+		}
+		g.mu.Lock()
+		n := min(len(g.queue), groupMax)
+		batch := g.queue[:n:n]
+		g.queue = g.queue[n:]
+		if n == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		if err := a.commitGroup(ctx, batch); err != nil {
+			for _, r := range batch { // one at a time: each gets its own answer
+				res, err := a.postOne(ctx, r.t, nil)
+				if err == nil {
+					r.id = res.ID
+				}
+				r.err = err
+			}
+		}
+		for _, r := range batch {
+			close(r.done)
+		}
+	}
+}
+
+var errGroupRetry = errors.New("group needs per-transaction retry")
+
+func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
+	if len(batch) == 1 {
+		return errGroupRetry // nothing to share: the plain path
+	}
+	txs := make([]*domain.Transaction, len(batch))
+	keys := map[string]bool{}
+	for i, r := range batch {
+		if keys[r.t.IdempotencyKey] {
+			return errGroupRetry // the same key twice in a group: let the plain path decide
+		}
+		keys[r.t.IdempotencyKey] = true
+		txs[i] = r.t
+	}
+	var changes []postgres.BalanceChange
+	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		fresh, ch, err := a.Store.Post(ctx, tx, txs, func(fresh []*domain.Transaction) error {
+			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
+		})
+		if err != nil {
+			return err
+		}
+		if checkOverdraft(ch) != nil {
+			return errGroupRetry
+		}
+		isFresh := make(map[string]bool, len(fresh))
+		for _, t := range fresh {
+			isFresh[t.ID] = true
+		}
+		for _, r := range batch {
+			r.id, r.err = r.t.ID, nil
+			if isFresh[r.t.ID] {
+				continue
+			}
+			id, h, err := postgres.TxByKey(ctx, tx, r.t.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			r.id = id
+			if !bytes.Equal(h, r.t.RequestHash[:]) {
+				r.err = fmt.Errorf("idempotency key %q was used for a different request (transaction %s): %w",
+					r.t.IdempotencyKey, id, apperr.ErrConflict)
+			}
+		}
+		changes = ch
+		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(fresh, ch, a.now())...)
+	})
+	if err != nil {
+		return err
+	}
+	a.Store.Remember(changes)
+	return nil
+}
