@@ -6,7 +6,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -105,9 +104,8 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return relay.Run(ctx) })
 	}
 	g.Go(func() error { return s.runChain(ctx) })
-	err := g.Wait()
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("ledger: %w", err)
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,11 +19,17 @@ const (
 	chargesFetchWait = 100 * time.Millisecond
 )
 
-// ChargesSpec is the durable pull consumer on charges.rated.>.
+const chargesRatedPrefix = "charges.rated."
+
+
+// ChargesSpec is the durable pull consumer on CHARGES. It takes no subject
+// filter: natsx sends filters as filter_subjects, which NATS servers before
+// 2.10 (Debian's 2.9) refuse, and CHARGES holds only charges.>; the handler
+// keeps charges.rated.* and acks anything else unread.
 func ChargesSpec() natsx.ConsumerSpec {
 	return natsx.ConsumerSpec{
 		Stream: natsx.StreamCharges, Durable: app.ChargesConsumer,
-		FilterSubjects: []string{"charges.rated.>"}, BatchMax: chargesFetchMax, MaxWait: chargesFetchWait,
+		BatchMax: chargesFetchMax, MaxWait: chargesFetchWait,
 	}
 }
 
@@ -30,9 +37,11 @@ func ChargesSpec() natsx.ConsumerSpec {
 // ctx ends.
 func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App) error {
 	return natsx.Consume(ctx, js, log, ChargesSpec(), func(ctx context.Context, msgs []jetstream.Msg) error {
-		in := make([]app.Message, len(msgs))
-		for i, m := range msgs {
-			in[i] = app.Message{ID: natsx.MsgID(m), Payload: m.Data()}
+		in := make([]app.Message, 0, len(msgs))
+		for _, m := range msgs {
+			if strings.HasPrefix(m.Subject(), chargesRatedPrefix) {
+				in = append(in, app.Message{ID: natsx.MsgID(m), Payload: m.Data()})
+			}
 		}
 		_, err := a.PostCharges(ctx, in)
 		return err
