@@ -21,7 +21,6 @@ const (
 
 const chargesRatedPrefix = "charges.rated."
 
-
 // ChargesSpec is the durable pull consumer on CHARGES. It takes no subject
 // filter: natsx sends filters as filter_subjects, which NATS servers before
 // 2.10 (Debian's 2.9) refuse, and CHARGES holds only charges.>; the handler
