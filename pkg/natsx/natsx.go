@@ -118,15 +118,24 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if spec.MaxWait <= 0 {
 		spec.MaxWait = fetchMaxWaitDefault
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, jetstream.ConsumerConfig{
-		Durable:        spec.Durable,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        consumerAckWait,
-		MaxDeliver:     consumerMaxDeliver,
-		MaxAckPending:  consumerMaxAckPend,
-		FilterSubjects: spec.FilterSubjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	cc := jetstream.ConsumerConfig{
+		Durable:       spec.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       consumerAckWait,
+		MaxDeliver:    consumerMaxDeliver,
+		MaxAckPending: consumerMaxAckPend,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	// One subject goes in FilterSubject: servers before 2.10 (Debian's
+	// nats-server 2.9) refuse the multi-subject filter_subjects field.
+	switch len(spec.FilterSubjects) {
+	case 0:
+	case 1:
+		cc.FilterSubject = spec.FilterSubjects[0]
+	default:
+		cc.FilterSubjects = spec.FilterSubjects
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cc)
 	if err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", spec.Durable, spec.Stream, err)
 	}

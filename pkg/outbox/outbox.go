@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +38,8 @@ import (
 // Limits of the relay.
 const (
 	relayBatchMax     = 1000
-	relayIdlePoll     = time.Second
+	relayPollMin      = 5 * time.Millisecond   // poll interval right after traffic
+	relayIdlePoll     = 200 * time.Millisecond // longest poll interval when idle
 	relayErrorBackoff = 500 * time.Millisecond
 	publishAckTimeout = 30 * time.Second
 )
@@ -49,10 +51,8 @@ type Message struct {
 	Payload []byte
 }
 
-func channel(schema string) string { return "gpubill_outbox_" + schema }
-
-// Add writes messages to the schema's outbox inside tx and signals the relay
-// (the NOTIFY is delivered only if tx commits).
+// Add writes messages to the schema's outbox inside tx. Call Wake(schema)
+// after the commit for the lowest latency.
 func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -72,10 +72,26 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	if _, err := tx.Exec(ctx, q, ids, subjects, payloads); err != nil {
 		return fmt.Errorf("outbox add: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `select pg_notify($1, '')`, channel(schema)); err != nil {
-		return fmt.Errorf("outbox notify: %w", err)
-	}
 	return nil
+}
+
+// wakers lets a writer in this process nudge its schema's relay right after
+// commit. (pg_notify would do it across processes, but Postgres lets only one
+// notifying transaction commit at a time, which would serialise every writer.)
+var wakers sync.Map // schema → chan struct{}
+
+func waker(schema string) chan struct{} {
+	ch, _ := wakers.LoadOrStore(schema, make(chan struct{}, 1))
+	return ch.(chan struct{})
+}
+
+// Wake tells the schema's relay that committed messages are waiting. It never
+// blocks; without it the relay still finds them by polling.
+func Wake(schema string) {
+	select {
+	case waker(schema) <- struct{}{}:
+	default:
+	}
 }
 
 // Claim records message ids as processed by consumer inside tx and returns
@@ -135,23 +151,25 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		return nil
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck
-	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{channel(r.Schema)}.Sanitize()); err != nil {
-		return err
-	}
+	wake := waker(r.Schema)
+	idle := relayPollMin
 	for ctx.Err() == nil {
 		n, err := r.relayOnce(ctx)
 		if err != nil {
 			return err
 		}
-		if n == relayBatchMax {
-			continue // more waiting
+		if n > 0 {
+			idle = relayPollMin
+			continue // under load: relay again at once
 		}
-		wctx, cancel := context.WithTimeout(ctx, relayIdlePoll)
-		_, err = conn.Conn().WaitForNotification(wctx)
-		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			return err
+		t := time.NewTimer(idle)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-t.C:
+			idle = min(idle*2, relayIdlePoll)
 		}
+		t.Stop()
 	}
 	return nil
 }
