@@ -136,13 +136,18 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 		return res, nil
 	}
 
-	// Pass 3: against what is recorded, in one transaction with the outbox.
+	// Pass 3: against what is recorded, in one transaction with the outbox,
+	// holding the locks of the batch's leases.
+	leaseIDs := make([]string, 0, len(byLease))
+	for l := range byLease {
+		leaseIDs = append(leaseIDs, l)
+	}
 	var accepted []postgres.Recorded
 	var dbRejected []Rejection
 	var dups int
 	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
 		accepted, dbRejected, dups = nil, nil, 0
-		if err := postgres.LockIngest(ctx, tx); err != nil {
+		if err := postgres.LockLeases(ctx, tx, leaseIDs); err != nil {
 			return err
 		}
 		inserted, err := a.Store.InsertUsage(ctx, tx, recs)
@@ -185,7 +190,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 				}
 				for i, e := range overlapping {
 					reason := fmt.Sprintf("overlaps %s on lease %s", with[e.ID], e.LeaseID)
-					if with[e.ID] == "" { // cannot happen under LockIngest; say so rather than guess
+					if with[e.ID] == "" { // cannot happen under LockLeases; say so rather than guess
 						reason = fmt.Sprintf("not recorded: conflicting write on lease %s; retry", e.LeaseID)
 					}
 					dbRejected = append(dbRejected, Rejection{Index: overlappingIdx[i], ID: e.ID, Reason: reason})

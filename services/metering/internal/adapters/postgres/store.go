@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -210,11 +212,19 @@ type Recorded struct {
 	ReceivedAt time.Time
 }
 
-// LockIngest serialises ingest transactions (across processes): the overlap
-// check in InsertUsage must see every committed event of the lease.
-func LockIngest(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.metering.ingest'))`)
-	return err
+// LockLeases takes a transaction-scoped advisory lock per distinct lease, in
+// one statement and in key order (so two ingests never deadlock on them):
+// ingests of disjoint leases run in parallel, and the overlap check in
+// InsertUsage sees every committed event of its leases. Two leases whose
+// hashes collide merely serialise.
+func LockLeases(ctx context.Context, tx pgx.Tx, leaseIDs []string) error {
+	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(k.ns, k.h) from (
+		select distinct hashtext('gpubill.metering.lease') as ns, hashtext(l) as h
+		from unnest($1::text[]) as l order by 1, 2) as k`, leaseIDs)
+	if err != nil {
+		return fmt.Errorf("lock leases: %w", err)
+	}
+	return nil
 }
 
 // overlapProbe finds a recorded event of lease x.lease_id overlapping
@@ -222,11 +232,25 @@ func LockIngest(ctx context.Context, tx pgx.Tx) error {
 const overlapProbe = `u.lease_id = x.lease_id and u.start_time < x.e
 	and u.start_time > x.s - interval '24 hours' and u.end_time > x.s`
 
+// lastBefore is the probe InsertUsage uses: a lease's recorded events never
+// overlap each other, so ordered by start they are ordered by end too, and
+// [x.s, x.e) overlaps one of them exactly when the last one starting before
+// x.e ends after x.s. One backward step on (lease_id, start_time) per event,
+// however many events the lease has (a NOT EXISTS over the range let the
+// planner hash the whole table for every batch).
+const lastBefore = `not exists (select 1 from (select u.end_time from metering.usage_events u
+		where u.lease_id = x.lease_id and u.start_time < x.e order by u.start_time desc limit 1) as p
+	where p.end_time > x.s)`
+
 // InsertUsage inserts events with one multi-row statement, skipping any
 // whose id exists or whose GPU time overlaps its lease's recorded time, and
-// returns the ids it inserted. Call it after LockIngest, with events that do
-// not overlap each other.
+// returns the ids it inserted. Call it after LockLeases, with events that do
+// not overlap each other. Rows go in in id order, so two concurrent ingests
+// that share an event id under different leases wait on each other's unique
+// key in one direction only (no deadlock).
 func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map[string]bool, error) {
+	evs = slices.Clone(evs)
+	slices.SortFunc(evs, func(a, b Recorded) int { return strings.Compare(a.ID, b.ID) })
 	n := len(evs)
 	var (
 		id, lease, prov, rent, model, region, work, cyc, status = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -243,7 +267,7 @@ func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map
 		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
 			$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
 			as x(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, s, e, region, workload, cycle_id, status, received_at)
-		where not exists (select 1 from metering.usage_events u where `+overlapProbe+`)
+		where `+lastBefore+`
 		on conflict (id) do nothing returning id`,
 		id, lease, prov, rent, model, count, start, end, region, work, cyc, status, recv)
 	if err != nil {
@@ -287,10 +311,10 @@ func (s *Store) Overlapping(ctx context.Context, tx pgx.Tx, evs []domain.Event) 
 	for i, e := range evs {
 		ids[i], lease[i], start[i], end[i] = e.ID, e.LeaseID, e.Start, e.End
 	}
-	rows, err := tx.Query(ctx, `select distinct on (x.id) x.id, u.id
+	rows, err := tx.Query(ctx, `select x.id, f.id
 		from unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) as x(id, lease_id, s, e)
-		join metering.usage_events u on `+overlapProbe+`
-		order by x.id, u.start_time, u.id`, ids, lease, start, end)
+		cross join lateral (select u.id from metering.usage_events u where `+overlapProbe+`
+			order by u.start_time, u.id limit 1) as f`, ids, lease, start, end)
 	if err != nil {
 		return nil, fmt.Errorf("find overlaps: %w", err)
 	}
