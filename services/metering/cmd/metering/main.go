@@ -1,98 +1,19 @@
-// Command metering runs the metering service alone.
+// Command metering runs the metering service alone (NATS_URL and GPUBILL_AUTH_SECRET
+// required; `gpubill dev` runs every service in one process instead).
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/alecthomas/kong"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/gpubill/gpubill/pkg/auth"
-	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/config"
-	"github.com/gpubill/gpubill/pkg/natsx"
-	"github.com/gpubill/gpubill/pkg/obs"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/services/metering"
 )
 
-type cli struct {
-	config.Common
-	LateArrivalDays int `name:"late-arrival-days" env:"GPUBILL_LATE_ARRIVAL_DAYS" default:"35" help:"Oldest usage start accepted, in days."`
-}
+func main() { os.Exit(svc.Main("metering", build)) }
 
-func main() {
-	var c cli
-	kong.Parse(&c, kong.Name("metering"), kong.Description("gpubill metering: parties and GPU usage."))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, c)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "metering:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, c cli) error {
-	log := obs.NewLogger(os.Stderr, c.LogLevel)
-	cal, err := c.Calendar()
-	if err != nil {
-		return err
-	}
-	if c.NatsURL == "" {
-		return fmt.Errorf("NATS_URL is required when metering runs alone")
-	}
-	secret, err := auth.LoadOrCreateSecret(c.AuthSecret, c.DataDir)
-	if err != nil {
-		return err
-	}
-	pool, err := pg.Open(ctx, c.DatabaseURL, 0)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	nc, js, err := natsx.Connect(c.NatsURL, metering.Name)
-	if err != nil {
-		return err
-	}
-	defer nc.Drain() //nolint:errcheck
-	internal, err := svc.NewInternalRouter(secret, c.GRPCAddr)
-	if err != nil {
-		return err
-	}
-	defer internal.Close()
-	s, err := metering.New(ctx, svc.Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, Internal: internal},
-		metering.WithLateArrival(time.Duration(c.LateArrivalDays)*24*time.Hour))
-	if err != nil {
-		return err
-	}
-	srv, err := server.Start(ctx, server.Options{GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, Secret: secret, Log: log,
-		Services: []server.Service{s}, Ready: []server.Check{
-			{Name: "database", Check: pool.Ping},
-			{Name: "nats", Check: nc.FlushWithContext},
-		}})
-	if err != nil {
-		return err
-	}
-	log.Info("metering listening", "grpc", srv.GRPCAddr, "http", srv.HTTPAddr)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.Run(gctx) })
-	g.Go(func() error {
-		select {
-		case err := <-srv.Err():
-			return err
-		case <-gctx.Done():
-			return nil
-		}
-	})
-	err = g.Wait()
-	srv.Shutdown(context.WithoutCancel(ctx))
-	return err
+func build(ctx context.Context, d svc.Deps, _ config.Common) (svc.Service, func(), error) {
+	s, err := metering.New(ctx, d)
+	return s, nil, err
 }
