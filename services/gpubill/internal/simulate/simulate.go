@@ -18,7 +18,7 @@ import (
 
 // Limits of the simulation.
 const (
-	leasesPerTick   = 20
+	leasesPerTick   = 5
 	eventsPerLease  = 3
 	topUpEveryTicks = 30
 	requestTimeout  = 30 * time.Second
@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if tick%topUpEveryTicks == 0 {
 			for _, r := range renters {
 				ref := fmt.Sprintf("sim-topup-%s-%d", r, cfg.Now().Unix()/int64(cfg.Tick.Seconds()*topUpEveryTicks+1))
-				if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "2000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
+				if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "5000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
 					cfg.Log.Warn("simulated top-up failed", "renter", r, "err", err)
 				}
 			}
@@ -124,7 +124,7 @@ func seed(ctx context.Context, c *client, cfg Config) error {
 	}
 	for _, r := range renters {
 		ref := "sim-initial-" + r
-		if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "10000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
+		if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": r, "amount": "50000.00", "currency": "CNY", "external_ref": ref}, nil); err != nil {
 			return err
 		}
 	}
@@ -141,10 +141,11 @@ func sendUsage(ctx context.Context, c *client, cfg Config, rng *rand.Rand, tick 
 		p := providers[rng.IntN(len(providers))]
 		r := renters[rng.IntN(len(renters))]
 		model := gpuModels[rng.IntN(len(gpuModels))]
-		count := 1 + rng.IntN(8)
+		count := 1 + rng.IntN(4)
+		// Usage of the last two days; three events end at most 1.5 h after start.
 		start := now.Add(-time.Duration(2+rng.IntN(46)) * time.Hour)
 		for k := 0; k < eventsPerLease; k++ {
-			end := start.Add(time.Duration(10+rng.IntN(50)) * time.Minute)
+			end := start.Add(time.Duration(5+rng.IntN(25)) * time.Minute)
 			events = append(events, map[string]any{
 				"id": fmt.Sprintf("%s-e%d", lease, k), "lease_id": lease, "provider_id": p.ID, "renter_id": r,
 				"gpu_model": model, "gpu_count": count, "start_time": start.Format(time.RFC3339),
