@@ -222,7 +222,10 @@ func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Servi
 		func() error { x, err := ledger.New(ctx, d); return add(x, wrap("ledger", err)) },
 		func() error { x, err := tax.New(ctx, d); return add(x, wrap("tax", err)) },
 		func() error { x, err := payout.New(ctx, d); return add(x, wrap("payout", err)) },
-		func() error { x, err := settlement.New(ctx, d, tc, settlementQueue); return add(x, wrap("settlement", err)) },
+		func() error {
+			x, err := settlement.New(ctx, d, tc, settlementQueue)
+			return add(x, wrap("settlement", err))
+		},
 	} {
 		if err := step(); err != nil {
 			return nil, err
