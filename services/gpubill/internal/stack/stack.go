@@ -207,38 +207,27 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 }
 
 func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Service, error) {
-	var out []svc.Service
-	add := func(x svc.Service, err error) error {
+	// Producers first, so the streams a consumer attaches to already exist.
+	ctors := []struct {
+		name string
+		new  func() (svc.Service, error)
+	}{
+		{"metering", func() (svc.Service, error) { return metering.New(ctx, d) }},
+		{"pricing", func() (svc.Service, error) { return pricing.New(ctx, d) }},
+		{"ledger", func() (svc.Service, error) { return ledger.New(ctx, d) }},
+		{"tax", func() (svc.Service, error) { return tax.New(ctx, d) }},
+		{"payout", func() (svc.Service, error) { return payout.New(ctx, d) }},
+		{"settlement", func() (svc.Service, error) { return settlement.New(ctx, d, tc, settlementQueue) }},
+	}
+	out := make([]svc.Service, 0, len(ctors))
+	for _, c := range ctors {
+		x, err := c.new()
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("start %s: %w", c.name, err)
 		}
 		out = append(out, x)
-		return nil
-	}
-	// Order: producers' streams exist before consumers attach.
-	for _, step := range []func() error{
-		func() error { x, err := metering.New(ctx, d); return add(x, wrap("metering", err)) },
-		func() error { x, err := pricing.New(ctx, d); return add(x, wrap("pricing", err)) },
-		func() error { x, err := ledger.New(ctx, d); return add(x, wrap("ledger", err)) },
-		func() error { x, err := tax.New(ctx, d); return add(x, wrap("tax", err)) },
-		func() error { x, err := payout.New(ctx, d); return add(x, wrap("payout", err)) },
-		func() error {
-			x, err := settlement.New(ctx, d, tc, settlementQueue)
-			return add(x, wrap("settlement", err))
-		},
-	} {
-		if err := step(); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
-}
-
-func wrap(name string, err error) error {
-	if err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	return nil
 }
 
 func readiness(pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, tc client.Client) []gsrv.Check {
