@@ -92,6 +92,18 @@ func seed(ctx context.Context, c *client, cfg Config) error {
 			return err
 		}
 	}
+	// Payout setup for all but the last provider, whose payouts then wait in
+	// action_required (no KYC, no method) as a real unfinished signup would.
+	for i, p := range providers[:len(providers)-1] {
+		method := map[string]any{"type": "alipay", "account_name": p.Name, "alipay_id": fmt.Sprintf("sim-alipay-%04d", 10+i)}
+		if err := c.do(ctx, http.MethodPut, "/v1/providers/"+p.ID+"/payout-method", method, nil); err != nil {
+			return err
+		}
+		kyc := map[string]any{"status": "verified", "reference": "sim-kyc-" + p.ID}
+		if err := c.do(ctx, http.MethodPut, "/v1/providers/"+p.ID+"/kyc", kyc, nil); err != nil {
+			return err
+		}
+	}
 	for _, r := range renters {
 		body := map[string]any{"renter_id": r, "name": "Renter " + r, "currency": "CNY", "credit_limit": "0"}
 		if err := c.post(ctx, "/v1/renters", body, nil); err != nil && !isConflict(err) {
