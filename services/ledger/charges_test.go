@@ -2,9 +2,11 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -77,9 +79,49 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'billing.wallet.depleted.r-1'`); got != 1 {
 		t.Fatalf("%d depletion events after a second charge, want 1", got)
 	}
-	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'ledger.posted.provider'`); got != 4 {
-		t.Fatalf("%d ledger.posted.provider events, want 4", got)
+	// One LedgerPostedBatch per class per write; the four charges posted
+	// (not the replays) are each announced exactly once.
+	if got := postedTransactions(t, f, "provider"); len(got) != 4 {
+		t.Fatalf("ledger.posted.provider announced %d transactions %v, want 4", len(got), got)
 	}
+	if got := postedTransactions(t, f, "renter"); len(got) != 4 {
+		t.Fatalf("ledger.posted.renter announced %d charge transactions %v, want 4", len(got), got)
+	}
+}
+
+// postedTransactions decodes the outbox's ledger.posted.{class} batches and
+// returns the charge idempotency keys they announce (each must appear once).
+func postedTransactions(t testing.TB, f *fixture, class string) []string {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, `select payload from ledger.outbox where subject = $1 order by seq`, "ledger.posted."+class)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for _, p := range payloads {
+		var b eventsv1.LedgerPostedBatch
+		if err := proto.Unmarshal(p, &b); err != nil {
+			t.Fatal(err)
+		}
+		for _, tx := range b.Transactions {
+			if seen[tx.TransactionId] {
+				t.Fatalf("transaction %s announced twice on ledger.posted.%s", tx.TransactionId, class)
+			}
+			seen[tx.TransactionId] = true
+			if len(tx.Postings) != 2 {
+				t.Fatalf("transaction %s announced with %d postings, want 2", tx.TransactionId, len(tx.Postings))
+			}
+			if strings.HasPrefix(tx.IdempotencyKey, "ch-") {
+				keys = append(keys, tx.IdempotencyKey)
+			}
+		}
+	}
+	return keys
 }
 
 func TestClosedCycleRedirect(t *testing.T) {

@@ -133,34 +133,82 @@ func (a *App) getTransaction(ctx context.Context, id string) (*domain.Transactio
 	return txs[0], nil
 }
 
-// postedEvents are ledger.posted.{class}: one per transaction and account
-// class it touches, so a subscriber to one class sees every movement of it.
+// postedPayloadMax bounds one ledger.posted message (JetStream refuses
+// payloads over the server's max_payload, 1 MiB by default): a class's
+// transactions of one write are split into several batches when needed.
+const postedPayloadMax = 256 << 10
+
+// postedEvents are ledger.posted.{class}: LedgerPostedBatch messages per
+// account class the write touches, carrying every transaction that moves an
+// account of that class (with all its postings), so a subscriber to one
+// class sees every movement of it. One message per class per write (split
+// only past postedPayloadMax), not per transaction, keeps the outbox and
+// JetStream cost of a fetched batch of thousands of charges at a handful of
+// messages. A batch id is its first transaction's id (fresh, unique) and the
+// class.
 func postedEvents(txs []*domain.Transaction) []outbox.Message {
-	out := make([]outbox.Message, 0, 2*len(txs))
+	if len(txs) == 0 {
+		return nil
+	}
+	type open struct {
+		b    *eventsv1.LedgerPostedBatch
+		size int
+	}
+	var out []outbox.Message
+	var classes []domain.Class
+	batches := map[domain.Class]*open{}
+	flush := func(c domain.Class) {
+		o := batches[c]
+		if o == nil || len(o.b.Transactions) == 0 {
+			return
+		}
+		payload, err := proto.Marshal(o.b)
+		if err == nil { // a message of strings and timestamps always marshals
+			out = append(out, outbox.Message{ID: o.b.BatchId, Subject: "ledger.posted." + string(c), Payload: payload})
+		}
+		delete(batches, c)
+	}
 	for _, t := range txs {
 		ev := &eventsv1.LedgerPosted{
 			TransactionId: t.ID, IdempotencyKey: t.IdempotencyKey,
 			EffectiveAt: timestamppb.New(t.EffectiveAt), CreatedAt: timestamppb.New(t.CreatedAt),
+			Postings: make([]*eventsv1.Posting, 0, len(t.Postings)),
 		}
-		var classes []domain.Class
 		for _, p := range t.Postings {
 			ev.Postings = append(ev.Postings, &eventsv1.Posting{Account: p.Account.Address, Direction: string(p.Direction),
 				Amount: p.Amount.String(), Currency: p.Currency})
-			seen := false
-			for _, c := range classes {
-				seen = seen || c == p.Account.Class
+		}
+		size := proto.Size(ev) + 8
+		for i, p := range t.Postings {
+			c := p.Account.Class
+			dup := false
+			for _, q := range t.Postings[:i] {
+				dup = dup || q.Account.Class == c
 			}
-			if !seen {
-				classes = append(classes, p.Account.Class)
+			if dup {
+				continue // one entry per transaction in each class's batch
 			}
+			if o := batches[c]; o != nil && o.size+size > postedPayloadMax {
+				flush(c)
+			}
+			o := batches[c]
+			if o == nil {
+				o = &open{b: &eventsv1.LedgerPostedBatch{BatchId: "ledger-posted-" + t.ID + "-" + string(c)}}
+				batches[c] = o
+				seen := false
+				for _, k := range classes {
+					seen = seen || k == c
+				}
+				if !seen {
+					classes = append(classes, c)
+				}
+			}
+			o.b.Transactions = append(o.b.Transactions, ev)
+			o.size += size
 		}
-		payload, err := proto.Marshal(ev)
-		if err != nil {
-			continue // a message of strings and timestamps always marshals
-		}
-		for _, c := range classes {
-			out = append(out, outbox.Message{ID: "ledger-posted-" + t.ID + "-" + string(c), Subject: "ledger.posted." + string(c), Payload: payload})
-		}
+	}
+	for _, c := range classes {
+		flush(c)
 	}
 	return out
 }

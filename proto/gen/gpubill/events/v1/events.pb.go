@@ -753,7 +753,8 @@ func (x *Posting) GetCurrency() string {
 	return ""
 }
 
-// Subject ledger.posted.{account class}, e.g. ledger.posted.renter.
+// One posted journal transaction with all its postings. Carried inside a
+// LedgerPostedBatch on ledger.posted.{account class}.
 type LedgerPosted struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	TransactionId  string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
@@ -830,6 +831,62 @@ func (x *LedgerPosted) GetPostings() []*Posting {
 	return nil
 }
 
+// Subject ledger.posted.{account class}, e.g. ledger.posted.renter;
+// Nats-Msg-Id = batch_id. One message per account class per ledger write
+// (a fetched batch of charges, or an API write): every transaction that
+// touches the class, in posting order, each with all its postings.
+type LedgerPostedBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Transactions  []*LedgerPosted        `protobuf:"bytes,2,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerPostedBatch) Reset() {
+	*x = LedgerPostedBatch{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerPostedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerPostedBatch) ProtoMessage() {}
+
+func (x *LedgerPostedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerPostedBatch.ProtoReflect.Descriptor instead.
+func (*LedgerPostedBatch) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LedgerPostedBatch) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LedgerPostedBatch) GetTransactions() []*LedgerPosted {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
 // Subject billing.wallet.depleted.{renter_id}.
 type WalletDepleted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -844,7 +901,7 @@ type WalletDepleted struct {
 
 func (x *WalletDepleted) Reset() {
 	*x = WalletDepleted{}
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[8]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +913,7 @@ func (x *WalletDepleted) String() string {
 func (*WalletDepleted) ProtoMessage() {}
 
 func (x *WalletDepleted) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[8]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +926,7 @@ func (x *WalletDepleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WalletDepleted.ProtoReflect.Descriptor instead.
 func (*WalletDepleted) Descriptor() ([]byte, []int) {
-	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WalletDepleted) GetRenterId() string {
@@ -918,7 +975,7 @@ type CycleClosed struct {
 
 func (x *CycleClosed) Reset() {
 	*x = CycleClosed{}
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[9]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +987,7 @@ func (x *CycleClosed) String() string {
 func (*CycleClosed) ProtoMessage() {}
 
 func (x *CycleClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[9]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1000,7 @@ func (x *CycleClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CycleClosed.ProtoReflect.Descriptor instead.
 func (*CycleClosed) Descriptor() ([]byte, []int) {
-	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CycleClosed) GetCycleId() string {
@@ -979,7 +1036,7 @@ type ProviderSettled struct {
 
 func (x *ProviderSettled) Reset() {
 	*x = ProviderSettled{}
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[10]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1048,7 @@ func (x *ProviderSettled) String() string {
 func (*ProviderSettled) ProtoMessage() {}
 
 func (x *ProviderSettled) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[10]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1061,7 @@ func (x *ProviderSettled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderSettled.ProtoReflect.Descriptor instead.
 func (*ProviderSettled) Descriptor() ([]byte, []int) {
-	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProviderSettled) GetProviderId() string {
@@ -1170,7 +1227,10 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\feffective_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\veffectiveAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x126\n" +
-	"\bpostings\x18\x05 \x03(\v2\x1a.gpubill.events.v1.PostingR\bpostings\"\xb6\x01\n" +
+	"\bpostings\x18\x05 \x03(\v2\x1a.gpubill.events.v1.PostingR\bpostings\"s\n" +
+	"\x11LedgerPostedBatch\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12C\n" +
+	"\ftransactions\x18\x02 \x03(\v2\x1f.gpubill.events.v1.LedgerPostedR\ftransactions\"\xb6\x01\n" +
 	"\x0eWalletDepleted\x12\x1b\n" +
 	"\trenter_id\x18\x01 \x01(\tR\brenterId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1208,7 +1268,7 @@ func file_gpubill_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpubill_events_v1_events_proto_rawDescData
 }
 
-var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*UsageEvent)(nil),            // 0: gpubill.events.v1.UsageEvent
 	(*UsageRecordedBatch)(nil),    // 1: gpubill.events.v1.UsageRecordedBatch
@@ -1218,32 +1278,34 @@ var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*PartyUpdated)(nil),          // 5: gpubill.events.v1.PartyUpdated
 	(*Posting)(nil),               // 6: gpubill.events.v1.Posting
 	(*LedgerPosted)(nil),          // 7: gpubill.events.v1.LedgerPosted
-	(*WalletDepleted)(nil),        // 8: gpubill.events.v1.WalletDepleted
-	(*CycleClosed)(nil),           // 9: gpubill.events.v1.CycleClosed
-	(*ProviderSettled)(nil),       // 10: gpubill.events.v1.ProviderSettled
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*LedgerPostedBatch)(nil),     // 8: gpubill.events.v1.LedgerPostedBatch
+	(*WalletDepleted)(nil),        // 9: gpubill.events.v1.WalletDepleted
+	(*CycleClosed)(nil),           // 10: gpubill.events.v1.CycleClosed
+	(*ProviderSettled)(nil),       // 11: gpubill.events.v1.ProviderSettled
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_gpubill_events_v1_events_proto_depIdxs = []int32{
-	11, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	11, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	11, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	12, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	12, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	12, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: gpubill.events.v1.UsageRecordedBatch.events:type_name -> gpubill.events.v1.UsageEvent
-	11, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
-	11, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
+	12, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
+	12, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: gpubill.events.v1.RatedCharge.lines:type_name -> gpubill.events.v1.ChargeLine
-	11, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
+	12, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
-	11, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	11, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	12, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	12, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
-	11, // 13: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	11, // 14: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
+	12, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	12, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }
@@ -1257,7 +1319,7 @@ func file_gpubill_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_events_v1_events_proto_rawDesc), len(file_gpubill_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
