@@ -132,6 +132,16 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 	if distinct != len(mixed) {
 		t.Fatalf("%d distinct events charged, want %d", distinct, len(mixed))
 	}
+	// Every charge explains itself: its stored lines sum to its exact amount.
+	var unexplained int
+	if err := s.deps.Pool.QueryRow(context.Background(), `select count(*) from pricing.charges c
+		where jsonb_array_length(c.lines) = 0
+		   or c.exact_amount <> (select sum((l->>'amount')::numeric) from jsonb_array_elements(c.lines) l)`).Scan(&unexplained); err != nil {
+		t.Fatal(err)
+	}
+	if unexplained != 0 {
+		t.Fatalf("%d charges whose lines do not sum to their exact amount", unexplained)
+	}
 	wire := chargesOnWire(t, s.js.JS)
 	for _, l := range leases {
 		exact := decimal.NewFromInt(l.secs).Mul(decimal.RequireFromString("0.01")).Div(decimal.NewFromInt(3600))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -306,7 +307,7 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 
 	// Decimal work once per aggregated line; cumulative rounding per lease.
 	charges := make([]postgres.ChargeRow, 0, len(order))
-	var lines []postgres.LineRow
+	var lines []postgres.Line
 	batches := map[string]*eventsv1.ChargesRatedBatch{}
 	var provOrder []string
 	firstSource := items[0].source
@@ -315,7 +316,8 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 		total := decimal.Zero
 		rc := &eventsv1.RatedCharge{ChargeId: chargeID, LeaseId: g.key.lease, RenterId: g.renter, ProviderId: g.provider,
 			CycleId: g.key.cycle, Currency: g.cur.Code, EventIds: g.events, EffectiveAt: timestamppb.New(g.effective)}
-		for i, lk := range g.order {
+		lines = lines[:0]
+		for _, lk := range g.order {
 			la := g.lines[lk]
 			p := domain.Piece{Kind: lk.kind, Band: lk.band, Tier: lk.tier}
 			unit, mult := lk.card.Factors(p, lk.model, lk.region)
@@ -323,12 +325,17 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 			total = total.Add(ps)
 			amount, hours := domain.Amount(ps), domain.GPUHours(la.micros)
 			band, tier := lk.card.BandName(p), lk.card.TierLabel(p)
-			lines = append(lines, postgres.LineRow{ChargeID: chargeID, LineNo: int32(i + 1), Kind: lk.kind, GPUModel: lk.model,
-				GPUCount: lk.count, Band: band, Tier: tier, RateCardID: lk.card.ID, Start: la.start, End: la.end,
-				GPUHours: hours, UnitPrice: unit, Multiplier: mult, Amount: amount})
-			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{Kind: lk.kind, GpuModel: lk.model, GpuCount: lk.count,
-				Band: band, Tier: tier, RateCardId: lk.card.ID, StartTime: timestamppb.New(la.start), EndTime: timestamppb.New(la.end),
-				GpuHours: Str(hours), UnitPrice: Str(unit), Multiplier: Str(mult), Amount: Str(amount)})
+			l := postgres.Line{Kind: lk.kind, GPUModel: lk.model, GPUCount: lk.count, Band: band, Tier: tier,
+				RateCardID: lk.card.ID, Start: la.start.UTC().Format(time.RFC3339Nano), End: la.end.UTC().Format(time.RFC3339Nano),
+				GPUHours: Str(hours), UnitPrice: Str(unit), Multiplier: Str(mult), Amount: Str(amount)}
+			lines = append(lines, l)
+			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{Kind: l.Kind, GpuModel: l.GPUModel, GpuCount: l.GPUCount,
+				Band: band, Tier: tier, RateCardId: l.RateCardID, StartTime: timestamppb.New(la.start), EndTime: timestamppb.New(la.end),
+				GpuHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
+		}
+		linesJSON, err := json.Marshal(lines)
+		if err != nil {
+			return err
 		}
 		lkey := postgres.LeaseKey{LeaseID: g.key.lease, Currency: g.cur.Code}
 		st := leases[lkey]
@@ -339,7 +346,7 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 		rc.Amount, rc.ExactAmount = g.cur.Format(charge), Str(exact)
 		charges = append(charges, postgres.ChargeRow{ChargeID: chargeID, SourceID: g.source, LeaseID: g.key.lease,
 			RenterID: g.renter, ProviderID: g.provider, CycleID: g.key.cycle, Currency: g.cur.Code, Amount: charge,
-			ExactAmount: exact, ExactPS: total, EventIDs: g.events, EffectiveAt: g.effective})
+			ExactAmount: exact, ExactPS: total, EventIDs: g.events, EffectiveAt: g.effective, Lines: linesJSON})
 		b := batches[g.provider]
 		if b == nil {
 			b = &eventsv1.ChargesRatedBatch{BatchId: hashID("cr", firstSource, g.provider)}
@@ -360,7 +367,7 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 		if err := postgres.SaveLeaseTotals(ctx, tx, leases, now); err != nil {
 			return err
 		}
-		if err := postgres.InsertCharges(ctx, tx, charges, lines, now); err != nil {
+		if err := postgres.InsertCharges(ctx, tx, charges, now); err != nil {
 			return err
 		}
 	}

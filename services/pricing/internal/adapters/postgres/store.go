@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 )
@@ -151,9 +153,9 @@ func LeaseTotals(ctx context.Context, tx pgx.Tx, keys []LeaseKey) (map[LeaseKey]
 // SaveLeaseTotals upserts lease states.
 func SaveLeaseTotals(ctx context.Context, tx pgx.Tx, m map[LeaseKey]LeaseTotal, now time.Time) error {
 	ls, cs := make([]string, 0, len(m)), make([]string, 0, len(m))
-	ex, bi := make([]decimal.Decimal, 0, len(m)), make([]decimal.Decimal, 0, len(m))
+	ex, bi := make([]pgtype.Numeric, 0, len(m)), make([]pgtype.Numeric, 0, len(m))
 	for k, t := range m {
-		ls, cs, ex, bi = append(ls, k.LeaseID), append(cs, k.Currency), append(ex, t.ExactPS), append(bi, t.Billed)
+		ls, cs, ex, bi = append(ls, k.LeaseID), append(cs, k.Currency), append(ex, numeric(t.ExactPS)), append(bi, numeric(t.Billed))
 	}
 	_, err := tx.Exec(ctx, `insert into pricing.lease_totals (lease_id, currency, exact_ps, billed, updated_at)
 		select l, c, e, b, $5 from unnest($1::text[], $2::text[], $3::numeric[], $4::numeric[]) as x(l, c, e, b)
@@ -207,48 +209,65 @@ func SaveTierUsage(ctx context.Context, tx pgx.Tx, m map[MonthKey]int64) error {
 	return nil
 }
 
-// ChargeRow is a rated charge.
+// ChargeRow is a rated charge; Lines is its jsonb array of lines.
 type ChargeRow struct {
 	ChargeID, SourceID, LeaseID, RenterID, ProviderID, CycleID, Currency string
 	Amount, ExactAmount, ExactPS                                         decimal.Decimal
 	EventIDs                                                             []string
 	EffectiveAt                                                          time.Time
+	Lines                                                                []byte
 }
 
-// LineRow is one line of a charge.
-type LineRow struct {
-	ChargeID                                string
-	LineNo                                  int32
-	Kind, GPUModel                          string
-	GPUCount                                int32
-	Band, Tier, RateCardID                  string
-	Start, End                              time.Time
-	GPUHours, UnitPrice, Multiplier, Amount decimal.Decimal
+// Line is one line of a charge as stored in charges.lines (decimals as
+// exact strings, times RFC 3339 UTC).
+type Line struct {
+	Kind       string `json:"kind"`
+	GPUModel   string `json:"gpu_model"`
+	GPUCount   int32  `json:"gpu_count"`
+	Band       string `json:"band"`
+	Tier       string `json:"tier"`
+	RateCardID string `json:"rate_card_id"`
+	Start      string `json:"start_time"`
+	End        string `json:"end_time"`
+	GPUHours   string `json:"gpu_hours"`
+	UnitPrice  string `json:"unit_price"`
+	Multiplier string `json:"multiplier"`
+	Amount     string `json:"amount"`
 }
 
-// InsertCharges writes charges and their lines with COPY.
-func InsertCharges(ctx context.Context, tx pgx.Tx, cs []ChargeRow, ls []LineRow, now time.Time) error {
+// numeric encodes d as Postgres numeric without a text round trip, with
+// the scale decimal's String gives (no trailing fractional zeros), so stored
+// values read back as they always did ("0", not "0.00").
+func numeric(d decimal.Decimal) pgtype.Numeric {
+	c, e := d.Coefficient(), d.Exponent()
+	if c.Sign() == 0 {
+		return pgtype.Numeric{Int: c, Exp: 0, Valid: true}
+	}
+	var q, r big.Int
+	for e < 0 {
+		q.QuoRem(c, ten, &r)
+		if r.Sign() != 0 {
+			break
+		}
+		c, e = new(big.Int).Set(&q), e+1
+	}
+	return pgtype.Numeric{Int: c, Exp: e, Valid: true}
+}
+
+var ten = big.NewInt(10)
+
+// InsertCharges writes charges, their lines inline, with one COPY.
+func InsertCharges(ctx context.Context, tx pgx.Tx, cs []ChargeRow, now time.Time) error {
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{Schema, "charges"},
 		[]string{"charge_id", "source_id", "lease_id", "renter_id", "provider_id", "cycle_id", "currency", "amount",
-			"exact_amount", "exact_ps", "event_ids", "effective_at", "created_at"},
+			"exact_amount", "exact_ps", "event_ids", "effective_at", "created_at", "lines"},
 		pgx.CopyFromSlice(len(cs), func(i int) ([]any, error) {
 			c := cs[i]
-			return []any{c.ChargeID, c.SourceID, c.LeaseID, c.RenterID, c.ProviderID, c.CycleID, c.Currency, c.Amount,
-				c.ExactAmount, c.ExactPS, c.EventIDs, c.EffectiveAt, now}, nil
+			return []any{c.ChargeID, c.SourceID, c.LeaseID, c.RenterID, c.ProviderID, c.CycleID, c.Currency, numeric(c.Amount),
+				numeric(c.ExactAmount), numeric(c.ExactPS), c.EventIDs, c.EffectiveAt, now, string(c.Lines)}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("insert charges: %w", err)
-	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{Schema, "charge_lines"},
-		[]string{"charge_id", "line_no", "kind", "gpu_model", "gpu_count", "band", "tier", "rate_card_id",
-			"start_time", "end_time", "gpu_hours", "unit_price", "multiplier", "amount"},
-		pgx.CopyFromSlice(len(ls), func(i int) ([]any, error) {
-			l := ls[i]
-			return []any{l.ChargeID, l.LineNo, l.Kind, l.GPUModel, l.GPUCount, l.Band, l.Tier, l.RateCardID,
-				l.Start, l.End, l.GPUHours, l.UnitPrice, l.Multiplier, l.Amount}, nil
-		}))
-	if err != nil {
-		return fmt.Errorf("insert charge lines: %w", err)
 	}
 	return nil
 }
