@@ -21,6 +21,7 @@ const (
 	ActSnapshotCycle      = "SnapshotCycle"
 	ActNextProviders      = "NextProviders"
 	ActCompleteCycle      = "CompleteCycle"
+	ActSettleProvider     = "SettleProvider" // the provider child's one local activity: the steps below, in order
 	ActPrepareProvider    = "PrepareProvider"
 	ActComputeTax         = "ComputeTax"
 	ActPostSettlement     = "PostSettlement"

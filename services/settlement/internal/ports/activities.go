@@ -63,6 +63,16 @@ func nonRetryable(err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), errTypeInvalid, err)
 }
 
+// step adds what failed to err, keeping a business failure non-retryable
+// (the SDK reads only the outermost error when it records the failure).
+func step(what string, err error) error {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.NonRetryable() {
+		return temporal.NewNonRetryableApplicationError(what+": "+err.Error(), ae.Type(), err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // grpcErr classifies a gRPC error: bad input or a conflict is a business
 // failure; anything else (unavailable, deadline) is retried.
 func grpcErr(what string, err error) error {
@@ -182,6 +192,53 @@ func (a *Activities) NextProviders(ctx context.Context, in app.NextProvidersInpu
 // CompleteCycle marks the cycle settled.
 func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) error {
 	return a.Store.CompleteCycle(ctx, cycleID, a.Clock.Now())
+}
+
+// SettleProvider is the provider child's one local activity: prepare (hold,
+// tier, gross per currency), then per unsettled currency the tax split, the
+// settlement transaction, the commission sweep and the statement with
+// settlement.settled. Every step is idempotent (tax and ledger on the
+// settlement/sweep keys, the statement on the settlement row and outbox
+// message id), so a retry after a crash anywhere repeats nothing.
+func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
+	prep, err := a.PrepareProvider(ctx, in)
+	if err != nil {
+		return app.ProviderResult{}, step("prepare", err)
+	}
+	if prep.Held {
+		return app.ProviderResult{Held: true}, nil
+	}
+	var res app.ProviderResult
+	for _, it := range prep.Items {
+		if it.Status == domain.ItemSettled || !it.Gross.IsPositive() {
+			continue
+		}
+		tax, err := a.ComputeTax(ctx, app.TaxInput{
+			CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
+			CommissionRate: prep.CommissionRate,
+			IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, it.Currency),
+		})
+		if err != nil {
+			return res, step("tax of "+it.Currency, err)
+		}
+		post := app.PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split}
+		txID, err := a.PostSettlement(ctx, post)
+		if err != nil {
+			return res, step("post settlement of "+it.Currency, err)
+		}
+		sweepID, err := a.SweepCommission(ctx, post)
+		if err != nil {
+			return res, step("sweep commission of "+it.Currency, err)
+		}
+		if err := a.FinalizeSettlement(ctx, app.FinalizeInput{
+			CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: prep.Tier, Tax: tax,
+			TransactionID: txID, SweepID: sweepID,
+		}); err != nil {
+			return res, step("finalize "+it.Currency, err)
+		}
+		res.Settled = append(res.Settled, it.Currency)
+	}
+	return res, nil
 }
 
 // PrepareProvider reads the provider's hold, tier (→ commission rate) and
