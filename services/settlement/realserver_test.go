@@ -20,7 +20,7 @@ func dialTemporal(t testing.TB, addr string) client.Client {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		tc, err := client.Dial(client.Options{HostPort: addr, Logger: TemporalLogger(discardLog())})
+		tc, err := client.Dial(client.Options{HostPort: addr, Logger: TemporalLogger(discardLog()), ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, err = tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
