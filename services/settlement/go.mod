@@ -6,6 +6,7 @@ require (
 	github.com/gpubill/gpubill/migrations v0.0.0
 	github.com/gpubill/gpubill/pkg v0.0.0
 	github.com/gpubill/gpubill/proto v0.0.0
+	github.com/gpubill/gpubill/services/ledger v0.0.0
 	github.com/gpubill/gpubill/services/tax v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -70,5 +71,6 @@ replace (
 	github.com/gpubill/gpubill/migrations => ../../migrations
 	github.com/gpubill/gpubill/pkg => ../../pkg
 	github.com/gpubill/gpubill/proto => ../../proto
+	github.com/gpubill/gpubill/services/ledger => ../ledger
 	github.com/gpubill/gpubill/services/tax => ../tax
 )

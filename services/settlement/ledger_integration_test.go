@@ -1,0 +1,421 @@
+package settlement
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/pg"
+	gsrv "github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/tax"
+)
+
+// The helper worker process (TestHelperSettlementWorker) reads its wiring
+// from these variables; without helperWorkerEnv the helper test skips.
+const (
+	helperWorkerEnv   = "GPUBILL_SETTLEMENT_HELPER_WORKER"
+	helperDSNEnv      = "GPUBILL_SETTLEMENT_HELPER_DSN"
+	helperTemporalEnv = "GPUBILL_SETTLEMENT_HELPER_TEMPORAL"
+	helperGRPCEnv     = "GPUBILL_SETTLEMENT_HELPER_GRPC"
+	helperSecretEnv   = "GPUBILL_SETTLEMENT_HELPER_SECRET"
+	helperDelayEnv    = "GPUBILL_SETTLEMENT_HELPER_DELAY"
+	helperQueue       = "settlement-ledger-it"
+)
+
+// realStack is the real ledger, the real tax service and settlement behind
+// pkg/server on 127.0.0.1:0, composed as services/gpubill/internal/stack
+// composes them (listener first, so the internal connection knows where to
+// dial), on one fresh database.
+type realStack struct {
+	s      *Service
+	dsn    string
+	secret []byte
+	grpc   string
+	clock  *clock.Manual
+	ledger ledgerv1.LedgerServiceClient
+}
+
+func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
+	t.Helper()
+	ctx := context.Background()
+	pool, dsn := testkit.NewPool(t)
+	clk := clock.NewManual(startAt)
+	log := slog.New(slog.DiscardHandler)
+	secret := []byte("settlement-ledger-integration-test-secret")
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	internal := internalConn(t, gl.Addr().String(), secret, 0)
+	d := svc.Deps{Pool: pool, Log: log, Clock: clk, Calendar: cal, Internal: internal}
+	ls, err := ledger.New(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := tax.New(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := New(ctx, d, tc, helperQueue, append([]Option{WithoutStartupCycles()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gsrv.Start(ctx, gsrv.Options{GRPCListener: gl, HTTPAddr: "127.0.0.1:0", Secret: secret, Log: log,
+		Services: []gsrv.Service{ls, ts, ss}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	// The ledger's Run hosts its group-commit loop (no NATS here: no consumers or relay).
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ls.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &realStack{s: ss, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(internal)}
+}
+
+// internalConn is the authenticated (admin) internal connection, optionally
+// slowed by delay per call (the helper worker widens the crash window).
+func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration) *grpc.ClientConn {
+	t.Helper()
+	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok))}
+	if delay > 0 {
+		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			time.Sleep(delay)
+			return invoker(ctx, method, req, reply, cc, o...)
+		}))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// seedLedger gives n providers p-00000.. pending balances in the cycle the
+// way the ledger gets them: a renter deposit (Dr bank:client, Cr renter
+// wallet), then Dr renter wallet / Cr provider pending. Provider 0 earns in
+// USD too. Returns the gross per provider and currency, and the deposits
+// per currency.
+func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[string]decimal.Decimal, deposits map[string]decimal.Decimal) {
+	t.Helper()
+	ctx := context.Background()
+	gross, deposits = map[string]decimal.Decimal{}, map[string]decimal.Decimal{}
+	tiers := []string{"standard", "pro", "partner"}
+	ps, ts := make([]string, n), make([]string, n)
+	charge := func(i int, currency, amount string) {
+		renter, provider := fmt.Sprintf("r-%05d", i), fmt.Sprintf("p-%05d", i)
+		if _, err := r.ledger.CreateDeposit(ctx, &ledgerv1.CreateDepositRequest{RenterId: renter, Amount: amount, Currency: currency,
+			ExternalRef: "dep-" + renter + "-" + currency}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+			IdempotencyKey: "charge-" + provider + "-" + currency, Description: "GPU hours",
+			Metadata: map[string]string{"kind": "charge", "renter_id": renter, "lease_id": "l-" + provider},
+			Postings: []*ledgerv1.Posting{
+				{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: amount, Currency: currency},
+				{Account: domain.PendingAccount(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		amt := decimal.RequireFromString(amount)
+		gross[provider+"/"+currency] = gross[provider+"/"+currency].Add(amt)
+		deposits[currency] = deposits[currency].Add(amt)
+	}
+	for i := range n {
+		// Amounts vary so the splits' rounding differs provider to provider.
+		charge(i, "CNY", decimal.NewFromInt(int64(1000+37*i)).Add(decimal.New(int64(i%100), -2)).StringFixed(2))
+		if i == 0 {
+			charge(i, "USD", "10.01")
+		}
+		ps[i], ts[i] = fmt.Sprintf("p-%05d", i), tiers[i%3]
+	}
+	if _, err := r.s.d.Pool.Exec(ctx, `insert into settlement.providers (provider_id, tier)
+		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
+		t.Fatal(err)
+	}
+	return gross, deposits
+}
+
+func (r *realStack) balance(t *testing.T, account, currency string) decimal.Decimal {
+	t.Helper()
+	resp, err := r.ledger.GetAccount(context.Background(), &ledgerv1.GetAccountRequest{Address: account})
+	if err != nil {
+		if strings.Contains(err.Error(), "NotFound") {
+			return decimal.Zero
+		}
+		t.Fatalf("account %s: %v", account, err)
+	}
+	for _, b := range resp.Account.Balances {
+		if b.Currency == currency {
+			return decimal.RequireFromString(b.Amount)
+		}
+	}
+	return decimal.Zero
+}
+
+func (r *realStack) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := r.s.d.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (r *realStack) waitSettled(t *testing.T, cycle string, within time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, within, func() bool {
+		c, err := r.s.store.GetCycle(context.Background(), cycle)
+		return err == nil && c.Status == domain.CycleSettled
+	}, "cycle settled")
+}
+
+// checkLedger proves the close against the real ledger: every pending
+// balance is 0; provider:{id}:available = net; commission + tax + net =
+// gross exactly per provider and currency; tax:withheld:CN = Σ tax;
+// platform:revenue:commission = bank:operating = Σ commission; bank:client
+// = deposits − Σ commission; and each provider's settlement and sweep
+// transactions were posted exactly once (one per idempotency key).
+func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[string]decimal.Decimal) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := r.s.d.Pool.Query(ctx, `select provider_id, currency, gross, commission, tax_withheld, net, jurisdiction, transaction_id
+		from settlement.settlements where cycle_id = $1 and status = 'settled'`, cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		provider, currency, jurisdiction, txID string
+		gross, commission, tax, net            decimal.Decimal
+	}
+	var settled []row
+	for rows.Next() {
+		var x row
+		if err := rows.Scan(&x.provider, &x.currency, &x.gross, &x.commission, &x.tax, &x.net, &x.jurisdiction, &x.txID); err != nil {
+			t.Fatal(err)
+		}
+		settled = append(settled, x)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(settled) != len(gross) {
+		t.Fatalf("%d settled rows, want %d (every provider and currency)", len(settled), len(gross))
+	}
+	sumCommission, sumTax := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}
+	for _, x := range settled {
+		k := x.provider + "/" + x.currency
+		if !x.gross.Equal(gross[k]) {
+			t.Errorf("%s: gross %s, charged %s", k, x.gross, gross[k])
+		}
+		if !x.commission.Add(x.tax).Add(x.net).Equal(x.gross) {
+			t.Errorf("%s: commission %s + tax %s + net %s != gross %s", k, x.commission, x.tax, x.net, x.gross)
+		}
+		if x.jurisdiction != "CN" {
+			t.Errorf("%s: jurisdiction %q, want CN (tax service default)", k, x.jurisdiction)
+		}
+		if b := r.balance(t, domain.PendingAccount(x.provider, cycle), x.currency); !b.IsZero() {
+			t.Errorf("%s: pending %s after settlement", k, b)
+		}
+		if b := r.balance(t, domain.AvailableAccount(x.provider), x.currency); !b.Equal(x.net) {
+			t.Errorf("%s: available %s, net %s", k, b, x.net)
+		}
+		// Exactly once: the pending account's journal holds the charge and
+		// ONE settlement debit, under the settlement key.
+		resp, err := r.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: domain.PendingAccount(x.provider, cycle), PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var settlements []string
+		for _, tx := range resp.Transactions {
+			if tx.Metadata["kind"] == "settlement" && hasPosting(tx, domain.PendingAccount(x.provider, cycle), x.currency) {
+				settlements = append(settlements, tx.IdempotencyKey)
+			}
+		}
+		if len(settlements) != 1 || settlements[0] != domain.SettlementKey(cycle, x.provider, x.currency) {
+			t.Errorf("%s: settlement transactions %v, want exactly [%s]", k, settlements, domain.SettlementKey(cycle, x.provider, x.currency))
+		}
+		sumCommission[x.currency] = sumCommission[x.currency].Add(x.commission)
+		sumTax[x.currency] = sumTax[x.currency].Add(x.tax)
+	}
+	for cur := range deposits {
+		if b := r.balance(t, "tax:withheld:CN", cur); !b.Equal(sumTax[cur]) {
+			t.Errorf("tax:withheld:CN %s = %s, Σ tax = %s", cur, b, sumTax[cur])
+		}
+		if b := r.balance(t, "platform:revenue:commission", cur); !b.Equal(sumCommission[cur]) {
+			t.Errorf("platform:revenue:commission %s = %s, Σ commission = %s", cur, b, sumCommission[cur])
+		}
+		if b := r.balance(t, "bank:operating", cur); !b.Equal(sumCommission[cur]) {
+			t.Errorf("bank:operating %s = %s, Σ commission = %s", cur, b, sumCommission[cur])
+		}
+		if b, want := r.balance(t, "bank:client", cur), deposits[cur].Sub(sumCommission[cur]); !b.Equal(want) {
+			t.Errorf("bank:client %s = %s, deposits − Σ commission = %s", cur, b, want)
+		}
+	}
+	// Sweeps exactly once: bank:operating's journal is the sweeps alone,
+	// one per provider and currency with a commission, each under its key.
+	keys, token := map[string]int{}, ""
+	for {
+		resp, err := r.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: "bank:operating", PageSize: 500, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tx := range resp.Transactions {
+			keys[tx.IdempotencyKey]++
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	for _, x := range settled {
+		if x.commission.IsPositive() && keys[domain.SweepKey(cycle, x.provider, x.currency)] != 1 {
+			t.Errorf("%s/%s: sweep posted %d times", x.provider, x.currency, keys[domain.SweepKey(cycle, x.provider, x.currency)])
+		}
+	}
+	if len(keys) != len(settled) {
+		t.Errorf("bank:operating has %d sweep keys, want %d", len(keys), len(settled))
+	}
+}
+
+func hasPosting(tx *ledgerv1.Transaction, account, currency string) bool {
+	for _, p := range tx.Postings {
+		if p.Account == account && p.Currency == currency {
+			return true
+		}
+	}
+	return false
+}
+
+// Against the REAL ledger (and tax service), in-process worker: a cycle
+// close leaves the ledger exactly as DESIGN §4 says.
+func TestCloseAgainstRealLedger(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	r := newRealStack(t, tc, WithBatchSize(25))
+	const providers = 60
+	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
+	r.clock.Set(cycle1.End.Add(time.Hour))
+	runWorker(t, r.s)
+	if _, err := r.s.api.CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitSettled(t, cycle1.ID, 120*time.Second)
+	r.checkLedger(t, cycle1.ID, gross, deposits)
+}
+
+// The issue's crash test: the worker runs in a child process and is
+// SIGKILLed mid-close (no drain: in-flight workflow tasks and local
+// activities die with it, some after their ledger postings and before
+// Temporal heard of them); a new worker finishes the close, and every
+// provider is settled exactly once in the real ledger.
+func TestCloseSurvivesWorkerKill(t *testing.T) {
+	t.Parallel()
+	addr := testkit.NewTemporal(t)
+	tc := dialTemporal(t, addr)
+	r := newRealStack(t, tc, WithBatchSize(30))
+	const providers = 150
+	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
+	r.clock.Set(cycle1.End.Add(time.Hour))
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSettlementWorker$", "-test.v")
+	cmd.Env = append(os.Environ(), helperWorkerEnv+"=1", helperDSNEnv+"="+r.dsn, helperTemporalEnv+"="+addr,
+		helperGRPCEnv+"="+r.grpc, helperSecretEnv+"="+string(r.secret), helperDelayEnv+"=3ms")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	if _, err := r.s.api.CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID, Reason: "kill test"}); err != nil {
+		t.Fatal(err)
+	}
+	settled := func() int {
+		return r.count(t, `select count(*) from settlement.settlements where status = 'settled'`)
+	}
+	testkit.Eventually(t, 90*time.Second, func() bool { return settled() >= 40 }, "40 providers settled by the child worker")
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no graceful drain
+		t.Fatal(err)
+	}
+	killed = true
+	_ = cmd.Wait()
+	atKill := settled()
+	if atKill >= len(gross) {
+		t.Fatalf("all %d settled before the kill; the test proves nothing\n%s", atKill, out.String())
+	}
+	// Settlements the ledger holds that settlement had not recorded when the
+	// worker died (the local activity died between its ledger calls and its
+	// statement) are the interesting case: count them for the log.
+	posted := 0
+	for k := range gross {
+		p, cur, _ := strings.Cut(k, "/")
+		if r.balance(t, domain.PendingAccount(p, cycle1.ID), cur).IsZero() {
+			posted++
+		}
+	}
+	t.Logf("worker killed with %d of %d rows settled (%d posted in the ledger)", atKill, len(gross), posted)
+
+	runWorker(t, r.s) // a new worker, in this process
+	r.waitSettled(t, cycle1.ID, 180*time.Second)
+	r.checkLedger(t, cycle1.ID, gross, deposits)
+}
+
+// TestHelperSettlementWorker is the worker process TestCloseSurvivesWorkerKill
+// starts and kills: a settlement worker on the helper queue whose activities
+// call the parent test's ledger and tax over its gRPC server. It runs until
+// killed. Without helperWorkerEnv it skips.
+func TestHelperSettlementWorker(t *testing.T) {
+	if os.Getenv(helperWorkerEnv) != "1" {
+		t.Skip("helper process for TestCloseSurvivesWorkerKill")
+	}
+	ctx := context.Background()
+	pool, err := pg.Open(ctx, os.Getenv(helperDSNEnv), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delay, _ := time.ParseDuration(os.Getenv(helperDelayEnv))
+	internal := internalConn(t, os.Getenv(helperGRPCEnv), []byte(os.Getenv(helperSecretEnv)), delay)
+	tc := dialTemporal(t, os.Getenv(helperTemporalEnv))
+	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.NewManual(cycle1.End.Add(time.Hour)), Calendar: cal, Internal: internal}
+	s, err := New(ctx, d, tc, helperQueue, WithoutStartupCycles(), WithBatchSize(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewWorker()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("helper worker started")
+	select {} // until SIGKILL
+}
