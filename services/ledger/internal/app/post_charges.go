@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -160,10 +162,28 @@ func (a *App) chargeTransaction(c *eventsv1.RatedCharge, now time.Time) (*domain
 			{Account: wallet, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: pendingAcc, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
 		},
-		RequestHash: domain.RequestHash("charge", map[string]any{
-			"renter_id": c.GetRenterId(), "provider_id": c.GetProviderId(), "cycle_id": cycle,
-			"currency": cur.Code, "amount": amt.String()}),
+		RequestHash: chargeRequestHash(c.GetRenterId(), c.GetProviderId(), cycle, cur.Code, amt.String()),
 	}, cycle, nil
+}
+
+// chargeFields are a charge's request-hash fields in key order: encoding/json
+// writes this struct exactly as it writes the map domain.RequestHash takes
+// (sorted keys), without the reflection over a map per charge.
+type chargeFields struct {
+	Amount     string `json:"amount"`
+	Currency   string `json:"currency"`
+	CycleID    string `json:"cycle_id"`
+	ProviderID string `json:"provider_id"`
+	RenterID   string `json:"renter_id"`
+}
+
+// chargeRequestHash equals domain.RequestHash("charge", the same fields as a map).
+func chargeRequestHash(renter, provider, cycle, currency, amount string) [32]byte {
+	b, _ := json.Marshal(struct {
+		Kind   string       `json:"kind"`
+		Fields chargeFields `json:"fields"`
+	}{"charge", chargeFields{Amount: amount, Currency: currency, CycleID: cycle, ProviderID: provider, RenterID: renter}})
+	return sha256.Sum256(b)
 }
 
 // resolveCycles maps each wanted cycle to itself or, if it is closed, to the

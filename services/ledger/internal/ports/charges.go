@@ -13,10 +13,12 @@ import (
 )
 
 // Consumer limits: large batches, so one Postgres transaction (and one fsync)
-// carries many charges.
+// carries many charges. The fetch wait is short: it only applies when fewer
+// than chargesFetchMax messages are pending (the tail of a burst), where it
+// is pure idle latency.
 const (
 	chargesFetchMax  = 500
-	chargesFetchWait = 100 * time.Millisecond
+	chargesFetchWait = 10 * time.Millisecond
 )
 
 const chargesRatedPrefix = "charges.rated."
