@@ -204,3 +204,69 @@ func TestUsageToLedgerThroughRESTAndRestart(t *testing.T) {
 		t.Fatalf("replay after restart: %v", res)
 	}
 }
+
+// TestSettleCycleThroughREST closes a cycle through the API and checks every
+// account the settlement moves, to the cent, and the provider's statement.
+func TestSettleCycleThroughREST(t *testing.T) {
+	f := newFixture(t)
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-001", "name": "Rig One", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "pue": "1.2", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "2.80"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "100.00", "currency": "CNY", "external_ref": "bank-ref-1"})
+	start, end := dayUsage(time.Now(), 1)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{map[string]any{"id": "evt-1", "lease_id": "lease-1",
+		"provider_id": "p-001", "renter_id": "r-001", "gpu_model": "RTX_4090", "gpu_count": 2,
+		"start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339)}}})
+	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "8.40")
+
+	// A provider may read its own statements, not another's.
+	other, _ := auth.Issue([]byte(secret), auth.RoleProvider, "p-002", time.Hour)
+	if code, _ := f.do(http.MethodGet, "/v1/providers/p-001/statements", other, nil); code != http.StatusForbidden && code != http.StatusNotFound {
+		t.Fatalf("another provider's statements: HTTP %d", code)
+	}
+
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		_, c := f.do(http.MethodGet, "/v1/settlement-cycles/"+cycle, f.finance, nil)
+		return c["status"] == "settled"
+	}, "cycle %s settled", cycle)
+	// Closing twice changes nothing.
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+
+	// gross 8.40 = commission 2.10 (standard 25 %) + tax 1.26 (20 % of 6.30) + net 5.04
+	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "0")
+	f.waitBalance("provider:p-001:available", "CNY", "5.04")
+	f.waitBalance("tax:withheld:CN", "CNY", "1.26")
+	f.waitBalance("platform:revenue:commission", "CNY", "2.10")
+	f.waitBalance("bank:operating", "CNY", "2.10")
+	f.waitBalance("bank:client", "CNY", "97.90")
+
+	own, _ := auth.Issue([]byte(secret), auth.RoleProvider, "p-001", time.Hour)
+	code, st := f.do(http.MethodGet, "/v1/providers/p-001/statements?cycle_id="+cycle, own, nil)
+	if code != http.StatusOK {
+		t.Fatalf("statements: HTTP %d %v", code, st)
+	}
+	stmts, _ := st["statements"].([]any)
+	if len(stmts) != 1 {
+		t.Fatalf("statements: %v", st)
+	}
+	s := stmts[0].(map[string]any)
+	for k, want := range map[string]string{"gross": "8.40", "commission": "2.10", "tax_withheld": "1.26", "net": "5.04", "currency": "CNY"} {
+		if s[k] != want {
+			t.Errorf("statement %s = %v, want %s", k, s[k], want)
+		}
+	}
+	lines, _ := s["lines"].([]any)
+	if len(lines) != 1 || lines[0].(map[string]any)["lease_id"] != "lease-1" || lines[0].(map[string]any)["gpu_model"] != "RTX_4090" {
+		t.Errorf("statement lines: %v", lines)
+	}
+
+	// The client-money report balances after the settlement.
+	_, rep := f.do(http.MethodGet, "/v1/reports/segregated-funds?currency=CNY", f.finance, nil)
+	if rep["verdict"] != "balanced" || rep["difference"] != "0.00" {
+		t.Errorf("segregated funds: %v", rep)
+	}
+}

@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/ids"
@@ -157,13 +160,39 @@ func (a *App) chargeTransaction(c *eventsv1.RatedCharge, now time.Time) (*domain
 	}
 	return &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: c.GetChargeId(), Kind: domain.TxCharge,
-		EffectiveAt: eff, CreatedAt: now, Metadata: map[string]string{"lease_id": c.GetLeaseId()},
+		EffectiveAt: eff, CreatedAt: now, Metadata: chargeMetadata(c),
 		Postings: []domain.Posting{
 			{Account: wallet, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: pendingAcc, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
 		},
 		RequestHash: chargeRequestHash(c.GetRenterId(), c.GetProviderId(), cycle, cur.Code, amt.String()),
 	}, cycle, nil
+}
+
+// chargeMetadata keeps what a provider statement needs to explain a charge
+// (lease, renter, GPU model, GPU-hours) on its ledger transaction.
+func chargeMetadata(c *eventsv1.RatedCharge) map[string]string {
+	md := map[string]string{"kind": "usage_charge", "lease_id": c.GetLeaseId(), "renter_id": c.GetRenterId(), "charge_id": c.GetChargeId()}
+	hours := decimal.Zero
+	var models []string
+	for _, l := range c.GetLines() {
+		if l.GetKind() != "" && l.GetKind() != "usage" {
+			continue
+		}
+		if h, err := decimal.NewFromString(l.GetGpuHours()); err == nil {
+			hours = hours.Add(h)
+		}
+		if m := l.GetGpuModel(); m != "" && !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	if len(models) > 0 {
+		md["gpu_model"] = strings.Join(models, ",")
+	}
+	if hours.IsPositive() {
+		md["gpu_hours"] = hours.String()
+	}
+	return md
 }
 
 // chargeFields are a charge's request-hash fields in key order: encoding/json
