@@ -181,6 +181,25 @@ func TestUsageToLedgerThroughRESTAndRestart(t *testing.T) {
 	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "8.40")
 	f.waitBalance("bank:client", "CNY", "100.00")
 
+	// Every consumer has caught up: nothing pending, nothing unacked.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		code, lag := f.do(http.MethodGet, "/v1/ops/consumer-lag", f.finance, nil)
+		cons, _ := lag["consumers"].([]any)
+		if code != http.StatusOK || len(cons) < 3 {
+			return false
+		}
+		for _, c := range cons {
+			m := c.(map[string]any)
+			if m["pending"].(float64) != 0 || m["ack_pending"].(float64) != 0 {
+				return false
+			}
+		}
+		return true
+	}, "consumer lag drains")
+	if code, _ := f.do(http.MethodGet, "/v1/ops/consumer-lag", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("consumer lag without token: HTTP %d", code)
+	}
+
 	// The same event again is a duplicate and changes nothing.
 	res = f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}})
 	if fmt.Sprint(res["duplicates"]) != "1" {

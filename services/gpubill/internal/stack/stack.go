@@ -4,12 +4,15 @@ package stack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -179,7 +182,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.srv, err = gsrv.Start(ctx, gsrv.Options{
 		GRPCListener: gl, HTTPAddr: cfg.HTTPAddr, Secret: s.Secret, Log: cfg.Log, Services: regs,
-		Ready: readiness(s.Pool, nc, js, tc),
+		Ready:        readiness(s.Pool, nc, js, tc),
+		HTTPHandlers: map[string]http.Handler{"GET /v1/ops/consumer-lag": consumerLag(s.Secret, js)},
 	})
 	if err != nil {
 		gl.Close()
@@ -228,6 +232,30 @@ func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Servi
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// consumerLag serves every JetStream consumer's backlog, so a stalled hop
+// (events accepted but not charged) is visible to finance and operators.
+func consumerLag(secret []byte, js jetstream.JetStream) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		p, err := auth.Verify(secret, tok)
+		if err != nil {
+			http.Error(w, `{"code":16,"message":"missing or invalid bearer token"}`, http.StatusUnauthorized)
+			return
+		}
+		if p.Role != auth.RoleFinance && p.Role != auth.RoleAdmin && p.Role != auth.RoleAuditor {
+			http.Error(w, `{"code":7,"message":"finance, auditor or admin only"}`, http.StatusForbidden)
+			return
+		}
+		lags, err := natsx.ConsumerLags(r.Context(), js)
+		if err != nil {
+			http.Error(w, `{"code":14,"message":"jetstream unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"consumers": lags})
+	})
 }
 
 func readiness(pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, tc client.Client) []gsrv.Check {
