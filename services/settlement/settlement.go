@@ -60,7 +60,8 @@ func WithCommission(p split.CommissionPolicy) Option { return func(s *Service) {
 func WithBatchSize(n int) Option { return func(s *Service) { s.batch = n } }
 
 // WithoutStartupCycles skips starting the current and past-due cycles'
-// workflows in Run (tests drive cycles themselves).
+// workflows and creating the schedules in Run (tests drive cycles
+// themselves).
 func WithoutStartupCycles() Option { return func(s *Service) { s.noStartup = true } }
 
 // Service is the settlement service.
@@ -160,6 +161,9 @@ func Register(r interface {
 }, acts any) {
 	r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
 	r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
+	r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
+	r.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+	r.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
 	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{})
 }
 
@@ -191,7 +195,10 @@ func (s *Service) StartCycles(ctx context.Context) error {
 }
 
 // Run hosts the Temporal worker, the party consumer and the outbox relay
-// until ctx ends.
+// until ctx ends. At start-up (unless WithoutStartupCycles) it starts the
+// cycles' workflows and creates (or updates) the Temporal Schedules: the
+// daily cycle opener (settle-{cycle} for the current and the next cycle)
+// and the monthly tax remittance (remit-{YYYY-MM}).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {
@@ -201,6 +208,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if !s.noStartup {
 		if err := s.StartCycles(ctx); err != nil {
 			return fmt.Errorf("start cycle workflows: %w", err)
+		}
+		if err := ports.EnsureSchedules(ctx, s.tc, s.queue); err != nil {
+			return err
 		}
 	}
 	g, ctx := errgroup.WithContext(ctx)

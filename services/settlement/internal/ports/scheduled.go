@@ -1,0 +1,114 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/gpubill/gpubill/pkg/cycles"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Schedule ids.
+const (
+	ScheduleCycleOpener       = "settlement-cycle-opener"
+	ScheduleRemittanceMonthly = "tax-remittance-monthly"
+)
+
+// EnsureCycleWorkflows starts settle-{cycle} for the current and the next
+// cycle (idempotent: an existing or completed workflow is success) and
+// returns their workflow ids.
+func (a *Activities) EnsureCycleWorkflows(ctx context.Context) ([]string, error) {
+	cur := a.Calendar.At(a.Clock.Now())
+	var ids []string
+	for _, cy := range []cycles.Cycle{cur, a.Calendar.Next(cur)} {
+		if err := StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, cy, a.BatchSize); err != nil {
+			return ids, err
+		}
+		ids = append(ids, domain.CycleWorkflowID(cy.ID))
+	}
+	return ids, nil
+}
+
+// RemitTax asks the tax service to remit the month (idempotent per period)
+// and returns its report.
+func (a *Activities) RemitTax(ctx context.Context, period string) (app.RemittanceReport, error) {
+	resp, err := a.Tax.RemitTax(ctx, &taxv1.RemitTaxRequest{Period: period})
+	if err != nil {
+		return app.RemittanceReport{}, grpcErr("remit tax of "+period, err)
+	}
+	rep := app.RemittanceReport{Period: resp.Period}
+	for _, r := range resp.Remittances {
+		rep.Remittances = append(rep.Remittances, app.Remittance{RemittanceID: r.RemittanceId, Jurisdiction: r.Jurisdiction,
+			Currency: r.Currency, Amount: r.Amount, Status: r.Status, TransactionID: r.TransactionId})
+	}
+	for _, l := range resp.Lines {
+		rep.Lines = append(rep.Lines, app.RemittanceLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
+			ProviderID: l.ProviderId, TaxWithheld: l.TaxWithheld, Withholdings: int(l.Withholdings)})
+	}
+	return rep, nil
+}
+
+// Schedules returns settlement's Temporal Schedules: the daily cycle
+// opener (also run once at creation) and the monthly tax remittance (1st of
+// each month, 02:00 Asia/Shanghai).
+func Schedules(queue string) []client.ScheduleOptions {
+	return []client.ScheduleOptions{{
+		ID:   ScheduleCycleOpener,
+		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: 24 * time.Hour}}},
+		Action: &client.ScheduleWorkflowAction{
+			ID: ScheduleCycleOpener, Workflow: app.CycleOpenerWorkflowName, TaskQueue: queue,
+			WorkflowExecutionTimeout: 2 * time.Hour,
+		},
+		Overlap:            enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		TriggerImmediately: true,
+	}, {
+		ID: ScheduleRemittanceMonthly,
+		Spec: client.ScheduleSpec{
+			Calendars: []client.ScheduleCalendarSpec{{
+				Second: []client.ScheduleRange{{Start: 0}}, Minute: []client.ScheduleRange{{Start: 0}},
+				Hour: []client.ScheduleRange{{Start: 2}}, DayOfMonth: []client.ScheduleRange{{Start: 1}},
+				Month: []client.ScheduleRange{{Start: 1, End: 12}}, DayOfWeek: []client.ScheduleRange{{Start: 0, End: 6}},
+			}},
+			TimeZoneName: "Asia/Shanghai",
+		},
+		Action: &client.ScheduleWorkflowAction{
+			ID: ScheduleRemittanceMonthly, Workflow: app.RemittanceMonthlyWorkflowName, TaskQueue: queue,
+			WorkflowExecutionTimeout: 72 * time.Hour,
+		},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	}}
+}
+
+// EnsureSchedules creates settlement's schedules, or updates the spec and
+// action of one that exists (its state, pause and history are kept).
+func EnsureSchedules(ctx context.Context, tc client.Client, queue string) error {
+	sc := tc.ScheduleClient()
+	for _, o := range Schedules(queue) {
+		_, err := sc.Create(ctx, o)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+			return fmt.Errorf("create schedule %s: %w", o.ID, err)
+		}
+		spec, action := o.Spec, o.Action
+		if err := sc.GetHandle(ctx, o.ID).Update(ctx, client.ScheduleUpdateOptions{
+			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				s := in.Description.Schedule
+				s.Spec, s.Action = &spec, action
+				return &client.ScheduleUpdate{Schedule: &s}, nil
+			},
+		}); err != nil {
+			return fmt.Errorf("update schedule %s: %w", o.ID, err)
+		}
+	}
+	return nil
+}
