@@ -24,7 +24,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/tax"
 )
@@ -418,4 +420,87 @@ func TestHelperSettlementWorker(t *testing.T) {
 	}
 	fmt.Println("helper worker started")
 	select {} // until SIGKILL
+}
+
+// Against the real ledger and tax service: after a settlement, remit-2026-02
+// (the monthly remittance workflow, its activity calling the tax service's
+// RemitTax) moves tax:withheld:CN to 0 and bank:client down by the same
+// amount, per currency, and returns the report; a second run changes
+// nothing and answers the same report, which the tax API lists too.
+func TestRemittanceAgainstRealLedger(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	r := newRealStack(t, tc, WithBatchSize(25))
+	const providers = 12
+	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
+	r.clock.Set(cycle1.End.Add(time.Hour)) // withholdings recorded in February
+	runWorker(t, r.s)
+	ctx := context.Background()
+	if _, err := r.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitSettled(t, cycle1.ID, 120*time.Second)
+	r.checkLedger(t, cycle1.ID, gross, deposits)
+
+	withheld, client0 := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}
+	for cur := range deposits {
+		withheld[cur], client0[cur] = r.balance(t, "tax:withheld:CN", cur), r.balance(t, "bank:client", cur)
+		if !withheld[cur].IsPositive() {
+			t.Fatalf("tax:withheld:CN %s = %s before the remittance", cur, withheld[cur])
+		}
+	}
+	r.clock.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)) // February has ended for the tax service
+	remit := func() (app.RemittanceReport, string) {
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: app.RemittanceWorkflowID("2026-02"), TaskQueue: helperQueue},
+			app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-02"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep app.RemittanceReport
+		if err := run.Get(ctx, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep, run.GetRunID()
+	}
+	check := func(rep app.RemittanceReport) {
+		t.Helper()
+		if rep.Period != "2026-02" || len(rep.Remittances) != len(deposits) {
+			t.Fatalf("report %+v, want one remittance per currency %v", rep, deposits)
+		}
+		lines := map[string]decimal.Decimal{}
+		for _, l := range rep.Lines {
+			lines[l.Currency] = lines[l.Currency].Add(decimal.RequireFromString(l.TaxWithheld))
+		}
+		for _, rm := range rep.Remittances {
+			if rm.Jurisdiction != "CN" || rm.Status != "remitted" || rm.TransactionID == "" ||
+				!decimal.RequireFromString(rm.Amount).Equal(withheld[rm.Currency]) || !lines[rm.Currency].Equal(withheld[rm.Currency]) {
+				t.Errorf("remittance %+v (report lines %s), withheld %s", rm, lines[rm.Currency], withheld[rm.Currency])
+			}
+		}
+		for cur := range deposits {
+			if b := r.balance(t, "tax:withheld:CN", cur); !b.IsZero() {
+				t.Errorf("tax:withheld:CN %s = %s after the remittance", cur, b)
+			}
+			if b, want := r.balance(t, "bank:client", cur), client0[cur].Sub(withheld[cur]); !b.Equal(want) {
+				t.Errorf("bank:client %s = %s, want %s − %s", cur, b, client0[cur], withheld[cur])
+			}
+		}
+	}
+	first, runID := remit()
+	check(first)
+	recordRemittanceHistory(t, tc, app.RemittanceWorkflowID("2026-02"), runID)
+	second, _ := remit()
+	check(second)
+	for i := range first.Remittances {
+		if first.Remittances[i].TransactionID != second.Remittances[i].TransactionID {
+			t.Errorf("second run answered %+v, first %+v", second.Remittances[i], first.Remittances[i])
+		}
+	}
+	resp, err := taxv1.NewTaxServiceClient(r.s.d.Internal).ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Remittances) != len(deposits) {
+		t.Fatalf("tax API lists %d remittances, want %d", len(resp.Remittances), len(deposits))
+	}
 }

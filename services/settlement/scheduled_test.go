@@ -1,0 +1,208 @@
+package settlement
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/settlement/internal/ports"
+)
+
+func TestPreviousMonth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		give time.Time
+		want string
+	}{
+		{time.Date(2026, 10, 31, 18, 0, 0, 0, time.UTC), "2026-10"},  // 1 Nov 02:00 Asia/Shanghai
+		{time.Date(2026, 10, 31, 15, 59, 0, 0, time.UTC), "2026-09"}, // 31 Oct 23:59 Asia/Shanghai
+		{time.Date(2025, 12, 31, 18, 0, 0, 0, time.UTC), "2025-12"},  // 1 Jan 02:00 Asia/Shanghai
+	}
+	for _, tt := range tests {
+		if got := app.PreviousMonth(tt.give); got != tt.want {
+			t.Errorf("PreviousMonth(%s) = %s, want %s", tt.give, got, tt.want)
+		}
+	}
+}
+
+// The daily opener workflow is its one activity.
+func TestCycleOpenerWorkflow(t *testing.T) {
+	t.Parallel()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
+	calls := 0
+	env.RegisterActivityWithOptions(func(context.Context) ([]string, error) {
+		calls++
+		if calls == 1 {
+			return nil, errors.New("temporal unavailable") // transient: retried
+		}
+		return []string{"settle-a", "settle-b"}, nil
+	}, activity.RegisterOptions{Name: app.ActEnsureCycleWorkflows})
+	env.ExecuteWorkflow(app.CycleOpenerWorkflowName)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := env.GetWorkflowResult(&ids); err != nil || len(ids) != 2 || calls != 2 {
+		t.Fatalf("ids %v, err %v, calls %d", ids, err, calls)
+	}
+}
+
+// remitEnv is a test environment with the remittance workflows and a stub
+// RemitTax activity.
+func remitEnv(t *testing.T, remit func(ctx context.Context, period string) (app.RemittanceReport, error)) *testsuite.TestWorkflowEnvironment {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+	env.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
+	env.RegisterActivityWithOptions(remit, activity.RegisterOptions{Name: app.ActRemitTax})
+	return env
+}
+
+// Fired at 02:00 Asia/Shanghai on 1 Nov (18:00 UTC on 31 Oct), the monthly
+// workflow remits October as remit-2026-10, once October has ended for the
+// tax service (UTC), and returns the report.
+func TestRemittanceMonthlyWorkflow(t *testing.T) {
+	t.Parallel()
+	fired := time.Date(2026, 10, 31, 18, 0, 0, 0, time.UTC)
+	var gotPeriod, gotID string
+	var calledAt time.Time
+	env := remitEnv(t, func(ctx context.Context, period string) (app.RemittanceReport, error) {
+		gotPeriod, gotID, calledAt = period, activity.GetInfo(ctx).WorkflowExecution.ID, activity.GetInfo(ctx).StartedTime
+		return app.RemittanceReport{Period: period, Remittances: []app.Remittance{{RemittanceID: "rem-" + period + "-CN-CNY", Amount: "12.34", Status: "remitted"}}}, nil
+	})
+	env.SetStartTime(fired)
+	env.ExecuteWorkflow(app.RemittanceMonthlyWorkflowName)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var rep app.RemittanceReport
+	if err := env.GetWorkflowResult(&rep); err != nil {
+		t.Fatal(err)
+	}
+	if gotPeriod != "2026-10" || gotID != "remit-2026-10" || rep.Period != "2026-10" || len(rep.Remittances) != 1 || rep.Remittances[0].Amount != "12.34" {
+		t.Fatalf("period %q in %q, report %+v", gotPeriod, gotID, rep)
+	}
+	if periodEnd := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC); calledAt.Before(periodEnd) {
+		t.Fatalf("RemitTax called at %s, before the period ended (%s)", calledAt, periodEnd)
+	}
+}
+
+// A business failure (the tax service refuses) fails remit-{period} at
+// once; a transient one is retried.
+func TestRemittanceWorkflowRetries(t *testing.T) {
+	t.Parallel()
+	t.Run("business failure not retried", func(t *testing.T) {
+		calls := 0
+		env := remitEnv(t, func(context.Context, string) (app.RemittanceReport, error) {
+			calls++
+			return app.RemittanceReport{}, temporal.NewNonRetryableApplicationError("period has not ended", "InvalidSettlement", nil)
+		})
+		env.SetStartTime(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
+		env.ExecuteWorkflow(app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-10"})
+		if err := env.GetWorkflowError(); err == nil || calls != 1 {
+			t.Fatalf("err %v after %d calls, want a failure after 1", err, calls)
+		}
+	})
+	t.Run("transient failure retried", func(t *testing.T) {
+		calls := 0
+		env := remitEnv(t, func(_ context.Context, period string) (app.RemittanceReport, error) {
+			calls++
+			if calls < 3 {
+				return app.RemittanceReport{}, errors.New("tax unavailable")
+			}
+			return app.RemittanceReport{Period: period}, nil
+		})
+		env.SetStartTime(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
+		env.ExecuteWorkflow(app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-10"})
+		if err := env.GetWorkflowError(); err != nil || calls != 3 {
+			t.Fatalf("err %v after %d calls, want success after 3", err, calls)
+		}
+	})
+	t.Run("bad period", func(t *testing.T) {
+		env := remitEnv(t, func(context.Context, string) (app.RemittanceReport, error) { return app.RemittanceReport{}, nil })
+		env.ExecuteWorkflow(app.RemittanceWorkflowName, app.RemittanceInput{Period: "october"})
+		if err := env.GetWorkflowError(); err == nil {
+			t.Fatal("bad period accepted")
+		}
+	})
+}
+
+// workflowExists reports whether a workflow id has an execution.
+func workflowExists(t *testing.T, tc client.Client, id string) bool {
+	t.Helper()
+	_, err := tc.DescribeWorkflowExecution(context.Background(), id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("describe %s: %v", id, err)
+	}
+	return true
+}
+
+// On a real dev server: start-up creates both schedules (a second start-up
+// updates them in place); the opener ran once at creation, so the current
+// and the next cycle's workflows exist; once the calendar has moved into
+// the next cycle, triggering the opener creates the workflow of the cycle
+// after it.
+func TestSchedulesAtStartup(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc)
+	f.s.noStartup = false
+	now := time.Now().UTC()
+	f.clock.Set(now) // cycles in the future: their workflows wait on timers
+	runWorker(t, f.s)
+	ctx := context.Background()
+	sc := tc.ScheduleClient()
+
+	cur := cal.At(now)
+	next := cal.Next(cur)
+	after := cal.Next(next)
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		d, err := sc.GetHandle(ctx, ports.ScheduleCycleOpener).Describe(ctx)
+		return err == nil && len(d.Info.RecentActions) > 0 && workflowExists(t, tc, domain.CycleWorkflowID(next.ID))
+	}, "opener schedule ran once at creation")
+	if !workflowExists(t, tc, domain.CycleWorkflowID(cur.ID)) {
+		t.Fatalf("no workflow for the current cycle %s", cur.ID)
+	}
+	d, err := sc.GetHandle(ctx, ports.ScheduleRemittanceMonthly).Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Schedule.Spec.TimeZoneName != "Asia/Shanghai" || len(d.Info.NextActionTimes) == 0 {
+		t.Fatalf("remittance schedule spec %+v, next %v", d.Schedule.Spec, d.Info.NextActionTimes)
+	}
+	if n := d.Info.NextActionTimes[0].In(app.RemittanceZone); n.Day() != 1 || n.Hour() != 2 || n.Minute() != 0 {
+		t.Fatalf("next remittance at %s, want 02:00 on the 1st in Asia/Shanghai", n)
+	}
+	// Start-up again: the schedules exist and are updated in place.
+	if err := ports.EnsureSchedules(ctx, tc, f.s.queue); err != nil {
+		t.Fatal(err)
+	}
+
+	if workflowExists(t, tc, domain.CycleWorkflowID(after.ID)) {
+		t.Fatalf("%s exists before the calendar reached %s", after.ID, next.ID)
+	}
+	f.clock.Set(next.Start.Add(time.Hour))
+	if err := sc.GetHandle(ctx, ports.ScheduleCycleOpener).Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool { return workflowExists(t, tc, domain.CycleWorkflowID(after.ID)) },
+		"the triggered opener started the next cycle's workflow")
+	recordOpenerHistory(t, tc)
+}
