@@ -18,8 +18,9 @@ import (
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 )
 
-// Recorded histories (testdata/*.json, from TestCloseSurvivesWorkerRestart
-// with GPUBILL_RECORD_HISTORY=1) replay against today's workflow code: a
+// Recorded histories (testdata/*.json, from TestCloseSurvivesWorkerRestart,
+// TestSchedulesAtStartup and TestRemittanceAgainstRealLedger with
+// GPUBILL_RECORD_HISTORY=1) replay against today's workflow code: a
 // non-deterministic change fails here, not in production.
 func TestReplayRecordedHistories(t *testing.T) {
 	t.Parallel()
@@ -31,6 +32,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
 		r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
+		r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
+		r.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+		r.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
 		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 			t.Errorf("replay %s: %v", f, err)
 		}
@@ -70,4 +74,48 @@ func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 	}
 	write("cycle_history.json", "settle-"+cycle, runs[0].Execution.RunId)
 	write("provider_history.json", "settle-"+cycle+"-"+provider, "")
+}
+
+// recordOpenerHistory writes a completed run of the cycle opener (started
+// by its schedule) to testdata (GPUBILL_RECORD_HISTORY=1).
+func recordOpenerHistory(t *testing.T, tc client.Client) {
+	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
+		return
+	}
+	resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: "WorkflowType = '" + app.CycleOpenerWorkflowName + "' AND ExecutionStatus = 'Completed'"})
+	if err != nil || len(resp.Executions) == 0 {
+		t.Fatalf("list opener runs: %v (%d)", err, len(resp.GetExecutions()))
+	}
+	e := resp.Executions[0].Execution
+	writeHistory(t, tc, "opener_history.json", e.WorkflowId, e.RunId)
+}
+
+// recordRemittanceHistory writes a remit-{period} run to testdata
+// (GPUBILL_RECORD_HISTORY=1).
+func recordRemittanceHistory(t *testing.T, tc client.Client, id, runID string) {
+	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
+		return
+	}
+	writeHistory(t, tc, "remittance_history.json", id, runID)
+}
+
+func writeHistory(t *testing.T, tc client.Client, name, id, runID string) {
+	t.Helper()
+	h := &historypb.History{}
+	it := tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	b, err := protojson.MarshalOptions{Indent: " "}.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
