@@ -34,9 +34,10 @@ test: bin/temporal
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures.
+## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
+## time (-p 1): figures measured side by side on 2 cores would measure each other.
 bench: bin/temporal
-	@set -o pipefail; GPUBILL_BENCH=1 $(GO) test -count=1 -timeout 60m -run 'TestBench' -v $(PKGS) 2>&1 \
+	@set -o pipefail; GPUBILL_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run 'TestBench' -v $(PKGS) 2>&1 \
 		| tee .bench.log | grep -E '^\{"bench"' ; \
 		status=$${PIPESTATUS[0]}; if [ $$status -ne 0 ]; then grep -E -- '--- FAIL|FAIL|panic' .bench.log; exit $$status; fi
 
