@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -21,7 +20,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
@@ -39,33 +37,14 @@ const (
 
 // ConsumeSettled creates one payout per settled provider, cycle and currency.
 func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, clk clock.Clock, log *slog.Logger) error {
-	return natsx.Consume(ctx, js, log, natsx.ConsumerSpec{
-		Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax,
-	}, func(ctx context.Context, msgs []jetstream.Msg) error {
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = natsx.MsgID(m)
-		}
-		return pg.InTx(ctx, store.Pool, func(tx pgx.Tx) error {
-			fresh, err := outbox.Claim(ctx, tx, adapters.Schema, SettledConsumerName, ids)
-			if err != nil {
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax}
+	return outbox.ConsumeOnce(ctx, js, store.Pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
+		for _, ev := range evs {
+			if err := createPayout(ctx, tx, store, clk, ev); err != nil {
 				return err
 			}
-			for i, m := range msgs {
-				if !fresh[ids[i]] {
-					continue
-				}
-				var ev eventsv1.ProviderSettled
-				if err := proto.Unmarshal(m.Data(), &ev); err != nil {
-					log.Error("undecodable settlement.settled; skipped", "id", ids[i], "err", err)
-					continue
-				}
-				if err := createPayout(ctx, tx, store, clk, &ev); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		}
+		return nil
 	})
 }
 

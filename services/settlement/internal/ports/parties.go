@@ -8,11 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 )
@@ -25,40 +23,18 @@ const partyBatchMax = 500
 
 // ConsumeParties keeps settlement's provider tiers until ctx ends.
 func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
-	return natsx.Consume(ctx, js, log, natsx.ConsumerSpec{
-		Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax,
-	}, func(ctx context.Context, msgs []jetstream.Msg) error {
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = natsx.MsgID(m)
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax}
+	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+		var rows []adapters.ProviderTier
+		for _, ev := range evs {
+			if (ev.Kind != "" && ev.Kind != "provider") || ev.Tier == "" {
+				continue
+			}
+			rows = append(rows, adapters.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})
 		}
-		return pg.InTx(ctx, pool, func(tx pgx.Tx) error {
-			fresh, err := outbox.Claim(ctx, tx, adapters.Schema, PartyConsumerName, ids)
-			if err != nil {
-				return err
-			}
-			var rows []adapters.ProviderTier
-			for i, m := range msgs {
-				if !fresh[ids[i]] {
-					continue
-				}
-				var ev eventsv1.PartyUpdated
-				if err := proto.Unmarshal(m.Data(), &ev); err != nil {
-					log.Error("undecodable party.updated; skipped", "id", ids[i], "err", err)
-					continue
-				}
-				if ev.Kind != "" && ev.Kind != "provider" {
-					continue
-				}
-				if ev.Tier == "" {
-					continue
-				}
-				rows = append(rows, adapters.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})
-			}
-			if err := store.UpsertTiers(ctx, tx, rows); err != nil {
-				return fmt.Errorf("party updates: %w", err)
-			}
-			return nil
-		})
+		if err := store.UpsertTiers(ctx, tx, rows); err != nil {
+			return fmt.Errorf("party updates: %w", err)
+		}
+		return nil
 	})
 }
