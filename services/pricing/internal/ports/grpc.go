@@ -43,5 +43,5 @@ func (s *Server) GetRateCard(ctx context.Context, r *pricingv1.GetRateCardReques
 
 // CreateQuote implements PricingService.
 func (s *Server) CreateQuote(ctx context.Context, r *pricingv1.CreateQuoteRequest) (*pricingv1.CreateQuoteResponse, error) {
-	return s.App.Quote(ctx, r, "")
+	return s.App.Quote(ctx, r, r.ProviderPue)
 }

@@ -721,6 +721,7 @@ type CreateQuoteRequest struct {
 	ProviderTier  string                 `protobuf:"bytes,6,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"` // standard | pro | partner
 	TaxProfile    string                 `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`       // individual | enterprise
 	Region        string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                                 // optional
+	ProviderPue   string                 `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`    // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -807,6 +808,13 @@ func (x *CreateQuoteRequest) GetTaxProfile() string {
 func (x *CreateQuoteRequest) GetRegion() string {
 	if x != nil {
 		return x.Region
+	}
+	return ""
+}
+
+func (x *CreateQuoteRequest) GetProviderPue() string {
+	if x != nil {
+		return x.ProviderPue
 	}
 	return ""
 }
@@ -1060,7 +1068,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\frate_card_id\x18\x01 \x01(\tR\n" +
 	"rateCardId\"P\n" +
 	"\x13GetRateCardResponse\x129\n" +
-	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\x99\x02\n" +
+	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\xbc\x02\n" +
 	"\x12CreateQuoteRequest\x12\x1b\n" +
 	"\tgpu_model\x18\x01 \x01(\tR\bgpuModel\x12\x1b\n" +
 	"\tgpu_count\x18\x02 \x01(\x05R\bgpuCount\x12\x14\n" +
@@ -1071,7 +1079,8 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\rprovider_tier\x18\x06 \x01(\tR\fproviderTier\x12\x1f\n" +
 	"\vtax_profile\x18\a \x01(\tR\n" +
 	"taxProfile\x12\x16\n" +
-	"\x06region\x18\b \x01(\tR\x06region\"\xa7\x01\n" +
+	"\x06region\x18\b \x01(\tR\x06region\x12!\n" +
+	"\fprovider_pue\x18\t \x01(\tR\vproviderPue\"\xa7\x01\n" +
 	"\tQuoteLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04band\x18\x02 \x01(\tR\x04band\x12\x1b\n" +
