@@ -92,7 +92,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 
 	// Pass 2: parties, repeats and overlaps inside the batch.
 	byID := make(map[string]bool, len(cands))
-	byLease := map[string][]domain.Event{}
+	byLease := map[string][]int32{} // indexes into recs
 	recs := make([]postgres.Recorded, 0, len(cands))
 	recIdx := make([]int, 0, len(cands))
 	for _, c := range cands {
@@ -111,8 +111,8 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 		}
 		overlapped := ""
 		for _, o := range byLease[ev.LeaseID] {
-			if domain.Overlaps(ev, o) {
-				overlapped = o.ID
+			if domain.Overlaps(ev, recs[o].Event) {
+				overlapped = recs[o].ID
 				break
 			}
 		}
@@ -121,7 +121,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			continue
 		}
 		byID[ev.ID] = true
-		byLease[ev.LeaseID] = append(byLease[ev.LeaseID], ev)
+		byLease[ev.LeaseID] = append(byLease[ev.LeaseID], int32(len(recs)))
 		cy := a.Calendar.ForUsageEnd(ev.End)
 		status := domain.StatusAccepted
 		if now.After(cy.Closes) {
@@ -145,7 +145,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	var dbRejected []Rejection
 	var dups int
 	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		accepted, dbRejected, dups = nil, nil, 0
+		accepted, dbRejected, dups = make([]postgres.Recorded, 0, len(recs)), nil, 0
 		if err := postgres.LockLeases(ctx, tx, leaseIDs); err != nil {
 			return err
 		}

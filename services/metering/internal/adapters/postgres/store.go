@@ -249,15 +249,19 @@ const lastBefore = `not exists (select 1 from (select u.end_time from metering.u
 // that share an event id under different leases wait on each other's unique
 // key in one direction only (no deadlock).
 func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map[string]bool, error) {
-	evs = slices.Clone(evs)
-	slices.SortFunc(evs, func(a, b Recorded) int { return strings.Compare(a.ID, b.ID) })
 	n := len(evs)
+	order := make([]int32, n) // sort a permutation, not the (large) events
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(evs[a].ID, evs[b].ID) })
 	var (
 		id, lease, prov, rent, model, region, work, cyc, status = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		count                                                   = make([]int32, n)
 		start, end, recv                                        = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	)
-	for i, e := range evs {
+	for i, o := range order {
+		e := &evs[o]
 		id[i], lease[i], prov[i], rent[i], model[i] = e.ID, e.LeaseID, e.ProviderID, e.RenterID, e.GPUModel
 		region[i], work[i], cyc[i], status[i] = e.Region, e.Workload, e.CycleID, e.Status
 		count[i], start[i], end[i], recv[i] = e.GPUCount, e.Start, e.End, e.ReceivedAt
