@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
@@ -213,92 +214,37 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 }
 
 // recordedMessages groups accepted events by provider, enriched with what
-// pricing needs (renter currency, provider tier and PUE, cycle), each group
-// one eventsv1.UsageRecordedBatch encoded by appendUsageEvent (the
-// generated marshaller allocated three messages per event).
+// pricing needs (renter currency, provider tier and PUE, cycle).
 func (a *App) recordedMessages(acc []postgres.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) ([]outbox.Message, error) {
-	groups := map[string][]int{}
+	groups := map[string]*eventsv1.UsageRecordedBatch{}
 	var order []string
-	for i, r := range acc {
-		g, ok := groups[r.ProviderID]
+	for _, r := range acc {
+		b, ok := groups[r.ProviderID]
 		if !ok {
+			b = &eventsv1.UsageRecordedBatch{BatchId: ids.New("ub")}
+			groups[r.ProviderID] = b
 			order = append(order, r.ProviderID)
 		}
-		groups[r.ProviderID] = append(g, i)
+		p := provs[r.ProviderID]
+		b.Events = append(b.Events, &eventsv1.UsageEvent{
+			Id: r.ID, LeaseId: r.LeaseID, ProviderId: r.ProviderID, RenterId: r.RenterID,
+			GpuModel: r.GPUModel, GpuCount: r.GPUCount,
+			StartTime: timestamppb.New(r.Start), EndTime: timestamppb.New(r.End),
+			Region: r.Region, Workload: r.Workload,
+			Currency: rents[r.RenterID].Currency, ProviderTier: p.Tier, ProviderPue: domain.PUEString(p.PUE),
+			CycleId: r.CycleID, ReceivedAt: timestamppb.New(r.ReceivedAt),
+		})
 	}
 	msgs := make([]outbox.Message, 0, len(order))
-	var ev []byte
 	for _, prov := range order {
-		idx := groups[prov]
-		p := provs[prov]
-		pue := domain.PUEString(p.PUE)
-		batchID := ids.New("ub")
-		payload := make([]byte, 0, 8+len(batchID)+len(idx)*192)
-		payload = appendString(payload, 1, batchID)
-		for _, i := range idx {
-			r := &acc[i]
-			ev = appendUsageEvent(ev[:0], r, rents[r.RenterID].Currency, p.Tier, pue)
-			payload = protowire.AppendTag(payload, 2, protowire.BytesType)
-			payload = protowire.AppendBytes(payload, ev)
+		b := groups[prov]
+		payload, err := proto.Marshal(b)
+		if err != nil {
+			return nil, err
 		}
-		msgs = append(msgs, outbox.Message{ID: batchID, Subject: "usage.recorded." + prov, Payload: payload})
+		msgs = append(msgs, outbox.Message{ID: b.BatchId, Subject: "usage.recorded." + prov, Payload: payload})
 	}
 	return msgs, nil
-}
-
-// appendUsageEvent appends the wire form of the eventsv1.UsageEvent of r
-// (fields in number order, proto3 defaults omitted, as proto.Marshal does).
-func appendUsageEvent(b []byte, r *postgres.Recorded, currency, tier, pue string) []byte {
-	b = appendString(b, 1, r.ID)
-	b = appendString(b, 2, r.LeaseID)
-	b = appendString(b, 3, r.ProviderID)
-	b = appendString(b, 4, r.RenterID)
-	b = appendString(b, 5, r.GPUModel)
-	if r.GPUCount != 0 {
-		b = protowire.AppendTag(b, 6, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(int64(r.GPUCount)))
-	}
-	b = appendTimestamp(b, 7, r.Start)
-	b = appendTimestamp(b, 8, r.End)
-	b = appendString(b, 9, r.Region)
-	b = appendString(b, 10, r.Workload)
-	b = appendString(b, 11, currency)
-	b = appendString(b, 12, tier)
-	b = appendString(b, 13, pue)
-	b = appendString(b, 14, r.CycleID)
-	return appendTimestamp(b, 15, r.ReceivedAt)
-}
-
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
-}
-
-// appendTimestamp appends t as a google.protobuf.Timestamp field (always
-// present, like a non-nil timestamppb.New(t)).
-func appendTimestamp(b []byte, num protowire.Number, t time.Time) []byte {
-	sec, nanos := t.Unix(), int64(int32(t.Nanosecond()))
-	n := 0
-	if sec != 0 {
-		n += 1 + protowire.SizeVarint(uint64(sec))
-	}
-	if nanos != 0 {
-		n += 1 + protowire.SizeVarint(uint64(nanos))
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(n))
-	if sec != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(sec))
-	}
-	if nanos != 0 {
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(nanos))
-	}
-	return b
 }
 
 func sortRejected(r []Rejection) {
