@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,26 +57,22 @@ func (s *stack) ratedEvents(t *testing.T) int {
 	return n
 }
 
-func TestExactlyOnceMeteringToPricing(t *testing.T) {
-	t.Parallel()
-	s := newStack(t)
-	s.parties(t, 3, 2, "CNY")
-	s.card(t, "CNY", "0.01")
-	run(t, s.metering)
+// onceLease is one lease of the exactly-once workload and the GPU-seconds
+// it used in total.
+type onceLease struct {
+	id, provider, renter string
+	secs                 int64
+}
 
-	// 30 leases; durations chosen so per-event rounding would drift.
-	type lease struct {
-		id       string
-		provider string
-		renter   string
-		secs     int64
-	}
-	var leases []*lease
+// onceUsage is 30 leases of 9 events each, durations chosen so per-event
+// rounding would drift, interleaved so each message mixes leases.
+func onceUsage() ([]*onceLease, []*meteringv1.UsageEventInput) {
+	var leases []*onceLease
 	var all []*meteringv1.UsageEventInput
 	base := now.Add(-72 * time.Hour)
 	durations := []time.Duration{30 * time.Minute, 17*time.Minute + 13*time.Second, 30 * time.Minute, 90 * time.Second}
 	for i := 0; i < 30; i++ {
-		l := &lease{id: fmt.Sprintf("lease-%02d", i), provider: fmt.Sprintf("p-%03d", i%3), renter: fmt.Sprintf("r-%03d", i%2)}
+		l := &onceLease{id: fmt.Sprintf("lease-%02d", i), provider: fmt.Sprintf("p-%03d", i%3), renter: fmt.Sprintf("r-%03d", i%2)}
 		leases = append(leases, l)
 		at := base
 		for j := 0; j < 9; j++ {
@@ -85,13 +82,22 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 			at = at.Add(d)
 		}
 	}
-	// Interleave leases so each message mixes them.
 	mixed := make([]*meteringv1.UsageEventInput, 0, len(all))
 	for j := 0; j < 9; j++ {
 		for i := 0; i < 30; i++ {
 			mixed = append(mixed, all[i*9+j])
 		}
 	}
+	return leases, mixed
+}
+
+func TestExactlyOnceMeteringToPricing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.parties(t, 3, 2, "CNY")
+	s.card(t, "CNY", "0.01")
+	run(t, s.metering)
+	leases, mixed := onceUsage()
 	half := len(mixed) / 2
 
 	// Phase 1: the first rating transaction fails once (rolled back, redelivered).
@@ -116,25 +122,35 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 	}
 	p2.SetFailPoint(failOnce("after-commit", 1))
 	run(t, p2)
-	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == len(mixed) }, "all rated")
+	s.checkChargedOnce(t, leases, len(mixed))
+}
+
+// checkChargedOnce waits until events usage events are rated and pricing's
+// outbox is relayed, then checks what the ledger will post: every event
+// charged once, every charge's lines explaining it (summing to its exact
+// amount, each naming one of its events), and per lease, billed ==
+// round(exact) in the database and on the wire.
+func (s *stack) checkChargedOnce(t *testing.T, leases []*onceLease, events int) {
+	t.Helper()
+	ctx := context.Background()
+	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == events }, "all rated")
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		_ = s.deps.Pool.QueryRow(context.Background(), `select count(*) from pricing.outbox`).Scan(&n)
+		_ = s.deps.Pool.QueryRow(ctx, `select count(*) from pricing.outbox`).Scan(&n)
 		return n == 0
 	}, "outbox relayed")
 
-	// Every event charged once; per lease, billed == round(exact) in the
-	// database and on the wire.
+	// Every event charged once (ratedEvents counts with repeats).
 	var distinct int
-	if err := s.deps.Pool.QueryRow(context.Background(), `select count(distinct e) from pricing.charges, unnest(event_ids) e`).Scan(&distinct); err != nil {
+	if err := s.deps.Pool.QueryRow(ctx, `select count(distinct e) from pricing.charges, unnest(event_ids) e`).Scan(&distinct); err != nil {
 		t.Fatal(err)
 	}
-	if distinct != len(mixed) {
-		t.Fatalf("%d distinct events charged, want %d", distinct, len(mixed))
+	if distinct != events {
+		t.Fatalf("%d distinct events charged, want %d", distinct, events)
 	}
 	// Every charge explains itself: its stored lines sum to its exact amount.
 	var unexplained int
-	if err := s.deps.Pool.QueryRow(context.Background(), `select count(*) from pricing.charges c
+	if err := s.deps.Pool.QueryRow(ctx, `select count(*) from pricing.charges c
 		where jsonb_array_length(c.lines) = 0
 		   or c.exact_amount <> (select sum((l->>'amount')::numeric) from jsonb_array_elements(c.lines) l)`).Scan(&unexplained); err != nil {
 		t.Fatal(err)
@@ -142,12 +158,21 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 	if unexplained != 0 {
 		t.Fatalf("%d charges whose lines do not sum to their exact amount", unexplained)
 	}
+	// ... and every stored line names a usage event of its charge.
+	var unnamed int
+	if err := s.deps.Pool.QueryRow(ctx, `select count(*) from pricing.charges c, jsonb_array_elements(c.lines) l
+		where coalesce(l->>'event_id', '') = '' or not (l->>'event_id' = any(c.event_ids))`).Scan(&unnamed); err != nil {
+		t.Fatal(err)
+	}
+	if unnamed != 0 {
+		t.Fatalf("%d stored charge lines without an event_id of their charge", unnamed)
+	}
 	wire := chargesOnWire(t, s.js.JS)
 	for _, l := range leases {
 		exact := decimal.NewFromInt(l.secs).Mul(decimal.RequireFromString("0.01")).Div(decimal.NewFromInt(3600))
 		want := decimal.NewFromInt(l.secs).Mul(decimal.RequireFromString("0.01")).DivRound(decimal.NewFromInt(3600), 2)
 		var billed decimal.Decimal
-		if err := s.deps.Pool.QueryRow(context.Background(), `select coalesce(sum(amount), 0) from pricing.charges where lease_id = $1`, l.id).Scan(&billed); err != nil {
+		if err := s.deps.Pool.QueryRow(ctx, `select coalesce(sum(amount), 0) from pricing.charges where lease_id = $1`, l.id).Scan(&billed); err != nil {
 			t.Fatal(err)
 		}
 		if !billed.Equal(want) || !wire[l.id].Equal(want) {
@@ -157,7 +182,8 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 }
 
 // chargesOnWire sums the amounts of every charges.rated message per lease,
-// counting each charge id once.
+// counting each charge id once; it fails the test for a charge published
+// twice or a line that does not name one of its charge's events.
 func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Decimal {
 	t.Helper()
 	ctx := context.Background()
@@ -186,6 +212,11 @@ func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Deci
 				t.Errorf("charge %s published twice", c.ChargeId)
 			}
 			seen[c.ChargeId] = true
+			for i, l := range c.Lines {
+				if l.EventId == "" || !slices.Contains(c.EventIds, l.EventId) {
+					t.Errorf("charge %s line %d: event_id %q is not one of the charge's events %v", c.ChargeId, i, l.EventId, c.EventIds)
+				}
+			}
 			out[c.LeaseId] = out[c.LeaseId].Add(decimal.RequireFromString(c.Amount))
 		}
 	}

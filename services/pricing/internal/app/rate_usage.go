@@ -174,7 +174,12 @@ type lineKey struct {
 	band, tier    int
 }
 
+// lineAgg is one line of a group: the pieces of the group's events that
+// price alike, so decimal work happens once per line, not per event. event
+// is the first event the line prices (events of one lease that price alike
+// share the line; the charge's event_ids list them all).
 type lineAgg struct {
+	event      string
 	micros     int64
 	start, end time.Time
 }
@@ -291,7 +296,7 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 			lk := lineKey{card: r.card, kind: p.Kind, model: ev.GpuModel, region: ev.Region, count: ev.GpuCount, band: p.Band, tier: p.Tier}
 			la := g.lines[lk]
 			if la == nil {
-				la = &lineAgg{start: p.Start, end: p.End}
+				la = &lineAgg{event: ev.Id, start: p.Start, end: p.End}
 				g.lines[lk] = la
 				g.order = append(g.order, lk)
 			}
@@ -325,11 +330,11 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 			total = total.Add(ps)
 			amount, hours := domain.Amount(ps), domain.GPUHours(la.micros)
 			band, tier := lk.card.BandName(p), lk.card.TierLabel(p)
-			l := postgres.Line{Kind: lk.kind, GPUModel: lk.model, GPUCount: lk.count, Band: band, Tier: tier,
+			l := postgres.Line{EventID: la.event, Kind: lk.kind, GPUModel: lk.model, GPUCount: lk.count, Band: band, Tier: tier,
 				RateCardID: lk.card.ID, Start: la.start.UTC().Format(time.RFC3339Nano), End: la.end.UTC().Format(time.RFC3339Nano),
 				GPUHours: Str(hours), UnitPrice: Str(unit), Multiplier: Str(mult), Amount: Str(amount)}
 			lines = append(lines, l)
-			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{Kind: l.Kind, GpuModel: l.GPUModel, GpuCount: l.GPUCount,
+			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{EventId: l.EventID, Kind: l.Kind, GpuModel: l.GPUModel, GpuCount: l.GPUCount,
 				Band: band, Tier: tier, RateCardId: l.RateCardID, StartTime: timestamppb.New(la.start), EndTime: timestamppb.New(la.end),
 				GpuHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
 		}

@@ -219,8 +219,11 @@ type ChargeRow struct {
 }
 
 // Line is one line of a charge as stored in charges.lines (decimals as
-// exact strings, times RFC 3339 UTC).
+// exact strings, times RFC 3339 UTC). EventID names the usage event the line
+// prices (the first one, when the line aggregates several events of the
+// charge); lines written before it was recorded have no event_id key.
 type Line struct {
+	EventID    string `json:"event_id"`
 	Kind       string `json:"kind"`
 	GPUModel   string `json:"gpu_model"`
 	GPUCount   int32  `json:"gpu_count"`
