@@ -21,11 +21,15 @@ const (
 	streamMaxBytes      = 1 << 30 // per stream; 7 streams fit the embedded server's store
 	streamMaxMsgSize    = 8 << 20
 	streamDupWindow     = 10 * time.Minute
-	consumerAckWait     = 60 * time.Second
 	consumerMaxDeliver  = -1 // a stuck message stays visible as lag, never dropped
 	consumerMaxAckPend  = 20000
 	fetchMaxWaitDefault = 250 * time.Millisecond
 )
+
+// DefaultAckWait is how long a delivered message may stay unacknowledged
+// before JetStream redelivers it (a consumer that died mid-batch), unless a
+// ConsumerSpec sets its own AckWait.
+const DefaultAckWait = 60 * time.Second
 
 // Stream names and the subjects they hold (DESIGN §1: <domain>.<event>.<key>).
 const (
@@ -108,6 +112,11 @@ type ConsumerSpec struct {
 	FilterSubjects []string
 	BatchMax       int           // messages per fetch
 	MaxWait        time.Duration // how long a fetch waits to fill a batch
+	// AckWait is how long a delivered batch may stay unacknowledged before
+	// it is redelivered; 0 means DefaultAckWait. It must exceed the longest
+	// time a handler takes, or a slow batch is delivered twice (harmless,
+	// deduplicated, but wasted work).
+	AckWait time.Duration
 }
 
 // Consume runs a batched pull loop until ctx ends.
@@ -118,10 +127,13 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if spec.MaxWait <= 0 {
 		spec.MaxWait = fetchMaxWaitDefault
 	}
+	if spec.AckWait <= 0 {
+		spec.AckWait = DefaultAckWait
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       spec.Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       consumerAckWait,
+		AckWait:       spec.AckWait,
 		MaxDeliver:    consumerMaxDeliver,
 		MaxAckPending: consumerMaxAckPend,
 		DeliverPolicy: jetstream.DeliverAllPolicy,

@@ -6,6 +6,7 @@ package pricing
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"golang.org/x/sync/errgroup"
@@ -30,9 +31,10 @@ const Name = "pricing"
 
 // Service is the pricing service.
 type Service struct {
-	d   svc.Deps
-	app *app.App
-	srv *ports.Server
+	d       svc.Deps
+	app     *app.App
+	srv     *ports.Server
+	ackWait time.Duration
 }
 
 var _ svc.Service = (*Service)(nil)
@@ -81,7 +83,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	relay := &outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: log}
 	g.Go(func() error { return relay.Run(ctx) })
-	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log}
+	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log, AckWait: s.ackWait}
 	g.Go(func() error { return cons.Run(ctx) })
 	retry := &ports.PendingRetrier{App: s.app, Log: log}
 	g.Go(func() error { return retry.Run(ctx) })
@@ -95,3 +97,9 @@ func (s *Service) API() pricingv1.PricingServiceServer { return s.srv }
 // SetFailPoint installs a test hook called at named points of the rating
 // transaction ("before-apply", "before-commit", "after-commit").
 func (s *Service) SetFailPoint(f func(point string) error) { s.app.FailPoint = f }
+
+// SetAckWait sets how long a usage batch fetched by the rating consumer
+// stays unacknowledged before JetStream redelivers it (natsx.DefaultAckWait
+// unless set; tests that kill a consumer use seconds). Call it before Run:
+// the consumer's configuration is written when Run starts it.
+func (s *Service) SetAckWait(d time.Duration) { s.ackWait = d }

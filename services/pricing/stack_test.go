@@ -25,6 +25,7 @@ var now = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 // stack is metering and pricing on one pool and one JetStream, as in `gpubill dev`.
 type stack struct {
 	deps     svc.Deps
+	dsn      string // the stack's database, for a helper process
 	metering *metering.Service
 	pricing  *pricing.Service
 	js       *testkit.JetStream
@@ -33,7 +34,7 @@ type stack struct {
 func newStack(t testing.TB) *stack {
 	t.Helper()
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
+	pool, dsn := testkit.NewPool(t)
 	js := testkit.NewJetStream(t)
 	d := svc.Deps{Pool: pool, JS: js.JS, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock.NewManual(now), Calendar: cycles.Default()}
 	m, err := metering.New(ctx, d)
@@ -44,7 +45,7 @@ func newStack(t testing.TB) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &stack{deps: d, metering: m, pricing: p, js: js}
+	return &stack{deps: d, dsn: dsn, metering: m, pricing: p, js: js}
 }
 
 // run runs a service until the returned stop is called (or the test ends).

@@ -28,13 +28,16 @@ type RatingConsumer struct {
 	App *app.App
 	JS  jetstream.JetStream
 	Log *slog.Logger
+	// AckWait overrides natsx.DefaultAckWait: how long a fetched batch
+	// stays unacknowledged before redelivery (0 = the default).
+	AckWait time.Duration
 }
 
 // Run consumes until ctx ends.
 func (c *RatingConsumer) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
 		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{"usage.recorded.>"},
-		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait,
+		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait, AckWait: c.AckWait,
 	}, func(ctx context.Context, msgs []jetstream.Msg) error {
 		in := make([]app.Incoming, len(msgs))
 		for i, m := range msgs {
