@@ -17,12 +17,13 @@ build: bin/temporal
 	@mkdir -p bin
 	$(GO) build -o bin/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
 
-## bin/temporal: the Temporal CLI (dev server), built in its own module so the
-## Temporal server's dependencies never enter the workspace. ~5–8 min the first time.
-bin/temporal: tools/temporal/go.mod tools/temporal/go.sum
+## bin/temporal: the Temporal CLI plus gpubill's tuned dev server
+## (`temporal gpubill-dev-server`), built in its own module so the Temporal
+## server's dependencies never enter the workspace. ~5–8 min the first time.
+bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/temporal/*.go)
 	@mkdir -p bin
 	@echo "building the Temporal dev server (first time: several minutes)…"
-	cd tools/temporal && GOWORK=off $(GO) build -trimpath -o ../../bin/temporal github.com/temporalio/cli/cmd/temporal
+	cd tools/temporal && GOWORK=off $(GO) build -trimpath -o ../../bin/temporal .
 	@touch bin/temporal
 
 ## run: gpubill dev with embedded NATS + Temporal and the simulated marketplace.

@@ -1,6 +1,7 @@
-// Package tempdev runs a real Temporal dev server (`temporal server
-// start-dev`, the Temporal CLI built into bin/temporal) as a child process,
-// for `gpubill dev` and for tests.
+// Package tempdev runs a real Temporal dev server (`temporal
+// gpubill-dev-server`: the Temporal CLI's dev server as built into
+// bin/temporal from tools/temporal, with a trimmed visibility schema and no
+// metrics endpoint) as a child process, for `gpubill dev` and for tests.
 package tempdev
 
 import (
@@ -19,9 +20,10 @@ import (
 
 const readyTimeout = 90 * time.Second
 
-// FindBinary locates the Temporal CLI: GPUBILL_TEMPORAL_BIN, then `temporal`
-// beside the running executable, then bin/temporal in the current directory
-// or any parent holding go.work, then PATH.
+// FindBinary locates gpubill's build of the Temporal CLI (an upstream
+// `temporal` on PATH lacks gpubill-dev-server): GPUBILL_TEMPORAL_BIN, then
+// `temporal` beside the running executable, then bin/temporal in the current
+// directory or any parent holding go.work.
 func FindBinary() (string, error) {
 	if p := os.Getenv("GPUBILL_TEMPORAL_BIN"); p != "" {
 		return p, nil
@@ -46,9 +48,6 @@ func FindBinary() (string, error) {
 			}
 			dir = parent
 		}
-	}
-	if p, err := exec.LookPath("temporal"); err == nil {
-		return p, nil
 	}
 	return "", errors.New("temporal dev server binary not found: run `make bin/temporal`, or set TEMPORAL_ADDRESS to an external server")
 }
@@ -95,7 +94,7 @@ type Server struct {
 	done    chan struct{}
 }
 
-// Start runs `temporal server start-dev` on addr ("127.0.0.1:0" picks a
+// Start runs `temporal gpubill-dev-server` on addr ("127.0.0.1:0" picks a
 // port), with its SQLite store at dbFile ("" = in memory), and waits until
 // the frontend accepts connections. The child dies with the parent.
 func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Server, error) {
@@ -110,17 +109,12 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 		}
 		port = fmt.Sprint(p)
 	}
-	mport, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	hport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"server", "start-dev", "--headless", "--ip", host, "--port", port,
-		"--metrics-port", fmt.Sprint(mport), "--http-port", fmt.Sprint(hport),
-		"--log-level", "error", "--namespace", "default"}
+	args := []string{"gpubill-dev-server", "--ip", host, "--port", port,
+		"--http-port", fmt.Sprint(hport), "--log-level", "error"}
 	if dbFile != "" {
 		args = append(args, "--db-filename", dbFile)
 	}

@@ -99,7 +99,7 @@ func selfCPU() time.Duration {
 var statFields = regexp.MustCompile(`\) \S+ (\d+)((?: \S+){9}) (\d+) (\d+)`)
 
 // serverCPU is the CPU time (user+system) used by the Temporal dev servers
-// this process started (its children running `temporal server`), from /proc.
+// this process started (its children running `temporal gpubill-dev-server`), from /proc.
 func serverCPU(t testing.TB) time.Duration {
 	t.Helper()
 	const ticks = 100 // USER_HZ on Linux
@@ -118,7 +118,7 @@ func serverCPU(t testing.TB) time.Duration {
 			continue
 		}
 		cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-		if !strings.Contains(string(cmd), "server\x00start-dev") {
+		if !strings.Contains(string(cmd), "gpubill-dev-server") {
 			continue
 		}
 		u, _ := strconv.ParseInt(string(m[3]), 10, 64)
