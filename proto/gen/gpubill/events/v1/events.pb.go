@@ -241,10 +241,12 @@ func (x *UsageRecordedBatch) GetEvents() []*UsageEvent {
 }
 
 // One priced line of a charge (a band segment, a tier segment or a surcharge).
+// Segments of a charge's events that price alike (same rate card, kind,
+// model, count, band and tier) are summed into one line.
 type ChargeLine struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // usage | pue_surcharge
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"` // the usage event behind the line; for a summed line, its first (RatedCharge.event_ids lists all)
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`                      // usage | pue_surcharge
 	GpuModel      string                 `protobuf:"bytes,3,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
 	GpuCount      int32                  `protobuf:"varint,4,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
 	Band          string                 `protobuf:"bytes,5,opt,name=band,proto3" json:"band,omitempty"` // e.g. "day", "night"
