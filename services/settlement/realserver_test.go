@@ -61,11 +61,12 @@ func runWorker(t testing.TB, s *Service) (stop func()) {
 // On a real Temporal dev server: a close request, the worker stopped after
 // some providers are settled, a new worker finishing the close — and every
 // provider settled exactly once (one settlement transaction per provider and
-// currency in the ledger, whatever the replays).
+// currency in the ledger, whatever the replays). A window of 10 children
+// in flight in runs of 40 providers.
 func TestCloseSurvivesWorkerRestart(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
-	f := newFixtureWith(t, tc, true, WithBatchSize(40))
+	f := newFixtureWith(t, tc, true, WithBatchSize(40), WithWindow(10))
 	const providers = 150
 	f.seed(t, cycle1.ID, providers)
 	f.ledger.Delay = 2 * time.Millisecond

@@ -22,6 +22,9 @@ import (
 // TestSchedulesAtStartup and TestRemittanceAgainstRealLedger with
 // GPUBILL_RECORD_HISTORY=1) replay against today's workflow code: a
 // non-deterministic change fails here, not in production.
+// cycle_history.json was recorded before the sliding window (its runs
+// settle a batch and await it all: the "sliding-window" change's
+// DefaultVersion) and is kept; cycle_window_history.json is the window.
 func TestReplayRecordedHistories(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("testdata/*_history.json")
@@ -41,8 +44,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 }
 
-// recordHistories writes the first run of the cycle workflow and one
-// provider child to testdata (run with GPUBILL_RECORD_HISTORY=1).
+// recordHistories writes the first run of the cycle workflow (as
+// cycle_window_history.json) and one provider child to testdata (run with
+// GPUBILL_RECORD_HISTORY=1).
 func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
 		return
@@ -72,7 +76,7 @@ func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 			t.Fatal(err)
 		}
 	}
-	write("cycle_history.json", "settle-"+cycle, runs[0].Execution.RunId)
+	write("cycle_window_history.json", "settle-"+cycle, runs[0].Execution.RunId)
 	write("provider_history.json", "settle-"+cycle+"-"+provider, "")
 }
 

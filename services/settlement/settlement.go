@@ -59,6 +59,9 @@ func WithCommission(p split.CommissionPolicy) Option { return func(s *Service) {
 // continuing as new.
 func WithBatchSize(n int) Option { return func(s *Service) { s.batch = n } }
 
+// WithWindow sets how many provider children a cycle run keeps in flight.
+func WithWindow(n int) Option { return func(s *Service) { s.window = n } }
+
 // WithoutStartupCycles skips starting the current and past-due cycles'
 // workflows and creating the schedules in Run (tests drive cycles
 // themselves).
@@ -71,6 +74,7 @@ type Service struct {
 	queue      string
 	commission split.CommissionPolicy
 	batch      int
+	window     int
 	noStartup  bool
 	store      *adapters.Store
 	acts       *ports.Activities
@@ -86,7 +90,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	if taskQueue == "" {
 		taskQueue = TaskQueueDefault
 	}
-	s := &Service{d: d, tc: tc, queue: taskQueue, commission: split.DefaultCommission(), batch: app.BatchSizeDefault}
+	s := &Service{d: d, tc: tc, queue: taskQueue, commission: split.DefaultCommission(), batch: app.BatchSizeDefault, window: app.WindowDefault}
 	for _, o := range opts {
 		o(s)
 	}
@@ -105,9 +109,9 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	s.acts = &ports.Activities{
 		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
 		Temporal: tc, TaskQueue: taskQueue, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
-		BatchSize: s.batch,
+		BatchSize: s.batch, Window: s.window,
 	}
-	s.api = &ports.Server{Store: s.store, Temporal: tc, TaskQueue: taskQueue, Calendar: d.Calendar, Clock: d.Clock, BatchSize: s.batch}
+	s.api = &ports.Server{Store: s.store, Temporal: tc, TaskQueue: taskQueue, Calendar: d.Calendar, Clock: d.Clock, BatchSize: s.batch, Window: s.window}
 	return s, nil
 }
 
@@ -187,7 +191,7 @@ func (s *Service) StartCycles(ctx context.Context) error {
 			s.d.Log.Warn("unknown cycle in settlement.cycles", "cycle", id, "err", err)
 			continue
 		}
-		if err := ports.StartCycleWorkflow(ctx, s.tc, s.queue, cy, s.batch); err != nil {
+		if err := ports.StartCycleWorkflow(ctx, s.tc, s.queue, cy, s.batch, s.window); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,6 +113,15 @@ func (f *fixture) count(t testing.TB, q string, args ...any) int {
 // workflow clock when the first run ended.
 func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *testsuite.TestWorkflowEnvironment)) (runs int, firstEnd time.Time) {
 	t.Helper()
+	runs, firstEnd, _ = runCycleWith(t, f, in, setup, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts) })
+	return runs, firstEnd
+}
+
+// runCycleWith is runCycle with the workflows and activities registered by
+// register in every run; it also returns the last run's input (its
+// Progress is the tally of the runs before it).
+func runCycleWith(t *testing.T, f *fixture, in app.CycleInput, setup, register func(env *testsuite.TestWorkflowEnvironment)) (runs int, firstEnd time.Time, last app.CycleInput) {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	for {
 		runs++
@@ -120,7 +130,7 @@ func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *tests
 		}
 		env := suite.NewTestWorkflowEnvironment()
 		env.SetStartTime(startAt)
-		Register(env, f.s.acts)
+		register(env)
 		env.OnActivity(app.ActStartNextCycle, mock.Anything, mock.Anything).Return(nil)
 		if setup != nil && runs == 1 {
 			setup(env)
@@ -144,7 +154,104 @@ func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *tests
 		if err != nil {
 			t.Fatal(err)
 		}
-		return runs, firstEnd
+		return runs, firstEnd, in
+	}
+}
+
+// windowProbe counts the provider children running at once, and the
+// children started while a child started before the latest completion
+// still ran (a sliding window refills; a batch drains first).
+type windowProbe struct {
+	mu                         sync.Mutex
+	seq, lastDone, max, refill int
+	running                    map[string]int // provider → start seq
+}
+
+func (p *windowProbe) enter(provider string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, started := range p.running {
+		if started < p.lastDone {
+			p.refill++
+			break
+		}
+	}
+	p.seq++
+	p.running[provider] = p.seq
+	p.max = max(p.max, len(p.running))
+}
+
+func (p *windowProbe) leave(provider string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	p.lastDone = p.seq
+	delete(p.running, provider)
+}
+
+// The settle phase keeps at most Window provider children in flight and
+// starts the next one as soon as one completes (no drain until the page
+// runs out), whether the providers take one run or several; a failed child
+// is counted and the others still settle.
+func TestCycleSettlesWithinWindow(t *testing.T) {
+	t.Parallel()
+	const providers, window = 10, 3
+	tests := []struct {
+		name     string
+		batch    int
+		wantRuns int
+	}{
+		{"one page", 0, 2},   // BatchSizeDefault: one page, then the empty page
+		{"four pages", 4, 4}, // 4+4+2, then the empty page
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, nil)
+			f.seed(t, cycle1.ID, providers)
+			probe := &windowProbe{running: map[string]int{}}
+			// The real provider workflow behind a probe; children take 1–4
+			// minutes, so they complete out of start order.
+			child := func(ctx workflow.Context, in app.ProviderInput) (app.ProviderResult, error) {
+				probe.enter(in.ProviderID)
+				defer probe.leave(in.ProviderID)
+				var n int
+				fmt.Sscanf(in.ProviderID, "p-%d", &n)
+				if err := workflow.Sleep(ctx, time.Duration(4-n%4)*time.Minute); err != nil {
+					return app.ProviderResult{}, err
+				}
+				if in.ProviderID == "p-00004" {
+					return app.ProviderResult{}, errors.New("probe: settlement refused")
+				}
+				return app.ProviderWorkflow(ctx, in)
+			}
+			register := func(env *testsuite.TestWorkflowEnvironment) {
+				env.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
+				env.RegisterWorkflowWithOptions(child, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
+				env.RegisterActivity(f.s.acts)
+			}
+			runs, _, last := runCycleWith(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true,
+				BatchSize: tt.batch, Window: window}, nil, register)
+
+			if probe.max != window {
+				t.Errorf("at most %d children in flight, want %d (the window)", probe.max, window)
+			}
+			if probe.refill == 0 {
+				t.Error("no child started while children started before a completion still ran: the window does not slide")
+			}
+			if runs != tt.wantRuns {
+				t.Errorf("runs = %d, want %d", runs, tt.wantRuns)
+			}
+			if got, want := last.Progress, (app.Progress{Providers: providers, Settled: providers - 1, Failed: 1, Runs: tt.wantRuns - 1}); got != want {
+				t.Errorf("progress = %+v, want %+v", got, want)
+			}
+			if n := f.count(t, `select count(distinct provider_id) from settlement.settlements where status = 'settled'`); n != providers-1 {
+				t.Errorf("settled providers = %d, want %d", n, providers-1)
+			}
+			if b := f.ledger.Balance(domain.PendingAccount("p-00004", cycle1.ID), "CNY"); b.String() != "1033.33" {
+				t.Errorf("failed provider's pending = %s, want 1033.33 (left for a re-close)", b)
+			}
+		})
 	}
 }
 

@@ -34,13 +34,26 @@ var (
 	}
 )
 
+// Version of the settle phase (workflow.GetVersion): DefaultVersion runs
+// (recorded before the window) start a run's whole page of children and
+// await them all (settleBatch); versionWindow runs keep at most Window
+// children in flight (settleWindow).
+const (
+	changeWindow  = "sliding-window"
+	versionWindow = 1
+)
+
 // CycleWorkflow is settle-{cycle}: a durable timer to the cycle's end plus
 // grace (or a close signal), then the close: close the cycle in the ledger,
-// snapshot every provider's gross, and settle them in batches of child
-// workflows, continuing as new between batches so the history stays small.
+// snapshot every provider's gross, and settle them one page of providers
+// per run, at most Window child workflows in flight, continuing as new
+// between pages so the history stays small.
 func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	if in.BatchSize <= 0 || in.BatchSize > BatchSizeMax {
 		in.BatchSize = BatchSizeDefault
+	}
+	if in.Window <= 0 || in.Window > WindowMax {
+		in.Window = WindowDefault
 	}
 	progress := in.Progress
 	progress.Runs++
@@ -91,7 +104,11 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 			"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
 		return nil
 	}
-	settleBatch(ctx, in.CycleID, batch, &progress)
+	if workflow.GetVersion(ctx, changeWindow, workflow.DefaultVersion, versionWindow) == workflow.DefaultVersion {
+		settleBatch(ctx, in.CycleID, batch, &progress)
+	} else {
+		settleWindow(ctx, in.CycleID, batch, in.Window, &progress)
+	}
 
 	// Signals sent during this run would be lost across continue-as-new:
 	// drain them (a close request is moot once the close runs).
@@ -130,37 +147,73 @@ func waitForClose(ctx workflow.Context, closeCh workflow.ReceiveChannel, in Cycl
 	return reason
 }
 
-// settleBatch starts one child per provider and waits for all of them. A
-// failed child leaves its provider pending (visible in the cycle's rows and
-// the logs) without failing the cycle; re-closing or releasing retries it.
+// settleWindow settles a run's page of providers with at most window
+// children in flight: the next child starts as soon as one completes, so
+// the server and the worker stay busy until the page runs out; the run
+// drains only its last window before continuing as new. Children complete
+// in any order; the selector is workflow code driven by the history (of
+// the children ready, it takes the first started), so a replay starts the
+// same children in the same order.
+func settleWindow(ctx workflow.Context, cycle string, page []string, window int, p *Progress) {
+	sel := workflow.NewSelector(ctx)
+	next, inFlight := 0, 0
+	for next < len(page) || inFlight > 0 {
+		for ; inFlight < window && next < len(page); next++ {
+			provider := page[next]
+			sel.AddFuture(startProvider(ctx, cycle, provider), func(f workflow.Future) {
+				inFlight--
+				account(ctx, cycle, provider, f, p)
+			})
+			inFlight++
+		}
+		sel.Select(ctx)
+	}
+}
+
+// settleBatch starts one child per provider and waits for all of them (the
+// settle phase of DefaultVersion runs, kept so their histories replay).
 func settleBatch(ctx workflow.Context, cycle string, batch []string, p *Progress) {
 	futures := make([]workflow.ChildWorkflowFuture, len(batch))
 	for i, provider := range batch {
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            domain.ProviderWorkflowID(cycle, provider),
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowRunTimeout:    24 * time.Hour,
-		})
-		futures[i] = workflow.ExecuteChildWorkflow(cctx, ProviderWorkflowName, ProviderInput{CycleID: cycle, ProviderID: provider})
+		futures[i] = startProvider(ctx, cycle, provider)
 	}
 	for i, f := range futures {
-		p.Providers++
-		var res ProviderResult
-		err := f.Get(ctx, &res)
-		var already *temporal.ChildWorkflowExecutionAlreadyStartedError
-		switch {
-		case errors.As(err, &already):
-			// A release started this provider's settlement already; it
-			// settles on its own.
-			p.Settled++
-		case err != nil:
-			p.Failed++
-			workflow.GetLogger(ctx).Error("provider settlement failed", "cycle", cycle, "provider", batch[i], "err", err)
-		case res.Held:
-			p.Held++
-		default:
-			p.Settled++
-		}
+		account(ctx, cycle, batch[i], f, p)
+	}
+}
+
+// startProvider starts settle-{cycle}-{provider}. The child outlives its
+// parent (ABANDON): a run that ends or continues as new never cancels a
+// settlement half done.
+func startProvider(ctx workflow.Context, cycle, provider string) workflow.ChildWorkflowFuture {
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            domain.ProviderWorkflowID(cycle, provider),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowRunTimeout:    24 * time.Hour,
+	})
+	return workflow.ExecuteChildWorkflow(cctx, ProviderWorkflowName, ProviderInput{CycleID: cycle, ProviderID: provider})
+}
+
+// account waits for a provider child and counts its result. A failed child
+// leaves its provider pending (visible in the cycle's rows and the logs)
+// without failing the cycle; re-closing or releasing retries it.
+func account(ctx workflow.Context, cycle, provider string, f workflow.Future, p *Progress) {
+	p.Providers++
+	var res ProviderResult
+	err := f.Get(ctx, &res)
+	var already *temporal.ChildWorkflowExecutionAlreadyStartedError
+	switch {
+	case errors.As(err, &already):
+		// A release started this provider's settlement already; it
+		// settles on its own.
+		p.Settled++
+	case err != nil:
+		p.Failed++
+		workflow.GetLogger(ctx).Error("provider settlement failed", "cycle", cycle, "provider", provider, "err", err)
+	case res.Held:
+		p.Held++
+	default:
+		p.Settled++
 	}
 }

@@ -55,7 +55,8 @@ type Activities struct {
 	Calendar   cycles.Calendar
 	Clock      clock.Clock
 	Log        *slog.Logger
-	BatchSize  int
+	BatchSize  int // providers per cycle run (app.CycleInput.BatchSize)
+	Window     int // provider children in flight (app.CycleInput.Window)
 }
 
 // nonRetryable marks a business failure that retrying cannot fix.
@@ -102,18 +103,19 @@ func (a *Activities) StartNextCycle(ctx context.Context, cycleID string) error {
 	if err != nil {
 		return nonRetryable(err)
 	}
-	return StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, a.Calendar.Next(cy), a.BatchSize)
+	return StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, a.Calendar.Next(cy), a.BatchSize, a.Window)
 }
 
 // StartCycleWorkflow starts settle-{cycle} waiting for the cycle's close,
-// unless a run exists or has completed (closing twice changes nothing).
-func StartCycleWorkflow(ctx context.Context, tc client.Client, queue string, cy cycles.Cycle, batch int) error {
+// unless a run exists or has completed (closing twice changes nothing);
+// batch and window are app.CycleInput's BatchSize and Window.
+func StartCycleWorkflow(ctx context.Context, tc client.Client, queue string, cy cycles.Cycle, batch, window int) error {
 	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       domain.CycleWorkflowID(cy.ID),
 		TaskQueue:                queue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, app.CycleWorkflowName, app.CycleInput{CycleID: cy.ID, ClosesAt: cy.Closes, BatchSize: batch})
+	}, app.CycleWorkflowName, app.CycleInput{CycleID: cy.ID, ClosesAt: cy.Closes, BatchSize: batch, Window: window})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &already) {
 		return fmt.Errorf("start %s: %w", domain.CycleWorkflowID(cy.ID), err)

@@ -40,7 +40,8 @@ type Server struct {
 	TaskQueue string
 	Calendar  cycles.Calendar
 	Clock     clock.Clock
-	BatchSize int
+	BatchSize int // providers per cycle run (app.CycleInput.BatchSize)
+	Window    int // provider children in flight (app.CycleInput.Window)
 }
 
 func pageSize(n int32) int {
@@ -161,7 +162,7 @@ func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.Clo
 			ID: domain.CycleWorkflowID(c.ID), TaskQueue: s.TaskQueue,
 			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		},
-		app.CycleWorkflowName, app.CycleInput{CycleID: c.ID, ClosesAt: c.ClosesAt, CloseNow: true, CloseReason: reason, BatchSize: s.BatchSize})
+		app.CycleWorkflowName, app.CycleInput{CycleID: c.ID, ClosesAt: c.ClosesAt, CloseNow: true, CloseReason: reason, BatchSize: s.BatchSize, Window: s.Window})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &already) {
 		return nil, fmt.Errorf("close %s: %w: %v", c.ID, apperr.ErrUnavailable, err)

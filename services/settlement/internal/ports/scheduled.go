@@ -29,7 +29,7 @@ func (a *Activities) EnsureCycleWorkflows(ctx context.Context) ([]string, error)
 	cur := a.Calendar.At(a.Clock.Now())
 	var ids []string
 	for _, cy := range []cycles.Cycle{cur, a.Calendar.Next(cur)} {
-		if err := StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, cy, a.BatchSize); err != nil {
+		if err := StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, cy, a.BatchSize, a.Window); err != nil {
 			return ids, err
 		}
 		ids = append(ids, domain.CycleWorkflowID(cy.ID))
