@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
 // Common is embedded into every command's kong struct.
@@ -21,6 +22,7 @@ type Common struct {
 	CycleDays       int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
 	CycleAnchor     string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
 	CycleGrace      time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
+	TaxTimezone     string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
 	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
@@ -34,4 +36,18 @@ func (c Common) Calendar() (cycles.Calendar, error) {
 		return cycles.Calendar{}, fmt.Errorf("GPUBILL_CYCLE_DAYS %d: want 1..366", c.CycleDays)
 	}
 	return cycles.Calendar{Anchor: anchor, LengthDays: c.CycleDays, Grace: c.CycleGrace}, nil
+}
+
+// TaxPeriods returns the calendar of monthly tax periods in
+// GPUBILL_TAX_TIMEZONE (unset: taxperiod.DefaultZone). An unknown zone is
+// refused, so a process never starts on the wrong months.
+func (c Common) TaxPeriods() (taxperiod.Calendar, error) {
+	if c.TaxTimezone == "" {
+		return taxperiod.Default(), nil
+	}
+	cal, err := taxperiod.New(c.TaxTimezone)
+	if err != nil {
+		return taxperiod.Calendar{}, fmt.Errorf("GPUBILL_TAX_TIMEZONE: %w", err)
+	}
+	return cal, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
 // Deps are what the composition root hands every service.
@@ -22,6 +23,10 @@ type Deps struct {
 	Log      *slog.Logger
 	Clock    clock.Clock
 	Calendar cycles.Calendar
+	// TaxPeriods are the monthly tax periods (GPUBILL_TAX_TIMEZONE), shared by
+	// the tax service and settlement's remittance; the zero value is
+	// taxperiod.DefaultZone.
+	TaxPeriods taxperiod.Calendar
 	// Internal is an authenticated (admin) connection to the stack's gRPC API,
 	// for the few synchronous calls between services (settlement activities →
 	// ledger, tax). It connects lazily, so it may be made before the server starts.

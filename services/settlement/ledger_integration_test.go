@@ -449,7 +449,9 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 			t.Fatalf("tax:withheld:CN %s = %s before the remittance", cur, withheld[cur])
 		}
 	}
-	r.clock.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)) // February has ended for the tax service
+	// 02:00 on 1 March in Asia/Shanghai (18:00 UTC on 28 February):
+	// February has ended for the tax service, whose months are Shanghai's.
+	r.clock.Set(time.Date(2026, 2, 28, 18, 0, 0, 0, time.UTC))
 	remit := func() (app.RemittanceReport, string) {
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: app.RemittanceWorkflowID("2026-02"), TaskQueue: helperQueue},
 			app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-02"})

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 )
 
@@ -25,19 +26,24 @@ import (
 // cycle_history.json was recorded before the sliding window (its runs
 // settle a batch and await it all: the "sliding-window" change's
 // DefaultVersion) and is kept; cycle_window_history.json is the window.
+// remittance_history.json was recorded before tax periods had a zone (the
+// "tax-period-zone" change's DefaultVersion: wait for the UTC month's end)
+// and is kept; remittance_zone_history.json waits for the month's end in
+// Asia/Shanghai.
 func TestReplayRecordedHistories(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("testdata/*_history.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no recorded histories in testdata (%v)", err)
 	}
+	rem := app.Remittances{Periods: taxperiod.Default()}
 	for _, f := range files {
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
 		r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
 		r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
-		r.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
-		r.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
+		r.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+		r.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
 		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 			t.Errorf("replay %s: %v", f, err)
 		}
@@ -95,13 +101,13 @@ func recordOpenerHistory(t *testing.T, tc client.Client) {
 	writeHistory(t, tc, "opener_history.json", e.WorkflowId, e.RunId)
 }
 
-// recordRemittanceHistory writes a remit-{period} run to testdata
-// (GPUBILL_RECORD_HISTORY=1).
+// recordRemittanceHistory writes a remit-{period} run to testdata as
+// remittance_zone_history.json (GPUBILL_RECORD_HISTORY=1).
 func recordRemittanceHistory(t *testing.T, tc client.Client, id, runID string) {
 	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
 		return
 	}
-	writeHistory(t, tc, "remittance_history.json", id, runID)
+	writeHistory(t, tc, "remittance_zone_history.json", id, runID)
 }
 
 func writeHistory(t *testing.T, tc client.Client, name, id, runID string) {

@@ -13,28 +13,12 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
-
-func TestPreviousMonth(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		give time.Time
-		want string
-	}{
-		{time.Date(2026, 10, 31, 18, 0, 0, 0, time.UTC), "2026-10"},  // 1 Nov 02:00 Asia/Shanghai
-		{time.Date(2026, 10, 31, 15, 59, 0, 0, time.UTC), "2026-09"}, // 31 Oct 23:59 Asia/Shanghai
-		{time.Date(2025, 12, 31, 18, 0, 0, 0, time.UTC), "2025-12"},  // 1 Jan 02:00 Asia/Shanghai
-	}
-	for _, tt := range tests {
-		if got := app.PreviousMonth(tt.give); got != tt.want {
-			t.Errorf("PreviousMonth(%s) = %s, want %s", tt.give, got, tt.want)
-		}
-	}
-}
 
 // The daily opener workflow is its one activity.
 func TestCycleOpenerWorkflow(t *testing.T) {
@@ -60,27 +44,38 @@ func TestCycleOpenerWorkflow(t *testing.T) {
 	}
 }
 
-// remitEnv is a test environment with the remittance workflows and a stub
-// RemitTax activity.
+// remitEnv is a test environment with the remittance workflows on the
+// default tax calendar (Asia/Shanghai months) and a stub RemitTax activity.
 func remitEnv(t *testing.T, remit func(ctx context.Context, period string) (app.RemittanceReport, error)) *testsuite.TestWorkflowEnvironment {
+	return remitEnvIn(t, taxperiod.Default(), remit)
+}
+
+func remitEnvIn(t *testing.T, periods taxperiod.Calendar, remit func(ctx context.Context, period string) (app.RemittanceReport, error)) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
-	env.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
+	rem := app.Remittances{Periods: periods}
+	env.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+	env.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
 	env.RegisterActivityWithOptions(remit, activity.RegisterOptions{Name: app.ActRemitTax})
 	return env
 }
 
 // Fired at 02:00 Asia/Shanghai on 1 Nov (18:00 UTC on 31 Oct), the monthly
-// workflow remits October as remit-2026-10, once October has ended for the
-// tax service (UTC), and returns the report.
+// workflow remits October as remit-2026-10 at once (October ended in
+// Shanghai two hours before, at 16:00 UTC), and returns the report.
 func TestRemittanceMonthlyWorkflow(t *testing.T) {
 	t.Parallel()
-	fired := time.Date(2026, 10, 31, 18, 0, 0, 0, time.UTC)
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := time.Date(2026, 11, 1, 2, 0, 0, 0, shanghai)
 	var gotPeriod, gotID string
-	var calledAt time.Time
-	env := remitEnv(t, func(ctx context.Context, period string) (app.RemittanceReport, error) {
-		gotPeriod, gotID, calledAt = period, activity.GetInfo(ctx).WorkflowExecution.ID, activity.GetInfo(ctx).StartedTime
+	var calledAt time.Time // workflow time (the activity's StartedTime is the wall clock)
+	var env *testsuite.TestWorkflowEnvironment
+	env = remitEnv(t, func(ctx context.Context, period string) (app.RemittanceReport, error) {
+		gotPeriod, gotID, calledAt = period, activity.GetInfo(ctx).WorkflowExecution.ID, env.Now()
 		return app.RemittanceReport{Period: period, Remittances: []app.Remittance{{RemittanceID: "rem-" + period + "-CN-CNY", Amount: "12.34", Status: "remitted"}}}, nil
 	})
 	env.SetStartTime(fired)
@@ -95,8 +90,61 @@ func TestRemittanceMonthlyWorkflow(t *testing.T) {
 	if gotPeriod != "2026-10" || gotID != "remit-2026-10" || rep.Period != "2026-10" || len(rep.Remittances) != 1 || rep.Remittances[0].Amount != "12.34" {
 		t.Fatalf("period %q in %q, report %+v", gotPeriod, gotID, rep)
 	}
-	if periodEnd := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC); calledAt.Before(periodEnd) {
+	if periodEnd := time.Date(2026, 11, 1, 0, 0, 0, 0, shanghai); calledAt.Before(periodEnd) {
 		t.Fatalf("RemitTax called at %s, before the period ended (%s)", calledAt, periodEnd)
+	}
+	if waited := calledAt.Sub(fired); waited > app.RemittancePeriodEndSlack {
+		t.Fatalf("RemitTax called at %s, %s after the schedule fired; October had ended in Shanghai", calledAt, waited)
+	}
+}
+
+// remit-{period} started before its month has ended in the tax zone waits
+// for the end plus RemittancePeriodEndSlack, then remits; a run recorded
+// before tax periods had a zone (the change's DefaultVersion) keeps waiting
+// for the end of the UTC month.
+func TestRemittanceWorkflowWaitsForPeriodEnd(t *testing.T) {
+	t.Parallel()
+	utc, err := taxperiod.New("UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slack := app.RemittancePeriodEndSlack
+	tests := []struct {
+		name       string
+		periods    taxperiod.Calendar
+		oldVersion bool
+		start      time.Time
+		want       time.Time
+	}{
+		{"Shanghai month, started 20:00 on 30 Nov there", taxperiod.Default(), false,
+			time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC).Add(slack)},
+		{"Shanghai month, started 02:00 on 1 Dec there", taxperiod.Default(), false,
+			time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC), time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC)},
+		{"UTC month", utc, false,
+			time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).Add(slack)},
+		{"history before the zone", taxperiod.Default(), true,
+			time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).Add(slack)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var calledAt time.Time
+			var env *testsuite.TestWorkflowEnvironment
+			env = remitEnvIn(t, tt.periods, func(_ context.Context, period string) (app.RemittanceReport, error) {
+				calledAt = env.Now()
+				return app.RemittanceReport{Period: period}, nil
+			})
+			if tt.oldVersion {
+				env.OnGetVersion("tax-period-zone", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+			}
+			env.SetStartTime(tt.start)
+			env.ExecuteWorkflow(app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-11"})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			if calledAt.Before(tt.want) || calledAt.Sub(tt.want) > time.Second {
+				t.Fatalf("RemitTax called at %s, want %s", calledAt.UTC(), tt.want)
+			}
+		})
 	}
 }
 
@@ -187,11 +235,11 @@ func TestSchedulesAtStartup(t *testing.T) {
 	if d.Schedule.Spec.TimeZoneName != "Asia/Shanghai" || len(d.Info.NextActionTimes) == 0 {
 		t.Fatalf("remittance schedule spec %+v, next %v", d.Schedule.Spec, d.Info.NextActionTimes)
 	}
-	if n := d.Info.NextActionTimes[0].In(app.RemittanceZone); n.Day() != 1 || n.Hour() != 2 || n.Minute() != 0 {
+	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 2 || n.Minute() != 0 {
 		t.Fatalf("next remittance at %s, want 02:00 on the 1st in Asia/Shanghai", n)
 	}
 	// Start-up again: the schedules exist and are updated in place.
-	if err := ports.EnsureSchedules(ctx, tc, f.s.queue); err != nil {
+	if err := ports.EnsureSchedules(ctx, tc, f.s.queue, f.s.d.TaxPeriods); err != nil {
 		t.Fatal(err)
 	}
 

@@ -28,6 +28,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -153,21 +154,23 @@ func (s *Service) NewWorker() worker.Worker {
 		MaxConcurrentLocalActivityExecutionSize: localActivitiesConcurrent,
 		MaxConcurrentActivityExecutionSize:      activitiesConcurrent,
 	})
-	Register(w, s.acts)
+	Register(w, s.acts, s.d.TaxPeriods)
 	return w
 }
 
 // Register registers settlement's workflows and activities on a worker (or
-// a test environment's registry).
+// a test environment's registry); the remittance workflows run on the tax
+// period calendar.
 func Register(r interface {
 	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
 	RegisterActivityWithOptions(any, activity.RegisterOptions)
-}, acts any) {
+}, acts any, taxPeriods taxperiod.Calendar) {
+	rem := app.Remittances{Periods: taxPeriods}
 	r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
 	r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
 	r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
-	r.RegisterWorkflowWithOptions(app.RemittanceMonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
-	r.RegisterWorkflowWithOptions(app.RemittanceWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
+	r.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
+	r.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
 	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{})
 }
 
@@ -202,7 +205,8 @@ func (s *Service) StartCycles(ctx context.Context) error {
 // until ctx ends. At start-up (unless WithoutStartupCycles) it starts the
 // cycles' workflows and creates (or updates) the Temporal Schedules: the
 // daily cycle opener (settle-{cycle} for the current and the next cycle)
-// and the monthly tax remittance (remit-{YYYY-MM}).
+// and the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
+// tax zone).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {
@@ -213,7 +217,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.StartCycles(ctx); err != nil {
 			return fmt.Errorf("start cycle workflows: %w", err)
 		}
-		if err := ports.EnsureSchedules(ctx, s.tc, s.queue); err != nil {
+		if err := ports.EnsureSchedules(ctx, s.tc, s.queue, s.d.TaxPeriods); err != nil {
 			return err
 		}
 	}

@@ -113,7 +113,7 @@ func (f *fixture) count(t testing.TB, q string, args ...any) int {
 // workflow clock when the first run ended.
 func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *testsuite.TestWorkflowEnvironment)) (runs int, firstEnd time.Time) {
 	t.Helper()
-	runs, firstEnd, _ = runCycleWith(t, f, in, setup, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts) })
+	runs, firstEnd, _ = runCycleWith(t, f, in, setup, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts, f.s.d.TaxPeriods) })
 	return runs, firstEnd
 }
 
@@ -341,7 +341,7 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	Register(env, f.s.acts)
+	Register(env, f.s.acts, f.s.d.TaxPeriods)
 	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001"})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 // Package tax is the tax service (DESIGN §5): tax profiles (read model of
 // party.updated), a versioned, effective-dated withholding rule table,
-// withholdings with certificates, and monthly remittances. New is its
+// withholdings with certificates, and monthly remittances (calendar months
+// in GPUBILL_TAX_TIMEZONE, default Asia/Shanghai). New is its
 // composition root; *Service implements pkg/svc.Service.
 package tax
 
@@ -42,7 +43,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	a := &app.App{Store: &adapters.Store{Pool: d.Pool}, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Clock: d.Clock, Calendar: d.Calendar}
+	a := &app.App{Store: &adapters.Store{Pool: d.Pool}, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
 	return &Service{d: d, app: a, api: &ports.Server{App: a}}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -177,5 +178,83 @@ func TestRemitTax(t *testing.T) {
 	}
 	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err != nil || len(l.reqs) != 1 {
 		t.Fatalf("second remittance posted again: %v, %d", err, len(l.reqs))
+	}
+}
+
+// Tax periods are Asia/Shanghai calendar months: at 02:00 Shanghai on
+// 1 December (18:00 UTC on 30 November) November has ended and may be
+// remitted, and a withholding recorded then belongs to December, not to
+// November's remittance and report.
+func TestRemitTaxShanghaiMonths(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	remit := func(period string) (*taxv1.RemitTaxResponse, error) {
+		return s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
+	}
+	clk.Set(time.Date(2026, 11, 30, 23, 59, 0, 0, shanghai))
+	compute(t, s, "p-nov", "1000.00", "0.25", "individual", "k-nov") // 150.00 in November
+	if _, err := remit("2026-11"); code(err) != codes.FailedPrecondition {
+		t.Fatalf("remitting November at 23:59 on 30 Nov in Shanghai: %v", err)
+	}
+	decFirst := time.Date(2026, 12, 1, 2, 0, 0, 0, shanghai)
+	if !decFirst.Equal(time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC)) {
+		t.Fatalf("02:00 Shanghai on 1 Dec is %s UTC", decFirst.UTC())
+	}
+	clk.Set(decFirst)
+	compute(t, s, "p-dec", "1000.00", "0.20", "individual", "k-dec") // 160.00 in December
+	nov, err := remit("2026-11")
+	if err != nil {
+		t.Fatalf("remitting November at 02:00 on 1 Dec in Shanghai: %v", err)
+	}
+	if len(nov.Remittances) != 1 || nov.Remittances[0].Amount != "150.00" || len(nov.Lines) != 1 || nov.Lines[0].ProviderId != "p-nov" {
+		t.Fatalf("November remittance = %v, want only p-nov's 150.00", nov)
+	}
+	if len(l.reqs) != 1 || l.reqs[0].Postings[0].Amount != "150.00" {
+		t.Fatalf("ledger = %v", l.reqs)
+	}
+
+	clk.Set(time.Date(2026, 12, 31, 23, 59, 0, 0, shanghai))
+	if _, err := remit("2026-12"); code(err) != codes.FailedPrecondition {
+		t.Fatalf("remitting December before it ended in Shanghai: %v", err)
+	}
+	clk.Set(time.Date(2027, 1, 1, 0, 0, 0, 0, shanghai))
+	dec, err := remit("2026-12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dec.Remittances) != 1 || dec.Remittances[0].Amount != "160.00" || len(dec.Lines) != 1 || dec.Lines[0].ProviderId != "p-dec" {
+		t.Fatalf("December remittance = %v, want p-dec's 160.00", dec)
+	}
+	if _, err := remit("2026-13"); code(err) != codes.InvalidArgument {
+		t.Fatalf("period 2026-13: %v", err)
+	}
+}
+
+// GPUBILL_TAX_TIMEZONE=UTC makes tax periods UTC months: at 18:00 UTC on
+// 30 November, November has not ended.
+func TestRemitTaxConfiguredZone(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewPool(t)
+	clk := clock.NewManual(time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC))
+	periods, err := taxperiod.New("UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cycles.Default(),
+		TaxPeriods: periods, Internal: &ledgerConn{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &taxv1.RemitTaxRequest{Period: "2026-11"}
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), req); code(err) != codes.FailedPrecondition {
+		t.Fatalf("remitting November at 18:00 UTC on 30 Nov with UTC periods: %v", err)
+	}
+	clk.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), req); err != nil {
+		t.Fatal(err)
 	}
 }

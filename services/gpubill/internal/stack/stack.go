@@ -89,6 +89,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	taxPeriods, err := cfg.TaxPeriods()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -170,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.closers = append(s.closers, func() { _ = internal.Close() })
 
-	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, Internal: internal}
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal}
 	services, err := newServices(ctx, deps, tc)
 	if err != nil {
 		gl.Close()

@@ -8,6 +8,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
 // Workflows started by Temporal Schedules (ports.EnsureSchedules).
@@ -15,9 +17,9 @@ const (
 	// CycleOpenerWorkflowName ensures settle-{cycle} exists for the current
 	// and the next cycle (schedule settlement-cycle-opener, daily).
 	CycleOpenerWorkflowName = "SettlementCycleOpener"
-	// RemittanceMonthlyWorkflowName runs on the 1st of each month
-	// (schedule tax-remittance-monthly) and starts RemittanceWorkflow as
-	// remit-{previous month}.
+	// RemittanceMonthlyWorkflowName runs on the 1st of each month in the
+	// tax zone (schedule tax-remittance-monthly) and starts
+	// RemittanceWorkflowName as remit-{previous month}.
 	RemittanceMonthlyWorkflowName = "TaxRemittanceMonthly"
 	// RemittanceWorkflowName is remit-{YYYY-MM}: the tax service's RemitTax
 	// for one month.
@@ -30,16 +32,30 @@ const (
 	ActRemitTax             = "RemitTax"
 )
 
-// RemittanceZone is the zone of the monthly remittance schedule (02:00 on
-// the 1st): the month remitted is the one before the schedule's fire time
-// there. China has no daylight saving time, so a fixed offset is exact and
-// keeps workflow code free of the host's tz database.
-var RemittanceZone = time.FixedZone("Asia/Shanghai", 8*60*60)
-
 // RemittancePeriodEndSlack is waited past the tax service's period end
-// (tax periods are UTC months, RemitTax refuses a month that has not ended
-// on its clock) to absorb clock skew between Temporal and the tax service.
+// (tax periods are calendar months in the tax zone, taxperiod; RemitTax
+// refuses a month that has not ended on its clock) to absorb clock skew
+// between Temporal and the tax service.
 const RemittancePeriodEndSlack = time.Minute
+
+// Version of remit-{period}'s wait (workflow.GetVersion): DefaultVersion
+// runs (started before tax periods had a zone) wait for the end of the UTC
+// month; versionTaxZone runs wait for the end of the month in the tax zone,
+// which has passed when the schedule fires at 02:00 on the 1st there.
+const (
+	changeTaxZone  = "tax-period-zone"
+	versionTaxZone = 1
+)
+
+// Remittances holds the remittance workflows and the tax period calendar
+// they run on: the monthly schedule fires at 02:00 on the 1st in its zone
+// and remits the month before. It must be the tax service's calendar
+// (GPUBILL_TAX_TIMEZONE, default Asia/Shanghai). The calendar is fixed for
+// a worker's life, which keeps the workflows deterministic; change the zone
+// only while no remit-{period} is waiting.
+type Remittances struct {
+	Periods taxperiod.Calendar
+}
 
 var (
 	scheduledRetry = &temporal.RetryPolicy{
@@ -95,13 +111,6 @@ type RemittanceReport struct {
 // RemittanceWorkflowID is the workflow id of a month's remittance.
 func RemittanceWorkflowID(period string) string { return "remit-" + period }
 
-// PreviousMonth returns the calendar month (YYYY-MM) before t's month in
-// RemittanceZone.
-func PreviousMonth(t time.Time) string {
-	l := t.In(RemittanceZone)
-	return time.Date(l.Year(), l.Month(), 1, 0, 0, 0, 0, RemittanceZone).AddDate(0, -1, 0).Format("2006-01")
-}
-
 // CycleOpenerWorkflow ensures the workflows of the current and the next
 // cycle exist (their ids are deterministic; an existing one is left alone)
 // and returns their ids.
@@ -114,11 +123,12 @@ func CycleOpenerWorkflow(ctx workflow.Context) ([]string, error) {
 	return ids, nil
 }
 
-// RemittanceMonthlyWorkflow remits the month before the one it was started
-// in (RemittanceZone) as the child remit-{period}, and returns its report.
-// A remit-{period} already running is left to finish (empty report).
-func RemittanceMonthlyWorkflow(ctx workflow.Context) (RemittanceReport, error) {
-	period := PreviousMonth(workflow.GetInfo(ctx).WorkflowStartTime)
+// MonthlyWorkflow (TaxRemittanceMonthly) remits the tax period before the
+// one it was started in as the child remit-{period}, and returns its
+// report. A remit-{period} already running is left to finish (empty
+// report).
+func (r Remittances) MonthlyWorkflow(ctx workflow.Context) (RemittanceReport, error) {
+	period := r.Periods.Previous(workflow.GetInfo(ctx).WorkflowStartTime).ID
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            RemittanceWorkflowID(period),
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, // a re-run remits nothing twice
@@ -134,16 +144,21 @@ func RemittanceMonthlyWorkflow(ctx workflow.Context) (RemittanceReport, error) {
 	return rep, err
 }
 
-// RemittanceWorkflow is remit-{period}: once the month has ended for the
-// tax service (UTC), RemitTax for it. RemitTax is idempotent per period
-// (remittance ids, and the ledger keys, are rem-{period}-{j}-{currency}),
-// so running it again changes nothing and answers the same report.
-func RemittanceWorkflow(ctx workflow.Context, in RemittanceInput) (RemittanceReport, error) {
-	start, err := time.Parse("2006-01", in.Period)
+// RemitWorkflow (TaxRemittance) is remit-{period}: once the month has
+// ended for the tax service (in the tax zone, plus RemittancePeriodEndSlack),
+// RemitTax for it. RemitTax is idempotent per period (remittance ids, and
+// the ledger keys, are rem-{period}-{j}-{currency}), so running it again
+// changes nothing and answers the same report.
+func (r Remittances) RemitWorkflow(ctx workflow.Context, in RemittanceInput) (RemittanceReport, error) {
+	p, err := r.Periods.Parse(in.Period)
 	if err != nil {
 		return RemittanceReport{}, temporal.NewNonRetryableApplicationError("period: want YYYY-MM", "InvalidPeriod", err)
 	}
-	if wait := start.AddDate(0, 1, 0).Add(RemittancePeriodEndSlack).Sub(workflow.Now(ctx)); wait > 0 {
+	end := p.End
+	if workflow.GetVersion(ctx, changeTaxZone, workflow.DefaultVersion, versionTaxZone) == workflow.DefaultVersion {
+		end = time.Date(p.Start.Year(), p.Start.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	if wait := end.Add(RemittancePeriodEndSlack).Sub(workflow.Now(ctx)); wait > 0 {
 		if err := workflow.Sleep(ctx, wait); err != nil {
 			return RemittanceReport{}, err
 		}

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -58,8 +59,9 @@ func (a *Activities) RemitTax(ctx context.Context, period string) (app.Remittanc
 
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
-// each month, 02:00 Asia/Shanghai).
-func Schedules(queue string) []client.ScheduleOptions {
+// each month, 02:00 in the tax zone: the month before has ended there, so
+// remit-{period} proceeds at once).
+func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOptions {
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: 24 * time.Hour}}},
@@ -77,7 +79,7 @@ func Schedules(queue string) []client.ScheduleOptions {
 				Hour: []client.ScheduleRange{{Start: 2}}, DayOfMonth: []client.ScheduleRange{{Start: 1}},
 				Month: []client.ScheduleRange{{Start: 1, End: 12}}, DayOfWeek: []client.ScheduleRange{{Start: 0, End: 6}},
 			}},
-			TimeZoneName: "Asia/Shanghai",
+			TimeZoneName: taxPeriods.Location().String(),
 		},
 		Action: &client.ScheduleWorkflowAction{
 			ID: ScheduleRemittanceMonthly, Workflow: app.RemittanceMonthlyWorkflowName, TaskQueue: queue,
@@ -89,9 +91,9 @@ func Schedules(queue string) []client.ScheduleOptions {
 
 // EnsureSchedules creates settlement's schedules, or updates the spec and
 // action of one that exists (its state, pause and history are kept).
-func EnsureSchedules(ctx context.Context, tc client.Client, queue string) error {
+func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPeriods taxperiod.Calendar) error {
 	sc := tc.ScheduleClient()
-	for _, o := range Schedules(queue) {
+	for _, o := range Schedules(queue, taxPeriods) {
 		_, err := sc.Create(ctx, o)
 		if err == nil {
 			continue

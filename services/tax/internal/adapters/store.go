@@ -190,8 +190,9 @@ func scanRem(r pgx.CollectableRow) (Remittance, error) {
 }
 
 // PlanRemittances assigns every unremitted withholding recorded before end
-// to a remittance of the period per jurisdiction and currency (once), and
-// returns the period's remittances.
+// (the instant the period's month ends in the tax zone) to a remittance of
+// the period per jurisdiction and currency (once), and returns the period's
+// remittances.
 func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]Remittance, error) {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {

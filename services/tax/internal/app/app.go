@@ -1,10 +1,12 @@
 // Package app holds the tax service's use cases: computing and recording a
-// withholding (one file per use case), and remitting a month's withholdings.
+// withholding (one file per use case), and remitting a month's withholdings
+// (tax periods: calendar months in the configured zone, pkg/taxperiod).
 package app
 
 import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/tax/internal/adapters"
 )
@@ -14,8 +16,9 @@ const DefaultJurisdiction = "CN"
 
 // App wires the use cases.
 type App struct {
-	Store    *adapters.Store
-	Ledger   ledgerv1.LedgerServiceClient
-	Clock    clock.Clock
-	Calendar cycles.Calendar
+	Store      *adapters.Store
+	Ledger     ledgerv1.LedgerServiceClient
+	Clock      clock.Clock
+	Calendar   cycles.Calendar
+	TaxPeriods taxperiod.Calendar // months remitted by RemitTax
 }

@@ -12,21 +12,23 @@ import (
 )
 
 // RemitTax remits every withholding recorded before the end of period
-// (YYYY-MM): one remittance per jurisdiction and currency, each posted as
+// (YYYY-MM, a calendar month in the tax zone: Asia/Shanghai unless
+// configured): one remittance per jurisdiction and currency, each posted as
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
-// idempotency key. Re-running a period posts whatever is still pending and
-// changes nothing else. It returns the remittances and the report lines.
+// idempotency key. A month is remitted once it has ended in the tax zone.
+// Re-running a period posts whatever is still pending and changes nothing
+// else. It returns the remittances and the report lines.
 func (a *App) RemitTax(ctx context.Context, period string) ([]adapters.Remittance, []adapters.ReportLine, error) {
-	start, err := time.Parse("2006-01", period)
+	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
 		return nil, nil, apperr.Invalid("period", "want YYYY-MM")
 	}
-	end := start.AddDate(0, 1, 0)
 	now := a.Clock.Now()
-	if now.Before(end) {
-		return nil, nil, fmt.Errorf("period %s has not ended yet: %w", period, apperr.ErrPrecondition)
+	if now.Before(p.End) {
+		return nil, nil, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
+			p.End.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
-	rems, err := a.Store.PlanRemittances(ctx, period, end, now)
+	rems, err := a.Store.PlanRemittances(ctx, period, p.End, now)
 	if err != nil {
 		return nil, nil, err
 	}
