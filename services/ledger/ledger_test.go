@@ -264,3 +264,52 @@ func TestHashChainDetectsTampering(t *testing.T) {
 		t.Fatalf("tampered chain: %+v; want transaction %s at position 3 named", res, txs[2].ID)
 	}
 }
+
+// The reversal link (ledger.reversals) is not part of the chain's hashed
+// content; the reversal's hashed metadata names what it reverses, so
+// verification catches a link moved to another transaction or removed.
+func TestVerifyDetectsAlteredReversalLink(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		tamper func(orig, other, rev string) string
+		reason string
+	}{
+		{"moved", func(orig, other, rev string) string {
+			return `update ledger.reversals set original_id = '` + other + `' where reversal_id = '` + rev + `'`
+		}, "reversal link names"},
+		{"removed", func(orig, other, rev string) string {
+			return `delete from ledger.reversals where reversal_id = '` + rev + `'`
+		}, "reversal has no link"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			dep := f.deposit(t, "r-1", "10", "USD", "a")
+			other := f.deposit(t, "r-1", "20", "USD", "b")
+			rev, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chainAll(t, f)
+			if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK || res.Checked != 3 {
+				t.Fatalf("clean journal with a reversal: %+v, %v", res, err)
+			}
+			for _, q := range []string{
+				`alter table ledger.reversals disable trigger reversals_immutable`,
+				tc.tamper(dep.ID, other.ID, rev.ID),
+				`alter table ledger.reversals enable trigger reversals_immutable`,
+			} {
+				if _, err := f.pool.Exec(f.ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := ledger.VerifyChain(f.ctx, f.pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.OK || res.FirstBadTransaction != rev.ID || !containsStr(res.Reason, tc.reason) {
+				t.Fatalf("altered reversal link: %+v; want reversal %s named (%q)", res, rev.ID, tc.reason)
+			}
+		})
+	}
+}

@@ -178,5 +178,32 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
 		return res, err
 	}
+	return verifyReversalLinks(ctx, q, res)
+}
+
+// verifyReversalLinks checks ledger.reversals, which the chain does not
+// hash, against what it does: a reversal transaction names the transaction
+// it mirrors in its hashed metadata ("reverses"), so a link row that is
+// missing, points elsewhere, or links a transaction that is not a reversal
+// has been altered.
+func verifyReversalLinks(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	var id, reason string
+	err := q.QueryRow(ctx, `select id, reason from (
+			select t.id::text as id, case when r.reversal_id is null then 'reversal has no link to the transaction it reverses'
+				else 'reversal link names ' || r.original_id::text || ', its hashed metadata ' || coalesce(t.metadata->>'reverses', 'nothing') end as reason
+			from ledger.transactions t left join ledger.reversals r on r.reversal_id = t.id
+			where t.kind = 'reversal' and (r.reversal_id is null or t.metadata->>'reverses' is distinct from r.original_id::text)
+			union all
+			select r.reversal_id::text, 'reversal link from ' || r.original_id::text || ' names a transaction that is not a reversal'
+			from ledger.reversals r left join ledger.transactions t on t.id = r.reversal_id
+			where t.id is null or t.kind <> 'reversal'
+		) bad order by id limit 1`).Scan(&id, &reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("verify reversal links: %w", err)
+	}
+	res.OK, res.FirstBadTransaction, res.Reason = false, id, reason
 	return res, nil
 }
