@@ -25,7 +25,10 @@ import (
 // non-deterministic change fails here, not in production.
 // cycle_history.json was recorded before the sliding window (its runs
 // settle a batch and await it all: the "sliding-window" change's
-// DefaultVersion) and is kept; cycle_window_history.json is the window.
+// DefaultVersion) and is kept; cycle_window_history.json is the window
+// (children in flight), kept too; cycle_page_history.json hands each page
+// to the SettleProviders activity (versionStarted), and
+// provider_started_history.json is a provider workflow it started.
 // remittance_history.json was recorded before tax periods had a zone (the
 // "tax-period-zone" change's DefaultVersion: wait for the UTC month's end)
 // and is kept; remittance_zone_history.json waits for the month's end in
@@ -51,7 +54,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 }
 
 // recordHistories writes the first run of the cycle workflow (as
-// cycle_window_history.json) and one provider child to testdata (run with
+// cycle_page_history.json) and one provider workflow to testdata (run with
 // GPUBILL_RECORD_HISTORY=1).
 func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
@@ -82,8 +85,8 @@ func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 			t.Fatal(err)
 		}
 	}
-	write("cycle_window_history.json", "settle-"+cycle, runs[0].Execution.RunId)
-	write("provider_history.json", "settle-"+cycle+"-"+provider, "")
+	write("cycle_page_history.json", "settle-"+cycle, runs[0].Execution.RunId)
+	write("provider_started_history.json", "settle-"+cycle+"-"+provider, "")
 }
 
 // recordOpenerHistory writes a completed run of the cycle opener (started

@@ -25,6 +25,7 @@ import (
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
+	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 	"github.com/gpubill/gpubill/services/tax"
 )
 
@@ -35,7 +36,10 @@ var (
 )
 
 // fixture is a settlement service on a fresh database with a fake ledger
-// and tax service.
+// and tax service. Without a Temporal client (the SDK's test environment,
+// which has no server to start workflows on) the cycle's page activity runs
+// each provider's settlement inline (inlineRunner) instead of as its own
+// workflow; the real-server tests run the workflows.
 type fixture struct {
 	s      *Service
 	ledger *fakeledger.Ledger
@@ -63,7 +67,8 @@ func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option
 	} else {
 		conn = fakeledger.Serve(t, l, &fakeledger.Tax{})
 	}
-	if tc == nil {
+	inline := tc == nil
+	if inline {
 		var err error
 		tc, err = client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"}) // never dialled: StartNextCycle is mocked
 		if err != nil {
@@ -74,6 +79,9 @@ func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option
 		tc, "settlement-test", append([]Option{WithoutStartupCycles()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if inline {
+		s.acts.Runner = inlineRunner{s.acts}
 	}
 	return &fixture{s: s, ledger: l, clock: clk}
 }
@@ -189,10 +197,10 @@ func (p *windowProbe) leave(provider string) {
 	delete(p.running, provider)
 }
 
-// The settle phase keeps at most Window provider children in flight and
+// The settle phase runs at most Window provider settlements at once and
 // starts the next one as soon as one completes (no drain until the page
-// runs out), whether the providers take one run or several; a failed child
-// is counted and the others still settle.
+// runs out), whether the providers take one run or several; a failed
+// provider is counted and the others still settle.
 func TestCycleSettlesWithinWindow(t *testing.T) {
 	t.Parallel()
 	const providers, window = 10, 3
@@ -210,34 +218,27 @@ func TestCycleSettlesWithinWindow(t *testing.T) {
 			f := newFixture(t, nil)
 			f.seed(t, cycle1.ID, providers)
 			probe := &windowProbe{running: map[string]int{}}
-			// The real provider workflow behind a probe; children take 1–4
-			// minutes, so they complete out of start order.
-			child := func(ctx workflow.Context, in app.ProviderInput) (app.ProviderResult, error) {
+			// The real settlement behind a probe; providers take 4–16 ms,
+			// so they complete out of start order.
+			f.s.acts.Runner = runnerFunc(func(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
 				probe.enter(in.ProviderID)
 				defer probe.leave(in.ProviderID)
 				var n int
 				fmt.Sscanf(in.ProviderID, "p-%d", &n)
-				if err := workflow.Sleep(ctx, time.Duration(4-n%4)*time.Minute); err != nil {
-					return app.ProviderResult{}, err
-				}
+				time.Sleep(time.Duration(4-n%4) * 4 * time.Millisecond)
 				if in.ProviderID == "p-00004" {
-					return app.ProviderResult{}, errors.New("probe: settlement refused")
+					return app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed)
 				}
-				return app.ProviderWorkflow(ctx, in)
-			}
-			register := func(env *testsuite.TestWorkflowEnvironment) {
-				env.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
-				env.RegisterWorkflowWithOptions(child, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
-				env.RegisterActivity(f.s.acts)
-			}
+				return inlineRunner{f.s.acts}.RunProvider(ctx, in)
+			})
 			runs, _, last := runCycleWith(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true,
-				BatchSize: tt.batch, Window: window}, nil, register)
+				BatchSize: tt.batch, Window: window}, nil, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts, f.s.d.TaxPeriods) })
 
 			if probe.max != window {
-				t.Errorf("at most %d children in flight, want %d (the window)", probe.max, window)
+				t.Errorf("at most %d settlements in flight, want %d (the window)", probe.max, window)
 			}
 			if probe.refill == 0 {
-				t.Error("no child started while children started before a completion still ran: the window does not slide")
+				t.Error("no settlement started while ones started before a completion still ran: the window does not slide")
 			}
 			if runs != tt.wantRuns {
 				t.Errorf("runs = %d, want %d", runs, tt.wantRuns)

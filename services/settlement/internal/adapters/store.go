@@ -133,6 +133,26 @@ func (s *Store) NextProviders(ctx context.Context, cycle, after string, limit in
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// SettledProviders returns which of the providers have every currency of
+// the cycle settled.
+func (s *Store) SettledProviders(ctx context.Context, cycle string, providers []string) (map[string]bool, error) {
+	rows, err := s.Pool.Query(ctx, `select provider_id from settlement.settlements
+		where cycle_id = $1 and provider_id = any($2)
+		group by provider_id having bool_and(status = 'settled')`, cycle, providers)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	return done, nil
+}
+
 // CompleteCycle marks a closing cycle settled.
 func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) error {
 	_, err := s.Pool.Exec(ctx, `update settlement.cycles set status = 'settled', settled_at = $2

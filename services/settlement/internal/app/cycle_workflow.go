@@ -37,17 +37,33 @@ var (
 // Version of the settle phase (workflow.GetVersion): DefaultVersion runs
 // (recorded before the window) start a run's whole page of children and
 // await them all (settleBatch); versionWindow runs keep at most Window
-// children in flight (settleWindow).
+// children in flight (settleWindow); versionStarted runs hand the page to
+// the SettleProviders activity, which starts each provider's workflow
+// itself (settlePage).
 const (
-	changeWindow  = "sliding-window"
-	versionWindow = 1
+	changeWindow   = "sliding-window"
+	versionWindow  = 1
+	versionStarted = 2
 )
+
+// pageActivity runs SettleProviders: a page of provider workflows, each
+// retrying its own transient failures for up to a day. The activity
+// heartbeats while it waits, so a worker that dies mid-page is noticed
+// within HeartbeatTimeout and the page is run again (settled providers are
+// skipped; running ones are joined, not started twice).
+var pageActivity = workflow.ActivityOptions{
+	StartToCloseTimeout:    25 * time.Hour,
+	HeartbeatTimeout:       15 * time.Second,
+	ScheduleToCloseTimeout: 72 * time.Hour,
+	RetryPolicy:            cycleRetry,
+}
 
 // CycleWorkflow is settle-{cycle}: a durable timer to the cycle's end plus
 // grace (or a close signal), then the close: close the cycle in the ledger,
 // snapshot every provider's gross, and settle them one page of providers
-// per run, at most Window child workflows in flight, continuing as new
-// between pages so the history stays small.
+// per run, at most Window provider workflows (settle-{cycle}-{provider}) in
+// flight, continuing as new between pages so the history stays small (a
+// run of the current version is about 20 events, whatever the page size).
 func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	if in.BatchSize <= 0 || in.BatchSize > BatchSizeMax {
 		in.BatchSize = BatchSizeDefault
@@ -104,10 +120,15 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 			"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
 		return nil
 	}
-	if workflow.GetVersion(ctx, changeWindow, workflow.DefaultVersion, versionWindow) == workflow.DefaultVersion {
+	switch workflow.GetVersion(ctx, changeWindow, workflow.DefaultVersion, versionStarted) {
+	case workflow.DefaultVersion:
 		settleBatch(ctx, in.CycleID, batch, &progress)
-	} else {
+	case versionWindow:
 		settleWindow(ctx, in.CycleID, batch, in.Window, &progress)
+	default:
+		if err := settlePage(ctx, in.CycleID, batch, in.Window, &progress); err != nil {
+			return err
+		}
 	}
 
 	// Signals sent during this run would be lost across continue-as-new:
@@ -145,6 +166,26 @@ func waitForClose(ctx workflow.Context, closeCh workflow.ReceiveChannel, in Cycl
 	})
 	sel.Select(ctx)
 	return reason
+}
+
+// settlePage settles a run's page of providers in one activity that starts
+// settle-{cycle}-{provider} for each (at most window at once) and waits for
+// their results. Each provider keeps its own workflow, id and history; what
+// the cycle saves is the child bookkeeping: a child costs its parent three
+// history events and the server about eight persisted transitions, a
+// workflow started eagerly by the worker's own client about two (its first
+// workflow task comes back in the start response).
+func settlePage(ctx workflow.Context, cycle string, page []string, window int, p *Progress) error {
+	var res SettleProvidersResult
+	pctx := workflow.WithActivityOptions(ctx, pageActivity)
+	if err := workflow.ExecuteActivity(pctx, ActSettleProviders, SettleProvidersInput{CycleID: cycle, Providers: page, Window: window}).Get(ctx, &res); err != nil {
+		return fmt.Errorf("settle providers of %s after %q: %w", cycle, page[0], err)
+	}
+	p.Providers += len(page)
+	p.Settled += res.Settled
+	p.Held += res.Held
+	p.Failed += res.Failed
+	return nil
 }
 
 // settleWindow settles a run's page of providers with at most window

@@ -20,6 +20,7 @@ const (
 	ActBeginClose         = "BeginClose"
 	ActSnapshotCycle      = "SnapshotCycle"
 	ActNextProviders      = "NextProviders"
+	ActSettleProviders    = "SettleProviders" // runs a page's settle-{cycle}-{provider} workflows and counts their results
 	ActCompleteCycle      = "CompleteCycle"
 	ActSettleProvider     = "SettleProvider" // the provider child's one local activity: the steps below, in order
 	ActPrepareProvider    = "PrepareProvider"
@@ -45,27 +46,26 @@ const (
 // Limits.
 const (
 	// BatchSizeDefault is how many providers a cycle run settles (one page
-	// of ActNextProviders) before it continues as new; ~4.5 parent history
-	// events per child keep a run near 2 300 events. The Temporal server's
-	// cost per child rises with the number of children pending in the
-	// parent (server CPU per provider 7.2 ms at <=500 pending, 12.6 ms at
-	// 2 000), and short runs pay a drain and the server's minimum run
-	// lifetime of 1 s (batch 100: 79 providers/s, 200: 130/s, 500: 139/s on
-	// the 10 000-provider benchmark, 2 cores).
+	// of ActNextProviders, one SettleProviders activity) before it
+	// continues as new. Each run costs a few activities and a
+	// continue-as-new; at the default the whole page is in flight at once
+	// (WindowDefault), and the run drains its last providers before the
+	// next page starts.
+	//
+	// Earlier versions started each provider as a child workflow of the
+	// cycle (three parent history events per child; the server's cost per
+	// child rose with the children pending in the parent: 100 per run gave
+	// 79 providers/s, 500 gave 139/s, 2 000 gave 73/s on the
+	// 10 000-provider benchmark, 2 cores).
 	BatchSizeDefault = 500
 	BatchSizeMax     = 4000
 
-	// WindowDefault is how many provider children a cycle run keeps in
-	// flight. By default the whole page starts at once: refilling a sliding
-	// window as children complete wakes the parent more often (5.2 parent
-	// events per child instead of 4.5) and measured slower on the
-	// 10 000-provider benchmark (window 150 of a 1 500 page: 114-117
-	// providers/s, server CPU 8.0-8.5 ms per provider; whole pages of 500:
-	// 132-134/s, 7.55-7.68 ms; alternating runs). A smaller window bounds
-	// the in-flight children of larger pages.
+	// WindowDefault is how many provider workflows a page keeps in flight:
+	// the whole page. A smaller WithWindow bounds the in-flight work of
+	// larger pages (the next provider starts as soon as one finishes).
 	WindowDefault = BatchSizeDefault
-	// WindowMax stays below Temporal's limit of pending children per
-	// workflow (2 000).
+	// WindowMax bounds the provider workflows (and workflow task slots of
+	// eager starts) one page holds at once.
 	WindowMax = 1000
 )
 
@@ -84,7 +84,7 @@ type CycleInput struct {
 	CloseReason string
 	After       string // settle phase: the last provider whose child has completed
 	BatchSize   int    // providers per run (one page); 0 = BatchSizeDefault
-	Window      int    // children in flight at once; 0 = WindowDefault
+	Window      int    // provider workflows in flight at once; 0 = WindowDefault
 	Progress    Progress
 }
 
@@ -117,6 +117,21 @@ type NextProvidersInput struct {
 	CycleID string
 	After   string
 	Limit   int
+}
+
+// SettleProvidersInput is one page of providers to settle, at most Window
+// provider workflows at once.
+type SettleProvidersInput struct {
+	CycleID   string
+	Providers []string
+	Window    int
+}
+
+// SettleProvidersResult counts a page's provider workflows by outcome.
+type SettleProvidersResult struct {
+	Settled int // settled now, or earlier (a retried page, a release)
+	Held    int
+	Failed  int
 }
 
 // ProviderInput is the provider child's input.

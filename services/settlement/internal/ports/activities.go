@@ -49,7 +49,8 @@ type Activities struct {
 	Store      *adapters.Store
 	Ledger     ledgerv1.LedgerServiceClient
 	Tax        taxv1.TaxServiceClient
-	Temporal   client.Client // to start the next cycle's workflow
+	Temporal   client.Client  // to start the next cycle's workflow
+	Runner     ProviderRunner // runs settle-{cycle}-{provider} (WorkflowRunner)
 	TaskQueue  string
 	Commission split.CommissionPolicy
 	Calendar   cycles.Calendar

@@ -213,11 +213,7 @@ func (s *Server) ReleaseProvider(ctx context.Context, req *settlementv1.ReleaseP
 // before the release may still see the hold: then it is run once more.
 func (s *Server) settleReleased(ctx context.Context, cycle, provider string) error {
 	for range releaseAttempts {
-		run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID: domain.ProviderWorkflowID(cycle, provider), TaskQueue: s.TaskQueue,
-			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		}, app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle, ProviderID: provider})
+		run, err := StartProviderWorkflow(ctx, s.Temporal, s.TaskQueue, app.ProviderInput{CycleID: cycle, ProviderID: provider})
 		if err != nil {
 			return fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
 		}
