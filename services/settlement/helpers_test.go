@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -16,26 +17,47 @@ import (
 )
 
 // inlineRunner runs a provider's settlement in the calling activity: the
-// provider workflow's one local activity, called directly, once. A
-// non-retryable failure is the provider's own; anything else is transient
-// (the page's attempt is retried, as with a real workflow's transient
-// failure that outlives the page).
-type inlineRunner struct{ acts *ports.Activities }
+// provider workflow's one local activity, called directly, once, when it is
+// started. A non-retryable failure is the provider's own (its outcome); a
+// transient one fails the start (the page's attempt is retried).
+type inlineRunner struct {
+	acts     *ports.Activities
+	mu       sync.Mutex
+	outcomes map[string]outcome
+}
 
-func (r inlineRunner) RunProvider(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
+type outcome struct {
+	res app.ProviderResult
+	err error
+}
+
+func newInlineRunner(acts *ports.Activities) *inlineRunner {
+	return &inlineRunner{acts: acts, outcomes: map[string]outcome{}}
+}
+
+func (r *inlineRunner) StartProvider(ctx context.Context, in app.ProviderInput) error {
 	res, err := r.acts.SettleProvider(ctx, in)
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && ae.NonRetryable() {
-		return res, fmt.Errorf("%w: %w", ports.ErrProviderFailed, err)
+		err = fmt.Errorf("%w: %w", ports.ErrProviderFailed, err)
+	} else if err != nil {
+		return err
 	}
-	return res, err
+	r.record(in.ProviderID, res, err)
+	return nil
 }
 
-// runnerFunc is a ports.ProviderRunner from a function.
-type runnerFunc func(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error)
+func (r *inlineRunner) record(provider string, res app.ProviderResult, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outcomes[provider] = outcome{res, err}
+}
 
-func (f runnerFunc) RunProvider(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
-	return f(ctx, in)
+func (r *inlineRunner) ProviderOutcome(_ context.Context, in app.ProviderInput) (bool, app.ProviderResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.outcomes[in.ProviderID]
+	return !ok, o.res, o.err
 }
 
 func holdReq(cycle, provider string) *settlementv1.HoldProviderRequest {

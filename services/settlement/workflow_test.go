@@ -81,7 +81,8 @@ func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option
 		t.Fatal(err)
 	}
 	if inline {
-		s.acts.Runner = inlineRunner{s.acts}
+		s.acts.Runner = newInlineRunner(s.acts)
+		s.acts.PageTiming = ports.PageTiming{Poll: time.Millisecond, Ask: 20 * time.Millisecond}
 	}
 	return &fixture{s: s, ledger: l, clock: clk}
 }
@@ -166,13 +167,39 @@ func runCycleWith(t *testing.T, f *fixture, in app.CycleInput, setup, register f
 	}
 }
 
-// windowProbe counts the provider children running at once, and the
-// children started while a child started before the latest completion
-// still ran (a sliding window refills; a batch drains first).
+// windowProbe counts the provider settlements running at once, and the
+// settlements started while one started before the latest completion still
+// ran (a sliding window refills; a batch drains first).
 type windowProbe struct {
 	mu                         sync.Mutex
 	seq, lastDone, max, refill int
 	running                    map[string]int // provider → start seq
+}
+
+// probeRunner is an inlineRunner whose settlements the probe watches: each
+// runs 4–16 ms in the background after its start (so the page follows it
+// in flight, like a workflow), and p-00004's fails.
+type probeRunner struct {
+	*inlineRunner
+	probe *windowProbe
+}
+
+func (r probeRunner) StartProvider(ctx context.Context, in app.ProviderInput) error {
+	r.probe.enter(in.ProviderID)
+	go func() {
+		defer r.probe.leave(in.ProviderID)
+		var n int
+		fmt.Sscanf(in.ProviderID, "p-%d", &n)
+		time.Sleep(time.Duration(4-n%4) * 4 * time.Millisecond)
+		if in.ProviderID == "p-00004" {
+			r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed))
+			return
+		}
+		if err := r.inlineRunner.StartProvider(context.WithoutCancel(ctx), in); err != nil {
+			r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: %w", ports.ErrProviderFailed, err))
+		}
+	}()
+	return nil
 }
 
 func (p *windowProbe) enter(provider string) {
@@ -219,18 +246,9 @@ func TestCycleSettlesWithinWindow(t *testing.T) {
 			f.seed(t, cycle1.ID, providers)
 			probe := &windowProbe{running: map[string]int{}}
 			// The real settlement behind a probe; providers take 4–16 ms,
-			// so they complete out of start order.
-			f.s.acts.Runner = runnerFunc(func(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
-				probe.enter(in.ProviderID)
-				defer probe.leave(in.ProviderID)
-				var n int
-				fmt.Sscanf(in.ProviderID, "p-%d", &n)
-				time.Sleep(time.Duration(4-n%4) * 4 * time.Millisecond)
-				if in.ProviderID == "p-00004" {
-					return app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed)
-				}
-				return inlineRunner{f.s.acts}.RunProvider(ctx, in)
-			})
+			// so they complete out of start order, and p-00004 fails.
+			inline := newInlineRunner(f.s.acts)
+			f.s.acts.Runner = probeRunner{inline, probe}
 			runs, _, last := runCycleWith(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true,
 				BatchSize: tt.batch, Window: window}, nil, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts, f.s.d.TaxPeriods) })
 

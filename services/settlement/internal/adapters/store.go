@@ -133,24 +133,34 @@ func (s *Store) NextProviders(ctx context.Context, cycle, after string, limit in
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// SettledProviders returns which of the providers have every currency of
-// the cycle settled.
-func (s *Store) SettledProviders(ctx context.Context, cycle string, providers []string) (map[string]bool, error) {
-	rows, err := s.Pool.Query(ctx, `select provider_id from settlement.settlements
+// A provider's settlement state in a cycle, over its currencies
+// (ProviderStates).
+const (
+	ProviderPending = ""        // some currency still pending
+	ProviderHeld    = "held"    // held (its rows are held)
+	ProviderSettled = "settled" // every currency settled
+)
+
+// ProviderStates returns the state of each of the providers that is held
+// or settled in the cycle (the others are pending).
+func (s *Store) ProviderStates(ctx context.Context, cycle string, providers []string) (map[string]string, error) {
+	rows, err := s.Pool.Query(ctx, `select provider_id,
+			case when bool_and(status = 'settled') then 'settled' when bool_or(status = 'held') then 'held' else '' end
+		from settlement.settlements
 		where cycle_id = $1 and provider_id = any($2)
-		group by provider_id having bool_and(status = 'settled')`, cycle, providers)
+		group by provider_id`, cycle, providers)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	done := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		done[id] = true
-	}
-	return done, nil
+	states := make(map[string]string, len(providers))
+	var id, st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+		if st != ProviderPending {
+			states[id] = st
+		}
+		return nil
+	})
+	return states, err
 }
 
 // CompleteCycle marks a closing cycle settled.

@@ -51,6 +51,7 @@ type Activities struct {
 	Tax        taxv1.TaxServiceClient
 	Temporal   client.Client  // to start the next cycle's workflow
 	Runner     ProviderRunner // runs settle-{cycle}-{provider} (WorkflowRunner)
+	PageTiming PageTiming     // how SettleProviders follows a page (zero: defaults)
 	TaskQueue  string
 	Commission split.CommissionPolicy
 	Calendar   cycles.Calendar
