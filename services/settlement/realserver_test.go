@@ -6,12 +6,16 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/gpubill/gpubill/pkg/testkit"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
 
 // dialTemporal connects to a dev server, waiting until its namespace answers
@@ -131,5 +135,69 @@ func TestCloseSurvivesWorkerRestart(t *testing.T) {
 	}
 	if c := resp2.SettlementCycle; c.Status != domain.CycleSettled || len(c.Totals) != 2 || c.Totals[0].Currency != "CNY" || c.Totals[0].Providers != providers {
 		t.Fatalf("cycle = %v", c)
+	}
+}
+
+// On a real Temporal dev server, a cycle page counts each provider's
+// outcome: settled ones from settlement's table, a held one from its held
+// rows, a failed one (its settlement transaction refused: the idempotency
+// key is taken by another body) by asking Temporal about its workflow,
+// which failed. The released provider then settles through the API.
+func TestPageCountsOutcomesOnRealServer(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixtureWith(t, tc, true)
+	f.s.acts.PageTiming = ports.PageTiming{Ask: 300 * time.Millisecond}
+	const providers = 6
+	f.seed(t, cycle1.ID, providers)
+	f.clock.Set(cycle1.End.Add(time.Hour))
+	ctx := context.Background()
+	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: domain.SettlementKey(cycle1.ID, "p-00002", "CNY"), Description: "squatter",
+		Postings: []*ledgerv1.Posting{
+			{Account: "a", Direction: "debit", Amount: "1.00", Currency: "CNY"},
+			{Account: "b", Direction: "credit", Amount: "1.00", Currency: "CNY"},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, f.s)
+	if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		c, err := f.s.store.GetCycle(ctx, cycle1.ID)
+		return err == nil && c.Status == domain.CycleSettled
+	}, "cycle settled")
+
+	v, err := tc.QueryWorkflow(ctx, domain.CycleWorkflowID(cycle1.ID), "", app.QueryProgress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p app.Progress
+	if err := v.Get(&p); err != nil {
+		t.Fatal(err)
+	}
+	if want := (app.Progress{Providers: providers, Settled: providers - 2, Held: 1, Failed: 1, Runs: p.Runs}); p != want {
+		t.Fatalf("progress = %+v, want %+v", p, want)
+	}
+	d, err := tc.DescribeWorkflowExecution(ctx, domain.ProviderWorkflowID(cycle1.ID, "p-00002"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.WorkflowExecutionInfo.Status; st != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+		t.Errorf("refused provider's workflow is %s, want failed", st)
+	}
+	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); b.String() != "1033.33" {
+		t.Fatalf("held provider's pending = %s, want 1033.33", b)
+	}
+	if _, err := f.s.api.ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: "p-00001"}); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
+		t.Fatalf("released provider's pending = %s, want 0", b)
 	}
 }
