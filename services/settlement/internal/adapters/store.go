@@ -178,32 +178,34 @@ type PreparedItem struct {
 }
 
 // Prepare reads a provider's hold, tier and rows, and marks the rows held
-// or back to pending to match the hold.
+// or back to pending to match the hold: one statement, one round trip (the
+// update runs in a data-modifying WITH; the select computes the statuses it
+// writes, since it reads the snapshot from before the update).
 func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []PreparedItem, err error) {
-	err = pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `select coalesce((select held from settlement.holds where cycle_id = $1 and provider_id = $2), false),
-			coalesce((select tier from settlement.providers where provider_id = $2), '')`, cycle, provider).Scan(&held, &tier)
-		if err != nil {
-			return err
+	rows, err := s.Pool.Query(ctx, `with hold as (
+			select coalesce((select held from settlement.holds where cycle_id = $1 and provider_id = $2), false) as held),
+		marked as (
+			update settlement.settlements st set status = case when hold.held then 'held' else 'pending' end
+			from hold
+			where st.cycle_id = $1 and st.provider_id = $2 and st.status <> 'settled'
+			  and st.status <> case when hold.held then 'held' else 'pending' end)
+		select hold.held, coalesce((select tier from settlement.providers where provider_id = $2), ''),
+			st.currency, st.gross,
+			case when st.status = 'settled' then 'settled' when hold.held then 'held' else 'pending' end
+		from hold left join settlement.settlements st on st.cycle_id = $1 and st.provider_id = $2
+		order by st.currency`, cycle, provider)
+	if err != nil {
+		return false, "", nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
+	}
+	var (
+		currency, status *string
+		gross            decimal.NullDecimal
+	)
+	_, err = pgx.ForEachRow(rows, []any{&held, &tier, &currency, &gross, &status}, func() error {
+		if currency != nil {
+			items = append(items, PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
 		}
-		from, to := domain.ItemHeld, domain.ItemPending
-		if held {
-			from, to = domain.ItemPending, domain.ItemHeld
-		}
-		if _, err := tx.Exec(ctx, `update settlement.settlements set status = $4
-			where cycle_id = $1 and provider_id = $2 and status = $3`, cycle, provider, from, to); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `select currency, gross, status from settlement.settlements
-			where cycle_id = $1 and provider_id = $2 order by currency`, cycle, provider)
-		if err != nil {
-			return err
-		}
-		items, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PreparedItem, error) {
-			var it PreparedItem
-			return it, r.Scan(&it.Currency, &it.Gross, &it.Status)
-		})
-		return err
+		return nil
 	})
 	if err != nil {
 		return false, "", nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
@@ -221,30 +223,32 @@ type Settled struct {
 	Lines                     []domain.Line
 }
 
-// Finalize marks a row settled with its split (once) and writes msgs to the
-// outbox in the same transaction.
-func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msgs ...outbox.Message) error {
+// Finalize marks a row settled with its split (once) and, in the same
+// statement, queues msg in settlement's outbox.
+func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msg outbox.Message) error {
 	lines, err := json.Marshal(st.Lines)
 	if err != nil {
 		return err
 	}
-	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `update settlement.settlements set status = 'settled', tier = $4,
+	// One statement: the event is queued only if this call settled the row
+	// (a replay finds it settled, and the event went out with it).
+	_, err = s.Pool.Exec(ctx, `with settled as (
+			update settlement.settlements set status = 'settled', tier = $4,
 			commission_rate = $5, commission = $6, tax_withheld = $7, net = $8, jurisdiction = $9,
 			rule_set = $10, rule_version = $11, withholding_id = $12, transaction_id = $13,
 			sweep_transaction_id = $14, lines = $15, settled_at = $16
-			where cycle_id = $1 and provider_id = $2 and currency = $3 and status <> 'settled'`,
-			st.CycleID, st.ProviderID, st.Split.Currency, st.Tier, st.Split.CommissionRate, st.Split.Commission,
-			st.Split.Tax, st.Split.Net, st.Split.Jurisdiction, st.RuleSet, st.RuleVersion, st.WithholdingID,
-			st.TransactionID, st.SweepID, lines, now)
-		if err != nil {
-			return fmt.Errorf("finalize %s %s %s: %w", st.CycleID, st.ProviderID, st.Split.Currency, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // already final: the event went out with it
-		}
-		return outbox.Add(ctx, tx, Schema, msgs...)
-	})
+			where cycle_id = $1 and provider_id = $2 and currency = $3 and status <> 'settled'
+			returning 1)
+		insert into settlement.outbox (id, subject, payload)
+		select $17, $18, $19 where exists (select 1 from settled)
+		on conflict (id) do nothing`,
+		st.CycleID, st.ProviderID, st.Split.Currency, st.Tier, st.Split.CommissionRate, st.Split.Commission,
+		st.Split.Tax, st.Split.Net, st.Split.Jurisdiction, st.RuleSet, st.RuleVersion, st.WithholdingID,
+		st.TransactionID, st.SweepID, lines, now, msg.ID, msg.Subject, msg.Payload)
+	if err != nil {
+		return fmt.Errorf("finalize %s %s %s: %w", st.CycleID, st.ProviderID, st.Split.Currency, err)
+	}
+	return nil
 }
 
 // Total is a cycle's total in one currency.

@@ -149,17 +149,24 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (Withholding, 
 // InsertWithholding records w unless its key is taken, and returns the
 // withholding recorded under the key (the original on a replay).
 func (s *Store) InsertWithholding(ctx context.Context, w Withholding) (Withholding, error) {
-	_, err := s.Pool.Exec(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
+	rows, err := s.Pool.Query(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
 			gross, commission_rate, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version,
 			certificate_id, created_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) on conflict (idempotency_key) do nothing`,
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) on conflict (idempotency_key) do nothing
+		returning `+whCols,
 		w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
 		w.Tax, w.Net, w.TaxProfile, w.Jurisdiction, w.RuleSet, w.RuleVersion, w.CertificateID, w.CreatedAt)
 	if err != nil {
 		return Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
 	}
-	got, _, err := s.WithholdingByKey(ctx, w.IdempotencyKey)
-	return got, err
+	got, err := pgx.CollectExactlyOneRow(rows, scanWH)
+	if errors.Is(err, pgx.ErrNoRows) { // the key was taken: answer the original
+		got, _, err = s.WithholdingByKey(ctx, w.IdempotencyKey)
+	}
+	if err != nil {
+		return Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
+	}
+	return got, nil
 }
 
 // Withholdings lists a provider's withholdings, newest cycle first.
