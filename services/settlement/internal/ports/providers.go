@@ -108,7 +108,8 @@ func StartProviderWorkflow(ctx context.Context, tc client.Client, queue string, 
 
 // SettleProviders settles one page of a cycle's providers: it starts each
 // provider's settlement (settle-{cycle}-{provider}), at most in.Window in
-// flight, and counts the outcomes. It learns them from settlement's own
+// flight (started and not yet done in settlement's table; a workflow may
+// still be recording its completion), and counts the outcomes. It learns them from settlement's own
 // table (a provider is done when every currency is settled, or held),
 // polled for the providers in flight, rather than from one long poll per
 // workflow on the Temporal server (that was 16 % of the server's CPU).
