@@ -62,11 +62,11 @@ type Option func(*Service)
 // WithCommission sets the commission policy (rates per tier within bounds).
 func WithCommission(p split.CommissionPolicy) Option { return func(s *Service) { s.commission = p } }
 
-// WithBatchSize sets how many provider children a cycle run settles before
+// WithBatchSize sets how many providers a cycle run settles (one page) before
 // continuing as new.
 func WithBatchSize(n int) Option { return func(s *Service) { s.batch = n } }
 
-// WithWindow sets how many provider children a cycle run keeps in flight.
+// WithWindow sets how many provider workflows a page keeps in flight.
 func WithWindow(n int) Option { return func(s *Service) { s.window = n } }
 
 // WithoutStartupCycles skips starting the current and past-due cycles'

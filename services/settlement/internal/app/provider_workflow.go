@@ -8,13 +8,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// The provider child's work is ONE local activity (ActSettleProvider: hold
+// The provider workflow's work is ONE local activity (ActSettleProvider: hold
 // and tier → per currency tax, the ledger transaction, the commission sweep,
 // the statement and settlement.settled), each step idempotent on keys
 // derived from the workflow id, so a retry or a replay redoes nothing. The
-// child's history is six events (started, one workflow task, one marker,
+// workflow's history is six events (started, one workflow task, one marker,
 // completed): a Temporal server's cost per provider is mostly per event and
-// per persisted transition, and 100 000 children close fast. Transient
+// per persisted transition, and 100 000 of them close fast. Transient
 // failures retry with backoff (the SDK moves long retries onto timers);
 // business failures are non-retryable.
 var providerActivity = workflow.LocalActivityOptions{

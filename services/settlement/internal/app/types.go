@@ -22,7 +22,7 @@ const (
 	ActNextProviders      = "NextProviders"
 	ActSettleProviders    = "SettleProviders" // runs a page's settle-{cycle}-{provider} workflows and counts their results
 	ActCompleteCycle      = "CompleteCycle"
-	ActSettleProvider     = "SettleProvider" // the provider child's one local activity: the steps below, in order
+	ActSettleProvider     = "SettleProvider" // the provider workflow's one local activity: the steps below, in order
 	ActPrepareProvider    = "PrepareProvider"
 	ActComputeTax         = "ComputeTax"
 	ActPostSettlement     = "PostSettlement"
@@ -83,7 +83,7 @@ type CycleInput struct {
 	Phase       string // "" = PhaseWait
 	CloseNow    bool   // started by a close request: skip the timer
 	CloseReason string
-	After       string // settle phase: the last provider whose child has completed
+	After       string // settle phase: the last provider of the last page settled
 	BatchSize   int    // providers per run (one page); 0 = BatchSizeDefault
 	Window      int    // provider workflows in flight at once; 0 = WindowDefault
 	Progress    Progress
@@ -135,13 +135,13 @@ type SettleProvidersResult struct {
 	Failed  int
 }
 
-// ProviderInput is the provider child's input.
+// ProviderInput is the provider workflow's input.
 type ProviderInput struct {
 	CycleID    string
 	ProviderID string
 }
 
-// ProviderResult is what a provider child reports to its cycle.
+// ProviderResult is what a provider workflow returns.
 type ProviderResult struct {
 	Held    bool
 	Settled []string // currencies settled by this run

@@ -58,7 +58,7 @@ type Activities struct {
 	Clock      clock.Clock
 	Log        *slog.Logger
 	BatchSize  int // providers per cycle run (app.CycleInput.BatchSize)
-	Window     int // provider children in flight (app.CycleInput.Window)
+	Window     int // provider workflows in flight per page (app.CycleInput.Window)
 }
 
 // nonRetryable marks a business failure that retrying cannot fix.
@@ -198,7 +198,7 @@ func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) error {
 	return a.Store.CompleteCycle(ctx, cycleID, a.Clock.Now())
 }
 
-// SettleProvider is the provider child's one local activity: prepare (hold,
+// SettleProvider is the provider workflow's one local activity: prepare (hold,
 // tier, gross per currency), then per unsettled currency the tax split, the
 // settlement transaction, the commission sweep and the statement with
 // settlement.settled. Every step is idempotent (tax and ledger on the

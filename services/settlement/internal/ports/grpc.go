@@ -41,7 +41,7 @@ type Server struct {
 	Calendar  cycles.Calendar
 	Clock     clock.Clock
 	BatchSize int // providers per cycle run (app.CycleInput.BatchSize)
-	Window    int // provider children in flight (app.CycleInput.Window)
+	Window    int // provider workflows in flight per page (app.CycleInput.Window)
 }
 
 func pageSize(n int32) int {
