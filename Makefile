@@ -23,7 +23,7 @@ build: bin/temporal
 bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/temporal/*.go)
 	@mkdir -p bin
 	@echo "building the Temporal dev server (first time: several minutes)…"
-	cd tools/temporal && GOWORK=off $(GO) build -trimpath -o ../../bin/temporal .
+	cd tools/temporal && GOWORK=off $(GO) build -trimpath -ldflags=-checklinkname=0 -o ../../bin/temporal .
 	@touch bin/temporal
 
 ## run: gpubill dev with embedded NATS + Temporal and the simulated marketplace.

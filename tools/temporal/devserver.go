@@ -112,6 +112,9 @@ func devServer(args []string) int {
 }
 
 func runDevServer(logger *slog.Logger, level slog.Level, ip string, port, httpPort int, dbFile string, metricsPort, pprofPort int, namespaces []string, dyn map[string]string) error {
+	if err := installStatementCache(); err != nil {
+		return err
+	}
 	dynamic := map[string]any{}
 	for k, v := range cliDynamicConfig {
 		dynamic[k] = v
