@@ -53,18 +53,6 @@ func (s *Store) Profile(ctx context.Context, provider string) (Profile, bool, er
 	return p, err == nil, err
 }
 
-// Selection returns the rule set selected for a provider, else for its
-// jurisdiction, else "".
-func (s *Store) Selection(ctx context.Context, provider, jurisdiction string) (string, error) {
-	var rs string
-	err := s.Pool.QueryRow(ctx, `select rule_set from tax.rule_selections where scope = any($1)
-		order by scope like 'provider:%' desc limit 1`, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}).Scan(&rs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	return rs, err
-}
-
 // SetSelection records a rule set selection for a scope.
 func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string) error {
 	_, err := s.Pool.Exec(ctx, `insert into tax.rule_selections (scope, rule_set) values ($1, $2)
@@ -88,20 +76,35 @@ func scanRule(r pgx.CollectableRow) (Rule, error) {
 	return x, r.Scan(&x.RuleSet, &x.Version, &x.Jurisdiction, &x.EffectiveFrom, &x.EffectiveUntil, &x.IsDefault, &x.Description)
 }
 
-// RuleAt returns the version of ruleSet ("" = the default rule set) in
-// force at instant at, or ErrPrecondition when none is.
-func (s *Store) RuleAt(ctx context.Context, ruleSet string, at time.Time) (Rule, error) {
-	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
-		where (rule_set = $1 or ($1 = '' and is_default)) and effective_from <= $2 and (effective_until is null or effective_until > $2)
-		order by effective_from desc, rule_version desc limit 1`, ruleSet, at)
+// RuleAt returns the version in force at instant at of ruleSet, or when
+// ruleSet is "" of the rule set selected for the provider, else for its
+// jurisdiction, else the default rule set; ErrPrecondition when none is in
+// force. One statement (a withholding per provider and currency reads it).
+func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (Rule, error) {
+	var (
+		chosen string
+		r      Rule
+		set    *string
+	)
+	err := s.Pool.QueryRow(ctx, `with chosen as (
+			select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2)
+				order by scope like 'provider:%' desc limit 1), '') as name)
+		select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
+			coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
+		from chosen left join lateral (
+			select `+ruleCols+` from tax.rules
+			where (rule_set = chosen.name or (chosen.name = '' and is_default)) and effective_from <= $3 and (effective_until is null or effective_until > $3)
+			order by effective_from desc, rule_version desc limit 1) r on true`,
+		ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).
+		Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
 	if err != nil {
 		return Rule{}, err
 	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanRule)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Rule{}, fmt.Errorf("no version of tax rule set %q in force at %s: %w", ruleSet, at.Format(time.RFC3339), apperr.ErrPrecondition)
+	if set == nil {
+		return Rule{}, fmt.Errorf("no version of tax rule set %q in force at %s: %w", chosen, at.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
-	return r, err
+	r.RuleSet = *set
+	return r, nil
 }
 
 // Rules lists rule versions.
@@ -144,6 +147,37 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (Withholding, 
 		return Withholding{}, false, nil
 	}
 	return w, err == nil, err
+}
+
+// Recorded returns the withholding recorded under key (found) and the
+// provider's tax profile (ok), in one round trip.
+func (s *Store) Recorded(ctx context.Context, key, provider string) (w Withholding, found bool, p Profile, ok bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key)
+	b.Queue(`select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider)
+	br := s.Pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return w, false, p, false, err
+	}
+	w, err = pgx.CollectExactlyOneRow(rows, scanWH)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return w, false, p, false, err
+	default:
+		found = true
+	}
+	p.ProviderID = provider
+	err = br.QueryRow().Scan(&p.TaxProfile, &p.Jurisdiction, &p.Version)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return w, found, p, false, nil
+	case err != nil:
+		return w, found, p, false, err
+	}
+	return w, found, p, true, br.Close()
 }
 
 // InsertWithholding records w unless its key is taken, and returns the

@@ -38,34 +38,25 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 	if err := v.Err(); err != nil {
 		return adapters.Withholding{}, err
 	}
-	if w, ok, err := a.Store.WithholdingByKey(ctx, r.IdempotencyKey); err != nil || ok {
-		return w, err
+	w0, found, p, ok, err := a.Store.Recorded(ctx, r.IdempotencyKey, r.ProviderID)
+	if err != nil || found {
+		return w0, err
 	}
 	gross, err := cur.ParseAmount(r.Gross)
 	if err != nil || gross.IsNegative() {
 		return adapters.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
 	}
 	profile, jurisdiction := r.TaxProfile, strings.ToUpper(r.Jurisdiction)
-	if profile == "" || jurisdiction == "" {
-		p, ok, err := a.Store.Profile(ctx, r.ProviderID)
-		if err != nil {
-			return adapters.Withholding{}, err
-		}
-		if ok {
-			profile = cmp(profile, p.TaxProfile)
-			jurisdiction = cmp(jurisdiction, strings.ToUpper(p.Jurisdiction))
-		}
+	if ok {
+		profile = cmp(profile, p.TaxProfile)
+		jurisdiction = cmp(jurisdiction, strings.ToUpper(p.Jurisdiction))
 	}
 	profile = cmp(profile, split.ProfileIndividual)
 	jurisdiction = cmp(jurisdiction, DefaultJurisdiction)
-	ruleSet := r.RuleSet
-	if ruleSet == "" {
-		if ruleSet, err = a.Store.Selection(ctx, r.ProviderID, jurisdiction); err != nil {
-			return adapters.Withholding{}, err
-		}
-	}
-	// The payment falls due at the cycle's end: the rule then in force applies.
-	version, err := a.Store.RuleAt(ctx, ruleSet, cy.End.Add(-1))
+	// The payment falls due at the cycle's end: the rule then in force
+	// (of the requested rule set, else the one selected for the provider or
+	// its jurisdiction, else the default) applies.
+	version, err := a.Store.RuleAt(ctx, r.RuleSet, r.ProviderID, jurisdiction, cy.End.Add(-1))
 	if err != nil {
 		return adapters.Withholding{}, err
 	}
