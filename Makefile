@@ -34,6 +34,7 @@ run: build
 test: bin/temporal
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd tools/temporal && GOWORK=off $(GO) test -count=1 -ldflags=-checklinkname=0 ./stmtcache/
 
 ## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
 ## time (-p 1): figures measured side by side on 2 cores would measure each other.

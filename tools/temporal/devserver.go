@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpubill/gpubill/tools/temporal/stmtcache"
+
 	"github.com/google/uuid"
 	"github.com/temporalio/cli/temporalcli/devserver"
 	"go.temporal.io/server/common/config"
@@ -34,7 +36,7 @@ import (
 //     lists workflows by id, type, status, time or parent only, so the other
 //     indexes and the FTS triggers are dropped (search by text or keyword
 //     list attributes then finds nothing; everything else works).
-//   - Prepared statements are kept per SQLite connection (stmtcache.go):
+//   - Prepared statements are kept per SQLite connection (stmtcache/):
 //     the SQLite plugin runs every statement unprepared and the driver
 //     compiled each one anew, 23 % of the server's CPU.
 //   - No Prometheus metrics unless -metrics-port is given (the CLI always
@@ -115,7 +117,7 @@ func devServer(args []string) int {
 }
 
 func runDevServer(logger *slog.Logger, level slog.Level, ip string, port, httpPort int, dbFile string, metricsPort, pprofPort int, namespaces []string, dyn map[string]string) error {
-	if err := installStatementCache(); err != nil {
+	if err := stmtcache.Install(); err != nil {
 		return err
 	}
 	dynamic := map[string]any{}

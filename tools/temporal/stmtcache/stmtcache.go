@@ -1,4 +1,6 @@
-package main
+// Package stmtcache keeps each SQLite connection's prepared statements for
+// the Temporal dev server (see Install).
+package stmtcache
 
 import (
 	"context"
@@ -36,7 +38,9 @@ var sqlDrivers map[string]driver.Driver
 // hundred distinct statements; visibility queries with user filters vary).
 const statementCacheMax = 2048
 
-func installStatementCache() error {
+// Install wraps the registered "sqlite" driver with the statement cache
+// (idempotent). Call it before anything opens a database.
+func Install() error {
 	inner, ok := sqlDrivers["sqlite"]
 	if !ok {
 		return errors.New("statement cache: no sqlite driver registered")
