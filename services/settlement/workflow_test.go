@@ -303,6 +303,10 @@ func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
 	if n := f.count(t, `select count(*) from settlement.settlements where commission + tax_withheld + net <> gross`); n != 0 {
 		t.Errorf("%d rows do not split exactly", n)
 	}
+	// Each settled row queued its settlement.settled event for payout, once.
+	if n := f.count(t, `select count(distinct id) from settlement.outbox where subject like 'settlement.settled.%'`); n != 6 {
+		t.Errorf("settlement.settled events queued = %d, want 6", n)
+	}
 	for i := range 5 {
 		p := fmt.Sprintf("p-%05d", i)
 		if b := f.ledger.Balance(domain.PendingAccount(p, cycle1.ID), "CNY"); !b.IsZero() {
