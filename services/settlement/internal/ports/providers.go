@@ -21,6 +21,8 @@ import (
 // How SettleProviders follows a page (PageTiming's defaults).
 const (
 	pagePollDefault   = 50 * time.Millisecond // settlement's table, for the providers in flight
+	pagePollMax       = 2 * time.Second       // the poll backs off to this while nothing finishes
+	pageQuiet         = time.Second           // for this long
 	pageAskDefault    = 5 * time.Second       // the runner, for a provider in flight this long
 	pageStartsMax     = 32                    // start calls at once
 	pageHeartbeatStep = 2 * time.Second       // the cycle workflow's HeartbeatTimeout is 15 s
@@ -162,7 +164,11 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 			res.Settled++
 		}
 	}
-	poll := time.NewTicker(timing.Poll)
+	// The poll backs off (doubling, up to pagePollMax) once nothing has
+	// finished for pageQuiet — a ledger outage holds every provider in its
+	// retries — and returns to timing.Poll when one finishes.
+	wait, lastDone := timing.Poll, time.Now()
+	poll := time.NewTimer(wait)
 	defer poll.Stop()
 	beat := time.Now()
 	next := 0
@@ -192,6 +198,7 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 		if err != nil {
 			return res, err
 		}
+		before := len(inFlight)
 		now := time.Now()
 		for _, p := range ids {
 			switch st := states[p]; {
@@ -210,6 +217,13 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 				}
 			}
 		}
+		switch {
+		case len(inFlight) < before:
+			wait, lastDone = timing.Poll, now
+		case now.Sub(lastDone) >= pageQuiet:
+			wait = min(2*wait, max(pagePollMax, timing.Poll))
+		}
+		poll.Reset(wait)
 		if now.Sub(beat) >= pageHeartbeatStep {
 			activity.RecordHeartbeat(ctx, res)
 			beat = now
