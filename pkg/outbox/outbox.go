@@ -51,6 +51,22 @@ type Message struct {
 	Payload []byte
 }
 
+// Check refuses a message without id or subject.
+func (m Message) Check() error {
+	if m.ID == "" || m.Subject == "" {
+		return errors.New("outbox: message without id or subject")
+	}
+	return nil
+}
+
+// InsertInto is the head of an insert into the schema's outbox, columns
+// (id, subject, payload): Add's, and a writer's that queues a message in
+// the same statement as its own change (a SELECT of the three values, and
+// "on conflict (id) do nothing", follow).
+func InsertInto(schema string) string {
+	return "insert into " + pgx.Identifier{schema, "outbox"}.Sanitize() + " (id, subject, payload)"
+}
+
 // Add writes messages to the schema's outbox inside tx. Call Wake(schema)
 // after the commit for the lowest latency.
 func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
@@ -61,14 +77,14 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	subjects := make([]string, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	for i, m := range msgs {
-		if m.ID == "" || m.Subject == "" {
-			return errors.New("outbox: message without id or subject")
+		if err := m.Check(); err != nil {
+			return err
 		}
 		ids[i], subjects[i], payloads[i] = m.ID, m.Subject, m.Payload
 	}
-	q := fmt.Sprintf(`insert into %s (id, subject, payload)
+	q := InsertInto(schema) + `
 		select * from unnest($1::text[], $2::text[], $3::bytea[])
-		on conflict (id) do nothing`, pgx.Identifier{schema, "outbox"}.Sanitize())
+		on conflict (id) do nothing`
 	if _, err := tx.Exec(ctx, q, ids, subjects, payloads); err != nil {
 		return fmt.Errorf("outbox add: %w", err)
 	}

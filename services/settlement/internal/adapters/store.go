@@ -226,6 +226,9 @@ type Settled struct {
 // Finalize marks a row settled with its split (once) and, in the same
 // statement, queues msg in settlement's outbox.
 func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msg outbox.Message) error {
+	if err := msg.Check(); err != nil {
+		return err
+	}
 	lines, err := json.Marshal(st.Lines)
 	if err != nil {
 		return err
@@ -239,7 +242,7 @@ func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msg out
 			sweep_transaction_id = $14, lines = $15, settled_at = $16
 			where cycle_id = $1 and provider_id = $2 and currency = $3 and status <> 'settled'
 			returning 1)
-		insert into settlement.outbox (id, subject, payload)
+		`+outbox.InsertInto(Schema)+`
 		select $17, $18, $19 where exists (select 1 from settled)
 		on conflict (id) do nothing`,
 		st.CycleID, st.ProviderID, st.Split.Currency, st.Tier, st.Split.CommissionRate, st.Split.Commission,
