@@ -22,8 +22,9 @@ import (
 const (
 	pagePollDefault   = 50 * time.Millisecond // settlement's table, for the providers in flight
 	pagePollMax       = 2 * time.Second       // the poll backs off to this while nothing finishes
-	pageQuiet         = time.Second           // for this long
+	pageQuiet         = time.Second           // once nothing has finished for this long
 	pageAskDefault    = 5 * time.Second       // the runner, for a provider in flight this long
+	pageAskMax        = time.Minute           // asking again backs off (doubling) to this
 	pageStartsMax     = 32                    // start calls at once
 	pageHeartbeatStep = 2 * time.Second       // the cycle workflow's HeartbeatTimeout is 15 s
 )
@@ -150,7 +151,13 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 	if window <= 0 {
 		window = len(todo)
 	}
-	type flight struct{ since, asked time.Time }
+	// A provider still running when asked is asked again after twice the
+	// wait, up to pageAskMax: a ledger outage keeps a whole window in
+	// retries, and 500 describes every 5 s would load Temporal for nothing.
+	type flight struct {
+		asked    time.Time
+		askAfter time.Duration
+	}
 	inFlight := map[string]*flight{}
 	count := func(p string, r app.ProviderResult, err error) {
 		delete(inFlight, p)
@@ -181,7 +188,11 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 			}
 			now := time.Now()
 			for _, p := range batch {
-				inFlight[p] = &flight{since: now, asked: now}
+				f := &flight{asked: now, askAfter: timing.Ask}
+				if askOnly[p] {
+					f.askAfter = 0 // its table state may be stale: ask from the first poll
+				}
+				inFlight[p] = f
 			}
 			next += n
 		}
@@ -206,15 +217,17 @@ func (a *Activities) SettleProviders(ctx context.Context, in app.SettleProviders
 				count(p, app.ProviderResult{}, nil)
 			case st == adapters.ProviderHeld && !askOnly[p]:
 				count(p, app.ProviderResult{Held: true}, nil)
-			case now.Sub(inFlight[p].asked) >= timing.Ask || askOnly[p]:
-				inFlight[p].asked = now
+			case now.Sub(inFlight[p].asked) >= inFlight[p].askAfter:
+				f := inFlight[p]
 				running, r, err := a.Runner.ProviderOutcome(ctx, app.ProviderInput{CycleID: in.CycleID, ProviderID: p})
 				if err != nil && !errors.Is(err, ErrProviderFailed) {
 					return res, err
 				}
 				if !running {
 					count(p, r, err)
+					continue
 				}
+				f.asked, f.askAfter = now, min(max(2*f.askAfter, timing.Poll), max(pageAskMax, timing.Ask))
 			}
 		}
 		switch {
