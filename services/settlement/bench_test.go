@@ -52,10 +52,7 @@ func TestBenchSettlement(t *testing.T) {
 			if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, 30*time.Minute, func() bool {
-				c, err := f.s.store.GetCycle(ctx, cycle1.ID)
-				return err == nil && c.Status == domain.CycleSettled
-			}, "cycle settled")
+			waitCycleSettled(t, f.s, cycle1.ID, 30*time.Minute)
 			elapsed := time.Since(start)
 			srv, self := serverCPU(t)-srv0, selfCPU()-self0
 			if n := f.count(t, `select count(distinct provider_id) from settlement.settlements where status = 'settled'`); n != b.providers {

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"testing"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
 
@@ -69,3 +72,12 @@ func holdRow(cycle, provider string, held bool) adapters.Hold {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// waitCycleSettled waits until the service's cycle is settled.
+func waitCycleSettled(t testing.TB, s *Service, cycle string, within time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, within, func() bool {
+		c, err := s.store.GetCycle(context.Background(), cycle)
+		return err == nil && c.Status == domain.CycleSettled
+	}, "cycle "+cycle+" settled")
+}

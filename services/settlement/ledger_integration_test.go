@@ -192,10 +192,7 @@ func (r *realStack) count(t *testing.T, q string, args ...any) int {
 
 func (r *realStack) waitSettled(t *testing.T, cycle string, within time.Duration) {
 	t.Helper()
-	testkit.Eventually(t, within, func() bool {
-		c, err := r.s.store.GetCycle(context.Background(), cycle)
-		return err == nil && c.Status == domain.CycleSettled
-	}, "cycle settled")
+	waitCycleSettled(t, r.s, cycle, within)
 }
 
 // checkLedger proves the close against the real ledger: every pending

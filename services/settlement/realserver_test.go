@@ -101,10 +101,7 @@ func TestCloseSurvivesWorkerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	runWorker(t, f.s)
-	testkit.Eventually(t, 120*time.Second, func() bool {
-		c, err := f.s.store.GetCycle(ctx, cycle1.ID)
-		return err == nil && c.Status == domain.CycleSettled
-	}, "cycle settled after the restart")
+	waitCycleSettled(t, f.s, cycle1.ID, 120*time.Second)
 
 	if n := settled(); n != providers+1 {
 		t.Fatalf("settled rows = %d, want %d", n, providers+1)
@@ -168,10 +165,7 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 60*time.Second, func() bool {
-		c, err := f.s.store.GetCycle(ctx, cycle1.ID)
-		return err == nil && c.Status == domain.CycleSettled
-	}, "cycle settled")
+	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
 
 	v, err := tc.QueryWorkflow(ctx, domain.CycleWorkflowID(cycle1.ID), "", app.QueryProgress)
 	if err != nil {

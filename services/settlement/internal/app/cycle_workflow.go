@@ -188,8 +188,8 @@ func settlePage(ctx workflow.Context, cycle string, page []string, window int, p
 	return nil
 }
 
-// settleWindow settles a run's page of providers with at most window
-// children in flight: the next child starts as soon as one completes, so
+// settleWindow (versionWindow runs, kept so their histories replay)
+// settles a run's page of providers with at most window children in flight: the next child starts as soon as one completes, so
 // the server and the worker stay busy until the page runs out; the run
 // drains only its last window before continuing as new. Children complete
 // in any order; the selector is workflow code driven by the history (of
