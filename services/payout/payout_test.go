@@ -58,7 +58,7 @@ func TestSettledCreatesPayouts(t *testing.T) {
 		give, net, wantStatus, wantNote string
 	}{
 		{"p-ok", "620.00", "created", ""},
-		{"p-small", "99.99", "action_required", "under minimum 100.00 CNY: rolls over"},
+		{"p-small", "99.99", "action_required", "under minimum 100.00 CNY: stays available and joins the next payout"},
 		{"p-kyc", "620.00", "action_required", "kyc not verified (missing)"},
 		{"p-none", "620.00", "action_required", "kyc not verified (missing)"},
 	}

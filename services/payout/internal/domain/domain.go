@@ -1,17 +1,28 @@
-// Package domain holds payout's pure rules: statuses, the KYC and payout
-// method gate, and the minimum payout per currency (DESIGN §6).
+// Package domain holds payout's pure rules (DESIGN §6): the payout state
+// machine, the KYC / payout method / hold gate, the minimum payout per
+// currency, payout methods (validation, masking) and the ledger movements
+// of each step. No pgx, NATS, protobuf or Temporal here.
 package domain
 
 import (
+	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/shopspring/decimal"
 )
 
 // Payout statuses.
 const (
-	StatusCreated        = "created"
 	StatusActionRequired = "action_required"
+	StatusCreated        = "created"
+	StatusSubmitted      = "submitted"
+	StatusInTransit      = "in_transit"
+	StatusPaid           = "paid"
+	StatusFailed         = "failed"
+	StatusCanceled       = "canceled"
+	StatusReturned       = "returned"
 )
 
 // KYC statuses.
@@ -21,25 +32,173 @@ const (
 	KYCPending  = "pending"
 )
 
-// minimums: amounts under these roll over to the next payout.
-var minimums = map[string]decimal.Decimal{
-	"CNY": decimal.RequireFromString("100.00"),
-	"USD": decimal.RequireFromString("25.00"),
+// ErrIllegalTransition is a status change the state machine does not allow.
+var ErrIllegalTransition = errors.New("illegal payout transition")
+
+// transitions is the state machine: from → the statuses it may move to.
+// Before submission a payout may wait (action_required), proceed (created)
+// or be canceled; once submitted only the rail moves it; a failed or
+// returned payout may be retried (back to created, a new attempt).
+var transitions = map[string][]string{
+	StatusActionRequired: {StatusCreated, StatusCanceled},
+	StatusCreated:        {StatusActionRequired, StatusSubmitted, StatusFailed, StatusCanceled},
+	StatusSubmitted:      {StatusInTransit, StatusPaid, StatusFailed},
+	StatusInTransit:      {StatusPaid, StatusFailed},
+	StatusPaid:           {StatusReturned},
+	StatusFailed:         {StatusCreated},
+	StatusReturned:       {StatusCreated},
+	StatusCanceled:       nil,
 }
 
-// Gate decides a new payout's status and, when action is required, why.
-func Gate(kyc string, hasMethod bool, currency string, net decimal.Decimal) (status, reason string) {
+// Statuses lists every payout status.
+func Statuses() []string {
+	out := make([]string, 0, len(transitions))
+	for s := range transitions {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ValidStatus reports whether s is a payout status.
+func ValidStatus(s string) bool { _, ok := transitions[s]; return ok }
+
+// CheckTransition refuses a change the state machine does not allow.
+func CheckTransition(from, to string) error {
+	for _, s := range transitions[from] {
+		if s == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s → %s", ErrIllegalTransition, from, to)
+}
+
+// Submitted reports whether a payout in status s has reached the rail (it
+// can no longer be canceled or held).
+func Submitted(s string) bool {
+	switch s {
+	case StatusSubmitted, StatusInTransit, StatusPaid, StatusReturned:
+		return true
+	}
+	return false
+}
+
+// Final reports whether the workflow of a payout in status s has nothing
+// left to do (a paid payout still watches for a return).
+func Final(s string) bool {
+	return s == StatusFailed || s == StatusCanceled || s == StatusReturned
+}
+
+// Minimums are the minimum payout per currency: a smaller amount stays in
+// provider:{id}:available and joins the next payout.
+type Minimums map[string]decimal.Decimal
+
+// DefaultMinimums is DESIGN §6's 100.00 CNY / 25.00 USD.
+func DefaultMinimums() Minimums {
+	return Minimums{"CNY": decimal.RequireFromString("100.00"), "USD": decimal.RequireFromString("25.00")}
+}
+
+// ParseMinimums reads "CNY=100.00,USD=25.00" over the defaults.
+func ParseMinimums(s string) (Minimums, error) {
+	m := DefaultMinimums()
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		cur, amt, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("payout minimum %q: want CUR=amount", kv)
+		}
+		d, err := decimal.NewFromString(strings.TrimSpace(amt))
+		if err != nil || d.IsNegative() {
+			return nil, fmt.Errorf("payout minimum %q: want a non-negative decimal", kv)
+		}
+		m[strings.ToUpper(strings.TrimSpace(cur))] = d
+	}
+	return m, nil
+}
+
+// GateInput is what decides whether a payout may go to the rail.
+type GateInput struct {
+	KYC       string // "" when none
+	HasMethod bool
+	Held      string // finance's hold reason, "" when not held
+	Currency  string
+	Amount    decimal.Decimal
+}
+
+// Gate decides whether a payout not yet submitted may proceed (created) or
+// must wait (action_required, with the reason the provider sees).
+func (m Minimums) Gate(in GateInput) (status, reason string) {
 	switch {
-	case kyc != KYCVerified:
+	case in.Held != "":
+		return StatusActionRequired, "held by finance: " + in.Held
+	case in.KYC != KYCVerified:
+		kyc := in.KYC
 		if kyc == "" {
 			kyc = "missing"
 		}
 		return StatusActionRequired, fmt.Sprintf("kyc not verified (%s)", kyc)
-	case !hasMethod:
+	case !in.HasMethod:
 		return StatusActionRequired, "no payout method"
 	}
-	if m, ok := minimums[currency]; ok && net.LessThan(m) {
-		return StatusActionRequired, fmt.Sprintf("under minimum %s %s: rolls over", m.StringFixed(2), currency)
+	if min, ok := m[in.Currency]; ok && in.Amount.LessThan(min) {
+		return StatusActionRequired, UnderMinimumReason(min, in.Currency)
 	}
 	return StatusCreated, ""
 }
+
+// UnderMinimumReason is the reason of a payout under the minimum.
+func UnderMinimumReason(min decimal.Decimal, currency string) string {
+	return fmt.Sprintf("under minimum %s %s: stays available and joins the next payout", min.StringFixed(2), currency)
+}
+
+// AvailableAccount is provider:{id}:available (DESIGN §4).
+func AvailableAccount(provider string) string { return "provider:" + provider + ":available" }
+
+// InTransitAccount is provider:{id}:in_transit.
+func InTransitAccount(provider string) string { return "provider:" + provider + ":in_transit" }
+
+// ClientBank is the segregated client-money bank account.
+const ClientBank = "bank:client"
+
+// Movement is one ledger transaction of a payout step: Dr Debit, Cr Credit.
+type Movement struct{ Debit, Credit string }
+
+// MovementFor returns the ledger movement that enters status to (DESIGN
+// §4), and whether there is one: submission moves available to in_transit;
+// paid leaves the client bank; failed puts in_transit back to available; a
+// return brings the cash back to the client bank and to available.
+func MovementFor(provider, to string) (Movement, bool) {
+	switch to {
+	case StatusSubmitted:
+		return Movement{AvailableAccount(provider), InTransitAccount(provider)}, true
+	case StatusPaid:
+		return Movement{InTransitAccount(provider), ClientBank}, true
+	case StatusFailed:
+		return Movement{InTransitAccount(provider), AvailableAccount(provider)}, true
+	case StatusReturned:
+		return Movement{ClientBank, AvailableAccount(provider)}, true
+	}
+	return Movement{}, false
+}
+
+// LedgerKey is the idempotency key of a payout step's ledger transaction:
+// one per payout, attempt and step, so a retried activity replays it.
+func LedgerKey(payoutID string, attempt int, step string) string {
+	return fmt.Sprintf("payout-%s-%d-%s", payoutID, attempt, step)
+}
+
+// RailReference is the reference the rail knows a payout attempt by: the
+// payout id for the first attempt, then payout id + "-" + attempt (a retry
+// after a definite failure; never after an unknown result).
+func RailReference(payoutID string, attempt int) string {
+	if attempt <= 1 {
+		return payoutID
+	}
+	return fmt.Sprintf("%s-%d", payoutID, attempt)
+}
+
+// WorkflowID is the Temporal workflow of a payout.
+func WorkflowID(payoutID string) string { return "payout-" + payoutID }

@@ -65,7 +65,7 @@ func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, clk clo
 		return err
 	}
 	var reason string
-	p.Status, reason = domain.Gate(kyc, method != "", ev.Currency, p.Net)
+	p.Status, reason = domain.DefaultMinimums().Gate(domain.GateInput{KYC: kyc, HasMethod: method != "", Currency: ev.Currency, Amount: p.Net})
 	p.Method = method
 	_, err = store.CreatePayout(ctx, tx, p, reason)
 	return err

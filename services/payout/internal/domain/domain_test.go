@@ -1,0 +1,160 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/shopspring/decimal"
+)
+
+// Every (from, to) pair of statuses: exactly the transitions of DESIGN §6
+// are allowed, every other one is refused with ErrIllegalTransition.
+func TestTransitions(t *testing.T) {
+	allowed := map[string]bool{
+		"action_required→created": true, "action_required→canceled": true,
+		"created→action_required": true, "created→submitted": true, "created→failed": true, "created→canceled": true,
+		"submitted→in_transit": true, "submitted→paid": true, "submitted→failed": true,
+		"in_transit→paid": true, "in_transit→failed": true,
+		"paid→returned":  true,
+		"failed→created": true, "returned→created": true,
+	}
+	all := []string{StatusActionRequired, StatusCreated, StatusSubmitted, StatusInTransit, StatusPaid, StatusFailed, StatusCanceled, StatusReturned}
+	if got := Statuses(); len(got) != len(all) {
+		t.Fatalf("statuses %v, want %d", got, len(all))
+	}
+	seen := 0
+	for _, from := range all {
+		for _, to := range all {
+			give := from + "→" + to
+			err := CheckTransition(from, to)
+			if allowed[give] {
+				seen++
+				if err != nil {
+					t.Errorf("%s refused: %v", give, err)
+				}
+				continue
+			}
+			if !errors.Is(err, ErrIllegalTransition) {
+				t.Errorf("%s allowed, want refused", give)
+			}
+		}
+	}
+	if seen != len(allowed) {
+		t.Errorf("checked %d allowed transitions, want %d", seen, len(allowed))
+	}
+	if err := CheckTransition("bogus", StatusCreated); err == nil {
+		t.Error("unknown status accepted")
+	}
+}
+
+func TestGate(t *testing.T) {
+	m := DefaultMinimums()
+	tests := []struct {
+		give       GateInput
+		wantStatus string
+		wantReason string
+	}{
+		{GateInput{KYC: KYCVerified, HasMethod: true, Currency: "CNY", Amount: decimal.RequireFromString("100.00")}, StatusCreated, ""},
+		{GateInput{KYC: KYCVerified, HasMethod: true, Currency: "CNY", Amount: decimal.RequireFromString("99.99")}, StatusActionRequired, "under minimum 100.00 CNY: stays available and joins the next payout"},
+		{GateInput{KYC: KYCVerified, HasMethod: true, Currency: "USD", Amount: decimal.RequireFromString("24.99")}, StatusActionRequired, "under minimum 25.00 USD: stays available and joins the next payout"},
+		{GateInput{KYC: KYCVerified, HasMethod: true, Currency: "JPY", Amount: decimal.RequireFromString("1")}, StatusCreated, ""},
+		{GateInput{KYC: "", HasMethod: true, Currency: "CNY", Amount: decimal.RequireFromString("500")}, StatusActionRequired, "kyc not verified (missing)"},
+		{GateInput{KYC: KYCPending, HasMethod: true, Currency: "CNY", Amount: decimal.RequireFromString("500")}, StatusActionRequired, "kyc not verified (pending)"},
+		{GateInput{KYC: KYCVerified, HasMethod: false, Currency: "CNY", Amount: decimal.RequireFromString("500")}, StatusActionRequired, "no payout method"},
+		{GateInput{KYC: KYCVerified, HasMethod: true, Held: "dispute", Currency: "CNY", Amount: decimal.RequireFromString("500")}, StatusActionRequired, "held by finance: dispute"},
+	}
+	for _, tt := range tests {
+		st, reason := m.Gate(tt.give)
+		if st != tt.wantStatus || reason != tt.wantReason {
+			t.Errorf("Gate(%+v) = %s %q, want %s %q", tt.give, st, reason, tt.wantStatus, tt.wantReason)
+		}
+	}
+}
+
+func TestParseMinimums(t *testing.T) {
+	m, err := ParseMinimums("usd=10, EUR=20.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cur, want := range map[string]string{"USD": "10", "EUR": "20.5", "CNY": "100"} {
+		if !m[cur].Equal(decimal.RequireFromString(want)) {
+			t.Errorf("%s = %s, want %s", cur, m[cur], want)
+		}
+	}
+	for _, bad := range []string{"USD", "USD=-1", "USD=x"} {
+		if _, err := ParseMinimums(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestMovements(t *testing.T) {
+	tests := []struct {
+		give string
+		want Movement
+	}{
+		{StatusSubmitted, Movement{"provider:p-1:available", "provider:p-1:in_transit"}},
+		{StatusPaid, Movement{"provider:p-1:in_transit", "bank:client"}},
+		{StatusFailed, Movement{"provider:p-1:in_transit", "provider:p-1:available"}},
+		{StatusReturned, Movement{"bank:client", "provider:p-1:available"}},
+	}
+	for _, tt := range tests {
+		got, ok := MovementFor("p-1", tt.give)
+		if !ok || got != tt.want {
+			t.Errorf("%s: %+v %v, want %+v", tt.give, got, ok, tt.want)
+		}
+	}
+	for _, s := range []string{StatusCreated, StatusActionRequired, StatusInTransit, StatusCanceled} {
+		if _, ok := MovementFor("p-1", s); ok {
+			t.Errorf("%s moves money", s)
+		}
+	}
+}
+
+func TestMethodValidate(t *testing.T) {
+	tests := []struct {
+		give       Method
+		wantFields string
+	}{
+		{Method{Type: "bank", AccountName: "Li Wei", AccountNumber: "6222 0000 1234 0002", BankCode: "ICBK"}, ""},
+		{Method{Type: "bank", AccountName: "Li Wei", AccountNumber: "DE89370400440532013000", BankCode: "COBADEFF"}, ""},
+		{Method{Type: "bank", AccountNumber: "12", BankCode: "x"}, "account_number,account_name,bank_code"},
+		{Method{Type: "bank", AccountName: "A", AccountNumber: "62220000", BankCode: "ICBK", AlipayID: "13800000000"}, "type"},
+		{Method{Type: "alipay", AlipayID: "13800000002"}, ""},
+		{Method{Type: "alipay", AlipayID: "li@example.com"}, ""},
+		{Method{Type: "alipay", AlipayID: "not an id"}, "alipay_id"},
+		{Method{Type: "wechat", WechatOpenID: "oUpF8uMuAJO_M2pxb1Q9zNjW0002"}, ""},
+		{Method{Type: "wechat", WechatOpenID: "short"}, "wechat_openid"},
+		{Method{Type: "paypal"}, "type"},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, v := range tt.give.Normalized().Validate() {
+			got = append(got, v.Field)
+		}
+		if strings.Join(got, ",") != tt.wantFields {
+			t.Errorf("%s: fields %v, want %q", tt.give.Type, got, tt.wantFields)
+		}
+	}
+}
+
+// An account number never shows unmasked: not masked, not printed, not logged.
+func TestMethodMasked(t *testing.T) {
+	m := Method{Type: "bank", AccountName: "Li Wei", AccountNumber: "6222000012340002", BankCode: "ICBK"}
+	if got := m.Masked().AccountNumber; got != "****0002" {
+		t.Errorf("masked %q", got)
+	}
+	var sb strings.Builder
+	slog.New(slog.NewJSONHandler(&sb, nil)).Info("method", "method", m)
+	for _, s := range []string{sb.String(), fmt.Sprint(m), fmt.Sprintf("%v %s", m, m)} {
+		if strings.Contains(s, "622200001234") {
+			t.Errorf("account number leaked: %s", s)
+		}
+	}
+	if Mask("12") != "**" || Mask("") != "" {
+		t.Error("short identifiers")
+	}
+}
