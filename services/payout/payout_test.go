@@ -13,10 +13,12 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
+	"github.com/gpubill/gpubill/services/payout/internal/ports"
 )
 
 func as(role, sub string) context.Context {
@@ -62,31 +64,52 @@ func TestSettledCreatesPayouts(t *testing.T) {
 		{"p-kyc", "620.00", "action_required", "kyc not verified (missing)"},
 		{"p-none", "620.00", "action_required", "kyc not verified (missing)"},
 	}
-	for _, tt := range tests {
-		b, _ := proto.Marshal(&eventsv1.ProviderSettled{ProviderId: tt.give, CycleId: "cyc-20260101", Currency: "CNY",
-			Gross: "1033.33", Commission: "258.33", TaxWithheld: "155.00", Net: tt.net, TransactionId: "tx-1", Jurisdiction: "CN"})
-		for range 2 { // a redelivery under another message id is still one payout
-			m := nats.NewMsg("settlement.settled." + tt.give)
-			m.Data = b
-			m.Header.Set(jetstream.MsgIDHeader, "settled-"+tt.give+"-"+time.Now().String())
-			if _, err := js.JS.PublishMsg(context.Background(), m); err != nil {
-				t.Fatal(err)
-			}
+	publish := func(provider, msgID string, data []byte) *jetstream.PubAck {
+		t.Helper()
+		m := nats.NewMsg("settlement.settled." + provider)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		ack, err := js.JS.PublishMsg(context.Background(), m)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return ack
 	}
 	for _, tt := range tests {
-		var got *payoutv1.Payout
-		testkit.Eventually(t, 10*time.Second, func() bool {
-			resp, err := s.api.ListProviderPayouts(as(auth.RoleProvider, tt.give), &payoutv1.ListProviderPayoutsRequest{ProviderId: tt.give})
-			if err != nil || len(resp.Payouts) == 0 {
-				return false
-			}
-			if len(resp.Payouts) > 1 {
-				t.Fatalf("%s: %d payouts", tt.give, len(resp.Payouts))
-			}
-			got = resp.Payouts[0]
-			return true
-		}, "payout of %s", tt.give)
+		b, err := proto.Marshal(&eventsv1.ProviderSettled{ProviderId: tt.give, CycleId: "cyc-20260101", Currency: "CNY",
+			Gross: "1033.33", Commission: "258.33", TaxWithheld: "155.00", Net: tt.net, TransactionId: "tx-1", Jurisdiction: "CN"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The relay's retry of one outbox row: same message id, JetStream drops it.
+		id := "settled-" + tt.give + "-cyc-20260101"
+		if ack := publish(tt.give, id, b); ack.Duplicate {
+			t.Fatalf("%s: first publish of %s seen as a duplicate", tt.give, id)
+		}
+		if ack := publish(tt.give, id, b); !ack.Duplicate {
+			t.Fatalf("%s: JetStream accepted %s twice", tt.give, id)
+		}
+		// A redelivery JetStream cannot see (another id): the consumer's own key holds.
+		publish(tt.give, id+"-again", b)
+	}
+	// Every message consumed (acked) before counting, so a second payout would be there.
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		cons, err := js.JS.Consumer(context.Background(), natsx.StreamSettlement, ports.SettledConsumerName)
+		if err != nil {
+			return false
+		}
+		ci, err := cons.Info(context.Background())
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= uint64(2*len(tests))
+	}, "payout consumer drained")
+	for _, tt := range tests {
+		resp, err := s.api.ListProviderPayouts(as(auth.RoleProvider, tt.give), &payoutv1.ListProviderPayoutsRequest{ProviderId: tt.give})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Payouts) != 1 {
+			t.Fatalf("%s: %d payouts, want 1", tt.give, len(resp.Payouts))
+		}
+		got := resp.Payouts[0]
 		if got.Status != tt.wantStatus || got.StatusHistory[0].Note != tt.wantNote || got.Net != tt.net {
 			t.Errorf("%s: %s %q net %s; want %s %q", tt.give, got.Status, got.StatusHistory[0].Note, got.Net, tt.wantStatus, tt.wantNote)
 		}
