@@ -22,9 +22,11 @@ type DepositInput struct {
 // external reference.
 func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction, error) {
 	var vs []domain.Violation
-	wallet, err := domain.ParseAddress(domain.RenterWallet(in.RenterID))
-	if err != nil {
-		vs = append(vs, domain.Violation{Field: "renter_id", Reason: "1-64 of [A-Za-z0-9._-]"})
+	var wallet domain.Account
+	if err := ids.CheckPartyID(in.RenterID); err != nil {
+		vs = append(vs, domain.Violation{Field: "renter_id", Reason: err.Error()})
+	} else if wallet, err = domain.ParseAddress(domain.RenterWallet(in.RenterID)); err != nil {
+		vs = append(vs, domain.Violation{Field: "renter_id", Reason: err.Error()})
 	}
 	ref := strings.TrimSpace(in.ExternalRef)
 	if ref == "" || len(ref) > domain.IdempotencyKeyMax-len("deposit:") {

@@ -5,11 +5,10 @@ package domain
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
-	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/ids"
 )
 
 // Kind is an account's side of the balance sheet.
@@ -47,16 +46,16 @@ const (
 
 // Well-known addresses.
 const (
-	BankClient         = "bank:client"
-	BankOperating      = "bank:operating"
-	PlatformCommission = "platform:revenue:commission"
+	BankClient         = ids.BankClient
+	BankOperating      = ids.BankOperating
+	PlatformCommission = ids.PlatformCommission
 )
 
 // Provider sub-accounts.
 const (
-	ProviderPending   = "pending"
-	ProviderAvailable = "available"
-	ProviderInTransit = "in_transit"
+	ProviderPending   = ids.SubPending
+	ProviderAvailable = ids.SubAvailable
+	ProviderInTransit = ids.SubInTransit
 )
 
 // Account is a parsed, valid address with its place in the chart.
@@ -73,81 +72,43 @@ type Account struct {
 	Cycle string
 }
 
-var (
-	partyIDRe      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	jurisdictionRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,15}$`)
-)
-
-// ParseAddress validates an address against the chart of accounts (DESIGN §4).
+// ParseAddress validates an address against the chart of accounts (DESIGN §4)
+// and the one id grammar every service shares (pkg/ids).
 func ParseAddress(addr string) (Account, error) {
-	parts := strings.Split(addr, ":")
-	bad := func(why string) (Account, error) {
-		return Account{}, fmt.Errorf("address %q: %s", addr, why)
+	a, err := ids.ParseAddress(addr)
+	if err != nil {
+		return Account{}, err
 	}
-	switch parts[0] {
-	case "bank":
-		if len(parts) == 2 && parts[1] == "client" {
-			return Account{Address: addr, Class: ClassBank, Kind: KindAsset, Pool: PoolClient}, nil
+	acc := Account{Address: addr, Class: Class(a.Class), Party: a.Party, Cycle: a.Cycle}
+	switch acc.Class {
+	case ClassBank:
+		acc.Kind, acc.Pool = KindAsset, PoolClient
+		if addr == BankOperating {
+			acc.Pool = PoolHouse
 		}
-		if len(parts) == 2 && parts[1] == "operating" {
-			return Account{Address: addr, Class: ClassBank, Kind: KindAsset, Pool: PoolHouse}, nil
-		}
-		return bad("want bank:client or bank:operating")
-	case "renter":
-		if len(parts) != 3 || parts[2] != "wallet" {
-			return bad("want renter:{id}:wallet")
-		}
-		if !partyIDRe.MatchString(parts[1]) {
-			return bad("renter id must be 1-64 of [A-Za-z0-9._-]")
-		}
-		return Account{Address: addr, Class: ClassRenter, Kind: KindLiability, Pool: PoolClient, Party: parts[1]}, nil
-	case "provider":
-		if len(parts) < 3 || !partyIDRe.MatchString(parts[1]) {
-			return bad("want provider:{id}:pending:{cycle}, provider:{id}:available or provider:{id}:in_transit")
-		}
-		a := Account{Address: addr, Class: ClassProvider, Kind: KindLiability, Pool: PoolClient, Party: parts[1], Sub: parts[2]}
-		switch {
-		case len(parts) == 4 && parts[2] == ProviderPending:
-			if err := CheckCycleID(parts[3]); err != nil {
-				return bad(err.Error())
-			}
-			a.Cycle = parts[3]
-			return a, nil
-		case len(parts) == 3 && (parts[2] == ProviderAvailable || parts[2] == ProviderInTransit):
-			return a, nil
-		}
-		return bad("want provider:{id}:pending:{cycle}, provider:{id}:available or provider:{id}:in_transit")
-	case "tax":
-		if len(parts) != 3 || parts[1] != "withheld" || !jurisdictionRe.MatchString(parts[2]) {
-			return bad("want tax:withheld:{jurisdiction}")
-		}
-		return Account{Address: addr, Class: ClassTax, Kind: KindLiability, Pool: PoolTax, Party: parts[2]}, nil
-	case "platform":
-		if addr == PlatformCommission {
-			return Account{Address: addr, Class: ClassPlatform, Kind: KindIncome, Pool: PoolHouse}, nil
-		}
-		return bad("want platform:revenue:commission")
+	case ClassRenter:
+		acc.Kind, acc.Pool = KindLiability, PoolClient
+	case ClassProvider:
+		acc.Kind, acc.Pool, acc.Sub = KindLiability, PoolClient, a.Sub
+	case ClassTax:
+		acc.Kind, acc.Pool = KindLiability, PoolTax
+	case ClassPlatform:
+		acc.Kind, acc.Pool = KindIncome, PoolHouse
+	default:
+		return Account{}, fmt.Errorf("address %q: class %q has no place in the chart", addr, a.Class)
 	}
-	return bad("unknown account class (bank, renter, provider, tax, platform)")
+	return acc, nil
 }
 
 // CheckCycleID checks the cyc-YYYYMMDD form.
-func CheckCycleID(id string) error {
-	if len(id) != len("cyc-20060102") || !strings.HasPrefix(id, "cyc-") {
-		return fmt.Errorf("cycle %q: want cyc-YYYYMMDD", id)
-	}
-	if _, err := time.Parse("20060102", id[4:]); err != nil {
-		return fmt.Errorf("cycle %q: want cyc-YYYYMMDD", id)
-	}
-	return nil
-}
+func CheckCycleID(id string) error { return ids.CheckCycleID(id) }
 
 // RenterWallet is renter:{id}:wallet.
-func RenterWallet(renter string) string { return "renter:" + renter + ":wallet" }
+func RenterWallet(renter string) string { return ids.RenterWallet(renter) }
 
 // ProviderPendingAddr is provider:{id}:pending:{cycle}.
 func ProviderPendingAddr(provider, cycle string) string {
-	return "provider:" + provider + ":pending:" + cycle
+	return ids.ProviderPending(provider, cycle)
 }
 
 // NormalBalance is an account's balance on its normal side: what the platform

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 )
 
@@ -21,10 +22,7 @@ const (
 // DefaultCurrency is a provider's settlement currency when none is given.
 const DefaultCurrency = "USD"
 
-const (
-	partyIDLenMax = 64
-	nameLenMax    = 200
-)
+const nameLenMax = 200
 
 var (
 	tiers       = []string{"standard", "pro", "partner"}
@@ -101,8 +99,8 @@ func ParseProvider(in ProviderInput) (Provider, []Violation) {
 		ID: strings.TrimSpace(in.ID), Name: strings.TrimSpace(in.Name), Tier: in.Tier,
 		TaxProfile: in.TaxProfile, Jurisdiction: strings.TrimSpace(in.Jurisdiction),
 	}
-	if v := checkID(p.ID); v != "" {
-		add("provider_id", "%s", v)
+	if err := ids.CheckPartyID(p.ID); err != nil {
+		add("provider_id", "%s", err)
 	}
 	if len(p.Name) > nameLenMax {
 		add("name", "longer than %d characters", nameLenMax)
@@ -113,8 +111,8 @@ func ParseProvider(in ProviderInput) (Provider, []Violation) {
 	if !contains(taxProfiles, p.TaxProfile) {
 		add("tax_profile", "%q is not one of individual, enterprise", in.TaxProfile)
 	}
-	if p.Jurisdiction == "" {
-		add("jurisdiction", "required (e.g. CN, US)")
+	if err := ids.CheckJurisdiction(p.Jurisdiction); err != nil {
+		add("jurisdiction", "%s", err)
 	}
 	if s := strings.TrimSpace(in.PUE); s != "" {
 		d, err := decimal.NewFromString(s)
@@ -144,8 +142,8 @@ func ParseRenter(in RenterInput) (Renter, []Violation) {
 	var vs []Violation
 	add := func(f, format string, args ...any) { vs = append(vs, Violation{f, fmt.Sprintf(format, args...)}) }
 	r := Renter{ID: strings.TrimSpace(in.ID), Name: strings.TrimSpace(in.Name)}
-	if v := checkID(r.ID); v != "" {
-		add("renter_id", "%s", v)
+	if err := ids.CheckPartyID(r.ID); err != nil {
+		add("renter_id", "%s", err)
 	}
 	if len(r.Name) > nameLenMax {
 		add("name", "longer than %d characters", nameLenMax)
@@ -171,18 +169,6 @@ func ParseRenter(in RenterInput) (Renter, []Violation) {
 		r.CreditLimit = d
 	}
 	return r, vs
-}
-
-func checkID(id string) string {
-	switch {
-	case id == "":
-		return "required"
-	case len(id) > partyIDLenMax:
-		return fmt.Sprintf("longer than %d characters", partyIDLenMax)
-	case strings.ContainsAny(id, ".*> \t\n/"):
-		return fmt.Sprintf("%q may not contain spaces, '/', '.', '*' or '>' (it is a subject token)", id)
-	}
-	return ""
 }
 
 func contains(list []string, s string) bool {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/ids"
 )
 
 // Limits of ingest (DESIGN §2).
@@ -73,6 +75,11 @@ func Validate(in EventInput, r Rules) (Event, string) {
 	} {
 		if len(f.v) > fieldLenMax {
 			return e, fmt.Sprintf("%s longer than %d characters", f.name, fieldLenMax)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"provider_id", e.ProviderID}, {"renter_id", e.RenterID}} {
+		if err := ids.CheckPartyID(f.v); err != nil {
+			return e, fmt.Sprintf("%s %s", f.name, err)
 		}
 	}
 	if !r.KnownModel(e.GPUModel) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/ids"
 )
 
 // Cycle statuses (DESIGN §5, §7).
@@ -25,21 +27,19 @@ const (
 
 // Ledger account addresses (DESIGN §4).
 const (
-	AccountCommission    = "platform:revenue:commission"
-	AccountBankClient    = "bank:client"
-	AccountBankOperating = "bank:operating"
+	AccountCommission    = ids.PlatformCommission
+	AccountBankClient    = ids.BankClient
+	AccountBankOperating = ids.BankOperating
 )
 
 // PendingAccount is the provider's earnings held in a cycle.
-func PendingAccount(provider, cycle string) string {
-	return "provider:" + provider + ":pending:" + cycle
-}
+func PendingAccount(provider, cycle string) string { return ids.ProviderPending(provider, cycle) }
 
 // AvailableAccount is the provider's settled net awaiting payout.
-func AvailableAccount(provider string) string { return "provider:" + provider + ":available" }
+func AvailableAccount(provider string) string { return ids.ProviderAvailable(provider) }
 
 // TaxAccount is the tax withheld for a jurisdiction.
-func TaxAccount(jurisdiction string) string { return "tax:withheld:" + jurisdiction }
+func TaxAccount(jurisdiction string) string { return ids.TaxWithheld(jurisdiction) }
 
 // CycleWorkflowID and ProviderWorkflowID are deterministic (DESIGN §5).
 func CycleWorkflowID(cycle string) string { return "settle-" + cycle }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/shopspring/decimal"
@@ -29,7 +30,14 @@ type WithholdingRequest struct {
 // returns it. A replay of the key returns the original record.
 func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (adapters.Withholding, error) {
 	var v apperr.Validator
-	v.Check(r.ProviderID != "", "provider_id", "required")
+	if err := ids.CheckPartyID(r.ProviderID); err != nil {
+		v.Add("provider_id", "%v", err)
+	}
+	if r.Jurisdiction != "" {
+		if err := ids.CheckJurisdiction(r.Jurisdiction); err != nil {
+			v.Add("jurisdiction", "%v", err)
+		}
+	}
 	v.Check(r.IdempotencyKey != "", "idempotency_key", "required")
 	cur, err := money.Lookup(r.Currency)
 	v.Check(err == nil, "currency", "%v", err)
@@ -53,6 +61,12 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 	}
 	profile = cmp(profile, split.ProfileIndividual)
 	jurisdiction = cmp(jurisdiction, DefaultJurisdiction)
+	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
+		// Only a party recorded before metering checked the grammar can get
+		// here; fixing the provider (PATCH) updates the read model.
+		return adapters.Withholding{}, fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
+			r.ProviderID, err, apperr.ErrPrecondition)
+	}
 	// The payment falls due at the cycle's end: the rule then in force
 	// (of the requested rule set, else the one selected for the provider or
 	// its jurisdiction, else the default) applies.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/tax/internal/adapters"
@@ -48,7 +49,7 @@ func (a *App) RemitTax(ctx context.Context, period string) ([]adapters.Remittanc
 				Description:    fmt.Sprintf("tax remittance %s %s", r.Jurisdiction, period),
 				Metadata:       map[string]string{"kind": "tax_remittance", "period": period, "jurisdiction": r.Jurisdiction},
 				Postings: []*ledgerv1.Posting{
-					{Account: "tax:withheld:" + r.Jurisdiction, Direction: "debit", Amount: amt, Currency: cur.Code},
+					{Account: ids.TaxWithheld(r.Jurisdiction), Direction: "debit", Amount: amt, Currency: cur.Code},
 					{Account: "bank:client", Direction: "credit", Amount: amt, Currency: cur.Code},
 				},
 			})

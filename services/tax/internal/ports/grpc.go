@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -168,6 +169,16 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 	var v apperr.Validator
 	j := strings.ToUpper(strings.TrimSpace(req.Jurisdiction))
 	v.Check((j == "") != (req.ProviderId == ""), "jurisdiction", "set exactly one of jurisdiction or provider_id")
+	if j != "" {
+		if err := ids.CheckJurisdiction(j); err != nil {
+			v.Add("jurisdiction", "%v", err)
+		}
+	}
+	if req.ProviderId != "" {
+		if err := ids.CheckPartyID(req.ProviderId); err != nil {
+			v.Add("provider_id", "%v", err)
+		}
+	}
 	_, err := split.RuleFor(req.RuleSet)
 	v.Check(err == nil && req.RuleSet != "", "rule_set", "want %s or %s", split.RuleSetFlat20, split.RuleSetCNLabour)
 	if err := v.Err(); err != nil {
