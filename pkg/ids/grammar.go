@@ -169,7 +169,9 @@ const (
 // and the party, jurisdiction and cycle grammar.
 func ParseAddress(addr string) (Address, error) {
 	parts := strings.Split(addr, ":")
-	bad := func(why string) (Address, error) { return Address{}, &GrammarError{addr, "is not an account address: " + why} }
+	bad := func(why string) (Address, error) {
+		return Address{}, &GrammarError{addr, "is not an account address: " + why}
+	}
 	badPart := func(what string, err error) (Address, error) {
 		var ge *GrammarError
 		if errors.As(err, &ge) {
