@@ -7,6 +7,7 @@ package money
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"sort"
 	"strings"
 
@@ -100,53 +101,66 @@ func (c Currency) ParseAmount(s string) (decimal.Decimal, error) {
 // proportional to weights using the largest-remainder method, so the parts
 // always sum to total exactly. Weights must be non-negative and not all zero.
 // Ties in remainders go to the earlier weight, so the result is deterministic.
+//
+// The arithmetic is on integers of any size (math/big): total in minor units
+// and the weights scaled to integers by their common exponent, so each part is
+// floor(total × w / Σw) plus at most one unit, exact for any amount (18-decimal
+// ETH far above int64's 9.22 × 10^18 minor units included).
 func (c Currency) Allocate(total decimal.Decimal, weights []decimal.Decimal) ([]decimal.Decimal, error) {
 	if len(weights) == 0 {
 		return nil, errors.New("allocate: no weights")
 	}
-	sum := decimal.Zero
+	exp := int32(0)
 	for _, w := range weights {
 		if w.IsNegative() {
 			return nil, errors.New("allocate: negative weight")
 		}
-		sum = sum.Add(w)
-	}
-	if sum.IsZero() {
-		return nil, errors.New("allocate: weights sum to zero")
+		exp = min(exp, w.Exponent())
 	}
 	if !total.Equal(c.Round(total)) {
 		return nil, fmt.Errorf("allocate: total %s is not in %s minor units", total, c.Code)
 	}
-	unit := c.Unit()
-	// Work in integer minor units: total/unit is exact.
-	units := total.Div(unit).IntPart()
-	sign := int64(1)
-	if units < 0 {
-		sign, units = -1, -units
-	}
-	type rem struct {
-		idx int
-		r   decimal.Decimal
-	}
-	parts := make([]int64, len(weights))
-	rems := make([]rem, len(weights))
-	allocated := int64(0)
-	unitsDec := decimal.NewFromInt(units)
+	// Shift by -exp makes every weight an integer exactly (exp is the least exponent).
+	ws := make([]*big.Int, len(weights))
+	sum := new(big.Int)
 	for i, w := range weights {
-		exact := unitsDec.Mul(w).DivRound(sum, 30)
-		floor := exact.Floor()
-		parts[i] = floor.IntPart()
-		allocated += parts[i]
-		rems[i] = rem{i, exact.Sub(floor)}
+		ws[i] = w.Shift(-exp).BigInt()
+		sum.Add(sum, ws[i])
 	}
-	sort.SliceStable(rems, func(a, b int) bool { return rems[a].r.GreaterThan(rems[b].r) })
-	for k := int64(0); k < units-allocated; k++ {
-		parts[rems[k%int64(len(rems))].idx]++
+	if sum.Sign() == 0 {
+		return nil, errors.New("allocate: weights sum to zero")
+	}
+	units := total.Shift(c.MinorUnits).BigInt() // exact: total is in minor units
+	sign := units.Sign()
+	units.Abs(units)
+	parts := make([]*big.Int, len(weights))
+	rems := make([]*big.Int, len(weights))
+	allocated := new(big.Int)
+	for i, w := range ws {
+		parts[i], rems[i] = new(big.Int).QuoRem(new(big.Int).Mul(units, w), sum, new(big.Int))
+		allocated.Add(allocated, parts[i])
+	}
+	// Every remainder is below sum, so fewer than len(weights) units are left:
+	// one each to the largest remainders (all share the denominator sum).
+	order := make([]int, len(weights))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return rems[order[a]].Cmp(rems[order[b]]) > 0 })
+	left := new(big.Int).Sub(units, allocated)
+	if left.Sign() < 0 || left.Cmp(big.NewInt(int64(len(weights)))) >= 0 {
+		return nil, fmt.Errorf("allocate: %s units left after the floors of %d parts", left, len(weights))
+	}
+	for k := int64(0); k < left.Int64(); k++ {
+		parts[order[k]].Add(parts[order[k]], big.NewInt(1))
 	}
 	out := make([]decimal.Decimal, len(parts))
 	check := decimal.Zero
 	for i, p := range parts {
-		out[i] = decimal.NewFromInt(sign * p).Mul(unit)
+		if sign < 0 {
+			p.Neg(p)
+		}
+		out[i] = decimal.NewFromBigInt(p, -c.MinorUnits)
 		check = check.Add(out[i])
 	}
 	if !check.Equal(total) {

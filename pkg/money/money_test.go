@@ -1,6 +1,7 @@
 package money
 
 import (
+	"math/big"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -57,34 +58,109 @@ func TestAllocateExample(t *testing.T) {
 	}
 }
 
-func TestAllocateSumsToTotal(t *testing.T) {
+// Above int64's 9.22 × 10^18 minor units (9.22 ETH), exactly.
+func TestAllocateBigAmounts(t *testing.T) {
+	tests := []struct {
+		cur, total string
+		weights    []string
+		want       []string
+	}{
+		{"ETH", "10", []string{"1", "1", "1"}, []string{"3.333333333333333334", "3.333333333333333333", "3.333333333333333333"}},
+		{"ETH", "10", []string{"2.5", "1.5", "6"}, []string{"2.5", "1.5", "6"}},
+		{"ETH", "-10", []string{"1", "2"}, []string{"-3.333333333333333333", "-6.666666666666666667"}},
+		{"ETH", "123456789.123456789123456789", []string{"0.25", "0.75"}, []string{"30864197.280864197280864197", "92592591.842592591842592592"}},
+		{"USDC", "9223372036854.775808", []string{"1", "1"}, []string{"4611686018427.387904", "4611686018427.387904"}},
+		{"JPY", "100000000000000000000000000000", []string{"1", "2", "0"}, []string{"33333333333333333333333333333", "66666666666666666666666666667", "0"}},
+	}
+	for _, tt := range tests {
+		var ws []decimal.Decimal
+		for _, w := range tt.weights {
+			ws = append(ws, d(w))
+		}
+		parts, err := MustLookup(tt.cur).Allocate(d(tt.total), ws)
+		if err != nil {
+			t.Errorf("Allocate(%s %s, %v): %v", tt.total, tt.cur, tt.weights, err)
+			continue
+		}
+		for i := range tt.want {
+			if !parts[i].Equal(d(tt.want[i])) {
+				t.Errorf("Allocate(%s %s, %v) = %v, want %v", tt.total, tt.cur, tt.weights, parts, tt.want)
+				break
+			}
+		}
+	}
+}
+
+// drawUnits draws an amount in minor units across the whole range a numeric
+// column holds in practice: its number of digits is uniform in 1..digitsMax, so
+// amounts above int64 (19 digits) are drawn as often as small ones.
+func drawUnits(t *rapid.T, label string) *big.Int {
+	const digitsMax = 40
+	n := rapid.IntRange(1, digitsMax).Draw(t, label+"_digits")
+	digits := rapid.SliceOfN(rapid.IntRange(0, 9), n, n).Draw(t, label)
+	u := new(big.Int)
+	for _, x := range digits {
+		u.Mul(u, big.NewInt(10)).Add(u, big.NewInt(int64(x)))
+	}
+	return u
+}
+
+// drawWeight draws a non-negative weight with up to 30 decimal places and a
+// coefficient of up to 40 digits (the exact shares split.Compute passes are
+// such decimals).
+func drawWeight(t *rapid.T) decimal.Decimal {
+	return decimal.NewFromBigInt(drawUnits(t, "w"), -rapid.Int32Range(0, 30).Draw(t, "w_exp"))
+}
+
+// Each part is its exact share rounded down or up (so within one minor unit of
+// it), the parts sum to the total, and part i goes with weight i; the exact
+// shares are computed here with big.Rat, independently of Allocate.
+func TestAllocateProportionalAcrossTheRange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		cur := MustLookup(rapid.SampledFrom([]string{"USD", "JPY", "USDC", "ETH"}).Draw(t, "cur"))
-		total := decimal.New(rapid.Int64Range(-1e12, 1e12).Draw(t, "units"), -cur.MinorUnits)
+		cur := MustLookup(rapid.SampledFrom(Codes()).Draw(t, "cur"))
+		units := drawUnits(t, "units")
+		if rapid.Bool().Draw(t, "negative") {
+			units.Neg(units)
+		}
+		total := decimal.NewFromBigInt(units, -cur.MinorUnits)
 		n := rapid.IntRange(1, 8).Draw(t, "n")
 		weights := make([]decimal.Decimal, n)
-		nonzero := false
+		sum := new(big.Rat)
 		for i := range weights {
-			w := rapid.Int64Range(0, 1e6).Draw(t, "w")
-			nonzero = nonzero || w > 0
-			weights[i] = decimal.New(w, -3)
+			weights[i] = drawWeight(t)
+			sum.Add(sum, weights[i].Rat())
 		}
-		if !nonzero {
+		if sum.Sign() == 0 {
 			weights[0] = decimal.NewFromInt(1)
+			sum.SetInt64(1)
 		}
 		parts, err := cur.Allocate(total, weights)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := decimal.Zero
-		for _, p := range parts {
-			sum = sum.Add(p)
+		if len(parts) != n {
+			t.Fatalf("%d parts for %d weights", len(parts), n)
+		}
+		got := new(big.Int)
+		for i, p := range parts {
 			if !p.Equal(cur.Round(p)) {
-				t.Fatalf("part %s not in minor units", p)
+				t.Fatalf("part %s not in %s minor units", p, cur.Code)
+			}
+			pu := p.Shift(cur.MinorUnits).BigInt()
+			got.Add(got, pu)
+			exact := new(big.Rat).Mul(new(big.Rat).SetInt(units), weights[i].Rat())
+			exact.Quo(exact, sum)
+			floor := new(big.Int).Div(exact.Num(), exact.Denom()) // Euclidean: floor for a positive denominator
+			ceil := new(big.Int).Set(floor)
+			if !exact.IsInt() {
+				ceil.Add(ceil, big.NewInt(1))
+			}
+			if pu.Cmp(floor) < 0 || pu.Cmp(ceil) > 0 {
+				t.Fatalf("part %d = %s units, exact share %s: not within one minor unit", i, pu, exact.FloatString(3))
 			}
 		}
-		if !sum.Equal(total) {
-			t.Fatalf("sum %s != total %s", sum, total)
+		if got.Cmp(units) != 0 {
+			t.Fatalf("parts sum to %s units, want %s", got, units)
 		}
 	})
 }

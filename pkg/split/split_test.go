@@ -1,6 +1,7 @@
 package split
 
 import (
+	"math/big"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -71,26 +72,133 @@ func TestBounds(t *testing.T) {
 	}
 }
 
-func TestSplitSumsToGross(t *testing.T) {
+// Above int64's 9.22 × 10^18 minor units: 10 ETH splits as 1000 CNY does.
+func TestComputeBigAmounts(t *testing.T) {
+	tests := []struct {
+		cur, gross, tier, profile string
+		commission, tax, net      string
+	}{
+		{"ETH", "10", TierStandard, ProfileIndividual, "2.5", "1.5", "6"},
+		{"ETH", "10.000000000000000001", TierPro, ProfileIndividual, "2", "1.6", "6.400000000000000001"},
+		{"ETH", "1000000", TierPartner, ProfileEnterprise, "150000", "0", "850000"},
+		{"USDC", "100000000000000.000001", TierStandard, ProfileIndividual, "25000000000000", "15000000000000", "60000000000000.000001"},
+	}
+	rule, _ := RuleFor(RuleSetDefault)
+	for _, tt := range tests {
+		rate, err := DefaultCommission().Rate(tt.tier)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Compute(money.MustLookup(tt.cur), dec(tt.gross), rate, rule, tt.profile)
+		if err != nil {
+			t.Errorf("%s %s: %v", tt.gross, tt.cur, err)
+			continue
+		}
+		if !r.Commission.Equal(dec(tt.commission)) || !r.Tax.Equal(dec(tt.tax)) || !r.Net.Equal(dec(tt.net)) {
+			t.Errorf("%s %s %s %s: got %s/%s/%s want %s/%s/%s", tt.gross, tt.cur, tt.tier, tt.profile,
+				r.Commission, r.Tax, r.Net, tt.commission, tt.tax, tt.net)
+		}
+	}
+}
+
+// drawGrossUnits draws a gross in minor units with a number of digits uniform
+// in 1..40, so amounts above int64 (19 digits; 9.22 ETH) are drawn as often as
+// small ones.
+func drawGrossUnits(t *rapid.T) *big.Int {
+	const digitsMax = 40
+	n := rapid.IntRange(1, digitsMax).Draw(t, "gross_digits")
+	digits := rapid.SliceOfN(rapid.IntRange(0, 9), n, n).Draw(t, "gross")
+	u := new(big.Int)
+	for _, x := range digits {
+		u.Mul(u, big.NewInt(10)).Add(u, big.NewInt(int64(x)))
+	}
+	return u
+}
+
+// withinOneUnit reports whether part (a decimal in minor units) is its exact
+// share rounded down or up.
+func withinOneUnit(cur money.Currency, part decimal.Decimal, exact *big.Rat) bool {
+	scaled := new(big.Rat).Mul(exact, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(cur.MinorUnits)), nil)))
+	floor := new(big.Int).Div(scaled.Num(), scaled.Denom())
+	ceil := new(big.Int).Set(floor)
+	if !scaled.IsInt() {
+		ceil.Add(ceil, big.NewInt(1))
+	}
+	pu := part.Shift(cur.MinorUnits).BigInt()
+	return part.Equal(cur.Round(part)) && pu.Cmp(floor) >= 0 && pu.Cmp(ceil) <= 0
+}
+
+// Across every currency's range, the flat rule's split is proportional: the
+// commission within one minor unit of gross × rate, the tax within one of
+// 20 % of (gross − gross × rate) for individuals (0 for enterprises), the net
+// within one of the rest, and the three sum to gross. The exact shares are
+// computed here with big.Rat from the inputs, so commission and tax swapped,
+// or a part off by more than rounding, fail.
+func TestSplitProportionalAcrossTheRange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		cur := money.MustLookup(rapid.SampledFrom([]string{"CNY", "JPY", "USDC"}).Draw(t, "cur"))
-		gross := decimal.New(rapid.Int64Range(0, 1e12).Draw(t, "g"), -cur.MinorUnits)
+		cur := money.MustLookup(rapid.SampledFrom(money.Codes()).Draw(t, "cur"))
+		units := drawGrossUnits(t)
+		gross := decimal.NewFromBigInt(units, -cur.MinorUnits)
 		tier := rapid.SampledFrom([]string{TierStandard, TierPro, TierPartner}).Draw(t, "tier")
-		rs := rapid.SampledFrom([]string{RuleSetFlat20, RuleSetCNLabour}).Draw(t, "rule")
 		profile := rapid.SampledFrom([]string{ProfileIndividual, ProfileEnterprise}).Draw(t, "profile")
+		rateStr := map[string]string{TierStandard: "1/4", TierPro: "1/5", TierPartner: "3/20"}[tier]
 		rate, _ := DefaultCommission().Rate(tier)
-		rule, _ := RuleFor(rs)
+		rule, _ := RuleFor(RuleSetFlat20)
 		r, err := Compute(cur, gross, rate, rule, profile)
 		if err != nil {
 			t.Fatal(err)
 		}
+		g := gross.Rat()
+		rateRat, _ := new(big.Rat).SetString(rateStr)
+		commission := new(big.Rat).Mul(g, rateRat)
+		tax := new(big.Rat)
+		if profile == ProfileIndividual {
+			tax.Mul(new(big.Rat).Sub(g, commission), big.NewRat(1, 5))
+		}
+		net := new(big.Rat).Sub(new(big.Rat).Sub(g, commission), tax)
+		for _, p := range []struct {
+			name  string
+			got   decimal.Decimal
+			exact *big.Rat
+		}{{"commission", r.Commission, commission}, {"tax", r.Tax, tax}, {"net", r.Net, net}} {
+			if !withinOneUnit(cur, p.got, p.exact) {
+				t.Fatalf("%s %s %s: %s = %s, exact share %s", gross, cur.Code, tier, p.name, p.got, p.exact.FloatString(int(cur.MinorUnits)+3))
+			}
+		}
 		if !r.Commission.Add(r.Tax).Add(r.Net).Equal(gross) {
-			t.Fatalf("parts do not sum")
+			t.Fatalf("parts %s + %s + %s do not sum to %s", r.Commission, r.Tax, r.Net, gross)
+		}
+	})
+}
+
+// The China labour rule across the range: parts in minor units, never
+// negative, summing to gross, and the tax within one minor unit of what the
+// rule withholds on the exact base (the brackets themselves are checked in
+// TestCNLabourBrackets).
+func TestSplitCNLabourAcrossTheRange(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cur := money.MustLookup(rapid.SampledFrom(money.Codes()).Draw(t, "cur"))
+		gross := decimal.NewFromBigInt(drawGrossUnits(t), -cur.MinorUnits)
+		tier := rapid.SampledFrom([]string{TierStandard, TierPro, TierPartner}).Draw(t, "tier")
+		rate, _ := DefaultCommission().Rate(tier)
+		r, err := Compute(cur, gross, rate, CNLabour{}, ProfileIndividual)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taxExact, err := CNLabour{}.Withhold(ProfileIndividual, gross.Sub(gross.Mul(rate)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !withinOneUnit(cur, r.Tax, taxExact.Rat()) || !withinOneUnit(cur, r.Commission, gross.Mul(rate).Rat()) {
+			t.Fatalf("%s %s: commission %s tax %s, exact %s and %s", gross, cur.Code, r.Commission, r.Tax, gross.Mul(rate), taxExact)
 		}
 		for _, p := range []decimal.Decimal{r.Commission, r.Tax, r.Net} {
-			if p.IsNegative() || !p.Equal(cur.Round(p)) {
-				t.Fatalf("bad part %s", p)
+			if p.IsNegative() {
+				t.Fatalf("negative part %s", p)
 			}
+		}
+		if !r.Commission.Add(r.Tax).Add(r.Net).Equal(gross) {
+			t.Fatalf("parts %s + %s + %s do not sum to %s", r.Commission, r.Tax, r.Net, gross)
 		}
 	})
 }
