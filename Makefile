@@ -30,10 +30,11 @@ bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/tempo
 run: build
 	GPUBILL_SIMULATE=$${GPUBILL_SIMULATE:-true} ./bin/gpubill dev
 
-## test: every test of every module, against real PostgreSQL and NATS.
-test: bin/temporal
+## test: every test of every module, against real PostgreSQL and NATS. The
+## chaos test runs the service binaries `build` just refreshed.
+test: build
 	$(GO) vet $(PKGS)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	GPUBILL_CHAOS_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	cd tools/temporal && GOWORK=off $(GO) test -count=1 -ldflags=-checklinkname=0 ./stmtcache/
 
 ## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
