@@ -12,10 +12,18 @@ include Makefile.generate
 
 all: build
 
+# What `--version` and `gpubill version` print (pkg/cmdline). The commit also
+# comes from go's VCS stamp when there is one (not in a git worktree).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_TIME ?= $(shell git log -1 --format=%cI 2>/dev/null)
+CMDLINE     := github.com/gpubill/gpubill/pkg/cmdline
+LDFLAGS     := -X $(CMDLINE).version=$(VERSION) -X $(CMDLINE).commit=$(COMMIT) -X $(CMDLINE).commitTime=$(COMMIT_TIME)
+
 ## build: every binary into bin/ (bin/gpubill, bin/ledger, …) plus the Temporal dev server.
 build: bin/temporal
 	@mkdir -p bin
-	$(GO) build -o bin/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
 
 ## bin/temporal: the Temporal CLI plus gpubill's tuned dev server
 ## (`temporal gpubill-dev-server`), built in its own module so the Temporal

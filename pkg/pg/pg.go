@@ -1,5 +1,7 @@
-// Package pg opens PostgreSQL pools (creating the database if missing) and
-// runs each service's migrations with goose at start-up.
+// Package pg opens PostgreSQL pools and runs each service's migrations with
+// goose at start-up. Only a database's owner creates it (Open: gpubill dev, a
+// service's own binary); read-only commands use OpenReadOnly, which never
+// creates anything.
 package pg
 
 import (
@@ -59,7 +61,15 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	return nil
 }
 
-// Open creates the database if needed and returns a pool.
+// ErrNoDatabase and ErrNoSchema: what a read-only command needs is missing,
+// typically a mistyped DATABASE_URL.
+var (
+	ErrNoDatabase = errors.New("database does not exist")
+	ErrNoSchema   = errors.New("schema not found")
+)
+
+// Open returns a pool on the database, creating the database if it is
+// missing: for the database's owner (gpubill dev, a service at start-up).
 func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	if err := EnsureDatabase(ctx, dsn); err != nil {
 		return nil, err
@@ -68,6 +78,43 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	return open(ctx, cfg, maxConns)
+}
+
+// OpenReadOnly returns a pool on an existing database for a command that
+// only reads (ledger verify, reports): it never creates the database (a
+// missing one is ErrNoDatabase), and every session is read-only, so the
+// command cannot write even by mistake.
+func OpenReadOnly(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pool, err := open(ctx, cfg, maxConns)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+		return nil, fmt.Errorf("%w: %q on %s:%d (check DATABASE_URL)", ErrNoDatabase, cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port)
+	}
+	return pool, err
+}
+
+// RequireSchema fails with ErrNoSchema unless the service's migrations have
+// run in the database (its goose version table exists).
+func RequireSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var found bool
+	err := pool.QueryRow(ctx, `select to_regclass($1) is not null`, pgx.Identifier{schema, "goose_db_version"}.Sanitize()).Scan(&found)
+	if err != nil {
+		return fmt.Errorf("look for schema %s: %w", schema, err)
+	}
+	if !found {
+		return fmt.Errorf("%w: %s has not been migrated in database %q (check DATABASE_URL; the %s service or gpubill dev creates it)",
+			ErrNoSchema, schema, pool.Config().ConnConfig.Database, schema)
+	}
+	return nil
+}
+
+func open(ctx context.Context, cfg *pgxpool.Config, maxConns int32) (*pgxpool.Pool, error) {
 	if maxConns <= 0 {
 		maxConns = poolSizeDefault
 	}

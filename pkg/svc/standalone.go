@@ -11,6 +11,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/obs"
@@ -29,9 +30,17 @@ type Builder func(ctx context.Context, d Deps, cfg config.Common) (Service, func
 // Main runs one service alone: config from env and flags (DESIGN §10), its
 // database pool, NATS (NATS_URL is required), its gRPC and REST listeners,
 // and its background loops, until SIGINT/SIGTERM. It returns the exit code.
+// --help and --version print and return 0 before anything starts; a
+// command line or setting that does not parse returns 2.
 func Main(name string, build Builder) int {
-	var cfg struct{ config.Common }
-	kong.Parse(&cfg, kong.Name(name), kong.Description("gpubill "+name+" service"))
+	var cfg struct {
+		config.Common
+		Version kong.VersionFlag `help:"Print the version and exit."`
+	}
+	if _, code, done := cmdline.Parse(name, &cfg, os.Args[1:], os.Stdout, os.Stderr,
+		kong.Description("gpubill "+name+" service. "+cmdline.ExitCodesHelp)); done {
+		return code
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)

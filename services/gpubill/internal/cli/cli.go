@@ -1,6 +1,8 @@
 // Package cli is gpubill's command line: `dev` (every service in one
-// process), `token`, `simulate` and `ledger verify`. Config comes from the
-// environment and flags (kong), as listed in DESIGN §10.
+// process), `token`, `simulate`, `ledger verify`, `version` and
+// `completion`. Config comes from the environment and flags (kong), as
+// listed in DESIGN §10. --help anywhere prints and starts nothing; only
+// `dev` may create the database.
 package cli
 
 import (
@@ -12,8 +14,10 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/willabides/kongplete"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -28,10 +32,13 @@ const (
 )
 
 type cli struct {
-	Dev      devCmd      `cmd:"" help:"Run every gpubill service in one process with embedded NATS and Temporal."`
-	Token    tokenCmd    `cmd:"" help:"Print a bearer token the dev stack accepts."`
-	Simulate simulateCmd `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
-	Ledger   ledgerCmd   `cmd:"" help:"Ledger maintenance."`
+	Dev        devCmd           `cmd:"" help:"Run every gpubill service in one process with embedded NATS and Temporal (creates the database if missing)."`
+	Token      tokenCmd         `cmd:"" help:"Print a bearer token the dev stack accepts."`
+	Simulate   simulateCmd      `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
+	Ledger     ledgerCmd        `cmd:"" help:"Ledger maintenance."`
+	Version    versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
+	Completion completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
+	VersionF   kong.VersionFlag `name:"version" help:"Print the version and exit."`
 }
 
 type devCmd struct {
@@ -62,7 +69,13 @@ type ledgerCmd struct {
 }
 
 type verifyCmd struct {
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable"`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created (a missing database or ledger schema fails)."`
+}
+
+type versionCmd struct{}
+
+type completionCmd struct {
+	Shell string `arg:"" enum:"bash,zsh" help:"bash or zsh."`
 }
 
 type env struct {
@@ -71,29 +84,42 @@ type env struct {
 	stderr io.Writer
 }
 
-// Main runs the CLI and returns the exit code.
+// Main runs the CLI and returns the exit code (cmdline.Exit*).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c cli
-	parser, err := kong.New(&c, kong.Name("gpubill"),
-		kong.Description("gpubill: billing and settlement for a GPU compute marketplace."),
-		kong.Writers(stdout, stderr), kong.UsageOnError(), kong.Exit(func(int) {}))
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintln(stderr, "gpubill:", err)
-		return 2
-	}
-	if kctx.Command() == "" {
-		return 0 // --help
+	kctx, code, done := cmdline.Parse(name, &c, args, stdout, stderr, options()...)
+	if done {
+		return code
 	}
 	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}); err != nil {
 		fmt.Fprintln(stderr, "gpubill:", err)
-		return 1
+		return cmdline.ExitFailed
 	}
-	return 0
+	return cmdline.ExitOK
+}
+
+const name = "gpubill"
+
+// options are the kong options of the gpubill grammar, shared by Main and
+// Model. The completion hook answers a shell's completion request
+// (COMP_LINE set by `complete -C`) before parsing, and ends the run.
+func options() []kong.Option {
+	return []kong.Option{
+		kong.Description("gpubill: billing and settlement for a GPU compute marketplace.\n\n" + cmdline.ExitCodesHelp),
+		kong.PostBuild(func(k *kong.Kong) error {
+			kongplete.Complete(k, kongplete.WithExitFunc(k.Exit))
+			return nil
+		}),
+	}
+}
+
+// Model is the gpubill grammar, for tests that walk every command.
+func Model() (*kong.Application, error) {
+	k, err := kong.New(&cli{}, append(options(), kong.Name(name))...)
+	if err != nil {
+		return nil, err
+	}
+	return k.Model, nil
 }
 
 func (d *devCmd) Run(e *env) error {
@@ -182,11 +208,14 @@ func secretFor(configured, dataDir string) ([]byte, error) {
 }
 
 func (v *verifyCmd) Run(e *env) error {
-	pool, err := pg.Open(e.ctx, v.DatabaseURL, 2)
+	pool, err := pg.OpenReadOnly(e.ctx, v.DatabaseURL, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
+		return err
+	}
 	res, err := ledger.VerifyChain(e.ctx, pool)
 	if err != nil {
 		return err
@@ -198,4 +227,26 @@ func (v *verifyCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	return nil
+}
+
+func (versionCmd) Run(e *env) error {
+	_, err := fmt.Fprint(e.stdout, cmdline.Build().Text(name))
+	return err
+}
+
+// completionScripts hand completion to this binary (`complete -C`): the
+// shell runs it with COMP_LINE set and kongplete answers from the grammar,
+// so the script never goes stale when a command is added.
+var completionScripts = map[string]string{
+	"bash": "complete -o default -C %[1]q %[2]s\n",
+	"zsh":  "autoload -U +X bashcompinit && bashcompinit\ncomplete -o default -C %[1]q %[2]s\n",
+}
+
+func (c *completionCmd) Run(e *env) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("locate this binary for the completion script: %w", err)
+	}
+	_, err = fmt.Fprintf(e.stdout, completionScripts[c.Shell], bin, name)
+	return err
 }

@@ -1,0 +1,396 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
+)
+
+// Values the test links into the binaries (as `make build` does with git's).
+const (
+	linkedVersion    = "v0.0.0-clitest"
+	linkedCommit     = "c0ffee0000000000000000000000000000000000"
+	linkedCommitTime = "2026-01-02T03:04:05Z"
+	runWithin        = time.Minute // one --help; a started stack would not end
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binErr    error
+)
+
+// binaries builds every binary of the repository (services/*/cmd/*) once
+// per test process into a temp dir, as `make build` does, and returns the
+// directory and the binaries' names.
+func binaries(t *testing.T) (string, []string) {
+	t.Helper()
+	root := repoRoot(t)
+	cmds, err := filepath.Glob(filepath.Join(root, "services", "*", "cmd", "*"))
+	if err != nil || len(cmds) < 7 {
+		t.Fatalf("binaries under services/*/cmd: %v, %v", cmds, err)
+	}
+	var names, pkgs []string
+	for _, c := range cmds {
+		names = append(names, filepath.Base(c))
+		pkgs = append(pkgs, "./"+strings.TrimPrefix(c, root+"/"))
+	}
+	buildOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "gpubill-cli-test-")
+		if binErr != nil {
+			return
+		}
+		const pkg = "github.com/gpubill/gpubill/pkg/cmdline."
+		args := append([]string{"build", "-o", binDir + "/", "-ldflags",
+			"-X " + pkg + "version=" + linkedVersion + " -X " + pkg + "commit=" + linkedCommit + " -X " + pkg + "commitTime=" + linkedCommitTime}, pkgs...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = errors.New(string(out))
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build binaries: %v", binErr)
+	}
+	return binDir, names
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOWORK").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("go env GOWORK: %q, %v (the test builds the workspace's binaries)", out, err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// commandPaths walks the gpubill grammar: every command and subcommand,
+// so a command added later is covered without touching this test.
+func commandPaths(t *testing.T) [][]string {
+	t.Helper()
+	app, err := cli.Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths [][]string
+	var walk func(n *kong.Node, path []string)
+	walk = func(n *kong.Node, path []string) {
+		for _, c := range n.Children {
+			if c.Type != kong.CommandNode {
+				continue
+			}
+			p := append(append([]string{}, path...), c.Name)
+			paths = append(paths, p)
+			walk(c, p)
+		}
+	}
+	walk(app.Node, nil)
+	if len(paths) < 7 { // dev token simulate ledger ledger/verify version completion
+		t.Fatalf("walked %d commands, want at least 7: %v", len(paths), paths)
+	}
+	return paths
+}
+
+// sandbox is the environment every command runs in: a database name no one
+// uses, NATS and Temporal addresses that count connections, and listener
+// addresses the test holds, so a command that tried to listen fails.
+type sandbox struct {
+	env      []string
+	dbName   string
+	dataDir  string
+	accepted atomic.Int64
+}
+
+func newSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	s := &sandbox{dbName: "gpubill_clitest_" + strings.ToLower(testkit.Name("x")[2:]), dataDir: filepath.Join(t.TempDir(), "data")}
+	base, err := url.Parse(testkit.BaseDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Path = "/" + s.dbName
+	if s.databaseExists(t) {
+		t.Fatalf("database %s exists before the test", s.dbName)
+	}
+	t.Cleanup(func() { s.dropDatabase(t) }) // a command that wrongly created it
+	counter := listen(t)
+	go func() {
+		for {
+			c, err := counter.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted.Add(1)
+			c.Close()
+		}
+	}()
+	held := func() string { return listen(t).Addr().String() }
+	s.env = append(os.Environ(),
+		"DATABASE_URL="+base.String(),
+		"NATS_URL=nats://"+counter.Addr().String(),
+		"TEMPORAL_ADDRESS="+counter.Addr().String(),
+		"GPUBILL_HTTP_ADDR="+held(), "GPUBILL_GRPC_ADDR="+held(),
+		"GPUBILL_NATS_ADDR="+held(), "GPUBILL_TEMPORAL_ADDR="+held(),
+		"GPUBILL_DATA_DIR="+s.dataDir,
+		"GPUBILL_AUTH_SECRET=clitest-secret",
+		"GPUBILL_URL=http://"+counter.Addr().String(),
+		"COMP_LINE=", // not a completion request
+	)
+	return s
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (s *sandbox) databaseExists(t *testing.T) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testkit.BaseDSN())
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL: %v", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `select exists(select 1 from pg_database where datname=$1)`, s.dbName).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+func (s *sandbox) dropDatabase(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testkit.BaseDSN())
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{s.dbName}.Sanitize()+" with (force)"); err != nil {
+		t.Error(err)
+	}
+}
+
+// assertUntouched: no database, no data dir, no connection.
+func (s *sandbox) assertUntouched(t *testing.T) {
+	t.Helper()
+	if s.databaseExists(t) {
+		t.Errorf("database %s was created", s.dbName)
+	}
+	if _, err := os.Stat(s.dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("data dir %s was created (%v)", s.dataDir, err)
+	}
+	if n := s.accepted.Load(); n != 0 {
+		t.Errorf("%d connections to NATS/Temporal/REST addresses", n)
+	}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (s *sandbox) run(t *testing.T, bin string, args ...string) result {
+	t.Helper()
+	return s.runEnv(t, nil, bin, args...)
+}
+
+func (s *sandbox) runEnv(t *testing.T, extra []string, bin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runWithin)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(append([]string{}, s.env...), extra...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v still running after %s (stdout %q, stderr %q)", filepath.Base(bin), args, runWithin, stdout.String(), stderr.String())
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("%s %v: %v", bin, args, err)
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// --help and -h on every command of every binary print the help on stdout,
+// exit 0 and start nothing: no database created, no connection, no
+// listener (the listener addresses are held by the test, so a command that
+// tried to listen would fail), no data dir.
+func TestHelpOnEveryCommandStartsNothing(t *testing.T) {
+	dir, names := binaries(t)
+	s := newSandbox(t)
+	type call struct {
+		bin  string
+		args []string
+	}
+	var calls []call
+	for _, p := range commandPaths(t) {
+		calls = append(calls, call{"gpubill", p})
+	}
+	for _, n := range names {
+		calls = append(calls, call{n, nil})
+	}
+	for _, c := range calls {
+		for _, flag := range []string{"--help", "-h"} {
+			r := s.run(t, filepath.Join(dir, c.bin), append(append([]string{}, c.args...), flag)...)
+			usage := "Usage: " + strings.Join(append([]string{c.bin}, c.args...), " ")
+			if r.code != 0 || !strings.HasPrefix(r.stdout, usage) || r.stderr != "" {
+				t.Errorf("%s %s %s: exit %d, stdout %q, stderr %q; want 0 and stdout starting %q", c.bin, strings.Join(c.args, " "), flag, r.code, r.stdout, r.stderr, usage)
+			}
+		}
+	}
+	s.assertUntouched(t)
+	top := s.run(t, filepath.Join(dir, "gpubill"), "--help")
+	if !strings.Contains(top.stdout, "Exit codes: 0 ok; 1 the command failed") {
+		t.Errorf("gpubill --help does not document the exit codes:\n%s", top.stdout)
+	}
+}
+
+// ledger verify never creates the database it reads: a missing database
+// or a database without the ledger schema fails with exit 1 and a message
+// naming DATABASE_URL, and leaves nothing behind.
+func TestLedgerVerifyNeedsAnExistingLedger(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+
+	r := s.run(t, gpubill, "ledger", "verify")
+	if r.code != 1 || !strings.Contains(r.stderr, "database does not exist") || !strings.Contains(r.stderr, s.dbName) || !strings.Contains(r.stderr, "DATABASE_URL") {
+		t.Errorf("verify on a missing database: exit %d, stderr %q; want 1 and a message naming the database and DATABASE_URL", r.code, r.stderr)
+	}
+	s.assertUntouched(t)
+
+	empty := testkit.NewDatabase(t) // exists, never migrated
+	r = s.runEnv(t, []string{"DATABASE_URL=" + empty}, gpubill, "ledger", "verify")
+	if r.code != 1 || !strings.Contains(r.stderr, "schema not found: ledger has not been migrated") {
+		t.Errorf("verify on a database without the ledger schema: exit %d, stderr %q; want 1 and schema not found", r.code, r.stderr)
+	}
+}
+
+// Usage errors exit 2 on every binary; a failed command exits 1.
+func TestExitCodes(t *testing.T) {
+	dir, names := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	tests := []struct {
+		give     []string
+		giveEnv  []string
+		wantCode int
+	}{
+		{give: []string{"no-such-command"}, wantCode: 2},
+		{give: []string{"token"}, wantCode: 2}, // --role is required
+		{give: []string{"ledger", "verify", "--no-such-flag"}, wantCode: 2},
+		{give: []string{"completion", "fish"}, wantCode: 2},
+		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_LOG_LEVEL=loud"}, wantCode: 2},
+		{give: []string{"token", "--role", "finance"}, giveEnv: []string{"GPUBILL_AUTH_SECRET="}, wantCode: 1}, // no signing key
+		{give: []string{"ledger", "verify"}, wantCode: 1},
+	}
+	for _, tt := range tests {
+		r := s.runEnv(t, tt.giveEnv, gpubill, tt.give...)
+		if r.code != tt.wantCode || r.stderr == "" {
+			t.Errorf("gpubill %v (env %v): exit %d, stderr %q; want %d and a message", tt.give, tt.giveEnv, r.code, r.stderr, tt.wantCode)
+		}
+	}
+	for _, n := range names {
+		if r := s.run(t, filepath.Join(dir, n), "--no-such-flag"); r.code != 2 || r.stderr == "" {
+			t.Errorf("%s --no-such-flag: exit %d, stderr %q; want 2", n, r.code, r.stderr)
+		}
+	}
+	s.assertUntouched(t)
+}
+
+// `gpubill version` and --version on every binary print what the build
+// knows: the linked version, the commit (VCS stamp, else the linked one),
+// its time, and the Go version.
+func TestVersion(t *testing.T) {
+	dir, names := binaries(t)
+	s := newSandbox(t)
+	r := s.run(t, filepath.Join(dir, "gpubill"), "version")
+	for _, want := range []string{"gpubill " + linkedVersion + "\n", "commit:      " + linkedCommit + "\n", "commit time: " + linkedCommitTime + "\n", "go:          " + runtime.Version() + "\n"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("gpubill version: exit %d, stdout %q; want 0 and %q", r.code, r.stdout, want)
+		}
+	}
+	for _, n := range names {
+		r := s.run(t, filepath.Join(dir, n), "--version")
+		want := n + " " + linkedVersion + " (commit " + linkedCommit + ", " + linkedCommitTime + ", " + runtime.Version() + ")\n"
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%s --version: exit %d, stdout %q; want 0 and %q", n, r.code, r.stdout, want)
+		}
+	}
+	s.assertUntouched(t)
+}
+
+// `gpubill completion bash|zsh` prints a script that hands completion to
+// the binary, and the binary answers a completion request with the
+// grammar's commands.
+func TestCompletion(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	for _, shell := range []string{"bash", "zsh"} {
+		r := s.run(t, gpubill, "completion", shell)
+		if r.code != 0 || !strings.Contains(r.stdout, "complete -o default -C \""+gpubill+"\" gpubill\n") {
+			t.Errorf("completion %s: exit %d, stdout %q", shell, r.code, r.stdout)
+		}
+	}
+	if bash, err := exec.LookPath("bash"); err == nil {
+		out, err := exec.Command(bash, "-c", "source <(\"$0\" completion bash) && complete -p gpubill", gpubill).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), gpubill) {
+			t.Errorf("bash does not register the completion: %v %s", err, out)
+		}
+	}
+	tests := []struct {
+		give string
+		want []string
+	}{
+		{"gpubill ", []string{"completion", "dev", "ledger", "simulate", "token", "version"}},
+		{"gpubill led", []string{"ledger"}},
+		{"gpubill ledger ", []string{"verify"}},
+		{"gpubill token --ro", []string{"--role"}},
+	}
+	for _, tt := range tests {
+		r := s.runEnv(t, []string{"COMP_LINE=" + tt.give, "COMP_POINT=" + strconv.Itoa(len(tt.give))}, gpubill)
+		got := strings.Fields(r.stdout)
+		sort.Strings(got)
+		if r.code != 0 || strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("completing %q: exit %d, %v; want %v", tt.give, r.code, got, tt.want)
+		}
+	}
+	s.assertUntouched(t)
+}
