@@ -22,13 +22,14 @@ type Info struct {
 	Version    string // -ldflags version, else the main module's version, else "dev"
 	Commit     string // vcs.revision, else the -ldflags commit, else "unknown"
 	CommitTime string // vcs.time (RFC 3339), else the -ldflags one, else "unknown"
-	Modified   bool   // built from a tree with uncommitted changes (vcs.modified)
+	Modified   bool   // built from a tree with uncommitted changes (vcs.modified, else a -dirty version)
 	GoVersion  string // the Go toolchain that built it
 }
 
 // Build reads the binary's build information (runtime/debug).
 func Build() Info {
 	in := Info{Version: version, Commit: commit, CommitTime: commitTime, GoVersion: runtime.Version()}
+	stamped := false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			in.Version = bi.Main.Version
@@ -37,13 +38,16 @@ func Build() Info {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				in.Commit = s.Value
+				in.Commit, stamped = s.Value, true
 			case "vcs.time":
 				in.CommitTime = s.Value
 			case "vcs.modified":
 				in.Modified = s.Value == "true"
 			}
 		}
+	}
+	if !stamped && strings.HasSuffix(in.Version, "-dirty") { // git describe --dirty
+		in.Modified = true
 	}
 	if in.Version == "" {
 		in.Version = "dev"
