@@ -100,10 +100,67 @@ func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 }
 
 // Handler processes one pulled batch. It returns nil when every message's
-// effect is durable (then all are acked); an error naks the whole batch for
-// redelivery, which consumers make harmless by recording message ids with
-// their effects.
+// effect is durable (then all are acked). A *PoisonError names messages that
+// can never be applied (undecodable, unparseable): Consume dead-letters them
+// at once and hands the rest to the handler again. Any other error is taken
+// as possibly transient: the messages are tried again, one at a time, and a
+// message that still fails alone after DeadLetterDeliveries deliveries is
+// dead-lettered, so one bad message never blocks the stream. Consumers make
+// redelivery harmless by recording message ids with their effects.
 type Handler func(ctx context.Context, msgs []jetstream.Msg) error
+
+// DeadLetterDeliveries is how many deliveries a message that fails alone gets
+// before it is dead-lettered (redeliveries back off from nakDelayMin, doubling,
+// to nakDelayMax: about 1.5 s in all). The dead-letter write needs the same
+// database as the handler, so an outage dead-letters nothing: the message is
+// redelivered until one of the two succeeds.
+const DeadLetterDeliveries = 5
+
+const (
+	nakDelayMin     = 100 * time.Millisecond
+	nakDelayMax     = 5 * time.Second
+	failBackoffMax  = 2 * time.Second
+	failBackoffBase = 100 * time.Millisecond
+)
+
+// DeadLetters keeps the messages a consumer cannot apply (pkg/deadletter
+// implements it over the service's dead_letters table).
+type DeadLetters interface {
+	// Put records m as dead after deliveries deliveries, failing with cause.
+	Put(ctx context.Context, consumer string, m jetstream.Msg, deliveries int, cause error) error
+	// Replay applies, through h, the consumer's dead letters an operator
+	// asked to replay, until ctx ends.
+	Replay(ctx context.Context, consumer string, h Handler) error
+}
+
+// PoisonError names, by message id (MsgID), messages of a batch that can
+// never be applied, with why.
+type PoisonError struct {
+	ByID map[string]error
+}
+
+// Poison returns a PoisonError naming one message.
+func Poison(id string, cause error) *PoisonError {
+	return &PoisonError{ByID: map[string]error{id: cause}}
+}
+
+// Add names one more poisoned message.
+func (e *PoisonError) Add(id string, cause error) {
+	if e.ByID == nil {
+		e.ByID = map[string]error{}
+	}
+	e.ByID[id] = cause
+}
+
+func (e *PoisonError) Error() string {
+	for id, err := range e.ByID {
+		if len(e.ByID) == 1 {
+			return fmt.Sprintf("message %s cannot be applied: %v", id, err)
+		}
+		return fmt.Sprintf("%d messages cannot be applied, e.g. %s: %v", len(e.ByID), id, err)
+	}
+	return "poisoned batch"
+}
 
 // ConsumerSpec names a durable pull consumer.
 type ConsumerSpec struct {
@@ -117,10 +174,16 @@ type ConsumerSpec struct {
 	// time a handler takes, or a slow batch is delivered twice (harmless,
 	// deduplicated, but wasted work).
 	AckWait time.Duration
+	// DeadLetters keeps what cannot be applied; required.
+	DeadLetters DeadLetters
 }
 
-// Consume runs a batched pull loop until ctx ends.
+// Consume runs a batched pull loop until ctx ends, and the replay of the
+// consumer's dead letters beside it.
 func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec ConsumerSpec, h Handler) error {
+	if spec.DeadLetters == nil {
+		return fmt.Errorf("consumer %s: no dead-letter sink", spec.Durable)
+	}
 	if spec.BatchMax <= 0 {
 		spec.BatchMax = 100
 	}
@@ -151,7 +214,16 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", spec.Durable, spec.Stream, err)
 	}
-	backoff := 100 * time.Millisecond
+	replayDone := make(chan struct{})
+	go func() {
+		defer close(replayDone)
+		if err := spec.DeadLetters.Replay(ctx, spec.Durable, h); err != nil && ctx.Err() == nil {
+			log.Error("dead-letter replay stopped", "consumer", spec.Durable, "err", err)
+		}
+	}()
+	defer func() { <-replayDone }()
+	c := &consumer{spec: spec, h: h, log: log}
+	backoff := failBackoffBase
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(spec.BatchMax, jetstream.FetchMaxWait(spec.MaxWait))
 		if err != nil {
@@ -172,24 +244,141 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 		if len(msgs) == 0 {
 			continue
 		}
-		if err := h(ctx, msgs); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			log.Error("batch failed; will be redelivered", "consumer", spec.Durable, "messages", len(msgs), "err", err)
-			for _, m := range msgs {
-				_ = m.NakWithDelay(backoff)
-			}
-			sleep(ctx, backoff)
+		if c.process(ctx, msgs) {
+			backoff = failBackoffBase
 			continue
 		}
-		for _, m := range msgs {
-			if err := m.Ack(); err != nil {
-				log.Warn("ack failed; message will be redelivered and deduplicated", "consumer", spec.Durable, "err", err)
-			}
+		if ctx.Err() != nil {
+			break
 		}
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, failBackoffMax)
 	}
 	return nil
+}
+
+type consumer struct {
+	spec ConsumerSpec
+	h    Handler
+	log  *slog.Logger
+}
+
+// process applies a batch and settles every message in it (ack, nak or dead
+// letter). It reports whether the whole batch went through.
+func (c *consumer) process(ctx context.Context, msgs []jetstream.Msg) bool {
+	rest, err := c.apply(ctx, msgs)
+	if err == nil {
+		c.ack(rest)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	c.log.Error("batch failed; trying its messages one at a time", "consumer", c.spec.Durable, "messages", len(rest), "err", err)
+	// One at a time, in order: the good messages go through; the first that
+	// fails alone is redelivered later (or dead-lettered at its last
+	// delivery), and the ones after it are redelivered at once, untried, so
+	// an outage costs one attempt per batch, not one per message.
+	for i, m := range rest {
+		one, err := c.apply(ctx, []jetstream.Msg{m})
+		if err == nil {
+			c.ack(one)
+			continue
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if !c.fail(ctx, m, err) {
+			for _, r := range rest[i+1:] {
+				_ = r.Nak()
+			}
+			return false
+		}
+	}
+	return false
+}
+
+// apply runs the handler; messages it names poisoned are dead-lettered and
+// the rest applied again. It returns the messages left to acknowledge.
+func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream.Msg, error) {
+	for len(msgs) > 0 {
+		err := c.h(ctx, msgs)
+		var pe *PoisonError
+		if !errors.As(err, &pe) {
+			return msgs, err
+		}
+		rest := make([]jetstream.Msg, 0, len(msgs))
+		for _, m := range msgs {
+			cause, bad := pe.ByID[MsgID(m)]
+			if !bad {
+				rest = append(rest, m)
+				continue
+			}
+			if err := c.deadLetter(ctx, m, cause); err != nil {
+				return msgs, err
+			}
+		}
+		if len(rest) == len(msgs) {
+			return msgs, fmt.Errorf("handler poisoned no message of its batch: %w", err)
+		}
+		msgs = rest
+	}
+	return nil, nil
+}
+
+// fail settles a message that failed alone: redelivered later, or, at its
+// last delivery, tried once more and dead-lettered. It reports whether the
+// message is settled for good.
+func (c *consumer) fail(ctx context.Context, m jetstream.Msg, cause error) bool {
+	n := deliveries(m)
+	if n < DeadLetterDeliveries {
+		_ = m.NakWithDelay(min(nakDelayMin<<(n-1), nakDelayMax))
+		return false
+	}
+	// Once more, so a good message whose outage just ended is not kept.
+	one, err := c.apply(ctx, []jetstream.Msg{m})
+	if err == nil {
+		c.ack(one)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if err := c.deadLetter(ctx, m, err); err != nil {
+		c.log.Error("dead letter not written; message will be redelivered", "consumer", c.spec.Durable, "msg_id", MsgID(m), "err", err)
+		_ = m.NakWithDelay(nakDelayMax)
+		return false
+	}
+	return true
+}
+
+// deadLetter records m in the dead-letter table, then acks it.
+func (c *consumer) deadLetter(ctx context.Context, m jetstream.Msg, cause error) error {
+	if err := c.spec.DeadLetters.Put(ctx, c.spec.Durable, m, deliveries(m), cause); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", MsgID(m), err)
+	}
+	c.log.Error("message dead-lettered", "consumer", c.spec.Durable, "subject", m.Subject(), "msg_id", MsgID(m), "err", cause)
+	if err := m.Ack(); err != nil {
+		c.log.Warn("ack of a dead letter failed; a redelivery updates its row", "consumer", c.spec.Durable, "err", err)
+	}
+	return nil
+}
+
+func (c *consumer) ack(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		if err := m.Ack(); err != nil {
+			c.log.Warn("ack failed; message will be redelivered and deduplicated", "consumer", c.spec.Durable, "err", err)
+		}
+	}
+}
+
+// deliveries is how many times m was delivered (1 when unknown, e.g. a replay).
+func deliveries(m jetstream.Msg) int {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered < 1 {
+		return 1
+	}
+	return int(md.NumDelivered)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/pg"
 )
@@ -16,17 +18,30 @@ import (
 // ConsumeOnce runs a durable consumer whose effects are exactly-once: each
 // pulled batch is applied in one Postgres transaction that also records the
 // message ids in the schema's inbox, and apply sees only the messages not
-// seen before, decoded as M. Undecodable messages are logged and skipped
-// (their ids are recorded, so they do not loop).
+// seen before, decoded as M. An undecodable message goes to the schema's
+// dead_letters table (pkg/deadletter), as does one that keeps failing, unless
+// spec names its own DeadLetters.
 func ConsumeOnce[M any, PM interface {
 	*M
 	proto.Message
 }](ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, spec natsx.ConsumerSpec, schema string,
 	apply func(ctx context.Context, tx pgx.Tx, msgs []PM) error) error {
+	if spec.DeadLetters == nil {
+		spec.DeadLetters = deadletter.New(pool, schema, log)
+	}
 	return natsx.Consume(ctx, js, log, spec, func(ctx context.Context, msgs []jetstream.Msg) error {
 		ids := make([]string, len(msgs))
+		events := make([]PM, len(msgs))
+		var poison natsx.PoisonError
 		for i, m := range msgs {
 			ids[i] = natsx.MsgID(m)
+			events[i] = PM(new(M))
+			if err := proto.Unmarshal(m.Data(), events[i]); err != nil {
+				poison.Add(ids[i], fmt.Errorf("undecodable %T: %w", events[i], err))
+			}
+		}
+		if len(poison.ByID) > 0 {
+			return &poison
 		}
 		return pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 			fresh, err := Claim(ctx, tx, schema, spec.Durable, ids)
@@ -34,16 +49,11 @@ func ConsumeOnce[M any, PM interface {
 				return err
 			}
 			decoded := make([]PM, 0, len(fresh))
-			for i, m := range msgs {
-				if !fresh[ids[i]] {
-					continue
+			for i := range msgs {
+				if fresh[ids[i]] {
+					decoded = append(decoded, events[i])
+					delete(fresh, ids[i]) // the same id twice in one fetch counts once
 				}
-				ev := PM(new(M))
-				if err := proto.Unmarshal(m.Data(), ev); err != nil {
-					log.Error("undecodable message skipped", "consumer", spec.Durable, "subject", m.Subject(), "id", ids[i], "err", err)
-					continue
-				}
-				decoded = append(decoded, ev)
 			}
 			if len(decoded) == 0 {
 				return nil

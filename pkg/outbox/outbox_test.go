@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -19,7 +20,12 @@ import (
 const ddl = `
 create schema t;
 create table t.outbox (seq bigserial primary key, id text not null unique, subject text not null, payload bytea not null, created_at timestamptz not null default now());
-create table t.inbox (message_id text primary key, consumer text not null, processed_at timestamptz not null default now());`
+create table t.inbox (message_id text primary key, consumer text not null, processed_at timestamptz not null default now());
+create table t.dead_letters (
+    id bigserial primary key, consumer text not null, message_id text not null, subject text not null,
+    headers jsonb not null default '{}', payload bytea not null, error text not null, attempts int not null,
+    first_seen_at timestamptz not null, last_seen_at timestamptz not null,
+    replay_requested_at timestamptz, replayed_at timestamptz, unique (consumer, message_id));`
 
 func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	t.Parallel()
@@ -50,7 +56,7 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recv := make(chan string, 10)
-	go natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c"}, func(ctx context.Context, msgs []jetstream.Msg) error {
+	go natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
 		for _, m := range msgs {
 			recv <- natsx.MsgID(m) + ":" + string(m.Data())
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -99,7 +100,9 @@ func (s *Service) Policy() auth.Policy {
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if s.deps.JS != nil {
-		g.Go(func() error { return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app) })
+		g.Go(func() error {
+			return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
+		})
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -102,7 +103,8 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	relay := &outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log.With("service", Name)}
 	g.Go(func() error { return relay.Run(ctx) })
-	cons := &ports.IngestConsumer{App: s.app, JS: s.d.JS, Log: s.d.Log.With("service", Name)}
+	log := s.d.Log.With("service", Name)
+	cons := &ports.IngestConsumer{App: s.app, JS: s.d.JS, Log: log, DeadLetters: deadletter.New(s.d.Pool, postgres.Schema, log)}
 	g.Go(func() error { return cons.Run(ctx) })
 	return g.Wait()
 }

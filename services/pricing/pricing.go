@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -83,7 +84,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	relay := &outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: log}
 	g.Go(func() error { return relay.Run(ctx) })
-	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log, AckWait: s.ackWait}
+	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log, AckWait: s.ackWait, DeadLetters: deadletter.New(s.d.Pool, postgres.Schema, log)}
 	g.Go(func() error { return cons.Run(ctx) })
 	retry := &ports.PendingRetrier{App: s.app, Log: log}
 	g.Go(func() error { return retry.Run(ctx) })

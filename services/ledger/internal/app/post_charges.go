@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -56,7 +57,16 @@ func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
 			return err
 		}
 		now := a.now()
-		var charges []*eventsv1.RatedCharge
+		type pending struct {
+			t     *domain.Transaction
+			cycle string
+		}
+		var ps []pending
+		wanted := map[string]bool{}
+		// A message that cannot be decoded, or holds a charge that cannot
+		// be posted, is poison: the whole transaction rolls back, the
+		// consumer dead-letters it and posts the rest again.
+		var poison natsx.PoisonError
 		for _, m := range msgs {
 			if !fresh[m.ID] {
 				continue
@@ -64,30 +74,26 @@ func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
 			delete(fresh, m.ID) // the same id twice in one fetch counts once
 			var b eventsv1.ChargesRatedBatch
 			if err := proto.Unmarshal(m.Payload, &b); err != nil {
-				a.Log.Error("undecodable charges batch skipped", "message_id", m.ID, "err", err)
+				poison.Add(m.ID, fmt.Errorf("undecodable charges batch: %w", err))
 				continue
 			}
-			charges = append(charges, b.Charges...)
-		}
-		txs := make([]*domain.Transaction, 0, len(charges))
-		wanted := map[string]bool{}
-		type pending struct {
-			t     *domain.Transaction
-			cycle string
-		}
-		var ps []pending
-		for _, c := range charges {
-			t, cycle, err := a.chargeTransaction(c, now)
-			if err != nil {
-				a.Log.Error("invalid charge skipped", "charge_id", c.GetChargeId(), "err", err)
-				continue
+			for _, c := range b.Charges {
+				t, cycle, err := a.chargeTransaction(c, now)
+				if err != nil {
+					poison.Add(m.ID, fmt.Errorf("charge %q: %w", c.GetChargeId(), err))
+					break
+				}
+				if t == nil {
+					continue // zero amount: nothing to post
+				}
+				ps = append(ps, pending{t, cycle})
+				wanted[cycle] = true
 			}
-			if t == nil {
-				continue // zero amount: nothing to post
-			}
-			ps = append(ps, pending{t, cycle})
-			wanted[cycle] = true
 		}
+		if len(poison.ByID) > 0 {
+			return &poison
+		}
+		txs := make([]*domain.Transaction, 0, len(ps))
 		if len(ps) == 0 {
 			return nil
 		}

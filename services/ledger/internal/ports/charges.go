@@ -27,17 +27,18 @@ const chargesRatedPrefix = "charges.rated."
 // filter: natsx sends filters as filter_subjects, which NATS servers before
 // 2.10 (Debian's 2.9) refuse, and CHARGES holds only charges.>; the handler
 // keeps charges.rated.* and acks anything else unread.
-func ChargesSpec() natsx.ConsumerSpec {
+// What cannot be posted goes to dl (ledger.dead_letters).
+func ChargesSpec(dl natsx.DeadLetters) natsx.ConsumerSpec {
 	return natsx.ConsumerSpec{
 		Stream: natsx.StreamCharges, Durable: app.ChargesConsumer,
-		BatchMax: chargesFetchMax, MaxWait: chargesFetchWait,
+		BatchMax: chargesFetchMax, MaxWait: chargesFetchWait, DeadLetters: dl,
 	}
 }
 
 // ConsumeCharges posts every fetched batch in one Postgres transaction until
 // ctx ends.
-func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App) error {
-	return natsx.Consume(ctx, js, log, ChargesSpec(), func(ctx context.Context, msgs []jetstream.Msg) error {
+func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App, dl natsx.DeadLetters) error {
+	return natsx.Consume(ctx, js, log, ChargesSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
 		in := make([]app.Message, 0, len(msgs))
 		for _, m := range msgs {
 			if strings.HasPrefix(m.Subject(), chargesRatedPrefix) {

@@ -44,36 +44,49 @@ func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 
 // IngestConsumer records usage that node agents publish on NATS through the
 // same use case as the REST API; the per-event id makes redelivery harmless.
+// A body that cannot be decoded, or that the use case refuses whole, is
+// dead-lettered, never dropped.
 type IngestConsumer struct {
-	App *app.App
-	JS  jetstream.JetStream
-	Log *slog.Logger
+	App         *app.App
+	JS          jetstream.JetStream
+	Log         *slog.Logger
+	DeadLetters natsx.DeadLetters
 }
 
 // Run consumes until ctx ends.
 func (c *IngestConsumer) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
 		Stream: natsx.StreamUsage, Durable: ingestDurable, FilterSubjects: []string{IngestSubjectPrefix + ">"},
-		BatchMax: ingestFetchMax, MaxWait: ingestFetchWait,
+		BatchMax: ingestFetchMax, MaxWait: ingestFetchWait, DeadLetters: c.DeadLetters,
 	}, c.handle)
 }
 
 func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
-	for _, m := range msgs {
-		provider := strings.TrimPrefix(m.Subject(), IngestSubjectPrefix)
+	// Retrying cannot fix a malformed body: it is poison, named before any
+	// message of the batch is applied.
+	bodies := make([][]domain.EventInput, len(msgs))
+	var poison natsx.PoisonError
+	for i, m := range msgs {
 		evs, err := DecodeIngestJSON(m.Data())
 		if err != nil {
-			// Retrying cannot fix a malformed body: log it and move on.
-			c.Log.Warn("usage ingest message dropped", "subject", m.Subject(), "msg_id", natsx.MsgID(m), "err", err)
-			continue
+			poison.Add(natsx.MsgID(m), err)
 		}
+		bodies[i] = evs
+	}
+	if len(poison.ByID) > 0 {
+		return &poison
+	}
+	for i, m := range msgs {
+		provider := strings.TrimPrefix(m.Subject(), IngestSubjectPrefix)
+		evs := bodies[i]
 		for len(evs) > 0 {
 			n := min(len(evs), domain.BatchEventsMax)
 			res, err := c.App.Ingest(ctx, evs[:n], app.IngestOptions{OnlyProvider: provider})
 			var inv *apperr.InvalidError
 			if errors.As(err, &inv) {
-				c.Log.Warn("usage ingest message refused", "subject", m.Subject(), "err", err)
-				break
+				// Refused whole: poison. The messages before it are
+				// applied again with the rest, as duplicates.
+				return natsx.Poison(natsx.MsgID(m), err)
 			}
 			if err != nil {
 				return fmt.Errorf("ingest %s: %w", m.Subject(), err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -45,16 +46,19 @@ func (a *App) RateMessages(ctx context.Context, msgs []Incoming) error {
 		return err
 	}
 	batches := make([]*eventsv1.UsageRecordedBatch, len(msgs))
-	decodeErr := make([]error, len(msgs))
 	idList := make([]string, len(msgs))
+	var poison natsx.PoisonError
 	for i, m := range msgs {
 		idList[i] = m.ID
 		var b eventsv1.UsageRecordedBatch
 		if err := proto.Unmarshal(m.Data, &b); err != nil {
-			decodeErr[i] = err
+			poison.Add(m.ID, fmt.Errorf("undecodable usage batch: %w", err))
 			continue
 		}
 		batches[i] = &b
+	}
+	if len(poison.ByID) > 0 {
+		return &poison // dead-lettered by the consumer; the rest comes again
 	}
 	now := a.Clock.Now()
 	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
@@ -68,12 +72,6 @@ func (a *App) RateMessages(ctx context.Context, msgs []Incoming) error {
 		var items []item
 		for i, m := range msgs {
 			if !fresh[m.ID] {
-				continue
-			}
-			if decodeErr[i] != nil {
-				if err := postgres.DeadLetter(ctx, tx, m.ID, m.Subject, m.Data, decodeErr[i].Error(), now); err != nil {
-					return err
-				}
 				continue
 			}
 			for _, e := range batches[i].Events {

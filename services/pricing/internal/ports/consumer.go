@@ -31,13 +31,15 @@ type RatingConsumer struct {
 	// AckWait overrides natsx.DefaultAckWait: how long a fetched batch
 	// stays unacknowledged before redelivery (0 = the default).
 	AckWait time.Duration
+	// DeadLetters keeps what cannot be rated (pricing.dead_letters).
+	DeadLetters natsx.DeadLetters
 }
 
 // Run consumes until ctx ends.
 func (c *RatingConsumer) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
 		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{"usage.recorded.>"},
-		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait, AckWait: c.AckWait,
+		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait, AckWait: c.AckWait, DeadLetters: c.DeadLetters,
 	}, func(ctx context.Context, msgs []jetstream.Msg) error {
 		in := make([]app.Incoming, len(msgs))
 		for i, m := range msgs {

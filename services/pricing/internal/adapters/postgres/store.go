@@ -340,10 +340,3 @@ func TakePending(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool,
 	}
 	return out, nil
 }
-
-// DeadLetter keeps a message that cannot be decoded.
-func DeadLetter(ctx context.Context, tx pgx.Tx, id, subject string, payload []byte, reason string, now time.Time) error {
-	_, err := tx.Exec(ctx, `insert into pricing.dead_letters (message_id, subject, payload, reason, created_at)
-		values ($1,$2,$3,$4,$5) on conflict do nothing`, id, subject, payload, reason, now)
-	return err
-}

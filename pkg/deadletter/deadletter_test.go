@@ -1,0 +1,205 @@
+package deadletter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// The table as every service's migration creates it (see the package doc).
+const ddl = `create schema dlt;
+create table dlt.dead_letters (
+    id bigserial primary key, consumer text not null, message_id text not null, subject text not null,
+    headers jsonb not null default '{}', payload bytea not null, error text not null, attempts int not null,
+    first_seen_at timestamptz not null, last_seen_at timestamptz not null,
+    replay_requested_at timestamptz, replayed_at timestamptz, unique (consumer, message_id))`
+
+func setup(t *testing.T) (*pgxpool.Pool, jetstream.JetStream, *deadletter.Sink) {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	if _, err := pool.Exec(context.Background(), ddl); err != nil {
+		t.Fatal(err)
+	}
+	js := testkit.NewJetStream(t)
+	if _, err := js.JS.CreateStream(context.Background(), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return pool, js.JS, deadletter.New(pool, "dlt", log)
+}
+
+func publish(t *testing.T, js jetstream.JetStream, id, data string) {
+	t.Helper()
+	m := nats.NewMsg("t.x")
+	m.Data = []byte(data)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applied records what a handler applied, by message id.
+type applied struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (a *applied) add(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ids == nil {
+		a.ids = map[string]int{}
+	}
+	a.ids[id]++
+}
+
+func (a *applied) get(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ids[id]
+}
+
+// TestFailingMessageDeadLetteredAfterNDeliveries: a message whose handler
+// keeps failing (an error that is not poison, so it is retried) is
+// dead-lettered after exactly natsx.DeadLetterDeliveries deliveries; the
+// messages around it, in the same batches, are applied meanwhile; a replay
+// before the fix leaves it dead with one more attempt, a replay after the
+// fix applies it once and marks it replayed.
+func TestFailingMessageDeadLetteredAfterNDeliveries(t *testing.T) {
+	t.Parallel()
+	pool, js, sink := setup(t)
+	var got applied
+	var fixed atomic.Bool
+	var badTries atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		for _, m := range msgs {
+			if string(m.Data()) == "bad" && !fixed.Load() {
+				badTries.Add(1)
+				return errors.New("bad payload")
+			}
+		}
+		for _, m := range msgs {
+			got.add(natsx.MsgID(m))
+		}
+		return nil
+	}
+	for i := range 3 {
+		publish(t, js, fmt.Sprintf("good-%d", i), "ok")
+	}
+	publish(t, js, "m-bad", "bad")
+	for i := 3; i < 6; i++ {
+		publish(t, js, fmt.Sprintf("good-%d", i), "ok")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: "T", Durable: "c", BatchMax: 10, MaxWait: 20 * time.Millisecond, DeadLetters: sink}, h)
+	}()
+	defer func() { cancel(); <-done }()
+
+	row := func() (attempts int, status string) {
+		err := pool.QueryRow(context.Background(), `select attempts,
+			case when replayed_at is not null then 'replayed' when replay_requested_at is not null then 'requested' else 'dead' end
+			from dlt.dead_letters where consumer = 'c' and message_id = 'm-bad'`).Scan(&attempts, &status)
+		if err != nil {
+			return 0, err.Error()
+		}
+		return attempts, status
+	}
+	testkit.Eventually(t, 15*time.Second, func() bool { _, s := row(); return s == "dead" }, "m-bad dead-lettered")
+	if a, _ := row(); a != natsx.DeadLetterDeliveries {
+		t.Errorf("dead-lettered after %d deliveries, want %d", a, natsx.DeadLetterDeliveries)
+	}
+	for i := range 6 {
+		if n := got.get(fmt.Sprintf("good-%d", i)); n != 1 {
+			t.Errorf("good-%d applied %d times, want 1", i, n)
+		}
+	}
+	if got.get("m-bad") != 0 {
+		t.Error("m-bad applied while failing")
+	}
+	// The stream moved on: nothing pending or awaiting an ack.
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		lags, err := natsx.ConsumerLags(context.Background(), js, "T")
+		return err == nil && len(lags) == 1 && lags[0].Pending == 0 && lags[0].AckPending == 0
+	}, "consumer drained")
+
+	// Replay before the fix: still dead, one more attempt.
+	tries := badTries.Load()
+	if _, err := pool.Exec(context.Background(), `update dlt.dead_letters set replay_requested_at = now() where message_id = 'm-bad'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return badTries.Load() > tries }, "replay attempted")
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		a, s := row()
+		return s == "dead" && a == natsx.DeadLetterDeliveries+1
+	}, "a failed replay leaves the letter dead with one more attempt")
+
+	// After the fix: applied once, through the same handler, with its id.
+	fixed.Store(true)
+	if _, err := pool.Exec(context.Background(), `update dlt.dead_letters set replay_requested_at = now() where message_id = 'm-bad'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { _, s := row(); return s == "replayed" }, "m-bad replayed")
+	if n := got.get("m-bad"); n != 1 {
+		t.Errorf("m-bad applied %d times after the fix, want 1", n)
+	}
+}
+
+// TestPoisonIsDeadLetteredAtOnce: a message the handler names poison is
+// dead-lettered at its first delivery, and the rest of its batch applied.
+func TestPoisonIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	pool, js, sink := setup(t)
+	var got applied
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		var p natsx.PoisonError
+		for _, m := range msgs {
+			if string(m.Data()) == "poison" {
+				p.Add(natsx.MsgID(m), errors.New("cannot decode"))
+			}
+		}
+		if len(p.ByID) > 0 {
+			return &p
+		}
+		for _, m := range msgs {
+			got.add(natsx.MsgID(m))
+		}
+		return nil
+	}
+	publish(t, js, "a", "ok")
+	publish(t, js, "p", "poison")
+	publish(t, js, "b", "ok")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: "T", Durable: "c", BatchMax: 10, MaxWait: 50 * time.Millisecond, DeadLetters: sink}, h)
+	}()
+	defer func() { cancel(); <-done }()
+	testkit.Eventually(t, 10*time.Second, func() bool { return got.get("a") == 1 && got.get("b") == 1 }, "a and b applied")
+	var attempts int
+	var errText, payload string
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return pool.QueryRow(context.Background(), `select attempts, error, convert_from(payload, 'UTF8') from dlt.dead_letters where message_id = 'p'`).
+			Scan(&attempts, &errText, &payload) == nil
+	}, "p dead-lettered")
+	if attempts != 1 || errText != "cannot decode" || payload != "poison" {
+		t.Errorf("dead letter: attempts %d, error %q, payload %q", attempts, errText, payload)
+	}
+}

@@ -1,0 +1,109 @@
+package metering_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/metering"
+)
+
+func ingestBody(id string, name string) string {
+	return `{"events":[{"id":"` + id + `","lease_id":"l-` + id + `","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":1,` +
+		`"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z","workload":"` + name + `"}]}`
+}
+
+func publishIngest(t *testing.T, js jetstream.JetStream, msgID, body string) {
+	t.Helper()
+	m := nats.NewMsg("usage.ingest.p-001")
+	m.Data = []byte(body)
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func parties(t *testing.T, s *metering.Service) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Parties().CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: "p-001", Tier: "standard", TaxProfile: "enterprise", Jurisdiction: "US"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Parties().CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: "r-001", Currency: "USD"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIngestPoisonIsDeadLetteredNotDropped: an undecodable body is kept in
+// metering.dead_letters at its first delivery (retrying cannot fix it), a
+// body with an escaped NUL byte (\\u0000, which PostgreSQL text refuses) after
+// natsx.DeadLetterDeliveries deliveries, and the good messages published
+// after them are recorded meanwhile: nothing blocks, nothing vanishes.
+func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
+	t.Parallel()
+	s, d := newService(t)
+	ctx := context.Background()
+	parties(t, s)
+	publishIngest(t, d.JS, "m-garbage", `{"events":[{"id":`)
+	publishIngest(t, d.JS, "m-nul", ingestBody("evt-nul", `train\u0000ing`))
+	publishIngest(t, d.JS, "m-good", ingestBody("evt-good", "training"))
+
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-001"})
+		return err == nil && len(res.UsageEvents) == 1 && res.UsageEvents[0].Id == "evt-good"
+	}, "the good message behind two poisoned ones is recorded")
+	var n int
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&n)
+		return err == nil && n == 2
+	}, "both poisoned messages dead-lettered")
+	rows, err := d.Pool.Query(ctx, `select message_id, consumer, subject, attempts, payload, error, first_seen_at <= last_seen_at
+		from metering.dead_letters order by message_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	type row struct {
+		id, consumer, subject string
+		attempts              int
+		payload               []byte
+		errText               string
+		seenOrder             bool
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.consumer, &r.subject, &r.attempts, &r.payload, &r.errText, &r.seenOrder); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 2 || got[0].id != "m-garbage" || got[1].id != "m-nul" {
+		t.Fatalf("dead letters %+v", got)
+	}
+	if got[0].attempts != 1 || string(got[0].payload) != `{"events":[{"id":` || got[0].subject != "usage.ingest.p-001" || got[0].consumer != "metering-ingest" {
+		t.Errorf("undecodable body kept as %+v; want its first delivery, payload and subject", got[0])
+	}
+	if got[1].attempts != natsx.DeadLetterDeliveries || string(got[1].payload) != ingestBody("evt-nul", `train\u0000ing`) || !got[1].seenOrder {
+		t.Errorf("NUL body kept as %+v; want %d deliveries and its payload byte for byte", got[1], natsx.DeadLetterDeliveries)
+	}
+	// The stream moved on: nothing left pending or unacknowledged.
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		lags, err := natsx.ConsumerLags(ctx, d.JS, natsx.StreamUsage)
+		if err != nil {
+			return false
+		}
+		for _, l := range lags {
+			if l.Consumer == "metering-ingest" {
+				return l.Pending == 0 && l.AckPending == 0
+			}
+		}
+		return false
+	}, "metering-ingest drained")
+}
