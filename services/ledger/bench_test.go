@@ -39,10 +39,12 @@ const (
 	benchBenchCycleID  = "cyc-20261112"
 )
 
-// publishCharges puts n charges on CHARGES, benchChargesPerMsg per message.
-func publishCharges(t *testing.T, js *testkit.JetStream, n int, renter func(i int) string) {
+// publishCharges puts n charges on CHARGES, benchChargesPerMsg per message,
+// and returns what they must leave on each account (credits − debits in USD),
+// summed from the generated amounts.
+func publishCharges(t *testing.T, js *testkit.JetStream, n int, renter func(i int) string) map[string]decimal.Decimal {
 	t.Helper()
-	ctx := context.Background()
+	want := map[string]decimal.Decimal{}
 	eff := timestamppb.New(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC))
 	var futures []jetstream.PubAckFuture
 	for m := 0; m*benchChargesPerMsg < n; m++ {
@@ -51,8 +53,15 @@ func publishCharges(t *testing.T, js *testkit.JetStream, n int, renter func(i in
 			b.Charges = append(b.Charges, &eventsv1.RatedCharge{ChargeId: fmt.Sprintf("ch-%d", i), LeaseId: fmt.Sprintf("lease-%d", i%5000),
 				RenterId: renter(i), ProviderId: fmt.Sprintf("p-%d", i%benchProviders), CycleId: benchBenchCycleID,
 				Currency: "USD", Amount: decimal.New(int64(1+i%997), -2).String(), EffectiveAt: eff})
+			amt := decimal.New(int64(1+i%997), -2)
+			wallet, pending := "renter:"+renter(i)+":wallet", fmt.Sprintf("provider:p-%d:pending:%s", i%benchProviders, benchBenchCycleID)
+			want[wallet] = want[wallet].Sub(amt)
+			want[pending] = want[pending].Add(amt)
 		}
-		data, _ := proto.Marshal(b)
+		data, err := proto.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
 		msg := nats.NewMsg(fmt.Sprintf("charges.rated.p-%d", m%benchProviders))
 		msg.Data = data
 		msg.Header.Set(jetstream.MsgIDHeader, b.BatchId)
@@ -71,7 +80,39 @@ func publishCharges(t *testing.T, js *testkit.JetStream, n int, renter func(i in
 			t.Fatal("publish ack timeout")
 		}
 	}
-	_ = ctx
+	return want
+}
+
+// wantBalances checks every USD balance against want exactly (credits −
+// debits), and that no other account moved: a benchmark reports a figure only
+// for work it verified.
+func wantBalances(t *testing.T, f *fixture, want map[string]decimal.Decimal) {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, `select account, (credits - debits)::text from ledger.balances where currency = 'USD'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]decimal.Decimal{}
+	for rows.Next() {
+		var acc, bal string
+		if err := rows.Scan(&acc, &bal); err != nil {
+			t.Fatal(err)
+		}
+		got[acc] = decimal.RequireFromString(bal)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for acc, w := range want {
+		if g := got[acc]; !g.Equal(w) {
+			t.Fatalf("%s: balance %s, want %s", acc, g, w)
+		}
+	}
+	for acc, g := range got {
+		if _, ok := want[acc]; !ok && !g.IsZero() {
+			t.Fatalf("%s moved (%s) but nothing was posted to it", acc, g)
+		}
+	}
 }
 
 // runCharges starts the service (consumer, outbox relay, chain worker) and
@@ -84,13 +125,16 @@ func runCharges(t *testing.T, f *fixture, n int) time.Duration {
 	done := make(chan error, 1)
 	go func() { done <- f.svc.Run(ctx) }()
 	testkit.Eventually(t, 10*time.Minute, func() bool {
-		var c int
-		_ = f.pool.QueryRow(f.ctx, `select count(*) from ledger.transactions`).Scan(&c)
-		return c >= n
+		return f.count(t, `select count(*) from ledger.transactions`) >= n
 	}, "charges not all posted")
 	elapsed := time.Since(start)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != n {
+		t.Fatalf("%d charge transactions, want %d", got, n)
+	}
 	return elapsed
 }
 
@@ -98,9 +142,10 @@ func TestBenchLedgerPostings(t *testing.T) {
 	testkit.Bench(t, "ledger_postings")
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
-	publishCharges(t, js, benchCharges, func(i int) string { return fmt.Sprintf("r-%d", i%benchRenters) })
+	want := publishCharges(t, js, benchCharges, func(i int) string { return fmt.Sprintf("r-%d", i%benchRenters) })
 	elapsed := runCharges(t, f, benchCharges)
 	postings := 2 * benchCharges
+	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	testkit.Report(t, testkit.Figure{Bench: "ledger_postings", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings,
 		Note: fmt.Sprintf("%d charges from JetStream in %s, %d per message, fetch batches of 500 messages in one Postgres transaction each, fsync on, relay and chain worker running", benchCharges, elapsed.Round(time.Millisecond), benchChargesPerMsg)})
@@ -110,10 +155,12 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 	testkit.Bench(t, "ledger_hot_account")
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
-	publishCharges(t, js, benchCharges, func(int) string { return "r-hot" })
+	want := publishCharges(t, js, benchCharges, func(int) string { return "r-hot" })
 	elapsed := runCharges(t, f, benchCharges)
 	postings := 2 * benchCharges
-	wantBalance(t, f, "renter:r-hot:wallet", "USD", f.balance(t, "renter:r-hot:wallet", "USD").String())
+	// −Σ of the generated amounts, through the API read path and the balances table.
+	wantBalance(t, f, "renter:r-hot:wallet", "USD", want["renter:r-hot:wallet"].String())
+	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	testkit.Report(t, testkit.Figure{Bench: "ledger_hot_account", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings,
 		Note: "every charge debits renter:r-hot:wallet; one balance update per account per batch"})
@@ -138,6 +185,7 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 	client := ledgerv1.NewLedgerServiceClient(conn)
 	var mu sync.Mutex
 	var lat []time.Duration
+	want := map[string]decimal.Decimal{}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for c := 0; c < benchAPIClients; c++ {
@@ -146,12 +194,13 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 1))
 			for i := 0; i < benchAPIPerClient; i++ {
-				amt := decimal.New(int64(1+rng.IntN(100000)), -2).String()
+				amt := decimal.New(int64(1+rng.IntN(100000)), -2)
+				wallet := fmt.Sprintf("renter:r-%d:wallet", rng.IntN(500))
 				req := &ledgerv1.CreateTransactionRequest{IdempotencyKey: fmt.Sprintf("api-%d-%d", c, i), Description: "manual",
 					Metadata: map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)},
 					Postings: []*ledgerv1.Posting{
-						{Account: "bank:client", Direction: "debit", Amount: amt, Currency: "USD"},
-						{Account: fmt.Sprintf("renter:r-%d:wallet", rng.IntN(500)), Direction: "credit", Amount: amt, Currency: "USD"},
+						{Account: "bank:client", Direction: "debit", Amount: amt.String(), Currency: "USD"},
+						{Account: wallet, Direction: "credit", Amount: amt.String(), Currency: "USD"},
 					}}
 				t0 := time.Now()
 				if _, err := client.CreateTransaction(f.ctx, req); err != nil {
@@ -161,12 +210,22 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 				d := time.Since(t0)
 				mu.Lock()
 				lat = append(lat, d)
+				want["bank:client"] = want["bank:client"].Sub(amt)
+				want[wallet] = want[wallet].Add(amt)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := f.count(t, `select count(*) from ledger.transactions`); got != benchAPIClients*benchAPIPerClient || len(lat) != got {
+		t.Fatalf("%d transactions, %d answered; want %d", got, len(lat), benchAPIClients*benchAPIPerClient)
+	}
+	wantBalances(t, f, want)
+	checkInvariants(t, f)
 	slices.Sort(lat)
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -183,6 +242,10 @@ func TestBenchCeilingCopy(t *testing.T) {
 	}
 	const rows = 2 * benchCharges
 	created := time.Now().UTC()
+	var wantSum decimal.Decimal // of each side
+	for i := 0; i < rows; i += 2 {
+		wantSum = wantSum.Add(decimal.New(int64(1+i%997), -2))
+	}
 	start := time.Now()
 	for off := 0; off < rows; off += benchCopyRowsPerTx {
 		batch := make([][]any, 0, benchCopyRowsPerTx)
@@ -206,6 +269,15 @@ func TestBenchCeilingCopy(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
+	var n int
+	var debits, credits decimal.Decimal
+	if err := f.pool.QueryRow(f.ctx, `select count(*), coalesce(sum(amount) filter (where direction = 'debit'), 0),
+			coalesce(sum(amount) filter (where direction = 'credit'), 0) from ledger.bench_copy`).Scan(&n, &debits, &credits); err != nil {
+		t.Fatal(err)
+	}
+	if n != rows || !debits.Equal(wantSum) || !credits.Equal(wantSum) {
+		t.Fatalf("copied %d rows, debits %s, credits %s; want %d rows and %s on each side", n, debits, credits, rows, wantSum)
+	}
 	testkit.Report(t, testkit.Figure{Bench: "ceiling_copy", Value: float64(int(float64(rows) / elapsed.Seconds())), Unit: "rows/s", N: rows,
 		Note: fmt.Sprintf("COPY of posting rows into a table shaped and indexed like ledger.postings, %d rows per committed transaction", benchCopyRowsPerTx)})
 }

@@ -87,6 +87,7 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 	if got := postedTransactions(t, f, "renter"); len(got) != 4 {
 		t.Fatalf("ledger.posted.renter announced %d charge transactions %v, want 4", len(got), got)
 	}
+	checkInvariants(t, f)
 }
 
 // postedTransactions decodes the outbox's ledger.posted.{class} batches and
@@ -163,6 +164,7 @@ func TestClosedCycleRedirect(t *testing.T) {
 	if _, err := f.app.CloseLedgerCycle(f.ctx, "cyc-20261113"); err == nil {
 		t.Fatal("closing a date that is not a cycle start was accepted")
 	}
+	checkInvariants(t, f)
 }
 
 func TestChargesConsumerFromJetStream(t *testing.T) {
@@ -174,7 +176,10 @@ func TestChargesConsumerFromJetStream(t *testing.T) {
 	go func() { done <- f.svc.Run(ctx) }()
 	const cyc = "cyc-20261112"
 	publish := func(msgID string, cs ...*eventsv1.RatedCharge) {
-		b, _ := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
+		b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
 		m := nats.NewMsg("charges.rated.p-1")
 		m.Data = b
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
@@ -202,6 +207,7 @@ func TestChargesConsumerFromJetStream(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		return f.count(t, `select count(*) from ledger.journal_chain`) == 3
 	}, "transactions not chained")
+	checkInvariants(t, f)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -30,10 +30,17 @@ type fixture struct {
 
 func newFixture(t testing.TB, js *testkit.JetStream) *fixture {
 	t.Helper()
+	return newFixtureAt(t, js, clock.System{})
+}
+
+// newFixtureAt is newFixture with the ledger's clock given (a clock.Manual
+// orders the as-of instants without sleeping).
+func newFixtureAt(t testing.TB, js *testkit.JetStream, clk clock.Clock) *fixture {
+	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	ctx := testkit.Context(t)
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Clock: clock.System{}, Calendar: cycles.Default()}
+		Clock: clk, Calendar: cycles.Default()}
 	if js != nil {
 		d.JS = js.JS
 	}

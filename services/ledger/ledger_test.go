@@ -1,11 +1,13 @@
 package ledger_test
 
 import (
+	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -184,11 +186,11 @@ func TestReversal(t *testing.T) {
 
 func TestAsOf(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
+	clk := clock.NewManual(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
 	f.deposit(t, "r-1", "10", "USD", "a")
-	time.Sleep(2 * time.Millisecond) // created_at has microsecond precision; make the instants distinct
-	mid := time.Now().UTC()
-	time.Sleep(2 * time.Millisecond)
+	mid := clk.Now().Add(time.Second)
+	clk.Advance(2 * time.Second)
 	f.deposit(t, "r-1", "5", "USD", "b")
 	v, err := f.app.GetAccount(f.ctx, "renter:r-1:wallet", &mid)
 	if err != nil {
@@ -242,9 +244,22 @@ func TestHashChainDetectsTampering(t *testing.T) {
 	if err != nil || !res.OK || res.Checked != 4 || res.Unchained != 0 {
 		t.Fatalf("clean chain: %+v, %v", res, err)
 	}
-	got, _ := f.app.GetTransaction(f.ctx, txs[2].ID)
-	if got.Hash != res.HeadHash && got.Hash == "" {
-		t.Fatalf("transaction carries no chain hash")
+	// Each transaction carries its chain hash, recomputed here from its content
+	// and its predecessor's hash; the last one's is the head.
+	prev := domain.GenesisHash
+	for i, tx := range txs {
+		got, err := f.app.GetTransaction(f.ctx, tx.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := domain.ChainHash(prev, *got)
+		if got.Hash != hex.EncodeToString(want) {
+			t.Fatalf("transaction %d carries chain hash %q, want %x", i, got.Hash, want)
+		}
+		prev = want
+	}
+	if res.HeadHash != hex.EncodeToString(prev) {
+		t.Fatalf("head hash %s, want the last transaction's %x", res.HeadHash, prev)
 	}
 	// A superuser bypasses the immutability trigger and edits an amount.
 	for _, q := range []string{

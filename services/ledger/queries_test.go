@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -64,15 +66,16 @@ func TestListAccountsByPrefix(t *testing.T) {
 	if err != nil || len(vs) != 1 || next != "" || vs[0].Account.Address != "renter:r-3:wallet" {
 		t.Fatalf("page 2: %+v %q %v", vs, next, err)
 	}
-	vs, _, _ = f.app.ListAccounts(f.ctx, "provider:p-1:", nil, 0, "")
-	if len(vs) != 1 || vs[0].Account.Kind != domain.KindLiability || vs[0].Account.Pool != domain.PoolClient {
+	vs, _, err = f.app.ListAccounts(f.ctx, "provider:p-1:", nil, 0, "")
+	if err != nil || len(vs) != 1 || vs[0].Account.Kind != domain.KindLiability || vs[0].Account.Pool != domain.PoolClient {
 		t.Fatalf("provider accounts: %+v", vs)
 	}
 }
 
 func TestSegregatedFundsReport(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
+	clk := clock.NewManual(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
 	post := func(key string, ps ...domain.RawPosting) *domain.Transaction {
 		t.Helper()
 		tx, err := f.app.CreateTransaction(f.ctx, app.CreateTransactionInput{IdempotencyKey: key, Postings: ps})
@@ -92,8 +95,8 @@ func TestSegregatedFundsReport(t *testing.T) {
 	post("settle", p(pending, "debit", "450"), p("platform:revenue:commission", "credit", "90"),
 		p("tax:withheld:CN", "credit", "72"), p("provider:p-1:available", "credit", "288"))
 	post("sweep", p("bank:operating", "debit", "90"), p("bank:client", "credit", "90"))
-	time.Sleep(2 * time.Millisecond)
-	cleanAt := time.Now().UTC()
+	cleanAt := clk.Now()
+	clk.Advance(time.Second)
 
 	rep, err := f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
 	if err != nil {
@@ -108,25 +111,29 @@ func TestSegregatedFundsReport(t *testing.T) {
 	// The house funds the debt: bank:operating → bank:client would be a breach;
 	// the proper way is a top-up by the renter.
 	f.deposit(t, "r-2", "50", "CNY", "d2")
-	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "960.00")
-	if rep.Verdict != app.VerdictBalanced || !rep.Difference.IsZero() {
+	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "960.00")
+	if err != nil || rep.Verdict != app.VerdictBalanced || !rep.Difference.IsZero() {
 		t.Fatalf("after top-up: %+v", rep)
 	}
 	// A breach: commission taken straight out of a renter wallet.
 	bad := post("fee", p("renter:r-1:wallet", "debit", "5"), p("platform:revenue:commission", "credit", "5"))
-	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
-	if len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.Breaches[0].FromPool != domain.PoolClient {
+	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	if err != nil || len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.Breaches[0].FromPool != domain.PoolClient {
 		t.Fatalf("breaches: %+v", rep.Breaches)
 	}
 	// As of before the breach: none, and the earlier figures.
-	rep, _ = f.app.SegregatedFunds(f.ctx, &cleanAt, "CNY", "")
-	if len(rep.Breaches) != 0 || !rep.Difference.Equal(dec("-50")) {
+	rep, err = f.app.SegregatedFunds(f.ctx, &cleanAt, "CNY", "")
+	if err != nil || len(rep.Breaches) != 0 || !rep.Difference.Equal(dec("-50")) {
 		t.Fatalf("as of %s: %+v", cleanAt, rep)
 	}
 	chainAll(t, f)
-	rep, _ = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
-	if len(rep.JournalHeadHash) != 64 || rep.JournalHeadHash == strings.Repeat("0", 64) {
-		t.Fatalf("journal head hash %q", rep.JournalHeadHash)
+	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := ledger.VerifyChain(f.ctx, f.pool)
+	if err != nil || !chain.OK || rep.JournalHeadHash != chain.HeadHash || rep.JournalHeadHash == strings.Repeat("0", 64) {
+		t.Fatalf("journal head hash %q, want the verified chain's head %+v (%v)", rep.JournalHeadHash, chain, err)
 	}
 	if _, err := f.app.SegregatedFunds(f.ctx, nil, "", ""); !isInvalid(err) {
 		t.Fatalf("no currency: %v", err)
