@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -47,7 +48,10 @@ func usageMessage(events int) []byte {
 			RenterId: "r-001", GpuModel: "RTX_4090", GpuCount: 2, StartTime: timestamppb.New(now), EndTime: timestamppb.New(now.Add(10 * time.Minute)),
 			Region: "cn-east", Workload: "training", Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(now)})
 	}
-	payload, _ := proto.Marshal(b)
+	payload, err := proto.Marshal(b)
+	if err != nil {
+		panic(err) // a fixed message of generated fields: cannot fail
+	}
 	return payload
 }
 
@@ -95,7 +99,9 @@ func TestBenchCeilingJetStream(t *testing.T) {
 			if err := proto.Unmarshal(m.Data(), &b); err != nil {
 				t.Fatal(err)
 			}
-			_ = m.Ack()
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
 			got++
 		}
 	}
@@ -111,17 +117,69 @@ func TestBenchPricingRate(t *testing.T) {
 	s.parties(t, benchProviders, benchRenters, "CNY")
 	s.card(t, "CNY", "2.00")
 	run(t, s.metering)
-	s.ingest(t, benchUsage(), benchCall)
+	evs := benchUsage()
+	if acc, dups := s.ingest(t, evs, benchCall); acc != benchEvents || dups != 0 {
+		t.Fatalf("ingest: accepted %d duplicates %d, want %d and 0", acc, dups, benchEvents)
+	}
 	// Wait until metering's outbox has reached JetStream; pricing is not running yet.
 	testkit.Eventually(t, 2*time.Minute, func() bool {
 		var n int
-		_ = s.deps.Pool.QueryRow(context.Background(), `select count(*) from metering.outbox`).Scan(&n)
+		if err := s.deps.Pool.QueryRow(context.Background(), `select count(*) from metering.outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		return n == 0
 	}, "metering outbox relayed")
 	began := time.Now()
 	run(t, s.pricing)
 	testkit.Eventually(t, 5*time.Minute, func() bool { return s.ratedEvents(t) == benchEvents }, "all rated")
 	el := time.Since(began).Seconds()
+	// The figure counts only work verified exactly: every event charged once,
+	// and per lease billed = round(GPU-seconds × 2.00 / 3600) from the inputs.
+	secs := map[string]int64{}
+	for _, e := range evs {
+		start, end := mustTime(t, e.StartTime), mustTime(t, e.EndTime)
+		secs[e.LeaseId] += int64(end.Sub(start) / time.Second)
+	}
+	var distinct int
+	if err := s.deps.Pool.QueryRow(context.Background(), `select count(distinct e) from pricing.charges, unnest(event_ids) e`).Scan(&distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != benchEvents {
+		t.Fatalf("%d distinct events charged, want %d", distinct, benchEvents)
+	}
+	billed := map[string]decimal.Decimal{}
+	rows, err := s.deps.Pool.Query(context.Background(), `select lease_id, sum(amount)::text from pricing.charges group by lease_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var lease, sum string
+		if err := rows.Scan(&lease, &sum); err != nil {
+			t.Fatal(err)
+		}
+		billed[lease] = decimal.RequireFromString(sum)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(billed) != len(secs) {
+		t.Fatalf("%d leases billed, want %d", len(billed), len(secs))
+	}
+	for lease, sec := range secs {
+		want := decimal.NewFromInt(sec).Mul(decimal.RequireFromString("2.00")).DivRound(decimal.NewFromInt(3600), 2)
+		if !billed[lease].Equal(want) {
+			t.Fatalf("%s: billed %s, want %s", lease, billed[lease], want)
+		}
+	}
 	testkit.Report(t, testkit.Figure{Bench: "pricing_rate", Value: benchEvents / el, Unit: "events/s", N: benchEvents,
 		Note: fmt.Sprintf("JetStream usage.recorded (%d-event messages) to committed charges + charges.rated outbox; %d leases", benchCall/benchProviders, benchLeases)})
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at
 }

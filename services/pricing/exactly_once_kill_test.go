@@ -97,7 +97,9 @@ func (s *stack) ingestRelayed(t *testing.T, evs []*meteringv1.UsageEventInput, w
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		_ = s.deps.Pool.QueryRow(context.Background(), `select count(*) from metering.outbox`).Scan(&n)
+		if err := s.deps.Pool.QueryRow(context.Background(), `select count(*) from metering.outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		return n == 0
 	}, "metering outbox relayed")
 }

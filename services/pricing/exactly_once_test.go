@@ -20,14 +20,30 @@ import (
 	"github.com/gpubill/gpubill/services/pricing"
 )
 
-// failOnce fails the named point once, on its nth call.
-func failOnce(point string, nth int32) func(string) error {
-	var calls atomic.Int32
-	return func(p string) error {
-		if p == point && calls.Add(1) == nth {
-			return errors.New("injected failure at " + p)
-		}
-		return nil
+// failOnce fails the named point once, on its nth call, and counts the
+// calls and the failures it injected.
+type failOnce struct {
+	point        string
+	nth          int32
+	calls, fired atomic.Int32
+}
+
+func (f *failOnce) hook(p string) error {
+	if p == f.point && f.calls.Add(1) == f.nth {
+		f.fired.Add(1)
+		return errors.New("injected failure at " + p)
+	}
+	return nil
+}
+
+// waitFiredAndRetried waits until the fault fired exactly once and the
+// rating went through the same point again (the redelivered batch): a fault
+// that never fired proves nothing.
+func (f *failOnce) waitFiredAndRetried(t *testing.T) {
+	t.Helper()
+	testkit.Eventually(t, 20*time.Second, func() bool { return f.calls.Load() > f.nth }, "%s reached again after the injected failure", f.point)
+	if got := f.fired.Load(); got != 1 {
+		t.Fatalf("fault at %s fired %d times, want 1", f.point, got)
 	}
 }
 
@@ -102,12 +118,14 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 
 	// Phase 1: the first rating transaction fails once (rolled back, redelivered).
 	p1 := s.pricing
-	p1.SetFailPoint(failOnce("before-commit", 1))
+	beforeCommit := &failOnce{point: "before-commit", nth: 1}
+	p1.SetFailPoint(beforeCommit.hook)
 	stop1 := run(t, p1)
 	if acc, _ := s.ingest(t, mixed[:half], 20); acc != half {
 		t.Fatalf("accepted %d, want %d", acc, half)
 	}
 	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == half }, "first half rated")
+	beforeCommit.waitFiredAndRetried(t)
 	stop1()
 
 	// While pricing is down: the second half, and the first half again.
@@ -120,8 +138,10 @@ func TestExactlyOnceMeteringToPricing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2.SetFailPoint(failOnce("after-commit", 1))
+	afterCommit := &failOnce{point: "after-commit", nth: 1}
+	p2.SetFailPoint(afterCommit.hook)
 	run(t, p2)
+	afterCommit.waitFiredAndRetried(t)
 	s.checkChargedOnce(t, leases, len(mixed))
 }
 
@@ -136,7 +156,9 @@ func (s *stack) checkChargedOnce(t *testing.T, leases []*onceLease, events int) 
 	testkit.Eventually(t, 20*time.Second, func() bool { return s.ratedEvents(t) == events }, "all rated")
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		_ = s.deps.Pool.QueryRow(ctx, `select count(*) from pricing.outbox`).Scan(&n)
+		if err := s.deps.Pool.QueryRow(ctx, `select count(*) from pricing.outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		return n == 0
 	}, "outbox relayed")
 
@@ -195,7 +217,10 @@ func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Deci
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := info.Info(ctx)
+	st, err := info.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]decimal.Decimal{}
 	seen := map[string]bool{}
 	for i := uint64(0); i < st.State.Msgs; i++ {
@@ -242,8 +267,13 @@ func TestThreeHalfHoursBillTwoCents(t *testing.T) {
 	var got []string
 	for rows.Next() {
 		var a string
-		_ = rows.Scan(&a)
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
 		got = append(got, a)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	if fmt.Sprint(got) != "[0.01 0 0.01]" {
 		t.Fatalf("charges %v, want [0.01 0 0.01] (0.02 in total, not 0.03)", got)
@@ -267,7 +297,9 @@ func TestUsageWithoutCardWaitsThenRates(t *testing.T) {
 	s.card(t, "JPY", "150")
 	testkit.Eventually(t, 10*time.Second, func() bool { return s.ratedEvents(t) == 1 }, "rated after the card appeared")
 	var amount string
-	_ = s.deps.Pool.QueryRow(context.Background(), `select amount::text from pricing.charges`).Scan(&amount)
+	if err := s.deps.Pool.QueryRow(context.Background(), `select amount::text from pricing.charges`).Scan(&amount); err != nil {
+		t.Fatal(err)
+	}
 	if amount != "150" {
 		t.Fatalf("amount %s, want 150 (JPY has no minor unit)", amount)
 	}
