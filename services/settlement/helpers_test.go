@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -81,3 +83,44 @@ func waitCycleSettled(t testing.TB, s *Service, cycle string, within time.Durati
 		return err == nil && c.Status == domain.CycleSettled
 	}, "cycle "+cycle+" settled")
 }
+
+// wantSplit is the split DESIGN §5 prescribes, computed here without
+// pkg/split or pkg/money: commission = gross × the tier's rate, tax = 20 %
+// of gross − commission (flat20, individual: the default rule), net the
+// rest; each truncated to cents, then the cents left over go one each to
+// the parts with the largest remainders (ties to the earlier part).
+func wantSplit(t testing.TB, gross decimal.Decimal, tier string) (commission, tax, net decimal.Decimal) {
+	t.Helper()
+	rates := map[string]string{"standard": "0.25", "pro": "0.20", "partner": "0.15"}
+	rate, ok := rates[tier]
+	if !ok {
+		t.Fatalf("no commission rate for tier %q", tier)
+	}
+	c := gross.Mul(decimal.RequireFromString(rate))
+	tx := gross.Sub(c).Mul(decimal.RequireFromString("0.20"))
+	exact := []decimal.Decimal{c, tx, gross.Sub(c).Sub(tx)}
+	parts := make([]decimal.Decimal, 3)
+	left := gross
+	for i, e := range exact {
+		parts[i] = e.Truncate(2)
+		left = left.Sub(parts[i])
+	}
+	order := []int{0, 1, 2}
+	sort.SliceStable(order, func(a, b int) bool {
+		return exact[order[a]].Sub(parts[order[a]]).GreaterThan(exact[order[b]].Sub(parts[order[b]]))
+	})
+	cent := decimal.New(1, -2)
+	for _, i := range order {
+		if !left.IsPositive() {
+			break
+		}
+		parts[i] = parts[i].Add(cent)
+		left = left.Sub(cent)
+	}
+	if !left.IsZero() {
+		t.Fatalf("split of %s left %s over", gross, left)
+	}
+	return parts[0], parts[1], parts[2]
+}
+
+func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }

@@ -54,6 +54,7 @@ type realStack struct {
 	grpc   string
 	clock  *clock.Manual
 	ledger ledgerv1.LedgerServiceClient
+	tiers  map[string]string // provider → tier seeded into settlement's read model
 }
 
 func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
@@ -156,6 +157,10 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 			charge(i, "USD", "10.01")
 		}
 		ps[i], ts[i] = fmt.Sprintf("p-%05d", i), tiers[i%3]
+		if r.tiers == nil {
+			r.tiers = map[string]string{}
+		}
+		r.tiers[ps[i]] = ts[i]
 	}
 	if _, err := r.s.d.Pool.Exec(ctx, `insert into settlement.providers (provider_id, tier)
 		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
@@ -196,8 +201,8 @@ func (r *realStack) waitSettled(t *testing.T, cycle string, within time.Duration
 }
 
 // checkLedger proves the close against the real ledger: every pending
-// balance is 0; provider:{id}:available = net; commission + tax + net =
-// gross exactly per provider and currency; tax:withheld:CN = Σ tax;
+// balance is 0; provider:{id}:available = net; commission, tax and net are
+// each what wantSplit computes from the gross and the provider's tier; tax:withheld:CN = Σ tax;
 // platform:revenue:commission = bank:operating = Σ commission; bank:client
 // = deposits − Σ commission; and each provider's settlement and sweep
 // transactions were posted exactly once (one per idempotency key).
@@ -233,8 +238,8 @@ func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[
 		if !x.gross.Equal(gross[k]) {
 			t.Errorf("%s: gross %s, charged %s", k, x.gross, gross[k])
 		}
-		if !x.commission.Add(x.tax).Add(x.net).Equal(x.gross) {
-			t.Errorf("%s: commission %s + tax %s + net %s != gross %s", k, x.commission, x.tax, x.net, x.gross)
+		if c, tx, n := wantSplit(t, gross[k], r.tiers[x.provider]); !x.commission.Equal(c) || !x.tax.Equal(tx) || !x.net.Equal(n) {
+			t.Errorf("%s (%s): commission %s, tax %s, net %s; want %s, %s, %s", k, r.tiers[x.provider], x.commission, x.tax, x.net, c, tx, n)
 		}
 		if x.jurisdiction != "CN" {
 			t.Errorf("%s: jurisdiction %q, want CN (tax service default)", k, x.jurisdiction)

@@ -22,6 +22,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
@@ -300,7 +301,8 @@ func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
 	if n := f.count(t, `select count(*) from settlement.settlements where status = 'settled'`); n != 6 {
 		t.Errorf("settled rows = %d, want 6", n)
 	}
-	if n := f.count(t, `select count(*) from settlement.settlements where commission + tax_withheld + net <> gross`); n != 0 {
+	// is distinct from: a NULL part makes the sum NULL, and NULL <> gross is never true.
+	if n := f.count(t, `select count(*) from settlement.settlements where commission + tax_withheld + net is distinct from gross`); n != 0 {
 		t.Errorf("%d rows do not split exactly", n)
 	}
 	// Each settled row queued its settlement.settled event for payout, once.
@@ -313,16 +315,56 @@ func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
 			t.Errorf("%s pending = %s, want 0", p, b)
 		}
 	}
-	// standard tier: 1033.33 → commission 258.33, tax 155.00, net 620.00
-	if b := f.ledger.Balance(domain.AvailableAccount("p-00000"), "CNY"); b.String() != "620" {
-		t.Errorf("p-00000 available = %s, want 620.00", b)
+	// Each provider's split at its own tier (seed: standard, pro, partner in
+	// rotation), worked out by hand: commission = gross × rate, tax = 20 % of
+	// the rest (the fake tax service's flat20), net the rest, then the cents
+	// left by truncation to the largest remainders.
+	tests := []struct {
+		provider, currency, tier, commission, tax, net string
+	}{
+		{"p-00000", "CNY", "standard", "258.33", "155.00", "620.00"}, // 258.3325 / 154.9995 / 619.998
+		{"p-00000", "USD", "standard", "2.50", "1.50", "6.01"},       // 10.01: 2.5025 / 1.5015 / 6.006
+		{"p-00001", "CNY", "pro", "206.67", "165.33", "661.33"},      // 206.666 / 165.3328 / 661.3312
+		{"p-00002", "CNY", "partner", "155.00", "175.67", "702.66"},  // 154.9995 / 175.6661 / 702.6644
+		{"p-00003", "CNY", "standard", "258.33", "155.00", "620.00"},
+		{"p-00004", "CNY", "pro", "206.67", "165.33", "661.33"},
+	}
+	wantTotals := map[string]adapters.Total{}
+	for _, tt := range tests {
+		var tier string
+		var commission, tax, net decimal.Decimal
+		if err := f.s.d.Pool.QueryRow(context.Background(), `select tier, commission, tax_withheld, net from settlement.settlements
+			where cycle_id = $1 and provider_id = $2 and currency = $3`, cycle1.ID, tt.provider, tt.currency).Scan(&tier, &commission, &tax, &net); err != nil {
+			t.Fatalf("%s %s: %v", tt.provider, tt.currency, err)
+		}
+		if tier != tt.tier || !commission.Equal(dec(tt.commission)) || !tax.Equal(dec(tt.tax)) || !net.Equal(dec(tt.net)) {
+			t.Errorf("%s %s: %s %s / %s / %s, want %s %s / %s / %s", tt.provider, tt.currency, tier, commission, tax, net, tt.tier, tt.commission, tt.tax, tt.net)
+		}
+		if wc, wt, wn := wantSplit(t, dec(tt.commission).Add(dec(tt.tax)).Add(dec(tt.net)), tt.tier); !wc.Equal(dec(tt.commission)) || !wt.Equal(dec(tt.tax)) || !wn.Equal(dec(tt.net)) {
+			t.Errorf("%s %s: wantSplit gives %s / %s / %s, the table %s / %s / %s", tt.provider, tt.currency, wc, wt, wn, tt.commission, tt.tax, tt.net)
+		}
+		if b := f.ledger.Balance(domain.AvailableAccount(tt.provider), tt.currency); !b.Equal(dec(tt.net)) {
+			t.Errorf("%s available = %s %s, want %s", tt.provider, b, tt.currency, tt.net)
+		}
+		w := wantTotals[tt.currency]
+		w.Currency, w.Providers = tt.currency, w.Providers+1
+		w.Commission, w.Tax, w.Net = w.Commission.Add(dec(tt.commission)), w.Tax.Add(dec(tt.tax)), w.Net.Add(dec(tt.net))
+		w.Gross = w.Commission.Add(w.Tax).Add(w.Net)
+		wantTotals[tt.currency] = w
 	}
 	c, err := f.s.store.GetCycle(context.Background(), cycle1.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != domain.CycleSettled || len(c.Totals) != 2 {
+	if c.Status != domain.CycleSettled || len(c.Totals) != len(wantTotals) {
 		t.Fatalf("cycle = %+v", c)
+	}
+	for _, got := range c.Totals {
+		want := wantTotals[got.Currency]
+		if got.Providers != want.Providers || !got.Gross.Equal(want.Gross) || !got.Commission.Equal(want.Commission) ||
+			!got.Tax.Equal(want.Tax) || !got.Net.Equal(want.Net) {
+			t.Errorf("cycle total %+v, want %+v", got, want)
+		}
 	}
 }
 
