@@ -32,13 +32,13 @@ const (
 )
 
 type cli struct {
-	Dev        devCmd           `cmd:"" help:"Run every gpubill service in one process with embedded NATS and Temporal (creates the database if missing)."`
-	Token      tokenCmd         `cmd:"" help:"Print a bearer token the dev stack accepts."`
-	Simulate   simulateCmd      `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
-	Ledger     ledgerCmd        `cmd:"" help:"Ledger maintenance."`
-	Version    versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
-	Completion completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
-	VersionF   kong.VersionFlag `name:"version" help:"Print the version and exit."`
+	Dev         devCmd           `cmd:"" help:"Run every gpubill service in one process with embedded NATS and Temporal (creates the database if missing)."`
+	Token       tokenCmd         `cmd:"" help:"Print a bearer token the dev stack accepts."`
+	Simulate    simulateCmd      `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
+	Ledger      ledgerCmd        `cmd:"" help:"Ledger maintenance."`
+	Version     versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
+	Completion  completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
 }
 
 type devCmd struct {
@@ -87,7 +87,11 @@ type env struct {
 // Main runs the CLI and returns the exit code (cmdline.Exit*).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c cli
-	kctx, code, done := cmdline.Parse(name, &c, args, stdout, stderr, options()...)
+	complete := kong.PostBuild(func(k *kong.Kong) error {
+		kongplete.Complete(k, kongplete.WithExitFunc(k.Exit))
+		return nil
+	})
+	kctx, code, done := cmdline.Parse(name, &c, args, stdout, stderr, append(options(), complete)...)
 	if done {
 		return code
 	}
@@ -101,15 +105,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 const name = "gpubill"
 
 // options are the kong options of the gpubill grammar, shared by Main and
-// Model. The completion hook answers a shell's completion request
-// (COMP_LINE set by `complete -C`) before parsing, and ends the run.
+// Model. Main adds the completion hook, which answers a shell's completion
+// request (COMP_LINE set by `complete -C`) before parsing and ends the run.
 func options() []kong.Option {
 	return []kong.Option{
 		kong.Description("gpubill: billing and settlement for a GPU compute marketplace.\n\n" + cmdline.ExitCodesHelp),
-		kong.PostBuild(func(k *kong.Kong) error {
-			kongplete.Complete(k, kongplete.WithExitFunc(k.Exit))
-			return nil
-		}),
 	}
 }
 
