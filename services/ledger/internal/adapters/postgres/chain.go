@@ -39,9 +39,13 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("chain head: %w", err)
 		}
-		rows, err := tx.Query(ctx, `select id::text, xid::text from ledger.transactions
-			where (xid, id) > ($1::text::xid8, $2::uuid) and xid < pg_snapshot_xmin(pg_current_snapshot())
-			order by xid, id limit $3`, lastXid, lastID, chainBatchMax)
+		// Order by the columns, qualified: a bare "order by xid" names the
+		// output column xid::text, and text order puts xid 1003 before 999,
+		// so a round spanning a power of ten chained out of order and the
+		// next round tried to chain 1003 again (stuck for good).
+		rows, err := tx.Query(ctx, `select t.id::text, t.xid::text from ledger.transactions t
+			where (t.xid, t.id) > ($1::text::xid8, $2::uuid) and t.xid < pg_snapshot_xmin(pg_current_snapshot())
+			order by t.xid, t.id limit $3`, lastXid, lastID, chainBatchMax)
 		if err != nil {
 			return fmt.Errorf("chain candidates: %w", err)
 		}
