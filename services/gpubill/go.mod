@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/alecthomas/kong v1.17.0
+	github.com/gpubill/gpubill/migrations v0.0.0
 	github.com/gpubill/gpubill/pkg v0.0.0
 	github.com/gpubill/gpubill/proto v0.0.0
 	github.com/gpubill/gpubill/services/ledger v0.0.0
@@ -34,7 +35,6 @@ require (
 	github.com/golang/mock v1.6.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/gpubill/gpubill/migrations v0.0.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.2 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect

@@ -21,6 +21,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
 )
@@ -299,6 +301,31 @@ func TestLedgerVerifyNeedsAnExistingLedger(t *testing.T) {
 	r = s.runEnv(t, []string{"DATABASE_URL=" + empty}, gpubill, "ledger", "verify")
 	if r.code != 1 || !strings.Contains(r.stderr, "schema not found: ledger has not been migrated") {
 		t.Errorf("verify on a database without the ledger schema: exit %d, stderr %q; want 1 and schema not found", r.code, r.stderr)
+	}
+}
+
+// ledger verify exits 0 on an intact chain and 1 on a broken one, naming
+// the position.
+func TestLedgerVerifyExitCodes(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, "ledger", migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DATABASE_URL=" + dsn}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok: 0 transactions chained") {
+		t.Errorf("verify on an empty ledger: exit %d, stdout %q, stderr %q; want 0 and ok", r.code, r.stdout, r.stderr)
+	}
+	// A link whose transaction is not in the journal.
+	if _, err := pool.Exec(ctx, `insert into ledger.journal_chain (position, tx_id, xid, prev_hash, hash)
+		values (1, gen_random_uuid(), '1', '\x00', '\x00')`); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, "BROKEN at chain position 1") || !strings.Contains(r.stderr, "journal hash chain broken") {
+		t.Errorf("verify on a broken chain: exit %d, stdout %q, stderr %q; want 1 and BROKEN at position 1", r.code, r.stdout, r.stderr)
 	}
 }
 
