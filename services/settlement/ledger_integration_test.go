@@ -204,8 +204,9 @@ func (r *realStack) waitSettled(t *testing.T, cycle string, within time.Duration
 // balance is 0; provider:{id}:available = net; commission, tax and net are
 // each what wantSplit computes from the gross and the provider's tier; tax:withheld:CN = Σ tax;
 // platform:revenue:commission = bank:operating = Σ commission; bank:client
-// = deposits − Σ commission; and each provider's settlement and sweep
-// transactions were posted exactly once (one per idempotency key).
+// = deposits − Σ commission; and each provider's settlement was posted
+// exactly once, as ONE transaction carrying its commission sweep (so no
+// report can read the commission earned but not yet swept).
 func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[string]decimal.Decimal) {
 	t.Helper()
 	ctx := context.Background()
@@ -282,29 +283,58 @@ func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[
 			t.Errorf("bank:client %s = %s, deposits − Σ commission = %s", cur, b, want)
 		}
 	}
-	// Sweeps exactly once: bank:operating's journal is the sweeps alone,
-	// one per provider and currency with a commission, each under its key.
-	keys, token := map[string]int{}, ""
+	// Sweeps exactly once, inside the settlement: bank:operating's journal is
+	// the settlement transactions alone, one per provider and currency with a
+	// commission, each under the settlement key and sweeping exactly that
+	// provider's commission (Dr bank:operating, Cr bank:client).
+	sweeps, token := map[string]*ledgerv1.Transaction{}, ""
 	for {
 		resp, err := r.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: "bank:operating", PageSize: 500, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, tx := range resp.Transactions {
-			keys[tx.IdempotencyKey]++
+			if sweeps[tx.IdempotencyKey] != nil {
+				t.Errorf("%s: bank:operating moved twice under one key", tx.IdempotencyKey)
+			}
+			sweeps[tx.IdempotencyKey] = tx
 		}
 		if token = resp.NextPageToken; token == "" {
 			break
 		}
 	}
+	withCommission := 0
 	for _, x := range settled {
-		if x.commission.IsPositive() && keys[domain.SweepKey(cycle, x.provider, x.currency)] != 1 {
-			t.Errorf("%s/%s: sweep posted %d times", x.provider, x.currency, keys[domain.SweepKey(cycle, x.provider, x.currency)])
+		if !x.commission.IsPositive() {
+			continue
+		}
+		withCommission++
+		key := domain.SettlementKey(cycle, x.provider, x.currency)
+		tx := sweeps[key]
+		if tx == nil || tx.TransactionId != x.txID {
+			t.Errorf("%s/%s: no sweep in the settlement transaction %s (bank:operating keys %d)", x.provider, x.currency, x.txID, len(sweeps))
+			continue
+		}
+		if !legAmount(tx, "bank:operating", "debit", x.currency).Equal(x.commission) ||
+			!legAmount(tx, "bank:client", "credit", x.currency).Equal(x.commission) ||
+			!legAmount(tx, domain.PendingAccount(x.provider, cycle), "debit", x.currency).Equal(x.gross) {
+			t.Errorf("%s/%s: settlement transaction %v does not sweep commission %s of gross %s", x.provider, x.currency, tx.Postings, x.commission, x.gross)
 		}
 	}
-	if len(keys) != len(settled) {
-		t.Errorf("bank:operating has %d sweep keys, want %d", len(keys), len(settled))
+	if len(sweeps) != withCommission {
+		t.Errorf("bank:operating has %d transactions, want %d (one settlement per provider and currency with a commission)", len(sweeps), withCommission)
 	}
+}
+
+// legAmount sums a transaction's postings on one account, side and currency.
+func legAmount(tx *ledgerv1.Transaction, account, direction, currency string) decimal.Decimal {
+	sum := decimal.Zero
+	for _, p := range tx.Postings {
+		if p.Account == account && p.Direction == direction && p.Currency == currency {
+			sum = sum.Add(decimal.RequireFromString(p.Amount))
+		}
+	}
+	return sum
 }
 
 func hasPosting(tx *ledgerv1.Transaction, account, currency string) bool {

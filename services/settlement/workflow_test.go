@@ -295,8 +295,9 @@ func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
 	if !f.ledger.Closed(cycle1.ID) {
 		t.Error("ledger cycle not closed")
 	}
-	if got := len(f.ledger.Transactions("settle-" + cycle1.ID + "-")); got != 12 { // 6 settlements + 6 sweeps
-		t.Errorf("settlement+sweep transactions = %d, want 12", got)
+	// 6 settlements, each with its commission sweep in the same transaction.
+	if got := len(f.ledger.Transactions("settle-" + cycle1.ID + "-")); got != 6 {
+		t.Errorf("settlement transactions = %d, want 6", got)
 	}
 	if n := f.count(t, `select count(*) from settlement.settlements where status = 'settled'`); n != 6 {
 		t.Errorf("settled rows = %d, want 6", n)

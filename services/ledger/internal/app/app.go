@@ -89,6 +89,9 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(pgx
 			resultID = id
 			return nil
 		}
+		if err := a.checkClosedCycles(ctx, tx, fresh, ch, true); err != nil {
+			return err
+		}
 		if err := checkOverdraft(ch); err != nil {
 			return err
 		}

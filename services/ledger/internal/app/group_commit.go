@@ -125,7 +125,7 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		if err != nil {
 			return err
 		}
-		if checkOverdraft(ch) != nil {
+		if a.checkClosedCycles(ctx, tx, fresh, ch, false) != nil || checkOverdraft(ch) != nil {
 			return errGroupRetry
 		}
 		isFresh := make(map[string]bool, len(fresh))

@@ -66,6 +66,10 @@ func TestSegregationBreaches(t *testing.T) {
 		{"client only", []Posting{p(BankClient, Debit, 5), p("renter:r:wallet", Credit, 5)}, 0},
 		{"fee from wallet", []Posting{p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5)}, 1},
 		{"house pays from client bank", []Posting{p(BankOperating, Credit, 5), p(BankClient, Debit, 5)}, 0}, // mirror of sweep
+		{"settlement with its sweep", append(append([]Posting{}, settle...), sweep...), 0},
+		{"settlement with its sweep reversed", Mirror(append(append([]Posting{}, settle...), sweep...)), 0},
+		{"settlement with a sweep larger than its commission", append(append([]Posting{}, settle...), p(BankOperating, Debit, 30), p(BankClient, Credit, 30)), 2},
+		{"settlement with a sweep the wrong way", append(append([]Posting{}, settle...), p(BankOperating, Credit, 20), p(BankClient, Debit, 20)), 2},
 		{"operating funds a wallet", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}, 2},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,9 @@ type Breach struct {
 //   - settlement: Dr provider:*:pending:* ; Cr platform:revenue:commission,
 //     tax:withheld:*, provider:*:available;
 //   - the commission sweep: Dr bank:operating, Cr bank:client;
+//   - both in one transaction (settlement posts them together, so no report
+//     reads the commission earned but not yet swept), the sweep legs equal
+//     per currency to the commission credited;
 //
 // and the exact mirrors of those (their reversals). Anything else touching
 // both pools is a breach, reported per house-pool posting.
@@ -38,7 +41,8 @@ func SegregationBreaches(ps []Posting) []Breach {
 	if !client || !house {
 		return nil
 	}
-	if isSettlement(ps, false) || isSettlement(ps, true) || isSweep(ps, false) || isSweep(ps, true) {
+	if isSettlement(ps, false) || isSettlement(ps, true) || isSweep(ps, false) || isSweep(ps, true) ||
+		isSettlementWithSweep(ps, false) || isSettlementWithSweep(ps, true) {
 		return nil
 	}
 	var out []Breach
@@ -80,6 +84,47 @@ func isSweep(ps []Posting, mirror bool) bool {
 	for _, p := range ps {
 		debit := (p.Direction == Debit) != mirror
 		if debit && p.Account.Address != BankOperating || !debit && p.Account.Address != BankClient {
+			return false
+		}
+	}
+	return true
+}
+
+// isSettlementWithSweep: a settlement and its commission sweep in one
+// transaction: the bank:operating debits and bank:client credits form a sweep,
+// the rest a settlement, and per currency the sweep moves exactly the
+// commission credited (mirror swaps the sides).
+func isSettlementWithSweep(ps []Posting, mirror bool) bool {
+	var rest, sweep []Posting
+	for _, p := range ps {
+		if p.Account.Class == ClassBank {
+			sweep = append(sweep, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	if len(sweep) == 0 || len(rest) == 0 || !isSweep(sweep, mirror) || !isSettlement(rest, mirror) {
+		return false
+	}
+	type sums struct{ operating, client, commission decimal.Decimal }
+	by := map[string]*sums{}
+	for _, p := range ps {
+		s := by[p.Currency]
+		if s == nil {
+			s = &sums{}
+			by[p.Currency] = s
+		}
+		switch p.Account.Address {
+		case BankOperating:
+			s.operating = s.operating.Add(p.Amount)
+		case BankClient:
+			s.client = s.client.Add(p.Amount)
+		case PlatformCommission:
+			s.commission = s.commission.Add(p.Amount)
+		}
+	}
+	for _, s := range by {
+		if !s.operating.Equal(s.commission) || !s.client.Equal(s.commission) {
 			return false
 		}
 	}

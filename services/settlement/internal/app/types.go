@@ -25,8 +25,7 @@ const (
 	ActSettleProvider     = "SettleProvider" // the provider workflow's one local activity: the steps below, in order
 	ActPrepareProvider    = "PrepareProvider"
 	ActComputeTax         = "ComputeTax"
-	ActPostSettlement     = "PostSettlement"
-	ActSweepCommission    = "SweepCommission"
+	ActPostSettlement     = "PostSettlement" // the settlement with its commission sweep, one ledger transaction
 	ActFinalizeSettlement = "FinalizeSettlement"
 )
 
@@ -181,11 +180,19 @@ type TaxResult struct {
 	WithholdingID string
 }
 
-// PostInput is one settlement transaction (or its commission sweep).
+// PostInput is one settlement transaction (with its commission sweep).
 type PostInput struct {
 	CycleID    string
 	ProviderID string
 	Split      domain.Split
+}
+
+// Posted names the ledger transaction of a settlement and the one that swept
+// its commission (the same transaction since the two are posted as one; ""
+// without a commission).
+type Posted struct {
+	TransactionID string
+	SweepID       string
 }
 
 // FinalizeInput records the statement and hands off to payout.

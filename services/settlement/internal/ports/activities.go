@@ -200,7 +200,7 @@ func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) error {
 
 // SettleProvider is the provider workflow's one local activity: prepare (hold,
 // tier, gross per currency), then per unsettled currency the tax split, the
-// settlement transaction, the commission sweep and the statement with
+// settlement transaction with its commission sweep and the statement with
 // settlement.settled. Every step is idempotent (tax and ledger on the
 // settlement/sweep keys, the statement on the settlement row and outbox
 // message id), so a retry after a crash anywhere repeats nothing.
@@ -226,17 +226,13 @@ func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (
 			return res, step("tax of "+it.Currency, err)
 		}
 		post := app.PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split}
-		txID, err := a.PostSettlement(ctx, post)
+		posted, err := a.PostSettlement(ctx, post)
 		if err != nil {
 			return res, step("post settlement of "+it.Currency, err)
 		}
-		sweepID, err := a.SweepCommission(ctx, post)
-		if err != nil {
-			return res, step("sweep commission of "+it.Currency, err)
-		}
 		if err := a.FinalizeSettlement(ctx, app.FinalizeInput{
 			CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: prep.Tier, Tax: tax,
-			TransactionID: txID, SweepID: sweepID,
+			TransactionID: posted.TransactionID, SweepID: posted.SweepID,
 		}); err != nil {
 			return res, step("finalize "+it.Currency, err)
 		}
@@ -297,55 +293,65 @@ func (a *Activities) ComputeTax(ctx context.Context, in app.TaxInput) (app.TaxRe
 	return app.TaxResult{Split: sp, RuleSet: resp.RuleSet, RuleVersion: resp.RuleVersion, WithholdingID: resp.WithholdingId}, nil
 }
 
-// PostSettlement posts the provider's settlement as ONE ledger transaction:
-// Dr provider:{id}:pending:{cycle} gross; Cr platform:revenue:commission,
-// tax:withheld:{j}, provider:{id}:available net. Idempotent on the key.
-func (a *Activities) PostSettlement(ctx context.Context, in app.PostInput) (string, error) {
+// PostSettlement posts the provider's settlement and its commission sweep as
+// ONE ledger transaction (DESIGN §4), so no report ever reads the commission
+// earned but still in the client bank account: Dr
+// provider:{id}:pending:{cycle} gross; Cr platform:revenue:commission,
+// tax:withheld:{j}, provider:{id}:available net; Dr bank:operating, Cr
+// bank:client the commission. Idempotent on the settlement key. It returns the
+// transaction id and the id of the transaction that swept the commission (the
+// same one; "" without a commission).
+//
+// A settlement posted before the sweep joined it (the same key, without the
+// sweep legs) conflicts with the joint body: it is then replayed as it was and
+// its sweep posted on its own key, as that code did.
+func (a *Activities) PostSettlement(ctx context.Context, in app.PostInput) (app.Posted, error) {
 	sp := in.Split
 	if err := sp.Check(); err != nil {
-		return "", nonRetryable(err)
+		return app.Posted{}, nonRetryable(err)
 	}
 	cur, err := money.Lookup(sp.Currency)
 	if err != nil {
-		return "", nonRetryable(err)
+		return app.Posted{}, nonRetryable(err)
 	}
-	postings := []*ledgerv1.Posting{{Account: domain.PendingAccount(in.ProviderID, in.CycleID), Direction: "debit", Amount: cur.Format(sp.Gross), Currency: cur.Code}}
-	for _, leg := range []struct {
-		account string
-		amount  decimal.Decimal
-	}{{domain.AccountCommission, sp.Commission}, {domain.TaxAccount(sp.Jurisdiction), sp.Tax}, {domain.AvailableAccount(in.ProviderID), sp.Net}} {
-		if leg.amount.IsPositive() {
-			postings = append(postings, &ledgerv1.Posting{Account: leg.account, Direction: "credit", Amount: cur.Format(leg.amount), Currency: cur.Code})
-		}
-	}
-	resp, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+	settlement := settlementPostings(cur, in)
+	sweep := sweepPostings(cur, sp)
+	req := &ledgerv1.CreateTransactionRequest{
 		IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, cur.Code),
 		Description:    fmt.Sprintf("settlement of %s for %s", in.ProviderID, in.CycleID),
 		Metadata: map[string]string{
 			"kind": "settlement", "cycle_id": in.CycleID, "provider_id": in.ProviderID,
 			"commission_rate": sp.CommissionRate.String(), "jurisdiction": sp.Jurisdiction,
 		},
-		Postings: postings,
-	})
-	if err != nil {
-		return "", grpcErr("post settlement of "+in.ProviderID, err)
+		Postings: append(append([]*ledgerv1.Posting{}, settlement...), sweep...),
 	}
-	return resp.GetTransaction().GetTransactionId(), nil
+	resp, err := a.Ledger.CreateTransaction(ctx, req)
+	if code := status.Code(err); len(sweep) > 0 && (code == codes.Aborted || code == codes.AlreadyExists) {
+		return a.postSettlementThenSweep(ctx, in, cur, req, settlement)
+	}
+	if err != nil {
+		return app.Posted{}, grpcErr("post settlement of "+in.ProviderID, err)
+	}
+	out := app.Posted{TransactionID: resp.GetTransaction().GetTransactionId()}
+	if len(sweep) > 0 {
+		out.SweepID = out.TransactionID
+	}
+	return out, nil
 }
 
-// SweepCommission moves the earned commission out of the client account:
-// Dr bank:operating, Cr bank:client (DESIGN §4). Idempotent on the key.
-func (a *Activities) SweepCommission(ctx context.Context, in app.PostInput) (string, error) {
-	sp := in.Split
-	if !sp.Commission.IsPositive() {
-		return "", nil
-	}
-	cur, err := money.Lookup(sp.Currency)
+// postSettlementThenSweep is the two-transaction settlement of earlier code,
+// kept for a settlement it had begun: the settlement replayed under its key,
+// then the sweep under its own.
+func (a *Activities) postSettlementThenSweep(ctx context.Context, in app.PostInput, cur money.Currency,
+	joint *ledgerv1.CreateTransactionRequest, settlement []*ledgerv1.Posting) (app.Posted, error) {
+	old := proto.Clone(joint).(*ledgerv1.CreateTransactionRequest)
+	old.Postings = settlement
+	resp, err := a.Ledger.CreateTransaction(ctx, old)
 	if err != nil {
-		return "", nonRetryable(err)
+		return app.Posted{}, grpcErr("post settlement of "+in.ProviderID, err)
 	}
-	amt := cur.Format(sp.Commission)
-	resp, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+	amt := cur.Format(in.Split.Commission)
+	sw, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
 		IdempotencyKey: domain.SweepKey(in.CycleID, in.ProviderID, cur.Code),
 		Description:    fmt.Sprintf("commission sweep of %s for %s", in.ProviderID, in.CycleID),
 		Metadata:       map[string]string{"kind": "commission_sweep", "cycle_id": in.CycleID, "provider_id": in.ProviderID},
@@ -355,9 +361,38 @@ func (a *Activities) SweepCommission(ctx context.Context, in app.PostInput) (str
 		},
 	})
 	if err != nil {
-		return "", grpcErr("sweep commission of "+in.ProviderID, err)
+		return app.Posted{}, grpcErr("sweep commission of "+in.ProviderID, err)
 	}
-	return resp.GetTransaction().GetTransactionId(), nil
+	return app.Posted{TransactionID: resp.GetTransaction().GetTransactionId(), SweepID: sw.GetTransaction().GetTransactionId()}, nil
+}
+
+// settlementPostings: Dr pending gross; Cr commission, tax, available net
+// (the legs with an amount).
+func settlementPostings(cur money.Currency, in app.PostInput) []*ledgerv1.Posting {
+	sp := in.Split
+	postings := []*ledgerv1.Posting{{Account: domain.PendingAccount(in.ProviderID, in.CycleID), Direction: "debit", Amount: cur.Format(sp.Gross), Currency: cur.Code}}
+	for _, leg := range []struct {
+		account string
+		amount  decimal.Decimal
+	}{{domain.AccountCommission, sp.Commission}, {domain.TaxAccount(sp.Jurisdiction), sp.Tax}, {domain.AvailableAccount(in.ProviderID), sp.Net}} {
+		if leg.amount.IsPositive() {
+			postings = append(postings, &ledgerv1.Posting{Account: leg.account, Direction: "credit", Amount: cur.Format(leg.amount), Currency: cur.Code})
+		}
+	}
+	return postings
+}
+
+// sweepPostings move the earned commission out of the client account: Dr
+// bank:operating, Cr bank:client (none without a commission).
+func sweepPostings(cur money.Currency, sp domain.Split) []*ledgerv1.Posting {
+	if !sp.Commission.IsPositive() {
+		return nil
+	}
+	amt := cur.Format(sp.Commission)
+	return []*ledgerv1.Posting{
+		{Account: domain.AccountBankOperating, Direction: "debit", Amount: amt, Currency: cur.Code},
+		{Account: domain.AccountBankClient, Direction: "credit", Amount: amt, Currency: cur.Code},
+	}
 }
 
 // FinalizeSettlement writes the statement (with the charge lines behind the

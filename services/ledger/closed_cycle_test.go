@@ -1,0 +1,92 @@
+package ledger_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+func wantPrecondition(t *testing.T, err error, contains ...string) {
+	t.Helper()
+	if !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("want a failed precondition, got %v", err)
+	}
+	for _, c := range contains {
+		if !strings.Contains(err.Error(), c) {
+			t.Fatalf("error %q does not name %q", err, c)
+		}
+	}
+}
+
+// Once a cycle is closed, its provider pending accounts take only their
+// settlement (a debit of the whole balance): a manual credit, a partial
+// debit, and a reversal of a charge or of the settlement are refused with a
+// FailedPrecondition naming the cycle, so no closed cycle is left holding
+// money or negative. Before the close, the same entries go through.
+func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const closed, next = "cyc-20261112", "cyc-20261227"
+	pending := "provider:p-1:pending:" + closed
+	f.deposit(t, "r-1", "100", "USD", "top")
+	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "10.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	// While the cycle is open, finance may adjust it.
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("adjust-open", "renter:r-1:wallet", pending, "2.00", "USD")); err != nil {
+		t.Fatal(err)
+	}
+	chargeTx, _, err := f.app.ListTransactions(f.ctx, pending, 0, "")
+	if err != nil || len(chargeTx) != 2 {
+		t.Fatalf("transactions on %s: %d, %v", pending, len(chargeTx), err)
+	}
+	if _, err := f.app.CloseLedgerCycle(f.ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = f.app.CreateTransaction(f.ctx, transfer("credit-closed", "renter:r-1:wallet", pending, "1.00", "USD"))
+	wantPrecondition(t, err, closed, "provider:p-1:pending:"+next)
+	_, err = f.app.CreateTransaction(f.ctx, transfer("partial-debit", pending, "renter:r-1:wallet", "5.00", "USD"))
+	wantPrecondition(t, err, closed, "settled in full")
+	for _, tx := range chargeTx {
+		_, err = f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: tx.ID})
+		wantPrecondition(t, err, closed, "reversal")
+	}
+	wantBalance(t, f, pending, "USD", "12.00")
+
+	// The settlement: the whole balance out, in one transaction with its sweep.
+	settle := app.CreateTransactionInput{IdempotencyKey: "settle-" + closed + "-p-1:USD", Postings: []domain.RawPosting{
+		{Account: pending, Direction: "debit", Amount: "12.00", Currency: "USD"},
+		{Account: domain.PlatformCommission, Direction: "credit", Amount: "3.00", Currency: "USD"},
+		{Account: "tax:withheld:CN", Direction: "credit", Amount: "1.80", Currency: "USD"},
+		{Account: "provider:p-1:available", Direction: "credit", Amount: "7.20", Currency: "USD"},
+		{Account: domain.BankOperating, Direction: "debit", Amount: "3.00", Currency: "USD"},
+		{Account: domain.BankClient, Direction: "credit", Amount: "3.00", Currency: "USD"},
+	}}
+	st, err := f.app.CreateTransaction(f.ctx, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := f.app.CreateTransaction(f.ctx, settle); err != nil || again.ID != st.ID {
+		t.Fatalf("settlement replay: %v, %v; want the original %s", again, err, st.ID)
+	}
+	wantBalance(t, f, pending, "USD", "0")
+	_, err = f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: st.ID})
+	wantPrecondition(t, err, closed, "reversal")
+	_, err = f.app.CreateTransaction(f.ctx, transfer("after-settled", pending, "renter:r-1:wallet", "0.01", "USD"))
+	if err == nil {
+		t.Fatal("a debit of a settled pending account was accepted")
+	}
+	wantBalance(t, f, pending, "USD", "0")
+	rep, err := f.app.SegregatedFunds(f.ctx, nil, "USD", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != "balanced" || len(rep.Breaches) != 0 {
+		t.Fatalf("settlement with its sweep reported %s with breaches %+v, want balanced without", rep.Verdict, rep.Breaches)
+	}
+}

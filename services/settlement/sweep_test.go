@@ -1,0 +1,128 @@
+package settlement
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// A provider's settlement is ONE ledger transaction carrying its commission
+// sweep (no instant where the commission is earned but still in bank:client),
+// and the statement names it as the sweep.
+func TestSettlementCarriesItsSweep(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 2) // p-00000 standard (CNY 1033.33 and USD 10.01), p-00001 pro
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	if n := f.count(t, `select count(*) from settlement.settlements where status = 'settled'`); n != 3 {
+		t.Fatalf("settled rows = %d, want 3", n)
+	}
+	for _, c := range []struct{ provider, currency, commission string }{
+		{"p-00000", "CNY", "258.33"}, // 25 % of 1033.33
+		{"p-00000", "USD", "2.50"},   // 25 % of 10.01
+		{"p-00001", "CNY", "206.67"}, // 20 % of 1033.33
+	} {
+		key := domain.SettlementKey(cycle1.ID, c.provider, c.currency)
+		txs := exactKey(f.ledger.Transactions(key), key)
+		if len(txs) != 1 {
+			t.Fatalf("%s %s: %d settlement transactions, want 1", c.provider, c.currency, len(txs))
+		}
+		if op, client := sweepLegs(txs[0]); op != c.commission || client != c.commission {
+			t.Errorf("%s %s: settlement sweeps Dr bank:operating %q, Cr bank:client %q; want %s both", c.provider, c.currency, op, client, c.commission)
+		}
+		if n := len(f.ledger.Transactions(domain.SweepKey(cycle1.ID, c.provider, c.currency))); n != 0 {
+			t.Errorf("%s %s: %d separate sweep transactions, want 0", c.provider, c.currency, n)
+		}
+	}
+	var sweepID, txID string
+	if err := f.s.d.Pool.QueryRow(context.Background(), `select transaction_id, sweep_transaction_id from settlement.settlements
+		where provider_id = 'p-00001' and currency = 'CNY'`).Scan(&txID, &sweepID); err != nil {
+		t.Fatal(err)
+	}
+	if txID == "" || sweepID != txID {
+		t.Errorf("p-00001 statement: transaction %q, sweep %q; want the sweep in the settlement transaction", txID, sweepID)
+	}
+}
+
+// A settlement that earlier code had begun as two transactions (the
+// settlement posted under its key, the sweep not yet) finishes as two: the
+// settlement is replayed as it was and the sweep posted under its own key,
+// not refused as a conflicting replay.
+func TestSettlementBegunAsTwoTransactionsFinishes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.ledger.Charge("p-00000", cycle1.ID, "CNY", "1033.33")
+	// p-00000's CNY settlement as the two-transaction code posted it before a crash.
+	legacyKey := domain.SettlementKey(cycle1.ID, "p-00000", "CNY")
+	legacy, err := f.ledger.CreateTransaction(context.Background(), &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: legacyKey,
+		Description:    "settlement of p-00000 for " + cycle1.ID,
+		Metadata: map[string]string{"kind": "settlement", "cycle_id": cycle1.ID, "provider_id": "p-00000",
+			"commission_rate": "0.25", "jurisdiction": "CN"},
+		Postings: []*ledgerv1.Posting{
+			{Account: domain.PendingAccount("p-00000", cycle1.ID), Direction: "debit", Amount: "1033.33", Currency: "CNY"},
+			{Account: domain.AccountCommission, Direction: "credit", Amount: "258.33", Currency: "CNY"},
+			{Account: "tax:withheld:CN", Direction: "credit", Amount: "155.00", Currency: "CNY"},
+			{Account: domain.AvailableAccount("p-00000"), Direction: "credit", Amount: "620.00", Currency: "CNY"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := domain.Split{Currency: "CNY", Gross: decimal.RequireFromString("1033.33"), CommissionRate: decimal.RequireFromString("0.25"),
+		Commission: decimal.RequireFromString("258.33"), Tax: decimal.RequireFromString("155.00"), Net: decimal.RequireFromString("620.00"), Jurisdiction: "CN"}
+	posted, err := f.s.acts.PostSettlement(context.Background(), app.PostInput{CycleID: cycle1.ID, ProviderID: "p-00000", Split: split})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The begun one: its settlement replayed (not reposted), its sweep on its own key.
+	if txs := exactKey(f.ledger.Transactions(legacyKey), legacyKey); len(txs) != 1 || len(txs[0].Postings) != 4 {
+		t.Fatalf("legacy settlement: %v", txs)
+	}
+	sw := f.ledger.Transactions(domain.SweepKey(cycle1.ID, "p-00000", "CNY"))
+	if len(sw) != 1 {
+		t.Fatalf("legacy settlement's sweep posted %d times, want 1", len(sw))
+	}
+	if op, client := sweepLegs(sw[0]); op != "258.33" || client != "258.33" {
+		t.Errorf("legacy sweep Dr %q Cr %q, want 258.33", op, client)
+	}
+	if b := f.ledger.Balance(domain.AccountBankOperating, "CNY"); b.String() != "-258.33" { // credits − debits
+		t.Errorf("bank:operating CNY = %s, want 258.33 swept", b.Neg())
+	}
+	if posted.TransactionID != legacy.Transaction.TransactionId || posted.SweepID != sw[0].TransactionId {
+		t.Errorf("posted %+v, want settlement %s and sweep %s", posted, legacy.Transaction.TransactionId, sw[0].TransactionId)
+	}
+	if b := f.ledger.Balance(domain.PendingAccount("p-00000", cycle1.ID), "CNY"); !b.IsZero() {
+		t.Errorf("pending %s after settlement, want 0", b)
+	}
+}
+
+// sweepLegs returns a transaction's Dr bank:operating and Cr bank:client amounts.
+func sweepLegs(tx *ledgerv1.Transaction) (op, client string) {
+	for _, p := range tx.Postings {
+		switch {
+		case p.Account == domain.AccountBankOperating && p.Direction == "debit":
+			op = p.Amount
+		case p.Account == domain.AccountBankClient && p.Direction == "credit":
+			client = p.Amount
+		}
+	}
+	return op, client
+}
+
+// exactKey keeps the transactions under exactly one key (the fake ledger
+// lists by key prefix, and the sweep key extends the settlement key).
+func exactKey(txs []*ledgerv1.Transaction, key string) []*ledgerv1.Transaction {
+	var out []*ledgerv1.Transaction
+	for _, tx := range txs {
+		if tx.IdempotencyKey == key {
+			out = append(out, tx)
+		}
+	}
+	return out
+}
