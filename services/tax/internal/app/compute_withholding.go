@@ -47,8 +47,11 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 		return adapters.Withholding{}, err
 	}
 	w0, found, p, ok, err := a.Store.Recorded(ctx, r.IdempotencyKey, r.ProviderID)
-	if err != nil || found {
-		return w0, err
+	if err != nil {
+		return adapters.Withholding{}, err
+	}
+	if found {
+		return replay(r, cur, cy.ID, w0)
 	}
 	gross, err := cur.ParseAmount(r.Gross)
 	if err != nil || gross.IsNegative() {
@@ -109,7 +112,58 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 	if !w.Commission.Add(w.Tax).Add(w.Net).Equal(gross) || w.Net.IsNegative() {
 		return adapters.Withholding{}, apperr.Invalid("gross", "split %s+%s+%s does not make %s", w.Commission, w.Tax, w.Net, gross)
 	}
-	return a.Store.InsertWithholding(ctx, w)
+	got, err := a.Store.InsertWithholding(ctx, w)
+	if err != nil || got.ID == w.ID {
+		return got, err
+	}
+	return replay(r, cur, cy.ID, got) // another request took the key first
+}
+
+// replay answers a request whose idempotency key is taken: the recorded
+// withholding when the request is the one recorded, else a conflict (409), as
+// every idempotent write in gpubill answers. A field the request leaves empty
+// (tax profile, jurisdiction, rule set: "the provider's") matches what was
+// recorded; a field it gives must be the recorded one.
+func replay(r WithholdingRequest, cur money.Currency, cycleID string, w adapters.Withholding) (adapters.Withholding, error) {
+	var diff []string
+	gross, err := cur.ParseAmount(r.Gross)
+	if r.ProviderID != w.ProviderID {
+		diff = append(diff, "provider_id")
+	}
+	if cycleID != w.CycleID {
+		diff = append(diff, "cycle_id")
+	}
+	if cur.Code != w.Currency {
+		diff = append(diff, "currency")
+	}
+	if err != nil || !gross.Equal(w.Gross) {
+		diff = append(diff, "gross")
+	}
+	if r.CommissionRate != "" {
+		rate, err := decimal.NewFromString(r.CommissionRate)
+		if err != nil || w.CommissionRate == nil || !rate.Equal(*w.CommissionRate) {
+			diff = append(diff, "commission_rate")
+		}
+	} else {
+		commission, err := cur.ParseAmount(r.Commission)
+		if err != nil || w.CommissionRate != nil || !commission.Equal(w.Commission) {
+			diff = append(diff, "commission")
+		}
+	}
+	if r.TaxProfile != "" && r.TaxProfile != w.TaxProfile {
+		diff = append(diff, "tax_profile")
+	}
+	if r.Jurisdiction != "" && !strings.EqualFold(r.Jurisdiction, w.Jurisdiction) {
+		diff = append(diff, "jurisdiction")
+	}
+	if r.RuleSet != "" && r.RuleSet != w.RuleSet {
+		diff = append(diff, "rule_set")
+	}
+	if len(diff) > 0 {
+		return adapters.Withholding{}, fmt.Errorf("idempotency key %q was used for a different withholding (%s, differing in %s): %w",
+			r.IdempotencyKey, w.ID, strings.Join(diff, ", "), apperr.ErrConflict)
+	}
+	return w, nil
 }
 
 func cmp(a, b string) string {

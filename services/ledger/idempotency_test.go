@@ -1,0 +1,61 @@
+package ledger_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+// Every idempotent ledger write answers a repeated key the same way: the
+// original for the same body, a conflict (409) for another. Deposits by
+// external_ref and manual transactions are covered in TestDepositAndBalances
+// and TestIdempotentTransaction; here the cases they leave out.
+func TestIdempotencyKeysConflictOnAnotherBody(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	dep := f.deposit(t, "r-1", "50", "CNY", "ref-1")
+	// A deposit's reference for another renter or currency.
+	for name, in := range map[string]app.DepositInput{
+		"renter":   {RenterID: "r-2", Amount: "50", Currency: "CNY", ExternalRef: "ref-1"},
+		"currency": {RenterID: "r-1", Amount: "50", Currency: "USD", ExternalRef: "ref-1"},
+	} {
+		if _, err := f.app.Deposit(f.ctx, in); !errors.Is(err, apperr.ErrConflict) {
+			t.Errorf("deposit ref-1 with another %s: %v, want conflict", name, err)
+		}
+	}
+	// A manual transaction's key with other postings' accounts or description.
+	in := transfer("manual-1", "bank:client", "renter:r-1:wallet", "5", "CNY")
+	first, err := f.app.CreateTransaction(f.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := transfer("manual-1", "bank:client", "renter:r-2:wallet", "5", "CNY")
+	if _, err := f.app.CreateTransaction(f.ctx, other); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("manual-1 to another account: %v, want conflict", err)
+	}
+	described := in
+	described.Description = "another"
+	if _, err := f.app.CreateTransaction(f.ctx, described); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("manual-1 with another description: %v, want conflict", err)
+	}
+	// A reversal's key: the same request replays, another description or
+	// another transaction under the same key conflicts.
+	rev, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID, IdempotencyKey: "rev-1", Description: "bank recall"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID, IdempotencyKey: "rev-1", Description: "bank recall"})
+	if err != nil || again.ID != rev.ID {
+		t.Fatalf("reversal replay: %v, %v; want %s", again, err, rev.ID)
+	}
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID, IdempotencyKey: "rev-1", Description: "typo"}); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("rev-1 with another description: %v, want conflict", err)
+	}
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: first.ID, IdempotencyKey: "rev-1", Description: "bank recall"}); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("rev-1 reversing another transaction: %v, want conflict", err)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "CNY", "5")
+	wantBalance(t, f, "renter:r-2:wallet", "CNY", "0")
+}

@@ -1,0 +1,54 @@
+package tax
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+)
+
+// A withholding's idempotency key replays the recorded withholding for the
+// same request and is a conflict (409) for any other, as every idempotent
+// write answers; a field the replay leaves to the provider's defaults matches.
+func TestWithholdingKeyReplaysOrConflicts(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	base := func() *taxv1.ComputeWithholdingRequest {
+		return &taxv1.ComputeWithholdingRequest{ProviderId: "p-1", CycleId: "cyc-20260101", Currency: "CNY", Gross: "1000.00",
+			CommissionRate: "0.20", TaxProfile: "individual", Jurisdiction: "CN", IdempotencyKey: "k1"}
+	}
+	first, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.TaxWithheld != "160.00" {
+		t.Fatalf("first withholding %v, want tax 160.00", first)
+	}
+	omitted := base()
+	omitted.TaxProfile, omitted.Jurisdiction = "", ""
+	for name, req := range map[string]*taxv1.ComputeWithholdingRequest{"same body": base(), "defaults left empty": omitted} {
+		got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+		if err != nil || got.WithholdingId != first.WithholdingId || got.TaxWithheld != first.TaxWithheld {
+			t.Errorf("%s: %v, %v; want the original %s", name, got, err, first.WithholdingId)
+		}
+	}
+	for name, change := range map[string]func(*taxv1.ComputeWithholdingRequest){
+		"gross":           func(r *taxv1.ComputeWithholdingRequest) { r.Gross = "2000.00" },
+		"commission rate": func(r *taxv1.ComputeWithholdingRequest) { r.CommissionRate = "0.25" },
+		"commission":      func(r *taxv1.ComputeWithholdingRequest) { r.CommissionRate, r.Commission = "", "200.00" },
+		"provider":        func(r *taxv1.ComputeWithholdingRequest) { r.ProviderId = "p-2" },
+		"cycle":           func(r *taxv1.ComputeWithholdingRequest) { r.CycleId = "cyc-20260215" },
+		"currency":        func(r *taxv1.ComputeWithholdingRequest) { r.Currency = "USD" },
+		"tax profile":     func(r *taxv1.ComputeWithholdingRequest) { r.TaxProfile = "enterprise" },
+		"jurisdiction":    func(r *taxv1.ComputeWithholdingRequest) { r.Jurisdiction = "US" },
+		"rule set":        func(r *taxv1.ComputeWithholdingRequest) { r.RuleSet = "cn_labour" },
+	} {
+		req := base()
+		change(req)
+		if got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req); code(err) != codes.Aborted {
+			t.Errorf("same key, different %s: %v, %v; want a conflict (409)", name, got, err)
+		}
+	}
+}
