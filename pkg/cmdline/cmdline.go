@@ -18,7 +18,7 @@ const (
 )
 
 // ExitCodesHelp documents the exit codes in --help.
-const ExitCodesHelp = "Exit codes: 0 ok; 1 the command failed (e.g. ledger verify found a broken chain); 2 usage error (unknown command or flag, bad value)."
+const ExitCodesHelp = "Exit codes: 0 ok; 1 the command failed; 2 usage error (unknown command or flag, bad value)."
 
 // exitRequest is what kong's exit hook panics with: kong calls its exit
 // function after printing the help (or the version) and, if that function

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -238,8 +239,8 @@ func (versionCmd) Run(e *env) error {
 // shell runs it with COMP_LINE set and kongplete answers from the grammar,
 // so the script never goes stale when a command is added.
 var completionScripts = map[string]string{
-	"bash": "complete -o default -C %[1]q %[2]s\n",
-	"zsh":  "autoload -U +X bashcompinit && bashcompinit\ncomplete -o default -C %[1]q %[2]s\n",
+	"bash": "complete -o default -C %[1]s %[2]s\n",
+	"zsh":  "autoload -U +X bashcompinit && bashcompinit\ncomplete -o default -C %[1]s %[2]s\n",
 }
 
 func (c *completionCmd) Run(e *env) error {
@@ -247,6 +248,7 @@ func (c *completionCmd) Run(e *env) error {
 	if err != nil {
 		return fmt.Errorf("locate this binary for the completion script: %w", err)
 	}
-	_, err = fmt.Fprintf(e.stdout, completionScripts[c.Shell], bin, name)
+	quoted := "'" + strings.ReplaceAll(bin, "'", `'\''`) + "'" // a shell word whatever the path holds
+	_, err = fmt.Fprintf(e.stdout, completionScripts[c.Shell], quoted, name)
 	return err
 }

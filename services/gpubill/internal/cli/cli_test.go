@@ -392,7 +392,7 @@ func TestCompletion(t *testing.T) {
 	gpubill := filepath.Join(dir, "gpubill")
 	for _, shell := range []string{"bash", "zsh"} {
 		r := s.run(t, gpubill, "completion", shell)
-		if r.code != 0 || !strings.Contains(r.stdout, "complete -o default -C \""+gpubill+"\" gpubill\n") {
+		if r.code != 0 || !strings.Contains(r.stdout, "complete -o default -C '"+gpubill+"' gpubill\n") {
 			t.Errorf("completion %s: exit %d, stdout %q", shell, r.code, r.stdout)
 		}
 	}
