@@ -149,7 +149,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.
-	mux.Handle("/", gw)
+	mux.Handle("/", conditionalGET(gw))
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: readTimeout}
 	go func() {
 		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {

@@ -1,37 +1,111 @@
-// Package payout is the payout service, minimal for now (DESIGN §6): payout
-// methods and KYC, and one payout per settled provider, cycle and currency,
-// created from settlement.settled.* in created or action_required (KYC not
-// verified, no payout method, or under the minimum: rolls over). Rails and
-// ledger movements for payouts come with the payout issue.
+// Package payout is the payout service (DESIGN §6): payout methods, KYC and
+// holds (the gate), one payout per settled provider, cycle and currency
+// (created from settlement.settled.*; amounts still waiting join the next
+// one), and one Temporal workflow per payout (payout-{id}) that moves it
+// through the ledger and a rail to paid, failed or returned. New is the
+// composition root; Run hosts the payout worker on its own task queue.
 package payout
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 	"github.com/gpubill/gpubill/services/payout/internal/ports"
 )
 
-// Service is the payout service.
-type Service struct {
-	d     svc.Deps
-	store *adapters.Store
-	api   *ports.Server
+// TaskQueueDefault is the Temporal task queue of the payout worker.
+const TaskQueueDefault = "payout"
+
+// Worker limits: a payout workflow mostly waits; its activities are a few
+// database, ledger and rail calls.
+const (
+	activitiesConcurrent    = 64
+	workflowTasksConcurrent = 256
+)
+
+// Config is payout's own configuration (environment, DESIGN §10 style).
+type Config struct {
+	// Minimums per currency (GPUBILL_PAYOUT_MINIMUMS="CNY=100.00,USD=25.00").
+	Minimums domain.Minimums
+	// Sandbox rail latency to paid and delay of a return
+	// (GPUBILL_SANDBOX_LATENCY, GPUBILL_SANDBOX_RETURN_AFTER).
+	SandboxLatency, SandboxReturnAfter time.Duration
+	// Timing of the payout workflows (zero: app defaults).
+	Timing app.Timing
 }
 
-// New migrates payout's schema, ensures its streams and wires the service.
-func New(ctx context.Context, d svc.Deps) (*Service, error) {
+// ConfigFromEnv reads Config from the environment.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	var err error
+	if c.Minimums, err = domain.ParseMinimums(os.Getenv("GPUBILL_PAYOUT_MINIMUMS")); err != nil {
+		return c, err
+	}
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{"GPUBILL_SANDBOX_LATENCY", &c.SandboxLatency}, {"GPUBILL_SANDBOX_RETURN_AFTER", &c.SandboxReturnAfter}, {"GPUBILL_PAYOUT_POLL_MAX", &c.Timing.PollMax}} {
+		if v := os.Getenv(d.env); v != "" {
+			if *d.dst, err = time.ParseDuration(v); err != nil {
+				return c, fmt.Errorf("%s: %w", d.env, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Service is the payout service.
+type Service struct {
+	d       svc.Deps
+	tc      client.Client
+	queue   string
+	store   *adapters.Store
+	sandbox *adapters.Sandbox
+	acts    *ports.Activities
+	flow    *ports.Workflows
+	hooks   *ports.Deliverer
+	api     *ports.Server
+}
+
+// New migrates payout's schema, ensures its streams and wires the service
+// with the sandbox rail.
+func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cfg Config) (*Service, error) {
+	if tc == nil {
+		return nil, errors.New("payout needs a Temporal client")
+	}
+	if taskQueue == "" {
+		taskQueue = TaskQueueDefault
+	}
+	if cfg.Minimums == nil {
+		cfg.Minimums = domain.DefaultMinimums()
+	}
 	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
 		return nil, err
 	}
@@ -40,8 +114,30 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	st := &adapters.Store{Pool: d.Pool}
-	return &Service{d: d, store: st, api: &ports.Server{Store: st, Clock: d.Clock}}, nil
+	st := &adapters.Store{Pool: d.Pool, Event: statusChangedEvent}
+	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
+	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
+	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
+	s.acts = &ports.Activities{Store: st, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Rail: s.sandbox,
+		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	s.api = &ports.Server{Store: st, Clock: d.Clock, Flow: s.flow}
+	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log}
+	return s, nil
+}
+
+// statusChangedEvent is payout.status_changed.{provider}, one per change
+// (id: payout id and version).
+func statusChangedEvent(p adapters.Payout, from string, c adapters.Change) (outbox.Message, error) {
+	net := p.Net.String()
+	if cur, err := money.Lookup(p.Currency); err == nil {
+		net = cur.Format(p.Net)
+	}
+	b, err := proto.Marshal(&eventsv1.PayoutStatusChanged{PayoutId: p.ID, ProviderId: p.ProviderID, FromStatus: from, Status: c.Status,
+		Note: c.Note, Net: net, Currency: p.Currency, FailureCode: p.FailureCode, At: timestamppb.New(c.At), Version: p.Version})
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	return outbox.Message{ID: fmt.Sprintf("payout-%s-v%d", p.ID, p.Version), Subject: "payout.status_changed." + p.ProviderID, Payload: b}, nil
 }
 
 // Name implements svc.Service.
@@ -56,28 +152,75 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 }
 
 // Policy implements svc.Service (DESIGN §7): providers see and set up only
-// their own (checked in the handlers).
+// their own (checked in the handlers); payout operations are finance's.
 func (s *Service) Policy() auth.Policy {
 	const p = "/gpubill.payout.v1.PayoutService/"
 	own := []string{auth.RoleProvider, auth.RoleFinance, auth.RoleAdmin}
+	finance := []string{auth.RoleFinance, auth.RoleAdmin}
 	return auth.Policy{
-		p + "GetPayout":           own,
-		p + "ListProviderPayouts": own,
-		p + "PutPayoutMethod":     own,
-		p + "PutKyc":              own,
+		p + "GetPayout":             own,
+		p + "ListProviderPayouts":   own,
+		p + "PutPayoutMethod":       own,
+		p + "GetPayoutMethod":       own,
+		p + "PutKyc":                own,
+		p + "CancelPayout":          finance,
+		p + "RetryPayout":           finance,
+		p + "HoldProviderPayouts":   finance,
+		p + "CreateWebhook":         own,
+		p + "ListWebhooks":          own,
+		p + "ListWebhookDeliveries": own,
 	}
 }
 
-// Run consumes settlement.settled.* and relays the outbox until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
-	if s.d.JS == nil {
-		<-ctx.Done()
-		return nil
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.d.Clock, s.d.Log) })
-	g.Go(func() error {
-		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+// Register registers the payout workflow and activities on a worker (or a
+// test environment's registry).
+func Register(w worker.Registry, acts *ports.Activities) {
+	w.RegisterWorkflowWithOptions(app.Workflow, workflow.RegisterOptions{Name: app.WorkflowName})
+	acts.Register(w)
+}
+
+// NewWorker returns a payout worker on the service's task queue.
+func (s *Service) NewWorker() worker.Worker {
+	w := worker.New(s.tc, s.queue, worker.Options{
+		MaxConcurrentActivityExecutionSize:     activitiesConcurrent,
+		MaxConcurrentWorkflowTaskExecutionSize: workflowTasksConcurrent,
 	})
+	Register(w, s.acts)
+	return w
+}
+
+// Run hosts the payout worker, the workflow starter, the webhook
+// deliverer, the consumer of settlement.settled.* and the outbox relay
+// until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	w := s.NewWorker()
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start payout worker: %w", err)
+	}
+	defer w.Stop()
+	defer s.sandbox.Stop()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.flow.Run(ctx) })
+	g.Go(func() error { return s.hooks.Run(ctx) })
+	if s.d.JS != nil {
+		g.Go(func() error {
+			return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.acts.Minimums, s.d.Clock, s.d.Log, s.flow.Nudge)
+		})
+		g.Go(func() error {
+			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+		})
+	}
 	return g.Wait()
+}
+
+// TemporalLogger adapts a slog logger for the Temporal client, quietened to
+// warnings (the SDK logs every poll at info).
+func TemporalLogger(l *slog.Logger) log.Logger {
+	return log.NewStructuredLogger(slog.New(warnOnly{l.Handler()}))
+}
+
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, lvl slog.Level) bool {
+	return lvl >= slog.LevelWarn && w.Handler.Enabled(ctx, lvl)
 }

@@ -2,119 +2,281 @@ package payout
 
 import (
 	"context"
-	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
+	"github.com/shopspring/decimal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
-	"github.com/gpubill/gpubill/pkg/clock"
-	"github.com/gpubill/gpubill/pkg/cycles"
-	"github.com/gpubill/gpubill/pkg/natsx"
-	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/ports"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
-func as(role, sub string) context.Context {
-	return auth.WithPrincipal(context.Background(), auth.Principal{Role: role, Subject: sub})
+const waitLong = 30 * time.Second
+
+// Every path of DESIGN §6 against the real ledger, the sandbox rail and a
+// real Temporal dev server: paid, failed (account_frozen, money back in
+// available, then retried after the method changed), returned (paid, then
+// bounced), canceled before submission, the KYC gate healing by itself,
+// the minimum rolling over into the next payout, and isolation between
+// providers. After each path the provider's accounts are exact, and at the
+// end bank:client and the segregated-funds report agree.
+func TestPayoutPaths(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, Config{})
+	const cyc1, cyc2 = "cyc-20260101", "cyc-20260215"
+	paidOut := decimal.Zero
+
+	// Providers set up before their money settles.
+	st.setup(t, "p-paid", "6222000011110001")
+	st.setup(t, "p-frozen", "6222000011110002")
+	st.setup(t, "p-returned", "6222000011110003")
+	st.setup(t, "p-min", "6222000011110004")
+	if _, err := st.s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-cancel", Status: "verified"}); err != nil {
+		t.Fatal(err)
+	}
+	st.method(t, "p-kyc", "6222000011110005")
+	for _, s := range []struct{ p, net string }{
+		{"p-paid", "620.00"}, {"p-frozen", "300.00"}, {"p-returned", "150.00"}, {"p-min", "60.00"}, {"p-kyc", "210.00"}, {"p-cancel", "400.00"},
+	} {
+		st.settle(t, s.p, cyc1, "CNY", s.net)
+	}
+
+	// paid: submitted under the payout id, in transit, paid; watched for a
+	// return, then done. Dr available / Cr in_transit, Dr in_transit / Cr bank:client.
+	p := st.waitStatus(t, "p-paid", cyc1, "paid", waitLong)
+	if h := history(p); h != "created>submitted>in_transit>paid" {
+		t.Errorf("p-paid history %s", h)
+	}
+	if p.RailReference != p.PayoutId || p.ExpectedArrivalDate == "" || p.MethodSummary != "bank ****0001" {
+		t.Errorf("p-paid: reference %q (id %s), arrival %q, method %q", p.RailReference, p.PayoutId, p.ExpectedArrivalDate, p.MethodSummary)
+	}
+	if len(p.Statements) != 1 || p.Statements[0].CycleId != cyc1 || p.Statements[0].Net != "620.00" {
+		t.Errorf("p-paid statements %v", p.Statements)
+	}
+	if n := st.submissions(t, p.PayoutId); n != 1 {
+		t.Errorf("p-paid submitted %d times", n)
+	}
+	st.checkProvider(t, "p-paid", "CNY", "0", "0")
+	paidOut = paidOut.Add(decimal.RequireFromString("620.00"))
+
+	// failed: account_frozen, the money back in available.
+	p = st.waitStatus(t, "p-frozen", cyc1, "failed", waitLong)
+	if p.FailureCode != "account_frozen" || p.FailureMessage == "" || history(p) != "created>submitted>in_transit>failed" {
+		t.Errorf("p-frozen: %s %q %s", p.FailureCode, p.FailureMessage, history(p))
+	}
+	st.checkProvider(t, "p-frozen", "CNY", "300.00", "0")
+	// Retry refused until the method changed; then a new attempt under a new reference is paid.
+	if _, err := st.s.api.RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+		t.Errorf("retry before the method changed: %v", err)
+	}
+	st.method(t, "p-frozen", "6222000099990001")
+	if _, err := st.s.api.RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil {
+		t.Fatal(err)
+	}
+	p = st.waitStatus(t, "p-frozen", cyc1, "paid", waitLong)
+	if p.Attempt != 2 || p.RailReference != p.PayoutId+"-2" || history(p) != "created>submitted>in_transit>failed>created>submitted>in_transit>paid" {
+		t.Errorf("p-frozen retried: attempt %d ref %s history %s", p.Attempt, p.RailReference, history(p))
+	}
+	if n := st.submissions(t, p.PayoutId); n != 1 {
+		t.Errorf("p-frozen first attempt submitted %d times", n)
+	}
+	st.checkProvider(t, "p-frozen", "CNY", "0", "0")
+	paidOut = paidOut.Add(decimal.RequireFromString("300.00"))
+
+	// returned: paid, then bounced a second later: Dr bank:client / Cr available.
+	p = st.waitStatus(t, "p-returned", cyc1, "returned", waitLong)
+	if h := history(p); h != "created>submitted>in_transit>paid>returned" || p.FailureCode != "account_closed" {
+		t.Errorf("p-returned: %s %s", h, p.FailureCode)
+	}
+	st.checkProvider(t, "p-returned", "CNY", "150.00", "0")
+
+	// canceled: no payout method, so it waits; finance cancels it; the
+	// money stays in available; a canceled payout cannot be canceled again.
+	p = st.waitStatus(t, "p-cancel", cyc1, "action_required", waitLong)
+	if p.StatusReason != "no payout method" {
+		t.Errorf("p-cancel reason %q", p.StatusReason)
+	}
+	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId, Reason: "provider closed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+		t.Errorf("second cancel: %v", err)
+	}
+	st.method(t, "p-cancel", "6222000011110006") // a method now changes nothing: canceled is final
+	p = st.waitStatus(t, "p-cancel", cyc1, "canceled", waitLong)
+	st.checkProvider(t, "p-cancel", "CNY", "400.00", "0")
+	// A paid payout cannot be canceled.
+	paid := st.payouts(t, "p-paid")[0]
+	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+		t.Errorf("cancel of a paid payout: %v", err)
+	}
+
+	// The KYC gate heals by itself: waiting with the reason, then paid once
+	// finance verifies the KYC (a provider may not verify itself).
+	p = st.waitStatus(t, "p-kyc", cyc1, "action_required", waitLong)
+	if p.StatusReason != "kyc not verified (missing)" {
+		t.Errorf("p-kyc reason %q", p.StatusReason)
+	}
+	if _, err := st.s.api.PutKyc(as(auth.RoleProvider, "p-kyc"), &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err == nil {
+		t.Error("a provider verified its own KYC")
+	}
+	if _, err := st.s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err != nil {
+		t.Fatal(err)
+	}
+	p = st.waitStatus(t, "p-kyc", cyc1, "paid", waitLong)
+	if h := history(p); h != "action_required>created>submitted>in_transit>paid" {
+		t.Errorf("p-kyc history %s", h)
+	}
+	st.checkProvider(t, "p-kyc", "CNY", "0", "0")
+	paidOut = paidOut.Add(decimal.RequireFromString("210.00"))
+
+	// Under the minimum: 60.00 waits in available; the next settlement's
+	// 50.00 joins it into one payout of 110.00 paying both statements.
+	first := st.waitStatus(t, "p-min", cyc1, "action_required", waitLong)
+	if !strings.HasPrefix(first.StatusReason, "under minimum 100.00 CNY") {
+		t.Errorf("p-min reason %q", first.StatusReason)
+	}
+	st.checkProvider(t, "p-min", "CNY", "60.00", "0")
+	st.settle(t, "p-min", cyc2, "CNY", "50.00")
+	p = st.waitStatus(t, "p-min", cyc2, "paid", waitLong)
+	if p.Net != "110.00" || len(p.Statements) != 2 {
+		t.Errorf("p-min joined payout: net %s statements %v", p.Net, p.Statements)
+	}
+	first = st.waitStatus(t, "p-min", cyc1, "canceled", waitLong)
+	if first.AbsorbedInto != p.PayoutId {
+		t.Errorf("p-min first payout absorbed into %q, want %s", first.AbsorbedInto, p.PayoutId)
+	}
+	st.checkProvider(t, "p-min", "CNY", "0", "0")
+	paidOut = paidOut.Add(decimal.RequireFromString("110.00"))
+
+	// Isolation: a provider sees only its own payouts; another's is 404.
+	if _, err := st.s.api.GetPayout(as(auth.RoleProvider, "p-kyc"), &payoutv1.GetPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.NotFound {
+		t.Errorf("p-kyc read p-paid's payout: %v", err)
+	}
+	if _, err := st.s.api.ListProviderPayouts(as(auth.RoleProvider, "p-kyc"), &payoutv1.ListProviderPayoutsRequest{ProviderId: "p-paid"}); err == nil {
+		t.Error("p-kyc listed p-paid's payouts")
+	}
+	for _, prov := range []string{"p-paid", "p-frozen", "p-returned", "p-kyc", "p-cancel"} {
+		if ps := st.payouts(t, prov); len(ps) != 1 || ps[0].ProviderId != prov {
+			t.Errorf("%s: %d payouts (redelivered settled event must not duplicate)", prov, len(ps))
+		}
+	}
+	st.checkFunds(t, "CNY", paidOut)
 }
 
-// settlement.settled.* becomes one payout per provider, cycle and currency:
-// created when KYC is verified and a method is set and the net reaches the
-// minimum; action_required with the reason otherwise. Redelivery changes nothing.
-func TestSettledCreatesPayouts(t *testing.T) {
+// A rail outage: the payout waits and retries, the rail sees exactly one
+// submission; an answer lost after the rail booked the transfer is
+// recovered by querying the same reference (no second submission).
+func TestPayoutRailOutage(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewPool(t)
-	js := testkit.NewJetStream(t)
-	s, err := New(context.Background(), svc.Deps{Pool: pool, JS: js.JS, Log: slog.New(slog.DiscardHandler),
-		Clock: clock.System{}, Calendar: cycles.Default()})
+	st := newStack(t, Config{})
+	st.s.sandbox.SetOutage(true)
+	st.setup(t, "p-out", "6222000011119991")
+	st.setup(t, "p-lost", "6222000011117771")
+	st.settle(t, "p-out", "cyc-20260101", "CNY", "500.00")
+	// While the rail is down the payout stays created, its amount reserved
+	// (in_transit) and not submitted.
+	var p *payoutv1.Payout
+	testkit.Eventually(t, waitLong, func() bool {
+		ps := st.payouts(t, "p-out")
+		if len(ps) == 0 {
+			return false
+		}
+		p = ps[0]
+		return st.balance(t, "provider:p-out:in_transit", "CNY").Equal(decimal.RequireFromString("500.00"))
+	}, "payout reserved during the outage")
+	var attempts int
+	testkit.Eventually(t, waitLong, func() bool {
+		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), "payout-"+p.PayoutId, "")
+		if err != nil || len(desc.PendingActivities) == 0 {
+			return false
+		}
+		attempts = int(desc.PendingActivities[0].Attempt)
+		return attempts >= 2
+	}, "submission retried during the outage")
+	if p = st.payouts(t, "p-out")[0]; p.Status != "created" || st.submissions(t, p.PayoutId) != 0 {
+		t.Fatalf("during the outage: %s, %d submissions", p.Status, st.submissions(t, p.PayoutId))
+	}
+	st.s.sandbox.SetOutage(false)
+	p = st.waitStatus(t, "p-out", "cyc-20260101", "paid", 2*waitLong)
+	if n := st.submissions(t, p.PayoutId); n != 1 {
+		t.Errorf("submitted %d times after the outage", n)
+	}
+	st.checkProvider(t, "p-out", "CNY", "0", "0")
+
+	// The rail books the transfer but its answer is lost: the retry queries
+	// the reference and finds it.
+	st.s.sandbox.LoseAnswers(1)
+	st.settle(t, "p-lost", "cyc-20260101", "CNY", "700.00")
+	p = st.waitStatus(t, "p-lost", "cyc-20260101", "paid", waitLong)
+	if n := st.submissions(t, p.PayoutId); n != 1 {
+		t.Errorf("lost answer: submitted %d times", n)
+	}
+	st.checkProvider(t, "p-lost", "CNY", "0", "0")
+	st.checkFunds(t, "CNY", decimal.RequireFromString("1200.00"))
+}
+
+// hangingRail books a submission with the sandbox and then never answers:
+// the worker running it is as good as dead between submission and
+// confirmation.
+type hangingRail struct {
+	*adapters.Sandbox
+	submitted chan string
+}
+
+func (h *hangingRail) Submit(ctx context.Context, tr app.Transfer) (app.RailStatus, error) {
+	if _, err := h.Sandbox.Submit(ctx, tr); err != nil {
+		return app.RailStatus{}, err
+	}
+	h.submitted <- tr.Reference
+	<-ctx.Done()
+	select {} // never returns: the worker is gone
+}
+
+// A worker killed between submission and confirmation: the attempt times
+// out, a new worker (the service restarted) queries the reference, finds
+// the transfer, and the payout is paid with exactly one submission.
+func TestPayoutWorkerKilledAfterSubmission(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, Config{})
+	st.stopPayout()
+	sandbox := st.s.sandbox
+	hang := &hangingRail{Sandbox: sandbox, submitted: make(chan string, 1)}
+	st.s.acts.Rail = hang
+	st.startPayout()
+	st.setup(t, "p-kill", "6222000011118881")
+	st.settle(t, "p-kill", "cyc-20260101", "CNY", "800.00")
+	var ref string
+	select {
+	case ref = <-hang.submitted:
+	case <-time.After(waitLong):
+		t.Fatal("no submission")
+	}
+	// Kill: stop the service without letting the attempt finish, then
+	// restart it with the plain sandbox (a new worker process).
+	stop := st.runStop
+	st.runStop = nil
+	stop() // the hung activity never returns: the old worker is abandoned, its attempt times out
+	s, err := New(context.Background(), st.d, st.tc, st.queue, st.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go s.Run(ctx) //nolint:errcheck
-
-	fin := as(auth.RoleFinance, "")
-	for _, p := range []string{"p-ok", "p-small"} {
-		if _, err := s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: p, Status: "verified"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.api.PutPayoutMethod(as(auth.RoleProvider, p), &payoutv1.PutPayoutMethodRequest{ProviderId: p, Type: "alipay", AlipayId: "a-" + p}); err != nil {
-			t.Fatal(err)
-		}
+	st.s = s
+	st.startPayout()
+	p := st.waitStatus(t, "p-kill", "cyc-20260101", "paid", waitLong)
+	if p.PayoutId != ref {
+		t.Errorf("paid %s, submitted %s", p.PayoutId, ref)
 	}
-	if _, err := s.api.PutPayoutMethod(as(auth.RoleProvider, "p-kyc"), &payoutv1.PutPayoutMethodRequest{ProviderId: "p-kyc", Type: "bank", AccountNumber: "62220001"}); err != nil {
-		t.Fatal(err)
+	if n := st.submissions(t, ref); n != 1 {
+		t.Errorf("submitted %d times", n)
 	}
-	if _, err := s.api.PutKyc(as(auth.RoleProvider, "p-kyc"), &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err == nil {
-		t.Fatal("a provider verified its own KYC")
-	}
-	tests := []struct {
-		give, net, wantStatus, wantNote string
-	}{
-		{"p-ok", "620.00", "created", ""},
-		{"p-small", "99.99", "action_required", "under minimum 100.00 CNY: stays available and joins the next payout"},
-		{"p-kyc", "620.00", "action_required", "kyc not verified (missing)"},
-		{"p-none", "620.00", "action_required", "kyc not verified (missing)"},
-	}
-	publish := func(provider, msgID string, data []byte) *jetstream.PubAck {
-		t.Helper()
-		m := nats.NewMsg("settlement.settled." + provider)
-		m.Data = data
-		m.Header.Set(jetstream.MsgIDHeader, msgID)
-		ack, err := js.JS.PublishMsg(context.Background(), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ack
-	}
-	for _, tt := range tests {
-		b, err := proto.Marshal(&eventsv1.ProviderSettled{ProviderId: tt.give, CycleId: "cyc-20260101", Currency: "CNY",
-			Gross: "1033.33", Commission: "258.33", TaxWithheld: "155.00", Net: tt.net, TransactionId: "tx-1", Jurisdiction: "CN"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The relay's retry of one outbox row: same message id, JetStream drops it.
-		id := "settled-" + tt.give + "-cyc-20260101"
-		if ack := publish(tt.give, id, b); ack.Duplicate {
-			t.Fatalf("%s: first publish of %s seen as a duplicate", tt.give, id)
-		}
-		if ack := publish(tt.give, id, b); !ack.Duplicate {
-			t.Fatalf("%s: JetStream accepted %s twice", tt.give, id)
-		}
-		// A redelivery JetStream cannot see (another id): the consumer's own key holds.
-		publish(tt.give, id+"-again", b)
-	}
-	// Every message consumed (acked) before counting, so a second payout would be there.
-	testkit.Eventually(t, 10*time.Second, func() bool {
-		cons, err := js.JS.Consumer(context.Background(), natsx.StreamSettlement, ports.SettledConsumerName)
-		if err != nil {
-			return false
-		}
-		ci, err := cons.Info(context.Background())
-		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= uint64(2*len(tests))
-	}, "payout consumer drained")
-	for _, tt := range tests {
-		resp, err := s.api.ListProviderPayouts(as(auth.RoleProvider, tt.give), &payoutv1.ListProviderPayoutsRequest{ProviderId: tt.give})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Payouts) != 1 {
-			t.Fatalf("%s: %d payouts, want 1", tt.give, len(resp.Payouts))
-		}
-		got := resp.Payouts[0]
-		if got.Status != tt.wantStatus || got.StatusHistory[0].Note != tt.wantNote || got.Net != tt.net {
-			t.Errorf("%s: %s %q net %s; want %s %q", tt.give, got.Status, got.StatusHistory[0].Note, got.Net, tt.wantStatus, tt.wantNote)
-		}
-		if _, err := s.api.GetPayout(as(auth.RoleProvider, "p-other"), &payoutv1.GetPayoutRequest{PayoutId: got.PayoutId}); err == nil {
-			t.Errorf("another provider read %s's payout", tt.give)
-		}
-	}
+	st.checkProvider(t, "p-kill", "CNY", "0", "0")
+	st.checkFunds(t, "CNY", decimal.RequireFromString("800.00"))
 }

@@ -95,7 +95,7 @@ func seed(ctx context.Context, c *client, cfg Config) error {
 	// Payout setup for all but the last provider, whose payouts then wait in
 	// action_required (no KYC, no method) as a real unfinished signup would.
 	for i, p := range providers[:len(providers)-1] {
-		method := map[string]any{"type": "alipay", "account_name": p.Name, "alipay_id": fmt.Sprintf("sim-alipay-%04d", 10+i)}
+		method := map[string]any{"type": "alipay", "account_name": p.Name, "alipay_id": fmt.Sprintf("1380000%04d", 10+i)} // sandbox: paid
 		if err := c.do(ctx, http.MethodPut, "/v1/providers/"+p.ID+"/payout-method", method, nil); err != nil {
 			return err
 		}

@@ -224,7 +224,13 @@ func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Servi
 		{"pricing", func() (svc.Service, error) { return pricing.New(ctx, d) }},
 		{"ledger", func() (svc.Service, error) { return ledger.New(ctx, d) }},
 		{"tax", func() (svc.Service, error) { return tax.New(ctx, d) }},
-		{"payout", func() (svc.Service, error) { return payout.New(ctx, d) }},
+		{"payout", func() (svc.Service, error) {
+			pc, err := payout.ConfigFromEnv()
+			if err != nil {
+				return nil, err
+			}
+			return payout.New(ctx, d, tc, payout.TaskQueueDefault, pc)
+		}},
 		{"settlement", func() (svc.Service, error) { return settlement.New(ctx, d, tc, settlementQueue) }},
 	}
 	out := make([]svc.Service, 0, len(ctors))

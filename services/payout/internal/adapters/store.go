@@ -1,9 +1,11 @@
-// Package adapters holds payout's Postgres store (schema "payout").
+// Package adapters holds payout's Postgres store (schema "payout") and the
+// sandbox rail.
 package adapters
 
 import (
 	"context"
-
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,28 +14,64 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // Schema is payout's Postgres schema.
 const Schema = "payout"
 
+// unstartedBatchMax bounds one pass of the workflow starter.
+const unstartedBatchMax = 500
+
 // Store reads and writes payout's tables.
-type Store struct{ Pool *pgxpool.Pool }
+type Store struct {
+	Pool *pgxpool.Pool
+	// Event, when set, makes the outbox message announcing a status change
+	// (written in the transaction of the change).
+	Event func(p Payout, from string, c Change) (outbox.Message, error)
+}
+
+// Tx runs fn in a transaction.
+func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.Pool, fn)
+}
 
 // Method is a provider's payout method.
 type Method struct {
-	ProviderID, Type, AccountName, AccountNumber, AlipayID, WechatOpenID, BankCode string
-	UpdatedAt                                                                      time.Time
+	ProviderID string
+	domain.Method
+	UpdatedAt time.Time
 }
 
-// PutMethod replaces a provider's payout method.
+// PutMethod replaces a provider's payout method and keeps the change
+// (masked) in the method history.
 func (s *Store) PutMethod(ctx context.Context, m Method) error {
-	_, err := s.Pool.Exec(ctx, `insert into payout.methods (provider_id, type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (provider_id) do update set type = excluded.type,
-		account_name = excluded.account_name, account_number = excluded.account_number, alipay_id = excluded.alipay_id,
-		wechat_openid = excluded.wechat_openid, bank_code = excluded.bank_code, updated_at = excluded.updated_at`,
-		m.ProviderID, m.Type, m.AccountName, m.AccountNumber, m.AlipayID, m.WechatOpenID, m.BankCode, m.UpdatedAt)
-	return err
+	return s.Tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `insert into payout.methods (provider_id, type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at)
+			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (provider_id) do update set type = excluded.type,
+			account_name = excluded.account_name, account_number = excluded.account_number, alipay_id = excluded.alipay_id,
+			wechat_openid = excluded.wechat_openid, bank_code = excluded.bank_code, updated_at = excluded.updated_at`,
+			m.ProviderID, m.Type, m.AccountName, m.AccountNumber, m.AlipayID, m.WechatOpenID, m.BankCode, m.UpdatedAt); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `insert into payout.method_history (provider_id, summary, changed_at) values ($1, $2, $3)`,
+			m.ProviderID, m.Summary(), m.UpdatedAt)
+		return err
+	})
+}
+
+// GetMethod returns a provider's payout method, or ErrNotFound.
+func (s *Store) GetMethod(ctx context.Context, provider string) (Method, error) {
+	m := Method{ProviderID: provider}
+	err := s.Pool.QueryRow(ctx, `select type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at
+		from payout.methods where provider_id = $1`, provider).Scan(&m.Type, &m.AccountName, &m.AccountNumber, &m.AlipayID,
+		&m.WechatOpenID, &m.BankCode, &m.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, fmt.Errorf("payout method of %s: %w", provider, apperr.ErrNotFound)
+	}
+	return m, err
 }
 
 // PutKYC sets a provider's KYC status.
@@ -44,20 +82,40 @@ func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, 
 	return err
 }
 
-// Gate returns a provider's KYC status and payout method type ("" when none) inside tx.
-func (s *Store) Gate(ctx context.Context, tx pgx.Tx, provider string) (kyc, method string, err error) {
+// PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts.
+func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Time) error {
+	if reason == "" {
+		_, err := s.Pool.Exec(ctx, `delete from payout.holds where provider_id = $1`, provider)
+		return err
+	}
+	_, err := s.Pool.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ($1, $2, $3)
+		on conflict (provider_id) do update set reason = excluded.reason, held_at = excluded.held_at`, provider, reason, at)
+	return err
+}
+
+// gate reads what a provider's gate needs inside tx.
+func gate(ctx context.Context, tx pgx.Tx, provider string) (in domain.GateInput, method string, err error) {
 	err = tx.QueryRow(ctx, `select coalesce((select status from payout.kyc where provider_id = $1), ''),
-		coalesce((select type from payout.methods where provider_id = $1), '')`, provider).Scan(&kyc, &method)
-	return kyc, method, err
+		coalesce((select type from payout.methods where provider_id = $1), ''),
+		coalesce((select reason from payout.holds where provider_id = $1), '')`, provider).Scan(&in.KYC, &method, &in.Held)
+	in.HasMethod = method != ""
+	return in, method, err
 }
 
 // Payout is one payout with its history.
 type Payout struct {
 	ID, ProviderID, CycleID, Currency    string
 	Gross, Commission, Tax, Net          decimal.Decimal
-	Status, Method, FailureCode, RailRef string
+	Status, Reason, Method, MethodSum    string
+	FailureCode, FailureMessage, RailRef string
+	Attempt                              int
+	Submitting                           bool
+	ExpectedArrival, PaidAt              *time.Time
+	AbsorbedInto                         string
+	Version                              int64
 	CreatedAt, UpdatedAt                 time.Time
 	History                              []Change
+	Statements                           []Statement
 }
 
 // Change is one status change.
@@ -66,48 +124,262 @@ type Change struct {
 	At           time.Time
 }
 
-// CreatePayout inserts a payout for a settled provider, cycle and currency
-// once; it reports whether it was new.
-func (s *Store) CreatePayout(ctx context.Context, tx pgx.Tx, p Payout, note string) (bool, error) {
+// Statement is one settled statement a payout pays.
+type Statement struct {
+	CycleID, Currency string
+	Net               decimal.Decimal
+}
+
+// CreateFromSettled creates the payout of a settled provider, cycle and
+// currency once (a redelivery changes nothing); it reports whether it was
+// new. Earlier payouts of the provider and currency still waiting
+// (action_required: under the minimum, or waiting for KYC or a method) join
+// it: their statements and amounts move into the new payout and they are
+// canceled with the new payout's id, so one payout carries what is waiting.
+// Their money never left provider:{id}:available.
+func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (bool, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, `select exists (select 1 from payout.payouts where provider_id = $1 and cycle_id = $2 and currency = $3)`,
+		p.ProviderID, p.CycleID, p.Currency).Scan(&exists); err != nil || exists {
+		return false, err
+	}
+	waiting, err := s.lockWaiting(ctx, tx, p.ProviderID, p.Currency)
+	if err != nil {
+		return false, err
+	}
+	p.Statements = []Statement{{CycleID: p.CycleID, Currency: p.Currency, Net: p.Net}}
+	for _, w := range waiting {
+		p.Gross, p.Commission, p.Tax, p.Net = p.Gross.Add(w.Gross), p.Commission.Add(w.Commission), p.Tax.Add(w.Tax), p.Net.Add(w.Net)
+	}
+	in, method, err := gate(ctx, tx, p.ProviderID)
+	if err != nil {
+		return false, err
+	}
+	in.Currency, in.Amount = p.Currency, p.Net
+	p.Status, p.Reason = min.Gate(in)
+	p.Method, p.Attempt, p.Version, p.UpdatedAt = method, 1, 1, p.CreatedAt
 	tag, err := tx.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
-			tax_withheld, net, status, method, created_at, updated_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) on conflict (provider_id, cycle_id, currency) do nothing`,
-		p.ID, p.ProviderID, p.CycleID, p.Currency, p.Gross, p.Commission, p.Tax, p.Net, p.Status, p.Method, p.CreatedAt)
+			tax_withheld, net, status, status_reason, method, created_at, updated_at)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) on conflict (provider_id, cycle_id, currency) do nothing`,
+		p.ID, p.ProviderID, p.CycleID, p.Currency, p.Gross, p.Commission, p.Tax, p.Net, p.Status, p.Reason, p.Method, p.CreatedAt)
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, err
 	}
-	_, err = tx.Exec(ctx, `insert into payout.status_history (payout_id, seq, status, note, at) values ($1, 1, $2, $3, $4)`,
-		p.ID, p.Status, note, p.CreatedAt)
-	return true, err
+	if _, err := tx.Exec(ctx, `insert into payout.payout_statements (payout_id, cycle_id, currency, net) values ($1, $2, $3, $4)`,
+		p.ID, p.CycleID, p.Currency, p.Statements[0].Net); err != nil {
+		return false, err
+	}
+	for _, w := range waiting {
+		if _, err := tx.Exec(ctx, `insert into payout.payout_statements (payout_id, cycle_id, currency, net)
+			select $1, cycle_id, currency, net from payout.payout_statements where payout_id = $2`, p.ID, w.ID); err != nil {
+			return false, err
+		}
+		if _, err := tx.Exec(ctx, `update payout.payouts set absorbed_into = $2 where payout_id = $1`, w.ID, p.ID); err != nil {
+			return false, err
+		}
+		w.AbsorbedInto = p.ID
+		if err := s.Move(ctx, tx, &w, domain.StatusCanceled, "joined payout "+p.ID, p.CreatedAt); err != nil {
+			return false, err
+		}
+	}
+	note := p.Reason
+	if len(waiting) > 0 {
+		note = fmt.Sprintf("%d waiting payout(s) joined; %s", len(waiting), p.Reason)
+	}
+	return true, s.record(ctx, tx, &p, "", Change{Status: p.Status, Note: note, At: p.CreatedAt})
 }
 
-const payoutCols = `payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, method,
-	failure_code, rail_reference, created_at, updated_at`
+// lockWaiting locks a provider's payouts in a currency that wait before
+// submission (action_required).
+func (s *Store) lockWaiting(ctx context.Context, tx pgx.Tx, provider, currency string) ([]Payout, error) {
+	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
+		where provider_id = $1 and currency = $2 and status = 'action_required' and not submitting
+		order by payout_id for update`, provider, currency)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanPayout)
+}
+
+// Move changes a payout's status inside tx (the state machine refuses an
+// illegal change), keeps the change in its history with its time and
+// reason, and writes the status-change event to the outbox.
+func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *Payout, to, note string, at time.Time) error {
+	if err := domain.CheckTransition(p.Status, to); err != nil {
+		return fmt.Errorf("payout %s: %w", p.ID, err)
+	}
+	from := p.Status
+	tag, err := tx.Exec(ctx, `update payout.payouts set status = $3, status_reason = $4, failure_code = $5, failure_message = $6,
+			rail_reference = $7, expected_arrival = $8, paid_at = $9, attempt = $10, submitting = $11, method = $12,
+			method_summary = $13, updated_at = $14, version = version + 1
+		where payout_id = $1 and status = $2`,
+		p.ID, from, to, note, p.FailureCode, p.FailureMessage, p.RailRef, p.ExpectedArrival, p.PaidAt, p.Attempt, p.Submitting,
+		p.Method, p.MethodSum, at)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("payout %s: status changed under us (was %s): %w", p.ID, from, apperr.ErrConflict)
+	}
+	p.Status, p.Reason, p.UpdatedAt = to, note, at
+	p.Version++
+	return s.record(ctx, tx, p, from, Change{Status: to, Note: note, At: at})
+}
+
+// record appends c to the payout's history and queues its event.
+func (s *Store) record(ctx context.Context, tx pgx.Tx, p *Payout, from string, c Change) error {
+	if _, err := tx.Exec(ctx, `insert into payout.status_history (payout_id, seq, status, note, at)
+		select $1, coalesce(max(seq), 0) + 1, $2, $3, $4 from payout.status_history where payout_id = $1`,
+		p.ID, c.Status, c.Note, c.At); err != nil {
+		return err
+	}
+	p.History = append(p.History, c)
+	if s.Event == nil {
+		return nil
+	}
+	m, err := s.Event(*p, from, c)
+	if err != nil {
+		return err
+	}
+	if err := outbox.Add(ctx, tx, Schema, m); err != nil {
+		return err
+	}
+	net := p.Net.String()
+	if cur, err := money.Lookup(p.Currency); err == nil {
+		net = cur.Format(p.Net)
+	}
+	body, err := json.Marshal(WebhookEvent{EventID: m.ID, Type: "payout.status_changed", PayoutID: p.ID, ProviderID: p.ProviderID,
+		FromStatus: from, Status: c.Status, Note: c.Note, Net: net, Currency: p.Currency, FailureCode: p.FailureCode, At: c.At})
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+		select webhook_id, $2, $3, $4, $5, $5 from payout.webhooks where provider_id = $1 on conflict (webhook_id, event_id) do nothing`,
+		p.ProviderID, m.ID, p.ID, body, c.At)
+	return err
+}
+
+// WebhookEvent is the JSON body of a webhook delivery.
+type WebhookEvent struct {
+	EventID     string    `json:"event_id"`
+	Type        string    `json:"type"`
+	PayoutID    string    `json:"payout_id"`
+	ProviderID  string    `json:"provider_id"`
+	FromStatus  string    `json:"from_status"`
+	Status      string    `json:"status"`
+	Note        string    `json:"note"`
+	Net         string    `json:"net"`
+	Currency    string    `json:"currency"`
+	FailureCode string    `json:"failure_code"`
+	At          time.Time `json:"at"`
+}
+
+// Lock reads a payout for update inside tx.
+func (s *Store) Lock(ctx context.Context, tx pgx.Tx, id string) (Payout, error) {
+	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts where payout_id = $1 for update`, id)
+	if err != nil {
+		return Payout{}, err
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayout)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
+	}
+	return p, err
+}
+
+// Gate re-reads a waiting payout's gate inside tx and returns what it says.
+func (s *Store) Gate(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (status, reason, method string, err error) {
+	in, method, err := gate(ctx, tx, p.ProviderID)
+	if err != nil {
+		return "", "", "", err
+	}
+	in.Currency, in.Amount = p.Currency, p.Net
+	status, reason = min.Gate(in)
+	return status, reason, method, nil
+}
+
+// SetWorkflowStarted marks payouts whose workflow runs.
+func (s *Store) SetWorkflowStarted(ctx context.Context, ids []string) error {
+	_, err := s.Pool.Exec(ctx, `update payout.payouts set workflow_started = true where payout_id = any($1)`, ids)
+	return err
+}
+
+// Unstarted lists payouts whose workflow is not started yet, oldest first.
+func (s *Store) Unstarted(ctx context.Context) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select payout_id from payout.payouts where not workflow_started order by created_at limit $1`, unstartedBatchMax)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// WaitingIDs lists a provider's payouts not yet submitted (their workflows
+// wait at the gate).
+func (s *Store) WaitingIDs(ctx context.Context, provider string) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select payout_id from payout.payouts where provider_id = $1 and status in ('action_required', 'created')`, provider)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// PayoutByReference finds the payout a rail reference belongs to.
+func (s *Store) PayoutByReference(ctx context.Context, ref string) (string, error) {
+	var id string
+	err := s.Pool.QueryRow(ctx, `select payout_id from payout.payouts where rail_reference = $1`, ref).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("rail reference %s: %w", ref, apperr.ErrNotFound)
+	}
+	return id, err
+}
+
+const payoutCols = `payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, status_reason,
+	method, method_summary, failure_code, failure_message, rail_reference, attempt, submitting, expected_arrival, paid_at,
+	absorbed_into, version, created_at, updated_at`
+
+func scanPayout(r pgx.CollectableRow) (Payout, error) {
+	var p Payout
+	return p, r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
+		&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
+		&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+}
 
 func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, error) {
 	rows, err := s.Pool.Query(ctx, `select `+payoutCols+` from payout.payouts where `+where, args...)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payout, error) {
-		var p Payout
-		return p, r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status,
-			&p.Method, &p.FailureCode, &p.RailRef, &p.CreatedAt, &p.UpdatedAt)
-	})
+	ps, err := pgx.CollectRows(rows, scanPayout)
+	if err != nil || len(ps) == 0 {
+		return ps, err
+	}
+	idx := make(map[string]int, len(ps))
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		idx[p.ID], ids[i] = i, p.ID
+	}
+	hrows, err := s.Pool.Query(ctx, `select payout_id, status, note, at from payout.status_history where payout_id = any($1) order by payout_id, seq`, ids)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ps {
-		hrows, err := s.Pool.Query(ctx, `select status, note, at from payout.status_history where payout_id = $1 order by seq`, ps[i].ID)
-		if err != nil {
-			return nil, err
-		}
-		if ps[i].History, err = pgx.CollectRows(hrows, func(r pgx.CollectableRow) (Change, error) {
-			var c Change
-			return c, r.Scan(&c.Status, &c.Note, &c.At)
-		}); err != nil {
-			return nil, err
-		}
+	var id string
+	var c Change
+	if _, err := pgx.ForEachRow(hrows, []any{&id, &c.Status, &c.Note, &c.At}, func() error {
+		ps[idx[id]].History = append(ps[idx[id]].History, c)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	srows, err := s.Pool.Query(ctx, `select payout_id, cycle_id, currency, net from payout.payout_statements where payout_id = any($1) order by payout_id, cycle_id`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var st Statement
+	if _, err := pgx.ForEachRow(srows, []any{&id, &st.CycleID, &st.Currency, &st.Net}, func() error {
+		ps[idx[id]].Statements = append(ps[idx[id]].Statements, st)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return ps, nil
 }
@@ -128,4 +400,68 @@ func (s *Store) GetPayout(ctx context.Context, id string) (Payout, error) {
 func (s *Store) ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]Payout, error) {
 	return s.list(ctx, `provider_id = $1 and ($2 = '' or cycle_id = $2) and ($3 = '' or status = $3)
 		and ($4 = '' or payout_id < $4) order by payout_id desc limit $5`, provider, cycle, status, before, limit)
+}
+
+// SetReason updates why a waiting payout waits (KYC done, method still
+// missing) and keeps the new reason in its history.
+func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *Payout, reason string, at time.Time) error {
+	if p.Reason == reason {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `update payout.payouts set status_reason = $2, updated_at = $3, version = version + 1 where payout_id = $1`,
+		p.ID, reason, at); err != nil {
+		return err
+	}
+	p.Reason, p.UpdatedAt = reason, at
+	p.Version++
+	return s.record(ctx, tx, p, p.Status, Change{Status: p.Status, Note: reason, At: at})
+}
+
+// SetSubmitting marks a created payout for submission: from now on it can
+// no longer be canceled or held.
+func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string) error {
+	_, err := tx.Exec(ctx, `update payout.payouts set submitting = true, method = $2, version = version + 1 where payout_id = $1`, id, method)
+	return err
+}
+
+// MethodHistory lists a provider's payout method changes (masked), newest first.
+func (s *Store) MethodHistory(ctx context.Context, provider string) ([]Change, error) {
+	rows, err := s.Pool.Query(ctx, `select summary, changed_at from payout.method_history where provider_id = $1 order by seq desc limit 100`, provider)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Change, error) {
+		var c Change
+		return c, r.Scan(&c.Note, &c.At)
+	})
+}
+
+// MethodChangedSince reports whether the provider's payout method changed after t.
+func (s *Store) MethodChangedSince(ctx context.Context, tx pgx.Tx, provider string, t time.Time) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `select exists (select 1 from payout.methods where provider_id = $1 and updated_at > $2)`, provider, t).Scan(&ok)
+	return ok, err
+}
+
+// ResetWorkflow makes the starter start the payout's workflow again (a retry).
+func (s *Store) ResetWorkflow(ctx context.Context, tx pgx.Tx, id string) error {
+	_, err := tx.Exec(ctx, `update payout.payouts set workflow_started = false where payout_id = $1`, id)
+	return err
+}
+
+// PayoutVersion returns a payout's owner and version (one indexed read: a
+// poll with a current ETag needs nothing more).
+func (s *Store) PayoutVersion(ctx context.Context, id string) (provider string, version int64, err error) {
+	err = s.Pool.QueryRow(ctx, `select provider_id, version from payout.payouts where payout_id = $1`, id).Scan(&provider, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
+	}
+	return provider, version, err
+}
+
+// ListVersion sums what changes when any payout of a provider changes: the
+// count of its payouts and the sum of their versions.
+func (s *Store) ListVersion(ctx context.Context, provider string) (count, versions int64, err error) {
+	err = s.Pool.QueryRow(ctx, `select count(*), coalesce(sum(version), 0) from payout.payouts where provider_id = $1`, provider).Scan(&count, &versions)
+	return count, versions, err
 }

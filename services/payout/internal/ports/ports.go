@@ -4,13 +4,19 @@ package ports
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -35,20 +41,25 @@ const (
 	pageSizeMax     = 500
 )
 
-// ConsumeSettled creates one payout per settled provider, cycle and currency.
-func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, clk clock.Clock, log *slog.Logger) error {
+// ConsumeSettled creates one payout per settled provider, cycle and
+// currency (earlier payouts still waiting join it) and nudges the workflow
+// starter (which also polls, so a nudge before the commit is harmless).
+func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, min domain.Minimums, clk clock.Clock, log *slog.Logger, nudge func()) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax}
 	return outbox.ConsumeOnce(ctx, js, store.Pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
 		for _, ev := range evs {
-			if err := createPayout(ctx, tx, store, clk, ev); err != nil {
+			if err := createPayout(ctx, tx, store, min, clk, ev); err != nil {
 				return err
 			}
+		}
+		if nudge != nil {
+			nudge()
 		}
 		return nil
 	})
 }
 
-func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, clk clock.Clock, ev *eventsv1.ProviderSettled) error {
+func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min domain.Minimums, clk clock.Clock, ev *eventsv1.ProviderSettled) error {
 	p := adapters.Payout{ID: ids.New("po"), ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: clk.Now()}
 	for _, f := range []struct {
 		dst *decimal.Decimal
@@ -60,14 +71,10 @@ func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, clk clo
 		}
 		*f.dst = d
 	}
-	kyc, method, err := store.Gate(ctx, tx, ev.ProviderId)
-	if err != nil {
-		return err
+	if !p.Net.IsPositive() {
+		return nil // nothing to pay (a settlement with no net leaves nothing in available)
 	}
-	var reason string
-	p.Status, reason = domain.DefaultMinimums().Gate(domain.GateInput{KYC: kyc, HasMethod: method != "", Currency: ev.Currency, Amount: p.Net})
-	p.Method = method
-	_, err = store.CreatePayout(ctx, tx, p, reason)
+	_, err := store.CreateFromSettled(ctx, tx, p, min)
 	return err
 }
 
@@ -76,6 +83,7 @@ type Server struct {
 	payoutv1.UnimplementedPayoutServiceServer
 	Store *adapters.Store
 	Clock clock.Clock
+	Flow  *Workflows // wakes workflows after a gate change; nil in tests without Temporal
 }
 
 func fmtAmt(cur string, d decimal.Decimal) string {
@@ -89,22 +97,83 @@ func toProto(p adapters.Payout) *payoutv1.Payout {
 	out := &payoutv1.Payout{PayoutId: p.ID, ProviderId: p.ProviderID, CycleId: p.CycleID, Status: p.Status,
 		Gross: fmtAmt(p.Currency, p.Gross), Commission: fmtAmt(p.Currency, p.Commission), TaxWithheld: fmtAmt(p.Currency, p.Tax),
 		Net: fmtAmt(p.Currency, p.Net), Currency: p.Currency, Method: p.Method, FailureCode: p.FailureCode,
-		CreatedAt: timestamppb.New(p.CreatedAt), UpdatedAt: timestamppb.New(p.UpdatedAt), RailReference: p.RailRef}
+		CreatedAt: timestamppb.New(p.CreatedAt), UpdatedAt: timestamppb.New(p.UpdatedAt), RailReference: p.RailRef,
+		StatusReason: p.Reason, FailureMessage: p.FailureMessage, Attempt: int32(p.Attempt), MethodSummary: p.MethodSum,
+		AbsorbedInto: p.AbsorbedInto}
+	if p.ExpectedArrival != nil {
+		out.ExpectedArrivalDate = p.ExpectedArrival.Format(time.DateOnly)
+	}
 	for _, c := range p.History {
 		out.StatusHistory = append(out.StatusHistory, &payoutv1.PayoutStatusChange{Status: c.Status, At: timestamppb.New(c.At), Note: c.Note})
+	}
+	for _, st := range p.Statements {
+		out.Statements = append(out.Statements, &payoutv1.PayoutStatement{CycleId: st.CycleID, Currency: st.Currency, Net: fmtAmt(st.Currency, st.Net)})
 	}
 	return out
 }
 
+// Conditional GET (DESIGN §7, issue 11: providers poll cheaply). The
+// gateway forwards If-None-Match as grpcgateway-if-none-match; an answer
+// carries its ETag in the "etag" header, and "gpubill-not-modified" when
+// the client's copy is current (pkg/server turns both into ETag and 304).
+const (
+	mdIfNoneMatch      = "if-none-match"
+	mdGatewayNoneMatch = "grpcgateway-if-none-match"
+	mdETag             = "etag"
+	mdNotModified      = "gpubill-not-modified"
+)
+
+// ifNoneMatch returns the client's If-None-Match, "" when none.
+func ifNoneMatch(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, k := range []string{mdGatewayNoneMatch, mdIfNoneMatch} {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// etagMatches reports whether an If-None-Match value names tag (a list, or *).
+func etagMatches(header, tag string) bool {
+	for _, v := range strings.Split(header, ",") {
+		v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+		if v == tag || v == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// conditional sets the answer's ETag and reports whether the client's copy
+// is current (the handler then answers empty, marked not modified).
+func conditional(ctx context.Context, tag string) bool {
+	fresh := etagMatches(ifNoneMatch(ctx), tag)
+	pairs := []string{mdETag, tag}
+	if fresh {
+		pairs = append(pairs, mdNotModified, "1")
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(pairs...)) // only fails outside a gRPC call (tests calling the handler)
+	return fresh
+}
+
 // GetPayout implements PayoutService. Providers see only their own; another's
-// payout is answered as not found.
+// payout is answered as not found. A poll with the current ETag costs one
+// indexed read and answers 304.
 func (s *Server) GetPayout(ctx context.Context, req *payoutv1.GetPayoutRequest) (*payoutv1.GetPayoutResponse, error) {
-	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	owner, version, err := s.Store.PayoutVersion(ctx, req.PayoutId)
 	if err != nil {
 		return nil, err
 	}
-	if err := auth.CheckOwner(ctx, auth.RoleProvider, p.ProviderID); err != nil {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, owner); err != nil {
 		return nil, fmt.Errorf("payout %s: %w", req.PayoutId, apperr.ErrNotFound)
+	}
+	if conditional(ctx, fmt.Sprintf(`"%s.%d"`, req.PayoutId, version)) {
+		return &payoutv1.GetPayoutResponse{}, nil
+	}
+	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	if err != nil {
+		return nil, err
 	}
 	return &payoutv1.GetPayoutResponse{Payout: toProto(p)}, nil
 }
@@ -113,6 +182,9 @@ func (s *Server) GetPayout(ctx context.Context, req *payoutv1.GetPayoutRequest) 
 func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProviderPayoutsRequest) (*payoutv1.ListProviderPayoutsResponse, error) {
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
+	}
+	if req.Status != "" && !domain.ValidStatus(req.Status) {
+		return nil, apperr.Invalid("status", "want one of %s", strings.Join(domain.Statuses(), ", "))
 	}
 	before := ""
 	if req.PageToken != "" {
@@ -125,6 +197,14 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	n := pageSizeDefault
 	if req.PageSize > 0 {
 		n = min(int(req.PageSize), pageSizeMax)
+	}
+	count, versions, err := s.Store.ListVersion(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%s|%d|%d|%d", req.ProviderId, req.CycleId, req.Status, before, n, count, versions))
+	if conditional(ctx, `"l.`+hex.EncodeToString(h[:12])+`"`) {
+		return &payoutv1.ListProviderPayoutsResponse{}, nil
 	}
 	ps, err := s.Store.ListPayouts(ctx, req.ProviderId, req.CycleId, req.Status, before, n)
 	if err != nil {
@@ -140,34 +220,54 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	return resp, nil
 }
 
-// PutPayoutMethod implements PayoutService.
+func methodProto(m adapters.Method) *payoutv1.PayoutMethod {
+	mm := m.Masked()
+	return &payoutv1.PayoutMethod{ProviderId: m.ProviderID, Type: mm.Type, AccountName: mm.AccountName, AccountNumber: mm.AccountNumber,
+		AlipayId: mm.AlipayID, WechatOpenid: mm.WechatOpenID, BankCode: mm.BankCode, UpdatedAt: timestamppb.New(m.UpdatedAt)}
+}
+
+// PutPayoutMethod implements PayoutService: validated, kept in the method
+// history, answered masked; payouts waiting for a method wake up.
 func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMethodRequest) (*payoutv1.PutPayoutMethodResponse, error) {
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
 	}
+	dm := domain.Method{Type: req.Type, AccountName: req.AccountName, AccountNumber: req.AccountNumber, AlipayID: req.AlipayId,
+		WechatOpenID: req.WechatOpenid, BankCode: req.BankCode}.Normalized()
 	var v apperr.Validator
 	v.Check(req.ProviderId != "", "provider_id", "required")
-	switch req.Type {
-	case "bank":
-		v.Check(req.AccountNumber != "", "account_number", "required for type bank")
-	case "alipay":
-		v.Check(req.AlipayId != "", "alipay_id", "required for type alipay")
-	case "wechat":
-		v.Check(req.WechatOpenid != "", "wechat_openid", "required for type wechat")
-	default:
-		v.Add("type", "want bank, alipay or wechat")
+	for _, bad := range dm.Validate() {
+		v.Add(bad.Field, "%s", bad.Reason)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	m := adapters.Method{ProviderID: req.ProviderId, Type: req.Type, AccountName: req.AccountName, AccountNumber: req.AccountNumber,
-		AlipayID: req.AlipayId, WechatOpenID: req.WechatOpenid, BankCode: req.BankCode, UpdatedAt: s.Clock.Now()}
+	m := adapters.Method{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()}
 	if err := s.Store.PutMethod(ctx, m); err != nil {
 		return nil, err
 	}
-	return &payoutv1.PutPayoutMethodResponse{PayoutMethod: &payoutv1.PayoutMethod{ProviderId: m.ProviderID, Type: m.Type,
-		AccountName: m.AccountName, AccountNumber: m.AccountNumber, AlipayId: m.AlipayID, WechatOpenid: m.WechatOpenID,
-		BankCode: m.BankCode, UpdatedAt: timestamppb.New(m.UpdatedAt)}}, nil
+	s.wakeProvider(ctx, req.ProviderId)
+	return &payoutv1.PutPayoutMethodResponse{PayoutMethod: methodProto(m)}, nil
+}
+
+// GetPayoutMethod implements PayoutService (masked, with its changes).
+func (s *Server) GetPayoutMethod(ctx context.Context, req *payoutv1.GetPayoutMethodRequest) (*payoutv1.GetPayoutMethodResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	m, err := s.Store.GetMethod(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	hist, err := s.Store.MethodHistory(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &payoutv1.GetPayoutMethodResponse{PayoutMethod: methodProto(m)}
+	for _, h := range hist {
+		resp.History = append(resp.History, &payoutv1.PayoutMethodChange{Summary: h.Note, At: timestamppb.New(h.At)})
+	}
+	return resp, nil
 }
 
 // PutKyc implements PayoutService. A provider may not verify itself.
@@ -192,5 +292,104 @@ func (s *Server) PutKyc(ctx context.Context, req *payoutv1.PutKycRequest) (*payo
 	if err := s.Store.PutKYC(ctx, req.ProviderId, req.Status, req.Reference, now); err != nil {
 		return nil, err
 	}
+	s.wakeProvider(ctx, req.ProviderId)
 	return &payoutv1.PutKycResponse{Kyc: &payoutv1.Kyc{ProviderId: req.ProviderId, Status: req.Status, Reference: req.Reference, UpdatedAt: timestamppb.New(now)}}, nil
+}
+
+func (s *Server) wakeProvider(ctx context.Context, provider string) {
+	if s.Flow != nil {
+		s.Flow.WakeProvider(context.WithoutCancel(ctx), provider)
+	}
+}
+
+// CancelPayout implements PayoutService: only before submission.
+func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutRequest) (*payoutv1.CancelPayoutResponse, error) {
+	reason := "canceled by finance"
+	if req.Reason != "" {
+		reason += ": " + req.Reason
+	}
+	err := s.Store.Tx(ctx, func(tx pgx.Tx) error {
+		p, err := s.Store.Lock(ctx, tx, req.PayoutId)
+		if err != nil {
+			return err
+		}
+		if p.Submitting || (p.Status != domain.StatusActionRequired && p.Status != domain.StatusCreated) {
+			return fmt.Errorf("payout %s is %s and on its way to the rail: only a payout not yet submitted can be canceled: %w",
+				p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		return s.Store.Move(ctx, tx, &p, domain.StatusCanceled, reason, s.Clock.Now())
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.Flow != nil {
+		s.Flow.Wake(context.WithoutCancel(ctx), req.PayoutId)
+	}
+	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.CancelPayoutResponse{Payout: toProto(p)}, nil
+}
+
+// RetryPayout implements PayoutService: a failed or returned payout goes
+// again as a new attempt (new rail reference), once the provider's payout
+// method changed after it failed.
+func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutRequest) (*payoutv1.RetryPayoutResponse, error) {
+	err := s.Store.Tx(ctx, func(tx pgx.Tx) error {
+		p, err := s.Store.Lock(ctx, tx, req.PayoutId)
+		if err != nil {
+			return err
+		}
+		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
+			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		changed, err := s.Store.MethodChangedSince(ctx, tx, p.ProviderID, p.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			return fmt.Errorf("payout %s: the payout method has not changed since it %s: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		note := fmt.Sprintf("retry (attempt %d)", p.Attempt+1)
+		if req.Reason != "" {
+			note += ": " + req.Reason
+		}
+		p.Attempt++
+		p.Submitting, p.RailRef, p.FailureCode, p.FailureMessage, p.ExpectedArrival, p.PaidAt = false, "", "", "", nil, nil
+		if err := s.Store.Move(ctx, tx, &p, domain.StatusCreated, note, s.Clock.Now()); err != nil {
+			return err
+		}
+		return s.Store.ResetWorkflow(ctx, tx, p.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.Flow != nil {
+		s.Flow.Nudge()
+	}
+	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
+}
+
+// HoldProviderPayouts implements PayoutService: the provider's payouts not
+// yet submitted wait (or, released, go on).
+func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
+	if req.ProviderId == "" {
+		return nil, apperr.Invalid("provider_id", "required")
+	}
+	if err := s.Store.PutHold(ctx, req.ProviderId, req.Reason, s.Clock.Now()); err != nil {
+		return nil, err
+	}
+	waiting, err := s.Store.WaitingIDs(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	if s.Flow != nil {
+		s.Flow.Wake(context.WithoutCancel(ctx), waiting...)
+	}
+	return &payoutv1.HoldProviderPayoutsResponse{ProviderId: req.ProviderId, Reason: req.Reason, PayoutsWaiting: int32(len(waiting))}, nil
 }

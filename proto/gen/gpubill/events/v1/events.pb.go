@@ -1136,6 +1136,125 @@ func (x *ProviderSettled) GetJurisdiction() string {
 	return ""
 }
 
+// payout.status_changed.{provider}: a payout entered a status (or its
+// reason changed while it waits). Published through payout's outbox; the
+// message id is payout id + version.
+type PayoutStatusChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PayoutId      string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	FromStatus    string                 `protobuf:"bytes,3,opt,name=from_status,json=fromStatus,proto3" json:"from_status,omitempty"` // "" when created
+	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Note          string                 `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	Net           string                 `protobuf:"bytes,6,opt,name=net,proto3" json:"net,omitempty"`
+	Currency      string                 `protobuf:"bytes,7,opt,name=currency,proto3" json:"currency,omitempty"`
+	FailureCode   string                 `protobuf:"bytes,8,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	Version       int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutStatusChanged) Reset() {
+	*x = PayoutStatusChanged{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutStatusChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutStatusChanged) ProtoMessage() {}
+
+func (x *PayoutStatusChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutStatusChanged.ProtoReflect.Descriptor instead.
+func (*PayoutStatusChanged) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PayoutStatusChanged) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetFromStatus() string {
+	if x != nil {
+		return x.FromStatus
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetFailureCode() string {
+	if x != nil {
+		return x.FailureCode
+	}
+	return ""
+}
+
+func (x *PayoutStatusChanged) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *PayoutStatusChanged) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_gpubill_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpubill_events_v1_events_proto_rawDesc = "" +
@@ -1256,7 +1375,21 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\x03net\x18\b \x01(\tR\x03net\x12%\n" +
 	"\x0etransaction_id\x18\t \x01(\tR\rtransactionId\x12\"\n" +
 	"\fjurisdiction\x18\n" +
-	" \x01(\tR\fjurisdictionBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
+	" \x01(\tR\fjurisdiction\"\xb7\x02\n" +
+	"\x13PayoutStatusChanged\x12\x1b\n" +
+	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x1f\n" +
+	"\vfrom_status\x18\x03 \x01(\tR\n" +
+	"fromStatus\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\x12\x10\n" +
+	"\x03net\x18\x06 \x01(\tR\x03net\x12\x1a\n" +
+	"\bcurrency\x18\a \x01(\tR\bcurrency\x12!\n" +
+	"\ffailure_code\x18\b \x01(\tR\vfailureCode\x12*\n" +
+	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\x03R\aversionBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_gpubill_events_v1_events_proto_rawDescOnce sync.Once
@@ -1270,7 +1403,7 @@ func file_gpubill_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpubill_events_v1_events_proto_rawDescData
 }
 
-var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*UsageEvent)(nil),            // 0: gpubill.events.v1.UsageEvent
 	(*UsageRecordedBatch)(nil),    // 1: gpubill.events.v1.UsageRecordedBatch
@@ -1284,30 +1417,32 @@ var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*WalletDepleted)(nil),        // 9: gpubill.events.v1.WalletDepleted
 	(*CycleClosed)(nil),           // 10: gpubill.events.v1.CycleClosed
 	(*ProviderSettled)(nil),       // 11: gpubill.events.v1.ProviderSettled
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*PayoutStatusChanged)(nil),   // 12: gpubill.events.v1.PayoutStatusChanged
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_gpubill_events_v1_events_proto_depIdxs = []int32{
-	12, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	12, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	12, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	13, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	13, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	13, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: gpubill.events.v1.UsageRecordedBatch.events:type_name -> gpubill.events.v1.UsageEvent
-	12, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
-	12, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
+	13, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
+	13, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: gpubill.events.v1.RatedCharge.lines:type_name -> gpubill.events.v1.ChargeLine
-	12, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
+	13, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
-	12, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	12, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	13, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	13, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	13, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
 	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
-	12, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	12, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	13, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	13, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }
@@ -1321,7 +1456,7 @@ func file_gpubill_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_events_v1_events_proto_rawDesc), len(file_gpubill_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -96,20 +96,27 @@ type Payout struct {
 	CycleId    string                 `protobuf:"bytes,3,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
 	// created | action_required | submitted | in_transit | paid | failed |
 	// canceled | returned
-	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	Gross         string                 `protobuf:"bytes,5,opt,name=gross,proto3" json:"gross,omitempty"`
-	Commission    string                 `protobuf:"bytes,6,opt,name=commission,proto3" json:"commission,omitempty"`
-	TaxWithheld   string                 `protobuf:"bytes,7,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	Net           string                 `protobuf:"bytes,8,opt,name=net,proto3" json:"net,omitempty"` // the amount paid out
-	Currency      string                 `protobuf:"bytes,9,opt,name=currency,proto3" json:"currency,omitempty"`
-	Method        string                 `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`                              // bank | alipay | wechat; "" until a method is set
-	FailureCode   string                 `protobuf:"bytes,11,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"` // e.g. "account_frozen"; "" unless failed/returned
-	StatusHistory []*PayoutStatusChange  `protobuf:"bytes,12,rep,name=status_history,json=statusHistory,proto3" json:"status_history,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	RailReference string                 `protobuf:"bytes,15,opt,name=rail_reference,json=railReference,proto3" json:"rail_reference,omitempty"` // the rail's reference, "" until submitted
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Status              string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Gross               string                 `protobuf:"bytes,5,opt,name=gross,proto3" json:"gross,omitempty"`
+	Commission          string                 `protobuf:"bytes,6,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld         string                 `protobuf:"bytes,7,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net                 string                 `protobuf:"bytes,8,opt,name=net,proto3" json:"net,omitempty"` // the amount paid out
+	Currency            string                 `protobuf:"bytes,9,opt,name=currency,proto3" json:"currency,omitempty"`
+	Method              string                 `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`                              // bank | alipay | wechat; "" until a method is set
+	FailureCode         string                 `protobuf:"bytes,11,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"` // e.g. "account_frozen"; "" unless failed/returned
+	StatusHistory       []*PayoutStatusChange  `protobuf:"bytes,12,rep,name=status_history,json=statusHistory,proto3" json:"status_history,omitempty"`
+	CreatedAt           *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt           *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	RailReference       string                 `protobuf:"bytes,15,opt,name=rail_reference,json=railReference,proto3" json:"rail_reference,omitempty"`                     // the rail's reference, "" until submitted
+	StatusReason        string                 `protobuf:"bytes,16,opt,name=status_reason,json=statusReason,proto3" json:"status_reason,omitempty"`                        // why it waits (action_required) or what happened last
+	FailureMessage      string                 `protobuf:"bytes,17,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`                  // the rail's message with failure_code
+	ExpectedArrivalDate string                 `protobuf:"bytes,18,opt,name=expected_arrival_date,json=expectedArrivalDate,proto3" json:"expected_arrival_date,omitempty"` // YYYY-MM-DD once submitted
+	Statements          []*PayoutStatement     `protobuf:"bytes,19,rep,name=statements,proto3" json:"statements,omitempty"`                                                // the statements it pays
+	Attempt             int32                  `protobuf:"varint,20,opt,name=attempt,proto3" json:"attempt,omitempty"`                                                     // 1, then +1 per retry
+	MethodSummary       string                 `protobuf:"bytes,21,opt,name=method_summary,json=methodSummary,proto3" json:"method_summary,omitempty"`                     // the method it was sent with, masked: "bank ****0002"
+	AbsorbedInto        string                 `protobuf:"bytes,22,opt,name=absorbed_into,json=absorbedInto,proto3" json:"absorbed_into,omitempty"`                        // canceled because it joined this later payout
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Payout) Reset() {
@@ -247,8 +254,573 @@ func (x *Payout) GetRailReference() string {
 	return ""
 }
 
+func (x *Payout) GetStatusReason() string {
+	if x != nil {
+		return x.StatusReason
+	}
+	return ""
+}
+
+func (x *Payout) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+func (x *Payout) GetExpectedArrivalDate() string {
+	if x != nil {
+		return x.ExpectedArrivalDate
+	}
+	return ""
+}
+
+func (x *Payout) GetStatements() []*PayoutStatement {
+	if x != nil {
+		return x.Statements
+	}
+	return nil
+}
+
+func (x *Payout) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Payout) GetMethodSummary() string {
+	if x != nil {
+		return x.MethodSummary
+	}
+	return ""
+}
+
+func (x *Payout) GetAbsorbedInto() string {
+	if x != nil {
+		return x.AbsorbedInto
+	}
+	return ""
+}
+
+// A settled statement a payout pays (several when amounts under the
+// minimum, or waiting for KYC, joined a later payout).
+type PayoutStatement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CycleId       string                 `protobuf:"bytes,1,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
+	Currency      string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
+	Net           string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutStatement) Reset() {
+	*x = PayoutStatement{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutStatement) ProtoMessage() {}
+
+func (x *PayoutStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutStatement.ProtoReflect.Descriptor instead.
+func (*PayoutStatement) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PayoutStatement) GetCycleId() string {
+	if x != nil {
+		return x.CycleId
+	}
+	return ""
+}
+
+func (x *PayoutStatement) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *PayoutStatement) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+// One change of a provider's payout method, masked.
+type PayoutMethodChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Summary       string                 `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"` // "bank ****0002"
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutMethodChange) Reset() {
+	*x = PayoutMethodChange{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutMethodChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutMethodChange) ProtoMessage() {}
+
+func (x *PayoutMethodChange) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutMethodChange.ProtoReflect.Descriptor instead.
+func (*PayoutMethodChange) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PayoutMethodChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *PayoutMethodChange) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type GetPayoutMethodRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutMethodRequest) Reset() {
+	*x = GetPayoutMethodRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutMethodRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutMethodRequest) ProtoMessage() {}
+
+func (x *GetPayoutMethodRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutMethodRequest.ProtoReflect.Descriptor instead.
+func (*GetPayoutMethodRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetPayoutMethodRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+type GetPayoutMethodResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PayoutMethod  *PayoutMethod          `protobuf:"bytes,1,opt,name=payout_method,json=payoutMethod,proto3" json:"payout_method,omitempty"` // masked
+	History       []*PayoutMethodChange  `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`                               // newest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutMethodResponse) Reset() {
+	*x = GetPayoutMethodResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutMethodResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutMethodResponse) ProtoMessage() {}
+
+func (x *GetPayoutMethodResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutMethodResponse.ProtoReflect.Descriptor instead.
+func (*GetPayoutMethodResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetPayoutMethodResponse) GetPayoutMethod() *PayoutMethod {
+	if x != nil {
+		return x.PayoutMethod
+	}
+	return nil
+}
+
+func (x *GetPayoutMethodResponse) GetHistory() []*PayoutMethodChange {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+type CancelPayoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PayoutId      string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelPayoutRequest) Reset() {
+	*x = CancelPayoutRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPayoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPayoutRequest) ProtoMessage() {}
+
+func (x *CancelPayoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPayoutRequest.ProtoReflect.Descriptor instead.
+func (*CancelPayoutRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CancelPayoutRequest) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *CancelPayoutRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelPayoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payout        *Payout                `protobuf:"bytes,1,opt,name=payout,proto3" json:"payout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelPayoutResponse) Reset() {
+	*x = CancelPayoutResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPayoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPayoutResponse) ProtoMessage() {}
+
+func (x *CancelPayoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPayoutResponse.ProtoReflect.Descriptor instead.
+func (*CancelPayoutResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CancelPayoutResponse) GetPayout() *Payout {
+	if x != nil {
+		return x.Payout
+	}
+	return nil
+}
+
+type RetryPayoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PayoutId      string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPayoutRequest) Reset() {
+	*x = RetryPayoutRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPayoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPayoutRequest) ProtoMessage() {}
+
+func (x *RetryPayoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPayoutRequest.ProtoReflect.Descriptor instead.
+func (*RetryPayoutRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RetryPayoutRequest) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *RetryPayoutRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RetryPayoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payout        *Payout                `protobuf:"bytes,1,opt,name=payout,proto3" json:"payout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPayoutResponse) Reset() {
+	*x = RetryPayoutResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPayoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPayoutResponse) ProtoMessage() {}
+
+func (x *RetryPayoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPayoutResponse.ProtoReflect.Descriptor instead.
+func (*RetryPayoutResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RetryPayoutResponse) GetPayout() *Payout {
+	if x != nil {
+		return x.Payout
+	}
+	return nil
+}
+
+type HoldProviderPayoutsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // "" releases the hold
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldProviderPayoutsRequest) Reset() {
+	*x = HoldProviderPayoutsRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldProviderPayoutsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldProviderPayoutsRequest) ProtoMessage() {}
+
+func (x *HoldProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldProviderPayoutsRequest.ProtoReflect.Descriptor instead.
+func (*HoldProviderPayoutsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HoldProviderPayoutsRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *HoldProviderPayoutsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type HoldProviderPayoutsResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId     string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Reason         string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	PayoutsWaiting int32                  `protobuf:"varint,3,opt,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"` // payouts not yet submitted, now waiting (or released)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *HoldProviderPayoutsResponse) Reset() {
+	*x = HoldProviderPayoutsResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldProviderPayoutsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldProviderPayoutsResponse) ProtoMessage() {}
+
+func (x *HoldProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldProviderPayoutsResponse.ProtoReflect.Descriptor instead.
+func (*HoldProviderPayoutsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HoldProviderPayoutsResponse) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *HoldProviderPayoutsResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HoldProviderPayoutsResponse) GetPayoutsWaiting() int32 {
+	if x != nil {
+		return x.PayoutsWaiting
+	}
+	return 0
+}
+
 // A provider's payout method. Exactly one of account_number (bank),
-// alipay_id (alipay) or wechat_openid (wechat) is set, per type.
+// alipay_id (alipay) or wechat_openid (wechat) is set, per type. In every
+// answer they are masked to their last four characters ("****0002").
 type PayoutMethod struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
@@ -265,7 +837,7 @@ type PayoutMethod struct {
 
 func (x *PayoutMethod) Reset() {
 	*x = PayoutMethod{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[2]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +849,7 @@ func (x *PayoutMethod) String() string {
 func (*PayoutMethod) ProtoMessage() {}
 
 func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[2]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +862,7 @@ func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutMethod.ProtoReflect.Descriptor instead.
 func (*PayoutMethod) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{2}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PayoutMethod) GetProviderId() string {
@@ -362,7 +934,7 @@ type Kyc struct {
 
 func (x *Kyc) Reset() {
 	*x = Kyc{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[3]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +946,7 @@ func (x *Kyc) String() string {
 func (*Kyc) ProtoMessage() {}
 
 func (x *Kyc) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[3]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +959,7 @@ func (x *Kyc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kyc.ProtoReflect.Descriptor instead.
 func (*Kyc) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{3}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Kyc) GetProviderId() string {
@@ -427,7 +999,7 @@ type GetPayoutRequest struct {
 
 func (x *GetPayoutRequest) Reset() {
 	*x = GetPayoutRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[4]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +1011,7 @@ func (x *GetPayoutRequest) String() string {
 func (*GetPayoutRequest) ProtoMessage() {}
 
 func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[4]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +1024,7 @@ func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{4}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetPayoutRequest) GetPayoutId() string {
@@ -471,7 +1043,7 @@ type GetPayoutResponse struct {
 
 func (x *GetPayoutResponse) Reset() {
 	*x = GetPayoutResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[5]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +1055,7 @@ func (x *GetPayoutResponse) String() string {
 func (*GetPayoutResponse) ProtoMessage() {}
 
 func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[5]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +1068,7 @@ func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{5}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPayoutResponse) GetPayout() *Payout {
@@ -519,7 +1091,7 @@ type ListProviderPayoutsRequest struct {
 
 func (x *ListProviderPayoutsRequest) Reset() {
 	*x = ListProviderPayoutsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[6]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +1103,7 @@ func (x *ListProviderPayoutsRequest) String() string {
 func (*ListProviderPayoutsRequest) ProtoMessage() {}
 
 func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[6]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +1116,7 @@ func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsRequest.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{6}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListProviderPayoutsRequest) GetProviderId() string {
@@ -592,7 +1164,7 @@ type ListProviderPayoutsResponse struct {
 
 func (x *ListProviderPayoutsResponse) Reset() {
 	*x = ListProviderPayoutsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[7]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +1176,7 @@ func (x *ListProviderPayoutsResponse) String() string {
 func (*ListProviderPayoutsResponse) ProtoMessage() {}
 
 func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[7]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +1189,7 @@ func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsResponse.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{7}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListProviderPayoutsResponse) GetPayouts() []*Payout {
@@ -649,7 +1221,7 @@ type PutPayoutMethodRequest struct {
 
 func (x *PutPayoutMethodRequest) Reset() {
 	*x = PutPayoutMethodRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[8]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +1233,7 @@ func (x *PutPayoutMethodRequest) String() string {
 func (*PutPayoutMethodRequest) ProtoMessage() {}
 
 func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[8]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +1246,7 @@ func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodRequest.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutPayoutMethodRequest) GetProviderId() string {
@@ -735,7 +1307,7 @@ type PutPayoutMethodResponse struct {
 
 func (x *PutPayoutMethodResponse) Reset() {
 	*x = PutPayoutMethodResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[9]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1319,7 @@ func (x *PutPayoutMethodResponse) String() string {
 func (*PutPayoutMethodResponse) ProtoMessage() {}
 
 func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[9]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1332,7 @@ func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodResponse.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{9}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutPayoutMethodResponse) GetPayoutMethod() *PayoutMethod {
@@ -781,7 +1353,7 @@ type PutKycRequest struct {
 
 func (x *PutKycRequest) Reset() {
 	*x = PutKycRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1365,7 @@ func (x *PutKycRequest) String() string {
 func (*PutKycRequest) ProtoMessage() {}
 
 func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1378,7 @@ func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycRequest.ProtoReflect.Descriptor instead.
 func (*PutKycRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutKycRequest) GetProviderId() string {
@@ -839,7 +1411,7 @@ type PutKycResponse struct {
 
 func (x *PutKycResponse) Reset() {
 	*x = PutKycResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1423,7 @@ func (x *PutKycResponse) String() string {
 func (*PutKycResponse) ProtoMessage() {}
 
 func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,12 +1436,509 @@ func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycResponse.ProtoReflect.Descriptor instead.
 func (*PutKycResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutKycResponse) GetKyc() *Kyc {
 	if x != nil {
 		return x.Kyc
+	}
+	return nil
+}
+
+type Webhook struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WebhookId     string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Secret        string                 `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"` // masked in every answer
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Webhook) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *Webhook) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Webhook) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *Webhook) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`       // http(s)
+	Secret        string                 `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"` // at least 16 characters; signs every delivery
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookRequest) Reset() {
+	*x = CreateWebhookRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookRequest) ProtoMessage() {}
+
+func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
+func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CreateWebhookRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *CreateWebhookRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateWebhookRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type CreateWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookResponse) Reset() {
+	*x = CreateWebhookResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookResponse) ProtoMessage() {}
+
+func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
+func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CreateWebhookResponse) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+type ListWebhooksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksRequest) Reset() {
+	*x = ListWebhooksRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksRequest) ProtoMessage() {}
+
+func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListWebhooksRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+type ListWebhooksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhooks      []*Webhook             `protobuf:"bytes,1,rep,name=webhooks,proto3" json:"webhooks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksResponse) Reset() {
+	*x = ListWebhooksResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksResponse) ProtoMessage() {}
+
+func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
+	if x != nil {
+		return x.Webhooks
+	}
+	return nil
+}
+
+// One status change sent (or being sent) to one webhook.
+type WebhookDelivery struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	DeliveryId     string                 `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	WebhookId      string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"` // payout id and version
+	PayoutId       string                 `protobuf:"bytes,4,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	Status         string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"` // pending | delivered | failed (gave up)
+	Attempts       int32                  `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastStatusCode int32                  `protobuf:"varint,7,opt,name=last_status_code,json=lastStatusCode,proto3" json:"last_status_code,omitempty"`
+	LastError      string                 `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	NextAttemptAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	DeliveredAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WebhookDelivery) Reset() {
+	*x = WebhookDelivery{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookDelivery) ProtoMessage() {}
+
+func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
+func (*WebhookDelivery) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WebhookDelivery) GetDeliveryId() string {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastStatusCode() int32 {
+	if x != nil {
+		return x.LastStatusCode
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type ListWebhookDeliveriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	WebhookId     string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesRequest) Reset() {
+	*x = ListWebhookDeliveriesRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListWebhookDeliveriesRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type ListWebhookDeliveriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*WebhookDelivery     `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesResponse) Reset() {
+	*x = ListWebhookDeliveriesResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
+	if x != nil {
+		return x.Deliveries
 	}
 	return nil
 }
@@ -882,7 +1951,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x12PayoutStatusChange\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"\xa6\x04\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\xd2\x06\n" +
 	"\x06Payout\x12\x1b\n" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x1f\n" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
@@ -904,7 +1973,48 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"created_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
-	"\x0erail_reference\x18\x0f \x01(\tR\rrailReference\"\xa7\x02\n" +
+	"\x0erail_reference\x18\x0f \x01(\tR\rrailReference\x12#\n" +
+	"\rstatus_reason\x18\x10 \x01(\tR\fstatusReason\x12'\n" +
+	"\x0ffailure_message\x18\x11 \x01(\tR\x0efailureMessage\x122\n" +
+	"\x15expected_arrival_date\x18\x12 \x01(\tR\x13expectedArrivalDate\x12B\n" +
+	"\n" +
+	"statements\x18\x13 \x03(\v2\".gpubill.payout.v1.PayoutStatementR\n" +
+	"statements\x12\x18\n" +
+	"\aattempt\x18\x14 \x01(\x05R\aattempt\x12%\n" +
+	"\x0emethod_summary\x18\x15 \x01(\tR\rmethodSummary\x12#\n" +
+	"\rabsorbed_into\x18\x16 \x01(\tR\fabsorbedInto\"Z\n" +
+	"\x0fPayoutStatement\x12\x19\n" +
+	"\bcycle_id\x18\x01 \x01(\tR\acycleId\x12\x1a\n" +
+	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x10\n" +
+	"\x03net\x18\x03 \x01(\tR\x03net\"Z\n" +
+	"\x12PayoutMethodChange\x12\x18\n" +
+	"\asummary\x18\x01 \x01(\tR\asummary\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"9\n" +
+	"\x16GetPayoutMethodRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\"\xa0\x01\n" +
+	"\x17GetPayoutMethodResponse\x12D\n" +
+	"\rpayout_method\x18\x01 \x01(\v2\x1f.gpubill.payout.v1.PayoutMethodR\fpayoutMethod\x12?\n" +
+	"\ahistory\x18\x02 \x03(\v2%.gpubill.payout.v1.PayoutMethodChangeR\ahistory\"J\n" +
+	"\x13CancelPayoutRequest\x12\x1b\n" +
+	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"I\n" +
+	"\x14CancelPayoutResponse\x121\n" +
+	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"I\n" +
+	"\x12RetryPayoutRequest\x12\x1b\n" +
+	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"H\n" +
+	"\x13RetryPayoutResponse\x121\n" +
+	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"U\n" +
+	"\x1aHoldProviderPayoutsRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x7f\n" +
+	"\x1bHoldProviderPayoutsResponse\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12'\n" +
+	"\x0fpayouts_waiting\x18\x03 \x01(\x05R\x0epayoutsWaiting\"\xa7\x02\n" +
 	"\fPayoutMethod\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x12\n" +
@@ -955,12 +2065,67 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1c\n" +
 	"\treference\x18\x03 \x01(\tR\treference\":\n" +
 	"\x0ePutKycResponse\x12(\n" +
-	"\x03kyc\x18\x01 \x01(\v2\x16.gpubill.payout.v1.KycR\x03kyc2\xe4\x04\n" +
+	"\x03kyc\x18\x01 \x01(\v2\x16.gpubill.payout.v1.KycR\x03kyc\"\xae\x01\n" +
+	"\aWebhook\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"a\n" +
+	"\x14CreateWebhookRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\"M\n" +
+	"\x15CreateWebhookResponse\x124\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1a.gpubill.payout.v1.WebhookR\awebhook\"6\n" +
+	"\x13ListWebhooksRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\"N\n" +
+	"\x14ListWebhooksResponse\x126\n" +
+	"\bwebhooks\x18\x01 \x03(\v2\x1a.gpubill.payout.v1.WebhookR\bwebhooks\"\xc4\x03\n" +
+	"\x0fWebhookDelivery\x12\x1f\n" +
+	"\vdelivery_id\x18\x01 \x01(\tR\n" +
+	"deliveryId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\tR\aeventId\x12\x1b\n" +
+	"\tpayout_id\x18\x04 \x01(\tR\bpayoutId\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1a\n" +
+	"\battempts\x18\x06 \x01(\x05R\battempts\x12(\n" +
+	"\x10last_status_code\x18\a \x01(\x05R\x0elastStatusCode\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError\x12B\n" +
+	"\x0fnext_attempt_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12=\n" +
+	"\fdelivered_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"{\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"c\n" +
+	"\x1dListWebhookDeliveriesResponse\x12B\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\".gpubill.payout.v1.WebhookDeliveryR\n" +
+	"deliveries2\xc5\r\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
 	"\x0fPutPayoutMethod\x12).gpubill.payout.v1.PutPayoutMethodRequest\x1a*.gpubill.payout.v1.PutPayoutMethodResponse\"C\x82\xd3\xe4\x93\x02=:\x01*b\rpayout_method\x1a)/v1/providers/{provider_id}/payout-method\x12~\n" +
-	"\x06PutKyc\x12 .gpubill.payout.v1.PutKycRequest\x1a!.gpubill.payout.v1.PutKycResponse\"/\x82\xd3\xe4\x93\x02):\x01*b\x03kyc\x1a\x1f/v1/providers/{provider_id}/kycBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
+	"\x06PutKyc\x12 .gpubill.payout.v1.PutKycRequest\x1a!.gpubill.payout.v1.PutKycResponse\"/\x82\xd3\xe4\x93\x02):\x01*b\x03kyc\x1a\x1f/v1/providers/{provider_id}/kyc\x12\x9b\x01\n" +
+	"\x0fGetPayoutMethod\x12).gpubill.payout.v1.GetPayoutMethodRequest\x1a*.gpubill.payout.v1.GetPayoutMethodResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/providers/{provider_id}/payout-method\x12\x92\x01\n" +
+	"\fCancelPayout\x12&.gpubill.payout.v1.CancelPayoutRequest\x1a'.gpubill.payout.v1.CancelPayoutResponse\"1\x82\xd3\xe4\x93\x02+:\x01*b\x06payout\"\x1e/v1/payouts/{payout_id}:cancel\x12\x8e\x01\n" +
+	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xa8\x01\n" +
+	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
+	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\x8d\x01\n" +
+	"\fListWebhooks\x12&.gpubill.payout.v1.ListWebhooksRequest\x1a'.gpubill.payout.v1.ListWebhooksResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/providers/{provider_id}/webhooks\x12\xc0\x01\n" +
+	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveriesBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
 
 var (
 	file_gpubill_payout_v1_payout_proto_rawDescOnce sync.Once
@@ -974,46 +2139,91 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
-	(*PayoutStatusChange)(nil),          // 0: gpubill.payout.v1.PayoutStatusChange
-	(*Payout)(nil),                      // 1: gpubill.payout.v1.Payout
-	(*PayoutMethod)(nil),                // 2: gpubill.payout.v1.PayoutMethod
-	(*Kyc)(nil),                         // 3: gpubill.payout.v1.Kyc
-	(*GetPayoutRequest)(nil),            // 4: gpubill.payout.v1.GetPayoutRequest
-	(*GetPayoutResponse)(nil),           // 5: gpubill.payout.v1.GetPayoutResponse
-	(*ListProviderPayoutsRequest)(nil),  // 6: gpubill.payout.v1.ListProviderPayoutsRequest
-	(*ListProviderPayoutsResponse)(nil), // 7: gpubill.payout.v1.ListProviderPayoutsResponse
-	(*PutPayoutMethodRequest)(nil),      // 8: gpubill.payout.v1.PutPayoutMethodRequest
-	(*PutPayoutMethodResponse)(nil),     // 9: gpubill.payout.v1.PutPayoutMethodResponse
-	(*PutKycRequest)(nil),               // 10: gpubill.payout.v1.PutKycRequest
-	(*PutKycResponse)(nil),              // 11: gpubill.payout.v1.PutKycResponse
-	(*timestamppb.Timestamp)(nil),       // 12: google.protobuf.Timestamp
+	(*PayoutStatusChange)(nil),            // 0: gpubill.payout.v1.PayoutStatusChange
+	(*Payout)(nil),                        // 1: gpubill.payout.v1.Payout
+	(*PayoutStatement)(nil),               // 2: gpubill.payout.v1.PayoutStatement
+	(*PayoutMethodChange)(nil),            // 3: gpubill.payout.v1.PayoutMethodChange
+	(*GetPayoutMethodRequest)(nil),        // 4: gpubill.payout.v1.GetPayoutMethodRequest
+	(*GetPayoutMethodResponse)(nil),       // 5: gpubill.payout.v1.GetPayoutMethodResponse
+	(*CancelPayoutRequest)(nil),           // 6: gpubill.payout.v1.CancelPayoutRequest
+	(*CancelPayoutResponse)(nil),          // 7: gpubill.payout.v1.CancelPayoutResponse
+	(*RetryPayoutRequest)(nil),            // 8: gpubill.payout.v1.RetryPayoutRequest
+	(*RetryPayoutResponse)(nil),           // 9: gpubill.payout.v1.RetryPayoutResponse
+	(*HoldProviderPayoutsRequest)(nil),    // 10: gpubill.payout.v1.HoldProviderPayoutsRequest
+	(*HoldProviderPayoutsResponse)(nil),   // 11: gpubill.payout.v1.HoldProviderPayoutsResponse
+	(*PayoutMethod)(nil),                  // 12: gpubill.payout.v1.PayoutMethod
+	(*Kyc)(nil),                           // 13: gpubill.payout.v1.Kyc
+	(*GetPayoutRequest)(nil),              // 14: gpubill.payout.v1.GetPayoutRequest
+	(*GetPayoutResponse)(nil),             // 15: gpubill.payout.v1.GetPayoutResponse
+	(*ListProviderPayoutsRequest)(nil),    // 16: gpubill.payout.v1.ListProviderPayoutsRequest
+	(*ListProviderPayoutsResponse)(nil),   // 17: gpubill.payout.v1.ListProviderPayoutsResponse
+	(*PutPayoutMethodRequest)(nil),        // 18: gpubill.payout.v1.PutPayoutMethodRequest
+	(*PutPayoutMethodResponse)(nil),       // 19: gpubill.payout.v1.PutPayoutMethodResponse
+	(*PutKycRequest)(nil),                 // 20: gpubill.payout.v1.PutKycRequest
+	(*PutKycResponse)(nil),                // 21: gpubill.payout.v1.PutKycResponse
+	(*Webhook)(nil),                       // 22: gpubill.payout.v1.Webhook
+	(*CreateWebhookRequest)(nil),          // 23: gpubill.payout.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),         // 24: gpubill.payout.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),           // 25: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),          // 26: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),               // 27: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 28: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 29: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*timestamppb.Timestamp)(nil),         // 30: google.protobuf.Timestamp
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	12, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	30, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	12, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	12, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 4: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 5: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 6: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	1,  // 7: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
-	2,  // 8: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
-	3,  // 9: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	4,  // 10: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	6,  // 11: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	8,  // 12: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	10, // 13: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	5,  // 14: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	7,  // 15: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	9,  // 16: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	11, // 17: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	30, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	30, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
+	30, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
+	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
+	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
+	30, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
+	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
+	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
+	30, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	22, // 17: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	22, // 18: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
+	30, // 19: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	30, // 20: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	30, // 21: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	27, // 22: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	14, // 23: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 24: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 25: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 26: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 27: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 28: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 29: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 30: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 31: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	25, // 32: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	28, // 33: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	15, // 34: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 35: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 36: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 37: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 38: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 39: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 40: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 41: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 42: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	26, // 43: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	29, // 44: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -1027,7 +2237,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

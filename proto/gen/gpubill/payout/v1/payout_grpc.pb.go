@@ -24,10 +24,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PayoutService_GetPayout_FullMethodName           = "/gpubill.payout.v1.PayoutService/GetPayout"
-	PayoutService_ListProviderPayouts_FullMethodName = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
-	PayoutService_PutPayoutMethod_FullMethodName     = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
-	PayoutService_PutKyc_FullMethodName              = "/gpubill.payout.v1.PayoutService/PutKyc"
+	PayoutService_GetPayout_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayout"
+	PayoutService_ListProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
+	PayoutService_PutPayoutMethod_FullMethodName       = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
+	PayoutService_PutKyc_FullMethodName                = "/gpubill.payout.v1.PayoutService/PutKyc"
+	PayoutService_GetPayoutMethod_FullMethodName       = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
+	PayoutService_CancelPayout_FullMethodName          = "/gpubill.payout.v1.PayoutService/CancelPayout"
+	PayoutService_RetryPayout_FullMethodName           = "/gpubill.payout.v1.PayoutService/RetryPayout"
+	PayoutService_HoldProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
+	PayoutService_CreateWebhook_FullMethodName         = "/gpubill.payout.v1.PayoutService/CreateWebhook"
+	PayoutService_ListWebhooks_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListWebhooks"
+	PayoutService_ListWebhookDeliveries_FullMethodName = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
 )
 
 // PayoutServiceClient is the client API for PayoutService service.
@@ -44,6 +51,27 @@ type PayoutServiceClient interface {
 	PutPayoutMethod(ctx context.Context, in *PutPayoutMethodRequest, opts ...grpc.CallOption) (*PutPayoutMethodResponse, error)
 	// Sets a provider's KYC status.
 	PutKyc(ctx context.Context, in *PutKycRequest, opts ...grpc.CallOption) (*PutKycResponse, error)
+	// Returns a provider's payout method (masked) and its changes.
+	GetPayoutMethod(ctx context.Context, in *GetPayoutMethodRequest, opts ...grpc.CallOption) (*GetPayoutMethodResponse, error)
+	// Cancels a payout not yet submitted to its rail (finance). Its amount
+	// stays in provider:{id}:available.
+	CancelPayout(ctx context.Context, in *CancelPayoutRequest, opts ...grpc.CallOption) (*CancelPayoutResponse, error)
+	// Retries a failed or returned payout (finance), typically after the
+	// provider changed its payout method: a new attempt under a new rail
+	// reference (payout id-attempt).
+	RetryPayout(ctx context.Context, in *RetryPayoutRequest, opts ...grpc.CallOption) (*RetryPayoutResponse, error)
+	// Holds (or, with an empty reason, releases) every payout of a provider
+	// not yet submitted (finance): they wait in action_required.
+	HoldProviderPayouts(ctx context.Context, in *HoldProviderPayoutsRequest, opts ...grpc.CallOption) (*HoldProviderPayoutsResponse, error)
+	// Subscribes a URL to the provider's payout status changes. Each delivery
+	// is a POST of the change (JSON) with the headers Gpubill-Timestamp (unix
+	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
+	// timestamp + "." + body)); retried with backoff until a 2xx.
+	CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error)
+	// Lists a provider's webhook subscriptions (secrets masked).
+	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
+	// The delivery log of a provider's webhooks, newest first.
+	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
 }
 
 type payoutServiceClient struct {
@@ -94,6 +122,76 @@ func (c *payoutServiceClient) PutKyc(ctx context.Context, in *PutKycRequest, opt
 	return out, nil
 }
 
+func (c *payoutServiceClient) GetPayoutMethod(ctx context.Context, in *GetPayoutMethodRequest, opts ...grpc.CallOption) (*GetPayoutMethodResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPayoutMethodResponse)
+	err := c.cc.Invoke(ctx, PayoutService_GetPayoutMethod_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) CancelPayout(ctx context.Context, in *CancelPayoutRequest, opts ...grpc.CallOption) (*CancelPayoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelPayoutResponse)
+	err := c.cc.Invoke(ctx, PayoutService_CancelPayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) RetryPayout(ctx context.Context, in *RetryPayoutRequest, opts ...grpc.CallOption) (*RetryPayoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryPayoutResponse)
+	err := c.cc.Invoke(ctx, PayoutService_RetryPayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) HoldProviderPayouts(ctx context.Context, in *HoldProviderPayoutsRequest, opts ...grpc.CallOption) (*HoldProviderPayoutsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HoldProviderPayoutsResponse)
+	err := c.cc.Invoke(ctx, PayoutService_HoldProviderPayouts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateWebhookResponse)
+	err := c.cc.Invoke(ctx, PayoutService_CreateWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhooksResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ListWebhooks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookDeliveriesResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ListWebhookDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PayoutServiceServer is the server API for PayoutService service.
 // All implementations must embed UnimplementedPayoutServiceServer
 // for forward compatibility.
@@ -108,6 +206,27 @@ type PayoutServiceServer interface {
 	PutPayoutMethod(context.Context, *PutPayoutMethodRequest) (*PutPayoutMethodResponse, error)
 	// Sets a provider's KYC status.
 	PutKyc(context.Context, *PutKycRequest) (*PutKycResponse, error)
+	// Returns a provider's payout method (masked) and its changes.
+	GetPayoutMethod(context.Context, *GetPayoutMethodRequest) (*GetPayoutMethodResponse, error)
+	// Cancels a payout not yet submitted to its rail (finance). Its amount
+	// stays in provider:{id}:available.
+	CancelPayout(context.Context, *CancelPayoutRequest) (*CancelPayoutResponse, error)
+	// Retries a failed or returned payout (finance), typically after the
+	// provider changed its payout method: a new attempt under a new rail
+	// reference (payout id-attempt).
+	RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error)
+	// Holds (or, with an empty reason, releases) every payout of a provider
+	// not yet submitted (finance): they wait in action_required.
+	HoldProviderPayouts(context.Context, *HoldProviderPayoutsRequest) (*HoldProviderPayoutsResponse, error)
+	// Subscribes a URL to the provider's payout status changes. Each delivery
+	// is a POST of the change (JSON) with the headers Gpubill-Timestamp (unix
+	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
+	// timestamp + "." + body)); retried with backoff until a 2xx.
+	CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error)
+	// Lists a provider's webhook subscriptions (secrets masked).
+	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
+	// The delivery log of a provider's webhooks, newest first.
+	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }
 
@@ -129,6 +248,27 @@ func (UnimplementedPayoutServiceServer) PutPayoutMethod(context.Context, *PutPay
 }
 func (UnimplementedPayoutServiceServer) PutKyc(context.Context, *PutKycRequest) (*PutKycResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutKyc not implemented")
+}
+func (UnimplementedPayoutServiceServer) GetPayoutMethod(context.Context, *GetPayoutMethodRequest) (*GetPayoutMethodResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPayoutMethod not implemented")
+}
+func (UnimplementedPayoutServiceServer) CancelPayout(context.Context, *CancelPayoutRequest) (*CancelPayoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelPayout not implemented")
+}
+func (UnimplementedPayoutServiceServer) RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetryPayout not implemented")
+}
+func (UnimplementedPayoutServiceServer) HoldProviderPayouts(context.Context, *HoldProviderPayoutsRequest) (*HoldProviderPayoutsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldProviderPayouts not implemented")
+}
+func (UnimplementedPayoutServiceServer) CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateWebhook not implemented")
+}
+func (UnimplementedPayoutServiceServer) ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhooks not implemented")
+}
+func (UnimplementedPayoutServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
 }
 func (UnimplementedPayoutServiceServer) mustEmbedUnimplementedPayoutServiceServer() {}
 func (UnimplementedPayoutServiceServer) testEmbeddedByValue()                       {}
@@ -223,6 +363,132 @@ func _PayoutService_PutKyc_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_GetPayoutMethod_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPayoutMethodRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).GetPayoutMethod(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_GetPayoutMethod_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).GetPayoutMethod(ctx, req.(*GetPayoutMethodRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_CancelPayout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelPayoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).CancelPayout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_CancelPayout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).CancelPayout(ctx, req.(*CancelPayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_RetryPayout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryPayoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).RetryPayout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_RetryPayout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).RetryPayout(ctx, req.(*RetryPayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_HoldProviderPayouts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldProviderPayoutsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).HoldProviderPayouts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_HoldProviderPayouts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).HoldProviderPayouts(ctx, req.(*HoldProviderPayoutsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_CreateWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).CreateWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_CreateWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).CreateWebhook(ctx, req.(*CreateWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_ListWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhooksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ListWebhooks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ListWebhooks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ListWebhooks(ctx, req.(*ListWebhooksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ListWebhookDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ListWebhookDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ListWebhookDeliveries(ctx, req.(*ListWebhookDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PayoutService_ServiceDesc is the grpc.ServiceDesc for PayoutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -245,6 +511,34 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PutKyc",
 			Handler:    _PayoutService_PutKyc_Handler,
+		},
+		{
+			MethodName: "GetPayoutMethod",
+			Handler:    _PayoutService_GetPayoutMethod_Handler,
+		},
+		{
+			MethodName: "CancelPayout",
+			Handler:    _PayoutService_CancelPayout_Handler,
+		},
+		{
+			MethodName: "RetryPayout",
+			Handler:    _PayoutService_RetryPayout_Handler,
+		},
+		{
+			MethodName: "HoldProviderPayouts",
+			Handler:    _PayoutService_HoldProviderPayouts_Handler,
+		},
+		{
+			MethodName: "CreateWebhook",
+			Handler:    _PayoutService_CreateWebhook_Handler,
+		},
+		{
+			MethodName: "ListWebhooks",
+			Handler:    _PayoutService_ListWebhooks_Handler,
+		},
+		{
+			MethodName: "ListWebhookDeliveries",
+			Handler:    _PayoutService_ListWebhookDeliveries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,62 @@
+// Package app holds payout's use cases: the payout workflow (one per
+// payout, payout-{id}) and the rail it drives.
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Rail states of a transfer, as a rail reports them.
+const (
+	RailAccepted  = "accepted"   // taken, not yet sent
+	RailInTransit = "in_transit" // sent to the receiving bank or wallet
+	RailPaid      = "paid"
+	RailFailed    = "failed"
+	RailReturned  = "returned" // paid, then bounced back
+)
+
+// ErrUnknownReference is a rail's answer to a query for a reference it has
+// never accepted: only then may the transfer be submitted.
+var ErrUnknownReference = errors.New("rail: unknown reference")
+
+// ErrRailUnavailable is an outage: the result is unknown, query again later.
+var ErrRailUnavailable = errors.New("rail: unavailable")
+
+// Transfer is one payout attempt as a rail receives it.
+type Transfer struct {
+	Reference  string // the payout id (or payout id-attempt): the rail's idempotency key
+	ProviderID string
+	Currency   string
+	Amount     decimal.Decimal
+	Method     domain.Method
+}
+
+// RailStatus is what a rail knows about a reference.
+type RailStatus struct {
+	Reference       string
+	State           string // Rail*
+	FailureCode     string // failed or returned: e.g. account_frozen
+	Message         string
+	ExpectedArrival time.Time // zero when unknown
+}
+
+// Rail is a payout rail (bank, Alipay, WeChat Pay, the sandbox). Submit is
+// idempotent by reference; a caller that did not get an answer must Query
+// the reference before submitting again, and never submit the same payout
+// attempt under another reference. Both return ErrRailUnavailable (or any
+// other error) when the outcome is unknown.
+type Rail interface {
+	Name() string
+	Submit(ctx context.Context, t Transfer) (RailStatus, error)
+	Query(ctx context.Context, reference string) (RailStatus, error)
+}
+
+// Notifier is told when a rail has news about a reference (its asynchronous
+// callback); the workflow then queries the rail.
+type Notifier func(reference string)

@@ -1,0 +1,226 @@
+package ports
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/ids"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Webhook delivery limits.
+const (
+	deliveryBatchMax     = 50
+	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
+	deliveryTimeout      = 10 * time.Second
+	deliveryAttemptsMax  = 15               // then failed (kept in the log)
+	deliveryBackoffFirst = time.Second      // doubling per attempt
+	deliveryBackoffMax   = time.Hour
+	deliveryIdle         = 500 * time.Millisecond
+	webhookSecretLenMin  = 16
+	webhookURLLenMax     = 2048
+	webhooksPerProvider  = 10
+	deliveryPageMax      = 200
+	deliveryErrorLenMax  = 200
+)
+
+// Signature headers of a delivery.
+const (
+	HeaderTimestamp = "Gpubill-Timestamp"
+	HeaderSignature = "Gpubill-Signature"
+	HeaderEventID   = "Gpubill-Event-Id"
+)
+
+// Sign is the signature of a delivery: "v1=" + hex(HMAC-SHA256(secret,
+// timestamp + "." + body)). A receiver recomputes it and refuses a stale
+// timestamp (replay).
+func Sign(secret string, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(m, "%d.", ts)
+	m.Write(body)
+	return "v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Deliverer sends webhook deliveries until they get a 2xx, with backoff.
+type Deliverer struct {
+	Store *adapters.Store
+	Clock clock.Clock
+	HTTP  *http.Client
+	Log   *slog.Logger
+	// BackoffFirst overrides deliveryBackoffFirst (tests).
+	BackoffFirst time.Duration
+}
+
+// Run delivers until ctx ends.
+func (d *Deliverer) Run(ctx context.Context) error {
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{Timeout: deliveryTimeout}
+	}
+	for {
+		n, err := d.deliverOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhook deliveries", "err", err)
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(deliveryIdle):
+		}
+	}
+}
+
+func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
+	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, deliveryBatchMax)
+	if err != nil {
+		return 0, err
+	}
+	for _, dl := range ds {
+		code, sendErr := d.send(ctx, dl)
+		now := d.Clock.Now()
+		status, errText, next := "delivered", "", now
+		if sendErr != nil {
+			errText = sendErr.Error()
+			if len(errText) > deliveryErrorLenMax {
+				errText = errText[:deliveryErrorLenMax]
+			}
+			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
+			if dl.Attempts+1 >= deliveryAttemptsMax {
+				status = "failed"
+			}
+		}
+		if err := d.Store.FinishDelivery(ctx, dl.ID, status, code, errText, next, now); err != nil {
+			return len(ds), err
+		}
+	}
+	return len(ds), nil
+}
+
+func (d *Deliverer) backoff(attempt int) time.Duration {
+	b := deliveryBackoffFirst
+	if d.BackoffFirst > 0 {
+		b = d.BackoffFirst
+	}
+	for range attempt - 1 {
+		b *= 2
+		if b >= deliveryBackoffMax {
+			return deliveryBackoffMax
+		}
+	}
+	return b
+}
+
+func (d *Deliverer) send(ctx context.Context, dl adapters.Delivery) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Payload))
+	if err != nil {
+		return 0, err
+	}
+	ts := d.Clock.Now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, Sign(dl.Secret, ts, dl.Payload))
+	req.Header.Set(HeaderEventID, dl.EventID)
+	resp, err := d.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+func webhookProto(w adapters.Webhook) *payoutv1.Webhook {
+	return &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: domain.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
+}
+
+// CreateWebhook implements PayoutService.
+func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookRequest) (*payoutv1.CreateWebhookResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	v.Check(req.ProviderId != "", "provider_id", "required")
+	u, err := url.Parse(req.Url)
+	v.Check(err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && len(req.Url) <= webhookURLLenMax,
+		"url", "want an http(s) URL of at most 2048 characters")
+	v.Check(len(req.Secret) >= webhookSecretLenMin, "secret", "at least 16 characters")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	existing, err := s.Store.ListWebhooks(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	if len(existing) >= webhooksPerProvider {
+		return nil, fmt.Errorf("provider %s has %d webhooks, the most allowed: %w", req.ProviderId, len(existing), apperr.ErrPrecondition)
+	}
+	w := adapters.Webhook{ID: ids.New("wh"), ProviderID: req.ProviderId, URL: req.Url, Secret: req.Secret, CreatedAt: s.Clock.Now()}
+	if err := s.Store.CreateWebhook(ctx, w); err != nil {
+		return nil, err
+	}
+	return &payoutv1.CreateWebhookResponse{Webhook: webhookProto(w)}, nil
+}
+
+// ListWebhooks implements PayoutService.
+func (s *Server) ListWebhooks(ctx context.Context, req *payoutv1.ListWebhooksRequest) (*payoutv1.ListWebhooksResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	ws, err := s.Store.ListWebhooks(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &payoutv1.ListWebhooksResponse{}
+	for _, w := range ws {
+		resp.Webhooks = append(resp.Webhooks, webhookProto(w))
+	}
+	return resp, nil
+}
+
+// ListWebhookDeliveries implements PayoutService.
+func (s *Server) ListWebhookDeliveries(ctx context.Context, req *payoutv1.ListWebhookDeliveriesRequest) (*payoutv1.ListWebhookDeliveriesResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	n := deliveryPageMax
+	if req.PageSize > 0 {
+		n = min(int(req.PageSize), deliveryPageMax)
+	}
+	ds, err := s.Store.ListDeliveries(ctx, req.ProviderId, req.WebhookId, n)
+	if err != nil {
+		return nil, err
+	}
+	resp := &payoutv1.ListWebhookDeliveriesResponse{}
+	for _, d := range ds {
+		out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
+			Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,
+			NextAttemptAt: timestamppb.New(d.NextAttemptAt), CreatedAt: timestamppb.New(d.CreatedAt)}
+		if d.DeliveredAt != nil {
+			out.DeliveredAt = timestamppb.New(*d.DeliveredAt)
+		}
+		resp.Deliveries = append(resp.Deliveries, out)
+	}
+	return resp, nil
+}

@@ -1,0 +1,139 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// starterIdle is how often the starter looks for payouts without a workflow
+// when nothing nudged it (a crash between a payout's commit and its start,
+// a retry, a payout written by an older version).
+const starterIdle = 2 * time.Second
+
+// Workflows starts and wakes payout workflows.
+type Workflows struct {
+	Store    *adapters.Store
+	Temporal client.Client
+	Queue    string
+	Timing   app.Timing
+	Log      *slog.Logger
+	nudge    chan struct{}
+}
+
+// NewWorkflows returns a starter ready to Run.
+func NewWorkflows(st *adapters.Store, tc client.Client, queue string, t app.Timing, log *slog.Logger) *Workflows {
+	return &Workflows{Store: st, Temporal: tc, Queue: queue, Timing: t, Log: log, nudge: make(chan struct{}, 1)}
+}
+
+// Nudge makes Run look for unstarted payouts now.
+func (w *Workflows) Nudge() {
+	select {
+	case w.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts payout-{id} for every payout whose workflow is not started,
+// until ctx ends. A payout row is written first and its workflow started
+// after, so a crash in between only delays the start.
+func (w *Workflows) Run(ctx context.Context) error {
+	for {
+		if err := w.startAll(ctx); err != nil && ctx.Err() == nil {
+			w.Log.Warn("start payout workflows", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.nudge:
+		case <-time.After(starterIdle):
+		}
+	}
+}
+
+func (w *Workflows) startAll(ctx context.Context) error {
+	for {
+		ids, err := w.Store.Unstarted(ctx)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		started := make([]string, 0, len(ids))
+		var firstErr error
+		for _, id := range ids {
+			err := w.start(ctx, id)
+			if err == nil {
+				started = append(started, id)
+			} else if firstErr == nil {
+				firstErr = err
+			}
+		}
+		if err := w.Store.SetWorkflowStarted(ctx, started); err != nil {
+			return err
+		}
+		if firstErr != nil {
+			return firstErr
+		}
+	}
+}
+
+// start starts payout-{id}. A run already going counts as started for a
+// first attempt; for a retry the previous run is finishing, so try again.
+func (w *Workflows) start(ctx context.Context, id string) error {
+	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue},
+		app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		p, gerr := w.Store.GetPayout(ctx, id)
+		if gerr != nil {
+			return gerr
+		}
+		if p.Attempt <= 1 {
+			return nil
+		}
+	}
+	return err
+}
+
+// Wake signals payout-{id}; a workflow that is not running is not an error
+// (the starter or the next poll will see the change).
+func (w *Workflows) Wake(ctx context.Context, ids ...string) {
+	for _, id := range ids {
+		err := w.Temporal.SignalWorkflow(ctx, domain.WorkflowID(id), "", app.SignalWake, nil)
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) {
+			w.Log.Warn("wake payout workflow", "payout_id", id, "err", err)
+		}
+	}
+}
+
+// WakeProvider wakes the workflows of a provider's payouts waiting at the
+// gate (its KYC, method or hold changed).
+func (w *Workflows) WakeProvider(ctx context.Context, provider string) {
+	ids, err := w.Store.WaitingIDs(ctx, provider)
+	if err != nil {
+		w.Log.Warn("wake payouts of provider", "provider_id", provider, "err", err)
+		return
+	}
+	w.Wake(ctx, ids...)
+}
+
+// RailCallback is the rail's asynchronous notification: it wakes the
+// payout's workflow, which queries the rail (the callback carries nothing
+// the workflow must trust).
+func (w *Workflows) RailCallback(ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := w.Store.PayoutByReference(ctx, ref)
+	if err != nil {
+		return // not recorded yet: the submitting activity's answer or a poll catches up
+	}
+	w.Wake(ctx, id)
+}

@@ -1,0 +1,110 @@
+package payout
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/ports"
+)
+
+// Every status change reaches the provider's webhook (a receiver on
+// loopback) at least once, signed with HMAC-SHA256 over the timestamp and
+// body; a receiver that fails is retried with backoff, and the delivery
+// log shows the attempts. The same changes are on JetStream as
+// payout.status_changed.{provider}.
+func TestPayoutWebhooks(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, Config{})
+	const secret = "whsec-0123456789abcdef"
+	var mu sync.Mutex
+	got := map[string]bool{} // statuses received with a valid signature
+	calls, bad := 0, 0
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= 2 { // the receiver is down for its first two requests
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		ts, err := strconv.ParseInt(r.Header.Get(ports.HeaderTimestamp), 10, 64)
+		if err != nil || time.Since(time.Unix(ts, 0)) > time.Minute ||
+			!hmac.Equal([]byte(r.Header.Get(ports.HeaderSignature)), []byte(ports.Sign(secret, ts, body))) {
+			bad++
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var ev adapters.WebhookEvent
+		if err := json.Unmarshal(body, &ev); err != nil || ev.ProviderID != "p-hook" || ev.EventID != r.Header.Get(ports.HeaderEventID) {
+			bad++
+			return
+		}
+		got[ev.Status] = true
+	}))
+	defer recv.Close()
+
+	wh, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wh.Webhook.Secret == secret {
+		t.Error("secret answered in clear")
+	}
+	if _, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-other"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret}); err == nil {
+		t.Error("another provider subscribed to p-hook")
+	}
+	if _, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: "ftp://x", Secret: "short"}); err == nil {
+		t.Error("bad url and secret accepted")
+	}
+	st.setup(t, "p-hook", "6222000011115551")
+	st.settle(t, "p-hook", "cyc-20260101", "CNY", "250.00")
+	st.waitStatus(t, "p-hook", "cyc-20260101", "paid", waitLong)
+	testkit.Eventually(t, waitLong, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got["created"] && got["submitted"] && got["in_transit"] && got["paid"]
+	}, "every status change delivered")
+	mu.Lock()
+	if bad != 0 {
+		t.Errorf("%d deliveries with a bad signature or body", bad)
+	}
+	mu.Unlock()
+	ds, err := st.s.api.ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: wh.Webhook.WebhookId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := false
+	for _, d := range ds.Deliveries {
+		if d.Attempts >= 2 && d.Status == "delivered" && d.LastStatusCode == 200 {
+			retried = true
+		}
+	}
+	if !retried || len(ds.Deliveries) < 4 {
+		t.Errorf("delivery log: %d deliveries, none delivered after a retry: %v", len(ds.Deliveries), ds.Deliveries)
+	}
+
+	// JetStream: payout.status_changed.p-hook carries the same changes.
+	testkit.Eventually(t, waitLong, func() bool {
+		s, err := st.js.Stream(context.Background(), "PAYOUT")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("payout.status_changed.p-hook"))
+		return err == nil && info.State.Subjects["payout.status_changed.p-hook"] >= 4
+	}, "status changes on JetStream")
+}
