@@ -224,25 +224,29 @@ func (st *stack) payouts(t *testing.T, provider string) []*payoutv1.Payout {
 	return resp.Payouts
 }
 
-// waitStatus waits for the provider's newest payout of the cycle to reach status.
+// waitStatus waits for the provider's payout of the cycle to reach status.
 func (st *stack) waitStatus(t *testing.T, provider, cycle, status string, within time.Duration) *payoutv1.Payout {
 	t.Helper()
 	var got *payoutv1.Payout
-	testkit.Eventually(t, within, func() bool {
+	deadline := time.Now().Add(within)
+	for {
 		for _, p := range st.payouts(t, provider) {
 			if p.CycleId == cycle {
 				got = p
-				return p.Status == status
 			}
 		}
-		return false
-	}, "payout of %s %s to reach %s (last: %v)", provider, cycle, status, func() string {
-		if got == nil {
-			return "none"
+		if got != nil && got.Status == status {
+			return got
 		}
-		return got.Status + " " + got.StatusReason
-	}())
-	return got
+		if time.Now().After(deadline) {
+			last := "no payout"
+			if got != nil {
+				last = got.Status + " (" + got.StatusReason + ") " + history(got)
+			}
+			t.Fatalf("payout of %s %s did not reach %s within %s: %s", provider, cycle, status, within, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (st *stack) balance(t *testing.T, account, currency string) decimal.Decimal {

@@ -68,7 +68,8 @@ func TestPayoutPaths(t *testing.T) {
 
 	// failed: account_frozen, the money back in available.
 	p = st.waitStatus(t, "p-frozen", cyc1, "failed", waitLong)
-	if p.FailureCode != "account_frozen" || p.FailureMessage == "" || history(p) != "created>submitted>in_transit>failed" {
+	// (in_transit shows when a poll or callback caught the transfer in transit.)
+	if h := history(p); p.FailureCode != "account_frozen" || p.FailureMessage == "" || (h != "created>submitted>in_transit>failed" && h != "created>submitted>failed") {
 		t.Errorf("p-frozen: %s %q %s", p.FailureCode, p.FailureMessage, history(p))
 	}
 	st.checkProvider(t, "p-frozen", "CNY", "300.00", "0")
@@ -81,7 +82,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = st.waitStatus(t, "p-frozen", cyc1, "paid", waitLong)
-	if p.Attempt != 2 || p.RailReference != p.PayoutId+"-2" || history(p) != "created>submitted>in_transit>failed>created>submitted>in_transit>paid" {
+	if h := history(p); p.Attempt != 2 || p.RailReference != p.PayoutId+"-2" || !strings.HasSuffix(h, "failed>created>submitted>in_transit>paid") {
 		t.Errorf("p-frozen retried: attempt %d ref %s history %s", p.Attempt, p.RailReference, history(p))
 	}
 	if n := st.submissions(t, p.PayoutId); n != 1 {

@@ -3,6 +3,8 @@ package payout
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -18,7 +20,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
-	"github.com/gpubill/gpubill/services/payout/internal/ports"
 )
 
 // Every status change reaches the provider's webhook (a receiver on
@@ -42,15 +43,15 @@ func TestPayoutWebhooks(t *testing.T) {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
-		ts, err := strconv.ParseInt(r.Header.Get(ports.HeaderTimestamp), 10, 64)
+		ts, err := strconv.ParseInt(r.Header.Get("Gpubill-Timestamp"), 10, 64)
 		if err != nil || time.Since(time.Unix(ts, 0)) > time.Minute ||
-			!hmac.Equal([]byte(r.Header.Get(ports.HeaderSignature)), []byte(ports.Sign(secret, ts, body))) {
+			!hmac.Equal([]byte(r.Header.Get("Gpubill-Signature")), []byte(wantSignature(secret, r.Header.Get("Gpubill-Timestamp"), body))) {
 			bad++
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
 		var ev adapters.WebhookEvent
-		if err := json.Unmarshal(body, &ev); err != nil || ev.ProviderID != "p-hook" || ev.EventID != r.Header.Get(ports.HeaderEventID) {
+		if err := json.Unmarshal(body, &ev); err != nil || ev.ProviderID != "p-hook" || ev.EventID != r.Header.Get("Gpubill-Event-Id") {
 			bad++
 			return
 		}
@@ -107,4 +108,12 @@ func TestPayoutWebhooks(t *testing.T) {
 		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("payout.status_changed.p-hook"))
 		return err == nil && info.State.Subjects["payout.status_changed.p-hook"] >= 4
 	}, "status changes on JetStream")
+}
+
+// wantSignature computes the documented signature independently of the
+// code under test: "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
+func wantSignature(secret, ts string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "." + string(body)))
+	return "v1=" + hex.EncodeToString(m.Sum(nil))
 }

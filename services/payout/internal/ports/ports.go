@@ -5,8 +5,8 @@ package ports
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"

@@ -29,8 +29,8 @@ const (
 	deliveryBatchMax     = 50
 	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	deliveryTimeout      = 10 * time.Second
-	deliveryAttemptsMax  = 15               // then failed (kept in the log)
-	deliveryBackoffFirst = time.Second      // doubling per attempt
+	deliveryAttemptsMax  = 15          // then failed (kept in the log)
+	deliveryBackoffFirst = time.Second // doubling per attempt
 	deliveryBackoffMax   = time.Hour
 	deliveryIdle         = 500 * time.Millisecond
 	webhookSecretLenMin  = 16
