@@ -42,8 +42,12 @@ func TestPayoutPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.method(t, "p-kyc", "6222000011110005")
+	st.setup(t, "p-held", "6222000011110007")
+	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held", Reason: "dispute"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []struct{ p, net string }{
-		{"p-paid", "620.00"}, {"p-frozen", "300.00"}, {"p-returned", "150.00"}, {"p-min", "60.00"}, {"p-kyc", "210.00"}, {"p-cancel", "400.00"},
+		{"p-paid", "620.00"}, {"p-frozen", "300.00"}, {"p-returned", "150.00"}, {"p-min", "60.00"}, {"p-kyc", "210.00"}, {"p-cancel", "400.00"}, {"p-held", "180.00"},
 	} {
 		st.settle(t, s.p, cyc1, "CNY", s.net)
 	}
@@ -104,6 +108,18 @@ func TestPayoutPaths(t *testing.T) {
 	if p.StatusReason != "no payout method" {
 		t.Errorf("p-cancel reason %q", p.StatusReason)
 	}
+	// Finance holds it first, so setting a method shows in its history without releasing it.
+	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-cancel", Reason: "closing"}); err != nil {
+		t.Fatal(err)
+	}
+	st.method(t, "p-cancel", "6222000011116661")
+	testkit.Eventually(t, waitLong, func() bool {
+		notes := ""
+		for _, c := range st.payouts(t, "p-cancel")[0].StatusHistory {
+			notes += c.Note + "|"
+		}
+		return strings.Contains(notes, "payout method set: bank ****6661") && strings.Contains(notes, "held by finance: closing")
+	}, "method change and hold in the waiting payout's history")
 	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId, Reason: "provider closed"}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +134,19 @@ func TestPayoutPaths(t *testing.T) {
 	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
 		t.Errorf("cancel of a paid payout: %v", err)
 	}
+
+	// A hold: the payout waits with finance's reason; released, it goes.
+	p = st.waitStatus(t, "p-held", cyc1, "action_required", waitLong)
+	if p.StatusReason != "held by finance: dispute" {
+		t.Errorf("p-held reason %q", p.StatusReason)
+	}
+	st.checkProvider(t, "p-held", "CNY", "180.00", "0")
+	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held"}); err != nil {
+		t.Fatal(err)
+	}
+	st.waitStatus(t, "p-held", cyc1, "paid", waitLong)
+	st.checkProvider(t, "p-held", "CNY", "0", "0")
+	paidOut = paidOut.Add(decimal.RequireFromString("180.00"))
 
 	// The KYC gate heals by itself: waiting with the reason, then paid once
 	// finance verifies the KYC (a provider may not verify itself).

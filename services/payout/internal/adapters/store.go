@@ -56,9 +56,31 @@ func (s *Store) PutMethod(ctx context.Context, m Method) error {
 			m.ProviderID, m.Type, m.AccountName, m.AccountNumber, m.AlipayID, m.WechatOpenID, m.BankCode, m.UpdatedAt); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `insert into payout.method_history (provider_id, summary, changed_at) values ($1, $2, $3)`,
-			m.ProviderID, m.Summary(), m.UpdatedAt)
-		return err
+		if _, err := tx.Exec(ctx, `insert into payout.method_history (provider_id, summary, changed_at) values ($1, $2, $3)`,
+			m.ProviderID, m.Summary(), m.UpdatedAt); err != nil {
+			return err
+		}
+		// Payouts not yet on their way keep the change in their history
+		// (and announce it: event and webhooks).
+		rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
+			where provider_id = $1 and status in ('action_required', 'created') and not submitting for update`, m.ProviderID)
+		if err != nil {
+			return err
+		}
+		waiting, err := pgx.CollectRows(rows, scanPayout)
+		if err != nil {
+			return err
+		}
+		for _, p := range waiting {
+			if _, err := tx.Exec(ctx, `update payout.payouts set version = version + 1, updated_at = $2 where payout_id = $1`, p.ID, m.UpdatedAt); err != nil {
+				return err
+			}
+			p.Version++
+			if err := s.record(ctx, tx, &p, p.Status, Change{Status: p.Status, Note: "payout method set: " + m.Summary(), At: m.UpdatedAt}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
