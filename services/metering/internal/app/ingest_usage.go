@@ -92,7 +92,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	}
 
 	// Pass 2: parties, repeats and overlaps inside the batch.
-	byID := make(map[string]bool, len(cands))
+	byID := make(map[string]domain.Event, len(cands))
 	byLease := map[string][]int32{} // indexes into recs
 	recs := make([]postgres.Recorded, 0, len(cands))
 	recIdx := make([]int, 0, len(cands))
@@ -106,7 +106,11 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			reject(c.idx, ev.ID, fmt.Sprintf("unknown renter %q", ev.RenterID))
 			continue
 		}
-		if byID[ev.ID] {
+		if first, ok := byID[ev.ID]; ok {
+			if diff := first.Differs(ev); len(diff) > 0 {
+				reject(c.idx, ev.ID, domain.ConflictReason(ev.ID, diff))
+				continue
+			}
 			res.Duplicates++
 			continue
 		}
@@ -121,7 +125,7 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", overlapped, ev.LeaseID))
 			continue
 		}
-		byID[ev.ID] = true
+		byID[ev.ID] = ev
 		byLease[ev.LeaseID] = append(byLease[ev.LeaseID], int32(len(recs)))
 		cy := a.Calendar.ForUsageEnd(ev.End)
 		status := domain.StatusAccepted
@@ -169,14 +173,18 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			for i, e := range skipped {
 				sids[i] = e.ID
 			}
-			exist, err := a.Store.ExistingIDs(ctx, tx, sids)
+			exist, err := a.Store.Existing(ctx, tx, sids)
 			if err != nil {
 				return err
 			}
 			var overlapping []domain.Event
 			var overlappingIdx []int
 			for i, e := range skipped {
-				if exist[e.ID] {
+				if stored, ok := exist[e.ID]; ok {
+					if diff := stored.Differs(e); len(diff) > 0 {
+						dbRejected = append(dbRejected, Rejection{Index: skippedIdx[i], ID: e.ID, Reason: domain.ConflictReason(e.ID, diff)})
+						continue
+					}
 					dups++
 					continue
 				}

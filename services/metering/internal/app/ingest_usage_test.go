@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -258,7 +259,7 @@ func TestIngestConcurrentOverlapOneWins(t *testing.T) {
 }
 
 // Two ingests sharing event ids under different leases (a confused agent)
-// neither deadlock nor record an id twice.
+// neither deadlock nor record an id twice, and refuse the twin.
 func TestIngestConcurrentSharedIDs(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
@@ -284,7 +285,16 @@ func TestIngestConcurrentSharedIDs(t *testing.T) {
 			t.Fatal(errs[i])
 		}
 	}
-	if res[0].Accepted+res[1].Accepted != n || res[0].Duplicates+res[1].Duplicates != n {
-		t.Fatalf("%+v / %+v", res[0], res[1])
+	// Each id is recorded once; its twin under the other lease is the same
+	// key with another body: rejected, not counted as a duplicate.
+	rejected := len(res[0].Rejected) + len(res[1].Rejected)
+	if res[0].Accepted+res[1].Accepted != n || res[0].Duplicates+res[1].Duplicates != 0 || rejected != n {
+		t.Fatalf("accepted %d+%d, duplicates %d+%d, rejected %d; want %d accepted and %d rejected",
+			res[0].Accepted, res[1].Accepted, res[0].Duplicates, res[1].Duplicates, rejected, n, n)
+	}
+	for _, r := range append(res[0].Rejected, res[1].Rejected...) {
+		if !strings.Contains(r.Reason, "recorded with a different body (lease_id differ)") {
+			t.Fatalf("rejection %+v, want the lease_id conflict", r)
+		}
 	}
 }

@@ -130,3 +130,30 @@ func clip(s string) string {
 
 // Overlaps reports whether [a.Start,a.End) and [b.Start,b.End) share time.
 func Overlaps(a, b Event) bool { return a.Start.Before(b.End) && b.Start.Before(a.End) }
+
+// Differs names the fields in which two events with the same id differ (nil
+// when they are the same event): an id is the idempotency key of its event,
+// so a repeat with another body is refused, not counted as a duplicate.
+func (e Event) Differs(o Event) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"lease_id", e.LeaseID == o.LeaseID}, {"provider_id", e.ProviderID == o.ProviderID}, {"renter_id", e.RenterID == o.RenterID},
+		{"gpu_model", e.GPUModel == o.GPUModel}, {"gpu_count", e.GPUCount == o.GPUCount},
+		{"start_time", e.Start.Equal(o.Start)}, {"end_time", e.End.Equal(o.End)},
+		{"region", e.Region == o.Region}, {"workload", e.Workload == o.Workload},
+	} {
+		if !f.same {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// ConflictReason is the rejection of an event whose id was recorded with
+// another body.
+func ConflictReason(id string, fields []string) string {
+	return fmt.Sprintf("id %s was recorded with a different body (%s differ): an event id is its idempotency key", clip(id), strings.Join(fields, ", "))
+}

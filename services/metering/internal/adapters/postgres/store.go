@@ -290,19 +290,24 @@ func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map
 	return inserted, rows.Err()
 }
 
-// ExistingIDs returns which of ids are recorded.
-func (s *Store) ExistingIDs(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, `select id from metering.usage_events where id = any($1)`, ids)
+// Existing returns the recorded events among ids, by id.
+func (s *Store) Existing(ctx context.Context, tx pgx.Tx, ids []string) (map[string]domain.Event, error) {
+	rows, err := tx.Query(ctx, `select id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload
+		from metering.usage_events where id = any($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("existing usage ids: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Event, error) {
+		var e domain.Event
+		err := r.Scan(&e.ID, &e.LeaseID, &e.ProviderID, &e.RenterID, &e.GPUModel, &e.GPUCount, &e.Start, &e.End, &e.Region, &e.Workload)
+		return e, err
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("existing usage ids: %w", err)
 	}
-	out := make(map[string]bool, len(got))
-	for _, x := range got {
-		out[x] = true
+	out := make(map[string]domain.Event, len(got))
+	for _, e := range got {
+		out[e.ID] = e
 	}
 	return out, nil
 }
