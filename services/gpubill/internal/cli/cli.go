@@ -110,7 +110,8 @@ const name = "gpubill"
 // request (COMP_LINE set by `complete -C`) before parsing and ends the run.
 func options() []kong.Option {
 	return []kong.Option{
-		kong.Description("gpubill: billing and settlement for a GPU compute marketplace.\n\n" + cmdline.ExitCodesHelp),
+		kong.Description("gpubill: billing and settlement for a GPU compute marketplace.\n\n" + cmdline.ExitCodesHelp +
+			" A read-only command (ledger verify) fails with 1 on what it finds (a broken chain) and on a missing database or schema, which it never creates."),
 	}
 }
 

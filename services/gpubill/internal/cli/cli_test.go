@@ -339,6 +339,7 @@ func TestExitCodes(t *testing.T) {
 		giveEnv  []string
 		wantCode int
 	}{
+		{give: nil, wantCode: 2}, // no command
 		{give: []string{"no-such-command"}, wantCode: 2},
 		{give: []string{"token"}, wantCode: 2}, // --role is required
 		{give: []string{"ledger", "verify", "--no-such-flag"}, wantCode: 2},
