@@ -4,8 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -89,4 +91,29 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 	if rep.Verdict != "balanced" || len(rep.Breaches) != 0 {
 		t.Fatalf("settlement with its sweep reported %s with breaches %+v, want balanced without", rep.Verdict, rep.Breaches)
 	}
+}
+
+// Through REST, a manual entry into a closed cycle's pending account is a 400
+// (FAILED_PRECONDITION) naming the cycle, and changes nothing.
+func TestRESTClosedCycleEntryIs400(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	const closed = "cyc-20261112"
+	f.deposit(t, "r-1", "10", "USD", "top")
+	if _, err := f.app.CloseLedgerCycle(f.ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+	code, body := c.do("POST", "/v1/transactions", `{"idempotency_key":"late-credit","postings":[
+		{"account":"renter:r-1:wallet","direction":"debit","amount":"1.00","currency":"USD"},
+		{"account":"provider:p-1:pending:`+closed+`","direction":"credit","amount":"1.00","currency":"USD"}]}`)
+	if code != 400 || !strings.Contains(body, closed) || !strings.Contains(body, "provider:p-1:pending:cyc-20261227") {
+		t.Fatalf("credit into closed %s: %d %s; want 400 naming it and the open cycle", closed, code, body)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "10")
 }

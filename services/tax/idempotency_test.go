@@ -1,6 +1,8 @@
 package tax
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -50,5 +52,39 @@ func TestWithholdingKeyReplaysOrConflicts(t *testing.T) {
 		if got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req); code(err) != codes.Aborted {
 			t.Errorf("same key, different %s: %v, %v; want a conflict (409)", name, got, err)
 		}
+	}
+}
+
+// A provider recorded before metering checked the id grammar may carry a
+// jurisdiction no ledger address can hold ("CN BEIJING"): its withholding is
+// refused with a FailedPrecondition naming the jurisdiction (not posted and
+// left to fail at the ledger), and goes through once the provider is
+// corrected; a request naming such a jurisdiction is a 400 naming the field.
+func TestWithholdingRefusesJurisdictionOutsideTheGrammar(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	ctx := context.Background()
+	setJurisdiction := func(j string, version int) {
+		if _, err := s.d.Pool.Exec(ctx, `insert into tax.profiles (provider_id, tax_profile, jurisdiction, version, updated_at)
+			values ('p-old', 'individual', $1, $2, now()) on conflict (provider_id) do update
+			set jurisdiction = excluded.jurisdiction, version = excluded.version`, j, version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setJurisdiction("CN BEIJING", 1)
+	req := &taxv1.ComputeWithholdingRequest{ProviderId: "p-old", CycleId: "cyc-20260101", Currency: "CNY", Gross: "100.00",
+		CommissionRate: "0.20", IdempotencyKey: "k-old"}
+	_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+	if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "CN BEIJING") {
+		t.Fatalf("withholding with jurisdiction CN BEIJING: %v, want FailedPrecondition naming it", err)
+	}
+	setJurisdiction("CN-BJ", 2)
+	if got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req); err != nil || got.Jurisdiction != "CN-BJ" {
+		t.Fatalf("after the correction: %v, %v; want CN-BJ", got, err)
+	}
+	bad := &taxv1.ComputeWithholdingRequest{ProviderId: "p-1", CycleId: "cyc-20260101", Currency: "CNY", Gross: "100.00",
+		CommissionRate: "0.20", Jurisdiction: "CN Beijing", IdempotencyKey: "k-bad"}
+	if _, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), bad); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "jurisdiction") {
+		t.Fatalf("request naming CN Beijing: %v, want InvalidArgument on jurisdiction", err)
 	}
 }
