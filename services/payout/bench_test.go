@@ -34,18 +34,20 @@ func TestBenchPayoutStatus(t *testing.T) {
 	ctx := context.Background()
 	// Paid payouts with a full history, written directly (the workflows are
 	// not what is measured).
-	if _, err := st.s.d.Pool.Exec(ctx, `
+	for _, q := range []string{`
 		insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,
 			method, method_summary, rail_reference, workflow_started, version, expected_arrival, created_at, updated_at)
 		select 'po-bench-' || i, 'p-' || lpad(i::text, 5, '0'), 'cyc-20260101', 'CNY', 1000, 250, 150, 600, 'paid',
 			'bank', 'bank ****0001', 'po-bench-' || i, true, 5, date '2026-02-18', now(), now()
-		from generate_series(1, $1) i;
+		from generate_series(1, $1::int) i`, `
 		insert into payout.status_history (payout_id, seq, status, note, at)
 		select 'po-bench-' || i, s, (array['created', 'submitted', 'in_transit', 'paid'])[s], 'bench', now()
-		from generate_series(1, $1) i, generate_series(1, 4) s;
+		from generate_series(1, $1::int) i, generate_series(1, 4) s`, `
 		insert into payout.payout_statements (payout_id, cycle_id, currency, net)
-		select 'po-bench-' || i, 'cyc-20260101', 'CNY', 600 from generate_series(1, $1) i`, benchProviders); err != nil {
-		t.Fatal(err)
+		select 'po-bench-' || i, 'cyc-20260101', 'CNY', 600 from generate_series(1, $1::int) i`} {
+		if _, err := st.s.d.Pool.Exec(ctx, q, benchProviders); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tokens := make([]string, benchProviders)
 	tags := make([]string, benchProviders)

@@ -406,16 +406,47 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, 
 	return ps, nil
 }
 
-// GetPayout returns one payout or ErrNotFound.
+// GetPayout returns one payout or ErrNotFound: one round trip (the
+// history and statements come as JSON arrays), since providers poll it.
 func (s *Store) GetPayout(ctx context.Context, id string) (Payout, error) {
-	ps, err := s.list(ctx, `payout_id = $1`, id)
+	rows, err := s.Pool.Query(ctx, `select `+payoutCols+`,
+			coalesce((select json_agg(json_build_object('s', status, 'n', note, 'a', at) order by seq)
+				from payout.status_history h where h.payout_id = p.payout_id), '[]'),
+			coalesce((select json_agg(json_build_object('c', cycle_id, 'u', currency, 'n', net::text) order by cycle_id)
+				from payout.payout_statements st where st.payout_id = p.payout_id), '[]')
+		from payout.payouts p where payout_id = $1`, id)
 	if err != nil {
 		return Payout{}, err
 	}
-	if len(ps) == 0 {
+	p, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (Payout, error) {
+		var p Payout
+		var hist []struct {
+			S, N string
+			A    time.Time
+		}
+		var sts []struct{ C, U, N string }
+		err := r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
+			&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
+			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &hist, &sts)
+		if err != nil {
+			return p, err
+		}
+		for _, h := range hist {
+			p.History = append(p.History, Change{Status: h.S, Note: h.N, At: h.A})
+		}
+		for _, st := range sts {
+			net, err := decimal.NewFromString(st.N)
+			if err != nil {
+				return p, fmt.Errorf("payout %s statement %s: %w", p.ID, st.C, err)
+			}
+			p.Statements = append(p.Statements, Statement{CycleID: st.C, Currency: st.U, Net: net})
+		}
+		return p, nil
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Payout{}, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
 	}
-	return ps[0], nil
+	return p, err
 }
 
 // ListPayouts lists a provider's payouts, newest first.
