@@ -11,7 +11,6 @@ package ids
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -22,15 +21,22 @@ const (
 	JurisdictionLenMax = 16
 )
 
-var (
-	// A party id: ASCII letters, digits, '_' and '-', starting with a letter
-	// or digit. No ':' (the address separator), no '.', '*', '>' or space (NATS
-	// subject tokens), no '@', '/' or non-ASCII (paths, logs, bank files).
-	partyIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	// A jurisdiction: an ISO 3166 code or a code with a subdivision (CN,
-	// CN-BJ, US_CA), same alphabet as party ids, at most 16 characters.
-	jurisdictionRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,15}$`)
-)
+// A party id: ASCII letters, digits, '_' and '-', starting with a letter or
+// digit, at most PartyIDLenMax bytes. No ':' (the address separator), no '.',
+// '*', '>' or space (NATS subject tokens), no '@', '/' or non-ASCII (paths,
+// logs, bank files). A jurisdiction: an ISO 3166 code or a code with a
+// subdivision (CN, CN-BJ, US_CA), same alphabet, at most JurisdictionLenMax.
+// Checked with a byte loop, not a regexp: ingest checks two ids per event.
+func wellFormed(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '-') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // ErrGrammar is wrapped by every refusal of this grammar.
 var ErrGrammar = errors.New("breaks the id grammar")
@@ -63,7 +69,7 @@ func CheckPartyID(id string) error {
 		return &GrammarError{id, "is empty: an id is required"}
 	case len(id) > PartyIDLenMax:
 		return &GrammarError{id, fmt.Sprintf("is longer than %d characters", PartyIDLenMax)}
-	case !partyIDRe.MatchString(id):
+	case !wellFormed(id):
 		return &GrammarError{id, "may contain only ASCII letters, digits, '_' and '-', and must start with a letter or digit " +
 			"(it is part of ledger addresses and event subjects)"}
 	}
@@ -77,7 +83,7 @@ func CheckJurisdiction(j string) error {
 		return &GrammarError{j, "is empty: a jurisdiction is required (e.g. CN, US, CN-BJ)"}
 	case len(j) > JurisdictionLenMax:
 		return &GrammarError{j, fmt.Sprintf("is longer than %d characters", JurisdictionLenMax)}
-	case !jurisdictionRe.MatchString(j):
+	case !wellFormed(j):
 		return &GrammarError{j, "may contain only ASCII letters, digits, '_' and '-' (e.g. CN, US, CN-BJ; " +
 			"it is part of the ledger address tax:withheld:{jurisdiction})"}
 	}
