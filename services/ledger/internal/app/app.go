@@ -71,6 +71,9 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(pgx
 	resultID := t.ID
 	var changes []postgres.BalanceChange
 	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		if err := lockTouchedCycles(ctx, tx, []*domain.Transaction{t}); err != nil {
+			return err
+		}
 		fresh, ch, err := a.Store.Post(ctx, tx, []*domain.Transaction{t}, func(fresh []*domain.Transaction) error {
 			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
 		})

@@ -21,9 +21,10 @@ import (
 // nothing can strand money in a settled cycle or leave it negative for good.
 //
 // It runs inside the write's Postgres transaction, after the postings, on the
-// fresh transactions only (a replay of an earlier write still returns it). It
-// holds the touched cycles' lock shared until commit, as posting charges does,
-// so a close waits for the write and a write never slips past a close.
+// fresh transactions only (a replay of an earlier write still returns it).
+// lockTouchedCycles took the touched cycles' lock shared before the postings,
+// as posting charges does (cycle locks before balance rows, in one order), so
+// a close waits for the write and a write never slips past a close.
 //
 // A group commit (single false) that touches a closed cycle's pending account
 // returns errGroupRetry, so each such write is judged alone on its own balance.
@@ -40,9 +41,6 @@ func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.
 	}
 	if len(touched) == 0 {
 		return nil
-	}
-	if err := lockCyclesShared(ctx, tx, touched); err != nil {
-		return err
 	}
 	closed, err := closedCycles(ctx, tx)
 	if err != nil {
@@ -94,4 +92,20 @@ func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.
 		}
 	}
 	return nil
+}
+
+// lockTouchedCycles holds, until commit, the lock of every cycle whose
+// provider pending account txs touch, shared (a close takes it exclusively).
+func lockTouchedCycles(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) error {
+	var touched []string
+	seen := map[string]bool{}
+	for _, t := range txs {
+		for _, p := range t.Postings {
+			if c := p.Account.Cycle; c != "" && !seen[c] {
+				seen[c] = true
+				touched = append(touched, c)
+			}
+		}
+	}
+	return lockCyclesShared(ctx, tx, touched)
 }

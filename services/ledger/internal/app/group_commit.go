@@ -119,6 +119,9 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 	}
 	var changes []postgres.BalanceChange
 	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+		if err := lockTouchedCycles(ctx, tx, txs); err != nil {
+			return err
+		}
 		fresh, ch, err := a.Store.Post(ctx, tx, txs, func(fresh []*domain.Transaction) error {
 			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
 		})
