@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
 // Sentinel kinds; wrap them with fmt.Errorf("...: %w", apperr.ErrNotFound).
@@ -68,12 +71,34 @@ func (v *Validator) Check(ok bool, field, format string, args ...any) {
 	}
 }
 
+// Len is the number of violations recorded.
+func (v *Validator) Len() int { return len(v.v) }
+
 // Err returns the collected violations as an error, or nil.
 func (v *Validator) Err() error {
 	if len(v.v) == 0 {
 		return nil
 	}
 	return &InvalidError{Violations: v.v}
+}
+
+// Bounds on what an error echoes back: a reason quoting a megabyte of input
+// would make a refusal cost as much as the request.
+const (
+	messageBytesMax   = 1024
+	violationBytesMax = 256
+)
+
+// clip shortens s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // ToStatus maps an error to a gRPC status error.
@@ -87,44 +112,74 @@ func ToStatus(err error) error {
 	var inv *InvalidError
 	switch {
 	case errors.As(err, &inv):
-		st := status.New(codes.InvalidArgument, err.Error())
+		st := status.New(codes.InvalidArgument, clip(err.Error(), messageBytesMax))
 		br := &errdetails.BadRequest{}
 		for _, v := range inv.Violations {
-			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Reason})
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+				Field: clip(v.Field, violationBytesMax), Description: clip(v.Reason, violationBytesMax)})
 		}
 		if withDetails, derr := st.WithDetails(br); derr == nil {
 			st = withDetails
 		}
 		return st.Err()
 	case errors.Is(err, ErrNotFound):
-		return status.Error(codes.NotFound, err.Error())
+		return status.Error(codes.NotFound, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrConflict):
-		return status.Error(codes.Aborted, err.Error())
+		return status.Error(codes.Aborted, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrPrecondition):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return status.Error(codes.FailedPrecondition, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrForbidden):
-		return status.Error(codes.PermissionDenied, err.Error())
+		return status.Error(codes.PermissionDenied, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
+		return status.Error(codes.Unavailable, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return status.Error(codes.Canceled, clip(err.Error(), messageBytesMax))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return status.Error(codes.DeadlineExceeded, clip(err.Error(), messageBytesMax))
 	}
-	return status.Error(codes.Internal, err.Error())
+	return status.Error(codes.Internal, clip(err.Error(), messageBytesMax))
 }
 
-// UnaryInterceptor maps handler errors to statuses and logs internal ones.
+// Messages a client sees instead of an internal error's detail (which may
+// hold SQL, a table name or a peer's address): the detail goes to the log,
+// under the request id the client gets.
+const (
+	internalMessage    = "internal error"
+	unavailableMessage = "a dependency is unavailable; retry later"
+)
+
+// UnaryInterceptor maps handler errors to statuses. An internal or
+// unavailable error is logged with its detail and the request id and answers
+// only a generic message carrying that id; every error status carries the
+// request id as an errdetails.RequestInfo.
 func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		if err == nil {
 			return resp, nil
 		}
-		st := ToStatus(err)
-		if s, _ := status.FromError(st); s.Code() == codes.Internal || s.Code() == codes.Unknown {
-			log.Error("internal error", "method", info.FullMethod, "err", err)
-		}
-		return nil, st
+		return nil, Public(ctx, log, info.FullMethod, err)
 	}
+}
+
+// Public maps err to the status a client may see (see UnaryInterceptor).
+func Public(ctx context.Context, log *slog.Logger, method string, err error) error {
+	id := reqid.From(ctx)
+	s, _ := status.FromError(ToStatus(err))
+	switch s.Code() {
+	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
+		msg := internalMessage
+		if s.Code() == codes.Unavailable {
+			msg = unavailableMessage
+		}
+		log.Error("request failed", "request_id", id, "method", method, "code", s.Code().String(), "err", err)
+		s = status.New(s.Code(), fmt.Sprintf("%s (request id %s)", msg, id))
+	}
+	if id == "" {
+		return s.Err()
+	}
+	if withID, derr := s.WithDetails(&errdetails.RequestInfo{RequestId: id}); derr == nil {
+		s = withID
+	}
+	return s.Err()
 }

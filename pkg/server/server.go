@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,18 +22,19 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
 const (
-	readTimeout      = 30 * time.Second
-	shutdownTimeout  = 15 * time.Second
-	readyCheckTimout = 2 * time.Second
-	grpcMsgSizeMax   = 32 << 20 // 5 000 usage events per ingest call fit easily
+	shutdownTimeout      = 15 * time.Second
+	readyCheckTimout     = 2 * time.Second
+	grpcResponseBytesMax = 32 << 20 // answers the gateway relays (list pages, reports)
 )
 
 // Service is what a gpubill service plugs into the server.
@@ -97,8 +100,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	gs := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.MaxRecvMsgSize(grpcMsgSizeMax),
-		grpc.ChainUnaryInterceptor(recoverer(o.Log), auth.UnaryInterceptor(o.Secret, policy), apperr.UnaryInterceptor(o.Log)),
+		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
+		grpc.ChainUnaryInterceptor(
+			requestID(),
+			apperr.UnaryInterceptor(o.Log),
+			recoverer(o.Log),
+			auth.UnaryInterceptor(o.Secret, policy),
+			sizeLimit(),
+			textGuard(),
+		),
 	)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -110,14 +120,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	go func() { s.errc <- gs.Serve(gl) }()
 
 	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMsgSizeMax), grpc.MaxCallSendMsgSize(grpcMsgSizeMax)))
+		grpc.WithChainUnaryInterceptor(textGuardClient()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcResponseBytesMax), grpc.MaxCallSendMsgSize(grpcIngestBytesMax)))
 	if err != nil {
 		gs.Stop()
 		hl.Close()
 		return nil, err
 	}
 	s.conn = conn
-	gw := NewGatewayMux()
+	gw := NewGatewayMux(o.Log)
 	for _, svc := range o.Services {
 		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
 			gs.Stop()
@@ -132,11 +143,17 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimout)
 		defer cancel()
+		// Without a valid token, only ok / not ok per dependency: an
+		// error's text (addresses, versions) is for operators.
+		detail := validBearer(r, o.Secret)
 		res := map[string]string{}
 		code := http.StatusOK
 		for _, c := range o.Ready {
 			if err := c.Check(ctx); err != nil {
-				res[c.Name] = err.Error()
+				res[c.Name] = "not ok"
+				if detail {
+					res[c.Name] = "not ok: " + err.Error()
+				}
 				code = http.StatusServiceUnavailable
 			} else {
 				res[c.Name] = "ok"
@@ -150,7 +167,14 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.
 	mux.Handle("/", conditionalGET(gw))
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: readTimeout}
+	s.http = &http.Server{
+		Handler:           edge(mux),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    headerBytesMax,
+	}
 	go func() {
 		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
 			s.errc <- err
@@ -161,16 +185,49 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 }
 
 // NewGatewayMux returns the REST mux: proto field names in JSON, every field
-// emitted, unknown input fields ignored, HttpBody passed through raw.
-func NewGatewayMux() *runtime.ServeMux {
-	jsonpb := &runtime.JSONPb{
+// emitted, unknown input fields ignored, HttpBody passed through raw; a body
+// that does not decode is a 400 naming its field, and errors carry the
+// request id (see errorHandler).
+func NewGatewayMux(log *slog.Logger) *runtime.ServeMux {
+	jsonpb := jsonMarshaler{&runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-	}
+	}}
 	return runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonpb}),
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
+		runtime.WithErrorHandler(errorHandler(log)),
+		runtime.WithIncomingHeaderMatcher(requestIDHeader),
 	)
+}
+
+// validBearer reports whether r carries a valid token.
+func validBearer(r *http.Request, secret []byte) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || len(secret) == 0 {
+		return false
+	}
+	_, err := auth.Verify(secret, strings.TrimSpace(tok))
+	return err == nil
+}
+
+// requestID gives every gRPC call a request id: the one the REST edge made
+// (or a direct caller sent, when well-formed), else a fresh one; it is
+// answered in the x-request-id header.
+func requestID() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		id := ""
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get(reqid.MetadataKey); len(v) == 1 && reqid.Valid(v[0]) {
+				id = v[0]
+			}
+		}
+		if id == "" {
+			id = reqid.New()
+		}
+		_ = grpc.SetHeader(ctx, metadata.Pairs(reqid.MetadataKey, id)) // fails only after headers went out
+		return handler(reqid.With(ctx, id), req)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -183,7 +240,7 @@ func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				log.Error("panic in handler", "method", info.FullMethod, "panic", r)
+				log.Error("panic in handler", "request_id", reqid.From(ctx), "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
 				err = fmt.Errorf("internal error in %s", info.FullMethod)
 			}
 		}()

@@ -37,7 +37,7 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 		vs = append(vs, domain.Violation{Field: "currency", Reason: err.Error()})
 		return nil, invalid(vs)
 	}
-	amt, err := cur.ParseAmount(in.Amount)
+	amt, err := cur.Parse(in.Amount)
 	if err != nil {
 		vs = append(vs, domain.Violation{Field: "amount", Reason: err.Error()})
 	} else if !amt.IsPositive() {

@@ -138,7 +138,7 @@ func (a *App) chargeTransaction(c *eventsv1.RatedCharge, now time.Time) (*domain
 	if err != nil {
 		return nil, "", err
 	}
-	amt, err := cur.ParseAmount(c.GetAmount())
+	amt, err := cur.Parse(c.GetAmount())
 	if err != nil {
 		return nil, "", err
 	}
@@ -185,7 +185,7 @@ func chargeMetadata(c *eventsv1.RatedCharge) map[string]string {
 		if l.GetKind() != "" && l.GetKind() != "usage" {
 			continue
 		}
-		if h, err := decimal.NewFromString(l.GetGpuHours()); err == nil {
+		if h, err := money.ParseDecimal(l.GetGpuHours()); err == nil {
 			hours = hours.Add(h)
 		}
 		if m := l.GetGpuModel(); m != "" && !slices.Contains(models, m) {

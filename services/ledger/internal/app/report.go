@@ -62,7 +62,7 @@ func (a *App) SegregatedFunds(ctx context.Context, asOf *time.Time, currency, ba
 	}
 	r := &SegregatedFundsReport{Currency: cur}
 	if bankStatement != "" {
-		b, err := cur.ParseAmount(bankStatement)
+		b, err := cur.Parse(bankStatement)
 		if err != nil {
 			return nil, apperr.Invalid("bank_statement_balance", "%s", err.Error())
 		}

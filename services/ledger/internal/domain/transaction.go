@@ -108,7 +108,7 @@ func ParsePostings(raw []RawPosting) ([]Posting, []Violation) {
 			vs = append(vs, Violation{f("currency"), err.Error()})
 			continue
 		}
-		amt, err := cur.ParseAmount(r.Amount)
+		amt, err := cur.Parse(r.Amount)
 		if err != nil {
 			vs = append(vs, Violation{f("amount"), err.Error()})
 			continue

@@ -115,7 +115,7 @@ func ParseProvider(in ProviderInput) (Provider, []Violation) {
 		add("jurisdiction", "%s", err)
 	}
 	if s := strings.TrimSpace(in.PUE); s != "" {
-		d, err := decimal.NewFromString(s)
+		d, err := money.ParseDecimal(s)
 		switch {
 		case err != nil:
 			add("pue", "%q is not a decimal number", in.PUE)
@@ -158,7 +158,7 @@ func ParseRenter(in RenterInput) (Renter, []Violation) {
 	if limit == "" {
 		limit = "0"
 	}
-	switch d, err := decimal.NewFromString(limit); {
+	switch d, err := money.ParseDecimal(limit); {
 	case err != nil:
 		add("credit_limit", "%q is not a decimal number", in.CreditLimit)
 	case d.IsNegative():

@@ -1,11 +1,55 @@
 package ports
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
+
+// fuzzRules are the rules FuzzIngestDecode validates with; its seeds' times
+// are chosen against this clock.
+var fuzzRules = domain.Rules{Now: time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC), LateArrival: 35 * 24 * time.Hour,
+	KnownModel: func(m string) bool { return m == "RTX_4090" || m == "H100" }}
+
+// TestIngestFuzzSeedsReachValidEvents: every testdata seed named valid-*
+// decodes and each of its events passes every rule, so the fuzzer starts
+// from events of each shape (offsets, fractions, bounds, optional fields
+// absent, several per body, camelCase names, non-ASCII text) that reach the
+// accepted path, not only the decoder's refusals.
+func TestIngestFuzzSeedsReachValidEvents(t *testing.T) {
+	paths, err := filepath.Glob("testdata/fuzz/FuzzIngestDecode/valid-*")
+	if err != nil || len(paths) < 10 {
+		t.Fatalf("valid seeds: %v %v", paths, err)
+	}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lit, ok := strings.Cut(strings.TrimSpace(string(raw)), "\n[]byte(")
+		if !ok {
+			t.Fatalf("%s: not a []byte seed", p)
+		}
+		body, err := strconv.Unquote(strings.TrimSuffix(lit, ")"))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		evs, err := DecodeIngestJSON([]byte(body))
+		if err != nil || len(evs) == 0 {
+			t.Errorf("%s: %d events, %v", p, len(evs), err)
+		}
+		for i, in := range evs {
+			if _, reason := domain.Validate(in, fuzzRules); reason != "" {
+				t.Errorf("%s: event %d refused: %s", p, i, reason)
+			}
+		}
+	}
+}
 
 // FuzzIngestDecode feeds arbitrary bodies to the ingest decoder and the
 // per-event validator: nothing panics, every event is either valid (and then
@@ -16,8 +60,8 @@ func FuzzIngestDecode(f *testing.F) {
 	f.Add([]byte(`{"events":[]}`))
 	f.Add([]byte(`{"events":[{"id":"x","unknown":1}], "extra": true}`))
 	f.Add([]byte(`not json`))
-	now := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
-	rules := domain.Rules{Now: now, LateArrival: 35 * 24 * time.Hour, KnownModel: func(m string) bool { return m == "RTX_4090" || m == "H100" }}
+	rules := fuzzRules
+	now := rules.Now
 	f.Fuzz(func(t *testing.T, body []byte) {
 		evs, err := DecodeIngestJSON(body)
 		if err != nil {

@@ -65,7 +65,7 @@ func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min dom
 		dst *decimal.Decimal
 		s   string
 	}{{&p.Gross, ev.Gross}, {&p.Commission, ev.Commission}, {&p.Tax, ev.TaxWithheld}, {&p.Net, ev.Net}} {
-		d, err := decimal.NewFromString(f.s)
+		d, err := money.ParseDecimal(f.s)
 		if err != nil {
 			return fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
 		}

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -27,7 +26,7 @@ func (a *App) Quote(ctx context.Context, r *pricingv1.CreateQuoteRequest, provid
 	v.Check(err == nil, "currency", "%q is not a supported currency", r.Currency)
 	v.Check(r.GpuModel != "", "gpu_model", "required")
 	v.Check(r.GpuCount >= 1 && r.GpuCount <= 64, "gpu_count", "%d outside 1..64", r.GpuCount)
-	hours, herr := decimal.NewFromString(strings.TrimSpace(r.Hours))
+	hours, herr := money.ParseDecimal(r.Hours)
 	v.Check(herr == nil && hours.IsPositive() && hours.LessThanOrEqual(decimal.NewFromInt(quoteHoursMax)),
 		"hours", "%q is not a decimal in (0, %d]", r.Hours, quoteHoursMax)
 	v.Check(r.StartTime != nil, "start_time", "required")
@@ -44,7 +43,7 @@ func (a *App) Quote(ctx context.Context, r *pricingv1.CreateQuoteRequest, provid
 	v.Check(profile == split.ProfileIndividual || profile == split.ProfileEnterprise, "tax_profile", "%q is not one of individual, enterprise", r.TaxProfile)
 	var pue *decimal.Decimal
 	if providerPUE != "" {
-		d, err := decimal.NewFromString(providerPUE)
+		d, err := money.ParseDecimal(providerPUE)
 		v.Check(err == nil && d.GreaterThanOrEqual(decimal.NewFromInt(1)), "provider_pue", "%q is not a decimal >= 1", providerPUE)
 		pue = &d
 	}

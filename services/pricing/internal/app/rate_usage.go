@@ -223,7 +223,7 @@ func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []i
 		}
 		pue, ok := pues[ev.ProviderPue]
 		if !ok && ev.ProviderPue != "" {
-			if d, err := decimal.NewFromString(ev.ProviderPue); err == nil {
+			if d, err := money.ParseDecimal(ev.ProviderPue); err == nil {
 				pue = &d
 			}
 			pues[ev.ProviderPue] = pue

@@ -126,7 +126,7 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 		if p.Model == "" {
 			add(f+".gpu_model", "required")
 		}
-		h, err := decimal.NewFromString(strings.TrimSpace(p.Hourly))
+		h, err := money.ParseDecimal(p.Hourly)
 		if err != nil || h.IsNegative() {
 			add(f+".hourly", "%q is not a non-negative decimal", p.Hourly)
 			continue
@@ -163,7 +163,7 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 		} else {
 			band.Loc = loc
 		}
-		m, err := decimal.NewFromString(strings.TrimSpace(b.Multiplier))
+		m, err := money.ParseDecimal(b.Multiplier)
 		if err != nil || m.IsNegative() {
 			add(f+".multiplier", "%q is not a non-negative decimal", b.Multiplier)
 		}
@@ -177,7 +177,7 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 	for i, t := range in.Tiers {
 		f := fmt.Sprintf("volume_tiers[%d]", i)
 		tier := Tier{}
-		d, err := decimal.NewFromString(strings.TrimSpace(t.Discount))
+		d, err := money.ParseDecimal(t.Discount)
 		if err != nil || d.IsNegative() || d.GreaterThanOrEqual(one) {
 			add(f+".discount", "%q is not a fraction in [0, 1)", t.Discount)
 		}
@@ -188,7 +188,7 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 			}
 			tier.Label = prevUpTo.String() + "+ GPU-h"
 		} else {
-			u, err := decimal.NewFromString(strings.TrimSpace(t.UpToGPUHours))
+			u, err := money.ParseDecimal(t.UpToGPUHours)
 			switch {
 			case err != nil || !u.IsPositive():
 				add(f+".up_to_gpu_hours", "%q is not a positive decimal", t.UpToGPUHours)
@@ -205,11 +205,11 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 		c.Tiers = append(c.Tiers, tier)
 	}
 	if in.PUE != nil {
-		th, err := decimal.NewFromString(strings.TrimSpace(in.PUE.Threshold))
+		th, err := money.ParseDecimal(in.PUE.Threshold)
 		if err != nil || th.LessThan(one) {
 			add("pue_surcharge.threshold", "%q is not a decimal >= 1", in.PUE.Threshold)
 		}
-		per, err2 := decimal.NewFromString(strings.TrimSpace(in.PUE.PerGPUHour))
+		per, err2 := money.ParseDecimal(in.PUE.PerGPUHour)
 		if err2 != nil || per.IsNegative() {
 			add("pue_surcharge.per_gpu_hour", "%q is not a non-negative decimal", in.PUE.PerGPUHour)
 		}

@@ -242,7 +242,7 @@ func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdin
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	gross, err := cur.ParseAmount(req.Gross)
+	gross, err := cur.Parse(req.Gross)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

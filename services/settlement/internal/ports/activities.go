@@ -166,7 +166,7 @@ func (a *Activities) SnapshotCycle(ctx context.Context, cycleID string) (int, er
 		}
 		rows := make([]adapters.Balance, 0, len(resp.Balances))
 		for _, b := range resp.Balances {
-			amt, err := decimal.NewFromString(b.Amount)
+			amt, err := money.ParseDecimal(b.Amount)
 			if err != nil {
 				return n, nonRetryable(fmt.Errorf("balance of %s %s: %w", b.ProviderId, b.Currency, err))
 			}
@@ -283,7 +283,7 @@ func (a *Activities) ComputeTax(ctx context.Context, in app.TaxInput) (app.TaxRe
 		dst *decimal.Decimal
 		s   string
 	}{{&sp.Commission, resp.Commission}, {&sp.Tax, resp.TaxWithheld}, {&sp.Net, resp.Net}} {
-		if *f.dst, err = decimal.NewFromString(f.s); err != nil {
+		if *f.dst, err = money.ParseDecimal(f.s); err != nil {
 			return app.TaxResult{}, nonRetryable(fmt.Errorf("tax service answer for %s: %w", in.ProviderID, err))
 		}
 	}

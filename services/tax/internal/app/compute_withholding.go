@@ -53,7 +53,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 	if found {
 		return replay(r, cur, cy.ID, w0)
 	}
-	gross, err := cur.ParseAmount(r.Gross)
+	gross, err := cur.Parse(r.Gross)
 	if err != nil || gross.IsNegative() {
 		return adapters.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
 	}
@@ -87,7 +87,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 		CertificateID: ids.New("cert"), CreatedAt: a.Clock.Now(),
 	}
 	if r.CommissionRate != "" {
-		rate, err := decimal.NewFromString(r.CommissionRate)
+		rate, err := money.ParseDecimal(r.CommissionRate)
 		if err != nil || rate.IsNegative() || rate.GreaterThan(decimal.NewFromInt(1)) {
 			return adapters.Withholding{}, apperr.Invalid("commission_rate", "want a decimal fraction in 0..1")
 		}
@@ -97,7 +97,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 		}
 		w.CommissionRate, w.Commission, w.Tax, w.Net = &rate, res.Commission, res.Tax, res.Net
 	} else {
-		commission, err := cur.ParseAmount(r.Commission)
+		commission, err := cur.Parse(r.Commission)
 		if err != nil || commission.IsNegative() || commission.GreaterThan(gross) {
 			return adapters.Withholding{}, apperr.Invalid("commission", "want an amount in 0..gross, or commission_rate")
 		}

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/reqid"
+)
+
+// requestBody is a REST request's body, read whole by edge, so the error
+// handler can name the field a decoding error is about (the generated gateway
+// code keeps only the error's text).
+type requestBody struct {
+	*bytes.Reader
+	raw []byte
+}
+
+func (*requestBody) Close() error { return nil }
+
+// jsonMarshaler is the gateway's JSON marshaler with a decoder that decodes
+// the whole body with protojson, so a decoding error's position is a position
+// in the body.
+type jsonMarshaler struct{ *runtime.JSONPb }
+
+func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			return io.EOF // no body: the generated code takes an empty request
+		}
+		m, ok := v.(proto.Message)
+		if !ok {
+			// A body bound to a message field: the code passes **T.
+			rv := reflect.ValueOf(v)
+			if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Pointer {
+				return j.JSONPb.Unmarshal(b, v)
+			}
+			if rv.Elem().IsNil() {
+				rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+			}
+			if m, ok = rv.Elem().Interface().(proto.Message); !ok {
+				return j.JSONPb.Unmarshal(b, v)
+			}
+		}
+		return j.UnmarshalOptions.Unmarshal(b, m)
+	})
+}
+
+// protojsonPos finds "(line L:C)" in a protojson error.
+var protojsonPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
+
+// bodyError turns a protojson error message into a violation of the body
+// field at the error's position ("body" when it has none, e.g. a truncated
+// document).
+func bodyError(b []byte, msg string) error {
+	reason := msg
+	if i := strings.Index(msg, "): "); i >= 0 {
+		reason = msg[i+3:]
+	} else {
+		reason = strings.TrimPrefix(reason, "proto: ")
+	}
+	field := "body"
+	if sm := protojsonPos.FindStringSubmatch(msg); sm != nil {
+		line, _ := strconv.Atoi(sm[1])
+		col, _ := strconv.Atoi(sm[2])
+		if p := jsonPathAt(b, offsetOf(b, line, col)); p != "" {
+			field = p
+		}
+	}
+	return apperr.Invalid(field, "%s", reason)
+}
+
+// offsetOf converts protojson's 1-based line and rune column to a byte offset.
+func offsetOf(b []byte, line, col int) int {
+	off := 0
+	for l := 1; l < line; l++ {
+		i := bytes.IndexByte(b[off:], '\n')
+		if i < 0 {
+			return len(b)
+		}
+		off += i + 1
+	}
+	for c := 1; c < col && off < len(b); c++ {
+		_, n := utf8.DecodeRune(b[off:])
+		off += n
+	}
+	return off
+}
+
+// jsonPathAt returns the path ("postings[1].amount") of the JSON value or
+// key that contains byte offset off, or of the innermost container reached
+// before a syntax error.
+func jsonPathAt(b []byte, off int) string {
+	type frame struct {
+		obj     bool
+		key     string
+		needKey bool
+		idx     int
+	}
+	var stack []frame
+	path := func() string {
+		var sb strings.Builder
+		for _, f := range stack {
+			if f.obj {
+				if f.needKey {
+					continue
+				}
+				if sb.Len() > 0 {
+					sb.WriteByte('.')
+				}
+				sb.WriteString(strings.ToValidUTF8(f.key, "\uFFFD"))
+			} else if f.idx >= 0 {
+				fmt.Fprintf(&sb, "[%d]", f.idx)
+			}
+		}
+		return sb.String()
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return path()
+		}
+		end := int(dec.InputOffset())
+		var top *frame
+		if len(stack) > 0 {
+			top = &stack[len(stack)-1]
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].obj {
+				stack[len(stack)-1].needKey = true
+			}
+			continue
+		}
+		if top != nil && top.obj && top.needKey { // a key
+			top.key, top.needKey = fmt.Sprint(tok), false
+			if end > off {
+				return path()
+			}
+			continue
+		}
+		if top != nil && !top.obj {
+			top.idx++
+		}
+		if end > off {
+			return path()
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{obj: true, needKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{idx: -1})
+		default:
+			if top != nil && top.obj {
+				top.needKey = true
+			}
+		}
+	}
+}
+
+// errorHandler writes gateway errors as gRPC status JSON. A body the decoder
+// refused gets its field violation; an error that did not come from our gRPC
+// listener (which already made it public) goes through apperr.Public, so a
+// connection failure, say, answers a generic message with the request id.
+func errorHandler(log *slog.Logger) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		if rb, ok := r.Body.(*requestBody); ok {
+			if s, _ := status.FromError(err); s.Code() == codes.InvalidArgument && len(s.Details()) == 0 && strings.HasPrefix(s.Message(), "proto:") {
+				err = apperr.ToStatus(bodyError(rb.raw, s.Message()))
+			}
+		}
+		if !hasRequestInfo(err) {
+			err = apperr.Public(reqid.With(ctx, reqid.From(r.Context())), log, r.Method+" "+r.URL.Path, err)
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	}
+}
+
+func hasRequestInfo(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range s.Details() {
+		if _, ok := d.(*errdetails.RequestInfo); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// writeStatus writes st as the gateway writes errors (gRPC status JSON, proto
+// field names), with the request id, for answers made before the gateway.
+func writeStatus(w http.ResponseWriter, id string, code int, st *status.Status) {
+	if withID, err := st.WithDetails(&errdetails.RequestInfo{RequestId: id}); err == nil {
+		st = withID
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(st.Proto())
+	if err != nil {
+		b = []byte(`{"code":13,"message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// requestIDHeader forwards the edge's request id to the gRPC listener.
+func requestIDHeader(key string) (string, bool) {
+	if http.CanonicalHeaderKey(key) == reqid.Header {
+		return reqid.MetadataKey, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/reqid"
+)
+
+// Request size limits: a body is refused (REST 413, gRPC RESOURCE_EXHAUSTED)
+// before it is decoded. Usage ingest carries up to 5 000 events per call
+// (~300 bytes each in JSON), every other write a few KiB.
+const (
+	bodyBytesMax       = 1 << 20 // every REST body but ingest
+	ingestBodyBytesMax = 8 << 20 // POST /v1/usage-events
+	grpcMsgBytesMax    = 1 << 20 // every gRPC request but ingest
+	grpcIngestBytesMax = 8 << 20 // UsageService/IngestUsageEvents; also the listener's MaxRecvMsgSize
+	headerBytesMax     = 64 << 10
+)
+
+// HTTP server timeouts: a client that trickles its request or never reads
+// the answer holds a connection at most this long.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second // headers and body
+	writeTimeout      = 60 * time.Second // a segregated-funds CSV of a large ledger included
+	idleTimeout       = 120 * time.Second
+)
+
+// ingestPath and ingestMethod are the one route allowed the larger limit.
+const (
+	ingestPath   = "/v1/usage-events"
+	ingestMethod = "/gpubill.metering.v1.UsageService/IngestUsageEvents"
+)
+
+func bodyLimit(r *http.Request) int64 {
+	if r.Method == http.MethodPost && r.URL.Path == ingestPath {
+		return ingestBodyBytesMax
+	}
+	return bodyBytesMax
+}
+
+// edge is the REST listener's outermost handler: it gives every request an
+// id (X-Request-Id, answered and forwarded to gRPC), and reads the body up
+// to the route's limit before anything decodes it, so an over-size body is a
+// 413 whatever its Content-Length says.
+func edge(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := reqid.New() // never the client's: the id names our log lines
+		r.Header.Set(reqid.Header, id)
+		w.Header().Set(reqid.Header, id)
+		r = r.WithContext(reqid.With(r.Context(), id))
+		if r.Body != nil && r.Body != http.NoBody {
+			limit := bodyLimit(r)
+			if r.ContentLength > limit {
+				writeStatus(w, id, http.StatusRequestEntityTooLarge, tooLarge(limit))
+				return
+			}
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+			if err != nil {
+				if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+					writeStatus(w, id, http.StatusRequestEntityTooLarge, tooLarge(limit))
+					return
+				}
+				writeStatus(w, id, http.StatusBadRequest, status.New(codes.InvalidArgument, "request body could not be read"))
+				return
+			}
+			r.Body = &requestBody{Reader: bytes.NewReader(body), raw: body}
+			r.ContentLength = int64(len(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(limit int64) *status.Status {
+	return status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit))
+}
+
+// sizeLimit refuses a gRPC request above its method's limit (the listener's
+// MaxRecvMsgSize is the largest, ingest's).
+func sizeLimit() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		limit := grpcMsgBytesMax
+		if info.FullMethod == ingestMethod {
+			limit = grpcIngestBytesMax
+		}
+		if m, ok := req.(proto.Message); ok && proto.Size(m) > limit {
+			return nil, status.Errorf(codes.ResourceExhausted, "request larger than %d bytes", limit)
+		}
+		return handler(ctx, req)
+	}
+}

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+)
+
+// TestReadyzHidesDetailWithoutToken: a failing dependency is "not ok" to
+// anyone, and its error text only to a caller with a valid token.
+func TestReadyzHidesDetailWithoutToken(t *testing.T) {
+	secret := []byte("readyz-test-secret-0123456789abcdef")
+	s, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Ready: []Check{
+			{Name: "database", Check: func(context.Context) error { return nil }},
+			{Name: "nats", Check: func(context.Context) error { return errors.New("dial tcp 10.1.2.3:4222: secret topology") }},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	tok, err := auth.Issue(secret, auth.RoleAuditor, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(token string) (int, map[string]string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr+"/readyz", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out := map[string]string{}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, out
+	}
+	for _, tok := range []string{"", "not-a-token"} {
+		code, out := get(tok)
+		if code != http.StatusServiceUnavailable || out["database"] != "ok" || out["nats"] != "not ok" || len(out) != 2 {
+			t.Errorf("token %q: HTTP %d %v; want 503, database ok, nats \"not ok\"", tok, code, out)
+		}
+	}
+	if code, out := get(tok); code != http.StatusServiceUnavailable || out["nats"] != "not ok: dial tcp 10.1.2.3:4222: secret topology" {
+		t.Errorf("with a token: HTTP %d %v; want the error's text", code, out)
+	}
+}
+
+func TestJSONPathAt(t *testing.T) {
+	body := `{"a": 1, "postings": [{"account": "x", "amount": 5}, {"amount": {"k": [1, true]}}], "meta": {"t": "v"}}`
+	tests := []struct {
+		give string // a unique substring; the offset is its start
+		want string
+	}{
+		{`1,`, "a"},
+		{`"x"`, "postings[0].account"},
+		{`5}`, "postings[0].amount"},
+		{`{"k"`, "postings[1].amount"},
+		{`true`, "postings[1].amount.k[1]"},
+		{`"v"`, "meta.t"},
+		{`"postings"`, "postings"},
+	}
+	for _, tt := range tests {
+		off := strings.Index(body, tt.give)
+		if got := jsonPathAt([]byte(body), off); got != tt.want {
+			t.Errorf("at %q: %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	// A protojson error names the field by its position.
+	err := bodyError([]byte("{\n \"name\": 5}"), `proto: (line 2:10): invalid value for string field name: 5`)
+	if err.Error() != "invalid name: invalid value for string field name: 5" {
+		t.Errorf("bodyError: %v", err)
+	}
+	if err := bodyError([]byte(`{"a":`), "proto: unexpected EOF"); err.Error() != "invalid body: unexpected EOF" {
+		t.Errorf("bodyError without position: %v", err)
+	}
+}

@@ -1,0 +1,237 @@
+// Package hostile sends the REST API what an attacker or a broken client
+// would: over-size bodies, NUL bytes, invalid UTF-8, wrong JSON types,
+// unknown enum values, million-digit decimals, and fuzzed bodies for every
+// write route. The contract (DESIGN §7): bad input is a 400 naming the field,
+// an over-size body a 413, never a 5xx, and an internal error tells the
+// client only a request id.
+//
+// One stack (every service, real PostgreSQL, in-process JetStream, a real
+// Temporal dev server) serves every test and fuzz target of the package.
+package hostile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
+)
+
+// stackNow is the stack's clock: the bodies' times are a few days before it.
+var stackNow = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+
+const secret = "hostile-test-secret-0123456789abcdef"
+
+var (
+	base         string                // http://host:port of the shared stack
+	tokens       = map[string]string{} // role → token
+	logs         syncBuffer            // the stack's log (request ids, internal errors)
+	mainCleanups []func()
+	seededTx     string // a transaction ReverseTransaction may reverse
+	databaseURL  string
+)
+
+// mainTB lets testkit's helpers run in TestMain, before any test.
+type mainTB struct{ testing.TB }
+
+func (mainTB) Helper()                      {}
+func (mainTB) Fatal(args ...any)            { panic(fmt.Sprint(args...)) }
+func (mainTB) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (mainTB) Cleanup(f func())             { mainCleanups = append(mainCleanups, f) }
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		defer func() {
+			for i := len(mainCleanups) - 1; i >= 0; i-- {
+				mainCleanups[i]()
+			}
+		}()
+		dataDir, err := os.MkdirTemp("", "gpubill-hostile-")
+		if err != nil {
+			panic(err)
+		}
+		mainCleanups = append(mainCleanups, func() { os.RemoveAll(dataDir) })
+		databaseURL = testkit.NewDatabase(mainTB{})
+		cfg := stack.Config{
+			Common: config.Common{
+				DatabaseURL: databaseURL,
+				HTTPAddr:    "127.0.0.1:0",
+				GRPCAddr:    "127.0.0.1:0",
+				DataDir:     dataDir,
+				AuthSecret:  secret,
+				CycleDays:   45,
+				CycleAnchor: "2026-01-01",
+				CycleGrace:  24 * time.Hour,
+			},
+			NATSAddr:     "127.0.0.1:0",
+			TemporalAddr: "127.0.0.1:0",
+			Log:          slog.New(slog.NewJSONHandler(&logs, nil)),
+			// A fixed clock keeps the seeds' usage times inside the
+			// late-arrival window whatever day the tests run.
+			Clock: clock.NewManual(stackNow),
+		}
+		st, err := stack.Start(context.Background(), cfg)
+		if err != nil {
+			panic(err)
+		}
+		mainCleanups = append(mainCleanups, st.Stop)
+		base = "http://" + st.HTTPAddr
+		for _, r := range []struct{ role, sub string }{{auth.RoleFinance, ""}, {auth.RoleAdmin, ""}, {auth.RoleRenter, "r-001"}, {auth.RoleProvider, "p-001"}} {
+			tok, err := auth.Issue([]byte(secret), r.role, r.sub, 24*time.Hour)
+			if err != nil {
+				panic(err)
+			}
+			tokens[r.role] = tok
+		}
+		if err := seedParties(); err != nil {
+			panic(err)
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// seedParties creates what the valid bodies refer to.
+func seedParties() error {
+	for _, r := range []struct{ path, body string }{
+		{"/v1/providers", `{"provider_id":"p-001","name":"Rig One","tier":"standard","tax_profile":"individual","jurisdiction":"CN","currency":"CNY"}`},
+		{"/v1/renters", `{"renter_id":"r-001","name":"Lab","currency":"CNY","credit_limit":"0"}`},
+		{"/v1/rate-cards", `{"rate_card_id":"rc-seed","currency":"CNY","effective_from":"2026-01-01T00:00:00Z","gpu_prices":[{"gpu_model":"RTX_4090","hourly":"2.00"}]}`},
+		{"/v1/deposits", `{"renter_id":"r-001","amount":"100.00","currency":"CNY","external_ref":"seed-ref"}`},
+	} {
+		res := send(http.MethodPost, r.path, tokens[auth.RoleFinance], []byte(r.body))
+		if res.code != http.StatusOK {
+			return fmt.Errorf("seed %s: HTTP %d %s", r.path, res.code, res.raw)
+		}
+	}
+	var err error
+	if seededTx, err = newTransaction(); err != nil {
+		return err
+	}
+	for i := range writeRoutes {
+		if writeRoutes[i].name == "ReverseTransaction" {
+			writeRoutes[i].arg = seededTx
+		}
+	}
+	return nil
+}
+
+var txSeq int
+
+// newTransaction posts a manual transaction (to reverse) and returns its id.
+func newTransaction() (string, error) {
+	txSeq++
+	body := fmt.Sprintf(`{"idempotency_key":"to-reverse-%d","description":"to reverse","postings":[`+
+		`{"account":"bank:client","direction":"debit","amount":"1.00","currency":"CNY"},{"account":"renter:r-001:wallet","direction":"credit","amount":"1.00","currency":"CNY"}]}`, txSeq)
+	res := send(http.MethodPost, "/v1/transactions", tokens[auth.RoleFinance], []byte(body))
+	var tx struct {
+		TransactionID string `json:"transaction_id"`
+	}
+	if err := json.Unmarshal(res.raw, &tx); err != nil || res.code != http.StatusOK || tx.TransactionID == "" {
+		return "", fmt.Errorf("transaction to reverse: HTTP %d %s", res.code, res.raw)
+	}
+	return tx.TransactionID, nil
+}
+
+// answer is one HTTP answer.
+type answer struct {
+	code   int
+	raw    []byte
+	header http.Header
+	status struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Details []struct {
+			Type            string `json:"@type"`
+			RequestID       string `json:"request_id"`
+			FieldViolations []struct {
+				Field       string `json:"field"`
+				Description string `json:"description"`
+			} `json:"field_violations"`
+		} `json:"details"`
+	}
+}
+
+// fields lists the fields the answer's BadRequest details name.
+func (a answer) fields() []string {
+	var out []string
+	for _, d := range a.status.Details {
+		for _, v := range d.FieldViolations {
+			out = append(out, v.Field)
+		}
+	}
+	return out
+}
+
+// requestID is the request id in the error body's RequestInfo.
+func (a answer) requestID() string {
+	for _, d := range a.status.Details {
+		if d.RequestID != "" {
+			return d.RequestID
+		}
+	}
+	return ""
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+func send(method, path, token string, body []byte) answer {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(fmt.Sprintf("%s %s: %v", method, path, err))
+	}
+	defer resp.Body.Close()
+	a := answer{code: resp.StatusCode, header: resp.Header}
+	a.raw, _ = io.ReadAll(resp.Body)
+	_ = json.Unmarshal(a.raw, &a.status)
+	return a
+}
+
+// syncBuffer is a log sink tests read while the stack writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(substr string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(s.b.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

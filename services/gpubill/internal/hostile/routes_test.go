@@ -1,0 +1,96 @@
+package hostile
+
+import (
+	"fmt"
+	"net/url"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+)
+
+// route is one write route of the REST API, with a body it accepts.
+type route struct {
+	name   string // RPC name; the fuzz target is Fuzz<name>
+	method string
+	path   string // fmt pattern with one %s: the path parameter ("" = none)
+	param  string // the path parameter's field name
+	arg    string // a valid value for it
+	role   string
+	body   string   // a valid body
+	enums  []string // body fields with a closed set of values
+	// decimals are body fields holding a decimal string.
+	decimals []string
+}
+
+func (r route) url(arg string) string {
+	if r.param == "" {
+		return r.path
+	}
+	return fmt.Sprintf(r.path, url.PathEscape(arg))
+}
+
+const (
+	pastCycle = "cyc-20260101" // the calendar's first cycle: long over, no usage
+)
+
+// writeRoutes is every write route of DESIGN §7 the stack serves.
+var writeRoutes = []route{
+	{name: "CreateProvider", method: "POST", path: "/v1/providers", role: auth.RoleFinance,
+		body:  `{"provider_id":"p-h1","name":"Rig H","tier":"pro","tax_profile":"individual","jurisdiction":"CN","pue":"1.40","currency":"CNY"}`,
+		enums: []string{"tier", "tax_profile", "currency"}, decimals: []string{"pue"}},
+	{name: "UpdateProvider", method: "PATCH", path: "/v1/providers/%s", param: "provider.provider_id", arg: "p-001", role: auth.RoleFinance,
+		body:  `{"name":"Rig One","tier":"standard","tax_profile":"individual","jurisdiction":"CN","pue":"1.30"}`,
+		enums: []string{"tier", "tax_profile"}, decimals: []string{"pue"}},
+	{name: "CreateRenter", method: "POST", path: "/v1/renters", role: auth.RoleFinance,
+		body:  `{"renter_id":"r-h1","name":"Lab H","currency":"CNY","credit_limit":"10.00"}`,
+		enums: []string{"currency"}, decimals: []string{"credit_limit"}},
+	{name: "IngestUsageEvents", method: "POST", path: "/v1/usage-events", role: auth.RoleFinance,
+		body: `{"events":[{"id":"evt-h1","lease_id":"lease-h1","provider_id":"p-001","renter_id":"r-001","gpu_model":"RTX_4090","gpu_count":2,` +
+			`"start_time":"2026-11-18T14:00:00Z","end_time":"2026-11-18T16:30:00Z","region":"cn-east","workload":"training"}]}`},
+	{name: "CreateRateCard", method: "POST", path: "/v1/rate-cards", role: auth.RoleFinance,
+		body: `{"rate_card_id":"rc-h1","currency":"CNY","effective_from":"2025-06-01T00:00:00Z",` +
+			`"gpu_prices":[{"gpu_model":"RTX_4090","hourly":"2.00","region":""},{"gpu_model":"H100","hourly":"18.50","region":"cn-east"}],` +
+			`"time_bands":[{"name":"night","start":"23:00","end":"07:00","timezone":"Asia/Shanghai","multiplier":"0.80"}],` +
+			`"volume_tiers":[{"up_to_gpu_hours":"100","discount":"0"},{"up_to_gpu_hours":"","discount":"0.10"}],` +
+			`"pue_surcharge":{"threshold":"1.5","per_gpu_hour":"0.05"}}`,
+		// gpu_model is not checked against the catalogue (metering's): a
+		// price for a model no usage names is inert.
+		enums:    []string{"currency", "time_bands[0].timezone"},
+		decimals: []string{"gpu_prices[0].hourly", "time_bands[0].multiplier", "volume_tiers[0].discount", "volume_tiers[0].up_to_gpu_hours", "pue_surcharge.threshold", "pue_surcharge.per_gpu_hour"}},
+	{name: "CreateQuote", method: "POST", path: "/v1/quotes", role: auth.RoleRenter,
+		body:     `{"gpu_model":"RTX_4090","gpu_count":2,"hours":"3.5","start_time":"2026-11-18T14:00:00Z","currency":"CNY","provider_tier":"pro","tax_profile":"individual","region":"cn-east","provider_pue":"1.6"}`,
+		enums:    []string{"gpu_model", "currency", "provider_tier", "tax_profile"},
+		decimals: []string{"hours", "provider_pue"}},
+	{name: "CreateDeposit", method: "POST", path: "/v1/deposits", role: auth.RoleFinance,
+		body:  `{"renter_id":"r-001","amount":"12.50","currency":"CNY","external_ref":"bank-h1"}`,
+		enums: []string{"currency"}, decimals: []string{"amount"}},
+	{name: "CreateTransaction", method: "POST", path: "/v1/transactions", role: auth.RoleFinance,
+		body: `{"idempotency_key":"tx-h1","description":"manual top-up","effective_at":"2026-11-18T00:00:00Z","metadata":{"ticket":"OPS-1"},` +
+			`"postings":[{"account":"bank:client","direction":"debit","amount":"5.00","currency":"CNY"},{"account":"renter:r-001:wallet","direction":"credit","amount":"5.00","currency":"CNY"}]}`,
+		enums:    []string{"postings[0].direction", "postings[0].currency"},
+		decimals: []string{"postings[0].amount"}},
+	{name: "ReverseTransaction", method: "POST", path: "/v1/transactions/%s:reverse", param: "transaction_id", arg: "tx-missing", role: auth.RoleFinance,
+		body: `{"idempotency_key":"rev-h1","description":"undo","effective_at":"2026-11-18T00:00:00Z"}`},
+	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleAdmin,
+		body: `{}`},
+	{name: "PutPayoutMethod", method: "PUT", path: "/v1/providers/%s/payout-method", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body:  `{"type":"bank","account_name":"Rig One Ltd","account_number":"6222020200112233","bank_code":"ICBC"}`,
+		enums: []string{"type"}},
+	{name: "PutKyc", method: "PUT", path: "/v1/providers/%s/kyc", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body:  `{"status":"verified","reference":"kyc-h1"}`,
+		enums: []string{"status"}},
+	{name: "CloseSettlementCycle", method: "POST", path: "/v1/settlement-cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleFinance,
+		body: `{"reason":"backfill"}`},
+	{name: "HoldProvider", method: "POST", path: "/v1/settlement-cycles/" + pastCycle + "/providers/%s:hold", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body: `{"reason":"dispute"}`},
+	{name: "ReleaseProvider", method: "POST", path: "/v1/settlement-cycles/" + pastCycle + "/providers/%s:release", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body: `{"reason":"resolved"}`},
+	{name: "ComputeWithholding", method: "POST", path: "/v1/internal/tax/withholdings:compute", role: auth.RoleAdmin,
+		body: `{"provider_id":"p-001","cycle_id":"` + pastCycle + `","currency":"CNY","gross":"100.00","commission":"25.00","tax_profile":"individual",` +
+			`"jurisdiction":"CN","rule_set":"","idempotency_key":"wh-h1"}`,
+		enums: []string{"currency", "tax_profile"}, decimals: []string{"gross", "commission"}},
+	{name: "SetRuleSelection", method: "POST", path: "/v1/tax-rule-selections", role: auth.RoleFinance,
+		body:  `{"jurisdiction":"CN","rule_set":"cn_labour"}`,
+		enums: []string{"rule_set"}},
+	{name: "RemitTax", method: "POST", path: "/v1/tax-remittances", role: auth.RoleFinance,
+		body: `{"period":"2026-10"}`},
+}
