@@ -2,7 +2,9 @@ package ledger_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +118,40 @@ func TestRESTClosedCycleEntryIs400(t *testing.T) {
 		t.Fatalf("credit into closed %s: %d %s; want 400 naming it and the open cycle", closed, code, body)
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", "10")
+}
+
+// Concurrent manual writes are committed in groups: every one touching a
+// closed cycle's pending account is refused on its own (the group falls back
+// to one write at a time), and the others are posted.
+func TestClosedCycleRefusedInsideGroupCommits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const closed, n = "cyc-20261112", 48
+	if _, err := f.app.CloseLedgerCycle(f.ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := "renter:r-1:wallet"
+			if i%2 == 1 {
+				to = "provider:p-1:pending:" + closed
+			}
+			_, errs[i] = f.app.CreateTransaction(f.ctx, transfer(fmt.Sprintf("w-%d", i), "bank:client", to, "1", "USD"))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 0 && err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+		if i%2 == 1 && !errors.Is(err, apperr.ErrPrecondition) {
+			t.Errorf("write %d into closed %s: %v, want a failed precondition", i, closed, err)
+		}
+	}
+	wantBalance(t, f, "provider:p-1:pending:"+closed, "USD", "0")
+	wantBalance(t, f, "renter:r-1:wallet", "USD", fmt.Sprint(n/2))
 }
