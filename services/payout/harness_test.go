@@ -56,6 +56,8 @@ type stack struct {
 	secret []byte
 
 	d        svc.Deps
+	dsn      string
+	grpcAddr string
 	queue    string
 	cfg      Config
 	mu       sync.Mutex
@@ -91,7 +93,7 @@ func (noCleanupT) Cleanup(func()) {}
 func newStack(t *testing.T, cfg Config) *stack {
 	t.Helper()
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
+	pool, dsn := testkit.NewPool(t)
 	js := testkit.NewJetStream(t)
 	tc := sharedTemporal(t)
 	log := slog.New(slog.DiscardHandler)
@@ -137,7 +139,7 @@ func newStack(t *testing.T, cfg Config) *stack {
 	ldone := make(chan struct{})
 	go func() { defer close(ldone); _ = ls.Run(runCtx) }()
 	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(internal), report: ledgerv1.NewReportServiceClient(internal),
-		http: srv.HTTPAddr, secret: secret, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg}
+		http: srv.HTTPAddr, secret: secret, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
 	st.startPayout()
 	t.Cleanup(func() { st.stopPayout(); cancel(); <-ldone })
 	return st
@@ -159,10 +161,10 @@ func (st *stack) stopPayout() {
 	}
 }
 
-// settle does what settlement does for a provider: the renter's money
-// comes into bank:client (a deposit), the provider's net lands in
-// provider:{id}:available, and settlement.settled.{provider} is published.
-func (st *stack) settle(t *testing.T, provider, cycle, currency, net string) {
+// settleLedgerOnly does in the ledger what settlement does for a provider:
+// the renter's money comes into bank:client (a deposit) and the
+// provider's net lands in provider:{id}:available.
+func (st *stack) settleLedgerOnly(t *testing.T, provider, cycle, currency, net string) {
 	t.Helper()
 	ctx := context.Background()
 	renter := "r-" + provider
@@ -182,6 +184,14 @@ func (st *stack) settle(t *testing.T, provider, cycle, currency, net string) {
 	st.mu.Lock()
 	st.deposits[currency] = st.deposits[currency].Add(decimal.RequireFromString(net))
 	st.mu.Unlock()
+}
+
+// settle does settleLedgerOnly and publishes settlement.settled.{provider}
+// (twice, under two message ids: one payout all the same).
+func (st *stack) settle(t *testing.T, provider, cycle, currency, net string) {
+	t.Helper()
+	st.settleLedgerOnly(t, provider, cycle, currency, net)
+	ctx := context.Background()
 	b, err := proto.Marshal(&eventsv1.ProviderSettled{ProviderId: provider, CycleId: cycle, Currency: currency,
 		Gross: net, Commission: "0", TaxWithheld: "0", Net: net, TransactionId: "tx-" + provider + "-" + cycle, Jurisdiction: "CN"})
 	if err != nil {
