@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
@@ -23,8 +24,27 @@ type Common struct {
 	CycleAnchor     string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
 	CycleGrace      time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
 	TaxTimezone     string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
+	StreamMaxBytes  int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream."`
+	StreamReplicas  int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
 	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
+
+// StreamLimits returns the JetStream limits the settings describe.
+func (c Common) StreamLimits() (natsx.Limits, error) {
+	if c.StreamMaxBytes < streamMaxBytesMin {
+		return natsx.Limits{}, fmt.Errorf("GPUBILL_STREAM_MAX_BYTES %d: want at least %d", c.StreamMaxBytes, streamMaxBytesMin)
+	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > streamReplicasMax {
+		return natsx.Limits{}, fmt.Errorf("GPUBILL_STREAM_REPLICAS %d: want 1..%d", c.StreamReplicas, streamReplicasMax)
+	}
+	return natsx.Limits{MaxBytes: c.StreamMaxBytes, Replicas: c.StreamReplicas}, nil
+}
+
+// Bounds of the stream settings (JetStream allows at most 5 replicas).
+const (
+	streamMaxBytesMin = 64 << 10
+	streamReplicasMax = 5
+)
 
 // Calendar returns the settlement calendar the settings describe.
 func (c Common) Calendar() (cycles.Calendar, error) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -46,6 +47,33 @@ func TestTaxPeriods(t *testing.T) {
 		_, err := Common{TaxTimezone: give}.TaxPeriods()
 		if err == nil || !strings.Contains(err.Error(), "GPUBILL_TAX_TIMEZONE") || !strings.Contains(err.Error(), give) {
 			t.Errorf("zone %q: %v, want an error naming GPUBILL_TAX_TIMEZONE and the zone", give, err)
+		}
+	}
+}
+
+// Stream limits default to 1 GiB and one replica, come from
+// GPUBILL_STREAM_MAX_BYTES / GPUBILL_STREAM_REPLICAS or their flags, and
+// out-of-range values are refused naming the variable.
+func TestStreamLimits(t *testing.T) {
+	for _, v := range []string{"GPUBILL_STREAM_MAX_BYTES", "GPUBILL_STREAM_REPLICAS"} {
+		t.Setenv(v, "") // restored after the test
+		os.Unsetenv(v)
+	}
+	lim, err := parse(t).StreamLimits()
+	if err != nil || lim.MaxBytes != 1<<30 || lim.Replicas != 1 {
+		t.Errorf("defaults: %+v, %v; want 1 GiB and 1 replica", lim, err)
+	}
+	t.Setenv("GPUBILL_STREAM_MAX_BYTES", "1048576")
+	t.Setenv("GPUBILL_STREAM_REPLICAS", "3")
+	if lim, err := parse(t).StreamLimits(); err != nil || lim.MaxBytes != 1<<20 || lim.Replicas != 3 {
+		t.Errorf("from env: %+v, %v", lim, err)
+	}
+	if lim, err := parse(t, "--stream-max-bytes=2097152", "--stream-replicas=5").StreamLimits(); err != nil || lim.MaxBytes != 2<<20 || lim.Replicas != 5 {
+		t.Errorf("from flags: %+v, %v", lim, err)
+	}
+	for _, give := range []Common{{StreamMaxBytes: 1000, StreamReplicas: 1}, {StreamMaxBytes: 1 << 30, StreamReplicas: 0}, {StreamMaxBytes: 1 << 30, StreamReplicas: 7}} {
+		if _, err := give.StreamLimits(); err == nil || !strings.Contains(err.Error(), "GPUBILL_STREAM_") {
+			t.Errorf("%+v: %v, want an error naming the variable", give, err)
 		}
 	}
 }

@@ -23,7 +23,7 @@ type Lag struct {
 // ConsumerLags lists every durable consumer of the named streams.
 func ConsumerLags(ctx context.Context, js jetstream.JetStream, streams ...string) ([]Lag, error) {
 	if len(streams) == 0 {
-		for n := range streamSubjects {
+		for n := range streamSpecs {
 			streams = append(streams, n)
 		}
 	}

@@ -14,17 +14,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Limits every stream gets. MaxAge is measured by JetStream on arrival, not on
-// event time, so a late event is never aged out before it is consumed.
+// Limits every stream gets. MaxAge, where a stream has one, is measured by
+// JetStream on arrival, not on event time, so a late event is never aged out
+// before it is consumed.
 const (
-	streamMaxAge        = 14 * 24 * time.Hour
-	streamMaxBytes      = 1 << 30 // per stream; 7 streams fit the embedded server's store
+	feedMaxAge          = 14 * 24 * time.Hour
+	partyVersionsMax    = 100 // per party id: its last versions, enough to rebuild any read model
 	streamMaxMsgSize    = 8 << 20
 	streamDupWindow     = 10 * time.Minute
-	consumerMaxDeliver  = -1 // a stuck message stays visible as lag, never dropped
+	consumerMaxDeliver  = -1 // natsx bounds deliveries itself (DeadLetterDeliveries): NATS never drops
 	consumerMaxAckPend  = 20000
 	fetchMaxWaitDefault = 250 * time.Millisecond
 )
+
+// DefaultStreamMaxBytes is a stream's byte cap unless GPUBILL_STREAM_MAX_BYTES says otherwise.
+const DefaultStreamMaxBytes = 1 << 30
 
 // DefaultAckWait is how long a delivered message may stay unacknowledged
 // before JetStream redelivers it (a consumer that died mid-batch), unless a
@@ -42,47 +46,190 @@ const (
 	StreamPayout     = "PAYOUT"
 )
 
-var streamSubjects = map[string][]string{
-	StreamUsage:      {"usage.>"},
-	StreamCharges:    {"charges.>"},
-	StreamLedger:     {"ledger.>"},
-	StreamBilling:    {"billing.>"},
-	StreamParty:      {"party.>"},
-	StreamSettlement: {"settlement.>"},
-	StreamPayout:     {"payout.>"},
+// streamSpec is how a stream keeps its messages.
+//
+//   - Work queues (USAGE, CHARGES, SETTLEMENT): each subject has one durable
+//     consumer that owns its messages (metering-ingest, pricing-rating,
+//     ledger-charges, payout-settled); a message is removed when that consumer
+//     acks it, and kept, never aged, until it does. The byte cap only bounds a
+//     backlog; when it is reached a publish is refused (DiscardNew) and the
+//     outbox holds the message in Postgres until there is room: backpressure,
+//     never loss. Observers must use explicit-ack consumers on other subjects.
+//   - PARTY: every party's last partyVersionsMax versions, never aged, so a new
+//     read model replays every party from the start.
+//   - Feeds without an internal consumer (LEDGER, BILLING, PAYOUT): limits by
+//     arrival age and bytes, oldest dropped first (DiscardOld), so they never
+//     refuse a publish; their source of truth is the producer's tables.
+type streamSpec struct {
+	subjects      []string
+	retention     jetstream.RetentionPolicy
+	discard       jetstream.DiscardPolicy
+	maxAge        time.Duration
+	maxPerSubject int64
+	owners        []string // the durable consumers that own a work queue's messages
+}
+
+var streamSpecs = map[string]streamSpec{
+	StreamUsage: {subjects: []string{"usage.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
+		owners: []string{"metering-ingest", "pricing-rating"}},
+	StreamCharges: {subjects: []string{"charges.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
+		owners: []string{"ledger-charges"}},
+	StreamSettlement: {subjects: []string{"settlement.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
+		owners: []string{"payout-settled"}},
+	StreamParty: {subjects: []string{"party.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardNew,
+		maxPerSubject: partyVersionsMax},
+	StreamLedger:  {subjects: []string{"ledger.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
+	StreamBilling: {subjects: []string{"billing.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
+	StreamPayout:  {subjects: []string{"payout.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
+}
+
+// Limits are the per-stream settings an operator chooses
+// (GPUBILL_STREAM_MAX_BYTES, GPUBILL_STREAM_REPLICAS); zero means the default.
+type Limits struct {
+	MaxBytes int64 // per stream
+	Replicas int   // in a JetStream cluster
+}
+
+// StreamConfig returns the canonical configuration of a named stream with
+// the default limits.
+func StreamConfig(name string) (jetstream.StreamConfig, error) {
+	return Limits{}.StreamConfig(name)
 }
 
 // StreamConfig returns the canonical configuration of a named stream.
-func StreamConfig(name string) (jetstream.StreamConfig, error) {
-	subj, ok := streamSubjects[name]
+func (l Limits) StreamConfig(name string) (jetstream.StreamConfig, error) {
+	sp, ok := streamSpecs[name]
 	if !ok {
 		return jetstream.StreamConfig{}, fmt.Errorf("unknown stream %q", name)
 	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultStreamMaxBytes
+	}
+	if l.Replicas <= 0 {
+		l.Replicas = 1
+	}
 	return jetstream.StreamConfig{
-		Name:       name,
-		Subjects:   subj,
-		Retention:  jetstream.LimitsPolicy,
-		Storage:    jetstream.FileStorage,
-		MaxAge:     streamMaxAge,
-		MaxBytes:   streamMaxBytes,
-		MaxMsgSize: streamMaxMsgSize,
-		Discard:    jetstream.DiscardNew, // refuse rather than silently drop unconsumed events
-		Duplicates: streamDupWindow,
+		Name:              name,
+		Subjects:          sp.subjects,
+		Retention:         sp.retention,
+		Storage:           jetstream.FileStorage,
+		MaxAge:            sp.maxAge,
+		MaxBytes:          l.MaxBytes,
+		MaxMsgsPerSubject: sp.maxPerSubject,
+		MaxMsgSize:        int32(min(streamMaxMsgSize, l.MaxBytes)),
+		Discard:           sp.discard,
+		Duplicates:        streamDupWindow,
+		Replicas:          l.Replicas,
 	}, nil
 }
 
-// EnsureStreams creates or updates the named streams.
+// EnsureStreams creates or updates the named streams with the default limits.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, names ...string) error {
+	return Limits{}.EnsureStreams(ctx, js, nil, names...)
+}
+
+// EnsureStreams creates the named streams or brings them to their canonical
+// configuration (a changed byte cap or replica count is applied in place).
+// JetStream cannot change a stream's retention in place: a stream made by an
+// older gpubill (limits retention) is recreated with the new retention when
+// nothing in it is left to consume (every owning consumer has acknowledged
+// everything), which is always so after a clean stop of `gpubill dev`;
+// otherwise it keeps its old retention, with a warning naming the backlog,
+// until a later start finds it drained.
+func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *slog.Logger, names ...string) error {
+	if log == nil {
+		log = slog.Default()
+	}
 	for _, n := range names {
-		cfg, err := StreamConfig(n)
+		cfg, err := l.StreamConfig(n)
 		if err != nil {
 			return err
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", n, err)
+		st, err := js.Stream(ctx, n)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return fmt.Errorf("create stream %s: %w", n, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", n, err)
+		}
+		if old := st.CachedInfo().Config.Retention; old != cfg.Retention {
+			if err := migrateRetention(ctx, js, st, cfg, log); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("update stream %s: %w", n, err)
 		}
 	}
 	return nil
+}
+
+// migrateRetention recreates a stream whose retention changed, if nothing in
+// it is left to consume; otherwise it applies what it can and explains.
+func migrateRetention(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, cfg jetstream.StreamConfig, log *slog.Logger) error {
+	before := st.CachedInfo()
+	backlog, err := unconsumed(ctx, st, before, streamSpecs[cfg.Name].owners)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	if backlog != "" {
+		log.Warn("stream keeps its old retention until its backlog is consumed; restart once it is (consumer lag 0)",
+			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
+		keep := cfg
+		keep.Retention, keep.Discard, keep.MaxAge, keep.MaxMsgsPerSubject = before.Config.Retention, before.Config.Discard, before.Config.MaxAge, before.Config.MaxMsgsPerSubject
+		if _, err := js.UpdateStream(ctx, keep); err != nil {
+			return fmt.Errorf("update stream %s: %w", cfg.Name, err)
+		}
+		return nil
+	}
+	// Nothing was published since the check (a publish after the delete
+	// finds no stream and its outbox retries it).
+	now, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	if now.State.LastSeq != before.State.LastSeq {
+		return fmt.Errorf("stream %s: messages arrived while changing its retention; start again", cfg.Name)
+	}
+	if err := js.DeleteStream(ctx, cfg.Name); err != nil {
+		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
+	}
+	log.Info("stream recreated with its new retention", "stream", cfg.Name, "retention", cfg.Retention.String(),
+		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
+	return nil
+}
+
+// unconsumed describes what of a stream its owners have not all acknowledged
+// ("" when nothing): a missing owner with messages in the stream, or an
+// owner with pending or unacknowledged messages.
+func unconsumed(ctx context.Context, st jetstream.Stream, info *jetstream.StreamInfo, owners []string) (string, error) {
+	if info.State.Msgs == 0 {
+		return "", nil
+	}
+	for _, o := range owners {
+		c, err := st.Consumer(ctx, o)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Sprintf("%d messages and no consumer %s yet", info.State.Msgs, o), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return "", err
+		}
+		if ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return fmt.Sprintf("consumer %s: %d pending, %d unacknowledged", o, ci.NumPending, ci.NumAckPending), nil
+		}
+	}
+	return "", nil
 }
 
 // Connect dials NATS and returns the connection and its JetStream context.

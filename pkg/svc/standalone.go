@@ -72,6 +72,10 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	if err != nil {
 		return err
 	}
+	streams, err := cfg.StreamLimits()
+	if err != nil {
+		return err
+	}
 	secret := []byte(cfg.AuthSecret)
 	pool, err := pg.Open(ctx, cfg.DatabaseURL, standalonePoolConns)
 	if err != nil {
@@ -88,7 +92,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		return err
 	}
 	defer internal.Close()
-	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal}
+	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal, Streams: streams}
 	s, cleanup, err := build(ctx, deps, cfg)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
@@ -31,6 +32,10 @@ type Deps struct {
 	// for the few synchronous calls between services (settlement activities →
 	// ledger, tax). It connects lazily, so it may be made before the server starts.
 	Internal grpc.ClientConnInterface
+	// Streams are the JetStream limits (GPUBILL_STREAM_MAX_BYTES,
+	// GPUBILL_STREAM_REPLICAS) a service ensures its streams with; the zero
+	// value is the defaults.
+	Streams natsx.Limits
 }
 
 // Service is a hosted gpubill service: its API plus background loops

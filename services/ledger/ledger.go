@@ -49,7 +49,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement); err != nil {
 			return nil, err
 		}
 	}

@@ -62,7 +62,8 @@ func TestNATSIngestUsesTheSamePath(t *testing.T) {
 		return err == nil && len(res.UsageEvents) == 1 && res.UsageEvents[0].Id == "evt-1" && res.UsageEvents[0].CycleId == "cyc-20261112"
 	}, "evt-1 recorded from NATS, evt-2 (another provider's) refused")
 	// usage.recorded carries the enriched event.
-	cons, err := d.JS.OrderedConsumer(ctx, natsx.StreamUsage, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"usage.recorded.>"}})
+	// USAGE is a work queue: an observer reads with explicit acks.
+	cons, err := d.JS.CreateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "usage.recorded.>"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamSettlement, natsx.StreamPayout); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamSettlement, natsx.StreamPayout); err != nil {
 			return nil, err
 		}
 	}

@@ -209,10 +209,13 @@ func (s *stack) checkChargedOnce(t *testing.T, leases []*onceLease, events int) 
 func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Decimal {
 	t.Helper()
 	ctx := context.Background()
-	cons, err := js.OrderedConsumer(ctx, natsx.StreamCharges, jetstream.OrderedConsumerConfig{})
+	// CHARGES is a work queue: an observer reads with explicit acks and
+	// acks nothing (the messages stay for the ledger), then goes away.
+	cons, err := js.CreateConsumer(ctx, natsx.StreamCharges, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer js.DeleteConsumer(ctx, natsx.StreamCharges, cons.CachedInfo().Name) //nolint:errcheck
 	info, err := js.Stream(ctx, natsx.StreamCharges)
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	if err := pg.Migrate(ctx, d.Pool, Name, migrations.For(Name)); err != nil {
 		return nil, err
 	}
-	if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamUsage, natsx.StreamCharges); err != nil {
+	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamCharges); err != nil {
 		return nil, err
 	}
 	a := app.New(d.Pool, d.Clock)

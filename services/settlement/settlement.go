@@ -108,7 +108,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamSettlement, natsx.StreamParty); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamSettlement, natsx.StreamParty); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := natsx.EnsureStreams(ctx, d.JS, natsx.StreamParty); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamParty); err != nil {
 			return nil, err
 		}
 	}

@@ -93,6 +93,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	streams, err := cfg.StreamLimits()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -174,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.closers = append(s.closers, func() { _ = internal.Close() })
 
-	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal}
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal, Streams: streams}
 	services, err := newServices(ctx, deps, tc)
 	if err != nil {
 		gl.Close()
