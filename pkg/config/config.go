@@ -29,8 +29,15 @@ type Common struct {
 	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
-// StreamLimits returns the JetStream limits the settings describe.
+// StreamLimits returns the JetStream limits the settings describe (zero,
+// as in a Common built in code, is the default).
 func (c Common) StreamLimits() (natsx.Limits, error) {
+	if c.StreamMaxBytes == 0 {
+		c.StreamMaxBytes = natsx.DefaultStreamMaxBytes
+	}
+	if c.StreamReplicas == 0 {
+		c.StreamReplicas = 1
+	}
 	if c.StreamMaxBytes < streamMaxBytesMin {
 		return natsx.Limits{}, fmt.Errorf("GPUBILL_STREAM_MAX_BYTES %d: want at least %d", c.StreamMaxBytes, streamMaxBytesMin)
 	}

@@ -71,7 +71,10 @@ func TestStreamLimits(t *testing.T) {
 	if lim, err := parse(t, "--stream-max-bytes=2097152", "--stream-replicas=5").StreamLimits(); err != nil || lim.MaxBytes != 2<<20 || lim.Replicas != 5 {
 		t.Errorf("from flags: %+v, %v", lim, err)
 	}
-	for _, give := range []Common{{StreamMaxBytes: 1000, StreamReplicas: 1}, {StreamMaxBytes: 1 << 30, StreamReplicas: 0}, {StreamMaxBytes: 1 << 30, StreamReplicas: 7}} {
+	if lim, err := (Common{}).StreamLimits(); err != nil || lim.MaxBytes != 1<<30 || lim.Replicas != 1 {
+		t.Errorf("zero Common: %+v, %v; want the defaults", lim, err)
+	}
+	for _, give := range []Common{{StreamMaxBytes: 1000, StreamReplicas: 1}, {StreamMaxBytes: 1 << 30, StreamReplicas: -1}, {StreamMaxBytes: 1 << 30, StreamReplicas: 7}} {
 		if _, err := give.StreamLimits(); err == nil || !strings.Contains(err.Error(), "GPUBILL_STREAM_") {
 			t.Errorf("%+v: %v, want an error naming the variable", give, err)
 		}

@@ -26,6 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +36,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/pg"
 )
 
 // Limits of the relay.
@@ -132,17 +139,51 @@ func Claim(ctx context.Context, tx pgx.Tx, schema, consumer string, ids []string
 	return fresh, rows.Err()
 }
 
-// Relay publishes a schema's outbox to JetStream.
+// Relay publishes a schema's outbox to JetStream. A batch message over the
+// server's max_payload is split into parts that fit (BatchFields); a row
+// that still cannot be published (too big, a bad subject) is moved to the
+// schema's dead_letters table (consumer "outbox"), counted, and the relay
+// goes on; a replay puts it back into the outbox.
 type Relay struct {
 	Pool   *pgxpool.Pool
 	JS     jetstream.JetStream
 	Schema string
 	Log    *slog.Logger
+
+	limits map[string]streamLimit // by the subject's first token
 }
+
+type streamLimit struct {
+	bytes int
+	at    time.Time
+}
+
+// streamLimitTTL is how long a stream's max message size is remembered.
+const streamLimitTTL = time.Minute
+
+// BatchFields names, by subject prefix, the event batches (events.proto)
+// whose items are a repeated field: one too big to publish is split along
+// it, each part carrying the batch's other fields and its own message id
+// (<id>~<part>/<parts>, the same on every retry).
+var BatchFields = map[string]protowire.Number{
+	"usage.recorded.": 2, // UsageRecordedBatch.events
+	"charges.rated.":  2, // ChargesRatedBatch.charges
+	"ledger.posted.":  2, // LedgerPostedBatch.transactions
+}
+
+// headerBytesMax is room kept under max_payload for subject and headers.
+const headerBytesMax = 1024
+
+func (r *Relay) sink() *deadletter.Sink { return deadletter.New(r.Pool, r.Schema, r.Log) }
 
 // Run relays until ctx ends. Only one relay per schema publishes at a time
 // (a session advisory lock), so order within the outbox is kept.
 func (r *Relay) Run(ctx context.Context) error {
+	go func() {
+		if err := r.sink().ReplayLetters(ctx, deadletter.ConsumerOutbox, r.requeue); err != nil && ctx.Err() == nil {
+			r.Log.Error("outbox dead-letter replay stopped", "schema", r.Schema, "err", err)
+		}
+	}()
 	for ctx.Err() == nil {
 		if err := r.runLeader(ctx); err != nil && ctx.Err() == nil {
 			r.Log.Error("outbox relay", "schema", r.Schema, "err", err)
@@ -217,29 +258,42 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	futures := make([]jetstream.PubAckFuture, len(batch))
+	serverMax := r.payloadMax()
+	type part struct {
+		row int
+		f   jetstream.PubAckFuture
+	}
+	var parts []part
+	left := make([]int, len(batch)) // parts of each row not yet acked
+	var dead []int
+	deadErr := map[int]error{}
 	for i, x := range batch {
-		m := nats.NewMsg(x.subject)
-		m.Data = x.payload
-		m.Header.Set(jetstream.MsgIDHeader, x.id)
-		f, err := r.JS.PublishMsgAsync(m)
-		if err != nil {
-			return 0, fmt.Errorf("publish %s: %w", x.id, err)
+		for _, m := range splitToFit(x.id, x.subject, x.payload, min(serverMax, r.streamMax(ctx, x.subject))) {
+			f, err := r.JS.PublishMsgAsync(m)
+			if permanent(err) {
+				dead, deadErr[i] = append(dead, i), err
+				break
+			}
+			if err != nil {
+				return 0, fmt.Errorf("publish %s: %w", x.id, err)
+			}
+			parts = append(parts, part{i, f})
+			left[i]++
 		}
-		futures[i] = f
 	}
 	timeout := time.NewTimer(publishAckTimeout)
 	defer timeout.Stop()
-	done := make([]int64, 0, len(batch))
 	var firstErr error
 wait:
-	for i, f := range futures {
+	for _, p := range parts {
 		select {
-		case <-f.Ok():
-			done = append(done, batch[i].seq)
-		case err := <-f.Err():
-			if firstErr == nil {
-				firstErr = fmt.Errorf("publish %s to %s: %w", batch[i].id, batch[i].subject, err)
+		case <-p.f.Ok():
+			left[p.row]--
+		case err := <-p.f.Err():
+			if permanent(err) && deadErr[p.row] == nil {
+				dead, deadErr[p.row] = append(dead, p.row), err
+			} else if firstErr == nil {
+				firstErr = fmt.Errorf("publish %s to %s: %w", batch[p.row].id, batch[p.row].subject, err)
 			}
 		case <-timeout.C:
 			firstErr = errors.New("publish acks timed out")
@@ -248,8 +302,23 @@ wait:
 			return 0, ctx.Err()
 		}
 	}
+	done := make([]int64, 0, len(batch))
+	for i, x := range batch {
+		if left[i] == 0 && deadErr[i] == nil {
+			done = append(done, x.seq)
+		}
+	}
 	if len(done) > 0 {
 		if _, err := r.Pool.Exec(ctx, fmt.Sprintf(`delete from %s where seq = any($1)`, tbl), done); err != nil {
+			return 0, err
+		}
+	}
+	if len(dead) > 0 {
+		r.limits = nil // a stream's limit may have changed
+	}
+	for _, i := range dead {
+		x := batch[i]
+		if err := r.deadLetter(ctx, tbl, x.seq, deadletter.Letter{Consumer: deadletter.ConsumerOutbox, MessageID: x.id, Subject: x.subject, Payload: x.payload}, deadErr[i]); err != nil {
 			return 0, err
 		}
 	}
@@ -257,6 +326,141 @@ wait:
 		return 0, firstErr
 	}
 	return len(batch), nil
+}
+
+// deadLetter moves an outbox row to the dead-letter table in one transaction.
+func (r *Relay) deadLetter(ctx context.Context, tbl string, seq int64, l deadletter.Letter, cause error) error {
+	err := pg.InTx(ctx, r.Pool, func(tx pgx.Tx) error {
+		if err := r.sink().PutLetter(ctx, tx, l, 1, cause); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(`delete from %s where seq = $1`, tbl), seq)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter outbox row %s: %w", l.MessageID, err)
+	}
+	r.Log.Error("outbox message dead-lettered: it cannot be published", "schema", r.Schema, "id", l.MessageID, "subject", l.Subject,
+		"bytes", len(l.Payload), "err", cause)
+	return nil
+}
+
+// requeue puts a replayed dead letter back into the outbox (after a fix,
+// such as a larger max_payload).
+func (r *Relay) requeue(ctx context.Context, l deadletter.Letter) error {
+	_, err := r.Pool.Exec(ctx, InsertInto(r.Schema)+` values ($1, $2, $3) on conflict (id) do nothing`, l.MessageID, l.Subject, l.Payload)
+	if err == nil {
+		Wake(r.Schema)
+	}
+	return err
+}
+
+// payloadMax is the largest payload the connected server takes.
+func (r *Relay) payloadMax() int {
+	n := r.JS.Conn().MaxPayload()
+	if n <= headerBytesMax {
+		return int(n)
+	}
+	return int(n) - headerBytesMax
+}
+
+// streamMax is the largest message the stream of subject takes (its
+// MaxMsgSize), remembered for streamLimitTTL; unknown (no stream yet, NATS
+// down) is no limit here: the publish then fails and is retried.
+func (r *Relay) streamMax(ctx context.Context, subject string) int {
+	key, _, _ := strings.Cut(subject, ".")
+	if l, ok := r.limits[key]; ok && time.Since(l.at) < streamLimitTTL {
+		return l.bytes
+	}
+	name, err := r.JS.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return math.MaxInt
+	}
+	st, err := r.JS.Stream(ctx, name)
+	if err != nil {
+		return math.MaxInt
+	}
+	n := int(st.CachedInfo().Config.MaxMsgSize)
+	if n <= 0 {
+		n = math.MaxInt
+	} else if n > headerBytesMax {
+		n -= headerBytesMax
+	}
+	if r.limits == nil {
+		r.limits = map[string]streamLimit{}
+	}
+	r.limits[key] = streamLimit{bytes: n, at: time.Now()}
+	return n
+}
+
+// permanent reports a publish error that no retry can fix.
+func permanent(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// splitToFit returns the messages that publish one outbox row: the row
+// itself, or, for a batch (BatchFields) over limit, parts that each fit.
+// Anything else (not a batch, an item alone over the limit) is published
+// whole, and the server's refusal dead-letters it.
+func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
+	msg := func(id string, data []byte) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		return m
+	}
+	whole := []*nats.Msg{msg(id, payload)}
+	field, ok := batchField(subject)
+	if len(payload) <= limit || !ok {
+		return whole
+	}
+	var head []byte
+	var items [][]byte
+	for b := payload; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return whole
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return whole
+		}
+		if num == field {
+			items = append(items, b[:n+m])
+		} else {
+			head = append(head, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	var bodies [][]byte
+	cur := slices.Clone(head)
+	for _, it := range items {
+		if len(head)+len(it) > limit {
+			return whole
+		}
+		if len(cur)+len(it) > limit {
+			bodies = append(bodies, cur)
+			cur = slices.Clone(head)
+		}
+		cur = append(cur, it...)
+	}
+	bodies = append(bodies, cur)
+	out := make([]*nats.Msg, len(bodies))
+	for i, b := range bodies {
+		out[i] = msg(fmt.Sprintf("%s~%d/%d", id, i+1, len(bodies)), b)
+	}
+	return out
+}
+
+func batchField(subject string) (protowire.Number, bool) {
+	for prefix, f := range BatchFields {
+		if strings.HasPrefix(subject, prefix) {
+			return f, true
+		}
+	}
+	return 0, false
 }
 
 func sleep(ctx context.Context, d time.Duration) {

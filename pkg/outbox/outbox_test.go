@@ -1,20 +1,26 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 )
 
 const ddl = `
@@ -91,5 +97,138 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRelaySplitsBatchesAndDeadLettersWhatCannotFit: with streams that take
+// at most 64 KiB a message (GPUBILL_STREAM_MAX_BYTES=64 KiB), a 150 KiB
+// usage batch (~150 KiB) is published in parts that each fit, every event in exactly
+// one part; a 100 KiB party update (not a batch) and a batch whose one event
+// alone is too big are moved to t.dead_letters (consumer "outbox") instead
+// of blocking the relay; the row behind them is published. Once the limit
+// is raised, a replay puts a dead letter back into the outbox and it is
+// published.
+func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	js := testkit.NewJetStream(t)
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	small := natsx.Limits{MaxBytes: 64 << 10}
+	if err := small.EnsureStreams(ctx, js.JS, nil, natsx.StreamUsage, natsx.StreamParty); err != nil {
+		t.Fatal(err)
+	}
+	big := &eventsv1.UsageRecordedBatch{BatchId: "ub-big"}
+	for i := 0; i < 2000; i++ {
+		big.Events = append(big.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("e-%04d", i), LeaseId: "l", Workload: strings.Repeat("w", 60)})
+	}
+	bigPayload, _ := proto.Marshal(big)
+	huge, _ := proto.Marshal(&eventsv1.UsageRecordedBatch{BatchId: "ub-huge", Events: []*eventsv1.UsageEvent{{Id: "e-huge", Workload: strings.Repeat("w", 100<<10)}}})
+	party := bytes.Repeat([]byte("p"), 100<<10)
+	if len(bigPayload) < 2*(64<<10) {
+		t.Fatalf("batch of %d bytes does not need splitting", len(bigPayload))
+	}
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		return outbox.Add(ctx, tx, "t",
+			outbox.Message{ID: "m-party", Subject: "party.updated.p1", Payload: party},
+			outbox.Message{ID: "m-big", Subject: "usage.recorded.p1", Payload: bigPayload},
+			outbox.Message{ID: "m-huge", Subject: "usage.recorded.p1", Payload: huge},
+			outbox.Message{ID: "m-after", Subject: "usage.recorded.p1", Payload: []byte("after")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// USAGE (a work queue of 64 KiB) has room only as its consumer acks.
+	cons, err := js.JS.CreateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	var ids []string
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		after := false
+		for !after || len(seen) < len(big.Events) {
+			m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+			if err != nil {
+				t.Errorf("next: %v", err)
+				return
+			}
+			_ = m.Ack()
+			ids = append(ids, natsx.MsgID(m))
+			if len(m.Data()) > 64<<10 {
+				t.Errorf("message %s of %d bytes", natsx.MsgID(m), len(m.Data()))
+			}
+			if string(m.Data()) == "after" {
+				after = true
+				continue
+			}
+			var b eventsv1.UsageRecordedBatch
+			if err := proto.Unmarshal(m.Data(), &b); err != nil || b.BatchId != "ub-big" {
+				t.Errorf("part %s: %v, batch %q", natsx.MsgID(m), err, b.BatchId)
+				return
+			}
+			for _, e := range b.Events {
+				seen[e.Id]++
+			}
+		}
+	}()
+	rctx, stop := context.WithCancel(ctx)
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		_ = (&outbox.Relay{Pool: pool, JS: js.JS, Schema: "t", Log: log}).Run(rctx)
+	}()
+	defer func() { stop(); <-relayDone }()
+	count := func(q string) int {
+		var n int
+		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	<-consumed
+	testkit.Eventually(t, 10*time.Second, func() bool { return count(`select count(*) from t.outbox`) == 0 }, "outbox drained")
+	var dead []string
+	rows, _ := pool.Query(ctx, `select message_id || ' ' || consumer || ' ' || subject || ' ' || length(payload) from t.dead_letters order by message_id`)
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		dead = append(dead, s)
+	}
+	if got := strings.Join(dead, "; "); got != fmt.Sprintf("m-huge outbox usage.recorded.p1 %d; m-party outbox party.updated.p1 %d", len(huge), len(party)) {
+		t.Errorf("dead letters: %s", got)
+	}
+	// The big batch arrived in parts that fit, every event once.
+	if len(ids) < 4 || !slices.Contains(ids, "m-after") || !strings.HasPrefix(ids[0], "m-big~1/") {
+		t.Errorf("published %v; want m-big's parts and m-after", ids)
+	}
+	for _, e := range big.Events {
+		if seen[e.Id] != 1 {
+			t.Errorf("event %s in %d parts, want 1", e.Id, seen[e.Id])
+		}
+	}
+	if len(seen) != len(big.Events) {
+		t.Errorf("%d events in the parts, want %d", len(seen), len(big.Events))
+	}
+
+	// The fix: streams take bigger messages. A replay republishes m-party.
+	if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js.JS, nil, natsx.StreamParty); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update t.dead_letters set replay_requested_at = now() where message_id = 'm-party'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return count(`select count(*) from t.dead_letters where message_id = 'm-party' and replayed_at is not null`) == 1 &&
+			count(`select count(*) from t.outbox`) == 0
+	}, "m-party replayed and published")
+	st, _ := js.JS.Stream(ctx, natsx.StreamParty)
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 1 || info.State.Bytes < uint64(len(party)) {
+		t.Errorf("PARTY after the replay: %+v, %v", info.State, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -102,7 +103,8 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	}
 	srv, err := server.Start(ctx, server.Options{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: secret, Log: log,
-		Services: []server.Service{s},
+		// Its dead letters (GET /v1/ops/dead-letters): the schema is the service's name.
+		Services: []server.Service{s, deadletter.NewServer(deadletter.New(pool, name, log))},
 		Ready:    []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
 	})
 	if err != nil {

@@ -200,6 +200,26 @@ func TestUsageToLedgerThroughRESTAndRestart(t *testing.T) {
 		t.Fatalf("consumer lag without token: HTTP %d", code)
 	}
 
+	// gpubill dev serves every service's dead letters on one path (none so far).
+	if code, dl := f.do(http.MethodGet, "/v1/ops/dead-letters", f.finance, nil); code != http.StatusOK || len(dl["dead_letters"].([]any)) != 0 {
+		t.Fatalf("dead letters: HTTP %d %v", code, dl)
+	}
+	for _, schema := range []string{"ledger", "pricing"} {
+		if _, err := f.st.Pool.Exec(context.Background(), `insert into `+schema+`.dead_letters (consumer, message_id, subject, payload, error,
+			attempts, first_seen_at, last_seen_at) values ('c', 'm', 's', '', 'e', 1, now(), now())`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, dl := f.do(http.MethodGet, "/v1/ops/dead-letters", f.finance, nil); code != http.StatusOK || fmt.Sprint(dl["dead_letters"]) == "" ||
+		len(dl["dead_letters"].([]any)) != 2 || dl["dead_letters"].([]any)[0].(map[string]any)["id"] != "ledger-1" || dl["dead_letters"].([]any)[1].(map[string]any)["id"] != "pricing-1" {
+		t.Fatalf("dead letters of two services: HTTP %d %v", code, dl)
+	}
+	for _, schema := range []string{"ledger", "pricing"} {
+		if _, err := f.st.Pool.Exec(context.Background(), `delete from `+schema+`.dead_letters`); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// The same event again is a duplicate and changes nothing.
 	res = f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}})
 	if fmt.Sprint(res["duplicates"]) != "1" {

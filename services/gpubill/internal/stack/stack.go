@@ -28,6 +28,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
@@ -184,10 +185,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		gl.Close()
 		return nil, err
 	}
-	regs := make([]gsrv.Service, len(services))
+	regs := make([]gsrv.Service, len(services), len(services)+1)
+	sinks := make([]*deadletter.Sink, len(services))
 	for i, x := range services {
 		regs[i] = x
+		sinks[i] = deadletter.New(s.Pool, x.Name(), cfg.Log) // each schema is named after its service
 	}
+	regs = append(regs, deadletter.NewServer(sinks...)) // one GET /v1/ops/dead-letters over every service
 	s.srv, err = gsrv.Start(ctx, gsrv.Options{
 		GRPCListener: gl, HTTPAddr: cfg.HTTPAddr, Secret: s.Secret, Log: cfg.Log, Services: regs,
 		Ready:        readiness(s.Pool, nc, js, tc),
