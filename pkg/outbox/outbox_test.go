@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,13 +51,28 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tx, _ := pool.Begin(ctx)
-	_ = outbox.Add(ctx, tx, "t", outbox.Message{ID: "m2", Subject: "usage.recorded.p1", Payload: []byte("b")})
-	_ = tx.Rollback(ctx)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Add(ctx, tx, "t", outbox.Message{ID: "m2", Subject: "usage.recorded.p1", Payload: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := &outbox.Relay{Pool: pool, JS: js.JS, Schema: "t", Log: log}
-	go r.Run(ctx)
+	rctx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(rctx) }()
+	t.Cleanup(func() {
+		stopRelay()
+		if err := <-relayDone; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("relay: %v", err)
+		}
+	})
 
 	var got []string
 	cctx, cancel := context.WithCancel(ctx)
@@ -81,9 +97,23 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool {
 		var n int
-		_ = pool.QueryRow(ctx, `select count(*) from t.outbox`).Scan(&n)
+		if err := pool.QueryRow(ctx, `select count(*) from t.outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
 		return n == 0
 	}, "outbox not drained")
+	// Only the committed message reached the stream: the rolled-back m2 never.
+	st, err := js.JS.Stream(ctx, natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream holds %d messages, want 1 (m1 only)", info.State.Msgs)
+	}
 
 	// Inbox: the second claim of the same id is not fresh.
 	for i, want := range []bool{true, false} {

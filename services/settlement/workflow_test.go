@@ -177,33 +177,108 @@ type windowProbe struct {
 	running                    map[string]int // provider → start seq
 }
 
-// probeRunner is an inlineRunner whose settlements the probe watches: each
-// runs 4–16 ms in the background after its start (so the page follows it
-// in flight, like a workflow), and p-00004's fails.
+// probeRunner is an inlineRunner whose settlements the probe watches and
+// whose completions it decides, from state, not time: a settlement stays in
+// flight (the page follows it like a workflow) until the window is full or
+// the page has nothing left to start; then the newest one completes (out of
+// start order), one at a time. If the page waits instead (asks about a
+// provider twice with nothing started or finished in between) one completes
+// too, so a page that drains cannot hang the test; it fails the refill
+// check. p-00004's settlement fails.
 type probeRunner struct {
 	*inlineRunner
-	probe *windowProbe
+	probe             *windowProbe
+	window, batch, of int // the page's window and size, and the providers in all
+
+	mu        sync.Mutex
+	started   map[int]int     // page → providers started
+	releasing bool            // one completion at a time
+	asked     map[string]bool // providers asked about since the last start or completion
 }
 
-func (r probeRunner) StartProvider(ctx context.Context, in app.ProviderInput) error {
+func newProbeRunner(inline *inlineRunner, probe *windowProbe, window, batch, providers int) *probeRunner {
+	if batch <= 0 {
+		batch = providers
+	}
+	return &probeRunner{inlineRunner: inline, probe: probe, window: window, batch: batch, of: providers,
+		started: map[int]int{}, asked: map[string]bool{}}
+}
+
+func pageOf(provider string, batch int) int {
+	var n int
+	fmt.Sscanf(provider, "p-%d", &n)
+	return n / batch
+}
+
+func (r *probeRunner) StartProvider(ctx context.Context, in app.ProviderInput) error {
 	r.probe.enter(in.ProviderID)
-	go func() {
-		var n int
-		fmt.Sscanf(in.ProviderID, "p-%d", &n)
-		time.Sleep(time.Duration(4-n%4) * 4 * time.Millisecond)
-		// Leave before the outcome is written: the page starts the next
-		// provider as soon as it sees one done, which may be before this
-		// goroutine would run a deferred leave.
-		r.probe.leave(in.ProviderID)
-		if in.ProviderID == "p-00004" {
-			r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed))
-			return
-		}
-		if err := r.inlineRunner.StartProvider(context.WithoutCancel(ctx), in); err != nil {
-			r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: %w", ports.ErrProviderFailed, err))
-		}
-	}()
+	r.mu.Lock()
+	r.started[pageOf(in.ProviderID, r.batch)]++
+	clear(r.asked)
+	next := r.nextLocked(false)
+	r.mu.Unlock()
+	if next != "" {
+		go r.finish(ctx, app.ProviderInput{CycleID: in.CycleID, ProviderID: next})
+	}
 	return nil
+}
+
+// nextLocked picks the settlement to complete now, if any: none while one
+// completes; the newest in flight once the window is full, the page has
+// started all of its providers, or the page waits (stuck).
+func (r *probeRunner) nextLocked(stuck bool) string {
+	r.probe.mu.Lock()
+	defer r.probe.mu.Unlock()
+	if r.releasing || len(r.probe.running) == 0 {
+		return ""
+	}
+	newest, seq := "", -1
+	for p, s := range r.probe.running {
+		if s > seq {
+			newest, seq = p, s
+		}
+	}
+	page := pageOf(newest, r.batch)
+	exhausted := r.started[page] == min(r.batch, r.of-page*r.batch)
+	if !stuck && !exhausted && len(r.probe.running) < r.window {
+		return ""
+	}
+	r.releasing = true
+	return newest
+}
+
+// finish completes one settlement: it leaves the probe before its outcome
+// is written (the page starts the next one as soon as it sees one done).
+func (r *probeRunner) finish(ctx context.Context, in app.ProviderInput) {
+	r.probe.leave(in.ProviderID)
+	if in.ProviderID == "p-00004" {
+		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed))
+	} else if err := r.inlineRunner.StartProvider(context.WithoutCancel(ctx), in); err != nil {
+		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: %w", ports.ErrProviderFailed, err))
+	}
+	r.mu.Lock()
+	r.releasing = false
+	clear(r.asked)
+	next := r.nextLocked(false)
+	r.mu.Unlock()
+	if next != "" {
+		r.finish(ctx, app.ProviderInput{CycleID: in.CycleID, ProviderID: next})
+	}
+}
+
+func (r *probeRunner) ProviderOutcome(ctx context.Context, in app.ProviderInput) (bool, app.ProviderResult, error) {
+	r.mu.Lock()
+	stuck := r.asked[in.ProviderID]
+	r.asked[in.ProviderID] = true
+	next := ""
+	if stuck {
+		next = r.nextLocked(true)
+	}
+	r.mu.Unlock()
+	if next != "" {
+		go r.finish(ctx, app.ProviderInput{CycleID: in.CycleID, ProviderID: next})
+	}
+	return r.inlineRunner.ProviderOutcome(ctx, in)
 }
 
 func (p *windowProbe) enter(provider string) {
@@ -249,10 +324,9 @@ func TestCycleSettlesWithinWindow(t *testing.T) {
 			f := newFixture(t, nil)
 			f.seed(t, cycle1.ID, providers)
 			probe := &windowProbe{running: map[string]int{}}
-			// The real settlement behind a probe; providers take 4–16 ms,
-			// so they complete out of start order, and p-00004 fails.
-			inline := newInlineRunner(f.s.acts)
-			f.s.acts.Runner = probeRunner{inline, probe}
+			// The real settlement behind a probe that completes them out of
+			// start order; p-00004 fails.
+			f.s.acts.Runner = newProbeRunner(newInlineRunner(f.s.acts), probe, window, tt.batch, providers)
 			runs, _, last := runCycleWith(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true,
 				BatchSize: tt.batch, Window: window}, nil, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts, f.s.d.TaxPeriods) })
 

@@ -132,8 +132,21 @@ func TestRuleEffectiveDates(t *testing.T) {
 		t.Fatalf("withholding before any rule: %v, want FailedPrecondition", err)
 	}
 	rules, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{})
-	if err != nil || len(rules.TaxRules) != 2 {
-		t.Fatalf("rules = %v, %v", rules, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The two rule sets of migration 0001, each version 1 from 2026-01-01, open-ended.
+	want := map[string]string{"flat20": "", "cn_labour": "CN"} // rule set → jurisdiction
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if len(rules.TaxRules) != len(want) {
+		t.Fatalf("rules = %v, want %v", rules.TaxRules, want)
+	}
+	for _, r := range rules.TaxRules {
+		j, ok := want[r.RuleSet]
+		if !ok || r.Jurisdiction != j || r.RuleVersion != "1" || !r.EffectiveFrom.AsTime().Equal(from) || r.EffectiveUntil != nil {
+			t.Errorf("rule %v, want %s version 1 in %q from %s, open-ended", r, r.RuleSet, j, from)
+		}
+		delete(want, r.RuleSet)
 	}
 }
 
