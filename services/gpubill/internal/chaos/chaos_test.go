@@ -28,6 +28,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -45,7 +46,7 @@ const (
 	chaosSecret    = "chaos-test-signing-secret-0123456789abcdef"
 	pgBinDir       = "/usr/lib/postgresql/15/bin"
 	hourly         = "2.83" // CNY per GPU-hour: 6 minutes of one GPU is 0.283, so rounding matters
-	providers      = 4
+	providers      = 40     // each request carries usage of every provider
 	renters        = 4
 	leaseEvents    = 10 // events per lease, 6 minutes each
 	batchEvents    = 40 // one event of each of 40 leases per request
@@ -55,7 +56,14 @@ const (
 	recoverWithin  = 3 * time.Minute // a message a killed consumer held waits the ack wait (60 s)
 	drainWithin    = 3 * time.Minute
 	depositPerRent = "1000000.00"
+	// Daily cycles: the usage falls in yesterday's cycle, which the test
+	// closes (a close request, then SIGKILL of settlement at once) while
+	// usage flows and the other faults follow; usage accepted after the
+	// close is late and accrues to today's cycle.
+	cycleDays = 1
 )
+
+var calendar = cycles.Calendar{Anchor: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), LengthDays: cycleDays, Grace: 24 * time.Hour}
 
 type service struct {
 	*proc
@@ -94,9 +102,22 @@ func TestChaosNothingLostNothingDoubled(t *testing.T) {
 	// Warm up: usage flows end to end before the first fault.
 	c.waitCharged(s, "warm-up")
 
+	// Settlement's kill comes right after the close request, so the cycle's
+	// workflow is cut mid-way; ledger, tax, NATS and PostgreSQL go down
+	// while it may still run.
+	cycle := calendar.At(s.base).ID
 	var faults []faultReport
-	for _, name := range serviceNames {
-		faults = append(faults, c.fault(s, "kill -9 "+name, func() { c.killService(name) }))
+	for _, name := range []string{"metering", "pricing", "settlement", "ledger", "tax", "payout"} {
+		do := func() { c.killService(name) }
+		label := "kill -9 " + name
+		if name == "settlement" {
+			label = "close, kill -9 settlement"
+			do = func() {
+				c.mustDo(c.svcs["settlement"], http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+				c.killService(name)
+			}
+		}
+		faults = append(faults, c.fault(s, label, do))
 	}
 	faults = append(faults, c.fault(s, "kill -9 nats-server", c.restartNATS))
 	faults = append(faults, c.fault(s, "pg_ctl stop -m immediate", c.restartPostgres))
@@ -115,6 +136,7 @@ func TestChaosNothingLostNothingDoubled(t *testing.T) {
 
 	c.checkEvents(acc)
 	c.checkCharges(acc)
+	c.checkSettled(cycle)
 	c.checkBooks()
 	c.checkNothingStuck()
 
@@ -169,6 +191,9 @@ func newCluster(t *testing.T) *cluster {
 		"TEMPORAL_ADDRESS=" + temporal,
 		"GPUBILL_DATA_DIR=" + filepath.Join(dir, "data"),
 		"GPUBILL_LOG_LEVEL=info",
+		fmt.Sprintf("GPUBILL_CYCLE_DAYS=%d", cycleDays),
+		"GPUBILL_CYCLE_ANCHOR=" + calendar.Anchor.Format("2006-01-02"),
+		"GPUBILL_CYCLE_GRACE=" + calendar.Grace.String(),
 	}
 	for _, name := range serviceNames {
 		c.svcs[name] = &service{http: freePort(t), grpc: freePort(t)}
@@ -501,7 +526,9 @@ type sender struct {
 }
 
 func newSender(c *cluster) *sender {
-	return &sender{c: c, base: time.Now().UTC().Add(-40 * time.Hour).Truncate(time.Minute),
+	// Usage from 01:00 to at most 11:54 of the previous (daily) cycle.
+	today := calendar.At(time.Now())
+	return &sender{c: c, base: calendar.At(today.Start.Add(-time.Minute)).Start.Add(time.Hour),
 		quit: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}), accepted: map[string]event{}}
 }
 
@@ -810,6 +837,66 @@ func (c *cluster) checkCharges(acc map[string]event) {
 			t.Errorf("%s: %d, e.g. %v", what, len(ids), ids[:min(5, len(ids))])
 		}
 	}
+}
+
+// checkSettled: the cycle closed under chaos is settled once per provider:
+// its gross is what the ledger charged to the provider's pending account of
+// the cycle, commission (standard tier, 25 %) and tax (20 % of the rest)
+// are computed here, the pending account is empty (a second settlement
+// would leave it negative) and the provider's available account received
+// the net exactly once.
+func (c *cluster) checkSettled(cycle string) {
+	t := c.t
+	testkit.Eventually(t, drainWithin, func() bool {
+		code, out, err := c.do(c.svcs["settlement"], http.MethodGet, "/v1/settlement-cycles/"+cycle, nil)
+		return err == nil && code == http.StatusOK && out["status"] == "settled"
+	}, "cycle %s settled", cycle)
+	type row struct {
+		Provider, Status                  string
+		Gross, Commission, Tax, Net       decimal.Decimal
+		Charged, PendingLeft, ToAvailable decimal.Decimal
+	}
+	rows, err := pgx.CollectRows(c.query(`
+		with charged as (
+			select split_part(p.account, ':', 2) provider, sum(p.amount) amount
+			from ledger.postings p join ledger.transactions t on t.id = p.tx_id
+			where t.kind = 'charge' and p.direction = 'credit' and p.account like 'provider:%:pending:' || $1
+			group by 1),
+		available as (
+			select split_part(account, ':', 2) provider, sum(amount) amount
+			from ledger.postings where direction = 'credit' and account like 'provider:%:available'
+			group by 1)
+		select coalesce(s.provider_id, ch.provider), coalesce(s.status, 'missing'),
+		       coalesce(s.gross, 0), coalesce(s.commission, 0), coalesce(s.tax_withheld, 0), coalesce(s.net, 0),
+		       coalesce(ch.amount, 0),
+		       coalesce((select b.credits - b.debits from ledger.balances b
+		                 where b.account = 'provider:' || coalesce(s.provider_id, ch.provider) || ':pending:' || $1), 0),
+		       coalesce(a.amount, 0)
+		from (select * from settlement.settlements where cycle_id = $1) s
+		full join charged ch on ch.provider = s.provider_id
+		left join available a on a.provider = coalesce(s.provider_id, ch.provider)
+		order by 1`, cycle), pgx.RowToStructByPos[row])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("cycle %s: nothing charged or settled", cycle)
+	}
+	cny, _ := money.Lookup("CNY")
+	quarter, fifth := decimal.RequireFromString("0.25"), decimal.RequireFromString("0.20")
+	gross := decimal.Zero
+	for _, r := range rows {
+		commission := cny.Round(r.Charged.Mul(quarter))
+		tax := cny.Round(r.Charged.Sub(commission).Mul(fifth))
+		net := r.Charged.Sub(commission).Sub(tax)
+		if r.Status != "settled" || !r.Gross.Equal(r.Charged) || !r.Commission.Equal(commission) || !r.Tax.Equal(tax) ||
+			!r.Net.Equal(net) || !r.PendingLeft.IsZero() || !r.ToAvailable.Equal(net) {
+			t.Errorf("cycle %s provider %s: %s gross %s (charged %s), commission %s (want %s), tax %s (want %s), net %s (want %s); pending left %s, credited to available %s",
+				cycle, r.Provider, r.Status, r.Gross, r.Charged, r.Commission, commission, r.Tax, tax, r.Net, net, r.PendingLeft, r.ToAvailable)
+		}
+		gross = gross.Add(r.Gross)
+	}
+	c.t.Logf("cycle %s closed under chaos: %d providers settled once, gross %s CNY", cycle, len(rows), gross)
 }
 
 // checkBooks: debits equal credits per currency and per transaction, the
