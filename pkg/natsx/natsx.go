@@ -258,9 +258,9 @@ type Handler func(ctx context.Context, msgs []jetstream.Msg) error
 
 // DeadLetterDeliveries is how many deliveries a message that fails alone gets
 // before it is dead-lettered (redeliveries back off from nakDelayMin, doubling,
-// to nakDelayMax: about 1.5 s in all). The dead-letter write needs the same
-// database as the handler, so an outage dead-letters nothing: the message is
-// redelivered until one of the two succeeds.
+// to nakDelayMax: about 1.5 s in all). A failure that says a dependency is
+// unavailable (Unavailable: the database down or starting, a lost
+// connection) never counts: the message is redelivered until the outage ends.
 const DeadLetterDeliveries = 5
 
 const (
@@ -478,8 +478,8 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 // message is settled for good.
 func (c *consumer) fail(ctx context.Context, m jetstream.Msg, cause error) bool {
 	n := deliveries(m)
-	if n < DeadLetterDeliveries {
-		_ = m.NakWithDelay(min(nakDelayMin<<(n-1), nakDelayMax))
+	if n < DeadLetterDeliveries || Unavailable(cause) {
+		_ = m.NakWithDelay(min(nakDelayMin<<(min(n, 16)-1), nakDelayMax))
 		return false
 	}
 	// Once more, so a good message whose outage just ended is not kept.
@@ -489,6 +489,10 @@ func (c *consumer) fail(ctx context.Context, m jetstream.Msg, cause error) bool 
 		return true
 	}
 	if ctx.Err() != nil {
+		return false
+	}
+	if Unavailable(err) {
+		_ = m.NakWithDelay(nakDelayMax)
 		return false
 	}
 	if err := c.deadLetter(ctx, m, err); err != nil {
