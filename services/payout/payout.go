@@ -204,7 +204,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.hooks.Run(ctx) })
 	if s.d.JS != nil {
 		g.Go(func() error {
-			return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.acts.Minimums, s.d.Clock, s.d.Log, s.flow.Nudge)
+			return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.acts.Minimums, s.d.Clock, s.d.Log, s.flow)
 		})
 		g.Go(func() error {
 			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	enumspb "go.temporal.io/api/enums/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -183,6 +184,11 @@ func TestPayoutPaths(t *testing.T) {
 	if first.AbsorbedInto != p.PayoutId {
 		t.Errorf("p-min first payout absorbed into %q, want %s", first.AbsorbedInto, p.PayoutId)
 	}
+	// Its workflow, waiting at the gate (re-checked hourly), is woken and ends.
+	testkit.Eventually(t, waitLong, func() bool {
+		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), "payout-"+first.PayoutId, "")
+		return err == nil && desc.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, "the joined payout's workflow completed")
 	st.checkProvider(t, "p-min", "CNY", "0", "0")
 	paidOut = paidOut.Add(decimal.RequireFromString("110.00"))
 

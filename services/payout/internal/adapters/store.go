@@ -158,16 +158,17 @@ type Statement struct {
 // (action_required: under the minimum, or waiting for KYC or a method) join
 // it: their statements and amounts move into the new payout and they are
 // canceled with the new payout's id, so one payout carries what is waiting.
-// Their money never left provider:{id}:available.
-func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (bool, error) {
+// Their money never left provider:{id}:available. It returns the ids of
+// the payouts that joined (their workflows have nothing left to wait for).
+func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (joined []string, err error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, `select exists (select 1 from payout.payouts where provider_id = $1 and cycle_id = $2 and currency = $3)`,
 		p.ProviderID, p.CycleID, p.Currency).Scan(&exists); err != nil || exists {
-		return false, err
+		return nil, err
 	}
 	waiting, err := s.lockWaiting(ctx, tx, p.ProviderID, p.Currency)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	p.Statements = []Statement{{CycleID: p.CycleID, Currency: p.Currency, Net: p.Net}}
 	for _, w := range waiting {
@@ -175,7 +176,7 @@ func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min 
 	}
 	in, method, err := gate(ctx, tx, p.ProviderID)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	in.Currency, in.Amount = p.Currency, p.Net
 	p.Status, p.Reason = min.Gate(in)
@@ -185,30 +186,31 @@ func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min 
 		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) on conflict (provider_id, cycle_id, currency) do nothing`,
 		p.ID, p.ProviderID, p.CycleID, p.Currency, p.Gross, p.Commission, p.Tax, p.Net, p.Status, p.Reason, p.Method, p.CreatedAt)
 	if err != nil || tag.RowsAffected() == 0 {
-		return false, err
+		return nil, err
 	}
 	if _, err := tx.Exec(ctx, `insert into payout.payout_statements (payout_id, cycle_id, currency, net) values ($1, $2, $3, $4)`,
 		p.ID, p.CycleID, p.Currency, p.Statements[0].Net); err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, w := range waiting {
 		if _, err := tx.Exec(ctx, `insert into payout.payout_statements (payout_id, cycle_id, currency, net)
 			select $1, cycle_id, currency, net from payout.payout_statements where payout_id = $2`, p.ID, w.ID); err != nil {
-			return false, err
+			return nil, err
 		}
 		if _, err := tx.Exec(ctx, `update payout.payouts set absorbed_into = $2 where payout_id = $1`, w.ID, p.ID); err != nil {
-			return false, err
+			return nil, err
 		}
 		w.AbsorbedInto = p.ID
+		joined = append(joined, w.ID)
 		if err := s.Move(ctx, tx, &w, domain.StatusCanceled, "joined payout "+p.ID, p.CreatedAt); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
 	note := p.Reason
 	if len(waiting) > 0 {
 		note = fmt.Sprintf("%d waiting payout(s) joined; %s", len(waiting), p.Reason)
 	}
-	return true, s.record(ctx, tx, &p, "", Change{Status: p.Status, Note: note, At: p.CreatedAt})
+	return joined, s.record(ctx, tx, &p, "", Change{Status: p.Status, Note: note, At: p.CreatedAt})
 }
 
 // lockWaiting locks a provider's payouts in a currency that wait before

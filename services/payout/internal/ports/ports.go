@@ -44,22 +44,29 @@ const (
 // ConsumeSettled creates one payout per settled provider, cycle and
 // currency (earlier payouts still waiting join it) and nudges the workflow
 // starter (which also polls, so a nudge before the commit is harmless).
-func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, min domain.Minimums, clk clock.Clock, log *slog.Logger, nudge func()) error {
+// The workflows of payouts that joined a new one are woken (their
+// Prepare waits on the row lock until this batch commits, then sees them
+// canceled and ends).
+func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, min domain.Minimums, clk clock.Clock, log *slog.Logger, flow *Workflows) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax}
 	return outbox.ConsumeOnce(ctx, js, store.Pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
+		var joined []string
 		for _, ev := range evs {
-			if err := createPayout(ctx, tx, store, min, clk, ev); err != nil {
+			j, err := createPayout(ctx, tx, store, min, clk, ev)
+			if err != nil {
 				return err
 			}
+			joined = append(joined, j...)
 		}
-		if nudge != nil {
-			nudge()
+		if flow != nil {
+			flow.Nudge()
+			flow.Wake(context.WithoutCancel(ctx), joined...)
 		}
 		return nil
 	})
 }
 
-func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min domain.Minimums, clk clock.Clock, ev *eventsv1.ProviderSettled) error {
+func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min domain.Minimums, clk clock.Clock, ev *eventsv1.ProviderSettled) ([]string, error) {
 	p := adapters.Payout{ID: ids.New("po"), ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: clk.Now()}
 	for _, f := range []struct {
 		dst *decimal.Decimal
@@ -67,15 +74,14 @@ func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min dom
 	}{{&p.Gross, ev.Gross}, {&p.Commission, ev.Commission}, {&p.Tax, ev.TaxWithheld}, {&p.Net, ev.Net}} {
 		d, err := money.ParseDecimal(f.s)
 		if err != nil {
-			return fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
+			return nil, fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
 		}
 		*f.dst = d
 	}
 	if !p.Net.IsPositive() {
-		return nil // nothing to pay (a settlement with no net leaves nothing in available)
+		return nil, nil // nothing to pay (a settlement with no net leaves nothing in available)
 	}
-	_, err := store.CreateFromSettled(ctx, tx, p, min)
-	return err
+	return store.CreateFromSettled(ctx, tx, p, min)
 }
 
 // Server implements PayoutService.
