@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -89,8 +90,11 @@ const (
 	violationBytesMax = 256
 )
 
-// clip shortens s to at most n bytes, on a rune boundary, marking the cut.
+// clip shortens s to at most n bytes, on a rune boundary, marking the cut,
+// and replaces invalid UTF-8 (a status message must be valid UTF-8 to be
+// marshalled at all: a reason quoting a client's bad byte made a 500).
 func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
@@ -166,6 +170,11 @@ func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 func Public(ctx context.Context, log *slog.Logger, method string, err error) error {
 	id := reqid.From(ctx)
 	s, _ := status.FromError(ToStatus(err))
+	if m := s.Message(); !utf8.ValidString(m) || len(m) > messageBytesMax {
+		p := s.Proto()
+		p.Message = clip(m, messageBytesMax)
+		s = status.FromProto(p)
+	}
 	switch s.Code() {
 	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
 		msg := internalMessage

@@ -42,6 +42,7 @@ var (
 	mainCleanups []func()
 	seededTx     string // a transaction ReverseTransaction may reverse
 	databaseURL  string
+	grpcAddr     string
 )
 
 // mainTB lets testkit's helpers run in TestMain, before any test.
@@ -89,6 +90,7 @@ func TestMain(m *testing.M) {
 		}
 		mainCleanups = append(mainCleanups, st.Stop)
 		base = "http://" + st.HTTPAddr
+		grpcAddr = st.GRPCAddr
 		for _, r := range []struct{ role, sub string }{{auth.RoleFinance, ""}, {auth.RoleAdmin, ""}, {auth.RoleRenter, "r-001"}, {auth.RoleProvider, "p-001"}} {
 			tok, err := auth.Issue([]byte(secret), r.role, r.sub, 24*time.Hour)
 			if err != nil {
