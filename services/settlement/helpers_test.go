@@ -12,6 +12,8 @@ import (
 
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
@@ -124,3 +126,16 @@ func wantSplit(t testing.TB, gross decimal.Decimal, tier string) (commission, ta
 }
 
 func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// testDeadlockTimeout replaces the SDK's 1 s deadlock detector in the
+// time-skipping test environment: on a loaded 2-core machine a workflow
+// goroutine can be descheduled for over a second without any deadlock
+// (seen: TMPRL1101 in TestRemittanceWorkflowWaitsForPeriodEnd at load ~40).
+const testDeadlockTimeout = time.Minute
+
+// newTestEnv is suite.NewTestWorkflowEnvironment with testDeadlockTimeout.
+func newTestEnv(suite *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: testDeadlockTimeout})
+	return env
+}

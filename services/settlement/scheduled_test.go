@@ -24,7 +24,7 @@ import (
 func TestCycleOpenerWorkflow(t *testing.T) {
 	t.Parallel()
 	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newTestEnv(&suite)
 	env.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
 	calls := 0
 	env.RegisterActivityWithOptions(func(context.Context) ([]string, error) {
@@ -53,7 +53,7 @@ func remitEnv(t *testing.T, remit func(ctx context.Context, period string) (app.
 func remitEnvIn(t *testing.T, periods taxperiod.Calendar, remit func(ctx context.Context, period string) (app.RemittanceReport, error)) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newTestEnv(&suite)
 	rem := app.Remittances{Periods: periods}
 	env.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
 	env.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})

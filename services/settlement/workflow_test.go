@@ -138,7 +138,7 @@ func runCycleWith(t *testing.T, f *fixture, in app.CycleInput, setup, register f
 		if runs > 100 {
 			t.Fatal("cycle workflow did not finish in 100 runs")
 		}
-		env := suite.NewTestWorkflowEnvironment()
+		env := newTestEnv(&suite)
 		env.SetStartTime(startAt)
 		register(env)
 		env.OnActivity(app.ActStartNextCycle, mock.Anything, mock.Anything).Return(nil)
@@ -483,7 +483,7 @@ func TestHeldProviderStaysPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newTestEnv(&suite)
 	Register(env, f.s.acts, f.s.d.TaxPeriods)
 	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001"})
 	if err := env.GetWorkflowError(); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -87,6 +88,9 @@ func TestWorkflowPaths(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
+			// The SDK's 1 s deadlock detector fires on a loaded 2-core
+			// machine without any deadlock (seen in settlement's tests).
+			env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
 			sc := tt.give
 			sc.calls = map[string]int{}
 			sc.register(env)
