@@ -197,6 +197,7 @@ func NewGatewayMux(log *slog.Logger) *runtime.ServeMux {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonpb}),
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
 		runtime.WithErrorHandler(errorHandler(log)),
+		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithIncomingHeaderMatcher(requestIDHeader),
 	)
 }
