@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -151,7 +153,18 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 		c, err := net.DialTimeout("tcp", s.Address, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return s, nil
+			// FreePort closed its listener before the child bound the port:
+			// a server started in parallel may hold it. Ready means OUR child
+			// listens there (its socket inode); otherwise it will fail to
+			// bind and exit, and the wait below sees that.
+			ours, err := listensOn(cmd.Process.Pid, port)
+			if err != nil {
+				s.Stop()
+				return nil, fmt.Errorf("temporal dev server on %s: %w", s.Address, err)
+			}
+			if ours {
+				return s, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -178,4 +191,42 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
+}
+
+// listensOn reports whether process pid holds a listening TCP socket on port
+// (Linux: the socket inodes of /proc/net/tcp{,6} in state LISTEN against the
+// process's file descriptors).
+func listensOn(pid int, port string) (bool, error) {
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return false, fmt.Errorf("port %q: %w", port, err)
+	}
+	want := fmt.Sprintf(":%04X", p)
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return false, err
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			// sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+			if len(fs) >= 10 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[l] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
