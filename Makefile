@@ -8,7 +8,7 @@ GO ?= go
 
 include Makefile.generate
 
-.PHONY: all build run test test-race bench vet fmt clean tidy
+.PHONY: all build run test test-race bench vet fmt clean tidy promtool-check
 
 all: build
 
@@ -61,6 +61,12 @@ bench: bin/temporal
 	@set -o pipefail; GPUBILL_BENCH=1 $(GO) test -p 1 -count=1 -timeout 60m -run 'TestBench' -v $(PKGS) 2>&1 \
 		| tee .bench.log | grep -E '^\{"bench"' ; \
 		status=$${PIPESTATUS[0]}; if [ $$status -ne 0 ]; then grep -E -- '--- FAIL|FAIL|panic' .bench.log; exit $$status; fi
+
+## promtool-check: the alert rules parse and their unit tests pass (Debian: apt-get install prometheus).
+PROMTOOL ?= promtool
+promtool-check:
+	@command -v $(PROMTOOL) >/dev/null || { echo "$(PROMTOOL) not found: apt-get install -y --no-install-recommends prometheus" >&2; exit 1; }
+	cd deploy/prometheus && $(PROMTOOL) check rules alerts.yml && $(PROMTOOL) test rules alerts_test.yml
 
 vet:
 	$(GO) vet $(PKGS)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
@@ -102,6 +103,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
 		grpc.ChainUnaryInterceptor(
+			obs.UnaryServerMetrics(), // first: it counts the code the client gets
 			requestID(),
 			apperr.UnaryInterceptor(o.Log),
 			recoverer(o.Log),
@@ -161,6 +163,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		writeJSON(w, code, res)
 	})
+	mux.Handle("GET /metrics", obs.MetricsHandler())
 	for p, h := range o.HTTPHandlers {
 		mux.Handle(p, h)
 	}
@@ -168,7 +171,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// gateway reads a trailing ":verb" only on routes that declare one.
 	mux.Handle("/", conditionalGET(gw))
 	s.http = &http.Server{
-		Handler:           edge(mux),
+		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux))),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -199,6 +202,7 @@ func NewGatewayMux(log *slog.Logger) *runtime.ServeMux {
 		runtime.WithErrorHandler(errorHandler(log)),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithIncomingHeaderMatcher(requestIDHeader),
+		runtime.WithMetadata(obs.GatewayRoute), // the route label of gpubill_http_requests_total
 	)
 }
 

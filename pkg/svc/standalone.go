@@ -101,6 +101,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	if cleanup != nil {
 		defer cleanup()
 	}
+	defer ServeMetrics(pool, js, log, s)()
 	srv, err := server.Start(ctx, server.Options{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: secret, Log: log,
 		// Its dead letters (GET /v1/ops/dead-letters): the schema is the service's name.

@@ -185,6 +185,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		gl.Close()
 		return nil, err
 	}
+	s.closers = append(s.closers, svc.ServeMetrics(s.Pool, js, cfg.Log, services...))
 	regs := make([]gsrv.Service, len(services), len(services)+1)
 	sinks := make([]*deadletter.Sink, len(services))
 	for i, x := range services {

@@ -1,0 +1,245 @@
+package deploycheck
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/obs"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/metering"
+	"github.com/gpubill/gpubill/services/payout"
+	"github.com/gpubill/gpubill/services/settlement"
+)
+
+var schemas = []string{"metering", "pricing", "ledger", "tax", "payout", "settlement"}
+
+// fakeService is a hosted service as far as metrics go: a name and, for
+// payout and settlement, their own business metrics.
+type fakeService struct {
+	svc.Service
+	name    string
+	metrics []obs.SQLMetric
+}
+
+func (f fakeService) Name() string                               { return f.name }
+func (f fakeService) Metrics() []obs.SQLMetric                   { return f.metrics }
+func (f fakeService) withMetrics(ms []obs.SQLMetric) fakeService { f.metrics = ms; return f }
+
+// TestAlertsNameServedMetrics scrapes GET /metrics of a real server, with
+// every live-state source wired as gpubill dev wires it over a migrated
+// database holding one row of each kind, and fails if an alert rule names
+// a gpubill_ metric that is not in the scrape (a typo, or a metric renamed
+// in the code but not in deploy/).
+func TestAlertsNameServedMetrics(t *testing.T) {
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	for _, s := range schemas {
+		if err := pg.Migrate(ctx, pool, s, migrations.For(s)); err != nil {
+			t.Fatalf("migrate %s: %v", s, err)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// One row of each kind the gauges group by.
+	if err := deadletter.New(pool, "pricing", log).PutLetter(ctx, pool, deadletter.Letter{
+		Consumer: "pricing-usage", MessageID: "m-1", Subject: "usage.recorded", Payload: []byte("x")}, 1, errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`insert into metering.outbox (id, subject, payload, created_at) values ('o-1', 'usage.recorded', 'x', now() - interval '1 minute')`,
+		`insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status)
+			values ('po-1', 'p-1', 'cyc-1', 'CNY', 100, 20, 16, 64, 'failed')`,
+		`insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at, closed_at, snapshot_done)
+			values ('cyc-1', 'closing', now() - interval '46 days', now() - interval '1 day', now() - interval '1 hour', now() - interval '2 hours', true)`,
+		`insert into settlement.settlements (cycle_id, provider_id, currency, gross) values ('cyc-1', 'p-1', 'CNY', 100)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	js := testkit.NewJetStream(t)
+	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.JS.CreateOrUpdateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{Durable: "pricing-usage", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+
+	hosted := make([]svc.Service, len(schemas))
+	for i, s := range schemas {
+		f := fakeService{name: s}
+		switch s {
+		case "payout":
+			f = f.withMetrics(payout.Metrics())
+		case "settlement":
+			f = f.withMetrics(settlement.Metrics())
+		}
+		hosted[i] = f
+	}
+	t.Cleanup(svc.ServeMetrics(pool, js.JS, log, hosted...))
+	meter, err := metering.New(ctx, svc.Deps{Pool: pool, JS: js.JS, Log: log, Clock: clock.System{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: []byte("test"), Log: log,
+		Services: []server.Service{meter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	// One gRPC call and one HTTP call, so the RED vectors have series.
+	if _, err := healthpb.NewHealthClient(srv.Conn()).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	get(t, "http://"+srv.HTTPAddr+"/healthz")
+	resp, err := http.Post("http://"+srv.HTTPAddr+"/v1/usage-events", "application/json", strings.NewReader(`{"events":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /v1/usage-events without a token: %d", resp.StatusCode)
+	}
+
+	// Scraped twice: a source's failure is counted while the scrape that
+	// met it runs, so the second one shows it.
+	scrape(t, "http://"+srv.HTTPAddr+"/metrics")
+	served := scrape(t, "http://"+srv.HTTPAddr+"/metrics")
+	for _, line := range strings.Split(served["gpubill_metrics_source_errors_total"], "\n") {
+		if line != "" && !strings.HasSuffix(line, "counter:{value:0}") {
+			t.Errorf("a live-state source failed during the scrape (warnings in the log say which query): %s", line)
+		}
+	}
+	for _, name := range []string{ // every live-state family, not only those alerts use
+		"gpubill_grpc_requests_total", "gpubill_grpc_request_duration_seconds", "gpubill_http_requests_total",
+		"gpubill_http_request_duration_seconds", "gpubill_dead_letters_total", "gpubill_dead_letters_open",
+		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages",
+		"gpubill_payouts", "gpubill_settlement_cycles", "gpubill_settlement_cycle_providers",
+		"gpubill_settlement_closing_stalled_seconds",
+	} {
+		if _, ok := served[name]; !ok {
+			t.Errorf("GET /metrics lacks %s", name)
+		}
+	}
+	// Routes are patterns (the gateway's, or net/http's), never raw paths.
+	for _, want := range []string{`value:"POST /v1/usage-events"`, `value:"GET /healthz"`, `value:"GET /metrics"`} {
+		if !strings.Contains(served["gpubill_http_requests_total"], want) {
+			t.Errorf("gpubill_http_requests_total has no route %s:\n%s", want, served["gpubill_http_requests_total"])
+		}
+	}
+	if !strings.Contains(served["gpubill_grpc_requests_total"], `value:"/gpubill.metering.v1.UsageService/IngestUsageEvents"`) {
+		t.Errorf("gpubill_grpc_requests_total:\n%s", served["gpubill_grpc_requests_total"])
+	}
+	if v := served["gpubill_outbox_oldest_age_seconds"]; !strings.Contains(v, `value:"metering"`) {
+		t.Errorf("outbox age series: %s", v)
+	}
+
+	for _, file := range []string{"prometheus/alerts.yml"} {
+		for rule, expr := range alertExprs(t, filepath.Join("..", "..", "..", "..", "deploy", file)) {
+			for _, name := range metricNames.FindAllString(expr, -1) {
+				if _, ok := served[familyOf(name)]; !ok {
+					t.Errorf("%s: rule %s names %s, which no gpubill process serves", file, rule, name)
+				}
+			}
+		}
+	}
+}
+
+var metricNames = regexp.MustCompile(`\bgpubill_[a-zA-Z0-9_]+`)
+
+// familyOf maps a histogram's series name to its family.
+func familyOf(name string) string {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			return base
+		}
+	}
+	return name
+}
+
+func get(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v %s", url, resp.StatusCode, err, b)
+	}
+	return b
+}
+
+// scrape returns each served family (histograms under their family name,
+// as families are exposed) with its series as text.
+func scrape(t *testing.T, url string) map[string]string {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(get(t, url))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for name, f := range families {
+		var series []string
+		for _, m := range f.Metric {
+			series = append(series, m.String())
+		}
+		sort.Strings(series)
+		out[name] = strings.Join(series, "\n")
+	}
+	return out
+}
+
+// alertExprs reads rule name → expression from a Prometheus rules file.
+func alertExprs(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string `yaml:"alert"`
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]string{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			out[r.Alert+r.Record] = r.Expr
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no rules", path)
+	}
+	return out
+}

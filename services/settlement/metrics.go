@@ -1,0 +1,35 @@
+package settlement
+
+import "github.com/gpubill/gpubill/pkg/obs"
+
+// Metrics implements svc.MetricsSource: settlement progress, read on scrape.
+func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
+
+// Metrics are the settlement service's business metrics. Only cycles not
+// yet settled are listed per cycle, so the series stay few.
+func Metrics() []obs.SQLMetric {
+	return []obs.SQLMetric{
+		{
+			Name: "gpubill_settlement_cycles", Type: obs.Gauge, Labels: []string{"status"},
+			Help:  "Settlement cycles by status (open, closing, settled).",
+			Query: `select status, count(*)::float8 from settlement.cycles group by status`,
+		},
+		{
+			Name: "gpubill_settlement_cycle_providers", Type: obs.Gauge, Labels: []string{"cycle_id", "status"},
+			Help: "Provider settlements of each cycle not yet settled, by status (pending, held, settled): a closing cycle's progress.",
+			Query: `select s.cycle_id, s.status, count(*)::float8 from settlement.settlements s
+				join settlement.cycles c on c.cycle_id = s.cycle_id and c.status <> 'settled'
+				group by s.cycle_id, s.status`,
+		},
+		{
+			// A held provider keeps its cycle closing on purpose; a cycle
+			// still snapshotting, or with pending (not held) settlements, is
+			// work the workflow has not finished.
+			Name: "gpubill_settlement_closing_stalled_seconds", Type: obs.Gauge, Labels: nil,
+			Help: "Seconds since the oldest closing cycle with unfinished work (snapshot or pending settlements) began closing; 0 when none.",
+			Query: `select coalesce(max(extract(epoch from now() - c.closed_at)), 0)::float8 from settlement.cycles c
+				where c.status = 'closing' and (not c.snapshot_done or exists (
+					select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending'))`,
+		},
+	}
+}
