@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -58,6 +59,7 @@ func TestBenchSettlement(t *testing.T) {
 			if n := f.count(t, `select count(distinct provider_id) from settlement.settlements where status = 'settled'`); n != b.providers {
 				t.Fatalf("settled %d providers, want %d", n, b.providers)
 			}
+			checkSeededSplits(t, f, b.providers)
 			logParentHistory(t, tc, cycle1.ID)
 			perProvider := func(d time.Duration) string {
 				return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)/float64(b.providers))
@@ -123,4 +125,50 @@ func serverCPU(t testing.TB) time.Duration {
 		total += time.Duration(u+s) * time.Second / ticks
 	}
 	return total
+}
+
+// checkSeededSplits verifies what the close did for every provider f.seed
+// charged, exactly, before a figure is reported: each row settled at the
+// seeded tier (rotation standard, pro, partner) with the gross charged
+// (1033.33 CNY; p-00000 also 10.01 USD), split as wantSplit computes it from
+// those inputs, and the net on the provider's available account.
+func checkSeededSplits(t *testing.T, f *fixture, providers int) {
+	t.Helper()
+	rows, err := f.s.d.Pool.Query(context.Background(), `select provider_id, currency, tier, gross, commission, tax_withheld, net
+		from settlement.settlements where cycle_id = $1 and status = 'settled'`, cycle1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	tiers := []string{"standard", "pro", "partner"}
+	n := 0
+	for rows.Next() {
+		var provider, currency, tier string
+		var gross, commission, tax, net decimal.Decimal
+		if err := rows.Scan(&provider, &currency, &tier, &gross, &commission, &tax, &net); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		var i int
+		if _, err := fmt.Sscanf(provider, "p-%d", &i); err != nil {
+			t.Fatal(err)
+		}
+		wantGross := map[string]string{"CNY": "1033.33", "USD": "10.01"}[currency]
+		if tier != tiers[i%3] || wantGross == "" || !gross.Equal(dec(wantGross)) {
+			t.Fatalf("%s %s: tier %s gross %s, want %s %s", provider, currency, tier, gross, tiers[i%3], wantGross)
+		}
+		wc, wt, wn := wantSplit(t, gross, tier)
+		if !commission.Equal(wc) || !tax.Equal(wt) || !net.Equal(wn) {
+			t.Fatalf("%s %s: %s / %s / %s, want %s / %s / %s", provider, currency, commission, tax, net, wc, wt, wn)
+		}
+		if got := f.ledger.Balance(domain.AvailableAccount(provider), currency); !got.Equal(net) {
+			t.Fatalf("%s available %s %s, want %s", provider, got, currency, net)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != providers+1 {
+		t.Fatalf("%d settled rows, want %d (every provider in CNY, p-00000 in USD too)", n, providers+1)
+	}
 }
