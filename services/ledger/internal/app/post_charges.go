@@ -50,6 +50,7 @@ func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
 	}
 	sort.Strings(idsIn)
 	var changes []postgres.BalanceChange
+	var postedTxs []*domain.Transaction // for the metrics, once committed
 	posted := 0
 	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
 		fresh, err := outbox.Claim(ctx, tx, postgres.Schema, ChargesConsumer, idsIn)
@@ -118,13 +119,14 @@ func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
 		if err != nil {
 			return err
 		}
-		changes, posted = ch, len(freshTxs)
+		changes, posted, postedTxs = ch, len(freshTxs), freshTxs
 		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(freshTxs, ch, now)...)
 	})
 	if err != nil {
 		return 0, err
 	}
 	a.Store.Remember(changes)
+	countCharges(postedTxs)
 	return posted, nil
 }
 

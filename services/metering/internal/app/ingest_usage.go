@@ -38,10 +38,11 @@ type IngestOptions struct {
 	OnlyProvider string
 }
 
-// Ingest validates, deduplicates and records a batch of usage events, and in
+// ingest validates, deduplicates and records a batch of usage events, and in
 // the same transaction puts one usage.recorded.{provider} message per
-// provider into the outbox. One bad event never fails the batch.
-func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOptions) (IngestResult, error) {
+// provider into the outbox. One bad event never fails the batch. (Ingest,
+// in metrics.go, counts what it answers.)
+func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOptions) (IngestResult, error) {
 	if len(in) > domain.BatchEventsMax {
 		return IngestResult{}, apperr.Invalid("events", "%d events in one call; at most %d", len(in), domain.BatchEventsMax)
 	}

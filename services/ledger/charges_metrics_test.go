@@ -1,0 +1,54 @@
+package ledger_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+func counterByLabel(t *testing.T, name, label string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestChargesCounted: each charge posted counts once, with its amount in
+// cents, however often it is delivered. Not parallel: the counters are the
+// process's, and parallel tests wait until this one is done.
+func TestChargesCounted(t *testing.T) {
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "10", "USD", "top")
+	const cyc = "cyc-20261112"
+	n0 := counterByLabel(t, "gpubill_charges_posted_total", "USD")
+	a0 := counterByLabel(t, "gpubill_charged_amount_minor_total", "USD")
+	m := batchMsg(t, "batch-m1",
+		charge("ch-m1", "r-1", "p-1", cyc, "4.00"),
+		charge("ch-m2", "r-1", "p-2", cyc, "0"), // nothing to post
+		charge("ch-m3", "r-1", "p-1", cyc, "2.57"))
+	for _, msgs := range [][]app.Message{{m, m}, {m}, {batchMsg(t, "batch-m2", charge("ch-m1", "r-1", "p-1", cyc, "4.00"))}} {
+		if _, err := f.app.PostCharges(f.ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counterByLabel(t, "gpubill_charges_posted_total", "USD") - n0; got != 2 {
+		t.Errorf("charges posted grew by %v, want 2", got)
+	}
+	if got := counterByLabel(t, "gpubill_charged_amount_minor_total", "USD") - a0; got != 400+257 {
+		t.Errorf("charged cents grew by %v, want %d", got, 400+257)
+	}
+}

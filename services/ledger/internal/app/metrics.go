@@ -1,0 +1,37 @@
+package app
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+var (
+	chargesPosted = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubill_charges_posted_total",
+		Help: "Usage charges posted to the ledger (renter wallet to provider pending), once each, by currency.",
+	}, []string{"currency"})
+	chargedMinor = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubill_charged_amount_minor_total",
+		Help: "Amount of the posted usage charges in minor units (fen, cents) by currency; exact below 2^53 per process.",
+	}, []string{"currency"})
+)
+
+// countCharges counts charge transactions that were committed for the
+// first time (a replayed charge is not in the list).
+func countCharges(txs []*domain.Transaction) {
+	for _, t := range txs {
+		if t.Kind != domain.TxCharge || len(t.Postings) == 0 {
+			continue
+		}
+		p := t.Postings[0] // the renter wallet's debit: the charge's amount
+		cur, err := money.Lookup(p.Currency)
+		if err != nil {
+			continue // posted currencies were looked up before posting
+		}
+		chargesPosted.WithLabelValues(cur.Code).Inc()
+		chargedMinor.WithLabelValues(cur.Code).Add(p.Amount.Shift(cur.MinorUnits).InexactFloat64())
+	}
+}
