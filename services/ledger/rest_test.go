@@ -93,7 +93,9 @@ func TestREST(t *testing.T) {
 	var tx struct {
 		TransactionID string `json:"transaction_id"`
 	}
-	_ = json.Unmarshal([]byte(body), &tx)
+	if err := json.Unmarshal([]byte(body), &tx); err != nil || tx.TransactionID == "" {
+		t.Fatalf("create transaction answer %s: %v", body, err)
+	}
 	code, body = c.do("GET", "/v1/accounts/provider:p-001:pending:cyc-20261112", "")
 	if code != 200 || !strings.Contains(body, `"amount":"20.00"`) {
 		t.Fatalf("GET cycle account: %d %s", code, body)

@@ -45,9 +45,14 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var m map[string]any
-		_ = json.Unmarshal(b, &m)
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%s %s: answer %q: %v", method, path, b, err)
+		}
 		return resp.StatusCode, m
 	}
 	provider := `{"provider_id":"p-001","name":"Lab","tier":"pro","tax_profile":"individual","jurisdiction":"CN","pue":"1.6","currency":"CNY"}`
