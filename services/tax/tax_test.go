@@ -253,21 +253,27 @@ func TestRemitTaxConfiguredZone(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewPool(t)
 	clk := clock.NewManual(time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC))
+	l := &ledgerConn{}
 	periods, err := taxperiod.New("UTC")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cycles.Default(),
-		TaxPeriods: periods, Internal: &ledgerConn{}})
+		TaxPeriods: periods, Internal: l})
 	if err != nil {
 		t.Fatal(err)
 	}
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00, recorded on 30 November (UTC)
 	req := &taxv1.RemitTaxRequest{Period: "2026-11"}
 	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), req); code(err) != codes.FailedPrecondition {
 		t.Fatalf("remitting November at 18:00 UTC on 30 Nov with UTC periods: %v", err)
 	}
 	clk.Set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), req); err != nil {
+	resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), req)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(resp.Remittances) != 1 || resp.Remittances[0].Amount != "150.00" || len(l.reqs) != 1 || l.reqs[0].Postings[0].Amount != "150.00" {
+		t.Fatalf("November remitted %v with %d ledger postings, want 150.00 once", resp.Remittances, len(l.reqs))
 	}
 }
