@@ -2,7 +2,9 @@ package deploycheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +30,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	_ "github.com/gpubill/gpubill/services/ledger" // its charge counters
 	"github.com/gpubill/gpubill/services/metering"
 	"github.com/gpubill/gpubill/services/payout"
 	"github.com/gpubill/gpubill/services/settlement"
@@ -155,16 +158,22 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		t.Errorf("outbox age series: %s", v)
 	}
 
-	for _, file := range []string{"prometheus/alerts.yml"} {
-		for rule, expr := range alertExprs(t, filepath.Join("..", "..", "..", "..", "deploy", file)) {
+	exprs := map[string]map[string]string{
+		"prometheus/alerts.yml":                   alertExprs(t, filepath.Join(deployDir, "prometheus", "alerts.yml")),
+		"grafana/dashboards/pipeline-health.json": dashboardExprs(t, filepath.Join(deployDir, "grafana", "dashboards", "pipeline-health.json")),
+	}
+	for file, byName := range exprs {
+		for rule, expr := range byName {
 			for _, name := range metricNames.FindAllString(expr, -1) {
 				if _, ok := served[familyOf(name)]; !ok {
-					t.Errorf("%s: rule %s names %s, which no gpubill process serves", file, rule, name)
+					t.Errorf("%s: %s names %s, which no gpubill process serves", file, rule, name)
 				}
 			}
 		}
 	}
 }
+
+const deployDir = "../../../../deploy"
 
 var metricNames = regexp.MustCompile(`\bgpubill_[a-zA-Z0-9_]+`)
 
@@ -209,6 +218,36 @@ func scrape(t *testing.T, url string) map[string]string {
 		}
 		sort.Strings(series)
 		out[name] = strings.Join(series, "\n")
+	}
+	return out
+}
+
+// dashboardExprs reads panel title → query from a Grafana dashboard.
+func dashboardExprs(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]string{}
+	for _, p := range d.Panels {
+		for i, tg := range p.Targets {
+			out[fmt.Sprintf("%s#%d", p.Title, i)] = tg.Expr
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no queries", path)
 	}
 	return out
 }

@@ -35,3 +35,12 @@ func countCharges(txs []*domain.Transaction) {
 		chargedMinor.WithLabelValues(cur.Code).Add(p.Amount.Shift(cur.MinorUnits).InexactFloat64())
 	}
 }
+
+// Every currency's series exists from the start (at 0), so rate() and the
+// dashboards see the first charge.
+func init() {
+	for _, c := range money.Codes() {
+		chargesPosted.WithLabelValues(c)
+		chargedMinor.WithLabelValues(c)
+	}
+}

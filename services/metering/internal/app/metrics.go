@@ -69,3 +69,15 @@ func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	}
 	return res, nil
 }
+
+// Every series exists from the start (at 0), so rate() sees the first event.
+func init() {
+	eventsIngested.WithLabelValues("accepted")
+	eventsIngested.WithLabelValues("duplicate")
+	for _, r := range rejectReasons {
+		eventsRejected.WithLabelValues(r.class)
+	}
+	for _, class := range []string{"too_long", "invalid_id", "other"} {
+		eventsRejected.WithLabelValues(class)
+	}
+}
