@@ -300,7 +300,7 @@ func (c *cluster) waitReady(s *service) {
 	c.t.Helper()
 	testkit.Eventually(c.t, readyWithin, func() bool {
 		if !s.running() {
-			c.t.Fatalf("%s exited:\n%s", s.name, s.tail(40))
+			c.t.Fatalf("%s exited (%v):\n%s", s.name, s.exitState(), s.tail(40))
 		}
 		return httpOK(s.url("/readyz"))
 	}, "%s /readyz", s.name)

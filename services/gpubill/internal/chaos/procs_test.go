@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,31 @@ type proc struct {
 	pids   []int
 }
 
+// Pdeathsig fires when the OS thread that started the child exits, not the
+// process; Go may end a thread under a goroutine, so every child is started
+// from one goroutine locked to its thread for the life of the test binary.
+var spawns = make(chan spawnReq)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+		for r := range spawns {
+			r.done <- r.cmd.Start()
+		}
+	}()
+}
+
+func spawn(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawns <- spawnReq{cmd: cmd, done: done}
+	return <-done
+}
+
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -57,7 +83,7 @@ func (p *proc) start() error {
 		sig = syscall.SIGKILL
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: sig, Credential: p.cred}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
@@ -141,6 +167,13 @@ func (p *proc) stop() {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		_, _ = p.wait(15 * time.Second)
 	}
+}
+
+// exitState describes how the current child ended (nil while running).
+func (p *proc) exitState() *os.ProcessState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
 }
 
 // pid is the current child's process id.
