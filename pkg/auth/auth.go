@@ -1,13 +1,17 @@
 // Package auth issues and checks the bearer tokens of DESIGN §7: HS256 JWTs
-// carrying a role and, for providers and renters, a subject id.
+// carrying a role, an audience and, for providers and renters, a subject id;
+// and enforces, in one gRPC interceptor, the method → roles policy and the
+// optional per-role address allowlist.
 package auth
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -29,13 +34,18 @@ const (
 	RoleRenter   = "renter"
 	RoleMeter    = "meter"
 	RoleAdmin    = "admin"
+	// RoleService is the stack's own identity on its internal connection
+	// (settlement's activities → ledger, tax). No person holds it; the
+	// internal-only RPCs accept nothing else.
+	RoleService = "service"
 )
 
-// Any allows every authenticated role (POST /v1/quotes).
+// Any allows every role a client holds (POST /v1/quotes); the internal
+// service identity is not among them.
 var Any = []string{RoleFinance, RoleAuditor, RoleProvider, RoleRenter, RoleMeter, RoleAdmin}
 
-// Roles lists every role.
-func Roles() []string { return slices.Clone(Any) }
+// Roles lists every role, the internal service identity included.
+func Roles() []string { return append(slices.Clone(Any), RoleService) }
 
 // Principal is the authenticated caller.
 type Principal struct {
@@ -48,47 +58,81 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
-const issuer = "gpubill"
+const (
+	issuer = "gpubill"
+	// Audience is the audience every gpubill token carries and every service
+	// requires: a token minted for another system with the same key (or a
+	// gpubill token without it) is refused.
+	Audience = "gpubill-api"
+	// SecretBytesMin is the shortest signing key a service accepts: HS256
+	// with a guessable key lets anyone mint a finance token.
+	SecretBytesMin = 32
+)
+
+// CheckSecret refuses a signing key shorter than SecretBytesMin.
+func CheckSecret(secret []byte) error {
+	if len(secret) < SecretBytesMin {
+		return fmt.Errorf("auth secret is %d bytes; at least %d are required (GPUBILL_AUTH_SECRET, e.g. openssl rand -hex 32)", len(secret), SecretBytesMin)
+	}
+	return nil
+}
+
+// needsSubject says whether a role's tokens must name whose data they see.
+func needsSubject(role string) bool { return role == RoleProvider || role == RoleRenter }
 
 // Issue signs a token for role (and subject, required for provider/renter).
 func Issue(secret []byte, role, subject string, ttl time.Duration) (string, error) {
-	if !slices.Contains(Any, role) {
-		return "", fmt.Errorf("unknown role %q (want one of %s)", role, strings.Join(Any, ", "))
+	if err := CheckSecret(secret); err != nil {
+		return "", err
 	}
-	if (role == RoleProvider || role == RoleRenter) && subject == "" {
+	if !slices.Contains(Roles(), role) {
+		return "", fmt.Errorf("unknown role %q (want one of %s)", role, strings.Join(Roles(), ", "))
+	}
+	if needsSubject(role) && subject == "" {
 		return "", fmt.Errorf("role %s needs a subject (--sub)", role)
 	}
 	now := time.Now()
 	c := claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
-		Issuer: issuer, Subject: subject, IssuedAt: jwt.NewNumericDate(now),
+		Issuer: issuer, Subject: subject, Audience: jwt.ClaimStrings{Audience}, IssuedAt: jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
 
-// Verify parses and checks a token.
+// Verify parses and checks a token: signature, issuer, audience, expiry, a
+// known role, and a subject for providers and renters (a provider token
+// without one would otherwise match a request with an empty id).
 func Verify(secret []byte, token string) (Principal, error) {
+	if err := CheckSecret(secret); err != nil {
+		return Principal{}, err
+	}
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) { return secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(issuer), jwt.WithExpirationRequired())
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(issuer), jwt.WithAudience(Audience),
+		jwt.WithExpirationRequired())
 	if err != nil {
 		return Principal{}, err
 	}
-	if !slices.Contains(Any, c.Role) {
+	if !slices.Contains(Roles(), c.Role) {
 		return Principal{}, fmt.Errorf("unknown role %q", c.Role)
+	}
+	if needsSubject(c.Role) && strings.TrimSpace(c.Subject) == "" {
+		return Principal{}, fmt.Errorf("a %s token must carry a subject", c.Role)
 	}
 	return Principal{Role: c.Role, Subject: c.Subject}, nil
 }
 
 // LoadOrCreateSecret returns the configured secret or reads (creating on
-// first start) a random one in dataDir/auth.secret.
+// first start) a random one in dataDir/auth.secret; either way it must be
+// at least SecretBytesMin long.
 func LoadOrCreateSecret(configured, dataDir string) ([]byte, error) {
 	if configured != "" {
-		return []byte(configured), nil
+		return []byte(configured), CheckSecret([]byte(configured))
 	}
 	path := filepath.Join(dataDir, "auth.secret")
 	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-		return []byte(strings.TrimSpace(string(b))), nil
+		s := []byte(strings.TrimSpace(string(b)))
+		return s, CheckSecret(s)
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -124,30 +168,105 @@ type Policy map[string][]string
 
 var public = []string{"/grpc.health.v1.Health/", "/grpc.reflection."}
 
-// UnaryInterceptor authenticates calls and enforces policy.
+// IsPublic says whether a method is open without a token (health, reflection).
+func IsPublic(method string) bool {
+	for _, p := range public {
+		if strings.HasPrefix(method, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Guard is what the interceptor enforces.
+type Guard struct {
+	Secret []byte
+	Policy Policy
+	// Allow limits roles to client addresses (GPUBILL_ALLOW_<ROLE>); a role
+	// without an entry may call from anywhere.
+	Allow Allowlist
+	// GatewayKey is the per-process value the REST gateway of this process
+	// sends in GatewayKeyHeader; only a call carrying it may state the
+	// HTTP client's address in ClientAddrHeader. Empty: nobody may.
+	GatewayKey string
+}
+
+// Metadata the REST gateway of this process adds to its loopback gRPC calls.
+const (
+	GatewayKeyHeader = "x-gpubill-gateway-key"
+	ClientAddrHeader = "x-gpubill-client-addr"
+)
+
+// UnaryInterceptor authenticates calls and enforces policy (no allowlist).
 func UnaryInterceptor(secret []byte, policy Policy) grpc.UnaryServerInterceptor {
+	return Guard{Secret: secret, Policy: policy}.UnaryInterceptor()
+}
+
+// UnaryInterceptor authenticates calls, enforces the policy and the
+// allowlist, and puts the Principal in the handler's context.
+func (g Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		for _, p := range public {
-			if strings.HasPrefix(info.FullMethod, p) {
-				return handler(ctx, req)
-			}
+		if IsPublic(info.FullMethod) {
+			return handler(ctx, req)
 		}
-		allowed, ok := policy[info.FullMethod]
-		if !ok {
-			return nil, status.Errorf(codes.PermissionDenied, "method %s is not open to any role", info.FullMethod)
-		}
-		p, err := principalFromMetadata(ctx, secret)
+		p, err := g.Authorize(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
-		}
-		if !slices.Contains(allowed, p.Role) {
-			return nil, status.Errorf(codes.PermissionDenied, "role %s may not call %s", p.Role, info.FullMethod)
 		}
 		return handler(WithPrincipal(ctx, p), req)
 	}
 }
 
-func principalFromMetadata(ctx context.Context, secret []byte) (Principal, error) {
+// Authorize checks the caller of method: a valid token (401 otherwise), a
+// role the policy opens method to, and an allowed client address (403).
+func (g Guard) Authorize(ctx context.Context, method string) (Principal, error) {
+	allowed, ok := g.Policy[method]
+	if !ok {
+		return Principal{}, status.Errorf(codes.PermissionDenied, "method %s is not open to any role", method)
+	}
+	p, err := PrincipalFromMetadata(ctx, g.Secret)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !slices.Contains(allowed, p.Role) {
+		return Principal{}, status.Errorf(codes.PermissionDenied, "role %s may not call %s", p.Role, method)
+	}
+	if err := g.Allow.Check(p.Role, g.ClientAddr(ctx)); err != nil {
+		return Principal{}, err
+	}
+	return p, nil
+}
+
+// Principal is the caller named by the call's token (not yet authorised).
+func (g Guard) Principal(ctx context.Context) (Principal, error) {
+	return PrincipalFromMetadata(ctx, g.Secret)
+}
+
+// ClientAddr is the caller's address: the gRPC peer, or, for a call from
+// this process's own REST gateway (proved by GatewayKey), the HTTP client
+// address the gateway stated. Invalid when unknown.
+func (g Guard) ClientAddr(ctx context.Context) netip.Addr {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if g.GatewayKey != "" {
+		if k := md.Get(GatewayKeyHeader); len(k) == 1 && subtle.ConstantTimeCompare([]byte(k[0]), []byte(g.GatewayKey)) == 1 {
+			if a := md.Get(ClientAddrHeader); len(a) == 1 {
+				if addr, err := netip.ParseAddr(a[0]); err == nil {
+					return addr.Unmap()
+				}
+			}
+			return netip.Addr{}
+		}
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		if ap, err := netip.ParseAddrPort(pr.Addr.String()); err == nil {
+			return ap.Addr().Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// PrincipalFromMetadata verifies the call's bearer token.
+func PrincipalFromMetadata(ctx context.Context, secret []byte) (Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
@@ -167,7 +286,7 @@ func principalFromMetadata(ctx context.Context, secret []byte) (Principal, error
 // ErrForbidden is returned when a provider or renter asks for another's data.
 var ErrForbidden = errors.New("forbidden")
 
-// CheckOwner lets finance/admin/auditor through and lets a provider or renter
+// CheckOwner lets finance/admin/auditor/service through and lets a provider or renter
 // see only its own id. It returns a gRPC PermissionDenied status otherwise.
 func CheckOwner(ctx context.Context, role, id string) error {
 	p, ok := FromContext(ctx)
@@ -175,10 +294,10 @@ func CheckOwner(ctx context.Context, role, id string) error {
 		return status.Error(codes.Unauthenticated, "no caller")
 	}
 	switch p.Role {
-	case RoleFinance, RoleAdmin, RoleAuditor:
+	case RoleFinance, RoleAdmin, RoleAuditor, RoleService:
 		return nil
 	case role:
-		if p.Subject == id {
+		if p.Subject != "" && p.Subject == id {
 			return nil
 		}
 	}

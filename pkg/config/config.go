@@ -4,8 +4,11 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
@@ -27,6 +30,39 @@ type Common struct {
 	StreamMaxBytes  int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream."`
 	StreamReplicas  int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
 	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Allow           Allow         `embed:"" prefix:"allow-" envprefix:"GPUBILL_ALLOW_" group:"Allowlist (comma-separated CIDRs per role; unset = any address)"`
+	TrustedProxies  string        `name:"trusted-proxies" env:"GPUBILL_TRUSTED_PROXIES" help:"CIDRs of reverse proxies whose X-Forwarded-For is believed for the REST client address; unset = X-Forwarded-For ignored."`
+}
+
+// Allow holds GPUBILL_ALLOW_<ROLE>: the client addresses a role may call from.
+type Allow struct {
+	Finance  string `name:"finance" env:"FINANCE" help:"CIDRs finance may call from."`
+	Auditor  string `name:"auditor" env:"AUDITOR" help:"CIDRs auditors may call from."`
+	Provider string `name:"provider" env:"PROVIDER" help:"CIDRs providers may call from."`
+	Renter   string `name:"renter" env:"RENTER" help:"CIDRs renters may call from."`
+	Meter    string `name:"meter" env:"METER" help:"CIDRs node agents (meter) may call from."`
+	Admin    string `name:"admin" env:"ADMIN" help:"CIDRs admins may call from."`
+	Service  string `name:"service" env:"SERVICE" help:"CIDRs the services' internal identity may call from."`
+}
+
+// Allowlist parses GPUBILL_ALLOW_<ROLE>; a malformed or empty-but-set entry
+// is an error, so a typo never opens a role to every address.
+func (c Common) Allowlist() (auth.Allowlist, error) {
+	a := c.Allow
+	byRole := map[string]string{auth.RoleFinance: a.Finance, auth.RoleAuditor: a.Auditor, auth.RoleProvider: a.Provider,
+		auth.RoleRenter: a.Renter, auth.RoleMeter: a.Meter, auth.RoleAdmin: a.Admin, auth.RoleService: a.Service}
+	return auth.AllowlistFromEnv(func(name string) string {
+		return byRole[strings.ToLower(strings.TrimPrefix(name, auth.AllowEnvPrefix))]
+	})
+}
+
+// Proxies parses GPUBILL_TRUSTED_PROXIES.
+func (c Common) Proxies() ([]netip.Prefix, error) {
+	ps, err := auth.ParsePrefixes(c.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("GPUBILL_TRUSTED_PROXIES: %w", err)
+	}
+	return ps, nil
 }
 
 // StreamLimits returns the JetStream limits the settings describe (zero,

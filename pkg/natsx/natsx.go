@@ -44,6 +44,7 @@ const (
 	StreamParty      = "PARTY"
 	StreamSettlement = "SETTLEMENT"
 	StreamPayout     = "PAYOUT"
+	StreamAudit      = "AUDIT" // audit.recorded.{service}: every write, stored by the ledger
 )
 
 // streamSpec is how a stream keeps its messages.
@@ -81,6 +82,10 @@ var streamSpecs = map[string]streamSpec{
 	StreamLedger:  {subjects: []string{"ledger.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamBilling: {subjects: []string{"billing.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamPayout:  {subjects: []string{"payout.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
+	// AUDIT: every service's writes, owned by the ledger's audit consumer
+	// (the log's source of truth is ledger.audit_events once stored).
+	StreamAudit: {subjects: []string{"audit.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
+		owners: []string{"ledger-audit"}},
 }
 
 // Limits are the per-stream settings an operator chooses

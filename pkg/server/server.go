@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/reqid"
@@ -64,6 +67,28 @@ type Options struct {
 	// GRPCListener, when set, is used instead of listening on GRPCAddr (so a
 	// composition root can know the address before the services exist).
 	GRPCListener net.Listener
+	// Allow limits roles to client addresses (GPUBILL_ALLOW_<ROLE>), over the
+	// gRPC peer address and the REST client address.
+	Allow auth.Allowlist
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
+	// REST client; from anyone else the header is ignored (the default).
+	TrustedProxies []netip.Prefix
+	// Audit records every write (pkg/audit). The composition roots (gpubill
+	// dev, a service run alone) always set it; nil serves without an audit
+	// log (unit tests of one service).
+	Audit *audit.Recorder
+}
+
+// Policies merges the services' policies: the one table the interceptor
+// enforces.
+func Policies(services []Service) auth.Policy {
+	policy := auth.Policy{}
+	for _, svc := range services {
+		for k, v := range svc.Policy() {
+			policy[k] = v
+		}
+	}
+	return policy
 }
 
 // Server is a started pair of listeners.
@@ -77,10 +102,15 @@ type Server struct {
 	health *health.Server
 	errc   chan error
 	once   sync.Once
+
+	stopAudit context.CancelFunc
 }
 
 // Start listens and serves in the background.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	if err := auth.CheckSecret(o.Secret); err != nil {
+		return nil, err
+	}
 	gl := o.GRPCListener
 	if gl == nil {
 		var err error
@@ -93,24 +123,28 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		gl.Close()
 		return nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
 	}
-	policy := auth.Policy{}
-	for _, svc := range o.Services {
-		for k, v := range svc.Policy() {
-			policy[k] = v
-		}
+	gatewayKey, err := newGatewayKey()
+	if err != nil {
+		gl.Close()
+		hl.Close()
+		return nil, err
 	}
+	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey}
+	interceptors := []grpc.UnaryServerInterceptor{
+		obs.UnaryServerMetrics(), // first: it counts the code the client gets
+		requestID(),
+	}
+	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+	if o.Audit != nil {
+		// Outside the guard (refused writes are recorded) and outside the
+		// error mapping (the code recorded is the one the client gets).
+		interceptors = append(interceptors, o.Audit.UnaryInterceptor(guard, reqid.From))
+	}
+	interceptors = append(interceptors, apperr.UnaryInterceptor(o.Log), recoverer(o.Log), guard.UnaryInterceptor(), sizeLimit(), textGuard())
 	gs := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
-		grpc.ChainUnaryInterceptor(
-			obs.UnaryServerMetrics(), // first: it counts the code the client gets
-			requestID(),
-			apperr.UnaryInterceptor(o.Log),
-			recoverer(o.Log),
-			auth.UnaryInterceptor(o.Secret, policy),
-			sizeLimit(),
-			textGuard(),
-		),
+		grpc.ChainUnaryInterceptor(interceptors...),
 	)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -118,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for _, svc := range o.Services {
 		svc.RegisterGRPC(gs)
 	}
-	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2)}
+	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit}
 	go func() { s.errc <- gs.Serve(gl) }()
 
 	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -130,7 +164,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.conn = conn
-	gw := NewGatewayMux(o.Log)
+	gw := NewGatewayMux(o.Log, runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+		return metadata.Pairs(auth.GatewayKeyHeader, gatewayKey, auth.ClientAddrHeader, ClientAddr(r, o.TrustedProxies).String())
+	}))
 	for _, svc := range o.Services {
 		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
 			gs.Stop()
@@ -165,7 +201,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	})
 	mux.Handle("GET /metrics", obs.MetricsHandler())
 	for p, h := range o.HTTPHandlers {
-		mux.Handle(p, h)
+		mux.Handle(p, allowlisted(h, o.Secret, o.Allow, o.TrustedProxies))
 	}
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.
@@ -183,6 +219,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			s.errc <- err
 		}
 	}()
+	if o.Audit != nil {
+		go func() { _ = o.Audit.Run(auditCtx) }()
+	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return s, nil
 }
@@ -191,19 +230,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 // emitted, unknown input fields ignored, HttpBody passed through raw; a body
 // that does not decode is a 400 naming its field, and errors carry the
 // request id (see errorHandler).
-func NewGatewayMux(log *slog.Logger) *runtime.ServeMux {
+func NewGatewayMux(log *slog.Logger, extra ...runtime.ServeMuxOption) *runtime.ServeMux {
 	jsonpb := jsonMarshaler{&runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 	}}
-	return runtime.NewServeMux(
+	return runtime.NewServeMux(append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonpb}),
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
 		runtime.WithErrorHandler(errorHandler(log)),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithIncomingHeaderMatcher(requestIDHeader),
 		runtime.WithMetadata(obs.GatewayRoute), // the route label of gpubill_http_requests_total
-	)
+	}, extra...)...)
 }
 
 // validBearer reports whether r carries a valid token.
@@ -253,6 +292,19 @@ func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// Methods lists the full names of every RPC the gRPC listener serves
+// ("/gpubill.ledger.v1.LedgerService/GetAccount"), public ones included.
+func (s *Server) Methods() []string {
+	var out []string
+	for name, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			out = append(out, "/"+name+"/"+m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Err reports a listener failure.
 func (s *Server) Err() <-chan error { return s.errc }
 
@@ -274,5 +326,6 @@ func (s *Server) Shutdown(ctx context.Context) {
 			s.grpc.Stop()
 		}
 		_ = s.conn.Close()
+		s.stopAudit()
 	})
 }

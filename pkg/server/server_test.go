@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,43 @@ func TestJSONPathAt(t *testing.T) {
 	}
 	if err := bodyError([]byte(`{"a":`), "proto: unexpected EOF"); err.Error() != "invalid body: unexpected EOF" {
 		t.Errorf("bodyError without position: %v", err)
+	}
+}
+
+func TestStartRefusesShortSecret(t *testing.T) {
+	_, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Secret: []byte("0123456789abcdef0123456789abcde"), Log: slog.Default()})
+	if err == nil || !strings.Contains(err.Error(), "32") {
+		t.Fatalf("Start with a 31-byte secret: %v, want a refusal naming the 32-byte minimum", err)
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	proxy := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}
+	tests := []struct {
+		name    string
+		remote  string
+		xff     string
+		trusted []netip.Prefix
+		want    string
+	}{
+		{"direct", "203.0.113.1:5000", "", nil, "203.0.113.1"},
+		{"forged header, no trusted proxy", "203.0.113.1:5000", "10.9.9.9", nil, "203.0.113.1"},
+		{"forged header, peer not a proxy", "203.0.113.1:5000", "10.9.9.9", proxy, "203.0.113.1"},
+		{"through the proxy", "10.0.0.5:5000", "198.51.100.7", proxy, "198.51.100.7"},
+		{"client prepends a lie", "10.0.0.5:5000", "10.9.9.9, 198.51.100.7", proxy, "198.51.100.7"},
+		{"two proxies", "10.0.0.5:5000", "198.51.100.7, 10.0.0.6", proxy, "198.51.100.7"},
+		{"garbled chain", "10.0.0.5:5000", "nonsense", proxy, "invalid IP"},
+		{"ipv6 peer", "[2001:db8::1]:5000", "", nil, "2001:db8::1"},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		if tt.xff != "" {
+			r.Header.Set("X-Forwarded-For", tt.xff)
+		}
+		if got := ClientAddr(r, tt.trusted).String(); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
 	}
 }

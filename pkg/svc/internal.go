@@ -56,10 +56,11 @@ func (r *Router) Close() error {
 // NewInternalRouter builds the authenticated internal connection of a
 // standalone service: calls to service S go to GPUBILL_<S>_GRPC when set
 // (e.g. GPUBILL_LEDGER_GRPC=ledger:9090), else to self (this process's own
-// gRPC address, as in the single binary). Calls carry an admin token signed
-// with the shared secret.
-func NewInternalRouter(secret []byte, self string) (*Router, error) {
-	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", internalTokenTTL)
+// gRPC address, as in the single binary). Calls carry a token of the
+// internal service identity (role service, subject = the calling service's
+// name) signed with the shared secret.
+func NewInternalRouter(secret []byte, self, name string) (*Router, error) {
+	tok, err := ServiceToken(secret, name)
 	if err != nil {
 		return nil, err
 	}
@@ -84,4 +85,10 @@ func NewInternalRouter(secret []byte, self string) (*Router, error) {
 		r.routes[name] = c
 	}
 	return r, nil
+}
+
+// ServiceToken is the bearer token of the internal service identity: role
+// service, subject = the service (or process) that calls.
+func ServiceToken(secret []byte, name string) (string, error) {
+	return auth.Issue(secret, auth.RoleService, name, internalTokenTTL)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/gpubill/gpubill/pkg/audit"
+	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
@@ -78,6 +80,17 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		return err
 	}
 	secret := []byte(cfg.AuthSecret)
+	if err := auth.CheckSecret(secret); err != nil {
+		return err
+	}
+	allow, err := cfg.Allowlist()
+	if err != nil {
+		return err
+	}
+	proxies, err := cfg.Proxies()
+	if err != nil {
+		return err
+	}
 	pool, err := pg.Open(ctx, cfg.DatabaseURL, standalonePoolConns)
 	if err != nil {
 		return err
@@ -88,7 +101,10 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		return err
 	}
 	defer nc.Drain() //nolint:errcheck
-	internal, err := NewInternalRouter(secret, cfg.GRPCAddr)
+	if err := streams.EnsureStreams(ctx, js, log, natsx.StreamAudit); err != nil {
+		return err
+	}
+	internal, err := NewInternalRouter(secret, cfg.GRPCAddr, name)
 	if err != nil {
 		return err
 	}
@@ -106,7 +122,9 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: secret, Log: log,
 		// Its dead letters (GET /v1/ops/dead-letters): the schema is the service's name.
 		Services: []server.Service{s, deadletter.NewServer(deadletter.New(pool, name, log))},
-		Ready:    []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
+		Allow:    allow, TrustedProxies: proxies,
+		Audit: audit.New(audit.PoolStore{Pool: pool}, log, name),
+		Ready: []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
 	})
 	if err != nil {
 		return err

@@ -28,7 +28,8 @@ type Deps struct {
 	// the tax service and settlement's remittance; the zero value is
 	// taxperiod.DefaultZone.
 	TaxPeriods taxperiod.Calendar
-	// Internal is an authenticated (admin) connection to the stack's gRPC API,
+	// Internal is an authenticated connection to the stack's gRPC API, as the
+	// internal service identity (auth.RoleService, never admin),
 	// for the few synchronous calls between services (settlement activities →
 	// ledger, tax). It connects lazily, so it may be made before the server starts.
 	Internal grpc.ClientConnInterface

@@ -169,7 +169,7 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 func TestBenchLedgerAPIP99(t *testing.T) {
 	testkit.Bench(t, "ledger_api_p99")
 	f := newFixture(t, nil)
-	secret := []byte("bench")
+	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
 		Log: f.app.Log, Services: []server.Service{f.svc}})
 	if err != nil {

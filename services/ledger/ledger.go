@@ -6,6 +6,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -49,7 +50,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement, natsx.StreamAudit); err != nil {
 			return nil, err
 		}
 	}
@@ -65,6 +66,7 @@ func (s *Service) Name() string { return "ledger" }
 func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
 	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{App: s.app})
+	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{Pool: s.deps.Pool})
 }
 
 // RegisterGateway implements svc.Service.
@@ -72,26 +74,34 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 	if err := ledgerv1.RegisterLedgerServiceHandlerClient(ctx, mux, ledgerv1.NewLedgerServiceClient(conn)); err != nil {
 		return err
 	}
-	return ledgerv1.RegisterReportServiceHandlerClient(ctx, mux, ledgerv1.NewReportServiceClient(conn))
+	if err := ledgerv1.RegisterReportServiceHandlerClient(ctx, mux, ledgerv1.NewReportServiceClient(conn)); err != nil {
+		return err
+	}
+	return ledgerv1.RegisterAuditServiceHandlerClient(ctx, mux, ledgerv1.NewAuditServiceClient(conn))
 }
 
-// Policy implements svc.Service (DESIGN §7). admin is the role of the
-// stack's internal connection (settlement posts through CreateTransaction).
+// Policy implements svc.Service (DESIGN §7). Providers and renters read
+// only their own accounts and the transactions that move them (checked in
+// the handlers); service is the stack's internal identity (settlement posts
+// and closes cycles, tax remits), the only one the internal RPCs accept.
 func (s *Service) Policy() auth.Policy {
-	const ls, rs = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/"
+	const ls, rs, as = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.ledger.v1.AuditService/"
 	write := []string{auth.RoleFinance, auth.RoleAdmin}
 	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
+	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
+	internal := []string{auth.RoleService}
 	return auth.Policy{
 		ls + "CreateDeposit":            write,
-		ls + "ListAccounts":             read,
-		ls + "GetAccount":               read,
-		ls + "ListTransactions":         read,
-		ls + "GetTransaction":           read,
-		ls + "CreateTransaction":        write,
+		ls + "ListAccounts":             own,
+		ls + "GetAccount":               own,
+		ls + "ListTransactions":         slices.Concat(own, internal),
+		ls + "GetTransaction":           own,
+		ls + "CreateTransaction":        slices.Concat(write, internal),
 		ls + "ReverseTransaction":       write,
-		ls + "ListCycleBalances":        read,
-		ls + "CloseLedgerCycle":         write,
+		ls + "ListCycleBalances":        internal,
+		ls + "CloseLedgerCycle":         internal,
 		rs + "GetSegregatedFundsReport": read,
+		as + "ListAuditEvents":          {auth.RoleFinance, auth.RoleAuditor},
 	}
 }
 
@@ -103,6 +113,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
+		g.Go(func() error { return ports.ConsumeAudit(ctx, s.deps.JS, s.deps.Log, s.deps.Pool) })
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
 	}

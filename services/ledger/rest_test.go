@@ -15,9 +15,10 @@ import (
 )
 
 type restClient struct {
-	t     *testing.T
-	base  string
-	token string
+	t      *testing.T
+	base   string
+	token  string
+	header map[string]string
 }
 
 func (c restClient) do(method, path, body string) (int, string) {
@@ -30,6 +31,11 @@ func (c restClient) do(method, path, body string) (int, string) {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range c.header {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
@@ -39,11 +45,15 @@ func (c restClient) do(method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func startServer(t *testing.T, f *fixture) (string, []byte) {
+func startServer(t *testing.T, f *fixture, opts ...func(*server.Options)) (string, []byte) {
 	t.Helper()
-	secret := []byte("test-secret")
-	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
-		Log: slog.Default(), Services: []server.Service{f.svc}})
+	secret := []byte("ledger-rest-test-secret-0123456789abcdef")
+	o := server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
+		Log: slog.Default(), Services: []server.Service{f.svc}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv, err := server.Start(f.ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +145,10 @@ func TestREST(t *testing.T) {
 			}
 		})
 	}
-	// Roles: a renter may not read the journal.
-	rtok, _ := auth.Issue(secret, auth.RoleRenter, "r-1", time.Hour)
+	// Roles: a renter may not read another renter's wallet (own reads: access_test.go).
+	rtok, _ := auth.Issue(secret, auth.RoleRenter, "r-2", time.Hour)
 	if code, _ := (restClient{t: t, base: base, token: rtok}).do("GET", "/v1/accounts/renter:r-1:wallet", ""); code != 403 {
-		t.Fatalf("renter reading accounts: %d, want 403", code)
+		t.Fatalf("renter reading another's wallet: %d, want 403", code)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/server"
 )
 
-var secret = []byte("test-secret")
+var secret = []byte("pricing-rest-test-secret-0123456789abcdef")
 
 func token(t *testing.T, role, sub string) string {
 	t.Helper()

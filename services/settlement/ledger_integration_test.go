@@ -93,14 +93,22 @@ func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ls.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &realStack{s: ss, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(internal)}
+	finance := roleConn(t, srv.GRPCAddr, secret, auth.RoleFinance, "", 0)
+	return &realStack{s: ss, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(finance)}
 }
 
-// internalConn is the authenticated (admin) internal connection, optionally
-// slowed by delay per call (the helper worker widens the crash window).
+// internalConn is the authenticated internal connection (the service
+// identity), optionally slowed by delay per call (the helper worker widens
+// the crash window).
 func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration) *grpc.ClientConn {
 	t.Helper()
-	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", time.Hour)
+	return roleConn(t, addr, secret, auth.RoleService, "settlement", delay)
+}
+
+// roleConn is a connection carrying a token of role.
+func roleConn(t testing.TB, addr string, secret []byte, role, sub string, delay time.Duration) *grpc.ClientConn {
+	t.Helper()
+	tok, err := auth.Issue(secret, role, sub, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +538,8 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 			t.Errorf("second run answered %+v, first %+v", second.Remittances[i], first.Remittances[i])
 		}
 	}
-	resp, err := taxv1.NewTaxServiceClient(r.s.d.Internal).ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
+	finance := roleConn(t, r.grpc, r.secret, auth.RoleFinance, "", 0)
+	resp, err := taxv1.NewTaxServiceClient(finance).ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
 	if err != nil {
 		t.Fatal(err)
 	}

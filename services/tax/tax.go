@@ -68,10 +68,10 @@ func (s *Service) Policy() auth.Policy {
 	return auth.Policy{
 		p + "ListTaxWithholdings":       own,
 		p + "GetWithholdingCertificate": own,
-		p + "ComputeWithholding":        {auth.RoleAdmin}, // internal: settlement's activities
-		p + "ListTaxRules":              auth.Roles(),
+		p + "ComputeWithholding":        {auth.RoleService}, // internal: settlement's activities
+		p + "ListTaxRules":              auth.Any,
 		p + "SetRuleSelection":          finance,
-		p + "RemitTax":                  finance,
+		p + "RemitTax":                  {auth.RoleFinance, auth.RoleAdmin, auth.RoleService}, // service: the monthly schedule
 		p + "ListRemittances":           read,
 	}
 }

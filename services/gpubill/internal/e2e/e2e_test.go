@@ -23,7 +23,7 @@ import (
 	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
 )
 
-const secret = "e2e-secret"
+const secret = "gpubill-e2e-secret-0123456789abcdef"
 
 type fixture struct {
 	t       *testing.T

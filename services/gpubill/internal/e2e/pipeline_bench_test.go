@@ -47,7 +47,7 @@ func TestBenchPipeline(t *testing.T) {
 	ctx := testkit.Context(t)
 	pool, _ := testkit.NewPool(t)
 	js := testkit.NewJetStream(t)
-	secret := []byte("bench")
+	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	deps := svc.Deps{Pool: pool, JS: js.JS, Log: log, Clock: clock.System{}, Calendar: cycles.Default()}

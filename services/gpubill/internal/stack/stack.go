@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/config"
@@ -45,7 +46,6 @@ import (
 const (
 	poolConnsMax       = 24
 	temporalDialWithin = 90 * time.Second
-	internalTokenTTL   = 10 * 365 * 24 * time.Hour
 	settlementQueue    = "settlement"
 )
 
@@ -112,6 +112,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Secret, err = auth.LoadOrCreateSecret(cfg.AuthSecret, cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("auth secret: %w", err)
 	}
+	allow, err := cfg.Allowlist()
+	if err != nil {
+		return nil, err
+	}
+	proxies, err := cfg.Proxies()
+	if err != nil {
+		return nil, err
+	}
 
 	// NATS JetStream.
 	s.NATSURL = cfg.NatsURL
@@ -166,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
 	}
-	internalToken, err := auth.Issue(s.Secret, auth.RoleAdmin, "gpubill-internal", internalTokenTTL)
+	internalToken, err := svc.ServiceToken(s.Secret, "gpubill")
 	if err != nil {
 		gl.Close()
 		return nil, err
@@ -188,13 +196,21 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.closers = append(s.closers, svc.ServeMetrics(s.Pool, js, cfg.Log, services...))
 	regs := make([]gsrv.Service, len(services), len(services)+1)
 	sinks := make([]*deadletter.Sink, len(services))
+	names := make([]string, len(services))
 	for i, x := range services {
-		regs[i] = x
+		regs[i], names[i] = x, x.Name()
 		sinks[i] = deadletter.New(s.Pool, x.Name(), cfg.Log) // each schema is named after its service
 	}
 	regs = append(regs, deadletter.NewServer(sinks...)) // one GET /v1/ops/dead-letters over every service
+	// Every service's writes are audited into its own outbox (the ledger
+	// stores them): the AUDIT stream must exist before any relay publishes.
+	if err := streams.EnsureStreams(ctx, js, cfg.Log, natsx.StreamAudit); err != nil {
+		gl.Close()
+		return nil, err
+	}
 	s.srv, err = gsrv.Start(ctx, gsrv.Options{
 		GRPCListener: gl, HTTPAddr: cfg.HTTPAddr, Secret: s.Secret, Log: cfg.Log, Services: regs,
+		Allow: allow, TrustedProxies: proxies, Audit: audit.New(audit.PoolStore{Pool: s.Pool}, cfg.Log, names...),
 		Ready:        readiness(s.Pool, nc, js, tc),
 		HTTPHandlers: map[string]http.Handler{"GET /v1/ops/consumer-lag": consumerLag(s.Secret, js)},
 	})
@@ -330,6 +346,9 @@ func orDefault(v, d string) string {
 	}
 	return v
 }
+
+// Methods lists every RPC the stack's gRPC listener serves.
+func (s *Stack) Methods() []string { return s.srv.Methods() }
 
 // Err reports a listener or service failure.
 func (s *Stack) Err() <-chan error { return s.runErr }

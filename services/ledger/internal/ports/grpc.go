@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -40,7 +42,11 @@ func (s *LedgerServer) CreateDeposit(ctx context.Context, r *ledgerv1.CreateDepo
 
 // ListAccounts implements LedgerService.
 func (s *LedgerServer) ListAccounts(ctx context.Context, r *ledgerv1.ListAccountsRequest) (*ledgerv1.ListAccountsResponse, error) {
-	vs, next, err := s.App.ListAccounts(ctx, r.GetPrefix(), asOf(r.GetAsOf()), r.GetPageSize(), r.GetPageToken())
+	prefix, err := ownPrefix(ctx, r.GetPrefix())
+	if err != nil {
+		return nil, err
+	}
+	vs, next, err := s.App.ListAccounts(ctx, prefix, asOf(r.GetAsOf()), r.GetPageSize(), r.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +59,9 @@ func (s *LedgerServer) ListAccounts(ctx context.Context, r *ledgerv1.ListAccount
 
 // GetAccount implements LedgerService.
 func (s *LedgerServer) GetAccount(ctx context.Context, r *ledgerv1.GetAccountRequest) (*ledgerv1.GetAccountResponse, error) {
+	if err := checkOwnAccount(ctx, r.GetAddress()); err != nil {
+		return nil, err
+	}
 	v, err := s.App.GetAccount(ctx, r.GetAddress(), asOf(r.GetAsOf()))
 	if err != nil {
 		return nil, err
@@ -62,6 +71,12 @@ func (s *LedgerServer) GetAccount(ctx context.Context, r *ledgerv1.GetAccountReq
 
 // ListTransactions implements LedgerService.
 func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
+	if _, scoped := partyPrefix(ctx); scoped && r.GetAccount() == "" {
+		return nil, denied(ctx, "the whole journal (name one of your accounts in ?account=)")
+	}
+	if err := checkOwnAccount(ctx, r.GetAccount()); err != nil {
+		return nil, err
+	}
 	txs, next, err := s.App.ListTransactions(ctx, r.GetAccount(), r.GetPageSize(), r.GetPageToken())
 	if err != nil {
 		return nil, err
@@ -78,6 +93,9 @@ func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransa
 	t, err := s.App.GetTransaction(ctx, r.GetTransactionId())
 	if err != nil {
 		return nil, err
+	}
+	if !touchesOwn(ctx, t) {
+		return nil, status.Errorf(codes.NotFound, "transaction %s not found", r.GetTransactionId())
 	}
 	return &ledgerv1.GetTransactionResponse{Transaction: toProtoTx(t)}, nil
 }

@@ -105,13 +105,14 @@ func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWith
 
 // GetWithholdingCertificate implements TaxService.
 func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWithholdingCertificateRequest) (*taxv1.GetWithholdingCertificateResponse, error) {
+	// Ownership first: another provider learns nothing, not even which fields it got wrong.
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
 	var v apperr.Validator
 	v.Check(req.ProviderId != "", "provider_id", "required")
 	v.Check(req.CycleId != "", "cycle_id", "required")
 	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
 	}
 	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", 1)

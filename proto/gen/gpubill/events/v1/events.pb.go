@@ -1255,6 +1255,126 @@ func (x *PayoutStatusChanged) GetVersion() int64 {
 	return 0
 }
 
+// Subject audit.recorded.{service}: one write served by a service's API
+// (who, role, what, which resources, when, request id, result). Every service
+// queues it in its own outbox; the ledger stores it append-only and serves
+// GET /v1/audit-events.
+type AuditRecorded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	Service       string                 `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"` // the schema / service that served the call
+	Method        string                 `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`   // full gRPC method, e.g. /gpubill.ledger.v1.LedgerService/CreateTransaction
+	Actor         string                 `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`     // token subject ("" for staff tokens without one)
+	Role          string                 `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
+	ResourceIds   []string               `protobuf:"bytes,7,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"` // "field=value" from the request and answer, e.g. "provider_id=p-001"
+	RequestId     string                 `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Code          string                 `protobuf:"bytes,9,opt,name=code,proto3" json:"code,omitempty"` // gRPC code name of the result: OK, InvalidArgument, PermissionDenied, ...
+	ClientAddr    string                 `protobuf:"bytes,10,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecorded) Reset() {
+	*x = AuditRecorded{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecorded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecorded) ProtoMessage() {}
+
+func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
+func (*AuditRecorded) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AuditRecorded) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditRecorded) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetResourceIds() []string {
+	if x != nil {
+		return x.ResourceIds
+	}
+	return nil
+}
+
+func (x *AuditRecorded) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AuditRecorded) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
 var File_gpubill_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpubill_events_v1_events_proto_rawDesc = "" +
@@ -1389,7 +1509,21 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\ffailure_code\x18\b \x01(\tR\vfailureCode\x12*\n" +
 	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
 	"\aversion\x18\n" +
-	" \x01(\x03R\aversionBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
+	" \x01(\x03R\aversion\"\xa9\x02\n" +
+	"\rAuditRecorded\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
+	"\aservice\x18\x03 \x01(\tR\aservice\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\x12!\n" +
+	"\fresource_ids\x18\a \x03(\tR\vresourceIds\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12\x12\n" +
+	"\x04code\x18\t \x01(\tR\x04code\x12\x1f\n" +
+	"\vclient_addr\x18\n" +
+	" \x01(\tR\n" +
+	"clientAddrBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_gpubill_events_v1_events_proto_rawDescOnce sync.Once
@@ -1403,7 +1537,7 @@ func file_gpubill_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpubill_events_v1_events_proto_rawDescData
 }
 
-var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*UsageEvent)(nil),            // 0: gpubill.events.v1.UsageEvent
 	(*UsageRecordedBatch)(nil),    // 1: gpubill.events.v1.UsageRecordedBatch
@@ -1418,31 +1552,33 @@ var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*CycleClosed)(nil),           // 10: gpubill.events.v1.CycleClosed
 	(*ProviderSettled)(nil),       // 11: gpubill.events.v1.ProviderSettled
 	(*PayoutStatusChanged)(nil),   // 12: gpubill.events.v1.PayoutStatusChanged
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*AuditRecorded)(nil),         // 13: gpubill.events.v1.AuditRecorded
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_gpubill_events_v1_events_proto_depIdxs = []int32{
-	13, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	13, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	13, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	14, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	14, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	14, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: gpubill.events.v1.UsageRecordedBatch.events:type_name -> gpubill.events.v1.UsageEvent
-	13, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
-	13, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
+	14, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
+	14, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: gpubill.events.v1.RatedCharge.lines:type_name -> gpubill.events.v1.ChargeLine
-	13, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
+	14, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
-	13, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	13, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	13, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	14, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	14, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
 	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
-	13, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	13, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	13, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	14, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	14, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	14, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
+	14, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }
@@ -1456,7 +1592,7 @@ func file_gpubill_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_events_v1_events_proto_rawDesc), len(file_gpubill_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,311 @@
+// Package audit records every write a gpubill API serves (DESIGN §7: who,
+// role, what, which resources, when, request id, result) without a shared
+// table: the interceptor queues an AuditRecorded event in the serving
+// service's own outbox (<schema>.outbox, relayed to audit.recorded.{service}
+// like every other event), and the ledger stores the events append-only
+// and serves GET /v1/audit-events.
+//
+// No write's record is silently lost: the answer to a write waits until its
+// record is committed to the outbox; if the outbox cannot be written, the
+// record is kept in memory and retried, the failure is logged with the whole
+// record, and further writes are refused (Unavailable, before their handler
+// runs) until the backlog is stored.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+)
+
+// SubjectPrefix + the service name is the subject of an AuditRecorded event.
+const SubjectPrefix = "audit.recorded."
+
+// Limits.
+const (
+	recordTimeout    = 5 * time.Second // how long a write's answer waits for its record
+	retryEvery       = time.Second     // backlog retries while the outbox is unwritable
+	resourceIDsMax   = 32              // resource ids kept per record
+	resourceValueMax = 200             // bytes kept per id value
+)
+
+// notWrites are non-GET RPCs that change nothing (pure calculations).
+var notWrites = map[string]bool{"/gpubill.pricing.v1.PricingService/CreateQuote": true}
+
+// Store writes records into a service schema's outbox.
+type Store interface {
+	Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error
+}
+
+// PoolStore is the Postgres Store: one statement per batch, into
+// <schema>.outbox.
+type PoolStore struct{ Pool *pgxpool.Pool }
+
+// Insert implements Store.
+func (s PoolStore) Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
+	ids, subjects, payloads := make([]string, len(recs)), make([]string, len(recs)), make([][]byte, len(recs))
+	for i, r := range recs {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		ids[i], subjects[i], payloads[i] = "audit-"+r.EventId, SubjectPrefix+r.Service, b
+	}
+	q := outbox.InsertInto(schema) + ` select * from unnest($1::text[], $2::text[], $3::bytea[]) on conflict (id) do nothing`
+	if _, err := s.Pool.Exec(ctx, q, ids, subjects, payloads); err != nil {
+		return fmt.Errorf("audit outbox %s: %w", schema, err)
+	}
+	outbox.Wake(schema)
+	return nil
+}
+
+// Recorder is the audit interceptor of one server.
+type Recorder struct {
+	store    Store
+	schemas  map[string]bool // services whose writes this process serves
+	log      *slog.Logger
+	now      func() time.Time
+	mu       sync.Mutex
+	fallback string    // the outbox of writes by a component without a schema of its own (ops)
+	backlog  []pending // records not yet stored, oldest first
+	failing  atomic.Bool
+	writeOps sync.Map // method → bool (is a write)
+}
+
+type pending struct {
+	schema string
+	rec    *eventsv1.AuditRecorded
+}
+
+// New returns a recorder for the named services (their schemas hold the
+// outboxes). Writes served by a component of the process that has no schema
+// of its own (the dead-letter operations, gpubill.ops.v1) are queued in the
+// first service's outbox.
+func New(store Store, log *slog.Logger, services ...string) *Recorder {
+	r := &Recorder{store: store, log: log, now: time.Now, schemas: map[string]bool{}}
+	for _, s := range services {
+		r.schemas[s] = true
+	}
+	if len(services) > 0 {
+		r.fallback = services[0]
+	}
+	return r
+}
+
+// Run retries the backlog until ctx ends (a record whose outbox write failed
+// is stored as soon as the database answers again).
+func (r *Recorder) Run(ctx context.Context) error {
+	t := time.NewTicker(retryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if r.failing.Load() {
+				_ = r.flush(ctx)
+			}
+		}
+	}
+}
+
+// Backlog is the number of records waiting to be stored.
+func (r *Recorder) Backlog() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.backlog)
+}
+
+// IsWrite says whether a method changes state: every RPC whose REST route
+// is not a GET, except pure calculations (quotes).
+func (r *Recorder) IsWrite(method string) bool {
+	if v, ok := r.writeOps.Load(method); ok {
+		return v.(bool)
+	}
+	w := isWrite(method)
+	r.writeOps.Store(method, w)
+	return w
+}
+
+func isWrite(method string) bool {
+	if notWrites[method] || auth.IsPublic(method) {
+		return false
+	}
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return true // unknown: audit rather than miss
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return true
+	}
+	md := sd.Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		return true
+	}
+	rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+	return rule == nil || rule.GetGet() == ""
+}
+
+// serviceOf is "ledger" for "/gpubill.ledger.v1.LedgerService/X".
+func serviceOf(method string) string {
+	parts := strings.SplitN(strings.TrimPrefix(method, "/"), ".", 3)
+	if len(parts) == 3 && parts[0] == "gpubill" {
+		return parts[1]
+	}
+	return ""
+}
+
+// Caller is how the interceptor learns who calls and from where (the
+// server's auth.Guard).
+type Caller interface {
+	Principal(ctx context.Context) (auth.Principal, error)
+	ClientAddr(ctx context.Context) netip.Addr
+}
+
+// UnaryInterceptor records every write by an authenticated caller, refused
+// or not, with its result code. It runs outside the authorisation check (so
+// a refused attempt is recorded too) and outside the error mapping (so the
+// code is the one the client gets). Calls without a valid token are not
+// recorded: they name nobody.
+func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !r.IsWrite(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		p, err := who.Principal(ctx)
+		if err != nil {
+			return handler(ctx, req) // the guard answers 401
+		}
+		service := serviceOf(info.FullMethod)
+		schema := service
+		if !r.schemas[schema] {
+			schema = r.fallback
+		}
+		if schema == "" {
+			r.log.Error("audit: no outbox for this write; refused", "method", info.FullMethod)
+			return nil, status.Error(codes.Unavailable, "this write cannot be audited here")
+		}
+		if r.failing.Load() {
+			if err := r.flush(ctx); err != nil {
+				return nil, status.Errorf(codes.Unavailable, "audit log unavailable, write refused (request id %s); retry later", requestID(ctx))
+			}
+		}
+		resp, herr := handler(ctx, req)
+		rec := &eventsv1.AuditRecorded{
+			EventId: uuid.NewString(), At: timestamppb.New(r.now()), Service: service, Method: info.FullMethod,
+			Actor: p.Subject, Role: p.Role, ResourceIds: resourceIDs(req, resp), RequestId: requestID(ctx),
+			Code: status.Code(herr).String(), ClientAddr: addrString(who.ClientAddr(ctx)),
+		}
+		r.record(ctx, schema, rec)
+		return resp, herr
+	}
+}
+
+// record stores rec now, or keeps it in the backlog (logged in full) for Run.
+func (r *Recorder) record(ctx context.Context, schema string, rec *eventsv1.AuditRecorded) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	err := r.store.Insert(sctx, schema, []*eventsv1.AuditRecorded{rec})
+	if err == nil {
+		return
+	}
+	r.mu.Lock()
+	r.backlog = append(r.backlog, pending{schema, rec})
+	n := len(r.backlog)
+	r.mu.Unlock()
+	r.failing.Store(true)
+	r.log.Error("audit: record not stored yet; kept for retry, writes refused until stored", "err", err, "backlog", n,
+		"event_id", rec.EventId, "method", rec.Method, "actor", rec.Actor, "role", rec.Role, "resource_ids", rec.ResourceIds,
+		"request_id", rec.RequestId, "code", rec.Code, "at", rec.At.AsTime())
+}
+
+// flush stores the backlog, oldest first.
+func (r *Recorder) flush(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	for len(r.backlog) > 0 {
+		p := r.backlog[0]
+		if err := r.store.Insert(sctx, p.schema, []*eventsv1.AuditRecorded{p.rec}); err != nil {
+			return err
+		}
+		rec := p.rec
+		r.backlog = r.backlog[1:]
+		r.log.Info("audit: backlog record stored", "event_id", rec.EventId, "left", len(r.backlog))
+	}
+	r.failing.Store(false)
+	return nil
+}
+
+// resourceIDs collects "field=value" for the id-like string fields of the
+// request and the answer (top level and one message deep): *_id, address,
+// account, idempotency_key, external_ref, period.
+func resourceIDs(msgs ...any) []string {
+	var out []string
+	var walk func(m protoreflect.Message, depth int)
+	walk = func(m protoreflect.Message, depth int) {
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case len(out) >= resourceIDsMax:
+				return false
+			case fd.IsList() || fd.IsMap():
+			case fd.Kind() == protoreflect.StringKind && isIDField(string(fd.Name())):
+				s := v.String()
+				if len(s) > resourceValueMax {
+					s = s[:resourceValueMax]
+				}
+				if e := string(fd.Name()) + "=" + s; !slices.Contains(out, e) {
+					out = append(out, e)
+				}
+			case fd.Kind() == protoreflect.MessageKind && depth == 0:
+				walk(v.Message(), depth+1)
+			}
+			return true
+		})
+	}
+	for _, x := range msgs {
+		if m, ok := x.(proto.Message); ok && m != nil && m.ProtoReflect().IsValid() {
+			walk(m.ProtoReflect(), 0)
+		}
+	}
+	return out
+}
+
+func isIDField(name string) bool {
+	switch name {
+	case "address", "account", "idempotency_key", "external_ref", "period", "jurisdiction":
+		return true
+	}
+	return strings.HasSuffix(name, "_id")
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}

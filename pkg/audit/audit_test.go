@@ -1,0 +1,116 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+)
+
+type fakeStore struct {
+	mu     sync.Mutex
+	down   bool
+	stored []*eventsv1.AuditRecorded
+}
+
+func (s *fakeStore) Insert(_ context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return errors.New("database unreachable")
+	}
+	s.stored = append(s.stored, recs...)
+	return nil
+}
+
+type fakeCaller struct{ p auth.Principal }
+
+func (c fakeCaller) Principal(context.Context) (auth.Principal, error) { return c.p, nil }
+func (c fakeCaller) ClientAddr(context.Context) netip.Addr             { return netip.MustParseAddr("10.1.2.3") }
+
+const createTx = "/gpubill.ledger.v1.LedgerService/CreateTransaction"
+
+func TestIsWrite(t *testing.T) {
+	r := New(&fakeStore{}, slog.Default(), "ledger")
+	for m, want := range map[string]bool{
+		createTx: true,
+		"/gpubill.ledger.v1.LedgerService/ReverseTransaction": true,
+		"/gpubill.ledger.v1.LedgerService/GetAccount":         false,
+		"/gpubill.ledger.v1.AuditService/ListAuditEvents":     false,
+		"/gpubill.pricing.v1.PricingService/CreateQuote":      false,
+		"/grpc.health.v1.Health/Check":                        false,
+	} {
+		if got := r.IsWrite(m); got != want {
+			t.Errorf("IsWrite(%s) = %v, want %v", m, got, want)
+		}
+	}
+}
+
+// TestRecordNotLostWhenStoreFails: a write whose record cannot be stored
+// keeps it (the answer is the handler's), the next write is refused before
+// its handler runs, and once the store answers the backlog is stored first.
+func TestRecordNotLostWhenStoreFails(t *testing.T) {
+	store := &fakeStore{}
+	r := New(store, slog.New(slog.DiscardHandler), "ledger")
+	icp := r.UnaryInterceptor(fakeCaller{auth.Principal{Role: auth.RoleFinance, Subject: "alice"}}, func(context.Context) string { return "req-1" })
+	ran := 0
+	handler := func(context.Context, any) (any, error) {
+		ran++
+		return &ledgerv1.CreateTransactionResponse{Transaction: &ledgerv1.Transaction{TransactionId: "tx-9"}}, nil
+	}
+	call := func() error {
+		_, err := icp(context.Background(), &ledgerv1.CreateTransactionRequest{IdempotencyKey: "k-1"},
+			&grpc.UnaryServerInfo{FullMethod: createTx}, handler)
+		return err
+	}
+
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	if len(store.stored) != 1 {
+		t.Fatalf("stored %d records, want 1", len(store.stored))
+	}
+	got := store.stored[0]
+	if got.Actor != "alice" || got.Role != "finance" || got.Method != createTx || got.Code != "OK" || got.RequestId != "req-1" ||
+		got.ClientAddr != "10.1.2.3" || got.Service != "ledger" ||
+		!slices.Contains(got.ResourceIds, "idempotency_key=k-1") || !slices.Contains(got.ResourceIds, "transaction_id=tx-9") {
+		t.Fatalf("record %+v", got)
+	}
+
+	store.down = true
+	if err := call(); err != nil { // applied: its answer stands, its record waits
+		t.Fatalf("write whose record could not be stored: %v", err)
+	}
+	if ran != 2 || r.Backlog() != 1 {
+		t.Fatalf("handler ran %d times, backlog %d; want 2 and 1", ran, r.Backlog())
+	}
+	if err := call(); status.Code(err) != codes.Unavailable || ran != 2 {
+		t.Fatalf("write while the audit store is down: %v (handler ran %d times), want Unavailable before the handler", err, ran)
+	}
+	store.down = false
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	if ran != 3 || r.Backlog() != 0 || len(store.stored) != 3 {
+		t.Fatalf("after recovery: handler %d, backlog %d, stored %d; want 3, 0, 3", ran, r.Backlog(), len(store.stored))
+	}
+
+	// A refused attempt is recorded with its code; reads are not recorded.
+	deny := func(context.Context, any) (any, error) { return nil, status.Error(codes.PermissionDenied, "no") }
+	_, _ = icp(context.Background(), &ledgerv1.CreateTransactionRequest{}, &grpc.UnaryServerInfo{FullMethod: createTx}, deny)
+	_, _ = icp(context.Background(), &ledgerv1.GetAccountRequest{}, &grpc.UnaryServerInfo{FullMethod: "/gpubill.ledger.v1.LedgerService/GetAccount"}, handler)
+	if len(store.stored) != 4 || store.stored[3].Code != "PermissionDenied" {
+		t.Fatalf("stored %d, last %+v", len(store.stored), store.stored[len(store.stored)-1])
+	}
+}

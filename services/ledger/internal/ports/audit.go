@@ -1,0 +1,102 @@
+package ports
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+)
+
+// Audit consumer and query limits.
+const (
+	auditFetchMax     = 500
+	auditFetchWait    = 50 * time.Millisecond
+	auditPageDefault  = 100
+	auditPageMax      = 1000
+	auditConsumerName = "ledger-audit"
+)
+
+// AuditSpec is the durable pull consumer on AUDIT.
+func AuditSpec() natsx.ConsumerSpec {
+	return natsx.ConsumerSpec{Stream: natsx.StreamAudit, Durable: auditConsumerName, BatchMax: auditFetchMax, MaxWait: auditFetchWait}
+}
+
+// ConsumeAudit stores every service's audit.recorded.* events until ctx
+// ends. A batch that cannot be stored is redelivered (nothing is acked
+// before it is committed); a repeat changes nothing (event id is unique).
+func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger, pool *pgxpool.Pool) error {
+	return natsx.Consume(ctx, js, log, AuditSpec(), func(ctx context.Context, msgs []jetstream.Msg) error {
+		evs := make([]*eventsv1.AuditRecorded, 0, len(msgs))
+		for _, m := range msgs {
+			if !strings.HasPrefix(m.Subject(), audit.SubjectPrefix) {
+				continue
+			}
+			e := &eventsv1.AuditRecorded{}
+			if err := proto.Unmarshal(m.Data(), e); err != nil || e.EventId == "" || e.At == nil {
+				// Only gpubill's own services publish here; a record that
+				// does not decode is logged whole, never stored half.
+				log.Error("audit: undecodable record skipped", "subject", m.Subject(), "msg_id", natsx.MsgID(m), "err", err, "payload", m.Data())
+				continue
+			}
+			evs = append(evs, e)
+		}
+		return postgres.StoreAuditEvents(ctx, pool, evs)
+	})
+}
+
+// AuditServer is the gRPC AuditService (GET /v1/audit-events).
+type AuditServer struct {
+	ledgerv1.UnimplementedAuditServiceServer
+	Pool *pgxpool.Pool
+}
+
+// ListAuditEvents implements AuditService.
+func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAuditEventsRequest) (*ledgerv1.ListAuditEventsResponse, error) {
+	var v apperr.Validator
+	f := postgres.AuditFilter{Actor: r.GetActor(), Method: r.GetMethod(), Limit: int(r.GetPageSize())}
+	v.Check(f.Limit >= 0 && f.Limit <= auditPageMax, "page_size", "want 0..%d", auditPageMax)
+	if f.Limit == 0 {
+		f.Limit = auditPageDefault
+	}
+	if r.GetFrom() != nil {
+		t := r.GetFrom().AsTime()
+		f.From = &t
+	}
+	if r.GetTo() != nil {
+		t := r.GetTo().AsTime()
+		f.To = &t
+	}
+	if tok := r.GetPageToken(); tok != "" {
+		n, err := strconv.ParseInt(tok, 10, 64)
+		v.Check(err == nil && n > 0, "page_token", "not a token this API issued")
+		f.Before = n
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	rows, next, err := postgres.ListAuditEvents(ctx, s.Pool, f)
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListAuditEventsResponse{Events: make([]*ledgerv1.AuditEvent, 0, len(rows)), NextPageToken: next}
+	for _, row := range rows {
+		e := row.Event
+		out.Events = append(out.Events, &ledgerv1.AuditEvent{EventId: e.EventId, At: e.At, Service: e.Service, Method: e.Method,
+			Actor: e.Actor, Role: e.Role, ResourceIds: e.ResourceIds, RequestId: e.RequestId, Code: e.Code,
+			ClientAddr: e.ClientAddr, StoredAt: timestamppb.New(row.StoredAt)})
+	}
+	return out, nil
+}
