@@ -113,7 +113,9 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
-		g.Go(func() error { return ports.ConsumeAudit(ctx, s.deps.JS, s.deps.Log, s.deps.Pool) })
+		g.Go(func() error {
+			return ports.ConsumeAudit(ctx, s.deps.JS, s.deps.Log, s.deps.Pool, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
+		})
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
 	}

@@ -50,7 +50,7 @@ type devCmd struct {
 }
 
 type tokenCmd struct {
-	Role       string        `required:"" help:"finance, auditor, provider, renter, meter or admin."`
+	Role       string        `required:"" help:"finance, auditor, provider, renter, meter, admin (or service: the internal identity between services)."`
 	Sub        string        `help:"Subject: the provider or renter id (required for those roles)."`
 	TTL        time.Duration `name:"ttl" default:"720h" help:"Lifetime."`
 	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill"`

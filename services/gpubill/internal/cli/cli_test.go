@@ -161,7 +161,7 @@ func newSandbox(t *testing.T) *sandbox {
 		"GPUBILL_HTTP_ADDR="+held(), "GPUBILL_GRPC_ADDR="+held(),
 		"GPUBILL_NATS_ADDR="+held(), "GPUBILL_TEMPORAL_ADDR="+held(),
 		"GPUBILL_DATA_DIR="+s.dataDir,
-		"GPUBILL_AUTH_SECRET=clitest-secret",
+		"GPUBILL_AUTH_SECRET=clitest-secret-0123456789abcdef0123456789",
 		"GPUBILL_URL=http://"+counter.Addr().String(),
 		"COMP_LINE=", // not a completion request
 	)

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -30,28 +31,39 @@ const (
 )
 
 // AuditSpec is the durable pull consumer on AUDIT.
-func AuditSpec() natsx.ConsumerSpec {
-	return natsx.ConsumerSpec{Stream: natsx.StreamAudit, Durable: auditConsumerName, BatchMax: auditFetchMax, MaxWait: auditFetchWait}
+func AuditSpec(dl natsx.DeadLetters) natsx.ConsumerSpec {
+	return natsx.ConsumerSpec{Stream: natsx.StreamAudit, Durable: auditConsumerName, BatchMax: auditFetchMax, MaxWait: auditFetchWait,
+		DeadLetters: dl}
 }
 
 // ConsumeAudit stores every service's audit.recorded.* events until ctx
 // ends. A batch that cannot be stored is redelivered (nothing is acked
-// before it is committed); a repeat changes nothing (event id is unique).
-func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger, pool *pgxpool.Pool) error {
-	return natsx.Consume(ctx, js, log, AuditSpec(), func(ctx context.Context, msgs []jetstream.Msg) error {
+// before it is committed); a repeat changes nothing (event id is unique); a
+// record that does not decode is dead-lettered whole, never stored half.
+func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger, pool *pgxpool.Pool, dl natsx.DeadLetters) error {
+	return natsx.Consume(ctx, js, log, AuditSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
 		evs := make([]*eventsv1.AuditRecorded, 0, len(msgs))
+		var poison *natsx.PoisonError
 		for _, m := range msgs {
 			if !strings.HasPrefix(m.Subject(), audit.SubjectPrefix) {
 				continue
 			}
 			e := &eventsv1.AuditRecorded{}
-			if err := proto.Unmarshal(m.Data(), e); err != nil || e.EventId == "" || e.At == nil {
-				// Only gpubill's own services publish here; a record that
-				// does not decode is logged whole, never stored half.
-				log.Error("audit: undecodable record skipped", "subject", m.Subject(), "msg_id", natsx.MsgID(m), "err", err, "payload", m.Data())
+			err := proto.Unmarshal(m.Data(), e)
+			if err == nil && (e.EventId == "" || e.At == nil) {
+				err = errors.New("audit record without event_id or at")
+			}
+			if err != nil {
+				if poison == nil {
+					poison = &natsx.PoisonError{}
+				}
+				poison.Add(natsx.MsgID(m), err)
 				continue
 			}
 			evs = append(evs, e)
+		}
+		if poison != nil {
+			return poison
 		}
 		return postgres.StoreAuditEvents(ctx, pool, evs)
 	})

@@ -1,0 +1,47 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
+)
+
+// TestTokenCommand: gpubill token prints a token the services accept (role,
+// subject, audience), and refuses what they would refuse.
+func TestTokenCommand(t *testing.T) {
+	const secret = "token-command-test-secret-0123456789abcdef"
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := cli.Main(context.Background(), append([]string{"token", "--data-dir", t.TempDir()}, args...), &out, &errb)
+		return code, strings.TrimSpace(out.String()), errb.String()
+	}
+	for _, tt := range []struct {
+		role, sub string
+	}{{auth.RoleRenter, "r-001"}, {auth.RoleProvider, "p-001"}, {auth.RoleFinance, ""}, {auth.RoleService, "settlement"}} {
+		code, tok, stderr := run("--role", tt.role, "--sub", tt.sub, "--auth-secret", secret)
+		if code != 0 {
+			t.Fatalf("token --role %s: exit %d %s", tt.role, code, stderr)
+		}
+		p, err := auth.Verify([]byte(secret), tok)
+		if err != nil || p.Role != tt.role || p.Subject != tt.sub {
+			t.Fatalf("token --role %s --sub %q verifies as %+v, %v", tt.role, tt.sub, p, err)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"renter without --sub", []string{"--role", "renter", "--auth-secret", secret}, "subject"},
+		{"short secret", []string{"--role", "finance", "--auth-secret", "short-secret"}, "32"},
+		{"unknown role", []string{"--role", "root", "--auth-secret", secret}, "unknown role"},
+	} {
+		if code, _, stderr := run(tt.args...); code == 0 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%s: exit %d, stderr %q; want a failure naming %q", tt.name, code, stderr, tt.want)
+		}
+	}
+}
