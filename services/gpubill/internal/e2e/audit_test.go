@@ -47,6 +47,9 @@ func TestAuditLogThroughREST(t *testing.T) {
 		t.Fatalf("provider kyc: HTTP %d %v", code, out)
 	}
 
+	// The stack's own calls between services (role service: settlement
+	// closing ledger cycles, say) are audited too, at times of their own;
+	// the test counts the writes it made.
 	events := func(query string) []map[string]any {
 		t.Helper()
 		code, out := f.do(http.MethodGet, "/v1/audit-events?"+query, f.finance, nil)
@@ -55,7 +58,9 @@ func TestAuditLogThroughREST(t *testing.T) {
 		}
 		var evs []map[string]any
 		for _, e := range out["events"].([]any) {
-			evs = append(evs, e.(map[string]any))
+			if e.(map[string]any)["role"] != auth.RoleService {
+				evs = append(evs, e.(map[string]any))
+			}
 		}
 		return evs
 	}
@@ -104,13 +109,15 @@ func TestAuditLogThroughREST(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	token := ""
-	for page := 0; page < 10; page++ {
+	for page := 0; page < 50; page++ {
 		code, out := f.do(http.MethodGet, "/v1/audit-events?page_size=2&page_token="+token, f.finance, nil)
 		if code != http.StatusOK {
 			t.Fatalf("page %d: HTTP %d", page, code)
 		}
 		for _, e := range out["events"].([]any) {
-			seen[e.(map[string]any)["event_id"].(string)] = true
+			if e.(map[string]any)["role"] != auth.RoleService {
+				seen[e.(map[string]any)["event_id"].(string)] = true
+			}
 		}
 		if token = out["next_page_token"].(string); token == "" {
 			break
