@@ -91,7 +91,7 @@ func TestMain(m *testing.M) {
 		mainCleanups = append(mainCleanups, st.Stop)
 		base = "http://" + st.HTTPAddr
 		grpcAddr = st.GRPCAddr
-		for _, r := range []struct{ role, sub string }{{auth.RoleFinance, ""}, {auth.RoleAdmin, ""}, {auth.RoleRenter, "r-001"}, {auth.RoleProvider, "p-001"}} {
+		for _, r := range []struct{ role, sub string }{{auth.RoleFinance, ""}, {auth.RoleAdmin, ""}, {auth.RoleService, "settlement"}, {auth.RoleRenter, "r-001"}, {auth.RoleProvider, "p-001"}} {
 			tok, err := auth.Issue([]byte(secret), r.role, r.sub, 24*time.Hour)
 			if err != nil {
 				panic(err)

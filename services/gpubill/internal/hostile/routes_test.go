@@ -70,7 +70,7 @@ var writeRoutes = []route{
 		decimals: []string{"postings[0].amount"}},
 	{name: "ReverseTransaction", method: "POST", path: "/v1/transactions/%s:reverse", param: "transaction_id", arg: "tx-missing", role: auth.RoleFinance,
 		body: `{"idempotency_key":"rev-h1","description":"undo","effective_at":"2026-11-18T00:00:00Z"}`},
-	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleAdmin,
+	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleService,
 		body: `{}`},
 	{name: "PutPayoutMethod", method: "PUT", path: "/v1/providers/%s/payout-method", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
 		body:  `{"type":"bank","account_name":"Rig One Ltd","account_number":"6222020200112233","bank_code":"ICBC"}`,
@@ -84,7 +84,7 @@ var writeRoutes = []route{
 		body: `{"reason":"dispute"}`},
 	{name: "ReleaseProvider", method: "POST", path: "/v1/settlement-cycles/" + pastCycle + "/providers/%s:release", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
 		body: `{"reason":"resolved"}`},
-	{name: "ComputeWithholding", method: "POST", path: "/v1/internal/tax/withholdings:compute", role: auth.RoleAdmin,
+	{name: "ComputeWithholding", method: "POST", path: "/v1/internal/tax/withholdings:compute", role: auth.RoleService,
 		body: `{"provider_id":"p-001","cycle_id":"` + pastCycle + `","currency":"CNY","gross":"100.00","commission":"25.00","tax_profile":"individual",` +
 			`"jurisdiction":"CN","rule_set":"","idempotency_key":"wh-h1"}`,
 		enums: []string{"currency", "tax_profile"}, decimals: []string{"gross", "commission"}},
