@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,10 +76,16 @@ func (f *fixture) do(method, path, token string, body any) (int, map[string]any)
 	f.t.Helper()
 	var rd io.Reader
 	if body != nil {
-		b, _ := json.Marshal(body)
+		b, err := json.Marshal(body)
+		if err != nil {
+			f.t.Fatalf("%s %s: encode body: %v", method, path, err)
+		}
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, f.base+path, rd)
+	req, err := http.NewRequest(method, f.base+path, rd)
+	if err != nil {
+		f.t.Fatalf("%s %s: %v", method, path, err)
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -87,9 +94,21 @@ func (f *fixture) do(method, path, token string, body any) (int, map[string]any)
 		f.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		f.t.Fatalf("%s %s: read answer: %v", method, path, err)
+	}
 	out := map[string]any{}
-	_ = json.Unmarshal(raw, &out)
+	// A JSON answer must decode: a check on a field of an answer that did
+	// not decode would compare against an empty map and could pass. Plain
+	// answers (/healthz, /readyz) are kept as text under "_text".
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			f.t.Fatalf("%s %s: HTTP %d answer is not a JSON object: %v: %q", method, path, resp.StatusCode, err, raw)
+		}
+	} else {
+		out["_text"] = string(raw)
+	}
 	return resp.StatusCode, out
 }
 
