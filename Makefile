@@ -48,12 +48,12 @@ test: build
 ## test-race: the concurrent paths under the race detector — the ledger's group
 ## commit and hot accounts, the outbox relay and inbox, metering's concurrent
 ## ingest, settlement's page (its sliding window of provider settlements).
-## TEMPORAL_DEBUG lifts the SDK test environment's 1 s deadlock detector, which
-## the race detector's slowdown trips on a busy machine (TMPRL1101).
+## The settlement tests' time-skipping environments use a 1 min deadlock
+## detector (newTestEnv): the SDK's 1 s one trips under -race on a busy machine.
 test-race:
 	$(GO) test -race -count=1 -timeout 10m ./pkg/outbox/... ./services/metering/internal/app/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestGroupCommitIsolatesFailures|TestConcurrentHotAccounts|TestChargesConsumerFromJetStream' ./services/ledger/
-	TEMPORAL_DEBUG=1 $(GO) test -race -count=1 -timeout 10m -run 'TestCycleSettlesWithinWindow|TestCycleTimerThenCloseSettlesEveryProvider|TestHeldProviderStaysPending' ./services/settlement/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestCycleSettlesWithinWindow|TestCycleTimerThenCloseSettlesEveryProvider|TestHeldProviderStaysPending' ./services/settlement/
 
 ## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
 ## time (-p 1): figures measured side by side on 2 cores would measure each other.
