@@ -105,7 +105,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: []byte("test"), Log: log,
+	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: []byte("deploycheck-test-secret-of-32-bytes!"), Log: log,
 		Services: []server.Service{meter}})
 	if err != nil {
 		t.Fatal(err)
