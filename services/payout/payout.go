@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -59,6 +60,10 @@ type Config struct {
 	SandboxLatency, SandboxReturnAfter time.Duration
 	// Timing of the payout workflows (zero: app defaults).
 	Timing app.Timing
+	// WebhookAllowPrivate lets webhooks reach loopback, private,
+	// link-local, multicast and unspecified addresses
+	// (GPUBILL_WEBHOOK_ALLOW_PRIVATE=true; default false: refused).
+	WebhookAllowPrivate bool
 }
 
 // ConfigFromEnv reads Config from the environment.
@@ -76,6 +81,11 @@ func ConfigFromEnv() (Config, error) {
 			if *d.dst, err = time.ParseDuration(v); err != nil {
 				return c, fmt.Errorf("%s: %w", d.env, err)
 			}
+		}
+	}
+	if v := os.Getenv("GPUBILL_WEBHOOK_ALLOW_PRIVATE"); v != "" {
+		if c.WebhookAllowPrivate, err = strconv.ParseBool(v); err != nil {
+			return c, fmt.Errorf("GPUBILL_WEBHOOK_ALLOW_PRIVATE: %w", err)
 		}
 	}
 	return c, nil
@@ -120,8 +130,9 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
 	s.acts = &ports.Activities{Store: st, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Rail: s.sandbox,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
-	s.api = &ports.Server{Store: st, Clock: d.Clock, Flow: s.flow}
-	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log}
+	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
+	s.api = &ports.Server{Store: st, Clock: d.Clock, Flow: s.flow, Webhooks: guard}
+	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
 }
 

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +31,7 @@ import (
 // payout.status_changed.{provider}.
 func TestPayoutWebhooks(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, Config{WebhookAllowPrivate: true}) // the receiver is on loopback
 	const secret = "whsec-0123456789abcdef"
 	var mu sync.Mutex
 	got := map[string]bool{} // statuses received with a valid signature
@@ -116,4 +118,60 @@ func wantSignature(secret, ts string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(ts + "." + string(body)))
 	return "v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Webhooks are no SSRF hole: without GPUBILL_WEBHOOK_ALLOW_PRIVATE a URL on
+// loopback is a 400 naming url; a webhook whose host turns private later
+// (stored as if DNS had changed) is not sent to: each delivery fails with
+// the reason in the delivery log and the receiver sees nothing.
+func TestPayoutWebhookPrivateRefused(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, Config{})
+	var hits atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer recv.Close()
+
+	tok, err := auth.Issue(st.secret, auth.RoleProvider, "p-ssrf", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"url":"` + recv.URL + `/hook","secret":"whsec-0123456789abcdef"}`
+	req, err := http.NewRequest("POST", "http://"+st.http+"/v1/providers/p-ssrf/webhooks", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"url"`) || !strings.Contains(string(b), "loopback") {
+		t.Fatalf("POST webhook %s: %d %s", recv.URL, resp.StatusCode, b)
+	}
+
+	// As if the host had resolved to a public address at creation.
+	wh := adapters.Webhook{ID: "wh-ssrf", ProviderID: "p-ssrf", URL: recv.URL + "/hook", Secret: "whsec-0123456789abcdef", CreatedAt: time.Now()}
+	if err := st.s.store.CreateWebhook(context.Background(), wh); err != nil {
+		t.Fatal(err)
+	}
+	st.setup(t, "p-ssrf", "6222000011115561")
+	st.settle(t, "p-ssrf", "cyc-20260101", "CNY", "250.00")
+	st.waitStatus(t, "p-ssrf", "cyc-20260101", "paid", waitLong)
+	testkit.Eventually(t, waitLong, func() bool {
+		ds, err := st.s.api.ListWebhookDeliveries(as(auth.RoleProvider, "p-ssrf"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-ssrf", WebhookId: wh.ID})
+		if err != nil || len(ds.Deliveries) < 4 {
+			return false
+		}
+		for _, d := range ds.Deliveries {
+			if d.Attempts < 1 || d.Status == "delivered" || !strings.Contains(d.LastError, "loopback") {
+				return false
+			}
+		}
+		return true
+	}, "every delivery refused with the reason logged")
+	if n := hits.Load(); n != 0 {
+		t.Errorf("receiver on loopback hit %d times", n)
+	}
 }

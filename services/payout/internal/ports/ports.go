@@ -90,6 +90,8 @@ type Server struct {
 	Store *adapters.Store
 	Clock clock.Clock
 	Flow  *Workflows // wakes workflows after a gate change; nil in tests without Temporal
+	// Webhooks checks a webhook's URL at creation.
+	Webhooks WebhookGuard
 }
 
 func fmtAmt(cur string, d decimal.Decimal) string {

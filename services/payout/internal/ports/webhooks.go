@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -63,6 +62,9 @@ type Deliverer struct {
 	Clock clock.Clock
 	HTTP  *http.Client
 	Log   *slog.Logger
+	// Guard refuses forbidden receiver addresses at each connection
+	// (used when HTTP is nil).
+	Guard WebhookGuard
 	// BackoffFirst overrides deliveryBackoffFirst (tests).
 	BackoffFirst time.Duration
 }
@@ -70,7 +72,7 @@ type Deliverer struct {
 // Run delivers until ctx ends.
 func (d *Deliverer) Run(ctx context.Context) error {
 	if d.HTTP == nil {
-		d.HTTP = &http.Client{Timeout: deliveryTimeout}
+		d.HTTP = d.Guard.Client()
 	}
 	for {
 		n, err := d.deliverOnce(ctx)
@@ -162,9 +164,9 @@ func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookR
 	}
 	var v apperr.Validator
 	v.Check(req.ProviderId != "", "provider_id", "required")
-	u, err := url.Parse(req.Url)
-	v.Check(err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && len(req.Url) <= webhookURLLenMax,
-		"url", "want an http(s) URL of at most 2048 characters")
+	if err := s.Webhooks.CheckURL(ctx, req.Url); err != nil {
+		v.Add("url", "%s", err.Error())
+	}
 	v.Check(len(req.Secret) >= webhookSecretLenMin, "secret", "at least 16 characters")
 	if err := v.Err(); err != nil {
 		return nil, err
