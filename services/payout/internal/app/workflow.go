@@ -85,8 +85,8 @@ var activityRetry = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: []string{ErrTypeInvalid},
 }
 
-// Workflow is payout-{id}: wait at the gate (KYC, method, hold, minimum)
-// until the payout may go; submit it (ledger Dr available / Cr in_transit,
+// Workflow is payout-{id}: wait at the gate (KYC, method, hold, minimum,
+// available covering it) until the payout may go; submit it (ledger Dr available / Cr in_transit,
 // then the rail under the payout's reference); follow the rail (a wake
 // signal from its callback, or polls with backoff) to paid, failed or
 // returned, each step posted to the ledger by the activities. It returns
@@ -101,6 +101,13 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 		if err := workflow.ExecuteActivity(ctx, ActPrepare, in.PayoutID).Get(ctx, &status); err != nil {
 			return "", err
 		}
+		if status == domain.StatusCreated {
+			// Submit answers action_required when available no longer
+			// covers the payout: back to the gate.
+			if err := workflow.ExecuteActivity(ctx, ActSubmit, in.PayoutID).Get(ctx, &status); err != nil {
+				return "", err
+			}
+		}
 		if status != domain.StatusActionRequired {
 			break
 		}
@@ -108,11 +115,6 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 			return "", workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
 		waitWake(ctx, wake, t.GateRecheck)
-	}
-	if status == domain.StatusCreated {
-		if err := workflow.ExecuteActivity(ctx, ActSubmit, in.PayoutID).Get(ctx, &status); err != nil {
-			return "", err
-		}
 	}
 	delay := t.PollFirst
 	var paidAt time.Time

@@ -154,6 +154,17 @@ func UnderMinimumReason(min decimal.Decimal, currency string) string {
 	return fmt.Sprintf("under minimum %s %s: stays available and joins the next payout", min.StringFixed(2), currency)
 }
 
+// ReasonInsufficientAvailable starts the reason of a payout that waits
+// because provider:{id}:available no longer covers it (a reversal took
+// part of it): it goes on its own once available covers it again.
+const ReasonInsufficientAvailable = "insufficient_available"
+
+// InsufficientAvailableReason is the reason of a payout available does not cover.
+func InsufficientAvailableReason(available, net decimal.Decimal, currency string) string {
+	return fmt.Sprintf("%s: available %s %s does not cover the payout's %s; it waits until it does",
+		ReasonInsufficientAvailable, available.StringFixed(2), currency, net.StringFixed(2))
+}
+
 // AvailableAccount is provider:{id}:available (DESIGN §4).
 func AvailableAccount(provider string) string { return "provider:" + provider + ":available" }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
@@ -53,8 +54,24 @@ func nonRetryable(err error) error {
 // the payout is now marked for submission and can no longer be canceled),
 // or the status it already has when it is past the gate.
 func (a *Activities) Prepare(ctx context.Context, id string) (string, error) {
+	// What available holds is read before the transaction (a ledger call
+	// holds no payout lock); the ledger refuses the overdraft atomically at
+	// submission all the same (Submit).
+	pre, err := a.Store.GetPayout(ctx, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return "", nonRetryable(err)
+	}
+	if err != nil {
+		return "", err
+	}
+	var available decimal.Decimal
+	if !pre.Submitting && (pre.Status == domain.StatusActionRequired || pre.Status == domain.StatusCreated) {
+		if available, err = a.available(ctx, pre); err != nil {
+			return "", err
+		}
+	}
 	var out string
-	err := a.Store.Tx(ctx, func(tx pgx.Tx) error {
+	err = a.Store.Tx(ctx, func(tx pgx.Tx) error {
 		p, err := a.Store.Lock(ctx, tx, id)
 		if err != nil {
 			return err
@@ -66,6 +83,9 @@ func (a *Activities) Prepare(ctx context.Context, id string) (string, error) {
 		st, reason, method, err := a.Store.Gate(ctx, tx, p, a.Minimums)
 		if err != nil {
 			return err
+		}
+		if st == domain.StatusCreated && available.LessThan(p.Net) {
+			st, reason = domain.StatusActionRequired, domain.InsufficientAvailableReason(available, p.Net, p.Currency)
 		}
 		now := a.Clock.Now()
 		out = st
@@ -107,7 +127,23 @@ func (a *Activities) Submit(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Available must still cover the payout (Prepare checked it): the
+	// ledger refuses atomically to overdraw a provider account but by a
+	// reversal (a replay of this attempt's posting is answered, not
+	// checked, so a retry after the posting goes on). Refused and not
+	// covered, the payout goes back to wait at the gate, never reaching
+	// the rail.
 	if err := a.post(ctx, p, domain.StatusSubmitted); err != nil {
+		if status.Code(err) != codes.InvalidArgument { // the ledger's refusal of an overdraft
+			return "", err
+		}
+		available, aerr := a.available(ctx, p)
+		if aerr != nil {
+			return "", aerr
+		}
+		if available.LessThan(p.Net) {
+			return a.uncovered(ctx, p, available)
+		}
 		return "", err
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
@@ -121,6 +157,54 @@ func (a *Activities) Submit(ctx context.Context, id string) (string, error) {
 	}
 	p.RailRef, p.MethodSum = ref, m.Summary()
 	return a.advance(ctx, p, rs)
+}
+
+// available is what provider:{id}:available holds in the payout's
+// currency (zero before the account's first posting).
+func (a *Activities) available(ctx context.Context, p adapters.Payout) (decimal.Decimal, error) {
+	resp, err := a.Ledger.GetAccount(ctx, &ledgerv1.GetAccountRequest{Address: domain.AvailableAccount(p.ProviderID)})
+	if status.Code(err) == codes.NotFound {
+		return decimal.Zero, nil
+	}
+	if err != nil {
+		return decimal.Zero, fmt.Errorf("ledger balance of %s, payout %s: %w", domain.AvailableAccount(p.ProviderID), p.ID, err)
+	}
+	for _, b := range resp.GetAccount().GetBalances() {
+		if b.Currency == p.Currency {
+			d, err := decimal.NewFromString(b.Amount)
+			if err != nil {
+				return decimal.Zero, fmt.Errorf("ledger balance %q of %s: %w", b.Amount, domain.AvailableAccount(p.ProviderID), err)
+			}
+			return d, nil
+		}
+	}
+	return decimal.Zero, nil
+}
+
+// uncovered moves a created payout that available no longer covers back
+// to action_required (insufficient_available), no longer marked for
+// submission; its workflow waits at the gate again.
+func (a *Activities) uncovered(ctx context.Context, p adapters.Payout, available decimal.Decimal) (string, error) {
+	out := ""
+	err := a.Store.Tx(ctx, func(tx pgx.Tx) error {
+		cur, err := a.Store.Lock(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		out = cur.Status
+		if cur.Status != domain.StatusCreated || cur.Attempt != p.Attempt {
+			return nil
+		}
+		cur.Submitting = false
+		out = domain.StatusActionRequired
+		return a.Store.Move(ctx, tx, &cur, domain.StatusActionRequired, domain.InsufficientAvailableReason(available, cur.Net, cur.Currency), a.Clock.Now())
+	})
+	if err != nil {
+		return "", err
+	}
+	a.Log.Warn("payout not covered by available: waits", "payout_id", p.ID, "provider_id", p.ProviderID,
+		"available", available.String(), "net", p.Net.String(), "currency", p.Currency)
+	return out, nil
 }
 
 // Follow asks the rail about a submitted payout and moves it along.
