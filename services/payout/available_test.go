@@ -17,12 +17,10 @@ import (
 // reverses part of what the provider earned, the payout waits in
 // action_required (insufficient_available) and nothing reaches the rail;
 // once a manual transaction brings available back to cover it, it goes on
-// by itself and is paid, every balance exact.
+// by itself (the credit wakes it) and is paid, every balance exact.
 func TestPayoutWaitsForAvailable(t *testing.T) {
 	t.Parallel()
-	timing := testTiming
-	timing.GateRecheck = 500 * time.Millisecond
-	st := newStack(t, Config{Timing: timing})
+	st := newStack(t, Config{}) // the gate's re-check is an hour: the credit wakes the payout
 	ctx := context.Background()
 	const prov, cyc, renter = "p-rev", "cyc-20260101", "r-p-rev"
 
@@ -59,7 +57,6 @@ func TestPayoutWaitsForAvailable(t *testing.T) {
 		ps := st.payouts(t, prov)
 		return len(ps) == 1 && ps[0].Status == "action_required" && strings.HasPrefix(ps[0].StatusReason, "insufficient_available")
 	}, "payout waits for available")
-	time.Sleep(2 * timing.GateRecheck) // a few more gate checks: still waiting
 	p = st.waitStatus(t, prov, cyc, "action_required", time.Second)
 	if !strings.HasPrefix(p.StatusReason, "insufficient_available") || strings.Contains(history(p), "submitted") {
 		t.Fatalf("uncovered payout: %s (%s) %s", p.Status, p.StatusReason, history(p))

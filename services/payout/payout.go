@@ -120,7 +120,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamSettlement, natsx.StreamPayout); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamSettlement, natsx.StreamPayout, natsx.StreamLedger); err != nil {
 			return nil, err
 		}
 	}
@@ -201,7 +201,8 @@ func (s *Service) NewWorker() worker.Worker {
 }
 
 // Run hosts the payout worker, the workflow starter, the webhook
-// deliverer, the consumer of settlement.settled.* and the outbox relay
+// deliverer, the consumer of settlement.settled.*, the wake of payouts
+// waiting for available (ledger.posted.provider) and the outbox relay
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
@@ -217,6 +218,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.acts.Minimums, s.d.Clock, s.d.Log, s.flow)
 		})
+		g.Go(func() error { return ports.WakeOnCredits(ctx, s.d.JS, s.store, s.flow, s.d.Log) })
 		g.Go(func() error {
 			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
 		})

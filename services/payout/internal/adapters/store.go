@@ -347,6 +347,17 @@ func (s *Store) WaitingIDs(ctx context.Context, provider string) ([]string, erro
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// WaitingForAvailable lists a provider's payouts waiting because available
+// did not cover them (domain.ReasonInsufficientAvailable).
+func (s *Store) WaitingForAvailable(ctx context.Context, provider string) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select payout_id from payout.payouts where provider_id = $1 and status = 'action_required'
+		and starts_with(status_reason, $2)`, provider, domain.ReasonInsufficientAvailable)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // PayoutByReference finds the payout a rail reference belongs to.
 func (s *Store) PayoutByReference(ctx context.Context, ref string) (string, error) {
 	var id string

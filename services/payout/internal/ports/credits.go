@@ -1,0 +1,79 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+)
+
+// WakeOnCredits wakes the payouts waiting for their provider's available
+// (insufficient_available) whenever a ledger transaction credits that
+// provider:{id}:available (ledger.posted.provider), so they go on as soon
+// as they are covered. A wake is only a hint (the workflow asks the ledger
+// again): a message missed while payout was down delays a payout until
+// its gate's periodic re-check, nothing more.
+func WakeOnCredits(ctx context.Context, js jetstream.JetStream, store *adapters.Store, flow *Workflows, log *slog.Logger) error {
+	cons, err := js.OrderedConsumer(ctx, natsx.StreamLedger, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"ledger.posted.provider"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return fmt.Errorf("consumer of ledger.posted.provider: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consumer of ledger.posted.provider: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil
+		}
+		if err != nil {
+			log.Warn("ledger.posted.provider", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		var b eventsv1.LedgerPostedBatch
+		if err := proto.Unmarshal(m.Data(), &b); err != nil {
+			log.Warn("ledger.posted.provider: undecodable batch, ignored (wakes are hints)", "subject", m.Subject(), "err", err)
+			continue
+		}
+		for provider := range creditedProviders(&b) {
+			ids, err := store.WaitingForAvailable(ctx, provider)
+			if err != nil {
+				log.Warn("payouts waiting for available", "provider_id", provider, "err", err)
+				continue
+			}
+			flow.Wake(ctx, ids...)
+		}
+	}
+}
+
+// creditedProviders lists the providers whose available a batch credits.
+func creditedProviders(b *eventsv1.LedgerPostedBatch) map[string]bool {
+	out := map[string]bool{}
+	for _, tx := range b.Transactions {
+		for _, p := range tx.Postings {
+			rest, ok := strings.CutPrefix(p.Account, "provider:")
+			if id, ok2 := strings.CutSuffix(rest, ":available"); ok && ok2 && p.Direction == "credit" && id != "" && !strings.Contains(id, ":") {
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
