@@ -124,7 +124,11 @@ func (r *Recorder) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			if r.failing.Load() {
-				_ = r.flush(ctx)
+				if err := r.flush(ctx); err != nil {
+					// Still failing: the records stay in the backlog and writes
+					// stay refused; say so at each retry.
+					r.log.Warn("audit: backlog still not stored", "err", err, "left", r.backlogLen())
+				}
 			}
 		}
 	}
@@ -308,4 +312,11 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// backlogLen is how many records wait to be stored.
+func (r *Recorder) backlogLen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.backlog)
 }
