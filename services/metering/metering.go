@@ -52,7 +52,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamParty); err != nil {
 		return nil, err
 	}
-	a := app.New(d.Pool, d.Clock, d.Calendar)
+	a := app.New(postgres.NewStore(d.Pool), d.Clock, d.Calendar)
 	s := &Service{d: d, app: a, party: &ports.PartyServer{App: a}, usage: &ports.UsageServer{App: a}}
 	for _, o := range opts {
 		o(s)

@@ -8,18 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
-	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
 // App is metering's use cases over its store.
 type App struct {
-	Pool        *pgxpool.Pool
-	Store       *postgres.Store
+	Store       Store
 	Clock       clock.Clock
 	Calendar    cycles.Calendar
 	LateArrival time.Duration
@@ -29,9 +25,9 @@ type App struct {
 }
 
 // New returns the use cases with the default late-arrival limit.
-func New(pool *pgxpool.Pool, clk clock.Clock, cal cycles.Calendar) *App {
+func New(store Store, clk clock.Clock, cal cycles.Calendar) *App {
 	return &App{
-		Pool: pool, Store: &postgres.Store{Pool: pool}, Clock: clk, Calendar: cal,
+		Store: store, Clock: clk, Calendar: cal,
 		LateArrival: domain.LateArrivalDefaultDay * 24 * time.Hour,
 	}
 }

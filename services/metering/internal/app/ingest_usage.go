@@ -4,17 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sort"
-
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/ids"
-	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -38,6 +30,10 @@ type IngestOptions struct {
 	OnlyProvider string
 }
 
+func (r *IngestResult) reject(i int, id, reason string) {
+	r.Rejected = append(r.Rejected, Rejection{Index: i, ID: id, Reason: reason})
+}
+
 // ingest validates, deduplicates and records a batch of usage events, and in
 // the same transaction puts one usage.recorded.{provider} message per
 // provider into the outbox. One bad event never fails the batch. (Ingest,
@@ -50,30 +46,66 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if len(in) == 0 {
 		return res, nil
 	}
-	reject := func(i int, id, reason string) {
-		res.Rejected = append(res.Rejected, Rejection{Index: i, ID: id, Reason: reason})
-	}
-	names := make([]string, 0, 4)
-	seenName := map[string]bool{}
-	for _, e := range in {
-		if !seenName[e.GPUModel] {
-			seenName[e.GPUModel] = true
-			names = append(names, e.GPUModel)
-		}
-	}
-	models, err := a.knownModels(ctx, names)
+	models, err := a.knownModels(ctx, modelNames(in))
 	if err != nil {
 		return res, err
 	}
 	now := a.Clock.Now()
 	rules := domain.Rules{Now: now, LateArrival: a.LateArrival, KnownModel: func(m string) bool { return models[m] }}
 
-	// Pass 1: each event alone.
-	type cand struct {
-		idx int
-		ev  domain.Event
+	cands, provIDs, rentIDs := validateEach(in, rules, opt, &res)
+	provs, rents, err := a.Store.PartiesOf(ctx, provIDs, rentIDs)
+	if err != nil {
+		return res, err
 	}
-	cands := make([]cand, 0, len(in))
+	b := a.checkBatch(cands, provs, rents, now, &res)
+	if len(b.recs) == 0 {
+		sortRejected(res.Rejected)
+		return res, nil
+	}
+	var rec recordResult
+	err = a.Store.WithTx(ctx, func(tx Tx) error {
+		var err error
+		rec, err = record(ctx, tx, b)
+		if err != nil {
+			return err
+		}
+		return tx.PublishRecorded(ctx, rec.accepted, provs, rents)
+	})
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("record usage: %w", err)
+	}
+	res.Accepted = len(rec.accepted)
+	res.Duplicates += rec.dups
+	res.Rejected = append(res.Rejected, rec.rejected...)
+	sortRejected(res.Rejected)
+	return res, nil
+}
+
+// modelNames are the distinct GPU models of a batch.
+func modelNames(in []domain.EventInput) []string {
+	names := make([]string, 0, 4)
+	seen := map[string]bool{}
+	for _, e := range in {
+		if !seen[e.GPUModel] {
+			seen[e.GPUModel] = true
+			names = append(names, e.GPUModel)
+		}
+	}
+	return names
+}
+
+// candidate is an event that passed the checks on its own, with its index
+// in the call.
+type candidate struct {
+	idx int
+	ev  domain.Event
+}
+
+// validateEach is pass 1: each event alone (fields, model, times, and the
+// subject's provider). It returns the candidates and the parties they name.
+func validateEach(in []domain.EventInput, rules domain.Rules, opt IngestOptions, res *IngestResult) ([]candidate, []string, []string) {
+	cands := make([]candidate, 0, len(in))
 	provSet, rentSet := map[string]bool{}, map[string]bool{}
 	for i, raw := range in {
 		ev, reason := domain.Validate(raw, rules)
@@ -81,179 +113,158 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			reason = fmt.Sprintf("provider_id %q does not match the subject's provider %q", ev.ProviderID, opt.OnlyProvider)
 		}
 		if reason != "" {
-			reject(i, ev.ID, reason)
+			res.reject(i, ev.ID, reason)
 			continue
 		}
-		cands = append(cands, cand{i, ev})
+		cands = append(cands, candidate{i, ev})
 		provSet[ev.ProviderID], rentSet[ev.RenterID] = true, true
 	}
-	provs, rents, err := a.Store.PartiesOf(ctx, keys(provSet), keys(rentSet))
-	if err != nil {
-		return res, err
-	}
+	return cands, keys(provSet), keys(rentSet)
+}
 
-	// Pass 2: parties, repeats and overlaps inside the batch.
+// batch is what pass 2 leaves to record: events to insert (recs), the index
+// in the call of each (recIdx), and the batch's leases.
+type batch struct {
+	recs    []domain.Recorded
+	recIdx  []int
+	byLease map[string][]int32 // lease → indexes into recs
+}
+
+// checkBatch is pass 2: parties, repeats and overlaps inside the batch.
+func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time, res *IngestResult) batch {
 	byID := make(map[string]domain.Event, len(cands))
-	byLease := map[string][]int32{} // indexes into recs
-	recs := make([]postgres.Recorded, 0, len(cands))
-	recIdx := make([]int, 0, len(cands))
+	b := batch{
+		recs:    make([]domain.Recorded, 0, len(cands)),
+		recIdx:  make([]int, 0, len(cands)),
+		byLease: map[string][]int32{},
+	}
 	for _, c := range cands {
 		ev := c.ev
 		if _, ok := provs[ev.ProviderID]; !ok {
-			reject(c.idx, ev.ID, fmt.Sprintf("unknown provider %q", ev.ProviderID))
+			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown provider %q", ev.ProviderID))
 			continue
 		}
 		if _, ok := rents[ev.RenterID]; !ok {
-			reject(c.idx, ev.ID, fmt.Sprintf("unknown renter %q", ev.RenterID))
+			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown renter %q", ev.RenterID))
 			continue
 		}
 		if first, ok := byID[ev.ID]; ok {
 			if diff := first.Differs(ev); len(diff) > 0 {
-				reject(c.idx, ev.ID, domain.ConflictReason(ev.ID, diff))
+				res.reject(c.idx, ev.ID, domain.ConflictReason(ev.ID, diff))
 				continue
 			}
 			res.Duplicates++
 			continue
 		}
-		overlapped := ""
-		for _, o := range byLease[ev.LeaseID] {
-			if domain.Overlaps(ev, recs[o].Event) {
-				overlapped = recs[o].ID
-				break
-			}
-		}
-		if overlapped != "" {
-			reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", overlapped, ev.LeaseID))
+		if overlapped := b.overlapping(ev); overlapped != "" {
+			res.reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", overlapped, ev.LeaseID))
 			continue
 		}
 		byID[ev.ID] = ev
-		byLease[ev.LeaseID] = append(byLease[ev.LeaseID], int32(len(recs)))
+		b.byLease[ev.LeaseID] = append(b.byLease[ev.LeaseID], int32(len(b.recs)))
 		cy := a.Calendar.ForUsageEnd(ev.End)
 		status := domain.StatusAccepted
 		if now.After(cy.Closes) {
 			status = domain.StatusLate
 		}
-		recs = append(recs, postgres.Recorded{Event: ev, CycleID: cy.ID, Status: status, ReceivedAt: now})
-		recIdx = append(recIdx, c.idx)
+		b.recs = append(b.recs, domain.Recorded{Event: ev, CycleID: cy.ID, Status: status, ReceivedAt: now})
+		b.recIdx = append(b.recIdx, c.idx)
 	}
-	if len(recs) == 0 {
-		sortRejected(res.Rejected)
-		return res, nil
-	}
-
-	// Pass 3: against what is recorded, in one transaction with the outbox,
-	// holding the locks of the batch's leases.
-	leaseIDs := make([]string, 0, len(byLease))
-	for l := range byLease {
-		leaseIDs = append(leaseIDs, l)
-	}
-	var accepted []postgres.Recorded
-	var dbRejected []Rejection
-	var dups int
-	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		accepted, dbRejected, dups = make([]postgres.Recorded, 0, len(recs)), nil, 0
-		if err := postgres.LockLeases(ctx, tx, leaseIDs); err != nil {
-			return err
-		}
-		inserted, err := a.Store.InsertUsage(ctx, tx, recs)
-		if err != nil {
-			return err
-		}
-		var skipped []domain.Event
-		var skippedIdx []int
-		for i, r := range recs {
-			if inserted[r.ID] {
-				accepted = append(accepted, r)
-				continue
-			}
-			skipped = append(skipped, r.Event)
-			skippedIdx = append(skippedIdx, recIdx[i])
-		}
-		if len(skipped) > 0 {
-			sids := make([]string, len(skipped))
-			for i, e := range skipped {
-				sids[i] = e.ID
-			}
-			exist, err := a.Store.Existing(ctx, tx, sids)
-			if err != nil {
-				return err
-			}
-			var overlapping []domain.Event
-			var overlappingIdx []int
-			for i, e := range skipped {
-				if stored, ok := exist[e.ID]; ok {
-					if diff := stored.Differs(e); len(diff) > 0 {
-						dbRejected = append(dbRejected, Rejection{Index: skippedIdx[i], ID: e.ID, Reason: domain.ConflictReason(e.ID, diff)})
-						continue
-					}
-					dups++
-					continue
-				}
-				overlapping = append(overlapping, e)
-				overlappingIdx = append(overlappingIdx, skippedIdx[i])
-			}
-			if len(overlapping) > 0 {
-				with, err := a.Store.Overlapping(ctx, tx, overlapping)
-				if err != nil {
-					return err
-				}
-				for i, e := range overlapping {
-					reason := fmt.Sprintf("overlaps %s on lease %s", with[e.ID], e.LeaseID)
-					if with[e.ID] == "" { // cannot happen under LockLeases; say so rather than guess
-						reason = fmt.Sprintf("not recorded: conflicting write on lease %s; retry", e.LeaseID)
-					}
-					dbRejected = append(dbRejected, Rejection{Index: overlappingIdx[i], ID: e.ID, Reason: reason})
-				}
-			}
-		}
-		msgs, err := a.recordedMessages(accepted, provs, rents)
-		if err != nil {
-			return err
-		}
-		return outbox.Add(ctx, tx, postgres.Schema, msgs...)
-	})
-	if err != nil {
-		return IngestResult{}, fmt.Errorf("record usage: %w", err)
-	}
-	res.Accepted = len(accepted)
-	res.Duplicates += dups
-	res.Rejected = append(res.Rejected, dbRejected...)
-	sortRejected(res.Rejected)
-	return res, nil
+	return b
 }
 
-// recordedMessages groups accepted events by provider, enriched with what
-// pricing needs (renter currency, provider tier and PUE, cycle).
-func (a *App) recordedMessages(acc []postgres.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) ([]outbox.Message, error) {
-	groups := map[string]*eventsv1.UsageRecordedBatch{}
-	var order []string
-	for _, r := range acc {
-		b, ok := groups[r.ProviderID]
-		if !ok {
-			b = &eventsv1.UsageRecordedBatch{BatchId: ids.New("ub")}
-			groups[r.ProviderID] = b
-			order = append(order, r.ProviderID)
+// overlapping names the event of the batch on ev's lease that ev overlaps ("" for none).
+func (b *batch) overlapping(ev domain.Event) string {
+	for _, o := range b.byLease[ev.LeaseID] {
+		if domain.Overlaps(ev, b.recs[o].Event) {
+			return b.recs[o].ID
 		}
-		p := provs[r.ProviderID]
-		b.Events = append(b.Events, &eventsv1.UsageEvent{
-			Id: r.ID, LeaseId: r.LeaseID, ProviderId: r.ProviderID, RenterId: r.RenterID,
-			GpuModel: r.GPUModel, GpuCount: r.GPUCount,
-			StartTime: timestamppb.New(r.Start), EndTime: timestamppb.New(r.End),
-			Region: r.Region, Workload: r.Workload,
-			Currency: rents[r.RenterID].Currency, ProviderTier: p.Tier, ProviderPue: domain.PUEString(p.PUE),
-			CycleId: r.CycleID, ReceivedAt: timestamppb.New(r.ReceivedAt),
-		})
 	}
-	msgs := make([]outbox.Message, 0, len(order))
-	for _, prov := range order {
-		b := groups[prov]
-		payload, err := proto.Marshal(b)
-		if err != nil {
-			return nil, err
+	return ""
+}
+
+// recordResult is pass 3's outcome.
+type recordResult struct {
+	accepted []domain.Recorded
+	rejected []Rejection
+	dups     int
+}
+
+// record is pass 3: against what is recorded, inside the transaction that
+// also writes the outbox, holding the locks of the batch's leases. An event
+// the insert skipped is a duplicate, a conflicting repeat of an id, or an
+// overlap with recorded time.
+func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
+	leaseIDs := make([]string, 0, len(b.byLease))
+	for l := range b.byLease {
+		leaseIDs = append(leaseIDs, l)
+	}
+	if err := tx.LockLeases(ctx, leaseIDs); err != nil {
+		return recordResult{}, err
+	}
+	inserted, err := tx.InsertUsage(ctx, b.recs)
+	if err != nil {
+		return recordResult{}, err
+	}
+	out := recordResult{accepted: make([]domain.Recorded, 0, len(b.recs))}
+	var skipped []domain.Event
+	var skippedIdx []int
+	for i, r := range b.recs {
+		if inserted[r.ID] {
+			out.accepted = append(out.accepted, r)
+			continue
 		}
-		msgs = append(msgs, outbox.Message{ID: b.BatchId, Subject: "usage.recorded." + prov, Payload: payload})
+		skipped = append(skipped, r.Event)
+		skippedIdx = append(skippedIdx, b.recIdx[i])
 	}
-	return msgs, nil
+	if len(skipped) > 0 {
+		if err := explainSkipped(ctx, tx, skipped, skippedIdx, &out); err != nil {
+			return recordResult{}, err
+		}
+	}
+	return out, nil
+}
+
+// explainSkipped sorts the events the insert skipped into duplicates,
+// conflicting repeats of a recorded id, and overlaps with recorded time.
+func explainSkipped(ctx context.Context, tx Tx, skipped []domain.Event, skippedIdx []int, out *recordResult) error {
+	sids := make([]string, len(skipped))
+	for i, e := range skipped {
+		sids[i] = e.ID
+	}
+	exist, err := tx.Existing(ctx, sids)
+	if err != nil {
+		return err
+	}
+	var overlapping []domain.Event
+	var overlappingIdx []int
+	for i, e := range skipped {
+		if stored, ok := exist[e.ID]; ok {
+			if diff := stored.Differs(e); len(diff) > 0 {
+				out.rejected = append(out.rejected, Rejection{Index: skippedIdx[i], ID: e.ID, Reason: domain.ConflictReason(e.ID, diff)})
+				continue
+			}
+			out.dups++
+			continue
+		}
+		overlapping = append(overlapping, e)
+		overlappingIdx = append(overlappingIdx, skippedIdx[i])
+	}
+	if len(overlapping) == 0 {
+		return nil
+	}
+	with, err := tx.Overlapping(ctx, overlapping)
+	if err != nil {
+		return err
+	}
+	for i, e := range overlapping {
+		reason := fmt.Sprintf("overlaps %s on lease %s", with[e.ID], e.LeaseID)
+		if with[e.ID] == "" { // cannot happen under LockLeases; say so rather than guess
+			reason = fmt.Sprintf("not recorded: conflicting write on lease %s; retry", e.LeaseID)
+		}
+		out.rejected = append(out.rejected, Rejection{Index: overlappingIdx[i], ID: e.ID, Reason: reason})
+	}
+	return nil
 }
 
 func sortRejected(r []Rejection) {

@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
@@ -26,7 +29,7 @@ func newApp(t *testing.T) *app.App {
 	if err := pg.Migrate(ctx, pool, "metering", migrations.For("metering")); err != nil {
 		t.Fatal(err)
 	}
-	a := app.New(pool, clock.NewManual(now), cycles.Default())
+	a := app.New(postgres.NewStore(pool), clock.NewManual(now), cycles.Default())
 	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-001", Tier: "pro", TaxProfile: "individual", Jurisdiction: "CN", PUE: "1.6", Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +38,9 @@ func newApp(t *testing.T) *app.App {
 	}
 	return a
 }
+
+// poolOf is the database under a's store, for checks in SQL.
+func poolOf(a *app.App) *pgxpool.Pool { return a.Store.(*postgres.Store).Pool }
 
 func ev(id, lease, start, end string) domain.EventInput {
 	return domain.EventInput{ID: id, LeaseID: lease, ProviderID: "p-001", RenterID: "r-001", GPUModel: "RTX_4090",
@@ -123,10 +129,10 @@ func TestIngestDedupAndOverlap(t *testing.T) {
 		t.Fatalf("second batch: %+v", res)
 	}
 	var n, outbox int
-	if err := a.Pool.QueryRow(ctx, `select count(*) from metering.usage_events`).Scan(&n); err != nil {
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.usage_events`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Pool.QueryRow(ctx, `select count(*) from metering.outbox where subject like 'usage.recorded.%'`).Scan(&outbox); err != nil {
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.outbox where subject like 'usage.recorded.%'`).Scan(&outbox); err != nil {
 		t.Fatal(err)
 	}
 	if n != 4 || outbox != 2 {
@@ -249,7 +255,7 @@ func TestIngestConcurrentOverlapOneWins(t *testing.T) {
 		}
 	}
 	var overlaps int
-	if err := a.Pool.QueryRow(ctx, `select count(*) from metering.usage_events x join metering.usage_events y
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.usage_events x join metering.usage_events y
 		on x.lease_id = y.lease_id and x.id < y.id and x.start_time < y.end_time and y.start_time < x.end_time`).Scan(&overlaps); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
 // UsageQuery selects recorded usage; at least one of lease, renter or
@@ -22,11 +22,11 @@ type UsageQuery struct {
 // ListUsage pages through recorded usage ordered by (start_time, id). The
 // page token is the (start_time, id) of the last row: stable while new
 // usage arrives.
-func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]postgres.Recorded, string, error) {
+func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]domain.Recorded, string, error) {
 	if q.LeaseID == "" && q.RenterID == "" && q.ProviderID == "" {
 		return nil, "", apperr.Invalid("lease_id", "give lease_id, renter_id or provider_id")
 	}
-	f := postgres.UsageFilter{LeaseID: q.LeaseID, RenterID: q.RenterID, ProviderID: q.ProviderID, From: q.From, To: q.To}
+	f := UsageFilter{LeaseID: q.LeaseID, RenterID: q.RenterID, ProviderID: q.ProviderID, From: q.From, To: q.To}
 	if q.PageToken != "" {
 		t, id, ok := decodeCursor(q.PageToken)
 		if !ok {

@@ -5,15 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -35,7 +27,7 @@ func invalid(vs []domain.Violation) error {
 }
 
 func notFound(err error, kind, id string) error {
-	if errors.Is(err, postgres.ErrNotFound) {
+	if errors.Is(err, domain.ErrNotFound) {
 		return fmt.Errorf("%s %q: %w", kind, id, apperr.ErrNotFound)
 	}
 	return err
@@ -52,13 +44,13 @@ func (a *App) CreateProvider(ctx context.Context, in domain.ProviderInput) (doma
 	now := a.Clock.Now()
 	p.Version, p.CreatedAt, p.UpdatedAt = 1, now, now
 	var out domain.Provider
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		created, err := a.Store.InsertProvider(ctx, tx, p)
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		created, err := tx.InsertProvider(ctx, p)
 		if err != nil {
 			return err
 		}
 		if !created {
-			old, err := a.Store.Provider(ctx, tx, p.ID, false)
+			old, err := tx.Provider(ctx, p.ID, false)
 			if err != nil {
 				return err
 			}
@@ -69,7 +61,7 @@ func (a *App) CreateProvider(ctx context.Context, in domain.ProviderInput) (doma
 			return nil
 		}
 		out = p
-		return publishProvider(ctx, tx, p)
+		return tx.PublishProvider(ctx, p)
 	})
 	return out, err
 }
@@ -83,8 +75,8 @@ type ProviderPatch struct {
 // and publishes it. A patch that changes nothing returns the provider as is.
 func (a *App) UpdateProvider(ctx context.Context, id string, patch ProviderPatch) (domain.Provider, error) {
 	var out domain.Provider
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		old, err := a.Store.Provider(ctx, tx, id, true)
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		old, err := tx.Provider(ctx, id, true)
 		if err != nil {
 			return notFound(err, "provider", id)
 		}
@@ -110,18 +102,18 @@ func (a *App) UpdateProvider(ctx context.Context, id string, patch ProviderPatch
 			return nil
 		}
 		p.Version, p.CreatedAt, p.UpdatedAt = old.Version+1, old.CreatedAt, a.Clock.Now()
-		if err := a.Store.UpdateProvider(ctx, tx, p); err != nil {
+		if err := tx.UpdateProvider(ctx, p); err != nil {
 			return err
 		}
 		out = p
-		return publishProvider(ctx, tx, p)
+		return tx.PublishProvider(ctx, p)
 	})
 	return out, err
 }
 
 // Provider returns one provider.
 func (a *App) Provider(ctx context.Context, id string) (domain.Provider, error) {
-	p, err := a.Store.Provider(ctx, nil, id, false)
+	p, err := a.Store.Provider(ctx, id)
 	return p, notFound(err, "provider", id)
 }
 
@@ -149,13 +141,13 @@ func (a *App) CreateRenter(ctx context.Context, in domain.RenterInput) (domain.R
 	now := a.Clock.Now()
 	r.Version, r.CreatedAt, r.UpdatedAt = 1, now, now
 	var out domain.Renter
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		created, err := a.Store.InsertRenter(ctx, tx, r)
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		created, err := tx.InsertRenter(ctx, r)
 		if err != nil {
 			return err
 		}
 		if !created {
-			old, err := a.Store.Renter(ctx, r.ID)
+			old, err := tx.Renter(ctx, r.ID)
 			if err != nil {
 				return err
 			}
@@ -166,10 +158,7 @@ func (a *App) CreateRenter(ctx context.Context, in domain.RenterInput) (domain.R
 			return nil
 		}
 		out = r
-		return publish(ctx, tx, &eventsv1.PartyUpdated{
-			PartyId: r.ID, Kind: domain.KindRenter, Name: r.Name, Currency: r.Currency,
-			CreditLimit: r.CreditLimit.String(), Version: r.Version, UpdatedAt: timestamppb.New(r.UpdatedAt),
-		})
+		return tx.PublishRenter(ctx, r)
 	})
 	return out, err
 }
@@ -203,26 +192,4 @@ func pageSize(n int) int {
 		return PageSizeMax
 	}
 	return n
-}
-
-func publishProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) error {
-	return publish(ctx, tx, &eventsv1.PartyUpdated{
-		PartyId: p.ID, Kind: domain.KindProvider, Name: p.Name, Tier: p.Tier, TaxProfile: p.TaxProfile,
-		Jurisdiction: p.Jurisdiction, Pue: domain.PUEString(p.PUE), Currency: p.Currency,
-		Version: p.Version, UpdatedAt: timestamppb.New(p.UpdatedAt),
-	})
-}
-
-// publish adds party.updated.{id} to the outbox; the message id names the
-// party and version, so a version is published once.
-func publish(ctx context.Context, tx pgx.Tx, ev *eventsv1.PartyUpdated) error {
-	b, err := proto.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	return outbox.Add(ctx, tx, postgres.Schema, outbox.Message{
-		ID:      fmt.Sprintf("party-%s-%s-v%d", ev.Kind, ev.PartyId, ev.Version),
-		Subject: "party.updated." + ev.PartyId,
-		Payload: b,
-	})
 }

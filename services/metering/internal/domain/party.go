@@ -3,6 +3,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -179,3 +180,6 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// ErrNotFound is what a repository answers for a party that does not exist.
+var ErrNotFound = errors.New("not found")

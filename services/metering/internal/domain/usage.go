@@ -157,3 +157,11 @@ func (e Event) Differs(o Event) []string {
 func ConflictReason(id string, fields []string) string {
 	return fmt.Sprintf("id %s was recorded with a different body (%s differ): an event id is its idempotency key", clip(id), strings.Join(fields, ", "))
 }
+
+// Recorded is a usage event as recorded: its cycle, status and arrival.
+type Recorded struct {
+	Event
+	CycleID    string
+	Status     string
+	ReceivedAt time.Time
+}

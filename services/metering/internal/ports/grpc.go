@@ -10,7 +10,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
-	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
@@ -220,7 +219,7 @@ func (s *UsageServer) ListUsageEvents(ctx context.Context, r *meteringv1.ListUsa
 	return out, nil
 }
 
-func usagePB(e postgres.Recorded) *meteringv1.UsageEvent {
+func usagePB(e domain.Recorded) *meteringv1.UsageEvent {
 	return &meteringv1.UsageEvent{Id: e.ID, LeaseId: e.LeaseID, ProviderId: e.ProviderID, RenterId: e.RenterID,
 		GpuModel: e.GPUModel, GpuCount: e.GPUCount, StartTime: timestamppb.New(e.Start), EndTime: timestamppb.New(e.End),
 		Region: e.Region, Workload: e.Workload, CycleId: e.CycleID, Status: e.Status, ReceivedAt: timestamppb.New(e.ReceivedAt)}

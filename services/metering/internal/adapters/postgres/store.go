@@ -1,4 +1,6 @@
-// Package postgres is metering's storage in its own schema.
+// Package postgres is metering's storage in its own schema: it implements
+// app.Store and app.Tx, and writes the events a write publishes into the
+// outbox in the same transaction (events.go).
 package postgres
 
 import (
@@ -13,17 +15,32 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
 // Schema is metering's Postgres schema.
 const Schema = "metering"
 
-// ErrNotFound is returned when a row does not exist.
-var ErrNotFound = errors.New("not found")
-
 // Store reads and writes metering's tables.
 type Store struct{ Pool *pgxpool.Pool }
+
+// NewStore returns the store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{Pool: pool} }
+
+// Tx is the store inside one transaction.
+type Tx struct{ tx pgx.Tx }
+
+var (
+	_ app.Store = (*Store)(nil)
+	_ app.Tx    = (*Tx)(nil)
+)
+
+// WithTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
+}
 
 // GPUModels returns the known GPU models.
 func (s *Store) GPUModels(ctx context.Context) (map[string]bool, error) {
@@ -49,7 +66,7 @@ func scanProvider(row pgx.Row) (domain.Provider, error) {
 	var pue decimal.NullDecimal
 	if err := row.Scan(&p.ID, &p.Name, &p.Tier, &p.TaxProfile, &p.Jurisdiction, &pue, &p.Currency, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return p, ErrNotFound
+			return p, domain.ErrNotFound
 		}
 		return p, err
 	}
@@ -67,8 +84,8 @@ func nullPUE(p *decimal.Decimal) decimal.NullDecimal {
 }
 
 // InsertProvider inserts p unless its id exists; it reports whether it did.
-func (s *Store) InsertProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) (bool, error) {
-	tag, err := tx.Exec(ctx, `insert into metering.providers (`+providerCols+`)
+func (t *Tx) InsertProvider(ctx context.Context, p domain.Provider) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `insert into metering.providers (`+providerCols+`)
 		values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) on conflict (provider_id) do nothing`,
 		p.ID, p.Name, p.Tier, p.TaxProfile, p.Jurisdiction, nullPUE(p.PUE), p.Currency, p.Version, p.CreatedAt, p.UpdatedAt)
 	if err != nil {
@@ -78,8 +95,8 @@ func (s *Store) InsertProvider(ctx context.Context, tx pgx.Tx, p domain.Provider
 }
 
 // UpdateProvider writes every mutable field of p.
-func (s *Store) UpdateProvider(ctx context.Context, tx pgx.Tx, p domain.Provider) error {
-	_, err := tx.Exec(ctx, `update metering.providers set name=$2, tier=$3, tax_profile=$4, jurisdiction=$5,
+func (t *Tx) UpdateProvider(ctx context.Context, p domain.Provider) error {
+	_, err := t.tx.Exec(ctx, `update metering.providers set name=$2, tier=$3, tax_profile=$4, jurisdiction=$5,
 		pue=$6, currency=$7, version=$8, updated_at=$9 where provider_id=$1`,
 		p.ID, p.Name, p.Tier, p.TaxProfile, p.Jurisdiction, nullPUE(p.PUE), p.Currency, p.Version, p.UpdatedAt)
 	if err != nil {
@@ -88,19 +105,20 @@ func (s *Store) UpdateProvider(ctx context.Context, tx pgx.Tx, p domain.Provider
 	return nil
 }
 
-// Provider reads one provider; forUpdate locks its row (tx only).
-func (s *Store) Provider(ctx context.Context, q pgx.Tx, id string, forUpdate bool) (domain.Provider, error) {
-	sql := `select ` + providerCols + ` from metering.providers where provider_id=$1`
+const providerByID = `select ` + providerCols + ` from metering.providers where provider_id=$1`
+
+// Provider reads one provider.
+func (s *Store) Provider(ctx context.Context, id string) (domain.Provider, error) {
+	return scanProvider(s.Pool.QueryRow(ctx, providerByID, id))
+}
+
+// Provider reads one provider; forUpdate locks its row.
+func (t *Tx) Provider(ctx context.Context, id string, forUpdate bool) (domain.Provider, error) {
+	sql := providerByID
 	if forUpdate {
 		sql += ` for update`
 	}
-	var row pgx.Row
-	if q != nil {
-		row = q.QueryRow(ctx, sql, id)
-	} else {
-		row = s.Pool.QueryRow(ctx, sql, id)
-	}
-	return scanProvider(row)
+	return scanProvider(t.tx.QueryRow(ctx, sql, id))
 }
 
 // ListProviders pages through providers ordered by id, after the given id.
@@ -128,7 +146,7 @@ func scanRenter(row pgx.Row) (domain.Renter, error) {
 	var r domain.Renter
 	if err := row.Scan(&r.ID, &r.Name, &r.Currency, &r.CreditLimit, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return r, ErrNotFound
+			return r, domain.ErrNotFound
 		}
 		return r, err
 	}
@@ -136,8 +154,8 @@ func scanRenter(row pgx.Row) (domain.Renter, error) {
 }
 
 // InsertRenter inserts r unless its id exists; it reports whether it did.
-func (s *Store) InsertRenter(ctx context.Context, tx pgx.Tx, r domain.Renter) (bool, error) {
-	tag, err := tx.Exec(ctx, `insert into metering.renters (`+renterCols+`)
+func (t *Tx) InsertRenter(ctx context.Context, r domain.Renter) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `insert into metering.renters (`+renterCols+`)
 		values ($1,$2,$3,$4,$5,$6,$7) on conflict (renter_id) do nothing`,
 		r.ID, r.Name, r.Currency, r.CreditLimit, r.Version, r.CreatedAt, r.UpdatedAt)
 	if err != nil {
@@ -146,9 +164,16 @@ func (s *Store) InsertRenter(ctx context.Context, tx pgx.Tx, r domain.Renter) (b
 	return tag.RowsAffected() == 1, nil
 }
 
+const renterByID = `select ` + renterCols + ` from metering.renters where renter_id=$1`
+
 // Renter reads one renter.
 func (s *Store) Renter(ctx context.Context, id string) (domain.Renter, error) {
-	return scanRenter(s.Pool.QueryRow(ctx, `select `+renterCols+` from metering.renters where renter_id=$1`, id))
+	return scanRenter(s.Pool.QueryRow(ctx, renterByID, id))
+}
+
+// Renter reads one renter.
+func (t *Tx) Renter(ctx context.Context, id string) (domain.Renter, error) {
+	return scanRenter(t.tx.QueryRow(ctx, renterByID, id))
 }
 
 // ListRenters pages through renters ordered by id.
@@ -204,21 +229,13 @@ func (s *Store) PartiesOf(ctx context.Context, providerIDs, renterIDs []string) 
 	return provs, rents, rows.Err()
 }
 
-// Recorded is a usage event as stored.
-type Recorded struct {
-	domain.Event
-	CycleID    string
-	Status     string
-	ReceivedAt time.Time
-}
-
 // LockLeases takes a transaction-scoped advisory lock per distinct lease, in
 // one statement and in key order (so two ingests never deadlock on them):
 // ingests of disjoint leases run in parallel, and the overlap check in
 // InsertUsage sees every committed event of its leases. Two leases whose
 // hashes collide merely serialise.
-func LockLeases(ctx context.Context, tx pgx.Tx, leaseIDs []string) error {
-	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(k.ns, k.h) from (
+func (t *Tx) LockLeases(ctx context.Context, leaseIDs []string) error {
+	_, err := t.tx.Exec(ctx, `select pg_advisory_xact_lock(k.ns, k.h) from (
 		select distinct hashtext('gpubill.metering.lease') as ns, hashtext(l) as h
 		from unnest($1::text[]) as l order by 1, 2) as k`, leaseIDs)
 	if err != nil {
@@ -248,7 +265,7 @@ const lastBefore = `not exists (select 1 from (select u.end_time from metering.u
 // not overlap each other. Rows go in in id order, so two concurrent ingests
 // that share an event id under different leases wait on each other's unique
 // key in one direction only (no deadlock).
-func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map[string]bool, error) {
+func (t *Tx) InsertUsage(ctx context.Context, evs []domain.Recorded) (map[string]bool, error) {
 	n := len(evs)
 	order := make([]int32, n) // sort a permutation, not the (large) events
 	for i := range order {
@@ -266,7 +283,7 @@ func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map
 		region[i], work[i], cyc[i], status[i] = e.Region, e.Workload, e.CycleID, e.Status
 		count[i], start[i], end[i], recv[i] = e.GPUCount, e.Start, e.End, e.ReceivedAt
 	}
-	rows, err := tx.Query(ctx, `insert into metering.usage_events
+	rows, err := t.tx.Query(ctx, `insert into metering.usage_events
 		(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
 		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
 			$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
@@ -291,8 +308,8 @@ func (s *Store) InsertUsage(ctx context.Context, tx pgx.Tx, evs []Recorded) (map
 }
 
 // Existing returns the recorded events among ids, by id.
-func (s *Store) Existing(ctx context.Context, tx pgx.Tx, ids []string) (map[string]domain.Event, error) {
-	rows, err := tx.Query(ctx, `select id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload
+func (t *Tx) Existing(ctx context.Context, ids []string) (map[string]domain.Event, error) {
+	rows, err := t.tx.Query(ctx, `select id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload
 		from metering.usage_events where id = any($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("existing usage ids: %w", err)
@@ -314,13 +331,13 @@ func (s *Store) Existing(ctx context.Context, tx pgx.Tx, ids []string) (map[stri
 
 // Overlapping returns, for each event, the id of the earliest recorded event
 // of its lease whose GPU time overlaps it ("" when none).
-func (s *Store) Overlapping(ctx context.Context, tx pgx.Tx, evs []domain.Event) (map[string]string, error) {
+func (t *Tx) Overlapping(ctx context.Context, evs []domain.Event) (map[string]string, error) {
 	ids, lease := make([]string, len(evs)), make([]string, len(evs))
 	start, end := make([]time.Time, len(evs)), make([]time.Time, len(evs))
 	for i, e := range evs {
 		ids[i], lease[i], start[i], end[i] = e.ID, e.LeaseID, e.Start, e.End
 	}
-	rows, err := tx.Query(ctx, `select x.id, f.id
+	rows, err := t.tx.Query(ctx, `select x.id, f.id
 		from unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) as x(id, lease_id, s, e)
 		cross join lateral (select u.id from metering.usage_events u where `+overlapProbe+`
 			order by u.start_time, u.id limit 1) as f`, ids, lease, start, end)
@@ -339,17 +356,8 @@ func (s *Store) Overlapping(ctx context.Context, tx pgx.Tx, evs []domain.Event) 
 	return out, rows.Err()
 }
 
-// UsageFilter selects recorded usage.
-type UsageFilter struct {
-	LeaseID, RenterID, ProviderID string
-	From, To                      time.Time // zero = open
-	AfterStart                    time.Time // cursor: (start_time, id) > (AfterStart, AfterID)
-	AfterID                       string
-	Limit                         int
-}
-
 // ListUsage pages through usage ordered by (start_time, id).
-func (s *Store) ListUsage(ctx context.Context, f UsageFilter) ([]Recorded, error) {
+func (s *Store) ListUsage(ctx context.Context, f app.UsageFilter) ([]domain.Recorded, error) {
 	var from, to, after any
 	if !f.From.IsZero() {
 		from = f.From
@@ -372,9 +380,9 @@ func (s *Store) ListUsage(ctx context.Context, f UsageFilter) ([]Recorded, error
 		return nil, fmt.Errorf("list usage: %w", err)
 	}
 	defer rows.Close()
-	var out []Recorded
+	var out []domain.Recorded
 	for rows.Next() {
-		var r Recorded
+		var r domain.Recorded
 		if err := rows.Scan(&r.ID, &r.LeaseID, &r.ProviderID, &r.RenterID, &r.GPUModel, &r.GPUCount, &r.Start, &r.End,
 			&r.Region, &r.Workload, &r.CycleID, &r.Status, &r.ReceivedAt); err != nil {
 			return nil, err
