@@ -20,6 +20,7 @@ import (
 const (
 	feedMaxAge          = 14 * 24 * time.Hour
 	partyVersionsMax    = 100 // per party id: its last versions, enough to rebuild any read model
+	modelVersionsMax    = 100 // per GPU model id, likewise
 	streamMaxMsgSize    = 8 << 20
 	streamDupWindow     = 10 * time.Minute
 	consumerMaxDeliver  = -1 // natsx bounds deliveries itself (DeadLetterDeliveries): NATS never drops
@@ -44,7 +45,8 @@ const (
 	StreamParty      = "PARTY"
 	StreamSettlement = "SETTLEMENT"
 	StreamPayout     = "PAYOUT"
-	StreamAudit      = "AUDIT" // audit.recorded.{service}: every write, stored by the ledger
+	StreamAudit      = "AUDIT"     // audit.recorded.{service}: every write, stored by the ledger
+	StreamGPUModel   = "GPU_MODEL" // gpu_model.updated.{id}: the GPU catalogue (metering's), read by pricing
 )
 
 // streamSpec is how a stream keeps its messages.
@@ -57,7 +59,8 @@ const (
 //     outbox holds the message in Postgres until there is room: backpressure,
 //     never loss. Observers must use explicit-ack consumers on other subjects.
 //   - PARTY: every party's last partyVersionsMax versions, never aged, so a new
-//     read model replays every party from the start.
+//     read model replays every party from the start. GPU_MODEL likewise, per
+//     model of the GPU catalogue.
 //   - Feeds without an internal consumer (LEDGER, BILLING, PAYOUT): limits by
 //     arrival age and bytes, oldest dropped first (DiscardOld), so they never
 //     refuse a publish; their source of truth is the producer's tables.
@@ -79,6 +82,8 @@ var streamSpecs = map[string]streamSpec{
 		owners: []string{"payout-settled"}},
 	StreamParty: {subjects: []string{"party.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardNew,
 		maxPerSubject: partyVersionsMax},
+	StreamGPUModel: {subjects: []string{"gpu_model.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardNew,
+		maxPerSubject: modelVersionsMax},
 	StreamLedger:  {subjects: []string{"ledger.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamBilling: {subjects: []string{"billing.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamPayout:  {subjects: []string{"payout.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},

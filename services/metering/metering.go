@@ -40,6 +40,7 @@ type Service struct {
 	app   *app.App
 	party *ports.PartyServer
 	usage *ports.UsageServer
+	gpus  *ports.GPUModelServer
 }
 
 var _ svc.Service = (*Service)(nil)
@@ -49,11 +50,16 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if err := pg.Migrate(ctx, d.Pool, Name, migrations.For(Name)); err != nil {
 		return nil, err
 	}
-	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamParty); err != nil {
+	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamParty, natsx.StreamGPUModel); err != nil {
 		return nil, err
 	}
 	a := app.New(postgres.NewStore(d.Pool), d.Clock, d.Calendar)
-	s := &Service{d: d, app: a, party: &ports.PartyServer{App: a}, usage: &ports.UsageServer{App: a}}
+	cat := &app.Catalogue{Store: &postgres.Catalogue{Pool: d.Pool}, Clock: d.Clock, Changed: a.ForgetModels}
+	if err := cat.Seed(ctx); err != nil {
+		return nil, err
+	}
+	s := &Service{d: d, app: a, party: &ports.PartyServer{App: a}, usage: &ports.UsageServer{App: a},
+		gpus: &ports.GPUModelServer{Catalogue: cat}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -67,6 +73,7 @@ func (s *Service) Name() string { return Name }
 func (s *Service) RegisterGRPC(g *grpc.Server) {
 	meteringv1.RegisterPartyServiceServer(g, s.party)
 	meteringv1.RegisterUsageServiceServer(g, s.usage)
+	meteringv1.RegisterGpuModelServiceServer(g, s.gpus)
 }
 
 // RegisterGateway implements server.Service.
@@ -77,11 +84,15 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 	if err := meteringv1.RegisterUsageServiceHandlerClient(ctx, mux, meteringv1.NewUsageServiceClient(conn)); err != nil {
 		return fmt.Errorf("metering gateway: %w", err)
 	}
+	if err := meteringv1.RegisterGpuModelServiceHandlerClient(ctx, mux, meteringv1.NewGpuModelServiceClient(conn)); err != nil {
+		return fmt.Errorf("metering gateway: %w", err)
+	}
 	return nil
 }
 
 // Policy implements server.Service (DESIGN §7). Providers and renters may
-// read their own record and usage; the handlers check the subject.
+// read their own record and usage; the handlers check the subject. Every
+// role reads the GPU catalogue; only admins write it.
 func (s *Service) Policy() auth.Policy {
 	staff := []string{auth.RoleAdmin, auth.RoleFinance}
 	return auth.Policy{
@@ -95,6 +106,8 @@ func (s *Service) Policy() auth.Policy {
 		meteringv1.UsageService_IngestUsageEvents_FullMethodName: {auth.RoleMeter, auth.RoleFinance, auth.RoleAdmin},
 		meteringv1.UsageService_ListUsageEvents_FullMethodName: {auth.RoleAdmin, auth.RoleFinance, auth.RoleAuditor,
 			auth.RoleProvider, auth.RoleRenter},
+		meteringv1.GpuModelService_ListGpuModels_FullMethodName:  auth.Any,
+		meteringv1.GpuModelService_CreateGpuModel_FullMethodName: {auth.RoleAdmin},
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -45,7 +46,10 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	if err := pg.Migrate(ctx, d.Pool, Name, migrations.For(Name)); err != nil {
 		return nil, err
 	}
-	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamCharges); err != nil {
+	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamCharges, natsx.StreamGPUModel); err != nil {
+		return nil, err
+	}
+	if err := (&postgres.GPUModels{Pool: d.Pool}).Seed(ctx, gpucatalog.Seed(), d.Clock.Now()); err != nil {
 		return nil, err
 	}
 	a := app.New(d.Pool, d.Clock)
@@ -77,8 +81,8 @@ func (s *Service) Policy() auth.Policy {
 	}
 }
 
-// Run rates usage.recorded.*, retries usage waiting for a card and relays
-// the outbox until ctx ends.
+// Run rates usage.recorded.*, retries usage waiting for a card, keeps the
+// GPU catalogue's read model and relays the outbox until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	log := s.d.Log.With("service", Name)
 	g, ctx := errgroup.WithContext(ctx)
@@ -86,6 +90,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return relay.Run(ctx) })
 	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log, AckWait: s.ackWait, DeadLetters: deadletter.New(s.d.Pool, postgres.Schema, log)}
 	g.Go(func() error { return cons.Run(ctx) })
+	g.Go(func() error {
+		return ports.ConsumeGPUModels(ctx, s.d.JS, s.d.Pool, &postgres.GPUModels{Pool: s.d.Pool}, log)
+	})
 	retry := &ports.PendingRetrier{App: s.app, Log: log}
 	g.Go(func() error { return retry.Run(ctx) })
 	return g.Wait()

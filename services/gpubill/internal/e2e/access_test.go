@@ -62,6 +62,7 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.tax.v1.TaxService/",
 		"/gpubill.payout.v1.PayoutService/", "/gpubill.settlement.v1.SettlementService/"
 	u := "/gpubill.metering.v1.UsageService/"
+	gm := "/gpubill.metering.v1.GpuModelService/"
 	return map[string][]string{
 		m + "CreateProvider":                                 staff,
 		m + "GetProvider":                                    with(read, "provider"),
@@ -113,6 +114,8 @@ var expectedAccess = func() map[string][]string {
 		st + "HoldProvider":                                  staff,
 		st + "ReleaseProvider":                               staff,
 		st + "ListStatements":                                with(read, "provider"),
+		gm + "ListGpuModels":                                 every,
+		gm + "CreateGpuModel":                                {"admin"},
 	}
 }()
 

@@ -35,6 +35,7 @@ func FuzzReleaseProvider(f *testing.F)      { fuzzRoute(f, "ReleaseProvider") }
 func FuzzComputeWithholding(f *testing.F)   { fuzzRoute(f, "ComputeWithholding") }
 func FuzzSetRuleSelection(f *testing.F)     { fuzzRoute(f, "SetRuleSelection") }
 func FuzzRemitTax(f *testing.F)             { fuzzRoute(f, "RemitTax") }
+func FuzzCreateGpuModel(f *testing.F)       { fuzzRoute(f, "CreateGpuModel") }
 
 func routeNamed(name string) route {
 	for _, r := range writeRoutes {

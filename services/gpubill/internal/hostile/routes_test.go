@@ -52,9 +52,8 @@ var writeRoutes = []route{
 			`"time_bands":[{"name":"night","start":"23:00","end":"07:00","timezone":"Asia/Shanghai","multiplier":"0.80"}],` +
 			`"volume_tiers":[{"up_to_gpu_hours":"100","discount":"0"},{"up_to_gpu_hours":"","discount":"0.10"}],` +
 			`"pue_surcharge":{"threshold":"1.5","per_gpu_hour":"0.05"}}`,
-		// gpu_model is not checked against the catalogue (metering's): a
-		// price for a model no usage names is inert.
-		enums:    []string{"currency", "time_bands[0].timezone"},
+		// gpu_model must be in the GPU catalogue (metering's, read by pricing).
+		enums:    []string{"currency", "time_bands[0].timezone", "gpu_prices[0].gpu_model"},
 		decimals: []string{"gpu_prices[0].hourly", "time_bands[0].multiplier", "volume_tiers[0].discount", "volume_tiers[0].up_to_gpu_hours", "pue_surcharge.threshold", "pue_surcharge.per_gpu_hour"}},
 	{name: "CreateQuote", method: "POST", path: "/v1/quotes", role: auth.RoleRenter,
 		body:     `{"gpu_model":"RTX_4090","gpu_count":2,"hours":"3.5","start_time":"2026-11-18T14:00:00Z","currency":"CNY","provider_tier":"pro","tax_profile":"individual","region":"cn-east","provider_pue":"1.6"}`,
@@ -93,4 +92,7 @@ var writeRoutes = []route{
 		enums: []string{"rule_set"}},
 	{name: "RemitTax", method: "POST", path: "/v1/tax-remittances", role: auth.RoleFinance,
 		body: `{"period":"2026-10"}`},
+	{name: "CreateGpuModel", method: "POST", path: "/v1/gpu-models", role: auth.RoleAdmin,
+		body:  `{"gpu_model":"HX_100","vendor":"nvidia","memory_gb":64,"display_name":"Hostile X100","aliases":["HX100","HX 100"]}`,
+		enums: []string{"vendor", "gpu_model"}},
 }

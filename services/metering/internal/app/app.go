@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -21,7 +22,7 @@ type App struct {
 	LateArrival time.Duration
 
 	mu     sync.RWMutex
-	models map[string]bool
+	models gpucatalog.Index
 }
 
 // New returns the use cases with the default late-arrival limit.
@@ -32,15 +33,16 @@ func New(store Store, clk clock.Clock, cal cycles.Calendar) *App {
 	}
 }
 
-// knownModels returns the GPU model table, loading it once; an unknown model
-// reloads it (a model added by insert is seen without a restart).
-func (a *App) knownModels(ctx context.Context, names []string) (map[string]bool, error) {
+// knownModels returns the GPU catalogue's names, loading them once; an
+// unknown name reloads them (a model added by another process is seen
+// without a restart).
+func (a *App) knownModels(ctx context.Context, names []string) (gpucatalog.Index, error) {
 	a.mu.RLock()
 	m := a.models
 	a.mu.RUnlock()
 	stale := m == nil
 	for _, n := range names {
-		if !m[n] {
+		if _, ok := m.Resolve(n); !ok {
 			stale = true
 			break
 		}

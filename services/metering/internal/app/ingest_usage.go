@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -51,7 +52,8 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 		return res, err
 	}
 	now := a.Clock.Now()
-	rules := domain.Rules{Now: now, LateArrival: a.LateArrival, KnownModel: func(m string) bool { return models[m] }}
+	rules := domain.Rules{Now: now, LateArrival: a.LateArrival, KnownModel: func(m string) bool { _, ok := models.Resolve(m); return ok }}
+	in = canonicalModels(in, models)
 
 	cands, provIDs, rentIDs := validateEach(in, rules, opt, &res)
 	provs, rents, err := a.Store.PartiesOf(ctx, provIDs, rentIDs)
@@ -80,6 +82,21 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	res.Rejected = append(res.Rejected, rec.rejected...)
 	sortRejected(res.Rejected)
 	return res, nil
+}
+
+// canonicalModels names each event's GPU model by its catalogue id: an
+// alias (RTX4090D, any case) is recorded as RTX_4090D, so pricing and every
+// later reader see one name per model. An unknown name is left for
+// validation to reject.
+func canonicalModels(in []domain.EventInput, models gpucatalog.Index) []domain.EventInput {
+	out := make([]domain.EventInput, len(in))
+	for i, e := range in {
+		if id, ok := models.Resolve(e.GPUModel); ok {
+			e.GPUModel = id
+		}
+		out[i] = e
+	}
+	return out
 }
 
 // modelNames are the distinct GPU models of a batch.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -15,7 +16,8 @@ import (
 type Store interface {
 	WithTx(ctx context.Context, fn func(Tx) error) error
 
-	GPUModels(ctx context.Context) (map[string]bool, error)
+	// GPUModels returns the GPU catalogue's names (ids and aliases).
+	GPUModels(ctx context.Context) (gpucatalog.Index, error)
 	Provider(ctx context.Context, id string) (domain.Provider, error)
 	ListProviders(ctx context.Context, tier, after string, limit int) ([]domain.Provider, error)
 	Renter(ctx context.Context, id string) (domain.Renter, error)

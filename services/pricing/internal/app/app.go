@@ -22,6 +22,9 @@ type App struct {
 	Pool  *pgxpool.Pool
 	Store *postgres.Store
 	Clock clock.Clock
+	// Catalogue is the GPU catalogue's read model: a card prices only its
+	// models.
+	Catalogue GPUCatalogue
 	// FailPoint, when set (tests), is called at named points of the rating
 	// transaction; an error it returns fails that batch.
 	FailPoint func(point string) error
@@ -35,7 +38,8 @@ type App struct {
 
 // New returns pricing's use cases.
 func New(pool *pgxpool.Pool, clk clock.Clock) *App {
-	return &App{Pool: pool, Store: &postgres.Store{Pool: pool}, Clock: clk, cardAdded: make(chan struct{}, 1)}
+	return &App{Pool: pool, Store: &postgres.Store{Pool: pool}, Clock: clk, Catalogue: &postgres.GPUModels{Pool: pool},
+		cardAdded: make(chan struct{}, 1)}
 }
 
 // CardAdded signals (coalesced) that a rate card was created.

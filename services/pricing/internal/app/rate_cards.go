@@ -47,6 +47,9 @@ func (a *App) CreateRateCard(ctx context.Context, req *pricingv1.CreateRateCardR
 	if len(id) > cardIDLenMax {
 		return nil, apperr.Invalid("rate_card_id", "longer than %d characters", cardIDLenMax)
 	}
+	if err := a.canonicalModels(ctx, body); err != nil {
+		return nil, err
+	}
 	in := CardInput(body)
 	card, vs := domain.ParseCard(in)
 	if err := invalid(vs); err != nil {

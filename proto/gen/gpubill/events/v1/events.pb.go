@@ -1375,6 +1375,222 @@ func (x *AuditRecorded) GetClientAddr() string {
 	return ""
 }
 
+// gpu_model.updated.{gpu_model}: one version of a model of the GPU catalogue
+// (metering owns it; pricing keeps a read model). Nats-Msg-Id =
+// gpu-model-{gpu_model}-{version}.
+type GpuModelUpdated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GpuModel      string                 `protobuf:"bytes,1,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	Vendor        string                 `protobuf:"bytes,2,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	MemoryGb      int32                  `protobuf:"varint,3,opt,name=memory_gb,json=memoryGb,proto3" json:"memory_gb,omitempty"`
+	DisplayName   string                 `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Aliases       []string               `protobuf:"bytes,5,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	Version       int64                  `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GpuModelUpdated) Reset() {
+	*x = GpuModelUpdated{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuModelUpdated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuModelUpdated) ProtoMessage() {}
+
+func (x *GpuModelUpdated) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuModelUpdated.ProtoReflect.Descriptor instead.
+func (*GpuModelUpdated) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GpuModelUpdated) GetGpuModel() string {
+	if x != nil {
+		return x.GpuModel
+	}
+	return ""
+}
+
+func (x *GpuModelUpdated) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *GpuModelUpdated) GetMemoryGb() int32 {
+	if x != nil {
+		return x.MemoryGb
+	}
+	return 0
+}
+
+func (x *GpuModelUpdated) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *GpuModelUpdated) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
+	}
+	return nil
+}
+
+func (x *GpuModelUpdated) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GpuModelUpdated) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// lease.runway.low.{renter}, lease.stop.requested.{renter},
+// lease.resume.allowed.{renter}: the ledger's lease control asks the
+// marketplace scheduler to warn, stop or resume a renter's GPUs (also sent as
+// a signed webhook to GPUBILL_LEASE_CONTROL_URL). Nats-Msg-Id = event_id, one
+// per renter, currency, crossing and kind.
+type LeaseControl struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EventId         string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	RenterId        string                 `protobuf:"bytes,2,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
+	Kind            string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"` // runway_low | stop_requested | resume_allowed
+	Currency        string                 `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`
+	Balance         string                 `protobuf:"bytes,5,opt,name=balance,proto3" json:"balance,omitempty"`
+	CreditLimit     string                 `protobuf:"bytes,6,opt,name=credit_limit,json=creditLimit,proto3" json:"credit_limit,omitempty"`
+	BurnRatePerHour string                 `protobuf:"bytes,7,opt,name=burn_rate_per_hour,json=burnRatePerHour,proto3" json:"burn_rate_per_hour,omitempty"`
+	RunwayHours     string                 `protobuf:"bytes,8,opt,name=runway_hours,json=runwayHours,proto3" json:"runway_hours,omitempty"` // "" when nothing burns
+	Crossing        int64                  `protobuf:"varint,9,opt,name=crossing,proto3" json:"crossing,omitempty"`                         // the renter's stop count in this currency; a resume carries the stop's
+	At              *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LeaseControl) Reset() {
+	*x = LeaseControl{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseControl) ProtoMessage() {}
+
+func (x *LeaseControl) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseControl.ProtoReflect.Descriptor instead.
+func (*LeaseControl) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LeaseControl) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetRenterId() string {
+	if x != nil {
+		return x.RenterId
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetBalance() string {
+	if x != nil {
+		return x.Balance
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetCreditLimit() string {
+	if x != nil {
+		return x.CreditLimit
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetBurnRatePerHour() string {
+	if x != nil {
+		return x.BurnRatePerHour
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetRunwayHours() string {
+	if x != nil {
+		return x.RunwayHours
+	}
+	return ""
+}
+
+func (x *LeaseControl) GetCrossing() int64 {
+	if x != nil {
+		return x.Crossing
+	}
+	return 0
+}
+
+func (x *LeaseControl) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 var File_gpubill_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpubill_events_v1_events_proto_rawDesc = "" +
@@ -1523,7 +1739,28 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\x04code\x18\t \x01(\tR\x04code\x12\x1f\n" +
 	"\vclient_addr\x18\n" +
 	" \x01(\tR\n" +
-	"clientAddrBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
+	"clientAddr\"\xf5\x01\n" +
+	"\x0fGpuModelUpdated\x12\x1b\n" +
+	"\tgpu_model\x18\x01 \x01(\tR\bgpuModel\x12\x16\n" +
+	"\x06vendor\x18\x02 \x01(\tR\x06vendor\x12\x1b\n" +
+	"\tmemory_gb\x18\x03 \x01(\x05R\bmemoryGb\x12!\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12\x18\n" +
+	"\aaliases\x18\x05 \x03(\tR\aaliases\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion\x129\n" +
+	"\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xcb\x02\n" +
+	"\fLeaseControl\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1b\n" +
+	"\trenter_id\x18\x02 \x01(\tR\brenterId\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1a\n" +
+	"\bcurrency\x18\x04 \x01(\tR\bcurrency\x12\x18\n" +
+	"\abalance\x18\x05 \x01(\tR\abalance\x12!\n" +
+	"\fcredit_limit\x18\x06 \x01(\tR\vcreditLimit\x12+\n" +
+	"\x12burn_rate_per_hour\x18\a \x01(\tR\x0fburnRatePerHour\x12!\n" +
+	"\frunway_hours\x18\b \x01(\tR\vrunwayHours\x12\x1a\n" +
+	"\bcrossing\x18\t \x01(\x03R\bcrossing\x12*\n" +
+	"\x02at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x02atBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_gpubill_events_v1_events_proto_rawDescOnce sync.Once
@@ -1537,7 +1774,7 @@ func file_gpubill_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpubill_events_v1_events_proto_rawDescData
 }
 
-var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*UsageEvent)(nil),            // 0: gpubill.events.v1.UsageEvent
 	(*UsageRecordedBatch)(nil),    // 1: gpubill.events.v1.UsageRecordedBatch
@@ -1553,32 +1790,36 @@ var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*ProviderSettled)(nil),       // 11: gpubill.events.v1.ProviderSettled
 	(*PayoutStatusChanged)(nil),   // 12: gpubill.events.v1.PayoutStatusChanged
 	(*AuditRecorded)(nil),         // 13: gpubill.events.v1.AuditRecorded
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*GpuModelUpdated)(nil),       // 14: gpubill.events.v1.GpuModelUpdated
+	(*LeaseControl)(nil),          // 15: gpubill.events.v1.LeaseControl
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_gpubill_events_v1_events_proto_depIdxs = []int32{
-	14, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	14, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	14, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	16, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	16, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	16, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: gpubill.events.v1.UsageRecordedBatch.events:type_name -> gpubill.events.v1.UsageEvent
-	14, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
-	14, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
+	16, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
+	16, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: gpubill.events.v1.RatedCharge.lines:type_name -> gpubill.events.v1.ChargeLine
-	14, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
+	16, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
-	14, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	14, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	14, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	16, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	16, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	16, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
 	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
-	14, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	14, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	14, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
-	14, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	16, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	16, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
+	16, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
+	16, // 18: gpubill.events.v1.GpuModelUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	16, // 19: gpubill.events.v1.LeaseControl.at:type_name -> google.protobuf.Timestamp
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }
@@ -1592,7 +1833,7 @@ func file_gpubill_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_events_v1_events_proto_rawDesc), len(file_gpubill_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
@@ -42,21 +43,20 @@ func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
 	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
 }
 
-// GPUModels returns the known GPU models.
-func (s *Store) GPUModels(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.Pool.Query(ctx, `select gpu_model from metering.gpu_models`)
+// GPUModels returns the GPU catalogue's names (ids and aliases) by key.
+func (s *Store) GPUModels(ctx context.Context) (gpucatalog.Index, error) {
+	rows, err := s.Pool.Query(ctx, `select gpu_model, aliases from metering.gpu_models`)
 	if err != nil {
 		return nil, fmt.Errorf("load gpu models: %w", err)
 	}
-	models, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	models, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gpucatalog.Model, error) {
+		var m gpucatalog.Model
+		return m, r.Scan(&m.ID, &m.Aliases)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("load gpu models: %w", err)
 	}
-	out := make(map[string]bool, len(models))
-	for _, m := range models {
-		out[m] = true
-	}
-	return out, nil
+	return gpucatalog.NewIndex(models)
 }
 
 const providerCols = `provider_id, name, tier, tax_profile, jurisdiction, pue, currency, version, created_at, updated_at`

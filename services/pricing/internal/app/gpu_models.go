@@ -1,0 +1,46 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
+	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+)
+
+// GPUCatalogue is pricing's read model of the GPU catalogue (metering's).
+type GPUCatalogue interface {
+	Index(ctx context.Context) (gpucatalog.Index, error)
+}
+
+// canonicalModels rewrites each price's gpu_model to its catalogue id (an
+// alias such as RTX4090D becomes RTX_4090D) and refuses a card naming a
+// model the catalogue lacks, so no card prices a model metering would
+// refuse in usage.
+func (a *App) canonicalModels(ctx context.Context, card *pricingv1.CreateRateCardRequest) error {
+	if a.Catalogue == nil {
+		return fmt.Errorf("pricing has no GPU catalogue")
+	}
+	ix, err := a.Catalogue.Index(ctx)
+	if err != nil {
+		return err
+	}
+	bad := &apperr.InvalidError{}
+	for i, p := range card.GpuPrices {
+		if p.GpuModel == "" {
+			continue // ParseCard names it
+		}
+		id, ok := ix.Resolve(p.GpuModel)
+		if !ok {
+			bad.Violations = append(bad.Violations, apperr.FieldViolation{Field: fmt.Sprintf("gpu_prices[%d].gpu_model", i),
+				Reason: fmt.Sprintf("unknown gpu_model %q: not in the GPU catalogue (GET /v1/gpu-models; an admin adds it with POST /v1/gpu-models)", p.GpuModel)})
+			continue
+		}
+		p.GpuModel = id
+	}
+	if len(bad.Violations) > 0 {
+		return bad
+	}
+	return nil
+}
