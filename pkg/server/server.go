@@ -205,7 +205,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.
-	mux.Handle("/", conditionalGET(gw))
+	mux.Handle("/", conditionalGET(fileUploads(gw)))
 	s.http = &http.Server{
 		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux))),
 		ReadHeaderTimeout: readHeaderTimeout,

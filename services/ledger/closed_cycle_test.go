@@ -86,7 +86,7 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 		t.Fatal("a debit of a settled pending account was accepted")
 	}
 	wantBalance(t, f, pending, "USD", "0")
-	rep, err := f.app.SegregatedFunds(f.ctx, nil, "USD", "")
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "USD")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,10 @@ const (
 
 // Service is the ledger, hosted by cmd/ledger or `gpubill dev`.
 type Service struct {
-	deps svc.Deps
-	app  *app.App
+	deps       svc.Deps
+	app        *app.App
+	statements *app.Statements
+	reports    *app.Reports
 }
 
 var _ svc.Service = (*Service)(nil)
@@ -56,7 +58,11 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	}
 	a := app.New(d.Pool, d.Clock, d.Calendar, d.Log)
 	d.Log, d.Clock = a.Log, a.Clock
-	return &Service{deps: d, app: a}, nil
+	stmts := &postgres.Statements{Pool: d.Pool}
+	return &Service{deps: d, app: a,
+		statements: &app.Statements{Store: stmts, Now: func() time.Time { return a.Clock.Now().UTC() }},
+		reports:    &app.Reports{App: a, Statements: stmts},
+	}, nil
 }
 
 // Name implements svc.Service.
@@ -65,7 +71,8 @@ func (s *Service) Name() string { return "ledger" }
 // RegisterGRPC implements svc.Service.
 func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
-	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{App: s.app})
+	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{Reports: s.reports})
+	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
 	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{Pool: s.deps.Pool})
 }
 
@@ -77,6 +84,9 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 	if err := ledgerv1.RegisterReportServiceHandlerClient(ctx, mux, ledgerv1.NewReportServiceClient(conn)); err != nil {
 		return err
 	}
+	if err := ledgerv1.RegisterBankStatementServiceHandlerClient(ctx, mux, ledgerv1.NewBankStatementServiceClient(conn)); err != nil {
+		return err
+	}
 	return ledgerv1.RegisterAuditServiceHandlerClient(ctx, mux, ledgerv1.NewAuditServiceClient(conn))
 }
 
@@ -86,6 +96,7 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 // and closes cycles, tax remits), the only one the internal RPCs accept.
 func (s *Service) Policy() auth.Policy {
 	const ls, rs, as = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.ledger.v1.AuditService/"
+	const bs = "/gpubill.ledger.v1.BankStatementService/"
 	write := []string{auth.RoleFinance, auth.RoleAdmin}
 	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
 	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
@@ -102,6 +113,8 @@ func (s *Service) Policy() auth.Policy {
 		ls + "CloseLedgerCycle":         internal,
 		rs + "GetSegregatedFundsReport": read,
 		as + "ListAuditEvents":          {auth.RoleFinance, auth.RoleAuditor},
+		bs + "ImportBankStatement":      {auth.RoleFinance},
+		bs + "ListBankStatements":       {auth.RoleFinance, auth.RoleAuditor},
 	}
 }
 
@@ -151,6 +164,12 @@ func (s *Service) runChain(ctx context.Context) error {
 
 // App exposes the use cases to tests and the CLI in this module.
 func (s *Service) App() *app.App { return s.app }
+
+// Statements exposes the bank-statement use cases to tests in this module.
+func (s *Service) Statements() *app.Statements { return s.statements }
+
+// Reports exposes the report use cases to tests and the CLI in this module.
+func (s *Service) Reports() *app.Reports { return s.reports }
 
 // VerifyResult is the outcome of `gpubill ledger verify`.
 type VerifyResult = postgres.VerifyResult

@@ -98,7 +98,7 @@ func TestSegregatedFundsReport(t *testing.T) {
 	cleanAt := clk.Now()
 	clk.Advance(time.Second)
 
-	rep, err := f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,23 +111,29 @@ func TestSegregatedFundsReport(t *testing.T) {
 	// The house funds the debt: bank:operating → bank:client would be a breach;
 	// the proper way is a top-up by the renter.
 	f.deposit(t, "r-2", "50", "CNY", "d2")
-	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "960.00")
-	if err != nil || rep.Verdict != app.VerdictBalanced || !rep.Difference.IsZero() {
+	// The bank's statement of 2026-11-20 (closing at the day's end) agrees.
+	clk.Advance(24 * time.Hour)
+	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-1120", Currency: "CNY", Account: "CN-CLIENT-1",
+		Content: []byte("date,reference,amount,balance\n2026-11-20,d2,50.00,960.00\n")}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || rep.Verdict != app.VerdictBalanced || !rep.Difference.IsZero() || rep.BankStatementBalance == nil || !rep.BankStatementBalance.Equal(dec("960")) {
 		t.Fatalf("after top-up: %+v", rep)
 	}
 	// A breach: commission taken straight out of a renter wallet.
 	bad := post("fee", p("renter:r-1:wallet", "debit", "5"), p("platform:revenue:commission", "credit", "5"))
-	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
 	if err != nil || len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.Breaches[0].FromPool != domain.PoolClient {
 		t.Fatalf("breaches: %+v", rep.Breaches)
 	}
 	// As of before the breach: none, and the earlier figures.
-	rep, err = f.app.SegregatedFunds(f.ctx, &cleanAt, "CNY", "")
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, &cleanAt, "CNY")
 	if err != nil || len(rep.Breaches) != 0 || !rep.Difference.Equal(dec("-50")) {
 		t.Fatalf("as of %s: %+v", cleanAt, rep)
 	}
 	chainAll(t, f)
-	rep, err = f.app.SegregatedFunds(f.ctx, nil, "CNY", "")
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +141,7 @@ func TestSegregatedFundsReport(t *testing.T) {
 	if err != nil || !chain.OK || rep.JournalHeadHash != chain.HeadHash || rep.JournalHeadHash == strings.Repeat("0", 64) {
 		t.Fatalf("journal head hash %q, want the verified chain's head %+v (%v)", rep.JournalHeadHash, chain, err)
 	}
-	if _, err := f.app.SegregatedFunds(f.ctx, nil, "", ""); !isInvalid(err) {
+	if _, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, ""); !isInvalid(err) {
 		t.Fatalf("no currency: %v", err)
 	}
 }

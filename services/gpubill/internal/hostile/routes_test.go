@@ -69,6 +69,10 @@ var writeRoutes = []route{
 		decimals: []string{"postings[0].amount"}},
 	{name: "ReverseTransaction", method: "POST", path: "/v1/transactions/%s:reverse", param: "transaction_id", arg: "tx-missing", role: auth.RoleFinance,
 		body: `{"idempotency_key":"rev-h1","description":"undo","effective_at":"2026-11-18T00:00:00Z"}`},
+	{name: "ImportBankStatement", method: "POST", path: "/v1/bank-statements", role: auth.RoleFinance,
+		body: `{"statement_id":"st-h1","currency":"CNY","account":"CN-CLIENT-H","format":"csv",` +
+			`"content":"date,reference,amount,balance\n2026-11-30,wx-h1,12.50,112.50\n"}`,
+		enums: []string{"currency", "format"}},
 	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleService,
 		body: `{}`},
 	{name: "PutPayoutMethod", method: "PUT", path: "/v1/providers/%s/payout-method", param: "provider_id", arg: "p-001", role: auth.RoleFinance,

@@ -71,7 +71,7 @@ type badInput struct {
 // replayKeys are the body fields that make a write idempotent: each bad
 // input gets fresh values, so a replay of the valid body's answer cannot hide
 // a check.
-var replayKeys = []string{"idempotency_key", "external_ref", "rate_card_id"}
+var replayKeys = []string{"idempotency_key", "external_ref", "rate_card_id", "statement_id"}
 
 var freshSeq int
 

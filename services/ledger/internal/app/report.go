@@ -50,24 +50,25 @@ type SegregatedFundsReport struct {
 	Lines                []ReportLine
 }
 
+// Reports are the report use cases.
+type Reports struct {
+	App        *App
+	Statements StatementStore
+}
+
 // SegregatedFunds computes the report for one currency as of an instant
 // (nil: now, from the maintained balances). The requirement counts renter
 // wallets only where positive: one client's debt never offsets another's
-// money. With a bank statement balance the difference is taken against it
-// (the money really held) and the ledger's bank:client is shown beside it.
-func (a *App) SegregatedFunds(ctx context.Context, asOf *time.Time, currency, bankStatement string) (*SegregatedFundsReport, error) {
+// money. Once a bank statement closing at or before the instant is imported,
+// the difference is taken against the bank's closing balance (the money
+// really held) and the ledger's bank:client is shown beside it.
+func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currency string) (*SegregatedFundsReport, error) {
+	a := rp.App
 	cur, err := money.Lookup(currency)
 	if err != nil {
 		return nil, apperr.Invalid("currency", "%s", err.Error())
 	}
 	r := &SegregatedFundsReport{Currency: cur}
-	if bankStatement != "" {
-		b, err := cur.Parse(bankStatement)
-		if err != nil {
-			return nil, apperr.Invalid("bank_statement_balance", "%s", err.Error())
-		}
-		r.BankStatementBalance = &b
-	}
 	// The chain head is read first: every transaction it covers is in the figures.
 	if r.JournalHeadHash, _, err = postgres.ChainHead(ctx, a.Pool); err != nil {
 		return nil, err
@@ -77,6 +78,17 @@ func (a *App) SegregatedFunds(ctx context.Context, asOf *time.Time, currency, ba
 		at = asOf.UTC()
 	}
 	r.AsOf = at
+	sts, err := rp.Statements.LatestStatements(ctx, cur.Code, at)
+	if err != nil {
+		return nil, err
+	}
+	if len(sts) > 0 {
+		b := decimal.Zero
+		for _, st := range sts {
+			b = b.Add(st.Closing)
+		}
+		r.BankStatementBalance = &b
+	}
 	totals, err := postgres.CurrencyTotals(ctx, a.Pool, cur.Code, asOf)
 	if err != nil {
 		return nil, err

@@ -147,7 +147,7 @@ func (s *LedgerServer) CloseLedgerCycle(ctx context.Context, r *ledgerv1.CloseLe
 // ReportServer is the gRPC ReportService.
 type ReportServer struct {
 	ledgerv1.UnimplementedReportServiceServer
-	App *app.App
+	Reports *app.Reports
 }
 
 // GetSegregatedFundsReport implements ReportService: JSON (proto field
@@ -160,7 +160,7 @@ func (s *ReportServer) GetSegregatedFundsReport(ctx context.Context, r *ledgerv1
 	if format != "json" && format != "csv" {
 		return nil, apperr.Invalid("format", "%q: want json or csv", format)
 	}
-	rep, err := s.App.SegregatedFunds(ctx, asOf(r.GetAsOf()), r.GetCurrency(), r.GetBankStatementBalance())
+	rep, err := s.Reports.SegregatedFunds(ctx, asOf(r.GetAsOf()), r.GetCurrency())
 	if err != nil {
 		return nil, err
 	}

@@ -1370,14 +1370,12 @@ func (x *CloseLedgerCycleResponse) GetClosedAt() *timestamppb.Timestamp {
 }
 
 type GetSegregatedFundsReportRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	AsOf     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"` // optional; default now
-	Currency string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
-	Format   string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"` // json | csv (default json)
-	// Optional imported bank-statement balance of bank:client (decimal).
-	BankStatementBalance string `protobuf:"bytes,4,opt,name=bank_statement_balance,json=bankStatementBalance,proto3" json:"bank_statement_balance,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AsOf          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"` // optional; default now
+	Currency      string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
+	Format        string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"` // json | csv | pdf (default json)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetSegregatedFundsReportRequest) Reset() {
@@ -1427,13 +1425,6 @@ func (x *GetSegregatedFundsReportRequest) GetCurrency() string {
 func (x *GetSegregatedFundsReportRequest) GetFormat() string {
 	if x != nil {
 		return x.Format
-	}
-	return ""
-}
-
-func (x *GetSegregatedFundsReportRequest) GetBankStatementBalance() string {
-	if x != nil {
-		return x.BankStatementBalance
 	}
 	return ""
 }
@@ -1609,6 +1600,169 @@ func (x *SegregatedFundsLine) GetAmount() string {
 	return ""
 }
 
+// One client's money in the requirement: a renter's wallet in credit, or a
+// provider's pending (all open cycles), available and in-transit earnings.
+type SegregatedFundsClient struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // renter | provider
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Wallet        string                 `protobuf:"bytes,3,opt,name=wallet,proto3" json:"wallet,omitempty"`   // renters
+	Pending       string                 `protobuf:"bytes,4,opt,name=pending,proto3" json:"pending,omitempty"` // providers
+	Available     string                 `protobuf:"bytes,5,opt,name=available,proto3" json:"available,omitempty"`
+	InTransit     string                 `protobuf:"bytes,6,opt,name=in_transit,json=inTransit,proto3" json:"in_transit,omitempty"`
+	Total         string                 `protobuf:"bytes,7,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegregatedFundsClient) Reset() {
+	*x = SegregatedFundsClient{}
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegregatedFundsClient) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegregatedFundsClient) ProtoMessage() {}
+
+func (x *SegregatedFundsClient) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegregatedFundsClient.ProtoReflect.Descriptor instead.
+func (*SegregatedFundsClient) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SegregatedFundsClient) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetWallet() string {
+	if x != nil {
+		return x.Wallet
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetPending() string {
+	if x != nil {
+		return x.Pending
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetAvailable() string {
+	if x != nil {
+		return x.Available
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetInTransit() string {
+	if x != nil {
+		return x.InTransit
+	}
+	return ""
+}
+
+func (x *SegregatedFundsClient) GetTotal() string {
+	if x != nil {
+		return x.Total
+	}
+	return ""
+}
+
+// The statement whose closing balance the report counts for one account.
+type SegregatedFundsStatement struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	StatementId    string                 `protobuf:"bytes,1,opt,name=statement_id,json=statementId,proto3" json:"statement_id,omitempty"`
+	Account        string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	ClosingAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=closing_at,json=closingAt,proto3" json:"closing_at,omitempty"`
+	ClosingBalance string                 `protobuf:"bytes,4,opt,name=closing_balance,json=closingBalance,proto3" json:"closing_balance,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SegregatedFundsStatement) Reset() {
+	*x = SegregatedFundsStatement{}
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegregatedFundsStatement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegregatedFundsStatement) ProtoMessage() {}
+
+func (x *SegregatedFundsStatement) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegregatedFundsStatement.ProtoReflect.Descriptor instead.
+func (*SegregatedFundsStatement) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SegregatedFundsStatement) GetStatementId() string {
+	if x != nil {
+		return x.StatementId
+	}
+	return ""
+}
+
+func (x *SegregatedFundsStatement) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *SegregatedFundsStatement) GetClosingAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosingAt
+	}
+	return nil
+}
+
+func (x *SegregatedFundsStatement) GetClosingBalance() string {
+	if x != nil {
+		return x.ClosingBalance
+	}
+	return ""
+}
+
 // The JSON form of the segregated-fund report.
 type SegregatedFundsReport struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1618,21 +1772,31 @@ type SegregatedFundsReport struct {
 	// in transit.
 	ClientMoneyRequirement string `protobuf:"bytes,3,opt,name=client_money_requirement,json=clientMoneyRequirement,proto3" json:"client_money_requirement,omitempty"`
 	TaxWithheldUnremitted  string `protobuf:"bytes,4,opt,name=tax_withheld_unremitted,json=taxWithheldUnremitted,proto3" json:"tax_withheld_unremitted,omitempty"`
-	ClientMoneyResource    string `protobuf:"bytes,5,opt,name=client_money_resource,json=clientMoneyResource,proto3" json:"client_money_resource,omitempty"`    // bank:client
-	BankStatementBalance   string `protobuf:"bytes,6,opt,name=bank_statement_balance,json=bankStatementBalance,proto3" json:"bank_statement_balance,omitempty"` // as given, "" when not given
-	// resource - (requirement + tax withheld unremitted).
-	Difference      string                 `protobuf:"bytes,7,opt,name=difference,proto3" json:"difference,omitempty"`
-	Verdict         string                 `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"` // balanced | shortfall | excess
-	Breaches        []*SegregationBreach   `protobuf:"bytes,9,rep,name=breaches,proto3" json:"breaches,omitempty"`
-	JournalHeadHash string                 `protobuf:"bytes,10,opt,name=journal_head_hash,json=journalHeadHash,proto3" json:"journal_head_hash,omitempty"`
-	Lines           []*SegregatedFundsLine `protobuf:"bytes,11,rep,name=lines,proto3" json:"lines,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	ClientMoneyResource    string `protobuf:"bytes,5,opt,name=client_money_resource,json=clientMoneyResource,proto3" json:"client_money_resource,omitempty"` // bank:client per the ledger
+	// The closing balances of the latest imported statement of each client
+	// bank account at or before as_of, summed; "" when none is imported.
+	BankStatementBalance string `protobuf:"bytes,6,opt,name=bank_statement_balance,json=bankStatementBalance,proto3" json:"bank_statement_balance,omitempty"`
+	// (bank_statement_balance when there is one, else client_money_resource)
+	// - (requirement + tax withheld unremitted): the money really held.
+	Difference string               `protobuf:"bytes,7,opt,name=difference,proto3" json:"difference,omitempty"`
+	Verdict    string               `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"` // balanced | shortfall | excess
+	Breaches   []*SegregationBreach `protobuf:"bytes,9,rep,name=breaches,proto3" json:"breaches,omitempty"`
+	// The journal hash chain's head as of as_of: the last link chained at or
+	// before it, and its position (`gpubill ledger verify` re-checks it).
+	JournalHeadHash     string                 `protobuf:"bytes,10,opt,name=journal_head_hash,json=journalHeadHash,proto3" json:"journal_head_hash,omitempty"`
+	Lines               []*SegregatedFundsLine `protobuf:"bytes,11,rep,name=lines,proto3" json:"lines,omitempty"`
+	JournalHeadPosition int64                  `protobuf:"varint,12,opt,name=journal_head_position,json=journalHeadPosition,proto3" json:"journal_head_position,omitempty"`
+	// client_money_resource - (requirement + tax withheld unremitted).
+	LedgerDifference string                      `protobuf:"bytes,13,opt,name=ledger_difference,json=ledgerDifference,proto3" json:"ledger_difference,omitempty"`
+	BankStatements   []*SegregatedFundsStatement `protobuf:"bytes,14,rep,name=bank_statements,json=bankStatements,proto3" json:"bank_statements,omitempty"`
+	Clients          []*SegregatedFundsClient    `protobuf:"bytes,15,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SegregatedFundsReport) Reset() {
 	*x = SegregatedFundsReport{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1808,7 @@ func (x *SegregatedFundsReport) String() string {
 func (*SegregatedFundsReport) ProtoMessage() {}
 
 func (x *SegregatedFundsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1821,7 @@ func (x *SegregatedFundsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregatedFundsReport.ProtoReflect.Descriptor instead.
 func (*SegregatedFundsReport) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SegregatedFundsReport) GetAsOf() *timestamppb.Timestamp {
@@ -1733,6 +1897,34 @@ func (x *SegregatedFundsReport) GetJournalHeadHash() string {
 func (x *SegregatedFundsReport) GetLines() []*SegregatedFundsLine {
 	if x != nil {
 		return x.Lines
+	}
+	return nil
+}
+
+func (x *SegregatedFundsReport) GetJournalHeadPosition() int64 {
+	if x != nil {
+		return x.JournalHeadPosition
+	}
+	return 0
+}
+
+func (x *SegregatedFundsReport) GetLedgerDifference() string {
+	if x != nil {
+		return x.LedgerDifference
+	}
+	return ""
+}
+
+func (x *SegregatedFundsReport) GetBankStatements() []*SegregatedFundsStatement {
+	if x != nil {
+		return x.BankStatements
+	}
+	return nil
+}
+
+func (x *SegregatedFundsReport) GetClients() []*SegregatedFundsClient {
+	if x != nil {
+		return x.Clients
 	}
 	return nil
 }
@@ -1840,12 +2032,11 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\bcycle_id\x18\x01 \x01(\tR\acycleId\"n\n" +
 	"\x18CloseLedgerCycleResponse\x12\x19\n" +
 	"\bcycle_id\x18\x01 \x01(\tR\acycleId\x127\n" +
-	"\tclosed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"\xbc\x01\n" +
+	"\tclosed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"\xa4\x01\n" +
 	"\x1fGetSegregatedFundsReportRequest\x12/\n" +
 	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x16\n" +
-	"\x06format\x18\x03 \x01(\tR\x06format\x124\n" +
-	"\x16bank_statement_balance\x18\x04 \x01(\tR\x14bankStatementBalance\"\x95\x02\n" +
+	"\x06format\x18\x03 \x01(\tR\x06formatJ\x04\b\x04\x10\x05R\x16bank_statement_balance\"\x95\x02\n" +
 	"\x11SegregationBreach\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12=\n" +
 	"\feffective_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\veffectiveAt\x12\x18\n" +
@@ -1859,7 +2050,22 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\asection\x18\x01 \x01(\tR\asection\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x16\n" +
-	"\x06amount\x18\x04 \x01(\tR\x06amount\"\xa6\x04\n" +
+	"\x06amount\x18\x04 \x01(\tR\x06amount\"\xcd\x01\n" +
+	"\x15SegregatedFundsClient\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x16\n" +
+	"\x06wallet\x18\x03 \x01(\tR\x06wallet\x12\x18\n" +
+	"\apending\x18\x04 \x01(\tR\apending\x12\x1c\n" +
+	"\tavailable\x18\x05 \x01(\tR\tavailable\x12\x1d\n" +
+	"\n" +
+	"in_transit\x18\x06 \x01(\tR\tinTransit\x12\x14\n" +
+	"\x05total\x18\a \x01(\tR\x05total\"\xbb\x01\n" +
+	"\x18SegregatedFundsStatement\x12!\n" +
+	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
+	"\n" +
+	"closing_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tclosingAt\x12'\n" +
+	"\x0fclosing_balance\x18\x04 \x01(\tR\x0eclosingBalance\"\xa1\x06\n" +
 	"\x15SegregatedFundsReport\x12/\n" +
 	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x128\n" +
@@ -1874,7 +2080,11 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\bbreaches\x18\t \x03(\v2$.gpubill.ledger.v1.SegregationBreachR\bbreaches\x12*\n" +
 	"\x11journal_head_hash\x18\n" +
 	" \x01(\tR\x0fjournalHeadHash\x12<\n" +
-	"\x05lines\x18\v \x03(\v2&.gpubill.ledger.v1.SegregatedFundsLineR\x05lines2\xd1\n" +
+	"\x05lines\x18\v \x03(\v2&.gpubill.ledger.v1.SegregatedFundsLineR\x05lines\x122\n" +
+	"\x15journal_head_position\x18\f \x01(\x03R\x13journalHeadPosition\x12+\n" +
+	"\x11ledger_difference\x18\r \x01(\tR\x10ledgerDifference\x12T\n" +
+	"\x0fbank_statements\x18\x0e \x03(\v2+.gpubill.ledger.v1.SegregatedFundsStatementR\x0ebankStatements\x12B\n" +
+	"\aclients\x18\x0f \x03(\v2(.gpubill.ledger.v1.SegregatedFundsClientR\aclients2\xd1\n" +
 	"\n" +
 	"\rLedgerService\x12\x88\x01\n" +
 	"\rCreateDeposit\x12'.gpubill.ledger.v1.CreateDepositRequest\x1a(.gpubill.ledger.v1.CreateDepositResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*b\vtransaction\"\f/v1/deposits\x12u\n" +
@@ -1902,7 +2112,7 @@ func file_gpubill_ledger_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_ledger_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_gpubill_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_gpubill_ledger_v1_ledger_proto_goTypes = []any{
 	(*Posting)(nil),                         // 0: gpubill.ledger.v1.Posting
 	(*Transaction)(nil),                     // 1: gpubill.ledger.v1.Transaction
@@ -1930,63 +2140,68 @@ var file_gpubill_ledger_v1_ledger_proto_goTypes = []any{
 	(*GetSegregatedFundsReportRequest)(nil), // 23: gpubill.ledger.v1.GetSegregatedFundsReportRequest
 	(*SegregationBreach)(nil),               // 24: gpubill.ledger.v1.SegregationBreach
 	(*SegregatedFundsLine)(nil),             // 25: gpubill.ledger.v1.SegregatedFundsLine
-	(*SegregatedFundsReport)(nil),           // 26: gpubill.ledger.v1.SegregatedFundsReport
-	nil,                                     // 27: gpubill.ledger.v1.Transaction.MetadataEntry
-	nil,                                     // 28: gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),           // 29: google.protobuf.Timestamp
-	(*httpbody.HttpBody)(nil),               // 30: google.api.HttpBody
+	(*SegregatedFundsClient)(nil),           // 26: gpubill.ledger.v1.SegregatedFundsClient
+	(*SegregatedFundsStatement)(nil),        // 27: gpubill.ledger.v1.SegregatedFundsStatement
+	(*SegregatedFundsReport)(nil),           // 28: gpubill.ledger.v1.SegregatedFundsReport
+	nil,                                     // 29: gpubill.ledger.v1.Transaction.MetadataEntry
+	nil,                                     // 30: gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),           // 31: google.protobuf.Timestamp
+	(*httpbody.HttpBody)(nil),               // 32: google.api.HttpBody
 }
 var file_gpubill_ledger_v1_ledger_proto_depIdxs = []int32{
-	29, // 0: gpubill.ledger.v1.Transaction.effective_at:type_name -> google.protobuf.Timestamp
-	29, // 1: gpubill.ledger.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	27, // 2: gpubill.ledger.v1.Transaction.metadata:type_name -> gpubill.ledger.v1.Transaction.MetadataEntry
+	31, // 0: gpubill.ledger.v1.Transaction.effective_at:type_name -> google.protobuf.Timestamp
+	31, // 1: gpubill.ledger.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	29, // 2: gpubill.ledger.v1.Transaction.metadata:type_name -> gpubill.ledger.v1.Transaction.MetadataEntry
 	0,  // 3: gpubill.ledger.v1.Transaction.postings:type_name -> gpubill.ledger.v1.Posting
 	2,  // 4: gpubill.ledger.v1.Account.balances:type_name -> gpubill.ledger.v1.Balance
 	1,  // 5: gpubill.ledger.v1.CreateDepositResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	29, // 6: gpubill.ledger.v1.ListAccountsRequest.as_of:type_name -> google.protobuf.Timestamp
+	31, // 6: gpubill.ledger.v1.ListAccountsRequest.as_of:type_name -> google.protobuf.Timestamp
 	3,  // 7: gpubill.ledger.v1.ListAccountsResponse.accounts:type_name -> gpubill.ledger.v1.Account
-	29, // 8: gpubill.ledger.v1.GetAccountRequest.as_of:type_name -> google.protobuf.Timestamp
+	31, // 8: gpubill.ledger.v1.GetAccountRequest.as_of:type_name -> google.protobuf.Timestamp
 	3,  // 9: gpubill.ledger.v1.GetAccountResponse.account:type_name -> gpubill.ledger.v1.Account
 	1,  // 10: gpubill.ledger.v1.ListTransactionsResponse.transactions:type_name -> gpubill.ledger.v1.Transaction
 	1,  // 11: gpubill.ledger.v1.GetTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	29, // 12: gpubill.ledger.v1.CreateTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
-	28, // 13: gpubill.ledger.v1.CreateTransactionRequest.metadata:type_name -> gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
+	31, // 12: gpubill.ledger.v1.CreateTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
+	30, // 13: gpubill.ledger.v1.CreateTransactionRequest.metadata:type_name -> gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
 	0,  // 14: gpubill.ledger.v1.CreateTransactionRequest.postings:type_name -> gpubill.ledger.v1.Posting
 	1,  // 15: gpubill.ledger.v1.CreateTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	29, // 16: gpubill.ledger.v1.ReverseTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
+	31, // 16: gpubill.ledger.v1.ReverseTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
 	1,  // 17: gpubill.ledger.v1.ReverseTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
 	18, // 18: gpubill.ledger.v1.ListCycleBalancesResponse.balances:type_name -> gpubill.ledger.v1.CycleBalance
-	29, // 19: gpubill.ledger.v1.CloseLedgerCycleResponse.closed_at:type_name -> google.protobuf.Timestamp
-	29, // 20: gpubill.ledger.v1.GetSegregatedFundsReportRequest.as_of:type_name -> google.protobuf.Timestamp
-	29, // 21: gpubill.ledger.v1.SegregationBreach.effective_at:type_name -> google.protobuf.Timestamp
-	29, // 22: gpubill.ledger.v1.SegregatedFundsReport.as_of:type_name -> google.protobuf.Timestamp
-	24, // 23: gpubill.ledger.v1.SegregatedFundsReport.breaches:type_name -> gpubill.ledger.v1.SegregationBreach
-	25, // 24: gpubill.ledger.v1.SegregatedFundsReport.lines:type_name -> gpubill.ledger.v1.SegregatedFundsLine
-	4,  // 25: gpubill.ledger.v1.LedgerService.CreateDeposit:input_type -> gpubill.ledger.v1.CreateDepositRequest
-	6,  // 26: gpubill.ledger.v1.LedgerService.ListAccounts:input_type -> gpubill.ledger.v1.ListAccountsRequest
-	8,  // 27: gpubill.ledger.v1.LedgerService.GetAccount:input_type -> gpubill.ledger.v1.GetAccountRequest
-	10, // 28: gpubill.ledger.v1.LedgerService.ListTransactions:input_type -> gpubill.ledger.v1.ListTransactionsRequest
-	12, // 29: gpubill.ledger.v1.LedgerService.GetTransaction:input_type -> gpubill.ledger.v1.GetTransactionRequest
-	14, // 30: gpubill.ledger.v1.LedgerService.CreateTransaction:input_type -> gpubill.ledger.v1.CreateTransactionRequest
-	16, // 31: gpubill.ledger.v1.LedgerService.ReverseTransaction:input_type -> gpubill.ledger.v1.ReverseTransactionRequest
-	19, // 32: gpubill.ledger.v1.LedgerService.ListCycleBalances:input_type -> gpubill.ledger.v1.ListCycleBalancesRequest
-	21, // 33: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:input_type -> gpubill.ledger.v1.CloseLedgerCycleRequest
-	23, // 34: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:input_type -> gpubill.ledger.v1.GetSegregatedFundsReportRequest
-	5,  // 35: gpubill.ledger.v1.LedgerService.CreateDeposit:output_type -> gpubill.ledger.v1.CreateDepositResponse
-	7,  // 36: gpubill.ledger.v1.LedgerService.ListAccounts:output_type -> gpubill.ledger.v1.ListAccountsResponse
-	9,  // 37: gpubill.ledger.v1.LedgerService.GetAccount:output_type -> gpubill.ledger.v1.GetAccountResponse
-	11, // 38: gpubill.ledger.v1.LedgerService.ListTransactions:output_type -> gpubill.ledger.v1.ListTransactionsResponse
-	13, // 39: gpubill.ledger.v1.LedgerService.GetTransaction:output_type -> gpubill.ledger.v1.GetTransactionResponse
-	15, // 40: gpubill.ledger.v1.LedgerService.CreateTransaction:output_type -> gpubill.ledger.v1.CreateTransactionResponse
-	17, // 41: gpubill.ledger.v1.LedgerService.ReverseTransaction:output_type -> gpubill.ledger.v1.ReverseTransactionResponse
-	20, // 42: gpubill.ledger.v1.LedgerService.ListCycleBalances:output_type -> gpubill.ledger.v1.ListCycleBalancesResponse
-	22, // 43: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:output_type -> gpubill.ledger.v1.CloseLedgerCycleResponse
-	30, // 44: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:output_type -> google.api.HttpBody
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	31, // 19: gpubill.ledger.v1.CloseLedgerCycleResponse.closed_at:type_name -> google.protobuf.Timestamp
+	31, // 20: gpubill.ledger.v1.GetSegregatedFundsReportRequest.as_of:type_name -> google.protobuf.Timestamp
+	31, // 21: gpubill.ledger.v1.SegregationBreach.effective_at:type_name -> google.protobuf.Timestamp
+	31, // 22: gpubill.ledger.v1.SegregatedFundsStatement.closing_at:type_name -> google.protobuf.Timestamp
+	31, // 23: gpubill.ledger.v1.SegregatedFundsReport.as_of:type_name -> google.protobuf.Timestamp
+	24, // 24: gpubill.ledger.v1.SegregatedFundsReport.breaches:type_name -> gpubill.ledger.v1.SegregationBreach
+	25, // 25: gpubill.ledger.v1.SegregatedFundsReport.lines:type_name -> gpubill.ledger.v1.SegregatedFundsLine
+	27, // 26: gpubill.ledger.v1.SegregatedFundsReport.bank_statements:type_name -> gpubill.ledger.v1.SegregatedFundsStatement
+	26, // 27: gpubill.ledger.v1.SegregatedFundsReport.clients:type_name -> gpubill.ledger.v1.SegregatedFundsClient
+	4,  // 28: gpubill.ledger.v1.LedgerService.CreateDeposit:input_type -> gpubill.ledger.v1.CreateDepositRequest
+	6,  // 29: gpubill.ledger.v1.LedgerService.ListAccounts:input_type -> gpubill.ledger.v1.ListAccountsRequest
+	8,  // 30: gpubill.ledger.v1.LedgerService.GetAccount:input_type -> gpubill.ledger.v1.GetAccountRequest
+	10, // 31: gpubill.ledger.v1.LedgerService.ListTransactions:input_type -> gpubill.ledger.v1.ListTransactionsRequest
+	12, // 32: gpubill.ledger.v1.LedgerService.GetTransaction:input_type -> gpubill.ledger.v1.GetTransactionRequest
+	14, // 33: gpubill.ledger.v1.LedgerService.CreateTransaction:input_type -> gpubill.ledger.v1.CreateTransactionRequest
+	16, // 34: gpubill.ledger.v1.LedgerService.ReverseTransaction:input_type -> gpubill.ledger.v1.ReverseTransactionRequest
+	19, // 35: gpubill.ledger.v1.LedgerService.ListCycleBalances:input_type -> gpubill.ledger.v1.ListCycleBalancesRequest
+	21, // 36: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:input_type -> gpubill.ledger.v1.CloseLedgerCycleRequest
+	23, // 37: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:input_type -> gpubill.ledger.v1.GetSegregatedFundsReportRequest
+	5,  // 38: gpubill.ledger.v1.LedgerService.CreateDeposit:output_type -> gpubill.ledger.v1.CreateDepositResponse
+	7,  // 39: gpubill.ledger.v1.LedgerService.ListAccounts:output_type -> gpubill.ledger.v1.ListAccountsResponse
+	9,  // 40: gpubill.ledger.v1.LedgerService.GetAccount:output_type -> gpubill.ledger.v1.GetAccountResponse
+	11, // 41: gpubill.ledger.v1.LedgerService.ListTransactions:output_type -> gpubill.ledger.v1.ListTransactionsResponse
+	13, // 42: gpubill.ledger.v1.LedgerService.GetTransaction:output_type -> gpubill.ledger.v1.GetTransactionResponse
+	15, // 43: gpubill.ledger.v1.LedgerService.CreateTransaction:output_type -> gpubill.ledger.v1.CreateTransactionResponse
+	17, // 44: gpubill.ledger.v1.LedgerService.ReverseTransaction:output_type -> gpubill.ledger.v1.ReverseTransactionResponse
+	20, // 45: gpubill.ledger.v1.LedgerService.ListCycleBalances:output_type -> gpubill.ledger.v1.ListCycleBalancesResponse
+	22, // 46: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:output_type -> gpubill.ledger.v1.CloseLedgerCycleResponse
+	32, // 47: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:output_type -> google.api.HttpBody
+	38, // [38:48] is the sub-list for method output_type
+	28, // [28:38] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_ledger_proto_init() }
@@ -2000,7 +2215,7 @@ func file_gpubill_ledger_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_ledger_proto_rawDesc), len(file_gpubill_ledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -481,7 +481,9 @@ type ReportServiceClient interface {
 	// The segregated-fund (client money) reconciliation report, per currency,
 	// as of an instant. format=json (default) answers content-type
 	// application/json with a SegregatedFundsReport encoded with proto field
-	// names; format=csv answers text/csv. The body is returned raw.
+	// names; format=csv answers text/csv (one line per client, then the
+	// totals); format=pdf answers application/pdf (a one-page summary, then
+	// the client lines). The body is returned raw.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	GetSegregatedFundsReport(ctx context.Context, in *GetSegregatedFundsReportRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
@@ -514,7 +516,9 @@ type ReportServiceServer interface {
 	// The segregated-fund (client money) reconciliation report, per currency,
 	// as of an instant. format=json (default) answers content-type
 	// application/json with a SegregatedFundsReport encoded with proto field
-	// names; format=csv answers text/csv. The body is returned raw.
+	// names; format=csv answers text/csv (one line per client, then the
+	// totals); format=pdf answers application/pdf (a one-page summary, then
+	// the client lines). The body is returned raw.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	GetSegregatedFundsReport(context.Context, *GetSegregatedFundsReportRequest) (*httpbody.HttpBody, error)

@@ -1,0 +1,138 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// StatementStore keeps imported bank statements (implemented by
+// adapters/postgres).
+type StatementStore interface {
+	// InsertStatement stores a statement and its lines in one transaction
+	// unless its id exists; it returns the stored statement (the existing one
+	// when the id was taken) and whether it inserted it.
+	InsertStatement(ctx context.Context, st StoredStatement, lines []domain.StatementLine) (StoredStatement, bool, error)
+	// ListStatements pages through statements ("" currency or account: any),
+	// newest closing first, after the (closing_at, statement_id) cursor when
+	// afterClosingAt is not zero.
+	ListStatements(ctx context.Context, currency, account string, afterClosingAt time.Time, afterID string, limit int) ([]StoredStatement, error)
+	// LatestStatements returns, per account, the latest statement in
+	// currency closing at or before asOf.
+	LatestStatements(ctx context.Context, currency string, asOf time.Time) ([]StoredStatement, error)
+}
+
+// StoredStatement is an imported statement (without its lines).
+type StoredStatement = domain.ImportedStatement
+
+// Statements are the bank-statement use cases.
+type Statements struct {
+	Store StatementStore
+	Now   func() time.Time
+}
+
+// ImportStatementInput is one statement file as uploaded.
+type ImportStatementInput struct {
+	StatementID, Currency, Account, Format string
+	Content                                []byte
+	ImportedBy                             string
+}
+
+// NormalizeStatementFormat maps the names a client may use to a format
+// ("" when the content decides: XML is camt.053, anything else CSV).
+func NormalizeStatementFormat(format string, content []byte) (string, bool) {
+	switch strings.ToLower(strings.TrimSpace(format)) {
+	case "csv", "text/csv":
+		return domain.StatementCSV, true
+	case "camt053", "camt.053", "xml", "application/xml", "text/xml":
+		return domain.StatementCamt053, true
+	case "":
+		if t := strings.TrimSpace(string(content[:min(len(content), 64)])); strings.HasPrefix(t, "<") {
+			return domain.StatementCamt053, true
+		}
+		return domain.StatementCSV, true
+	}
+	return "", false
+}
+
+// Import parses and stores a statement whole, or nothing: a malformed file
+// is an InvalidError naming the line or element at fault. Idempotent by
+// statement id: the same file again answers the stored statement; another
+// file (or account, or currency) under a stored id is a conflict.
+func (s *Statements) Import(ctx context.Context, in ImportStatementInput) (StoredStatement, error) {
+	cur, err := money.Lookup(in.Currency)
+	if err != nil {
+		return StoredStatement{}, apperr.Invalid("currency", "%s", err.Error())
+	}
+	if len(in.Content) == 0 {
+		return StoredStatement{}, apperr.Invalid("content", "empty: the statement file is the request body (or the JSON field content)")
+	}
+	format, ok := NormalizeStatementFormat(in.Format, in.Content)
+	if !ok {
+		return StoredStatement{}, apperr.Invalid("format", "%q: want csv or camt053", in.Format)
+	}
+	st, err := domain.ParseStatement(format, in.StatementID, in.Account, cur, in.Content)
+	if err != nil {
+		var se *domain.StatementError
+		if errors.As(err, &se) {
+			field := "content"
+			if se.Where == "statement_id" || se.Where == "account" || se.Where == "format" {
+				field = se.Where
+			}
+			return StoredStatement{}, apperr.Invalid(field, "%s", err.Error())
+		}
+		return StoredStatement{}, err
+	}
+	sum := sha256.Sum256(in.Content)
+	want := StoredStatement{BankStatement: *st, LineCount: len(st.Lines), ContentSHA256: sum[:], ImportedAt: s.Now(), ImportedBy: in.ImportedBy}
+	want.Lines = nil
+	got, _, err := s.Store.InsertStatement(ctx, want, st.Lines)
+	if err != nil {
+		return StoredStatement{}, fmt.Errorf("import statement %s: %w", st.ID, err)
+	}
+	if string(got.ContentSHA256) != string(want.ContentSHA256) || got.Account != want.Account || got.Currency != want.Currency {
+		return StoredStatement{}, fmt.Errorf("statement %s was imported with another content (sha256 %x, account %s, %s): %w",
+			st.ID, got.ContentSHA256, got.Account, got.Currency, apperr.ErrConflict)
+	}
+	return got, nil
+}
+
+// statementPageMax bounds one page of statements.
+const statementPageMax = 500
+
+// List pages through the imported statements, newest closing first.
+func (s *Statements) List(ctx context.Context, currency, account string, size int32, token string) ([]StoredStatement, string, error) {
+	raw, err := decodeToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	n := min(pageSize(size), statementPageMax)
+	var afterAt time.Time
+	afterID := ""
+	if raw != "" {
+		ns, id, ok := strings.Cut(raw, "|")
+		t, perr := time.Parse(time.RFC3339Nano, ns)
+		if !ok || perr != nil || id == "" {
+			return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+		}
+		afterAt, afterID = t, id
+	}
+	sts, err := s.Store.ListStatements(ctx, currency, account, afterAt, afterID, n+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(sts) > n {
+		sts = sts[:n]
+		last := sts[n-1]
+		next = encodeToken(last.ClosingAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID)
+	}
+	return sts, next, nil
+}

@@ -1,0 +1,117 @@
+package domain_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+func TestParseStatementCSV(t *testing.T) {
+	cny := money.MustLookup("CNY")
+	st, err := domain.ParseStatement(domain.StatementCSV, "st-1", "CN-CLIENT-1", cny, []byte(
+		"\ufeffDate,Reference,Amount,Balance\n2026-11-29,wx-1,120.50,1120.50\n\n2026-11-30,payout po-1,-20.50,1100.00\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expected from the file: opening = 1120.50 - 120.50; closing = last balance.
+	if !st.Opening.Equal(decimal.RequireFromString("1000")) || !st.Closing.Equal(decimal.RequireFromString("1100")) ||
+		len(st.Lines) != 2 || st.Lines[1].No != 2 || st.Lines[1].Reference != "payout po-1" ||
+		!st.Lines[1].Amount.Equal(decimal.RequireFromString("-20.5")) {
+		t.Fatalf("statement: %+v", st)
+	}
+	if want := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC); !st.ClosingAt.Equal(want) || st.Date.Format(time.DateOnly) != "2026-11-30" {
+		t.Fatalf("closing at %s (date %s), want %s", st.ClosingAt, st.Date, want)
+	}
+}
+
+func TestParseStatementCSVNamesTheBadLine(t *testing.T) {
+	cny := money.MustLookup("CNY")
+	const head = "date,reference,amount,balance\n"
+	for _, tc := range []struct {
+		name, give, want string
+	}{
+		{"empty", "", "line 1: empty file"},
+		{"header", "day,ref,amount,balance\n2026-11-30,a,1,1\n", "line 1: header column 1"},
+		{"no lines", head, "line 2: no lines"},
+		{"columns", head + "2026-11-30,a,1,1\n2026-11-30,b,2\n", "line 3: 3 columns"},
+		{"date", head + "2026-11-30,a,1,1\n30/11/2026,b,2,3\n", `line 3: date "30/11/2026"`},
+		{"amount", head + "2026-11-30,a,1,1\n2026-11-30,b,1.234,2.234\n", "line 3: amount: amount 1.234 has more than 2 decimal places"},
+		{"balance chain", head + "2026-11-30,a,1,1\n2026-11-30,b,2,4\n", "line 3: balance 4 does not follow"},
+		{"order", head + "2026-11-30,a,1,1\n2026-11-29,b,2,3\n", "line 3: date 2026-11-29 is before"},
+		{"quote", head + "2026-11-30,\"a,1,1\n", "line 2:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := domain.ParseStatement(domain.StatementCSV, "st-1", "acc", cny, []byte(tc.give))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseCamt053(t *testing.T) {
+	b, err := os.ReadFile("testdata/camt053_cny.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := domain.ParseStatement(domain.StatementCamt053, "", "", money.MustLookup("CNY"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Booked: +200.50, -50.00 (the pending 99.00 is left out): 1000 → 1150.50.
+	if st.ID != "STMT-20261130" || st.Account != "CN-CLIENT-1" || len(st.Lines) != 2 ||
+		st.Lines[0].Reference != "wx-1" || st.Lines[1].Reference != "BANK-772" ||
+		!st.Lines[0].Balance.Equal(decimal.RequireFromString("1200.5")) || !st.Closing.Equal(decimal.RequireFromString("1150.5")) ||
+		!st.ClosingAt.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("statement: %+v", st)
+	}
+	if _, err := domain.ParseStatement(domain.StatementCamt053, "", "OTHER", money.MustLookup("CNY"), b); err == nil ||
+		!strings.Contains(err.Error(), "Stmt/Acct/Id") {
+		t.Fatalf("another account: %v", err)
+	}
+}
+
+func TestParseCamt053NamesTheBadElement(t *testing.T) {
+	b, err := os.ReadFile("testdata/camt053_cny.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := string(b)
+	for _, tc := range []struct {
+		name, old, new, want string
+	}{
+		{"amount", `<Amt Ccy="CNY">99.00</Amt>`, `<Amt Ccy="CNY">99.00</Amt>`, ""},
+		{"entry amount", `<Amt Ccy="CNY">50.00</Amt>`, `<Amt Ccy="CNY">5O.00</Amt>`, "Stmt/Ntry[2]/Amt (line 34)"},
+		{"entry currency", `<Amt Ccy="CNY">200.50</Amt>`, `<Amt Ccy="USD">200.50</Amt>`, "Stmt/Ntry[0]/Amt (line 20)"},
+		{"indicator", `<Amt Ccy="CNY">50.00</Amt><CdtDbtInd>DBIT`, `<Amt Ccy="CNY">50.00</Amt><CdtDbtInd>DEBIT`, "Stmt/Ntry[2]/CdtDbtInd"},
+		{"closing", `<Amt Ccy="CNY">1150.50</Amt>`, `<Amt Ccy="CNY">1150.51</Amt>`, "Stmt/Bal[CLBD]: closing balance 1150.51"},
+		{"no closing", `<Cd>CLBD</Cd>`, `<Cd>ITBD</Cd>`, "no closing balance"},
+		{"booking date", `<BookgDt><Dt>2026-11-30</Dt></BookgDt>
+        <AcctSvcrRef>BANK-771`, `<AcctSvcrRef>BANK-771`, "Stmt/Ntry[0]/BookgDt"},
+		{"syntax", `</Stmt>`, `</Stmtx>`, "XML (line 42)"},
+		{"root", `camt.053.001.08`, `camt.054.001.08`, "want a camt.053 Document"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			give := strings.Replace(good, tc.old, tc.new, 1)
+			if tc.want != "" && give == good {
+				t.Fatal("the break changed nothing")
+			}
+			_, err := domain.ParseStatement(domain.StatementCamt053, "", "", money.MustLookup("CNY"), []byte(give))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
