@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
 func counterByLabel(t *testing.T, name, label string) float64 {
@@ -40,8 +40,8 @@ func TestChargesCounted(t *testing.T) {
 		charge("ch-m1", "r-1", "p-1", cyc, "4.00"),
 		charge("ch-m2", "r-1", "p-2", cyc, "0"), // nothing to post
 		charge("ch-m3", "r-1", "p-1", cyc, "2.57"))
-	for _, msgs := range [][]app.Message{{m, m}, {m}, {batchMsg(t, "batch-m2", charge("ch-m1", "r-1", "p-1", cyc, "4.00"))}} {
-		if _, err := f.app.PostCharges(f.ctx, msgs); err != nil {
+	for _, msgs := range [][]ports.ChargesMessage{{m, m}, {m}, {batchMsg(t, "batch-m2", charge("ch-m1", "r-1", "p-1", cyc, "4.00"))}} {
+		if _, err := ports.PostCharges(f.ctx, f.app, msgs); err != nil {
 			t.Fatal(err)
 		}
 	}

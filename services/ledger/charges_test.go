@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
 func charge(id, renter, provider, cycle, amount string) *eventsv1.RatedCharge {
@@ -22,12 +22,12 @@ func charge(id, renter, provider, cycle, amount string) *eventsv1.RatedCharge {
 		CycleId: cycle, Currency: "USD", Amount: amount, EffectiveAt: timestamppb.New(time.Date(2026, 11, 20, 23, 30, 0, 0, time.UTC))}
 }
 
-func batchMsg(t testing.TB, id string, cs ...*eventsv1.RatedCharge) app.Message {
+func batchMsg(t testing.TB, id string, cs ...*eventsv1.RatedCharge) ports.ChargesMessage {
 	b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: id, Charges: cs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return app.Message{ID: id, Payload: b}
+	return ports.ChargesMessage{ID: id, Payload: b}
 }
 
 func (f *fixture) count(t testing.TB, q string, args ...any) int {
@@ -48,16 +48,16 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 		charge("ch-1", "r-1", "p-1", cyc, "4.00"),
 		charge("ch-2", "r-1", "p-2", cyc, "0"), // nothing to post
 		charge("ch-3", "r-1", "p-1", cyc, "2.50"))
-	n, err := f.app.PostCharges(f.ctx, []app.Message{m, m}) // the same message twice in one fetch
+	n, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{m, m}) // the same message twice in one fetch
 	if err != nil || n != 2 {
 		t.Fatalf("first delivery posted %d, %v; want 2", n, err)
 	}
 	// Redelivered later: the inbox knows the message.
-	if n, err := f.app.PostCharges(f.ctx, []app.Message{m}); err != nil || n != 0 {
+	if n, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{m}); err != nil || n != 0 {
 		t.Fatalf("redelivery posted %d, %v; want 0", n, err)
 	}
 	// The same charge in another message (a producer retry): the charge id guards.
-	if n, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-2", charge("ch-1", "r-1", "p-1", cyc, "4.00"))}); err != nil || n != 0 {
+	if n, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-2", charge("ch-1", "r-1", "p-1", cyc, "4.00"))}); err != nil || n != 0 {
 		t.Fatalf("charge replay posted %d, %v; want 0", n, err)
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", "3.50")
@@ -66,14 +66,14 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 		t.Fatalf("%d charge transactions, want 2", got)
 	}
 	// Depletion: the next charge takes the wallet from 3.50 to -0.50.
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-3", charge("ch-4", "r-1", "p-1", cyc, "4.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-3", charge("ch-4", "r-1", "p-1", cyc, "4.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'billing.wallet.depleted.r-1'`); got != 1 {
 		t.Fatalf("%d depletion events, want 1", got)
 	}
 	// Still negative: not announced again.
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "batch-4", charge("ch-5", "r-1", "p-1", cyc, "1.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-4", charge("ch-5", "r-1", "p-1", cyc, "1.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.count(t, `select count(*) from ledger.outbox where subject = 'billing.wallet.depleted.r-1'`); got != 1 {
@@ -129,7 +129,7 @@ func TestClosedCycleRedirect(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	const closed, next = "cyc-20261112", "cyc-20261227"
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "1.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "1.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	at, err := f.app.CloseLedgerCycle(f.ctx, closed)
@@ -140,7 +140,7 @@ func TestClosedCycleRedirect(t *testing.T) {
 	if err != nil || !again.Equal(at) {
 		t.Fatalf("closing again: %s, %v; want the original %s", again, err, at)
 	}
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b2", charge("ch-2", "r-1", "p-1", closed, "2.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "b2", charge("ch-2", "r-1", "p-1", closed, "2.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	wantBalance(t, f, "provider:p-1:pending:"+closed, "USD", "1.00")
@@ -153,7 +153,7 @@ func TestClosedCycleRedirect(t *testing.T) {
 	if _, err := f.app.CloseLedgerCycle(f.ctx, next); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b3", charge("ch-3", "r-1", "p-1", closed, "3.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "b3", charge("ch-3", "r-1", "p-1", closed, "3.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	wantBalance(t, f, "provider:p-1:pending:cyc-20270210", "USD", "3.00")

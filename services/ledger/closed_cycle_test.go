@@ -12,6 +12,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
 func wantPrecondition(t *testing.T, err error, contains ...string) {
@@ -37,7 +38,7 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 	const closed, next = "cyc-20261112", "cyc-20261227"
 	pending := "provider:p-1:pending:" + closed
 	f.deposit(t, "r-1", "100", "USD", "top")
-	if _, err := f.app.PostCharges(f.ctx, []app.Message{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "10.00"))}); err != nil {
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "b1", charge("ch-1", "r-1", "p-1", closed, "10.00"))}); err != nil {
 		t.Fatal(err)
 	}
 	// While the cycle is open, finance may adjust it.

@@ -56,7 +56,8 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	a := app.New(d.Pool, d.Clock, d.Calendar, d.Log)
+	a := app.New(store{postgres.NewStore(d.Pool)}, d.Clock, d.Calendar, d.Log)
+	a.Pool = d.Pool // report.go's reads, until it uses the Store
 	d.Log, d.Clock = a.Log, a.Clock
 	stmts := &postgres.Statements{Pool: d.Pool}
 	return &Service{deps: d, app: a,
@@ -73,7 +74,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
 	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{Reports: s.reports})
 	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
-	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{Pool: s.deps.Pool})
+	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{App: s.app})
 }
 
 // RegisterGateway implements svc.Service.
@@ -127,7 +128,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return ports.ConsumeCharges(ctx, s.deps.JS, s.deps.Log, s.app, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
 		g.Go(func() error {
-			return ports.ConsumeAudit(ctx, s.deps.JS, s.deps.Log, s.deps.Pool, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
+			return ports.ConsumeAudit(ctx, s.deps.JS, s.deps.Log, s.app, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })

@@ -2,13 +2,9 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/pg"
 )
 
 // CloseLedgerCycle marks a cycle closed: charges for it from now on accrue to
@@ -20,15 +16,13 @@ func (a *App) CloseLedgerCycle(ctx context.Context, cycleID string) (time.Time, 
 		return time.Time{}, apperr.Invalid("cycle_id", "%s", err.Error())
 	}
 	var closedAt time.Time
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext($1))`, cycleLockKey(cycleID)); err != nil {
-			return fmt.Errorf("lock cycle %s: %w", cycleID, err)
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		if err := tx.LockCycle(ctx, cycleID); err != nil {
+			return err
 		}
-		if _, err := tx.Exec(ctx, `insert into ledger.closed_cycles (cycle_id, closed_at) values ($1, $2)
-			on conflict (cycle_id) do nothing`, cycleID, a.now()); err != nil {
-			return fmt.Errorf("close cycle %s: %w", cycleID, err)
-		}
-		return tx.QueryRow(ctx, `select closed_at from ledger.closed_cycles where cycle_id = $1`, cycleID).Scan(&closedAt)
+		var err error
+		closedAt, err = tx.CloseCycle(ctx, cycleID, a.now())
+		return err
 	})
 	return closedAt.UTC(), err
 }

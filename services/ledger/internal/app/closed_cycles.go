@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -28,7 +25,7 @@ import (
 //
 // A group commit (single false) that touches a closed cycle's pending account
 // returns errGroupRetry, so each such write is judged alone on its own balance.
-func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.Transaction, changes []postgres.BalanceChange, single bool) error {
+func (a *App) checkClosedCycles(ctx context.Context, tx Tx, fresh []*domain.Transaction, changes []domain.BalanceChange, single bool) error {
 	var touched []string
 	seen := map[string]bool{}
 	for _, t := range fresh {
@@ -42,7 +39,7 @@ func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.
 	if len(touched) == 0 {
 		return nil
 	}
-	closed, err := closedCycles(ctx, tx)
+	closed, err := tx.ClosedCycles(ctx)
 	if err != nil {
 		return err
 	}
@@ -54,7 +51,7 @@ func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.
 		}
 		return nil
 	}
-	after := map[string]postgres.BalanceChange{}
+	after := map[string]domain.BalanceChange{}
 	for _, c := range changes {
 		after[c.Account.Address+"|"+c.Currency] = c
 	}
@@ -96,7 +93,7 @@ func (a *App) checkClosedCycles(ctx context.Context, tx pgx.Tx, fresh []*domain.
 
 // lockTouchedCycles holds, until commit, the lock of every cycle whose
 // provider pending account txs touch, shared (a close takes it exclusively).
-func lockTouchedCycles(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) error {
+func lockTouchedCycles(ctx context.Context, tx Tx, txs []*domain.Transaction) error {
 	var touched []string
 	seen := map[string]bool{}
 	for _, t := range txs {
@@ -107,5 +104,5 @@ func lockTouchedCycles(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction
 			}
 		}
 	}
-	return lockCyclesShared(ctx, tx, touched)
+	return tx.LockCyclesShared(ctx, touched)
 }

@@ -7,12 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -117,14 +112,12 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		keys[r.t.IdempotencyKey] = true
 		txs[i] = r.t
 	}
-	var changes []postgres.BalanceChange
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
+	var changes []domain.BalanceChange
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
 		if err := lockTouchedCycles(ctx, tx, txs); err != nil {
 			return err
 		}
-		fresh, ch, err := a.Store.Post(ctx, tx, txs, func(fresh []*domain.Transaction) error {
-			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
-		})
+		fresh, ch, err := tx.Post(ctx, txs)
 		if err != nil {
 			return err
 		}
@@ -140,7 +133,7 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 			if isFresh[r.t.ID] {
 				continue
 			}
-			id, h, err := postgres.TxByKey(ctx, tx, r.t.IdempotencyKey)
+			id, h, err := tx.TxByKey(ctx, r.t.IdempotencyKey)
 			if err != nil {
 				return err
 			}
@@ -151,7 +144,7 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 			}
 		}
 		changes = ch
-		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(fresh, ch, a.now())...)
+		return tx.PublishDepletions(ctx, domain.Depletions(fresh, ch, a.now()))
 	})
 	if err != nil {
 		return err

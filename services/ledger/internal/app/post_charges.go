@@ -10,17 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
-	"github.com/gpubill/gpubill/pkg/natsx"
-	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -30,117 +23,173 @@ const ChargesConsumer = "ledger-charges"
 // cycleRedirectMax bounds the walk to the earliest open cycle.
 const cycleRedirectMax = 1000
 
-// Message is one inbound JetStream message: its Nats-Msg-Id and payload.
-type Message struct {
+// ChargeMessage is one charges.rated message as the port decoded it: its
+// Nats-Msg-Id and charges, or why it could not be decoded.
+type ChargeMessage struct {
 	ID      string
-	Payload []byte
+	Charges []RatedCharge
+	Err     error // undecodable: poison if the message is fresh
+}
+
+// RatedCharge is one charge pricing rated.
+type RatedCharge struct {
+	ChargeID, LeaseID, RenterID, ProviderID, CycleID string
+	Currency, Amount                                 string
+	EffectiveAt                                      time.Time // zero: when posted
+	Lines                                            []ChargeLine
+}
+
+// ChargeLine is the part of a rated line a provider statement explains.
+type ChargeLine struct {
+	Kind, GPUModel, GPUHours string
 }
 
 // PostCharges posts a whole fetched batch of charges.rated messages in ONE
-// Postgres transaction: the message ids are claimed in the inbox with the
+// database transaction: the message ids are claimed in the inbox with the
 // effect (a redelivered message changes nothing), each charge with an amount
 // becomes a transaction keyed by its charge id (Dr renter wallet, Cr provider
 // pending of its cycle, or of the earliest open cycle if that one is closed),
 // and the balances move by one upsert. It returns the number of
 // transactions posted.
-func (a *App) PostCharges(ctx context.Context, msgs []Message) (int, error) {
+func (a *App) PostCharges(ctx context.Context, msgs []ChargeMessage) (int, error) {
 	idsIn := make([]string, len(msgs))
 	for i, m := range msgs {
 		idsIn[i] = m.ID
 	}
 	sort.Strings(idsIn)
-	var changes []postgres.BalanceChange
-	var postedTxs []*domain.Transaction // for the metrics, once committed
-	posted := 0
-	err := pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		fresh, err := outbox.Claim(ctx, tx, postgres.Schema, ChargesConsumer, idsIn)
+	var changes []domain.BalanceChange
+	var posted []*domain.Transaction // for the metrics, once committed
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		fresh, err := tx.Claim(ctx, ChargesConsumer, idsIn)
 		if err != nil {
 			return err
 		}
 		now := a.now()
-		type pending struct {
-			t     *domain.Transaction
-			cycle string
+		ps, wanted, err := a.chargeTransactions(msgs, fresh, now)
+		if err != nil || len(ps) == 0 {
+			return err
 		}
-		var ps []pending
-		wanted := map[string]bool{}
-		// A message that cannot be decoded, or holds a charge that cannot
-		// be posted, is poison: the whole transaction rolls back, the
-		// consumer dead-letters it and posts the rest again.
-		var poison natsx.PoisonError
-		for _, m := range msgs {
-			if !fresh[m.ID] {
-				continue
-			}
-			delete(fresh, m.ID) // the same id twice in one fetch counts once
-			var b eventsv1.ChargesRatedBatch
-			if err := proto.Unmarshal(m.Payload, &b); err != nil {
-				poison.Add(m.ID, fmt.Errorf("undecodable charges batch: %w", err))
-				continue
-			}
-			for _, c := range b.Charges {
-				t, cycle, err := a.chargeTransaction(c, now)
-				if err != nil {
-					poison.Add(m.ID, fmt.Errorf("charge %q: %w", c.GetChargeId(), err))
-					break
-				}
-				if t == nil {
-					continue // zero amount: nothing to post
-				}
-				ps = append(ps, pending{t, cycle})
-				wanted[cycle] = true
-			}
-		}
-		if len(poison.ByID) > 0 {
-			return &poison
-		}
-		txs := make([]*domain.Transaction, 0, len(ps))
-		if len(ps) == 0 {
-			return nil
-		}
-		target, err := a.resolveCycles(ctx, tx, wanted)
+		txs, err := a.redirectClosedCycles(ctx, tx, ps, wanted)
 		if err != nil {
 			return err
 		}
-		for _, p := range ps {
-			if to := target[p.cycle]; to != p.cycle {
-				acc, err := domain.ParseAddress(domain.ProviderPendingAddr(p.t.Postings[1].Account.Party, to))
-				if err != nil {
-					return err
-				}
-				p.t.Postings[1].Account = acc
-				p.t.Metadata["requested_cycle"] = p.cycle
-			}
-			txs = append(txs, p.t)
-		}
-		freshTxs, ch, err := a.Store.Post(ctx, tx, txs, func(fresh []*domain.Transaction) error {
-			return outbox.Add(ctx, tx, postgres.Schema, postedEvents(fresh)...)
-		})
+		p, ch, err := tx.Post(ctx, txs)
 		if err != nil {
 			return err
 		}
-		changes, posted, postedTxs = ch, len(freshTxs), freshTxs
-		return outbox.Add(ctx, tx, postgres.Schema, depletionEvents(freshTxs, ch, now)...)
+		changes, posted = ch, p
+		return tx.PublishDepletions(ctx, domain.Depletions(p, ch, now))
 	})
 	if err != nil {
 		return 0, err
 	}
 	a.Store.Remember(changes)
-	countCharges(postedTxs)
-	return posted, nil
+	countCharges(posted)
+	return len(posted), nil
+}
+
+// UnpostableError names, by message id, the messages of a batch that can
+// never be posted, with why (the consumer dead-letters them).
+type UnpostableError struct {
+	ByID map[string]error
+}
+
+// Add names one more message.
+func (e *UnpostableError) Add(id string, cause error) {
+	if e.ByID == nil {
+		e.ByID = map[string]error{}
+	}
+	e.ByID[id] = cause
+}
+
+func (e *UnpostableError) Error() string {
+	for id, err := range e.ByID {
+		if len(e.ByID) == 1 {
+			return fmt.Sprintf("message %s cannot be posted: %v", id, err)
+		}
+		return fmt.Sprintf("%d messages cannot be posted, e.g. %s: %v", len(e.ByID), id, err)
+	}
+	return "unpostable batch"
+}
+
+// pendingCharge is a charge's transaction and the cycle it asks for.
+type pendingCharge struct {
+	t     *domain.Transaction
+	cycle string
+}
+
+// chargeTransactions turns the charges of the fresh messages into
+// transactions, and names the cycles they ask for. A message that could not
+// be decoded, or holds a charge that cannot be posted, is poison: the whole
+// database transaction rolls back, the consumer dead-letters it and posts
+// the rest again.
+func (a *App) chargeTransactions(msgs []ChargeMessage, fresh map[string]bool, now time.Time) ([]pendingCharge, map[string]bool, error) {
+	var ps []pendingCharge
+	wanted := map[string]bool{}
+	var poison UnpostableError
+	for mi := range msgs {
+		m := &msgs[mi]
+		if !fresh[m.ID] {
+			continue
+		}
+		delete(fresh, m.ID) // the same id twice in one fetch counts once
+		if m.Err != nil {
+			poison.Add(m.ID, fmt.Errorf("undecodable charges batch: %w", m.Err))
+			continue
+		}
+		for ci := range m.Charges {
+			c := &m.Charges[ci]
+			t, cycle, err := a.chargeTransaction(c, now)
+			if err != nil {
+				poison.Add(m.ID, fmt.Errorf("charge %q: %w", c.ChargeID, err))
+				break
+			}
+			if t == nil {
+				continue // zero amount: nothing to post
+			}
+			ps = append(ps, pendingCharge{t, cycle})
+			wanted[cycle] = true
+		}
+	}
+	if len(poison.ByID) > 0 {
+		return nil, nil, &poison
+	}
+	return ps, wanted, nil
+}
+
+// redirectClosedCycles credits each charge for a closed cycle to the
+// earliest open cycle after it instead, noting the cycle it asked for.
+func (a *App) redirectClosedCycles(ctx context.Context, tx Tx, ps []pendingCharge, wanted map[string]bool) ([]*domain.Transaction, error) {
+	target, err := a.resolveCycles(ctx, tx, wanted)
+	if err != nil {
+		return nil, err
+	}
+	txs := make([]*domain.Transaction, 0, len(ps))
+	for _, p := range ps {
+		if to := target[p.cycle]; to != p.cycle {
+			acc, err := domain.ParseAddress(domain.ProviderPendingAddr(p.t.Postings[1].Account.Party, to))
+			if err != nil {
+				return nil, err
+			}
+			p.t.Postings[1].Account = acc
+			p.t.Metadata["requested_cycle"] = p.cycle
+		}
+		txs = append(txs, p.t)
+	}
+	return txs, nil
 }
 
 // chargeTransaction turns a rated charge into its ledger transaction (nil for
 // a zero amount) and the cycle it asks for.
-func (a *App) chargeTransaction(c *eventsv1.RatedCharge, now time.Time) (*domain.Transaction, string, error) {
-	if c.GetChargeId() == "" {
+func (a *App) chargeTransaction(c *RatedCharge, now time.Time) (*domain.Transaction, string, error) {
+	if c.ChargeID == "" {
 		return nil, "", fmt.Errorf("charge without id")
 	}
-	cur, err := money.Lookup(c.GetCurrency())
+	cur, err := money.Lookup(c.Currency)
 	if err != nil {
 		return nil, "", err
 	}
-	amt, err := cur.Parse(c.GetAmount())
+	amt, err := cur.Parse(c.Amount)
 	if err != nil {
 		return nil, "", err
 	}
@@ -148,49 +197,50 @@ func (a *App) chargeTransaction(c *eventsv1.RatedCharge, now time.Time) (*domain
 		return nil, "", nil
 	}
 	if amt.IsNegative() {
-		return nil, "", fmt.Errorf("negative amount %s", c.GetAmount())
+		return nil, "", fmt.Errorf("negative amount %s", c.Amount)
 	}
 	eff := now
-	if c.GetEffectiveAt() != nil {
-		eff = c.GetEffectiveAt().AsTime().UTC().Truncate(time.Microsecond)
+	if !c.EffectiveAt.IsZero() {
+		eff = c.EffectiveAt.UTC().Truncate(time.Microsecond)
 	}
-	cycle := c.GetCycleId()
+	cycle := c.CycleID
 	if _, err := a.Calendar.Parse(cycle); err != nil {
 		cycle = a.Calendar.ForUsageEnd(eff).ID
 	}
-	wallet, err := domain.ParseAddress(domain.RenterWallet(c.GetRenterId()))
+	wallet, err := domain.ParseAddress(domain.RenterWallet(c.RenterID))
 	if err != nil {
 		return nil, "", err
 	}
-	pendingAcc, err := domain.ParseAddress(domain.ProviderPendingAddr(c.GetProviderId(), cycle))
+	pendingAcc, err := domain.ParseAddress(domain.ProviderPendingAddr(c.ProviderID, cycle))
 	if err != nil {
 		return nil, "", err
 	}
 	return &domain.Transaction{
-		ID: ids.New(""), IdempotencyKey: c.GetChargeId(), Kind: domain.TxCharge,
+		ID: ids.New(""), IdempotencyKey: c.ChargeID, Kind: domain.TxCharge,
 		EffectiveAt: eff, CreatedAt: now, Metadata: chargeMetadata(c),
 		Postings: []domain.Posting{
 			{Account: wallet, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: pendingAcc, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
 		},
-		RequestHash: chargeRequestHash(c.GetRenterId(), c.GetProviderId(), cycle, cur.Code, amt.String()),
+		RequestHash: chargeRequestHash(c.RenterID, c.ProviderID, cycle, cur.Code, amt.String()),
 	}, cycle, nil
 }
 
 // chargeMetadata keeps what a provider statement needs to explain a charge
 // (lease, renter, GPU model, GPU-hours) on its ledger transaction.
-func chargeMetadata(c *eventsv1.RatedCharge) map[string]string {
-	md := map[string]string{"kind": "usage_charge", "lease_id": c.GetLeaseId(), "renter_id": c.GetRenterId(), "charge_id": c.GetChargeId()}
+func chargeMetadata(c *RatedCharge) map[string]string {
+	md := map[string]string{"kind": "usage_charge", "lease_id": c.LeaseID, "renter_id": c.RenterID, "charge_id": c.ChargeID}
 	hours := decimal.Zero
 	var models []string
-	for _, l := range c.GetLines() {
-		if l.GetKind() != "" && l.GetKind() != "usage" {
+	for i := range c.Lines {
+		l := &c.Lines[i]
+		if l.Kind != "" && l.Kind != "usage" {
 			continue
 		}
-		if h, err := money.ParseDecimal(l.GetGpuHours()); err == nil {
+		if h, err := money.ParseDecimal(l.GPUHours); err == nil {
 			hours = hours.Add(h)
 		}
-		if m := l.GetGpuModel(); m != "" && !slices.Contains(models, m) {
+		if m := l.GPUModel; m != "" && !slices.Contains(models, m) {
 			models = append(models, m)
 		}
 	}
@@ -227,7 +277,7 @@ func chargeRequestHash(renter, provider, cycle, currency, amount string) [32]byt
 // earliest open cycle after it. It holds a shared lock on every cycle it
 // posts to until the transaction ends, so a concurrent close (exclusive)
 // waits for this batch, and a batch after the close sees it and redirects.
-func (a *App) resolveCycles(ctx context.Context, tx pgx.Tx, wanted map[string]bool) (map[string]string, error) {
+func (a *App) resolveCycles(ctx context.Context, tx Tx, wanted map[string]bool) (map[string]string, error) {
 	locked := map[string]bool{}
 	for {
 		var need []string
@@ -236,13 +286,13 @@ func (a *App) resolveCycles(ctx context.Context, tx pgx.Tx, wanted map[string]bo
 				need = append(need, c)
 			}
 		}
-		if err := lockCyclesShared(ctx, tx, need); err != nil {
+		if err := tx.LockCyclesShared(ctx, need); err != nil {
 			return nil, err
 		}
 		for _, c := range need {
 			locked[c] = true
 		}
-		closed, err := closedCycles(ctx, tx)
+		closed, err := tx.ClosedCycles(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -269,39 +319,4 @@ func (a *App) resolveCycles(ctx context.Context, tx pgx.Tx, wanted map[string]bo
 			wanted[t] = true
 		}
 	}
-}
-
-func cycleLockKey(cycle string) string { return "gpubill.ledger.cycle." + cycle }
-
-func lockCyclesShared(ctx context.Context, tx pgx.Tx, cyclesIn []string) error {
-	if len(cyclesIn) == 0 {
-		return nil
-	}
-	sort.Strings(cyclesIn)
-	keys := make([]string, len(cyclesIn))
-	for i, c := range cyclesIn {
-		keys[i] = cycleLockKey(c)
-	}
-	_, err := tx.Exec(ctx, `select count(pg_advisory_xact_lock_shared(hashtext(k)))
-		from (select k from unnest($1::text[]) as k order by k) s`, keys)
-	if err != nil {
-		return fmt.Errorf("lock cycles: %w", err)
-	}
-	return nil
-}
-
-func closedCycles(ctx context.Context, q postgres.Querier) (map[string]bool, error) {
-	rows, err := q.Query(ctx, `select cycle_id from ledger.closed_cycles`)
-	if err != nil {
-		return nil, fmt.Errorf("closed cycles: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
-	}
-	return out, nil
 }

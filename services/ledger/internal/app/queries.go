@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -53,7 +52,7 @@ type AccountView struct {
 	Balances []Balance
 }
 
-func view(acc domain.Account, ts []postgres.Totals) AccountView {
+func view(acc domain.Account, ts []domain.Totals) AccountView {
 	v := AccountView{Account: acc, Balances: []Balance{}}
 	for _, t := range ts {
 		v.Balances = append(v.Balances, Balance{Currency: t.Currency, Amount: acc.NormalBalance(t.Debits, t.Credits)})
@@ -67,14 +66,14 @@ func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (
 	if err != nil {
 		return AccountView{}, apperr.Invalid("address", "%s", err.Error())
 	}
-	ok, err := postgres.AccountExists(ctx, a.Pool, address)
+	ok, err := a.Store.AccountExists(ctx, address)
 	if err != nil {
 		return AccountView{}, err
 	}
 	if !ok {
 		return AccountView{}, fmt.Errorf("account %s has no postings: %w", address, apperr.ErrNotFound)
 	}
-	totals, err := postgres.AccountTotals(ctx, a.Pool, []string{address}, asOf)
+	totals, err := a.Store.AccountTotals(ctx, []string{address}, asOf)
 	if err != nil {
 		return AccountView{}, err
 	}
@@ -88,7 +87,7 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 		return nil, "", err
 	}
 	n := pageSize(size)
-	addrs, err := postgres.ListAccountAddresses(ctx, a.Pool, prefix, after, n+1)
+	addrs, err := a.Store.ListAccountAddresses(ctx, prefix, after, n+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -97,7 +96,7 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 		addrs = addrs[:n]
 		next = encodeToken(addrs[n-1])
 	}
-	totals, err := postgres.AccountTotals(ctx, a.Pool, addrs, asOf)
+	totals, err := a.Store.AccountTotals(ctx, addrs, asOf)
 	if err != nil {
 		return nil, "", err
 	}
@@ -135,7 +134,7 @@ func (a *App) ListTransactions(ctx context.Context, account string, size int32, 
 		if _, perr := uuid.Parse(raw); raw != "" && perr != nil {
 			return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
 		}
-		txIDs, err = postgres.ListTxIDs(ctx, a.Pool, raw, n+1)
+		txIDs, err = a.Store.ListTxIDs(ctx, raw, n+1)
 		if err != nil {
 			return nil, "", err
 		}
@@ -147,16 +146,16 @@ func (a *App) ListTransactions(ctx context.Context, account string, size int32, 
 		if _, err := domain.ParseAddress(account); err != nil {
 			return nil, "", apperr.Invalid("account", "%s", err.Error())
 		}
-		var after *postgres.TxCursor
+		var after *domain.TxCursor
 		if raw != "" {
 			nanos, id, ok := strings.Cut(raw, "|")
 			ns, perr := strconv.ParseInt(nanos, 10, 64)
 			if _, uerr := uuid.Parse(id); !ok || perr != nil || uerr != nil {
 				return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
 			}
-			after = &postgres.TxCursor{CreatedAt: time.Unix(0, ns).UTC(), ID: id}
+			after = &domain.TxCursor{CreatedAt: time.Unix(0, ns).UTC(), ID: id}
 		}
-		cs, err := postgres.ListTxIDsByAccount(ctx, a.Pool, account, after, n+1)
+		cs, err := a.Store.ListTxIDsByAccount(ctx, account, after, n+1)
 		if err != nil {
 			return nil, "", err
 		}
@@ -169,7 +168,7 @@ func (a *App) ListTransactions(ctx context.Context, account string, size int32, 
 			txIDs = append(txIDs, c.ID)
 		}
 	}
-	txs, err := postgres.LoadTransactions(ctx, a.Pool, txIDs)
+	txs, err := a.Store.LoadTransactions(ctx, txIDs)
 	return txs, next, err
 }
 
@@ -190,7 +189,7 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	}
 	afterAcc, afterCur, _ := strings.Cut(raw, "|")
 	n := pageSize(size)
-	bs, err := postgres.ListCycleBalances(ctx, a.Pool, cycleID, afterAcc, afterCur, n+1)
+	bs, err := a.Store.ListCycleBalances(ctx, cycleID, afterAcc, afterCur, n+1)
 	if err != nil {
 		return nil, "", err
 	}

@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -64,19 +62,18 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 	}
 	if orig.ReversedBy != "" {
 		// Already reversed: a replay returns the reversal, anything else conflicts.
-		id, h, err := postgres.TxByKey(ctx, a.Pool, key)
+		id, h, err := a.Store.TxByKey(ctx, key)
 		if err == nil && id == orig.ReversedBy && string(h) == string(t.RequestHash[:]) {
 			return a.getTransaction(ctx, id)
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
 	}
-	return a.postOne(ctx, t, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `insert into ledger.reversals (original_id, reversal_id, created_at)
-			values ($1::uuid, $2::uuid, $3) on conflict (original_id) do nothing`, orig.ID, t.ID, now)
+	return a.postOne(ctx, t, func(tx Tx) error {
+		linked, err := tx.LinkReversal(ctx, orig.ID, t.ID, now)
 		if err != nil {
-			return fmt.Errorf("link reversal: %w", err)
+			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !linked {
 			return fmt.Errorf("transaction %s was reversed concurrently: %w", orig.ID, apperr.ErrConflict)
 		}
 		return nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,7 +17,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/natsx"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // Audit consumer and query limits.
@@ -40,9 +40,9 @@ func AuditSpec(dl natsx.DeadLetters) natsx.ConsumerSpec {
 // ends. A batch that cannot be stored is redelivered (nothing is acked
 // before it is committed); a repeat changes nothing (event id is unique); a
 // record that does not decode is dead-lettered whole, never stored half.
-func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger, pool *pgxpool.Pool, dl natsx.DeadLetters) error {
+func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App, dl natsx.DeadLetters) error {
 	return natsx.Consume(ctx, js, log, AuditSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
-		evs := make([]*eventsv1.AuditRecorded, 0, len(msgs))
+		evs := make([]domain.AuditEvent, 0, len(msgs))
 		var poison *natsx.PoisonError
 		for _, m := range msgs {
 			if !strings.HasPrefix(m.Subject(), audit.SubjectPrefix) {
@@ -60,25 +60,26 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 				poison.Add(natsx.MsgID(m), err)
 				continue
 			}
-			evs = append(evs, e)
+			evs = append(evs, domain.AuditEvent{EventID: e.EventId, At: e.At.AsTime(), Service: e.Service, Method: e.Method,
+				Actor: e.Actor, Role: e.Role, ResourceIDs: e.ResourceIds, RequestID: e.RequestId, Code: e.Code, ClientAddr: e.ClientAddr})
 		}
 		if poison != nil {
 			return poison
 		}
-		return postgres.StoreAuditEvents(ctx, pool, evs)
+		return a.RecordAuditEvents(ctx, evs)
 	})
 }
 
 // AuditServer is the gRPC AuditService (GET /v1/audit-events).
 type AuditServer struct {
 	ledgerv1.UnimplementedAuditServiceServer
-	Pool *pgxpool.Pool
+	App *app.App
 }
 
 // ListAuditEvents implements AuditService.
 func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAuditEventsRequest) (*ledgerv1.ListAuditEventsResponse, error) {
 	var v apperr.Validator
-	f := postgres.AuditFilter{Actor: r.GetActor(), Method: r.GetMethod(), Limit: int(r.GetPageSize())}
+	f := app.AuditFilter{Actor: r.GetActor(), Method: r.GetMethod(), Limit: int(r.GetPageSize())}
 	v.Check(f.Limit >= 0 && f.Limit <= auditPageMax, "page_size", "want 0..%d", auditPageMax)
 	if f.Limit == 0 {
 		f.Limit = auditPageDefault
@@ -99,16 +100,15 @@ func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAudit
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	rows, next, err := postgres.ListAuditEvents(ctx, s.Pool, f)
+	rows, next, err := s.App.ListAuditEvents(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	out := &ledgerv1.ListAuditEventsResponse{Events: make([]*ledgerv1.AuditEvent, 0, len(rows)), NextPageToken: next}
-	for _, row := range rows {
-		e := row.Event
-		out.Events = append(out.Events, &ledgerv1.AuditEvent{EventId: e.EventId, At: e.At, Service: e.Service, Method: e.Method,
-			Actor: e.Actor, Role: e.Role, ResourceIds: e.ResourceIds, RequestId: e.RequestId, Code: e.Code,
-			ClientAddr: e.ClientAddr, StoredAt: timestamppb.New(row.StoredAt)})
+	for _, e := range rows {
+		out.Events = append(out.Events, &ledgerv1.AuditEvent{EventId: e.EventID, At: timestamppb.New(e.At), Service: e.Service, Method: e.Method,
+			Actor: e.Actor, Role: e.Role, ResourceIds: e.ResourceIDs, RequestId: e.RequestID, Code: e.Code,
+			ClientAddr: e.ClientAddr, StoredAt: timestamppb.New(e.StoredAt)})
 	}
 	return out, nil
 }

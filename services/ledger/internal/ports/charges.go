@@ -2,13 +2,16 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
 
@@ -39,13 +42,64 @@ func ChargesSpec(dl natsx.DeadLetters) natsx.ConsumerSpec {
 // ctx ends.
 func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App, dl natsx.DeadLetters) error {
 	return natsx.Consume(ctx, js, log, ChargesSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
-		in := make([]app.Message, 0, len(msgs))
+		in := make([]ChargesMessage, 0, len(msgs))
 		for _, m := range msgs {
 			if strings.HasPrefix(m.Subject(), chargesRatedPrefix) {
-				in = append(in, app.Message{ID: natsx.MsgID(m), Payload: m.Data()})
+				in = append(in, ChargesMessage{ID: natsx.MsgID(m), Payload: m.Data()})
 			}
 		}
-		_, err := a.PostCharges(ctx, in)
+		_, err := PostCharges(ctx, a, in)
 		return err
 	})
+}
+
+// ChargesMessage is one charges.rated message: its Nats-Msg-Id and payload.
+type ChargesMessage struct {
+	ID      string
+	Payload []byte
+}
+
+// PostCharges decodes a fetched batch of charges.rated messages and posts it
+// (app.PostCharges: one database transaction). It returns the number of
+// transactions posted; messages that can never be posted are named in a
+// *natsx.PoisonError, which Consume dead-letters.
+func PostCharges(ctx context.Context, a *app.App, msgs []ChargesMessage) (int, error) {
+	in := make([]app.ChargeMessage, len(msgs))
+	for i, m := range msgs {
+		in[i] = decodeCharges(m)
+	}
+	n, err := a.PostCharges(ctx, in)
+	if bad := (*app.UnpostableError)(nil); errors.As(err, &bad) {
+		return n, &natsx.PoisonError{ByID: bad.ByID}
+	}
+	return n, err
+}
+
+// decodeCharges converts a ChargesRatedBatch; the lines of all its charges
+// share one slice (one allocation per message, none per charge).
+func decodeCharges(m ChargesMessage) app.ChargeMessage {
+	var b eventsv1.ChargesRatedBatch
+	if err := proto.Unmarshal(m.Payload, &b); err != nil {
+		return app.ChargeMessage{ID: m.ID, Err: err}
+	}
+	nLines := 0
+	for _, c := range b.Charges {
+		nLines += len(c.GetLines())
+	}
+	lines := make([]app.ChargeLine, 0, nLines)
+	out := app.ChargeMessage{ID: m.ID, Charges: make([]app.RatedCharge, len(b.Charges))}
+	for i, c := range b.Charges {
+		first := len(lines)
+		for _, l := range c.GetLines() {
+			lines = append(lines, app.ChargeLine{Kind: l.GetKind(), GPUModel: l.GetGpuModel(), GPUHours: l.GetGpuHours()})
+		}
+		rc := &out.Charges[i]
+		*rc = app.RatedCharge{ChargeID: c.GetChargeId(), LeaseID: c.GetLeaseId(), RenterID: c.GetRenterId(),
+			ProviderID: c.GetProviderId(), CycleID: c.GetCycleId(), Currency: c.GetCurrency(), Amount: c.GetAmount(),
+			Lines: lines[first:len(lines):len(lines)]}
+		if c.GetEffectiveAt() != nil {
+			rc.EffectiveAt = c.GetEffectiveAt().AsTime()
+		}
+	}
+	return out
 }

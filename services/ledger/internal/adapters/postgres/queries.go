@@ -13,9 +13,6 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
-// ErrNotFound is returned when a row does not exist.
-var ErrNotFound = errors.New("not found")
-
 const zeroUUID = "00000000-0000-0000-0000-000000000000"
 
 // LoadTransactions reads transactions with their postings, links and chain
@@ -95,19 +92,13 @@ func TxByKey(ctx context.Context, q Querier, key string) (string, []byte, error)
 	var h []byte
 	err := q.QueryRow(ctx, `select id::text, request_hash from ledger.transactions where idempotency_key = $1`, key).Scan(&id, &h)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, ErrNotFound
+		return "", nil, domain.ErrNotFound
 	}
 	return id, h, err
 }
 
-// Totals are the debits and credits of an account in one currency.
-type Totals struct {
-	Currency        string
-	Debits, Credits decimal.Decimal
-}
-
-func scanTotals(rows pgx.Rows) (map[string][]Totals, error) {
-	out := map[string][]Totals{}
+func scanTotals(rows pgx.Rows) (map[string][]domain.Totals, error) {
+	out := map[string][]domain.Totals{}
 	for rows.Next() {
 		var acc, cur, d, c string
 		if err := rows.Scan(&acc, &cur, &d, &c); err != nil {
@@ -121,7 +112,7 @@ func scanTotals(rows pgx.Rows) (map[string][]Totals, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[acc] = append(out[acc], Totals{Currency: cur, Debits: dd, Credits: cc})
+		out[acc] = append(out[acc], domain.Totals{Currency: cur, Debits: dd, Credits: cc})
 	}
 	return out, rows.Err()
 }
@@ -129,7 +120,7 @@ func scanTotals(rows pgx.Rows) (map[string][]Totals, error) {
 // AccountTotals returns the totals of accounts per currency, now (asOf nil:
 // the maintained balances) or as of an instant (summing postings up to it
 // through the (account, created_at) index).
-func AccountTotals(ctx context.Context, q Querier, accounts []string, asOf *time.Time) (map[string][]Totals, error) {
+func AccountTotals(ctx context.Context, q Querier, accounts []string, asOf *time.Time) (map[string][]domain.Totals, error) {
 	var rows pgx.Rows
 	var err error
 	if asOf == nil {
@@ -181,16 +172,10 @@ func prefixUpper(prefix string) string {
 	return ""
 }
 
-// TxCursor is a position in a transaction listing.
-type TxCursor struct {
-	CreatedAt time.Time
-	ID        string
-}
-
 // ListTxIDsByAccount pages through the transactions that post to account, in
 // (created_at, id) order.
-func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *TxCursor, limit int) ([]TxCursor, error) {
-	c := TxCursor{CreatedAt: time.Unix(0, 0).UTC(), ID: zeroUUID}
+func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error) {
+	c := domain.TxCursor{CreatedAt: time.Unix(0, 0).UTC(), ID: zeroUUID}
 	if after != nil {
 		c = *after
 	}
@@ -200,9 +185,9 @@ func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *T
 	if err != nil {
 		return nil, fmt.Errorf("list transactions: %w", err)
 	}
-	var out []TxCursor
+	var out []domain.TxCursor
 	for rows.Next() {
-		var x TxCursor
+		var x domain.TxCursor
 		if err := rows.Scan(&x.CreatedAt, &x.ID); err != nil {
 			return nil, err
 		}
@@ -223,25 +208,18 @@ func ListTxIDs(ctx context.Context, q Querier, after string, limit int) ([]strin
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// CycleBalance is a provider's pending balance in a cycle.
-type CycleBalance struct {
-	Account  string
-	Currency string
-	Amount   decimal.Decimal
-}
-
 // ListCycleBalances pages through the non-zero provider pending balances of a
 // cycle in (account, currency) order.
-func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]CycleBalance, error) {
+func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
 	rows, err := q.Query(ctx, `select account, currency, (credits - debits)::text from ledger.balances
 		where cycle_id = $1 and (account, currency) > ($2, $3) and credits <> debits
 		order by account, currency limit $4`, cycle, afterAccount, afterCurrency, limit)
 	if err != nil {
 		return nil, fmt.Errorf("cycle balances: %w", err)
 	}
-	var out []CycleBalance
+	var out []domain.CycleBalance
 	for rows.Next() {
-		var b CycleBalance
+		var b domain.CycleBalance
 		var amt string
 		if err := rows.Scan(&b.Account, &b.Currency, &amt); err != nil {
 			return nil, err
@@ -256,7 +234,7 @@ func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afte
 
 // CurrencyTotals returns every account's totals in one currency, now or as
 // of an instant.
-func CurrencyTotals(ctx context.Context, q Querier, currency string, asOf *time.Time) (map[string]Totals, error) {
+func CurrencyTotals(ctx context.Context, q Querier, currency string, asOf *time.Time) (map[string]domain.Totals, error) {
 	var rows pgx.Rows
 	var err error
 	if asOf == nil {
@@ -276,7 +254,7 @@ func CurrencyTotals(ctx context.Context, q Querier, currency string, asOf *time.
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]Totals, len(m))
+	out := make(map[string]domain.Totals, len(m))
 	for acc, ts := range m {
 		out[acc] = ts[0]
 	}
@@ -293,4 +271,59 @@ func TxIDsTouching(ctx context.Context, q Querier, accounts []string, currency s
 		return nil, fmt.Errorf("transactions touching house accounts: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// The read queries, on the pool, as app.Store.
+
+// LoadTransactions implements app.Store.
+func (s *Store) LoadTransactions(ctx context.Context, ids []string) ([]*domain.Transaction, error) {
+	return LoadTransactions(ctx, s.Pool, ids)
+}
+
+// TxByKey implements app.Store.
+func (s *Store) TxByKey(ctx context.Context, key string) (string, []byte, error) {
+	return TxByKey(ctx, s.Pool, key)
+}
+
+// AccountExists implements app.Store.
+func (s *Store) AccountExists(ctx context.Context, address string) (bool, error) {
+	return AccountExists(ctx, s.Pool, address)
+}
+
+// AccountTotals implements app.Store.
+func (s *Store) AccountTotals(ctx context.Context, accounts []string, asOf *time.Time) (map[string][]domain.Totals, error) {
+	return AccountTotals(ctx, s.Pool, accounts, asOf)
+}
+
+// ListAccountAddresses implements app.Store.
+func (s *Store) ListAccountAddresses(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	return ListAccountAddresses(ctx, s.Pool, prefix, after, limit)
+}
+
+// ListTxIDs implements app.Store.
+func (s *Store) ListTxIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	return ListTxIDs(ctx, s.Pool, after, limit)
+}
+
+// ListTxIDsByAccount implements app.Store.
+func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error) {
+	return ListTxIDsByAccount(ctx, s.Pool, account, after, limit)
+}
+
+// ListCycleBalances implements app.Store.
+func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
+	return ListCycleBalances(ctx, s.Pool, cycle, afterAccount, afterCurrency, limit)
+}
+
+// ChainHead implements app.Store.
+func (s *Store) ChainHead(ctx context.Context) (string, int64, error) { return ChainHead(ctx, s.Pool) }
+
+// CurrencyTotals implements app.Store.
+func (s *Store) CurrencyTotals(ctx context.Context, currency string, asOf *time.Time) (map[string]domain.Totals, error) {
+	return CurrencyTotals(ctx, s.Pool, currency, asOf)
+}
+
+// TxIDsTouching implements app.Store.
+func (s *Store) TxIDsTouching(ctx context.Context, accounts []string, currency string, asOf time.Time) ([]string, error) {
+	return TxIDsTouching(ctx, s.Pool, accounts, currency, asOf)
 }

@@ -1,6 +1,8 @@
-// Package postgres is the ledger's Postgres adapter: the batched journal
-// writer and the read queries. Every write path goes through Post, which
-// costs a fixed number of statements per batch whatever its size.
+// Package postgres is the ledger's Postgres adapter: what app.Store and
+// app.Tx need (services/ledger/store.go binds them) — the batched journal writer, the cycle locks, the inbox and
+// outbox of a write, and the read queries. Every write path goes through
+// Tx.Post, which costs a fixed number of statements per batch whatever its
+// size.
 package postgres
 
 import (
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -42,23 +45,21 @@ type Store struct {
 	known map[string]struct{} // accounts known to exist (skip the insert)
 }
 
+// Tx is the store inside one Postgres transaction.
+type Tx struct {
+	s  *Store
+	tx pgx.Tx
+}
+
 // NewStore returns a store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{Pool: pool, known: map[string]struct{}{}}
 }
 
-// BalanceChange is the effect of a batch on one (account, currency).
-type BalanceChange struct {
-	Account  domain.Account
-	Currency string
-	Delta    decimal.Decimal // normal side
-	After    decimal.Decimal // normal side, after the batch
-	Created  bool            // the balance row was created by this batch
-	Reversal bool            // every posting on it came from reversals
+// InTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{s: s, tx: tx}) })
 }
-
-// Before is the balance before the batch.
-func (c BalanceChange) Before() decimal.Decimal { return c.After.Sub(c.Delta) }
 
 type balKey struct{ account, currency string }
 
@@ -68,21 +69,49 @@ type agg struct {
 	reversalOnly    bool
 }
 
-// Post writes transactions inside tx: the journal rows, their postings (one
-// COPY), the accounts on first use and one upsert of every touched balance,
-// in sorted (account, currency) order so concurrent writers never deadlock.
-// Transactions whose idempotency key already exists are skipped; the fresh
-// ones are returned with the balance changes they caused. beforeBalances (if
-// not nil) runs with the fresh transactions just before the balance upsert,
-// the statement that takes the row locks, so writes that need no balance
-// (outbox rows) are done before the locks and hot rows stay locked only for
-// the upsert and the commit.
-func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, beforeBalances func([]*domain.Transaction) error) ([]*domain.Transaction, []BalanceChange, error) {
+// Post writes transactions: the journal rows, their postings (one COPY), the
+// accounts on first use, the ledger.posted events of the fresh ones and one
+// upsert of every touched balance, in sorted (account, currency) order so
+// concurrent writers never deadlock. Transactions whose idempotency key
+// already exists are skipped; the fresh ones are returned with the balance
+// changes they caused. The events are written before the balance upsert, the
+// statement that takes the row locks, so hot rows stay locked only for the
+// upsert and the commit.
+func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Transaction, []domain.BalanceChange, error) {
 	if len(txs) == 0 {
 		return nil, nil, nil
 	}
-	// Sorted by key: two batches with overlapping keys wait on each other in
-	// one order only.
+	fresh, err := t.insertTransactions(ctx, txs)
+	if err != nil || len(fresh) == 0 {
+		return nil, nil, err
+	}
+	aggs, postRows, err := aggregate(fresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys := sortedKeys(aggs)
+	if err := t.ensureAccounts(ctx, keys, aggs); err != nil {
+		return nil, nil, err
+	}
+	if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{Schema, "postings"},
+		[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"},
+		pgx.CopyFromRows(postRows)); err != nil {
+		return nil, nil, fmt.Errorf("copy postings: %w", err)
+	}
+	if err := t.publishPosted(ctx, fresh); err != nil {
+		return nil, nil, err
+	}
+	changes, err := t.upsertBalances(ctx, keys, aggs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fresh, changes, nil
+}
+
+// insertTransactions inserts the journal rows, sorted by idempotency key (two
+// batches with overlapping keys wait on each other in one order only), and
+// returns the fresh transactions in the caller's order.
+func (t *Tx) insertTransactions(ctx context.Context, txs []*domain.Transaction) ([]*domain.Transaction, error) {
 	sorted := make([]*domain.Transaction, len(txs))
 	copy(sorted, txs)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].IdempotencyKey < sorted[j].IdempotencyKey })
@@ -90,20 +119,20 @@ func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, 
 	ids, keys, kinds, descs, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	hashes := make([][]byte, n)
 	eff, created := make([]time.Time, n), make([]time.Time, n)
-	for i, t := range sorted {
-		md := t.Metadata
+	for i, x := range sorted {
+		md := x.Metadata
 		if md == nil {
 			md = map[string]string{}
 		}
 		mb, err := json.Marshal(md)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		h := t.RequestHash
-		ids[i], keys[i], kinds[i], descs[i], metas[i], hashes[i] = t.ID, t.IdempotencyKey, string(t.Kind), t.Description, string(mb), h[:]
-		eff[i], created[i] = t.EffectiveAt, t.CreatedAt
+		h := x.RequestHash
+		ids[i], keys[i], kinds[i], descs[i], metas[i], hashes[i] = x.ID, x.IdempotencyKey, string(x.Kind), x.Description, string(mb), h[:]
+		eff[i], created[i] = x.EffectiveAt, x.CreatedAt
 	}
-	rows, err := tx.Query(ctx, `insert into ledger.transactions
+	rows, err := t.tx.Query(ctx, `insert into ledger.transactions
 			(id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
 		select u.id::uuid, u.k, u.h, u.kind, u.d, u.e, u.c, u.m::jsonb
 		from unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[])
@@ -111,29 +140,31 @@ func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, 
 		on conflict (idempotency_key) do nothing
 		returning id::text`, ids, keys, hashes, kinds, descs, eff, created, metas)
 	if err != nil {
-		return nil, nil, fmt.Errorf("insert transactions: %w", err)
+		return nil, fmt.Errorf("insert transactions: %w", err)
 	}
 	freshIDs := map[string]bool{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		freshIDs[id] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("insert transactions: %w", err)
+		return nil, fmt.Errorf("insert transactions: %w", err)
 	}
 	fresh := make([]*domain.Transaction, 0, len(freshIDs))
-	for _, t := range txs { // caller's order
-		if freshIDs[t.ID] {
-			fresh = append(fresh, t)
+	for _, x := range txs { // caller's order
+		if freshIDs[x.ID] {
+			fresh = append(fresh, x)
 		}
 	}
-	if len(fresh) == 0 {
-		return nil, nil, nil
-	}
+	return fresh, nil
+}
 
+// aggregate makes the postings' COPY rows and sums the postings per
+// (account, currency).
+func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, [][]any, error) {
 	aggs := map[balKey]*agg{}
 	postRows := make([][]any, 0, 2*len(fresh))
 	for _, t := range fresh {
@@ -159,38 +190,35 @@ func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, 
 			a.reversalOnly = a.reversalOnly && t.Kind == domain.TxReversal
 		}
 	}
-	keysSorted := make([]balKey, 0, len(aggs))
+	return aggs, postRows, nil
+}
+
+// sortedKeys are the balances touched, in (account, currency) order: the
+// order every writer locks them in.
+func sortedKeys(aggs map[balKey]*agg) []balKey {
+	keys := make([]balKey, 0, len(aggs))
 	for k := range aggs {
-		keysSorted = append(keysSorted, k)
+		keys = append(keys, k)
 	}
-	sort.Slice(keysSorted, func(i, j int) bool {
-		if keysSorted[i].account != keysSorted[j].account {
-			return keysSorted[i].account < keysSorted[j].account
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].account != keys[j].account {
+			return keys[i].account < keys[j].account
 		}
-		return keysSorted[i].currency < keysSorted[j].currency
+		return keys[i].currency < keys[j].currency
 	})
+	return keys
+}
 
-	if err := s.ensureAccounts(ctx, tx, keysSorted, aggs); err != nil {
-		return nil, nil, err
-	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{Schema, "postings"},
-		[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"},
-		pgx.CopyFromRows(postRows)); err != nil {
-		return nil, nil, fmt.Errorf("copy postings: %w", err)
-	}
-	if beforeBalances != nil {
-		if err := beforeBalances(fresh); err != nil {
-			return nil, nil, err
-		}
-	}
-
-	m := len(keysSorted)
+// upsertBalances moves every touched balance in one statement, in key order,
+// and returns each one's change.
+func (t *Tx) upsertBalances(ctx context.Context, keys []balKey, aggs map[balKey]*agg) ([]domain.BalanceChange, error) {
+	m := len(keys)
 	bAcc, bCur, bDeb, bCred, bCyc := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
-	for i, k := range keysSorted {
+	for i, k := range keys {
 		a := aggs[k]
 		bAcc[i], bCur[i], bDeb[i], bCred[i], bCyc[i] = k.account, k.currency, a.debits.String(), a.credits.String(), a.acc.Cycle
 	}
-	rows, err = tx.Query(ctx, `insert into ledger.balances as b (account, currency, debits, credits, cycle_id)
+	rows, err := t.tx.Query(ctx, `insert into ledger.balances as b (account, currency, debits, credits, cycle_id)
 		select u.a, u.c, u.d::numeric, u.cr::numeric, nullif(u.cy, '')
 		from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) with ordinality as u(a, c, d, cr, cy, n)
 		order by u.n
@@ -198,34 +226,41 @@ func (s *Store) Post(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction, 
 			set debits = b.debits + excluded.debits, credits = b.credits + excluded.credits, updated_at = now()
 		returning account, currency, debits::text, credits::text, (xmax = 0)`, bAcc, bCur, bDeb, bCred, bCyc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("update balances: %w", err)
+		return nil, fmt.Errorf("update balances: %w", err)
 	}
-	changes := make([]BalanceChange, 0, m)
+	changes := make([]domain.BalanceChange, 0, m)
 	for rows.Next() {
 		var k balKey
 		var deb, cred string
 		var inserted bool
 		if err := rows.Scan(&k.account, &k.currency, &deb, &cred, &inserted); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		a := aggs[k]
-		d, _ := decimal.NewFromString(deb)
-		c, _ := decimal.NewFromString(cred)
-		changes = append(changes, BalanceChange{
+		d, err := decimal.NewFromString(deb)
+		if err != nil {
+			return nil, fmt.Errorf("balance %s %s debits %q: %w", k.account, k.currency, deb, err)
+		}
+		c, err := decimal.NewFromString(cred)
+		if err != nil {
+			return nil, fmt.Errorf("balance %s %s credits %q: %w", k.account, k.currency, cred, err)
+		}
+		changes = append(changes, domain.BalanceChange{
 			Account: a.acc, Currency: k.currency,
 			Delta: a.acc.NormalBalance(a.debits, a.credits), After: a.acc.NormalBalance(d, c),
 			Created: inserted, Reversal: a.reversalOnly,
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("update balances: %w", err)
+		return nil, fmt.Errorf("update balances: %w", err)
 	}
-	return fresh, changes, nil
+	return changes, nil
 }
 
 // ensureAccounts creates accounts on first use (sorted, so concurrent
-// creators never deadlock) and remembers them to skip the insert next time.
-func (s *Store) ensureAccounts(ctx context.Context, tx pgx.Tx, keys []balKey, aggs map[balKey]*agg) error {
+// creators never deadlock), skipping those known to exist.
+func (t *Tx) ensureAccounts(ctx context.Context, keys []balKey, aggs map[balKey]*agg) error {
+	s := t.s
 	var addrs, classes, kinds, pools []string
 	s.mu.Lock()
 	last := ""
@@ -247,7 +282,7 @@ func (s *Store) ensureAccounts(ctx context.Context, tx pgx.Tx, keys []balKey, ag
 	if len(addrs) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `insert into ledger.accounts (address, class, kind, fund_pool)
+	if _, err := t.tx.Exec(ctx, `insert into ledger.accounts (address, class, kind, fund_pool)
 		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[])
 		on conflict (address) do nothing`, addrs, classes, kinds, pools); err != nil {
 		return fmt.Errorf("create accounts: %w", err)
@@ -257,7 +292,7 @@ func (s *Store) ensureAccounts(ctx context.Context, tx pgx.Tx, keys []balKey, ag
 
 // Remember marks accounts as existing once the transaction that created them
 // has committed.
-func (s *Store) Remember(changes []BalanceChange) {
+func (s *Store) Remember(changes []domain.BalanceChange) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.known) > knownAccountsMax {

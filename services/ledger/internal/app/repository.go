@@ -1,0 +1,86 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Store is what the ledger's use cases need from storage (implemented by
+// adapters/postgres). Every write runs in WithTx; reads outside one are
+// here. A missing row is domain.ErrNotFound.
+type Store interface {
+	WithTx(ctx context.Context, fn func(Tx) error) error
+	// Remember notes, once a write has committed, the accounts it created,
+	// so later writes skip creating them.
+	Remember(changes []domain.BalanceChange)
+
+	// LoadTransactions reads transactions with their postings, links and
+	// chain hash, in the order of ids (missing ones are left out).
+	LoadTransactions(ctx context.Context, ids []string) ([]*domain.Transaction, error)
+	// TxByKey is the id and request hash stored under an idempotency key.
+	TxByKey(ctx context.Context, key string) (string, []byte, error)
+	AccountExists(ctx context.Context, address string) (bool, error)
+	// AccountTotals are accounts' totals per currency, now (asOf nil) or as of an instant.
+	AccountTotals(ctx context.Context, accounts []string, asOf *time.Time) (map[string][]domain.Totals, error)
+	// ListAccountAddresses pages through addresses starting with prefix, after `after`.
+	ListAccountAddresses(ctx context.Context, prefix, after string, limit int) ([]string, error)
+	// ListTxIDs pages through every transaction in id (time) order.
+	ListTxIDs(ctx context.Context, after string, limit int) ([]string, error)
+	// ListTxIDsByAccount pages through the transactions posting to account.
+	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error)
+	// ListCycleBalances pages through a cycle's non-zero provider pending
+	// balances in (account, currency) order.
+	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)
+
+	// ChainHead is the hash (hex) and position of the hash chain's last link.
+	ChainHead(ctx context.Context) (string, int64, error)
+	// CurrencyTotals are every account's totals in one currency, now or as of an instant.
+	CurrencyTotals(ctx context.Context, currency string, asOf *time.Time) (map[string]domain.Totals, error)
+	// TxIDsTouching are the transactions (created up to asOf) posting in
+	// currency to any of accounts, oldest first.
+	TxIDsTouching(ctx context.Context, accounts []string, currency string, asOf time.Time) ([]string, error)
+
+	// StoreAuditEvents appends audit events; a repeated event id changes nothing.
+	StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) error
+	// ListAuditEvents answers newest first, at most f.Limit.
+	ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.StoredAuditEvent, error)
+}
+
+// Tx is Store inside one database transaction.
+type Tx interface {
+	// Claim records inbound message ids of consumer in the inbox and returns
+	// those not seen before.
+	Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error)
+	// LockCyclesShared holds every cycle's lock shared until commit (posting
+	// to it); LockCycle holds one exclusively (closing it).
+	LockCyclesShared(ctx context.Context, cycles []string) error
+	LockCycle(ctx context.Context, cycle string) error
+	ClosedCycles(ctx context.Context) (map[string]bool, error)
+	// CloseCycle records the close (a repeat keeps the first) and returns its time.
+	CloseCycle(ctx context.Context, cycle string, at time.Time) (time.Time, error)
+
+	// Post writes transactions: journal rows, postings, accounts on first
+	// use, ledger.posted events for the fresh ones, and one update of every
+	// touched balance (last, so hot balance rows stay locked only until the
+	// commit). Transactions whose idempotency key exists are skipped; the
+	// fresh ones are returned, in the caller's order, with the balance
+	// changes they made.
+	Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Transaction, []domain.BalanceChange, error)
+	TxByKey(ctx context.Context, key string) (string, []byte, error)
+	// LinkReversal links a reversal to its original; false if the original
+	// already has one.
+	LinkReversal(ctx context.Context, originalID, reversalID string, at time.Time) (bool, error)
+	// PublishDepletions publishes billing.wallet.depleted.{renter}.
+	PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error
+}
+
+// AuditFilter selects audit events.
+type AuditFilter struct {
+	Actor    string
+	Method   string // full method, or its last part
+	From, To *time.Time
+	Limit    int
+	Before   int64 // seq below this; 0 = from the newest
+}

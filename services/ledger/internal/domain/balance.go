@@ -1,0 +1,78 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// BalanceChange is the effect of one write on one (account, currency).
+type BalanceChange struct {
+	Account  Account
+	Currency string
+	Delta    decimal.Decimal // normal side
+	After    decimal.Decimal // normal side, after the write
+	Created  bool            // the balance row was created by this write
+	Reversal bool            // every posting on it came from reversals
+}
+
+// Before is the balance before the write.
+func (c BalanceChange) Before() decimal.Decimal { return c.After.Sub(c.Delta) }
+
+// Totals are the debits and credits of an account in one currency.
+type Totals struct {
+	Currency        string
+	Debits, Credits decimal.Decimal
+}
+
+// CycleBalance is a provider's pending balance in a cycle.
+type CycleBalance struct {
+	Account  string
+	Currency string
+	Amount   decimal.Decimal
+}
+
+// TxCursor is a position in an account's transactions, (created_at, id) order.
+type TxCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// WalletDepletion is billing.wallet.depleted.{renter}: a debit took a renter
+// wallet from above zero (or from nothing) to zero or below.
+type WalletDepletion struct {
+	RenterID      string
+	Currency      string
+	Balance       decimal.Decimal
+	TransactionID string // the write's last transaction on the wallet
+	At            time.Time
+}
+
+// Depletions are the wallets txs (one write, with its balance changes)
+// depleted. A wallet already at or below zero before the write was announced
+// when it crossed, and is not again.
+func Depletions(txs []*Transaction, changes []BalanceChange, at time.Time) []WalletDepletion {
+	var out []WalletDepletion
+	var last map[string]string // wallet|currency → the write's last transaction on it
+	for _, c := range changes {
+		if c.Account.Class != ClassRenter || !c.Delta.IsNegative() || c.After.IsPositive() {
+			continue
+		}
+		if !c.Before().IsPositive() && !c.Created {
+			continue
+		}
+		if last == nil {
+			last = make(map[string]string, len(txs))
+			for _, t := range txs {
+				for _, p := range t.Postings {
+					if p.Account.Class == ClassRenter {
+						last[p.Account.Address+"|"+p.Currency] = t.ID
+					}
+				}
+			}
+		}
+		out = append(out, WalletDepletion{RenterID: c.Account.Party, Currency: c.Currency, Balance: c.After,
+			TransactionID: last[c.Account.Address+"|"+c.Currency], At: at})
+	}
+	return out
+}
