@@ -17,6 +17,7 @@ import (
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 const waitLong = 30 * time.Second
@@ -102,6 +103,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("p-returned: %s %s", h, p.FailureCode)
 	}
 	st.checkProvider(t, "p-returned", "CNY", "150.00", "0")
+	recordHistory(t, st.tc, "returned_history.json", domain.WorkflowID(p.PayoutId))
 
 	// canceled: no payout method, so it waits; finance cancels it; the
 	// money stays in available; a canceled payout cannot be canceled again.
