@@ -21,7 +21,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // The helper worker process (TestHelperPayoutWorker) reads its wiring from
@@ -66,7 +66,7 @@ func TestHelperPayoutWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.acts.Rail = &hangingRail{Sandbox: s.sandbox, submitted: make(chan string, 1)}
+	s.payouts.Rail = &hangingRail{Sandbox: s.sandbox, submitted: make(chan string, 1)}
 	_ = s.Run(ctx) // until SIGKILL
 }
 
@@ -83,8 +83,8 @@ func TestPayoutWorkerSIGKILLedAfterSubmission(t *testing.T) {
 	st.settleLedgerOnly(t, "p-sigkill", "cyc-20260101", "CNY", "900.00")
 	id := ids.New("po")
 	if err := st.s.store.Tx(context.Background(), func(tx pgx.Tx) error {
-		_, err := st.s.store.CreateFromSettled(context.Background(), tx, adapters.Payout{ID: id, ProviderID: "p-sigkill", CycleID: "cyc-20260101",
-			Currency: "CNY", Gross: decimal.RequireFromString("900.00"), Net: decimal.RequireFromString("900.00"), CreatedAt: time.Now()}, st.s.acts.Minimums)
+		_, err := st.s.store.CreateFromSettled(context.Background(), tx, domain.Payout{ID: id, ProviderID: "p-sigkill", CycleID: "cyc-20260101",
+			Currency: "CNY", Gross: decimal.RequireFromString("900.00"), Net: decimal.RequireFromString("900.00"), CreatedAt: time.Now()}, st.s.payouts.Minimums)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -98,6 +98,7 @@ type Service struct {
 	queue   string
 	store   *adapters.Store
 	sandbox *adapters.Sandbox
+	payouts *app.Payouts
 	acts    *ports.Activities
 	flow    *ports.Workflows
 	hooks   *ports.Deliverer
@@ -128,17 +129,18 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
-	s.acts = &ports.Activities{Store: st, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Rail: s.sandbox,
+	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: s.sandbox,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
-	s.api = &ports.Server{Store: st, Clock: d.Clock, Flow: s.flow, Webhooks: guard}
+	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
 }
 
 // statusChangedEvent is payout.status_changed.{provider}, one per change
 // (id: payout id and version).
-func statusChangedEvent(p adapters.Payout, from string, c adapters.Change) (outbox.Message, error) {
+func statusChangedEvent(p domain.Payout, from string, c domain.Change) (outbox.Message, error) {
 	net := p.Net.String()
 	if cur, err := money.Lookup(p.Currency); err == nil {
 		net = cur.Format(p.Net)
@@ -216,7 +218,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.hooks.Run(ctx) })
 	if s.d.JS != nil {
 		g.Go(func() error {
-			return ports.ConsumeSettled(ctx, s.d.JS, s.store, s.acts.Minimums, s.d.Clock, s.d.Log, s.flow)
+			return ports.ConsumeSettled(ctx, s.d.JS, s.d.Pool, s.store.In, s.payouts, s.d.Log, s.flow)
 		})
 		g.Go(func() error { return ports.WakeOnCredits(ctx, s.d.JS, s.store, s.flow, s.d.Log) })
 		g.Go(func() error {

@@ -287,7 +287,7 @@ func TestPayoutWorkerKilledAfterSubmission(t *testing.T) {
 	st.stopPayout()
 	sandbox := st.s.sandbox
 	hang := &hangingRail{Sandbox: sandbox, submitted: make(chan string, 1)}
-	st.s.acts.Rail = hang
+	st.s.payouts.Rail = hang
 	st.startPayout()
 	st.setup(t, "p-kill", "6222000011118881")
 	st.settle(t, "p-kill", "cyc-20260101", "CNY", "800.00")

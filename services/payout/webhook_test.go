@@ -21,7 +21,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // Every status change reaches the provider's webhook (a receiver on
@@ -52,7 +52,7 @@ func TestPayoutWebhooks(t *testing.T) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		var ev adapters.WebhookEvent
+		var ev domain.WebhookEvent
 		if err := json.Unmarshal(body, &ev); err != nil || ev.ProviderID != "p-hook" || ev.EventID != r.Header.Get("Gpubill-Event-Id") {
 			bad++
 			return
@@ -152,7 +152,7 @@ func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	}
 
 	// As if the host had resolved to a public address at creation.
-	wh := adapters.Webhook{ID: "wh-ssrf", ProviderID: "p-ssrf", URL: recv.URL + "/hook", Secret: "whsec-0123456789abcdef", CreatedAt: time.Now()}
+	wh := domain.Webhook{ID: "wh-ssrf", ProviderID: "p-ssrf", URL: recv.URL + "/hook", Secret: "whsec-0123456789abcdef", CreatedAt: time.Now()}
 	if err := st.s.store.CreateWebhook(context.Background(), wh); err != nil {
 		t.Fatal(err)
 	}

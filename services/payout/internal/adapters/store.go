@@ -30,7 +30,7 @@ type Store struct {
 	Pool *pgxpool.Pool
 	// Event, when set, makes the outbox message announcing a status change
 	// (written in the transaction of the change).
-	Event func(p Payout, from string, c Change) (outbox.Message, error)
+	Event func(p domain.Payout, from string, c domain.Change) (outbox.Message, error)
 }
 
 // Tx runs fn in a transaction.
@@ -38,16 +38,9 @@ func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.Pool, fn)
 }
 
-// Method is a provider's payout method.
-type Method struct {
-	ProviderID string
-	domain.Method
-	UpdatedAt time.Time
-}
-
 // PutMethod replaces a provider's payout method and keeps the change
 // (masked) in the method history.
-func (s *Store) PutMethod(ctx context.Context, m Method) error {
+func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
 	return s.Tx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `insert into payout.methods (provider_id, type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (provider_id) do update set type = excluded.type,
@@ -76,7 +69,7 @@ func (s *Store) PutMethod(ctx context.Context, m Method) error {
 				return err
 			}
 			p.Version++
-			if err := s.record(ctx, tx, &p, p.Status, Change{Status: p.Status, Note: "payout method set: " + m.Summary(), At: m.UpdatedAt}); err != nil {
+			if err := s.record(ctx, tx, &p, p.Status, domain.Change{Status: p.Status, Note: "payout method set: " + m.Summary(), At: m.UpdatedAt}); err != nil {
 				return err
 			}
 		}
@@ -85,8 +78,8 @@ func (s *Store) PutMethod(ctx context.Context, m Method) error {
 }
 
 // GetMethod returns a provider's payout method, or ErrNotFound.
-func (s *Store) GetMethod(ctx context.Context, provider string) (Method, error) {
-	m := Method{ProviderID: provider}
+func (s *Store) GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error) {
+	m := domain.ProviderMethod{ProviderID: provider}
 	err := s.Pool.QueryRow(ctx, `select type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at
 		from payout.methods where provider_id = $1`, provider).Scan(&m.Type, &m.AccountName, &m.AccountNumber, &m.AlipayID,
 		&m.WechatOpenID, &m.BankCode, &m.UpdatedAt)
@@ -124,34 +117,6 @@ func gate(ctx context.Context, tx pgx.Tx, provider string) (in domain.GateInput,
 	return in, method, err
 }
 
-// Payout is one payout with its history.
-type Payout struct {
-	ID, ProviderID, CycleID, Currency    string
-	Gross, Commission, Tax, Net          decimal.Decimal
-	Status, Reason, Method, MethodSum    string
-	FailureCode, FailureMessage, RailRef string
-	Attempt                              int
-	Submitting                           bool
-	ExpectedArrival, PaidAt              *time.Time
-	AbsorbedInto                         string
-	Version                              int64
-	CreatedAt, UpdatedAt                 time.Time
-	History                              []Change
-	Statements                           []Statement
-}
-
-// Change is one status change.
-type Change struct {
-	Status, Note string
-	At           time.Time
-}
-
-// Statement is one settled statement a payout pays.
-type Statement struct {
-	CycleID, Currency string
-	Net               decimal.Decimal
-}
-
 // CreateFromSettled creates the payout of a settled provider, cycle and
 // currency once (a redelivery changes nothing); it reports whether it was
 // new. Earlier payouts of the provider and currency still waiting
@@ -160,7 +125,7 @@ type Statement struct {
 // canceled with the new payout's id, so one payout carries what is waiting.
 // Their money never left provider:{id}:available. It returns the ids of
 // the payouts that joined (their workflows have nothing left to wait for).
-func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (joined []string, err error) {
+func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p domain.Payout, min domain.Minimums) (joined []string, err error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, `select exists (select 1 from payout.payouts where provider_id = $1 and cycle_id = $2 and currency = $3)`,
 		p.ProviderID, p.CycleID, p.Currency).Scan(&exists); err != nil || exists {
@@ -170,7 +135,7 @@ func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min 
 	if err != nil {
 		return nil, err
 	}
-	p.Statements = []Statement{{CycleID: p.CycleID, Currency: p.Currency, Net: p.Net}}
+	p.Statements = []domain.Statement{{CycleID: p.CycleID, Currency: p.Currency, Net: p.Net}}
 	for _, w := range waiting {
 		p.Gross, p.Commission, p.Tax, p.Net = p.Gross.Add(w.Gross), p.Commission.Add(w.Commission), p.Tax.Add(w.Tax), p.Net.Add(w.Net)
 	}
@@ -210,12 +175,12 @@ func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p Payout, min 
 	if len(waiting) > 0 {
 		note = fmt.Sprintf("%d waiting payout(s) joined; %s", len(waiting), p.Reason)
 	}
-	return joined, s.record(ctx, tx, &p, "", Change{Status: p.Status, Note: note, At: p.CreatedAt})
+	return joined, s.record(ctx, tx, &p, "", domain.Change{Status: p.Status, Note: note, At: p.CreatedAt})
 }
 
 // lockWaiting locks a provider's payouts in a currency that wait before
 // submission (action_required).
-func (s *Store) lockWaiting(ctx context.Context, tx pgx.Tx, provider, currency string) ([]Payout, error) {
+func (s *Store) lockWaiting(ctx context.Context, tx pgx.Tx, provider, currency string) ([]domain.Payout, error) {
 	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
 		where provider_id = $1 and currency = $2 and status = 'action_required' and not submitting
 		order by payout_id for update`, provider, currency)
@@ -228,7 +193,7 @@ func (s *Store) lockWaiting(ctx context.Context, tx pgx.Tx, provider, currency s
 // Move changes a payout's status inside tx (the state machine refuses an
 // illegal change), keeps the change in its history with its time and
 // reason, and writes the status-change event to the outbox.
-func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *Payout, to, note string, at time.Time) error {
+func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *domain.Payout, to, note string, at time.Time) error {
 	if err := domain.CheckTransition(p.Status, to); err != nil {
 		return fmt.Errorf("payout %s: %w", p.ID, err)
 	}
@@ -247,11 +212,11 @@ func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *Payout, to, note string,
 	}
 	p.Status, p.Reason, p.UpdatedAt = to, note, at
 	p.Version++
-	return s.record(ctx, tx, p, from, Change{Status: to, Note: note, At: at})
+	return s.record(ctx, tx, p, from, domain.Change{Status: to, Note: note, At: at})
 }
 
 // record appends c to the payout's history and queues its event.
-func (s *Store) record(ctx context.Context, tx pgx.Tx, p *Payout, from string, c Change) error {
+func (s *Store) record(ctx context.Context, tx pgx.Tx, p *domain.Payout, from string, c domain.Change) error {
 	if _, err := tx.Exec(ctx, `insert into payout.status_history (payout_id, seq, status, note, at)
 		select $1, coalesce(max(seq), 0) + 1, $2, $3, $4 from payout.status_history where payout_id = $1`,
 		p.ID, c.Status, c.Note, c.At); err != nil {
@@ -272,7 +237,7 @@ func (s *Store) record(ctx context.Context, tx pgx.Tx, p *Payout, from string, c
 	if cur, err := money.Lookup(p.Currency); err == nil {
 		net = cur.Format(p.Net)
 	}
-	body, err := json.Marshal(WebhookEvent{EventID: m.ID, Type: "payout.status_changed", PayoutID: p.ID, ProviderID: p.ProviderID,
+	body, err := json.Marshal(domain.WebhookEvent{EventID: m.ID, Type: "payout.status_changed", PayoutID: p.ID, ProviderID: p.ProviderID,
 		FromStatus: from, Status: c.Status, Note: c.Note, Net: net, Currency: p.Currency, FailureCode: p.FailureCode, At: c.At})
 	if err != nil {
 		return err
@@ -283,26 +248,11 @@ func (s *Store) record(ctx context.Context, tx pgx.Tx, p *Payout, from string, c
 	return err
 }
 
-// WebhookEvent is the JSON body of a webhook delivery.
-type WebhookEvent struct {
-	EventID     string    `json:"event_id"`
-	Type        string    `json:"type"`
-	PayoutID    string    `json:"payout_id"`
-	ProviderID  string    `json:"provider_id"`
-	FromStatus  string    `json:"from_status"`
-	Status      string    `json:"status"`
-	Note        string    `json:"note"`
-	Net         string    `json:"net"`
-	Currency    string    `json:"currency"`
-	FailureCode string    `json:"failure_code"`
-	At          time.Time `json:"at"`
-}
-
 // Lock reads a payout for update inside tx.
-func (s *Store) Lock(ctx context.Context, tx pgx.Tx, id string) (Payout, error) {
+func (s *Store) Lock(ctx context.Context, tx pgx.Tx, id string) (domain.Payout, error) {
 	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts where payout_id = $1 for update`, id)
 	if err != nil {
-		return Payout{}, err
+		return domain.Payout{}, err
 	}
 	p, err := pgx.CollectExactlyOneRow(rows, scanPayout)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -312,7 +262,7 @@ func (s *Store) Lock(ctx context.Context, tx pgx.Tx, id string) (Payout, error) 
 }
 
 // Gate re-reads a waiting payout's gate inside tx and returns what it says.
-func (s *Store) Gate(ctx context.Context, tx pgx.Tx, p Payout, min domain.Minimums) (status, reason, method string, err error) {
+func (s *Store) Gate(ctx context.Context, tx pgx.Tx, p domain.Payout, min domain.Minimums) (status, reason, method string, err error) {
 	in, method, err := gate(ctx, tx, p.ProviderID)
 	if err != nil {
 		return "", "", "", err
@@ -372,14 +322,14 @@ const payoutCols = `payout_id, provider_id, cycle_id, currency, gross, commissio
 	method, method_summary, failure_code, failure_message, rail_reference, attempt, submitting, expected_arrival, paid_at,
 	absorbed_into, version, created_at, updated_at`
 
-func scanPayout(r pgx.CollectableRow) (Payout, error) {
-	var p Payout
+func scanPayout(r pgx.CollectableRow) (domain.Payout, error) {
+	var p domain.Payout
 	return p, r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
 		&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
 		&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt)
 }
 
-func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, error) {
+func (s *Store) list(ctx context.Context, where string, args ...any) ([]domain.Payout, error) {
 	rows, err := s.Pool.Query(ctx, `select `+payoutCols+` from payout.payouts where `+where, args...)
 	if err != nil {
 		return nil, err
@@ -398,7 +348,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, 
 		return nil, err
 	}
 	var id string
-	var c Change
+	var c domain.Change
 	if _, err := pgx.ForEachRow(hrows, []any{&id, &c.Status, &c.Note, &c.At}, func() error {
 		ps[idx[id]].History = append(ps[idx[id]].History, c)
 		return nil
@@ -409,7 +359,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, 
 	if err != nil {
 		return nil, err
 	}
-	var st Statement
+	var st domain.Statement
 	if _, err := pgx.ForEachRow(srows, []any{&id, &st.CycleID, &st.Currency, &st.Net}, func() error {
 		ps[idx[id]].Statements = append(ps[idx[id]].Statements, st)
 		return nil
@@ -421,7 +371,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]Payout, 
 
 // GetPayout returns one payout or ErrNotFound: one round trip (the
 // history and statements come as JSON arrays), since providers poll it.
-func (s *Store) GetPayout(ctx context.Context, id string) (Payout, error) {
+func (s *Store) GetPayout(ctx context.Context, id string) (domain.Payout, error) {
 	rows, err := s.Pool.Query(ctx, `select `+payoutCols+`,
 			coalesce((select json_agg(json_build_object('s', status, 'n', note, 'a', at) order by seq)
 				from payout.status_history h where h.payout_id = p.payout_id), '[]'),
@@ -429,10 +379,10 @@ func (s *Store) GetPayout(ctx context.Context, id string) (Payout, error) {
 				from payout.payout_statements st where st.payout_id = p.payout_id), '[]')
 		from payout.payouts p where payout_id = $1`, id)
 	if err != nil {
-		return Payout{}, err
+		return domain.Payout{}, err
 	}
-	p, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (Payout, error) {
-		var p Payout
+	p, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (domain.Payout, error) {
+		var p domain.Payout
 		var hist []struct {
 			S, N string
 			A    time.Time
@@ -445,32 +395,32 @@ func (s *Store) GetPayout(ctx context.Context, id string) (Payout, error) {
 			return p, err
 		}
 		for _, h := range hist {
-			p.History = append(p.History, Change{Status: h.S, Note: h.N, At: h.A})
+			p.History = append(p.History, domain.Change{Status: h.S, Note: h.N, At: h.A})
 		}
 		for _, st := range sts {
 			net, err := decimal.NewFromString(st.N)
 			if err != nil {
 				return p, fmt.Errorf("payout %s statement %s: %w", p.ID, st.C, err)
 			}
-			p.Statements = append(p.Statements, Statement{CycleID: st.C, Currency: st.U, Net: net})
+			p.Statements = append(p.Statements, domain.Statement{CycleID: st.C, Currency: st.U, Net: net})
 		}
 		return p, nil
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Payout{}, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
+		return domain.Payout{}, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
 	}
 	return p, err
 }
 
 // ListPayouts lists a provider's payouts, newest first.
-func (s *Store) ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]Payout, error) {
+func (s *Store) ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]domain.Payout, error) {
 	return s.list(ctx, `provider_id = $1 and ($2 = '' or cycle_id = $2) and ($3 = '' or status = $3)
 		and ($4 = '' or payout_id < $4) order by payout_id desc limit $5`, provider, cycle, status, before, limit)
 }
 
 // SetReason updates why a waiting payout waits (KYC done, method still
 // missing) and keeps the new reason in its history.
-func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *Payout, reason string, at time.Time) error {
+func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *domain.Payout, reason string, at time.Time) error {
 	if p.Reason == reason {
 		return nil
 	}
@@ -480,7 +430,7 @@ func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *Payout, reason stri
 	}
 	p.Reason, p.UpdatedAt = reason, at
 	p.Version++
-	return s.record(ctx, tx, p, p.Status, Change{Status: p.Status, Note: reason, At: at})
+	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: reason, At: at})
 }
 
 // SetSubmitting marks a created payout for submission: from now on it can
@@ -491,13 +441,13 @@ func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string)
 }
 
 // MethodHistory lists a provider's payout method changes (masked), newest first.
-func (s *Store) MethodHistory(ctx context.Context, provider string) ([]Change, error) {
+func (s *Store) MethodHistory(ctx context.Context, provider string) ([]domain.Change, error) {
 	rows, err := s.Pool.Query(ctx, `select summary, changed_at from payout.method_history where provider_id = $1 order by seq desc limit 100`, provider)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Change, error) {
-		var c Change
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Change, error) {
+		var c domain.Change
 		return c, r.Scan(&c.Note, &c.At)
 	})
 }

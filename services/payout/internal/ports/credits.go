@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
 // WakeOnCredits wakes the payouts waiting for their provider's available
@@ -22,7 +22,7 @@ import (
 // as they are covered. A wake is only a hint (the workflow asks the ledger
 // again): a message missed while payout was down delays a payout until
 // its gate's periodic re-check, nothing more.
-func WakeOnCredits(ctx context.Context, js jetstream.JetStream, store *adapters.Store, flow *Workflows, log *slog.Logger) error {
+func WakeOnCredits(ctx context.Context, js jetstream.JetStream, store app.Store, flow *Workflows, log *slog.Logger) error {
 	cons, err := js.OrderedConsumer(ctx, natsx.StreamLedger, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"ledger.posted.provider"}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {

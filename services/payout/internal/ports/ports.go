@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
@@ -29,6 +30,7 @@ import (
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -47,12 +49,16 @@ const (
 // The workflows of payouts that joined a new one are woken (their
 // Prepare waits on the row lock until this batch commits, then sees them
 // canceled and ends).
-func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters.Store, min domain.Minimums, clk clock.Clock, log *slog.Logger, flow *Workflows) error {
+func ConsumeSettled(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, in func(pgx.Tx) app.Tx, payouts *app.Payouts, log *slog.Logger, flow *Workflows) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax}
-	return outbox.ConsumeOnce(ctx, js, store.Pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
+	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
 		var joined []string
 		for _, ev := range evs {
-			j, err := createPayout(ctx, tx, store, min, clk, ev)
+			p, err := settledPayout(ev, payouts.Clock.Now())
+			if err != nil {
+				return err
+			}
+			j, err := payouts.CreateFromSettled(ctx, in(tx), p)
 			if err != nil {
 				return err
 			}
@@ -66,28 +72,27 @@ func ConsumeSettled(ctx context.Context, js jetstream.JetStream, store *adapters
 	})
 }
 
-func createPayout(ctx context.Context, tx pgx.Tx, store *adapters.Store, min domain.Minimums, clk clock.Clock, ev *eventsv1.ProviderSettled) ([]string, error) {
-	p := adapters.Payout{ID: ids.New("po"), ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: clk.Now()}
+// settledPayout is the payout a settled statement asks for.
+func settledPayout(ev *eventsv1.ProviderSettled, now time.Time) (domain.Payout, error) {
+	p := domain.Payout{ID: ids.New("po"), ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: now}
 	for _, f := range []struct {
 		dst *decimal.Decimal
 		s   string
 	}{{&p.Gross, ev.Gross}, {&p.Commission, ev.Commission}, {&p.Tax, ev.TaxWithheld}, {&p.Net, ev.Net}} {
 		d, err := money.ParseDecimal(f.s)
 		if err != nil {
-			return nil, fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
+			return p, fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
 		}
 		*f.dst = d
 	}
-	if !p.Net.IsPositive() {
-		return nil, nil // nothing to pay (a settlement with no net leaves nothing in available)
-	}
-	return store.CreateFromSettled(ctx, tx, p, min)
+	return p, nil
 }
 
 // Server implements PayoutService.
 type Server struct {
 	payoutv1.UnimplementedPayoutServiceServer
-	Store *adapters.Store
+	Store app.Store
+	App   *app.Payouts // finance's cancel and retry
 	Clock clock.Clock
 	Flow  *Workflows // wakes workflows after a gate change; nil in tests without Temporal
 	// Webhooks checks a webhook's URL at creation.
@@ -101,7 +106,7 @@ func fmtAmt(cur string, d decimal.Decimal) string {
 	return d.String()
 }
 
-func toProto(p adapters.Payout) *payoutv1.Payout {
+func toProto(p domain.Payout) *payoutv1.Payout {
 	out := &payoutv1.Payout{PayoutId: p.ID, ProviderId: p.ProviderID, CycleId: p.CycleID, Status: p.Status,
 		Gross: fmtAmt(p.Currency, p.Gross), Commission: fmtAmt(p.Currency, p.Commission), TaxWithheld: fmtAmt(p.Currency, p.Tax),
 		Net: fmtAmt(p.Currency, p.Net), Currency: p.Currency, Method: p.Method, FailureCode: p.FailureCode,
@@ -228,7 +233,7 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	return resp, nil
 }
 
-func methodProto(m adapters.Method) *payoutv1.PayoutMethod {
+func methodProto(m domain.ProviderMethod) *payoutv1.PayoutMethod {
 	mm := m.Masked()
 	return &payoutv1.PayoutMethod{ProviderId: m.ProviderID, Type: mm.Type, AccountName: mm.AccountName, AccountNumber: mm.AccountNumber,
 		AlipayId: mm.AlipayID, WechatOpenid: mm.WechatOpenID, BankCode: mm.BankCode, UpdatedAt: timestamppb.New(m.UpdatedAt)}
@@ -250,7 +255,7 @@ func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMet
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	m := adapters.Method{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()}
+	m := domain.ProviderMethod{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()}
 	if err := s.Store.PutMethod(ctx, m); err != nil {
 		return nil, err
 	}
@@ -312,21 +317,7 @@ func (s *Server) wakeProvider(ctx context.Context, provider string) {
 
 // CancelPayout implements PayoutService: only before submission.
 func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutRequest) (*payoutv1.CancelPayoutResponse, error) {
-	reason := "canceled by finance"
-	if req.Reason != "" {
-		reason += ": " + req.Reason
-	}
-	err := s.Store.Tx(ctx, func(tx pgx.Tx) error {
-		p, err := s.Store.Lock(ctx, tx, req.PayoutId)
-		if err != nil {
-			return err
-		}
-		if p.Submitting || (p.Status != domain.StatusActionRequired && p.Status != domain.StatusCreated) {
-			return fmt.Errorf("payout %s is %s and on its way to the rail: only a payout not yet submitted can be canceled: %w",
-				p.ID, p.Status, apperr.ErrPrecondition)
-		}
-		return s.Store.Move(ctx, tx, &p, domain.StatusCanceled, reason, s.Clock.Now())
-	})
+	err := s.App.Cancel(ctx, req.PayoutId, req.Reason)
 	if err != nil {
 		return nil, err
 	}
@@ -344,32 +335,7 @@ func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutReq
 // again as a new attempt (new rail reference), once the provider's payout
 // method changed after it failed.
 func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutRequest) (*payoutv1.RetryPayoutResponse, error) {
-	err := s.Store.Tx(ctx, func(tx pgx.Tx) error {
-		p, err := s.Store.Lock(ctx, tx, req.PayoutId)
-		if err != nil {
-			return err
-		}
-		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
-			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
-		}
-		changed, err := s.Store.MethodChangedSince(ctx, tx, p.ProviderID, p.UpdatedAt)
-		if err != nil {
-			return err
-		}
-		if !changed {
-			return fmt.Errorf("payout %s: the payout method has not changed since it %s: %w", p.ID, p.Status, apperr.ErrPrecondition)
-		}
-		note := fmt.Sprintf("retry (attempt %d)", p.Attempt+1)
-		if req.Reason != "" {
-			note += ": " + req.Reason
-		}
-		p.Attempt++
-		p.Submitting, p.RailRef, p.FailureCode, p.FailureMessage, p.ExpectedArrival, p.PaidAt = false, "", "", "", nil, nil
-		if err := s.Store.Move(ctx, tx, &p, domain.StatusCreated, note, s.Clock.Now()); err != nil {
-			return err
-		}
-		return s.Store.ResetWorkflow(ctx, tx, p.ID)
-	})
+	err := s.App.Retry(ctx, req.PayoutId, req.Reason)
 	if err != nil {
 		return nil, err
 	}

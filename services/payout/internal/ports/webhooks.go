@@ -19,7 +19,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/ids"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -58,7 +58,7 @@ func Sign(secret string, ts int64, body []byte) string {
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
 type Deliverer struct {
-	Store *adapters.Store
+	Store app.Store
 	Clock clock.Clock
 	HTTP  *http.Client
 	Log   *slog.Logger
@@ -130,7 +130,7 @@ func (d *Deliverer) backoff(attempt int) time.Duration {
 	return b
 }
 
-func (d *Deliverer) send(ctx context.Context, dl adapters.Delivery) (int, error) {
+func (d *Deliverer) send(ctx context.Context, dl domain.Delivery) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Payload))
@@ -153,7 +153,7 @@ func (d *Deliverer) send(ctx context.Context, dl adapters.Delivery) (int, error)
 	return resp.StatusCode, nil
 }
 
-func webhookProto(w adapters.Webhook) *payoutv1.Webhook {
+func webhookProto(w domain.Webhook) *payoutv1.Webhook {
 	return &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: domain.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
 }
 
@@ -178,7 +178,7 @@ func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookR
 	if len(existing) >= webhooksPerProvider {
 		return nil, fmt.Errorf("provider %s has %d webhooks, the most allowed: %w", req.ProviderId, len(existing), apperr.ErrPrecondition)
 	}
-	w := adapters.Webhook{ID: ids.New("wh"), ProviderID: req.ProviderId, URL: req.Url, Secret: req.Secret, CreatedAt: s.Clock.Now()}
+	w := domain.Webhook{ID: ids.New("wh"), ProviderID: req.ProviderId, URL: req.Url, Secret: req.Secret, CreatedAt: s.Clock.Now()}
 	if err := s.Store.CreateWebhook(ctx, w); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -21,7 +20,7 @@ const starterIdle = 2 * time.Second
 
 // Workflows starts and wakes payout workflows.
 type Workflows struct {
-	Store    *adapters.Store
+	Store    app.Store
 	Temporal client.Client
 	Queue    string
 	Timing   app.Timing
@@ -30,7 +29,7 @@ type Workflows struct {
 }
 
 // NewWorkflows returns a starter ready to Run.
-func NewWorkflows(st *adapters.Store, tc client.Client, queue string, t app.Timing, log *slog.Logger) *Workflows {
+func NewWorkflows(st app.Store, tc client.Client, queue string, t app.Timing, log *slog.Logger) *Workflows {
 	return &Workflows{Store: st, Temporal: tc, Queue: queue, Timing: t, Log: log, nudge: make(chan struct{}, 1)}
 }
 

@@ -1,0 +1,63 @@
+package adapters
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+var (
+	_ app.Store = (*Store)(nil)
+	_ app.Tx    = txStore{}
+)
+
+// Update implements app.Store: fn runs in one Postgres transaction.
+func (s *Store) Update(ctx context.Context, fn func(app.Tx) error) error {
+	return s.Tx(ctx, func(tx pgx.Tx) error { return fn(s.In(tx)) })
+}
+
+// In is the store inside tx (a transaction the caller owns, such as a
+// consumer's that also claims its messages).
+func (s *Store) In(tx pgx.Tx) app.Tx { return txStore{s: s, tx: tx} }
+
+// txStore implements app.Tx on one pgx transaction.
+type txStore struct {
+	s  *Store
+	tx pgx.Tx
+}
+
+func (t txStore) Lock(ctx context.Context, id string) (domain.Payout, error) {
+	return t.s.Lock(ctx, t.tx, id)
+}
+
+func (t txStore) Gate(ctx context.Context, p domain.Payout, min domain.Minimums) (string, string, string, error) {
+	return t.s.Gate(ctx, t.tx, p, min)
+}
+
+func (t txStore) Move(ctx context.Context, p *domain.Payout, to, note string, at time.Time) error {
+	return t.s.Move(ctx, t.tx, p, to, note, at)
+}
+
+func (t txStore) SetReason(ctx context.Context, p *domain.Payout, reason string, at time.Time) error {
+	return t.s.SetReason(ctx, t.tx, p, reason, at)
+}
+
+func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
+	return t.s.SetSubmitting(ctx, t.tx, id, method)
+}
+
+func (t txStore) MethodChangedSince(ctx context.Context, provider string, at time.Time) (bool, error) {
+	return t.s.MethodChangedSince(ctx, t.tx, provider, at)
+}
+
+func (t txStore) ResetWorkflow(ctx context.Context, id string) error {
+	return t.s.ResetWorkflow(ctx, t.tx, id)
+}
+
+func (t txStore) CreateFromSettled(ctx context.Context, p domain.Payout, min domain.Minimums) ([]string, error) {
+	return t.s.CreateFromSettled(ctx, t.tx, p, min)
+}

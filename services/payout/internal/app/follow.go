@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Follow asks the rail about a submitted payout and moves it along.
+func (a *Payouts) Follow(ctx context.Context, id string) (string, error) {
+	p, err := a.Store.GetPayout(ctx, id)
+	if err != nil {
+		return "", Permanent(err)
+	}
+	if !domain.Submitted(p.Status) || p.Status == domain.StatusReturned {
+		return p.Status, nil
+	}
+	rs, err := a.Rail.Query(ctx, p.RailRef)
+	if err != nil {
+		return "", fmt.Errorf("rail %s, payout %s: %w", a.Rail.Name(), id, err)
+	}
+	return a.advance(ctx, p, rs)
+}
+
+// rank orders the statuses a submitted payout goes through.
+var rank = map[string]int{domain.StatusCreated: 0, domain.StatusSubmitted: 1, domain.StatusInTransit: 2, domain.StatusPaid: 3, domain.StatusReturned: 4}
+
+// pathTo lists the statuses a payout in status from enters to match the
+// rail's state, in order (a poll may miss the intermediate ones; history
+// keeps each).
+func pathTo(from, railState string) []string {
+	var want []string
+	switch railState {
+	case RailAccepted:
+		want = []string{domain.StatusSubmitted}
+	case RailInTransit:
+		want = []string{domain.StatusSubmitted, domain.StatusInTransit}
+	case RailPaid:
+		want = []string{domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid}
+	case RailReturned:
+		want = []string{domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid, domain.StatusReturned}
+	case RailFailed:
+		if from == domain.StatusPaid { // paid, then failed: the bank bounced it
+			return []string{domain.StatusReturned}
+		}
+		if from == domain.StatusFailed || from == domain.StatusReturned {
+			return nil
+		}
+		if from == domain.StatusCreated {
+			return []string{domain.StatusSubmitted, domain.StatusFailed}
+		}
+		return []string{domain.StatusFailed}
+	}
+	cur, ok := rank[from]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, s := range want {
+		if rank[s] > cur {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// advance enters each status on the way to the rail's state: the ledger
+// movement first (idempotent), then the status change with its history
+// and event in one database transaction.
+func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
+	for _, to := range pathTo(p.Status, rs.State) {
+		if to != domain.StatusSubmitted { // submission was posted before the rail call
+			if err := a.post(ctx, p, to); err != nil {
+				return "", err
+			}
+		}
+		now := a.Clock.Now()
+		err := a.Store.Update(ctx, func(tx Tx) error {
+			cur, err := tx.Lock(ctx, p.ID)
+			if err != nil {
+				return err
+			}
+			if cur.Status != p.Status || cur.Attempt != p.Attempt {
+				return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
+			}
+			cur.RailRef, cur.MethodSum = p.RailRef, p.MethodSum
+			note := a.enter(&cur, to, rs, now)
+			if err := tx.Move(ctx, &cur, to, note, now); err != nil {
+				return err
+			}
+			p = cur
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return p.Status, nil
+}
+
+// enter sets what entering status to records on the payout (arrival date,
+// paid time, failure) and returns the history note.
+func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Time) string {
+	switch to {
+	case domain.StatusSubmitted:
+		if !rs.ExpectedArrival.IsZero() {
+			d := rs.ExpectedArrival.UTC().Truncate(24 * time.Hour)
+			p.ExpectedArrival = &d
+		}
+		return fmt.Sprintf("submitted to %s as %s via %s", a.Rail.Name(), p.RailRef, p.MethodSum)
+	case domain.StatusInTransit:
+		return "in transit"
+	case domain.StatusPaid:
+		p.PaidAt = &now
+		return "paid"
+	case domain.StatusFailed, domain.StatusReturned:
+		p.FailureCode, p.FailureMessage, p.Submitting = rs.FailureCode, rs.Message, false
+		return fmt.Sprintf("%s: %s; amount back in available", rs.FailureCode, rs.Message)
+	}
+	return ""
+}

@@ -1,0 +1,41 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Retry sends a failed or returned payout again as a new attempt (new rail
+// reference), once the provider's payout method changed after it failed;
+// its workflow is started again by the starter.
+func (a *Payouts) Retry(ctx context.Context, id, why string) error {
+	return a.Store.Update(ctx, func(tx Tx) error {
+		p, err := tx.Lock(ctx, id)
+		if err != nil {
+			return err
+		}
+		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
+			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		changed, err := tx.MethodChangedSince(ctx, p.ProviderID, p.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			return fmt.Errorf("payout %s: the payout method has not changed since it %s: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		note := fmt.Sprintf("retry (attempt %d)", p.Attempt+1)
+		if why != "" {
+			note += ": " + why
+		}
+		p.Attempt++
+		p.Submitting, p.RailRef, p.FailureCode, p.FailureMessage, p.ExpectedArrival, p.PaidAt = false, "", "", "", nil, nil
+		if err := tx.Move(ctx, &p, domain.StatusCreated, note, a.Clock.Now()); err != nil {
+			return err
+		}
+		return tx.ResetWorkflow(ctx, p.ID)
+	})
+}

@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Store is payout's persistence as the use cases and the ports need it
+// (adapters.Store implements it on Postgres).
+type Store interface {
+	// Update runs fn in one database transaction: the payouts it locks stay
+	// locked, and what it writes (status changes, their history, events and
+	// webhook deliveries) commits together or not at all.
+	Update(ctx context.Context, fn func(Tx) error) error
+
+	GetPayout(ctx context.Context, id string) (domain.Payout, error)
+	ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]domain.Payout, error)
+	PayoutVersion(ctx context.Context, id string) (provider string, version int64, err error)
+	ListVersion(ctx context.Context, provider string) (count, versions int64, err error)
+	PayoutByReference(ctx context.Context, ref string) (string, error)
+
+	PutMethod(ctx context.Context, m domain.ProviderMethod) error
+	GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error)
+	MethodHistory(ctx context.Context, provider string) ([]domain.Change, error)
+	PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error
+	PutHold(ctx context.Context, provider, reason string, at time.Time) error
+
+	WaitingIDs(ctx context.Context, provider string) ([]string, error)
+	WaitingForAvailable(ctx context.Context, provider string) ([]string, error)
+	Unstarted(ctx context.Context) ([]string, error)
+	SetWorkflowStarted(ctx context.Context, ids []string) error
+
+	CreateWebhook(ctx context.Context, w domain.Webhook) error
+	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
+	ListDeliveries(ctx context.Context, provider, webhook string, limit int) ([]domain.Delivery, error)
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error)
+	FinishDelivery(ctx context.Context, id int64, status string, code int, errText string, next, at time.Time) error
+}
+
+// Tx is the store inside one transaction (Store.Update).
+type Tx interface {
+	// Lock reads a payout for update (apperr.ErrNotFound when none).
+	Lock(ctx context.Context, id string) (domain.Payout, error)
+	// Gate re-reads a waiting payout's gate (KYC, method, hold, minimum)
+	// and returns what it says, with the provider's method type.
+	Gate(ctx context.Context, p domain.Payout, min domain.Minimums) (status, reason, method string, err error)
+	// Move changes p's status (checked against domain's transitions),
+	// keeping the change in its history, with its event.
+	Move(ctx context.Context, p *domain.Payout, to, note string, at time.Time) error
+	// SetReason records why a waiting payout still waits.
+	SetReason(ctx context.Context, p *domain.Payout, reason string, at time.Time) error
+	// SetSubmitting marks a payout that passed the gate for submission.
+	SetSubmitting(ctx context.Context, id, method string) error
+	MethodChangedSince(ctx context.Context, provider string, t time.Time) (bool, error)
+	// ResetWorkflow makes the starter start the payout's workflow again.
+	ResetWorkflow(ctx context.Context, id string) error
+	// CreateFromSettled creates the payout of a settled provider, cycle
+	// and currency once; earlier payouts still waiting join it (their ids
+	// are returned).
+	CreateFromSettled(ctx context.Context, p domain.Payout, min domain.Minimums) (joined []string, err error)
+}
+
+// Ledger is what payout needs of the ledger service.
+type Ledger interface {
+	// Available is what provider:{id}:available holds in currency (zero
+	// before the account's first posting).
+	Available(ctx context.Context, provider, currency string) (decimal.Decimal, error)
+	// Transfer posts one movement, idempotent on its key. An error the
+	// ledger answers as invalid input (an overdraft of a provider account)
+	// wraps ErrLedgerRefused; one no retry can fix wraps ErrPermanent.
+	Transfer(ctx context.Context, t domain.LedgerTransfer) error
+}
+
+// ErrPermanent marks a failure no retry can fix: the activities report it
+// as a non-retryable application error (ErrTypeInvalid).
+var ErrPermanent = errors.New("permanent failure")
+
+// ErrLedgerRefused is the ledger refusing a posting as invalid: at
+// submission, an overdraft of provider available.
+var ErrLedgerRefused = errors.New("ledger refused the posting")
+
+// marked keeps err's message and adds a sentinel for errors.Is.
+type marked struct {
+	err, mark error
+}
+
+func (m marked) Error() string   { return m.err.Error() }
+func (m marked) Unwrap() []error { return []error{m.err, m.mark} }
+
+// Permanent marks err as a failure no retry can fix (nil stays nil).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return marked{err, ErrPermanent}
+}
+
+// Refused marks err as the ledger's refusal of a posting (ErrLedgerRefused).
+func Refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return marked{err, ErrLedgerRefused}
+}

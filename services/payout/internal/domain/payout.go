@@ -1,0 +1,87 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Payout is one payout with its history.
+type Payout struct {
+	ID, ProviderID, CycleID, Currency    string
+	Gross, Commission, Tax, Net          decimal.Decimal
+	Status, Reason, Method, MethodSum    string
+	FailureCode, FailureMessage, RailRef string
+	Attempt                              int
+	Submitting                           bool
+	ExpectedArrival, PaidAt              *time.Time
+	AbsorbedInto                         string
+	Version                              int64
+	CreatedAt, UpdatedAt                 time.Time
+	History                              []Change
+	Statements                           []Statement
+}
+
+// Change is one status change.
+type Change struct {
+	Status, Note string
+	At           time.Time
+}
+
+// Statement is one settled statement a payout pays.
+type Statement struct {
+	CycleID, Currency string
+	Net               decimal.Decimal
+}
+
+// ProviderMethod is a provider's payout method.
+type ProviderMethod struct {
+	ProviderID string
+	Method
+	UpdatedAt time.Time
+}
+
+// WebhookEvent is the JSON body of a webhook delivery.
+type WebhookEvent struct {
+	EventID     string    `json:"event_id"`
+	Type        string    `json:"type"`
+	PayoutID    string    `json:"payout_id"`
+	ProviderID  string    `json:"provider_id"`
+	FromStatus  string    `json:"from_status"`
+	Status      string    `json:"status"`
+	Note        string    `json:"note"`
+	Net         string    `json:"net"`
+	Currency    string    `json:"currency"`
+	FailureCode string    `json:"failure_code"`
+	At          time.Time `json:"at"`
+}
+
+// Webhook is a provider's subscription to its payout status changes.
+type Webhook struct {
+	ID, ProviderID, URL, Secret string
+	CreatedAt                   time.Time
+}
+
+// Delivery is one status change sent (or being sent) to one webhook.
+type Delivery struct {
+	ID                           int64
+	WebhookID, EventID, PayoutID string
+	URL, Secret                  string
+	Payload                      []byte
+	Status                       string
+	Attempts, LastStatusCode     int
+	LastError                    string
+	NextAttemptAt, CreatedAt     time.Time
+	DeliveredAt                  *time.Time
+}
+
+// LedgerTransfer is one ledger transaction of a payout's step: Debit and
+// Credit the net amount (DESIGN §4), under an idempotency key per payout,
+// attempt and step.
+type LedgerTransfer struct {
+	Key, Description string
+	Metadata         map[string]string
+	Movement
+	Currency string
+	Amount   decimal.Decimal
+}

@@ -1,0 +1,73 @@
+package ports
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/money"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// Ledger is app.Ledger over the ledger service's gRPC API.
+type Ledger struct {
+	Client ledgerv1.LedgerServiceClient
+}
+
+var _ app.Ledger = Ledger{}
+
+// Available implements app.Ledger.
+func (l Ledger) Available(ctx context.Context, provider, currency string) (decimal.Decimal, error) {
+	account := domain.AvailableAccount(provider)
+	resp, err := l.Client.GetAccount(ctx, &ledgerv1.GetAccountRequest{Address: account})
+	if status.Code(err) == codes.NotFound {
+		return decimal.Zero, nil
+	}
+	if err != nil {
+		return decimal.Zero, fmt.Errorf("ledger balance of %s: %w", account, err)
+	}
+	for _, b := range resp.GetAccount().GetBalances() {
+		if b.Currency == currency {
+			d, err := decimal.NewFromString(b.Amount)
+			if err != nil {
+				return decimal.Zero, fmt.Errorf("ledger balance %q of %s: %w", b.Amount, account, err)
+			}
+			return d, nil
+		}
+	}
+	return decimal.Zero, nil
+}
+
+// Transfer implements app.Ledger: invalid input (an overdraft) is
+// app.ErrLedgerRefused and permanent, as are a conflicting key, a refused
+// identity and a failed precondition; anything else is retried.
+func (l Ledger) Transfer(ctx context.Context, t domain.LedgerTransfer) error {
+	cur, err := money.Lookup(t.Currency)
+	if err != nil {
+		return app.Permanent(err)
+	}
+	amt := cur.Format(t.Amount)
+	_, err = l.Client.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: t.Key,
+		Description:    t.Description,
+		Metadata:       t.Metadata,
+		Postings: []*ledgerv1.Posting{
+			{Account: t.Debit, Direction: "debit", Amount: amt, Currency: cur.Code},
+			{Account: t.Credit, Direction: "credit", Amount: amt, Currency: cur.Code},
+		},
+	})
+	switch status.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.InvalidArgument:
+		return app.Permanent(app.Refused(err))
+	case codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition:
+		return app.Permanent(err)
+	}
+	return err
+}
