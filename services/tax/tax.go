@@ -27,9 +27,10 @@ import (
 
 // Service is the tax service.
 type Service struct {
-	d   svc.Deps
-	app *app.App
-	api *ports.Server
+	d     svc.Deps
+	store *adapters.Store
+	app   *app.App
+	api   *ports.Server
 }
 
 // New migrates the tax schema (seeding the flat20 and cn_labour rules),
@@ -43,8 +44,9 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	a := &app.App{Store: &adapters.Store{Pool: d.Pool}, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
-	return &Service{d: d, app: a, api: &ports.Server{App: a}}, nil
+	st := &adapters.Store{Pool: d.Pool}
+	a := &app.App{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
+	return &Service{d: d, store: st, app: a, api: &ports.Server{App: a}}, nil
 }
 
 // Name implements svc.Service.
@@ -83,7 +85,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.app.Store, s.d.Log) })
+	g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
 	g.Go(func() error {
 		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
 	})

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 // Schema is the tax service's Postgres schema.
@@ -21,16 +21,8 @@ const Schema = "tax"
 // Store reads and writes the tax tables.
 type Store struct{ Pool *pgxpool.Pool }
 
-// Profile is a provider's tax profile (read model of party.updated).
-type Profile struct {
-	ProviderID   string
-	TaxProfile   string
-	Jurisdiction string
-	Version      int64
-}
-
 // UpsertProfiles applies party updates (newer versions win) inside tx.
-func (s *Store) UpsertProfiles(ctx context.Context, tx pgx.Tx, ps []Profile) error {
+func (s *Store) UpsertProfiles(ctx context.Context, tx pgx.Tx, ps []domain.Profile) error {
 	for _, p := range ps {
 		if _, err := tx.Exec(ctx, `insert into tax.profiles (provider_id, tax_profile, jurisdiction, version, updated_at)
 			values ($1, $2, $3, $4, now()) on conflict (provider_id) do update
@@ -43,8 +35,8 @@ func (s *Store) UpsertProfiles(ctx context.Context, tx pgx.Tx, ps []Profile) err
 }
 
 // Profile returns a provider's profile; ok is false when none is known.
-func (s *Store) Profile(ctx context.Context, provider string) (Profile, bool, error) {
-	p := Profile{ProviderID: provider}
+func (s *Store) Profile(ctx context.Context, provider string) (domain.Profile, bool, error) {
+	p := domain.Profile{ProviderID: provider}
 	err := s.Pool.QueryRow(ctx, `select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider).
 		Scan(&p.TaxProfile, &p.Jurisdiction, &p.Version)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -60,19 +52,10 @@ func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string) error {
 	return err
 }
 
-// Rule is a version of a rule set.
-type Rule struct {
-	RuleSet, Version, Jurisdiction string
-	EffectiveFrom                  time.Time
-	EffectiveUntil                 *time.Time
-	IsDefault                      bool
-	Description                    string
-}
-
 const ruleCols = `rule_set, rule_version, jurisdiction, effective_from, effective_until, is_default, description`
 
-func scanRule(r pgx.CollectableRow) (Rule, error) {
-	var x Rule
+func scanRule(r pgx.CollectableRow) (domain.Rule, error) {
+	var x domain.Rule
 	return x, r.Scan(&x.RuleSet, &x.Version, &x.Jurisdiction, &x.EffectiveFrom, &x.EffectiveUntil, &x.IsDefault, &x.Description)
 }
 
@@ -80,10 +63,10 @@ func scanRule(r pgx.CollectableRow) (Rule, error) {
 // ruleSet is "" of the rule set selected for the provider, else for its
 // jurisdiction, else the default rule set; ErrPrecondition when none is in
 // force. One statement (a withholding per provider and currency reads it).
-func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (Rule, error) {
+func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error) {
 	var (
 		chosen string
-		r      Rule
+		r      domain.Rule
 		set    *string
 	)
 	err := s.Pool.QueryRow(ctx, `with chosen as (
@@ -98,17 +81,17 @@ func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction stri
 		ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).
 		Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
 	if err != nil {
-		return Rule{}, err
+		return domain.Rule{}, err
 	}
 	if set == nil {
-		return Rule{}, fmt.Errorf("no version of tax rule set %q in force at %s: %w", chosen, at.Format(time.RFC3339), apperr.ErrPrecondition)
+		return domain.Rule{}, fmt.Errorf("no version of tax rule set %q in force at %s: %w", chosen, at.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
 	r.RuleSet = *set
 	return r, nil
 }
 
 // Rules lists rule versions.
-func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]Rule, error) {
+func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error) {
 	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
 		where ($1 = '' or rule_set = $1) and ($2 = '' or jurisdiction in ($2, '')) order by rule_set, effective_from, rule_version`, ruleSet, jurisdiction)
 	if err != nil {
@@ -117,41 +100,31 @@ func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]Rule
 	return pgx.CollectRows(rows, scanRule)
 }
 
-// Withholding is a recorded withholding (also its certificate).
-type Withholding struct {
-	ID, IdempotencyKey, ProviderID, CycleID, Currency string
-	Gross, Commission, TaxableBase, Tax, Net          decimal.Decimal
-	CommissionRate                                    *decimal.Decimal
-	TaxProfile, Jurisdiction, RuleSet, RuleVersion    string
-	CertificateID                                     string
-	CreatedAt                                         time.Time
-}
-
 const whCols = `withholding_id, idempotency_key, provider_id, cycle_id, currency, gross, commission_rate, commission,
 	taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id, created_at`
 
-func scanWH(r pgx.CollectableRow) (Withholding, error) {
-	var w Withholding
+func scanWH(r pgx.CollectableRow) (domain.Withholding, error) {
+	var w domain.Withholding
 	return w, r.Scan(&w.ID, &w.IdempotencyKey, &w.ProviderID, &w.CycleID, &w.Currency, &w.Gross, &w.CommissionRate, &w.Commission,
 		&w.TaxableBase, &w.Tax, &w.Net, &w.TaxProfile, &w.Jurisdiction, &w.RuleSet, &w.RuleVersion, &w.CertificateID, &w.CreatedAt)
 }
 
 // WithholdingByKey returns the withholding recorded under an idempotency key.
-func (s *Store) WithholdingByKey(ctx context.Context, key string) (Withholding, bool, error) {
+func (s *Store) WithholdingByKey(ctx context.Context, key string) (domain.Withholding, bool, error) {
 	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings where idempotency_key = $1`, key)
 	if err != nil {
-		return Withholding{}, false, err
+		return domain.Withholding{}, false, err
 	}
 	w, err := pgx.CollectExactlyOneRow(rows, scanWH)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Withholding{}, false, nil
+		return domain.Withholding{}, false, nil
 	}
 	return w, err == nil, err
 }
 
 // Recorded returns the withholding recorded under key (found) and the
 // provider's tax profile (ok), in one round trip.
-func (s *Store) Recorded(ctx context.Context, key, provider string) (w Withholding, found bool, p Profile, ok bool, err error) {
+func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error) {
 	b := &pgx.Batch{}
 	b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key)
 	b.Queue(`select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider)
@@ -182,7 +155,7 @@ func (s *Store) Recorded(ctx context.Context, key, provider string) (w Withholdi
 
 // InsertWithholding records w unless its key is taken, and returns the
 // withholding recorded under the key (the original on a replay).
-func (s *Store) InsertWithholding(ctx context.Context, w Withholding) (Withholding, error) {
+func (s *Store) InsertWithholding(ctx context.Context, w domain.Withholding) (domain.Withholding, error) {
 	rows, err := s.Pool.Query(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
 			gross, commission_rate, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version,
 			certificate_id, created_at)
@@ -191,20 +164,20 @@ func (s *Store) InsertWithholding(ctx context.Context, w Withholding) (Withholdi
 		w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
 		w.Tax, w.Net, w.TaxProfile, w.Jurisdiction, w.RuleSet, w.RuleVersion, w.CertificateID, w.CreatedAt)
 	if err != nil {
-		return Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
+		return domain.Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
 	}
 	got, err := pgx.CollectExactlyOneRow(rows, scanWH)
 	if errors.Is(err, pgx.ErrNoRows) { // the key was taken: answer the original
 		got, _, err = s.WithholdingByKey(ctx, w.IdempotencyKey)
 	}
 	if err != nil {
-		return Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
+		return domain.Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
 	}
 	return got, nil
 }
 
 // Withholdings lists a provider's withholdings, newest cycle first.
-func (s *Store) Withholdings(ctx context.Context, provider, cycle, beforeCycle string, limit int) ([]Withholding, error) {
+func (s *Store) Withholdings(ctx context.Context, provider, cycle, beforeCycle string, limit int) ([]domain.Withholding, error) {
 	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings
 		where provider_id = $1 and ($2 = '' or cycle_id = $2) and ($3 = '' or cycle_id < $3)
 		order by cycle_id desc, currency limit $4`, provider, cycle, beforeCycle, limit)
@@ -214,19 +187,10 @@ func (s *Store) Withholdings(ctx context.Context, provider, cycle, beforeCycle s
 	return pgx.CollectRows(rows, scanWH)
 }
 
-// Remittance is a payment of withheld tax to an authority.
-type Remittance struct {
-	ID, Period, Jurisdiction, Currency string
-	Amount                             decimal.Decimal
-	Status, TransactionID              string
-	CreatedAt                          time.Time
-	RemittedAt                         *time.Time
-}
-
 const remCols = `remittance_id, period, jurisdiction, currency, amount, status, transaction_id, created_at, remitted_at`
 
-func scanRem(r pgx.CollectableRow) (Remittance, error) {
-	var x Remittance
+func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
+	var x domain.Remittance
 	return x, r.Scan(&x.ID, &x.Period, &x.Jurisdiction, &x.Currency, &x.Amount, &x.Status, &x.TransactionID, &x.CreatedAt, &x.RemittedAt)
 }
 
@@ -234,7 +198,7 @@ func scanRem(r pgx.CollectableRow) (Remittance, error) {
 // (the instant the period's month ends in the tax zone) to a remittance of
 // the period per jurisdiction and currency (once), and returns the period's
 // remittances.
-func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]Remittance, error) {
+func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error) {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
 			return err
@@ -266,7 +230,7 @@ func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time)
 }
 
 // Remittances lists remittances by period, jurisdiction and currency ("" = any).
-func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency string) ([]Remittance, error) {
+func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error) {
 	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
 		where ($1 = '' or period = $1) and ($2 = '' or jurisdiction = $2) and ($3 = '' or currency = $3)
 		order by period desc, jurisdiction, currency`, period, jurisdiction, currency)
@@ -276,23 +240,16 @@ func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency 
 	return pgx.CollectRows(rows, scanRem)
 }
 
-// ReportLine is the tax remitted for one provider in one remittance period.
-type ReportLine struct {
-	Jurisdiction, Currency, ProviderID string
-	Tax                                decimal.Decimal
-	Count                              int
-}
-
 // Report totals a period's remitted withholdings per jurisdiction, currency and provider.
-func (s *Store) Report(ctx context.Context, period string) ([]ReportLine, error) {
+func (s *Store) Report(ctx context.Context, period string) ([]domain.ReportLine, error) {
 	rows, err := s.Pool.Query(ctx, `select w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
 		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
 		where r.period = $1 group by 1, 2, 3 order by 1, 2, 3`, period)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReportLine, error) {
-		var l ReportLine
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.ReportLine, error) {
+		var l domain.ReportLine
 		return l, r.Scan(&l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
 	})
 }

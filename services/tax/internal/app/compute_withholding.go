@@ -8,10 +8,11 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
-	"github.com/gpubill/gpubill/pkg/split"
-	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	taxsplit "github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 // WithholdingRequest asks for a provider's withholding in a cycle.
@@ -28,7 +29,57 @@ type WithholdingRequest struct {
 // ComputeWithholding computes the tax on (gross − commission) by the rule
 // version in force at the cycle's end, records it with its certificate and
 // returns it. A replay of the key returns the original record.
-func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (adapters.Withholding, error) {
+func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (domain.Withholding, error) {
+	cur, cy, err := a.checkRequest(r)
+	if err != nil {
+		return domain.Withholding{}, err
+	}
+	w0, found, p, ok, err := a.Store.Recorded(ctx, r.IdempotencyKey, r.ProviderID)
+	if err != nil {
+		return domain.Withholding{}, err
+	}
+	if found {
+		return replay(r, cur, cy.ID, w0)
+	}
+	gross, err := cur.Parse(r.Gross)
+	if err != nil || gross.IsNegative() {
+		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+	}
+	var known *domain.Profile
+	if ok {
+		known = &p
+	}
+	profile, jurisdiction := domain.Taxpayer(r.TaxProfile, r.Jurisdiction, known)
+	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
+		// Only a party recorded before metering checked the grammar can get
+		// here; fixing the provider (PATCH) updates the read model.
+		return domain.Withholding{}, fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
+			r.ProviderID, err, apperr.ErrPrecondition)
+	}
+	// The payment falls due at the cycle's end: the rule then in force
+	// (of the requested rule set, else the one selected for the provider or
+	// its jurisdiction, else the default) applies.
+	version, err := a.Store.RuleAt(ctx, r.RuleSet, r.ProviderID, jurisdiction, cy.End.Add(-1))
+	if err != nil {
+		return domain.Withholding{}, err
+	}
+	w := domain.Withholding{
+		ID: ids.New("wh"), IdempotencyKey: r.IdempotencyKey, ProviderID: r.ProviderID, CycleID: cy.ID, Currency: cur.Code,
+		Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction, RuleSet: version.RuleSet, RuleVersion: version.Version,
+		CertificateID: ids.New("cert"), CreatedAt: a.Clock.Now(),
+	}
+	if err := splitGross(r, cur, &w); err != nil {
+		return domain.Withholding{}, err
+	}
+	got, err := a.Store.InsertWithholding(ctx, w)
+	if err != nil || got.ID == w.ID {
+		return got, err
+	}
+	return replay(r, cur, cy.ID, got) // another request took the key first
+}
+
+// checkRequest checks the request's fields and returns its currency and cycle.
+func (a *App) checkRequest(r WithholdingRequest) (money.Currency, cycles.Cycle, error) {
 	var v apperr.Validator
 	if err := ids.CheckPartyID(r.ProviderID); err != nil {
 		v.Add("provider_id", "%v", err)
@@ -43,80 +94,37 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 	v.Check(err == nil, "currency", "%v", err)
 	cy, cerr := a.Calendar.Parse(r.CycleID)
 	v.Check(cerr == nil, "cycle_id", "%v", cerr)
-	if err := v.Err(); err != nil {
-		return adapters.Withholding{}, err
-	}
-	w0, found, p, ok, err := a.Store.Recorded(ctx, r.IdempotencyKey, r.ProviderID)
+	return cur, cy, v.Err()
+}
+
+// splitGross fills w's commission, tax and net by its rule set: from the
+// request's commission rate, else from its commission amount.
+func splitGross(r WithholdingRequest, cur money.Currency, w *domain.Withholding) error {
+	rule, err := taxsplit.RuleFor(w.RuleSet)
 	if err != nil {
-		return adapters.Withholding{}, err
-	}
-	if found {
-		return replay(r, cur, cy.ID, w0)
-	}
-	gross, err := cur.Parse(r.Gross)
-	if err != nil || gross.IsNegative() {
-		return adapters.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
-	}
-	profile, jurisdiction := r.TaxProfile, strings.ToUpper(r.Jurisdiction)
-	if ok {
-		profile = cmp(profile, p.TaxProfile)
-		jurisdiction = cmp(jurisdiction, strings.ToUpper(p.Jurisdiction))
-	}
-	profile = cmp(profile, split.ProfileIndividual)
-	jurisdiction = cmp(jurisdiction, DefaultJurisdiction)
-	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
-		// Only a party recorded before metering checked the grammar can get
-		// here; fixing the provider (PATCH) updates the read model.
-		return adapters.Withholding{}, fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
-			r.ProviderID, err, apperr.ErrPrecondition)
-	}
-	// The payment falls due at the cycle's end: the rule then in force
-	// (of the requested rule set, else the one selected for the provider or
-	// its jurisdiction, else the default) applies.
-	version, err := a.Store.RuleAt(ctx, r.RuleSet, r.ProviderID, jurisdiction, cy.End.Add(-1))
-	if err != nil {
-		return adapters.Withholding{}, err
-	}
-	rule, err := split.RuleFor(version.RuleSet)
-	if err != nil {
-		return adapters.Withholding{}, apperr.Invalid("rule_set", "%v", err)
-	}
-	w := adapters.Withholding{
-		ID: ids.New("wh"), IdempotencyKey: r.IdempotencyKey, ProviderID: r.ProviderID, CycleID: cy.ID, Currency: cur.Code,
-		Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction, RuleSet: version.RuleSet, RuleVersion: version.Version,
-		CertificateID: ids.New("cert"), CreatedAt: a.Clock.Now(),
+		return apperr.Invalid("rule_set", "%v", err)
 	}
 	if r.CommissionRate != "" {
 		rate, err := money.ParseDecimal(r.CommissionRate)
 		if err != nil || rate.IsNegative() || rate.GreaterThan(decimal.NewFromInt(1)) {
-			return adapters.Withholding{}, apperr.Invalid("commission_rate", "want a decimal fraction in 0..1")
+			return apperr.Invalid("commission_rate", "want a decimal fraction in 0..1")
 		}
-		res, err := split.Compute(cur, gross, rate, rule, profile)
-		if err != nil {
-			return adapters.Withholding{}, apperr.Invalid("gross", "%v", err)
+		if err := w.SplitByRate(cur, rate, rule); err != nil {
+			return apperr.Invalid("gross", "%v", err)
 		}
-		w.CommissionRate, w.Commission, w.Tax, w.Net = &rate, res.Commission, res.Tax, res.Net
 	} else {
 		commission, err := cur.Parse(r.Commission)
-		if err != nil || commission.IsNegative() || commission.GreaterThan(gross) {
-			return adapters.Withholding{}, apperr.Invalid("commission", "want an amount in 0..gross, or commission_rate")
+		if err != nil || commission.IsNegative() || commission.GreaterThan(w.Gross) {
+			return apperr.Invalid("commission", "want an amount in 0..gross, or commission_rate")
 		}
-		exact, err := rule.Withhold(profile, gross.Sub(commission))
-		if err != nil {
-			return adapters.Withholding{}, apperr.Invalid("tax_profile", "%v", err)
+		if err := w.SplitByCommission(cur, commission, rule); err != nil {
+			return apperr.Invalid("tax_profile", "%v", err)
 		}
-		w.Commission, w.Tax = commission, cur.Round(exact)
-		w.Net = gross.Sub(commission).Sub(w.Tax)
 	}
-	w.TaxableBase = gross.Sub(w.Commission)
-	if !w.Commission.Add(w.Tax).Add(w.Net).Equal(gross) || w.Net.IsNegative() {
-		return adapters.Withholding{}, apperr.Invalid("gross", "split %s+%s+%s does not make %s", w.Commission, w.Tax, w.Net, gross)
+	if err := w.Check(); err != nil {
+		return apperr.Invalid("gross", "%v", err)
 	}
-	got, err := a.Store.InsertWithholding(ctx, w)
-	if err != nil || got.ID == w.ID {
-		return got, err
-	}
-	return replay(r, cur, cy.ID, got) // another request took the key first
+	return nil
 }
 
 // replay answers a request whose idempotency key is taken: the recorded
@@ -124,7 +132,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (ada
 // every idempotent write in gpubill answers. A field the request leaves empty
 // (tax profile, jurisdiction, rule set: "the provider's") matches what was
 // recorded; a field it gives must be the recorded one.
-func replay(r WithholdingRequest, cur money.Currency, cycleID string, w adapters.Withholding) (adapters.Withholding, error) {
+func replay(r WithholdingRequest, cur money.Currency, cycleID string, w domain.Withholding) (domain.Withholding, error) {
 	var diff []string
 	gross, err := cur.ParseAmount(r.Gross)
 	if r.ProviderID != w.ProviderID {
@@ -160,15 +168,8 @@ func replay(r WithholdingRequest, cur money.Currency, cycleID string, w adapters
 		diff = append(diff, "rule_set")
 	}
 	if len(diff) > 0 {
-		return adapters.Withholding{}, fmt.Errorf("idempotency key %q was used for a different withholding (%s, differing in %s): %w",
+		return domain.Withholding{}, fmt.Errorf("idempotency key %q was used for a different withholding (%s, differing in %s): %w",
 			r.IdempotencyKey, w.ID, strings.Join(diff, ", "), apperr.ErrConflict)
 	}
 	return w, nil
-}
-
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -6,10 +6,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/ids"
-	"github.com/gpubill/gpubill/pkg/money"
-	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 // RemitTax remits every withholding recorded before the end of period
@@ -19,7 +16,7 @@ import (
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
 // else. It returns the remittances and the report lines.
-func (a *App) RemitTax(ctx context.Context, period string) ([]adapters.Remittance, []adapters.ReportLine, error) {
+func (a *App) RemitTax(ctx context.Context, period string) ([]domain.Remittance, []domain.ReportLine, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
 		return nil, nil, apperr.Invalid("period", "want YYYY-MM")
@@ -39,24 +36,9 @@ func (a *App) RemitTax(ctx context.Context, period string) ([]adapters.Remittanc
 		}
 		txID := ""
 		if r.Amount.IsPositive() {
-			cur, err := money.Lookup(r.Currency)
-			if err != nil {
-				return nil, nil, err
-			}
-			amt := cur.Format(r.Amount)
-			resp, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
-				IdempotencyKey: r.ID,
-				Description:    fmt.Sprintf("tax remittance %s %s", r.Jurisdiction, period),
-				Metadata:       map[string]string{"kind": "tax_remittance", "period": period, "jurisdiction": r.Jurisdiction},
-				Postings: []*ledgerv1.Posting{
-					{Account: ids.TaxWithheld(r.Jurisdiction), Direction: "debit", Amount: amt, Currency: cur.Code},
-					{Account: "bank:client", Direction: "credit", Amount: amt, Currency: cur.Code},
-				},
-			})
-			if err != nil {
+			if txID, err = a.Ledger.PostRemittance(ctx, r); err != nil {
 				return nil, nil, fmt.Errorf("post remittance %s: %w", r.ID, err)
 			}
-			txID = resp.GetTransaction().GetTransactionId()
 		}
 		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
 			return nil, nil, err

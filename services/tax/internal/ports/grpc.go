@@ -15,8 +15,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
-	"github.com/gpubill/gpubill/services/tax/internal/adapters"
 	"github.com/gpubill/gpubill/services/tax/internal/app"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 const (
@@ -37,7 +37,7 @@ func fmtAmt(cur string, d decimal.Decimal) string {
 	return d.String()
 }
 
-func toProto(w adapters.Withholding) *taxv1.TaxWithholding {
+func toProto(w domain.Withholding) *taxv1.TaxWithholding {
 	return &taxv1.TaxWithholding{
 		WithholdingId: w.ID, ProviderId: w.ProviderID, CycleId: w.CycleID, Currency: w.Currency,
 		Gross: fmtAmt(w.Currency, w.Gross), Commission: fmtAmt(w.Currency, w.Commission),
@@ -195,7 +195,7 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet}, nil
 }
 
-func remToProto(r adapters.Remittance) *taxv1.TaxRemittance {
+func remToProto(r domain.Remittance) *taxv1.TaxRemittance {
 	out := &taxv1.TaxRemittance{RemittanceId: r.ID, Jurisdiction: r.Jurisdiction, Currency: r.Currency,
 		Amount: fmtAmt(r.Currency, r.Amount), Status: r.Status, Reference: r.ID, TransactionId: r.TransactionID,
 		CreatedAt: timestamppb.New(r.CreatedAt)}

@@ -16,6 +16,7 @@ import (
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/tax/internal/adapters"
 	"github.com/gpubill/gpubill/services/tax/internal/app"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 // PartyConsumerName is the durable consumer of party.updated.* that keeps the
@@ -28,7 +29,7 @@ const partyBatchMax = 500
 func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax}
 	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
-		var rows []adapters.Profile
+		var rows []domain.Profile
 		for _, ev := range evs {
 			if ev.Kind != "" && ev.Kind != "provider" {
 				continue
@@ -41,7 +42,7 @@ func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.P
 			if profile == "" {
 				profile = split.ProfileIndividual
 			}
-			rows = append(rows, adapters.Profile{ProviderID: ev.PartyId, TaxProfile: profile, Jurisdiction: j, Version: ev.Version})
+			rows = append(rows, domain.Profile{ProviderID: ev.PartyId, TaxProfile: profile, Jurisdiction: j, Version: ev.Version})
 		}
 		if err := store.UpsertProfiles(ctx, tx, rows); err != nil {
 			return fmt.Errorf("party updates: %w", err)

@@ -1,0 +1,56 @@
+// Package domain holds the tax service's entities and rules: a
+// withholding (the split of a provider's gross into commission, tax and
+// net by a rule set's version), the remittance of a month's withholdings
+// to an authority, and the defaults for a provider without a profile. The
+// rule sets' arithmetic (flat rate, CN labour brackets) is pkg/split, which
+// pricing's quotes share.
+package domain
+
+import (
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Profile is a provider's tax profile (read model of party.updated).
+type Profile struct {
+	ProviderID   string
+	TaxProfile   string
+	Jurisdiction string
+	Version      int64
+}
+
+// Rule is a version of a rule set.
+type Rule struct {
+	RuleSet, Version, Jurisdiction string
+	EffectiveFrom                  time.Time
+	EffectiveUntil                 *time.Time
+	IsDefault                      bool
+	Description                    string
+}
+
+// Withholding is a recorded withholding (also its certificate).
+type Withholding struct {
+	ID, IdempotencyKey, ProviderID, CycleID, Currency string
+	Gross, Commission, TaxableBase, Tax, Net          decimal.Decimal
+	CommissionRate                                    *decimal.Decimal
+	TaxProfile, Jurisdiction, RuleSet, RuleVersion    string
+	CertificateID                                     string
+	CreatedAt                                         time.Time
+}
+
+// Remittance is a payment of withheld tax to an authority.
+type Remittance struct {
+	ID, Period, Jurisdiction, Currency string
+	Amount                             decimal.Decimal
+	Status, TransactionID              string
+	CreatedAt                          time.Time
+	RemittedAt                         *time.Time
+}
+
+// ReportLine is the tax remitted for one provider in one remittance period.
+type ReportLine struct {
+	Jurisdiction, Currency, ProviderID string
+	Tax                                decimal.Decimal
+	Count                              int
+}
