@@ -46,7 +46,7 @@ func (r *inlineRunner) StartProvider(ctx context.Context, in app.ProviderInput) 
 	res, err := r.acts.SettleProvider(ctx, in)
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && ae.NonRetryable() {
-		err = fmt.Errorf("%w: %w", ports.ErrProviderFailed, err)
+		err = fmt.Errorf("%w: %w", app.ErrProviderFailed, err)
 	} else if err != nil {
 		return err
 	}

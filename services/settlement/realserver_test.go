@@ -15,7 +15,6 @@ import (
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
-	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
 
 // dialTemporal connects to a dev server, waiting until its namespace answers
@@ -144,7 +143,7 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
 	f := newFixtureWith(t, tc, true)
-	f.s.acts.PageTiming = ports.PageTiming{Ask: 300 * time.Millisecond}
+	f.s.acts.Page.Timing = app.PageTiming{Ask: 300 * time.Millisecond}
 	const providers = 6
 	f.seed(t, cycle1.ID, providers)
 	f.clock.Set(cycle1.End.Add(time.Hour))

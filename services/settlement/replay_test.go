@@ -29,6 +29,14 @@ import (
 // (children in flight), kept too; cycle_page_history.json hands each page
 // to the SettleProviders activity (versionStarted), and
 // provider_started_history.json is a provider workflow it started.
+// cycle_page_2026-12-01_history.json and
+// provider_started_2026-12-01_history.json were recorded just before
+// issue 15's restructuring (activities registered by name, the page
+// tracker, the provider's local activity named ActSettleProviderSteps for
+// runs of ProviderVersionSteps); their provider run uses the local
+// activity's legacy name. cycle_page_steps_history.json and
+// provider_steps_history.json were recorded after it (a provider run of
+// ProviderVersionSteps).
 // remittance_history.json was recorded before tax periods had a zone (the
 // "tax-period-zone" change's DefaultVersion: wait for the UTC month's end)
 // and is kept; remittance_zone_history.json waits for the month's end in
@@ -54,7 +62,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 }
 
 // recordHistories writes the first run of the cycle workflow (as
-// cycle_page_history.json) and one provider workflow to testdata (run with
+// cycle_page_steps_history.json) and one provider workflow it started (as
+// provider_steps_history.json, ProviderVersionSteps) to testdata (run with
 // GPUBILL_RECORD_HISTORY=1).
 func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
@@ -85,8 +94,8 @@ func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
 			t.Fatal(err)
 		}
 	}
-	write("cycle_page_history.json", "settle-"+cycle, runs[0].Execution.RunId)
-	write("provider_started_history.json", "settle-"+cycle+"-"+provider, "")
+	write("cycle_page_steps_history.json", "settle-"+cycle, runs[0].Execution.RunId)
+	write("provider_steps_history.json", "settle-"+cycle+"-"+provider, "")
 }
 
 // recordOpenerHistory writes a completed run of the cycle opener (started

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -45,9 +46,8 @@ const TaskQueueDefault = "settlement"
 // cycle page starts its provider workflows eagerly (the first workflow task
 // comes back in the start response), which needs a free workflow task slot
 // per provider in flight: with fewer slots than the page's window the rest
-// go through matching (one more server round trip and transition each;
-// 256 slots for windows of 500 measured 150-163 providers/s, 1 024 slots
-// 222/s on the 10 000-provider benchmark).
+// go through matching (one more server round trip and transition each), so
+// the slots exceed WindowMax.
 const (
 	workflowTaskPollers       = 8
 	activityTaskPollers       = 4
@@ -115,7 +115,8 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	s.store = &adapters.Store{Pool: d.Pool}
 	s.acts = &ports.Activities{
 		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
-		Temporal: tc, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, TaskQueue: taskQueue, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
+		Temporal: tc, TaskQueue: taskQueue,
+		Page: &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log}, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
 		BatchSize: s.batch, Window: s.window,
 	}
 	s.api = &ports.Server{Store: s.store, Temporal: tc, TaskQueue: taskQueue, Calendar: d.Calendar, Clock: d.Clock, BatchSize: s.batch, Window: s.window}
@@ -165,19 +166,43 @@ func (s *Service) NewWorker() worker.Worker {
 }
 
 // Register registers settlement's workflows and activities on a worker (or
-// a test environment's registry); the remittance workflows run on the tax
-// period calendar.
+// a test environment's registry), each under its name; the remittance
+// workflows run on the tax period calendar.
 func Register(r interface {
 	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
 	RegisterActivityWithOptions(any, activity.RegisterOptions)
-}, acts any, taxPeriods taxperiod.Calendar) {
+}, acts *ports.Activities, taxPeriods taxperiod.Calendar) {
 	rem := app.Remittances{Periods: taxPeriods}
-	r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
-	r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
-	r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
-	r.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
-	r.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
-	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{})
+	for _, w := range []struct {
+		name string
+		fn   any
+	}{
+		{app.CycleWorkflowName, app.CycleWorkflow},
+		{app.ProviderWorkflowName, app.ProviderWorkflow},
+		{app.CycleOpenerWorkflowName, app.CycleOpenerWorkflow},
+		{app.RemittanceMonthlyWorkflowName, rem.MonthlyWorkflow},
+		{app.RemittanceWorkflowName, rem.RemitWorkflow},
+	} {
+		r.RegisterWorkflowWithOptions(w.fn, workflow.RegisterOptions{Name: w.name})
+	}
+	for _, a := range []struct {
+		name string
+		fn   any
+	}{
+		{app.ActEnsureCycle, acts.EnsureCycle},
+		{app.ActStartNextCycle, acts.StartNextCycle},
+		{app.ActBeginClose, acts.BeginClose},
+		{app.ActSnapshotCycle, acts.SnapshotCycle},
+		{app.ActNextProviders, acts.NextProviders},
+		{app.ActSettleProviders, acts.SettleProviders},
+		{app.ActCompleteCycle, acts.CompleteCycle},
+		{app.ActSettleProviderSteps, acts.SettleProvider},
+		{app.ActSettleProviderLegacy, acts.SettleProvider},
+		{app.ActEnsureCycleWorkflows, acts.EnsureCycleWorkflows},
+		{app.ActRemitTax, acts.RemitTax},
+	} {
+		r.RegisterActivityWithOptions(a.fn, activity.RegisterOptions{Name: a.name})
+	}
 }
 
 // StartCycles starts the workflows of the current cycle, the previous one

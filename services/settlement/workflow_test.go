@@ -26,7 +26,6 @@ import (
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
-	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 	"github.com/gpubill/gpubill/services/tax"
 )
 
@@ -82,8 +81,8 @@ func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option
 		t.Fatal(err)
 	}
 	if inline {
-		s.acts.Runner = newInlineRunner(s.acts)
-		s.acts.PageTiming = ports.PageTiming{Poll: time.Millisecond, Ask: 20 * time.Millisecond}
+		s.acts.Page.Runner = newInlineRunner(s.acts)
+		s.acts.Page.Timing = app.PageTiming{Poll: time.Millisecond, Ask: 20 * time.Millisecond}
 	}
 	return &fixture{s: s, ledger: l, clock: clk}
 }
@@ -252,9 +251,9 @@ func (r *probeRunner) nextLocked(stuck bool) string {
 func (r *probeRunner) finish(ctx context.Context, in app.ProviderInput) {
 	r.probe.leave(in.ProviderID)
 	if in.ProviderID == "p-00004" {
-		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", ports.ErrProviderFailed))
+		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: probe: settlement refused", app.ErrProviderFailed))
 	} else if err := r.inlineRunner.StartProvider(context.WithoutCancel(ctx), in); err != nil {
-		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: %w", ports.ErrProviderFailed, err))
+		r.record(in.ProviderID, app.ProviderResult{}, fmt.Errorf("%w: %w", app.ErrProviderFailed, err))
 	}
 	r.mu.Lock()
 	r.releasing = false
@@ -326,7 +325,7 @@ func TestCycleSettlesWithinWindow(t *testing.T) {
 			probe := &windowProbe{running: map[string]int{}}
 			// The real settlement behind a probe that completes them out of
 			// start order; p-00004 fails.
-			f.s.acts.Runner = newProbeRunner(newInlineRunner(f.s.acts), probe, window, tt.batch, providers)
+			f.s.acts.Page.Runner = newProbeRunner(newInlineRunner(f.s.acts), probe, window, tt.batch, providers)
 			runs, _, last := runCycleWith(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true,
 				BatchSize: tt.batch, Window: window}, nil, func(env *testsuite.TestWorkflowEnvironment) { Register(env, f.s.acts, f.s.d.TaxPeriods) })
 
@@ -485,7 +484,7 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := newTestEnv(&suite)
 	Register(env, f.s.acts, f.s.d.TaxPeriods)
-	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001"})
+	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001", Version: app.ProviderVersionCurrent})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}

@@ -133,14 +133,6 @@ func (s *Store) NextProviders(ctx context.Context, cycle, after string, limit in
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// A provider's settlement state in a cycle, over its currencies
-// (ProviderStates).
-const (
-	ProviderPending = ""        // some currency still pending
-	ProviderHeld    = "held"    // held (its rows are held)
-	ProviderSettled = "settled" // every currency settled
-)
-
 // ProviderStates returns the state of each of the providers that is held
 // or settled in the cycle (the others are pending).
 func (s *Store) ProviderStates(ctx context.Context, cycle string, providers []string) (map[string]string, error) {
@@ -155,7 +147,7 @@ func (s *Store) ProviderStates(ctx context.Context, cycle string, providers []st
 	states := make(map[string]string, len(providers))
 	var id, st string
 	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
-		if st != ProviderPending {
+		if st != domain.ProviderPending {
 			states[id] = st
 		}
 		return nil

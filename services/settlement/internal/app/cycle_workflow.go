@@ -80,30 +80,9 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	actx := workflow.WithActivityOptions(ctx, cycleActivity)
 
 	if in.Phase == "" || in.Phase == PhaseWait {
-		var info CycleInfo
-		if err := workflow.ExecuteActivity(actx, ActEnsureCycle, in.CycleID).Get(ctx, &info); err != nil {
-			return fmt.Errorf("ensure cycle %s: %w", in.CycleID, err)
-		}
-		if info.Status == domain.CycleSettled {
-			return nil
-		}
-		if info.Status == domain.CycleOpen {
-			reason := waitForClose(ctx, closeCh, in)
-			if in.CloseReason == "" {
-				in.CloseReason = reason
-			}
-			// The next cycle's workflow (it waits for its own close) exists
-			// from this cycle's close on, so cycles chain without a scheduler.
-			if err := workflow.ExecuteActivity(actx, ActStartNextCycle, in.CycleID).Get(ctx, nil); err != nil {
-				workflow.GetLogger(ctx).Warn("start next cycle workflow", "err", err)
-			}
-		}
-		if err := workflow.ExecuteActivity(actx, ActBeginClose, BeginCloseInput{CycleID: in.CycleID, Reason: in.CloseReason}).Get(ctx, nil); err != nil {
-			return fmt.Errorf("begin close of %s: %w", in.CycleID, err)
-		}
-		sctx := workflow.WithActivityOptions(ctx, snapshotActivity)
-		if err := workflow.ExecuteActivity(sctx, ActSnapshotCycle, in.CycleID).Get(ctx, nil); err != nil {
-			return fmt.Errorf("snapshot cycle %s: %w", in.CycleID, err)
+		settled, err := closeCycle(ctx, actx, closeCh, &in)
+		if err != nil || settled {
+			return err
 		}
 		in.Phase = PhaseSettle
 	}
@@ -138,6 +117,39 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	in.After = batch[len(batch)-1]
 	in.Progress = progress
 	return workflow.NewContinueAsNewError(ctx, CycleWorkflowName, in)
+}
+
+// closeCycle is the wait phase: it records the cycle, waits for its close
+// (timer or signal; the next cycle's workflow is started then), closes it
+// in the ledger and snapshots every provider's gross. settled: the cycle
+// was settled already (nothing to do).
+func closeCycle(ctx, actx workflow.Context, closeCh workflow.ReceiveChannel, in *CycleInput) (settled bool, err error) {
+	var info CycleInfo
+	if err := workflow.ExecuteActivity(actx, ActEnsureCycle, in.CycleID).Get(ctx, &info); err != nil {
+		return false, fmt.Errorf("ensure cycle %s: %w", in.CycleID, err)
+	}
+	if info.Status == domain.CycleSettled {
+		return true, nil
+	}
+	if info.Status == domain.CycleOpen {
+		reason := waitForClose(ctx, closeCh, *in)
+		if in.CloseReason == "" {
+			in.CloseReason = reason
+		}
+		// The next cycle's workflow (it waits for its own close) exists
+		// from this cycle's close on, so cycles chain without a scheduler.
+		if err := workflow.ExecuteActivity(actx, ActStartNextCycle, in.CycleID).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("start next cycle workflow", "err", err)
+		}
+	}
+	if err := workflow.ExecuteActivity(actx, ActBeginClose, BeginCloseInput{CycleID: in.CycleID, Reason: in.CloseReason}).Get(ctx, nil); err != nil {
+		return false, fmt.Errorf("begin close of %s: %w", in.CycleID, err)
+	}
+	sctx := workflow.WithActivityOptions(ctx, snapshotActivity)
+	if err := workflow.ExecuteActivity(sctx, ActSnapshotCycle, in.CycleID).Get(ctx, nil); err != nil {
+		return false, fmt.Errorf("snapshot cycle %s: %w", in.CycleID, err)
+	}
+	return false, nil
 }
 
 // waitForClose blocks until the cycle's close time or a close signal and
@@ -233,7 +245,7 @@ func startProvider(ctx workflow.Context, cycle, provider string) workflow.ChildW
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
 		WorkflowRunTimeout:    24 * time.Hour,
 	})
-	return workflow.ExecuteChildWorkflow(cctx, ProviderWorkflowName, ProviderInput{CycleID: cycle, ProviderID: provider})
+	return workflow.ExecuteChildWorkflow(cctx, ProviderWorkflowName, ProviderInput{CycleID: cycle, ProviderID: provider, Version: ProviderVersionCurrent})
 }
 
 // account waits for a provider child and counts its result. A failed child

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// The provider workflow's work is ONE local activity (ActSettleProvider: hold
+// The provider workflow's work is ONE local activity (ActSettleProviderSteps: hold
 // and tier → per currency tax, the ledger transaction, the commission sweep,
 // the statement and settlement.settled), each step idempotent on keys
 // derived from the workflow id, so a retry or a replay redoes nothing. The
@@ -30,12 +30,16 @@ var providerActivity = workflow.LocalActivityOptions{
 // ProviderWorkflow is settle-{cycle}-{provider}: per currency, gross →
 // commission by tier → tax (the tax service) → one ledger transaction → the
 // commission sweep → statement and settlement.settled.{provider}, all in the
-// ActSettleProvider local activity. Held providers are left pending; a
+// ActSettleProviderSteps local activity. Held providers are left pending; a
 // release starts this workflow again.
 func ProviderWorkflow(ctx workflow.Context, in ProviderInput) (ProviderResult, error) {
 	ctx = workflow.WithLocalActivityOptions(ctx, providerActivity)
+	steps := ActSettleProviderSteps
+	if in.Version < ProviderVersionSteps {
+		steps = ActSettleProviderLegacy
+	}
 	var res ProviderResult
-	if err := workflow.ExecuteLocalActivity(ctx, ActSettleProvider, in).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteLocalActivity(ctx, steps, in).Get(ctx, &res); err != nil {
 		return res, fmt.Errorf("settle %s: %w", in.ProviderID, err)
 	}
 	return res, nil

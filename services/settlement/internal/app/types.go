@@ -13,20 +13,25 @@ import (
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
-// Activity names (methods of ports.Activities).
+// Activity names: settlement.Register registers each method of
+// ports.Activities under its name, and nothing else.
 const (
-	ActEnsureCycle        = "EnsureCycle"
-	ActStartNextCycle     = "StartNextCycle" // starts the workflow of the cycle after the given one
-	ActBeginClose         = "BeginClose"
-	ActSnapshotCycle      = "SnapshotCycle"
-	ActNextProviders      = "NextProviders"
-	ActSettleProviders    = "SettleProviders" // runs a page's settle-{cycle}-{provider} workflows and counts their results
-	ActCompleteCycle      = "CompleteCycle"
-	ActSettleProvider     = "SettleProvider" // the provider workflow's one local activity: the steps below, in order
-	ActPrepareProvider    = "PrepareProvider"
-	ActComputeTax         = "ComputeTax"
-	ActPostSettlement     = "PostSettlement" // the settlement with its commission sweep, one ledger transaction
-	ActFinalizeSettlement = "FinalizeSettlement"
+	ActEnsureCycle     = "EnsureCycle"
+	ActStartNextCycle  = "StartNextCycle" // starts the workflow of the cycle after the given one
+	ActBeginClose      = "BeginClose"
+	ActSnapshotCycle   = "SnapshotCycle"
+	ActNextProviders   = "NextProviders"
+	ActSettleProviders = "SettleProviders" // runs a page's settle-{cycle}-{provider} workflows and counts their results
+	ActCompleteCycle   = "CompleteCycle"
+	// ActSettleProviderSteps is the provider workflow's one local
+	// activity: prepare, then per currency tax, the ledger transaction
+	// with its sweep, and the statement.
+	ActSettleProviderSteps = "SettleProviderSteps"
+	// ActSettleProviderLegacy is the name that local activity had before
+	// it had a name of its own: the provider workflow's. Runs started
+	// before (ProviderInput.Version 0) and their recorded histories use
+	// it; such a run lasts at most its 24 h run timeout after an upgrade.
+	ActSettleProviderLegacy = "SettleProvider"
 )
 
 // Signal and query names of the cycle workflow.
@@ -47,21 +52,14 @@ const (
 	// BatchSizeDefault is how many providers a cycle run settles (one page
 	// of ActNextProviders, one SettleProviders activity) before it
 	// continues as new. Between pages the close drains its last providers
-	// and runs two activities and a continue-as-new; on the
-	// 10 000-provider benchmark (2 cores) pages of 500 settled 230-245
-	// providers/s, pages of 2 000 (window 500) 252-265/s, 4 000 265/s.
-	//
-	// Earlier versions started each provider as a child workflow of the
-	// cycle (three parent history events per child; the server's cost per
-	// child rose with the children pending in the parent, so pages of 500
-	// were best at 139 providers/s).
+	// and runs two activities and a continue-as-new, so larger pages keep
+	// the window full longer (DEVELOPERS.md has the measurements).
 	BatchSizeDefault = 2000
 	BatchSizeMax     = 4000
 
 	// WindowDefault is how many provider workflows a page keeps in flight;
 	// the next one starts as soon as one is done. 500 keeps two cores busy
-	// (300: 259/s, 1 000: 259/s against 263-267/s on the same benchmark)
-	// and within the worker's workflow task slots, so every start is
+	// and stays within the worker's workflow task slots, so every start is
 	// eager.
 	WindowDefault = 500
 	// WindowMax bounds the provider workflows (and workflow task slots of
@@ -138,7 +136,21 @@ type SettleProvidersResult struct {
 type ProviderInput struct {
 	CycleID    string
 	ProviderID string
+	// Version is the provider workflow's version the starter asked for
+	// (ProviderVersion*); 0 in runs started before it existed.
+	Version int
 }
+
+// Provider workflow versions (ProviderInput.Version): a version carried
+// in the input changes nothing in the history, where workflow.GetVersion
+// would add a marker and a search attribute update to every provider's
+// six events.
+const (
+	// ProviderVersionSteps runs the local activity under
+	// ActSettleProviderSteps (earlier: ActSettleProviderLegacy).
+	ProviderVersionSteps   = 1
+	ProviderVersionCurrent = ProviderVersionSteps
+)
 
 // ProviderResult is what a provider workflow returns.
 type ProviderResult struct {

@@ -10,6 +10,14 @@ import (
 	"github.com/gpubill/gpubill/pkg/ids"
 )
 
+// A provider's state in a cycle, all its currencies together (settlement's
+// table: ProviderStates).
+const (
+	ProviderPending = ""        // some currency still pending
+	ProviderHeld    = "held"    // held (its rows are held)
+	ProviderSettled = "settled" // every currency settled
+)
+
 // Cycle statuses (DESIGN §5, §7).
 const (
 	CycleOpen    = "open"
@@ -95,4 +103,46 @@ type Line struct {
 	GPUHours      string `json:"gpu_hours,omitempty"`
 	Amount        string `json:"amount"`
 	Description   string `json:"description,omitempty"`
+}
+
+// Posting directions.
+const (
+	Debit  = "debit"
+	Credit = "credit"
+)
+
+// Leg is one posting of a ledger transaction.
+type Leg struct {
+	Account, Direction string
+	Amount             decimal.Decimal
+}
+
+// SettlementLegs are a provider's settlement in a cycle (DESIGN §4): Dr
+// provider:{id}:pending:{cycle} gross; Cr platform:revenue:commission,
+// tax:withheld:{j} and provider:{id}:available net, each only with an
+// amount.
+func SettlementLegs(provider, cycle string, sp Split) []Leg {
+	legs := []Leg{{Account: PendingAccount(provider, cycle), Direction: Debit, Amount: sp.Gross}}
+	for _, l := range []Leg{
+		{Account: AccountCommission, Direction: Credit, Amount: sp.Commission},
+		{Account: TaxAccount(sp.Jurisdiction), Direction: Credit, Amount: sp.Tax},
+		{Account: AvailableAccount(provider), Direction: Credit, Amount: sp.Net},
+	} {
+		if l.Amount.IsPositive() {
+			legs = append(legs, l)
+		}
+	}
+	return legs
+}
+
+// SweepLegs move the earned commission out of the client account (DESIGN
+// §4): Dr bank:operating, Cr bank:client; none without a commission.
+func SweepLegs(sp Split) []Leg {
+	if !sp.Commission.IsPositive() {
+		return nil
+	}
+	return []Leg{
+		{Account: AccountBankOperating, Direction: Debit, Amount: sp.Commission},
+		{Account: AccountBankClient, Direction: Credit, Amount: sp.Commission},
+	}
 }

@@ -43,15 +43,15 @@ const (
 	errTypeInvalid = "InvalidSettlement"
 )
 
-// Activities are the settlement activities; their methods are registered on
-// the worker under their names (app.Act*).
+// Activities are the settlement activities: settlement.Register registers
+// each under its app.Act* name. PostSettlement and the other steps of
+// SettleProvider are not activities of their own.
 type Activities struct {
 	Store      *adapters.Store
 	Ledger     ledgerv1.LedgerServiceClient
 	Tax        taxv1.TaxServiceClient
-	Temporal   client.Client  // to start the next cycle's workflow
-	Runner     ProviderRunner // runs settle-{cycle}-{provider} (WorkflowRunner)
-	PageTiming PageTiming     // how SettleProviders follows a page (zero: defaults)
+	Temporal   client.Client    // to start the next cycle's workflow
+	Page       *app.PageSettler // SettleProviders (its runner: WorkflowRunner)
 	TaskQueue  string
 	Commission split.CommissionPolicy
 	Calendar   cycles.Calendar
@@ -205,7 +205,7 @@ func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) error {
 // settlement/sweep keys, the statement on the settlement row and outbox
 // message id), so a retry after a crash anywhere repeats nothing.
 func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (app.ProviderResult, error) {
-	prep, err := a.PrepareProvider(ctx, in)
+	prep, err := a.prepareProvider(ctx, in)
 	if err != nil {
 		return app.ProviderResult{}, step("prepare", err)
 	}
@@ -217,7 +217,7 @@ func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (
 		if it.Status == domain.ItemSettled || !it.Gross.IsPositive() {
 			continue
 		}
-		tax, err := a.ComputeTax(ctx, app.TaxInput{
+		tax, err := a.computeTax(ctx, app.TaxInput{
 			CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
 			CommissionRate: prep.CommissionRate,
 			IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, it.Currency),
@@ -230,7 +230,7 @@ func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (
 		if err != nil {
 			return res, step("post settlement of "+it.Currency, err)
 		}
-		if err := a.FinalizeSettlement(ctx, app.FinalizeInput{
+		if err := a.finalizeSettlement(ctx, app.FinalizeInput{
 			CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: prep.Tier, Tax: tax,
 			TransactionID: posted.TransactionID, SweepID: posted.SweepID,
 		}); err != nil {
@@ -241,9 +241,9 @@ func (a *Activities) SettleProvider(ctx context.Context, in app.ProviderInput) (
 	return res, nil
 }
 
-// PrepareProvider reads the provider's hold, tier (→ commission rate) and
+// prepareProvider reads the provider's hold, tier (→ commission rate) and
 // gross per currency.
-func (a *Activities) PrepareProvider(ctx context.Context, in app.ProviderInput) (app.Prepared, error) {
+func (a *Activities) prepareProvider(ctx context.Context, in app.ProviderInput) (app.Prepared, error) {
 	held, tier, items, err := a.Store.Prepare(ctx, in.CycleID, in.ProviderID)
 	if err != nil {
 		return app.Prepared{}, err
@@ -264,9 +264,9 @@ func (a *Activities) PrepareProvider(ctx context.Context, in app.ProviderInput) 
 	return p, nil
 }
 
-// ComputeTax asks the tax service to split gross and record the withholding
+// computeTax asks the tax service to split gross and record the withholding
 // (rule set and version from its rule table; idempotent on the key).
-func (a *Activities) ComputeTax(ctx context.Context, in app.TaxInput) (app.TaxResult, error) {
+func (a *Activities) computeTax(ctx context.Context, in app.TaxInput) (app.TaxResult, error) {
 	cur, err := money.Lookup(in.Currency)
 	if err != nil {
 		return app.TaxResult{}, nonRetryable(err)
@@ -314,8 +314,8 @@ func (a *Activities) PostSettlement(ctx context.Context, in app.PostInput) (app.
 	if err != nil {
 		return app.Posted{}, nonRetryable(err)
 	}
-	settlement := settlementPostings(cur, in)
-	sweep := sweepPostings(cur, sp)
+	settlement := postings(cur, domain.SettlementLegs(in.ProviderID, in.CycleID, sp))
+	sweep := postings(cur, domain.SweepLegs(sp))
 	req := &ledgerv1.CreateTransactionRequest{
 		IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, cur.Code),
 		Description:    fmt.Sprintf("settlement of %s for %s", in.ProviderID, in.CycleID),
@@ -350,15 +350,11 @@ func (a *Activities) postSettlementThenSweep(ctx context.Context, in app.PostInp
 	if err != nil {
 		return app.Posted{}, grpcErr("post settlement of "+in.ProviderID, err)
 	}
-	amt := cur.Format(in.Split.Commission)
 	sw, err := a.Ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
 		IdempotencyKey: domain.SweepKey(in.CycleID, in.ProviderID, cur.Code),
 		Description:    fmt.Sprintf("commission sweep of %s for %s", in.ProviderID, in.CycleID),
 		Metadata:       map[string]string{"kind": "commission_sweep", "cycle_id": in.CycleID, "provider_id": in.ProviderID},
-		Postings: []*ledgerv1.Posting{
-			{Account: domain.AccountBankOperating, Direction: "debit", Amount: amt, Currency: cur.Code},
-			{Account: domain.AccountBankClient, Direction: "credit", Amount: amt, Currency: cur.Code},
-		},
+		Postings:       postings(cur, domain.SweepLegs(in.Split)),
 	})
 	if err != nil {
 		return app.Posted{}, grpcErr("sweep commission of "+in.ProviderID, err)
@@ -366,38 +362,18 @@ func (a *Activities) postSettlementThenSweep(ctx context.Context, in app.PostInp
 	return app.Posted{TransactionID: resp.GetTransaction().GetTransactionId(), SweepID: sw.GetTransaction().GetTransactionId()}, nil
 }
 
-// settlementPostings: Dr pending gross; Cr commission, tax, available net
-// (the legs with an amount).
-func settlementPostings(cur money.Currency, in app.PostInput) []*ledgerv1.Posting {
-	sp := in.Split
-	postings := []*ledgerv1.Posting{{Account: domain.PendingAccount(in.ProviderID, in.CycleID), Direction: "debit", Amount: cur.Format(sp.Gross), Currency: cur.Code}}
-	for _, leg := range []struct {
-		account string
-		amount  decimal.Decimal
-	}{{domain.AccountCommission, sp.Commission}, {domain.TaxAccount(sp.Jurisdiction), sp.Tax}, {domain.AvailableAccount(in.ProviderID), sp.Net}} {
-		if leg.amount.IsPositive() {
-			postings = append(postings, &ledgerv1.Posting{Account: leg.account, Direction: "credit", Amount: cur.Format(leg.amount), Currency: cur.Code})
-		}
+// postings are legs as the ledger's API takes them, amounts formatted in cur.
+func postings(cur money.Currency, legs []domain.Leg) []*ledgerv1.Posting {
+	out := make([]*ledgerv1.Posting, 0, len(legs))
+	for _, l := range legs {
+		out = append(out, &ledgerv1.Posting{Account: l.Account, Direction: l.Direction, Amount: cur.Format(l.Amount), Currency: cur.Code})
 	}
-	return postings
+	return out
 }
 
-// sweepPostings move the earned commission out of the client account: Dr
-// bank:operating, Cr bank:client (none without a commission).
-func sweepPostings(cur money.Currency, sp domain.Split) []*ledgerv1.Posting {
-	if !sp.Commission.IsPositive() {
-		return nil
-	}
-	amt := cur.Format(sp.Commission)
-	return []*ledgerv1.Posting{
-		{Account: domain.AccountBankOperating, Direction: "debit", Amount: amt, Currency: cur.Code},
-		{Account: domain.AccountBankClient, Direction: "credit", Amount: amt, Currency: cur.Code},
-	}
-}
-
-// FinalizeSettlement writes the statement (with the charge lines behind the
+// finalizeSettlement writes the statement (with the charge lines behind the
 // gross) and, in the same transaction, settlement.settled.{provider} for payout.
-func (a *Activities) FinalizeSettlement(ctx context.Context, in app.FinalizeInput) error {
+func (a *Activities) finalizeSettlement(ctx context.Context, in app.FinalizeInput) error {
 	sp := in.Tax.Split
 	lines, err := a.lines(ctx, in.ProviderID, in.CycleID, sp.Currency)
 	if err != nil {
