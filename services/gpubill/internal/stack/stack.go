@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,11 +30,13 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/pkg/tempdev"
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/metering"
@@ -76,6 +79,35 @@ type Stack struct {
 	stopOnce sync.Once
 }
 
+// settings are the parts of the configuration Start checks before it
+// starts anything.
+type settings struct {
+	cal        cycles.Calendar
+	taxPeriods taxperiod.Calendar
+	streams    natsx.Limits
+	allow      auth.Allowlist
+	proxies    []netip.Prefix
+}
+
+func loadSettings(cfg Config) (st settings, err error) {
+	if st.cal, err = cfg.Calendar(); err != nil {
+		return st, err
+	}
+	if st.taxPeriods, err = cfg.TaxPeriods(); err != nil {
+		return st, err
+	}
+	if st.streams, err = cfg.StreamLimits(); err != nil {
+		return st, err
+	}
+	if st.allow, err = cfg.Allowlist(); err != nil {
+		return st, err
+	}
+	if st.proxies, err = cfg.Proxies(); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
 // Start brings up NATS (embedded unless NATS_URL), Temporal (a dev server
 // child unless TEMPORAL_ADDRESS), the database, every service and the
 // listeners. Stop undoes it in reverse.
@@ -86,15 +118,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
-	cal, err := cfg.Calendar()
-	if err != nil {
-		return nil, err
-	}
-	taxPeriods, err := cfg.TaxPeriods()
-	if err != nil {
-		return nil, err
-	}
-	streams, err := cfg.StreamLimits()
+	st, err := loadSettings(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,36 +132,63 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			s.Stop()
 		}
 	}()
-
 	if s.Secret, err = auth.LoadOrCreateSecret(cfg.AuthSecret, cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("auth secret: %w", err)
 	}
-	allow, err := cfg.Allowlist()
+	nc, js, err := s.startNATS(cfg)
 	if err != nil {
 		return nil, err
 	}
-	proxies, err := cfg.Proxies()
+	tc, err := s.startTemporal(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	if s.Pool, err = pg.Open(ctx, cfg.DatabaseURL, poolConnsMax); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.Pool.Close)
+	// The gRPC listener comes first so the services' internal connection
+	// (settlement → ledger, tax) knows where to dial.
+	gl, internal, err := s.listenGRPC(cfg)
+	if err != nil {
+		return nil, err
+	}
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Internal: internal, Streams: st.streams}
+	services, err := newServices(ctx, deps, tc)
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, svc.ServeMetrics(s.Pool, js, cfg.Log, services...))
+	if err := s.serve(ctx, runCtx, cfg, st, gl, services, nc, js, tc); err != nil {
+		gl.Close()
+		return nil, err
+	}
+	s.run(runCtx, services, cfg.Log)
+	return s, nil
+}
 
-	// NATS JetStream.
+// startNATS connects to NATS_URL, or runs an embedded JetStream server.
+func (s *Stack) startNATS(cfg Config) (*nats.Conn, jetstream.JetStream, error) {
 	s.NATSURL = cfg.NatsURL
 	if s.NATSURL == "" {
 		ns, err := natsx.RunEmbedded(orDefault(cfg.NATSAddr, "127.0.0.1:0"), filepath.Join(cfg.DataDir, "nats"))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		s.closers = append(s.closers, func() { shutdownNATS(ns) })
 		s.NATSURL = ns.ClientURL()
 	}
 	nc, js, err := natsx.Connect(s.NATSURL, "gpubill")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.closers = append(s.closers, func() { _ = nc.Drain() })
+	return nc, js, nil
+}
 
-	// Temporal.
+// startTemporal dials TEMPORAL_ADDRESS, or starts a dev server child first.
+func (s *Stack) startTemporal(ctx context.Context, cfg Config) (client.Client, error) {
 	s.Temporal = cfg.TemporalAddress
 	if s.Temporal == "" {
 		bin, err := tempdev.FindBinary()
@@ -161,39 +212,35 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, tc.Close)
+	return tc, nil
+}
 
-	// PostgreSQL.
-	if s.Pool, err = pg.Open(ctx, cfg.DatabaseURL, poolConnsMax); err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, s.Pool.Close)
-
-	// The gRPC listener comes first so the services' internal connection
-	// (settlement → ledger, tax) knows where to dial.
+// listenGRPC opens the gRPC listener and the services' internal
+// connection to it (role service).
+func (s *Stack) listenGRPC(cfg Config) (net.Listener, *grpc.ClientConn, error) {
 	gl, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
+		return nil, nil, fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
 	}
 	internalToken, err := svc.ServiceToken(s.Secret, "gpubill")
 	if err != nil {
 		gl.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	internal, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(auth.BearerCreds(internalToken)))
 	if err != nil {
 		gl.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	s.closers = append(s.closers, func() { _ = internal.Close() })
+	return gl, internal, nil
+}
 
-	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal, Streams: streams}
-	services, err := newServices(ctx, deps, tc)
-	if err != nil {
-		gl.Close()
-		return nil, err
-	}
-	s.closers = append(s.closers, svc.ServeMetrics(s.Pool, js, cfg.Log, services...))
+// serve starts the gRPC and REST listeners over every service, the
+// dead-letter operations over every schema and the audit of writes.
+func (s *Stack) serve(ctx, runCtx context.Context, cfg Config, st settings, gl net.Listener, services []svc.Service,
+	nc *nats.Conn, js jetstream.JetStream, tc client.Client) error {
 	regs := make([]gsrv.Service, len(services), len(services)+1)
 	sinks := make([]*deadletter.Sink, len(services))
 	names := make([]string, len(services))
@@ -204,19 +251,18 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	regs = append(regs, deadletter.NewServer(sinks...)) // one GET /v1/ops/dead-letters over every service
 	// Every service's writes are audited into its own outbox (the ledger
 	// stores them): the AUDIT stream must exist before any relay publishes.
-	if err := streams.EnsureStreams(ctx, js, cfg.Log, natsx.StreamAudit); err != nil {
-		gl.Close()
-		return nil, err
+	if err := st.streams.EnsureStreams(ctx, js, cfg.Log, natsx.StreamAudit); err != nil {
+		return err
 	}
+	var err error
 	s.srv, err = gsrv.Start(ctx, gsrv.Options{
 		GRPCListener: gl, HTTPAddr: cfg.HTTPAddr, Secret: s.Secret, Log: cfg.Log, Services: regs,
-		Allow: allow, TrustedProxies: proxies, Audit: audit.New(audit.PoolStore{Pool: s.Pool}, cfg.Log, names...),
+		Allow: st.allow, TrustedProxies: st.proxies, Audit: audit.New(audit.PoolStore{Pool: s.Pool}, cfg.Log, names...),
 		Ready:        readiness(s.Pool, nc, js, tc),
 		HTTPHandlers: map[string]http.Handler{"GET /v1/ops/consumer-lag": consumerLag(s.Secret, js)},
 	})
 	if err != nil {
-		gl.Close()
-		return nil, err
+		return err
 	}
 	s.HTTPAddr, s.GRPCAddr = s.srv.HTTPAddr, s.srv.GRPCAddr
 	go func() {
@@ -226,17 +272,22 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		case <-runCtx.Done():
 		}
 	}()
+	return nil
+}
+
+// run runs every service until runCtx ends; a service that stops with an
+// error is reported on Err.
+func (s *Stack) run(runCtx context.Context, services []svc.Service, lg *slog.Logger) {
 	for _, x := range services {
 		s.wg.Add(1)
 		go func(x svc.Service) {
 			defer s.wg.Done()
 			if err := x.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-				cfg.Log.Error("service stopped", "service", x.Name(), "err", err)
+				lg.Error("service stopped", "service", x.Name(), "err", err)
 				s.runErr <- fmt.Errorf("%s: %w", x.Name(), err)
 			}
 		}(x)
 	}
-	return s, nil
 }
 
 func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Service, error) {
