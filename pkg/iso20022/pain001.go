@@ -333,6 +333,12 @@ func BuildPain001(b CreditTransferBatch) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PaymentInfoID is the PmtInfId BuildPain001 gives the transfers of a
+// currency and execution date.
+func PaymentInfoID(msgID, currency string, date time.Time) string {
+	return pmtInfID(msgID, groupKey{currency, date.Format(time.DateOnly)})
+}
+
 // pmtInfID names a PmtInf: the message id, currency and date (≤ 35
 // characters for a message id of up to 22).
 func pmtInfID(msgID string, k groupKey) string {
