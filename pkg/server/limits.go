@@ -37,14 +37,18 @@ const (
 	idleTimeout       = 120 * time.Second
 )
 
-// ingestPath and ingestMethod are the one route allowed the larger limit.
+// The routes allowed the larger limit: usage ingest, and bank file
+// uploads (a day's pain.002 or camt.054 for thousands of payees; larger
+// files go through the bank inbox directory).
 const (
-	ingestPath   = "/v1/usage-events"
-	ingestMethod = "/gpubill.metering.v1.UsageService/IngestUsageEvents"
+	ingestPath     = "/v1/usage-events"
+	ingestMethod   = "/gpubill.metering.v1.UsageService/IngestUsageEvents"
+	bankFilePath   = "/v1/bank-files"
+	bankFileMethod = "/gpubill.payout.v1.PayoutService/ImportBankFile"
 )
 
 func bodyLimit(r *http.Request) int64 {
-	if r.Method == http.MethodPost && r.URL.Path == ingestPath {
+	if r.Method == http.MethodPost && (r.URL.Path == ingestPath || r.URL.Path == bankFilePath) {
 		return ingestBodyBytesMax
 	}
 	return bodyBytesMax
@@ -91,7 +95,7 @@ func tooLarge(limit int64) *status.Status {
 func sizeLimit() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		limit := grpcMsgBytesMax
-		if info.FullMethod == ingestMethod {
+		if info.FullMethod == ingestMethod || info.FullMethod == bankFileMethod {
 			limit = grpcIngestBytesMax
 		}
 		if m, ok := req.(proto.Message); ok && proto.Size(m) > limit {

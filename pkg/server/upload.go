@@ -22,6 +22,7 @@ import (
 // reads no query parameters otherwise.
 var fileUploadPaths = map[string]bool{
 	"/v1/bank-statements": true,
+	"/v1/bank-files":      true, // payout's pain.002 / camt.054 (format is not one of its fields: ignored)
 }
 
 // fileFormats maps an upload's media type to its "format" field.
