@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
@@ -36,6 +38,7 @@ import (
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 	"github.com/gpubill/gpubill/services/payout/internal/ports"
@@ -64,7 +67,46 @@ type Config struct {
 	// link-local, multicast and unspecified addresses
 	// (GPUBILL_WEBHOOK_ALLOW_PRIVATE=true; default false: refused).
 	WebhookAllowPrivate bool
+	// BankRail is the rail of payouts to bank accounts
+	// (GPUBILL_PAYOUT_RAIL_BANK): "sandbox" (default) or "file", the
+	// ISO 20022 bank-file rail configured by Bank.
+	BankRail string
+	// Bank is the bank-file rail's settings (GPUBILL_BANK_*).
+	Bank bankfile.Config
 }
+
+// Rails of bank payouts.
+const (
+	BankRailSandbox = "sandbox"
+	BankRailFile    = "file"
+)
+
+// bankConfigFromEnv reads the bank-file rail's settings.
+func bankConfigFromEnv() (bankfile.Config, error) {
+	c := bankfile.Config{
+		Debtor: iso20022.Party{Name: os.Getenv("GPUBILL_BANK_DEBTOR_NAME"), Account: strings.ReplaceAll(os.Getenv("GPUBILL_BANK_DEBTOR_ACCOUNT"), " ", ""),
+			Agent: os.Getenv("GPUBILL_BANK_DEBTOR_AGENT")},
+		InitiatingParty: os.Getenv("GPUBILL_BANK_INITIATING_PARTY"),
+		OutboxDir:       os.Getenv("GPUBILL_BANK_OUTBOX_DIR"),
+		InboxDir:        os.Getenv("GPUBILL_BANK_INBOX_DIR"),
+		CutoffHour:      bankCutoffHourDefault,
+	}
+	var err error
+	if v := os.Getenv("GPUBILL_BANK_CUTOFF"); v != "" {
+		if c.CutoffHour, c.CutoffMinute, err = bankfile.ParseCutoff(v); err != nil {
+			return c, fmt.Errorf("GPUBILL_BANK_CUTOFF: %w", err)
+		}
+	}
+	if v := os.Getenv("GPUBILL_BANK_TIMEZONE"); v != "" {
+		if c.Location, err = time.LoadLocation(v); err != nil {
+			return c, fmt.Errorf("GPUBILL_BANK_TIMEZONE: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// bankCutoffHourDefault: the daily batch is cut at 14:00 (GPUBILL_BANK_TIMEZONE, default UTC).
+const bankCutoffHourDefault = 14
 
 // ConfigFromEnv reads Config from the environment.
 func ConfigFromEnv() (Config, error) {
@@ -88,7 +130,23 @@ func ConfigFromEnv() (Config, error) {
 			return c, fmt.Errorf("GPUBILL_WEBHOOK_ALLOW_PRIVATE: %w", err)
 		}
 	}
-	return c, nil
+	c.BankRail = os.Getenv("GPUBILL_PAYOUT_RAIL_BANK")
+	if c.Bank, err = bankConfigFromEnv(); err != nil {
+		return c, err
+	}
+	return c, c.checkRails()
+}
+
+// checkRails refuses an unknown bank rail, and a bank-file rail without
+// the client account it pays from.
+func (c Config) checkRails() error {
+	switch c.BankRail {
+	case "", BankRailSandbox:
+		return nil
+	case BankRailFile:
+		return c.Bank.Check()
+	}
+	return fmt.Errorf("GPUBILL_PAYOUT_RAIL_BANK %q: want sandbox or file", c.BankRail)
 }
 
 // Service is the payout service.
@@ -99,6 +157,8 @@ type Service struct {
 	store   *adapters.Store
 	sandbox *adapters.Sandbox
 	payouts *app.Payouts
+	bank    *bankfile.Rail
+	bankOn  bool // bank payouts go to the bank-file rail
 	acts    *ports.Activities
 	flow    *ports.Workflows
 	hooks   *ports.Deliverer
@@ -129,11 +189,22 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
-	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: s.sandbox,
+	if err := cfg.checkRails(); err != nil {
+		return nil, err
+	}
+	// The bank-file rail's book is always readable (batches, imports); it
+	// takes payouts only when GPUBILL_PAYOUT_RAIL_BANK=file.
+	s.bank = &bankfile.Rail{Pool: d.Pool, Clock: d.Clock, Cfg: cfg.Bank, Log: d.Log, Notify: s.flow.RailNews}
+	s.bankOn = cfg.BankRail == BankRailFile
+	var rail app.Rail = s.sandbox
+	if s.bankOn {
+		rail = app.Router{Default: s.sandbox, ByType: map[string]app.Rail{domain.MethodBank: s.bank}}
+	}
+	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
-	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard}
+	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
 }
@@ -182,6 +253,10 @@ func (s *Service) Policy() auth.Policy {
 		p + "CreateWebhook":         own,
 		p + "ListWebhooks":          own,
 		p + "ListWebhookDeliveries": own,
+		p + "ListPayoutBatches":     finance,
+		p + "GetPayoutBatch":        finance,
+		p + "GetPayoutBatchFile":    finance,
+		p + "ImportBankFile":        finance,
 	}
 }
 
@@ -216,6 +291,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.flow.Run(ctx) })
 	g.Go(func() error { return s.hooks.Run(ctx) })
+	if s.bankOn {
+		g.Go(func() error { return s.bank.Run(ctx) })
+	}
 	if s.d.JS != nil {
 		g.Go(func() error {
 			return ports.ConsumeSettled(ctx, s.d.JS, s.d.Pool, s.store.In, s.payouts, s.d.Log, s.flow)

@@ -110,7 +110,11 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 			d := rs.ExpectedArrival.UTC().Truncate(24 * time.Hour)
 			p.ExpectedArrival = &d
 		}
-		return fmt.Sprintf("submitted to %s as %s via %s", a.Rail.Name(), p.RailRef, p.MethodSum)
+		rail := rs.Rail
+		if rail == "" {
+			rail = a.Rail.Name()
+		}
+		return fmt.Sprintf("submitted to %s as %s via %s", rail, p.RailRef, p.MethodSum)
 	case domain.StatusInTransit:
 		return "in transit"
 	case domain.StatusPaid:

@@ -39,6 +39,7 @@ type Transfer struct {
 
 // RailStatus is what a rail knows about a reference.
 type RailStatus struct {
+	Rail            string // the rail that answered ("" : the one called)
 	Reference       string
 	State           string // Rail*
 	FailureCode     string // failed or returned: e.g. account_frozen

@@ -97,6 +97,8 @@ type Server struct {
 	Flow  *Workflows // wakes workflows after a gate change; nil in tests without Temporal
 	// Webhooks checks a webhook's URL at creation.
 	Webhooks WebhookGuard
+	// Bank is the bank-file rail's batches and imports.
+	Bank app.BankFiles
 }
 
 func fmtAmt(cur string, d decimal.Decimal) string {

@@ -136,3 +136,25 @@ func (w *Workflows) RailCallback(ref string) {
 	}
 	w.Wake(ctx, id)
 }
+
+// railNewsTimeout bounds one notification's database read and Temporal call.
+const railNewsTimeout = 10 * time.Second
+
+// RailNews is a rail's news about a reference that may come after the
+// payout's workflow ended (a bank return days after it was paid): it
+// wakes the workflow, or starts it again (signal-with-start), and the
+// workflow follows the rail from the payout's status.
+func (w *Workflows) RailNews(ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), railNewsTimeout)
+	defer cancel()
+	id, err := w.Store.PayoutByReference(ctx, ref)
+	if err != nil {
+		w.Log.Warn("rail news for a reference no payout has yet", "reference", ref, "err", err)
+		return
+	}
+	_, err = w.Temporal.SignalWithStartWorkflow(ctx, domain.WorkflowID(id), app.SignalWake, nil,
+		client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue}, app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
+	if err != nil {
+		w.Log.Warn("wake payout workflow with rail news", "payout_id", id, "reference", ref, "err", err)
+	}
+}

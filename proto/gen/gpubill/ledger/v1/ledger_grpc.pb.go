@@ -486,6 +486,7 @@ type ReportServiceClient interface {
 	// the client lines). The body is returned raw.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	GetSegregatedFundsReport(ctx context.Context, in *GetSegregatedFundsReportRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
 }
 
@@ -521,6 +522,7 @@ type ReportServiceServer interface {
 	// the client lines). The body is returned raw.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	GetSegregatedFundsReport(context.Context, *GetSegregatedFundsReportRequest) (*httpbody.HttpBody, error)
 	mustEmbedUnimplementedReportServiceServer()
 }

@@ -13,6 +13,7 @@ package payoutv1
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1943,11 +1944,680 @@ func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
 	return nil
 }
 
+type ListPayoutBatchesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 50, at most 500
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPayoutBatchesRequest) Reset() {
+	*x = ListPayoutBatchesRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPayoutBatchesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPayoutBatchesRequest) ProtoMessage() {}
+
+func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
+func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPayoutBatchesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListPayoutBatchesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*PayoutBatch         `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPayoutBatchesResponse) Reset() {
+	*x = ListPayoutBatchesResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPayoutBatchesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPayoutBatchesResponse) ProtoMessage() {}
+
+func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
+func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+func (x *ListPayoutBatchesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// The count and sum of a batch's transfers in one currency.
+type PayoutBatchTotal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Transfers     int32                  `protobuf:"varint,2,opt,name=transfers,proto3" json:"transfers,omitempty"`
+	Amount        string                 `protobuf:"bytes,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutBatchTotal) Reset() {
+	*x = PayoutBatchTotal{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutBatchTotal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutBatchTotal) ProtoMessage() {}
+
+func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
+func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PayoutBatchTotal) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *PayoutBatchTotal) GetTransfers() int32 {
+	if x != nil {
+		return x.Transfers
+	}
+	return 0
+}
+
+func (x *PayoutBatchTotal) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+// One pain.001 payment batch: built once per daily cutoff from the bank
+// payouts submitted before it.
+type PayoutBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"` // the file's MsgId: pb-YYYYMMDD-HHMM of the cutoff
+	CutoffAt      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=cutoff_at,json=cutoffAt,proto3" json:"cutoff_at,omitempty"`
+	ExecutionDate string                 `protobuf:"bytes,3,opt,name=execution_date,json=executionDate,proto3" json:"execution_date,omitempty"` // YYYY-MM-DD, the file's ReqdExctnDt
+	Transfers     int32                  `protobuf:"varint,4,opt,name=transfers,proto3" json:"transfers,omitempty"`                             // the file's NbOfTxs
+	ControlSum    string                 `protobuf:"bytes,5,opt,name=control_sum,json=controlSum,proto3" json:"control_sum,omitempty"`          // the file's group CtrlSum
+	Totals        []*PayoutBatchTotal    `protobuf:"bytes,6,rep,name=totals,proto3" json:"totals,omitempty"`
+	FileSha256    string                 `protobuf:"bytes,7,opt,name=file_sha256,json=fileSha256,proto3" json:"file_sha256,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DeliveredAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"` // unset until written to GPUBILL_BANK_OUTBOX_DIR
+	DeliveredPath string                 `protobuf:"bytes,10,opt,name=delivered_path,json=deliveredPath,proto3" json:"delivered_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutBatch) Reset() {
+	*x = PayoutBatch{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutBatch) ProtoMessage() {}
+
+func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
+func (*PayoutBatch) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PayoutBatch) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *PayoutBatch) GetCutoffAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CutoffAt
+	}
+	return nil
+}
+
+func (x *PayoutBatch) GetExecutionDate() string {
+	if x != nil {
+		return x.ExecutionDate
+	}
+	return ""
+}
+
+func (x *PayoutBatch) GetTransfers() int32 {
+	if x != nil {
+		return x.Transfers
+	}
+	return 0
+}
+
+func (x *PayoutBatch) GetControlSum() string {
+	if x != nil {
+		return x.ControlSum
+	}
+	return ""
+}
+
+func (x *PayoutBatch) GetTotals() []*PayoutBatchTotal {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+func (x *PayoutBatch) GetFileSha256() string {
+	if x != nil {
+		return x.FileSha256
+	}
+	return ""
+}
+
+func (x *PayoutBatch) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *PayoutBatch) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *PayoutBatch) GetDeliveredPath() string {
+	if x != nil {
+		return x.DeliveredPath
+	}
+	return ""
+}
+
+type GetPayoutBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutBatchRequest) Reset() {
+	*x = GetPayoutBatchRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutBatchRequest) ProtoMessage() {}
+
+func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
+func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetPayoutBatchRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+type GetPayoutBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batch         *PayoutBatch           `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutBatchResponse) Reset() {
+	*x = GetPayoutBatchResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutBatchResponse) ProtoMessage() {}
+
+func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
+func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+type GetPayoutBatchFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutBatchFileRequest) Reset() {
+	*x = GetPayoutBatchFileRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutBatchFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutBatchFileRequest) ProtoMessage() {}
+
+func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
+func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetPayoutBatchFileRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+type ImportBankFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Content       string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"` // the file's XML (UTF-8)
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`       // optional, a name to remember the file by
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportBankFileRequest) Reset() {
+	*x = ImportBankFileRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportBankFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportBankFileRequest) ProtoMessage() {}
+
+func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
+func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ImportBankFileRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ImportBankFileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// What one status or movement of a bank file did.
+type BankFileEntry struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Element         string                 `protobuf:"bytes,1,opt,name=element,proto3" json:"element,omitempty"` // its place in the file, e.g. CstmrPmtStsRpt/OrgnlPmtInfAndSts[0]/TxInfAndSts[2]
+	EndToEndId      string                 `protobuf:"bytes,2,opt,name=end_to_end_id,json=endToEndId,proto3" json:"end_to_end_id,omitempty"`
+	PayoutReference string                 `protobuf:"bytes,3,opt,name=payout_reference,json=payoutReference,proto3" json:"payout_reference,omitempty"` // the payout's rail reference; "" when unknown
+	BankStatus      string                 `protobuf:"bytes,4,opt,name=bank_status,json=bankStatus,proto3" json:"bank_status,omitempty"`                // ACCP, RJCT, DBIT/BOOK, RTRN/BOOK ...
+	ReasonCode      string                 `protobuf:"bytes,5,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`                // the ISO reason (AC04, AC06 ...)
+	// applied | unchanged | conflict | unknown_reference | amount_mismatch | ignored
+	Outcome       string `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BankFileEntry) Reset() {
+	*x = BankFileEntry{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BankFileEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BankFileEntry) ProtoMessage() {}
+
+func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
+func (*BankFileEntry) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *BankFileEntry) GetElement() string {
+	if x != nil {
+		return x.Element
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetEndToEndId() string {
+	if x != nil {
+		return x.EndToEndId
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetPayoutReference() string {
+	if x != nil {
+		return x.PayoutReference
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetBankStatus() string {
+	if x != nil {
+		return x.BankStatus
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetReasonCode() string {
+	if x != nil {
+		return x.ReasonCode
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *BankFileEntry) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ImportBankFileResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	FileId            string                 `protobuf:"bytes,1,opt,name=file_id,json=fileId,proto3" json:"file_id,omitempty"`
+	Kind              string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // pain.002.001.10, camt.054.001.08 ...
+	MessageId         string                 `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	OriginalMessageId string                 `protobuf:"bytes,4,opt,name=original_message_id,json=originalMessageId,proto3" json:"original_message_id,omitempty"` // pain.002: the batch it answers
+	Duplicate         bool                   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`                                           // these bytes were imported before: nothing changed
+	ImportedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=imported_at,json=importedAt,proto3" json:"imported_at,omitempty"`
+	Entries           []*BankFileEntry       `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	Applied           int32                  `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`
+	NotApplied        int32                  `protobuf:"varint,9,opt,name=not_applied,json=notApplied,proto3" json:"not_applied,omitempty"` // unknown_reference, conflict and amount_mismatch entries: for finance to look at
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ImportBankFileResponse) Reset() {
+	*x = ImportBankFileResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportBankFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportBankFileResponse) ProtoMessage() {}
+
+func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
+func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ImportBankFileResponse) GetFileId() string {
+	if x != nil {
+		return x.FileId
+	}
+	return ""
+}
+
+func (x *ImportBankFileResponse) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ImportBankFileResponse) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *ImportBankFileResponse) GetOriginalMessageId() string {
+	if x != nil {
+		return x.OriginalMessageId
+	}
+	return ""
+}
+
+func (x *ImportBankFileResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *ImportBankFileResponse) GetImportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ImportedAt
+	}
+	return nil
+}
+
+func (x *ImportBankFileResponse) GetEntries() []*BankFileEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ImportBankFileResponse) GetApplied() int32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ImportBankFileResponse) GetNotApplied() int32 {
+	if x != nil {
+		return x.NotApplied
+	}
+	return 0
+}
+
 var File_gpubill_payout_v1_payout_proto protoreflect.FileDescriptor
 
 const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\n" +
-	"\x1egpubill/payout/v1/payout.proto\x12\x11gpubill.payout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
+	"\x1egpubill/payout/v1/payout.proto\x12\x11gpubill.payout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
 	"\x12PayoutStatusChange\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -2113,7 +2783,66 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x1dListWebhookDeliveriesResponse\x12B\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\".gpubill.payout.v1.WebhookDeliveryR\n" +
-	"deliveries2\xc5\r\n" +
+	"deliveries\"V\n" +
+	"\x18ListPayoutBatchesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"}\n" +
+	"\x19ListPayoutBatchesResponse\x128\n" +
+	"\abatches\x18\x01 \x03(\v2\x1e.gpubill.payout.v1.PayoutBatchR\abatches\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"d\n" +
+	"\x10PayoutBatchTotal\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1c\n" +
+	"\ttransfers\x18\x02 \x01(\x05R\ttransfers\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\tR\x06amount\"\xc6\x03\n" +
+	"\vPayoutBatch\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x127\n" +
+	"\tcutoff_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bcutoffAt\x12%\n" +
+	"\x0eexecution_date\x18\x03 \x01(\tR\rexecutionDate\x12\x1c\n" +
+	"\ttransfers\x18\x04 \x01(\x05R\ttransfers\x12\x1f\n" +
+	"\vcontrol_sum\x18\x05 \x01(\tR\n" +
+	"controlSum\x12;\n" +
+	"\x06totals\x18\x06 \x03(\v2#.gpubill.payout.v1.PayoutBatchTotalR\x06totals\x12\x1f\n" +
+	"\vfile_sha256\x18\a \x01(\tR\n" +
+	"fileSha256\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
+	"\fdelivered_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12%\n" +
+	"\x0edelivered_path\x18\n" +
+	" \x01(\tR\rdeliveredPath\"2\n" +
+	"\x15GetPayoutBatchRequest\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\"N\n" +
+	"\x16GetPayoutBatchResponse\x124\n" +
+	"\x05batch\x18\x01 \x01(\v2\x1e.gpubill.payout.v1.PayoutBatchR\x05batch\"6\n" +
+	"\x19GetPayoutBatchFileRequest\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\"E\n" +
+	"\x15ImportBankFileRequest\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xe7\x01\n" +
+	"\rBankFileEntry\x12\x18\n" +
+	"\aelement\x18\x01 \x01(\tR\aelement\x12!\n" +
+	"\rend_to_end_id\x18\x02 \x01(\tR\n" +
+	"endToEndId\x12)\n" +
+	"\x10payout_reference\x18\x03 \x01(\tR\x0fpayoutReference\x12\x1f\n" +
+	"\vbank_status\x18\x04 \x01(\tR\n" +
+	"bankStatus\x12\x1f\n" +
+	"\vreason_code\x18\x05 \x01(\tR\n" +
+	"reasonCode\x12\x18\n" +
+	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note\"\xe6\x02\n" +
+	"\x16ImportBankFileResponse\x12\x17\n" +
+	"\afile_id\x18\x01 \x01(\tR\x06fileId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\tR\tmessageId\x12.\n" +
+	"\x13original_message_id\x18\x04 \x01(\tR\x11originalMessageId\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12;\n" +
+	"\vimported_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"importedAt\x12:\n" +
+	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
+	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
+	"\vnot_applied\x18\t \x01(\x05R\n" +
+	"notApplied2\xf2\x11\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -2125,7 +2854,11 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
 	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\x8d\x01\n" +
 	"\fListWebhooks\x12&.gpubill.payout.v1.ListWebhooksRequest\x1a'.gpubill.payout.v1.ListWebhooksResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/providers/{provider_id}/webhooks\x12\xc0\x01\n" +
-	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveriesBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
+	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries\x12\x8a\x01\n" +
+	"\x11ListPayoutBatches\x12+.gpubill.payout.v1.ListPayoutBatchesRequest\x1a,.gpubill.payout.v1.ListPayoutBatchesResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/payout-batches\x12\x93\x01\n" +
+	"\x0eGetPayoutBatch\x12(.gpubill.payout.v1.GetPayoutBatchRequest\x1a).gpubill.payout.v1.GetPayoutBatchResponse\",\x82\xd3\xe4\x93\x02&b\x05batch\x12\x1d/v1/payout-batches/{batch_id}\x12\x84\x01\n" +
+	"\x12GetPayoutBatchFile\x12,.gpubill.payout.v1.GetPayoutBatchFileRequest\x1a\x14.google.api.HttpBody\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/payout-batches/{batch_id}/file\x12\x80\x01\n" +
+	"\x0eImportBankFile\x12(.gpubill.payout.v1.ImportBankFileRequest\x1a).gpubill.payout.v1.ImportBankFileResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/bank-filesBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
 
 var (
 	file_gpubill_payout_v1_payout_proto_rawDescOnce sync.Once
@@ -2139,7 +2872,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),            // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                        // 1: gpubill.payout.v1.Payout
@@ -2171,59 +2904,86 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*WebhookDelivery)(nil),               // 27: gpubill.payout.v1.WebhookDelivery
 	(*ListWebhookDeliveriesRequest)(nil),  // 28: gpubill.payout.v1.ListWebhookDeliveriesRequest
 	(*ListWebhookDeliveriesResponse)(nil), // 29: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*timestamppb.Timestamp)(nil),         // 30: google.protobuf.Timestamp
+	(*ListPayoutBatchesRequest)(nil),      // 30: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),     // 31: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),              // 32: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                   // 33: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),         // 34: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),        // 35: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),     // 36: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),         // 37: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                 // 38: gpubill.payout.v1.BankFileEntry
+	(*ImportBankFileResponse)(nil),        // 39: gpubill.payout.v1.ImportBankFileResponse
+	(*timestamppb.Timestamp)(nil),         // 40: google.protobuf.Timestamp
+	(*httpbody.HttpBody)(nil),             // 41: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	30, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	40, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	30, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	30, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	40, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	30, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	40, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	30, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	30, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	40, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
 	22, // 17: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	22, // 18: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	30, // 19: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	30, // 20: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	30, // 21: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	40, // 19: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	40, // 20: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	40, // 21: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
 	27, // 22: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	14, // 23: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 24: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 25: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 26: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 27: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 28: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 29: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 30: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 31: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	25, // 32: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	28, // 33: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	15, // 34: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 35: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 36: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 37: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 38: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 39: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 40: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 41: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 42: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	26, // 43: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	29, // 44: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	33, // 23: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	40, // 24: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	32, // 25: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	40, // 26: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	40, // 27: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	33, // 28: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	40, // 29: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	38, // 30: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	14, // 31: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 32: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 33: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 34: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 35: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 36: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 37: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 38: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 39: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	25, // 40: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	28, // 41: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	30, // 42: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	34, // 43: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	36, // 44: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	37, // 45: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	15, // 46: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 47: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 48: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 49: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 50: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 51: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 52: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 53: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 54: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	26, // 55: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	29, // 56: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	31, // 57: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	35, // 58: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	41, // 59: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	39, // 60: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -2237,7 +2997,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -13,6 +13,7 @@ package payoutv1
 
 import (
 	context "context"
+	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -35,6 +36,10 @@ const (
 	PayoutService_CreateWebhook_FullMethodName         = "/gpubill.payout.v1.PayoutService/CreateWebhook"
 	PayoutService_ListWebhooks_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListWebhooks"
 	PayoutService_ListWebhookDeliveries_FullMethodName = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
+	PayoutService_ListPayoutBatches_FullMethodName     = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
+	PayoutService_GetPayoutBatch_FullMethodName        = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
+	PayoutService_GetPayoutBatchFile_FullMethodName    = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
+	PayoutService_ImportBankFile_FullMethodName        = "/gpubill.payout.v1.PayoutService/ImportBankFile"
 )
 
 // PayoutServiceClient is the client API for PayoutService service.
@@ -72,6 +77,26 @@ type PayoutServiceClient interface {
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
+	// Bank-file rail: the daily ISO 20022 pain.001 payment batches, newest
+	// first (finance).
+	ListPayoutBatches(ctx context.Context, in *ListPayoutBatchesRequest, opts ...grpc.CallOption) (*ListPayoutBatchesResponse, error)
+	// One payment batch.
+	GetPayoutBatch(ctx context.Context, in *GetPayoutBatchRequest, opts ...grpc.CallOption) (*GetPayoutBatchResponse, error)
+	// A batch's pain.001.001.09 file exactly as built and delivered to the
+	// bank (content-type application/xml, raw).
+	//
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	GetPayoutBatchFile(ctx context.Context, in *GetPayoutBatchFileRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
+	// Imports a bank file: a pain.002 status report or a camt.054 debit /
+	// credit notification, the raw XML as the body (content-type
+	// application/xml or text/xml, name as a query parameter) or JSON
+	// {"content": "<xml>", "name": "..."}. Each payment is matched to its payout by
+	// EndToEndId: accepted -> in_transit, booked -> paid, rejected -> failed
+	// with the ISO reason, returned -> returned. The same file twice changes
+	// nothing (answered with duplicate=true and the first import's entries);
+	// a malformed file is a 400 naming the element.
+	ImportBankFile(ctx context.Context, in *ImportBankFileRequest, opts ...grpc.CallOption) (*ImportBankFileResponse, error)
 }
 
 type payoutServiceClient struct {
@@ -192,6 +217,46 @@ func (c *payoutServiceClient) ListWebhookDeliveries(ctx context.Context, in *Lis
 	return out, nil
 }
 
+func (c *payoutServiceClient) ListPayoutBatches(ctx context.Context, in *ListPayoutBatchesRequest, opts ...grpc.CallOption) (*ListPayoutBatchesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPayoutBatchesResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ListPayoutBatches_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) GetPayoutBatch(ctx context.Context, in *GetPayoutBatchRequest, opts ...grpc.CallOption) (*GetPayoutBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPayoutBatchResponse)
+	err := c.cc.Invoke(ctx, PayoutService_GetPayoutBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) GetPayoutBatchFile(ctx context.Context, in *GetPayoutBatchFileRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(httpbody.HttpBody)
+	err := c.cc.Invoke(ctx, PayoutService_GetPayoutBatchFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) ImportBankFile(ctx context.Context, in *ImportBankFileRequest, opts ...grpc.CallOption) (*ImportBankFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportBankFileResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ImportBankFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PayoutServiceServer is the server API for PayoutService service.
 // All implementations must embed UnimplementedPayoutServiceServer
 // for forward compatibility.
@@ -227,6 +292,26 @@ type PayoutServiceServer interface {
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
+	// Bank-file rail: the daily ISO 20022 pain.001 payment batches, newest
+	// first (finance).
+	ListPayoutBatches(context.Context, *ListPayoutBatchesRequest) (*ListPayoutBatchesResponse, error)
+	// One payment batch.
+	GetPayoutBatch(context.Context, *GetPayoutBatchRequest) (*GetPayoutBatchResponse, error)
+	// A batch's pain.001.001.09 file exactly as built and delivered to the
+	// bank (content-type application/xml, raw).
+	//
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	GetPayoutBatchFile(context.Context, *GetPayoutBatchFileRequest) (*httpbody.HttpBody, error)
+	// Imports a bank file: a pain.002 status report or a camt.054 debit /
+	// credit notification, the raw XML as the body (content-type
+	// application/xml or text/xml, name as a query parameter) or JSON
+	// {"content": "<xml>", "name": "..."}. Each payment is matched to its payout by
+	// EndToEndId: accepted -> in_transit, booked -> paid, rejected -> failed
+	// with the ISO reason, returned -> returned. The same file twice changes
+	// nothing (answered with duplicate=true and the first import's entries);
+	// a malformed file is a 400 naming the element.
+	ImportBankFile(context.Context, *ImportBankFileRequest) (*ImportBankFileResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }
 
@@ -269,6 +354,18 @@ func (UnimplementedPayoutServiceServer) ListWebhooks(context.Context, *ListWebho
 }
 func (UnimplementedPayoutServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
+}
+func (UnimplementedPayoutServiceServer) ListPayoutBatches(context.Context, *ListPayoutBatchesRequest) (*ListPayoutBatchesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPayoutBatches not implemented")
+}
+func (UnimplementedPayoutServiceServer) GetPayoutBatch(context.Context, *GetPayoutBatchRequest) (*GetPayoutBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPayoutBatch not implemented")
+}
+func (UnimplementedPayoutServiceServer) GetPayoutBatchFile(context.Context, *GetPayoutBatchFileRequest) (*httpbody.HttpBody, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPayoutBatchFile not implemented")
+}
+func (UnimplementedPayoutServiceServer) ImportBankFile(context.Context, *ImportBankFileRequest) (*ImportBankFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportBankFile not implemented")
 }
 func (UnimplementedPayoutServiceServer) mustEmbedUnimplementedPayoutServiceServer() {}
 func (UnimplementedPayoutServiceServer) testEmbeddedByValue()                       {}
@@ -489,6 +586,78 @@ func _PayoutService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_ListPayoutBatches_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPayoutBatchesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ListPayoutBatches(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ListPayoutBatches_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ListPayoutBatches(ctx, req.(*ListPayoutBatchesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_GetPayoutBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPayoutBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).GetPayoutBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_GetPayoutBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).GetPayoutBatch(ctx, req.(*GetPayoutBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_GetPayoutBatchFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPayoutBatchFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).GetPayoutBatchFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_GetPayoutBatchFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).GetPayoutBatchFile(ctx, req.(*GetPayoutBatchFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_ImportBankFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportBankFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ImportBankFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ImportBankFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ImportBankFile(ctx, req.(*ImportBankFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PayoutService_ServiceDesc is the grpc.ServiceDesc for PayoutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -539,6 +708,22 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookDeliveries",
 			Handler:    _PayoutService_ListWebhookDeliveries_Handler,
+		},
+		{
+			MethodName: "ListPayoutBatches",
+			Handler:    _PayoutService_ListPayoutBatches_Handler,
+		},
+		{
+			MethodName: "GetPayoutBatch",
+			Handler:    _PayoutService_GetPayoutBatch_Handler,
+		},
+		{
+			MethodName: "GetPayoutBatchFile",
+			Handler:    _PayoutService_GetPayoutBatchFile_Handler,
+		},
+		{
+			MethodName: "ImportBankFile",
+			Handler:    _PayoutService_ImportBankFile_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,266 @@
+package payout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile/fakebank"
+)
+
+// restBody calls the REST API with a body of the given content type.
+func (st *stack) restBody(t testing.TB, method, path, role, contentType string, body []byte) (int, string) {
+	t.Helper()
+	sub := ""
+	if role == auth.RoleProvider {
+		sub = "p-someone"
+	}
+	tok, err := auth.Issue(st.secret, role, sub, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(method, "http://"+st.http+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+var clientAccount = iso20022.Party{Name: "GPU Market Ltd client money", Account: "GB33BUKB20201555555555", Agent: "BUKBGB22"}
+
+// bankStack is the stack with bank payouts on the bank-file rail, its
+// outbox and inbox in temporary directories, read every 100 ms.
+func bankStack(t *testing.T) (*stack, *fakebank.Bank) {
+	t.Helper()
+	out, in := t.TempDir(), t.TempDir()
+	st := newStack(t, Config{BankRail: BankRailFile, Bank: bankfile.Config{Debtor: clientAccount, CutoffHour: 14,
+		OutboxDir: out, InboxDir: in, Tick: 100 * time.Millisecond}})
+	return st, fakebank.New(out, in, clientAccount.Account)
+}
+
+// step checks every provider's accounts and bank:client after a step.
+type ledgerWant struct{ available, inTransit string }
+
+func (st *stack) checkStep(t *testing.T, step string, want map[string]ledgerWant, paidOut decimal.Decimal) {
+	t.Helper()
+	for p, w := range want {
+		if got := st.balance(t, "provider:"+p+":available", "CNY"); !got.Equal(decimal.RequireFromString(w.available)) {
+			t.Errorf("%s: %s available %s, want %s", step, p, got, w.available)
+		}
+		if got := st.balance(t, "provider:"+p+":in_transit", "CNY"); !got.Equal(decimal.RequireFromString(w.inTransit)) {
+			t.Errorf("%s: %s in_transit %s, want %s", step, p, got, w.inTransit)
+		}
+	}
+	st.mu.Lock()
+	deposited := st.deposits["CNY"]
+	st.mu.Unlock()
+	if got := st.balance(t, "bank:client", "CNY"); !got.Equal(deposited.Sub(paidOut)) {
+		t.Errorf("%s: bank:client %s, want deposits %s - paid out %s", step, got, deposited, paidOut)
+	}
+}
+
+// waitInboxEmpty waits until the rail has taken every file the bank dropped.
+func waitInboxEmpty(t *testing.T, dir string) {
+	t.Helper()
+	testkit.Eventually(t, waitLong, func() bool {
+		des, _ := os.ReadDir(dir)
+		for _, de := range des {
+			if de.Type().IsRegular() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Payouts through the bank-file rail end to end against a local fake
+// bank, with the real ledger and Temporal: three providers are paid in one
+// pain.001 (the bank reads it from the outbox), the bank answers into the
+// inbox — a pain.002 accepting two and rejecting one (AC06), a camt.054
+// booking the two, and days later a camt.054 returning one (AC04) after
+// its workflow had ended — plus a duplicate pain.002 and a resent
+// pain.001 the bank refuses as a duplicate (DU01): those change nothing.
+// After each step every provider account and bank:client are exact.
+func TestBankFileRailEndToEnd(t *testing.T) {
+	t.Parallel()
+	st, bank := bankStack(t)
+	ctx := context.Background()
+	const cyc = "cyc-20260101"
+	st.setup(t, "pb-paid", "6222000011110001")
+	st.setup(t, "pb-frozen", "6222000011110002")
+	st.setup(t, "pb-ret", "6222000011110003")
+	for _, s := range []struct{ p, net string }{{"pb-paid", "620.00"}, {"pb-frozen", "300.00"}, {"pb-ret", "150.00"}} {
+		st.settle(t, s.p, cyc, "CNY", s.net)
+	}
+	paidOut := decimal.Zero
+
+	// Submitted: queued for the next cutoff, the money in transit.
+	ids := map[string]string{}
+	for _, p := range []string{"pb-paid", "pb-frozen", "pb-ret"} {
+		po := st.waitStatus(t, p, cyc, "submitted", waitLong)
+		ids[p] = po.PayoutId
+		if !strings.Contains(po.StatusHistory[len(po.StatusHistory)-1].Note, "submitted to bank-file") {
+			t.Errorf("%s: %s", p, po.StatusHistory[len(po.StatusHistory)-1].Note)
+		}
+	}
+	st.checkStep(t, "submitted", map[string]ledgerWant{"pb-paid": {"0", "620.00"}, "pb-frozen": {"0", "300.00"}, "pb-ret": {"0", "150.00"}}, paidOut)
+
+	// The cutoff: one batch, delivered to the outbox; a re-run builds nothing.
+	id, built, err := st.s.bank.Cut(ctx, time.Now())
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	if again, built, err := st.s.bank.Cut(ctx, time.Now().Add(time.Minute)); err != nil || built || again != "" {
+		t.Errorf("a second cutoff with nothing queued: %q %v %v", again, built, err)
+	}
+	testkit.Eventually(t, waitLong, func() bool { _, err := os.Stat(filepath.Join(bank.Outbox, id+".xml")); return err == nil })
+	files, err := bank.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the bank took %d files: %v", len(files), err)
+	}
+	f := files[0]
+	var e2e []string
+	for _, pi := range f.Msg.PaymentInfos {
+		for _, tr := range pi.Transfers {
+			e2e = append(e2e, tr.EndToEndID)
+		}
+	}
+	if f.Msg.MessageID != id || len(e2e) != 3 || !f.Msg.ControlSum.Equal(decimal.RequireFromString("1070.00")) {
+		t.Errorf("the file: %s %v %s", f.Msg.MessageID, e2e, f.Msg.ControlSum)
+	}
+	// Finance sees the batch and downloads the same bytes.
+	code, body := st.restBody(t, "GET", "/v1/payout-batches", auth.RoleFinance, "application/json", nil)
+	if code != 200 || !strings.Contains(body, `"batch_id":"`+id+`"`) || !strings.Contains(body, `"control_sum":"1070.00"`) || !strings.Contains(body, `"transfers":3`) {
+		t.Errorf("GET /v1/payout-batches: %d %s", code, body)
+	}
+	code, body = st.restBody(t, "GET", "/v1/payout-batches/"+id+"/file", auth.RoleFinance, "application/json", nil)
+	if code != 200 || body != string(f.Raw) {
+		t.Errorf("GET file: %d, %d bytes, want the %d delivered", code, len(body), len(f.Raw))
+	}
+	if code, _ := st.restBody(t, "GET", "/v1/payout-batches/"+id+"/file", auth.RoleProvider, "application/json", nil); code != http.StatusForbidden {
+		t.Errorf("a provider downloads the batch file: %d", code)
+	}
+	st.checkStep(t, "batched", map[string]ledgerWant{"pb-paid": {"0", "620.00"}, "pb-frozen": {"0", "300.00"}, "pb-ret": {"0", "150.00"}}, paidOut)
+
+	// pain.002: two accepted (in transit), one rejected AC06 (failed, money back).
+	sts := bank.StatusReport(f)
+	if err := bank.Drop("sts-1.xml", sts); err != nil {
+		t.Fatal(err)
+	}
+	st.waitStatus(t, "pb-paid", cyc, "in_transit", waitLong)
+	st.waitStatus(t, "pb-ret", cyc, "in_transit", waitLong)
+	po := st.waitStatus(t, "pb-frozen", cyc, "failed", waitLong)
+	if po.FailureCode != "account_frozen" || !strings.HasPrefix(po.FailureMessage, "AC06 blocked account: account blocked") {
+		t.Errorf("pb-frozen: %s %q", po.FailureCode, po.FailureMessage)
+	}
+	afterStatus := map[string]ledgerWant{"pb-paid": {"0", "620.00"}, "pb-frozen": {"300.00", "0"}, "pb-ret": {"0", "150.00"}}
+	st.checkStep(t, "pain.002", afterStatus, paidOut)
+
+	// The same pain.002 again, and a resent pain.001 the bank refuses as a
+	// duplicate: nothing moves.
+	if err := bank.Drop("sts-1-again.xml", sts); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := bank.Resend(f.Name, f.Raw)
+	if err != nil || !dup.Duplicate {
+		t.Fatal(dup.Duplicate, err)
+	}
+	if err := bank.Drop("sts-dup.xml", bank.StatusReport(dup)); err != nil {
+		t.Fatal(err)
+	}
+	waitInboxEmpty(t, bank.Inbox)
+	for p, want := range map[string]string{"pb-paid": "in_transit", "pb-ret": "in_transit", "pb-frozen": "failed"} {
+		if got := st.waitStatus(t, p, cyc, want, time.Second); len(got.StatusHistory) == 0 {
+			t.Errorf("%s history empty", p)
+		}
+	}
+	st.checkStep(t, "duplicates", afterStatus, paidOut)
+
+	// camt.054: both accepted payments booked: paid, out of bank:client.
+	if err := bank.Drop("ntf-1.xml", bank.Bookings(f)); err != nil {
+		t.Fatal(err)
+	}
+	st.waitStatus(t, "pb-paid", cyc, "paid", waitLong)
+	st.waitStatus(t, "pb-ret", cyc, "paid", waitLong)
+	paidOut = paidOut.Add(decimal.RequireFromString("770.00"))
+	st.checkStep(t, "camt.054 booked", map[string]ledgerWant{"pb-paid": {"0", "0"}, "pb-frozen": {"300.00", "0"}, "pb-ret": {"0", "0"}}, paidOut)
+
+	// The return comes after pb-ret's workflow stopped watching (4 s in
+	// tests): the import starts it again and it follows the rail.
+	testkit.Eventually(t, waitLong, func() bool {
+		d, err := st.tc.DescribeWorkflowExecution(ctx, "payout-"+ids["pb-ret"], "")
+		return err == nil && d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	})
+	ret := bank.Returns(f)
+	if err := bank.Drop("ntf-2.xml", ret); err != nil {
+		t.Fatal(err)
+	}
+	po = st.waitStatus(t, "pb-ret", cyc, "returned", waitLong)
+	if po.FailureCode != "account_closed" || !strings.HasPrefix(po.FailureMessage, "AC04 closed account number") {
+		t.Errorf("pb-ret: %s %q", po.FailureCode, po.FailureMessage)
+	}
+	paidOut = paidOut.Sub(decimal.RequireFromString("150.00"))
+	final := map[string]ledgerWant{"pb-paid": {"0", "0"}, "pb-frozen": {"300.00", "0"}, "pb-ret": {"150.00", "0"}}
+	st.checkStep(t, "camt.054 return", final, paidOut)
+
+	// Upload: the return again is a duplicate; an unknown EndToEndId is
+	// reported, not dropped; a malformed file is a 400 naming the element.
+	code, body = st.restBody(t, "POST", "/v1/bank-files?name=ntf-2.xml", auth.RoleFinance, "application/xml", ret)
+	var rep struct {
+		Duplicate  bool `json:"duplicate"`
+		NotApplied int  `json:"not_applied"`
+		Entries    []struct {
+			EndToEndID string `json:"end_to_end_id"`
+			Outcome    string `json:"outcome"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil || !rep.Duplicate {
+		t.Errorf("upload of an imported file: %d %s %v", code, body, err)
+	}
+	unknown := bytes.Replace(bank.Bookings(f), []byte("<EndToEndId>"+e2e[0]), []byte("<EndToEndId>nobody-"+e2e[0][:8]), 1)
+	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "text/xml", unknown)
+	rep.Duplicate, rep.NotApplied, rep.Entries = false, 0, nil
+	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil || rep.Duplicate || rep.NotApplied != 1 ||
+		len(rep.Entries) != 2 || !strings.Contains(body, `"outcome":"unknown_reference"`) {
+		t.Errorf("upload with an unknown EndToEndId: %d %s %v", code, body, err)
+	}
+	bad := bytes.Replace(ret, []byte("<CdtDbtInd>CRDT</CdtDbtInd><Sts>"), []byte("<CdtDbtInd>UP</CdtDbtInd><Sts>"), 1)
+	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "application/xml", bad)
+	if code != 400 || !strings.Contains(body, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[0]/CdtDbtInd") || strings.Contains(body, "internal") {
+		t.Errorf("malformed upload: %d %s", code, body)
+	}
+	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "application/xml", []byte("   "))
+	if code != 400 || !strings.Contains(body, `"content"`) {
+		t.Errorf("empty upload: %d %s", code, body)
+	}
+	st.checkStep(t, "uploads", final, paidOut)
+	st.checkFunds(t, "CNY", paidOut)
+	if n, err := st.s.bank.Submissions(ctx, ids["pb-paid"]); err != nil || n != 1 {
+		t.Errorf("pb-paid submitted %d times: %v", n, err)
+	}
+}

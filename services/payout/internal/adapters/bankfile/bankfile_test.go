@@ -1,0 +1,406 @@
+package bankfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile/fakebank"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+var debtor = iso20022.Party{Name: "GPU Market client money", Account: "GB33BUKB20201555555555", Agent: "BUKBGB22"}
+
+// day1 is 2026-12-01 10:00 in Shanghai; the cutoff is 14:00 there.
+var (
+	shanghai, _ = time.LoadLocation("Asia/Shanghai")
+	day1        = time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai)
+)
+
+type fixture struct {
+	r      *Rail
+	clk    *clock.Manual
+	mu     sync.Mutex
+	notify []string
+}
+
+func newRail(t *testing.T, outbox, inbox string) *fixture {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(context.Background(), pool, "payout", migrations.For("payout")); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{clk: clock.NewManual(day1)}
+	f.r = &Rail{Pool: pool, Clock: f.clk, Log: slog.New(slog.DiscardHandler),
+		Cfg:    Config{Debtor: debtor, CutoffHour: 14, Location: shanghai, OutboxDir: outbox, InboxDir: inbox},
+		Notify: func(ref string) { f.mu.Lock(); f.notify = append(f.notify, ref); f.mu.Unlock() }}
+	return f
+}
+
+func bank(account string) domain.Method {
+	return domain.Method{Type: domain.MethodBank, AccountName: "Provider " + account, AccountNumber: account, BankCode: "ICBKCNBJ"}
+}
+
+func (f *fixture) submit(t *testing.T, ref, cur, amt string, m domain.Method) app.RailStatus {
+	t.Helper()
+	st, err := f.r.Submit(context.Background(), app.Transfer{Reference: ref, ProviderID: "p-" + ref, Currency: cur, Amount: decimal.RequireFromString(amt), Method: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (f *fixture) state(t *testing.T, ref string) app.RailStatus {
+	t.Helper()
+	st, err := f.r.Query(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func e2es(p iso20022.Pain001) []string {
+	var out []string
+	for _, pi := range p.PaymentInfos {
+		for _, t := range pi.Transfers {
+			out = append(out, t.EndToEndID)
+		}
+	}
+	return out
+}
+
+// A batch is built once per cutoff from what was queued before it: a
+// second cut answers the same batch, a transfer queued after the cutoff
+// goes into the next one, no transfer is in two files, and two workers
+// cutting at once build one batch.
+func TestCutOncePerCutoff(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-b", "CNY", "300.50", bank("6222000011110005"))
+	f.submit(t, "po-c", "USD", "40.00", bank("DE89370400440532013000"))
+	if st := f.state(t, "po-a"); st.State != app.RailAccepted || st.Rail != Name || st.ExpectedArrival.Format(time.DateOnly) != "2026-12-01" {
+		t.Errorf("queued: %+v", st)
+	}
+	cut1 := f.r.LastCutoff(day1.Add(5 * time.Hour)) // 15:00 → today's 14:00
+	if want := time.Date(2026, 12, 1, 14, 0, 0, 0, shanghai); !cut1.Equal(want) {
+		t.Fatalf("cutoff %s, want %s", cut1, want)
+	}
+	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
+	f.submit(t, "po-late", "CNY", "100.00", bank("6222000011110006"))
+
+	// Two workers at once: one batch.
+	var wg sync.WaitGroup
+	ids := make([]string, 2)
+	built := make([]bool, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if ids[i], built[i], err = f.r.Cut(ctx, cut1); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ids[0] != "pb-20261201-1400" || ids[1] != ids[0] || built[0] == built[1] {
+		t.Fatalf("two cuts: %v built %v", ids, built)
+	}
+	file1, err := f.r.BatchFile(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := iso20022.ParsePain001(file1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(e2es(p1), ","); got != "po-a,po-b,po-c" || len(p1.PaymentInfos) != 2 || !p1.ControlSum.Equal(decimal.RequireFromString("960.50")) {
+		t.Errorf("batch 1: %s, %d PmtInf, control sum %s", got, len(p1.PaymentInfos), p1.ControlSum)
+	}
+	b, err := f.r.GetBatch(ctx, ids[0])
+	if err != nil || b.Transfers != 3 || len(b.Totals) != 2 || b.Totals[0].Currency != "CNY" || !b.Totals[0].Amount.Equal(decimal.RequireFromString("920.50")) ||
+		b.ExecutionDate.Format(time.DateOnly) != "2026-12-01" || b.DeliveredAt != nil {
+		t.Errorf("batch 1 row %+v %v", b, err)
+	}
+	// The same cutoff again: the same batch, nothing new.
+	if id, again, err := f.r.Cut(ctx, cut1); err != nil || again || id != ids[0] {
+		t.Errorf("re-cut: %s %v %v", id, again, err)
+	}
+	if st := f.state(t, "po-late"); st.ExpectedArrival.Format(time.DateOnly) != "2026-12-02" {
+		t.Errorf("late transfer expected %s", st.ExpectedArrival)
+	}
+	// The next day's cutoff takes the late one only.
+	cut2 := cut1.AddDate(0, 0, 1)
+	id2, built2, err := f.r.Cut(ctx, cut2)
+	if err != nil || !built2 {
+		t.Fatal(id2, built2, err)
+	}
+	file2, _ := f.r.BatchFile(ctx, id2)
+	p2, err := iso20022.ParsePain001(file2)
+	if err != nil || strings.Join(e2es(p2), ",") != "po-late" {
+		t.Errorf("batch 2: %v %v", e2es(p2), err)
+	}
+	// Nothing queued: no batch.
+	if id3, built3, err := f.r.Cut(ctx, cut2.AddDate(0, 0, 1)); err != nil || built3 || id3 != "" {
+		t.Errorf("empty cut: %q %v %v", id3, built3, err)
+	}
+	list, err := f.r.ListBatches(ctx, "", 10)
+	if err != nil || len(list) != 2 || list[0].ID != id2 || list[1].ID != ids[0] {
+		t.Errorf("list %+v %v", list, err)
+	}
+}
+
+// Submission is idempotent by reference; what the rail can never carry
+// fails at once, definitely, and a query says the same.
+func TestSubmitIdempotentAndRefusals(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-1", "CNY", "100.00", bank("6222000011110001"))
+	f.submit(t, "po-1", "CNY", "100.00", bank("6222000011110001"))
+	if n, err := f.r.Submissions(ctx, "po-1"); err != nil || n != 2 {
+		t.Errorf("submissions %d %v", n, err)
+	}
+	if _, err := f.r.Query(ctx, "po-never"); !errors.Is(err, app.ErrUnknownReference) {
+		t.Errorf("unknown reference: %v", err)
+	}
+	for _, tc := range []struct {
+		ref, cur, amt string
+		m             domain.Method
+		wantCode      string
+	}{
+		{"po-alipay", "CNY", "100.00", domain.Method{Type: domain.MethodAlipay, AlipayID: "13800000000"}, domain.FailUnsupported},
+		{"po-usdc", "USDC", "100.00", bank("6222000011110001"), domain.FailUnsupported},
+		{"po-fine", "CNY", "100.001", bank("6222000011110001"), domain.FailInvalidAmount},
+	} {
+		st := f.submit(t, tc.ref, tc.cur, tc.amt, tc.m)
+		if st.State != app.RailFailed || st.FailureCode != tc.wantCode || st.Message == "" {
+			t.Errorf("%s: %+v, want failed %s", tc.ref, st, tc.wantCode)
+		}
+	}
+	// A long payout id travels compacted, within ISO's 35 characters.
+	for _, tc := range []struct{ give, want string }{
+		{"po_01936f4e-8a2b-7c3d-9e4f-5a6b7c8d9e0f", "01936f4e8a2b7c3d9e4f5a6b7c8d9e0f"},
+		{"po_01936f4e-8a2b-7c3d-9e4f-5a6b7c8d9e0f-2", "01936f4e8a2b7c3d9e4f5a6b7c8d9e0f-2"},
+		{"po-short", "po-short"},
+	} {
+		if got, err := EndToEndID(tc.give); err != nil || got != tc.want {
+			t.Errorf("EndToEndID(%s) = %s %v, want %s", tc.give, got, err, tc.want)
+		}
+	}
+}
+
+// The batch goes to the outbox in one piece: the bytes finance downloads,
+// no temporary file left, marked delivered once.
+func TestDeliverAtomically(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	f := newRail(t, out, "")
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := f.r.BatchFile(ctx, id)
+	got, err := os.ReadFile(filepath.Join(out, id+".xml"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("delivered file differs from the batch: %v", err)
+	}
+	des, _ := os.ReadDir(out)
+	if len(des) != 1 {
+		t.Errorf("outbox holds %d entries, want the one file", len(des))
+	}
+	b, _ := f.r.GetBatch(ctx, id)
+	if b.DeliveredAt == nil || b.DeliveredPath != filepath.Join(out, id+".xml") {
+		t.Errorf("batch not marked delivered: %+v", b)
+	}
+	// Marked: not written again (the bank's client may have taken and removed it).
+	os.Remove(filepath.Join(out, id+".xml"))
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if des, _ := os.ReadDir(out); len(des) != 0 {
+		t.Errorf("a delivered batch was written again")
+	}
+}
+
+func outcomes(rep app.BankFileImport) map[string]string {
+	m := map[string]string{}
+	for _, e := range rep.Entries {
+		m[e.EndToEndID] = e.Outcome
+	}
+	return m
+}
+
+// The bank's answers move each transfer by its EndToEndId, once: a
+// pain.002 accepts or rejects (with the ISO reason mapped), a camt.054
+// books or returns; the same file twice changes nothing, an unknown
+// EndToEndId is reported, a refusal of a duplicate file leaves the
+// original's payments alone, a malformed file names its element.
+func TestImportMovesTransfersOnce(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	accounts := map[string]string{"po-paid": "6222000011110001", "po-frozen": "6222000011110002", "po-closed": "6222000011110004", "po-ret": "6222000011110003"}
+	for ref, acct := range accounts {
+		f.submit(t, ref, "CNY", "150.00", bank(acct))
+	}
+	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 || files[0].Msg.MessageID != id {
+		t.Fatalf("bank took %d files: %v", len(files), err)
+	}
+	sts := fb.StatusReport(files[0])
+	rep, err := f.r.Import(ctx, app.SourceUpload, "sts.xml", sts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"po-paid": app.EntryApplied, "po-frozen": app.EntryApplied, "po-closed": app.EntryApplied, "po-ret": app.EntryApplied}
+	for ref, w := range want {
+		if outcomes(rep)[ref] != w {
+			t.Errorf("pain.002 %s: %s, want %s (%+v)", ref, outcomes(rep)[ref], w, rep.Entries)
+		}
+	}
+	for _, tc := range []struct{ ref, state, code, iso string }{
+		{"po-paid", app.RailInTransit, "", ""},
+		{"po-frozen", app.RailFailed, domain.FailAccountFrozen, "AC06"},
+		{"po-closed", app.RailFailed, domain.FailAccountClosed, "AC04"},
+	} {
+		st := f.state(t, tc.ref)
+		if st.State != tc.state || st.FailureCode != tc.code || !strings.HasPrefix(st.Message, tc.iso) {
+			t.Errorf("%s after pain.002: %+v, want %s %s", tc.ref, st, tc.state, tc.code)
+		}
+	}
+	if len(f.notify) != 4 {
+		t.Errorf("notified %v, want the 4 moved", f.notify)
+	}
+	// The same file again: nothing changes, the first report answers.
+	f.notify = nil
+	again, err := f.r.Import(ctx, app.SourceUpload, "sts-again.xml", sts)
+	if err != nil || !again.Duplicate || again.FileID != rep.FileID || len(again.Entries) != len(rep.Entries) || len(f.notify) != 0 {
+		t.Errorf("re-import: dup %v id %s/%s entries %d notified %v err %v", again.Duplicate, again.FileID, rep.FileID, len(again.Entries), f.notify, err)
+	}
+	// The bank refuses a resent copy of the batch (DU01): the original's payments stand.
+	dup, err := fb.Resend(files[0].Name, files[0].Raw)
+	if err != nil || !dup.Duplicate {
+		t.Fatal(dup.Duplicate, err)
+	}
+	rej, err := f.r.Import(ctx, app.SourceUpload, "dup.xml", fb.StatusReport(dup))
+	if err != nil || len(rej.Entries) != 1 || rej.Entries[0].Outcome != app.EntryIgnored || f.state(t, "po-paid").State != app.RailInTransit {
+		t.Errorf("duplicate refusal: %+v %v, po-paid %s", rej.Entries, err, f.state(t, "po-paid").State)
+	}
+	// Booked: paid; returned later: returned with the reason.
+	if _, err := f.r.Import(ctx, app.SourceUpload, "book.xml", fb.Bookings(files[0])); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid after camt.054: %+v", st)
+	}
+	if _, err := f.r.Import(ctx, app.SourceUpload, "ret.xml", fb.Returns(files[0])); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.state(t, "po-ret"); st.State != app.RailReturned || st.FailureCode != domain.FailAccountClosed {
+		t.Errorf("po-ret after the return: %+v", st)
+	}
+	// A rejection after booking contradicts what is known: reported, not applied.
+	late := strings.Replace(string(sts), "<OrgnlEndToEndId>po-paid</OrgnlEndToEndId><TxSts>ACCP</TxSts>",
+		"<OrgnlEndToEndId>po-paid</OrgnlEndToEndId><TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>AC01</Cd></Rsn></StsRsnInf>", 1)
+	late = strings.Replace(late, "<OrgnlPmtInfAndSts>", "<OrgnlPmtInfAndSts><OrgnlPmtInfId>x</OrgnlPmtInfId></OrgnlPmtInfAndSts><OrgnlPmtInfAndSts>", 0)
+	late = strings.Replace(late, "STS-", "STS2-", 1)
+	unk := strings.Replace(late, "<OrgnlEndToEndId>po-closed</OrgnlEndToEndId>", "<OrgnlEndToEndId>po-nobody</OrgnlEndToEndId>", 1)
+	r2, err := f.r.Import(ctx, app.SourceUpload, "late.xml", []byte(unk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(r2); o["po-paid"] != app.EntryConflict || o["po-nobody"] != app.EntryUnknownReference || o["po-frozen"] != app.EntryUnchanged {
+		t.Errorf("late report outcomes %v", o)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid after a late rejection: %+v", st)
+	}
+	// Malformed: the element is named, nothing is recorded.
+	bad := strings.Replace(string(sts), "<TxSts>ACCP</TxSts>", "<TxSts>YES</TxSts>", 1)
+	_, err = f.r.Import(ctx, app.SourceUpload, "bad.xml", []byte(bad))
+	var me *iso20022.MalformedError
+	if !errors.As(err, &me) || !strings.HasSuffix(me.Element, "/TxSts") {
+		t.Errorf("malformed: %v", err)
+	}
+}
+
+// The inbox is read in name order; imported files move to processed/,
+// malformed ones to rejected/ with the reason beside them.
+func TestScanInbox(t *testing.T) {
+	t.Parallel()
+	in := t.TempDir()
+	f := newRail(t, t.TempDir(), in)
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "150.00", bank("6222000011110001"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, in, debtor.Account)
+	files, err := fb.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Drop("01-status.xml", fb.StatusReport(files[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Drop("02-garbage.xml", []byte("<Document xmlns=\"urn:iso:std:iso:20022:tech:xsd:camt.054.001.08\"><BkToCstmrDbtCdtNtfctn/></Document>")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(in, ".03-partial.xml"), []byte("<half"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.ScanInbox(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.state(t, "po-a"); st.State != app.RailInTransit {
+		t.Errorf("po-a after the inbox: %+v", st)
+	}
+	for _, p := range []string{"processed/01-status.xml", "rejected/02-garbage.xml", "rejected/02-garbage.xml.error", ".03-partial.xml"} {
+		if _, err := os.Stat(filepath.Join(in, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	why, _ := os.ReadFile(filepath.Join(in, "rejected/02-garbage.xml.error"))
+	if !strings.Contains(string(why), "GrpHdr/MsgId") {
+		t.Errorf("rejection reason %q does not name the element", why)
+	}
+	for _, p := range []string{"01-status.xml", "02-garbage.xml"} {
+		if _, err := os.Stat(filepath.Join(in, p)); err == nil {
+			t.Errorf("%s left in the inbox", p)
+		}
+	}
+}

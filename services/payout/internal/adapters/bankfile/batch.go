@@ -1,0 +1,261 @@
+package bankfile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+)
+
+// batchTransfersMax bounds one pain.001: a day's payouts of a large
+// platform; more wait for the next cutoff (the oldest go first).
+const batchTransfersMax = 50000
+
+// batchLockKey serializes batch building across processes (a Postgres
+// advisory lock): two workers at the same cutoff build one batch.
+const batchLockKey = 0x62616e6b66696c65 // "bankfile"
+
+// BatchID names the batch of a cutoff: pb-YYYYMMDD-HHMM in the cutoff's zone.
+func (r *Rail) BatchID(cutoff time.Time) string {
+	return "pb-" + cutoff.In(r.loc()).Format("20060102-1504")
+}
+
+// Cut builds the batch of a cutoff from every transfer queued at or before
+// it and not yet in a batch: once per cutoff (a second call answers the
+// batch already built, built false), each transfer in at most one batch.
+// With nothing queued there is no batch (id ""). The file is kept in the
+// database in the same transaction that marks its transfers batched, then
+// delivered (Deliver).
+func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
+	id = r.BatchID(cutoff)
+	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, int64(batchLockKey)); err != nil {
+			return err
+		}
+		var existing string
+		err := tx.QueryRow(ctx, `select batch_id from payout.bank_batches where cutoff_at = $1`, cutoff).Scan(&existing)
+		if err == nil {
+			id = existing
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		exec := r.executionDate(cutoff)
+		var refs []string
+		var cts []iso20022.CreditTransfer
+		rows, err := tx.Query(ctx, `select reference, end_to_end_id, currency, amount, creditor_name, creditor_account, creditor_agent
+			from payout.bank_transfers where state = 'queued' and queued_at <= $1 order by queued_at, reference limit $2 for update`,
+			cutoff, batchTransfersMax)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ref string
+			ct := iso20022.CreditTransfer{ExecutionDate: exec}
+			if err := rows.Scan(&ref, &ct.EndToEndID, &ct.Currency, &ct.Amount, &ct.Creditor.Name, &ct.Creditor.Account, &ct.Creditor.Agent); err != nil {
+				rows.Close()
+				return err
+			}
+			ct.Remittance = "gpubill payout " + ref
+			if len(ct.Remittance) > 140 {
+				ct.Remittance = ct.Remittance[:140]
+			}
+			refs = append(refs, ref)
+			cts = append(cts, ct)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(cts) == 0 {
+			id = ""
+			return nil
+		}
+		initiator := r.Cfg.InitiatingParty
+		if initiator == "" {
+			initiator = r.Cfg.Debtor.Name
+		}
+		file, err := iso20022.BuildPain001(iso20022.CreditTransferBatch{MessageID: id, CreatedAt: r.Clock.Now(), InitiatingParty: initiator,
+			Debtor: r.Cfg.Debtor, Transfers: cts})
+		if err != nil {
+			return fmt.Errorf("batch %s: %w", id, err)
+		}
+		sum := decimal.Zero
+		for _, ct := range cts {
+			sum = sum.Add(ct.Amount)
+		}
+		h := sha256.Sum256(file)
+		if _, err := tx.Exec(ctx, `insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
+			values ($1, $2, $3, $4, $5, $6, $7, $8)`, id, cutoff, exec, len(cts), sum, file, hex.EncodeToString(h[:]), r.Clock.Now()); err != nil {
+			return fmt.Errorf("batch %s: %w", id, err)
+		}
+		for i, ref := range refs {
+			tag, err := tx.Exec(ctx, `update payout.bank_transfers set state = 'batched', batch_id = $2, pmt_inf_id = $3, updated_at = $4
+				where reference = $1 and state = 'queued'`, ref, id, iso20022.PaymentInfoID(id, cts[i].Currency, exec), r.Clock.Now())
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("batch %s: transfer %s left the queue under the batch lock", id, ref)
+			}
+		}
+		built = true
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("cut bank batch at %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	if built {
+		r.Log.Info("bank batch built", "batch_id", id, "cutoff", cutoff)
+	}
+	return id, built, nil
+}
+
+// Deliver writes every batch not yet delivered to the outbox directory:
+// the file is written under a temporary name, synced and renamed, so the
+// bank's SFTP client never picks up half a file; a batch delivered again
+// (a crash before it was marked) is the same bytes under the same name.
+func (r *Rail) Deliver(ctx context.Context) error {
+	if r.Cfg.OutboxDir == "" {
+		return nil
+	}
+	rows, err := r.Pool.Query(ctx, `select batch_id, file from payout.bank_batches where delivered_at is null order by created_at`)
+	if err != nil {
+		return err
+	}
+	type pending struct {
+		id   string
+		file []byte
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
+		var p pending
+		return p, r.Scan(&p.id, &p.file)
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		path, err := writeAtomic(r.Cfg.OutboxDir, p.id+".xml", p.file)
+		if err != nil {
+			return fmt.Errorf("deliver batch %s: %w", p.id, err)
+		}
+		if _, err := r.Pool.Exec(ctx, `update payout.bank_batches set delivered_at = $2, delivered_path = $3 where batch_id = $1`,
+			p.id, r.Clock.Now(), path); err != nil {
+			return err
+		}
+		r.Log.Info("bank batch delivered", "batch_id", p.id, "path", path)
+	}
+	return nil
+}
+
+// writeAtomic writes dir/name through a temporary file in dir and a rename.
+func writeAtomic(dir, name string, b []byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, name)
+	if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // the rename's durability; a filesystem without directory sync still has the file
+		d.Close()
+	}
+	return final, nil
+}
+
+const batchCols = `batch_id, cutoff_at, execution_date, transfers, control_sum, file_sha256, created_at, delivered_at, delivered_path`
+
+func scanBatch(row pgx.CollectableRow) (app.PayoutBatch, error) {
+	var b app.PayoutBatch
+	return b, row.Scan(&b.ID, &b.CutoffAt, &b.ExecutionDate, &b.Transfers, &b.ControlSum, &b.FileSHA256, &b.CreatedAt, &b.DeliveredAt, &b.DeliveredPath)
+}
+
+// ListBatches implements app.BankFiles: newest first, ids before "before".
+func (r *Rail) ListBatches(ctx context.Context, before string, limit int) ([]app.PayoutBatch, error) {
+	rows, err := r.Pool.Query(ctx, `select `+batchCols+` from payout.bank_batches where ($1 = '' or batch_id < $1)
+		order by batch_id desc limit $2`, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := pgx.CollectRows(rows, scanBatch)
+	if err != nil {
+		return nil, err
+	}
+	for i := range bs {
+		if bs[i].Totals, err = r.totals(ctx, bs[i].ID); err != nil {
+			return nil, err
+		}
+	}
+	return bs, nil
+}
+
+// GetBatch implements app.BankFiles.
+func (r *Rail) GetBatch(ctx context.Context, id string) (app.PayoutBatch, error) {
+	rows, err := r.Pool.Query(ctx, `select `+batchCols+` from payout.bank_batches where batch_id = $1`, id)
+	if err != nil {
+		return app.PayoutBatch{}, err
+	}
+	b, err := pgx.CollectExactlyOneRow(rows, scanBatch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return b, fmt.Errorf("payout batch %s: %w", id, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return b, err
+	}
+	b.Totals, err = r.totals(ctx, id)
+	return b, err
+}
+
+func (r *Rail) totals(ctx context.Context, id string) ([]app.CurrencyTotal, error) {
+	rows, err := r.Pool.Query(ctx, `select currency, count(*), sum(amount) from payout.bank_transfers where batch_id = $1 group by currency`, id)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.CurrencyTotal, error) {
+		var t app.CurrencyTotal
+		return t, row.Scan(&t.Currency, &t.Transfers, &t.Amount)
+	})
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Currency < ts[j].Currency })
+	return ts, err
+}
+
+// BatchFile implements app.BankFiles.
+func (r *Rail) BatchFile(ctx context.Context, id string) ([]byte, error) {
+	var b []byte
+	err := r.Pool.QueryRow(ctx, `select file from payout.bank_batches where batch_id = $1`, id).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("payout batch %s: %w", id, apperr.ErrNotFound)
+	}
+	return b, err
+}

@@ -1,0 +1,519 @@
+package bankfile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// inboxFilesMax bounds one pass over the inbox; the rest wait a tick.
+const inboxFilesMax = 100
+
+// action is what one status or movement in a bank file asks of a transfer.
+type action struct {
+	element, e2e, bankStatus, reason, info string
+	to                                     string // target state; "" : no change asked (RCVD, ACTC, …)
+	bulk                                   bool   // a group or PmtInf status: moves only transfers never answered individually
+	amount                                 *decimal.Decimal
+	currency                               string
+	outcome, note                          string // preset (ignored entries)
+}
+
+// MalformedError is a file the rail cannot read; Element names where.
+type MalformedError = iso20022.MalformedError
+
+// Import implements app.BankFiles.
+func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (app.BankFileImport, error) {
+	kind, err := iso20022.Detect(file)
+	if errors.Is(err, iso20022.ErrUnsupported) {
+		return app.BankFileImport{}, &MalformedError{Element: "Document", Reason: fmt.Sprintf("%s is not a file this rail reads (pain.002, camt.054)", kind)}
+	}
+	if err != nil {
+		return app.BankFileImport{}, err
+	}
+	h := sha256.Sum256(file)
+	sum := hex.EncodeToString(h[:])
+	if prev, ok, err := r.imported(ctx, sum); err != nil || ok {
+		return prev, err
+	}
+	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: name, Source: source, ImportedAt: r.Clock.Now()}
+	var acts []action
+	switch kind.Family() {
+	case iso20022.FamilyPain002:
+		sr, err := iso20022.ParsePain002(file)
+		if err != nil {
+			return rep, err
+		}
+		rep.MessageID, rep.OriginalMessageID = sr.MessageID, sr.OriginalMessageID
+		if acts, err = r.pain002Actions(ctx, sr); err != nil {
+			return rep, err
+		}
+	case iso20022.FamilyCamt054:
+		n, err := iso20022.ParseCamt054(file)
+		if err != nil {
+			return rep, err
+		}
+		rep.MessageID = n.MessageID
+		acts = r.camt054Actions(n)
+	default:
+		return rep, &MalformedError{Element: "Document", Reason: fmt.Sprintf("%s is not a file this rail reads (pain.002, camt.054)", kind)}
+	}
+	var moved []string
+	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		moved, rep.Entries = nil, nil
+		tag, err := tx.Exec(ctx, `insert into payout.bank_files (file_id, sha256, kind, message_id, original_message_id, name, source, imported_at)
+			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (sha256) do nothing`,
+			rep.FileID, sum, rep.Kind, rep.MessageID, rep.OriginalMessageID, name, source, rep.ImportedAt)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errRaced
+		}
+		for i, a := range acts {
+			e, applied, err := r.apply(ctx, tx, a)
+			if err != nil {
+				return fmt.Errorf("%s: %w", a.element, err)
+			}
+			if applied {
+				moved = append(moved, e.PayoutRef)
+			}
+			if _, err := tx.Exec(ctx, `insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, reference, bank_status, reason_code, outcome, note)
+				values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, rep.FileID, i+1, e.Element, e.EndToEndID, e.PayoutRef, e.BankStatus, e.ReasonCode, e.Outcome, e.Note); err != nil {
+				return err
+			}
+			rep.Entries = append(rep.Entries, e)
+		}
+		return nil
+	})
+	if errors.Is(err, errRaced) { // the same bytes imported meanwhile by another caller
+		prev, _, err := r.imported(ctx, sum)
+		return prev, err
+	}
+	if err != nil {
+		return rep, fmt.Errorf("import bank file %s: %w", name, err)
+	}
+	unknown := 0
+	for _, e := range rep.Entries {
+		if e.Outcome == app.EntryUnknownReference || e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+			unknown++
+			r.Log.Warn("bank file entry not applied", "file_id", rep.FileID, "element", e.Element, "end_to_end_id", e.EndToEndID,
+				"bank_status", e.BankStatus, "outcome", e.Outcome, "note", e.Note)
+		}
+	}
+	r.Log.Info("bank file imported", "file_id", rep.FileID, "kind", rep.Kind, "message_id", rep.MessageID, "entries", len(rep.Entries),
+		"moved", len(moved), "not_applied", unknown)
+	if r.Notify != nil {
+		for _, ref := range moved {
+			r.Notify(ref)
+		}
+	}
+	return rep, nil
+}
+
+var errRaced = errors.New("bank file imported concurrently")
+
+// imported returns the report of a file already imported (by its hash).
+func (r *Rail) imported(ctx context.Context, sum string) (app.BankFileImport, bool, error) {
+	var rep app.BankFileImport
+	err := r.Pool.QueryRow(ctx, `select file_id, kind, message_id, original_message_id, name, source, imported_at from payout.bank_files where sha256 = $1`, sum).
+		Scan(&rep.FileID, &rep.Kind, &rep.MessageID, &rep.OriginalMessageID, &rep.Name, &rep.Source, &rep.ImportedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rep, false, nil
+	}
+	if err != nil {
+		return rep, false, err
+	}
+	rep.Duplicate = true
+	rows, err := r.Pool.Query(ctx, `select element, end_to_end_id, reference, bank_status, reason_code, outcome, note
+		from payout.bank_file_entries where file_id = $1 order by seq`, rep.FileID)
+	if err != nil {
+		return rep, false, err
+	}
+	rep.Entries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.BankFileEntry, error) {
+		var e app.BankFileEntry
+		return e, row.Scan(&e.Element, &e.EndToEndID, &e.PayoutRef, &e.BankStatus, &e.ReasonCode, &e.Outcome, &e.Note)
+	})
+	return rep, true, err
+}
+
+func firstReason(rs []iso20022.Reason) (code, info string) {
+	if len(rs) == 0 {
+		return "", ""
+	}
+	return rs[0].Code, rs[0].AdditionalInfo
+}
+
+// statusTarget is the state a pain.002 status moves a transfer to.
+func statusTarget(s string) string {
+	switch {
+	case s == iso20022.StatusRejected:
+		return stateRejected
+	case iso20022.Accepted(s):
+		return stateAccepted
+	}
+	return ""
+}
+
+// pain002Actions lists what a status report asks: each payment's own
+// status, then PmtInf- and group-level statuses for the payments of the
+// batch the report does not name one by one.
+func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]action, error) {
+	var acts []action
+	listed := map[string]bool{}
+	pmtStatus := map[string]iso20022.PaymentInfoStatus{}
+	for _, pi := range sr.PaymentInfos {
+		for _, t := range pi.Transactions {
+			code, info := firstReason(t.Reasons)
+			acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, to: statusTarget(t.Status)})
+			listed[t.OriginalEndToEndID] = true
+		}
+		if pi.Status != "" && statusTarget(pi.Status) != "" {
+			pmtStatus[pi.OriginalPaymentInfoID] = pi
+		}
+	}
+	grp := statusTarget(sr.GroupStatus)
+	gcode, ginfo := firstReason(sr.GroupReasons)
+	const gElem = "CstmrPmtStsRpt/OrgnlGrpInfAndSts"
+	if grp == stateRejected && domain.DuplicateMessageReason(gcode) {
+		// The bank refuses a copy of a file it already has: the original's
+		// payments stand.
+		acts = append(acts, action{element: gElem + "/GrpSts", bankStatus: sr.GroupStatus, reason: gcode, outcome: app.EntryIgnored,
+			note: "the bank refused a duplicate of batch " + sr.OriginalMessageID + "; the original's payments stand"})
+		grp = ""
+	}
+	if grp == "" && len(pmtStatus) == 0 {
+		return acts, nil
+	}
+	rows, err := r.Pool.Query(ctx, `select end_to_end_id, pmt_inf_id from payout.bank_transfers where batch_id = $1 order by end_to_end_id`, sr.OriginalMessageID)
+	if err != nil {
+		return nil, err
+	}
+	type tr struct{ e2e, pmtInf string }
+	trs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tr, error) {
+		var t tr
+		return t, row.Scan(&t.e2e, &t.pmtInf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(trs) == 0 {
+		acts = append(acts, action{element: gElem + "/OrgnlMsgId", bankStatus: sr.GroupStatus, reason: gcode, outcome: app.EntryUnknownReference,
+			note: "no payout batch " + sr.OriginalMessageID})
+		return acts, nil
+	}
+	for i, pi := range sr.PaymentInfos {
+		if _, ok := pmtStatus[pi.OriginalPaymentInfoID]; ok && !slices.ContainsFunc(trs, func(t tr) bool { return t.pmtInf == pi.OriginalPaymentInfoID }) {
+			acts = append(acts, action{element: fmt.Sprintf("CstmrPmtStsRpt/OrgnlPmtInfAndSts[%d]/OrgnlPmtInfId", i), bankStatus: pi.Status,
+				outcome: app.EntryUnknownReference, note: "no PmtInf " + pi.OriginalPaymentInfoID + " in batch " + sr.OriginalMessageID})
+		}
+	}
+	for _, t := range trs {
+		if listed[t.e2e] {
+			continue
+		}
+		if pi, ok := pmtStatus[t.pmtInf]; ok {
+			code, info := firstReason(pi.Reasons)
+			acts = append(acts, action{element: pi.Path + "/PmtInfSts", e2e: t.e2e, bankStatus: pi.Status, reason: code, info: info, to: statusTarget(pi.Status), bulk: true})
+			continue
+		}
+		if grp != "" {
+			acts = append(acts, action{element: gElem + "/GrpSts", e2e: t.e2e, bankStatus: sr.GroupStatus, reason: gcode, info: ginfo, to: grp, bulk: true})
+		}
+	}
+	return acts, nil
+}
+
+// camt054Actions lists what a notification's entries ask: a booked debit
+// pays a transfer, a pending one shows it in transit, a credit with return
+// information returns it. Entries on another account, reversals and
+// credits without return information are reported, not applied.
+func (r *Rail) camt054Actions(n iso20022.Notification) []action {
+	var acts []action
+	for _, an := range n.Accounts {
+		for _, e := range an.Entries {
+			status := e.CreditDebit + "/" + e.Status
+			if !strings.EqualFold(strings.ReplaceAll(an.Account, " ", ""), strings.ReplaceAll(r.Cfg.Debtor.Account, " ", "")) {
+				acts = append(acts, action{element: e.Path, bankStatus: status, outcome: app.EntryIgnored, note: "not the client account " + r.Cfg.Debtor.Account})
+				continue
+			}
+			if len(e.Transactions) == 0 {
+				acts = append(acts, action{element: e.Path, bankStatus: status, outcome: app.EntryIgnored, note: "no transaction details (no EndToEndId)"})
+				continue
+			}
+			for _, t := range e.Transactions {
+				amt := t.Amount
+				a := action{element: t.Path, e2e: t.EndToEndID, bankStatus: status, amount: &amt, currency: t.Currency}
+				switch {
+				case t.EndToEndID == "" || t.EndToEndID == "NOTPROVIDED":
+					a.outcome, a.note = app.EntryIgnored, "no EndToEndId"
+				case e.Reversal:
+					a.outcome, a.note = app.EntryIgnored, "a reversal of an earlier entry: for finance to reconcile"
+				case t.Return != nil:
+					a.bankStatus = "RTRN/" + e.Status
+					if e.Status == iso20022.EntryBooked && t.CreditDebit == iso20022.Credit {
+						a.to, a.reason, a.info = stateReturned, t.Return.Code, t.Return.AdditionalInfo
+					} else {
+						a.reason, a.note = t.Return.Code, "a return not yet booked to the client account"
+					}
+				case t.CreditDebit == iso20022.Debit && e.Status == iso20022.EntryBooked:
+					a.to = stateBooked
+				case t.CreditDebit == iso20022.Debit && e.Status == iso20022.EntryPending:
+					a.to = stateAccepted
+				case t.CreditDebit == iso20022.Credit:
+					a.outcome, a.note = app.EntryIgnored, "a credit without return information is not a payout's"
+				}
+				acts = append(acts, a)
+			}
+		}
+	}
+	return acts
+}
+
+// decide is the transfer's state machine under a bank file: whether a
+// transfer in state from moves to to (applied), stays (unchanged), or the
+// file contradicts what is known (conflict).
+func decide(from, to string, bulk bool) string {
+	switch {
+	case from == to:
+		return app.EntryUnchanged
+	case from == stateQueued:
+		return app.EntryConflict // the bank cannot know a transfer not yet in a file
+	}
+	switch to {
+	case stateAccepted:
+		if from == stateBatched {
+			return app.EntryApplied
+		}
+		if from == stateRejected {
+			return app.EntryConflict
+		}
+		return app.EntryUnchanged // booked or returned: accepted is old news
+	case stateBooked:
+		switch from {
+		case stateBatched, stateAccepted:
+			return app.EntryApplied
+		case stateReturned:
+			return app.EntryUnchanged
+		}
+		return app.EntryConflict
+	case stateRejected:
+		if from == stateBatched || (from == stateAccepted && !bulk) {
+			return app.EntryApplied
+		}
+		if bulk {
+			return app.EntryUnchanged // a group status does not override what the bank said of the payment itself
+		}
+		return app.EntryConflict
+	case stateReturned:
+		if from == stateRejected {
+			return app.EntryConflict
+		}
+		return app.EntryApplied
+	}
+	return app.EntryUnchanged
+}
+
+// apply moves the transfer an action names, inside tx.
+func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntry, bool, error) {
+	e := app.BankFileEntry{Element: a.element, EndToEndID: a.e2e, BankStatus: a.bankStatus, ReasonCode: a.reason, Outcome: a.outcome, Note: a.note}
+	if e.Outcome != "" {
+		return e, false, nil
+	}
+	var ref, state, ccy string
+	var amt decimal.Decimal
+	err := tx.QueryRow(ctx, `select reference, state, currency, amount from payout.bank_transfers where end_to_end_id = $1 for update`, a.e2e).
+		Scan(&ref, &state, &ccy, &amt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		e.Outcome, e.Note = app.EntryUnknownReference, "no payout transfer with this EndToEndId"
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	e.PayoutRef = ref
+	if a.amount != nil && !amountEqual(*a.amount, a.currency, amt, ccy) {
+		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
+		return e, false, nil
+	}
+	if a.to == "" {
+		e.Outcome, e.Note = app.EntryUnchanged, "acknowledged; no change of state"
+		return e, false, nil
+	}
+	e.Outcome = decide(state, a.to, a.bulk)
+	if e.Outcome != app.EntryApplied {
+		if e.Note == "" {
+			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, a.to)
+		}
+		return e, false, nil
+	}
+	code, msg := "", ""
+	if a.to == stateRejected || a.to == stateReturned {
+		code, msg = domain.BankFailure(a.reason, a.info)
+	}
+	if _, err := tx.Exec(ctx, `update payout.bank_transfers set state = $2, reason_code = case when $3 = '' then reason_code else $3 end,
+			failure_code = case when $4 = '' then failure_code else $4 end, failure_message = case when $5 = '' then failure_message else $5 end,
+			updated_at = $6 where reference = $1`, ref, a.to, a.reason, code, msg, r.Clock.Now()); err != nil {
+		return e, false, err
+	}
+	e.Note = state + " → " + a.to
+	return e, true, nil
+}
+
+// ScanInbox imports the files in the inbox directory, oldest name first:
+// each imported one (a duplicate too) moves to processed/, a malformed one
+// to rejected/ with a .error file saying why; on any other error (the
+// database down) the file stays for the next pass.
+func (r *Rail) ScanInbox(ctx context.Context) error {
+	dir := r.Cfg.InboxDir
+	if dir == "" {
+		return nil
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("bank inbox: %w", err)
+	}
+	n := 0
+	for _, de := range des {
+		if !de.Type().IsRegular() || strings.HasPrefix(de.Name(), ".") {
+			continue // subdirectories, and files the bank's client is still writing under a dot name
+		}
+		if n++; n > inboxFilesMax {
+			break
+		}
+		path := filepath.Join(dir, de.Name())
+		b, err := readLimited(path)
+		if err == nil {
+			_, err = r.Import(ctx, app.SourceInbox, de.Name(), b)
+		}
+		var me *MalformedError
+		switch {
+		case err == nil:
+			if err := moveAside(dir, "processed", de.Name(), nil); err != nil {
+				return err
+			}
+		case errors.As(err, &me) || errors.Is(err, errTooBig):
+			r.Log.Warn("bank inbox file rejected", "file", de.Name(), "err", err)
+			if err := moveAside(dir, "rejected", de.Name(), []byte(err.Error()+"\n")); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("bank inbox %s: %w", de.Name(), err)
+		}
+	}
+	return nil
+}
+
+var errTooBig = errors.New("bank file over the size limit")
+
+// inboxFileBytesMax bounds a file read from the inbox (as iso20022 does).
+const inboxFileBytesMax = 64 << 20
+
+func readLimited(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > inboxFileBytesMax {
+		return nil, fmt.Errorf("%s: %d bytes: %w", path, st.Size(), errTooBig)
+	}
+	return os.ReadFile(path)
+}
+
+// moveAside moves dir/name into dir/sub (a name taken gets a time suffix),
+// with an optional note beside it.
+func moveAside(dir, sub, name string, note []byte) error {
+	to := filepath.Join(dir, sub)
+	if err := os.MkdirAll(to, 0o750); err != nil {
+		return err
+	}
+	dst := filepath.Join(to, name)
+	if _, err := os.Stat(dst); err == nil {
+		dst = filepath.Join(to, fmt.Sprintf("%s.%d", name, time.Now().UnixNano()))
+	}
+	if note != nil {
+		if err := os.WriteFile(dst+".error", note, 0o640); err != nil {
+			return err
+		}
+	}
+	return os.Rename(filepath.Join(dir, name), dst)
+}
+
+// Run builds each cutoff's batch when it passes, delivers batches and
+// reads the inbox every tick, until ctx ends. Failures are logged and
+// retried at the next tick (nothing is lost: queued transfers stay
+// queued, undelivered batches stay marked, inbox files stay in place).
+func (r *Rail) Run(ctx context.Context) error {
+	tick := r.Cfg.Tick
+	if tick <= 0 {
+		tick = tickDefault
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		if _, _, err := r.Cut(ctx, r.LastCutoff(r.Clock.Now())); err != nil && ctx.Err() == nil {
+			r.Log.Error("bank batch", "err", err)
+		}
+		if err := r.Deliver(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Error("bank batch delivery", "err", err)
+		}
+		if err := r.ScanInbox(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Error("bank inbox", "err", err)
+		}
+		if err := r.resync(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Error("bank rail resync", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Resync limits: a transfer the bank moved that long ago whose payout has
+// not followed is announced again, a bounded number per tick.
+const (
+	resyncGrace = 2 * time.Minute
+	resyncMax   = 100
+)
+
+// resync announces again the transfers whose payout has not followed what
+// the bank said (the announcement was lost, or the payout's workflow had
+// ended when a return came): its workflow is woken or started again.
+func (r *Rail) resync(ctx context.Context) error {
+	if r.Notify == nil {
+		return nil
+	}
+	rows, err := r.Pool.Query(ctx, `select t.reference from payout.bank_transfers t join payout.payouts p on p.rail_reference = t.reference
+		where t.updated_at < $1 and ((t.state = 'returned' and p.status <> 'returned')
+			or (t.state in ('booked', 'rejected') and p.status in ('submitted', 'in_transit'))
+			or (t.state = 'accepted' and p.status = 'submitted'))
+		order by t.updated_at limit $2`, r.Clock.Now().Add(-resyncGrace), resyncMax)
+	if err != nil {
+		return err
+	}
+	refs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		r.Notify(ref)
+	}
+	return nil
+}

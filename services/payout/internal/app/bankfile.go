@@ -1,0 +1,83 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// BankFiles is the bank-file rail as finance drives it: the payment
+// batches it sent (pain.001) and the bank's files it imports (pain.002,
+// camt.054).
+type BankFiles interface {
+	ListBatches(ctx context.Context, before string, limit int) ([]PayoutBatch, error)
+	GetBatch(ctx context.Context, id string) (PayoutBatch, error)
+	// BatchFile is the pain.001 exactly as built (and delivered).
+	BatchFile(ctx context.Context, id string) ([]byte, error)
+	// Import applies a bank file once: a second import of the same bytes
+	// changes nothing and answers the first import's report (Duplicate
+	// set). A malformed file is an error naming the element.
+	Import(ctx context.Context, source, name string, file []byte) (BankFileImport, error)
+}
+
+// Where an imported bank file came from.
+const (
+	SourceUpload = "upload" // POST /v1/bank-files
+	SourceInbox  = "inbox"  // GPUBILL_BANK_INBOX_DIR
+)
+
+// PayoutBatch is one pain.001 sent to the bank.
+type PayoutBatch struct {
+	ID            string
+	CutoffAt      time.Time
+	ExecutionDate time.Time
+	Transfers     int
+	ControlSum    decimal.Decimal
+	Totals        []CurrencyTotal
+	FileSHA256    string
+	CreatedAt     time.Time
+	DeliveredAt   *time.Time
+	DeliveredPath string
+}
+
+// CurrencyTotal is a batch's count and sum in one currency.
+type CurrencyTotal struct {
+	Currency  string
+	Transfers int
+	Amount    decimal.Decimal
+}
+
+// Outcomes of a bank file's entry.
+const (
+	EntryApplied          = "applied"           // the transfer moved
+	EntryUnchanged        = "unchanged"         // already there (a status repeated, or older than what is known)
+	EntryConflict         = "conflict"          // contradicts what is known (rejected after booked …): not applied, look at it
+	EntryUnknownReference = "unknown_reference" // no transfer with this EndToEndId
+	EntryAmountMismatch   = "amount_mismatch"   // the bank's amount or currency is not the transfer's: not applied
+	EntryIgnored          = "ignored"           // not about a payout (a credit without return information …)
+)
+
+// BankFileImport is the report of one bank file's import.
+type BankFileImport struct {
+	FileID            string
+	Kind              string // pain.002.001.10, camt.054.001.08, …
+	MessageID         string
+	OriginalMessageID string // pain.002: the batch it answers
+	Name              string
+	Source            string // upload or inbox
+	Duplicate         bool   // the same bytes were imported before: nothing changed now
+	ImportedAt        time.Time
+	Entries           []BankFileEntry
+}
+
+// BankFileEntry is what one status or movement in a bank file did.
+type BankFileEntry struct {
+	Element    string // where in the file ("…/TxInfAndSts[2]")
+	EndToEndID string
+	PayoutRef  string // the rail reference (payout id, or id-attempt); "" when unknown
+	BankStatus string // ACCP, RJCT, BOOK, RTRN …
+	ReasonCode string
+	Outcome    string // Entry*
+	Note       string
+}

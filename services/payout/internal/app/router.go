@@ -1,0 +1,77 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Router is the rail payouts go to: by the payout method's type (bank,
+// alipay, wechat), else Default. A reference is followed on whichever rail
+// knows it, so switching a type to another rail leaves the payouts already
+// submitted on the rail that has them.
+type Router struct {
+	ByType  map[string]Rail
+	Default Rail
+}
+
+// Name implements Rail: the default rail's name (each status names the
+// rail that answered it).
+func (r Router) Name() string { return r.Default.Name() }
+
+func (r Router) rails() []Rail {
+	out := []Rail{}
+	seen := map[Rail]bool{}
+	for _, rl := range append([]Rail{r.Default}, r.byTypeSorted()...) {
+		if rl != nil && !seen[rl] {
+			seen[rl] = true
+			out = append(out, rl)
+		}
+	}
+	return out
+}
+
+func (r Router) byTypeSorted() []Rail {
+	var out []Rail
+	for _, t := range []string{"bank", "alipay", "wechat"} {
+		if rl, ok := r.ByType[t]; ok {
+			out = append(out, rl)
+		}
+	}
+	return out
+}
+
+// Submit implements Rail: the rail of the method's type.
+func (r Router) Submit(ctx context.Context, t Transfer) (RailStatus, error) {
+	rl, ok := r.ByType[t.Method.Type]
+	if !ok {
+		rl = r.Default
+	}
+	st, err := rl.Submit(ctx, t)
+	if st.Rail == "" {
+		st.Rail = rl.Name()
+	}
+	return st, err
+}
+
+// Query implements Rail: the first rail that knows the reference answers;
+// an outage of any rail that might know it leaves the outcome unknown.
+func (r Router) Query(ctx context.Context, ref string) (RailStatus, error) {
+	var down error
+	for _, rl := range r.rails() {
+		st, err := rl.Query(ctx, ref)
+		if err == nil {
+			if st.Rail == "" {
+				st.Rail = rl.Name()
+			}
+			return st, nil
+		}
+		if !errors.Is(err, ErrUnknownReference) && down == nil {
+			down = err
+		}
+	}
+	if down != nil {
+		return RailStatus{}, down
+	}
+	return RailStatus{}, fmt.Errorf("rails: %s: %w", ref, ErrUnknownReference)
+}

@@ -1,0 +1,64 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// bookRail knows the references submitted to it.
+type bookRail struct {
+	name string
+	refs map[string]bool
+	down bool
+}
+
+func (b *bookRail) Name() string { return b.name }
+func (b *bookRail) Submit(_ context.Context, t Transfer) (RailStatus, error) {
+	b.refs[t.Reference] = true
+	return RailStatus{Reference: t.Reference, State: RailAccepted}, nil
+}
+func (b *bookRail) Query(_ context.Context, ref string) (RailStatus, error) {
+	if b.down {
+		return RailStatus{}, fmt.Errorf("%s: %w", b.name, ErrRailUnavailable)
+	}
+	if !b.refs[ref] {
+		return RailStatus{}, ErrUnknownReference
+	}
+	return RailStatus{Reference: ref, State: RailAccepted}, nil
+}
+
+// Bank methods go to the bank rail, the rest to the default; a reference
+// is followed on the rail that has it; an outage of a rail that might have
+// it leaves the outcome unknown (never "unknown reference", which would
+// let the caller submit again).
+func TestRouter(t *testing.T) {
+	ctx := context.Background()
+	sandbox, bank := &bookRail{name: "sandbox", refs: map[string]bool{}}, &bookRail{name: "bank-file", refs: map[string]bool{}}
+	r := Router{Default: sandbox, ByType: map[string]Rail{domain.MethodBank: bank}}
+	one := decimal.RequireFromString("1")
+	if st, _ := r.Submit(ctx, Transfer{Reference: "b1", Amount: one, Method: domain.Method{Type: domain.MethodBank}}); st.Rail != "bank-file" || !bank.refs["b1"] {
+		t.Errorf("bank method: %+v", st)
+	}
+	if st, _ := r.Submit(ctx, Transfer{Reference: "a1", Amount: one, Method: domain.Method{Type: domain.MethodAlipay}}); st.Rail != "sandbox" || !sandbox.refs["a1"] {
+		t.Errorf("alipay method: %+v", st)
+	}
+	if st, err := r.Query(ctx, "b1"); err != nil || st.Rail != "bank-file" {
+		t.Errorf("query b1: %+v %v", st, err)
+	}
+	if _, err := r.Query(ctx, "none"); !errors.Is(err, ErrUnknownReference) {
+		t.Errorf("unknown: %v", err)
+	}
+	bank.down = true
+	if _, err := r.Query(ctx, "none"); !errors.Is(err, ErrRailUnavailable) {
+		t.Errorf("unknown while the bank rail is down: %v, want unavailable", err)
+	}
+	if st, err := r.Query(ctx, "a1"); err != nil || st.Rail != "sandbox" {
+		t.Errorf("a1 while the bank rail is down: %+v %v", st, err)
+	}
+}

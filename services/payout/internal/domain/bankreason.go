@@ -1,0 +1,85 @@
+package domain
+
+import "strings"
+
+// Failure codes a bank's ISO 20022 reason codes map to (what a provider and
+// finance see as a payout's failure_code; the ISO code stays in the
+// message).
+const (
+	FailAccountClosed     = "account_closed"
+	FailAccountFrozen     = "account_frozen"
+	FailInvalidAccount    = "invalid_account"
+	FailInvalidBankCode   = "invalid_bank_code"
+	FailNameMismatch      = "name_mismatch"
+	FailTransactionBarred = "transaction_forbidden"
+	FailInsufficientFunds = "insufficient_funds"
+	FailDuplicate         = "duplicate"
+	FailBeneficiaryDied   = "beneficiary_deceased"
+	FailRegulatory        = "regulatory_reason"
+	FailRefusedByCreditor = "refused_by_creditor"
+	FailInvalidAmount     = "invalid_amount"
+	FailUnsupported       = "unsupported_by_rail"
+	FailBankRejected      = "bank_rejected" // a code not in the table (proprietary ones too)
+)
+
+// bankReasons maps ISO 20022 external status/return reason codes
+// (ExternalStatusReason1Code, ExternalReturnReason1Code) to failure codes.
+var bankReasons = map[string]struct{ code, text string }{
+	"AC01": {FailInvalidAccount, "incorrect account number"},
+	"AC02": {FailInvalidAccount, "invalid debtor account number"},
+	"AC03": {FailInvalidAccount, "invalid creditor account number"},
+	"AC04": {FailAccountClosed, "closed account number"},
+	"AC06": {FailAccountFrozen, "blocked account"},
+	"AC07": {FailAccountClosed, "closed creditor account number"},
+	"AC13": {FailInvalidAccount, "invalid debtor account type"},
+	"AG01": {FailTransactionBarred, "transaction forbidden on this type of account"},
+	"AG03": {FailTransactionBarred, "transaction type not supported"},
+	"AM01": {FailInvalidAmount, "amount zero"},
+	"AM02": {FailInvalidAmount, "amount over the maximum allowed"},
+	"AM03": {FailInvalidAmount, "currency not allowed"},
+	"AM04": {FailInsufficientFunds, "insufficient funds"},
+	"AM05": {FailDuplicate, "duplication"},
+	"AM09": {FailInvalidAmount, "wrong amount"},
+	"BE01": {FailNameMismatch, "creditor name inconsistent with the account"},
+	"BE04": {FailInvalidAccount, "missing creditor address"},
+	"CNOR": {FailInvalidBankCode, "creditor bank not registered"},
+	"DUPL": {FailDuplicate, "duplicate payment"},
+	"MD07": {FailBeneficiaryDied, "end customer deceased"},
+	"MS02": {FailRefusedByCreditor, "refused by the creditor"},
+	"MS03": {FailBankRejected, "reason not specified (bank)"},
+	"RC01": {FailInvalidBankCode, "bank identifier incorrect"},
+	"RR01": {FailRegulatory, "missing debtor account or identification"},
+	"RR02": {FailRegulatory, "missing debtor name or address"},
+	"RR03": {FailRegulatory, "missing creditor name or address"},
+	"RR04": {FailRegulatory, "regulatory reason"},
+}
+
+// BankFailure maps an ISO reason code (with the bank's additional text)
+// to a payout failure code and message: "AC06 blocked account: …".
+func BankFailure(isoCode, info string) (code, message string) {
+	isoCode = strings.ToUpper(strings.TrimSpace(isoCode))
+	r, ok := bankReasons[isoCode]
+	if !ok {
+		r.code, r.text = FailBankRejected, "reason code not in gpubill's table"
+	}
+	message = isoCode + " " + r.text
+	if isoCode == "" {
+		message = "no reason given"
+	}
+	if info = strings.TrimSpace(info); info != "" {
+		message += ": " + info
+	}
+	return r.code, message
+}
+
+// DuplicateMessageReason reports whether an ISO group-level rejection
+// reason rejects a copy of a file already received (DU01–DU05: duplicate
+// message, payment information or instruction id): the copy is refused, the
+// original stands.
+func DuplicateMessageReason(isoCode string) bool {
+	switch strings.ToUpper(strings.TrimSpace(isoCode)) {
+	case "DU01", "DU02", "DU03", "DU04", "DU05":
+		return true
+	}
+	return false
+}
