@@ -37,6 +37,7 @@ func FuzzComputeWithholding(f *testing.F)   { fuzzRoute(f, "ComputeWithholding")
 func FuzzSetRuleSelection(f *testing.F)     { fuzzRoute(f, "SetRuleSelection") }
 func FuzzRemitTax(f *testing.F)             { fuzzRoute(f, "RemitTax") }
 func FuzzCreateGpuModel(f *testing.F)       { fuzzRoute(f, "CreateGpuModel") }
+func FuzzImportBankFile(f *testing.F)       { fuzzRoute(f, "ImportBankFile") }
 
 func routeNamed(name string) route {
 	for _, r := range writeRoutes {

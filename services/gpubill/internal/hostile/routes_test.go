@@ -99,4 +99,8 @@ var writeRoutes = []route{
 	{name: "CreateGpuModel", method: "POST", path: "/v1/gpu-models", role: auth.RoleAdmin,
 		body:  `{"gpu_model":"HX_100","vendor":"nvidia","memory_gb":64,"display_name":"Hostile X100","aliases":["HX100","HX 100"]}`,
 		enums: []string{"vendor", "gpu_model"}},
+	// A bank file in JSON (its XML in content): a pain.002 for a batch no
+	// one sent, answered with the entry reported, not applied.
+	{name: "ImportBankFile", method: "POST", path: "/v1/bank-files", role: auth.RoleFinance,
+		body: `{"content":"<Document xmlns=\"urn:iso:std:iso:20022:tech:xsd:pain.002.001.10\"><CstmrPmtStsRpt><GrpHdr><MsgId>H-1</MsgId><CreDtTm>2026-12-01T10:00:00Z</CreDtTm></GrpHdr><OrgnlGrpInfAndSts><OrgnlMsgId>pb-h1</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId><GrpSts>ACCP</GrpSts></OrgnlGrpInfAndSts></CstmrPmtStsRpt></Document>","name":"h1.xml"}`},
 }
