@@ -52,7 +52,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	if err := (&postgres.GPUModels{Pool: d.Pool}).Seed(ctx, gpucatalog.Seed(), d.Clock.Now()); err != nil {
 		return nil, err
 	}
-	a := app.New(d.Pool, d.Clock)
+	a := app.New(postgres.NewStore(d.Pool), &postgres.GPUModels{Pool: d.Pool}, d.Clock)
 	return &Service{d: d, app: a, srv: &ports.Server{App: a}}, nil
 }
 

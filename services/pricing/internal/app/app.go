@@ -8,19 +8,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/gpubill/gpubill/pkg/clock"
-	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
-	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
 // App is pricing's use cases over its store.
 type App struct {
-	Pool  *pgxpool.Pool
-	Store *postgres.Store
+	Store Store
 	Clock clock.Clock
 	// Catalogue is the GPU catalogue's read model: a card prices only its
 	// models.
@@ -37,9 +31,8 @@ type App struct {
 }
 
 // New returns pricing's use cases.
-func New(pool *pgxpool.Pool, clk clock.Clock) *App {
-	return &App{Pool: pool, Store: &postgres.Store{Pool: pool}, Clock: clk, Catalogue: &postgres.GPUModels{Pool: pool},
-		cardAdded: make(chan struct{}, 1)}
+func New(store Store, catalogue GPUCatalogue, clk clock.Clock) *App {
+	return &App{Store: store, Clock: clk, Catalogue: catalogue, cardAdded: make(chan struct{}, 1)}
 }
 
 // CardAdded signals (coalesced) that a rate card was created.
@@ -80,12 +73,8 @@ func (a *App) Book(ctx context.Context) (*domain.Book, error) {
 	return a.book, nil
 }
 
-func cardFromRow(r postgres.CardRow) (*domain.Card, error) {
-	var req pricingv1.CreateRateCardRequest
-	if err := proto.Unmarshal(r.Body, &req); err != nil {
-		return nil, fmt.Errorf("rate card %s: %w", r.ID, err)
-	}
-	in := CardInput(&req)
+func cardFromRow(r domain.StoredCard) (*domain.Card, error) {
+	in := r.Body
 	in.ID = r.ID
 	c, vs := domain.ParseCard(in)
 	if len(vs) > 0 {
@@ -93,25 +82,4 @@ func cardFromRow(r postgres.CardRow) (*domain.Card, error) {
 	}
 	c.Seq = r.Seq
 	return c, nil
-}
-
-// CardInput converts the wire request to the domain's input.
-func CardInput(r *pricingv1.CreateRateCardRequest) domain.CardInput {
-	in := domain.CardInput{ID: r.GetRateCardId(), Currency: r.GetCurrency()}
-	if r.EffectiveFrom != nil {
-		in.EffectiveFrom = r.EffectiveFrom.AsTime()
-	}
-	for _, p := range r.GpuPrices {
-		in.Prices = append(in.Prices, domain.PriceInput{Model: p.GpuModel, Hourly: p.Hourly, Region: p.Region})
-	}
-	for _, b := range r.TimeBands {
-		in.Bands = append(in.Bands, domain.BandInput{Name: b.Name, Start: b.Start, End: b.End, TimeZone: b.Timezone, Multiplier: b.Multiplier})
-	}
-	for _, t := range r.VolumeTiers {
-		in.Tiers = append(in.Tiers, domain.TierInput{UpToGPUHours: t.UpToGpuHours, Discount: t.Discount})
-	}
-	if p := r.PueSurcharge; p != nil {
-		in.PUE = &domain.PUEInput{Threshold: p.Threshold, PerGPUHour: p.PerGpuHour}
-	}
-	return in
 }

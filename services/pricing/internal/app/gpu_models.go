@@ -6,7 +6,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
-	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
 // GPUCatalogue is pricing's read model of the GPU catalogue (metering's).
@@ -18,7 +18,7 @@ type GPUCatalogue interface {
 // alias such as RTX4090D becomes RTX_4090D) and refuses a card naming a
 // model the catalogue lacks, so no card prices a model metering would
 // refuse in usage.
-func (a *App) canonicalModels(ctx context.Context, card *pricingv1.CreateRateCardRequest) error {
+func (a *App) canonicalModels(ctx context.Context, prices []domain.PriceInput) error {
 	if a.Catalogue == nil {
 		return fmt.Errorf("pricing has no GPU catalogue")
 	}
@@ -27,17 +27,18 @@ func (a *App) canonicalModels(ctx context.Context, card *pricingv1.CreateRateCar
 		return err
 	}
 	bad := &apperr.InvalidError{}
-	for i, p := range card.GpuPrices {
-		if p.GpuModel == "" {
+	for i := range prices {
+		p := &prices[i]
+		if p.Model == "" {
 			continue // ParseCard names it
 		}
-		id, ok := ix.Resolve(p.GpuModel)
+		id, ok := ix.Resolve(p.Model)
 		if !ok {
 			bad.Violations = append(bad.Violations, apperr.FieldViolation{Field: fmt.Sprintf("gpu_prices[%d].gpu_model", i),
-				Reason: fmt.Sprintf("unknown gpu_model %q: not in the GPU catalogue (GET /v1/gpu-models; an admin adds it with POST /v1/gpu-models)", p.GpuModel)})
+				Reason: fmt.Sprintf("unknown gpu_model %q: not in the GPU catalogue (GET /v1/gpu-models; an admin adds it with POST /v1/gpu-models)", p.Model)})
 			continue
 		}
-		p.GpuModel = id
+		p.Model = id
 	}
 	if len(bad.Violations) > 0 {
 		return bad

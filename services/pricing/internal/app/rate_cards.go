@@ -9,13 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
-	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
-	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
@@ -40,85 +35,56 @@ func invalid(vs []domain.Violation) error {
 // CreateRateCard validates and stores a new rate card version. A replay with
 // the same rate_card_id and body returns the original; another body is a
 // conflict.
-func (a *App) CreateRateCard(ctx context.Context, req *pricingv1.CreateRateCardRequest) (*pricingv1.RateCard, error) {
-	body := proto.Clone(req).(*pricingv1.CreateRateCardRequest)
-	id := body.RateCardId
-	body.RateCardId = ""
+func (a *App) CreateRateCard(ctx context.Context, in domain.CardInput) (domain.StoredCard, error) {
+	id := in.ID
+	in.ID = ""
 	if len(id) > cardIDLenMax {
-		return nil, apperr.Invalid("rate_card_id", "longer than %d characters", cardIDLenMax)
+		return domain.StoredCard{}, apperr.Invalid("rate_card_id", "longer than %d characters", cardIDLenMax)
 	}
-	if err := a.canonicalModels(ctx, body); err != nil {
-		return nil, err
+	if err := a.canonicalModels(ctx, in.Prices); err != nil {
+		return domain.StoredCard{}, err
 	}
-	in := CardInput(body)
 	card, vs := domain.ParseCard(in)
 	if err := invalid(vs); err != nil {
-		return nil, err
+		return domain.StoredCard{}, err
 	}
-	body.Currency = card.Currency.Code
+	in.Currency = card.Currency.Code
 	if id == "" {
 		id = ids.New("rc")
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	row := postgres.CardRow{ID: id, Currency: card.Currency.Code, EffectiveFrom: card.EffectiveFrom, Body: b, CreatedAt: a.Clock.Now()}
+	row := domain.StoredCard{ID: id, Currency: card.Currency.Code, EffectiveFrom: card.EffectiveFrom, Body: in, CreatedAt: a.Clock.Now()}
 	created, err := a.Store.InsertCard(ctx, row)
 	if err != nil {
-		return nil, err
+		return domain.StoredCard{}, err
 	}
 	if !created {
 		old, err := a.Store.Card(ctx, id)
 		if err != nil {
-			return nil, err
+			return domain.StoredCard{}, err
 		}
-		var oldBody pricingv1.CreateRateCardRequest
-		if err := proto.Unmarshal(old.Body, &oldBody); err != nil {
-			return nil, err
+		if !old.Body.SameBody(in) {
+			return domain.StoredCard{}, fmt.Errorf("rate card %s exists with a different body (create a new version instead): %w", id, apperr.ErrConflict)
 		}
-		if !proto.Equal(&oldBody, body) {
-			return nil, fmt.Errorf("rate card %s exists with a different body (create a new version instead): %w", id, apperr.ErrConflict)
-		}
-		return cardPB(old, &oldBody), nil
+		return old, nil
 	}
 	select {
 	case a.cardAdded <- struct{}{}:
 	default:
 	}
-	stored, err := a.Store.Card(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return cardPB(stored, body), nil
-}
-
-func cardPB(r postgres.CardRow, body *pricingv1.CreateRateCardRequest) *pricingv1.RateCard {
-	return &pricingv1.RateCard{
-		RateCardId: r.ID, Currency: r.Currency, EffectiveFrom: timestamppb.New(r.EffectiveFrom),
-		GpuPrices: body.GpuPrices, TimeBands: body.TimeBands, VolumeTiers: body.VolumeTiers, PueSurcharge: body.PueSurcharge,
-		CreatedAt: timestamppb.New(r.CreatedAt),
-	}
+	return a.Store.Card(ctx, id)
 }
 
 // RateCard returns one card.
-func (a *App) RateCard(ctx context.Context, id string) (*pricingv1.RateCard, error) {
+func (a *App) RateCard(ctx context.Context, id string) (domain.StoredCard, error) {
 	r, err := a.Store.Card(ctx, id)
-	if errors.Is(err, postgres.ErrNotFound) {
-		return nil, fmt.Errorf("rate card %q: %w", id, apperr.ErrNotFound)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return r, fmt.Errorf("rate card %q: %w", id, apperr.ErrNotFound)
 	}
-	if err != nil {
-		return nil, err
-	}
-	var body pricingv1.CreateRateCardRequest
-	if err := proto.Unmarshal(r.Body, &body); err != nil {
-		return nil, err
-	}
-	return cardPB(r, &body), nil
+	return r, err
 }
 
 // RateCards lists cards, newest effective_from first.
-func (a *App) RateCards(ctx context.Context, currency string, size int, token string) ([]*pricingv1.RateCard, string, error) {
+func (a *App) RateCards(ctx context.Context, currency string, size int, token string) ([]domain.StoredCard, string, error) {
 	if size <= 0 {
 		size = PageSizeDefault
 	}
@@ -141,15 +107,7 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 		last := rows[size-1]
 		next = base64.RawURLEncoding.EncodeToString([]byte(last.EffectiveFrom.Format(time.RFC3339Nano) + "|" + strconv.FormatInt(last.Seq, 10)))
 	}
-	out := make([]*pricingv1.RateCard, 0, len(rows))
-	for _, r := range rows {
-		var body pricingv1.CreateRateCardRequest
-		if err := proto.Unmarshal(r.Body, &body); err != nil {
-			return nil, "", err
-		}
-		out = append(out, cardPB(r, &body))
-	}
-	return out, next, nil
+	return rows, next, nil
 }
 
 func decodeCardCursor(s string) (time.Time, int64, bool) {

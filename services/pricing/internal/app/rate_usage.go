@@ -4,22 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/money"
-	"github.com/gpubill/gpubill/pkg/natsx"
-	"github.com/gpubill/gpubill/pkg/outbox"
-	"github.com/gpubill/gpubill/pkg/pg"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
@@ -29,10 +19,10 @@ const ConsumerName = "pricing-rating"
 // pendingRetryMax bounds one retry pass over usage waiting for a card.
 const pendingRetryMax = 5000
 
-// Incoming is one usage.recorded message.
-type Incoming struct {
-	ID, Subject string
-	Data        []byte
+// UsageMessage is one usage.recorded message as the port decoded it.
+type UsageMessage struct {
+	ID     string
+	Events []domain.UsageEvent
 }
 
 // RateMessages rates a fetched batch of usage.recorded messages in ONE
@@ -40,42 +30,32 @@ type Incoming struct {
 // nothing), price every fresh event at full precision, aggregate per lease,
 // apply cumulative rounding, write the charges with their lines, and put one
 // charges.rated.{provider} message per provider into the outbox.
-func (a *App) RateMessages(ctx context.Context, msgs []Incoming) error {
+func (a *App) RateMessages(ctx context.Context, msgs []UsageMessage) error {
 	book, err := a.Book(ctx)
 	if err != nil {
 		return err
 	}
-	batches := make([]*eventsv1.UsageRecordedBatch, len(msgs))
 	idList := make([]string, len(msgs))
-	var poison natsx.PoisonError
 	for i, m := range msgs {
 		idList[i] = m.ID
-		var b eventsv1.UsageRecordedBatch
-		if err := proto.Unmarshal(m.Data, &b); err != nil {
-			poison.Add(m.ID, fmt.Errorf("undecodable usage batch: %w", err))
-			continue
-		}
-		batches[i] = &b
-	}
-	if len(poison.ByID) > 0 {
-		return &poison // dead-lettered by the consumer; the rest comes again
 	}
 	now := a.Clock.Now()
-	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		if err := postgres.LockRating(ctx, tx); err != nil {
+	err = a.Store.WithTx(ctx, func(tx Tx) error {
+		if err := tx.LockRating(ctx); err != nil {
 			return err
 		}
-		fresh, err := outbox.Claim(ctx, tx, postgres.Schema, ConsumerName, idList)
+		fresh, err := tx.Claim(ctx, ConsumerName, idList)
 		if err != nil {
 			return err
 		}
 		var items []item
-		for i, m := range msgs {
+		for i := range msgs {
+			m := &msgs[i]
 			if !fresh[m.ID] {
 				continue
 			}
-			for _, e := range batches[i].Events {
-				items = append(items, item{source: m.ID, ev: e})
+			for j := range m.Events {
+				items = append(items, item{source: m.ID, ev: &m.Events[j]})
 			}
 		}
 		if err := a.failPoint("before-apply"); err != nil {
@@ -105,32 +85,29 @@ func (a *App) RetryPending(ctx context.Context) (int, error) {
 	}
 	var ready []item
 	var readyIDs []string
-	for _, r := range rows {
-		var ev eventsv1.UsageEvent
-		if err := proto.Unmarshal(r.Payload, &ev); err != nil {
-			continue // stays visible in pending_rating with its reason
-		}
-		if _, why := priceable(book, &ev); why != "" {
+	for i := range rows {
+		ev := &rows[i].Event
+		if _, why := priceable(book, ev); why != "" {
 			continue
 		}
-		ready = append(ready, item{source: "pending:" + r.EventID, ev: &ev})
-		readyIDs = append(readyIDs, r.EventID)
+		ready = append(ready, item{source: "pending:" + ev.ID, ev: ev})
+		readyIDs = append(readyIDs, ev.ID)
 	}
 	if len(ready) == 0 {
 		return 0, nil
 	}
 	n := 0
-	err = pg.InTx(ctx, a.Pool, func(tx pgx.Tx) error {
-		if err := postgres.LockRating(ctx, tx); err != nil {
+	err = a.Store.WithTx(ctx, func(tx Tx) error {
+		if err := tx.LockRating(ctx); err != nil {
 			return err
 		}
-		taken, err := postgres.TakePending(ctx, tx, readyIDs)
+		taken, err := tx.TakePending(ctx, readyIDs)
 		if err != nil {
 			return err
 		}
 		items := ready[:0:0]
 		for _, it := range ready {
-			if taken[it.ev.Id] {
+			if taken[it.ev.ID] {
 				items = append(items, it)
 			}
 		}
@@ -142,22 +119,21 @@ func (a *App) RetryPending(ctx context.Context) (int, error) {
 
 type item struct {
 	source string // the message (or pending row) the event came from
-	ev     *eventsv1.UsageEvent
+	ev     *domain.UsageEvent
 }
 
 // priceable returns the card that prices an event, or why none does.
-func priceable(book *domain.Book, ev *eventsv1.UsageEvent) (*domain.Card, string) {
+func priceable(book *domain.Book, ev *domain.UsageEvent) (*domain.Card, string) {
 	cur, err := money.Lookup(ev.Currency)
 	if err != nil {
 		return nil, fmt.Sprintf("unknown currency %q", ev.Currency)
 	}
-	start := ev.StartTime.AsTime()
-	card, ok := book.For(cur.Code, start)
+	card, ok := book.For(cur.Code, ev.Start)
 	if !ok {
-		return nil, fmt.Sprintf("no rate card in %s effective at %s", cur.Code, start.Format(time.RFC3339))
+		return nil, fmt.Sprintf("no rate card in %s effective at %s", cur.Code, ev.Start.Format(time.RFC3339))
 	}
-	if _, ok := card.Price(ev.GpuModel, ev.Region); !ok {
-		return nil, fmt.Sprintf("rate card %s has no price for GPU model %s", card.ID, ev.GpuModel)
+	if _, ok := card.Price(ev.GPUModel, ev.Region); !ok {
+		return nil, fmt.Sprintf("rate card %s has no price for GPU model %s", card.ID, ev.GPUModel)
 	}
 	return card, ""
 }
@@ -193,200 +169,228 @@ type group struct {
 	order            []lineKey
 }
 
+// rated is an event a card prices, with its usage.
+type rated struct {
+	it    item
+	card  *domain.Card
+	usage domain.Usage
+	cur   money.Currency
+}
+
+// ratingState is what rating reads before pricing: renters' monthly tier
+// volume and the leases' cumulative rounding.
+type ratingState struct {
+	months []domain.RenterMonth
+	used   map[string]domain.MonthUsage // renter → month → GPU-microseconds
+	leases map[domain.LeaseCurrency]domain.LeaseTotal
+}
+
 // apply prices items inside tx and writes their effects.
-func (a *App) apply(ctx context.Context, tx pgx.Tx, book *domain.Book, items []item, now time.Time) error {
+func (a *App) apply(ctx context.Context, tx Tx, book *domain.Book, items []item, now time.Time) error {
 	if len(items) == 0 {
 		return nil
 	}
-	type rated struct {
-		it    item
-		card  *domain.Card
-		usage domain.Usage
-		cur   money.Currency
+	toRate, pending, months, leaseKeys := classify(book, items)
+	st := ratingState{months: months, used: map[string]domain.MonthUsage{}}
+	if len(toRate) > 0 {
+		if err := st.load(ctx, tx, leaseKeys); err != nil {
+			return err
+		}
 	}
-	var pending []postgres.PendingRow
+	groups, err := priceEvents(toRate, st.used)
+	if err != nil {
+		return err
+	}
+	charges := st.charge(groups)
+	if len(toRate) > 0 {
+		if err := st.save(ctx, tx, charges, now); err != nil {
+			return err
+		}
+	}
+	if err := tx.AddPending(ctx, pending, now); err != nil {
+		return err
+	}
+	return tx.PublishCharges(ctx, batchByProvider(charges, items[0].source))
+}
+
+// classify is the first pass: the events a card prices, with their usage,
+// and those none does (kept as pending); and the tier months and leases the
+// priced ones touch.
+func classify(book *domain.Book, items []item) ([]rated, []domain.PendingUsage, []domain.RenterMonth, []domain.LeaseCurrency) {
+	var pending []domain.PendingUsage
 	toRate := make([]rated, 0, len(items))
 	pues := map[string]*decimal.Decimal{}
-	monthSet := map[postgres.MonthKey]bool{}
-	leaseSet := map[postgres.LeaseKey]bool{}
+	monthSet := map[domain.RenterMonth]bool{}
+	leaseSet := map[domain.LeaseCurrency]bool{}
 	for _, it := range items {
 		ev := it.ev
 		card, why := priceable(book, ev)
 		if why != "" {
-			payload, err := proto.Marshal(ev)
-			if err != nil {
-				return err
-			}
-			pending = append(pending, postgres.PendingRow{EventID: ev.Id, MessageID: it.source, RenterID: ev.RenterId,
-				Currency: ev.Currency, GPUModel: ev.GpuModel, Payload: payload, Reason: why})
+			pending = append(pending, domain.PendingUsage{Event: *ev, MessageID: it.source, Reason: why})
 			continue
 		}
-		pue, ok := pues[ev.ProviderPue]
-		if !ok && ev.ProviderPue != "" {
-			if d, err := money.ParseDecimal(ev.ProviderPue); err == nil {
+		pue, ok := pues[ev.ProviderPUE]
+		if !ok && ev.ProviderPUE != "" {
+			if d, err := money.ParseDecimal(ev.ProviderPUE); err == nil {
 				pue = &d
 			}
-			pues[ev.ProviderPue] = pue
+			pues[ev.ProviderPUE] = pue
 		}
-		u := domain.Usage{Model: ev.GpuModel, Region: ev.Region, GPUCount: ev.GpuCount,
-			Start: ev.StartTime.AsTime(), End: ev.EndTime.AsTime(), PUE: pue}
+		u := domain.Usage{Model: ev.GPUModel, Region: ev.Region, GPUCount: ev.GPUCount, Start: ev.Start, End: ev.End, PUE: pue}
 		toRate = append(toRate, rated{it: it, card: card, usage: u, cur: card.Currency})
 		for _, m := range domain.Months(u.Start, u.End) {
-			monthSet[postgres.MonthKey{RenterID: ev.RenterId, Month: m}] = true
+			monthSet[domain.RenterMonth{RenterID: ev.RenterID, Month: m}] = true
 		}
-		leaseSet[postgres.LeaseKey{LeaseID: ev.LeaseId, Currency: card.Currency.Code}] = true
+		leaseSet[domain.LeaseCurrency{LeaseID: ev.LeaseID, Currency: card.Currency.Code}] = true
 	}
-	monthKeys := make([]postgres.MonthKey, 0, len(monthSet))
+	months := make([]domain.RenterMonth, 0, len(monthSet))
 	for k := range monthSet {
-		monthKeys = append(monthKeys, k)
+		months = append(months, k)
 	}
-	leaseKeys := make([]postgres.LeaseKey, 0, len(leaseSet))
+	leases := make([]domain.LeaseCurrency, 0, len(leaseSet))
 	for k := range leaseSet {
-		leaseKeys = append(leaseKeys, k)
+		leases = append(leases, k)
 	}
-	var tiers map[postgres.MonthKey]int64
-	var leases map[postgres.LeaseKey]postgres.LeaseTotal
-	if len(toRate) > 0 {
-		var err error
-		if tiers, err = postgres.TierUsage(ctx, tx, monthKeys); err != nil {
-			return err
-		}
-		if leases, err = postgres.LeaseTotals(ctx, tx, leaseKeys); err != nil {
-			return err
-		}
-	}
-	used := map[string]domain.MonthUsage{}
-	for k, v := range tiers {
-		if used[k.RenterID] == nil {
-			used[k.RenterID] = domain.MonthUsage{}
-		}
-		used[k.RenterID][k.Month] = v
-	}
+	return toRate, pending, months, leases
+}
 
-	// Price every event into integer pieces, aggregated per lease and cycle.
+// load reads the tier volume of st.months and the state of the leases.
+func (st *ratingState) load(ctx context.Context, tx Tx, leaseKeys []domain.LeaseCurrency) error {
+	tiers, err := tx.TierUsage(ctx, st.months)
+	if err != nil {
+		return err
+	}
+	if st.leases, err = tx.LeaseTotals(ctx, leaseKeys); err != nil {
+		return err
+	}
+	for k, v := range tiers {
+		if st.used[k.RenterID] == nil {
+			st.used[k.RenterID] = domain.MonthUsage{}
+		}
+		st.used[k.RenterID][k.Month] = v
+	}
+	return nil
+}
+
+// priceEvents is the second pass: every event into integer pieces (tier
+// volume accrues in used as it goes), aggregated per lease and cycle into
+// lines.
+func priceEvents(toRate []rated, used map[string]domain.MonthUsage) ([]*group, error) {
 	groups := map[groupKey]*group{}
 	var order []*group
 	var buf []domain.Piece
 	for _, r := range toRate {
 		ev := r.it.ev
-		mu := used[ev.RenterId]
+		mu := used[ev.RenterID]
 		if mu == nil {
 			mu = domain.MonthUsage{}
-			used[ev.RenterId] = mu
+			used[ev.RenterID] = mu
 		}
 		var err error
 		buf, err = r.card.Rate(r.usage, mu, buf[:0])
 		if err != nil {
-			return fmt.Errorf("rate event %s: %w", ev.Id, err)
+			return nil, fmt.Errorf("rate event %s: %w", ev.ID, err)
 		}
-		gk := groupKey{ev.LeaseId, r.cur.Code, ev.CycleId}
+		gk := groupKey{ev.LeaseID, r.cur.Code, ev.CycleID}
 		g := groups[gk]
 		if g == nil {
-			g = &group{key: gk, cur: r.cur, renter: ev.RenterId, provider: ev.ProviderId, source: r.it.source, lines: map[lineKey]*lineAgg{}}
+			g = &group{key: gk, cur: r.cur, renter: ev.RenterID, provider: ev.ProviderID, source: r.it.source, lines: map[lineKey]*lineAgg{}}
 			groups[gk] = g
 			order = append(order, g)
 		}
-		g.events = append(g.events, ev.Id)
+		g.events = append(g.events, ev.ID)
 		if r.usage.End.After(g.effective) {
 			g.effective = r.usage.End
 		}
 		for _, p := range buf {
-			lk := lineKey{card: r.card, kind: p.Kind, model: ev.GpuModel, region: ev.Region, count: ev.GpuCount, band: p.Band, tier: p.Tier}
-			la := g.lines[lk]
-			if la == nil {
-				la = &lineAgg{event: ev.Id, start: p.Start, end: p.End}
-				g.lines[lk] = la
-				g.order = append(g.order, lk)
-			}
-			la.micros += p.GPUMicros
-			if p.Start.Before(la.start) {
-				la.start = p.Start
-			}
-			if p.End.After(la.end) {
-				la.end = p.End
-			}
+			g.addPiece(lineKey{card: r.card, kind: p.Kind, model: ev.GPUModel, region: ev.Region, count: ev.GPUCount, band: p.Band, tier: p.Tier}, ev.ID, p)
 		}
 	}
+	return order, nil
+}
 
-	// Decimal work once per aggregated line; cumulative rounding per lease.
-	charges := make([]postgres.ChargeRow, 0, len(order))
-	var lines []postgres.Line
-	batches := map[string]*eventsv1.ChargesRatedBatch{}
-	var provOrder []string
-	firstSource := items[0].source
-	for _, g := range order {
-		chargeID := hashID("chg", g.source, g.key.lease, g.key.currency, g.key.cycle)
+// addPiece adds a piece to its line.
+func (g *group) addPiece(lk lineKey, event string, p domain.Piece) {
+	la := g.lines[lk]
+	if la == nil {
+		la = &lineAgg{event: event, start: p.Start, end: p.End}
+		g.lines[lk] = la
+		g.order = append(g.order, lk)
+	}
+	la.micros += p.GPUMicros
+	if p.Start.Before(la.start) {
+		la.start = p.Start
+	}
+	if p.End.After(la.end) {
+		la.end = p.End
+	}
+}
+
+// charge is the third pass: decimal work once per aggregated line, and
+// cumulative rounding per lease (st.leases moves on).
+func (st *ratingState) charge(groups []*group) []domain.Charge {
+	charges := make([]domain.Charge, 0, len(groups))
+	nLines := 0
+	for _, g := range groups {
+		nLines += len(g.order)
+	}
+	lines := make([]domain.ChargeLine, 0, nLines) // every charge's lines, one allocation
+	for _, g := range groups {
+		first := len(lines)
 		total := decimal.Zero
-		rc := &eventsv1.RatedCharge{ChargeId: chargeID, LeaseId: g.key.lease, RenterId: g.renter, ProviderId: g.provider,
-			CycleId: g.key.cycle, Currency: g.cur.Code, EventIds: g.events, EffectiveAt: timestamppb.New(g.effective)}
-		lines = lines[:0]
 		for _, lk := range g.order {
 			la := g.lines[lk]
 			p := domain.Piece{Kind: lk.kind, Band: lk.band, Tier: lk.tier}
 			unit, mult := lk.card.Factors(p, lk.model, lk.region)
 			ps := domain.PriceSeconds(la.micros, unit, mult)
 			total = total.Add(ps)
-			amount, hours := domain.Amount(ps), domain.GPUHours(la.micros)
-			band, tier := lk.card.BandName(p), lk.card.TierLabel(p)
-			l := postgres.Line{EventID: la.event, Kind: lk.kind, GPUModel: lk.model, GPUCount: lk.count, Band: band, Tier: tier,
-				RateCardID: lk.card.ID, Start: la.start.UTC().Format(time.RFC3339Nano), End: la.end.UTC().Format(time.RFC3339Nano),
-				GPUHours: Str(hours), UnitPrice: Str(unit), Multiplier: Str(mult), Amount: Str(amount)}
-			lines = append(lines, l)
-			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{EventId: l.EventID, Kind: l.Kind, GpuModel: l.GPUModel, GpuCount: l.GPUCount,
-				Band: band, Tier: tier, RateCardId: l.RateCardID, StartTime: timestamppb.New(la.start), EndTime: timestamppb.New(la.end),
-				GpuHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
+			lines = append(lines, domain.ChargeLine{EventID: la.event, Kind: lk.kind, GPUModel: lk.model, GPUCount: lk.count,
+				Band: lk.card.BandName(p), Tier: lk.card.TierLabel(p), RateCardID: lk.card.ID, Start: la.start, End: la.end,
+				GPUHours: domain.Str(domain.GPUHours(la.micros)), UnitPrice: domain.Str(unit), Multiplier: domain.Str(mult), Amount: domain.Str(domain.Amount(ps))})
 		}
-		linesJSON, err := json.Marshal(lines)
-		if err != nil {
-			return err
-		}
-		lkey := postgres.LeaseKey{LeaseID: g.key.lease, Currency: g.cur.Code}
-		st := leases[lkey]
-		lt := domain.LeaseTotal{ExactPS: st.ExactPS, Billed: st.Billed}
-		charge := lt.Add(g.cur, total)
-		leases[lkey] = postgres.LeaseTotal{ExactPS: lt.ExactPS, Billed: lt.Billed}
-		exact := domain.Amount(total)
-		rc.Amount, rc.ExactAmount = g.cur.Format(charge), Str(exact)
-		charges = append(charges, postgres.ChargeRow{ChargeID: chargeID, SourceID: g.source, LeaseID: g.key.lease,
-			RenterID: g.renter, ProviderID: g.provider, CycleID: g.key.cycle, Currency: g.cur.Code, Amount: charge,
-			ExactAmount: exact, ExactPS: total, EventIDs: g.events, EffectiveAt: g.effective, Lines: linesJSON})
-		b := batches[g.provider]
-		if b == nil {
-			b = &eventsv1.ChargesRatedBatch{BatchId: hashID("cr", firstSource, g.provider)}
-			batches[g.provider] = b
-			provOrder = append(provOrder, g.provider)
-		}
-		b.Charges = append(b.Charges, rc)
+		lkey := domain.LeaseCurrency{LeaseID: g.key.lease, Currency: g.cur.Code}
+		lt := st.leases[lkey]
+		billed := lt.Add(g.cur, total)
+		st.leases[lkey] = lt
+		charges = append(charges, domain.Charge{ID: hashID("chg", g.source, g.key.lease, g.key.currency, g.key.cycle),
+			SourceID: g.source, LeaseID: g.key.lease, RenterID: g.renter, ProviderID: g.provider, CycleID: g.key.cycle,
+			Currency: g.cur, Amount: billed, ExactAmount: domain.Amount(total), ExactPS: total, EventIDs: g.events,
+			EffectiveAt: g.effective, Lines: lines[first:len(lines):len(lines)]})
 	}
+	return charges
+}
 
-	if len(toRate) > 0 {
-		tierRows := make(map[postgres.MonthKey]int64, len(monthKeys))
-		for _, k := range monthKeys {
-			tierRows[k] = used[k.RenterID][k.Month]
-		}
-		if err := postgres.SaveTierUsage(ctx, tx, tierRows); err != nil {
-			return err
-		}
-		if err := postgres.SaveLeaseTotals(ctx, tx, leases, now); err != nil {
-			return err
-		}
-		if err := postgres.InsertCharges(ctx, tx, charges, now); err != nil {
-			return err
-		}
+// save writes the tier volume, the leases' state and the charges.
+func (st *ratingState) save(ctx context.Context, tx Tx, charges []domain.Charge, now time.Time) error {
+	tierRows := make(map[domain.RenterMonth]int64, len(st.months))
+	for _, k := range st.months {
+		tierRows[k] = st.used[k.RenterID][k.Month]
 	}
-	if err := postgres.AddPending(ctx, tx, pending, now); err != nil {
+	if err := tx.SaveTierUsage(ctx, tierRows); err != nil {
 		return err
 	}
-	msgs := make([]outbox.Message, 0, len(provOrder))
-	for _, p := range provOrder {
-		b := batches[p]
-		payload, err := proto.Marshal(b)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, outbox.Message{ID: b.BatchId, Subject: "charges.rated." + p, Payload: payload})
+	if err := tx.SaveLeaseTotals(ctx, st.leases, now); err != nil {
+		return err
 	}
-	return outbox.Add(ctx, tx, postgres.Schema, msgs...)
+	return tx.InsertCharges(ctx, charges, now)
+}
+
+// batchByProvider groups charges per provider, in first-charge order; a
+// batch's id is unique to the rating's first source message.
+func batchByProvider(charges []domain.Charge, firstSource string) []domain.ChargeBatch {
+	var out []domain.ChargeBatch
+	at := map[string]int{}
+	for i := range charges {
+		c := &charges[i]
+		j, ok := at[c.ProviderID]
+		if !ok {
+			j = len(out)
+			at[c.ProviderID] = j
+			out = append(out, domain.ChargeBatch{ID: hashID("cr", firstSource, c.ProviderID), ProviderID: c.ProviderID})
+		}
+		out[j].Charges = append(out[j].Charges, c)
+	}
+	return out
 }
 
 // hashID is a deterministic id from its parts: a redelivered message that
@@ -399,13 +403,4 @@ func hashID(prefix string, parts ...string) string {
 		h.Write([]byte{0})
 	}
 	return prefix + "_" + hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-// Str renders a decimal without trailing zeros.
-func Str(d decimal.Decimal) string {
-	s := d.String()
-	if strings.Contains(s, ".") {
-		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	}
-	return s
 }

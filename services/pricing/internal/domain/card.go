@@ -5,6 +5,7 @@ package domain
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,99 +104,127 @@ type PUE struct {
 
 // ParseCard validates a rate card input.
 func ParseCard(in CardInput) (*Card, []Violation) {
-	var vs []Violation
-	add := func(f, format string, args ...any) { vs = append(vs, Violation{f, fmt.Sprintf(format, args...)}) }
+	var vs violations
 	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{}}
 	cur, err := money.Lookup(in.Currency)
 	if err != nil {
-		add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
+		vs.add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
 	}
 	c.Currency = cur
 	c.Input.Currency = cur.Code
 	if in.EffectiveFrom.IsZero() {
-		add("effective_from", "required (RFC 3339)")
+		vs.add("effective_from", "required (RFC 3339)")
 	}
-	if len(in.Prices) == 0 {
-		add("gpu_prices", "at least one GPU price is required")
+	c.parsePrices(in.Prices, &vs)
+	c.parseBands(in.Bands, &vs)
+	c.parseTiers(in.Tiers, &vs)
+	if in.PUE != nil {
+		c.PUE = parsePUE(*in.PUE, &vs)
 	}
-	if len(in.Prices) > gpuPricesMax {
-		add("gpu_prices", "more than %d prices", gpuPricesMax)
+	return c, vs
+}
+
+// violations collects what is wrong with a card, field by field.
+type violations []Violation
+
+func (vs *violations) add(field, format string, args ...any) {
+	*vs = append(*vs, Violation{field, fmt.Sprintf(format, args...)})
+}
+
+// parsePrices checks the GPU prices: at least one, each a non-negative
+// decimal, one per (model, region).
+func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
+	if len(prices) == 0 {
+		vs.add("gpu_prices", "at least one GPU price is required")
 	}
-	for i, p := range in.Prices {
+	if len(prices) > gpuPricesMax {
+		vs.add("gpu_prices", "more than %d prices", gpuPricesMax)
+	}
+	for i, p := range prices {
 		f := fmt.Sprintf("gpu_prices[%d]", i)
 		if p.Model == "" {
-			add(f+".gpu_model", "required")
+			vs.add(f+".gpu_model", "required")
 		}
 		h, err := money.ParseDecimal(p.Hourly)
 		if err != nil || h.IsNegative() {
-			add(f+".hourly", "%q is not a non-negative decimal", p.Hourly)
+			vs.add(f+".hourly", "%q is not a non-negative decimal", p.Hourly)
 			continue
 		}
 		k := priceKey{p.Model, p.Region}
 		if _, dup := c.prices[k]; dup {
-			add(f, "second price for %s in region %q", p.Model, p.Region)
+			vs.add(f, "second price for %s in region %q", p.Model, p.Region)
 		}
 		c.prices[k] = h
 	}
-	if len(in.Bands) > bandsMax {
-		add("time_bands", "more than %d bands", bandsMax)
+}
+
+// parseBands checks the time-of-use bands: named, HH:MM bounds that differ,
+// an IANA zone, a non-negative multiplier.
+func (c *Card) parseBands(bands []BandInput, vs *violations) {
+	if len(bands) > bandsMax {
+		vs.add("time_bands", "more than %d bands", bandsMax)
 	}
-	for i, b := range in.Bands {
+	for i, b := range bands {
 		f := fmt.Sprintf("time_bands[%d]", i)
 		band := Band{Name: b.Name}
 		var ok bool
 		if b.Name == "" {
-			add(f+".name", "required (e.g. night)")
+			vs.add(f+".name", "required (e.g. night)")
 		}
 		if band.StartMin, ok = parseClock(b.Start); !ok {
-			add(f+".start", "%q is not HH:MM", b.Start)
+			vs.add(f+".start", "%q is not HH:MM", b.Start)
 		}
 		if band.EndMin, ok = parseClock(b.End); !ok {
-			add(f+".end", "%q is not HH:MM", b.End)
+			vs.add(f+".end", "%q is not HH:MM", b.End)
 		}
 		if band.StartMin == band.EndMin {
-			add(f, "start equals end (an all-day band is a price, not a band)")
+			vs.add(f, "start equals end (an all-day band is a price, not a band)")
 		}
 		if b.TimeZone == "" {
-			add(f+".timezone", "required (IANA zone, e.g. Asia/Shanghai)")
+			vs.add(f+".timezone", "required (IANA zone, e.g. Asia/Shanghai)")
 		} else if loc, err := time.LoadLocation(b.TimeZone); err != nil {
-			add(f+".timezone", "%q is not an IANA time zone", b.TimeZone)
+			vs.add(f+".timezone", "%q is not an IANA time zone", b.TimeZone)
 		} else {
 			band.Loc = loc
 		}
 		m, err := money.ParseDecimal(b.Multiplier)
 		if err != nil || m.IsNegative() {
-			add(f+".multiplier", "%q is not a non-negative decimal", b.Multiplier)
+			vs.add(f+".multiplier", "%q is not a non-negative decimal", b.Multiplier)
 		}
 		band.Multiplier = m
 		c.Bands = append(c.Bands, band)
 	}
-	if len(in.Tiers) > tiersMax {
-		add("volume_tiers", "more than %d tiers", tiersMax)
+}
+
+// parseTiers checks the graduated volume tiers: increasing bounds (only the
+// last may be open), each discount a fraction in [0, 1).
+func (c *Card) parseTiers(tiers []TierInput, vs *violations) {
+	if len(tiers) > tiersMax {
+		vs.add("volume_tiers", "more than %d tiers", tiersMax)
 	}
 	prevUpTo := decimal.Zero
-	for i, t := range in.Tiers {
+	for i, t := range tiers {
 		f := fmt.Sprintf("volume_tiers[%d]", i)
 		tier := Tier{}
 		d, err := money.ParseDecimal(t.Discount)
 		if err != nil || d.IsNegative() || d.GreaterThanOrEqual(one) {
-			add(f+".discount", "%q is not a fraction in [0, 1)", t.Discount)
+			vs.add(f+".discount", "%q is not a fraction in [0, 1)", t.Discount)
 		}
 		tier.Discount = d
 		if strings.TrimSpace(t.UpToGPUHours) == "" {
-			if i != len(in.Tiers)-1 {
-				add(f+".up_to_gpu_hours", "only the last tier may be unbounded")
+			if i != len(tiers)-1 {
+				vs.add(f+".up_to_gpu_hours", "only the last tier may be unbounded")
 			}
 			tier.Label = prevUpTo.String() + "+ GPU-h"
 		} else {
 			u, err := money.ParseDecimal(t.UpToGPUHours)
 			switch {
 			case err != nil || !u.IsPositive():
-				add(f+".up_to_gpu_hours", "%q is not a positive decimal", t.UpToGPUHours)
+				vs.add(f+".up_to_gpu_hours", "%q is not a positive decimal", t.UpToGPUHours)
 			case !u.GreaterThan(prevUpTo):
-				add(f+".up_to_gpu_hours", "%s does not exceed the previous tier's %s", u, prevUpTo)
+				vs.add(f+".up_to_gpu_hours", "%s does not exceed the previous tier's %s", u, prevUpTo)
 			case u.GreaterThan(decimal.NewFromInt(1e9)):
-				add(f+".up_to_gpu_hours", "%s is beyond 1e9 GPU-hours", u)
+				vs.add(f+".up_to_gpu_hours", "%s is beyond 1e9 GPU-hours", u)
 			default:
 				tier.UpToMicros = u.Mul(decimal.NewFromInt(hourMicro)).Ceil().IntPart()
 				tier.Label = prevUpTo.String() + "-" + u.String() + " GPU-h"
@@ -204,18 +233,20 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 		}
 		c.Tiers = append(c.Tiers, tier)
 	}
-	if in.PUE != nil {
-		th, err := money.ParseDecimal(in.PUE.Threshold)
-		if err != nil || th.LessThan(one) {
-			add("pue_surcharge.threshold", "%q is not a decimal >= 1", in.PUE.Threshold)
-		}
-		per, err2 := money.ParseDecimal(in.PUE.PerGPUHour)
-		if err2 != nil || per.IsNegative() {
-			add("pue_surcharge.per_gpu_hour", "%q is not a non-negative decimal", in.PUE.PerGPUHour)
-		}
-		c.PUE = &PUE{Threshold: th, PerGPUHour: per}
+}
+
+// parsePUE checks the carbon surcharge: a threshold >= 1 and a non-negative
+// price per GPU-hour.
+func parsePUE(in PUEInput, vs *violations) *PUE {
+	th, err := money.ParseDecimal(in.Threshold)
+	if err != nil || th.LessThan(one) {
+		vs.add("pue_surcharge.threshold", "%q is not a decimal >= 1", in.Threshold)
 	}
-	return c, vs
+	per, err2 := money.ParseDecimal(in.PerGPUHour)
+	if err2 != nil || per.IsNegative() {
+		vs.add("pue_surcharge.per_gpu_hour", "%q is not a non-negative decimal", in.PerGPUHour)
+	}
+	return &PUE{Threshold: th, PerGPUHour: per}
 }
 
 func parseClock(s string) (int, bool) {
@@ -272,4 +303,12 @@ func (b *Book) For(currency string, start time.Time) (*Card, bool) {
 		}
 	}
 	return nil, false
+}
+
+// SameBody reports whether two card inputs are the same card (ids aside):
+// a create repeating a stored card's body is a replay.
+func (in CardInput) SameBody(o CardInput) bool {
+	return in.Currency == o.Currency && in.EffectiveFrom.Equal(o.EffectiveFrom) &&
+		slices.Equal(in.Prices, o.Prices) && slices.Equal(in.Bands, o.Bands) && slices.Equal(in.Tiers, o.Tiers) &&
+		(in.PUE == nil) == (o.PUE == nil) && (in.PUE == nil || *in.PUE == *o.PUE)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -248,4 +249,13 @@ func (t *LeaseTotal) Add(cur money.Currency, ps decimal.Decimal) decimal.Decimal
 	charge := after.Sub(t.Billed)
 	t.Billed = after
 	return charge
+}
+
+// Str renders a decimal without trailing zeros.
+func Str(d decimal.Decimal) string {
+	s := d.String()
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }

@@ -2,13 +2,17 @@ package ports
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
 // Rating consumer limits: one fetch is one Postgres transaction, so big
@@ -41,12 +45,47 @@ func (c *RatingConsumer) Run(ctx context.Context) error {
 		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{"usage.recorded.>"},
 		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait, AckWait: c.AckWait, DeadLetters: c.DeadLetters,
 	}, func(ctx context.Context, msgs []jetstream.Msg) error {
-		in := make([]app.Incoming, len(msgs))
-		for i, m := range msgs {
-			in[i] = app.Incoming{ID: natsx.MsgID(m), Subject: m.Subject(), Data: m.Data()}
+		in, err := decodeUsage(msgs)
+		if err != nil {
+			return err
 		}
 		return c.App.RateMessages(ctx, in)
 	})
+}
+
+// decodeUsage decodes every message of a fetch; one that does not decode is
+// poison (dead-lettered by Consume; the rest comes again).
+func decodeUsage(msgs []jetstream.Msg) ([]app.UsageMessage, error) {
+	in := make([]app.UsageMessage, len(msgs))
+	var poison natsx.PoisonError
+	for i, m := range msgs {
+		id := natsx.MsgID(m)
+		var b eventsv1.UsageRecordedBatch
+		if err := proto.Unmarshal(m.Data(), &b); err != nil {
+			poison.Add(id, fmt.Errorf("undecodable usage batch: %w", err))
+			continue
+		}
+		in[i] = app.UsageMessage{ID: id, Events: make([]domain.UsageEvent, len(b.Events))}
+		for j, e := range b.Events {
+			in[i].Events[j] = usageEvent(e)
+		}
+	}
+	if len(poison.ByID) > 0 {
+		return nil, &poison
+	}
+	return in, nil
+}
+
+// usageEvent converts one recorded usage event.
+func usageEvent(e *eventsv1.UsageEvent) domain.UsageEvent {
+	out := domain.UsageEvent{ID: e.Id, LeaseID: e.LeaseId, ProviderID: e.ProviderId, RenterID: e.RenterId,
+		GPUModel: e.GpuModel, GPUCount: e.GpuCount, Start: e.StartTime.AsTime(), End: e.EndTime.AsTime(),
+		Region: e.Region, Workload: e.Workload, Currency: e.Currency, ProviderTier: e.ProviderTier,
+		ProviderPUE: e.ProviderPue, CycleID: e.CycleId}
+	if e.ReceivedAt != nil {
+		out.ReceivedAt = e.ReceivedAt.AsTime()
+	}
+	return out
 }
 
 // PendingRetrier rates usage that waited for a rate card: when a card is

@@ -16,11 +16,11 @@ type Server struct {
 
 // CreateRateCard implements PricingService.
 func (s *Server) CreateRateCard(ctx context.Context, r *pricingv1.CreateRateCardRequest) (*pricingv1.CreateRateCardResponse, error) {
-	c, err := s.App.CreateRateCard(ctx, r)
+	c, err := s.App.CreateRateCard(ctx, cardInput(r))
 	if err != nil {
 		return nil, err
 	}
-	return &pricingv1.CreateRateCardResponse{RateCard: c}, nil
+	return &pricingv1.CreateRateCardResponse{RateCard: rateCardPB(c)}, nil
 }
 
 // ListRateCards implements PricingService.
@@ -29,7 +29,11 @@ func (s *Server) ListRateCards(ctx context.Context, r *pricingv1.ListRateCardsRe
 	if err != nil {
 		return nil, err
 	}
-	return &pricingv1.ListRateCardsResponse{RateCards: cs, NextPageToken: next}, nil
+	out := &pricingv1.ListRateCardsResponse{RateCards: make([]*pricingv1.RateCard, 0, len(cs)), NextPageToken: next}
+	for _, c := range cs {
+		out.RateCards = append(out.RateCards, rateCardPB(c))
+	}
+	return out, nil
 }
 
 // GetRateCard implements PricingService.
@@ -38,10 +42,14 @@ func (s *Server) GetRateCard(ctx context.Context, r *pricingv1.GetRateCardReques
 	if err != nil {
 		return nil, err
 	}
-	return &pricingv1.GetRateCardResponse{RateCard: c}, nil
+	return &pricingv1.GetRateCardResponse{RateCard: rateCardPB(c)}, nil
 }
 
 // CreateQuote implements PricingService.
 func (s *Server) CreateQuote(ctx context.Context, r *pricingv1.CreateQuoteRequest) (*pricingv1.CreateQuoteResponse, error) {
-	return s.App.Quote(ctx, r, r.ProviderPue)
+	q, err := s.App.Quote(ctx, quoteInput(r))
+	if err != nil {
+		return nil, err
+	}
+	return quotePB(q), nil
 }

@@ -1,8 +1,11 @@
-// Package postgres is pricing's storage in its own schema.
+// Package postgres is pricing's storage in its own schema: it implements
+// app.Store and app.Tx, and encodes what it keeps or publishes as protobuf
+// (rate card bodies, pending usage, charges.rated) in events.go.
 package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -12,43 +15,63 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
 // Schema is pricing's Postgres schema.
 const Schema = "pricing"
 
-// ErrNotFound is returned when a row does not exist.
-var ErrNotFound = errors.New("not found")
-
 // Store reads and writes pricing's tables.
 type Store struct{ Pool *pgxpool.Pool }
 
-// CardRow is a stored rate card version.
-type CardRow struct {
-	ID            string
-	Currency      string
-	EffectiveFrom time.Time
-	Body          []byte
-	Seq           int64
-	CreatedAt     time.Time
+// NewStore returns the store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{Pool: pool} }
+
+// Tx is the store inside one rating transaction.
+type Tx struct{ tx pgx.Tx }
+
+var (
+	_ app.Store = (*Store)(nil)
+	_ app.Tx    = (*Tx)(nil)
+)
+
+// WithTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
 }
 
 const cardCols = `rate_card_id, currency, effective_from, body, seq, created_at`
 
-func scanCard(row pgx.Row) (CardRow, error) {
-	var c CardRow
-	err := row.Scan(&c.ID, &c.Currency, &c.EffectiveFrom, &c.Body, &c.Seq, &c.CreatedAt)
+func scanCard(row pgx.Row) (domain.StoredCard, error) {
+	var c domain.StoredCard
+	var body []byte
+	err := row.Scan(&c.ID, &c.Currency, &c.EffectiveFrom, &body, &c.Seq, &c.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return c, ErrNotFound
+		return c, apperr.ErrNotFound
+	}
+	if err != nil {
+		return c, err
 	}
 	c.EffectiveFrom, c.CreatedAt = c.EffectiveFrom.UTC(), c.CreatedAt.UTC()
-	return c, err
+	if c.Body, err = decodeCardBody(body); err != nil {
+		return c, fmt.Errorf("rate card %s: %w", c.ID, err)
+	}
+	return c, nil
 }
 
 // InsertCard inserts a card unless its id exists; it reports whether it did.
-func (s *Store) InsertCard(ctx context.Context, c CardRow) (bool, error) {
+func (s *Store) InsertCard(ctx context.Context, c domain.StoredCard) (bool, error) {
+	body, err := encodeCardBody(c.Body)
+	if err != nil {
+		return false, err
+	}
 	tag, err := s.Pool.Exec(ctx, `insert into pricing.rate_cards (rate_card_id, currency, effective_from, body, created_at)
-		values ($1,$2,$3,$4,$5) on conflict (rate_card_id) do nothing`, c.ID, c.Currency, c.EffectiveFrom, c.Body, c.CreatedAt)
+		values ($1,$2,$3,$4,$5) on conflict (rate_card_id) do nothing`, c.ID, c.Currency, c.EffectiveFrom, body, c.CreatedAt)
 	if err != nil {
 		return false, fmt.Errorf("insert rate card %s: %w", c.ID, err)
 	}
@@ -56,13 +79,13 @@ func (s *Store) InsertCard(ctx context.Context, c CardRow) (bool, error) {
 }
 
 // Card reads one card.
-func (s *Store) Card(ctx context.Context, id string) (CardRow, error) {
+func (s *Store) Card(ctx context.Context, id string) (domain.StoredCard, error) {
 	return scanCard(s.Pool.QueryRow(ctx, `select `+cardCols+` from pricing.rate_cards where rate_card_id=$1`, id))
 }
 
 // Cards lists cards, newest effective first; after is a seq cursor position
 // (the list is ordered by effective_from desc, seq desc).
-func (s *Store) Cards(ctx context.Context, currency string, afterEff time.Time, afterSeq int64, limit int) ([]CardRow, error) {
+func (s *Store) Cards(ctx context.Context, currency string, afterEff time.Time, afterSeq int64, limit int) ([]domain.StoredCard, error) {
 	var after any
 	if afterSeq > 0 {
 		after = afterEff
@@ -74,7 +97,7 @@ func (s *Store) Cards(ctx context.Context, currency string, afterEff time.Time, 
 		return nil, fmt.Errorf("list rate cards: %w", err)
 	}
 	defer rows.Close()
-	var out []CardRow
+	var out []domain.StoredCard
 	for rows.Next() {
 		c, err := scanCard(rows)
 		if err != nil {
@@ -86,13 +109,13 @@ func (s *Store) Cards(ctx context.Context, currency string, afterEff time.Time, 
 }
 
 // AllCards loads every card (the rating book; cards are few).
-func (s *Store) AllCards(ctx context.Context) ([]CardRow, int64, error) {
+func (s *Store) AllCards(ctx context.Context) ([]domain.StoredCard, int64, error) {
 	rows, err := s.Pool.Query(ctx, `select `+cardCols+` from pricing.rate_cards order by seq`)
 	if err != nil {
 		return nil, 0, fmt.Errorf("load rate cards: %w", err)
 	}
 	defer rows.Close()
-	var out []CardRow
+	var out []domain.StoredCard
 	var max int64
 	for rows.Next() {
 		c, err := scanCard(rows)
@@ -115,49 +138,43 @@ func (s *Store) CardsSeq(ctx context.Context) (int64, error) {
 
 // LockRating serialises rating transactions (cumulative rounding and tier
 // volume must see every earlier charge), across processes too.
-func LockRating(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.pricing.rating'))`)
+func (t *Tx) LockRating(ctx context.Context) error {
+	_, err := t.tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.pricing.rating'))`)
 	return err
 }
 
-// LeaseKey names a lease's cumulative rounding state.
-type LeaseKey struct{ LeaseID, Currency string }
-
-// LeaseTotal is a lease's stored state.
-type LeaseTotal struct{ ExactPS, Billed decimal.Decimal }
-
 // LeaseTotals reads the state of the named leases.
-func LeaseTotals(ctx context.Context, tx pgx.Tx, keys []LeaseKey) (map[LeaseKey]LeaseTotal, error) {
+func (t *Tx) LeaseTotals(ctx context.Context, keys []domain.LeaseCurrency) (map[domain.LeaseCurrency]domain.LeaseTotal, error) {
 	ls, cs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		ls[i], cs[i] = k.LeaseID, k.Currency
 	}
-	rows, err := tx.Query(ctx, `select t.lease_id, t.currency, t.exact_ps, t.billed
+	rows, err := t.tx.Query(ctx, `select t.lease_id, t.currency, t.exact_ps, t.billed
 		from pricing.lease_totals t join unnest($1::text[], $2::text[]) as k(l, c) on t.lease_id = k.l and t.currency = k.c`, ls, cs)
 	if err != nil {
 		return nil, fmt.Errorf("lease totals: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[LeaseKey]LeaseTotal, len(keys))
+	out := make(map[domain.LeaseCurrency]domain.LeaseTotal, len(keys))
 	for rows.Next() {
-		var k LeaseKey
-		var t LeaseTotal
-		if err := rows.Scan(&k.LeaseID, &k.Currency, &t.ExactPS, &t.Billed); err != nil {
+		var k domain.LeaseCurrency
+		var lt domain.LeaseTotal
+		if err := rows.Scan(&k.LeaseID, &k.Currency, &lt.ExactPS, &lt.Billed); err != nil {
 			return nil, err
 		}
-		out[k] = t
+		out[k] = lt
 	}
 	return out, rows.Err()
 }
 
 // SaveLeaseTotals upserts lease states.
-func SaveLeaseTotals(ctx context.Context, tx pgx.Tx, m map[LeaseKey]LeaseTotal, now time.Time) error {
+func (t *Tx) SaveLeaseTotals(ctx context.Context, m map[domain.LeaseCurrency]domain.LeaseTotal, now time.Time) error {
 	ls, cs := make([]string, 0, len(m)), make([]string, 0, len(m))
 	ex, bi := make([]pgtype.Numeric, 0, len(m)), make([]pgtype.Numeric, 0, len(m))
-	for k, t := range m {
-		ls, cs, ex, bi = append(ls, k.LeaseID), append(cs, k.Currency), append(ex, numeric(t.ExactPS)), append(bi, numeric(t.Billed))
+	for k, lt := range m {
+		ls, cs, ex, bi = append(ls, k.LeaseID), append(cs, k.Currency), append(ex, numeric(lt.ExactPS)), append(bi, numeric(lt.Billed))
 	}
-	_, err := tx.Exec(ctx, `insert into pricing.lease_totals (lease_id, currency, exact_ps, billed, updated_at)
+	_, err := t.tx.Exec(ctx, `insert into pricing.lease_totals (lease_id, currency, exact_ps, billed, updated_at)
 		select l, c, e, b, $5 from unnest($1::text[], $2::text[], $3::numeric[], $4::numeric[]) as x(l, c, e, b)
 		on conflict (lease_id, currency) do update set exact_ps = excluded.exact_ps, billed = excluded.billed, updated_at = excluded.updated_at`,
 		ls, cs, ex, bi, now)
@@ -167,24 +184,21 @@ func SaveLeaseTotals(ctx context.Context, tx pgx.Tx, m map[LeaseKey]LeaseTotal, 
 	return nil
 }
 
-// MonthKey names a renter's tier month.
-type MonthKey struct{ RenterID, Month string }
-
 // TierUsage reads renters' monthly GPU-microseconds.
-func TierUsage(ctx context.Context, tx pgx.Tx, keys []MonthKey) (map[MonthKey]int64, error) {
+func (t *Tx) TierUsage(ctx context.Context, keys []domain.RenterMonth) (map[domain.RenterMonth]int64, error) {
 	rs, ms := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		rs[i], ms[i] = k.RenterID, k.Month
 	}
-	rows, err := tx.Query(ctx, `select t.renter_id, t.month, t.gpu_micros
+	rows, err := t.tx.Query(ctx, `select t.renter_id, t.month, t.gpu_micros
 		from pricing.tier_usage t join unnest($1::text[], $2::text[]) as k(r, m) on t.renter_id = k.r and t.month = k.m`, rs, ms)
 	if err != nil {
 		return nil, fmt.Errorf("tier usage: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[MonthKey]int64, len(keys))
+	out := make(map[domain.RenterMonth]int64, len(keys))
 	for rows.Next() {
-		var k MonthKey
+		var k domain.RenterMonth
 		var v int64
 		if err := rows.Scan(&k.RenterID, &k.Month, &v); err != nil {
 			return nil, err
@@ -195,12 +209,12 @@ func TierUsage(ctx context.Context, tx pgx.Tx, keys []MonthKey) (map[MonthKey]in
 }
 
 // SaveTierUsage upserts renters' monthly GPU-microseconds.
-func SaveTierUsage(ctx context.Context, tx pgx.Tx, m map[MonthKey]int64) error {
+func (t *Tx) SaveTierUsage(ctx context.Context, m map[domain.RenterMonth]int64) error {
 	rs, ms, vs := make([]string, 0, len(m)), make([]string, 0, len(m)), make([]int64, 0, len(m))
 	for k, v := range m {
 		rs, ms, vs = append(rs, k.RenterID), append(ms, k.Month), append(vs, v)
 	}
-	_, err := tx.Exec(ctx, `insert into pricing.tier_usage (renter_id, month, gpu_micros)
+	_, err := t.tx.Exec(ctx, `insert into pricing.tier_usage (renter_id, month, gpu_micros)
 		select * from unnest($1::text[], $2::text[], $3::bigint[])
 		on conflict (renter_id, month) do update set gpu_micros = excluded.gpu_micros`, rs, ms, vs)
 	if err != nil {
@@ -209,20 +223,11 @@ func SaveTierUsage(ctx context.Context, tx pgx.Tx, m map[MonthKey]int64) error {
 	return nil
 }
 
-// ChargeRow is a rated charge; Lines is its jsonb array of lines.
-type ChargeRow struct {
-	ChargeID, SourceID, LeaseID, RenterID, ProviderID, CycleID, Currency string
-	Amount, ExactAmount, ExactPS                                         decimal.Decimal
-	EventIDs                                                             []string
-	EffectiveAt                                                          time.Time
-	Lines                                                                []byte
-}
-
-// Line is one line of a charge as stored in charges.lines (decimals as
+// line is one line of a charge as stored in charges.lines (decimals as
 // exact strings, times RFC 3339 UTC). EventID names the usage event the line
 // prices (the first one, when the line aggregates several events of the
 // charge); lines written before it was recorded have no event_id key.
-type Line struct {
+type line struct {
 	EventID    string `json:"event_id"`
 	Kind       string `json:"kind"`
 	GPUModel   string `json:"gpu_model"`
@@ -260,14 +265,25 @@ func numeric(d decimal.Decimal) pgtype.Numeric {
 var ten = big.NewInt(10)
 
 // InsertCharges writes charges, their lines inline, with one COPY.
-func InsertCharges(ctx context.Context, tx pgx.Tx, cs []ChargeRow, now time.Time) error {
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{Schema, "charges"},
+func (t *Tx) InsertCharges(ctx context.Context, cs []domain.Charge, now time.Time) error {
+	var buf []line // reused: one charge's lines at a time
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{Schema, "charges"},
 		[]string{"charge_id", "source_id", "lease_id", "renter_id", "provider_id", "cycle_id", "currency", "amount",
 			"exact_amount", "exact_ps", "event_ids", "effective_at", "created_at", "lines"},
 		pgx.CopyFromSlice(len(cs), func(i int) ([]any, error) {
-			c := cs[i]
-			return []any{c.ChargeID, c.SourceID, c.LeaseID, c.RenterID, c.ProviderID, c.CycleID, c.Currency, numeric(c.Amount),
-				numeric(c.ExactAmount), numeric(c.ExactPS), c.EventIDs, c.EffectiveAt, now, string(c.Lines)}, nil
+			c := &cs[i]
+			buf = buf[:0]
+			for _, l := range c.Lines {
+				buf = append(buf, line{EventID: l.EventID, Kind: l.Kind, GPUModel: l.GPUModel, GPUCount: l.GPUCount, Band: l.Band,
+					Tier: l.Tier, RateCardID: l.RateCardID, Start: l.Start.UTC().Format(time.RFC3339Nano), End: l.End.UTC().Format(time.RFC3339Nano),
+					GPUHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
+			}
+			linesJSON, err := json.Marshal(buf)
+			if err != nil {
+				return nil, err
+			}
+			return []any{c.ID, c.SourceID, c.LeaseID, c.RenterID, c.ProviderID, c.CycleID, c.Currency.Code, numeric(c.Amount),
+				numeric(c.ExactAmount), numeric(c.ExactPS), c.EventIDs, c.EffectiveAt, now, string(linesJSON)}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("insert charges: %w", err)
@@ -275,15 +291,8 @@ func InsertCharges(ctx context.Context, tx pgx.Tx, cs []ChargeRow, now time.Time
 	return nil
 }
 
-// PendingRow is usage waiting for a rate card.
-type PendingRow struct {
-	EventID, MessageID, RenterID, Currency, GPUModel string
-	Payload                                          []byte
-	Reason                                           string
-}
-
 // AddPending records usage no card can price yet (a repeat only counts an attempt).
-func AddPending(ctx context.Context, tx pgx.Tx, ps []PendingRow, now time.Time) error {
+func (t *Tx) AddPending(ctx context.Context, ps []domain.PendingUsage, now time.Time) error {
 	if len(ps) == 0 {
 		return nil
 	}
@@ -291,9 +300,14 @@ func AddPending(ctx context.Context, tx pgx.Tx, ps []PendingRow, now time.Time) 
 	ev, msg, rent, cur, model, reason := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payload := make([][]byte, n)
 	for i, p := range ps {
-		ev[i], msg[i], rent[i], cur[i], model[i], payload[i], reason[i] = p.EventID, p.MessageID, p.RenterID, p.Currency, p.GPUModel, p.Payload, p.Reason
+		b, err := encodeUsageEvent(&p.Event)
+		if err != nil {
+			return err
+		}
+		e := &p.Event
+		ev[i], msg[i], rent[i], cur[i], model[i], payload[i], reason[i] = e.ID, p.MessageID, e.RenterID, e.Currency, e.GPUModel, b, p.Reason
 	}
-	_, err := tx.Exec(ctx, `insert into pricing.pending_rating
+	_, err := t.tx.Exec(ctx, `insert into pricing.pending_rating
 		(event_id, message_id, renter_id, currency, gpu_model, payload, reason, created_at, last_attempt_at)
 		select e, m, r, c, g, p, x, $8, $8 from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]) as t(e, m, r, c, g, p, x)
 		on conflict (event_id) do update set attempts = pending_rating.attempts + 1, reason = excluded.reason, last_attempt_at = excluded.last_attempt_at`,
@@ -304,19 +318,25 @@ func AddPending(ctx context.Context, tx pgx.Tx, ps []PendingRow, now time.Time) 
 	return nil
 }
 
-// Pending lists usage waiting for a rate card, oldest first.
-func (s *Store) Pending(ctx context.Context, limit int) ([]PendingRow, error) {
-	rows, err := s.Pool.Query(ctx, `select event_id, message_id, renter_id, currency, gpu_model, payload, reason
+// Pending lists usage waiting for a rate card, oldest first. A row whose
+// payload does not decode is left out (it stays visible in pending_rating
+// with its reason).
+func (s *Store) Pending(ctx context.Context, limit int) ([]domain.PendingUsage, error) {
+	rows, err := s.Pool.Query(ctx, `select message_id, payload, reason
 		from pricing.pending_rating order by created_at, event_id limit $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending usage: %w", err)
 	}
 	defer rows.Close()
-	var out []PendingRow
+	var out []domain.PendingUsage
 	for rows.Next() {
-		var p PendingRow
-		if err := rows.Scan(&p.EventID, &p.MessageID, &p.RenterID, &p.Currency, &p.GPUModel, &p.Payload, &p.Reason); err != nil {
+		var p domain.PendingUsage
+		var payload []byte
+		if err := rows.Scan(&p.MessageID, &payload, &p.Reason); err != nil {
 			return nil, err
+		}
+		if p.Event, err = decodeUsageEvent(payload); err != nil {
+			continue
 		}
 		out = append(out, p)
 	}
@@ -325,8 +345,8 @@ func (s *Store) Pending(ctx context.Context, limit int) ([]PendingRow, error) {
 
 // TakePending deletes pending rows and returns the ids it deleted: only those
 // are rated, so two retriers never rate one event twice.
-func TakePending(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, `delete from pricing.pending_rating where event_id = any($1) returning event_id`, ids)
+func (t *Tx) TakePending(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := t.tx.Query(ctx, `delete from pricing.pending_rating where event_id = any($1) returning event_id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("take pending: %w", err)
 	}
@@ -339,4 +359,9 @@ func TakePending(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool,
 		out[id] = true
 	}
 	return out, nil
+}
+
+// Claim records inbound message ids in the inbox and returns the fresh ones.
+func (t *Tx) Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error) {
+	return outbox.Claim(ctx, t.tx, Schema, consumer, ids)
 }
