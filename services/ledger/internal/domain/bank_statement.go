@@ -179,20 +179,8 @@ func parseStatementCSV(cur money.Currency, content []byte) (*BankStatement, erro
 	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(content, []byte("\ufeff"))))
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
-	head, err := r.Read()
-	if errors.Is(err, io.EOF) {
-		return nil, stmtErr("line 1", "empty file: want the header date,reference,amount,balance")
-	}
-	if err != nil {
-		return nil, csvErr(err)
-	}
-	if len(head) != len(csvHeader) {
-		return nil, stmtErr("line 1", "header has %d columns: want date,reference,amount,balance", len(head))
-	}
-	for i, h := range head {
-		if !strings.EqualFold(strings.TrimSpace(h), csvHeader[i]) {
-			return nil, stmtErr("line 1", "header column %d is %q: want date,reference,amount,balance", i+1, h)
-		}
+	if err := readCSVHeader(r); err != nil {
+		return nil, err
 	}
 	st := &BankStatement{}
 	for {
@@ -211,35 +199,9 @@ func parseStatementCSV(cur money.Currency, content []byte) (*BankStatement, erro
 		if len(rec) != len(csvHeader) {
 			return nil, stmtErr(where, "%d columns: want 4 (date,reference,amount,balance)", len(rec))
 		}
-		if len(st.Lines) >= statementLinesMax {
-			return nil, stmtErr(where, "more than %d lines in one statement", statementLinesMax)
+		if err := st.addCSVRow(cur, rec, where); err != nil {
+			return nil, err
 		}
-		day, err := parseDate(rec[0])
-		if err != nil {
-			return nil, stmtErr(where, "%s", err.Error())
-		}
-		if n := len(st.Lines); n > 0 && day.Before(st.Lines[n-1].BookedOn) {
-			return nil, stmtErr(where, "date %s is before the previous line's %s: lines must be in date order", rec[0], st.Lines[n-1].BookedOn.Format(time.DateOnly))
-		}
-		ref := strings.TrimSpace(rec[1])
-		if err := checkReference(ref); err != nil {
-			return nil, stmtErr(where, "%s", err.Error())
-		}
-		amt, err := cur.Parse(strings.TrimSpace(rec[2]))
-		if err != nil {
-			return nil, stmtErr(where, "amount: %s", err.Error())
-		}
-		bal, err := cur.Parse(strings.TrimSpace(rec[3]))
-		if err != nil {
-			return nil, stmtErr(where, "balance: %s", err.Error())
-		}
-		if len(st.Lines) == 0 {
-			st.Opening = bal.Sub(amt)
-		} else if want := st.Lines[len(st.Lines)-1].Balance.Add(amt); !want.Equal(bal) {
-			return nil, stmtErr(where, "balance %s does not follow from the previous balance %s and amount %s (want %s)",
-				rec[3], st.Lines[len(st.Lines)-1].Balance, amt, want)
-		}
-		st.Lines = append(st.Lines, StatementLine{No: len(st.Lines) + 1, BookedOn: day, Reference: ref, Amount: amt, Balance: bal})
 	}
 	if len(st.Lines) == 0 {
 		return nil, stmtErr("line 2", "no lines: a CSV statement carries its balance on its lines")
@@ -248,6 +210,62 @@ func parseStatementCSV(cur money.Currency, content []byte) (*BankStatement, erro
 	st.Closing, st.Date = last.Balance, last.BookedOn
 	st.ClosingAt = st.Date.Add(24 * time.Hour)
 	return st, nil
+}
+
+// readCSVHeader reads and checks the header row.
+func readCSVHeader(r *csv.Reader) error {
+	head, err := r.Read()
+	if errors.Is(err, io.EOF) {
+		return stmtErr("line 1", "empty file: want the header date,reference,amount,balance")
+	}
+	if err != nil {
+		return csvErr(err)
+	}
+	if len(head) != len(csvHeader) {
+		return stmtErr("line 1", "header has %d columns: want date,reference,amount,balance", len(head))
+	}
+	for i, h := range head {
+		if !strings.EqualFold(strings.TrimSpace(h), csvHeader[i]) {
+			return stmtErr("line 1", "header column %d is %q: want date,reference,amount,balance", i+1, h)
+		}
+	}
+	return nil
+}
+
+// addCSVRow appends one row (4 columns) as a line: dates in order, each
+// balance the previous one plus the row's amount (the first row sets the
+// opening balance).
+func (st *BankStatement) addCSVRow(cur money.Currency, rec []string, where string) error {
+	if len(st.Lines) >= statementLinesMax {
+		return stmtErr(where, "more than %d lines in one statement", statementLinesMax)
+	}
+	day, err := parseDate(rec[0])
+	if err != nil {
+		return stmtErr(where, "%s", err.Error())
+	}
+	if n := len(st.Lines); n > 0 && day.Before(st.Lines[n-1].BookedOn) {
+		return stmtErr(where, "date %s is before the previous line's %s: lines must be in date order", rec[0], st.Lines[n-1].BookedOn.Format(time.DateOnly))
+	}
+	ref := strings.TrimSpace(rec[1])
+	if err := checkReference(ref); err != nil {
+		return stmtErr(where, "%s", err.Error())
+	}
+	amt, err := cur.Parse(strings.TrimSpace(rec[2]))
+	if err != nil {
+		return stmtErr(where, "amount: %s", err.Error())
+	}
+	bal, err := cur.Parse(strings.TrimSpace(rec[3]))
+	if err != nil {
+		return stmtErr(where, "balance: %s", err.Error())
+	}
+	if len(st.Lines) == 0 {
+		st.Opening = bal.Sub(amt)
+	} else if want := st.Lines[len(st.Lines)-1].Balance.Add(amt); !want.Equal(bal) {
+		return stmtErr(where, "balance %s does not follow from the previous balance %s and amount %s (want %s)",
+			rec[3], st.Lines[len(st.Lines)-1].Balance, amt, want)
+	}
+	st.Lines = append(st.Lines, StatementLine{No: len(st.Lines) + 1, BookedOn: day, Reference: ref, Amount: amt, Balance: bal})
+	return nil
 }
 
 func csvErr(err error) error {

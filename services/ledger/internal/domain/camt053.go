@@ -124,143 +124,183 @@ func camtSigned(cur money.Currency, a camtAmount, ind, where string) (decimal.De
 // (OPBD, else PRCD) and closing (CLBD) balances and its booked entries
 // (pending ones do not move the booked balance and are left out).
 func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
-	dec := xml.NewDecoder(bytes.NewReader(content))
-	at := func() string { l, _ := dec.InputPos(); return fmt.Sprintf(" (line %d)", l) }
-	var (
-		st         = &BankStatement{}
-		stmts      int
-		inStmt     bool
-		opening    *decimal.Decimal
-		closing    *decimal.Decimal
-		closingDt  camtDate
-		nBal, nEnt int
-		sawRoot    bool
-		accCcy     string
-	)
+	r := &camtReader{dec: xml.NewDecoder(bytes.NewReader(content)), cur: cur, st: &BankStatement{}}
 	for {
-		tok, err := dec.Token()
+		tok, err := r.dec.Token()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, stmtErr("XML"+at(), "%s", err.Error())
+			return nil, stmtErr("XML"+r.at(), "%s", err.Error())
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
-			name := t.Name.Local
-			if !sawRoot {
-				sawRoot = true
-				if name != "Document" || !strings.Contains(t.Name.Space, "camt.053") {
-					return nil, stmtErr("Document"+at(), "root <%s xmlns=%q>: want a camt.053 Document", name, t.Name.Space)
-				}
-				continue
-			}
-			if !inStmt {
-				if name == "Stmt" {
-					if stmts++; stmts > 1 {
-						return nil, stmtErr("Stmt[1]"+at(), "more than one statement in the document: import each on its own")
-					}
-					inStmt = true
-				}
-				continue
-			}
-			where := "Stmt/" + name
-			line := at()
-			switch name {
-			case "Id":
-				var s string
-				if err := dec.DecodeElement(&s, &t); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
-				st.ID = strings.TrimSpace(s)
-			case "Acct":
-				var a camtAcct
-				if err := dec.DecodeElement(&a, &t); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
-				st.Account = strings.TrimSpace(a.ID.IBAN)
-				if st.Account == "" {
-					st.Account = strings.TrimSpace(a.ID.Othr.ID)
-				}
-				accCcy = strings.TrimSpace(a.Ccy)
-				if accCcy != "" && accCcy != cur.Code {
-					return nil, stmtErr("Stmt/Acct/Ccy"+line, "account currency %s: the statement is imported as %s", accCcy, cur.Code)
-				}
-			case "Bal":
-				where = fmt.Sprintf("Stmt/Bal[%d]", nBal)
-				nBal++
-				var b camtBal
-				if err := dec.DecodeElement(&b, &t); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
-				v, err := camtSigned(cur, b.Amt, b.CdtDbtInd, where)
-				if err != nil {
-					return nil, withLine(err, line)
-				}
-				switch strings.TrimSpace(b.Tp.CdOrPrtry.Cd) {
-				case "OPBD":
-					opening = &v
-				case "PRCD":
-					if opening == nil {
-						opening = &v
-					}
-				case "CLBD":
-					closing, closingDt = &v, b.Dt
-					if strings.TrimSpace(b.Dt.Dt) == "" && strings.TrimSpace(b.Dt.DtTm) == "" {
-						return nil, stmtErr(where+"/Dt"+line, "the closing balance has no date")
-					}
-				}
-			case "Ntry":
-				where = fmt.Sprintf("Stmt/Ntry[%d]", nEnt)
-				nEnt++
-				var e camtEntry
-				if err := dec.DecodeElement(&e, &t); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
-				if s := e.Sts.code(); s != "BOOK" {
-					if s == "" {
-						return nil, stmtErr(where+"/Sts"+line, "missing: want BOOK (or PDNG/INFO, which are left out)")
-					}
-					continue
-				}
-				v, err := camtSigned(cur, e.Amt, e.CdtDbtInd, where)
-				if err != nil {
-					return nil, withLine(err, line)
-				}
-				day, err := camtDay(e.BookgDt)
-				if err != nil {
-					return nil, stmtErr(where+"/BookgDt"+line, "%s", err.Error())
-				}
-				ref := e.reference()
-				if err := checkReference(ref); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
-				if len(st.Lines) >= statementLinesMax {
-					return nil, stmtErr(where+line, "more than %d entries in one statement", statementLinesMax)
-				}
-				st.Lines = append(st.Lines, StatementLine{No: len(st.Lines) + 1, BookedOn: day, Reference: ref, Amount: v})
-			default:
-				if err := dec.Skip(); err != nil {
-					return nil, stmtErr(where+line, "%s", err.Error())
-				}
+			if err := r.start(t); err != nil {
+				return nil, err
 			}
 		case xml.EndElement:
-			if inStmt && t.Name.Local == "Stmt" {
-				inStmt = false
+			if r.inStmt && t.Name.Local == "Stmt" {
+				r.inStmt = false
 			}
 		}
 	}
+	return r.finish()
+}
+
+// camtReader is parseCamt053's state while it walks the document.
+type camtReader struct {
+	dec        *xml.Decoder
+	cur        money.Currency
+	st         *BankStatement
+	stmts      int
+	inStmt     bool
+	opening    *decimal.Decimal
+	closing    *decimal.Decimal
+	closingDt  camtDate
+	nBal, nEnt int
+	sawRoot    bool
+}
+
+// at names the decoder's line, for errors.
+func (r *camtReader) at() string { l, _ := r.dec.InputPos(); return fmt.Sprintf(" (line %d)", l) }
+
+// start handles one start element: the root, the Stmt, or an element of the Stmt.
+func (r *camtReader) start(t xml.StartElement) error {
+	name := t.Name.Local
+	if !r.sawRoot {
+		r.sawRoot = true
+		if name != "Document" || !strings.Contains(t.Name.Space, "camt.053") {
+			return stmtErr("Document"+r.at(), "root <%s xmlns=%q>: want a camt.053 Document", name, t.Name.Space)
+		}
+		return nil
+	}
+	if !r.inStmt {
+		if name == "Stmt" {
+			if r.stmts++; r.stmts > 1 {
+				return stmtErr("Stmt[1]"+r.at(), "more than one statement in the document: import each on its own")
+			}
+			r.inStmt = true
+		}
+		return nil
+	}
+	where := "Stmt/" + name
+	line := r.at()
+	switch name {
+	case "Id":
+		var s string
+		if err := r.dec.DecodeElement(&s, &t); err != nil {
+			return stmtErr(where+line, "%s", err.Error())
+		}
+		r.st.ID = strings.TrimSpace(s)
+	case "Acct":
+		return r.account(t, where, line)
+	case "Bal":
+		return r.balance(t, line)
+	case "Ntry":
+		return r.entry(t, line)
+	default:
+		if err := r.dec.Skip(); err != nil {
+			return stmtErr(where+line, "%s", err.Error())
+		}
+	}
+	return nil
+}
+
+// account reads Stmt/Acct: the IBAN (else the other id) and its currency,
+// which must be the import's.
+func (r *camtReader) account(t xml.StartElement, where, line string) error {
+	var a camtAcct
+	if err := r.dec.DecodeElement(&a, &t); err != nil {
+		return stmtErr(where+line, "%s", err.Error())
+	}
+	r.st.Account = strings.TrimSpace(a.ID.IBAN)
+	if r.st.Account == "" {
+		r.st.Account = strings.TrimSpace(a.ID.Othr.ID)
+	}
+	if accCcy := strings.TrimSpace(a.Ccy); accCcy != "" && accCcy != r.cur.Code {
+		return stmtErr("Stmt/Acct/Ccy"+line, "account currency %s: the statement is imported as %s", accCcy, r.cur.Code)
+	}
+	return nil
+}
+
+// balance reads one Stmt/Bal: the opening (OPBD, else PRCD) or the dated
+// closing (CLBD) balance; other types are ignored.
+func (r *camtReader) balance(t xml.StartElement, line string) error {
+	where := fmt.Sprintf("Stmt/Bal[%d]", r.nBal)
+	r.nBal++
+	var b camtBal
+	if err := r.dec.DecodeElement(&b, &t); err != nil {
+		return stmtErr(where+line, "%s", err.Error())
+	}
+	v, err := camtSigned(r.cur, b.Amt, b.CdtDbtInd, where)
+	if err != nil {
+		return withLine(err, line)
+	}
+	switch strings.TrimSpace(b.Tp.CdOrPrtry.Cd) {
+	case "OPBD":
+		r.opening = &v
+	case "PRCD":
+		if r.opening == nil {
+			r.opening = &v
+		}
+	case "CLBD":
+		r.closing, r.closingDt = &v, b.Dt
+		if strings.TrimSpace(b.Dt.Dt) == "" && strings.TrimSpace(b.Dt.DtTm) == "" {
+			return stmtErr(where+"/Dt"+line, "the closing balance has no date")
+		}
+	}
+	return nil
+}
+
+// entry reads one Stmt/Ntry into a statement line if it is booked.
+func (r *camtReader) entry(t xml.StartElement, line string) error {
+	where := fmt.Sprintf("Stmt/Ntry[%d]", r.nEnt)
+	r.nEnt++
+	var e camtEntry
+	if err := r.dec.DecodeElement(&e, &t); err != nil {
+		return stmtErr(where+line, "%s", err.Error())
+	}
+	if s := e.Sts.code(); s != "BOOK" {
+		if s == "" {
+			return stmtErr(where+"/Sts"+line, "missing: want BOOK (or PDNG/INFO, which are left out)")
+		}
+		return nil
+	}
+	v, err := camtSigned(r.cur, e.Amt, e.CdtDbtInd, where)
+	if err != nil {
+		return withLine(err, line)
+	}
+	day, err := camtDay(e.BookgDt)
+	if err != nil {
+		return stmtErr(where+"/BookgDt"+line, "%s", err.Error())
+	}
+	ref := e.reference()
+	if err := checkReference(ref); err != nil {
+		return stmtErr(where+line, "%s", err.Error())
+	}
+	if len(r.st.Lines) >= statementLinesMax {
+		return stmtErr(where+line, "more than %d entries in one statement", statementLinesMax)
+	}
+	r.st.Lines = append(r.st.Lines, StatementLine{No: len(r.st.Lines) + 1, BookedOn: day, Reference: ref, Amount: v})
+	return nil
+}
+
+// finish checks the statement is whole (one Stmt, both balances), that the
+// entries take the opening balance to the closing one, and dates it by its
+// closing balance.
+func (r *camtReader) finish() (*BankStatement, error) {
+	st := r.st
 	switch {
-	case !sawRoot:
+	case !r.sawRoot:
 		return nil, stmtErr("Document", "empty document: want a camt.053 Document")
-	case stmts == 0:
+	case r.stmts == 0:
 		return nil, stmtErr("BkToCstmrStmt/Stmt", "missing: the document holds no statement")
-	case opening == nil:
+	case r.opening == nil:
 		return nil, stmtErr("Stmt/Bal", "no opening balance (Tp/CdOrPrtry/Cd OPBD or PRCD)")
-	case closing == nil:
+	case r.closing == nil:
 		return nil, stmtErr("Stmt/Bal", "no closing balance (Tp/CdOrPrtry/Cd CLBD)")
 	}
-	st.Opening, st.Closing = *opening, *closing
+	st.Opening, st.Closing = *r.opening, *r.closing
 	bal := st.Opening
 	for i := range st.Lines {
 		bal = bal.Add(st.Lines[i].Amount)
@@ -269,7 +309,7 @@ func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
 	if !bal.Equal(st.Closing) {
 		return nil, stmtErr("Stmt/Bal[CLBD]", "closing balance %s, but the opening balance %s and the booked entries make %s", st.Closing, st.Opening, bal)
 	}
-	if dt := strings.TrimSpace(closingDt.DtTm); dt != "" {
+	if dt := strings.TrimSpace(r.closingDt.DtTm); dt != "" {
 		t, err := time.Parse(time.RFC3339, dt)
 		if err != nil {
 			return nil, stmtErr("Stmt/Bal[CLBD]/Dt/DtTm", "%q: want an RFC 3339 date-time with its offset", dt)
@@ -278,7 +318,7 @@ func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
 		y, m, d := st.ClosingAt.Date()
 		st.Date = time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 	} else {
-		day, err := parseDate(closingDt.Dt)
+		day, err := parseDate(r.closingDt.Dt)
 		if err != nil {
 			return nil, stmtErr("Stmt/Bal[CLBD]/Dt/Dt", "%s", err.Error())
 		}
