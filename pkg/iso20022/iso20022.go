@@ -131,7 +131,9 @@ func unmarshal(b []byte, v any) error {
 var (
 	ccyRE    = regexp.MustCompile(`^[A-Z]{3}$`)
 	amountRE = regexp.MustCompile(`^[0-9]{1,18}(\.[0-9]{1,17})?$`)
-	max35RE  = regexp.MustCompile(`^\S.{0,34}$`)
+	// max35RE is an identifier (Max35Text) as banks take it: 1 to 35
+	// characters on one line, no leading or trailing blank.
+	max35RE = regexp.MustCompile(`^\S(?:[^\r\n]{0,33}\S)?$`)
 )
 
 // Amount is an ISO amount with its currency attribute.

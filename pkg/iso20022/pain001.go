@@ -190,6 +190,18 @@ func checkText(field, s string, lenMax int) error {
 	return nil
 }
 
+// checkID refuses an identifier a bank would not echo back intact: blank
+// at either end, over 35 characters, several lines.
+func checkID(field, s string) error {
+	if err := checkText(field, s, idLenMax); err != nil {
+		return err
+	}
+	if !max35RE.MatchString(s) {
+		return fmt.Errorf("%s: one line without leading or trailing blanks", field)
+	}
+	return nil
+}
+
 func checkParty(field string, p Party) error {
 	if err := checkText(field+".name", p.Name, nameLenMax); err != nil {
 		return err
@@ -221,7 +233,7 @@ type groupKey struct {
 // EndToEndId, an amount not positive or finer than its currency, a field
 // over its length.
 func BuildPain001(b CreditTransferBatch) ([]byte, error) {
-	if err := checkText("message_id", b.MessageID, idLenMax); err != nil {
+	if err := checkID("message_id", b.MessageID); err != nil {
 		return nil, err
 	}
 	if err := checkText("initiating_party", b.InitiatingParty, nameLenMax); err != nil {
@@ -237,7 +249,7 @@ func BuildPain001(b CreditTransferBatch) ([]byte, error) {
 	groups := map[groupKey][]CreditTransfer{}
 	for i, t := range b.Transfers {
 		f := fmt.Sprintf("transfers[%d]", i)
-		if err := checkText(f+".end_to_end_id", t.EndToEndID, idLenMax); err != nil {
+		if err := checkID(f+".end_to_end_id", t.EndToEndID); err != nil {
 			return nil, err
 		}
 		if seen[t.EndToEndID] {
