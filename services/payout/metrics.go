@@ -13,5 +13,15 @@ func Metrics() []obs.SQLMetric {
 		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
 		Help:  "Payouts by current status and currency (failed ones wait for an operator's retry or cancel).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
+	}, {
+		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
+		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
+		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,
+	}, {
+		Name: "gpubill_bank_file_entries_not_applied", Type: obs.Gauge, Labels: []string{"outcome"},
+		Help: "Entries of imported bank files (pain.002, camt.054) not applied — unknown EndToEndId, a status contradicting what is known, " +
+			"an amount not the payout's — for finance to look at (GET the import's answer, or the log).",
+		Query: `select outcome, count(*)::float8 from payout.bank_file_entries
+			where outcome in ('unknown_reference', 'conflict', 'amount_mismatch') group by outcome`,
 	}}
 }

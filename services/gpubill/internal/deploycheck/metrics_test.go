@@ -76,6 +76,10 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		`insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at, closed_at, snapshot_done)
 			values ('cyc-1', 'closing', now() - interval '46 days', now() - interval '1 day', now() - interval '1 hour', now() - interval '2 hours', true)`,
 		`insert into settlement.settlements (cycle_id, provider_id, currency, gross) values ('cyc-1', 'p-1', 'CNY', 100)`,
+		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
+			creditor_agent, state, queued_at, updated_at) values ('po-1', 'po-1', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'queued', now(), now())`,
+		`insert into payout.bank_files (file_id, sha256, kind, message_id, source, imported_at) values ('bf-1', 'h', 'pain.002.001.10', 'S-1', 'upload', now())`,
+		`insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, bank_status, outcome) values ('bf-1', 1, 'x', 'nobody', 'ACCP', 'unknown_reference')`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -139,7 +143,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_http_request_duration_seconds", "gpubill_dead_letters_total", "gpubill_dead_letters_open",
 		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages",
 		"gpubill_payouts", "gpubill_settlement_cycles", "gpubill_settlement_cycle_providers",
-		"gpubill_settlement_closing_stalled_seconds",
+		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)
