@@ -107,6 +107,12 @@ type Rail struct {
 	Notify app.Notifier // told of every transfer an import moved; may be nil
 }
 
+// Rail is app's bank-file rail: a payout rail and finance's batches and imports.
+var (
+	_ app.Rail      = (*Rail)(nil)
+	_ app.BankFiles = (*Rail)(nil)
+)
+
 // Name implements app.Rail.
 func (r *Rail) Name() string { return Name }
 
