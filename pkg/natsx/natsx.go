@@ -47,6 +47,7 @@ const (
 	StreamPayout     = "PAYOUT"
 	StreamAudit      = "AUDIT"     // audit.recorded.{service}: every write, stored by the ledger
 	StreamGPUModel   = "GPU_MODEL" // gpu_model.updated.{id}: the GPU catalogue (metering's), read by pricing
+	StreamLease      = "LEASE"     // lease.{runway.low,stop.requested,resume.allowed}.{renter}: the ledger's lease control, for the scheduler
 )
 
 // streamSpec is how a stream keeps its messages.
@@ -61,9 +62,12 @@ const (
 //   - PARTY: every party's last partyVersionsMax versions, never aged, so a new
 //     read model replays every party from the start. GPU_MODEL likewise, per
 //     model of the GPU catalogue.
-//   - Feeds without an internal consumer (LEDGER, BILLING, PAYOUT): limits by
-//     arrival age and bytes, oldest dropped first (DiscardOld), so they never
-//     refuse a publish; their source of truth is the producer's tables.
+//   - Feeds (LEDGER, BILLING, PAYOUT, LEASE): limits by arrival age and
+//     bytes, oldest dropped first (DiscardOld), so they never refuse a
+//     publish; their source of truth is the producer's tables. The ledger's
+//     lease control reads ledger.posted.renter only as a prompt to re-read
+//     the wallets from its tables, so a dropped message costs nothing the
+//     next write to the wallet does not heal.
 type streamSpec struct {
 	subjects      []string
 	retention     jetstream.RetentionPolicy
@@ -86,6 +90,7 @@ var streamSpecs = map[string]streamSpec{
 		maxPerSubject: modelVersionsMax},
 	StreamLedger:  {subjects: []string{"ledger.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamBilling: {subjects: []string{"billing.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
+	StreamLease:   {subjects: []string{"lease.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamPayout:  {subjects: []string{"payout.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	// AUDIT: every service's writes, owned by the ledger's audit consumer
 	// (the log's source of truth is ledger.audit_events once stored).

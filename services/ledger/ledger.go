@@ -39,12 +39,21 @@ type Service struct {
 	app        *app.App
 	statements *app.Statements
 	reports    *app.Reports
+	lease      *app.LeaseControl
+	lcfg       LeaseControlConfig
 }
+
+// Option adjusts the service.
+type Option func(*Service)
+
+// WithLeaseControl configures lease control (the runway warning and the
+// scheduler's webhook); without it, the defaults and events only.
+func WithLeaseControl(c LeaseControlConfig) Option { return func(s *Service) { s.lcfg = c } }
 
 var _ svc.Service = (*Service)(nil)
 
 // New migrates the ledger schema, ensures its streams and wires the service.
-func New(ctx context.Context, d svc.Deps) (*Service, error) {
+func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if d.Pool == nil {
 		return nil, errors.New("ledger: no database pool")
 	}
@@ -52,7 +61,8 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		return nil, err
 	}
 	if d.JS != nil {
-		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement, natsx.StreamAudit); err != nil {
+		if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamCharges, natsx.StreamLedger, natsx.StreamBilling, natsx.StreamSettlement, natsx.StreamAudit,
+			natsx.StreamParty, natsx.StreamLease); err != nil {
 			return nil, err
 		}
 	}
@@ -60,10 +70,19 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	a.Pool = d.Pool // report.go's reads, until it uses the Store
 	d.Log, d.Clock = a.Log, a.Clock
 	stmts := &postgres.Statements{Pool: d.Pool}
-	return &Service{deps: d, app: a,
+	s := &Service{deps: d, app: a,
 		statements: &app.Statements{Store: stmts, Now: func() time.Time { return a.Clock.Now().UTC() }},
 		reports:    &app.Reports{App: a, Statements: stmts},
-	}, nil
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.lcfg.Check(); err != nil {
+		return nil, err
+	}
+	s.lease = &app.LeaseControl{Clock: d.Clock, Warn: s.lcfg.RunwayWarn, Log: d.Log.With("component", "lease-control"),
+		Wallets: &postgres.Wallets{Pool: d.Pool}}
+	return s, nil
 }
 
 // Name implements svc.Service.
@@ -75,6 +94,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{Reports: s.reports})
 	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
 	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{App: s.app})
+	ledgerv1.RegisterWalletServiceServer(g, &ports.WalletServer{LeaseControl: s.lease})
 }
 
 // RegisterGateway implements svc.Service.
@@ -88,6 +108,9 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 	if err := ledgerv1.RegisterBankStatementServiceHandlerClient(ctx, mux, ledgerv1.NewBankStatementServiceClient(conn)); err != nil {
 		return err
 	}
+	if err := ledgerv1.RegisterWalletServiceHandlerClient(ctx, mux, ledgerv1.NewWalletServiceClient(conn)); err != nil {
+		return err
+	}
 	return ledgerv1.RegisterAuditServiceHandlerClient(ctx, mux, ledgerv1.NewAuditServiceClient(conn))
 }
 
@@ -98,6 +121,7 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 func (s *Service) Policy() auth.Policy {
 	const ls, rs, as = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.ledger.v1.AuditService/"
 	const bs = "/gpubill.ledger.v1.BankStatementService/"
+	const ws = "/gpubill.ledger.v1.WalletService/"
 	write := []string{auth.RoleFinance, auth.RoleAdmin}
 	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
 	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
@@ -116,6 +140,7 @@ func (s *Service) Policy() auth.Policy {
 		as + "ListAuditEvents":          {auth.RoleFinance, auth.RoleAuditor},
 		bs + "ImportBankStatement":      {auth.RoleFinance},
 		bs + "ListBankStatements":       {auth.RoleFinance, auth.RoleAuditor},
+		ws + "GetRenterWallet":          slices.Concat(read, []string{auth.RoleRenter}),
 	}
 }
 
@@ -132,6 +157,15 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
+		g.Go(func() error { return ports.ConsumeRenters(ctx, s.deps.JS, s.deps.Pool, s.deps.Log) })
+		g.Go(func() error {
+			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Pool, s.deps.Log, s.lease, s.lcfg.URL != "")
+		})
+	}
+	if s.lcfg.URL != "" {
+		hooks := &ports.LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: s.deps.Pool}, URL: s.lcfg.URL,
+			Secret: []byte(s.lcfg.Secret), Clock: s.deps.Clock, Log: s.lease.Log}
+		g.Go(func() error { return hooks.Run(ctx) })
 	}
 	g.Go(func() error { return s.runChain(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {

@@ -36,6 +36,7 @@ type Service struct {
 	d       svc.Deps
 	app     *app.App
 	srv     *ports.Server
+	charges *ports.ChargeServer
 	ackWait time.Duration
 }
 
@@ -53,31 +54,40 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		return nil, err
 	}
 	a := app.New(postgres.NewStore(d.Pool), &postgres.GPUModels{Pool: d.Pool}, d.Clock)
-	return &Service{d: d, app: a, srv: &ports.Server{App: a}}, nil
+	charges := &ports.ChargeServer{Charges: &app.RenterCharges{Charges: &postgres.RenterCharges{Pool: d.Pool}}}
+	return &Service{d: d, app: a, srv: &ports.Server{App: a}, charges: charges}, nil
 }
 
 // Name implements svc.Service.
 func (s *Service) Name() string { return Name }
 
 // RegisterGRPC implements server.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) { pricingv1.RegisterPricingServiceServer(g, s.srv) }
+func (s *Service) RegisterGRPC(g *grpc.Server) {
+	pricingv1.RegisterPricingServiceServer(g, s.srv)
+	pricingv1.RegisterChargeServiceServer(g, s.charges)
+}
 
 // RegisterGateway implements server.Service.
 func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 	if err := pricingv1.RegisterPricingServiceHandlerClient(ctx, mux, pricingv1.NewPricingServiceClient(conn)); err != nil {
 		return fmt.Errorf("pricing gateway: %w", err)
 	}
+	if err := pricingv1.RegisterChargeServiceHandlerClient(ctx, mux, pricingv1.NewChargeServiceClient(conn)); err != nil {
+		return fmt.Errorf("pricing gateway: %w", err)
+	}
 	return nil
 }
 
 // Policy implements server.Service (DESIGN §7): rate cards are finance's
-// (auditors and admins may read them); quotes are open to every role.
+// (auditors and admins may read them); quotes are open to every role; a
+// renter reads its own charges (the handler checks the subject).
 func (s *Service) Policy() auth.Policy {
 	return auth.Policy{
-		pricingv1.PricingService_CreateRateCard_FullMethodName: {auth.RoleFinance, auth.RoleAdmin},
-		pricingv1.PricingService_ListRateCards_FullMethodName:  {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
-		pricingv1.PricingService_GetRateCard_FullMethodName:    {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
-		pricingv1.PricingService_CreateQuote_FullMethodName:    auth.Any,
+		pricingv1.PricingService_CreateRateCard_FullMethodName:   {auth.RoleFinance, auth.RoleAdmin},
+		pricingv1.PricingService_ListRateCards_FullMethodName:    {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
+		pricingv1.PricingService_GetRateCard_FullMethodName:      {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
+		pricingv1.PricingService_CreateQuote_FullMethodName:      auth.Any,
+		pricingv1.ChargeService_ListRenterCharges_FullMethodName: {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor, auth.RoleRenter},
 	}
 }
 

@@ -63,6 +63,7 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.payout.v1.PayoutService/", "/gpubill.settlement.v1.SettlementService/"
 	u := "/gpubill.metering.v1.UsageService/"
 	gm := "/gpubill.metering.v1.GpuModelService/"
+	wl, ch := "/gpubill.ledger.v1.WalletService/", "/gpubill.pricing.v1.ChargeService/"
 	return map[string][]string{
 		m + "CreateProvider":           staff,
 		m + "GetProvider":              with(read, "provider"),
@@ -122,6 +123,8 @@ var expectedAccess = func() map[string][]string {
 		st + "ListStatements":                                         with(read, "provider"),
 		gm + "ListGpuModels":                                          every,
 		gm + "CreateGpuModel":                                         {"admin"},
+		wl + "GetRenterWallet":                                        with(read, "renter"),
+		ch + "ListRenterCharges":                                      with(read, "renter"),
 	}
 }()
 

@@ -34,7 +34,10 @@ type fixture struct {
 	finance string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith starts the stack with cfg adjusted by adjust first.
+func newFixtureWith(t *testing.T, adjust func(*stack.Config)) *fixture {
 	t.Helper()
 	cfg := stack.Config{
 		Common: config.Common{
@@ -50,6 +53,9 @@ func newFixture(t *testing.T) *fixture {
 		NATSAddr:     "127.0.0.1:0",
 		TemporalAddr: "127.0.0.1:0",
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if adjust != nil {
+		adjust(&cfg)
 	}
 	f := &fixture{t: t, cfg: cfg}
 	f.start()

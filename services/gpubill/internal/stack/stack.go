@@ -59,6 +59,9 @@ type Config struct {
 	TemporalAddr string // embedded Temporal listener (GPUBILL_TEMPORAL_ADDR)
 	Log          *slog.Logger
 	Clock        clock.Clock
+	// LeaseControl configures the ledger's lease control; nil = from the
+	// environment (GPUBILL_LEASE_CONTROL_URL, _SECRET, GPUBILL_RUNWAY_WARN).
+	LeaseControl *ledger.LeaseControlConfig
 }
 
 // Stack is a running single-process gpubill.
@@ -87,6 +90,7 @@ type settings struct {
 	streams    natsx.Limits
 	allow      auth.Allowlist
 	proxies    []netip.Prefix
+	lease      ledger.LeaseControlConfig
 }
 
 func loadSettings(cfg Config) (st settings, err error) {
@@ -103,6 +107,11 @@ func loadSettings(cfg Config) (st settings, err error) {
 		return st, err
 	}
 	if st.proxies, err = cfg.Proxies(); err != nil {
+		return st, err
+	}
+	if cfg.LeaseControl != nil {
+		st.lease = *cfg.LeaseControl
+	} else if st.lease, err = ledger.LeaseControlConfigFromEnv(); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -154,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Internal: internal, Streams: st.streams}
-	services, err := newServices(ctx, deps, tc)
+	services, err := newServices(ctx, deps, tc, st.lease)
 	if err != nil {
 		gl.Close()
 		return nil, err
@@ -290,7 +299,7 @@ func (s *Stack) run(runCtx context.Context, services []svc.Service, lg *slog.Log
 	}
 }
 
-func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Service, error) {
+func newServices(ctx context.Context, d svc.Deps, tc client.Client, lease ledger.LeaseControlConfig) ([]svc.Service, error) {
 	// Producers first, so the streams a consumer attaches to already exist.
 	ctors := []struct {
 		name string
@@ -298,7 +307,7 @@ func newServices(ctx context.Context, d svc.Deps, tc client.Client) ([]svc.Servi
 	}{
 		{"metering", func() (svc.Service, error) { return metering.New(ctx, d) }},
 		{"pricing", func() (svc.Service, error) { return pricing.New(ctx, d) }},
-		{"ledger", func() (svc.Service, error) { return ledger.New(ctx, d) }},
+		{"ledger", func() (svc.Service, error) { return ledger.New(ctx, d, ledger.WithLeaseControl(lease)) }},
 		{"tax", func() (svc.Service, error) { return tax.New(ctx, d) }},
 		{"payout", func() (svc.Service, error) {
 			pc, err := payout.ConfigFromEnv()

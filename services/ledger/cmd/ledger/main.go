@@ -14,6 +14,10 @@ import (
 func main() { os.Exit(svc.Main("ledger", build)) }
 
 func build(ctx context.Context, d svc.Deps, _ config.Common) (svc.Service, func(), error) {
-	s, err := ledger.New(ctx, d)
+	lc, err := ledger.LeaseControlConfigFromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := ledger.New(ctx, d, ledger.WithLeaseControl(lc))
 	return s, nil, err
 }

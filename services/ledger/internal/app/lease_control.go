@@ -1,0 +1,107 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Lease control defaults.
+const (
+	// BurnWindow is how far back the burn rate looks: usage charged over the
+	// last hour is the rate per hour.
+	BurnWindow = time.Hour
+	// RunwayWarnDefault is the runway under which a renter is warned
+	// (GPUBILL_RUNWAY_WARN).
+	RunwayWarnDefault = 2 * time.Hour
+)
+
+// LeaseControlTx is lease control's work inside the transaction that also
+// records the messages that prompted it.
+type LeaseControlTx interface {
+	// LoadWallets locks the wallets' lease control records and reads them
+	// with their balance, credit limit and usage charged since burnSince.
+	LoadWallets(ctx context.Context, keys []domain.WalletKey, burnSince, at time.Time) ([]domain.WalletStatus, error)
+	SaveLease(ctx context.Context, k domain.WalletKey, l domain.Lease, at time.Time) error
+	// Announce publishes the event and queues its webhook.
+	Announce(ctx context.Context, ev domain.LeaseEvent) error
+}
+
+// WalletReader reads a renter's wallets (every currency it holds or is
+// billed in; none when the ledger knows neither).
+type WalletReader interface {
+	Wallet(ctx context.Context, renter string, burnSince time.Time) ([]domain.WalletStatus, error)
+}
+
+// LeaseControl acts on a renter's wallet as it moves: a runway under Warn
+// warns, nothing left to spend (minus the credit limit reached) asks the
+// marketplace to stop the renter's GPUs, and money again lets them resume.
+type LeaseControl struct {
+	Clock   clock.Clock
+	Warn    time.Duration
+	Log     *slog.Logger
+	Wallets WalletReader
+}
+
+// Evaluate moves lease control for the wallets named (those a ledger write
+// just touched) and announces each crossing once.
+func (lc *LeaseControl) Evaluate(ctx context.Context, tx LeaseControlTx, keys []domain.WalletKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	now := lc.Clock.Now().UTC()
+	ws, err := tx.LoadWallets(ctx, keys, now.Add(-BurnWindow), now)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		next, evs := domain.NextLease(w.Lease, w.Wallet, lc.warn(), now)
+		if next == w.Lease {
+			continue
+		}
+		k := domain.WalletKey{RenterID: w.RenterID, Currency: w.Currency}
+		if err := tx.SaveLease(ctx, k, next, now); err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if err := tx.Announce(ctx, ev); err != nil {
+				return err
+			}
+			lc.Log.Info("lease control: "+leaseVerb[ev.Kind], "renter", w.RenterID, "currency", w.Currency,
+				"balance", w.Balance.String(), "credit_limit", w.CreditLimit.String(), "burn_per_hour", w.BurnPerHour.String(),
+				"runway_hours", w.RunwayString(), "event_id", ev.ID())
+		}
+	}
+	return nil
+}
+
+var leaseVerb = map[domain.LeaseEventKind]string{
+	domain.EventRunwayLow:     "renter warned, runway low",
+	domain.EventStopRequested: "renter's GPUs asked to stop, wallet at its credit limit",
+	domain.EventResumeAllowed: "renter may resume, wallet topped up",
+}
+
+func (lc *LeaseControl) warn() time.Duration {
+	if lc.Warn > 0 {
+		return lc.Warn
+	}
+	return RunwayWarnDefault
+}
+
+// Wallet returns a renter's wallets, as of now.
+func (lc *LeaseControl) Wallet(ctx context.Context, renter string) ([]domain.WalletStatus, time.Time, error) {
+	now := lc.Clock.Now().UTC()
+	ws, err := lc.Wallets.Wallet(ctx, renter, now.Add(-BurnWindow))
+	if err != nil {
+		return nil, now, err
+	}
+	if len(ws) == 0 {
+		return nil, now, fmt.Errorf("renter %q has no wallet yet (no deposit, charge or renter record): %w", renter, apperr.ErrNotFound)
+	}
+	return ws, now, nil
+}

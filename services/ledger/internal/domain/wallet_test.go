@@ -1,0 +1,85 @@
+package domain
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+func wallet(balance, limit, burn string) Wallet {
+	return Wallet{RenterID: "r-1", Currency: "CNY", Balance: decimal.RequireFromString(balance),
+		CreditLimit: decimal.RequireFromString(limit), BurnPerHour: decimal.RequireFromString(burn)}
+}
+
+func TestRunway(t *testing.T) {
+	for _, tt := range []struct {
+		give Wallet
+		want string // "" = nothing burns
+	}{
+		{wallet("100", "0", "40"), "2.50"},
+		{wallet("10", "50", "40"), "1.50"},    // (10 + 50) / 40
+		{wallet("-20", "50", "40"), "0.75"},   // still 30 to spend
+		{wallet("-60", "50", "40"), "0.00"},   // past the limit
+		{wallet("100", "0", "0"), ""},         // nothing burns
+		{wallet("100", "0", "30"), "3.33"},    // truncated, never rounded up
+		{wallet("0.01", "0", "3600"), "0.00"}, // 10 ms left
+	} {
+		if got := tt.give.RunwayString(); got != tt.want {
+			t.Errorf("runway of %+v = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestNextLease walks one wallet through warned, stopped, resumed: each
+// crossing is announced once, a repeat evaluation announces nothing.
+func TestNextLease(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	warn := 2 * time.Hour
+	type step struct {
+		give      Wallet
+		wantState LeaseState
+		wantKinds string
+	}
+	steps := []step{
+		{wallet("100", "0", "10"), LeaseOK, ""},                             // 10 h
+		{wallet("15", "0", "10"), LeaseWarned, "runway_low"},                // 1.5 h
+		{wallet("12", "0", "10"), LeaseWarned, ""},                          // still warned: once
+		{wallet("0", "0", "10"), LeaseStopped, "stop_requested"},            // reached the limit
+		{wallet("-5", "0", "10"), LeaseStopped, ""},                         // below: flagged, no second stop
+		{wallet("5", "0", "10"), LeaseWarned, "resume_allowed runway_low"},  // a small top-up: resumed, warned
+		{wallet("500", "0", "10"), LeaseOK, ""},                             // a big one: runway back
+		{wallet("-1", "0", "10"), LeaseStopped, "stop_requested"},           // a second crossing
+		{wallet("-1", "5", "10"), LeaseWarned, "resume_allowed runway_low"}, // the limit raised covers it
+	}
+	var l Lease
+	var ids []string
+	for i, s := range steps {
+		var evs []LeaseEvent
+		l, evs = NextLease(l, s.give, warn, now.Add(time.Duration(i)*time.Minute))
+		kinds := ""
+		for j, e := range evs {
+			if j > 0 {
+				kinds += " "
+			}
+			kinds += string(e.Kind)
+			ids = append(ids, e.ID())
+		}
+		if l.State != s.wantState || kinds != s.wantKinds {
+			t.Errorf("step %d (%+v): state %s events %q, want %s %q", i, s.give, l.State, kinds, s.wantState, s.wantKinds)
+		}
+		if over := s.give.OverLimit(); over != !l.OverLimitSince.IsZero() {
+			t.Errorf("step %d: over limit %v but since %v", i, over, l.OverLimitSince)
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Errorf("event id %s announced twice", id)
+		}
+		seen[id] = true
+	}
+	if l.Crossing != 2 || l.Warnings != 3 {
+		t.Errorf("crossings %d warnings %d, want 2 and 3", l.Crossing, l.Warnings)
+	}
+}

@@ -1,0 +1,137 @@
+package ports
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Durable consumers of lease control.
+const (
+	// LeaseControlConsumer reacts to every ledger write that moved a renter
+	// wallet (ledger.posted.renter).
+	LeaseControlConsumer = "ledger-lease-control"
+	// RentersConsumer keeps the renters' credit limits (party.updated.*).
+	RentersConsumer   = "ledger-renters"
+	leaseBatchMax     = 500
+	rentersBatchMax   = 500
+	renterWalletClass = "renter"
+)
+
+// ConsumeLeaseControl evaluates lease control for the wallets each
+// ledger.posted.renter batch moved, exactly once per message, in the
+// transaction that records it; undecodable messages are dead-lettered.
+func ConsumeLeaseControl(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, lc *app.LeaseControl, webhooks bool) error {
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamLedger, Durable: LeaseControlConsumer,
+		FilterSubjects: []string{"ledger.posted." + renterWalletClass}, BatchMax: leaseBatchMax}
+	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, bs []*eventsv1.LedgerPostedBatch) error {
+		seen := map[domain.WalletKey]bool{}
+		var keys []domain.WalletKey
+		for _, b := range bs {
+			for _, t := range b.Transactions {
+				for _, p := range t.Postings {
+					renter, ok := walletOwner(p.Account)
+					k := domain.WalletKey{RenterID: renter, Currency: p.Currency}
+					if ok && !seen[k] {
+						seen[k] = true
+						keys = append(keys, k)
+					}
+				}
+			}
+		}
+		return lc.Evaluate(ctx, &postgres.LeaseTx{Tx: tx, Webhooks: webhooks}, keys)
+	})
+}
+
+// walletOwner returns the renter of a renter:{id}:wallet address.
+func walletOwner(address string) (string, bool) {
+	a, err := domain.ParseAddress(address)
+	if err != nil || a.Class != domain.ClassRenter || address != domain.RenterWallet(a.Party) {
+		return "", false
+	}
+	return a.Party, true
+}
+
+// ConsumeRenters keeps the ledger's read model of renters (currency and
+// credit limit) from party.updated.*.
+func ConsumeRenters(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger) error {
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: RentersConsumer, FilterSubjects: []string{"party.updated.>"}, BatchMax: rentersBatchMax}
+	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+		var rs []postgres.RenterLimit
+		var poison natsx.PoisonError
+		for _, ev := range evs {
+			if ev.Kind != "renter" {
+				continue
+			}
+			limit := decimal.Zero
+			if ev.CreditLimit != "" {
+				var err error
+				if limit, err = money.ParseDecimal(ev.CreditLimit); err != nil || limit.IsNegative() {
+					poison.Add(fmt.Sprintf("party-renter-%s-v%d", ev.PartyId, ev.Version), fmt.Errorf("credit_limit %q: %v", ev.CreditLimit, err))
+					continue
+				}
+			}
+			rs = append(rs, postgres.RenterLimit{RenterID: ev.PartyId, Currency: strings.ToUpper(ev.Currency), CreditLimit: limit,
+				Version: ev.Version, UpdatedAt: ev.UpdatedAt.AsTime()})
+		}
+		if len(poison.ByID) > 0 {
+			return &poison
+		}
+		return postgres.UpsertRenters(ctx, tx, rs)
+	})
+}
+
+// WalletServer serves WalletService.
+type WalletServer struct {
+	ledgerv1.UnimplementedWalletServiceServer
+	LeaseControl *app.LeaseControl
+}
+
+// GetRenterWallet implements WalletService: a renter reads only its own.
+func (s *WalletServer) GetRenterWallet(ctx context.Context, r *ledgerv1.GetRenterWalletRequest) (*ledgerv1.GetRenterWalletResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleRenter, r.RenterId); err != nil {
+		return nil, err
+	}
+	ws, at, err := s.LeaseControl.Wallet(ctx, r.RenterId)
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.GetRenterWalletResponse{RenterId: r.RenterId, AsOf: timestamppb.New(at)}
+	for _, w := range ws {
+		b := &ledgerv1.WalletBalance{Currency: w.Currency, Balance: fixed(w.Currency, w.Balance), CreditLimit: fixed(w.Currency, w.CreditLimit),
+			Available: fixed(w.Currency, w.Available()), BurnRatePerHour: fixed(w.Currency, w.BurnPerHour), RunwayHours: w.RunwayString(),
+			OverCreditLimit: w.OverLimit(), LeaseControl: string(w.Lease.State)}
+		if !w.Lease.OverLimitSince.IsZero() && w.OverLimit() {
+			b.OverCreditLimitSince = timestamppb.New(w.Lease.OverLimitSince)
+		}
+		out.Balances = append(out.Balances, b)
+	}
+	return out, nil
+}
+
+// fixed states an amount with its currency's minor units (exact: ledger
+// amounts are already in minor units; an unknown code keeps its digits).
+func fixed(currency string, d decimal.Decimal) string {
+	c, err := money.Lookup(currency)
+	if err != nil {
+		return d.String()
+	}
+	return d.StringFixed(c.MinorUnits)
+}

@@ -1,0 +1,175 @@
+package ports
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+)
+
+// Lease control webhook delivery limits.
+const (
+	leaseHookBatchMax     = 50
+	leaseHookLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
+	leaseHookTimeout      = 10 * time.Second
+	leaseHookAttemptsMax  = 20 // then failed: logged as an error and counted
+	leaseHookBackoffFirst = time.Second
+	leaseHookBackoffMax   = 5 * time.Minute
+	leaseHookIdle         = 250 * time.Millisecond
+	leaseHookErrorLenMax  = 200
+)
+
+// Headers of a lease control webhook: the same scheme as payout's webhooks.
+const (
+	HeaderTimestamp = "Gpubill-Timestamp"
+	HeaderSignature = "Gpubill-Signature"
+	HeaderEventID   = "Gpubill-Event-Id"
+)
+
+var leaseHookAttempts = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_lease_control_webhooks_total",
+	Help: "Lease control webhook attempts by outcome: delivered, retry (failed, will be retried), failed (given up after the last attempt).",
+}, []string{"outcome"})
+
+func init() {
+	for _, o := range []string{"delivered", "retry", "failed"} {
+		leaseHookAttempts.WithLabelValues(o)
+	}
+}
+
+// SignLeaseWebhook is a delivery's signature: "v1=" +
+// hex(HMAC-SHA256(secret, timestamp + "." + body)). A receiver recomputes it
+// and refuses a stale timestamp.
+func SignLeaseWebhook(secret []byte, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "%d.", ts)
+	m.Write(body)
+	return "v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// LeaseWebhookDeliverer posts queued lease control events to the
+// marketplace scheduler (GPUBILL_LEASE_CONTROL_URL), signed, until a 2xx,
+// with backoff; the event id (Gpubill-Event-Id) lets the receiver apply each
+// crossing once however often it is sent.
+type LeaseWebhookDeliverer struct {
+	Queue  *postgres.LeaseWebhooks
+	URL    string
+	Secret []byte
+	Clock  clock.Clock
+	HTTP   *http.Client
+	Log    *slog.Logger
+	// BackoffFirst overrides leaseHookBackoffFirst (tests).
+	BackoffFirst time.Duration
+}
+
+// Run delivers until ctx ends.
+func (d *LeaseWebhookDeliverer) Run(ctx context.Context) error {
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{Timeout: leaseHookTimeout}
+	}
+	for {
+		n, err := d.deliverOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.Log.Error("lease control webhooks", "err", err)
+		}
+		if n > 0 && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(leaseHookIdle):
+		}
+	}
+}
+
+func (d *LeaseWebhookDeliverer) deliverOnce(ctx context.Context) (int, error) {
+	ds, err := d.Queue.Claim(ctx, d.Clock.Now(), leaseHookLease, leaseHookBatchMax)
+	if err != nil {
+		return 0, err
+	}
+	for _, dl := range ds {
+		code, sendErr := d.send(ctx, dl)
+		if ctx.Err() != nil {
+			return len(ds), nil // the lease makes it due again
+		}
+		now := d.Clock.Now()
+		status, errText, next := "delivered", "", now
+		if sendErr != nil {
+			errText = sendErr.Error()
+			if len(errText) > leaseHookErrorLenMax {
+				errText = errText[:leaseHookErrorLenMax]
+			}
+			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
+			if dl.Attempts+1 >= leaseHookAttemptsMax {
+				status = "failed"
+			}
+		}
+		switch status {
+		case "delivered":
+			d.Log.Info("lease control webhook delivered", "event_id", dl.EventID, "renter", dl.RenterID, "kind", dl.Kind, "attempts", dl.Attempts+1)
+			leaseHookAttempts.WithLabelValues("delivered").Inc()
+		case "pending":
+			d.Log.Warn("lease control webhook failed; will retry", "event_id", dl.EventID, "renter", dl.RenterID, "kind", dl.Kind,
+				"attempt", dl.Attempts+1, "next_attempt_at", next, "err", errText)
+			leaseHookAttempts.WithLabelValues("retry").Inc()
+		default:
+			d.Log.Error("lease control webhook given up", "event_id", dl.EventID, "renter", dl.RenterID, "kind", dl.Kind,
+				"attempts", dl.Attempts+1, "err", errText)
+			leaseHookAttempts.WithLabelValues("failed").Inc()
+		}
+		if err := d.Queue.Finish(ctx, dl.EventID, status, code, errText, next, now); err != nil {
+			return len(ds), err
+		}
+	}
+	return len(ds), nil
+}
+
+func (d *LeaseWebhookDeliverer) backoff(attempt int) time.Duration {
+	b := leaseHookBackoffFirst
+	if d.BackoffFirst > 0 {
+		b = d.BackoffFirst
+	}
+	for range attempt - 1 {
+		b *= 2
+		if b >= leaseHookBackoffMax {
+			return leaseHookBackoffMax
+		}
+	}
+	return b
+}
+
+func (d *LeaseWebhookDeliverer) send(ctx context.Context, dl postgres.LeaseWebhook) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaseHookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(dl.Payload))
+	if err != nil {
+		return 0, err
+	}
+	ts := d.Clock.Now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, SignLeaseWebhook(d.Secret, ts, dl.Payload))
+	req.Header.Set(HeaderEventID, dl.EventID)
+	resp, err := d.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
