@@ -131,7 +131,21 @@ func (d *devCmd) Run(e *env) error {
 		return err
 	}
 	defer shutdown(context.Background()) //nolint:errcheck
-	st, err := stack.Start(e.ctx, stack.Config{Common: d.Common, NATSAddr: d.NATSAddr, TemporalAddr: d.TemporalAddr, Log: log})
+	lease, err := ledger.LeaseControlConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	// The simulated marketplace is the scheduler lease control calls,
+	// unless GPUBILL_LEASE_CONTROL_URL names another.
+	var recv *simulate.LeaseReceiver
+	if d.Simulate && lease.URL == "" {
+		if recv, err = simulate.NewLeaseReceiver(log.With("component", "simulate")); err != nil {
+			return err
+		}
+		defer recv.Close()
+		lease.URL, lease.Secret = recv.URL(), recv.Secret
+	}
+	st, err := stack.Start(e.ctx, stack.Config{Common: d.Common, NATSAddr: d.NATSAddr, TemporalAddr: d.TemporalAddr, Log: log, LeaseControl: &lease})
 	if err != nil {
 		return err
 	}
@@ -157,11 +171,15 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
 `, base, st.GRPCAddr, st.NATSURL, st.Temporal, d.DataDir, finance)
 	if d.Simulate {
 		go func() {
-			if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate")}); err != nil {
+			if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate"),
+				Lease: recv}); err != nil {
 				log.Error("simulation stopped", "err", err)
 			}
 		}()
 		fmt.Fprintln(e.stdout, "Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
+		if recv != nil {
+			fmt.Fprintln(e.stdout, "Lease control: renter r-004 (30.00 CNY, credit limit 10.00) is warned, stopped and, after its top-up, resumed (watch the log).")
+		}
 	}
 	select {
 	case <-e.ctx.Done():

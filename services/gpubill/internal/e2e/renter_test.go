@@ -192,6 +192,12 @@ func TestRenterWalletChargesAndLeaseControl(t *testing.T) {
 		t.Fatalf("pages: %v / %v", p1, p2)
 	}
 
+	// The renter reads its wallet's journal too: deposit and both charges.
+	code, out = f.do(http.MethodGet, "/v1/transactions?account=renter:r-001:wallet", renter, nil)
+	if txs, _ := out["transactions"].([]any); code != http.StatusOK || len(txs) != 3 {
+		t.Fatalf("own journal: HTTP %d %v", code, out)
+	}
+
 	// A top-up lifts the stop.
 	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "50.00", "currency": "CNY", "external_ref": "bank-3"})
 	testkit.Eventually(t, 20*time.Second, func() bool { return wallet()["lease_control"] == "ok" }, "renter resumed")

@@ -22,6 +22,15 @@ const (
 	eventsPerLease  = 3
 	topUpEveryTicks = 30
 	requestTimeout  = 30 * time.Second
+	// The thin renter (with a lease control receiver): a small wallet and
+	// credit limit, one RTX 4090 lease a tick, so it is warned and stopped
+	// within seconds; the marketplace tops it up rescueAfterTicks after it
+	// was stopped, and its GPUs resume.
+	thinRenter       = "r-004"
+	thinDeposit      = "30.00"
+	thinCreditLimit  = "10.00"
+	thinTopUp        = "200.00"
+	rescueAfterTicks = 15
 )
 
 // Config of a simulation run.
@@ -31,6 +40,9 @@ type Config struct {
 	Tick    time.Duration
 	Log     *slog.Logger
 	Now     func() time.Time
+	// Lease receives lease control (stop, resume) for the simulated
+	// scheduler; nil = no lease control (and no thin renter).
+	Lease *LeaseReceiver
 }
 
 type provider struct {
@@ -60,10 +72,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := seed(ctx, c, cfg); err != nil {
 		return fmt.Errorf("seed marketplace: %w", err)
 	}
+	if cfg.Lease != nil {
+		if err := seedThin(ctx, c); err != nil {
+			return fmt.Errorf("seed thin renter: %w", err)
+		}
+	}
 	cfg.Log.Info("simulated marketplace seeded", "providers", len(providers), "renters", len(renters))
 	rng := rand.New(rand.NewPCG(uint64(cfg.Now().UnixNano()), 42))
 	t := time.NewTicker(cfg.Tick)
 	defer t.Stop()
+	stoppedFor := 0
 	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
@@ -72,6 +90,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if err := sendUsage(ctx, c, cfg, rng, tick); err != nil {
 			cfg.Log.Warn("simulated usage not sent", "err", err)
+		}
+		if cfg.Lease != nil {
+			stoppedFor = thinTick(ctx, c, cfg, rng, tick, stoppedFor)
 		}
 		if tick%topUpEveryTicks == 0 {
 			for _, r := range renters {
@@ -149,22 +170,70 @@ func sendUsage(ctx context.Context, c *client, cfg Config, rng *rand.Rand, tick 
 	now := cfg.Now().UTC().Truncate(time.Second)
 	var events []map[string]any
 	for i := 0; i < leasesPerTick; i++ {
-		lease := fmt.Sprintf("sim-%d-%d-%d", now.Unix(), tick, i)
-		p := providers[rng.IntN(len(providers))]
 		r := renters[rng.IntN(len(renters))]
-		model := gpuModels[rng.IntN(len(gpuModels))]
-		count := 1 + rng.IntN(4)
-		// Usage of the last two days; three events end at most 1.5 h after start.
-		start := now.Add(-time.Duration(2+rng.IntN(46)) * time.Hour)
-		for k := 0; k < eventsPerLease; k++ {
-			end := start.Add(time.Duration(5+rng.IntN(25)) * time.Minute)
-			events = append(events, map[string]any{
-				"id": fmt.Sprintf("%s-e%d", lease, k), "lease_id": lease, "provider_id": p.ID, "renter_id": r,
-				"gpu_model": model, "gpu_count": count, "start_time": start.Format(time.RFC3339),
-				"end_time": end.Format(time.RFC3339), "region": "cn-east", "workload": "training",
-			})
-			start = end
+		if cfg.Lease != nil && cfg.Lease.Stopped(r) {
+			continue
 		}
+		events = append(events, leaseEvents(now, fmt.Sprintf("sim-%d-%d-%d", now.Unix(), tick, i), r,
+			providers[rng.IntN(len(providers))].ID, gpuModels[rng.IntN(len(gpuModels))], 1+rng.IntN(4), rng)...)
+	}
+	return postUsage(ctx, c, cfg, events)
+}
+
+// leaseEvents are a lease's few consecutive usage events in the last two
+// days; three events end at most 1.5 h after start.
+func leaseEvents(now time.Time, lease, renter, provider, model string, count int, rng *rand.Rand) []map[string]any {
+	var events []map[string]any
+	start := now.Add(-time.Duration(2+rng.IntN(46)) * time.Hour)
+	for k := 0; k < eventsPerLease; k++ {
+		end := start.Add(time.Duration(5+rng.IntN(25)) * time.Minute)
+		events = append(events, map[string]any{
+			"id": fmt.Sprintf("%s-e%d", lease, k), "lease_id": lease, "provider_id": provider, "renter_id": renter,
+			"gpu_model": model, "gpu_count": count, "start_time": start.Format(time.RFC3339),
+			"end_time": end.Format(time.RFC3339), "region": "cn-east", "workload": "training",
+		})
+		start = end
+	}
+	return events
+}
+
+// seedThin creates the thin renter and its small first deposit.
+func seedThin(ctx context.Context, c *client) error {
+	body := map[string]any{"renter_id": thinRenter, "name": "Night-shift Render Studio", "currency": "CNY", "credit_limit": thinCreditLimit}
+	if err := c.post(ctx, "/v1/renters", body, nil); err != nil && !isConflict(err) {
+		return err
+	}
+	return c.post(ctx, "/v1/deposits", map[string]any{"renter_id": thinRenter, "amount": thinDeposit, "currency": "CNY",
+		"external_ref": "sim-initial-" + thinRenter}, nil)
+}
+
+// thinTick runs the thin renter's GPUs while they may run; once stopped
+// for rescueAfterTicks ticks, its owner tops the wallet up. It returns how
+// many ticks the renter has been stopped.
+func thinTick(ctx context.Context, c *client, cfg Config, rng *rand.Rand, tick, stoppedFor int) int {
+	if !cfg.Lease.Stopped(thinRenter) {
+		now := cfg.Now().UTC().Truncate(time.Second)
+		evs := leaseEvents(now, fmt.Sprintf("sim-thin-%d-%d", now.Unix(), tick), thinRenter, providers[0].ID, "RTX_4090", 1, rng)
+		if err := postUsage(ctx, c, cfg, evs); err != nil {
+			cfg.Log.Warn("simulated usage not sent", "renter", thinRenter, "err", err)
+		}
+		return 0
+	}
+	stoppedFor++
+	if stoppedFor == rescueAfterTicks {
+		ref := fmt.Sprintf("sim-rescue-%s-%d", thinRenter, cfg.Now().UnixNano())
+		cfg.Log.Info("marketplace: stopped renter tops its wallet up", "renter", thinRenter, "amount", thinTopUp)
+		if err := c.post(ctx, "/v1/deposits", map[string]any{"renter_id": thinRenter, "amount": thinTopUp, "currency": "CNY", "external_ref": ref}, nil); err != nil {
+			cfg.Log.Warn("simulated top-up failed", "renter", thinRenter, "err", err)
+			return 0 // try again after another rescueAfterTicks
+		}
+	}
+	return stoppedFor
+}
+
+func postUsage(ctx context.Context, c *client, cfg Config, events []map[string]any) error {
+	if len(events) == 0 {
+		return nil
 	}
 	var res struct {
 		Accepted   int               `json:"accepted"`
