@@ -70,8 +70,10 @@ type LeaseWebhookDeliverer struct {
 	Clock  clock.Clock
 	HTTP   *http.Client
 	Log    *slog.Logger
-	// BackoffFirst overrides leaseHookBackoffFirst (tests).
+	// BackoffFirst and AttemptsMax override leaseHookBackoffFirst and
+	// leaseHookAttemptsMax (tests).
 	BackoffFirst time.Duration
+	AttemptsMax  int
 }
 
 // Run delivers until ctx ends.
@@ -113,7 +115,7 @@ func (d *LeaseWebhookDeliverer) deliverOnce(ctx context.Context) (int, error) {
 				errText = errText[:leaseHookErrorLenMax]
 			}
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
-			if dl.Attempts+1 >= leaseHookAttemptsMax {
+			if dl.Attempts+1 >= d.attemptsMax() {
 				status = "failed"
 			}
 		}
@@ -135,6 +137,13 @@ func (d *LeaseWebhookDeliverer) deliverOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return len(ds), nil
+}
+
+func (d *LeaseWebhookDeliverer) attemptsMax() int {
+	if d.AttemptsMax > 0 {
+		return d.AttemptsMax
+	}
+	return leaseHookAttemptsMax
 }
 
 func (d *LeaseWebhookDeliverer) backoff(attempt int) time.Duration {

@@ -1,0 +1,66 @@
+package ports
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+)
+
+// TestLeaseWebhookGivesUpCounted: a receiver that never answers 2xx gets
+// the delivery AttemptsMax times, each failure counted as a retry and the
+// last as failed, and the row ends failed (never silently dropped).
+func TestLeaseWebhookGivesUpCounted(t *testing.T) {
+	pool, _ := testkit.NewPool(t)
+	ctx := testkit.Context(t)
+	if err := pg.Migrate(ctx, pool, postgres.Schema, migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.lease_webhooks (event_id, renter_id, kind, payload, status, next_attempt_at, created_at)
+		values ('lease-r-1-CNY-1-stop_requested', 'r-1', 'stop_requested', '{}', 'pending', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	retryBefore := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("retry"))
+	failedBefore := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("failed"))
+	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: srv.URL, Secret: []byte("k"), Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 3}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	var status string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_ = pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
+		return status == "failed"
+	}, "delivery given up")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("receiver called %d times, want 3", n)
+	}
+	if got := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("retry")) - retryBefore; got != 2 {
+		t.Errorf("retries counted %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("failed")) - failedBefore; got != 1 {
+		t.Errorf("failures counted %v, want 1", got)
+	}
+}
