@@ -67,12 +67,15 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 		}
 	}
 	a := app.New(store{postgres.NewStore(d.Pool)}, d.Clock, d.Calendar, d.Log)
-	a.Pool = d.Pool // report.go's reads, until it uses the Store
 	d.Log, d.Clock = a.Log, a.Clock
-	stmts := &postgres.Statements{Pool: d.Pool}
+	now := func() time.Time { return a.Clock.Now().UTC() }
+	reports := newReports(d.Pool, now)
+	if err := reports.Store.BackfillBreaches(ctx); err != nil {
+		return nil, err
+	}
 	s := &Service{deps: d, app: a,
-		statements: &app.Statements{Store: stmts, Now: func() time.Time { return a.Clock.Now().UTC() }},
-		reports:    &app.Reports{App: a, Statements: stmts},
+		statements: &app.Statements{Store: &postgres.Statements{Pool: d.Pool}, Now: now},
+		reports:    reports,
 	}
 	for _, o := range opts {
 		o(s)
@@ -168,6 +171,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return hooks.Run(ctx) })
 	}
 	g.Go(func() error { return s.runChain(ctx) })
+	g.Go(func() error { return s.runCheckpoints(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -195,6 +199,45 @@ func (s *Service) runChain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkpointTick is how often the ledger looks whether a balance
+// checkpoint is due (app.Reports.CheckpointStep decides).
+const checkpointTick = time.Minute
+
+func (s *Service) runCheckpoints(ctx context.Context) error {
+	t := time.NewTicker(checkpointTick)
+	defer t.Stop()
+	for {
+		if _, err := s.reports.CheckpointStep(ctx); err != nil && ctx.Err() == nil {
+			s.deps.Log.Error("balance checkpoint", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func newReports(pool *pgxpool.Pool, now func() time.Time) *app.Reports {
+	return &app.Reports{Store: &postgres.Reports{Pool: pool}, Statements: &postgres.Statements{Pool: pool}, Now: now}
+}
+
+// ExportSegregatedFunds renders the segregated-funds report (json, csv or
+// pdf) straight from the database (the CLI, on a read-only pool); progress
+// (may be nil) hears how many client lines of how many are written.
+func ExportSegregatedFunds(ctx context.Context, pool *pgxpool.Pool, asOf *time.Time, currency, format string,
+	progress func(done, total int)) ([]byte, error) {
+	if _, err := ports.CheckReportFormat(format); err != nil {
+		return nil, err
+	}
+	rep, err := newReports(pool, func() time.Time { return time.Now().UTC() }).SegregatedFunds(ctx, asOf, currency)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := ports.RenderReport(rep, format, progress)
+	return b, err
 }
 
 // App exposes the use cases to tests and the CLI in this module.

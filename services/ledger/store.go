@@ -8,10 +8,9 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
-// store binds the Postgres adapter to app.Store. The adapter cannot name
-// app's types itself while app/report.go still imports it (an import cycle);
-// once the report reads through app.Store, postgres.Store can implement
-// WithTx and ListAuditEvents directly and this file goes.
+// store binds the Postgres adapter to app.Store. app no longer imports the
+// adapter (the report reads through app.ReportStore), so postgres.Store can
+// implement WithTx and ListAuditEvents directly and this file go.
 type store struct{ *postgres.Store }
 
 var (

@@ -1,5 +1,6 @@
 // Package cli is gpubill's command line: `dev` (every service in one
-// process), `token`, `simulate`, `ledger verify`, `version` and
+// process), `token`, `simulate`, `ledger verify`, `report
+// segregated-funds`, `version` and
 // `completion`. Config comes from the environment and flags (kong), as
 // listed in DESIGN §10. --help anywhere prints and starts nothing; only
 // `dev` may create the database.
@@ -37,6 +38,7 @@ type cli struct {
 	Token       tokenCmd         `cmd:"" help:"Print a bearer token the dev stack accepts."`
 	Simulate    simulateCmd      `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
 	Ledger      ledgerCmd        `cmd:"" help:"Ledger maintenance."`
+	Report      reportCmd        `cmd:"" help:"Reports for auditors, straight from the database (read only)."`
 	Version     versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
 	Completion  completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -71,6 +73,18 @@ type ledgerCmd struct {
 
 type verifyCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created (a missing database or ledger schema fails)."`
+}
+
+type reportCmd struct {
+	SegregatedFunds segregatedFundsCmd `cmd:"" name:"segregated-funds" help:"The segregated-funds (client money) report of one currency as of an instant, as JSON, CSV or PDF."`
+}
+
+type segregatedFundsCmd struct {
+	AsOf        time.Time `name:"as-of" format:"2006-01-02T15:04:05Z07:00" help:"The instant, RFC 3339 (default: now)."`
+	Currency    string    `required:"" help:"Currency code, e.g. CNY."`
+	Format      string    `enum:"json,csv,pdf" default:"json" help:"json, csv or pdf."`
+	Output      string    `short:"o" name:"output" default:"-" help:"File to write (- for stdout)."`
+	DatabaseURL string    `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created."`
 }
 
 type versionCmd struct{}
@@ -111,7 +125,7 @@ const name = "gpubill"
 func options() []kong.Option {
 	return []kong.Option{
 		kong.Description("gpubill: billing and settlement for a GPU compute marketplace.\n\n" + cmdline.ExitCodesHelp +
-			" A read-only command (ledger verify) fails with 1 on what it finds (a broken chain) and on a missing database or schema, which it never creates."),
+			" A read-only command (ledger verify, report) fails with 1 on what it finds (a broken chain) and on a missing database or schema, which it never creates."),
 	}
 }
 
@@ -246,6 +260,43 @@ func (v *verifyCmd) Run(e *env) error {
 		return errors.New("journal hash chain broken")
 	}
 	fmt.Fprintf(e.stdout, "ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
+	return nil
+}
+
+func (c *segregatedFundsCmd) Run(e *env) error {
+	pool, err := pg.OpenReadOnly(e.ctx, c.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
+		return err
+	}
+	var asOf *time.Time
+	if !c.AsOf.IsZero() {
+		asOf = &c.AsOf
+	}
+	bar := newProgress(e.stderr)
+	defer bar.finish()
+	b, err := ledger.ExportSegregatedFunds(e.ctx, pool, asOf, c.Currency, c.Format, bar.lines)
+	if err != nil {
+		return err
+	}
+	bar.finish()
+	if c.Output == "-" {
+		_, err := e.stdout.Write(b)
+		return err
+	}
+	// Whole or nothing: a reader of FILE never sees half a report.
+	tmp := c.Output + ".partial"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.Output); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", c.Output, len(b))
 	return nil
 }
 

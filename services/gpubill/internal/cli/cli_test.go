@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -22,9 +24,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
+	"github.com/gpubill/gpubill/services/ledger"
 )
 
 // Values the test links into the binaries (as `make build` does with git's).
@@ -329,6 +334,55 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 	}
 }
 
+// report segregated-funds writes the report to a file (whole, or nothing),
+// quiet when stderr is not a terminal, as of now or a past instant, and
+// never creates a database.
+func TestReportSegregatedFunds(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := testkit.NewPool(t)
+	if _, err := ledger.New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Calendar: cycles.Default()}); err != nil {
+		t.Fatal(err)
+	}
+	// A deposit of 10.00 to r-1 an hour ago, as the ledger writes one.
+	before := time.Now().UTC().Add(-2 * time.Hour)
+	if _, err := pool.Exec(ctx, `with t as (
+			insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+			values (gen_random_uuid(), 'd1', '\x00', 'deposit', now() - interval '1 hour', now() - interval '1 hour') returning id, created_at)
+		insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		select id, 0, 'bank:client', 'CNY', 'debit', 10.00, created_at from t
+		union all select id, 1, 'renter:r-1:wallet', 'CNY', 'credit', 10.00, created_at from t`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.balances (account, currency, debits, credits)
+		values ('bank:client', 'CNY', 10.00, 0), ('renter:r-1:wallet', 'CNY', 0, 10.00)`); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DATABASE_URL=" + dsn}
+	out := filepath.Join(t.TempDir(), "report.csv")
+	r := s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY", "--format", "csv", "-o", out)
+	b, err := os.ReadFile(out)
+	if r.code != 0 || err != nil || !strings.Contains(string(b), "\nrenter,r-1,10.00,,,,10.00,CNY,") || !strings.Contains(string(b), "summary,verdict,,,,,balanced") {
+		t.Fatalf("report now: exit %d, stderr %q, file %q (%v)", r.code, r.stderr, b, err)
+	}
+	if strings.TrimSpace(r.stderr) != "wrote "+out+" ("+strconv.Itoa(len(b))+" bytes)" {
+		t.Errorf("stderr is not a terminal, yet it got more than the summary: %q", r.stderr)
+	}
+	r = s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY", "--as-of", before.Format(time.RFC3339Nano))
+	if r.code != 0 || strings.Contains(r.stdout, "r-1") || !strings.Contains(r.stdout, `"client_money_requirement":"0.00"`) {
+		t.Errorf("report as of before the deposit: exit %d, stdout %.400q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(out + ".partial"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a partial file was left: %v", err)
+	}
+	r = s.run(t, gpubill, "report", "segregated-funds", "--currency", "CNY")
+	if r.code != 1 || s.databaseExists(t) {
+		t.Errorf("report on a missing database: exit %d, stderr %q; want 1 and no database created", r.code, r.stderr)
+	}
+}
+
 // Usage errors exit 2 on every binary; a failed command exits 1.
 func TestExitCodes(t *testing.T) {
 	dir, names := binaries(t)
@@ -407,7 +461,7 @@ func TestCompletion(t *testing.T) {
 		give string
 		want []string
 	}{
-		{"gpubill ", []string{"completion", "dev", "ledger", "simulate", "token", "version"}},
+		{"gpubill ", []string{"completion", "dev", "ledger", "report", "simulate", "token", "version"}},
 		{"gpubill led", []string{"ledger"}},
 		{"gpubill ledger ", []string{"verify"}},
 		{"gpubill token --ro", []string{"--role"}},

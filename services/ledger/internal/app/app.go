@@ -23,7 +23,6 @@ type App struct {
 	Clock    clock.Clock
 	Calendar cycles.Calendar
 	Log      *slog.Logger
-	reportDeps
 
 	group grouper
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -9,7 +10,6 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -20,20 +20,64 @@ const (
 	VerdictExcess    = "excess"
 )
 
-// ReportLine is one component of the requirement or the resource.
+// ReportStore is what the report reads (implemented by adapters/postgres):
+// nothing in it scans the journal.
+type ReportStore interface {
+	// Balances returns the non-zero debits - credits per account in
+	// currency, now (nil) or as of an instant (the latest balance
+	// checkpoint at or before it plus the postings since).
+	Balances(ctx context.Context, currency string, asOf *time.Time) ([]domain.AccountNet, error)
+	// HeadAsOf returns the journal chain's head (hex hash, position) as of
+	// an instant: the last link chained at or before it (nil: now).
+	HeadAsOf(ctx context.Context, asOf *time.Time) (string, int64, error)
+	// Breaches returns the recorded breaches in currency posted at or
+	// before asOf (nil: all), oldest first, capped, and how many in all.
+	Breaches(ctx context.Context, currency string, asOf *time.Time) ([]domain.RecordedBreach, int, error)
+
+	// LatestCheckpoint returns the latest checkpoint at or before asOf
+	// (nil: of all), nil when there is none.
+	LatestCheckpoint(ctx context.Context, asOf *time.Time) (*domain.Checkpoint, error)
+	// PostingsSince counts the postings created in (after, upTo], up to limit.
+	PostingsSince(ctx context.Context, after *time.Time, upTo time.Time, limit int64) (int64, error)
+	// MakeCheckpoint writes the checkpoint at an instant.
+	MakeCheckpoint(ctx context.Context, at time.Time) error
+	// BackfillBreaches records, once, the breaches of transactions posted
+	// before breaches were recorded at posting time.
+	BackfillBreaches(ctx context.Context) error
+}
+
+// Reports are the report use cases.
+type Reports struct {
+	Store      ReportStore
+	Statements StatementStore
+	Now        func() time.Time
+}
+
+// ReportLine is one total of a section of the report.
 type ReportLine struct {
-	Section     string // requirement | tax | resource
+	Section     string // requirement | tax | resource | memo
 	Account     string
 	Description string
 	Amount      decimal.Decimal
 }
 
-// ReportBreach is a segregation breach found in the journal.
-type ReportBreach struct {
-	TransactionID string
-	EffectiveAt   time.Time
-	domain.Breach
+// ClientLine is one client's money in the requirement.
+type ClientLine struct {
+	Kind                                  string // renter | provider
+	ID                                    string
+	Wallet, Pending, Available, InTransit decimal.Decimal
 }
+
+// Total is the client's part of the requirement.
+func (c ClientLine) Total() decimal.Decimal {
+	return c.Wallet.Add(c.Pending).Add(c.Available).Add(c.InTransit)
+}
+
+// Client kinds.
+const (
+	ClientRenter   = "renter"
+	ClientProvider = "provider"
+)
 
 // SegregatedFundsReport is the client money reconciliation (DESIGN §8).
 type SegregatedFundsReport struct {
@@ -41,19 +85,18 @@ type SegregatedFundsReport struct {
 	Currency             money.Currency
 	Requirement          decimal.Decimal
 	TaxWithheld          decimal.Decimal
-	Resource             decimal.Decimal // bank:client in the ledger
-	BankStatementBalance *decimal.Decimal
-	Difference           decimal.Decimal
+	Resource             decimal.Decimal  // bank:client in the ledger
+	BankStatementBalance *decimal.Decimal // the bank's, when a statement is imported
+	Statements           []StoredStatement
+	Difference           decimal.Decimal // against the bank's figure when there is one
+	LedgerDifference     decimal.Decimal // against bank:client
 	Verdict              string
-	Breaches             []ReportBreach
+	Breaches             []domain.RecordedBreach
+	BreachesTotal        int
 	JournalHeadHash      string
+	JournalHeadPosition  int64
 	Lines                []ReportLine
-}
-
-// Reports are the report use cases.
-type Reports struct {
-	App        *App
-	Statements StatementStore
+	Clients              []ClientLine
 }
 
 // SegregatedFunds computes the report for one currency as of an instant
@@ -63,76 +106,105 @@ type Reports struct {
 // the difference is taken against the bank's closing balance (the money
 // really held) and the ledger's bank:client is shown beside it.
 func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currency string) (*SegregatedFundsReport, error) {
-	a := rp.App
 	cur, err := money.Lookup(currency)
 	if err != nil {
 		return nil, apperr.Invalid("currency", "%s", err.Error())
 	}
-	r := &SegregatedFundsReport{Currency: cur}
-	// The chain head is read first: every transaction it covers is in the figures.
-	if r.JournalHeadHash, _, err = postgres.ChainHead(ctx, a.Pool); err != nil {
-		return nil, err
-	}
-	at := a.now()
+	r := &SegregatedFundsReport{Currency: cur, AsOf: rp.Now().UTC()}
 	if asOf != nil {
-		at = asOf.UTC()
+		r.AsOf = asOf.UTC()
 	}
-	r.AsOf = at
-	sts, err := rp.Statements.LatestStatements(ctx, cur.Code, at)
+	// The head first: as of now, every transaction it covers is in the figures.
+	if r.JournalHeadHash, r.JournalHeadPosition, err = rp.Store.HeadAsOf(ctx, asOf); err != nil {
+		return nil, err
+	}
+	nets, err := rp.Store.Balances(ctx, cur.Code, asOf)
 	if err != nil {
 		return nil, err
 	}
-	if len(sts) > 0 {
-		b := decimal.Zero
-		for _, st := range sts {
-			b = b.Add(st.Closing)
+	clients := map[string]*ClientLine{}
+	client := func(kind, id string) *ClientLine {
+		k := kind + ":" + id
+		c := clients[k]
+		if c == nil {
+			c = &ClientLine{Kind: kind, ID: id}
+			clients[k] = c
 		}
-		r.BankStatementBalance = &b
-	}
-	totals, err := postgres.CurrencyTotals(ctx, a.Pool, cur.Code, asOf)
-	if err != nil {
-		return nil, err
+		return c
 	}
 	var walletsPos, walletsNeg, pending, available, inTransit, tax decimal.Decimal
 	var nPos, nNeg int
-	accs := make([]string, 0, len(totals))
-	for acc := range totals {
-		accs = append(accs, acc)
-	}
-	sort.Strings(accs)
-	for _, addr := range accs {
-		acc, err := domain.ParseAddress(addr)
+	for _, n := range nets {
+		acc, err := domain.ParseAddress(n.Account)
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("account %q in the ledger: %w", n.Account, err)
 		}
-		t := totals[addr]
-		bal := acc.NormalBalance(t.Debits, t.Credits)
+		bal := acc.NormalBalance(n.NetDebit, decimal.Zero)
 		switch {
 		case acc.Class == domain.ClassRenter:
 			if bal.IsPositive() {
 				walletsPos, nPos = walletsPos.Add(bal), nPos+1
+				c := client(ClientRenter, acc.Party)
+				c.Wallet = c.Wallet.Add(bal)
 			} else if bal.IsNegative() {
 				walletsNeg, nNeg = walletsNeg.Add(bal), nNeg+1
 			}
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderPending:
 			pending = pending.Add(bal)
+			c := client(ClientProvider, acc.Party)
+			c.Pending = c.Pending.Add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderAvailable:
 			available = available.Add(bal)
+			c := client(ClientProvider, acc.Party)
+			c.Available = c.Available.Add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderInTransit:
 			inTransit = inTransit.Add(bal)
+			c := client(ClientProvider, acc.Party)
+			c.InTransit = c.InTransit.Add(bal)
 		case acc.Class == domain.ClassTax:
 			tax = tax.Add(bal)
-		case addr == domain.BankClient:
+		case n.Account == domain.BankClient:
 			r.Resource = bal
 		}
 	}
+	r.Clients = make([]ClientLine, 0, len(clients))
+	for _, c := range clients {
+		r.Clients = append(r.Clients, *c)
+	}
+	sort.Slice(r.Clients, func(i, j int) bool {
+		if r.Clients[i].Kind != r.Clients[j].Kind {
+			return r.Clients[i].Kind > r.Clients[j].Kind // renters first
+		}
+		return r.Clients[i].ID < r.Clients[j].ID
+	})
 	r.Requirement = walletsPos.Add(pending).Add(available).Add(inTransit)
 	r.TaxWithheld = tax
-	held := r.Resource
-	if r.BankStatementBalance != nil {
-		held = *r.BankStatementBalance
+	// The client lines add up to the requirement (one client's debt never
+	// offsets another's money: negative wallets have no line).
+	sum := decimal.Zero
+	for _, c := range r.Clients {
+		sum = sum.Add(c.Total())
 	}
-	r.Difference = held.Sub(r.Requirement.Add(r.TaxWithheld))
+	if !sum.Equal(r.Requirement) {
+		return nil, fmt.Errorf("segregated funds %s: client lines sum to %s, the requirement is %s", cur.Code, sum, r.Requirement)
+	}
+
+	if r.Statements, err = rp.Statements.LatestStatements(ctx, cur.Code, r.AsOf); err != nil {
+		return nil, err
+	}
+	if len(r.Statements) > 0 {
+		b := decimal.Zero
+		for _, st := range r.Statements {
+			b = b.Add(st.Closing)
+		}
+		r.BankStatementBalance = &b
+	}
+	owed := r.Requirement.Add(r.TaxWithheld)
+	r.LedgerDifference = r.Resource.Sub(owed)
+	r.Difference = r.LedgerDifference
+	if r.BankStatementBalance != nil {
+		r.Difference = r.BankStatementBalance.Sub(owed)
+	}
 	switch {
 	case r.Difference.IsZero():
 		r.Verdict = VerdictBalanced
@@ -155,36 +227,57 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	}
 	if r.BankStatementBalance != nil {
 		r.Lines = append(r.Lines,
-			ReportLine{"resource", "bank_statement", "imported bank statement balance of bank:client (used for the difference)", *r.BankStatementBalance},
-			ReportLine{"memo", "bank_statement - bank:client", "unreconciled difference between statement and ledger", r.BankStatementBalance.Sub(r.Resource)})
+			ReportLine{"resource", "bank_statement", plural(len(r.Statements), "bank statement") + " closing at or before as_of (used for the difference)", *r.BankStatementBalance},
+			ReportLine{"memo", "bank_statement - bank:client", "unreconciled difference between the bank and the ledger", r.BankStatementBalance.Sub(r.Resource)})
 	}
-	// Breaches: only transactions touching a house account can cross pools.
-	txIDs, err := postgres.TxIDsTouching(ctx, a.Pool, []string{domain.BankOperating, domain.PlatformCommission}, cur.Code, at)
-	if err != nil {
+	if r.Breaches, r.BreachesTotal, err = rp.Store.Breaches(ctx, cur.Code, asOf); err != nil {
 		return nil, err
 	}
-	for start := 0; start < len(txIDs); start += pageSizeMax {
-		end := min(start+pageSizeMax, len(txIDs))
-		txs, err := postgres.LoadTransactions(ctx, a.Pool, txIDs[start:end])
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range txs {
-			for _, b := range domain.SegregationBreaches(t.Postings) {
-				if b.Currency == cur.Code {
-					r.Breaches = append(r.Breaches, ReportBreach{TransactionID: t.ID, EffectiveAt: t.EffectiveAt, Breach: b})
-				}
-			}
-		}
-	}
 	return r, nil
+}
+
+// Checkpoint pacing: a checkpoint covers instants at least checkpointSettle
+// old (the writers' commits behind them are done), and is made once
+// checkpointPostingsMax postings or checkpointEvery have passed since the
+// last one, so a report as of any instant adds at most about that many
+// postings to its checkpoint.
+const (
+	checkpointSettle      = 2 * time.Minute
+	checkpointEvery       = 24 * time.Hour
+	checkpointPostingsMax = 500_000
+)
+
+// CheckpointStep makes the next balance checkpoint when one is due and
+// reports whether it did.
+func (rp *Reports) CheckpointStep(ctx context.Context) (bool, error) {
+	upTo := rp.Now().UTC().Add(-checkpointSettle).Truncate(time.Microsecond)
+	last, err := rp.Store.LatestCheckpoint(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	var after *time.Time
+	if last != nil {
+		if !last.At.Before(upTo) {
+			return false, nil
+		}
+		after = &last.At
+	}
+	n, err := rp.Store.PostingsSince(ctx, after, upTo, checkpointPostingsMax)
+	if err != nil {
+		return false, err
+	}
+	if n == 0 || (n < checkpointPostingsMax && last != nil && upTo.Sub(last.At) < checkpointEvery) {
+		return false, nil
+	}
+	if err := rp.Store.MakeCheckpoint(ctx, upTo); err != nil {
+		return false, fmt.Errorf("balance checkpoint at %s: %w", upTo, err)
+	}
+	return true, nil
 }
 
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}
-	return itoa(n) + " " + what + "s"
+	return fmt.Sprintf("%d %ss", n, what)
 }
-
-func itoa(n int) string { return decimal.NewFromInt(int64(n)).String() }

@@ -138,7 +138,7 @@ func (s *BankStatement) check() error {
 	for _, l := range s.Lines {
 		bal = bal.Add(l.Amount)
 		if !bal.Equal(l.Balance) {
-			return stmtErr(fmt.Sprintf("line %d", l.No), "balance %s does not follow from the previous balance and amount (%s)", l.Balance, bal)
+			return stmtErr(fmt.Sprintf("entry %d", l.No), "balance %s does not follow from the previous balance and amount (%s)", l.Balance, bal)
 		}
 	}
 	if !bal.Equal(s.Closing) {

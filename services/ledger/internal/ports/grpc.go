@@ -1,18 +1,13 @@
 package ports
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"time"
 
-	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/gpubill/gpubill/pkg/apperr"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
@@ -142,82 +137,4 @@ func (s *LedgerServer) CloseLedgerCycle(ctx context.Context, r *ledgerv1.CloseLe
 		return nil, err
 	}
 	return &ledgerv1.CloseLedgerCycleResponse{CycleId: r.GetCycleId(), ClosedAt: timestamppb.New(at)}, nil
-}
-
-// ReportServer is the gRPC ReportService.
-type ReportServer struct {
-	ledgerv1.UnimplementedReportServiceServer
-	Reports *app.Reports
-}
-
-// GetSegregatedFundsReport implements ReportService: JSON (proto field
-// names) or CSV, returned raw.
-func (s *ReportServer) GetSegregatedFundsReport(ctx context.Context, r *ledgerv1.GetSegregatedFundsReportRequest) (*httpbody.HttpBody, error) {
-	format := r.GetFormat()
-	if format == "" {
-		format = "json"
-	}
-	if format != "json" && format != "csv" {
-		return nil, apperr.Invalid("format", "%q: want json or csv", format)
-	}
-	rep, err := s.Reports.SegregatedFunds(ctx, asOf(r.GetAsOf()), r.GetCurrency())
-	if err != nil {
-		return nil, err
-	}
-	pb := ReportProto(rep)
-	if format == "csv" {
-		return &httpbody.HttpBody{ContentType: "text/csv; charset=utf-8", Data: reportCSV(pb)}, nil
-	}
-	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(pb)
-	if err != nil {
-		return nil, err
-	}
-	return &httpbody.HttpBody{ContentType: "application/json", Data: b}, nil
-}
-
-// ReportProto renders the report as its proto (the JSON shape of DESIGN §7).
-func ReportProto(r *app.SegregatedFundsReport) *ledgerv1.SegregatedFundsReport {
-	f := r.Currency.Format
-	out := &ledgerv1.SegregatedFundsReport{
-		AsOf: timestamppb.New(r.AsOf), Currency: r.Currency.Code,
-		ClientMoneyRequirement: f(r.Requirement), TaxWithheldUnremitted: f(r.TaxWithheld),
-		ClientMoneyResource: f(r.Resource), Difference: f(r.Difference), Verdict: r.Verdict,
-		JournalHeadHash: r.JournalHeadHash, Breaches: []*ledgerv1.SegregationBreach{}, Lines: []*ledgerv1.SegregatedFundsLine{},
-	}
-	if r.BankStatementBalance != nil {
-		out.BankStatementBalance = f(*r.BankStatementBalance)
-	}
-	for _, b := range r.Breaches {
-		out.Breaches = append(out.Breaches, &ledgerv1.SegregationBreach{
-			TransactionId: b.TransactionID, EffectiveAt: timestamppb.New(b.EffectiveAt), Account: b.Account,
-			FromPool: string(b.FromPool), ToPool: string(b.ToPool), Amount: f(b.Amount), Currency: b.Currency, Reason: b.Reason,
-		})
-	}
-	for _, l := range r.Lines {
-		out.Lines = append(out.Lines, &ledgerv1.SegregatedFundsLine{Section: l.Section, Account: l.Account, Description: l.Description, Amount: f(l.Amount)})
-	}
-	return out
-}
-
-func reportCSV(r *ledgerv1.SegregatedFundsReport) []byte {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	asOf := r.GetAsOf().AsTime().Format(time.RFC3339Nano)
-	_ = w.Write([]string{"section", "account", "description", "amount", "currency", "as_of"})
-	for _, l := range r.Lines {
-		_ = w.Write([]string{l.Section, l.Account, l.Description, l.Amount, r.Currency, asOf})
-	}
-	_ = w.Write([]string{"total", "requirement", "client money requirement", r.ClientMoneyRequirement, r.Currency, asOf})
-	_ = w.Write([]string{"total", "tax", "tax withheld unremitted", r.TaxWithheldUnremitted, r.Currency, asOf})
-	_ = w.Write([]string{"total", "resource", "client money resource (bank:client)", r.ClientMoneyResource, r.Currency, asOf})
-	if r.BankStatementBalance != "" {
-		_ = w.Write([]string{"total", "bank_statement", "bank statement balance", r.BankStatementBalance, r.Currency, asOf})
-	}
-	_ = w.Write([]string{"total", "difference", "verdict: " + r.Verdict, r.Difference, r.Currency, asOf})
-	for _, b := range r.Breaches {
-		_ = w.Write([]string{"breach", b.Account, b.TransactionId + ": " + b.Reason, b.Amount, b.Currency, asOf})
-	}
-	_ = w.Write([]string{"journal", "head_hash", r.JournalHeadHash, "", "", asOf})
-	w.Flush()
-	return buf.Bytes()
 }

@@ -98,6 +98,9 @@ func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Tra
 		pgx.CopyFromRows(postRows)); err != nil {
 		return nil, nil, fmt.Errorf("copy postings: %w", err)
 	}
+	if err := insertBreaches(ctx, t.tx, fresh); err != nil {
+		return nil, nil, err
+	}
 	if err := t.publishPosted(ctx, fresh); err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,482 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// bruteBalances sums every posting of currency created at or before asOf,
+// per account: what a checkpoint plus the postings since must equal.
+func bruteBalances(t *testing.T, f *fixture, cur string, asOf time.Time) map[string]decimal.Decimal {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, `select account, coalesce(sum(case when direction = 'debit' then amount else -amount end), 0)::text
+		from ledger.postings where currency = $1 and created_at <= $2 group by account`, cur, asOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]decimal.Decimal{}
+	for rows.Next() {
+		var a, s string
+		if err := rows.Scan(&a, &s); err != nil {
+			t.Fatal(err)
+		}
+		if d := dec(s); !d.IsZero() {
+			out[a] = d
+		}
+	}
+	return out
+}
+
+func clientLinesFromBrute(t *testing.T, m map[string]decimal.Decimal) map[string]decimal.Decimal {
+	t.Helper()
+	out := map[string]decimal.Decimal{}
+	for addr, net := range m {
+		acc, err := domain.ParseAddress(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bal := acc.NormalBalance(net, decimal.Zero)
+		switch {
+		case acc.Class == domain.ClassRenter && bal.IsPositive():
+			out["renter:"+acc.Party] = out["renter:"+acc.Party].Add(bal)
+		case acc.Class == domain.ClassProvider:
+			out["provider:"+acc.Party] = out["provider:"+acc.Party].Add(bal)
+		}
+	}
+	for k, v := range out {
+		if v.IsZero() {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// The report as of any instant, before, at and between balance checkpoints,
+// equals the sums of the postings up to that instant, client by client; a
+// posting committed late into an interval already checkpointed is noticed
+// at the next checkpoint and the figures stay exact.
+func TestSegregatedFundsAsOfFromCheckpoints(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	clk := clock.NewManual(start)
+	f := newFixtureAt(t, nil, clk)
+	rp := f.svc.Reports()
+	rng := rand.New(rand.NewSource(12))
+	var instants []time.Time
+	key := 0
+	post := func() {
+		key++
+		r, p := fmt.Sprintf("r-%d", rng.Intn(6)), fmt.Sprintf("p-%d", rng.Intn(4))
+		amt := fmt.Sprintf("%d.%02d", 1+rng.Intn(90), rng.Intn(100))
+		var in app.CreateTransactionInput
+		switch rng.Intn(4) {
+		case 0:
+			f.deposit(t, r, amt, "CNY", fmt.Sprintf("dep-%d", key))
+			return
+		case 1: // a wallet may go negative: its debt never offsets another's money
+			in = transfer(fmt.Sprintf("chg-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20261027", amt, "CNY")
+		case 2:
+			f.deposit(t, r, amt, "CNY", fmt.Sprintf("dep2-%d", key))
+			in = transfer(fmt.Sprintf("chg2-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20261027", amt, "CNY")
+		default:
+			f.deposit(t, r, amt, "USD", fmt.Sprintf("usd-%d", key))
+			return
+		}
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoints := 0
+	for step := 0; step < 60; step++ {
+		clk.Advance(time.Duration(1+rng.Intn(40)) * time.Minute)
+		post()
+		instants = append(instants, clk.Now().Add(-time.Duration(rng.Intn(30))*time.Second))
+		if step%7 == 6 {
+			clk.Advance(25 * time.Hour) // a day passed: a checkpoint is due
+			made, err := rp.CheckpointStep(f.ctx)
+			if err != nil || !made {
+				t.Fatalf("checkpoint step %d: made %v, %v", step, made, err)
+			}
+			checkpoints++
+		}
+	}
+	// A posting created (by its clock) inside the last checkpointed interval
+	// but committed after the checkpoint.
+	last, err := rp.Store.LatestCheckpoint(f.ctx, nil)
+	if err != nil || last == nil {
+		t.Fatalf("latest checkpoint: %v %v", last, err)
+	}
+	now := clk.Now()
+	clk.Set(last.At.Add(-time.Minute))
+	f.deposit(t, "r-late", "7.77", "CNY", "late")
+	lateAt := clk.Now()
+	clk.Set(last.At) // on the checkpoint's instant: in it, not in the postings after it
+	f.deposit(t, "r-edge", "1.11", "CNY", "edge")
+	clk.Set(now.Add(25 * time.Hour))
+	post()
+	if made, err := rp.CheckpointStep(f.ctx); err != nil || !made {
+		t.Fatalf("checkpoint after the late posting: %v %v", made, err)
+	}
+	instants = append(instants, lateAt, last.At, last.At.Add(-time.Microsecond), last.At.Add(time.Microsecond), clk.Now())
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.balance_checkpoints`).Scan(&n); err != nil || n != checkpoints+1 {
+		t.Fatalf("%d checkpoints (%v), want %d", n, err, checkpoints+1)
+	}
+	for _, at := range instants {
+		at := at
+		rep, err := rp.SegregatedFunds(f.ctx, &at, "CNY")
+		if err != nil {
+			t.Fatal(err)
+		}
+		brute := bruteBalances(t, f, "CNY", at)
+		want := clientLinesFromBrute(t, brute)
+		got := map[string]decimal.Decimal{}
+		for _, c := range rep.Clients {
+			got[c.Kind+":"+c.ID] = c.Total()
+		}
+		if len(got) != len(want) {
+			t.Fatalf("as of %s: %d client lines, want %d: %v vs %v", at, len(got), len(want), got, want)
+		}
+		for k, w := range want {
+			if !got[k].Equal(w) {
+				t.Fatalf("as of %s: %s = %s, want %s (the postings' sum)", at, k, got[k], w)
+			}
+		}
+		if wantBank := brute[domain.BankClient]; !rep.Resource.Equal(wantBank) {
+			t.Fatalf("as of %s: bank:client %s, want %s", at, rep.Resource, wantBank)
+		}
+	}
+	// The late deposit is in every report as of after it.
+	rep, err := rp.SegregatedFunds(f.ctx, &last.At, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rep.Clients {
+		found = found || (c.ID == "r-late" && c.Wallet.Equal(dec("7.77")))
+	}
+	if !found {
+		t.Fatalf("the late deposit is missing as of the checkpoint it was late into: %+v", rep.Clients)
+	}
+}
+
+// The verdict follows the bank: a statement below the requirement is a
+// shortfall while the ledger's bank:client balances; both figures are shown.
+// A statement closing after as_of does not count.
+func TestSegregatedFundsVerdictFromBankStatement(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	f.deposit(t, "r-1", "1000.00", "CNY", "d1")
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261126", "300.00", "CNY")); err != nil {
+		t.Fatal(err)
+	}
+	imp := func(id, content string) {
+		t.Helper()
+		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-1", Content: []byte(content)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || rep.Verdict != app.VerdictBalanced || rep.BankStatementBalance != nil {
+		t.Fatalf("no statement: %+v %v", rep, err)
+	}
+	imp("s-1129", "date,reference,amount,balance\n2026-11-29,d1,1000.00,1000.00\n")
+	imp("s-1130", "date,reference,amount,balance\n2026-11-30,fee,-10.00,990.00\n") // closes at 12-01 00:00: after as_of now
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || rep.Verdict != app.VerdictBalanced || !rep.BankStatementBalance.Equal(dec("1000")) {
+		t.Fatalf("statement of 11-29: %+v %v", rep, err)
+	}
+	clk.Advance(24 * time.Hour)
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != app.VerdictShortfall || !rep.Difference.Equal(dec("-10")) || !rep.LedgerDifference.IsZero() ||
+		!rep.Resource.Equal(dec("1000")) || !rep.BankStatementBalance.Equal(dec("990")) || len(rep.Statements) != 1 || rep.Statements[0].ID != "s-1130" {
+		t.Fatalf("bank 990 against 1000 owed: verdict %s, difference %s, ledger difference %s, resource %s, bank %v, statements %+v",
+			rep.Verdict, rep.Difference, rep.LedgerDifference, rep.Resource, rep.BankStatementBalance, rep.Statements)
+	}
+	// Another client bank account's statement adds to the resource.
+	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "s-2", Currency: "CNY", Account: "CN-2",
+		Content: []byte("date,reference,amount,balance\n2026-11-30,x,15.00,15.00\n")}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || rep.Verdict != app.VerdictExcess || !rep.Difference.Equal(dec("5")) {
+		t.Fatalf("two accounts: %s %s %v", rep.Verdict, rep.Difference, err)
+	}
+}
+
+// A breach is recorded when posted (not found by a later scan): the row is
+// there right after the write; the report lists it with its id from then on.
+// The one-time backfill classifies transactions posted before recording.
+func TestSegregationBreachRecordedWhenPosted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "100.00", "CNY", "d1")
+	bad, err := f.app.CreateTransaction(f.ctx, transfer("fee", "renter:r-1:wallet", "platform:revenue:commission", "5.00", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := f.app.CreateTransaction(f.ctx, transfer("sweep", "bank:operating", "bank:client", "1.00", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	rows, err := f.pool.Query(f.ctx, `select tx_id::text from ledger.segregation_breaches order by created_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) != 1 || ids[0] != bad.ID {
+		t.Fatalf("recorded breaches %v, want only %s (the sweep %s is allowed)", ids, bad.ID, ok.ID)
+	}
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.BreachesTotal != 1 {
+		t.Fatalf("report breaches: %+v %v", rep.Breaches, err)
+	}
+	// As if posted before recording: the backfill finds it again, once.
+	if _, err := f.pool.Exec(f.ctx, `delete from ledger.segregation_breaches; update ledger.report_backfills set done_at = null`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := f.svc.Reports().Store.BackfillBreaches(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.segregation_breaches where tx_id = $1::uuid`, bad.ID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("backfilled %d rows for %s (%v), want 1", n, bad.ID, err)
+	}
+}
+
+// The journal head is the one as of the report's instant: the last link
+// chained at or before it, not the current head.
+func TestSegregatedFundsHeadAsOf(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "10.00", "CNY", "d1")
+	chainAll(t, f)
+	var mid time.Time
+	if err := f.pool.QueryRow(f.ctx, `select clock_timestamp()`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	var midHash string
+	if err := f.pool.QueryRow(f.ctx, `select encode(hash, 'hex') from ledger.journal_chain order by position desc limit 1`).Scan(&midHash); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // chained_at is the database's clock: the next link is after mid
+	f.deposit(t, "r-1", "5.00", "CNY", "d2")
+	chainAll(t, f)
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, &mid, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.JournalHeadHash != midHash || rep.JournalHeadPosition != 1 || now.JournalHeadPosition != 2 || now.JournalHeadHash == midHash {
+		t.Fatalf("head as of mid: %s@%d (want %s@1); now %s@%d", rep.JournalHeadHash, rep.JournalHeadPosition, midHash,
+			now.JournalHeadHash, now.JournalHeadPosition)
+	}
+}
+
+func reportFixture(t *testing.T) (*fixture, *app.SegregatedFundsReport) {
+	t.Helper()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	f.deposit(t, "r-1", "600.00", "CNY", "d1")
+	f.deposit(t, "r-2", "40.25", "CNY", "d2")
+	post := func(in app.CreateTransactionInput) {
+		t.Helper()
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261126", "100.00", "CNY"))
+	post(transfer("c2", "renter:r-2:wallet", "provider:p-2:pending:cyc-20261126", "50.00", "CNY")) // r-2 at -9.75
+	post(transfer("fee", "renter:r-1:wallet", "platform:revenue:commission", "1.00", "CNY"))       // a breach
+	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "s-1129", Currency: "CNY", Account: "CN-1",
+		Content: []byte("date,reference,amount,balance\n2026-11-29,d1,600.00,600.00\n2026-11-29,d2,40.25,640.25\n")}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, rep
+}
+
+// The CSV opens in a spreadsheet: a header, one line per client with its
+// amounts as decimal text, then the totals.
+func TestSegregatedFundsCSV(t *testing.T) {
+	t.Parallel()
+	f, _ := reportFixture(t)
+	b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, nil, "CNY", "csv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(recs[0], ",") != "kind,client_id,wallet,pending,available,in_transit,total,currency,as_of" {
+		t.Fatalf("header %v", recs[0])
+	}
+	// Clients: r-1 499.00; r-2 in debit has no line; p-1 100.00; p-2 50.00.
+	want := [][]string{{"renter", "r-1", "499.00", "", "", "", "499.00"}, {"provider", "p-1", "", "100.00", "0.00", "0.00", "100.00"},
+		{"provider", "p-2", "", "50.00", "0.00", "0.00", "50.00"}}
+	for i, w := range want {
+		if got := recs[1+i][:7]; strings.Join(got, ",") != strings.Join(w, ",") {
+			t.Fatalf("client line %d: %v, want %v", i+1, got, w)
+		}
+	}
+	summary := map[string]string{}
+	for _, r := range recs[4:] {
+		if r[0] == "summary" || r[0] == "breach" || r[0] == "journal_head" || r[0] == "bank_statement" {
+			summary[r[0]+"/"+r[1]] = r[6]
+		}
+	}
+	// requirement 649.00; bank 640.25 (statement) → -8.75; ledger bank:client 640.25 too.
+	for k, v := range map[string]string{"summary/client_money_requirement": "649.00", "summary/bank_statement_balance": "640.25",
+		"summary/difference": "-8.75", "summary/verdict": "shortfall", "summary/client_money_resource": "640.25", "bank_statement/s-1129": "640.25"} {
+		if summary[k] != v {
+			t.Fatalf("%s = %q, want %q (rows %v)", k, summary[k], v, recs)
+		}
+	}
+	nBreach := 0
+	for k := range summary {
+		if strings.HasPrefix(k, "breach/") {
+			nBreach++
+		}
+	}
+	if nBreach != 1 {
+		t.Fatalf("%d breach rows, want 1: %v", nBreach, recs)
+	}
+}
+
+// The PDF, read back with a text extractor (pdftotext), shows the figures,
+// the verdict, the journal head and the client lines.
+func TestSegregatedFundsPDF(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("pdftotext"); err != nil {
+		t.Fatal("pdftotext (poppler-utils) is needed to read the PDF back: apt-get install poppler-utils (.ci/run installs it)")
+	}
+	f, rep := reportFixture(t)
+	b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, nil, "CNY", "pdf", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("%PDF-")) {
+		t.Fatalf("not a PDF: %.20q", b)
+	}
+	path := t.TempDir() + "/report.pdf"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+	defer cancel()
+	page := func(n int) string {
+		out, err := exec.CommandContext(ctx, "pdftotext", "-layout", "-f", fmt.Sprint(n), "-l", fmt.Sprint(n), path, "-").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	p1 := page(1)
+	for _, want := range []string{"Client money requirement 649.00", "Bank statement balance 640.25", "Difference -8.75",
+		"Verdict shortfall", "Client money resource (ledger bank:client) 640.25", rep.JournalHeadHash, rep.Breaches[0].TransactionID, "s-1129"} {
+		if !strings.Contains(squash(p1), want) {
+			t.Fatalf("page 1 does not show %q:\n%s", want, p1)
+		}
+	}
+	p2 := squash(page(2))
+	for _, want := range []string{"renter r-1 499.00 499.00", "provider p-1 100.00 0.00 0.00 100.00", "provider p-2 50.00 0.00 0.00 50.00"} {
+		if !strings.Contains(p2, want) {
+			t.Fatalf("page 2 does not show %q:\n%s", want, p2)
+		}
+	}
+	if strings.Contains(p2, "r-2") {
+		t.Fatalf("a wallet in debit has a client line:\n%s", p2)
+	}
+}
+
+// squash folds runs of spaces (pdftotext -layout aligns columns).
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Through REST: the report as JSON, CSV and PDF with their content types; an
+// unknown format is a 400 naming the field; a provider may not read it.
+func TestRESTSegregatedFundsFormats(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	before := time.Now().UTC().Add(-time.Second).Format(time.RFC3339Nano)
+	f.deposit(t, "r-1", "12.50", "CNY", "d1")
+	for _, tc := range []struct {
+		role, format string
+		wantCode     int
+		wantType     string
+		wantBody     string
+	}{
+		{"auditor", "json", 200, "application/json", `"client_money_requirement":"12.50"`},
+		{"auditor", "csv", 200, "text/csv; charset=utf-8", "renter,r-1,12.50,,,,12.50,CNY,"},
+		{"finance", "pdf", 200, "application/pdf", "%PDF-"},
+		{"auditor", "xml", 400, "application/json", `"field":"format"`},
+		{"auditor", "json&as_of=" + before, 200, "application/json", `"client_money_requirement":"0.00"`},
+	} {
+		tok, err := auth.Issue(secret, tc.role, "", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest("GET", base+"/v1/reports/segregated-funds?currency=CNY&format="+tc.format, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tc.wantCode || resp.Header.Get("Content-Type") != tc.wantType || !strings.Contains(string(b), tc.wantBody) {
+			t.Errorf("format %s: HTTP %d %q %.300q (%v), want %d %q containing %q", tc.format, resp.StatusCode, resp.Header.Get("Content-Type"), b, err,
+				tc.wantCode, tc.wantType, tc.wantBody)
+		}
+	}
+	tok, err := auth.Issue(secret, auth.RoleProvider, "p-1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	if code, body := c.do("GET", "/v1/reports/segregated-funds?currency=CNY", ""); code != 403 {
+		t.Errorf("a provider read the report: %d %.200s", code, body)
+	}
+}
