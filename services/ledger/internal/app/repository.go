@@ -34,14 +34,6 @@ type Store interface {
 	// balances in (account, currency) order.
 	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)
 
-	// ChainHead is the hash (hex) and position of the hash chain's last link.
-	ChainHead(ctx context.Context) (string, int64, error)
-	// CurrencyTotals are every account's totals in one currency, now or as of an instant.
-	CurrencyTotals(ctx context.Context, currency string, asOf *time.Time) (map[string]domain.Totals, error)
-	// TxIDsTouching are the transactions (created up to asOf) posting in
-	// currency to any of accounts, oldest first.
-	TxIDsTouching(ctx context.Context, accounts []string, currency string, asOf time.Time) ([]string, error)
-
 	// StoreAuditEvents appends audit events; a repeated event id changes nothing.
 	StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) error
 	// ListAuditEvents answers newest first, at most f.Limit.

@@ -232,47 +232,6 @@ func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afte
 	return out, rows.Err()
 }
 
-// CurrencyTotals returns every account's totals in one currency, now or as
-// of an instant.
-func CurrencyTotals(ctx context.Context, q Querier, currency string, asOf *time.Time) (map[string]domain.Totals, error) {
-	var rows pgx.Rows
-	var err error
-	if asOf == nil {
-		rows, err = q.Query(ctx, `select account, currency, debits::text, credits::text
-			from ledger.balances where currency = $1`, currency)
-	} else {
-		rows, err = q.Query(ctx, `select account, currency,
-				coalesce(sum(amount) filter (where direction = 'debit'), 0)::text,
-				coalesce(sum(amount) filter (where direction = 'credit'), 0)::text
-			from ledger.postings where currency = $1 and created_at <= $2
-			group by account, currency`, currency, *asOf)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("currency totals: %w", err)
-	}
-	m, err := scanTotals(rows)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]domain.Totals, len(m))
-	for acc, ts := range m {
-		out[acc] = ts[0]
-	}
-	return out, nil
-}
-
-// TxIDsTouching returns the ids of transactions (created up to asOf) with a
-// posting in currency on any of the accounts, oldest first.
-func TxIDsTouching(ctx context.Context, q Querier, accounts []string, currency string, asOf time.Time) ([]string, error) {
-	rows, err := q.Query(ctx, `select tx_id::text from ledger.postings
-		where account = any($1::text[]) and currency = $2 and created_at <= $3
-		group by tx_id order by min(created_at), tx_id`, accounts, currency, asOf)
-	if err != nil {
-		return nil, fmt.Errorf("transactions touching house accounts: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
 // The read queries, on the pool, as app.Store.
 
 // LoadTransactions implements app.Store.
@@ -313,17 +272,4 @@ func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *d
 // ListCycleBalances implements app.Store.
 func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
 	return ListCycleBalances(ctx, s.Pool, cycle, afterAccount, afterCurrency, limit)
-}
-
-// ChainHead implements app.Store.
-func (s *Store) ChainHead(ctx context.Context) (string, int64, error) { return ChainHead(ctx, s.Pool) }
-
-// CurrencyTotals implements app.Store.
-func (s *Store) CurrencyTotals(ctx context.Context, currency string, asOf *time.Time) (map[string]domain.Totals, error) {
-	return CurrencyTotals(ctx, s.Pool, currency, asOf)
-}
-
-// TxIDsTouching implements app.Store.
-func (s *Store) TxIDsTouching(ctx context.Context, accounts []string, currency string, asOf time.Time) ([]string, error) {
-	return TxIDsTouching(ctx, s.Pool, accounts, currency, asOf)
 }
