@@ -25,6 +25,9 @@ create index segregation_breaches_currency on ledger.segregation_breaches (curre
 -- every posting created at or before `at` (zero sums left out). postings is
 -- how many postings it folded in after the previous checkpoint, so a posting
 -- committed late into that interval is noticed and the checkpoint rebuilt.
+-- The balance rows are written first, in short batches, and the header
+-- last: a checkpoint exists for readers once its header does (no foreign
+-- key, so the rows can precede it).
 create table ledger.balance_checkpoints (
     at       timestamptz primary key,
     prev_at  timestamptz,
@@ -32,7 +35,7 @@ create table ledger.balance_checkpoints (
     made_at  timestamptz not null default now()
 );
 create table ledger.checkpoint_balances (
-    at        timestamptz not null references ledger.balance_checkpoints on delete cascade,
+    at        timestamptz not null,
     currency  text not null,
     account   text collate "C" not null,
     net_debit numeric not null,

@@ -224,63 +224,121 @@ func (r *Reports) PostingsSince(ctx context.Context, after *time.Time, upTo time
 	return n, nil
 }
 
+// checkpointCopyRows bounds the balance rows one statement of a checkpoint
+// writes: each batch is its own short transaction, because a transaction
+// holding an xid holds back the hash chain (ChainStep waits for every older
+// xid to end) and a checkpoint is hundreds of thousands of rows.
+const checkpointCopyRows = 20_000
+
 // MakeCheckpoint writes the checkpoint at `at` from the latest one before it
-// plus the postings created since, in one statement. A checkpoint whose
-// interval has since received a posting (one committed late, its created_at
-// already folded past) is dropped with every later one and rebuilt first.
+// plus the postings created since. A checkpoint whose interval has since
+// received a posting (one committed late, its created_at already folded
+// past) is dropped with every later one and rebuilt first. The sums are
+// read without a write transaction and written in batches; the header row,
+// written last, makes the checkpoint visible (readers start from it). One
+// checkpointer at a time (a session advisory lock); another gets nothing done.
 func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) error {
-	return pg.InTx(ctx, r.Pool, func(tx pgx.Tx) error {
-		// One checkpointer at a time.
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.checkpoint'))`); err != nil {
+	conn, err := r.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext('gpubill.ledger.checkpoint'))`).Scan(&locked); err != nil {
+		return fmt.Errorf("checkpoint lock: %w", err)
+	}
+	if !locked {
+		return nil
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('gpubill.ledger.checkpoint'))`) //nolint:errcheck // the session ends with the connection anyway
+	var prev, prevPrev *time.Time
+	var prevN int64
+	err = conn.QueryRow(ctx, `select at, prev_at, postings from ledger.balance_checkpoints where at < $1 order by at desc limit 1`, at).
+		Scan(&prev, &prevPrev, &prevN)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("previous checkpoint: %w", err)
+	}
+	if prev != nil {
+		n, err := countPostings(ctx, conn, prevPrev, *prev)
+		if err != nil {
 			return err
 		}
-		var prev *time.Time
-		var prevPrev *time.Time
-		var prevN int64
-		err := tx.QueryRow(ctx, `select at, prev_at, postings from ledger.balance_checkpoints where at < $1 order by at desc limit 1`, at).
-			Scan(&prev, &prevPrev, &prevN)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("previous checkpoint: %w", err)
-		}
-		if prev != nil {
-			var n int64
-			if err := tx.QueryRow(ctx, `select count(*) from ledger.postings
-				where ($1::timestamptz is null or created_at > $1) and created_at <= $2`, prevPrev, *prev).Scan(&n); err != nil {
-				return fmt.Errorf("recount checkpoint %s: %w", prev, err)
+		if n != prevN { // a late posting: rebuild from the one before
+			if err := dropCheckpoints(ctx, conn, *prev); err != nil {
+				return err
 			}
-			if n != prevN { // a late posting: rebuild from the one before
-				if _, err := tx.Exec(ctx, `delete from ledger.balance_checkpoints where at >= $1`, *prev); err != nil {
-					return err
-				}
-				if err := buildCheckpoint(ctx, tx, prevPrev, *prev); err != nil {
-					return err
-				}
+			if err := buildCheckpoint(ctx, conn, prevPrev, *prev); err != nil {
+				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `delete from ledger.balance_checkpoints where at >= $1`, at); err != nil {
-			return err
-		}
-		return buildCheckpoint(ctx, tx, prev, at)
-	})
+	}
+	if err := dropCheckpoints(ctx, conn, at); err != nil {
+		return err
+	}
+	return buildCheckpoint(ctx, conn, prev, at)
 }
 
-func buildCheckpoint(ctx context.Context, tx pgx.Tx, prev *time.Time, at time.Time) error {
+// dropCheckpoints removes the checkpoints at or after from (headers first,
+// so no reader starts from one whose rows are going).
+func dropCheckpoints(ctx context.Context, q Querier, from time.Time) error {
+	if _, err := q.Exec(ctx, `delete from ledger.balance_checkpoints where at >= $1`, from); err != nil {
+		return fmt.Errorf("drop checkpoints from %s: %w", from, err)
+	}
+	if _, err := q.Exec(ctx, `delete from ledger.checkpoint_balances where at >= $1`, from); err != nil {
+		return fmt.Errorf("drop checkpoint balances from %s: %w", from, err)
+	}
+	return nil
+}
+
+func countPostings(ctx context.Context, q Querier, after *time.Time, upTo time.Time) (int64, error) {
 	var n int64
-	if err := tx.QueryRow(ctx, `select count(*) from ledger.postings
-		where ($1::timestamptz is null or created_at > $1) and created_at <= $2`, prev, at).Scan(&n); err != nil {
-		return fmt.Errorf("count checkpoint postings: %w", err)
+	if err := q.QueryRow(ctx, `select count(*) from ledger.postings
+		where ($1::timestamptz is null or created_at > $1) and created_at <= $2`, after, upTo).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count postings up to %s: %w", upTo, err)
 	}
-	if _, err := tx.Exec(ctx, `insert into ledger.balance_checkpoints (at, prev_at, postings) values ($1, $2, $3)`, at, prev, n); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", at, err)
+	return n, nil
+}
+
+func buildCheckpoint(ctx context.Context, conn *pgxpool.Conn, prev *time.Time, at time.Time) error {
+	n, err := countPostings(ctx, conn, prev, at)
+	if err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, `insert into ledger.checkpoint_balances (at, currency, account, net_debit)
-		select $2, currency, account, sum(n) from (
+	rows, err := conn.Query(ctx, `select currency, account, sum(n)::text from (
 			select currency, account, net_debit as n from ledger.checkpoint_balances where at = $1
 			union all
 			select currency, account, case when direction = 'debit' then amount else -amount end from ledger.postings
 			where ($1::timestamptz is null or created_at > $1) and created_at <= $2
-		) x group by currency, account having sum(n) <> 0`, prev, at); err != nil {
-		return fmt.Errorf("checkpoint %s balances: %w", at, err)
+		) x group by currency, account having sum(n) <> 0`, prev, at)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s sums: %w", at, err)
+	}
+	var batch [][]any
+	for rows.Next() {
+		var cur, acc, sum string
+		if err := rows.Scan(&cur, &acc, &sum); err != nil {
+			rows.Close()
+			return err
+		}
+		d, err := decimal.NewFromString(sum)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("checkpoint sum of %s: %w", acc, err)
+		}
+		batch = append(batch, []any{at, cur, acc, numeric(d)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checkpoint %s sums: %w", at, err)
+	}
+	for start := 0; start < len(batch); start += checkpointCopyRows {
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{Schema, "checkpoint_balances"}, []string{"at", "currency", "account", "net_debit"},
+			pgx.CopyFromRows(batch[start:min(start+checkpointCopyRows, len(batch))])); err != nil {
+			return fmt.Errorf("checkpoint %s balances: %w", at, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `insert into ledger.balance_checkpoints (at, prev_at, postings) values ($1, $2, $3)`, at, prev, n); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", at, err)
 	}
 	return nil
 }
