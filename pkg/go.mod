@@ -22,6 +22,10 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
+require github.com/go-pdf/fpdf v0.9.0
+
+require github.com/ledongthuc/pdf v0.0.0-20260907135840-6c8c28e0e8a0
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
