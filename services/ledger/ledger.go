@@ -17,13 +17,18 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/invoicestore"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/pricingexplainer"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/app/invoicing"
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
@@ -41,6 +46,7 @@ type Service struct {
 	reports    *app.Reports
 	lease      *app.LeaseControl
 	lcfg       LeaseControlConfig
+	invoicing  *invoicing.Invoicing
 }
 
 // Option adjusts the service.
@@ -76,6 +82,13 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	s := &Service{deps: d, app: a,
 		statements: &app.Statements{Store: &postgres.Statements{Pool: d.Pool}, Now: now},
 		reports:    reports,
+		invoicing: &invoicing.Invoicing{
+			Repo: &invoicestore.Store{Pool: d.Pool}, Clock: d.Clock, Periods: d.TaxPeriods,
+			NewID: func() string { return ids.New("inv") },
+		},
+	}
+	if d.Internal != nil {
+		s.invoicing.Explainer = pricingexplainer.Client{Pricing: pricingv1.NewPricingServiceClient(d.Internal)}
 	}
 	for _, o := range opts {
 		o(s)
@@ -98,6 +111,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
 	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{App: s.app})
 	ledgerv1.RegisterWalletServiceServer(g, &ports.WalletServer{LeaseControl: s.lease})
+	ledgerv1.RegisterInvoiceServiceServer(g, &ports.InvoiceServer{Invoicing: s.invoicing})
 }
 
 // RegisterGateway implements svc.Service.
@@ -114,6 +128,9 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 	if err := ledgerv1.RegisterWalletServiceHandlerClient(ctx, mux, ledgerv1.NewWalletServiceClient(conn)); err != nil {
 		return err
 	}
+	if err := ledgerv1.RegisterInvoiceServiceHandlerClient(ctx, mux, ledgerv1.NewInvoiceServiceClient(conn)); err != nil {
+		return err
+	}
 	return ledgerv1.RegisterAuditServiceHandlerClient(ctx, mux, ledgerv1.NewAuditServiceClient(conn))
 }
 
@@ -125,6 +142,7 @@ func (s *Service) Policy() auth.Policy {
 	const ls, rs, as = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.ledger.v1.AuditService/"
 	const bs = "/gpubill.ledger.v1.BankStatementService/"
 	const ws = "/gpubill.ledger.v1.WalletService/"
+	const is = "/gpubill.ledger.v1.InvoiceService/"
 	write := []string{auth.RoleFinance, auth.RoleAdmin}
 	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
 	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
@@ -144,6 +162,9 @@ func (s *Service) Policy() auth.Policy {
 		bs + "ImportBankStatement":      {auth.RoleFinance},
 		bs + "ListBankStatements":       {auth.RoleFinance, auth.RoleAuditor},
 		ws + "GetRenterWallet":          slices.Concat(read, []string{auth.RoleRenter}),
+		is + "ListRenterInvoices":       slices.Concat(read, []string{auth.RoleRenter}),
+		is + "GetInvoice":               slices.Concat(read, []string{auth.RoleRenter}),
+		is + "IssueInvoices":            internal,
 	}
 }
 
@@ -262,3 +283,7 @@ func VerifyChain(ctx context.Context, pool *pgxpool.Pool) (VerifyResult, error) 
 func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	return postgres.ChainStep(ctx, pool)
 }
+
+// Invoicing exposes the invoice use cases to tests in this module (they
+// stand in pricing's explanations with their own).
+func (s *Service) Invoicing() *invoicing.Invoicing { return s.invoicing }

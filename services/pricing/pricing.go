@@ -53,9 +53,11 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	if err := (&postgres.GPUModels{Pool: d.Pool}).Seed(ctx, gpucatalog.Seed(), d.Clock.Now()); err != nil {
 		return nil, err
 	}
-	a := app.New(postgres.NewStore(d.Pool), &postgres.GPUModels{Pool: d.Pool}, d.Clock)
+	st := postgres.NewStore(d.Pool)
+	a := app.New(st, &postgres.GPUModels{Pool: d.Pool}, d.Clock)
 	charges := &ports.ChargeServer{Charges: &app.RenterCharges{Charges: &postgres.RenterCharges{Pool: d.Pool}}}
-	return &Service{d: d, app: a, srv: &ports.Server{App: a}, charges: charges}, nil
+	ex := &app.ChargeExplainer{Charges: st, Book: a.Book}
+	return &Service{d: d, app: a, srv: &ports.Server{App: a, Explainer: ex}, charges: charges}, nil
 }
 
 // Name implements svc.Service.
@@ -80,7 +82,8 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 
 // Policy implements server.Service (DESIGN §7): rate cards are finance's
 // (auditors and admins may read them); quotes are open to every role; a
-// renter reads its own charges (the handler checks the subject).
+// renter reads its own charges (the handler checks the subject);
+// explanations of charges are for the ledger's invoices (internal).
 func (s *Service) Policy() auth.Policy {
 	return auth.Policy{
 		pricingv1.PricingService_CreateRateCard_FullMethodName:   {auth.RoleFinance, auth.RoleAdmin},
@@ -88,6 +91,7 @@ func (s *Service) Policy() auth.Policy {
 		pricingv1.PricingService_GetRateCard_FullMethodName:      {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
 		pricingv1.PricingService_CreateQuote_FullMethodName:      auth.Any,
 		pricingv1.ChargeService_ListRenterCharges_FullMethodName: {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor, auth.RoleRenter},
+		pricingv1.PricingService_ExplainCharges_FullMethodName:   {auth.RoleService},
 	}
 }
 

@@ -202,7 +202,7 @@ func workflowExists(t *testing.T, tc client.Client, id string) bool {
 	return true
 }
 
-// On a real dev server: start-up creates both schedules (a second start-up
+// On a real dev server: start-up creates the schedules (a second start-up
 // updates them in place); the opener ran once at creation, so the current
 // and the next cycle's workflows exist; once the calendar has moved into
 // the next cycle, triggering the opener creates the workflow of the cycle
@@ -237,6 +237,13 @@ func TestSchedulesAtStartup(t *testing.T) {
 	}
 	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 2 || n.Minute() != 0 {
 		t.Fatalf("next remittance at %s, want 02:00 on the 1st in Asia/Shanghai", n)
+	}
+	d, err = sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 1 || n.Minute() != 0 {
+		t.Fatalf("next invoicing at %s, want 01:00 on the 1st in Asia/Shanghai", n)
 	}
 	// Start-up again: the schedules exist and are updated in place.
 	if err := ports.EnsureSchedules(ctx, tc, f.s.queue, f.s.d.TaxPeriods); err != nil {

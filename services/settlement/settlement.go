@@ -115,6 +115,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	s.store = &adapters.Store{Pool: d.Pool}
 	s.acts = &ports.Activities{
 		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
+		Invoices: ledgerv1.NewInvoiceServiceClient(d.Internal),
 		Temporal: tc, TaskQueue: taskQueue,
 		Page: &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log}, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
 		BatchSize: s.batch, Window: s.window,
@@ -182,6 +183,7 @@ func Register(r interface {
 		{app.CycleOpenerWorkflowName, app.CycleOpenerWorkflow},
 		{app.RemittanceMonthlyWorkflowName, rem.MonthlyWorkflow},
 		{app.RemittanceWorkflowName, rem.RemitWorkflow},
+		{app.InvoicesMonthlyWorkflowName, app.Invoices{Periods: taxPeriods}.MonthlyWorkflow},
 	} {
 		r.RegisterWorkflowWithOptions(w.fn, workflow.RegisterOptions{Name: w.name})
 	}
@@ -200,6 +202,7 @@ func Register(r interface {
 		{app.ActSettleProviderLegacy, acts.SettleProvider},
 		{app.ActEnsureCycleWorkflows, acts.EnsureCycleWorkflows},
 		{app.ActRemitTax, acts.RemitTax},
+		{app.ActIssueInvoices, acts.IssueInvoices},
 	} {
 		r.RegisterActivityWithOptions(a.fn, activity.RegisterOptions{Name: a.name})
 	}
@@ -236,8 +239,8 @@ func (s *Service) StartCycles(ctx context.Context) error {
 // until ctx ends. At start-up (unless WithoutStartupCycles) it starts the
 // cycles' workflows and creates (or updates) the Temporal Schedules: the
 // daily cycle opener (settle-{cycle} for the current and the next cycle)
-// and the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
-// tax zone).
+// the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
+// tax zone) and the monthly renter invoices (01:00 on the 1st there).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {

@@ -71,6 +71,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "ListTaxWithholdings":       own,
 		p + "GetWithholdingCertificate": own,
 		p + "ComputeWithholding":        {auth.RoleService}, // internal: settlement's activities
+		p + "QuoteWithholding":          {auth.RoleService}, // internal: pricing's quotes
 		p + "ListTaxRules":              auth.Any,
 		p + "SetRuleSelection":          finance,
 		p + "RemitTax":                  {auth.RoleFinance, auth.RoleAdmin, auth.RoleService}, // service: the monthly schedule

@@ -62,6 +62,7 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.tax.v1.TaxService/",
 		"/gpubill.payout.v1.PayoutService/", "/gpubill.settlement.v1.SettlementService/"
 	u := "/gpubill.metering.v1.UsageService/"
+	iv := "/gpubill.ledger.v1.InvoiceService/"
 	gm := "/gpubill.metering.v1.GpuModelService/"
 	wl, ch := "/gpubill.ledger.v1.WalletService/", "/gpubill.pricing.v1.ChargeService/"
 	return map[string][]string{
@@ -88,6 +89,10 @@ var expectedAccess = func() map[string][]string {
 		l + "ListCycleBalances":        {"service"},
 		l + "CloseLedgerCycle":         {"service"},
 		r + "GetSegregatedFundsReport": read,
+		iv + "ListRenterInvoices":      with(read, "renter"),
+		iv + "GetInvoice":              with(read, "renter"),
+		iv + "IssueInvoices":           {"service"},
+		pr + "ExplainCharges":          {"service"},
 		"/gpubill.ledger.v1.BankStatementService/ImportBankStatement": {"finance"},
 		"/gpubill.ledger.v1.BankStatementService/ListBankStatements":  {"finance", "auditor"},
 		"/gpubill.ledger.v1.AuditService/ListAuditEvents":             {"finance", "auditor"},
@@ -96,6 +101,7 @@ var expectedAccess = func() map[string][]string {
 		tx + "ListTaxWithholdings":                                    with(read, "provider"),
 		tx + "GetWithholdingCertificate":                              with(read, "provider"),
 		tx + "ComputeWithholding":                                     {"service"},
+		tx + "QuoteWithholding":                                       {"service"},
 		tx + "ListTaxRules":                                           every,
 		tx + "SetRuleSelection":                                       staff,
 		tx + "RemitTax":                                               with(staff, "service"),
@@ -269,7 +275,8 @@ func fillRequest(d protoreflect.MessageDescriptor, c caller, depositTx map[strin
 		txID = depositTx[c.party]
 	}
 	values := map[protoreflect.Name]string{"provider_id": provider, "renter_id": renter, "address": account,
-		"account": account, "prefix": prefix, "transaction_id": txID, "cycle_id": "cyc-20260101"}
+		"account": account, "prefix": prefix, "transaction_id": txID, "cycle_id": "cyc-20260101",
+		"invoice_id": "inv-none"}
 	var fill func(m protoreflect.Message, depth int)
 	fill = func(m protoreflect.Message, depth int) {
 		fields := m.Descriptor().Fields()

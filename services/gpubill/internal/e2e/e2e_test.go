@@ -18,6 +18,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -35,6 +36,12 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureAt is newFixture with the services' clock given.
+func newFixtureAt(t *testing.T, clk clock.Clock) *fixture {
+	t.Helper()
+	return newFixtureWith(t, func(c *stack.Config) { c.Clock = clk })
+}
 
 // newFixtureWith starts the stack with cfg adjusted by adjust first.
 func newFixtureWith(t *testing.T, adjust func(*stack.Config)) *fixture {

@@ -28,12 +28,15 @@ func FuzzCreateTransaction(f *testing.F)    { fuzzRoute(f, "CreateTransaction") 
 func FuzzReverseTransaction(f *testing.F)   { fuzzRoute(f, "ReverseTransaction") }
 func FuzzCloseLedgerCycle(f *testing.F)     { fuzzRoute(f, "CloseLedgerCycle") }
 func FuzzImportBankStatement(f *testing.F)  { fuzzRoute(f, "ImportBankStatement") }
+func FuzzIssueInvoices(f *testing.F)        { fuzzRoute(f, "IssueInvoices") }
+func FuzzExplainCharges(f *testing.F)       { fuzzRoute(f, "ExplainCharges") }
 func FuzzPutPayoutMethod(f *testing.F)      { fuzzRoute(f, "PutPayoutMethod") }
 func FuzzPutKyc(f *testing.F)               { fuzzRoute(f, "PutKyc") }
 func FuzzCloseSettlementCycle(f *testing.F) { fuzzRoute(f, "CloseSettlementCycle") }
 func FuzzHoldProvider(f *testing.F)         { fuzzRoute(f, "HoldProvider") }
 func FuzzReleaseProvider(f *testing.F)      { fuzzRoute(f, "ReleaseProvider") }
 func FuzzComputeWithholding(f *testing.F)   { fuzzRoute(f, "ComputeWithholding") }
+func FuzzQuoteWithholding(f *testing.F)     { fuzzRoute(f, "QuoteWithholding") }
 func FuzzSetRuleSelection(f *testing.F)     { fuzzRoute(f, "SetRuleSelection") }
 func FuzzRemitTax(f *testing.F)             { fuzzRoute(f, "RemitTax") }
 func FuzzCreateGpuModel(f *testing.F)       { fuzzRoute(f, "CreateGpuModel") }

@@ -11,7 +11,8 @@ import (
 // Server serves PricingService.
 type Server struct {
 	pricingv1.UnimplementedPricingServiceServer
-	App *app.App
+	App       *app.App
+	Explainer *app.ChargeExplainer
 }
 
 // CreateRateCard implements PricingService.
@@ -52,4 +53,21 @@ func (s *Server) CreateQuote(ctx context.Context, r *pricingv1.CreateQuoteReques
 		return nil, err
 	}
 	return quotePB(q), nil
+}
+
+// ExplainCharges implements PricingService (internal: the ledger's invoices).
+func (s *Server) ExplainCharges(ctx context.Context, r *pricingv1.ExplainChargesRequest) (*pricingv1.ExplainChargesResponse, error) {
+	ex, err := s.Explainer.Explain(ctx, r.ChargeIds)
+	if err != nil {
+		return nil, err
+	}
+	out := &pricingv1.ExplainChargesResponse{Missing: ex.Missing, Totals: map[string]string{}}
+	for cur, t := range ex.Totals {
+		out.Totals[cur] = t.String()
+	}
+	for _, l := range ex.Lines {
+		out.Lines = append(out.Lines, &pricingv1.ExplainedLine{Kind: l.Kind, GpuModel: l.GPUModel, Band: l.Band, Tier: l.Tier,
+			GpuHours: l.GPUHours.String(), Amount: l.Amount.String(), TierDiscount: l.TierDiscount.String()})
+	}
+	return out, nil
 }

@@ -50,6 +50,7 @@ type Activities struct {
 	Store      *adapters.Store
 	Ledger     ledgerv1.LedgerServiceClient
 	Tax        taxv1.TaxServiceClient
+	Invoices   ledgerv1.InvoiceServiceClient
 	Temporal   client.Client    // to start the next cycle's workflow
 	Page       *app.PageSettler // SettleProviders (its runner: WorkflowRunner)
 	TaskQueue  string

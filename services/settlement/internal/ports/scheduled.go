@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -21,6 +22,7 @@ import (
 const (
 	ScheduleCycleOpener       = "settlement-cycle-opener"
 	ScheduleRemittanceMonthly = "tax-remittance-monthly"
+	ScheduleInvoicesMonthly   = "invoices-monthly"
 )
 
 // EnsureCycleWorkflows starts settle-{cycle} for the current and the next
@@ -57,10 +59,21 @@ func (a *Activities) RemitTax(ctx context.Context, period string) (app.Remittanc
 	return rep, nil
 }
 
+// IssueInvoices asks the ledger to issue a month's renter invoices
+// (idempotent: what is issued stays as it is).
+func (a *Activities) IssueInvoices(ctx context.Context, period string) (app.IssueResult, error) {
+	resp, err := a.Invoices.IssueInvoices(ctx, &ledgerv1.IssueInvoicesRequest{Period: period})
+	if err != nil {
+		return app.IssueResult{}, grpcErr("issue invoices of "+period, err)
+	}
+	return app.IssueResult{Period: resp.Period, Issued: int(resp.Issued), AlreadyIssued: int(resp.AlreadyIssued)}, nil
+}
+
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
 // each month, 02:00 in the tax zone: the month before has ended there, so
-// remit-{period} proceeds at once).
+// remit-{period} proceeds at once) and the monthly renter invoices (1st of
+// each month, 01:00 in the tax zone).
 func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOptions {
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
@@ -84,6 +97,21 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 		Action: &client.ScheduleWorkflowAction{
 			ID: ScheduleRemittanceMonthly, Workflow: app.RemittanceMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 72 * time.Hour,
+		},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	}, {
+		ID: ScheduleInvoicesMonthly,
+		Spec: client.ScheduleSpec{
+			Calendars: []client.ScheduleCalendarSpec{{
+				Second: []client.ScheduleRange{{Start: 0}}, Minute: []client.ScheduleRange{{Start: 0}},
+				Hour: []client.ScheduleRange{{Start: 1}}, DayOfMonth: []client.ScheduleRange{{Start: 1}},
+				Month: []client.ScheduleRange{{Start: 1, End: 12}}, DayOfWeek: []client.ScheduleRange{{Start: 0, End: 6}},
+			}},
+			TimeZoneName: taxPeriods.Location().String(),
+		},
+		Action: &client.ScheduleWorkflowAction{
+			ID: ScheduleInvoicesMonthly, Workflow: app.InvoicesMonthlyWorkflowName, TaskQueue: queue,
+			WorkflowExecutionTimeout: 96 * time.Hour,
 		},
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
 	}}

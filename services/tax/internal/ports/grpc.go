@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"strings"
+	"time"
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -233,4 +234,19 @@ func (s *Server) ListRemittances(ctx context.Context, req *taxv1.ListRemittances
 		resp.Remittances = append(resp.Remittances, remToProto(r))
 	}
 	return resp, nil
+}
+
+// QuoteWithholding implements TaxService (internal: pricing's quotes).
+func (s *Server) QuoteWithholding(ctx context.Context, req *taxv1.QuoteWithholdingRequest) (*taxv1.QuoteWithholdingResponse, error) {
+	var end time.Time
+	if req.UsageEnd != nil {
+		end = req.UsageEnd.AsTime()
+	}
+	q, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
+		TaxProfile: req.TaxProfile, Jurisdiction: req.Jurisdiction, UsageEnd: end})
+	if err != nil {
+		return nil, err
+	}
+	return &taxv1.QuoteWithholdingResponse{Commission: fmtAmt(q.Currency, q.Commission), TaxWithheld: fmtAmt(q.Currency, q.Tax),
+		Net: fmtAmt(q.Currency, q.Net), RuleSet: q.RuleSet, RuleVersion: q.RuleVersion, Currency: q.Currency}, nil
 }

@@ -722,6 +722,7 @@ type CreateQuoteRequest struct {
 	TaxProfile    string                 `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`       // individual | enterprise
 	Region        string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                                 // optional
 	ProviderPue   string                 `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`    // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
+	Jurisdiction  string                 `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                    // optional: the provider's tax jurisdiction (selects its rule set); default CN
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,6 +820,13 @@ func (x *CreateQuoteRequest) GetProviderPue() string {
 	return ""
 }
 
+func (x *CreateQuoteRequest) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
 // One priced line of a quote.
 type QuoteLine struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -905,17 +913,20 @@ func (x *QuoteLine) GetAmount() string {
 }
 
 type CreateQuoteResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	RenterPrice    string                 `protobuf:"bytes,1,opt,name=renter_price,json=renterPrice,proto3" json:"renter_price,omitempty"`
-	Commission     string                 `protobuf:"bytes,2,opt,name=commission,proto3" json:"commission,omitempty"`
-	CommissionRate string                 `protobuf:"bytes,3,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"` // decimal fraction, e.g. "0.25"
-	TaxWithheld    string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	ProviderNet    string                 `protobuf:"bytes,5,opt,name=provider_net,json=providerNet,proto3" json:"provider_net,omitempty"`
-	Currency       string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
-	Lines          []*QuoteLine           `protobuf:"bytes,7,rep,name=lines,proto3" json:"lines,omitempty"`
-	RateCardId     string                 `protobuf:"bytes,8,opt,name=rate_card_id,json=rateCardId,proto3" json:"rate_card_id,omitempty"` // the rate card version that priced the quote
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	RenterPrice             string                 `protobuf:"bytes,1,opt,name=renter_price,json=renterPrice,proto3" json:"renter_price,omitempty"`
+	Commission              string                 `protobuf:"bytes,2,opt,name=commission,proto3" json:"commission,omitempty"`
+	CommissionRate          string                 `protobuf:"bytes,3,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"` // decimal fraction, e.g. "0.25"
+	TaxWithheld             string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	ProviderNet             string                 `protobuf:"bytes,5,opt,name=provider_net,json=providerNet,proto3" json:"provider_net,omitempty"`
+	Currency                string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	Lines                   []*QuoteLine           `protobuf:"bytes,7,rep,name=lines,proto3" json:"lines,omitempty"`
+	RateCardId              string                 `protobuf:"bytes,8,opt,name=rate_card_id,json=rateCardId,proto3" json:"rate_card_id,omitempty"`                                        // the rate card version that priced the quote
+	CommissionConfigVersion string                 `protobuf:"bytes,9,opt,name=commission_config_version,json=commissionConfigVersion,proto3" json:"commission_config_version,omitempty"` // the commission configuration (GPUBILL_COMMISSION_RATES) settlement also applies
+	TaxRuleSet              string                 `protobuf:"bytes,10,opt,name=tax_rule_set,json=taxRuleSet,proto3" json:"tax_rule_set,omitempty"`                                       // the withholding rule the tax service applies at the usage's cycle end
+	TaxRuleVersion          string                 `protobuf:"bytes,11,opt,name=tax_rule_version,json=taxRuleVersion,proto3" json:"tax_rule_version,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *CreateQuoteResponse) Reset() {
@@ -1004,6 +1015,224 @@ func (x *CreateQuoteResponse) GetRateCardId() string {
 	return ""
 }
 
+func (x *CreateQuoteResponse) GetCommissionConfigVersion() string {
+	if x != nil {
+		return x.CommissionConfigVersion
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetTaxRuleSet() string {
+	if x != nil {
+		return x.TaxRuleSet
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetTaxRuleVersion() string {
+	if x != nil {
+		return x.TaxRuleVersion
+	}
+	return ""
+}
+
+type ExplainChargesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ChargeIds     []string               `protobuf:"bytes,1,rep,name=charge_ids,json=chargeIds,proto3" json:"charge_ids,omitempty"` // at most 1000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainChargesRequest) Reset() {
+	*x = ExplainChargesRequest{}
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainChargesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainChargesRequest) ProtoMessage() {}
+
+func (x *ExplainChargesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainChargesRequest.ProtoReflect.Descriptor instead.
+func (*ExplainChargesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_pricing_v1_pricing_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExplainChargesRequest) GetChargeIds() []string {
+	if x != nil {
+		return x.ChargeIds
+	}
+	return nil
+}
+
+// Charge lines summed per kind, GPU model, band and tier.
+type ExplainedLine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // usage | pue_surcharge
+	GpuModel      string                 `protobuf:"bytes,2,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	Band          string                 `protobuf:"bytes,3,opt,name=band,proto3" json:"band,omitempty"`
+	Tier          string                 `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	GpuHours      string                 `protobuf:"bytes,5,opt,name=gpu_hours,json=gpuHours,proto3" json:"gpu_hours,omitempty"`             // decimal, exact
+	Amount        string                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`                                 // decimal, exact (unrounded)
+	TierDiscount  string                 `protobuf:"bytes,7,opt,name=tier_discount,json=tierDiscount,proto3" json:"tier_discount,omitempty"` // decimal, exact: list price minus amount; "0" without a tier
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainedLine) Reset() {
+	*x = ExplainedLine{}
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainedLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainedLine) ProtoMessage() {}
+
+func (x *ExplainedLine) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainedLine.ProtoReflect.Descriptor instead.
+func (*ExplainedLine) Descriptor() ([]byte, []int) {
+	return file_gpubill_pricing_v1_pricing_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExplainedLine) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetGpuModel() string {
+	if x != nil {
+		return x.GpuModel
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetBand() string {
+	if x != nil {
+		return x.Band
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetGpuHours() string {
+	if x != nil {
+		return x.GpuHours
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *ExplainedLine) GetTierDiscount() string {
+	if x != nil {
+		return x.TierDiscount
+	}
+	return ""
+}
+
+type ExplainChargesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lines         []*ExplainedLine       `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	Missing       []string               `protobuf:"bytes,2,rep,name=missing,proto3" json:"missing,omitempty"`                                                                         // requested charge ids pricing does not know
+	Totals        map[string]string      `protobuf:"bytes,3,rep,name=totals,proto3" json:"totals,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // currency -> sum of the found charges' rounded amounts
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainChargesResponse) Reset() {
+	*x = ExplainChargesResponse{}
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainChargesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainChargesResponse) ProtoMessage() {}
+
+func (x *ExplainChargesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_pricing_v1_pricing_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainChargesResponse.ProtoReflect.Descriptor instead.
+func (*ExplainChargesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_pricing_v1_pricing_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExplainChargesResponse) GetLines() []*ExplainedLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ExplainChargesResponse) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *ExplainChargesResponse) GetTotals() map[string]string {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
 var File_gpubill_pricing_v1_pricing_proto protoreflect.FileDescriptor
 
 const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
@@ -1068,7 +1297,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\frate_card_id\x18\x01 \x01(\tR\n" +
 	"rateCardId\"P\n" +
 	"\x13GetRateCardResponse\x129\n" +
-	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\xbc\x02\n" +
+	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\xe0\x02\n" +
 	"\x12CreateQuoteRequest\x12\x1b\n" +
 	"\tgpu_model\x18\x01 \x01(\tR\bgpuModel\x12\x1b\n" +
 	"\tgpu_count\x18\x02 \x01(\x05R\bgpuCount\x12\x14\n" +
@@ -1080,7 +1309,9 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\vtax_profile\x18\a \x01(\tR\n" +
 	"taxProfile\x12\x16\n" +
 	"\x06region\x18\b \x01(\tR\x06region\x12!\n" +
-	"\fprovider_pue\x18\t \x01(\tR\vproviderPue\"\xa7\x01\n" +
+	"\fprovider_pue\x18\t \x01(\tR\vproviderPue\x12\"\n" +
+	"\fjurisdiction\x18\n" +
+	" \x01(\tR\fjurisdiction\"\xa7\x01\n" +
 	"\tQuoteLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04band\x18\x02 \x01(\tR\x04band\x12\x1b\n" +
@@ -1090,7 +1321,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\n" +
 	"multiplier\x18\x05 \x01(\tR\n" +
 	"multiplier\x12\x16\n" +
-	"\x06amount\x18\x06 \x01(\tR\x06amount\"\xba\x02\n" +
+	"\x06amount\x18\x06 \x01(\tR\x06amount\"\xc2\x03\n" +
 	"\x13CreateQuoteResponse\x12!\n" +
 	"\frenter_price\x18\x01 \x01(\tR\vrenterPrice\x12\x1e\n" +
 	"\n" +
@@ -1102,13 +1333,37 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\bcurrency\x18\x06 \x01(\tR\bcurrency\x123\n" +
 	"\x05lines\x18\a \x03(\v2\x1d.gpubill.pricing.v1.QuoteLineR\x05lines\x12 \n" +
 	"\frate_card_id\x18\b \x01(\tR\n" +
-	"rateCardId2\xa8\x04\n" +
+	"rateCardId\x12:\n" +
+	"\x19commission_config_version\x18\t \x01(\tR\x17commissionConfigVersion\x12 \n" +
+	"\ftax_rule_set\x18\n" +
+	" \x01(\tR\n" +
+	"taxRuleSet\x12(\n" +
+	"\x10tax_rule_version\x18\v \x01(\tR\x0etaxRuleVersion\"6\n" +
+	"\x15ExplainChargesRequest\x12\x1d\n" +
+	"\n" +
+	"charge_ids\x18\x01 \x03(\tR\tchargeIds\"\xc2\x01\n" +
+	"\rExplainedLine\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1b\n" +
+	"\tgpu_model\x18\x02 \x01(\tR\bgpuModel\x12\x12\n" +
+	"\x04band\x18\x03 \x01(\tR\x04band\x12\x12\n" +
+	"\x04tier\x18\x04 \x01(\tR\x04tier\x12\x1b\n" +
+	"\tgpu_hours\x18\x05 \x01(\tR\bgpuHours\x12\x16\n" +
+	"\x06amount\x18\x06 \x01(\tR\x06amount\x12#\n" +
+	"\rtier_discount\x18\a \x01(\tR\ftierDiscount\"\xf6\x01\n" +
+	"\x16ExplainChargesResponse\x127\n" +
+	"\x05lines\x18\x01 \x03(\v2!.gpubill.pricing.v1.ExplainedLineR\x05lines\x12\x18\n" +
+	"\amissing\x18\x02 \x03(\tR\amissing\x12N\n" +
+	"\x06totals\x18\x03 \x03(\v26.gpubill.pricing.v1.ExplainChargesResponse.TotalsEntryR\x06totals\x1a9\n" +
+	"\vTotalsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xbb\x05\n" +
 	"\x0ePricingService\x12\x8d\x01\n" +
 	"\x0eCreateRateCard\x12).gpubill.pricing.v1.CreateRateCardRequest\x1a*.gpubill.pricing.v1.CreateRateCardResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*b\trate_card\"\x0e/v1/rate-cards\x12|\n" +
 	"\rListRateCards\x12(.gpubill.pricing.v1.ListRateCardsRequest\x1a).gpubill.pricing.v1.ListRateCardsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/rate-cards\x12\x90\x01\n" +
 	"\vGetRateCard\x12&.gpubill.pricing.v1.GetRateCardRequest\x1a'.gpubill.pricing.v1.GetRateCardResponse\"0\x82\xd3\xe4\x93\x02*b\trate_card\x12\x1d/v1/rate-cards/{rate_card_id}\x12u\n" +
 	"\vCreateQuote\x12&.gpubill.pricing.v1.CreateQuoteRequest\x1a'.gpubill.pricing.v1.CreateQuoteResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
-	"/v1/quotesBCZAgithub.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1;pricingv1b\x06proto3"
+	"/v1/quotes\x12\x90\x01\n" +
+	"\x0eExplainCharges\x12).gpubill.pricing.v1.ExplainChargesRequest\x1a*.gpubill.pricing.v1.ExplainChargesResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/internal/charges:explainBCZAgithub.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1;pricingv1b\x06proto3"
 
 var (
 	file_gpubill_pricing_v1_pricing_proto_rawDescOnce sync.Once
@@ -1122,7 +1377,7 @@ func file_gpubill_pricing_v1_pricing_proto_rawDescGZIP() []byte {
 	return file_gpubill_pricing_v1_pricing_proto_rawDescData
 }
 
-var file_gpubill_pricing_v1_pricing_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gpubill_pricing_v1_pricing_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_gpubill_pricing_v1_pricing_proto_goTypes = []any{
 	(*GpuPrice)(nil),               // 0: gpubill.pricing.v1.GpuPrice
 	(*TimeBand)(nil),               // 1: gpubill.pricing.v1.TimeBand
@@ -1138,16 +1393,20 @@ var file_gpubill_pricing_v1_pricing_proto_goTypes = []any{
 	(*CreateQuoteRequest)(nil),     // 11: gpubill.pricing.v1.CreateQuoteRequest
 	(*QuoteLine)(nil),              // 12: gpubill.pricing.v1.QuoteLine
 	(*CreateQuoteResponse)(nil),    // 13: gpubill.pricing.v1.CreateQuoteResponse
-	(*timestamppb.Timestamp)(nil),  // 14: google.protobuf.Timestamp
+	(*ExplainChargesRequest)(nil),  // 14: gpubill.pricing.v1.ExplainChargesRequest
+	(*ExplainedLine)(nil),          // 15: gpubill.pricing.v1.ExplainedLine
+	(*ExplainChargesResponse)(nil), // 16: gpubill.pricing.v1.ExplainChargesResponse
+	nil,                            // 17: gpubill.pricing.v1.ExplainChargesResponse.TotalsEntry
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
 }
 var file_gpubill_pricing_v1_pricing_proto_depIdxs = []int32{
-	14, // 0: gpubill.pricing.v1.RateCard.effective_from:type_name -> google.protobuf.Timestamp
+	18, // 0: gpubill.pricing.v1.RateCard.effective_from:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.pricing.v1.RateCard.gpu_prices:type_name -> gpubill.pricing.v1.GpuPrice
 	1,  // 2: gpubill.pricing.v1.RateCard.time_bands:type_name -> gpubill.pricing.v1.TimeBand
 	2,  // 3: gpubill.pricing.v1.RateCard.volume_tiers:type_name -> gpubill.pricing.v1.VolumeTier
 	3,  // 4: gpubill.pricing.v1.RateCard.pue_surcharge:type_name -> gpubill.pricing.v1.PueSurcharge
-	14, // 5: gpubill.pricing.v1.RateCard.created_at:type_name -> google.protobuf.Timestamp
-	14, // 6: gpubill.pricing.v1.CreateRateCardRequest.effective_from:type_name -> google.protobuf.Timestamp
+	18, // 5: gpubill.pricing.v1.RateCard.created_at:type_name -> google.protobuf.Timestamp
+	18, // 6: gpubill.pricing.v1.CreateRateCardRequest.effective_from:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpubill.pricing.v1.CreateRateCardRequest.gpu_prices:type_name -> gpubill.pricing.v1.GpuPrice
 	1,  // 8: gpubill.pricing.v1.CreateRateCardRequest.time_bands:type_name -> gpubill.pricing.v1.TimeBand
 	2,  // 9: gpubill.pricing.v1.CreateRateCardRequest.volume_tiers:type_name -> gpubill.pricing.v1.VolumeTier
@@ -1155,21 +1414,25 @@ var file_gpubill_pricing_v1_pricing_proto_depIdxs = []int32{
 	4,  // 11: gpubill.pricing.v1.CreateRateCardResponse.rate_card:type_name -> gpubill.pricing.v1.RateCard
 	4,  // 12: gpubill.pricing.v1.ListRateCardsResponse.rate_cards:type_name -> gpubill.pricing.v1.RateCard
 	4,  // 13: gpubill.pricing.v1.GetRateCardResponse.rate_card:type_name -> gpubill.pricing.v1.RateCard
-	14, // 14: gpubill.pricing.v1.CreateQuoteRequest.start_time:type_name -> google.protobuf.Timestamp
+	18, // 14: gpubill.pricing.v1.CreateQuoteRequest.start_time:type_name -> google.protobuf.Timestamp
 	12, // 15: gpubill.pricing.v1.CreateQuoteResponse.lines:type_name -> gpubill.pricing.v1.QuoteLine
-	5,  // 16: gpubill.pricing.v1.PricingService.CreateRateCard:input_type -> gpubill.pricing.v1.CreateRateCardRequest
-	7,  // 17: gpubill.pricing.v1.PricingService.ListRateCards:input_type -> gpubill.pricing.v1.ListRateCardsRequest
-	9,  // 18: gpubill.pricing.v1.PricingService.GetRateCard:input_type -> gpubill.pricing.v1.GetRateCardRequest
-	11, // 19: gpubill.pricing.v1.PricingService.CreateQuote:input_type -> gpubill.pricing.v1.CreateQuoteRequest
-	6,  // 20: gpubill.pricing.v1.PricingService.CreateRateCard:output_type -> gpubill.pricing.v1.CreateRateCardResponse
-	8,  // 21: gpubill.pricing.v1.PricingService.ListRateCards:output_type -> gpubill.pricing.v1.ListRateCardsResponse
-	10, // 22: gpubill.pricing.v1.PricingService.GetRateCard:output_type -> gpubill.pricing.v1.GetRateCardResponse
-	13, // 23: gpubill.pricing.v1.PricingService.CreateQuote:output_type -> gpubill.pricing.v1.CreateQuoteResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 16: gpubill.pricing.v1.ExplainChargesResponse.lines:type_name -> gpubill.pricing.v1.ExplainedLine
+	17, // 17: gpubill.pricing.v1.ExplainChargesResponse.totals:type_name -> gpubill.pricing.v1.ExplainChargesResponse.TotalsEntry
+	5,  // 18: gpubill.pricing.v1.PricingService.CreateRateCard:input_type -> gpubill.pricing.v1.CreateRateCardRequest
+	7,  // 19: gpubill.pricing.v1.PricingService.ListRateCards:input_type -> gpubill.pricing.v1.ListRateCardsRequest
+	9,  // 20: gpubill.pricing.v1.PricingService.GetRateCard:input_type -> gpubill.pricing.v1.GetRateCardRequest
+	11, // 21: gpubill.pricing.v1.PricingService.CreateQuote:input_type -> gpubill.pricing.v1.CreateQuoteRequest
+	14, // 22: gpubill.pricing.v1.PricingService.ExplainCharges:input_type -> gpubill.pricing.v1.ExplainChargesRequest
+	6,  // 23: gpubill.pricing.v1.PricingService.CreateRateCard:output_type -> gpubill.pricing.v1.CreateRateCardResponse
+	8,  // 24: gpubill.pricing.v1.PricingService.ListRateCards:output_type -> gpubill.pricing.v1.ListRateCardsResponse
+	10, // 25: gpubill.pricing.v1.PricingService.GetRateCard:output_type -> gpubill.pricing.v1.GetRateCardResponse
+	13, // 26: gpubill.pricing.v1.PricingService.CreateQuote:output_type -> gpubill.pricing.v1.CreateQuoteResponse
+	16, // 27: gpubill.pricing.v1.PricingService.ExplainCharges:output_type -> gpubill.pricing.v1.ExplainChargesResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_pricing_v1_pricing_proto_init() }
@@ -1183,7 +1446,7 @@ func file_gpubill_pricing_v1_pricing_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_pricing_v1_pricing_proto_rawDesc), len(file_gpubill_pricing_v1_pricing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	PricingService_ListRateCards_FullMethodName  = "/gpubill.pricing.v1.PricingService/ListRateCards"
 	PricingService_GetRateCard_FullMethodName    = "/gpubill.pricing.v1.PricingService/GetRateCard"
 	PricingService_CreateQuote_FullMethodName    = "/gpubill.pricing.v1.PricingService/CreateQuote"
+	PricingService_ExplainCharges_FullMethodName = "/gpubill.pricing.v1.PricingService/ExplainCharges"
 )
 
 // PricingServiceClient is the client API for PricingService service.
@@ -44,6 +45,10 @@ type PricingServiceClient interface {
 	// The earnings calculator: renter price, commission, tax withheld and
 	// provider net for a GPU model, count, hours, start time and provider tier.
 	CreateQuote(ctx context.Context, in *CreateQuoteRequest, opts ...grpc.CallOption) (*CreateQuoteResponse, error)
+	// Internal (the ledger's invoices): what the given charges consist of,
+	// summed per kind, GPU model, time band and volume tier, with the total of
+	// their rounded amounts (what the ledger posted for them) to check against.
+	ExplainCharges(ctx context.Context, in *ExplainChargesRequest, opts ...grpc.CallOption) (*ExplainChargesResponse, error)
 }
 
 type pricingServiceClient struct {
@@ -94,6 +99,16 @@ func (c *pricingServiceClient) CreateQuote(ctx context.Context, in *CreateQuoteR
 	return out, nil
 }
 
+func (c *pricingServiceClient) ExplainCharges(ctx context.Context, in *ExplainChargesRequest, opts ...grpc.CallOption) (*ExplainChargesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainChargesResponse)
+	err := c.cc.Invoke(ctx, PricingService_ExplainCharges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PricingServiceServer is the server API for PricingService service.
 // All implementations must embed UnimplementedPricingServiceServer
 // for forward compatibility.
@@ -109,6 +124,10 @@ type PricingServiceServer interface {
 	// The earnings calculator: renter price, commission, tax withheld and
 	// provider net for a GPU model, count, hours, start time and provider tier.
 	CreateQuote(context.Context, *CreateQuoteRequest) (*CreateQuoteResponse, error)
+	// Internal (the ledger's invoices): what the given charges consist of,
+	// summed per kind, GPU model, time band and volume tier, with the total of
+	// their rounded amounts (what the ledger posted for them) to check against.
+	ExplainCharges(context.Context, *ExplainChargesRequest) (*ExplainChargesResponse, error)
 	mustEmbedUnimplementedPricingServiceServer()
 }
 
@@ -130,6 +149,9 @@ func (UnimplementedPricingServiceServer) GetRateCard(context.Context, *GetRateCa
 }
 func (UnimplementedPricingServiceServer) CreateQuote(context.Context, *CreateQuoteRequest) (*CreateQuoteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateQuote not implemented")
+}
+func (UnimplementedPricingServiceServer) ExplainCharges(context.Context, *ExplainChargesRequest) (*ExplainChargesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainCharges not implemented")
 }
 func (UnimplementedPricingServiceServer) mustEmbedUnimplementedPricingServiceServer() {}
 func (UnimplementedPricingServiceServer) testEmbeddedByValue()                        {}
@@ -224,6 +246,24 @@ func _PricingService_CreateQuote_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PricingService_ExplainCharges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainChargesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PricingServiceServer).ExplainCharges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PricingService_ExplainCharges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PricingServiceServer).ExplainCharges(ctx, req.(*ExplainChargesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PricingService_ServiceDesc is the grpc.ServiceDesc for PricingService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +286,10 @@ var PricingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateQuote",
 			Handler:    _PricingService_CreateQuote_Handler,
+		},
+		{
+			MethodName: "ExplainCharges",
+			Handler:    _PricingService_ExplainCharges_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

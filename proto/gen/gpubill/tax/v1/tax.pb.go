@@ -1620,6 +1620,176 @@ func (x *RemitTaxResponse) GetLines() []*RemittanceReportLine {
 	return nil
 }
 
+// A withholding computed as settlement would compute it, recorded nowhere
+// (quotes).
+type QuoteWithholdingRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Currency       string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Gross          string                 `protobuf:"bytes,2,opt,name=gross,proto3" json:"gross,omitempty"`                                         // in the currency's minor unit
+	CommissionRate string                 `protobuf:"bytes,3,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"` // decimal fraction
+	TaxProfile     string                 `protobuf:"bytes,4,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`             // individual | enterprise; "" = individual
+	Jurisdiction   string                 `protobuf:"bytes,5,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                           // "" = CN
+	UsageEnd       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=usage_end,json=usageEnd,proto3" json:"usage_end,omitempty"`                   // the rule in force at the end of this usage's cycle applies
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *QuoteWithholdingRequest) Reset() {
+	*x = QuoteWithholdingRequest{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuoteWithholdingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuoteWithholdingRequest) ProtoMessage() {}
+
+func (x *QuoteWithholdingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuoteWithholdingRequest.ProtoReflect.Descriptor instead.
+func (*QuoteWithholdingRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QuoteWithholdingRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingRequest) GetGross() string {
+	if x != nil {
+		return x.Gross
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingRequest) GetCommissionRate() string {
+	if x != nil {
+		return x.CommissionRate
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingRequest) GetTaxProfile() string {
+	if x != nil {
+		return x.TaxProfile
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingRequest) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingRequest) GetUsageEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UsageEnd
+	}
+	return nil
+}
+
+type QuoteWithholdingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commission    string                 `protobuf:"bytes,1,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld   string                 `protobuf:"bytes,2,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net           string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
+	RuleSet       string                 `protobuf:"bytes,4,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	RuleVersion   string                 `protobuf:"bytes,5,opt,name=rule_version,json=ruleVersion,proto3" json:"rule_version,omitempty"`
+	Currency      string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuoteWithholdingResponse) Reset() {
+	*x = QuoteWithholdingResponse{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuoteWithholdingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuoteWithholdingResponse) ProtoMessage() {}
+
+func (x *QuoteWithholdingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuoteWithholdingResponse.ProtoReflect.Descriptor instead.
+func (*QuoteWithholdingResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QuoteWithholdingResponse) GetCommission() string {
+	if x != nil {
+		return x.Commission
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetTaxWithheld() string {
+	if x != nil {
+		return x.TaxWithheld
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetRuleSet() string {
+	if x != nil {
+		return x.RuleSet
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetRuleVersion() string {
+	if x != nil {
+		return x.RuleVersion
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
 var File_gpubill_tax_v1_tax_proto protoreflect.FileDescriptor
 
 const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
@@ -1785,12 +1955,30 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
-	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines2\x9e\b\n" +
+	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\"\xf2\x01\n" +
+	"\x17QuoteWithholdingRequest\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
+	"\x05gross\x18\x02 \x01(\tR\x05gross\x12'\n" +
+	"\x0fcommission_rate\x18\x03 \x01(\tR\x0ecommissionRate\x12\x1f\n" +
+	"\vtax_profile\x18\x04 \x01(\tR\n" +
+	"taxProfile\x12\"\n" +
+	"\fjurisdiction\x18\x05 \x01(\tR\fjurisdiction\x127\n" +
+	"\tusage_end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\busageEnd\"\xc9\x01\n" +
+	"\x18QuoteWithholdingResponse\x12\x1e\n" +
+	"\n" +
+	"commission\x18\x01 \x01(\tR\n" +
+	"commission\x12!\n" +
+	"\ftax_withheld\x18\x02 \x01(\tR\vtaxWithheld\x12\x10\n" +
+	"\x03net\x18\x03 \x01(\tR\x03net\x12\x19\n" +
+	"\brule_set\x18\x04 \x01(\tR\aruleSet\x12!\n" +
+	"\frule_version\x18\x05 \x01(\tR\vruleVersion\x12\x1a\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency2\xb6\t\n" +
 	"\n" +
 	"TaxService\x12\xa4\x01\n" +
 	"\x13ListTaxWithholdings\x12*.gpubill.tax.v1.ListTaxWithholdingsRequest\x1a+.gpubill.tax.v1.ListTaxWithholdingsResponse\"4\x82\xd3\xe4\x93\x02.\x12,/v1/providers/{provider_id}/tax-withholdings\x12\xda\x01\n" +
 	"\x19GetWithholdingCertificate\x120.gpubill.tax.v1.GetWithholdingCertificateRequest\x1a1.gpubill.tax.v1.GetWithholdingCertificateResponse\"X\x82\xd3\xe4\x93\x02Rb\vcertificate\x12C/v1/providers/{provider_id}/tax-withholdings/{cycle_id}/certificate\x12\x9d\x01\n" +
-	"\x12ComputeWithholding\x12).gpubill.tax.v1.ComputeWithholdingRequest\x1a*.gpubill.tax.v1.ComputeWithholdingResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/internal/tax/withholdings:compute\x12p\n" +
+	"\x12ComputeWithholding\x12).gpubill.tax.v1.ComputeWithholdingRequest\x1a*.gpubill.tax.v1.ComputeWithholdingResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/internal/tax/withholdings:compute\x12\x95\x01\n" +
+	"\x10QuoteWithholding\x12'.gpubill.tax.v1.QuoteWithholdingRequest\x1a(.gpubill.tax.v1.QuoteWithholdingResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/internal/tax/withholdings:quote\x12p\n" +
 	"\fListTaxRules\x12#.gpubill.tax.v1.ListTaxRulesRequest\x1a$.gpubill.tax.v1.ListTaxRulesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/tax-rules\x12\x89\x01\n" +
 	"\x10SetRuleSelection\x12'.gpubill.tax.v1.SetRuleSelectionRequest\x1a(.gpubill.tax.v1.SetRuleSelectionResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tax-rule-selections\x12m\n" +
 	"\bRemitTax\x12\x1f.gpubill.tax.v1.RemitTaxRequest\x1a .gpubill.tax.v1.RemitTaxResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/tax-remittances\x12\x7f\n" +
@@ -1808,7 +1996,7 @@ func file_gpubill_tax_v1_tax_proto_rawDescGZIP() []byte {
 	return file_gpubill_tax_v1_tax_proto_rawDescData
 }
 
-var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*TaxWithholding)(nil),                    // 0: gpubill.tax.v1.TaxWithholding
 	(*WithholdingCertificate)(nil),            // 1: gpubill.tax.v1.WithholdingCertificate
@@ -1830,41 +2018,46 @@ var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*RemitTaxRequest)(nil),                   // 17: gpubill.tax.v1.RemitTaxRequest
 	(*RemittanceReportLine)(nil),              // 18: gpubill.tax.v1.RemittanceReportLine
 	(*RemitTaxResponse)(nil),                  // 19: gpubill.tax.v1.RemitTaxResponse
-	(*timestamppb.Timestamp)(nil),             // 20: google.protobuf.Timestamp
+	(*QuoteWithholdingRequest)(nil),           // 20: gpubill.tax.v1.QuoteWithholdingRequest
+	(*QuoteWithholdingResponse)(nil),          // 21: gpubill.tax.v1.QuoteWithholdingResponse
+	(*timestamppb.Timestamp)(nil),             // 22: google.protobuf.Timestamp
 }
 var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
-	20, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
-	20, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	20, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
-	20, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
+	22, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
+	22, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	22, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
+	22, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.tax.v1.TaxRule.brackets:type_name -> gpubill.tax.v1.TaxBracket
-	20, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
-	20, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
+	22, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
+	22, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
 	1,  // 8: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
 	3,  // 9: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
 	4,  // 10: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
 	4,  // 11: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
 	18, // 12: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
-	5,  // 13: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 14: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 15: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	11, // 16: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	15, // 17: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
-	17, // 18: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
-	13, // 19: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 20: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 21: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 22: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	12, // 23: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	16, // 24: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
-	19, // 25: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
-	14, // 26: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 13: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
+	5,  // 14: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 15: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 16: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	20, // 17: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
+	11, // 18: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 19: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 20: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 21: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	6,  // 22: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 23: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 24: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	21, // 25: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
+	12, // 26: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 27: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 28: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 29: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }
@@ -1878,7 +2071,7 @@ func file_gpubill_tax_v1_tax_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_tax_v1_tax_proto_rawDesc), len(file_gpubill_tax_v1_tax_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

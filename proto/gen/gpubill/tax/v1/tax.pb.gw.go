@@ -170,6 +170,33 @@ func local_request_TaxService_ComputeWithholding_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
+func request_TaxService_QuoteWithholding_0(ctx context.Context, marshaler runtime.Marshaler, client TaxServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QuoteWithholdingRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.QuoteWithholding(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_TaxService_QuoteWithholding_0(ctx context.Context, marshaler runtime.Marshaler, server TaxServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QuoteWithholdingRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.QuoteWithholding(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_TaxService_ListTaxRules_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_TaxService_ListTaxRules_0(ctx context.Context, marshaler runtime.Marshaler, client TaxServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -360,6 +387,26 @@ func RegisterTaxServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_TaxService_ComputeWithholding_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaxService_QuoteWithholding_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.tax.v1.TaxService/QuoteWithholding", runtime.WithHTTPPathPattern("/v1/internal/tax/withholdings:quote"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_TaxService_QuoteWithholding_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaxService_QuoteWithholding_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_TaxService_ListTaxRules_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -531,6 +578,23 @@ func RegisterTaxServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_TaxService_ComputeWithholding_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaxService_QuoteWithholding_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.tax.v1.TaxService/QuoteWithholding", runtime.WithHTTPPathPattern("/v1/internal/tax/withholdings:quote"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_TaxService_QuoteWithholding_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaxService_QuoteWithholding_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_TaxService_ListTaxRules_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -615,6 +679,7 @@ var (
 	pattern_TaxService_ListTaxWithholdings_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "tax-withholdings"}, ""))
 	pattern_TaxService_GetWithholdingCertificate_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "tax-withholdings", "cycle_id", "certificate"}, ""))
 	pattern_TaxService_ComputeWithholding_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "internal", "tax", "withholdings"}, "compute"))
+	pattern_TaxService_QuoteWithholding_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "internal", "tax", "withholdings"}, "quote"))
 	pattern_TaxService_ListTaxRules_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tax-rules"}, ""))
 	pattern_TaxService_SetRuleSelection_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tax-rule-selections"}, ""))
 	pattern_TaxService_RemitTax_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tax-remittances"}, ""))
@@ -625,6 +690,7 @@ var (
 	forward_TaxService_ListTaxWithholdings_0       = runtime.ForwardResponseMessage
 	forward_TaxService_GetWithholdingCertificate_0 = runtime.ForwardResponseMessage
 	forward_TaxService_ComputeWithholding_0        = runtime.ForwardResponseMessage
+	forward_TaxService_QuoteWithholding_0          = runtime.ForwardResponseMessage
 	forward_TaxService_ListTaxRules_0              = runtime.ForwardResponseMessage
 	forward_TaxService_SetRuleSelection_0          = runtime.ForwardResponseMessage
 	forward_TaxService_RemitTax_0                  = runtime.ForwardResponseMessage

@@ -25,6 +25,7 @@ const (
 	TaxService_ListTaxWithholdings_FullMethodName       = "/gpubill.tax.v1.TaxService/ListTaxWithholdings"
 	TaxService_GetWithholdingCertificate_FullMethodName = "/gpubill.tax.v1.TaxService/GetWithholdingCertificate"
 	TaxService_ComputeWithholding_FullMethodName        = "/gpubill.tax.v1.TaxService/ComputeWithholding"
+	TaxService_QuoteWithholding_FullMethodName          = "/gpubill.tax.v1.TaxService/QuoteWithholding"
 	TaxService_ListTaxRules_FullMethodName              = "/gpubill.tax.v1.TaxService/ListTaxRules"
 	TaxService_SetRuleSelection_FullMethodName          = "/gpubill.tax.v1.TaxService/SetRuleSelection"
 	TaxService_RemitTax_FullMethodName                  = "/gpubill.tax.v1.TaxService/RemitTax"
@@ -44,6 +45,10 @@ type TaxServiceClient interface {
 	// Internal (settlement workflows): computes and records the withholding of
 	// a provider for a cycle. Idempotent on idempotency_key.
 	ComputeWithholding(ctx context.Context, in *ComputeWithholdingRequest, opts ...grpc.CallOption) (*ComputeWithholdingResponse, error)
+	// Internal (pricing's quotes): the split settlement would make of a gross
+	// amount (commission at the given rate, tax by the rule in force at the end
+	// of the usage's cycle for the jurisdiction), recorded nowhere.
+	QuoteWithholding(ctx context.Context, in *QuoteWithholdingRequest, opts ...grpc.CallOption) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(ctx context.Context, in *ListTaxRulesRequest, opts ...grpc.CallOption) (*ListTaxRulesResponse, error)
 	// Selects the rule set for a jurisdiction, or for one provider (overrides
@@ -90,6 +95,16 @@ func (c *taxServiceClient) ComputeWithholding(ctx context.Context, in *ComputeWi
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ComputeWithholdingResponse)
 	err := c.cc.Invoke(ctx, TaxService_ComputeWithholding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taxServiceClient) QuoteWithholding(ctx context.Context, in *QuoteWithholdingRequest, opts ...grpc.CallOption) (*QuoteWithholdingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuoteWithholdingResponse)
+	err := c.cc.Invoke(ctx, TaxService_QuoteWithholding_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +164,10 @@ type TaxServiceServer interface {
 	// Internal (settlement workflows): computes and records the withholding of
 	// a provider for a cycle. Idempotent on idempotency_key.
 	ComputeWithholding(context.Context, *ComputeWithholdingRequest) (*ComputeWithholdingResponse, error)
+	// Internal (pricing's quotes): the split settlement would make of a gross
+	// amount (commission at the given rate, tax by the rule in force at the end
+	// of the usage's cycle for the jurisdiction), recorded nowhere.
+	QuoteWithholding(context.Context, *QuoteWithholdingRequest) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error)
 	// Selects the rule set for a jurisdiction, or for one provider (overrides
@@ -179,6 +198,9 @@ func (UnimplementedTaxServiceServer) GetWithholdingCertificate(context.Context, 
 }
 func (UnimplementedTaxServiceServer) ComputeWithholding(context.Context, *ComputeWithholdingRequest) (*ComputeWithholdingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ComputeWithholding not implemented")
+}
+func (UnimplementedTaxServiceServer) QuoteWithholding(context.Context, *QuoteWithholdingRequest) (*QuoteWithholdingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QuoteWithholding not implemented")
 }
 func (UnimplementedTaxServiceServer) ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTaxRules not implemented")
@@ -263,6 +285,24 @@ func _TaxService_ComputeWithholding_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TaxServiceServer).ComputeWithholding(ctx, req.(*ComputeWithholdingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaxService_QuoteWithholding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuoteWithholdingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaxServiceServer).QuoteWithholding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaxService_QuoteWithholding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaxServiceServer).QuoteWithholding(ctx, req.(*QuoteWithholdingRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -357,6 +397,10 @@ var TaxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ComputeWithholding",
 			Handler:    _TaxService_ComputeWithholding_Handler,
+		},
+		{
+			MethodName: "QuoteWithholding",
+			Handler:    _TaxService_QuoteWithholding_Handler,
 		},
 		{
 			MethodName: "ListTaxRules",

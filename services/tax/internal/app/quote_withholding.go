@@ -1,0 +1,62 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
+)
+
+// QuoteRequest asks how settlement would split a gross amount.
+type QuoteRequest struct {
+	Currency, Gross, CommissionRate string
+	TaxProfile, Jurisdiction        string // "" = individual / DefaultJurisdiction
+	UsageEnd                        time.Time
+}
+
+// QuoteWithholding splits gross with the commission rate given and the
+// withholding rule settlement would apply to this usage: the rule selected
+// for the jurisdiction (else the default) in force at the end of the cycle
+// the usage accrues to, which is when ComputeWithholding picks its rule.
+// Nothing is recorded; the answer is a Withholding without ids.
+func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.Withholding, error) {
+	var v apperr.Validator
+	cur, err := money.Lookup(r.Currency)
+	v.Check(err == nil, "currency", "%v", err)
+	profile, jurisdiction := domain.Taxpayer(r.TaxProfile, r.Jurisdiction, nil)
+	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
+		v.Add("jurisdiction", "%v", err)
+	}
+	v.Check(profile == split.ProfileIndividual || profile == split.ProfileEnterprise, "tax_profile", "%q is not one of individual, enterprise", r.TaxProfile)
+	rate, rerr := money.ParseDecimal(r.CommissionRate)
+	v.Check(rerr == nil && !rate.IsNegative() && rate.LessThanOrEqual(decimal.NewFromInt(1)), "commission_rate", "want a decimal fraction in 0..1")
+	v.Check(!r.UsageEnd.IsZero(), "usage_end", "required")
+	if err := v.Err(); err != nil {
+		return domain.Withholding{}, err
+	}
+	gross, err := cur.Parse(r.Gross)
+	if err != nil || gross.IsNegative() {
+		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+	}
+	cy := a.Calendar.ForUsageEnd(r.UsageEnd)
+	version, err := a.Store.RuleAt(ctx, "", "", jurisdiction, cy.End.Add(-1))
+	if err != nil {
+		return domain.Withholding{}, err
+	}
+	rule, err := split.RuleFor(version.RuleSet)
+	if err != nil {
+		return domain.Withholding{}, err
+	}
+	w := domain.Withholding{CycleID: cy.ID, Currency: cur.Code, Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction,
+		RuleSet: version.RuleSet, RuleVersion: version.Version}
+	if err := w.SplitByRate(cur, rate, rule); err != nil {
+		return domain.Withholding{}, apperr.Invalid("gross", "%v", err)
+	}
+	return w, w.Check()
+}
