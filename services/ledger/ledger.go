@@ -72,7 +72,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 	}
-	a := app.New(store{postgres.NewStore(d.Pool)}, d.Clock, d.Calendar, d.Log)
+	a := app.New(postgres.NewStore(d.Pool), d.Clock, d.Calendar, d.Log)
 	d.Log, d.Clock = a.Log, a.Clock
 	now := func() time.Time { return a.Clock.Now().UTC() }
 	reports := newReports(d.Pool, now)

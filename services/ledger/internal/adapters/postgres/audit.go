@@ -3,10 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -34,15 +34,6 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 	return br.Close()
 }
 
-// AuditFilter selects audit events (app.AuditFilter).
-type AuditFilter struct {
-	Actor    string
-	Method   string // full method, or its last part
-	From, To *time.Time
-	Limit    int
-	Before   int64 // seq below this; 0 = from the newest
-}
-
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -51,7 +42,7 @@ func nonNil(s []string) []string {
 }
 
 // ListAuditEvents answers newest first, at most f.Limit.
-func (s *Store) ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.StoredAuditEvent, error) {
+func (s *Store) ListAuditEvents(ctx context.Context, f app.AuditFilter) ([]domain.StoredAuditEvent, error) {
 	rows, err := s.Pool.Query(ctx, `select seq, event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr, stored_at
 		from ledger.audit_events
 		where ($1 = '' or actor = $1)

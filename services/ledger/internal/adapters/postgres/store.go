@@ -1,5 +1,5 @@
-// Package postgres is the ledger's Postgres adapter: what app.Store and
-// app.Tx need (services/ledger/store.go binds them) — the batched journal writer, the cycle locks, the inbox and
+// Package postgres is the ledger's Postgres adapter: it implements app.Store
+// and app.Tx — the batched journal writer, the cycle locks, the inbox and
 // outbox of a write, and the read queries. Every write path goes through
 // Tx.Post, which costs a fixed number of statements per batch whatever its
 // size.
@@ -21,6 +21,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -56,8 +57,13 @@ func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{Pool: pool, known: map[string]struct{}{}}
 }
 
-// InTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
-func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+var (
+	_ app.Store = (*Store)(nil)
+	_ app.Tx    = (*Tx)(nil)
+)
+
+// WithTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
 	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{s: s, tx: tx}) })
 }
 
