@@ -23,18 +23,14 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/iso20022"
-	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
@@ -185,7 +181,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			return nil, err
 		}
 	}
-	st := &adapters.Store{Pool: d.Pool, Event: statusChangedEvent}
+	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent}
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
@@ -207,21 +203,6 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
-}
-
-// statusChangedEvent is payout.status_changed.{provider}, one per change
-// (id: payout id and version).
-func statusChangedEvent(p domain.Payout, from string, c domain.Change) (outbox.Message, error) {
-	net := p.Net.String()
-	if cur, err := money.Lookup(p.Currency); err == nil {
-		net = cur.Format(p.Net)
-	}
-	b, err := proto.Marshal(&eventsv1.PayoutStatusChanged{PayoutId: p.ID, ProviderId: p.ProviderID, FromStatus: from, Status: c.Status,
-		Note: c.Note, Net: net, Currency: p.Currency, FailureCode: p.FailureCode, At: timestamppb.New(c.At), Version: p.Version})
-	if err != nil {
-		return outbox.Message{}, err
-	}
-	return outbox.Message{ID: fmt.Sprintf("payout-%s-v%d", p.ID, p.Version), Subject: "payout.status_changed." + p.ProviderID, Payload: b}, nil
 }
 
 // Name implements svc.Service.
