@@ -17,7 +17,6 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/ports"
@@ -71,8 +70,8 @@ func holdReq(cycle, provider string) *settlementv1.HoldProviderRequest {
 	return &settlementv1.HoldProviderRequest{CycleId: cycle, ProviderId: provider, Reason: "dispute"}
 }
 
-func holdRow(cycle, provider string, held bool) adapters.Hold {
-	return adapters.Hold{CycleID: cycle, ProviderID: provider, Held: held, UpdatedAt: time.Now()}
+func holdRow(cycle, provider string, held bool) domain.Hold {
+	return domain.Hold{CycleID: cycle, ProviderID: provider, Held: held, UpdatedAt: time.Now()}
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -22,7 +22,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
@@ -403,7 +402,7 @@ func TestCycleTimerThenCloseSettlesEveryProvider(t *testing.T) {
 		{"p-00003", "CNY", "standard", "258.33", "155.00", "620.00"},
 		{"p-00004", "CNY", "pro", "206.67", "165.33", "661.33"},
 	}
-	wantTotals := map[string]adapters.Total{}
+	wantTotals := map[string]domain.Total{}
 	for _, tt := range tests {
 		var tier string
 		var commission, tax, net decimal.Decimal

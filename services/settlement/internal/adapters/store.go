@@ -25,15 +25,8 @@ const Schema = "settlement"
 // Store reads and writes settlement's tables.
 type Store struct{ Pool *pgxpool.Pool }
 
-// ProviderTier is one row of the tier read model.
-type ProviderTier struct {
-	ProviderID string
-	Tier       string
-	Version    int64
-}
-
 // UpsertTiers applies party updates (newer versions win) inside tx.
-func (s *Store) UpsertTiers(ctx context.Context, tx pgx.Tx, rows []ProviderTier) error {
+func (s *Store) UpsertTiers(ctx context.Context, tx pgx.Tx, rows []domain.ProviderTier) error {
 	for _, r := range rows {
 		if _, err := tx.Exec(ctx, `insert into settlement.providers (provider_id, tier, version, updated_at)
 			values ($1, $2, $3, now())
@@ -90,15 +83,8 @@ func (s *Store) CycleStatus(ctx context.Context, cycle string) (status string, s
 	return status, snapshotDone, err
 }
 
-// Balance is one provider's gross in one currency at close.
-type Balance struct {
-	ProviderID string
-	Currency   string
-	Amount     decimal.Decimal
-}
-
 // SnapshotBalances records gross rows (idempotently: the first snapshot wins).
-func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []Balance) error {
+func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -162,18 +148,11 @@ func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) 
 	return err
 }
 
-// PreparedItem is a provider's row in one currency.
-type PreparedItem struct {
-	Currency string
-	Gross    decimal.Decimal
-	Status   string
-}
-
 // Prepare reads a provider's hold, tier and rows, and marks the rows held
 // or back to pending to match the hold: one statement, one round trip (the
 // update runs in a data-modifying WITH; the select computes the statuses it
 // writes, since it reads the snapshot from before the update).
-func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []PreparedItem, err error) {
+func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error) {
 	rows, err := s.Pool.Query(ctx, `with hold as (
 			select coalesce((select held from settlement.holds where cycle_id = $1 and provider_id = $2), false) as held),
 		marked as (
@@ -195,7 +174,7 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool,
 	)
 	_, err = pgx.ForEachRow(rows, []any{&held, &tier, &currency, &gross, &status}, func() error {
 		if currency != nil {
-			items = append(items, PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
+			items = append(items, domain.PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
 		}
 		return nil
 	})
@@ -205,19 +184,9 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool,
 	return held, tier, items, nil
 }
 
-// Settled is what Finalize records for one provider, cycle and currency.
-type Settled struct {
-	CycleID, ProviderID, Tier string
-	Split                     domain.Split
-	RuleSet, RuleVersion      string
-	WithholdingID             string
-	TransactionID, SweepID    string
-	Lines                     []domain.Line
-}
-
 // Finalize marks a row settled with its split (once) and, in the same
 // statement, queues msg in settlement's outbox.
-func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msg outbox.Message) error {
+func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time, msg outbox.Message) error {
 	if err := msg.Check(); err != nil {
 		return err
 	}
@@ -246,50 +215,34 @@ func (s *Store) Finalize(ctx context.Context, st Settled, now time.Time, msg out
 	return nil
 }
 
-// Total is a cycle's total in one currency.
-type Total struct {
-	Currency                    string
-	Gross, Commission, Tax, Net decimal.Decimal
-	Providers                   int
-}
-
-// Cycle is a cycle row with its totals.
-type Cycle struct {
-	ID                         string
-	Status                     string
-	StartsAt, EndsAt, ClosesAt time.Time
-	ClosedAt, SettledAt        *time.Time
-	Totals                     []Total
-}
-
 const cycleCols = `cycle_id, status, starts_at, ends_at, closes_at, closed_at, settled_at`
 
-func scanCycle(r pgx.CollectableRow) (Cycle, error) {
-	var c Cycle
+func scanCycle(r pgx.CollectableRow) (domain.Cycle, error) {
+	var c domain.Cycle
 	return c, r.Scan(&c.ID, &c.Status, &c.StartsAt, &c.EndsAt, &c.ClosesAt, &c.ClosedAt, &c.SettledAt)
 }
 
 // GetCycle returns a cycle with its totals, or ErrNotFound.
-func (s *Store) GetCycle(ctx context.Context, id string) (Cycle, error) {
+func (s *Store) GetCycle(ctx context.Context, id string) (domain.Cycle, error) {
 	rows, err := s.Pool.Query(ctx, `select `+cycleCols+` from settlement.cycles where cycle_id = $1`, id)
 	if err != nil {
-		return Cycle{}, err
+		return domain.Cycle{}, err
 	}
 	c, err := pgx.CollectExactlyOneRow(rows, scanCycle)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Cycle{}, fmt.Errorf("cycle %s: %w", id, apperr.ErrNotFound)
+		return domain.Cycle{}, fmt.Errorf("cycle %s: %w", id, apperr.ErrNotFound)
 	}
 	if err != nil {
-		return Cycle{}, err
+		return domain.Cycle{}, err
 	}
-	if err := s.totals(ctx, []*Cycle{&c}); err != nil {
-		return Cycle{}, err
+	if err := s.totals(ctx, []*domain.Cycle{&c}); err != nil {
+		return domain.Cycle{}, err
 	}
 	return c, nil
 }
 
 // ListCycles lists cycles newest first, optionally by status, before a cycle id.
-func (s *Store) ListCycles(ctx context.Context, status, before string, limit int) ([]Cycle, error) {
+func (s *Store) ListCycles(ctx context.Context, status, before string, limit int) ([]domain.Cycle, error) {
 	rows, err := s.Pool.Query(ctx, `select `+cycleCols+` from settlement.cycles
 		where ($1 = '' or status = $1) and ($2 = '' or cycle_id < $2) order by cycle_id desc limit $3`, status, before, limit)
 	if err != nil {
@@ -299,7 +252,7 @@ func (s *Store) ListCycles(ctx context.Context, status, before string, limit int
 	if err != nil {
 		return nil, err
 	}
-	ptrs := make([]*Cycle, len(cs))
+	ptrs := make([]*domain.Cycle, len(cs))
 	for i := range cs {
 		ptrs[i] = &cs[i]
 	}
@@ -308,12 +261,12 @@ func (s *Store) ListCycles(ctx context.Context, status, before string, limit int
 
 // totals sums each cycle's settled rows per currency (gross and providers
 // count every row, settled or still to settle).
-func (s *Store) totals(ctx context.Context, cs []*Cycle) error {
+func (s *Store) totals(ctx context.Context, cs []*domain.Cycle) error {
 	if len(cs) == 0 {
 		return nil
 	}
 	ids := make([]string, len(cs))
-	byID := make(map[string]*Cycle, len(cs))
+	byID := make(map[string]*domain.Cycle, len(cs))
 	for i, c := range cs {
 		ids[i] = c.ID
 		byID[c.ID] = c
@@ -327,7 +280,7 @@ func (s *Store) totals(ctx context.Context, cs []*Cycle) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var t Total
+		var t domain.Total
 		if err := rows.Scan(&id, &t.Currency, &t.Gross, &t.Commission, &t.Tax, &t.Net, &t.Providers); err != nil {
 			return err
 		}
@@ -336,17 +289,9 @@ func (s *Store) totals(ctx context.Context, cs []*Cycle) error {
 	return rows.Err()
 }
 
-// Hold is a provider's hold in a cycle.
-type Hold struct {
-	CycleID, ProviderID string
-	Held                bool
-	Reason              string
-	UpdatedAt           time.Time
-}
-
 // SetHold holds or releases a provider in a cycle. Holding a provider
 // already settled in the cycle is refused.
-func (s *Store) SetHold(ctx context.Context, h Hold) error {
+func (s *Store) SetHold(ctx context.Context, h domain.Hold) error {
 	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if h.Held {
 			var settled bool
@@ -366,14 +311,8 @@ func (s *Store) SetHold(ctx context.Context, h Hold) error {
 	})
 }
 
-// Statement is a settled row.
-type Statement struct {
-	Settled
-	CreatedAt time.Time
-}
-
 // ListStatements lists a provider's settled rows, newest cycle first.
-func (s *Store) ListStatements(ctx context.Context, provider, cycle, before string, limit int) ([]Statement, error) {
+func (s *Store) ListStatements(ctx context.Context, provider, cycle, before string, limit int) ([]domain.Statement, error) {
 	rows, err := s.Pool.Query(ctx, `select cycle_id, provider_id, tier, currency, gross, commission_rate, commission,
 			tax_withheld, net, jurisdiction, rule_set, rule_version, withholding_id, transaction_id,
 			sweep_transaction_id, lines, settled_at
@@ -383,8 +322,8 @@ func (s *Store) ListStatements(ctx context.Context, provider, cycle, before stri
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Statement, error) {
-		var st Statement
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Statement, error) {
+		var st domain.Statement
 		var lines []byte
 		sp := &st.Split
 		err := r.Scan(&st.CycleID, &st.ProviderID, &st.Tier, &sp.Currency, &sp.Gross, &sp.CommissionRate, &sp.Commission,

@@ -4,6 +4,7 @@ package domain
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -145,4 +146,65 @@ func SweepLegs(sp Split) []Leg {
 		{Account: AccountBankOperating, Direction: Debit, Amount: sp.Commission},
 		{Account: AccountBankClient, Direction: Credit, Amount: sp.Commission},
 	}
+}
+
+// ProviderTier is one row of the tier read model.
+type ProviderTier struct {
+	ProviderID string
+	Tier       string
+	Version    int64
+}
+
+// Balance is one provider's gross in one currency at close.
+type Balance struct {
+	ProviderID string
+	Currency   string
+	Amount     decimal.Decimal
+}
+
+// PreparedItem is a provider's row in one currency.
+type PreparedItem struct {
+	Currency string
+	Gross    decimal.Decimal
+	Status   string
+}
+
+// Settled is what Finalize records for one provider, cycle and currency.
+type Settled struct {
+	CycleID, ProviderID, Tier string
+	Split                     Split
+	RuleSet, RuleVersion      string
+	WithholdingID             string
+	TransactionID, SweepID    string
+	Lines                     []Line
+}
+
+// Total is a cycle's total in one currency.
+type Total struct {
+	Currency                    string
+	Gross, Commission, Tax, Net decimal.Decimal
+	Providers                   int
+}
+
+// Cycle is a cycle row with its totals.
+type Cycle struct {
+	ID                         string
+	Status                     string
+	StartsAt, EndsAt, ClosesAt time.Time
+	ClosedAt, SettledAt        *time.Time
+	Totals                     []Total
+}
+
+// Hold is a provider's hold in a cycle.
+type Hold struct {
+	CycleID, ProviderID string
+	Held                bool
+	Reason              string
+	UpdatedAt           time.Time
+}
+
+// Statement is a settled row.
+type Statement struct {
+	Settled
+	CreatedAt time.Time
 }

@@ -165,7 +165,7 @@ func (a *Activities) SnapshotCycle(ctx context.Context, cycleID string) (int, er
 		if err != nil {
 			return n, grpcErr("list cycle balances of "+cycleID, err)
 		}
-		rows := make([]adapters.Balance, 0, len(resp.Balances))
+		rows := make([]domain.Balance, 0, len(resp.Balances))
 		for _, b := range resp.Balances {
 			amt, err := money.ParseDecimal(b.Amount)
 			if err != nil {
@@ -174,7 +174,7 @@ func (a *Activities) SnapshotCycle(ctx context.Context, cycleID string) (int, er
 			if !amt.IsPositive() {
 				continue // nothing to settle; a negative pending balance is the ledger's to explain
 			}
-			rows = append(rows, adapters.Balance{ProviderID: b.ProviderId, Currency: b.Currency, Amount: amt})
+			rows = append(rows, domain.Balance{ProviderID: b.ProviderId, Currency: b.Currency, Amount: amt})
 		}
 		if err := a.Store.SnapshotBalances(ctx, cycleID, rows); err != nil {
 			return n, err
@@ -392,7 +392,7 @@ func (a *Activities) finalizeSettlement(ctx context.Context, in app.FinalizeInpu
 	if err != nil {
 		return err
 	}
-	return a.Store.Finalize(ctx, adapters.Settled{
+	return a.Store.Finalize(ctx, domain.Settled{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: in.Tier, Split: sp,
 		RuleSet: in.Tax.RuleSet, RuleVersion: in.Tax.RuleVersion, WithholdingID: in.Tax.WithholdingID,
 		TransactionID: in.TransactionID, SweepID: in.SweepID, Lines: lines,

@@ -68,7 +68,7 @@ func ts(t *time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(*t)
 }
 
-func toProtoCycle(c adapters.Cycle) *settlementv1.SettlementCycle {
+func toProtoCycle(c domain.Cycle) *settlementv1.SettlementCycle {
 	out := &settlementv1.SettlementCycle{
 		CycleId: c.ID, Status: c.Status, StartsAt: timestamppb.New(c.StartsAt), EndsAt: timestamppb.New(c.EndsAt),
 		ClosesAt: timestamppb.New(c.ClosesAt), ClosedAt: ts(c.ClosedAt), SettledAt: ts(c.SettledAt),
@@ -89,14 +89,14 @@ func toProtoCycle(c adapters.Cycle) *settlementv1.SettlementCycle {
 
 // cycle returns the cycle from settlement's tables, or the calendar's open
 // cycle when settlement has not recorded it yet.
-func (s *Server) cycle(ctx context.Context, id string) (adapters.Cycle, error) {
+func (s *Server) cycle(ctx context.Context, id string) (domain.Cycle, error) {
 	cy, err := s.Calendar.Parse(id)
 	if err != nil {
-		return adapters.Cycle{}, apperr.Invalid("cycle_id", "%v", err)
+		return domain.Cycle{}, apperr.Invalid("cycle_id", "%v", err)
 	}
 	c, err := s.Store.GetCycle(ctx, id)
 	if errors.Is(err, apperr.ErrNotFound) {
-		return adapters.Cycle{ID: cy.ID, Status: domain.CycleOpen, StartsAt: cy.Start, EndsAt: cy.End, ClosesAt: cy.Closes}, nil
+		return domain.Cycle{ID: cy.ID, Status: domain.CycleOpen, StartsAt: cy.Start, EndsAt: cy.End, ClosesAt: cy.Closes}, nil
 	}
 	return c, err
 }
@@ -236,7 +236,7 @@ func (s *Server) setHold(ctx context.Context, cycle, provider, reason string, he
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	h := adapters.Hold{CycleID: cycle, ProviderID: provider, Held: held, Reason: reason, UpdatedAt: s.Clock.Now()}
+	h := domain.Hold{CycleID: cycle, ProviderID: provider, Held: held, Reason: reason, UpdatedAt: s.Clock.Now()}
 	if err := s.Store.SetHold(ctx, h); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
 // PartyConsumerName is the durable consumer of party.updated.* that keeps the
@@ -25,12 +26,12 @@ const partyBatchMax = 500
 func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax}
 	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
-		var rows []adapters.ProviderTier
+		var rows []domain.ProviderTier
 		for _, ev := range evs {
 			if (ev.Kind != "" && ev.Kind != "provider") || ev.Tier == "" {
 				continue
 			}
-			rows = append(rows, adapters.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})
+			rows = append(rows, domain.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})
 		}
 		if err := store.UpsertTiers(ctx, tx, rows); err != nil {
 			return fmt.Errorf("party updates: %w", err)
