@@ -150,7 +150,7 @@ func (s *Service) Policy() auth.Policy {
 	return auth.Policy{
 		ls + "CreateDeposit":            write,
 		ls + "ListAccounts":             own,
-		ls + "GetAccount":               own,
+		ls + "GetAccount":               slices.Concat(own, internal), // payout reads provider available at its gate
 		ls + "ListTransactions":         slices.Concat(own, internal),
 		ls + "GetTransaction":           own,
 		ls + "CreateTransaction":        slices.Concat(write, internal),

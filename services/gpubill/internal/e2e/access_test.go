@@ -81,7 +81,7 @@ var expectedAccess = func() map[string][]string {
 		pr + "CreateQuote":             every,
 		l + "CreateDeposit":            staff,
 		l + "ListAccounts":             with(read, "provider", "renter"),
-		l + "GetAccount":               with(read, "provider", "renter"),
+		l + "GetAccount":               with(read, "provider", "renter", "service"),
 		l + "ListTransactions":         with(read, "provider", "renter", "service"),
 		l + "GetTransaction":           with(read, "provider", "renter"),
 		l + "CreateTransaction":        with(staff, "service"),
