@@ -404,3 +404,72 @@ func TestScanInbox(t *testing.T) {
 		}
 	}
 }
+
+// A bank that refuses a whole file (group status RJCT) or one PmtInf
+// fails every payment of it it has not answered one by one; a later
+// acceptance of the group does not revive them.
+func TestImportGroupAndPaymentInfoStatuses(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-c1", "CNY", "100.00", bank("6222000011110001"))
+	f.submit(t, "po-c2", "CNY", "200.00", bank("6222000011110005"))
+	f.submit(t, "po-u1", "USD", "30.00", bank("6222000011110006"))
+	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(msg, grp, rest string) []byte {
+		return []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>` + msg + `</MsgId><CreDtTm>2026-12-01T16:00:00+08:00</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>` + id + `</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>` + grp + `</OrgnlGrpInfAndSts>` + rest + `
+</CstmrPmtStsRpt></Document>`)
+	}
+	// The USD PmtInf refused (AM03, currency not allowed); po-c1 accepted on its own.
+	cnyPmt, usdPmt := id+"-CNY-20261201", id+"-USD-20261201"
+	rep, err := f.r.Import(ctx, app.SourceUpload, "pmtinf.xml", report("S-1", "<GrpSts>PART</GrpSts>",
+		`<OrgnlPmtInfAndSts><OrgnlPmtInfId>`+usdPmt+`</OrgnlPmtInfId><PmtInfSts>RJCT</PmtInfSts><StsRsnInf><Rsn><Cd>AM03</Cd></Rsn></StsRsnInf></OrgnlPmtInfAndSts>
+<OrgnlPmtInfAndSts><OrgnlPmtInfId>`+cnyPmt+`</OrgnlPmtInfId><TxInfAndSts><OrgnlEndToEndId>po-c1</OrgnlEndToEndId><TxSts>ACCP</TxSts></TxInfAndSts></OrgnlPmtInfAndSts>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-u1"] != app.EntryApplied || o["po-c1"] != app.EntryApplied || o["po-c2"] != "" {
+		t.Errorf("PmtInf-level report: %v", o)
+	}
+	if st := f.state(t, "po-u1"); st.State != app.RailFailed || st.FailureCode != domain.FailInvalidAmount || !strings.HasPrefix(st.Message, "AM03") {
+		t.Errorf("po-u1: %+v", st)
+	}
+	// The whole file refused (FF01): the payment not yet answered fails; the accepted one stands.
+	rep, err = f.r.Import(ctx, app.SourceUpload, "grp.xml", report("S-2",
+		"<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>FF01</Cd></Rsn><AddtlInf>invalid file format</AddtlInf></StsRsnInf>", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-c2"] != app.EntryApplied || o["po-c1"] != app.EntryUnchanged || o["po-u1"] != app.EntryUnchanged {
+		t.Errorf("group rejection: %v", o)
+	}
+	if st := f.state(t, "po-c2"); st.State != app.RailFailed || st.FailureCode != domain.FailBankRejected || !strings.Contains(st.Message, "FF01") {
+		t.Errorf("po-c2: %+v", st)
+	}
+	if st := f.state(t, "po-c1"); st.State != app.RailInTransit {
+		t.Errorf("po-c1 after the group rejection: %+v", st)
+	}
+	// A group acceptance afterwards changes none of them.
+	rep, err = f.r.Import(ctx, app.SourceUpload, "acc.xml", report("S-3", "<GrpSts>ACCP</GrpSts>", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, o := range outcomes(rep) {
+		if o != app.EntryUnchanged && o != app.EntryConflict {
+			t.Errorf("group acceptance after the fact: %s %s", ref, o)
+		}
+	}
+	if st := f.state(t, "po-c2"); st.State != app.RailFailed {
+		t.Errorf("po-c2 revived: %+v", st)
+	}
+	// A report on a batch that does not exist is reported, not dropped.
+	rep, err = f.r.Import(ctx, app.SourceUpload, "none.xml", bytes.Replace(report("S-4", "<GrpSts>ACCP</GrpSts>", ""), []byte(id), []byte("pb-19990101-0000"), 1))
+	if err != nil || len(rep.Entries) != 1 || rep.Entries[0].Outcome != app.EntryUnknownReference {
+		t.Errorf("unknown batch: %+v %v", rep.Entries, err)
+	}
+}
