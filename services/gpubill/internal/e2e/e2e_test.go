@@ -341,3 +341,45 @@ func TestSettleCycleThroughREST(t *testing.T) {
 		t.Errorf("segregated funds: %v", rep)
 	}
 }
+
+// TestPayoutPaidThroughStack settles a provider and follows its payout to
+// paid on the sandbox rail with the stack's own service identity (the
+// payout worker reads provider:{id}:available and posts to the ledger as
+// role service): the accounts are exact at the end.
+func TestPayoutPaidThroughStack(t *testing.T) {
+	f := newFixture(t)
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-pay", "name": "Rig Pay", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "pue": "1.2", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-pay", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "100.00"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-pay", "amount": "500.00", "currency": "CNY", "external_ref": "bank-ref-pay"})
+	f.mustDo(http.MethodPut, "/v1/providers/p-pay/kyc", map[string]any{"status": "verified", "reference": "kyc-pay"})
+	f.mustDo(http.MethodPut, "/v1/providers/p-pay/payout-method", map[string]any{"type": "bank", "account_name": "Rig Pay Ltd",
+		"account_number": "6222000011110001", "bank_code": "ICBKCNBJ"})
+	start, end := dayUsage(time.Now(), 1)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{map[string]any{"id": "evt-pay", "lease_id": "lease-pay",
+		"provider_id": "p-pay", "renter_id": "r-pay", "gpu_model": "RTX_4090", "gpu_count": 2,
+		"start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339)}}})
+	// gross 300.00 = commission 75.00 + tax 45.00 (20 % of 225.00) + net 180.00
+	f.waitBalance("provider:p-pay:pending:"+cycle, "CNY", "300.00")
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+
+	var last map[string]any
+	testkit.Eventually(t, 90*time.Second, func() bool {
+		_, out := f.do(http.MethodGet, "/v1/providers/p-pay/payouts", f.finance, nil)
+		ps, _ := out["payouts"].([]any)
+		if len(ps) == 0 {
+			return false
+		}
+		last = ps[0].(map[string]any)
+		return last["status"] == "paid"
+	}, "payout of p-pay paid (last seen: %v)", &last)
+	if last["net"] != "180.00" || last["rail_reference"] != last["payout_id"] {
+		t.Errorf("payout %v", last)
+	}
+	f.waitBalance("provider:p-pay:available", "CNY", "0")
+	f.waitBalance("provider:p-pay:in_transit", "CNY", "0")
+	f.waitBalance("bank:client", "CNY", "245.00") // 500 deposited − 75 commission swept − 180 paid
+}
