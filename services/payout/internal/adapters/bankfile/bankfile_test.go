@@ -231,6 +231,9 @@ func TestDeliverAtomically(t *testing.T) {
 	if len(des) != 1 {
 		t.Errorf("outbox holds %d entries, want the one file", len(des))
 	}
+	if st, err := os.Stat(filepath.Join(out, id+".xml")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("batch file mode %v %v, want 0640 (the SFTP client's group reads it)", st.Mode(), err)
+	}
 	b, _ := f.r.GetBatch(ctx, id)
 	if b.DeliveredAt == nil || b.DeliveredPath != filepath.Join(out, id+".xml") {
 		t.Errorf("batch not marked delivered: %+v", b)

@@ -161,6 +161,9 @@ func (r *Rail) Deliver(ctx context.Context) error {
 	return nil
 }
 
+// outboxFileMode lets the owner write and its group (the SFTP client's) read a batch file.
+const outboxFileMode = 0o640
+
 // writeAtomic writes dir/name through a temporary file in dir and a rename.
 func writeAtomic(dir, name string, b []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -172,6 +175,12 @@ func writeAtomic(dir, name string, b []byte) (string, error) {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
+	// CreateTemp makes the file 0600; the bank's SFTP client usually runs
+	// as another user of the same group.
+	if err := f.Chmod(outboxFileMode); err != nil {
+		f.Close()
+		return "", err
+	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return "", err
