@@ -2,10 +2,13 @@
 //
 // A service writes the events it publishes into <schema>.outbox in the same
 // transaction as the state change (Add); the Relay publishes them to JetStream
-// with Nats-Msg-Id = the event id and deletes them once JetStream has acked,
-// so a crash between commit and publish loses nothing, and a crash between
-// publish and delete duplicates nothing (JetStream drops the repeat inside its
-// duplicate window; consumers also record message ids with their effects).
+// with Nats-Msg-Id = the event id and moves them to <schema>.outbox_published
+// once JetStream has acked, so a crash between commit and publish loses
+// nothing, and a crash between publish and move duplicates nothing (JetStream
+// drops the repeat inside its duplicate window; consumers also record message
+// ids with their effects). outbox_published keeps a message until every
+// consumer that takes it has acked it, so a database snapshot can republish
+// what JetStream held (RequeuePublished).
 //
 // Each service's first migration creates the two tables:
 //
@@ -19,6 +22,11 @@
 //	    message_id text primary key,
 //	    consumer text not null,
 //	    processed_at timestamptz not null default now());
+//	create table <schema>.outbox_published (
+//	    seq bigint primary key, id text not null, subject text not null,
+//	    payload bytea not null, created_at timestamptz not null,
+//	    published_at timestamptz not null default now(),
+//	    stream text not null, stream_seq bigint not null);
 package outbox
 
 import (
@@ -210,7 +218,14 @@ func (r *Relay) runLeader(ctx context.Context) error {
 	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck
 	wake := waker(r.Schema)
 	idle := relayPollMin
+	var pruned time.Time
 	for ctx.Err() == nil {
+		if time.Since(pruned) >= publishedPruneEach {
+			pruned = time.Now()
+			if err := r.prunePublished(ctx); err != nil && ctx.Err() == nil {
+				r.Log.Error("outbox: pruning published messages failed (they are kept; the table grows until it succeeds)", "schema", r.Schema, "err", err)
+			}
+		}
 		n, err := r.relayOnce(ctx)
 		if err != nil {
 			return err
@@ -231,7 +246,8 @@ func (r *Relay) runLeader(ctx context.Context) error {
 	return nil
 }
 
-// relayOnce publishes up to relayBatchMax messages and deletes the acked ones.
+// relayOnce publishes up to relayBatchMax messages and moves the acked ones
+// to outbox_published (see PublishedKeepMax).
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	tbl := pgx.Identifier{r.Schema, "outbox"}.Sanitize()
 	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload from %s order by seq limit %d`, tbl, relayBatchMax))
@@ -265,6 +281,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	}
 	var parts []part
 	left := make([]int, len(batch)) // parts of each row not yet acked
+	acked := make([]jetstream.PubAck, len(batch)) // each row's last part's ack (stream, sequence)
 	var dead []int
 	deadErr := map[int]error{}
 	for i, x := range batch {
@@ -287,8 +304,11 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 wait:
 	for _, p := range parts {
 		select {
-		case <-p.f.Ok():
+		case ack := <-p.f.Ok():
 			left[p.row]--
+			if ack != nil && ack.Sequence >= acked[p.row].Sequence {
+				acked[p.row] = *ack
+			}
 		case err := <-p.f.Err():
 			if permanent(err) && deadErr[p.row] == nil {
 				dead, deadErr[p.row] = append(dead, p.row), err
@@ -303,13 +323,16 @@ wait:
 		}
 	}
 	done := make([]int64, 0, len(batch))
+	var streams []string
+	var streamSeqs []int64
 	for i, x := range batch {
 		if left[i] == 0 && deadErr[i] == nil {
 			done = append(done, x.seq)
+			streams, streamSeqs = append(streams, acked[i].Stream), append(streamSeqs, int64(acked[i].Sequence))
 		}
 	}
 	if len(done) > 0 {
-		if _, err := r.Pool.Exec(ctx, fmt.Sprintf(`delete from %s where seq = any($1)`, tbl), done); err != nil {
+		if _, err := r.Pool.Exec(ctx, movePublished(r.Schema), done, streams, streamSeqs); err != nil {
 			return 0, err
 		}
 	}
