@@ -275,8 +275,8 @@ type VerifyResult = postgres.VerifyResult
 
 // VerifyChain walks the hash chain, recomputing every link from the journal,
 // and names the first transaction whose content no longer matches.
-func VerifyChain(ctx context.Context, pool *pgxpool.Pool) (VerifyResult, error) {
-	return postgres.Verify(ctx, pool)
+func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) {
+	return postgres.Verify(ctx, q)
 }
 
 // ChainOnce extends the hash chain by one round (tests, the CLI before verify).
@@ -287,3 +287,17 @@ func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 // Invoicing exposes the invoice use cases to tests in this module (they
 // stand in pricing's explanations with their own).
 func (s *Service) Invoicing() *invoicing.Invoicing { return s.invoicing }
+
+// Figures identify the ledger's content (chain head, counts, per-currency
+// totals, a digest of every balance) as q sees it: a backup's manifest, and
+// what a restore must find again.
+type Figures = postgres.Figures
+
+// CurrencyFigure is one currency's line of Figures.
+type CurrencyFigure = postgres.CurrencyFigure
+
+// ReadFigures reads the ledger's Figures in q's snapshot (a pool, a
+// connection or a REPEATABLE READ transaction).
+func ReadFigures(ctx context.Context, q postgres.Querier) (Figures, error) {
+	return postgres.ReadFigures(ctx, q)
+}

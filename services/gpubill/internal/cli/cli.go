@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/gpubill/internal/backup"
 	"github.com/gpubill/gpubill/services/gpubill/internal/simulate"
 	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
 	"github.com/gpubill/gpubill/services/ledger"
@@ -39,6 +41,8 @@ type cli struct {
 	Simulate    simulateCmd      `cmd:"" help:"Drive a simulated marketplace through the REST API of a running stack."`
 	Ledger      ledgerCmd        `cmd:"" help:"Ledger maintenance."`
 	Report      reportCmd        `cmd:"" help:"Reports for auditors, straight from the database (read only)."`
+	Backup      backupCmd        `cmd:"" help:"Write a consistent snapshot of every schema (pg_dump) and its manifest into a new directory."`
+	Restore     restoreCmd       `cmd:"" help:"Load a snapshot into an empty database and verify it against its manifest."`
 	Version     versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
 	Completion  completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -46,9 +50,13 @@ type cli struct {
 
 type devCmd struct {
 	config.Common
-	NATSAddr     string `name:"nats-addr" env:"GPUBILL_NATS_ADDR" default:"127.0.0.1:0" help:"Embedded NATS listener."`
-	TemporalAddr string `name:"temporal-addr" env:"GPUBILL_TEMPORAL_ADDR" default:"127.0.0.1:0" help:"Embedded Temporal dev server listener."`
-	Simulate     bool   `name:"simulate" env:"GPUBILL_SIMULATE" help:"Drive a simulated marketplace through the public API."`
+	NATSAddr     string        `name:"nats-addr" env:"GPUBILL_NATS_ADDR" default:"127.0.0.1:0" help:"Embedded NATS listener."`
+	TemporalAddr string        `name:"temporal-addr" env:"GPUBILL_TEMPORAL_ADDR" default:"127.0.0.1:0" help:"Embedded Temporal dev server listener."`
+	Simulate     bool          `name:"simulate" env:"GPUBILL_SIMULATE" help:"Drive a simulated marketplace through the public API."`
+	BackupDir    string        `name:"backup-dir" env:"GPUBILL_BACKUP_DIR" help:"Where scheduled snapshots go (default: <data-dir>/backups)."`
+	BackupEvery  time.Duration `name:"backup-every" env:"GPUBILL_BACKUP_EVERY" default:"6h" help:"Interval between scheduled snapshots (0: none)."`
+	BackupKeep   time.Duration `name:"backup-keep" env:"GPUBILL_BACKUP_KEEP" default:"72h" help:"Age past which scheduled snapshots are removed (the newest is always kept)."`
+	PGBin        string        `name:"pg-bin" env:"GPUBILL_PG_BIN" help:"Directory of pg_dump and pg_restore (default: /usr/lib/postgresql/15/bin if present, else $PATH)."`
 }
 
 type tokenCmd struct {
@@ -85,6 +93,18 @@ type segregatedFundsCmd struct {
 	Format      string    `enum:"json,csv,pdf" default:"json" help:"json, csv or pdf."`
 	Output      string    `short:"o" name:"output" default:"-" help:"File to write (- for stdout)."`
 	DatabaseURL string    `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created."`
+}
+
+type backupCmd struct {
+	Output      string `name:"output" short:"o" required:"" help:"New (or empty) directory for the snapshot."`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL to snapshot; read only."`
+	PGBin       string `name:"pg-bin" env:"GPUBILL_PG_BIN" help:"Directory of pg_dump (default: /usr/lib/postgresql/15/bin if present, else $PATH)."`
+}
+
+type restoreCmd struct {
+	Dir         string `arg:"" help:"A snapshot directory written by gpubill backup."`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"An empty (or missing: created) database to load the snapshot into."`
+	PGBin       string `name:"pg-bin" env:"GPUBILL_PG_BIN" help:"Directory of pg_restore (default: /usr/lib/postgresql/15/bin if present, else $PATH)."`
 }
 
 type versionCmd struct{}
@@ -183,6 +203,17 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
   curl -s -H "Authorization: Bearer $TOKEN" '%[1]s/v1/accounts?prefix=renter:'
 
 `, base, st.GRPCAddr, st.NATSURL, st.Temporal, d.DataDir, finance)
+	backupDir := d.BackupDir
+	if backupDir == "" {
+		backupDir = filepath.Join(d.DataDir, "backups")
+	}
+	go func() {
+		sched := backup.Schedule{DSN: d.DatabaseURL, Dir: backupDir, Every: d.BackupEvery, Keep: d.BackupKeep,
+			Tools: backup.Tools{BinDir: d.PGBin}, Log: log.With("component", "backup")}
+		if err := sched.Run(e.ctx); err != nil {
+			log.Error("scheduled backups stopped", "err", err)
+		}
+	}()
 	if d.Simulate {
 		go func() {
 			if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate"),
@@ -298,6 +329,36 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", c.Output, len(b))
 	return nil
+}
+
+func (b *backupCmd) Run(e *env) error {
+	m, err := backup.Take(e.ctx, b.DatabaseURL, b.Output, backup.Tools{BinDir: b.PGBin}, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "backup of %s at %s in %s\n", m.Database, m.CreatedAt.Format(time.RFC3339), b.Output)
+	printFigures(e.stdout, m.Ledger)
+	return nil
+}
+
+func (r *restoreCmd) Run(e *env) error {
+	res, err := backup.Restore(e.ctx, r.DatabaseURL, r.Dir, backup.Tools{BinDir: r.PGBin})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "restored the backup of %s taken at %s; verified against its manifest\n",
+		res.Manifest.Database, res.Manifest.CreatedAt.Format(time.RFC3339))
+	printFigures(e.stdout, res.Restored)
+	fmt.Fprintf(e.stdout, "  ledger verify: ok, %d transactions chained and verified\n", res.Chain.Checked)
+	return nil
+}
+
+func printFigures(w io.Writer, f ledger.Figures) {
+	fmt.Fprintf(w, "  journal head %s (position %d), %d transactions, %d postings\n", f.HeadHash, f.HeadPosition, f.Transactions, f.Postings)
+	for _, c := range f.Currencies {
+		fmt.Fprintf(w, "  %s: %d accounts, debits %s, credits %s, bank:client %s\n", c.Currency, c.Accounts, c.Debits, c.Credits, c.BankClient)
+	}
+	fmt.Fprintf(w, "  balances sha256 %s\n", f.BalancesSHA256)
 }
 
 func (versionCmd) Run(e *env) error {

@@ -461,7 +461,7 @@ func TestCompletion(t *testing.T) {
 		give string
 		want []string
 	}{
-		{"gpubill ", []string{"completion", "dev", "ledger", "report", "simulate", "token", "version"}},
+		{"gpubill ", []string{"backup", "completion", "dev", "ledger", "report", "restore", "simulate", "token", "version"}},
 		{"gpubill led", []string{"ledger"}},
 		{"gpubill ledger ", []string{"verify"}},
 		{"gpubill token --ro", []string{"--role"}},

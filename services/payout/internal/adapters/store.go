@@ -481,3 +481,19 @@ func (s *Store) ListVersion(ctx context.Context, provider string) (count, versio
 	err = s.Pool.QueryRow(ctx, `select count(*), coalesce(sum(version), 0) from payout.payouts where provider_id = $1`, provider).Scan(&count, &versions)
 	return count, versions, err
 }
+
+// MarkUnstartedAfterRestore marks every payout whose workflow still has
+// work (waiting at the gate, not yet confirmed, or paid within
+// returnWindow and so still watched for a return) as not started, for the
+// starter to start it again on a Temporal that never saw it. It returns how
+// many it marked.
+func (s *Store) MarkUnstartedAfterRestore(ctx context.Context, now time.Time, returnWindow time.Duration) (int64, error) {
+	tag, err := s.Pool.Exec(ctx, `update payout.payouts set workflow_started = false
+		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6))`,
+		domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid,
+		now.Add(-returnWindow))
+	if err != nil {
+		return 0, fmt.Errorf("mark payouts for a new workflow after restore: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

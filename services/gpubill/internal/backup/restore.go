@@ -1,0 +1,245 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/payout"
+)
+
+// xidGapMax bounds how many transaction ids Restore consumes to bring a
+// fresh cluster's counter past the snapshot's (~135k per second here); a
+// larger gap is refused with the pg_resetwal remedy.
+const xidGapMax = 200_000_000
+
+// ErrNotEmpty: restore loads only into an empty database.
+var ErrNotEmpty = errors.New("database is not empty")
+
+// Result is what Restore found after loading.
+type Result struct {
+	Manifest *Manifest
+	Restored ledger.Figures
+	Chain    ledger.VerifyResult
+	// XidsAdvanced is how many transaction ids were consumed so the
+	// restored journal's ids are in the cluster's past.
+	XidsAdvanced uint64
+	// Requeued counts, per schema, the published messages put back into
+	// its outbox (what JetStream held for a consumer at the snapshot).
+	Requeued map[string]int64
+	// PayoutsRestarted is how many payouts get a new workflow.
+	PayoutsRestarted int64
+}
+
+// Restore loads the snapshot in dir into the database at dsn (created if
+// missing; refused unless empty), then proves it: the ledger's figures and
+// every table's row count equal the manifest's, and the hash chain verifies
+// up to the manifest's head. Anything else is an error naming the
+// difference; the database is then left as loaded, for inspection.
+func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.EnsureDatabase(ctx, dsn); err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := checkEmpty(ctx, conn); err != nil {
+		return nil, err
+	}
+	res := &Result{Manifest: m}
+	if res.XidsAdvanced, err = advanceXid(ctx, conn, m.Ledger.XidMax); err != nil {
+		return nil, err
+	}
+	// One transaction: a failed restore leaves the database empty.
+	if err := tools.run(ctx, "pg_restore", "--single-transaction", "--exit-on-error", "--no-owner", "--no-privileges",
+		"--dbname="+dsn, filepath.Join(dir, DumpDir)); err != nil {
+		return nil, err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if res.Restored, err = ledger.ReadFigures(ctx, tx); err != nil {
+		return nil, fmt.Errorf("restored ledger figures: %w", err)
+	}
+	tables, err := tableCounts(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Chain, err = ledger.VerifyChain(ctx, tx); err != nil {
+		return nil, fmt.Errorf("verify restored chain: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	var diffs []string
+	diffs = append(diffs, CompareFigures(m.Ledger, res.Restored)...)
+	diffs = append(diffs, compareCounts(m.Tables, tables)...)
+	if !res.Chain.OK {
+		diffs = append(diffs, fmt.Sprintf("hash chain broken at position %d (transaction %s): %s",
+			res.Chain.FirstBadPosition, res.Chain.FirstBadTransaction, res.Chain.Reason))
+	} else if res.Chain.HeadHash != m.Ledger.HeadHash {
+		diffs = append(diffs, fmt.Sprintf("verified chain head %s, manifest %s", res.Chain.HeadHash, m.Ledger.HeadHash))
+	}
+	if len(diffs) > 0 {
+		return res, fmt.Errorf("restored database differs from the manifest of %s:\n  %s", dir, strings.Join(diffs, "\n  "))
+	}
+	if err := afterRestore(ctx, conn, dsn, res); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// afterRestore readies a verified database for a new JetStream store and a
+// new Temporal: each schema's kept published messages go back into its
+// outbox, and payouts whose workflow had work get one again.
+func afterRestore(ctx context.Context, conn *pgx.Conn, dsn string, res *Result) error {
+	rows, err := conn.Query(ctx, `select schemaname from pg_tables where tablename = 'outbox_published' order by 1`)
+	if err != nil {
+		return fmt.Errorf("schemas with an outbox: %w", err)
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("schemas with an outbox: %w", err)
+	}
+	res.Requeued = map[string]int64{}
+	for _, s := range schemas {
+		if res.Requeued[s], err = outbox.RequeuePublished(ctx, conn, s); err != nil {
+			return err
+		}
+	}
+	var hasPayout bool
+	if err := conn.QueryRow(ctx, `select to_regclass('payout.payouts') is not null`).Scan(&hasPayout); err != nil || !hasPayout {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res.PayoutsRestarted, err = payout.AfterRestore(ctx, pool, time.Now())
+	return err
+}
+
+// checkEmpty refuses a database holding any schema but an empty public.
+func checkEmpty(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `select n.nspname || coalesce(' (' || count(c.oid) || ' relations)', '')
+		from pg_namespace n left join pg_class c on c.relnamespace = n.oid
+		where n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg\_%'
+		group by n.nspname having n.nspname <> 'public' or count(c.oid) > 0 order by 1`)
+	if err != nil {
+		return fmt.Errorf("check the database is empty: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("check the database is empty: %w", err)
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w: %q holds %s; restore into a new database (point DATABASE_URL at a name that does not exist yet; it is created)",
+			ErrNotEmpty, conn.Config().Database, strings.Join(found, ", "))
+	}
+	return nil
+}
+
+// advanceXid consumes transaction ids until the cluster hands out ones
+// above floor. The journal's hash chain orders transactions by the id that
+// wrote them and chains one only once every id before it has finished: a
+// snapshot from a busier cluster restored into a younger one would
+// otherwise give new transactions ids that sort before the restored ones
+// (never chained). It returns how many ids it consumed.
+func advanceXid(ctx context.Context, conn *pgx.Conn, floor uint64) (uint64, error) {
+	var cur uint64
+	if err := conn.QueryRow(ctx, `select pg_current_xact_id()::text::numeric::bigint`).Scan(&cur); err != nil {
+		return 0, fmt.Errorf("current transaction id: %w", err)
+	}
+	if cur > floor {
+		return 0, nil
+	}
+	if floor-cur > xidGapMax {
+		return 0, fmt.Errorf("the snapshot's journal carries transaction ids up to %d and this cluster is at %d: "+
+			"stop it and run pg_resetwal -x %d on its data directory, then restore again", floor, cur, floor+1)
+	}
+	if _, err := conn.Exec(ctx, `set synchronous_commit = off`); err != nil {
+		return 0, err
+	}
+	// Each loop turn is its own transaction (COMMIT inside DO).
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`do $$ begin
+		commit;
+		while pg_current_xact_id() <= '%d'::xid8 loop commit; end loop;
+	end $$`, floor)); err != nil {
+		return 0, fmt.Errorf("advance transaction ids past %d: %w", floor, err)
+	}
+	if _, err := conn.Exec(ctx, `reset synchronous_commit`); err != nil {
+		return 0, err
+	}
+	return floor - cur + 1, nil
+}
+
+// CompareFigures lists how got differs from want (nothing: identical).
+func CompareFigures(want, got ledger.Figures) []string {
+	var d []string
+	add := func(what string, w, g any) {
+		if fmt.Sprint(w) != fmt.Sprint(g) {
+			d = append(d, fmt.Sprintf("%s: manifest %v, restored %v", what, w, g))
+		}
+	}
+	add("journal head hash", want.HeadHash, got.HeadHash)
+	add("journal head position", want.HeadPosition, got.HeadPosition)
+	add("transactions", want.Transactions, got.Transactions)
+	add("postings", want.Postings, got.Postings)
+	add("balances digest", want.BalancesSHA256, got.BalancesSHA256)
+	add("currencies", len(want.Currencies), len(got.Currencies))
+	for i := range min(len(want.Currencies), len(got.Currencies)) {
+		w, g := want.Currencies[i], got.Currencies[i]
+		add("currency", w.Currency, g.Currency)
+		add(w.Currency+" accounts", w.Accounts, g.Accounts)
+		add(w.Currency+" debits", w.Debits.String(), g.Debits.String())
+		add(w.Currency+" credits", w.Credits.String(), g.Credits.String())
+		add(w.Currency+" bank:client", w.BankClient.String(), g.BankClient.String())
+	}
+	return d
+}
+
+func compareCounts(want, got map[string]int64) []string {
+	var names []string
+	for n := range want {
+		names = append(names, n)
+	}
+	for n := range got {
+		if _, ok := want[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var d []string
+	for _, n := range names {
+		w, inW := want[n]
+		g, inG := got[n]
+		switch {
+		case !inG:
+			d = append(d, fmt.Sprintf("table %s missing (manifest: %d rows)", n, w))
+		case !inW:
+			d = append(d, fmt.Sprintf("table %s not in the manifest (%d rows)", n, g))
+		case w != g:
+			d = append(d, fmt.Sprintf("table %s: manifest %d rows, restored %d", n, w, g))
+		}
+	}
+	return d
+}

@@ -1,0 +1,178 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Snapshot directory names in a Schedule's directory sort by time.
+const (
+	namePrefix  = "gpubill-"
+	nameLayout  = "20060102T150405Z"
+	retryFailed = 5 * time.Minute // after a failed snapshot, try again this soon
+)
+
+var (
+	backupsTaken = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubill_backups_total", Help: "Scheduled snapshots attempted by the single-binary edition, by result.",
+	}, []string{"result"})
+	backupLast = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "gpubill_backup_last_success_timestamp_seconds", Help: "Unix time of the last complete scheduled snapshot (0: none yet).",
+	})
+)
+
+func init() {
+	for _, r := range []string{"ok", "failed"} {
+		backupsTaken.WithLabelValues(r)
+	}
+}
+
+// Schedule keeps snapshots of the database in Dir: one every Every
+// (counted from the newest one there, so a restart does not reset it), and
+// removes those older than Keep. Every ≤ 0 disables it.
+type Schedule struct {
+	DSN   string
+	Dir   string
+	Every time.Duration
+	Keep  time.Duration
+	Tools Tools
+	Log   *slog.Logger
+	Now   func() time.Time
+}
+
+// Snapshot is one complete snapshot in a Schedule's directory.
+type Snapshot struct {
+	Path string
+	At   time.Time
+}
+
+// List returns the complete snapshots in dir, oldest first.
+func List(dir string) ([]Snapshot, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Snapshot
+	for _, e := range ents {
+		stamp, ok := strings.CutPrefix(e.Name(), namePrefix)
+		if !e.IsDir() || !ok {
+			continue
+		}
+		at, err := time.Parse(nameLayout, stamp)
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(p, ManifestFile)); err != nil {
+			continue
+		}
+		out = append(out, Snapshot{Path: p, At: at})
+	}
+	slices.SortFunc(out, func(a, b Snapshot) int { return a.At.Compare(b.At) })
+	return out, nil
+}
+
+// Run takes and prunes snapshots until ctx ends. A failed snapshot is
+// logged, counted (gpubill_backups_total{result="failed"}) and retried
+// after retryFailed; it never stops the stack.
+func (s Schedule) Run(ctx context.Context) error {
+	if s.Every <= 0 {
+		s.Log.Info("scheduled backups off (GPUBILL_BACKUP_EVERY=0)")
+		return nil
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("backup dir: %w", err)
+	}
+	s.Log.Info("scheduled backups", "dir", s.Dir, "every", s.Every, "keep", s.Keep)
+	for {
+		wait, err := s.step(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backupsTaken.WithLabelValues("failed").Inc()
+			s.Log.Error("scheduled backup failed", "dir", s.Dir, "err", err, "retry_in", min(retryFailed, s.Every))
+			wait = min(retryFailed, s.Every)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// step takes a snapshot if the newest is Every old (or there is none),
+// prunes, and returns how long until the next one is due.
+func (s Schedule) step(ctx context.Context) (time.Duration, error) {
+	snaps, err := List(s.Dir)
+	if err != nil {
+		return 0, err
+	}
+	now := s.Now().UTC()
+	if len(snaps) > 0 {
+		if due := snaps[len(snaps)-1].At.Add(s.Every); due.After(now) {
+			return due.Sub(now), s.prune(now)
+		}
+	}
+	at := now.Truncate(time.Second)
+	m, err := Take(ctx, s.DSN, filepath.Join(s.Dir, namePrefix+at.Format(nameLayout)), s.Tools, at)
+	if err != nil {
+		return 0, err
+	}
+	backupsTaken.WithLabelValues("ok").Inc()
+	backupLast.Set(float64(at.Unix()))
+	s.Log.Info("backup taken", "dir", s.Dir, "at", at, "journal_head_hash", m.Ledger.HeadHash, "transactions", m.Ledger.Transactions)
+	return s.Every, s.prune(now)
+}
+
+// prune removes complete snapshots older than Keep (never the newest) and
+// partial ones left by an interrupted run.
+func (s Schedule) prune(now time.Time) error {
+	snaps, err := List(s.Dir)
+	if err != nil {
+		return err
+	}
+	for i, sn := range snaps {
+		if i == len(snaps)-1 || now.Sub(sn.At) <= s.Keep {
+			continue
+		}
+		if err := os.RemoveAll(sn.Path); err != nil {
+			return fmt.Errorf("remove old backup: %w", err)
+		}
+		s.Log.Info("old backup removed", "path", sn.Path)
+	}
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), namePrefix) && strings.HasSuffix(e.Name(), partialSuffix) {
+			p := filepath.Join(s.Dir, e.Name())
+			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > s.Every {
+				if err := os.RemoveAll(p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
