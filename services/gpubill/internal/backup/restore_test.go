@@ -10,12 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +23,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/gpubill/internal/backup"
@@ -49,7 +46,12 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	now := time.Now().UTC()
 	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	cal := cycles.Calendar{Anchor: today.AddDate(0, 0, -10), LengthDays: 1, Grace: 24 * time.Hour}
-	src := testkit.NewDatabase(t)
+	// Both clusters the test's own: the chain waits for every older
+	// transaction on its server, and the source is made older than the
+	// target (its transaction ids further on), as a busy production server
+	// is older than the fresh one a backup is restored into.
+	src := testkit.NewCluster(t) + "/gpubill?sslmode=disable"
+	ageCluster(t, src, 20000)
 	f := startStack(t, src, cal)
 
 	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-001", "name": "Rig One", "tier": "standard",
@@ -90,7 +92,7 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	}
 
 	// Restore into a new cluster.
-	dst := newCluster(t) + "/gpubill_restored?sslmode=disable"
+	dst := testkit.NewCluster(t) + "/gpubill_restored?sslmode=disable"
 	res, err := backup.Restore(ctx, dst, dir, backup.Tools{})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +166,8 @@ func inflightUsage(t *testing.T, id string, start time.Time, cal cycles.Calendar
 // the dump (here its head hash altered) fails the restore, naming it.
 func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	ctx := testkit.Context(t)
-	src := testkit.NewDatabase(t)
+	base := testkit.NewCluster(t)
+	src := base + "/gpubill?sslmode=disable"
 	now := time.Now().UTC()
 	f := startStack(t, src, cycles.Calendar{Anchor: now.AddDate(0, 0, -10).Truncate(24 * time.Hour), LengthDays: 1, Grace: 24 * time.Hour})
 	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
@@ -184,7 +187,7 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, backup.ManifestFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = backup.Restore(ctx, testkit.NewDatabase(t), dir, backup.Tools{})
+	_, err = backup.Restore(ctx, base+"/gpubill_restored?sslmode=disable", dir, backup.Tools{})
 	if err == nil || !strings.Contains(err.Error(), "journal head hash: manifest "+m.Ledger.HeadHash) {
 		t.Fatalf("restore against an altered manifest: %v; want the head hash difference named", err)
 	}
@@ -309,7 +312,7 @@ func (f *fixture) settle(cycle string) {
 // waitChained waits until every journal transaction is in the hash chain.
 func (f *fixture) waitChained() {
 	f.t.Helper()
-	testkit.Eventually(f.t, 30*time.Second, func() bool {
+	testkit.Eventually(f.t, 90*time.Second, func() bool { // other databases' long transactions hold the chain back
 		var unchained int64
 		q(f.t, f.pool, `select count(*) from ledger.transactions t where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`, &unchained)
 		return unchained == 0
@@ -342,45 +345,19 @@ func balances(t *testing.T, dsn string) string {
 	return s
 }
 
-// newCluster initdb's and starts a PostgreSQL of the test's own on a free
-// port (stopped at cleanup) and returns its base URL (no database).
-func newCluster(t *testing.T) string {
+// ageCluster creates the database and consumes n transaction ids on its
+// server.
+func ageCluster(t *testing.T, dsn string, n int) {
 	t.Helper()
-	// Not under t.TempDir(): its parents are private to root, and the
-	// server runs as postgres.
-	dir, err := os.MkdirTemp("", "gpubill-restore-pg-")
+	if err := pg.EnsureDatabase(context.Background(), dsn); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 { // PostgreSQL's tools refuse to run as root
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root and no postgres user: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
-	run := func(name string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(backup.PGBinDefault, name), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("initdb", "-D", dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-	port, err := testkit.FreePort()
-	if err != nil {
+	defer c.Close(context.Background())
+	if _, err := c.Exec(context.Background(), fmt.Sprintf(`do $$ begin for i in 1..%d loop perform pg_current_xact_id(); commit; end loop; end $$`, n)); err != nil {
 		t.Fatal(err)
 	}
-	run("pg_ctl", "start", "-D", dir, "-w", "-l", filepath.Join(dir, "log"), "-o",
-		fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", port, dir))
-	t.Cleanup(func() { run("pg_ctl", "stop", "-D", dir, "-m", "fast", "-w") })
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d", port)
 }
