@@ -47,6 +47,7 @@ type Service struct {
 	lease      *app.LeaseControl
 	lcfg       LeaseControlConfig
 	invoicing  *invoicing.Invoicing
+	recons     *app.Reconciliations
 }
 
 // Option adjusts the service.
@@ -82,6 +83,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	s := &Service{deps: d, app: a,
 		statements: &app.Statements{Store: &postgres.Statements{Pool: d.Pool}, Now: now},
 		reports:    reports,
+		recons:     &app.Reconciliations{Store: reconStore{&postgres.Reconciliations{Pool: d.Pool}}, Now: now},
 		invoicing: &invoicing.Invoicing{
 			Repo: &invoicestore.Store{Pool: d.Pool}, Clock: d.Clock, Periods: d.TaxPeriods,
 			NewID: func() string { return ids.New("inv") },
@@ -101,6 +103,17 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	return s, nil
 }
 
+// reconStore hands app the adapter's run transaction as app.ReconRunTx.
+type reconStore struct{ *postgres.Reconciliations }
+
+func (s reconStore) BeginRun(ctx context.Context, currency string) (app.ReconRunTx, error) {
+	tx, err := s.Reconciliations.BeginRun(ctx, currency)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
 // Name implements svc.Service.
 func (s *Service) Name() string { return "ledger" }
 
@@ -109,6 +122,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) {
 	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
 	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{Reports: s.reports})
 	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
+	ledgerv1.RegisterReconciliationServiceServer(g, &ports.ReconciliationServer{Reconciliations: s.recons})
 	ledgerv1.RegisterAuditServiceServer(g, &ports.AuditServer{App: s.app})
 	ledgerv1.RegisterWalletServiceServer(g, &ports.WalletServer{LeaseControl: s.lease})
 	ledgerv1.RegisterInvoiceServiceServer(g, &ports.InvoiceServer{Invoicing: s.invoicing})
@@ -123,6 +137,9 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 		return err
 	}
 	if err := ledgerv1.RegisterBankStatementServiceHandlerClient(ctx, mux, ledgerv1.NewBankStatementServiceClient(conn)); err != nil {
+		return err
+	}
+	if err := ledgerv1.RegisterReconciliationServiceHandlerClient(ctx, mux, ledgerv1.NewReconciliationServiceClient(conn)); err != nil {
 		return err
 	}
 	if err := ledgerv1.RegisterWalletServiceHandlerClient(ctx, mux, ledgerv1.NewWalletServiceClient(conn)); err != nil {
@@ -143,6 +160,7 @@ func (s *Service) Policy() auth.Policy {
 	const bs = "/gpubill.ledger.v1.BankStatementService/"
 	const ws = "/gpubill.ledger.v1.WalletService/"
 	const is = "/gpubill.ledger.v1.InvoiceService/"
+	const rc = "/gpubill.ledger.v1.ReconciliationService/"
 	write := []string{auth.RoleFinance, auth.RoleAdmin}
 	read := []string{auth.RoleFinance, auth.RoleAuditor, auth.RoleAdmin}
 	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
@@ -165,6 +183,10 @@ func (s *Service) Policy() auth.Policy {
 		is + "ListRenterInvoices":       slices.Concat(read, []string{auth.RoleRenter}),
 		is + "GetInvoice":               slices.Concat(read, []string{auth.RoleRenter}),
 		is + "IssueInvoices":            internal,
+		// The daily schedule runs it as the stack's service identity.
+		rc + "RunReconciliation":   {auth.RoleFinance, auth.RoleService},
+		rc + "ListReconciliations": {auth.RoleFinance, auth.RoleAuditor},
+		rc + "GetReconciliation":   {auth.RoleFinance, auth.RoleAuditor},
 	}
 }
 
@@ -263,6 +285,9 @@ func ExportSegregatedFunds(ctx context.Context, pool *pgxpool.Pool, asOf *time.T
 
 // App exposes the use cases to tests and the CLI in this module.
 func (s *Service) App() *app.App { return s.app }
+
+// Reconciliations exposes the bank reconciliation use cases to tests in this module.
+func (s *Service) Reconciliations() *app.Reconciliations { return s.recons }
 
 // Statements exposes the bank-statement use cases to tests in this module.
 func (s *Service) Statements() *app.Statements { return s.statements }

@@ -44,6 +44,42 @@ func TestCycleOpenerWorkflow(t *testing.T) {
 	}
 }
 
+// The daily reconciliation workflow is its one activity, retried when the
+// ledger is unreachable; a refusal (a business error) fails it at once.
+func TestReconciliationDailyWorkflow(t *testing.T) {
+	t.Parallel()
+	run := func(act func(context.Context) ([]app.ReconciliationSummary, error)) *testsuite.TestWorkflowEnvironment {
+		var suite testsuite.WorkflowTestSuite
+		env := newTestEnv(&suite)
+		env.RegisterWorkflowWithOptions(app.ReconciliationDailyWorkflow, workflow.RegisterOptions{Name: app.ReconciliationDailyWorkflowName})
+		env.RegisterActivityWithOptions(act, activity.RegisterOptions{Name: app.ActRunReconciliation})
+		env.ExecuteWorkflow(app.ReconciliationDailyWorkflowName)
+		return env
+	}
+	calls := 0
+	env := run(func(context.Context) ([]app.ReconciliationSummary, error) {
+		if calls++; calls == 1 {
+			return nil, errors.New("ledger unavailable")
+		}
+		return []app.ReconciliationSummary{{ReconciliationID: "rec_1", Currency: "CNY", Verdict: "reconciled", Matched: 3}}, nil
+	})
+	var got []app.ReconciliationSummary
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.GetWorkflowResult(&got); err != nil || calls != 2 || len(got) != 1 || got[0].ReconciliationID != "rec_1" || got[0].Matched != 3 {
+		t.Fatalf("result %+v, err %v, calls %d; want rec_1 after a retry", got, err, calls)
+	}
+	calls = 0
+	env = run(func(context.Context) ([]app.ReconciliationSummary, error) {
+		calls++
+		return nil, temporal.NewNonRetryableApplicationError("refused", "InvalidSettlement", nil)
+	})
+	if err := env.GetWorkflowError(); err == nil || calls != 1 {
+		t.Fatalf("err %v after %d calls; want a failure after 1", err, calls)
+	}
+}
+
 // remitEnv is a test environment with the remittance workflows on the
 // default tax calendar (Asia/Shanghai months) and a stub RemitTax activity.
 func remitEnv(t *testing.T, remit func(ctx context.Context, period string) (app.RemittanceReport, error)) *testsuite.TestWorkflowEnvironment {
@@ -244,6 +280,13 @@ func TestSchedulesAtStartup(t *testing.T) {
 	}
 	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 1 || n.Minute() != 0 {
 		t.Fatalf("next invoicing at %s, want 01:00 on the 1st in Asia/Shanghai", n)
+	}
+	d, err = sc.GetHandle(ctx, ports.ScheduleReconciliation).Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Hour() != 6 || n.Minute() != 0 || n.Sub(time.Now()) > 24*time.Hour {
+		t.Fatalf("next reconciliation at %s, want the next 06:00 in Asia/Shanghai", n)
 	}
 	// Start-up again: the schedules exist and are updated in place.
 	if err := ports.EnsureSchedules(ctx, tc, f.s.queue, f.s.d.TaxPeriods); err != nil {

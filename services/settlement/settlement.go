@@ -114,7 +114,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	}
 	s.store = &adapters.Store{Pool: d.Pool}
 	s.acts = &ports.Activities{
-		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
+		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Recon: ledgerv1.NewReconciliationServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
 		Invoices: ledgerv1.NewInvoiceServiceClient(d.Internal),
 		Temporal: tc, TaskQueue: taskQueue,
 		Page: &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log}, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
@@ -184,6 +184,7 @@ func Register(r interface {
 		{app.RemittanceMonthlyWorkflowName, rem.MonthlyWorkflow},
 		{app.RemittanceWorkflowName, rem.RemitWorkflow},
 		{app.InvoicesMonthlyWorkflowName, app.Invoices{Periods: taxPeriods}.MonthlyWorkflow},
+		{app.ReconciliationDailyWorkflowName, app.ReconciliationDailyWorkflow},
 	} {
 		r.RegisterWorkflowWithOptions(w.fn, workflow.RegisterOptions{Name: w.name})
 	}
@@ -203,6 +204,7 @@ func Register(r interface {
 		{app.ActEnsureCycleWorkflows, acts.EnsureCycleWorkflows},
 		{app.ActRemitTax, acts.RemitTax},
 		{app.ActIssueInvoices, acts.IssueInvoices},
+		{app.ActRunReconciliation, acts.RunReconciliation},
 	} {
 		r.RegisterActivityWithOptions(a.fn, activity.RegisterOptions{Name: a.name})
 	}
@@ -240,7 +242,8 @@ func (s *Service) StartCycles(ctx context.Context) error {
 // cycles' workflows and creates (or updates) the Temporal Schedules: the
 // daily cycle opener (settle-{cycle} for the current and the next cycle)
 // the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
-// tax zone) and the monthly renter invoices (01:00 on the 1st there).
+// tax zone), the monthly renter invoices (01:00 on the 1st there) and the
+// daily bank reconciliation (06:00 in the tax zone).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {

@@ -131,6 +131,10 @@ var expectedAccess = func() map[string][]string {
 		gm + "CreateGpuModel":                                         {"admin"},
 		wl + "GetRenterWallet":                                        with(read, "renter"),
 		ch + "ListRenterCharges":                                      with(read, "renter"),
+		// The bank reconciliation (the daily schedule runs as service).
+		"/gpubill.ledger.v1.ReconciliationService/RunReconciliation":   {"finance", "service"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliations": {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/GetReconciliation":   {"finance", "auditor"},
 	}
 }()
 

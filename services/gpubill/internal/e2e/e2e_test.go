@@ -46,9 +46,15 @@ func newFixtureAt(t *testing.T, clk clock.Clock) *fixture {
 // newFixtureWith starts the stack with cfg adjusted by adjust first.
 func newFixtureWith(t *testing.T, adjust func(*stack.Config)) *fixture {
 	t.Helper()
+	return newFixtureOn(t, testkit.NewDatabase(t), adjust)
+}
+
+// newFixtureOn is newFixtureWith on the database at dsn.
+func newFixtureOn(t *testing.T, dsn string, adjust func(*stack.Config)) *fixture {
+	t.Helper()
 	cfg := stack.Config{
 		Common: config.Common{
-			DatabaseURL: testkit.NewDatabase(t),
+			DatabaseURL: dsn,
 			HTTPAddr:    "127.0.0.1:0",
 			GRPCAddr:    "127.0.0.1:0",
 			DataDir:     t.TempDir(),

@@ -30,6 +30,7 @@ func FuzzCloseLedgerCycle(f *testing.F)     { fuzzRoute(f, "CloseLedgerCycle") }
 func FuzzImportBankStatement(f *testing.F)  { fuzzRoute(f, "ImportBankStatement") }
 func FuzzIssueInvoices(f *testing.F)        { fuzzRoute(f, "IssueInvoices") }
 func FuzzExplainCharges(f *testing.F)       { fuzzRoute(f, "ExplainCharges") }
+func FuzzRunReconciliation(f *testing.F)    { fuzzRoute(f, "RunReconciliation") }
 func FuzzPutPayoutMethod(f *testing.F)      { fuzzRoute(f, "PutPayoutMethod") }
 func FuzzPutKyc(f *testing.F)               { fuzzRoute(f, "PutKyc") }
 func FuzzCloseSettlementCycle(f *testing.F) { fuzzRoute(f, "CloseSettlementCycle") }
@@ -195,6 +196,9 @@ var shapes = map[string][]string{
 			`<Bal><Tp><CdOrPrtry><Cd>CLBD</Cd></CdOrPrtry></Tp><Amt Ccy=\"CNY\">7.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Dt><DtTm>2026-11-30T18:00:00+08:00</DtTm></Dt></Bal>` +
 			`<Ntry><Amt Ccy=\"CNY\">3.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><Sts>BOOK</Sts><BookgDt><Dt>2026-11-30</Dt></BookgDt><AcctSvcrRef>B-1</AcctSvcrRef></Ntry>` +
 			`</Stmt></BkToCstmrStmt></Document>"}`,
+	},
+	"RunReconciliation": {
+		`{}`,
 	},
 	"CloseLedgerCycle": {
 		`{"cycle_id":"` + pastCycle + `"}`,

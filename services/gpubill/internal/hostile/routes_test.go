@@ -73,6 +73,8 @@ var writeRoutes = []route{
 		body: `{"statement_id":"st-h1","currency":"CNY","account":"CN-CLIENT-H","format":"csv",` +
 			`"content":"date,reference,amount,balance\n2026-11-30,wx-h1,12.50,112.50\n"}`,
 		enums: []string{"currency", "format"}},
+	{name: "RunReconciliation", method: "POST", path: "/v1/reconciliations", role: auth.RoleFinance,
+		body: `{"currency":"CNY"}`, enums: []string{"currency"}},
 	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleService,
 		body: `{}`},
 	{name: "IssueInvoices", method: "POST", path: "/v1/internal/invoices:issue", role: auth.RoleService,

@@ -49,6 +49,7 @@ const (
 type Activities struct {
 	Store      *adapters.Store
 	Ledger     ledgerv1.LedgerServiceClient
+	Recon      ledgerv1.ReconciliationServiceClient
 	Tax        taxv1.TaxServiceClient
 	Invoices   ledgerv1.InvoiceServiceClient
 	Temporal   client.Client    // to start the next cycle's workflow

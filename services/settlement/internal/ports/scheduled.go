@@ -23,6 +23,7 @@ const (
 	ScheduleCycleOpener       = "settlement-cycle-opener"
 	ScheduleRemittanceMonthly = "tax-remittance-monthly"
 	ScheduleInvoicesMonthly   = "invoices-monthly"
+	ScheduleReconciliation    = "ledger-reconciliation-daily"
 )
 
 // EnsureCycleWorkflows starts settle-{cycle} for the current and the next
@@ -69,11 +70,28 @@ func (a *Activities) IssueInvoices(ctx context.Context, period string) (app.Issu
 	return app.IssueResult{Period: resp.Period, Issued: int(resp.Issued), AlreadyIssued: int(resp.AlreadyIssued)}, nil
 }
 
+// RunReconciliation asks the ledger to reconcile every currency with an
+// imported statement (each run is kept by the ledger).
+func (a *Activities) RunReconciliation(ctx context.Context) ([]app.ReconciliationSummary, error) {
+	resp, err := a.Recon.RunReconciliation(ctx, &ledgerv1.RunReconciliationRequest{})
+	if err != nil {
+		return nil, grpcErr("run the bank reconciliation", err)
+	}
+	out := make([]app.ReconciliationSummary, 0, len(resp.GetReconciliations()))
+	for _, r := range resp.GetReconciliations() {
+		out = append(out, app.ReconciliationSummary{ReconciliationID: r.GetReconciliationId(), Currency: r.GetCurrency(),
+			Verdict: r.GetVerdict(), Matched: int(r.GetMatchedCount()), UnmatchedInBank: int(r.GetUnmatchedInBankCount()),
+			UnmatchedInLedger: int(r.GetUnmatchedInLedgerCount())})
+	}
+	return out, nil
+}
+
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
 // each month, 02:00 in the tax zone: the month before has ended there, so
-// remit-{period} proceeds at once) and the monthly renter invoices (1st of
-// each month, 01:00 in the tax zone).
+// remit-{period} proceeds at once), the monthly renter invoices (1st of
+// each month, 01:00 in the tax zone) and the daily bank reconciliation
+// (06:00 in the tax zone).
 func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOptions {
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
@@ -112,6 +130,21 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 		Action: &client.ScheduleWorkflowAction{
 			ID: ScheduleInvoicesMonthly, Workflow: app.InvoicesMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 96 * time.Hour,
+		},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	}, {
+		ID: ScheduleReconciliation,
+		Spec: client.ScheduleSpec{
+			Calendars: []client.ScheduleCalendarSpec{{
+				Second: []client.ScheduleRange{{Start: 0}}, Minute: []client.ScheduleRange{{Start: 0}},
+				Hour: []client.ScheduleRange{{Start: 6}}, DayOfMonth: []client.ScheduleRange{{Start: 1, End: 31}},
+				Month: []client.ScheduleRange{{Start: 1, End: 12}}, DayOfWeek: []client.ScheduleRange{{Start: 0, End: 6}},
+			}},
+			TimeZoneName: taxPeriods.Location().String(),
+		},
+		Action: &client.ScheduleWorkflowAction{
+			ID: ScheduleReconciliation, Workflow: app.ReconciliationDailyWorkflowName, TaskQueue: queue,
+			WorkflowExecutionTimeout: 12 * time.Hour,
 		},
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
 	}}

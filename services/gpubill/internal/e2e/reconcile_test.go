@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// TestDailyReconciliationThroughREST: a deposit and an imported statement
+// (CSV as the raw body) are reconciled on demand (POST, finance) and by the
+// Temporal schedule (triggered; it calls the ledger as the stack's service
+// identity); the runs are listed and read by an auditor, who may not start
+// one.
+func TestDailyReconciliationThroughREST(t *testing.T) {
+	// A server of its own: the chain waits for every older transaction on
+	// its server, and the shared one runs other tests' long bulk loads.
+	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
+	auditor, err := auth.Issue([]byte(secret), auth.RoleAuditor, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	dep := f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "100.00", "currency": "CNY", "external_ref": "bank-ref-1"})
+	depID, _ := dep["transaction_id"].(string)
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		if err := f.st.Pool.QueryRow(context.Background(), `select count(*) from ledger.journal_chain where tx_id::text = $1`, depID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "deposit %s chained", depID)
+
+	csv := "date,reference,amount,balance\n2026-11-30,bank-ref-1,100.00,100.00\n2026-11-30,interest,0.10,100.10\n"
+	req, err := http.NewRequest(http.MethodPost, f.base+"/v1/bank-statements?statement_id=st-1&currency=CNY&account=CN-CLIENT-1", strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.finance)
+	req.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("import statement: HTTP %d %s", resp.StatusCode, body)
+	}
+
+	if code, _ := f.do(http.MethodPost, "/v1/reconciliations", auditor, map[string]any{"currency": "CNY"}); code != http.StatusForbidden {
+		t.Fatalf("an auditor starting a run: HTTP %d, want 403", code)
+	}
+	out := f.mustDo(http.MethodPost, "/v1/reconciliations", map[string]any{"currency": "CNY"})
+	runs, _ := out["reconciliations"].([]any)
+	if len(runs) != 1 {
+		t.Fatalf("run: %v", out)
+	}
+	run := runs[0].(map[string]any)
+	id, _ := run["reconciliation_id"].(string)
+	matched, _ := run["matched"].([]any)
+	inBank, _ := run["unmatched_in_bank"].([]any)
+	if run["verdict"] != "exceptions" || run["trigger"] != "request" || run["requested_by"] != "finance" || len(matched) != 1 || len(inBank) != 1 ||
+		fmt.Sprint(run["statement_ids"]) != "[st-1]" || run["bank_closing_balance"] != "100.10" || run["ledger_bank_client"] != "100.00" {
+		t.Fatalf("run: %v", run)
+	}
+	m := matched[0].(map[string]any)
+	if m["reference"] != "bank-ref-1" || m["movement_kind"] != "deposit" || m["bank_amount"] != "100.00" || m["ledger_amount"] != "100.00" ||
+		fmt.Sprint(m["transaction_ids"]) != "["+depID+"]" {
+		t.Fatalf("matched item: %v", m)
+	}
+	if u := inBank[0].(map[string]any); u["reference"] != "interest" || u["line_no"] != float64(2) || u["reason"] == "" {
+		t.Fatalf("unmatched bank line: %v", u)
+	}
+
+	// The daily schedule, triggered now.
+	tc, err := client.Dial(client.Options{HostPort: f.st.Temporal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	// settlement creates its schedules once it runs: trigger when it exists.
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		return tc.ScheduleClient().GetHandle(context.Background(), "ledger-reconciliation-daily").Trigger(context.Background(), client.ScheduleTriggerOptions{}) == nil
+	}, "the reconciliation schedule triggered")
+	var list map[string]any
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		var code int
+		code, list = f.do(http.MethodGet, "/v1/reconciliations?currency=CNY&page_size=1", auditor, nil)
+		rs, _ := list["reconciliations"].([]any)
+		return code == http.StatusOK && len(rs) == 1 && rs[0].(map[string]any)["trigger"] == "schedule"
+	}, "a scheduled run listed")
+	sched := list["reconciliations"].([]any)[0].(map[string]any)
+	if sched["previous_reconciliation_id"] != id || sched["requested_by"] != "service:gpubill" || sched["unmatched_in_bank_count"] != float64(1) ||
+		sched["matched_count"] != float64(0) || sched["matched"] != nil || list["next_page_token"] == "" {
+		t.Fatalf("scheduled run (listed without items, a next page): %v", list)
+	}
+	code, got := f.do(http.MethodGet, "/v1/reconciliations/"+id, auditor, nil)
+	if code != http.StatusOK || got["reconciliation_id"] != id || len(got["matched"].([]any)) != 1 {
+		t.Fatalf("GET one: HTTP %d %v", code, got)
+	}
+	if code, _ := f.do(http.MethodGet, "/v1/reconciliations/rec_missing", auditor, nil); code != http.StatusNotFound {
+		t.Fatalf("GET a missing run: HTTP %d, want 404", code)
+	}
+}

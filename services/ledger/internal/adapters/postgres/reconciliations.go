@@ -1,0 +1,316 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Reconciliations keeps reconciliation runs (app.ReconciliationStore) in
+// ledger.reconciliations, reconciliation_statements and reconciliation_items.
+type Reconciliations struct{ Pool *pgxpool.Pool }
+
+// Item statuses in ledger.reconciliation_items.
+const (
+	itemMatched         = "matched"
+	itemUnmatchedBank   = "unmatched_bank"
+	itemUnmatchedLedger = "unmatched_ledger"
+)
+
+// StatementCurrencies implements app.ReconciliationStore.
+func (s *Reconciliations) StatementCurrencies(ctx context.Context) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select distinct currency from ledger.bank_statements order by 1`)
+	if err != nil {
+		return nil, fmt.Errorf("statement currencies: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// BeginRun opens a run of the currency (app.ReconciliationStore, through
+// the composition root): one transaction holding the currency's advisory
+// lock, so runs of a currency take turns and each statement is taken by one
+// run.
+func (s *Reconciliations) BeginRun(ctx context.Context, currency string) (*ReconRunTx, error) {
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.reconcile.' || $1))`, currency); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("reconciliation lock: %w", err)
+	}
+	return &ReconRunTx{tx: tx, currency: currency}, nil
+}
+
+// Save stores the run, its statements and its items.
+func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
+	tx := x.tx
+	var closing any
+	if r.BankClosing != nil {
+		closing = r.BankClosing.String()
+	}
+	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
+			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
+			matched_count, unmatched_bank_count, unmatched_ledger_count)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14) returning seq`,
+		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
+		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN).Scan(&r.Seq); err != nil {
+		return fmt.Errorf("store reconciliation: %w", err)
+	}
+	if len(r.StatementIDs) > 0 {
+		if _, err := tx.Exec(ctx, `insert into ledger.reconciliation_statements (statement_id, reconciliation_id)
+			select unnest($1::text[]), $2`, r.StatementIDs, r.ID); err != nil {
+			return fmt.Errorf("store reconciliation statements: %w", err)
+		}
+	}
+	var rows [][]any
+	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string) {
+		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason}
+		if l != nil {
+			row[3], row[4], row[5], row[6], row[7] = l.StatementID, l.LineNo, l.BookedOn, l.Reference, numeric(l.Amount)
+		}
+		if m != nil {
+			row[8], row[9], row[10], row[11] = m.Kind, m.Key, numeric(m.Amount), m.TransactionIDs
+		}
+		rows = append(rows, row)
+	}
+	for _, x := range r.Result.Matched {
+		add(itemMatched, &x.Line, &x.Movement, "")
+	}
+	for _, x := range r.Result.UnmatchedBank {
+		add(itemUnmatchedBank, &x.Line, nil, x.Reason)
+	}
+	for _, x := range r.Result.UnmatchedLedger {
+		add(itemUnmatchedLedger, nil, &x.Movement, x.Reason)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger", "reconciliation_items"},
+		[]string{"reconciliation_id", "item_no", "status", "statement_id", "line_no", "booked_on", "reference", "bank_amount",
+			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason"}, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("store reconciliation items: %w", err)
+	}
+	return nil
+}
+
+const runCols = `r.seq, r.reconciliation_id, r.currency, r.trigger, r.requested_by, r.created_at, r.previous_id,
+	r.journal_head_hash, r.journal_head_position, r.bank_closing_balance::text, r.ledger_bank_client::text, r.verdict,
+	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count,
+	coalesce((select array_agg(s.statement_id order by s.statement_id) from ledger.reconciliation_statements s
+		where s.reconciliation_id = r.reconciliation_id), '{}')`
+
+func scanRun(row pgx.Row) (domain.ReconRun, error) {
+	var r domain.ReconRun
+	var closing *string
+	var ledgerBal string
+	if err := row.Scan(&r.Seq, &r.ID, &r.Currency, &r.Trigger, &r.RequestedBy, &r.CreatedAt, &r.PreviousID, &r.HeadHash,
+		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.StatementIDs); err != nil {
+		return r, err
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	var err error
+	if r.LedgerBankClient, err = decimal.NewFromString(ledgerBal); err != nil {
+		return r, err
+	}
+	if closing != nil {
+		d, err := decimal.NewFromString(*closing)
+		if err != nil {
+			return r, err
+		}
+		r.BankClosing = &d
+	}
+	return r, nil
+}
+
+// ListRuns implements app.ReconciliationStore.
+func (s *Reconciliations) ListRuns(ctx context.Context, currency string, beforeSeq int64, limit int) ([]domain.ReconRun, error) {
+	rows, err := s.Pool.Query(ctx, `select `+runCols+` from ledger.reconciliations r
+		where ($1 = '' or r.currency = $1) and ($2 = 0 or r.seq < $2) order by r.seq desc limit $3`, currency, beforeSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list reconciliations: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.ReconRun
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// GetRun implements app.ReconciliationStore.
+func (s *Reconciliations) GetRun(ctx context.Context, id string) (*domain.ReconRun, error) {
+	r, err := getRun(ctx, s.Pool, `r.reconciliation_id = $1`, id, "")
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
+	}
+	return r, err
+}
+
+// getRun reads one run and its items; only the unmatched ones when
+// unmatchedOnly (what the next run takes over).
+func getRun(ctx context.Context, q Querier, where string, arg any, status string) (*domain.ReconRun, error) {
+	r, err := scanRun(q.QueryRow(ctx, `select `+runCols+` from ledger.reconciliations r where `+where+` order by r.seq desc limit 1`, arg))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
+			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason
+		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2) order by item_no`, r.ID, status)
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation items: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st, reason string
+		var l domain.BankLine
+		var m domain.Movement
+		var booked *time.Time
+		var bank, led *string
+		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason); err != nil {
+			return nil, err
+		}
+		if booked != nil {
+			l.BookedOn = booked.UTC()
+		}
+		if bank != nil {
+			if l.Amount, err = decimal.NewFromString(*bank); err != nil {
+				return nil, err
+			}
+		}
+		if led != nil {
+			if m.Amount, err = decimal.NewFromString(*led); err != nil {
+				return nil, err
+			}
+		}
+		switch st {
+		case itemMatched:
+			r.Result.Matched = append(r.Result.Matched, domain.ReconMatch{Line: l, Movement: m})
+		case itemUnmatchedBank:
+			r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
+		case itemUnmatchedLedger:
+			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason})
+		}
+	}
+	return &r, rows.Err()
+}
+
+// ReconRunTx is one run's transaction.
+type ReconRunTx struct {
+	tx       pgx.Tx
+	currency string
+}
+
+// Commit ends the run's transaction, keeping what Save stored.
+func (x *ReconRunTx) Commit(ctx context.Context) error { return x.tx.Commit(ctx) }
+
+// Rollback abandons the run (a no-op after Commit).
+func (x *ReconRunTx) Rollback(ctx context.Context) error { return x.tx.Rollback(ctx) }
+
+func (r *ReconRunTx) Previous(ctx context.Context) (*domain.ReconRun, error) {
+	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return run, err
+}
+
+func (r *ReconRunTx) FreshLines(ctx context.Context) ([]string, []domain.BankLine, error) {
+	rows, err := r.tx.Query(ctx, `select s.statement_id from ledger.bank_statements s
+		where s.currency = $1 and not exists (select 1 from ledger.reconciliation_statements t where t.statement_id = s.statement_id)
+		order by s.closing_at, s.statement_id`, r.currency)
+	if err != nil {
+		return nil, nil, fmt.Errorf("statements to reconcile: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return nil, nil, err
+	}
+	rows, err = r.tx.Query(ctx, `select statement_id, line_no, booked_on, reference, amount::text from ledger.bank_statement_lines
+		where statement_id = any($1) order by array_position($1, statement_id), line_no`, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("statement lines: %w", err)
+	}
+	defer rows.Close()
+	var lines []domain.BankLine
+	for rows.Next() {
+		var l domain.BankLine
+		var amt string
+		if err := rows.Scan(&l.StatementID, &l.LineNo, &l.BookedOn, &l.Reference, &amt); err != nil {
+			return nil, nil, err
+		}
+		if l.Amount, err = decimal.NewFromString(amt); err != nil {
+			return nil, nil, err
+		}
+		l.BookedOn = l.BookedOn.UTC()
+		lines = append(lines, l)
+	}
+	return ids, lines, rows.Err()
+}
+
+func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) { return ChainHead(ctx, r.tx) }
+
+func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, since time.Time) ([]domain.Movement, error) {
+	rows, err := r.tx.Query(ctx, `select t.id::text, t.kind, t.idempotency_key, t.metadata,
+			sum(case when p.direction = 'debit' then p.amount else -p.amount end)::text
+		from ledger.postings p
+		join ledger.journal_chain c on c.tx_id = p.tx_id
+		join ledger.transactions t on t.id = p.tx_id
+		where p.account = $1 and p.currency = $2 and p.created_at >= $3 and c.position > $4 and c.position <= $5
+		group by t.id, c.position order by c.position`, domain.BankClient, r.currency, since, after, upto)
+	if err != nil {
+		return nil, fmt.Errorf("bank:client movements: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.Movement
+	for rows.Next() {
+		var id, kind, key, amt string
+		var meta map[string]string
+		if err := rows.Scan(&id, &kind, &key, &meta, &amt); err != nil {
+			return nil, err
+		}
+		a, err := decimal.NewFromString(amt)
+		if err != nil {
+			return nil, err
+		}
+		if a.IsZero() {
+			continue // moved bank:client both ways in one transaction: nothing for the bank to show
+		}
+		mk, mkey := domain.ClassifyMovement(id, domain.TxKind(kind), key, meta)
+		out = append(out, domain.Movement{Kind: mk, Key: mkey, Amount: a, TransactionIDs: []string{id}})
+	}
+	return out, rows.Err()
+}
+
+func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error) {
+	var closing *string
+	var ledgerBal string
+	if err := r.tx.QueryRow(ctx, `select
+			(select sum(closing_balance)::text from (select distinct on (account) closing_balance from ledger.bank_statements
+				where currency = $2 order by account, closing_at desc, statement_id desc) x),
+			coalesce((select debits - credits from ledger.balances where account = $1 and currency = $2), 0)::text`,
+		domain.BankClient, r.currency).Scan(&closing, &ledgerBal); err != nil {
+		return nil, decimal.Zero, fmt.Errorf("reconciliation balances: %w", err)
+	}
+	bal, err := decimal.NewFromString(ledgerBal)
+	if err != nil {
+		return nil, decimal.Zero, err
+	}
+	if closing == nil {
+		return nil, bal, nil
+	}
+	c, err := decimal.NewFromString(*closing)
+	if err != nil {
+		return nil, decimal.Zero, err
+	}
+	return &c, bal, nil
+}

@@ -1,0 +1,190 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// Limits of the reconciliation API.
+const (
+	reconPageDefault = 50
+	reconPageMax     = 500
+	// chainLagMax bounds how long before its chain link a transaction's
+	// created_at may lie (it is set before the commit, the link after):
+	// movements are looked for from the previous run's time minus this.
+	chainLagMax = time.Hour
+)
+
+// ReconciliationStore keeps reconciliation runs (adapters/postgres).
+type ReconciliationStore interface {
+	// StatementCurrencies lists the currencies with an imported statement.
+	StatementCurrencies(ctx context.Context) ([]string, error)
+	// BeginRun opens a run of the currency: a transaction in which no other
+	// run of that currency proceeds until Commit or Rollback.
+	BeginRun(ctx context.Context, currency string) (ReconRunTx, error)
+	// ListRuns pages runs newest first ("" currency: any), before seq when
+	// beforeSeq > 0, without their items.
+	ListRuns(ctx context.Context, currency string, beforeSeq int64, limit int) ([]domain.ReconRun, error)
+	// GetRun returns a run with its items (apperr.ErrNotFound if none).
+	GetRun(ctx context.Context, id string) (*domain.ReconRun, error)
+}
+
+// ReconRunTx reads what a run needs and stores it, in one transaction.
+type ReconRunTx interface {
+	// Previous is the currency's last run with its unmatched items (nil: none).
+	Previous(ctx context.Context) (*domain.ReconRun, error)
+	// FreshLines returns the statements of the currency no run has taken,
+	// oldest closing first, and their lines in statement and line order.
+	FreshLines(ctx context.Context) ([]string, []domain.BankLine, error)
+	ChainHead(ctx context.Context) (string, int64, error)
+	// Movements are the currency's bank:client movements (one per
+	// transaction, classified) chained at positions (after, upto], created
+	// at or after since.
+	Movements(ctx context.Context, after, upto int64, since time.Time) ([]domain.Movement, error)
+	// Balances: the sum of each account's latest statement closing balance
+	// (nil: none) and bank:client in the ledger now.
+	Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error)
+	// Save stores the run (its Seq set), its statements and its items.
+	Save(ctx context.Context, run *domain.ReconRun) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Reconciliations are the bank reconciliation use cases.
+type Reconciliations struct {
+	Store ReconciliationStore
+	Now   func() time.Time
+}
+
+// Run reconciles one currency, or every currency with a statement when
+// currency is "": the statements no run has taken and the bank:client
+// movements chained since the currency's previous run, with what that run
+// left unmatched, matched by domain.Reconcile, and kept.
+func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedBy string) ([]*domain.ReconRun, error) {
+	var curs []string
+	if currency == "" {
+		var err error
+		if curs, err = r.Store.StatementCurrencies(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		c, err := money.Lookup(currency)
+		if err != nil {
+			return nil, apperr.Invalid("currency", "%s", err.Error())
+		}
+		curs = []string{c.Code}
+	}
+	out := make([]*domain.ReconRun, 0, len(curs))
+	for _, c := range curs {
+		run, err := r.runOne(ctx, c, trigger, requestedBy)
+		if err != nil {
+			return out, fmt.Errorf("reconcile %s: %w", c, err)
+		}
+		out = append(out, run)
+	}
+	return out, nil
+}
+
+func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, requestedBy string) (*domain.ReconRun, error) {
+	rd, err := r.Store.BeginRun(ctx, currency)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
+	prev, err := rd.Previous(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hash, pos, err := rd.ChainHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run := &domain.ReconRun{ID: ids.New("rec"), Currency: currency, Trigger: trigger, RequestedBy: requestedBy,
+		CreatedAt: r.Now().UTC().Truncate(time.Microsecond), HeadHash: hash, HeadPosition: pos}
+	var lines []domain.BankLine
+	var moves []domain.Movement
+	after, since := int64(0), time.Time{}
+	if prev != nil {
+		run.PreviousID = prev.ID
+		after, since = prev.HeadPosition, prev.CreatedAt.Add(-chainLagMax)
+		for _, u := range prev.Result.UnmatchedBank {
+			lines = append(lines, u.Line)
+		}
+		for _, u := range prev.Result.UnmatchedLedger {
+			moves = append(moves, u.Movement)
+		}
+	}
+	stIDs, fresh, err := rd.FreshLines(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run.StatementIDs, lines = stIDs, append(lines, fresh...)
+	newMoves, err := rd.Movements(ctx, after, pos, since)
+	if err != nil {
+		return nil, err
+	}
+	moves = append(moves, newMoves...)
+	if run.BankClosing, run.LedgerBankClient, err = rd.Balances(ctx); err != nil {
+		return nil, err
+	}
+	run.Result = domain.Reconcile(lines, moves)
+	run.Verdict = run.Result.Verdict()
+	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)
+	if err := rd.Save(ctx, run); err != nil {
+		return nil, err
+	}
+	if err := rd.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit reconciliation: %w", err)
+	}
+	return run, nil
+}
+
+// List pages runs newest first; the token is the last run's order.
+func (r *Reconciliations) List(ctx context.Context, currency string, pageSize int32, pageToken string) ([]domain.ReconRun, string, error) {
+	var v apperr.Validator
+	v.Check(pageSize >= 0 && pageSize <= reconPageMax, "page_size", "want 0..%d", reconPageMax)
+	limit := int(pageSize)
+	if limit == 0 {
+		limit = reconPageDefault
+	}
+	var before int64
+	if pageToken != "" {
+		n, err := strconv.ParseInt(pageToken, 10, 64)
+		v.Check(err == nil && n > 0, "page_token", "not a token this API issued")
+		before = n
+	}
+	if currency != "" {
+		_, err := money.Lookup(currency)
+		v.Check(err == nil, "currency", "unknown currency %q", currency)
+	}
+	if err := v.Err(); err != nil {
+		return nil, "", err
+	}
+	runs, err := r.Store.ListRuns(ctx, currency, before, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(runs) > limit {
+		runs = runs[:limit]
+		next = strconv.FormatInt(runs[limit-1].Seq, 10)
+	}
+	return runs, next, nil
+}
+
+// Get returns one run with its items.
+func (r *Reconciliations) Get(ctx context.Context, id string) (*domain.ReconRun, error) {
+	if id == "" {
+		return nil, apperr.Invalid("reconciliation_id", "required")
+	}
+	return r.Store.GetRun(ctx, id)
+}

@@ -1,0 +1,228 @@
+package domain
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Kinds of bank:client movement the bank reconciliation tells apart, each
+// with the key a bank statement line refers to it by.
+const (
+	MovementDeposit         = "deposit"          // key: the deposit's external_ref
+	MovementPayout          = "payout"           // key: the payout id (the rail reference of a retry is id-N)
+	MovementTaxRemittance   = "tax_remittance"   // key: the remittance id (its ledger idempotency key)
+	MovementCommissionSweep = "commission_sweep" // key: the cycle id: one transfer per cycle and currency
+	MovementOther           = "other"            // key: the ledger transaction id
+)
+
+// Verdicts of a reconciliation run.
+const (
+	ReconReconciled = "reconciled" // every statement line matched, every ledger movement matched
+	ReconExceptions = "exceptions" // something on either side is unmatched
+)
+
+// BankLine is one line of an imported client bank statement; Amount is
+// signed (+ money in).
+type BankLine struct {
+	StatementID string
+	LineNo      int
+	BookedOn    time.Time
+	Reference   string
+	Amount      decimal.Decimal
+}
+
+// Movement is what the bank should show for ledger movements of
+// bank:client: one transaction, or several that the bank sees as one
+// transfer (a cycle's commission sweeps). Amount is signed (+ a debit of
+// bank:client: money in).
+type Movement struct {
+	Kind           string
+	Key            string
+	Amount         decimal.Decimal
+	TransactionIDs []string
+}
+
+// ClassifyMovement names the kind of a transaction that moves bank:client
+// and the key a statement line refers to it by, from what the writers put
+// in it: a deposit's external_ref, the payout service's payout_id, the tax
+// service's remittance (its idempotency key), settlement's cycle_id.
+func ClassifyMovement(txID string, kind TxKind, idempotencyKey string, metadata map[string]string) (string, string) {
+	switch {
+	case kind == TxDeposit && metadata["external_ref"] != "":
+		return MovementDeposit, metadata["external_ref"]
+	case kind == TxReversal:
+		return MovementOther, txID
+	case metadata["kind"] == "payout" && metadata["payout_id"] != "":
+		return MovementPayout, metadata["payout_id"]
+	case metadata["kind"] == "tax_remittance":
+		return MovementTaxRemittance, idempotencyKey
+	case (metadata["kind"] == "settlement" || metadata["kind"] == "commission_sweep") && metadata["cycle_id"] != "":
+		return MovementCommissionSweep, metadata["cycle_id"]
+	}
+	return MovementOther, txID
+}
+
+// GroupMovements merges movements the bank sees as one transfer: the same
+// kind, key and direction (a payout paid and the same payout returned stay
+// apart). Order: first appearance.
+func GroupMovements(ms []Movement) []Movement {
+	var out []Movement
+	at := map[string]int{}
+	for _, m := range ms {
+		k := m.Kind + "\x00" + m.Key + "\x00" + fmt.Sprint(m.Amount.Sign())
+		if i, ok := at[k]; ok {
+			out[i].Amount = out[i].Amount.Add(m.Amount)
+			out[i].TransactionIDs = append(out[i].TransactionIDs, m.TransactionIDs...)
+			continue
+		}
+		at[k] = len(out)
+		m.TransactionIDs = slices.Clone(m.TransactionIDs)
+		out = append(out, m)
+	}
+	return out
+}
+
+// ReconMatch is a statement line and the movement it shows.
+type ReconMatch struct {
+	Line     BankLine
+	Movement Movement
+}
+
+// UnmatchedLine is a statement line no ledger movement explains.
+type UnmatchedLine struct {
+	Line   BankLine
+	Reason string
+}
+
+// UnmatchedMovement is a ledger movement no statement line shows.
+type UnmatchedMovement struct {
+	Movement Movement
+	Reason   string
+}
+
+// Reconciliation is the outcome of matching statement lines to movements.
+type Reconciliation struct {
+	Matched         []ReconMatch
+	UnmatchedBank   []UnmatchedLine
+	UnmatchedLedger []UnmatchedMovement
+}
+
+// Verdict is reconciled when nothing on either side is left unmatched.
+func (r Reconciliation) Verdict() string {
+	if len(r.UnmatchedBank) == 0 && len(r.UnmatchedLedger) == 0 {
+		return ReconReconciled
+	}
+	return ReconExceptions
+}
+
+// railRetry is a payout's rail reference after a definite failure: the
+// payout id, "-", the attempt.
+var railRetry = regexp.MustCompile(`^(.+)-([0-9]+)$`)
+
+// Reconcile matches each statement line to at most one movement (grouped
+// with GroupMovements) and each movement to at most one line: a line
+// matches a movement whose key its reference names and whose signed amount
+// it equals exactly. Lines are taken in statement order; a reference that
+// names a movement with another amount is an exception on both sides, each
+// naming the other.
+func Reconcile(lines []BankLine, movements []Movement) Reconciliation {
+	groups := GroupMovements(movements)
+	byKey := map[string][]int{}
+	for i, g := range groups {
+		byKey[g.Key] = append(byKey[g.Key], i)
+	}
+	matched := make([]bool, len(groups))
+	near := make([]string, len(groups)) // why a movement is unmatched, when a line named it
+	var r Reconciliation
+	for _, l := range lines {
+		cands := candidates(byKey, groups, l.Reference)
+		hit := -1
+		for _, i := range cands {
+			if !matched[i] && groups[i].Amount.Equal(l.Amount) {
+				hit = i
+				break
+			}
+		}
+		if hit >= 0 {
+			matched[hit] = true
+			r.Matched = append(r.Matched, ReconMatch{Line: l, Movement: groups[hit]})
+			continue
+		}
+		reason := "no ledger movement of bank:client with this reference"
+		var amounts []string
+		for _, i := range cands {
+			if !matched[i] {
+				amounts = append(amounts, groups[i].Amount.String())
+				if near[i] == "" {
+					near[i] = fmt.Sprintf("statement %s line %d names it with amount %s", l.StatementID, l.LineNo, l.Amount.String())
+				}
+			}
+		}
+		if len(amounts) > 0 {
+			reason = "the ledger movement with this reference is " + strings.Join(amounts, ", ") + ", not " + l.Amount.String()
+		} else if len(cands) > 0 {
+			reason = "its ledger movement is already matched to another line"
+		}
+		r.UnmatchedBank = append(r.UnmatchedBank, UnmatchedLine{Line: l, Reason: reason})
+	}
+	for i, g := range groups {
+		if matched[i] {
+			continue
+		}
+		reason := near[i]
+		if reason == "" {
+			reason = "no statement line with this reference"
+		}
+		r.UnmatchedLedger = append(r.UnmatchedLedger, UnmatchedMovement{Movement: g, Reason: reason})
+	}
+	return r
+}
+
+// candidates are the movements a reference names: its key exactly, or for
+// a payout's rail reference of a retry (id-N) the payout id.
+func candidates(byKey map[string][]int, groups []Movement, ref string) []int {
+	out := slices.Clone(byKey[ref])
+	if m := railRetry.FindStringSubmatch(ref); m != nil {
+		for _, i := range byKey[m[1]] {
+			if groups[i].Kind == MovementPayout {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
+// Triggers of a reconciliation run.
+const (
+	ReconBySchedule = "schedule"
+	ReconByRequest  = "request"
+)
+
+// ReconRun is one kept reconciliation run of one currency.
+type ReconRun struct {
+	ID           string
+	Seq          int64 // order of runs
+	Currency     string
+	Trigger      string
+	RequestedBy  string
+	CreatedAt    time.Time
+	PreviousID   string
+	HeadHash     string
+	HeadPosition int64
+	StatementIDs []string
+	// BankClosing sums the latest statement's closing balance of each of
+	// the currency's accounts (nil: no statement yet).
+	BankClosing      *decimal.Decimal
+	LedgerBankClient decimal.Decimal
+	Verdict          string
+	MatchedCount     int
+	UnmatchedBankN   int
+	UnmatchedLedgerN int
+	// Result holds the items; a listed run carries only the counts.
+	Result Reconciliation
+}

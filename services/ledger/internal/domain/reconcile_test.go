@@ -1,0 +1,137 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shopspring/decimal"
+)
+
+func line(no int, ref, amt string) BankLine {
+	return BankLine{StatementID: "st-1", LineNo: no, Reference: ref, Amount: decimal.RequireFromString(amt)}
+}
+
+func mv(kind, key, amt string, txs ...string) Movement {
+	return Movement{Kind: kind, Key: key, Amount: decimal.RequireFromString(amt), TransactionIDs: txs}
+}
+
+// summary renders a reconciliation as "matched: ref=key(txs) …; bank: …; ledger: …".
+func summary(r Reconciliation) string {
+	var m, b, l []string
+	for _, x := range r.Matched {
+		m = append(m, fmt.Sprintf("%d=%s:%s%v", x.Line.LineNo, x.Movement.Kind, x.Movement.Key, x.Movement.TransactionIDs))
+	}
+	for _, x := range r.UnmatchedBank {
+		b = append(b, fmt.Sprintf("%d", x.Line.LineNo))
+	}
+	for _, x := range r.UnmatchedLedger {
+		l = append(l, fmt.Sprintf("%s:%s:%s", x.Movement.Kind, x.Movement.Key, x.Movement.Amount))
+	}
+	return "matched " + strings.Join(m, " ") + "; bank " + strings.Join(b, " ") + "; ledger " + strings.Join(l, " ")
+}
+
+func TestReconcile(t *testing.T) {
+	tests := []struct {
+		name  string
+		give  []BankLine
+		moves []Movement
+		want  string
+	}{
+		{
+			name: "each kind by its key",
+			give: []BankLine{line(1, "bank-ref-1", "100.00"), line(2, "po-7", "-5.04"), line(3, "rem-CN-2026-11", "-1.26"), line(4, "cyc-20261130", "-4.20")},
+			moves: []Movement{mv(MovementDeposit, "bank-ref-1", "100.00", "t1"), mv(MovementPayout, "po-7", "-5.04", "t2"),
+				mv(MovementTaxRemittance, "rem-CN-2026-11", "-1.26", "t3"), mv(MovementCommissionSweep, "cyc-20261130", "-2.10", "t4"),
+				mv(MovementCommissionSweep, "cyc-20261130", "-2.10", "t5")},
+			want: "matched 1=deposit:bank-ref-1[t1] 2=payout:po-7[t2] 3=tax_remittance:rem-CN-2026-11[t3] 4=commission_sweep:cyc-20261130[t4 t5]; bank ; ledger ",
+		},
+		{
+			name:  "a payout retry's rail reference names the payout",
+			give:  []BankLine{line(1, "po-7-2", "-5.04")},
+			moves: []Movement{mv(MovementPayout, "po-7", "-5.04", "t2")},
+			want:  "matched 1=payout:po-7[t2]; bank ; ledger ",
+		},
+		{
+			name:  "a deposit whose reference ends in -N is not a payout retry",
+			give:  []BankLine{line(1, "bank-ref-1", "100.00")},
+			moves: []Movement{mv(MovementDeposit, "bank-ref", "100.00", "t1")},
+			want:  "matched ; bank 1; ledger deposit:bank-ref:100",
+		},
+		{
+			name:  "paid and returned are two transfers of one payout",
+			give:  []BankLine{line(1, "po-9", "-5.04"), line(2, "po-9", "5.04")},
+			moves: []Movement{mv(MovementPayout, "po-9", "-5.04", "t1"), mv(MovementPayout, "po-9", "5.04", "t2")},
+			want:  "matched 1=payout:po-9[t1] 2=payout:po-9[t2]; bank ; ledger ",
+		},
+		{
+			name:  "another amount under the right reference is an exception on both sides",
+			give:  []BankLine{line(1, "bank-ref-1", "99.00")},
+			moves: []Movement{mv(MovementDeposit, "bank-ref-1", "100.00", "t1")},
+			want:  "matched ; bank 1; ledger deposit:bank-ref-1:100",
+		},
+		{
+			name:  "one movement matches one line only",
+			give:  []BankLine{line(1, "bank-ref-1", "100.00"), line(2, "bank-ref-1", "100.00")},
+			moves: []Movement{mv(MovementDeposit, "bank-ref-1", "100.00", "t1")},
+			want:  "matched 1=deposit:bank-ref-1[t1]; bank 2; ledger ",
+		},
+		{
+			name:  "unknown on either side",
+			give:  []BankLine{line(1, "interest", "0.12")},
+			moves: []Movement{mv(MovementOther, "tx-9", "-3.00", "tx-9")},
+			want:  "matched ; bank 1; ledger other:tx-9:-3",
+		},
+		{
+			name: "nothing at all is reconciled",
+			want: "matched ; bank ; ledger ",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summary(Reconcile(tt.give, tt.moves)); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReconcileReasonsNameTheOtherSide(t *testing.T) {
+	r := Reconcile([]BankLine{line(3, "bank-ref-1", "99.00")}, []Movement{mv(MovementDeposit, "bank-ref-1", "100.00", "t1")})
+	if r.Verdict() != ReconExceptions || len(r.UnmatchedBank) != 1 || len(r.UnmatchedLedger) != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if got := r.UnmatchedBank[0].Reason; !strings.Contains(got, "100, not 99") {
+		t.Errorf("bank line reason %q; want the ledger's amount named", got)
+	}
+	if got := r.UnmatchedLedger[0].Reason; !strings.Contains(got, "statement st-1 line 3") || !strings.Contains(got, "99") {
+		t.Errorf("movement reason %q; want the statement line named", got)
+	}
+	if v := Reconcile(nil, nil).Verdict(); v != ReconReconciled {
+		t.Errorf("empty: %s", v)
+	}
+}
+
+func TestClassifyMovement(t *testing.T) {
+	tests := []struct {
+		kind     TxKind
+		key      string
+		meta     map[string]string
+		wantKind string
+		wantKey  string
+	}{
+		{TxDeposit, "deposit:bank-ref-1", map[string]string{"external_ref": "bank-ref-1"}, MovementDeposit, "bank-ref-1"},
+		{TxManual, "payout-po-1-1-paid", map[string]string{"kind": "payout", "payout_id": "po-1", "step": "paid"}, MovementPayout, "po-1"},
+		{TxManual, "rem-CN-2026-11-CNY", map[string]string{"kind": "tax_remittance", "period": "2026-11"}, MovementTaxRemittance, "rem-CN-2026-11-CNY"},
+		{TxManual, "settle-cyc-1-p-1:CNY", map[string]string{"kind": "settlement", "cycle_id": "cyc-1"}, MovementCommissionSweep, "cyc-1"},
+		{TxManual, "settle-cyc-1-p-1:CNY:sweep", map[string]string{"kind": "commission_sweep", "cycle_id": "cyc-1"}, MovementCommissionSweep, "cyc-1"},
+		{TxReversal, "rev-1", map[string]string{"kind": "payout", "payout_id": "po-1"}, MovementOther, "tx-1"},
+		{TxManual, "fix-1", nil, MovementOther, "tx-1"},
+	}
+	for _, tt := range tests {
+		k, key := ClassifyMovement("tx-1", tt.kind, tt.key, tt.meta)
+		if k != tt.wantKind || key != tt.wantKey {
+			t.Errorf("%s %s %v: %s %s; want %s %s", tt.kind, tt.key, tt.meta, k, key, tt.wantKind, tt.wantKey)
+		}
+	}
+}

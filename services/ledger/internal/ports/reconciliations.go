@@ -1,0 +1,133 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/money"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// ReconciliationServer is the gRPC ReconciliationService.
+type ReconciliationServer struct {
+	ledgerv1.UnimplementedReconciliationServiceServer
+	Reconciliations *app.Reconciliations
+}
+
+// RunReconciliation implements ReconciliationService. The stack's service
+// identity is the daily schedule; anyone else asked for it.
+func (s *ReconciliationServer) RunReconciliation(ctx context.Context, r *ledgerv1.RunReconciliationRequest) (*ledgerv1.RunReconciliationResponse, error) {
+	trigger, by := domain.ReconByRequest, ""
+	if p, ok := auth.FromContext(ctx); ok {
+		by = p.Role
+		if p.Subject != "" {
+			by += ":" + p.Subject
+		}
+		if p.Role == auth.RoleService {
+			trigger = domain.ReconBySchedule
+		}
+	}
+	runs, err := s.Reconciliations.Run(ctx, r.GetCurrency(), trigger, by)
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.RunReconciliationResponse{Reconciliations: make([]*ledgerv1.Reconciliation, 0, len(runs))}
+	for _, run := range runs {
+		out.Reconciliations = append(out.Reconciliations, toProtoRun(run, true))
+	}
+	return out, nil
+}
+
+// ListReconciliations implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliations(ctx context.Context, r *ledgerv1.ListReconciliationsRequest) (*ledgerv1.ListReconciliationsResponse, error) {
+	runs, next, err := s.Reconciliations.List(ctx, r.GetCurrency(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListReconciliationsResponse{Reconciliations: make([]*ledgerv1.ReconciliationSummary, 0, len(runs)), NextPageToken: next}
+	for i := range runs {
+		r := toProtoRun(&runs[i], false)
+		out.Reconciliations = append(out.Reconciliations, &ledgerv1.ReconciliationSummary{
+			ReconciliationId: r.ReconciliationId, Currency: r.Currency, Trigger: r.Trigger, RequestedBy: r.RequestedBy,
+			CreatedAt: r.CreatedAt, PreviousReconciliationId: r.PreviousReconciliationId, JournalHeadHash: r.JournalHeadHash,
+			JournalHeadPosition: r.JournalHeadPosition, StatementIds: r.StatementIds, BankClosingBalance: r.BankClosingBalance,
+			LedgerBankClient: r.LedgerBankClient, Verdict: r.Verdict, MatchedCount: r.MatchedCount,
+			UnmatchedInBankCount: r.UnmatchedInBankCount, UnmatchedInLedgerCount: r.UnmatchedInLedgerCount,
+		})
+	}
+	return out, nil
+}
+
+// GetReconciliation implements ReconciliationService.
+func (s *ReconciliationServer) GetReconciliation(ctx context.Context, r *ledgerv1.GetReconciliationRequest) (*ledgerv1.GetReconciliationResponse, error) {
+	run, err := s.Reconciliations.Get(ctx, r.GetReconciliationId())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.GetReconciliationResponse{Reconciliation: toProtoRun(run, true)}, nil
+}
+
+func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
+	f := amountIn(r.Currency)
+	out := &ledgerv1.Reconciliation{
+		ReconciliationId: r.ID, Currency: r.Currency, Trigger: r.Trigger, RequestedBy: r.RequestedBy,
+		CreatedAt: timestamppb.New(r.CreatedAt), PreviousReconciliationId: r.PreviousID,
+		JournalHeadHash: r.HeadHash, JournalHeadPosition: r.HeadPosition, StatementIds: r.StatementIDs,
+		LedgerBankClient: f(r.LedgerBankClient), Verdict: r.Verdict, MatchedCount: int32(r.MatchedCount),
+		UnmatchedInBankCount: int32(r.UnmatchedBankN), UnmatchedInLedgerCount: int32(r.UnmatchedLedgerN),
+	}
+	if out.StatementIds == nil {
+		out.StatementIds = []string{}
+	}
+	if r.BankClosing != nil {
+		out.BankClosingBalance = f(*r.BankClosing)
+	}
+	if !items {
+		return out
+	}
+	line := func(it *ledgerv1.ReconciliationItem, l domain.BankLine) {
+		it.StatementId, it.LineNo, it.Reference, it.BankAmount = l.StatementID, int32(l.LineNo), l.Reference, f(l.Amount)
+		if !l.BookedOn.IsZero() {
+			it.BookedOn = l.BookedOn.Format(time.DateOnly)
+		}
+	}
+	move := func(it *ledgerv1.ReconciliationItem, m domain.Movement) {
+		it.MovementKind, it.MovementKey, it.LedgerAmount, it.TransactionIds = m.Kind, m.Key, f(m.Amount), m.TransactionIDs
+	}
+	out.Matched = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.Matched))
+	for _, x := range r.Result.Matched {
+		it := &ledgerv1.ReconciliationItem{}
+		line(it, x.Line)
+		move(it, x.Movement)
+		out.Matched = append(out.Matched, it)
+	}
+	out.UnmatchedInBank = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.UnmatchedBank))
+	for _, x := range r.Result.UnmatchedBank {
+		it := &ledgerv1.ReconciliationItem{Reason: x.Reason}
+		line(it, x.Line)
+		out.UnmatchedInBank = append(out.UnmatchedInBank, it)
+	}
+	out.UnmatchedInLedger = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.UnmatchedLedger))
+	for _, x := range r.Result.UnmatchedLedger {
+		it := &ledgerv1.ReconciliationItem{Reason: x.Reason, TransactionIds: []string{}}
+		move(it, x.Movement)
+		out.UnmatchedInLedger = append(out.UnmatchedInLedger, it)
+	}
+	return out
+}
+
+// amountIn formats amounts in the currency's minor units (as given when
+// the currency is unknown).
+func amountIn(currency string) func(decimal.Decimal) string {
+	c, err := money.Lookup(currency)
+	if err != nil {
+		return func(d decimal.Decimal) string { return d.String() }
+	}
+	return c.Format
+}

@@ -1,0 +1,138 @@
+package ledger_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// TestReconciliationRunsCarryTheirExceptions drives three runs over two
+// statements: each movement kind matched by its reference and exact amount
+// (a cycle's two sweeps as one bank transfer), a wrong amount and an
+// unknown bank line and a movement the bank has not shown yet kept as
+// exceptions; the next run takes only the new statement and the newly
+// chained movements plus the previous run's exceptions, and matches the
+// late ones; a run with nothing new carries the exceptions again.
+func TestReconciliationRunsCarryTheirExceptions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	rec := f.svc.Reconciliations()
+	post := func(in app.CreateTransactionInput, meta map[string]string) *domain.Transaction {
+		t.Helper()
+		in.Metadata = meta
+		tx, err := f.app.CreateTransaction(f.ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	dep1 := f.deposit(t, "r-1", "100.00", "CNY", "bank-ref-1")
+	f.deposit(t, "r-2", "50.00", "CNY", "bank-ref-2")
+	post(transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "20.00", "CNY"), nil)
+	post(transfer("submit", "provider:p-1:available", "provider:p-1:in_transit", "5.04", "CNY"), map[string]string{"kind": "payout", "payout_id": "po-1", "step": "in_transit"})
+	paid := post(transfer("payout-po-1-1-paid", "provider:p-1:in_transit", "bank:client", "5.04", "CNY"), map[string]string{"kind": "payout", "payout_id": "po-1", "step": "paid"})
+	sw1 := post(transfer("sweep-1", "bank:operating", "bank:client", "2.10", "CNY"), map[string]string{"kind": "commission_sweep", "cycle_id": "cyc-20261112"})
+	sw2 := post(transfer("sweep-2", "bank:operating", "bank:client", "1.05", "CNY"), map[string]string{"kind": "commission_sweep", "cycle_id": "cyc-20261112"})
+	post(transfer("withhold", "renter:r-2:wallet", "tax:withheld:CN", "1.26", "CNY"), nil)
+	rem := post(transfer("rem-CN-2026-11-CNY", "tax:withheld:CN", "bank:client", "1.26", "CNY"), map[string]string{"kind": "tax_remittance", "period": "2026-11"})
+	chainAll(t, f)
+
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n"+
+		"2026-11-30,bank-ref-1,100.00,1100.00\n"+
+		"2026-11-30,bank-ref-2,49.00,1149.00\n"+
+		"2026-11-30,po-1,-5.04,1143.96\n"+
+		"2026-11-30,cyc-20261112,-3.15,1140.81\n"+
+		"2026-11-30,interest,0.10,1140.91\n")
+	runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("run 1: %v %v", runs, err)
+	}
+	r1 := runs[0]
+	want := fmt.Sprintf("matched [1=deposit:bank-ref-1[%s] 3=payout:po-1[%s] 4=commission_sweep:cyc-20261112[%s %s]]; bank [2 5]; ledger [deposit:bank-ref-2:50 tax_remittance:rem-CN-2026-11-CNY:-1.26]",
+		dep1.ID, paid.ID, sw1.ID, sw2.ID)
+	if got := runSummary(r1); got != want {
+		t.Fatalf("run 1:\n got  %s\n want %s", got, want)
+	}
+	if r1.Verdict != domain.ReconExceptions || strings.Join(r1.StatementIDs, ",") != "st-1" || r1.PreviousID != "" ||
+		r1.BankClosing == nil || r1.BankClosing.String() != "1140.91" || r1.LedgerBankClient.String() != "140.55" {
+		t.Fatalf("run 1: verdict %s, statements %v, previous %q, bank %v, ledger %s", r1.Verdict, r1.StatementIDs, r1.PreviousID, r1.BankClosing, r1.LedgerBankClient)
+	}
+	if !strings.Contains(r1.Result.UnmatchedLedger[0].Reason, "statement st-1 line 2") {
+		t.Errorf("dep2's reason %q; want the line with the other amount named", r1.Result.UnmatchedLedger[0].Reason)
+	}
+
+	// Day two: the remittance and a new deposit reach the bank.
+	dep3 := f.deposit(t, "r-1", "30.00", "CNY", "bank-ref-3")
+	chainAll(t, f)
+	importCSV(t, f, "st-2", "date,reference,amount,balance\n"+
+		"2026-12-01,rem-CN-2026-11-CNY,-1.26,1139.65\n"+
+		"2026-12-01,bank-ref-3,30.00,1169.65\n")
+	runs, err = rec.Run(f.ctx, "", domain.ReconBySchedule, "service:settlement")
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("run 2: %v %v", runs, err)
+	}
+	r2 := runs[0]
+	want = fmt.Sprintf("matched [1=tax_remittance:rem-CN-2026-11-CNY[%s] 2=deposit:bank-ref-3[%s]]; bank [2 5]; ledger [deposit:bank-ref-2:50]", rem.ID, dep3.ID)
+	if got := runSummary(r2); got != want {
+		t.Fatalf("run 2:\n got  %s\n want %s", got, want)
+	}
+	if r2.PreviousID != r1.ID || strings.Join(r2.StatementIDs, ",") != "st-2" || r2.HeadPosition <= r1.HeadPosition || r2.BankClosing.String() != "1169.65" {
+		t.Fatalf("run 2: previous %s, statements %v, head %d after %d, bank %v", r2.PreviousID, r2.StatementIDs, r2.HeadPosition, r1.HeadPosition, r2.BankClosing)
+	}
+
+	// Nothing new: the exceptions again, nothing matched twice.
+	runs, err = rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runSummary(runs[0]); got != "matched []; bank [2 5]; ledger [deposit:bank-ref-2:50]" || len(runs[0].StatementIDs) != 0 {
+		t.Fatalf("run 3: %s, statements %v", got, runs[0].StatementIDs)
+	}
+
+	// Kept and listed newest first, in pages; one read back whole.
+	page, next, err := rec.List(f.ctx, "", 2, "")
+	if err != nil || len(page) != 2 || page[0].ID != runs[0].ID || page[1].ID != r2.ID || next == "" {
+		t.Fatalf("list page 1: %d runs, next %q, %v", len(page), next, err)
+	}
+	page, next, err = rec.List(f.ctx, "CNY", 2, next)
+	if err != nil || len(page) != 1 || page[0].ID != r1.ID || next != "" || page[0].MatchedCount != 3 || page[0].UnmatchedBankN != 2 {
+		t.Fatalf("list page 2: %+v, next %q, %v", page, next, err)
+	}
+	got, err := rec.Get(f.ctx, r1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runSummary(got) != runSummary(r1) || got.Result.UnmatchedBank[0].Line.BookedOn.Format("2006-01-02") != "2026-11-30" {
+		t.Fatalf("read back:\n got  %s\n want %s", runSummary(got), runSummary(r1))
+	}
+	if _, err := f.pool.Exec(f.ctx, `delete from ledger.reconciliation_items`); err == nil || !strings.Contains(err.Error(), "kept as they were") {
+		t.Fatalf("deleting reconciliation items: %v; want refused", err)
+	}
+}
+
+func importCSV(t *testing.T, f *fixture, id, csv string) {
+	t.Helper()
+	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-CLIENT-1",
+		Format: "csv", Content: []byte(csv)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runSummary: matched line numbers with kind:key[transactions]; unmatched
+// line numbers; unmatched movements kind:key:amount.
+func runSummary(r *domain.ReconRun) string {
+	var m, b, l []string
+	for _, x := range r.Result.Matched {
+		m = append(m, fmt.Sprintf("%d=%s:%s%v", x.Line.LineNo, x.Movement.Kind, x.Movement.Key, x.Movement.TransactionIDs))
+	}
+	for _, x := range r.Result.UnmatchedBank {
+		b = append(b, fmt.Sprint(x.Line.LineNo))
+	}
+	for _, x := range r.Result.UnmatchedLedger {
+		l = append(l, fmt.Sprintf("%s:%s:%s", x.Movement.Kind, x.Movement.Key, x.Movement.Amount))
+	}
+	return fmt.Sprintf("matched %v; bank %v; ledger %v", m, b, l)
+}
