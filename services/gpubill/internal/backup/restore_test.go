@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -81,12 +82,19 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 
 	// The backup, taken while the stack runs.
 	dir := filepath.Join(t.TempDir(), "snap")
-	m, err := backup.Take(ctx, src, dir, backup.Tools{}, time.Now())
+	var out, errOut bytes.Buffer
+	if code := cli.Main(ctx, []string{"backup", "-o", dir, "--database-url", src}, &out, &errOut); code != 0 {
+		t.Fatalf("gpubill backup: exit %d, %s %s", code, out.String(), errOut.String())
+	}
+	m, err := backup.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.st.Stop()
 	srcHead, srcBalances := headHash(t, src), balances(t, src)
+	if !strings.Contains(out.String(), "journal head "+srcHead) {
+		t.Fatalf("gpubill backup said %q; want the head %s", out.String(), srcHead)
+	}
 	if m.Ledger.HeadHash != srcHead || m.Ledger.Transactions == 0 {
 		t.Fatalf("manifest head %s (%d transactions); the source's chain head is %s", m.Ledger.HeadHash, m.Ledger.Transactions, srcHead)
 	}
@@ -100,6 +108,11 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	if res.Requeued["metering"] < 1 {
 		t.Fatalf("requeued %v; want at least metering's message in flight", res.Requeued)
 	}
+	// p-001 has no KYC: its payout waits at the gate, a workflow the new
+	// Temporal must get again.
+	if res.PayoutsRestarted != 1 {
+		t.Fatalf("%d payouts marked for a new workflow; want p-001's one waiting for KYC", res.PayoutsRestarted)
+	}
 	if res.XidsAdvanced == 0 {
 		t.Fatalf("a fresh cluster's transaction ids needed no advance past the snapshot's %d: the test proves nothing about it", m.Ledger.XidMax)
 	}
@@ -109,7 +122,7 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	if got := balances(t, dst); got != srcBalances {
 		t.Fatalf("restored balances differ from the source's:\nsource:\n%s\nrestored:\n%s", srcBalances, got)
 	}
-	var out, errOut bytes.Buffer
+	out.Reset()
 	if code := cli.Main(ctx, []string{"ledger", "verify", "--database-url", dst}, &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), "head "+srcHead) || !strings.Contains(out.String(), ", 0 not chained yet") {
 		t.Fatalf("gpubill ledger verify on the restored database: exit %d, %q %q; want 0 and head %s", code, out.String(), errOut.String(), srcHead)
@@ -123,6 +136,17 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	// The restored stack bills and settles the next cycle.
 	g := startStack(t, dst, cal)
 	g.waitBalance("bank:client", "CNY", "97.90")
+	var payoutID string
+	q(t, dst, `select payout_id from payout.payouts`, &payoutID)
+	tc, err := client.Dial(client.Options{HostPort: g.st.Temporal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		_, err := tc.DescribeWorkflowExecution(ctx, "payout-"+payoutID, "")
+		return err == nil
+	}, "payout %s's workflow started on the new Temporal", payoutID)
 	second := g.usage("evt-2", today.AddDate(0, 0, -1))
 	cyc2 := cal.ForUsageEnd(second).ID
 	if cyc2 == cyc1 {
@@ -163,7 +187,8 @@ func inflightUsage(t *testing.T, id string, start time.Time, cal cycles.Calendar
 }
 
 // TestRestoreRefusesADifferentSnapshot: a manifest that does not describe
-// the dump (here its head hash altered) fails the restore, naming it.
+// the dump (here its head hash altered) fails `gpubill restore` (exit 1),
+// naming the difference; a backup into a used directory is refused.
 func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	ctx := testkit.Context(t)
 	base := testkit.NewCluster(t)
@@ -187,9 +212,10 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, backup.ManifestFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = backup.Restore(ctx, base+"/gpubill_restored?sslmode=disable", dir, backup.Tools{})
-	if err == nil || !strings.Contains(err.Error(), "journal head hash: manifest "+m.Ledger.HeadHash) {
-		t.Fatalf("restore against an altered manifest: %v; want the head hash difference named", err)
+	var out, errOut bytes.Buffer
+	code := cli.Main(ctx, []string{"restore", dir, "--database-url", base + "/gpubill_restored?sslmode=disable"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "journal head hash: manifest "+m.Ledger.HeadHash) {
+		t.Fatalf("gpubill restore against an altered manifest: exit %d, %q; want 1 and the head hash difference named", code, errOut.String())
 	}
 }
 

@@ -350,6 +350,12 @@ func (r *restoreCmd) Run(e *env) error {
 		res.Manifest.Database, res.Manifest.CreatedAt.Format(time.RFC3339))
 	printFigures(e.stdout, res.Restored)
 	fmt.Fprintf(e.stdout, "  ledger verify: ok, %d transactions chained and verified\n", res.Chain.Checked)
+	var requeued int64
+	for _, n := range res.Requeued {
+		requeued += n
+	}
+	fmt.Fprintf(e.stdout, "  %d published messages back in their outboxes, %d payouts to restart, %d transaction ids consumed\n",
+		requeued, res.PayoutsRestarted, res.XidsAdvanced)
 	return nil
 }
 

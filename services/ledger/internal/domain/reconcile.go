@@ -14,7 +14,7 @@ import (
 // with the key a bank statement line refers to it by.
 const (
 	MovementDeposit         = "deposit"          // key: the deposit's external_ref
-	MovementPayout          = "payout"           // key: the payout id (the rail reference of a retry is id-N)
+	MovementPayout          = "payout"           // key: the payout id (a retry's rail reference is id-N; ISO 20022 files carry them compacted)
 	MovementTaxRemittance   = "tax_remittance"   // key: the remittance id (its ledger idempotency key)
 	MovementCommissionSweep = "commission_sweep" // key: the cycle id: one transfer per cycle and currency
 	MovementOther           = "other"            // key: the ledger transaction id
@@ -135,6 +135,9 @@ func Reconcile(lines []BankLine, movements []Movement) Reconciliation {
 	byKey := map[string][]int{}
 	for i, g := range groups {
 		byKey[g.Key] = append(byKey[g.Key], i)
+		if c := compactPayoutID(g.Key); g.Kind == MovementPayout && c != g.Key {
+			byKey[c] = append(byKey[c], i)
+		}
 	}
 	matched := make([]bool, len(groups))
 	near := make([]string, len(groups)) // why a movement is unmatched, when a line named it
@@ -183,8 +186,21 @@ func Reconcile(lines []BankLine, movements []Movement) Reconciliation {
 	return r
 }
 
-// candidates are the movements a reference names: its key exactly, or for
-// a payout's rail reference of a retry (id-N) the payout id.
+// compactPayoutID is a payout id as a bank file's EndToEndId carries it
+// when the id is longer than ISO 20022's 35 characters (the bank-file
+// rail's rule): "po_" and the UUID's hyphens dropped. Other keys unchanged.
+func compactPayoutID(id string) string {
+	const idLenMax, uuidLen = 35, 36
+	_, rest, ok := strings.Cut(id, "_")
+	if len(id) <= idLenMax || !ok || len(rest) != uuidLen {
+		return id
+	}
+	return strings.ReplaceAll(rest, "-", "")
+}
+
+// candidates are the movements a reference names: its key exactly (a
+// payout's also compacted), or for a payout's rail reference of a retry
+// (id-N) the payout id.
 func candidates(byKey map[string][]int, groups []Movement, ref string) []int {
 	out := slices.Clone(byKey[ref])
 	if m := railRetry.FindStringSubmatch(ref); m != nil {

@@ -53,6 +53,13 @@ func TestReconcile(t *testing.T) {
 			want:  "matched 1=payout:po-7[t2]; bank ; ledger ",
 		},
 		{
+			name: "a bank file's EndToEndId: the payout id compacted, with a retry's attempt",
+			give: []BankLine{line(1, "0193a1b2c3d4e5f60718293a4b5c6d7e", "-5.04"), line(2, "0193a1b2c3d4e5f60718293a4b5c6d7f-2", "-7.00")},
+			moves: []Movement{mv(MovementPayout, "po_0193a1b2-c3d4-e5f6-0718-293a4b5c6d7e", "-5.04", "t1"),
+				mv(MovementPayout, "po_0193a1b2-c3d4-e5f6-0718-293a4b5c6d7f", "-7.00", "t2")},
+			want: "matched 1=payout:po_0193a1b2-c3d4-e5f6-0718-293a4b5c6d7e[t1] 2=payout:po_0193a1b2-c3d4-e5f6-0718-293a4b5c6d7f[t2]; bank ; ledger ",
+		},
+		{
 			name:  "a deposit whose reference ends in -N is not a payout retry",
 			give:  []BankLine{line(1, "bank-ref-1", "100.00")},
 			moves: []Movement{mv(MovementDeposit, "bank-ref", "100.00", "t1")},

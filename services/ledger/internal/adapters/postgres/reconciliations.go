@@ -257,7 +257,9 @@ func (r *ReconRunTx) FreshLines(ctx context.Context) ([]string, []domain.BankLin
 	return ids, lines, rows.Err()
 }
 
-func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) { return ChainHead(ctx, r.tx) }
+func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) {
+	return ChainHead(ctx, r.tx)
+}
 
 func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, since time.Time) ([]domain.Movement, error) {
 	rows, err := r.tx.Query(ctx, `select t.id::text, t.kind, t.idempotency_key, t.metadata,
