@@ -11,27 +11,30 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
 // Common is embedded into every command's kong struct.
 type Common struct {
-	DatabaseURL     string        `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; the database is created if missing."`
-	NatsURL         string        `name:"nats-url" env:"NATS_URL" help:"External NATS server; unset = embedded JetStream (gpubill dev only)."`
-	TemporalAddress string        `name:"temporal-address" env:"TEMPORAL_ADDRESS" help:"External Temporal frontend; unset = embedded dev server (gpubill dev only)."`
-	HTTPAddr        string        `name:"http-addr" env:"GPUBILL_HTTP_ADDR" default:"127.0.0.1:8080" help:"REST listener."`
-	GRPCAddr        string        `name:"grpc-addr" env:"GPUBILL_GRPC_ADDR" default:"127.0.0.1:9090" help:"gRPC listener."`
-	DataDir         string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Embedded servers' data."`
-	AuthSecret      string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key; generated into the data dir on first start when unset."`
-	CycleDays       int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
-	CycleAnchor     string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
-	CycleGrace      time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
-	TaxTimezone     string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
-	StreamMaxBytes  int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream."`
-	StreamReplicas  int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
-	LogLevel        string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
-	Allow           Allow         `embed:"" prefix:"allow-" envprefix:"GPUBILL_ALLOW_" group:"Allowlist (comma-separated CIDRs per role; unset = any address)"`
-	TrustedProxies  string        `name:"trusted-proxies" env:"GPUBILL_TRUSTED_PROXIES" help:"CIDRs of reverse proxies whose X-Forwarded-For is believed for the REST client address; unset = X-Forwarded-For ignored."`
+	DatabaseURL      string        `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; the database is created if missing."`
+	NatsURL          string        `name:"nats-url" env:"NATS_URL" help:"External NATS server; unset = embedded JetStream (gpubill dev only)."`
+	TemporalAddress  string        `name:"temporal-address" env:"TEMPORAL_ADDRESS" help:"External Temporal frontend; unset = embedded dev server (gpubill dev only)."`
+	HTTPAddr         string        `name:"http-addr" env:"GPUBILL_HTTP_ADDR" default:"127.0.0.1:8080" help:"REST listener."`
+	GRPCAddr         string        `name:"grpc-addr" env:"GPUBILL_GRPC_ADDR" default:"127.0.0.1:9090" help:"gRPC listener."`
+	DataDir          string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Embedded servers' data."`
+	AuthSecret       string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key; generated into the data dir on first start when unset."`
+	CycleDays        int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
+	CycleAnchor      string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
+	CycleGrace       time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
+	TaxTimezone      string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
+	CommissionRates  string        `name:"commission-rates" env:"GPUBILL_COMMISSION_RATES" default:"standard=0.25,pro=0.20,partner=0.15" help:"Platform commission per provider tier (settlement applies it; quotes use it)."`
+	CommissionBounds string        `name:"commission-bounds" env:"GPUBILL_COMMISSION_BOUNDS" default:"0.15-0.25" help:"Platform bounds every commission rate must keep (min-max)."`
+	StreamMaxBytes   int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream."`
+	StreamReplicas   int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
+	LogLevel         string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Allow            Allow         `embed:"" prefix:"allow-" envprefix:"GPUBILL_ALLOW_" group:"Allowlist (comma-separated CIDRs per role; unset = any address)"`
+	TrustedProxies   string        `name:"trusted-proxies" env:"GPUBILL_TRUSTED_PROXIES" help:"CIDRs of reverse proxies whose X-Forwarded-For is believed for the REST client address; unset = X-Forwarded-For ignored."`
 }
 
 // Allow holds GPUBILL_ALLOW_<ROLE>: the client addresses a role may call from.
@@ -99,6 +102,24 @@ func (c Common) Calendar() (cycles.Calendar, error) {
 		return cycles.Calendar{}, fmt.Errorf("GPUBILL_CYCLE_DAYS %d: want 1..366", c.CycleDays)
 	}
 	return cycles.Calendar{Anchor: anchor, LengthDays: c.CycleDays, Grace: c.CycleGrace}, nil
+}
+
+// Commission returns the commission configuration (GPUBILL_COMMISSION_RATES
+// within GPUBILL_COMMISSION_BOUNDS; unset: split.DefaultCommission). A rate
+// outside the bounds is refused, so no process starts with it.
+func (c Common) Commission() (split.CommissionPolicy, error) {
+	rates, bounds := c.CommissionRates, c.CommissionBounds
+	if rates == "" {
+		rates = split.CommissionRatesDefault
+	}
+	if bounds == "" {
+		bounds = split.CommissionBoundsDefault
+	}
+	p, err := split.ParseCommission(rates, bounds)
+	if err != nil {
+		return split.CommissionPolicy{}, fmt.Errorf("GPUBILL_COMMISSION_RATES / GPUBILL_COMMISSION_BOUNDS: %w", err)
+	}
+	return p, nil
 }
 
 // TaxPeriods returns the calendar of monthly tax periods in

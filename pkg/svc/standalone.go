@@ -79,6 +79,10 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	if err != nil {
 		return err
 	}
+	commission, err := cfg.Commission()
+	if err != nil {
+		return err
+	}
 	secret := []byte(cfg.AuthSecret)
 	if err := auth.CheckSecret(secret); err != nil {
 		return err
@@ -109,7 +113,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		return err
 	}
 	defer internal.Close()
-	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, TaxPeriods: taxPeriods, Internal: internal, Streams: streams}
+	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, TaxPeriods: taxPeriods, Commission: commission, Internal: internal, Streams: streams}
 	s, cleanup, err := build(ctx, deps, cfg)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 )
 
@@ -28,6 +29,10 @@ type Deps struct {
 	// the tax service and settlement's remittance; the zero value is
 	// taxperiod.DefaultZone.
 	TaxPeriods taxperiod.Calendar
+	// Commission is the commission configuration (GPUBILL_COMMISSION_RATES):
+	// settlement splits with it and pricing's quotes read it, so both use one
+	// source; the zero value is split.DefaultCommission.
+	Commission split.CommissionPolicy
 	// Internal is an authenticated connection to the stack's gRPC API, as the
 	// internal service identity (auth.RoleService, never admin),
 	// for the few synchronous calls between services (settlement activities →
@@ -45,4 +50,12 @@ type Service interface {
 	server.Service
 	Name() string
 	Run(ctx context.Context) error
+}
+
+// CommissionPolicy is d.Commission, or split.DefaultCommission when unset.
+func (d Deps) CommissionPolicy() split.CommissionPolicy {
+	if d.Commission.Rates == nil {
+		return split.DefaultCommission()
+	}
+	return d.Commission
 }

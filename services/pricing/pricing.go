@@ -23,7 +23,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
 	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/pricing/internal/adapters/taxclient"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
 	"github.com/gpubill/gpubill/services/pricing/internal/ports"
 )
@@ -56,6 +58,10 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	st := postgres.NewStore(d.Pool)
 	a := app.New(st, &postgres.GPUModels{Pool: d.Pool}, d.Clock)
 	charges := &ports.ChargeServer{Charges: &app.RenterCharges{Charges: &postgres.RenterCharges{Pool: d.Pool}}}
+	a.Commission = d.CommissionPolicy()
+	if d.Internal != nil {
+		a.Splits = taxclient.Client{Tax: taxv1.NewTaxServiceClient(d.Internal)}
+	}
 	ex := &app.ChargeExplainer{Charges: st, Book: a.Book}
 	return &Service{d: d, app: a, srv: &ports.Server{App: a, Explainer: ex}, charges: charges}, nil
 }
@@ -125,3 +131,7 @@ func (s *Service) SetFailPoint(f func(point string) error) { s.app.FailPoint = f
 // unless set; tests that kill a consumer use seconds). Call it before Run:
 // the consumer's configuration is written when Run starts it.
 func (s *Service) SetAckWait(d time.Duration) { s.ackWait = d }
+
+// SetSplitQuoter replaces the tax service's split behind quotes (tests that
+// host pricing without the tax service).
+func (s *Service) SetSplitQuoter(q app.SplitQuoter) { s.app.Splits = q }

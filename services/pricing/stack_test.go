@@ -45,6 +45,7 @@ func newStack(t testing.TB) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.SetSplitQuoter(flatSplits{})
 	return &stack{deps: d, dsn: dsn, metering: m, pricing: p, js: js}
 }
 

@@ -97,7 +97,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	if taskQueue == "" {
 		taskQueue = TaskQueueDefault
 	}
-	s := &Service{d: d, tc: tc, queue: taskQueue, commission: split.DefaultCommission(), batch: app.BatchSizeDefault, window: app.WindowDefault}
+	s := &Service{d: d, tc: tc, queue: taskQueue, commission: d.CommissionPolicy(), batch: app.BatchSizeDefault, window: app.WindowDefault}
 	for _, o := range opts {
 		o(s)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/pkg/tempdev"
@@ -87,6 +88,7 @@ type Stack struct {
 type settings struct {
 	cal        cycles.Calendar
 	taxPeriods taxperiod.Calendar
+	commission split.CommissionPolicy
 	streams    natsx.Limits
 	allow      auth.Allowlist
 	proxies    []netip.Prefix
@@ -98,6 +100,9 @@ func loadSettings(cfg Config) (st settings, err error) {
 		return st, err
 	}
 	if st.taxPeriods, err = cfg.TaxPeriods(); err != nil {
+		return st, err
+	}
+	if st.commission, err = cfg.Commission(); err != nil {
 		return st, err
 	}
 	if st.streams, err = cfg.StreamLimits(); err != nil {
@@ -162,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Internal: internal, Streams: st.streams}
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Commission: st.commission, Internal: internal, Streams: st.streams}
 	services, err := newServices(ctx, deps, tc, st.lease)
 	if err != nil {
 		gl.Close()

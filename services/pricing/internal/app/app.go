@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
@@ -19,6 +20,10 @@ type App struct {
 	// Catalogue is the GPU catalogue's read model: a card prices only its
 	// models.
 	Catalogue GPUCatalogue
+	// Commission is the commission configuration settlement applies;
+	// Splits the tax service's split (quotes).
+	Commission split.CommissionPolicy
+	Splits     SplitQuoter
 	// FailPoint, when set (tests), is called at named points of the rating
 	// transaction; an error it returns fails that batch.
 	FailPoint func(point string) error

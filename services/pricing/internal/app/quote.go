@@ -24,6 +24,7 @@ type QuoteInput struct {
 	StartTime                  *time.Time
 	ProviderTier, TaxProfile   string
 	ProviderPUE                string
+	Jurisdiction               string // the provider's; "" = the tax service's default
 }
 
 // QuoteLine is one priced part of a quote.
@@ -38,6 +39,9 @@ type QuoteResult struct {
 	Lines                                   []QuoteLine
 	RenterPrice, Commission, CommissionRate string
 	TaxWithheld, ProviderNet                string
+	// The versions the quote used: the commission configuration (the one
+	// settlement is configured with) and the tax service's withholding rule.
+	CommissionConfigVersion, TaxRuleSet, TaxRuleVersion string
 }
 
 // quoteRequest is a validated QuoteInput.
@@ -46,13 +50,21 @@ type quoteRequest struct {
 	usage   domain.Usage
 	rate    decimal.Decimal // commission rate of the tier
 	profile string
+	juris   string
 }
 
 // Quote is the earnings calculator: it prices the usage with the same code
 // as real charges (bands, tiers from an empty month, PUE when given) and
-// splits the rounded renter price with the same rules as settlement.
+// splits the rounded renter price as settlement would: the commission rate
+// of the tier from the commission configuration settlement applies
+// (a.Commission, GPUBILL_COMMISSION_RATES), the tax by the withholding rule
+// the tax service has in force for the jurisdiction at the end of the
+// usage's cycle (a.Splits). The answer names the versions it used.
 func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
-	q, err := checkQuote(in)
+	if a.Splits == nil {
+		return QuoteResult{}, fmt.Errorf("quotes: no tax service to split with: %w", apperr.ErrUnavailable)
+	}
+	q, err := checkQuote(in, a.commission())
 	if err != nil {
 		return QuoteResult{}, err
 	}
@@ -74,21 +86,22 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	}
 	var lt domain.LeaseTotal
 	gross := lt.Add(q.cur, total)
-	rule, err := split.RuleFor(split.RuleSetDefault)
+	sq, err := a.Splits.QuoteSplit(ctx, SplitRequest{Currency: q.cur.Code, Gross: gross, CommissionRate: q.rate,
+		TaxProfile: q.profile, Jurisdiction: q.juris, UsageEnd: q.usage.End})
 	if err != nil {
-		return QuoteResult{}, err
+		return QuoteResult{}, fmt.Errorf("quote split: %w", err)
 	}
-	res, err := split.Compute(q.cur, gross, q.rate, rule, q.profile)
-	if err != nil {
-		return QuoteResult{}, err
+	if !sq.Commission.Add(sq.Tax).Add(sq.Net).Equal(gross) {
+		return QuoteResult{}, fmt.Errorf("quote split %s + %s + %s does not make %s", sq.Commission, sq.Tax, sq.Net, gross)
 	}
-	out.RenterPrice, out.Commission, out.CommissionRate = q.cur.Format(res.Gross), q.cur.Format(res.Commission), domain.Str(res.CommissionRate)
-	out.TaxWithheld, out.ProviderNet = q.cur.Format(res.Tax), q.cur.Format(res.Net)
+	out.RenterPrice, out.Commission, out.CommissionRate = q.cur.Format(gross), q.cur.Format(sq.Commission), domain.Str(q.rate)
+	out.TaxWithheld, out.ProviderNet = q.cur.Format(sq.Tax), q.cur.Format(sq.Net)
+	out.CommissionConfigVersion, out.TaxRuleSet, out.TaxRuleVersion = a.commission().Version(), sq.RuleSet, sq.RuleVersion
 	return out, nil
 }
 
 // checkQuote validates a quote request, naming every bad field.
-func checkQuote(in QuoteInput) (quoteRequest, error) {
+func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest, error) {
 	v := &apperr.Validator{}
 	cur, err := money.Lookup(in.Currency)
 	v.Check(err == nil, "currency", "%q is not a supported currency", in.Currency)
@@ -102,7 +115,7 @@ func checkQuote(in QuoteInput) (quoteRequest, error) {
 	if tier == "" {
 		tier = split.TierStandard
 	}
-	rate, rerr := split.DefaultCommission().Rate(tier)
+	rate, rerr := commission.Rate(tier)
 	v.Check(rerr == nil, "provider_tier", "%q is not one of standard, pro, partner", in.ProviderTier)
 	profile := in.TaxProfile
 	if profile == "" {
@@ -122,7 +135,7 @@ func checkQuote(in QuoteInput) (quoteRequest, error) {
 	micros := hours.Mul(decimal.NewFromInt(int64(time.Hour / time.Microsecond))).Round(0).IntPart()
 	u := domain.Usage{Model: in.GPUModel, Region: in.Region, GPUCount: in.GPUCount, Start: start,
 		End: start.Add(time.Duration(micros) * time.Microsecond), PUE: pue}
-	return quoteRequest{cur: cur, usage: u, rate: rate, profile: profile}, nil
+	return quoteRequest{cur: cur, usage: u, rate: rate, profile: profile, juris: in.Jurisdiction}, nil
 }
 
 // priceQuote rates the usage from an empty month, adds its lines to out and
@@ -141,4 +154,13 @@ func priceQuote(card *domain.Card, u domain.Usage, out *QuoteResult) (decimal.De
 			UnitPrice: domain.Str(unit), Multiplier: domain.Str(mult), Amount: domain.Str(domain.Amount(ps))})
 	}
 	return total, nil
+}
+
+// commission is the commission configuration quotes use: the one settlement
+// is configured with (svc.Deps.Commission), the default when unset.
+func (a *App) commission() split.CommissionPolicy {
+	if a.Commission.Rates == nil {
+		return split.DefaultCommission()
+	}
+	return a.Commission
 }

@@ -51,7 +51,7 @@ func rateCardPB(c domain.StoredCard) *pricingv1.RateCard {
 // quoteInput converts the wire request to the use case's input.
 func quoteInput(r *pricingv1.CreateQuoteRequest) app.QuoteInput {
 	in := app.QuoteInput{Currency: r.Currency, GPUModel: r.GpuModel, Region: r.Region, GPUCount: r.GpuCount, Hours: r.Hours,
-		ProviderTier: r.ProviderTier, TaxProfile: r.TaxProfile, ProviderPUE: r.ProviderPue}
+		ProviderTier: r.ProviderTier, TaxProfile: r.TaxProfile, ProviderPUE: r.ProviderPue, Jurisdiction: r.Jurisdiction}
 	if r.StartTime != nil {
 		t := r.StartTime.AsTime()
 		in.StartTime = &t
@@ -63,7 +63,8 @@ func quoteInput(r *pricingv1.CreateQuoteRequest) app.QuoteInput {
 func quotePB(q app.QuoteResult) *pricingv1.CreateQuoteResponse {
 	out := &pricingv1.CreateQuoteResponse{Currency: q.Currency, RateCardId: q.RateCardID,
 		RenterPrice: q.RenterPrice, Commission: q.Commission, CommissionRate: q.CommissionRate,
-		TaxWithheld: q.TaxWithheld, ProviderNet: q.ProviderNet}
+		TaxWithheld: q.TaxWithheld, ProviderNet: q.ProviderNet,
+		CommissionConfigVersion: q.CommissionConfigVersion, TaxRuleSet: q.TaxRuleSet, TaxRuleVersion: q.TaxRuleVersion}
 	for _, l := range q.Lines {
 		out.Lines = append(out.Lines, &pricingv1.QuoteLine{Kind: l.Kind, Band: l.Band, GpuHours: l.GPUHours,
 			UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
+)
+
+// A quote splits as settlement does, from the same sources: with the stack
+// configured at a 22 % standard commission (GPUBILL_COMMISSION_RATES), the
+// quote for some usage and the statement settlement makes for that usage
+// agree on gross, rate, commission, tax and net, and the quote names the
+// commission configuration's version and the tax rule it used. Selecting
+// another rule set for the jurisdiction at the tax service changes the
+// next quote's tax and the rule it names.
+func TestQuoteSplitsAsSettlement(t *testing.T) {
+	const rates, bounds = "standard=0.22,pro=0.18,partner=0.15", "0.15-0.25"
+	f := newFixtureWith(t, func(c *stack.Config) { c.CommissionRates, c.CommissionBounds = rates, bounds })
+	policy, err := split.ParseCommission(rates, bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-q", "name": "Rig", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-q", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "2.80"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-q", "amount": "100.00", "currency": "CNY", "external_ref": "bank-q"})
+	start, end := dayUsage(time.Now(), 1)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	quoteBody := map[string]any{"gpu_model": "RTX_4090", "gpu_count": 2, "hours": "1.5", "start_time": start.Format(time.RFC3339),
+		"currency": "CNY", "provider_tier": "standard", "tax_profile": "individual", "jurisdiction": "CN"}
+	q := f.mustDo(http.MethodPost, "/v1/quotes", quoteBody)
+	for k, want := range map[string]string{"renter_price": "8.40", "commission_rate": "0.22", "commission_config_version": policy.Version(),
+		"tax_rule_set": split.RuleSetFlat20, "tax_rule_version": "1"} {
+		if q[k] != want {
+			t.Errorf("quote %s = %v, want %s", k, q[k], want)
+		}
+	}
+	if policy.Version() == split.DefaultCommission().Version() {
+		t.Fatal("the configured policy has the default's version")
+	}
+
+	f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{map[string]any{"id": "evt-q", "lease_id": "lease-q",
+		"provider_id": "p-q", "renter_id": "r-q", "gpu_model": "RTX_4090", "gpu_count": 2,
+		"start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339)}}})
+	f.waitBalance("provider:p-q:pending:"+cycle, "CNY", "8.40")
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+	var stmt map[string]any
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		_, st := f.do(http.MethodGet, "/v1/providers/p-q/statements?cycle_id="+cycle, f.finance, nil)
+		ss, _ := st["statements"].([]any)
+		if len(ss) == 1 {
+			stmt = ss[0].(map[string]any)
+		}
+		return stmt != nil
+	}, "statement of p-q in %s", cycle)
+	for qk, sk := range map[string]string{"renter_price": "gross", "commission_rate": "commission_rate", "commission": "commission",
+		"tax_withheld": "tax_withheld", "provider_net": "net"} {
+		if q[qk] != stmt[sk] {
+			t.Errorf("quote %s = %v, statement %s = %v", qk, q[qk], sk, stmt[sk])
+		}
+	}
+
+	// China labour remuneration for CN from now on: the quote follows.
+	f.mustDo(http.MethodPost, "/v1/tax-rule-selections", map[string]any{"jurisdiction": "CN", "rule_set": split.RuleSetCNLabour})
+	q2 := f.mustDo(http.MethodPost, "/v1/quotes", quoteBody)
+	// 8.40 - 1.85 = 6.55 is at most 4 000: less the 800 deduction nothing is taxable.
+	if q2["tax_rule_set"] != split.RuleSetCNLabour || q2["tax_withheld"] != "0.00" || q2["provider_net"] != "6.55" || q2["commission"] != q["commission"] {
+		t.Fatalf("quote after selecting cn_labour: %v", q2)
+	}
+	bad := map[string]any{}
+	for k, v := range quoteBody {
+		bad[k] = v
+	}
+	bad["jurisdiction"] = "not a jurisdiction!"
+	if code, out := f.do(http.MethodPost, "/v1/quotes", f.finance, bad); code != http.StatusBadRequest {
+		t.Fatalf("bad jurisdiction: HTTP %d %v", code, out)
+	}
+}

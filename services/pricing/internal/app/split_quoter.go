@@ -1,0 +1,29 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// SplitRequest asks how settlement would split a quote's renter price.
+type SplitRequest struct {
+	Currency                 string
+	Gross, CommissionRate    decimal.Decimal
+	TaxProfile, Jurisdiction string // "" = individual / the default jurisdiction
+	UsageEnd                 time.Time
+}
+
+// SplitQuote is the split and the withholding rule version that made it.
+type SplitQuote struct {
+	Commission, Tax, Net decimal.Decimal
+	RuleSet, RuleVersion string
+}
+
+// SplitQuoter splits a gross amount as settlement would: the tax service,
+// whose rule table and selections settlement's withholdings are computed
+// from (the rule in force at the end of the usage's cycle).
+type SplitQuoter interface {
+	QuoteSplit(ctx context.Context, r SplitRequest) (SplitQuote, error)
+}

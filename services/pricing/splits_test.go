@@ -1,0 +1,30 @@
+package pricing_test
+
+import (
+	"context"
+
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+)
+
+// flatSplits stands in the tax service for tests that host pricing alone:
+// the default rule (flat 20 % for individuals), as the tax service applies
+// it when no other rule is selected.
+type flatSplits struct{}
+
+func (flatSplits) QuoteSplit(_ context.Context, r app.SplitRequest) (app.SplitQuote, error) {
+	cur, err := money.Lookup(r.Currency)
+	if err != nil {
+		return app.SplitQuote{}, err
+	}
+	rule, err := split.RuleFor(split.RuleSetFlat20)
+	if err != nil {
+		return app.SplitQuote{}, err
+	}
+	res, err := split.Compute(cur, r.Gross, r.CommissionRate, rule, r.TaxProfile)
+	if err != nil {
+		return app.SplitQuote{}, err
+	}
+	return app.SplitQuote{Commission: res.Commission, Tax: res.Tax, Net: res.Net, RuleSet: split.RuleSetFlat20, RuleVersion: "test"}, nil
+}
