@@ -476,3 +476,41 @@ func TestImportGroupAndPaymentInfoStatuses(t *testing.T) {
 		t.Errorf("unknown batch: %+v %v", rep.Entries, err)
 	}
 }
+
+// Run builds the batch of a cutoff once it has passed (by the injected
+// clock), delivers it and reads the inbox, without anyone calling Cut.
+func TestRunCutsAtTheCutoff(t *testing.T) {
+	t.Parallel()
+	out, in := t.TempDir(), t.TempDir()
+	f := newRail(t, out, in)
+	f.r.Cfg.Tick = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	f.submit(t, "po-run", "CNY", "150.00", bank("6222000011110001"))
+	go func() { defer close(done); _ = f.r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Before the cutoff (10:00 < 14:00 Shanghai): yesterday's cutoff has
+	// nothing queued before it, so nothing is built.
+	time.Sleep(100 * time.Millisecond) // several ticks
+	if bs, err := f.r.ListBatches(context.Background(), "", 10); err != nil || len(bs) != 0 {
+		t.Fatalf("before the cutoff: %d batches %v", len(bs), err)
+	}
+	f.clk.Set(day1.Add(4*time.Hour + time.Minute)) // 14:01
+	id := f.r.BatchID(time.Date(2026, 12, 1, 14, 0, 0, 0, shanghai))
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(out, id+".xml"))
+		return err == nil
+	}, "batch %s delivered by Run", id)
+	fb := fakebank.New(out, in, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("bank took %d files: %v", len(files), err)
+	}
+	if err := fb.Drop("sts.xml", fb.StatusReport(files[0])); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return f.state(t, "po-run").State == app.RailInTransit }, "po-run in transit")
+	if bs, _ := f.r.ListBatches(context.Background(), "", 10); len(bs) != 1 {
+		t.Errorf("%d batches after many ticks, want 1", len(bs))
+	}
+}
