@@ -36,11 +36,9 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 )
-
-// SubjectPrefix + the service name is the subject of an AuditRecorded event.
-const SubjectPrefix = "audit.recorded."
 
 // Limits.
 const (
@@ -64,16 +62,16 @@ type PoolStore struct{ Pool *pgxpool.Pool }
 
 // Insert implements Store.
 func (s PoolStore) Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
-	ids, subjects, payloads := make([]string, len(recs)), make([]string, len(recs)), make([][]byte, len(recs))
+	ids, subjs, payloads := make([]string, len(recs)), make([]string, len(recs)), make([][]byte, len(recs))
 	for i, r := range recs {
 		b, err := proto.Marshal(r)
 		if err != nil {
 			return err
 		}
-		ids[i], subjects[i], payloads[i] = "audit-"+r.EventId, SubjectPrefix+r.Service, b
+		ids[i], subjs[i], payloads[i] = "audit-"+r.EventId, subjects.AuditRecorded.Of(r.Service), b
 	}
 	q := outbox.InsertInto(schema) + ` select * from unnest($1::text[], $2::text[], $3::bytea[]) on conflict (id) do nothing`
-	if _, err := s.Pool.Exec(ctx, q, ids, subjects, payloads); err != nil {
+	if _, err := s.Pool.Exec(ctx, q, ids, subjs, payloads); err != nil {
 		return fmt.Errorf("audit outbox %s: %w", schema, err)
 	}
 	outbox.Wake(schema)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	opsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ops/v1"
 )
 
@@ -26,6 +27,9 @@ const (
 	replayWaitMax   = 10 * time.Second // how long a replay call waits for its outcome
 	replayWaitPoll  = 100 * time.Millisecond
 )
+
+// lettersListing names the dead-letter listing in its page tokens (pkg/cursor).
+const lettersListing = "ops.dead_letters"
 
 // Statuses of a letter.
 const (
@@ -86,9 +90,13 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 	}
 	afterService, afterID := "", int64(0)
 	if tok := req.GetPageToken(); tok != "" {
-		sk, n, err := s.parseID(tok)
+		pos, err := cursor.Decode(lettersListing, tok, 1)
 		if err != nil {
-			return nil, apperr.Invalid("page_token", "not a page token")
+			return nil, err
+		}
+		sk, n, err := s.parseID(pos.String(0))
+		if err != nil {
+			return nil, cursor.Malformed()
 		}
 		afterService, afterID = sk.Schema, n
 	}
@@ -109,7 +117,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 		out.DeadLetters = append(out.DeadLetters, rows...)
 		if len(out.DeadLetters) > size {
 			out.DeadLetters = out.DeadLetters[:size]
-			out.NextPageToken = out.DeadLetters[size-1].Id
+			out.NextPageToken = cursor.Encode(lettersListing, out.DeadLetters[size-1].Id)
 			break
 		}
 	}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/subjects"
 )
 
 // Limits of the relay.
@@ -174,9 +175,9 @@ const streamLimitTTL = time.Minute
 // it, each part carrying the batch's other fields and its own message id
 // (<id>~<part>/<parts>, the same on every retry).
 var BatchFields = map[string]protowire.Number{
-	"usage.recorded.": 2, // UsageRecordedBatch.events
-	"charges.rated.":  2, // ChargesRatedBatch.charges
-	"ledger.posted.":  2, // LedgerPostedBatch.transactions
+	subjects.UsageRecorded.Prefix(): 2, // UsageRecordedBatch.events
+	subjects.ChargesRated.Prefix():  2, // ChargesRatedBatch.charges
+	subjects.LedgerPosted.Prefix():  2, // LedgerPostedBatch.transactions
 }
 
 // headerBytesMax is room kept under max_payload for subject and headers.

@@ -60,14 +60,7 @@ func (r *Router) Close() error {
 // internal service identity (role service, subject = the calling service's
 // name) signed with the shared secret.
 func NewInternalRouter(secret []byte, self, name string) (*Router, error) {
-	tok, err := ServiceToken(secret, name)
-	if err != nil {
-		return nil, err
-	}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
-	}
+	dial := func(addr string) (*grpc.ClientConn, error) { return DialInternal(secret, addr, name) }
 	fb, err := dial(self)
 	if err != nil {
 		return nil, fmt.Errorf("internal conn %s: %w", self, err)
@@ -91,4 +84,17 @@ func NewInternalRouter(secret []byte, self, name string) (*Router, error) {
 // service, subject = the service (or process) that calls.
 func ServiceToken(secret []byte, name string) (string, error) {
 	return auth.Issue(secret, auth.RoleService, name, internalTokenTTL)
+}
+
+// DialInternal is a connection to addr whose every call carries name's
+// service token (ServiceToken): the one way a service, the single binary or
+// a test reaches another service's API as a service.
+func DialInternal(secret []byte, addr, name string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	tok, err := ServiceToken(secret, name)
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.BearerCreds(tok))}, opts...)
+	return grpc.NewClient(addr, opts...)
 }

@@ -87,8 +87,8 @@ func FreePort() (int, error) {
 //     often a history queue checkpoints. Until then every task it has
 //     completed stays in its in-memory tracker, and each new batch of tasks
 //     walks the whole tracker (queues.executableTracker.split): with the
-//     default 30 s that walk was 29 % of the server's CPU while a cycle
-//     closed at ~160 providers/s. A checkpoint is one small write.
+//     default 30 s that walk dominates the server's CPU while a cycle
+//     closes (DEVELOPERS.md). A checkpoint is one small write.
 var DynamicConfig = map[string]string{
 	"system.forceSearchAttributesCacheRefreshOnRead": "false",
 	"matching.numTaskqueueReadPartitions":            "1",

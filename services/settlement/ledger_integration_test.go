@@ -93,7 +93,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ls.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	finance := roleConn(t, srv.GRPCAddr, secret, auth.RoleFinance, "", 0)
+	finance := roleConn(t, srv.GRPCAddr, secret, auth.RoleFinance, "")
 	return &realStack{s: ss, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(finance)}
 }
 
@@ -102,24 +102,34 @@ func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
 // the crash window).
 func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration) *grpc.ClientConn {
 	t.Helper()
-	return roleConn(t, addr, secret, auth.RoleService, "settlement", delay)
+	var opts []grpc.DialOption
+	if delay > 0 {
+		opts = append(opts, slowCalls(delay))
+	}
+	conn, err := svc.DialInternal(secret, addr, "settlement", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// slowCalls delays every unary call.
+func slowCalls(delay time.Duration) grpc.DialOption {
+	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		time.Sleep(delay)
+		return invoker(ctx, method, req, reply, cc, o...)
+	})
 }
 
 // roleConn is a connection carrying a token of role.
-func roleConn(t testing.TB, addr string, secret []byte, role, sub string, delay time.Duration) *grpc.ClientConn {
+func roleConn(t testing.TB, addr string, secret []byte, role, sub string) *grpc.ClientConn {
 	t.Helper()
 	tok, err := auth.Issue(secret, role, sub, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok))}
-	if delay > 0 {
-		opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
-			time.Sleep(delay)
-			return invoker(ctx, method, req, reply, cc, o...)
-		}))
-	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +548,7 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 			t.Errorf("second run answered %+v, first %+v", second.Remittances[i], first.Remittances[i])
 		}
 	}
-	finance := roleConn(t, r.grpc, r.secret, auth.RoleFinance, "", 0)
+	finance := roleConn(t, r.grpc, r.secret, auth.RoleFinance, "")
 	resp, err := taxv1.NewTaxServiceClient(finance).ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package tax
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -165,6 +166,62 @@ func TestWithholdingsAndCertificate(t *testing.T) {
 	}
 	if _, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-2"), &taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1"}); code(err) != codes.PermissionDenied {
 		t.Fatalf("other provider: %v, want PermissionDenied", err)
+	}
+}
+
+// Paging walks every withholding once, in (cycle desc, currency) order, also
+// when a page ends between two currencies of one cycle (a token holding the
+// cycle alone skipped the cycle's other currencies).
+func TestWithholdingPagesSplitACycle(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	var want []string
+	for _, cycle := range []string{"cyc-20260215", "cyc-20260101"} {
+		for _, cur := range []string{"CNY", "EUR", "USD"} {
+			if _, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+				ProviderId: "p-1", CycleId: cycle, Currency: cur, Gross: "100.00", CommissionRate: "0.20",
+				TaxProfile: "individual", IdempotencyKey: cycle + cur,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, cycle+" "+cur)
+		}
+	}
+	for _, size := range []int32{1, 2, 4} {
+		var got []string
+		token := ""
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("page size %d: more pages than withholdings", size)
+			}
+			resp, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-1"),
+				&taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1", PageSize: size, PageToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range resp.TaxWithholdings {
+				got = append(got, w.CycleId+" "+w.Currency)
+			}
+			if token = resp.NextPageToken; token == "" {
+				break
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("page size %d: walked %v, want %v", size, got, want)
+		}
+	}
+	// A token altered by the caller is a 400, not another position.
+	first, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-1"), &taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1", PageSize: 1})
+	if err != nil || first.NextPageToken == "" {
+		t.Fatalf("first page: %v, %v", first, err)
+	}
+	bad := first.NextPageToken[:len(first.NextPageToken)-2] + "AA"
+	if bad == first.NextPageToken {
+		bad = first.NextPageToken[:len(first.NextPageToken)-2] + "BB"
+	}
+	if _, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, "p-1"),
+		&taxv1.ListTaxWithholdingsRequest{ProviderId: "p-1", PageToken: bad}); code(err) != codes.InvalidArgument {
+		t.Fatalf("altered token: %v, want InvalidArgument", err)
 	}
 }
 

@@ -24,7 +24,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
@@ -236,13 +235,7 @@ func (s *Stack) listenGRPC(cfg Config) (net.Listener, *grpc.ClientConn, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
 	}
-	internalToken, err := svc.ServiceToken(s.Secret, "gpubill")
-	if err != nil {
-		gl.Close()
-		return nil, nil, err
-	}
-	internal, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.BearerCreds(internalToken)))
+	internal, err := svc.DialInternal(s.Secret, gl.Addr().String(), "gpubill")
 	if err != nil {
 		gl.Close()
 		return nil, nil, err

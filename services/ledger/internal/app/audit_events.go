@@ -2,8 +2,8 @@ package app
 
 import (
 	"context"
-	"strconv"
 
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -13,9 +13,22 @@ func (a *App) RecordAuditEvents(ctx context.Context, evs []domain.AuditEvent) er
 	return a.Store.StoreAuditEvents(ctx, evs)
 }
 
-// ListAuditEvents answers newest first, and the next page's token ("" at the
-// end): the seq the page ended at.
-func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.StoredAuditEvent, string, error) {
+// auditListing names the audit log listing in its page tokens (pkg/cursor).
+const auditListing = "ledger.audit_events"
+
+// ListAuditEvents answers newest first from the page token's position (f's
+// Before is set from it), and the next page's token ("" at the end): the
+// seq the page ended at.
+func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter, token string) ([]domain.StoredAuditEvent, string, error) {
+	if token != "" {
+		pos, err := cursor.Decode(auditListing, token, 1)
+		if err != nil {
+			return nil, "", err
+		}
+		if f.Before, err = pos.Int64(0); err != nil || f.Before <= 0 {
+			return nil, "", cursor.Malformed()
+		}
+	}
 	limit := f.Limit
 	f.Limit++
 	out, err := a.Store.ListAuditEvents(ctx, f)
@@ -25,7 +38,7 @@ func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.Stor
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = strconv.FormatInt(out[len(out)-1].Seq, 10)
+		next = cursor.Encode(auditListing, cursor.FormatInt64(out[len(out)-1].Seq))
 	}
 	return out, next, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -107,22 +108,25 @@ func (s *Statements) Import(ctx context.Context, in ImportStatementInput) (Store
 // statementPageMax bounds one page of statements.
 const statementPageMax = 500
 
+// bankStatementsListing names the listing in its page tokens (pkg/cursor).
+const bankStatementsListing = "ledger.bank_statements"
+
 // List pages through the imported statements, newest closing first.
 func (s *Statements) List(ctx context.Context, currency, account string, size int32, token string) ([]StoredStatement, string, error) {
-	raw, err := decodeToken(token)
-	if err != nil {
-		return nil, "", err
-	}
 	n := min(pageSize(size), statementPageMax)
 	var afterAt time.Time
 	afterID := ""
-	if raw != "" {
-		ns, id, ok := strings.Cut(raw, "|")
-		t, perr := time.Parse(time.RFC3339Nano, ns)
-		if !ok || perr != nil || id == "" {
-			return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+	if token != "" {
+		pos, err := cursor.Decode(bankStatementsListing, token, 2)
+		if err != nil {
+			return nil, "", err
 		}
-		afterAt, afterID = t, id
+		if afterAt, err = pos.Time(0); err != nil {
+			return nil, "", err
+		}
+		if afterID = pos.String(1); afterID == "" {
+			return nil, "", cursor.Malformed()
+		}
 	}
 	sts, err := s.Store.ListStatements(ctx, currency, account, afterAt, afterID, n+1)
 	if err != nil {
@@ -132,7 +136,7 @@ func (s *Statements) List(ctx context.Context, currency, account string, size in
 	if len(sts) > n {
 		sts = sts[:n]
 		last := sts[n-1]
-		next = encodeToken(last.ClosingAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID)
+		next = cursor.Encode(bankStatementsListing, cursor.FormatTime(last.ClosingAt), last.ID)
 	}
 	return sts, next, nil
 }

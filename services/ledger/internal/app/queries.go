@@ -2,16 +2,14 @@ package app
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -20,6 +18,14 @@ import (
 const (
 	pageSizeDefault = 100
 	pageSizeMax     = 1000
+)
+
+// The listings' names in their page tokens (pkg/cursor).
+const (
+	accountsListing       = "ledger.accounts"
+	journalListing        = "ledger.transactions"
+	accountJournalListing = "ledger.account_transactions"
+	cycleBalancesListing  = "ledger.cycle_balances"
 )
 
 func pageSize(n int32) int {
@@ -82,9 +88,13 @@ func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (
 
 // ListAccounts pages through accounts by address prefix, with balances.
 func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, size int32, token string) ([]AccountView, string, error) {
-	after, err := decodeToken(token)
-	if err != nil {
-		return nil, "", err
+	after := ""
+	if token != "" {
+		pos, err := cursor.Decode(accountsListing, token, 1)
+		if err != nil {
+			return nil, "", err
+		}
+		after = pos.String(0)
 	}
 	n := pageSize(size)
 	addrs, err := a.Store.ListAccountAddresses(ctx, prefix, after, n+1)
@@ -94,7 +104,7 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 	next := ""
 	if len(addrs) > n {
 		addrs = addrs[:n]
-		next = encodeToken(addrs[n-1])
+		next = cursor.Encode(accountsListing, addrs[n-1])
 	}
 	totals, err := a.Store.AccountTotals(ctx, addrs, asOf)
 	if err != nil {
@@ -123,37 +133,47 @@ func (a *App) GetTransaction(ctx context.Context, id string) (*domain.Transactio
 // transaction in id (time) order, or those posting to one account in
 // (created_at, id) order. Both orders are total, so pages are stable.
 func (a *App) ListTransactions(ctx context.Context, account string, size int32, token string) ([]*domain.Transaction, string, error) {
-	raw, err := decodeToken(token)
-	if err != nil {
-		return nil, "", err
-	}
 	n := pageSize(size)
 	var txIDs []string
+	var err error
 	next := ""
 	if account == "" {
-		if _, perr := uuid.Parse(raw); raw != "" && perr != nil {
-			return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+		after := ""
+		if token != "" {
+			pos, err := cursor.Decode(journalListing, token, 1)
+			if err != nil {
+				return nil, "", err
+			}
+			if after = pos.String(0); uuid.Validate(after) != nil {
+				return nil, "", cursor.Malformed()
+			}
 		}
-		txIDs, err = a.Store.ListTxIDs(ctx, raw, n+1)
+		txIDs, err = a.Store.ListTxIDs(ctx, after, n+1)
 		if err != nil {
 			return nil, "", err
 		}
 		if len(txIDs) > n {
 			txIDs = txIDs[:n]
-			next = encodeToken(txIDs[n-1])
+			next = cursor.Encode(journalListing, txIDs[n-1])
 		}
 	} else {
 		if _, err := domain.ParseAddress(account); err != nil {
 			return nil, "", apperr.Invalid("account", "%s", err.Error())
 		}
 		var after *domain.TxCursor
-		if raw != "" {
-			nanos, id, ok := strings.Cut(raw, "|")
-			ns, perr := strconv.ParseInt(nanos, 10, 64)
-			if _, uerr := uuid.Parse(id); !ok || perr != nil || uerr != nil {
-				return nil, "", apperr.Invalid("page_token", "not a token this listing issued")
+		if token != "" {
+			pos, err := cursor.Decode(accountJournalListing, token, 2)
+			if err != nil {
+				return nil, "", err
 			}
-			after = &domain.TxCursor{CreatedAt: time.Unix(0, ns).UTC(), ID: id}
+			at, err := pos.Time(0)
+			if err != nil {
+				return nil, "", err
+			}
+			if uuid.Validate(pos.String(1)) != nil {
+				return nil, "", cursor.Malformed()
+			}
+			after = &domain.TxCursor{CreatedAt: at, ID: pos.String(1)}
 		}
 		cs, err := a.Store.ListTxIDsByAccount(ctx, account, after, n+1)
 		if err != nil {
@@ -162,7 +182,7 @@ func (a *App) ListTransactions(ctx context.Context, account string, size int32, 
 		if len(cs) > n {
 			cs = cs[:n]
 			last := cs[n-1]
-			next = encodeToken(strconv.FormatInt(last.CreatedAt.UnixNano(), 10) + "|" + last.ID)
+			next = cursor.Encode(accountJournalListing, cursor.FormatTime(last.CreatedAt), last.ID)
 		}
 		for _, c := range cs {
 			txIDs = append(txIDs, c.ID)
@@ -183,11 +203,14 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	if err := domain.CheckCycleID(cycleID); err != nil {
 		return nil, "", apperr.Invalid("cycle_id", "%s", err.Error())
 	}
-	raw, err := decodeToken(token)
-	if err != nil {
-		return nil, "", err
+	var afterAcc, afterCur string
+	if token != "" {
+		pos, err := cursor.Decode(cycleBalancesListing, token, 2)
+		if err != nil {
+			return nil, "", err
+		}
+		afterAcc, afterCur = pos.String(0), pos.String(1)
 	}
-	afterAcc, afterCur, _ := strings.Cut(raw, "|")
 	n := pageSize(size)
 	bs, err := a.Store.ListCycleBalances(ctx, cycleID, afterAcc, afterCur, n+1)
 	if err != nil {
@@ -196,7 +219,7 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	next := ""
 	if len(bs) > n {
 		bs = bs[:n]
-		next = encodeToken(bs[n-1].Account + "|" + bs[n-1].Currency)
+		next = cursor.Encode(cycleBalancesListing, bs[n-1].Account, bs[n-1].Currency)
 	}
 	out := make([]CycleBalanceView, 0, len(bs))
 	for _, b := range bs {
@@ -207,17 +230,4 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 		out = append(out, CycleBalanceView{ProviderID: acc.Party, Balance: Balance{Currency: b.Currency, Amount: b.Amount}})
 	}
 	return out, next, nil
-}
-
-func encodeToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-
-func decodeToken(tok string) (string, error) {
-	if tok == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return "", apperr.Invalid("page_token", "not a token this listing issued")
-	}
-	return string(b), nil
 }

@@ -9,7 +9,7 @@ import (
 
 // Store is what the ledger's use cases need from storage (implemented by
 // adapters/postgres). Every write runs in WithTx; reads outside one are
-// here. A missing row is domain.ErrNotFound.
+// here. A missing row is apperr.ErrNotFound.
 type Store interface {
 	WithTx(ctx context.Context, fn func(Tx) error) error
 	// Remember notes, once a write has committed, the accounts it created,

@@ -3,7 +3,6 @@ package domain
 import (
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -219,6 +218,3 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
-
-// ErrNotFound is what a repository answers for a row that does not exist.
-var ErrNotFound = errors.New("not found")

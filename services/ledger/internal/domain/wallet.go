@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/subjects"
 )
 
 // Wallet is one currency of a renter's wallet as lease control sees it:
@@ -76,11 +78,11 @@ const (
 func (k LeaseEventKind) Subject(renter string) string {
 	switch k {
 	case EventRunwayLow:
-		return "lease.runway.low." + renter
+		return subjects.LeaseRunwayLow.Of(renter)
 	case EventStopRequested:
-		return "lease.stop.requested." + renter
+		return subjects.LeaseStopRequested.Of(renter)
 	default:
-		return "lease.resume.allowed." + renter
+		return subjects.LeaseResumeAllowed.Of(renter)
 	}
 }
 

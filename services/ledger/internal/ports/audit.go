@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -45,7 +44,7 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 		evs := make([]domain.AuditEvent, 0, len(msgs))
 		var poison *natsx.PoisonError
 		for _, m := range msgs {
-			if !strings.HasPrefix(m.Subject(), audit.SubjectPrefix) {
+			if !strings.HasPrefix(m.Subject(), subjects.AuditRecorded.Prefix()) {
 				continue
 			}
 			e := &eventsv1.AuditRecorded{}
@@ -92,15 +91,10 @@ func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAudit
 		t := r.GetTo().AsTime()
 		f.To = &t
 	}
-	if tok := r.GetPageToken(); tok != "" {
-		n, err := strconv.ParseInt(tok, 10, 64)
-		v.Check(err == nil && n > 0, "page_token", "not a token this API issued")
-		f.Before = n
-	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	rows, next, err := s.App.ListAuditEvents(ctx, f)
+	rows, next, err := s.App.ListAuditEvents(ctx, f, r.GetPageToken())
 	if err != nil {
 		return nil, err
 	}

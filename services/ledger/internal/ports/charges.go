@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
@@ -23,8 +24,6 @@ const (
 	chargesFetchMax  = 500
 	chargesFetchWait = 10 * time.Millisecond
 )
-
-const chargesRatedPrefix = "charges.rated."
 
 // ChargesSpec is the durable pull consumer on CHARGES. It takes no subject
 // filter: natsx sends filters as filter_subjects, which NATS servers before
@@ -44,7 +43,7 @@ func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logge
 	return natsx.Consume(ctx, js, log, ChargesSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
 		in := make([]ChargesMessage, 0, len(msgs))
 		for _, m := range msgs {
-			if strings.HasPrefix(m.Subject(), chargesRatedPrefix) {
+			if strings.HasPrefix(m.Subject(), subjects.ChargesRated.Prefix()) {
 				in = append(in, ChargesMessage{ID: natsx.MsgID(m), Payload: m.Data()})
 			}
 		}

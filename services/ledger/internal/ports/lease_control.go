@@ -16,6 +16,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/partyfeed"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
@@ -40,7 +42,7 @@ const (
 // transaction that records it; undecodable messages are dead-lettered.
 func ConsumeLeaseControl(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, lc *app.LeaseControl, webhooks bool) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamLedger, Durable: LeaseControlConsumer,
-		FilterSubjects: []string{"ledger.posted." + renterWalletClass}, BatchMax: leaseBatchMax}
+		FilterSubjects: []string{subjects.LedgerPosted.Of(renterWalletClass)}, BatchMax: leaseBatchMax}
 	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, bs []*eventsv1.LedgerPostedBatch) error {
 		seen := map[domain.WalletKey]bool{}
 		var keys []domain.WalletKey
@@ -72,14 +74,10 @@ func walletOwner(address string) (string, bool) {
 // ConsumeRenters keeps the ledger's read model of renters (currency and
 // credit limit) from party.updated.*.
 func ConsumeRenters(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: RentersConsumer, FilterSubjects: []string{"party.updated.>"}, BatchMax: rentersBatchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+	return partyfeed.ConsumeRenters(ctx, js, pool, log, postgres.Schema, RentersConsumer, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
 		var rs []postgres.RenterLimit
 		var poison natsx.PoisonError
 		for _, ev := range evs {
-			if ev.Kind != "renter" {
-				continue
-			}
 			limit := decimal.Zero
 			if ev.CreditLimit != "" {
 				var err error

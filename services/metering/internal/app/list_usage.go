@@ -2,11 +2,10 @@ package app
 
 import (
 	"context"
-	"encoding/base64"
-	"strings"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -28,11 +27,16 @@ func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]domain.Recorded, s
 	}
 	f := UsageFilter{LeaseID: q.LeaseID, RenterID: q.RenterID, ProviderID: q.ProviderID, From: q.From, To: q.To}
 	if q.PageToken != "" {
-		t, id, ok := decodeCursor(q.PageToken)
-		if !ok {
-			return nil, "", apperr.Invalid("page_token", "not a token this API issued")
+		pos, err := cursor.Decode(usageListing, q.PageToken, 2)
+		if err != nil {
+			return nil, "", err
 		}
-		f.AfterStart, f.AfterID = t, id
+		if f.AfterStart, err = pos.Time(0); err != nil {
+			return nil, "", err
+		}
+		if f.AfterID = pos.String(1); f.AfterID == "" {
+			return nil, "", cursor.Malformed()
+		}
 	}
 	size := pageSize(q.PageSize)
 	f.Limit = size + 1
@@ -44,27 +48,7 @@ func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]domain.Recorded, s
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = encodeCursor(last.Start, last.ID)
+		next = cursor.Encode(usageListing, cursor.FormatTime(last.Start), last.ID)
 	}
 	return rows, next, nil
-}
-
-func encodeCursor(t time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(t.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(s string) (time.Time, string, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok || id == "" {
-		return time.Time{}, "", false
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	return t, id, true
 }

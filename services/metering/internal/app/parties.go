@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
@@ -27,7 +28,7 @@ func invalid(vs []domain.Violation) error {
 }
 
 func notFound(err error, kind, id string) error {
-	if errors.Is(err, domain.ErrNotFound) {
+	if errors.Is(err, apperr.ErrNotFound) {
 		return fmt.Errorf("%s %q: %w", kind, id, apperr.ErrNotFound)
 	}
 	return err
@@ -117,8 +118,12 @@ func (a *App) Provider(ctx context.Context, id string) (domain.Provider, error) 
 	return p, notFound(err, "provider", id)
 }
 
-// ListProviders pages providers by id; the page token is the last id seen.
-func (a *App) ListProviders(ctx context.Context, tier, after string, size int) ([]domain.Provider, string, error) {
+// ListProviders pages providers by id; the page token holds the last id seen.
+func (a *App) ListProviders(ctx context.Context, tier, token string, size int) ([]domain.Provider, string, error) {
+	after, err := afterID(providersListing, token)
+	if err != nil {
+		return nil, "", err
+	}
 	size = pageSize(size)
 	ps, err := a.Store.ListProviders(ctx, tier, after, size+1)
 	if err != nil {
@@ -127,7 +132,7 @@ func (a *App) ListProviders(ctx context.Context, tier, after string, size int) (
 	next := ""
 	if len(ps) > size {
 		ps = ps[:size]
-		next = ps[size-1].ID
+		next = cursor.Encode(providersListing, ps[size-1].ID)
 	}
 	return ps, next, nil
 }
@@ -169,8 +174,12 @@ func (a *App) Renter(ctx context.Context, id string) (domain.Renter, error) {
 	return r, notFound(err, "renter", id)
 }
 
-// ListRenters pages renters by id.
-func (a *App) ListRenters(ctx context.Context, after string, size int) ([]domain.Renter, string, error) {
+// ListRenters pages renters by id; the page token holds the last id seen.
+func (a *App) ListRenters(ctx context.Context, token string, size int) ([]domain.Renter, string, error) {
+	after, err := afterID(rentersListing, token)
+	if err != nil {
+		return nil, "", err
+	}
 	size = pageSize(size)
 	rs, err := a.Store.ListRenters(ctx, after, size+1)
 	if err != nil {
@@ -179,9 +188,28 @@ func (a *App) ListRenters(ctx context.Context, after string, size int) ([]domain
 	next := ""
 	if len(rs) > size {
 		rs = rs[:size]
-		next = rs[size-1].ID
+		next = cursor.Encode(rentersListing, rs[size-1].ID)
 	}
 	return rs, next, nil
+}
+
+// The listings' names in their page tokens (pkg/cursor).
+const (
+	providersListing = "metering.providers"
+	rentersListing   = "metering.renters"
+	usageListing     = "metering.usage"
+)
+
+// afterID is the id a listing's page token holds ("" without a token).
+func afterID(listing, token string) (string, error) {
+	if token == "" {
+		return "", nil
+	}
+	pos, err := cursor.Decode(listing, token, 1)
+	if err != nil {
+		return "", err
+	}
+	return pos.String(0), nil
 }
 
 func pageSize(n int) int {

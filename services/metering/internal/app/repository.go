@@ -12,7 +12,7 @@ import (
 // adapters/postgres). Reads outside a transaction are here; every write runs
 // in WithTx, whose Tx also puts the events the write publishes into the
 // outbox, so a write and its events commit together. A missing party is
-// domain.ErrNotFound.
+// apperr.ErrNotFound.
 type Store interface {
 	WithTx(ctx context.Context, fn func(Tx) error) error
 

@@ -3,7 +3,6 @@
 package domain
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -180,6 +179,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-// ErrNotFound is what a repository answers for a party that does not exist.
-var ErrNotFound = errors.New("not found")

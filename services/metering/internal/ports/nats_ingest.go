@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
@@ -20,11 +21,10 @@ import (
 
 // Node agents publish the REST body to usage.ingest.{provider}.
 const (
-	IngestSubjectPrefix = "usage.ingest."
-	ingestDurable       = "metering-ingest"
-	ingestFetchMax      = 64
-	ingestFetchWait     = 100 * time.Millisecond
-	ingestBodyMax       = 8 << 20
+	ingestDurable   = "metering-ingest"
+	ingestFetchMax  = 64
+	ingestFetchWait = 100 * time.Millisecond
+	ingestBodyMax   = 8 << 20
 )
 
 var decodeOpts = protojson.UnmarshalOptions{DiscardUnknown: true}
@@ -56,7 +56,7 @@ type IngestConsumer struct {
 // Run consumes until ctx ends.
 func (c *IngestConsumer) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
-		Stream: natsx.StreamUsage, Durable: ingestDurable, FilterSubjects: []string{IngestSubjectPrefix + ">"},
+		Stream: natsx.StreamUsage, Durable: ingestDurable, FilterSubjects: []string{subjects.UsageIngest.All()},
 		BatchMax: ingestFetchMax, MaxWait: ingestFetchWait, DeadLetters: c.DeadLetters,
 	}, c.handle)
 }
@@ -77,7 +77,7 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 		return &poison
 	}
 	for i, m := range msgs {
-		provider := strings.TrimPrefix(m.Subject(), IngestSubjectPrefix)
+		provider := strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())
 		evs := bodies[i]
 		for len(evs) > 0 {
 			n := min(len(evs), domain.BatchEventsMax)

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/ids"
 )
 
 // Payout statuses.
@@ -166,13 +168,13 @@ func InsufficientAvailableReason(available, net decimal.Decimal, currency string
 }
 
 // AvailableAccount is provider:{id}:available (DESIGN §4).
-func AvailableAccount(provider string) string { return "provider:" + provider + ":available" }
+func AvailableAccount(provider string) string { return ids.ProviderAvailable(provider) }
 
 // InTransitAccount is provider:{id}:in_transit.
-func InTransitAccount(provider string) string { return "provider:" + provider + ":in_transit" }
+func InTransitAccount(provider string) string { return ids.ProviderInTransit(provider) }
 
 // ClientBank is the segregated client-money bank account.
-const ClientBank = "bank:client"
+const ClientBank = ids.BankClient
 
 // Movement is one ledger transaction of a payout step: Dr Debit, Cr Credit.
 type Movement struct{ Debit, Credit string }

@@ -2,7 +2,6 @@ package ports
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/money"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
@@ -38,15 +38,18 @@ func batchProto(b app.PayoutBatch) *payoutv1.PayoutBatch {
 	return out
 }
 
+// batchesListing names the payout batch listing in its page tokens (pkg/cursor).
+const batchesListing = "payout.batches"
+
 // ListPayoutBatches implements PayoutService (finance).
 func (s *Server) ListPayoutBatches(ctx context.Context, req *payoutv1.ListPayoutBatchesRequest) (*payoutv1.ListPayoutBatchesResponse, error) {
 	before := ""
 	if req.PageToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		pos, err := cursor.Decode(batchesListing, req.PageToken, 1)
 		if err != nil {
-			return nil, apperr.Invalid("page_token", "not a token from this API")
+			return nil, err
 		}
-		before = string(b)
+		before = pos.String(0)
 	}
 	n := pageSizeDefault
 	if req.PageSize > 0 {
@@ -61,7 +64,7 @@ func (s *Server) ListPayoutBatches(ctx context.Context, req *payoutv1.ListPayout
 		resp.Batches = append(resp.Batches, batchProto(b))
 	}
 	if len(bs) == n {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(bs[len(bs)-1].ID))
+		resp.NextPageToken = cursor.Encode(batchesListing, bs[len(bs)-1].ID)
 	}
 	return resp, nil
 }

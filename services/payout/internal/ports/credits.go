@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
@@ -24,7 +25,7 @@ import (
 // its gate's periodic re-check, nothing more.
 func WakeOnCredits(ctx context.Context, js jetstream.JetStream, store app.Store, flow *Workflows, log *slog.Logger) error {
 	cons, err := js.OrderedConsumer(ctx, natsx.StreamLedger, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"ledger.posted.provider"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		FilterSubjects: []string{subjects.LedgerPosted.Of(ids.ClassProvider)}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		return fmt.Errorf("consumer of ledger.posted.provider: %w", err)
 	}
@@ -69,9 +70,9 @@ func creditedProviders(b *eventsv1.LedgerPostedBatch) map[string]bool {
 	out := map[string]bool{}
 	for _, tx := range b.Transactions {
 		for _, p := range tx.Postings {
-			rest, ok := strings.CutPrefix(p.Account, "provider:")
-			if id, ok2 := strings.CutSuffix(rest, ":available"); ok && ok2 && p.Direction == "credit" && id != "" && !strings.Contains(id, ":") {
-				out[id] = true
+			a, err := ids.ParseAddress(p.Account)
+			if err == nil && a.Class == ids.ClassProvider && a.Sub == ids.SubAvailable && p.Direction == "credit" {
+				out[a.Party] = true
 			}
 		}
 	}

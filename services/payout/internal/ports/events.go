@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -24,5 +25,5 @@ func StatusChangedEvent(p domain.Payout, from string, c domain.Change) (outbox.M
 	if err != nil {
 		return outbox.Message{}, err
 	}
-	return outbox.Message{ID: fmt.Sprintf("payout-%s-v%d", p.ID, p.Version), Subject: "payout.status_changed." + p.ProviderID, Payload: b}, nil
+	return outbox.Message{ID: fmt.Sprintf("payout-%s-v%d", p.ID, p.Version), Subject: subjects.PayoutStatusChanged.Of(p.ProviderID), Payload: b}, nil
 }

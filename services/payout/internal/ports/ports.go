@@ -5,7 +5,6 @@ package ports
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -23,10 +22,12 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
@@ -50,7 +51,7 @@ const (
 // Prepare waits on the row lock until this batch commits, then sees them
 // canceled and ends).
 func ConsumeSettled(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, in func(pgx.Tx) app.Tx, payouts *app.Payouts, log *slog.Logger, flow *Workflows) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{"settlement.settled.>"}, BatchMax: settledBatchMax}
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{subjects.ProviderSettled.All()}, BatchMax: settledBatchMax}
 	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
 		var joined []string
 		for _, ev := range evs {
@@ -193,6 +194,9 @@ func (s *Server) GetPayout(ctx context.Context, req *payoutv1.GetPayoutRequest) 
 	return &payoutv1.GetPayoutResponse{Payout: toProto(p)}, nil
 }
 
+// payoutsListing names the provider payout listing in its page tokens (pkg/cursor).
+const payoutsListing = "payout.payouts"
+
 // ListProviderPayouts implements PayoutService.
 func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProviderPayoutsRequest) (*payoutv1.ListProviderPayoutsResponse, error) {
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
@@ -203,11 +207,11 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	}
 	before := ""
 	if req.PageToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		pos, err := cursor.Decode(payoutsListing, req.PageToken, 1)
 		if err != nil {
-			return nil, apperr.Invalid("page_token", "not a token from this API")
+			return nil, err
 		}
-		before = string(b)
+		before = pos.String(0)
 	}
 	n := pageSizeDefault
 	if req.PageSize > 0 {
@@ -230,7 +234,7 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 		resp.Payouts = append(resp.Payouts, toProto(p))
 	}
 	if len(ps) == n {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(ps[len(ps)-1].ID))
+		resp.NextPageToken = cursor.Encode(payoutsListing, ps[len(ps)-1].ID)
 	}
 	return resp, nil
 }

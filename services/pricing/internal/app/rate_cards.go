@@ -2,14 +2,13 @@ package app
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
@@ -83,6 +82,9 @@ func (a *App) RateCard(ctx context.Context, id string) (domain.StoredCard, error
 	return r, err
 }
 
+// cardsListing names the rate card listing in its page tokens (pkg/cursor).
+const cardsListing = "pricing.rate_cards"
+
 // RateCards lists cards, newest effective_from first.
 func (a *App) RateCards(ctx context.Context, currency string, size int, token string) ([]domain.StoredCard, string, error) {
 	if size <= 0 {
@@ -92,9 +94,15 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 	var afterEff time.Time
 	var afterSeq int64
 	if token != "" {
-		var ok bool
-		if afterEff, afterSeq, ok = decodeCardCursor(token); !ok {
-			return nil, "", apperr.Invalid("page_token", "not a token this API issued")
+		pos, err := cursor.Decode(cardsListing, token, 2)
+		if err != nil {
+			return nil, "", err
+		}
+		if afterEff, err = pos.Time(0); err != nil {
+			return nil, "", err
+		}
+		if afterSeq, err = pos.Int64(1); err != nil || afterSeq <= 0 {
+			return nil, "", cursor.Malformed()
 		}
 	}
 	rows, err := a.Store.Cards(ctx, strings.ToUpper(currency), afterEff, afterSeq, size+1)
@@ -105,24 +113,7 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = base64.RawURLEncoding.EncodeToString([]byte(last.EffectiveFrom.Format(time.RFC3339Nano) + "|" + strconv.FormatInt(last.Seq, 10)))
+		next = cursor.Encode(cardsListing, cursor.FormatTime(last.EffectiveFrom), cursor.FormatInt64(last.Seq))
 	}
 	return rows, next, nil
-}
-
-func decodeCardCursor(s string) (time.Time, int64, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, 0, false
-	}
-	ts, seq, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return time.Time{}, 0, false
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	n, err2 := strconv.ParseInt(seq, 10, 64)
-	if err != nil || err2 != nil || n <= 0 {
-		return time.Time{}, 0, false
-	}
-	return t, n, true
 }

@@ -2,11 +2,10 @@ package app
 
 import (
 	"context"
-	"encoding/base64"
-	"strings"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
@@ -24,6 +23,9 @@ type ChargeReader interface {
 // RenterCharges is the use case behind GET /v1/renters/{id}/charges.
 type RenterCharges struct{ Charges ChargeReader }
 
+// chargesListing names the renter charge listing in its page tokens (pkg/cursor).
+const chargesListing = "pricing.renter_charges"
+
 // List returns a page of a renter's charges (of one lease, when lease is
 // set) and the token of the next page ("" at the end).
 func (r *RenterCharges) List(ctx context.Context, renter, lease string, size int, token string) ([]domain.RenterCharge, string, error) {
@@ -37,9 +39,15 @@ func (r *RenterCharges) List(ctx context.Context, renter, lease string, size int
 	var afterAt time.Time
 	var afterID string
 	if token != "" {
-		var ok bool
-		if afterAt, afterID, ok = decodeChargeCursor(token); !ok {
-			return nil, "", apperr.Invalid("page_token", "not a token this API issued")
+		pos, err := cursor.Decode(chargesListing, token, 2)
+		if err != nil {
+			return nil, "", err
+		}
+		if afterAt, err = pos.Time(0); err != nil {
+			return nil, "", err
+		}
+		if afterID = pos.String(1); afterID == "" {
+			return nil, "", cursor.Malformed()
 		}
 	}
 	cs, err := r.Charges.List(ctx, renter, lease, afterAt, afterID, size+1)
@@ -50,23 +58,7 @@ func (r *RenterCharges) List(ctx context.Context, renter, lease string, size int
 	if len(cs) > size {
 		cs = cs[:size]
 		last := cs[size-1]
-		next = base64.RawURLEncoding.EncodeToString([]byte(last.EffectiveAt.UTC().Format(time.RFC3339Nano) + "|" + last.ChargeID))
+		next = cursor.Encode(chargesListing, cursor.FormatTime(last.EffectiveAt), last.ChargeID)
 	}
 	return cs, next, nil
-}
-
-func decodeChargeCursor(s string) (time.Time, string, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok || id == "" {
-		return time.Time{}, "", false
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	return t, id, true
 }

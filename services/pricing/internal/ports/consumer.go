@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
@@ -19,7 +20,7 @@ import (
 // fetches amortise the commit; metering's messages already carry batches.
 // A fetch waits ratingFetchWait only when fewer than ratingFetchMax messages
 // are pending, i.e. at the end of a burst, where every millisecond is idle
-// latency added to the hop (100 ms was ~0.1 s on every pipeline tail).
+// latency added to the hop.
 const (
 	ratingDurable   = "pricing-rating"
 	ratingFetchMax  = 256
@@ -42,7 +43,7 @@ type RatingConsumer struct {
 // Run consumes until ctx ends.
 func (c *RatingConsumer) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, c.JS, c.Log, natsx.ConsumerSpec{
-		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{"usage.recorded.>"},
+		Stream: natsx.StreamUsage, Durable: ratingDurable, FilterSubjects: []string{subjects.UsageRecorded.All()},
 		BatchMax: ratingFetchMax, MaxWait: ratingFetchWait, AckWait: c.AckWait, DeadLetters: c.DeadLetters,
 	}, func(ctx context.Context, msgs []jetstream.Msg) error {
 		in, err := decodeUsage(msgs)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/adapters/postgres"
 )
@@ -24,7 +25,7 @@ const gpuModelBatchMax = 200
 // message; undecodable ones are dead-lettered).
 func ConsumeGPUModels(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, models *postgres.GPUModels, log *slog.Logger) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamGPUModel, Durable: GPUModelConsumer,
-		FilterSubjects: []string{"gpu_model.updated.>"}, BatchMax: gpuModelBatchMax}
+		FilterSubjects: []string{subjects.GPUModelUpdated.All()}, BatchMax: gpuModelBatchMax}
 	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.GpuModelUpdated) error {
 		vs := make([]postgres.GPUModelVersion, 0, len(evs))
 		for _, ev := range evs {

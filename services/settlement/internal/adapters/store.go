@@ -311,14 +311,22 @@ func (s *Store) SetHold(ctx context.Context, h domain.Hold) error {
 	})
 }
 
-// ListStatements lists a provider's settled rows, newest cycle first.
-func (s *Store) ListStatements(ctx context.Context, provider, cycle, before string, limit int) ([]domain.Statement, error) {
+// ListStatements lists a provider's settled rows, newest cycle first, in
+// (cycle_id desc, currency) order; after, when set, is the last statement of
+// the previous page (a cycle has one per currency, so a page may end inside
+// a cycle).
+func (s *Store) ListStatements(ctx context.Context, provider, cycle string, after *StatementPos, limit int) ([]domain.Statement, error) {
+	var afterCycle, afterCurrency string
+	if after != nil {
+		afterCycle, afterCurrency = after.CycleID, after.Currency
+	}
 	rows, err := s.Pool.Query(ctx, `select cycle_id, provider_id, tier, currency, gross, commission_rate, commission,
 			tax_withheld, net, jurisdiction, rule_set, rule_version, withholding_id, transaction_id,
 			sweep_transaction_id, lines, settled_at
 		from settlement.settlements
-		where provider_id = $1 and status = 'settled' and ($2 = '' or cycle_id = $2) and ($3 = '' or cycle_id < $3)
-		order by cycle_id desc, currency limit $4`, provider, cycle, before, limit)
+		where provider_id = $1 and status = 'settled' and ($2 = '' or cycle_id = $2)
+			and ($3 = '' or cycle_id < $3 or (cycle_id = $3 and currency > $4))
+		order by cycle_id desc, currency limit $5`, provider, cycle, afterCycle, afterCurrency, limit)
 	if err != nil {
 		return nil, err
 	}

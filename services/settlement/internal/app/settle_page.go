@@ -47,8 +47,8 @@ type PageSettler struct {
 // still be recording its completion), and counts the outcomes. It learns
 // them from settlement's own table (a provider is done when every currency
 // is settled, or held), polled for the providers in flight, rather than
-// from one long poll per workflow on the Temporal server (that was 16 % of
-// the server's CPU). The runner is asked only about providers the table
+// from one long poll per workflow on the Temporal server (its cost on the
+// server is in DEVELOPERS.md, settlement on Temporal). The runner is asked only about providers the table
 // has not shown done for a while: a failed settlement leaves its rows
 // pending. Providers settled already (a retried page, a release) are
 // counted without a run. A transient error fails the attempt; the retry

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
@@ -56,8 +57,8 @@ func (l *Ledger) Charge(provider, cycle, currency, amount string) {
 		Description:    "usage charge",
 		Metadata:       map[string]string{"lease_id": "lease-" + provider, "renter_id": "r-1", "gpu_model": "RTX_4090", "gpu_hours": "1"},
 		Postings: []*ledgerv1.Posting{
-			{Account: "renter:r-1:wallet", Direction: "debit", Amount: amount, Currency: currency},
-			{Account: "provider:" + provider + ":pending:" + cycle, Direction: "credit", Amount: amount, Currency: currency},
+			{Account: ids.RenterWallet("r-1"), Direction: "debit", Amount: amount, Currency: currency},
+			{Account: ids.ProviderPending(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
 		},
 	})
 	if err != nil {
@@ -122,15 +123,14 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 func (l *Ledger) ListCycleBalances(_ context.Context, req *ledgerv1.ListCycleBalancesRequest) (*ledgerv1.ListCycleBalancesResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	suffix := ":pending:" + req.CycleId
 	var all []*ledgerv1.CycleBalance
 	for acct, bals := range l.balances {
-		if !strings.HasPrefix(acct, "provider:") || !strings.HasSuffix(acct, suffix) {
+		a, err := ids.ParseAddress(acct)
+		if err != nil || a.Class != ids.ClassProvider || a.Sub != ids.SubPending || a.Cycle != req.CycleId {
 			continue
 		}
-		p := strings.TrimSuffix(strings.TrimPrefix(acct, "provider:"), suffix)
 		for cur, amt := range bals {
-			all = append(all, &ledgerv1.CycleBalance{ProviderId: p, Currency: cur, Amount: amt.String()})
+			all = append(all, &ledgerv1.CycleBalance{ProviderId: a.Party, Currency: cur, Amount: amt.String()})
 		}
 	}
 	sort.Slice(all, func(i, j int) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -136,7 +137,7 @@ func (a *Activities) BeginClose(ctx context.Context, in app.BeginCloseInput) err
 		return err
 	}
 	if _, err := a.Store.BeginClose(ctx, in.CycleID, in.Reason, now, outbox.Message{
-		ID: "cycle-closed-" + in.CycleID, Subject: "settlement.cycle.closed." + in.CycleID, Payload: ev,
+		ID: "cycle-closed-" + in.CycleID, Subject: subjects.CycleClosed.Of(in.CycleID), Payload: ev,
 	}); err != nil {
 		return err
 	}
@@ -399,7 +400,7 @@ func (a *Activities) finalizeSettlement(ctx context.Context, in app.FinalizeInpu
 		TransactionID: in.TransactionID, SweepID: in.SweepID, Lines: lines,
 	}, a.Clock.Now(), outbox.Message{
 		ID:      "settled-" + domain.SettlementKey(in.CycleID, in.ProviderID, cur.Code),
-		Subject: "settlement.settled." + in.ProviderID, Payload: ev,
+		Subject: subjects.ProviderSettled.Of(in.ProviderID), Payload: ev,
 	})
 }
 

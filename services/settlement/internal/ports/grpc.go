@@ -2,7 +2,6 @@ package ports
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/money"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
@@ -30,6 +30,12 @@ const (
 	closeWaitMax    = 10 * time.Second // how long a close request waits to report "closing"
 	closeWaitPoll   = 50 * time.Millisecond
 	releaseAttempts = 3
+)
+
+// The listings' names in their page tokens (pkg/cursor).
+const (
+	cyclesListing     = "settlement.cycles"
+	statementsListing = "settlement.statements"
 )
 
 // Server implements SettlementService.
@@ -50,16 +56,6 @@ func pageSize(n int32) int {
 	}
 	return min(int(n), pageSizeMax)
 }
-
-func decodeToken(tok string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return "", apperr.Invalid("page_token", "not a token from this API")
-	}
-	return string(b), nil
-}
-
-func encodeToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 func ts(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {
@@ -110,10 +106,11 @@ func (s *Server) ListSettlementCycles(ctx context.Context, req *settlementv1.Lis
 	}
 	before := ""
 	if req.PageToken != "" {
-		var err error
-		if before, err = decodeToken(req.PageToken); err != nil {
+		pos, err := cursor.Decode(cyclesListing, req.PageToken, 1)
+		if err != nil {
 			return nil, err
 		}
+		before = pos.String(0)
 	}
 	n := pageSize(req.PageSize)
 	cs, err := s.Store.ListCycles(ctx, req.Status, before, n)
@@ -125,7 +122,7 @@ func (s *Server) ListSettlementCycles(ctx context.Context, req *settlementv1.Lis
 		resp.SettlementCycles = append(resp.SettlementCycles, toProtoCycle(c))
 	}
 	if len(cs) == n {
-		resp.NextPageToken = encodeToken(cs[len(cs)-1].ID)
+		resp.NextPageToken = cursor.Encode(cyclesListing, cs[len(cs)-1].ID)
 	}
 	return resp, nil
 }
@@ -251,15 +248,16 @@ func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListState
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
 	}
-	before := ""
+	var after *adapters.StatementPos
 	if req.PageToken != "" {
-		var err error
-		if before, err = decodeToken(req.PageToken); err != nil {
+		pos, err := cursor.Decode(statementsListing, req.PageToken, 2)
+		if err != nil {
 			return nil, err
 		}
+		after = &adapters.StatementPos{CycleID: pos.String(0), Currency: pos.String(1)}
 	}
 	n := pageSize(req.PageSize)
-	sts, err := s.Store.ListStatements(ctx, req.ProviderId, req.CycleId, before, n)
+	sts, err := s.Store.ListStatements(ctx, req.ProviderId, req.CycleId, after, n)
 	if err != nil {
 		return nil, err
 	}
@@ -284,9 +282,11 @@ func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListState
 		}
 		resp.Statements = append(resp.Statements, out)
 	}
-	// Statements page by cycle; a page ends on a cycle boundary only when full.
+	// A full page may end inside a cycle (one statement per currency): the
+	// token holds the last statement's cycle and currency.
 	if len(sts) == n {
-		resp.NextPageToken = encodeToken(sts[len(sts)-1].CycleID)
+		last := sts[len(sts)-1]
+		resp.NextPageToken = cursor.Encode(statementsListing, last.CycleID, last.Split.Currency)
 	}
 	return resp, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/partyfeed"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -20,15 +21,12 @@ import (
 // provider tier read model.
 const PartyConsumerName = "settlement-parties"
 
-const partyBatchMax = 500
-
 // ConsumeParties keeps settlement's provider tiers until ctx ends.
 func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+	return partyfeed.ConsumeProviders(ctx, js, pool, log, adapters.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
 		var rows []domain.ProviderTier
 		for _, ev := range evs {
-			if (ev.Kind != "" && ev.Kind != "provider") || ev.Tier == "" {
+			if ev.Tier == "" {
 				continue
 			}
 			rows = append(rows, domain.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})

@@ -176,11 +176,14 @@ func (s *Store) InsertWithholding(ctx context.Context, w domain.Withholding) (do
 	return got, nil
 }
 
-// Withholdings lists a provider's withholdings, newest cycle first.
-func (s *Store) Withholdings(ctx context.Context, provider, cycle, beforeCycle string, limit int) ([]domain.Withholding, error) {
+// Withholdings lists a provider's withholdings, newest cycle first, in
+// (cycle_id desc, currency) order, after (afterCycle, afterCurrency) when
+// afterCycle is set.
+func (s *Store) Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error) {
 	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings
-		where provider_id = $1 and ($2 = '' or cycle_id = $2) and ($3 = '' or cycle_id < $3)
-		order by cycle_id desc, currency limit $4`, provider, cycle, beforeCycle, limit)
+		where provider_id = $1 and ($2 = '' or cycle_id = $2)
+			and ($3 = '' or cycle_id < $3 or (cycle_id = $3 and currency > $4))
+		order by cycle_id desc, currency limit $5`, provider, cycle, afterCycle, afterCurrency, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,11 @@ type Store interface {
 	// InsertWithholding records w unless its key is taken, and returns
 	// what is recorded under the key.
 	InsertWithholding(ctx context.Context, w domain.Withholding) (domain.Withholding, error)
-	Withholdings(ctx context.Context, provider, cycle, beforeCycle string, limit int) ([]domain.Withholding, error)
+	// Withholdings lists a provider's withholdings in (cycle desc,
+	// currency) order, after the one of afterCycle and afterCurrency when
+	// afterCycle is set (a cycle has one per currency: a page may end
+	// inside a cycle).
+	Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error)
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string) error
 

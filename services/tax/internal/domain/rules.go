@@ -15,7 +15,7 @@ import (
 const DefaultJurisdiction = "CN"
 
 // AccountBankClient is the account remittances are paid out of.
-const AccountBankClient = "bank:client"
+const AccountBankClient = ids.BankClient
 
 // Taxpayer is the tax profile and jurisdiction a withholding applies: the
 // request's, else the provider's (read model of party.updated), else the

@@ -3,7 +3,6 @@ package ports
 
 import (
 	"context"
-	"encoding/base64"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
@@ -24,6 +24,9 @@ const (
 	pageSizeDefault = 50
 	pageSizeMax     = 500
 )
+
+// withholdingsListing names the listing in its page tokens (pkg/cursor).
+const withholdingsListing = "tax.withholdings"
 
 // Server implements TaxService.
 type Server struct {
@@ -81,16 +84,16 @@ func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWith
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
 	}
-	before := ""
+	var afterCycle, afterCurrency string
 	if req.PageToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		pos, err := cursor.Decode(withholdingsListing, req.PageToken, 2)
 		if err != nil {
-			return nil, apperr.Invalid("page_token", "not a token from this API")
+			return nil, err
 		}
-		before = string(b)
+		afterCycle, afterCurrency = pos.String(0), pos.String(1)
 	}
 	n := pageSize(req.PageSize)
-	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, before, n)
+	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, afterCycle, afterCurrency, n)
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +101,11 @@ func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWith
 	for _, w := range ws {
 		resp.TaxWithholdings = append(resp.TaxWithholdings, toProto(w))
 	}
+	// A full page may end inside a cycle (one withholding per currency): the
+	// token holds the last one's cycle and currency.
 	if len(ws) == n {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(ws[len(ws)-1].CycleID))
+		last := ws[len(ws)-1]
+		resp.NextPageToken = cursor.Encode(withholdingsListing, last.CycleID, last.Currency)
 	}
 	return resp, nil
 }
@@ -116,7 +122,7 @@ func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWi
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", 1)
+	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", "", 1)
 	if err != nil {
 		return nil, err
 	}

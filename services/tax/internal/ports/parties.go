@@ -10,8 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gpubill/gpubill/pkg/natsx"
-	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/partyfeed"
 	"github.com/gpubill/gpubill/pkg/split"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/tax/internal/adapters"
@@ -23,17 +22,11 @@ import (
 // tax profile and jurisdiction read model.
 const PartyConsumerName = "tax-parties"
 
-const partyBatchMax = 500
-
 // ConsumeParties keeps the tax profiles until ctx ends.
 func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: PartyConsumerName, FilterSubjects: []string{"party.updated.>"}, BatchMax: partyBatchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+	return partyfeed.ConsumeProviders(ctx, js, pool, log, adapters.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
 		var rows []domain.Profile
 		for _, ev := range evs {
-			if ev.Kind != "" && ev.Kind != "provider" {
-				continue
-			}
 			j := strings.ToUpper(strings.TrimSpace(ev.Jurisdiction))
 			if j == "" {
 				j = app.DefaultJurisdiction

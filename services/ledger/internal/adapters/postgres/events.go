@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -29,7 +30,7 @@ func (t *Tx) PublishDepletions(ctx context.Context, ds []domain.WalletDepletion)
 			continue // a message of strings and a timestamp always marshals
 		}
 		out = append(out, outbox.Message{ID: "wallet-depleted-" + d.TransactionID + "-" + d.Currency,
-			Subject: "billing.wallet.depleted." + d.RenterID, Payload: payload})
+			Subject: subjects.WalletDepleted.Of(d.RenterID), Payload: payload})
 	}
 	return outbox.Add(ctx, t.tx, Schema, out...)
 }
@@ -65,7 +66,7 @@ func postedEvents(txs []*domain.Transaction) []outbox.Message {
 		}
 		payload, err := proto.Marshal(o.b)
 		if err == nil { // a message of strings and timestamps always marshals
-			out = append(out, outbox.Message{ID: o.b.BatchId, Subject: "ledger.posted." + string(c), Payload: payload})
+			out = append(out, outbox.Message{ID: o.b.BatchId, Subject: subjects.LedgerPosted.Of(string(c)), Payload: payload})
 		}
 		delete(batches, c)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -92,7 +93,7 @@ func TxByKey(ctx context.Context, q Querier, key string) (string, []byte, error)
 	var h []byte
 	err := q.QueryRow(ctx, `select id::text, request_hash from ledger.transactions where idempotency_key = $1`, key).Scan(&id, &h)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, domain.ErrNotFound
+		return "", nil, apperr.ErrNotFound
 	}
 	return id, h, err
 }

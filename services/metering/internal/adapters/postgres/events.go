@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
@@ -51,7 +52,7 @@ func recordedMessages(acc []domain.Recorded, provs map[string]domain.Provider, r
 		if err != nil {
 			return nil, err
 		}
-		msgs = append(msgs, outbox.Message{ID: b.BatchId, Subject: "usage.recorded." + prov, Payload: payload})
+		msgs = append(msgs, outbox.Message{ID: b.BatchId, Subject: subjects.UsageRecorded.Of(prov), Payload: payload})
 	}
 	return msgs, nil
 }
@@ -82,7 +83,7 @@ func (t *Tx) publishParty(ctx context.Context, ev *eventsv1.PartyUpdated) error 
 	}
 	return outbox.Add(ctx, t.tx, Schema, outbox.Message{
 		ID:      fmt.Sprintf("party-%s-%s-v%d", ev.Kind, ev.PartyId, ev.Version),
-		Subject: "party.updated." + ev.PartyId,
+		Subject: subjects.PartyUpdated.Of(ev.PartyId),
 		Payload: b,
 	})
 }

@@ -14,12 +14,10 @@ import (
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
-
-// GPUModelSubjectPrefix starts the subject of every catalogue version.
-const GPUModelSubjectPrefix = "gpu_model.updated."
 
 // Catalogue stores the GPU catalogue and puts every version of a model into
 // the outbox in the transaction that writes it.
@@ -142,7 +140,7 @@ func publishGPUModel(ctx context.Context, tx pgx.Tx, m domain.GPUModel) error {
 		return err
 	}
 	if err := outbox.Add(ctx, tx, Schema, outbox.Message{
-		ID: fmt.Sprintf("gpu-model-%s-%d", m.ID, m.Version), Subject: GPUModelSubjectPrefix + m.ID, Payload: b,
+		ID: fmt.Sprintf("gpu-model-%s-%d", m.ID, m.Version), Subject: subjects.GPUModelUpdated.Of(m.ID), Payload: b,
 	}); err != nil {
 		return err
 	}

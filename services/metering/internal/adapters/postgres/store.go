@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
@@ -66,7 +67,7 @@ func scanProvider(row pgx.Row) (domain.Provider, error) {
 	var pue decimal.NullDecimal
 	if err := row.Scan(&p.ID, &p.Name, &p.Tier, &p.TaxProfile, &p.Jurisdiction, &pue, &p.Currency, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return p, domain.ErrNotFound
+			return p, apperr.ErrNotFound
 		}
 		return p, err
 	}
@@ -146,7 +147,7 @@ func scanRenter(row pgx.Row) (domain.Renter, error) {
 	var r domain.Renter
 	if err := row.Scan(&r.ID, &r.Name, &r.Currency, &r.CreditLimit, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return r, domain.ErrNotFound
+			return r, apperr.ErrNotFound
 		}
 		return r, err
 	}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
@@ -25,7 +26,7 @@ func (t *Tx) PublishCharges(ctx context.Context, bs []domain.ChargeBatch) error 
 		if err != nil {
 			return err
 		}
-		msgs = append(msgs, outbox.Message{ID: b.ID, Subject: "charges.rated." + b.ProviderID, Payload: payload})
+		msgs = append(msgs, outbox.Message{ID: b.ID, Subject: subjects.ChargesRated.Of(b.ProviderID), Payload: payload})
 	}
 	return outbox.Add(ctx, t.tx, Schema, msgs...)
 }
