@@ -6,7 +6,6 @@ require (
 	github.com/gpubill/gpubill/migrations v0.0.0
 	github.com/gpubill/gpubill/pkg v0.0.0
 	github.com/gpubill/gpubill/proto v0.0.0
-	github.com/gpubill/gpubill/services/metering v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
@@ -65,5 +64,4 @@ replace (
 	github.com/gpubill/gpubill/migrations => ../../migrations
 	github.com/gpubill/gpubill/pkg => ../../pkg
 	github.com/gpubill/gpubill/proto => ../../proto
-	github.com/gpubill/gpubill/services/metering => ../metering
 )
