@@ -344,6 +344,9 @@ func (s *Store) ListStatements(ctx context.Context, provider, cycle string, afte
 	})
 }
 
+// StatementPos is a statement's place in ListStatements' order.
+type StatementPos struct{ CycleID, Currency string }
+
 // UnsettledCycles lists cycles not yet settled (for start-up).
 func (s *Store) UnsettledCycles(ctx context.Context) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `select cycle_id from settlement.cycles where status <> 'settled' order by cycle_id`)

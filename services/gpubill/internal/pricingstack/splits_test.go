@@ -1,4 +1,4 @@
-package pricing_test
+package pricingstack_test
 
 import (
 	"context"
