@@ -45,7 +45,7 @@ func newStack(t testing.TB) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetSplitQuoter(flatSplits{})
+	p.SetSplitQuoter(pricing.FlatSplits{})
 	return &stack{deps: d, dsn: dsn, metering: m, pricing: p, js: js}
 }
 

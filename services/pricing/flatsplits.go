@@ -1,4 +1,4 @@
-package pricingstack_test
+package pricing
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
 )
 
-// flatSplits stands in the tax service for tests that host pricing alone:
-// the default rule (flat 20 % for individuals), as the tax service applies
-// it when no other rule is selected.
-type flatSplits struct{}
+// FlatSplits stands in the tax service where pricing is hosted without it
+// (the stack tests in services/gpubill): the default rule (flat 20 % for
+// individuals), as the tax service applies it when no other rule is
+// selected. Set it with SetSplitQuoter.
+type FlatSplits struct{}
 
-func (flatSplits) QuoteSplit(_ context.Context, r app.SplitRequest) (app.SplitQuote, error) {
+// QuoteSplit implements app.SplitQuoter.
+func (FlatSplits) QuoteSplit(_ context.Context, r app.SplitRequest) (app.SplitQuote, error) {
 	cur, err := money.Lookup(r.Currency)
 	if err != nil {
 		return app.SplitQuote{}, err
