@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Limits every stream gets. MaxAge, where a stream has one, is measured by
@@ -372,9 +374,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	default:
 		cc.FilterSubjects = spec.FilterSubjects
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cc)
-	if err != nil {
-		return fmt.Errorf("consumer %s on %s: %w", spec.Durable, spec.Stream, err)
+	cons := createConsumer(ctx, js, log, spec, cc)
+	if cons == nil {
+		return nil // ctx ended before NATS answered
 	}
 	replayDone := make(chan struct{})
 	go func() {
@@ -568,3 +570,35 @@ func MsgID(m jetstream.Msg) string {
 	}
 	return fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
 }
+
+// consumerCreateRetries counts failed attempts to create or update a durable
+// consumer (NATS down or restarting at start-up).
+var consumerCreateRetries = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_consumer_create_retries_total",
+	Help: "Failed attempts to create or update a durable JetStream consumer, each retried with backoff.",
+}, []string{"consumer"})
+
+// createConsumer creates or updates the durable consumer, retrying with
+// backoff (logged and counted) until it succeeds or ctx ends, so a service
+// started while NATS is unavailable waits for it instead of exiting; its
+// readiness probe reports NATS unreachable meanwhile. It returns nil only
+// when ctx ended.
+func createConsumer(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec ConsumerSpec, cc jetstream.ConsumerConfig) jetstream.Consumer {
+	backoff := failBackoffBase
+	for {
+		cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cc)
+		if err == nil {
+			return cons
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		consumerCreateRetries.WithLabelValues(spec.Durable).Inc()
+		log.Warn("consumer not created, retrying", "consumer", spec.Durable, "stream", spec.Stream, "err", err, "retry_in", backoff)
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, consumerCreateBackoffMax)
+	}
+}
+
+// consumerCreateBackoffMax bounds the wait between attempts to create a consumer.
+const consumerCreateBackoffMax = 5 * time.Second

@@ -1,0 +1,105 @@
+package natsx_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// noDeadLetters is a sink the test never expects to be used.
+type noDeadLetters struct{ t *testing.T }
+
+func (d noDeadLetters) Put(_ context.Context, consumer string, m jetstream.Msg, _ int, cause error) error {
+	d.t.Errorf("dead-lettered %s on %s: %v", m.Subject(), consumer, cause)
+	return nil
+}
+
+func (noDeadLetters) Replay(ctx context.Context, _ string, _ natsx.Handler) error {
+	<-ctx.Done()
+	return nil
+}
+
+// freeAddr returns a loopback address no one listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func runNATS(t *testing.T, addr, dir string) *server.Server {
+	t.Helper()
+	ns, err := natsx.RunEmbedded(addr, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// TestConsumeWaitsForNATSAtStartUp: Consume called while NATS is down (the
+// chaos test killed it while payout created its consumer) retries creating
+// its consumer instead of returning, and consumes once NATS is back.
+func TestConsumeWaitsForNATSAtStartUp(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, dir := freeAddr(t), t.TempDir()
+	ns := runNATS(t, addr, dir)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A short request timeout: each attempt while NATS is down fails fast.
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamSettlement); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"settlement.provider_settled.p-1", "settlement.provider_settled.p-2"} {
+		if _, err := js.Publish(ctx, s, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	var got atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: "payout-settled", DeadLetters: noDeadLetters{t}},
+			func(_ context.Context, msgs []jetstream.Msg) error { got.Add(int64(len(msgs))); return nil })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Consume returned while NATS was down: %v", err)
+	case <-time.After(2 * time.Second): // several attempts fail meanwhile
+	}
+	runNATS(t, addr, dir)
+	testkit.Eventually(t, 20*time.Second, func() bool { return got.Load() == 2 }, "consumed %d of 2 after NATS came back", got.Load())
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+}
