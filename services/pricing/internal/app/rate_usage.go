@@ -54,6 +54,7 @@ func (a *App) RateMessages(ctx context.Context, msgs []UsageMessage) error {
 			if !fresh[m.ID] {
 				continue
 			}
+			delete(fresh, m.ID) // the same id twice in one fetch (a redelivery beside the first) counts once
 			for j := range m.Events {
 				items = append(items, item{source: m.ID, ev: &m.Events[j]})
 			}
