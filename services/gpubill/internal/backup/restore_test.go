@@ -70,6 +70,12 @@ func TestBackupRestoreIntoFreshCluster(t *testing.T) {
 	f.waitBalance("provider:p-001:available", "CNY", "5.04")
 	f.waitBalance("bank:client", "CNY", "97.90")
 	f.waitChained()
+	// p-001's payout (no KYC: waiting at the gate) exists and has its workflow.
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		var n int
+		q(t, src, `select count(*) from payout.payouts where workflow_started`, &n)
+		return n == 1
+	}, "p-001's payout workflow started")
 	// A message in flight at the snapshot: metering published usage evt-3
 	// (a day ago, 2 GPUs × 1.5 h = 8.40) and pricing has not applied it
 	// yet. Only the outbox's kept copy (pkg/outbox) brings it to the
