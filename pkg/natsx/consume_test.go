@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,50 @@ func TestConsumeWaitsForNATSAtStartUp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Consume: %v", err)
 	}
+}
+
+// TestConsumeSlowHandlerNotRedelivered: a handler that runs four ack waits is
+// reported in progress, so a second consumer on the same durable (another
+// replica) is not handed the batch meanwhile.
+func TestConsumeSlowHandlerNotRedelivered(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SLOW", Subjects: []string{"slow.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "slow.1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = time.Second
+	var calls atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(4 * ackWait)
+		}
+		return nil
+	}
+	spec := natsx.ConsumerSpec{Stream: "SLOW", Durable: "slow", AckWait: ackWait, DeadLetters: noDeadLetters{t}}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for start := time.Now(); calls.Load() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the message never reached the handler")
+		}
+	}
+	time.Sleep(6 * ackWait) // the slow call, and room for a redelivery after it
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1 (the slow batch was redelivered)", n)
+	}
+	cancel()
+	wg.Wait()
 }

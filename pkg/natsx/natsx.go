@@ -35,8 +35,10 @@ const DefaultStreamMaxBytes = 1 << 30
 
 // DefaultAckWait is how long a delivered message may stay unacknowledged
 // before JetStream redelivers it (a consumer that died mid-batch), unless a
-// ConsumerSpec sets its own AckWait.
-const DefaultAckWait = 60 * time.Second
+// ConsumerSpec sets its own AckWait. A handler that runs longer is not
+// redelivered meanwhile: Consume reports its batch in progress every
+// AckWait/4, so the wait only bounds how long a killed consumer's batch waits.
+const DefaultAckWait = 20 * time.Second
 
 // Stream names and the subjects they hold (DESIGN §1: <domain>.<event>.<key>).
 const (
@@ -334,9 +336,9 @@ type ConsumerSpec struct {
 	BatchMax       int           // messages per fetch
 	MaxWait        time.Duration // how long a fetch waits to fill a batch
 	// AckWait is how long a delivered batch may stay unacknowledged before
-	// it is redelivered; 0 means DefaultAckWait. It must exceed the longest
-	// time a handler takes, or a slow batch is delivered twice (harmless,
-	// deduplicated, but wasted work).
+	// it is redelivered when its consumer stopped; 0 means DefaultAckWait.
+	// While the handler runs, the batch is reported in progress every
+	// AckWait/4, so a slow handler is not delivered twice.
 	AckWait time.Duration
 	// DeadLetters keeps what cannot be applied; required.
 	DeadLetters DeadLetters
@@ -466,7 +468,7 @@ func (c *consumer) process(ctx context.Context, msgs []jetstream.Msg) bool {
 // the rest applied again. It returns the messages left to acknowledge.
 func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream.Msg, error) {
 	for len(msgs) > 0 {
-		err := c.h(ctx, msgs)
+		err := c.handle(ctx, msgs)
 		var pe *PoisonError
 		if !errors.As(err, &pe) {
 			return msgs, err
@@ -488,6 +490,33 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 		msgs = rest
 	}
 	return nil, nil
+}
+
+// handle runs the handler on msgs, reporting them in progress to JetStream
+// every AckWait/4 until it returns, so they are not redelivered to another
+// consumer meanwhile.
+func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
+	done := make(chan struct{})
+	beat := make(chan struct{})
+	go func() {
+		defer close(beat)
+		t := time.NewTicker(c.spec.AckWait / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for _, m := range msgs {
+					_ = m.InProgress() // a lost heartbeat costs a duplicate delivery, deduplicated
+				}
+			}
+		}
+	}()
+	err := c.h(ctx, msgs)
+	close(done)
+	<-beat
+	return err
 }
 
 // fail settles a message that failed alone: redelivered later, or, at its

@@ -1009,7 +1009,7 @@ func (c *cluster) checkNothingStuck() {
 	defer nc.Close()
 	// An ack lost with a killed NATS server, or a redelivery that reached a
 	// fetch that had just expired (the consumers fetch with 10–250 ms
-	// waits), leaves its message pending until the ack wait (60 s) passes;
+	// waits), leaves its message pending until the ack wait (natsx.DefaultAckWait) passes;
 	// it is then redelivered, found in the inbox and acked. Runs have seen
 	// this take up to three ack waits; anything pending longer is stuck.
 	began := time.Now()
