@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/auth"
@@ -982,6 +983,53 @@ func (c *cluster) checkBooks() {
 	}
 }
 
+// describeUnacked logs, for each consumer holding an unacknowledged message,
+// the first message above its ack floor (stream sequence, subject, Nats-Msg-Id)
+// and whether a service's inbox already holds that id, i.e. whether the
+// message was applied and only its ack is missing.
+func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range lags {
+		if l.AckPending == 0 {
+			continue
+		}
+		cons, err := js.Consumer(ctx, l.Stream, l.Consumer)
+		if err != nil {
+			c.t.Logf("consumer %s: %v", l.Consumer, err)
+			continue
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			c.t.Logf("consumer %s: %v", l.Consumer, err)
+			continue
+		}
+		st, err := js.Stream(ctx, l.Stream)
+		if err != nil {
+			c.t.Logf("stream %s: %v", l.Stream, err)
+			continue
+		}
+		seq := ci.AckFloor.Stream + 1
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			c.t.Logf("%s/%s ack floor %d: message %d: %v", l.Stream, l.Consumer, ci.AckFloor.Stream, seq, err)
+			continue
+		}
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		var in []string
+		for _, schema := range serviceNames {
+			if c.count(`select count(*) from pg_tables where schemaname = $1 and tablename = 'inbox'`, schema) == 0 {
+				continue
+			}
+			if c.count(`select count(*) from `+schema+`.inbox where message_id = $1`, id) > 0 {
+				in = append(in, schema)
+			}
+		}
+		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d",
+			l.Stream, l.Consumer, seq, m.Subject, id, in, ci.AckFloor.Stream, ci.Delivered.Stream)
+	}
+}
+
 // checkNothingStuck: no outbox row left unpublished, no consumer behind or
 // holding unacknowledged messages, no usage waiting for a rate card, and no
 // dead letter.
@@ -1030,6 +1078,7 @@ func (c *cluster) checkNothingStuck() {
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("consumers not caught up: %+v %v", lags, err)
+			c.describeUnacked(js, lags)
 			return
 		}
 		time.Sleep(250 * time.Millisecond) // polling NATS
