@@ -43,6 +43,7 @@ type InvoiceServiceClient interface {
 	// Invoice with proto field names), format=pdf answers application/pdf.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	GetInvoice(ctx context.Context, in *GetInvoiceRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
 	// Internal (the monthly schedule): issues the invoices of a month that has
 	// ended, for every renter wallet that moved in it. Idempotent: invoices
@@ -101,6 +102,7 @@ type InvoiceServiceServer interface {
 	// Invoice with proto field names), format=pdf answers application/pdf.
 	//
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	GetInvoice(context.Context, *GetInvoiceRequest) (*httpbody.HttpBody, error)
 	// Internal (the monthly schedule): issues the invoices of a month that has
 	// ended, for every renter wallet that moved in it. Idempotent: invoices
