@@ -281,7 +281,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		f   jetstream.PubAckFuture
 	}
 	var parts []part
-	left := make([]int, len(batch)) // parts of each row not yet acked
+	left := make([]int, len(batch))               // parts of each row not yet acked
 	acked := make([]jetstream.PubAck, len(batch)) // each row's last part's ack (stream, sequence)
 	var dead []int
 	deadErr := map[int]error{}
