@@ -2,9 +2,7 @@ package simulate
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/webhook"
 )
 
 // Limits of the lease control receiver.
@@ -81,8 +81,8 @@ func (r *LeaseReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "read body", http.StatusBadRequest)
 		return
 	}
-	ts, err := strconv.ParseInt(req.Header.Get("Gpubill-Timestamp"), 10, 64)
-	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > leaseSkewMax || !r.signed(ts, body, req.Header.Get("Gpubill-Signature")) {
+	ts, err := strconv.ParseInt(req.Header.Get(webhook.HeaderTimestamp), 10, 64)
+	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > leaseSkewMax || !webhook.Verify([]byte(r.Secret), ts, body, req.Header.Get(webhook.HeaderSignature)) {
 		r.log.Warn("lease control call refused: bad or stale signature")
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
@@ -120,11 +120,4 @@ func (r *LeaseReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.log.Warn("marketplace: unknown lease control event", "kind", ev.Kind, "event_id", ev.EventID)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (r *LeaseReceiver) signed(ts int64, body []byte, got string) bool {
-	m := hmac.New(sha256.New, []byte(r.Secret))
-	fmt.Fprintf(m, "%d.", ts)
-	m.Write(body)
-	return hmac.Equal([]byte("v1="+hex.EncodeToString(m.Sum(nil))), []byte(got))
 }

@@ -1,21 +1,16 @@
 package ports
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/webhook"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 )
 
@@ -31,13 +26,6 @@ const (
 	leaseHookErrorLenMax  = 200
 )
 
-// Headers of a lease control webhook: the same scheme as payout's webhooks.
-const (
-	HeaderTimestamp = "Gpubill-Timestamp"
-	HeaderSignature = "Gpubill-Signature"
-	HeaderEventID   = "Gpubill-Event-Id"
-)
-
 var leaseHookAttempts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_lease_control_webhooks_total",
 	Help: "Lease control webhook attempts by outcome: delivered, retry (failed, will be retried), failed (given up after the last attempt).",
@@ -47,16 +35,6 @@ func init() {
 	for _, o := range []string{"delivered", "retry", "failed"} {
 		leaseHookAttempts.WithLabelValues(o)
 	}
-}
-
-// SignLeaseWebhook is a delivery's signature: "v1=" +
-// hex(HMAC-SHA256(secret, timestamp + "." + body)). A receiver recomputes it
-// and refuses a stale timestamp.
-func SignLeaseWebhook(secret []byte, ts int64, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "%d.", ts)
-	m.Write(body)
-	return "v1=" + hex.EncodeToString(m.Sum(nil))
 }
 
 // LeaseWebhookDeliverer posts queued lease control events to the
@@ -147,38 +125,13 @@ func (d *LeaseWebhookDeliverer) attemptsMax() int {
 }
 
 func (d *LeaseWebhookDeliverer) backoff(attempt int) time.Duration {
-	b := leaseHookBackoffFirst
+	first := leaseHookBackoffFirst
 	if d.BackoffFirst > 0 {
-		b = d.BackoffFirst
+		first = d.BackoffFirst
 	}
-	for range attempt - 1 {
-		b *= 2
-		if b >= leaseHookBackoffMax {
-			return leaseHookBackoffMax
-		}
-	}
-	return b
+	return webhook.Backoff(first, leaseHookBackoffMax, attempt)
 }
 
 func (d *LeaseWebhookDeliverer) send(ctx context.Context, dl postgres.LeaseWebhook) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, leaseHookTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(dl.Payload))
-	if err != nil {
-		return 0, err
-	}
-	ts := d.Clock.Now().Unix()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, SignLeaseWebhook(d.Secret, ts, dl.Payload))
-	req.Header.Set(HeaderEventID, dl.EventID)
-	resp, err := d.HTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
-	}
-	return resp.StatusCode, nil
+	return webhook.Post(ctx, d.HTTP, d.URL, d.Secret, d.Clock.Now().Unix(), dl.EventID, dl.Payload, leaseHookTimeout)
 }

@@ -1,11 +1,7 @@
 package ports
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/webhook"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -38,23 +35,6 @@ const (
 	deliveryPageMax      = 200
 	deliveryErrorLenMax  = 200
 )
-
-// Signature headers of a delivery.
-const (
-	HeaderTimestamp = "Gpubill-Timestamp"
-	HeaderSignature = "Gpubill-Signature"
-	HeaderEventID   = "Gpubill-Event-Id"
-)
-
-// Sign is the signature of a delivery: "v1=" + hex(HMAC-SHA256(secret,
-// timestamp + "." + body)). A receiver recomputes it and refuses a stale
-// timestamp (replay).
-func Sign(secret string, ts int64, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(m, "%d.", ts)
-	m.Write(body)
-	return "v1=" + hex.EncodeToString(m.Sum(nil))
-}
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
 type Deliverer struct {
@@ -117,40 +97,15 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 }
 
 func (d *Deliverer) backoff(attempt int) time.Duration {
-	b := deliveryBackoffFirst
+	first := deliveryBackoffFirst
 	if d.BackoffFirst > 0 {
-		b = d.BackoffFirst
+		first = d.BackoffFirst
 	}
-	for range attempt - 1 {
-		b *= 2
-		if b >= deliveryBackoffMax {
-			return deliveryBackoffMax
-		}
-	}
-	return b
+	return webhook.Backoff(first, deliveryBackoffMax, attempt)
 }
 
 func (d *Deliverer) send(ctx context.Context, dl domain.Delivery) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Payload))
-	if err != nil {
-		return 0, err
-	}
-	ts := d.Clock.Now().Unix()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, Sign(dl.Secret, ts, dl.Payload))
-	req.Header.Set(HeaderEventID, dl.EventID)
-	resp, err := d.HTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
-	}
-	return resp.StatusCode, nil
+	return webhook.Post(ctx, d.HTTP, dl.URL, []byte(dl.Secret), d.Clock.Now().Unix(), dl.EventID, dl.Payload, deliveryTimeout)
 }
 
 func webhookProto(w domain.Webhook) *payoutv1.Webhook {

@@ -1,0 +1,79 @@
+// Package webhook is gpubill's one outbound webhook scheme, used by payout's
+// provider webhooks and the ledger's lease control webhooks, and checked by
+// the simulated marketplace: a JSON POST carrying
+//
+//	Gpubill-Timestamp: unix seconds
+//	Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body))
+//	Gpubill-Event-Id:  the event's id (a receiver applies each id once)
+//
+// A receiver recomputes the signature and refuses a stale timestamp (replay).
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The headers of a delivery.
+const (
+	HeaderTimestamp = "Gpubill-Timestamp"
+	HeaderSignature = "Gpubill-Signature"
+	HeaderEventID   = "Gpubill-Event-Id"
+)
+
+// Sign is the signature of body sent at ts.
+func Sign(secret []byte, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "%d.", ts)
+	m.Write(body)
+	return "v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify reports whether sig is body's signature at ts, in constant time.
+func Verify(secret []byte, ts int64, body []byte, sig string) bool {
+	return hmac.Equal([]byte(Sign(secret, ts, body)), []byte(sig))
+}
+
+// Post sends one signed delivery and waits at most timeout. It answers the
+// receiver's status code; anything but a 2xx is an error.
+func Post(ctx context.Context, client *http.Client, url string, secret []byte, ts int64, eventID string, body []byte, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, Sign(secret, ts, body))
+	req.Header.Set(HeaderEventID, eventID)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+// Backoff is the wait before attempt (1-based): first, doubled per attempt,
+// at most max.
+func Backoff(first, max time.Duration, attempt int) time.Duration {
+	b := first
+	for range attempt - 1 {
+		b *= 2
+		if b >= max {
+			return max
+		}
+	}
+	return b
+}
