@@ -85,8 +85,12 @@ func (w *Workflows) startAll(ctx context.Context) error {
 
 // start starts payout-{id}. A run already going counts as started for a
 // first attempt; for a retry the previous run is finishing, so try again.
+// The SDK answers a running workflow's handle without an error unless told
+// otherwise, which would mark a retry started while only its previous run
+// was: it would then stay created for ever.
 func (w *Workflows) start(ctx context.Context, id string) error {
-	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue},
+	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue,
+		WorkflowExecutionErrorWhenAlreadyStarted: true},
 		app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
