@@ -48,6 +48,16 @@ type Service interface {
 	Policy() auth.Policy
 }
 
+// HTTPRoutes is implemented by a service that also serves plain HTTP
+// routes beside its gRPC API: pattern ("POST /v1/…") → handler. They are for
+// callers that speak another protocol than gpubill's, such as a payment
+// rail's signed notifications (no bearer token; the rail's own answers), so
+// such a handler authenticates its caller itself. The REST edge (request id,
+// body limits, metrics) applies to them as to every route.
+type HTTPRoutes interface {
+	HTTPRoutes() map[string]http.Handler
+}
+
 // Check is a readiness probe (database, NATS, Temporal reachable).
 type Check struct {
 	Name  string
@@ -202,6 +212,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	mux.Handle("GET /metrics", obs.MetricsHandler())
 	for p, h := range o.HTTPHandlers {
 		mux.Handle(p, allowlisted(h, o.Secret, o.Allow, o.TrustedProxies))
+	}
+	for _, svc := range o.Services {
+		if hr, ok := svc.(HTTPRoutes); ok {
+			for p, h := range hr.HTTPRoutes() {
+				mux.Handle(p, allowlisted(h, o.Secret, o.Allow, o.TrustedProxies))
+			}
+		}
 	}
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+
 	"github.com/gpubill/gpubill/pkg/auth"
 )
 
@@ -126,5 +129,41 @@ func TestClientAddr(t *testing.T) {
 		if got := ClientAddr(r, tt.trusted).String(); got != tt.want {
 			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// routedService is a service with a plain HTTP route and nothing else.
+type routedService struct{}
+
+func (routedService) RegisterGRPC(*grpc.Server) {}
+func (routedService) RegisterGateway(context.Context, *runtime.ServeMux, *grpc.ClientConn) error {
+	return nil
+}
+func (routedService) Policy() auth.Policy { return auth.Policy{} }
+func (routedService) HTTPRoutes() map[string]http.Handler {
+	return map[string]http.Handler{"POST /v1/notify/test": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(append([]byte("got "), b...))
+	})}
+}
+
+// A service's plain HTTP routes are served beside the gateway, behind the
+// edge (request id), without a bearer token.
+func TestServiceHTTPRoutes(t *testing.T) {
+	s, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Secret: []byte("routes-test-secret-0123456789abcdef"), Log: slog.New(slog.DiscardHandler), Services: []Service{routedService{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	resp, err := http.Post("http://"+s.HTTPAddr+"/v1/notify/test", "application/json", strings.NewReader(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(b) != `got {"a":1}` || resp.Header.Get("X-Request-Id") == "" {
+		t.Errorf("HTTP %d %q (request id %q); want 200 with the body echoed and a request id", resp.StatusCode, b, resp.Header.Get("X-Request-Id"))
 	}
 }
