@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -31,6 +32,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/reqid"
 )
@@ -210,6 +212,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		writeJSON(w, code, res)
 	})
 	mux.Handle("GET /metrics", obs.MetricsHandler())
+	spec, page, err := apiDocs(slices.Collect(maps.Keys(gs.GetServiceInfo())), cmdline.Build().Version)
+	if err != nil {
+		gs.Stop()
+		hl.Close()
+		return nil, err
+	}
+	serveAPIDocs(mux, spec, page)
 	for p, h := range o.HTTPHandlers {
 		mux.Handle(p, allowlisted(h, o.Secret, o.Allow, o.TrustedProxies))
 	}

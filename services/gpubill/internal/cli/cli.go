@@ -192,6 +192,7 @@ func (d *devCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, `
 gpubill dev is up.
   REST      %[1]s   (health: %[1]s/healthz, readiness: %[1]s/readyz)
+  API docs  %[1]s/docs   (OpenAPI: %[1]s/v1/openapi.json)
   gRPC      %[2]s
   NATS      %[3]s
   Temporal  %[4]s
