@@ -153,6 +153,7 @@ type Service struct {
 	store   *adapters.Store
 	sandbox *adapters.Sandbox
 	payouts *app.Payouts
+	topups  *app.TopUps // the rails' top-up and payout notifications
 	bank    *bankfile.Rail
 	bankOn  bool // bank payouts go to the bank-file rail
 	acts    *ports.Activities
@@ -198,6 +199,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	}
 	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	s.topups = &app.TopUps{Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
 	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}

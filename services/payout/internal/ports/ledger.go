@@ -71,3 +71,25 @@ func (l Ledger) Transfer(ctx context.Context, t domain.LedgerTransfer) error {
 	}
 	return err
 }
+
+var _ app.Deposits = Ledger{}
+
+// Deposit implements app.Deposits over the ledger's CreateDeposit
+// (idempotent on external_ref): the same external reference with another
+// renter, currency or amount (409), or a deposit the ledger refuses as
+// invalid, is app.ErrDepositRefused.
+func (l Ledger) Deposit(ctx context.Context, renterID, currency string, amount decimal.Decimal, externalRef string) (string, error) {
+	cur, err := money.Lookup(currency)
+	if err != nil {
+		return "", fmt.Errorf("deposit %s: %w", externalRef, err)
+	}
+	resp, err := l.Client.CreateDeposit(ctx, &ledgerv1.CreateDepositRequest{RenterId: renterID, Amount: cur.Format(amount),
+		Currency: cur.Code, ExternalRef: externalRef})
+	switch status.Code(err) {
+	case codes.OK:
+		return resp.GetTransaction().GetTransactionId(), nil
+	case codes.Aborted, codes.AlreadyExists, codes.InvalidArgument:
+		return "", fmt.Errorf("deposit %s: %w: %w", externalRef, app.ErrDepositRefused, err)
+	}
+	return "", fmt.Errorf("deposit %s: %w", externalRef, err)
+}

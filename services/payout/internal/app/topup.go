@@ -1,0 +1,139 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+)
+
+// Notification outcomes (what a rail's notification endpoint counts and
+// answers): accepted and duplicate are acknowledged to the rail; the others
+// are refused.
+const (
+	NotifyAccepted  = "accepted"  // verified and applied
+	NotifyDuplicate = "duplicate" // a payment already deposited, notified again: nothing more
+	NotifyReplay    = "replay"    // a notification already applied, sent again as it was
+	NotifyForged    = "forged"    // signature or certificate does not verify
+	NotifyStale     = "stale"     // timestamp too far from now
+	NotifyMalformed = "malformed" // headers, body or decrypted resource unreadable
+	NotifyRejected  = "rejected"  // verified, but not applicable (unknown renter, not a success, …)
+	NotifyFailed    = "failed"    // could not be applied now (ledger or database down): the rail retries
+)
+
+// Notification kinds.
+const (
+	NotifyKindTopUp  = "topup"
+	NotifyKindPayout = "payout"
+)
+
+// ErrReplay is a notification whose replay key was already applied.
+var ErrReplay = errors.New("notification replayed")
+
+// ErrDepositRefused is a deposit the ledger refuses for good: the payment
+// id already deposited with another renter, currency or amount, or an
+// invalid renter id.
+var ErrDepositRefused = errors.New("deposit refused by the ledger")
+
+// TopUp is a renter's payment a rail confirmed (its verified notification).
+type TopUp struct {
+	Rail      string // "wechatpay", "alipay"
+	PaymentID string // the rail's payment id (WeChat Pay transaction_id): one deposit per id
+	RenterID  string
+	Currency  string
+	Amount    decimal.Decimal
+	// NotificationKey is the notification's replay key (WeChat Pay: the
+	// Wechatpay-Nonce header); "" when the rail has none.
+	NotificationKey string
+}
+
+// ExternalRef is the ledger deposit's external reference (its idempotency
+// key): rail:payment_id.
+func (t TopUp) ExternalRef() string { return t.Rail + ":" + t.PaymentID }
+
+// Deposits is the ledger's deposit path: Dr bank:client, Cr
+// renter:{id}:wallet, idempotent on the external reference. It returns the
+// ledger transaction's id; a refusal no retry can fix wraps
+// ErrDepositRefused.
+type Deposits interface {
+	Deposit(ctx context.Context, renterID, currency string, amount decimal.Decimal, externalRef string) (string, error)
+}
+
+// NotificationStore keeps the notifications applied and the top-ups.
+type NotificationStore interface {
+	// NotificationSeen reports whether a replay key was applied before.
+	NotificationSeen(ctx context.Context, rail, key string) (bool, error)
+	// RecordNotification keeps a replay key as applied, in one
+	// transaction with the top-up when t is not nil (fresh: the payment's
+	// first notification). A key recorded meanwhile wraps ErrReplay.
+	RecordNotification(ctx context.Context, rail, key, kind, reference string, t *TopUp, ledgerTx string, at time.Time) (fresh bool, err error)
+}
+
+// TopUps turns confirmed rail payments into ledger deposits, exactly once
+// per payment id, and refuses a notification applied before.
+type TopUps struct {
+	Ledger Deposits
+	Store  NotificationStore
+	Clock  clock.Clock
+	Log    *slog.Logger
+}
+
+// Apply deposits a confirmed payment: NotifyAccepted the first time,
+// NotifyDuplicate when the payment was deposited before (the ledger's
+// idempotency answers the original deposit; nothing moves twice). A
+// notification key seen before is ErrReplay. The deposit goes first and the
+// key is recorded after it, so a failure between the two leaves the key
+// free for the rail's retry, which the ledger answers with the same deposit.
+func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
+	if t.NotificationKey != "" {
+		seen, err := a.Store.NotificationSeen(ctx, t.Rail, t.NotificationKey)
+		if err != nil {
+			return NotifyFailed, err
+		}
+		if seen {
+			return NotifyReplay, fmt.Errorf("%s notification %s: %w", t.Rail, t.NotificationKey, ErrReplay)
+		}
+	}
+	txID, err := a.Ledger.Deposit(ctx, t.RenterID, t.Currency, t.Amount, t.ExternalRef())
+	if err != nil {
+		if errors.Is(err, ErrDepositRefused) {
+			return NotifyRejected, err
+		}
+		return NotifyFailed, err
+	}
+	fresh, err := a.Store.RecordNotification(ctx, t.Rail, t.NotificationKey, NotifyKindTopUp, t.PaymentID, &t, txID, a.Clock.Now())
+	if err != nil {
+		if errors.Is(err, ErrReplay) {
+			return NotifyReplay, err
+		}
+		return NotifyFailed, err
+	}
+	if !fresh {
+		return NotifyDuplicate, nil
+	}
+	a.Log.Info("renter top-up deposited", "rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID,
+		"amount", t.Amount.String(), "currency", t.Currency, "ledger_transaction_id", txID)
+	return NotifyAccepted, nil
+}
+
+// PayoutNotified records a rail's verified notification about a payout
+// reference (its replay key), so the same notification again is ErrReplay;
+// the caller then wakes the payout, which queries the rail (the
+// notification itself is never trusted for the status).
+func (a *TopUps) PayoutNotified(ctx context.Context, rail, key, reference string) (string, error) {
+	if key == "" {
+		return NotifyAccepted, nil
+	}
+	if _, err := a.Store.RecordNotification(ctx, rail, key, NotifyKindPayout, reference, nil, "", a.Clock.Now()); err != nil {
+		if errors.Is(err, ErrReplay) {
+			return NotifyReplay, err
+		}
+		return NotifyFailed, err
+	}
+	return NotifyAccepted, nil
+}
