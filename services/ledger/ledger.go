@@ -166,7 +166,7 @@ func (s *Service) Policy() auth.Policy {
 	own := slices.Concat(read, []string{auth.RoleProvider, auth.RoleRenter})
 	internal := []string{auth.RoleService}
 	return auth.Policy{
-		ls + "CreateDeposit":            write,
+		ls + "CreateDeposit":            slices.Concat(write, internal), // payout deposits the rails' verified top-ups
 		ls + "ListAccounts":             own,
 		ls + "GetAccount":               slices.Concat(own, internal), // payout reads provider available at its gate
 		ls + "ListTransactions":         slices.Concat(own, internal),

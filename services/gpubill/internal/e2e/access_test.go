@@ -79,7 +79,7 @@ var expectedAccess = func() map[string][]string {
 		pr + "ListRateCards":           read,
 		pr + "GetRateCard":             read,
 		pr + "CreateQuote":             every,
-		l + "CreateDeposit":            staff,
+		l + "CreateDeposit":            with(staff, "service"),
 		l + "ListAccounts":             with(read, "provider", "renter"),
 		l + "GetAccount":               with(read, "provider", "renter", "service"),
 		l + "ListTransactions":         with(read, "provider", "renter", "service"),
