@@ -17,9 +17,9 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile/fakebank"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )

@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
@@ -21,7 +20,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	"github.com/gpubill/gpubill/services/payout/internal/domain"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // The helper worker process (TestHelperPayoutWorker) reads its wiring from
@@ -57,16 +56,18 @@ func TestHelperPayoutWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := client.DialContext(ctx, client.Options{HostPort: os.Getenv(helperTemporalEnv), Logger: TemporalLogger(slog.New(slog.DiscardHandler))})
+	tc, err := client.DialContext(ctx, client.Options{HostPort: os.Getenv(helperTemporalEnv), Logger: payout.TemporalLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.System{}, Calendar: cycles.Default(), Internal: internal}
-	s, err := New(ctx, d, tc, os.Getenv(helperQueueEnv), Config{Timing: testTiming, SandboxLatency: time.Second, SandboxReturnAfter: time.Second})
+	s, err := payout.New(ctx, d, tc, os.Getenv(helperQueueEnv), payout.Config{Timing: testTiming, SandboxLatency: time.Second, SandboxReturnAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.payouts.Rail = &hangingRail{Sandbox: s.sandbox, submitted: make(chan string, 1)}
+	s.TestHooks().ReplaceRail(func(sandbox payout.Rail) payout.Rail {
+		return &hangingRail{Rail: sandbox, submitted: make(chan string, 1)}
+	})
 	_ = s.Run(ctx) // until SIGKILL
 }
 
@@ -76,17 +77,14 @@ func TestHelperPayoutWorker(t *testing.T) {
 // exactly one submission and exact ledger balances.
 func TestPayoutWorkerSIGKILLedAfterSubmission(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	st.stopPayout() // this process does not work the queue until the helper is dead
 	st.setup(t, "p-sigkill", "6222000011113331")
 	// Money settled and the payout written as the consumer writes it.
 	st.settleLedgerOnly(t, "p-sigkill", "cyc-20260101", "CNY", "900.00")
 	id := ids.New("po")
-	if err := st.s.store.Tx(context.Background(), func(tx pgx.Tx) error {
-		_, err := st.s.store.CreateFromSettled(context.Background(), tx, domain.Payout{ID: id, ProviderID: "p-sigkill", CycleID: "cyc-20260101",
-			Currency: "CNY", Gross: decimal.RequireFromString("900.00"), Net: decimal.RequireFromString("900.00"), CreatedAt: time.Now()}, st.s.payouts.Minimums)
-		return err
-	}); err != nil {
+	if err := st.s.TestHooks().CreateFromSettled(context.Background(), payout.Payout{ID: id, ProviderID: "p-sigkill", CycleID: "cyc-20260101",
+		Currency: "CNY", Gross: decimal.RequireFromString("900.00"), Net: decimal.RequireFromString("900.00"), CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -110,7 +108,7 @@ func TestPayoutWorkerSIGKILLedAfterSubmission(t *testing.T) {
 	_ = cmd.Wait()
 	killed = true
 	// The kill proved something: the rail has the transfer, payout does not know.
-	p, err := st.s.store.GetPayout(context.Background(), id)
+	p, err := st.s.TestHooks().GetPayout(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/domain"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // Every status change reaches the provider's webhook (a receiver on
@@ -31,7 +31,7 @@ import (
 // payout.status_changed.{provider}.
 func TestPayoutWebhooks(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{WebhookAllowPrivate: true}) // the receiver is on loopback
+	st := newStack(t, payout.Config{WebhookAllowPrivate: true}) // the receiver is on loopback
 	const secret = "whsec-0123456789abcdef"
 	var mu sync.Mutex
 	got := map[string]bool{} // statuses received with a valid signature
@@ -52,7 +52,7 @@ func TestPayoutWebhooks(t *testing.T) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		var ev domain.WebhookEvent
+		var ev payout.WebhookEvent
 		if err := json.Unmarshal(body, &ev); err != nil || ev.ProviderID != "p-hook" || ev.EventID != r.Header.Get("Gpubill-Event-Id") {
 			bad++
 			return
@@ -61,17 +61,17 @@ func TestPayoutWebhooks(t *testing.T) {
 	}))
 	defer recv.Close()
 
-	wh, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret})
+	wh, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if wh.Webhook.Secret == secret {
 		t.Error("secret answered in clear")
 	}
-	if _, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-other"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret}); err == nil {
+	if _, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-other"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL, Secret: secret}); err == nil {
 		t.Error("another provider subscribed to p-hook")
 	}
-	if _, err := st.s.api.CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: "ftp://x", Secret: "short"}); err == nil {
+	if _, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: "ftp://x", Secret: "short"}); err == nil {
 		t.Error("bad url and secret accepted")
 	}
 	st.setup(t, "p-hook", "6222000011115551")
@@ -87,7 +87,7 @@ func TestPayoutWebhooks(t *testing.T) {
 		t.Errorf("%d deliveries with a bad signature or body", bad)
 	}
 	mu.Unlock()
-	ds, err := st.s.api.ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: wh.Webhook.WebhookId})
+	ds, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: wh.Webhook.WebhookId})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func wantSignature(secret, ts string, body []byte) string {
 // the reason in the delivery log and the receiver sees nothing.
 func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	var hits atomic.Int32
 	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	defer recv.Close()
@@ -152,15 +152,15 @@ func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	}
 
 	// As if the host had resolved to a public address at creation.
-	wh := domain.Webhook{ID: "wh-ssrf", ProviderID: "p-ssrf", URL: recv.URL + "/hook", Secret: "whsec-0123456789abcdef", CreatedAt: time.Now()}
-	if err := st.s.store.CreateWebhook(context.Background(), wh); err != nil {
+	wh := payout.Webhook{ID: "wh-ssrf", ProviderID: "p-ssrf", URL: recv.URL + "/hook", Secret: "whsec-0123456789abcdef", CreatedAt: time.Now()}
+	if err := st.s.TestHooks().CreateWebhook(context.Background(), wh); err != nil {
 		t.Fatal(err)
 	}
 	st.setup(t, "p-ssrf", "6222000011115561")
 	st.settle(t, "p-ssrf", "cyc-20260101", "CNY", "250.00")
 	st.waitStatus(t, "p-ssrf", "cyc-20260101", "paid", waitLong)
 	testkit.Eventually(t, waitLong, func() bool {
-		ds, err := st.s.api.ListWebhookDeliveries(as(auth.RoleProvider, "p-ssrf"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-ssrf", WebhookId: wh.ID})
+		ds, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-ssrf"), &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-ssrf", WebhookId: wh.ID})
 		if err != nil || len(ds.Deliveries) < 4 {
 			return false
 		}

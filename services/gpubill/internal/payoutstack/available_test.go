@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -8,9 +8,10 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/domain"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // A payout never drives provider:{id}:available negative: after finance
@@ -20,7 +21,7 @@ import (
 // by itself (the credit wakes it) and is paid, every balance exact.
 func TestPayoutWaitsForAvailable(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{}) // the gate's re-check is an hour: the credit wakes the payout
+	st := newStack(t, payout.Config{}) // the gate's re-check is an hour: the credit wakes the payout
 	ctx := context.Background()
 	const prov, cyc, renter = "p-rev", "cyc-20260101", "r-p-rev"
 
@@ -35,7 +36,7 @@ func TestPayoutWaitsForAvailable(t *testing.T) {
 
 	// Finance reverses the cycle's settlement posting: 100.00 left in
 	// available, short of the 200.00 payout.
-	txs, err := st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: domain.AvailableAccount(prov)})
+	txs, err := st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: ids.ProviderAvailable(prov)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestPayoutWaitsForAvailable(t *testing.T) {
 	if _, err := st.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{IdempotencyKey: "topup-" + prov, Description: "re-credit after review",
 		Postings: []*ledgerv1.Posting{
 			{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: "100.00", Currency: "CNY"},
-			{Account: domain.AvailableAccount(prov), Direction: "credit", Amount: "100.00", Currency: "CNY"},
+			{Account: ids.ProviderAvailable(prov), Direction: "credit", Amount: "100.00", Currency: "CNY"},
 		}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // Benchmark shape: payout_status_p99.
@@ -30,7 +31,7 @@ const (
 // half the requests with If-None-Match (the current ETag: 304).
 func TestBenchPayoutStatus(t *testing.T) {
 	testkit.Bench(t, "payout_status_p99")
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	ctx := context.Background()
 	// Paid payouts with a full history, written directly (the workflows are
 	// not what is measured).
@@ -45,7 +46,7 @@ func TestBenchPayoutStatus(t *testing.T) {
 		from generate_series(1, $1::int) i, generate_series(1, 4) s`, `
 		insert into payout.payout_statements (payout_id, cycle_id, currency, net)
 		select 'po-bench-' || i, 'cyc-20260101', 'CNY', 600 from generate_series(1, $1::int) i`} {
-		if _, err := st.s.d.Pool.Exec(ctx, q, benchProviders); err != nil {
+		if _, err := st.d.Pool.Exec(ctx, q, benchProviders); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile/fakebank"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // restBody calls the REST API with a body of the given content type.
@@ -58,7 +58,7 @@ var clientAccount = iso20022.Party{Name: "GPU Market Ltd client money", Account:
 func bankStack(t *testing.T) (*stack, *fakebank.Bank) {
 	t.Helper()
 	out, in := t.TempDir(), t.TempDir()
-	st := newStack(t, Config{BankRail: BankRailFile, Bank: bankfile.Config{Debtor: clientAccount, CutoffHour: 14,
+	st := newStack(t, payout.Config{BankRail: payout.BankRailFile, Bank: payout.BankConfig{Debtor: clientAccount, CutoffHour: 14,
 		OutboxDir: out, InboxDir: in, Tick: 100 * time.Millisecond}})
 	return st, fakebank.New(out, in, clientAccount.Account)
 }
@@ -131,11 +131,11 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 	st.checkStep(t, "submitted", map[string]ledgerWant{"pb-paid": {"0", "620.00"}, "pb-frozen": {"0", "300.00"}, "pb-ret": {"0", "150.00"}}, paidOut)
 
 	// The cutoff: one batch, delivered to the outbox; a re-run builds nothing.
-	id, built, err := st.s.bank.Cut(ctx, time.Now())
+	id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now())
 	if err != nil || !built {
 		t.Fatal(id, built, err)
 	}
-	if again, built, err := st.s.bank.Cut(ctx, time.Now().Add(time.Minute)); err != nil || built || again != "" {
+	if again, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute)); err != nil || built || again != "" {
 		t.Errorf("a second cutoff with nothing queued: %q %v %v", again, built, err)
 	}
 	testkit.Eventually(t, waitLong, func() bool { _, err := os.Stat(filepath.Join(bank.Outbox, id+".xml")); return err == nil })
@@ -260,7 +260,7 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 	}
 	st.checkStep(t, "uploads", final, paidOut)
 	st.checkFunds(t, "CNY", paidOut)
-	if n, err := st.s.bank.Submissions(ctx, ids["pb-paid"]); err != nil || n != 1 {
+	if n, err := st.s.TestHooks().BankSubmissions(ctx, ids["pb-paid"]); err != nil || n != 1 {
 		t.Errorf("pb-paid submitted %d times: %v", n, err)
 	}
 }

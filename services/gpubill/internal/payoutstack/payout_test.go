@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -15,9 +15,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
-	"github.com/gpubill/gpubill/services/payout/internal/app"
-	"github.com/gpubill/gpubill/services/payout/internal/domain"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 const waitLong = 30 * time.Second
@@ -31,7 +29,7 @@ const waitLong = 30 * time.Second
 // end bank:client and the segregated-funds report agree.
 func TestPayoutPaths(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	const cyc1, cyc2 = "cyc-20260101", "cyc-20260215"
 	paidOut := decimal.Zero
 
@@ -40,12 +38,12 @@ func TestPayoutPaths(t *testing.T) {
 	st.setup(t, "p-frozen", "6222000011110002")
 	st.setup(t, "p-returned", "6222000011110003")
 	st.setup(t, "p-min", "6222000011110004")
-	if _, err := st.s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-cancel", Status: "verified"}); err != nil {
+	if _, err := st.s.API().PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-cancel", Status: "verified"}); err != nil {
 		t.Fatal(err)
 	}
 	st.method(t, "p-kyc", "6222000011110005")
 	st.setup(t, "p-held", "6222000011110007")
-	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held", Reason: "dispute"}); err != nil {
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held", Reason: "dispute"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []struct{ p, net string }{
@@ -80,11 +78,11 @@ func TestPayoutPaths(t *testing.T) {
 	}
 	st.checkProvider(t, "p-frozen", "CNY", "300.00", "0")
 	// Retry refused until the method changed; then a new attempt under a new reference is paid.
-	if _, err := st.s.api.RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
 		t.Errorf("retry before the method changed: %v", err)
 	}
 	st.method(t, "p-frozen", "6222000099990001")
-	if _, err := st.s.api.RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil {
+	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil {
 		t.Fatal(err)
 	}
 	p = st.waitStatus(t, "p-frozen", cyc1, "paid", waitLong)
@@ -103,7 +101,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("p-returned: %s %s", h, p.FailureCode)
 	}
 	st.checkProvider(t, "p-returned", "CNY", "150.00", "0")
-	recordHistory(t, st.tc, "returned_history.json", domain.WorkflowID(p.PayoutId))
+	recordHistory(t, st.tc, "returned_history.json", payout.WorkflowID(p.PayoutId))
 
 	// canceled: no payout method, so it waits; finance cancels it; the
 	// money stays in available; a canceled payout cannot be canceled again.
@@ -112,7 +110,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("p-cancel reason %q", p.StatusReason)
 	}
 	// Finance holds it first, so setting a method shows in its history without releasing it.
-	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-cancel", Reason: "closing"}); err != nil {
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-cancel", Reason: "closing"}); err != nil {
 		t.Fatal(err)
 	}
 	st.method(t, "p-cancel", "6222000011116661")
@@ -123,10 +121,10 @@ func TestPayoutPaths(t *testing.T) {
 		}
 		return strings.Contains(notes, "payout method set: bank ****6661") && strings.Contains(notes, "held by finance: closing")
 	}, "method change and hold in the waiting payout's history")
-	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId, Reason: "provider closed"}); err != nil {
+	if _, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId, Reason: "provider closed"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+	if _, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
 		t.Errorf("second cancel: %v", err)
 	}
 	st.method(t, "p-cancel", "6222000011110006") // a method now changes nothing: canceled is final
@@ -134,7 +132,7 @@ func TestPayoutPaths(t *testing.T) {
 	st.checkProvider(t, "p-cancel", "CNY", "400.00", "0")
 	// A paid payout cannot be canceled.
 	paid := st.payouts(t, "p-paid")[0]
-	if _, err := st.s.api.CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+	if _, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
 		t.Errorf("cancel of a paid payout: %v", err)
 	}
 
@@ -144,7 +142,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("p-held reason %q", p.StatusReason)
 	}
 	st.checkProvider(t, "p-held", "CNY", "180.00", "0")
-	if _, err := st.s.api.HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held"}); err != nil {
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-held"}); err != nil {
 		t.Fatal(err)
 	}
 	st.waitStatus(t, "p-held", cyc1, "paid", waitLong)
@@ -157,10 +155,10 @@ func TestPayoutPaths(t *testing.T) {
 	if p.StatusReason != "kyc not verified (missing)" {
 		t.Errorf("p-kyc reason %q", p.StatusReason)
 	}
-	if _, err := st.s.api.PutKyc(as(auth.RoleProvider, "p-kyc"), &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err == nil {
+	if _, err := st.s.API().PutKyc(as(auth.RoleProvider, "p-kyc"), &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err == nil {
 		t.Error("a provider verified its own KYC")
 	}
-	if _, err := st.s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err != nil {
+	if _, err := st.s.API().PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: "p-kyc", Status: "verified"}); err != nil {
 		t.Fatal(err)
 	}
 	p = st.waitStatus(t, "p-kyc", cyc1, "paid", waitLong)
@@ -195,10 +193,10 @@ func TestPayoutPaths(t *testing.T) {
 	paidOut = paidOut.Add(decimal.RequireFromString("110.00"))
 
 	// Isolation: a provider sees only its own payouts; another's is 404.
-	if _, err := st.s.api.GetPayout(as(auth.RoleProvider, "p-kyc"), &payoutv1.GetPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.NotFound {
+	if _, err := st.s.API().GetPayout(as(auth.RoleProvider, "p-kyc"), &payoutv1.GetPayoutRequest{PayoutId: paid.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.NotFound {
 		t.Errorf("p-kyc read p-paid's payout: %v", err)
 	}
-	if _, err := st.s.api.ListProviderPayouts(as(auth.RoleProvider, "p-kyc"), &payoutv1.ListProviderPayoutsRequest{ProviderId: "p-paid"}); err == nil {
+	if _, err := st.s.API().ListProviderPayouts(as(auth.RoleProvider, "p-kyc"), &payoutv1.ListProviderPayoutsRequest{ProviderId: "p-paid"}); err == nil {
 		t.Error("p-kyc listed p-paid's payouts")
 	}
 	for _, prov := range []string{"p-paid", "p-frozen", "p-returned", "p-kyc", "p-cancel"} {
@@ -214,8 +212,8 @@ func TestPayoutPaths(t *testing.T) {
 // recovered by querying the same reference (no second submission).
 func TestPayoutRailOutage(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
-	st.s.sandbox.SetOutage(true)
+	st := newStack(t, payout.Config{})
+	st.s.TestHooks().SetSandboxOutage(true)
 	st.setup(t, "p-out", "6222000011119991")
 	st.setup(t, "p-lost", "6222000011117771")
 	st.settle(t, "p-out", "cyc-20260101", "CNY", "500.00")
@@ -242,7 +240,7 @@ func TestPayoutRailOutage(t *testing.T) {
 	if p = st.payouts(t, "p-out")[0]; p.Status != "created" || st.submissions(t, p.PayoutId) != 0 {
 		t.Fatalf("during the outage: %s, %d submissions", p.Status, st.submissions(t, p.PayoutId))
 	}
-	st.s.sandbox.SetOutage(false)
+	st.s.TestHooks().SetSandboxOutage(false)
 	p = st.waitStatus(t, "p-out", "cyc-20260101", "paid", 2*waitLong)
 	if n := st.submissions(t, p.PayoutId); n != 1 {
 		t.Errorf("submitted %d times after the outage", n)
@@ -251,7 +249,7 @@ func TestPayoutRailOutage(t *testing.T) {
 
 	// The rail books the transfer but its answer is lost: the retry queries
 	// the reference and finds it.
-	st.s.sandbox.LoseAnswers(1)
+	st.s.TestHooks().LoseSandboxAnswers(1)
 	st.settle(t, "p-lost", "cyc-20260101", "CNY", "700.00")
 	p = st.waitStatus(t, "p-lost", "cyc-20260101", "paid", waitLong)
 	if n := st.submissions(t, p.PayoutId); n != 1 {
@@ -265,13 +263,13 @@ func TestPayoutRailOutage(t *testing.T) {
 // the worker running it is as good as dead between submission and
 // confirmation.
 type hangingRail struct {
-	*adapters.Sandbox
+	payout.Rail
 	submitted chan string
 }
 
-func (h *hangingRail) Submit(ctx context.Context, tr app.Transfer) (app.RailStatus, error) {
-	if _, err := h.Sandbox.Submit(ctx, tr); err != nil {
-		return app.RailStatus{}, err
+func (h *hangingRail) Submit(ctx context.Context, tr payout.Transfer) (payout.RailStatus, error) {
+	if _, err := h.Rail.Submit(ctx, tr); err != nil {
+		return payout.RailStatus{}, err
 	}
 	h.submitted <- tr.Reference
 	<-ctx.Done()
@@ -283,11 +281,13 @@ func (h *hangingRail) Submit(ctx context.Context, tr app.Transfer) (app.RailStat
 // the transfer, and the payout is paid with exactly one submission.
 func TestPayoutWorkerKilledAfterSubmission(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	st.stopPayout()
-	sandbox := st.s.sandbox
-	hang := &hangingRail{Sandbox: sandbox, submitted: make(chan string, 1)}
-	st.s.payouts.Rail = hang
+	var hang *hangingRail
+	st.s.TestHooks().ReplaceRail(func(sandbox payout.Rail) payout.Rail {
+		hang = &hangingRail{Rail: sandbox, submitted: make(chan string, 1)}
+		return hang
+	})
 	st.startPayout()
 	st.setup(t, "p-kill", "6222000011118881")
 	st.settle(t, "p-kill", "cyc-20260101", "CNY", "800.00")
@@ -302,7 +302,7 @@ func TestPayoutWorkerKilledAfterSubmission(t *testing.T) {
 	stop := st.runStop
 	st.runStop = nil
 	stop() // the hung activity never returns: the old worker is abandoned, its attempt times out
-	s, err := New(context.Background(), st.d, st.tc, st.queue, st.cfg)
+	s, err := payout.New(context.Background(), st.d, st.tc, st.queue, st.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

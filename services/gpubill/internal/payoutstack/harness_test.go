@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/ledger"
-	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 func as(role, sub string) context.Context {
@@ -40,14 +40,14 @@ var fin = as(auth.RoleFinance, "")
 
 // testTiming makes the workflows quick: polls from 200 ms to 1 s, a paid
 // payout watched 4 s for a return, activity attempts cut after 3 s.
-var testTiming = app.Timing{GateRecheck: time.Hour, PollFirst: 200 * time.Millisecond, PollMax: time.Second,
+var testTiming = payout.Timing{GateRecheck: time.Hour, PollFirst: 200 * time.Millisecond, PollMax: time.Second,
 	ReturnWindow: 4 * time.Second, ActivityTimeout: 3 * time.Second}
 
 // stack is the real ledger and payout behind pkg/server on 127.0.0.1:0, on
 // one fresh database, a JetStream server of its own and a Temporal dev
 // server, composed as services/gpubill/internal/stack composes them.
 type stack struct {
-	s      *Service
+	s      *payout.Service
 	js     jetstream.JetStream
 	tc     client.Client
 	ledger ledgerv1.LedgerServiceClient
@@ -59,7 +59,7 @@ type stack struct {
 	dsn      string
 	grpcAddr string
 	queue    string
-	cfg      Config
+	cfg      payout.Config
 	mu       sync.Mutex
 	deposits map[string]decimal.Decimal // currency → deposited into bank:client
 	runStop  context.CancelFunc
@@ -76,7 +76,7 @@ var temporalOnce struct {
 func sharedTemporal(t *testing.T) client.Client {
 	t.Helper()
 	temporalOnce.Do(func() { temporalOnce.addr = testkit.NewTemporal(&noCleanupT{t}) })
-	tc, err := client.DialContext(context.Background(), client.Options{HostPort: temporalOnce.addr, Logger: TemporalLogger(slog.New(slog.DiscardHandler))})
+	tc, err := client.DialContext(context.Background(), client.Options{HostPort: temporalOnce.addr, Logger: payout.TemporalLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ type noCleanupT struct{ *testing.T }
 
 func (noCleanupT) Cleanup(func()) {}
 
-func newStack(t *testing.T, cfg Config) *stack {
+func newStack(t *testing.T, cfg payout.Config) *stack {
 	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
@@ -117,18 +117,18 @@ func newStack(t *testing.T, cfg Config) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Timing == (app.Timing{}) {
+	if cfg.Timing == (payout.Timing{}) {
 		cfg.Timing = testTiming
 	}
 	if cfg.SandboxLatency == 0 {
 		cfg.SandboxLatency, cfg.SandboxReturnAfter = time.Second, time.Second
 	}
 	queue := testkit.Name("payout")
-	ps, err := New(ctx, d, tc, queue, cfg)
+	ps, err := payout.New(ctx, d, tc, queue, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps.hooks.BackoffFirst = 100 * time.Millisecond
+	ps.TestHooks().SetWebhookBackoff(100 * time.Millisecond)
 	srv, err := gsrv.Start(ctx, gsrv.Options{GRPCListener: gl, HTTPAddr: "127.0.0.1:0", Secret: secret, Log: log,
 		Services: []gsrv.Service{ls, ps}})
 	if err != nil {
@@ -210,7 +210,7 @@ func (st *stack) settle(t *testing.T, provider, cycle, currency, net string) {
 // setup gives a provider verified KYC (finance) and a bank account.
 func (st *stack) setup(t *testing.T, provider, account string) {
 	t.Helper()
-	if _, err := st.s.api.PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: provider, Status: "verified", Reference: "kyc-" + provider}); err != nil {
+	if _, err := st.s.API().PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: provider, Status: "verified", Reference: "kyc-" + provider}); err != nil {
 		t.Fatal(err)
 	}
 	st.method(t, provider, account)
@@ -218,7 +218,7 @@ func (st *stack) setup(t *testing.T, provider, account string) {
 
 func (st *stack) method(t *testing.T, provider, account string) {
 	t.Helper()
-	if _, err := st.s.api.PutPayoutMethod(as(auth.RoleProvider, provider), &payoutv1.PutPayoutMethodRequest{ProviderId: provider,
+	if _, err := st.s.API().PutPayoutMethod(as(auth.RoleProvider, provider), &payoutv1.PutPayoutMethodRequest{ProviderId: provider,
 		Type: "bank", AccountName: "Provider " + provider, AccountNumber: account, BankCode: "ICBKCNBJ"}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func (st *stack) method(t *testing.T, provider, account string) {
 // payouts lists a provider's payouts as the provider sees them.
 func (st *stack) payouts(t *testing.T, provider string) []*payoutv1.Payout {
 	t.Helper()
-	resp, err := st.s.api.ListProviderPayouts(as(auth.RoleProvider, provider), &payoutv1.ListProviderPayoutsRequest{ProviderId: provider})
+	resp, err := st.s.API().ListProviderPayouts(as(auth.RoleProvider, provider), &payoutv1.ListProviderPayoutsRequest{ProviderId: provider})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func (st *stack) checkFunds(t *testing.T, currency string, paidOut decimal.Decim
 // submissions counts the sandbox's submissions of a reference.
 func (st *stack) submissions(t *testing.T, ref string) int {
 	t.Helper()
-	n, err := st.s.sandbox.Submissions(context.Background(), ref)
+	n, err := st.s.TestHooks().SandboxSubmissions(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package payout
+package payoutstack_test
 
 import (
 	"io"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // rest calls the stack's REST API with a token of role and subject.
@@ -43,7 +44,7 @@ func (st *stack) rest(t testing.TB, method, path, role, sub, ifNoneMatch string)
 // payout method answer and never in any payout answer.
 func TestPayoutRESTPolling(t *testing.T) {
 	t.Parallel()
-	st := newStack(t, Config{})
+	st := newStack(t, payout.Config{})
 	st.setup(t, "p-poll", "6222000011114441")
 	st.settle(t, "p-poll", "cyc-20260101", "CNY", "330.00")
 	p := st.waitStatus(t, "p-poll", "cyc-20260101", "paid", waitLong)
