@@ -6,8 +6,6 @@ require (
 	github.com/gpubill/gpubill/migrations v0.0.0
 	github.com/gpubill/gpubill/pkg v0.0.0
 	github.com/gpubill/gpubill/proto v0.0.0
-	github.com/gpubill/gpubill/services/ledger v0.0.0
-	github.com/gpubill/gpubill/services/tax v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
@@ -28,7 +26,6 @@ require (
 	github.com/facebookgo/clock v0.0.0-20150410010913-600d898af40a // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
-	github.com/go-pdf/fpdf v0.9.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/mock v1.6.0 // indirect
@@ -79,6 +76,4 @@ replace (
 	github.com/gpubill/gpubill/migrations => ../../migrations
 	github.com/gpubill/gpubill/pkg => ../../pkg
 	github.com/gpubill/gpubill/proto => ../../proto
-	github.com/gpubill/gpubill/services/ledger => ../ledger
-	github.com/gpubill/gpubill/services/tax => ../tax
 )

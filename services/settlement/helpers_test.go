@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -75,15 +74,6 @@ func holdRow(cycle, provider string, held bool) domain.Hold {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// waitCycleSettled waits until the service's cycle is settled.
-func waitCycleSettled(t testing.TB, s *Service, cycle string, within time.Duration) {
-	t.Helper()
-	testkit.Eventually(t, within, func() bool {
-		c, err := s.store.GetCycle(context.Background(), cycle)
-		return err == nil && c.Status == domain.CycleSettled
-	}, "cycle "+cycle+" settled")
-}
 
 // wantSplit is the split DESIGN §5 prescribes, computed here without
 // pkg/split or pkg/money: commission = gross × the tier's rate, tax = 20 %

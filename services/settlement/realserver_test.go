@@ -2,19 +2,11 @@ package settlement
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-
-	"github.com/gpubill/gpubill/pkg/testkit"
-	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/app"
-	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
 // dialTemporal connects to a dev server, waiting until its namespace answers
@@ -59,138 +51,4 @@ func runWorker(t testing.TB, s *Service) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
-}
-
-// On a real Temporal dev server: a close request, the worker stopped after
-// some providers are settled, a new worker finishing the close — and every
-// provider settled exactly once (one settlement transaction per provider and
-// currency in the ledger, whatever the replays). A window of 10 children
-// in flight in runs of 40 providers.
-func TestCloseSurvivesWorkerRestart(t *testing.T) {
-	t.Parallel()
-	tc := dialTemporal(t, testkit.NewTemporal(t))
-	f := newFixtureWith(t, tc, true, WithBatchSize(40), WithWindow(10))
-	const providers = 150
-	f.seed(t, cycle1.ID, providers)
-	f.ledger.Delay = 2 * time.Millisecond
-	f.clock.Set(cycle1.End.Add(time.Hour)) // in the grace period: closing now is an early close
-
-	stop := runWorker(t, f.s)
-	ctx := context.Background()
-	resp, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID, Reason: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.SettlementCycle.Status == domain.CycleOpen {
-		t.Fatalf("status after close = %s", resp.SettlementCycle.Status)
-	}
-	settled := func() int {
-		return f.count(t, `select count(*) from settlement.settlements where status = 'settled'`)
-	}
-	testkit.Eventually(t, 60*time.Second, func() bool { return settled() >= 30 }, "30 providers settled")
-	stop()
-	atStop := settled()
-	if atStop >= providers+1 {
-		t.Fatalf("all %d settled before the worker stopped; the test proves nothing", atStop)
-	}
-	t.Logf("worker stopped with %d of %d rows settled", atStop, providers+1)
-
-	// Closing twice changes nothing.
-	if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
-		t.Fatal(err)
-	}
-	runWorker(t, f.s)
-	waitCycleSettled(t, f.s, cycle1.ID, 120*time.Second)
-
-	if n := settled(); n != providers+1 {
-		t.Fatalf("settled rows = %d, want %d", n, providers+1)
-	}
-	posted := f.ledger.Transactions("settle-" + cycle1.ID + "-")
-	keys := map[string]int{}
-	for _, tx := range posted {
-		keys[tx.IdempotencyKey]++
-	}
-	if len(posted) != providers+1 || len(keys) != len(posted) {
-		t.Fatalf("posted %d settlement transactions with %d keys, want %d each (the sweep rides in each)", len(posted), len(keys), providers+1)
-	}
-	for i := range providers {
-		p := fmt.Sprintf("p-%05d", i)
-		if keys[domain.SettlementKey(cycle1.ID, p, "CNY")] != 1 {
-			t.Errorf("%s: settlement transaction posted %d times", p, keys[domain.SettlementKey(cycle1.ID, p, "CNY")])
-		}
-		if b := f.ledger.Balance(domain.PendingAccount(p, cycle1.ID), "CNY"); !b.IsZero() {
-			t.Errorf("%s pending = %s after settlement", p, b)
-		}
-	}
-	t.Logf("ledger CreateTransaction calls for %d transactions: %d (replays answered idempotently)",
-		len(posted), f.ledger.Requests("settle-"+cycle1.ID+"-"))
-	recordHistories(t, tc, cycle1.ID, "p-00001")
-	resp2, err := f.s.api.GetSettlementCycle(ctx, &settlementv1.GetSettlementCycleRequest{CycleId: cycle1.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := resp2.SettlementCycle; c.Status != domain.CycleSettled || len(c.Totals) != 2 || c.Totals[0].Currency != "CNY" || c.Totals[0].Providers != providers {
-		t.Fatalf("cycle = %v", c)
-	}
-}
-
-// On a real Temporal dev server, a cycle page counts each provider's
-// outcome: settled ones from settlement's table, a held one from its held
-// rows, a failed one (its settlement transaction refused: the idempotency
-// key is taken by another body) by asking Temporal about its workflow,
-// which failed. The released provider then settles through the API.
-func TestPageCountsOutcomesOnRealServer(t *testing.T) {
-	t.Parallel()
-	tc := dialTemporal(t, testkit.NewTemporal(t))
-	f := newFixtureWith(t, tc, true)
-	f.s.acts.Page.Timing = app.PageTiming{Ask: 300 * time.Millisecond}
-	const providers = 6
-	f.seed(t, cycle1.ID, providers)
-	f.clock.Set(cycle1.End.Add(time.Hour))
-	ctx := context.Background()
-	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
-		IdempotencyKey: domain.SettlementKey(cycle1.ID, "p-00002", "CNY"), Description: "squatter",
-		Postings: []*ledgerv1.Posting{
-			{Account: "a", Direction: "debit", Amount: "1.00", Currency: "CNY"},
-			{Account: "b", Direction: "credit", Amount: "1.00", Currency: "CNY"},
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	runWorker(t, f.s)
-	if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
-		t.Fatal(err)
-	}
-	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
-
-	v, err := tc.QueryWorkflow(ctx, domain.CycleWorkflowID(cycle1.ID), "", app.QueryProgress)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p app.Progress
-	if err := v.Get(&p); err != nil {
-		t.Fatal(err)
-	}
-	if want := (app.Progress{Providers: providers, Settled: providers - 2, Held: 1, Failed: 1, Runs: p.Runs}); p != want {
-		t.Fatalf("progress = %+v, want %+v", p, want)
-	}
-	d, err := tc.DescribeWorkflowExecution(ctx, domain.ProviderWorkflowID(cycle1.ID, "p-00002"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := d.WorkflowExecutionInfo.Status; st != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
-		t.Errorf("refused provider's workflow is %s, want failed", st)
-	}
-	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); b.String() != "1033.33" {
-		t.Fatalf("held provider's pending = %s, want 1033.33", b)
-	}
-	if _, err := f.s.api.ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: "p-00001"}); err != nil {
-		t.Fatal(err)
-	}
-	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
-		t.Fatalf("released provider's pending = %s, want 0", b)
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -61,43 +60,6 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 }
 
-// recordHistories writes the first run of the cycle workflow (as
-// cycle_page_steps_history.json) and one provider workflow it started (as
-// provider_steps_history.json, ProviderVersionSteps) to testdata (run with
-// GPUBILL_RECORD_HISTORY=1).
-func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
-	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
-		return
-	}
-	ctx := context.Background()
-	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = 'settle-" + cycle + "'"})
-	if err != nil || len(resp.Executions) == 0 {
-		t.Fatalf("list runs: %v (%d)", err, len(resp.GetExecutions()))
-	}
-	runs := resp.Executions
-	sort.Slice(runs, func(i, j int) bool { return runs[i].StartTime.AsTime().Before(runs[j].StartTime.AsTime()) })
-	write := func(name, id, runID string) {
-		h := &historypb.History{}
-		it := tc.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.Events = append(h.Events, ev)
-		}
-		b, err := protojson.MarshalOptions{Indent: " "}.Marshal(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("cycle_page_steps_history.json", "settle-"+cycle, runs[0].Execution.RunId)
-	write("provider_steps_history.json", "settle-"+cycle+"-"+provider, "")
-}
-
 // recordOpenerHistory writes a completed run of the cycle opener (started
 // by its schedule) to testdata (GPUBILL_RECORD_HISTORY=1).
 func recordOpenerHistory(t *testing.T, tc client.Client) {
@@ -111,15 +73,6 @@ func recordOpenerHistory(t *testing.T, tc client.Client) {
 	}
 	e := resp.Executions[0].Execution
 	writeHistory(t, tc, "opener_history.json", e.WorkflowId, e.RunId)
-}
-
-// recordRemittanceHistory writes a remit-{period} run to testdata as
-// remittance_zone_history.json (GPUBILL_RECORD_HISTORY=1).
-func recordRemittanceHistory(t *testing.T, tc client.Client, id, runID string) {
-	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
-		return
-	}
-	writeHistory(t, tc, "remittance_zone_history.json", id, runID)
 }
 
 func writeHistory(t *testing.T, tc client.Client, name, id, runID string) {

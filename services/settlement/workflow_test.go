@@ -15,17 +15,15 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-	"google.golang.org/grpc"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/pkg/testkit/fakeledger"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
-	"github.com/gpubill/gpubill/services/settlement/internal/fakeledger"
-	"github.com/gpubill/gpubill/services/tax"
 )
 
 var (
@@ -45,27 +43,12 @@ type fixture struct {
 	clock  *clock.Manual
 }
 
-func newFixture(t *testing.T, tc client.Client, opts ...Option) *fixture {
-	return newFixtureWith(t, tc, false, opts...)
-}
-
-// newFixtureWith hosts the real tax service (same database, its own schema)
-// next to the fake ledger when realTax is set.
-func newFixtureWith(t testing.TB, tc client.Client, realTax bool, opts ...Option) *fixture {
+func newFixture(t testing.TB, tc client.Client, opts ...Option) *fixture {
 	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	l := fakeledger.New()
 	clk := clock.NewManual(startAt)
-	var conn *grpc.ClientConn
-	if realTax {
-		ts, err := tax.New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn = fakeledger.Serve(t, l, nil, ts.RegisterGRPC)
-	} else {
-		conn = fakeledger.Serve(t, l, &fakeledger.Tax{})
-	}
+	conn := fakeledger.Serve(t, l, &fakeledger.Tax{})
 	inline := tc == nil
 	if inline {
 		var err error

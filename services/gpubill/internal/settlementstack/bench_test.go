@@ -1,4 +1,4 @@
-package settlement
+package settlementstack_test
 
 import (
 	"context"
@@ -16,9 +16,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/settlement"
 )
 
 // Providers settled per second when a cycle closes, on a real Temporal dev
@@ -43,14 +44,14 @@ func TestBenchSettlement(t *testing.T) {
 				t.Skipf("benchmark %s runs only when BENCH_FILTER names it", b.figure)
 			}
 			tc := dialTemporal(t, testkit.NewTemporal(t))
-			f := newFixtureWith(t, tc, true)
+			f := newFixture(t, tc)
 			f.seed(t, cycle1.ID, b.providers)
 			f.clock.Set(cycle1.End.Add(time.Hour))
 			runWorker(t, f.s)
 			ctx := context.Background()
 			srv0, self0 := serverCPU(t), selfCPU()
 			start := time.Now()
-			if _, err := f.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+			if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 				t.Fatal(err)
 			}
 			waitCycleSettled(t, f.s, cycle1.ID, 30*time.Minute)
@@ -74,7 +75,7 @@ func TestBenchSettlement(t *testing.T) {
 // logParentHistory logs how many runs and history events the cycle
 // workflow took (the parent's share of the server's work).
 func logParentHistory(t *testing.T, tc client.Client, cycle string) {
-	resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = '" + domain.CycleWorkflowID(cycle) + "'", PageSize: 1000})
+	resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = '" + settlement.CycleWorkflowID(cycle) + "'", PageSize: 1000})
 	if err != nil {
 		t.Logf("list cycle runs: %v", err)
 		return
@@ -134,7 +135,7 @@ func serverCPU(t testing.TB) time.Duration {
 // those inputs, and the net on the provider's available account.
 func checkSeededSplits(t *testing.T, f *fixture, providers int) {
 	t.Helper()
-	rows, err := f.s.d.Pool.Query(context.Background(), `select provider_id, currency, tier, gross, commission, tax_withheld, net
+	rows, err := f.pool.Query(context.Background(), `select provider_id, currency, tier, gross, commission, tax_withheld, net
 		from settlement.settlements where cycle_id = $1 and status = 'settled'`, cycle1.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func checkSeededSplits(t *testing.T, f *fixture, providers int) {
 		if !commission.Equal(wc) || !tax.Equal(wt) || !net.Equal(wn) {
 			t.Fatalf("%s %s: %s / %s / %s, want %s / %s / %s", provider, currency, commission, tax, net, wc, wt, wn)
 		}
-		if got := f.ledger.Balance(domain.AvailableAccount(provider), currency); !got.Equal(net) {
+		if got := f.ledger.Balance(ids.ProviderAvailable(provider), currency); !got.Equal(net) {
 			t.Fatalf("%s available %s %s, want %s", provider, got, currency, net)
 		}
 	}

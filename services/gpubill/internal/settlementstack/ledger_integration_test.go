@@ -1,4 +1,4 @@
-package settlement
+package settlementstack_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
@@ -26,8 +28,7 @@ import (
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/ledger"
-	"github.com/gpubill/gpubill/services/settlement/internal/app"
-	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+	"github.com/gpubill/gpubill/services/settlement"
 	"github.com/gpubill/gpubill/services/tax"
 )
 
@@ -48,7 +49,8 @@ const (
 // composes them (listener first, so the internal connection knows where to
 // dial), on one fresh database.
 type realStack struct {
-	s      *Service
+	s      *settlement.Service
+	pool   *pgxpool.Pool
 	dsn    string
 	secret []byte
 	grpc   string
@@ -57,7 +59,7 @@ type realStack struct {
 	tiers  map[string]string // provider → tier seeded into settlement's read model
 }
 
-func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
+func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *realStack {
 	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
@@ -78,7 +80,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss, err := New(ctx, d, tc, helperQueue, append([]Option{WithoutStartupCycles()}, opts...)...)
+	ss, err := settlement.New(ctx, d, tc, helperQueue, append([]settlement.Option{settlement.WithoutStartupCycles()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...Option) *realStack {
 	go func() { defer close(done); _ = ls.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	finance := roleConn(t, srv.GRPCAddr, secret, auth.RoleFinance, "")
-	return &realStack{s: ss, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(finance)}
+	return &realStack{s: ss, pool: pool, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(finance)}
 }
 
 // internalConn is the authenticated internal connection (the service
@@ -159,7 +161,7 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 			Metadata: map[string]string{"kind": "charge", "renter_id": renter, "lease_id": "l-" + provider},
 			Postings: []*ledgerv1.Posting{
 				{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: amount, Currency: currency},
-				{Account: domain.PendingAccount(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
+				{Account: ids.ProviderPending(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
 			},
 		}); err != nil {
 			t.Fatal(err)
@@ -180,7 +182,7 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 		}
 		r.tiers[ps[i]] = ts[i]
 	}
-	if _, err := r.s.d.Pool.Exec(ctx, `insert into settlement.providers (provider_id, tier)
+	if _, err := r.pool.Exec(ctx, `insert into settlement.providers (provider_id, tier)
 		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +209,7 @@ func (r *realStack) balance(t *testing.T, account, currency string) decimal.Deci
 func (r *realStack) count(t *testing.T, q string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := r.s.d.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+	if err := r.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -228,7 +230,7 @@ func (r *realStack) waitSettled(t *testing.T, cycle string, within time.Duration
 func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[string]decimal.Decimal) {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := r.s.d.Pool.Query(ctx, `select provider_id, currency, gross, commission, tax_withheld, net, jurisdiction, transaction_id
+	rows, err := r.pool.Query(ctx, `select provider_id, currency, gross, commission, tax_withheld, net, jurisdiction, transaction_id
 		from settlement.settlements where cycle_id = $1 and status = 'settled'`, cycle)
 	if err != nil {
 		t.Fatal(err)
@@ -263,26 +265,26 @@ func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[
 		if x.jurisdiction != "CN" {
 			t.Errorf("%s: jurisdiction %q, want CN (tax service default)", k, x.jurisdiction)
 		}
-		if b := r.balance(t, domain.PendingAccount(x.provider, cycle), x.currency); !b.IsZero() {
+		if b := r.balance(t, ids.ProviderPending(x.provider, cycle), x.currency); !b.IsZero() {
 			t.Errorf("%s: pending %s after settlement", k, b)
 		}
-		if b := r.balance(t, domain.AvailableAccount(x.provider), x.currency); !b.Equal(x.net) {
+		if b := r.balance(t, ids.ProviderAvailable(x.provider), x.currency); !b.Equal(x.net) {
 			t.Errorf("%s: available %s, net %s", k, b, x.net)
 		}
 		// Exactly once: the pending account's journal holds the charge and
 		// ONE settlement debit, under the settlement key.
-		resp, err := r.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: domain.PendingAccount(x.provider, cycle), PageSize: 100})
+		resp, err := r.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: ids.ProviderPending(x.provider, cycle), PageSize: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var settlements []string
 		for _, tx := range resp.Transactions {
-			if tx.Metadata["kind"] == "settlement" && hasPosting(tx, domain.PendingAccount(x.provider, cycle), x.currency) {
+			if tx.Metadata["kind"] == "settlement" && hasPosting(tx, ids.ProviderPending(x.provider, cycle), x.currency) {
 				settlements = append(settlements, tx.IdempotencyKey)
 			}
 		}
-		if len(settlements) != 1 || settlements[0] != domain.SettlementKey(cycle, x.provider, x.currency) {
-			t.Errorf("%s: settlement transactions %v, want exactly [%s]", k, settlements, domain.SettlementKey(cycle, x.provider, x.currency))
+		if len(settlements) != 1 || settlements[0] != settlement.SettlementKey(cycle, x.provider, x.currency) {
+			t.Errorf("%s: settlement transactions %v, want exactly [%s]", k, settlements, settlement.SettlementKey(cycle, x.provider, x.currency))
 		}
 		sumCommission[x.currency] = sumCommission[x.currency].Add(x.commission)
 		sumTax[x.currency] = sumTax[x.currency].Add(x.tax)
@@ -327,7 +329,7 @@ func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[
 			continue
 		}
 		withCommission++
-		key := domain.SettlementKey(cycle, x.provider, x.currency)
+		key := settlement.SettlementKey(cycle, x.provider, x.currency)
 		tx := sweeps[key]
 		if tx == nil || tx.TransactionId != x.txID {
 			t.Errorf("%s/%s: no sweep in the settlement transaction %s (bank:operating keys %d)", x.provider, x.currency, x.txID, len(sweeps))
@@ -335,7 +337,7 @@ func (r *realStack) checkLedger(t *testing.T, cycle string, gross, deposits map[
 		}
 		if !legAmount(tx, "bank:operating", "debit", x.currency).Equal(x.commission) ||
 			!legAmount(tx, "bank:client", "credit", x.currency).Equal(x.commission) ||
-			!legAmount(tx, domain.PendingAccount(x.provider, cycle), "debit", x.currency).Equal(x.gross) {
+			!legAmount(tx, ids.ProviderPending(x.provider, cycle), "debit", x.currency).Equal(x.gross) {
 			t.Errorf("%s/%s: settlement transaction %v does not sweep commission %s of gross %s", x.provider, x.currency, tx.Postings, x.commission, x.gross)
 		}
 	}
@@ -369,12 +371,12 @@ func hasPosting(tx *ledgerv1.Transaction, account, currency string) bool {
 func TestCloseAgainstRealLedger(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
-	r := newRealStack(t, tc, WithBatchSize(25))
+	r := newRealStack(t, tc, settlement.WithBatchSize(25))
 	const providers = 60
 	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
 	r.clock.Set(cycle1.End.Add(time.Hour))
 	runWorker(t, r.s)
-	if _, err := r.s.api.CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+	if _, err := r.s.API().CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitSettled(t, cycle1.ID, 120*time.Second)
@@ -390,7 +392,7 @@ func TestCloseSurvivesWorkerKill(t *testing.T) {
 	t.Parallel()
 	addr := testkit.NewTemporal(t)
 	tc := dialTemporal(t, addr)
-	r := newRealStack(t, tc, WithBatchSize(30))
+	r := newRealStack(t, tc, settlement.WithBatchSize(30))
 	const providers = 150
 	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
 	r.clock.Set(cycle1.End.Add(time.Hour))
@@ -410,7 +412,7 @@ func TestCloseSurvivesWorkerKill(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	})
-	if _, err := r.s.api.CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID, Reason: "kill test"}); err != nil {
+	if _, err := r.s.API().CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID, Reason: "kill test"}); err != nil {
 		t.Fatal(err)
 	}
 	settled := func() int {
@@ -432,7 +434,7 @@ func TestCloseSurvivesWorkerKill(t *testing.T) {
 	posted := 0
 	for k := range gross {
 		p, cur, _ := strings.Cut(k, "/")
-		if r.balance(t, domain.PendingAccount(p, cycle1.ID), cur).IsZero() {
+		if r.balance(t, ids.ProviderPending(p, cycle1.ID), cur).IsZero() {
 			posted++
 		}
 	}
@@ -460,7 +462,7 @@ func TestHelperSettlementWorker(t *testing.T) {
 	internal := internalConn(t, os.Getenv(helperGRPCEnv), []byte(os.Getenv(helperSecretEnv)), delay)
 	tc := dialTemporal(t, os.Getenv(helperTemporalEnv))
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.NewManual(cycle1.End.Add(time.Hour)), Calendar: cal, Internal: internal}
-	s, err := New(ctx, d, tc, helperQueue, WithoutStartupCycles(), WithBatchSize(30))
+	s, err := settlement.New(ctx, d, tc, helperQueue, settlement.WithoutStartupCycles(), settlement.WithBatchSize(30))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,13 +482,13 @@ func TestHelperSettlementWorker(t *testing.T) {
 func TestRemittanceAgainstRealLedger(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
-	r := newRealStack(t, tc, WithBatchSize(25))
+	r := newRealStack(t, tc, settlement.WithBatchSize(25))
 	const providers = 12
 	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
 	r.clock.Set(cycle1.End.Add(time.Hour)) // withholdings recorded in February
 	runWorker(t, r.s)
 	ctx := context.Background()
-	if _, err := r.s.api.CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+	if _, err := r.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitSettled(t, cycle1.ID, 120*time.Second)
@@ -502,19 +504,19 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 	// 02:00 on 1 March in Asia/Shanghai (18:00 UTC on 28 February):
 	// February has ended for the tax service, whose months are Shanghai's.
 	r.clock.Set(time.Date(2026, 2, 28, 18, 0, 0, 0, time.UTC))
-	remit := func() (app.RemittanceReport, string) {
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: app.RemittanceWorkflowID("2026-02"), TaskQueue: helperQueue},
-			app.RemittanceWorkflowName, app.RemittanceInput{Period: "2026-02"})
+	remit := func() (settlement.RemittanceReport, string) {
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: settlement.RemittanceWorkflowID("2026-02"), TaskQueue: helperQueue},
+			settlement.RemittanceWorkflowName, settlement.RemittanceInput{Period: "2026-02"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep app.RemittanceReport
+		var rep settlement.RemittanceReport
 		if err := run.Get(ctx, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep, run.GetRunID()
 	}
-	check := func(rep app.RemittanceReport) {
+	check := func(rep settlement.RemittanceReport) {
 		t.Helper()
 		if rep.Period != "2026-02" || len(rep.Remittances) != len(deposits) {
 			t.Fatalf("report %+v, want one remittance per currency %v", rep, deposits)
@@ -540,7 +542,7 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 	}
 	first, runID := remit()
 	check(first)
-	recordRemittanceHistory(t, tc, app.RemittanceWorkflowID("2026-02"), runID)
+	recordRemittanceHistory(t, tc, settlement.RemittanceWorkflowID("2026-02"), runID)
 	second, _ := remit()
 	check(second)
 	for i := range first.Remittances {

@@ -1,0 +1,251 @@
+package settlementstack_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/pkg/testkit/fakeledger"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/settlement"
+	"github.com/gpubill/gpubill/services/tax"
+)
+
+var (
+	cal     = cycles.Default()
+	cycle1  = cal.At(time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)) // cyc-20260101, closes 2026-02-16
+	startAt = time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+)
+
+// Statuses as settlement's API and tables write them.
+const (
+	cycleOpen    = "open"
+	cycleSettled = "settled"
+	itemSettled  = "settled"
+)
+
+// fixture is a settlement service on a fresh database with the real tax
+// service (same database, its own schema) and the in-memory fake ledger,
+// on a real Temporal dev server.
+type fixture struct {
+	s      *settlement.Service
+	pool   *pgxpool.Pool
+	ledger *fakeledger.Ledger
+	clock  *clock.Manual
+}
+
+func newFixture(t testing.TB, tc client.Client, opts ...settlement.Option) *fixture {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	l := fakeledger.New()
+	clk := clock.NewManual(startAt)
+	ts, err := tax.New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := fakeledger.Serve(t, l, nil, ts.RegisterGRPC)
+	s, err := settlement.New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal, Internal: conn},
+		tc, "settlement-test", append([]settlement.Option{settlement.WithoutStartupCycles()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{s: s, pool: pool, ledger: l, clock: clk}
+}
+
+// seed charges n providers p-0000.. in the cycle (one also in USD) and gives
+// them tiers in rotation.
+func (f *fixture) seed(t testing.TB, cycle string, n int) {
+	t.Helper()
+	tiers := []string{"standard", "pro", "partner"}
+	ps, ts := make([]string, n), make([]string, n)
+	for i := range n {
+		p := fmt.Sprintf("p-%05d", i)
+		f.ledger.Charge(p, cycle, "CNY", "1000.00")
+		f.ledger.Charge(p, cycle, "CNY", "33.33")
+		if i == 0 {
+			f.ledger.Charge(p, cycle, "USD", "10.01")
+		}
+		ps[i], ts[i] = p, tiers[i%3]
+	}
+	if _, err := f.pool.Exec(context.Background(), `insert into settlement.providers (provider_id, tier)
+		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) count(t testing.TB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// dialTemporal connects to a dev server, waiting until its namespace answers
+// (the frontend accepts TCP before the namespace is ready).
+func dialTemporal(t testing.TB, addr string) client.Client {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tc, err := client.Dial(client.Options{HostPort: addr, Logger: settlement.TemporalLogger(slog.New(slog.DiscardHandler)),
+			ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
+			cancel()
+			if err == nil {
+				t.Cleanup(tc.Close)
+				return tc
+			}
+			tc.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("temporal at %s not ready: %v", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runWorker runs the service (worker, relay) until the returned stop is called.
+func runWorker(t testing.TB, s *settlement.Service) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitCycleSettled waits until the service's cycle is settled.
+func waitCycleSettled(t testing.TB, s *settlement.Service, cycle string, within time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, within, func() bool {
+		ok, err := s.TestHooks().CycleSettled(context.Background(), cycle)
+		return err == nil && ok
+	}, "cycle "+cycle+" settled")
+}
+
+func holdReq(cycle, provider string) *settlementv1.HoldProviderRequest {
+	return &settlementv1.HoldProviderRequest{CycleId: cycle, ProviderId: provider, Reason: "dispute"}
+}
+
+// wantSplit is the split DESIGN §5 prescribes, computed here without
+// pkg/split or pkg/money: commission = gross × the tier's rate, tax = 20 %
+// of gross − commission (flat20, individual: the default rule), net the
+// rest; each truncated to cents, then the cents left over go one each to
+// the parts with the largest remainders (ties to the earlier part).
+func wantSplit(t testing.TB, gross decimal.Decimal, tier string) (commission, tax, net decimal.Decimal) {
+	t.Helper()
+	rates := map[string]string{"standard": "0.25", "pro": "0.20", "partner": "0.15"}
+	rate, ok := rates[tier]
+	if !ok {
+		t.Fatalf("no commission rate for tier %q", tier)
+	}
+	c := gross.Mul(decimal.RequireFromString(rate))
+	tx := gross.Sub(c).Mul(decimal.RequireFromString("0.20"))
+	exact := []decimal.Decimal{c, tx, gross.Sub(c).Sub(tx)}
+	parts := make([]decimal.Decimal, 3)
+	left := gross
+	for i, e := range exact {
+		parts[i] = e.Truncate(2)
+		left = left.Sub(parts[i])
+	}
+	order := []int{0, 1, 2}
+	sort.SliceStable(order, func(a, b int) bool {
+		return exact[order[a]].Sub(parts[order[a]]).GreaterThan(exact[order[b]].Sub(parts[order[b]]))
+	})
+	cent := decimal.New(1, -2)
+	for _, i := range order {
+		if !left.IsPositive() {
+			break
+		}
+		parts[i] = parts[i].Add(cent)
+		left = left.Sub(cent)
+	}
+	if !left.IsZero() {
+		t.Fatalf("split of %s left %s over", gross, left)
+	}
+	return parts[0], parts[1], parts[2]
+}
+
+func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// settlementTestdata is settlement's testdata, where its replay test
+// (services/settlement/replay_test.go) reads the recorded histories.
+const settlementTestdata = "../../../settlement/testdata"
+
+// recordHistories writes the first run of the cycle workflow (as
+// cycle_page_steps_history.json) and one provider workflow it started (as
+// provider_steps_history.json, ProviderVersionSteps) to settlement's
+// testdata (run with GPUBILL_RECORD_HISTORY=1).
+func recordHistories(t *testing.T, tc client.Client, cycle, provider string) {
+	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
+		return
+	}
+	ctx := context.Background()
+	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = '" + settlement.CycleWorkflowID(cycle) + "'"})
+	if err != nil || len(resp.Executions) == 0 {
+		t.Fatalf("list runs: %v (%d)", err, len(resp.GetExecutions()))
+	}
+	runs := resp.Executions
+	sort.Slice(runs, func(i, j int) bool { return runs[i].StartTime.AsTime().Before(runs[j].StartTime.AsTime()) })
+	writeHistory(t, tc, "cycle_page_steps_history.json", settlement.CycleWorkflowID(cycle), runs[0].Execution.RunId)
+	writeHistory(t, tc, "provider_steps_history.json", settlement.ProviderWorkflowID(cycle, provider), "")
+}
+
+// recordRemittanceHistory writes a remit-{period} run to settlement's
+// testdata as remittance_zone_history.json (GPUBILL_RECORD_HISTORY=1).
+func recordRemittanceHistory(t *testing.T, tc client.Client, id, runID string) {
+	if os.Getenv("GPUBILL_RECORD_HISTORY") != "1" {
+		return
+	}
+	writeHistory(t, tc, "remittance_zone_history.json", id, runID)
+}
+
+func writeHistory(t *testing.T, tc client.Client, name, id, runID string) {
+	t.Helper()
+	h := &historypb.History{}
+	it := tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	b, err := protojson.MarshalOptions{Indent: " "}.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(settlementTestdata, name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,71 @@
+package settlement
+
+import (
+	"context"
+	"time"
+
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Names a caller outside the module uses to reach settlement's workflows
+// in Temporal: the cycle's progress query and the monthly tax remittance.
+type (
+	// Progress is the cycle workflow's answer to QueryProgress.
+	Progress = app.Progress
+	// RemittanceInput starts remit-{period} (RemittanceWorkflowName).
+	RemittanceInput = app.RemittanceInput
+	// RemittanceReport is the result of remit-{period}.
+	RemittanceReport = app.RemittanceReport
+)
+
+// Workflow names and queries.
+const (
+	QueryProgress          = app.QueryProgress
+	RemittanceWorkflowName = app.RemittanceWorkflowName
+)
+
+// CycleWorkflowID is the id of a cycle's workflow (settle-{cycle}).
+func CycleWorkflowID(cycle string) string { return domain.CycleWorkflowID(cycle) }
+
+// ProviderWorkflowID is the id of a provider's settlement workflow in a cycle.
+func ProviderWorkflowID(cycle, provider string) string {
+	return domain.ProviderWorkflowID(cycle, provider)
+}
+
+// RemittanceWorkflowID is the id of a month's remittance workflow.
+func RemittanceWorkflowID(period string) string { return app.RemittanceWorkflowID(period) }
+
+// SettlementKey is the ledger idempotency key of a provider's settlement
+// transaction in a cycle and currency.
+func SettlementKey(cycle, provider, currency string) string {
+	return domain.SettlementKey(cycle, provider, currency)
+}
+
+// API is the SettlementService implementation, for in-process callers.
+func (s *Service) API() settlementv1.SettlementServiceServer { return s.api }
+
+// TestHooks reach inside a Service for the settlement tests composed with
+// the real tax service and ledger (services/gpubill/internal/settlementstack:
+// they live in the edition that composes the services, so that
+// settlement's module requires no other service). Not for production callers.
+type TestHooks struct{ s *Service }
+
+// TestHooks returns the service's test hooks.
+func (s *Service) TestHooks() TestHooks { return TestHooks{s} }
+
+// CycleSettled tells whether settlement's table has the cycle settled.
+func (h TestHooks) CycleSettled(ctx context.Context, cycle string) (bool, error) {
+	c, err := h.s.store.GetCycle(ctx, cycle)
+	if err != nil {
+		return false, err
+	}
+	return c.Status == domain.CycleSettled, nil
+}
+
+// SetPageTiming sets how often a cycle page polls its providers' outcomes
+// and after how long it asks Temporal about one not done (zero: defaults).
+func (h TestHooks) SetPageTiming(poll, ask time.Duration) {
+	h.s.acts.Page.Timing = app.PageTiming{Poll: poll, Ask: ask}
+}
