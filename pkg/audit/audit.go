@@ -113,13 +113,13 @@ func New(store Store, log *slog.Logger, services ...string) *Recorder {
 
 // Run retries the backlog until ctx ends (a record whose outbox write failed
 // is stored as soon as the database answers again).
-func (r *Recorder) Run(ctx context.Context) error {
+func (r *Recorder) Run(ctx context.Context) {
 	t := time.NewTicker(retryEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 			if r.failing.Load() {
 				if err := r.flush(ctx); err != nil {

@@ -108,8 +108,12 @@ func TestRecordNotLostWhenStoreFails(t *testing.T) {
 
 	// A refused attempt is recorded with its code; reads are not recorded.
 	deny := func(context.Context, any) (any, error) { return nil, status.Error(codes.PermissionDenied, "no") }
-	_, _ = icp(context.Background(), &ledgerv1.CreateTransactionRequest{}, &grpc.UnaryServerInfo{FullMethod: createTx}, deny)
-	_, _ = icp(context.Background(), &ledgerv1.GetAccountRequest{}, &grpc.UnaryServerInfo{FullMethod: "/gpubill.ledger.v1.LedgerService/GetAccount"}, handler)
+	if _, err := icp(context.Background(), &ledgerv1.CreateTransactionRequest{}, &grpc.UnaryServerInfo{FullMethod: createTx}, deny); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("refused write: %v; want PermissionDenied", err)
+	}
+	if _, err := icp(context.Background(), &ledgerv1.GetAccountRequest{}, &grpc.UnaryServerInfo{FullMethod: "/gpubill.ledger.v1.LedgerService/GetAccount"}, handler); err != nil {
+		t.Fatalf("read: %v", err)
+	}
 	if len(store.stored) != 4 || store.stored[3].Code != "PermissionDenied" {
 		t.Fatalf("stored %d, last %+v", len(store.stored), store.stored[len(store.stored)-1])
 	}

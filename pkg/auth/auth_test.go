@@ -36,7 +36,10 @@ func TestIssueVerify(t *testing.T) {
 	if _, err := Issue(secret, "root", "", time.Hour); err == nil {
 		t.Fatal("unknown role accepted")
 	}
-	expired, _ := Issue(secret, RoleFinance, "", -time.Minute)
+	expired, err := Issue(secret, RoleFinance, "", -time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Verify(secret, expired); err == nil {
 		t.Fatal("expired token accepted")
 	}
@@ -123,7 +126,10 @@ func TestAllowlist(t *testing.T) {
 		{RoleAuditor, "203.0.113.9", true}, // no list: any address
 	}
 	for _, tt := range tests {
-		addr, _ := netip.ParseAddr(tt.addr)
+		addr, err := netip.ParseAddr(tt.addr)
+		if err != nil && tt.addr != "" {
+			t.Fatalf("address %q: %v", tt.addr, err)
+		}
 		if err := a.Check(tt.role, addr); (err == nil) != tt.ok {
 			t.Errorf("%s from %q: %v, want allowed=%v", tt.role, tt.addr, err, tt.ok)
 		}
@@ -142,7 +148,10 @@ func TestInterceptorAllowlistAndGatewayAddress(t *testing.T) {
 	const method = "/gpubill.ledger.v1.LedgerService/GetAccount"
 	g := Guard{Secret: secret, Policy: Policy{method: {RoleFinance}}, GatewayKey: "k3y",
 		Allow: Allowlist{RoleFinance: {netip.MustParsePrefix("10.0.0.0/8")}}}
-	tok, _ := Issue(secret, RoleFinance, "", time.Hour)
+	tok, err := Issue(secret, RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	call := func(peerAddr string, md ...string) codes.Code {
 		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(peerAddr), Port: 4000}})
 		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(append([]string{"authorization", "Bearer " + tok}, md...)...))

@@ -51,12 +51,12 @@ func Parse(name string, grammar any, args []string, stdout, stderr io.Writer, op
 	}, options...)
 	parser, err := kong.New(grammar, opts...)
 	if err != nil { // a grammar that does not build is the program's fault
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err) //nolint:errcheck // stderr: the exit code carries the failure
 		return nil, ExitFailed, true
 	}
 	kctx, err = parser.Parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: error: %v\nRun \"%s --help\" for usage.\n", name, err, name)
+		fmt.Fprintf(stderr, "%s: error: %v\nRun \"%s --help\" for usage.\n", name, err, name) //nolint:errcheck // stderr: the exit code carries the failure
 		return nil, ExitUsage, true
 	}
 	return kctx, ExitOK, false

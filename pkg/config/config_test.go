@@ -57,7 +57,9 @@ func TestTaxPeriods(t *testing.T) {
 func TestStreamLimits(t *testing.T) {
 	for _, v := range []string{"GPUBILL_STREAM_MAX_BYTES", "GPUBILL_STREAM_REPLICAS"} {
 		t.Setenv(v, "") // restored after the test
-		os.Unsetenv(v)
+		if err := os.Unsetenv(v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lim, err := parse(t).StreamLimits()
 	if err != nil || lim.MaxBytes != 1<<30 || lim.Replicas != 1 {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
 type letterJSON struct {
@@ -66,15 +67,21 @@ func TestDeadLettersREST(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	call := func(role, method, path string) (int, []byte) {
 		t.Helper()
-		tok, _ := auth.Issue(secret, role, "someone", time.Hour)
-		req, _ := http.NewRequest(method, "http://"+srv.HTTPAddr+path, strings.NewReader("{}"))
+		tok := testkit.Token(t, secret, role, "someone", time.Hour)
+		req, err := http.NewRequest(method, "http://"+srv.HTTPAddr+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return res.StatusCode, b
 	}
 
@@ -135,7 +142,12 @@ func TestDeadLettersREST(t *testing.T) {
 	go func() {
 		done <- natsx.Consume(cctx, js, log, natsx.ConsumerSpec{Stream: "T2", Durable: "c", DeadLetters: sinkA}, h)
 	}()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
 
 	replay := func() letterJSON {
 		t.Helper()

@@ -110,7 +110,12 @@ func TestFailingMessageDeadLetteredAfterNDeliveries(t *testing.T) {
 		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
 			natsx.ConsumerSpec{Stream: "T", Durable: "c", BatchMax: 10, MaxWait: 20 * time.Millisecond, DeadLetters: sink}, h)
 	}()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
 
 	row := func() (attempts int, status string) {
 		err := pool.QueryRow(context.Background(), `select attempts,
@@ -191,7 +196,12 @@ func TestPoisonIsDeadLetteredAtOnce(t *testing.T) {
 		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
 			natsx.ConsumerSpec{Stream: "T", Durable: "c", BatchMax: 10, MaxWait: 50 * time.Millisecond, DeadLetters: sink}, h)
 	}()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
 	testkit.Eventually(t, 10*time.Second, func() bool { return got.get("a") == 1 && got.get("b") == 1 }, "a and b applied")
 	var attempts int
 	var errText, payload string

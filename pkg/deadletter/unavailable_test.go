@@ -46,7 +46,12 @@ func TestOutageNeverDeadLetters(t *testing.T) {
 		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
 			natsx.ConsumerSpec{Stream: "T", Durable: "c", BatchMax: 10, MaxWait: 20 * time.Millisecond, DeadLetters: sink}, h)
 	}()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
 	testkit.Eventually(t, 60*time.Second, func() bool { return got.get("m-1") == 1 }, "m-1 applied after the outage")
 	if n := tries.Load(); n <= outage {
 		t.Fatalf("handler tried %d times, want more than the %d failing ones", n, outage)

@@ -456,7 +456,7 @@ func (c *consumer) process(ctx context.Context, msgs []jetstream.Msg) bool {
 		}
 		if !c.fail(ctx, m, err) {
 			for _, r := range rest[i+1:] {
-				_ = r.Nak()
+				c.nakFailed(r.Nak())
 			}
 			return false
 		}
@@ -507,8 +507,16 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 			case <-done:
 				return
 			case <-t.C:
+				// A lost heartbeat costs a duplicate delivery, deduplicated;
+				// said once per beat, not once per message.
+				var lost error
 				for _, m := range msgs {
-					_ = m.InProgress() // a lost heartbeat costs a duplicate delivery, deduplicated
+					if err := m.InProgress(); err != nil {
+						lost = err
+					}
+				}
+				if lost != nil {
+					c.log.Warn("in-progress heartbeat failed; the batch may be redelivered (and deduplicated)", "consumer", c.spec.Durable, "err", lost)
 				}
 			}
 		}
@@ -525,7 +533,7 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 func (c *consumer) fail(ctx context.Context, m jetstream.Msg, cause error) bool {
 	n := deliveries(m)
 	if n < DeadLetterDeliveries || Unavailable(cause) {
-		_ = m.NakWithDelay(min(nakDelayMin<<(min(n, 16)-1), nakDelayMax))
+		c.nakFailed(m.NakWithDelay(min(nakDelayMin<<(min(n, 16)-1), nakDelayMax)))
 		return false
 	}
 	// Once more, so a good message whose outage just ended is not kept.
@@ -538,12 +546,12 @@ func (c *consumer) fail(ctx context.Context, m jetstream.Msg, cause error) bool 
 		return false
 	}
 	if Unavailable(err) {
-		_ = m.NakWithDelay(nakDelayMax)
+		c.nakFailed(m.NakWithDelay(nakDelayMax))
 		return false
 	}
 	if err := c.deadLetter(ctx, m, err); err != nil {
 		c.log.Error("dead letter not written; message will be redelivered", "consumer", c.spec.Durable, "msg_id", MsgID(m), "err", err)
-		_ = m.NakWithDelay(nakDelayMax)
+		c.nakFailed(m.NakWithDelay(nakDelayMax))
 		return false
 	}
 	return true
@@ -566,6 +574,14 @@ func (c *consumer) ack(msgs []jetstream.Msg) {
 		if err := m.Ack(); err != nil {
 			c.log.Warn("ack failed; message will be redelivered and deduplicated", "consumer", c.spec.Durable, "err", err)
 		}
+	}
+}
+
+// nakFailed logs a refused negative ack: the message is not lost, JetStream
+// redelivers it once its ack wait ends instead of after the nak's delay.
+func (c *consumer) nakFailed(err error) {
+	if err != nil {
+		c.log.Warn("nak failed; message will be redelivered after its ack wait", "consumer", c.spec.Durable, "err", err)
 	}
 }
 

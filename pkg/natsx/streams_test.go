@@ -102,7 +102,10 @@ func TestEnsureStreamsKeepsRetentionOverABacklog(t *testing.T) {
 	if cfg.Retention != jetstream.LimitsPolicy || cfg.MaxBytes != 4<<20 {
 		t.Fatalf("retention %s, max bytes %d; want limits kept and the new cap", cfg.Retention, cfg.MaxBytes)
 	}
-	st, _ := js.Stream(ctx, natsx.StreamUsage)
+	st, err := js.Stream(ctx, natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
 	info, err := st.Info(ctx)
 	if err != nil || info.State.Msgs != 3 {
 		t.Fatalf("stream holds %v messages (%v); want all 3 kept", info.State.Msgs, err)

@@ -80,12 +80,21 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recv := make(chan string, 10)
-	go natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
-		for _, m := range msgs {
-			recv <- natsx.MsgID(m) + ":" + string(m.Data())
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
+			for _, m := range msgs {
+				recv <- natsx.MsgID(m) + ":" + string(m.Data())
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			t.Errorf("consumer: %v", err)
 		}
-		return nil
-	})
+	}()
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		select {
 		case s := <-recv:
@@ -157,8 +166,14 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		big.Events = append(big.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("e-%04d", i), LeaseId: "l", Workload: strings.Repeat("w", 60)})
 	}
-	bigPayload, _ := proto.Marshal(big)
-	huge, _ := proto.Marshal(&eventsv1.UsageRecordedBatch{BatchId: "ub-huge", Events: []*eventsv1.UsageEvent{{Id: "e-huge", Workload: strings.Repeat("w", 100<<10)}}})
+	bigPayload, err := proto.Marshal(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge, err := proto.Marshal(&eventsv1.UsageRecordedBatch{BatchId: "ub-huge", Events: []*eventsv1.UsageEvent{{Id: "e-huge", Workload: strings.Repeat("w", 100<<10)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	party := bytes.Repeat([]byte("p"), 100<<10)
 	if len(bigPayload) < 2*(64<<10) {
 		t.Fatalf("batch of %d bytes does not need splitting", len(bigPayload))
@@ -190,7 +205,9 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 				t.Errorf("next: %v", err)
 				return
 			}
-			_ = m.Ack()
+			if err := m.Ack(); err != nil {
+				t.Errorf("ack: %v", err)
+			}
 			ids = append(ids, natsx.MsgID(m))
 			if len(m.Data()) > 64<<10 {
 				t.Errorf("message %s of %d bytes", natsx.MsgID(m), len(m.Data()))
@@ -210,12 +227,14 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 		}
 	}()
 	rctx, stop := context.WithCancel(ctx)
-	relayDone := make(chan struct{})
-	go func() {
-		defer close(relayDone)
-		_ = (&outbox.Relay{Pool: pool, JS: js.JS, Schema: "t", Log: log}).Run(rctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- (&outbox.Relay{Pool: pool, JS: js.JS, Schema: "t", Log: log}).Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-relayDone; err != nil {
+			t.Errorf("relay: %v", err)
+		}
 	}()
-	defer func() { stop(); <-relayDone }()
 	count := func(q string) int {
 		var n int
 		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
@@ -226,11 +245,13 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 	<-consumed
 	testkit.Eventually(t, 10*time.Second, func() bool { return count(`select count(*) from t.outbox`) == 0 }, "outbox drained")
 	var dead []string
-	rows, _ := pool.Query(ctx, `select message_id || ' ' || consumer || ' ' || subject || ' ' || length(payload) from t.dead_letters order by message_id`)
-	for rows.Next() {
-		var s string
-		_ = rows.Scan(&s)
-		dead = append(dead, s)
+	rows, err := pool.Query(ctx, `select message_id || ' ' || consumer || ' ' || subject || ' ' || length(payload) from t.dead_letters order by message_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	if got := strings.Join(dead, "; "); got != fmt.Sprintf("m-huge outbox usage.recorded.p1 %d; m-party outbox party.updated.p1 %d", len(huge), len(party)) {
 		t.Errorf("dead letters: %s", got)
@@ -259,7 +280,10 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 		return count(`select count(*) from t.dead_letters where message_id = 'm-party' and replayed_at is not null`) == 1 &&
 			count(`select count(*) from t.outbox`) == 0
 	}, "m-party replayed and published")
-	st, _ := js.JS.Stream(ctx, natsx.StreamParty)
+	st, err := js.JS.Stream(ctx, natsx.StreamParty)
+	if err != nil {
+		t.Fatal(err)
+	}
 	info, err := st.Info(ctx)
 	if err != nil || info.State.Msgs != 1 || info.State.Bytes < uint64(len(party)) {
 		t.Errorf("PARTY after the replay: %+v, %v", info.State, err)

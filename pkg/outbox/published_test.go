@@ -60,7 +60,9 @@ func TestPublishedKeptUntilEveryConsumerAcked(t *testing.T) {
 	go func() { done <- r.Run(rctx) }()
 	testkit.Eventually(t, 10*time.Second, func() bool { return count(`select count(*) from t.outbox`) == 0 }, "outbox relayed")
 	stop()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatalf("relay: %v", err)
+	}
 	if n := count(`select count(*) from t.outbox_published where stream = 'T' and stream_seq between 1 and 3`); n != 3 {
 		t.Fatalf("%d published messages kept with their stream sequence; want 3", n)
 	}

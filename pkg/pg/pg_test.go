@@ -50,7 +50,9 @@ func TestOpenReadOnlyNeverCreatesTheDatabase(t *testing.T) {
 		conn, err := pgx.Connect(context.Background(), testkit.BaseDSN())
 		if err == nil {
 			defer conn.Close(context.Background())
-			_, _ = conn.Exec(context.Background(), "drop database "+name)
+			if _, err := conn.Exec(context.Background(), "drop database "+name); err != nil {
+				t.Errorf("drop %s: %v", name, err)
+			}
 		}
 	}
 }

@@ -54,13 +54,13 @@ func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			// A body bound to a message field: the code passes **T.
 			rv := reflect.ValueOf(v)
 			if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Pointer {
-				return j.JSONPb.Unmarshal(b, v)
+				return j.Unmarshal(b, v)
 			}
 			if rv.Elem().IsNil() {
 				rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
 			}
 			if m, ok = rv.Elem().Interface().(proto.Message); !ok {
-				return j.JSONPb.Unmarshal(b, v)
+				return j.Unmarshal(b, v)
 			}
 		}
 		return j.UnmarshalOptions.Unmarshal(b, m)
@@ -81,14 +81,31 @@ func bodyError(b []byte, msg string) error {
 		reason = strings.TrimPrefix(reason, "proto: ")
 	}
 	field := "body"
-	if sm := protojsonPos.FindStringSubmatch(msg); sm != nil {
-		line, _ := strconv.Atoi(sm[1])
-		col, _ := strconv.Atoi(sm[2])
+	if line, col, ok := protojsonPosition(msg); ok {
 		if p := jsonPathAt(b, offsetOf(b, line, col)); p != "" {
 			field = p
 		}
 	}
 	return apperr.Invalid(field, "%s", reason)
+}
+
+// protojsonPosition is the line and column a protojson error names; not ok
+// when it names none, or numbers that do not fit an int (the error then
+// names the body, not a field found at a made-up position).
+func protojsonPosition(msg string) (line, col int, ok bool) {
+	sm := protojsonPos.FindStringSubmatch(msg)
+	if sm == nil {
+		return 0, 0, false
+	}
+	line, err := strconv.Atoi(sm[1])
+	if err != nil {
+		return 0, 0, false
+	}
+	col, err = strconv.Atoi(sm[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return line, col, true
 }
 
 // offsetOf converts protojson's 1-based line and rune column to a byte offset.

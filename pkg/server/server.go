@@ -116,6 +116,7 @@ type Server struct {
 	once   sync.Once
 
 	stopAudit context.CancelFunc
+	log       *slog.Logger
 }
 
 // Start listens and serves in the background.
@@ -164,7 +165,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for _, svc := range o.Services {
 		svc.RegisterGRPC(gs)
 	}
-	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit}
+	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
 	go func() { s.errc <- gs.Serve(gl) }()
 
 	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -246,7 +247,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}()
 	if o.Audit != nil {
-		go func() { _ = o.Audit.Run(auditCtx) }()
+		go o.Audit.Run(auditCtx)
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return s, nil
@@ -295,15 +296,19 @@ func requestID() grpc.UnaryServerInterceptor {
 		if id == "" {
 			id = reqid.New()
 		}
-		_ = grpc.SetHeader(ctx, metadata.Pairs(reqid.MetadataKey, id)) // fails only after headers went out
+		grpc.SetHeader(ctx, metadata.Pairs(reqid.MetadataKey, id)) // fails only after headers went out
 		return handler(reqid.With(ctx, id), req)
 	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"code":13,"message":"internal error"}`)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	w.Write(append(b, '\n'))
 }
 
 func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
@@ -343,7 +348,9 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.health.Shutdown()
 		ctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 		defer cancel()
-		_ = s.http.Shutdown(ctx)
+		if err := s.http.Shutdown(ctx); err != nil && s.log != nil {
+			s.log.Warn("REST listener: connections still open at the shutdown deadline were cut", "err", err)
+		}
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()
 		select {

@@ -38,7 +38,10 @@ func TestReadyzHidesDetailWithoutToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := func(token string) (int, map[string]string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr+"/readyz", nil)
+		req, err := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr+"/readyz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -91,6 +94,11 @@ func TestJSONPathAt(t *testing.T) {
 	}
 	if err := bodyError([]byte(`{"a":`), "proto: unexpected EOF"); err.Error() != "invalid body: unexpected EOF" {
 		t.Errorf("bodyError without position: %v", err)
+	}
+	// A position past what an int holds names no field: the body, not the
+	// field at a clamped offset (here the end, inside "a").
+	if err := bodyError([]byte(`{"a": {"b": `), "proto: (line 99999999999999999999:1): unexpected EOF"); err.Error() != "invalid body: unexpected EOF" {
+		t.Errorf("bodyError with an overflowing position: %v", err)
 	}
 }
 

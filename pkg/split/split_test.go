@@ -25,7 +25,7 @@ func TestComputeDefault(t *testing.T) {
 		{"33.33", TierStandard, ProfileIndividual, "8.33", "5.00", "20.00"},
 	}
 	cur := money.MustLookup("CNY")
-	rule, _ := RuleFor(RuleSetDefault)
+	rule := mustRule(t, RuleSetDefault)
 	for _, tt := range tests {
 		rate, err := DefaultCommission().Rate(tt.tier)
 		if err != nil {
@@ -83,7 +83,7 @@ func TestComputeBigAmounts(t *testing.T) {
 		{"ETH", "1000000", TierPartner, ProfileEnterprise, "150000", "0", "850000"},
 		{"USDC", "100000000000000.000001", TierStandard, ProfileIndividual, "25000000000000", "15000000000000", "60000000000000.000001"},
 	}
-	rule, _ := RuleFor(RuleSetDefault)
+	rule := mustRule(t, RuleSetDefault)
 	for _, tt := range tests {
 		rate, err := DefaultCommission().Rate(tt.tier)
 		if err != nil {
@@ -142,8 +142,8 @@ func TestSplitProportionalAcrossTheRange(t *testing.T) {
 		tier := rapid.SampledFrom([]string{TierStandard, TierPro, TierPartner}).Draw(t, "tier")
 		profile := rapid.SampledFrom([]string{ProfileIndividual, ProfileEnterprise}).Draw(t, "profile")
 		rateStr := map[string]string{TierStandard: "1/4", TierPro: "1/5", TierPartner: "3/20"}[tier]
-		rate, _ := DefaultCommission().Rate(tier)
-		rule, _ := RuleFor(RuleSetFlat20)
+		rate := mustRate(t, tier)
+		rule := mustRule(t, RuleSetFlat20)
 		r, err := Compute(cur, gross, rate, rule, profile)
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestSplitCNLabourAcrossTheRange(t *testing.T) {
 		cur := money.MustLookup(rapid.SampledFrom(money.Codes()).Draw(t, "cur"))
 		gross := decimal.NewFromBigInt(drawGrossUnits(t), -cur.MinorUnits)
 		tier := rapid.SampledFrom([]string{TierStandard, TierPro, TierPartner}).Draw(t, "tier")
-		rate, _ := DefaultCommission().Rate(tier)
+		rate := mustRate(t, tier)
 		r, err := Compute(cur, gross, rate, CNLabour{}, ProfileIndividual)
 		if err != nil {
 			t.Fatal(err)
@@ -201,4 +201,20 @@ func TestSplitCNLabourAcrossTheRange(t *testing.T) {
 			t.Fatalf("parts %s + %s + %s do not sum to %s", r.Commission, r.Tax, r.Net, gross)
 		}
 	})
+}
+
+func mustRule(t interface{ Fatal(...any) }, set string) TaxRule {
+	r, err := RuleFor(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustRate(t interface{ Fatal(...any) }, tier string) decimal.Decimal {
+	r, err := DefaultCommission().Rate(tier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -103,6 +103,7 @@ type Server struct {
 	Address string
 	cmd     *exec.Cmd
 	done    chan struct{}
+	exit    error // how the child ended; set before done closes
 }
 
 // Start runs `temporal gpubill-dev-server` on addr ("127.0.0.1:0" picks a
@@ -147,7 +148,7 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 		return nil, fmt.Errorf("start temporal dev server: %w", err)
 	}
 	s := &Server{Address: net.JoinHostPort(host, port), cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	go func() { s.exit = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", s.Address, 200*time.Millisecond)
@@ -171,7 +172,7 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 			s.Stop()
 			return nil, ctx.Err()
 		case <-s.done:
-			return nil, fmt.Errorf("temporal dev server exited during start-up (see its log)")
+			return nil, fmt.Errorf("temporal dev server exited during start-up (see its log): %v", s.exit)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -184,13 +185,18 @@ func (s *Server) Stop() {
 	if s.cmd.Process == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err == nil {
+		select {
+		case <-s.done:
+			return
+		case <-time.After(10 * time.Second):
+		}
 	}
+	// Still running after SIGTERM, or SIGTERM could not be sent.
+	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return // cannot be signalled at all; Pdeathsig ends it with this process
+	}
+	<-s.done
 }
 
 // listensOn reports whether process pid holds a listening TCP socket on port

@@ -44,5 +44,7 @@ func Report(t *testing.T, f Figure) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(os.Stdout, string(b))
+	if _, err := fmt.Fprintln(os.Stdout, string(b)); err != nil {
+		t.Fatalf("figure %s not reported: %v", f.Bench, err)
+	}
 }

@@ -28,15 +28,25 @@ func NewCluster(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Logf("cluster directory %s left behind: %v", dir, err)
+		}
+	})
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 { // PostgreSQL's tools refuse to run as root
 		u, err := user.Lookup("postgres")
 		if err != nil {
 			t.Fatalf("running as root and no postgres user: %v", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
+		uid, err := strconv.Atoi(u.Uid)
+		if err != nil {
+			t.Fatalf("postgres uid %q: %v", u.Uid, err)
+		}
+		gid, err := strconv.Atoi(u.Gid)
+		if err != nil {
+			t.Fatalf("postgres gid %q: %v", u.Gid, err)
+		}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}

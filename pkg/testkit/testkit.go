@@ -62,7 +62,9 @@ func NewDatabase(t testing.TB) string {
 			return
 		}
 		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "drop database if exists "+name+" with (force)")
+		if _, err := c.Exec(context.Background(), "drop database if exists "+name+" with (force)"); err != nil {
+			t.Logf("test database %s left behind: %v", name, err)
+		}
 	})
 	u := *base
 	u.Path = "/" + name

@@ -38,7 +38,11 @@ func TestPostSignsAndReportsStatus(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	status := http.StatusNoContent
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
 		ts, err := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64)
 		if err != nil || !webhook.Verify(secret, ts, body, r.Header.Get(webhook.HeaderSignature)) || r.Header.Get(webhook.HeaderEventID) != "ev-1" {
 			w.WriteHeader(http.StatusUnauthorized)
