@@ -25,11 +25,19 @@ const (
 // records the messages that prompted it.
 type LeaseControlTx interface {
 	// LoadWallets locks the wallets' lease control records and reads them
-	// with their balance, credit limit and usage charged since burnSince.
+	// with their balance, credit limit and, where domain.BurnMatters, the
+	// usage charged since burnSince (else zero).
 	LoadWallets(ctx context.Context, keys []domain.WalletKey, burnSince, at time.Time) ([]domain.WalletStatus, error)
-	SaveLease(ctx context.Context, k domain.WalletKey, l domain.Lease, at time.Time) error
-	// Announce publishes the event and queues its webhook.
-	Announce(ctx context.Context, ev domain.LeaseEvent) error
+	// SaveLeases records the wallets' new lease control records.
+	SaveLeases(ctx context.Context, ss []LeaseSave, at time.Time) error
+	// Announce publishes the events and queues their webhooks.
+	Announce(ctx context.Context, evs []domain.LeaseEvent) error
+}
+
+// LeaseSave is a wallet's new lease control record.
+type LeaseSave struct {
+	Key   domain.WalletKey
+	Lease domain.Lease
 }
 
 // WalletReader reads a renter's wallets (every currency it holds or is
@@ -59,23 +67,27 @@ func (lc *LeaseControl) Evaluate(ctx context.Context, tx LeaseControlTx, keys []
 	if err != nil {
 		return err
 	}
+	var saves []LeaseSave
+	var announced []domain.LeaseEvent
 	for _, w := range ws {
 		next, evs := domain.NextLease(w.Lease, w.Wallet, lc.warn(), now)
 		if next == w.Lease {
 			continue
 		}
-		k := domain.WalletKey{RenterID: w.RenterID, Currency: w.Currency}
-		if err := tx.SaveLease(ctx, k, next, now); err != nil {
-			return err
-		}
-		for _, ev := range evs {
-			if err := tx.Announce(ctx, ev); err != nil {
-				return err
-			}
-			lc.Log.Info("lease control: "+leaseVerb[ev.Kind], "renter", w.RenterID, "currency", w.Currency,
-				"balance", w.Balance.String(), "credit_limit", w.CreditLimit.String(), "burn_per_hour", w.BurnPerHour.String(),
-				"runway_hours", w.RunwayString(), "event_id", ev.ID())
-		}
+		saves = append(saves, LeaseSave{Key: domain.WalletKey{RenterID: w.RenterID, Currency: w.Currency}, Lease: next})
+		announced = append(announced, evs...)
+	}
+	if err := tx.SaveLeases(ctx, saves, now); err != nil {
+		return err
+	}
+	if err := tx.Announce(ctx, announced); err != nil {
+		return err
+	}
+	for _, ev := range announced {
+		w := ev.Wallet
+		lc.Log.Info("lease control: "+leaseVerb[ev.Kind], "renter", w.RenterID, "currency", w.Currency,
+			"balance", w.Balance.String(), "credit_limit", w.CreditLimit.String(), "burn_per_hour", w.BurnPerHour.String(),
+			"runway_hours", w.RunwayString(), "event_id", ev.ID())
 	}
 	return nil
 }

@@ -162,6 +162,14 @@ func NextLease(prev Lease, w Wallet, warn time.Duration, now time.Time) (Lease, 
 	return next, evs
 }
 
+// BurnMatters reports whether NextLease can use the wallet's burn rate:
+// not for a wallet already stopped that still has nothing to spend (it stays
+// stopped and announces nothing). Lease control reads the burn rate, the
+// costliest part of a wallet, only where it matters.
+func BurnMatters(prev Lease, w Wallet) bool {
+	return w.Available().IsPositive() || prev.State != LeaseStopped
+}
+
 // WalletKey names one currency of a renter's wallet.
 type WalletKey struct{ RenterID, Currency string }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+	"pgregory.net/rapid"
 )
 
 func wallet(balance, limit, burn string) Wallet {
@@ -82,4 +83,32 @@ func TestNextLease(t *testing.T) {
 	if l.Crossing != 2 || l.Warnings != 3 {
 		t.Errorf("crossings %d warnings %d, want 2 and 3", l.Crossing, l.Warnings)
 	}
+}
+
+// Where BurnMatters says no, NextLease announces nothing and moves the
+// record the same whatever the burn rate: lease control may leave it unread.
+func TestBurnMattersOnlyWhereNextLeaseUsesIt(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	rapid.Check(t, func(rt *rapid.T) {
+		amount := func(label string) decimal.Decimal {
+			return decimal.New(rapid.Int64Range(-5000, 5000).Draw(rt, label), -2)
+		}
+		prev := Lease{State: rapid.SampledFrom([]LeaseState{"", LeaseOK, LeaseWarned, LeaseStopped}).Draw(rt, "state"),
+			Crossing: rapid.Int64Range(0, 3).Draw(rt, "crossing"), Warnings: rapid.Int64Range(0, 3).Draw(rt, "warnings")}
+		if rapid.Bool().Draw(rt, "over_before") {
+			prev.OverLimitSince = now.Add(-time.Hour)
+		}
+		w := Wallet{RenterID: "r-1", Currency: "CNY", Balance: amount("balance"), CreditLimit: amount("limit").Abs(),
+			BurnPerHour: amount("burn").Abs()}
+		if BurnMatters(prev, w) {
+			return
+		}
+		unread := w
+		unread.BurnPerHour = decimal.Zero
+		l1, e1 := NextLease(prev, w, 2*time.Hour, now)
+		l2, e2 := NextLease(prev, unread, 2*time.Hour, now)
+		if l1 != l2 || len(e1) > 0 || len(e2) > 0 {
+			rt.Fatalf("burn %s: %+v %v; unread: %+v %v", w.BurnPerHour, l1, e1, l2, e2)
+		}
+	})
 }

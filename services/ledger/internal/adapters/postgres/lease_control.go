@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/outbox"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -44,31 +44,75 @@ func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []RenterLimit) error {
 }
 
 // walletsSQL reads, per (renter, currency, wallet address), the balance on
-// the wallet's normal side, the credit limit (in the renter's currency; 0 in
-// any other) and the usage charged to the wallet since $4.
-const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debits, 0), coalesce(r.credit_limit, 0),
-		coalesce(burn.amount, 0)
+// the wallet's normal side and the credit limit (in the renter's currency; 0
+// in any other).
+const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debits, 0), coalesce(r.credit_limit, 0)
 	from unnest($1::text[], $2::text[], $3::text[]) as k(renter_id, currency, address)
 	left join ledger.balances b on b.account = k.address collate "C" and b.currency = k.currency
 	left join ledger.renters r on r.renter_id = k.renter_id and r.currency = k.currency
-	left join lateral (select sum(p.amount) as amount from ledger.postings p join ledger.transactions t on t.id = p.tx_id
-		where p.account = k.address collate "C" and p.currency = k.currency and p.direction = 'debit'
-			and p.created_at > $4 and t.kind = 'charge') burn on true
 	order by k.renter_id, k.currency`
 
-func readWallets(ctx context.Context, q Querier, keys []domain.WalletKey, since time.Time) ([]domain.Wallet, error) {
+// burnSQL sums, per (wallet address, currency), the usage charged to the
+// wallet since $3: every charge posting of the last hour, so its cost is
+// per wallet and per charge, the costliest read of lease control.
+const burnSQL = `select k.n, coalesce((select sum(p.amount) from ledger.postings p join ledger.transactions t on t.id = p.tx_id
+		where p.account = k.address collate "C" and p.currency = k.currency and p.direction = 'debit'
+			and p.created_at > $3 and t.kind = 'charge'), 0)
+	from unnest($1::text[], $2::text[]) with ordinality as k(address, currency, n)`
+
+// readWallets reads the wallets of keys, without their burn rate.
+func readWallets(ctx context.Context, q Querier, keys []domain.WalletKey) ([]domain.Wallet, error) {
 	rs, cs, as := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		rs[i], cs[i], as[i] = k.RenterID, k.Currency, domain.RenterWallet(k.RenterID)
 	}
-	rows, err := q.Query(ctx, walletsSQL, rs, cs, as, since)
+	rows, err := q.Query(ctx, walletsSQL, rs, cs, as)
 	if err != nil {
 		return nil, fmt.Errorf("wallets: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Wallet, error) {
 		var w domain.Wallet
-		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit, &w.BurnPerHour)
+		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit)
 	})
+}
+
+// readBurn sets the burn rate of the wallets ws[i] for which want(i) holds.
+// In a transaction it turns JIT compilation off first: the planner's cost
+// of a few hundred wallets crosses jit_above_cost, and compiling took longer
+// than the query (100–160 ms a call in the ledger_postings benchmark).
+func readBurn(ctx context.Context, q Querier, inTx bool, ws []domain.Wallet, since time.Time, want func(i int) bool) error {
+	var as, cs []string
+	var at []int
+	for i, w := range ws {
+		if want(i) {
+			as, cs, at = append(as, domain.RenterWallet(w.RenterID)), append(cs, w.Currency), append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	if inTx {
+		if _, err := q.Exec(ctx, `set local jit = off`); err != nil {
+			return fmt.Errorf("burn rate: %w", err)
+		}
+	}
+	rows, err := q.Query(ctx, burnSQL, as, cs, since)
+	if err != nil {
+		return fmt.Errorf("burn rate: %w", err)
+	}
+	var n int64
+	var burn decimal.Decimal
+	_, err = pgx.ForEachRow(rows, []any{&n, &burn}, func() error {
+		if n < 1 || int(n) > len(at) {
+			return fmt.Errorf("burn rate: row %d of %d", n, len(at))
+		}
+		ws[at[n-1]].BurnPerHour = burn
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("burn rate: %w", err)
+	}
+	return nil
 }
 
 func sortKeys(keys []domain.WalletKey) []domain.WalletKey {
@@ -119,7 +163,8 @@ type LeaseTx struct {
 }
 
 // LoadWallets locks the wallets' lease control rows (made when missing, in
-// key order) and reads the wallets.
+// key order) and reads the wallets, their burn rate only where
+// domain.BurnMatters.
 func (l *LeaseTx) LoadWallets(ctx context.Context, keys []domain.WalletKey, burnSince, at time.Time) ([]domain.WalletStatus, error) {
 	keys = sortKeys(keys)
 	rs, cs := make([]string, len(keys)), make([]string, len(keys))
@@ -134,7 +179,7 @@ func (l *LeaseTx) LoadWallets(ctx context.Context, keys []domain.WalletKey, burn
 	if err != nil {
 		return nil, err
 	}
-	ws, err := readWallets(ctx, l.Tx, keys, burnSince)
+	ws, err := readWallets(ctx, l.Tx, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -142,22 +187,41 @@ func (l *LeaseTx) LoadWallets(ctx context.Context, keys []domain.WalletKey, burn
 	for i, w := range ws {
 		out[i] = domain.WalletStatus{Wallet: w, Lease: leases[domain.WalletKey{RenterID: w.RenterID, Currency: w.Currency}]}
 	}
+	if err := readBurn(ctx, l.Tx, true, ws, burnSince, func(i int) bool { return domain.BurnMatters(out[i].Lease, ws[i]) }); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].BurnPerHour = ws[i].BurnPerHour
+	}
 	return out, nil
 }
 
-// SaveLease records where lease control stands with a wallet.
-func (l *LeaseTx) SaveLease(ctx context.Context, k domain.WalletKey, s domain.Lease, at time.Time) error {
-	var since *time.Time
-	if !s.OverLimitSince.IsZero() {
-		since = &s.OverLimitSince
+// SaveLeases records where lease control stands with each wallet, in one
+// statement.
+func (l *LeaseTx) SaveLeases(ctx context.Context, ss []app.LeaseSave, at time.Time) error {
+	if len(ss) == 0 {
+		return nil
 	}
-	tag, err := l.Tx.Exec(ctx, `update ledger.lease_control set state = $3, crossings = $4, warnings = $5, over_limit_since = $6,
-		updated_at = $7 where renter_id = $1 and currency = $2`, k.RenterID, k.Currency, string(s.State), s.Crossing, s.Warnings, since, at)
-	if err == nil && tag.RowsAffected() != 1 {
-		err = errors.New("lease control row vanished")
+	n := len(ss)
+	rs, cs, states := make([]string, n), make([]string, n), make([]string, n)
+	crossings, warnings := make([]int64, n), make([]int64, n)
+	since := make([]*time.Time, n)
+	for i, s := range ss {
+		rs[i], cs[i], states[i], crossings[i], warnings[i] = s.Key.RenterID, s.Key.Currency, string(s.Lease.State), s.Lease.Crossing, s.Lease.Warnings
+		if !s.Lease.OverLimitSince.IsZero() {
+			t := s.Lease.OverLimitSince
+			since[i] = &t
+		}
+	}
+	tag, err := l.Tx.Exec(ctx, `update ledger.lease_control c set state = u.s, crossings = u.x, warnings = u.w, over_limit_since = u.o,
+			updated_at = $7
+		from unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::timestamptz[]) as u(r, c, s, x, w, o)
+		where c.renter_id = u.r and c.currency = u.c`, rs, cs, states, crossings, warnings, since, at)
+	if err == nil && tag.RowsAffected() != int64(n) {
+		err = fmt.Errorf("%d of %d lease control rows updated", tag.RowsAffected(), n)
 	}
 	if err != nil {
-		return fmt.Errorf("save lease control of %s %s: %w", k.RenterID, k.Currency, err)
+		return fmt.Errorf("save lease control: %w", err)
 	}
 	return nil
 }
@@ -170,27 +234,39 @@ func LeaseEventPB(ev domain.LeaseEvent) *eventsv1.LeaseControl {
 		RunwayHours: w.RunwayString(), Crossing: ev.Crossing, At: timestamppb.New(ev.At)}
 }
 
-// Announce puts the event into the outbox (lease.….{renter}) and, with
-// webhooks on, the webhook queue; both keyed by the event's id.
-func (l *LeaseTx) Announce(ctx context.Context, ev domain.LeaseEvent) error {
-	pb := LeaseEventPB(ev)
-	b, err := proto.Marshal(pb)
-	if err != nil {
-		return err
-	}
-	if err := outbox.Add(ctx, l.Tx, Schema, outbox.Message{ID: ev.ID(), Subject: ev.Kind.Subject(ev.Wallet.RenterID), Payload: b}); err != nil {
-		return fmt.Errorf("announce %s: %w", ev.ID(), err)
-	}
-	if !l.Webhooks {
+// Announce puts the events into the outbox (lease.….{renter}) and, with
+// webhooks on, the webhook queue; both keyed by each event's id.
+func (l *LeaseTx) Announce(ctx context.Context, evs []domain.LeaseEvent) error {
+	if len(evs) == 0 {
 		return nil
 	}
-	body, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(pb)
-	if err != nil {
-		return err
+	msgs := make([]outbox.Message, 0, len(evs))
+	hooks := &pgx.Batch{}
+	for _, ev := range evs {
+		pb := LeaseEventPB(ev)
+		b, err := proto.Marshal(pb)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, outbox.Message{ID: ev.ID(), Subject: ev.Kind.Subject(ev.Wallet.RenterID), Payload: b})
+		if !l.Webhooks {
+			continue
+		}
+		body, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(pb)
+		if err != nil {
+			return err
+		}
+		hooks.Queue(`insert into ledger.lease_webhooks (event_id, renter_id, kind, payload, status, next_attempt_at, created_at)
+			values ($1, $2, $3, $4, 'pending', $5, $5) on conflict (event_id) do nothing`, ev.ID(), ev.Wallet.RenterID, string(ev.Kind), body, ev.At)
 	}
-	if _, err := l.Tx.Exec(ctx, `insert into ledger.lease_webhooks (event_id, renter_id, kind, payload, status, next_attempt_at, created_at)
-		values ($1, $2, $3, $4, 'pending', $5, $5) on conflict (event_id) do nothing`, ev.ID(), ev.Wallet.RenterID, string(ev.Kind), body, ev.At); err != nil {
-		return fmt.Errorf("queue webhook %s: %w", ev.ID(), err)
+	if err := outbox.Add(ctx, l.Tx, Schema, msgs...); err != nil {
+		return fmt.Errorf("announce %d lease control events (%s…): %w", len(evs), evs[0].ID(), err)
+	}
+	if hooks.Len() == 0 {
+		return nil
+	}
+	if err := l.Tx.SendBatch(ctx, hooks).Close(); err != nil {
+		return fmt.Errorf("queue %d lease control webhooks (%s…): %w", hooks.Len(), evs[0].ID(), err)
 	}
 	return nil
 }
@@ -222,8 +298,11 @@ func (w *Wallets) Wallet(ctx context.Context, renter string, burnSince time.Time
 	if err != nil {
 		return nil, err
 	}
-	ws, err := readWallets(ctx, w.Pool, keys, burnSince)
+	ws, err := readWallets(ctx, w.Pool, keys)
 	if err != nil {
+		return nil, err
+	}
+	if err := readBurn(ctx, w.Pool, false, ws, burnSince, func(int) bool { return true }); err != nil {
 		return nil, err
 	}
 	out := make([]domain.WalletStatus, len(ws))
