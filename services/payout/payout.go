@@ -182,7 +182,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			return nil, err
 		}
 	}
-	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent}
+	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &adapters.PayoutCache{Pool: d.Pool, Log: d.Log}}
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
@@ -261,7 +261,7 @@ func (s *Service) NewWorker() worker.Worker {
 }
 
 // Run hosts the payout worker, the workflow starter, the webhook
-// deliverer, the consumer of settlement.settled.*, the wake of payouts
+// deliverer, the listener that keeps the poll cache current, the consumer of settlement.settled.*, the wake of payouts
 // waiting for available (ledger.posted.provider) and the outbox relay
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
@@ -274,6 +274,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.flow.Run(ctx) })
 	g.Go(func() error { return s.hooks.Run(ctx) })
+	g.Go(func() error { return s.store.Cache.Run(ctx) })
 	if s.bankOn {
 		g.Go(func() error { return s.bank.Run(ctx) })
 	}

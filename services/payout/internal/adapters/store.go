@@ -31,6 +31,8 @@ type Store struct {
 	// Event, when set, makes the outbox message announcing a status change
 	// (written in the transaction of the change).
 	Event func(p domain.Payout, from string, c domain.Change) (outbox.Message, error)
+	// Cache, when set, serves PollPayout.
+	Cache *PayoutCache
 }
 
 // Tx runs fn in a transaction.
@@ -465,14 +467,23 @@ func (s *Store) ResetWorkflow(ctx context.Context, tx pgx.Tx, id string) error {
 	return err
 }
 
-// PayoutVersion returns a payout's owner and version (one indexed read: a
-// poll with a current ETag needs nothing more).
-func (s *Store) PayoutVersion(ctx context.Context, id string) (provider string, version int64, err error) {
-	err = s.Pool.QueryRow(ctx, `select provider_id, version from payout.payouts where payout_id = $1`, id).Scan(&provider, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
+// PollPayout is GetPayout for polls (GET /v1/payouts/{id}): from Cache
+// when it holds the payout, else one read, kept in Cache. A copy is
+// current but for the milliseconds a change's notification takes to arrive
+// (see PayoutCache); writers and their answers read with GetPayout.
+func (s *Store) PollPayout(ctx context.Context, id string) (domain.Payout, error) {
+	if s.Cache == nil {
+		return s.GetPayout(ctx, id)
 	}
-	return provider, version, err
+	if p, ok := s.Cache.Get(id); ok {
+		return p, nil
+	}
+	epoch, keep := s.Cache.Epoch()
+	p, err := s.GetPayout(ctx, id)
+	if err == nil && keep {
+		s.Cache.Put(epoch, p)
+	}
+	return p, err
 }
 
 // ListVersion sums what changes when any payout of a provider changes: the

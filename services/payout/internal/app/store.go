@@ -20,7 +20,9 @@ type Store interface {
 
 	GetPayout(ctx context.Context, id string) (domain.Payout, error)
 	ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]domain.Payout, error)
-	PayoutVersion(ctx context.Context, id string) (provider string, version int64, err error)
+	// PollPayout is GetPayout for providers' polls: possibly from a cache
+	// whose copies are dropped on every change (adapters.PayoutCache).
+	PollPayout(ctx context.Context, id string) (domain.Payout, error)
 	ListVersion(ctx context.Context, provider string) (count, versions int64, err error)
 	PayoutByReference(ctx context.Context, ref string) (string, error)
 
