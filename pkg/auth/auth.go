@@ -103,23 +103,29 @@ func Issue(secret []byte, role, subject string, ttl time.Duration) (string, erro
 // known role, and a subject for providers and renters (a provider token
 // without one would otherwise match a request with an empty id).
 func Verify(secret []byte, token string) (Principal, error) {
+	p, _, err := verify(secret, token)
+	return p, err
+}
+
+// verify is Verify, also answering when the token expires.
+func verify(secret []byte, token string) (Principal, time.Time, error) {
 	if err := CheckSecret(secret); err != nil {
-		return Principal{}, err
+		return Principal{}, time.Time{}, err
 	}
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(issuer), jwt.WithAudience(Audience),
 		jwt.WithExpirationRequired())
 	if err != nil {
-		return Principal{}, err
+		return Principal{}, time.Time{}, err
 	}
 	if !slices.Contains(Roles(), c.Role) {
-		return Principal{}, fmt.Errorf("unknown role %q", c.Role)
+		return Principal{}, time.Time{}, fmt.Errorf("unknown role %q", c.Role)
 	}
 	if needsSubject(c.Role) && strings.TrimSpace(c.Subject) == "" {
-		return Principal{}, fmt.Errorf("a %s token must carry a subject", c.Role)
+		return Principal{}, time.Time{}, fmt.Errorf("a %s token must carry a subject", c.Role)
 	}
-	return Principal{Role: c.Role, Subject: c.Subject}, nil
+	return Principal{Role: c.Role, Subject: c.Subject}, c.ExpiresAt.Time, nil
 }
 
 // LoadOrCreateSecret returns the configured secret or reads (creating on
@@ -189,6 +195,9 @@ type Guard struct {
 	// sends in GatewayKeyHeader; only a call carrying it may state the
 	// HTTP client's address in ClientAddrHeader. Empty: nobody may.
 	GatewayKey string
+	// Tokens, when set, remembers the tokens this guard verified, so a
+	// client polling with one token pays the signature check once.
+	Tokens *TokenCache
 }
 
 // Metadata the REST gateway of this process adds to its loopback gRPC calls.
@@ -224,7 +233,7 @@ func (g Guard) Authorize(ctx context.Context, method string) (Principal, error) 
 	if !ok {
 		return Principal{}, status.Errorf(codes.PermissionDenied, "method %s is not open to any role", method)
 	}
-	p, err := PrincipalFromMetadata(ctx, g.Secret)
+	p, err := g.Principal(ctx)
 	if err != nil {
 		return Principal{}, err
 	}
@@ -239,7 +248,7 @@ func (g Guard) Authorize(ctx context.Context, method string) (Principal, error) 
 
 // Principal is the caller named by the call's token (not yet authorised).
 func (g Guard) Principal(ctx context.Context) (Principal, error) {
-	return PrincipalFromMetadata(ctx, g.Secret)
+	return principalFromMetadata(ctx, g.Secret, g.Tokens)
 }
 
 // ClientAddr is the caller's address: the gRPC peer, or, for a call from
@@ -267,8 +276,11 @@ func (g Guard) ClientAddr(ctx context.Context) netip.Addr {
 
 // PrincipalFromMetadata verifies the call's bearer token.
 func PrincipalFromMetadata(ctx context.Context, secret []byte) (Principal, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+	return principalFromMetadata(ctx, secret, nil)
+}
+
+func principalFromMetadata(ctx context.Context, secret []byte, cache *TokenCache) (Principal, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) == 0 {
 		return Principal{}, status.Error(codes.Unauthenticated, "missing Authorization: Bearer <token>")
 	}
@@ -276,10 +288,15 @@ func PrincipalFromMetadata(ctx context.Context, secret []byte) (Principal, error
 	if !ok {
 		return Principal{}, status.Error(codes.Unauthenticated, "Authorization must be 'Bearer <token>'")
 	}
-	p, err := Verify(secret, strings.TrimSpace(tok))
+	tok = strings.TrimSpace(tok)
+	if p, ok := cache.get(tok); ok {
+		return p, nil
+	}
+	p, exp, err := verify(secret, tok)
 	if err != nil {
 		return Principal{}, status.Errorf(codes.Unauthenticated, "invalid token: %v", err)
 	}
+	cache.put(tok, p, exp)
 	return p, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	goruntime "runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -142,7 +143,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		hl.Close()
 		return nil, err
 	}
-	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey}
+	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey, Tokens: &auth.TokenCache{}}
 	interceptors := []grpc.UnaryServerInterceptor{
 		obs.UnaryServerMetrics(), // first: it counts the code the client gets
 		requestID(),
@@ -158,6 +159,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
 		grpc.ChainUnaryInterceptor(interceptors...),
+		// Calls run on reused goroutines (their stacks already grown)
+		// while one is free, else on a new one as without the option.
+		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
 	)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
