@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +37,11 @@ type Figure struct {
 	Unit  string  `json:"unit"`
 	N     int     `json:"n"`
 	Note  string  `json:"note,omitempty"`
+	// Rate is the load a latency figure was measured under, when it
+	// drives one (requests/s achieved), and Load the 1-minute load
+	// average when it ended (the machine is shared).
+	Rate float64 `json:"rate,omitempty"`
+	Load float64 `json:"load,omitempty"`
 }
 
 // Report prints a figure as one JSON line on stdout (make bench greps them).
@@ -47,4 +54,19 @@ func Report(t *testing.T, f Figure) {
 	if _, err := fmt.Fprintln(os.Stdout, string(b)); err != nil {
 		t.Fatalf("figure %s not reported: %v", f.Bench, err)
 	}
+}
+
+// LoadAvg is the 1-minute load average (what else ran on the cores), 0
+// when unknown.
+func LoadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
