@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -69,6 +71,11 @@ type Config struct {
 	BankRail string
 	// Bank is the bank-file rail's settings (GPUBILL_BANK_*).
 	Bank bankfile.Config
+	// Alipay is the Alipay rail's settings (GPUBILL_ALIPAY_*); AlipayOn:
+	// payouts to Alipay accounts go to it and its payment notifications
+	// are served (else they go to the sandbox and nothing is served).
+	Alipay   alipay.Config
+	AlipayOn bool
 }
 
 // Rails of bank payouts.
@@ -130,12 +137,20 @@ func ConfigFromEnv() (Config, error) {
 	if c.Bank, err = bankConfigFromEnv(); err != nil {
 		return c, err
 	}
+	if c.Alipay, c.AlipayOn, err = alipay.ConfigFromEnv(); err != nil {
+		return c, err
+	}
 	return c, c.checkRails()
 }
 
 // checkRails refuses an unknown bank rail, and a bank-file rail without
 // the client account it pays from.
 func (c Config) checkRails() error {
+	if c.AlipayOn {
+		if err := c.Alipay.Check(); err != nil {
+			return err
+		}
+	}
 	switch c.BankRail {
 	case "", BankRailSandbox:
 		return nil
@@ -155,11 +170,15 @@ type Service struct {
 	payouts *app.Payouts
 	topups  *app.TopUps // the rails' top-up and payout notifications
 	bank    *bankfile.Rail
-	bankOn  bool // bank payouts go to the bank-file rail
+	bankOn  bool         // bank payouts go to the bank-file rail
+	alipay  *alipay.Rail // nil unless configured
 	acts    *ports.Activities
 	flow    *ports.Workflows
 	hooks   *ports.Deliverer
 	api     *ports.Server
+	// routes are the plain HTTP routes of the rails' notifications
+	// (HTTPRoutes), for the rails configured.
+	routes map[string]http.Handler
 }
 
 // New migrates payout's schema, ensures its streams and wires the service
@@ -193,13 +212,25 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	// takes payouts only when GPUBILL_PAYOUT_RAIL_BANK=file.
 	s.bank = &bankfile.Rail{Pool: d.Pool, Clock: d.Clock, Cfg: cfg.Bank, Log: d.Log, Notify: s.flow.RailNews}
 	s.bankOn = cfg.BankRail == BankRailFile
-	var rail app.Rail = s.sandbox
+	byType := map[string]app.Rail{}
 	if s.bankOn {
-		rail = app.Router{Default: s.sandbox, ByType: map[string]app.Rail{domain.MethodBank: s.bank}}
+		byType[domain.MethodBank] = s.bank
+	}
+	if cfg.AlipayOn {
+		s.alipay = &alipay.Rail{C: &alipay.Client{Cfg: cfg.Alipay, Clock: d.Clock}, Log: d.Log}
+		byType[domain.MethodAlipay] = s.alipay
+	}
+	var rail app.Rail = s.sandbox
+	if len(byType) > 0 {
+		rail = app.Router{Default: s.sandbox, ByType: byType}
 	}
 	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
 	s.topups = &app.TopUps{Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
+	s.routes = map[string]http.Handler{}
+	if s.alipay != nil {
+		s.routes["POST "+alipay.NotifyPath] = &alipay.Notifications{C: s.alipay.C, TopUps: s.topups, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
+	}
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
 	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}
@@ -209,6 +240,11 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 
 // Name implements svc.Service.
 func (s *Service) Name() string { return "payout" }
+
+// HTTPRoutes implements server.HTTPRoutes: the notification routes of the
+// rails configured (POST /v1/rails/alipay/notify), outside the token guard
+// — each authenticates its caller by the rail's signature.
+func (s *Service) HTTPRoutes() map[string]http.Handler { return s.routes }
 
 // RegisterGRPC implements svc.Service.
 func (s *Service) RegisterGRPC(g *grpc.Server) { payoutv1.RegisterPayoutServiceServer(g, s.api) }
