@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gpubill/gpubill/migrations"
+	alipaypkg "github.com/gpubill/gpubill/pkg/alipay"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/natsx"
@@ -74,7 +75,7 @@ type Config struct {
 	// Alipay is the Alipay rail's settings (GPUBILL_ALIPAY_*); AlipayOn:
 	// payouts to Alipay accounts go to it and its payment notifications
 	// are served (else they go to the sandbox and nothing is served).
-	Alipay   alipay.Config
+	Alipay   alipaypkg.Config
 	AlipayOn bool
 }
 
@@ -137,7 +138,7 @@ func ConfigFromEnv() (Config, error) {
 	if c.Bank, err = bankConfigFromEnv(); err != nil {
 		return c, err
 	}
-	if c.Alipay, c.AlipayOn, err = alipay.ConfigFromEnv(); err != nil {
+	if c.Alipay, c.AlipayOn, err = alipaypkg.ConfigFromEnv(); err != nil {
 		return c, err
 	}
 	return c, c.checkRails()
@@ -217,7 +218,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		byType[domain.MethodBank] = s.bank
 	}
 	if cfg.AlipayOn {
-		s.alipay = &alipay.Rail{C: &alipay.Client{Cfg: cfg.Alipay, Clock: d.Clock}, Log: d.Log}
+		s.alipay = &alipay.Rail{C: &alipaypkg.Client{Cfg: cfg.Alipay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodAlipay] = s.alipay
 	}
 	var rail app.Rail = s.sandbox

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	alipaypkg "github.com/gpubill/gpubill/pkg/alipay"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -91,4 +92,14 @@ func (h TestHooks) GetPayout(ctx context.Context, id string) (Payout, error) {
 // CreateWebhook stores a webhook without the API's address checks.
 func (h TestHooks) CreateWebhook(ctx context.Context, w Webhook) error {
 	return h.s.store.CreateWebhook(ctx, w)
+}
+
+// AlipayClient is the Alipay rail's gateway client (nil when the rail is
+// off), shared with its notification route: a test sets its NotifyURL once
+// the stack listens, and makes renters' page-pay orders with it.
+func (h TestHooks) AlipayClient() *alipaypkg.Client {
+	if h.s.alipay == nil {
+		return nil
+	}
+	return h.s.alipay.C
 }

@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
 
+	ap "github.com/gpubill/gpubill/pkg/alipay"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -21,22 +21,6 @@ import (
 // notifications to (GPUBILL_ALIPAY_NOTIFY_URL is its public address).
 const NotifyPath = "/v1/rails/alipay/notify"
 
-// Answers to a notification: Alipay stops sending on "success" and sends
-// again (for about 25 hours: 4 m, 10 m, 10 m, 1 h, 2 h, 6 h, 15 h) on
-// anything else.
-const (
-	AnswerSuccess = "success"
-	AnswerFail    = "fail"
-)
-
-// Trade statuses of a payment notification.
-const (
-	TradeSuccess   = "TRADE_SUCCESS"  // paid, refundable
-	TradeFinished  = "TRADE_FINISHED" // paid, no longer refundable (notified again when the refund period ends)
-	TradeWaitBuyer = "WAIT_BUYER_PAY"
-	TradeClosed    = "TRADE_CLOSED"
-)
-
 // Notification freshness: Alipay's retries end about 25 hours after the
 // payment, so a notification older than notifyAgeMax (by its signed
 // notify_time) is a replay of an old one; one from the future beyond
@@ -44,85 +28,11 @@ const (
 const (
 	notifyAgeMax  = 48 * time.Hour
 	notifySkewMax = 15 * time.Minute
-	topUpSubject  = "gpubill wallet top-up"
-	// pagePayTimeout: an unpaid top-up order closes on the platform after this.
-	pagePayTimeout = "2h"
 )
-
-// notifyFields are required in every payment notification.
-var notifyFields = []string{"notify_id", "notify_time", "app_id", "out_trade_no", "trade_no", "trade_status", "total_amount", "passback_params"}
 
 // outcomeIgnored: a verified notification of a state that moves no money
 // (WAIT_BUYER_PAY, TRADE_CLOSED), acknowledged.
 const outcomeIgnored = "ignored"
-
-// PagePayBiz is biz_content of alipay.trade.page.pay.
-type PagePayBiz struct {
-	OutTradeNo     string `json:"out_trade_no"`
-	TotalAmount    string `json:"total_amount"`
-	Subject        string `json:"subject"`
-	ProductCode    string `json:"product_code"`
-	TimeoutExpress string `json:"timeout_express,omitempty"`
-	// PassbackParams comes back in the payment notification as it was
-	// sent (URL-encoded): the renter id the top-up is for. Only a request
-	// signed with the app's key makes an order, so it is as trustworthy as
-	// the notification's signature.
-	PassbackParams string `json:"passback_params"`
-}
-
-// PagePayURL is a renter's top-up order on Alipay's computer-website
-// payment page: the signed alipay.trade.page.pay request as a URL on the
-// gateway, for the renter's browser; its payment notification posts the
-// deposit to the renter's wallet. outTradeNo is the merchant's order
-// number ("" : a new one).
-func (c *Client) PagePayURL(renterID string, amount decimal.Decimal, outTradeNo string) (string, string, error) {
-	if err := ids.CheckPartyID(renterID); err != nil {
-		return "", "", fmt.Errorf("alipay top-up: renter %q: %w", renterID, err)
-	}
-	if !amount.IsPositive() || amount.Exponent() < -2 {
-		return "", "", fmt.Errorf("alipay top-up: amount %s: want a positive amount in yuan", amount)
-	}
-	if c.Cfg.NotifyURL == "" {
-		return "", "", errors.New("alipay top-up: GPUBILL_ALIPAY_NOTIFY_URL is not set: Alipay could not tell gpubill of the payment")
-	}
-	if outTradeNo == "" {
-		outTradeNo = "tu" + strings.ReplaceAll(ids.New(""), "-", "")
-	}
-	v, err := c.RequestParams(MethodPagePay, PagePayBiz{OutTradeNo: outTradeNo, TotalAmount: amount.StringFixed(2), Subject: topUpSubject,
-		ProductCode: ProductPagePay, TimeoutExpress: pagePayTimeout, PassbackParams: url.QueryEscape(renterID)},
-		map[string]string{"notify_url": c.Cfg.NotifyURL})
-	if err != nil {
-		return "", "", err
-	}
-	return c.Cfg.gateway() + "?" + v.Encode(), outTradeNo, nil
-}
-
-var errInvalidNotice = errors.New("invalid notification")
-
-// VerifyNotification checks a payment notification came from the platform
-// for this app: sign_type RSA2, signed (over every field but sign and
-// sign_type) by the platform's key, the required fields present, app_id
-// ours, seller_id ours when configured. ErrBadSignature when forged.
-func (c *Client) VerifyNotification(form url.Values) error {
-	if form.Get("sign_type") != SignType {
-		return fmt.Errorf("sign_type %q, want %s: %w", form.Get("sign_type"), SignType, ErrBadSignature)
-	}
-	if err := Verify(c.Cfg.PlatformKey, []byte(SignContent(form, "sign", "sign_type")), form.Get("sign")); err != nil {
-		return err
-	}
-	for _, f := range notifyFields {
-		if form.Get(f) == "" {
-			return fmt.Errorf("%s missing: %w", f, errInvalidNotice)
-		}
-	}
-	if form.Get("app_id") != c.Cfg.AppID {
-		return fmt.Errorf("app_id %q is not this app: %w", form.Get("app_id"), errInvalidNotice)
-	}
-	if c.Cfg.SellerID != "" && form.Get("seller_id") != c.Cfg.SellerID {
-		return fmt.Errorf("seller_id %q is not this merchant: %w", form.Get("seller_id"), errInvalidNotice)
-	}
-	return nil
-}
 
 // Notifications serves Alipay's asynchronous payment notifications
 // (form-encoded POST to NotifyPath): a verified TRADE_SUCCESS or
@@ -134,7 +44,7 @@ func (c *Client) VerifyNotification(form url.Values) error {
 // stale, a notify_id applied before (replay), malformed — or not applied
 // now (Alipay sends it again). Each is logged and counted.
 type Notifications struct {
-	C      *Client
+	C      *ap.Client
 	TopUps *app.TopUps
 	Count  func(rail, kind, outcome string)
 	Clock  clock.Clock
@@ -147,10 +57,10 @@ func (n *Notifications) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n.Count(Name, app.NotifyKindTopUp, outcome)
 	}
 	attrs = append([]any{"rail", Name, "outcome", outcome, "remote", r.RemoteAddr}, attrs...)
-	answer := AnswerFail
+	answer := ap.AnswerFail
 	switch outcome {
 	case app.NotifyAccepted, app.NotifyDuplicate, outcomeIgnored:
-		answer = AnswerSuccess
+		answer = ap.AnswerSuccess
 		if outcome != app.NotifyAccepted {
 			n.Log.Info("Alipay notification acknowledged", attrs...)
 		}
@@ -177,12 +87,12 @@ func (n *Notifications) handle(r *http.Request) (string, error, []any) {
 	attrs := []any{"notify_id", form.Get("notify_id"), "out_trade_no", form.Get("out_trade_no"), "trade_no", form.Get("trade_no"),
 		"trade_status", form.Get("trade_status"), "total_amount", form.Get("total_amount")}
 	if err := n.C.VerifyNotification(form); err != nil {
-		if errors.Is(err, ErrBadSignature) {
+		if errors.Is(err, ap.ErrBadSignature) {
 			return app.NotifyForged, err, attrs
 		}
 		return app.NotifyMalformed, err, attrs
 	}
-	at, err := time.ParseInLocation(TimeLayout, form.Get("notify_time"), Beijing)
+	at, err := time.ParseInLocation(ap.TimeLayout, form.Get("notify_time"), ap.Beijing)
 	if err != nil {
 		return app.NotifyMalformed, fmt.Errorf("notify_time %q: %w", form.Get("notify_time"), err), attrs
 	}
@@ -190,8 +100,8 @@ func (n *Notifications) handle(r *http.Request) (string, error, []any) {
 		return app.NotifyStale, fmt.Errorf("notify_time %s is not within %s of now", form.Get("notify_time"), notifyAgeMax), attrs
 	}
 	switch form.Get("trade_status") {
-	case TradeSuccess, TradeFinished:
-	case TradeWaitBuyer, TradeClosed:
+	case ap.TradeSuccess, ap.TradeFinished:
+	case ap.TradeWaitBuyer, ap.TradeClosed:
 		return outcomeIgnored, nil, attrs
 	default:
 		return app.NotifyMalformed, fmt.Errorf("trade_status %q", form.Get("trade_status")), attrs
@@ -208,7 +118,7 @@ func (n *Notifications) handle(r *http.Request) (string, error, []any) {
 		return app.NotifyRejected, fmt.Errorf("trade %s: passback_params %q is no renter id: %w", form.Get("trade_no"), form.Get("passback_params"), err), attrs
 	}
 	attrs = append(attrs, "renter_id", renter)
-	out, err := n.TopUps.Apply(r.Context(), app.TopUp{Rail: Name, PaymentID: form.Get("trade_no"), RenterID: renter, Currency: Currency,
+	out, err := n.TopUps.Apply(r.Context(), app.TopUp{Rail: Name, PaymentID: form.Get("trade_no"), RenterID: renter, Currency: ap.Currency,
 		Amount: amount, NotificationKey: form.Get("notify_id")})
 	return out, err, attrs
 }

@@ -1,13 +1,12 @@
-// Package alipay is the Alipay rail (issue 17) over the open platform's
-// gateway, with the standard library only: payouts by the single transfer
-// API (alipay.fund.trans.uni.transfer, TRANS_ACCOUNT_NO_PWD /
-// DIRECT_TRANSFER, out_biz_no = the payout's rail reference, queried with
-// alipay.fund.trans.common.query before any resubmission), and renter
-// top-ups by the computer-website payment (alipay.trade.page.pay, the
-// renter's pay_url) whose asynchronous notification, verified with the
-// platform's public key, posts the deposit. Requests are signed RSA2 with
-// the app's private key; answers are verified with the platform's public
-// key over the *_response object as sent.
+// Package alipay speaks the Alipay open platform's gateway protocol with
+// the standard library only (issue 17): requests signed RSA2
+// (SHA256withRSA over the sorted key=value string) with the app's private
+// key, answers verified with the platform's public key over the
+// *_response object as sent, asynchronous payment notifications verified
+// likewise; the single transfer (alipay.fund.trans.uni.transfer) and its
+// query (alipay.fund.trans.common.query), and the computer-website payment
+// order (alipay.trade.page.pay). payout's Alipay rail is built on it;
+// fakealipay is a local gateway for tests.
 package alipay
 
 import (
@@ -24,8 +23,12 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/clock"
-	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
+
+// ErrUnavailable is an unknown outcome: the call may or may not have been
+// acted on (transport failure, an answer that is not the gateway's, code
+// 20000). Query before calling again.
+var ErrUnavailable = errors.New("alipay: unavailable, outcome unknown")
 
 // Config is the rail's settings (GPUBILL_ALIPAY_*).
 type Config struct {
@@ -56,7 +59,8 @@ const (
 // Protocol constants of the open platform.
 const (
 	TimeLayout    = "2006-01-02 15:04:05" // timestamp, notify_time, gmt_payment: Beijing time
-	codeSuccess   = "10000"
+	CodeSuccess   = "10000"
+	CodeBusiness  = "40004" // a business failure: sub_code says which
 	codeUnavail   = "20000" // service unavailable: the outcome is unknown
 	errorResponse = "error_response"
 	// CallTimeout bounds one gateway call; the workflow's activity retries.
@@ -152,12 +156,12 @@ func (c *Client) RequestParams(method string, biz any, extra map[string]string) 
 	return v, nil
 }
 
-// call posts a signed request and returns the verified *_response object
+// Call posts a signed request and returns the verified *_response object
 // and its common part. Transport failures, answers that are not the
-// gateway's (5xx, no JSON) and code 20000 are app.ErrRailUnavailable: the
+// gateway's (5xx, no JSON) and code 20000 are ErrUnavailable: the
 // outcome is unknown. An answer whose signature does not verify is an
 // error, never taken as a result.
-func (c *Client) call(ctx context.Context, method string, biz any) (json.RawMessage, Common, error) {
+func (c *Client) Call(ctx context.Context, method string, biz any) (json.RawMessage, Common, error) {
 	params, err := c.RequestParams(method, biz, nil)
 	if err != nil {
 		return nil, Common{}, err
@@ -175,23 +179,23 @@ func (c *Client) call(ctx context.Context, method string, biz any) (json.RawMess
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, Common{}, fmt.Errorf("alipay %s: %v: %w", method, err, app.ErrRailUnavailable)
+		return nil, Common{}, fmt.Errorf("alipay %s: %v: %w", method, err, ErrUnavailable)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, bodyBytesMax))
 	if err != nil {
-		return nil, Common{}, fmt.Errorf("alipay %s: read answer: %v: %w", method, err, app.ErrRailUnavailable)
+		return nil, Common{}, fmt.Errorf("alipay %s: read answer: %v: %w", method, err, ErrUnavailable)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, Common{}, fmt.Errorf("alipay %s: HTTP %d: %w", method, resp.StatusCode, app.ErrRailUnavailable)
+		return nil, Common{}, fmt.Errorf("alipay %s: HTTP %d: %w", method, resp.StatusCode, ErrUnavailable)
 	}
 	obj, sign, err := ResponseObject(body, method)
 	if err != nil {
-		return nil, Common{}, fmt.Errorf("alipay %s: %v: %w", method, err, app.ErrRailUnavailable)
+		return nil, Common{}, fmt.Errorf("alipay %s: %v: %w", method, err, ErrUnavailable)
 	}
 	var com Common
 	if err := json.Unmarshal(obj, &com); err != nil {
-		return nil, Common{}, fmt.Errorf("alipay %s: answer: %v: %w", method, err, app.ErrRailUnavailable)
+		return nil, Common{}, fmt.Errorf("alipay %s: answer: %v: %w", method, err, ErrUnavailable)
 	}
 	if sign == "" {
 		// The gateway signs every answer it processed; an unsigned one
@@ -202,7 +206,7 @@ func (c *Client) call(ctx context.Context, method string, biz any) (json.RawMess
 		return nil, com, fmt.Errorf("alipay %s: answer %s: %w", method, com, err)
 	}
 	if com.Code == codeUnavail {
-		return nil, com, fmt.Errorf("alipay %s: %s: %w", method, com, app.ErrRailUnavailable)
+		return nil, com, fmt.Errorf("alipay %s: %s: %w", method, com, ErrUnavailable)
 	}
 	return obj, com, nil
 }

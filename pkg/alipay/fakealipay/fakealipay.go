@@ -29,7 +29,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
+	"github.com/gpubill/gpubill/pkg/alipay"
 )
 
 // Gateway is the fake open platform.

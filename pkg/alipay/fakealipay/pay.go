@@ -13,7 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
+	"github.com/gpubill/gpubill/pkg/alipay"
 )
 
 // Pay is the buyer paying a page-pay order: the URL the app made
