@@ -290,9 +290,9 @@ func (st *stack) checkProvider(t *testing.T, provider, currency, wantAvailable, 
 
 // checkFunds proves the whole ledger after every path: bank:client holds
 // what was deposited minus what was paid out (and not returned), the sum
-// over bank:client, every available and in_transit equals that (the
-// renters' wallets are emptied into available), and the segregated-funds
-// report is balanced.
+// of every renter wallet, available and in_transit equals that (settle
+// empties a renter's wallet into available; a top-up stays in its wallet),
+// and the segregated-funds report is balanced.
 func (st *stack) checkFunds(t *testing.T, currency string, paidOut decimal.Decimal) {
 	t.Helper()
 	ctx := context.Background()
@@ -303,21 +303,22 @@ func (st *stack) checkFunds(t *testing.T, currency string, paidOut decimal.Decim
 		t.Errorf("bank:client %s %s, want deposits %s - paid out %s", got, currency, deposited, paidOut)
 	}
 	var liabilities decimal.Decimal
-	for _, prefix := range []string{"provider:"} {
+	for _, prefix := range []string{"provider:", "renter:"} {
 		resp, err := st.ledger.ListAccounts(ctx, &ledgerv1.ListAccountsRequest{Prefix: prefix, PageSize: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, a := range resp.Accounts {
 			for _, b := range a.Balances {
-				if b.Currency == currency && (strings.HasSuffix(a.Address, ":available") || strings.HasSuffix(a.Address, ":in_transit")) {
+				if b.Currency == currency && (strings.HasSuffix(a.Address, ":available") || strings.HasSuffix(a.Address, ":in_transit") ||
+					strings.HasSuffix(a.Address, ":wallet")) {
 					liabilities = liabilities.Add(decimal.RequireFromString(b.Amount))
 				}
 			}
 		}
 	}
 	if !liabilities.Equal(deposited.Sub(paidOut)) {
-		t.Errorf("Σ available + in_transit %s, want bank:client %s", liabilities, deposited.Sub(paidOut))
+		t.Errorf("Σ wallets + available + in_transit %s, want bank:client %s", liabilities, deposited.Sub(paidOut))
 	}
 	body, err := st.report.GetSegregatedFundsReport(ctx, &ledgerv1.GetSegregatedFundsReportRequest{Currency: currency})
 	if err != nil {

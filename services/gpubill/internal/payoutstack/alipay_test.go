@@ -1,0 +1,223 @@
+package payoutstack_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/alipay"
+	"github.com/gpubill/gpubill/pkg/alipay/fakealipay"
+	"github.com/gpubill/gpubill/pkg/auth"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
+	"github.com/gpubill/gpubill/services/payout"
+)
+
+const alipayAppID = "2021000000000001"
+
+// alipayStack is the stack with payouts to Alipay accounts on the Alipay
+// rail, against a fake open platform that knows the app's public key; the
+// app's key pair and the platform's are generated here, never stored.
+func alipayStack(t *testing.T) (*stack, *fakealipay.Gateway) {
+	t.Helper()
+	appKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := fakealipay.New(alipayAppID, &appKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	st := newStack(t, payout.Config{AlipayOn: true, Alipay: alipay.Config{AppID: alipayAppID, PrivateKey: appKey,
+		PlatformKey: &g.PlatformKey.PublicKey, GatewayURL: g.URL, SellerID: g.SellerID}})
+	st.s.TestHooks().AlipayClient().Cfg.NotifyURL = "http://" + st.http + "/v1/rails/alipay/notify"
+	return st, g
+}
+
+// alipaySetup gives a provider verified KYC and an Alipay account.
+func (st *stack) alipaySetup(t *testing.T, provider, alipayID, name string) {
+	t.Helper()
+	if _, err := st.s.API().PutKyc(fin, &payoutv1.PutKycRequest{ProviderId: provider, Status: "verified", Reference: "kyc-" + provider}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.s.API().PutPayoutMethod(as(auth.RoleProvider, provider), &payoutv1.PutPayoutMethodRequest{ProviderId: provider,
+		Type: "alipay", AlipayId: alipayID, AccountName: name}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// notifications reads gpubill_rail_notifications_total for Alipay top-ups
+// by outcome from the default registry.
+func notifications(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpubill_rail_notifications_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["rail"] == "alipay" && l["kind"] == "topup" {
+				out[l["outcome"]] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// Payouts and a top-up through the Alipay rail end to end, against the
+// fake open platform, with the real ledger and Temporal: a user id paid at
+// once, a frozen account refused (failed, account_frozen, money back to
+// available), a logon id (with the holder's name) processing then paid,
+// and one whose answer is lost after the platform booked it — queried by
+// out_biz_no and found paid, with exactly one transfer at the platform.
+// Then a renter's page-pay order paid: its notification is one deposit;
+// the same notification again (a replay) is refused, TRADE_FINISHED for
+// the same trade is a duplicate, forged ones are refused; each counted.
+// Every provider account, the wallet and bank:client exact after each step.
+func TestAlipayRailEndToEnd(t *testing.T) {
+	t.Parallel()
+	st, g := alipayStack(t)
+	ctx := context.Background()
+	const cyc = "cyc-20260101"
+	st.alipaySetup(t, "pa-paid", "2088123412340001", "")
+	st.alipaySetup(t, "pa-frozen", "2088123412340002", "")
+	st.alipaySetup(t, "pa-dealing", "payee0005@example.com", "Wang Fang")
+	for _, s := range []struct{ p, net string }{{"pa-paid", "620.00"}, {"pa-frozen", "300.00"}, {"pa-dealing", "150.00"}} {
+		st.settle(t, s.p, cyc, "CNY", s.net)
+	}
+	paid := st.waitStatus(t, "pa-paid", cyc, "paid", waitLong)
+	frozen := st.waitStatus(t, "pa-frozen", cyc, "failed", waitLong)
+	dealing := st.waitStatus(t, "pa-dealing", cyc, "paid", waitLong)
+	if frozen.FailureCode != "account_frozen" || !strings.HasPrefix(frozen.FailureMessage, "PAYEE_ACCOUNT_STATUS_ERROR") {
+		t.Errorf("pa-frozen: %s %q", frozen.FailureCode, frozen.FailureMessage)
+	}
+	if h := history(dealing); !strings.Contains(h, "submitted>in_transit>paid") {
+		t.Errorf("pa-dealing history %s, want it in transit before paid", h)
+	}
+	if n := paid.StatusHistory[1].Note; !strings.Contains(n, "submitted to alipay as "+paid.PayoutId) {
+		t.Errorf("pa-paid submitted note %q", n)
+	}
+	for _, tc := range []struct {
+		p      *payoutv1.Payout
+		amount string
+		idType string
+	}{{paid, "620.00", alipay.IdentityUserID}, {frozen, "300.00", alipay.IdentityUserID}, {dealing, "150.00", alipay.IdentityLogonID}} {
+		calls, o := g.Transfers(tc.p.PayoutId)
+		if calls != 1 || o == nil || o.Amount != tc.amount || o.IdentityType != tc.idType {
+			t.Errorf("%s at the platform: %d transfer calls, order %+v", tc.p.ProviderId, calls, o)
+		}
+	}
+	paidOut := decimal.RequireFromString("770.00")
+	st.checkStep(t, "payouts", map[string]ledgerWant{"pa-paid": {"0", "0"}, "pa-frozen": {"300.00", "0"}, "pa-dealing": {"0", "0"}}, paidOut)
+
+	// The platform books the next transfer and the answer is lost: the
+	// workflow queries out_biz_no before submitting again and finds it paid.
+	g.LoseAnswers(1)
+	st.alipaySetup(t, "pa-lost", "2088123412340011", "")
+	st.settle(t, "pa-lost", cyc, "CNY", "410.00")
+	lost := st.waitStatus(t, "pa-lost", cyc, "paid", waitLong)
+	if calls, o := g.Transfers(lost.PayoutId); calls != 1 || o == nil || o.Queries == 0 {
+		t.Errorf("pa-lost at the platform: %d transfer calls (want 1), order %+v (want queried)", calls, o)
+	}
+	paidOut = paidOut.Add(decimal.RequireFromString("410.00"))
+	st.checkStep(t, "lost answer", map[string]ledgerWant{"pa-lost": {"0", "0"}, "pa-frozen": {"300.00", "0"}}, paidOut)
+	st.checkFunds(t, "CNY", paidOut)
+
+	// A renter tops up 100.00 on Alipay's payment page.
+	const renter = "r-alipay"
+	wallet := "renter:" + renter + ":wallet"
+	before := notifications(t)
+	payURL, outTradeNo, err := st.s.TestHooks().AlipayClient().PagePayURL(renter, decimal.RequireFromString("100.00"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := g.Pay(payURL)
+	if err != nil || n.Err != nil || n.Answer != alipay.AnswerSuccess {
+		t.Fatalf("payment notification: %v %v answered %q", err, n.Err, n.Answer)
+	}
+	st.mu.Lock()
+	st.deposits["CNY"] = st.deposits["CNY"].Add(decimal.RequireFromString("100.00"))
+	st.mu.Unlock()
+	checkWallet := func(step string) {
+		t.Helper()
+		if got := st.balance(t, wallet, "CNY"); !got.Equal(decimal.RequireFromString("100.00")) {
+			t.Errorf("%s: %s %s, want 100.00", step, wallet, got)
+		}
+		st.checkStep(t, step, map[string]ledgerWant{"pa-frozen": {"300.00", "0"}}, paidOut)
+	}
+	checkWallet("top-up")
+
+	// The same notification again (same notify_id and signature): a replay, refused.
+	if again := g.Resend(n, st.s.TestHooks().AlipayClient().Cfg.NotifyURL); again.Answer != alipay.AnswerFail {
+		t.Errorf("replayed notification answered %q %v", again.Answer, again.Err)
+	}
+	// TRADE_FINISHED for the same trade (a new notify_id): a duplicate, acknowledged.
+	if fin, err := g.Notify(outTradeNo, alipay.TradeFinished); err != nil || fin.Answer != alipay.AnswerSuccess {
+		t.Errorf("TRADE_FINISHED answered %q %v %v", fin.Answer, err, fin.Err)
+	}
+	// Forged: the amount raised under the platform's signature of the
+	// original, and a new trade signed by a key that is not the platform's.
+	raised := url.Values{}
+	for k, v := range n.Form {
+		raised[k] = append([]string(nil), v...)
+	}
+	raised.Set("total_amount", "1000.00")
+	raised.Set("notify_id", "forged-1")
+	if f := g.Send(st.s.TestHooks().AlipayClient().Cfg.NotifyURL, raised); f.Answer != alipay.AnswerFail {
+		t.Errorf("notification with a raised amount answered %q", f.Answer)
+	}
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := url.Values{}
+	for k, v := range n.Form {
+		forged[k] = append([]string(nil), v...)
+	}
+	forged.Set("trade_no", "2026120122001499999999999999")
+	forged.Set("notify_id", "forged-2")
+	forged.Del("sign")
+	sig, err := alipay.Sign(other, []byte(alipay.SignContent(forged, "sign", "sign_type")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Set("sign", sig)
+	if f := g.Send(st.s.TestHooks().AlipayClient().Cfg.NotifyURL, forged); f.Answer != alipay.AnswerFail {
+		t.Errorf("notification signed by another key answered %q", f.Answer)
+	}
+	checkWallet("replay, duplicate, forged")
+
+	// One deposit, under the trade's number.
+	txs, err := st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: wallet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs.Transactions) != 1 || txs.Transactions[0].Metadata["external_ref"] != "alipay:"+n.Form.Get("trade_no") {
+		t.Errorf("wallet transactions: %v", txs.Transactions)
+	}
+	after := notifications(t)
+	for outcome, want := range map[string]float64{"accepted": 1, "replay": 1, "duplicate": 1, "forged": 2} {
+		if got := after[outcome] - before[outcome]; got != want {
+			t.Errorf("gpubill_rail_notifications_total{rail=alipay,kind=topup,outcome=%s} +%v, want +%v", outcome, got, want)
+		}
+	}
+	st.checkFunds(t, "CNY", paidOut)
+	if r := g.Refused(); len(r) != 0 {
+		t.Errorf("the platform refused requests: %v", r)
+	}
+}
