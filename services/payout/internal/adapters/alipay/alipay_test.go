@@ -87,6 +87,14 @@ func TestRailOutcomes(t *testing.T) {
 			t.Errorf("%s: at the gateway %d calls, order %+v", tc.name, calls, o)
 		}
 	}
+	usd := transfer("po_usd", "2088123412340001", "", "50.00")
+	usd.Currency = "USD"
+	if st, err := rail.Submit(ctx, usd); err != nil || st.State != app.RailFailed || st.FailureCode != domain.FailUnsupported {
+		t.Errorf("a USD payout: %+v %v, want failed unsupported_by_rail", st, err)
+	}
+	if calls, _ := g.Transfers("po_usd"); calls != 0 {
+		t.Errorf("a USD payout reached Alipay")
+	}
 	if st, err := rail.Query(ctx, "po_frozen"); err != nil || st.State != app.RailFailed || st.FailureCode != domain.FailAccountFrozen ||
 		!strings.HasPrefix(st.Message, "PAYEE_ACCOUNT_STATUS_ERROR") {
 		t.Errorf("query of the frozen one: %+v %v", st, err)

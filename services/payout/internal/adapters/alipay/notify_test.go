@@ -1,0 +1,119 @@
+package alipay_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	ap "github.com/gpubill/gpubill/pkg/alipay"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+)
+
+// deposits is a ledger that remembers deposits by external reference.
+type deposits struct{ byRef map[string]string }
+
+func (d *deposits) Deposit(_ context.Context, renter, currency string, amount decimal.Decimal, ref string) (string, error) {
+	d.byRef[ref] = renter + " " + amount.StringFixed(2) + " " + currency
+	return "tx-" + ref, nil
+}
+
+// seen is a notification store in memory.
+type seen struct{ keys, payments map[string]bool }
+
+func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, error) {
+	return s.keys[rail+key], nil
+}
+func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (bool, error) {
+	if key != "" {
+		s.keys[rail+key] = true
+	}
+	fresh := !s.payments[t.ExternalRef()]
+	s.payments[t.ExternalRef()] = true
+	return fresh, nil
+}
+
+// The notification route's answers: success only for an applied, a
+// duplicate or a moneyless notification; fail for a stale one, one naming
+// no renter, an unknown trade status, a form that is not one; each
+// counted under its outcome, and only the applied one deposits.
+func TestNotificationAnswers(t *testing.T) {
+	t.Parallel()
+	g, rail, _ := gateway(t)
+	c := rail.C
+	dep := &deposits{byRef: map[string]string{}}
+	counted := map[string]int{}
+	n := &alipay.Notifications{C: c, TopUps: &app.TopUps{Ledger: dep, Store: &seen{keys: map[string]bool{}, payments: map[string]bool{}},
+		Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}, Count: func(_, _, o string) { counted[o]++ },
+		Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}
+	srv := httptest.NewServer(n)
+	t.Cleanup(srv.Close)
+	c.Cfg.NotifyURL = srv.URL
+	payURL, outTradeNo, err := c.PagePayURL("r-1", decimal.RequireFromString("88.50"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid, err := g.Pay(payURL)
+	if err != nil || paid.Answer != ap.AnswerSuccess {
+		t.Fatalf("payment: %v %q", err, paid.Answer)
+	}
+	resigned := func(f func(url.Values)) url.Values {
+		v := url.Values{}
+		for k, x := range paid.Form {
+			v[k] = append([]string(nil), x...)
+		}
+		v.Set("notify_id", "n-"+strings.ReplaceAll(t.Name(), "/", "-")+v.Get("notify_id")[:4])
+		f(v)
+		if err := g.SignNotification(v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	old := time.Now().Add(-49 * time.Hour).In(ap.Beijing).Format(ap.TimeLayout)
+	for _, tc := range []struct {
+		name    string
+		give    url.Values
+		want    string
+		outcome string
+	}{
+		{"stale", resigned(func(v url.Values) { v.Set("notify_time", old); v.Set("notify_id", "stale") }), ap.AnswerFail, "stale"},
+		{"no renter", resigned(func(v url.Values) { v.Set("passback_params", "r 1!"); v.Set("notify_id", "badrenter") }), ap.AnswerFail, "rejected"},
+		{"unknown status", resigned(func(v url.Values) { v.Set("trade_status", "TRADE_PENDING"); v.Set("notify_id", "badstatus") }), ap.AnswerFail, "malformed"},
+		{"amount in fen", resigned(func(v url.Values) { v.Set("total_amount", "88.505"); v.Set("notify_id", "fen") }), ap.AnswerFail, "malformed"},
+		{"closed", resigned(func(v url.Values) { v.Set("trade_status", ap.TradeClosed); v.Set("notify_id", "closed") }), ap.AnswerSuccess, "ignored"},
+	} {
+		if got := g.Send(srv.URL, tc.give); got.Answer != tc.want {
+			t.Errorf("%s: answered %q, want %q", tc.name, got.Answer, tc.want)
+		}
+	}
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"trade_no":"1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != ap.AnswerFail {
+		t.Errorf("a JSON body answered %q", body)
+	}
+	if fin, err := g.Notify(outTradeNo, ap.TradeFinished); err != nil || fin.Answer != ap.AnswerSuccess {
+		t.Errorf("TRADE_FINISHED: %v %q", err, fin.Answer)
+	}
+	want := map[string]int{"accepted": 1, "duplicate": 1, "stale": 1, "rejected": 1, "malformed": 2, "forged": 1, "ignored": 1} // the JSON body carries no RSA2 signature: forged
+	for o, w := range want {
+		if counted[o] != w {
+			t.Errorf("outcome %s counted %d, want %d (all: %v)", o, counted[o], w, counted)
+		}
+	}
+	if len(dep.byRef) != 1 || dep.byRef["alipay:"+paid.Form.Get("trade_no")] != "r-1 88.50 CNY" {
+		t.Errorf("deposits %v", dep.byRef)
+	}
+}
