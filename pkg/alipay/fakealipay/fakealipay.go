@@ -131,9 +131,13 @@ func (g *Gateway) refuse(w http.ResponseWriter, e gatewayError) {
 	g.mu.Lock()
 	g.refused = append(g.refused, e.sub+": "+e.subMsg)
 	g.mu.Unlock()
-	b, _ := json.Marshal(map[string]map[string]string{"error_response": {"code": e.code, "msg": e.msg, "sub_code": e.sub, "sub_msg": e.subMsg}})
+	b, err := json.Marshal(map[string]map[string]string{"error_response": {"code": e.code, "msg": e.msg, "sub_code": e.sub, "sub_msg": e.subMsg}})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	_, _ = w.Write(b)
+	w.Write(b)
 }
 
 // answer writes {"<method>_response":{…},"sign":"…"}, signed over the
@@ -150,7 +154,8 @@ func (g *Gateway) answer(w http.ResponseWriter, method string, obj any) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	_, _ = fmt.Fprintf(w, `{"%s":%s,"sign":"%s"}`, alipay.ResponseKey(method), raw, sig)
+	body := append([]byte(`{"`+alipay.ResponseKey(method)+`":`), raw...)
+	w.Write(append(body, `,"sign":"`+sig+`"}`...))
 }
 
 // checkCommon verifies what every request must carry; params is the
@@ -194,13 +199,14 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt != "application/x-www-form-urlencoded" {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/x-www-form-urlencoded" {
 		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-content-type", "content type " + mt})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	params, err := url.ParseQuery(string(body))

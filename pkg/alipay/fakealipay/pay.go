@@ -123,10 +123,12 @@ func (g *Gateway) Send(notifyURL string, f url.Values) Notice {
 	if err != nil {
 		n.Err = err
 	} else {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
 		n.Answer = string(b)
-		if resp.StatusCode != http.StatusOK {
+		if err != nil {
+			n.Err = err
+		} else if resp.StatusCode != http.StatusOK {
 			n.Err = fmt.Errorf("HTTP %d", resp.StatusCode)
 		}
 	}

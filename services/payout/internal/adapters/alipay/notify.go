@@ -3,7 +3,6 @@ package alipay
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -52,7 +51,7 @@ type Notifications struct {
 }
 
 func (n *Notifications) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	outcome, err, attrs := n.handle(r)
+	outcome, attrs, err := n.handle(r)
 	if n.Count != nil {
 		n.Count(Name, app.NotifyKindTopUp, outcome)
 	}
@@ -69,7 +68,7 @@ func (n *Notifications) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.WriteString(w, answer)
+	w.Write([]byte(answer))
 }
 
 func errText(err error) string {
@@ -79,46 +78,46 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func (n *Notifications) handle(r *http.Request) (string, error, []any) {
+func (n *Notifications) handle(r *http.Request) (string, []any, error) {
 	if err := r.ParseForm(); err != nil {
-		return app.NotifyMalformed, fmt.Errorf("not a form: %w", err), nil
+		return app.NotifyMalformed, nil, fmt.Errorf("not a form: %w", err)
 	}
 	form := r.PostForm
 	attrs := []any{"notify_id", form.Get("notify_id"), "out_trade_no", form.Get("out_trade_no"), "trade_no", form.Get("trade_no"),
 		"trade_status", form.Get("trade_status"), "total_amount", form.Get("total_amount")}
 	if err := n.C.VerifyNotification(form); err != nil {
 		if errors.Is(err, ap.ErrBadSignature) {
-			return app.NotifyForged, err, attrs
+			return app.NotifyForged, attrs, err
 		}
-		return app.NotifyMalformed, err, attrs
+		return app.NotifyMalformed, attrs, err
 	}
 	at, err := time.ParseInLocation(ap.TimeLayout, form.Get("notify_time"), ap.Beijing)
 	if err != nil {
-		return app.NotifyMalformed, fmt.Errorf("notify_time %q: %w", form.Get("notify_time"), err), attrs
+		return app.NotifyMalformed, attrs, fmt.Errorf("notify_time %q: %w", form.Get("notify_time"), err)
 	}
 	if now := n.Clock.Now(); at.Before(now.Add(-notifyAgeMax)) || at.After(now.Add(notifySkewMax)) {
-		return app.NotifyStale, fmt.Errorf("notify_time %s is not within %s of now", form.Get("notify_time"), notifyAgeMax), attrs
+		return app.NotifyStale, attrs, fmt.Errorf("notify_time %s is not within %s of now", form.Get("notify_time"), notifyAgeMax)
 	}
 	switch form.Get("trade_status") {
 	case ap.TradeSuccess, ap.TradeFinished:
 	case ap.TradeWaitBuyer, ap.TradeClosed:
-		return outcomeIgnored, nil, attrs
+		return outcomeIgnored, attrs, nil
 	default:
-		return app.NotifyMalformed, fmt.Errorf("trade_status %q", form.Get("trade_status")), attrs
+		return app.NotifyMalformed, attrs, fmt.Errorf("trade_status %q", form.Get("trade_status"))
 	}
 	amount, err := decimal.NewFromString(form.Get("total_amount"))
 	if err != nil || !amount.IsPositive() || amount.Exponent() < -2 {
-		return app.NotifyMalformed, fmt.Errorf("total_amount %q: want a positive amount in yuan", form.Get("total_amount")), attrs
+		return app.NotifyMalformed, attrs, fmt.Errorf("total_amount %q: want a positive amount in yuan", form.Get("total_amount"))
 	}
 	renter, err := url.QueryUnescape(form.Get("passback_params"))
 	if err == nil {
 		err = ids.CheckPartyID(renter)
 	}
 	if err != nil {
-		return app.NotifyRejected, fmt.Errorf("trade %s: passback_params %q is no renter id: %w", form.Get("trade_no"), form.Get("passback_params"), err), attrs
+		return app.NotifyRejected, attrs, fmt.Errorf("trade %s: passback_params %q is no renter id: %w", form.Get("trade_no"), form.Get("passback_params"), err)
 	}
 	attrs = append(attrs, "renter_id", renter)
 	out, err := n.TopUps.Apply(r.Context(), app.TopUp{Rail: Name, PaymentID: form.Get("trade_no"), RenterID: renter, Currency: ap.Currency,
 		Amount: amount, NotificationKey: form.Get("notify_id")})
-	return out, err, attrs
+	return out, attrs, err
 }

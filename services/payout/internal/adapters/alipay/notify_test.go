@@ -99,8 +99,11 @@ func TestNotificationAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if string(body) != ap.AnswerFail {
 		t.Errorf("a JSON body answered %q", body)
 	}

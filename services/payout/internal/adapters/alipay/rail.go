@@ -67,7 +67,10 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 	biz := ap.TransferBiz{OutBizNo: t.Reference, TransAmount: t.Amount.StringFixed(2), ProductCode: ap.ProductTransfer, BizScene: ap.SceneDirect,
 		OrderTitle: "gpubill payout", PayeeInfo: payee, Remark: "gpubill payout " + t.Reference}
 	if r.C.Cfg.PayerShowName != "" {
-		b, _ := json.Marshal(map[string]string{"payer_show_name": r.C.Cfg.PayerShowName}) // a map of strings always marshals
+		b, err := json.Marshal(map[string]string{"payer_show_name": r.C.Cfg.PayerShowName})
+		if err != nil {
+			return st, fmt.Errorf("alipay submit %s: business_params: %w", t.Reference, err)
+		}
 		biz.BusinessParams = string(b)
 	}
 	obj, com, err := r.C.Call(ctx, ap.MethodTransfer, biz)
