@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -142,7 +143,7 @@ func (c *Client) PagePayURL(renterID string, amount decimal.Decimal, outTradeNo 
 		outTradeNo = "tu" + strings.ReplaceAll(ids.New(""), "-", "")
 	}
 	v, err := c.RequestParams(MethodPagePay, PagePayBiz{OutTradeNo: outTradeNo, TotalAmount: amount.StringFixed(2), Subject: topUpSubject,
-		ProductCode: ProductPagePay, TimeoutExpress: pagePayTimeout, PassbackParams: url.QueryEscape(renterID)},
+		ProductCode: ProductPagePay, TimeoutExpress: pagePayTimeoutExpress, PassbackParams: url.QueryEscape(renterID)},
 		map[string]string{"notify_url": c.Cfg.NotifyURL})
 	if err != nil {
 		return "", "", err
@@ -157,8 +158,10 @@ var ErrInvalidNotification = errors.New("alipay: invalid notification")
 // Page-pay order settings.
 const (
 	topUpSubject = "gpubill wallet top-up"
-	// pagePayTimeout: an unpaid top-up order closes on the platform after this.
-	pagePayTimeout = "2h"
+	// PagePayTimeout: an unpaid top-up order closes on the platform after
+	// this (timeout_express, pagePayTimeoutExpress).
+	PagePayTimeout        = 2 * time.Hour
+	pagePayTimeoutExpress = "2h"
 )
 
 // VerifyNotification checks a payment notification came from the platform

@@ -173,6 +173,7 @@ type Service struct {
 	bank    *bankfile.Rail
 	bankOn  bool         // bank payouts go to the bank-file rail
 	alipay  *alipay.Rail // nil unless configured
+	orders  *app.TopUpOrders
 	acts    *ports.Activities
 	flow    *ports.Workflows
 	hooks   *ports.Deliverer
@@ -229,8 +230,12 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
 	s.topups = &app.TopUps{Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
 	s.routes = map[string]http.Handler{}
+	s.orders = &app.TopUpOrders{Rails: map[string]app.Checkout{}}
 	if s.alipay != nil {
 		s.routes["POST "+alipay.NotifyPath] = &alipay.Notifications{C: s.alipay.C, TopUps: s.topups, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
+		if cfg.Alipay.NotifyURL != "" { // without it Alipay could not tell gpubill of the payment
+			s.orders.Rails[alipay.Name] = alipay.Checkout{C: s.alipay.C, Clock: d.Clock}
+		}
 	}
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
@@ -248,17 +253,24 @@ func (s *Service) Name() string { return "payout" }
 func (s *Service) HTTPRoutes() map[string]http.Handler { return s.routes }
 
 // RegisterGRPC implements svc.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) { payoutv1.RegisterPayoutServiceServer(g, s.api) }
+func (s *Service) RegisterGRPC(g *grpc.Server) {
+	payoutv1.RegisterPayoutServiceServer(g, s.api)
+	payoutv1.RegisterTopUpServiceServer(g, &ports.TopUpServer{Orders: s.orders})
+}
 
 // RegisterGateway implements svc.Service.
 func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return payoutv1.RegisterPayoutServiceHandlerClient(ctx, mux, payoutv1.NewPayoutServiceClient(conn))
+	if err := payoutv1.RegisterPayoutServiceHandlerClient(ctx, mux, payoutv1.NewPayoutServiceClient(conn)); err != nil {
+		return err
+	}
+	return payoutv1.RegisterTopUpServiceHandlerClient(ctx, mux, payoutv1.NewTopUpServiceClient(conn))
 }
 
 // Policy implements svc.Service (DESIGN §7): providers see and set up only
-// their own (checked in the handlers); payout operations are finance's.
+// their own, renters open only their own top-ups (checked in the
+// handlers); payout operations are finance's.
 func (s *Service) Policy() auth.Policy {
-	const p = "/gpubill.payout.v1.PayoutService/"
+	const p, tu = "/gpubill.payout.v1.PayoutService/", "/gpubill.payout.v1.TopUpService/"
 	own := []string{auth.RoleProvider, auth.RoleFinance, auth.RoleAdmin}
 	finance := []string{auth.RoleFinance, auth.RoleAdmin}
 	return auth.Policy{
@@ -277,6 +289,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "GetPayoutBatch":        finance,
 		p + "GetPayoutBatchFile":    finance,
 		p + "ImportBankFile":        finance,
+		tu + "CreateTopUp":          {auth.RoleRenter, auth.RoleFinance, auth.RoleAdmin},
 	}
 }
 

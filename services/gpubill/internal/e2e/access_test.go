@@ -121,6 +121,7 @@ var expectedAccess = func() map[string][]string {
 		po + "GetPayoutBatch":                                         staff,
 		po + "GetPayoutBatchFile":                                     staff,
 		po + "ImportBankFile":                                         staff,
+		"/gpubill.payout.v1.TopUpService/CreateTopUp":                 {"finance", "admin", "renter"},
 		st + "ListSettlementCycles":                                   read,
 		st + "GetSettlementCycle":                                     read,
 		st + "CloseSettlementCycle":                                   staff,

@@ -42,6 +42,7 @@ func FuzzSetRuleSelection(f *testing.F)     { fuzzRoute(f, "SetRuleSelection") }
 func FuzzRemitTax(f *testing.F)             { fuzzRoute(f, "RemitTax") }
 func FuzzCreateGpuModel(f *testing.F)       { fuzzRoute(f, "CreateGpuModel") }
 func FuzzImportBankFile(f *testing.F)       { fuzzRoute(f, "ImportBankFile") }
+func FuzzCreateTopUp(f *testing.F)          { fuzzRoute(f, "CreateTopUp") }
 
 func routeNamed(name string) route {
 	for _, r := range writeRoutes {

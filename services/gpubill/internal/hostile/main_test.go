@@ -12,12 +12,17 @@ package hostile
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +70,9 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		mainCleanups = append(mainCleanups, func() { os.RemoveAll(dataDir) })
+		if err := configureAlipay(dataDir); err != nil {
+			panic(err)
+		}
 		databaseURL = testkit.NewDatabase(mainTB{})
 		cfg := stack.Config{
 			Common: config.Common{
@@ -126,6 +134,39 @@ func seedParties() error {
 	for i := range writeRoutes {
 		if writeRoutes[i].name == "ReverseTransaction" {
 			writeRoutes[i].arg = seededTx
+		}
+	}
+	return nil
+}
+
+// configureAlipay turns the Alipay rail on for the stack with keys
+// generated into dir: top-up orders are signed locally (the gateway, never
+// reached by these tests, is a closed port).
+func configureAlipay(dir string) error {
+	app, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	platform, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&platform.PublicKey)
+	if err != nil {
+		return err
+	}
+	priv, pubFile := filepath.Join(dir, "alipay_app_private.pem"), filepath.Join(dir, "alipay_public.pem")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(app)}), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+		return err
+	}
+	for k, v := range map[string]string{"GPUBILL_ALIPAY_APP_ID": "2021000000000001", "GPUBILL_ALIPAY_PRIVATE_KEY_FILE": priv,
+		"GPUBILL_ALIPAY_PUBLIC_KEY_FILE": pubFile, "GPUBILL_ALIPAY_GATEWAY_URL": "http://127.0.0.1:1/gateway.do",
+		"GPUBILL_ALIPAY_NOTIFY_URL": "http://127.0.0.1:1/v1/rails/alipay/notify"} {
+		if err := os.Setenv(k, v); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -108,6 +108,11 @@ var writeRoutes = []route{
 	{name: "CreateGpuModel", method: "POST", path: "/v1/gpu-models", role: auth.RoleAdmin,
 		body:  `{"gpu_model":"HX_100","vendor":"nvidia","memory_gb":64,"display_name":"Hostile X100","aliases":["HX100","HX 100"]}`,
 		enums: []string{"vendor", "gpu_model"}},
+	// A renter's top-up on Alipay (configured in TestMain with generated
+	// keys: the order is signed, nothing is sent to the gateway).
+	{name: "CreateTopUp", method: "POST", path: "/v1/renters/%s/top-ups", param: "renter_id", arg: "r-001", role: auth.RoleFinance,
+		body:  `{"rail":"alipay","amount":"100.00","currency":"CNY","idempotency_key":"tu-h1"}`,
+		enums: []string{"rail", "currency"}, decimals: []string{"amount"}},
 	// A bank file in JSON (its XML in content): a pain.002 for a batch no
 	// one sent, answered with the entry reported, not applied.
 	{name: "ImportBankFile", method: "POST", path: "/v1/bank-files", role: auth.RoleFinance,

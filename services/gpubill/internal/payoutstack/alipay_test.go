@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
@@ -36,7 +40,8 @@ func alipayStack(t *testing.T) (*stack, *fakealipay.Gateway) {
 	}
 	t.Cleanup(g.Close)
 	st := newStack(t, payout.Config{AlipayOn: true, Alipay: alipay.Config{AppID: alipayAppID, PrivateKey: appKey,
-		PlatformKey: &g.PlatformKey.PublicKey, GatewayURL: g.URL, SellerID: g.SellerID}})
+		PlatformKey: &g.PlatformKey.PublicKey, GatewayURL: g.URL, SellerID: g.SellerID,
+		NotifyURL: "http://127.0.0.1:1/v1/rails/alipay/notify"}}) // the stack's address is known once it listens:
 	st.s.TestHooks().AlipayClient().Cfg.NotifyURL = "http://" + st.http + "/v1/rails/alipay/notify"
 	return st, g
 }
@@ -51,6 +56,58 @@ func (st *stack) alipaySetup(t *testing.T, provider, alipayID, name string) {
 		Type: "alipay", AlipayId: alipayID, AccountName: name}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// topUp is the answer of POST /v1/renters/{id}/top-ups.
+type topUp struct {
+	TopUpID  string `json:"top_up_id"`
+	RenterID string `json:"renter_id"`
+	Rail     string `json:"rail"`
+	Amount   string `json:"amount"`
+	PayURL   string `json:"pay_url"`
+}
+
+// renterPost posts body to path as renter sub.
+func (st *stack) renterPost(t *testing.T, sub, path, body string) (int, string) {
+	t.Helper()
+	tok, err := auth.Issue(st.secret, auth.RoleRenter, sub, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+st.http+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// openTopUp opens a renter's top-up through the REST API, as the renter;
+// the same idempotency key answers the same order.
+func (st *stack) openTopUp(t *testing.T, renter, body string) topUp {
+	t.Helper()
+	var got [2]topUp
+	for i := range got {
+		code, resp := st.renterPost(t, renter, "/v1/renters/"+renter+"/top-ups", body)
+		if err := json.Unmarshal([]byte(resp), &got[i]); code != http.StatusOK || err != nil {
+			t.Fatalf("POST top-ups: %d %s %v", code, resp, err)
+		}
+	}
+	if got[0].TopUpID == "" || got[0].TopUpID != got[1].TopUpID || got[0].RenterID != renter || got[0].Rail != "alipay" ||
+		!strings.HasPrefix(got[0].PayURL, "http") {
+		t.Fatalf("top-up answers %+v", got)
+	}
+	return got[0]
 }
 
 // notifications reads gpubill_rail_notifications_total for Alipay top-ups
@@ -142,13 +199,26 @@ func TestAlipayRailEndToEnd(t *testing.T) {
 	const renter = "r-alipay"
 	wallet := "renter:" + renter + ":wallet"
 	before := notifications(t)
-	payURL, outTradeNo, err := st.s.TestHooks().AlipayClient().PagePayURL(renter, decimal.RequireFromString("100.00"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := g.Pay(payURL)
+	top := st.openTopUp(t, renter, `{"rail":"alipay","amount":"100.00","currency":"CNY","idempotency_key":"k-1"}`)
+	outTradeNo := top.TopUpID
+	n, err := g.Pay(top.PayURL)
 	if err != nil || n.Err != nil || n.Answer != alipay.AnswerSuccess {
 		t.Fatalf("payment notification: %v %v answered %q", err, n.Err, n.Answer)
+	}
+	for _, tc := range []struct {
+		name, sub, path, body string
+		want                  int
+		wantIn                string
+	}{
+		{"another renter's", "r-other", "/v1/renters/" + renter + "/top-ups", `{"rail":"alipay","amount":"1.00","currency":"CNY","idempotency_key":"k"}`, http.StatusForbidden, ""},
+		{"a rail not configured", renter, "/v1/renters/" + renter + "/top-ups", `{"rail":"wechat","amount":"1.00","currency":"CNY","idempotency_key":"k"}`, http.StatusBadRequest, `"rail"`},
+		{"not CNY", renter, "/v1/renters/" + renter + "/top-ups", `{"rail":"alipay","amount":"1.00","currency":"USD","idempotency_key":"k"}`, http.StatusBadRequest, `"currency"`},
+		{"no key", renter, "/v1/renters/" + renter + "/top-ups", `{"rail":"alipay","amount":"1.00","currency":"CNY"}`, http.StatusBadRequest, `"idempotency_key"`},
+		{"nothing to pay", renter, "/v1/renters/" + renter + "/top-ups", `{"rail":"alipay","amount":"0","currency":"CNY","idempotency_key":"k"}`, http.StatusBadRequest, `"amount"`},
+	} {
+		if code, body := st.renterPost(t, tc.sub, tc.path, tc.body); code != tc.want || !strings.Contains(body, tc.wantIn) {
+			t.Errorf("top-up %s: %d %s, want %d naming %s", tc.name, code, body, tc.want, tc.wantIn)
+		}
 	}
 	st.mu.Lock()
 	st.deposits["CNY"] = st.deposits["CNY"].Add(decimal.RequireFromString("100.00"))

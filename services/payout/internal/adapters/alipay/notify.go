@@ -1,6 +1,7 @@
 package alipay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	ap "github.com/gpubill/gpubill/pkg/alipay"
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -120,4 +122,26 @@ func (n *Notifications) handle(r *http.Request) (string, []any, error) {
 	out, err := n.TopUps.Apply(r.Context(), app.TopUp{Rail: Name, PaymentID: form.Get("trade_no"), RenterID: renter, Currency: ap.Currency,
 		Amount: amount, NotificationKey: form.Get("notify_id")})
 	return out, attrs, err
+}
+
+// Checkout is Alipay as a top-up rail: the renter pays a computer-website
+// payment order (alipay.trade.page.pay) whose notification comes back to
+// NotifyPath.
+type Checkout struct {
+	C     *ap.Client
+	Clock clock.Clock
+}
+
+var _ app.Checkout = Checkout{}
+
+// Order implements app.Checkout: the signed page-pay URL on the gateway.
+func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (string, time.Time, error) {
+	if currency != ap.Currency {
+		return "", time.Time{}, apperr.Invalid("currency", "Alipay top-ups are in %s, not %s", ap.Currency, currency)
+	}
+	u, _, err := ch.C.PagePayURL(renterID, amount, orderID)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return u, ch.Clock.Now().Add(ap.PagePayTimeout), nil
 }

@@ -1,0 +1,105 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
+)
+
+// Checkout is a rail renters top up on: it makes the rail's payment order
+// for a renter (the renter's id travels with it and comes back in the
+// rail's signed payment notification, which TopUps.Apply deposits).
+type Checkout interface {
+	// Order makes order orderID for amount in currency and answers where
+	// the renter pays it and when the rail closes it unpaid. A currency
+	// the rail does not take is an *apperr.InvalidError.
+	Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (payURL string, expires time.Time, err error)
+}
+
+// TopUpOrder is a top-up a renter opened.
+type TopUpOrder struct {
+	ID, RenterID, Rail, Currency, PayURL string
+	Amount                               decimal.Decimal
+	ExpiresAt                            time.Time
+}
+
+// TopUpOrderInput is a renter's request to top up.
+type TopUpOrderInput struct {
+	RenterID, Rail, Amount, Currency, IdempotencyKey string
+}
+
+// topUpKeyLenMax bounds an idempotency key.
+const topUpKeyLenMax = 128
+
+// TopUpOrders opens renters' top-ups on the configured rails. Nothing is
+// stored: the order number is derived from the renter and the idempotency
+// key, so the same key answers the same order, which the rail pays once;
+// the deposit comes from the rail's notification.
+type TopUpOrders struct {
+	Rails map[string]Checkout // by rail name; only the rails configured for top-ups
+}
+
+// Configured lists the rails top-ups may use.
+func (o *TopUpOrders) Configured() []string {
+	out := make([]string, 0, len(o.Rails))
+	for n := range o.Rails {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TopUpOrderID is the order number of a renter's top-up under an
+// idempotency key: "tu" and 30 hex digits of SHA-256 over both (32
+// characters: within every rail's merchant order number).
+func TopUpOrderID(renterID, key string) string {
+	h := sha256.Sum256([]byte(renterID + "\x00" + key))
+	return "tu" + hex.EncodeToString(h[:15])
+}
+
+// Create validates the request and makes the rail's order.
+func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrder, error) {
+	var v apperr.Validator
+	if err := ids.CheckPartyID(in.RenterID); err != nil {
+		v.Add("renter_id", "%s", err.Error())
+	}
+	rail, ok := o.Rails[in.Rail]
+	if !ok {
+		configured := strings.Join(o.Configured(), ", ")
+		if configured == "" {
+			configured = "none is configured"
+		}
+		v.Add("rail", "want a top-up rail: %s", configured)
+	}
+	key := strings.TrimSpace(in.IdempotencyKey)
+	if key == "" || len(key) > topUpKeyLenMax {
+		v.Add("idempotency_key", "required, at most %d characters", topUpKeyLenMax)
+	}
+	var amount decimal.Decimal
+	cur, err := money.Lookup(in.Currency)
+	if err != nil {
+		v.Add("currency", "%s", err.Error())
+	} else if amount, err = cur.Parse(in.Amount); err != nil {
+		v.Add("amount", "%s", err.Error())
+	} else if !amount.IsPositive() {
+		v.Add("amount", "%s must be positive", in.Amount)
+	}
+	if err := v.Err(); err != nil {
+		return TopUpOrder{}, err
+	}
+	t := TopUpOrder{ID: TopUpOrderID(in.RenterID, key), RenterID: in.RenterID, Rail: in.Rail, Currency: cur.Code, Amount: amount}
+	if t.PayURL, t.ExpiresAt, err = rail.Order(ctx, t.RenterID, t.Amount, t.Currency, t.ID); err != nil {
+		return TopUpOrder{}, fmt.Errorf("top-up %s on %s: %w", t.ID, t.Rail, err)
+	}
+	return t, nil
+}
