@@ -6,6 +6,9 @@
 //	Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body))
 //	Gpubill-Event-Id:  the event's id (a receiver applies each id once)
 //
+// While a secret is being rotated the delivery carries one signature per
+// secret, comma-separated, the new one first ("v1=<new>,v1=<previous>"); a
+// receiver accepts the delivery if one of them is its secret's (Verify).
 // A receiver recomputes the signature and refuses a stale timestamp (replay).
 package webhook
 
@@ -18,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -37,14 +41,42 @@ func Sign(secret []byte, ts int64, body []byte) string {
 	return "v1=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Verify reports whether sig is body's signature at ts, in constant time.
+// Verify reports whether sig — one signature, or several comma-separated
+// during a rotation — holds body's signature at ts with secret, comparing
+// in constant time.
 func Verify(secret []byte, ts int64, body []byte, sig string) bool {
-	return hmac.Equal([]byte(Sign(secret, ts, body)), []byte(sig))
+	want := []byte(Sign(secret, ts, body))
+	ok := false
+	for _, s := range strings.Split(sig, ",") {
+		if hmac.Equal(want, []byte(strings.TrimSpace(s))) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// SignAll is the Gpubill-Signature of body sent at ts with every secret,
+// in order.
+func SignAll(secrets [][]byte, ts int64, body []byte) string {
+	sigs := make([]string, len(secrets))
+	for i, s := range secrets {
+		sigs[i] = Sign(s, ts, body)
+	}
+	return strings.Join(sigs, ",")
 }
 
 // Post sends one signed delivery and waits at most timeout. It answers the
 // receiver's status code; anything but a 2xx is an error.
 func Post(ctx context.Context, client *http.Client, url string, secret []byte, ts int64, eventID string, body []byte, timeout time.Duration) (int, error) {
+	return PostSigned(ctx, client, url, [][]byte{secret}, ts, eventID, body, timeout)
+}
+
+// PostSigned is Post signing with each of secrets (a rotation: the new
+// secret first, then the previous one).
+func PostSigned(ctx context.Context, client *http.Client, url string, secrets [][]byte, ts int64, eventID string, body []byte, timeout time.Duration) (int, error) {
+	if len(secrets) == 0 {
+		return 0, fmt.Errorf("webhook to %s: no secret to sign with", url)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -53,7 +85,7 @@ func Post(ctx context.Context, client *http.Client, url string, secret []byte, t
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, Sign(secret, ts, body))
+	req.Header.Set(HeaderSignature, SignAll(secrets, ts, body))
 	req.Header.Set(HeaderEventID, eventID)
 	resp, err := client.Do(req)
 	if err != nil {

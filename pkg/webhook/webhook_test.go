@@ -68,3 +68,26 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 		}
 	}
 }
+
+// During a rotation a delivery carries both signatures: a receiver with the
+// new secret and one still on the previous secret both accept it, anyone
+// else refuses it; a lone signature still verifies as before.
+func TestRotationSignsWithBothSecrets(t *testing.T) {
+	newS, oldS, other := []byte("new-secret-0123456789"), []byte("old-secret-0123456789"), []byte("other-secret-012345678")
+	body := []byte(`{"payout_id":"po-1"}`)
+	sig := webhook.SignAll([][]byte{newS, oldS}, 1700000000, body)
+	if want := webhook.Sign(newS, 1700000000, body) + "," + webhook.Sign(oldS, 1700000000, body); sig != want {
+		t.Fatalf("SignAll = %s, want %s", sig, want)
+	}
+	for _, s := range [][]byte{newS, oldS} {
+		if !webhook.Verify(s, 1700000000, body, sig) {
+			t.Errorf("Verify(%s) refused the rotation header", s)
+		}
+	}
+	if webhook.Verify(other, 1700000000, body, sig) || webhook.Verify(newS, 1700000001, body, sig) {
+		t.Error("Verify accepted another secret or timestamp")
+	}
+	if !webhook.Verify(newS, 1700000000, body, webhook.Sign(newS, 1700000000, body)) {
+		t.Error("Verify of a single signature changed")
+	}
+}

@@ -77,6 +77,16 @@ type Config struct {
 	// are served (else they go to the sandbox and nothing is served).
 	Alipay   alipaypkg.Config
 	AlipayOn bool
+	// Webhook secrets are sealed at rest with WebhookKey (32 bytes) when
+	// set (tests); else with the key adapters.LoadWebhookKey finds: the
+	// file WebhookKeyFile (GPUBILL_WEBHOOK_KEY_FILE), else HKDF-SHA256 of
+	// WebhookKeySecret (GPUBILL_WEBHOOK_KEY), else DataDir/webhook.key,
+	// generated on first start (the composition roots set DataDir to
+	// GPUBILL_DATA_DIR).
+	WebhookKey       []byte
+	WebhookKeyFile   string
+	WebhookKeySecret string
+	DataDir          string
 }
 
 // Rails of bank payouts.
@@ -135,6 +145,7 @@ func ConfigFromEnv() (Config, error) {
 		}
 	}
 	c.BankRail = os.Getenv("GPUBILL_PAYOUT_RAIL_BANK")
+	c.WebhookKeyFile, c.WebhookKeySecret = os.Getenv("GPUBILL_WEBHOOK_KEY_FILE"), os.Getenv("GPUBILL_WEBHOOK_KEY")
 	if c.Bank, err = bankConfigFromEnv(); err != nil {
 		return c, err
 	}
@@ -203,7 +214,19 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			return nil, err
 		}
 	}
-	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &adapters.PayoutCache{Pool: d.Pool, Log: d.Log}}
+	box, err := webhookBox(cfg, d.Log)
+	if err != nil {
+		return nil, err
+	}
+	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &adapters.PayoutCache{Pool: d.Pool, Log: d.Log}, Box: box}
+	if n, err := st.SealLegacySecrets(ctx); err != nil {
+		return nil, fmt.Errorf("seal webhook secrets: %w", err)
+	} else if n > 0 {
+		d.Log.Info("webhook secrets sealed", "webhooks", n, "key_id", box.KeyID)
+	}
+	if err := st.CheckWebhookKey(ctx); err != nil {
+		return nil, err
+	}
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
 	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
@@ -242,6 +265,23 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
+}
+
+// webhookBox is the box webhook secrets are sealed with.
+func webhookBox(cfg Config, log *slog.Logger) (*adapters.SecretBox, error) {
+	key, source := cfg.WebhookKey, "Config.WebhookKey"
+	if key == nil {
+		var err error
+		if key, source, err = adapters.LoadWebhookKey(cfg.WebhookKeyFile, cfg.WebhookKeySecret, cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	box, err := adapters.NewSecretBox(key)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("webhook secrets sealed with", "key_source", source, "key_id", box.KeyID)
+	return box, nil
 }
 
 // Name implements svc.Service.
@@ -284,6 +324,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "HoldProviderPayouts":   finance,
 		p + "CreateWebhook":         own,
 		p + "ListWebhooks":          own,
+		p + "RotateWebhookSecret":   own,
 		p + "ListWebhookDeliveries": own,
 		p + "ListPayoutBatches":     finance,
 		p + "GetPayoutBatch":        finance,

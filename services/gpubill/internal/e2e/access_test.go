@@ -116,6 +116,7 @@ var expectedAccess = func() map[string][]string {
 		po + "HoldProviderPayouts":                                    staff,
 		po + "CreateWebhook":                                          {"finance", "admin", "provider"},
 		po + "ListWebhooks":                                           {"finance", "admin", "provider"},
+		po + "RotateWebhookSecret":                                    {"finance", "admin", "provider"},
 		po + "ListWebhookDeliveries":                                  {"finance", "admin", "provider"},
 		po + "ListPayoutBatches":                                      staff,
 		po + "GetPayoutBatch":                                         staff,

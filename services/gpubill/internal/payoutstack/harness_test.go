@@ -123,6 +123,9 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 	if cfg.SandboxLatency == 0 {
 		cfg.SandboxLatency, cfg.SandboxReturnAfter = time.Second, time.Second
 	}
+	if cfg.WebhookKey == nil && cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir() // webhook.key made on first start
+	}
 	queue := testkit.Name("payout")
 	ps, err := payout.New(ctx, d, tc, queue, cfg)
 	if err != nil {

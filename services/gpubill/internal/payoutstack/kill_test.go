@@ -32,6 +32,7 @@ const (
 	helperGRPCEnv     = "GPUBILL_PAYOUT_HELPER_GRPC"
 	helperSecretEnv   = "GPUBILL_PAYOUT_HELPER_SECRET"
 	helperQueueEnv    = "GPUBILL_PAYOUT_HELPER_QUEUE"
+	helperDataDirEnv  = "GPUBILL_PAYOUT_HELPER_DATA_DIR" // its webhook key: the stack's
 )
 
 // TestHelperPayoutWorker is the worker process SIGKILLed by
@@ -61,7 +62,8 @@ func TestHelperPayoutWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.System{}, Calendar: cycles.Default(), Internal: internal}
-	s, err := payout.New(ctx, d, tc, os.Getenv(helperQueueEnv), payout.Config{Timing: testTiming, SandboxLatency: time.Second, SandboxReturnAfter: time.Second})
+	s, err := payout.New(ctx, d, tc, os.Getenv(helperQueueEnv), payout.Config{Timing: testTiming, SandboxLatency: time.Second, SandboxReturnAfter: time.Second,
+		DataDir: os.Getenv(helperDataDirEnv)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestPayoutWorkerSIGKILLedAfterSubmission(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperPayoutWorker$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperDSNEnv+"="+st.dsn, helperTemporalEnv+"="+temporalOnce.addr,
-		helperGRPCEnv+"="+st.grpcAddr, helperSecretEnv+"="+string(st.secret), helperQueueEnv+"="+st.queue)
+		helperGRPCEnv+"="+st.grpcAddr, helperSecretEnv+"="+string(st.secret), helperQueueEnv+"="+st.queue, helperDataDirEnv+"="+st.cfg.DataDir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Commission: st.commission, Internal: internal, Streams: st.streams}
-	services, err := newServices(ctx, deps, tc, st.lease)
+	services, err := newServices(ctx, deps, tc, st.lease, cfg.DataDir)
 	if err != nil {
 		gl.Close()
 		return nil, err
@@ -297,7 +297,7 @@ func (s *Stack) run(runCtx context.Context, services []svc.Service, lg *slog.Log
 	}
 }
 
-func newServices(ctx context.Context, d svc.Deps, tc client.Client, lease ledger.LeaseControlConfig) ([]svc.Service, error) {
+func newServices(ctx context.Context, d svc.Deps, tc client.Client, lease ledger.LeaseControlConfig, dataDir string) ([]svc.Service, error) {
 	// Producers first, so the streams a consumer attaches to already exist.
 	ctors := []struct {
 		name string
@@ -312,6 +312,7 @@ func newServices(ctx context.Context, d svc.Deps, tc client.Client, lease ledger
 			if err != nil {
 				return nil, err
 			}
+			pc.DataDir = dataDir // webhook.key, when no GPUBILL_WEBHOOK_KEY_FILE / GPUBILL_WEBHOOK_KEY
 			return payout.New(ctx, d, tc, payout.TaskQueueDefault, pc)
 		}},
 		{"settlement", func() (svc.Service, error) { return settlement.New(ctx, d, tc, settlementQueue) }},

@@ -33,6 +33,8 @@ type Store struct {
 	Event func(p domain.Payout, from string, c domain.Change) (outbox.Message, error)
 	// Cache, when set, serves PollPayout.
 	Cache *PayoutCache
+	// Box seals and opens webhook secrets.
+	Box *SecretBox
 }
 
 // Tx runs fn in a transaction.

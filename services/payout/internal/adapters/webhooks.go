@@ -2,38 +2,151 @@ package adapters
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
+
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// CreateWebhook stores a subscription.
+// CreateWebhook stores a subscription, its secret sealed.
 func (s *Store) CreateWebhook(ctx context.Context, w domain.Webhook) error {
-	_, err := s.Pool.Exec(ctx, `insert into payout.webhooks (webhook_id, provider_id, url, secret, created_at) values ($1, $2, $3, $4, $5)`,
-		w.ID, w.ProviderID, w.URL, w.Secret, w.CreatedAt)
+	sealed, err := s.Box.Seal(w.ID, slotCurrent, w.Secret)
+	if err != nil {
+		return err
+	}
+	_, err = s.Pool.Exec(ctx, `insert into payout.webhooks (webhook_id, provider_id, url, secret_sealed, secret_key_id, created_at)
+		values ($1, $2, $3, $4, $5, $6)`, w.ID, w.ProviderID, w.URL, sealed, s.Box.KeyID, w.CreatedAt)
 	return err
+}
+
+const webhookCols = `webhook_id, provider_id, url, secret_sealed, created_at, secret_rotated_at, previous_secret_until`
+
+// scanWebhook reads a webhook and opens its current secret.
+func (s *Store) scanWebhook(r pgx.CollectableRow) (domain.Webhook, error) {
+	var w domain.Webhook
+	var sealed []byte
+	if err := r.Scan(&w.ID, &w.ProviderID, &w.URL, &sealed, &w.CreatedAt, &w.RotatedAt, &w.PreviousUntil); err != nil {
+		return w, err
+	}
+	var err error
+	if w.Secret, err = s.Box.Open(w.ID, slotCurrent, sealed); err != nil {
+		return w, fmt.Errorf("webhook %s: %w", w.ID, err)
+	}
+	return w, nil
 }
 
 // ListWebhooks lists a provider's subscriptions.
 func (s *Store) ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error) {
-	rows, err := s.Pool.Query(ctx, `select webhook_id, provider_id, url, secret, created_at from payout.webhooks where provider_id = $1 order by created_at`, provider)
+	rows, err := s.Pool.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 order by created_at`, provider)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Webhook, error) {
-		var w domain.Webhook
-		return w, r.Scan(&w.ID, &w.ProviderID, &w.URL, &w.Secret, &w.CreatedAt)
-	})
+	return pgx.CollectRows(rows, s.scanWebhook)
 }
 
-const deliveryCols = `d.delivery_id, d.webhook_id, d.event_id, d.payout_id, w.url, w.secret, d.payload, d.status, d.attempts,
+// RotateWebhookSecret replaces a provider's webhook's secret; the one it
+// replaces keeps signing deliveries until previousUntil (no later than
+// now: dropped at once). A previous secret still in its grace period is
+// dropped. ErrNotFound when the provider has no such webhook.
+func (s *Store) RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error) {
+	var w domain.Webhook
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		var sealed []byte
+		err := tx.QueryRow(ctx, `select secret_sealed from payout.webhooks where webhook_id = $1 and provider_id = $2 for update`, id, provider).Scan(&sealed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("webhook %s of %s: %w", id, provider, apperr.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		old, err := s.Box.Open(id, slotCurrent, sealed)
+		if err != nil {
+			return fmt.Errorf("webhook %s: %w", id, err)
+		}
+		cur, err := s.Box.Seal(id, slotCurrent, secret)
+		if err != nil {
+			return err
+		}
+		var prev []byte
+		var until *time.Time
+		if previousUntil.After(now) {
+			if prev, err = s.Box.Seal(id, slotPrevious, old); err != nil {
+				return err
+			}
+			until = &previousUntil
+		}
+		rows, err := tx.Query(ctx, `update payout.webhooks set secret_sealed = $3, secret_key_id = $4, secret_rotated_at = $5,
+			previous_secret_sealed = $6, previous_secret_until = $7 where webhook_id = $1 and provider_id = $2 returning `+webhookCols,
+			id, provider, cur, s.Box.KeyID, now, prev, until)
+		if err != nil {
+			return err
+		}
+		w, err = pgx.CollectExactlyOneRow(rows, s.scanWebhook)
+		return err
+	})
+	return w, err
+}
+
+// SealLegacySecrets seals the plaintext secrets of webhooks made before
+// secrets were sealed (migration 0008) and clears them; it reports how many.
+func (s *Store) SealLegacySecrets(ctx context.Context) (int, error) {
+	n := 0
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `select webhook_id, secret from payout.webhooks where secret is not null for update`)
+		if err != nil {
+			return err
+		}
+		type legacy struct{ id, secret string }
+		ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (legacy, error) {
+			var l legacy
+			return l, r.Scan(&l.id, &l.secret)
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			sealed, err := s.Box.Seal(l.id, slotCurrent, l.secret)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `update payout.webhooks set secret = null, secret_sealed = $2, secret_key_id = $3 where webhook_id = $1`,
+				l.id, sealed, s.Box.KeyID); err != nil {
+				return err
+			}
+		}
+		n = len(ls)
+		return nil
+	})
+	return n, err
+}
+
+// CheckWebhookKey refuses a key other than the one that sealed the stored
+// secrets (they would not open: no delivery could be signed).
+func (s *Store) CheckWebhookKey(ctx context.Context) error {
+	var n int
+	var others []string
+	if err := s.Pool.QueryRow(ctx, `select count(*), coalesce(array_agg(distinct secret_key_id) filter (where secret_key_id is not null), '{}')
+		from payout.webhooks where secret_sealed is not null and secret_key_id is distinct from $1`, s.Box.KeyID).Scan(&n, &others); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%d webhook secrets were sealed with webhook key %v, not the configured key %s: start with the key that sealed them "+
+			"(GPUBILL_WEBHOOK_KEY_FILE, GPUBILL_WEBHOOK_KEY or the data dir's webhook.key)", n, others, s.Box.KeyID)
+	}
+	return nil
+}
+
+const deliveryCols = `d.delivery_id, d.webhook_id, d.event_id, d.payout_id, w.url, d.payload, d.status, d.attempts,
 	d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at`
 
 func scanDelivery(r pgx.CollectableRow) (domain.Delivery, error) {
 	var d domain.Delivery
-	return d, r.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Secret, &d.Payload, &d.Status, &d.Attempts,
+	return d, r.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Payload, &d.Status, &d.Attempts,
 		&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt)
 }
 
@@ -49,18 +162,37 @@ func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, li
 
 // ClaimDeliveries takes up to limit due deliveries, oldest first, and
 // leases them until now+lease (another process skips them meanwhile; a
-// crash mid-send makes them due again after the lease).
+// crash mid-send makes them due again after the lease). Each comes with
+// its webhook's secret, and the previous one while a rotation's grace
+// period lasts; a secret that does not open is named in SecretErr.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error) {
 	rows, err := s.Pool.Query(ctx, `with due as (
 			select delivery_id from payout.webhook_deliveries where status = 'pending' and next_attempt_at <= $1
 			order by next_attempt_at limit $3 for update skip locked)
 		update payout.webhook_deliveries d set next_attempt_at = $2 from due, payout.webhooks w
 		where d.delivery_id = due.delivery_id and w.webhook_id = d.webhook_id
-		returning `+deliveryCols, now, now.Add(lease), limit)
+		returning `+deliveryCols+`, w.secret_sealed, case when w.previous_secret_until > $1 then w.previous_secret_sealed end`,
+		now, now.Add(lease), limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, scanDelivery)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Delivery, error) {
+		var d domain.Delivery
+		var cur, prev []byte
+		if err := r.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Payload, &d.Status, &d.Attempts,
+			&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt, &cur, &prev); err != nil {
+			return d, err
+		}
+		var err error
+		if d.Secret, err = s.Box.Open(d.WebhookID, slotCurrent, cur); err != nil {
+			d.SecretErr = err.Error()
+		} else if prev != nil {
+			if d.PreviousSecret, err = s.Box.Open(d.WebhookID, slotPrevious, prev); err != nil {
+				d.SecretErr = err.Error()
+			}
+		}
+		return d, nil
+	})
 }
 
 // FinishDelivery records one attempt: delivered, retry at next, or given up (failed).

@@ -39,6 +39,7 @@ type Store interface {
 
 	CreateWebhook(ctx context.Context, w domain.Webhook) error
 	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
+	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)
 	ListDeliveries(ctx context.Context, provider, webhook string, limit int) ([]domain.Delivery, error)
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error)
 	FinishDelivery(ctx context.Context, id int64, status string, code int, errText string, next, at time.Time) error

@@ -57,9 +57,14 @@ type WebhookEvent struct {
 }
 
 // Webhook is a provider's subscription to its payout status changes.
+// Secret is in plaintext only in memory (stored sealed).
 type Webhook struct {
 	ID, ProviderID, URL, Secret string
 	CreatedAt                   time.Time
+	RotatedAt                   *time.Time // the last rotation of the secret
+	// PreviousUntil is when the secret a rotation replaced stops signing
+	// deliveries (nil: no previous secret).
+	PreviousUntil *time.Time
 }
 
 // Delivery is one status change sent (or being sent) to one webhook.
@@ -67,12 +72,18 @@ type Delivery struct {
 	ID                           int64
 	WebhookID, EventID, PayoutID string
 	URL, Secret                  string
-	Payload                      []byte
-	Status                       string
-	Attempts, LastStatusCode     int
-	LastError                    string
-	NextAttemptAt, CreatedAt     time.Time
-	DeliveredAt                  *time.Time
+	// PreviousSecret also signs the delivery while a rotation's grace
+	// period lasts ("" otherwise).
+	PreviousSecret string
+	// SecretErr says why the secrets could not be opened ("" when they
+	// were): the delivery is not sent and the attempt records it.
+	SecretErr                string
+	Payload                  []byte
+	Status                   string
+	Attempts, LastStatusCode int
+	LastError                string
+	NextAttemptAt, CreatedAt time.Time
+	DeliveredAt              *time.Time
 }
 
 // LedgerTransfer is one ledger transaction of a payout's step: Debit and

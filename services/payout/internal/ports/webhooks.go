@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -34,6 +35,8 @@ const (
 	webhooksPerProvider  = 10
 	deliveryPageMax      = 200
 	deliveryErrorLenMax  = 200
+	webhookGraceDefault  = 24 * time.Hour     // a rotated-out secret signs beside the new one
+	webhookGraceMax      = 7 * 24 * time.Hour // the longest grace period asked for
 )
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
@@ -77,6 +80,9 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 	}
 	for _, dl := range ds {
 		code, sendErr := d.send(ctx, dl)
+		if dl.SecretErr != "" {
+			d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
+		}
 		now := d.Clock.Now()
 		status, errText, next := "delivered", "", now
 		if sendErr != nil {
@@ -104,12 +110,28 @@ func (d *Deliverer) backoff(attempt int) time.Duration {
 	return webhook.Backoff(first, deliveryBackoffMax, attempt)
 }
 
+// send posts one delivery, signed with the webhook's secret and, during a
+// rotation's grace period, the previous one too.
 func (d *Deliverer) send(ctx context.Context, dl domain.Delivery) (int, error) {
-	return webhook.Post(ctx, d.HTTP, dl.URL, []byte(dl.Secret), d.Clock.Now().Unix(), dl.EventID, dl.Payload, deliveryTimeout)
+	if dl.SecretErr != "" {
+		return 0, errors.New(dl.SecretErr)
+	}
+	secrets := [][]byte{[]byte(dl.Secret)}
+	if dl.PreviousSecret != "" {
+		secrets = append(secrets, []byte(dl.PreviousSecret))
+	}
+	return webhook.PostSigned(ctx, d.HTTP, dl.URL, secrets, d.Clock.Now().Unix(), dl.EventID, dl.Payload, deliveryTimeout)
 }
 
 func webhookProto(w domain.Webhook) *payoutv1.Webhook {
-	return &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: domain.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
+	out := &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: domain.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
+	if w.RotatedAt != nil {
+		out.SecretRotatedAt = timestamppb.New(*w.RotatedAt)
+	}
+	if w.PreviousUntil != nil {
+		out.PreviousSecretExpiresAt = timestamppb.New(*w.PreviousUntil)
+	}
+	return out
 }
 
 // CreateWebhook implements PayoutService.
@@ -139,6 +161,42 @@ func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookR
 	}
 	return &payoutv1.CreateWebhookResponse{Webhook: webhookProto(w)}, nil
 }
+
+// RotateWebhookSecret implements PayoutService: a new secret, the previous
+// one signing beside it for the grace period.
+func (s *Server) RotateWebhookSecret(ctx context.Context, req *payoutv1.RotateWebhookSecretRequest) (*payoutv1.RotateWebhookSecretResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	v.Check(req.ProviderId != "", "provider_id", "required")
+	v.Check(req.WebhookId != "", "webhook_id", "required")
+	v.Check(len(req.Secret) >= webhookSecretLenMin, "secret", "at least 16 characters")
+	grace := s.rotationGrace(ctx)
+	if g := req.GracePeriod; g != nil {
+		d := g.AsDuration()
+		switch {
+		case !g.IsValid() || d < 0:
+			v.Add("grace_period", "want a duration of 0s or more")
+		case d > webhookGraceMax:
+			v.Add("grace_period", "at most %s", webhookGraceMax)
+		default:
+			grace = d
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	now := s.Clock.Now()
+	w, err := s.Store.RotateWebhookSecret(ctx, req.ProviderId, req.WebhookId, req.Secret, now, now.Add(grace))
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.RotateWebhookSecretResponse{Webhook: webhookProto(w)}, nil
+}
+
+// rotationGrace is how long a rotated-out secret keeps signing by default.
+func (s *Server) rotationGrace(context.Context) time.Duration { return webhookGraceDefault }
 
 // ListWebhooks implements PayoutService.
 func (s *Server) ListWebhooks(ctx context.Context, req *payoutv1.ListWebhooksRequest) (*payoutv1.ListWebhooksResponse, error) {

@@ -16,6 +16,7 @@ import (
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1448,14 +1449,18 @@ func (x *PutKycResponse) GetKyc() *Kyc {
 }
 
 type Webhook struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WebhookId     string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
-	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
-	Secret        string                 `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"` // masked in every answer
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	WebhookId       string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	ProviderId      string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Url             string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Secret          string                 `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"` // masked in every answer; stored encrypted
+	CreatedAt       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	SecretRotatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=secret_rotated_at,json=secretRotatedAt,proto3" json:"secret_rotated_at,omitempty"` // unset until the first rotation
+	// Until then deliveries are also signed with the previous secret; unset
+	// when there is none.
+	PreviousSecretExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *Webhook) Reset() {
@@ -1519,6 +1524,20 @@ func (x *Webhook) GetSecret() string {
 func (x *Webhook) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Webhook) GetSecretRotatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SecretRotatedAt
+	}
+	return nil
+}
+
+func (x *Webhook) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSecretExpiresAt
 	}
 	return nil
 }
@@ -1627,6 +1646,118 @@ func (x *CreateWebhookResponse) GetWebhook() *Webhook {
 	return nil
 }
 
+type RotateWebhookSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	WebhookId     string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	Secret        string                 `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"` // at least 16 characters
+	GracePeriod   *durationpb.Duration   `protobuf:"bytes,4,opt,name=grace_period,json=gracePeriod,proto3" json:"grace_period,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretRequest) Reset() {
+	*x = RotateWebhookSecretRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretRequest) ProtoMessage() {}
+
+func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RotateWebhookSecretRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *RotateWebhookSecretRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *RotateWebhookSecretRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *RotateWebhookSecretRequest) GetGracePeriod() *durationpb.Duration {
+	if x != nil {
+		return x.GracePeriod
+	}
+	return nil
+}
+
+type RotateWebhookSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretResponse) Reset() {
+	*x = RotateWebhookSecretResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretResponse) ProtoMessage() {}
+
+func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RotateWebhookSecretResponse) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
 type ListWebhooksRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
@@ -1636,7 +1767,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1779,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1792,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListWebhooksRequest) GetProviderId() string {
@@ -1680,7 +1811,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1823,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1836,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -1735,7 +1866,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1878,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1891,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WebhookDelivery) GetDeliveryId() string {
@@ -1851,7 +1982,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1994,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2007,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetProviderId() string {
@@ -1909,7 +2040,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2052,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2065,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -1954,7 +2085,7 @@ type ListPayoutBatchesRequest struct {
 
 func (x *ListPayoutBatchesRequest) Reset() {
 	*x = ListPayoutBatchesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2097,7 @@ func (x *ListPayoutBatchesRequest) String() string {
 func (*ListPayoutBatchesRequest) ProtoMessage() {}
 
 func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2110,7 @@ func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
@@ -2006,7 +2137,7 @@ type ListPayoutBatchesResponse struct {
 
 func (x *ListPayoutBatchesResponse) Reset() {
 	*x = ListPayoutBatchesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2149,7 @@ func (x *ListPayoutBatchesResponse) String() string {
 func (*ListPayoutBatchesResponse) ProtoMessage() {}
 
 func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2162,7 @@ func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
@@ -2060,7 +2191,7 @@ type PayoutBatchTotal struct {
 
 func (x *PayoutBatchTotal) Reset() {
 	*x = PayoutBatchTotal{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2203,7 @@ func (x *PayoutBatchTotal) String() string {
 func (*PayoutBatchTotal) ProtoMessage() {}
 
 func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2216,7 @@ func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
 func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PayoutBatchTotal) GetCurrency() string {
@@ -2129,7 +2260,7 @@ type PayoutBatch struct {
 
 func (x *PayoutBatch) Reset() {
 	*x = PayoutBatch{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2272,7 @@ func (x *PayoutBatch) String() string {
 func (*PayoutBatch) ProtoMessage() {}
 
 func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2285,7 @@ func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
 func (*PayoutBatch) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PayoutBatch) GetBatchId() string {
@@ -2236,7 +2367,7 @@ type GetPayoutBatchRequest struct {
 
 func (x *GetPayoutBatchRequest) Reset() {
 	*x = GetPayoutBatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2379,7 @@ func (x *GetPayoutBatchRequest) String() string {
 func (*GetPayoutBatchRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2392,7 @@ func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPayoutBatchRequest) GetBatchId() string {
@@ -2280,7 +2411,7 @@ type GetPayoutBatchResponse struct {
 
 func (x *GetPayoutBatchResponse) Reset() {
 	*x = GetPayoutBatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2423,7 @@ func (x *GetPayoutBatchResponse) String() string {
 func (*GetPayoutBatchResponse) ProtoMessage() {}
 
 func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2436,7 @@ func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
@@ -2324,7 +2455,7 @@ type GetPayoutBatchFileRequest struct {
 
 func (x *GetPayoutBatchFileRequest) Reset() {
 	*x = GetPayoutBatchFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2467,7 @@ func (x *GetPayoutBatchFileRequest) String() string {
 func (*GetPayoutBatchFileRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2480,7 @@ func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPayoutBatchFileRequest) GetBatchId() string {
@@ -2369,7 +2500,7 @@ type ImportBankFileRequest struct {
 
 func (x *ImportBankFileRequest) Reset() {
 	*x = ImportBankFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2512,7 @@ func (x *ImportBankFileRequest) String() string {
 func (*ImportBankFileRequest) ProtoMessage() {}
 
 func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2525,7 @@ func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
 func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImportBankFileRequest) GetContent() string {
@@ -2428,7 +2559,7 @@ type BankFileEntry struct {
 
 func (x *BankFileEntry) Reset() {
 	*x = BankFileEntry{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2571,7 @@ func (x *BankFileEntry) String() string {
 func (*BankFileEntry) ProtoMessage() {}
 
 func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2584,7 @@ func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
 func (*BankFileEntry) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BankFileEntry) GetElement() string {
@@ -2522,7 +2653,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2665,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2678,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -2617,7 +2748,7 @@ var File_gpubill_payout_v1_payout_proto protoreflect.FileDescriptor
 
 const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\n" +
-	"\x1egpubill/payout/v1/payout.proto\x12\x11gpubill.payout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
+	"\x1egpubill/payout/v1/payout.proto\x12\x11gpubill.payout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
 	"\x12PayoutStatusChange\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -2735,7 +2866,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1c\n" +
 	"\treference\x18\x03 \x01(\tR\treference\":\n" +
 	"\x0ePutKycResponse\x12(\n" +
-	"\x03kyc\x18\x01 \x01(\v2\x16.gpubill.payout.v1.KycR\x03kyc\"\xae\x01\n" +
+	"\x03kyc\x18\x01 \x01(\v2\x16.gpubill.payout.v1.KycR\x03kyc\"\xcf\x02\n" +
 	"\aWebhook\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x1f\n" +
@@ -2744,13 +2875,24 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x04 \x01(\tR\x06secret\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"a\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12F\n" +
+	"\x11secret_rotated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fsecretRotatedAt\x12W\n" +
+	"\x1aprevious_secret_expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\"a\n" +
 	"\x14CreateWebhookRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\"M\n" +
 	"\x15CreateWebhookResponse\x124\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1a.gpubill.payout.v1.WebhookR\awebhook\"\xb2\x01\n" +
+	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\x12<\n" +
+	"\fgrace_period\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"S\n" +
+	"\x1bRotateWebhookSecretResponse\x124\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1a.gpubill.payout.v1.WebhookR\awebhook\"6\n" +
 	"\x13ListWebhooksRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
@@ -2842,7 +2984,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\xf2\x11\n" +
+	"notApplied2\xbe\x13\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -2852,7 +2994,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\fCancelPayout\x12&.gpubill.payout.v1.CancelPayoutRequest\x1a'.gpubill.payout.v1.CancelPayoutResponse\"1\x82\xd3\xe4\x93\x02+:\x01*b\x06payout\"\x1e/v1/payouts/{payout_id}:cancel\x12\x8e\x01\n" +
 	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xa8\x01\n" +
 	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
-	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\x8d\x01\n" +
+	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\xc9\x01\n" +
+	"\x13RotateWebhookSecret\x12-.gpubill.payout.v1.RotateWebhookSecretRequest\x1a..gpubill.payout.v1.RotateWebhookSecretResponse\"S\x82\xd3\xe4\x93\x02M:\x01*b\awebhook\"?/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret\x12\x8d\x01\n" +
 	"\fListWebhooks\x12&.gpubill.payout.v1.ListWebhooksRequest\x1a'.gpubill.payout.v1.ListWebhooksResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/providers/{provider_id}/webhooks\x12\xc0\x01\n" +
 	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries\x12\x8a\x01\n" +
 	"\x11ListPayoutBatches\x12+.gpubill.payout.v1.ListPayoutBatchesRequest\x1a,.gpubill.payout.v1.ListPayoutBatchesResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/payout-batches\x12\x93\x01\n" +
@@ -2872,7 +3015,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),            // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                        // 1: gpubill.payout.v1.Payout
@@ -2899,91 +3042,100 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*Webhook)(nil),                       // 22: gpubill.payout.v1.Webhook
 	(*CreateWebhookRequest)(nil),          // 23: gpubill.payout.v1.CreateWebhookRequest
 	(*CreateWebhookResponse)(nil),         // 24: gpubill.payout.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),           // 25: gpubill.payout.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),          // 26: gpubill.payout.v1.ListWebhooksResponse
-	(*WebhookDelivery)(nil),               // 27: gpubill.payout.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),  // 28: gpubill.payout.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil), // 29: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*ListPayoutBatchesRequest)(nil),      // 30: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),     // 31: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),              // 32: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                   // 33: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),         // 34: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),        // 35: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),     // 36: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),         // 37: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                 // 38: gpubill.payout.v1.BankFileEntry
-	(*ImportBankFileResponse)(nil),        // 39: gpubill.payout.v1.ImportBankFileResponse
-	(*timestamppb.Timestamp)(nil),         // 40: google.protobuf.Timestamp
-	(*httpbody.HttpBody)(nil),             // 41: google.api.HttpBody
+	(*RotateWebhookSecretRequest)(nil),    // 25: gpubill.payout.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),   // 26: gpubill.payout.v1.RotateWebhookSecretResponse
+	(*ListWebhooksRequest)(nil),           // 27: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),          // 28: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),               // 29: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 30: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 31: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*ListPayoutBatchesRequest)(nil),      // 32: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),     // 33: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),              // 34: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                   // 35: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),         // 36: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),        // 37: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),     // 38: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),         // 39: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                 // 40: gpubill.payout.v1.BankFileEntry
+	(*ImportBankFileResponse)(nil),        // 41: gpubill.payout.v1.ImportBankFileResponse
+	(*timestamppb.Timestamp)(nil),         // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 43: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),             // 44: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	40, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	42, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	40, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	40, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	42, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	40, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	42, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	40, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	40, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	22, // 17: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	22, // 18: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	40, // 19: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	40, // 20: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	40, // 21: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	27, // 22: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	33, // 23: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	40, // 24: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
-	32, // 25: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	40, // 26: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	40, // 27: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
-	33, // 28: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	40, // 29: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	38, // 30: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	14, // 31: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 32: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 33: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 34: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 35: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 36: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 37: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 38: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 39: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	25, // 40: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	28, // 41: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	30, // 42: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	34, // 43: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	36, // 44: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	37, // 45: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	15, // 46: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 47: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 48: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 49: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 50: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 51: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 52: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 53: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 54: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	26, // 55: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	29, // 56: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	31, // 57: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	35, // 58: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	41, // 59: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	39, // 60: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	42, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	42, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	42, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 19: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	43, // 20: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	22, // 21: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	22, // 22: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
+	42, // 23: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	42, // 24: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	42, // 25: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	29, // 26: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	35, // 27: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	42, // 28: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	34, // 29: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	42, // 30: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	42, // 31: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	35, // 32: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	42, // 33: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	40, // 34: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	14, // 35: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 36: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 37: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 38: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 39: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 40: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 41: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 42: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 43: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	25, // 44: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	27, // 45: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	30, // 46: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	32, // 47: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	36, // 48: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	38, // 49: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	39, // 50: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	15, // 51: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 52: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 53: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 54: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 55: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 56: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 57: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 58: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 59: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	26, // 60: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	28, // 61: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	31, // 62: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	33, // 63: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	37, // 64: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	44, // 65: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	41, // 66: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -2997,7 +3149,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -436,6 +436,67 @@ func local_request_PayoutService_CreateWebhook_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
+func request_PayoutService_RotateWebhookSecret_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RotateWebhookSecretRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["provider_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "provider_id")
+	}
+	protoReq.ProviderId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "provider_id", err)
+	}
+	val, ok = pathParams["webhook_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "webhook_id")
+	}
+	protoReq.WebhookId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "webhook_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.RotateWebhookSecret(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_RotateWebhookSecret_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RotateWebhookSecretRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["provider_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "provider_id")
+	}
+	protoReq.ProviderId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "provider_id", err)
+	}
+	val, ok = pathParams["webhook_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "webhook_id")
+	}
+	protoReq.WebhookId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "webhook_id", err)
+	}
+	msg, err := server.RotateWebhookSecret(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PayoutService_ListWebhooks_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListWebhooksRequest
@@ -870,6 +931,26 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_CreateWebhook_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_CreateWebhook_0{resp.(*CreateWebhookResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_RotateWebhookSecret_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/RotateWebhookSecret", runtime.WithHTTPPathPattern("/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_RotateWebhookSecret_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_RotateWebhookSecret_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RotateWebhookSecret_0{resp.(*RotateWebhookSecretResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PayoutService_ListWebhooks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1183,6 +1264,23 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_CreateWebhook_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_CreateWebhook_0{resp.(*CreateWebhookResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_RotateWebhookSecret_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/RotateWebhookSecret", runtime.WithHTTPPathPattern("/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_RotateWebhookSecret_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_RotateWebhookSecret_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RotateWebhookSecret_0{resp.(*RotateWebhookSecretResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PayoutService_ListWebhooks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1342,6 +1440,15 @@ func (m response_PayoutService_CreateWebhook_0) XXX_ResponseBody() interface{} {
 	return response.Webhook
 }
 
+type response_PayoutService_RotateWebhookSecret_0 struct {
+	*RotateWebhookSecretResponse
+}
+
+func (m response_PayoutService_RotateWebhookSecret_0) XXX_ResponseBody() interface{} {
+	response := m.RotateWebhookSecretResponse
+	return response.Webhook
+}
+
 type response_PayoutService_GetPayoutBatch_0 struct {
 	*GetPayoutBatchResponse
 }
@@ -1361,6 +1468,7 @@ var (
 	pattern_PayoutService_RetryPayout_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
 	pattern_PayoutService_HoldProviderPayouts_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
 	pattern_PayoutService_CreateWebhook_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
+	pattern_PayoutService_RotateWebhookSecret_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
 	pattern_PayoutService_ListWebhooks_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
 	pattern_PayoutService_ListWebhookDeliveries_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
 	pattern_PayoutService_ListPayoutBatches_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
@@ -1379,6 +1487,7 @@ var (
 	forward_PayoutService_RetryPayout_0           = runtime.ForwardResponseMessage
 	forward_PayoutService_HoldProviderPayouts_0   = runtime.ForwardResponseMessage
 	forward_PayoutService_CreateWebhook_0         = runtime.ForwardResponseMessage
+	forward_PayoutService_RotateWebhookSecret_0   = runtime.ForwardResponseMessage
 	forward_PayoutService_ListWebhooks_0          = runtime.ForwardResponseMessage
 	forward_PayoutService_ListWebhookDeliveries_0 = runtime.ForwardResponseMessage
 	forward_PayoutService_ListPayoutBatches_0     = runtime.ForwardResponseMessage

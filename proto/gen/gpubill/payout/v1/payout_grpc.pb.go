@@ -34,6 +34,7 @@ const (
 	PayoutService_RetryPayout_FullMethodName           = "/gpubill.payout.v1.PayoutService/RetryPayout"
 	PayoutService_HoldProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
 	PayoutService_CreateWebhook_FullMethodName         = "/gpubill.payout.v1.PayoutService/CreateWebhook"
+	PayoutService_RotateWebhookSecret_FullMethodName   = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
 	PayoutService_ListWebhooks_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListWebhooks"
 	PayoutService_ListWebhookDeliveries_FullMethodName = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
 	PayoutService_ListPayoutBatches_FullMethodName     = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
@@ -73,6 +74,13 @@ type PayoutServiceClient interface {
 	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
 	// timestamp + "." + body)); retried with backoff until a 2xx.
 	CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error)
+	// Replaces a webhook's secret (kept encrypted; answered masked). During
+	// the grace period (grace_period; unset: the payout setting
+	// webhook_rotation_grace, 24 h by default; at most 7 days; 0s: none)
+	// each delivery is signed with the new and the previous secret:
+	// Gpubill-Signature "v1=<new>,v1=<previous>". Rotating again within it
+	// drops the older secret.
+	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error)
 	// Lists a provider's webhook subscriptions (secrets masked).
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
@@ -197,6 +205,16 @@ func (c *payoutServiceClient) CreateWebhook(ctx context.Context, in *CreateWebho
 	return out, nil
 }
 
+func (c *payoutServiceClient) RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateWebhookSecretResponse)
+	err := c.cc.Invoke(ctx, PayoutService_RotateWebhookSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *payoutServiceClient) ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListWebhooksResponse)
@@ -288,6 +306,13 @@ type PayoutServiceServer interface {
 	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
 	// timestamp + "." + body)); retried with backoff until a 2xx.
 	CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error)
+	// Replaces a webhook's secret (kept encrypted; answered masked). During
+	// the grace period (grace_period; unset: the payout setting
+	// webhook_rotation_grace, 24 h by default; at most 7 days; 0s: none)
+	// each delivery is signed with the new and the previous secret:
+	// Gpubill-Signature "v1=<new>,v1=<previous>". Rotating again within it
+	// drops the older secret.
+	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error)
 	// Lists a provider's webhook subscriptions (secrets masked).
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
@@ -348,6 +373,9 @@ func (UnimplementedPayoutServiceServer) HoldProviderPayouts(context.Context, *Ho
 }
 func (UnimplementedPayoutServiceServer) CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateWebhook not implemented")
+}
+func (UnimplementedPayoutServiceServer) RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookSecret not implemented")
 }
 func (UnimplementedPayoutServiceServer) ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhooks not implemented")
@@ -550,6 +578,24 @@ func _PayoutService_CreateWebhook_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_RotateWebhookSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).RotateWebhookSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_RotateWebhookSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).RotateWebhookSecret(ctx, req.(*RotateWebhookSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PayoutService_ListWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListWebhooksRequest)
 	if err := dec(in); err != nil {
@@ -700,6 +746,10 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateWebhook",
 			Handler:    _PayoutService_CreateWebhook_Handler,
+		},
+		{
+			MethodName: "RotateWebhookSecret",
+			Handler:    _PayoutService_RotateWebhookSecret_Handler,
 		},
 		{
 			MethodName: "ListWebhooks",
