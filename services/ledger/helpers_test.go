@@ -38,6 +38,13 @@ func newFixture(t testing.TB, js *testkit.JetStream) *fixture {
 func newFixtureAt(t testing.TB, js *testkit.JetStream, clk clock.Clock) *fixture {
 	t.Helper()
 	pool, _ := testkit.NewPool(t)
+	return newFixtureOn(t, pool, js, clk)
+}
+
+// newFixtureOn is newFixtureAt on a given database (the report benchmark's
+// kept fixture).
+func newFixtureOn(t testing.TB, pool *pgxpool.Pool, js *testkit.JetStream, clk clock.Clock) *fixture {
+	t.Helper()
 	ctx := testkit.Context(t)
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Clock: clk, Calendar: cycles.Default()}
