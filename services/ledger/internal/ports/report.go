@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/go-pdf/fpdf"
+	"github.com/shopspring/decimal"
 	"google.golang.org/genproto/googleapis/api/httpbody"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -69,16 +69,14 @@ func RenderReport(rep *app.SegregatedFundsReport, format string, progress func(d
 	if progress == nil {
 		progress = func(int, int) {}
 	}
-	pb := ReportProto(rep)
 	var b []byte
 	switch format {
 	case "csv":
-		b, err = reportCSV(pb, progress)
+		b, err = reportCSV(ReportProto(rep), progress)
 	case "pdf":
-		b, err = reportPDF(pb, progress)
+		b, err = reportPDF(ReportProto(rep), progress)
 	default:
-		b, err = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(pb)
-		progress(len(pb.Clients), len(pb.Clients))
+		b, err = reportJSON(rep, progress)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("render the report as %s: %w", format, err)
@@ -114,13 +112,25 @@ func ReportProto(r *app.SegregatedFundsReport) *ledgerv1.SegregatedFundsReport {
 		out.Lines = append(out.Lines, &ledgerv1.SegregatedFundsLine{Section: l.Section, Account: l.Account, Description: l.Description, Amount: f(l.Amount)})
 	}
 	for _, c := range r.Clients {
-		pc := &ledgerv1.SegregatedFundsClient{Kind: c.Kind, ClientId: c.ID, Total: f(c.Total())}
-		if c.Kind == app.ClientRenter {
-			pc.Wallet = f(c.Wallet)
-		} else {
-			pc.Pending, pc.Available, pc.InTransit = f(c.Pending), f(c.Available), f(c.InTransit)
-		}
-		out.Clients = append(out.Clients, pc)
+		cells := ClientCells(c, f)
+		out.Clients = append(out.Clients, &ledgerv1.SegregatedFundsClient{Kind: c.Kind, ClientId: c.ID, Wallet: cells.Wallet,
+			Pending: cells.Pending, Available: cells.Available, InTransit: cells.InTransit, Total: cells.Total})
+	}
+	return out
+}
+
+// ClientCellTexts are a client line's amounts as every form of the report
+// prints them: a renter's wallet, or a provider's pending, available and
+// in transit (the other kind's cells empty), and the total.
+type ClientCellTexts struct{ Wallet, Pending, Available, InTransit, Total string }
+
+// ClientCells formats a client line's amounts with f (the currency's format).
+func ClientCells(c app.ClientLine, f func(decimal.Decimal) string) ClientCellTexts {
+	out := ClientCellTexts{Total: f(c.Total())}
+	if c.Kind == app.ClientRenter {
+		out.Wallet = f(c.Wallet)
+	} else {
+		out.Pending, out.Available, out.InTransit = f(c.Pending), f(c.Available), f(c.InTransit)
 	}
 	return out
 }
