@@ -3,7 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -70,7 +71,13 @@ type ClientLine struct {
 
 // Total is the client's part of the requirement.
 func (c ClientLine) Total() decimal.Decimal {
-	return c.Wallet.Add(c.Pending).Add(c.Available).Add(c.InTransit)
+	t := c.Wallet
+	for _, d := range [...]decimal.Decimal{c.Pending, c.Available, c.InTransit} {
+		if !d.IsZero() { // a renter's three, often a provider's in transit
+			t = t.Add(d)
+		}
+	}
+	return t
 }
 
 // Client kinds.
@@ -122,15 +129,21 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	if err != nil {
 		return nil, err
 	}
-	clients := map[string]*ClientLine{}
+	// One line per client: renters and providers apart (an id may be both).
+	var lines []ClientLine
+	renters, providers := map[string]int{}, map[string]int{}
 	client := func(kind, id string) *ClientLine {
-		k := kind + ":" + id
-		c := clients[k]
-		if c == nil {
-			c = &ClientLine{Kind: kind, ID: id}
-			clients[k] = c
+		byID := providers
+		if kind == ClientRenter {
+			byID = renters
 		}
-		return c
+		i, ok := byID[id]
+		if !ok {
+			i = len(lines)
+			byID[id] = i
+			lines = append(lines, ClientLine{Kind: kind, ID: id})
+		}
+		return &lines[i]
 	}
 	var walletsPos, walletsNeg, pending, available, inTransit, tax decimal.Decimal
 	var nPos, nNeg int
@@ -167,16 +180,13 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 			r.Resource = bal
 		}
 	}
-	r.Clients = make([]ClientLine, 0, len(clients))
-	for _, c := range clients {
-		r.Clients = append(r.Clients, *c)
-	}
-	sort.Slice(r.Clients, func(i, j int) bool {
-		if r.Clients[i].Kind != r.Clients[j].Kind {
-			return r.Clients[i].Kind > r.Clients[j].Kind // renters first
+	slices.SortFunc(lines, func(a, b ClientLine) int {
+		if a.Kind != b.Kind {
+			return strings.Compare(b.Kind, a.Kind) // renters first
 		}
-		return r.Clients[i].ID < r.Clients[j].ID
+		return strings.Compare(a.ID, b.ID)
 	})
+	r.Clients = lines
 	r.Requirement = walletsPos.Add(pending).Add(available).Add(inTransit)
 	r.TaxWithheld = tax
 	// The client lines add up to the requirement (one client's debt never

@@ -44,6 +44,15 @@ func numeric(d decimal.Decimal) pgtype.Numeric {
 	return pgtype.Numeric{Int: d.Coefficient(), Exp: d.Exponent(), Valid: true}
 }
 
+// decimalOf is a numeric read in binary (no round trip through text); NULL,
+// NaN and the infinities are refused.
+func decimalOf(n pgtype.Numeric) (decimal.Decimal, error) {
+	if !n.Valid || n.NaN || n.InfinityModifier != pgtype.Finite || n.Int == nil {
+		return decimal.Decimal{}, fmt.Errorf("numeric %+v is not a finite number", n)
+	}
+	return decimal.NewFromBigInt(n.Int, n.Exp), nil
+}
+
 // InsertStatement implements app.StatementStore: the statement row and its
 // lines (one COPY) in one transaction; a taken id inserts nothing and
 // returns the stored row.
