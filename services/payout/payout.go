@@ -83,10 +83,17 @@ type Config struct {
 	// WebhookKeySecret (GPUBILL_WEBHOOK_KEY), else DataDir/webhook.key,
 	// generated on first start (the composition roots set DataDir to
 	// GPUBILL_DATA_DIR).
-	WebhookKey       []byte
-	WebhookKeyFile   string
-	WebhookKeySecret string
-	DataDir          string
+	// WebhookRotationGrace is how long a rotated-out webhook secret still
+	// signs deliveries when a rotation names no grace period
+	// (GPUBILL_WEBHOOK_ROTATION_GRACE, default 24h); finance may set it
+	// through the API (payout settings), as the minimums.
+	WebhookRotationGrace time.Duration
+	WebhookKey           []byte
+	WebhookKeyFile       string
+	WebhookKeySecret     string
+	DataDir              string
+
+	graceFromEnv bool
 }
 
 // Rails of bank payouts.
@@ -146,6 +153,12 @@ func ConfigFromEnv() (Config, error) {
 	}
 	c.BankRail = os.Getenv("GPUBILL_PAYOUT_RAIL_BANK")
 	c.WebhookKeyFile, c.WebhookKeySecret = os.Getenv("GPUBILL_WEBHOOK_KEY_FILE"), os.Getenv("GPUBILL_WEBHOOK_KEY")
+	if v := os.Getenv("GPUBILL_WEBHOOK_ROTATION_GRACE"); v != "" {
+		if c.WebhookRotationGrace, err = domain.ParseGrace(v); err != nil {
+			return c, fmt.Errorf("GPUBILL_WEBHOOK_ROTATION_GRACE: %w", err)
+		}
+		c.graceFromEnv = true
+	}
 	if c.Bank, err = bankConfigFromEnv(); err != nil {
 		return c, err
 	}
@@ -262,9 +275,22 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	}
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
-	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank}
+	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank, Defaults: settingDefaults(cfg)}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
+}
+
+// settingDefaults are the payout settings' defaults: the environment's.
+func settingDefaults(cfg Config) ports.Defaults {
+	d := ports.Defaults{Minimums: cfg.Minimums, Grace: cfg.WebhookRotationGrace, GraceFromEnv: cfg.graceFromEnv || cfg.WebhookRotationGrace > 0,
+		MinimumsInEnv: map[string]bool{}}
+	def := domain.DefaultMinimums()
+	for c, m := range cfg.Minimums {
+		if dm, ok := def[c]; !ok || !dm.Equal(m) {
+			d.MinimumsInEnv[c] = true
+		}
+	}
+	return d
 }
 
 // webhookBox is the box webhook secrets are sealed with.
@@ -325,6 +351,8 @@ func (s *Service) Policy() auth.Policy {
 		p + "CreateWebhook":         own,
 		p + "ListWebhooks":          own,
 		p + "RotateWebhookSecret":   own,
+		p + "GetPayoutSettings":     {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
+		p + "UpdatePayoutSettings":  finance,
 		p + "ListWebhookDeliveries": own,
 		p + "ListPayoutBatches":     finance,
 		p + "GetPayoutBatch":        finance,

@@ -117,6 +117,8 @@ var expectedAccess = func() map[string][]string {
 		po + "CreateWebhook":                                          {"finance", "admin", "provider"},
 		po + "ListWebhooks":                                           {"finance", "admin", "provider"},
 		po + "RotateWebhookSecret":                                    {"finance", "admin", "provider"},
+		po + "GetPayoutSettings":                                      {"finance", "admin", "auditor"},
+		po + "UpdatePayoutSettings":                                   {"finance", "admin"},
 		po + "ListWebhookDeliveries":                                  {"finance", "admin", "provider"},
 		po + "ListPayoutBatches":                                      staff,
 		po + "GetPayoutBatch":                                         staff,

@@ -197,3 +197,25 @@ func TestAuditAcrossSeparateServices(t *testing.T) {
 		t.Fatalf("audit events: %v", evs)
 	}
 }
+
+// A change of the payout settings is audited (who, what, the code), beside
+// the settings' own history.
+func TestPayoutSettingsChangeAudited(t *testing.T) {
+	f := newFixture(t)
+	if code, out := f.do(http.MethodPatch, "/v1/payout-settings", f.finance, map[string]any{"minimums": map[string]string{"USD": "20.00"}, "reason": "audit test"}); code != http.StatusOK {
+		t.Fatalf("PATCH payout settings: HTTP %d %v", code, out)
+	}
+	var evs []any
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		code, out := f.do(http.MethodGet, "/v1/audit-events?method=UpdatePayoutSettings", f.finance, nil)
+		if code != http.StatusOK {
+			return false
+		}
+		evs, _ = out["events"].([]any)
+		return len(evs) == 1
+	}, "the settings change audited")
+	e := evs[0].(map[string]any)
+	if e["service"] != "payout" || e["role"] != "finance" || e["code"] != "OK" {
+		t.Fatalf("audit event %v", e)
+	}
+}

@@ -34,7 +34,12 @@ func (t txStore) Lock(ctx context.Context, id string) (domain.Payout, error) {
 	return t.s.Lock(ctx, t.tx, id)
 }
 
+// Gate gates with min and the minimums set through the API over it.
 func (t txStore) Gate(ctx context.Context, p domain.Payout, min domain.Minimums) (string, string, string, error) {
+	min, err := minimums(ctx, t.tx, min)
+	if err != nil {
+		return "", "", "", err
+	}
 	return t.s.Gate(ctx, t.tx, p, min)
 }
 
@@ -58,6 +63,11 @@ func (t txStore) ResetWorkflow(ctx context.Context, id string) error {
 	return t.s.ResetWorkflow(ctx, t.tx, id)
 }
 
+// CreateFromSettled gates with min and the minimums set through the API over it.
 func (t txStore) CreateFromSettled(ctx context.Context, p domain.Payout, min domain.Minimums) ([]string, error) {
+	min, err := minimums(ctx, t.tx, min)
+	if err != nil {
+		return nil, err
+	}
 	return t.s.CreateFromSettled(ctx, t.tx, p, min)
 }

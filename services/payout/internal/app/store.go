@@ -37,6 +37,11 @@ type Store interface {
 	Unstarted(ctx context.Context) ([]string, error)
 	SetWorkflowStarted(ctx context.Context, ids []string) error
 
+	Settings(ctx context.Context) (map[string]string, error)
+	PutSettings(ctx context.Context, changes map[string]string, actor, reason string, at time.Time) ([]domain.SettingChange, error)
+	SettingChanges(ctx context.Context, limit int) ([]domain.SettingChange, error)
+	WaitingInCurrencies(ctx context.Context, currencies []string) ([]string, error)
+
 	CreateWebhook(ctx context.Context, w domain.Webhook) error
 	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
 	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)

@@ -101,6 +101,8 @@ type Server struct {
 	Webhooks WebhookGuard
 	// Bank is the bank-file rail's batches and imports.
 	Bank app.BankFiles
+	// Defaults are the payout settings' environment defaults.
+	Defaults Defaults
 }
 
 func fmtAmt(cur string, d decimal.Decimal) string {

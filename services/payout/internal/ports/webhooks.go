@@ -35,8 +35,8 @@ const (
 	webhooksPerProvider  = 10
 	deliveryPageMax      = 200
 	deliveryErrorLenMax  = 200
-	webhookGraceDefault  = 24 * time.Hour     // a rotated-out secret signs beside the new one
-	webhookGraceMax      = 7 * 24 * time.Hour // the longest grace period asked for
+	webhookGraceDefault  = 24 * time.Hour // a rotated-out secret signs beside the new one
+	webhookGraceMax      = domain.WebhookRotationGraceMax
 )
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
@@ -172,7 +172,10 @@ func (s *Server) RotateWebhookSecret(ctx context.Context, req *payoutv1.RotateWe
 	v.Check(req.ProviderId != "", "provider_id", "required")
 	v.Check(req.WebhookId != "", "webhook_id", "required")
 	v.Check(len(req.Secret) >= webhookSecretLenMin, "secret", "at least 16 characters")
-	grace := s.rotationGrace(ctx)
+	grace, err := s.rotationGrace(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if g := req.GracePeriod; g != nil {
 		d := g.AsDuration()
 		switch {
@@ -194,9 +197,6 @@ func (s *Server) RotateWebhookSecret(ctx context.Context, req *payoutv1.RotateWe
 	}
 	return &payoutv1.RotateWebhookSecretResponse{Webhook: webhookProto(w)}, nil
 }
-
-// rotationGrace is how long a rotated-out secret keeps signing by default.
-func (s *Server) rotationGrace(context.Context) time.Duration { return webhookGraceDefault }
 
 // ListWebhooks implements PayoutService.
 func (s *Server) ListWebhooks(ctx context.Context, req *payoutv1.ListWebhooksRequest) (*payoutv1.ListWebhooksResponse, error) {

@@ -1646,6 +1646,408 @@ func (x *CreateWebhookResponse) GetWebhook() *Webhook {
 	return nil
 }
 
+type PayoutSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The minimum payout per currency: a smaller net stays in
+	// provider:{id}:available and joins the next payout.
+	Minimums []*PayoutMinimum `protobuf:"bytes,1,rep,name=minimums,proto3" json:"minimums,omitempty"`
+	// How long a rotated-out webhook secret still signs deliveries when the
+	// rotation names no grace period (a Go duration, e.g. "24h").
+	WebhookRotationGrace       string                 `protobuf:"bytes,2,opt,name=webhook_rotation_grace,json=webhookRotationGrace,proto3" json:"webhook_rotation_grace,omitempty"`
+	WebhookRotationGraceSource string                 `protobuf:"bytes,3,opt,name=webhook_rotation_grace_source,json=webhookRotationGraceSource,proto3" json:"webhook_rotation_grace_source,omitempty"` // api | env | default
+	Changes                    []*PayoutSettingChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`                                                                             // newest first, at most 50
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
+}
+
+func (x *PayoutSettings) Reset() {
+	*x = PayoutSettings{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutSettings) ProtoMessage() {}
+
+func (x *PayoutSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutSettings.ProtoReflect.Descriptor instead.
+func (*PayoutSettings) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PayoutSettings) GetMinimums() []*PayoutMinimum {
+	if x != nil {
+		return x.Minimums
+	}
+	return nil
+}
+
+func (x *PayoutSettings) GetWebhookRotationGrace() string {
+	if x != nil {
+		return x.WebhookRotationGrace
+	}
+	return ""
+}
+
+func (x *PayoutSettings) GetWebhookRotationGraceSource() string {
+	if x != nil {
+		return x.WebhookRotationGraceSource
+	}
+	return ""
+}
+
+func (x *PayoutSettings) GetChanges() []*PayoutSettingChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type PayoutMinimum struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Amount        string                 `protobuf:"bytes,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	Source        string                 `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"` // api | env | default
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutMinimum) Reset() {
+	*x = PayoutMinimum{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutMinimum) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutMinimum) ProtoMessage() {}
+
+func (x *PayoutMinimum) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutMinimum.ProtoReflect.Descriptor instead.
+func (*PayoutMinimum) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PayoutMinimum) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *PayoutMinimum) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *PayoutMinimum) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type PayoutSettingChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Setting       string                 `protobuf:"bytes,1,opt,name=setting,proto3" json:"setting,omitempty"`                   // "minimums.CNY", "webhook_rotation_grace"
+	OldValue      string                 `protobuf:"bytes,2,opt,name=old_value,json=oldValue,proto3" json:"old_value,omitempty"` // "" when it was not set here
+	NewValue      string                 `protobuf:"bytes,3,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"` // "" when returned to the environment default
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`                       // role:subject of the token
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PayoutSettingChange) Reset() {
+	*x = PayoutSettingChange{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PayoutSettingChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PayoutSettingChange) ProtoMessage() {}
+
+func (x *PayoutSettingChange) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PayoutSettingChange.ProtoReflect.Descriptor instead.
+func (*PayoutSettingChange) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PayoutSettingChange) GetSetting() string {
+	if x != nil {
+		return x.Setting
+	}
+	return ""
+}
+
+func (x *PayoutSettingChange) GetOldValue() string {
+	if x != nil {
+		return x.OldValue
+	}
+	return ""
+}
+
+func (x *PayoutSettingChange) GetNewValue() string {
+	if x != nil {
+		return x.NewValue
+	}
+	return ""
+}
+
+func (x *PayoutSettingChange) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *PayoutSettingChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PayoutSettingChange) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type GetPayoutSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutSettingsRequest) Reset() {
+	*x = GetPayoutSettingsRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutSettingsRequest) ProtoMessage() {}
+
+func (x *GetPayoutSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetPayoutSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+}
+
+type GetPayoutSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *PayoutSettings        `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPayoutSettingsResponse) Reset() {
+	*x = GetPayoutSettingsResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPayoutSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPayoutSettingsResponse) ProtoMessage() {}
+
+func (x *GetPayoutSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPayoutSettingsResponse.ProtoReflect.Descriptor instead.
+func (*GetPayoutSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetPayoutSettingsResponse) GetSettings() *PayoutSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type UpdatePayoutSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Currency -> minimum ("100.00"); "" returns it to the environment default.
+	Minimums map[string]string `protobuf:"bytes,1,rep,name=minimums,proto3" json:"minimums,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A Go duration of 0 to 168h; "" returns it to the default; unset: unchanged.
+	WebhookRotationGrace *string `protobuf:"bytes,2,opt,name=webhook_rotation_grace,json=webhookRotationGrace,proto3,oneof" json:"webhook_rotation_grace,omitempty"`
+	Reason               string  `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *UpdatePayoutSettingsRequest) Reset() {
+	*x = UpdatePayoutSettingsRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePayoutSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePayoutSettingsRequest) ProtoMessage() {}
+
+func (x *UpdatePayoutSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePayoutSettingsRequest.ProtoReflect.Descriptor instead.
+func (*UpdatePayoutSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *UpdatePayoutSettingsRequest) GetMinimums() map[string]string {
+	if x != nil {
+		return x.Minimums
+	}
+	return nil
+}
+
+func (x *UpdatePayoutSettingsRequest) GetWebhookRotationGrace() string {
+	if x != nil && x.WebhookRotationGrace != nil {
+		return *x.WebhookRotationGrace
+	}
+	return ""
+}
+
+func (x *UpdatePayoutSettingsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type UpdatePayoutSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *PayoutSettings        `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePayoutSettingsResponse) Reset() {
+	*x = UpdatePayoutSettingsResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePayoutSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePayoutSettingsResponse) ProtoMessage() {}
+
+func (x *UpdatePayoutSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePayoutSettingsResponse.ProtoReflect.Descriptor instead.
+func (*UpdatePayoutSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UpdatePayoutSettingsResponse) GetSettings() *PayoutSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 type RotateWebhookSecretRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
@@ -1658,7 +2060,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +2072,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +2085,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RotateWebhookSecretRequest) GetProviderId() string {
@@ -1723,7 +2125,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +2137,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +2150,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RotateWebhookSecretResponse) GetWebhook() *Webhook {
@@ -1767,7 +2169,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2181,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2194,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListWebhooksRequest) GetProviderId() string {
@@ -1811,7 +2213,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2225,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2238,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -1866,7 +2268,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2280,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2293,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WebhookDelivery) GetDeliveryId() string {
@@ -1982,7 +2384,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2396,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2409,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetProviderId() string {
@@ -2040,7 +2442,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2454,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2467,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -2085,7 +2487,7 @@ type ListPayoutBatchesRequest struct {
 
 func (x *ListPayoutBatchesRequest) Reset() {
 	*x = ListPayoutBatchesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2499,7 @@ func (x *ListPayoutBatchesRequest) String() string {
 func (*ListPayoutBatchesRequest) ProtoMessage() {}
 
 func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2512,7 @@ func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
@@ -2137,7 +2539,7 @@ type ListPayoutBatchesResponse struct {
 
 func (x *ListPayoutBatchesResponse) Reset() {
 	*x = ListPayoutBatchesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2551,7 @@ func (x *ListPayoutBatchesResponse) String() string {
 func (*ListPayoutBatchesResponse) ProtoMessage() {}
 
 func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2564,7 @@ func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
@@ -2191,7 +2593,7 @@ type PayoutBatchTotal struct {
 
 func (x *PayoutBatchTotal) Reset() {
 	*x = PayoutBatchTotal{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2605,7 @@ func (x *PayoutBatchTotal) String() string {
 func (*PayoutBatchTotal) ProtoMessage() {}
 
 func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2618,7 @@ func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
 func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PayoutBatchTotal) GetCurrency() string {
@@ -2260,7 +2662,7 @@ type PayoutBatch struct {
 
 func (x *PayoutBatch) Reset() {
 	*x = PayoutBatch{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2674,7 @@ func (x *PayoutBatch) String() string {
 func (*PayoutBatch) ProtoMessage() {}
 
 func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2687,7 @@ func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
 func (*PayoutBatch) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PayoutBatch) GetBatchId() string {
@@ -2367,7 +2769,7 @@ type GetPayoutBatchRequest struct {
 
 func (x *GetPayoutBatchRequest) Reset() {
 	*x = GetPayoutBatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2781,7 @@ func (x *GetPayoutBatchRequest) String() string {
 func (*GetPayoutBatchRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2794,7 @@ func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPayoutBatchRequest) GetBatchId() string {
@@ -2411,7 +2813,7 @@ type GetPayoutBatchResponse struct {
 
 func (x *GetPayoutBatchResponse) Reset() {
 	*x = GetPayoutBatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2825,7 @@ func (x *GetPayoutBatchResponse) String() string {
 func (*GetPayoutBatchResponse) ProtoMessage() {}
 
 func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2838,7 @@ func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
@@ -2455,7 +2857,7 @@ type GetPayoutBatchFileRequest struct {
 
 func (x *GetPayoutBatchFileRequest) Reset() {
 	*x = GetPayoutBatchFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2869,7 @@ func (x *GetPayoutBatchFileRequest) String() string {
 func (*GetPayoutBatchFileRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2882,7 @@ func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPayoutBatchFileRequest) GetBatchId() string {
@@ -2500,7 +2902,7 @@ type ImportBankFileRequest struct {
 
 func (x *ImportBankFileRequest) Reset() {
 	*x = ImportBankFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2914,7 @@ func (x *ImportBankFileRequest) String() string {
 func (*ImportBankFileRequest) ProtoMessage() {}
 
 func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2927,7 @@ func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
 func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportBankFileRequest) GetContent() string {
@@ -2559,7 +2961,7 @@ type BankFileEntry struct {
 
 func (x *BankFileEntry) Reset() {
 	*x = BankFileEntry{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2973,7 @@ func (x *BankFileEntry) String() string {
 func (*BankFileEntry) ProtoMessage() {}
 
 func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2986,7 @@ func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
 func (*BankFileEntry) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BankFileEntry) GetElement() string {
@@ -2653,7 +3055,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +3067,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +3080,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -2884,7 +3286,36 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\"M\n" +
 	"\x15CreateWebhookResponse\x124\n" +
-	"\awebhook\x18\x01 \x01(\v2\x1a.gpubill.payout.v1.WebhookR\awebhook\"\xb2\x01\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1a.gpubill.payout.v1.WebhookR\awebhook\"\x89\x02\n" +
+	"\x0ePayoutSettings\x12<\n" +
+	"\bminimums\x18\x01 \x03(\v2 .gpubill.payout.v1.PayoutMinimumR\bminimums\x124\n" +
+	"\x16webhook_rotation_grace\x18\x02 \x01(\tR\x14webhookRotationGrace\x12A\n" +
+	"\x1dwebhook_rotation_grace_source\x18\x03 \x01(\tR\x1awebhookRotationGraceSource\x12@\n" +
+	"\achanges\x18\x04 \x03(\v2&.gpubill.payout.v1.PayoutSettingChangeR\achanges\"[\n" +
+	"\rPayoutMinimum\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\tR\x06amount\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"\xc3\x01\n" +
+	"\x13PayoutSettingChange\x12\x18\n" +
+	"\asetting\x18\x01 \x01(\tR\asetting\x12\x1b\n" +
+	"\told_value\x18\x02 \x01(\tR\boldValue\x12\x1b\n" +
+	"\tnew_value\x18\x03 \x01(\tR\bnewValue\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x1a\n" +
+	"\x18GetPayoutSettingsRequest\"Z\n" +
+	"\x19GetPayoutSettingsResponse\x12=\n" +
+	"\bsettings\x18\x01 \x01(\v2!.gpubill.payout.v1.PayoutSettingsR\bsettings\"\xa2\x02\n" +
+	"\x1bUpdatePayoutSettingsRequest\x12X\n" +
+	"\bminimums\x18\x01 \x03(\v2<.gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntryR\bminimums\x129\n" +
+	"\x16webhook_rotation_grace\x18\x02 \x01(\tH\x00R\x14webhookRotationGrace\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x1a;\n" +
+	"\rMinimumsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x19\n" +
+	"\x17_webhook_rotation_grace\"]\n" +
+	"\x1cUpdatePayoutSettingsResponse\x12=\n" +
+	"\bsettings\x18\x01 \x01(\v2!.gpubill.payout.v1.PayoutSettingsR\bsettings\"\xb2\x01\n" +
 	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x1d\n" +
@@ -2984,7 +3415,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\xbe\x13\n" +
+	"notApplied2\xfa\x15\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -2995,7 +3426,9 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xa8\x01\n" +
 	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
 	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\xc9\x01\n" +
-	"\x13RotateWebhookSecret\x12-.gpubill.payout.v1.RotateWebhookSecretRequest\x1a..gpubill.payout.v1.RotateWebhookSecretResponse\"S\x82\xd3\xe4\x93\x02M:\x01*b\awebhook\"?/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret\x12\x8d\x01\n" +
+	"\x13RotateWebhookSecret\x12-.gpubill.payout.v1.RotateWebhookSecretRequest\x1a..gpubill.payout.v1.RotateWebhookSecretResponse\"S\x82\xd3\xe4\x93\x02M:\x01*b\awebhook\"?/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret\x12\x95\x01\n" +
+	"\x11GetPayoutSettings\x12+.gpubill.payout.v1.GetPayoutSettingsRequest\x1a,.gpubill.payout.v1.GetPayoutSettingsResponse\"%\x82\xd3\xe4\x93\x02\x1fb\bsettings\x12\x13/v1/payout-settings\x12\xa1\x01\n" +
+	"\x14UpdatePayoutSettings\x12..gpubill.payout.v1.UpdatePayoutSettingsRequest\x1a/.gpubill.payout.v1.UpdatePayoutSettingsResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\bsettings2\x13/v1/payout-settings\x12\x8d\x01\n" +
 	"\fListWebhooks\x12&.gpubill.payout.v1.ListWebhooksRequest\x1a'.gpubill.payout.v1.ListWebhooksResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/providers/{provider_id}/webhooks\x12\xc0\x01\n" +
 	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries\x12\x8a\x01\n" +
 	"\x11ListPayoutBatches\x12+.gpubill.payout.v1.ListPayoutBatchesRequest\x1a,.gpubill.payout.v1.ListPayoutBatchesResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/payout-batches\x12\x93\x01\n" +
@@ -3015,7 +3448,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),            // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                        // 1: gpubill.payout.v1.Payout
@@ -3042,100 +3475,118 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*Webhook)(nil),                       // 22: gpubill.payout.v1.Webhook
 	(*CreateWebhookRequest)(nil),          // 23: gpubill.payout.v1.CreateWebhookRequest
 	(*CreateWebhookResponse)(nil),         // 24: gpubill.payout.v1.CreateWebhookResponse
-	(*RotateWebhookSecretRequest)(nil),    // 25: gpubill.payout.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),   // 26: gpubill.payout.v1.RotateWebhookSecretResponse
-	(*ListWebhooksRequest)(nil),           // 27: gpubill.payout.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),          // 28: gpubill.payout.v1.ListWebhooksResponse
-	(*WebhookDelivery)(nil),               // 29: gpubill.payout.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),  // 30: gpubill.payout.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil), // 31: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*ListPayoutBatchesRequest)(nil),      // 32: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),     // 33: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),              // 34: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                   // 35: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),         // 36: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),        // 37: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),     // 38: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),         // 39: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                 // 40: gpubill.payout.v1.BankFileEntry
-	(*ImportBankFileResponse)(nil),        // 41: gpubill.payout.v1.ImportBankFileResponse
-	(*timestamppb.Timestamp)(nil),         // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 43: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),             // 44: google.api.HttpBody
+	(*PayoutSettings)(nil),                // 25: gpubill.payout.v1.PayoutSettings
+	(*PayoutMinimum)(nil),                 // 26: gpubill.payout.v1.PayoutMinimum
+	(*PayoutSettingChange)(nil),           // 27: gpubill.payout.v1.PayoutSettingChange
+	(*GetPayoutSettingsRequest)(nil),      // 28: gpubill.payout.v1.GetPayoutSettingsRequest
+	(*GetPayoutSettingsResponse)(nil),     // 29: gpubill.payout.v1.GetPayoutSettingsResponse
+	(*UpdatePayoutSettingsRequest)(nil),   // 30: gpubill.payout.v1.UpdatePayoutSettingsRequest
+	(*UpdatePayoutSettingsResponse)(nil),  // 31: gpubill.payout.v1.UpdatePayoutSettingsResponse
+	(*RotateWebhookSecretRequest)(nil),    // 32: gpubill.payout.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),   // 33: gpubill.payout.v1.RotateWebhookSecretResponse
+	(*ListWebhooksRequest)(nil),           // 34: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),          // 35: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),               // 36: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 37: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 38: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*ListPayoutBatchesRequest)(nil),      // 39: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),     // 40: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),              // 41: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                   // 42: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),         // 43: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),        // 44: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),     // 45: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),         // 46: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                 // 47: gpubill.payout.v1.BankFileEntry
+	(*ImportBankFileResponse)(nil),        // 48: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                   // 49: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),         // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 51: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),             // 52: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	42, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	50, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	42, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	42, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	50, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	42, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	50, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	42, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	42, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	42, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	42, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	50, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	50, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	50, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	22, // 19: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	43, // 20: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	22, // 21: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	22, // 22: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	42, // 23: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 24: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	42, // 25: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	29, // 26: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	35, // 27: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	42, // 28: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
-	34, // 29: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	42, // 30: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	42, // 31: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
-	35, // 32: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	42, // 33: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	40, // 34: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	14, // 35: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 36: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 37: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 38: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 39: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 40: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 41: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 42: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 43: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	25, // 44: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	27, // 45: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	30, // 46: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	32, // 47: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	36, // 48: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	38, // 49: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	39, // 50: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	15, // 51: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 52: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 53: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 54: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 55: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 56: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 57: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 58: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 59: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	26, // 60: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	28, // 61: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	31, // 62: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	33, // 63: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	37, // 64: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	44, // 65: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	41, // 66: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	51, // [51:67] is the sub-list for method output_type
-	35, // [35:51] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	26, // 20: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
+	27, // 21: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
+	50, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	25, // 23: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	49, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	25, // 25: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	51, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	22, // 27: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	22, // 28: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
+	50, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	50, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	50, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	36, // 32: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	42, // 33: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	50, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	41, // 35: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	50, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	50, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	42, // 38: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	50, // 39: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	47, // 40: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	14, // 41: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 42: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 43: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 44: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 45: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 46: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 47: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 48: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 49: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	32, // 50: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	28, // 51: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	30, // 52: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	34, // 53: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	37, // 54: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	39, // 55: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	43, // 56: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	45, // 57: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	46, // 58: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	15, // 59: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 60: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 61: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 62: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 63: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 64: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 65: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 66: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 67: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	33, // 68: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	29, // 69: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	31, // 70: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	35, // 71: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	38, // 72: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	40, // 73: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	44, // 74: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	52, // 75: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	48, // 76: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	59, // [59:77] is the sub-list for method output_type
+	41, // [41:59] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -3143,13 +3594,14 @@ func file_gpubill_payout_v1_payout_proto_init() {
 	if File_gpubill_payout_v1_payout_proto != nil {
 		return
 	}
+	file_gpubill_payout_v1_payout_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -497,6 +497,54 @@ func local_request_PayoutService_RotateWebhookSecret_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
+func request_PayoutService_GetPayoutSettings_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetPayoutSettingsRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetPayoutSettings(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_GetPayoutSettings_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetPayoutSettingsRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetPayoutSettings(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_PayoutService_UpdatePayoutSettings_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdatePayoutSettingsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.UpdatePayoutSettings(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_UpdatePayoutSettings_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdatePayoutSettingsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.UpdatePayoutSettings(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PayoutService_ListWebhooks_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListWebhooksRequest
@@ -951,6 +999,46 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RotateWebhookSecret_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RotateWebhookSecret_0{resp.(*RotateWebhookSecretResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_PayoutService_GetPayoutSettings_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/GetPayoutSettings", runtime.WithHTTPPathPattern("/v1/payout-settings"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_GetPayoutSettings_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_GetPayoutSettings_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_GetPayoutSettings_0{resp.(*GetPayoutSettingsResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPatch, pattern_PayoutService_UpdatePayoutSettings_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings", runtime.WithHTTPPathPattern("/v1/payout-settings"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_UpdatePayoutSettings_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_UpdatePayoutSettings_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_UpdatePayoutSettings_0{resp.(*UpdatePayoutSettingsResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PayoutService_ListWebhooks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1281,6 +1369,40 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RotateWebhookSecret_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RotateWebhookSecret_0{resp.(*RotateWebhookSecretResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_PayoutService_GetPayoutSettings_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/GetPayoutSettings", runtime.WithHTTPPathPattern("/v1/payout-settings"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_GetPayoutSettings_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_GetPayoutSettings_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_GetPayoutSettings_0{resp.(*GetPayoutSettingsResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPatch, pattern_PayoutService_UpdatePayoutSettings_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings", runtime.WithHTTPPathPattern("/v1/payout-settings"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_UpdatePayoutSettings_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_UpdatePayoutSettings_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_UpdatePayoutSettings_0{resp.(*UpdatePayoutSettingsResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PayoutService_ListWebhooks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1449,6 +1571,24 @@ func (m response_PayoutService_RotateWebhookSecret_0) XXX_ResponseBody() interfa
 	return response.Webhook
 }
 
+type response_PayoutService_GetPayoutSettings_0 struct {
+	*GetPayoutSettingsResponse
+}
+
+func (m response_PayoutService_GetPayoutSettings_0) XXX_ResponseBody() interface{} {
+	response := m.GetPayoutSettingsResponse
+	return response.Settings
+}
+
+type response_PayoutService_UpdatePayoutSettings_0 struct {
+	*UpdatePayoutSettingsResponse
+}
+
+func (m response_PayoutService_UpdatePayoutSettings_0) XXX_ResponseBody() interface{} {
+	response := m.UpdatePayoutSettingsResponse
+	return response.Settings
+}
+
 type response_PayoutService_GetPayoutBatch_0 struct {
 	*GetPayoutBatchResponse
 }
@@ -1469,6 +1609,8 @@ var (
 	pattern_PayoutService_HoldProviderPayouts_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
 	pattern_PayoutService_CreateWebhook_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
 	pattern_PayoutService_RotateWebhookSecret_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
+	pattern_PayoutService_GetPayoutSettings_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
+	pattern_PayoutService_UpdatePayoutSettings_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
 	pattern_PayoutService_ListWebhooks_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
 	pattern_PayoutService_ListWebhookDeliveries_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
 	pattern_PayoutService_ListPayoutBatches_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
@@ -1488,6 +1630,8 @@ var (
 	forward_PayoutService_HoldProviderPayouts_0   = runtime.ForwardResponseMessage
 	forward_PayoutService_CreateWebhook_0         = runtime.ForwardResponseMessage
 	forward_PayoutService_RotateWebhookSecret_0   = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutSettings_0     = runtime.ForwardResponseMessage
+	forward_PayoutService_UpdatePayoutSettings_0  = runtime.ForwardResponseMessage
 	forward_PayoutService_ListWebhooks_0          = runtime.ForwardResponseMessage
 	forward_PayoutService_ListWebhookDeliveries_0 = runtime.ForwardResponseMessage
 	forward_PayoutService_ListPayoutBatches_0     = runtime.ForwardResponseMessage

@@ -35,6 +35,8 @@ const (
 	PayoutService_HoldProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
 	PayoutService_CreateWebhook_FullMethodName         = "/gpubill.payout.v1.PayoutService/CreateWebhook"
 	PayoutService_RotateWebhookSecret_FullMethodName   = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
+	PayoutService_GetPayoutSettings_FullMethodName     = "/gpubill.payout.v1.PayoutService/GetPayoutSettings"
+	PayoutService_UpdatePayoutSettings_FullMethodName  = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
 	PayoutService_ListWebhooks_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListWebhooks"
 	PayoutService_ListWebhookDeliveries_FullMethodName = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
 	PayoutService_ListPayoutBatches_FullMethodName     = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
@@ -81,6 +83,16 @@ type PayoutServiceClient interface {
 	// Gpubill-Signature "v1=<new>,v1=<previous>". Rotating again within it
 	// drops the older secret.
 	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error)
+	// The payout settings in force, each with where its value comes from
+	// ("api": set here; "env": the service's environment; "default"), and
+	// the latest changes made here.
+	GetPayoutSettings(ctx context.Context, in *GetPayoutSettingsRequest, opts ...grpc.CallOption) (*GetPayoutSettingsResponse, error)
+	// Changes payout settings (finance, admin): a minimum applies to payouts
+	// gated from then on (the payouts waiting in that currency are woken to
+	// be gated again); every change is kept with who made it and why, and
+	// audited. An empty value returns a setting to its environment
+	// default; a setting left out is unchanged.
+	UpdatePayoutSettings(ctx context.Context, in *UpdatePayoutSettingsRequest, opts ...grpc.CallOption) (*UpdatePayoutSettingsResponse, error)
 	// Lists a provider's webhook subscriptions (secrets masked).
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
@@ -215,6 +227,26 @@ func (c *payoutServiceClient) RotateWebhookSecret(ctx context.Context, in *Rotat
 	return out, nil
 }
 
+func (c *payoutServiceClient) GetPayoutSettings(ctx context.Context, in *GetPayoutSettingsRequest, opts ...grpc.CallOption) (*GetPayoutSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPayoutSettingsResponse)
+	err := c.cc.Invoke(ctx, PayoutService_GetPayoutSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) UpdatePayoutSettings(ctx context.Context, in *UpdatePayoutSettingsRequest, opts ...grpc.CallOption) (*UpdatePayoutSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdatePayoutSettingsResponse)
+	err := c.cc.Invoke(ctx, PayoutService_UpdatePayoutSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *payoutServiceClient) ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListWebhooksResponse)
@@ -313,6 +345,16 @@ type PayoutServiceServer interface {
 	// Gpubill-Signature "v1=<new>,v1=<previous>". Rotating again within it
 	// drops the older secret.
 	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error)
+	// The payout settings in force, each with where its value comes from
+	// ("api": set here; "env": the service's environment; "default"), and
+	// the latest changes made here.
+	GetPayoutSettings(context.Context, *GetPayoutSettingsRequest) (*GetPayoutSettingsResponse, error)
+	// Changes payout settings (finance, admin): a minimum applies to payouts
+	// gated from then on (the payouts waiting in that currency are woken to
+	// be gated again); every change is kept with who made it and why, and
+	// audited. An empty value returns a setting to its environment
+	// default; a setting left out is unchanged.
+	UpdatePayoutSettings(context.Context, *UpdatePayoutSettingsRequest) (*UpdatePayoutSettingsResponse, error)
 	// Lists a provider's webhook subscriptions (secrets masked).
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
@@ -376,6 +418,12 @@ func (UnimplementedPayoutServiceServer) CreateWebhook(context.Context, *CreateWe
 }
 func (UnimplementedPayoutServiceServer) RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RotateWebhookSecret not implemented")
+}
+func (UnimplementedPayoutServiceServer) GetPayoutSettings(context.Context, *GetPayoutSettingsRequest) (*GetPayoutSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPayoutSettings not implemented")
+}
+func (UnimplementedPayoutServiceServer) UpdatePayoutSettings(context.Context, *UpdatePayoutSettingsRequest) (*UpdatePayoutSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdatePayoutSettings not implemented")
 }
 func (UnimplementedPayoutServiceServer) ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhooks not implemented")
@@ -596,6 +644,42 @@ func _PayoutService_RotateWebhookSecret_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_GetPayoutSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPayoutSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).GetPayoutSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_GetPayoutSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).GetPayoutSettings(ctx, req.(*GetPayoutSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_UpdatePayoutSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdatePayoutSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).UpdatePayoutSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_UpdatePayoutSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).UpdatePayoutSettings(ctx, req.(*UpdatePayoutSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PayoutService_ListWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListWebhooksRequest)
 	if err := dec(in); err != nil {
@@ -750,6 +834,14 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RotateWebhookSecret",
 			Handler:    _PayoutService_RotateWebhookSecret_Handler,
+		},
+		{
+			MethodName: "GetPayoutSettings",
+			Handler:    _PayoutService_GetPayoutSettings_Handler,
+		},
+		{
+			MethodName: "UpdatePayoutSettings",
+			Handler:    _PayoutService_UpdatePayoutSettings_Handler,
 		},
 		{
 			MethodName: "ListWebhooks",
