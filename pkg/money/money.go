@@ -81,7 +81,46 @@ func (c Currency) Unit() decimal.Decimal {
 
 // Format renders an amount with exactly the currency's minor units.
 func (c Currency) Format(d decimal.Decimal) string {
+	if d.Exponent() == -c.MinorUnits { // already in minor units (a ledger's sums): nothing to round
+		if v := d.Coefficient(); v.IsInt64() {
+			return formatUnits(v.Int64(), c.MinorUnits)
+		}
+	}
 	return c.Round(d).StringFixed(c.MinorUnits)
+}
+
+// formatUnits writes v × 10^-places with exactly places decimals, as
+// StringFixed does, without big-number arithmetic (a report formats
+// hundreds of thousands of amounts).
+func formatUnits(v int64, places int32) string {
+	var buf [32]byte
+	u := uint64(v)
+	if v < 0 {
+		u = -u // two's complement: right for math.MinInt64 too
+	}
+	i := len(buf)
+	for k := int32(0); k < places; k++ {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if places > 0 {
+		i--
+		buf[i] = '.'
+	}
+	for {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			break
+		}
+	}
+	if v < 0 {
+		i--
+		buf[i] = '-'
+	}
+	return string(buf[i:])
 }
 
 // ParseAmount parses a decimal string and checks that it carries no more

@@ -1,6 +1,7 @@
 package money
 
 import (
+	"math"
 	"math/big"
 	"testing"
 
@@ -163,4 +164,34 @@ func TestAllocateProportionalAcrossTheRange(t *testing.T) {
 			t.Fatalf("parts sum to %s units, want %s", got, units)
 		}
 	})
+}
+
+// Format's fast path (amounts already in minor units, fitting an int64)
+// writes what rounding and StringFixed write, for every exponent, sign and
+// size around the edges.
+func TestFormatFastPathIsStringFixed(t *testing.T) {
+	var vals []int64
+	for _, v := range []int64{0, 1, 5, 9, 10, 99, 100, 101, 999, 1000, 123456789, math.MaxInt64, math.MaxInt64 - 1} {
+		vals = append(vals, v, -v)
+	}
+	vals = append(vals, math.MinInt64)
+	for _, code := range []string{"JPY", "USD", "USDC", "ETH"} {
+		c, err := Lookup(code)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			for _, exp := range []int32{-c.MinorUnits, -c.MinorUnits - 1, -c.MinorUnits + 1, 0, -8} {
+				d := decimal.New(v, exp)
+				want := c.Round(d).StringFixed(c.MinorUnits)
+				if got := c.Format(d); got != want {
+					t.Errorf("%s Format(%d×10^%d) = %q, want %q", code, v, exp, got, want)
+				}
+			}
+		}
+		big := decimal.RequireFromString("123456789012345678901234567890").Shift(-c.MinorUnits)
+		if got, want := c.Format(big), c.Round(big).StringFixed(c.MinorUnits); got != want {
+			t.Errorf("%s Format(%s) = %q, want %q", code, big, got, want)
+		}
+	}
 }
