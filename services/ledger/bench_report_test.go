@@ -157,8 +157,8 @@ func TestBenchReport(t *testing.T) {
 	t.Logf("load average (1, 5, 15 min) before → after the timed runs: %s", load)
 	note := fmt.Sprintf("GET /v1/reports/segregated-funds JSON, %d postings, %d clients, %d client lines now, %d bytes; as_of now, end, mid-history; test process CPU %s per report (Postgres apart); load %s",
 		benchReportPostings, benchReportRenters+benchReportProviders, nLines, bytes, goCPU.Round(time.Millisecond), load)
-	testkit.Report(t, testkit.Figure{Bench: "report_p50", Value: float64(pct(all, 0.50).Milliseconds()), Unit: "ms", N: len(all), Note: note})
-	testkit.Report(t, testkit.Figure{Bench: "report_p99", Value: float64(pct(all, 0.99).Milliseconds()), Unit: "ms", N: len(all), Note: note})
+	testkit.Report(t, testkit.Figure{Bench: "report_p50", Value: float64(pct(all, 0.50).Milliseconds()), Unit: "ms", N: len(all), Note: note, Load: testkit.LoadAvg()})
+	testkit.Report(t, testkit.Figure{Bench: "report_p99", Value: float64(pct(all, 0.99).Milliseconds()), Unit: "ms", N: len(all), Note: note, Load: testkit.LoadAvg()})
 }
 
 // checkReportAgainstScan decodes a JSON report and checks every client line

@@ -130,8 +130,8 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 		return nil, err
 	}
 	// One line per client: renters and providers apart (an id may be both).
-	var lines []ClientLine
-	renters, providers := map[string]int{}, map[string]int{}
+	lines := make([]ClientLine, 0, len(nets)/2+1)
+	renters, providers := make(map[string]int, len(nets)/4), make(map[string]int, len(nets)/4)
 	client := func(kind, id string) *ClientLine {
 		byID := providers
 		if kind == ClientRenter {
@@ -144,6 +144,13 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 			lines = append(lines, ClientLine{Kind: kind, ID: id})
 		}
 		return &lines[i]
+	}
+	add := func(to *decimal.Decimal, d decimal.Decimal) { // most lines take one amount: no arithmetic
+		if to.IsZero() {
+			*to = d
+		} else {
+			*to = to.Add(d)
+		}
 	}
 	var walletsPos, walletsNeg, pending, available, inTransit, tax decimal.Decimal
 	var nPos, nNeg int
@@ -158,22 +165,22 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 			if bal.IsPositive() {
 				walletsPos, nPos = walletsPos.Add(bal), nPos+1
 				c := client(ClientRenter, acc.Party)
-				c.Wallet = c.Wallet.Add(bal)
+				add(&c.Wallet, bal)
 			} else if bal.IsNegative() {
 				walletsNeg, nNeg = walletsNeg.Add(bal), nNeg+1
 			}
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderPending:
 			pending = pending.Add(bal)
 			c := client(ClientProvider, acc.Party)
-			c.Pending = c.Pending.Add(bal)
+			add(&c.Pending, bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderAvailable:
 			available = available.Add(bal)
 			c := client(ClientProvider, acc.Party)
-			c.Available = c.Available.Add(bal)
+			add(&c.Available, bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderInTransit:
 			inTransit = inTransit.Add(bal)
 			c := client(ClientProvider, acc.Party)
-			c.InTransit = c.InTransit.Add(bal)
+			add(&c.InTransit, bal)
 		case acc.Class == domain.ClassTax:
 			tax = tax.Add(bal)
 		case n.Account == domain.BankClient:
