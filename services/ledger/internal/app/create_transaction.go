@@ -40,13 +40,16 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		eff = in.EffectiveAt.UTC().Truncate(time.Microsecond)
 		effStr = eff.Format(time.RFC3339Nano)
 	}
+	hash, err := domain.RequestHash("transaction", map[string]any{
+		"description": in.Description, "effective_at": effStr, "metadata": in.Metadata,
+		"postings": domain.CanonicalPostings(postings),
+	})
+	if err != nil {
+		return nil, err
+	}
 	t := &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: key, Kind: domain.TxManual, Description: in.Description,
-		EffectiveAt: eff, CreatedAt: now, Metadata: in.Metadata, Postings: postings,
-		RequestHash: domain.RequestHash("transaction", map[string]any{
-			"description": in.Description, "effective_at": effStr, "metadata": in.Metadata,
-			"postings": domain.CanonicalPostings(postings),
-		}),
+		EffectiveAt: eff, CreatedAt: now, Metadata: in.Metadata, Postings: postings, RequestHash: hash,
 	}
 	return a.postGrouped(ctx, t)
 }

@@ -46,7 +46,15 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 	if err := invalid(vs); err != nil {
 		return nil, err
 	}
-	bank, _ := domain.ParseAddress(domain.BankClient)
+	bank, err := domain.ParseAddress(domain.BankClient)
+	if err != nil {
+		return nil, fmt.Errorf("client bank account: %w", err)
+	}
+	hash, err := domain.RequestHash("deposit", map[string]any{
+		"renter_id": in.RenterID, "amount": amt.String(), "currency": cur.Code})
+	if err != nil {
+		return nil, err
+	}
 	now := a.now()
 	t := &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: "deposit:" + ref, Kind: domain.TxDeposit,
@@ -56,8 +64,7 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 			{Account: bank, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: wallet, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
 		},
-		RequestHash: domain.RequestHash("deposit", map[string]any{
-			"renter_id": in.RenterID, "amount": amt.String(), "currency": cur.Code}),
+		RequestHash: hash,
 	}
 	return a.postGrouped(ctx, t)
 }

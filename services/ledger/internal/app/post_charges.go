@@ -215,6 +215,10 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time) (*domain.Transact
 	if err != nil {
 		return nil, "", err
 	}
+	hash, err := chargeRequestHash(c.RenterID, c.ProviderID, cycle, cur.Code, amt.String())
+	if err != nil {
+		return nil, "", err
+	}
 	return &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: c.ChargeID, Kind: domain.TxCharge,
 		EffectiveAt: eff, CreatedAt: now, Metadata: chargeMetadata(c),
@@ -222,7 +226,7 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time) (*domain.Transact
 			{Account: wallet, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: pendingAcc, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
 		},
-		RequestHash: chargeRequestHash(c.RenterID, c.ProviderID, cycle, cur.Code, amt.String()),
+		RequestHash: hash,
 	}, cycle, nil
 }
 
@@ -265,12 +269,15 @@ type chargeFields struct {
 }
 
 // chargeRequestHash equals domain.RequestHash("charge", the same fields as a map).
-func chargeRequestHash(renter, provider, cycle, currency, amount string) [32]byte {
-	b, _ := json.Marshal(struct {
+func chargeRequestHash(renter, provider, cycle, currency, amount string) ([32]byte, error) {
+	b, err := json.Marshal(struct {
 		Kind   string       `json:"kind"`
 		Fields chargeFields `json:"fields"`
 	}{"charge", chargeFields{Amount: amount, Currency: currency, CycleID: cycle, ProviderID: provider, RenterID: renter}})
-	return sha256.Sum256(b)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("request hash of charge: %w", err)
+	}
+	return sha256.Sum256(b), nil
 }
 
 // resolveCycles maps each wanted cycle to itself or, if it is closed, to the

@@ -53,12 +53,15 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		eff = in.EffectiveAt.UTC().Truncate(time.Microsecond)
 		effStr = eff.Format(time.RFC3339Nano)
 	}
+	hash, err := domain.RequestHash("reversal", map[string]any{
+		"transaction_id": orig.ID, "description": in.Description, "effective_at": effStr})
+	if err != nil {
+		return nil, err
+	}
 	t := &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: key, Kind: domain.TxReversal, Description: desc,
 		EffectiveAt: eff, CreatedAt: now, Metadata: map[string]string{"reverses": orig.ID},
-		Postings: domain.Mirror(orig.Postings), Reverses: orig.ID,
-		RequestHash: domain.RequestHash("reversal", map[string]any{
-			"transaction_id": orig.ID, "description": in.Description, "effective_at": effStr}),
+		Postings: domain.Mirror(orig.Postings), Reverses: orig.ID, RequestHash: hash,
 	}
 	if orig.ReversedBy != "" {
 		// Already reversed: a replay returns the reversal, anything else conflicts.

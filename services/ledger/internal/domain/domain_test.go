@@ -78,3 +78,16 @@ func TestSegregationBreaches(t *testing.T) {
 		}
 	}
 }
+
+// A field JSON cannot encode fails the hash: two such requests under one
+// idempotency key must not share the hash of nothing and replay each other.
+func TestRequestHashRefusesUnencodableField(t *testing.T) {
+	if _, err := RequestHash("transaction", map[string]any{"effective_at": func() {}}); err == nil {
+		t.Fatal("a func field hashed; want an error")
+	}
+	a, errA := RequestHash("deposit", map[string]any{"amount": "10.00"})
+	b, errB := RequestHash("deposit", map[string]any{"amount": "10.5"})
+	if errA != nil || errB != nil || a == b {
+		t.Fatalf("distinct requests: %x, %v; %x, %v", a, errA, b, errB)
+	}
+}

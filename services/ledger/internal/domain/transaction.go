@@ -184,13 +184,17 @@ func Mirror(ps []Posting) []Posting {
 
 // RequestHash is the SHA-256 of a canonical JSON rendering of a request: the
 // same request always hashes the same however the client spelled amounts
-// ("10.5" vs "10.50") or ordered metadata.
-func RequestHash(kind string, fields map[string]any) [32]byte {
-	b, _ := json.Marshal(struct {
+// ("10.5" vs "10.50") or ordered metadata. A field JSON cannot encode is an
+// error, never the hash of nothing (which every such request would share).
+func RequestHash(kind string, fields map[string]any) ([32]byte, error) {
+	b, err := json.Marshal(struct {
 		Kind   string         `json:"kind"`
 		Fields map[string]any `json:"fields"` // encoding/json sorts map keys
 	}{kind, fields})
-	return sha256.Sum256(b)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("request hash of %s: %w", kind, err)
+	}
+	return sha256.Sum256(b), nil
 }
 
 // CanonicalPostings renders postings for a request hash.

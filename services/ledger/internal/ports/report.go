@@ -146,9 +146,9 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	w := csv.NewWriter(&buf)
 	asOf := r.GetAsOf().AsTime().Format(time.RFC3339Nano)
 	row := func(kind, id, wallet, pending, available, inTransit, total, currency string) {
-		_ = w.Write([]string{kind, id, wallet, pending, available, inTransit, total, currency, asOf}) // buffered: errors surface at Flush
+		w.Write([]string{kind, id, wallet, pending, available, inTransit, total, currency, asOf}) // buffered: errors surface at Flush
 	}
-	_ = w.Write([]string{"kind", "client_id", "wallet", "pending", "available", "in_transit", "total", "currency", "as_of"})
+	w.Write([]string{"kind", "client_id", "wallet", "pending", "available", "in_transit", "total", "currency", "as_of"})
 	for i, c := range r.Clients {
 		row(c.Kind, c.ClientId, c.Wallet, c.Pending, c.Available, c.InTransit, c.Total, r.Currency)
 		if (i+1)%progressEvery == 0 {

@@ -203,7 +203,10 @@ func (s *Store) ListByRenter(ctx context.Context, renterID, currency string, lim
 	}
 	out = out[:limit]
 	last := out[limit-1]
-	raw, _ := json.Marshal(pageToken{Period: last.Period, Currency: last.Currency, ID: last.ID})
+	raw, err := json.Marshal(pageToken{Period: last.Period, Currency: last.Currency, ID: last.ID})
+	if err != nil {
+		return nil, "", fmt.Errorf("page token: %w", err)
+	}
 	return out, base64.RawURLEncoding.EncodeToString(raw), nil
 }
 

@@ -67,7 +67,7 @@ func ReadFigures(ctx context.Context, q Querier) (Figures, error) {
 		if err := rows.Scan(&acc, &cur, &d, &c); err != nil {
 			return f, err
 		}
-		fmt.Fprintf(h, "%s|%s|%s|%s\n", acc, cur, d, c)
+		h.Write(fmt.Appendf(nil, "%s|%s|%s|%s\n", acc, cur, d, c)) // a hash.Hash's Write never fails
 		debits, err := decimal.NewFromString(d)
 		if err != nil {
 			return f, fmt.Errorf("balance %s %s: %w", acc, cur, err)
