@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
 // TestRESTPartiesReadOwnAccounts: a renter reads its own wallet and the
@@ -42,7 +43,9 @@ func TestRESTPartiesReadOwnAccounts(t *testing.T) {
 			t.Fatalf("charge %s: %d %s", p, code, body)
 		}
 		if p == "p-1" {
-			_ = json.Unmarshal([]byte(body), &charge)
+			if err := json.Unmarshal([]byte(body), &charge); err != nil {
+				t.Fatalf("charge %s: %v", body, err)
+			}
 		}
 	}
 	r1, p1 := token(auth.RoleRenter, "r-1"), token(auth.RoleProvider, "p-1")
@@ -112,13 +115,13 @@ func TestRESTAllowlist(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base, secret := startServer(t, f, func(o *server.Options) { o.Allow, o.TrustedProxies = tt.allow, tt.proxies })
-			tok, _ := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+			tok := testkit.Token(t, secret, auth.RoleFinance, "", time.Hour)
 			c := restClient{t: t, base: base, token: tok, header: map[string]string{"X-Forwarded-For": tt.xff}}
 			if code, body := c.do("GET", "/v1/accounts/renter:nobody:wallet", ""); code != tt.want {
 				t.Fatalf("HTTP %d %s, want %d", code, body, tt.want)
 			}
 			// Auditors have no list: any address.
-			atok, _ := auth.Issue(secret, auth.RoleAuditor, "", time.Hour)
+			atok := testkit.Token(t, secret, auth.RoleAuditor, "", time.Hour)
 			if code, _ := (restClient{t: t, base: base, token: atok}).do("GET", "/v1/accounts/renter:nobody:wallet", ""); code != 404 {
 				t.Fatalf("auditor: HTTP %d, want 404", code)
 			}

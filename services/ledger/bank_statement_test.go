@@ -75,8 +75,11 @@ func TestRESTBankStatements(t *testing.T) {
 		t.Fatalf("import camt.053: %d %s", code, body)
 	}
 	finance.header["Content-Type"] = "application/json"
-	js, _ := json.Marshal(map[string]string{"statement_id": "st-2", "currency": "CNY", "account": "CN-CLIENT-1", "format": "csv",
+	js, err := json.Marshal(map[string]string{"statement_id": "st-2", "currency": "CNY", "account": "CN-CLIENT-1", "format": "csv",
 		"content": "date,reference,amount,balance\n2026-12-01,wx-2,10.00,1110.00\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	code, body = finance.do("POST", "/v1/bank-statements", string(js))
 	if code != 200 || !strings.Contains(body, `"closing_balance":"1110.00"`) {
 		t.Fatalf("import JSON form: %d %s", code, body)

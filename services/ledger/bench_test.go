@@ -176,7 +176,7 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown(f.ctx)
-	tok, _ := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	tok := testkit.Token(t, secret, auth.RoleFinance, "", time.Hour)
 	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
 	if err != nil {
 		t.Fatal(err)

@@ -187,12 +187,18 @@ func TestInvoiceIssuedFromTheJournal(t *testing.T) {
 	}
 	// The closing balance is the ledger's: the wallet as of the month's end
 	// (as_of is inclusive; the November deposit posted at the end itself).
-	end, _ := time.Parse(time.RFC3339, inv.PeriodEnd)
+	end, err := time.Parse(time.RFC3339, inv.PeriodEnd)
+	if err != nil {
+		t.Fatalf("period_end %q: %v", inv.PeriodEnd, err)
+	}
 	v, err := f.app.GetAccount(f.ctx, "renter:"+r1+":wallet", ptr(end.Add(-time.Microsecond)))
 	if err != nil || len(v.Balances) != 1 || v.Balances[0].Amount.StringFixed(2) != inv.Closing {
 		t.Fatalf("ledger balance as of %s: %+v, %v; invoice says %s", end, v.Balances, err, inv.Closing)
 	}
-	lines, _ := json.Marshal(raw["lines"])
+	lines, err := json.Marshal(raw["lines"])
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantLines := `[{"amount":"10.00","band":"","gpu_hours":"4","gpu_model":"RTX_4090","kind":"usage","tier":"","tier_discount":"0.00"},` +
 		`{"amount":"2.35","band":"","gpu_hours":"4","gpu_model":"RTX_4090","kind":"pue_surcharge","tier":"","tier_discount":"0.00"},` +
 		`{"amount":"7.66","band":"night","gpu_hours":"3","gpu_model":"RTX_4090","kind":"usage","tier":"100+ GPU-h","tier_discount":"0.85"},` +
@@ -205,14 +211,20 @@ func TestInvoiceIssuedFromTheJournal(t *testing.T) {
 	}
 
 	// The PDF carries the same figures.
-	req, _ := http.NewRequest(http.MethodGet, base+"/v1/invoices/"+id+"?format=pdf", nil)
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/invoices/"+id+"?format=pdf", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer "+renter1.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdfBytes, _ := io.ReadAll(resp.Body)
+	pdfBytes, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("pdf body: %v", err)
+	}
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/pdf" {
 		t.Fatalf("pdf: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

@@ -41,7 +41,10 @@ func (c restClient) do(method, path, body string) (int, string) {
 		c.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: body: %v", method, path, err)
+	}
 	return resp.StatusCode, string(b)
 }
 
@@ -146,7 +149,7 @@ func TestREST(t *testing.T) {
 		})
 	}
 	// Roles: a renter may not read another renter's wallet (own reads: access_test.go).
-	rtok, _ := auth.Issue(secret, auth.RoleRenter, "r-2", time.Hour)
+	rtok := testkit.Token(t, secret, auth.RoleRenter, "r-2", time.Hour)
 	if code, _ := (restClient{t: t, base: base, token: rtok}).do("GET", "/v1/accounts/renter:r-1:wallet", ""); code != 403 {
 		t.Fatalf("renter reading another's wallet: %d, want 403", code)
 	}
@@ -157,7 +160,10 @@ func compactJSON(t *testing.T, s string) string {
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		t.Fatalf("not JSON: %s", s)
 	}
-	b, _ := json.Marshal(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return string(b)
 }
 

@@ -47,8 +47,8 @@ func TestLeaseWebhookGivesUpCounted(t *testing.T) {
 	go func() { done <- d.Run(runCtx) }()
 	var status string
 	testkit.Eventually(t, 10*time.Second, func() bool {
-		_ = pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
-		return status == "failed"
+		err := pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
+		return err == nil && status == "failed"
 	}, "delivery given up")
 	cancel()
 	if err := <-done; err != nil {

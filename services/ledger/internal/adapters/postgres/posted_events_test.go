@@ -20,8 +20,14 @@ func TestPostedEventsBatchedPerClass(t *testing.T) {
 	now := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	txs := make([]*domain.Transaction, n)
 	for i := range txs {
-		w, _ := domain.ParseAddress(domain.RenterWallet(fmt.Sprintf("r-%d", i%100)))
-		p, _ := domain.ParseAddress(domain.ProviderPendingAddr(fmt.Sprintf("p-%d", i%50), "cyc-20261112"))
+		w, err := domain.ParseAddress(domain.RenterWallet(fmt.Sprintf("r-%d", i%100)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := domain.ParseAddress(domain.ProviderPendingAddr(fmt.Sprintf("p-%d", i%50), "cyc-20261112"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		amt := decimal.RequireFromString("2.83")
 		txs[i] = &domain.Transaction{ID: ids.New(""), IdempotencyKey: fmt.Sprintf("chg_%d", i), Kind: domain.TxCharge,
 			EffectiveAt: now, CreatedAt: now, Postings: []domain.Posting{
