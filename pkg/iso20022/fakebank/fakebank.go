@@ -132,7 +132,9 @@ func (b *Bank) id(prefix string) string {
 
 func esc(s string) string {
 	var buf bytes.Buffer
-	_ = xml.EscapeText(&buf, []byte(s))
+	if err := xml.EscapeText(&buf, []byte(s)); err != nil {
+		panic(err) // a bytes.Buffer takes every write
+	}
 	return buf.String()
 }
 

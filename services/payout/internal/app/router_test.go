@@ -42,11 +42,11 @@ func TestRouter(t *testing.T) {
 	sandbox, bank := &bookRail{name: "sandbox", refs: map[string]bool{}}, &bookRail{name: "bank-file", refs: map[string]bool{}}
 	r := Router{Default: sandbox, ByType: map[string]Rail{domain.MethodBank: bank}}
 	one := decimal.RequireFromString("1")
-	if st, _ := r.Submit(ctx, Transfer{Reference: "b1", Amount: one, Method: domain.Method{Type: domain.MethodBank}}); st.Rail != "bank-file" || !bank.refs["b1"] {
-		t.Errorf("bank method: %+v", st)
+	if st, err := r.Submit(ctx, Transfer{Reference: "b1", Amount: one, Method: domain.Method{Type: domain.MethodBank}}); err != nil || st.Rail != "bank-file" || !bank.refs["b1"] {
+		t.Errorf("bank method: %+v %v", st, err)
 	}
-	if st, _ := r.Submit(ctx, Transfer{Reference: "a1", Amount: one, Method: domain.Method{Type: domain.MethodAlipay}}); st.Rail != "sandbox" || !sandbox.refs["a1"] {
-		t.Errorf("alipay method: %+v", st)
+	if st, err := r.Submit(ctx, Transfer{Reference: "a1", Amount: one, Method: domain.Method{Type: domain.MethodAlipay}}); err != nil || st.Rail != "sandbox" || !sandbox.refs["a1"] {
+		t.Errorf("alipay method: %+v %v", st, err)
 	}
 	if st, err := r.Query(ctx, "b1"); err != nil || st.Rail != "bank-file" {
 		t.Errorf("query b1: %+v %v", st, err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,9 +29,17 @@ var debtor = iso20022.Party{Name: "GPU Market client money", Account: "GB33BUKB2
 
 // day1 is 2026-12-01 10:00 in Shanghai; the cutoff is 14:00 there.
 var (
-	shanghai, _ = time.LoadLocation("Asia/Shanghai")
+	shanghai    = mustLocation("Asia/Shanghai")
 	day1        = time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai)
 )
+
+func mustLocation(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err) // the tests' time zone: nothing runs without it
+	}
+	return loc
+}
 
 type fixture struct {
 	r      *Rail
@@ -152,7 +161,10 @@ func TestCutOncePerCutoff(t *testing.T) {
 	if err != nil || !built2 {
 		t.Fatal(id2, built2, err)
 	}
-	file2, _ := f.r.BatchFile(ctx, id2)
+	file2, err := f.r.BatchFile(ctx, id2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p2, err := iso20022.ParsePain001(file2)
 	if err != nil || strings.Join(e2es(p2), ",") != "po-late" {
 		t.Errorf("batch 2: %v %v", e2es(p2), err)
@@ -222,29 +234,37 @@ func TestDeliverAtomically(t *testing.T) {
 	if err := f.r.Deliver(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := f.r.BatchFile(ctx, id)
+	want, err := f.r.BatchFile(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := os.ReadFile(filepath.Join(out, id+".xml"))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("delivered file differs from the batch: %v", err)
 	}
-	des, _ := os.ReadDir(out)
-	if len(des) != 1 {
-		t.Errorf("outbox holds %d entries, want the one file", len(des))
+	des, err := os.ReadDir(out)
+	if err != nil || len(des) != 1 {
+		t.Errorf("outbox holds %d entries (%v), want the one file", len(des), err)
 	}
 	if st, err := os.Stat(filepath.Join(out, id+".xml")); err != nil || st.Mode().Perm() != 0o640 {
 		t.Errorf("batch file mode %v %v, want 0640 (the SFTP client's group reads it)", st.Mode(), err)
 	}
-	b, _ := f.r.GetBatch(ctx, id)
+	b, err := f.r.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if b.DeliveredAt == nil || b.DeliveredPath != filepath.Join(out, id+".xml") {
 		t.Errorf("batch not marked delivered: %+v", b)
 	}
 	// Marked: not written again (the bank's client may have taken and removed it).
-	os.Remove(filepath.Join(out, id+".xml"))
+	if err := os.Remove(filepath.Join(out, id+".xml")); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.r.Deliver(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if des, _ := os.ReadDir(out); len(des) != 0 {
-		t.Errorf("a delivered batch was written again")
+	if des, err := os.ReadDir(out); err != nil || len(des) != 0 {
+		t.Errorf("a delivered batch was written again (%v)", err)
 	}
 }
 
@@ -333,17 +353,19 @@ func TestImportMovesTransfersOnce(t *testing.T) {
 	if st := f.state(t, "po-ret"); st.State != app.RailReturned || st.FailureCode != domain.FailAccountClosed {
 		t.Errorf("po-ret after the return: %+v", st)
 	}
-	// A rejection after booking contradicts what is known: reported, not applied.
+	// A rejection after booking contradicts what is known: reported, not
+	// applied; a rejected payment-information group the batch never had is
+	// reported and moves nothing.
 	late := strings.Replace(string(sts), "<OrgnlEndToEndId>po-paid</OrgnlEndToEndId><TxSts>ACCP</TxSts>",
 		"<OrgnlEndToEndId>po-paid</OrgnlEndToEndId><TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>AC01</Cd></Rsn></StsRsnInf>", 1)
-	late = strings.Replace(late, "<OrgnlPmtInfAndSts>", "<OrgnlPmtInfAndSts><OrgnlPmtInfId>x</OrgnlPmtInfId></OrgnlPmtInfAndSts><OrgnlPmtInfAndSts>", 0)
+	late = strings.Replace(late, "<OrgnlPmtInfAndSts>", "<OrgnlPmtInfAndSts><OrgnlPmtInfId>x</OrgnlPmtInfId><PmtInfSts>RJCT</PmtInfSts></OrgnlPmtInfAndSts><OrgnlPmtInfAndSts>", 1)
 	late = strings.Replace(late, "STS-", "STS2-", 1)
 	unk := strings.Replace(late, "<OrgnlEndToEndId>po-closed</OrgnlEndToEndId>", "<OrgnlEndToEndId>po-nobody</OrgnlEndToEndId>", 1)
 	r2, err := f.r.Import(ctx, app.SourceUpload, "late.xml", []byte(unk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := outcomes(r2); o["po-paid"] != app.EntryConflict || o["po-nobody"] != app.EntryUnknownReference || o["po-frozen"] != app.EntryUnchanged {
+	if o := outcomes(r2); o["po-paid"] != app.EntryConflict || o["po-nobody"] != app.EntryUnknownReference || o["po-frozen"] != app.EntryUnchanged || o[""] != app.EntryUnknownReference {
 		t.Errorf("late report outcomes %v", o)
 	}
 	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
@@ -397,7 +419,10 @@ func TestScanInbox(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	why, _ := os.ReadFile(filepath.Join(in, "rejected/02-garbage.xml.error"))
+	why, err := os.ReadFile(filepath.Join(in, "rejected/02-garbage.xml.error"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(string(why), "GrpHdr/MsgId") {
 		t.Errorf("rejection reason %q does not name the element", why)
 	}
@@ -485,10 +510,15 @@ func TestRunCutsAtTheCutoff(t *testing.T) {
 	f := newRail(t, out, in)
 	f.r.Cfg.Tick = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	done := make(chan error, 1)
 	f.submit(t, "po-run", "CNY", "150.00", bank("6222000011110001"))
-	go func() { defer close(done); _ = f.r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	go func() { done <- f.r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("rail: %v", err)
+		}
+	})
 	// Before the cutoff (10:00 < 14:00 Shanghai): yesterday's cutoff has
 	// nothing queued before it, so nothing is built.
 	time.Sleep(100 * time.Millisecond) // several ticks
@@ -510,7 +540,48 @@ func TestRunCutsAtTheCutoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return f.state(t, "po-run").State == app.RailInTransit }, "po-run in transit")
-	if bs, _ := f.r.ListBatches(context.Background(), "", 10); len(bs) != 1 {
-		t.Errorf("%d batches after many ticks, want 1", len(bs))
+	if bs, err := f.r.ListBatches(context.Background(), "", 10); err != nil || len(bs) != 1 {
+		t.Errorf("%d batches after many ticks (%v), want 1", len(bs), err)
+	}
+}
+
+// A batch file is reported written only once its rename is durable: a
+// directory sync that fails (an I/O error) fails the write, so the batch is
+// not marked delivered and the next Deliver writes it again. No temporary
+// file is left behind either way.
+func TestWriteAtomicFailsWhenTheRenameIsNotDurable(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { syncDir = fsyncDir })
+	syncDir = func(string) error { return syscall.EIO }
+	if _, err := writeAtomic(dir, "b-1.xml", []byte("<x/>")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write with a failing directory sync: %v; want EIO", err)
+	}
+	syncDir = fsyncDir
+	path, err := writeAtomic(dir, "b-2.xml", []byte("<x/>"))
+	if err != nil || filepath.Base(path) != "b-2.xml" {
+		t.Fatalf("write: %q, %v", path, err)
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			t.Errorf("temporary file %s left in the outbox", e.Name())
+		}
+	}
+}
+
+func TestParseCutoff(t *testing.T) {
+	for give, want := range map[string][2]int{"14:00": {14, 0}, " 09:05 ": {9, 5}, "23:59": {23, 59}, "00:00": {0, 0}} {
+		h, m, err := ParseCutoff(give)
+		if err != nil || h != want[0] || m != want[1] {
+			t.Errorf("ParseCutoff(%q) = %d, %d, %v; want %v", give, h, m, err, want)
+		}
+	}
+	for _, give := range []string{"24:00", "9:00", "12:60", "", "12-00"} {
+		if _, _, err := ParseCutoff(give); err == nil {
+			t.Errorf("ParseCutoff(%q) accepted", give)
+		}
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,8 +166,9 @@ func (r *Rail) Deliver(ctx context.Context) error {
 // outboxFileMode lets the owner write and its group (the SFTP client's) read a batch file.
 const outboxFileMode = 0o640
 
-// writeAtomic writes dir/name through a temporary file in dir and a rename.
-func writeAtomic(dir, name string, b []byte) (string, error) {
+// writeAtomic writes dir/name through a temporary file in dir and a rename,
+// synced: a file it reports written survives a crash.
+func writeAtomic(dir, name string, b []byte) (_ string, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", err
 	}
@@ -174,7 +177,12 @@ func writeAtomic(dir, name string, b []byte) (string, error) {
 		return "", err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
+	defer func() {
+		// After a successful rename there is nothing left to remove.
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("temporary file left in the outbox: %w", rerr))
+		}
+	}()
 	// CreateTemp makes the file 0600; the bank's SFTP client usually runs
 	// as another user of the same group.
 	if err := f.Chmod(outboxFileMode); err != nil {
@@ -196,11 +204,29 @@ func writeAtomic(dir, name string, b []byte) (string, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // the rename's durability; a filesystem without directory sync still has the file
-		d.Close()
+	if err := syncDir(dir); err != nil {
+		// Not marked delivered: the next Deliver writes the same bytes again.
+		return "", fmt.Errorf("sync %s after the rename of %s: %w", dir, name, err)
 	}
 	return final, nil
+}
+
+// syncDir makes a rename in dir durable (a variable for the tests).
+var syncDir = fsyncDir
+
+// fsyncDir syncs directory dir. A filesystem that cannot sync a directory
+// (EINVAL, ENOTSUP) keeps the renamed file all the same; any other failure
+// may lose the rename in a crash, so it is the write's failure.
+func fsyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+		return err
+	}
+	return nil
 }
 
 const batchCols = `batch_id, cutoff_at, execution_date, transfers, control_sum, file_sha256, created_at, delivered_at, delivered_path`

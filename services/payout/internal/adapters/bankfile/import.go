@@ -289,10 +289,10 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 // transfer in state from moves to to (applied), stays (unchanged), or the
 // file contradicts what is known (conflict).
 func decide(from, to string, bulk bool) string {
-	switch {
-	case from == to:
+	switch from {
+	case to:
 		return app.EntryUnchanged
-	case from == stateQueued:
+	case stateQueued:
 		return app.EntryConflict // the bank cannot know a transfer not yet in a file
 	}
 	switch to {

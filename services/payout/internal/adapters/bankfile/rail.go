@@ -77,8 +77,8 @@ func ParseCutoff(s string) (hour, minute int, err error) {
 	if m == nil {
 		return 0, 0, fmt.Errorf("bank cutoff %q: want HH:MM", s)
 	}
-	fmt.Sscanf(m[1]+" "+m[2], "%d %d", &hour, &minute)
-	return hour, minute, nil
+	// Two digits each, by the pattern.
+	return int(m[1][0]-'0')*10 + int(m[1][1]-'0'), int(m[2][0]-'0')*10 + int(m[2][1]-'0'), nil
 }
 
 // Check refuses a configuration that cannot build a valid file.
