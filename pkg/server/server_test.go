@@ -150,9 +150,13 @@ func (routedService) RegisterGateway(context.Context, *runtime.ServeMux, *grpc.C
 func (routedService) Policy() auth.Policy { return auth.Policy{} }
 func (routedService) HTTPRoutes() map[string]http.Handler {
 	return map[string]http.Handler{"POST /v1/notify/test": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write(append([]byte("got "), b...))
+		w.Write(append([]byte("got "), b...))
 	})}
 }
 
@@ -170,7 +174,10 @@ func TestServiceHTTPRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusOK || string(b) != `got {"a":1}` || resp.Header.Get("X-Request-Id") == "" {
 		t.Errorf("HTTP %d %q (request id %q); want 200 with the body echoed and a request id", resp.StatusCode, b, resp.Header.Get("X-Request-Id"))
 	}

@@ -246,7 +246,10 @@ func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdin
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	rule, _ := split.RuleFor(split.RuleSetFlat20)
+	rule, err := split.RuleFor(split.RuleSetFlat20)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 	r, err := split.Compute(cur, gross, decimal.RequireFromString(req.CommissionRate), rule, split.ProfileIndividual)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -276,7 +279,12 @@ func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func
 	for _, r := range register {
 		r(gs)
 	}
-	go func() { _ = gs.Serve(lis) }()
+	go func() {
+		// Serve returns nil once Stop is called; anything else ends the fake early.
+		if err := gs.Serve(lis); err != nil {
+			t.Errorf("fake ledger: %v", err)
+		}
+	}()
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
