@@ -118,9 +118,8 @@ func (c *Card) Rate(u Usage, used MonthUsage, out []Piece) ([]Piece, error) {
 // cuts returns start, end and every band edge and UTC month start between.
 func (c *Card) cuts(start, end time.Time) []time.Time {
 	cuts := []time.Time{start, end}
-	for _, m := range Months(start, end)[1:] {
-		t, _ := time.Parse("2006-01", m)
-		cuts = append(cuts, t)
+	for m := monthStart(start).AddDate(0, 1, 0); m.Before(end); m = m.AddDate(0, 1, 0) {
+		cuts = append(cuts, m)
 	}
 	for _, b := range c.Bands {
 		ls, le := start.In(b.Loc), end.In(b.Loc)

@@ -256,3 +256,22 @@ func TestBookPicksNewestEffective(t *testing.T) {
 		}
 	}
 }
+
+// Month edges are cut as instants, not through their "2006-01" keys: a
+// usage into year 10000 (whose key is "10000-01") is cut at that month's
+// start, never at the zero time (a piece from year 1 to the usage).
+func TestCutsAtMonthEdgesPastYear9999(t *testing.T) {
+	c := &Card{}
+	start := time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)
+	end := time.Date(10000, 1, 1, 1, 0, 0, 0, time.UTC)
+	got := c.cuts(start, end)
+	want := []time.Time{start, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), end}
+	if len(got) != len(want) {
+		t.Fatalf("cuts %v; want %v", got, want)
+	}
+	for i := range want {
+		if !got[i].Equal(want[i]) {
+			t.Fatalf("cuts %v; want %v", got, want)
+		}
+	}
+}
