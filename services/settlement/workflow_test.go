@@ -187,7 +187,9 @@ func newProbeRunner(inline *inlineRunner, probe *windowProbe, window, batch, pro
 
 func pageOf(provider string, batch int) int {
 	var n int
-	fmt.Sscanf(provider, "p-%d", &n)
+	if _, err := fmt.Sscanf(provider, "p-%d", &n); err != nil {
+		panic(fmt.Sprintf("probe provider %q is not p-N: %v", provider, err))
+	}
 	return n / batch
 }
 
@@ -480,7 +482,10 @@ func TestHeldProviderStaysPending(t *testing.T) {
 func TestCommissionOutsideBoundsRefused(t *testing.T) {
 	t.Parallel()
 	pool, _ := testkit.NewPool(t)
-	tc, _ := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	tc, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.NewManual(startAt), Calendar: cal}
 	tests := []struct {
 		give    string // pro tier rate

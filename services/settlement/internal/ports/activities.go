@@ -160,7 +160,11 @@ func (a *Activities) SnapshotCycle(ctx context.Context, cycleID string) (int, er
 	}
 	token, n := "", 0
 	if activity.HasHeartbeatDetails(ctx) {
-		_ = activity.GetHeartbeatDetails(ctx, &token)
+		if err := activity.GetHeartbeatDetails(ctx, &token); err != nil {
+			// Start over: recording a page twice writes the same rows.
+			activity.GetLogger(ctx).Warn("snapshot: heartbeat page token unreadable; starting from the first page", "cycle", cycleID, "err", err)
+			token = ""
+		}
 	}
 	for {
 		resp, err := a.Ledger.ListCycleBalances(ctx, &ledgerv1.ListCycleBalancesRequest{CycleId: cycleID, PageSize: snapshotPageSize, PageToken: token})
