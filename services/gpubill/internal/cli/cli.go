@@ -115,8 +115,37 @@ type completionCmd struct {
 
 type env struct {
 	ctx    context.Context
-	stdout io.Writer
+	stdout *output
 	stderr io.Writer
+}
+
+// output is a command's stdout: its answer. The first write that fails is
+// kept and fails the command (a token or a verification verdict that was
+// never printed is not a success), whatever the command returned.
+type output struct {
+	w   io.Writer
+	err error
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	o.err = err
+	return n, err
+}
+
+func (o *output) printf(format string, a ...any) {
+	if o.err == nil {
+		_, o.err = fmt.Fprintf(o.w, format, a...)
+	}
+}
+
+func (o *output) println(a ...any) {
+	if o.err == nil {
+		_, o.err = fmt.Fprintln(o.w, a...)
+	}
 }
 
 // Main runs the CLI and returns the exit code (cmdline.Exit*).
@@ -130,8 +159,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr}); err != nil {
-		fmt.Fprintln(stderr, "gpubill:", err)
+	out := &output{w: stdout}
+	err := kctx.Run(&env{ctx: ctx, stdout: out, stderr: stderr})
+	if err == nil && out.err != nil {
+		err = fmt.Errorf("writing the output: %w", out.err)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpubill:", err) //nolint:errcheck // stderr: the exit code carries the failure
 		return cmdline.ExitFailed
 	}
 	return cmdline.ExitOK
@@ -189,7 +223,7 @@ func (d *devCmd) Run(e *env) error {
 		return err
 	}
 	base := "http://" + st.HTTPAddr
-	fmt.Fprintf(e.stdout, `
+	e.stdout.printf(`
 gpubill dev is up.
   REST      %[1]s   (health: %[1]s/healthz, readiness: %[1]s/readyz)
   API docs  %[1]s/docs   (OpenAPI: %[1]s/v1/openapi.json)
@@ -222,14 +256,14 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
 				log.Error("simulation stopped", "err", err)
 			}
 		}()
-		fmt.Fprintln(e.stdout, "Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
+		e.stdout.println("Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
 		if recv != nil {
-			fmt.Fprintln(e.stdout, "Lease control: renter r-004 (30.00 CNY, credit limit 10.00) is warned, stopped and, after its top-up, resumed (watch the log).")
+			e.stdout.println("Lease control: renter r-004 (30.00 CNY, credit limit 10.00) is warned, stopped and, after its top-up, resumed (watch the log).")
 		}
 	}
 	select {
 	case <-e.ctx.Done():
-		fmt.Fprintln(e.stdout, "shutting down…")
+		e.stdout.println("shutting down…")
 		return nil
 	case err := <-st.Err():
 		return err
@@ -245,7 +279,7 @@ func (t *tokenCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, tok)
+	e.stdout.println(tok)
 	return nil
 }
 
@@ -287,11 +321,11 @@ func (v *verifyCmd) Run(e *env) error {
 		return err
 	}
 	if !res.OK {
-		fmt.Fprintf(e.stdout, "BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
+		e.stdout.printf("BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
 			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
 		return errors.New("journal hash chain broken")
 	}
-	fmt.Fprintf(e.stdout, "ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
+	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	return nil
 }
 
@@ -325,10 +359,12 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 		return err
 	}
 	if err := os.Rename(tmp, c.Output); err != nil {
-		_ = os.Remove(tmp)
+		if rerr := os.Remove(tmp); rerr != nil {
+			return errors.Join(err, rerr)
+		}
 		return err
 	}
-	fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", c.Output, len(b))
+	fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", c.Output, len(b)) //nolint:errcheck // a note on stderr; the report is written
 	return nil
 }
 
@@ -337,7 +373,7 @@ func (b *backupCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "backup of %s at %s in %s\n", m.Database, m.CreatedAt.Format(time.RFC3339), b.Output)
+	e.stdout.printf("backup of %s at %s in %s\n", m.Database, m.CreatedAt.Format(time.RFC3339), b.Output)
 	printFigures(e.stdout, m.Ledger)
 	return nil
 }
@@ -347,25 +383,25 @@ func (r *restoreCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "restored the backup of %s taken at %s; verified against its manifest\n",
+	e.stdout.printf("restored the backup of %s taken at %s; verified against its manifest\n",
 		res.Manifest.Database, res.Manifest.CreatedAt.Format(time.RFC3339))
 	printFigures(e.stdout, res.Restored)
-	fmt.Fprintf(e.stdout, "  ledger verify: ok, %d transactions chained and verified\n", res.Chain.Checked)
+	e.stdout.printf("  ledger verify: ok, %d transactions chained and verified\n", res.Chain.Checked)
 	var requeued int64
 	for _, n := range res.Requeued {
 		requeued += n
 	}
-	fmt.Fprintf(e.stdout, "  %d published messages back in their outboxes, %d payouts to restart, %d transaction ids consumed\n",
+	e.stdout.printf("  %d published messages back in their outboxes, %d payouts to restart, %d transaction ids consumed\n",
 		requeued, res.PayoutsRestarted, res.XidsAdvanced)
 	return nil
 }
 
-func printFigures(w io.Writer, f ledger.Figures) {
-	fmt.Fprintf(w, "  journal head %s (position %d), %d transactions, %d postings\n", f.HeadHash, f.HeadPosition, f.Transactions, f.Postings)
+func printFigures(w *output, f ledger.Figures) {
+	w.printf("  journal head %s (position %d), %d transactions, %d postings\n", f.HeadHash, f.HeadPosition, f.Transactions, f.Postings)
 	for _, c := range f.Currencies {
-		fmt.Fprintf(w, "  %s: %d accounts, debits %s, credits %s, bank:client %s\n", c.Currency, c.Accounts, c.Debits, c.Credits, c.BankClient)
+		w.printf("  %s: %d accounts, debits %s, credits %s, bank:client %s\n", c.Currency, c.Accounts, c.Debits, c.Credits, c.BankClient)
 	}
-	fmt.Fprintf(w, "  balances sha256 %s\n", f.BalancesSHA256)
+	w.printf("  balances sha256 %s\n", f.BalancesSHA256)
 }
 
 func (versionCmd) Run(e *env) error {

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,5 +44,21 @@ func TestTokenCommand(t *testing.T) {
 		if code, _, stderr := run(tt.args...); code == 0 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: exit %d, stderr %q; want a failure naming %q", tt.name, code, stderr, tt.want)
 		}
+	}
+}
+
+// failingWriter refuses every write, as a closed pipe or a full disk does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A command whose answer cannot be written fails: a token that was never
+// printed is not a success.
+func TestTokenCommandFailsWhenStdoutFails(t *testing.T) {
+	var errb bytes.Buffer
+	code := cli.Main(context.Background(), []string{"token", "--data-dir", t.TempDir(), "--role", "finance",
+		"--auth-secret", "token-command-test-secret-0123456789abcdef"}, failingWriter{}, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "no space left on device") {
+		t.Fatalf("token into a failing stdout: exit %d, stderr %q; want a failure naming the write error", code, errb.String())
 	}
 }

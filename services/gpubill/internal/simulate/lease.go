@@ -66,7 +66,11 @@ func NewLeaseReceiver(log *slog.Logger) (*LeaseReceiver, error) {
 func (r *LeaseReceiver) URL() string { return "http://" + r.ln.Addr().String() + "/lease-control" }
 
 // Close stops listening.
-func (r *LeaseReceiver) Close() { _ = r.srv.Shutdown(context.Background()) }
+func (r *LeaseReceiver) Close() {
+	if err := r.srv.Shutdown(context.Background()); err != nil {
+		r.log.Warn("lease control receiver: shutdown", "err", err)
+	}
+}
 
 // Stopped reports whether the renter's GPUs are stopped.
 func (r *LeaseReceiver) Stopped(renter string) bool {

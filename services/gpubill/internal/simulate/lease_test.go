@@ -27,9 +27,12 @@ func TestLeaseReceiverStopsAndResumes(t *testing.T) {
 		t.Helper()
 		ts := at.Unix()
 		m := hmac.New(sha256.New, []byte(secret))
-		fmt.Fprintf(m, "%d.", ts)
+		m.Write(fmt.Appendf(nil, "%d.", ts))
 		m.Write([]byte(body))
-		req, _ := http.NewRequest(http.MethodPost, r.URL(), bytes.NewReader([]byte(body)))
+		req, err := http.NewRequest(http.MethodPost, r.URL(), bytes.NewReader([]byte(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
 		req.Header.Set("Gpubill-Timestamp", strconv.FormatInt(ts, 10))
 		req.Header.Set("Gpubill-Signature", "v1="+hex.EncodeToString(m.Sum(nil)))
 		resp, err := http.DefaultClient.Do(req)

@@ -295,7 +295,10 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: HTTP %d, answer cut short: %w", method, path, resp.StatusCode, err)
+	}
 	if resp.StatusCode/100 != 2 {
 		return &httpError{code: resp.StatusCode, body: string(b)}
 	}

@@ -347,8 +347,13 @@ func consumerLag(secret []byte, js jetstream.JetStream) http.Handler {
 			http.Error(w, `{"code":14,"message":"jetstream unavailable"}`, http.StatusServiceUnavailable)
 			return
 		}
+		b, err := json.Marshal(map[string]any{"consumers": lags})
+		if err != nil {
+			http.Error(w, `{"code":13,"message":"internal error"}`, http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"consumers": lags})
+		w.Write(append(b, '\n'))
 	})
 }
 
