@@ -67,6 +67,9 @@ func LoadAvg() float64 {
 	if len(f) == 0 {
 		return 0
 	}
-	v, _ := strconv.ParseFloat(f[0], 64)
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
 	return v
 }

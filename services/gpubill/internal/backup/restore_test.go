@@ -214,7 +214,10 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 		t.Fatalf("a backup into a used directory: %v; want refused", err)
 	}
 	m.Ledger.HeadHash = strings.Repeat("ab", 32)
-	b, _ := json.Marshal(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, backup.ManifestFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,10 @@ func TestScheduleEverySixHoursKeepsSeventyTwo(t *testing.T) {
 	}
 	// At +78 h the +0 h snapshot is 78 h old: removed; 13 of +6 … +78 h left.
 	step(78*time.Hour, 6*time.Hour, 13)
-	snaps, _ := List(s.Dir)
+	snaps, err := List(s.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !snaps[0].At.Equal(t0.Add(6 * time.Hour)) {
 		t.Fatalf("oldest kept %s; want %s", snaps[0].At, t0.Add(6*time.Hour))
 	}
@@ -65,7 +68,7 @@ func TestScheduleEverySixHoursKeepsSeventyTwo(t *testing.T) {
 	if err := s.prune(now); err != nil {
 		t.Fatal(err)
 	}
-	if snaps, _ := List(s.Dir); len(snaps) != 1 || !snaps[0].At.Equal(t0.Add(78*time.Hour)) {
-		t.Fatalf("after a month: %v; want only the newest", snaps)
+	if snaps, err := List(s.Dir); err != nil || len(snaps) != 1 || !snaps[0].At.Equal(t0.Add(78*time.Hour)) {
+		t.Fatalf("after a month: %v, %v; want only the newest", snaps, err)
 	}
 }

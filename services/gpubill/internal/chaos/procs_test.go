@@ -74,7 +74,10 @@ func (p *proc) start() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(f, "\n==== start %d at %s ====\n", p.starts+1, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := fmt.Fprintf(f, "\n==== start %d at %s ====\n", p.starts+1, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		f.Close()
+		return err
+	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -165,7 +168,7 @@ func (p *proc) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if _, err := p.wait(15 * time.Second); err != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		_, _ = p.wait(15 * time.Second)
+		p.wait(15 * time.Second) //nolint:errcheck // killed: nothing is left to try
 	}
 }
 
@@ -238,7 +241,10 @@ func portOpen(addr string) bool {
 func httpOK(url string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
@@ -308,8 +314,14 @@ func postgresCred(t *testing.T, dir string) *syscall.Credential {
 	if err != nil {
 		t.Fatalf("running as root and no postgres user to run PostgreSQL as: %v", err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		t.Fatalf("postgres uid %q: %v", u.Uid, err)
+	}
+	gid, err := strconv.Atoi(u.Gid)
+	if err != nil {
+		t.Fatalf("postgres gid %q: %v", u.Gid, err)
+	}
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}

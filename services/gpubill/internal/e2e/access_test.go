@@ -266,7 +266,10 @@ func newMessage(t *testing.T, d protoreflect.MessageDescriptor) proto.Message {
 // field a request has, so the handlers' ownership checks are exercised;
 // staff callers name p-own / r-own.
 func fillRequest(d protoreflect.MessageDescriptor, c caller, depositTx map[string]string) proto.Message {
-	mt, _ := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+	if err != nil {
+		panic(fmt.Sprintf("request type %s not registered: %v", d.FullName(), err))
+	}
 	msg := mt.New()
 	provider, renter := pOwn, rOwn
 	account, prefix := "renter:"+rOwn+":wallet", ""

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,11 +39,11 @@ func TestAuditLogThroughREST(t *testing.T) {
 	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-a1", "name": "R", "currency": "CNY", "credit_limit": "0"})
 	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-a1", "amount": "5.00", "currency": "CNY", "external_ref": "audit-dep-1"})
 	f.mustDo(http.MethodGet, "/v1/accounts/renter:r-a1:wallet", nil) // a read: not audited
-	renter, _ := auth.Issue([]byte(secret), auth.RoleRenter, "r-a1", time.Hour)
+	renter := testkit.Token(t, []byte(secret), auth.RoleRenter, "r-a1", time.Hour)
 	if code, _ := f.do(http.MethodPost, "/v1/deposits", renter, map[string]any{"renter_id": "r-a1", "amount": "1.00", "currency": "CNY", "external_ref": "self"}); code != http.StatusForbidden {
 		t.Fatalf("renter deposit: HTTP %d, want 403", code)
 	}
-	provider, _ := auth.Issue([]byte(secret), auth.RoleProvider, "p-a1", time.Hour)
+	provider := testkit.Token(t, []byte(secret), auth.RoleProvider, "p-a1", time.Hour)
 	if code, out := f.do(http.MethodPut, "/v1/providers/p-a1/kyc", provider, map[string]any{"status": "pending", "reference": "doc-1"}); code/100 != 2 {
 		t.Fatalf("provider kyc: HTTP %d %v", code, out)
 	}
@@ -171,15 +172,21 @@ func TestAuditAcrossSeparateServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = s.Run(runCtx) }()
-		t.Cleanup(func() { srv.Shutdown(context.Background()); cancel(); <-done })
+		done := make(chan error, 1)
+		go func() { done <- s.Run(runCtx) }()
+		t.Cleanup(func() {
+			srv.Shutdown(context.Background())
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
 		return "http://" + srv.HTTPAddr
 	}
 	ledgerURL := start("ledger", func(d svc.Deps) (svc.Service, error) { return ledger.New(ctx, d) })
 	pricingURL := start("pricing", func(d svc.Deps) (svc.Service, error) { return pricing.New(ctx, d) })
 
-	fin, _ := auth.Issue([]byte(secret), auth.RoleFinance, "alice", time.Hour)
+	fin := testkit.Token(t, []byte(secret), auth.RoleFinance, "alice", time.Hour)
 	pf := &fixture{t: t, base: pricingURL}
 	if code, out := pf.do(http.MethodPost, "/v1/rate-cards", fin, map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
 		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "2.80"}}}); code != http.StatusOK {

@@ -19,8 +19,8 @@ import (
 // prices is accepted and charged, also when it names the model by an alias.
 func TestGPUCatalogueOneSource(t *testing.T) {
 	f := newFixture(t)
-	renter, _ := auth.Issue([]byte(secret), auth.RoleRenter, "r-001", time.Hour)
-	admin, _ := auth.Issue([]byte(secret), auth.RoleAdmin, "", time.Hour)
+	renter := testkit.Token(t, []byte(secret), auth.RoleRenter, "r-001", time.Hour)
+	admin := testkit.Token(t, []byte(secret), auth.RoleAdmin, "", time.Hour)
 
 	// Seeded: the models most rented in China among them, with aliases; any
 	// role reads the catalogue.

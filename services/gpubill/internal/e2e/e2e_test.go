@@ -300,7 +300,7 @@ func TestSettleCycleThroughREST(t *testing.T) {
 	f.waitBalance("provider:p-001:pending:"+cycle, "CNY", "8.40")
 
 	// A provider may read its own statements, not another's.
-	other, _ := auth.Issue([]byte(secret), auth.RoleProvider, "p-002", time.Hour)
+	other := testkit.Token(t, []byte(secret), auth.RoleProvider, "p-002", time.Hour)
 	if code, _ := f.do(http.MethodGet, "/v1/providers/p-001/statements", other, nil); code != http.StatusForbidden && code != http.StatusNotFound {
 		t.Fatalf("another provider's statements: HTTP %d", code)
 	}
@@ -321,7 +321,7 @@ func TestSettleCycleThroughREST(t *testing.T) {
 	f.waitBalance("bank:operating", "CNY", "2.10")
 	f.waitBalance("bank:client", "CNY", "97.90")
 
-	own, _ := auth.Issue([]byte(secret), auth.RoleProvider, "p-001", time.Hour)
+	own := testkit.Token(t, []byte(secret), auth.RoleProvider, "p-001", time.Hour)
 	code, st := f.do(http.MethodGet, "/v1/providers/p-001/statements?cycle_id="+cycle, own, nil)
 	if code != http.StatusOK {
 		t.Fatalf("statements: HTTP %d %v", code, st)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -73,11 +74,16 @@ func TestBenchPipeline(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	for _, s := range []svc.Service{m, p, l} {
 		wg.Add(1)
-		go func(s svc.Service) { defer wg.Done(); _ = s.Run(runCtx) }(s)
+		go func(s svc.Service) {
+			defer wg.Done()
+			if err := s.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", s.Name(), err)
+			}
+		}(s)
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	tok, _ := auth.Issue(secret, auth.RoleAdmin, "bench", time.Hour)
+	tok := testkit.Token(t, secret, auth.RoleAdmin, "bench", time.Hour)
 	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(32<<20)))
 	if err != nil {

@@ -40,7 +40,11 @@ type scheduler struct {
 }
 
 func (s *scheduler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	ts, id := r.Header.Get("Gpubill-Timestamp"), r.Header.Get("Gpubill-Event-Id")
 	m := hmac.New(sha256.New, []byte(leaseSecret))
 	m.Write([]byte(ts + "."))
@@ -92,7 +96,7 @@ func TestRenterWalletChargesAndLeaseControl(t *testing.T) {
 	f := newFixtureWith(t, func(c *stack.Config) {
 		c.LeaseControl = &ledger.LeaseControlConfig{URL: hook.URL, Secret: leaseSecret, RunwayWarn: 2 * time.Hour}
 	})
-	renter, _ := auth.Issue([]byte(secret), auth.RoleRenter, "r-001", time.Hour)
+	renter := testkit.Token(t, []byte(secret), auth.RoleRenter, "r-001", time.Hour)
 
 	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-001", "name": "Rig One", "tier": "standard",
 		"tax_profile": "individual", "jurisdiction": "CN", "pue": "1.6", "currency": "CNY"})
@@ -225,7 +229,10 @@ func TestRenterWalletChargesAndLeaseControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := js.Stream(context.Background(), "LEASE")
 	if err != nil {
 		t.Fatal(err)

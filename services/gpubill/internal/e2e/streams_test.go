@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,7 +91,12 @@ func TestStreamsNeverFillUp(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	for _, s := range []svc.Service{m, p, l} {
 		wg.Add(1)
-		go func(s svc.Service) { defer wg.Done(); _ = s.Run(runCtx) }(s)
+		go func(s svc.Service) {
+			defer wg.Done()
+			if err := s.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", s.Name(), err)
+			}
+		}(s)
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 

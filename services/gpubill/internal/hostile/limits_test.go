@@ -57,14 +57,20 @@ func TestBodyLimits(t *testing.T) {
 			if tt.chunked {
 				rd = io.MultiReader(rd) // hides the length: Transfer-Encoding chunked
 			}
-			req, _ := http.NewRequest(tt.r.method, base+tt.r.url(tt.r.arg), rd)
+			req, err := http.NewRequest(tt.r.method, base+tt.r.url(tt.r.arg), rd)
+			if err != nil {
+				t.Fatal(err)
+			}
 			req.Header.Set("Authorization", "Bearer "+tokens[tt.r.role])
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("HTTP %d, body: %v", resp.StatusCode, err)
+			}
 			if resp.StatusCode != tt.want {
 				t.Fatalf("HTTP %d, want %d: %.300s", resp.StatusCode, tt.want, raw)
 			}

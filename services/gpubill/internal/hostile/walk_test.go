@@ -174,7 +174,10 @@ func mutate(t *testing.T, body, path string, v any) []byte {
 	for i, s := range steps {
 		last := i == len(steps)-1
 		if s[2] != "" {
-			n, _ := strconv.Atoi(s[2])
+			n, err := strconv.Atoi(s[2])
+			if err != nil {
+				t.Fatalf("index %q in %s: %v", s[2], path, err)
+			}
 			arr := cur.([]any)
 			if last {
 				arr[n] = v

@@ -88,7 +88,10 @@ func (st *stack) checkStep(t *testing.T, step string, want map[string]ledgerWant
 func waitInboxEmpty(t *testing.T, dir string) {
 	t.Helper()
 	testkit.Eventually(t, waitLong, func() bool {
-		des, _ := os.ReadDir(dir)
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, de := range des {
 			if de.Type().IsRegular() {
 				return false

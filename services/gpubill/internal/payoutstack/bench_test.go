@@ -82,7 +82,10 @@ func TestBenchPayoutStatus(t *testing.T) {
 		if err != nil {
 			return 0, "", err
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			resp.Body.Close()
+			return 0, "", err
+		}
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("ETag"), nil
 	}

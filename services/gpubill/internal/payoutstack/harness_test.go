@@ -3,6 +3,7 @@ package payoutstack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -63,7 +64,8 @@ type stack struct {
 	mu       sync.Mutex
 	deposits map[string]decimal.Decimal // currency → deposited into bank:client
 	runStop  context.CancelFunc
-	runDone  chan struct{}
+	runDone  chan error
+	t        testing.TB
 }
 
 var temporalOnce struct {
@@ -138,28 +140,28 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	runCtx, cancel := context.WithCancel(ctx)
-	ldone := make(chan struct{})
-	go func() { defer close(ldone); _ = ls.Run(runCtx) }()
+	stopLedger := testkit.Run(t, "ledger", ls.Run)
 	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(internal), report: ledgerv1.NewReportServiceClient(internal),
-		http: srv.HTTPAddr, secret: secret, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
+		http: srv.HTTPAddr, secret: secret, t: t, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
 	st.startPayout()
-	t.Cleanup(func() { st.stopPayout(); cancel(); <-ldone })
+	t.Cleanup(func() { st.stopPayout(); stopLedger() })
 	return st
 }
 
 // startPayout runs the payout service (worker, starter, consumer, relay).
 func (st *stack) startPayout() {
 	ctx, cancel := context.WithCancel(context.Background())
-	st.runStop, st.runDone = cancel, make(chan struct{})
-	done := st.runDone
-	go func() { defer close(done); _ = st.s.Run(ctx) }()
+	st.runStop, st.runDone = cancel, make(chan error, 1)
+	done, s := st.runDone, st.s
+	go func() { done <- s.Run(ctx) }()
 }
 
 func (st *stack) stopPayout() {
 	if st.runStop != nil {
 		st.runStop()
-		<-st.runDone
+		if err := <-st.runDone; err != nil && !errors.Is(err, context.Canceled) {
+			st.t.Errorf("payout: %v", err)
+		}
 		st.runStop = nil
 	}
 }

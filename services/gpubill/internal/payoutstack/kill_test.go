@@ -70,7 +70,9 @@ func TestHelperPayoutWorker(t *testing.T) {
 	s.TestHooks().ReplaceRail(func(sandbox payout.Rail) payout.Rail {
 		return &hangingRail{Rail: sandbox, submitted: make(chan string, 1)}
 	})
-	_ = s.Run(ctx) // until SIGKILL
+	if err := s.Run(ctx); err != nil { // runs until SIGKILL
+		t.Fatal(err)
+	}
 }
 
 // A worker process SIGKILLed between the rail's acceptance and the

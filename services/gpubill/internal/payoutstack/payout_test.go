@@ -128,7 +128,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("second cancel: %v", err)
 	}
 	st.method(t, "p-cancel", "6222000011110006") // a method now changes nothing: canceled is final
-	p = st.waitStatus(t, "p-cancel", cyc1, "canceled", waitLong)
+	st.waitStatus(t, "p-cancel", cyc1, "canceled", waitLong)
 	st.checkProvider(t, "p-cancel", "CNY", "400.00", "0")
 	// A paid payout cannot be canceled.
 	paid := st.payouts(t, "p-paid")[0]

@@ -90,7 +90,7 @@ func TestPayoutRESTPolling(t *testing.T) {
 	if code, h, _ = st.rest(t, "GET", list, auth.RoleProvider, "p-poll", ltag); code != 200 || h.Get("ETag") == ltag {
 		t.Errorf("list after a change: %d etag %q (was %q)", code, h.Get("ETag"), ltag)
 	}
-	if code, h, _ = st.rest(t, "GET", path, auth.RoleFinance, "", tag); code != http.StatusNotModified {
+	if code, _, _ = st.rest(t, "GET", path, auth.RoleFinance, "", tag); code != http.StatusNotModified {
 		t.Errorf("finance If-None-Match: %d", code)
 	}
 

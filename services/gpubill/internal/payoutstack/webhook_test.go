@@ -37,7 +37,11 @@ func TestPayoutWebhooks(t *testing.T) {
 	got := map[string]bool{} // statuses received with a valid signature
 	calls, bad := 0, 0
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -145,8 +149,11 @@ func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"url"`) || !strings.Contains(string(b), "loopback") {
 		t.Fatalf("POST webhook %s: %d %s", recv.URL, resp.StatusCode, b)
 	}

@@ -24,14 +24,20 @@ func TestRESTQuoteTenETH(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	call := func(path, tok, body string) (int, map[string]any) {
-		req, _ := http.NewRequest("POST", "http://"+srv.HTTPAddr+path, strings.NewReader(body))
+		req, err := http.NewRequest("POST", "http://"+srv.HTTPAddr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatalf("%s: %s: %v", path, b, err)

@@ -36,7 +36,10 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 	base := "http://" + srv.HTTPAddr
 	finance, meter, renter := token(t, "finance", ""), token(t, "meter", ""), token(t, "renter", "r-1")
 	call := func(method, path, tok, body string) (int, map[string]any) {
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
@@ -110,7 +113,10 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 			t.Fatalf("%s: status %d, want %d (%v)", tt.name, code, tt.want, body)
 		}
 		if tt.wantField != "" {
-			got, _ := json.Marshal(body[tt.wantField])
+			got, err := json.Marshal(body[tt.wantField])
+			if err != nil {
+				t.Fatal(err)
+			}
 			if strings.Trim(string(got), `"`) != tt.wantValue {
 				t.Fatalf("%s: %s = %s, want %s (%v)", tt.name, tt.wantField, got, tt.wantValue, body)
 			}

@@ -51,12 +51,7 @@ func newStack(t testing.TB) *stack {
 
 // run runs a service until the returned stop is called (or the test ends).
 func run(t testing.TB, s svc.Service) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	stop = func() { cancel(); <-done }
-	t.Cleanup(stop)
-	return stop
+	return testkit.Run(t, s.Name(), s.Run)
 }
 
 func (s *stack) parties(t testing.TB, providers, renters int, currency string) {

@@ -103,7 +103,10 @@ var statFields = regexp.MustCompile(`\) \S+ (\d+)((?: \S+){9}) (\d+) (\d+)`)
 func serverCPU(t testing.TB) time.Duration {
 	t.Helper()
 	const ticks = 100 // USER_HZ on Linux
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var total time.Duration
 	for _, p := range stats {
 		b, err := os.ReadFile(p)
@@ -114,15 +117,21 @@ func serverCPU(t testing.TB) time.Duration {
 		if m == nil {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(string(m[1])); ppid != os.Getpid() {
+		if ppid, err := strconv.Atoi(string(m[1])); err != nil || ppid != os.Getpid() {
 			continue
 		}
-		cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-		if !strings.Contains(string(cmd), "gpubill-dev-server") {
-			continue
+		cmd, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), "gpubill-dev-server") {
+			continue // not ours, or ended meanwhile
 		}
-		u, _ := strconv.ParseInt(string(m[3]), 10, 64)
-		s, _ := strconv.ParseInt(string(m[4]), 10, 64)
+		u, err := strconv.ParseInt(string(m[3]), 10, 64)
+		if err != nil {
+			t.Fatalf("%s utime %q: %v", p, m[3], err)
+		}
+		s, err := strconv.ParseInt(string(m[4]), 10, 64)
+		if err != nil {
+			t.Fatalf("%s stime %q: %v", p, m[4], err)
+		}
 		total += time.Duration(u+s) * time.Second / ticks
 	}
 	return total

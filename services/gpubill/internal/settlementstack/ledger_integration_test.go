@@ -91,10 +91,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *re
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	// The ledger's Run hosts its group-commit loop (no NATS here: no consumers or relay).
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ls.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testkit.Run(t, "ledger", ls.Run)
 	finance := roleConn(t, srv.GRPCAddr, secret, auth.RoleFinance, "")
 	return &realStack{s: ss, pool: pool, dsn: dsn, secret: secret, grpc: srv.GRPCAddr, clock: clk, ledger: ledgerv1.NewLedgerServiceClient(finance)}
 }
@@ -458,7 +455,10 @@ func TestHelperSettlementWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delay, _ := time.ParseDuration(os.Getenv(helperDelayEnv))
+	delay, err := time.ParseDuration(os.Getenv(helperDelayEnv))
+	if err != nil {
+		t.Fatalf("%s: %v", helperDelayEnv, err)
+	}
 	internal := internalConn(t, os.Getenv(helperGRPCEnv), []byte(os.Getenv(helperSecretEnv)), delay)
 	tc := dialTemporal(t, os.Getenv(helperTemporalEnv))
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clock.NewManual(cycle1.End.Add(time.Hour)), Calendar: cal, Internal: internal}

@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -34,9 +35,14 @@ func cachedStore(t *testing.T) (*Store, context.CancelFunc) {
 	}
 	c := &PayoutCache{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("cache: %v", err)
+		}
+	})
 	testkit.Eventually(t, 10*time.Second, func() bool { _, live := c.Epoch(); return live }, "cache listening")
 	return &Store{Pool: pool, Cache: c}, cancel
 }
@@ -130,7 +136,9 @@ func TestPayoutCacheSurvivesALostListener(t *testing.T) {
 		t.Fatalf("poll while relistening: %s %v", p.Status, err)
 	}
 	testkit.Eventually(t, 15*time.Second, func() bool {
-		_, _ = s.PollPayout(ctx, "po-c1")
+		if _, err := s.PollPayout(ctx, "po-c1"); err != nil {
+			return false
+		}
 		return s.Cache.Len() == 1
 	}, "cache listening again")
 }

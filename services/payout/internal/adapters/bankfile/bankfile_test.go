@@ -29,8 +29,8 @@ var debtor = iso20022.Party{Name: "GPU Market client money", Account: "GB33BUKB2
 
 // day1 is 2026-12-01 10:00 in Shanghai; the cutoff is 14:00 there.
 var (
-	shanghai    = mustLocation("Asia/Shanghai")
-	day1        = time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai)
+	shanghai = mustLocation("Asia/Shanghai")
+	day1     = time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai)
 )
 
 func mustLocation(name string) *time.Location {
