@@ -40,9 +40,16 @@ func TestPayoutWebhookSecretSealedAndRotated(t *testing.T) {
 	var mu sync.Mutex
 	var calls []hookCall
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		var ev payout.WebhookEvent
-		_ = json.Unmarshal(body, &ev)
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		mu.Lock()
 		calls = append(calls, hookCall{r.Header.Get(webhook.HeaderTimestamp), r.Header.Get(webhook.HeaderSignature), ev.Status, ev.PayoutID, body})
 		mu.Unlock()

@@ -100,7 +100,7 @@ const (
 // digits or base64), else HKDF-SHA256 of the secret GPUBILL_WEBHOOK_KEY (at
 // least 32 characters), else dataDir/webhook.key, made on first start like
 // the auth secret ("" dataDir: an error).
-func LoadWebhookKey(keyFile, passphrase, dataDir string) ([]byte, string, error) {
+func LoadWebhookKey(keyFile, passphrase, dataDir string) (_ []byte, _ string, err error) {
 	switch {
 	case keyFile != "":
 		b, err := os.ReadFile(keyFile)
@@ -142,7 +142,13 @@ func LoadWebhookKey(keyFile, passphrase, dataDir string) ([]byte, string, error)
 		if err != nil {
 			return nil, "", err
 		}
-		defer os.Remove(tmp.Name())
+		defer func() {
+			// Linked, not renamed: the aside copy is removed either way; a
+			// copy of the key left beside it is said, not kept quietly.
+			if rerr := os.Remove(tmp.Name()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("remove the aside copy of the webhook key: %w", rerr))
+			}
+		}()
 		if _, err := tmp.WriteString(hex.EncodeToString(k) + "\n"); err != nil {
 			tmp.Close()
 			return nil, "", err
