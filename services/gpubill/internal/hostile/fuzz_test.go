@@ -42,6 +42,10 @@ func FuzzSetRuleSelection(f *testing.F)     { fuzzRoute(f, "SetRuleSelection") }
 func FuzzRemitTax(f *testing.F)             { fuzzRoute(f, "RemitTax") }
 func FuzzCreateGpuModel(f *testing.F)       { fuzzRoute(f, "CreateGpuModel") }
 func FuzzImportBankFile(f *testing.F)       { fuzzRoute(f, "ImportBankFile") }
+func FuzzCreateWebhook(f *testing.F)        { fuzzRoute(f, "CreateWebhook") }
+func FuzzRotateWebhookSecret(f *testing.F)  { fuzzRoute(f, "RotateWebhookSecret") }
+func FuzzHoldProviderPayouts(f *testing.F)  { fuzzRoute(f, "HoldProviderPayouts") }
+func FuzzUpdatePayoutSettings(f *testing.F) { fuzzRoute(f, "UpdatePayoutSettings") }
 func FuzzCreateTopUp(f *testing.F)          { fuzzRoute(f, "CreateTopUp") }
 
 func routeNamed(name string) route {
@@ -207,6 +211,20 @@ var shapes = map[string][]string{
 	"PutPayoutMethod": {
 		`{"type":"alipay","account_name":"Li Lei","alipay_id":"lilei@example.com"}`,
 		`{"type":"wechat","account_name":"Han Meimei","wechat_openid":"o6_bmjrPTlm6_2sgVt7hMZOPfL2M"}`,
+	},
+	"CreateWebhook": {
+		`{"url":"http://203.0.113.11:8080/hooks/payouts?src=gpubill","secret":"0123456789abcdef0123456789abcdef"}`,
+	},
+	"RotateWebhookSecret": {
+		`{"secret":"whsec-0000111122223333"}`,
+		`{"secret":"whsec-4444555566667777","grace_period":"0s"}`,
+	},
+	"HoldProviderPayouts": {
+		`{}`,
+	},
+	"UpdatePayoutSettings": {
+		`{"minimums":{"USD":"25.00","CNY":""}}`,
+		`{"webhook_rotation_grace":""}`,
 	},
 	"PutKyc": {
 		`{"status":"pending"}`,

@@ -131,9 +131,19 @@ func seedParties() error {
 	if seededTx, err = newTransaction(); err != nil {
 		return err
 	}
+	res := send(http.MethodPost, "/v1/providers/p-001/webhooks", tokens[auth.RoleFinance], []byte(`{"url":"https://203.0.113.10/seed","secret":"whsec-seed-0123456789"}`))
+	var wh struct {
+		WebhookID string `json:"webhook_id"`
+	}
+	if err := json.Unmarshal(res.raw, &wh); err != nil || res.code != http.StatusOK || wh.WebhookID == "" {
+		return fmt.Errorf("seed webhook: HTTP %d %s", res.code, res.raw)
+	}
 	for i := range writeRoutes {
-		if writeRoutes[i].name == "ReverseTransaction" {
+		switch writeRoutes[i].name {
+		case "ReverseTransaction":
 			writeRoutes[i].arg = seededTx
+		case "RotateWebhookSecret":
+			writeRoutes[i].arg = wh.WebhookID
 		}
 	}
 	return nil

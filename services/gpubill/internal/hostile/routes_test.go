@@ -113,6 +113,16 @@ var writeRoutes = []route{
 	{name: "CreateTopUp", method: "POST", path: "/v1/renters/%s/top-ups", param: "renter_id", arg: "r-001", role: auth.RoleFinance,
 		body:  `{"rail":"alipay","amount":"100.00","currency":"CNY","idempotency_key":"tu-h1"}`,
 		enums: []string{"rail", "currency"}, decimals: []string{"amount"}},
+	// Payout's writes (issue 11): webhooks, their secrets, holds, settings.
+	{name: "CreateWebhook", method: "POST", path: "/v1/providers/%s/webhooks", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body: `{"url":"https://203.0.113.10/hook","secret":"whsec-0123456789abcdef"}`},
+	{name: "RotateWebhookSecret", method: "POST", path: "/v1/providers/p-001/webhooks/%s:rotate-secret", param: "webhook_id", arg: "", role: auth.RoleFinance, // arg: seeded
+		body: `{"secret":"whsec-fedcba9876543210","grace_period":"3600s"}`},
+	{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/%s/payout-hold", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
+		body: `{"reason":"dispute"}`},
+	{name: "UpdatePayoutSettings", method: "PATCH", path: "/v1/payout-settings", role: auth.RoleFinance,
+		body:     `{"minimums":{"CNY":"100.00"},"webhook_rotation_grace":"24h","reason":"hostile walk"}`,
+		decimals: []string{"minimums.CNY"}},
 	// A bank file in JSON (its XML in content): a pain.002 for a batch no
 	// one sent, answered with the entry reported, not applied.
 	{name: "ImportBankFile", method: "POST", path: "/v1/bank-files", role: auth.RoleFinance,

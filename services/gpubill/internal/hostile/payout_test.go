@@ -1,0 +1,108 @@
+package hostile
+
+import (
+	"bytes"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+)
+
+// payoutWrite is one of payout's write routes (issue 11) with a body it
+// takes, the roles it refuses and, for a route on an id, an id no one has.
+type payoutWrite struct {
+	name, method, path, body string
+	bad                      string // a well-formed body the route's validation refuses
+	finance                  bool   // finance and admin only: a provider is refused
+	missing                  string // path of a payout or webhook that does not exist ("": the route names a provider)
+}
+
+func payoutWrites() []payoutWrite {
+	rotate := routeNamed("RotateWebhookSecret")
+	return []payoutWrite{
+		{name: "PutPayoutMethod", method: "PUT", path: "/v1/providers/p-001/payout-method", body: routeNamed("PutPayoutMethod").body,
+			bad: `{"type":"bank","account_name":"","account_number":"12"}`},
+		{name: "PutKyc", method: "PUT", path: "/v1/providers/p-001/kyc", body: `{"status":"pending","reference":"kyc-h9"}`, bad: `{"status":"approved"}`},
+		{name: "CreateWebhook", method: "POST", path: "/v1/providers/p-001/webhooks", body: routeNamed("CreateWebhook").body,
+			bad: `{"url":"http://127.0.0.1:9/x","secret":"short"}`},
+		{name: "RotateWebhookSecret", method: "POST", path: rotate.url(rotate.arg), body: rotate.body, bad: `{"secret":"short","grace_period":"-1s"}`,
+			missing: "/v1/providers/p-001/webhooks/wh-nobody:rotate-secret"},
+		{name: "CancelPayout", method: "POST", path: "/v1/payouts/po-nobody:cancel", body: `{"reason":"duplicate"}`, finance: true,
+			missing: "/v1/payouts/po-nobody:cancel"},
+		{name: "RetryPayout", method: "POST", path: "/v1/payouts/po-nobody:retry", body: `{"reason":"new account"}`, finance: true,
+			missing: "/v1/payouts/po-nobody:retry"},
+		{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/p-001/payout-hold", body: `{"reason":"dispute"}`, finance: true},
+		{name: "UpdatePayoutSettings", method: "PATCH", path: "/v1/payout-settings", body: routeNamed("UpdatePayoutSettings").body, finance: true,
+			bad: `{"minimums":{"CNY":"-1","XXX":"1"},"webhook_rotation_grace":"1y"}`},
+	}
+}
+
+// internals are words of what a client must never read: database errors,
+// Go panics and stacks, file paths.
+var internals = regexp.MustCompile(`(?i)SQLSTATE|pgx|pgconn|panic|goroutine|runtime error|nil pointer|\.go:\d|/work/|duplicate key|violates`)
+
+// TestPayoutWritesRefuseHostileInput sends each payout write route malformed
+// JSON, a body over 1 MiB, ids that are bad or nobody's, and callers of the
+// wrong role or none. Each is a 4xx of its kind with the gRPC status JSON
+// and the request id, never a 5xx, and no answer tells internals; the
+// valid body (where the route names no id nobody has) is taken.
+func TestPayoutWritesRefuseHostileInput(t *testing.T) {
+	other, err := auth.Issue([]byte(secret), auth.RoleProvider, "p-002", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renter := tokens[auth.RoleRenter]
+	huge := append(append([]byte(`{"reason":"`), bytes.Repeat([]byte("x"), bodyBytesMax)...), `"}`...)
+	for _, r := range payoutWrites() {
+		t.Run(r.name, func(t *testing.T) {
+			type probe struct {
+				what, method, path, token string
+				body                      []byte
+				want                      int
+			}
+			probes := []probe{
+				{"truncated JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(r.body[:len(r.body)/2]), http.StatusBadRequest},
+				{"a JSON array", r.method, r.path, tokens[auth.RoleFinance], []byte(`[1,2]`), http.StatusBadRequest},
+				{"not JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(`reason=dispute`), http.StatusBadRequest},
+				{"a body over 1 MiB", r.method, r.path, tokens[auth.RoleFinance], huge, http.StatusRequestEntityTooLarge},
+				{"no token", r.method, r.path, "", []byte(r.body), http.StatusUnauthorized},
+				{"a forged token", r.method, r.path, tokens[auth.RoleFinance][:len(tokens[auth.RoleFinance])-4] + "AAAA", []byte(r.body), http.StatusUnauthorized},
+				{"a renter", r.method, r.path, renter, []byte(r.body), http.StatusForbidden},
+				{"another provider", r.method, r.path, other, []byte(r.body), http.StatusForbidden},
+			}
+			if r.missing == "" { // the handler runs: a valid body is taken
+				probes = append(probes, probe{"the valid body", r.method, r.path, tokens[auth.RoleFinance], []byte(r.body), http.StatusOK})
+			}
+			if r.bad != "" {
+				probes = append(probes, probe{"a body the route's checks refuse", r.method, r.path, tokens[auth.RoleFinance], []byte(r.bad), http.StatusBadRequest})
+			}
+			if r.finance {
+				probes = append(probes, probe{"the provider itself", r.method, r.path, tokens[auth.RoleProvider], []byte(r.body), http.StatusForbidden})
+			}
+			if r.missing != "" {
+				probes = append(probes,
+					probe{"an id nobody has", r.method, r.missing, tokens[auth.RoleFinance], []byte(r.body), http.StatusNotFound},
+					probe{"an id of 300 characters", r.method, strings.Replace(r.missing, "nobody", strings.Repeat("n", 300), 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusNotFound},
+					probe{"an id with a NUL byte", r.method, strings.Replace(r.missing, "nobody", "no%00body", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
+			} else if strings.Contains(r.path, "/p-001/") {
+				probes = append(probes,
+					probe{"a provider id with a NUL byte", r.method, strings.Replace(r.path, "p-001", "p-0%0001", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
+					probe{"a provider id of invalid UTF-8", r.method, strings.Replace(r.path, "p-001", "p-%ff01", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
+			}
+			for _, p := range probes {
+				a := send(p.method, p.path, p.token, p.body)
+				switch {
+				case a.code != p.want:
+					t.Errorf("%s: HTTP %d, want %d: %.300s", p.what, a.code, p.want, a.raw)
+				case a.header.Get("X-Request-Id") == "" || a.code >= 400 && a.requestID() != a.header.Get("X-Request-Id"):
+					t.Errorf("%s: HTTP %d without the request id in body and header: %.300s", p.what, a.code, a.raw)
+				case internals.Match(a.raw):
+					t.Errorf("%s: HTTP %d tells internals: %.300s", p.what, a.code, a.raw)
+				}
+			}
+		})
+	}
+}
