@@ -1,0 +1,141 @@
+package fakewechatpay
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/wechatpay"
+)
+
+// Pay is a user paying the order behind codeURL (a Native order's code):
+// the order is paid once (a second payment is refused), and its
+// TRANSACTION.SUCCESS notification is posted to the order's notify_url.
+func (p *Platform) Pay(codeURL string) (Notice, error) {
+	p.mu.Lock()
+	var o *Order
+	for _, x := range p.orders {
+		if x.CodeURL == codeURL {
+			o = x
+		}
+	}
+	switch {
+	case o == nil:
+		p.mu.Unlock()
+		return Notice{}, fmt.Errorf("no order has code_url %s", codeURL)
+	case o.TransactionID != "":
+		p.mu.Unlock()
+		return Notice{}, fmt.Errorf("order %s: ORDERPAID", o.Req.OutTradeNo)
+	}
+	if o.Req.TimeExpire != "" {
+		if exp, err := time.Parse(time.RFC3339, o.Req.TimeExpire); err == nil && p.Now().After(exp) {
+			p.mu.Unlock()
+			return Notice{}, fmt.Errorf("order %s: ORDER_CLOSED", o.Req.OutTradeNo)
+		}
+	}
+	p.seq++
+	o.TransactionID = fmt.Sprintf("4200002026%018d", p.seq)
+	p.mu.Unlock()
+	return p.Renotify(o.Req.OutTradeNo, "")
+}
+
+// Renotify posts a paid order's TRANSACTION.SUCCESS notification again, as
+// WeChat Pay does when it got no acknowledgement: the same notification
+// id and resource, newly signed (a new timestamp and nonce). id "" : a new
+// notification id.
+func (p *Platform) Renotify(outTradeNo, id string) (Notice, error) {
+	p.mu.Lock()
+	o, ok := p.orders[outTradeNo]
+	p.mu.Unlock()
+	if !ok || o.TransactionID == "" {
+		return Notice{}, fmt.Errorf("no paid order %s", outTradeNo)
+	}
+	t := wechatpay.Transaction{MchID: p.MchID, AppID: p.AppID, OutTradeNo: outTradeNo, TransactionID: o.TransactionID, TradeType: "NATIVE",
+		TradeState: wechatpay.TradeSuccess, Attach: o.Req.Attach, SuccessTime: p.Now().In(wechatpay.Beijing).Format(time.RFC3339)}
+	t.Payer.OpenID = "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"
+	t.Amount.Total, t.Amount.PayerTotal, t.Amount.Currency, t.Amount.PayerCurrency = o.Req.Amount.Total, o.Req.Amount.Total, wechatpay.Currency, wechatpay.Currency
+	if id == "" {
+		id = "EV-" + wechatpay.NewNonce()[:20]
+	}
+	body, err := p.Envelope(id, wechatpay.EventTransactionSuccess, "transaction", "支付成功", t)
+	if err != nil {
+		return Notice{}, err
+	}
+	return p.Post(o.Req.NotifyURL, body)
+}
+
+func (p *Platform) notifyBill(b *Bill) {
+	body, err := p.Envelope("EV-"+wechatpay.NewNonce()[:20], wechatpay.EventTransferFinished, "mch_payment", "商家转账单据终态通知", b.TransferBill)
+	if err != nil {
+		p.mu.Lock()
+		p.notified = append(p.notified, Notice{URL: b.NotifyURL, Err: err})
+		p.mu.Unlock()
+		return
+	}
+	_, _ = p.Post(b.NotifyURL, body) // kept in notified with its answer
+}
+
+// Envelope is a notification body: resource (JSON) sealed under the APIv3
+// key with a fresh 12-byte nonce and associated data originalType.
+func (p *Platform) Envelope(id, eventType, originalType, summary string, resource any) ([]byte, error) {
+	pt, err := json.Marshal(resource)
+	if err != nil {
+		return nil, err
+	}
+	nonce := wechatpay.NewNonce()[:12]
+	ct, err := wechatpay.Encrypt(p.apiV3Key, originalType, nonce, pt)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(wechatpay.Notification{ID: id, CreateTime: p.Now().In(wechatpay.Beijing).Format(time.RFC3339), EventType: eventType,
+		ResourceType: wechatpay.ResourceEncrypted, Summary: summary, Resource: wechatpay.Resource{OriginalType: originalType,
+			Algorithm: wechatpay.Algorithm, Ciphertext: ct, AssociatedData: originalType, Nonce: nonce}})
+}
+
+// Post signs body with the platform key and posts it to url.
+func (p *Platform) Post(url string, body []byte) (Notice, error) {
+	h, err := p.SignHeaders(body)
+	if err != nil {
+		return Notice{}, err
+	}
+	return p.Send(url, h, body), nil
+}
+
+// Send posts a notification with the headers given (a replay's, a
+// forger's) and keeps the answer.
+func (p *Platform) Send(url string, h http.Header, body []byte) Notice {
+	n := Notice{URL: url, Header: h.Clone(), Body: append([]byte(nil), body...)}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err == nil {
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		req.Header.Set("Content-Type", "application/json")
+		var resp *http.Response
+		if resp, err = p.httpClient.Do(req); err == nil {
+			b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			_ = resp.Body.Close()
+			n.Status, n.Answer, err = resp.StatusCode, strings.TrimSpace(string(b)), rerr
+		}
+	}
+	n.Err = err
+	p.mu.Lock()
+	p.notified = append(p.notified, n)
+	p.mu.Unlock()
+	return n
+}
+
+// Resend posts a notification again exactly as it was sent (same headers,
+// same signature): what a replaying attacker does.
+func (p *Platform) Resend(n Notice) Notice { return p.Send(n.URL, n.Header, n.Body) }
+
+// Notices are the notifications posted so far.
+func (p *Platform) Notices() []Notice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Notice(nil), p.notified...)
+}
