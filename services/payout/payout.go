@@ -33,11 +33,13 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
+	wechatpaypkg "github.com/gpubill/gpubill/pkg/wechatpay"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/wechatpay"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 	"github.com/gpubill/gpubill/services/payout/internal/ports"
@@ -77,6 +79,12 @@ type Config struct {
 	// are served (else they go to the sandbox and nothing is served).
 	Alipay   alipaypkg.Config
 	AlipayOn bool
+	// WeChatPay is the WeChat Pay rail's settings (GPUBILL_WECHATPAY_*);
+	// WeChatPayOn: payouts to WeChat openids go to it and its
+	// notifications are served (else they go to the sandbox and nothing
+	// is served).
+	WeChatPay   wechatpaypkg.Config
+	WeChatPayOn bool
 	// Webhook secrets are sealed at rest with WebhookKey (32 bytes) when
 	// set (tests); else with the key adapters.LoadWebhookKey finds: the
 	// file WebhookKeyFile (GPUBILL_WEBHOOK_KEY_FILE), else HKDF-SHA256 of
@@ -165,6 +173,9 @@ func ConfigFromEnv() (Config, error) {
 	if c.Alipay, c.AlipayOn, err = alipaypkg.ConfigFromEnv(); err != nil {
 		return c, err
 	}
+	if c.WeChatPay, c.WeChatPayOn, err = wechatpaypkg.ConfigFromEnv(time.Now()); err != nil {
+		return c, err
+	}
 	return c, c.checkRails()
 }
 
@@ -173,6 +184,11 @@ func ConfigFromEnv() (Config, error) {
 func (c Config) checkRails() error {
 	if c.AlipayOn {
 		if err := c.Alipay.Check(); err != nil {
+			return err
+		}
+	}
+	if c.WeChatPayOn {
+		if err := c.WeChatPay.Check(); err != nil {
 			return err
 		}
 	}
@@ -195,8 +211,9 @@ type Service struct {
 	payouts *app.Payouts
 	topups  *app.TopUps // the rails' top-up and payout notifications
 	bank    *bankfile.Rail
-	bankOn  bool         // bank payouts go to the bank-file rail
-	alipay  *alipay.Rail // nil unless configured
+	bankOn  bool            // bank payouts go to the bank-file rail
+	alipay  *alipay.Rail    // nil unless configured
+	wechat  *wechatpay.Rail // nil unless configured
 	orders  *app.TopUpOrders
 	acts    *ports.Activities
 	flow    *ports.Workflows
@@ -258,6 +275,10 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		s.alipay = &alipay.Rail{C: &alipaypkg.Client{Cfg: cfg.Alipay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodAlipay] = s.alipay
 	}
+	if cfg.WeChatPayOn {
+		s.wechat = &wechatpay.Rail{C: &wechatpaypkg.Client{Cfg: cfg.WeChatPay, Clock: d.Clock}, Log: d.Log}
+		byType[domain.MethodWechat] = s.wechat
+	}
 	var rail app.Rail = s.sandbox
 	if len(byType) > 0 {
 		rail = app.Router{Default: s.sandbox, ByType: byType}
@@ -271,6 +292,13 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		s.routes["POST "+alipay.NotifyPath] = &alipay.Notifications{C: s.alipay.C, TopUps: s.topups, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
 		if cfg.Alipay.NotifyURL != "" { // without it Alipay could not tell gpubill of the payment
 			s.orders.Rails[alipay.Name] = alipay.Checkout{C: s.alipay.C, Clock: d.Clock}
+		}
+	}
+	if s.wechat != nil {
+		s.routes["POST "+wechatpay.NotifyPath] = &wechatpay.Notifications{C: s.wechat.C, TopUps: s.topups, Notify: s.flow.RailNews,
+			Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
+		if cfg.WeChatPay.NotifyURL != "" { // without it WeChat Pay could not tell gpubill of the payment
+			s.orders.Rails[wechatpay.Name] = wechatpay.Checkout{C: s.wechat.C, Clock: d.Clock}
 		}
 	}
 	s.acts = &ports.Activities{App: s.payouts}
@@ -314,7 +342,7 @@ func webhookBox(cfg Config, log *slog.Logger) (*adapters.SecretBox, error) {
 func (s *Service) Name() string { return "payout" }
 
 // HTTPRoutes implements server.HTTPRoutes: the notification routes of the
-// rails configured (POST /v1/rails/alipay/notify), outside the token guard
+// rails configured (POST /v1/rails/alipay/notify, /v1/rails/wechatpay/notify), outside the token guard
 // — each authenticates its caller by the rail's signature.
 func (s *Service) HTTPRoutes() map[string]http.Handler { return s.routes }
 

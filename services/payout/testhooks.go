@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	alipaypkg "github.com/gpubill/gpubill/pkg/alipay"
+	wechatpaypkg "github.com/gpubill/gpubill/pkg/wechatpay"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -102,4 +103,14 @@ func (h TestHooks) AlipayClient() *alipaypkg.Client {
 		return nil
 	}
 	return h.s.alipay.C
+}
+
+// WeChatPayClient is the WeChat Pay rail's API client (nil when the rail
+// is off), shared with its notification route and top-up orders: a test
+// sets its NotifyURL once the stack listens.
+func (h TestHooks) WeChatPayClient() *wechatpaypkg.Client {
+	if h.s.wechat == nil {
+		return nil
+	}
+	return h.s.wechat.C
 }

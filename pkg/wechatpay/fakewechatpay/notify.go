@@ -139,3 +139,14 @@ func (p *Platform) Notices() []Notice {
 	defer p.mu.Unlock()
 	return append([]Notice(nil), p.notified...)
 }
+
+// TransactionID is the payment of a paid order.
+func (p *Platform) TransactionID(outTradeNo string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o, ok := p.orders[outTradeNo]
+	if !ok || o.TransactionID == "" {
+		return "", false
+	}
+	return o.TransactionID, true
+}

@@ -1,0 +1,211 @@
+package wechatpay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/ids"
+	wp "github.com/gpubill/gpubill/pkg/wechatpay"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+)
+
+// NotifyPath is the payout service's route WeChat Pay posts notifications
+// to (GPUBILL_WECHATPAY_NOTIFY_URL is its public address).
+const NotifyPath = "/v1/rails/wechatpay/notify"
+
+// outcomeIgnored: a verified notification that moves no money (another
+// event type, a transaction not in SUCCESS), acknowledged.
+const outcomeIgnored = "ignored"
+
+const notifyBytesMax = 64 << 10
+
+// Notifications serves WeChat Pay's notifications (JSON POST to
+// NotifyPath), each verified by its Wechatpay-* signature headers with the
+// platform key (and refused when older than 5 minutes) and its resource
+// opened with the APIv3 key:
+//   - TRANSACTION.SUCCESS becomes a deposit to the renter named by attach,
+//     once per transaction_id (app.TopUps);
+//   - MCHTRANSFER.BILL.FINISHED wakes the payout of its out_bill_no, which
+//     queries the bill (the notification is never trusted for the status;
+//     without notifications the workflow's polls find it too).
+//
+// The replay key is the Wechatpay-Nonce: the same notification sent again
+// as it was is refused, while WeChat Pay's own retry (signed anew) of a
+// payment already deposited is a duplicate. It answers 200
+// {"code":"SUCCESS"} for applied, duplicate and ignored ones; 400
+// {"code":"FAIL"} for refused ones — forged, stale, replayed, malformed,
+// another merchant's; 500 {"code":"FAIL"} when it cannot apply now
+// (WeChat Pay sends it again). Each is logged and counted.
+type Notifications struct {
+	C      *wp.Client
+	TopUps *app.TopUps
+	// Notify wakes the payout of a rail reference (ports.Workflows.RailNews).
+	Notify app.Notifier
+	Count  func(rail, kind, outcome string)
+	Clock  clock.Clock
+	Log    *slog.Logger
+}
+
+type answer struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (n *Notifications) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	kind, outcome, attrs, err := n.handle(r)
+	if n.Count != nil {
+		n.Count(Name, kind, outcome)
+	}
+	attrs = append([]any{"rail", Name, "kind", kind, "outcome", outcome, "remote", r.RemoteAddr}, attrs...)
+	status, ans := http.StatusOK, answer{Code: "SUCCESS", Message: "成功"}
+	switch outcome {
+	case app.NotifyAccepted, app.NotifyDuplicate, outcomeIgnored:
+		if outcome != app.NotifyAccepted {
+			n.Log.Info("WeChat Pay notification acknowledged", attrs...)
+		}
+	case app.NotifyFailed:
+		status, ans = http.StatusInternalServerError, answer{Code: "FAIL", Message: "not applied, send again"}
+		n.Log.Error("WeChat Pay notification not applied", append(attrs, "err", errText(err))...)
+	default:
+		status, ans = http.StatusBadRequest, answer{Code: "FAIL", Message: "refused: " + outcome}
+		n.Log.Warn("WeChat Pay notification refused", append(attrs, "err", errText(err))...)
+	}
+	b, merr := json.Marshal(ans)
+	if merr != nil {
+		http.Error(w, `{"code":"FAIL","message":"internal"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if _, err := w.Write(b); err != nil {
+		n.Log.Warn("WeChat Pay notification answer not written", "err", err)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (n *Notifications) handle(r *http.Request) (kind, outcome string, attrs []any, err error) {
+	kind = app.NotifyKindTopUp
+	body, err := io.ReadAll(io.LimitReader(r.Body, notifyBytesMax+1))
+	if err != nil {
+		return kind, app.NotifyMalformed, nil, fmt.Errorf("body: %w", err)
+	}
+	if len(body) > notifyBytesMax {
+		return kind, app.NotifyMalformed, nil, fmt.Errorf("body over %d bytes", notifyBytesMax)
+	}
+	var peek struct {
+		ID        string `json:"id"`
+		EventType string `json:"event_type"`
+	}
+	if json.Unmarshal(body, &peek) == nil && strings.HasPrefix(peek.EventType, "MCHTRANSFER.") {
+		kind = app.NotifyKindPayout // for the count only: nothing unverified decides anything else
+	}
+	key := r.Header.Get(wp.HeaderNonce)
+	attrs = []any{"notification_id", peek.ID, "event_type", peek.EventType, "nonce", key}
+	env, pt, err := n.C.OpenNotification(r.Header, body)
+	switch {
+	case errors.Is(err, wp.ErrBadSignature):
+		return kind, app.NotifyForged, attrs, err
+	case errors.Is(err, wp.ErrStale):
+		return kind, app.NotifyStale, attrs, err
+	case err != nil:
+		return kind, app.NotifyMalformed, attrs, err
+	}
+	switch env.EventType {
+	case wp.EventTransactionSuccess:
+		outcome, more, err := n.topUp(r.Context(), pt, key)
+		return kind, outcome, append(attrs, more...), err
+	case wp.EventTransferFinished:
+		outcome, more, err := n.transfer(r.Context(), pt, key)
+		return kind, outcome, append(attrs, more...), err
+	}
+	return kind, outcomeIgnored, attrs, nil
+}
+
+func (n *Notifications) topUp(ctx context.Context, pt []byte, key string) (string, []any, error) {
+	var t wp.Transaction
+	if err := json.Unmarshal(pt, &t); err != nil {
+		return app.NotifyMalformed, nil, fmt.Errorf("transaction: %w", err)
+	}
+	attrs := []any{"out_trade_no", t.OutTradeNo, "transaction_id", t.TransactionID, "trade_state", t.TradeState, "total_fen", t.Amount.Total}
+	switch {
+	case t.MchID != n.C.Cfg.MchID || t.AppID != n.C.Cfg.AppID:
+		return app.NotifyRejected, attrs, fmt.Errorf("transaction of mchid %q appid %q: not this merchant", t.MchID, t.AppID)
+	case t.TradeState != wp.TradeSuccess:
+		return outcomeIgnored, attrs, nil
+	case t.TransactionID == "" || t.OutTradeNo == "":
+		return app.NotifyMalformed, attrs, errors.New("transaction without transaction_id or out_trade_no")
+	case t.Amount.Total <= 0 || t.Amount.Currency != wp.Currency:
+		return app.NotifyMalformed, attrs, fmt.Errorf("amount %d %q: want a positive amount in fen of CNY", t.Amount.Total, t.Amount.Currency)
+	}
+	if err := ids.CheckPartyID(t.Attach); err != nil {
+		return app.NotifyRejected, attrs, fmt.Errorf("transaction %s: attach %q is no renter id: %w", t.TransactionID, t.Attach, err)
+	}
+	attrs = append(attrs, "renter_id", t.Attach)
+	out, err := n.TopUps.Apply(ctx, app.TopUp{Rail: Name, PaymentID: t.TransactionID, RenterID: t.Attach, Currency: wp.Currency,
+		Amount: wp.Yuan(t.Amount.Total), NotificationKey: key})
+	return out, attrs, err
+}
+
+func (n *Notifications) transfer(ctx context.Context, pt []byte, key string) (string, []any, error) {
+	var b wp.TransferBill
+	if err := json.Unmarshal(pt, &b); err != nil {
+		return app.NotifyMalformed, nil, fmt.Errorf("transfer bill: %w", err)
+	}
+	attrs := []any{"out_bill_no", b.OutBillNo, "transfer_bill_no", b.TransferBillNo, "state", b.State}
+	if b.MchID != n.C.Cfg.MchID {
+		return app.NotifyRejected, attrs, fmt.Errorf("transfer bill of mch_id %q: not this merchant", b.MchID)
+	}
+	ref, err := wp.Reference(b.OutBillNo)
+	if err != nil {
+		return app.NotifyRejected, attrs, err
+	}
+	attrs = append(attrs, "reference", ref)
+	out, err := n.TopUps.PayoutNotified(ctx, Name, key, ref)
+	if err != nil {
+		return out, attrs, err
+	}
+	if n.Notify != nil {
+		n.Notify(ref)
+	}
+	return out, attrs, nil
+}
+
+// Checkout is WeChat Pay as a top-up rail: the renter scans a Native
+// order's code (code_url, answered as pay_url) and pays in WeChat; the
+// payment's notification comes back to NotifyPath.
+type Checkout struct {
+	C     *wp.Client
+	Clock clock.Clock
+}
+
+var _ app.Checkout = Checkout{}
+
+// Order implements app.Checkout: the Native order's code_url.
+func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (string, time.Time, error) {
+	if currency != wp.Currency {
+		return "", time.Time{}, apperr.Invalid("currency", "WeChat Pay top-ups are in %s, not %s", wp.Currency, currency)
+	}
+	expires := ch.Clock.Now().Add(wp.OrderTimeout).Truncate(time.Second)
+	code, err := ch.C.NativeOrder(ctx, renterID, amount, orderID, expires)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return code, expires, nil
+}
