@@ -34,6 +34,7 @@ type Common struct {
 	StreamReplicas   int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
 	LogLevel         string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	Allow            Allow         `embed:"" prefix:"allow-" envprefix:"GPUBILL_ALLOW_" group:"Allowlist (comma-separated CIDRs per role; unset = any address)"`
+	APIDocs          string        `name:"api-docs" env:"GPUBILL_API_DOCS" default:"own" enum:"own,all" help:"What /docs and /v1/openapi.json of a service run alone describe: its own API, or all (behind a gateway that routes every service)."`
 	TrustedProxies   string        `name:"trusted-proxies" env:"GPUBILL_TRUSTED_PROXIES" help:"CIDRs of reverse proxies whose X-Forwarded-For is believed for the REST client address; unset = X-Forwarded-For ignored."`
 }
 

@@ -177,3 +177,26 @@ func TestAPIDocsOnlyTheServicesServed(t *testing.T) {
 		t.Errorf("/docs of metering's usage service names other services, or not its own")
 	}
 }
+
+// TestAllAPIDocsBehindAGateway: a service run alone with AllAPIDocs
+// (GPUBILL_API_DOCS=all) documents every route of every service, so a
+// gateway may send /docs and /v1/openapi.json to any one of them.
+func TestAllAPIDocsBehindAGateway(t *testing.T) {
+	s, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Secret: []byte("apidoc-test-secret-0123456789abcdef"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Services: []Service{namedServices{"gpubill.metering.v1.UsageService"}}, AllAPIDocs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	doc := fetchSpec(t, s)
+	for _, r := range httprules.All() {
+		if _, ok := doc.Paths[r.Path][strings.ToLower(r.Method)]; !ok {
+			t.Errorf("the whole document lacks %s %s (%s)", r.Method, r.Path, r.Service)
+		}
+	}
+	_, b := get(t, "http://"+s.HTTPAddr+DocsPath)
+	if !strings.Contains(string(b), "LedgerService") || !strings.Contains(string(b), "PayoutService") {
+		t.Errorf("/docs with AllAPIDocs does not name the other services")
+	}
+}

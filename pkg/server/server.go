@@ -90,6 +90,10 @@ type Options struct {
 	// dev, a service run alone) always set it; nil serves without an audit
 	// log (unit tests of one service).
 	Audit *audit.Recorder
+	// AllAPIDocs serves the whole API's document and page at /docs and
+	// /v1/openapi.json, not only the registered services' (a service run
+	// alone behind a gateway that routes them all: GPUBILL_API_DOCS=all).
+	AllAPIDocs bool
 }
 
 // Policies merges the services' policies: the one table the interceptor
@@ -217,7 +221,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		writeJSON(w, code, res)
 	})
 	mux.Handle("GET /metrics", obs.MetricsHandler())
-	spec, page, err := apiDocs(slices.Collect(maps.Keys(gs.GetServiceInfo())), cmdline.Build().Version)
+	var documented []string // none: the whole document
+	if !o.AllAPIDocs {
+		documented = slices.Collect(maps.Keys(gs.GetServiceInfo()))
+	}
+	spec, page, err := apiDocs(documented, cmdline.Build().Version)
 	if err != nil {
 		gs.Stop()
 		hl.Close()

@@ -127,8 +127,9 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		// Its dead letters (GET /v1/ops/dead-letters): the schema is the service's name.
 		Services: []server.Service{s, deadletter.NewServer(deadletter.New(pool, name, log))},
 		Allow:    allow, TrustedProxies: proxies,
-		Audit: audit.New(audit.PoolStore{Pool: pool}, log, name),
-		Ready: []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
+		AllAPIDocs: cfg.APIDocs == "all",
+		Audit:      audit.New(audit.PoolStore{Pool: pool}, log, name),
+		Ready:      []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
 	})
 	if err != nil {
 		return err

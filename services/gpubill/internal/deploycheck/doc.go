@@ -1,3 +1,6 @@
 // Package deploycheck holds tests that keep deploy/ true to the code: the
-// Prometheus alert rules name only metrics a gpubill process serves.
+// Prometheus alert rules and the Grafana dashboards name only metrics a
+// gpubill process serves; deploy/nginx.conf routes every REST path of the
+// protos to the process that serves it; docker-compose.yml runs what
+// nginx.conf names, requires the signing key and publishes only the gateway.
 package deploycheck
