@@ -204,7 +204,13 @@ func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.De
 	}
 	expires := ch.Clock.Now().Add(wp.OrderTimeout).Truncate(time.Second)
 	code, err := ch.C.NativeOrder(ctx, renterID, amount, orderID, expires)
-	if err != nil {
+	switch {
+	case wp.IsCode(err, wp.CodeInvalidRequest):
+		// The same out_trade_no (the same idempotency key) with other content.
+		return "", time.Time{}, fmt.Errorf("%w: the idempotency key opened a top-up with another amount (%v)", apperr.ErrConflict, err)
+	case errors.Is(err, wp.ErrUnavailable):
+		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay: %w", apperr.ErrUnavailable, err)
+	case err != nil:
 		return "", time.Time{}, err
 	}
 	return code, expires, nil

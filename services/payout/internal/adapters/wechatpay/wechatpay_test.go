@@ -15,6 +15,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	wp "github.com/gpubill/gpubill/pkg/wechatpay"
 	"github.com/gpubill/gpubill/pkg/wechatpay/fakewechatpay"
@@ -212,6 +213,12 @@ func TestNotificationAnswers(t *testing.T) {
 	code, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456789")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "CNY", "tu0123456789"); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("the order number again with another amount: %v, want a conflict", err)
+	}
+	if _, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "USD", "tu0123456788"); !errors.As(err, new(*apperr.InvalidError)) {
+		t.Errorf("USD: %v", err)
 	}
 	paid, err := p.Pay(code)
 	if err != nil || paid.Status != http.StatusOK || !strings.Contains(paid.Answer, `"SUCCESS"`) {
