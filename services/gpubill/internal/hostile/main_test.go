@@ -73,6 +73,9 @@ func TestMain(m *testing.M) {
 		if err := configureAlipay(dataDir); err != nil {
 			panic(err)
 		}
+		if err := configureWeChatPay(dataDir); err != nil {
+			panic(err)
+		}
 		databaseURL = testkit.NewDatabase(mainTB{})
 		cfg := stack.Config{
 			Common: config.Common{
