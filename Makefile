@@ -26,7 +26,9 @@ build: bin/temporal
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
 
 ## bin/temporal: the Temporal CLI plus gpubill's tuned dev server
-## (`temporal gpubill-dev-server`), built in its own module so the Temporal
+## (`temporal gpubill-dev-server`), the Temporal server on PostgreSQL
+## (`temporal gpubill-server --config`) and Temporal's SQL schema tool
+## (`temporal gpubill-sql-tool`), built in its own module so the Temporal
 ## server's dependencies never enter the workspace. ~5–8 min the first time.
 bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/temporal/*.go)
 	@mkdir -p bin

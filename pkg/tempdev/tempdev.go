@@ -138,6 +138,12 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 	for _, k := range keys {
 		args = append(args, "--dynamic-config-value", k+"="+DynamicConfig[k])
 	}
+	return startProcess(ctx, bin, args, net.JoinHostPort(host, port), port, logw)
+}
+
+// startProcess runs bin with args and waits until it listens on port (its
+// frontend at address). The child dies with the parent.
+func startProcess(ctx context.Context, bin string, args []string, address, port string, logw io.Writer) (*Server, error) {
 	cmd := exec.Command(bin, args...)
 	if logw == nil {
 		logw = io.Discard
@@ -145,9 +151,9 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 	cmd.Stdout, cmd.Stderr = logw, logw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start temporal dev server: %w", err)
+		return nil, fmt.Errorf("start temporal server: %w", err)
 	}
-	s := &Server{Address: net.JoinHostPort(host, port), cmd: cmd, done: make(chan struct{})}
+	s := &Server{Address: address, cmd: cmd, done: make(chan struct{})}
 	go func() { s.exit = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
@@ -161,7 +167,7 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 			ours, err := listensOn(cmd.Process.Pid, port)
 			if err != nil {
 				s.Stop()
-				return nil, fmt.Errorf("temporal dev server on %s: %w", s.Address, err)
+				return nil, fmt.Errorf("temporal server on %s: %w", s.Address, err)
 			}
 			if ours {
 				return s, nil
@@ -172,12 +178,25 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 			s.Stop()
 			return nil, ctx.Err()
 		case <-s.done:
-			return nil, fmt.Errorf("temporal dev server exited during start-up (see its log): %v", s.exit)
+			return nil, fmt.Errorf("temporal server exited during start-up (see its log): %v", s.exit)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	s.Stop()
-	return nil, fmt.Errorf("temporal dev server on %s not ready in %s", s.Address, readyTimeout)
+	return nil, fmt.Errorf("temporal server on %s not ready in %s", s.Address, readyTimeout)
+}
+
+// Pid is the server process's id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Kill ends the server the crash way (SIGKILL: no shutdown, nothing
+// flushed) and waits until it is gone.
+func (s *Server) Kill() error {
+	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-s.done
+	return nil
 }
 
 // Stop terminates the server (SIGTERM, then SIGKILL) and waits for it.

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/tempdev"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement"
@@ -29,6 +30,12 @@ import (
 // process (worker, tax, fake ledger): on a shared machine wall time varies,
 // CPU per provider much less.
 //
+// settlement_pg is the settlement workload on a Temporal server with
+// PostgreSQL persistence and SQL visibility (`temporal gpubill-server`, its
+// databases on the test server beside settlement's, made by `temporal
+// gpubill-sql-tool`) instead of the dev server's SQLite: the same dynamic
+// config, so the two differ in their store.
+//
 // settlement_30k takes minutes: it runs only when BENCH_FILTER names it
 // (`BENCH_FILTER=settlement_30k make bench`), so a default `make bench`
 // stays short.
@@ -37,13 +44,23 @@ func TestBenchSettlement(t *testing.T) {
 		figure    string
 		providers int
 		explicit  bool
-	}{{"settlement_1k", 1000, false}, {"settlement", 10000, false}, {"settlement_30k", 30000, true}} {
+		postgres  bool
+	}{{"settlement_1k", 1000, false, false}, {"settlement", 10000, false, false}, {"settlement_pg", 10000, false, true}, {"settlement_30k", 30000, true, false}} {
 		t.Run(b.figure, func(t *testing.T) {
 			testkit.Bench(t, b.figure)
 			if b.explicit && !strings.Contains(os.Getenv("BENCH_FILTER"), b.figure) {
 				t.Skipf("benchmark %s runs only when BENCH_FILTER names it", b.figure)
 			}
-			tc := dialTemporal(t, testkit.NewTemporal(t))
+			server, store := "dev server", "Temporal dev server (SQLite in memory)"
+			var addr string
+			if b.postgres {
+				tp := testkit.NewTemporalPG(t, tempdev.Postgres{MaxConns: 20})
+				addr = tp.Address
+				server, store = "server", fmt.Sprintf("Temporal server on PostgreSQL (%d history shards, persistence + SQL visibility on the test server)", tp.PG.HistoryShardCount())
+			} else {
+				addr = testkit.NewTemporal(t)
+			}
+			tc := dialTemporal(t, addr)
 			f := newFixture(t, tc)
 			f.seed(t, cycle1.ID, b.providers)
 			f.clock.Set(cycle1.End.Add(time.Hour))
@@ -66,8 +83,9 @@ func TestBenchSettlement(t *testing.T) {
 				return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)/float64(b.providers))
 			}
 			testkit.Report(t, testkit.Figure{Bench: b.figure, Value: float64(b.providers) / elapsed.Seconds(), Unit: "providers/s", N: b.providers,
-				Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal dev server %s, worker+tax+fake ledger %s; real Temporal dev server + tax service, in-memory ledger",
-					elapsed.Round(time.Millisecond), perProvider(srv), perProvider(self))})
+				Load: testkit.LoadAvg(),
+				Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal %s %s, worker+tax+fake ledger %s; %s + tax service, in-memory ledger",
+					elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(self), store)})
 		})
 	}
 }
@@ -98,8 +116,10 @@ func selfCPU() time.Duration {
 
 var statFields = regexp.MustCompile(`\) \S+ (\d+)((?: \S+){9}) (\d+) (\d+)`)
 
-// serverCPU is the CPU time (user+system) used by the Temporal dev servers
-// this process started (its children running `temporal gpubill-dev-server`), from /proc.
+// serverCPU is the CPU time (user+system) used by the Temporal servers this
+// process started (its children running `temporal gpubill-dev-server` or
+// `temporal gpubill-server`), from /proc. PostgreSQL's backends serving a
+// gpubill-server are not counted.
 func serverCPU(t testing.TB) time.Duration {
 	t.Helper()
 	const ticks = 100 // USER_HZ on Linux
@@ -121,7 +141,7 @@ func serverCPU(t testing.TB) time.Duration {
 			continue
 		}
 		cmd, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-		if err != nil || !strings.Contains(string(cmd), "gpubill-dev-server") {
+		if err != nil || !(strings.Contains(string(cmd), "gpubill-dev-server") || strings.Contains(string(cmd), "gpubill-server")) {
 			continue // not ours, or ended meanwhile
 		}
 		u, err := strconv.ParseInt(string(m[3]), 10, 64)
