@@ -181,7 +181,7 @@ func Public(ctx context.Context, log *slog.Logger, method string, err error) err
 		if s.Code() == codes.Unavailable {
 			msg = unavailableMessage
 		}
-		log.Error("request failed", "request_id", id, "method", method, "code", s.Code().String(), "err", err)
+		log.ErrorContext(ctx, "request failed", "request_id", id, "method", method, "code", s.Code().String(), "err", err)
 		s = status.New(s.Code(), fmt.Sprintf("%s (request id %s)", msg, id))
 	}
 	if id == "" {

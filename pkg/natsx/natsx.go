@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	otelcodes "go.opentelemetry.io/otel/codes"
 )
 
 // Limits every stream gets. MaxAge, where a stream has one, is measured by
@@ -521,7 +522,12 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 			}
 		}
 	}()
+	ctx, span := processSpan(ctx, c.spec, msgs)
 	err := c.h(ctx, msgs)
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
 	close(done)
 	<-beat
 	return err

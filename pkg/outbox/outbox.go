@@ -17,7 +17,15 @@
 //	    id text not null unique,
 //	    subject text not null,
 //	    payload bytea not null,
-//	    created_at timestamptz not null default now());
+//	    created_at timestamptz not null default now(),
+//	    traceparent text); -- added later by each schema's NNNN_outbox_traceparent
+//
+// Tracing: Add keeps the W3C traceparent of the span in its context with
+// the rows; the relay publishes each such row in a producer span, child of
+// that span, and puts its context in the message's headers, where
+// natsx.Consume picks it up. Rows without one (tracing off, no caller's
+// trace) are published without a span or header.
+//
 //	create table <schema>.inbox (
 //	    message_id text primary key,
 //	    consumer text not null,
@@ -44,9 +52,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/subjects"
 )
@@ -83,8 +95,9 @@ func InsertInto(schema string) string {
 	return "insert into " + pgx.Identifier{schema, "outbox"}.Sanitize() + " (id, subject, payload)"
 }
 
-// Add writes messages to the schema's outbox inside tx. Call Wake(schema)
-// after the commit for the lowest latency.
+// Add writes messages to the schema's outbox inside tx, with the
+// traceparent of the span in ctx (if any). Call Wake(schema) after the
+// commit for the lowest latency.
 func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -98,10 +111,14 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 		}
 		ids[i], subjects[i], payloads[i] = m.ID, m.Subject, m.Payload
 	}
-	q := InsertInto(schema) + `
-		select * from unnest($1::text[], $2::text[], $3::bytea[])
+	var tp any // null without a trace
+	if s := obs.Traceparent(ctx); s != "" {
+		tp = s
+	}
+	q := "insert into " + pgx.Identifier{schema, "outbox"}.Sanitize() + ` (id, subject, payload, traceparent)
+		select u.*, $4::text from unnest($1::text[], $2::text[], $3::bytea[]) as u
 		on conflict (id) do nothing`
-	if _, err := tx.Exec(ctx, q, ids, subjects, payloads); err != nil {
+	if _, err := tx.Exec(ctx, q, ids, subjects, payloads, tp); err != nil {
 		return fmt.Errorf("outbox add: %w", err)
 	}
 	return nil
@@ -251,20 +268,21 @@ func (r *Relay) runLeader(ctx context.Context) error {
 // to outbox_published (see PublishedKeepMax).
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	tbl := pgx.Identifier{r.Schema, "outbox"}.Sanitize()
-	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload from %s order by seq limit %d`, tbl, relayBatchMax))
+	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
 	if err != nil {
 		return 0, err
 	}
 	type row struct {
-		seq     int64
-		id      string
-		subject string
-		payload []byte
+		seq         int64
+		id          string
+		subject     string
+		payload     []byte
+		traceparent string
 	}
 	var batch []row
 	for rows.Next() {
 		var x row
-		if err := rows.Scan(&x.seq, &x.id, &x.subject, &x.payload); err != nil {
+		if err := rows.Scan(&x.seq, &x.id, &x.subject, &x.payload, &x.traceparent); err != nil {
 			return 0, err
 		}
 		batch = append(batch, x)
@@ -285,8 +303,23 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	acked := make([]jetstream.PubAck, len(batch)) // each row's last part's ack (stream, sequence)
 	var dead []int
 	deadErr := map[int]error{}
+	spans := map[int]trace.Span{} // of the rows written in a trace
+	defer func() {
+		for i, sp := range spans {
+			if err := deadErr[i]; err != nil {
+				sp.SetStatus(otelcodes.Error, err.Error())
+			} else if left[i] > 0 {
+				sp.SetStatus(otelcodes.Error, "not acknowledged; published again later")
+			}
+			sp.End()
+		}
+	}()
 	for i, x := range batch {
-		for _, m := range splitToFit(x.id, x.subject, x.payload, min(serverMax, r.streamMax(ctx, x.subject))) {
+		msgs := splitToFit(x.id, x.subject, x.payload, min(serverMax, r.streamMax(ctx, x.subject)))
+		if x.traceparent != "" {
+			spans[i] = publishSpan(ctx, x.traceparent, x.id, x.subject, msgs)
+		}
+		for _, m := range msgs {
 			f, err := r.JS.PublishMsgAsync(m)
 			if permanent(err) {
 				dead, deadErr[i] = append(dead, i), err
@@ -494,4 +527,18 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// publishSpan starts the producer span of one outbox row, child of the span
+// that wrote it (its traceparent), and puts the span's context in the
+// headers of every message (part) that publishes the row. It is ended once
+// JetStream has acknowledged the row, or failed to.
+func publishSpan(ctx context.Context, traceparent, id, subject string, msgs []*nats.Msg) trace.Span {
+	ctx, sp := obs.Tracer().Start(obs.WithTraceparent(ctx, traceparent), natsx.SpanName(subject, "publish"),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(natsx.SpanAttrs(subject, id, len(msgs))...))
+	for _, m := range msgs {
+		natsx.InjectTrace(ctx, m.Header)
+	}
+	return sp
 }

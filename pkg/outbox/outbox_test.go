@@ -26,7 +26,7 @@ import (
 
 const ddl = `
 create schema t;
-create table t.outbox (seq bigserial primary key, id text not null unique, subject text not null, payload bytea not null, created_at timestamptz not null default now());
+create table t.outbox (seq bigserial primary key, id text not null unique, subject text not null, payload bytea not null, created_at timestamptz not null default now(), traceparent text);
 create table t.inbox (message_id text primary key, consumer text not null, processed_at timestamptz not null default now());
 create table t.outbox_published (seq bigint primary key, id text not null, subject text not null, payload bytea not null,
     created_at timestamptz not null, published_at timestamptz not null default now(), stream text not null, stream_seq bigint not null);

@@ -258,10 +258,18 @@ func writeStatus(w http.ResponseWriter, id string, code int, st *status.Status) 
 	_, _ = w.Write(b)
 }
 
-// requestIDHeader forwards the edge's request id to the gRPC listener.
+// requestIDHeader forwards the edge's request id to the gRPC listener, and
+// a caller's W3C trace context (traceparent, tracestate), which the gRPC
+// listener's OpenTelemetry handler continues: a REST call's spans join the
+// caller's trace without a span of their own at the REST edge.
 func requestIDHeader(key string) (string, bool) {
-	if http.CanonicalHeaderKey(key) == reqid.Header {
+	switch http.CanonicalHeaderKey(key) {
+	case reqid.Header:
 		return reqid.MetadataKey, true
+	case "Traceparent":
+		return "traceparent", true
+	case "Tracestate":
+		return "tracestate", true
 	}
 	return runtime.DefaultHeaderMatcher(key)
 }

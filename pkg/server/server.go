@@ -327,7 +327,7 @@ func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				log.Error("panic in handler", "request_id", reqid.From(ctx), "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				log.ErrorContext(ctx, "panic in handler", "request_id", reqid.From(ctx), "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
 				err = fmt.Errorf("internal error in %s", info.FullMethod)
 			}
 		}()

@@ -56,11 +56,16 @@ func Main(name string, build Builder) int {
 
 func run(ctx context.Context, name string, cfg config.Common, build Builder) error {
 	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
-	shutdownTracing, err := obs.SetupTracing(ctx, name)
+	shutdownTracing, err := obs.SetupTracing(ctx, name, log)
 	if err != nil {
 		return err
 	}
-	defer shutdownTracing(context.Background()) //nolint:errcheck
+	// Last out: the spans of the shutdown itself are flushed too.
+	defer func() {
+		if err := shutdownTracing(context.Background()); err != nil {
+			log.Warn("spans not exported at exit", "err", err)
+		}
+	}()
 	if cfg.NatsURL == "" {
 		return errors.New("NATS_URL is required when a service runs alone (gpubill dev embeds NATS)")
 	}

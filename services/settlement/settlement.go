@@ -16,6 +16,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/sync/errgroup"
@@ -267,6 +269,21 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { <-ctx.Done(); return nil })
 	return g.Wait()
+}
+
+// TemporalInterceptors trace what a Temporal client starts (workflows,
+// signals) and what the workers made from it run (workflows, activities)
+// with the SDK's OpenTelemetry interceptor, on the global tracer provider
+// and propagator (pkg/obs.SetupTracing): the trace context goes in the
+// Temporal headers, so a cycle's spans follow the call that closed it.
+// Give them to client.Options.Interceptors (they reach its workers too;
+// never also to worker.Options, which would trace everything twice).
+func TemporalInterceptors() ([]interceptor.ClientInterceptor, error) {
+	i, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("temporal tracing interceptor: %w", err)
+	}
+	return []interceptor.ClientInterceptor{i}, nil
 }
 
 // TemporalLogger adapts a slog logger for the Temporal client, quietened to

@@ -194,11 +194,15 @@ func Model() (*kong.Application, error) {
 
 func (d *devCmd) Run(e *env) error {
 	log := obs.NewLogger(e.stderr, d.LogLevel)
-	shutdown, err := obs.SetupTracing(e.ctx, "gpubill")
+	shutdown, err := obs.SetupTracing(e.ctx, "gpubill", log)
 	if err != nil {
 		return err
 	}
-	defer shutdown(context.Background()) //nolint:errcheck
+	defer func() {
+		if err := shutdown(context.Background()); err != nil {
+			log.Warn("spans not exported at exit", "err", err)
+		}
+	}()
 	lease, err := ledger.LeaseControlConfigFromEnv()
 	if err != nil {
 		return err

@@ -376,11 +376,18 @@ func readiness(pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, tc cli
 
 // dialTemporal retries until the frontend and its default namespace answer.
 func dialTemporal(ctx context.Context, addr string, lg *slog.Logger) (client.Client, error) {
+	// One client for settlement and payout: their workflows and activities
+	// are traced through it (see settlement.TemporalInterceptors).
+	traced, err := settlement.TemporalInterceptors()
+	if err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(temporalDialWithin)
 	var lastErr error
 	for time.Now().Before(deadline) {
 		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: "default",
-			Logger: log.NewStructuredLogger(lg.With("component", "temporal")),
+			Logger:       log.NewStructuredLogger(lg.With("component", "temporal")),
+			Interceptors: traced,
 			// Loopback or a LAN: gzip of every request costs CPU and saves nothing.
 			ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}})
 		if err == nil {

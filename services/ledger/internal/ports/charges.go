@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -67,7 +68,9 @@ func PostCharges(ctx context.Context, a *app.App, msgs []ChargesMessage) (int, e
 	for i, m := range msgs {
 		in[i] = decodeCharges(m)
 	}
+	ctx, span := obs.StartSpan(ctx, "ledger post charges")
 	n, err := a.PostCharges(ctx, in)
+	obs.EndSpan(span, err, obs.Int("messaging.batch.message_count", len(msgs)), obs.Int("gpubill.ledger.transactions_posted", n))
 	if bad := (*app.UnpostableError)(nil); errors.As(err, &bad) {
 		return n, &natsx.PoisonError{ByID: bad.ByID}
 	}

@@ -24,7 +24,11 @@ func build(ctx context.Context, d svc.Deps, cfg config.Common) (svc.Service, fun
 		return nil, nil, err
 	}
 	pc.DataDir = cfg.DataDir // webhook.key, when no GPUBILL_WEBHOOK_KEY_FILE / GPUBILL_WEBHOOK_KEY
-	tc, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Logger: payout.TemporalLogger(d.Log)})
+	traced, err := payout.TemporalInterceptors()
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Logger: payout.TemporalLogger(d.Log), Interceptors: traced})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,7 +19,11 @@ func build(ctx context.Context, d svc.Deps, cfg config.Common) (svc.Service, fun
 	if cfg.TemporalAddress == "" {
 		return nil, nil, errors.New("TEMPORAL_ADDRESS is required when settlement runs alone")
 	}
-	tc, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Logger: settlement.TemporalLogger(d.Log)})
+	traced, err := settlement.TemporalInterceptors()
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Logger: settlement.TemporalLogger(d.Log), Interceptors: traced})
 	if err != nil {
 		return nil, nil, err
 	}
