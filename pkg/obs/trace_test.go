@@ -119,8 +119,8 @@ func TestExportToCollector(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer collector-token")
-			prev := otel.GetTracerProvider()
-			t.Cleanup(func() { otel.SetTracerProvider(prev) })
+			otel.SetTracerProvider(noop.NewTracerProvider()) // the default's delegate for good, if first
+			t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 			shutdown, err := obs.SetupTracing(context.Background(), "metering", nil)
 			if err != nil {
 				t.Fatal(err)
