@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -95,6 +96,9 @@ func DialInternal(secret []byte, addr, name string, opts ...grpc.DialOption) (*g
 		return nil, err
 	}
 	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.BearerCreds(tok))}, opts...)
+		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)),
+		// The caller's trace goes on in the called service (a client span
+		// here, the server's own there).
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)
 	return grpc.NewClient(addr, opts...)
 }

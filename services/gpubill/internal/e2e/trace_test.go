@@ -210,4 +210,22 @@ func TestTraceFollowsUsageAndCycle(t *testing.T) {
 		return acts["BeginClose"] && acts["SettleProviders"] && acts["CompleteCycle"]
 	}, "activities of %s under its workflow span: %v", wfID, acts)
 	t.Logf("cycle activities traced under %s: %v", wfID, acts)
+	// Their calls to the ledger go on in the ledger's gRPC server spans.
+	var wfTrace trace.TraceID
+	for _, sp := range rec.Started() {
+		if sp.Name() == "RunWorkflow:SettlementCycle" && attr(sp, "temporalWorkflowID") == wfID {
+			wfTrace = sp.SpanContext().TraceID()
+		}
+	}
+	ledgerCalls := 0
+	for _, sp := range rs.of(wfTrace) {
+		if sp.SpanKind() == trace.SpanKindServer && strings.HasPrefix(sp.Name(), "gpubill.ledger.v1.") {
+			if names, _ := chain(rs.of(wfTrace), sp); slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "RunActivity:") }) {
+				ledgerCalls++
+			}
+		}
+	}
+	if ledgerCalls == 0 {
+		t.Errorf("no ledger gRPC span under an activity of %s", wfID)
+	}
 }
