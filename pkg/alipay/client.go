@@ -1,5 +1,5 @@
 // Package alipay speaks the Alipay open platform's gateway protocol with
-// the standard library only (issue 17): requests signed RSA2
+// the standard library only: requests signed RSA2
 // (SHA256withRSA over the sorted key=value string) with the app's private
 // key, answers verified with the platform's public key over the
 // *_response object as sent, asynchronous payment notifications verified

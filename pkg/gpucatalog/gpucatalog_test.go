@@ -13,7 +13,7 @@ func TestSeedIsValidAndUnambiguous(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The models issue 13 names, by id and by alias, any case.
+	// The models of the catalogue, by id and by alias, any case.
 	for _, tt := range []struct{ give, want string }{
 		{"T4", "T4"}, {"h20", "H20"}, {"H800", "H800"}, {"A800", "A800"}, {"L20", "L20"},
 		{"RTX4090D", "RTX_4090D"}, {"rtx 4090d", "RTX_4090D"}, {"RTX_4090D", "RTX_4090D"},

@@ -24,25 +24,26 @@ import (
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 )
 
-// What gpubill-dev-server does differently from `temporal server start-dev`
-// (measured with perf and pprof on the settlement benchmark, 10 000
-// provider workflows; see DEVELOPERS.md):
+// What gpubill-dev-server does differently from `temporal server start-dev`,
+// each against a cost the settlement benchmark's profiles show (the figures
+// are in DEVELOPERS.md, "Settlement on Temporal"):
 //
 //   - Visibility: the SQLite visibility table carries ~45 indexes (one per
 //     system and pre-allocated custom search attribute) and two FTS5 tables
 //     kept by triggers; every workflow start inserts the row and every close
-//     REPLACEs it (a delete and an insert through all of them). That was
-//     18 % of the server's CPU. gpubill registers no search attributes and
-//     lists workflows by id, type, status, time or parent only, so the other
-//     indexes and the FTS triggers are dropped (search by text or keyword
-//     list attributes then finds nothing; everything else works).
+//     REPLACEs it (a delete and an insert through all of them). gpubill
+//     registers no search attributes and lists workflows by id, type,
+//     status, time or parent only, so the other indexes and the FTS
+//     triggers are dropped (search by text or keyword list attributes then
+//     finds nothing; everything else works).
 //   - Prepared statements are kept per SQLite connection (stmtcache/):
 //     the SQLite plugin runs every statement unprepared and the driver
-//     compiled each one anew, 23 % of the server's CPU.
+//     would compile each one anew.
 //   - No Prometheus metrics unless -metrics-port is given (the CLI always
 //     turns them on; tally's tagging showed in the profile).
-//   - The Go collector runs at GOGC=400 unless GOGC is set (GC was 11 % of
-//     the server's CPU; the heap stays small next to this machine's RAM).
+//   - The Go collector runs at GOGC=400 unless GOGC is set (the heap stays
+//     small next to the machine's RAM, and collecting at the default pace
+//     costs a noticeable share of the server's CPU).
 //   - Without -db-filename the store is a file in a RAM-backed temporary
 //     directory (the schema has to exist before the server starts, which the
 //     CLI's in-memory mode does not allow), removed at exit; files left by a

@@ -12,9 +12,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
-// TestGPUCatalogueOneSource is issue 13's story: a card pricing T4 was
-// accepted while every T4 usage was refused as unknown. Now one catalogue
-// (metering's, GET/POST /v1/gpu-models) decides for both sides: a card naming
+// TestGPUCatalogueOneSource: one catalogue (metering's, GET/POST
+// /v1/gpu-models) decides for both sides, so a card cannot price a model
+// whose usage is refused as unknown: a card naming
 // a model it lacks is a 400 naming the model, and usage of a model the card
 // prices is accepted and charged, also when it names the model by an alias.
 func TestGPUCatalogueOneSource(t *testing.T) {

@@ -42,9 +42,9 @@ const (
 // TestStreamsNeverFillUp pushes more than capPushFactor × the byte cap of
 // USAGE and CHARGES through metering → pricing → ledger with a small
 // GPUBILL_STREAM_MAX_BYTES, while a core NATS subscriber counts the bytes
-// that went through. With the old limits retention the streams kept every
-// acknowledged message, filled at one cap and refused every publish after
-// it, so the pipeline stalled; work-queue retention frees a message when its
+// that went through. Under limits retention the streams would keep every
+// acknowledged message, fill at one cap and refuse every publish after it,
+// so the pipeline would stall; work-queue retention frees a message when its
 // consumer acks it. Every event must be billed exactly once: counted in
 // pricing's charges and summed in the ledger, against totals computed here
 // from the events alone.

@@ -11,7 +11,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 )
 
-// payoutWrite is one of payout's write routes (issue 11) with a body it
+// payoutWrite is one of payout's write routes with a body it
 // takes, the roles it refuses and, for a route on an id, an id no one has.
 type payoutWrite struct {
 	name, method, path, body string

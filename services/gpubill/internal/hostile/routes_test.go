@@ -113,7 +113,7 @@ var writeRoutes = []route{
 	{name: "CreateTopUp", method: "POST", path: "/v1/renters/%s/top-ups", param: "renter_id", arg: "r-001", role: auth.RoleFinance,
 		body:  `{"rail":"alipay","amount":"100.00","currency":"CNY","idempotency_key":"tu-h1"}`,
 		enums: []string{"rail", "currency"}, decimals: []string{"amount"}},
-	// Payout's writes (issue 11): webhooks, their secrets, holds, settings.
+	// Payout's writes: webhooks, their secrets, holds, settings.
 	{name: "CreateWebhook", method: "POST", path: "/v1/providers/%s/webhooks", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
 		body: `{"url":"https://203.0.113.10/hook","secret":"whsec-0123456789abcdef"}`},
 	{name: "RotateWebhookSecret", method: "POST", path: "/v1/providers/p-001/webhooks/%s:rotate-secret", param: "webhook_id", arg: "", role: auth.RoleFinance, // arg: seeded

@@ -38,7 +38,7 @@ func TestEveryWriteRouteRefusesBadInputByField(t *testing.T) {
 
 // TestMillionDigitDecimalIsCheap sends a 1 000 000-digit decimal in every
 // decimal field of every write route: each is a 400 naming the field, in
-// milliseconds (parsing it used to take seconds of CPU). An exponent of
+// milliseconds (parsing it whole would take seconds of CPU). An exponent of
 // 999 999 999 is refused the same way.
 func TestMillionDigitDecimalIsCheap(t *testing.T) {
 	huge := "1" + strings.Repeat("0", 999_999)

@@ -13,10 +13,10 @@ import (
 // reportJSON writes the report in the JSON shape protojson gives its proto
 // (ledgerv1.SegregatedFundsReport with proto field names, every field
 // emitted, int64 as a string, timestamps in RFC 3339 with 0, 3, 6 or 9
-// fractional digits), straight from the report: with 100 000 client lines,
-// building a proto message per line and marshalling it reflectively was
-// most of the time the JSON report took. TestReportJSONIsProtojson holds the
-// two encodings equal.
+// fractional digits), straight from the report rather than through a proto
+// message per client line: marshalling 100 000 lines reflectively would
+// cost most of the report's time. TestReportJSONIsProtojson holds the two
+// encodings equal.
 func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, error) {
 	f := r.Currency.Format
 	w := jsonWriter{b: make([]byte, 0, 4096+120*len(r.Clients))}

@@ -131,7 +131,7 @@ func toProto(p domain.Payout) *payoutv1.Payout {
 	return out
 }
 
-// Conditional GET (DESIGN §7, issue 11: providers poll cheaply). The
+// Conditional GET (DESIGN §7: providers poll cheaply). The
 // gateway forwards If-None-Match as grpcgateway-if-none-match; an answer
 // carries its ETag in the "etag" header, and "gpubill-not-modified" when
 // the client's copy is current (pkg/server turns both into ETag and 304).

@@ -44,12 +44,12 @@ func (r *Reports) LatestCheckpoint(ctx context.Context, asOf *time.Time) (*domai
 //
 // The postings since are summed per account (at most ~checkpointPostingsMax
 // of them) and joined to the checkpoint's rows, which are one per account
-// already: summing the checkpoint's hundreds of thousands of rows with them
-// cost several times more. The lower bound is coalesce($2, '-infinity'), not
-// "$2 is null or created_at > $2", so that a generic plan of the prepared
-// statement still bounds the BRIN scan from below (with the OR it read every
-// posting up to as_of). In memory (the default work_mem spilled the hash
-// aggregate to disk) and without JIT (compiling took 50-90 ms of the query).
+// already, rather than summed together with those hundreds of thousands of
+// rows. The lower bound is coalesce($2, '-infinity'), not "$2 is null or
+// created_at > $2", so that a generic plan of the prepared statement still
+// bounds the BRIN scan from below (the OR form reads every posting up to
+// as_of). In memory (the default work_mem spills the hash aggregate to disk)
+// and without JIT (compiling costs more than the query saves).
 func (r *Reports) Balances(ctx context.Context, currency string, asOf *time.Time) ([]domain.AccountNet, error) {
 	tx, err := r.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {

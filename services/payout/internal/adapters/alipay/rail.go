@@ -13,7 +13,7 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// Package alipay is payout's Alipay rail (issue 17) on pkg/alipay: payouts
+// Package alipay is payout's Alipay rail on pkg/alipay: payouts
 // by the single transfer API, out_biz_no = the rail reference, queried by
 // it before any resubmission; and the payment notifications of renter
 // top-ups (Notifications).

@@ -1,4 +1,4 @@
-// Package bankfile is the bank-file payout rail (issue 17): payouts to bank
+// Package bankfile is the bank-file payout rail: payouts to bank
 // accounts go out in a daily ISO 20022 pain.001.001.09 batch (built once
 // per cutoff, kept, served to finance and written to the bank's outbox
 // directory), and come back as pain.002 status reports and camt.054
