@@ -65,7 +65,7 @@ type Platform struct {
 	frozen     map[string]bool
 	refused    []string
 	loseNext   int
-	rejectNext []string // code, message
+	rejectNext *apiErr // the next transfer's answer, when set
 	seq        int
 	notified   []Notice
 }
@@ -150,7 +150,7 @@ func (p *Platform) LoseAnswers(n int) { p.mu.Lock(); p.loseNext = n; p.mu.Unlock
 // (e.g. 403 NOT_ENOUGH), booking nothing.
 func (p *Platform) RejectNext(status int, code, message string) {
 	p.mu.Lock()
-	p.rejectNext = []string{strconv.Itoa(status), code, message}
+	p.rejectNext = &apiErr{status, code, message}
 	p.mu.Unlock()
 }
 
@@ -297,8 +297,7 @@ func (p *Platform) transfer(w http.ResponseWriter, r *http.Request) {
 	if rj := p.rejectNext; rj != nil {
 		p.rejectNext = nil
 		p.mu.Unlock()
-		st, _ := strconv.Atoi(rj[0])
-		p.fail(w, apiErr{st, rj[1], rj[2]})
+		p.fail(w, *rj)
 		return
 	}
 	p.transfers[q.OutBillNo]++
@@ -365,7 +364,7 @@ func (p *Platform) checkTransfer(r *http.Request, q *wechatpay.TransferRequest) 
 		return param(fmt.Sprintf("transfer_amount %d: at least %d fen", q.TransferAmount, transferLo))
 	case q.TransferRemark == "" || len([]rune(q.TransferRemark)) > 32:
 		return param("transfer_remark: 1 to 32 characters")
-	case q.NotifyURL != "" && !(strings.HasPrefix(q.NotifyURL, "https://") || strings.HasPrefix(q.NotifyURL, "http://")) || strings.Contains(q.NotifyURL, "?"):
+	case q.NotifyURL != "" && !strings.HasPrefix(q.NotifyURL, "https://") && !strings.HasPrefix(q.NotifyURL, "http://") || strings.Contains(q.NotifyURL, "?"):
 		return param("notify_url " + q.NotifyURL)
 	}
 	types := map[string]bool{}

@@ -70,13 +70,14 @@ func (p *Platform) Renotify(outTradeNo, id string) (Notice, error) {
 
 func (p *Platform) notifyBill(b *Bill) {
 	body, err := p.Envelope("EV-"+wechatpay.NewNonce()[:20], wechatpay.EventTransferFinished, "mch_payment", "商家转账单据终态通知", b.TransferBill)
-	if err != nil {
+	if err == nil {
+		_, err = p.Post(b.NotifyURL, body) // a sent one is kept in notified with its answer
+	}
+	if err != nil { // not sent: kept in notified with its error
 		p.mu.Lock()
 		p.notified = append(p.notified, Notice{URL: b.NotifyURL, Err: err})
 		p.mu.Unlock()
-		return
 	}
-	_, _ = p.Post(b.NotifyURL, body) // kept in notified with its answer
 }
 
 // Envelope is a notification body: resource (JSON) sealed under the APIv3

@@ -163,7 +163,7 @@ func TestComposeIsTheGatewaysStack(t *testing.T) {
 				t.Errorf("nginx upstream %s: server %s, want %s:PORT", name, addr, name)
 				continue
 			}
-			if _, listen, _ := net.SplitHostPort(s.Environment["GPUBILL_HTTP_ADDR"]); listen != port {
+			if _, listen, err := net.SplitHostPort(s.Environment["GPUBILL_HTTP_ADDR"]); err != nil || listen != port {
 				t.Errorf("nginx upstream %s: port %s, but the service listens on GPUBILL_HTTP_ADDR=%q", name, port, s.Environment["GPUBILL_HTTP_ADDR"])
 			}
 		}
