@@ -91,6 +91,15 @@ func TestTracingOffWhenUnset(t *testing.T) {
 	if err := shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// OTEL_TRACES_EXPORTER=none turns it off with an endpoint set.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	if _, err := obs.SetupTracing(context.Background(), "ledger", nil); err != nil {
+		t.Fatal(err)
+	}
+	if otel.GetTracerProvider() != before {
+		t.Fatal("a tracer provider was installed with OTEL_TRACES_EXPORTER=none")
+	}
 }
 
 // TestExportToCollector: the standard variables point the exporter at a
@@ -99,6 +108,12 @@ func TestTracingOffWhenUnset(t *testing.T) {
 func TestExportToCollector(t *testing.T) {
 	for _, protocol := range []string{"", "http/protobuf", "grpc"} {
 		t.Run("protocol="+protocol, func(t *testing.T) {
+			// OTEL_SERVICE_NAME names the process over the service's name.
+			service, want := "metering", "metering/ingest usage"
+			if protocol == "http/protobuf" {
+				t.Setenv("OTEL_SERVICE_NAME", "metering-eu")
+				want = "metering-eu/ingest usage"
+			}
 			c := &collector{}
 			var endpoint string
 			if protocol == "grpc" {
@@ -121,7 +136,7 @@ func TestExportToCollector(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer collector-token")
 			otel.SetTracerProvider(noop.NewTracerProvider()) // the default's delegate for good, if first
 			t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
-			shutdown, err := obs.SetupTracing(context.Background(), "metering", nil)
+			shutdown, err := obs.SetupTracing(context.Background(), service, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +147,7 @@ func TestExportToCollector(t *testing.T) {
 			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if len(c.spans) != 1 || c.spans[0] != "metering/ingest usage" || c.auth[0] != "Bearer collector-token" {
+			if len(c.spans) != 1 || c.spans[0] != want || c.auth[0] != "Bearer collector-token" {
 				t.Fatalf("collector got spans %q with authorization %q", c.spans, c.auth)
 			}
 		})
