@@ -8,7 +8,7 @@ GO ?= go
 
 include Makefile.generate
 
-.PHONY: all build run test test-race bench vet fmt clean tidy promtool-check lint lint-tools
+.PHONY: all build run test test-race bench vet fmt clean tidy promtool-check lint lint-tools helm-tools helm-check
 
 all: build
 
@@ -69,6 +69,21 @@ PROMTOOL ?= promtool
 promtool-check:
 	@command -v $(PROMTOOL) >/dev/null || { echo "$(PROMTOOL) not found: apt-get install -y --no-install-recommends prometheus" >&2; exit 1; }
 	cd deploy/prometheus && $(PROMTOOL) check rules alerts.yml && $(PROMTOOL) test rules alerts_test.yml
+
+## helm-check: helm (v3, built from tools/helm: its own module outside go.work,
+## like tools/golangci) lints deploy/helm/gpubill and renders it, and
+## TestHelmChartRendersEveryService checks the manifests (each service a
+## Deployment with probes and resources, a PodDisruptionBudget, a Service; the
+## signing key from a Secret, required). The official NATS and Temporal charts
+## are dependencies off by default; nothing is fetched.
+HELM := tools/helm/bin/helm
+helm-tools: $(HELM)
+$(HELM): tools/helm/go.mod tools/helm/go.sum
+	cd tools/helm && GOWORK=off $(GO) build -trimpath -o bin/ helm.sh/helm/v3/cmd/helm
+	@touch $(HELM)
+helm-check: $(HELM)
+	$(HELM) lint deploy/helm/gpubill --set authSecret.existingSecret=gpubill-auth
+	HELM=$(CURDIR)/$(HELM) $(GO) test -count=1 -run 'TestHelmChartRendersEveryService' ./services/gpubill/internal/deploycheck/
 
 vet:
 	$(GO) vet $(PKGS)
