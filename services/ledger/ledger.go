@@ -18,7 +18,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
@@ -215,6 +217,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return s.runChain(ctx) })
 	g.Go(func() error { return s.runCheckpoints(ctx) })
+	g.Go(func() error { return s.runSegregatedFunds(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -242,6 +245,51 @@ func (s *Service) runChain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// segregatedFundsEvery is how often the ledger computes the segregated-funds
+// report of now for every currency, so /metrics always has a recent verdict
+// (gpubill_segregated_funds_verdict, _difference).
+const segregatedFundsEvery = 10 * time.Minute
+
+func (s *Service) runSegregatedFunds(ctx context.Context) error {
+	t := time.NewTicker(segregatedFundsEvery)
+	defer t.Stop()
+	for {
+		for _, c := range money.Codes() {
+			if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
+				s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Metrics implements svc.MetricsSource.
+func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
+
+// Metrics are the ledger's metrics read on scrape: the latest bank
+// reconciliation of each currency (the settlement schedule runs one daily).
+func Metrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
+		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
+		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank or ledger lines), 0 when it reconciled.",
+		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
+	}, {
+		Name: "gpubill_reconciliation_unmatched", Type: obs.Gauge, Labels: []string{"currency", "side"},
+		Help: "Unmatched lines of the latest bank reconciliation of the currency, by side (bank, ledger).",
+		Query: `select currency, side, n::float8 from (select distinct on (currency) currency, unmatched_bank_count, unmatched_ledger_count
+			from ledger.reconciliations order by currency, seq desc) r
+			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.unmatched_ledger_count)) v(side, n)`,
+	}, {
+		Name: "gpubill_reconciliation_last_run_timestamp_seconds", Type: obs.Gauge, Labels: []string{"currency"},
+		Help:  "When the latest bank reconciliation of the currency ran.",
+		Query: `select currency, extract(epoch from max(created_at))::float8 from ledger.reconciliations group by currency`,
+	}}
 }
 
 // checkpointTick is how often the ledger looks whether a balance

@@ -14,6 +14,10 @@ func Metrics() []obs.SQLMetric {
 		Help:  "Payouts by current status and currency (failed ones wait for an operator's retry or cancel).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
 	}, {
+		Name: "gpubill_payout_amount", Type: obs.Gauge, Labels: []string{"status", "currency"},
+		Help:  "Net amount of the payouts by current status and currency, in currency units.",
+		Query: `select status, currency, sum(net)::float8 from payout.payouts group by status, currency`,
+	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
 		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
 		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,

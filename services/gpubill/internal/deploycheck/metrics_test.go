@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -30,7 +31,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	_ "github.com/gpubill/gpubill/services/ledger" // its charge counters
+	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/metering"
 	"github.com/gpubill/gpubill/services/payout"
 	"github.com/gpubill/gpubill/services/settlement"
@@ -79,11 +80,18 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
 			creditor_agent, state, queued_at, updated_at) values ('po-1', 'po-1', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'queued', now(), now())`,
 		`insert into payout.bank_files (file_id, sha256, kind, message_id, source, imported_at) values ('bf-1', 'h', 'pain.002.001.10', 'S-1', 'upload', now())`,
+		`insert into ledger.reconciliations (reconciliation_id, currency, trigger, created_at, journal_head_hash, journal_head_position,
+			ledger_bank_client, verdict, matched_count, unmatched_bank_count, unmatched_ledger_count)
+			values ('rc-1', 'CNY', 'schedule', now(), 'h', 0, 100, 'exceptions', 3, 1, 0)`,
 		`insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, bank_status, outcome) values ('bf-1', 1, 'x', 'nobody', 'ACCP', 'unknown_reference')`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
+	}
+	// A segregated-funds report of now, as the ledger makes every 10 minutes.
+	if _, err := ledger.ExportSegregatedFunds(ctx, pool, nil, "CNY", "json", nil); err != nil {
+		t.Fatal(err)
 	}
 	js := testkit.NewJetStream(t)
 	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
@@ -97,6 +105,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	for i, s := range schemas {
 		f := fakeService{name: s}
 		switch s {
+		case "ledger":
+			f = f.withMetrics(ledger.Metrics())
 		case "payout":
 			f = f.withMetrics(payout.Metrics())
 		case "settlement":
@@ -144,6 +154,9 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages",
 		"gpubill_payouts", "gpubill_settlement_cycles", "gpubill_settlement_cycle_providers",
 		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
+		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
+		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
+		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)
@@ -158,14 +171,28 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	if !strings.Contains(served["gpubill_grpc_requests_total"], `value:"/gpubill.metering.v1.UsageService/IngestUsageEvents"`) {
 		t.Errorf("gpubill_grpc_requests_total:\n%s", served["gpubill_grpc_requests_total"])
 	}
+	// The report of an empty ledger: balanced, nothing short.
+	for _, line := range strings.Split(served["gpubill_segregated_funds_verdict"], "\n") {
+		on := strings.Contains(line, "gauge:{value:1}")
+		if strings.Contains(line, `value:"CNY"`) && on != strings.Contains(line, `value:"balanced"`) {
+			t.Errorf("segregated-funds verdict of an empty ledger: %s", line)
+		}
+	}
 	if v := served["gpubill_outbox_oldest_age_seconds"]; !strings.Contains(v, `value:"metering"`) {
 		t.Errorf("outbox age series: %s", v)
 	}
 
 	exprs := map[string]map[string]string{
-		"prometheus/alerts.yml":                   alertExprs(t, filepath.Join(deployDir, "prometheus", "alerts.yml")),
-		"grafana/dashboards/pipeline-health.json": dashboardExprs(t, filepath.Join(deployDir, "grafana", "dashboards", "pipeline-health.json")),
+		"prometheus/alerts.yml": alertExprs(t, filepath.Join(deployDir, "prometheus", "alerts.yml")),
 	}
+	dashboards, err := filepath.Glob(filepath.Join(deployDir, "grafana", "dashboards", "*.json"))
+	if err != nil || len(dashboards) < 3 {
+		t.Fatalf("dashboards %v (%v): want pipeline health, money and settlement cycles", dashboards, err)
+	}
+	for _, d := range dashboards {
+		exprs["grafana/dashboards/"+filepath.Base(d)] = dashboardExprs(t, d)
+	}
+	checkPromQL(t, exprs)
 	for file, byName := range exprs {
 		for rule, expr := range byName {
 			for _, name := range metricNames.FindAllString(expr, -1) {
@@ -226,7 +253,18 @@ func scrape(t *testing.T, url string) map[string]string {
 	return out
 }
 
-// dashboardExprs reads panel title → query from a Grafana dashboard.
+// dashboardPanel is the part of a Grafana panel the checks read; a row
+// holds its collapsed panels.
+type dashboardPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []dashboardPanel `json:"panels"`
+}
+
+// dashboardExprs reads panel title → query from a Grafana dashboard, rows'
+// panels and the template variables' queries included.
 func dashboardExprs(t *testing.T, path string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -234,20 +272,45 @@ func dashboardExprs(t *testing.T, path string) map[string]string {
 		t.Fatal(err)
 	}
 	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
+		UID        string           `json:"uid"`
+		Title      string           `json:"title"`
+		Panels     []dashboardPanel `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string          `json:"name"`
+				Query json.RawMessage `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("%s: a dashboard needs a uid and a title (provisioning keys on the uid)", path)
+	}
 	out := map[string]string{}
-	for _, p := range d.Panels {
-		for i, tg := range p.Targets {
-			out[fmt.Sprintf("%s#%d", p.Title, i)] = tg.Expr
+	var walk func([]dashboardPanel)
+	walk = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			for i, tg := range p.Targets {
+				if strings.TrimSpace(tg.Expr) == "" {
+					t.Errorf("%s: panel %q query %d is empty", path, p.Title, i)
+				}
+				out[fmt.Sprintf("%s#%d", p.Title, i)] = tg.Expr
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		var q struct {
+			Query string `json:"query"`
+		}
+		if json.Unmarshal(v.Query, &q) != nil {
+			_ = json.Unmarshal(v.Query, &q.Query) // a plain string
+		}
+		if q.Query != "" {
+			out["variable $"+v.Name] = q.Query
 		}
 	}
 	if len(out) == 0 {
@@ -255,6 +318,55 @@ func dashboardExprs(t *testing.T, path string) map[string]string {
 	}
 	return out
 }
+
+// checkPromQL has promtool parse every query (as the expression of a
+// recording rule, Grafana's variables replaced by a match-all): a query
+// that does not parse shows nothing in Grafana. Skipped without promtool
+// outside CI (.ci/run installs it).
+func checkPromQL(t *testing.T, exprs map[string]map[string]string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not found")
+		}
+		t.Log("promtool not found: the queries' syntax is not checked (apt-get install prometheus)")
+		return
+	}
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	var names []string
+	for file, byName := range exprs {
+		for name, expr := range byName {
+			if strings.HasPrefix(name, "variable $") { // label_values(…): Grafana's, not PromQL
+				continue
+			}
+			rules = append(rules, rule{Record: fmt.Sprintf("check:q%d", len(rules)), Expr: grafanaVar.ReplaceAllString(expr, ".*")})
+			names = append(names, file+": "+name)
+		}
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "deploycheck", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "queries.yml")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+		for i, n := range names { // name the query promtool's message points at
+			if strings.Contains(string(out), fmt.Sprintf("check:q%d\"", i)) || strings.Contains(string(out), fmt.Sprintf("group \"deploycheck\", rule %d,", i+1)) {
+				t.Errorf("%s does not parse", n)
+			}
+		}
+		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+var grafanaVar = regexp.MustCompile(`\$\{?[a-zA-Z_][a-zA-Z0-9_]*\}?`)
 
 // alertExprs reads rule name → expression from a Prometheus rules file.
 func alertExprs(t *testing.T, path string) map[string]string {

@@ -17,7 +17,36 @@ var (
 		Name: "gpubill_charged_amount_minor_total",
 		Help: "Amount of the posted usage charges in minor units (fen, cents) by currency; exact below 2^53 per process.",
 	}, []string{"currency"})
+
+	segregatedDifference = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpubill_segregated_funds_difference",
+		Help: "Difference of the latest segregated-funds report of now, by currency, in currency units: resource (the bank statement's " +
+			"balance when imported, else bank:client) less requirement and unremitted tax; negative is a shortfall.",
+	}, []string{"currency"})
+	segregatedVerdict = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpubill_segregated_funds_verdict",
+		Help: "Verdict of the latest segregated-funds report of now, by currency: 1 on its verdict (balanced, shortfall, excess), 0 on the others.",
+	}, []string{"currency", "verdict"})
+	segregatedAt = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpubill_segregated_funds_report_timestamp_seconds",
+		Help: "When this process last computed a segregated-funds report of now, by currency (the ledger computes one per currency " +
+			"every 10 minutes, and every GET /v1/reports/segregated-funds without as_of is one).",
+	}, []string{"currency"})
 )
+
+// recordSegregatedFunds shows a report of now on /metrics.
+func recordSegregatedFunds(r *SegregatedFundsReport) {
+	c := r.Currency.Code
+	segregatedDifference.WithLabelValues(c).Set(r.Difference.InexactFloat64())
+	for _, v := range []string{VerdictBalanced, VerdictShortfall, VerdictExcess} {
+		on := 0.0
+		if v == r.Verdict {
+			on = 1
+		}
+		segregatedVerdict.WithLabelValues(c, v).Set(on)
+	}
+	segregatedAt.WithLabelValues(c).Set(float64(r.AsOf.UnixNano()) / 1e9)
+}
 
 // countCharges counts charge transactions that were committed for the
 // first time (a replayed charge is not in the list).

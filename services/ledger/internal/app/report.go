@@ -250,6 +250,9 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	if r.Breaches, r.BreachesTotal, err = rp.Store.Breaches(ctx, cur.Code, asOf); err != nil {
 		return nil, err
 	}
+	if asOf == nil { // a report of now is the latest: /metrics shows its verdict
+		recordSegregatedFunds(r)
+	}
 	return r, nil
 }
 
