@@ -227,6 +227,11 @@ func TestHelmChartRendersEveryService(t *testing.T) {
 				env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 			}
 		}
+		for _, other := range processes {
+			if k := "GPUBILL_" + strings.ToUpper(other) + "_GRPC"; env[k] != other+":9090" {
+				t.Errorf("Deployment %s: %s = %q, want %s:9090", name, k, env[k], other)
+			}
+		}
 		for k, want := range map[string]string{
 			"GPUBILL_AUTH_SECRET": "secret:gpubill-auth/secret", "DATABASE_URL": "secret:gpubill-pg-app/uri",
 			"GPUBILL_STREAM_REPLICAS": "3", "GPUBILL_API_DOCS": "all", "GPUBILL_HTTP_ADDR": "0.0.0.0:8080",

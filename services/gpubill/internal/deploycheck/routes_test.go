@@ -180,6 +180,11 @@ func TestComposeIsTheGatewaysStack(t *testing.T) {
 		if len(s.Ports) > 0 {
 			t.Errorf("compose service %s publishes %v: only the gateway is reached from outside", p, s.Ports)
 		}
+		for _, other := range processes { // pkg/svc.NewInternalRouter: an unnamed service is looked for in-process
+			if k := "GPUBILL_" + strings.ToUpper(other) + "_GRPC"; s.Environment[k] != other+":9090" {
+				t.Errorf("compose service %s: %s=%q, want %s:9090", p, k, s.Environment[k], other)
+			}
+		}
 	}
 	gw, ok := c.Services["gateway"]
 	if !ok || !slices.ContainsFunc(gw.Volumes, func(v string) bool { return strings.HasPrefix(v, "./deploy/nginx.conf:/etc/nginx/nginx.conf") }) {
