@@ -66,7 +66,11 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.take(&req, r.Header.Get("Authorization"))
 	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	out, err := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	_, _ = w.Write(out)
 }
 

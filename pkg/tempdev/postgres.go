@@ -3,6 +3,7 @@ package tempdev
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -57,7 +58,9 @@ func SQLTool(ctx context.Context, bin string, pg Postgres, db string, logw io.Wr
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if logw != nil {
-		_, _ = logw.Write(out.Bytes())
+		if _, werr := logw.Write(out.Bytes()); werr != nil {
+			err = errors.Join(err, fmt.Errorf("write the tool's output to its log: %w", werr))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("temporal gpubill-sql-tool --db %s %v: %w\n%s", db, args, err, bytes.TrimSpace(out.Bytes()))

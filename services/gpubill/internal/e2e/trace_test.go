@@ -53,7 +53,7 @@ func chain(all map[trace.SpanID]sdktrace.ReadOnlySpan, sp sdktrace.ReadOnlySpan)
 func attr(sp sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range sp.Attributes() {
 		if a.Key == attribute.Key(key) {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

@@ -141,7 +141,7 @@ func serverCPU(t testing.TB) time.Duration {
 			continue
 		}
 		cmd, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-		if err != nil || !(strings.Contains(string(cmd), "gpubill-dev-server") || strings.Contains(string(cmd), "gpubill-server")) {
+		if err != nil || !strings.Contains(string(cmd), "gpubill-dev-server") && !strings.Contains(string(cmd), "gpubill-server") {
 			continue // not ours, or ended meanwhile
 		}
 		u, err := strconv.ParseInt(string(m[3]), 10, 64)
