@@ -101,6 +101,9 @@ func (c Config) Check() error {
 			return fmt.Errorf("wechatpay rail: %s %q: want an http(s) URL without a query", u.name, u.v)
 		}
 	}
+	if b := c.base(); (b == BaseProduction || b == BaseBackup) && c.NotifyURL != "" && !strings.HasPrefix(c.NotifyURL, "https://") {
+		return fmt.Errorf("wechatpay rail: %s %q: WeChat Pay posts notifications to https addresses only", EnvNotifyURL, c.NotifyURL)
+	}
 	return nil
 }
 

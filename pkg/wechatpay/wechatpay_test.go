@@ -417,14 +417,15 @@ func TestConfigFromEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"no mchid":              {with(wechatpay.EnvMchID, ""), wechatpay.EnvMchID},
-		"no APIv3 key":          {with(wechatpay.EnvAPIv3KeyFile, ""), wechatpay.EnvAPIv3KeyFile},
-		"short APIv3 key":       {with(wechatpay.EnvAPIv3KeyFile, short), "32"},
-		"no platform key":       {with(wechatpay.EnvPlatformCertFile, ""), wechatpay.EnvPlatformCertFile},
-		"key file missing":      {with(wechatpay.EnvMerchantKeyFile, filepath.Join(dir, "nope")), wechatpay.EnvMerchantKeyFile},
-		"cert is not a cert":    {with(wechatpay.EnvPlatformCertFile, keyFile), wechatpay.EnvPlatformCertFile},
-		"public key without id": {with(wechatpay.EnvPlatformPublicKeyFile, pubFile), wechatpay.EnvPlatformCertFile},
-		"notify url with query": {with(wechatpay.EnvNotifyURL, "https://x.example/n?a=1"), wechatpay.EnvNotifyURL},
+		"no mchid":                 {with(wechatpay.EnvMchID, ""), wechatpay.EnvMchID},
+		"no APIv3 key":             {with(wechatpay.EnvAPIv3KeyFile, ""), wechatpay.EnvAPIv3KeyFile},
+		"short APIv3 key":          {with(wechatpay.EnvAPIv3KeyFile, short), "32"},
+		"no platform key":          {with(wechatpay.EnvPlatformCertFile, ""), wechatpay.EnvPlatformCertFile},
+		"key file missing":         {with(wechatpay.EnvMerchantKeyFile, filepath.Join(dir, "nope")), wechatpay.EnvMerchantKeyFile},
+		"cert is not a cert":       {with(wechatpay.EnvPlatformCertFile, keyFile), wechatpay.EnvPlatformCertFile},
+		"public key without id":    {with(wechatpay.EnvPlatformPublicKeyFile, pubFile), wechatpay.EnvPlatformCertFile},
+		"notify url with query":    {with(wechatpay.EnvNotifyURL, "https://x.example/n?a=1"), wechatpay.EnvNotifyURL},
+		"plain http to WeChat Pay": {with(wechatpay.EnvNotifyURL, "http://x.example/n"), "https addresses only"},
 	} {
 		set(tc.env)
 		if _, on, err := wechatpay.ConfigFromEnv(time.Now()); !on || err == nil || !strings.Contains(err.Error(), tc.want) {
