@@ -59,7 +59,10 @@ func offlineChart(t *testing.T) string {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(chartDir, p)
+		rel, err := filepath.Rel(chartDir, p)
+		if err != nil {
+			return err
+		}
 		if d.IsDir() {
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
 		}

@@ -306,8 +306,10 @@ func dashboardExprs(t *testing.T, path string) map[string]string {
 		var q struct {
 			Query string `json:"query"`
 		}
-		if json.Unmarshal(v.Query, &q) != nil {
-			_ = json.Unmarshal(v.Query, &q.Query) // a plain string
+		if json.Unmarshal(v.Query, &q) != nil { // a plain string, then
+			if err := json.Unmarshal(v.Query, &q.Query); err != nil {
+				t.Errorf("%s: variable %s: query %s is neither an object nor a string", path, v.Name, v.Query)
+			}
 		}
 		if q.Query != "" {
 			out["variable $"+v.Name] = q.Query
