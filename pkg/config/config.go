@@ -18,7 +18,7 @@ import (
 // Common is embedded into every command's kong struct.
 type Common struct {
 	DatabaseURL      string        `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; the database is created if missing."`
-	NatsURL          string        `name:"nats-url" env:"NATS_URL" help:"External NATS server; unset = embedded JetStream (gpubill dev only)."`
+	NatsURL          string        `name:"nats-url" env:"NATS_URL" help:"External NATS server, or a cluster's servers comma-separated; unset = embedded JetStream (gpubill dev only)."`
 	TemporalAddress  string        `name:"temporal-address" env:"TEMPORAL_ADDRESS" help:"External Temporal frontend; unset = embedded dev server (gpubill dev only)."`
 	HTTPAddr         string        `name:"http-addr" env:"GPUBILL_HTTP_ADDR" default:"127.0.0.1:8080" help:"REST listener."`
 	GRPCAddr         string        `name:"grpc-addr" env:"GPUBILL_GRPC_ADDR" default:"127.0.0.1:9090" help:"gRPC listener."`

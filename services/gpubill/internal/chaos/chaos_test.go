@@ -82,13 +82,31 @@ type cluster struct {
 	pg     *proc
 	pgDir  string
 	pgPort int
-	nats   *proc
+	nats   *proc // the one nats-server, unless spec.nats started others
 	natsP  int
+	// natsURL is what the services get as NATS_URL (every server's URL,
+	// comma-separated, for a cluster).
+	natsURL string
+	// names are the services started, in start order.
+	names  []string
 	svcs   map[string]*service
 	dsn    string
 	pool   *pgxpool.Pool
 	tok    string
 	client *http.Client
+	// others are more processes whose log tails a failure shows.
+	others []*proc
+}
+
+// clusterSpec says what a cluster runs; the zero value is the chaos
+// test's: every service, one nats-server and a Temporal dev server.
+type clusterSpec struct {
+	names []string // services to start, in order; nil: serviceNames
+	// nats starts the NATS servers and returns the services' NATS_URL;
+	// nil: one nats-server of the cluster's own (startNATS).
+	nats       func(c *cluster) string
+	noTemporal bool     // settlement is not started: no Temporal server
+	env        []string // more settings for every service
 }
 
 func TestChaosNothingLostNothingDoubled(t *testing.T) {
@@ -157,8 +175,15 @@ func TestChaosNothingLostNothingDoubled(t *testing.T) {
 
 // ---- the cluster ----
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T) *cluster { return newClusterOf(t, clusterSpec{}) }
+
+// newClusterOf starts PostgreSQL, NATS (and Temporal) and the spec's
+// services, each ready, and seeds nothing.
+func newClusterOf(t *testing.T, spec clusterSpec) *cluster {
 	t.Helper()
+	if spec.names == nil {
+		spec.names = serviceNames
+	}
 	// A directory PostgreSQL (run as the postgres user under root) can enter.
 	dir, err := os.MkdirTemp("", "gpubill-chaos-")
 	if err != nil {
@@ -183,27 +208,33 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, dir: dir, svcs: map[string]*service{}, tok: tok, client: &http.Client{Timeout: 10 * time.Second}}
+	c := &cluster{t: t, dir: dir, names: spec.names, svcs: map[string]*service{}, tok: tok, client: &http.Client{Timeout: 10 * time.Second}}
 	c.startPostgres()
-	c.startNATS()
-	temporal := testkit.NewTemporal(t)
-
+	if spec.nats == nil {
+		c.startNATS()
+		c.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", c.natsP)
+	} else {
+		c.natsURL = spec.nats(c)
+	}
 	env := []string{
-		"NATS_URL=" + fmt.Sprintf("nats://127.0.0.1:%d", c.natsP),
+		"NATS_URL=" + c.natsURL,
 		"DATABASE_URL=" + c.dsn,
 		"GPUBILL_AUTH_SECRET=" + chaosSecret,
-		"TEMPORAL_ADDRESS=" + temporal,
 		"GPUBILL_DATA_DIR=" + filepath.Join(dir, "data"),
 		"GPUBILL_LOG_LEVEL=info",
 		fmt.Sprintf("GPUBILL_CYCLE_DAYS=%d", cycleDays),
 		"GPUBILL_CYCLE_ANCHOR=" + calendar.Anchor.Format("2006-01-02"),
 		"GPUBILL_CYCLE_GRACE=" + calendar.Grace.String(),
 	}
-	for _, name := range serviceNames {
+	if !spec.noTemporal {
+		env = append(env, "TEMPORAL_ADDRESS="+testkit.NewTemporal(t))
+	}
+	env = append(env, spec.env...)
+	for _, name := range c.names {
 		c.svcs[name] = &service{http: freePort(t), grpc: freePort(t)}
 		env = append(env, fmt.Sprintf("GPUBILL_%s_GRPC=127.0.0.1:%d", strings.ToUpper(name), c.svcs[name].grpc))
 	}
-	for _, name := range serviceNames {
+	for _, name := range c.names {
 		s := c.svcs[name]
 		s.proc = &proc{name: name, bin: filepath.Join(bins, name), log: filepath.Join(dir, name+".log"),
 			env: append([]string{fmt.Sprintf("GPUBILL_HTTP_ADDR=127.0.0.1:%d", s.http), fmt.Sprintf("GPUBILL_GRPC_ADDR=127.0.0.1:%d", s.grpc)}, env...)}
@@ -310,7 +341,7 @@ func (c *cluster) waitReady(s *service) {
 }
 
 func (c *cluster) waitAllReady() {
-	for _, name := range serviceNames {
+	for _, name := range c.names {
 		c.waitReady(c.svcs[name])
 	}
 }
@@ -463,17 +494,23 @@ func (c *cluster) waitNotReady(name, dep string) {
 // or fails with every process's log tail.
 func (c *cluster) waitCharged(s *sender, what string) {
 	c.t.Helper()
+	c.waitChargedWithin(s, what, recoverWithin)
+}
+
+// waitChargedWithin is waitCharged with its own bound.
+func (c *cluster) waitChargedWithin(s *sender, what string, within time.Duration) {
+	c.t.Helper()
 	testkit.Eventually(c.t, 30*time.Second, func() bool { return s.lastAccepted().id != "" }, "%s: no event accepted", what)
 	last := s.lastAccepted().batch
 	want := s.acceptedUpTo(last)
-	deadline := time.Now().Add(recoverWithin)
+	deadline := time.Now().Add(within)
 	for {
 		got, err := c.chargedUpTo(last)
 		if err == nil && got >= want {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: %d of the %d events accepted up to request %d charged after %s (%v)\n%s", what, got, want, last, recoverWithin, err, c.logTails())
+			c.t.Fatalf("%s: %d of the %d events accepted up to request %d charged after %s (%v)\n%s", what, got, want, last, within, err, c.logTails())
 		}
 		time.Sleep(100 * time.Millisecond) // polling the database, not waiting blindly
 	}
@@ -493,10 +530,16 @@ func (c *cluster) chargedUpTo(b int) (int, error) {
 
 func (c *cluster) logTails() string {
 	var b strings.Builder
-	for _, name := range serviceNames {
+	for _, name := range c.names {
 		fmt.Fprintf(&b, "---- %s ----\n%s\n", name, c.svcs[name].tail(15))
 	}
-	fmt.Fprintf(&b, "---- nats ----\n%s\n---- postgres ----\n%s\n", c.nats.tail(10), c.pg.tail(10))
+	others := c.others
+	if c.nats != nil {
+		others = append([]*proc{c.nats}, others...)
+	}
+	for _, p := range append(others, c.pg) {
+		fmt.Fprintf(&b, "---- %s ----\n%s\n", p.name, p.tail(10))
+	}
 	return b.String()
 }
 
@@ -1019,7 +1062,7 @@ func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
 		}
 		id := m.Header.Get(jetstream.MsgIDHeader)
 		var in []string
-		for _, schema := range serviceNames {
+		for _, schema := range c.names {
 			if c.count(`select count(*) from pg_tables where schemaname = $1 and tablename = 'inbox'`, schema) == 0 {
 				continue
 			}
@@ -1037,7 +1080,7 @@ func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
 // dead letter.
 func (c *cluster) checkNothingStuck() {
 	t := c.t
-	for _, schema := range serviceNames {
+	for _, schema := range c.names {
 		if n := c.count(`select count(*) from ` + schema + `.outbox`); n != 0 {
 			t.Errorf("%s.outbox: %d rows never published", schema, n)
 		}
@@ -1046,13 +1089,13 @@ func (c *cluster) checkNothingStuck() {
 		t.Errorf("pricing.pending_rating: %d events waiting for a rate card", n)
 	}
 	// Every service keeps a dead_letters table; none may hold a letter.
-	for _, schema := range serviceNames {
+	for _, schema := range c.names {
 		if n := c.count(`select count(*) from ` + schema + `.dead_letters`); n != 0 {
 			t.Errorf("%s.dead_letters: %d messages dead-lettered", schema, n)
 		}
 	}
 
-	nc, js, err := natsx.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.natsP), "chaos-check")
+	nc, js, err := natsx.Connect(c.natsURL, "chaos-check")
 	if err != nil {
 		t.Fatal(err)
 	}
