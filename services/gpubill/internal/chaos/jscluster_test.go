@@ -30,6 +30,10 @@ const (
 	// jsCaughtUpWithin bounds how long the restarted node takes to be a
 	// current replica of every stream and consumer again.
 	jsCaughtUpWithin = time.Minute
+	// jsRequestsAfterKill is how many ingest requests must be accepted
+	// after the kill before the test waits for them to be charged, so the
+	// wait proves charging with the node down, not before.
+	jsRequestsAfterKill = 20
 )
 
 // natsNode is one nats-server of the test's JetStream cluster.
@@ -299,6 +303,7 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 		}
 	}
 	kill := time.Now()
+	before := s.lastAccepted().batch
 	if err := victim.kill9(); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +314,8 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 
 	// With the node down, usage accepted since the kill is charged, and
 	// every stream and consumer has a leader among the two servers left.
+	testkit.Eventually(t, jsFailoverWithin, func() bool { return s.lastAccepted().batch >= before+jsRequestsAfterKill },
+		"%d requests accepted after the kill", jsRequestsAfterKill)
 	c.waitChargedWithin(s, "with "+victim.server+" down", jsFailoverWithin)
 	failover := time.Since(kill)
 	var moved []placement
