@@ -555,12 +555,14 @@ type event struct {
 // collation) at or below eventID(b, batchEvents).
 func eventID(b, j int) string { return fmt.Sprintf("ev-%07d-%03d", b, j) }
 
-// sender posts usage to metering's REST ingest every sendEvery; a request
+// sender posts usage to metering's REST ingest every sendEvery (or its own
+// pace, every, set before run); a request
 // that fails (connection refused, 5xx, timeout) is retried with the same
 // events until it is answered, so every event is finally accepted once.
 type sender struct {
 	c     *cluster
 	base  time.Time
+	every time.Duration
 	quit  chan struct{} // no new request after the current one
 	abort chan struct{} // the test is ending: give up even mid-retry
 	done  chan struct{}
@@ -577,7 +579,7 @@ type sender struct {
 func newSender(c *cluster) *sender {
 	// Usage from 01:00 to at most 11:54 of the previous (daily) cycle.
 	today := calendar.At(time.Now())
-	return &sender{c: c, base: calendar.At(today.Start.Add(-time.Minute)).Start.Add(time.Hour),
+	return &sender{c: c, base: calendar.At(today.Start.Add(-time.Minute)).Start.Add(time.Hour), every: sendEvery,
 		quit: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}), accepted: map[string]event{}}
 }
 
@@ -598,7 +600,7 @@ func (s *sender) batch(b int) []event {
 
 func (s *sender) run() {
 	defer close(s.done)
-	tick := time.NewTicker(sendEvery)
+	tick := time.NewTicker(s.every)
 	defer tick.Stop()
 	for b := 0; ; b++ {
 		select {
@@ -625,7 +627,7 @@ func (s *sender) run() {
 				select {
 				case <-s.abort:
 					return
-				case <-time.After(sendEvery): // retry pacing
+				case <-time.After(s.every): // retry pacing
 				}
 				continue
 			}

@@ -26,14 +26,18 @@ const (
 	// consumer leaders are elected in seconds (nats-server's election
 	// timeouts are 2–5 s); the rest is the clients reconnecting and the
 	// outbox's retry.
-	jsFailoverWithin = 90 * time.Second
+	jsFailoverWithin = 2 * time.Minute
 	// jsCaughtUpWithin bounds how long the restarted node takes to be a
 	// current replica of every stream and consumer again.
-	jsCaughtUpWithin = time.Minute
+	jsCaughtUpWithin = 2 * time.Minute
 	// jsRequestsAfterKill is how many ingest requests must be accepted
 	// after the kill before the test waits for them to be charged, so the
 	// wait proves charging with the node down, not before.
-	jsRequestsAfterKill = 20
+	jsRequestsAfterKill = 8
+	// jsSendEvery paces the ingest (40 events a request): R3 streams write
+	// every message on three servers of one 2-core machine, so 40 % of
+	// the chaos test's pace keeps a loaded machine's backlog short.
+	jsSendEvery = 250 * time.Millisecond
 )
 
 // natsNode is one nats-server of the test's JetStream cluster.
@@ -236,6 +240,9 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 		env: []string{fmt.Sprintf("GPUBILL_STREAM_REPLICAS=%d", jsReplicas)},
 	})
 	started := time.Since(began)
+	// phase logs how long the test has run, so a slow run shows where.
+	phase := func(what string) { t.Logf("%6s %s", time.Since(began).Round(100*time.Millisecond), what) }
+	phase("processes up")
 	nc, js, err := natsx.Connect(j.urls(), "cluster-check")
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +258,7 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 		return ps
 	}
 	c.seed()
+	phase("seeded")
 
 	// Every stream and consumer is on all three servers.
 	all := make([]string, 0, jsNodes)
@@ -281,9 +289,11 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 	}
 
 	s := newSender(c)
+	s.every = jsSendEvery
 	go s.run()
 	t.Cleanup(s.abandon)
 	c.waitCharged(s, "warm-up")
+	phase("warm-up charged")
 
 	// The victim leads USAGE: its leadership must move for ingest to go on.
 	now := place()
@@ -318,6 +328,7 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 		"%d requests accepted after the kill", jsRequestsAfterKill)
 	c.waitChargedWithin(s, "with "+victim.server+" down", jsFailoverWithin)
 	failover := time.Since(kill)
+	phase("charged with " + victim.server + " down")
 	var moved []placement
 	testkit.Eventually(t, jsFailoverWithin, func() bool {
 		moved = place()
@@ -355,15 +366,18 @@ func TestJetStreamClusterSurvivesNodeKill(t *testing.T) {
 	}, "%s a current replica of every stream and consumer again (last seen: %v)", victim.server, &last)
 	caughtUp := time.Since(restart)
 
+	phase("killed node a current replica again")
 	s.stop()
 	acc := s.snapshot()
 	if s.rejected() != "" {
 		t.Fatalf("ingest rejected events: %s", s.rejected())
 	}
 	c.waitDrained(len(acc))
+	phase("drained")
 	c.checkEvents(acc)
 	c.checkCharges(acc)
 	c.checkNothingStuck()
+	phase("checked")
 	t.Logf("JetStream cluster: %d events accepted in %d requests (%d client errors retried); started in %s, charged again %s after the kill, the killed node a current replica again %s after its restart, total %s",
 		len(acc), s.requests, s.errors, started.Round(time.Millisecond), failover.Round(time.Millisecond), caughtUp.Round(time.Millisecond), time.Since(began).Round(time.Second))
 }
