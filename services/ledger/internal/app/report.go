@@ -129,31 +129,53 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	if err != nil {
 		return nil, err
 	}
-	// One line per client: renters and providers apart (an id may be both).
-	lines := make([]ClientLine, 0, len(nets)/2+1)
+	t, err := tallyBalances(nets)
+	if err != nil {
+		return nil, err
+	}
+	r.Clients, r.Resource, r.TaxWithheld = t.clients, t.resource, t.tax
+	r.Requirement = t.walletsPos.Add(t.pending).Add(t.available).Add(t.inTransit)
+	if err := r.checkClientLines(); err != nil {
+		return nil, err
+	}
+	if r.Statements, err = rp.Statements.LatestStatements(ctx, cur.Code, r.AsOf); err != nil {
+		return nil, err
+	}
+	r.reconcile()
+	r.Lines = r.summaryLines(t)
+	if r.Breaches, r.BreachesTotal, err = rp.Store.Breaches(ctx, cur.Code, asOf); err != nil {
+		return nil, err
+	}
+	if asOf == nil { // a report of now is the latest: /metrics shows its verdict
+		recordSegregatedFunds(r)
+	}
+	return r, nil
+}
+
+// balanceTally is the report's balances sorted into client lines and the
+// totals of each section.
+type balanceTally struct {
+	clients                                               []ClientLine
+	walletsPos, walletsNeg, pending, available, inTransit decimal.Decimal
+	tax, resource                                         decimal.Decimal
+	nPos, nNeg                                            int
+}
+
+// tallyBalances sorts the accounts' balances into one line per client
+// (renters and providers apart: an id may be both; renters first, then by
+// id) and the section totals.
+func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
+	t := &balanceTally{clients: make([]ClientLine, 0, len(nets)/2+1)}
 	renters, providers := make(map[string]int, len(nets)/4), make(map[string]int, len(nets)/4)
-	client := func(kind, id string) *ClientLine {
-		byID := providers
-		if kind == ClientRenter {
-			byID = renters
-		}
+	client := func(byID map[string]int, kind, id string) *ClientLine {
 		i, ok := byID[id]
 		if !ok {
-			i = len(lines)
+			i = len(t.clients)
 			byID[id] = i
-			lines = append(lines, ClientLine{Kind: kind, ID: id})
+			t.clients = append(t.clients, ClientLine{Kind: kind, ID: id})
 		}
-		return &lines[i]
+		return &t.clients[i]
 	}
-	add := func(to *decimal.Decimal, d decimal.Decimal) { // most lines take one amount: no arithmetic
-		if to.IsZero() {
-			*to = d
-		} else {
-			*to = to.Add(d)
-		}
-	}
-	var walletsPos, walletsNeg, pending, available, inTransit, tax decimal.Decimal
-	var nPos, nNeg int
 	for _, n := range nets {
 		acc, err := domain.ParseAddress(n.Account)
 		if err != nil {
@@ -163,52 +185,62 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 		switch {
 		case acc.Class == domain.ClassRenter:
 			if bal.IsPositive() {
-				walletsPos, nPos = walletsPos.Add(bal), nPos+1
-				c := client(ClientRenter, acc.Party)
-				add(&c.Wallet, bal)
+				t.walletsPos, t.nPos = t.walletsPos.Add(bal), t.nPos+1
+				addTo(&client(renters, ClientRenter, acc.Party).Wallet, bal)
 			} else if bal.IsNegative() {
-				walletsNeg, nNeg = walletsNeg.Add(bal), nNeg+1
+				t.walletsNeg, t.nNeg = t.walletsNeg.Add(bal), t.nNeg+1
 			}
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderPending:
-			pending = pending.Add(bal)
-			c := client(ClientProvider, acc.Party)
-			add(&c.Pending, bal)
+			t.pending = t.pending.Add(bal)
+			addTo(&client(providers, ClientProvider, acc.Party).Pending, bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderAvailable:
-			available = available.Add(bal)
-			c := client(ClientProvider, acc.Party)
-			add(&c.Available, bal)
+			t.available = t.available.Add(bal)
+			addTo(&client(providers, ClientProvider, acc.Party).Available, bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderInTransit:
-			inTransit = inTransit.Add(bal)
-			c := client(ClientProvider, acc.Party)
-			add(&c.InTransit, bal)
+			t.inTransit = t.inTransit.Add(bal)
+			addTo(&client(providers, ClientProvider, acc.Party).InTransit, bal)
 		case acc.Class == domain.ClassTax:
-			tax = tax.Add(bal)
+			t.tax = t.tax.Add(bal)
 		case n.Account == domain.BankClient:
-			r.Resource = bal
+			t.resource = bal
 		}
 	}
-	slices.SortFunc(lines, func(a, b ClientLine) int {
+	slices.SortFunc(t.clients, func(a, b ClientLine) int {
 		if a.Kind != b.Kind {
 			return strings.Compare(b.Kind, a.Kind) // renters first
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	r.Clients = lines
-	r.Requirement = walletsPos.Add(pending).Add(available).Add(inTransit)
-	r.TaxWithheld = tax
-	// The client lines add up to the requirement (one client's debt never
-	// offsets another's money: negative wallets have no line).
+	return t, nil
+}
+
+// addTo adds d to *to; most client amounts take one balance, so the first
+// is taken as it is, without arithmetic.
+func addTo(to *decimal.Decimal, d decimal.Decimal) {
+	if to.IsZero() {
+		*to = d
+	} else {
+		*to = to.Add(d)
+	}
+}
+
+// checkClientLines: the client lines add up to the requirement (one
+// client's debt never offsets another's money: negative wallets have no line).
+func (r *SegregatedFundsReport) checkClientLines() error {
 	sum := decimal.Zero
 	for _, c := range r.Clients {
 		sum = sum.Add(c.Total())
 	}
 	if !sum.Equal(r.Requirement) {
-		return nil, fmt.Errorf("segregated funds %s: client lines sum to %s, the requirement is %s", cur.Code, sum, r.Requirement)
+		return fmt.Errorf("segregated funds %s: client lines sum to %s, the requirement is %s", r.Currency.Code, sum, r.Requirement)
 	}
+	return nil
+}
 
-	if r.Statements, err = rp.Statements.LatestStatements(ctx, cur.Code, r.AsOf); err != nil {
-		return nil, err
-	}
+// reconcile sets the bank's balance (from the statements), the differences
+// and the verdict: against the bank's closing balance once a statement is
+// imported, else against the ledger's bank:client.
+func (r *SegregatedFundsReport) reconcile() {
 	if len(r.Statements) > 0 {
 		b := decimal.Zero
 		for _, st := range r.Statements {
@@ -230,30 +262,29 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	default:
 		r.Verdict = VerdictExcess
 	}
-	r.Lines = []ReportLine{
-		{"requirement", "renter:*:wallet", plural(nPos, "renter wallet") + " in credit", walletsPos},
-		{"requirement", "provider:*:pending:*", "provider earnings held in open cycles", pending},
-		{"requirement", "provider:*:available", "settled provider earnings awaiting payout", available},
-		{"requirement", "provider:*:in_transit", "submitted payouts not yet confirmed", inTransit},
-		{"tax", "tax:withheld:*", "tax withheld not yet remitted", tax},
+}
+
+// summaryLines are the totals per section, with memos for wallets in debit
+// and for the bank's figure against the ledger's.
+func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
+	lines := []ReportLine{
+		{"requirement", "renter:*:wallet", plural(t.nPos, "renter wallet") + " in credit", t.walletsPos},
+		{"requirement", "provider:*:pending:*", "provider earnings held in open cycles", t.pending},
+		{"requirement", "provider:*:available", "settled provider earnings awaiting payout", t.available},
+		{"requirement", "provider:*:in_transit", "submitted payouts not yet confirmed", t.inTransit},
+		{"tax", "tax:withheld:*", "tax withheld not yet remitted", t.tax},
 		{"resource", domain.BankClient, "segregated client bank account per the ledger", r.Resource},
 	}
-	if nNeg > 0 {
-		r.Lines = append(r.Lines, ReportLine{"memo", "renter:*:wallet", plural(nNeg, "renter wallet") +
-			" in debit: not offset against other clients' money", walletsNeg})
+	if t.nNeg > 0 {
+		lines = append(lines, ReportLine{"memo", "renter:*:wallet", plural(t.nNeg, "renter wallet") +
+			" in debit: not offset against other clients' money", t.walletsNeg})
 	}
 	if r.BankStatementBalance != nil {
-		r.Lines = append(r.Lines,
+		lines = append(lines,
 			ReportLine{"resource", "bank_statement", plural(len(r.Statements), "bank statement") + " closing at or before as_of (used for the difference)", *r.BankStatementBalance},
 			ReportLine{"memo", "bank_statement - bank:client", "unreconciled difference between the bank and the ledger", r.BankStatementBalance.Sub(r.Resource)})
 	}
-	if r.Breaches, r.BreachesTotal, err = rp.Store.Breaches(ctx, cur.Code, asOf); err != nil {
-		return nil, err
-	}
-	if asOf == nil { // a report of now is the latest: /metrics shows its verdict
-		recordSegregatedFunds(r)
-	}
-	return r, nil
+	return lines
 }
 
 // Checkpoint pacing: a checkpoint covers instants at least checkpointSettle

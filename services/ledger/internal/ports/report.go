@@ -181,7 +181,8 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 // statements, breaches, the journal head); the client lines follow.
 func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]byte, error) {
 	pdf := fpdf.New("P", "mm", "A4", "")
-	pdf.SetTitle("Segregated funds report "+r.Currency+" as of "+r.GetAsOf().AsTime().Format(time.RFC3339), false)
+	asOf := r.GetAsOf().AsTime().Format(time.RFC3339)
+	pdf.SetTitle("Segregated funds report "+r.Currency+" as of "+asOf, false)
 	pdf.SetCreator("gpubill", false)
 	pdf.SetAutoPageBreak(false, 12)
 	pdf.AliasNbPages("")
@@ -189,9 +190,27 @@ func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 		pdf.SetY(-10)
 		pdf.SetFont("Helvetica", "", 7)
 		pdf.CellFormat(0, 4, fmt.Sprintf("gpubill segregated funds %s as of %s - page %d of {nb}", r.Currency,
-			r.GetAsOf().AsTime().Format(time.RFC3339), pdf.PageNo()), "", 0, "C", false, 0, "")
+			asOf, pdf.PageNo()), "", 0, "C", false, 0, "")
 	})
 	pdf.AddPage()
+	pdfSummary(pdf, r)
+	pdfTotals(pdf, r)
+	// The rest of page 1: statements, then breaches, as many as fit.
+	pdfStatements(pdf, r)
+	pdfBreaches(pdf, r)
+	pdfClients(pdf, r, progress)
+	var buf bytes.Buffer
+	if err := pdf.Output(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// pdfSummaryBottom is where page 1's lists stop (mm from the top).
+const pdfSummaryBottom = 270.0
+
+// pdfSummary writes the title and the figures an auditor signs.
+func pdfSummary(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 	pdf.SetFont("Helvetica", "B", 15)
 	pdf.CellFormat(0, 9, "Segregated funds (client money) report", "", 1, "L", false, 0, "")
 	pdf.SetFont("Helvetica", "", 10)
@@ -222,7 +241,10 @@ func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	pdf.CellFormat(78, 6, "Journal head hash", "", 0, "L", false, 0, "")
 	pdf.SetFont("Courier", "", 8)
 	pdf.CellFormat(0, 6, r.JournalHeadHash, "", 1, "L", false, 0, "")
+}
 
+// pdfTotals writes the totals per section.
+func pdfTotals(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 	pdf.Ln(3)
 	pdf.SetFont("Helvetica", "B", 10)
 	pdf.CellFormat(0, 6, "Totals per section", "", 1, "L", false, 0, "")
@@ -233,102 +255,102 @@ func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 		pdf.CellFormat(85, 5, clip(l.Description, 64), "", 0, "L", false, 0, "")
 		pdf.CellFormat(0, 5, l.Amount, "", 1, "R", false, 0, "")
 	}
-	// The rest of page 1: statements, then breaches, as many as fit.
-	const summaryBottom = 270.0
-	if len(r.BankStatements) > 0 {
-		pdf.Ln(2)
-		pdf.SetFont("Helvetica", "B", 10)
-		pdf.CellFormat(0, 6, "Bank statements counted", "", 1, "L", false, 0, "")
-		pdf.SetFont("Helvetica", "", 8)
-		tr := pdf.UnicodeTranslatorFromDescriptor("") // ids are the bank's: cp1252 for the core font
-		for i, st := range r.BankStatements {
-			if pdf.GetY() > summaryBottom-20 {
-				pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.BankStatements)-i), "", 1, "L", false, 0, "")
-				break
-			}
-			pdf.CellFormat(55, 5, tr(clip(st.StatementId, 40)), "", 0, "L", false, 0, "")
-			pdf.CellFormat(55, 5, tr(clip(st.Account, 40)), "", 0, "L", false, 0, "")
-			pdf.CellFormat(45, 5, st.GetClosingAt().AsTime().Format(time.RFC3339), "", 0, "L", false, 0, "")
-			pdf.CellFormat(0, 5, st.ClosingBalance, "", 1, "R", false, 0, "")
-		}
-	}
-	if len(r.Breaches) > 0 {
-		pdf.Ln(2)
-		pdf.SetFont("Helvetica", "B", 10)
-		pdf.CellFormat(0, 6, "Segregation breaches (transaction ids)", "", 1, "L", false, 0, "")
-		pdf.SetFont("Helvetica", "", 8)
-		for i, b := range r.Breaches {
-			if pdf.GetY() > summaryBottom {
-				pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.Breaches)-i), "", 1, "L", false, 0, "")
-				break
-			}
-			pdf.CellFormat(70, 5, b.TransactionId, "", 0, "L", false, 0, "")
-			pdf.CellFormat(55, 5, clip(b.Account, 40), "", 0, "L", false, 0, "")
-			pdf.CellFormat(30, 5, b.FromPool+" -> "+b.ToPool, "", 0, "L", false, 0, "")
-			pdf.CellFormat(0, 5, b.Amount, "", 1, "R", false, 0, "")
-		}
-	}
+}
 
-	// Client lines, a header on every page.
-	widths := []float64{18, 52, 24, 24, 24, 24, 24}
-	header := []string{"kind", "client", "wallet", "pending", "available", "in transit", "total"}
-	newPage := func() {
-		pdf.AddPage()
-		pdf.SetFont("Helvetica", "B", 8)
-		for i, h := range header {
-			align := "R"
-			if i < 2 {
-				align = "L"
-			}
-			pdf.CellFormat(widths[i], 5, h, "B", 0, align, false, 0, "")
-		}
-		pdf.Ln(-1)
-		pdf.SetFont("Helvetica", "", 8)
+// pdfStatements writes the bank statements counted, as many as fit on page 1.
+func pdfStatements(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
+	if len(r.BankStatements) == 0 {
+		return
 	}
+	pdf.Ln(2)
+	pdf.SetFont("Helvetica", "B", 10)
+	pdf.CellFormat(0, 6, "Bank statements counted", "", 1, "L", false, 0, "")
+	pdf.SetFont("Helvetica", "", 8)
+	tr := pdf.UnicodeTranslatorFromDescriptor("") // ids are the bank's: cp1252 for the core font
+	for i, st := range r.BankStatements {
+		if pdf.GetY() > pdfSummaryBottom-20 {
+			pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.BankStatements)-i), "", 1, "L", false, 0, "")
+			return
+		}
+		pdf.CellFormat(55, 5, tr(clip(st.StatementId, 40)), "", 0, "L", false, 0, "")
+		pdf.CellFormat(55, 5, tr(clip(st.Account, 40)), "", 0, "L", false, 0, "")
+		pdf.CellFormat(45, 5, st.GetClosingAt().AsTime().Format(time.RFC3339), "", 0, "L", false, 0, "")
+		pdf.CellFormat(0, 5, st.ClosingBalance, "", 1, "R", false, 0, "")
+	}
+}
+
+// pdfBreaches writes the segregation breaches, as many as fit on page 1.
+func pdfBreaches(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
+	if len(r.Breaches) == 0 {
+		return
+	}
+	pdf.Ln(2)
+	pdf.SetFont("Helvetica", "B", 10)
+	pdf.CellFormat(0, 6, "Segregation breaches (transaction ids)", "", 1, "L", false, 0, "")
+	pdf.SetFont("Helvetica", "", 8)
+	for i, b := range r.Breaches {
+		if pdf.GetY() > pdfSummaryBottom {
+			pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.Breaches)-i), "", 1, "L", false, 0, "")
+			return
+		}
+		pdf.CellFormat(70, 5, b.TransactionId, "", 0, "L", false, 0, "")
+		pdf.CellFormat(55, 5, clip(b.Account, 40), "", 0, "L", false, 0, "")
+		pdf.CellFormat(30, 5, b.FromPool+" -> "+b.ToPool, "", 0, "L", false, 0, "")
+		pdf.CellFormat(0, 5, b.Amount, "", 1, "R", false, 0, "")
+	}
+}
+
+// The client lines' columns.
+var (
+	pdfClientWidths = []float64{18, 52, 24, 24, 24, 24, 24}
+	pdfClientHeader = []string{"kind", "client", "wallet", "pending", "available", "in transit", "total"}
+)
+
+// pdfClients writes the client lines from page 2 on, the column header on
+// every page.
+func pdfClients(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport, progress func(int, int)) {
 	pdf.AddPage()
 	pdf.SetFont("Helvetica", "B", 11)
 	pdf.CellFormat(0, 7, fmt.Sprintf("Client lines (%d)", len(r.Clients)), "", 1, "L", false, 0, "")
 	pdf.SetY(pdf.GetY() - 5)
 	pdf.SetFont("Helvetica", "", 8)
 	_, pageH := pdf.GetPageSize()
-	first := true
 	for i, c := range r.Clients {
-		if first || pdf.GetY() > pageH-18 {
-			if first {
-				pdf.Ln(5)
-				pdf.SetFont("Helvetica", "B", 8)
-				for j, h := range header {
-					align := "R"
-					if j < 2 {
-						align = "L"
-					}
-					pdf.CellFormat(widths[j], 5, h, "B", 0, align, false, 0, "")
-				}
-				pdf.Ln(-1)
-				pdf.SetFont("Helvetica", "", 8)
-				first = false
-			} else {
-				newPage()
-			}
+		if i == 0 {
+			pdf.Ln(5)
+			pdfClientRow(pdf, pdfClientHeader, true)
+		} else if pdf.GetY() > pageH-18 {
+			pdf.AddPage()
+			pdfClientRow(pdf, pdfClientHeader, true)
 		}
-		for j, v := range []string{c.Kind, clip(c.ClientId, 36), c.Wallet, c.Pending, c.Available, c.InTransit, c.Total} {
-			align := "R"
-			if j < 2 {
-				align = "L"
-			}
-			pdf.CellFormat(widths[j], 4.2, v, "", 0, align, false, 0, "")
-		}
-		pdf.Ln(-1)
+		pdfClientRow(pdf, []string{c.Kind, clip(c.ClientId, 36), c.Wallet, c.Pending, c.Available, c.InTransit, c.Total}, false)
 		if (i+1)%progressEvery == 0 {
 			progress(i+1, len(r.Clients))
 		}
 	}
 	progress(len(r.Clients), len(r.Clients))
-	var buf bytes.Buffer
-	if err := pdf.Output(&buf); err != nil {
-		return nil, err
+}
+
+// pdfClientRow writes one row of the client table, text columns left,
+// amounts right. The header is bold, underlined and 5 mm high; the rows
+// after it are in the regular font it sets back.
+func pdfClientRow(pdf *fpdf.Fpdf, cells []string, header bool) {
+	height, border := 4.2, ""
+	if header {
+		height, border = 5, "B"
+		pdf.SetFont("Helvetica", "B", 8)
 	}
-	return buf.Bytes(), nil
+	for j, v := range cells {
+		align := "R"
+		if j < 2 {
+			align = "L"
+		}
+		pdf.CellFormat(pdfClientWidths[j], height, v, border, 0, align, false, 0, "")
+	}
+	pdf.Ln(-1)
+	if header {
+		pdf.SetFont("Helvetica", "", 8)
+	}
 }
 
 // clip shortens s to n runes for a fixed-width cell.

@@ -7,7 +7,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // reportJSON writes the report in the JSON shape protojson gives its proto
@@ -34,9 +37,25 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 	w.field("bank_statement_balance", bank)
 	w.field("difference", f(r.Difference))
 	w.field("verdict", r.Verdict)
+	w.breaches(r.Breaches, f)
+	w.field("journal_head_hash", r.JournalHeadHash)
+	w.lines(r.Lines, f)
+	w.field("journal_head_position", strconv.FormatInt(r.JournalHeadPosition, 10))
+	w.field("ledger_difference", f(r.LedgerDifference))
+	w.statements(r.Statements, f)
+	w.clients(r.Clients, f, progress)
+	w.raw('}')
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.b, nil
+}
+
+// breaches writes the "breaches" array.
+func (w *jsonWriter) breaches(bs []domain.RecordedBreach, f func(decimal.Decimal) string) {
 	w.key("breaches", false)
 	w.raw('[')
-	for i, b := range r.Breaches {
+	for i, b := range bs {
 		w.sep(i)
 		w.raw('{')
 		w.key("transaction_id", true)
@@ -52,10 +71,13 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 		w.raw('}')
 	}
 	w.raw(']')
-	w.field("journal_head_hash", r.JournalHeadHash)
+}
+
+// lines writes the totals per section, "lines".
+func (w *jsonWriter) lines(ls []app.ReportLine, f func(decimal.Decimal) string) {
 	w.key("lines", false)
 	w.raw('[')
-	for i, l := range r.Lines {
+	for i, l := range ls {
 		w.sep(i)
 		w.raw('{')
 		w.key("section", true)
@@ -66,11 +88,13 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 		w.raw('}')
 	}
 	w.raw(']')
-	w.field("journal_head_position", strconv.FormatInt(r.JournalHeadPosition, 10))
-	w.field("ledger_difference", f(r.LedgerDifference))
+}
+
+// statements writes the "bank_statements" counted.
+func (w *jsonWriter) statements(sts []app.StoredStatement, f func(decimal.Decimal) string) {
 	w.key("bank_statements", false)
 	w.raw('[')
-	for i, st := range r.Statements {
+	for i, st := range sts {
 		w.sep(i)
 		w.raw('{')
 		w.key("statement_id", true)
@@ -82,9 +106,14 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 		w.raw('}')
 	}
 	w.raw(']')
+}
+
+// clients writes the "clients" array, telling progress every
+// progressEvery lines and at the end.
+func (w *jsonWriter) clients(cs []app.ClientLine, f func(decimal.Decimal) string, progress func(int, int)) {
 	w.key("clients", false)
 	w.raw('[')
-	for i, c := range r.Clients {
+	for i, c := range cs {
 		w.sep(i)
 		cells := ClientCells(c, f)
 		w.raw('{')
@@ -98,15 +127,11 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 		w.field("total", cells.Total)
 		w.raw('}')
 		if (i+1)%progressEvery == 0 {
-			progress(i+1, len(r.Clients))
+			progress(i+1, len(cs))
 		}
 	}
-	w.raw(']', '}')
-	progress(len(r.Clients), len(r.Clients))
-	if w.err != nil {
-		return nil, w.err
-	}
-	return w.b, nil
+	w.raw(']')
+	progress(len(cs), len(cs))
 }
 
 // jsonWriter appends compact JSON; the first error (invalid UTF-8 in a
