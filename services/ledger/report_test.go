@@ -471,12 +471,16 @@ func TestRESTSegregatedFundsFormats(t *testing.T) {
 				tc.wantCode, tc.wantType, tc.wantBody)
 		}
 	}
-	tok, err := auth.Issue(secret, auth.RoleProvider, "p-1", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := restClient{t: t, base: base, token: tok}
-	if code, body := c.do("GET", "/v1/reports/segregated-funds?currency=CNY", ""); code != 403 {
-		t.Errorf("a provider read the report: %d %.200s", code, body)
+	// DESIGN §7: the report's readers are finance and auditors; admin
+	// (parties, usage, rate cards, ops) is not one of them.
+	for _, who := range [][2]string{{auth.RoleProvider, "p-1"}, {auth.RoleAdmin, ""}, {auth.RoleRenter, "r-1"}} {
+		tok, err := auth.Issue(secret, who[0], who[1], time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := restClient{t: t, base: base, token: tok}
+		if code, body := c.do("GET", "/v1/reports/segregated-funds?currency=CNY", ""); code != 403 {
+			t.Errorf("role %s read the report: %d %.200s", who[0], code, body)
+		}
 	}
 }

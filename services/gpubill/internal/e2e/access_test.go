@@ -88,7 +88,7 @@ var expectedAccess = func() map[string][]string {
 		l + "ReverseTransaction":       staff,
 		l + "ListCycleBalances":        {"service"},
 		l + "CloseLedgerCycle":         {"service"},
-		r + "GetSegregatedFundsReport": read,
+		r + "GetSegregatedFundsReport": {"finance", "auditor"},
 		iv + "ListRenterInvoices":      with(read, "renter"),
 		iv + "GetInvoice":              with(read, "renter"),
 		iv + "IssueInvoices":           {"service"},
