@@ -129,34 +129,41 @@ func TestBenchReport(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	kinds := []string{"now", "as_of end", "as_of mid-history"}
 	took := map[string][]time.Duration{}
+	goCPUs, pgCPUs := map[string]time.Duration{}, map[string]time.Duration{}
 	var all []time.Duration
 	var bytes int
 	load0 := loadAvg()
-	cpu0 := processCPU()
+	cpu0, pgCPU0 := processCPU(), postgresCPU(t, f)
 	for run := 0; run < benchReportRuns; run++ {
 		midRun := benchReportStart.Add(time.Duration(20+rng.IntN(60)) * 24 * time.Hour).Add(time.Duration(rng.Int64N(int64(24 * time.Hour))))
 		for i, asOf := range []*time.Time{nil, &end, &midRun} {
+			c0, p0 := processCPU(), postgresCPU(t, f)
 			t0 := time.Now()
 			b := get(asOf)
 			d := time.Since(t0)
+			goCPUs[kinds[i]] += processCPU() - c0
+			pgCPUs[kinds[i]] += postgresCPU(t, f) - p0
 			took[kinds[i]] = append(took[kinds[i]], d)
 			all = append(all, d)
 			bytes = len(b)
 		}
 	}
 	goCPU := (processCPU() - cpu0) / time.Duration(len(all))
+	pgCPU := (postgresCPU(t, f) - pgCPU0) / time.Duration(len(all))
 	pct := func(ds []time.Duration, p float64) time.Duration {
 		ds = slices.Clone(ds)
 		slices.Sort(ds)
 		return ds[min(len(ds)-1, int(p*float64(len(ds))))]
 	}
 	for _, k := range kinds {
-		t.Logf("%s: p50 %s, max %s (n=%d)", k, pct(took[k], 0.5).Round(time.Millisecond), pct(took[k], 1).Round(time.Millisecond), len(took[k]))
+		n := time.Duration(len(took[k]))
+		t.Logf("%s: p50 %s, max %s (n=%d); CPU per report: test process %s, Postgres %s", k, pct(took[k], 0.5).Round(time.Millisecond),
+			pct(took[k], 1).Round(time.Millisecond), len(took[k]), (goCPUs[k] / n).Round(time.Millisecond), (pgCPUs[k] / n).Round(time.Millisecond))
 	}
 	load := load0 + " → " + loadAvg()
 	t.Logf("load average (1, 5, 15 min) before → after the timed runs: %s", load)
-	note := fmt.Sprintf("GET /v1/reports/segregated-funds JSON, %d postings, %d clients, %d client lines now, %d bytes; as_of now, end, mid-history; test process CPU %s per report (Postgres apart); load %s",
-		benchReportPostings, benchReportRenters+benchReportProviders, nLines, bytes, goCPU.Round(time.Millisecond), load)
+	note := fmt.Sprintf("GET /v1/reports/segregated-funds JSON, %d postings, %d clients, %d client lines now, %d bytes; as_of now, end, mid-history; test process CPU %s per report (server and client), Postgres CPU %s per report (this database's backends); load %s",
+		benchReportPostings, benchReportRenters+benchReportProviders, nLines, bytes, goCPU.Round(time.Millisecond), pgCPU.Round(time.Millisecond), load)
 	testkit.Report(t, testkit.Figure{Bench: "report_p50", Value: float64(pct(all, 0.50).Milliseconds()), Unit: "ms", N: len(all), Note: note, Load: testkit.LoadAvg()})
 	testkit.Report(t, testkit.Figure{Bench: "report_p99", Value: float64(pct(all, 0.99).Milliseconds()), Unit: "ms", N: len(all), Note: note, Load: testkit.LoadAvg()})
 }
@@ -491,6 +498,36 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU is the user + system CPU time so far of the Postgres
+// backends connected to the report's database (read from /proc: the server
+// runs on this machine; 0 when it cannot be read). A backend that ended
+// in between, or a parallel worker, is not counted.
+func postgresCPU(t *testing.T, f *fixture) time.Duration {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), `select pid from pg_stat_activity where datname = $1`, benchReportDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // after "pid (comm) "
+		var u, k int64
+		if _, err := fmt.Sscan(fields[11]+" "+fields[12], &u, &k); err == nil {
+			ticks += u + k
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
 }
 
 // loadAvg is the 1, 5 and 15-minute load averages (what else ran on the cores).

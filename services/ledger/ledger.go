@@ -312,7 +312,7 @@ func (s *Service) runCheckpoints(ctx context.Context) error {
 }
 
 func newReports(pool *pgxpool.Pool, now func() time.Time) *app.Reports {
-	return &app.Reports{Store: &postgres.Reports{Pool: pool}, Statements: &postgres.Statements{Pool: pool}, Now: now}
+	return &app.Reports{Store: &postgres.Reports{Pool: pool, Now: now}, Statements: &postgres.Statements{Pool: pool}, Now: now}
 }
 
 // ExportSegregatedFunds renders the segregated-funds report (json, csv or

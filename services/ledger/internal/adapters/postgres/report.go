@@ -19,7 +19,12 @@ import (
 
 // Reports reads what the segregated-funds report needs (app.ReportStore)
 // and keeps the balance checkpoints.
-type Reports struct{ Pool *pgxpool.Pool }
+type Reports struct {
+	Pool *pgxpool.Pool
+	// Now is the journal writer's clock (postings' created_at), to pick
+	// the nearest base of as-of balances; nil: the system clock.
+	Now func() time.Time
+}
 
 // LatestCheckpoint returns the latest checkpoint at or before asOf (nil:
 // the latest of all), or nil when there is none.
@@ -35,68 +40,6 @@ func (r *Reports) LatestCheckpoint(ctx context.Context, asOf *time.Time) (*domai
 	}
 	c.At = c.At.UTC()
 	return &c, nil
-}
-
-// Balances returns the non-zero debits - credits per account in currency:
-// now (asOf nil) from the maintained balances; as of an instant from the
-// latest checkpoint at or before it plus the postings created since (the
-// BRIN index on created_at), never a scan of the journal.
-//
-// The postings since are summed per account (at most ~checkpointPostingsMax
-// of them) and joined to the checkpoint's rows, which are one per account
-// already, rather than summed together with those hundreds of thousands of
-// rows. The lower bound is coalesce($2, '-infinity'), not "$2 is null or
-// created_at > $2", so that a generic plan of the prepared statement still
-// bounds the BRIN scan from below (the OR form reads every posting up to
-// as_of). In memory (the default work_mem spills the hash aggregate to disk)
-// and without JIT (compiling costs more than the query saves).
-func (r *Reports) Balances(ctx context.Context, currency string, asOf *time.Time) ([]domain.AccountNet, error) {
-	tx, err := r.Pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, fmt.Errorf("balances of %s: %w", currency, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
-	var rows pgx.Rows
-	if asOf == nil {
-		rows, err = tx.Query(ctx, `select account, debits - credits from ledger.balances
-			where currency = $1 and debits <> credits`, currency)
-	} else {
-		cp, cerr := r.LatestCheckpoint(ctx, asOf)
-		if cerr != nil {
-			return nil, cerr
-		}
-		var from *time.Time
-		if cp != nil {
-			from = &cp.At
-		}
-		if _, err := tx.Exec(ctx, `select set_config('work_mem', '64MB', true), set_config('jit', 'off', true)`); err != nil {
-			return nil, fmt.Errorf("balances of %s: %w", currency, err)
-		}
-		rows, err = tx.Query(ctx, `select account, n from (
-				select account, coalesce(c.net_debit, 0) + coalesce(d.n, 0) as n
-				from (select account, net_debit from ledger.checkpoint_balances where at = $2 and currency = $1) c
-				full join (select account, sum(case when direction = 'debit' then amount else -amount end) as n from ledger.postings
-					where currency = $1 and created_at > coalesce($2, '-infinity'::timestamptz) and created_at <= $3
-					group by account) d using (account)
-			) x where n <> 0`, currency, from, *asOf)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("balances of %s: %w", currency, err)
-	}
-	defer rows.Close()
-	var out []domain.AccountNet
-	var n pgtype.Numeric
-	for rows.Next() {
-		var a domain.AccountNet
-		if err := rows.Scan(&a.Account, &n); err != nil {
-			return nil, err
-		}
-		if a.NetDebit, err = decimalOf(n); err != nil {
-			return nil, fmt.Errorf("balance of %s: %w", a.Account, err)
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
 }
 
 // HeadAsOf returns the hash (hex) and position of the journal chain's head
