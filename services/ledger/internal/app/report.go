@@ -67,10 +67,16 @@ type ClientLine struct {
 	Kind                                  string // renter | provider
 	ID                                    string
 	Wallet, Pending, Available, InTransit decimal.Decimal
+
+	total    decimal.Decimal // summed by the report's tally, when hasTotal
+	hasTotal bool
 }
 
 // Total is the client's part of the requirement.
 func (c ClientLine) Total() decimal.Decimal {
+	if c.hasTotal {
+		return c.total
+	}
 	t := c.Wallet
 	for _, d := range [...]decimal.Decimal{c.Pending, c.Available, c.InTransit} {
 		if !d.IsZero() { // a renter's three, often a provider's in transit
@@ -161,49 +167,69 @@ type balanceTally struct {
 	nPos, nNeg                                            int
 }
 
+// clientSums are a client line's amounts while they are added up.
+type clientSums struct{ wallet, pending, available, inTransit, total exactSum }
+
 // tallyBalances sorts the accounts' balances into one line per client
 // (renters and providers apart: an id may be both; renters first, then by
 // id) and the section totals.
 func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 	t := &balanceTally{clients: make([]ClientLine, 0, len(nets)/2+1)}
+	sums := make([]clientSums, 0, len(nets)/2+1)
 	renters, providers := make(map[string]int, len(nets)/4), make(map[string]int, len(nets)/4)
-	client := func(byID map[string]int, kind, id string) *ClientLine {
+	client := func(byID map[string]int, kind, id string) *clientSums {
 		i, ok := byID[id]
 		if !ok {
 			i = len(t.clients)
 			byID[id] = i
 			t.clients = append(t.clients, ClientLine{Kind: kind, ID: id})
+			sums = append(sums, clientSums{})
 		}
-		return &t.clients[i]
+		return &sums[i]
 	}
+	var walletsPos, walletsNeg, pending, available, inTransit, tax exactSum
 	for _, n := range nets {
 		acc, err := domain.ParseAddress(n.Account)
 		if err != nil {
 			return nil, fmt.Errorf("account %q in the ledger: %w", n.Account, err)
 		}
 		bal := acc.NormalBalance(n.NetDebit, decimal.Zero)
+		var c *clientSums
 		switch {
-		case acc.Class == domain.ClassRenter:
-			if bal.IsPositive() {
-				t.walletsPos, t.nPos = t.walletsPos.Add(bal), t.nPos+1
-				addTo(&client(renters, ClientRenter, acc.Party).Wallet, bal)
-			} else if bal.IsNegative() {
-				t.walletsNeg, t.nNeg = t.walletsNeg.Add(bal), t.nNeg+1
-			}
+		case acc.Class == domain.ClassRenter && bal.IsPositive():
+			walletsPos.add(bal)
+			c = client(renters, ClientRenter, acc.Party)
+			c.wallet.add(bal)
+		case acc.Class == domain.ClassRenter && bal.IsNegative():
+			walletsNeg.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderPending:
-			t.pending = t.pending.Add(bal)
-			addTo(&client(providers, ClientProvider, acc.Party).Pending, bal)
+			pending.add(bal)
+			c = client(providers, ClientProvider, acc.Party)
+			c.pending.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderAvailable:
-			t.available = t.available.Add(bal)
-			addTo(&client(providers, ClientProvider, acc.Party).Available, bal)
+			available.add(bal)
+			c = client(providers, ClientProvider, acc.Party)
+			c.available.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderInTransit:
-			t.inTransit = t.inTransit.Add(bal)
-			addTo(&client(providers, ClientProvider, acc.Party).InTransit, bal)
+			inTransit.add(bal)
+			c = client(providers, ClientProvider, acc.Party)
+			c.inTransit.add(bal)
 		case acc.Class == domain.ClassTax:
-			t.tax = t.tax.Add(bal)
+			tax.add(bal)
 		case n.Account == domain.BankClient:
 			t.resource = bal
 		}
+		if c != nil {
+			c.total.add(bal)
+		}
+	}
+	t.nPos, t.nNeg = walletsPos.terms, walletsNeg.terms
+	t.walletsPos, t.walletsNeg, t.pending, t.available, t.inTransit, t.tax =
+		walletsPos.value(), walletsNeg.value(), pending.value(), available.value(), inTransit.value(), tax.value()
+	for i := range t.clients {
+		s, c := &sums[i], &t.clients[i]
+		c.Wallet, c.Pending, c.Available, c.InTransit = s.wallet.value(), s.pending.value(), s.available.value(), s.inTransit.value()
+		c.total, c.hasTotal = s.total.value(), true
 	}
 	slices.SortFunc(t.clients, func(a, b ClientLine) int {
 		if a.Kind != b.Kind {
@@ -214,24 +240,14 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 	return t, nil
 }
 
-// addTo adds d to *to; most client amounts take one balance, so the first
-// is taken as it is, without arithmetic.
-func addTo(to *decimal.Decimal, d decimal.Decimal) {
-	if to.IsZero() {
-		*to = d
-	} else {
-		*to = to.Add(d)
-	}
-}
-
 // checkClientLines: the client lines add up to the requirement (one
 // client's debt never offsets another's money: negative wallets have no line).
 func (r *SegregatedFundsReport) checkClientLines() error {
-	sum := decimal.Zero
+	var s exactSum
 	for _, c := range r.Clients {
-		sum = sum.Add(c.Total())
+		s.add(c.Total())
 	}
-	if !sum.Equal(r.Requirement) {
+	if sum := s.value(); !sum.Equal(r.Requirement) {
 		return fmt.Errorf("segregated funds %s: client lines sum to %s, the requirement is %s", r.Currency.Code, sum, r.Requirement)
 	}
 	return nil
