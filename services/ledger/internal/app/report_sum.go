@@ -6,7 +6,7 @@ import "github.com/shopspring/decimal"
 // while every term has the first one's exponent and the total fits, in
 // decimal.Decimal (arbitrary precision) from the first term that does not.
 // A report adds up hundreds of thousands of balances, nearly all in the
-// currency's minor units; big-number additions were a quarter of its CPU.
+// currency's minor units: big-number additions would be a quarter of its CPU.
 type exactSum struct {
 	units int64
 	exp   int32

@@ -75,8 +75,9 @@ var snapshotID = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 
 // balancesAsOf reads the base's rows and the postings between it and asOf
 // in one snapshot, on two connections at once when the pool has them, and
-// adds them up per account. In memory (the default work_mem spilled the
-// hash aggregate to disk) and without JIT (compiling took 50-90 ms).
+// adds them up per account. In memory (the default work_mem spills the
+// hash aggregate to disk) and without JIT (compiling costs more than the
+// query saves).
 func (r *Reports) balancesAsOf(ctx context.Context, currency string, asOf time.Time) ([]domain.AccountNet, error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 	setup := `select set_config('work_mem', '64MB', true), set_config('jit', 'off', true)`
