@@ -3,8 +3,10 @@ package testkit
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +16,11 @@ import (
 // `make bench`) and name matches BENCH_FILTER. Benchmarks are tests named
 // TestBench* so they can use the same real Postgres/JetStream fixtures; they
 // measure and report, they do not assert speed.
-func Bench(t *testing.T, name string) {
+//
+// A benchmark that also prints the ceiling its figure is a ratio to names
+// both (Bench(t, "ledger_postings", "ceiling_copy")): it runs when either
+// matches.
+func Bench(t *testing.T, name string, also ...string) {
 	t.Helper()
 	if os.Getenv("GPUBILL_BENCH") != "1" {
 		t.Skip("benchmark: run with make bench")
@@ -24,7 +30,7 @@ func Bench(t *testing.T, name string) {
 		if err != nil {
 			t.Fatalf("BENCH_FILTER: %v", err)
 		}
-		if !re.MatchString(name) {
+		if !slices.ContainsFunc(append([]string{name}, also...), re.MatchString) {
 			t.Skipf("benchmark %s does not match BENCH_FILTER", name)
 		}
 	}
@@ -42,6 +48,41 @@ type Figure struct {
 	// average when it ended (the machine is shared).
 	Rate float64 `json:"rate,omitempty"`
 	Load float64 `json:"load,omitempty"`
+	// Ratio is Value over the Value of the ceiling named Ceiling, measured
+	// in the same process run on the same machine (Against): machines
+	// differ by 2×, ratios to a ceiling measured beside the figure do not.
+	Ratio   float64 `json:"ratio,omitempty"`
+	Ceiling string  `json:"ceiling,omitempty"`
+}
+
+// Against returns f with Ratio = f.Value / c.Value (3 decimals) and
+// Ceiling = c.Bench. Both must be rates (a unit ending in "/s"), the
+// ceiling a positive finite one and the figure non-negative: a ratio to a
+// ceiling that was not measured is an error, not a 0 or +Inf.
+func (f Figure) Against(c Figure) (Figure, error) {
+	switch {
+	case !strings.HasSuffix(f.Unit, "/s") || !strings.HasSuffix(c.Unit, "/s"):
+		return f, fmt.Errorf("ratio of %s (%s) to %s (%s): both must be rates", f.Bench, f.Unit, c.Bench, c.Unit)
+	case !(c.Value > 0) || math.IsInf(c.Value, 0):
+		return f, fmt.Errorf("ratio of %s to %s: ceiling %v is not a positive rate", f.Bench, c.Bench, c.Value)
+	case !(f.Value >= 0) || math.IsInf(f.Value, 0):
+		return f, fmt.Errorf("ratio of %s to %s: figure %v is not a rate", f.Bench, c.Bench, f.Value)
+	}
+	f.Ratio = math.Round(f.Value/c.Value*1000) / 1000
+	f.Ceiling = c.Bench
+	return f, nil
+}
+
+// ReportAgainst reports c (the ceiling's own line) and then f with its
+// ratio to c.
+func ReportAgainst(t *testing.T, f, c Figure) {
+	t.Helper()
+	r, err := f.Against(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Report(t, c)
+	Report(t, r)
 }
 
 // Report prints a figure as one JSON line on stdout (make bench greps them).

@@ -1,28 +1,30 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/pkg/testkit/ceiling"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 )
@@ -35,7 +37,6 @@ const (
 	benchProviders     = 200
 	benchAPIClients    = 32
 	benchAPIPerClient  = 100
-	benchCopyRowsPerTx = 10_000 // what one fetched batch of 500 messages writes
 	benchBenchCycleID  = "cyc-20261112"
 )
 
@@ -139,7 +140,7 @@ func runCharges(t *testing.T, f *fixture, n int) time.Duration {
 }
 
 func TestBenchLedgerPostings(t *testing.T) {
-	testkit.Bench(t, "ledger_postings")
+	testkit.Bench(t, "ledger_postings", "ceiling_copy")
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
 	want := publishCharges(t, js, benchCharges, func(i int) string { return fmt.Sprintf("r-%d", i%benchRenters) })
@@ -147,8 +148,11 @@ func TestBenchLedgerPostings(t *testing.T) {
 	postings := 2 * benchCharges
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
-	testkit.Report(t, testkit.Figure{Bench: "ledger_postings", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings,
-		Note: fmt.Sprintf("%d charges from JetStream in %s, %d per message, fetch batches of 500 messages in one Postgres transaction each, fsync on, relay and chain worker running", benchCharges, elapsed.Round(time.Millisecond), benchChargesPerMsg)})
+	fig := testkit.Figure{Bench: "ledger_postings", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings, Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("%d charges from JetStream in %s, %d per message, fetch batches of 500 messages in one Postgres transaction each, fsync on, relay and chain worker running", benchCharges, elapsed.Round(time.Millisecond), benchChargesPerMsg)}
+	// The ceiling on the same database, after the figure: as many posting
+	// rows by COPY, as many per transaction as one fetched batch writes.
+	testkit.ReportAgainst(t, fig, ceiling.Copy(t, f.ctx, f.pool, postings))
 }
 
 func TestBenchLedgerHotAccount(t *testing.T) {
@@ -166,8 +170,95 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 		Note: "every charge debits renter:r-hot:wallet; one balance update per account per batch"})
 }
 
-func TestBenchLedgerAPIP99(t *testing.T) {
-	testkit.Bench(t, "ledger_api_p99")
+// TestBenchLedgerAPI is ledger_api: tx/s of benchAPIClients clients each
+// posting benchAPIPerClient manual transactions through REST (the path
+// finance uses: the gateway's JSON over HTTP), its p99 beside it
+// (ledger_api_p99), and the ratio to ceiling_autocommit (one-row committed
+// INSERTs from as many connections, measured after on the same database).
+func TestBenchLedgerAPI(t *testing.T) {
+	testkit.Bench(t, "ledger_api", "ledger_api_p99", "ceiling_autocommit")
+	f, lat, rate := benchAPI(t, restPoster)
+	c := ceiling.Autocommit(t, f.ctx, f.pool, benchAPIClients, benchAPIPerClient)
+	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	load := testkit.LoadAvg()
+	testkit.ReportAgainst(t, testkit.Figure{Bench: "ledger_api", Value: float64(int(rate)), Unit: "tx/s", N: len(lat), Load: load,
+		Note: fmt.Sprintf("%d clients, POST /v1/transactions (REST, JSON, auth), two postings each, every call debits bank:client (a hot account); p99 %.1f ms", benchAPIClients, ms(p(0.99)))}, c)
+	testkit.Report(t, testkit.Figure{Bench: "ledger_api_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: load,
+		Note: fmt.Sprintf("%d clients, CreateTransaction over REST with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
+			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate)})
+}
+
+// TestBenchLedgerAPIGRPC is ledger_api_grpc_p99: the same load over gRPC
+// (what ledger_api_p99 measured before it moved to REST).
+func TestBenchLedgerAPIGRPC(t *testing.T) {
+	testkit.Bench(t, "ledger_api_grpc_p99")
+	_, lat, rate := benchAPI(t, grpcPoster)
+	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	testkit.Report(t, testkit.Figure{Bench: "ledger_api_grpc_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
+			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate)})
+}
+
+// poster makes a client that creates one transaction per call.
+type poster func(t *testing.T, srv *server.Server, tok string) func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error
+
+func grpcPoster(t *testing.T, srv *server.Server, tok string) func(context.Context, *ledgerv1.CreateTransactionRequest) error {
+	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client := ledgerv1.NewLedgerServiceClient(conn)
+	return func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error {
+		_, err := client.CreateTransaction(ctx, req)
+		return err
+	}
+}
+
+func restPoster(t *testing.T, srv *server.Server, tok string) func(context.Context, *ledgerv1.CreateTransactionRequest) error {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchAPIClients}, Timeout: time.Minute}
+	t.Cleanup(hc.CloseIdleConnections)
+	url := "http://" + srv.HTTPAddr + "/v1/transactions"
+	return func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error {
+		body, err := protojson.Marshal(req)
+		if err != nil {
+			return err
+		}
+		r, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		r.Header.Set("Authorization", "Bearer "+tok)
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(r)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("POST /v1/transactions: %s: %s", resp.Status, b)
+		}
+		var tx ledgerv1.Transaction
+		if err := protojson.Unmarshal(b, &tx); err != nil {
+			return fmt.Errorf("POST /v1/transactions answer %q: %w", b, err)
+		}
+		if tx.TransactionId == "" {
+			return fmt.Errorf("POST /v1/transactions answered no transaction: %s", b)
+		}
+		return nil
+	}
+}
+
+// benchAPI runs benchAPIClients clients of benchAPIPerClient transactions
+// each through the poster, verifies every balance and the invariants, and
+// returns the fixture, the sorted latencies and the tx/s achieved.
+func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64) {
 	f := newFixture(t, nil)
 	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
@@ -175,14 +266,8 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown(f.ctx)
-	tok := testkit.Token(t, secret, auth.RoleFinance, "", time.Hour)
-	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := ledgerv1.NewLedgerServiceClient(conn)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	post := mk(t, srv, testkit.Token(t, secret, auth.RoleFinance, "", time.Hour))
 	var mu sync.Mutex
 	var lat []time.Duration
 	want := map[string]decimal.Decimal{}
@@ -203,7 +288,7 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 						{Account: wallet, Direction: "credit", Amount: amt.String(), Currency: "USD"},
 					}}
 				t0 := time.Now()
-				if _, err := client.CreateTransaction(f.ctx, req); err != nil {
+				if err := post(f.ctx, req); err != nil {
 					t.Error(err)
 					return
 				}
@@ -227,57 +312,5 @@ func TestBenchLedgerAPIP99(t *testing.T) {
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	slices.Sort(lat)
-	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	testkit.Report(t, testkit.Figure{Bench: "ledger_api_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat),
-		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
-			benchAPIClients, ms(p(0.5)), ms(p(0.95)), float64(len(lat))/elapsed.Seconds())})
-}
-
-func TestBenchCeilingCopy(t *testing.T) {
-	testkit.Bench(t, "ceiling_copy")
-	f := newFixture(t, nil)
-	if _, err := f.pool.Exec(f.ctx, `create table ledger.bench_copy (like ledger.postings including all)`); err != nil {
-		t.Fatal(err)
-	}
-	const rows = 2 * benchCharges
-	created := time.Now().UTC()
-	var wantSum decimal.Decimal // of each side
-	for i := 0; i < rows; i += 2 {
-		wantSum = wantSum.Add(decimal.New(int64(1+i%997), -2))
-	}
-	start := time.Now()
-	for off := 0; off < rows; off += benchCopyRowsPerTx {
-		batch := make([][]any, 0, benchCopyRowsPerTx)
-		for i := off; i < min(rows, off+benchCopyRowsPerTx); i += 2 {
-			id := pgtype.UUID{Bytes: uuid.Must(uuid.NewV7()), Valid: true}
-			amt := pgtype.Numeric{Int: decimal.New(int64(1+i%997), -2).Coefficient(), Exp: -2, Valid: true}
-			batch = append(batch,
-				[]any{id, int32(0), fmt.Sprintf("renter:r-%d:wallet", i%benchRenters), "USD", "debit", amt, created},
-				[]any{id, int32(1), fmt.Sprintf("provider:p-%d:pending:%s", i%benchProviders, benchBenchCycleID), "USD", "credit", amt, created})
-		}
-		tx, err := f.pool.Begin(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.CopyFrom(f.ctx, pgx.Identifier{"ledger", "bench_copy"},
-			[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"}, pgx.CopyFromRows(batch)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(f.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	elapsed := time.Since(start)
-	var n int
-	var debits, credits decimal.Decimal
-	if err := f.pool.QueryRow(f.ctx, `select count(*), coalesce(sum(amount) filter (where direction = 'debit'), 0),
-			coalesce(sum(amount) filter (where direction = 'credit'), 0) from ledger.bench_copy`).Scan(&n, &debits, &credits); err != nil {
-		t.Fatal(err)
-	}
-	if n != rows || !debits.Equal(wantSum) || !credits.Equal(wantSum) {
-		t.Fatalf("copied %d rows, debits %s, credits %s; want %d rows and %s on each side", n, debits, credits, rows, wantSum)
-	}
-	testkit.Report(t, testkit.Figure{Bench: "ceiling_copy", Value: float64(int(float64(rows) / elapsed.Seconds())), Unit: "rows/s", N: rows,
-		Note: fmt.Sprintf("COPY of posting rows into a table shaped and indexed like ledger.postings, %d rows per committed transaction", benchCopyRowsPerTx)})
+	return f, lat, float64(len(lat)) / elapsed.Seconds()
 }

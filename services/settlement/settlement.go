@@ -157,15 +157,21 @@ func (s *Service) Policy() auth.Policy {
 // NewWorker returns a settlement worker on the task queue with the workflows
 // and activities registered (Run starts one; tests start and stop their own).
 func (s *Service) NewWorker() worker.Worker {
-	w := worker.New(s.tc, s.queue, worker.Options{
+	w := worker.New(s.tc, s.queue, WorkerOptions())
+	Register(w, s.acts, s.d.TaxPeriods)
+	return w
+}
+
+// WorkerOptions are the settlement worker's options (pollers and
+// concurrency); the ceiling_temporal benchmark runs its workers with them.
+func WorkerOptions() worker.Options {
+	return worker.Options{
 		MaxConcurrentWorkflowTaskPollers:        workflowTaskPollers,
 		MaxConcurrentActivityTaskPollers:        activityTaskPollers,
 		MaxConcurrentWorkflowTaskExecutionSize:  workflowTasksConcurrent,
 		MaxConcurrentLocalActivityExecutionSize: localActivitiesConcurrent,
 		MaxConcurrentActivityExecutionSize:      activitiesConcurrent,
-	})
-	Register(w, s.acts, s.d.TaxPeriods)
-	return w
+	}
 }
 
 // Register registers settlement's workflows and activities on a worker (or

@@ -6,16 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/gpubill/internal/benchkit"
 )
 
 const (
@@ -39,76 +34,14 @@ func benchUsage() []*meteringv1.UsageEventInput {
 	return out
 }
 
-// usageMessage is a usage.recorded message as metering writes it in the
-// benchmarks: one ingest call of 5 000 events split over 50 providers.
-func usageMessage(events int) []byte {
-	b := &eventsv1.UsageRecordedBatch{BatchId: "ub_bench"}
-	for i := 0; i < events; i++ {
-		b.Events = append(b.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("evt-%07d", i), LeaseId: "lease-00001", ProviderId: "p-001",
-			RenterId: "r-001", GpuModel: "RTX_4090", GpuCount: 2, StartTime: timestamppb.New(now), EndTime: timestamppb.New(now.Add(10 * time.Minute)),
-			Region: "cn-east", Workload: "training", Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(now)})
-	}
-	payload, err := proto.Marshal(b)
-	if err != nil {
-		panic(err) // a fixed message of generated fields: cannot fail
-	}
-	return payload
-}
-
+// TestBenchCeilingJetStream is JetStream alone carrying the pricing
+// benchmark's events (benchkit.JetStreamUsage; the pipeline benchmark
+// measures the same ceiling beside its figure).
 func TestBenchCeilingJetStream(t *testing.T) {
-	testkit.Bench(t, "ceiling_jetstream")
-	ctx := context.Background()
-	js := testkit.NewJetStream(t)
-	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
-		t.Fatal(err)
-	}
-	perMsg := benchCall / benchProviders
-	payload := usageMessage(perMsg)
-	msgs := benchEvents / perMsg
-	began := time.Now()
-	futures := make([]jetstream.PubAckFuture, 0, msgs)
-	for i := 0; i < msgs; i++ {
-		m := nats.NewMsg(fmt.Sprintf("usage.recorded.p-%03d", i%benchProviders))
-		m.Data = payload
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ub-%d", i))
-		f, err := js.JS.PublishMsgAsync(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		futures = append(futures, f)
-	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatal(err)
-		}
-	}
-	cons, err := js.JS.CreateOrUpdateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := 0
-	for got < msgs {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			var b eventsv1.UsageRecordedBatch
-			if err := proto.Unmarshal(m.Data(), &b); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-			got++
-		}
-	}
-	el := time.Since(began).Seconds()
-	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte UsageRecordedBatch messages (%d events each)", len(payload), perMsg)
-	testkit.Report(t, testkit.Figure{Bench: "ceiling_jetstream", Value: float64(msgs) / el, Unit: "msgs/s", N: msgs, Note: note})
-	testkit.Report(t, testkit.Figure{Bench: "ceiling_jetstream_events", Value: float64(msgs*perMsg) / el, Unit: "events/s", N: msgs * perMsg, Note: note})
+	testkit.Bench(t, "ceiling_jetstream", "ceiling_jetstream_events")
+	msgs, events := benchkit.JetStreamUsage(t, benchEvents)
+	testkit.Report(t, msgs)
+	testkit.Report(t, events)
 }
 
 func TestBenchPricingRate(t *testing.T) {

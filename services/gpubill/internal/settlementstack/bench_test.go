@@ -20,6 +20,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/tempdev"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/gpubill/internal/benchkit"
 	"github.com/gpubill/gpubill/services/settlement"
 )
 
@@ -39,6 +40,9 @@ import (
 // settlement_30k takes minutes: it runs only when BENCH_FILTER names it
 // (`BENCH_FILTER=settlement_30k make bench`), so a default `make bench`
 // stays short.
+//
+// Each prints ceiling_temporal (benchkit.Temporal: ceilingWorkflows empty
+// workflows on the figure's Temporal server) and its ratio to it.
 func TestBenchSettlement(t *testing.T) {
 	for _, b := range []struct {
 		figure    string
@@ -47,7 +51,11 @@ func TestBenchSettlement(t *testing.T) {
 		postgres  bool
 	}{{"settlement_1k", 1000, false, false}, {"settlement", 10000, false, false}, {"settlement_pg", 10000, false, true}, {"settlement_30k", 30000, true, false}} {
 		t.Run(b.figure, func(t *testing.T) {
-			testkit.Bench(t, b.figure)
+			if b.figure == "settlement" {
+				testkit.Bench(t, b.figure, "ceiling_temporal")
+			} else {
+				testkit.Bench(t, b.figure)
+			}
 			if b.explicit && !strings.Contains(os.Getenv("BENCH_FILTER"), b.figure) {
 				t.Skipf("benchmark %s runs only when BENCH_FILTER names it", b.figure)
 			}
@@ -82,13 +90,21 @@ func TestBenchSettlement(t *testing.T) {
 			perProvider := func(d time.Duration) string {
 				return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)/float64(b.providers))
 			}
-			testkit.Report(t, testkit.Figure{Bench: b.figure, Value: float64(b.providers) / elapsed.Seconds(), Unit: "providers/s", N: b.providers,
+			fig := testkit.Figure{Bench: b.figure, Value: float64(b.providers) / elapsed.Seconds(), Unit: "providers/s", N: b.providers,
 				Load: testkit.LoadAvg(),
 				Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal %s %s, worker+tax+fake ledger %s; %s + tax service, in-memory ledger",
-					elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(self), store)})
+					elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(self), store)}
+			// The ceiling on the same client and server, after the figure
+			// (its history does not weigh on the figure's).
+			c := benchkit.Temporal(t, tc, ceilingWorkflows, ceilingStarters)
+			c.Note += "; " + store
+			testkit.ReportAgainst(t, fig, c)
 		})
 	}
 }
+
+// ceiling_temporal's size: a few seconds on the dev server.
+const ceilingWorkflows, ceilingStarters = 1000, 64
 
 // logParentHistory logs how many runs and history events the cycle
 // workflow took (the parent's share of the server's work).

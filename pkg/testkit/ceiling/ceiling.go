@@ -1,0 +1,206 @@
+// Package ceiling measures the physical limits the headline benchmark
+// figures are ratios to (issue 16): each figure's benchmark measures its
+// ceiling in the same process run, on the same machine, in a few seconds,
+// and reports both lines (testkit.ReportAgainst). A ceiling verifies what it
+// wrote before it returns a figure, like every benchmark.
+package ceiling
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// CopyRowsPerTx is what one fetched batch of the ledger's consumer writes
+// (500 messages of 10 charges, two postings each).
+const CopyRowsPerTx = 10_000
+
+// Copy is ceiling_copy: rows/s of COPY into a scratch table shaped and
+// indexed like ledger.postings (the pool's database must be migrated),
+// CopyRowsPerTx rows per committed transaction.
+func Copy(t testing.TB, ctx context.Context, pool *pgxpool.Pool, rows int) testkit.Figure {
+	t.Helper()
+	if _, err := pool.Exec(ctx, `create table ledger.ceiling_copy (like ledger.postings including all)`); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now().UTC()
+	var wantSum decimal.Decimal // of each side
+	for i := 0; i < rows; i += 2 {
+		wantSum = wantSum.Add(decimal.New(int64(1+i%997), -2))
+	}
+	start := time.Now()
+	for off := 0; off < rows; off += CopyRowsPerTx {
+		batch := make([][]any, 0, CopyRowsPerTx)
+		for i := off; i < min(rows, off+CopyRowsPerTx); i += 2 {
+			id := pgtype.UUID{Bytes: uuid.Must(uuid.NewV7()), Valid: true}
+			amt := pgtype.Numeric{Int: decimal.New(int64(1+i%997), -2).Coefficient(), Exp: -2, Valid: true}
+			batch = append(batch,
+				[]any{id, int32(0), fmt.Sprintf("renter:r-%d:wallet", i%1000), "USD", "debit", amt, created},
+				[]any{id, int32(1), fmt.Sprintf("provider:p-%d:pending:cyc-20261112", i%200), "USD", "credit", amt, created})
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger", "ceiling_copy"},
+			[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"}, pgx.CopyFromRows(batch)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	var n int
+	var debits, credits decimal.Decimal
+	if err := pool.QueryRow(ctx, `select count(*), coalesce(sum(amount) filter (where direction = 'debit'), 0),
+			coalesce(sum(amount) filter (where direction = 'credit'), 0) from ledger.ceiling_copy`).Scan(&n, &debits, &credits); err != nil {
+		t.Fatal(err)
+	}
+	if n != rows || !debits.Equal(wantSum) || !credits.Equal(wantSum) {
+		t.Fatalf("copied %d rows, debits %s, credits %s; want %d rows and %s on each side", n, debits, credits, rows, wantSum)
+	}
+	if _, err := pool.Exec(ctx, `drop table ledger.ceiling_copy`); err != nil {
+		t.Fatal(err)
+	}
+	return testkit.Figure{Bench: "ceiling_copy", Value: float64(int(float64(rows) / elapsed.Seconds())), Unit: "rows/s", N: rows, Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("COPY of posting rows into a table shaped and indexed like ledger.postings, %d rows per committed transaction", CopyRowsPerTx)}
+}
+
+// Autocommit is ceiling_autocommit: rows/s of one-row INSERTs, each its own
+// committed transaction (fsync on, as configured), from conns connections
+// into a scratch table shaped and indexed like ledger.transactions (the
+// pool's database must be migrated): the physical limit for "one durable
+// answer per request".
+func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, perConn int) testkit.Figure {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	cfg.MinConns, cfg.MaxConns = int32(conns), int32(conns)
+	own, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if _, err := own.Exec(ctx, `create table ledger.ceiling_autocommit (like ledger.transactions including all)`); err != nil {
+		t.Fatal(err)
+	}
+	// Open every connection before timing.
+	var warm sync.WaitGroup
+	for c := 0; c < conns; c++ {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			if _, err := own.Exec(ctx, `select 1`); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	warm.Wait()
+	now := time.Now().UTC()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perConn; i++ {
+				key := fmt.Sprintf("ceiling-%d-%d", c, i)
+				h := sha256.Sum256([]byte(key))
+				if _, err := own.Exec(ctx, `insert into ledger.ceiling_autocommit (id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
+					values ($1, $2, $3, 'manual', 'ceiling', $4, $4, $5)`, uuid.Must(uuid.NewV7()), key, h[:], now,
+					map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if t.Failed() {
+		t.FailNow()
+	}
+	var n int
+	if err := own.QueryRow(ctx, `select count(distinct idempotency_key) from ledger.ceiling_autocommit`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != conns*perConn {
+		t.Fatalf("%d rows inserted, want %d", n, conns*perConn)
+	}
+	if _, err := own.Exec(ctx, `drop table ledger.ceiling_autocommit`); err != nil {
+		t.Fatal(err)
+	}
+	return testkit.Figure{Bench: "ceiling_autocommit", Value: float64(int(float64(n) / elapsed.Seconds())), Unit: "rows/s", N: n, Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("one-row INSERTs, each its own committed transaction, from %d connections into a table shaped and indexed like ledger.transactions", conns)}
+}
+
+// JetStream is ceiling_jetstream (msgs/s) and ceiling_jetstream_events
+// (events/s): msgs messages of payload (perMsg events each) published
+// asynchronously with Nats-Msg-Id onto the stream that subject(i) falls in,
+// then pulled, decoded and acked; nothing else runs.
+func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, subject func(i int) string,
+	payload []byte, perMsg, msgs int, decode func([]byte) error) (msgsFig, events testkit.Figure) {
+	t.Helper()
+	began := time.Now()
+	futures := make([]jetstream.PubAckFuture, 0, msgs)
+	for i := 0; i < msgs; i++ {
+		m := nats.NewMsg(subject(i))
+		m.Data = payload
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ceiling-%d", i))
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(time.Minute):
+			t.Fatal("ceiling_jetstream: publish ack timeout")
+		}
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "ceiling", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < msgs {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := decode(m.Data()); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+	}
+	el := time.Since(began).Seconds()
+	if err := js.DeleteConsumer(ctx, stream, "ceiling"); err != nil {
+		t.Fatal(err)
+	}
+	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte messages (%d events each)", len(payload), perMsg)
+	load := testkit.LoadAvg()
+	return testkit.Figure{Bench: "ceiling_jetstream", Value: float64(msgs) / el, Unit: "msgs/s", N: msgs, Note: note, Load: load},
+		testkit.Figure{Bench: "ceiling_jetstream_events", Value: float64(msgs*perMsg) / el, Unit: "events/s", N: msgs * perMsg, Note: note, Load: load}
+}

@@ -1,0 +1,126 @@
+// Package benchkit holds the ceilings of gpubill's benchmarks that need
+// gpubill's own messages or the Temporal SDK (pkg/testkit/ceiling has the
+// Postgres ones): the usage.recorded message the JetStream ceiling carries,
+// and ceiling_temporal. Test code only: imported by _test.go files.
+package benchkit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/pkg/testkit/ceiling"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/settlement"
+)
+
+// UsageMessage is a usage.recorded message as metering writes it in the
+// benchmarks: one ingest call of 5 000 events split over 50 providers gives
+// messages of 100 events.
+func UsageMessage(events int) []byte {
+	at := time.Date(2026, 11, 12, 12, 0, 0, 0, time.UTC)
+	b := &eventsv1.UsageRecordedBatch{BatchId: "ub_bench"}
+	for i := 0; i < events; i++ {
+		b.Events = append(b.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("evt-%07d", i), LeaseId: "lease-00001", ProviderId: "p-001",
+			RenterId: "r-001", GpuModel: "RTX_4090", GpuCount: 2, StartTime: timestamppb.New(at), EndTime: timestamppb.New(at.Add(10 * time.Minute)),
+			Region: "cn-east", Workload: "training", Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(at)})
+	}
+	payload, err := proto.Marshal(b)
+	if err != nil {
+		panic(err) // a fixed message of generated fields: cannot fail
+	}
+	return payload
+}
+
+// JetStreamUsage measures ceiling_jetstream and ceiling_jetstream_events on
+// a JetStream server of its own (testkit.NewJetStream, as the pipeline's):
+// events usage events in 100-event UsageRecordedBatch messages over 50
+// provider subjects.
+func JetStreamUsage(t *testing.T, events int) (msgs, evs testkit.Figure) {
+	t.Helper()
+	const perMsg, providers = 100, 50
+	ctx := testkit.Context(t)
+	js := testkit.NewJetStream(t)
+	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	return ceiling.JetStream(t, ctx, js.JS, natsx.StreamUsage, func(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%providers) },
+		UsageMessage(perMsg), perMsg, events/perMsg, func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) })
+}
+
+const temporalWorkflow = "ceiling-temporal"
+
+func emptyWorkflow(ctx workflow.Context) error {
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
+	return workflow.ExecuteLocalActivity(ctx, noop).Get(ctx, nil)
+}
+
+func noop(context.Context) error { return nil }
+
+// Temporal is ceiling_temporal: workflows/s of an empty workflow with one
+// local activity, started eagerly (as settlement starts its provider
+// workflows) by starters goroutines on tc, run by a worker with
+// settlement's worker options on a task queue of its own: the same client,
+// worker setup and server as the settlement figure.
+func Temporal(t *testing.T, tc client.Client, workflows, starters int) testkit.Figure {
+	t.Helper()
+	ctx := testkit.Context(t)
+	queue := "ceiling-temporal-" + testkit.Name("q")
+	w := worker.New(tc, queue, settlement.WorkerOptions())
+	w.RegisterWorkflowWithOptions(emptyWorkflow, workflow.RegisterOptions{Name: temporalWorkflow})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	work := make(chan int)
+	errs := make(chan error, starters)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for s := 0; s < starters; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, i), TaskQueue: queue,
+					WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, WorkflowRunTimeout: 10 * time.Minute,
+					EnableEagerStart: true}, temporalWorkflow)
+				if err == nil {
+					err = run.Get(ctx, nil)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("ceiling_temporal workflow %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < workflows; i++ {
+		select {
+		case work <- i:
+		case err := <-errs:
+			close(work)
+			t.Fatal(err)
+		}
+	}
+	close(work)
+	wg.Wait()
+	elapsed := time.Since(start)
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	return testkit.Figure{Bench: "ceiling_temporal", Value: float64(workflows) / elapsed.Seconds(), Unit: "workflows/s", N: workflows, Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("empty workflow + one local activity, eager start from %d goroutines, waited to completion; settlement's worker options, same client and server as the figure", starters)}
+}
