@@ -32,10 +32,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
-	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters/grpcclients"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
@@ -116,10 +115,13 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	}
 	s.store = &adapters.Store{Pool: d.Pool}
 	s.acts = &ports.Activities{
-		Store: s.store, Ledger: ledgerv1.NewLedgerServiceClient(d.Internal), Recon: ledgerv1.NewReconciliationServiceClient(d.Internal), Tax: taxv1.NewTaxServiceClient(d.Internal),
-		Invoices: ledgerv1.NewInvoiceServiceClient(d.Internal),
+		Steps: &app.Steps{
+			Store: s.store, Ledger: grpcclients.NewLedger(d.Internal), Tax: grpcclients.NewTax(d.Internal),
+			Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock,
+		},
 		Temporal: tc, TaskQueue: taskQueue,
-		Page: &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log}, Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
+		Page:     &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log},
+		Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
 		BatchSize: s.batch, Window: s.window,
 	}
 	s.api = &ports.Server{Store: s.store, Temporal: tc, TaskQueue: taskQueue, Calendar: d.Calendar, Clock: d.Clock, BatchSize: s.batch, Window: s.window}

@@ -76,7 +76,7 @@ func TestSettlementBegunAsTwoTransactionsFinishes(t *testing.T) {
 	}
 	split := domain.Split{Currency: "CNY", Gross: decimal.RequireFromString("1033.33"), CommissionRate: decimal.RequireFromString("0.25"),
 		Commission: decimal.RequireFromString("258.33"), Tax: decimal.RequireFromString("155.00"), Net: decimal.RequireFromString("620.00"), Jurisdiction: "CN"}
-	posted, err := f.s.acts.PostSettlement(context.Background(), app.PostInput{CycleID: cycle1.ID, ProviderID: "p-00000", Split: split})
+	posted, err := f.s.acts.Steps.PostSettlement(context.Background(), app.PostInput{CycleID: cycle1.ID, ProviderID: "p-00000", Split: split})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
@@ -24,6 +25,8 @@ const Schema = "settlement"
 
 // Store reads and writes settlement's tables.
 type Store struct{ Pool *pgxpool.Pool }
+
+var _ app.Store = (*Store)(nil)
 
 // UpsertTiers applies party updates (newer versions win) inside tx.
 func (s *Store) UpsertTiers(ctx context.Context, tx pgx.Tx, rows []domain.ProviderTier) error {
@@ -52,11 +55,16 @@ func (s *Store) EnsureCycle(ctx context.Context, cy cycles.Cycle) (string, error
 	return status, nil
 }
 
-// BeginClose moves an open cycle to closing (once) and writes msgs to the
-// outbox in the same transaction. It reports whether this call closed it.
-func (s *Store) BeginClose(ctx context.Context, cycle, reason string, now time.Time, msgs ...outbox.Message) (bool, error) {
+// BeginClose moves an open cycle to closing (once) and queues
+// settlement.cycle.closed.{cycle} in the same transaction. It reports whether
+// this call closed it.
+func (s *Store) BeginClose(ctx context.Context, cycle, reason string, now time.Time) (bool, error) {
+	msg, err := cycleClosed(cycle, now)
+	if err != nil {
+		return false, err
+	}
 	var changed bool
-	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+	err = pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update settlement.cycles set status = 'closing', closed_at = $2, close_reason = $3
 			where cycle_id = $1 and status = 'open'`, cycle, now, reason)
 		if err != nil {
@@ -66,7 +74,7 @@ func (s *Store) BeginClose(ctx context.Context, cycle, reason string, now time.T
 			return nil
 		}
 		changed = true
-		return outbox.Add(ctx, tx, Schema, msgs...)
+		return outbox.Add(ctx, tx, Schema, msg)
 	})
 	if err != nil {
 		return false, fmt.Errorf("begin close of %s: %w", cycle, err)
@@ -185,8 +193,12 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool,
 }
 
 // Finalize marks a row settled with its split (once) and, in the same
-// statement, queues msg in settlement's outbox.
-func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time, msg outbox.Message) error {
+// statement, queues settlement.settled.{provider} in settlement's outbox.
+func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time) error {
+	msg, err := providerSettled(st)
+	if err != nil {
+		return err
+	}
 	if err := msg.Check(); err != nil {
 		return err
 	}

@@ -12,8 +12,6 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
-	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -44,46 +42,22 @@ func (a *Activities) EnsureCycleWorkflows(ctx context.Context) ([]string, error)
 // RemitTax asks the tax service to remit the month (idempotent per period)
 // and returns its report.
 func (a *Activities) RemitTax(ctx context.Context, period string) (app.RemittanceReport, error) {
-	resp, err := a.Tax.RemitTax(ctx, &taxv1.RemitTaxRequest{Period: period})
-	if err != nil {
-		return app.RemittanceReport{}, grpcErr("remit tax of "+period, err)
-	}
-	rep := app.RemittanceReport{Period: resp.Period}
-	for _, r := range resp.Remittances {
-		rep.Remittances = append(rep.Remittances, app.Remittance{RemittanceID: r.RemittanceId, Jurisdiction: r.Jurisdiction,
-			Currency: r.Currency, Amount: r.Amount, Status: r.Status, TransactionID: r.TransactionId})
-	}
-	for _, l := range resp.Lines {
-		rep.Lines = append(rep.Lines, app.RemittanceLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
-			ProviderID: l.ProviderId, TaxWithheld: l.TaxWithheld, Withholdings: int(l.Withholdings)})
-	}
-	return rep, nil
+	rep, err := a.Steps.RemitTax(ctx, period)
+	return rep, activityErr(err)
 }
 
 // IssueInvoices asks the ledger to issue a month's renter invoices
 // (idempotent: what is issued stays as it is).
 func (a *Activities) IssueInvoices(ctx context.Context, period string) (app.IssueResult, error) {
-	resp, err := a.Invoices.IssueInvoices(ctx, &ledgerv1.IssueInvoicesRequest{Period: period})
-	if err != nil {
-		return app.IssueResult{}, grpcErr("issue invoices of "+period, err)
-	}
-	return app.IssueResult{Period: resp.Period, Issued: int(resp.Issued), AlreadyIssued: int(resp.AlreadyIssued)}, nil
+	res, err := a.Steps.IssueInvoices(ctx, period)
+	return res, activityErr(err)
 }
 
 // RunReconciliation asks the ledger to reconcile every currency with an
 // imported statement (each run is kept by the ledger).
 func (a *Activities) RunReconciliation(ctx context.Context) ([]app.ReconciliationSummary, error) {
-	resp, err := a.Recon.RunReconciliation(ctx, &ledgerv1.RunReconciliationRequest{})
-	if err != nil {
-		return nil, grpcErr("run the bank reconciliation", err)
-	}
-	out := make([]app.ReconciliationSummary, 0, len(resp.GetReconciliations()))
-	for _, r := range resp.GetReconciliations() {
-		out = append(out, app.ReconciliationSummary{ReconciliationID: r.GetReconciliationId(), Currency: r.GetCurrency(),
-			Verdict: r.GetVerdict(), Matched: int(r.GetMatchedCount()), UnmatchedInBank: int(r.GetUnmatchedInBankCount()),
-			UnmatchedInLedger: int(r.GetUnmatchedInLedgerCount())})
-	}
-	return out, nil
+	out, err := a.Steps.RunReconciliation(ctx)
+	return out, activityErr(err)
 }
 
 // Schedules returns settlement's Temporal Schedules: the daily cycle

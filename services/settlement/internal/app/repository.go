@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/money"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
+)
+
+// Store is settlement's own tables as the cycle's steps use them
+// (adapters.Store implements it on Postgres). BeginClose and Finalize queue
+// their events (settlement.cycle.closed, settlement.settled) in settlement's
+// outbox in the same transaction as the write.
+type Store interface {
+	ProviderStateReader
+	EnsureCycle(ctx context.Context, cy cycles.Cycle) (status string, err error)
+	// BeginClose moves an open cycle to closing (once) and reports whether
+	// this call closed it.
+	BeginClose(ctx context.Context, cycle, reason string, now time.Time) (bool, error)
+	CycleStatus(ctx context.Context, cycle string) (status string, snapshotDone bool, err error)
+	SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error
+	MarkSnapshotDone(ctx context.Context, cycle string) error
+	NextProviders(ctx context.Context, cycle, after string, limit int) ([]string, error)
+	CompleteCycle(ctx context.Context, cycle string, now time.Time) error
+	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error)
+	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
+}
+
+// Ledger is what settlement asks of the ledger service (a gRPC client in
+// adapters implements it). A refusal retrying cannot fix is Rejected; a
+// transaction whose key holds another body is also Conflict.
+type Ledger interface {
+	CloseCycle(ctx context.Context, cycle string) error
+	// CycleBalances is one page of the closed cycle's pending balances per
+	// provider and currency, and the token of the next page ("" at the end).
+	CycleBalances(ctx context.Context, cycle string, pageSize int, token string) ([]domain.Balance, string, error)
+	// CreateTransaction posts tx (idempotent on its key) and returns its id.
+	CreateTransaction(ctx context.Context, tx LedgerTx) (string, error)
+	// Credits are the credits to account in currency among its latest
+	// limit transactions, as statement lines; none for an account the
+	// ledger does not know.
+	Credits(ctx context.Context, account, currency string, limit int) ([]domain.Line, error)
+	IssueInvoices(ctx context.Context, period string) (IssueResult, error)
+	RunReconciliation(ctx context.Context) ([]ReconciliationSummary, error)
+}
+
+// LedgerTx is one ledger transaction settlement posts.
+type LedgerTx struct {
+	Key         string
+	Description string
+	Metadata    map[string]string
+	Currency    money.Currency
+	Legs        []domain.Leg
+}
+
+// Tax is what settlement asks of the tax service (a gRPC client in adapters
+// implements it).
+type Tax interface {
+	// ComputeWithholding splits in.Gross and records the withholding
+	// (idempotent on in.IdempotencyKey); the split is not checked yet.
+	ComputeWithholding(ctx context.Context, in TaxInput) (TaxResult, error)
+	RemitTax(ctx context.Context, period string) (RemittanceReport, error)
+}
+
+// Rejected marks err as a failure retrying cannot fix (bad input, a
+// conflict, a refusal): the activity that meets it fails for good. The
+// message stays err's.
+func Rejected(err error) error { return rejected{err} }
+
+// IsRejected tells whether err, or an error it wraps, is Rejected.
+func IsRejected(err error) bool {
+	var r rejected
+	return errors.As(err, &r)
+}
+
+type rejected struct{ err error }
+
+func (r rejected) Error() string { return r.err.Error() }
+func (r rejected) Unwrap() error { return r.err }
+
+// Conflict marks err as the ledger's refusal of a transaction whose key
+// holds another body (itself Rejected).
+func Conflict(err error) error { return rejected{conflict{err}} }
+
+// IsConflict tells whether err, or an error it wraps, is a Conflict.
+func IsConflict(err error) bool {
+	var c conflict
+	return errors.As(err, &c)
+}
+
+type conflict struct{ err error }
+
+func (c conflict) Error() string { return c.err.Error() }
+func (c conflict) Unwrap() error { return c.err }
