@@ -34,12 +34,6 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
-// Hash-chain worker pacing.
-const (
-	chainIdle         = 200 * time.Millisecond
-	chainErrorBackoff = time.Second
-)
-
 // Service is the ledger, hosted by cmd/ledger or `gpubill dev`.
 type Service struct {
 	deps       svc.Deps
@@ -215,34 +209,13 @@ func (s *Service) Run(ctx context.Context) error {
 			Secret: []byte(s.lcfg.Secret), Clock: s.deps.Clock, Log: s.lease.Log}
 		g.Go(func() error { return hooks.Run(ctx) })
 	}
-	g.Go(func() error { return s.runChain(ctx) })
+	g.Go(func() error {
+		return app.ChainWorker{Chain: postgres.Chain{Pool: s.deps.Pool}, Log: s.deps.Log}.Run(ctx)
+	})
 	g.Go(func() error { return s.runCheckpoints(ctx) })
 	g.Go(func() error { return s.runSegregatedFunds(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
-	}
-	return nil
-}
-
-func (s *Service) runChain(ctx context.Context) error {
-	for ctx.Err() == nil {
-		n, err := postgres.ChainStep(ctx, s.deps.Pool)
-		wait := time.Duration(0)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.deps.Log.Error("hash chain", "err", err)
-			wait = chainErrorBackoff
-		case n == 0:
-			wait = chainIdle
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
 	}
 	return nil
 }
@@ -354,7 +327,7 @@ func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) 
 
 // ChainOnce extends the hash chain by one round (tests, the CLI before verify).
 func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	return postgres.ChainStep(ctx, pool)
+	return app.ChainWorker{Chain: postgres.Chain{Pool: pool}}.Step(ctx)
 }
 
 // Invoicing exposes the invoice use cases to tests in this module (they

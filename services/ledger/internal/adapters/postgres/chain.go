@@ -11,11 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // chainBatchMax bounds the transactions chained (or verified) per round.
 const chainBatchMax = 5000
+
+// Chain is app.HashChain on the ledger's journal.
+type Chain struct{ Pool *pgxpool.Pool }
+
+var _ app.HashChain = Chain{}
+
+// Extend is ChainStep on the pool.
+func (c Chain) Extend(ctx context.Context) (int, error) { return ChainStep(ctx, c.Pool) }
 
 // ChainStep appends the next final transactions to the hash chain and returns
 // how many it chained. Writers never wait for it: a transaction is chained
