@@ -43,76 +43,25 @@ func (r *Rail) BatchID(cutoff time.Time) string {
 func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
 	id = r.BatchID(cutoff)
 	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, int64(batchLockKey)); err != nil {
-			return err
-		}
-		var existing string
-		err := tx.QueryRow(ctx, `select batch_id from payout.bank_batches where cutoff_at = $1`, cutoff).Scan(&existing)
-		if err == nil {
+		existing, err := lockedBatchAt(ctx, tx, cutoff)
+		if err != nil || existing != "" {
 			id = existing
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		exec := r.executionDate(cutoff)
-		var refs []string
-		var cts []iso20022.CreditTransfer
-		rows, err := tx.Query(ctx, `select reference, end_to_end_id, currency, amount, creditor_name, creditor_account, creditor_agent
-			from payout.bank_transfers where state = 'queued' and queued_at <= $1 order by queued_at, reference limit $2 for update`,
-			cutoff, batchTransfersMax)
+		refs, cts, err := queuedTransfers(ctx, tx, cutoff, exec)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var ref string
-			ct := iso20022.CreditTransfer{ExecutionDate: exec}
-			if err := rows.Scan(&ref, &ct.EndToEndID, &ct.Currency, &ct.Amount, &ct.Creditor.Name, &ct.Creditor.Account, &ct.Creditor.Agent); err != nil {
-				rows.Close()
-				return err
-			}
-			ct.Remittance = "gpubill payout " + ref
-			if len(ct.Remittance) > 140 {
-				ct.Remittance = ct.Remittance[:140]
-			}
-			refs = append(refs, ref)
-			cts = append(cts, ct)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if len(cts) == 0 {
 			id = ""
 			return nil
 		}
-		initiator := r.Cfg.InitiatingParty
-		if initiator == "" {
-			initiator = r.Cfg.Debtor.Name
+		if err := r.storeBatch(ctx, tx, id, cutoff, exec, cts); err != nil {
+			return err
 		}
-		file, err := iso20022.BuildPain001(iso20022.CreditTransferBatch{MessageID: id, CreatedAt: r.Clock.Now(), InitiatingParty: initiator,
-			Debtor: r.Cfg.Debtor, Transfers: cts})
-		if err != nil {
-			return fmt.Errorf("batch %s: %w", id, err)
-		}
-		sum := decimal.Zero
-		for _, ct := range cts {
-			sum = sum.Add(ct.Amount)
-		}
-		h := sha256.Sum256(file)
-		if _, err := tx.Exec(ctx, `insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
-			values ($1, $2, $3, $4, $5, $6, $7, $8)`, id, cutoff, exec, len(cts), sum, file, hex.EncodeToString(h[:]), r.Clock.Now()); err != nil {
-			return fmt.Errorf("batch %s: %w", id, err)
-		}
-		for i, ref := range refs {
-			tag, err := tx.Exec(ctx, `update payout.bank_transfers set state = 'batched', batch_id = $2, pmt_inf_id = $3, updated_at = $4
-				where reference = $1 and state = 'queued'`, ref, id, iso20022.PaymentInfoID(id, cts[i].Currency, exec), r.Clock.Now())
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("batch %s: transfer %s left the queue under the batch lock", id, ref)
-			}
+		if err := r.markBatched(ctx, tx, id, exec, refs, cts); err != nil {
+			return err
 		}
 		built = true
 		return nil
@@ -124,6 +73,88 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 		r.Log.Info("bank batch built", "batch_id", id, "cutoff", cutoff)
 	}
 	return id, built, nil
+}
+
+// lockedBatchAt takes the batch lock (until tx ends) and returns the batch
+// already built at cutoff ("" if none).
+func lockedBatchAt(ctx context.Context, tx pgx.Tx, cutoff time.Time) (string, error) {
+	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, int64(batchLockKey)); err != nil {
+		return "", err
+	}
+	var existing string
+	err := tx.QueryRow(ctx, `select batch_id from payout.bank_batches where cutoff_at = $1`, cutoff).Scan(&existing)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return existing, err
+}
+
+// queuedTransfers locks the transfers queued at or before cutoff (oldest
+// first, at most batchTransfersMax) and returns their references and
+// credit transfers executed on exec.
+func queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]string, []iso20022.CreditTransfer, error) {
+	rows, err := tx.Query(ctx, `select reference, end_to_end_id, currency, amount, creditor_name, creditor_account, creditor_agent
+		from payout.bank_transfers where state = 'queued' and queued_at <= $1 order by queued_at, reference limit $2 for update`,
+		cutoff, batchTransfersMax)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var refs []string
+	var cts []iso20022.CreditTransfer
+	for rows.Next() {
+		var ref string
+		ct := iso20022.CreditTransfer{ExecutionDate: exec}
+		if err := rows.Scan(&ref, &ct.EndToEndID, &ct.Currency, &ct.Amount, &ct.Creditor.Name, &ct.Creditor.Account, &ct.Creditor.Agent); err != nil {
+			return nil, nil, err
+		}
+		ct.Remittance = "gpubill payout " + ref
+		if len(ct.Remittance) > 140 {
+			ct.Remittance = ct.Remittance[:140]
+		}
+		refs = append(refs, ref)
+		cts = append(cts, ct)
+	}
+	return refs, cts, rows.Err()
+}
+
+// storeBatch builds the pain.001 of the transfers and keeps it as batch id.
+func (r *Rail) storeBatch(ctx context.Context, tx pgx.Tx, id string, cutoff, exec time.Time, cts []iso20022.CreditTransfer) error {
+	initiator := r.Cfg.InitiatingParty
+	if initiator == "" {
+		initiator = r.Cfg.Debtor.Name
+	}
+	file, err := iso20022.BuildPain001(iso20022.CreditTransferBatch{MessageID: id, CreatedAt: r.Clock.Now(), InitiatingParty: initiator,
+		Debtor: r.Cfg.Debtor, Transfers: cts})
+	if err != nil {
+		return fmt.Errorf("batch %s: %w", id, err)
+	}
+	sum := decimal.Zero
+	for _, ct := range cts {
+		sum = sum.Add(ct.Amount)
+	}
+	h := sha256.Sum256(file)
+	if _, err := tx.Exec(ctx, `insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
+		values ($1, $2, $3, $4, $5, $6, $7, $8)`, id, cutoff, exec, len(cts), sum, file, hex.EncodeToString(h[:]), r.Clock.Now()); err != nil {
+		return fmt.Errorf("batch %s: %w", id, err)
+	}
+	return nil
+}
+
+// markBatched moves each queued transfer into batch id (its payment
+// information block per currency); one that left the queue fails the cut.
+func (r *Rail) markBatched(ctx context.Context, tx pgx.Tx, id string, exec time.Time, refs []string, cts []iso20022.CreditTransfer) error {
+	for i, ref := range refs {
+		tag, err := tx.Exec(ctx, `update payout.bank_transfers set state = 'batched', batch_id = $2, pmt_inf_id = $3, updated_at = $4
+			where reference = $1 and state = 'queued'`, ref, id, iso20022.PaymentInfoID(id, cts[i].Currency, exec), r.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("batch %s: transfer %s left the queue under the batch lock", id, ref)
+		}
+	}
+	return nil
 }
 
 // Deliver writes every batch not yet delivered to the outbox directory:

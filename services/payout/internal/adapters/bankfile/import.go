@@ -52,33 +52,55 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 		return prev, err
 	}
 	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: name, Source: source, ImportedAt: r.Clock.Now()}
-	var acts []action
+	acts, err := r.actions(ctx, kind, file, &rep)
+	if err != nil {
+		return rep, err
+	}
+	moved, err := r.record(ctx, sum, &rep, acts)
+	if errors.Is(err, errRaced) { // the same bytes imported meanwhile by another caller
+		prev, _, err := r.imported(ctx, sum)
+		return prev, err
+	}
+	if err != nil {
+		return rep, fmt.Errorf("import bank file %s: %w", name, err)
+	}
+	r.reportImport(rep, moved)
+	return rep, nil
+}
+
+// actions reads the file and returns what it asks of transfers; the
+// message ids go into rep.
+func (r *Rail) actions(ctx context.Context, kind iso20022.Kind, file []byte, rep *app.BankFileImport) ([]action, error) {
 	switch kind.Family() {
 	case iso20022.FamilyPain002:
 		sr, err := iso20022.ParsePain002(file)
 		if err != nil {
-			return rep, err
+			return nil, err
 		}
 		rep.MessageID, rep.OriginalMessageID = sr.MessageID, sr.OriginalMessageID
-		if acts, err = r.pain002Actions(ctx, sr); err != nil {
-			return rep, err
-		}
+		return r.pain002Actions(ctx, sr)
 	case iso20022.FamilyCamt054:
 		n, err := iso20022.ParseCamt054(file)
 		if err != nil {
-			return rep, err
+			return nil, err
 		}
 		rep.MessageID = n.MessageID
-		acts = r.camt054Actions(n)
+		return r.camt054Actions(n), nil
 	default:
-		return rep, &MalformedError{Element: "Document", Reason: fmt.Sprintf("%s is not a file this rail reads (pain.002, camt.054)", kind)}
+		return nil, &MalformedError{Element: "Document", Reason: fmt.Sprintf("%s is not a file this rail reads (pain.002, camt.054)", kind)}
 	}
+}
+
+// record keeps the file (by its hash sum: errRaced if another caller kept
+// it first) and applies its actions in one transaction, an entry per
+// action in rep; it returns the payouts whose transfer moved.
+func (r *Rail) record(ctx context.Context, sum string, rep *app.BankFileImport, acts []action) ([]string, error) {
 	var moved []string
-	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		moved, rep.Entries = nil, nil
 		tag, err := tx.Exec(ctx, `insert into payout.bank_files (file_id, sha256, kind, message_id, original_message_id, name, source, imported_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (sha256) do nothing`,
-			rep.FileID, sum, rep.Kind, rep.MessageID, rep.OriginalMessageID, name, source, rep.ImportedAt)
+			rep.FileID, sum, rep.Kind, rep.MessageID, rep.OriginalMessageID, rep.Name, rep.Source, rep.ImportedAt)
 		if err != nil {
 			return err
 		}
@@ -101,13 +123,12 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 		}
 		return nil
 	})
-	if errors.Is(err, errRaced) { // the same bytes imported meanwhile by another caller
-		prev, _, err := r.imported(ctx, sum)
-		return prev, err
-	}
-	if err != nil {
-		return rep, fmt.Errorf("import bank file %s: %w", name, err)
-	}
+	return moved, err
+}
+
+// reportImport logs the import (and each entry not applied) and notifies
+// the payouts that moved.
+func (r *Rail) reportImport(rep app.BankFileImport, moved []string) {
 	unknown := 0
 	for _, e := range rep.Entries {
 		if e.Outcome == app.EntryUnknownReference || e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
@@ -123,7 +144,6 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 			r.Notify(ref)
 		}
 	}
-	return rep, nil
 }
 
 var errRaced = errors.New("bank file imported concurrently")
