@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,19 +204,12 @@ func (d *devCmd) Run(e *env) error {
 			log.Warn("spans not exported at exit", "err", err)
 		}
 	}()
-	lease, err := ledger.LeaseControlConfigFromEnv()
+	lease, recv, err := d.leaseControl(log)
 	if err != nil {
 		return err
 	}
-	// The simulated marketplace is the scheduler lease control calls,
-	// unless GPUBILL_LEASE_CONTROL_URL names another.
-	var recv *simulate.LeaseReceiver
-	if d.Simulate && lease.URL == "" {
-		if recv, err = simulate.NewLeaseReceiver(log.With("component", "simulate")); err != nil {
-			return err
-		}
+	if recv != nil {
 		defer recv.Close()
-		lease.URL, lease.Secret = recv.URL(), recv.Secret
 	}
 	st, err := stack.Start(e.ctx, stack.Config{Common: d.Common, NATSAddr: d.NATSAddr, TemporalAddr: d.TemporalAddr, Log: log, LeaseControl: &lease})
 	if err != nil {
@@ -227,6 +221,38 @@ func (d *devCmd) Run(e *env) error {
 		return err
 	}
 	base := "http://" + st.HTTPAddr
+	d.printUp(e, st, base, finance)
+	d.runBackups(e, log)
+	if d.Simulate {
+		d.runSimulation(e, log, base, finance, recv)
+	}
+	select {
+	case <-e.ctx.Done():
+		e.stdout.println("shutting down…")
+		return nil
+	case err := <-st.Err():
+		return err
+	}
+}
+
+// leaseControl is lease control's configuration from the environment; the
+// simulated marketplace is the scheduler lease control calls (recv, to be
+// closed), unless GPUBILL_LEASE_CONTROL_URL names another.
+func (d *devCmd) leaseControl(log *slog.Logger) (ledger.LeaseControlConfig, *simulate.LeaseReceiver, error) {
+	lease, err := ledger.LeaseControlConfigFromEnv()
+	if err != nil || !d.Simulate || lease.URL != "" {
+		return lease, nil, err
+	}
+	recv, err := simulate.NewLeaseReceiver(log.With("component", "simulate"))
+	if err != nil {
+		return lease, nil, err
+	}
+	lease.URL, lease.Secret = recv.URL(), recv.Secret
+	return lease, recv, nil
+}
+
+// printUp tells where the stack listens, with a finance token.
+func (d *devCmd) printUp(e *env, st *stack.Stack, base, finance string) {
 	e.stdout.printf(`
 gpubill dev is up.
   REST      %[1]s   (health: %[1]s/healthz, readiness: %[1]s/readyz)
@@ -242,6 +268,10 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
   curl -s -H "Authorization: Bearer $TOKEN" '%[1]s/v1/accounts?prefix=renter:'
 
 `, base, st.GRPCAddr, st.NATSURL, st.Temporal, d.DataDir, finance)
+}
+
+// runBackups runs the scheduled backups in the background until e.ctx ends.
+func (d *devCmd) runBackups(e *env, log *slog.Logger) {
 	backupDir := d.BackupDir
 	if backupDir == "" {
 		backupDir = filepath.Join(d.DataDir, "backups")
@@ -253,24 +283,20 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
 			log.Error("scheduled backups stopped", "err", err)
 		}
 	}()
-	if d.Simulate {
-		go func() {
-			if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate"),
-				Lease: recv}); err != nil {
-				log.Error("simulation stopped", "err", err)
-			}
-		}()
-		e.stdout.println("Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
-		if recv != nil {
-			e.stdout.println("Lease control: renter r-004 (30.00 CNY, credit limit 10.00) is warned, stopped and, after its top-up, resumed (watch the log).")
+}
+
+// runSimulation runs the simulated marketplace in the background until
+// e.ctx ends.
+func (d *devCmd) runSimulation(e *env, log *slog.Logger, base, finance string, recv *simulate.LeaseReceiver) {
+	go func() {
+		if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate"),
+			Lease: recv}); err != nil {
+			log.Error("simulation stopped", "err", err)
 		}
-	}
-	select {
-	case <-e.ctx.Done():
-		e.stdout.println("shutting down…")
-		return nil
-	case err := <-st.Err():
-		return err
+	}()
+	e.stdout.println("Simulated marketplace: on (providers p-001..p-004, renters r-001..r-003; usage every second).")
+	if recv != nil {
+		e.stdout.println("Lease control: renter r-004 (30.00 CNY, credit limit 10.00) is warned, stopped and, after its top-up, resumed (watch the log).")
 	}
 }
 
