@@ -29,6 +29,38 @@ func ConsumeOnce[M any, PM interface {
 	if spec.DeadLetters == nil {
 		spec.DeadLetters = deadletter.New(pool, schema, log)
 	}
+	return ConsumeDecoded(ctx, js, log, spec, func(ctx context.Context, ids []string, events []PM) error {
+		return pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+			fresh, err := Claim(ctx, tx, schema, spec.Durable, ids)
+			if err != nil {
+				return err
+			}
+			decoded := make([]PM, 0, len(fresh))
+			for i := range events {
+				if fresh[ids[i]] {
+					decoded = append(decoded, events[i])
+					delete(fresh, ids[i]) // the same id twice in one fetch counts once
+				}
+			}
+			if len(decoded) == 0 {
+				return nil
+			}
+			return apply(ctx, tx, decoded)
+		})
+	})
+}
+
+// ConsumeDecoded runs a durable consumer that hands each pulled batch to
+// apply decoded as M, with the message ids (ids[i] is msgs[i]'s); an
+// undecodable message goes to spec.DeadLetters at once. apply makes its
+// effects exactly-once itself, for a service whose use case owns the
+// transaction: it claims the ids in the transaction that applies them and
+// applies only the fresh ones, an id twice in one batch once.
+func ConsumeDecoded[M any, PM interface {
+	*M
+	proto.Message
+}](ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec natsx.ConsumerSpec,
+	apply func(ctx context.Context, ids []string, msgs []PM) error) error {
 	return natsx.Consume(ctx, js, log, spec, func(ctx context.Context, msgs []jetstream.Msg) error {
 		ids := make([]string, len(msgs))
 		events := make([]PM, len(msgs))
@@ -43,22 +75,6 @@ func ConsumeOnce[M any, PM interface {
 		if len(poison.ByID) > 0 {
 			return &poison
 		}
-		return pg.InTx(ctx, pool, func(tx pgx.Tx) error {
-			fresh, err := Claim(ctx, tx, schema, spec.Durable, ids)
-			if err != nil {
-				return err
-			}
-			decoded := make([]PM, 0, len(fresh))
-			for i := range msgs {
-				if fresh[ids[i]] {
-					decoded = append(decoded, events[i])
-					delete(fresh, ids[i]) // the same id twice in one fetch counts once
-				}
-			}
-			if len(decoded) == 0 {
-				return nil
-			}
-			return apply(ctx, tx, decoded)
-		})
+		return apply(ctx, ids, events)
 	})
 }

@@ -95,7 +95,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	s.lease = &app.LeaseControl{Clock: d.Clock, Warn: s.lcfg.RunwayWarn, Log: d.Log.With("component", "lease-control"),
-		Wallets: &postgres.Wallets{Pool: d.Pool}}
+		Wallets: &postgres.Wallets{Pool: d.Pool}, Store: postgres.LeaseStore{Pool: d.Pool, Webhooks: s.lcfg.URL != ""}}
 	return s, nil
 }
 
@@ -201,7 +201,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return relay.Run(ctx) })
 		g.Go(func() error { return ports.ConsumeRenters(ctx, s.deps.JS, s.deps.Pool, s.deps.Log) })
 		g.Go(func() error {
-			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Pool, s.deps.Log, s.lease, s.lcfg.URL != "")
+			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Log, s.lease, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
 	}
 	if s.lcfg.URL != "" {

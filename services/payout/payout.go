@@ -30,6 +30,7 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	alipaypkg "github.com/gpubill/gpubill/pkg/alipay"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
@@ -429,7 +430,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.d.JS != nil {
 		g.Go(func() error {
-			return ports.ConsumeSettled(ctx, s.d.JS, s.d.Pool, s.store.In, s.payouts, s.d.Log, s.flow)
+			return ports.ConsumeSettled(ctx, s.d.JS, s.payouts, s.d.Log, s.flow, deadletter.New(s.d.Pool, adapters.Schema, s.d.Log))
 		})
 		g.Go(func() error { return ports.WakeOnCredits(ctx, s.d.JS, s.store, s.flow, s.d.Log) })
 		g.Go(func() error {

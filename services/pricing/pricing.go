@@ -111,7 +111,7 @@ func (s *Service) Run(ctx context.Context) error {
 	cons := &ports.RatingConsumer{App: s.app, JS: s.d.JS, Log: log, AckWait: s.ackWait, DeadLetters: deadletter.New(s.d.Pool, postgres.Schema, log)}
 	g.Go(func() error { return cons.Run(ctx) })
 	g.Go(func() error {
-		return ports.ConsumeGPUModels(ctx, s.d.JS, s.d.Pool, &postgres.GPUModels{Pool: s.d.Pool}, log)
+		return ports.ConsumeGPUModels(ctx, s.d.JS, s.app, log, deadletter.New(s.d.Pool, postgres.Schema, log))
 	})
 	retry := &ports.PendingRetrier{App: s.app, Log: log}
 	g.Go(func() error { return retry.Run(ctx) })

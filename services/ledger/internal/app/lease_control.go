@@ -21,9 +21,22 @@ const (
 	RunwayWarnDefault = 2 * time.Hour
 )
 
+// LeaseControlConsumer records ledger.posted.renter message ids in the
+// ledger's inbox (the durable consumer's name).
+const LeaseControlConsumer = "ledger-lease-control"
+
+// LeaseControlStore runs lease control's work in one transaction
+// (adapters/postgres.LeaseStore).
+type LeaseControlStore interface {
+	WithLeaseTx(ctx context.Context, fn func(LeaseControlTx) error) error
+}
+
 // LeaseControlTx is lease control's work inside the transaction that also
 // records the messages that prompted it.
 type LeaseControlTx interface {
+	// Claim records inbound message ids of consumer in the inbox and
+	// returns those not seen before.
+	Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error)
 	// LoadWallets locks the wallets' lease control records and reads them
 	// with their balance, credit limit and, where domain.BurnMatters, the
 	// usage charged since burnSince (else zero).
@@ -54,6 +67,46 @@ type LeaseControl struct {
 	Warn    time.Duration
 	Log     *slog.Logger
 	Wallets WalletReader
+	Store   LeaseControlStore
+}
+
+// WalletsMoved is one ledger.posted.renter message as the port read it:
+// the renter wallets its transactions moved.
+type WalletsMoved struct {
+	ID      string
+	Wallets []domain.WalletKey
+}
+
+// EvaluateMoved evaluates lease control, in one transaction that claims
+// the messages' ids, for the wallets the fresh messages moved (a message
+// seen before, or twice in one fetch, counts once; each wallet once, in
+// the order first named).
+func (lc *LeaseControl) EvaluateMoved(ctx context.Context, msgs []WalletsMoved) error {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return lc.Store.WithLeaseTx(ctx, func(tx LeaseControlTx) error {
+		fresh, err := tx.Claim(ctx, LeaseControlConsumer, ids)
+		if err != nil {
+			return err
+		}
+		seen := map[domain.WalletKey]bool{}
+		var keys []domain.WalletKey
+		for _, m := range msgs {
+			if !fresh[m.ID] {
+				continue
+			}
+			delete(fresh, m.ID)
+			for _, k := range m.Wallets {
+				if !seen[k] {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+		}
+		return lc.Evaluate(ctx, tx, keys)
+	})
 }
 
 // Evaluate moves lease control for the wallets named (those a ledger write

@@ -29,7 +29,7 @@ import (
 const (
 	// LeaseControlConsumer reacts to every ledger write that moved a renter
 	// wallet (ledger.posted.renter).
-	LeaseControlConsumer = "ledger-lease-control"
+	LeaseControlConsumer = app.LeaseControlConsumer
 	// RentersConsumer keeps the renters' credit limits (party.updated.*).
 	RentersConsumer   = "ledger-renters"
 	leaseBatchMax     = 500
@@ -38,28 +38,37 @@ const (
 )
 
 // ConsumeLeaseControl evaluates lease control for the wallets each
-// ledger.posted.renter batch moved, exactly once per message, in the
-// transaction that records it; undecodable messages are dead-lettered.
-func ConsumeLeaseControl(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, lc *app.LeaseControl, webhooks bool) error {
+// ledger.posted.renter batch moved (app.LeaseControl.EvaluateMoved: exactly
+// once per message, in the transaction that records it); undecodable
+// messages, and those that keep failing, go to dl.
+func ConsumeLeaseControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, lc *app.LeaseControl, dl natsx.DeadLetters) error {
 	spec := natsx.ConsumerSpec{Stream: natsx.StreamLedger, Durable: LeaseControlConsumer,
-		FilterSubjects: []string{subjects.LedgerPosted.Of(renterWalletClass)}, BatchMax: leaseBatchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, postgres.Schema, func(ctx context.Context, tx pgx.Tx, bs []*eventsv1.LedgerPostedBatch) error {
-		seen := map[domain.WalletKey]bool{}
-		var keys []domain.WalletKey
-		for _, b := range bs {
-			for _, t := range b.Transactions {
-				for _, p := range t.Postings {
-					renter, ok := walletOwner(p.Account)
-					k := domain.WalletKey{RenterID: renter, Currency: p.Currency}
-					if ok && !seen[k] {
-						seen[k] = true
-						keys = append(keys, k)
-					}
-				}
+		FilterSubjects: []string{subjects.LedgerPosted.Of(renterWalletClass)}, BatchMax: leaseBatchMax, DeadLetters: dl}
+	return outbox.ConsumeDecoded(ctx, js, log, spec, func(ctx context.Context, ids []string, bs []*eventsv1.LedgerPostedBatch) error {
+		msgs := make([]app.WalletsMoved, len(bs))
+		for i, b := range bs {
+			msgs[i] = app.WalletsMoved{ID: ids[i], Wallets: movedWallets(b)}
+		}
+		return lc.EvaluateMoved(ctx, msgs)
+	})
+}
+
+// movedWallets are the renter wallets a batch's postings name, each once,
+// in the order first named.
+func movedWallets(b *eventsv1.LedgerPostedBatch) []domain.WalletKey {
+	seen := map[domain.WalletKey]bool{}
+	var keys []domain.WalletKey
+	for _, t := range b.Transactions {
+		for _, p := range t.Postings {
+			renter, ok := walletOwner(p.Account)
+			k := domain.WalletKey{RenterID: renter, Currency: p.Currency}
+			if ok && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
 			}
 		}
-		return lc.Evaluate(ctx, &postgres.LeaseTx{Tx: tx, Webhooks: webhooks}, keys)
-	})
+	}
+	return keys
 }
 
 // walletOwner returns the renter of a renter:{id}:wallet address.

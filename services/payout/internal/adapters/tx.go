@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -20,9 +21,13 @@ func (s *Store) Update(ctx context.Context, fn func(app.Tx) error) error {
 	return s.Tx(ctx, func(tx pgx.Tx) error { return fn(s.In(tx)) })
 }
 
-// In is the store inside tx (a transaction the caller owns, such as a
-// consumer's that also claims its messages).
+// In is the store inside tx.
 func (s *Store) In(tx pgx.Tx) app.Tx { return txStore{s: s, tx: tx} }
+
+// Claim records the message ids in payout's inbox and returns the fresh ones.
+func (t txStore) Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error) {
+	return outbox.Claim(ctx, t.tx, Schema, consumer, ids)
+}
 
 // txStore implements app.Tx on one pgx transaction.
 type txStore struct {

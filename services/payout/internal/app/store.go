@@ -71,6 +71,9 @@ type Tx interface {
 	// and currency once; earlier payouts still waiting join it (their ids
 	// are returned).
 	CreateFromSettled(ctx context.Context, p domain.Payout, min domain.Minimums) (joined []string, err error)
+	// Claim records inbound message ids of consumer in the inbox and
+	// returns those not seen before.
+	Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error)
 }
 
 // Ledger is what payout needs of the ledger service.

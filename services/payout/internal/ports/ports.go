@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
@@ -31,13 +29,12 @@ import (
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // SettledConsumerName is the durable consumer of settlement.settled.*.
-const SettledConsumerName = "payout-settled"
+const SettledConsumerName = app.SettledConsumer
 
 const (
 	settledBatchMax = 200
@@ -46,25 +43,28 @@ const (
 )
 
 // ConsumeSettled creates one payout per settled provider, cycle and
-// currency (earlier payouts still waiting join it) and nudges the workflow
+// currency (app.Payouts.CreateFromSettledMessages: earlier payouts still
+// waiting join it; exactly once per message) and nudges the workflow
 // starter (which also polls, so a nudge before the commit is harmless).
 // The workflows of payouts that joined a new one are woken (their
 // Prepare waits on the row lock until this batch commits, then sees them
-// canceled and ends).
-func ConsumeSettled(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, in func(pgx.Tx) app.Tx, payouts *app.Payouts, log *slog.Logger, flow *Workflows) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{subjects.ProviderSettled.All()}, BatchMax: settledBatchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, adapters.Schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.ProviderSettled) error {
-		var joined []string
-		for _, ev := range evs {
+// canceled and ends). Undecodable messages, and those that keep failing,
+// go to dl.
+func ConsumeSettled(ctx context.Context, js jetstream.JetStream, payouts *app.Payouts, log *slog.Logger, flow *Workflows, dl natsx.DeadLetters) error {
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamSettlement, Durable: SettledConsumerName, FilterSubjects: []string{subjects.ProviderSettled.All()},
+		BatchMax: settledBatchMax, DeadLetters: dl}
+	return outbox.ConsumeDecoded(ctx, js, log, spec, func(ctx context.Context, ids []string, evs []*eventsv1.ProviderSettled) error {
+		msgs := make([]app.SettledMessage, len(evs))
+		for i, ev := range evs {
 			p, err := settledPayout(ev, payouts.Clock.Now())
 			if err != nil {
 				return err
 			}
-			j, err := payouts.CreateFromSettled(ctx, in(tx), p)
-			if err != nil {
-				return err
-			}
-			joined = append(joined, j...)
+			msgs[i] = app.SettledMessage{ID: ids[i], Payout: p}
+		}
+		joined, err := payouts.CreateFromSettledMessages(ctx, msgs)
+		if err != nil {
+			return err
 		}
 		if flow != nil {
 			flow.Nudge()

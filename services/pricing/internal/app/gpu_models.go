@@ -9,6 +9,44 @@ import (
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
+// GPUModelConsumer records gpu_model.updated message ids in pricing's inbox
+// (the durable consumer's name).
+const GPUModelConsumer = "pricing-gpu-models"
+
+// GPUModelMessage is one gpu_model.updated message as the port decoded it.
+type GPUModelMessage struct {
+	ID      string
+	Version domain.GPUModelVersion
+}
+
+// ApplyGPUModels keeps the read model of the GPU catalogue: in one
+// transaction it claims the messages' ids and stores the versions of the
+// fresh ones (a message seen before, or twice in one fetch, counts once)
+// that are newer than those held.
+func (a *App) ApplyGPUModels(ctx context.Context, msgs []GPUModelMessage) error {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return a.Store.WithTx(ctx, func(tx Tx) error {
+		fresh, err := tx.Claim(ctx, GPUModelConsumer, ids)
+		if err != nil {
+			return err
+		}
+		vs := make([]domain.GPUModelVersion, 0, len(fresh))
+		for _, m := range msgs {
+			if fresh[m.ID] {
+				vs = append(vs, m.Version)
+				delete(fresh, m.ID)
+			}
+		}
+		if len(vs) == 0 {
+			return nil
+		}
+		return tx.ApplyGPUModels(ctx, vs)
+	})
+}
+
 // GPUCatalogue is pricing's read model of the GPU catalogue (metering's).
 type GPUCatalogue interface {
 	Index(ctx context.Context) (gpucatalog.Index, error)

@@ -12,11 +12,12 @@ import (
 // memStore is an in-memory Store: one rate card, an inbox, and the charges
 // and pending usage each rating transaction wrote.
 type memStore struct {
-	Store // the card listing the rating never calls
-	card  domain.StoredCard
-	seen  map[string]bool
-	rated []domain.Charge
-	held  []domain.PendingUsage
+	Store  // the card listing the rating never calls
+	card   domain.StoredCard
+	seen   map[string]bool
+	rated  []domain.Charge
+	held   []domain.PendingUsage
+	models []domain.GPUModelVersion
 }
 
 func (s *memStore) WithTx(_ context.Context, fn func(Tx) error) error { return fn(memTx{s}) }
@@ -59,6 +60,10 @@ func (t memTx) AddPending(_ context.Context, ps []domain.PendingUsage, _ time.Ti
 	return nil
 }
 func (memTx) PublishCharges(context.Context, []domain.ChargeBatch) error { return nil }
+func (t memTx) ApplyGPUModels(_ context.Context, vs []domain.GPUModelVersion) error {
+	t.s.models = append(t.s.models, vs...)
+	return nil
+}
 
 // A fetch can hold the same message twice (a redelivery after the ack wait
 // arriving beside the first delivery): the inbox claims its id fresh once,
@@ -86,5 +91,22 @@ func TestSameMessageTwiceInOneFetchRatesOnce(t *testing.T) {
 			got = append(got, c.EventIDs...)
 		}
 		t.Fatalf("charged %v; want ev-dup once for 2.80 (1 GPU-hour at 2.80)", got)
+	}
+}
+
+// The GPU catalogue's read model applies each fresh gpu_model.updated once:
+// not one the inbox has seen, and one twice in a fetch once.
+func TestGPUModelMessagesApplyOnce(t *testing.T) {
+	t.Parallel()
+	st := &memStore{seen: map[string]bool{"gm-old": true}}
+	a := New(st, nil, clock.NewManual(time.Now()))
+	msg := func(id, model string) GPUModelMessage {
+		return GPUModelMessage{ID: id, Version: domain.GPUModelVersion{ID: model, Version: 2}}
+	}
+	if err := a.ApplyGPUModels(context.Background(), []GPUModelMessage{msg("gm-old", "A100"), msg("gm-1", "H100"), msg("gm-1", "H100")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.models) != 1 || st.models[0].ID != "H100" {
+		t.Fatalf("applied %+v, want H100 once", st.models)
 	}
 }

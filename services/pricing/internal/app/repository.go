@@ -27,7 +27,7 @@ type Store interface {
 	Pending(ctx context.Context, limit int) ([]domain.PendingUsage, error)
 }
 
-// Tx is Store inside one rating transaction.
+// Tx is Store inside one transaction (rating, the GPU catalogue's read model).
 type Tx interface {
 	// LockRating serialises rating (cumulative rounding and tier volume
 	// must see every earlier charge), across processes too.
@@ -46,4 +46,6 @@ type Tx interface {
 	AddPending(ctx context.Context, ps []domain.PendingUsage, now time.Time) error
 	// PublishCharges publishes charges.rated.{provider}, one message per batch.
 	PublishCharges(ctx context.Context, bs []domain.ChargeBatch) error
+	// ApplyGPUModels stores the GPU catalogue's versions newer than those held.
+	ApplyGPUModels(ctx context.Context, vs []domain.GPUModelVersion) error
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -155,11 +156,30 @@ func readLeases(ctx context.Context, q Querier, keys []domain.WalletKey, lock bo
 	return out, err
 }
 
+// LeaseStore is app.LeaseControlStore on the ledger's tables.
+type LeaseStore struct {
+	Pool *pgxpool.Pool
+	// Webhooks queues each announcement for GPUBILL_LEASE_CONTROL_URL.
+	Webhooks bool
+}
+
+var _ app.LeaseControlStore = LeaseStore{}
+
+// WithLeaseTx runs fn in one transaction.
+func (s LeaseStore) WithLeaseTx(ctx context.Context, fn func(app.LeaseControlTx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&LeaseTx{Tx: tx, Webhooks: s.Webhooks}) })
+}
+
 // LeaseTx is lease control's work inside one consumer transaction.
 type LeaseTx struct {
 	Tx pgx.Tx
 	// Webhooks queues each announcement for GPUBILL_LEASE_CONTROL_URL.
 	Webhooks bool
+}
+
+// Claim records the message ids in the ledger's inbox and returns the fresh ones.
+func (l *LeaseTx) Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error) {
+	return outbox.Claim(ctx, l.Tx, Schema, consumer, ids)
 }
 
 // LoadWallets locks the wallets' lease control rows (made when missing, in

@@ -9,15 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
-
-// GPUModelVersion is one version of a catalogue model as pricing keeps it.
-type GPUModelVersion struct {
-	ID        string
-	Aliases   []string
-	Version   int64
-	UpdatedAt time.Time
-}
 
 // GPUModels is pricing's read model of the GPU catalogue.
 type GPUModels struct{ Pool *pgxpool.Pool }
@@ -35,16 +28,16 @@ func (g *GPUModels) Seed(ctx context.Context, models []gpucatalog.Model, at time
 	return nil
 }
 
-// Apply stores versions newer than those held (inside the consumer's
-// transaction).
-func (g *GPUModels) Apply(ctx context.Context, tx pgx.Tx, vs []GPUModelVersion) error {
+// ApplyGPUModels implements app.Tx: it stores the versions newer than
+// those held.
+func (t *Tx) ApplyGPUModels(ctx context.Context, vs []domain.GPUModelVersion) error {
 	b := &pgx.Batch{}
 	for _, v := range vs {
 		b.Queue(`insert into pricing.gpu_models (gpu_model, aliases, version, updated_at) values ($1, $2, $3, $4)
 			on conflict (gpu_model) do update set aliases = excluded.aliases, version = excluded.version, updated_at = excluded.updated_at
 			where pricing.gpu_models.version < excluded.version`, v.ID, nonNil(v.Aliases), v.Version, v.UpdatedAt)
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("apply gpu models: %w", err)
 	}
 	return nil
