@@ -39,9 +39,11 @@ import (
 	wechatpaypkg "github.com/gpubill/gpubill/pkg/wechatpay"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/ledgerclient"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/sandbox"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/wechatpay"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -89,7 +91,7 @@ type Config struct {
 	WeChatPay   wechatpaypkg.Config
 	WeChatPayOn bool
 	// Webhook secrets are sealed at rest with WebhookKey (32 bytes) when
-	// set (tests); else with the key adapters.LoadWebhookKey finds: the
+	// set (tests); else with the key postgres.LoadWebhookKey finds: the
 	// file WebhookKeyFile (GPUBILL_WEBHOOK_KEY_FILE), else HKDF-SHA256 of
 	// WebhookKeySecret (GPUBILL_WEBHOOK_KEY), else DataDir/webhook.key,
 	// generated on first start (the composition roots set DataDir to
@@ -209,8 +211,8 @@ type Service struct {
 	d       svc.Deps
 	tc      client.Client
 	queue   string
-	store   *adapters.Store
-	sandbox *adapters.Sandbox
+	store   *postgres.Store
+	sandbox *sandbox.Sandbox
 	payouts *app.Payouts
 	topups  *app.TopUps // the rails' top-up and payout notifications
 	bank    *bankfile.Rail
@@ -239,7 +241,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	if cfg.Minimums == nil {
 		cfg.Minimums = domain.DefaultMinimums()
 	}
-	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
+	if err := pg.Migrate(ctx, d.Pool, postgres.Schema, migrations.For(postgres.Schema)); err != nil {
 		return nil, err
 	}
 	if d.JS != nil {
@@ -251,7 +253,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	if err != nil {
 		return nil, err
 	}
-	st := &adapters.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &adapters.PayoutCache{Pool: d.Pool, Log: d.Log}, Box: box}
+	st := &postgres.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &postgres.PayoutCache{Pool: d.Pool, Log: d.Log}, Box: box}
 	if n, err := st.SealLegacySecrets(ctx); err != nil {
 		return nil, fmt.Errorf("seal webhook secrets: %w", err)
 	} else if n > 0 {
@@ -262,7 +264,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	}
 	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
 	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
-	s.sandbox = &adapters.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
+	s.sandbox = &sandbox.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
 	if err := cfg.checkRails(); err != nil {
 		return nil, err
 	}
@@ -286,9 +288,9 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	if len(byType) > 0 {
 		rail = app.Router{Default: s.sandbox, ByType: byType}
 	}
-	s.payouts = &app.Payouts{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
+	s.payouts = &app.Payouts{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
 		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
-	s.topups = &app.TopUps{Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
+	s.topups = &app.TopUps{Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
 	s.routes = map[string]http.Handler{}
 	s.orders = &app.TopUpOrders{Rails: map[string]app.Checkout{}}
 	if s.alipay != nil {
@@ -325,15 +327,15 @@ func settingDefaults(cfg Config) ports.Defaults {
 }
 
 // webhookBox is the box webhook secrets are sealed with.
-func webhookBox(cfg Config, log *slog.Logger) (*adapters.SecretBox, error) {
+func webhookBox(cfg Config, log *slog.Logger) (*postgres.SecretBox, error) {
 	key, source := cfg.WebhookKey, "Config.WebhookKey"
 	if key == nil {
 		var err error
-		if key, source, err = adapters.LoadWebhookKey(cfg.WebhookKeyFile, cfg.WebhookKeySecret, cfg.DataDir); err != nil {
+		if key, source, err = postgres.LoadWebhookKey(cfg.WebhookKeyFile, cfg.WebhookKeySecret, cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
-	box, err := adapters.NewSecretBox(key)
+	box, err := postgres.NewSecretBox(key)
 	if err != nil {
 		return nil, err
 	}
@@ -430,11 +432,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.d.JS != nil {
 		g.Go(func() error {
-			return ports.ConsumeSettled(ctx, s.d.JS, s.payouts, s.d.Log, s.flow, deadletter.New(s.d.Pool, adapters.Schema, s.d.Log))
+			return ports.ConsumeSettled(ctx, s.d.JS, s.payouts, s.d.Log, s.flow, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
 		})
 		g.Go(func() error { return ports.WakeOnCredits(ctx, s.d.JS, s.store, s.flow, s.d.Log) })
 		g.Go(func() error {
-			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 		})
 	}
 	return g.Wait()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/gpubill/gpubill/services/payout/internal/adapters"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
@@ -16,5 +16,5 @@ import (
 // starter and resumes from the payout's state in the database, as after a
 // crash of the worker. It returns how many.
 func AfterRestore(ctx context.Context, pool *pgxpool.Pool, now time.Time) (int64, error) {
-	return (&adapters.Store{Pool: pool}).MarkUnstartedAfterRestore(ctx, now, app.ReturnWindowDefault)
+	return (&postgres.Store{Pool: pool}).MarkUnstartedAfterRestore(ctx, now, app.ReturnWindowDefault)
 }

@@ -33,8 +33,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
 	"github.com/gpubill/gpubill/services/settlement/internal/adapters/grpcclients"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
@@ -84,7 +84,7 @@ type Service struct {
 	batch      int
 	window     int
 	noStartup  bool
-	store      *adapters.Store
+	store      *postgres.Store
 	acts       *ports.Activities
 	api        *ports.Server
 }
@@ -105,7 +105,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	if err := s.commission.Validate(); err != nil {
 		return nil, fmt.Errorf("settlement commission policy: %w", err)
 	}
-	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
+	if err := pg.Migrate(ctx, d.Pool, postgres.Schema, migrations.For(postgres.Schema)); err != nil {
 		return nil, err
 	}
 	if d.JS != nil {
@@ -113,7 +113,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 			return nil, err
 		}
 	}
-	s.store = &adapters.Store{Pool: d.Pool}
+	s.store = &postgres.Store{Pool: d.Pool}
 	s.acts = &ports.Activities{
 		Steps: &app.Steps{
 			Store: s.store, Ledger: grpcclients.NewLedger(d.Internal), Tax: grpcclients.NewTax(d.Internal),
@@ -272,7 +272,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.d.JS != nil {
 		g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
 		g.Go(func() error {
-			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 		})
 	}
 	g.Go(func() error { <-ctx.Done(); return nil })

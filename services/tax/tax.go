@@ -20,7 +20,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/svc"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
-	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters/ledgerclient"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/tax/internal/app"
 	"github.com/gpubill/gpubill/services/tax/internal/ports"
 )
@@ -28,7 +29,7 @@ import (
 // Service is the tax service.
 type Service struct {
 	d     svc.Deps
-	store *adapters.Store
+	store *postgres.Store
 	app   *app.App
 	api   *ports.Server
 }
@@ -36,7 +37,7 @@ type Service struct {
 // New migrates the tax schema (seeding the flat20 and cn_labour rules),
 // ensures the streams it reads and wires the service.
 func New(ctx context.Context, d svc.Deps) (*Service, error) {
-	if err := pg.Migrate(ctx, d.Pool, adapters.Schema, migrations.For(adapters.Schema)); err != nil {
+	if err := pg.Migrate(ctx, d.Pool, postgres.Schema, migrations.For(postgres.Schema)); err != nil {
 		return nil, err
 	}
 	if d.JS != nil {
@@ -44,8 +45,8 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	st := &adapters.Store{Pool: d.Pool}
-	a := &app.App{Store: st, Ledger: ports.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
+	st := &postgres.Store{Pool: d.Pool}
+	a := &app.App{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
 	return &Service{d: d, store: st, app: a, api: &ports.Server{App: a}}, nil
 }
 
@@ -88,7 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
 	g.Go(func() error {
-		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: adapters.Schema, Log: s.d.Log}).Run(ctx)
+		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 	})
 	return g.Wait()
 }

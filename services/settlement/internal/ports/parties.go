@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/partyfeed"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters"
+	"github.com/gpubill/gpubill/services/settlement/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
@@ -20,8 +20,8 @@ import (
 const PartyConsumerName = "settlement-parties"
 
 // ConsumeParties keeps settlement's provider tiers until ctx ends.
-func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
-	return partyfeed.ConsumeProviders(ctx, js, pool, log, adapters.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *postgres.Store, log *slog.Logger) error {
+	return partyfeed.ConsumeProviders(ctx, js, pool, log, postgres.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
 		var rows []domain.ProviderTier
 		for _, ev := range evs {
 			if ev.Tier == "" {

@@ -13,7 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/partyfeed"
 	"github.com/gpubill/gpubill/pkg/split"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/tax/internal/adapters"
+	"github.com/gpubill/gpubill/services/tax/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/tax/internal/app"
 	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
@@ -23,8 +23,8 @@ import (
 const PartyConsumerName = "tax-parties"
 
 // ConsumeParties keeps the tax profiles until ctx ends.
-func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *adapters.Store, log *slog.Logger) error {
-	return partyfeed.ConsumeProviders(ctx, js, pool, log, adapters.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
+func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *postgres.Store, log *slog.Logger) error {
+	return partyfeed.ConsumeProviders(ctx, js, pool, log, postgres.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
 		var rows []domain.Profile
 		for _, ev := range evs {
 			j := strings.ToUpper(strings.TrimSpace(ev.Jurisdiction))

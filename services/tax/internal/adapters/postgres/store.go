@@ -1,5 +1,5 @@
-// Package adapters holds the tax service's Postgres store (schema "tax").
-package adapters
+// Package postgres holds the tax service's Postgres store (schema "tax").
+package postgres
 
 import (
 	"context"

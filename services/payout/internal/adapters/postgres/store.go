@@ -1,6 +1,7 @@
-// Package adapters holds payout's Postgres store (schema "payout") and the
-// sandbox rail.
-package adapters
+// Package postgres holds payout's Postgres store (schema "payout"): payouts,
+// methods, settings, webhooks and their sealed secrets, rail notifications,
+// and the payout cache kept fresh by LISTEN.
+package postgres
 
 import (
 	"context"

@@ -1,5 +1,5 @@
-// Package adapters holds settlement's Postgres store (schema "settlement").
-package adapters
+// Package postgres holds settlement's Postgres store (schema "settlement").
+package postgres
 
 import (
 	"context"

@@ -1,4 +1,6 @@
-package adapters
+// Package sandbox is payout's sandbox rail: a local rail whose outcome a
+// transfer's identifier chooses (tests and gpubill dev).
+package sandbox
 
 import (
 	"context"

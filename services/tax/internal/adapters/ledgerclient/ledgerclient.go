@@ -1,4 +1,6 @@
-package ports
+// Package ledgerclient implements the tax service's app.Ledger over the ledger
+// service's gRPC API (svc.Deps.Internal).
+package ledgerclient
 
 import (
 	"context"

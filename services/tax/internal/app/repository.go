@@ -1,0 +1,44 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
+)
+
+// Store is the tax service's persistence (adapters/postgres.Store implements it).
+type Store interface {
+	// Recorded returns the withholding recorded under key (found) and the
+	// provider's profile (ok), in one round trip.
+	Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error)
+	// RuleAt returns the version in force at instant at of ruleSet, or
+	// when ruleSet is "" of the rule set selected for the provider, else
+	// for its jurisdiction, else the default.
+	RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error)
+	// InsertWithholding records w unless its key is taken, and returns
+	// what is recorded under the key.
+	InsertWithholding(ctx context.Context, w domain.Withholding) (domain.Withholding, error)
+	// Withholdings lists a provider's withholdings in (cycle desc,
+	// currency) order, after the one of afterCycle and afterCurrency when
+	// afterCycle is set (a cycle has one per currency: a page may end
+	// inside a cycle).
+	Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error)
+	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
+	SetSelection(ctx context.Context, scope, ruleSet string) error
+
+	// PlanRemittances assigns every unremitted withholding recorded before
+	// end to a remittance of the period per jurisdiction and currency, and
+	// returns the period's remittances.
+	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
+	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
+	Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error)
+	Report(ctx context.Context, period string) ([]domain.ReportLine, error)
+}
+
+// Ledger is what the tax service needs of the ledger service.
+type Ledger interface {
+	// PostRemittance posts a remittance (its Legs) with its id as the
+	// idempotency key and returns the ledger transaction id.
+	PostRemittance(ctx context.Context, r domain.Remittance) (string, error)
+}
