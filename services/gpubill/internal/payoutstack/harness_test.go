@@ -114,6 +114,18 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = internal.Close() })
+	// The segregated-funds report is read as an auditor reads it (DESIGN §7:
+	// finance and auditor only; admin is refused).
+	audTok, err := auth.Issue(secret, auth.RoleAuditor, "payout-stack-auditor", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditor, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.BearerCreds(audTok)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = auditor.Close() })
 	d := svc.Deps{Pool: pool, JS: js.JS, Log: log, Clock: clock.System{}, Calendar: cycles.Default(), Internal: internal}
 	ls, err := ledger.New(ctx, d)
 	if err != nil {
@@ -141,7 +153,7 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	stopLedger := testkit.Run(t, "ledger", ls.Run)
-	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(internal), report: ledgerv1.NewReportServiceClient(internal),
+	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(internal), report: ledgerv1.NewReportServiceClient(auditor),
 		http: srv.HTTPAddr, secret: secret, t: t, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
 	st.startPayout()
 	t.Cleanup(func() { st.stopPayout(); stopLedger() })
