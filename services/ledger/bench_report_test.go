@@ -507,12 +507,13 @@ func processCPU() time.Duration {
 }
 
 // postgresCPU is the user + system CPU time so far of the Postgres
-// backends connected to the report's database (read from /proc: the server
+// backends connected to the fixture's database (read from /proc: the server
 // runs on this machine; 0 when it cannot be read). A backend that ended
-// in between, or a parallel worker, is not counted.
+// in between, a parallel worker, or the server's own processes (WAL writer,
+// checkpointer) are not counted.
 func postgresCPU(t *testing.T, f *fixture) time.Duration {
 	t.Helper()
-	rows, err := f.pool.Query(context.Background(), `select pid from pg_stat_activity where datname = $1`, benchReportDB)
+	rows, err := f.pool.Query(context.Background(), `select pid from pg_stat_activity where datname = current_database()`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,11 +117,13 @@ func wantBalances(t *testing.T, f *fixture, want map[string]decimal.Decimal) {
 }
 
 // runCharges starts the service (consumer, outbox relay, chain worker) and
-// returns how long it took to commit n charge transactions.
-func runCharges(t *testing.T, f *fixture, n int) time.Duration {
+// returns how long it took to commit n charge transactions and the CPU it
+// cost.
+func runCharges(t *testing.T, f *fixture, n int) (time.Duration, cpuCost) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
+	meter := startCPU(t, f)
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- f.svc.Run(ctx) }()
@@ -129,6 +131,7 @@ func runCharges(t *testing.T, f *fixture, n int) time.Duration {
 		return f.count(t, `select count(*) from ledger.transactions`) >= n
 	}, "charges not all posted")
 	elapsed := time.Since(start)
+	cost := meter.stop(t, n)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -136,7 +139,31 @@ func runCharges(t *testing.T, f *fixture, n int) time.Duration {
 	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != n {
 		t.Fatalf("%d charge transactions, want %d", got, n)
 	}
-	return elapsed
+	return elapsed, cost
+}
+
+// cpuMeter measures the CPU of this process and of the fixture database's
+// Postgres backends over a benchmark's timed part.
+type cpuMeter struct {
+	f        *fixture
+	go0, pg0 time.Duration
+}
+
+// cpuCost is CPU per item: this process (service and load generator) and
+// the Postgres backends.
+type cpuCost struct{ goPer, pgPer time.Duration }
+
+func (c cpuCost) String() string {
+	return fmt.Sprintf("CPU per transaction: test process %s, Postgres backends %s", c.goPer, c.pgPer)
+}
+
+func startCPU(t *testing.T, f *fixture) *cpuMeter {
+	return &cpuMeter{f: f, go0: processCPU(), pg0: postgresCPU(t, f)}
+}
+
+func (m *cpuMeter) stop(t *testing.T, n int) cpuCost {
+	g, p := processCPU()-m.go0, postgresCPU(t, m.f)-m.pg0
+	return cpuCost{goPer: (g / time.Duration(n)).Round(time.Microsecond), pgPer: (p / time.Duration(n)).Round(time.Microsecond)}
 }
 
 func TestBenchLedgerPostings(t *testing.T) {
@@ -144,12 +171,13 @@ func TestBenchLedgerPostings(t *testing.T) {
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
 	want := publishCharges(t, js, benchCharges, func(i int) string { return fmt.Sprintf("r-%d", i%benchRenters) })
-	elapsed := runCharges(t, f, benchCharges)
+	elapsed, cost := runCharges(t, f, benchCharges)
 	postings := 2 * benchCharges
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	fig := testkit.Figure{Bench: "ledger_postings", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings, Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("%d charges from JetStream in %s, %d per message, fetch batches of 500 messages in one Postgres transaction each, fsync on, relay and chain worker running", benchCharges, elapsed.Round(time.Millisecond), benchChargesPerMsg)}
+		Note: fmt.Sprintf("%d charges from JetStream in %s, %d per message, fetch batches of 500 messages in one Postgres transaction each, fsync on, relay and chain worker running; %s",
+			benchCharges, elapsed.Round(time.Millisecond), benchChargesPerMsg, cost)}
 	// The ceiling on the same database, after the figure: as many posting
 	// rows by COPY, as many per transaction as one fetched batch writes.
 	testkit.ReportAgainst(t, fig, ceiling.Copy(t, f.ctx, f.pool, postings))
@@ -160,14 +188,14 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
 	want := publishCharges(t, js, benchCharges, func(int) string { return "r-hot" })
-	elapsed := runCharges(t, f, benchCharges)
+	elapsed, cost := runCharges(t, f, benchCharges)
 	postings := 2 * benchCharges
 	// −Σ of the generated amounts, through the API read path and the balances table.
 	wantBalance(t, f, "renter:r-hot:wallet", "USD", want["renter:r-hot:wallet"].String())
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	testkit.Report(t, testkit.Figure{Bench: "ledger_hot_account", Value: float64(int(float64(postings) / elapsed.Seconds())), Unit: "postings/s", N: postings,
-		Note: "every charge debits renter:r-hot:wallet; one balance update per account per batch"})
+		Note: "every charge debits renter:r-hot:wallet; one balance update per account per batch; " + cost.String()})
 }
 
 // TestBenchLedgerAPI is ledger_api: tx/s of benchAPIClients clients each
@@ -177,13 +205,13 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 // INSERTs from as many connections, measured after on the same database).
 func TestBenchLedgerAPI(t *testing.T) {
 	testkit.Bench(t, "ledger_api", "ledger_api_p99", "ceiling_autocommit")
-	f, lat, rate := benchAPI(t, restPoster)
+	f, lat, rate, cost := benchAPI(t, restPoster)
 	c := ceiling.Autocommit(t, f.ctx, f.pool, benchAPIClients, benchAPIPerClient)
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	load := testkit.LoadAvg()
 	testkit.ReportAgainst(t, testkit.Figure{Bench: "ledger_api", Value: float64(int(rate)), Unit: "tx/s", N: len(lat), Load: load,
-		Note: fmt.Sprintf("%d clients, POST /v1/transactions (REST, JSON, auth), two postings each, every call debits bank:client (a hot account); p99 %.1f ms", benchAPIClients, ms(p(0.99)))}, c)
+		Note: fmt.Sprintf("%d clients, POST /v1/transactions (REST, JSON, auth), two postings each, every call debits bank:client (a hot account); p99 %.1f ms; %s", benchAPIClients, ms(p(0.99)), cost)}, c)
 	testkit.Report(t, testkit.Figure{Bench: "ledger_api_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: load,
 		Note: fmt.Sprintf("%d clients, CreateTransaction over REST with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
 			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate)})
@@ -193,12 +221,12 @@ func TestBenchLedgerAPI(t *testing.T) {
 // (what ledger_api_p99 measured before it moved to REST).
 func TestBenchLedgerAPIGRPC(t *testing.T) {
 	testkit.Bench(t, "ledger_api_grpc_p99")
-	_, lat, rate := benchAPI(t, grpcPoster)
+	_, lat, rate, cost := benchAPI(t, grpcPoster)
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	testkit.Report(t, testkit.Figure{Bench: "ledger_api_grpc_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
-			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate)})
+		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account); %s",
+			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate, cost)})
 }
 
 // poster makes a client that creates one transaction per call.
@@ -257,8 +285,9 @@ func restPoster(t *testing.T, srv *server.Server, tok string) func(context.Conte
 
 // benchAPI runs benchAPIClients clients of benchAPIPerClient transactions
 // each through the poster, verifies every balance and the invariants, and
-// returns the fixture, the sorted latencies and the tx/s achieved.
-func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64) {
+// returns the fixture, the sorted latencies, the tx/s achieved and the CPU
+// per transaction (the clients' included).
+func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuCost) {
 	f := newFixture(t, nil)
 	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
@@ -272,6 +301,7 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64) {
 	var lat []time.Duration
 	want := map[string]decimal.Decimal{}
 	var wg sync.WaitGroup
+	meter := startCPU(t, f)
 	start := time.Now()
 	for c := 0; c < benchAPIClients; c++ {
 		wg.Add(1)
@@ -303,6 +333,7 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cost := meter.stop(t, benchAPIClients*benchAPIPerClient)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -312,5 +343,5 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64) {
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	slices.Sort(lat)
-	return f, lat, float64(len(lat)) / elapsed.Seconds()
+	return f, lat, float64(len(lat)) / elapsed.Seconds(), cost
 }
