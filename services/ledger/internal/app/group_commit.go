@@ -29,7 +29,8 @@ type grouper struct {
 
 type groupReq struct {
 	t    *domain.Transaction
-	id   string // the posted (or original, on a replay) transaction id
+	id   string              // the posted (or original, on a replay) transaction id
+	tx   *domain.Transaction // the answer when known without a read (t, posted fresh)
 	err  error
 	done chan struct{}
 }
@@ -54,6 +55,9 @@ func (a *App) postGrouped(ctx context.Context, t *domain.Transaction) (*domain.T
 	}
 	if r.err != nil {
 		return nil, r.err
+	}
+	if r.tx != nil {
+		return r.tx, nil
 	}
 	return a.getTransaction(ctx, r.id)
 }
@@ -86,7 +90,7 @@ func (a *App) commitGroups(ctx context.Context, mine *groupReq) {
 			for _, r := range batch { // one at a time: each gets its own answer
 				res, err := a.postOne(ctx, r.t, nil)
 				if err == nil {
-					r.id = res.ID
+					r.id, r.tx = res.ID, res
 				}
 				r.err = err
 			}
@@ -129,8 +133,9 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 			isFresh[t.ID] = true
 		}
 		for _, r := range batch {
-			r.id, r.err = r.t.ID, nil
+			r.id, r.tx, r.err = r.t.ID, nil, nil
 			if isFresh[r.t.ID] {
+				r.tx = posted(r.t)
 				continue
 			}
 			id, h, err := tx.TxByKey(ctx, r.t.IdempotencyKey)
