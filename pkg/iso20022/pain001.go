@@ -233,6 +233,41 @@ type groupKey struct {
 // EndToEndId, an amount not positive or finer than its currency, a field
 // over its length.
 func BuildPain001(b CreditTransferBatch) ([]byte, error) {
+	groups, err := checkBatch(b)
+	if err != nil {
+		return nil, err
+	}
+	doc := xmlPain001Doc{Init: xmlCstmrCdtTrfIni{GrpHdr: xmlGrpHdr{
+		MsgId:    b.MessageID,
+		CreDtTm:  b.CreatedAt.UTC().Truncate(time.Second).Format(time.RFC3339),
+		NbOfTxs:  strconv.Itoa(len(b.Transfers)),
+		InitgPty: xmlParty{Nm: b.InitiatingParty},
+	}}}
+	total, minorMax := decimal.Zero, int32(0)
+	for _, k := range sortedGroupKeys(groups) {
+		cur := money.MustLookup(k.ccy)
+		minorMax = max(minorMax, cur.MinorUnits)
+		pi, sum := paymentInfo(b, k, cur, groups[k])
+		total = total.Add(sum)
+		doc.Init.PmtInf = append(doc.Init.PmtInf, pi)
+	}
+	// The group's control sum adds amounts of every currency, as the
+	// schema defines it (a plain sum of the instructed amounts).
+	doc.Init.GrpHdr.CtrlSum = total.StringFixed(minorMax)
+	var buf bytes.Buffer
+	buf.WriteString(xml.Header)
+	enc := xml.NewEncoder(&buf)
+	enc.Indent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("batch %s: %w", b.MessageID, err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
+}
+
+// checkBatch refuses a batch the bank would refuse and groups its transfers
+// by currency and execution date (currency codes canonical).
+func checkBatch(b CreditTransferBatch) (map[groupKey][]CreditTransfer, error) {
 	if err := checkID("message_id", b.MessageID); err != nil {
 		return nil, err
 	}
@@ -256,28 +291,43 @@ func BuildPain001(b CreditTransferBatch) ([]byte, error) {
 			return nil, fmt.Errorf("%s: end-to-end id %s twice in one batch", f, t.EndToEndID)
 		}
 		seen[t.EndToEndID] = true
-		cur, err := money.Lookup(t.Currency)
-		if err != nil || !ccyRE.MatchString(cur.Code) || cur.MinorUnits > fractionMax {
-			return nil, fmt.Errorf("%s: currency %q is not an ISO 4217 currency a bank transfer carries", f, t.Currency)
-		}
-		if !t.Amount.IsPositive() || !cur.Round(t.Amount).Equal(t.Amount) {
-			return nil, fmt.Errorf("%s: amount %s %s must be positive and in whole %s minor units", f, t.Amount, cur.Code, cur.Code)
-		}
-		if t.ExecutionDate.IsZero() {
-			return nil, fmt.Errorf("%s: execution date required", f)
-		}
-		if err := checkParty(f+".creditor", t.Creditor); err != nil {
+		cur, err := checkTransfer(f, t)
+		if err != nil {
 			return nil, err
-		}
-		if t.Remittance != "" {
-			if err := checkText(f+".remittance", t.Remittance, remitLenMax); err != nil {
-				return nil, err
-			}
 		}
 		t.Currency = cur.Code
 		k := groupKey{cur.Code, t.ExecutionDate.Format(time.DateOnly)}
 		groups[k] = append(groups[k], t)
 	}
+	return groups, nil
+}
+
+// checkTransfer checks one transfer's currency, amount, date, creditor and
+// remittance; f names it in errors.
+func checkTransfer(f string, t CreditTransfer) (money.Currency, error) {
+	cur, err := money.Lookup(t.Currency)
+	if err != nil || !ccyRE.MatchString(cur.Code) || cur.MinorUnits > fractionMax {
+		return cur, fmt.Errorf("%s: currency %q is not an ISO 4217 currency a bank transfer carries", f, t.Currency)
+	}
+	if !t.Amount.IsPositive() || !cur.Round(t.Amount).Equal(t.Amount) {
+		return cur, fmt.Errorf("%s: amount %s %s must be positive and in whole %s minor units", f, t.Amount, cur.Code, cur.Code)
+	}
+	if t.ExecutionDate.IsZero() {
+		return cur, fmt.Errorf("%s: execution date required", f)
+	}
+	if err := checkParty(f+".creditor", t.Creditor); err != nil {
+		return cur, err
+	}
+	if t.Remittance != "" {
+		if err := checkText(f+".remittance", t.Remittance, remitLenMax); err != nil {
+			return cur, err
+		}
+	}
+	return cur, nil
+}
+
+// sortedGroupKeys orders the PmtInf groups by currency, then execution date.
+func sortedGroupKeys(groups map[groupKey][]CreditTransfer) []groupKey {
 	keys := make([]groupKey, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
@@ -288,61 +338,42 @@ func BuildPain001(b CreditTransferBatch) ([]byte, error) {
 		}
 		return keys[i].date < keys[j].date
 	})
-	doc := xmlPain001Doc{Init: xmlCstmrCdtTrfIni{GrpHdr: xmlGrpHdr{
-		MsgId:    b.MessageID,
-		CreDtTm:  b.CreatedAt.UTC().Truncate(time.Second).Format(time.RFC3339),
-		NbOfTxs:  strconv.Itoa(len(b.Transfers)),
-		InitgPty: xmlParty{Nm: b.InitiatingParty},
-	}}}
-	total, minorMax := decimal.Zero, int32(0)
-	for _, k := range keys {
-		ts := groups[k]
-		sort.Slice(ts, func(i, j int) bool { return ts[i].EndToEndID < ts[j].EndToEndID })
-		cur := money.MustLookup(k.ccy)
-		minorMax = max(minorMax, cur.MinorUnits)
-		sum := decimal.Zero
-		pi := xmlPmtInf{
-			PmtInfId:    pmtInfID(b.MessageID, k),
-			PmtMtd:      "TRF",
-			BtchBookg:   "false", // one debit per transfer: each payout is booked, and returned, on its own
-			NbOfTxs:     strconv.Itoa(len(ts)),
-			ReqdExctnDt: DateChoice{Dt: k.date},
-			Dbtr:        xmlParty{Nm: b.Debtor.Name},
-			DbtrAcct:    account(b.Debtor.Account),
-			DbtrAgt:     agent(b.Debtor.Agent),
-			ChrgBr:      "SHAR",
-		}
-		for _, t := range ts {
-			sum = sum.Add(t.Amount)
-			ag := agent(t.Creditor.Agent)
-			tx := xmlCdtTrfTx{
-				PmtId:    xmlPmtId{InstrId: t.EndToEndID, EndToEndId: t.EndToEndID},
-				Amt:      xmlAmt{InstdAmt: &Amount{Ccy: k.ccy, Value: cur.Format(t.Amount)}},
-				CdtrAgt:  &ag,
-				Cdtr:     xmlParty{Nm: t.Creditor.Name},
-				CdtrAcct: account(t.Creditor.Account),
-			}
-			if t.Remittance != "" {
-				tx.RmtInf = &xmlRmtInf{Ustrd: t.Remittance}
-			}
-			pi.CdtTrfTxInf = append(pi.CdtTrfTxInf, tx)
-		}
-		pi.CtrlSum = sum.StringFixed(cur.MinorUnits)
-		total = total.Add(sum)
-		doc.Init.PmtInf = append(doc.Init.PmtInf, pi)
+	return keys
+}
+
+// paymentInfo writes one group's PmtInf, its transfers by EndToEndId, and
+// returns it with the sum of its amounts.
+func paymentInfo(b CreditTransferBatch, k groupKey, cur money.Currency, ts []CreditTransfer) (xmlPmtInf, decimal.Decimal) {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].EndToEndID < ts[j].EndToEndID })
+	sum := decimal.Zero
+	pi := xmlPmtInf{
+		PmtInfId:    pmtInfID(b.MessageID, k),
+		PmtMtd:      "TRF",
+		BtchBookg:   "false", // one debit per transfer: each payout is booked, and returned, on its own
+		NbOfTxs:     strconv.Itoa(len(ts)),
+		ReqdExctnDt: DateChoice{Dt: k.date},
+		Dbtr:        xmlParty{Nm: b.Debtor.Name},
+		DbtrAcct:    account(b.Debtor.Account),
+		DbtrAgt:     agent(b.Debtor.Agent),
+		ChrgBr:      "SHAR",
 	}
-	// The group's control sum adds amounts of every currency, as the
-	// schema defines it (a plain sum of the instructed amounts).
-	doc.Init.GrpHdr.CtrlSum = total.StringFixed(minorMax)
-	var buf bytes.Buffer
-	buf.WriteString(xml.Header)
-	enc := xml.NewEncoder(&buf)
-	enc.Indent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return nil, fmt.Errorf("batch %s: %w", b.MessageID, err)
+	for _, t := range ts {
+		sum = sum.Add(t.Amount)
+		ag := agent(t.Creditor.Agent)
+		tx := xmlCdtTrfTx{
+			PmtId:    xmlPmtId{InstrId: t.EndToEndID, EndToEndId: t.EndToEndID},
+			Amt:      xmlAmt{InstdAmt: &Amount{Ccy: k.ccy, Value: cur.Format(t.Amount)}},
+			CdtrAgt:  &ag,
+			Cdtr:     xmlParty{Nm: t.Creditor.Name},
+			CdtrAcct: account(t.Creditor.Account),
+		}
+		if t.Remittance != "" {
+			tx.RmtInf = &xmlRmtInf{Ustrd: t.Remittance}
+		}
+		pi.CdtTrfTxInf = append(pi.CdtTrfTxInf, tx)
 	}
-	buf.WriteByte('\n')
-	return buf.Bytes(), nil
+	pi.CtrlSum = sum.StringFixed(cur.MinorUnits)
+	return pi, sum
 }
 
 // PaymentInfoID is the PmtInfId BuildPain001 gives the transfers of a
@@ -401,19 +432,8 @@ func ParsePain001(b []byte) (Pain001, error) {
 	in := doc.Init
 	const g = "CstmrCdtTrfInitn/GrpHdr"
 	out := Pain001{MessageID: in.GrpHdr.MsgId, InitiatingParty: in.GrpHdr.InitgPty.Nm}
-	if !max35RE.MatchString(in.GrpHdr.MsgId) {
-		return out, malformed(g+"/MsgId", "want 1 to 35 characters")
-	}
-	if out.CreatedAt, err = parseDateTime(g+"/CreDtTm", in.GrpHdr.CreDtTm); err != nil {
+	if err := parseGroupHeader(g, in.GrpHdr, &out); err != nil {
 		return out, err
-	}
-	if out.NumberOfTxs, err = parseCount(g+"/NbOfTxs", in.GrpHdr.NbOfTxs); err != nil {
-		return out, err
-	}
-	if in.GrpHdr.CtrlSum != "" {
-		if out.ControlSum, _, err = (&Amount{Ccy: "XXX", Value: in.GrpHdr.CtrlSum}).parse(g + "/CtrlSum"); err != nil {
-			return out, err
-		}
 	}
 	if len(in.PmtInf) == 0 {
 		return out, malformed("CstmrCdtTrfInitn/PmtInf", "at least one required")
@@ -421,76 +441,9 @@ func ParsePain001(b []byte) (Pain001, error) {
 	n, total := 0, decimal.Zero
 	e2e := map[string]string{}
 	for i, x := range in.PmtInf {
-		p := fmt.Sprintf("CstmrCdtTrfInitn/PmtInf[%d]", i)
-		pi := PaymentInfo{ID: x.PmtInfId, Method: x.PmtMtd, ChargeBearer: x.ChrgBr,
-			Debtor: Party{Name: x.Dbtr.Nm, Account: x.DbtrAcct.id(), Agent: x.DbtrAgt.id()}}
-		if !max35RE.MatchString(x.PmtInfId) {
-			return out, malformed(p+"/PmtInfId", "want 1 to 35 characters")
-		}
-		if x.PmtMtd != "TRF" {
-			return out, malformed(p+"/PmtMtd", "want TRF, got %q", x.PmtMtd)
-		}
-		if pi.ExecutionDate, err = x.ReqdExctnDt.parse(p + "/ReqdExctnDt"); err != nil {
+		pi, sum, err := parsePaymentInfo(fmt.Sprintf("CstmrCdtTrfInitn/PmtInf[%d]", i), x, e2e)
+		if err != nil {
 			return out, err
-		}
-		if pi.ExecutionDate.IsZero() {
-			return out, malformed(p+"/ReqdExctnDt", "required")
-		}
-		for _, f := range []struct{ path, v string }{{"/Dbtr/Nm", pi.Debtor.Name}, {"/DbtrAcct/Id", pi.Debtor.Account}, {"/DbtrAgt/FinInstnId", pi.Debtor.Agent}} {
-			if err := required(p+f.path, f.v); err != nil {
-				return out, err
-			}
-		}
-		if len(x.CdtTrfTxInf) == 0 {
-			return out, malformed(p+"/CdtTrfTxInf", "at least one required")
-		}
-		sum := decimal.Zero
-		for j, t := range x.CdtTrfTxInf {
-			tp := fmt.Sprintf("%s/CdtTrfTxInf[%d]", p, j)
-			ct := CreditTransfer{EndToEndID: t.PmtId.EndToEndId, ExecutionDate: pi.ExecutionDate,
-				Creditor: Party{Name: t.Cdtr.Nm, Account: t.CdtrAcct.id()}}
-			if t.CdtrAgt != nil {
-				ct.Creditor.Agent = t.CdtrAgt.id()
-			}
-			if t.RmtInf != nil {
-				ct.Remittance = t.RmtInf.Ustrd
-			}
-			if !max35RE.MatchString(ct.EndToEndID) {
-				return out, malformed(tp+"/PmtId/EndToEndId", "want 1 to 35 characters")
-			}
-			if prev, dup := e2e[ct.EndToEndID]; dup {
-				return out, malformed(tp+"/PmtId/EndToEndId", "%s already used at %s", ct.EndToEndID, prev)
-			}
-			e2e[ct.EndToEndID] = tp
-			if ct.Amount, ct.Currency, err = t.Amt.InstdAmt.parse(tp + "/Amt/InstdAmt"); err != nil {
-				return out, err
-			}
-			if !ct.Amount.IsPositive() {
-				return out, malformed(tp+"/Amt/InstdAmt", "must be positive")
-			}
-			for _, f := range []struct{ path, v string }{{"/Cdtr/Nm", ct.Creditor.Name}, {"/CdtrAcct/Id", ct.Creditor.Account}} {
-				if err := required(tp+f.path, f.v); err != nil {
-					return out, err
-				}
-			}
-			sum = sum.Add(ct.Amount)
-			pi.Transfers = append(pi.Transfers, ct)
-		}
-		if x.NbOfTxs != "" {
-			if pi.NumberOfTxs, err = parseCount(p+"/NbOfTxs", x.NbOfTxs); err != nil {
-				return out, err
-			}
-			if pi.NumberOfTxs != len(pi.Transfers) {
-				return out, malformed(p+"/NbOfTxs", "says %d, the PmtInf holds %d", pi.NumberOfTxs, len(pi.Transfers))
-			}
-		}
-		if x.CtrlSum != "" {
-			if pi.ControlSum, _, err = (&Amount{Ccy: "XXX", Value: x.CtrlSum}).parse(p + "/CtrlSum"); err != nil {
-				return out, err
-			}
-			if !pi.ControlSum.Equal(sum) {
-				return out, malformed(p+"/CtrlSum", "says %s, the transfers add up to %s", pi.ControlSum, sum)
-			}
 		}
 		n += len(pi.Transfers)
 		total = total.Add(sum)
@@ -503,6 +456,115 @@ func ParsePain001(b []byte) (Pain001, error) {
 		return out, malformed(g+"/CtrlSum", "says %s, the transfers add up to %s", out.ControlSum, total)
 	}
 	return out, nil
+}
+
+// parseGroupHeader checks the group header at path g and reads its creation
+// time, count and control sum into out.
+func parseGroupHeader(g string, h xmlGrpHdr, out *Pain001) error {
+	var err error
+	if !max35RE.MatchString(h.MsgId) {
+		return malformed(g+"/MsgId", "want 1 to 35 characters")
+	}
+	if out.CreatedAt, err = parseDateTime(g+"/CreDtTm", h.CreDtTm); err != nil {
+		return err
+	}
+	if out.NumberOfTxs, err = parseCount(g+"/NbOfTxs", h.NbOfTxs); err != nil {
+		return err
+	}
+	if h.CtrlSum != "" {
+		if out.ControlSum, _, err = (&Amount{Ccy: "XXX", Value: h.CtrlSum}).parse(g + "/CtrlSum"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parsePaymentInfo reads the PmtInf at path p and returns it with the sum of
+// its transfers; its NbOfTxs and CtrlSum, when given, must agree. e2e holds
+// the EndToEndIds seen so far in the message (id → path).
+func parsePaymentInfo(p string, x xmlPmtInf, e2e map[string]string) (PaymentInfo, decimal.Decimal, error) {
+	var err error
+	pi := PaymentInfo{ID: x.PmtInfId, Method: x.PmtMtd, ChargeBearer: x.ChrgBr,
+		Debtor: Party{Name: x.Dbtr.Nm, Account: x.DbtrAcct.id(), Agent: x.DbtrAgt.id()}}
+	if !max35RE.MatchString(x.PmtInfId) {
+		return pi, decimal.Zero, malformed(p+"/PmtInfId", "want 1 to 35 characters")
+	}
+	if x.PmtMtd != "TRF" {
+		return pi, decimal.Zero, malformed(p+"/PmtMtd", "want TRF, got %q", x.PmtMtd)
+	}
+	if pi.ExecutionDate, err = x.ReqdExctnDt.parse(p + "/ReqdExctnDt"); err != nil {
+		return pi, decimal.Zero, err
+	}
+	if pi.ExecutionDate.IsZero() {
+		return pi, decimal.Zero, malformed(p+"/ReqdExctnDt", "required")
+	}
+	for _, f := range []struct{ path, v string }{{"/Dbtr/Nm", pi.Debtor.Name}, {"/DbtrAcct/Id", pi.Debtor.Account}, {"/DbtrAgt/FinInstnId", pi.Debtor.Agent}} {
+		if err := required(p+f.path, f.v); err != nil {
+			return pi, decimal.Zero, err
+		}
+	}
+	if len(x.CdtTrfTxInf) == 0 {
+		return pi, decimal.Zero, malformed(p+"/CdtTrfTxInf", "at least one required")
+	}
+	sum := decimal.Zero
+	for j, t := range x.CdtTrfTxInf {
+		ct, err := parseCreditTransfer(fmt.Sprintf("%s/CdtTrfTxInf[%d]", p, j), t, pi.ExecutionDate, e2e)
+		if err != nil {
+			return pi, sum, err
+		}
+		sum = sum.Add(ct.Amount)
+		pi.Transfers = append(pi.Transfers, ct)
+	}
+	if x.NbOfTxs != "" {
+		if pi.NumberOfTxs, err = parseCount(p+"/NbOfTxs", x.NbOfTxs); err != nil {
+			return pi, sum, err
+		}
+		if pi.NumberOfTxs != len(pi.Transfers) {
+			return pi, sum, malformed(p+"/NbOfTxs", "says %d, the PmtInf holds %d", pi.NumberOfTxs, len(pi.Transfers))
+		}
+	}
+	if x.CtrlSum != "" {
+		if pi.ControlSum, _, err = (&Amount{Ccy: "XXX", Value: x.CtrlSum}).parse(p + "/CtrlSum"); err != nil {
+			return pi, sum, err
+		}
+		if !pi.ControlSum.Equal(sum) {
+			return pi, sum, malformed(p+"/CtrlSum", "says %s, the transfers add up to %s", pi.ControlSum, sum)
+		}
+	}
+	return pi, sum, nil
+}
+
+// parseCreditTransfer reads the CdtTrfTxInf at path tp, executed on date;
+// its EndToEndId must be new to e2e, which records it.
+func parseCreditTransfer(tp string, t xmlCdtTrfTx, date time.Time, e2e map[string]string) (CreditTransfer, error) {
+	var err error
+	ct := CreditTransfer{EndToEndID: t.PmtId.EndToEndId, ExecutionDate: date,
+		Creditor: Party{Name: t.Cdtr.Nm, Account: t.CdtrAcct.id()}}
+	if t.CdtrAgt != nil {
+		ct.Creditor.Agent = t.CdtrAgt.id()
+	}
+	if t.RmtInf != nil {
+		ct.Remittance = t.RmtInf.Ustrd
+	}
+	if !max35RE.MatchString(ct.EndToEndID) {
+		return ct, malformed(tp+"/PmtId/EndToEndId", "want 1 to 35 characters")
+	}
+	if prev, dup := e2e[ct.EndToEndID]; dup {
+		return ct, malformed(tp+"/PmtId/EndToEndId", "%s already used at %s", ct.EndToEndID, prev)
+	}
+	e2e[ct.EndToEndID] = tp
+	if ct.Amount, ct.Currency, err = t.Amt.InstdAmt.parse(tp + "/Amt/InstdAmt"); err != nil {
+		return ct, err
+	}
+	if !ct.Amount.IsPositive() {
+		return ct, malformed(tp+"/Amt/InstdAmt", "must be positive")
+	}
+	for _, f := range []struct{ path, v string }{{"/Cdtr/Nm", ct.Creditor.Name}, {"/CdtrAcct/Id", ct.Creditor.Account}} {
+		if err := required(tp+f.path, f.v); err != nil {
+			return ct, err
+		}
+	}
+	return ct, nil
 }
 
 func parseCount(path, s string) (int, error) {

@@ -82,18 +82,22 @@ type xmlPain002In struct {
 			GrpSts       string         `xml:"GrpSts"`
 			StsRsnInf    []xmlStsRsnInf `xml:"StsRsnInf"`
 		} `xml:"OrgnlGrpInfAndSts"`
-		OrgnlPmtInfAndSts []struct {
-			OrgnlPmtInfId string         `xml:"OrgnlPmtInfId"`
-			PmtInfSts     string         `xml:"PmtInfSts"`
-			StsRsnInf     []xmlStsRsnInf `xml:"StsRsnInf"`
-			TxInfAndSts   []struct {
-				OrgnlInstrId    string         `xml:"OrgnlInstrId"`
-				OrgnlEndToEndId string         `xml:"OrgnlEndToEndId"`
-				TxSts           string         `xml:"TxSts"`
-				StsRsnInf       []xmlStsRsnInf `xml:"StsRsnInf"`
-			} `xml:"TxInfAndSts"`
-		} `xml:"OrgnlPmtInfAndSts"`
+		OrgnlPmtInfAndSts []xmlOrgnlPmtInfAndSts `xml:"OrgnlPmtInfAndSts"`
 	} `xml:"CstmrPmtStsRpt"`
+}
+
+type xmlOrgnlPmtInfAndSts struct {
+	OrgnlPmtInfId string           `xml:"OrgnlPmtInfId"`
+	PmtInfSts     string           `xml:"PmtInfSts"`
+	StsRsnInf     []xmlStsRsnInf   `xml:"StsRsnInf"`
+	TxInfAndSts   []xmlTxInfAndSts `xml:"TxInfAndSts"`
+}
+
+type xmlTxInfAndSts struct {
+	OrgnlInstrId    string         `xml:"OrgnlInstrId"`
+	OrgnlEndToEndId string         `xml:"OrgnlEndToEndId"`
+	TxSts           string         `xml:"TxSts"`
+	StsRsnInf       []xmlStsRsnInf `xml:"StsRsnInf"`
 }
 
 type xmlStsRsnInf struct {
@@ -162,37 +166,9 @@ func ParsePain002(b []byte) (StatusReport, error) {
 		return out, err
 	}
 	for i, x := range r.OrgnlPmtInfAndSts {
-		p := fmt.Sprintf("%s/OrgnlPmtInfAndSts[%d]", root, i)
-		pi := PaymentInfoStatus{Path: p, OriginalPaymentInfoID: strings.TrimSpace(x.OrgnlPmtInfId), Status: strings.TrimSpace(x.PmtInfSts)}
-		if err := required(p+"/OrgnlPmtInfId", pi.OriginalPaymentInfoID); err != nil {
+		pi, err := parsePaymentInfoStatus(fmt.Sprintf("%s/OrgnlPmtInfAndSts[%d]", root, i), x)
+		if err != nil {
 			return out, err
-		}
-		if err := checkStatus(p+"/PmtInfSts", pi.Status, true); err != nil {
-			return out, err
-		}
-		if pi.Reasons, err = reasons(p, x.StsRsnInf); err != nil {
-			return out, err
-		}
-		for j, t := range x.TxInfAndSts {
-			tp := fmt.Sprintf("%s/TxInfAndSts[%d]", p, j)
-			ts := TransactionStatus{Path: tp, OriginalEndToEndID: strings.TrimSpace(t.OrgnlEndToEndId),
-				OriginalInstructionID: strings.TrimSpace(t.OrgnlInstrId), Status: strings.TrimSpace(t.TxSts)}
-			if err := required(tp+"/OrgnlEndToEndId", ts.OriginalEndToEndID); err != nil {
-				return out, err
-			}
-			if err := required(tp+"/TxSts", ts.Status); err != nil {
-				return out, err
-			}
-			if err := checkStatus(tp+"/TxSts", ts.Status, false); err != nil {
-				return out, err
-			}
-			if ts.Reasons, err = reasons(tp, t.StsRsnInf); err != nil {
-				return out, err
-			}
-			if ts.Status == StatusRejected && len(ts.Reasons) == 0 {
-				return out, malformed(tp+"/StsRsnInf", "a rejected payment needs its reason")
-			}
-			pi.Transactions = append(pi.Transactions, ts)
 		}
 		out.PaymentInfos = append(out.PaymentInfos, pi)
 	}
@@ -200,4 +176,52 @@ func ParsePain002(b []byte) (StatusReport, error) {
 		return out, malformed(g+"/GrpSts", "a report with no payment statuses needs a group status")
 	}
 	return out, nil
+}
+
+// parsePaymentInfoStatus reads the OrgnlPmtInfAndSts at path p and its
+// payment statuses.
+func parsePaymentInfoStatus(p string, x xmlOrgnlPmtInfAndSts) (PaymentInfoStatus, error) {
+	var err error
+	pi := PaymentInfoStatus{Path: p, OriginalPaymentInfoID: strings.TrimSpace(x.OrgnlPmtInfId), Status: strings.TrimSpace(x.PmtInfSts)}
+	if err := required(p+"/OrgnlPmtInfId", pi.OriginalPaymentInfoID); err != nil {
+		return pi, err
+	}
+	if err := checkStatus(p+"/PmtInfSts", pi.Status, true); err != nil {
+		return pi, err
+	}
+	if pi.Reasons, err = reasons(p, x.StsRsnInf); err != nil {
+		return pi, err
+	}
+	for j, t := range x.TxInfAndSts {
+		ts, err := parseTransactionStatus(fmt.Sprintf("%s/TxInfAndSts[%d]", p, j), t)
+		if err != nil {
+			return pi, err
+		}
+		pi.Transactions = append(pi.Transactions, ts)
+	}
+	return pi, nil
+}
+
+// parseTransactionStatus reads the TxInfAndSts at path tp: an end-to-end id
+// and a known status are required, and a rejection carries its reason.
+func parseTransactionStatus(tp string, t xmlTxInfAndSts) (TransactionStatus, error) {
+	var err error
+	ts := TransactionStatus{Path: tp, OriginalEndToEndID: strings.TrimSpace(t.OrgnlEndToEndId),
+		OriginalInstructionID: strings.TrimSpace(t.OrgnlInstrId), Status: strings.TrimSpace(t.TxSts)}
+	if err := required(tp+"/OrgnlEndToEndId", ts.OriginalEndToEndID); err != nil {
+		return ts, err
+	}
+	if err := required(tp+"/TxSts", ts.Status); err != nil {
+		return ts, err
+	}
+	if err := checkStatus(tp+"/TxSts", ts.Status, false); err != nil {
+		return ts, err
+	}
+	if ts.Reasons, err = reasons(tp, t.StsRsnInf); err != nil {
+		return ts, err
+	}
+	if ts.Status == StatusRejected && len(ts.Reasons) == 0 {
+		return ts, malformed(tp+"/StsRsnInf", "a rejected payment needs its reason")
+	}
+	return ts, nil
 }

@@ -351,6 +351,26 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if spec.DeadLetters == nil {
 		return fmt.Errorf("consumer %s: no dead-letter sink", spec.Durable)
 	}
+	spec = spec.withDefaults()
+	cons := createConsumer(ctx, js, log, spec, spec.consumerConfig())
+	if cons == nil {
+		return nil // ctx ended before NATS answered
+	}
+	replayDone := make(chan struct{})
+	go func() {
+		defer close(replayDone)
+		if err := spec.DeadLetters.Replay(ctx, spec.Durable, h); err != nil && ctx.Err() == nil {
+			log.Error("dead-letter replay stopped", "consumer", spec.Durable, "err", err)
+		}
+	}()
+	defer func() { <-replayDone }()
+	c := &consumer{spec: spec, h: h, log: log}
+	c.pull(ctx, cons)
+	return nil
+}
+
+// withDefaults fills the batch size, fetch wait and ack wait left zero.
+func (spec ConsumerSpec) withDefaults() ConsumerSpec {
 	if spec.BatchMax <= 0 {
 		spec.BatchMax = 100
 	}
@@ -360,6 +380,11 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if spec.AckWait <= 0 {
 		spec.AckWait = DefaultAckWait
 	}
+	return spec
+}
+
+// consumerConfig is the durable consumer's JetStream configuration.
+func (spec ConsumerSpec) consumerConfig() jetstream.ConsumerConfig {
 	cc := jetstream.ConsumerConfig{
 		Durable:       spec.Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -377,36 +402,28 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	default:
 		cc.FilterSubjects = spec.FilterSubjects
 	}
-	cons := createConsumer(ctx, js, log, spec, cc)
-	if cons == nil {
-		return nil // ctx ended before NATS answered
-	}
-	replayDone := make(chan struct{})
-	go func() {
-		defer close(replayDone)
-		if err := spec.DeadLetters.Replay(ctx, spec.Durable, h); err != nil && ctx.Err() == nil {
-			log.Error("dead-letter replay stopped", "consumer", spec.Durable, "err", err)
-		}
-	}()
-	defer func() { <-replayDone }()
-	c := &consumer{spec: spec, h: h, log: log}
+	return cc
+}
+
+type consumer struct {
+	spec ConsumerSpec
+	h    Handler
+	log  *slog.Logger
+}
+
+// pull fetches and processes batches until ctx ends, backing off
+// (doubling up to failBackoffMax) while batches fail.
+func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer) {
 	backoff := failBackoffBase
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(spec.BatchMax, jetstream.FetchMaxWait(spec.MaxWait))
+		msgs, err := c.fetch(ctx, cons)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			log.Warn("fetch failed", "consumer", spec.Durable, "err", err)
+			c.log.Warn("fetch failed", "consumer", c.spec.Durable, "err", err)
 			sleep(ctx, backoff)
 			continue
-		}
-		msgs := make([]jetstream.Msg, 0, spec.BatchMax)
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			log.Debug("fetch ended", "consumer", spec.Durable, "err", err)
 		}
 		if len(msgs) == 0 {
 			continue
@@ -421,13 +438,22 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 		sleep(ctx, backoff)
 		backoff = min(backoff*2, failBackoffMax)
 	}
-	return nil
 }
 
-type consumer struct {
-	spec ConsumerSpec
-	h    Handler
-	log  *slog.Logger
+// fetch waits up to MaxWait for a batch of up to BatchMax messages.
+func (c *consumer) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	batch, err := cons.Fetch(c.spec.BatchMax, jetstream.FetchMaxWait(c.spec.MaxWait))
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]jetstream.Msg, 0, c.spec.BatchMax)
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		c.log.Debug("fetch ended", "consumer", c.spec.Durable, "err", err)
+	}
+	return msgs, nil
 }
 
 // process applies a batch and settles every message in it (ack, nak or dead

@@ -233,7 +233,7 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		sleep(ctx, relayIdlePoll)
 		return nil
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck // the relay is stopping: a lock not released ends with its session
 	wake := waker(r.Schema)
 	idle := relayPollMin
 	var pruned time.Time
@@ -268,121 +268,174 @@ func (r *Relay) runLeader(ctx context.Context) error {
 // to outbox_published (see PublishedKeepMax).
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	tbl := pgx.Identifier{r.Schema, "outbox"}.Sanitize()
-	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	batch, err := r.readBatch(ctx, tbl)
+	if err != nil || len(batch) == 0 {
+		return 0, err
+	}
+	p := newPublishing(batch)
+	defer p.endSpans()
+	if err := r.publish(ctx, p); err != nil {
+		return 0, err
+	}
+	firstErr, err := p.awaitAcks(ctx)
 	if err != nil {
 		return 0, err
 	}
-	type row struct {
-		seq         int64
-		id          string
-		subject     string
-		payload     []byte
-		traceparent string
-	}
-	var batch []row
-	for rows.Next() {
-		var x row
-		if err := rows.Scan(&x.seq, &x.id, &x.subject, &x.payload, &x.traceparent); err != nil {
-			return 0, err
-		}
-		batch = append(batch, x)
-	}
-	if err := rows.Err(); err != nil {
+	if err := r.settle(ctx, tbl, p); err != nil {
 		return 0, err
-	}
-	if len(batch) == 0 {
-		return 0, nil
-	}
-	serverMax := r.payloadMax()
-	type part struct {
-		row int
-		f   jetstream.PubAckFuture
-	}
-	var parts []part
-	left := make([]int, len(batch))               // parts of each row not yet acked
-	acked := make([]jetstream.PubAck, len(batch)) // each row's last part's ack (stream, sequence)
-	var dead []int
-	deadErr := map[int]error{}
-	spans := map[int]trace.Span{} // of the rows written in a trace
-	defer func() {
-		for i, sp := range spans {
-			if err := deadErr[i]; err != nil {
-				sp.SetStatus(otelcodes.Error, err.Error())
-			} else if left[i] > 0 {
-				sp.SetStatus(otelcodes.Error, "not acknowledged; published again later")
-			}
-			sp.End()
-		}
-	}()
-	for i, x := range batch {
-		msgs := splitToFit(x.id, x.subject, x.payload, min(serverMax, r.streamMax(ctx, x.subject)))
-		if x.traceparent != "" {
-			spans[i] = publishSpan(ctx, x.traceparent, x.id, x.subject, msgs)
-		}
-		for _, m := range msgs {
-			f, err := r.JS.PublishMsgAsync(m)
-			if permanent(err) {
-				dead, deadErr[i] = append(dead, i), err
-				break
-			}
-			if err != nil {
-				return 0, fmt.Errorf("publish %s: %w", x.id, err)
-			}
-			parts = append(parts, part{i, f})
-			left[i]++
-		}
-	}
-	timeout := time.NewTimer(publishAckTimeout)
-	defer timeout.Stop()
-	var firstErr error
-wait:
-	for _, p := range parts {
-		select {
-		case ack := <-p.f.Ok():
-			left[p.row]--
-			if ack != nil && ack.Sequence >= acked[p.row].Sequence {
-				acked[p.row] = *ack
-			}
-		case err := <-p.f.Err():
-			if permanent(err) && deadErr[p.row] == nil {
-				dead, deadErr[p.row] = append(dead, p.row), err
-			} else if firstErr == nil {
-				firstErr = fmt.Errorf("publish %s to %s: %w", batch[p.row].id, batch[p.row].subject, err)
-			}
-		case <-timeout.C:
-			firstErr = errors.New("publish acks timed out")
-			break wait
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-	done := make([]int64, 0, len(batch))
-	var streams []string
-	var streamSeqs []int64
-	for i, x := range batch {
-		if left[i] == 0 && deadErr[i] == nil {
-			done = append(done, x.seq)
-			streams, streamSeqs = append(streams, acked[i].Stream), append(streamSeqs, int64(acked[i].Sequence))
-		}
-	}
-	if len(done) > 0 {
-		if _, err := r.Pool.Exec(ctx, movePublished(r.Schema), done, streams, streamSeqs); err != nil {
-			return 0, err
-		}
-	}
-	if len(dead) > 0 {
-		r.limits = nil // a stream's limit may have changed
-	}
-	for _, i := range dead {
-		x := batch[i]
-		if err := r.deadLetter(ctx, tbl, x.seq, deadletter.Letter{Consumer: deadletter.ConsumerOutbox, MessageID: x.id, Subject: x.subject, Payload: x.payload}, deadErr[i]); err != nil {
-			return 0, err
-		}
 	}
 	if firstErr != nil {
 		return 0, firstErr
 	}
 	return len(batch), nil
+}
+
+// outboxRow is one row of an outbox table, oldest first.
+type outboxRow struct {
+	seq         int64
+	id          string
+	subject     string
+	payload     []byte
+	traceparent string
+}
+
+// readBatch reads the oldest relayBatchMax rows of the outbox table tbl.
+func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) {
+	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	if err != nil {
+		return nil, err
+	}
+	var batch []outboxRow
+	for rows.Next() {
+		var x outboxRow
+		if err := rows.Scan(&x.seq, &x.id, &x.subject, &x.payload, &x.traceparent); err != nil {
+			return nil, err
+		}
+		batch = append(batch, x)
+	}
+	return batch, rows.Err()
+}
+
+// publishing is one batch in flight: the async publishes of its rows' parts
+// and what came back for each row.
+type publishing struct {
+	batch   []outboxRow
+	parts   []publishedPart
+	left    []int              // parts of each row not yet acked
+	acked   []jetstream.PubAck // each row's last part's ack (stream, sequence)
+	dead    []int              // rows that can never be published, in order
+	deadErr map[int]error      // why, per dead row
+	spans   map[int]trace.Span // of the rows written in a trace
+}
+
+type publishedPart struct {
+	row int
+	f   jetstream.PubAckFuture
+}
+
+func newPublishing(batch []outboxRow) *publishing {
+	return &publishing{
+		batch:   batch,
+		left:    make([]int, len(batch)),
+		acked:   make([]jetstream.PubAck, len(batch)),
+		deadErr: map[int]error{},
+		spans:   map[int]trace.Span{},
+	}
+}
+
+// endSpans ends each row's publish span with its outcome.
+func (p *publishing) endSpans() {
+	for i, sp := range p.spans {
+		if err := p.deadErr[i]; err != nil {
+			sp.SetStatus(otelcodes.Error, err.Error())
+		} else if p.left[i] > 0 {
+			sp.SetStatus(otelcodes.Error, "not acknowledged; published again later")
+		}
+		sp.End()
+	}
+}
+
+// publish sends every row of the batch, split into parts that fit the
+// server's and the stream's limits, without waiting for acks. A row refused
+// for good is marked dead; any other publish error ends the batch.
+func (r *Relay) publish(ctx context.Context, p *publishing) error {
+	serverMax := r.payloadMax()
+	for i, x := range p.batch {
+		msgs := splitToFit(x.id, x.subject, x.payload, min(serverMax, r.streamMax(ctx, x.subject)))
+		if x.traceparent != "" {
+			p.spans[i] = publishSpan(ctx, x.traceparent, x.id, x.subject, msgs)
+		}
+		for _, m := range msgs {
+			f, err := r.JS.PublishMsgAsync(m)
+			if permanent(err) {
+				p.dead, p.deadErr[i] = append(p.dead, i), err
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("publish %s: %w", x.id, err)
+			}
+			p.parts = append(p.parts, publishedPart{i, f})
+			p.left[i]++
+		}
+	}
+	return nil
+}
+
+// awaitAcks waits up to publishAckTimeout for every part's ack. firstErr is
+// the first transient failure (the batch still settles what was acked); err
+// is ctx's end.
+func (p *publishing) awaitAcks(ctx context.Context) (firstErr, err error) {
+	timeout := time.NewTimer(publishAckTimeout)
+	defer timeout.Stop()
+	for _, part := range p.parts {
+		select {
+		case ack := <-part.f.Ok():
+			p.left[part.row]--
+			if ack != nil && ack.Sequence >= p.acked[part.row].Sequence {
+				p.acked[part.row] = *ack
+			}
+		case err := <-part.f.Err():
+			if permanent(err) && p.deadErr[part.row] == nil {
+				p.dead, p.deadErr[part.row] = append(p.dead, part.row), err
+			} else if firstErr == nil {
+				firstErr = fmt.Errorf("publish %s to %s: %w", p.batch[part.row].id, p.batch[part.row].subject, err)
+			}
+		case <-timeout.C:
+			return errors.New("publish acks timed out"), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return firstErr, nil
+}
+
+// settle moves every fully acked row to outbox_published and dead-letters
+// the rows that can never be published.
+func (r *Relay) settle(ctx context.Context, tbl string, p *publishing) error {
+	done := make([]int64, 0, len(p.batch))
+	var streams []string
+	var streamSeqs []int64
+	for i, x := range p.batch {
+		if p.left[i] == 0 && p.deadErr[i] == nil {
+			done = append(done, x.seq)
+			streams, streamSeqs = append(streams, p.acked[i].Stream), append(streamSeqs, int64(p.acked[i].Sequence))
+		}
+	}
+	if len(done) > 0 {
+		if _, err := r.Pool.Exec(ctx, movePublished(r.Schema), done, streams, streamSeqs); err != nil {
+			return err
+		}
+	}
+	if len(p.dead) > 0 {
+		r.limits = nil // a stream's limit may have changed
+	}
+	for _, i := range p.dead {
+		x := p.batch[i]
+		if err := r.deadLetter(ctx, tbl, x.seq, deadletter.Letter{Consumer: deadletter.ConsumerOutbox, MessageID: x.id, Subject: x.subject, Payload: x.payload}, p.deadErr[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deadLetter moves an outbox row to the dead-letter table in one transaction.

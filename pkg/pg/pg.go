@@ -149,7 +149,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS)
 	if _, err := conn.ExecContext(ctx, `select pg_advisory_lock(hashtext($1))`, lockKey); err != nil {
 		return fmt.Errorf("migration lock: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, lockKey) //nolint:errcheck
+	defer conn.ExecContext(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, lockKey) //nolint:errcheck // the migration has succeeded or failed already: a lock not released ends with its session
 	return migrate(ctx, db, schema, fsys)
 }
 
@@ -180,7 +180,7 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := fn(tx); err != nil {
 		return err
 	}

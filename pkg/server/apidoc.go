@@ -223,22 +223,7 @@ func newDocsView(d openAPIDoc) docsView {
 			if len(op.Tags) > 0 {
 				tag = op.Tags[0]
 			}
-			o := docsOp{ID: op.OperationID, Method: strings.ToUpper(method), Path: path, Summary: op.Summary, Description: op.Description}
-			for _, p := range op.Parameters {
-				if p.In == "body" {
-					o.Body = typeHTML(p.Schema)
-					continue
-				}
-				t := &schema{Type: p.Type, Format: p.Format, Items: p.Items}
-				for _, e := range p.Enum {
-					t.Enum = append(t.Enum, e)
-				}
-				o.Params = append(o.Params, docsField{Name: p.Name, In: p.In, Description: p.Description, Type: typeHTML(t), Required: p.Required})
-			}
-			if r, ok := op.Responses["200"]; ok {
-				o.Response = typeHTML(r.Schema)
-			}
-			opsByTag[tag] = append(opsByTag[tag], o)
+			opsByTag[tag] = append(opsByTag[tag], newDocsOp(path, method, op))
 		}
 	}
 	add := func(name, desc string) {
@@ -267,27 +252,53 @@ func newDocsView(d openAPIDoc) docsView {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		s := d.Definitions[n]
-		def := docsDef{Name: n, Title: s.Title, Description: s.Description}
-		props := make([]string, 0, len(s.Properties))
-		for p := range s.Properties {
-			props = append(props, p)
-		}
-		sort.Strings(props)
-		for _, p := range props {
-			ps := s.Properties[p]
-			desc := ps.Title
-			if ps.Description != "" {
-				desc = strings.TrimSpace(desc + "\n" + ps.Description)
-			}
-			def.Fields = append(def.Fields, docsField{Name: p, Description: desc, Type: typeHTML(ps), Required: slices.Contains(s.Required, p)})
-		}
-		if len(props) == 0 {
-			def.Type = typeHTML(&s)
-		}
-		v.Defs = append(v.Defs, def)
+		v.Defs = append(v.Defs, newDocsDef(n, d.Definitions[n]))
 	}
 	return v
+}
+
+// newDocsOp is the page's entry for one operation: its parameters, request
+// body and answer.
+func newDocsOp(path, method string, op operation) docsOp {
+	o := docsOp{ID: op.OperationID, Method: strings.ToUpper(method), Path: path, Summary: op.Summary, Description: op.Description}
+	for _, p := range op.Parameters {
+		if p.In == "body" {
+			o.Body = typeHTML(p.Schema)
+			continue
+		}
+		t := &schema{Type: p.Type, Format: p.Format, Items: p.Items}
+		for _, e := range p.Enum {
+			t.Enum = append(t.Enum, e)
+		}
+		o.Params = append(o.Params, docsField{Name: p.Name, In: p.In, Description: p.Description, Type: typeHTML(t), Required: p.Required})
+	}
+	if r, ok := op.Responses["200"]; ok {
+		o.Response = typeHTML(r.Schema)
+	}
+	return o
+}
+
+// newDocsDef is the page's entry for one definition: its fields by name, or
+// its type when it has none (an enum).
+func newDocsDef(n string, s schema) docsDef {
+	def := docsDef{Name: n, Title: s.Title, Description: s.Description}
+	props := make([]string, 0, len(s.Properties))
+	for p := range s.Properties {
+		props = append(props, p)
+	}
+	sort.Strings(props)
+	for _, p := range props {
+		ps := s.Properties[p]
+		desc := ps.Title
+		if ps.Description != "" {
+			desc = strings.TrimSpace(desc + "\n" + ps.Description)
+		}
+		def.Fields = append(def.Fields, docsField{Name: p, Description: desc, Type: typeHTML(ps), Required: slices.Contains(s.Required, p)})
+	}
+	if len(props) == 0 {
+		def.Type = typeHTML(&s)
+	}
+	return def
 }
 
 // typeHTML writes a schema's type: a link to its definition, "array of …",

@@ -129,17 +129,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err := auth.CheckSecret(o.Secret); err != nil {
 		return nil, err
 	}
-	gl := o.GRPCListener
-	if gl == nil {
-		var err error
-		if gl, err = net.Listen("tcp", o.GRPCAddr); err != nil {
-			return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
-		}
-	}
-	hl, err := net.Listen("tcp", o.HTTPAddr)
+	gl, hl, err := listen(o)
 	if err != nil {
-		gl.Close()
-		return nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+		return nil, err
 	}
 	gatewayKey, err := newGatewayKey()
 	if err != nil {
@@ -148,11 +140,70 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey, Tokens: &auth.TokenCache{}}
+	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+	gs, hs := newGRPCServer(o, guard)
+	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
+	go func() { s.errc <- gs.Serve(gl) }()
+
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(textGuardClient()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcResponseBytesMax), grpc.MaxCallSendMsgSize(grpcIngestBytesMax)))
+	if err != nil {
+		gs.Stop()
+		hl.Close()
+		return nil, err
+	}
+	s.conn = conn
+	mux, err := newHTTPMux(ctx, o, gs, conn, gatewayKey)
+	if err != nil {
+		gs.Stop()
+		hl.Close()
+		return nil, err
+	}
+	s.http = &http.Server{
+		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux))),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    headerBytesMax,
+	}
+	go func() {
+		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
+			s.errc <- err
+		}
+	}()
+	if o.Audit != nil {
+		go o.Audit.Run(auditCtx)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// listen opens the gRPC listener (unless Options brings one) and the REST
+// listener; on an error neither stays open.
+func listen(o Options) (gl, hl net.Listener, err error) {
+	gl = o.GRPCListener
+	if gl == nil {
+		if gl, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+			return nil, nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+		}
+	}
+	hl, err = net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		gl.Close()
+		return nil, nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+	}
+	return gl, hl, nil
+}
+
+// newGRPCServer builds the gRPC server with its interceptor chain, health and
+// reflection, and registers every service on it.
+func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server) {
 	interceptors := []grpc.UnaryServerInterceptor{
 		obs.UnaryServerMetrics(), // first: it counts the code the client gets
 		requestID(),
 	}
-	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
 	if o.Audit != nil {
 		// Outside the guard (refused writes are recorded) and outside the
 		// error mapping (the code recorded is the one the client gets).
@@ -173,25 +224,18 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for _, svc := range o.Services {
 		svc.RegisterGRPC(gs)
 	}
-	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
-	go func() { s.errc <- gs.Serve(gl) }()
+	return gs, hs
+}
 
-	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(textGuardClient()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcResponseBytesMax), grpc.MaxCallSendMsgSize(grpcIngestBytesMax)))
-	if err != nil {
-		gs.Stop()
-		hl.Close()
-		return nil, err
-	}
-	s.conn = conn
+// newHTTPMux builds the REST routes: health, readiness, metrics, the API
+// documents, plain-HTTP handlers and the gateway (over conn, the server's own
+// gRPC listener) for everything else.
+func newHTTPMux(ctx context.Context, o Options, gs *grpc.Server, conn *grpc.ClientConn, gatewayKey string) (*http.ServeMux, error) {
 	gw := NewGatewayMux(o.Log, runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
 		return metadata.Pairs(auth.GatewayKeyHeader, gatewayKey, auth.ClientAddrHeader, ClientAddr(r, o.TrustedProxies).String())
 	}))
 	for _, svc := range o.Services {
 		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
-			gs.Stop()
-			hl.Close()
 			return nil, err
 		}
 	}
@@ -199,27 +243,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimout)
-		defer cancel()
-		// Without a valid token, only ok / not ok per dependency: an
-		// error's text (addresses, versions) is for operators.
-		detail := validBearer(r, o.Secret)
-		res := map[string]string{}
-		code := http.StatusOK
-		for _, c := range o.Ready {
-			if err := c.Check(ctx); err != nil {
-				res[c.Name] = "not ok"
-				if detail {
-					res[c.Name] = "not ok: " + err.Error()
-				}
-				code = http.StatusServiceUnavailable
-			} else {
-				res[c.Name] = "ok"
-			}
-		}
-		writeJSON(w, code, res)
-	})
+	mux.HandleFunc("GET /readyz", readyHandler(o.Ready, o.Secret))
 	mux.Handle("GET /metrics", obs.MetricsHandler())
 	var documented []string // none: the whole document
 	if !o.AllAPIDocs {
@@ -227,8 +251,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	spec, page, err := apiDocs(documented, cmdline.Build().Version)
 	if err != nil {
-		gs.Stop()
-		hl.Close()
 		return nil, err
 	}
 	serveAPIDocs(mux, spec, page)
@@ -245,24 +267,32 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// Account addresses go into paths with their colons as they are: the
 	// gateway reads a trailing ":verb" only on routes that declare one.
 	mux.Handle("/", conditionalGET(fileUploads(gw)))
-	s.http = &http.Server{
-		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux))),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    headerBytesMax,
-	}
-	go func() {
-		if err := s.http.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
-			s.errc <- err
+	return mux, nil
+}
+
+// readyHandler answers /readyz: every check's result, 503 if one fails.
+func readyHandler(checks []Check, secret []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimout)
+		defer cancel()
+		// Without a valid token, only ok / not ok per dependency: an
+		// error's text (addresses, versions) is for operators.
+		detail := validBearer(r, secret)
+		res := map[string]string{}
+		code := http.StatusOK
+		for _, c := range checks {
+			if err := c.Check(ctx); err != nil {
+				res[c.Name] = "not ok"
+				if detail {
+					res[c.Name] = "not ok: " + err.Error()
+				}
+				code = http.StatusServiceUnavailable
+			} else {
+				res[c.Name] = "ok"
+			}
 		}
-	}()
-	if o.Audit != nil {
-		go o.Audit.Run(auditCtx)
+		writeJSON(w, code, res)
 	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	return s, nil
 }
 
 // NewGatewayMux returns the REST mux: proto field names in JSON, every field

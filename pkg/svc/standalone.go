@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -66,37 +67,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 			log.Warn("spans not exported at exit", "err", err)
 		}
 	}()
-	if cfg.NatsURL == "" {
-		return errors.New("NATS_URL is required when a service runs alone (gpubill dev embeds NATS)")
-	}
-	if cfg.AuthSecret == "" {
-		return errors.New("GPUBILL_AUTH_SECRET is required when a service runs alone (all services must share it)")
-	}
-	cal, err := cfg.Calendar()
-	if err != nil {
-		return err
-	}
-	taxPeriods, err := cfg.TaxPeriods()
-	if err != nil {
-		return err
-	}
-	streams, err := cfg.StreamLimits()
-	if err != nil {
-		return err
-	}
-	commission, err := cfg.Commission()
-	if err != nil {
-		return err
-	}
-	secret := []byte(cfg.AuthSecret)
-	if err := auth.CheckSecret(secret); err != nil {
-		return err
-	}
-	allow, err := cfg.Allowlist()
-	if err != nil {
-		return err
-	}
-	proxies, err := cfg.Proxies()
+	st, err := readSettings(cfg)
 	if err != nil {
 		return err
 	}
@@ -109,16 +80,17 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	if err != nil {
 		return err
 	}
-	defer nc.Drain() //nolint:errcheck
-	if err := streams.EnsureStreams(ctx, js, log, natsx.StreamAudit); err != nil {
+	defer nc.Drain()
+	if err := st.deps.Streams.EnsureStreams(ctx, js, log, natsx.StreamAudit); err != nil {
 		return err
 	}
-	internal, err := NewInternalRouter(secret, cfg.GRPCAddr, name)
+	internal, err := NewInternalRouter(st.secret, cfg.GRPCAddr, name)
 	if err != nil {
 		return err
 	}
 	defer internal.Close()
-	deps := Deps{Pool: pool, JS: js, Log: log, Clock: clock.System{}, Calendar: cal, TaxPeriods: taxPeriods, Commission: commission, Internal: internal, Streams: streams}
+	deps := st.deps
+	deps.Pool, deps.JS, deps.Log, deps.Clock, deps.Internal = pool, js, log, clock.System{}, internal
 	s, cleanup, err := build(ctx, deps, cfg)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -128,10 +100,10 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	}
 	defer ServeMetrics(pool, js, log, s)()
 	srv, err := server.Start(ctx, server.Options{
-		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: secret, Log: log,
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Secret: st.secret, Log: log,
 		// Its dead letters (GET /v1/ops/dead-letters): the schema is the service's name.
 		Services: []server.Service{s, deadletter.NewServer(deadletter.New(pool, name, log))},
-		Allow:    allow, TrustedProxies: proxies,
+		Allow:    st.allow, TrustedProxies: st.proxies,
 		AllAPIDocs: cfg.APIDocs == "all",
 		Audit:      audit.New(audit.PoolStore{Pool: pool}, log, name),
 		Ready:      []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
@@ -141,6 +113,56 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	}
 	defer srv.Shutdown(context.Background())
 	log.Info("serving", "grpc", srv.GRPCAddr, "http", srv.HTTPAddr)
+	return serveUntilDone(ctx, srv, s)
+}
+
+// standaloneSettings is what run reads from the config before it connects
+// to anything: deps holds the calendars, commission and stream limits.
+type standaloneSettings struct {
+	deps    Deps
+	secret  []byte
+	allow   auth.Allowlist
+	proxies []netip.Prefix
+}
+
+// readSettings checks and parses the settings a service alone needs.
+func readSettings(cfg config.Common) (standaloneSettings, error) {
+	var st standaloneSettings
+	var err error
+	if cfg.NatsURL == "" {
+		return st, errors.New("NATS_URL is required when a service runs alone (gpubill dev embeds NATS)")
+	}
+	if cfg.AuthSecret == "" {
+		return st, errors.New("GPUBILL_AUTH_SECRET is required when a service runs alone (all services must share it)")
+	}
+	if st.deps.Calendar, err = cfg.Calendar(); err != nil {
+		return st, err
+	}
+	if st.deps.TaxPeriods, err = cfg.TaxPeriods(); err != nil {
+		return st, err
+	}
+	if st.deps.Streams, err = cfg.StreamLimits(); err != nil {
+		return st, err
+	}
+	if st.deps.Commission, err = cfg.Commission(); err != nil {
+		return st, err
+	}
+	st.secret = []byte(cfg.AuthSecret)
+	if err := auth.CheckSecret(st.secret); err != nil {
+		return st, err
+	}
+	if st.allow, err = cfg.Allowlist(); err != nil {
+		return st, err
+	}
+	if st.proxies, err = cfg.Proxies(); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// serveUntilDone runs the service's background loops until ctx ends (then
+// stops the server first, the loops second) or the server or the loops fail.
+func serveUntilDone(ctx context.Context, srv *server.Server, s Service) error {
 	runErr := make(chan error, 1)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -249,6 +249,32 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			return nil, err
 		}
 	}
+	st, err := newStore(ctx, d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
+	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
+	s.sandbox = &sandbox.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
+	if err := cfg.checkRails(); err != nil {
+		return nil, err
+	}
+	rail := s.wireRails(cfg)
+	s.payouts = &app.Payouts{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
+		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	s.topups = &app.TopUps{Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
+	s.wireTopUps(cfg)
+	s.acts = &ports.Activities{App: s.payouts}
+	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
+	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank, Defaults: settingDefaults(cfg)}
+	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
+	return s, nil
+}
+
+// newStore opens payout's store with the webhook-secret box, sealing any
+// secret still stored in the clear and checking the box's key is the one
+// the secrets were sealed with.
+func newStore(ctx context.Context, d svc.Deps, cfg Config) (*postgres.Store, error) {
 	box, err := webhookBox(cfg, d.Log)
 	if err != nil {
 		return nil, err
@@ -262,12 +288,13 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	if err := st.CheckWebhookKey(ctx); err != nil {
 		return nil, err
 	}
-	s := &Service{d: d, tc: tc, queue: taskQueue, store: st}
-	s.flow = ports.NewWorkflows(st, tc, taskQueue, cfg.Timing, d.Log)
-	s.sandbox = &sandbox.Sandbox{Pool: d.Pool, Clock: d.Clock, Latency: cfg.SandboxLatency, ReturnAfter: cfg.SandboxReturnAfter, Notify: s.flow.RailCallback}
-	if err := cfg.checkRails(); err != nil {
-		return nil, err
-	}
+	return st, nil
+}
+
+// wireRails builds the rails configured and returns the one payouts go
+// through: the sandbox, or a router by payout method over the sandbox.
+func (s *Service) wireRails(cfg Config) app.Rail {
+	d := s.d
 	// The bank-file rail's book is always readable (batches, imports); it
 	// takes payouts only when GPUBILL_PAYOUT_RAIL_BANK=file.
 	s.bank = &bankfile.Rail{Pool: d.Pool, Clock: d.Clock, Cfg: cfg.Bank, Log: d.Log, Notify: s.flow.RailNews}
@@ -284,13 +311,16 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		s.wechat = &wechatpay.Rail{C: &wechatpaypkg.Client{Cfg: cfg.WeChatPay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodWechat] = s.wechat
 	}
-	var rail app.Rail = s.sandbox
-	if len(byType) > 0 {
-		rail = app.Router{Default: s.sandbox, ByType: byType}
+	if len(byType) == 0 {
+		return s.sandbox
 	}
-	s.payouts = &app.Payouts{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
-		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
-	s.topups = &app.TopUps{Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
+	return app.Router{Default: s.sandbox, ByType: byType}
+}
+
+// wireTopUps serves the configured rails' notifications and offers their
+// checkout to top-ups (when the rail has a URL to notify gpubill at).
+func (s *Service) wireTopUps(cfg Config) {
+	d := s.d
 	s.routes = map[string]http.Handler{}
 	s.orders = &app.TopUpOrders{Rails: map[string]app.Checkout{}}
 	if s.alipay != nil {
@@ -306,11 +336,6 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			s.orders.Rails[wechatpay.Name] = wechatpay.Checkout{C: s.wechat.C, Clock: d.Clock}
 		}
 	}
-	s.acts = &ports.Activities{App: s.payouts}
-	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
-	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank, Defaults: settingDefaults(cfg)}
-	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
-	return s, nil
 }
 
 // settingDefaults are the payout settings' defaults: the environment's.

@@ -248,62 +248,55 @@ func (g *Gateway) transfer(w http.ResponseWriter, bc string) {
 		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-biz-content", err.Error()})
 		return
 	}
+	if e := checkTransferBiz(b); e != nil {
+		g.refuse(w, *e)
+		return
+	}
+	out, lose := g.placeTransfer(b)
+	if lose {
+		http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
+		return
+	}
+	g.answer(w, alipay.MethodTransfer, out)
+}
+
+// checkTransferBiz is the gateway's refusal of a transfer's biz_content
+// (a missing or invalid argument), nil if it is well-formed.
+func checkTransferBiz(b alipay.TransferBiz) *gatewayError {
 	for _, f := range []struct{ name, v string }{{"out_biz_no", b.OutBizNo}, {"trans_amount", b.TransAmount}, {"product_code", b.ProductCode},
 		{"biz_scene", b.BizScene}, {"order_title", b.OrderTitle}, {"payee_info.identity", b.PayeeInfo.Identity}, {"payee_info.identity_type", b.PayeeInfo.IdentityType}} {
 		if f.v == "" {
-			g.refuse(w, gatewayError{"40001", "Missing Required Arguments", "isv.missing-" + f.name, "missing " + f.name})
-			return
+			return &gatewayError{"40001", "Missing Required Arguments", "isv.missing-" + f.name, "missing " + f.name}
 		}
 	}
 	switch {
 	case !outNoRE.MatchString(b.OutBizNo):
-		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-out-biz-no", "out_biz_no " + b.OutBizNo})
-		return
+		return &gatewayError{"40002", "Invalid Arguments", "isv.invalid-out-biz-no", "out_biz_no " + b.OutBizNo}
 	case b.ProductCode != alipay.ProductTransfer || b.BizScene != alipay.SceneDirect:
-		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-product-code", b.ProductCode + "/" + b.BizScene})
-		return
+		return &gatewayError{"40002", "Invalid Arguments", "isv.invalid-product-code", b.ProductCode + "/" + b.BizScene}
 	case b.PayeeInfo.IdentityType != alipay.IdentityUserID && b.PayeeInfo.IdentityType != alipay.IdentityLogonID:
-		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-identity-type", b.PayeeInfo.IdentityType})
-		return
+		return &gatewayError{"40002", "Invalid Arguments", "isv.invalid-identity-type", b.PayeeInfo.IdentityType}
 	case b.PayeeInfo.IdentityType == alipay.IdentityLogonID && b.PayeeInfo.Name == "":
-		g.refuse(w, gatewayError{"40001", "Missing Required Arguments", "isv.missing-payee-info.name", "name is required with ALIPAY_LOGON_ID"})
-		return
+		return &gatewayError{"40001", "Missing Required Arguments", "isv.missing-payee-info.name", "name is required with ALIPAY_LOGON_ID"}
 	case !amountRE.MatchString(b.TransAmount):
-		g.refuse(w, gatewayError{"40002", "Invalid Arguments", "isv.invalid-trans-amount", "trans_amount " + b.TransAmount})
-		return
+		return &gatewayError{"40002", "Invalid Arguments", "isv.invalid-trans-amount", "trans_amount " + b.TransAmount}
 	}
-	amount := decimal.RequireFromString(b.TransAmount)
+	return nil
+}
+
+// placeTransfer books a well-formed transfer (or finds the order it
+// repeats) and returns the answer; lose says the answer is to be lost on
+// the way back (LoseNext).
+func (g *Gateway) placeTransfer(b alipay.TransferBiz) (out any, lose bool) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.transfers[b.OutBizNo]++
-	o, seen := g.orders[b.OutBizNo]
-	var res common
-	switch {
-	case seen && (o.Amount != amount.StringFixed(2) || o.Identity != b.PayeeInfo.Identity):
-		res = business("PAYMENT_INFO_INCONSISTENCY", "两次请求商户单号一样，但是收款人或金额不一致")
-	case seen:
-		res = orderAnswer(o)
-	case amount.LessThan(decimal.RequireFromString("0.10")):
-		res = business("EXCEED_LIMIT_SM_MIN_AMOUNT", "单笔最低转账金额0.1元")
-	default:
-		g.seq++
-		o = &Order{OutBizNo: b.OutBizNo, OrderID: fmt.Sprintf("20261201110070000006%010d", g.seq), PayFundOrderID: fmt.Sprintf("20261201110070001506%010d", g.seq),
-			Amount: amount.StringFixed(2), Identity: b.PayeeInfo.Identity, IdentityType: b.PayeeInfo.IdentityType, Name: b.PayeeInfo.Name, Status: "SUCCESS"}
-		switch {
-		case strings.HasSuffix(b.PayeeInfo.Identity, "0002"):
-			o.Status, o.ErrorCode, o.FailReason = "FAIL", "PAYEE_ACCOUNT_STATUS_ERROR", "收款方账户状态异常"
-		case strings.HasSuffix(b.PayeeInfo.Identity, "0004"):
-			o.Status, o.ErrorCode, o.FailReason = "FAIL", "PAYEE_NOT_EXIST", "收款账号不存在"
-		case strings.HasSuffix(b.PayeeInfo.Identity, "0005"):
-			o.Status = "DEALING"
-		}
-		g.orders[b.OutBizNo] = o
-		res = orderAnswer(o)
-	}
-	lose := g.loseNext > 0
+	res, o := g.transferOrder(b)
+	lose = g.loseNext > 0
 	if lose {
 		g.loseNext--
 	}
-	var out any = res
+	out = res
 	if res.Code == "10000" {
 		out = struct {
 			common
@@ -314,12 +307,37 @@ func (g *Gateway) transfer(w http.ResponseWriter, bc string) {
 			TransDate      string `json:"trans_date"`
 		}{res, o.OutBizNo, o.OrderID, o.PayFundOrderID, o.Status, g.now().In(alipay.Beijing).Format(alipay.TimeLayout)}
 	}
-	g.mu.Unlock()
-	if lose {
-		http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
-		return
+	return out, lose
+}
+
+// transferOrder answers a transfer with g.mu held: a repeat of an order
+// with the same payee and amount gets the order's answer, with another one
+// PAYMENT_INFO_INCONSISTENCY; a new order is placed, its outcome chosen by
+// the payee identity's last digits.
+func (g *Gateway) transferOrder(b alipay.TransferBiz) (common, *Order) {
+	amount := decimal.RequireFromString(b.TransAmount)
+	o, seen := g.orders[b.OutBizNo]
+	switch {
+	case seen && (o.Amount != amount.StringFixed(2) || o.Identity != b.PayeeInfo.Identity):
+		return business("PAYMENT_INFO_INCONSISTENCY", "两次请求商户单号一样，但是收款人或金额不一致"), o
+	case seen:
+		return orderAnswer(o), o
+	case amount.LessThan(decimal.RequireFromString("0.10")):
+		return business("EXCEED_LIMIT_SM_MIN_AMOUNT", "单笔最低转账金额0.1元"), o
 	}
-	g.answer(w, alipay.MethodTransfer, out)
+	g.seq++
+	o = &Order{OutBizNo: b.OutBizNo, OrderID: fmt.Sprintf("20261201110070000006%010d", g.seq), PayFundOrderID: fmt.Sprintf("20261201110070001506%010d", g.seq),
+		Amount: amount.StringFixed(2), Identity: b.PayeeInfo.Identity, IdentityType: b.PayeeInfo.IdentityType, Name: b.PayeeInfo.Name, Status: "SUCCESS"}
+	switch {
+	case strings.HasSuffix(b.PayeeInfo.Identity, "0002"):
+		o.Status, o.ErrorCode, o.FailReason = "FAIL", "PAYEE_ACCOUNT_STATUS_ERROR", "收款方账户状态异常"
+	case strings.HasSuffix(b.PayeeInfo.Identity, "0004"):
+		o.Status, o.ErrorCode, o.FailReason = "FAIL", "PAYEE_NOT_EXIST", "收款账号不存在"
+	case strings.HasSuffix(b.PayeeInfo.Identity, "0005"):
+		o.Status = "DEALING"
+	}
+	g.orders[b.OutBizNo] = o
+	return orderAnswer(o), o
 }
 
 // orderAnswer is the transfer answer of an order: a failed one is a

@@ -119,7 +119,7 @@ func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (*Ma
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	var snapshot string
 	m := &Manifest{Format: FormatVersion, CreatedAt: now.UTC(), Database: conn.Config().Database}
 	if err := tx.QueryRow(ctx, `select pg_export_snapshot(), current_setting('server_version')`).Scan(&snapshot, &m.ServerVersion); err != nil {

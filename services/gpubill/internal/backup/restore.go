@@ -75,7 +75,7 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	if res.Restored, err = ledger.ReadFigures(ctx, tx); err != nil {
 		return nil, fmt.Errorf("restored ledger figures: %w", err)
 	}

@@ -215,7 +215,7 @@ func chargesOnWire(t *testing.T, js jetstream.JetStream) map[string]decimal.Deci
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer js.DeleteConsumer(ctx, natsx.StreamCharges, cons.CachedInfo().Name) //nolint:errcheck
+	defer js.DeleteConsumer(ctx, natsx.StreamCharges, cons.CachedInfo().Name) //nolint:errcheck // cleanup: a consumer left behind goes with the test's server
 	info, err := js.Stream(ctx, natsx.StreamCharges)
 	if err != nil {
 		t.Fatal(err)
