@@ -85,7 +85,7 @@ func (r *Reports) balancesAsOf(ctx context.Context, currency string, asOf time.T
 	if err != nil {
 		return nil, err
 	}
-	defer txBase.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	defer txBase.Rollback(context.WithoutCancel(ctx)) // read only
 	var snap string
 	if err := txBase.QueryRow(ctx, `select pg_export_snapshot()`).Scan(&snap); err != nil {
 		return nil, fmt.Errorf("export snapshot: %w", err)
@@ -102,7 +102,7 @@ func (r *Reports) balancesAsOf(ctx context.Context, currency string, asOf time.T
 		if txDelta, err = r.Pool.BeginTx(ctx, opts); err != nil {
 			return nil, err
 		}
-		defer txDelta.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+		defer txDelta.Rollback(context.WithoutCancel(ctx)) // read only
 		if _, err := txDelta.Exec(ctx, `set transaction snapshot '`+snap+`'`); err != nil {
 			return nil, fmt.Errorf("import snapshot: %w", err)
 		}
