@@ -50,7 +50,8 @@ func TestBenchPipeline(t *testing.T) {
 	// pipeline's services start: the figure is a ratio to it.
 	_, jsCeiling := benchkit.JetStreamUsage(t, pipelineEvents)
 	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
+	pool, dsn := testkit.NewPool(t)
+	t.Logf("database %s", dsn) // for perf -p on its backends
 	js := testkit.NewJetStream(t)
 	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -143,6 +144,16 @@ func TestBenchPipeline(t *testing.T) {
 		reqs = append(reqs, cur)
 	}
 
+	// CPU per event, this process (services, embedded JetStream, the
+	// gRPC clients) and this database's backends: the machine is shared,
+	// so it compares runs where events/s alone does not.
+	meter := testkit.NewCPUMeter(pool)
+	if err := meter.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	meterCtx, stopMeter := context.WithCancel(ctx)
+	defer stopMeter()
+	go meter.Run(meterCtx, 100*time.Millisecond)
 	began := time.Now()
 	work := make(chan *meteringv1.IngestUsageEventsRequest)
 	var ingestWG sync.WaitGroup
@@ -200,9 +211,16 @@ func TestBenchPipeline(t *testing.T) {
 		return got.GreaterThanOrEqual(want)
 	}, "ledger never reached the expected total")
 	elapsed := time.Since(began)
+	cpu, err := meter.Used(ctx)
+	stopMeter()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !got.Equal(want) {
 		t.Fatalf("provider pending total %s, want exactly %s", got, want)
 	}
 	testkit.ReportAgainst(t, testkit.Figure{Bench: "pipeline", Value: float64(int(float64(pipelineEvents) / elapsed.Seconds())), Unit: "events/s", N: pipelineEvents,
-		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s", float64(pipelineEvents)/ingested.Seconds(), elapsed.Round(time.Millisecond))}, jsCeiling)
+		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s; CPU per event: test process %.1f µs, Postgres %.1f µs (this database's backends, %d samples missed)",
+			float64(pipelineEvents)/ingested.Seconds(), elapsed.Round(time.Millisecond),
+			float64(cpu.Process.Nanoseconds())/1e3/pipelineEvents, float64(cpu.Postgres.Nanoseconds())/1e3/pipelineEvents, cpu.Missed)}, jsCeiling)
 }

@@ -1,0 +1,148 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// CPU is what a benchmark's work cost in CPU time: this process (user +
+// system) and the PostgreSQL backends connected to its database. The
+// machine is shared, so CPU per item compares two runs where wall-clock
+// throughput does not.
+type CPU struct {
+	Process  time.Duration
+	Postgres time.Duration
+	// Missed counts the samples Run could not take (a backend that came
+	// and went between two taken samples is not counted).
+	Missed int
+}
+
+// CPUMeter reads the CPU of this process and of the backends of one
+// database. Backends are read from /proc (the server runs on this machine):
+// one there at Start counts from Start, one that appears later from its
+// beginning; one that ends counts up to the last Sample that saw it, so
+// sample (Run) often enough for the backends a pool opens and closes.
+type CPUMeter struct {
+	pool   *pgxpool.Pool
+	db     string
+	proc0  time.Duration
+	first  map[int32]time.Duration // backend → CPU when first seen
+	last   map[int32]time.Duration // backend → CPU when last seen
+	missed int
+
+	mu sync.Mutex // Run samples beside the caller's Used
+}
+
+// NewCPUMeter meters pool's database; Start begins the window.
+func NewCPUMeter(pool *pgxpool.Pool) *CPUMeter {
+	return &CPUMeter{pool: pool, first: map[int32]time.Duration{}, last: map[int32]time.Duration{}}
+}
+
+// Start begins the measured window: what the process and the backends used
+// before it does not count.
+func (m *CPUMeter) Start(ctx context.Context) error {
+	if err := m.pool.QueryRow(ctx, `select current_database()`).Scan(&m.db); err != nil {
+		return fmt.Errorf("cpu meter: %w", err)
+	}
+	m.first, m.last = map[int32]time.Duration{}, map[int32]time.Duration{}
+	m.proc0 = ProcessCPU()
+	return m.sample(ctx, true)
+}
+
+// Sample reads the database's backends now.
+func (m *CPUMeter) Sample(ctx context.Context) error { return m.sample(ctx, false) }
+
+func (m *CPUMeter) sample(ctx context.Context, start bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rows, err := m.pool.Query(ctx, `select pid from pg_stat_activity where datname = $1`, m.db)
+	if err != nil {
+		return fmt.Errorf("cpu meter: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return fmt.Errorf("cpu meter: %w", err)
+	}
+	for _, pid := range pids {
+		c, ok := procCPU(pid)
+		if !ok {
+			continue
+		}
+		if _, seen := m.first[pid]; !seen && start {
+			m.first[pid] = c
+		}
+		m.last[pid] = c
+	}
+	return nil
+}
+
+// Used is the CPU since Start (the backends as of the last Sample).
+func (m *CPUMeter) Used(ctx context.Context) (CPU, error) {
+	if err := m.Sample(ctx); err != nil {
+		return CPU{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var pg time.Duration
+	for pid, c := range m.last {
+		pg += c - m.first[pid]
+	}
+	return CPU{Process: ProcessCPU() - m.proc0, Postgres: pg, Missed: m.missed}, nil
+}
+
+// Run samples every interval until ctx ends (call it in a goroutine).
+func (m *CPUMeter) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.Sample(ctx); err != nil && ctx.Err() == nil {
+				m.mu.Lock()
+				m.missed++ // only a short-lived backend's CPU can be lost
+				m.mu.Unlock()
+			}
+		}
+	}
+}
+
+// ProcessCPU is this process's user + system CPU time so far.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is a process's user + system CPU time from /proc/<pid>/stat.
+func procCPU(pid int32) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return 0, false
+	}
+	fields := strings.Fields(s[i+2:]) // after "pid (comm) "
+	if len(fields) < 13 {
+		return 0, false
+	}
+	var u, k int64
+	if _, err := fmt.Sscan(fields[11]+" "+fields[12], &u, &k); err != nil {
+		return 0, false
+	}
+	return time.Duration(u+k) * 10 * time.Millisecond, true // USER_HZ = 100
+}
