@@ -9,8 +9,6 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
@@ -35,33 +33,18 @@ func IsProvider(ev *eventsv1.PartyUpdated) bool { return ev.Kind == "" || ev.Kin
 // IsRenter reports whether ev is a renter's.
 func IsRenter(ev *eventsv1.PartyUpdated) bool { return ev.Kind == KindRenter }
 
-// Apply applies one batch of a kind's party events inside tx; it may return
-// a natsx.PoisonError naming the events that can never be applied.
-type Apply func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error
+// Apply applies one batch of party events in stream order: ids[i] is
+// evs[i]'s message id, and the batch holds every kind's events. A read model
+// claims every id (outbox inbox) in the transaction that applies the fresh
+// ones and keeps only its kind's (IsProvider, IsRenter); it may return a
+// natsx.PoisonError naming the events that can never be applied.
+type Apply func(ctx context.Context, ids []string, evs []*eventsv1.PartyUpdated) error
 
-// ConsumeProviders runs the durable consumer named durable until ctx ends:
-// each batch of party.updated.* events is applied exactly once (outbox
-// inbox in schema) in one transaction, apply seeing the providers' events in
-// stream order; an undecodable event is dead-lettered in schema.
-func ConsumeProviders(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, schema, durable string, apply Apply) error {
-	return consume(ctx, js, pool, log, schema, durable, IsProvider, apply)
-}
-
-// ConsumeRenters is ConsumeProviders for the renters' events.
-func ConsumeRenters(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, schema, durable string, apply Apply) error {
-	return consume(ctx, js, pool, log, schema, durable, IsRenter, apply)
-}
-
-func consume(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger, schema, durable string,
-	keep func(*eventsv1.PartyUpdated) bool, apply Apply) error {
-	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: durable, FilterSubjects: []string{subjects.PartyUpdated.All()}, BatchMax: batchMax}
-	return outbox.ConsumeOnce(ctx, js, pool, log, spec, schema, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
-		kept := evs[:0:0]
-		for _, ev := range evs {
-			if keep(ev) {
-				kept = append(kept, ev)
-			}
-		}
-		return apply(ctx, tx, kept)
-	})
+// Consume runs the durable consumer named durable until ctx ends, handing
+// apply each batch of party.updated.* events; an undecodable event goes to
+// dl at once, as does one that keeps failing.
+func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, durable string, dl natsx.DeadLetters, apply Apply) error {
+	spec := natsx.ConsumerSpec{Stream: natsx.StreamParty, Durable: durable, FilterSubjects: []string{subjects.PartyUpdated.All()},
+		BatchMax: batchMax, DeadLetters: dl}
+	return outbox.ConsumeDecoded[eventsv1.PartyUpdated](ctx, js, log, spec, apply)
 }

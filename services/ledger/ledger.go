@@ -26,6 +26,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/svc"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/invoicepdf"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/invoicestore"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/pricingexplainer"
@@ -81,7 +82,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 		reports:    reports,
 		recons:     &app.Reconciliations{Store: reconStore{&postgres.Reconciliations{Pool: d.Pool}}, Now: now},
 		invoicing: &invoicing.Invoicing{
-			Repo: &invoicestore.Store{Pool: d.Pool}, Clock: d.Clock, Periods: d.TaxPeriods,
+			Repo: &invoicestore.Store{Pool: d.Pool}, PDF: invoicepdf.Renderer{}, Clock: d.Clock, Periods: d.TaxPeriods,
 			NewID: func() string { return ids.New("inv") },
 		},
 	}
@@ -199,7 +200,10 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
-		g.Go(func() error { return ports.ConsumeRenters(ctx, s.deps.JS, s.deps.Pool, s.deps.Log) })
+		g.Go(func() error {
+			renters := &app.Renters{Store: postgres.RenterStore{Pool: s.deps.Pool}}
+			return ports.ConsumeRenters(ctx, s.deps.JS, s.deps.Log, renters, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
+		})
 		g.Go(func() error {
 			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Log, s.lease, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})

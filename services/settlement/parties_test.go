@@ -32,7 +32,8 @@ func TestPartyUpdatedSetsTheTierSettlementUses(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- ports.ConsumeParties(ctx, js.JS, f.s.d.Pool, f.s.store, discardLog()) }()
+	f.s.d.JS, f.s.d.Log = js.JS, discardLog()
+	go func() { done <- f.s.consumeParties(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

@@ -26,6 +26,7 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -270,7 +271,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	if s.d.JS != nil {
-		g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
+		g.Go(func() error { return s.consumeParties(ctx) })
 		g.Go(func() error {
 			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 		})
@@ -304,4 +305,10 @@ type warnOnly struct{ slog.Handler }
 
 func (w warnOnly) Enabled(ctx context.Context, lvl slog.Level) bool {
 	return lvl >= slog.LevelWarn && w.Handler.Enabled(ctx, lvl)
+}
+
+// consumeParties keeps the provider tiers from party.updated until ctx ends.
+func (s *Service) consumeParties(ctx context.Context) error {
+	tiers := &app.ProviderTiers{Store: s.store, Consumer: ports.PartyConsumerName}
+	return ports.ConsumeParties(ctx, s.d.JS, s.d.Log, tiers, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
 }

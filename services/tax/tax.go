@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -87,7 +88,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ports.ConsumeParties(ctx, s.d.JS, s.d.Pool, s.store, s.d.Log) })
+	g.Go(func() error {
+		profiles := &app.ProviderProfiles{Store: s.store, Consumer: ports.PartyConsumerName}
+		return ports.ConsumeParties(ctx, s.d.JS, s.d.Log, profiles, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
+	})
 	g.Go(func() error {
 		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 	})

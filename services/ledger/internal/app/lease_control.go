@@ -47,6 +47,17 @@ type LeaseControlTx interface {
 	Announce(ctx context.Context, evs []domain.LeaseEvent) error
 }
 
+// LeaseWebhookQueue is the queue of lease control announcements for the
+// marketplace scheduler's webhook (adapters/postgres.LeaseWebhooks).
+type LeaseWebhookQueue interface {
+	// Claim takes up to limit due deliveries, oldest first, at most one per
+	// renter, and leases them until now+lease.
+	Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.LeaseWebhook, error)
+	// Finish records one attempt: delivered, retry at next, or given up
+	// (failed).
+	Finish(ctx context.Context, id, status string, code int, errText string, next, at time.Time) error
+}
+
 // LeaseSave is a wallet's new lease control record.
 type LeaseSave struct {
 	Key   domain.WalletKey

@@ -178,3 +178,11 @@ type WalletStatus struct {
 	Wallet
 	Lease Lease
 }
+
+// LeaseWebhook is one lease control announcement queued for the
+// marketplace scheduler's webhook.
+type LeaseWebhook struct {
+	EventID, RenterID, Kind string
+	Payload                 []byte
+	Attempts                int
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/invoicepdf"
 	"github.com/gpubill/gpubill/services/ledger/internal/app/invoicing"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -58,7 +57,7 @@ func (s *InvoiceServer) GetInvoice(ctx context.Context, r *ledgerv1.GetInvoiceRe
 		return nil, err
 	}
 	if format == "pdf" {
-		b, err := invoicepdf.Render(inv)
+		b, err := s.Invoicing.RenderPDF(inv)
 		if err != nil {
 			return nil, err
 		}

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,7 +18,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -31,7 +28,7 @@ const (
 	// wallet (ledger.posted.renter).
 	LeaseControlConsumer = app.LeaseControlConsumer
 	// RentersConsumer keeps the renters' credit limits (party.updated.*).
-	RentersConsumer   = "ledger-renters"
+	RentersConsumer   = app.RentersConsumer
 	leaseBatchMax     = 500
 	rentersBatchMax   = 500
 	renterWalletClass = "renter"
@@ -81,12 +78,17 @@ func walletOwner(address string) (string, bool) {
 }
 
 // ConsumeRenters keeps the ledger's read model of renters (currency and
-// credit limit) from party.updated.*.
-func ConsumeRenters(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, log *slog.Logger) error {
-	return partyfeed.ConsumeRenters(ctx, js, pool, log, postgres.Schema, RentersConsumer, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
-		var rs []postgres.RenterLimit
+// credit limit) from party.updated.*; what cannot be decoded or applied (a
+// credit limit that is not a decimal ≥ 0) goes to dl.
+func ConsumeRenters(ctx context.Context, js jetstream.JetStream, log *slog.Logger, renters *app.Renters, dl natsx.DeadLetters) error {
+	return partyfeed.Consume(ctx, js, log, RentersConsumer, dl, func(ctx context.Context, ids []string, evs []*eventsv1.PartyUpdated) error {
+		ups := make([]app.RenterUpdate, len(evs))
 		var poison natsx.PoisonError
-		for _, ev := range evs {
+		for i, ev := range evs {
+			ups[i] = app.RenterUpdate{ID: ids[i]}
+			if !partyfeed.IsRenter(ev) {
+				continue
+			}
 			limit := decimal.Zero
 			if ev.CreditLimit != "" {
 				var err error
@@ -95,13 +97,14 @@ func ConsumeRenters(ctx context.Context, js jetstream.JetStream, pool *pgxpool.P
 					continue
 				}
 			}
-			rs = append(rs, postgres.RenterLimit{RenterID: ev.PartyId, Currency: strings.ToUpper(ev.Currency), CreditLimit: limit,
-				Version: ev.Version, UpdatedAt: ev.UpdatedAt.AsTime()})
+			ups[i].Keep = true
+			ups[i].Row = domain.RenterLimit{RenterID: ev.PartyId, Currency: strings.ToUpper(ev.Currency), CreditLimit: limit,
+				Version: ev.Version, UpdatedAt: ev.UpdatedAt.AsTime()}
 		}
 		if len(poison.ByID) > 0 {
 			return &poison
 		}
-		return postgres.UpsertRenters(ctx, tx, rs)
+		return renters.Apply(ctx, ups)
 	})
 }
 

@@ -11,7 +11,8 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/webhook"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // Lease control webhook delivery limits.
@@ -42,7 +43,7 @@ func init() {
 // with backoff; the event id (Gpubill-Event-Id) lets the receiver apply each
 // crossing once however often it is sent.
 type LeaseWebhookDeliverer struct {
-	Queue  *postgres.LeaseWebhooks
+	Queue  app.LeaseWebhookQueue
 	URL    string
 	Secret []byte
 	Clock  clock.Clock
@@ -132,6 +133,6 @@ func (d *LeaseWebhookDeliverer) backoff(attempt int) time.Duration {
 	return webhook.Backoff(first, leaseHookBackoffMax, attempt)
 }
 
-func (d *LeaseWebhookDeliverer) send(ctx context.Context, dl postgres.LeaseWebhook) (int, error) {
+func (d *LeaseWebhookDeliverer) send(ctx context.Context, dl domain.LeaseWebhook) (int, error) {
 	return webhook.Post(ctx, d.HTTP, d.URL, d.Secret, d.Clock.Now().Unix(), dl.EventID, dl.Payload, leaseHookTimeout)
 }

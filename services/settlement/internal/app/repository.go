@@ -29,6 +29,19 @@ type Store interface {
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 }
 
+// Queries is what settlement's API reads and sets outside the cycle's steps
+// (adapters/postgres.Store implements it).
+type Queries interface {
+	GetCycle(ctx context.Context, id string) (domain.Cycle, error)
+	// ListCycles lists cycles with status (any when ""), newest first,
+	// before the cycle id before when set.
+	ListCycles(ctx context.Context, status, before string, limit int) ([]domain.Cycle, error)
+	SetHold(ctx context.Context, h domain.Hold) error
+	// ListStatements lists a provider's statements (of cycle when set),
+	// after the position after when set.
+	ListStatements(ctx context.Context, provider, cycle string, after *domain.StatementPos, limit int) ([]domain.Statement, error)
+}
+
 // Ledger is what settlement asks of the ledger service (a gRPC client in
 // adapters implements it). A refusal retrying cannot fix is Rejected; a
 // transaction whose key holds another body is also Conflict.

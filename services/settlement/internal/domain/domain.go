@@ -208,3 +208,7 @@ type Statement struct {
 	Settled
 	CreatedAt time.Time
 }
+
+// StatementPos is a statement's place in the statements' order (cycle
+// descending, then currency): a page of statements starts after it.
+type StatementPos struct{ CycleID, Currency string }

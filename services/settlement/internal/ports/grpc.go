@@ -18,7 +18,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/money"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -41,7 +40,7 @@ const (
 // Server implements SettlementService.
 type Server struct {
 	settlementv1.UnimplementedSettlementServiceServer
-	Store     *postgres.Store
+	Store     app.Queries
 	Temporal  client.Client
 	TaskQueue string
 	Calendar  cycles.Calendar
@@ -248,13 +247,13 @@ func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListState
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
 	}
-	var after *postgres.StatementPos
+	var after *domain.StatementPos
 	if req.PageToken != "" {
 		pos, err := cursor.Decode(statementsListing, req.PageToken, 2)
 		if err != nil {
 			return nil, err
 		}
-		after = &postgres.StatementPos{CycleID: pos.String(0), Currency: pos.String(1)}
+		after = &domain.StatementPos{CycleID: pos.String(0), Currency: pos.String(1)}
 	}
 	n := pageSize(req.PageSize)
 	sts, err := s.Store.ListStatements(ctx, req.ProviderId, req.CycleId, after, n)

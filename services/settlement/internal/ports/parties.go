@@ -2,16 +2,14 @@ package ports
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/partyfeed"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
-	"github.com/gpubill/gpubill/services/settlement/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
@@ -19,19 +17,15 @@ import (
 // provider tier read model.
 const PartyConsumerName = "settlement-parties"
 
-// ConsumeParties keeps settlement's provider tiers until ctx ends.
-func ConsumeParties(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, store *postgres.Store, log *slog.Logger) error {
-	return partyfeed.ConsumeProviders(ctx, js, pool, log, postgres.Schema, PartyConsumerName, func(ctx context.Context, tx pgx.Tx, evs []*eventsv1.PartyUpdated) error {
-		var rows []domain.ProviderTier
-		for _, ev := range evs {
-			if ev.Tier == "" {
-				continue
-			}
-			rows = append(rows, domain.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version})
+// ConsumeParties keeps settlement's provider tiers until ctx ends; what
+// cannot be decoded or applied goes to dl.
+func ConsumeParties(ctx context.Context, js jetstream.JetStream, log *slog.Logger, tiers *app.ProviderTiers, dl natsx.DeadLetters) error {
+	return partyfeed.Consume(ctx, js, log, PartyConsumerName, dl, func(ctx context.Context, ids []string, evs []*eventsv1.PartyUpdated) error {
+		ups := make([]app.TierUpdate, len(evs))
+		for i, ev := range evs {
+			ups[i] = app.TierUpdate{ID: ids[i], Keep: partyfeed.IsProvider(ev) && ev.Tier != "",
+				Row: domain.ProviderTier{ProviderID: ev.PartyId, Tier: ev.Tier, Version: ev.Version}}
 		}
-		if err := store.UpsertTiers(ctx, tx, rows); err != nil {
-			return fmt.Errorf("party updates: %w", err)
-		}
-		return nil
+		return tiers.Apply(ctx, ups)
 	})
 }

@@ -15,6 +15,12 @@ import (
 // hoursPlaces is how many decimals GPU-hours show.
 const hoursPlaces = 4
 
+// Renderer implements invoicing.Renderer with Render.
+type Renderer struct{}
+
+// Render implements invoicing.Renderer.
+func (Renderer) Render(inv domain.Invoice) ([]byte, error) { return Render(inv) }
+
 // Render writes the invoice: header, the balance summary (the figures the
 // ledger holds), the charge lines and the deposits.
 func Render(inv domain.Invoice) ([]byte, error) {

@@ -20,17 +20,24 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
-// RenterLimit is the ledger's read model of a renter (metering owns it):
-// its currency and credit limit.
-type RenterLimit struct {
-	RenterID, Currency string
-	CreditLimit        decimal.Decimal
-	Version            int64
-	UpdatedAt          time.Time
+// RenterStore is the renters' read model (ledger.renters).
+type RenterStore struct{ Pool *pgxpool.Pool }
+
+var _ app.RenterStore = RenterStore{}
+
+// WithRenterTx runs fn in one READ COMMITTED transaction.
+func (s RenterStore) WithRenterTx(ctx context.Context, fn func(app.RenterTx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(renterTx{tx: tx}) })
+}
+
+type renterTx struct{ tx pgx.Tx }
+
+func (t renterTx) Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error) {
+	return outbox.Claim(ctx, t.tx, Schema, consumer, ids)
 }
 
 // UpsertRenters stores renter versions newer than those held.
-func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []RenterLimit) error {
+func (t renterTx) UpsertRenters(ctx context.Context, rs []domain.RenterLimit) error {
 	b := &pgx.Batch{}
 	for _, r := range rs {
 		b.Queue(`insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at) values ($1, $2, $3, $4, $5)
@@ -38,7 +45,7 @@ func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []RenterLimit) error {
 				version = excluded.version, updated_at = excluded.updated_at
 			where ledger.renters.version < excluded.version`, r.RenterID, r.Currency, r.CreditLimit, r.Version, r.UpdatedAt)
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("renters: %w", err)
 	}
 	return nil

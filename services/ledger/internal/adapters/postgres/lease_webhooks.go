@@ -7,25 +7,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// LeaseWebhook is one lease control announcement queued for the
-// marketplace scheduler's webhook.
-type LeaseWebhook struct {
-	EventID, RenterID, Kind string
-	Payload                 []byte
-	Attempts                int
-}
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
 
 // LeaseWebhooks is the webhook queue (ledger.lease_webhooks).
 type LeaseWebhooks struct{ Pool *pgxpool.Pool }
+
+var _ app.LeaseWebhookQueue = (*LeaseWebhooks)(nil)
 
 // Claim takes up to limit due deliveries, oldest first, at most one per
 // renter: the renter's earliest still pending (a resume never overtakes the
 // stop before it that is being retried). It leases them until now+lease
 // (another process skips them meanwhile; a crash mid-send makes them due
 // again after the lease).
-func (w *LeaseWebhooks) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]LeaseWebhook, error) {
+func (w *LeaseWebhooks) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.LeaseWebhook, error) {
 	rows, err := w.Pool.Query(ctx, `with due as (
 			select d.event_id from ledger.lease_webhooks d
 			where d.status = 'pending' and d.next_attempt_at <= $1
@@ -37,8 +34,8 @@ func (w *LeaseWebhooks) Claim(ctx context.Context, now time.Time, lease time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("claim lease webhooks: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseWebhook, error) {
-		var d LeaseWebhook
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.LeaseWebhook, error) {
+		var d domain.LeaseWebhook
 		return d, r.Scan(&d.EventID, &d.RenterID, &d.Kind, &d.Payload, &d.Attempts)
 	})
 }

@@ -69,11 +69,25 @@ type Explainer interface {
 	Explain(ctx context.Context, chargeIDs []string) (Explanation, error)
 }
 
+// Renderer writes an invoice as a document (adapters/invoicepdf: PDF).
+type Renderer interface {
+	Render(inv domain.Invoice) ([]byte, error)
+}
+
 // Invoicing is the invoice use cases.
 type Invoicing struct {
 	Repo      Repository
 	Explainer Explainer
+	PDF       Renderer
 	Clock     clock.Clock
 	Periods   taxperiod.Calendar // calendar months in the tax time zone
 	NewID     func() string
+}
+
+// RenderPDF writes the invoice as PDF.
+func (iv *Invoicing) RenderPDF(inv domain.Invoice) ([]byte, error) {
+	if iv.PDF == nil {
+		return nil, errors.New("invoices: no PDF renderer")
+	}
+	return iv.PDF.Render(inv)
 }

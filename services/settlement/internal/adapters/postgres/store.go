@@ -26,7 +26,10 @@ const Schema = "settlement"
 // Store reads and writes settlement's tables.
 type Store struct{ Pool *pgxpool.Pool }
 
-var _ app.Store = (*Store)(nil)
+var (
+	_ app.Store   = (*Store)(nil)
+	_ app.Queries = (*Store)(nil)
+)
 
 // UpsertTiers applies party updates (newer versions win) inside tx.
 func (s *Store) UpsertTiers(ctx context.Context, tx pgx.Tx, rows []domain.ProviderTier) error {
@@ -327,7 +330,7 @@ func (s *Store) SetHold(ctx context.Context, h domain.Hold) error {
 // (cycle_id desc, currency) order; after, when set, is the last statement of
 // the previous page (a cycle has one per currency, so a page may end inside
 // a cycle).
-func (s *Store) ListStatements(ctx context.Context, provider, cycle string, after *StatementPos, limit int) ([]domain.Statement, error) {
+func (s *Store) ListStatements(ctx context.Context, provider, cycle string, after *domain.StatementPos, limit int) ([]domain.Statement, error) {
 	var afterCycle, afterCurrency string
 	if after != nil {
 		afterCycle, afterCurrency = after.CycleID, after.Currency
@@ -355,9 +358,6 @@ func (s *Store) ListStatements(ctx context.Context, provider, cycle string, afte
 		return st, json.Unmarshal(lines, &st.Lines)
 	})
 }
-
-// StatementPos is a statement's place in ListStatements' order.
-type StatementPos struct{ CycleID, Currency string }
 
 // UnsettledCycles lists cycles not yet settled (for start-up).
 func (s *Store) UnsettledCycles(ctx context.Context) ([]string, error) {

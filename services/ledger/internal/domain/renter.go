@@ -1,0 +1,16 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// RenterLimit is the ledger's read model of a renter (metering owns it):
+// its currency and credit limit.
+type RenterLimit struct {
+	RenterID, Currency string
+	CreditLimit        decimal.Decimal
+	Version            int64
+	UpdatedAt          time.Time
+}
