@@ -1,11 +1,7 @@
 package alipay
 
 import (
-	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
@@ -13,6 +9,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/gpubill/gpubill/pkg/rsakey"
 )
 
 // SignType is the only signature the rail sends and accepts: RSA2, that is
@@ -55,12 +53,11 @@ func contains(s []string, v string) bool {
 
 // Sign signs content with SHA256withRSA and returns it base64-encoded.
 func Sign(key *rsa.PrivateKey, content []byte) (string, error) {
-	h := sha256.Sum256(content)
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, h[:])
+	sig, err := rsakey.Sign(key, content)
 	if err != nil {
 		return "", fmt.Errorf("alipay sign: %w", err)
 	}
-	return base64.StdEncoding.EncodeToString(sig), nil
+	return sig, nil
 }
 
 // ErrBadSignature is a signature that does not verify with the key.
@@ -68,12 +65,10 @@ var ErrBadSignature = errors.New("alipay: signature does not verify")
 
 // Verify checks a base64 SHA256withRSA signature of content.
 func Verify(key *rsa.PublicKey, content []byte, sign string) error {
-	sig, err := base64.StdEncoding.DecodeString(sign)
-	if err != nil || len(sig) == 0 {
+	switch err := rsakey.Verify(key, content, sign); {
+	case errors.Is(err, rsakey.ErrNotBase64):
 		return fmt.Errorf("%w: not base64", ErrBadSignature)
-	}
-	h := sha256.Sum256(content)
-	if err := rsa.VerifyPKCS1v15(key, crypto.SHA256, h[:], sig); err != nil {
+	case err != nil:
 		return ErrBadSignature
 	}
 	return nil
@@ -87,18 +82,7 @@ func ParsePrivateKey(b []byte) (*rsa.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return k, checkBits(k.N.BitLen())
-	}
-	k, err := x509.ParsePKCS8PrivateKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("private key: neither PKCS #1 nor PKCS #8: %w", err)
-	}
-	rk, ok := k.(*rsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("private key: %T, want RSA", k)
-	}
-	return rk, checkBits(rk.N.BitLen())
+	return rsakey.ParsePrivateKey(der, SignType)
 }
 
 // ParsePublicKey reads the platform's public key: PEM ("PUBLIC KEY" PKIX,
@@ -108,28 +92,7 @@ func ParsePublicKey(b []byte) (*rsa.PublicKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if k, err := x509.ParsePKCS1PublicKey(der); err == nil {
-		return k, checkBits(k.N.BitLen())
-	}
-	k, err := x509.ParsePKIXPublicKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("public key: neither PKIX nor PKCS #1: %w", err)
-	}
-	rk, ok := k.(*rsa.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("public key: %T, want RSA", k)
-	}
-	return rk, checkBits(rk.N.BitLen())
-}
-
-// keyBitsMin: RSA2 keys are 2048 bits.
-const keyBitsMin = 2048
-
-func checkBits(n int) error {
-	if n < keyBitsMin {
-		return fmt.Errorf("RSA key of %d bits: RSA2 wants at least %d", n, keyBitsMin)
-	}
-	return nil
+	return rsakey.ParsePublicKey(der, SignType)
 }
 
 func derOf(b []byte) ([]byte, error) {

@@ -1,13 +1,11 @@
 package wechatpay
 
 import (
-	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha1"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -17,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/rsakey"
 )
 
 // AuthScheme is the only request signature API v3 takes and the signature
@@ -65,22 +65,19 @@ func ResponseMessage(timestamp, nonce string, body []byte) []byte {
 
 // Sign signs message with SHA256withRSA and returns it base64-encoded.
 func Sign(key *rsa.PrivateKey, message []byte) (string, error) {
-	h := sha256.Sum256(message)
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, h[:])
+	sig, err := rsakey.Sign(key, message)
 	if err != nil {
 		return "", fmt.Errorf("wechatpay sign: %w", err)
 	}
-	return base64.StdEncoding.EncodeToString(sig), nil
+	return sig, nil
 }
 
 // Verify checks a base64 SHA256withRSA signature of message.
 func Verify(key *rsa.PublicKey, message []byte, signature string) error {
-	sig, err := base64.StdEncoding.DecodeString(signature)
-	if err != nil || len(sig) == 0 {
+	switch err := rsakey.Verify(key, message, signature); {
+	case errors.Is(err, rsakey.ErrNotBase64):
 		return fmt.Errorf("%w: not base64", ErrBadSignature)
-	}
-	h := sha256.Sum256(message)
-	if err := rsa.VerifyPKCS1v15(key, crypto.SHA256, h[:], sig); err != nil {
+	case err != nil:
 		return ErrBadSignature
 	}
 	return nil
@@ -213,9 +210,6 @@ func DecryptSensitive(key *rsa.PrivateKey, s string) (string, error) {
 	return string(pt), nil
 }
 
-// keyBitsMin: WECHATPAY2-SHA256-RSA2048 keys are 2048 bits or more.
-const keyBitsMin = 2048
-
 // ParsePrivateKey reads the merchant's API private key (apiclient_key.pem:
 // PKCS #8 "PRIVATE KEY", or PKCS #1 "RSA PRIVATE KEY").
 func ParsePrivateKey(b []byte) (*rsa.PrivateKey, error) {
@@ -223,18 +217,7 @@ func ParsePrivateKey(b []byte) (*rsa.PrivateKey, error) {
 	if blk == nil {
 		return nil, errors.New("private key: not PEM")
 	}
-	if k, err := x509.ParsePKCS1PrivateKey(blk.Bytes); err == nil {
-		return k, checkBits(k.N.BitLen())
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("private key: neither PKCS #1 nor PKCS #8: %w", err)
-	}
-	rk, ok := k.(*rsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("private key: %T, want RSA", k)
-	}
-	return rk, checkBits(rk.N.BitLen())
+	return rsakey.ParsePrivateKey(blk.Bytes, AuthScheme)
 }
 
 // ParsePlatformCert reads the platform certificate (PEM CERTIFICATE): its
@@ -256,7 +239,7 @@ func ParsePlatformCert(b []byte, now time.Time) (*rsa.PublicKey, string, error) 
 	if !ok {
 		return nil, "", fmt.Errorf("platform certificate: %T key, want RSA", c.PublicKey)
 	}
-	return k, fmt.Sprintf("%X", c.SerialNumber), checkBits(k.N.BitLen())
+	return k, fmt.Sprintf("%X", c.SerialNumber), rsakey.CheckBits(k.N.BitLen(), AuthScheme)
 }
 
 // ParsePublicKey reads the platform's public key (pub_key.pem: PEM
@@ -267,23 +250,5 @@ func ParsePublicKey(b []byte) (*rsa.PublicKey, error) {
 	if blk == nil {
 		return nil, errors.New("public key: not PEM")
 	}
-	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
-	if err != nil {
-		if k1, err1 := x509.ParsePKCS1PublicKey(blk.Bytes); err1 == nil {
-			return k1, checkBits(k1.N.BitLen())
-		}
-		return nil, fmt.Errorf("public key: %w", err)
-	}
-	rk, ok := k.(*rsa.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("public key: %T, want RSA", k)
-	}
-	return rk, checkBits(rk.N.BitLen())
-}
-
-func checkBits(n int) error {
-	if n < keyBitsMin {
-		return fmt.Errorf("RSA key of %d bits: %s wants at least %d", n, AuthScheme, keyBitsMin)
-	}
-	return nil
+	return rsakey.ParsePublicKey(blk.Bytes, AuthScheme)
 }
