@@ -42,8 +42,15 @@ func randomSuffix() string {
 // returns its DSN.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseOn(t, BaseDSN())
+}
+
+// NewDatabaseOn creates a fresh database on the server at baseDSN (one of
+// NewCluster or KeptCluster), dropped when the test ends, and returns its DSN.
+func NewDatabaseOn(t testing.TB, baseDSN string) string {
+	t.Helper()
 	ctx := context.Background()
-	base, err := url.Parse(BaseDSN())
+	base, err := url.Parse(baseDSN)
 	if err != nil {
 		t.Fatal(err)
 	}

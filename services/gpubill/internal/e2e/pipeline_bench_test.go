@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -49,9 +50,35 @@ func TestBenchPipeline(t *testing.T) {
 	// The ceiling first, on a JetStream server of its own, before the
 	// pipeline's services start: the figure is a ratio to it.
 	_, jsCeiling := benchkit.JetStreamUsage(t, pipelineEvents)
-	ctx := testkit.Context(t)
 	pool, dsn := testkit.NewPool(t)
 	t.Logf("database %s", dsn) // for perf -p on its backends
+	r := runPipeline(t, pool, "")
+	testkit.ReportAgainst(t, r.figure("pipeline"), jsCeiling)
+}
+
+// pipelineResult is one timed pipeline run.
+type pipelineResult struct {
+	elapsed, ingested time.Duration
+	cpu               testkit.CPU
+}
+
+func (r pipelineResult) figure(name string) testkit.Figure {
+	return testkit.Figure{Bench: name, Value: float64(int(float64(pipelineEvents) / r.elapsed.Seconds())), Unit: "events/s", N: pipelineEvents,
+		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s; CPU per event: test process %.1f µs, Postgres %.1f µs (this database's backends, %d samples missed)",
+			float64(pipelineEvents)/r.ingested.Seconds(), r.elapsed.Round(time.Millisecond),
+			float64(r.cpu.Process.Nanoseconds())/1e3/pipelineEvents, float64(r.cpu.Postgres.Nanoseconds())/1e3/pipelineEvents, r.cpu.Missed)}
+}
+
+// runPipeline starts metering, pricing and the ledger on pool with a
+// JetStream server of their own, creates the parties and the rate card,
+// and times pipelineEvents events from the ingest API until the ledger's
+// provider balances hold them. Every party, lease and event id starts with
+// idp, and only the providers named so are summed: a database with history
+// (pipeline_history) holds other parties, whose balances are not this
+// run's. The services stop when t ends.
+func runPipeline(t *testing.T, pool *pgxpool.Pool, idp string) pipelineResult {
+	t.Helper()
+	ctx := testkit.Context(t)
 	js := testkit.NewJetStream(t)
 	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -99,13 +126,13 @@ func TestBenchPipeline(t *testing.T) {
 	usage := meteringv1.NewUsageServiceClient(conn)
 	ledgerAPI := ledgerv1.NewLedgerServiceClient(conn)
 	for i := 0; i < pipelineProviders; i++ {
-		if _, err := parties.CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: fmt.Sprintf("p-%03d", i), Name: "bench",
+		if _, err := parties.CreateProvider(ctx, &meteringv1.CreateProviderRequest{ProviderId: fmt.Sprintf("%sp-%03d", idp, i), Name: "bench",
 			Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Pue: "1.2", Currency: "CNY"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < pipelineRenters; i++ {
-		if _, err := parties.CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: fmt.Sprintf("r-%03d", i), Name: "bench", Currency: "CNY", CreditLimit: "0"}); err != nil {
+		if _, err := parties.CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: fmt.Sprintf("%sr-%03d", idp, i), Name: "bench", Currency: "CNY", CreditLimit: "0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,8 +157,8 @@ func TestBenchPipeline(t *testing.T) {
 		}
 		start := base.Add(time.Duration(lease%600) * time.Minute).Add(time.Duration(k) * 6 * time.Minute)
 		cur.Events = append(cur.Events, &meteringv1.UsageEventInput{
-			Id: fmt.Sprintf("bev-%d", i), LeaseId: fmt.Sprintf("blease-%d", lease),
-			ProviderId: fmt.Sprintf("p-%03d", lease%pipelineProviders), RenterId: fmt.Sprintf("r-%03d", lease%pipelineRenters),
+			Id: fmt.Sprintf("%sbev-%d", idp, i), LeaseId: fmt.Sprintf("%sblease-%d", idp, lease),
+			ProviderId: fmt.Sprintf("%sp-%03d", idp, lease%pipelineProviders), RenterId: fmt.Sprintf("%sr-%03d", idp, lease%pipelineRenters),
 			GpuModel: "RTX_4090", GpuCount: count, StartTime: start.Format(time.RFC3339), EndTime: start.Add(6 * time.Minute).Format(time.RFC3339),
 			Region: "cn-east", Workload: "training",
 		})
@@ -191,7 +218,7 @@ func TestBenchPipeline(t *testing.T) {
 		sum := decimal.Zero
 		token := ""
 		for {
-			res, err := ledgerAPI.ListAccounts(ctx, &ledgerv1.ListAccountsRequest{Prefix: "provider:", PageSize: 500, PageToken: token})
+			res, err := ledgerAPI.ListAccounts(ctx, &ledgerv1.ListAccountsRequest{Prefix: "provider:" + idp, PageSize: 500, PageToken: token})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,8 +246,5 @@ func TestBenchPipeline(t *testing.T) {
 	if !got.Equal(want) {
 		t.Fatalf("provider pending total %s, want exactly %s", got, want)
 	}
-	testkit.ReportAgainst(t, testkit.Figure{Bench: "pipeline", Value: float64(int(float64(pipelineEvents) / elapsed.Seconds())), Unit: "events/s", N: pipelineEvents,
-		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s; CPU per event: test process %.1f µs, Postgres %.1f µs (this database's backends, %d samples missed)",
-			float64(pipelineEvents)/ingested.Seconds(), elapsed.Round(time.Millisecond),
-			float64(cpu.Process.Nanoseconds())/1e3/pipelineEvents, float64(cpu.Postgres.Nanoseconds())/1e3/pipelineEvents, cpu.Missed)}, jsCeiling)
+	return pipelineResult{elapsed: elapsed, ingested: ingested, cpu: cpu}
 }
