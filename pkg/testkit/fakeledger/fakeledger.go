@@ -41,13 +41,26 @@ type Ledger struct {
 	requests map[string]int                        // CreateTransaction calls per key (replays included)
 	balances map[string]map[string]decimal.Decimal // account → currency → credits − debits
 	closed   map[string]time.Time
-	Delay    time.Duration // added to every CreateTransaction (to stretch a close)
+	// pending is each cycle's provider pending balances (provider|currency
+	// keys), sorted when a ListCycleBalances page needs it: sorting every
+	// balance on every page made a 100 000-provider snapshot quadratic.
+	pending map[string]*cyclePending
+	Delay   time.Duration // added to every CreateTransaction (to stretch a close)
 }
+
+type cyclePending struct {
+	keys   []pendingKey
+	sorted bool
+}
+
+type pendingKey struct{ provider, currency, account string }
+
+func (k pendingKey) token() string { return k.provider + "|" + k.currency }
 
 // New returns an empty ledger.
 func New() *Ledger {
 	return &Ledger{byKey: map[string]*ledgerv1.Transaction{}, byAcct: map[string][]*ledgerv1.Transaction{}, requests: map[string]int{},
-		balances: map[string]map[string]decimal.Decimal{}, closed: map[string]time.Time{}}
+		balances: map[string]map[string]decimal.Decimal{}, closed: map[string]time.Time{}, pending: map[string]*cyclePending{}}
 }
 
 // Charge posts a usage charge: Dr renter:{renter}:wallet, Cr provider:{p}:pending:{cycle}.
@@ -105,6 +118,9 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 		if l.balances[p.Account] == nil {
 			l.balances[p.Account] = map[string]decimal.Decimal{}
 		}
+		if _, ok := l.balances[p.Account][p.Currency]; !ok {
+			l.notePending(p.Account, p.Currency)
+		}
 		l.balances[p.Account][p.Currency] = l.balances[p.Account][p.Currency].Add(amt)
 	}
 	tx := &ledgerv1.Transaction{TransactionId: fmt.Sprintf("tx-%d", len(l.txs)+1), IdempotencyKey: req.IdempotencyKey,
@@ -119,34 +135,46 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 	return &ledgerv1.CreateTransactionResponse{Transaction: tx}, nil
 }
 
+// notePending records a new balance if it is a provider's pending one.
+func (l *Ledger) notePending(account, currency string) {
+	a, err := ids.ParseAddress(account)
+	if err != nil || a.Class != ids.ClassProvider || a.Sub != ids.SubPending {
+		return
+	}
+	cp := l.pending[a.Cycle]
+	if cp == nil {
+		cp = &cyclePending{}
+		l.pending[a.Cycle] = cp
+	}
+	cp.keys = append(cp.keys, pendingKey{provider: a.Party, currency: currency, account: account})
+	cp.sorted = false
+}
+
 // ListCycleBalances implements LedgerService (page token: the last provider|currency).
 func (l *Ledger) ListCycleBalances(_ context.Context, req *ledgerv1.ListCycleBalancesRequest) (*ledgerv1.ListCycleBalancesResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var all []*ledgerv1.CycleBalance
-	for acct, bals := range l.balances {
-		a, err := ids.ParseAddress(acct)
-		if err != nil || a.Class != ids.ClassProvider || a.Sub != ids.SubPending || a.Cycle != req.CycleId {
-			continue
-		}
-		for cur, amt := range bals {
-			all = append(all, &ledgerv1.CycleBalance{ProviderId: a.Party, Currency: cur, Amount: amt.String()})
-		}
+	resp := &ledgerv1.ListCycleBalancesResponse{}
+	cp := l.pending[req.CycleId]
+	if cp == nil {
+		return resp, nil
 	}
-	sort.Slice(all, func(i, j int) bool {
-		return all[i].ProviderId+"|"+all[i].Currency < all[j].ProviderId+"|"+all[j].Currency
-	})
-	start := sort.Search(len(all), func(i int) bool { return all[i].ProviderId+"|"+all[i].Currency > req.PageToken })
+	if !cp.sorted {
+		sort.Slice(cp.keys, func(i, j int) bool { return cp.keys[i].token() < cp.keys[j].token() })
+		cp.sorted = true
+	}
+	all := cp.keys
+	start := sort.Search(len(all), func(i int) bool { return all[i].token() > req.PageToken })
 	n := int(req.PageSize)
 	if n <= 0 {
 		n = 100
 	}
-	resp := &ledgerv1.ListCycleBalancesResponse{}
 	end := min(start+n, len(all))
-	resp.Balances = all[start:end]
+	for _, k := range all[start:end] {
+		resp.Balances = append(resp.Balances, &ledgerv1.CycleBalance{ProviderId: k.provider, Currency: k.currency, Amount: l.balances[k.account][k.currency].String()})
+	}
 	if end < len(all) {
-		last := all[end-1]
-		resp.NextPageToken = last.ProviderId + "|" + last.Currency
+		resp.NextPageToken = all[end-1].token()
 	}
 	return resp, nil
 }
