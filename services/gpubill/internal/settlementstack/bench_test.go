@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -118,8 +119,10 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
 	}
+	stopProgress := logProgress(t, f, start)
 	waitCycleSettled(t, f.s, cycle1.ID, max(30*time.Minute, time.Duration(providers)*50*time.Millisecond))
 	elapsed := time.Since(start)
+	stopProgress()
 	srv, self, pgc := serverCPU(t)-srv0, selfCPU()-self0, pgCPUSince(t, f, pg0)
 	if n := f.count(t, `select count(distinct provider_id) from settlement.settlements where status = 'settled'`); n != providers {
 		t.Fatalf("settled %d providers, want %d", n, providers)
@@ -141,6 +144,47 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	ceiling.Note += fmt.Sprintf("; CPU per workflow: Temporal %s %.2fms, worker %.2fms; %s", server,
 		float64(srv)/float64(time.Millisecond)/ceilingWorkflows, float64(self)/float64(time.Millisecond)/ceilingWorkflows, store)
 	return fig, ceiling
+}
+
+// progressStep is how often a settlement figure logs its progress: the
+// rate over each step shows whether a cycle slows as it grows.
+const progressStep = time.Minute
+
+// logProgress logs, every progressStep until stop is called, how many
+// providers are settled and the rate and Temporal server CPU per provider
+// over the step, with the load average.
+func logProgress(t *testing.T, f *fixture, start time.Time) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(progressStep)
+		defer tick.Stop()
+		last, lastAt, lastSrv := 0, start, serverCPU(t)
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				var n int
+				if err := f.pool.QueryRow(context.Background(), `select count(*) from settlement.settlements where status = 'settled'`).Scan(&n); err != nil {
+					t.Logf("progress: %v", err)
+					continue
+				}
+				srv := serverCPU(t)
+				if d := n - last; d > 0 {
+					t.Logf("progress at %s: %d settled, %.1f/s over the last %s, Temporal %.2fms CPU per provider, load %.1f",
+						now.Sub(start).Round(time.Second), n, float64(d)/now.Sub(lastAt).Seconds(), now.Sub(lastAt).Round(time.Second),
+						float64(srv-lastSrv)/float64(time.Millisecond)/float64(d), testkit.LoadAvg())
+				}
+				last, lastAt, lastSrv = n, now, srv
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); <-finished }) }
+	t.Cleanup(stop) // a figure that fails stops it too
+	return stop
 }
 
 // ceiling_temporal's size: a few seconds on the dev server.
