@@ -9,11 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -114,7 +112,14 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	f.clock.Set(cycle1.End.Add(time.Hour))
 	runWorker(t, f.s)
 	ctx := context.Background()
-	srv0, self0, pg0 := serverCPU(t), selfCPU(), pgCPU(t, f)
+	meter := testkit.NewCPUMeter(f.pool)
+	if err := meter.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mctx, stopMeter := context.WithCancel(ctx)
+	defer stopMeter()
+	go meter.Run(mctx, time.Second)
+	srv0 := serverCPU(t)
 	start := time.Now()
 	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
@@ -123,7 +128,12 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	waitCycleSettled(t, f.s, cycle1.ID, max(30*time.Minute, time.Duration(providers)*50*time.Millisecond))
 	elapsed := time.Since(start)
 	stopProgress()
-	srv, self, pgc := serverCPU(t)-srv0, selfCPU()-self0, pgCPUSince(t, f, pg0)
+	srv := serverCPU(t) - srv0
+	used, err := meter.Used(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopMeter()
 	if n := f.count(t, `select count(distinct provider_id) from settlement.settlements where status = 'settled'`); n != providers {
 		t.Fatalf("settled %d providers, want %d", n, providers)
 	}
@@ -135,12 +145,12 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	fig = testkit.Figure{Bench: figure, Value: float64(providers) / elapsed.Seconds(), Unit: "providers/s", N: providers,
 		Load: testkit.LoadAvg(),
 		Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal %s %s, worker+tax+fake ledger %s, PostgreSQL backends %s; %s + tax service, in-memory ledger",
-			elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(self), perProvider(pgc), store)}
+			elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(used.Process), perProvider(used.Postgres), store)}
 	// The ceiling on the same client and server, after the figure
 	// (its history does not weigh on the figure's).
-	srv0, self0 = serverCPU(t), selfCPU()
+	srv0, self0 := serverCPU(t), testkit.ProcessCPU()
 	ceiling = benchkit.Temporal(t, tc, ceilingWorkflows, ceilingStarters)
-	srv, self = serverCPU(t)-srv0, selfCPU()-self0
+	srv, self := serverCPU(t)-srv0, testkit.ProcessCPU()-self0
 	ceiling.Note += fmt.Sprintf("; CPU per workflow: Temporal %s %.2fms, worker %.2fms; %s", server,
 		float64(srv)/float64(time.Millisecond)/ceilingWorkflows, float64(self)/float64(time.Millisecond)/ceilingWorkflows, store)
 	return fig, ceiling
@@ -205,15 +215,6 @@ func logParentHistory(t *testing.T, tc client.Client, cycle string) {
 	t.Logf("cycle workflow: %d runs, %d history events", len(resp.Executions), events)
 }
 
-// selfCPU is the CPU time (user+system) this test process has used.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 var statFields = regexp.MustCompile(`\) \S+ (\d+)((?: \S+){9}) (\d+) (\d+)`)
 
 // procStat reads a process's parent pid and CPU time (user+system) from
@@ -267,41 +268,6 @@ func serverCPU(t testing.TB) time.Duration {
 		total += cpu
 	}
 	return total
-}
-
-// pgCPU is the CPU time used so far by the PostgreSQL backends connected to
-// the fixture's database (settlement's and the tax service's pool), by
-// backend pid: a backend that ends between two readings takes its CPU
-// with it, so compare pgCPU's maps (pgCPUSince), not sums. The server must
-// be local (the test's 127.0.0.1).
-func pgCPU(t testing.TB, f *fixture) map[int]time.Duration {
-	t.Helper()
-	rows, err := f.pool.Query(context.Background(), `select pid from pg_stat_activity where datname = current_database()`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu := make(map[int]time.Duration, len(pids))
-	for _, pid := range pids {
-		if _, c, ok := procStat(t, fmt.Sprintf("/proc/%d/stat", pid)); ok {
-			cpu[int(pid)] = c
-		}
-	}
-	return cpu
-}
-
-// pgCPUSince is the CPU the database's backends used since before (a
-// backend new since then counts whole).
-func pgCPUSince(t testing.TB, f *fixture, before map[int]time.Duration) time.Duration {
-	t.Helper()
-	var d time.Duration
-	for pid, c := range pgCPU(t, f) {
-		d += c - before[pid]
-	}
-	return d
 }
 
 // checkSeededSplits verifies what the close did for every provider f.seed
