@@ -99,12 +99,17 @@ func TestBenchPipelineHistory(t *testing.T) {
 
 	var plain, hist pipelineResult
 	t.Run("pipeline", func(t *testing.T) {
-		plain = runPipeline(t, openPool(t, testkit.NewDatabaseOn(t, base)), "")
+		pool := openPool(t, testkit.NewDatabaseOn(t, base))
+		plain = runPipeline(t, pool, "")
+		logBufferReads(t, pool)
 	})
 	t.Run("pipeline_history", func(t *testing.T) {
 		// This run's parties and events are its own: the history is kept
 		// between runs and keys are idempotent.
-		hist = runPipeline(t, openPool(t, dsn), fmt.Sprintf("h%d-", time.Now().Unix()))
+		pool := openPool(t, dsn)
+		resetStats(t, pool)
+		hist = runPipeline(t, pool, fmt.Sprintf("h%d-", time.Now().Unix()))
+		logBufferReads(t, pool)
 	})
 	if t.Failed() || plain.elapsed == 0 || hist.elapsed == 0 {
 		return
@@ -560,6 +565,37 @@ func restoreIndexes(t *testing.T, c *pgx.Conn, saved []savedIndex) {
 			t.Fatalf("%s: %v", q, err)
 		}
 		t.Logf("%s (%s)", q, time.Since(t0).Round(time.Second))
+	}
+}
+
+// resetStats zeroes the database's statistics counters (the history's
+// build and earlier runs counted in them).
+func resetStats(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `select pg_stat_reset()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logBufferReads logs the relations whose blocks the run read from outside
+// shared buffers most (heap and index), where a cost that climbs with the
+// size of a table would show first.
+func logBufferReads(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `select schemaname || '.' || relname, coalesce(heap_blks_read, 0), coalesce(heap_blks_hit, 0),
+			coalesce(idx_blks_read, 0), coalesce(idx_blks_hit, 0)
+		from pg_statio_user_tables order by coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0) desc limit 8`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel string
+	var hr, hh, ir, ih int64
+	_, err = pgx.ForEachRow(rows, []any{&rel, &hr, &hh, &ir, &ih}, func() error {
+		t.Logf("buffers %s: heap read %d hit %d, indexes read %d hit %d", rel, hr, hh, ir, ih)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
