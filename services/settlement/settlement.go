@@ -309,6 +309,6 @@ func (w warnOnly) Enabled(ctx context.Context, lvl slog.Level) bool {
 
 // consumeParties keeps the provider tiers from party.updated until ctx ends.
 func (s *Service) consumeParties(ctx context.Context) error {
-	tiers := &app.ProviderTiers{Store: s.store, Consumer: ports.PartyConsumerName}
+	tiers := &app.ProviderTiers{Store: s.store.PartyStore(), Consumer: ports.PartyConsumerName}
 	return ports.ConsumeParties(ctx, s.d.JS, s.d.Log, tiers, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
 }

@@ -89,7 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		profiles := &app.ProviderProfiles{Store: s.store, Consumer: ports.PartyConsumerName}
+		profiles := &app.ProviderProfiles{Store: s.store.PartyStore(), Consumer: ports.PartyConsumerName}
 		return ports.ConsumeParties(ctx, s.d.JS, s.d.Log, profiles, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
 	})
 	g.Go(func() error {

@@ -20,24 +20,14 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
-// RenterStore is the renters' read model (ledger.renters).
-type RenterStore struct{ Pool *pgxpool.Pool }
-
-var _ app.RenterStore = RenterStore{}
-
-// WithRenterTx runs fn in one READ COMMITTED transaction.
-func (s RenterStore) WithRenterTx(ctx context.Context, fn func(app.RenterTx) error) error {
-	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(renterTx{tx: tx}) })
-}
-
-type renterTx struct{ tx pgx.Tx }
-
-func (t renterTx) Claim(ctx context.Context, consumer string, ids []string) (map[string]bool, error) {
-	return outbox.Claim(ctx, t.tx, Schema, consumer, ids)
+// RenterStore is the renters' read model (ledger.renters): the ledger's
+// inbox and UpsertRenters in one transaction.
+func RenterStore(pool *pgxpool.Pool) outbox.ReadModelStore[domain.RenterLimit] {
+	return outbox.ReadModelStore[domain.RenterLimit]{Pool: pool, Schema: Schema, Upsert: UpsertRenters}
 }
 
 // UpsertRenters stores renter versions newer than those held.
-func (t renterTx) UpsertRenters(ctx context.Context, rs []domain.RenterLimit) error {
+func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) error {
 	b := &pgx.Batch{}
 	for _, r := range rs {
 		b.Queue(`insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at) values ($1, $2, $3, $4, $5)
@@ -45,7 +35,7 @@ func (t renterTx) UpsertRenters(ctx context.Context, rs []domain.RenterLimit) er
 				version = excluded.version, updated_at = excluded.updated_at
 			where ledger.renters.version < excluded.version`, r.RenterID, r.Currency, r.CreditLimit, r.Version, r.UpdatedAt)
 	}
-	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("renters: %w", err)
 	}
 	return nil
