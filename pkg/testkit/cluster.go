@@ -67,15 +67,16 @@ func KeptCluster(t testing.TB, dir string, settings ...string) string {
 func pgCommand(t testing.TB, name string, args ...string) error {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(PGBinDir, name), args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: postgresCred(t)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: PostgresCred(t)}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s %v: %w\n%s", name, args, err, out)
 	}
 	return nil
 }
 
-// postgresCred is the postgres user's when this process is root, else nil.
-func postgresCred(t testing.TB) *syscall.Credential {
+// PostgresCred is the postgres user's credential when this process is root
+// (initdb, pg_ctl and postgres refuse root), else nil.
+func PostgresCred(t testing.TB) *syscall.Credential {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		return nil
@@ -99,7 +100,7 @@ func postgresCred(t testing.TB) *syscall.Credential {
 // port and stops it at cleanup.
 func startCluster(t testing.TB, dir string, settings ...string) string {
 	t.Helper()
-	if cred := postgresCred(t); cred != nil {
+	if cred := PostgresCred(t); cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			t.Fatal(err)
 		}

@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -304,28 +302,17 @@ func serviceBinaries(t *testing.T, dir string) string {
 }
 
 // postgresCred returns the credential PostgreSQL's tools need when the test
-// runs as root (initdb, pg_ctl and postgres refuse root), and chowns dir to it.
+// runs as root (testkit.PostgresCred), and chowns dir to it.
 func postgresCred(t *testing.T, dir string) *syscall.Credential {
 	t.Helper()
-	if os.Geteuid() != 0 {
+	cred := testkit.PostgresCred(t)
+	if cred == nil {
 		return nil
 	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Fatalf("running as root and no postgres user to run PostgreSQL as: %v", err)
-	}
-	uid, err := strconv.Atoi(u.Uid)
-	if err != nil {
-		t.Fatalf("postgres uid %q: %v", u.Uid, err)
-	}
-	gid, err := strconv.Atoi(u.Gid)
-	if err != nil {
-		t.Fatalf("postgres gid %q: %v", u.Gid, err)
-	}
-	if err := os.Chown(dir, uid, gid); err != nil {
+	if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 		t.Fatal(err)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return cred
 }
 
 // runAs runs a command to completion (as cred when set).
