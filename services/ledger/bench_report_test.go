@@ -298,7 +298,7 @@ func benchJournal(t *testing.T) *fixture {
 		t.Cleanup(pool.Close)
 		return newFixtureOn(t, pool, nil, clock.NewManual(benchReportEnd()))
 	}
-	found := storedFixtureKey(t, admin, u.String())
+	found := testkit.StoredFixtureKey(t, admin, benchReportDB, u.String())
 	if found == key {
 		t.Logf("reusing database %s (%s)", benchReportDB, key)
 		return open()
@@ -326,37 +326,6 @@ func benchJournal(t *testing.T) *fixture {
 	}
 	t.Logf("built %s in %s", benchReportDB, time.Since(tBuild).Round(time.Second))
 	return f
-}
-
-// storedFixtureKey is the key of the journal in the kept database, "" when
-// there is none (no database, or a build that did not finish).
-func storedFixtureKey(t *testing.T, admin *pgx.Conn, dsn string) string {
-	t.Helper()
-	ctx := context.Background()
-	var exists bool
-	if err := admin.QueryRow(ctx, `select exists (select 1 from pg_database where datname = $1)`, benchReportDB).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
-	if !exists {
-		return ""
-	}
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var table bool
-	if err := c.QueryRow(ctx, `select to_regclass('public.bench_fixture') is not null`).Scan(&table); err != nil {
-		t.Fatal(err)
-	}
-	if !table {
-		return ""
-	}
-	var key string
-	if err := c.QueryRow(ctx, `select key from public.bench_fixture`).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	return key
 }
 
 // buildReportJournal COPYs the postings in time order, as the writer

@@ -208,7 +208,7 @@ func historyDatabase(t *testing.T, base string) (string, string) {
 	u.Path = "/" + historyDB
 	dsn := u.String()
 	key := historyKey(t)
-	found := storedHistoryKey(t, admin, dsn)
+	found := testkit.StoredFixtureKey(t, admin, historyDB, dsn)
 	if found != key {
 		t.Logf("building database %s (%s; it held %q)", historyDB, key, found)
 		for _, q := range []string{"drop database if exists " + historyDB + " with (force)", "create database " + historyDB} {
@@ -247,32 +247,6 @@ func historyDatabase(t *testing.T, base string) (string, string) {
 	size := fmt.Sprintf("history: %d usage events, %d transactions, %d postings, %s", usage, txs, postings, dbSize)
 	t.Log(size)
 	return dsn, size
-}
-
-// storedHistoryKey is the key of the history in the kept database, "" when
-// there is none (no database, or a build that did not finish).
-func storedHistoryKey(t *testing.T, admin *pgx.Conn, dsn string) string {
-	t.Helper()
-	ctx := context.Background()
-	var exists bool
-	if err := admin.QueryRow(ctx, `select exists (select 1 from pg_database where datname = $1)`, historyDB).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
-	if !exists {
-		return ""
-	}
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var key string
-	if err := c.QueryRow(ctx, `select coalesce((select key from public.bench_fixture
-		where to_regclass('public.bench_fixture') is not null), '')`).Scan(&key); err != nil {
-		// No table: a build that did not finish.
-		return ""
-	}
-	return key
 }
 
 // histLease is a lease of the history, in the heap by its next event's end.
