@@ -129,7 +129,7 @@ func indexOf(s, sub string) int {
 func chainAll(t testing.TB, f *fixture) {
 	t.Helper()
 	testkit.Eventually(t, 10*time.Second, func() bool {
-		if _, err := ledger.ChainOnce(f.ctx, f.pool); err != nil {
+		if _, err := f.svc.ChainOnce(f.ctx); err != nil { // as the service chains: what it wrote, as written
 			t.Fatal(err)
 		}
 		var n int

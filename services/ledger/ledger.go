@@ -45,6 +45,7 @@ type Service struct {
 	lcfg       LeaseControlConfig
 	invoicing  *invoicing.Invoicing
 	recons     *app.Reconciliations
+	written    *postgres.Written // what the store committed, for the chain worker
 }
 
 // Option adjusts the service.
@@ -70,14 +71,15 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 	}
-	a := app.New(postgres.NewStore(d.Pool), d.Clock, d.Calendar, d.Log)
+	store := postgres.NewStore(d.Pool)
+	a := app.New(store, d.Clock, d.Calendar, d.Log)
 	d.Log, d.Clock = a.Log, a.Clock
 	now := func() time.Time { return a.Clock.Now().UTC() }
 	reports := newReports(d.Pool, now)
 	if err := reports.Store.BackfillBreaches(ctx); err != nil {
 		return nil, err
 	}
-	s := &Service{deps: d, app: a,
+	s := &Service{deps: d, app: a, written: store.Written,
 		statements: &app.Statements{Store: &postgres.Statements{Pool: d.Pool}, Now: now},
 		reports:    reports,
 		recons:     &app.Reconciliations{Store: reconStore{&postgres.Reconciliations{Pool: d.Pool}}, Now: now},
@@ -214,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return hooks.Run(ctx) })
 	}
 	g.Go(func() error {
-		return app.ChainWorker{Chain: postgres.Chain{Pool: s.deps.Pool}, Log: s.deps.Log}.Run(ctx)
+		return app.ChainWorker{Chain: postgres.Chain{Pool: s.deps.Pool, Written: s.written}, Log: s.deps.Log}.Run(ctx)
 	})
 	g.Go(func() error { return s.runCheckpoints(ctx) })
 	g.Go(func() error { return s.runSegregatedFunds(ctx) })
@@ -329,9 +331,16 @@ func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) 
 	return postgres.Verify(ctx, q)
 }
 
-// ChainOnce extends the hash chain by one round (tests, the CLI before verify).
+// ChainOnce extends the hash chain by one round (tests, the CLI before verify),
+// reading every transaction back from the journal.
 func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	return app.ChainWorker{Chain: postgres.Chain{Pool: pool}}.Step(ctx)
+}
+
+// ChainOnce extends the hash chain by one round as the service's chain
+// worker does: what this service wrote is hashed as written.
+func (s *Service) ChainOnce(ctx context.Context) (int, error) {
+	return app.ChainWorker{Chain: postgres.Chain{Pool: s.deps.Pool, Written: s.written}}.Step(ctx)
 }
 
 // Invoicing exposes the invoice use cases to tests in this module (they

@@ -19,21 +19,29 @@ import (
 const chainBatchMax = 5000
 
 // Chain is app.HashChain on the ledger's journal.
-type Chain struct{ Pool *pgxpool.Pool }
+type Chain struct {
+	Pool *pgxpool.Pool
+	// Written (optional) is the store's: the transactions it holds are
+	// hashed from there, the others read back from the journal.
+	Written *Written
+}
 
 var _ app.HashChain = Chain{}
 
 // Extend is ChainStep on the pool.
-func (c Chain) Extend(ctx context.Context) (int, error) { return ChainStep(ctx, c.Pool) }
+func (c Chain) Extend(ctx context.Context) (int, error) { return ChainStep(ctx, c.Pool, c.Written) }
 
 // ChainStep appends the next final transactions to the hash chain and returns
 // how many it chained. Writers never wait for it: a transaction is chained
 // once its Postgres xid is below the xmin of the current snapshot, when no
 // transaction that could still commit can sort before it, so the (xid, id)
 // order of the chain never changes after the fact. One chainer runs at a time
-// (a transaction-scoped advisory lock).
-func ChainStep(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+// (a transaction-scoped advisory lock). The transactions w holds (this
+// process wrote them) are hashed as they were written; the others are read
+// back.
+func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error) {
 	n := 0
+	var chained []string
 	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var leader bool
 		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock(hashtext('gpubill.ledger.chain'))`).Scan(&leader); err != nil {
@@ -72,16 +80,24 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 		if len(ids) == 0 {
 			return nil
 		}
-		txs, err := LoadTransactions(ctx, tx, ids)
+		held, missing := w.take(ids)
+		loaded, err := LoadTransactions(ctx, tx, missing)
 		if err != nil {
 			return err
 		}
-		if len(txs) != len(ids) {
-			return fmt.Errorf("chain: loaded %d of %d transactions", len(txs), len(ids))
+		if len(loaded) != len(missing) {
+			return fmt.Errorf("chain: loaded %d of %d transactions", len(loaded), len(missing))
 		}
-		positions := make([]int64, len(txs))
-		prevs, hashes := make([][]byte, len(txs)), make([][]byte, len(txs))
-		for i, t := range txs {
+		for _, t := range loaded {
+			held[t.ID] = t
+		}
+		positions := make([]int64, len(ids))
+		prevs, hashes := make([][]byte, len(ids)), make([][]byte, len(ids))
+		for i, id := range ids {
+			t := held[id]
+			if t == nil {
+				return fmt.Errorf("chain: transaction %s not loaded", id)
+			}
 			pos++
 			h := domain.ChainHash(prev, *t)
 			positions[i], prevs[i], hashes[i] = pos, prev, h
@@ -92,9 +108,12 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 			positions, ids, xids, prevs, hashes); err != nil {
 			return fmt.Errorf("append chain: %w", err)
 		}
-		n = len(ids)
+		n, chained = len(ids), ids
 		return nil
 	})
+	if err == nil {
+		w.drop(chained)
+	}
 	return n, err
 }
 

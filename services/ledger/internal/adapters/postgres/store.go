@@ -42,19 +42,24 @@ type Querier interface {
 type Store struct {
 	Pool *pgxpool.Pool
 
+	// Written receives every transaction this store commits (the chain
+	// worker hashes them from there).
+	Written *Written
+
 	mu    sync.Mutex
 	known map[string]struct{} // accounts known to exist (skip the insert)
 }
 
 // Tx is the store inside one Postgres transaction.
 type Tx struct {
-	s  *Store
-	tx pgx.Tx
+	s       *Store
+	tx      pgx.Tx
+	written []*domain.Transaction // what Post inserted, for Written once committed
 }
 
 // NewStore returns a store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{Pool: pool, known: map[string]struct{}{}}
+	return &Store{Pool: pool, Written: NewWritten(), known: map[string]struct{}{}}
 }
 
 var (
@@ -63,8 +68,17 @@ var (
 )
 
 // WithTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+// The transactions it posted go to s.Written once it has committed.
 func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
-	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{s: s, tx: tx}) })
+	var t *Tx
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		t = &Tx{s: s, tx: tx} // a retried attempt starts afresh
+		return fn(t)
+	})
+	if err == nil && t != nil {
+		s.Written.put(t.written)
+	}
+	return err
 }
 
 type balKey struct{ account, currency string }
@@ -113,6 +127,11 @@ func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Tra
 	changes, err := t.upsertBalances(ctx, keys, aggs)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, x := range fresh {
+		if c := writtenCopy(x); c != nil {
+			t.written = append(t.written, c)
+		}
 	}
 	return fresh, changes, nil
 }
