@@ -8,6 +8,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
 	"github.com/gpubill/gpubill/services/gpubill/internal/benchkit"
@@ -62,10 +63,37 @@ func TestBenchPricingRate(t *testing.T) {
 		}
 		return n == 0
 	}, "metering outbox relayed")
+	// CPU per event while pricing alone works (metering's relay has
+	// drained): this process and the database's backends.
+	meter := testkit.NewCPUMeter(s.deps.Pool)
+	if err := meter.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	meterCtx, stopMeter := context.WithCancel(context.Background())
+	defer stopMeter()
+	go meter.Run(meterCtx, 100*time.Millisecond)
 	began := time.Now()
 	run(t, s.pricing)
-	testkit.Eventually(t, 5*time.Minute, func() bool { return s.ratedEvents(t) == benchEvents }, "all rated")
+	// Poll the USAGE work queue (empty once pricing has acked every
+	// message, after its commit), not the charges table: a scan of it
+	// every 20 ms would be Postgres CPU counted against pricing.
+	usageStream, err := s.js.JS.Stream(context.Background(), natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Minute, func() bool {
+		info, err := usageStream.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	}, "usage consumed")
 	el := time.Since(began).Seconds()
+	cpu, err := meter.Used(context.Background())
+	stopMeter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.ratedEvents(t); n != benchEvents {
+		t.Fatalf("%d events rated, want %d", n, benchEvents)
+	}
 	// The figure counts only work verified exactly: every event charged once,
 	// and per lease billed = round(GPU-seconds × 2.00 / 3600) from the inputs.
 	secs := map[string]int64{}
@@ -105,7 +133,9 @@ func TestBenchPricingRate(t *testing.T) {
 		}
 	}
 	testkit.Report(t, testkit.Figure{Bench: "pricing_rate", Value: benchEvents / el, Unit: "events/s", N: benchEvents,
-		Note: fmt.Sprintf("JetStream usage.recorded (%d-event messages) to committed charges + charges.rated outbox; %d leases", benchCall/benchProviders, benchLeases)})
+		Load: testkit.LoadAvg(),
+		Note: fmt.Sprintf("JetStream usage.recorded (%d-event messages) to committed charges + charges.rated outbox; %d leases; CPU per event: test process %.1f µs, Postgres %.1f µs (%d samples missed)",
+			benchCall/benchProviders, benchLeases, float64(cpu.Process.Nanoseconds())/1e3/benchEvents, float64(cpu.Postgres.Nanoseconds())/1e3/benchEvents, cpu.Missed)})
 }
 
 func mustTime(t *testing.T, s string) time.Time {
