@@ -72,6 +72,7 @@ func TestBenchPricingRate(t *testing.T) {
 	meterCtx, stopMeter := context.WithCancel(context.Background())
 	defer stopMeter()
 	go meter.Run(meterCtx, 100*time.Millisecond)
+	t.Logf("pricing starts on database %s", s.dsn) // for perf -p on its backends
 	began := time.Now()
 	run(t, s.pricing)
 	// Poll the USAGE work queue (empty once pricing has acked every
