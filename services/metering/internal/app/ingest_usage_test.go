@@ -140,6 +140,38 @@ func TestIngestDedupAndOverlap(t *testing.T) {
 	}
 }
 
+// TestIngestOverlapAnywhereInTheLeaseSpan: the insert probes a lease's
+// recorded time once for the span of its events in the batch, then event by
+// event only where that span meets recorded time. A recorded event that
+// meets only the batch's last event of the lease, or only a gap between two
+// of them, must still be found or let through exactly.
+func TestIngestOverlapAnywhereInTheLeaseSpan(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("rec-1", "lease-s", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+		ev("rec-2", "lease-g", "2026-11-01T09:00:00Z", "2026-11-01T10:00:00Z"),
+	}, app.IngestOptions{})
+	if err != nil || res.Accepted != 2 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	res, err = a.Ingest(ctx, []domain.EventInput{
+		ev("new-1", "lease-s", "2026-11-01T08:00:00Z", "2026-11-01T09:00:00Z"), // before rec-1: fine
+		ev("new-2", "lease-s", "2026-11-01T10:30:00Z", "2026-11-01T10:45:00Z"), // inside rec-1
+		ev("new-3", "lease-g", "2026-11-01T08:00:00Z", "2026-11-01T09:00:00Z"), // rec-2 sits in the gap: fine
+		ev("new-4", "lease-g", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"), // fine
+		ev("new-5", "lease-n", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"), // nothing recorded: fine
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 4 || res.Duplicates != 0 || len(res.Rejected) != 1 ||
+		res.Rejected[0].Index != 1 || res.Rejected[0].Reason != "overlaps rec-1 on lease lease-s" {
+		t.Fatalf("got %+v; want new-2 alone rejected, overlapping rec-1", res)
+	}
+}
+
 func TestIngestFullBatch(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
