@@ -1,0 +1,103 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// newStore is a Store on a fresh database with settlement's schema.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(context.Background(), pool, Schema, migrations.For(Schema)); err != nil {
+		t.Fatal(err)
+	}
+	return &Store{Pool: pool}
+}
+
+// rowsRead is how many rows of settlement.settlements (heap or index) an
+// EXPLAIN (ANALYZE, FORMAT JSON) plan read, kept or filtered out.
+func rowsRead(t *testing.T, plan []byte) float64 {
+	t.Helper()
+	var out []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &out); err != nil || len(out) != 1 {
+		t.Fatalf("plan %s: %v", plan, err)
+	}
+	var walk func(n map[string]any) float64
+	walk = func(n map[string]any) float64 {
+		sum := 0.0
+		rel, _ := n["Relation Name"].(string)
+		idx, _ := n["Index Name"].(string)
+		if rel == "settlements" || idx == "settlements_pkey" || idx == "settlements_provider" {
+			num := func(k string) float64 { f, _ := n[k].(float64); return f }
+			sum += (num("Actual Rows") + num("Rows Removed by Filter") + num("Rows Removed by Index Recheck")) * num("Actual Loops")
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				sum += walk(m)
+			}
+		}
+		return sum
+	}
+	return walk(out[0].Plan)
+}
+
+// ProviderStates answers from the rows of the providers asked only: the
+// page polls it every 50 ms, so reading the whole cycle made a cycle's
+// polls cost grow with its size (the planner chose to scan every row of
+// the cycle and filter the providers, a statement without statistics).
+func TestProviderStatesReadsOnlyTheProvidersAsked(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const cycle, n = "cyc-20260101", 20000
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'closing', now(), now(), now())`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross)
+		select $1, 'p-' || lpad(i::text, 6, '0'), 'CNY', 100 from generate_series(0, $2 - 1) i`, cycle, n); err != nil {
+		t.Fatal(err)
+	}
+	// p-000001 settled in two currencies, p-000002 held, p-000003 settled
+	// in one of two (pending), p-000004 pending, p-999999 not in the cycle.
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, status)
+		values ($1, 'p-000001', 'USD', 1, 'settled'), ($1, 'p-000003', 'USD', 1, 'pending')`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool.Exec(ctx, `update settlement.settlements set status = case provider_id when 'p-000002' then 'held' else 'settled' end
+		where cycle_id = $1 and (provider_id in ('p-000001', 'p-000002') or provider_id = 'p-000003' and currency = 'CNY')`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	// A page's window: 500 providers in flight.
+	asked := []string{"p-000001", "p-000002", "p-000003", "p-000004", "p-999999"}
+	for i := range 495 {
+		asked = append(asked, fmt.Sprintf("p-%06d", 10000+i))
+	}
+	got, err := s.ProviderStates(ctx, cycle, asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"p-000001": "settled", "p-000002": "held"}; !maps.Equal(got, want) {
+		t.Fatalf("states %v, want %v", got, want)
+	}
+	var plan []byte
+	if err := s.Pool.QueryRow(ctx, `explain (analyze, format json) `+providerStatesSQL, cycle, asked).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	// At most the asked providers' rows (7 + 495), each possibly seen in
+	// the index and the heap.
+	if read := rowsRead(t, plan); read > 2*(7+495) {
+		t.Fatalf("ProviderStates of %d providers read %.0f rows of a %d-row cycle:\n%s", len(asked), read, n, plan)
+	}
+}
