@@ -114,16 +114,29 @@ func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domai
 	return nil
 }
 
-// MarkSnapshotDone records that every balance of the cycle is snapshotted.
+// MarkSnapshotDone records that every balance of the cycle is snapshotted,
+// then analyzes settlement.settlements: the snapshot has just added the
+// cycle's rows, which the table's statistics (if any) do not know of yet,
+// and planned without them NextProviders sorted every row of the cycle
+// after its cursor for each page (a cycle's paging grew with the square of
+// its size). Analyzing samples at most 30 000 rows, once per cycle.
 func (s *Store) MarkSnapshotDone(ctx context.Context, cycle string) error {
-	_, err := s.Pool.Exec(ctx, `update settlement.cycles set snapshot_done = true where cycle_id = $1`, cycle)
-	return err
+	if _, err := s.Pool.Exec(ctx, `update settlement.cycles set snapshot_done = true where cycle_id = $1`, cycle); err != nil {
+		return err
+	}
+	if _, err := s.Pool.Exec(ctx, `analyze settlement.settlements`); err != nil {
+		return fmt.Errorf("analyze the snapshot of %s: %w", cycle, err)
+	}
+	return nil
 }
+
+// nextProvidersSQL pages through a cycle's providers in order.
+const nextProvidersSQL = `select distinct provider_id from settlement.settlements
+	where cycle_id = $1 and provider_id > $2 order by provider_id limit $3`
 
 // NextProviders returns up to limit providers of the cycle after after, in order.
 func (s *Store) NextProviders(ctx context.Context, cycle, after string, limit int) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `select distinct provider_id from settlement.settlements
-		where cycle_id = $1 and provider_id > $2 order by provider_id limit $3`, cycle, after, limit)
+	rows, err := s.Pool.Query(ctx, nextProvidersSQL, cycle, after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -7,9 +7,12 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
 // newStore is a Store on a fresh database with settlement's schema.
@@ -99,5 +102,45 @@ func TestProviderStatesReadsOnlyTheProvidersAsked(t *testing.T) {
 	// the index and the heap.
 	if read := rowsRead(t, plan); read > 2*(7+495) {
 		t.Fatalf("ProviderStates of %d providers read %.0f rows of a %d-row cycle:\n%s", len(asked), read, n, plan)
+	}
+}
+
+// NextProviders reads a page's providers from the index in order once the
+// snapshot is marked done: without statistics of the cycle's rows the
+// planner sorted every row after the cursor for each page.
+func TestNextProvidersReadsAPage(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const cycle, n, limit = "cyc-20260101", 20000, 100
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'closing', now(), now(), now())`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]domain.Balance, n)
+	for i := range rows {
+		rows[i] = domain.Balance{ProviderID: fmt.Sprintf("p-%06d", i), Currency: "CNY", Amount: decimal.NewFromInt(100)}
+	}
+	rows = append(rows, domain.Balance{ProviderID: "p-000101", Currency: "USD", Amount: decimal.NewFromInt(1)})
+	if err := s.SnapshotBalances(ctx, cycle, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkSnapshotDone(ctx, cycle); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.NextProviders(ctx, cycle, "p-000099", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != limit || got[0] != "p-000100" || got[1] != "p-000101" || got[2] != "p-000102" || got[limit-1] != "p-000199" {
+		t.Fatalf("page after p-000099: %d providers %v", len(got), got)
+	}
+	var plan []byte
+	if err := s.Pool.QueryRow(ctx, `explain (analyze, format json) `+nextProvidersSQL, cycle, "p-000099", limit).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	// The page's rows (101), each possibly seen in the index and the heap.
+	if read := rowsRead(t, plan); read > 2*(limit+1) {
+		t.Fatalf("a page of %d providers read %.0f rows of a %d-row cycle:\n%s", limit, read, n, plan)
 	}
 }
