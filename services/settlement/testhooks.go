@@ -55,13 +55,18 @@ type TestHooks struct{ s *Service }
 // TestHooks returns the service's test hooks.
 func (s *Service) TestHooks() TestHooks { return TestHooks{s} }
 
-// CycleSettled tells whether settlement's table has the cycle settled.
+// CycleSettled tells whether settlement's table has the cycle settled. It
+// reads the cycle's status alone: the tests and benches poll it every
+// 20 ms while the cycle settles, and GetCycle's totals sum every row of the
+// cycle (394 ms of a backend a call over 100 000 settled rows, 35 ms over
+// 10 000), which the settlement figures counted as PostgreSQL's CPU per
+// provider.
 func (h TestHooks) CycleSettled(ctx context.Context, cycle string) (bool, error) {
-	c, err := h.s.store.GetCycle(ctx, cycle)
+	status, _, err := h.s.store.CycleStatus(ctx, cycle)
 	if err != nil {
 		return false, err
 	}
-	return c.Status == domain.CycleSettled, nil
+	return status == domain.CycleSettled, nil
 }
 
 // SetPageTiming sets how often a cycle page polls its providers' outcomes
