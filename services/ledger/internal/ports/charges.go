@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
@@ -21,9 +22,14 @@ import (
 // carries many charges. The fetch wait is short: it only applies when fewer
 // than chargesFetchMax messages are pending (the tail of a burst), where it
 // is pure idle latency.
+// Two pull loops share the durable consumer (as two replicas would): while
+// one batch's transaction commits or waits on the hot balance rows (the
+// upsert is its last statement, in one lock order), the other is decoded and
+// inserted, so a burst is posted on two cores instead of one.
 const (
 	chargesFetchMax  = 500
 	chargesFetchWait = 10 * time.Millisecond
+	chargesPullers   = 2
 )
 
 // ChargesSpec is the durable pull consumer on CHARGES. It takes no subject
@@ -39,9 +45,9 @@ func ChargesSpec(dl natsx.DeadLetters) natsx.ConsumerSpec {
 }
 
 // ConsumeCharges posts every fetched batch in one Postgres transaction until
-// ctx ends.
+// ctx ends, chargesPullers batches at a time.
 func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logger, a *app.App, dl natsx.DeadLetters) error {
-	return natsx.Consume(ctx, js, log, ChargesSpec(dl), func(ctx context.Context, msgs []jetstream.Msg) error {
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
 		in := make([]ChargesMessage, 0, len(msgs))
 		for _, m := range msgs {
 			if strings.HasPrefix(m.Subject(), subjects.ChargesRated.Prefix()) {
@@ -50,7 +56,12 @@ func ConsumeCharges(ctx context.Context, js jetstream.JetStream, log *slog.Logge
 		}
 		_, err := PostCharges(ctx, a, in)
 		return err
-	})
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for range chargesPullers {
+		g.Go(func() error { return natsx.Consume(ctx, js, log, ChargesSpec(dl), h) })
+	}
+	return g.Wait()
 }
 
 // ChargesMessage is one charges.rated message: its Nats-Msg-Id and payload.
