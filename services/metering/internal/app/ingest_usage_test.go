@@ -172,6 +172,40 @@ func TestIngestOverlapAnywhereInTheLeaseSpan(t *testing.T) {
 	}
 }
 
+// TestIngestRepeatAfterNewIDs: the insert first runs without skipping
+// recorded ids; a recorded id met after new rows (ids in order) must undo
+// those and record the batch again, each new event once, the repeat
+// rejected.
+func TestIngestRepeatAfterNewIDs(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if res, err := a.Ingest(ctx, []domain.EventInput{ev("z-1", "lease-r", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	// An exact repeat overlaps itself and is never inserted; a recorded id
+	// with another lease and time reaches the primary key.
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("a-1", "lease-a", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+		ev("z-1", "lease-other", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"), // recorded id, other body
+		ev("b-1", "lease-b", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 2 || res.Duplicates != 0 || len(res.Rejected) != 1 || res.Rejected[0].Index != 1 ||
+		!strings.Contains(res.Rejected[0].Reason, "id z-1 was recorded with a different body") {
+		t.Fatalf("got %+v; want a-1 and b-1 accepted, z-1 rejected as a conflicting repeat", res)
+	}
+	var n int
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.usage_events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("stored %d events, want 3", n)
+	}
+}
+
 func TestIngestFullBatch(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
