@@ -7,7 +7,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -147,13 +146,14 @@ func (t *Tx) insertTransactions(ctx context.Context, txs []*domain.Transaction) 
 	ids, keys, kinds, descs, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	hashes := make([][]byte, n)
 	eff, created := make([]time.Time, n), make([]time.Time, n)
+	var mb []byte
 	for i, x := range sorted {
 		md := x.Metadata
 		if md == nil {
 			md = map[string]string{}
 		}
-		mb, err := json.Marshal(md)
-		if err != nil {
+		var err error
+		if mb, err = domain.AppendJSONStrings(mb[:0], md); err != nil {
 			return nil, err
 		}
 		h := x.RequestHash
