@@ -303,9 +303,10 @@ func (t *Tx) InsertUsage(ctx context.Context, evs []domain.Recorded) (map[string
 	if err := t.stageUsage(ctx, evs); err != nil {
 		return nil, err
 	}
-	// The plain insert first, in a savepoint: a repeated id (a retried
-	// call, or a concurrent ingest of the same id) fails it on the primary
-	// key, and the insert runs again skipping recorded ids.
+	// The plain insert first, in a savepoint: a recorded id under another
+	// lease or time (an exact repeat overlaps itself and is filtered out
+	// before), or the same id from a concurrent ingest, fails it on the
+	// primary key, and the insert runs again skipping recorded ids.
 	sp, err := t.tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
