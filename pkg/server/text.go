@@ -19,56 +19,107 @@ import (
 // UTF-8, so either would otherwise fail deep inside as an internal error.
 // The violation names the field as the JSON body does ("postings[1].account").
 func checkText(m proto.Message) error {
-	var v apperr.Validator
-	walkText(m.ProtoReflect(), "", &v)
-	return v.Err()
+	w := &textWalker{path: make([]pathSeg, 0, 8)}
+	w.visitFn = w.visit
+	w.walk(m.ProtoReflect())
+	return w.v.Err()
 }
 
 // violationsMax bounds the violations one request reports.
 const violationsMax = 20
 
-func walkText(m protoreflect.Message, prefix string, v *apperr.Validator) {
-	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
-		name := prefix + string(fd.Name())
-		switch {
-		case fd.IsMap():
-			val.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				key := k.String()
-				if fd.MapKey().Kind() == protoreflect.StringKind {
-					textViolation(key, name+" key", v)
-				}
-				elem := fmt.Sprintf("%s[%q]", name, strings.ToValidUTF8(key, "\uFFFD"))
-				checkValue(fd.MapValue(), mv, elem, v)
-				return true
-			})
-		case fd.IsList():
-			l := val.List()
-			for i := 0; i < l.Len(); i++ {
-				checkValue(fd, l.Get(i), fmt.Sprintf("%s[%d]", name, i), v)
-			}
-		default:
-			checkValue(fd, val, name, v)
-		}
-		return v.Len() < violationsMax
-	})
+// pathSeg is one step of a field's path: a field name, then an index into
+// a list or a key into a map when the field is one.
+type pathSeg struct {
+	name  string
+	kind  segKind
+	index int
+	key   string
 }
 
-func checkValue(fd protoreflect.FieldDescriptor, val protoreflect.Value, name string, v *apperr.Validator) {
+type segKind uint8
+
+const (
+	segField segKind = iota
+	segIndex
+	segKey
+)
+
+// textWalker walks a message's text fields keeping the path as segments,
+// rendered only for a violation: an ingest request has thousands of list
+// elements, and naming each one up front cost more than checking it.
+type textWalker struct {
+	path    []pathSeg
+	v       apperr.Validator
+	visitFn func(protoreflect.FieldDescriptor, protoreflect.Value) bool // w.visit, made once
+}
+
+func (w *textWalker) walk(m protoreflect.Message) { m.Range(w.visitFn) }
+
+// visit checks one populated field of a message.
+func (w *textWalker) visit(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+	w.path = append(w.path, pathSeg{name: string(fd.Name())})
+	top := len(w.path) - 1
+	switch {
+	case fd.IsMap():
+		val.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+			key := k.String()
+			if fd.MapKey().Kind() == protoreflect.StringKind {
+				w.path[top].kind = segField // a key is named by its map field
+				w.text(key, " key")
+			}
+			w.path[top].kind, w.path[top].key = segKey, key
+			w.value(fd.MapValue(), mv)
+			return true
+		})
+	case fd.IsList():
+		l := val.List()
+		for i := 0; i < l.Len(); i++ {
+			w.path[top].kind, w.path[top].index = segIndex, i
+			w.value(fd, l.Get(i))
+		}
+	default:
+		w.value(fd, val)
+	}
+	w.path = w.path[:top]
+	return w.v.Len() < violationsMax
+}
+
+func (w *textWalker) value(fd protoreflect.FieldDescriptor, val protoreflect.Value) {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
-		textViolation(val.String(), name, v)
+		w.text(val.String(), "")
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		walkText(val.Message(), name+".", v)
+		w.walk(val.Message())
 	}
 }
 
-func textViolation(s, field string, v *apperr.Validator) {
+// text checks one string; suffix follows the field's name in a violation.
+func (w *textWalker) text(s, suffix string) {
 	switch {
 	case !utf8.ValidString(s):
-		v.Add(field, "is not valid UTF-8")
+		w.v.Add(w.name()+suffix, "is not valid UTF-8")
 	case strings.IndexByte(s, 0) >= 0:
-		v.Add(field, "contains a NUL byte")
+		w.v.Add(w.name()+suffix, "contains a NUL byte")
 	}
+}
+
+// name renders the current path as the JSON body names it.
+func (w *textWalker) name() string {
+	var b strings.Builder
+	for i, p := range w.path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p.name)
+		switch p.kind {
+		case segIndex:
+			fmt.Fprintf(&b, "[%d]", p.index)
+		case segKey:
+			fmt.Fprintf(&b, "[%q]", strings.ToValidUTF8(p.key, "\uFFFD"))
+		}
+	}
+	return b.String()
 }
 
 // textGuard applies checkText to every request the gRPC listener receives.
