@@ -7,13 +7,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/subjects"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
-	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
 // Rating consumer limits: one fetch is one Postgres transaction, so big
@@ -59,34 +56,20 @@ func (c *RatingConsumer) Run(ctx context.Context) error {
 func decodeUsage(msgs []jetstream.Msg) ([]app.UsageMessage, error) {
 	in := make([]app.UsageMessage, len(msgs))
 	var poison natsx.PoisonError
+	strs := interner{}
 	for i, m := range msgs {
 		id := natsx.MsgID(m)
-		var b eventsv1.UsageRecordedBatch
-		if err := proto.Unmarshal(m.Data(), &b); err != nil {
+		evs, err := decodeUsageBatch(m.Data(), strs)
+		if err != nil {
 			poison.Add(id, fmt.Errorf("undecodable usage batch: %w", err))
 			continue
 		}
-		in[i] = app.UsageMessage{ID: id, Events: make([]domain.UsageEvent, len(b.Events))}
-		for j, e := range b.Events {
-			in[i].Events[j] = usageEvent(e)
-		}
+		in[i] = app.UsageMessage{ID: id, Events: evs}
 	}
 	if len(poison.ByID) > 0 {
 		return nil, &poison
 	}
 	return in, nil
-}
-
-// usageEvent converts one recorded usage event.
-func usageEvent(e *eventsv1.UsageEvent) domain.UsageEvent {
-	out := domain.UsageEvent{ID: e.Id, LeaseID: e.LeaseId, ProviderID: e.ProviderId, RenterID: e.RenterId,
-		GPUModel: e.GpuModel, GPUCount: e.GpuCount, Start: e.StartTime.AsTime(), End: e.EndTime.AsTime(),
-		Region: e.Region, Workload: e.Workload, Currency: e.Currency, ProviderTier: e.ProviderTier,
-		ProviderPUE: e.ProviderPue, CycleID: e.CycleId}
-	if e.ReceivedAt != nil {
-		out.ReceivedAt = e.ReceivedAt.AsTime()
-	}
-	return out
 }
 
 // PendingRetrier rates usage that waited for a rate card: when a card is

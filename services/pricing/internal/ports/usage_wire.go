@@ -1,0 +1,244 @@
+package ports
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
+)
+
+// Field numbers of events.proto's UsageRecordedBatch, UsageEvent and
+// google.protobuf.Timestamp that decodeUsageBatch reads.
+const (
+	batchFieldID     protowire.Number = 1
+	batchFieldEvents protowire.Number = 2
+
+	evFieldID           protowire.Number = 1
+	evFieldLeaseID      protowire.Number = 2
+	evFieldProviderID   protowire.Number = 3
+	evFieldRenterID     protowire.Number = 4
+	evFieldGPUModel     protowire.Number = 5
+	evFieldGPUCount     protowire.Number = 6
+	evFieldStart        protowire.Number = 7
+	evFieldEnd          protowire.Number = 8
+	evFieldRegion       protowire.Number = 9
+	evFieldWorkload     protowire.Number = 10
+	evFieldCurrency     protowire.Number = 11
+	evFieldProviderTier protowire.Number = 12
+	evFieldProviderPUE  protowire.Number = 13
+	evFieldCycleID      protowire.Number = 14
+	evFieldReceivedAt   protowire.Number = 15
+
+	tsFieldSeconds protowire.Number = 1
+	tsFieldNanos   protowire.Number = 2
+)
+
+// eventsPerBatchHint sizes a batch's event slice before its events are
+// counted (metering's messages carry about a hundred).
+const eventsPerBatchHint = 128
+
+var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
+
+// interner keeps one copy of each string a fetch repeats (parties, GPU
+// model, region, cycle: the same few values on every event of a batch).
+type interner map[string]string
+
+func (in interner) get(b []byte) string {
+	if s, ok := in[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	in[s] = s
+	return s
+}
+
+// decodeUsageBatch decodes a UsageRecordedBatch straight into domain
+// events, as proto.Unmarshal into eventsv1.UsageRecordedBatch followed by
+// usageEvent would (the same result and the same refusals: malformed wire
+// data, invalid UTF-8 in a string field), without the generated messages
+// and their timestamps, and with repeated strings shared through in.
+func decodeUsageBatch(b []byte, in interner) ([]domain.UsageEvent, error) {
+	out := make([]domain.UsageEvent, 0, eventsPerBatchHint)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == batchFieldID && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			if !utf8.Valid(v) {
+				return nil, fmt.Errorf("batch_id: %w", errInvalidUTF8)
+			}
+			b = b[n:]
+		case num == batchFieldEvents && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			var ev domain.UsageEvent
+			if err := decodeUsageEvent(v, in, &ev); err != nil {
+				return nil, fmt.Errorf("events[%d]: %w", len(out), err)
+			}
+			out = append(out, ev)
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	return out, nil
+}
+
+// eventDecoder is one UsageEvent being decoded.
+type eventDecoder struct {
+	ev                   *domain.UsageEvent
+	start, end, received timestamp
+}
+
+// target is where field num goes: a string (unique: never shared through
+// the interner) or a timestamp; neither for any other field.
+func (d *eventDecoder) target(num protowire.Number) (str *string, unique bool, ts *timestamp) {
+	ev := d.ev
+	switch num {
+	case evFieldID:
+		return &ev.ID, true, nil
+	case evFieldLeaseID:
+		return &ev.LeaseID, false, nil
+	case evFieldProviderID:
+		return &ev.ProviderID, false, nil
+	case evFieldRenterID:
+		return &ev.RenterID, false, nil
+	case evFieldGPUModel:
+		return &ev.GPUModel, false, nil
+	case evFieldRegion:
+		return &ev.Region, false, nil
+	case evFieldWorkload:
+		return &ev.Workload, false, nil
+	case evFieldCurrency:
+		return &ev.Currency, false, nil
+	case evFieldProviderTier:
+		return &ev.ProviderTier, false, nil
+	case evFieldProviderPUE:
+		return &ev.ProviderPUE, false, nil
+	case evFieldCycleID:
+		return &ev.CycleID, false, nil
+	case evFieldStart:
+		return nil, false, &d.start
+	case evFieldEnd:
+		return nil, false, &d.end
+	case evFieldReceivedAt:
+		return nil, false, &d.received
+	}
+	return nil, false, nil
+}
+
+// decodeUsageEvent decodes one UsageEvent into ev. A field seen twice keeps
+// its last value, and a timestamp seen twice is merged, as protobuf does;
+// start and end read as the Unix epoch when absent (Timestamp.AsTime of
+// nil), received_at as the zero time.
+func decodeUsageEvent(b []byte, in interner, ev *domain.UsageEvent) error {
+	d := eventDecoder{ev: ev}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		str, unique, ts := d.target(num)
+		switch {
+		case str != nil && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			if !utf8.Valid(v) {
+				return fmt.Errorf("field %d: %w", num, errInvalidUTF8)
+			}
+			if unique {
+				*str = string(v)
+			} else {
+				*str = in.get(v)
+			}
+			b = b[n:]
+		case ts != nil && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			if err := ts.merge(v); err != nil {
+				return fmt.Errorf("field %d: %w", num, err)
+			}
+			b = b[n:]
+		case num == evFieldGPUCount && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			ev.GPUCount = int32(v) //nolint:gosec // protobuf's int32 decoding: the low 32 bits
+			b = b[n:]
+		default: // unknown, or a known field with another wire type: skipped, as protobuf keeps it unknown
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	ev.Start, ev.End = d.start.time(), d.end.time()
+	if d.received.seen {
+		ev.ReceivedAt = d.received.time()
+	}
+	return nil
+}
+
+// timestamp is a google.protobuf.Timestamp as decoded.
+type timestamp struct {
+	seen    bool
+	seconds int64
+	nanos   int32
+}
+
+func (t *timestamp) merge(b []byte) error {
+	t.seen = true
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && (num == tsFieldSeconds || num == tsFieldNanos) {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			if num == tsFieldSeconds {
+				t.seconds = int64(v) //nolint:gosec // protobuf's int64 decoding
+			} else {
+				t.nanos = int32(v) //nolint:gosec // protobuf's int32 decoding: the low 32 bits
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// time is Timestamp.AsTime.
+func (t timestamp) time() time.Time { return time.Unix(t.seconds, int64(t.nanos)).UTC() }
