@@ -32,12 +32,17 @@ func BenchmarkAppendJSONStrings(b *testing.B) {
 	b.Run("append", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {
-			buf, _ = AppendJSONStrings(buf[:0], m)
+			var err error
+			if buf, err = AppendJSONStrings(buf[:0], m); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("encoding/json", func(b *testing.B) {
 		for b.Loop() {
-			_, _ = json.Marshal(m)
+			if _, err := json.Marshal(m); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

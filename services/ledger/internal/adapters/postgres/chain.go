@@ -80,16 +80,9 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		if len(ids) == 0 {
 			return nil
 		}
-		held, missing := w.take(ids)
-		loaded, err := LoadTransactions(ctx, tx, missing)
+		held, err := toChain(ctx, tx, w, ids)
 		if err != nil {
 			return err
-		}
-		if len(loaded) != len(missing) {
-			return fmt.Errorf("chain: loaded %d of %d transactions", len(loaded), len(missing))
-		}
-		for _, t := range loaded {
-			held[t.ID] = t
 		}
 		positions := make([]int64, len(ids))
 		prevs, hashes := make([][]byte, len(ids)), make([][]byte, len(ids))
@@ -115,6 +108,23 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		w.drop(chained)
 	}
 	return n, err
+}
+
+// toChain returns the transactions ids names: those w holds as this
+// process wrote them, the others read back from the journal.
+func toChain(ctx context.Context, tx pgx.Tx, w *Written, ids []string) (map[string]*domain.Transaction, error) {
+	held, missing := w.take(ids)
+	loaded, err := LoadTransactions(ctx, tx, missing)
+	if err != nil {
+		return nil, err
+	}
+	if len(loaded) != len(missing) {
+		return nil, fmt.Errorf("chain: loaded %d of %d transactions", len(loaded), len(missing))
+	}
+	for _, t := range loaded {
+		held[t.ID] = t
+	}
+	return held, nil
 }
 
 // ChainHead returns the hash (hex) and position of the chain's last link.
