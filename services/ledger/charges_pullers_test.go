@@ -5,12 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/gpubill/gpubill/pkg/testkit"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 )
 
 // A batch of charges waiting on a hot balance row does not hold up the
@@ -31,18 +26,7 @@ func TestChargesPostedBesideAWaitingBatch(t *testing.T) {
 		}
 	}()
 	const cyc = "cyc-20261112"
-	publish := func(msgID string, cs ...*eventsv1.RatedCharge) {
-		b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg("charges.rated.p-1")
-		m.Data = b
-		m.Header.Set(jetstream.MsgIDHeader, msgID)
-		if _, err := js.JS.PublishMsg(f.ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := chargesPublisher(t, f, js)
 	// Someone holds the hot wallet's balance row.
 	holder, err := f.pool.Begin(f.ctx)
 	if err != nil {

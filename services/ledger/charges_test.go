@@ -175,18 +175,7 @@ func TestChargesConsumerFromJetStream(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.svc.Run(ctx) }()
 	const cyc = "cyc-20261112"
-	publish := func(msgID string, cs ...*eventsv1.RatedCharge) {
-		b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg("charges.rated.p-1")
-		m.Data = b
-		m.Header.Set(jetstream.MsgIDHeader, msgID)
-		if _, err := js.JS.PublishMsg(f.ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := chargesPublisher(t, f, js)
 	publish("b-1", charge("c-1", "r-1", "p-1", cyc, "1.25"), charge("c-2", "r-2", "p-1", cyc, "2.00"))
 	publish("b-2", charge("c-1", "r-1", "p-1", cyc, "1.25")) // a retry under a new message id
 	publish("b-3", charge("c-3", "r-1", "p-1", cyc, "0.75"))
@@ -211,5 +200,23 @@ func TestChargesConsumerFromJetStream(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// chargesPublisher returns a function that publishes one charges.rated
+// batch of cs to js under the message id msgID, as pricing's relay does.
+func chargesPublisher(t *testing.T, f *fixture, js *testkit.JetStream) func(msgID string, cs ...*eventsv1.RatedCharge) {
+	return func(msgID string, cs ...*eventsv1.RatedCharge) {
+		t.Helper()
+		b, err := proto.Marshal(&eventsv1.ChargesRatedBatch{BatchId: msgID, Charges: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg("charges.rated.p-1")
+		m.Data = b
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		if _, err := js.JS.PublishMsg(f.ctx, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
