@@ -150,3 +150,66 @@ func TestConsumeSlowHandlerNotRedelivered(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// TestOrderedMessagesWaitsForNATSAtStartUp: an ordered consumer started
+// while NATS is down (payout's wake on credits, when the chaos test killed
+// NATS as payout started) retries instead of returning, and delivers what is
+// published once NATS is back.
+func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, dir := freeAddr(t), t.TempDir()
+	ns := runNATS(t, addr, dir)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamLedger); err != nil {
+		t.Fatal(err)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	started := make(chan jetstream.MessagesContext, 1)
+	go func() {
+		started <- natsx.OrderedMessages(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), "payout-credits", natsx.StreamLedger,
+			jetstream.OrderedConsumerConfig{FilterSubjects: []string{"ledger.posted.provider"}})
+	}()
+	select {
+	case it := <-started:
+		t.Fatalf("OrderedMessages returned while NATS was down (iterator %v)", it)
+	case <-time.After(2 * time.Second): // several attempts fail meanwhile
+	}
+	runNATS(t, addr, dir)
+	var it jetstream.MessagesContext
+	select {
+	case it = <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ordered consumer 20 s after NATS came back")
+	}
+	if it == nil {
+		t.Fatal("OrderedMessages returned nil while ctx was live")
+	}
+	defer it.Stop()
+	if _, err := js.Publish(ctx, "ledger.posted.provider", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := it.Next()
+	if err != nil {
+		t.Fatalf("next: %v", err)
+	}
+	if m.Subject() != "ledger.posted.provider" {
+		t.Fatalf("got %s", m.Subject())
+	}
+	cancel()
+	if got := natsx.OrderedMessages(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), "payout-credits", natsx.StreamLedger,
+		jetstream.OrderedConsumerConfig{}); got != nil {
+		t.Fatal("OrderedMessages after ctx ended returned an iterator")
+	}
+}

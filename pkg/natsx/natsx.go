@@ -661,17 +661,43 @@ var consumerCreateRetries = promauto.NewCounterVec(prometheus.CounterOpts{
 // readiness probe reports NATS unreachable meanwhile. It returns nil only
 // when ctx ended.
 func createConsumer(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec ConsumerSpec, cc jetstream.ConsumerConfig) jetstream.Consumer {
+	return untilCreated(ctx, log, spec.Durable, spec.Stream, func() (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, spec.Stream, cc)
+	})
+}
+
+// OrderedMessages starts an ordered consumer of stream and iterates its
+// messages, retrying with backoff (logged, and counted under name in
+// gpubill_consumer_create_retries_total) until it succeeds or ctx ends,
+// as Consume does for durable consumers: a service started while NATS is
+// unavailable waits for it instead of exiting (the chaos test saw payout
+// exit on "context deadline exceeded" when NATS was killed as it started).
+// It returns nil only when ctx ended.
+func OrderedMessages(ctx context.Context, js jetstream.JetStream, log *slog.Logger, name, stream string, cfg jetstream.OrderedConsumerConfig) jetstream.MessagesContext {
+	return untilCreated(ctx, log, name, stream, func() (jetstream.MessagesContext, error) {
+		cons, err := js.OrderedConsumer(ctx, stream, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return cons.Messages()
+	})
+}
+
+// untilCreated calls create until it succeeds or ctx ends (then it returns
+// the zero value), backing off and counting each failure.
+func untilCreated[T any](ctx context.Context, log *slog.Logger, name, stream string, create func() (T, error)) T {
 	backoff := failBackoffBase
 	for {
-		cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cc)
+		v, err := create()
 		if err == nil {
-			return cons
+			return v
 		}
 		if ctx.Err() != nil {
-			return nil
+			var zero T
+			return zero
 		}
-		consumerCreateRetries.WithLabelValues(spec.Durable).Inc()
-		log.Warn("consumer not created, retrying", "consumer", spec.Durable, "stream", spec.Stream, "err", err, "retry_in", backoff)
+		consumerCreateRetries.WithLabelValues(name).Inc()
+		log.Warn("consumer not created, retrying", "consumer", name, "stream", stream, "err", err, "retry_in", backoff)
 		sleep(ctx, backoff)
 		backoff = min(backoff*2, consumerCreateBackoffMax)
 	}

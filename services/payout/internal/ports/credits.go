@@ -3,7 +3,6 @@ package ports
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -24,14 +23,10 @@ import (
 // again): a message missed while payout was down delays a payout until
 // its gate's periodic re-check, nothing more.
 func WakeOnCredits(ctx context.Context, js jetstream.JetStream, store app.Store, flow *Workflows, log *slog.Logger) error {
-	cons, err := js.OrderedConsumer(ctx, natsx.StreamLedger, jetstream.OrderedConsumerConfig{
+	it := natsx.OrderedMessages(ctx, js, log, "payout-credits", natsx.StreamLedger, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subjects.LedgerPosted.Of(ids.ClassProvider)}, DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		return fmt.Errorf("consumer of ledger.posted.provider: %w", err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("consumer of ledger.posted.provider: %w", err)
+	if it == nil {
+		return nil // ctx ended before NATS answered
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
