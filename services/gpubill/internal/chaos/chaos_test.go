@@ -223,6 +223,9 @@ func newClusterOf(t *testing.T, spec clusterSpec) *cluster {
 		"GPUBILL_AUTH_SECRET=" + chaosSecret,
 		"GPUBILL_DATA_DIR=" + filepath.Join(dir, "data"),
 		"GPUBILL_LOG_LEVEL=info",
+		// A service stuck at the end is sent SIGQUIT (dumpStacks): every
+		// goroutine's stack then goes to its log, not only the signalled one.
+		"GOTRACEBACK=all",
 		fmt.Sprintf("GPUBILL_CYCLE_DAYS=%d", cycleDays),
 		"GPUBILL_CYCLE_ANCHOR=" + calendar.Anchor.Format("2006-01-02"),
 		"GPUBILL_CYCLE_GRACE=" + calendar.Grace.String(),
@@ -1035,6 +1038,28 @@ func (c *cluster) checkBooks() {
 // the first message above its ack floor (stream sequence, subject, Nats-Msg-Id)
 // and whether a service's inbox already holds that id, i.e. whether the
 // message was applied and only its ack is missing.
+// dumpStacks sends SIGQUIT to each service owning a consumer with messages
+// unacknowledged (a durable is named after its service: "pricing-rating"),
+// so the goroutine that holds them shows in that service's log.
+func (c *cluster) dumpStacks(lags []natsx.Lag) {
+	for _, l := range lags {
+		name, _, _ := strings.Cut(l.Consumer, "-")
+		s, ok := c.svcs[name]
+		if l.AckPending == 0 || !ok || !s.running() {
+			continue
+		}
+		if err := syscall.Kill(s.pid(), syscall.SIGQUIT); err != nil {
+			c.t.Logf("SIGQUIT %s: %v", name, err)
+			continue
+		}
+		if _, err := s.wait(10 * time.Second); err != nil {
+			c.t.Logf("%s after SIGQUIT: %v", name, err)
+			continue
+		}
+		c.t.Logf("%s goroutine stacks (SIGQUIT) are at the end of %s", name, s.log)
+	}
+}
+
 func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -1073,8 +1098,10 @@ func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
 				in = append(in, schema)
 			}
 		}
-		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d",
-			l.Stream, l.Consumer, seq, m.Subject, id, in, ci.AckFloor.Stream, ci.Delivered.Stream)
+		// Waiting pulls tell a consumer that stopped fetching (0) from one
+		// whose handler holds the message, reporting it in progress.
+		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d (last %v), redelivered %d, waiting pulls %d",
+			l.Stream, l.Consumer, seq, m.Subject, id, in, ci.AckFloor.Stream, ci.Delivered.Stream, ci.Delivered.Last, ci.NumRedelivered, ci.NumWaiting)
 	}
 }
 
@@ -1146,6 +1173,7 @@ func (c *cluster) checkNothingStuck() {
 		if time.Now().After(deadline) {
 			t.Errorf("consumers not caught up: %+v %v", lags, err)
 			c.describeUnacked(js, lags)
+			c.dumpStacks(lags)
 			return
 		}
 		time.Sleep(250 * time.Millisecond) // polling NATS
