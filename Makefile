@@ -1,6 +1,9 @@
 # gpubill — the two commands: `make run` and `make test`. See README.md.
 SHELL := /bin/bash
 SERVICES := metering pricing ledger tax payout settlement gpubill
+# The chaos tests' nats-server processes: the server version the rest of the
+# suite embeds (pkg/go.mod), not whatever the OS packages.
+NATS_SERVER := github.com/nats-io/nats-server/v2
 MODULES  := pkg migrations proto $(addprefix services/,$(SERVICES))
 PKGS     := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 TEST_TIMEOUT ?= 18m
@@ -24,6 +27,7 @@ LDFLAGS     := -X $(CMDLINE).version=$(VERSION) -X $(CMDLINE).commit=$(COMMIT) -
 build: bin/temporal
 	@mkdir -p bin
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s))
+	$(GO) build -o bin/ $(NATS_SERVER)
 
 ## bin/temporal: the Temporal CLI plus gpubill's tuned dev server
 ## (`temporal gpubill-dev-server`), the Temporal server on PostgreSQL

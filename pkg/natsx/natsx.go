@@ -393,8 +393,8 @@ func (spec ConsumerSpec) consumerConfig() jetstream.ConsumerConfig {
 		MaxAckPending: consumerMaxAckPend,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	// One subject goes in FilterSubject: servers before 2.10 (Debian's
-	// nats-server 2.9) refuse the multi-subject filter_subjects field.
+	// One subject goes in FilterSubject: servers before 2.10 (such as
+	// Debian 12's nats-server 2.9) refuse the multi-subject filter_subjects field.
 	switch len(spec.FilterSubjects) {
 	case 0:
 	case 1:

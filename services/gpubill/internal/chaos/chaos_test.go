@@ -80,6 +80,7 @@ func (s *service) url(path string) string { return fmt.Sprintf("http://127.0.0.1
 type cluster struct {
 	t      *testing.T
 	dir    string
+	bins   string // the service binaries and nats-server (serviceBinaries)
 	pg     *proc
 	pgDir  string
 	pgPort int
@@ -209,7 +210,7 @@ func newClusterOf(t *testing.T, spec clusterSpec) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, dir: dir, names: spec.names, svcs: map[string]*service{}, tok: tok, client: &http.Client{Timeout: 10 * time.Second}}
+	c := &cluster{t: t, dir: dir, bins: bins, names: spec.names, svcs: map[string]*service{}, tok: tok, client: &http.Client{Timeout: 10 * time.Second}}
 	c.startPostgres()
 	if spec.nats == nil {
 		c.startNATS()
@@ -316,10 +317,9 @@ func (c *cluster) startNATS() {
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := "nats-server"
-	c.nats = &proc{name: "nats-server", bin: bin, args: []string{"-c", conf}, log: filepath.Join(c.dir, "nats.log")}
+	c.nats = &proc{name: "nats-server", bin: filepath.Join(c.bins, "nats-server"), args: []string{"-c", conf}, log: filepath.Join(c.dir, "nats.log")}
 	if err := c.nats.start(); err != nil {
-		t.Fatalf("nats-server (Debian package nats-server) on PATH: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(c.nats.stop)
 	c.waitNATS()
@@ -1038,6 +1038,58 @@ func (c *cluster) checkBooks() {
 // the first message above its ack floor (stream sequence, subject, Nats-Msg-Id)
 // and whether a service's inbox already holds that id, i.e. whether the
 // message was applied and only its ack is missing.
+// takePending names the messages a stuck consumer still holds: its owner
+// is stopped (dumpStacks), so a fetch of the test's own, waiting past the
+// ack wait, is handed whatever JetStream redelivers. (The ack floor alone
+// does not name them: a floor can stay behind messages already acked.)
+func (c *cluster) takePending(js jetstream.JetStream, lags []natsx.Lag) {
+	for _, l := range lags {
+		if l.AckPending == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), natsx.DefaultAckWait+10*time.Second)
+		cons, err := js.Consumer(ctx, l.Stream, l.Consumer)
+		if err != nil {
+			cancel()
+			c.t.Logf("consumer %s: %v", l.Consumer, err)
+			continue
+		}
+		batch, err := cons.Fetch(l.AckPending, jetstream.FetchMaxWait(natsx.DefaultAckWait+5*time.Second))
+		if err != nil {
+			cancel()
+			c.t.Logf("fetch from %s: %v", l.Consumer, err)
+			continue
+		}
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				c.t.Logf("%s: pending message %s: %v", l.Consumer, natsx.MsgID(m), err)
+				continue
+			}
+			c.t.Logf("%s: pending message seq %d subject %s id %s, delivered %d times (in the inbox of %v)",
+				l.Consumer, md.Sequence.Stream, m.Subject(), natsx.MsgID(m), md.NumDelivered, c.inboxesHolding(natsx.MsgID(m)))
+		}
+		if err := batch.Error(); err != nil {
+			c.t.Logf("fetch from %s ended: %v", l.Consumer, err)
+		}
+		cancel()
+	}
+}
+
+// inboxesHolding names the services whose inbox holds message id.
+func (c *cluster) inboxesHolding(id string) []string {
+	var in []string
+	for _, schema := range c.names {
+		if c.count(`select count(*) from pg_tables where schemaname = $1 and tablename = 'inbox'`, schema) == 0 {
+			continue
+		}
+		if c.count(`select count(*) from `+schema+`.inbox where message_id = $1`, id) > 0 {
+			in = append(in, schema)
+		}
+	}
+	return in
+}
+
 // dumpStacks sends SIGQUIT to each service owning a consumer with messages
 // unacknowledged (a durable is named after its service: "pricing-rating"),
 // so the goroutine that holds them shows in that service's log.
@@ -1089,15 +1141,7 @@ func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
 			continue
 		}
 		id := m.Header.Get(jetstream.MsgIDHeader)
-		var in []string
-		for _, schema := range c.names {
-			if c.count(`select count(*) from pg_tables where schemaname = $1 and tablename = 'inbox'`, schema) == 0 {
-				continue
-			}
-			if c.count(`select count(*) from `+schema+`.inbox where message_id = $1`, id) > 0 {
-				in = append(in, schema)
-			}
-		}
+		in := c.inboxesHolding(id)
 		// Waiting pulls tell a consumer that stopped fetching (0) from one
 		// whose handler holds the message, reporting it in progress.
 		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d (last %v), redelivered %d, waiting pulls %d",
@@ -1174,6 +1218,7 @@ func (c *cluster) checkNothingStuck() {
 			t.Errorf("consumers not caught up: %+v %v", lags, err)
 			c.describeUnacked(js, lags)
 			c.dumpStacks(lags)
+			c.takePending(js, lags)
 			return
 		}
 		time.Sleep(250 * time.Millisecond) // polling NATS

@@ -111,9 +111,9 @@ cluster {
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n.proc = &proc{name: "nats-" + n.server, bin: "nats-server", args: []string{"-c", conf}, log: filepath.Join(c.dir, "nats-"+n.server+".log")}
+		n.proc = &proc{name: "nats-" + n.server, bin: filepath.Join(c.bins, "nats-server"), args: []string{"-c", conf}, log: filepath.Join(c.dir, "nats-"+n.server+".log")}
 		if err := n.start(); err != nil {
-			t.Fatalf("nats-server (Debian package nats-server) on PATH: %v", err)
+			t.Fatal(err)
 		}
 		t.Cleanup(n.stop)
 		c.others = append(c.others, n.proc)

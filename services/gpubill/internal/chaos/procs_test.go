@@ -270,13 +270,15 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
-// serviceBinaries returns a directory holding every service's binary:
-// GPUBILL_CHAOS_BIN when set (`make test` points it at the bin/ that
-// `make build` just refreshed), else a fresh `go build` into dir.
+// serviceBinaries returns a directory holding every service's binary and
+// the nats-server the cluster runs (the version pkg/go.mod names, which the
+// rest of the suite embeds): GPUBILL_CHAOS_BIN when set (`make test` points
+// it at the bin/ that `make build` just refreshed), else a fresh `go build`
+// into dir.
 func serviceBinaries(t *testing.T, dir string) string {
 	t.Helper()
 	if d := os.Getenv("GPUBILL_CHAOS_BIN"); d != "" {
-		for _, s := range serviceNames {
+		for _, s := range append([]string{"nats-server"}, serviceNames...) {
 			if _, err := os.Stat(filepath.Join(d, s)); err != nil {
 				t.Fatalf("GPUBILL_CHAOS_BIN=%s: %v (run make build)", d, err)
 			}
@@ -287,7 +289,7 @@ func serviceBinaries(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatalf("go not on PATH to build the services (or set GPUBILL_CHAOS_BIN): %v", err)
 	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	args := []string{"build", "-o", dir + string(filepath.Separator), natsServerPkg}
 	for _, s := range serviceNames {
 		args = append(args, "./services/"+s+"/cmd/"+s)
 	}
@@ -297,9 +299,12 @@ func serviceBinaries(t *testing.T, dir string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build the services: %v\n%s", err, out)
 	}
-	t.Logf("built %d service binaries in %s", len(serviceNames), time.Since(began).Round(time.Millisecond))
+	t.Logf("built nats-server and %d service binaries in %s", len(serviceNames), time.Since(began).Round(time.Millisecond))
 	return dir
 }
+
+// natsServerPkg is the nats-server the chaos tests run (Makefile: NATS_SERVER).
+const natsServerPkg = "github.com/nats-io/nats-server/v2"
 
 // postgresCred returns the credential PostgreSQL's tools need when the test
 // runs as root (testkit.PostgresCred), and chowns dir to it.
