@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -149,6 +150,43 @@ func TestConsumeSlowHandlerNotRedelivered(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// TestConsumeCancelsAStuckHandler: a handler call that never returns on its
+// own (a statement that never answers) has its context cancelled after
+// HandleWithin, and the message is tried again and applied, instead of
+// being reported in progress for as long as the call hangs.
+func TestConsumeCancelsAStuckHandler(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "STUCK", Subjects: []string{"stuck.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "stuck.1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var calls, applied atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // hangs until cancelled
+			return ctx.Err()
+		}
+		applied.Add(int32(len(msgs)))
+		return nil
+	}
+	spec := natsx.ConsumerSpec{Stream: "STUCK", Durable: "stuck", AckWait: time.Second, HandleWithin: 500 * time.Millisecond, DeadLetters: noDeadLetters{t}}
+	done := make(chan error, 1)
+	go func() { done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h) }()
+	testkit.Eventually(t, 20*time.Second, func() bool { return applied.Load() == 1 }, "message not applied after the stuck call (%d calls)", calls.Load())
+	if got := testutil.ToFloat64(natsx.HandlerTimeouts.WithLabelValues("stuck")); got != 1 {
+		t.Errorf("handler timeouts counted %v, want 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestOrderedMessagesWaitsForNATSAtStartUp: an ordered consumer started

@@ -41,6 +41,14 @@ const DefaultStreamMaxBytes = 1 << 30
 // AckWait/4, so the wait only bounds how long a killed consumer's batch waits.
 const DefaultAckWait = 20 * time.Second
 
+// DefaultHandleWithin bounds one handler call unless a ConsumerSpec sets its
+// own HandleWithin. A batch takes milliseconds; a call still running after
+// this is stuck (a statement that never answers, a lock never granted), and
+// its in-progress heartbeat would otherwise hold its messages from every
+// consumer for as long as it hangs. Its context is cancelled instead, which
+// fails the call: the messages are tried again like any failed batch.
+const DefaultHandleWithin = 2 * time.Minute
+
 // Stream names and the subjects they hold (DESIGN §1: <domain>.<event>.<key>).
 const (
 	StreamUsage      = "USAGE"
@@ -341,6 +349,9 @@ type ConsumerSpec struct {
 	// While the handler runs, the batch is reported in progress every
 	// AckWait/4, so a slow handler is not delivered twice.
 	AckWait time.Duration
+	// HandleWithin bounds one handler call (its context is cancelled after
+	// it); 0 means DefaultHandleWithin.
+	HandleWithin time.Duration
 	// DeadLetters keeps what cannot be applied; required.
 	DeadLetters DeadLetters
 }
@@ -352,6 +363,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 		return fmt.Errorf("consumer %s: no dead-letter sink", spec.Durable)
 	}
 	spec = spec.withDefaults()
+	handlerTimeouts.WithLabelValues(spec.Durable) // the series exists at 0 from the start
 	cons := createConsumer(ctx, js, log, spec, spec.consumerConfig())
 	if cons == nil {
 		return nil // ctx ended before NATS answered
@@ -379,6 +391,9 @@ func (spec ConsumerSpec) withDefaults() ConsumerSpec {
 	}
 	if spec.AckWait <= 0 {
 		spec.AckWait = DefaultAckWait
+	}
+	if spec.HandleWithin <= 0 {
+		spec.HandleWithin = DefaultHandleWithin
 	}
 	return spec
 }
@@ -521,8 +536,11 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 
 // handle runs the handler on msgs, reporting them in progress to JetStream
 // every AckWait/4 until it returns, so they are not redelivered to another
-// consumer meanwhile.
+// consumer meanwhile; the call's context ends after HandleWithin.
 func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.spec.HandleWithin,
+		fmt.Errorf("%w: handler of %s ran %s", errHandlerStuck, c.spec.Durable, c.spec.HandleWithin))
+	defer cancel()
 	done := make(chan struct{})
 	beat := make(chan struct{})
 	go func() {
@@ -550,6 +568,10 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 	}()
 	ctx, span := processSpan(ctx, c.spec, msgs)
 	err := c.h(ctx, msgs)
+	if err != nil && errors.Is(context.Cause(ctx), errHandlerStuck) {
+		handlerTimeouts.WithLabelValues(c.spec.Durable).Inc()
+		err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	}
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
 	}
@@ -647,6 +669,16 @@ func MsgID(m jetstream.Msg) string {
 	}
 	return fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
 }
+
+// errHandlerStuck is the cause of a handler call's context ending after
+// HandleWithin.
+var errHandlerStuck = errors.New("handler call exceeded its bound")
+
+// handlerTimeouts counts handler calls cancelled after HandleWithin.
+var handlerTimeouts = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_consumer_handler_timeouts_total",
+	Help: "Handler calls of a JetStream consumer cancelled after running longer than their bound (natsx.DefaultHandleWithin); their messages are tried again.",
+}, []string{"consumer"})
 
 // consumerCreateRetries counts failed attempts to create or update a durable
 // consumer (NATS down or restarting at start-up).

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
@@ -125,6 +126,20 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	// Metering's consumer running, so the per-consumer series exist.
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- meter.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("metering run: %v", err)
+		}
+	})
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		_, ok := scrape(t, "http://"+srv.HTTPAddr+"/metrics")["gpubill_consumer_handler_timeouts_total"]
+		return ok
+	}, "metering's consumer never started (no gpubill_consumer_handler_timeouts_total)")
 	// One gRPC call and one HTTP call, so the RED vectors have series.
 	if _, err := healthpb.NewHealthClient(srv.Conn()).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
@@ -157,6 +172,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
 		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
+		"gpubill_consumer_handler_timeouts_total",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)

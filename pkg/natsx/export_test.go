@@ -1,0 +1,4 @@
+package natsx
+
+// HandlerTimeouts is handlerTimeouts, for the tests.
+var HandlerTimeouts = handlerTimeouts
