@@ -124,6 +124,35 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	return nil
 }
 
+// Copy writes messages to the schema's outbox inside tx by COPY, like Add
+// but for messages whose ids are new by construction (derived from ids the
+// same transaction creates): nothing skips a repeated id, which fails the
+// transaction. COPY streams the payloads instead of binding them as one
+// bytea array: for the ledger's fetched batches (MB of ledger.posted),
+// encoding that array was ~5 % of the ledger_postings bench's Go profile
+// and receiving it a few % of the backends' (perf).
+func Copy(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	var tp any // null without a trace
+	if s := obs.Traceparent(ctx); s != "" {
+		tp = s
+	}
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		if err := m.Check(); err != nil {
+			return err
+		}
+		rows[i] = []any{m.ID, m.Subject, m.Payload, tp}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "outbox"}, []string{"id", "subject", "payload", "traceparent"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("outbox copy: %w", err)
+	}
+	return nil
+}
+
 // wakers lets a writer in this process nudge its schema's relay right after
 // commit. (pg_notify would do it across processes, but Postgres lets only one
 // notifying transaction commit at a time, which would serialise every writer.)

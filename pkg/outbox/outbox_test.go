@@ -289,3 +289,53 @@ func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 		t.Errorf("PARTY after the replay: %+v, %v", info.State, err)
 	}
 }
+
+// TestCopyWritesRowsAsAddDoes: Copy queues each message as Add would (in
+// order, payload and subject as given, no traceparent without a trace), and
+// a repeated id fails the copy rather than being skipped.
+func TestCopyWritesRowsAsAddDoes(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []outbox.Message{
+		{ID: "c1", Subject: "ledger.posted.renter", Payload: []byte{0, 1, 2}},
+		{ID: "c2", Subject: "ledger.posted.provider", Payload: bytes.Repeat([]byte("x"), 300<<10)},
+	}
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := outbox.Add(ctx, tx, "t", outbox.Message{ID: "a1", Subject: "ledger.posted.house", Payload: []byte("a")}); err != nil {
+			return err
+		}
+		return outbox.Copy(ctx, tx, "t", msgs...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `select id, subject, payload, traceparent is null from t.outbox order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id, subject string
+		var payload []byte
+		var noTrace bool
+		if err := rows.Scan(&id, &subject, &payload, &noTrace); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %d %x %v", id, subject, len(payload), payload[:min(3, len(payload))], noTrace))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a1 ledger.posted.house 1 61 true", "c1 ledger.posted.renter 3 000102 true",
+		fmt.Sprintf("c2 ledger.posted.provider %d 787878 true", 300<<10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outbox rows %q, want %q", got, want)
+	}
+	err = pg.InTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Copy(ctx, tx, "t", msgs[0]) })
+	if !pg.IsUniqueViolation(err) {
+		t.Fatalf("copying c1 again: %v, want a unique violation", err)
+	}
+}
