@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -50,8 +52,8 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		if !leader {
 			return nil
 		}
-		pos, prev, lastXid, lastID := int64(0), domain.GenesisHash, "0", zeroUUID
-		err := tx.QueryRow(ctx, `select position, hash, xid::text, tx_id::text from ledger.journal_chain
+		pos, prev, lastXid, lastID := int64(0), domain.GenesisHash, uint64(0), zeroUUID
+		err := tx.QueryRow(ctx, `select position, hash, xid, tx_id::text from ledger.journal_chain
 			order by position desc limit 1`).Scan(&pos, &prev, &lastXid, &lastID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("chain head: %w", err)
@@ -60,15 +62,17 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		// output column xid::text, and text order puts xid 1003 before 999,
 		// so a round spanning a power of ten chained out of order and the
 		// next round tried to chain 1003 again (stuck for good).
-		rows, err := tx.Query(ctx, `select t.id::text, t.xid::text from ledger.transactions t
-			where (t.xid, t.id) > ($1::text::xid8, $2::uuid) and t.xid < pg_snapshot_xmin(pg_current_snapshot())
+		rows, err := tx.Query(ctx, `select t.id::text, t.xid from ledger.transactions t
+			where (t.xid, t.id) > ($1::xid8, $2::uuid) and t.xid < pg_snapshot_xmin(pg_current_snapshot())
 			order by t.xid, t.id limit $3`, lastXid, lastID, chainBatchMax)
 		if err != nil {
 			return fmt.Errorf("chain candidates: %w", err)
 		}
-		var ids, xids []string
+		var ids []string
+		var xids []uint64
 		for rows.Next() {
-			var id, x string
+			var id string
+			var x uint64
 			if err := rows.Scan(&id, &x); err != nil {
 				return err
 			}
@@ -84,22 +88,8 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		if err != nil {
 			return err
 		}
-		positions := make([]int64, len(ids))
-		prevs, hashes := make([][]byte, len(ids)), make([][]byte, len(ids))
-		for i, id := range ids {
-			t := held[id]
-			if t == nil {
-				return fmt.Errorf("chain: transaction %s not loaded", id)
-			}
-			pos++
-			h := domain.ChainHash(prev, *t)
-			positions[i], prevs[i], hashes[i] = pos, prev, h
-			prev = h
-		}
-		if _, err := tx.Exec(ctx, `insert into ledger.journal_chain (position, tx_id, xid, prev_hash, hash)
-			select p, id::uuid, x::xid8, ph, h from unnest($1::bigint[], $2::text[], $3::text[], $4::bytea[], $5::bytea[]) as u(p, id, x, ph, h)`,
-			positions, ids, xids, prevs, hashes); err != nil {
-			return fmt.Errorf("append chain: %w", err)
+		if err := appendLinks(ctx, tx, held, ids, xids, pos, prev); err != nil {
+			return err
 		}
 		n, chained = len(ids), ids
 		return nil
@@ -108,6 +98,32 @@ func ChainStep(ctx context.Context, pool *pgxpool.Pool, w *Written) (int, error)
 		w.drop(chained)
 	}
 	return n, err
+}
+
+// appendLinks hashes the transactions ids names (held) after the link at
+// position pos with hash prev, and appends their links to the chain by
+// COPY: a page of links per heap WAL record.
+func appendLinks(ctx context.Context, tx pgx.Tx, held map[string]*domain.Transaction, ids []string, xids []uint64, pos int64, prev []byte) error {
+	links := make([][]any, len(ids))
+	for i, id := range ids {
+		t := held[id]
+		if t == nil {
+			return fmt.Errorf("chain: transaction %s not loaded", id)
+		}
+		tid, err := uuid.Parse(id)
+		if err != nil {
+			return fmt.Errorf("chain: transaction id %q: %w", id, err)
+		}
+		pos++
+		h := domain.ChainHash(prev, *t)
+		links[i] = []any{pos, pgtype.UUID{Bytes: tid, Valid: true}, xids[i], prev, h}
+		prev = h
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{Schema, "journal_chain"},
+		[]string{"position", "tx_id", "xid", "prev_hash", "hash"}, pgx.CopyFromRows(links)); err != nil {
+		return fmt.Errorf("append chain: %w", err)
+	}
+	return nil
 }
 
 // toChain returns the transactions ids names: those w holds as this
