@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
@@ -88,6 +90,39 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 		t.Fatalf("ledger.posted.renter announced %d charge transactions %v, want 4", len(got), got)
 	}
 	checkInvariants(t, f)
+}
+
+// TestChargeReplayBesideNewCharges: a batch's journal rows are first
+// copied in without skipping known idempotency keys; a replayed charge
+// between new ones (in key order) must undo the rows copied before it and
+// post the batch again, each new charge once, the replay not at all.
+func TestChargeReplayBesideNewCharges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const cyc, n = "cyc-20261112", 100 // n: a batch, copied (postgres.batchMin)
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-1", charge("ch-050", "r-1", "p-1", cyc, "1.00"))}); err != nil || got != 1 {
+		t.Fatalf("first charge posted %d, %v; want 1", got, err)
+	}
+	var cs []*eventsv1.RatedCharge
+	for i := range n {
+		cs = append(cs, charge(fmt.Sprintf("ch-%03d", i), "r-1", "p-1", cyc, "1.00")) // ch-050: posted by batch-1
+	}
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-2", cs...)}); err != nil || got != n-1 {
+		t.Fatalf("batch with a replayed charge posted %d, %v; want %d", got, err, n-1)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "-100.00")
+	wantBalance(t, f, "provider:p-1:pending:"+cyc, "USD", "100.00")
+	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != n {
+		t.Fatalf("%d charge transactions, want %d", got, n)
+	}
+	if got := postedTransactions(t, f, "provider"); len(got) != n {
+		t.Fatalf("ledger.posted.provider announced %d transactions, want %d", len(got), n)
+	}
+	checkInvariants(t, f)
+	chainWritten(t, f)
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK || res.Checked != n || res.Unchained != 0 {
+		t.Fatalf("chain: %+v, %v; want %d links verified", res, err, n)
+	}
 }
 
 // postedTransactions decodes the outbox's ledger.posted.{class} batches and

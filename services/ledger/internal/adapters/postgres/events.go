@@ -12,8 +12,13 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
-// publishPosted puts the ledger.posted events of fresh transactions into the outbox.
+// publishPosted puts the ledger.posted events of fresh transactions into the
+// outbox. Their ids are new (a batch's is its first transaction's fresh id),
+// so a batch's (batchMin) are copied in: nothing to skip.
 func (t *Tx) publishPosted(ctx context.Context, fresh []*domain.Transaction) error {
+	if len(fresh) >= batchMin {
+		return outbox.Copy(ctx, t.tx, Schema, postedEvents(fresh)...)
+	}
 	return outbox.Add(ctx, t.tx, Schema, postedEvents(fresh)...)
 }
 
