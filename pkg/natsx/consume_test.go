@@ -56,6 +56,29 @@ func runNATS(t *testing.T, addr, dir string) *server.Server {
 	return ns
 }
 
+// natsToRestart starts an embedded NATS with the named streams and returns
+// a JetStream client that reconnects forever, with a short request timeout
+// (each attempt while NATS is down fails fast), the server, and a function
+// that starts it again on the same address and store after a Shutdown.
+func natsToRestart(ctx context.Context, t *testing.T, streams ...string) (jetstream.JetStream, *server.Server, func()) {
+	t.Helper()
+	addr, dir := freeAddr(t), t.TempDir()
+	ns := runNATS(t, addr, dir)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, streams...); err != nil {
+		t.Fatal(err)
+	}
+	return js, ns, func() { runNATS(t, addr, dir) }
+}
+
 // TestConsumeWaitsForNATSAtStartUp: Consume called while NATS is down (the
 // chaos test killed it while payout created its consumer) retries creating
 // its consumer instead of returning, and consumes once NATS is back.
@@ -63,21 +86,7 @@ func TestConsumeWaitsForNATSAtStartUp(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, dir := freeAddr(t), t.TempDir()
-	ns := runNATS(t, addr, dir)
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	// A short request timeout: each attempt while NATS is down fails fast.
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := natsx.EnsureStreams(ctx, js, natsx.StreamSettlement); err != nil {
-		t.Fatal(err)
-	}
+	js, ns, restart := natsToRestart(ctx, t, natsx.StreamSettlement)
 	for _, s := range []string{"settlement.provider_settled.p-1", "settlement.provider_settled.p-2"} {
 		if _, err := js.Publish(ctx, s, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -98,7 +107,7 @@ func TestConsumeWaitsForNATSAtStartUp(t *testing.T) {
 		t.Fatalf("Consume returned while NATS was down: %v", err)
 	case <-time.After(2 * time.Second): // several attempts fail meanwhile
 	}
-	runNATS(t, addr, dir)
+	restart()
 	testkit.Eventually(t, 20*time.Second, func() bool { return got.Load() == 2 }, "consumed %d of 2 after NATS came back", got.Load())
 	cancel()
 	if err := <-done; err != nil {
@@ -197,20 +206,7 @@ func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, dir := freeAddr(t), t.TempDir()
-	ns := runNATS(t, addr, dir)
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := natsx.EnsureStreams(ctx, js, natsx.StreamLedger); err != nil {
-		t.Fatal(err)
-	}
+	js, ns, restart := natsToRestart(ctx, t, natsx.StreamLedger)
 	ns.Shutdown()
 	ns.WaitForShutdown()
 
@@ -224,7 +220,7 @@ func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
 		t.Fatalf("OrderedMessages returned while NATS was down (iterator %v)", it)
 	case <-time.After(2 * time.Second): // several attempts fail meanwhile
 	}
-	runNATS(t, addr, dir)
+	restart()
 	var it jetstream.MessagesContext
 	select {
 	case it = <-started:
