@@ -111,14 +111,10 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 		}
 		ids[i], subjects[i], payloads[i] = m.ID, m.Subject, m.Payload
 	}
-	var tp any // null without a trace
-	if s := obs.Traceparent(ctx); s != "" {
-		tp = s
-	}
 	q := "insert into " + pgx.Identifier{schema, "outbox"}.Sanitize() + ` (id, subject, payload, traceparent)
 		select u.*, $4::text from unnest($1::text[], $2::text[], $3::bytea[]) as u
 		on conflict (id) do nothing`
-	if _, err := tx.Exec(ctx, q, ids, subjects, payloads, tp); err != nil {
+	if _, err := tx.Exec(ctx, q, ids, subjects, payloads, traceparent(ctx)); err != nil {
 		return fmt.Errorf("outbox add: %w", err)
 	}
 	return nil
@@ -135,10 +131,7 @@ func Copy(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error 
 	if len(msgs) == 0 {
 		return nil
 	}
-	var tp any // null without a trace
-	if s := obs.Traceparent(ctx); s != "" {
-		tp = s
-	}
+	tp := traceparent(ctx)
 	rows := make([][]any, len(msgs))
 	for i, m := range msgs {
 		if err := m.Check(); err != nil {
@@ -149,6 +142,15 @@ func Copy(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error 
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "outbox"}, []string{"id", "subject", "payload", "traceparent"},
 		pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("outbox copy: %w", err)
+	}
+	return nil
+}
+
+// traceparent is the outbox's traceparent column for the span in ctx: null
+// without a trace.
+func traceparent(ctx context.Context) any {
+	if s := obs.Traceparent(ctx); s != "" {
+		return s
 	}
 	return nil
 }

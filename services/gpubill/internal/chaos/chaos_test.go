@@ -1038,10 +1038,48 @@ func (c *cluster) checkBooks() {
 // the first message above its ack floor (stream sequence, subject, Nats-Msg-Id)
 // and whether a service's inbox already holds that id, i.e. whether the
 // message was applied and only its ack is missing.
+func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range lags {
+		if l.AckPending == 0 {
+			continue
+		}
+		cons, err := js.Consumer(ctx, l.Stream, l.Consumer)
+		if err != nil {
+			c.t.Logf("consumer %s: %v", l.Consumer, err)
+			continue
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			c.t.Logf("consumer %s: %v", l.Consumer, err)
+			continue
+		}
+		st, err := js.Stream(ctx, l.Stream)
+		if err != nil {
+			c.t.Logf("stream %s: %v", l.Stream, err)
+			continue
+		}
+		seq := ci.AckFloor.Stream + 1
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			c.t.Logf("%s/%s ack floor %d: message %d: %v", l.Stream, l.Consumer, ci.AckFloor.Stream, seq, err)
+			continue
+		}
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		in := c.inboxesHolding(id)
+		// Waiting pulls hint at which: an idle consumer keeps a pull waiting
+		// (10–250 ms fetches back to back), so none suggests one that
+		// stopped fetching, and some suggest a handler holding the message.
+		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d (last %v), redelivered %d, waiting pulls %d",
+			l.Stream, l.Consumer, seq, m.Subject, id, in, ci.AckFloor.Stream, ci.Delivered.Stream, ci.Delivered.Last, ci.NumRedelivered, ci.NumWaiting)
+	}
+}
+
 // takePending names the messages a stuck consumer still holds: its owner
 // is stopped (dumpStacks), so a fetch of the test's own, waiting past the
-// ack wait, is handed whatever JetStream redelivers. (The ack floor alone
-// does not name them: a floor can stay behind messages already acked.)
+// ack wait, is handed whatever JetStream redelivers. (describeUnacked's
+// "first message above the ack floor" may not be one of them.)
 func (c *cluster) takePending(js jetstream.JetStream, lags []natsx.Lag) {
 	for _, l := range lags {
 		if l.AckPending == 0 {
@@ -1109,43 +1147,6 @@ func (c *cluster) dumpStacks(lags []natsx.Lag) {
 			continue
 		}
 		c.t.Logf("%s goroutine stacks (SIGQUIT) are at the end of %s", name, s.log)
-	}
-}
-
-func (c *cluster) describeUnacked(js jetstream.JetStream, lags []natsx.Lag) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, l := range lags {
-		if l.AckPending == 0 {
-			continue
-		}
-		cons, err := js.Consumer(ctx, l.Stream, l.Consumer)
-		if err != nil {
-			c.t.Logf("consumer %s: %v", l.Consumer, err)
-			continue
-		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			c.t.Logf("consumer %s: %v", l.Consumer, err)
-			continue
-		}
-		st, err := js.Stream(ctx, l.Stream)
-		if err != nil {
-			c.t.Logf("stream %s: %v", l.Stream, err)
-			continue
-		}
-		seq := ci.AckFloor.Stream + 1
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			c.t.Logf("%s/%s ack floor %d: message %d: %v", l.Stream, l.Consumer, ci.AckFloor.Stream, seq, err)
-			continue
-		}
-		id := m.Header.Get(jetstream.MsgIDHeader)
-		in := c.inboxesHolding(id)
-		// Waiting pulls tell a consumer that stopped fetching (0) from one
-		// whose handler holds the message, reporting it in progress.
-		c.t.Logf("%s/%s: first unacknowledged message seq %d subject %s id %s (in the inbox of %v); ack floor %d, delivered %d (last %v), redelivered %d, waiting pulls %d",
-			l.Stream, l.Consumer, seq, m.Subject, id, in, ci.AckFloor.Stream, ci.Delivered.Stream, ci.Delivered.Last, ci.NumRedelivered, ci.NumWaiting)
 	}
 }
 
