@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -59,14 +60,36 @@ func isFile(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// FreePort returns a free TCP port on 127.0.0.1.
+// FreePort returns a free TCP port on 127.0.0.1, reserved for a minute
+// against the kernel handing it out again. A port is free only between
+// closing the probe listener and the child's bind; meanwhile any listener
+// on port 0 or outgoing connection on the machine (parallel test packages
+// make thousands) may take it, and the child then fails to bind and exits.
+// So, as the Temporal CLI's devserver.GetFreePort does, the probe accepts
+// one loopback connection and closes it from the server's side first: that
+// leaves the port in TIME_WAIT, which bind(:0) and connect(2) skip for 60 s
+// while an explicit bind with SO_REUSEADDR (Go's default for listeners)
+// still succeeds.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	addr := l.Addr().(*net.TCPAddr)
+	client, err := net.DialTCP("tcp", nil, addr)
+	if err != nil {
+		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
+	}
+	defer client.Close()
+	server, err := l.Accept()
+	if err != nil {
+		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
+	}
+	if err := server.Close(); err != nil { // server side first: its end waits
+		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
+	}
+	return addr.Port, nil
 }
 
 // DynamicConfig is the dev server's dynamic configuration on top of the
@@ -106,6 +129,12 @@ type Server struct {
 	exit    error // how the child ended; set before done closes
 }
 
+// startAttempts is how often Start tries a dev server whose ports it picked
+// itself: a child that exits during start-up is started again on new ports
+// (each failure written to the log), in case another process took a port
+// between FreePort and the child's bind.
+const startAttempts = 3
+
 // Start runs `temporal gpubill-dev-server` on addr ("127.0.0.1:0" picks a
 // port), with its SQLite store at dbFile ("" = in memory), and waits until
 // the frontend accepts connections. The child dies with the parent.
@@ -114,6 +143,25 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 	if err != nil {
 		return nil, fmt.Errorf("temporal addr %q: %w", addr, err)
 	}
+	if logw == nil {
+		logw = io.Discard
+	}
+	attempts := 1
+	if port == "0" || port == "" {
+		attempts = startAttempts
+	}
+	for attempt := 1; ; attempt++ {
+		s, err := start(ctx, bin, host, port, dbFile, logw)
+		var early *exitedEarly
+		if err == nil || !errors.As(err, &early) || attempt == attempts {
+			return s, err
+		}
+		fmt.Fprintf(logw, "gpubill: %v; starting it again on other ports (attempt %d of %d)\n", err, attempt+1, attempts)
+	}
+}
+
+// start is one attempt of Start; port "0" or "" picks a free one.
+func start(ctx context.Context, bin, host, port, dbFile string, logw io.Writer) (*Server, error) {
 	if port == "0" || port == "" {
 		p, err := FreePort()
 		if err != nil {
@@ -148,7 +196,9 @@ func startProcess(ctx context.Context, bin string, args []string, address, port 
 	if logw == nil {
 		logw = io.Discard
 	}
-	cmd.Stdout, cmd.Stderr = logw, logw
+	tail := &tailWriter{max: 2048}
+	out := io.MultiWriter(logw, tail) // one writer: exec copies both streams in one goroutine
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start temporal server: %w", err)
@@ -178,7 +228,7 @@ func startProcess(ctx context.Context, bin string, args []string, address, port 
 			s.Stop()
 			return nil, ctx.Err()
 		case <-s.done:
-			return nil, fmt.Errorf("temporal server exited during start-up (see its log): %v", s.exit)
+			return nil, &exitedEarly{exit: s.exit, tail: tail.String()}
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -254,4 +304,37 @@ func listensOn(pid int, port string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// exitedEarly is a server child that ended before it listened.
+type exitedEarly struct {
+	exit error
+	tail string // the end of its output
+}
+
+func (e *exitedEarly) Error() string {
+	return fmt.Sprintf("temporal server exited during start-up (%v); the end of its output:\n%s", e.exit, e.tail)
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
 }
