@@ -130,9 +130,11 @@ type Server struct {
 }
 
 // startAttempts is how often Start tries a dev server whose ports it picked
-// itself: a child that exits during start-up is started again on new ports
-// (each failure written to the log), in case another process took a port
-// between FreePort and the child's bind.
+// itself: a child that exits during start-up because a port was taken is
+// started again on new ports (each failure written to the log), in case
+// another process took one between FreePort and the child's bind. The
+// server logs "Failed to start gRPC listener … bind: address already in
+// use" and then panics on a nil listener (exit status 2).
 const startAttempts = 3
 
 // Start runs `temporal gpubill-dev-server` on addr ("127.0.0.1:0" picks a
@@ -153,7 +155,7 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 	for attempt := 1; ; attempt++ {
 		s, err := start(ctx, bin, host, port, dbFile, logw)
 		var early *exitedEarly
-		if err == nil || !errors.As(err, &early) || attempt == attempts {
+		if err == nil || !errors.As(err, &early) || !strings.Contains(early.output, "address already in use") || attempt == attempts {
 			return s, err
 		}
 		fmt.Fprintf(logw, "gpubill: %v; starting it again on other ports (attempt %d of %d)\n", err, attempt+1, attempts)
@@ -196,8 +198,8 @@ func startProcess(ctx context.Context, bin string, args []string, address, port 
 	if logw == nil {
 		logw = io.Discard
 	}
-	tail := &tailWriter{max: 2048}
-	out := io.MultiWriter(logw, tail) // one writer: exec copies both streams in one goroutine
+	sample := &sampleWriter{max: 1024}
+	out := io.MultiWriter(logw, sample) // one writer: exec copies both streams in one goroutine
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -216,6 +218,11 @@ func startProcess(ctx context.Context, bin string, args []string, address, port 
 			// bind and exit, and the wait below sees that.
 			ours, err := listensOn(cmd.Process.Pid, port)
 			if err != nil {
+				select {
+				case <-s.done: // exited while we looked (its /proc entry with it)
+					return nil, &exitedEarly{exit: s.exit, output: sample.String()}
+				case <-time.After(time.Second): // not yet reaped
+				}
 				s.Stop()
 				return nil, fmt.Errorf("temporal server on %s: %w", s.Address, err)
 			}
@@ -228,7 +235,7 @@ func startProcess(ctx context.Context, bin string, args []string, address, port 
 			s.Stop()
 			return nil, ctx.Err()
 		case <-s.done:
-			return nil, &exitedEarly{exit: s.exit, tail: tail.String()}
+			return nil, &exitedEarly{exit: s.exit, output: sample.String()}
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -308,33 +315,45 @@ func listensOn(pid int, port string) (bool, error) {
 
 // exitedEarly is a server child that ended before it listened.
 type exitedEarly struct {
-	exit error
-	tail string // the end of its output
+	exit   error
+	output string // the start and the end of its output
 }
 
 func (e *exitedEarly) Error() string {
-	return fmt.Sprintf("temporal server exited during start-up (%v); the end of its output:\n%s", e.exit, e.tail)
+	return fmt.Sprintf("temporal server exited during start-up (%v); its output:\n%s", e.exit, e.output)
 }
 
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+// sampleWriter keeps the first and the last max bytes written to it: a
+// server's reason to exit is in its first lines (a Go panic's message
+// precedes its stack) or its last.
+type sampleWriter struct {
+	mu         sync.Mutex
+	max        int
+	head, tail []byte
+	skipped    int
 }
 
-func (w *tailWriter) Write(p []byte) (int, error) {
+func (w *sampleWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if over := len(w.b) - w.max; over > 0 {
-		w.b = append(w.b[:0], w.b[over:]...)
+	n := len(p)
+	if room := w.max - len(w.head); room > 0 {
+		k := min(room, len(p))
+		w.head, p = append(w.head, p[:k]...), p[k:]
 	}
-	return len(p), nil
+	w.tail = append(w.tail, p...)
+	if over := len(w.tail) - w.max; over > 0 {
+		w.tail = append(w.tail[:0], w.tail[over:]...)
+		w.skipped += over
+	}
+	return n, nil
 }
 
-func (w *tailWriter) String() string {
+func (w *sampleWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return string(w.b)
+	if w.skipped == 0 {
+		return string(w.head) + string(w.tail)
+	}
+	return fmt.Sprintf("%s\n[… %d bytes …]\n%s", w.head, w.skipped, w.tail)
 }

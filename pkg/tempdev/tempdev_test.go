@@ -132,3 +132,25 @@ func fakeServer(path string, args []string) int {
 	<-sig
 	return 0
 }
+
+// The real server on a taken port says "address already in use" (what
+// Start's second try looks for) and Start's error quotes it.
+func TestStartOnATakenPortQuotesTheServer(t *testing.T) {
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := Start(context.Background(), bin, l.Addr().String(), "", nil)
+	if err == nil {
+		s.Stop()
+		t.Fatal("Start on a taken port succeeded")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start on a taken port: %v; want the server's bind failure quoted", err)
+	}
+}
