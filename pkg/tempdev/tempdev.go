@@ -81,12 +81,14 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
 	}
-	defer client.Close()
 	server, err := l.Accept()
 	if err != nil {
-		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
+		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, errors.Join(err, client.Close()))
 	}
 	if err := server.Close(); err != nil { // server side first: its end waits
+		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, errors.Join(err, client.Close()))
+	}
+	if err := client.Close(); err != nil {
 		return 0, fmt.Errorf("reserve port %d: %w", addr.Port, err)
 	}
 	return addr.Port, nil
@@ -158,7 +160,9 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 		if err == nil || !errors.As(err, &early) || !strings.Contains(early.output, "address already in use") || attempt == attempts {
 			return s, err
 		}
-		fmt.Fprintf(logw, "gpubill: %v; starting it again on other ports (attempt %d of %d)\n", err, attempt+1, attempts)
+		if _, werr := fmt.Fprintf(logw, "gpubill: %v; starting it again on other ports (attempt %d of %d)\n", err, attempt+1, attempts); werr != nil {
+			return nil, fmt.Errorf("%w (and its log: %v)", err, werr)
+		}
 	}
 }
 

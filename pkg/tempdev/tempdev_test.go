@@ -111,7 +111,10 @@ func TestMain(m *testing.M) {
 
 func fakeServer(path string, args []string) int {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		_ = os.WriteFile(path, []byte("1"), 0o600)
+		if err := os.WriteFile(path, []byte("1"), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		fmt.Fprintln(os.Stderr, "listen tcp: bind: address already in use (fake)")
 		return 2
 	}
