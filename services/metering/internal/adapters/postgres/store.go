@@ -296,11 +296,37 @@ const hotLeases = `hot as (select l.lease_id
 // of the insert's CPU. The primary key still refuses any repeat; the
 // batch's first repeated id sends the whole insert back to its savepoint
 // and it runs again with ON CONFLICT (id) DO NOTHING.
+//
+// The usual batch needs none of that: no lease of it has recorded time
+// near its events, and no id of it is recorded. So the leases are probed
+// first (anyHot, one statement over the leases' hulls), and when none is
+// hot the events are copied straight into usage_events in a savepoint
+// (copyUsage): no staging table, and COPY writes a page of heap rows per
+// WAL record. A recorded id fails the COPY on the primary key; the batch
+// then goes the staged way above.
 func (t *Tx) InsertUsage(ctx context.Context, evs []domain.Recorded) (map[string]bool, error) {
 	if len(evs) == 0 {
 		return map[string]bool{}, nil
 	}
-	if err := t.stageUsage(ctx, evs); err != nil {
+	order := idOrder(evs)
+	hot, err := t.anyHot(ctx, evs)
+	if err != nil {
+		return nil, err
+	}
+	if !hot {
+		copied, err := t.copyUsage(ctx, evs, order)
+		if err != nil {
+			return nil, err
+		}
+		if copied {
+			inserted := make(map[string]bool, len(evs))
+			for i := range evs {
+				inserted[evs[i].ID] = true
+			}
+			return inserted, nil
+		}
+	}
+	if err := t.stageUsage(ctx, evs, order); err != nil {
 		return nil, err
 	}
 	// The plain insert first, in a savepoint: a recorded id under another
@@ -364,17 +390,91 @@ const usageStageDDL = `create temporary table if not exists usage_stage (
 	s timestamptz, e timestamptz, region text, workload text, cycle_id text, status text, received_at timestamptz)
 	on commit delete rows`
 
-// stageUsage empties the staging table (a delete: TRUNCATE would make a new
-// file every time) and COPYs evs into it, in id order.
-func (t *Tx) stageUsage(ctx context.Context, evs []domain.Recorded) error {
-	if _, err := t.tx.Exec(ctx, usageStageDDL+`; delete from pg_temp.usage_stage`); err != nil {
-		return fmt.Errorf("stage usage: %w", err)
+// anyHot reports whether a lease of evs may have recorded time overlapping
+// its events in evs: hotLeases' test, on hulls computed here and sent as
+// three arrays of one element per lease.
+func (t *Tx) anyHot(ctx context.Context, evs []domain.Recorded) (bool, error) {
+	idx := make(map[string]int, len(evs)/4)
+	var leases []string
+	var s0, e1 []time.Time
+	for i := range evs {
+		e := &evs[i]
+		j, ok := idx[e.LeaseID]
+		if !ok {
+			idx[e.LeaseID] = len(leases)
+			leases, s0, e1 = append(leases, e.LeaseID), append(s0, e.Start), append(e1, e.End)
+			continue
+		}
+		if e.Start.Before(s0[j]) {
+			s0[j] = e.Start
+		}
+		if e.End.After(e1[j]) {
+			e1[j] = e.End
+		}
 	}
-	order := make([]int32, len(evs)) // sort a permutation, not the (large) events
+	var hot bool
+	err := t.tx.QueryRow(ctx, `select exists (select 1
+		from unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) as l(lease_id, s0, e1)
+		where exists (select 1 from (select u.end_time from metering.usage_events u
+			where u.lease_id = l.lease_id and u.start_time < l.e1 order by u.start_time desc limit 1) as p
+		where p.end_time > l.s0))`, leases, s0, e1).Scan(&hot)
+	if err != nil {
+		return false, fmt.Errorf("probe leases: %w", err)
+	}
+	return hot, nil
+}
+
+// copyUsage copies evs (in order) into usage_events in a savepoint; false,
+// with the savepoint rolled back, when an id is recorded already.
+func (t *Tx) copyUsage(ctx context.Context, evs []domain.Recorded, order []int32) (bool, error) {
+	sp, err := t.tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("copy usage: %w", err)
+	}
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(usageCopy(evs, order)), `copy metering.usage_events
+		(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
+		from stdin (format binary)`)
+	if pg.IsUniqueViolation(err) {
+		if err := sp.Rollback(ctx); err != nil {
+			return false, fmt.Errorf("copy usage: %w", err)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("copy usage: %w", err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return false, fmt.Errorf("copy usage: %w", err)
+	}
+	return true, nil
+}
+
+// idOrder is the permutation of evs sorting them by id (sorting a
+// permutation, not the large events).
+func idOrder(evs []domain.Recorded) []int32 {
+	order := make([]int32, len(evs))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(evs[a].ID, evs[b].ID) })
+	return order
+}
+
+// stageUsage empties the staging table (a delete: TRUNCATE would make a new
+// file every time) and COPYs evs into it, in order.
+func (t *Tx) stageUsage(ctx context.Context, evs []domain.Recorded, order []int32) error {
+	if _, err := t.tx.Exec(ctx, usageStageDDL+`; delete from pg_temp.usage_stage`); err != nil {
+		return fmt.Errorf("stage usage: %w", err)
+	}
+	if _, err := t.tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(usageCopy(evs, order)), `copy pg_temp.usage_stage from stdin (format binary)`); err != nil {
+		return fmt.Errorf("stage usage: %w", err)
+	}
+	return nil
+}
+
+// usageCopy is evs in order as a binary COPY stream of usage_events'
+// columns (the staging table's too).
+func usageCopy(evs []domain.Recorded, order []int32) []byte {
 	w := copyWriter{buf: make([]byte, 0, copyHeaderBytes+len(evs)*usageRowBytesEst)}
 	w.header()
 	for _, o := range order {
@@ -395,10 +495,7 @@ func (t *Tx) stageUsage(ctx context.Context, evs []domain.Recorded) error {
 		w.timestamptz(e.ReceivedAt)
 	}
 	w.trailer()
-	if _, err := t.tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.buf), `copy pg_temp.usage_stage from stdin (format binary)`); err != nil {
-		return fmt.Errorf("stage usage: %w", err)
-	}
-	return nil
+	return w.buf
 }
 
 // Existing returns the recorded events among ids, by id.
