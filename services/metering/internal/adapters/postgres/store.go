@@ -273,9 +273,14 @@ const lastBefore = `not exists (select 1 from (select u.end_time from metering.u
 // insert's CPU in a 5 000-event batch of 10-event leases).
 const hotLeases = `hot as (select l.lease_id
 	from (select lease_id, min(s) as s0, max(e) as e1 from pg_temp.usage_stage group by lease_id) as l
-	where exists (select 1 from (select u.end_time from metering.usage_events u
+	where ` + hullNearRecorded + `)`
+
+// hullNearRecorded is hotLeases' test of one lease l(lease_id, s0, e1):
+// the last recorded event of the lease starting before the hull's end ends
+// after its start.
+const hullNearRecorded = `exists (select 1 from (select u.end_time from metering.usage_events u
 		where u.lease_id = l.lease_id and u.start_time < l.e1 order by u.start_time desc limit 1) as p
-	where p.end_time > l.s0))`
+	where p.end_time > l.s0)`
 
 // InsertUsage inserts events, skipping any whose id exists or whose GPU
 // time overlaps its lease's recorded time, and returns the ids it inserted.
@@ -391,7 +396,7 @@ const usageStageDDL = `create temporary table if not exists usage_stage (
 	on commit delete rows`
 
 // anyHot reports whether a lease of evs may have recorded time overlapping
-// its events in evs: hotLeases' test, on hulls computed here and sent as
+// its events in evs: hullNearRecorded, on hulls computed here and sent as
 // three arrays of one element per lease.
 func (t *Tx) anyHot(ctx context.Context, evs []domain.Recorded) (bool, error) {
 	idx := make(map[string]int, len(evs)/4)
@@ -415,9 +420,7 @@ func (t *Tx) anyHot(ctx context.Context, evs []domain.Recorded) (bool, error) {
 	var hot bool
 	err := t.tx.QueryRow(ctx, `select exists (select 1
 		from unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) as l(lease_id, s0, e1)
-		where exists (select 1 from (select u.end_time from metering.usage_events u
-			where u.lease_id = l.lease_id and u.start_time < l.e1 order by u.start_time desc limit 1) as p
-		where p.end_time > l.s0))`, leases, s0, e1).Scan(&hot)
+		where `+hullNearRecorded+`)`, leases, s0, e1).Scan(&hot)
 	if err != nil {
 		return false, fmt.Errorf("probe leases: %w", err)
 	}
