@@ -67,9 +67,10 @@ func isFile(p string) bool {
 // make thousands) may take it, and the child then fails to bind and exits.
 // So, as the Temporal CLI's devserver.GetFreePort does, the probe accepts
 // one loopback connection and closes it from the server's side first: that
-// leaves the port in TIME_WAIT, which bind(:0) and connect(2) skip for 60 s
-// while an explicit bind with SO_REUSEADDR (Go's default for listeners)
-// still succeeds.
+// leaves the port in TIME_WAIT, which bind(:0) skips for 60 s while an
+// explicit bind with SO_REUSEADDR (Go's default for listeners) still
+// succeeds. (Whether the kernel also keeps an outgoing connection's local
+// port off it was not checked here.)
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
