@@ -117,3 +117,35 @@ func TestPartyUpdatesArePublishedWithVersions(t *testing.T) {
 		t.Fatalf("party updates %v", got)
 	}
 }
+
+// TestUsageKeysCompareBytewise: the text keys of metering.usage_events are
+// collated "C" (migration 0009), so each of an event's four index inserts
+// compares with memcmp, not the database locale's strcoll (~15 % of the
+// insert).
+func TestUsageKeysCompareBytewise(t *testing.T) {
+	t.Parallel()
+	_, d := newService(t)
+	rows, err := d.Pool.Query(context.Background(), `select a.attname::text, c.collname::text
+		from pg_attribute a join pg_collation c on c.oid = a.attcollation
+		where a.attrelid = 'metering.usage_events'::regclass and a.attname in ('id', 'lease_id', 'provider_id', 'renter_id')
+		order by a.attnum`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var col, coll string
+		if err := rows.Scan(&col, &coll); err != nil {
+			t.Fatal(err)
+		}
+		got[col] = coll
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, col := range []string{"id", "lease_id", "provider_id", "renter_id"} {
+		if got[col] != "C" {
+			t.Errorf("metering.usage_events.%s is collated %q, want \"C\"", col, got[col])
+		}
+	}
+}
