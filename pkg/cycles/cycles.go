@@ -57,6 +57,14 @@ func (c Calendar) ForUsageEnd(end time.Time) Cycle {
 	return c.At(end.Add(-time.Nanosecond))
 }
 
+// HoldsUsageEnd reports whether usage ending at end accrues to cy (as
+// ForUsageEnd(end) would answer cy): a caller walking many events keeps the
+// last cycle instead of computing one, with its id, per event.
+func (cy Cycle) HoldsUsageEnd(end time.Time) bool {
+	at := end.Add(-time.Nanosecond)
+	return !at.Before(cy.Start) && at.Before(cy.End)
+}
+
 // Next returns the cycle after cy.
 func (c Calendar) Next(cy Cycle) Cycle { return c.At(cy.End) }
 

@@ -43,3 +43,25 @@ func TestParse(t *testing.T) {
 		t.Fatal("off-calendar id accepted")
 	}
 }
+
+// TestHoldsUsageEndAgreesWithForUsageEnd: a cycle holds a usage end exactly
+// when ForUsageEnd names that cycle, at and around every boundary and at
+// instants before the anchor.
+func TestHoldsUsageEndAgreesWithForUsageEnd(t *testing.T) {
+	c := Default()
+	first := c.At(c.Anchor.Add(-100 * 24 * time.Hour))
+	var ends []time.Time
+	for cy, i := first, 0; i < 8; cy, i = c.Next(cy), i+1 {
+		for _, d := range []time.Duration{-time.Hour, -time.Nanosecond, 0, time.Nanosecond, time.Microsecond, time.Hour, 24 * time.Hour} {
+			ends = append(ends, cy.Start.Add(d), cy.End.Add(d))
+		}
+	}
+	for cy, i := first, 0; i < 8; cy, i = c.Next(cy), i+1 {
+		for _, end := range ends {
+			want := c.ForUsageEnd(end).ID == cy.ID
+			if got := cy.HoldsUsageEnd(end); got != want {
+				t.Errorf("%s.HoldsUsageEnd(%s) = %v; ForUsageEnd names %s", cy.ID, end.Format(time.RFC3339Nano), got, c.ForUsageEnd(end).ID)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
@@ -149,13 +150,15 @@ type batch struct {
 
 // checkBatch is pass 2: parties, repeats and overlaps inside the batch.
 func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time, res *IngestResult) batch {
-	byID := make(map[string]domain.Event, len(cands))
+	byID := make(map[string]int, len(cands)) // id → index into cands
+	var cy cycles.Cycle                      // the last event's cycle
 	b := batch{
 		recs:    make([]domain.Recorded, 0, len(cands)),
 		recIdx:  make([]int, 0, len(cands)),
 		byLease: map[string][]int32{},
 	}
-	for _, c := range cands {
+	for i := range cands {
+		c := &cands[i]
 		ev := c.ev
 		if _, ok := provs[ev.ProviderID]; !ok {
 			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown provider %q", ev.ProviderID))
@@ -166,7 +169,7 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			continue
 		}
 		if first, ok := byID[ev.ID]; ok {
-			if diff := first.Differs(ev); len(diff) > 0 {
+			if diff := cands[first].ev.Differs(ev); len(diff) > 0 {
 				res.reject(c.idx, ev.ID, domain.ConflictReason(ev.ID, diff))
 				continue
 			}
@@ -177,9 +180,11 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			res.reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", overlapped, ev.LeaseID))
 			continue
 		}
-		byID[ev.ID] = ev
+		byID[ev.ID] = i
 		b.byLease[ev.LeaseID] = append(b.byLease[ev.LeaseID], int32(len(b.recs)))
-		cy := a.Calendar.ForUsageEnd(ev.End)
+		if cy.ID == "" || !cy.HoldsUsageEnd(ev.End) {
+			cy = a.Calendar.ForUsageEnd(ev.End)
+		}
 		status := domain.StatusAccepted
 		if now.After(cy.Closes) {
 			status = domain.StatusLate
@@ -222,6 +227,9 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 	inserted, err := tx.InsertUsage(ctx, b.recs)
 	if err != nil {
 		return recordResult{}, err
+	}
+	if len(inserted) == len(b.recs) { // the usual batch: every event went in
+		return recordResult{accepted: b.recs}, nil
 	}
 	out := recordResult{accepted: make([]domain.Recorded, 0, len(b.recs))}
 	var skipped []domain.Event
