@@ -46,8 +46,17 @@ type Piece struct {
 // month boundaries, and the invoice month matches the ledger's UTC dates.
 type MonthUsage map[string]int64
 
-// MonthKey is the tier month of an instant.
-func MonthKey(t time.Time) string { return t.UTC().Format("2006-01") }
+// MonthKey is the tier month of an instant, as t.UTC().Format("2006-01"),
+// written by hand for four-digit years: rating names a month for every
+// event and piece, and Format showed in the pipeline profile.
+func MonthKey(t time.Time) string {
+	y, m, _ := t.UTC().Date()
+	if y < 0 || y > 9999 {
+		return t.UTC().Format("2006-01")
+	}
+	b := [7]byte{byte('0' + y/1000), byte('0' + y/100%10), byte('0' + y/10%10), byte('0' + y%10), '-', byte('0' + int(m)/10), byte('0' + int(m)%10)}
+	return string(b[:])
+}
 
 // Months lists the tier months an interval touches.
 func Months(start, end time.Time) []string {

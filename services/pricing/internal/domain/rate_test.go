@@ -275,3 +275,23 @@ func TestCutsAtMonthEdgesPastYear9999(t *testing.T) {
 		}
 	}
 }
+
+// TestMonthKeyIsFormat: the hand-written MonthKey is Format("2006-01") in
+// UTC, for instants in other zones, around year edges and outside 0..9999.
+func TestMonthKeyIsFormat(t *testing.T) {
+	east := time.FixedZone("UTC+8", 8*3600)
+	ts := []time.Time{
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2027, 1, 1, 7, 0, 0, 0, east), time.Date(2026, 10, 1, 3, 0, 0, 0, east),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(10000, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 5, 1, 0, 0, 0, 0, time.UTC), {},
+	}
+	for d := 0; d < 800; d += 7 {
+		ts = append(ts, time.Date(2025, 1, 1, 0, 0, 0, 0, east).AddDate(0, 0, d))
+	}
+	for _, tt := range ts {
+		if got, want := MonthKey(tt), tt.UTC().Format("2006-01"); got != want {
+			t.Errorf("MonthKey(%s) = %q, want %q", tt, got, want)
+		}
+	}
+}
