@@ -475,30 +475,33 @@ func (t *Tx) stageUsage(ctx context.Context, evs []domain.Recorded, order []int3
 	return nil
 }
 
+// usageRowBytesEst sizes a usage row for the first allocation: 13 fields
+// of 4-byte lengths, three timestamps, an int and ~120 bytes of ids and
+// names.
+const usageRowBytesEst = 2 + 13*4 + 3*8 + 4 + 120
+
 // usageCopy is evs in order as a binary COPY stream of usage_events'
 // columns (the staging table's too).
 func usageCopy(evs []domain.Recorded, order []int32) []byte {
-	w := copyWriter{buf: make([]byte, 0, copyHeaderBytes+len(evs)*usageRowBytesEst)}
-	w.header()
+	w := pg.NewCopyWriter(len(evs) * usageRowBytesEst)
 	for _, o := range order {
 		e := &evs[o]
-		w.row(13)
-		w.text(e.ID)
-		w.text(e.LeaseID)
-		w.text(e.ProviderID)
-		w.text(e.RenterID)
-		w.text(e.GPUModel)
-		w.int4(e.GPUCount)
-		w.timestamptz(e.Start)
-		w.timestamptz(e.End)
-		w.text(e.Region)
-		w.text(e.Workload)
-		w.text(e.CycleID)
-		w.text(e.Status)
-		w.timestamptz(e.ReceivedAt)
+		w.Row(13)
+		w.Text(e.ID)
+		w.Text(e.LeaseID)
+		w.Text(e.ProviderID)
+		w.Text(e.RenterID)
+		w.Text(e.GPUModel)
+		w.Int4(e.GPUCount)
+		w.Timestamptz(e.Start)
+		w.Timestamptz(e.End)
+		w.Text(e.Region)
+		w.Text(e.Workload)
+		w.Text(e.CycleID)
+		w.Text(e.Status)
+		w.Timestamptz(e.ReceivedAt)
 	}
-	w.trailer()
-	return w.buf
+	return w.Done()
 }
 
 // Existing returns the recorded events among ids, by id.

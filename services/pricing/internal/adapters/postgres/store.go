@@ -4,6 +4,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -269,28 +270,49 @@ func numeric(d decimal.Decimal) pgtype.Numeric {
 
 var ten = big.NewInt(10)
 
-// InsertCharges writes charges, their lines inline, with one COPY.
+// chargeRowBytesEst sizes a charge row for the first allocation: 14 fields
+// of 4-byte lengths, ids and names, three numerics, ten event ids and the
+// lines' JSON.
+const chargeRowBytesEst = 2 + 14*4 + 200 + 3*24 + 10*24 + 2*8 + 700
+
+// InsertCharges writes charges, their lines inline, with one binary COPY
+// written by pg.CopyWriter (pgx.CopyFrom boxed each value and turned each
+// amount into a big.Int first). Amounts are stored as their String,
+// without trailing fractional zeros, as they always were ("0", not "0.00").
 func (t *Tx) InsertCharges(ctx context.Context, cs []domain.Charge, now time.Time) error {
+	w := pg.NewCopyWriter(len(cs) * chargeRowBytesEst)
 	var buf []line // reused: one charge's lines at a time
-	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{Schema, "charges"},
-		[]string{"charge_id", "source_id", "lease_id", "renter_id", "provider_id", "cycle_id", "currency", "amount",
-			"exact_amount", "exact_ps", "event_ids", "effective_at", "created_at", "lines"},
-		pgx.CopyFromSlice(len(cs), func(i int) ([]any, error) {
-			c := &cs[i]
-			buf = buf[:0]
-			for _, l := range c.Lines {
-				buf = append(buf, line{EventID: l.EventID, Kind: l.Kind, GPUModel: l.GPUModel, GPUCount: l.GPUCount, Band: l.Band,
-					Tier: l.Tier, RateCardID: l.RateCardID, Start: l.Start.UTC().Format(time.RFC3339Nano), End: l.End.UTC().Format(time.RFC3339Nano),
-					GPUHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
-			}
-			linesJSON, err := json.Marshal(buf)
-			if err != nil {
-				return nil, err
-			}
-			return []any{c.ID, c.SourceID, c.LeaseID, c.RenterID, c.ProviderID, c.CycleID, c.Currency.Code, numeric(c.Amount),
-				numeric(c.ExactAmount), numeric(c.ExactPS), c.EventIDs, c.EffectiveAt, now, string(linesJSON)}, nil
-		}))
-	if err != nil {
+	for i := range cs {
+		c := &cs[i]
+		buf = buf[:0]
+		for _, l := range c.Lines {
+			buf = append(buf, line{EventID: l.EventID, Kind: l.Kind, GPUModel: l.GPUModel, GPUCount: l.GPUCount, Band: l.Band,
+				Tier: l.Tier, RateCardID: l.RateCardID, Start: l.Start.UTC().Format(time.RFC3339Nano), End: l.End.UTC().Format(time.RFC3339Nano),
+				GPUHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
+		}
+		linesJSON, err := json.Marshal(buf)
+		if err != nil {
+			return fmt.Errorf("insert charges: %w", err)
+		}
+		w.Row(14)
+		w.Text(c.ID)
+		w.Text(c.SourceID)
+		w.Text(c.LeaseID)
+		w.Text(c.RenterID)
+		w.Text(c.ProviderID)
+		w.Text(c.CycleID)
+		w.Text(c.Currency.Code)
+		w.NumericText(c.Amount.String())
+		w.NumericText(c.ExactAmount.String())
+		w.NumericText(c.ExactPS.String())
+		w.TextArray(c.EventIDs)
+		w.Timestamptz(c.EffectiveAt)
+		w.Timestamptz(now)
+		w.JSONB(linesJSON)
+	}
+	if _, err := t.tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.Done()), `copy pricing.charges
+		(charge_id, source_id, lease_id, renter_id, provider_id, cycle_id, currency, amount, exact_amount, exact_ps,
+		 event_ids, effective_at, created_at, lines) from stdin (format binary)`); err != nil {
 		return fmt.Errorf("insert charges: %w", err)
 	}
 	return nil
