@@ -56,6 +56,18 @@ func (w *CopyWriter) JSONB(js []byte) {
 	w.Buf = append(w.Buf, js...)
 }
 
+// Bytea writes a bytea field.
+func (w *CopyWriter) Bytea(b []byte) {
+	w.Buf = binary.BigEndian.AppendUint32(w.Buf, uint32(len(b)))
+	w.Buf = append(w.Buf, b...)
+}
+
+// UUID writes a uuid field.
+func (w *CopyWriter) UUID(u [16]byte) {
+	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 16)
+	w.Buf = append(w.Buf, u[:]...)
+}
+
 // Int4 writes an int4 field.
 func (w *CopyWriter) Int4(v int32) {
 	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 4)

@@ -255,3 +255,51 @@ func chargesPublisher(t *testing.T, f *fixture, js *testkit.JetStream) func(msgI
 		}
 	}
 }
+
+// TestCopiedJournalRowsMatchInsertedOnes: a batch of charges (batchMin or
+// more: one binary COPY) writes the same journal rows and postings as the
+// same charges posted one message at a time (each an INSERT … unnest).
+func TestCopiedJournalRowsMatchInsertedOnes(t *testing.T) {
+	t.Parallel()
+	const cyc, n = "cyc-20261112", 100
+	var cs []*eventsv1.RatedCharge
+	for i := range n {
+		c := charge(fmt.Sprintf("ch-%03d", i), fmt.Sprintf("r-%d", i%3), fmt.Sprintf("p-%d", i%4), cyc, fmt.Sprintf("%d.%02d", 1+i, i%100))
+		c.Lines = []*eventsv1.ChargeLine{{Kind: "usage", GpuModel: "H100", GpuHours: "1.5"}}
+		cs = append(cs, c)
+	}
+	one, batch := newFixture(t, nil), newFixture(t, nil)
+	for i, c := range cs {
+		if got, err := ports.PostCharges(one.ctx, one.app, []ports.ChargesMessage{batchMsg(t, fmt.Sprintf("one-%d", i), c)}); err != nil || got != 1 {
+			t.Fatalf("charge %d alone posted %d, %v; want 1", i, got, err)
+		}
+	}
+	if got, err := ports.PostCharges(batch.ctx, batch.app, []ports.ChargesMessage{batchMsg(t, "all", cs...)}); err != nil || got != n {
+		t.Fatalf("the batch posted %d, %v; want %d", got, err, n)
+	}
+	rowsOf := func(f *fixture) []string {
+		rows, err := f.pool.Query(f.ctx, `select format('%s|%s|%s|%s|%s|%s|%s', t.idempotency_key, encode(t.request_hash, 'hex'), t.kind,
+				t.description, t.effective_at, t.metadata::text,
+				(select string_agg(format('%s %s %s %s %s', p.idx, p.account, p.currency, p.direction, p.amount), ';' order by p.idx)
+				 from ledger.postings p where p.tx_id = t.id))
+			from ledger.transactions t order by t.idempotency_key`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := rowsOf(one), rowsOf(batch)
+	if len(a) != n || len(b) != n {
+		t.Fatalf("%d journal rows posted one by one, %d in a batch; want %d each", len(a), len(b), n)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("journal row %d differs:\n one by one %s\n   in batch %s", i, a[i], b[i])
+		}
+	}
+	checkInvariants(t, batch)
+}

@@ -6,6 +6,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -121,7 +122,7 @@ func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Tra
 	if err != nil || len(fresh) == 0 {
 		return nil, nil, err
 	}
-	aggs, postRows, err := aggregate(fresh)
+	aggs, postings, err := aggregate(fresh)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,9 +130,8 @@ func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Tra
 	if err := t.ensureAccounts(ctx, keys, aggs); err != nil {
 		return nil, nil, err
 	}
-	if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{Schema, "postings"},
-		[]string{"tx_id", "idx", "account", "currency", "direction", "amount", "created_at"},
-		pgx.CopyFromRows(postRows)); err != nil {
+	if _, err := t.tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(postings), `copy ledger.postings
+		(tx_id, idx, account, currency, direction, amount, created_at) from stdin (format binary)`); err != nil {
 		return nil, nil, fmt.Errorf("copy postings: %w", err)
 	}
 	if err := insertBreaches(ctx, t.tx, fresh); err != nil {
@@ -168,21 +168,29 @@ func (t *Tx) insertTransactions(ctx context.Context, txs []*domain.Transaction) 
 	sorted := make([]*domain.Transaction, len(txs))
 	copy(sorted, txs)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].IdempotencyKey < sorted[j].IdempotencyKey })
-	rows, err := journalRows(sorted)
+	if len(sorted) < batchMin {
+		rows, err := journalRows(sorted)
+		if err != nil {
+			return nil, err
+		}
+		return t.insertNewTransactions(ctx, txs, rows)
+	}
+	stream, err := journalCopy(sorted)
 	if err != nil {
 		return nil, err
-	}
-	if len(rows) < batchMin {
-		return t.insertNewTransactions(ctx, txs, rows)
 	}
 	sp, err := t.tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("insert transactions: %w", err)
 	}
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{Schema, "transactions"}, journalColumns, pgx.CopyFromRows(rows))
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(stream), journalCopySQL)
 	if pg.IsUniqueViolation(err) {
 		if err := sp.Rollback(ctx); err != nil {
 			return nil, fmt.Errorf("insert transactions: %w", err)
+		}
+		rows, err := journalRows(sorted)
+		if err != nil {
+			return nil, err
 		}
 		return t.insertNewTransactions(ctx, txs, rows)
 	}
@@ -198,6 +206,45 @@ func (t *Tx) insertTransactions(ctx context.Context, txs []*domain.Transaction) 
 // journalColumns are the columns of journalRows (xid is the writer's own:
 // its default).
 var journalColumns = []string{"id", "idempotency_key", "request_hash", "kind", "description", "effective_at", "created_at", "metadata"}
+
+// journalCopySQL copies journalCopy's stream into the journal.
+const journalCopySQL = `copy ledger.transactions (id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
+	from stdin (format binary)`
+
+// journalRowBytesEst sizes a journal row for the first allocation: 8 fields
+// of 4-byte lengths, the id, key, hash, times and ~300 bytes of metadata.
+const journalRowBytesEst = 2 + 8*4 + 16 + 40 + 32 + 16 + 16 + 300
+
+// journalCopy is the transactions' journal rows (journalColumns) as one
+// binary COPY stream (pg.CopyWriter: pgx.CopyFrom boxed every value of
+// every row).
+func journalCopy(txs []*domain.Transaction) ([]byte, error) {
+	w := pg.NewCopyWriter(len(txs) * journalRowBytesEst)
+	var mb []byte // one row's metadata JSON at a time
+	for _, x := range txs {
+		id, err := uuid.Parse(x.ID)
+		if err != nil {
+			return nil, fmt.Errorf("transaction id %q: %w", x.ID, err)
+		}
+		md := x.Metadata
+		if md == nil {
+			md = map[string]string{}
+		}
+		if mb, err = domain.AppendJSONStrings(mb[:0], md); err != nil {
+			return nil, err
+		}
+		w.Row(8)
+		w.UUID(id)
+		w.Text(x.IdempotencyKey)
+		w.Bytea(x.RequestHash[:])
+		w.Text(string(x.Kind))
+		w.Text(x.Description)
+		w.Timestamptz(x.EffectiveAt)
+		w.Timestamptz(x.CreatedAt)
+		w.JSONB(mb)
+	}
+	return w.Done(), nil
+}
 
 // journalRows are the transactions' journal rows in journalColumns order.
 func journalRows(txs []*domain.Transaction) ([][]any, error) {
@@ -265,20 +312,31 @@ func (t *Tx) insertNewTransactions(ctx context.Context, txs []*domain.Transactio
 	return fresh, nil
 }
 
-// aggregate makes the postings' COPY rows and sums the postings per
+// postingRowBytesEst sizes a posting row for the first allocation: 7
+// fields of 4-byte lengths, the id, index, ~40 bytes of account, currency
+// and direction, an amount and a time.
+const postingRowBytesEst = 2 + 7*4 + 16 + 4 + 40 + 16 + 8
+
+// aggregate makes the postings' binary COPY stream (pg.CopyWriter; each
+// amount keeps its scale, as pgx wrote it) and sums the postings per
 // (account, currency).
-func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, [][]any, error) {
+func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, []byte, error) {
 	aggs := map[balKey]*agg{}
-	postRows := make([][]any, 0, 2*len(fresh))
+	w := pg.NewCopyWriter(2 * len(fresh) * postingRowBytesEst)
 	for _, t := range fresh {
 		tid, err := uuid.Parse(t.ID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("transaction id %q: %w", t.ID, err)
 		}
-		pgid := pgtype.UUID{Bytes: tid, Valid: true}
 		for i, p := range t.Postings {
-			postRows = append(postRows, []any{pgid, int32(i), p.Account.Address, p.Currency, string(p.Direction),
-				pgtype.Numeric{Int: p.Amount.Coefficient(), Exp: p.Amount.Exponent(), Valid: true}, t.CreatedAt})
+			w.Row(7)
+			w.UUID(tid)
+			w.Int4(int32(i))
+			w.Text(p.Account.Address)
+			w.Text(p.Currency)
+			w.Text(string(p.Direction))
+			w.Numeric(p.Amount)
+			w.Timestamptz(t.CreatedAt)
 			k := balKey{p.Account.Address, p.Currency}
 			a := aggs[k]
 			if a == nil {
@@ -293,7 +351,7 @@ func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, [][]any, error) {
 			a.reversalOnly = a.reversalOnly && t.Kind == domain.TxReversal
 		}
 	}
-	return aggs, postRows, nil
+	return aggs, w.Done(), nil
 }
 
 // sortedKeys are the balances touched, in (account, currency) order: the
