@@ -56,7 +56,7 @@ func (c *RatingConsumer) Run(ctx context.Context) error {
 func decodeUsage(msgs []jetstream.Msg) ([]app.UsageMessage, error) {
 	in := make([]app.UsageMessage, len(msgs))
 	var poison natsx.PoisonError
-	strs := interner{}
+	strs := newInterner()
 	for i, m := range msgs {
 		id := natsx.MsgID(m)
 		evs, err := decodeUsageBatch(m.Data(), strs)
