@@ -8,33 +8,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gpubill/gpubill/pkg/eventwire"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
-)
-
-// Field numbers of events.proto's UsageRecordedBatch, UsageEvent and
-// google.protobuf.Timestamp that decodeUsageBatch reads.
-const (
-	batchFieldID     protowire.Number = 1
-	batchFieldEvents protowire.Number = 2
-
-	evFieldID           protowire.Number = 1
-	evFieldLeaseID      protowire.Number = 2
-	evFieldProviderID   protowire.Number = 3
-	evFieldRenterID     protowire.Number = 4
-	evFieldGPUModel     protowire.Number = 5
-	evFieldGPUCount     protowire.Number = 6
-	evFieldStart        protowire.Number = 7
-	evFieldEnd          protowire.Number = 8
-	evFieldRegion       protowire.Number = 9
-	evFieldWorkload     protowire.Number = 10
-	evFieldCurrency     protowire.Number = 11
-	evFieldProviderTier protowire.Number = 12
-	evFieldProviderPUE  protowire.Number = 13
-	evFieldCycleID      protowire.Number = 14
-	evFieldReceivedAt   protowire.Number = 15
-
-	tsFieldSeconds protowire.Number = 1
-	tsFieldNanos   protowire.Number = 2
 )
 
 // eventsPerBatchHint sizes a batch's event slice before its events are
@@ -50,7 +25,7 @@ var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
 // every field into the map cost more than the strings it saved (profile).
 type interner struct {
 	m    map[string]string
-	last [evFieldReceivedAt + 1]string // by field number
+	last [eventwire.UsageReceivedAt + 1]string // by field number
 }
 
 func newInterner() *interner { return &interner{m: map[string]string{}} }
@@ -86,7 +61,7 @@ func decodeUsageBatch(b []byte, in *interner) ([]domain.UsageEvent, error) {
 		}
 		b = b[n:]
 		switch {
-		case num == batchFieldID && typ == protowire.BytesType:
+		case num == eventwire.UsageBatchID && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return nil, protowire.ParseError(n)
@@ -95,7 +70,7 @@ func decodeUsageBatch(b []byte, in *interner) ([]domain.UsageEvent, error) {
 				return nil, fmt.Errorf("batch_id: %w", errInvalidUTF8)
 			}
 			b = b[n:]
-		case num == batchFieldEvents && typ == protowire.BytesType:
+		case num == eventwire.UsageBatchEvents && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return nil, protowire.ParseError(n)
@@ -128,33 +103,33 @@ type eventDecoder struct {
 func (d *eventDecoder) target(num protowire.Number) (str *string, unique bool, ts *timestamp) {
 	ev := d.ev
 	switch num {
-	case evFieldID:
+	case eventwire.UsageID:
 		return &ev.ID, true, nil
-	case evFieldLeaseID:
+	case eventwire.UsageLeaseID:
 		return &ev.LeaseID, false, nil
-	case evFieldProviderID:
+	case eventwire.UsageProviderID:
 		return &ev.ProviderID, false, nil
-	case evFieldRenterID:
+	case eventwire.UsageRenterID:
 		return &ev.RenterID, false, nil
-	case evFieldGPUModel:
+	case eventwire.UsageGPUModel:
 		return &ev.GPUModel, false, nil
-	case evFieldRegion:
+	case eventwire.UsageRegion:
 		return &ev.Region, false, nil
-	case evFieldWorkload:
+	case eventwire.UsageWorkload:
 		return &ev.Workload, false, nil
-	case evFieldCurrency:
+	case eventwire.UsageCurrency:
 		return &ev.Currency, false, nil
-	case evFieldProviderTier:
+	case eventwire.UsageProviderTier:
 		return &ev.ProviderTier, false, nil
-	case evFieldProviderPUE:
+	case eventwire.UsageProviderPUE:
 		return &ev.ProviderPUE, false, nil
-	case evFieldCycleID:
+	case eventwire.UsageCycleID:
 		return &ev.CycleID, false, nil
-	case evFieldStart:
+	case eventwire.UsageStart:
 		return nil, false, &d.start
-	case evFieldEnd:
+	case eventwire.UsageEnd:
 		return nil, false, &d.end
-	case evFieldReceivedAt:
+	case eventwire.UsageReceivedAt:
 		return nil, false, &d.received
 	}
 	return nil, false, nil
@@ -197,7 +172,7 @@ func decodeUsageEvent(b []byte, in *interner, ev *domain.UsageEvent) error {
 				return fmt.Errorf("field %d: %w", num, err)
 			}
 			b = b[n:]
-		case num == evFieldGPUCount && typ == protowire.VarintType:
+		case num == eventwire.UsageGPUCount && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return protowire.ParseError(n)
@@ -234,12 +209,12 @@ func (t *timestamp) merge(b []byte) error {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
-		if typ == protowire.VarintType && (num == tsFieldSeconds || num == tsFieldNanos) {
+		if typ == protowire.VarintType && (num == eventwire.TimestampSeconds || num == eventwire.TimestampNanos) {
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return protowire.ParseError(n)
 			}
-			if num == tsFieldSeconds {
+			if num == eventwire.TimestampSeconds {
 				t.seconds = int64(v) //nolint:gosec // protobuf's int64 decoding
 			} else {
 				t.nanos = int32(v) //nolint:gosec // protobuf's int32 decoding: the low 32 bits

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/eventwire"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
@@ -76,24 +77,24 @@ func TestDecodeUsageBatchMatchesProtobuf(t *testing.T) {
 	}
 	// Hand-made shapes protobuf accepts: an unknown field, a known field
 	// with another wire type, a string and a timestamp given twice.
-	ev := protowire.AppendTag(nil, evFieldID, protowire.BytesType)
+	ev := protowire.AppendTag(nil, eventwire.UsageID, protowire.BytesType)
 	ev = protowire.AppendString(ev, "first")
 	ev = protowire.AppendTag(ev, 99, protowire.VarintType)
 	ev = protowire.AppendVarint(ev, 7)
-	ev = protowire.AppendTag(ev, evFieldGPUCount, protowire.BytesType)
+	ev = protowire.AppendTag(ev, eventwire.UsageGPUCount, protowire.BytesType)
 	ev = protowire.AppendString(ev, "not a count")
-	ev = protowire.AppendTag(ev, evFieldID, protowire.BytesType)
+	ev = protowire.AppendTag(ev, eventwire.UsageID, protowire.BytesType)
 	ev = protowire.AppendString(ev, "second")
-	ts1 := protowire.AppendVarint(protowire.AppendTag(nil, tsFieldSeconds, protowire.VarintType), 1_700_000_000)
-	ts2 := protowire.AppendVarint(protowire.AppendTag(nil, tsFieldNanos, protowire.VarintType), 5)
-	ev = protowire.AppendBytes(protowire.AppendTag(ev, evFieldStart, protowire.BytesType), ts1)
-	ev = protowire.AppendBytes(protowire.AppendTag(ev, evFieldStart, protowire.BytesType), ts2)
-	ev = protowire.AppendBytes(protowire.AppendTag(ev, evFieldReceivedAt, protowire.BytesType), nil)
-	inputs = append(inputs, protowire.AppendBytes(protowire.AppendTag(nil, batchFieldEvents, protowire.BytesType), ev))
+	ts1 := protowire.AppendVarint(protowire.AppendTag(nil, eventwire.TimestampSeconds, protowire.VarintType), 1_700_000_000)
+	ts2 := protowire.AppendVarint(protowire.AppendTag(nil, eventwire.TimestampNanos, protowire.VarintType), 5)
+	ev = protowire.AppendBytes(protowire.AppendTag(ev, eventwire.UsageStart, protowire.BytesType), ts1)
+	ev = protowire.AppendBytes(protowire.AppendTag(ev, eventwire.UsageStart, protowire.BytesType), ts2)
+	ev = protowire.AppendBytes(protowire.AppendTag(ev, eventwire.UsageReceivedAt, protowire.BytesType), nil)
+	inputs = append(inputs, protowire.AppendBytes(protowire.AppendTag(nil, eventwire.UsageBatchEvents, protowire.BytesType), ev))
 	// Invalid UTF-8 in an event's string and in the batch id.
-	bad := protowire.AppendString(protowire.AppendTag(nil, evFieldRegion, protowire.BytesType), "cn-\xff")
-	inputs = append(inputs, protowire.AppendBytes(protowire.AppendTag(nil, batchFieldEvents, protowire.BytesType), bad))
-	inputs = append(inputs, protowire.AppendString(protowire.AppendTag(nil, batchFieldID, protowire.BytesType), "\xc3"))
+	bad := protowire.AppendString(protowire.AppendTag(nil, eventwire.UsageRegion, protowire.BytesType), "cn-\xff")
+	inputs = append(inputs, protowire.AppendBytes(protowire.AppendTag(nil, eventwire.UsageBatchEvents, protowire.BytesType), bad))
+	inputs = append(inputs, protowire.AppendString(protowire.AppendTag(nil, eventwire.UsageBatchID, protowire.BytesType), "\xc3"))
 	// Corruptions of valid batches: truncated, one byte changed.
 	for i := 0; i < 400; i++ {
 		b := append([]byte(nil), inputs[r.IntN(200)]...)

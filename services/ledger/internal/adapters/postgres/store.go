@@ -222,15 +222,9 @@ func journalCopy(txs []*domain.Transaction) ([]byte, error) {
 	w := pg.NewCopyWriter(len(txs) * journalRowBytesEst)
 	var mb []byte // one row's metadata JSON at a time
 	for _, x := range txs {
-		id, err := uuid.Parse(x.ID)
-		if err != nil {
-			return nil, fmt.Errorf("transaction id %q: %w", x.ID, err)
-		}
-		md := x.Metadata
-		if md == nil {
-			md = map[string]string{}
-		}
-		if mb, err = domain.AppendJSONStrings(mb[:0], md); err != nil {
+		var id [16]byte
+		var err error
+		if id, mb, err = journalIDAndMetadata(x, mb[:0]); err != nil {
 			return nil, err
 		}
 		w.Row(8)
@@ -246,21 +240,30 @@ func journalCopy(txs []*domain.Transaction) ([]byte, error) {
 	return w.Done(), nil
 }
 
+// journalIDAndMetadata is x's id as a uuid and its metadata as JSON
+// appended to mb (an object, {} when it has none).
+func journalIDAndMetadata(x *domain.Transaction, mb []byte) ([16]byte, []byte, error) {
+	id, err := uuid.Parse(x.ID)
+	if err != nil {
+		return id, mb, fmt.Errorf("transaction id %q: %w", x.ID, err)
+	}
+	md := x.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	mb, err = domain.AppendJSONStrings(mb, md)
+	return id, mb, err
+}
+
 // journalRows are the transactions' journal rows in journalColumns order.
 func journalRows(txs []*domain.Transaction) ([][]any, error) {
 	rows := make([][]any, len(txs))
 	var mb []byte // every row's metadata JSON, one buffer
 	for i, x := range txs {
-		id, err := uuid.Parse(x.ID)
-		if err != nil {
-			return nil, fmt.Errorf("transaction id %q: %w", x.ID, err)
-		}
-		md := x.Metadata
-		if md == nil {
-			md = map[string]string{}
-		}
 		from := len(mb)
-		if mb, err = domain.AppendJSONStrings(mb, md); err != nil {
+		var id [16]byte
+		var err error
+		if id, mb, err = journalIDAndMetadata(x, mb); err != nil {
 			return nil, err
 		}
 		h := x.RequestHash

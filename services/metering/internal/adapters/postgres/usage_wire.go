@@ -4,32 +4,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-)
 
-// Field numbers of events.proto's UsageRecordedBatch, UsageEvent and
-// google.protobuf.Timestamp that appendUsageEvent writes.
-const (
-	batchFieldID     protowire.Number = 1
-	batchFieldEvents protowire.Number = 2
-
-	evFieldID           protowire.Number = 1
-	evFieldLeaseID      protowire.Number = 2
-	evFieldProviderID   protowire.Number = 3
-	evFieldRenterID     protowire.Number = 4
-	evFieldGPUModel     protowire.Number = 5
-	evFieldGPUCount     protowire.Number = 6
-	evFieldStart        protowire.Number = 7
-	evFieldEnd          protowire.Number = 8
-	evFieldRegion       protowire.Number = 9
-	evFieldWorkload     protowire.Number = 10
-	evFieldCurrency     protowire.Number = 11
-	evFieldProviderTier protowire.Number = 12
-	evFieldProviderPUE  protowire.Number = 13
-	evFieldCycleID      protowire.Number = 14
-	evFieldReceivedAt   protowire.Number = 15
-
-	tsFieldSeconds protowire.Number = 1
-	tsFieldNanos   protowire.Number = 2
+	"github.com/gpubill/gpubill/pkg/eventwire"
 )
 
 // wireEvent is one usage.recorded event's fields, as UsageEvent carries them.
@@ -44,7 +20,7 @@ type wireEvent struct {
 
 // appendBatchID appends a UsageRecordedBatch's batch_id.
 func appendBatchID(b []byte, id string) []byte {
-	return appendString(b, batchFieldID, id)
+	return appendString(b, eventwire.UsageBatchID, id)
 }
 
 // appendUsageEvent appends e as one element of a UsageRecordedBatch's
@@ -54,25 +30,25 @@ func appendBatchID(b []byte, id string) []byte {
 // grown scratch is returned for the next call.
 func appendUsageEvent(b, scratch []byte, e *wireEvent) ([]byte, []byte) {
 	m := scratch[:0]
-	m = appendString(m, evFieldID, e.id)
-	m = appendString(m, evFieldLeaseID, e.lease)
-	m = appendString(m, evFieldProviderID, e.provider)
-	m = appendString(m, evFieldRenterID, e.renter)
-	m = appendString(m, evFieldGPUModel, e.model)
+	m = appendString(m, eventwire.UsageID, e.id)
+	m = appendString(m, eventwire.UsageLeaseID, e.lease)
+	m = appendString(m, eventwire.UsageProviderID, e.provider)
+	m = appendString(m, eventwire.UsageRenterID, e.renter)
+	m = appendString(m, eventwire.UsageGPUModel, e.model)
 	if e.count != 0 {
-		m = protowire.AppendTag(m, evFieldGPUCount, protowire.VarintType)
+		m = protowire.AppendTag(m, eventwire.UsageGPUCount, protowire.VarintType)
 		m = protowire.AppendVarint(m, uint64(int64(e.count)))
 	}
-	m = appendTimestamp(m, evFieldStart, e.start)
-	m = appendTimestamp(m, evFieldEnd, e.end)
-	m = appendString(m, evFieldRegion, e.region)
-	m = appendString(m, evFieldWorkload, e.workload)
-	m = appendString(m, evFieldCurrency, e.currency)
-	m = appendString(m, evFieldProviderTier, e.tier)
-	m = appendString(m, evFieldProviderPUE, e.pue)
-	m = appendString(m, evFieldCycleID, e.cycle)
-	m = appendTimestamp(m, evFieldReceivedAt, e.received)
-	b = protowire.AppendTag(b, batchFieldEvents, protowire.BytesType)
+	m = appendTimestamp(m, eventwire.UsageStart, e.start)
+	m = appendTimestamp(m, eventwire.UsageEnd, e.end)
+	m = appendString(m, eventwire.UsageRegion, e.region)
+	m = appendString(m, eventwire.UsageWorkload, e.workload)
+	m = appendString(m, eventwire.UsageCurrency, e.currency)
+	m = appendString(m, eventwire.UsageProviderTier, e.tier)
+	m = appendString(m, eventwire.UsageProviderPUE, e.pue)
+	m = appendString(m, eventwire.UsageCycleID, e.cycle)
+	m = appendTimestamp(m, eventwire.UsageReceivedAt, e.received)
+	b = protowire.AppendTag(b, eventwire.UsageBatchEvents, protowire.BytesType)
 	return protowire.AppendBytes(b, m), m
 }
 
@@ -91,19 +67,19 @@ func appendTimestamp(b []byte, f protowire.Number, t time.Time) []byte {
 	secs, nanos := t.Unix(), int64(t.Nanosecond())
 	n := 0
 	if secs != 0 {
-		n += protowire.SizeTag(tsFieldSeconds) + protowire.SizeVarint(uint64(secs))
+		n += protowire.SizeTag(eventwire.TimestampSeconds) + protowire.SizeVarint(uint64(secs))
 	}
 	if nanos != 0 {
-		n += protowire.SizeTag(tsFieldNanos) + protowire.SizeVarint(uint64(nanos))
+		n += protowire.SizeTag(eventwire.TimestampNanos) + protowire.SizeVarint(uint64(nanos))
 	}
 	b = protowire.AppendTag(b, f, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	if secs != 0 {
-		b = protowire.AppendTag(b, tsFieldSeconds, protowire.VarintType)
+		b = protowire.AppendTag(b, eventwire.TimestampSeconds, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(secs))
 	}
 	if nanos != 0 {
-		b = protowire.AppendTag(b, tsFieldNanos, protowire.VarintType)
+		b = protowire.AppendTag(b, eventwire.TimestampNanos, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(nanos))
 	}
 	return b
