@@ -168,6 +168,7 @@ type group struct {
 	effective        time.Time
 	lines            map[lineKey]*lineAgg
 	order            []lineKey
+	aggs             []*lineAgg // order's lines, by index
 }
 
 // rated is an event a card prices, with its usage.
@@ -223,6 +224,12 @@ func classify(book *domain.Book, items []item) ([]rated, []domain.PendingUsage, 
 	pues := map[string]*decimal.Decimal{}
 	monthSet := map[domain.RenterMonth]bool{}
 	leaseSet := map[domain.LeaseCurrency]bool{}
+	// The events of a fetch come in runs of one lease and renter: an event
+	// whose lease, or whose renter and months, the one before it already
+	// added skips the sets (hashing their strings showed in the profile).
+	var lastLease domain.LeaseCurrency
+	var lastRenter string
+	var lastFrom, lastTo time.Time // the months [from, to) lastRenter's last event added (Months: up to the one holding its end's last instant)
 	for _, it := range items {
 		ev := it.ev
 		card, why := priceable(book, ev)
@@ -239,10 +246,16 @@ func classify(book *domain.Book, items []item) ([]rated, []domain.PendingUsage, 
 		}
 		u := domain.Usage{Model: ev.GPUModel, Region: ev.Region, GPUCount: ev.GPUCount, Start: ev.Start, End: ev.End, PUE: pue}
 		toRate = append(toRate, rated{it: it, card: card, usage: u, cur: card.Currency})
-		for _, m := range domain.Months(u.Start, u.End) {
-			monthSet[domain.RenterMonth{RenterID: ev.RenterID, Month: m}] = true
+		if ev.RenterID != lastRenter || u.Start.Before(lastFrom) || u.End.After(lastTo) {
+			for _, m := range domain.Months(u.Start, u.End) {
+				monthSet[domain.RenterMonth{RenterID: ev.RenterID, Month: m}] = true
+			}
+			lastRenter, lastFrom, lastTo = ev.RenterID, domain.MonthStart(u.Start), domain.MonthStart(u.End.Add(-time.Nanosecond)).AddDate(0, 1, 0)
 		}
-		leaseSet[domain.LeaseCurrency{LeaseID: ev.LeaseID, Currency: card.Currency.Code}] = true
+		if lk := (domain.LeaseCurrency{LeaseID: ev.LeaseID, Currency: card.Currency.Code}); lk != lastLease {
+			leaseSet[lk] = true
+			lastLease = lk
+		}
 	}
 	months := make([]domain.RenterMonth, 0, len(monthSet))
 	for k := range monthSet {
@@ -280,6 +293,7 @@ func priceEvents(toRate []rated, used map[string]domain.MonthUsage) ([]*group, e
 	groups := map[groupKey]*group{}
 	var order []*group
 	var buf []domain.Piece
+	var g *group // the last event's group: the next event is most often of the same lease
 	for _, r := range toRate {
 		ev := r.it.ev
 		mu := used[ev.RenterID]
@@ -293,7 +307,9 @@ func priceEvents(toRate []rated, used map[string]domain.MonthUsage) ([]*group, e
 			return nil, fmt.Errorf("rate event %s: %w", ev.ID, err)
 		}
 		gk := groupKey{ev.LeaseID, r.cur.Code, ev.CycleID}
-		g := groups[gk]
+		if g == nil || g.key != gk {
+			g = groups[gk]
+		}
 		if g == nil {
 			g = &group{key: gk, cur: r.cur, renter: ev.RenterID, provider: ev.ProviderID, source: r.it.source, lines: map[lineKey]*lineAgg{}}
 			groups[gk] = g
@@ -310,13 +326,29 @@ func priceEvents(toRate []rated, used map[string]domain.MonthUsage) ([]*group, e
 	return order, nil
 }
 
-// addPiece adds a piece to its line.
+// lineScanMax is how many lines a group searches in order before it hashes
+// into its map instead.
+const lineScanMax = 8
+
+// addPiece adds a piece to its line. A group has a few lines (bands,
+// tiers), so they are searched in order before the map is hashed.
 func (g *group) addPiece(lk lineKey, event string, p domain.Piece) {
-	la := g.lines[lk]
+	var la *lineAgg
+	if len(g.order) <= lineScanMax {
+		for i := range g.order {
+			if g.order[i] == lk {
+				la = g.aggs[i]
+				break
+			}
+		}
+	} else {
+		la = g.lines[lk]
+	}
 	if la == nil {
 		la = &lineAgg{event: event, start: p.Start, end: p.End}
 		g.lines[lk] = la
 		g.order = append(g.order, lk)
+		g.aggs = append(g.aggs, la)
 	}
 	la.micros += p.GPUMicros
 	if p.Start.Before(la.start) {
@@ -339,8 +371,8 @@ func (st *ratingState) charge(groups []*group) []domain.Charge {
 	for _, g := range groups {
 		first := len(lines)
 		total := decimal.Zero
-		for _, lk := range g.order {
-			la := g.lines[lk]
+		for i, lk := range g.order {
+			la := g.aggs[i]
 			p := domain.Piece{Kind: lk.kind, Band: lk.band, Tier: lk.tier}
 			unit, mult := lk.card.Factors(p, lk.model, lk.region)
 			ps := domain.PriceSeconds(la.micros, unit, mult)

@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -108,5 +111,55 @@ func TestGPUModelMessagesApplyOnce(t *testing.T) {
 	}
 	if len(st.models) != 1 || st.models[0].ID != "H100" {
 		t.Fatalf("applied %+v, want H100 once", st.models)
+	}
+}
+
+// classify names every tier month and lease of a fetch, whatever the order
+// of its events: it skips the sets for an event whose renter and months, or
+// lease, the event before it already added, so runs of one renter with
+// events ending exactly on a month's first instant, spanning two months or
+// going back in time are checked against the months of each event.
+func TestClassifyNamesEveryTierMonthAndLease(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	a := New(st, nil, clock.NewManual(from.Add(400*24*time.Hour)))
+	book, err := a.Book(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	edges := []time.Time{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	for round := 0; round < 300; round++ {
+		var items []item
+		for i := 0; i < 1+rng.IntN(12); i++ {
+			end := edges[rng.IntN(len(edges))].Add([]time.Duration{0, time.Nanosecond, time.Hour, -time.Hour, 10 * 24 * time.Hour}[rng.IntN(5)])
+			start := end.Add(-[]time.Duration{time.Minute, time.Hour, 3 * time.Hour, 23 * time.Hour}[rng.IntN(4)])
+			ev := &domain.UsageEvent{ID: fmt.Sprintf("ev-%d", i), LeaseID: fmt.Sprintf("l-%d", rng.IntN(3)), ProviderID: "p-0",
+				RenterID: fmt.Sprintf("r-%d", rng.IntN(2)), GPUModel: "RTX_4090", GPUCount: 1, Start: start, End: end, Currency: "CNY", CycleID: "c-1"}
+			items = append(items, item{source: "m", ev: ev})
+		}
+		wantMonths, wantLeases := map[domain.RenterMonth]bool{}, map[domain.LeaseCurrency]bool{}
+		for _, it := range items {
+			for _, m := range domain.Months(it.ev.Start, it.ev.End) {
+				wantMonths[domain.RenterMonth{RenterID: it.ev.RenterID, Month: m}] = true
+			}
+			wantLeases[domain.LeaseCurrency{LeaseID: it.ev.LeaseID, Currency: "CNY"}] = true
+		}
+		_, pending, months, leases := classify(book, items)
+		if len(pending) != 0 {
+			t.Fatalf("round %d: %d events pending: %+v", round, len(pending), pending[0])
+		}
+		gotMonths, gotLeases := map[domain.RenterMonth]bool{}, map[domain.LeaseCurrency]bool{}
+		for _, m := range months {
+			gotMonths[m] = true
+		}
+		for _, l := range leases {
+			gotLeases[l] = true
+		}
+		if !maps.Equal(gotMonths, wantMonths) || !maps.Equal(gotLeases, wantLeases) {
+			t.Fatalf("round %d: months %v and leases %v, want %v and %v", round, months, leases, wantMonths, wantLeases)
+		}
 	}
 }

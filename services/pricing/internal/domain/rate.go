@@ -67,6 +67,9 @@ func Months(start, end time.Time) []string {
 	return out
 }
 
+// MonthStart is the first instant of t's UTC month.
+func MonthStart(t time.Time) time.Time { return monthStart(t) }
+
 func monthStart(t time.Time) time.Time {
 	t = t.UTC()
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
