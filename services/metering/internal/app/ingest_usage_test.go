@@ -370,3 +370,30 @@ func TestIngestConcurrentSharedIDs(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose events alternate between parties records every one: each
+// provider and renter of the batch is looked up, not only those of runs.
+func TestIngestMixedPartiesInOneBatch(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-002", Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-002", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	var in []domain.EventInput
+	for i, p := range [][2]string{{"p-001", "r-001"}, {"p-002", "r-002"}, {"p-001", "r-002"}, {"p-002", "r-001"}, {"p-001", "r-001"}} {
+		e := ev(fmt.Sprintf("mix-%d", i), fmt.Sprintf("lease-mix-%d", i), "2026-11-01T22:00:00Z", "2026-11-01T23:00:00Z")
+		e.ProviderID, e.RenterID = p[0], p[1]
+		in = append(in, e)
+	}
+	res, err := a.Ingest(ctx, in, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != len(in) || len(res.Rejected) != 0 {
+		t.Fatalf("accepted %d of %d, rejected %+v", res.Accepted, len(in), res.Rejected)
+	}
+}
