@@ -2,6 +2,7 @@ package settlementstack_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,14 +13,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/pkg/testkit/fakeledger"
@@ -99,8 +103,15 @@ func (f *fixture) count(t testing.TB, q string, args ...any) int {
 	return n
 }
 
-// dialTemporal connects to a dev server, waiting until its namespace answers
-// (the frontend accepts TCP before the namespace is ready).
+// dialTemporal connects to a Temporal server, waiting until its namespace
+// answers (the frontend accepts TCP before the namespace is ready). On
+// `temporal gpubill-server` the namespace is registered after start-up:
+// DescribeNamespace reads it from the store at once, but the services'
+// namespace registries see it only when they next refresh, and until then
+// starting a workflow fails with "Namespace default is not found". So the
+// wait also asks for the history of a workflow that does not exist, which
+// resolves the namespace through the registry: "workflow not found" means
+// the namespace is ready.
 func dialTemporal(t testing.TB, addr string) client.Client {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -110,6 +121,16 @@ func dialTemporal(t testing.TB, addr string) client.Client {
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, err = tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
+			if err == nil {
+				_, err = tc.WorkflowService().GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{
+					Namespace: "default", Execution: &commonpb.WorkflowExecution{WorkflowId: "gpubill-readiness-probe-" + ids.New("")}})
+				var notFound *serviceerror.NotFound
+				if errors.As(err, &notFound) {
+					err = nil
+				} else if err == nil {
+					err = errors.New("readiness probe: a workflow that was never started has a history")
+				}
+			}
 			cancel()
 			if err == nil {
 				t.Cleanup(tc.Close)
