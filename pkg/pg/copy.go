@@ -17,9 +17,9 @@ import (
 // parameter's.
 type CopyWriter struct{ Buf []byte }
 
-// CopyHeaderBytes is the size of the header and trailer, for a first
+// copyHeaderBytes is the size of the header and trailer, for a first
 // allocation.
-const CopyHeaderBytes = 19 + 2
+const copyHeaderBytes = 19 + 2
 
 // pgEpochMicros is 2000-01-01T00:00:00Z, PostgreSQL's timestamp epoch, in
 // microseconds since the Unix epoch.
@@ -27,7 +27,7 @@ const pgEpochMicros = 946_684_800 * 1_000_000
 
 // NewCopyWriter starts a stream with room for size bytes.
 func NewCopyWriter(size int) *CopyWriter {
-	w := &CopyWriter{Buf: make([]byte, 0, CopyHeaderBytes+size)}
+	w := &CopyWriter{Buf: make([]byte, 0, copyHeaderBytes+size)}
 	w.Buf = append(w.Buf, "PGCOPY\n\xff\r\n\x00"...)
 	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 0) // flags: no OIDs
 	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 0) // no header extension
@@ -120,14 +120,19 @@ func (w *CopyWriter) Numeric(d decimal.Decimal) {
 	if e := d.Exponent(); e < 0 {
 		scale = -e
 	}
-	w.NumericText(d.StringFixed(scale))
+	w.numericText(d.StringFixed(scale))
 }
 
-// NumericText writes a decimal given as plain text, [-]digits[.digits] (a
-// decimal.Decimal's String or StringFixed), with the digits after its point
-// as the display scale: d.String() stores d without trailing fractional
-// zeros ("0", not "0.00").
-func (w *CopyWriter) NumericText(s string) {
+// NumericTrimmed writes d exactly without trailing fractional zeros as its
+// display scale (d.String(): 1.50 is stored as 1.5, 0.00 as 0).
+func (w *CopyWriter) NumericTrimmed(d decimal.Decimal) { w.numericText(d.String()) }
+
+// numericText writes a decimal given as the plain text a decimal.Decimal
+// prints, [-]digits[.digits] (never an exponent), with the digits after its
+// point as the display scale. Only Numeric and NumericTrimmed call it: any
+// other byte than a digit would make a wrong base-10000 digit, so the text
+// never comes from outside.
+func (w *CopyWriter) numericText(s string) {
 	sign := uint16(0)
 	if strings.HasPrefix(s, "-") {
 		sign, s = numericNeg, s[1:]

@@ -21,18 +21,14 @@ import (
 // (~600 KB for 5 000 events) as one bytea array made pgx grow its buffer by
 // appending, the largest allocation of the pipeline bench (memory profile).
 func (t *Tx) PublishRecorded(ctx context.Context, acc []domain.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) error {
-	msgs, err := recordedMessages(acc, provs, rents)
-	if err != nil {
-		return err
-	}
-	return outbox.Copy(ctx, t.tx, Schema, msgs...)
+	return outbox.Copy(ctx, t.tx, Schema, recordedMessages(acc, provs, rents)...)
 }
 
 // recordedMessages builds one UsageRecordedBatch per provider, in the order
 // of each provider's first event, encoded straight from acc (usage_wire.go):
 // proto.Marshal of the same messages cost ~2 µs per event, most of it
 // building the messages and their timestamps.
-func recordedMessages(acc []domain.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) ([]outbox.Message, error) {
+func recordedMessages(acc []domain.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) []outbox.Message {
 	type batch struct {
 		id, subject    string
 		tier, pue, cur string // the provider's, and the last renter's currency
@@ -72,7 +68,7 @@ func recordedMessages(acc []domain.Recorded, provs map[string]domain.Provider, r
 	for i, b := range order {
 		msgs[i] = outbox.Message{ID: b.id, Subject: b.subject, Payload: b.buf}
 	}
-	return msgs, nil
+	return msgs
 }
 
 // recordedEventSizeHint sizes a batch's buffer: an event of the pipeline

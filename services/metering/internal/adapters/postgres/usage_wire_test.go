@@ -82,10 +82,7 @@ func TestRecordedWireMatchesProtobuf(t *testing.T) {
 				CycleID: pick(strs), Status: "recorded", ReceivedAt: pickT(),
 			})
 		}
-		msgs, err := recordedMessages(acc, provs, rents)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msgs := recordedMessages(acc, provs, rents)
 		batchIDs := map[string]string{}
 		seen := map[string]bool{}
 		var wantOrder []string
