@@ -54,11 +54,11 @@ func NewServer(sinks ...*Sink) *Server {
 }
 
 // RegisterGRPC implements server.Service.
-func (s *Server) RegisterGRPC(g *grpc.Server) { opsv1.RegisterDeadLetterServiceServer(g, s) }
+func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) { opsv1.RegisterDeadLetterServiceServer(g, s) }
 
 // RegisterGateway implements server.Service.
-func (s *Server) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return opsv1.RegisterDeadLetterServiceHandler(ctx, mux, conn)
+func (s *Server) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
+	return opsv1.RegisterDeadLetterServiceHandlerClient(ctx, mux, opsv1.NewDeadLetterServiceClient(conn))
 }
 
 // Policy implements server.Service: finance and admin.

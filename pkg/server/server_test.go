@@ -143,8 +143,8 @@ func TestClientAddr(t *testing.T) {
 // routedService is a service with a plain HTTP route and nothing else.
 type routedService struct{}
 
-func (routedService) RegisterGRPC(*grpc.Server) {}
-func (routedService) RegisterGateway(context.Context, *runtime.ServeMux, *grpc.ClientConn) error {
+func (routedService) RegisterGRPC(grpc.ServiceRegistrar) {}
+func (routedService) RegisterGateway(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error {
 	return nil
 }
 func (routedService) Policy() auth.Policy { return auth.Policy{} }

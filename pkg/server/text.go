@@ -134,16 +134,17 @@ func textGuard() grpc.UnaryServerInterceptor {
 	}
 }
 
-// textGuardClient applies checkText on the gateway's side of its connection:
-// a path parameter with invalid UTF-8 (percent-encoded) would otherwise fail
-// to marshal before it reaches the server.
-func textGuardClient() grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if m, ok := req.(proto.Message); ok {
-			if err := checkText(m); err != nil {
-				return apperr.ToStatus(err)
-			}
+// textChecked applies checkText on the gateway's side of its channel, before
+// the server's chain: a path parameter with invalid UTF-8 (percent-encoded)
+// is refused as invalid whoever calls, as when it failed to marshal on its
+// way to the gRPC listener.
+type textChecked struct{ grpc.ClientConnInterface }
+
+func (c textChecked) Invoke(ctx context.Context, method string, req, reply any, opts ...grpc.CallOption) error {
+	if m, ok := req.(proto.Message); ok {
+		if err := checkText(m); err != nil {
+			return apperr.ToStatus(err)
 		}
-		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+	return c.ClientConnInterface.Invoke(ctx, method, req, reply, opts...)
 }

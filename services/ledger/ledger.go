@@ -117,7 +117,7 @@ func (s reconStore) BeginRun(ctx context.Context, currency string) (app.ReconRun
 func (s *Service) Name() string { return "ledger" }
 
 // RegisterGRPC implements svc.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	ledgerv1.RegisterLedgerServiceServer(g, &ports.LedgerServer{App: s.app})
 	ledgerv1.RegisterReportServiceServer(g, &ports.ReportServer{Reports: s.reports})
 	ledgerv1.RegisterBankStatementServiceServer(g, &ports.BankStatementServer{Statements: s.statements})
@@ -128,7 +128,7 @@ func (s *Service) RegisterGRPC(g *grpc.Server) {
 }
 
 // RegisterGateway implements svc.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	if err := ledgerv1.RegisterLedgerServiceHandlerClient(ctx, mux, ledgerv1.NewLedgerServiceClient(conn)); err != nil {
 		return err
 	}

@@ -70,14 +70,14 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 func (s *Service) Name() string { return Name }
 
 // RegisterGRPC implements server.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	meteringv1.RegisterPartyServiceServer(g, s.party)
 	meteringv1.RegisterUsageServiceServer(g, s.usage)
 	meteringv1.RegisterGpuModelServiceServer(g, s.gpus)
 }
 
 // RegisterGateway implements server.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	if err := meteringv1.RegisterPartyServiceHandlerClient(ctx, mux, meteringv1.NewPartyServiceClient(conn)); err != nil {
 		return fmt.Errorf("metering gateway: %w", err)
 	}

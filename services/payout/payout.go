@@ -377,13 +377,13 @@ func (s *Service) Name() string { return "payout" }
 func (s *Service) HTTPRoutes() map[string]http.Handler { return s.routes }
 
 // RegisterGRPC implements svc.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	payoutv1.RegisterPayoutServiceServer(g, s.api)
 	payoutv1.RegisterTopUpServiceServer(g, &ports.TopUpServer{Orders: s.orders})
 }
 
 // RegisterGateway implements svc.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	if err := payoutv1.RegisterPayoutServiceHandlerClient(ctx, mux, payoutv1.NewPayoutServiceClient(conn)); err != nil {
 		return err
 	}

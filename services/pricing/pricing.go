@@ -70,13 +70,13 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 func (s *Service) Name() string { return Name }
 
 // RegisterGRPC implements server.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	pricingv1.RegisterPricingServiceServer(g, s.srv)
 	pricingv1.RegisterChargeServiceServer(g, s.charges)
 }
 
 // RegisterGateway implements server.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	if err := pricingv1.RegisterPricingServiceHandlerClient(ctx, mux, pricingv1.NewPricingServiceClient(conn)); err != nil {
 		return fmt.Errorf("pricing gateway: %w", err)
 	}

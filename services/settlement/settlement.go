@@ -133,12 +133,12 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 func (s *Service) Name() string { return "settlement" }
 
 // RegisterGRPC implements svc.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	settlementv1.RegisterSettlementServiceServer(g, s.api)
 }
 
 // RegisterGateway implements svc.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	return settlementv1.RegisterSettlementServiceHandlerClient(ctx, mux, settlementv1.NewSettlementServiceClient(conn))
 }
 

@@ -55,10 +55,10 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 func (s *Service) Name() string { return "tax" }
 
 // RegisterGRPC implements svc.Service.
-func (s *Service) RegisterGRPC(g *grpc.Server) { taxv1.RegisterTaxServiceServer(g, s.api) }
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) { taxv1.RegisterTaxServiceServer(g, s.api) }
 
 // RegisterGateway implements svc.Service.
-func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 	return taxv1.RegisterTaxServiceHandlerClient(ctx, mux, taxv1.NewTaxServiceClient(conn))
 }
 

@@ -293,7 +293,7 @@ func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdin
 
 // Serve serves the ledger (and tax, when not nil, and whatever register
 // adds) on 127.0.0.1:0 until the test ends and returns a client connection to it.
-func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func(*grpc.Server)) *grpc.ClientConn {
+func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func(grpc.ServiceRegistrar)) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// echoServer answers UnaryCall with what it saw: the caller's
+// authorization metadata as the username, and whether a value of the
+// caller's context reached it as the OAuth scope.
+type echoServer struct {
+	testpb.UnimplementedTestServiceServer
+	fail error
+}
+
+type callerKey struct{}
+
+func (s echoServer) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	req.Payload.Body = nil // the method's own copy: the caller's must not change
+	if err := grpc.SetHeader(ctx, metadata.Pairs("x-request-id", "r-1")); err != nil {
+		return nil, err
+	}
+	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t-1")); err != nil {
+		return nil, err
+	}
+	res := &testpb.SimpleResponse{Username: metadata.ValueFromIncomingContext(ctx, "authorization")[0]}
+	if ctx.Value(callerKey{}) != nil {
+		res.OauthScope = "leaked"
+	}
+	return res, nil
+}
+
+func newEchoChannel(fail error, trace *[]string) *localChannel {
+	mark := func(name string) grpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			*trace = append(*trace, name+" "+info.FullMethod)
+			return h(ctx, req)
+		}
+	}
+	c := newLocalChannel(chainUnary([]grpc.UnaryServerInterceptor{mark("outer"), mark("inner")}), nil)
+	testpb.RegisterTestServiceServer(c, echoServer{fail: fail})
+	return c
+}
+
+// TestLocalChannelIsACallOverGRPC: the gateway's in-process calls run the
+// server's interceptors in order, carry metadata but no context values,
+// copy the request, and hand back headers, trailers and the answer.
+func TestLocalChannelIsACallOverGRPC(t *testing.T) {
+	var trace []string
+	client := testpb.NewTestServiceClient(newEchoChannel(nil, &trace))
+	ctx := metadata.AppendToOutgoingContext(context.WithValue(context.Background(), callerKey{}, 1), "authorization", "Bearer x")
+	req := &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("body")}}
+	var header, trailer metadata.MD
+	res, err := client.UnaryCall(ctx, req, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	method := "/grpc.testing.TestService/UnaryCall"
+	if want := []string{"outer " + method, "inner " + method}; !slices.Equal(trace, want) {
+		t.Errorf("interceptors ran %q, want %q", trace, want)
+	}
+	if res.Username != "Bearer x" {
+		t.Errorf("method saw authorization %q, want the caller's outgoing metadata", res.Username)
+	}
+	if res.OauthScope != "" {
+		t.Error("a value of the caller's context reached the method")
+	}
+	if string(req.Payload.GetBody()) != "body" {
+		t.Errorf("the method changed the caller's request (payload %q)", req.Payload.GetBody())
+	}
+	if got := header.Get("x-request-id"); !slices.Equal(got, []string{"r-1"}) {
+		t.Errorf("header x-request-id %q, want [r-1]", got)
+	}
+	if got := trailer.Get("x-trailer"); !slices.Equal(got, []string{"t-1"}) {
+		t.Errorf("trailer x-trailer %q, want [t-1]", got)
+	}
+}
+
+// TestLocalChannelErrorsAreStatuses: what the gRPC server would send.
+func TestLocalChannelErrorsAreStatuses(t *testing.T) {
+	for _, c := range []struct {
+		fail error
+		want codes.Code
+	}{
+		{status.Error(codes.NotFound, "no such payout"), codes.NotFound},
+		{errors.New("plain"), codes.Unknown},
+		{context.Canceled, codes.Canceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+	} {
+		var trace []string
+		_, err := testpb.NewTestServiceClient(newEchoChannel(c.fail, &trace)).UnaryCall(context.Background(), &testpb.SimpleRequest{Payload: &testpb.Payload{}})
+		if got := status.Code(err); got != c.want {
+			t.Errorf("handler error %v: code %s, want %s", c.fail, got, c.want)
+		}
+	}
+	var trace []string
+	err := newEchoChannel(nil, &trace).Invoke(context.Background(), "/grpc.testing.TestService/NoSuchCall", &testpb.Empty{}, &testpb.Empty{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("unregistered method: %v, want Unimplemented", err)
+	}
+	if _, err := newEchoChannel(nil, &trace).NewStream(context.Background(), &grpc.StreamDesc{}, "/grpc.testing.TestService/FullDuplexCall"); status.Code(err) != codes.Unimplemented {
+		t.Errorf("stream: %v, want Unimplemented", err)
+	}
+}
