@@ -5,6 +5,7 @@ package postgres
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -328,9 +329,19 @@ func (t *Tx) InsertUsage(ctx context.Context, evs []domain.Recorded) (map[string
 			for i := range evs {
 				inserted[evs[i].ID] = true
 			}
-			return inserted, nil
+			return inserted, t.recordLeases(ctx, evs, inserted)
 		}
 	}
+	inserted, err := t.insertStagedUsage(ctx, evs, order)
+	if err != nil {
+		return nil, err
+	}
+	return inserted, t.recordLeases(ctx, evs, inserted)
+}
+
+// insertStagedUsage stages evs and inserts those that overlap no recorded
+// time of their lease and repeat no recorded id; it returns their ids.
+func (t *Tx) insertStagedUsage(ctx context.Context, evs []domain.Recorded, order []int32) (map[string]bool, error) {
 	if err := t.stageUsage(ctx, evs, order); err != nil {
 		return nil, err
 	}
@@ -356,6 +367,69 @@ func (t *Tx) InsertUsage(ctx context.Context, evs []domain.Recorded) (map[string
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
 	return inserted, nil
+}
+
+// recordLeases writes the usage_leases rows the inserted events need (see
+// migration metering/0010): a lease and party pair seen for the first time,
+// or one whose events now start earlier or end on a later UTC day. The rows
+// go in key order; two ingests of one lease are serialized before this by
+// the batch's lease locks.
+func (t *Tx) recordLeases(ctx context.Context, evs []domain.Recorded, inserted map[string]bool) error {
+	type pair struct{ lease, renter, provider string }
+	idx := make(map[pair]int, len(evs)/4)
+	var pairs []pair
+	var first, lastDay []time.Time
+	for i := range evs {
+		e := &evs[i]
+		if !inserted[e.ID] {
+			continue
+		}
+		k, day := pair{e.LeaseID, e.RenterID, e.ProviderID}, utcDay(e.End)
+		j, ok := idx[k]
+		if !ok {
+			idx[k] = len(pairs)
+			pairs, first, lastDay = append(pairs, k), append(first, e.Start), append(lastDay, day)
+			continue
+		}
+		if e.Start.Before(first[j]) {
+			first[j] = e.Start
+		}
+		if day.After(lastDay[j]) {
+			lastDay[j] = day
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	byKey := make([]int, len(pairs))
+	for i := range byKey {
+		byKey[i] = i
+	}
+	slices.SortFunc(byKey, func(a, b int) int {
+		return cmp.Or(strings.Compare(pairs[a].lease, pairs[b].lease), strings.Compare(pairs[a].renter, pairs[b].renter),
+			strings.Compare(pairs[a].provider, pairs[b].provider))
+	})
+	n := len(pairs)
+	leases, renters, providers := make([]string, n), make([]string, n), make([]string, n)
+	starts, days := make([]time.Time, n), make([]time.Time, n)
+	for i, j := range byKey {
+		leases[i], renters[i], providers[i], starts[i], days[i] = pairs[j].lease, pairs[j].renter, pairs[j].provider, first[j], lastDay[j]
+	}
+	if _, err := t.tx.Exec(ctx, `insert into metering.usage_leases as l (lease_id, renter_id, provider_id, first_start, last_day)
+		select * from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::date[])
+		on conflict (lease_id, renter_id, provider_id) do update
+			set first_start = least(l.first_start, excluded.first_start), last_day = greatest(l.last_day, excluded.last_day)
+			where excluded.first_start < l.first_start or excluded.last_day > l.last_day`,
+		leases, renters, providers, starts, days); err != nil {
+		return fmt.Errorf("record leases: %w", err)
+	}
+	return nil
+}
+
+// utcDay is t's UTC day, at midnight UTC (what a date column holds of it).
+func utcDay(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
 // insertStaged inserts the staged events that overlap no recorded time of
@@ -553,7 +627,9 @@ func (t *Tx) Overlapping(ctx context.Context, evs []domain.Event) (map[string]st
 	return out, rows.Err()
 }
 
-// ListUsage pages through usage ordered by (start_time, id).
+// ListUsage pages through usage ordered by (start_time, id): by the lease
+// index when a lease is named, else through the party's leases
+// (partyUsageSQL).
 func (s *Store) ListUsage(ctx context.Context, f app.UsageFilter) ([]domain.Recorded, error) {
 	var from, to, after any
 	if !f.From.IsZero() {
@@ -565,14 +641,22 @@ func (s *Store) ListUsage(ctx context.Context, f app.UsageFilter) ([]domain.Reco
 	if f.AfterID != "" {
 		after = f.AfterStart
 	}
-	rows, err := s.Pool.Query(ctx, `select id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time,
-			region, workload, cycle_id, status, received_at
-		from metering.usage_events
-		where ($1 = '' or lease_id = $1) and ($2 = '' or renter_id = $2) and ($3 = '' or provider_id = $3)
-		  and ($4::timestamptz is null or start_time >= $4) and ($5::timestamptz is null or start_time < $5)
-		  and ($6::timestamptz is null or (start_time, id) > ($6, $7))
-		order by start_time, id limit $8`,
-		f.LeaseID, f.RenterID, f.ProviderID, from, to, after, f.AfterID, f.Limit)
+	var rows pgx.Rows
+	var err error
+	switch {
+	case f.LeaseID == "" && f.RenterID != "":
+		rows, err = s.Pool.Query(ctx, partyUsageSQL("renter_id", "provider_id"), f.RenterID, f.ProviderID, lowerDay(f), from, to, after, f.AfterID, f.Limit)
+	case f.LeaseID == "" && f.ProviderID != "":
+		rows, err = s.Pool.Query(ctx, partyUsageSQL("provider_id", "renter_id"), f.ProviderID, f.RenterID, lowerDay(f), from, to, after, f.AfterID, f.Limit)
+	default:
+		rows, err = s.Pool.Query(ctx, `select `+usageColumns+`
+			from metering.usage_events u
+			where ($1 = '' or lease_id = $1) and ($2 = '' or renter_id = $2) and ($3 = '' or provider_id = $3)
+			  and ($4::timestamptz is null or start_time >= $4) and ($5::timestamptz is null or start_time < $5)
+			  and ($6::timestamptz is null or (start_time, id) > ($6, $7))
+			order by start_time, id limit $8`,
+			f.LeaseID, f.RenterID, f.ProviderID, from, to, after, f.AfterID, f.Limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list usage: %w", err)
 	}
@@ -588,4 +672,40 @@ func (s *Store) ListUsage(ctx context.Context, f app.UsageFilter) ([]domain.Reco
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// usageColumns are a listed usage row's columns, in ListUsage's scan order.
+const usageColumns = `u.id, u.lease_id, u.provider_id, u.renter_id, u.gpu_model, u.gpu_count, u.start_time, u.end_time,
+	u.region, u.workload, u.cycle_id, u.status, u.received_at`
+
+// partyUsageSQL lists a party's usage (by, $1; the other party too when $2
+// is not empty) through usage_leases: each of the party's leases that has
+// ended on or after the page's lower bound day ($3) gives its first rows of
+// the page from the lease index, and the page is the least of them. A row
+// of usage_leases names its lease's events of exactly that pair of parties.
+func partyUsageSQL(by, other string) string {
+	return `select ` + usageColumns + `
+		from metering.usage_leases l
+		cross join lateral (select * from metering.usage_events u
+			where u.lease_id = l.lease_id and u.renter_id = l.renter_id and u.provider_id = l.provider_id
+			  and ($4::timestamptz is null or u.start_time >= $4) and ($5::timestamptz is null or u.start_time < $5)
+			  and ($6::timestamptz is null or (u.start_time, u.id) > ($6, $7))
+			order by u.start_time, u.id limit $8) u
+		where l.` + by + ` = $1 and ($2 = '' or l.` + other + ` = $2) and l.last_day >= $3::date
+		  and ($5::timestamptz is null or l.first_start < $5)
+		order by u.start_time, u.id limit $8`
+}
+
+// lowerDay is the earliest UTC day a lease must have ended on to hold a row
+// of the page: an event starting at or after t ends after t, so on t's day
+// or later.
+func lowerDay(f app.UsageFilter) time.Time {
+	t := f.From
+	if f.AfterID != "" && f.AfterStart.After(t) {
+		t = f.AfterStart
+	}
+	if t.IsZero() {
+		return time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return utcDay(t)
 }
