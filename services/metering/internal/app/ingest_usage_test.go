@@ -247,21 +247,7 @@ func TestListUsagePages(t *testing.T) {
 	if _, err := a.Ingest(ctx, in, app.IngestOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	tok := ""
-	for {
-		rows, next, err := a.ListUsage(ctx, app.UsageQuery{LeaseID: "lease-1", PageSize: 10, PageToken: tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rows {
-			got = append(got, r.ID)
-		}
-		if next == "" {
-			break
-		}
-		tok = next
-	}
+	got := listAll(t, a, app.UsageQuery{LeaseID: "lease-1", PageSize: 10})
 	if len(got) != 25 || got[0] != "evt-00" || got[24] != "evt-24" {
 		t.Fatalf("paged %v", got)
 	}

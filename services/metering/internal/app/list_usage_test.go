@@ -70,25 +70,30 @@ func TestListUsageByPartyThroughLeases(t *testing.T) {
 	}
 	for _, q := range queries {
 		for _, size := range []int{1, 3, 100} {
-			var got []string
-			q.PageSize, q.PageToken = size, ""
-			for {
-				rows, next, err := a.ListUsage(ctx, q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range rows {
-					got = append(got, r.ID)
-				}
-				if next == "" {
-					break
-				}
-				q.PageToken = next
-			}
-			if want := directly(t, a, q); !slices.Equal(got, want) {
+			q.PageSize = size
+			if got, want := listAll(t, a, q), directly(t, a, q); !slices.Equal(got, want) {
 				t.Errorf("%+v in pages of %d:\n got %v\nwant %v", q, size, got, want)
 			}
 		}
+	}
+}
+
+// listAll is the ids of every page of q, in order.
+func listAll(t *testing.T, a *app.App, q app.UsageQuery) []string {
+	t.Helper()
+	var ids []string
+	for q.PageToken = ""; ; {
+		rows, next, err := a.ListUsage(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		if next == "" {
+			return ids
+		}
+		q.PageToken = next
 	}
 }
 
