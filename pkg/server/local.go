@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // localChannel is how the REST gateway reaches the services: a unary call
@@ -22,8 +24,9 @@ import (
 // between. The method sees what it would see over gRPC: a request of its own
 // (a copy of the gateway's), the gateway's metadata as incoming metadata,
 // none of the gateway's context values, its deadline and cancellation; the
-// headers and trailers it sets reach the gateway's call options. The
-// gateway routes no streaming method, so a stream answers Unimplemented.
+// headers and trailers it sets reach the gateway's call options. Its text is
+// checked before the chain (checkText). The gateway routes no streaming
+// method, so a stream answers Unimplemented.
 //
 // grpchan's inprocgrpc does the same and streams too, but it brings the
 // deprecated github.com/golang/protobuf and jhump/protoreflect's dynamic
@@ -60,6 +63,12 @@ func (c *localChannel) Invoke(ctx context.Context, method string, req, reply any
 	out, outOK := reply.(proto.Message)
 	if !inOK || !outOK {
 		return status.Errorf(codes.Internal, "%s: request and answer must be protobuf messages", method)
+	}
+	// Before the chain, as when a path parameter with invalid UTF-8
+	// (percent-encoded) failed to marshal on its way to the listener: refused
+	// as invalid whoever calls. textGuard does not walk the request again.
+	if err := checkText(in); err != nil {
+		return apperr.ToStatus(err)
 	}
 	st := &localStream{method: method}
 	sctx := grpc.NewContextWithServerTransportStream(serverContext(ctx), st)

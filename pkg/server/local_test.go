@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -34,7 +37,10 @@ func (s echoServer) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*
 	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t-1")); err != nil {
 		return nil, err
 	}
-	res := &testpb.SimpleResponse{Username: metadata.ValueFromIncomingContext(ctx, "authorization")[0]}
+	res := &testpb.SimpleResponse{}
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) == 1 {
+		res.Username = v[0]
+	}
 	if ctx.Value(callerKey{}) != nil {
 		res.OauthScope = "leaked"
 	}
@@ -111,5 +117,44 @@ func TestLocalChannelErrorsAreStatuses(t *testing.T) {
 	}
 	if _, err := newEchoChannel(nil, &trace).NewStream(context.Background(), &grpc.StreamDesc{}, "/grpc.testing.TestService/FullDuplexCall"); status.Code(err) != codes.Unimplemented {
 		t.Errorf("stream: %v, want Unimplemented", err)
+	}
+}
+
+// TestLocalChannelChecksTextFirst: a request with a NUL byte is refused as
+// invalid, naming the field, before any interceptor runs (an unauthenticated
+// caller learns nothing else), as when it failed to marshal on its way to
+// the listener; textGuard then lets the gateway's calls through unwalked.
+func TestLocalChannelChecksTextFirst(t *testing.T) {
+	var trace []string
+	_, err := testpb.NewTestServiceClient(newEchoChannel(nil, &trace)).UnaryCall(context.Background(),
+		&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Message: "a\x00b"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "response_status.message") {
+		t.Errorf("NUL in a field: %v, want InvalidArgument naming response_status.message", err)
+	}
+	if len(trace) != 0 {
+		t.Errorf("interceptors ran before the text check: %q", trace)
+	}
+}
+
+// TestTextGuardOnTheListener: a call that arrives on the gRPC listener is
+// walked by textGuard (only the gateway's, already checked, are not).
+func TestTextGuardOnTheListener(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(textGuard()))
+	testpb.RegisterTestServiceServer(gs, echoServer{})
+	go gs.Serve(lis) //nolint:errcheck // Stop ends it
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_, err = testpb.NewTestServiceClient(conn).UnaryCall(context.Background(),
+		&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Message: "a\x00b"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "response_status.message") {
+		t.Errorf("NUL in a field over the listener: %v, want InvalidArgument naming response_status.message", err)
 	}
 }

@@ -154,7 +154,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.conn = conn
-	mux, err := newHTTPMux(ctx, o, gs, textChecked{local}, gatewayKey)
+	mux, err := newHTTPMux(ctx, o, gs, local, gatewayKey)
 	if err != nil {
 		gs.Stop()
 		hl.Close()

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -122,9 +123,13 @@ func (w *textWalker) name() string {
 	return b.String()
 }
 
-// textGuard applies checkText to every request the gRPC listener receives.
+// textGuard applies checkText to every request the gRPC listener receives;
+// the gateway's calls are checked before the chain (localChannel.Invoke).
 func textGuard() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if p, ok := peer.FromContext(ctx); ok && p == localPeer {
+			return handler(ctx, req) // the gateway's call: localChannel checked it
+		}
 		if m, ok := req.(proto.Message); ok {
 			if err := checkText(m); err != nil {
 				return nil, apperr.ToStatus(err)
@@ -132,19 +137,4 @@ func textGuard() grpc.UnaryServerInterceptor {
 		}
 		return handler(ctx, req)
 	}
-}
-
-// textChecked applies checkText on the gateway's side of its channel, before
-// the server's chain: a path parameter with invalid UTF-8 (percent-encoded)
-// is refused as invalid whoever calls, as when it failed to marshal on its
-// way to the gRPC listener.
-type textChecked struct{ grpc.ClientConnInterface }
-
-func (c textChecked) Invoke(ctx context.Context, method string, req, reply any, opts ...grpc.CallOption) error {
-	if m, ok := req.(proto.Message); ok {
-		if err := checkText(m); err != nil {
-			return apperr.ToStatus(err)
-		}
-	}
-	return c.ClientConnInterface.Invoke(ctx, method, req, reply, opts...)
 }
