@@ -102,22 +102,45 @@ func Add(ctx context.Context, tx pgx.Tx, schema string, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	q, args, err := addStatement(ctx, schema, msgs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("outbox add: %w", err)
+	}
+	return nil
+}
+
+// Queue is Add as one more statement of b, a pipeline the caller sends
+// inside its transaction (its error is the caller's to read in turn).
+func Queue(ctx context.Context, b *pgx.Batch, schema string, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	q, args, err := addStatement(ctx, schema, msgs)
+	if err != nil {
+		return err
+	}
+	b.Queue(q, args...)
+	return nil
+}
+
+// addStatement is Add's statement and its arguments.
+func addStatement(ctx context.Context, schema string, msgs []Message) (string, []any, error) {
 	ids := make([]string, len(msgs))
 	subjects := make([]string, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		if err := m.Check(); err != nil {
-			return err
+			return "", nil, err
 		}
 		ids[i], subjects[i], payloads[i] = m.ID, m.Subject, m.Payload
 	}
 	q := "insert into " + pgx.Identifier{schema, "outbox"}.Sanitize() + ` (id, subject, payload, traceparent)
 		select u.*, $4::text from unnest($1::text[], $2::text[], $3::bytea[]) as u
 		on conflict (id) do nothing`
-	if _, err := tx.Exec(ctx, q, ids, subjects, payloads, traceparent(ctx)); err != nil {
-		return fmt.Errorf("outbox add: %w", err)
-	}
-	return nil
+	return q, []any{ids, subjects, payloads, traceparent(ctx)}, nil
 }
 
 // Copy writes messages to the schema's outbox inside tx by COPY, like Add

@@ -169,9 +169,12 @@ func migrate(ctx context.Context, db *sql.DB, schema string, fsys fs.FS) error {
 }
 
 // IsUniqueViolation reports whether err is a unique-constraint violation.
-func IsUniqueViolation(err error) bool {
+func IsUniqueViolation(err error) bool { return HasCode(err, "23505") }
+
+// HasCode reports whether err is a Postgres error of SQLSTATE code.
+func HasCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // InTx runs fn in a READ COMMITTED transaction, committing if fn returns nil.

@@ -26,16 +26,7 @@ import (
 // A group commit (single false) that touches a closed cycle's pending account
 // returns errGroupRetry, so each such write is judged alone on its own balance.
 func (a *App) checkClosedCycles(ctx context.Context, tx Tx, fresh []*domain.Transaction, changes []domain.BalanceChange, single bool) error {
-	var touched []string
-	seen := map[string]bool{}
-	for _, t := range fresh {
-		for _, p := range t.Postings {
-			if c := p.Account.Cycle; c != "" && !seen[c] {
-				seen[c] = true
-				touched = append(touched, c)
-			}
-		}
-	}
+	touched := touchedCycles(fresh)
 	if len(touched) == 0 {
 		return nil
 	}
@@ -94,6 +85,12 @@ func (a *App) checkClosedCycles(ctx context.Context, tx Tx, fresh []*domain.Tran
 // lockTouchedCycles holds, until commit, the lock of every cycle whose
 // provider pending account txs touch, shared (a close takes it exclusively).
 func lockTouchedCycles(ctx context.Context, tx Tx, txs []*domain.Transaction) error {
+	return tx.LockCyclesShared(ctx, touchedCycles(txs))
+}
+
+// touchedCycles are the cycles whose provider pending accounts txs move,
+// in the order first met.
+func touchedCycles(txs []*domain.Transaction) []string {
 	var touched []string
 	seen := map[string]bool{}
 	for _, t := range txs {
@@ -104,5 +101,5 @@ func lockTouchedCycles(ctx context.Context, tx Tx, txs []*domain.Transaction) er
 			}
 		}
 	}
-	return tx.LockCyclesShared(ctx, touched)
+	return touched
 }

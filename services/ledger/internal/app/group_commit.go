@@ -116,6 +116,12 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		keys[r.t.IdempotencyKey] = true
 		txs[i] = r.t
 	}
+	if len(touchedCycles(txs)) == 0 {
+		err := a.commitNewGroup(ctx, batch, txs)
+		if !errors.Is(err, ErrUsePost) {
+			return err
+		}
+	}
 	var changes []domain.BalanceChange
 	err := a.Store.WithTx(ctx, func(tx Tx) error {
 		if err := lockTouchedCycles(ctx, tx, txs); err != nil {
@@ -153,6 +159,22 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 	})
 	if err != nil {
 		return err
+	}
+	a.Store.Remember(changes)
+	return nil
+}
+
+// commitNewGroup commits a group none of whose transactions touches a
+// cycle's pending account (no cycle lock, no closed-cycle check), every one
+// of them new and no balance needing judging, in one round trip
+// (Store.PostNew); ErrUsePost when it cannot.
+func (a *App) commitNewGroup(ctx context.Context, batch []*groupReq, txs []*domain.Transaction) error {
+	changes, err := a.Store.PostNew(ctx, txs)
+	if err != nil {
+		return err
+	}
+	for _, r := range batch {
+		r.id, r.tx, r.err = r.t.ID, posted(r.t), nil
 	}
 	a.Store.Remember(changes)
 	return nil

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -12,6 +13,13 @@ import (
 // here. A missing row is apperr.ErrNotFound.
 type Store interface {
 	WithTx(ctx context.Context, fn func(Tx) error) error
+	// PostNew writes transactions as Tx.Post does, in a transaction of its
+	// own, when it can take every one as new and no balance it leaves
+	// needs judging (domain.NeedsJudging: an overdraft, a wallet's
+	// depletion). ErrUsePost, with nothing written, when it cannot (an
+	// idempotency key exists, a balance needs judging, a transaction
+	// records a segregation breach): post them in WithTx.
+	PostNew(ctx context.Context, txs []*domain.Transaction) ([]domain.BalanceChange, error)
 	// Remember notes, once a write has committed, the accounts it created,
 	// so later writes skip creating them.
 	Remember(changes []domain.BalanceChange)
@@ -39,6 +47,9 @@ type Store interface {
 	// ListAuditEvents answers newest first, at most f.Limit.
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.StoredAuditEvent, error)
 }
+
+// ErrUsePost is PostNew's answer for transactions it cannot take as new.
+var ErrUsePost = errors.New("post these transactions with Tx.Post")
 
 // Tx is Store inside one database transaction.
 type Tx interface {

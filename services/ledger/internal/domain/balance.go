@@ -48,6 +48,25 @@ type WalletDepletion struct {
 	At            time.Time
 }
 
+// NeedsJudging says which balances a write must show to its judges before it
+// commits: the overdraft policy (an account that may not go negative taken
+// below zero, reversals aside) and Depletions (a renter wallet taken to zero
+// or below). A change of delta to acc (reversalOnly: only reversals moved
+// it) needs judging if the balance it leaves is below zero, or at zero too
+// when orZero; judge is false when no balance it can leave does. Only a
+// negative change can need it.
+func NeedsJudging(acc Account, delta decimal.Decimal, reversalOnly bool) (judge, orZero bool) {
+	switch {
+	case !delta.IsNegative():
+		return false, false
+	case acc.Class == ClassRenter:
+		return true, true
+	case !acc.MayGoNegative() && !reversalOnly:
+		return true, false
+	}
+	return false, false
+}
+
 // Depletions are the wallets txs (one write, with its balance changes)
 // depleted. A wallet already at or below zero before the write was announced
 // when it crossed, and is not again.

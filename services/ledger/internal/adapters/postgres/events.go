@@ -24,9 +24,11 @@ func (t *Tx) publishPosted(ctx context.Context, fresh []*domain.Transaction) err
 
 // PublishDepletions puts billing.wallet.depleted.{renter} into the outbox.
 func (t *Tx) PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error {
-	if len(ds) == 0 {
-		return nil
-	}
+	return outbox.Add(ctx, t.tx, Schema, depletedEvents(ds)...)
+}
+
+// depletedEvents are billing.wallet.depleted.{renter} messages of ds.
+func depletedEvents(ds []domain.WalletDepletion) []outbox.Message {
 	out := make([]outbox.Message, 0, len(ds))
 	for _, d := range ds {
 		payload, err := proto.Marshal(&eventsv1.WalletDepleted{RenterId: d.RenterID, Currency: d.Currency,
@@ -37,7 +39,7 @@ func (t *Tx) PublishDepletions(ctx context.Context, ds []domain.WalletDepletion)
 		out = append(out, outbox.Message{ID: "wallet-depleted-" + d.TransactionID + "-" + d.Currency,
 			Subject: subjects.WalletDepleted.Of(d.RenterID), Payload: payload})
 	}
-	return outbox.Add(ctx, t.tx, Schema, out...)
+	return out
 }
 
 // postedPayloadMax bounds one ledger.posted message (JetStream refuses

@@ -2,7 +2,8 @@
 // and app.Tx — the batched journal writer, the cycle locks, the inbox and
 // outbox of a write, and the read queries. Every write path goes through
 // Tx.Post, which costs a fixed number of statements per batch whatever its
-// size.
+// size, or, for a group of new API writes, PostNew: the same statements in
+// one round trip.
 package postgres
 
 import (
@@ -273,11 +274,17 @@ func journalRows(txs []*domain.Transaction) ([][]any, error) {
 	return rows, nil
 }
 
-// insertNewTransactions inserts the rows (journalRows, sorted by key) whose
-// idempotency key does not exist yet and returns those transactions in the
-// caller's order.
-func (t *Tx) insertNewTransactions(ctx context.Context, txs []*domain.Transaction, rows [][]any) ([]*domain.Transaction, error) {
-	cols := make([]any, len(journalColumns)) // each column as one array
+// journalInsertSQL inserts journalArrays' rows.
+const journalInsertSQL = `insert into ledger.transactions
+		(id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
+	select u.id, u.k, u.h, u.kind, u.d, u.e, u.c, u.m
+	from unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::jsonb[])
+		as u(id, k, h, kind, d, e, c, m)`
+
+// journalArrays are journalRows as one array per column (journalInsertSQL's
+// arguments).
+func journalArrays(rows [][]any) []any {
+	cols := make([]any, len(journalColumns))
 	for c := range cols {
 		col := make([]any, len(rows))
 		for i, r := range rows {
@@ -285,13 +292,16 @@ func (t *Tx) insertNewTransactions(ctx context.Context, txs []*domain.Transactio
 		}
 		cols[c] = col
 	}
-	res, err := t.tx.Query(ctx, `insert into ledger.transactions
-			(id, idempotency_key, request_hash, kind, description, effective_at, created_at, metadata)
-		select u.id, u.k, u.h, u.kind, u.d, u.e, u.c, u.m
-		from unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::jsonb[])
-			as u(id, k, h, kind, d, e, c, m)
+	return cols
+}
+
+// insertNewTransactions inserts the rows (journalRows, sorted by key) whose
+// idempotency key does not exist yet and returns those transactions in the
+// caller's order.
+func (t *Tx) insertNewTransactions(ctx context.Context, txs []*domain.Transaction, rows [][]any) ([]*domain.Transaction, error) {
+	res, err := t.tx.Query(ctx, journalInsertSQL+`
 		on conflict (idempotency_key) do nothing
-		returning id::text`, cols...)
+		returning id::text`, journalArrays(rows)...)
 	if err != nil {
 		return nil, fmt.Errorf("insert transactions: %w", err)
 	}
@@ -324,22 +334,36 @@ const postingRowBytesEst = 2 + 7*4 + 16 + 4 + 40 + 16 + 8
 // amount keeps its scale, as pgx wrote it) and sums the postings per
 // (account, currency).
 func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, []byte, error) {
-	aggs := map[balKey]*agg{}
 	w := pg.NewCopyWriter(2 * len(fresh) * postingRowBytesEst)
+	aggs, err := sumPostings(fresh, func(tid [16]byte, t *domain.Transaction, i int) {
+		p := t.Postings[i]
+		w.Row(7)
+		w.UUID(tid)
+		w.Int4(int32(i))
+		w.Text(p.Account.Address)
+		w.Text(p.Currency)
+		w.Text(string(p.Direction))
+		w.Numeric(p.Amount)
+		w.Timestamptz(t.CreatedAt)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return aggs, w.Done(), nil
+}
+
+// sumPostings sums the postings per (account, currency), handing each
+// posting (its transaction's id as a uuid, the transaction, its index) to
+// row.
+func sumPostings(fresh []*domain.Transaction, row func(tid [16]byte, t *domain.Transaction, i int)) (map[balKey]*agg, error) {
+	aggs := map[balKey]*agg{}
 	for _, t := range fresh {
 		tid, err := uuid.Parse(t.ID)
 		if err != nil {
-			return nil, nil, fmt.Errorf("transaction id %q: %w", t.ID, err)
+			return nil, fmt.Errorf("transaction id %q: %w", t.ID, err)
 		}
 		for i, p := range t.Postings {
-			w.Row(7)
-			w.UUID(tid)
-			w.Int4(int32(i))
-			w.Text(p.Account.Address)
-			w.Text(p.Currency)
-			w.Text(string(p.Direction))
-			w.Numeric(p.Amount)
-			w.Timestamptz(t.CreatedAt)
+			row(tid, t, i)
 			k := balKey{p.Account.Address, p.Currency}
 			a := aggs[k]
 			if a == nil {
@@ -354,7 +378,7 @@ func aggregate(fresh []*domain.Transaction) (map[balKey]*agg, []byte, error) {
 			a.reversalOnly = a.reversalOnly && t.Kind == domain.TxReversal
 		}
 	}
-	return aggs, w.Done(), nil
+	return aggs, nil
 }
 
 // sortedKeys are the balances touched, in (account, currency) order: the
@@ -376,23 +400,40 @@ func sortedKeys(aggs map[balKey]*agg) []balKey {
 // upsertBalances moves every touched balance in one statement, in key order,
 // and returns each one's change.
 func (t *Tx) upsertBalances(ctx context.Context, keys []balKey, aggs map[balKey]*agg) ([]domain.BalanceChange, error) {
+	rows, err := t.tx.Query(ctx, balancesUpsertSQL, balanceArgs(keys, aggs)...)
+	if err != nil {
+		return nil, fmt.Errorf("update balances: %w", err)
+	}
+	return balanceChanges(rows, aggs)
+}
+
+// balancesUpsertSQL moves balanceArgs' balances, in their order, and
+// returns each one's totals after (balanceChanges reads them).
+const balancesUpsertSQL = `insert into ledger.balances as b (account, currency, debits, credits, cycle_id)
+	select u.a, u.c, u.d::numeric, u.cr::numeric, nullif(u.cy, '')
+	from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) with ordinality as u(a, c, d, cr, cy, n)
+	order by u.n
+	on conflict (account, currency) do update
+		set debits = b.debits + excluded.debits, credits = b.credits + excluded.credits, updated_at = now()
+	returning account, currency, debits::text, credits::text, (xmax = 0)`
+
+// balanceArgs are balancesUpsertSQL's arguments: the sums of aggs, in the
+// order of keys.
+func balanceArgs(keys []balKey, aggs map[balKey]*agg) []any {
 	m := len(keys)
 	bAcc, bCur, bDeb, bCred, bCyc := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
 	for i, k := range keys {
 		a := aggs[k]
 		bAcc[i], bCur[i], bDeb[i], bCred[i], bCyc[i] = k.account, k.currency, a.debits.String(), a.credits.String(), a.acc.Cycle
 	}
-	rows, err := t.tx.Query(ctx, `insert into ledger.balances as b (account, currency, debits, credits, cycle_id)
-		select u.a, u.c, u.d::numeric, u.cr::numeric, nullif(u.cy, '')
-		from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) with ordinality as u(a, c, d, cr, cy, n)
-		order by u.n
-		on conflict (account, currency) do update
-			set debits = b.debits + excluded.debits, credits = b.credits + excluded.credits, updated_at = now()
-		returning account, currency, debits::text, credits::text, (xmax = 0)`, bAcc, bCur, bDeb, bCred, bCyc)
-	if err != nil {
-		return nil, fmt.Errorf("update balances: %w", err)
-	}
-	changes := make([]domain.BalanceChange, 0, m)
+	return []any{bAcc, bCur, bDeb, bCred, bCyc}
+}
+
+// balanceChanges reads balancesUpsertSQL's answer as the change each sum
+// of aggs made.
+func balanceChanges(rows pgx.Rows, aggs map[balKey]*agg) ([]domain.BalanceChange, error) {
+	defer rows.Close()
+	changes := make([]domain.BalanceChange, 0, len(aggs))
 	for rows.Next() {
 		var k balKey
 		var deb, cred string
@@ -424,7 +465,24 @@ func (t *Tx) upsertBalances(ctx context.Context, keys []balKey, aggs map[balKey]
 // ensureAccounts creates accounts on first use (sorted, so concurrent
 // creators never deadlock), skipping those known to exist.
 func (t *Tx) ensureAccounts(ctx context.Context, keys []balKey, aggs map[balKey]*agg) error {
-	s := t.s
+	args := t.s.unknownAccounts(keys, aggs)
+	if args == nil {
+		return nil
+	}
+	if _, err := t.tx.Exec(ctx, accountsInsertSQL, args...); err != nil {
+		return fmt.Errorf("create accounts: %w", err)
+	}
+	return nil
+}
+
+// accountsInsertSQL creates unknownAccounts' accounts, skipping any that exists.
+const accountsInsertSQL = `insert into ledger.accounts (address, class, kind, fund_pool)
+	select * from unnest($1::text[], $2::text[], $3::text[], $4::text[])
+	on conflict (address) do nothing`
+
+// unknownAccounts are accountsInsertSQL's arguments for the accounts of
+// keys not known to exist, in key order; nil when every one is known.
+func (s *Store) unknownAccounts(keys []balKey, aggs map[balKey]*agg) []any {
 	var addrs, classes, kinds, pools []string
 	s.mu.Lock()
 	last := ""
@@ -446,12 +504,7 @@ func (t *Tx) ensureAccounts(ctx context.Context, keys []balKey, aggs map[balKey]
 	if len(addrs) == 0 {
 		return nil
 	}
-	if _, err := t.tx.Exec(ctx, `insert into ledger.accounts (address, class, kind, fund_pool)
-		select * from unnest($1::text[], $2::text[], $3::text[], $4::text[])
-		on conflict (address) do nothing`, addrs, classes, kinds, pools); err != nil {
-		return fmt.Errorf("create accounts: %w", err)
-	}
-	return nil
+	return []any{addrs, classes, kinds, pools}
 }
 
 // Remember marks accounts as existing once the transaction that created them

@@ -1,0 +1,201 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// postingsInsertSQL inserts postingColumns' rows (PostNew's; Post copies
+// them). An amount goes as the text StringFixed prints, so it keeps its
+// scale as the copied ones do.
+const postingsInsertSQL = `insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+	select u.t, u.i, u.a, u.c, u.d, u.m::numeric, u.at
+	from unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
+		as u(t, i, a, c, d, m, at)`
+
+// postingColumns are postings as postingsInsertSQL's arrays.
+type postingColumns struct {
+	tx        [][16]byte
+	idx       []int32
+	account   []string
+	currency  []string
+	direction []string
+	amount    []string
+	createdAt []time.Time
+}
+
+func (c *postingColumns) add(tid [16]byte, t *domain.Transaction, i int) {
+	p := t.Postings[i]
+	scale := int32(0)
+	if e := p.Amount.Exponent(); e < 0 {
+		scale = -e
+	}
+	c.tx = append(c.tx, tid)
+	c.idx = append(c.idx, int32(i))
+	c.account = append(c.account, p.Account.Address)
+	c.currency = append(c.currency, p.Currency)
+	c.direction = append(c.direction, string(p.Direction))
+	c.amount = append(c.amount, p.Amount.StringFixed(scale))
+	c.createdAt = append(c.createdAt, t.CreatedAt)
+}
+
+func (c *postingColumns) args() []any {
+	return []any{c.tx, c.idx, c.account, c.currency, c.direction, c.amount, c.createdAt}
+}
+
+// judgedSQL raises LG001 (ledger.needs_judging) for a balance of its
+// arrays (judgedArgs) that ends below zero on its normal side (side: +1
+// when that is debits − credits, −1 when credits − debits), or at zero when
+// or_zero.
+const judgedSQL = `select ledger.needs_judging(b.account, b.currency)
+	from unnest($1::text[], $2::text[], $3::int4[], $4::bool[]) as u(a, c, side, or_zero)
+	join ledger.balances b on b.account = u.a and b.currency = u.c
+	where (b.debits - b.credits) * u.side < 0 or (u.or_zero and b.debits = b.credits)`
+
+// judgedArgs are judgedSQL's arguments for the balances of aggs that need
+// judging if they end low enough (domain.NeedsJudging); nil when none can.
+func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
+	var accounts, currencies []string
+	var sides []int32
+	var orZero []bool
+	for _, k := range keys {
+		a := aggs[k]
+		judge, z := domain.NeedsJudging(a.acc, a.acc.NormalBalance(a.debits, a.credits), a.reversalOnly)
+		if !judge {
+			continue
+		}
+		side := int32(-1)
+		if a.acc.Kind == domain.KindAsset {
+			side = 1
+		}
+		accounts, currencies, sides, orZero = append(accounts, k.account), append(currencies, k.currency), append(sides, side), append(orZero, z)
+	}
+	if accounts == nil {
+		return nil
+	}
+	return []any{accounts, currencies, sides, orZero}
+}
+
+// PostNew writes txs as Tx.Post does, when it can take every one as new, in
+// one round trip instead of one per statement: BEGIN, the write's statements
+// (journal rows, accounts on first use, postings, ledger.posted, the
+// balance upsert), a look at the balances a judge would have to see
+// (judgedSQL) and COMMIT go to Postgres as one pipeline. An API group
+// commit holds the hot balance rows (bank:client) from the upsert to the
+// commit, and every round trip waits for both the database and this process
+// to be scheduled: the group's statements are the path every API write
+// queues behind.
+//
+// app.ErrUsePost, with nothing written, when an idempotency key exists
+// (the journal's unique key refuses the insert; Post skips such rows), a
+// balance needs judging (an overdraft or a wallet's depletion: Post's
+// caller judges the changes before its commit) or a transaction records a
+// segregation breach.
+func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction) ([]domain.BalanceChange, error) {
+	for _, x := range txs {
+		if len(domain.SegregationBreaches(x.Postings)) > 0 {
+			return nil, app.ErrUsePost
+		}
+	}
+	sorted := make([]*domain.Transaction, len(txs))
+	copy(sorted, txs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].IdempotencyKey < sorted[j].IdempotencyKey })
+	journal, err := journalRows(sorted)
+	if err != nil {
+		return nil, err
+	}
+	var postings postingColumns
+	aggs, err := sumPostings(txs, postings.add)
+	if err != nil {
+		return nil, err
+	}
+	keys := sortedKeys(aggs)
+
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(journalInsertSQL, journalArrays(journal)...)
+	if args := s.unknownAccounts(keys, aggs); args != nil {
+		b.Queue(accountsInsertSQL, args...)
+	}
+	b.Queue(postingsInsertSQL, postings.args()...)
+	if err := outbox.Queue(ctx, b, Schema, postedEvents(txs)...); err != nil {
+		return nil, err
+	}
+	upsert := b.Len()
+	b.Queue(balancesUpsertSQL, balanceArgs(keys, aggs)...)
+	if args := judgedArgs(keys, aggs); args != nil {
+		b.Queue(judgedSQL, args...)
+	}
+	b.Queue("commit")
+
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("post: %w", err)
+	}
+	defer conn.Release() // a connection left inside a transaction is closed, not pooled
+	changes, err := sendWrite(ctx, conn, b, upsert, aggs)
+	if err != nil {
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "rollback"); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+		}
+		if pg.IsUniqueViolation(err) || pg.HasCode(err, needsJudging) {
+			return nil, app.ErrUsePost
+		}
+		return nil, err
+	}
+	var written []*domain.Transaction
+	for _, x := range txs {
+		if c := writtenCopy(x); c != nil {
+			written = append(written, c)
+		}
+	}
+	s.Written.put(written)
+	return changes, nil
+}
+
+// needsJudging is the SQLSTATE ledger.needs_judging raises.
+const needsJudging = "LG001"
+
+// sendWrite sends PostNew's pipeline and reads every statement's answer:
+// the balance changes of the upsert (the statement at index upsert), or the
+// first error. The last statement is the COMMIT: Postgres answers ROLLBACK
+// to the commit of a transaction that failed.
+func sendWrite(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, upsert int, aggs map[balKey]*agg) (changes []domain.BalanceChange, err error) {
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("post: %w", cerr)
+		}
+	}()
+	for i := range b.Len() {
+		if i == upsert {
+			rows, err := br.Query()
+			if err != nil {
+				return nil, fmt.Errorf("update balances: %w", err)
+			}
+			if changes, err = balanceChanges(rows, aggs); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, fmt.Errorf("post: %w", err)
+		}
+		if i == b.Len()-1 && tag.String() != "COMMIT" {
+			return nil, fmt.Errorf("post: %w", pgx.ErrTxCommitRollback)
+		}
+	}
+	return changes, nil
+}
