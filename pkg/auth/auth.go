@@ -255,10 +255,11 @@ func (g Guard) Principal(ctx context.Context) (Principal, error) {
 // this process's own REST gateway (proved by GatewayKey), the HTTP client
 // address the gateway stated. Invalid when unknown.
 func (g Guard) ClientAddr(ctx context.Context) netip.Addr {
-	md, _ := metadata.FromIncomingContext(ctx)
 	if g.GatewayKey != "" {
-		if k := md.Get(GatewayKeyHeader); len(k) == 1 && subtle.ConstantTimeCompare([]byte(k[0]), []byte(g.GatewayKey)) == 1 {
-			if a := md.Get(ClientAddrHeader); len(a) == 1 {
+		// ValueFromIncomingContext, not FromIncomingContext: that copies
+		// every key and value of the call's metadata.
+		if k := metadata.ValueFromIncomingContext(ctx, GatewayKeyHeader); len(k) == 1 && subtle.ConstantTimeCompare([]byte(k[0]), []byte(g.GatewayKey)) == 1 {
+			if a := metadata.ValueFromIncomingContext(ctx, ClientAddrHeader); len(a) == 1 {
 				if addr, err := netip.ParseAddr(a[0]); err == nil {
 					return addr.Unmap()
 				}

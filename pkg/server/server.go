@@ -345,10 +345,8 @@ func validBearer(r *http.Request, secret []byte) bool {
 func requestID() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		id := ""
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get(reqid.MetadataKey); len(v) == 1 && reqid.Valid(v[0]) {
-				id = v[0]
-			}
+		if v := metadata.ValueFromIncomingContext(ctx, reqid.MetadataKey); len(v) == 1 && reqid.Valid(v[0]) {
+			id = v[0]
 		}
 		if id == "" {
 			id = reqid.New()

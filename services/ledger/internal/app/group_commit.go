@@ -103,10 +103,9 @@ func (a *App) commitGroups(ctx context.Context, mine *groupReq) {
 
 var errGroupRetry = errors.New("group needs per-transaction retry")
 
+// commitGroup commits a group (one transaction or more) and answers each
+// of its callers; errGroupRetry when each must be posted alone.
 func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
-	if len(batch) == 1 {
-		return errGroupRetry // nothing to share: the plain path
-	}
 	txs := make([]*domain.Transaction, len(batch))
 	keys := map[string]bool{}
 	for i, r := range batch {
@@ -121,6 +120,9 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		if !errors.Is(err, ErrUsePost) {
 			return err
 		}
+	}
+	if len(batch) == 1 {
+		return errGroupRetry // nothing to share: the plain path
 	}
 	var changes []domain.BalanceChange
 	err := a.Store.WithTx(ctx, func(tx Tx) error {
