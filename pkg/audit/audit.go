@@ -43,6 +43,7 @@ import (
 // Limits.
 const (
 	recordTimeout    = 5 * time.Second // how long a write's answer waits for its record
+	storeBatchMax    = 512             // records stored in one insert
 	retryEvery       = time.Second     // backlog retries while the outbox is unwritable
 	resourceIDsMax   = 32              // resource ids kept per record
 	resourceValueMax = 200             // bytes kept per id value
@@ -89,11 +90,22 @@ type Recorder struct {
 	backlog  []pending // records not yet stored, oldest first
 	failing  atomic.Bool
 	writeOps sync.Map // method → bool (is a write)
+
+	qmu     sync.Mutex
+	queue   []*queued // records waiting for the storer
+	storing bool      // a caller is storing the queue
 }
 
 type pending struct {
 	schema string
 	rec    *eventsv1.AuditRecorded
+}
+
+// queued is a record waiting to be stored with the others of its moment.
+type queued struct {
+	pending
+	err  error
+	done chan struct{}
 }
 
 // New returns a recorder for the named services (their schemas hold the
@@ -226,11 +238,22 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 	}
 }
 
-// record stores rec now, or keeps it in the backlog (logged in full) for Run.
+// record stores rec now, or keeps it in the backlog (logged in full) for
+// Run. Records of concurrent writes are stored together, one insert per
+// schema (storeQueued): one commit each made every audited write cost a
+// second commit, which halved what the ledger's REST API could post.
 func (r *Recorder) record(ctx context.Context, schema string, rec *eventsv1.AuditRecorded) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	err := r.store.Insert(sctx, schema, []*eventsv1.AuditRecorded{rec})
+	q := &queued{pending: pending{schema, rec}, done: make(chan struct{})}
+	r.qmu.Lock()
+	r.queue = append(r.queue, q)
+	lead := !r.storing
+	r.storing = true
+	r.qmu.Unlock()
+	if lead {
+		r.storeQueued(context.WithoutCancel(ctx), q)
+	}
+	<-q.done // bounded: each insert has recordTimeout
+	err := q.err
 	if err == nil {
 		return
 	}
@@ -242,6 +265,61 @@ func (r *Recorder) record(ctx context.Context, schema string, rec *eventsv1.Audi
 	r.log.Error("audit: record not stored yet; kept for retry, writes refused until stored", "err", err, "backlog", n,
 		"event_id", rec.EventId, "method", rec.Method, "actor", rec.Actor, "role", rec.Role, "resource_ids", rec.ResourceIds,
 		"request_id", rec.RequestId, "code", rec.Code, "at", rec.At.AsTime())
+}
+
+// storeQueued stores the queued records, a batch at a time, until mine is
+// stored, then hands what is left to a goroutine of its own, so a write's
+// answer does not wait for later writes' records. The first caller to find
+// no one storing stores; the others wait for their record's result.
+func (r *Recorder) storeQueued(ctx context.Context, mine *queued) {
+	for {
+		if mine != nil {
+			select {
+			case <-mine.done:
+				go r.storeQueued(ctx, nil) // drains the queue, then releases the storer role
+				return
+			default:
+			}
+		}
+		r.qmu.Lock()
+		n := min(len(r.queue), storeBatchMax)
+		batch := r.queue[:n:n]
+		r.queue = r.queue[n:]
+		if n == 0 {
+			r.storing = false
+			r.qmu.Unlock()
+			return
+		}
+		r.qmu.Unlock()
+		r.storeBatch(ctx, batch)
+	}
+}
+
+// storeBatch inserts a batch's records, one insert per schema, and answers
+// each record's caller.
+func (r *Recorder) storeBatch(ctx context.Context, batch []*queued) {
+	var schemas []string
+	bySchema := map[string][]*queued{}
+	for _, q := range batch {
+		if bySchema[q.schema] == nil {
+			schemas = append(schemas, q.schema)
+		}
+		bySchema[q.schema] = append(bySchema[q.schema], q)
+	}
+	for _, schema := range schemas {
+		qs := bySchema[schema]
+		recs := make([]*eventsv1.AuditRecorded, len(qs))
+		for i, q := range qs {
+			recs[i] = q.rec
+		}
+		sctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		err := r.store.Insert(sctx, schema, recs)
+		cancel()
+		for _, q := range qs {
+			q.err = err
+			close(q.done)
+		}
+	}
 }
 
 // flush stores the backlog, oldest first.

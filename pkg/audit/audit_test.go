@@ -3,11 +3,13 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -116,5 +118,107 @@ func TestRecordNotLostWhenStoreFails(t *testing.T) {
 	}
 	if len(store.stored) != 4 || store.stored[3].Code != "PermissionDenied" {
 		t.Fatalf("stored %d, last %+v", len(store.stored), store.stored[len(store.stored)-1])
+	}
+}
+
+// gatedStore holds its first insert until gate closes, and counts inserts.
+type gatedStore struct {
+	fakeStore
+	gate    chan struct{}
+	entered chan struct{}
+	inserts int
+	sizes   []int
+	before  func() // runs at the start of every insert but the first
+}
+
+func (s *gatedStore) Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
+	s.mu.Lock()
+	s.inserts++
+	first := s.inserts == 1
+	s.sizes = append(s.sizes, len(recs))
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		<-s.gate
+	} else if s.before != nil {
+		s.before()
+	}
+	return s.fakeStore.Insert(ctx, schema, recs)
+}
+
+// TestConcurrentRecordsStoredTogether: the records of writes that arrive
+// while one is being stored go in together, one insert for all of them;
+// every write's answer waits for its own record; and when that insert
+// fails, every record of it is kept, none dropped.
+func TestConcurrentRecordsStoredTogether(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		store := &gatedStore{gate: make(chan struct{}), entered: make(chan struct{})}
+		r := New(store, slog.New(slog.DiscardHandler), "ledger")
+		icp := r.UnaryInterceptor(fakeCaller{auth.Principal{Role: auth.RoleFinance, Subject: "alice"}}, func(context.Context) string { return "req" })
+		handler := func(context.Context, any) (any, error) { return &ledgerv1.CreateTransactionResponse{}, nil }
+		call := func(key string) error {
+			_, err := icp(context.Background(), &ledgerv1.CreateTransactionRequest{IdempotencyKey: key}, &grpc.UnaryServerInfo{FullMethod: createTx}, handler)
+			return err
+		}
+		const n = 20
+		var wg sync.WaitGroup
+		answered := make(chan string, n)
+		wg.Add(1)
+		go func() { // its record's insert holds the others back
+			defer wg.Done()
+			if err := call("first"); err != nil {
+				t.Error(err)
+			}
+			answered <- "first"
+		}()
+		store.before = func() { // the first has its answer; the others must wait for this insert
+			time.Sleep(20 * time.Millisecond)
+			if len(answered) > 1 {
+				t.Error("a write was answered before the insert of its record")
+			}
+		}
+		<-store.entered
+		for i := range n - 1 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := call(fmt.Sprint("k-", i)); err != nil {
+					t.Error(err)
+				}
+				answered <- "other"
+			}()
+		}
+		waitFor(t, func() bool { r.qmu.Lock(); defer r.qmu.Unlock(); return len(r.queue) == n-1 })
+		if len(answered) != 0 {
+			t.Fatal("a write was answered before its record was stored")
+		}
+		store.mu.Lock()
+		store.down = down
+		store.mu.Unlock()
+		close(store.gate)
+		wg.Wait()
+		store.mu.Lock()
+		inserts, sizes, stored := store.inserts, store.sizes, len(store.stored)
+		store.mu.Unlock()
+		if inserts != 2 || sizes[1] != n-1 {
+			t.Fatalf("down=%v: %d inserts of %v records; want 2: the first alone, then the %d that waited, together", down, inserts, sizes, n-1)
+		}
+		if want := n; down {
+			if stored != 0 || r.Backlog() != want {
+				t.Fatalf("down: stored %d, backlog %d; want 0 and %d", stored, r.Backlog(), want)
+			}
+		} else if stored != want || r.Backlog() != 0 {
+			t.Fatalf("stored %d, backlog %d; want %d and 0", stored, r.Backlog(), want)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i == 1000 {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
