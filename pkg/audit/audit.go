@@ -3,7 +3,9 @@
 // table: the interceptor queues an AuditRecorded event in the serving
 // service's own outbox (<schema>.outbox, relayed to audit.recorded.{service}
 // like every other event), and the ledger stores the events append-only
-// and serves GET /v1/audit-events.
+// and serves GET /v1/audit-events. A write that commits in a transaction of
+// its own may take its record from the interceptor (Claim) and store it in
+// that transaction: the ledger's API group commit does.
 //
 // No write's record is silently lost: the answer to a write waits until its
 // record is committed to the outbox; if the outbox cannot be written, the
@@ -69,7 +71,7 @@ func (s PoolStore) Insert(ctx context.Context, schema string, recs []*eventsv1.A
 		if err != nil {
 			return err
 		}
-		ids[i], subjs[i], payloads[i] = "audit-"+r.EventId, subjects.AuditRecorded.Of(r.Service), b
+		ids[i], subjs[i], payloads[i] = recordID(r), subjects.AuditRecorded.Of(r.Service), b
 	}
 	q := outbox.InsertInto(schema) + ` select * from unnest($1::text[], $2::text[], $3::bytea[]) on conflict (id) do nothing`
 	if _, err := s.Pool.Exec(ctx, q, ids, subjs, payloads); err != nil {
@@ -227,16 +229,74 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 				return nil, status.Errorf(codes.Unavailable, "audit log unavailable, write refused (request id %s); retry later", requestID(ctx))
 			}
 		}
-		resp, herr := handler(ctx, req)
 		rec := &eventsv1.AuditRecorded{
-			EventId: uuid.NewString(), At: timestamppb.New(r.now()), Service: service, Method: info.FullMethod,
-			Actor: p.Subject, Role: p.Role, ResourceIds: resourceIDs(req, resp), RequestId: requestID(ctx),
-			Code: status.Code(herr).String(), ClientAddr: addrString(who.ClientAddr(ctx)),
+			EventId: uuid.NewString(), Service: service, Method: info.FullMethod,
+			Actor: p.Subject, Role: p.Role, RequestId: requestID(ctx), ClientAddr: addrString(who.ClientAddr(ctx)),
 		}
+		c := &Claim{rec: rec, req: req, schema: schema, now: r.now}
+		resp, herr := handler(context.WithValue(ctx, claimKey{}, c), req)
+		if c.stored.Load() {
+			return resp, herr // the write stored its record itself
+		}
+		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), resourceIDs(req, resp), status.Code(herr).String()
 		r.record(ctx, schema, rec)
 		return resp, herr
 	}
 }
+
+// Claim is a write's audit record handed to the write, so it can be stored
+// in the very transaction that commits the write (in the service's outbox,
+// as the interceptor stores it): one statement more in that transaction
+// instead of a transaction of its own, and the write and its record commit
+// or fail together. A write that does not take it, or whose transaction does
+// not commit, leaves the record to the interceptor.
+type Claim struct {
+	rec    *eventsv1.AuditRecorded // without At, ResourceIds and Code
+	req    any
+	schema string
+	now    func() time.Time
+	stored atomic.Bool
+}
+
+type claimKey struct{}
+
+// ClaimFrom is the audit record the interceptor holds for the write ctx
+// serves; nil when the call is not audited.
+func ClaimFrom(ctx context.Context) *Claim {
+	c, _ := ctx.Value(claimKey{}).(*Claim)
+	return c
+}
+
+// Schema is the schema whose outbox the record belongs in.
+func (c *Claim) Schema() string { return c.schema }
+
+// Message is the record of the write succeeding, as an outbox message: what
+// the interceptor would store for it, code OK, the request's resource ids
+// and then created, the ids of what the write made that its answer will
+// carry ("transaction_id=…"). Its id is the one the interceptor would give
+// it, so it is stored once whoever stores it.
+func (c *Claim) Message(created ...string) (outbox.Message, error) {
+	rec := proto.Clone(c.rec).(*eventsv1.AuditRecorded)
+	rec.At, rec.Code = timestamppb.New(c.now()), codes.OK.String()
+	rec.ResourceIds = resourceIDs(c.req)
+	for _, id := range created {
+		if len(rec.ResourceIds) < resourceIDsMax && !slices.Contains(rec.ResourceIds, id) {
+			rec.ResourceIds = append(rec.ResourceIds, id)
+		}
+	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	return outbox.Message{ID: recordID(rec), Subject: subjects.AuditRecorded.Of(rec.Service), Payload: b}, nil
+}
+
+// Stored tells the interceptor that the transaction holding Message has
+// committed: it stores nothing more for this write.
+func (c *Claim) Stored() { c.stored.Store(true) }
+
+// recordID is a record's outbox message id.
+func recordID(rec *eventsv1.AuditRecorded) string { return "audit-" + rec.EventId }
 
 // record stores rec now, or keeps it in the backlog (logged in full) for
 // Run. Records of concurrent writes are stored together, one insert per

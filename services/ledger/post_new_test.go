@@ -83,7 +83,7 @@ func TestPostNewWritesWhatPostWrites(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := grouped.app.Store.PostNew(grouped.ctx, txs)
+	got, err := grouped.app.Store.PostNew(grouped.ctx, txs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestPostNewLeavesToPostWhatNeedsIt(t *testing.T) {
 	if _, err := s.PostNew(f.ctx, []*domain.Transaction{
 		apiTx(t, "fund-1", "bank:client", "renter:r-1:wallet", "10.00"),
 		apiTx(t, "fund-2", "bank:client", "renter:r-2:wallet", "10.00"),
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := written(t, f)
@@ -146,14 +146,14 @@ func TestPostNewLeavesToPostWhatNeedsIt(t *testing.T) {
 		{"an asset below zero", []*domain.Transaction{apiTx(t, "asset", "bank:operating", "bank:client", "20.01")}},
 		{"a breach", []*domain.Transaction{apiTx(t, "fee", "renter:r-1:wallet", "platform:revenue:commission", "1.00")}},
 	} {
-		if _, err := s.PostNew(f.ctx, c.txs); !errors.Is(err, app.ErrUsePost) {
+		if _, err := s.PostNew(f.ctx, c.txs, nil); !errors.Is(err, app.ErrUsePost) {
 			t.Fatalf("%s: %v, want ErrUsePost", c.name, err)
 		}
 		if after := written(t, f); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("%s: the refused group changed the ledger", c.name)
 		}
 	}
-	if _, err := s.PostNew(f.ctx, []*domain.Transaction{apiTx(t, "pay", "renter:r-1:wallet", "renter:r-3:wallet", "9.99")}); err != nil {
+	if _, err := s.PostNew(f.ctx, []*domain.Transaction{apiTx(t, "pay", "renter:r-1:wallet", "renter:r-3:wallet", "9.99")}, nil); err != nil {
 		t.Fatalf("a wallet left at 0.01: %v", err)
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", "0.01")

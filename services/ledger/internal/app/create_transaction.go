@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -51,5 +52,9 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		ID: ids.New(""), IdempotencyKey: key, Kind: domain.TxManual, Description: in.Description,
 		EffectiveAt: eff, CreatedAt: now, Metadata: in.Metadata, Postings: postings, RequestHash: hash,
 	}
-	return a.postGrouped(ctx, t)
+	// Its audit record, as the interceptor would store it for this
+	// answer (CreateTransactionResponse: the request's ids and the
+	// transaction's id), goes into the write's own transaction when the
+	// group commits in one (PostNew).
+	return a.postGrouped(ctx, t, Audited{Claim: audit.ClaimFrom(ctx), Created: []string{"transaction_id=" + t.ID}})
 }

@@ -66,5 +66,5 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 		},
 		RequestHash: hash,
 	}
-	return a.postGrouped(ctx, t)
+	return a.postGrouped(ctx, t, Audited{})
 }

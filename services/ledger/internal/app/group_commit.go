@@ -28,15 +28,16 @@ type grouper struct {
 }
 
 type groupReq struct {
-	t    *domain.Transaction
-	id   string              // the posted (or original, on a replay) transaction id
-	tx   *domain.Transaction // the answer when known without a read (t, posted fresh)
-	err  error
-	done chan struct{}
+	t     *domain.Transaction
+	audit Audited             // its audit record, if the write takes it (PostNew stores it with the write)
+	id    string              // the posted (or original, on a replay) transaction id
+	tx    *domain.Transaction // the answer when known without a read (t, posted fresh)
+	err   error
+	done  chan struct{}
 }
 
-func (a *App) postGrouped(ctx context.Context, t *domain.Transaction) (*domain.Transaction, error) {
-	r := &groupReq{t: t, done: make(chan struct{})}
+func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited) (*domain.Transaction, error) {
+	r := &groupReq{t: t, audit: au, done: make(chan struct{})}
 	g := &a.group
 	g.mu.Lock()
 	g.queue = append(g.queue, r)
@@ -171,7 +172,13 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 // of them new and no balance needing judging, in one round trip
 // (Store.PostNew); ErrUsePost when it cannot.
 func (a *App) commitNewGroup(ctx context.Context, batch []*groupReq, txs []*domain.Transaction) error {
-	changes, err := a.Store.PostNew(ctx, txs)
+	var audited []Audited
+	for _, r := range batch {
+		if r.audit.Claim != nil {
+			audited = append(audited, r.audit)
+		}
+	}
+	changes, err := a.Store.PostNew(ctx, txs, audited)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -19,7 +20,10 @@ type Store interface {
 	// depletion). ErrUsePost, with nothing written, when it cannot (an
 	// idempotency key exists, a balance needs judging, a transaction
 	// records a segregation breach): post them in WithTx.
-	PostNew(ctx context.Context, txs []*domain.Transaction) ([]domain.BalanceChange, error)
+	// audited are the writes' audit records handed to them: each one for
+	// this store's outbox is stored in the same transaction and marked
+	// stored once it has committed.
+	PostNew(ctx context.Context, txs []*domain.Transaction, audited []Audited) ([]domain.BalanceChange, error)
 	// Remember notes, once a write has committed, the accounts it created,
 	// so later writes skip creating them.
 	Remember(changes []domain.BalanceChange)
@@ -46,6 +50,14 @@ type Store interface {
 	StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) error
 	// ListAuditEvents answers newest first, at most f.Limit.
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]domain.StoredAuditEvent, error)
+}
+
+// Audited is a write's audit record, handed to the write by the audit
+// interceptor (audit.Claim), and the resource ids of what the write creates
+// that its answer carries.
+type Audited struct {
+	Claim   *audit.Claim
+	Created []string
 }
 
 // ErrUsePost is PostNew's answer for transactions it cannot take as new.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -89,8 +90,8 @@ func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
 
 // PostNew writes txs as Tx.Post does, when it can take every one as new, in
 // one round trip instead of one per statement: BEGIN, the write's statements
-// (journal rows, accounts on first use, postings, ledger.posted, the
-// balance upsert), a look at the balances a judge would have to see
+// (journal rows, accounts on first use, postings, ledger.posted with the
+// audit records the writes took (audited), the balance upsert), a look at the balances a judge would have to see
 // (judgedSQL) and COMMIT go to Postgres as one pipeline. An API group
 // commit holds the hot balance rows (bank:client) from the upsert to the
 // commit, and every round trip waits for both the database and this process
@@ -102,7 +103,7 @@ func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
 // balance needs judging (an overdraft or a wallet's depletion: Post's
 // caller judges the changes before its commit) or a transaction records a
 // segregation breach.
-func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction) ([]domain.BalanceChange, error) {
+func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited []app.Audited) ([]domain.BalanceChange, error) {
 	for _, x := range txs {
 		if len(domain.SegregationBreaches(x.Postings)) > 0 {
 			return nil, app.ErrUsePost
@@ -129,7 +130,11 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction) ([]domai
 		b.Queue(accountsInsertSQL, args...)
 	}
 	b.Queue(postingsInsertSQL, postings.args()...)
-	if err := outbox.Queue(ctx, b, Schema, postedEvents(txs)...); err != nil {
+	audits, claims, err := auditMessages(audited)
+	if err != nil {
+		return nil, err
+	}
+	if err := outbox.Queue(ctx, b, Schema, append(postedEvents(txs), audits...)...); err != nil {
 		return nil, err
 	}
 	upsert := b.Len()
@@ -161,7 +166,29 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction) ([]domai
 		}
 	}
 	s.Written.put(written)
+	for _, c := range claims {
+		c.Stored()
+	}
 	return changes, nil
+}
+
+// auditMessages are the audit records of audited that belong in this
+// schema's outbox, as messages, and their claims (to mark stored once the
+// write commits); the others' interceptors store them.
+func auditMessages(audited []app.Audited) ([]outbox.Message, []*audit.Claim, error) {
+	var msgs []outbox.Message
+	var claims []*audit.Claim
+	for _, au := range audited {
+		if au.Claim.Schema() != Schema {
+			continue
+		}
+		m, err := au.Claim.Message(au.Created...)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs, claims = append(msgs, m), append(claims, au.Claim)
+	}
+	return msgs, claims, nil
 }
 
 // needsJudging is the SQLSTATE ledger.needs_judging raises.

@@ -1,0 +1,139 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpubill/gpubill/pkg/audit"
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/server"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+)
+
+// countingStore counts the records the interceptor stores itself.
+type countingStore struct {
+	audit.PoolStore
+	n atomic.Int64
+}
+
+func (s *countingStore) Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
+	s.n.Add(int64(len(recs)))
+	return s.PoolStore.Insert(ctx, schema, recs)
+}
+
+// auditedCreate is an audit record of CreateTransaction in the ledger's
+// outbox, with the transaction that wrote its row.
+type auditedCreate struct {
+	rec  *eventsv1.AuditRecorded
+	xmin string
+}
+
+func auditedCreates(t *testing.T, f *fixture) []auditedCreate {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, `select xmin::text, payload from ledger.outbox where subject = 'audit.recorded.ledger' order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []auditedCreate
+	for rows.Next() {
+		var a auditedCreate
+		var b []byte
+		if err := rows.Scan(&a.xmin, &b); err != nil {
+			t.Fatal(err)
+		}
+		a.rec = &eventsv1.AuditRecorded{}
+		if err := proto.Unmarshal(b, a.rec); err != nil {
+			t.Fatal(err)
+		}
+		if a.rec.Method == "/gpubill.ledger.v1.LedgerService/CreateTransaction" {
+			out = append(out, a)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A manual entry posted by the API's group commit in one round trip carries
+// its audit record in the same transaction: the record the interceptor would
+// have stored (actor, role, request id, code OK, the request's and the new
+// transaction's ids), committed with the journal row. A replay of it and a
+// refused entry are recorded by the interceptor as before, each once.
+func TestAuditRecordCommitsWithTheWrite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	store := &countingStore{PoolStore: audit.PoolStore{Pool: f.pool}}
+	base, secret := startServer(t, f, func(o *server.Options) {
+		o.Audit = audit.New(store, slog.Default(), "ledger")
+	})
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	entry := `{"idempotency_key":"m-1","postings":[
+		{"account":"bank:client","direction":"debit","amount":"1.00","currency":"USD"},
+		{"account":"renter:r-1:wallet","direction":"credit","amount":"1.00","currency":"USD"}]}`
+	var ids []string
+	for range 2 { // the entry, then its replay
+		code, body := c.do("POST", "/v1/transactions", entry)
+		var tx struct {
+			TransactionID string `json:"transaction_id"`
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &tx) != nil {
+			t.Fatalf("POST /v1/transactions: %d %s", code, body)
+		}
+		ids = append(ids, tx.TransactionID)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("replay answered %s, the entry %s", ids[1], ids[0])
+	}
+	code, body := c.do("POST", "/v1/transactions", `{"idempotency_key":"od-1","postings":[
+		{"account":"provider:p-1:available","direction":"debit","amount":"1.00","currency":"USD"},
+		{"account":"renter:r-1:wallet","direction":"credit","amount":"1.00","currency":"USD"}]}`)
+	if code != 400 {
+		t.Fatalf("overdraft: %d %s", code, body)
+	}
+
+	var journalXmin string
+	if err := f.pool.QueryRow(f.ctx, `select xmin::text from ledger.transactions where id = $1`, ids[0]).Scan(&journalXmin); err != nil {
+		t.Fatal(err)
+	}
+	recs := auditedCreates(t, f)
+	if len(recs) != 3 {
+		t.Fatalf("%d CreateTransaction records, want 3 (entry, replay, refusal)", len(recs))
+	}
+	wantIDs := []string{"idempotency_key=m-1", "transaction_id=" + ids[0]}
+	for i, want := range []struct {
+		code, key string
+		ids       []string
+		withWrite bool
+	}{
+		{"OK", "m-1", wantIDs, true},
+		{"OK", "m-1", wantIDs, false},
+		{"InvalidArgument", "od-1", []string{"idempotency_key=od-1"}, false},
+	} {
+		r := recs[i]
+		if r.rec.Code != want.code || !slices.Equal(r.rec.ResourceIds, want.ids) || r.rec.Actor != recs[0].rec.Actor || r.rec.Role != auth.RoleFinance ||
+			r.rec.RequestId == "" || r.rec.Service != "ledger" || r.rec.ClientAddr == "" || r.rec.At == nil {
+			t.Fatalf("record %d: %+v; want code %s, ids %v", i, r.rec, want.code, want.ids)
+		}
+		if got := r.xmin == journalXmin; got != want.withWrite {
+			t.Fatalf("record %d committed with the journal row: %v, want %v", i, got, want.withWrite)
+		}
+	}
+	// The interceptor stored the replay's and the refusal's, not the
+	// entry's again.
+	if n := store.n.Load(); n != 2 {
+		t.Fatalf("the interceptor stored %d records, want 2", n)
+	}
+}
