@@ -169,6 +169,7 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 	for _, c := range claims {
 		c.Stored()
 	}
+	outbox.Wake(Schema) // as the audit recorder does after storing a record
 	return changes, nil
 }
 
