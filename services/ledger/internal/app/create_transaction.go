@@ -56,5 +56,5 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// answer (CreateTransactionResponse: the request's ids and the
 	// transaction's id), goes into the write's own transaction when the
 	// group commits in one (PostNew).
-	return a.postGrouped(ctx, t, Audited{Claim: audit.ClaimFrom(ctx), Created: []string{"transaction_id=" + t.ID}})
+	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
 }

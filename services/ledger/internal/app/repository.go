@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/audit"
+	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -53,11 +54,25 @@ type Store interface {
 }
 
 // Audited is a write's audit record, handed to the write by the audit
-// interceptor (audit.Claim), and the resource ids of what the write creates
-// that its answer carries.
+// interceptor (audit.Claim), as the outbox message to store with the write
+// (made by the caller before the write queues for its group commit).
 type Audited struct {
 	Claim   *audit.Claim
-	Created []string
+	Message outbox.Message
+}
+
+// audited is the record of claim with the resource ids of what the write
+// creates that its answer carries; none when claim is nil or its message
+// cannot be made (the interceptor then stores the record itself).
+func audited(claim *audit.Claim, created ...string) Audited {
+	if claim == nil {
+		return Audited{}
+	}
+	m, err := claim.Message(created...)
+	if err != nil {
+		return Audited{}
+	}
+	return Audited{Claim: claim, Message: m}
 }
 
 // ErrUsePost is PostNew's answer for transactions it cannot take as new.

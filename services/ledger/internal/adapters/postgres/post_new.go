@@ -130,10 +130,7 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 		b.Queue(accountsInsertSQL, args...)
 	}
 	b.Queue(postingsInsertSQL, postings.args()...)
-	audits, claims, err := auditMessages(audited)
-	if err != nil {
-		return nil, err
-	}
+	audits, claims := auditMessages(audited)
 	if err := outbox.Queue(ctx, b, Schema, append(postedEvents(txs), audits...)...); err != nil {
 		return nil, err
 	}
@@ -176,20 +173,15 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 // auditMessages are the audit records of audited that belong in this
 // schema's outbox, as messages, and their claims (to mark stored once the
 // write commits); the others' interceptors store them.
-func auditMessages(audited []app.Audited) ([]outbox.Message, []*audit.Claim, error) {
+func auditMessages(audited []app.Audited) ([]outbox.Message, []*audit.Claim) {
 	var msgs []outbox.Message
 	var claims []*audit.Claim
 	for _, au := range audited {
-		if au.Claim.Schema() != Schema {
-			continue
+		if au.Claim.Schema() == Schema {
+			msgs, claims = append(msgs, au.Message), append(claims, au.Claim)
 		}
-		m, err := au.Claim.Message(au.Created...)
-		if err != nil {
-			return nil, nil, err
-		}
-		msgs, claims = append(msgs, m), append(claims, au.Claim)
 	}
-	return msgs, claims, nil
+	return msgs, claims
 }
 
 // needsJudging is the SQLSTATE ledger.needs_judging raises.
