@@ -42,15 +42,7 @@ func TestChainHashesWhatWasWritten(t *testing.T) {
 	}
 
 	late := f.deposit(t, "r-1", "7", "USD", "late")
-	for _, q := range []string{
-		`alter table ledger.transactions disable trigger transactions_immutable`,
-		`update ledger.transactions set description = 'edited before chained' where id = '` + late.ID + `'`,
-		`alter table ledger.transactions enable trigger transactions_immutable`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	editJournalRow(t, f, late.ID)
 	chainWritten(t, f)
 	res, err = ledger.VerifyChain(f.ctx, f.pool)
 	if err != nil || res.OK || res.FirstBadTransaction != late.ID || res.FirstBadPosition != 6 {
@@ -59,6 +51,21 @@ func TestChainHashesWhatWasWritten(t *testing.T) {
 }
 
 // chainWritten chains every transaction the way the service's worker does.
+// editJournalRow changes a journal row's description behind the
+// immutability trigger's back, as someone with the database's keys could.
+func editJournalRow(t testing.TB, f *fixture, id string) {
+	t.Helper()
+	for _, q := range []string{
+		`alter table ledger.transactions disable trigger transactions_immutable`,
+		`update ledger.transactions set description = 'edited before chained' where id = '` + id + `'`,
+		`alter table ledger.transactions enable trigger transactions_immutable`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func chainWritten(t testing.TB, f *fixture) {
 	t.Helper()
 	for i := 0; ; i++ {

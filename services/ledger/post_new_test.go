@@ -103,15 +103,7 @@ func TestPostNewWritesWhatPostWrites(t *testing.T) {
 
 	// The chain hashes what PostNew wrote, not what it reads back: a row
 	// altered before it is chained does not verify.
-	for _, q := range []string{
-		`alter table ledger.transactions disable trigger transactions_immutable`,
-		`update ledger.transactions set description = 'edited before chained' where id = '` + txs[7].ID + `'`,
-		`alter table ledger.transactions enable trigger transactions_immutable`,
-	} {
-		if _, err := grouped.pool.Exec(grouped.ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	editJournalRow(t, grouped, txs[7].ID)
 	chainWritten(t, grouped)
 	if res, err := ledger.VerifyChain(grouped.ctx, grouped.pool); err != nil || res.OK || res.FirstBadTransaction != txs[7].ID {
 		t.Fatalf("altered before chained: %+v, %v; want transaction %s named", res, err, txs[7].ID)
