@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/group"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -93,9 +94,7 @@ type Recorder struct {
 	failing  atomic.Bool
 	writeOps sync.Map // method → bool (is a write)
 
-	qmu     sync.Mutex
-	queue   []*queued // records waiting for the storer
-	storing bool      // a caller is storing the queue
+	queue *group.Queue[*queued] // records waiting to be stored
 }
 
 type pending struct {
@@ -106,8 +105,7 @@ type pending struct {
 // queued is a record waiting to be stored with the others of its moment.
 type queued struct {
 	pending
-	err  error
-	done chan struct{}
+	err error
 }
 
 // New returns a recorder for the named services (their schemas hold the
@@ -116,6 +114,7 @@ type queued struct {
 // first service's outbox.
 func New(store Store, log *slog.Logger, services ...string) *Recorder {
 	r := &Recorder{store: store, log: log, now: time.Now, schemas: map[string]bool{}}
+	r.queue = &group.Queue[*queued]{Max: storeBatchMax, Run: r.storeBatch}
 	for _, s := range services {
 		r.schemas[s] = true
 	}
@@ -300,19 +299,11 @@ func recordID(rec *eventsv1.AuditRecorded) string { return "audit-" + rec.EventI
 
 // record stores rec now, or keeps it in the backlog (logged in full) for
 // Run. Records of concurrent writes are stored together, one insert per
-// schema (storeQueued): one commit each made every audited write cost a
+// schema (storeBatch): one commit each made every audited write cost a
 // second commit, which halved what the ledger's REST API could post.
 func (r *Recorder) record(ctx context.Context, schema string, rec *eventsv1.AuditRecorded) {
-	q := &queued{pending: pending{schema, rec}, done: make(chan struct{})}
-	r.qmu.Lock()
-	r.queue = append(r.queue, q)
-	lead := !r.storing
-	r.storing = true
-	r.qmu.Unlock()
-	if lead {
-		r.storeQueued(context.WithoutCancel(ctx), q)
-	}
-	<-q.done // bounded: each insert has recordTimeout
+	q := &queued{pending: pending{schema, rec}}
+	<-r.queue.Add(ctx, q) // bounded: each insert has recordTimeout
 	err := q.err
 	if err == nil {
 		return
@@ -327,36 +318,8 @@ func (r *Recorder) record(ctx context.Context, schema string, rec *eventsv1.Audi
 		"request_id", rec.RequestId, "code", rec.Code, "at", rec.At.AsTime())
 }
 
-// storeQueued stores the queued records, a batch at a time, until mine is
-// stored, then hands what is left to a goroutine of its own, so a write's
-// answer does not wait for later writes' records. The first caller to find
-// no one storing stores; the others wait for their record's result.
-func (r *Recorder) storeQueued(ctx context.Context, mine *queued) {
-	for {
-		if mine != nil {
-			select {
-			case <-mine.done:
-				go r.storeQueued(ctx, nil) // drains the queue, then releases the storer role
-				return
-			default:
-			}
-		}
-		r.qmu.Lock()
-		n := min(len(r.queue), storeBatchMax)
-		batch := r.queue[:n:n]
-		r.queue = r.queue[n:]
-		if n == 0 {
-			r.storing = false
-			r.qmu.Unlock()
-			return
-		}
-		r.qmu.Unlock()
-		r.storeBatch(ctx, batch)
-	}
-}
-
-// storeBatch inserts a batch's records, one insert per schema, and answers
-// each record's caller.
+// storeBatch inserts a batch's records, one insert per schema (pkg/group
+// runs it for the writes whose records arrive together).
 func (r *Recorder) storeBatch(ctx context.Context, batch []*queued) {
 	var schemas []string
 	bySchema := map[string][]*queued{}
@@ -377,7 +340,6 @@ func (r *Recorder) storeBatch(ctx context.Context, batch []*queued) {
 		cancel()
 		for _, q := range qs {
 			q.err = err
-			close(q.done)
 		}
 	}
 }

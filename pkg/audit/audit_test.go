@@ -188,7 +188,7 @@ func TestConcurrentRecordsStoredTogether(t *testing.T) {
 				answered <- "other"
 			}()
 		}
-		waitFor(t, func() bool { r.qmu.Lock(); defer r.qmu.Unlock(); return len(r.queue) == n-1 })
+		waitFor(t, func() bool { return r.queue.Len() == n-1 })
 		if len(answered) != 0 {
 			t.Fatal("a write was answered before its record was stored")
 		}

@@ -1,6 +1,8 @@
 // Package app holds the ledger's use cases, one file per use case. Every
 // write goes through Store.WithTx and Tx.Post (one database transaction:
-// journal rows, postings, balances, idempotency and the outbox together).
+// journal rows, postings, balances, idempotency and the outbox together),
+// or, for a group of new API writes, Store.PostNew (the same in one round
+// trip).
 // The repository interfaces it needs are in repository.go.
 package app
 
@@ -14,6 +16,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/group"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -24,7 +27,7 @@ type App struct {
 	Calendar cycles.Calendar
 	Log      *slog.Logger
 
-	group grouper
+	group *group.Queue[*groupReq] // API writes waiting for their group commit
 }
 
 // New wires the use cases.
@@ -35,7 +38,9 @@ func New(store Store, clk clock.Clock, cal cycles.Calendar, log *slog.Logger) *A
 	if log == nil {
 		log = slog.Default()
 	}
-	return &App{Store: store, Clock: clk, Calendar: cal, Log: log}
+	a := &App{Store: store, Clock: clk, Calendar: cal, Log: log}
+	a.group = a.newGroups()
+	return a
 }
 
 // now is the creation time of journal rows, at Postgres' microsecond precision

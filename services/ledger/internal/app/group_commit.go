@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/group"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -17,40 +17,27 @@ const groupMax = 256
 // Group commit for API writes: concurrent manual entries and deposits are
 // posted in one Postgres transaction, so a hot account (bank:client takes
 // every deposit) is locked and fsynced once per group instead of once per
-// call. No background goroutine: the first caller to find no committer
-// running becomes it and drains the queue; the others wait for their result.
-// A group that fails as a whole (an overdraft, any error) is retried one
-// transaction at a time, so each caller gets exactly its own answer.
-type grouper struct {
-	mu      sync.Mutex
-	queue   []*groupReq
-	running bool
-}
-
+// call. No background goroutine (pkg/group): the first caller to find no
+// committer running becomes it; the others wait for their result. A group
+// that fails as a whole (an overdraft, any error) is retried one transaction
+// at a time, so each caller gets exactly its own answer.
 type groupReq struct {
 	t     *domain.Transaction
 	audit Audited             // its audit record, if the write takes it (PostNew stores it with the write)
 	id    string              // the posted (or original, on a replay) transaction id
 	tx    *domain.Transaction // the answer when known without a read (t, posted fresh)
 	err   error
-	done  chan struct{}
+}
+
+// newGroups is the App's queue of API writes.
+func (a *App) newGroups() *group.Queue[*groupReq] {
+	return &group.Queue[*groupReq]{Max: groupMax, Run: a.commitBatch}
 }
 
 func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited) (*domain.Transaction, error) {
-	r := &groupReq{t: t, audit: au, done: make(chan struct{})}
-	g := &a.group
-	g.mu.Lock()
-	g.queue = append(g.queue, r)
-	lead := !g.running
-	if lead {
-		g.running = true
-	}
-	g.mu.Unlock()
-	if lead {
-		a.commitGroups(context.WithoutCancel(ctx), r)
-	}
+	r := &groupReq{t: t, audit: au}
 	select {
-	case <-r.done:
+	case <-a.group.Add(ctx, r):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -63,41 +50,16 @@ func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited
 	return a.getTransaction(ctx, r.id)
 }
 
-// commitGroups commits queued groups until mine is answered, then hands the
-// rest of the queue to a new committer so its caller is not held hostage by
-// later arrivals.
-func (a *App) commitGroups(ctx context.Context, mine *groupReq) {
-	g := &a.group
-	for {
-		if mine != nil {
-			select {
-			case <-mine.done:
-				go a.commitGroups(ctx, nil) // drains the queue, then releases the committer role
-				return
-			default:
+// commitBatch commits a group and answers each of its writes, one at a
+// time when the group fails as a whole.
+func (a *App) commitBatch(ctx context.Context, batch []*groupReq) {
+	if err := a.commitGroup(ctx, batch); err != nil {
+		for _, r := range batch { // one at a time: each gets its own answer
+			res, err := a.postOne(ctx, r.t, nil)
+			if err == nil {
+				r.id, r.tx = res.ID, res
 			}
-		}
-		g.mu.Lock()
-		n := min(len(g.queue), groupMax)
-		batch := g.queue[:n:n]
-		g.queue = g.queue[n:]
-		if n == 0 {
-			g.running = false
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		if err := a.commitGroup(ctx, batch); err != nil {
-			for _, r := range batch { // one at a time: each gets its own answer
-				res, err := a.postOne(ctx, r.t, nil)
-				if err == nil {
-					r.id, r.tx = res.ID, res
-				}
-				r.err = err
-			}
-		}
-		for _, r := range batch {
-			close(r.done)
+			r.err = err
 		}
 	}
 }

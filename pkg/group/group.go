@@ -1,0 +1,84 @@
+// Package group runs concurrent callers' work in groups (group commit)
+// without a background goroutine: the first caller to find no one running
+// becomes the runner and runs groups of whatever is queued until its own
+// work has run, then hands what is left to a goroutine of its own, so its
+// caller is not held by later arrivals. The ledger's API writes and the
+// audit recorder's records are committed this way.
+package group
+
+import (
+	"context"
+	"sync"
+)
+
+// Queue groups the items added to it. Max and Run are set before the first
+// Add.
+type Queue[T any] struct {
+	Max int                              // most items in one group
+	Run func(ctx context.Context, g []T) // runs a group; its items are answered when it returns
+
+	mu      sync.Mutex
+	queue   []entry[T]
+	running bool
+}
+
+type entry[T any] struct {
+	v    T
+	done chan struct{}
+}
+
+// Add queues v and returns a channel closed once the group holding v has
+// run. The caller that finds no runner runs groups (with ctx, less its
+// cancellation: a group holds other callers' work) before Add returns.
+func (q *Queue[T]) Add(ctx context.Context, v T) <-chan struct{} {
+	e := entry[T]{v: v, done: make(chan struct{})}
+	q.mu.Lock()
+	q.queue = append(q.queue, e)
+	lead := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if lead {
+		q.drain(context.WithoutCancel(ctx), e.done)
+	}
+	return e.done
+}
+
+// drain runs queued groups until mine has run, then hands the rest of the
+// queue to a new runner; with mine nil, until the queue is empty.
+func (q *Queue[T]) drain(ctx context.Context, mine chan struct{}) {
+	for {
+		if mine != nil {
+			select {
+			case <-mine:
+				go q.drain(ctx, nil) // drains the queue, then releases the runner role
+				return
+			default:
+			}
+		}
+		q.mu.Lock()
+		n := min(len(q.queue), q.Max)
+		batch := q.queue[:n:n]
+		q.queue = q.queue[n:]
+		if n == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		vs := make([]T, n)
+		for i, e := range batch {
+			vs[i] = e.v
+		}
+		q.Run(ctx, vs)
+		for _, e := range batch {
+			close(e.done)
+		}
+	}
+}
+
+// Len is the number of items waiting for a group.
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
+}

@@ -1,0 +1,93 @@
+package group
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// What arrives while a group runs waits and runs next, at most Max at a
+// time; each caller's channel closes only after the group holding its item
+// has run; the first caller runs its own group and returns, later groups run
+// without it.
+func TestQueueGroupsWhatWaits(t *testing.T) {
+	gate, gate2 := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	ran := map[int]bool{}
+	var calls atomic.Int32
+	q := &Queue[int]{Max: 4, Run: func(_ context.Context, g []int) {
+		switch calls.Add(1) {
+		case 1:
+			<-gate
+		case 2: // the second group waits until the first caller has its answer
+			<-gate2
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(g))
+		for _, v := range g {
+			ran[v] = true
+		}
+	}}
+	ranBefore := func(v int) bool { mu.Lock(); defer mu.Unlock(); return ran[v] }
+
+	leader := make(chan bool)
+	go func() {
+		done := q.Add(context.Background(), 0) // runs the first group itself
+		select {
+		case <-done:
+			leader <- ranBefore(0)
+		default:
+			leader <- false
+		}
+	}()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	var answered atomic.Int32
+	bad := make(chan int, 10)
+	for v := 1; v <= 10; v++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-q.Add(context.Background(), v)
+			answered.Add(1)
+			if !ranBefore(v) {
+				bad <- v
+			}
+		}()
+	}
+	for q.Len() != 10 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	select {
+	case ok := <-leader:
+		if !ok {
+			t.Fatal("the first caller's Add returned before its group ran, or without its answer")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first caller is held by the groups after its own")
+	}
+	time.Sleep(20 * time.Millisecond) // the second group is held at gate2: none of it may be answered
+	if n := answered.Load(); n != 0 {
+		t.Fatalf("%d items answered before their group ran", n)
+	}
+	close(gate2)
+	wg.Wait()
+	close(bad)
+	for v := range bad {
+		t.Fatalf("item %d answered before its group ran", v)
+	}
+	if !slices.Equal(sizes, []int{1, 4, 4, 2}) {
+		t.Fatalf("groups of %v, want [1 4 4 2]", sizes)
+	}
+	for q.Len() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
