@@ -41,6 +41,20 @@ func (f *fixture) count(t testing.TB, q string, args ...any) int {
 	return n
 }
 
+// texts is the one text column of every row q selects.
+func (f *fixture) texts(t testing.TB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestChargesPostedExactlyOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -278,19 +292,11 @@ func TestCopiedJournalRowsMatchInsertedOnes(t *testing.T) {
 		t.Fatalf("the batch posted %d, %v; want %d", got, err, n)
 	}
 	rowsOf := func(f *fixture) []string {
-		rows, err := f.pool.Query(f.ctx, `select format('%s|%s|%s|%s|%s|%s|%s', t.idempotency_key, encode(t.request_hash, 'hex'), t.kind,
+		return f.texts(t, `select format('%s|%s|%s|%s|%s|%s|%s', t.idempotency_key, encode(t.request_hash, 'hex'), t.kind,
 				t.description, t.effective_at, t.metadata::text,
 				(select string_agg(format('%s %s %s %s %s', p.idx, p.account, p.currency, p.direction, p.amount), ';' order by p.idx)
 				 from ledger.postings p where p.tx_id = t.id))
 			from ledger.transactions t order by t.idempotency_key`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
 	}
 	a, b := rowsOf(one), rowsOf(batch)
 	if len(a) != n || len(b) != n {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -39,7 +37,7 @@ func apiTx(t *testing.T, key, from, to, amount string) *domain.Transaction {
 // with their postings, accounts, balances and outbox rows, one string each.
 func written(t *testing.T, f *fixture) []string {
 	t.Helper()
-	rows, err := f.pool.Query(f.ctx, `
+	return f.texts(t, `
 		select format('tx %s|%s|%s|%s|%s|%s|%s|%s|%s', t.id, t.idempotency_key, encode(t.request_hash, 'hex'), t.kind,
 			t.description, t.effective_at, t.created_at, t.metadata::text,
 			(select string_agg(format('%s %s %s %s %s %s', p.idx, p.account, p.currency, p.direction, p.amount, p.created_at), ';' order by p.idx)
@@ -49,14 +47,6 @@ func written(t *testing.T, f *fixture) []string {
 		union all select format('balance %s %s %s %s %s', account, currency, debits, credits, cycle_id) from ledger.balances
 		union all select format('outbox %s %s %s', id, subject, encode(payload, 'hex')) from ledger.outbox
 		order by 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // A group of new API writes posted in one round trip (PostNew) leaves
