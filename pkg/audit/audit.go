@@ -248,7 +248,11 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 // as the interceptor stores it): one statement more in that transaction
 // instead of a transaction of its own, and the write and its record commit
 // or fail together. A write that does not take it, or whose transaction does
-// not commit, leaves the record to the interceptor.
+// not commit, leaves the record to the interceptor. The stored record says
+// what the write did (code OK) even if its caller stopped waiting and got
+// its own error; if the interceptor stores its record first (the caller
+// gave up before the commit), that one stays: both carry one event id, so
+// there is one record either way.
 type Claim struct {
 	rec    *eventsv1.AuditRecorded // without At, ResourceIds and Code
 	req    any
