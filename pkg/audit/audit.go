@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -64,15 +66,21 @@ type Store interface {
 // <schema>.outbox.
 type PoolStore struct{ Pool *pgxpool.Pool }
 
-// Insert implements Store.
+// Insert implements Store: the records of one service go in as one message
+// (Join).
 func (s PoolStore) Insert(ctx context.Context, schema string, recs []*eventsv1.AuditRecorded) error {
-	ids, subjs, payloads := make([]string, len(recs)), make([]string, len(recs)), make([][]byte, len(recs))
+	msgs := make([]outbox.Message, len(recs))
 	for i, r := range recs {
 		b, err := proto.Marshal(r)
 		if err != nil {
 			return err
 		}
-		ids[i], subjs[i], payloads[i] = recordID(r), subjects.AuditRecorded.Of(r.Service), b
+		msgs[i] = outbox.Message{ID: recordID(r), Subject: subjects.AuditRecorded.Of(r.Service), Payload: b}
+	}
+	msgs = Join(msgs)
+	ids, subjs, payloads := make([]string, len(msgs)), make([]string, len(msgs)), make([][]byte, len(msgs))
+	for i, m := range msgs {
+		ids[i], subjs[i], payloads[i] = m.ID, m.Subject, m.Payload
 	}
 	q := outbox.InsertInto(schema) + ` select * from unnest($1::text[], $2::text[], $3::bytea[]) on conflict (id) do nothing`
 	if _, err := s.Pool.Exec(ctx, q, ids, subjs, payloads); err != nil {
@@ -300,6 +308,46 @@ func (c *Claim) Stored() { c.stored.Store(true) }
 
 // recordID is a record's outbox message id.
 func recordID(rec *eventsv1.AuditRecorded) string { return "audit-" + rec.EventId }
+
+// recordsField is AuditRecordedBatch.records.
+const recordsField protowire.Number = 11
+
+// Join turns records' messages (each one AuditRecorded, as Claim.Message
+// and Insert make them) into one AuditRecordedBatch message per subject,
+// the records in their order, so writes stored together cost the relay, the
+// stream and the ledger's audit consumer one message, not one each. A
+// subject with one record keeps its message. The batch's id is its first
+// record's followed by "+{count}": a record is in one stored batch only, so
+// the id is unique as each record's is.
+func Join(msgs []outbox.Message) []outbox.Message {
+	var subjs []string
+	bySubject := map[string][]outbox.Message{}
+	for _, m := range msgs {
+		if bySubject[m.Subject] == nil {
+			subjs = append(subjs, m.Subject)
+		}
+		bySubject[m.Subject] = append(bySubject[m.Subject], m)
+	}
+	out := make([]outbox.Message, 0, len(subjs))
+	for _, subj := range subjs {
+		ms := bySubject[subj]
+		if len(ms) == 1 {
+			out = append(out, ms[0])
+			continue
+		}
+		size := 0
+		for _, m := range ms {
+			size += len(m.Payload) + 8
+		}
+		b := make([]byte, 0, size)
+		for _, m := range ms {
+			b = protowire.AppendTag(b, recordsField, protowire.BytesType)
+			b = protowire.AppendBytes(b, m.Payload)
+		}
+		out = append(out, outbox.Message{ID: ms[0].ID + "+" + strconv.Itoa(len(ms)), Subject: subj, Payload: b})
+	}
+	return out
+}
 
 // record stores rec now, or keeps it in the backlog (logged in full) for
 // Run. Records of concurrent writes are stored together, one insert per

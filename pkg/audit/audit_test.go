@@ -14,8 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 )
@@ -220,5 +224,43 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Join makes one AuditRecordedBatch message per subject, its records in
+// their order, with the first record's id and the count; a subject with one
+// record keeps its message as it was.
+func TestJoinOneMessagePerSubject(t *testing.T) {
+	rec := func(id, service string) outbox.Message {
+		r := &eventsv1.AuditRecorded{EventId: id, At: timestamppb.New(time.Unix(1_700_000_000, 0)), Service: service,
+			Method: createTx, ResourceIds: []string{"transaction_id=" + id}, Code: "OK"}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outbox.Message{ID: recordID(r), Subject: subjects.AuditRecorded.Of(service), Payload: b}
+	}
+	in := []outbox.Message{rec("a", "ledger"), rec("x", "payout"), rec("b", "ledger"), rec("c", "ledger")}
+	out := Join(in)
+	if len(out) != 2 || out[0].ID != "audit-a+3" || out[0].Subject != "audit.recorded.ledger" || out[1].ID != in[1].ID ||
+		out[1].Subject != in[1].Subject || string(out[1].Payload) != string(in[1].Payload) {
+		t.Fatalf("joined %+v", out)
+	}
+	batch := &eventsv1.AuditRecordedBatch{}
+	if err := proto.Unmarshal(out[0].Payload, batch); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range batch.Records {
+		got = append(got, r.EventId+"/"+r.Service+"/"+r.ResourceIds[0])
+	}
+	if want := []string{"a/ledger/transaction_id=a", "b/ledger/transaction_id=b", "c/ledger/transaction_id=c"}; !slices.Equal(got, want) {
+		t.Fatalf("batch holds %v, want %v", got, want)
+	}
+	// Read as one record (what a consumer that predates batches does), it
+	// has no event id: refused, not stored as something else.
+	one := &eventsv1.AuditRecorded{}
+	if err := proto.Unmarshal(out[0].Payload, one); err != nil || one.EventId != "" || one.At != nil {
+		t.Fatalf("batch read as one record: %v, %v", one, err)
 	}
 }

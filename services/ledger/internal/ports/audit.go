@@ -47,11 +47,7 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 			if !strings.HasPrefix(m.Subject(), subjects.AuditRecorded.Prefix()) {
 				continue
 			}
-			e := &eventsv1.AuditRecorded{}
-			err := proto.Unmarshal(m.Data(), e)
-			if err == nil && (e.EventId == "" || e.At == nil) {
-				err = errors.New("audit record without event_id or at")
-			}
+			recs, err := decodeAudit(m.Data())
 			if err != nil {
 				if poison == nil {
 					poison = &natsx.PoisonError{}
@@ -59,14 +55,44 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 				poison.Add(natsx.MsgID(m), err)
 				continue
 			}
-			evs = append(evs, domain.AuditEvent{EventID: e.EventId, At: e.At.AsTime(), Service: e.Service, Method: e.Method,
-				Actor: e.Actor, Role: e.Role, ResourceIDs: e.ResourceIds, RequestID: e.RequestId, Code: e.Code, ClientAddr: e.ClientAddr})
+			for _, e := range recs {
+				evs = append(evs, domain.AuditEvent{EventID: e.EventId, At: e.At.AsTime(), Service: e.Service, Method: e.Method,
+					Actor: e.Actor, Role: e.Role, ResourceIDs: e.ResourceIds, RequestID: e.RequestId, Code: e.Code, ClientAddr: e.ClientAddr})
+			}
 		}
 		if poison != nil {
 			return poison
 		}
 		return a.RecordAuditEvents(ctx, evs)
 	})
+}
+
+// decodeAudit reads an audit.recorded.* message: one AuditRecorded, or an
+// AuditRecordedBatch (which reads as an AuditRecorded without event_id).
+// Every record must have its event_id and at, or the message is refused
+// whole.
+func decodeAudit(b []byte) ([]*eventsv1.AuditRecorded, error) {
+	one := &eventsv1.AuditRecorded{}
+	if err := proto.Unmarshal(b, one); err != nil {
+		return nil, err
+	}
+	recs := []*eventsv1.AuditRecorded{one}
+	if one.EventId == "" && one.At == nil {
+		batch := &eventsv1.AuditRecordedBatch{}
+		if err := proto.Unmarshal(b, batch); err != nil {
+			return nil, err
+		}
+		recs = batch.Records
+	}
+	if len(recs) == 0 {
+		return nil, errors.New("audit record without event_id or at")
+	}
+	for _, e := range recs {
+		if e.EventId == "" || e.At == nil {
+			return nil, errors.New("audit record without event_id or at")
+		}
+	}
+	return recs, nil
 }
 
 // AuditServer is the gRPC AuditService (GET /v1/audit-events).

@@ -1375,6 +1375,56 @@ func (x *AuditRecorded) GetClientAddr() string {
 	return ""
 }
 
+// Subject audit.recorded.{service}, as AuditRecorded: the records of writes
+// stored together (an API group committed in one transaction, the recorder's
+// insert of concurrent writes' records), in order, as one message. Its one
+// field is numbered past AuditRecorded's: a consumer that reads it as an
+// AuditRecorded finds no event_id and dead-letters it whole (replayable),
+// never stores part of it. Nats-Msg-Id = audit-{first event_id}+{count}.
+type AuditRecordedBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecorded       `protobuf:"bytes,11,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecordedBatch) Reset() {
+	*x = AuditRecordedBatch{}
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecordedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecordedBatch) ProtoMessage() {}
+
+func (x *AuditRecordedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecordedBatch.ProtoReflect.Descriptor instead.
+func (*AuditRecordedBatch) Descriptor() ([]byte, []int) {
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AuditRecordedBatch) GetRecords() []*AuditRecorded {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 // gpu_model.updated.{gpu_model}: one version of a model of the GPU catalogue
 // (metering owns it; pricing keeps a read model). Nats-Msg-Id =
 // gpu-model-{gpu_model}-{version}.
@@ -1393,7 +1443,7 @@ type GpuModelUpdated struct {
 
 func (x *GpuModelUpdated) Reset() {
 	*x = GpuModelUpdated{}
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1455,7 @@ func (x *GpuModelUpdated) String() string {
 func (*GpuModelUpdated) ProtoMessage() {}
 
 func (x *GpuModelUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[14]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1468,7 @@ func (x *GpuModelUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuModelUpdated.ProtoReflect.Descriptor instead.
 func (*GpuModelUpdated) Descriptor() ([]byte, []int) {
-	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GpuModelUpdated) GetGpuModel() string {
@@ -1493,7 +1543,7 @@ type LeaseControl struct {
 
 func (x *LeaseControl) Reset() {
 	*x = LeaseControl{}
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1555,7 @@ func (x *LeaseControl) String() string {
 func (*LeaseControl) ProtoMessage() {}
 
 func (x *LeaseControl) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_events_v1_events_proto_msgTypes[15]
+	mi := &file_gpubill_events_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1568,7 @@ func (x *LeaseControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseControl.ProtoReflect.Descriptor instead.
 func (*LeaseControl) Descriptor() ([]byte, []int) {
-	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_gpubill_events_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseControl) GetEventId() string {
@@ -1739,7 +1789,9 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\x04code\x18\t \x01(\tR\x04code\x12\x1f\n" +
 	"\vclient_addr\x18\n" +
 	" \x01(\tR\n" +
-	"clientAddr\"\xf5\x01\n" +
+	"clientAddr\"V\n" +
+	"\x12AuditRecordedBatch\x12:\n" +
+	"\arecords\x18\v \x03(\v2 .gpubill.events.v1.AuditRecordedR\arecordsJ\x04\b\x01\x10\v\"\xf5\x01\n" +
 	"\x0fGpuModelUpdated\x12\x1b\n" +
 	"\tgpu_model\x18\x01 \x01(\tR\bgpuModel\x12\x16\n" +
 	"\x06vendor\x18\x02 \x01(\tR\x06vendor\x12\x1b\n" +
@@ -1774,7 +1826,7 @@ func file_gpubill_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_gpubill_events_v1_events_proto_rawDescData
 }
 
-var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_gpubill_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*UsageEvent)(nil),            // 0: gpubill.events.v1.UsageEvent
 	(*UsageRecordedBatch)(nil),    // 1: gpubill.events.v1.UsageRecordedBatch
@@ -1790,36 +1842,38 @@ var file_gpubill_events_v1_events_proto_goTypes = []any{
 	(*ProviderSettled)(nil),       // 11: gpubill.events.v1.ProviderSettled
 	(*PayoutStatusChanged)(nil),   // 12: gpubill.events.v1.PayoutStatusChanged
 	(*AuditRecorded)(nil),         // 13: gpubill.events.v1.AuditRecorded
-	(*GpuModelUpdated)(nil),       // 14: gpubill.events.v1.GpuModelUpdated
-	(*LeaseControl)(nil),          // 15: gpubill.events.v1.LeaseControl
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*AuditRecordedBatch)(nil),    // 14: gpubill.events.v1.AuditRecordedBatch
+	(*GpuModelUpdated)(nil),       // 15: gpubill.events.v1.GpuModelUpdated
+	(*LeaseControl)(nil),          // 16: gpubill.events.v1.LeaseControl
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_gpubill_events_v1_events_proto_depIdxs = []int32{
-	16, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	16, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	16, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	17, // 0: gpubill.events.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	17, // 1: gpubill.events.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	17, // 2: gpubill.events.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: gpubill.events.v1.UsageRecordedBatch.events:type_name -> gpubill.events.v1.UsageEvent
-	16, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
-	16, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
+	17, // 4: gpubill.events.v1.ChargeLine.start_time:type_name -> google.protobuf.Timestamp
+	17, // 5: gpubill.events.v1.ChargeLine.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: gpubill.events.v1.RatedCharge.lines:type_name -> gpubill.events.v1.ChargeLine
-	16, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
+	17, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
-	16, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	16, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	16, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	17, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	17, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
 	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
-	16, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	16, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	16, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
-	16, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
-	16, // 18: gpubill.events.v1.GpuModelUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	16, // 19: gpubill.events.v1.LeaseControl.at:type_name -> google.protobuf.Timestamp
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	17, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	17, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	17, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
+	17, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
+	13, // 18: gpubill.events.v1.AuditRecordedBatch.records:type_name -> gpubill.events.v1.AuditRecorded
+	17, // 19: gpubill.events.v1.GpuModelUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 20: gpubill.events.v1.LeaseControl.at:type_name -> google.protobuf.Timestamp
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }
@@ -1833,7 +1887,7 @@ func file_gpubill_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_events_v1_events_proto_rawDesc), len(file_gpubill_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -171,8 +171,9 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 }
 
 // auditMessages are the audit records of audited that belong in this
-// schema's outbox, as messages, and their claims (to mark stored once the
-// write commits); the others' interceptors store them.
+// schema's outbox, joined into one message (audit.Join), and their claims
+// (to mark stored once the write commits); the others' interceptors store
+// them.
 func auditMessages(audited []app.Audited) ([]outbox.Message, []*audit.Claim) {
 	var msgs []outbox.Message
 	var claims []*audit.Claim
@@ -181,7 +182,7 @@ func auditMessages(audited []app.Audited) ([]outbox.Message, []*audit.Claim) {
 			msgs, claims = append(msgs, au.Message), append(claims, au.Claim)
 		}
 	}
-	return msgs, claims
+	return audit.Join(msgs), claims
 }
 
 // needsJudging is the SQLSTATE ledger.needs_judging raises.

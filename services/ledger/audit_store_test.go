@@ -1,0 +1,126 @@
+package ledger_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/audit"
+	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+)
+
+// A batch of audit events is stored in its order, each event once (a repeat
+// in the batch or of a stored event changes nothing), its resource ids
+// exactly as sent whatever characters they hold.
+func TestAuditEventsStoredAsSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 123456000, time.UTC)
+	ev := func(id string, resources ...string) domain.AuditEvent {
+		return domain.AuditEvent{EventID: id, At: at, Service: "ledger", Method: "/gpubill.ledger.v1.LedgerService/CreateTransaction",
+			Actor: "fin-" + id, Role: "finance", ResourceIDs: resources, RequestID: "req-" + id, Code: "OK", ClientAddr: "192.0.2.7"}
+	}
+	if err := f.app.RecordAuditEvents(f.ctx, []domain.AuditEvent{ev("e-0", "transaction_id=t-0")}); err != nil {
+		t.Fatal(err)
+	}
+	odd := []string{`quote="x"`, `back\slash`, `comma,brace{}`, "NULL", "", " spaced ", "寿司=🍣", `\"`}
+	batch := []domain.AuditEvent{
+		ev("e-2", odd...),
+		ev("e-0", "transaction_id=changed"), // stored before: unchanged
+		ev("e-1"),                           // no resource ids
+		ev("e-2", "repeat"),                 // twice in the batch: the first stays
+		ev("e-3", "a=1", "b=2"),
+	}
+	for range 2 { // and the whole batch redelivered
+		if err := f.app.RecordAuditEvents(f.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := f.pool.Query(f.ctx, `select event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr
+		from ledger.audit_events order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []domain.AuditEvent
+	for rows.Next() {
+		var e domain.AuditEvent
+		if err := rows.Scan(&e.EventID, &e.At, &e.Service, &e.Method, &e.Actor, &e.Role, &e.ResourceIDs, &e.RequestID, &e.Code, &e.ClientAddr); err != nil {
+			t.Fatal(err)
+		}
+		e.At = e.At.UTC()
+		got = append(got, e)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []domain.AuditEvent{ev("e-0", "transaction_id=t-0"), ev("e-2", odd...), ev("e-1"), ev("e-3", "a=1", "b=2")}
+	want[2].ResourceIDs = []string{}
+	if !slices.EqualFunc(got, want, func(a, b domain.AuditEvent) bool {
+		return a.EventID == b.EventID && a.At.Equal(b.At) && a.Service == b.Service && a.Method == b.Method && a.Actor == b.Actor &&
+			a.Role == b.Role && slices.Equal(a.ResourceIDs, b.ResourceIDs) && a.ResourceIDs != nil && a.RequestID == b.RequestID &&
+			a.Code == b.Code && a.ClientAddr == b.ClientAddr
+	}) {
+		t.Fatalf("stored\n%q\nwant\n%q", got, want)
+	}
+}
+
+// The audit consumer stores the records of a batch message (audit.Join) in
+// order, beside single-record messages; a batch holding one record without
+// an event id is dead-lettered whole, none of its records stored.
+func TestAuditBatchesConsumed(t *testing.T) {
+	t.Parallel()
+	js := testkit.NewJetStream(t)
+	f := newFixture(t, js)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.svc.Run(ctx) }()
+	at := timestamppb.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	msg := func(id string) outbox.Message {
+		b, err := proto.Marshal(&eventsv1.AuditRecorded{EventId: id, At: at, Service: "payout", Method: "/gpubill.payout.v1.PayoutService/CreatePayout",
+			Role: "finance", ResourceIds: []string{"payout_id=" + id}, Code: "OK"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outbox.Message{ID: "audit-" + id, Subject: "audit.recorded.payout", Payload: b}
+	}
+	bad := msg("")
+	bad.ID = "audit-bad"
+	var sent []outbox.Message
+	sent = append(sent, audit.Join([]outbox.Message{msg("b-1"), msg("b-2"), msg("b-3")})...)
+	sent = append(sent, msg("s-1"))
+	sent = append(sent, audit.Join([]outbox.Message{msg("p-1"), bad, msg("p-2")})...)
+	sent = append(sent, msg("s-2"))
+	if len(sent) != 4 {
+		t.Fatalf("%d messages, want 4", len(sent))
+	}
+	for _, m := range sent {
+		nm := nats.NewMsg(m.Subject)
+		nm.Data = m.Payload
+		nm.Header.Set(jetstream.MsgIDHeader, m.ID)
+		if _, err := js.JS.PublishMsg(f.ctx, nm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `select count(*) from ledger.audit_events`) == 5 && f.count(t, `select count(*) from ledger.dead_letters`) == 1
+	}, "five records stored, one message dead-lettered")
+	if got := f.texts(t, `select event_id from ledger.audit_events order by seq`); !slices.Equal(got, []string{"b-1", "b-2", "b-3", "s-1", "s-2"}) {
+		t.Fatalf("stored %v", got)
+	}
+	if got := f.texts(t, `select message_id from ledger.dead_letters`); !slices.Equal(got, []string{sent[2].ID}) {
+		t.Fatalf("dead letters %v, want %s", got, sent[2].ID)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
