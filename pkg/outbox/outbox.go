@@ -70,6 +70,12 @@ const (
 	relayIdlePoll     = 200 * time.Millisecond // longest poll interval when idle
 	relayErrorBackoff = 500 * time.Millisecond
 	publishAckTimeout = 30 * time.Second
+	// relayGather is how long the relay lets messages gather after a round
+	// that did not fill a batch: under a stream of small commits (API
+	// writes, one group commit every few milliseconds) each round otherwise
+	// read, published and moved one commit's few rows, three statements a
+	// commit. A message waits at most this much more; a lone one, none.
+	relayGather = 5 * time.Millisecond
 )
 
 // Message is one event to publish.
@@ -304,7 +310,10 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		}
 		if n > 0 {
 			idle = relayPollMin
-			continue // under load: relay again at once
+			if n < relayBatchMax {
+				sleep(ctx, relayGather) // under load: relay again once more have gathered
+			}
+			continue
 		}
 		t := time.NewTimer(idle)
 		select {
