@@ -1,7 +1,16 @@
 package outbox
 
-import "context"
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+)
 
 // PrunePublished runs one pruning round (the relay runs one every
 // publishedPruneEach).
 func (r *Relay) PrunePublished(ctx context.Context) error { return r.prunePublished(ctx) }
+
+// SplitToFit is splitToFit: what the relay publishes for one row.
+func SplitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
+	return splitToFit(id, subject, payload, limit)
+}

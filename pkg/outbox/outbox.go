@@ -252,9 +252,10 @@ const streamLimitTTL = time.Minute
 // it, each part carrying the batch's other fields and its own message id
 // (<id>~<part>/<parts>, the same on every retry).
 var BatchFields = map[string]protowire.Number{
-	subjects.UsageRecorded.Prefix(): 2, // UsageRecordedBatch.events
-	subjects.ChargesRated.Prefix():  2, // ChargesRatedBatch.charges
-	subjects.LedgerPosted.Prefix():  2, // LedgerPostedBatch.transactions
+	subjects.UsageRecorded.Prefix(): 2,  // UsageRecordedBatch.events
+	subjects.ChargesRated.Prefix():  2,  // ChargesRatedBatch.charges
+	subjects.LedgerPosted.Prefix():  2,  // LedgerPostedBatch.transactions
+	subjects.AuditRecorded.Prefix(): 11, // AuditRecordedBatch.records (a lone AuditRecorded has none: kept whole)
 }
 
 // headerBytesMax is room kept under max_payload for subject and headers.

@@ -339,3 +339,50 @@ func TestCopyWritesRowsAsAddDoes(t *testing.T) {
 		t.Fatalf("copying c1 again: %v, want a unique violation", err)
 	}
 }
+
+// An audit batch too big to publish is split along its records, each part
+// an AuditRecordedBatch that fits, the records in their order; a lone
+// record is published whole.
+func TestAuditBatchSplitsAlongItsRecords(t *testing.T) {
+	batch := &eventsv1.AuditRecordedBatch{}
+	for i := range 50 {
+		batch.Records = append(batch.Records, &eventsv1.AuditRecorded{EventId: fmt.Sprintf("ev-%02d", i), Service: "ledger",
+			ResourceIds: []string{"transaction_id=" + strings.Repeat("x", 900)}})
+	}
+	payload, err := proto.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 10_000
+	parts := outbox.SplitToFit("audit-ev-00+50", "audit.recorded.ledger", payload, limit)
+	if len(parts) < 5 {
+		t.Fatalf("%d parts of a %d-byte batch under %d bytes", len(parts), len(payload), limit)
+	}
+	var got []string
+	for i, m := range parts {
+		if len(m.Data) > limit || m.Header.Get(jetstream.MsgIDHeader) != fmt.Sprintf("audit-ev-00+50~%d/%d", i+1, len(parts)) {
+			t.Fatalf("part %d: %d bytes, id %q", i+1, len(m.Data), m.Header.Get(jetstream.MsgIDHeader))
+		}
+		part := &eventsv1.AuditRecordedBatch{}
+		if err := proto.Unmarshal(m.Data, part); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range part.Records {
+			got = append(got, r.EventId)
+		}
+	}
+	var want []string
+	for _, r := range batch.Records {
+		want = append(want, r.EventId)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts hold %v, want %v", got, want)
+	}
+	one, err := proto.Marshal(batch.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts := outbox.SplitToFit("audit-ev-00", "audit.recorded.ledger", one, 100); len(parts) != 1 || string(parts[0].Data) != string(one) {
+		t.Fatalf("a lone record: %d parts", len(parts))
+	}
+}
