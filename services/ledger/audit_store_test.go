@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -80,9 +79,7 @@ func TestAuditBatchesConsumed(t *testing.T) {
 	t.Parallel()
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.svc.Run(ctx) }()
+	f.runService(t)
 	at := timestamppb.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 	msg := func(id string) outbox.Message {
 		b, err := proto.Marshal(&eventsv1.AuditRecorded{EventId: id, At: at, Service: "payout", Method: "/gpubill.payout.v1.PayoutService/CreatePayout",
@@ -118,9 +115,5 @@ func TestAuditBatchesConsumed(t *testing.T) {
 	}
 	if got := f.texts(t, `select message_id from ledger.dead_letters`); !slices.Equal(got, []string{sent[2].ID}) {
 		t.Fatalf("dead letters %v, want %s", got, sent[2].ID)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

@@ -344,15 +344,7 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuC
 	// The service's workers run beside the API, as in production: the
 	// outbox relay, the chain worker, the audit consumer (every write's
 	// record reaches ledger.audit_events through it), lease control.
-	runCtx, stop := context.WithCancel(f.ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- f.svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Error(err)
-		}
-	})
+	f.runService(t)
 	secret := []byte("gpubill-bench-secret-0123456789abcdef")
 	srv, err := server.Start(f.ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
 		Log: f.app.Log, Services: []server.Service{f.svc}, Audit: audit.New(audit.PoolStore{Pool: f.pool}, f.app.Log, "ledger")})

@@ -58,6 +58,21 @@ func newFixtureOn(t testing.TB, pool *pgxpool.Pool, js *testkit.JetStream, clk c
 	return &fixture{svc: s, app: s.App(), pool: pool, ctx: ctx}
 }
 
+// runService runs the service's workers (consumers, outbox relay, chain
+// worker, lease control) until t ends, and fails t if they end with an error.
+func (f *fixture) runService(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 func (f *fixture) balance(t testing.TB, addr, cur string) decimal.Decimal {
 	t.Helper()
 	v, err := f.app.GetAccount(f.ctx, addr, nil)
