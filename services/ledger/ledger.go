@@ -220,6 +220,7 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.runCheckpoints(ctx) })
 	g.Go(func() error { return s.runSegregatedFunds(ctx) })
+	g.Go(func() error { return s.runBurnPrune(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -244,6 +245,25 @@ func (s *Service) runSegregatedFunds(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// burnPruneEvery is how often the ledger deletes the wallet_burn minutes no
+// burn rate reads any more (postgres.PruneBurn).
+const burnPruneEvery = 10 * time.Minute
+
+func (s *Service) runBurnPrune(ctx context.Context) error {
+	t := time.NewTicker(burnPruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := postgres.PruneBurn(ctx, s.deps.Pool, s.deps.Clock.Now()); err != nil && ctx.Err() == nil {
+			s.deps.Log.Error("wallet burn minutes", "err", err)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -245,7 +246,8 @@ func (w *Writer) Flush(ctx context.Context) error {
 }
 
 // Close flushes what is buffered, then writes the accounts the journal
-// used and the balances it makes (what the ledger maintains as it posts).
+// used, the balances it makes and the wallet_burn minutes of its charges of
+// the last two hours (what the ledger maintains as it posts).
 func (w *Writer) Close(ctx context.Context) error {
 	if err := w.Flush(ctx); err != nil {
 		return err
@@ -270,6 +272,9 @@ func (w *Writer) Close(ctx context.Context) error {
 	if _, err := w.conn.CopyFrom(ctx, pgx.Identifier{"ledger", "balances"}, []string{"account", "currency", "debits", "credits", "cycle_id"},
 		pgx.CopyFromRows(balRows)); err != nil {
 		return fmt.Errorf("copy balances: %w", err)
+	}
+	if _, err := w.conn.Exec(ctx, postgres.BurnFromJournalSQL, time.Now()); err != nil {
+		return fmt.Errorf("wallet burn: %w", err)
 	}
 	return nil
 }

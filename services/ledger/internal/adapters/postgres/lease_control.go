@@ -51,11 +51,16 @@ const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debit
 	order by k.renter_id, k.currency`
 
 // burnSQL sums, per (wallet address, currency), the usage charged to the
-// wallet since $3: every charge posting of the last hour, so its cost is
-// per wallet and per charge, the costliest read of lease control.
-const burnSQL = `select k.n, coalesce((select sum(p.amount) from ledger.postings p join ledger.transactions t on t.id = p.tx_id
-		where p.account = k.address collate "C" and p.currency = k.currency and p.direction = 'debit'
-			and p.created_at > $3 and t.kind = 'charge'), 0)
+// wallet since $3: wallet_burn's minutes from $4 on ($4 is the minute after
+// $3's), and the charge postings between $3 and $4 one by one. Each
+// wallet reads at most 61 minute rows and a minute of postings, however
+// often it is charged.
+const burnSQL = `select k.n,
+		coalesce((select sum(b.amount) from ledger.wallet_burn b
+			where b.account = k.address collate "C" and b.currency = k.currency and b.minute >= $4), 0)
+		+ coalesce((select sum(p.amount) from ledger.postings p join ledger.transactions t on t.id = p.tx_id
+			where p.account = k.address collate "C" and p.currency = k.currency and p.direction = 'debit'
+				and p.created_at > $3 and p.created_at < $4 and t.kind = 'charge'), 0)
 	from unnest($1::text[], $2::text[]) with ordinality as k(address, currency, n)`
 
 // readWallets reads the wallets of keys, without their burn rate.
@@ -94,7 +99,7 @@ func readBurn(ctx context.Context, q Querier, inTx bool, ws []domain.Wallet, sin
 			return fmt.Errorf("burn rate: %w", err)
 		}
 	}
-	rows, err := q.Query(ctx, burnSQL, as, cs, since)
+	rows, err := q.Query(ctx, burnSQL, as, cs, since, burnMinute(since).Add(time.Minute))
 	if err != nil {
 		return fmt.Errorf("burn rate: %w", err)
 	}

@@ -130,6 +130,9 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 		b.Queue(accountsInsertSQL, args...)
 	}
 	b.Queue(postingsInsertSQL, postings.args()...)
+	if args := burnArgs(txs); args != nil {
+		b.Queue(burnUpsertSQL, args...)
+	}
 	audits, claims := auditMessages(audited)
 	if err := outbox.Queue(ctx, b, Schema, append(postedEvents(txs), audits...)...); err != nil {
 		return nil, err

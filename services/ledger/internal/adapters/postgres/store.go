@@ -135,6 +135,11 @@ func (t *Tx) Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Tra
 		(tx_id, idx, account, currency, direction, amount, created_at) from stdin (format binary)`); err != nil {
 		return nil, nil, fmt.Errorf("copy postings: %w", err)
 	}
+	if args := burnArgs(fresh); args != nil {
+		if _, err := t.tx.Exec(ctx, burnUpsertSQL, args...); err != nil {
+			return nil, nil, fmt.Errorf("wallet burn: %w", err)
+		}
+	}
 	if err := insertBreaches(ctx, t.tx, fresh); err != nil {
 		return nil, nil, err
 	}
