@@ -19,7 +19,8 @@ import (
 
 // A batch of audit events is stored in its order, each event once (a repeat
 // in the batch or of a stored event changes nothing), its resource ids
-// exactly as sent whatever characters they hold.
+// exactly as sent whatever characters they hold: copied in, or inserted
+// when the batch repeats an id.
 func TestAuditEventsStoredAsSent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -44,6 +45,17 @@ func TestAuditEventsStoredAsSent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A batch repeating no id is copied in; redelivered, the copy fails on
+	// a stored id and the batch is inserted skipping it.
+	copied := []domain.AuditEvent{ev("e-4", odd...), ev("e-5"), ev("e-6", "c=3")}
+	for range 2 {
+		if err := f.app.RecordAuditEvents(f.ctx, copied); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.app.RecordAuditEvents(f.ctx, []domain.AuditEvent{ev("e-7", "d=4"), ev("e-5", "changed")}); err != nil {
+		t.Fatal(err)
+	}
 	rows, err := f.pool.Query(f.ctx, `select event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr
 		from ledger.audit_events order by seq`)
 	if err != nil {
@@ -61,8 +73,9 @@ func TestAuditEventsStoredAsSent(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	want := []domain.AuditEvent{ev("e-0", "transaction_id=t-0"), ev("e-2", odd...), ev("e-1"), ev("e-3", "a=1", "b=2")}
-	want[2].ResourceIDs = []string{}
+	want := []domain.AuditEvent{ev("e-0", "transaction_id=t-0"), ev("e-2", odd...), ev("e-1"), ev("e-3", "a=1", "b=2"),
+		ev("e-4", odd...), ev("e-5"), ev("e-6", "c=3"), ev("e-7", "d=4")}
+	want[2].ResourceIDs, want[5].ResourceIDs = []string{}, []string{}
 	if !slices.EqualFunc(got, want, func(a, b domain.AuditEvent) bool {
 		return a.EventID == b.EventID && a.At.Equal(b.At) && a.Service == b.Service && a.Method == b.Method && a.Actor == b.Actor &&
 			a.Role == b.Role && slices.Equal(a.ResourceIDs, b.ResourceIDs) && a.ResourceIDs != nil && a.RequestID == b.RequestID &&
