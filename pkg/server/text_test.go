@@ -48,6 +48,11 @@ func TestCheckTextNamesTheField(t *testing.T) {
 		{name: "clean", give: events(3, -1, ""), want: nil},
 		{name: "list element", give: events(3, 2, "l\x00"), want: []string{"events[2].lease_id: contains a NUL byte"}},
 		{name: "invalid UTF-8", give: events(3, 0, "\xff"), want: []string{"events[0].lease_id: is not valid UTF-8"}},
+		{name: "top-level field", give: &meteringv1.UsageEventInput{Id: "e\x00", Region: "\xff", Workload: "ok"},
+			want: []string{"id: contains a NUL byte", "region: is not valid UTF-8"}},
+		{name: "two fields of one element", give: &meteringv1.IngestUsageEventsRequest{Events: []*meteringv1.UsageEventInput{
+			{Id: "ok"}, {Id: "x", LeaseId: "\x00", GpuModel: "RTX_4090", Workload: "\xfe"}}},
+			want: []string{"events[1].lease_id: contains a NUL byte", "events[1].workload: is not valid UTF-8"}},
 		{name: "nested list in map", give: &structpb.Struct{Fields: map[string]*structpb.Value{"a": list(str("ok"), str("b\x00"))}},
 			want: []string{`fields["a"].list_value.values[1].string_value: contains a NUL byte`}},
 		{name: "map key", give: &structpb.Struct{Fields: map[string]*structpb.Value{"k\x00": str("x")}},
