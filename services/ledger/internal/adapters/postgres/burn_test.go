@@ -1,12 +1,14 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
@@ -16,6 +18,17 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
+
+// migratedStore is a store on a fresh, migrated ledger database.
+func migratedStore(t *testing.T) (context.Context, *pgxpool.Pool, *Store) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, Schema, migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pool, NewStore(pool)
+}
 
 // burnByPostingsSQL is the burn rate as it was read before wallet_burn
 // (migration ledger/0014): every charge posting of the wallet since $3.
@@ -28,12 +41,7 @@ const burnByPostingsSQL = `select coalesce(sum(p.amount), 0) from ledger.posting
 // Post and by PostNew, at random instants and on minute boundaries, beside
 // other debits of the wallets that are not charges.
 func TestBurnEqualsChargePostingsSince(t *testing.T) {
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For("ledger")); err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(pool)
+	ctx, pool, s := migratedStore(t)
 	rng := rand.New(rand.NewPCG(16, 14))
 	base := time.Now().UTC().Truncate(time.Minute).Add(-90 * time.Minute)
 	renters, currencies := []string{"r-burn-a", "r-burn-b", "r-burn-c"}, []string{"USD", "CNY"}
@@ -166,12 +174,7 @@ func TestBurnEqualsChargePostingsSince(t *testing.T) {
 // postings of one minute and the window's minute rows: a small part of
 // what summing every charge posting of the hour touched.
 func TestBurnReadTakesAMinuteOfPostings(t *testing.T) {
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For("ledger")); err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(pool)
+	ctx, pool, s := migratedStore(t)
 	now := time.Now().UTC()
 	pending, err := domain.ParseAddress(domain.ProviderPendingAddr("p-burn", "cyc-20261112"))
 	if err != nil {
