@@ -233,14 +233,21 @@ func (s *Service) Run(ctx context.Context) error {
 const segregatedFundsEvery = 10 * time.Minute
 
 func (s *Service) runSegregatedFunds(ctx context.Context) error {
-	t := time.NewTicker(segregatedFundsEvery)
-	defer t.Stop()
-	for {
+	return every(ctx, segregatedFundsEvery, func() {
 		for _, c := range money.Codes() {
 			if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
 				s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
 			}
 		}
+	})
+}
+
+// every runs step now and then every period until ctx ends.
+func every(ctx context.Context, period time.Duration, step func()) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		step()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -254,18 +261,11 @@ func (s *Service) runSegregatedFunds(ctx context.Context) error {
 const burnPruneEvery = 10 * time.Minute
 
 func (s *Service) runBurnPrune(ctx context.Context) error {
-	t := time.NewTicker(burnPruneEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return every(ctx, burnPruneEvery, func() {
 		if _, err := postgres.PruneBurn(ctx, s.deps.Pool, s.deps.Clock.Now()); err != nil && ctx.Err() == nil {
 			s.deps.Log.Error("wallet burn minutes", "err", err)
 		}
-	}
+	})
 }
 
 // Metrics implements svc.MetricsSource.
@@ -296,18 +296,11 @@ func Metrics() []obs.SQLMetric {
 const checkpointTick = time.Minute
 
 func (s *Service) runCheckpoints(ctx context.Context) error {
-	t := time.NewTicker(checkpointTick)
-	defer t.Stop()
-	for {
+	return every(ctx, checkpointTick, func() {
 		if _, err := s.reports.CheckpointStep(ctx); err != nil && ctx.Err() == nil {
 			s.deps.Log.Error("balance checkpoint", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
 }
 
 func newReports(pool *pgxpool.Pool, now func() time.Time) *app.Reports {
