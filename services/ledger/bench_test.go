@@ -218,13 +218,13 @@ func TestBenchLedgerHotAccount(t *testing.T) {
 // INSERTs from as many connections, measured after on the same database).
 func TestBenchLedgerAPI(t *testing.T) {
 	testkit.Bench(t, "ledger_api", "ledger_api_p99", "ceiling_autocommit")
-	f, lat, rate, cost := benchAPI(t, restPoster)
+	f, lat, rate, cost, groups := benchAPI(t, restPoster)
 	c := ceiling.Autocommit(t, f.ctx, f.pool, benchAPIClients, benchAPIPerClient)
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	load := testkit.LoadAvg()
 	testkit.ReportAgainst(t, testkit.Figure{Bench: "ledger_api", Value: float64(int(rate)), Unit: "tx/s", N: len(lat), Load: load,
-		Note: fmt.Sprintf("%d clients, POST /v1/transactions (REST, JSON, auth, each write audited as in production, the service's workers running), two postings each, every call debits bank:client (a hot account); p99 %.1f ms; %s", benchAPIClients, ms(p(0.99)), cost)}, c)
+		Note: fmt.Sprintf("%d clients, POST /v1/transactions (REST, JSON, auth, each write audited as in production, the service's workers running), two postings each, every call debits bank:client (a hot account); p99 %.1f ms; %s; %s", benchAPIClients, ms(p(0.99)), cost, groups)}, c)
 	testkit.Report(t, testkit.Figure{Bench: "ledger_api_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: load,
 		Note: fmt.Sprintf("%d clients, CreateTransaction over REST with auth and audit; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account)",
 			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate)})
@@ -234,12 +234,12 @@ func TestBenchLedgerAPI(t *testing.T) {
 // (what ledger_api_p99 measured before it moved to REST).
 func TestBenchLedgerAPIGRPC(t *testing.T) {
 	testkit.Bench(t, "ledger_api_grpc_p99")
-	_, lat, rate, cost := benchAPI(t, grpcPoster)
+	_, lat, rate, cost, groups := benchAPI(t, grpcPoster)
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	testkit.Report(t, testkit.Figure{Bench: "ledger_api_grpc_p99", Value: ms(p(0.99)), Unit: "ms", N: len(lat), Rate: float64(int(rate)), Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth and audit; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account); %s",
-			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate, cost)})
+		Note: fmt.Sprintf("%d clients, CreateTransaction over gRPC with auth and audit; p50 %.1f ms, p95 %.1f ms, %.0f tx/s; every call debits bank:client (a hot account); %s; %s",
+			benchAPIClients, ms(p(0.5)), ms(p(0.95)), rate, cost, groups)})
 }
 
 // poster makes the clients. Given a client's number and a request it
@@ -338,7 +338,7 @@ func restPoster(t *testing.T, srv *server.Server, tok string) func(int, *ledgerv
 // every balance and the invariants, and returns the
 // fixture, the sorted latencies, the tx/s achieved and the CPU per
 // transaction (the clients' included).
-func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuCost) {
+func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuCost, groupStats) {
 	js := testkit.NewJetStream(t)
 	f := newFixture(t, js)
 	// The service's workers run beside the API, as in production: the
@@ -374,6 +374,7 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuC
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	meter := startCPU(t, f)
+	groups := startGroups(t)
 	start := time.Now()
 	for _, mine := range calls {
 		wg.Add(1)
@@ -396,6 +397,7 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuC
 	wg.Wait()
 	elapsed := time.Since(start)
 	cost := meter.stop(t, benchAPIClients*benchAPIPerClient)
+	groups.stop(t, elapsed)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -405,5 +407,36 @@ func benchAPI(t *testing.T, mk poster) (*fixture, []time.Duration, float64, cpuC
 	wantBalances(t, f, want)
 	checkInvariants(t, f)
 	slices.Sort(lat)
-	return f, lat, float64(len(lat)) / elapsed.Seconds(), cost
+	return f, lat, float64(len(lat)) / elapsed.Seconds(), cost, groups
+}
+
+// groupStats are the API write group commits of a timed run, from the
+// ledger's histograms (gpubill_ledger_write_group_*).
+type groupStats struct {
+	groups         uint64
+	writes, busy   float64 // writes committed in the groups; seconds spent committing them
+	elapsed        time.Duration
+	groups0        uint64
+	writes0, busy0 float64
+}
+
+func startGroups(t *testing.T) groupStats {
+	var g groupStats
+	g.writes0, g.groups0 = histogramTotals(t, "gpubill_ledger_write_group_size")
+	g.busy0, _ = histogramTotals(t, "gpubill_ledger_write_group_seconds")
+	return g
+}
+
+func (g *groupStats) stop(t *testing.T, elapsed time.Duration) {
+	writes, groups := histogramTotals(t, "gpubill_ledger_write_group_size")
+	busy, _ := histogramTotals(t, "gpubill_ledger_write_group_seconds")
+	g.groups, g.writes, g.busy, g.elapsed = groups-g.groups0, writes-g.writes0, busy-g.busy0, elapsed
+}
+
+func (g groupStats) String() string {
+	if g.groups == 0 {
+		return "no group commits"
+	}
+	return fmt.Sprintf("%d group commits of %.1f writes on average, the write path busy %.0f %% of the run",
+		g.groups, g.writes/float64(g.groups), 100*g.busy/g.elapsed.Seconds())
 }
