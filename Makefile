@@ -34,7 +34,7 @@ build: bin/temporal
 ## (`temporal gpubill-server --config`) and Temporal's SQL schema tool
 ## (`temporal gpubill-sql-tool`), built in its own module so the Temporal
 ## server's dependencies never enter the workspace. ~5–8 min the first time.
-bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/temporal/*.go)
+bin/temporal: tools/temporal/go.mod tools/temporal/go.sum $(wildcard tools/temporal/*.go) $(filter-out %_test.go,$(wildcard tools/temporal/*/*.go))
 	@mkdir -p bin
 	@echo "building the Temporal dev server (first time: several minutes)…"
 	cd tools/temporal && GOWORK=off $(GO) build -trimpath -ldflags=-checklinkname=0 -o ../../bin/temporal .

@@ -2,7 +2,12 @@ package stmtcache
 
 import (
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -112,4 +117,133 @@ func TestStatementCache(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Temporal's read of a page of timer tasks runs bounded below (rewrite):
+// the text matched is the Temporal server's own (read from the module this
+// binary builds with, so an upgrade that changes it fails here), the
+// statement run and cached is the bounded one, SQLite's plan for it has the
+// lower bound on the key, and it answers as the original does.
+func TestTimerTasksReadBounded(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "go.temporal.io/server").Output()
+	if err != nil {
+		t.Fatalf("go list go.temporal.io/server: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "common/persistence/sql/sqlplugin/sqlite/execution.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("getTimerTasksQuery = `([^`]*)`").FindSubmatch(src)
+	if m == nil {
+		t.Fatal("getTimerTasksQuery not found in the Temporal server's SQLite plugin")
+	}
+	temporalSQL := string(m[1])
+	if got := strings.Join(strings.Fields(temporalSQL), " "); got != timerTasksSQL {
+		t.Fatalf("Temporal's timer read is now\n%s\nnot\n%s", got, timerTasksSQL)
+	}
+
+	if err := Install(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`CREATE TABLE timer_tasks (shard_id INT NOT NULL, visibility_timestamp TIMESTAMP NOT NULL,
+		task_id BIGINT NOT NULL, data MEDIUMBLOB NOT NULL, data_encoding VARCHAR(16) NOT NULL,
+		PRIMARY KEY (shard_id, visibility_timestamp, task_id))`); err != nil {
+		t.Fatal(err)
+	}
+	ts := func(s int) string { return fmt.Sprintf("2026-12-03 06:%02d:%02d.000000", s/60, s%60) }
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for shard := 1; shard <= 2; shard++ {
+		for i := range 3000 { // timestamps 0..2999 s, several tasks per second
+			if _, err := tx.Exec(`insert into timer_tasks values (?, ?, ?, x'00', 'proto3')`, shard, ts(i%600*6), i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, q := range [][6]any{
+		{1, ts(1200), 0, ts(1200), ts(1800), 100},
+		{1, ts(1200), 1500, ts(1200), ts(1800), 7},
+		{2, ts(0), 0, ts(0), ts(3600), 5000},
+		{1, ts(3594), 2999, ts(3594), ts(3600), 10},
+		{2, ts(600), 2000, ts(600), ts(606), 3},
+	} {
+		bounded := readTimers(t, db, temporalSQL, q)
+		// The same text with a comment is not rewritten: the original plan.
+		unbounded := readTimers(t, db, temporalSQL+" -- as sent", q)
+		if fmt.Sprint(bounded) != fmt.Sprint(unbounded) {
+			t.Fatalf("params %v: bounded read %v, original %v", q, bounded, unbounded)
+		}
+	}
+
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Raw(func(dc any) error {
+		c := dc.(*cachingConn)
+		if _, ok := c.stmts[boundedTimerTasksSQL]; !ok {
+			t.Error("Temporal's timer read did not run as the bounded statement")
+		}
+		if _, ok := c.stmts[temporalSQL]; ok {
+			t.Error("Temporal's timer read ran as sent")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for sqlText, want := range map[string]string{
+		boundedTimerTasksSQL:        "(shard_id=? AND visibility_timestamp>? AND visibility_timestamp<?)",
+		temporalSQL + " -- as sent": "(shard_id=? AND visibility_timestamp<?)",
+	} {
+		var id, parent, notused int
+		var detail string
+		if err := conn.QueryRowContext(t.Context(), "EXPLAIN QUERY PLAN "+sqlText, 1, ts(0), 0, ts(0), ts(1), 1).Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(detail, want) {
+			t.Errorf("plan of %.60q… is %q, want %s", sqlText, detail, want)
+		}
+	}
+}
+
+// readTimers runs a timer read with params (shard, min time, min task id,
+// min time, max time, limit) and returns its rows' times and task ids.
+func readTimers(t *testing.T, db *sql.DB, query string, p [6]any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query, p[:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var at string
+		var id int64
+		var data []byte
+		var enc string
+		if err := rows.Scan(&at, &id, &data, &enc); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s/%d", at, id))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		t.Fatalf("params %v: no rows (a test that compares nothing)", p)
+	}
+	return got
 }
