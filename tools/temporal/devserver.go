@@ -38,7 +38,10 @@ import (
 //     finds nothing; everything else works).
 //   - Prepared statements are kept per SQLite connection (stmtcache/):
 //     the SQLite plugin runs every statement unprepared and the driver
-//     would compile each one anew.
+//     would compile each one anew. The same wrapper runs the server's read
+//     of a page of timer tasks with the lower bound on the key that its OR
+//     implies (SQLite otherwise scans every timer of the shard below the
+//     page on each read, a cost that grew with a long cycle's close).
 //   - No Prometheus metrics unless -metrics-port is given (the CLI always
 //     turns them on; tally's tagging showed in the profile).
 //   - The Go collector runs at GOGC=400 unless GOGC is set (the heap stays
