@@ -66,7 +66,7 @@ var (
 	})
 	writeGroupSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name: "gpubill_ledger_write_group_seconds",
-		Help: "Time one group commit of API writes took, until its writes were answered (the per-write retries of a group that failed included); " +
+		Help: "Time one group commit of API writes took, until its writes' answers were known (the per-write retries of a group that failed included); " +
 			"groups run one at a time per process, so rate() of the sum is the share of time the write path was busy.",
 		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 12), // 0.25 ms to 0.5 s
 	})
