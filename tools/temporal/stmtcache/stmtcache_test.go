@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Through the cache: a statement runs many times from one prepared copy;
@@ -145,7 +146,9 @@ func TestTimerTasksReadBounded(t *testing.T) {
 	if err := Install(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "t.db"))
+	// Times bound as the Temporal server's SQLite plugin binds them:
+	// time.Time values, written in SQLite's text format (_time_format).
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "t.db")+"?_time_format=sqlite")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +159,8 @@ func TestTimerTasksReadBounded(t *testing.T) {
 		PRIMARY KEY (shard_id, visibility_timestamp, task_id))`); err != nil {
 		t.Fatal(err)
 	}
-	ts := func(s int) string { return fmt.Sprintf("2026-12-03 06:%02d:%02d.000000", s/60, s%60) }
+	base := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	ts := func(s int) time.Time { return base.Add(time.Duration(s)*time.Second + time.Duration(s%7)*time.Microsecond) }
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -230,14 +234,14 @@ func readTimers(t *testing.T, db *sql.DB, query string, p [6]any) []string {
 	defer rows.Close()
 	var got []string
 	for rows.Next() {
-		var at string
+		var at any
 		var id int64
 		var data []byte
 		var enc string
 		if err := rows.Scan(&at, &id, &data, &enc); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s/%d", at, id))
+		got = append(got, fmt.Sprintf("%v/%d", at, id))
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
