@@ -160,7 +160,9 @@ func TestTimerTasksReadBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
-	ts := func(s int) time.Time { return base.Add(time.Duration(s)*time.Second + time.Duration(s%7)*time.Microsecond) }
+	ts := func(s int) time.Time {
+		return base.Add(time.Duration(s)*time.Second + time.Duration(s%7)*time.Microsecond)
+	}
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
