@@ -328,6 +328,18 @@ func (r *Relay) runLeader(ctx context.Context) error {
 	return nil
 }
 
+// queuePlan runs a statement on the outbox with a plan made for the table
+// as it is now (pgx sends it unnamed, so Postgres plans it at each run; its
+// result description is cached). The outbox is a queue: its heap fills
+// with published rows, dead until a vacuum, while a relay's pooled
+// connections live for days. A statement prepared once per connection (pgx's
+// default) keeps the plan Postgres made at its first run; the relay first
+// reads the outbox when it is empty, where a scan of the heap is the
+// cheapest plan, and would then scan every dead row on every read. Planned
+// at each run, the read and the move go through the primary key once the
+// heap has grown (TestRelayReadsTheOutboxByIndexAsItGrows).
+const queuePlan = pgx.QueryExecModeCacheDescribe
+
 // relayOnce publishes up to relayBatchMax messages and moves the acked ones
 // to outbox_published (see PublishedKeepMax).
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
@@ -365,7 +377,7 @@ type outboxRow struct {
 
 // readBatch reads the oldest relayBatchMax rows of the outbox table tbl.
 func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) {
-	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax), queuePlan)
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +498,7 @@ func (r *Relay) settle(ctx context.Context, tbl string, p *publishing) error {
 		}
 	}
 	if len(done) > 0 {
-		if _, err := r.Pool.Exec(ctx, movePublished(r.Schema), done, streams, streamSeqs); err != nil {
+		if _, err := r.Pool.Exec(ctx, movePublished(r.Schema), queuePlan, done, streams, streamSeqs); err != nil {
 			return err
 		}
 	}
