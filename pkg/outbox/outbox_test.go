@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,15 +37,7 @@ create table t.dead_letters (
 
 func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	js := testkit.NewJetStream(t)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
-	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, js := newOutboxDB(t)
 	// One committed, one rolled back.
 	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 		return outbox.Add(ctx, tx, "t", outbox.Message{ID: "m1", Subject: "usage.recorded.p1", Payload: []byte("a")})
@@ -65,16 +56,7 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	}
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := &outbox.Relay{Pool: pool, JS: js.JS, Schema: "t", Log: log}
-	rctx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(rctx) }()
-	t.Cleanup(func() {
-		stopRelay()
-		if err := <-relayDone; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("relay: %v", err)
-		}
-	})
+	runRelay(t, ctx, pool, js.JS, log)
 
 	var got []string
 	cctx, cancel := context.WithCancel(ctx)

@@ -41,15 +41,7 @@ func TestRelayCarriesTraceContext(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()); otel.SetTextMapPropagator(prevProp) })
 
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	js := testkit.NewJetStream(t)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
-	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, js := newOutboxDB(t)
 	wctx, write := tp.Tracer("test").Start(ctx, "ingest")
 	if err := pg.InTx(wctx, pool, func(tx pgx.Tx) error {
 		return outbox.Add(wctx, tx, "t", outbox.Message{ID: "traced", Subject: "usage.recorded.p1", Payload: []byte("a")})
