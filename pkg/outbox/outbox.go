@@ -336,8 +336,8 @@ func (r *Relay) runLeader(ctx context.Context) error {
 // default) keeps the plan Postgres made at its first run; the relay first
 // reads the outbox when it is empty, where a scan of the heap is the
 // cheapest plan, and would then scan every dead row on every read. Planned
-// at each run, the read and the move go through the primary key once the
-// heap has grown (TestRelayReadsTheOutboxByIndexAsItGrows).
+// at each run, they follow the heap's size: once it has grown, mostly
+// through the primary key (TestRelayReadsTheOutboxByIndexAsItGrows).
 const queuePlan = pgx.QueryExecModeCacheDescribe
 
 // relayOnce publishes up to relayBatchMax messages and moves the acked ones

@@ -37,7 +37,7 @@ create table t.dead_letters (
 
 func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	t.Parallel()
-	ctx, pool, js := newOutboxDB(t)
+	ctx, pool, js := newOutboxDB(t, natsx.StreamUsage)
 	// One committed, one rolled back.
 	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
 		return outbox.Add(ctx, tx, "t", outbox.Message{ID: "m1", Subject: "usage.recorded.p1", Payload: []byte("a")})
@@ -134,12 +134,7 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 // published.
 func TestRelaySplitsBatchesAndDeadLettersWhatCannotFit(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	js := testkit.NewJetStream(t)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, js := newOutboxDB(t)
 	small := natsx.Limits{MaxBytes: 64 << 10}
 	if err := small.EnsureStreams(ctx, js.JS, nil, natsx.StreamUsage, natsx.StreamParty); err != nil {
 		t.Fatal(err)

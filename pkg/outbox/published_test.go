@@ -22,12 +22,7 @@ import (
 // original seq.
 func TestPublishedKeptUntilEveryConsumerAcked(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t)
-	pool, _ := testkit.NewPool(t)
-	js := testkit.NewJetStream(t)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, js := newOutboxDB(t)
 	st, err := js.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func TestRelayCarriesTraceContext(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()); otel.SetTextMapPropagator(prevProp) })
 
-	ctx, pool, js := newOutboxDB(t)
+	ctx, pool, js := newOutboxDB(t, natsx.StreamUsage)
 	wctx, write := tp.Tracer("test").Start(ctx, "ingest")
 	if err := pg.InTx(wctx, pool, func(tx pgx.Tx) error {
 		return outbox.Add(wctx, tx, "t", outbox.Message{ID: "traced", Subject: "usage.recorded.p1", Payload: []byte("a")})
