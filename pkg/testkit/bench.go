@@ -53,10 +53,48 @@ type Figure struct {
 	// differ by 2×, ratios to a ceiling measured beside the figure do not.
 	Ratio   float64 `json:"ratio,omitempty"`
 	Ceiling string  `json:"ceiling,omitempty"`
+	// Goal is what issue 16 holds the figure to ("ratio ≥ 0.5",
+	// "≤ 50 ms"), and Met whether this run reached it; both absent for a
+	// figure without a goal (goals).
+	Goal string `json:"goal,omitempty"`
+	Met  *bool  `json:"met,omitempty"`
 }
 
-// Against returns f with Ratio = f.Value / c.Value (3 decimals) and
-// Ceiling = c.Bench. Both must be rates (a unit ending in "/s"), the
+// Issue 16's goals. ratioGoals: the least ratio of a figure to the figure
+// it is measured against ("figure/ceiling"); maxGoals: the most a figure
+// may be, in its own unit.
+var (
+	ratioGoals = map[string]float64{
+		"pipeline/ceiling_jetstream_events": 0.5,
+		"ledger_postings/ceiling_copy":      0.3,
+		"ledger_api/ceiling_autocommit":     0.5,
+		"settlement/ceiling_temporal":       0.5,
+		"pipeline_history/pipeline":         0.8,
+		"settlement_100k/settlement":        0.9,
+	}
+	maxGoals = map[string]float64{"ledger_api_p99": 50}
+)
+
+// judged is f with its goal and whether it met it, when it has one.
+func (f Figure) judged() Figure {
+	if f.Goal != "" {
+		return f
+	}
+	met := false
+	if g, ok := ratioGoals[f.Bench+"/"+f.Ceiling]; ok && f.Ceiling != "" {
+		f.Goal, met = fmt.Sprintf("ratio ≥ %g", g), f.Ratio >= g
+	} else if g, ok := maxGoals[f.Bench]; ok && f.Ceiling == "" {
+		f.Goal, met = fmt.Sprintf("≤ %g %s", g, f.Unit), f.Value <= g
+	} else {
+		return f
+	}
+	f.Met = &met
+	return f
+}
+
+// Against returns f with Ratio = f.Value / c.Value (3 decimals),
+// Ceiling = c.Bench, and the ratio's goal and whether it was met (Goal,
+// Met) when the pair has one. Both must be rates (a unit ending in "/s"), the
 // ceiling a positive finite one and the figure non-negative: a ratio to a
 // ceiling that was not measured is an error, not a 0 or +Inf.
 func (f Figure) Against(c Figure) (Figure, error) {
@@ -70,7 +108,8 @@ func (f Figure) Against(c Figure) (Figure, error) {
 	}
 	f.Ratio = math.Round(f.Value/c.Value*1000) / 1000
 	f.Ceiling = c.Bench
-	return f, nil
+	f.Goal, f.Met = "", nil
+	return f.judged(), nil
 }
 
 // ReportAgainst reports c (the ceiling's own line) and then f with its
@@ -85,10 +124,11 @@ func ReportAgainst(t *testing.T, f, c Figure) {
 	Report(t, r)
 }
 
-// Report prints a figure as one JSON line on stdout (make bench greps them).
+// Report prints a figure as one JSON line on stdout (make bench greps
+// them), with its goal and whether it met it when it has one.
 func Report(t *testing.T, f Figure) {
 	t.Helper()
-	b, err := json.Marshal(f)
+	b, err := json.Marshal(f.judged())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -20,8 +21,8 @@ func TestFigureAgainst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"ratio":0.342,"ceiling":"ceiling_copy"`) {
-		t.Fatalf("JSON line %s lacks the ratio and the ceiling", b)
+	if !strings.Contains(string(b), `"ratio":0.342,"ceiling":"ceiling_copy","goal":"ratio ≥ 0.3","met":true`) {
+		t.Fatalf("JSON line %s lacks the ratio, the ceiling or the goal met", b)
 	}
 	for _, bad := range []struct {
 		f, c Figure
@@ -36,12 +37,66 @@ func TestFigureAgainst(t *testing.T) {
 			t.Errorf("%v against %v: ratio %v, want an error", bad.f, bad.c, r.Ratio)
 		}
 	}
-	// A figure without a ceiling prints no ratio.
-	b, err = json.Marshal(Figure{Bench: "report", Value: 3, Unit: "s"})
+	// A figure without a ceiling prints no ratio, nor a goal when it has none.
+	b, err = json.Marshal(Figure{Bench: "report", Value: 3, Unit: "s"}.judged())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), "ratio") || strings.Contains(string(b), "ceiling") {
+	if strings.Contains(string(b), "ratio") || strings.Contains(string(b), "ceiling") || strings.Contains(string(b), "goal") || strings.Contains(string(b), "met") {
 		t.Fatalf("figure without ceiling: %s", b)
+	}
+}
+
+// TestFigureGoals: each of issue 16's goals is printed with the figure it
+// applies to, and whether the run met it; a pair without a goal prints
+// none.
+func TestFigureGoals(t *testing.T) {
+	rate := func(bench string, v float64) Figure { return Figure{Bench: bench, Value: v, Unit: "events/s"} }
+	against := func(f, c Figure) Figure {
+		t.Helper()
+		r, err := f.Against(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	settlement100k := rate("settlement_100k", 212)
+	for _, tc := range []struct {
+		f    Figure
+		goal string
+		met  bool
+	}{
+		{against(rate("pipeline", 49_764), rate("ceiling_jetstream_events", 140_511)), "ratio ≥ 0.5", false},
+		{against(rate("pipeline", 92_677), rate("ceiling_jetstream_events", 167_679)), "ratio ≥ 0.5", true},
+		{against(rate("ledger_postings", 28_000), rate("ceiling_copy", 100_000)), "ratio ≥ 0.3", false},
+		{against(rate("ledger_api", 3_516), rate("ceiling_autocommit", 6_029)), "ratio ≥ 0.5", true},
+		{against(rate("settlement", 104), rate("ceiling_temporal", 207)), "ratio ≥ 0.5", true}, // 0.502
+		{against(rate("settlement", 103), rate("ceiling_temporal", 207)), "ratio ≥ 0.5", false},
+		{against(rate("pipeline_history", 53_198), rate("pipeline", 61_128)), "ratio ≥ 0.8", true},
+		{against(settlement100k, rate("settlement", 226)), "ratio ≥ 0.9", true},
+		{against(settlement100k, rate("settlement", 240)), "ratio ≥ 0.9", false},
+		{against(settlement100k, rate("ceiling_temporal", 354)), "", false}, // its goal is against settlement
+		{against(rate("settlement_1k", 300), rate("ceiling_temporal", 354)), "", false},
+		{Figure{Bench: "ledger_api_p99", Value: 38.8, Unit: "ms"}.judged(), "≤ 50 ms", true},
+		{Figure{Bench: "ledger_api_p99", Value: 56.1, Unit: "ms"}.judged(), "≤ 50 ms", false},
+		{Figure{Bench: "ledger_api_grpc_p99", Value: 56.1, Unit: "ms"}.judged(), "", false},
+	} {
+		if tc.f.Goal != tc.goal || (tc.goal != "" && (tc.f.Met == nil || *tc.f.Met != tc.met)) || (tc.goal == "" && tc.f.Met != nil) {
+			met := "absent"
+			if tc.f.Met != nil {
+				met = fmt.Sprint(*tc.f.Met)
+			}
+			t.Errorf("%s (ratio %v to %q, value %v): goal %q met %s; want %q met %v", tc.f.Bench, tc.f.Ratio, tc.f.Ceiling, tc.f.Value, tc.f.Goal, met, tc.goal, tc.met)
+		}
+		if tc.goal == "" {
+			continue
+		}
+		b, err := json.Marshal(tc.f.judged())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(`"goal":%q,"met":%v`, tc.goal, tc.met); !strings.Contains(string(b), want) {
+			t.Errorf("JSON line %s lacks %s", b, want)
+		}
 	}
 }
