@@ -55,7 +55,7 @@ type Figure struct {
 	Ceiling string  `json:"ceiling,omitempty"`
 	// Goal is what issue 16 holds the figure to ("ratio ≥ 0.5",
 	// "≤ 50 ms"), and Met whether this run reached it; both absent for a
-	// figure without a goal (goals).
+	// figure without a goal (ratioGoals, maxGoals).
 	Goal string `json:"goal,omitempty"`
 	Met  *bool  `json:"met,omitempty"`
 }
