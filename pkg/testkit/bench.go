@@ -81,7 +81,7 @@ func (f Figure) judged() Figure {
 		return f
 	}
 	met := false
-	if g, ok := ratioGoals[f.Bench+"/"+f.Ceiling]; ok && f.Ceiling != "" {
+	if g, ok := ratioGoals[f.Bench+"/"+f.Ceiling]; ok {
 		f.Goal, met = fmt.Sprintf("ratio ≥ %g", g), f.Ratio >= g
 	} else if g, ok := maxGoals[f.Bench]; ok && f.Ceiling == "" {
 		f.Goal, met = fmt.Sprintf("≤ %g %s", g, f.Unit), f.Value <= g
