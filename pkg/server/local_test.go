@@ -14,6 +14,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 // echoServer answers UnaryCall with what it saw: the caller's
@@ -156,5 +157,69 @@ func TestTextGuardOnTheListener(t *testing.T) {
 		&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Message: "a\x00b"}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "response_status.message") {
 		t.Errorf("NUL in a field over the listener: %v, want InvalidArgument naming response_status.message", err)
+	}
+}
+
+// TestTextCodecSpareTheWalk: on the listener, a request whose bytes hold
+// no zero byte is not walked; one holding a NUL is refused naming the
+// field, and one with another zero byte (an empty nested message) is
+// walked and served; no request stays noted once its call ends, whether
+// textGuard took it or an interceptor before it refused the call.
+func TestTextCodecSpareTheWalk(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*testpb.SimpleRequest); ok && r.GetResponseStatus().GetCode() == 7 {
+			return nil, status.Error(codes.PermissionDenied, "refused before the text check")
+		}
+		return handler(ctx, req)
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), refuse, textGuard()))
+	testpb.RegisterTestServiceServer(gs, echoServer{})
+	go gs.Serve(lis) //nolint:errcheck // Stop ends it
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client := testpb.NewTestServiceClient(conn)
+	body := &testpb.Payload{Body: []byte("x")}
+	call := func(r *testpb.SimpleRequest) (walks int64, err error) {
+		before := textWalks.Load()
+		_, err = client.UnaryCall(context.Background(), r)
+		return textWalks.Load() - before, err
+	}
+
+	if walks, err := call(&testpb.SimpleRequest{Payload: body, ResponseSize: 3, ResponseStatus: &testpb.EchoStatus{Code: 2, Message: "plain text"}}); err != nil || walks != 0 {
+		t.Errorf("clean request: %d walks, err %v; want 0 walks and an answer", walks, err)
+	}
+	if walks, err := call(&testpb.SimpleRequest{Payload: body, ResponseStatus: &testpb.EchoStatus{Code: 2, Message: "a\x00b"}}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "response_status.message") || walks != 1 {
+		t.Errorf("NUL in a field: %d walks, %v; want 1 walk and InvalidArgument naming response_status.message", walks, err)
+	}
+	if walks, err := call(&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Code: 2, Message: "ok"}}); err != nil || walks != 1 {
+		t.Errorf("empty nested message: %d walks, err %v; want 1 walk and an answer", walks, err)
+	}
+	if _, err := call(&testpb.SimpleRequest{Payload: body, ResponseStatus: &testpb.EchoStatus{Code: 7, Message: "clean"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("refused call: %v, want PermissionDenied", err)
+	}
+	left := 0
+	cleanText.Range(func(k, _ any) bool { left++; return true })
+	if left != 0 {
+		t.Errorf("%d requests left noted after their calls ended", left)
+	}
+}
+
+// TestDecodeChecksText: only messages that are proto3 all the way down
+// have their text's UTF-8 checked by decoding.
+func TestDecodeChecksText(t *testing.T) {
+	if !decodeChecksText((&testpb.SimpleRequest{}).ProtoReflect().Descriptor()) {
+		t.Error("grpc.testing.SimpleRequest (proto3) not taken as checked by decoding")
+	}
+	if decodeChecksText((&descriptorpb.FileDescriptorProto{}).ProtoReflect().Descriptor()) {
+		t.Error("google.protobuf.FileDescriptorProto (proto2) taken as checked by decoding")
 	}
 }

@@ -205,7 +205,7 @@ func listen(o Options) (gl, hl net.Listener, err error) {
 // them (localChannel).
 func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *localChannel) {
 	interceptors := []grpc.UnaryServerInterceptor{
-		obs.UnaryServerMetrics(), // first: it counts the code the client gets
+		obs.UnaryServerMetrics(), // first of the shared chain: it counts the code the client gets
 		requestID(),
 	}
 	if o.Audit != nil {
@@ -217,7 +217,11 @@ func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *
 	gs := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
-		grpc.ChainUnaryInterceptor(interceptors...),
+		// textCodec spares textGuard the walk of a request that cannot
+		// hold bad text; forgetText and forgetStreamText drop its notes.
+		grpc.ForceServerCodecV2(newTextCodec()),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{forgetText()}, interceptors...)...),
+		grpc.ChainStreamInterceptor(forgetStreamText()),
 		// Calls run on reused goroutines (their stacks already grown)
 		// while one is free, else on a new one as without the option.
 		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),

@@ -15,6 +15,8 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 )
@@ -180,5 +182,49 @@ func TestServiceHTTPRoutes(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || string(b) != `got {"a":1}` || resp.Header.Get("X-Request-Id") == "" {
 		t.Errorf("HTTP %d %q (request id %q); want 200 with the body echoed and a request id", resp.StatusCode, b, resp.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestListenerSparesTheTextWalk: the server's listener decodes with
+// textCodec and forgets every request it noted, unary or streamed,
+// answered or refused.
+func TestListenerSparesTheTextWalk(t *testing.T) {
+	s, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Secret: []byte("listener-test-secret-0123456789abcdef"), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	before := textWalks.Load()
+	_, checkErr := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "gpubill"})
+	if walks := textWalks.Load() - before; walks != 0 {
+		t.Errorf("a clean request over the listener was walked %d times (Check: %v)", walks, checkErr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := health.Watch(ctx, &healthpb.HealthCheckRequest{Service: "gpubill"})
+	if err == nil {
+		_, _ = w.Recv() // the stream's first answer: the request was received
+	}
+	cancel()
+	pollUntil(t, func() bool {
+		left := 0
+		cleanText.Range(func(k, _ any) bool { left++; return true })
+		return left == 0
+	}, "requests left noted after their calls ended")
+}
+
+// pollUntil polls cond for up to 5 s.
+func pollUntil(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
 	}
 }

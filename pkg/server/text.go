@@ -1,12 +1,18 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -20,11 +26,15 @@ import (
 // UTF-8, so either would otherwise fail deep inside as an internal error.
 // The violation names the field as the JSON body does ("postings[1].account").
 func checkText(m proto.Message) error {
+	textWalks.Add(1)
 	w := &textWalker{path: make([]pathSeg, 0, 8)}
 	w.visitFn = w.visit
 	w.walk(m.ProtoReflect())
 	return w.v.Err()
 }
+
+// textWalks counts checkText's walks (the tests of textCodec read it).
+var textWalks atomic.Int64
 
 // violationsMax bounds the violations one request reports.
 const violationsMax = 20
@@ -138,12 +148,16 @@ func (w *textWalker) name() string {
 	return b.String()
 }
 
-// textGuard applies checkText to every request the gRPC listener receives;
-// the gateway's calls are checked before the chain (localChannel.Invoke).
+// textGuard applies checkText to every request the gRPC listener receives
+// that textCodec did not find clean; the gateway's calls are checked before
+// the chain (localChannel.Invoke).
 func textGuard() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if p, ok := peer.FromContext(ctx); ok && p == localPeer {
 			return handler(ctx, req) // the gateway's call: localChannel checked it
+		}
+		if _, clean := cleanText.LoadAndDelete(req); clean {
+			return handler(ctx, req)
 		}
 		if m, ok := req.(proto.Message); ok {
 			if err := checkText(m); err != nil {
@@ -152,4 +166,99 @@ func textGuard() grpc.UnaryServerInterceptor {
 		}
 		return handler(ctx, req)
 	}
+}
+
+// cleanText holds the requests textCodec decoded from bytes without a zero
+// byte, until textGuard takes them (forgetText drops those a call refused
+// before textGuard, and the messages of streams).
+var cleanText sync.Map
+
+// textCodec is the listener's codec: protobuf's, noting which requests
+// cannot hold a NUL or invalid UTF-8 so that textGuard need not walk them.
+// A string's bytes are on the wire as they are, so a request whose bytes
+// hold no zero byte holds no NUL in any text field, and decoding checks
+// the UTF-8 of every text field of a proto3 message. Other zero bytes (an
+// empty nested message, a zero in a fixed-width number) only send the
+// request to the walk. The walk was a fifth of the ingest API's CPU per
+// event: the pipeline's test process spent 1.0 µs per event in it, beside
+// 1.1 µs decoding the requests.
+type textCodec struct{ encoding.CodecV2 }
+
+func newTextCodec() textCodec { return textCodec{encoding.GetCodecV2(protocodec.Name)} }
+
+func (c textCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if err := c.CodecV2.Unmarshal(data, v); err != nil {
+		return err
+	}
+	m, ok := v.(proto.Message)
+	if !ok || !decodeChecksText(m.ProtoReflect().Descriptor()) {
+		return nil
+	}
+	for _, b := range data {
+		if bytes.IndexByte(b.ReadOnlyData(), 0) >= 0 {
+			return nil
+		}
+	}
+	cleanText.Store(v, struct{}{})
+	return nil
+}
+
+// forgetText is the listener's first interceptor: whatever happens to a
+// call, its request is not left in cleanText.
+func forgetText() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		defer cleanText.Delete(req)
+		return handler(ctx, req)
+	}
+}
+
+// forgetStreamText drops the messages a stream receives from cleanText
+// (textGuard sees unary calls only).
+func forgetStreamText() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, forgettingStream{ss})
+	}
+}
+
+type forgettingStream struct{ grpc.ServerStream }
+
+func (s forgettingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	cleanText.Delete(m)
+	return err
+}
+
+// decodeChecks caches decodeChecksText by message name.
+var decodeChecks sync.Map
+
+// decodeChecksText reports whether decoding md checks the UTF-8 of every
+// text field in it: md and every message type it holds are proto3.
+func decodeChecksText(md protoreflect.MessageDescriptor) bool {
+	if v, ok := decodeChecks.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	ok := allProto3(md, map[protoreflect.FullName]bool{})
+	decodeChecks.Store(md.FullName(), ok)
+	return ok
+}
+
+func allProto3(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return true
+	}
+	seen[md.FullName()] = true
+	if md.ParentFile().Syntax() != protoreflect.Proto3 {
+		return false
+	}
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if sub := fd.Message(); sub != nil && !allProto3(sub, seen) {
+			return false
+		}
+	}
+	return true
 }
