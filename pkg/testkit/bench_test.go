@@ -100,3 +100,21 @@ func TestFigureGoals(t *testing.T) {
 		}
 	}
 }
+
+// TestStatTicks: the machine's busy ticks are user, nice, system, irq and
+// softirq; idle, iowait and steal count in the total only, and guest time
+// (inside user and nice already) not at all.
+func TestStatTicks(t *testing.T) {
+	busy, total, ok := statTicks("cpu  10 1 5 100 3 1 1 2 7 4")
+	if !ok || busy != 18 || total != 123 {
+		t.Errorf("statTicks = %d busy of %d (ok %v), want 18 of 123", busy, total, ok)
+	}
+	for _, bad := range []string{"cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 x 4 5 6 7 8"} {
+		if _, _, ok := statTicks(bad); ok {
+			t.Errorf("statTicks(%q) read, want refused", bad)
+		}
+	}
+	if _, _, ok := machineTicks(); !ok {
+		t.Error("/proc/stat not read")
+	}
+}

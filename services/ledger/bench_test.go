@@ -160,23 +160,28 @@ func runCharges(t *testing.T, f *fixture, js *testkit.JetStream, n int) (time.Du
 type cpuMeter struct {
 	f        *fixture
 	go0, pg0 time.Duration
+	machine  testkit.Machine
 }
 
 // cpuCost is CPU per item: this process (service and load generator) and
 // the Postgres backends.
-type cpuCost struct{ goPer, pgPer time.Duration }
+type cpuCost struct {
+	goPer, pgPer time.Duration
+	machine      string // the whole machine's (testkit.Machine)
+}
 
 func (c cpuCost) String() string {
-	return fmt.Sprintf("CPU per transaction: test process %s, Postgres backends %s", c.goPer, c.pgPer)
+	return fmt.Sprintf("CPU per transaction: test process %s, Postgres backends %s; %s", c.goPer, c.pgPer, c.machine)
 }
 
 func startCPU(t *testing.T, f *fixture) *cpuMeter {
-	return &cpuMeter{f: f, go0: processCPU(), pg0: postgresCPU(t, f)}
+	return &cpuMeter{f: f, go0: processCPU(), pg0: postgresCPU(t, f), machine: testkit.StartMachine()}
 }
 
 func (m *cpuMeter) stop(t *testing.T, n int) cpuCost {
+	used := m.machine.Note(n, "transaction")
 	g, p := processCPU()-m.go0, postgresCPU(t, m.f)-m.pg0
-	return cpuCost{goPer: (g / time.Duration(n)).Round(time.Microsecond), pgPer: (p / time.Duration(n)).Round(time.Microsecond)}
+	return cpuCost{goPer: (g / time.Duration(n)).Round(time.Microsecond), pgPer: (p / time.Duration(n)).Round(time.Microsecond), machine: used}
 }
 
 func TestBenchLedgerPostings(t *testing.T) {

@@ -41,6 +41,7 @@ func Copy(t testing.TB, ctx context.Context, pool *pgxpool.Pool, rows int) testk
 	for i := 0; i < rows; i += 2 {
 		wantSum = wantSum.Add(decimal.New(int64(1+i%997), -2))
 	}
+	machine := testkit.StartMachine()
 	start := time.Now()
 	for off := 0; off < rows; off += CopyRowsPerTx {
 		batch := make([][]any, 0, CopyRowsPerTx)
@@ -64,6 +65,7 @@ func Copy(t testing.TB, ctx context.Context, pool *pgxpool.Pool, rows int) testk
 		}
 	}
 	elapsed := time.Since(start)
+	used := machine.Note(rows, "row")
 	var n int
 	var debits, credits decimal.Decimal
 	if err := pool.QueryRow(ctx, `select count(*), coalesce(sum(amount) filter (where direction = 'debit'), 0),
@@ -77,7 +79,7 @@ func Copy(t testing.TB, ctx context.Context, pool *pgxpool.Pool, rows int) testk
 		t.Fatal(err)
 	}
 	return testkit.Figure{Bench: "ceiling_copy", Value: float64(int(float64(rows) / elapsed.Seconds())), Unit: "rows/s", N: rows, Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("COPY of posting rows into a table shaped and indexed like ledger.postings, %d rows per committed transaction", CopyRowsPerTx)}
+		Note: fmt.Sprintf("COPY of posting rows into a table shaped and indexed like ledger.postings, %d rows per committed transaction; %s", CopyRowsPerTx, used)}
 }
 
 // Autocommit is ceiling_autocommit: rows/s of one-row INSERTs, each its own
@@ -111,6 +113,7 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 	warm.Wait()
 	now := time.Now().UTC()
 	var wg sync.WaitGroup
+	machine := testkit.StartMachine()
 	start := time.Now()
 	for c := 0; c < conns; c++ {
 		wg.Add(1)
@@ -130,6 +133,7 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	used := machine.Note(conns*perConn, "row")
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -144,7 +148,7 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 		t.Fatal(err)
 	}
 	return testkit.Figure{Bench: "ceiling_autocommit", Value: float64(int(float64(n) / elapsed.Seconds())), Unit: "rows/s", N: n, Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("one-row INSERTs, each its own committed transaction, from %d connections into a table shaped and indexed like ledger.transactions", conns)}
+		Note: fmt.Sprintf("one-row INSERTs, each its own committed transaction, from %d connections into a table shaped and indexed like ledger.transactions; %s", conns, used)}
 }
 
 // JetStream is ceiling_jetstream (msgs/s) and ceiling_jetstream_events
@@ -154,6 +158,7 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, subject func(i int) string,
 	payload []byte, perMsg, msgs int, decode func([]byte) error) (msgsFig, events testkit.Figure) {
 	t.Helper()
+	machine := testkit.StartMachine()
 	began := time.Now()
 	futures := make([]jetstream.PubAckFuture, 0, msgs)
 	for i := 0; i < msgs; i++ {
@@ -196,10 +201,11 @@ func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream
 		}
 	}
 	el := time.Since(began).Seconds()
+	used := machine.Note(msgs*perMsg, "event")
 	if err := js.DeleteConsumer(ctx, stream, "ceiling"); err != nil {
 		t.Fatal(err)
 	}
-	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte messages (%d events each)", len(payload), perMsg)
+	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte messages (%d events each); %s", len(payload), perMsg, used)
 	load := testkit.LoadAvg()
 	return testkit.Figure{Bench: "ceiling_jetstream", Value: float64(msgs) / el, Unit: "msgs/s", N: msgs, Note: note, Load: load},
 		testkit.Figure{Bench: "ceiling_jetstream_events", Value: float64(msgs*perMsg) / el, Unit: "events/s", N: msgs * perMsg, Note: note, Load: load}

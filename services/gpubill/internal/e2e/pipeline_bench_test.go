@@ -64,13 +64,14 @@ func TestBenchPipeline(t *testing.T) {
 type pipelineResult struct {
 	elapsed, ingested time.Duration
 	cpu               testkit.CPU
+	machine           string // the whole machine's CPU (testkit.Machine)
 }
 
 func (r pipelineResult) figure(name string) testkit.Figure {
 	return testkit.Figure{Bench: name, Value: float64(int(float64(pipelineEvents) / r.elapsed.Seconds())), Unit: "events/s", N: pipelineEvents,
-		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s; CPU per event: test process %.1f µs, Postgres %.1f µs (this database's backends, %d samples missed)",
+		Load: testkit.LoadAvg(), Note: fmt.Sprintf("ingest API alone %.0f events/s; total %s; CPU per event: test process %.1f µs, Postgres %.1f µs (this database's backends, %d samples missed); %s",
 			float64(pipelineEvents)/r.ingested.Seconds(), r.elapsed.Round(time.Millisecond),
-			float64(r.cpu.Process.Nanoseconds())/1e3/pipelineEvents, float64(r.cpu.Postgres.Nanoseconds())/1e3/pipelineEvents, r.cpu.Missed)}
+			float64(r.cpu.Process.Nanoseconds())/1e3/pipelineEvents, float64(r.cpu.Postgres.Nanoseconds())/1e3/pipelineEvents, r.cpu.Missed, r.machine)}
 }
 
 // runPipeline starts metering, pricing and the ledger on pool with a
@@ -197,6 +198,7 @@ func runPipeline(t *testing.T, pool *pgxpool.Pool, idp string) pipelineResult {
 	meterCtx, stopMeter := context.WithCancel(ctx)
 	defer stopMeter()
 	go meter.Run(meterCtx, 100*time.Millisecond)
+	machine := testkit.StartMachine()
 	began := time.Now()
 	work := make(chan preEncoded)
 	var ingestWG sync.WaitGroup
@@ -254,6 +256,7 @@ func runPipeline(t *testing.T, pool *pgxpool.Pool, idp string) pipelineResult {
 		return got.GreaterThanOrEqual(want)
 	}, "ledger never reached the expected total")
 	elapsed := time.Since(began)
+	used := machine.Note(pipelineEvents, "event")
 	cpu, err := meter.Used(ctx)
 	stopMeter()
 	if err != nil {
@@ -262,7 +265,7 @@ func runPipeline(t *testing.T, pool *pgxpool.Pool, idp string) pipelineResult {
 	if !got.Equal(want) {
 		t.Fatalf("provider pending total %s, want exactly %s", got, want)
 	}
-	return pipelineResult{elapsed: elapsed, ingested: ingested, cpu: cpu}
+	return pipelineResult{elapsed: elapsed, ingested: ingested, cpu: cpu, machine: used}
 }
 
 // preEncoded is a request's protobuf, made before the clock starts, and
