@@ -137,14 +137,15 @@ func TestLocalChannelChecksTextFirst(t *testing.T) {
 	}
 }
 
-// TestTextGuardOnTheListener: a call that arrives on the gRPC listener is
-// walked by textGuard (only the gateway's, already checked, are not).
-func TestTextGuardOnTheListener(t *testing.T) {
+// serveEcho serves echoServer on a listener of its own with opts and
+// returns a client connection to it; both end with the test.
+func serveEcho(t *testing.T, opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(textGuard()))
+	gs := grpc.NewServer(opts...)
 	testpb.RegisterTestServiceServer(gs, echoServer{})
 	go gs.Serve(lis) //nolint:errcheck // Stop ends it
 	t.Cleanup(gs.Stop)
@@ -153,7 +154,14 @@ func TestTextGuardOnTheListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	_, err = testpb.NewTestServiceClient(conn).UnaryCall(context.Background(),
+	return conn
+}
+
+// TestTextGuardOnTheListener: a call that arrives on the gRPC listener is
+// walked by textGuard (only the gateway's, already checked, are not).
+func TestTextGuardOnTheListener(t *testing.T) {
+	conn := serveEcho(t, grpc.ChainUnaryInterceptor(textGuard()))
+	_, err := testpb.NewTestServiceClient(conn).UnaryCall(context.Background(),
 		&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Message: "a\x00b"}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "response_status.message") {
 		t.Errorf("NUL in a field over the listener: %v, want InvalidArgument naming response_status.message", err)
@@ -166,25 +174,13 @@ func TestTextGuardOnTheListener(t *testing.T) {
 // walked and served; no request stays noted once its call ends, whether
 // textGuard took it or an interceptor before it refused the call.
 func TestTextCodecSpareTheWalk(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	refuse := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if r, ok := req.(*testpb.SimpleRequest); ok && r.GetResponseStatus().GetCode() == 7 {
 			return nil, status.Error(codes.PermissionDenied, "refused before the text check")
 		}
 		return handler(ctx, req)
 	}
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), refuse, textGuard()))
-	testpb.RegisterTestServiceServer(gs, echoServer{})
-	go gs.Serve(lis) //nolint:errcheck // Stop ends it
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := serveEcho(t, grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), refuse, textGuard()))
 	client := testpb.NewTestServiceClient(conn)
 	body := &testpb.Payload{Body: []byte("x")}
 	call := func(r *testpb.SimpleRequest) (walks int64, err error) {
