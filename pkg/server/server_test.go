@@ -208,8 +208,11 @@ func TestListenerSparesTheTextWalk(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := health.Watch(ctx, &healthpb.HealthCheckRequest{Service: "gpubill"})
-	if err == nil {
-		_, _ = w.Recv() // the stream's first answer: the request was received
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil { // the stream's first answer: the request was received
+		t.Fatal(err)
 	}
 	cancel()
 	pollUntil(t, func() bool {
