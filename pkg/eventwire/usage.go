@@ -1,7 +1,9 @@
 // Package eventwire holds the field numbers of the events the pipeline
 // encodes and decodes by hand with protowire (metering writes
-// usage.recorded, pricing reads it), so both sides use one list, checked
-// against the generated descriptors (TestUsageNumbersMatchEventsProto).
+// usage.recorded, pricing reads it; the ledger's lease control reads
+// ledger.posted), so every side uses one list, checked against the
+// generated descriptors (TestUsageNumbersMatchEventsProto,
+// TestLedgerPostedNumbersMatchEventsProto).
 package eventwire
 
 import "google.golang.org/protobuf/encoding/protowire"

@@ -11,11 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/eventwire"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/partyfeed"
@@ -64,25 +63,9 @@ func ConsumeLeaseControl(ctx context.Context, js jetstream.JetStream, log *slog.
 	})
 }
 
-// Field numbers movedWallets reads, from the generated descriptors.
-var (
-	batchTransactions = fieldNumber((*eventsv1.LedgerPostedBatch)(nil), "transactions")
-	postedPostings    = fieldNumber((*eventsv1.LedgerPosted)(nil), "postings")
-	postingAccount    = fieldNumber((*eventsv1.Posting)(nil), "account")
-	postingCurrency   = fieldNumber((*eventsv1.Posting)(nil), "currency")
-)
-
-func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
-	f := m.ProtoReflect().Descriptor().Fields().ByName(name)
-	if f == nil {
-		panic(fmt.Sprintf("%T has no field %s", m, name))
-	}
-	return f.Number()
-}
-
 // movedWallets are the renter wallets a LedgerPostedBatch's postings name,
 // each once, in the order first named. Only each posting's account and
-// currency are read from the wire: decoding the whole batch (ids, times and
+// currency are read from the wire (field numbers: pkg/eventwire): decoding the whole batch (ids, times and
 // amounts of every transaction) to find them was 8 % of the ledger_postings
 // bench's process CPU. The batch must be well-formed protobuf and those two
 // fields valid UTF-8, else it is an error (the message is poison); the
@@ -91,20 +74,20 @@ func movedWallets(batch []byte) ([]domain.WalletKey, error) {
 	seen := map[domain.WalletKey]bool{}
 	var keys []domain.WalletKey
 	err := eachField(batch, func(num protowire.Number, typ protowire.Type, tx []byte) error {
-		if num != batchTransactions || typ != protowire.BytesType {
+		if num != eventwire.PostedBatchTransactions || typ != protowire.BytesType {
 			return nil
 		}
 		return eachField(tx, func(num protowire.Number, typ protowire.Type, posting []byte) error {
-			if num != postedPostings || typ != protowire.BytesType {
+			if num != eventwire.PostedPostings || typ != protowire.BytesType {
 				return nil
 			}
 			var account, currency []byte // the last of each wins, as in a full decode
 			err := eachField(posting, func(num protowire.Number, typ protowire.Type, v []byte) error {
 				switch {
 				case typ != protowire.BytesType:
-				case num == postingAccount:
+				case num == eventwire.PostingAccount:
 					account = v
-				case num == postingCurrency:
+				case num == eventwire.PostingCurrency:
 					currency = v
 				}
 				return nil
