@@ -48,7 +48,8 @@ const (
 
 // TestBenchPipeline measures events/s from the ingest API accepting them
 // until the ledger balances include them, through metering → JetStream →
-// pricing → JetStream → ledger, all on real Postgres and JetStream.
+// pricing → JetStream → ledger, all on real Postgres and JetStream: the
+// second of two passes of the same load (runPipeline).
 func TestBenchPipeline(t *testing.T) {
 	testkit.Bench(t, "pipeline", "ceiling_jetstream_events")
 	// The ceiling first, on a JetStream server of its own, before the
@@ -92,12 +93,13 @@ func (p pipelinePass) note() string {
 // pipelineEvents events through the ingest API twice: the figure is the
 // second pass, timed from the first request until the ledger's provider
 // balances hold its events. The first pass is the same load on the same
-// services and connections; it is what the figure leaves out: Postgres
-// backends new to the database (a pool's connections when the services
-// start) fault in the shared buffers and their own memory as they first
-// touch them, which a running deployment's connections have done long
-// before, and which cost ~10 % of the machine's CPU per event of a cold
-// pass here (DEVELOPERS.md). Every party, lease and event id starts with idp
+// services and connections; it is what the figure leaves out, the start of
+// a deployment rather than its running: Postgres backends new to the
+// database (the pool's connections when the services start) fault in the
+// shared buffers and their own memory as they first touch them, and this
+// process's heap, caches and connections grow to their size. A first pass
+// cost the machine ~20 % more CPU per event than the pass after it
+// (DEVELOPERS.md). Every party, lease and event id starts with idp
 // and then the pass ("w" for the first, "t" for the timed), and only the
 // timed pass's providers are summed: a database with history
 // (pipeline_history) holds other parties, whose balances are not this
