@@ -98,8 +98,8 @@ func (p pipelinePass) note() string {
 // database (the pool's connections when the services start) fault in the
 // shared buffers and their own memory as they first touch them, and this
 // process's heap, caches and connections grow to their size. A first pass
-// cost the machine ~20 % more CPU per event than the pass after it
-// (DEVELOPERS.md). Every party, lease and event id starts with idp
+// cost 15-32 % more CPU per event (this process and the database's
+// backends) than the pass after it (DEVELOPERS.md). Every party, lease and event id starts with idp
 // and then the pass ("w" for the first, "t" for the timed), and only the
 // timed pass's providers are summed: a database with history
 // (pipeline_history) holds other parties, whose balances are not this
