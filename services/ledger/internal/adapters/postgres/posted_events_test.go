@@ -1,12 +1,14 @@
 package postgres
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/ids"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -69,6 +71,79 @@ func TestPostedEventsBatchedPerClass(t *testing.T) {
 		for k, c := range seen[subj] {
 			if c != 1 {
 				t.Fatalf("%s announced %s %d times", subj, k, c)
+			}
+		}
+	}
+}
+
+// The ledger.posted payloads written with protowire are what proto.Marshal
+// writes for the same LedgerPostedBatch, byte for byte, and carry each
+// transaction as the generated types would: ids, both instants (a zero
+// nanosecond and the zero time included), every posting in order, a class
+// a transaction moves twice announced once.
+func TestPostedEventsAreProtobuf(t *testing.T) {
+	at := time.Date(2026, 11, 20, 7, 30, 15, 123456000, time.UTC)
+	addr := func(s string) domain.Account {
+		a, err := domain.ParseAddress(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	txs := []*domain.Transaction{
+		{ID: ids.New(""), IdempotencyKey: "chg_1", Kind: domain.TxCharge, EffectiveAt: at, CreatedAt: at.Truncate(time.Second),
+			Postings: []domain.Posting{
+				{Account: addr(domain.RenterWallet("r-1")), Direction: domain.Debit, Amount: decimal.RequireFromString("2.830"), Currency: "USD"},
+				{Account: addr(domain.ProviderPendingAddr("p-1", "cyc-20261112")), Direction: domain.Credit, Amount: decimal.RequireFromString("2.83"), Currency: "USD"}}},
+		{ID: ids.New(""), IdempotencyKey: "", Kind: domain.TxManual, CreatedAt: at,
+			Postings: []domain.Posting{
+				{Account: addr(domain.RenterWallet("r-1")), Direction: domain.Debit, Amount: decimal.RequireFromString("1000000000000000000000.01"), Currency: "CNY"},
+				{Account: addr(domain.RenterWallet("r-2")), Direction: domain.Credit, Amount: decimal.RequireFromString("600000000000000000000.005"), Currency: "CNY"},
+				{Account: addr(domain.ProviderPendingAddr("p-2", "cyc-20261112")), Direction: domain.Credit, Amount: decimal.RequireFromString("400000000000000000000.005"), Currency: "CNY"}}},
+	}
+	want := map[string][]*eventsv1.LedgerPosted{} // by subject, in order
+	for _, x := range txs {
+		ev := &eventsv1.LedgerPosted{TransactionId: x.ID, IdempotencyKey: x.IdempotencyKey,
+			EffectiveAt: timestamppb.New(x.EffectiveAt), CreatedAt: timestamppb.New(x.CreatedAt)}
+		for _, p := range x.Postings {
+			ev.Postings = append(ev.Postings, &eventsv1.Posting{Account: p.Account.Address, Direction: string(p.Direction),
+				Amount: p.Amount.String(), Currency: p.Currency})
+		}
+		classes := map[domain.Class]bool{}
+		for _, p := range x.Postings {
+			if !classes[p.Account.Class] {
+				classes[p.Account.Class] = true
+				subj := "ledger.posted." + string(p.Account.Class)
+				want[subj] = append(want[subj], ev)
+			}
+		}
+	}
+	msgs := postedEvents(txs)
+	if len(msgs) != 2 {
+		t.Fatalf("%d messages, want one per class (2)", len(msgs))
+	}
+	for _, m := range msgs {
+		var b eventsv1.LedgerPostedBatch
+		if err := proto.Unmarshal(m.Payload, &b); err != nil {
+			t.Fatal(err)
+		}
+		again, err := proto.MarshalOptions{Deterministic: true}.Marshal(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, m.Payload) {
+			t.Fatalf("%s: payload\n%x\nproto.Marshal writes\n%x", m.Subject, m.Payload, again)
+		}
+		if b.BatchId != m.ID {
+			t.Fatalf("batch id %q, message id %q", b.BatchId, m.ID)
+		}
+		w := want[m.Subject]
+		if len(b.Transactions) != len(w) {
+			t.Fatalf("%s: %d transactions, want %d", m.Subject, len(b.Transactions), len(w))
+		}
+		for i := range w {
+			if !proto.Equal(b.Transactions[i], w[i]) {
+				t.Fatalf("%s #%d:\n%v\nwant\n%v", m.Subject, i, b.Transactions[i], w[i])
 			}
 		}
 	}
