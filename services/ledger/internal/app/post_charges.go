@@ -127,6 +127,7 @@ func (a *App) chargeTransactions(msgs []ChargeMessage, fresh map[string]bool, no
 	var ps []pendingCharge
 	wanted := map[string]bool{}
 	var poison UnpostableError
+	parts := newChargeParts()
 	for mi := range msgs {
 		m := &msgs[mi]
 		if !fresh[m.ID] {
@@ -139,7 +140,7 @@ func (a *App) chargeTransactions(msgs []ChargeMessage, fresh map[string]bool, no
 		}
 		for ci := range m.Charges {
 			c := &m.Charges[ci]
-			t, cycle, err := a.chargeTransaction(c, now)
+			t, cycle, err := a.chargeTransaction(c, now, parts)
 			if err != nil {
 				poison.Add(m.ID, fmt.Errorf("charge %q: %w", c.ChargeID, err))
 				break
@@ -179,9 +180,47 @@ func (a *App) redirectClosedCycles(ctx context.Context, tx Tx, ps []pendingCharg
 	return txs, nil
 }
 
+// chargeParts holds, for one fetched batch, what its charges repeat: the
+// renters' wallets, the providers' pending accounts of a cycle and the
+// cycle ids found valid, each built and checked once.
+type chargeParts struct {
+	wallets map[string]domain.Account    // by renter id
+	pending map[[2]string]domain.Account // by provider id and cycle
+	cycles  map[string]bool              // cycle ids the calendar parses
+}
+
+func newChargeParts() *chargeParts {
+	return &chargeParts{wallets: map[string]domain.Account{}, pending: map[[2]string]domain.Account{}, cycles: map[string]bool{}}
+}
+
+// wallet is renter's wallet account.
+func (cp *chargeParts) wallet(renter string) (domain.Account, error) {
+	if acc, ok := cp.wallets[renter]; ok {
+		return acc, nil
+	}
+	acc, err := domain.ParseAddress(domain.RenterWallet(renter))
+	if err == nil {
+		cp.wallets[renter] = acc
+	}
+	return acc, err
+}
+
+// pendingAccount is provider's pending account of cycle.
+func (cp *chargeParts) pendingAccount(provider, cycle string) (domain.Account, error) {
+	k := [2]string{provider, cycle}
+	if acc, ok := cp.pending[k]; ok {
+		return acc, nil
+	}
+	acc, err := domain.ParseAddress(domain.ProviderPendingAddr(provider, cycle))
+	if err == nil {
+		cp.pending[k] = acc
+	}
+	return acc, err
+}
+
 // chargeTransaction turns a rated charge into its ledger transaction (nil for
 // a zero amount) and the cycle it asks for.
-func (a *App) chargeTransaction(c *RatedCharge, now time.Time) (*domain.Transaction, string, error) {
+func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargeParts) (*domain.Transaction, string, error) {
 	if c.ChargeID == "" {
 		return nil, "", fmt.Errorf("charge without id")
 	}
@@ -204,14 +243,18 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time) (*domain.Transact
 		eff = c.EffectiveAt.UTC().Truncate(time.Microsecond)
 	}
 	cycle := c.CycleID
-	if _, err := a.Calendar.Parse(cycle); err != nil {
-		cycle = a.Calendar.ForUsageEnd(eff).ID
+	if !parts.cycles[cycle] {
+		if _, err := a.Calendar.Parse(cycle); err != nil {
+			cycle = a.Calendar.ForUsageEnd(eff).ID
+		} else {
+			parts.cycles[cycle] = true
+		}
 	}
-	wallet, err := domain.ParseAddress(domain.RenterWallet(c.RenterID))
+	wallet, err := parts.wallet(c.RenterID)
 	if err != nil {
 		return nil, "", err
 	}
-	pendingAcc, err := domain.ParseAddress(domain.ProviderPendingAddr(c.ProviderID, cycle))
+	pendingAcc, err := parts.pendingAccount(c.ProviderID, cycle)
 	if err != nil {
 		return nil, "", err
 	}
@@ -269,7 +312,24 @@ type chargeFields struct {
 }
 
 // chargeRequestHash equals domain.RequestHash("charge", the same fields as a map).
+// Fields encoding/json writes as themselves (domain.PlainJSON: every id the
+// grammar allows, amounts, currency codes) are appended by hand.
 func chargeRequestHash(renter, provider, cycle, currency, amount string) ([32]byte, error) {
+	if domain.PlainJSON(renter) && domain.PlainJSON(provider) && domain.PlainJSON(cycle) && domain.PlainJSON(currency) && domain.PlainJSON(amount) {
+		var buf [256]byte
+		b := append(buf[:0], `{"kind":"charge","fields":{"amount":"`...)
+		b = append(b, amount...)
+		b = append(b, `","currency":"`...)
+		b = append(b, currency...)
+		b = append(b, `","cycle_id":"`...)
+		b = append(b, cycle...)
+		b = append(b, `","provider_id":"`...)
+		b = append(b, provider...)
+		b = append(b, `","renter_id":"`...)
+		b = append(b, renter...)
+		b = append(b, `"}}`...)
+		return sha256.Sum256(b), nil
+	}
 	b, err := json.Marshal(struct {
 		Kind   string       `json:"kind"`
 		Fields chargeFields `json:"fields"`
