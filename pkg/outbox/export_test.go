@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 )
 
@@ -14,3 +15,6 @@ func (r *Relay) PrunePublished(ctx context.Context) error { return r.prunePublis
 func SplitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 	return splitToFit(id, subject, payload, limit)
 }
+
+// Holding reports whether payloads are held for schema on pool.
+func Holding(pool *pgxpool.Pool, schema string) bool { return holding(outboxOf{pool, schema}) }

@@ -376,8 +376,59 @@ type outboxRow struct {
 }
 
 // readBatch reads the oldest relayBatchMax rows of the outbox table tbl.
+// When this process holds payloads for the schema (Hold), it reads the rows
+// without them and then only the payloads it does not hold.
 func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) {
-	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax), queuePlan)
+	o := outboxOf{r.Pool, r.Schema}
+	if !holding(o) {
+		return r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	}
+	batch, err := r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, null::bytea, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	if err != nil {
+		return nil, err
+	}
+	var missing []int64
+	at := map[int64]int{}
+	for i := range batch {
+		x := &batch[i]
+		if p, ok := takeHeld(o, x.id); ok {
+			x.payload = p
+		} else {
+			missing, at[x.seq] = append(missing, x.seq), i
+		}
+	}
+	if len(missing) == 0 {
+		return batch, nil
+	}
+	rows, err := r.Pool.Query(ctx, fmt.Sprintf(`select seq, payload from %s where seq = any($1)`, tbl), queuePlan, missing)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var p []byte
+		if err := rows.Scan(&seq, &p); err != nil {
+			return nil, err
+		}
+		batch[at[seq]].payload = p
+		delete(at, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(at) > 0 {
+		// Rows gone between the two reads: only another relay moves them,
+		// and only one relays a schema at a time. Read afresh next time.
+		return nil, fmt.Errorf("outbox %s: %d rows gone while they were read", tbl, len(at))
+	}
+	return batch, nil
+}
+
+// readRows reads outbox rows by query q (seq, id, subject, payload,
+// traceparent).
+func (r *Relay) readRows(ctx context.Context, q string) ([]outboxRow, error) {
+	rows, err := r.Pool.Query(ctx, q, queuePlan)
 	if err != nil {
 		return nil, err
 	}

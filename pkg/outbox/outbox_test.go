@@ -363,3 +363,63 @@ func TestAuditBatchSplitsAlongItsRecords(t *testing.T) {
 		t.Fatalf("a lone record: %d parts", len(parts))
 	}
 }
+
+// The relay publishes the payloads its process holds for committed rows
+// (outbox.Hold) instead of reading them back, and reads the others' from
+// the table: here the held ones differ from their rows, so what reached
+// the stream shows which was published. Every row is published once, in
+// order, and moved to outbox_published; nothing stays held.
+func TestRelayPublishesHeldPayloads(t *testing.T) {
+	t.Parallel()
+	ctx, pool, js := newOutboxDB(t, natsx.StreamUsage)
+	var rows []outbox.Message
+	for i := 1; i <= 3; i++ {
+		rows = append(rows, outbox.Message{ID: fmt.Sprintf("h%d", i), Subject: "usage.recorded.p1", Payload: fmt.Appendf(nil, "row-%d", i)})
+	}
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Copy(ctx, tx, "t", rows...) }); err != nil {
+		t.Fatal(err)
+	}
+	outbox.Hold(pool, "t", outbox.Message{ID: "h1", Payload: []byte("held-1")}, outbox.Message{ID: "h3", Payload: []byte("held-3")})
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runRelay(t, ctx, pool, js.JS, log)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	recv := make(chan string, 10)
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
+			for _, m := range msgs {
+				recv <- natsx.MsgID(m) + ":" + string(m.Data())
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
+	var got []string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		select {
+		case s := <-recv:
+			got = append(got, s)
+		default:
+		}
+		return len(got) >= 3
+	})
+	if want := []string{"h1:held-1", "h2:row-2", "h3:held-3"}; !slices.Equal(got, want) {
+		t.Fatalf("published %v, want %v", got, want)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		return count(t, ctx, pool, `select count(*) from t.outbox_published`) == 3
+	}, "not moved to outbox_published")
+	if n := count(t, ctx, pool, `select count(*) from t.outbox`); n != 0 {
+		t.Fatalf("%d rows left in the outbox", n)
+	}
+	if outbox.Holding(pool, "t") {
+		t.Fatal("payloads still held after they were published")
+	}
+}

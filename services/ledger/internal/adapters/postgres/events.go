@@ -18,9 +18,16 @@ import (
 // publishPosted puts the ledger.posted events of fresh transactions into the
 // outbox. Their ids are new (a batch's is its first transaction's fresh id),
 // so a batch's (batchMin) are copied in: nothing to skip.
+// A batch's are also held for this process's relay once the write commits
+// (outbox.Hold, in WithTx), so it publishes them without reading them back.
 func (t *Tx) publishPosted(ctx context.Context, fresh []*domain.Transaction) error {
 	if len(fresh) >= batchMin {
-		return outbox.Copy(ctx, t.tx, Schema, postedEvents(fresh)...)
+		msgs := postedEvents(fresh)
+		if err := outbox.Copy(ctx, t.tx, Schema, msgs...); err != nil {
+			return err
+		}
+		t.held = append(t.held, msgs...)
+		return nil
 	}
 	return outbox.Add(ctx, t.tx, Schema, postedEvents(fresh)...)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -68,6 +69,7 @@ type Tx struct {
 	s       *Store
 	tx      pgx.Tx
 	written []*domain.Transaction // what Post inserted, for Written once committed
+	held    []outbox.Message      // outbox rows copied, for outbox.Hold once committed
 }
 
 // NewStore returns a store on pool.
@@ -90,6 +92,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
 	})
 	if err == nil && t != nil {
 		s.Written.put(t.written)
+		outbox.Hold(s.Pool, Schema, t.held...)
 	}
 	return err
 }
