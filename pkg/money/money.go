@@ -89,6 +89,24 @@ func (c Currency) Format(d decimal.Decimal) string {
 	return c.Round(d).StringFixed(c.MinorUnits)
 }
 
+// DecimalString is d.String(), byte for byte (the fraction's trailing
+// zeros dropped), written without math/big's conversion when the
+// coefficient has at most 18 digits and the exponent is between -18 and 0:
+// the ledger writes every posting's amount into its events and hashes it
+// into the chain, and math/big's conversion was 5 % of its CPU posting a
+// fetched batch of charges.
+func DecimalString(d decimal.Decimal) string {
+	exp := d.Exponent()
+	if exp > 0 || exp < -18 || d.NumDigits() > 18 {
+		return d.String()
+	}
+	s := formatUnits(d.CoefficientInt64(), -exp)
+	if exp < 0 {
+		s = strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
 // formatUnits writes v × 10^-places with exactly places decimals, as
 // StringFixed does, without big-number arithmetic (a report formats
 // hundreds of thousands of amounts).

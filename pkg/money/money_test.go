@@ -3,6 +3,7 @@ package money
 import (
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -193,5 +194,40 @@ func TestFormatFastPathIsStringFixed(t *testing.T) {
 		if got, want := c.Format(big), c.Round(big).StringFixed(c.MinorUnits); got != want {
 			t.Errorf("%s Format(%s) = %q, want %q", code, big, got, want)
 		}
+	}
+}
+
+// DecimalString writes what decimal's String writes: random coefficients
+// of every size (past int64 and past 18 digits included), either sign,
+// exponents on both sides of the fast path's range, zeros, and the zero
+// value.
+func TestDecimalStringIsDecimalsString(t *testing.T) {
+	r := rand.New(rand.NewPCG(16, 2026))
+	check := func(d decimal.Decimal) {
+		t.Helper()
+		if got, want := DecimalString(d), d.String(); got != want {
+			t.Fatalf("DecimalString(%v × 10^%d) = %q, want %q", d.Coefficient(), d.Exponent(), got, want)
+		}
+	}
+	check(decimal.Decimal{})
+	for _, c := range []int64{0, 1, -1, 10, 100, -100, 999999999999999999, -999999999999999999, 1000000000000000000, math.MaxInt64, math.MinInt64} {
+		for exp := int32(-22); exp <= 3; exp++ {
+			check(decimal.New(c, exp))
+		}
+	}
+	for range 200_000 {
+		var c *big.Int
+		switch r.IntN(3) {
+		case 0:
+			c = big.NewInt(r.Int64N(1_000_000) - 500_000)
+		case 1:
+			c = big.NewInt(int64(r.Uint64()))
+		default:
+			c = new(big.Int).Mul(big.NewInt(int64(r.Uint64())), big.NewInt(r.Int64N(1_000_000)+1))
+		}
+		if r.IntN(4) == 0 {
+			c.Mul(c, big.NewInt(1000)) // trailing zeros to drop
+		}
+		check(decimal.NewFromBigInt(c, int32(r.IntN(26))-22))
 	}
 }

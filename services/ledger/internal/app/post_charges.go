@@ -258,7 +258,7 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargePart
 	if err != nil {
 		return nil, "", err
 	}
-	hash, err := chargeRequestHash(c.RenterID, c.ProviderID, cycle, cur.Code, amt.String())
+	hash, err := chargeRequestHash(c.RenterID, c.ProviderID, cycle, cur.Code, money.DecimalString(amt))
 	if err != nil {
 		return nil, "", err
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/money"
 )
 
 // GenesisHash is the prev_hash of the first chained transaction.
@@ -48,7 +50,7 @@ func ChainHash(prev []byte, t Transaction) []byte {
 	for _, p := range t.Postings {
 		field(p.Account.Address)
 		field(string(p.Direction))
-		field(p.Amount.String())
+		field(money.DecimalString(p.Amount))
 		field(p.Currency)
 	}
 	sum := sha256.Sum256(b)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/eventwire"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -132,7 +133,7 @@ func appendPosted(b []byte, t *domain.Transaction) []byte {
 	b = eventwire.AppendTimestamp(b, eventwire.PostedCreatedAt, t.CreatedAt)
 	for _, p := range t.Postings {
 		n := sizeString(eventwire.PostingAccount, p.Account.Address) + sizeString(eventwire.PostingDirection, string(p.Direction))
-		amount := p.Amount.String()
+		amount := money.DecimalString(p.Amount)
 		n += sizeString(eventwire.PostingAmount, amount) + sizeString(eventwire.PostingCurrency, p.Currency)
 		b = protowire.AppendTag(b, eventwire.PostedPostings, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(n))
