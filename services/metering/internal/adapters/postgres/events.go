@@ -20,8 +20,16 @@ import (
 // (ids.New), so the messages are copied in: binding a call's payloads
 // (~600 KB for 5 000 events) as one bytea array made pgx grow its buffer by
 // appending, the largest allocation of the pipeline bench (memory profile).
+//
+// The messages are also held for this process's relay once the write
+// commits (WithTx): it publishes them without reading them back.
 func (t *Tx) PublishRecorded(ctx context.Context, acc []domain.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) error {
-	return outbox.Copy(ctx, t.tx, Schema, recordedMessages(acc, provs, rents)...)
+	msgs := recordedMessages(acc, provs, rents)
+	if err := outbox.Copy(ctx, t.tx, Schema, msgs...); err != nil {
+		return err
+	}
+	t.held = append(t.held, msgs...)
+	return nil
 }
 
 // recordedMessages builds one UsageRecordedBatch per provider, in the order
