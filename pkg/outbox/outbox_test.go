@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -59,24 +60,7 @@ func TestRelayPublishesCommittedOnlyAndInboxDedups(t *testing.T) {
 	runRelay(t, ctx, pool, js.JS, log)
 
 	var got []string
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	recv := make(chan string, 10)
-	consumed := make(chan error, 1)
-	go func() {
-		consumed <- natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
-			for _, m := range msgs {
-				recv <- natsx.MsgID(m) + ":" + string(m.Data())
-			}
-			return nil
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-consumed; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	}()
+	recv := consumeUsage(t, ctx, pool, js, log)
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		select {
 		case s := <-recv:
@@ -383,24 +367,7 @@ func TestRelayPublishesHeldPayloads(t *testing.T) {
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runRelay(t, ctx, pool, js.JS, log)
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	recv := make(chan string, 10)
-	consumed := make(chan error, 1)
-	go func() {
-		consumed <- natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
-			for _, m := range msgs {
-				recv <- natsx.MsgID(m) + ":" + string(m.Data())
-			}
-			return nil
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-consumed; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	}()
+	recv := consumeUsage(t, ctx, pool, js, log)
 	var got []string
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		select {
@@ -422,4 +389,32 @@ func TestRelayPublishesHeldPayloads(t *testing.T) {
 	if outbox.Holding(pool, "t") {
 		t.Fatal("payloads still held after they were published")
 	}
+}
+
+// consumeUsage consumes USAGE as durable "c" until the test ends, sending
+// each message as "<id>:<payload>"; an error it stops with fails the test.
+func consumeUsage(t *testing.T, ctx context.Context, pool *pgxpool.Pool, js *testkit.JetStream, log *slog.Logger) <-chan string {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	recv := make(chan string, 10)
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- natsx.Consume(cctx, js.JS, log, natsx.ConsumerSpec{Stream: natsx.StreamUsage, Durable: "c", DeadLetters: deadletter.New(pool, "t", log)}, func(ctx context.Context, msgs []jetstream.Msg) error {
+			for _, m := range msgs {
+				select {
+				case recv <- natsx.MsgID(m) + ":" + string(m.Data()):
+				case <-ctx.Done():
+					return nil // the test is over
+				}
+			}
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	})
+	return recv
 }
