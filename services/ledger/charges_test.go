@@ -309,3 +309,26 @@ func TestCopiedJournalRowsMatchInsertedOnes(t *testing.T) {
 	}
 	checkInvariants(t, batch)
 }
+
+// One fetched batch builds each renter's wallet and each provider's pending
+// account of a cycle once (app.chargeParts): charges of one provider in two
+// cycles, of two renters interleaved, and one naming no valid cycle (posted
+// to the cycle its usage ended in) each land on their own account.
+func TestChargesOfOneBatchKeepTheirAccounts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const cyc1, cyc2 = "cyc-20261112", "cyc-20261227"
+	msgs := []ports.ChargesMessage{
+		batchMsg(t, "b-1", charge("ch-a", "r-1", "p-1", cyc1, "1.00"), charge("ch-b", "r-2", "p-1", cyc2, "2.00"), charge("ch-c", "r-1", "p-1", cyc2, "4.00")),
+		batchMsg(t, "b-2", charge("ch-d", "r-2", "p-2", "cyc-bogus", "8.00"), charge("ch-e", "r-1", "p-1", cyc1, "16.00")),
+	}
+	if got, err := ports.PostCharges(f.ctx, f.app, msgs); err != nil || got != 5 {
+		t.Fatalf("posted %d, %v; want 5", got, err)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "-21.00")
+	wantBalance(t, f, "renter:r-2:wallet", "USD", "-10.00")
+	wantBalance(t, f, "provider:p-1:pending:"+cyc1, "USD", "17.00")
+	wantBalance(t, f, "provider:p-1:pending:"+cyc2, "USD", "6.00")
+	wantBalance(t, f, "provider:p-2:pending:"+cyc1, "USD", "8.00")
+	checkInvariants(t, f)
+}
