@@ -18,3 +18,10 @@ func SplitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 
 // Holding reports whether payloads are held for schema on pool.
 func Holding(pool *pgxpool.Pool, schema string) bool { return holding(outboxOf{pool, schema}) }
+
+// Leading reports whether a relay of this process leads schema on pool.
+func Leading(pool *pgxpool.Pool, schema string) bool {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	return held.leading[outboxOf{pool, schema}] > 0
+}

@@ -17,12 +17,17 @@ const heldBytesMax = 64 << 20
 // ledger's fetched batches write megabytes of ledger.posted, and reading
 // them back (detoasting, decompressing, sending them) was 4 % of the
 // database backends' CPU in the ledger_postings bench.
+//
+// Only while this process's relay of the outbox leads (holds its advisory
+// lock) are payloads held: a replica whose relay waits would hold what it
+// never publishes.
 var held = struct {
-	mu    sync.Mutex
-	m     map[heldKey][]byte
-	n     map[outboxOf]int // payloads held per outbox
-	bytes int
-}{m: map[heldKey][]byte{}, n: map[outboxOf]int{}}
+	mu      sync.Mutex
+	m       map[heldKey][]byte
+	n       map[outboxOf]int // payloads held per outbox
+	leading map[outboxOf]int // relays of this process leading each outbox
+	bytes   int
+}{m: map[heldKey][]byte{}, n: map[outboxOf]int{}, leading: map[outboxOf]int{}}
 
 type outboxOf struct {
 	pool   *pgxpool.Pool
@@ -46,6 +51,9 @@ func Hold(pool *pgxpool.Pool, schema string, msgs ...Message) {
 	o := outboxOf{pool, schema}
 	held.mu.Lock()
 	defer held.mu.Unlock()
+	if held.leading[o] == 0 {
+		return
+	}
 	for _, m := range msgs {
 		if held.bytes+len(m.Payload) > heldBytesMax {
 			clear(held.m)
@@ -85,4 +93,27 @@ func takeHeld(o outboxOf, id string) ([]byte, bool) {
 		}
 	}
 	return p, ok
+}
+
+// lead marks this process's relay of o as leading until the returned func
+// is called; then what is held for o is dropped.
+func lead(o outboxOf) (release func()) {
+	held.mu.Lock()
+	held.leading[o]++
+	held.mu.Unlock()
+	return func() {
+		held.mu.Lock()
+		defer held.mu.Unlock()
+		if held.leading[o]--; held.leading[o] > 0 {
+			return
+		}
+		delete(held.leading, o)
+		for k, p := range held.m {
+			if k.outboxOf == o {
+				delete(held.m, k)
+				held.bytes -= len(p)
+			}
+		}
+		delete(held.n, o)
+	}
 }

@@ -295,6 +295,7 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		return nil
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck // the relay is stopping: a lock not released ends with its session
+	defer lead(outboxOf{r.Pool, r.Schema})()
 	wake := waker(r.Schema)
 	idle := relayPollMin
 	var pruned time.Time

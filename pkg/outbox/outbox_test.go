@@ -352,21 +352,34 @@ func TestAuditBatchSplitsAlongItsRecords(t *testing.T) {
 // (outbox.Hold) instead of reading them back, and reads the others' from
 // the table: here the held ones differ from their rows, so what reached
 // the stream shows which was published. Every row is published once, in
-// order, and moved to outbox_published; nothing stays held.
+// order, and moved to outbox_published; nothing stays held. Nothing is
+// held while no relay of this process leads the outbox.
 func TestRelayPublishesHeldPayloads(t *testing.T) {
 	t.Parallel()
 	ctx, pool, js := newOutboxDB(t, natsx.StreamUsage)
+	outbox.Hold(pool, "t", outbox.Message{ID: "h0", Payload: []byte("x")})
+	if outbox.Holding(pool, "t") {
+		t.Fatal("a payload held with no relay leading the outbox")
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runRelay(t, ctx, pool, js.JS, log)
+	testkit.Eventually(t, 10*time.Second, func() bool { return outbox.Leading(pool, "t") }, "relay not leading")
+
 	var rows []outbox.Message
 	for i := 1; i <= 3; i++ {
 		rows = append(rows, outbox.Message{ID: fmt.Sprintf("h%d", i), Subject: "usage.recorded.p1", Payload: fmt.Appendf(nil, "row-%d", i)})
 	}
-	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Copy(ctx, tx, "t", rows...) }); err != nil {
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := outbox.Copy(ctx, tx, "t", rows...); err != nil {
+			return err
+		}
+		// Held before the commit only so that the relay, polling, cannot
+		// read the rows first: a writer holds after its commit.
+		outbox.Hold(pool, "t", outbox.Message{ID: "h1", Payload: []byte("held-1")}, outbox.Message{ID: "h3", Payload: []byte("held-3")})
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	outbox.Hold(pool, "t", outbox.Message{ID: "h1", Payload: []byte("held-1")}, outbox.Message{ID: "h3", Payload: []byte("held-3")})
-
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runRelay(t, ctx, pool, js.JS, log)
 	recv := consumeUsage(t, ctx, pool, js, log)
 	var got []string
 	testkit.Eventually(t, 10*time.Second, func() bool {
