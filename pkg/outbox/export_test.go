@@ -19,9 +19,6 @@ func SplitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 // Holding reports whether payloads are held for schema on pool.
 func Holding(pool *pgxpool.Pool, schema string) bool { return holding(outboxOf{pool, schema}) }
 
-// Leading reports whether a relay of this process leads schema on pool.
-func Leading(pool *pgxpool.Pool, schema string) bool {
-	held.mu.Lock()
-	defer held.mu.Unlock()
-	return held.leading[outboxOf{pool, schema}] > 0
-}
+// Lead marks schema on pool as led by a relay of this process until the
+// returned func is called.
+func Lead(pool *pgxpool.Pool, schema string) (release func()) { return lead(outboxOf{pool, schema}) }

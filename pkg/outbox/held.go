@@ -108,12 +108,30 @@ func lead(o outboxOf) (release func()) {
 			return
 		}
 		delete(held.leading, o)
-		for k, p := range held.m {
-			if k.outboxOf == o {
-				delete(held.m, k)
-				held.bytes -= len(p)
-			}
-		}
-		delete(held.n, o)
+		forgetLocked(o)
 	}
+}
+
+// forgetHeld drops what is held for o. A payload held after the relay had
+// already read its row from the table (the write's commit and its Hold are
+// two steps) is never taken: the relay forgets what it holds whenever it
+// finds its outbox empty, when everything held has been published.
+// Dropping is always safe: the relay reads what it does not hold.
+func forgetHeld(o outboxOf) {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	forgetLocked(o)
+}
+
+func forgetLocked(o outboxOf) {
+	if held.n[o] == 0 {
+		return
+	}
+	for k, p := range held.m {
+		if k.outboxOf == o {
+			delete(held.m, k)
+			held.bytes -= len(p)
+		}
+	}
+	delete(held.n, o)
 }

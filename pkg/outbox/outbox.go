@@ -388,6 +388,10 @@ func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) 
 	if err != nil {
 		return nil, err
 	}
+	if len(batch) == 0 {
+		forgetHeld(o) // held after their rows were published (forgetHeld)
+		return nil, nil
+	}
 	var missing []int64
 	at := map[int64]int{}
 	for i := range batch {
