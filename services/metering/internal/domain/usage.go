@@ -113,11 +113,65 @@ func Validate(in EventInput, r Rules) (Event, string) {
 }
 
 func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	s = strings.TrimSpace(s)
+	if t, ok := parseUTC(s); ok {
+		return t.Truncate(time.Microsecond), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, err
 	}
 	return t.UTC().Truncate(time.Microsecond), nil
+}
+
+// parseUTC reads the form nearly every client sends,
+// "2006-01-02T15:04:05Z" with an optional fraction of 1-9 digits, in a
+// single pass; anything else (an offset, a lower-case t or z, a field out
+// of range) is left to time.Parse, which gives the same time or the error.
+// time.Parse cost ~2 % of this process's CPU in the pipeline bench (two
+// times per event).
+func parseUTC(s string) (time.Time, bool) {
+	if len(s) < 20 || s[len(s)-1] != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	num := func(i, n int) (int, bool) {
+		v := 0
+		for _, c := range []byte(s[i : i+n]) {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v, true
+	}
+	year, ok1 := num(0, 4)
+	month, ok2 := num(5, 2)
+	day, ok3 := num(8, 2)
+	hour, ok4 := num(11, 2)
+	minute, ok5 := num(14, 2)
+	sec, ok6 := num(17, 2)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	if frac := s[19 : len(s)-1]; frac != "" {
+		if frac[0] != '.' || len(frac) < 2 || len(frac) > 10 {
+			return time.Time{}, false
+		}
+		v, ok := num(20, len(frac)-1)
+		if !ok {
+			return time.Time{}, false
+		}
+		for n := len(frac) - 1; n < 9; n++ {
+			v *= 10
+		}
+		nsec = v
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC)
+	if t.Day() != day { // the 31st of a 30-day month, the 29th of February in a common year
+		return time.Time{}, false
+	}
+	return t, true
 }
 
 func clip(s string) string {
