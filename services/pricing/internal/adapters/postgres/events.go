@@ -14,7 +14,14 @@ import (
 )
 
 // PublishCharges puts charges.rated.{provider} into the outbox, one
-// ChargesRatedBatch per batch.
+// ChargesRatedBatch per batch. A batch's id is unique to the rating's first
+// source message (app.batchByProvider), which the inbox lets rate once, as
+// its charges' ids are: the batches are copied in (outbox.Copy; a repeated
+// id fails the transaction, as a repeated charge id fails InsertCharges'
+// COPY), where an insert of bound payload arrays that skipped existing ids
+// cost the backends ~2 % of their CPU in the pipeline bench. They are also
+// held for this process's relay once the write commits (WithTx): reading
+// them back was another ~1.4 %.
 func (t *Tx) PublishCharges(ctx context.Context, bs []domain.ChargeBatch) error {
 	msgs := make([]outbox.Message, 0, len(bs))
 	for _, b := range bs {
@@ -28,7 +35,11 @@ func (t *Tx) PublishCharges(ctx context.Context, bs []domain.ChargeBatch) error 
 		}
 		msgs = append(msgs, outbox.Message{ID: b.ID, Subject: subjects.ChargesRated.Of(b.ProviderID), Payload: payload})
 	}
-	return outbox.Add(ctx, t.tx, Schema, msgs...)
+	if err := outbox.Copy(ctx, t.tx, Schema, msgs...); err != nil {
+		return err
+	}
+	t.held = append(t.held, msgs...)
+	return nil
 }
 
 func ratedCharge(c *domain.Charge) *eventsv1.RatedCharge {

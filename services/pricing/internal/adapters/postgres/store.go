@@ -34,7 +34,10 @@ type Store struct{ Pool *pgxpool.Pool }
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{Pool: pool} }
 
 // Tx is the store inside one rating transaction.
-type Tx struct{ tx pgx.Tx }
+type Tx struct {
+	tx   pgx.Tx
+	held []outbox.Message // outbox rows copied, for outbox.Hold once committed
+}
 
 var (
 	_ app.Store = (*Store)(nil)
@@ -42,8 +45,19 @@ var (
 )
 
 // WithTx runs fn in one READ COMMITTED transaction, committing if it returns nil.
+// The charges.rated it copied into the outbox is held for this process's
+// relay once committed (outbox.Hold), which publishes it without reading
+// it back.
 func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
-	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
+	var t *Tx
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		t = &Tx{tx: tx}
+		return fn(t)
+	})
+	if err == nil {
+		outbox.Hold(s.Pool, Schema, t.held...)
+	}
+	return err
 }
 
 const cardCols = `rate_card_id, currency, effective_from, body, seq, created_at`
