@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
 )
 
 // CopyWriter writes PostgreSQL's binary COPY format
@@ -125,7 +127,7 @@ func (w *CopyWriter) Numeric(d decimal.Decimal) {
 
 // NumericTrimmed writes d exactly without trailing fractional zeros as its
 // display scale (d.String(): 1.50 is stored as 1.5, 0.00 as 0).
-func (w *CopyWriter) NumericTrimmed(d decimal.Decimal) { w.numericText(d.String()) }
+func (w *CopyWriter) NumericTrimmed(d decimal.Decimal) { w.numericText(money.DecimalString(d)) }
 
 // numericText writes a decimal given as the plain text a decimal.Decimal
 // prints, [-]digits[.digits] (never an exponent), with the digits after its
