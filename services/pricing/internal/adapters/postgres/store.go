@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -263,6 +264,52 @@ type line struct {
 	Amount     string `json:"amount"`
 }
 
+// appendLines appends lines as JSON, the bytes json.Marshal writes for them
+// (TestLinesJSONIsMarshal), without its reflection: marshalling them was
+// ~1.4 % of this process's CPU in the pipeline bench. A string that is not
+// valid UTF-8, or needs an escape, goes through json.Marshal.
+func appendLines(b []byte, ls []line) []byte {
+	if ls == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i := range ls {
+		l := &ls[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendField(b, `{"event_id":`, l.EventID)
+		b = appendField(b, `,"kind":`, l.Kind)
+		b = appendField(b, `,"gpu_model":`, l.GPUModel)
+		b = strconv.AppendInt(append(b, `,"gpu_count":`...), int64(l.GPUCount), 10)
+		b = appendField(b, `,"band":`, l.Band)
+		b = appendField(b, `,"tier":`, l.Tier)
+		b = appendField(b, `,"rate_card_id":`, l.RateCardID)
+		b = appendField(b, `,"start_time":`, l.Start)
+		b = appendField(b, `,"end_time":`, l.End)
+		b = appendField(b, `,"gpu_hours":`, l.GPUHours)
+		b = appendField(b, `,"unit_price":`, l.UnitPrice)
+		b = appendField(b, `,"multiplier":`, l.Multiplier)
+		b = appendField(b, `,"amount":`, l.Amount)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendField appends key and s as a JSON string, as json.Marshal writes it.
+func appendField(b []byte, key, s string) []byte {
+	b = append(b, key...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
 // numeric encodes d as Postgres numeric without a text round trip, with
 // the scale decimal's String gives (no trailing fractional zeros), so stored
 // values read back as they always did ("0", not "0.00").
@@ -295,7 +342,8 @@ const chargeRowBytesEst = 2 + 14*4 + 200 + 3*24 + 10*24 + 2*8 + 700
 // without trailing fractional zeros, as they always were ("0", not "0.00").
 func (t *Tx) InsertCharges(ctx context.Context, cs []domain.Charge, now time.Time) error {
 	w := pg.NewCopyWriter(len(cs) * chargeRowBytesEst)
-	var buf []line // reused: one charge's lines at a time
+	var buf []line       // reused: one charge's lines at a time
+	var linesJSON []byte // reused: their JSON
 	for i := range cs {
 		c := &cs[i]
 		buf = buf[:0]
@@ -304,10 +352,7 @@ func (t *Tx) InsertCharges(ctx context.Context, cs []domain.Charge, now time.Tim
 				Tier: l.Tier, RateCardID: l.RateCardID, Start: l.Start.UTC().Format(time.RFC3339Nano), End: l.End.UTC().Format(time.RFC3339Nano),
 				GPUHours: l.GPUHours, UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
 		}
-		linesJSON, err := json.Marshal(buf)
-		if err != nil {
-			return fmt.Errorf("insert charges: %w", err)
-		}
+		linesJSON = appendLines(linesJSON[:0], buf)
 		w.Row(14)
 		w.Text(c.ID)
 		w.Text(c.SourceID)
