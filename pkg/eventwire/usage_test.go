@@ -39,6 +39,22 @@ func TestLedgerPostedNumbersMatchEventsProto(t *testing.T) {
 		"amount": eventwire.PostingAmount, "currency": eventwire.PostingCurrency})
 }
 
+// TestChargesRatedNumbersMatchEventsProto: the same for charges.rated.
+func TestChargesRatedNumbersMatchEventsProto(t *testing.T) {
+	checkNumbers(t, &eventsv1.ChargesRatedBatch{}, map[string]protowire.Number{"batch_id": eventwire.RatedBatchID, "charges": eventwire.RatedBatchCharges})
+	checkNumbers(t, &eventsv1.RatedCharge{}, map[string]protowire.Number{
+		"charge_id": eventwire.RatedChargeID, "lease_id": eventwire.RatedLeaseID, "renter_id": eventwire.RatedRenterID,
+		"provider_id": eventwire.RatedProviderID, "cycle_id": eventwire.RatedCycleID, "currency": eventwire.RatedCurrency,
+		"amount": eventwire.RatedAmount, "exact_amount": eventwire.RatedExactAmount, "event_ids": eventwire.RatedEventIDs,
+		"lines": eventwire.RatedLines, "effective_at": eventwire.RatedEffectiveAt})
+	checkNumbers(t, &eventsv1.ChargeLine{}, map[string]protowire.Number{
+		"event_id": eventwire.LineEventID, "kind": eventwire.LineKind, "gpu_model": eventwire.LineGPUModel,
+		"gpu_count": eventwire.LineGPUCount, "band": eventwire.LineBand, "tier": eventwire.LineTier,
+		"rate_card_id": eventwire.LineRateCardID, "start_time": eventwire.LineStart, "end_time": eventwire.LineEnd,
+		"gpu_hours": eventwire.LineGPUHours, "unit_price": eventwire.LineUnitPrice, "multiplier": eventwire.LineMultiplier,
+		"amount": eventwire.LineAmount})
+}
+
 // checkNumbers: m has exactly the fields want names, with those numbers.
 func checkNumbers(t *testing.T, m proto.Message, want map[string]protowire.Number) {
 	t.Helper()

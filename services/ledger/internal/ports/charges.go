@@ -9,12 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/subjects"
-	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
 
@@ -86,33 +84,4 @@ func PostCharges(ctx context.Context, a *app.App, msgs []ChargesMessage) (int, e
 		return n, &natsx.PoisonError{ByID: bad.ByID}
 	}
 	return n, err
-}
-
-// decodeCharges converts a ChargesRatedBatch; the lines of all its charges
-// share one slice (one allocation per message, none per charge).
-func decodeCharges(m ChargesMessage) app.ChargeMessage {
-	var b eventsv1.ChargesRatedBatch
-	if err := proto.Unmarshal(m.Payload, &b); err != nil {
-		return app.ChargeMessage{ID: m.ID, Err: err}
-	}
-	nLines := 0
-	for _, c := range b.Charges {
-		nLines += len(c.GetLines())
-	}
-	lines := make([]app.ChargeLine, 0, nLines)
-	out := app.ChargeMessage{ID: m.ID, Charges: make([]app.RatedCharge, len(b.Charges))}
-	for i, c := range b.Charges {
-		first := len(lines)
-		for _, l := range c.GetLines() {
-			lines = append(lines, app.ChargeLine{Kind: l.GetKind(), GPUModel: l.GetGpuModel(), GPUHours: l.GetGpuHours()})
-		}
-		rc := &out.Charges[i]
-		*rc = app.RatedCharge{ChargeID: c.GetChargeId(), LeaseID: c.GetLeaseId(), RenterID: c.GetRenterId(),
-			ProviderID: c.GetProviderId(), CycleID: c.GetCycleId(), Currency: c.GetCurrency(), Amount: c.GetAmount(),
-			Lines: lines[first:len(lines):len(lines)]}
-		if c.GetEffectiveAt() != nil {
-			rc.EffectiveAt = c.GetEffectiveAt().AsTime()
-		}
-	}
-	return out
 }
