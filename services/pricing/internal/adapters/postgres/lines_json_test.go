@@ -28,7 +28,11 @@ func TestLinesJSONIsMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendLines([]byte("prefix"), ls); !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		got, err := appendLines([]byte("prefix"), ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, append([]byte("prefix"), want...)) {
 			t.Fatalf("appendLines = %s\njson.Marshal = %s", got[len("prefix"):], want)
 		}
 	}
