@@ -1,9 +1,13 @@
 package outbox
 
 import (
+	"context"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/pg"
 )
 
 // heldBytesMax bounds the payloads held in this process (what a relay of
@@ -134,4 +138,16 @@ func forgetLocked(o outboxOf) {
 		}
 	}
 	delete(held.n, o)
+}
+
+// InTx runs fn in one transaction on pool (pg.InTx) and, once that has
+// committed, holds for the schema's relay the messages fn copied into the
+// outbox and appended to *held (Hold). A write that fails holds nothing.
+func InTx(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(tx pgx.Tx, held *[]Message) error) error {
+	var held []Message
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error { return fn(tx, &held) }); err != nil {
+		return err
+	}
+	Hold(pool, schema, held...)
+	return nil
 }

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -432,4 +433,30 @@ func consumeUsage(t *testing.T, ctx context.Context, pool *pgxpool.Pool, js *tes
 		}
 	})
 	return recv
+}
+
+// TestInTxHoldsWhatACommittedWriteCopied: outbox.InTx holds the messages a
+// write appended once it commits, and nothing for a write that fails.
+func TestInTxHoldsWhatACommittedWriteCopied(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _ := newOutboxDB(t, natsx.StreamUsage)
+	defer outbox.Lead(pool, "t")()
+	msg := outbox.Message{ID: "w1", Subject: "usage.recorded.p1", Payload: []byte("p")}
+	failed := errors.New("the write fails after copying")
+	err := outbox.InTx(ctx, pool, "t", func(tx pgx.Tx, held *[]outbox.Message) error {
+		if err := outbox.Copy(ctx, tx, "t", msg); err != nil {
+			return err
+		}
+		*held = append(*held, msg)
+		return failed
+	})
+	if !errors.Is(err, failed) || outbox.Holding(pool, "t") {
+		t.Fatalf("a failed write: err %v, holding %v; want its error and nothing held", err, outbox.Holding(pool, "t"))
+	}
+	if err := outbox.InTx(ctx, pool, "t", func(tx pgx.Tx, held *[]outbox.Message) error {
+		*held = append(*held, msg)
+		return outbox.Copy(ctx, tx, "t", msg)
+	}); err != nil || !outbox.Holding(pool, "t") {
+		t.Fatalf("a committed write: err %v, holding %v; want its payload held", err, outbox.Holding(pool, "t"))
+	}
 }

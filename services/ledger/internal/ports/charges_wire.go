@@ -3,7 +3,6 @@ package ports
 import (
 	"errors"
 	"fmt"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -77,7 +76,7 @@ func (d *chargesDecoder) str(slot int, v []byte) string {
 
 func (d *chargesDecoder) charge(b []byte, rc *app.RatedCharge) error {
 	first := len(d.lines)
-	var ts timestamp
+	var ts eventwire.Timestamp
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType {
 			return nil
@@ -110,7 +109,7 @@ func (d *chargesDecoder) charge(b []byte, rc *app.RatedCharge) error {
 				return fmt.Errorf("lines[%d]: %w", len(d.lines)-1-first, err)
 			}
 		case eventwire.RatedEffectiveAt:
-			if err := ts.merge(v); err != nil {
+			if err := ts.Merge(v); err != nil {
 				return fmt.Errorf("effective_at: %w", err)
 			}
 		}
@@ -120,8 +119,8 @@ func (d *chargesDecoder) charge(b []byte, rc *app.RatedCharge) error {
 		return err
 	}
 	rc.Lines = d.lines[first:len(d.lines):len(d.lines)]
-	if ts.set {
-		rc.EffectiveAt = time.Unix(ts.seconds, int64(ts.nanos)).UTC()
+	if ts.Seen {
+		rc.EffectiveAt = ts.Time()
 	}
 	return nil
 }
@@ -138,8 +137,8 @@ func (d *chargesDecoder) line(b []byte, l *app.ChargeLine) error {
 				return errStringNotUTF8
 			}
 		case eventwire.LineStart, eventwire.LineEnd:
-			var ts timestamp
-			return ts.merge(v)
+			var ts eventwire.Timestamp
+			return ts.Merge(v)
 		}
 		switch num {
 		case eventwire.LineKind:
@@ -151,50 +150,4 @@ func (d *chargesDecoder) line(b []byte, l *app.ChargeLine) error {
 		}
 		return nil
 	})
-}
-
-// timestamp is a google.protobuf.Timestamp read from the wire; occurrences
-// of the same field merge, as in proto.Unmarshal.
-type timestamp struct {
-	seconds int64
-	nanos   int32
-	set     bool
-}
-
-func (t *timestamp) merge(b []byte) error {
-	t.set = true
-	return eachFieldVarint(b, func(num protowire.Number, x uint64) {
-		switch num {
-		case eventwire.TimestampSeconds:
-			t.seconds = int64(x)
-		case eventwire.TimestampNanos:
-			t.nanos = int32(x)
-		}
-	})
-}
-
-// eachFieldVarint calls f with each varint field of a message's wire bytes;
-// the others are checked and skipped.
-func eachFieldVarint(b []byte, f func(num protowire.Number, x uint64)) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ == protowire.VarintType {
-			x, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			f(num, x)
-			b = b[n:]
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return nil
 }

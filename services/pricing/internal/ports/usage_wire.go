@@ -3,7 +3,6 @@ package ports
 import (
 	"errors"
 	"fmt"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -95,12 +94,12 @@ func decodeUsageBatch(b []byte, in *interner) ([]domain.UsageEvent, error) {
 // eventDecoder is one UsageEvent being decoded.
 type eventDecoder struct {
 	ev                   *domain.UsageEvent
-	start, end, received timestamp
+	start, end, received eventwire.Timestamp
 }
 
 // target is where field num goes: a string (unique: never shared through
 // the interner) or a timestamp; neither for any other field.
-func (d *eventDecoder) target(num protowire.Number) (str *string, unique bool, ts *timestamp) {
+func (d *eventDecoder) target(num protowire.Number) (str *string, unique bool, ts *eventwire.Timestamp) {
 	ev := d.ev
 	switch num {
 	case eventwire.UsageID:
@@ -168,7 +167,7 @@ func decodeUsageEvent(b []byte, in *interner, ev *domain.UsageEvent) error {
 			if n < 0 {
 				return protowire.ParseError(n)
 			}
-			if err := ts.merge(v); err != nil {
+			if err := ts.Merge(v); err != nil {
 				return fmt.Errorf("field %d: %w", num, err)
 			}
 			b = b[n:]
@@ -187,49 +186,9 @@ func decodeUsageEvent(b []byte, in *interner, ev *domain.UsageEvent) error {
 			b = b[n:]
 		}
 	}
-	ev.Start, ev.End = d.start.time(), d.end.time()
-	if d.received.seen {
-		ev.ReceivedAt = d.received.time()
+	ev.Start, ev.End = d.start.Time(), d.end.Time()
+	if d.received.Seen {
+		ev.ReceivedAt = d.received.Time()
 	}
 	return nil
 }
-
-// timestamp is a google.protobuf.Timestamp as decoded.
-type timestamp struct {
-	seen    bool
-	seconds int64
-	nanos   int32
-}
-
-func (t *timestamp) merge(b []byte) error {
-	t.seen = true
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ == protowire.VarintType && (num == eventwire.TimestampSeconds || num == eventwire.TimestampNanos) {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return protowire.ParseError(n)
-			}
-			if num == eventwire.TimestampSeconds {
-				t.seconds = int64(v) //nolint:gosec // protobuf's int64 decoding
-			} else {
-				t.nanos = int32(v) //nolint:gosec // protobuf's int32 decoding: the low 32 bits
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// time is Timestamp.AsTime.
-func (t timestamp) time() time.Time { return time.Unix(t.seconds, int64(t.nanos)).UTC() }

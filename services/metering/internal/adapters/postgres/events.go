@@ -28,7 +28,7 @@ func (t *Tx) PublishRecorded(ctx context.Context, acc []domain.Recorded, provs m
 	if err := outbox.Copy(ctx, t.tx, Schema, msgs...); err != nil {
 		return err
 	}
-	t.held = append(t.held, msgs...)
+	*t.held = append(*t.held, msgs...)
 	return nil
 }
 

@@ -38,7 +38,7 @@ func (t *Tx) PublishCharges(ctx context.Context, bs []domain.ChargeBatch) error 
 	if err := outbox.Copy(ctx, t.tx, Schema, msgs...); err != nil {
 		return err
 	}
-	t.held = append(t.held, msgs...)
+	*t.held = append(*t.held, msgs...)
 	return nil
 }
 

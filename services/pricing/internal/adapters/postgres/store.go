@@ -37,7 +37,7 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{Pool: pool} }
 // Tx is the store inside one rating transaction.
 type Tx struct {
 	tx   pgx.Tx
-	held []outbox.Message // outbox rows copied, for outbox.Hold once committed
+	held *[]outbox.Message // outbox rows copied, for outbox.Hold once committed (outbox.InTx)
 }
 
 var (
@@ -50,15 +50,7 @@ var (
 // relay once committed (outbox.Hold), which publishes it without reading
 // it back.
 func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
-	var t *Tx
-	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
-		t = &Tx{tx: tx}
-		return fn(t)
-	})
-	if err == nil {
-		outbox.Hold(s.Pool, Schema, t.held...)
-	}
-	return err
+	return outbox.InTx(ctx, s.Pool, Schema, func(tx pgx.Tx, held *[]outbox.Message) error { return fn(&Tx{tx: tx, held: held}) })
 }
 
 const cardCols = `rate_card_id, currency, effective_from, body, seq, created_at`
