@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/shopspring/decimal"
@@ -90,21 +92,86 @@ func (c Currency) Format(d decimal.Decimal) string {
 }
 
 // DecimalString is d.String(), byte for byte (the fraction's trailing
-// zeros dropped), written without math/big's conversion when the
-// coefficient has at most 18 digits and the exponent is between -18 and 0:
-// the ledger writes every posting's amount into its events and hashes it
-// into the chain, and math/big's conversion was 5 % of its CPU posting a
-// fetched batch of charges.
+// zeros dropped), written without math/big's conversion when the exponent
+// is between -38 and 0 and the coefficient fits in 128 bits: the ledger
+// writes every posting's amount into its events and hashes it into the
+// chain, and math/big's conversion was 5 % of its CPU posting a fetched
+// batch of charges; pricing's exact amounts and GPU-hours (20 decimal
+// places, a coefficient past int64) cost it ~3 % of the pipeline bench's
+// rating.
 func DecimalString(d decimal.Decimal) string {
 	exp := d.Exponent()
-	if exp > 0 || exp < -18 || d.NumDigits() > 18 {
+	if exp > 0 || exp < -38 {
 		return d.String()
 	}
-	s := formatUnits(d.CoefficientInt64(), -exp)
-	if exp < 0 {
-		s = strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
+	if exp >= -18 && d.NumDigits() <= 18 { // no copy of the coefficient
+		s := formatUnits(d.CoefficientInt64(), -exp)
+		if exp < 0 {
+			s = strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
+		}
+		return s
 	}
-	return s
+	return wideString(d, int(-exp))
+}
+
+// wideString is DecimalString for a coefficient of up to 128 bits (below
+// 10^19 × 2^64) and places decimals, d.String() past that.
+func wideString(d decimal.Decimal, places int) string {
+	const e19 = 10_000_000_000_000_000_000
+	c := d.Coefficient()
+	var hi, lo uint64
+	switch w := c.Bits(); {
+	case len(w) == 0:
+	case len(w) == 1:
+		lo = uint64(w[0])
+	case len(w) == 2 && bits.UintSize == 64:
+		lo, hi = uint64(w[0]), uint64(w[1])
+	default:
+		return d.String()
+	}
+	if hi >= e19 {
+		return d.String()
+	}
+	var buf [40]byte
+	digits := buf[:0]
+	if hi == 0 {
+		digits = strconv.AppendUint(digits, lo, 10)
+	} else {
+		q, r := bits.Div64(hi, lo, e19)
+		digits = strconv.AppendUint(digits, q, 10)
+		var low [19]byte
+		for i := len(low) - 1; i >= 0; i-- {
+			low[i] = byte('0' + r%10)
+			r /= 10
+		}
+		digits = append(digits, low[:]...)
+	}
+	var outBuf [88]byte // sign, 39 digits, point, 38 zeros, with room
+	out := outBuf[:0]
+	if c.Sign() < 0 {
+		out = append(out, '-')
+	}
+	if n := len(digits) - places; n > 0 {
+		out = append(out, digits[:n]...)
+		if places > 0 {
+			out = append(append(out, '.'), digits[n:]...)
+		}
+	} else {
+		out = append(out, '0', '.')
+		for ; n < 0; n++ {
+			out = append(out, '0')
+		}
+		out = append(out, digits...)
+	}
+	if places > 0 {
+		for out[len(out)-1] == '0' {
+			out = out[:len(out)-1]
+		}
+		if out[len(out)-1] == '.' {
+			out = out[:len(out)-1]
+		}
+	}
+	return string(out)
 }
 
 // formatUnits writes v × 10^-places with exactly places decimals, as

@@ -230,4 +230,31 @@ func TestDecimalStringIsDecimalsString(t *testing.T) {
 		}
 		check(decimal.NewFromBigInt(c, int32(r.IntN(26))-22))
 	}
+	// Coefficients past int64, up to 40 digits, with up to 40 places (the
+	// 128-bit path and both sides of its limits).
+	for _, s := range []string{"9223372036854775808", "18446744073709551615", "18446744073709551616", "10000000000000000000",
+		"99999999999999999999999999999999999999", "184467440737095516159999999999999999999", "184467440737095516160000000000000000000",
+		"340282366920938463463374607431768211455", "340282366920938463463374607431768211456", "100000000000000000000000000000000000000"} {
+		c, _ := new(big.Int).SetString(s, 10)
+		for exp := int32(-42); exp <= 1; exp++ {
+			check(decimal.NewFromBigInt(c, exp))
+			check(decimal.NewFromBigInt(new(big.Int).Neg(c), exp))
+		}
+	}
+	for range 200_000 {
+		digits := make([]byte, 1+r.IntN(40))
+		for i := range digits {
+			digits[i] = byte('0' + r.IntN(10))
+		}
+		if r.IntN(3) == 0 { // trailing zeros to drop
+			for i := len(digits) - 1 - r.IntN(len(digits)); i < len(digits); i++ {
+				digits[i] = '0'
+			}
+		}
+		c, _ := new(big.Int).SetString(string(digits), 10)
+		if r.IntN(2) == 0 {
+			c.Neg(c)
+		}
+		check(decimal.NewFromBigInt(c, int32(r.IntN(44))-42))
+	}
 }
