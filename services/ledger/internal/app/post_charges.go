@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/jsonplain"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -312,10 +313,10 @@ type chargeFields struct {
 }
 
 // chargeRequestHash equals domain.RequestHash("charge", the same fields as a map).
-// Fields encoding/json writes as themselves (domain.PlainJSON: every id the
+// Fields encoding/json writes as themselves (jsonplain.Plain: every id the
 // grammar allows, amounts, currency codes) are appended by hand.
 func chargeRequestHash(renter, provider, cycle, currency, amount string) ([32]byte, error) {
-	if domain.PlainJSON(renter) && domain.PlainJSON(provider) && domain.PlainJSON(cycle) && domain.PlainJSON(currency) && domain.PlainJSON(amount) {
+	if jsonplain.Plain(renter) && jsonplain.Plain(provider) && jsonplain.Plain(cycle) && jsonplain.Plain(currency) && jsonplain.Plain(amount) {
 		var buf [256]byte
 		b := append(buf[:0], `{"kind":"charge","fields":{"amount":"`...)
 		b = append(b, amount...)

@@ -3,19 +3,9 @@ package domain
 import (
 	"encoding/json"
 	"slices"
-)
 
-// PlainJSON reports whether encoding/json writes s as itself between quotes:
-// printable ASCII without the characters it escapes (", \, <, > and &).
-func PlainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
+	"github.com/gpubill/gpubill/pkg/jsonplain"
+)
 
 // AppendJSONStrings appends m as encoding/json writes a map[string]string
 // (keys sorted, byte for byte the same), without its reflection; it falls
@@ -26,7 +16,7 @@ func AppendJSONStrings(b []byte, m map[string]string) ([]byte, error) {
 	}
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
-		if !PlainJSON(k) || !PlainJSON(v) {
+		if !jsonplain.Plain(k) || !jsonplain.Plain(v) {
 			j, err := json.Marshal(m)
 			return append(b, j...), err
 		}

@@ -6,7 +6,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -19,6 +18,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/jsonplain"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
@@ -291,16 +291,7 @@ func appendLines(b []byte, ls []line) ([]byte, error) {
 
 // appendField appends key and s as a JSON string, as json.Marshal writes it.
 func appendField(b []byte, key, s string) ([]byte, error) {
-	b = append(b, key...)
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			return append(b, q...), err
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), nil
+	return jsonplain.AppendString(append(b, key...), s)
 }
 
 // numeric encodes d as Postgres numeric without a text round trip, with
