@@ -146,7 +146,7 @@ func wideString(d decimal.Decimal, places int) string {
 		}
 		digits = append(digits, low[:]...)
 	}
-	var outBuf [88]byte // sign, 39 digits, point, 38 zeros, with room
+	var outBuf [88]byte // at most 42 bytes: a sign, then 39 digits and a point, or "0." and 38 places
 	out := outBuf[:0]
 	if c.Sign() < 0 {
 		out = append(out, '-')
