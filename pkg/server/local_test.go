@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
@@ -217,5 +219,59 @@ func TestDecodeChecksText(t *testing.T) {
 	}
 	if decodeChecksText((&descriptorpb.FileDescriptorProto{}).ProtoReflect().Descriptor()) {
 		t.Error("google.protobuf.FileDescriptorProto (proto2) taken as checked by decoding")
+	}
+}
+
+// TestDecodeWithOnTheListener: a registered decoder decodes the requests
+// it takes (the handler gets the message it filled, and the text check is
+// still spared a clean one), and a request it declines is decoded by
+// protobuf as before.
+func TestDecodeWithOnTheListener(t *testing.T) {
+	var filled atomic.Pointer[testpb.SimpleRequest]
+	var bodies atomic.Int64
+	DecodeWith(func(b []byte, m *testpb.SimpleRequest) bool {
+		bodies.Add(1)
+		var probe testpb.SimpleRequest
+		if proto.Unmarshal(b, &probe) != nil || probe.GetResponseSize() != 2 {
+			return false // declined: protobuf decodes it
+		}
+		proto.Merge(m, &probe)
+		filled.Store(m)
+		return true
+	})
+	t.Cleanup(func() { wireDecoders.Delete((&testpb.SimpleRequest{}).ProtoReflect().Descriptor().FullName()) })
+	var seen atomic.Pointer[testpb.SimpleRequest]
+	record := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*testpb.SimpleRequest); ok {
+			seen.Store(proto.Clone(r).(*testpb.SimpleRequest))
+			if r == filled.Load() {
+				seen.Load().ResponseType = 99 // marks the registered decoder's message
+			}
+		}
+		return handler(ctx, req)
+	}
+	conn := serveEcho(t, grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), record, textGuard()))
+	client := testpb.NewTestServiceClient(conn)
+	for _, size := range []int32{1, 2} {
+		before := textWalks.Load()
+		req := &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("x")}, ResponseSize: size, ResponseStatus: &testpb.EchoStatus{Code: 2, Message: "plain"}}
+		if _, err := client.UnaryCall(context.Background(), req); err != nil {
+			t.Fatalf("response_size %d: %v", size, err)
+		}
+		got := seen.Load()
+		byDecoder := got.GetResponseType() == 99
+		got.ResponseType = 0
+		if !proto.Equal(got, req) {
+			t.Errorf("response_size %d: the handler got %v, want %v", size, got, req)
+		}
+		if byDecoder != (size == 2) {
+			t.Errorf("response_size %d: decoded by the registered decoder %v, want %v", size, byDecoder, size == 2)
+		}
+		if walks := textWalks.Load() - before; walks != 0 {
+			t.Errorf("response_size %d: %d text walks of a clean request, want 0", size, walks)
+		}
+	}
+	if bodies.Load() != 2 {
+		t.Errorf("the registered decoder saw %d requests, want 2", bodies.Load())
 	}
 }

@@ -187,10 +187,12 @@ type textCodec struct{ encoding.CodecV2 }
 func newTextCodec() textCodec { return textCodec{encoding.GetCodecV2(protocodec.Name)} }
 
 func (c textCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if err := c.CodecV2.Unmarshal(data, v); err != nil {
-		return err
-	}
 	m, ok := v.(proto.Message)
+	if !ok || !decodeRegistered(data, m) {
+		if err := c.CodecV2.Unmarshal(data, v); err != nil {
+			return err
+		}
+	}
 	if !ok || !decodeChecksText(m.ProtoReflect().Descriptor()) {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpubill/gpubill/pkg/eventwire"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
@@ -56,7 +57,7 @@ func (c *RatingConsumer) Run(ctx context.Context) error {
 func decodeUsage(msgs []jetstream.Msg) ([]app.UsageMessage, error) {
 	in := make([]app.UsageMessage, len(msgs))
 	var poison natsx.PoisonError
-	strs := newInterner()
+	strs := eventwire.NewInterner()
 	for i, m := range msgs {
 		id := natsx.MsgID(m)
 		evs, err := decodeUsageBatch(m.Data(), strs)

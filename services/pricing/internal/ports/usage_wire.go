@@ -17,41 +17,12 @@ const eventsPerBatchHint = 128
 
 var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
 
-// interner keeps one copy of each string a fetch repeats (parties, GPU
-// model, region, cycle: the same few values on every event of a batch).
-// Each field's last value is checked first, by comparing bytes: the events
-// of a batch are one provider's, mostly in runs of one lease, so hashing
-// every field into the map cost more than the strings it saved (profile).
-type interner struct {
-	m    map[string]string
-	last [eventwire.UsageReceivedAt + 1]string // by field number
-}
-
-func newInterner() *interner { return &interner{m: map[string]string{}} }
-
-// get is field num's value b as a string, shared with the fetch's other
-// events.
-func (in *interner) get(num protowire.Number, b []byte) string {
-	if num > 0 && int(num) < len(in.last) && in.last[num] == string(b) {
-		return in.last[num]
-	}
-	s, ok := in.m[string(b)] // no allocation for the lookup
-	if !ok {
-		s = string(b)
-		in.m[s] = s
-	}
-	if num > 0 && int(num) < len(in.last) {
-		in.last[num] = s
-	}
-	return s
-}
-
 // decodeUsageBatch decodes a UsageRecordedBatch straight into domain
 // events, as proto.Unmarshal into eventsv1.UsageRecordedBatch followed by
 // usageEvent would (the same result and the same refusals: malformed wire
 // data, invalid UTF-8 in a string field), without the generated messages
 // and their timestamps, and with repeated strings shared through in.
-func decodeUsageBatch(b []byte, in *interner) ([]domain.UsageEvent, error) {
+func decodeUsageBatch(b []byte, in *eventwire.Interner) ([]domain.UsageEvent, error) {
 	out := make([]domain.UsageEvent, 0, eventsPerBatchHint)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -138,7 +109,7 @@ func (d *eventDecoder) target(num protowire.Number) (str *string, unique bool, t
 // its last value, and a timestamp seen twice is merged, as protobuf does;
 // start and end read as the Unix epoch when absent (Timestamp.AsTime of
 // nil), received_at as the zero time.
-func decodeUsageEvent(b []byte, in *interner, ev *domain.UsageEvent) error {
+func decodeUsageEvent(b []byte, in *eventwire.Interner, ev *domain.UsageEvent) error {
 	d := eventDecoder{ev: ev}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -153,13 +124,16 @@ func decodeUsageEvent(b []byte, in *interner, ev *domain.UsageEvent) error {
 			if n < 0 {
 				return protowire.ParseError(n)
 			}
-			if !utf8.Valid(v) {
-				return fmt.Errorf("field %d: %w", num, errInvalidUTF8)
-			}
+			valid := true
 			if unique {
-				*str = string(v)
+				if valid = utf8.Valid(v); valid {
+					*str = string(v)
+				}
 			} else {
-				*str = in.get(num, v)
+				*str, valid = in.Get(num, v)
+			}
+			if !valid {
+				return fmt.Errorf("field %d: %w", num, errInvalidUTF8)
 			}
 			b = b[n:]
 		case ts != nil && typ == protowire.BytesType:

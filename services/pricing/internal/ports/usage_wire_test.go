@@ -111,7 +111,7 @@ func TestDecodeUsageBatchMatchesProtobuf(t *testing.T) {
 	var accepted, refused int
 	for i, b := range inputs {
 		want, wantErr := referenceDecode(b)
-		got, gotErr := decodeUsageBatch(b, newInterner())
+		got, gotErr := decodeUsageBatch(b, eventwire.NewInterner())
 		if (wantErr != nil) != (gotErr != nil) {
 			t.Fatalf("input %d: error %v, protobuf's %v", i, gotErr, wantErr)
 		}
@@ -143,7 +143,7 @@ func FuzzDecodeUsageBatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want, wantErr := referenceDecode(b)
-		got, gotErr := decodeUsageBatch(b, newInterner())
+		got, gotErr := decodeUsageBatch(b, eventwire.NewInterner())
 		if (wantErr != nil) != (gotErr != nil) {
 			t.Fatalf("error %v, protobuf's %v", gotErr, wantErr)
 		}
@@ -177,7 +177,7 @@ func BenchmarkDecodeUsage(b *testing.B) {
 	b.Run("wire", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			in := newInterner()
+			in := eventwire.NewInterner()
 			for _, m := range msgs {
 				if _, err := decodeUsageBatch(m, in); err != nil {
 					b.Fatal(err)
