@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/eventwire"
 	"github.com/gpubill/gpubill/pkg/server"
@@ -54,7 +55,8 @@ func decodeIngestRequest(b []byte, r *meteringv1.IngestUsageEventsRequest) bool 
 		rest = rest[k:]
 	}
 	if n == 0 {
-		return true // no events: proto.Unmarshal leaves the request empty too
+		proto.Reset(r) // no events: proto.Unmarshal leaves the request empty too
+		return true
 	}
 	evs := make([]meteringv1.UsageEventInput, n)
 	ptrs := make([]*meteringv1.UsageEventInput, n)
@@ -68,6 +70,7 @@ func decodeIngestRequest(b []byte, r *meteringv1.IngestUsageEventsRequest) bool 
 		}
 		ptrs[i] = &evs[i]
 	}
+	proto.Reset(r) // as proto.Unmarshal does before it decodes
 	r.Events = ptrs
 	return true
 }
