@@ -28,7 +28,7 @@ func NewInterner() *Interner { return &Interner{m: map[string]string{}} }
 // Get is field num's value b as a string, shared with the other values of
 // the same bytes that went through in; false, and nothing kept, when b is
 // not valid UTF-8 (what protobuf refuses in a proto3 string). Only bytes
-// not seen before are checked: everything in kept was checked once.
+// not seen before are checked: everything it keeps was checked once.
 func (in *Interner) Get(num protowire.Number, b []byte) (string, bool) {
 	if num > 0 && num < internerFields && in.last[num] == string(b) {
 		return in.last[num], true
