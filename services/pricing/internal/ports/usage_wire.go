@@ -124,7 +124,7 @@ func decodeUsageEvent(b []byte, in *eventwire.Interner, ev *domain.UsageEvent) e
 			if n < 0 {
 				return protowire.ParseError(n)
 			}
-			valid := true
+			var valid bool
 			if unique {
 				if valid = utf8.Valid(v); valid {
 					*str = string(v)
