@@ -75,11 +75,35 @@ func decodeIngestRequest(b []byte, r *meteringv1.IngestUsageEventsRequest) bool 
 	return true
 }
 
+// inputText is where text field num of e goes; nil for any other field.
+func inputText(e *meteringv1.UsageEventInput, num protowire.Number) *string {
+	switch num {
+	case inputID:
+		return &e.Id
+	case inputLeaseID:
+		return &e.LeaseId
+	case inputProviderID:
+		return &e.ProviderId
+	case inputRenterID:
+		return &e.RenterId
+	case inputGPUModel:
+		return &e.GpuModel
+	case inputStartTime:
+		return &e.StartTime
+	case inputEndTime:
+		return &e.EndTime
+	case inputRegion:
+		return &e.Region
+	case inputWorkload:
+		return &e.Workload
+	}
+	return nil
+}
+
 // decodeEventInput decodes one UsageEventInput into e (false for anything
 // decodeIngestRequest leaves to protobuf). A field seen twice keeps its
 // last value, as protobuf does.
 func decodeEventInput(b []byte, e *meteringv1.UsageEventInput, in *eventwire.Interner) bool {
-	var ok bool
 	for len(b) > 0 {
 		num, typ, k := protowire.ConsumeTag(b)
 		if k < 0 {
@@ -98,7 +122,8 @@ func decodeEventInput(b []byte, e *meteringv1.UsageEventInput, in *eventwire.Int
 			b = b[k:]
 			continue
 		}
-		if num < inputID || num > inputWorkload || typ != protowire.BytesType {
+		dst := inputText(e, num)
+		if dst == nil || typ != protowire.BytesType {
 			return false
 		}
 		v, k := protowire.ConsumeBytes(b)
@@ -106,35 +131,18 @@ func decodeEventInput(b []byte, e *meteringv1.UsageEventInput, in *eventwire.Int
 			return false
 		}
 		b = b[k:]
-		var s string
 		if num == inputID || num == inputLeaseID { // one per event (or lease): not worth a map entry
 			if !utf8.Valid(v) {
 				return false
 			}
-			s = string(v)
-		} else if s, ok = in.Get(num, v); !ok {
+			*dst = string(v)
+			continue
+		}
+		s, ok := in.Get(num, v)
+		if !ok {
 			return false
 		}
-		switch num {
-		case inputID:
-			e.Id = s
-		case inputLeaseID:
-			e.LeaseId = s
-		case inputProviderID:
-			e.ProviderId = s
-		case inputRenterID:
-			e.RenterId = s
-		case inputGPUModel:
-			e.GpuModel = s
-		case inputStartTime:
-			e.StartTime = s
-		case inputEndTime:
-			e.EndTime = s
-		case inputRegion:
-			e.Region = s
-		case inputWorkload:
-			e.Workload = s
-		}
+		*dst = s
 	}
 	return true
 }
