@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/pricing/internal/app"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
+)
+
+// newStore is pricing's store on a fresh, migrated database.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(context.Background(), pool, Schema, migrations.For("pricing")); err != nil {
+		t.Fatal(err)
+	}
+	return NewStore(pool)
+}
+
+// Lease states are copied in the first time and updated after; a state
+// LeaseTotals did not read is never written over one stored.
+func TestLeaseTotalsCopiedThenUpdated(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	at := time.Date(2026, 11, 12, 22, 0, 0, 0, time.UTC)
+	a, b := domain.LeaseCurrency{LeaseID: "lease-a", Currency: "CNY"}, domain.LeaseCurrency{LeaseID: "lease-b", Currency: "CNY"}
+	total := func(exact, billed string) domain.LeaseTotal {
+		return domain.LeaseTotal{ExactPS: decimal.RequireFromString(exact), Billed: decimal.RequireFromString(billed)}
+	}
+	save := func(read []domain.LeaseCurrency, m map[domain.LeaseCurrency]domain.LeaseTotal) (map[domain.LeaseCurrency]domain.LeaseTotal, error) {
+		var before map[domain.LeaseCurrency]domain.LeaseTotal
+		err := s.WithTx(ctx, func(tx app.Tx) error {
+			var err error
+			if before, err = tx.LeaseTotals(ctx, read); err != nil {
+				return err
+			}
+			return tx.SaveLeaseTotals(ctx, m, at)
+		})
+		return before, err
+	}
+	if _, err := save([]domain.LeaseCurrency{a}, map[domain.LeaseCurrency]domain.LeaseTotal{a: total("10188", "2.83")}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := save([]domain.LeaseCurrency{a, b}, map[domain.LeaseCurrency]domain.LeaseTotal{a: total("20376.00", "5.66"), b: total("0.5", "0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 1 || !before[a].Billed.Equal(decimal.RequireFromString("2.83")) {
+		t.Fatalf("second read %+v, want lease-a's first state", before)
+	}
+	rows, err := s.Pool.Query(ctx, `select lease_id || ' ' || exact_ps::text || ' ' || billed::text from pricing.lease_totals order by lease_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if want := []string{"lease-a 20376 5.66", "lease-b 0.5 0"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("lease_totals %q, want %q", got, want)
+	}
+	// Written without being read: the stored row is not overwritten.
+	if _, err := save(nil, map[domain.LeaseCurrency]domain.LeaseTotal{a: total("1", "0")}); !pg.IsUniqueViolation(err) {
+		t.Fatalf("saving an unread stored lease: %v, want the key refusing it", err)
+	}
+	var billed string
+	if err := s.Pool.QueryRow(ctx, `select billed::text from pricing.lease_totals where lease_id = 'lease-a'`).Scan(&billed); err != nil || billed != "5.66" {
+		t.Fatalf("lease-a billed %s (%v), want 5.66 kept", billed, err)
+	}
+}
