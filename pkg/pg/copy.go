@@ -82,6 +82,17 @@ func (w *CopyWriter) Timestamptz(t time.Time) {
 	w.Buf = binary.BigEndian.AppendUint64(w.Buf, uint64(t.UnixMicro()-pgEpochMicros))
 }
 
+// Date writes a date field: t's UTC calendar day.
+func (w *CopyWriter) Date(t time.Time) {
+	secs := t.Unix() - pgEpochMicros/1_000_000
+	days := secs / 86_400
+	if secs < 0 && secs%86_400 != 0 {
+		days-- // floor: a day before 2000 starts before its midnight's multiple
+	}
+	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 4)
+	w.Buf = binary.BigEndian.AppendUint32(w.Buf, uint32(int32(days)))
+}
+
 // textOID is pg_type's oid of text, an array's element type.
 const textOID = 25
 

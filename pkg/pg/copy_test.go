@@ -24,7 +24,7 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 	pool, _ := testkit.NewPool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `create table copy_rt (i int4 not null, n numeric not null, s text not null,
-		a text[] not null, j jsonb not null, ts timestamptz not null, k int4 not null, u uuid not null, b bytea not null)`); err != nil {
+		a text[] not null, j jsonb not null, ts timestamptz not null, k int4 not null, u uuid not null, b bytea not null, d date not null)`); err != nil {
 		t.Fatal(err)
 	}
 	nums := []string{"0", "0.00", "-0.0", "1", "-1", "0.5", "-0.0001", "1.50", "10000", "9999.9999", "12345678.87654321",
@@ -43,7 +43,8 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 	texts := []string{"", "a", "租户-é", "with 'quote' and \\ backslash", strings.Repeat("x", 300)}
 	arrays := [][]string{nil, {}, {"a"}, {"bev-1", "", "租户"}, texts}
 	js := []string{`[]`, `{"a":1}`, `[{"kind":"usage","amount":"1.50"}]`, `"租户"`}
-	times := []time.Time{time.Date(2026, 11, 20, 9, 0, 0, 123456000, time.UTC), time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC), time.Unix(0, 0).UTC()}
+	times := []time.Time{time.Date(2026, 11, 20, 9, 0, 0, 123456000, time.UTC), time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC), time.Unix(0, 0).UTC(),
+		time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 4, 23, 59, 59, 999999000, time.UTC)}
 
 	w := pg.NewCopyWriter(0)
 	want := make([]string, len(nums))
@@ -57,7 +58,7 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 		if d.IsZero() {
 			want[i] = decimal.Zero.StringFixed(int32(scale))
 		}
-		w.Row(9)
+		w.Row(10)
 		w.Int4(int32(i))
 		if i%3 == 2 { // every third trimmed, as its String: no trailing fractional zeros
 			want[i] = d.String()
@@ -72,6 +73,7 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 		w.Int4(int32(-i))
 		w.UUID([16]byte{0: byte(i), 15: byte(i >> 8), 7: 0x70})
 		w.Bytea(bytes.Repeat([]byte{byte(i), 0}, i%5))
+		w.Date(times[i%len(times)])
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -85,7 +87,7 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 	if tag.RowsAffected() != int64(len(nums)) {
 		t.Fatalf("copied %d rows, want %d", tag.RowsAffected(), len(nums))
 	}
-	rows, err := pool.Query(ctx, `select i, n::text, s, a, coalesce(array_lower(a, 1), 1), j::text, ts, k, u::text, b from copy_rt order by i`)
+	rows, err := pool.Query(ctx, `select i, n::text, s, a, coalesce(array_lower(a, 1), 1), j::text, ts, k, u::text, b, d::text from copy_rt order by i`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,8 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 		var ts time.Time
 		var u string
 		var b []byte
-		if err := rows.Scan(&i, &n, &s, &a, &lower, &j, &ts, &k, &u, &b); err != nil {
+		var d string
+		if err := rows.Scan(&i, &n, &s, &a, &lower, &j, &ts, &k, &u, &b, &d); err != nil {
 			t.Fatal(err)
 		}
 		if n != want[i] {
@@ -108,8 +111,9 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 		wantJS = strings.ReplaceAll(wantJS, ",", ", ")
 		if s != texts[int(i)%len(texts)] || strings.Join(a, "|") != strings.Join(arrays[int(i)%len(arrays)], "|") || len(a) != len(arrays[int(i)%len(arrays)]) || lower != 1 ||
 			j != wantJS || !ts.Equal(times[int(i)%len(times)]) || k != -i ||
-			u != fmt.Sprintf("%02x000000-0000-0070-0000-0000000000%02x", byte(i), byte(i>>8)) || !bytes.Equal(b, bytes.Repeat([]byte{byte(i), 0}, int(i)%5)) {
-			t.Errorf("row %d: read back %q %q %s %s %d %s %x", i, s, a, j, ts, k, u, b)
+			u != fmt.Sprintf("%02x000000-0000-0070-0000-0000000000%02x", byte(i), byte(i>>8)) || !bytes.Equal(b, bytes.Repeat([]byte{byte(i), 0}, int(i)%5)) ||
+			d != times[int(i)%len(times)].Format(time.DateOnly) {
+			t.Errorf("row %d: read back %q %q %s %s %d %s %x %s", i, s, a, j, ts, k, u, b, d)
 		}
 		got++
 	}

@@ -17,7 +17,8 @@ import (
 // usage_leases (migration 0010), and every page sequence equals the same
 // selection made directly on usage_events: leases interleaved in time, a
 // lease whose events name two renters, a lease that later gains an earlier
-// event and events on later days, windows whose lower bound falls on the
+// event and events on later days, one that later gains a pair of parties,
+// windows whose lower bound falls on the
 // day a lease ended.
 func TestListUsageByPartyThroughLeases(t *testing.T) {
 	t.Parallel()
@@ -55,9 +56,23 @@ func TestListUsageByPartyThroughLeases(t *testing.T) {
 	later = append(later,
 		event("lease-a", "r-001", "p-001", at(-2, 9, 0), 60),  // before lease-a's first start
 		event("lease-a", "r-001", "p-001", at(9, 23, 30), 60), // after its last day, ending the day after
-		event("lease-b", "r-001", "p-002", at(8, 10, 0), 30))
+		event("lease-b", "r-001", "p-002", at(8, 10, 0), 30),
+		event("lease-c", "r-001", "p-001", at(7, 11, 0), 60), // a lease with rows gains a pair of parties
+		event("lease-f", "r-002", "p-002", at(7, 8, 0), 60))  // a new lease beside them
 	if res, err := a.Ingest(ctx, later, app.IngestOptions{}); err != nil || res.Accepted != len(later) {
 		t.Fatal(res, err)
+	}
+	// Each lease and pair of parties has one row, spanning its events.
+	var wrong int
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from (
+			(select lease_id, renter_id, provider_id, min(start_time), max((end_time at time zone 'UTC')::date)
+			 from metering.usage_events group by 1, 2, 3
+			 except select lease_id, renter_id, provider_id, first_start, last_day from metering.usage_leases)
+			union all
+			(select lease_id, renter_id, provider_id, first_start, last_day from metering.usage_leases
+			 except select lease_id, renter_id, provider_id, min(start_time), max((end_time at time zone 'UTC')::date)
+			 from metering.usage_events group by 1, 2, 3)) d`).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("usage_leases differs from its events in %d rows (%v)", wrong, err)
 	}
 
 	queries := []app.UsageQuery{
