@@ -124,3 +124,61 @@ func TestCopyWriterRoundTrips(t *testing.T) {
 		t.Fatalf("read %d rows, want %d", got, len(nums))
 	}
 }
+
+// CopyUnlessRepeated: a fresh batch goes in; a batch repeating a key goes
+// in not at all, and the transaction carries on; any other error is one.
+func TestCopyUnlessRepeated(t *testing.T) {
+	pool, _ := testkit.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `create table cur (k text primary key, v int4 not null)`); err != nil {
+		t.Fatal(err)
+	}
+	stream := func(keys ...string) []byte {
+		w := pg.NewCopyWriter(0)
+		for i, k := range keys {
+			w.Row(2)
+			w.Text(k)
+			w.Int4(int32(i))
+		}
+		return w.Done()
+	}
+	const sql = `copy cur (k, v) from stdin (format binary)`
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if copied, err := pg.CopyUnlessRepeated(ctx, tx, stream("a", "b"), sql); !copied || err != nil {
+		t.Fatalf("fresh batch: copied %v, %v", copied, err)
+	}
+	if copied, err := pg.CopyUnlessRepeated(ctx, tx, stream("c", "b", "d"), sql); copied || err != nil {
+		t.Fatalf("batch repeating b: copied %v, %v; want false and no error", copied, err)
+	}
+	bad := []byte("not a copy stream")
+	if _, err := pg.CopyUnlessRepeated(ctx, tx, bad, sql); err == nil || pg.IsUniqueViolation(err) {
+		t.Fatalf("malformed stream: %v, want its error", err)
+	}
+	if _, err := tx.Exec(ctx, `select 1`); err == nil {
+		t.Fatal("the transaction went on after an error that was not a repeat")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.CopyUnlessRepeated(ctx, tx, stream("a", "b"), sql); err != nil {
+		t.Fatal(err)
+	}
+	if copied, err := pg.CopyUnlessRepeated(ctx, tx, stream("c", "b"), sql); copied || err != nil {
+		t.Fatalf("batch repeating b: copied %v, %v", copied, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after a repeated batch: %v", err)
+	}
+	var keys string
+	if err := pool.QueryRow(ctx, `select string_agg(k, ',' order by k) from cur`).Scan(&keys); err != nil || keys != "a,b" {
+		t.Fatalf("rows %q (%v), want a,b: the repeated batch left nothing", keys, err)
+	}
+}

@@ -5,6 +5,7 @@
 package pg
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -166,6 +167,27 @@ func migrate(ctx context.Context, db *sql.DB, schema string, fsys fs.FS) error {
 		return fmt.Errorf("migrate %s: %w", schema, err)
 	}
 	return nil
+}
+
+// CopyUnlessRepeated copies stream (a binary COPY stream, sql its COPY
+// statement) inside a savepoint of tx, and reports whether it did: a row
+// that a unique key refuses rolls the savepoint back and it returns false
+// with no error, for the caller's path that skips or merges repeats. COPY
+// writes a page of rows per heap WAL record and checks no key before each
+// row, so it is the cheap path for a batch that usually repeats nothing.
+func CopyUnlessRepeated(ctx context.Context, tx pgx.Tx, stream []byte, sql string) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(stream), sql)
+	if IsUniqueViolation(err) {
+		return false, sp.Rollback(ctx)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, sp.Commit(ctx)
 }
 
 // IsUniqueViolation reports whether err is a unique-constraint violation.

@@ -188,26 +188,16 @@ func (t *Tx) insertTransactions(ctx context.Context, txs []*domain.Transaction) 
 	if err != nil {
 		return nil, err
 	}
-	sp, err := t.tx.Begin(ctx)
+	copied, err := pg.CopyUnlessRepeated(ctx, t.tx, stream, journalCopySQL)
 	if err != nil {
-		return nil, fmt.Errorf("insert transactions: %w", err)
+		return nil, fmt.Errorf("copy transactions: %w", err)
 	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(stream), journalCopySQL)
-	if pg.IsUniqueViolation(err) {
-		if err := sp.Rollback(ctx); err != nil {
-			return nil, fmt.Errorf("insert transactions: %w", err)
-		}
+	if !copied {
 		rows, err := journalRows(sorted)
 		if err != nil {
 			return nil, err
 		}
 		return t.insertNewTransactions(ctx, txs, rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("copy transactions: %w", err)
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("insert transactions: %w", err)
 	}
 	return txs, nil
 }

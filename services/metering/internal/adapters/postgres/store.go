@@ -460,25 +460,12 @@ func (t *Tx) copyLeases(ctx context.Context, pairs []leasePair, first, lastDay [
 		w.Timestamptz(first[j])
 		w.Date(lastDay[j])
 	}
-	sp, err := t.tx.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("record leases: %w", err)
-	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.Done()),
+	copied, err := pg.CopyUnlessRepeated(ctx, t.tx, w.Done(),
 		`copy metering.usage_leases (lease_id, renter_id, provider_id, first_start, last_day) from stdin (format binary)`)
-	if pg.IsUniqueViolation(err) {
-		if err := sp.Rollback(ctx); err != nil {
-			return false, fmt.Errorf("record leases: %w", err)
-		}
-		return false, nil
-	}
 	if err != nil {
 		return false, fmt.Errorf("record leases: %w", err)
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return false, fmt.Errorf("record leases: %w", err)
-	}
-	return true, nil
+	return copied, nil
 }
 
 // leaseRowBytesEst sizes a usage_leases row for the first allocation: 5
@@ -563,26 +550,13 @@ func (t *Tx) anyHot(ctx context.Context, evs []domain.Recorded) (bool, error) {
 // copyUsage copies evs (in order) into usage_events in a savepoint; false,
 // with the savepoint rolled back, when an id is recorded already.
 func (t *Tx) copyUsage(ctx context.Context, evs []domain.Recorded, order []int32) (bool, error) {
-	sp, err := t.tx.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("copy usage: %w", err)
-	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(usageCopy(evs, order)), `copy metering.usage_events
+	copied, err := pg.CopyUnlessRepeated(ctx, t.tx, usageCopy(evs, order), `copy metering.usage_events
 		(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
 		from stdin (format binary)`)
-	if pg.IsUniqueViolation(err) {
-		if err := sp.Rollback(ctx); err != nil {
-			return false, fmt.Errorf("copy usage: %w", err)
-		}
-		return false, nil
-	}
 	if err != nil {
 		return false, fmt.Errorf("copy usage: %w", err)
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return false, fmt.Errorf("copy usage: %w", err)
-	}
-	return true, nil
+	return copied, nil
 }
 
 // idOrder is the permutation of evs sorting them by id (sorting a
