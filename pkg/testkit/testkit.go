@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strings"
@@ -88,6 +89,17 @@ func NewPool(t testing.TB) (*pgxpool.Pool, string) {
 	}
 	t.Cleanup(pool.Close)
 	return pool, dsn
+}
+
+// NewMigratedPool returns a pool on a fresh database holding schema,
+// migrated by fsys (a service's migrations.For).
+func NewMigratedPool(t testing.TB, schema string, fsys fs.FS) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := NewPool(t)
+	if err := pg.Migrate(context.Background(), pool, schema, fsys); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
 
 // JetStream is a test's own NATS server.

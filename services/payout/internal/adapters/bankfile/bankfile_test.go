@@ -19,7 +19,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
-	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -50,10 +49,7 @@ type fixture struct {
 
 func newRail(t *testing.T, outbox, inbox string) *fixture {
 	t.Helper()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(context.Background(), pool, "payout", migrations.For("payout")); err != nil {
-		t.Fatal(err)
-	}
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
 	f := &fixture{clk: clock.NewManual(day1)}
 	f.r = &Rail{Pool: pool, Clock: f.clk, Log: slog.New(slog.DiscardHandler),
 		Cfg:    Config{Debtor: debtor, CutoffHour: 14, Location: shanghai, OutboxDir: outbox, InboxDir: inbox},

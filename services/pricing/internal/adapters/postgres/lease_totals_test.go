@@ -18,11 +18,7 @@ import (
 // newStore is pricing's store on a fresh, migrated database.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(context.Background(), pool, Schema, migrations.For("pricing")); err != nil {
-		t.Fatal(err)
-	}
-	return NewStore(pool)
+	return NewStore(testkit.NewMigratedPool(t, Schema, migrations.For("pricing")))
 }
 
 // Lease states are copied in the first time and updated after; a state

@@ -10,7 +10,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
-	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -18,11 +17,7 @@ import (
 // newStore is a Store on a fresh database with settlement's schema.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(context.Background(), pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
-	return &Store{Pool: pool}
+	return &Store{Pool: testkit.NewMigratedPool(t, Schema, migrations.For(Schema))}
 }
 
 // rowsRead is how many rows of settlement.settlements (heap or index) an
