@@ -385,8 +385,8 @@ func (t *Tx) insertStagedUsage(ctx context.Context, evs []domain.Recorded, order
 // The rows are first copied in, in a savepoint (copyLeases): the usual
 // batch of a lease's first report has no row yet, and the upsert's ON
 // CONFLICT (a second descent of the key and a speculative-insertion lock
-// per row, its values bound as arrays) cost the server 10.8 µs per new
-// lease in the pipeline bench, the COPY 7.5 (DEVELOPERS.md). A pair that
+// per row, its values bound as arrays) cost the server 10.9-12.7 µs per
+// new lease in the pipeline bench, the COPY 7.0-8.8 (DEVELOPERS.md). A pair that
 // has a row fails the COPY on the key, and the batch takes the upsert.
 func (t *Tx) recordLeases(ctx context.Context, evs []domain.Recorded, inserted map[string]bool) error {
 	idx := make(map[leasePair]int, len(evs)/4)

@@ -192,8 +192,8 @@ func (t *Tx) LeaseTotals(ctx context.Context, keys []domain.LeaseCurrency) (map[
 // only way into lease_totals, so a lease LeaseTotals did not find has no
 // row until this COPY: the upsert before it (ON CONFLICT: a second descent
 // of the key and a speculative-insertion lock per row, its values bound as
-// arrays) cost the server 6.3 µs per new lease in the pipeline bench, the
-// COPY 3.6 (DEVELOPERS.md). Should a row exist after all, the COPY fails on
+// arrays) cost the server 6.2-7.4 µs per new lease in the pipeline bench,
+// the COPY 3.5-4.1 (DEVELOPERS.md). Should a row exist after all, the COPY fails on
 // the key and the rating transaction rolls back; the update must find
 // every row it names, or it fails too.
 func (t *Tx) SaveLeaseTotals(ctx context.Context, m map[domain.LeaseCurrency]domain.LeaseTotal, now time.Time) error {
