@@ -448,8 +448,8 @@ type leasePair struct{ lease, renter, provider string }
 // copyLeases copies in the usage_leases rows of pairs (with their first
 // start and last day), in byKey's order, in a savepoint, and reports
 // whether it did: a pair that has a row already fails it on the key, and
-// the savepoint is rolled back for the upsert. Rows go in key order, so a
-// batch of leases that mostly have rows fails at its first one.
+// the savepoint is rolled back for the upsert. Rows go in key order; the
+// COPY stops at the first pair that has a row.
 func (t *Tx) copyLeases(ctx context.Context, pairs []leasePair, first, lastDay []time.Time, byKey []int) (bool, error) {
 	w := pg.NewCopyWriter(len(byKey) * leaseRowBytesEst)
 	for _, j := range byKey {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
@@ -22,7 +23,8 @@ func newStore(t *testing.T) *Store {
 }
 
 // Lease states are copied in the first time and updated after; a state
-// LeaseTotals did not read is never written over one stored.
+// LeaseTotals did not read is never written over one stored, and one it
+// read that is gone by the save fails the save.
 func TestLeaseTotalsCopiedThenUpdated(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
@@ -31,16 +33,21 @@ func TestLeaseTotalsCopiedThenUpdated(t *testing.T) {
 	total := func(exact, billed string) domain.LeaseTotal {
 		return domain.LeaseTotal{ExactPS: decimal.RequireFromString(exact), Billed: decimal.RequireFromString(billed)}
 	}
-	save := func(read []domain.LeaseCurrency, m map[domain.LeaseCurrency]domain.LeaseTotal) (map[domain.LeaseCurrency]domain.LeaseTotal, error) {
+	// saveAfter reads read, runs between (outside the transaction), then saves m.
+	saveAfter := func(read []domain.LeaseCurrency, between func(), m map[domain.LeaseCurrency]domain.LeaseTotal) (map[domain.LeaseCurrency]domain.LeaseTotal, error) {
 		var before map[domain.LeaseCurrency]domain.LeaseTotal
 		err := s.WithTx(ctx, func(tx app.Tx) error {
 			var err error
 			if before, err = tx.LeaseTotals(ctx, read); err != nil {
 				return err
 			}
+			between()
 			return tx.SaveLeaseTotals(ctx, m, at)
 		})
 		return before, err
+	}
+	save := func(read []domain.LeaseCurrency, m map[domain.LeaseCurrency]domain.LeaseTotal) (map[domain.LeaseCurrency]domain.LeaseTotal, error) {
+		return saveAfter(read, func() {}, m)
 	}
 	if _, err := save([]domain.LeaseCurrency{a}, map[domain.LeaseCurrency]domain.LeaseTotal{a: total("10188", "2.83")}); err != nil {
 		t.Fatal(err)
@@ -56,16 +63,9 @@ func TestLeaseTotalsCopiedThenUpdated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r)
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	if want := []string{"lease-a 20376 5.66", "lease-b 0.5 0"}; strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("lease_totals %q, want %q", got, want)
@@ -77,5 +77,15 @@ func TestLeaseTotalsCopiedThenUpdated(t *testing.T) {
 	var billed string
 	if err := s.Pool.QueryRow(ctx, `select billed::text from pricing.lease_totals where lease_id = 'lease-a'`).Scan(&billed); err != nil || billed != "5.66" {
 		t.Fatalf("lease-a billed %s (%v), want 5.66 kept", billed, err)
+	}
+	// Read, then deleted by someone else before the save: the update
+	// finds no row for it, and the save fails rather than lose the state.
+	_, err = saveAfter([]domain.LeaseCurrency{b}, func() {
+		if _, err := s.Pool.Exec(ctx, `delete from pricing.lease_totals where lease_id = 'lease-b'`); err != nil {
+			t.Fatal(err)
+		}
+	}, map[domain.LeaseCurrency]domain.LeaseTotal{b: total("1", "0")})
+	if err == nil || !strings.Contains(err.Error(), "updated 0 of 1 stored leases") {
+		t.Fatalf("saving a lease whose row went away: %v, want the update's count refusing it", err)
 	}
 }
