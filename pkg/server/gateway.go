@@ -37,7 +37,8 @@ func (*requestBody) Close() error { return nil }
 
 // jsonMarshaler is the gateway's JSON marshaler with a decoder that decodes
 // the whole body with protojson, so a decoding error's position is a position
-// in the body.
+// in the body; request and answer types with a codec of their own
+// (DecodeJSONWith, EncodeJSONWith) go through it first.
 type jsonMarshaler struct{ *runtime.JSONPb }
 
 func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
@@ -63,8 +64,22 @@ func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 				return j.Unmarshal(b, v)
 			}
 		}
+		if decodeJSONRegistered(b, m) {
+			return nil
+		}
 		return j.UnmarshalOptions.Unmarshal(b, m)
 	})
+}
+
+// Marshal writes v with its registered encoder (EncodeJSONWith) when it has
+// one that takes v, else with protojson.
+func (j jsonMarshaler) Marshal(v any) ([]byte, error) {
+	if m, ok := v.(proto.Message); ok {
+		if b, ok := encodeJSONRegistered(m); ok {
+			return b, nil
+		}
+	}
+	return j.JSONPb.Marshal(v)
 }
 
 // protojsonPos finds "(line L:C)" in a protojson error.
