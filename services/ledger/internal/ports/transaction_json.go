@@ -34,9 +34,19 @@ func decodeCreateTransactionJSON(b []byte, r *ledgerv1.CreateTransactionRequest)
 	var md map[string]string
 	var postings []*ledgerv1.Posting
 	var seen [4]bool // idempotency_key, description, metadata, postings
-	ok := s.object(func(name string) bool {
-		var f int
-		switch name {
+	if !s.next('{') {
+		return false
+	}
+	for first := true; ; first = false {
+		name, done, ok := s.member(first)
+		if !ok {
+			return false
+		}
+		if done {
+			break
+		}
+		f := -1
+		switch string(name) {
 		case "idempotency_key", "idempotencyKey":
 			f = 0
 		case "description":
@@ -45,14 +55,11 @@ func decodeCreateTransactionJSON(b []byte, r *ledgerv1.CreateTransactionRequest)
 			f = 2
 		case "postings":
 			f = 3
-		default:
-			return false
 		}
-		if seen[f] {
+		if f < 0 || seen[f] {
 			return false
 		}
 		seen[f] = true
-		var ok bool
 		switch f {
 		case 0:
 			key, ok = s.str()
@@ -63,9 +70,11 @@ func decodeCreateTransactionJSON(b []byte, r *ledgerv1.CreateTransactionRequest)
 		case 3:
 			postings, ok = s.postings()
 		}
-		return ok
-	})
-	if !ok || !s.end() {
+		if !ok {
+			return false
+		}
+	}
+	if !s.end() {
 		return false
 	}
 	proto.Reset(r)
@@ -108,63 +117,72 @@ func (s *jsonScan) end() bool {
 	return s.i == len(s.b)
 }
 
-// str reads a string without escapes or control characters, in valid UTF-8.
-func (s *jsonScan) str() (string, bool) {
+// raw reads a string without escapes or control characters, in valid
+// UTF-8, and returns its bytes (b's own).
+func (s *jsonScan) raw() ([]byte, bool) {
 	if !s.next('"') {
-		return "", false
+		return nil, false
 	}
 	for j := s.i; j < len(s.b); j++ {
 		switch c := s.b[j]; {
 		case c == '"':
 			v := s.b[s.i:j]
 			s.i = j + 1
-			if !utf8.Valid(v) {
-				return "", false
-			}
-			return string(v), true
+			return v, utf8.Valid(v)
 		case c == '\\' || c < 0x20:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
-// object reads an object, calling member after each member's name and
-// colon to read its value.
-func (s *jsonScan) object(member func(name string) bool) bool {
-	if !s.next('{') {
-		return false
+// str is raw as a string.
+func (s *jsonScan) str() (string, bool) {
+	v, ok := s.raw()
+	if !ok {
+		return "", false
 	}
+	return string(v), true
+}
+
+// member reads the next member's name and colon of an object whose '{'
+// has been read (first: no member read yet); done when the object closes
+// instead.
+func (s *jsonScan) member(first bool) (name []byte, done, ok bool) {
 	if s.next('}') {
-		return true
+		return nil, true, true
 	}
-	for {
-		name, ok := s.str()
-		if !ok || !s.next(':') || !member(name) {
-			return false
-		}
-		if s.next('}') {
-			return true
-		}
-		if !s.next(',') {
-			return false
-		}
+	if !first && !s.next(',') {
+		return nil, false, false
 	}
+	name, ok = s.raw()
+	return name, false, ok && s.next(':')
 }
 
 // stringMap reads a map<string, string>: an object of strings, no name
 // twice.
 func (s *jsonScan) stringMap() (map[string]string, bool) {
+	if !s.next('{') {
+		return nil, false
+	}
 	m := map[string]string{}
-	ok := s.object(func(k string) bool {
-		if _, dup := m[k]; dup {
-			return false
+	for first := true; ; first = false {
+		k, done, ok := s.member(first)
+		if !ok {
+			return nil, false
+		}
+		if done {
+			return m, true
+		}
+		if _, dup := m[string(k)]; dup {
+			return nil, false
 		}
 		v, ok := s.str()
-		m[k] = v
-		return ok
-	})
-	return m, ok
+		if !ok {
+			return nil, false
+		}
+		m[string(k)] = v
+	}
 }
 
 // postings reads an array of Posting objects.
@@ -194,12 +212,22 @@ func (s *jsonScan) postings() ([]*ledgerv1.Posting, bool) {
 // posting reads a Posting object (its fields' proto and JSON names are the
 // same).
 func (s *jsonScan) posting() (*ledgerv1.Posting, bool) {
+	if !s.next('{') {
+		return nil, false
+	}
 	p := &ledgerv1.Posting{}
 	var seen [4]bool
-	ok := s.object(func(name string) bool {
+	for first := true; ; first = false {
+		name, done, ok := s.member(first)
+		if !ok {
+			return nil, false
+		}
+		if done {
+			return p, true
+		}
 		var f *string
-		var k int
-		switch name {
+		k := -1
+		switch string(name) {
 		case "account":
 			f, k = &p.Account, 0
 		case "direction":
@@ -208,18 +236,15 @@ func (s *jsonScan) posting() (*ledgerv1.Posting, bool) {
 			f, k = &p.Amount, 2
 		case "currency":
 			f, k = &p.Currency, 3
-		default:
-			return false
 		}
-		if seen[k] {
-			return false
+		if k < 0 || seen[k] {
+			return nil, false
 		}
 		seen[k] = true
-		var ok bool
-		*f, ok = s.str()
-		return ok
-	})
-	return p, ok
+		if *f, ok = s.str(); !ok {
+			return nil, false
+		}
+	}
 }
 
 // appendTransactionJSON appends t as protojson writes it with the

@@ -28,7 +28,8 @@ func pickString(r *rand.Rand) string { return jsonStrings[r.IntN(len(jsonStrings
 // random order under their proto or JSON names, random whitespace, strings
 // as written (raw) or as encoding/json escapes them, and now and then
 // something protojson treats otherwise: a repeated member, null, a number,
-// an unknown member, effective_at, a truncated or extended body.
+// an unknown member, effective_at, a truncated or extended body, a comma
+// missing.
 func requestJSON(r *rand.Rand) []byte {
 	ws := func() string { return [...]string{"", "", " ", "\n\t", "\r\n  "}[r.IntN(5)] }
 	str := func(s string) string {
@@ -95,6 +96,8 @@ func requestJSON(r *rand.Rand) []byte {
 		b = b[:r.IntN(len(b)+1)]
 	case odd():
 		b += [...]string{"x", "{}", ",", "\x00"}[r.IntN(4)]
+	case odd():
+		b = strings.Replace(b, ",", " ", 1) // two values without a comma between
 	}
 	return []byte(b)
 }
