@@ -34,7 +34,10 @@ func requestJSON(r *rand.Rand) []byte {
 	ws := func() string { return [...]string{"", "", " ", "\n\t", "\r\n  "}[r.IntN(5)] }
 	str := func(s string) string {
 		if r.IntN(4) == 0 {
-			b, _ := json.Marshal(s) // escapes <, >, & and invalid UTF-8
+			b, err := json.Marshal(s) // escapes <, >, & and invalid UTF-8
+			if err != nil {
+				panic(err) // a string always marshals
+			}
 			return string(b)
 		}
 		return `"` + s + `"` // raw: control characters and invalid UTF-8 as they are
