@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
 	"strings"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/jsonplain"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -41,10 +43,7 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		eff = in.EffectiveAt.UTC().Truncate(time.Microsecond)
 		effStr = eff.Format(time.RFC3339Nano)
 	}
-	hash, err := domain.RequestHash("transaction", map[string]any{
-		"description": in.Description, "effective_at": effStr, "metadata": in.Metadata,
-		"postings": domain.CanonicalPostings(postings),
-	})
+	hash, err := transactionRequestHash(in.Description, effStr, in.Metadata, domain.CanonicalPostings(postings))
 	if err != nil {
 		return nil, err
 	}
@@ -57,4 +56,43 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// transaction's id), goes into the write's own transaction when the
 	// group commits in one (PostNew).
 	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
+}
+
+// transactionRequestHash equals domain.RequestHash("transaction", the same
+// fields as a map), whose encoding/json by reflection showed in the REST
+// write's profile: the same bytes (keys sorted, strings as encoding/json
+// writes them: pkg/jsonplain) appended by hand, so the hashes stored for
+// earlier requests still match their replays.
+func transactionRequestHash(description, effectiveAt string, metadata map[string]string, postings []string) ([32]byte, error) {
+	b := make([]byte, 0, 128+len(description)+64*len(postings)+32*len(metadata))
+	b = append(b, `{"kind":"transaction","fields":{"description":`...)
+	b, err := jsonplain.AppendString(b, description)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	b = append(b, `,"effective_at":`...)
+	if b, err = jsonplain.AppendString(b, effectiveAt); err != nil {
+		return [32]byte{}, err
+	}
+	b = append(b, `,"metadata":`...)
+	if b, err = domain.AppendJSONStrings(b, metadata); err != nil {
+		return [32]byte{}, err
+	}
+	b = append(b, `,"postings":`...)
+	if postings == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, p := range postings {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = jsonplain.AppendString(b, p); err != nil {
+				return [32]byte{}, err
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, "}}"...)
+	return sha256.Sum256(b), nil
 }
