@@ -250,9 +250,12 @@ func (s *jsonScan) posting() (*ledgerv1.Posting, bool) {
 // appendTransactionJSON appends t as protojson writes it with the
 // gateway's options (proto names, every field emitted, fields in number
 // order, map keys sorted, an unset timestamp as null), compact; false for a
-// timestamp protojson refuses, a nil posting, or a string of invalid
-// UTF-8 (protojson refuses those too).
+// nil transaction or posting, a timestamp protojson refuses, or a string
+// of invalid UTF-8 (which protojson refuses too).
 func appendTransactionJSON(b []byte, t *ledgerv1.Transaction) ([]byte, bool) {
+	if t == nil {
+		return b, false // protojson writes a nil message as it does
+	}
 	w := jsonWriter{b: b}
 	w.raw('{')
 	w.key("transaction_id", true)

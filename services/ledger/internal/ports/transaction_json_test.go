@@ -208,6 +208,9 @@ func TestTransactionJSONIsProtojson(t *testing.T) {
 			}
 		}
 	}
+	if _, ok := appendTransactionJSON(nil, nil); ok {
+		t.Fatal("a nil transaction written, not left to protojson")
+	}
 	t.Logf("%d transactions protojson writes, %d of them written", valid, taken)
 	if taken != valid {
 		t.Fatalf("declined %d transactions protojson writes", valid-taken)
