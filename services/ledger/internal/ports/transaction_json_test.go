@@ -265,3 +265,35 @@ func BenchmarkTransactionJSON(b *testing.B) {
 		}
 	})
 }
+
+// FuzzCreateTransactionJSON: whatever the body, the decoder takes it only
+// as protojson reads it and leaves the request untouched when it declines
+// (`go test -run '^$' -fuzz FuzzCreateTransactionJSON ./services/ledger/internal/ports`).
+func FuzzCreateTransactionJSON(f *testing.F) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for range 40 {
+		f.Add(requestJSON(r))
+	}
+	for _, b := range []string{
+		`{"idempotencyKey":"k","postings":[{"account":"bank:client","direction":"debit","amount":"1","currency":"USD"}]}`,
+		`{"idempotency_key":"a","idempotencyKey":"b"}`, `{"postings":[{"account":"a","account":"b"}]}`,
+		`{"metadata":{"k":"a","k":"b"}}`, `{"metadata":{}}`, `{"description":"x"} x`, `{"description":"x" "idempotencyKey":"y"}`,
+		`{"description":"\u00e9"}`, `{"effectiveAt":"2026-12-01T00:00:00Z"}`, `{"description":null}`, "{\"description\":\"\xff\"}",
+	} {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want := &ledgerv1.CreateTransactionRequest{}
+		werr := protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(body, want)
+		got := &ledgerv1.CreateTransactionRequest{IdempotencyKey: "before", EffectiveAt: timestamppb.New(time.Unix(1, 0))}
+		before := proto.Clone(got)
+		switch ok := decodeCreateTransactionJSON(body, got); {
+		case ok && werr != nil:
+			t.Fatalf("%q: taken, protojson refuses it: %v", body, werr)
+		case ok && (!proto.Equal(got, want) || (got.Metadata == nil) != (want.Metadata == nil)):
+			t.Fatalf("%q: decoded %v, protojson %v", body, got, want)
+		case !ok && !proto.Equal(got, before):
+			t.Fatalf("%q: declined but changed the request to %v", body, got)
+		}
+	})
+}
