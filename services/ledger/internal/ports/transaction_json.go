@@ -254,7 +254,7 @@ func (s *jsonScan) posting() (*ledgerv1.Posting, bool) {
 // of invalid UTF-8 (which protojson refuses too).
 func appendTransactionJSON(b []byte, t *ledgerv1.Transaction) ([]byte, bool) {
 	if t == nil {
-		return b, false // protojson writes a nil message as it does
+		return b, false // protojson decides what a nil message is written as
 	}
 	w := jsonWriter{b: b}
 	w.raw('{')
