@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/group"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -237,7 +237,7 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 			}
 		}
 		rec := &eventsv1.AuditRecorded{
-			EventId: uuid.NewString(), Service: service, Method: info.FullMethod,
+			EventId: ids.New(""), Service: service, Method: info.FullMethod,
 			Actor: p.Subject, Role: p.Role, RequestId: requestID(ctx), ClientAddr: addrString(who.ClientAddr(ctx)),
 		}
 		c := &Claim{rec: rec, req: req, schema: schema, now: r.now}

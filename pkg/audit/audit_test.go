@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -213,6 +214,35 @@ func TestConcurrentRecordsStoredTogether(t *testing.T) {
 			}
 		} else if stored != want || r.Backlog() != 0 {
 			t.Fatalf("stored %d, backlog %d; want %d and 0", stored, r.Backlog(), want)
+		}
+	}
+}
+
+// Records made one after another carry time-ordered ids (UUIDv7), so the
+// audit log's unique key on event_id takes each new one at its end, not at
+// a random leaf page (DEVELOPERS.md, "The audit log's inserts").
+func TestRecordIDsTimeOrdered(t *testing.T) {
+	store := &fakeStore{}
+	r := New(store, slog.New(slog.DiscardHandler), "ledger")
+	icp := r.UnaryInterceptor(fakeCaller{auth.Principal{Role: auth.RoleFinance, Subject: "alice"}}, func(context.Context) string { return "req" })
+	handler := func(context.Context, any) (any, error) { return &ledgerv1.CreateTransactionResponse{}, nil }
+	for i := range 200 {
+		if _, err := icp(context.Background(), &ledgerv1.CreateTransactionRequest{IdempotencyKey: fmt.Sprint("k-", i)}, &grpc.UnaryServerInfo{FullMethod: createTx}, handler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.stored) != 200 {
+		t.Fatalf("%d records stored, want 200", len(store.stored))
+	}
+	for i, rec := range store.stored {
+		u, err := uuid.Parse(rec.EventId)
+		if err != nil || u.Version() != 7 {
+			t.Fatalf("record %d: event id %q is not a UUIDv7 (%v)", i, rec.EventId, err)
+		}
+		if i > 0 && rec.EventId <= store.stored[i-1].EventId {
+			t.Fatalf("record %d: event id %s not after %s", i, rec.EventId, store.stored[i-1].EventId)
 		}
 	}
 }
