@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFigureAgainst(t *testing.T) {
@@ -104,6 +106,39 @@ func TestFigureGoals(t *testing.T) {
 // TestStatTicks: the machine's busy ticks are user, nice, system, irq and
 // softirq; idle, iowait and steal count in the total only, and guest time
 // (inside user and nice already) not at all.
+// The pressure file's "some" line gives its total in microseconds; any
+// other line, or a total that is not a number, is refused.
+func TestPressureSome(t *testing.T) {
+	got, ok := pressureSome("some avg10=3.38 avg60=15.41 avg300=16.68 total=580082146")
+	if !ok || got != 580082146*time.Microsecond {
+		t.Errorf("pressureSome = %v (ok %v), want 580.082146s", got, ok)
+	}
+	for _, bad := range []string{"", "full avg10=0.00 avg60=0.00 avg300=0.00 total=0", "some avg10=1.00", "some total=x"} {
+		if _, ok := pressureSome(bad); ok {
+			t.Errorf("pressureSome(%q) read, want refused", bad)
+		}
+	}
+}
+
+// Where the kernel keeps CPU pressure, a machine note says for how much of
+// its window some task waited for a core, a share between 0 and 100 %.
+func TestMachineNoteSaysHowLongTasksWaited(t *testing.T) {
+	if _, err := os.Stat("/proc/pressure/cpu"); err != nil {
+		t.Skip("no /proc/pressure/cpu on this kernel")
+	}
+	m := StartMachine()
+	time.Sleep(50 * time.Millisecond)
+	note := m.Note(10, "row")
+	var share float64
+	i := strings.Index(note, ", a task waiting for one ")
+	if i < 0 {
+		t.Fatalf("note %q does not say how long tasks waited", note)
+	}
+	if _, err := fmt.Sscanf(note[i:], ", a task waiting for one %f %% of the time", &share); err != nil || share < 0 || share > 100 {
+		t.Fatalf("note %q: waiting share %v (%v), want 0–100", note, share, err)
+	}
+}
+
 func TestStatTicks(t *testing.T) {
 	busy, total, ok := statTicks("cpu  10 1 5 100 3 1 1 2 7 4")
 	if !ok || busy != 18 || total != 123 {

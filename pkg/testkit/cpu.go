@@ -152,20 +152,30 @@ func procCPU(pid int32) (time.Duration, bool) {
 // core, every process and the kernel's own work): printed beside a figure
 // and beside its ceiling, it shows whether both were bound by the CPU and
 // what each item cost the machine, which is what a ratio of two CPU-bound
-// figures compares.
+// figures compares. Where the kernel keeps pressure stall information
+// (/proc/pressure/cpu), the note also says for how much of the window some
+// runnable task waited for a core: a figure whose cores are partly idle
+// while tasks wait half the time does its work in bursts (a serial path
+// and the work it releases in turn), where one whose cores are busy and
+// whose tasks wait as long is bound by the CPU throughout.
 type Machine struct {
 	busy0, total0 uint64
 	ok            bool
+	start         time.Time
+	waited0       time.Duration
+	psi           bool
 }
 
 // StartMachine begins a window.
 func StartMachine() Machine {
 	b, t, ok := machineTicks()
-	return Machine{busy0: b, total0: t, ok: ok}
+	w, psi := cpuPressure()
+	return Machine{busy0: b, total0: t, ok: ok, start: time.Now(), waited0: w, psi: psi}
 }
 
 // Note is the window so far, for n items: "machine: 297.3µs of CPU per
-// row, the cores 95 % busy".
+// row, the cores 95 % busy, a task waiting for one 81 % of the time" (the
+// last part only where pressure is read).
 func (m Machine) Note(n int, item string) string {
 	b, t, ok := machineTicks()
 	if !m.ok || !ok || t <= m.total0 || n <= 0 {
@@ -173,7 +183,43 @@ func (m Machine) Note(n int, item string) string {
 	}
 	busy, total := b-m.busy0, t-m.total0
 	per := time.Duration(busy) * 10 * time.Millisecond / time.Duration(n) // USER_HZ = 100
-	return fmt.Sprintf("machine: %s of CPU per %s, the cores %.0f %% busy", per.Round(100*time.Nanosecond), item, 100*float64(busy)/float64(total))
+	note := fmt.Sprintf("machine: %s of CPU per %s, the cores %.0f %% busy", per.Round(100*time.Nanosecond), item, 100*float64(busy)/float64(total))
+	if w, ok := cpuPressure(); ok && m.psi {
+		if window := time.Since(m.start); window > 0 {
+			note += fmt.Sprintf(", a task waiting for one %.0f %% of the time", 100*float64(w-m.waited0)/float64(window))
+		}
+	}
+	return note
+}
+
+// cpuPressure is the time so far during which some runnable task waited
+// for a core (/proc/pressure/cpu, "some ... total=" in microseconds);
+// false where the kernel keeps no such count.
+func cpuPressure() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return pressureSome(line)
+}
+
+// pressureSome reads the total of a pressure file's "some" line.
+func pressureSome(line string) (time.Duration, bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != "some" {
+		return 0, false
+	}
+	for _, kv := range f[1:] {
+		if v, ok := strings.CutPrefix(kv, "total="); ok {
+			us, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			return time.Duration(us) * time.Microsecond, true
+		}
+	}
+	return 0, false
 }
 
 // machineTicks reads /proc/stat's first line: the ticks of every core in
