@@ -103,9 +103,6 @@ func TestFigureGoals(t *testing.T) {
 	}
 }
 
-// TestStatTicks: the machine's busy ticks are user, nice, system, irq and
-// softirq; idle, iowait and steal count in the total only, and guest time
-// (inside user and nice already) not at all.
 // The pressure file's "some" line gives its total in microseconds; any
 // other line, or a total that is not a number, is refused.
 func TestPressureSome(t *testing.T) {
@@ -139,6 +136,9 @@ func TestMachineNoteSaysHowLongTasksWaited(t *testing.T) {
 	}
 }
 
+// TestStatTicks: the machine's busy ticks are user, nice, system, irq and
+// softirq; idle, iowait and steal count in the total only, and guest time
+// (inside user and nice already) not at all.
 func TestStatTicks(t *testing.T) {
 	busy, total, ok := statTicks("cpu  10 1 5 100 3 1 1 2 7 4")
 	if !ok || busy != 18 || total != 123 {

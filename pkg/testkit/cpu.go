@@ -186,7 +186,9 @@ func (m Machine) Note(n int, item string) string {
 	note := fmt.Sprintf("machine: %s of CPU per %s, the cores %.0f %% busy", per.Round(100*time.Nanosecond), item, 100*float64(busy)/float64(total))
 	if w, ok := cpuPressure(); ok && m.psi {
 		if window := time.Since(m.start); window > 0 {
-			note += fmt.Sprintf(", a task waiting for one %.0f %% of the time", 100*float64(w-m.waited0)/float64(window))
+			// The two windows are read microseconds apart: capped at the whole.
+			share := min(100*float64(w-m.waited0)/float64(window), 100)
+			note += fmt.Sprintf(", a task waiting for one %.0f %% of the time", share)
 		}
 	}
 	return note
