@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/deadletter"
+	"github.com/gpubill/gpubill/pkg/gctune"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -57,6 +58,7 @@ func Main(name string, build Builder) int {
 
 func run(ctx context.Context, name string, cfg config.Common, build Builder) error {
 	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
+	gctune.Apply().Log(log)
 	shutdownTracing, err := obs.SetupTracing(ctx, name, log)
 	if err != nil {
 		return err

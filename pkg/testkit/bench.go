@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpubill/gpubill/pkg/gctune"
 )
 
 // Bench skips t unless benchmarks were asked for (GPUBILL_BENCH=1, set by
@@ -19,7 +21,9 @@ import (
 //
 // A benchmark that also prints the ceiling its figure is a ratio to names
 // both (Bench(t, "ledger_postings", "ceiling_copy")): it runs when either
-// matches.
+// matches. A benchmark that runs sets the process's garbage collector as
+// the gpubill binaries do (gctune.Apply): the services it measures, its
+// load generator and its ceiling all run in this process.
 func Bench(t *testing.T, name string, also ...string) {
 	t.Helper()
 	if os.Getenv("GPUBILL_BENCH") != "1" {
@@ -34,6 +38,7 @@ func Bench(t *testing.T, name string, also ...string) {
 			t.Skipf("benchmark %s does not match BENCH_FILTER", name)
 		}
 	}
+	gctune.Apply() // the collector as gpubill's binaries set it: the services run in this process
 }
 
 // Figure is one line of `make bench` output.

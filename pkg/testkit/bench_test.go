@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/gctune"
 )
 
 func TestFigureAgainst(t *testing.T) {
@@ -151,5 +154,29 @@ func TestStatTicks(t *testing.T) {
 	}
 	if _, _, ok := machineTicks(); !ok {
 		t.Error("/proc/stat not read")
+	}
+}
+
+// A benchmark that runs sets the collector as the binaries do (its
+// services run in the test process); one that is skipped changes nothing.
+func TestBenchSetsTheCollectorAsTheBinariesDo(t *testing.T) {
+	percent := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	})
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: the collector's target is whoever set it")
+	}
+	t.Setenv("GPUBILL_BENCH", "1")
+	t.Setenv("BENCH_FILTER", "^figure$")
+	t.Run("skipped", func(t *testing.T) { Bench(t, "other") })
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Fatalf("a skipped benchmark set GOGC %d", p)
+	}
+	t.Run("runs", func(t *testing.T) { Bench(t, "figure") })
+	if p := debug.SetGCPercent(100); p != gctune.Percent {
+		t.Fatalf("a benchmark ran at GOGC %d, want %d", p, gctune.Percent)
 	}
 }

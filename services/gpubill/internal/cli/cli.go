@@ -23,6 +23,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
+	"github.com/gpubill/gpubill/pkg/gctune"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/gpubill/internal/backup"
@@ -195,6 +196,7 @@ func Model() (*kong.Application, error) {
 
 func (d *devCmd) Run(e *env) error {
 	log := obs.NewLogger(e.stderr, d.LogLevel)
+	gctune.Apply().Log(log)
 	shutdown, err := obs.SetupTracing(e.ctx, "gpubill", log)
 	if err != nil {
 		return err
