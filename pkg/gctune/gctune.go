@@ -3,9 +3,10 @@
 // limit at 90 % of the container's memory (its cgroup's limit, read by
 // github.com/KimMachineGun/automemlimit). The services allocate tens of
 // kilobytes per request and keep a small live heap, so at Go's default the
-// collector ran often: with the higher target every benchmark figure took
-// ~6 % less of the machine's CPU per item (DEVELOPERS.md, "The collector's
-// target"), for about twice the peak memory. The soft limit is what keeps
+// collector ran often: with the higher target the pipeline, ledger_postings
+// and ledger_api benchmark figures took ~6 % less of the machine's CPU per
+// item (DEVELOPERS.md, "The collector's target"), for about twice the peak
+// memory. The soft limit is what keeps
 // that bounded: near it the collector runs as often as it must, whatever
 // the target.
 //
