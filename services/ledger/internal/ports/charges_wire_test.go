@@ -2,10 +2,13 @@ package ports
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -131,5 +134,45 @@ func TestDecodeChargesIsProtoUnmarshal(t *testing.T) {
 	check(charge, "merged timestamp")
 	if got := decodeCharges(ChargesMessage{Payload: charge}); len(got.Charges) != 1 || !got.Charges[0].EffectiveAt.Equal(time.Unix(7, 9)) {
 		t.Fatalf("merged timestamp: %+v", got)
+	}
+}
+
+// TestDecodeChargesAllocatesWhatTheMessageHolds: a message's charges and
+// lines are allocated at the size the message needs, not at a fixed guess
+// (64 of each: ~13 KB for the ten charges here, against ~3.5 KB).
+func TestDecodeChargesAllocatesWhatTheMessageHolds(t *testing.T) {
+	const charges, linesEach = 10, 3
+	b := &eventsv1.ChargesRatedBatch{BatchId: "b-1"}
+	for i := range charges {
+		rc := &eventsv1.RatedCharge{ChargeId: fmt.Sprintf("ch-%06d", i), LeaseId: fmt.Sprintf("lease-%06d", i), RenterId: "r-1",
+			ProviderId: "p-1", CycleId: "cyc-20261112", Currency: "USD", Amount: "1.25", EffectiveAt: timestamppb.New(time.Unix(1.8e9, 0))}
+		for range linesEach {
+			rc.Lines = append(rc.Lines, &eventsv1.ChargeLine{Kind: "usage", GpuModel: "RTX_4090", GpuHours: "0.1"})
+		}
+		b.Charges = append(b.Charges, rc)
+	}
+	payload, err := proto.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ChargesMessage{ID: "m-1", Payload: payload}
+	got := decodeCharges(m)
+	if got.Err != nil || len(got.Charges) != charges || cap(got.Charges) != charges {
+		t.Fatalf("charges: len %d cap %d err %v, want %d", len(got.Charges), cap(got.Charges), got.Err, charges)
+	}
+	var before, after runtime.MemStats
+	const runs = 1000
+	runtime.ReadMemStats(&before)
+	for range runs {
+		_ = decodeCharges(m)
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / runs
+	// The charges and lines themselves, then each charge's two strings of
+	// its own (its id and lease id: ~16 bytes each) and amount.
+	want := uint64(charges)*uint64(unsafe.Sizeof(app.RatedCharge{})) + uint64(charges*linesEach)*uint64(unsafe.Sizeof(app.ChargeLine{})) + charges*3*16
+	t.Logf("%d bytes per decode, %d held", per, want)
+	if per > want*5/4 {
+		t.Fatalf("decodeCharges allocated %d bytes for a message whose charges, lines and strings take %d", per, want)
 	}
 }
