@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -39,6 +40,34 @@ func Bench(t *testing.T, name string, also ...string) {
 		}
 	}
 	gctune.Apply() // the collector as gpubill's binaries set it: the services run in this process
+}
+
+// CeilingRuns is how many times a headline figure's ceiling is measured,
+// one run after another; the figure is a ratio to their median (MedianOf).
+const CeilingRuns = 3
+
+// MedianOf runs measure n times (n odd), one after another, and returns the
+// run whose Value is the median, its note naming every run's value in the
+// order they ran. A ceiling is a second or so of one resource, and a run
+// that short swings with what the machine's disk and neighbours do in it:
+// five runs in a row of ceiling_copy ran 130 421–217 489 rows/s in one
+// process and 213 626–301 331 in another, while the ledger_postings passes
+// before them moved within ±8 %.
+func MedianOf(n int, measure func() Figure) Figure {
+	if n < 1 || n%2 == 0 {
+		panic(fmt.Sprintf("MedianOf(%d): an odd number of runs", n))
+	}
+	runs := make([]Figure, n)
+	vals := make([]string, n)
+	for i := range runs {
+		runs[i] = measure()
+		vals[i] = strconv.FormatFloat(math.Round(runs[i].Value*10)/10, 'f', -1, 64) // to a tenth
+	}
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(a, b Figure) int { return cmp.Compare(a.Value, b.Value) })
+	m := sorted[n/2]
+	m.Note = fmt.Sprintf("median of %d runs (%s %s, in the order run); the median run: %s", n, strings.Join(vals, " / "), m.Unit, m.Note)
+	return m
 }
 
 // Figure is one line of `make bench` output.

@@ -180,3 +180,32 @@ func TestBenchSetsTheCollectorAsTheBinariesDo(t *testing.T) {
 		t.Fatalf("a benchmark ran at GOGC %d, want %d", p, gctune.Percent)
 	}
 }
+
+// TestMedianOfRunsAndNamesEveryRun: the figure is the median run's, in
+// order, every run's value named in its note; an even count is refused.
+func TestMedianOfRunsAndNamesEveryRun(t *testing.T) {
+	vals := []float64{301_000, 130_000, 212_000}
+	calls := 0
+	got := MedianOf(3, func() Figure {
+		f := Figure{Bench: "ceiling_copy", Value: vals[calls], Unit: "rows/s", N: 100, Note: fmt.Sprintf("run %d", calls)}
+		calls++
+		return f
+	})
+	if calls != 3 || got.Value != 212_000 || got.Bench != "ceiling_copy" || got.N != 100 {
+		t.Fatalf("%d runs, figure %+v; want 3 runs and the median, 212000", calls, got)
+	}
+	if want := "median of 3 runs (301000 / 130000 / 212000 rows/s, in the order run); the median run: run 2"; got.Note != want {
+		t.Fatalf("note %q, want %q", got.Note, want)
+	}
+	vals = []float64{5, 1, 3, 9, 7}
+	calls = 0
+	if got := MedianOf(5, func() Figure { calls++; return Figure{Value: vals[calls-1]} }); got.Value != 5 {
+		t.Fatalf("median of %v: %v, want 5", vals, got.Value)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MedianOf(2) ran: want a panic (no middle run)")
+		}
+	}()
+	MedianOf(2, func() Figure { return Figure{} })
+}

@@ -60,6 +60,22 @@ func JetStreamUsage(t *testing.T, events int) (msgs, evs testkit.Figure) {
 		UsageMessage(perMsg), perMsg, events/perMsg, func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) })
 }
 
+// JetStreamUsageEvents is ceiling_jetstream_events, the median of
+// testkit.CeilingRuns runs of JetStreamUsage, each on a server of its own
+// that is shut down when its run ends (a subtest's cleanup).
+func JetStreamUsageEvents(t *testing.T, events int) testkit.Figure {
+	t.Helper()
+	run := 0
+	return testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure {
+		run++
+		var evs testkit.Figure
+		if !t.Run(fmt.Sprintf("ceiling_jetstream_run_%d", run), func(t *testing.T) { _, evs = JetStreamUsage(t, events) }) {
+			t.FailNow()
+		}
+		return evs
+	})
+}
+
 const temporalWorkflow = "ceiling-temporal"
 
 func emptyWorkflow(ctx workflow.Context) error {

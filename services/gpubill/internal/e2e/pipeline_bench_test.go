@@ -54,7 +54,7 @@ func TestBenchPipeline(t *testing.T) {
 	testkit.Bench(t, "pipeline", "ceiling_jetstream_events")
 	// The ceiling first, on a JetStream server of its own, before the
 	// pipeline's services start: the figure is a ratio to it.
-	_, jsCeiling := benchkit.JetStreamUsage(t, pipelineEvents)
+	jsCeiling := benchkit.JetStreamUsageEvents(t, pipelineEvents)
 	pool, dsn := testkit.NewPool(t)
 	t.Logf("database %s", dsn) // for perf -p on its backends
 	r := runPipeline(t, pool, "")

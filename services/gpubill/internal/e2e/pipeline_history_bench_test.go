@@ -92,7 +92,7 @@ func TestBenchPipelineHistory(t *testing.T) {
 	if !strings.Contains(os.Getenv("BENCH_FILTER"), "pipeline_history") {
 		t.Skip("benchmark pipeline_history runs only when BENCH_FILTER names it")
 	}
-	_, jsCeiling := benchkit.JetStreamUsage(t, pipelineEvents)
+	jsCeiling := benchkit.JetStreamUsageEvents(t, pipelineEvents)
 	base := testkit.KeptCluster(t, historyDir(), mirroredSettings(t)...)
 	dsn, size := historyDatabase(t, base)
 	t.Logf("load average before the timed runs: %s", loadAvg3())
