@@ -58,7 +58,7 @@ func decodeCharges(m ChargesMessage) app.ChargeMessage {
 // allocated. A malformed message counts what comes before the fault
 // (decodeCharges refuses it).
 func countCharges(b []byte) (charges, lines int) {
-	_ = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if num != eventwire.RatedBatchCharges || typ != protowire.BytesType {
 			return nil
 		}
@@ -70,6 +70,9 @@ func countCharges(b []byte) (charges, lines int) {
 			return nil
 		})
 	})
+	if err != nil {
+		return charges, lines // what came before the fault; decodeCharges refuses the message
+	}
 	return charges, lines
 }
 
