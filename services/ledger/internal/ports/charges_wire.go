@@ -55,8 +55,8 @@ func decodeCharges(m ChargesMessage) app.ChargeMessage {
 // tags alone, so that decodeCharges allocates what the message holds. A fixed
 // guess of 64 charges and 64 lines allocated ~13 KB for a message of ten
 // charges: 1.3 KB a charge, an eighth of the bytes the ledger_postings bench
-// allocated. A malformed message counts what comes before the fault
-// (decodeCharges refuses it).
+// allocated. A malformed message sizes nothing (0, 0): decodeCharges
+// refuses it, appending only what it reads before the fault.
 func countCharges(b []byte) (charges, lines int) {
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if num != eventwire.RatedBatchCharges || typ != protowire.BytesType {
@@ -71,7 +71,7 @@ func countCharges(b []byte) (charges, lines int) {
 		})
 	})
 	if err != nil {
-		return charges, lines // what came before the fault; decodeCharges refuses the message
+		return 0, 0
 	}
 	return charges, lines
 }

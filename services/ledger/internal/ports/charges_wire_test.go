@@ -155,6 +155,13 @@ func TestDecodeChargesAllocatesWhatTheMessageHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c, l := countCharges(payload); c != charges || l != charges*linesEach {
+		t.Fatalf("counted %d charges and %d lines, want %d and %d", c, l, charges, charges*linesEach)
+	}
+	// A truncated message sizes nothing: decodeCharges refuses it.
+	if c, l := countCharges(payload[:len(payload)-1]); c != 0 || l != 0 {
+		t.Fatalf("a truncated message counted %d charges and %d lines, want none", c, l)
+	}
 	m := ChargesMessage{ID: "m-1", Payload: payload}
 	got := decodeCharges(m)
 	if got.Err != nil || len(got.Charges) != charges || cap(got.Charges) != charges {
