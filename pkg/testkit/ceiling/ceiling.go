@@ -205,7 +205,7 @@ func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream
 		// stream holds waits out FetchMaxWait for them. Asking for 256 at
 		// a time, the last pull of the pipeline's 2 000 messages idled the
 		// whole second, ~80 % of the run: the ceiling read 130-160k
-		// events/s instead of 330-730k (DEVELOPERS.md).
+		// events/s instead of 330k-1.2M (DEVELOPERS.md).
 		batch, err := cons.Fetch(min(fetchMax, msgs-got), jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
 			t.Fatal(err)
