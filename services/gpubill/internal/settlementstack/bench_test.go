@@ -106,7 +106,8 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	} else {
 		addr = testkit.NewTemporal(t)
 	}
-	tc := dialTemporal(t, addr)
+	completions := benchkit.NewCompletions() // ceiling_temporal's clock stops at the server's answers
+	tc := dialTemporal(t, addr, completions.DialOption())
 	f := newFixture(t, tc)
 	f.seed(t, cycle1.ID, providers)
 	f.clock.Set(cycle1.End.Add(time.Hour))
@@ -149,7 +150,7 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	// The ceiling on the same client and server, after the figure
 	// (its history does not weigh on the figure's).
 	srv0, self0 := serverCPU(t), testkit.ProcessCPU()
-	ceiling = testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure { return benchkit.Temporal(t, tc, ceilingWorkflows, ceilingStarters) })
+	ceiling = testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure { return benchkit.Temporal(t, tc, completions, ceilingWorkflows, ceilingStarters) })
 	srv, self := serverCPU(t)-srv0, testkit.ProcessCPU()-self0
 	runs := float64(testkit.CeilingRuns * ceilingWorkflows)
 	ceiling.Note += fmt.Sprintf("; CPU per workflow over the %d runs: Temporal %s %.2fms, worker %.2fms; %s", testkit.CeilingRuns, server,
@@ -315,4 +316,19 @@ func checkSeededSplits(t *testing.T, f *fixture, providers int) {
 	if n != providers+1 {
 		t.Fatalf("%d settled rows, want %d (every provider in CNY, p-00000 in USD too)", n, providers+1)
 	}
+}
+
+// ceiling_temporal stops its clock at the completions the server accepted
+// from its worker (benchkit.Completions on the client's connection): on a
+// dev server, every eagerly started workflow's completion is seen there,
+// and visibility then counts the same.
+func TestCeilingTemporalTimesTheServersAnswers(t *testing.T) {
+	completions := benchkit.NewCompletions()
+	tc := dialTemporal(t, testkit.NewTemporal(t), completions.DialOption())
+	const workflows = 50
+	fig := benchkit.Temporal(t, tc, completions, workflows, 8)
+	if fig.N != workflows || fig.Value <= 0 {
+		t.Fatalf("ceiling_temporal: %d workflows at %.1f/s, want %d", fig.N, fig.Value, workflows)
+	}
+	t.Logf("%.1f workflows/s; %s", fig.Value, fig.Note)
 }

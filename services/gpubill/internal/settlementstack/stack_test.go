@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -111,13 +112,13 @@ func (f *fixture) count(t testing.TB, q string, args ...any) int {
 // starting a workflow fails with "Namespace default is not found". So the
 // wait also asks for the history of a workflow that does not exist, which
 // resolves the namespace through the registry: "workflow not found" means
-// the namespace is ready.
-func dialTemporal(t testing.TB, addr string) client.Client {
+// the namespace is ready. dial adds options to its connection.
+func dialTemporal(t testing.TB, addr string, dial ...grpc.DialOption) client.Client {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		tc, err := client.Dial(client.Options{HostPort: addr, Logger: settlement.TemporalLogger(slog.New(slog.DiscardHandler)),
-			ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}})
+			ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}, DialOptions: dial}})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, err = tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
