@@ -94,9 +94,9 @@ func noop(context.Context) error { return nil }
 // CompleteWorkflowExecution command among its commands, and the time it
 // returned. ceiling_temporal ends at its last workflow's completion as the
 // server acknowledged it. Visibility, which it counted before, showed the
-// last completion 170-270 ms later on the dev server (three runs of 1 000
-// workflows, 2.25-3.05 s each): the ceiling read 7-9 % low, and settlement's
-// ratio to it as much too high (DEVELOPERS.md).
+// last completion 113-273 ms after the last local activity ran on the dev
+// server (nine runs of 1 000 workflows, 2.0-3.0 s each): the ceiling read
+// 5-9 % low, and settlement's ratio to it as much too high (DEVELOPERS.md).
 type Completions struct {
 	mu   sync.Mutex
 	byID map[string]*completed
