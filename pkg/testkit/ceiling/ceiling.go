@@ -119,24 +119,8 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 		}()
 	}
 	warm.Wait()
-	// Each row's values are made before the clock starts, as every
-	// figure's load is.
 	now := time.Now().UTC()
-	type row struct {
-		id       uuid.UUID
-		key      string
-		hash     []byte
-		metadata map[string]string
-	}
-	rows := make([][]row, conns)
-	for c := range rows {
-		rows[c] = make([]row, perConn)
-		for i := range rows[c] {
-			key := fmt.Sprintf("ceiling-%d-%d", c, i)
-			h := sha256.Sum256([]byte(key))
-			rows[c][i] = row{id: uuid.Must(uuid.NewV7()), key: key, hash: h[:], metadata: map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)}}
-		}
-	}
+	rows := autocommitRows(conns, perConn)
 	var wg sync.WaitGroup
 	machine := testkit.StartMachine()
 	start := time.Now()
@@ -171,6 +155,29 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 	}
 	return testkit.Figure{Bench: "ceiling_autocommit", Value: float64(int(float64(n) / elapsed.Seconds())), Unit: "rows/s", N: n, Load: testkit.LoadAvg(),
 		Note: fmt.Sprintf("one-row INSERTs (made before the clock), each its own committed transaction, from %d connections into a table shaped and indexed like ledger.transactions; %s", conns, used)}
+}
+
+// autocommitRow is one row of ceiling_autocommit's INSERTs.
+type autocommitRow struct {
+	id       uuid.UUID
+	key      string
+	hash     []byte
+	metadata map[string]string
+}
+
+// autocommitRows are each connection's rows, made before the clock starts
+// as every figure's load is.
+func autocommitRows(conns, perConn int) [][]autocommitRow {
+	rows := make([][]autocommitRow, conns)
+	for c := range rows {
+		rows[c] = make([]autocommitRow, perConn)
+		for i := range rows[c] {
+			key := fmt.Sprintf("ceiling-%d-%d", c, i)
+			h := sha256.Sum256([]byte(key))
+			rows[c][i] = autocommitRow{id: uuid.Must(uuid.NewV7()), key: key, hash: h[:], metadata: map[string]string{"ticket": fmt.Sprintf("FIN-%d", i)}}
+		}
+	}
+	return rows
 }
 
 // fetchMax is the most messages one pull of the JetStream ceiling asks for,
