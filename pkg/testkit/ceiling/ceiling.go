@@ -187,19 +187,14 @@ const (
 	fetchWait = time.Second
 )
 
-// JetStream is ceiling_jetstream (msgs/s) and ceiling_jetstream_events
-// (events/s): msgs messages of payload (perMsg events each) published
-// asynchronously with Nats-Msg-Id onto the stream that subject(i) falls in,
-// then pulled, decoded and acked; nothing else runs.
-func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, subject func(i int) string,
-	payload []byte, perMsg, msgs int, decode func([]byte) error) (msgsFig, events testkit.Figure) {
+// publishAll publishes msgs messages asynchronously with Nats-Msg-Id and
+// waits for every ack.
+func publishAll(t testing.TB, js jetstream.JetStream, subject func(i int) string, payload func(i int) []byte, msgs int) {
 	t.Helper()
-	machine := testkit.StartMachine()
-	began := time.Now()
 	futures := make([]jetstream.PubAckFuture, 0, msgs)
 	for i := 0; i < msgs; i++ {
 		m := nats.NewMsg(subject(i))
-		m.Data = payload
+		m.Data = payload(i)
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ceiling-%d", i))
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -216,11 +211,26 @@ func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream
 			t.Fatal("ceiling_jetstream: publish ack timeout")
 		}
 	}
+}
+
+// JetStream is ceiling_jetstream (msgs/s) and ceiling_jetstream_events
+// (events/s): msgs messages, payload(i) of perMsg events each (made before
+// it is called), published asynchronously with Nats-Msg-Id onto the stream
+// that subject(i) falls in, then pulled and decoded, a pull at a time; the
+// pull's messages are acked once they are all decoded and flush (when not
+// nil) has returned. Nothing else runs.
+func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream string, subject func(i int) string,
+	payload func(i int) []byte, perMsg, msgs int, decode func([]byte) error, flush func() error) (msgsFig, events testkit.Figure) {
+	t.Helper()
+	machine := testkit.StartMachine()
+	began := time.Now()
+	publishAll(t, js, subject, payload, msgs)
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "ceiling", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := 0
+	pulled := make([]jetstream.Msg, 0, fetchMax)
 	for got < msgs {
 		// Never more than are left: a pull asking for more than the
 		// stream holds waits out FetchMaxWait for them. Asking for 256 at
@@ -231,17 +241,26 @@ func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream
 		if err != nil {
 			t.Fatal(err)
 		}
+		pulled = pulled[:0]
 		for m := range batch.Messages() {
 			if err := decode(m.Data()); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
+			pulled = append(pulled, m)
 			got++
 		}
 		if err := batch.Error(); err != nil { // the messages are all in the stream: a pull never times out
 			t.Fatalf("ceiling_jetstream: a pull ended after %d of %d messages: %v", got, msgs, err)
+		}
+		if flush != nil {
+			if err := flush(); err != nil {
+				t.Fatalf("ceiling_jetstream: flush after %d of %d messages: %v", got, msgs, err)
+			}
+		}
+		for _, m := range pulled {
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	el := time.Since(began).Seconds()
@@ -249,7 +268,7 @@ func JetStream(t testing.TB, ctx context.Context, js jetstream.JetStream, stream
 	if err := js.DeleteConsumer(ctx, stream, "ceiling"); err != nil {
 		t.Fatal(err)
 	}
-	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte messages (%d events each); %s", len(payload), perMsg, used)
+	note := fmt.Sprintf("async publish with Nats-Msg-Id + pull/decode/ack of %d-byte messages (%d events each); %s", len(payload(0)), perMsg, used)
 	load := testkit.LoadAvg()
 	return testkit.Figure{Bench: "ceiling_jetstream", Value: float64(msgs) / el, Unit: "msgs/s", N: msgs, Note: note, Load: load},
 		testkit.Figure{Bench: "ceiling_jetstream_events", Value: float64(msgs*perMsg) / el, Unit: "events/s", N: msgs * perMsg, Note: note, Load: load}

@@ -21,11 +21,11 @@ func TestJetStreamDoesNotWaitOutItsLastPull(t *testing.T) {
 	}
 	msgs := fetchMax + 44
 	decoded := 0
-	msgsFig, events := JetStream(t, ctx, js.JS, "CEILING", func(int) string { return "ceiling.x" }, []byte("usage"), 10, msgs,
+	msgsFig, events := JetStream(t, ctx, js.JS, "CEILING", func(int) string { return "ceiling.x" }, func(int) []byte { return []byte("usage") }, 10, msgs,
 		func([]byte) error {
 			decoded++
 			return nil
-		})
+		}, nil)
 	if decoded != msgs || msgsFig.N != msgs || events.N != 10*msgs {
 		t.Fatalf("decoded %d messages, figures of %d messages and %d events; want %d and %d", decoded, msgsFig.N, events.N, msgs, 10*msgs)
 	}

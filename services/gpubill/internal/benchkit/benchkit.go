@@ -5,6 +5,7 @@
 package benchkit
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	commandpb "go.temporal.io/api/command/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -23,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/pkg/testkit/ceiling"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -59,8 +63,130 @@ func JetStreamUsage(t *testing.T, events int) (msgs, evs testkit.Figure) {
 	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
 		t.Fatal(err)
 	}
+	msg := UsageMessage(perMsg)
 	return ceiling.JetStream(t, ctx, js.JS, natsx.StreamUsage, func(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%providers) },
-		UsageMessage(perMsg), perMsg, events/perMsg, func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) })
+		func(int) []byte { return msg }, perMsg, events/perMsg, func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) }, nil)
+}
+
+// distinctUsageMessage is message i of ceiling_durable_events: UsageMessage's
+// shape, its events' ids and lease its own (lease i, events one after
+// another), so every event is a new row.
+func distinctUsageMessage(i, events int) []byte {
+	at := time.Date(2026, 11, 12, 0, 0, 0, 0, time.UTC)
+	b := &eventsv1.UsageRecordedBatch{BatchId: fmt.Sprintf("ub_durable_%05d", i)}
+	for j := 0; j < events; j++ {
+		start := at.Add(time.Duration(j) * 6 * time.Minute)
+		b.Events = append(b.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("evt-%05d-%03d", i, j), LeaseId: fmt.Sprintf("lease-%05d", i),
+			ProviderId: fmt.Sprintf("p-%03d", i%50), RenterId: fmt.Sprintf("r-%03d", i%100), GpuModel: "RTX_4090", GpuCount: 2,
+			StartTime: timestamppb.New(start), EndTime: timestamppb.New(start.Add(6 * time.Minute)), Region: "cn-east", Workload: "training",
+			Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(at)})
+	}
+	payload, err := proto.Marshal(b)
+	if err != nil {
+		panic(err) // generated fields only: cannot fail
+	}
+	return payload
+}
+
+// usageRowCopy appends e to w as a row of metering.usage_events' columns
+// (usageCopySQL), as metering's ingest copies it.
+func usageRowCopy(w *pg.CopyWriter, e *eventsv1.UsageEvent) {
+	w.Row(13)
+	w.Text(e.GetId())
+	w.Text(e.GetLeaseId())
+	w.Text(e.GetProviderId())
+	w.Text(e.GetRenterId())
+	w.Text(e.GetGpuModel())
+	w.Int4(e.GetGpuCount())
+	w.Timestamptz(e.GetStartTime().AsTime())
+	w.Timestamptz(e.GetEndTime().AsTime())
+	w.Text(e.GetRegion())
+	w.Text(e.GetWorkload())
+	w.Text(e.GetCycleId())
+	w.Text("accepted") // what ingest records for an event of an open cycle
+	w.Timestamptz(e.GetReceivedAt().AsTime())
+}
+
+const usageCopySQL = `copy metering.ceiling_durable
+	(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
+	from stdin (format binary)`
+
+// DurableUsage is ceiling_durable_events (events/s): ceiling_jetstream_events
+// with each event also written once to Postgres, the least a pipeline that
+// keeps its events must do. Each pull's events are copied (binary COPY,
+// one statement and one commit per pull of up to 256 messages) into a
+// table shaped and indexed like metering.usage_events, before the pull's
+// messages are acked. The messages are UsageMessage's size, each with
+// events of its own (made before the clock). pool's database must hold
+// metering's schema. Issue 16's goal for pipeline is a ratio to
+// ceiling_jetstream_events; this one has no goal: it shows how much of
+// that ceiling a durable write per event leaves.
+func DurableUsage(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
+	t.Helper()
+	const perMsg, providers = 100, 50
+	ctx := testkit.Context(t)
+	js := testkit.NewJetStream(t)
+	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `create table metering.ceiling_durable (like metering.usage_events including all)`); err != nil {
+		t.Fatal(err)
+	}
+	msgs := events / perMsg
+	payloads := make([][]byte, msgs)
+	for i := range payloads {
+		payloads[i] = distinctUsageMessage(i, perMsg)
+	}
+	w := pg.NewCopyWriter(0)
+	var batch eventsv1.UsageRecordedBatch
+	decode := func(b []byte) error {
+		if err := proto.Unmarshal(b, &batch); err != nil {
+			return err
+		}
+		for _, e := range batch.GetEvents() {
+			usageRowCopy(w, e)
+		}
+		return nil
+	}
+	flush := func() error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.Done()), usageCopySQL)
+			return err
+		})
+		w = pg.NewCopyWriter(len(w.Buf))
+		return err
+	}
+	_, fig := ceiling.JetStream(t, ctx, js.JS, natsx.StreamUsage, func(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%providers) },
+		func(i int) []byte { return payloads[i] }, perMsg, msgs, decode, flush)
+	var n int
+	if err := pool.QueryRow(ctx, `select count(distinct id) from metering.ceiling_durable`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != msgs*perMsg {
+		t.Fatalf("ceiling_durable_events: %d events written, want %d", n, msgs*perMsg)
+	}
+	if _, err := pool.Exec(ctx, `drop table metering.ceiling_durable`); err != nil {
+		t.Fatal(err)
+	}
+	fig.Bench = "ceiling_durable_events"
+	fig.Note = "each pull's events also copied into a table shaped and indexed like metering.usage_events, committed before the pull is acked; " + fig.Note
+	return fig
+}
+
+// DurableUsageEvents is ceiling_durable_events, the median of
+// testkit.CeilingRuns runs of DurableUsage, each on a JetStream server of
+// its own.
+func DurableUsageEvents(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
+	t.Helper()
+	run := 0
+	return testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure {
+		run++
+		var fig testkit.Figure
+		if !t.Run(fmt.Sprintf("ceiling_durable_run_%d", run), func(t *testing.T) { fig = DurableUsage(t, pool, events) }) {
+			t.FailNow()
+		}
+		return fig
+	})
 }
 
 // JetStreamUsageEvents is ceiling_jetstream_events, the median of

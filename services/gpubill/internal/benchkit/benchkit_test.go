@@ -9,6 +9,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/grpc"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
 // ceiling_temporal stops its clock at the completions the server accepted
@@ -50,5 +53,16 @@ func TestCompletionsCountWhatTheServerAcceptedFromTheWatchedWorker(t *testing.T)
 	}
 	if n, _ := c.count("settlement-worker"); n != 0 {
 		t.Fatalf("an identity not watched counted %d completions", n)
+	}
+}
+
+// ceiling_durable_events writes every event it carries once, to a table
+// shaped like metering.usage_events, and counts them before it returns.
+func TestDurableUsageWritesEachEventOnce(t *testing.T) {
+	pool := testkit.NewMigratedPool(t, "metering", migrations.For("metering"))
+	const events = 30_000 // 300 messages: a full pull of 256 and one of 44
+	fig := DurableUsage(t, pool, events)
+	if fig.Bench != "ceiling_durable_events" || fig.N != events || fig.Value <= 0 {
+		t.Fatalf("%s: %d events at %.0f/s, want ceiling_durable_events of %d", fig.Bench, fig.N, fig.Value, events)
 	}
 }

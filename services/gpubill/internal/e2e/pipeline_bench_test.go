@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,15 +52,33 @@ const (
 // until the ledger balances include them, through metering → JetStream →
 // pricing → JetStream → ledger, all on real Postgres and JetStream: the
 // second of two passes of the same load (runPipeline).
+//
+// ceiling_durable_events (benchkit.DurableUsage: the JetStream ceiling with
+// each event also copied into a table shaped like metering.usage_events)
+// runs only when BENCH_FILTER names it, after the pipeline on its
+// database. It prints its ratio to ceiling_jetstream_events, and a second
+// pipeline line its ratio to it; neither has a goal.
 func TestBenchPipeline(t *testing.T) {
-	testkit.Bench(t, "pipeline", "ceiling_jetstream_events")
+	testkit.Bench(t, "pipeline", "ceiling_jetstream_events", "ceiling_durable_events")
 	// The ceiling first, on a JetStream server of its own, before the
 	// pipeline's services start: the figure is a ratio to it.
 	jsCeiling := benchkit.JetStreamUsageEvents(t, pipelineEvents)
 	pool, dsn := testkit.NewPool(t)
 	t.Logf("database %s", dsn) // for perf -p on its backends
 	r := runPipeline(t, pool, "")
-	testkit.ReportAgainst(t, r.figure("pipeline"), jsCeiling)
+	fig := r.figure("pipeline")
+	testkit.ReportAgainst(t, fig, jsCeiling)
+	if !strings.Contains(os.Getenv("BENCH_FILTER"), "ceiling_durable_events") {
+		return
+	}
+	durable := benchkit.DurableUsageEvents(t, pool, pipelineEvents)
+	for _, f := range []struct{ figure, ceiling testkit.Figure }{{durable, jsCeiling}, {fig, durable}} {
+		r, err := f.figure.Against(f.ceiling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Report(t, r)
+	}
 }
 
 // pipelineResult is one timed pipeline run, and the untimed pass before it.
