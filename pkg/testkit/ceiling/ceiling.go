@@ -143,18 +143,27 @@ func Autocommit(t testing.TB, ctx context.Context, pool *pgxpool.Pool, conns, pe
 	if t.Failed() {
 		t.FailNow()
 	}
-	var n int
-	if err := own.QueryRow(ctx, `select count(distinct idempotency_key) from ledger.ceiling_autocommit`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != conns*perConn {
-		t.Fatalf("%d rows inserted, want %d", n, conns*perConn)
-	}
-	if _, err := own.Exec(ctx, `drop table ledger.ceiling_autocommit`); err != nil {
-		t.Fatal(err)
-	}
+	n := conns * perConn
+	CountAndDrop(t, ctx, own, "ledger.ceiling_autocommit", "idempotency_key", n)
 	return testkit.Figure{Bench: "ceiling_autocommit", Value: float64(int(float64(n) / elapsed.Seconds())), Unit: "rows/s", N: n, Load: testkit.LoadAvg(),
 		Note: fmt.Sprintf("one-row INSERTs (made before the clock), each its own committed transaction, from %d connections into a table shaped and indexed like ledger.transactions; %s", conns, used)}
+}
+
+// CountAndDrop fails t unless table (a ceiling's scratch table, schema
+// qualified) holds want distinct values of column, what the ceiling
+// counted, and then drops it.
+func CountAndDrop(t testing.TB, ctx context.Context, pool *pgxpool.Pool, table, column string, want int) {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`select count(distinct %s) from %s`, column, table)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Fatalf("%s: %d rows written, want %d", table, n, want)
+	}
+	if _, err := pool.Exec(ctx, `drop table `+table); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // autocommitRow is one row of ceiling_autocommit's INSERTs.

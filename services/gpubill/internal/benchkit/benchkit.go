@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	commandpb "go.temporal.io/api/command/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -57,15 +58,44 @@ func UsageMessage(events int) []byte {
 // provider subjects.
 func JetStreamUsage(t *testing.T, events int) (msgs, evs testkit.Figure) {
 	t.Helper()
-	const perMsg, providers = 100, 50
+	ctx, js := usageStream(t)
+	msg := UsageMessage(usagePerMsg)
+	return ceiling.JetStream(t, ctx, js, natsx.StreamUsage, usageSubject, func(int) []byte { return msg }, usagePerMsg, events/usagePerMsg,
+		func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) }, nil)
+}
+
+// The JetStream ceilings' usage messages: 100 events each, over 50
+// provider subjects.
+const usagePerMsg, usageProviders = 100, 50
+
+func usageSubject(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%usageProviders) }
+
+// usageStream is a JetStream server of the test's own (testkit.NewJetStream,
+// as the pipeline's) with the usage stream, and a context ending with t.
+func usageStream(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
 	ctx := testkit.Context(t)
 	js := testkit.NewJetStream(t)
 	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
 		t.Fatal(err)
 	}
-	msg := UsageMessage(perMsg)
-	return ceiling.JetStream(t, ctx, js.JS, natsx.StreamUsage, func(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%providers) },
-		func(int) []byte { return msg }, perMsg, events/perMsg, func(b []byte) error { return proto.Unmarshal(b, &eventsv1.UsageRecordedBatch{}) }, nil)
+	return ctx, js.JS
+}
+
+// medianRun is the median of testkit.CeilingRuns runs of measure, each a
+// subtest named name_run_N (its cleanups, such as its JetStream server's
+// shutdown, run when it ends).
+func medianRun(t *testing.T, name string, measure func(t *testing.T) testkit.Figure) testkit.Figure {
+	t.Helper()
+	run := 0
+	return testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure {
+		run++
+		var fig testkit.Figure
+		if !t.Run(fmt.Sprintf("%s_run_%d", name, run), func(t *testing.T) { fig = measure(t) }) {
+			t.FailNow()
+		}
+		return fig
+	})
 }
 
 // distinctUsageMessage is message i of ceiling_durable_events: UsageMessage's
@@ -123,19 +153,14 @@ const usageCopySQL = `copy metering.ceiling_durable
 // that ceiling a durable write per event leaves.
 func DurableUsage(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
 	t.Helper()
-	const perMsg, providers = 100, 50
-	ctx := testkit.Context(t)
-	js := testkit.NewJetStream(t)
-	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := usageStream(t)
 	if _, err := pool.Exec(ctx, `create table metering.ceiling_durable (like metering.usage_events including all)`); err != nil {
 		t.Fatal(err)
 	}
-	msgs := events / perMsg
+	msgs := events / usagePerMsg
 	payloads := make([][]byte, msgs)
 	for i := range payloads {
-		payloads[i] = distinctUsageMessage(i, perMsg)
+		payloads[i] = distinctUsageMessage(i, usagePerMsg)
 	}
 	w := pg.NewCopyWriter(0)
 	var batch eventsv1.UsageRecordedBatch
@@ -156,18 +181,8 @@ func DurableUsage(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
 		w = pg.NewCopyWriter(len(w.Buf))
 		return err
 	}
-	_, fig := ceiling.JetStream(t, ctx, js.JS, natsx.StreamUsage, func(i int) string { return fmt.Sprintf("usage.recorded.p-%03d", i%providers) },
-		func(i int) []byte { return payloads[i] }, perMsg, msgs, decode, flush)
-	var n int
-	if err := pool.QueryRow(ctx, `select count(distinct id) from metering.ceiling_durable`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != msgs*perMsg {
-		t.Fatalf("ceiling_durable_events: %d events written, want %d", n, msgs*perMsg)
-	}
-	if _, err := pool.Exec(ctx, `drop table metering.ceiling_durable`); err != nil {
-		t.Fatal(err)
-	}
+	_, fig := ceiling.JetStream(t, ctx, js, natsx.StreamUsage, usageSubject, func(i int) []byte { return payloads[i] }, usagePerMsg, msgs, decode, flush)
+	ceiling.CountAndDrop(t, ctx, pool, "metering.ceiling_durable", "id", msgs*usagePerMsg)
 	fig.Bench = "ceiling_durable_events"
 	fig.Note = "each pull's events also copied into a table shaped and indexed like metering.usage_events, committed before the pull is acked; " + fig.Note
 	return fig
@@ -178,15 +193,7 @@ func DurableUsage(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
 // its own.
 func DurableUsageEvents(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
 	t.Helper()
-	run := 0
-	return testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure {
-		run++
-		var fig testkit.Figure
-		if !t.Run(fmt.Sprintf("ceiling_durable_run_%d", run), func(t *testing.T) { fig = DurableUsage(t, pool, events) }) {
-			t.FailNow()
-		}
-		return fig
-	})
+	return medianRun(t, "ceiling_durable", func(t *testing.T) testkit.Figure { return DurableUsage(t, pool, events) })
 }
 
 // JetStreamUsageEvents is ceiling_jetstream_events, the median of
@@ -194,13 +201,8 @@ func DurableUsageEvents(t *testing.T, pool *pgxpool.Pool, events int) testkit.Fi
 // that is shut down when its run ends (a subtest's cleanup).
 func JetStreamUsageEvents(t *testing.T, events int) testkit.Figure {
 	t.Helper()
-	run := 0
-	return testkit.MedianOf(testkit.CeilingRuns, func() testkit.Figure {
-		run++
-		var evs testkit.Figure
-		if !t.Run(fmt.Sprintf("ceiling_jetstream_run_%d", run), func(t *testing.T) { _, evs = JetStreamUsage(t, events) }) {
-			t.FailNow()
-		}
+	return medianRun(t, "ceiling_jetstream", func(t *testing.T) testkit.Figure {
+		_, evs := JetStreamUsage(t, events)
 		return evs
 	})
 }
