@@ -107,7 +107,7 @@ func distinctUsageMessage(i, events int) []byte {
 	for j := 0; j < events; j++ {
 		start := at.Add(time.Duration(j) * 6 * time.Minute)
 		b.Events = append(b.Events, &eventsv1.UsageEvent{Id: fmt.Sprintf("evt-%05d-%03d", i, j), LeaseId: fmt.Sprintf("lease-%05d", i),
-			ProviderId: fmt.Sprintf("p-%03d", i%50), RenterId: fmt.Sprintf("r-%03d", i%100), GpuModel: "RTX_4090", GpuCount: 2,
+			ProviderId: fmt.Sprintf("p-%03d", i%usageProviders), RenterId: fmt.Sprintf("r-%03d", i%100), GpuModel: "RTX_4090", GpuCount: 2,
 			StartTime: timestamppb.New(start), EndTime: timestamppb.New(start.Add(6 * time.Minute)), Region: "cn-east", Workload: "training",
 			Currency: "CNY", ProviderTier: "pro", ProviderPue: "1.3", CycleId: "cyc-20261112", ReceivedAt: timestamppb.New(at)})
 	}
