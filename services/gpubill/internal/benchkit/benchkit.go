@@ -1,7 +1,9 @@
 // Package benchkit holds the ceilings of gpubill's benchmarks that need
 // gpubill's own messages or the Temporal SDK (pkg/testkit/ceiling has the
 // Postgres ones): the usage.recorded message the JetStream ceiling carries,
-// and ceiling_temporal. Test code only: imported by _test.go files.
+// ceiling_jetstream_events and ceiling_durable_events on it, and
+// ceiling_temporal with the interceptor (Completions) that stops its clock.
+// Test code only: imported by _test.go files.
 package benchkit
 
 import (
@@ -119,7 +121,8 @@ func distinctUsageMessage(i, events int) []byte {
 }
 
 // usageRowCopy appends e to w as a row of metering.usage_events' columns
-// (usageCopySQL), as metering's ingest copies it.
+// (durableCopySQL), the columns and types metering's ingest copies (its
+// usageCopy is internal to the metering module and takes its domain rows).
 func usageRowCopy(w *pg.CopyWriter, e *eventsv1.UsageEvent) {
 	w.Row(13)
 	w.Text(e.GetId())
@@ -137,7 +140,7 @@ func usageRowCopy(w *pg.CopyWriter, e *eventsv1.UsageEvent) {
 	w.Timestamptz(e.GetReceivedAt().AsTime())
 }
 
-const usageCopySQL = `copy metering.ceiling_durable
+const durableCopySQL = `copy metering.ceiling_durable
 	(id, lease_id, provider_id, renter_id, gpu_model, gpu_count, start_time, end_time, region, workload, cycle_id, status, received_at)
 	from stdin (format binary)`
 
@@ -175,7 +178,7 @@ func DurableUsage(t *testing.T, pool *pgxpool.Pool, events int) testkit.Figure {
 	}
 	flush := func() error {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.Done()), usageCopySQL)
+			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(w.Done()), durableCopySQL)
 			return err
 		})
 		w = pg.NewCopyWriter(len(w.Buf))
@@ -359,8 +362,11 @@ func Temporal(t *testing.T, tc client.Client, completions *Completions, workflow
 		t.Fatal(err)
 	default:
 	}
+	// A minute, or half a second a workflow on a slow server (settlement_pg's
+	// Temporal on Postgres, a loaded machine): a worker whose completions
+	// are not seen fails in a minute at the tests' size.
 	var last time.Time
-	testkit.Eventually(t, time.Minute, func() bool {
+	testkit.Eventually(t, max(time.Minute, time.Duration(workflows)*time.Second/2), func() bool {
 		var n int
 		n, last = completions.count(opts.Identity)
 		return n >= workflows
