@@ -177,11 +177,26 @@ func (r *Reports) BackfillBreaches(ctx context.Context) error {
 func (r *Reports) PostingsSince(ctx context.Context, after *time.Time, upTo time.Time, limit int64) (int64, error) {
 	var n int64
 	err := r.Pool.QueryRow(ctx, `select count(*) from (select 1 from ledger.postings
-		where ($1::timestamptz is null or created_at > $1) and created_at <= $2 limit $3) x`, after, upTo, limit).Scan(&n)
+		where created_at > $1 and created_at <= $2 limit $3) x`, since(after), upTo, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count postings: %w", err)
 	}
 	return n, nil
+}
+
+// since is the lower bound of an interval of postings, -infinity for none.
+// The statements that read an interval of the journal take both bounds,
+// never "$1 is null or created_at > $1": Postgres plans a prepared
+// statement afresh for its first five runs and then keeps a generic plan
+// when that looks cheaper, and the generic plan of that form bounds the
+// BRIN scan by the upper bound only, reading every posting before it. The
+// checkpoint step runs every minute (and a connection keeps its
+// statements for days), so it would read the whole journal every minute.
+func since(after *time.Time) pgtype.Timestamptz {
+	if after == nil {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: *after, Valid: true}
 }
 
 // checkpointCopyRows bounds the balance rows one statement of a checkpoint
@@ -253,7 +268,7 @@ func dropCheckpoints(ctx context.Context, q Querier, from time.Time) error {
 func countPostings(ctx context.Context, q Querier, after *time.Time, upTo time.Time) (int64, error) {
 	var n int64
 	if err := q.QueryRow(ctx, `select count(*) from ledger.postings
-		where ($1::timestamptz is null or created_at > $1) and created_at <= $2`, after, upTo).Scan(&n); err != nil {
+		where created_at > $1 and created_at <= $2`, since(after), upTo).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count postings up to %s: %w", upTo, err)
 	}
 	return n, nil
@@ -268,8 +283,8 @@ func buildCheckpoint(ctx context.Context, conn *pgxpool.Conn, prev *time.Time, a
 			select currency, account, net_debit as n from ledger.checkpoint_balances where at = $1
 			union all
 			select currency, account, case when direction = 'debit' then amount else -amount end from ledger.postings
-			where ($1::timestamptz is null or created_at > $1) and created_at <= $2
-		) x group by currency, account having sum(n) <> 0`, prev, at)
+			where created_at > $1 and created_at <= $2
+		) x group by currency, account having sum(n) <> 0`, since(prev), at)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s sums: %w", at, err)
 	}

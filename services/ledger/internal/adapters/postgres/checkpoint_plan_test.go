@@ -1,0 +1,133 @@
+package postgres
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpubill/gpubill/pkg/pg"
+)
+
+// checkpointDays of journal, checkpointPerDay postings a day, in created_at
+// order (as the writers append them).
+const (
+	checkpointDays   = 100
+	checkpointPerDay = 1000
+)
+
+// The balance checkpoints read only the interval of the journal they
+// cover, also once Postgres keeps a generic plan of their statements (which
+// it does after a statement's fifth run on a connection, when the generic
+// plan's estimate is the cheaper: 3 631 against 24 384 for the old form of
+// PostingsSince's count on a 2-million-posting journal). The pool here
+// plans every statement generically from its first run. Over a journal of
+// 100 days, the checkpoint step's count and a checkpoint one day after the
+// last must each touch a small part of the postings' heap: with
+// "$1 is null or created_at > $1", each read every heap page (the BRIN scan
+// bounded by the upper bound only).
+func TestCheckpointsReadTheirIntervalUnderAGenericPlan(t *testing.T) {
+	ctx, pool, _ := migratedStore(t)
+	day0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := pool.Exec(ctx, `insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		select gen_random_uuid(), 0, 'renter:r-' || (i % 500) || ':wallet', 'USD', case when i % 2 = 0 then 'debit' else 'credit' end, 1.25,
+			$1::timestamptz + (i * interval '1 day' / $2)
+		from generate_series(0, $3 - 1) i`, day0, checkpointPerDay, checkpointDays*checkpointPerDay); err != nil {
+		t.Fatal(err)
+	}
+	// Summarise the BRIN ranges (autovacuum does, in a deployment; the test
+	// server runs without it) and count the heap's pages.
+	if _, err := pool.Exec(ctx, `vacuum analyze ledger.postings`); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := pool.QueryRow(ctx, `select relpages from pg_class where oid = 'ledger.postings'::regclass`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	dsn, err := url.Parse(pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := dsn.Query()
+	q.Set("plan_cache_mode", "force_generic_plan") // a run-time parameter of every connection
+	dsn.RawQuery = q.Encode()
+	generic, err := pg.Open(ctx, dsn.String(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(generic.Close)
+	r := &Reports{Pool: generic}
+	at := func(d int) time.Time { return day0.AddDate(0, 0, d) }
+
+	from, upTo := at(60), at(61)
+	var n int64
+	touched := heapPagesRead(t, ctx, pool, generic, func() {
+		if n, err = r.PostingsSince(ctx, &from, upTo, 500_000); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != checkpointPerDay {
+		t.Fatalf("%d postings in a day, want %d", n, checkpointPerDay)
+	}
+	t.Logf("the checkpoint step's count of one day read %d of the journal's %d heap pages", touched, pages)
+	if touched > pages/10 {
+		t.Fatalf("the checkpoint step's count of one day read %d of the journal's %d heap pages", touched, pages)
+	}
+
+	for _, d := range []int{50, 51} { // the interval before the one timed is small too
+		if err := r.MakeCheckpoint(ctx, at(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touched = heapPagesRead(t, ctx, pool, generic, func() {
+		if err := r.MakeCheckpoint(ctx, at(52)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := pool.QueryRow(ctx, `select postings from ledger.balance_checkpoints where at = $1`, at(52)).Scan(&n); err != nil || n != checkpointPerDay {
+		t.Fatalf("the checkpoint at day 52 counted %d postings (%v), want %d", n, err, checkpointPerDay)
+	}
+	t.Logf("a checkpoint one day after the last read %d of the journal's %d heap pages", touched, pages)
+	if touched > pages/10 {
+		t.Fatalf("a checkpoint one day after the last read %d of the journal's %d heap pages", touched, pages)
+	}
+}
+
+// heapPagesRead is how many pages of ledger.postings' heap run read (from
+// shared buffers or outside them), run's statements all on on's one
+// connection. A backend reports its counts when it goes idle, at most once
+// a second unless asked: on is asked (pg_stat_force_next_flush), and the
+// counts are read on pool once they have not moved for over a second (the
+// setup's connections report within one).
+func heapPagesRead(t *testing.T, ctx context.Context, pool, on *pgxpool.Pool, run func()) int64 {
+	t.Helper()
+	read := func() int64 {
+		t.Helper()
+		if _, err := on.Exec(ctx, `select pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		n, same := int64(-1), 0
+		for tries := 0; same < 12; tries++ {
+			if tries == 100 {
+				t.Fatal("the counts of ledger.postings never settled")
+			}
+			time.Sleep(100 * time.Millisecond)
+			var got int64
+			if err := pool.QueryRow(ctx, `select coalesce(heap_blks_hit + heap_blks_read, 0) from pg_statio_user_tables
+				where schemaname = 'ledger' and relname = 'postings'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got == n {
+				same++
+			} else {
+				n, same = got, 0
+			}
+		}
+		return n
+	}
+	before := read()
+	run()
+	return read() - before
+}
