@@ -1,14 +1,10 @@
 package postgres
 
 import (
-	"context"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
 // checkpointDays of journal, checkpointPerDay postings a day, in created_at
@@ -48,24 +44,14 @@ func TestCheckpointsReadTheirIntervalUnderAGenericPlan(t *testing.T) {
 	if err := pool.QueryRow(ctx, `select relpages from pg_class where oid = 'ledger.postings'::regclass`).Scan(&pages); err != nil {
 		t.Fatal(err)
 	}
-	dsn, err := url.Parse(pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := dsn.Query()
-	q.Set("plan_cache_mode", "force_generic_plan") // a run-time parameter of every connection
-	dsn.RawQuery = q.Encode()
-	generic, err := pg.Open(ctx, dsn.String(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(generic.Close)
+	generic := testkit.GenericPlanPool(t, ctx, pool)
 	r := &Reports{Pool: generic}
 	at := func(d int) time.Time { return day0.AddDate(0, 0, d) }
 
 	from, upTo := at(60), at(61)
 	var n int64
-	touched := heapPagesRead(t, ctx, pool, generic, func() {
+	var err error
+	touched := testkit.HeapPagesRead(t, ctx, pool, generic, "ledger", "postings", func() {
 		if n, err = r.PostingsSince(ctx, &from, upTo, 500_000); err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +69,7 @@ func TestCheckpointsReadTheirIntervalUnderAGenericPlan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	touched = heapPagesRead(t, ctx, pool, generic, func() {
+	touched = testkit.HeapPagesRead(t, ctx, pool, generic, "ledger", "postings", func() {
 		if err := r.MakeCheckpoint(ctx, at(52)); err != nil {
 			t.Fatal(err)
 		}
@@ -95,41 +81,4 @@ func TestCheckpointsReadTheirIntervalUnderAGenericPlan(t *testing.T) {
 	if touched > pages/10 {
 		t.Fatalf("a checkpoint one day after the last read %d of the journal's %d heap pages", touched, pages)
 	}
-}
-
-// heapPagesRead is how many pages of ledger.postings' heap run read (from
-// shared buffers or outside them), run's statements all on on's one
-// connection. A backend reports its counts when it goes idle, at most once
-// a second unless asked: on is asked (pg_stat_force_next_flush), and the
-// counts are read on pool once they have not moved for over a second (the
-// setup's connections report within one).
-func heapPagesRead(t *testing.T, ctx context.Context, pool, on *pgxpool.Pool, run func()) int64 {
-	t.Helper()
-	read := func() int64 {
-		t.Helper()
-		if _, err := on.Exec(ctx, `select pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
-		n, same := int64(-1), 0
-		for tries := 0; same < 12; tries++ {
-			if tries == 100 {
-				t.Fatal("the counts of ledger.postings never settled")
-			}
-			time.Sleep(100 * time.Millisecond)
-			var got int64
-			if err := pool.QueryRow(ctx, `select coalesce(heap_blks_hit + heap_blks_read, 0) from pg_statio_user_tables
-				where schemaname = 'ledger' and relname = 'postings'`).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-			if got == n {
-				same++
-			} else {
-				n, same = got, 0
-			}
-		}
-		return n
-	}
-	before := read()
-	run()
-	return read() - before
 }
