@@ -9,17 +9,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
 	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
 // TestListUsageByPartyThroughLeases: a party's usage is listed through
-// usage_leases (migration 0010), and every page sequence equals the same
-// selection made directly on usage_events: leases interleaved in time, a
-// lease whose events name two renters, a lease that later gains an earlier
-// event and events on later days, one that later gains a pair of parties,
-// windows whose lower bound falls on the
-// day a lease ended.
+// usage_leases (migration 0010), a lease's through its index, and every
+// page sequence equals the same selection made directly on usage_events:
+// leases interleaved in time, a lease whose events name two renters, a
+// lease that later gains an earlier event and events on later days, one
+// that later gains a pair of parties, windows whose lower bound falls on
+// the day a lease ended.
 func TestListUsageByPartyThroughLeases(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
@@ -84,6 +88,9 @@ func TestListUsageByPartyThroughLeases(t *testing.T) {
 		{RenterID: "r-001", To: at(0, 0, 0)},     // only lease-a's earlier event
 		{ProviderID: "p-001", From: at(1, 10, 30), To: at(4, 11, 0)},
 		{ProviderID: "p-002", From: at(5, 0, 0), To: at(30, 0, 0)},
+		// By lease, through the lease index alone.
+		{LeaseID: "lease-a"}, {LeaseID: "lease-d"}, {LeaseID: "lease-d", RenterID: "r-002"},
+		{LeaseID: "lease-c", ProviderID: "p-001", From: at(2, 0, 0)}, {LeaseID: "lease-a", From: at(1, 0, 0), To: at(4, 10, 0)},
 	}
 	for _, q := range queries {
 		for _, size := range []int{1, 3, 100} {
@@ -125,9 +132,9 @@ func directly(t *testing.T, a *app.App, q app.UsageQuery) []string {
 		to = q.To
 	}
 	rows, err := poolOf(a).Query(context.Background(), `select id from metering.usage_events
-		where ($1 = '' or renter_id = $1) and ($2 = '' or provider_id = $2)
+		where ($1 = '' or renter_id = $1) and ($2 = '' or provider_id = $2) and ($5 = '' or lease_id = $5)
 		  and ($3::timestamptz is null or start_time >= $3) and ($4::timestamptz is null or start_time < $4)
-		order by start_time, id`, q.RenterID, q.ProviderID, from, to)
+		order by start_time, id`, q.RenterID, q.ProviderID, from, to, q.LeaseID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +146,84 @@ func directly(t *testing.T, a *app.App, q app.UsageQuery) []string {
 		t.Fatalf("%+v selects no usage: the case tests nothing", q)
 	}
 	return ids
+}
+
+// Long leases, usageLeaseEvents six-minute events each (200 days), recorded
+// side by side as a deployment's leases are: each lease's rows spread over
+// the whole heap.
+const (
+	usageLongLeases  = 20
+	usageLeaseEvents = 5000
+)
+
+// TestListUsagePageReadsAPage: a page of a lease's or a party's usage, deep
+// in long leases, reads about a page of rows, under the generic plan
+// Postgres keeps for the listing's statements (testkit.GenericPlanPool;
+// the old statements went generic on their sixth run on a connection).
+// With "$4 is null or start_time >= $4" each page read every event of each
+// lease (the generic plan cannot bound the index scan), and with each
+// lease's rows ordered by (start_time, id) every event after the cursor
+// (the index orders start_time only, so they were all read and sorted).
+func TestListUsagePageReadsAPage(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	pool := poolOf(a)
+	day := now.Truncate(24*time.Hour).AddDate(0, 0, -250)
+	if _, err := pool.Exec(ctx, `insert into metering.usage_events (id, lease_id, provider_id, renter_id, gpu_model, gpu_count,
+			start_time, end_time, region, workload, cycle_id, status, received_at)
+		select format('ev-%s-%s', l, e), 'lease-long-' || l, 'p-001', 'r-00' || (1 + l % 2), 'RTX_4090', 1,
+			$1::timestamptz + e * interval '6 minutes', $1::timestamptz + (e + 1) * interval '6 minutes',
+			'cn-east', 'training', 'cyc', 'recorded', $1::timestamptz
+		from generate_series(0, $2 - 1) e, generate_series(0, $3 - 1) l order by e, l`, day, usageLeaseEvents, usageLongLeases); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into metering.usage_leases (lease_id, renter_id, provider_id, first_start, last_day)
+		select lease_id, renter_id, provider_id, min(start_time), max((end_time at time zone 'UTC')::date)
+		from metering.usage_events group by 1, 2, 3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `vacuum analyze metering.usage_events, metering.usage_leases`); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := pool.QueryRow(ctx, `select relpages from pg_class where oid = 'metering.usage_events'::regclass`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	generic := app.New(postgres.NewStore(testkit.GenericPlanPool(t, ctx, pool)), clock.NewManual(now), cycles.Default())
+	mid := day.Add(usageLeaseEvents / 2 * 6 * time.Minute)
+	// A party's page reads a page from each of its leases: r-001 has ten.
+	// Before, the lease's two pages read 3 334 heap pages and the party's
+	// 17 373 (each page every event of each lease).
+	for _, c := range []struct {
+		q   app.UsageQuery
+		max int64
+	}{
+		{app.UsageQuery{LeaseID: "lease-long-3", From: mid, PageSize: 100}, pages / 8},
+		{app.UsageQuery{RenterID: "r-001", From: mid, PageSize: 100}, pages},
+	} {
+		q := c.q
+		var got []string
+		read := testkit.HeapPagesRead(t, ctx, pool, generic.Store.(*postgres.Store).Pool, "metering", "usage_events", func() {
+			rows, next, err := generic.ListUsage(ctx, q) // a page from the window's start
+			if err != nil || next == "" {
+				t.Fatal(next, err)
+			}
+			q.PageToken = next // and the page after it, from the cursor
+			more, _, err := generic.ListUsage(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range append(rows, more...) {
+				got = append(got, r.ID)
+			}
+		})
+		if len(got) != 200 {
+			t.Fatalf("%+v: %d rows in two pages of 100", q, len(got))
+		}
+		t.Logf("%+v: two pages of 100 read %d of the table's %d heap pages", q, read, pages)
+		if read > c.max {
+			t.Errorf("%+v: two pages of 100 read %d of the table's %d heap pages, more than %d", q, read, pages, c.max)
+		}
+	}
 }
