@@ -666,7 +666,7 @@ func (t *Tx) Overlapping(ctx context.Context, evs []domain.Event) (map[string]st
 // leases (partyUsageSQL).
 //
 // Every bound is given, an open one as -infinity or infinity and no cursor
-// as (-infinity, ''), never "$4 is null or start_time >= $4": Postgres
+// as -infinity and the empty id, never "$4 is null or start_time >= $4": Postgres
 // keeps a generic plan of a prepared statement after its fifth run on a
 // connection when the generic plan's estimate is the cheaper, as it is here,
 // and the generic plan of that form cannot bound the lease index's scan, so
