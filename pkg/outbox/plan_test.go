@@ -21,7 +21,8 @@ import (
 
 // TestRelayReadsTheOutboxByIndexAsItGrows: an outbox is a queue, its heap
 // full of the rows already published (dead until a vacuum), and a relay
-// connection lives for days. The relay first reads the outbox while it is
+// connection lives up to an hour (pgxpool's default lifetime), thousands of
+// reads at its polls of 5–200 ms. The relay first reads the outbox while it is
 // empty; after the heap has grown by 20 000 dead rows its reads and moves
 // are planned again for the table as it is, most of them through the
 // primary key (a statement planned once, on the empty table, and kept

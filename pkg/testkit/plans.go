@@ -15,8 +15,9 @@ import (
 // prepared statements are planned generically from their first run
 // (plan_cache_mode = force_generic_plan): the plan Postgres keeps for a
 // statement after its fifth run on a connection when the generic plan's
-// estimate is the cheaper, and which a connection that lives for days then
-// runs every time. Closed when t ends.
+// estimate is the cheaper, and then runs every time until the connection
+// ends (up to an hour in a pool: pgxpool's default lifetime). Closed when t
+// ends.
 func GenericPlanPool(t testing.TB, ctx context.Context, pool *pgxpool.Pool) *pgxpool.Pool {
 	t.Helper()
 	dsn, err := url.Parse(pool.Config().ConnString())

@@ -190,8 +190,9 @@ func (r *Reports) PostingsSince(ctx context.Context, after *time.Time, upTo time
 // statement afresh for its first five runs and then keeps a generic plan
 // when that looks cheaper, and the generic plan of that form bounds the
 // BRIN scan by the upper bound only, reading every posting before it. The
-// checkpoint step runs every minute (and a connection keeps its
-// statements for days), so it would read the whole journal every minute.
+// checkpoint step runs every minute and a pool's connection lives up to an
+// hour (pgxpool's default lifetime), room for sixty runs: from a
+// connection's sixth, the step would read the whole journal every minute.
 func since(after *time.Time) pgtype.Timestamptz {
 	if after == nil {
 		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
