@@ -3,27 +3,36 @@
 // becomes the runner and runs groups of whatever is queued until its own
 // work has run, then hands what is left to a goroutine of its own, so its
 // caller is not held by later arrivals. The ledger's API writes and the
-// audit recorder's records are committed this way.
+// audit recorder's records are committed this way, and settlement's
+// per-provider statements (pkg/pg.Batches), which linger for a group.
 package group
 
 import (
 	"context"
 	"sync"
+	"time"
 )
 
-// Queue groups the items added to it. Max and Run are set before the first
-// Add.
+// Queue groups the items added to it. Max, Linger and Run are set before
+// the first Add.
 type Queue[T any] struct {
-	Max int                              // most items in one group
-	Run func(ctx context.Context, g []T) // runs a group; its items are answered when it returns
+	Max int // most items in one group
+	// Linger is how long the oldest item waits for its group to fill to
+	// Max before the group runs anyway; 0 runs whatever is queued at once.
+	// Items that queued while a group ran have waited already: a group
+	// runs at once when its oldest item has waited Linger.
+	Linger time.Duration
+	Run    func(ctx context.Context, g []T) // runs a group; its items are answered when it returns
 
 	mu      sync.Mutex
 	queue   []entry[T]
 	running bool
+	full    chan struct{} // closed by Add when the queue fills to Max while the runner lingers
 }
 
 type entry[T any] struct {
 	v    T
+	at   time.Time // when it was queued
 	done chan struct{}
 }
 
@@ -31,9 +40,13 @@ type entry[T any] struct {
 // run. The caller that finds no runner runs groups (with ctx, less its
 // cancellation: a group holds other callers' work) before Add returns.
 func (q *Queue[T]) Add(ctx context.Context, v T) <-chan struct{} {
-	e := entry[T]{v: v, done: make(chan struct{})}
+	e := entry[T]{v: v, at: time.Now(), done: make(chan struct{})}
 	q.mu.Lock()
 	q.queue = append(q.queue, e)
+	if q.full != nil && len(q.queue) >= q.Max {
+		close(q.full)
+		q.full = nil
+	}
 	lead := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -56,6 +69,7 @@ func (q *Queue[T]) drain(ctx context.Context, mine chan struct{}) {
 			}
 		}
 		q.mu.Lock()
+		q.linger()
 		n := min(len(q.queue), q.Max)
 		batch := q.queue[:n:n]
 		q.queue = q.queue[n:]
@@ -74,6 +88,29 @@ func (q *Queue[T]) drain(ctx context.Context, mine chan struct{}) {
 			close(e.done)
 		}
 	}
+}
+
+// linger waits, with q.mu held on entry and on return, until the queue
+// holds Max items or its oldest has waited Linger.
+func (q *Queue[T]) linger() {
+	if q.Linger <= 0 || len(q.queue) == 0 || len(q.queue) >= q.Max {
+		return
+	}
+	wait := q.Linger - time.Since(q.queue[0].at)
+	if wait <= 0 {
+		return
+	}
+	full := make(chan struct{})
+	q.full = full
+	q.mu.Unlock()
+	t := time.NewTimer(wait)
+	select {
+	case <-full:
+	case <-t.C:
+	}
+	t.Stop()
+	q.mu.Lock()
+	q.full = nil
 }
 
 // Len is the number of items waiting for a group.

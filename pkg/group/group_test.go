@@ -91,3 +91,72 @@ func TestQueueGroupsWhatWaits(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// With Linger, what arrives within it runs as one group; a group that
+// fills to Max runs without waiting out Linger; and items that queued while
+// a group ran (their Linger spent) run at once after it.
+func TestQueueLingersForAGroup(t *testing.T) {
+	const linger = 300 * time.Millisecond
+	var mu sync.Mutex
+	var sizes []int
+	gate := make(chan struct{})
+	var running atomic.Int32
+	var hold atomic.Bool
+	q := &Queue[int]{Max: 4, Linger: linger, Run: func(_ context.Context, g []int) {
+		mu.Lock()
+		sizes = append(sizes, len(g))
+		mu.Unlock()
+		running.Add(1)
+		if hold.CompareAndSwap(true, false) {
+			<-gate // this group holds the runner while more queue
+		}
+	}}
+	addAll := func(vs ...int) (took time.Duration) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, v := range vs {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-q.Add(context.Background(), v) }()
+			time.Sleep(10 * time.Millisecond) // arrivals spread within the linger
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	// Three arrivals 10 ms apart: one group of three, after the linger.
+	if took := addAll(1, 2, 3); took < linger {
+		t.Fatalf("a group of three ran after %s, before its linger of %s", took, linger)
+	}
+	// Four: the group is full at the fourth, it runs without the linger.
+	if took := addAll(4, 5, 6, 7); took >= linger {
+		t.Fatalf("a full group waited %s, its linger", took)
+	}
+	// The third group (one item) holds the runner; two items queue behind
+	// it for longer than the linger, then run as soon as it returns.
+	hold.Store(true)
+	eight := make(chan struct{})
+	go func() { <-q.Add(context.Background(), 8); close(eight) }()
+	for running.Load() != 3 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for _, v := range []int{9, 10} {
+		wg.Add(1)
+		go func() { defer wg.Done(); <-q.Add(context.Background(), v) }()
+	}
+	for q.Len() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(linger + 50*time.Millisecond)
+	released := time.Now()
+	close(gate)
+	<-eight
+	wg.Wait()
+	if took := time.Since(released); took >= linger {
+		t.Fatalf("items that had waited out their linger behind a running group waited %s more", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{3, 4, 1, 2}) {
+		t.Fatalf("groups of %v, want [3 4 1 2]", sizes)
+	}
+}
