@@ -2,7 +2,9 @@ package tax
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -52,6 +54,59 @@ func TestWithholdingKeyReplaysOrConflicts(t *testing.T) {
 		if got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req); code(err) != codes.Aborted {
 			t.Errorf("same key, different %s: %v, %v; want a conflict (409)", name, got, err)
 		}
+	}
+}
+
+// Requests that arrive together with one key (a provider workflow's retry
+// racing its first attempt), each its own insert, possibly in one shared
+// batch: one withholding is recorded and every request answers it; requests
+// with other keys beside them record their own.
+func TestWithholdingKeyTakenConcurrentlyAnswersTheOriginal(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	req := func(key string) *taxv1.ComputeWithholdingRequest {
+		return &taxv1.ComputeWithholdingRequest{ProviderId: "p-1", CycleId: "cyc-20260101", Currency: "CNY", Gross: "1000.00",
+			CommissionRate: "0.20", TaxProfile: "individual", Jurisdiction: "CN", IdempotencyKey: key}
+	}
+	const n = 12
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "same"
+			if i%3 == 0 {
+				key = fmt.Sprintf("own-%d", i)
+			}
+			got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req(key))
+			ids[i], errs[i] = got.GetWithholdingId(), err
+		}()
+	}
+	wg.Wait()
+	var same string
+	for i := range n {
+		if errs[i] != nil || ids[i] == "" {
+			t.Fatalf("request %d: %q, %v", i, ids[i], errs[i])
+		}
+		if i%3 == 0 {
+			continue
+		}
+		if same == "" {
+			same = ids[i]
+		}
+		if ids[i] != same {
+			t.Fatalf("requests with one key answered %s and %s", same, ids[i])
+		}
+	}
+	var rows, distinct int
+	if err := s.d.Pool.QueryRow(context.Background(), `select count(*) filter (where idempotency_key = 'same'), count(distinct withholding_id)
+		from tax.withholdings`).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || distinct != 5 {
+		t.Fatalf("%d withholdings under the shared key and %d in all, want 1 and 5", rows, distinct)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,27 @@ import (
 const Schema = "tax"
 
 // Store reads and writes the tax tables.
-type Store struct{ Pool *pgxpool.Pool }
+type Store struct {
+	Pool *pgxpool.Pool
+
+	once    sync.Once
+	batches *pg.Batches // withholdings recorded while a cycle closes
+}
+
+// A cycle's close asks for hundreds of providers' withholdings at once
+// (settlement's provider workflows): their inserts go in shared batches
+// (pg.Batches), a round trip and a commit per group. groupLinger is what an
+// insert waits for its group, as settlement's statements wait for theirs.
+const (
+	groupMax    = 64
+	groupLinger = 20 * time.Millisecond
+)
+
+// grouped returns the store's shared batches (made on first use).
+func (s *Store) grouped() *pg.Batches {
+	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, groupMax, groupLinger) })
+	return s.batches
+}
 
 // UpsertProfiles applies party updates (newer versions win) inside tx.
 func (s *Store) UpsertProfiles(ctx context.Context, tx pgx.Tx, ps []domain.Profile) error {
@@ -153,21 +174,35 @@ func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Wi
 	return w, found, p, true, br.Close()
 }
 
+// insertWithholdingSQL records a withholding unless its key is taken, and
+// returns it when it did.
+const insertWithholdingSQL = `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
+		gross, commission_rate, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version,
+		certificate_id, created_at)
+	values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) on conflict (idempotency_key) do nothing
+	returning ` + whCols
+
 // InsertWithholding records w unless its key is taken, and returns the
-// withholding recorded under the key (the original on a replay).
+// withholding recorded under the key (the original on a replay). The insert
+// goes with concurrent ones in a shared batch.
 func (s *Store) InsertWithholding(ctx context.Context, w domain.Withholding) (domain.Withholding, error) {
-	rows, err := s.Pool.Query(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
-			gross, commission_rate, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version,
-			certificate_id, created_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) on conflict (idempotency_key) do nothing
-		returning `+whCols,
-		w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
-		w.Tax, w.Net, w.TaxProfile, w.Jurisdiction, w.RuleSet, w.RuleVersion, w.CertificateID, w.CreatedAt)
-	if err != nil {
-		return domain.Withholding{}, fmt.Errorf("record withholding %s: %w", w.IdempotencyKey, err)
-	}
-	got, err := pgx.CollectExactlyOneRow(rows, scanWH)
-	if errors.Is(err, pgx.ErrNoRows) { // the key was taken: answer the original
+	var (
+		got      domain.Withholding
+		inserted bool
+	)
+	err := s.grouped().Do(ctx, func(b *pgx.Batch) {
+		got, inserted = domain.Withholding{}, false
+		b.Queue(insertWithholdingSQL,
+			w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
+			w.Tax, w.Net, w.TaxProfile, w.Jurisdiction, w.RuleSet, w.RuleVersion, w.CertificateID, w.CreatedAt).Query(func(rows pgx.Rows) error {
+			ws, err := pgx.CollectRows(rows, scanWH)
+			if len(ws) == 1 {
+				got, inserted = ws[0], true
+			}
+			return err
+		})
+	})
+	if err == nil && !inserted { // the key was taken: answer the original
 		got, _, err = s.WithholdingByKey(ctx, w.IdempotencyKey)
 	}
 	if err != nil {
