@@ -80,27 +80,35 @@ func scanRule(r pgx.CollectableRow) (domain.Rule, error) {
 	return x, r.Scan(&x.RuleSet, &x.Version, &x.Jurisdiction, &x.EffectiveFrom, &x.EffectiveUntil, &x.IsDefault, &x.Description)
 }
 
+// ruleAtSQL chooses the rule set ($1, else the one selected for the
+// scopes $2) and its version in force at $3; one row, its rule columns null
+// when no version is in force.
+const ruleAtSQL = `with chosen as (
+		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2)
+			order by scope like 'provider:%' desc limit 1), '') as name)
+	select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
+		coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
+	from chosen left join lateral (
+		select ` + ruleCols + ` from tax.rules
+		where (rule_set = chosen.name or (chosen.name = '' and is_default)) and effective_from <= $3 and (effective_until is null or effective_until > $3)
+		order by effective_from desc, rule_version desc limit 1) r on true`
+
 // RuleAt returns the version in force at instant at of ruleSet, or when
 // ruleSet is "" of the rule set selected for the provider, else for its
 // jurisdiction, else the default rule set; ErrPrecondition when none is in
-// force. One statement (a withholding per provider and currency reads it).
+// force. One statement (a withholding per provider and currency reads it),
+// sent with concurrent ones in a shared batch.
 func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error) {
 	var (
 		chosen string
 		r      domain.Rule
 		set    *string
 	)
-	err := s.Pool.QueryRow(ctx, `with chosen as (
-			select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2)
-				order by scope like 'provider:%' desc limit 1), '') as name)
-		select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
-			coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
-		from chosen left join lateral (
-			select `+ruleCols+` from tax.rules
-			where (rule_set = chosen.name or (chosen.name = '' and is_default)) and effective_from <= $3 and (effective_until is null or effective_until > $3)
-			order by effective_from desc, rule_version desc limit 1) r on true`,
-		ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).
-		Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
+	err := s.grouped().Do(ctx, func(b *pgx.Batch) {
+		b.Queue(ruleAtSQL, ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
+		})
+	})
 	if err != nil {
 		return domain.Rule{}, err
 	}
@@ -146,32 +154,22 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (domain.Withho
 // Recorded returns the withholding recorded under key (found) and the
 // provider's tax profile (ok), in one round trip.
 func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key)
-	b.Queue(`select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider)
-	br := s.Pool.SendBatch(ctx, b)
-	defer br.Close()
-	rows, err := br.Query()
-	if err != nil {
-		return w, false, p, false, err
-	}
-	w, err = pgx.CollectExactlyOneRow(rows, scanWH)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return w, false, p, false, err
-	default:
-		found = true
-	}
-	p.ProviderID = provider
-	err = br.QueryRow().Scan(&p.TaxProfile, &p.Jurisdiction, &p.Version)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return w, found, p, false, nil
-	case err != nil:
-		return w, found, p, false, err
-	}
-	return w, found, p, true, br.Close()
+	err = s.grouped().Do(ctx, func(b *pgx.Batch) {
+		w, found, p, ok = domain.Withholding{}, false, domain.Profile{ProviderID: provider}, false
+		b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key).Query(func(rows pgx.Rows) error {
+			ws, err := pgx.CollectRows(rows, scanWH)
+			if len(ws) == 1 {
+				w, found = ws[0], true
+			}
+			return err
+		})
+		b.Queue(`select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider).Query(func(rows pgx.Rows) error {
+			n, err := pgx.ForEachRow(rows, []any{&p.TaxProfile, &p.Jurisdiction, &p.Version}, func() error { return nil })
+			ok = n.RowsAffected() == 1
+			return err
+		})
+	})
+	return w, found, p, ok, err
 }
 
 // insertWithholdingSQL records a withholding unless its key is taken, and
