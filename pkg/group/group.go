@@ -3,8 +3,9 @@
 // becomes the runner and runs groups of whatever is queued until its own
 // work has run, then hands what is left to a goroutine of its own, so its
 // caller is not held by later arrivals. The ledger's API writes and the
-// audit recorder's records are committed this way, and settlement's
-// per-provider statements (pkg/pg.Batches), which linger for a group.
+// audit recorder's records are committed this way; through pkg/pg.Batches,
+// settlement's and the tax service's per-provider statements, which linger
+// for a group.
 package group
 
 import (

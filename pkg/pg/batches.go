@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/gpubill/gpubill/pkg/group"
 )
@@ -28,9 +30,24 @@ const batchTimeout = 30 * time.Second
 // (pkg/group) and waits for them whatever its context: at most the linger
 // and batchTimeout per group.
 type Batches struct {
-	pool  *pgxpool.Pool
-	queue group.Queue[*batchCall]
+	pool   *pgxpool.Pool
+	queue  group.Queue[*batchCall]
+	calls  prometheus.Observer
+	resent prometheus.Counter
 }
+
+// Each store's batches are counted under its name.
+var (
+	batchCalls = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpubill_pg_batch_calls",
+		Help:    "Callers whose statements went to Postgres in one shared batch (pg.Batches), by store.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	}, []string{"batches"})
+	batchResent = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubill_pg_batch_resent_total",
+		Help: "Shared batches that failed and were sent again one caller at a time (each caller then gets its own answer), by store.",
+	}, []string{"batches"})
+)
 
 type batchCall struct {
 	queue func(b *pgx.Batch)
@@ -38,9 +55,9 @@ type batchCall struct {
 }
 
 // NewBatches groups up to max callers' statements, each group waiting at
-// most linger (from its oldest caller) to fill.
-func NewBatches(pool *pgxpool.Pool, max int, linger time.Duration) *Batches {
-	b := &Batches{pool: pool}
+// most linger (from its oldest caller) to fill; name labels its metrics.
+func NewBatches(pool *pgxpool.Pool, name string, max int, linger time.Duration) *Batches {
+	b := &Batches{pool: pool, calls: batchCalls.WithLabelValues(name), resent: batchResent.WithLabelValues(name)}
 	b.queue = group.Queue[*batchCall]{Max: max, Linger: linger, Run: b.run}
 	return b
 }
@@ -59,6 +76,7 @@ func (b *Batches) Do(ctx context.Context, queue func(b *pgx.Batch)) error {
 }
 
 func (b *Batches) run(ctx context.Context, calls []*batchCall) {
+	b.calls.Observe(float64(len(calls)))
 	err := b.send(ctx, calls)
 	if err == nil || len(calls) == 1 {
 		for _, c := range calls {
@@ -66,6 +84,7 @@ func (b *Batches) run(ctx context.Context, calls []*batchCall) {
 		}
 		return
 	}
+	b.resent.Inc()
 	for _, c := range calls {
 		c.err = b.send(ctx, []*batchCall{c})
 	}

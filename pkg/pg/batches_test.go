@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -37,6 +38,30 @@ func batchCallers(t *testing.T, b *pg.Batches, n int, key func(i int) string) ([
 	return got, errs
 }
 
+// batchMetrics reads the batches named name's metrics: batches sent (each
+// caller's resend not counted), calls in them, batches resent.
+func batchMetrics(t *testing.T, name string) (batches uint64, calls float64, resent float64) {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != name {
+				continue
+			}
+			switch mf.GetName() {
+			case "gpubill_pg_batch_calls":
+				batches, calls = m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			case "gpubill_pg_batch_resent_total":
+				resent = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return batches, calls, resent
+}
+
 // Callers that arrive within the linger share one batch, so one
 // transaction (their rows have one xmin), and each reads its own result.
 // When a statement fails, the shared batch is sent again one caller at a
@@ -47,7 +72,7 @@ func TestBatchesShareATransactionAndAnswerEachCaller(t *testing.T) {
 	if _, err := pool.Exec(ctx, `create table batched (k text primary key check (k <> 'bad'))`); err != nil {
 		t.Fatal(err)
 	}
-	b := pg.NewBatches(pool, 64, 300*time.Millisecond)
+	b := pg.NewBatches(pool, "test_share", 64, 300*time.Millisecond)
 	xmins := func(prefix string) (n int) {
 		t.Helper()
 		if err := pool.QueryRow(ctx, `select count(distinct xmin::text) from batched where k like $1 || '%'`, prefix).Scan(&n); err != nil {
@@ -64,6 +89,9 @@ func TestBatchesShareATransactionAndAnswerEachCaller(t *testing.T) {
 	}
 	if n := xmins("a"); n != 1 {
 		t.Fatalf("20 callers within the linger wrote in %d transactions, want 1", n)
+	}
+	if batches, calls, resent := batchMetrics(t, "test_share"); batches != 1 || calls != 20 || resent != 0 {
+		t.Fatalf("metrics: %d batches of %.0f calls, %.0f resent; want 1 of 20, none resent", batches, calls, resent)
 	}
 
 	got, errs = batchCallers(t, b, 10, func(i int) string {
@@ -84,13 +112,16 @@ func TestBatchesShareATransactionAndAnswerEachCaller(t *testing.T) {
 	if n := xmins("b"); n != 9 {
 		t.Fatalf("beside a failing caller, 9 rows were written in %d transactions, want 9 (one each)", n)
 	}
+	if batches, calls, resent := batchMetrics(t, "test_share"); batches != 2 || calls != 30 || resent != 1 {
+		t.Fatalf("metrics: %d batches of %.0f calls, %.0f resent; want 2 of 30, one resent", batches, calls, resent)
+	}
 }
 
 // A caller whose context ends stops waiting for its group (the caller
 // that runs the group waits for it: at most the linger and the batch).
 func TestBatchesCallerStopsWaitingWhenItsContextEnds(t *testing.T) {
 	pool, _ := testkit.NewPool(t)
-	b := pg.NewBatches(pool, 64, 2*time.Second)
+	b := pg.NewBatches(pool, "test_ctx", 64, 2*time.Second)
 	runner := make(chan error, 1)
 	go func() { runner <- b.Do(context.Background(), func(batch *pgx.Batch) { batch.Queue(`select 1`) }) }()
 	time.Sleep(100 * time.Millisecond) // the first caller runs the group: it lingers

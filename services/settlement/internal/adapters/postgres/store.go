@@ -35,9 +35,8 @@ type Store struct {
 // A cycle's close runs hundreds of provider workflows at once, each with a
 // prepare and a finalize statement of its own: sent in shared batches
 // (pg.Batches), a group of them costs one round trip and one commit.
-// groupLinger is what a provider's statement waits for its group: at a
-// close's ~250 providers/s, groups of about five; a provider settled alone
-// (a release) waits it twice.
+// groupLinger is what a provider's statement waits at most for its group;
+// a provider settled alone (a release) waits it twice.
 const (
 	groupMax    = 64
 	groupLinger = 20 * time.Millisecond
@@ -45,7 +44,7 @@ const (
 
 // grouped returns the store's shared batches (made on first use).
 func (s *Store) grouped() *pg.Batches {
-	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, groupMax, groupLinger) })
+	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, Schema, groupMax, groupLinger) })
 	return s.batches
 }
 

@@ -24,13 +24,14 @@ type Store struct {
 	Pool *pgxpool.Pool
 
 	once    sync.Once
-	batches *pg.Batches // withholdings recorded while a cycle closes
+	batches *pg.Batches // the withholdings' statements, in shared batches
 }
 
 // A cycle's close asks for hundreds of providers' withholdings at once
-// (settlement's provider workflows): their inserts go in shared batches
-// (pg.Batches), a round trip and a commit per group. groupLinger is what an
-// insert waits for its group, as settlement's statements wait for theirs.
+// (settlement's provider workflows): each withholding's statements (the
+// recorded one and the profile, the rule in force, the insert) go in shared
+// batches (pg.Batches), a round trip and a commit per group. groupLinger is
+// what a statement waits at most for its group, as settlement's wait.
 const (
 	groupMax    = 64
 	groupLinger = 20 * time.Millisecond
@@ -38,7 +39,7 @@ const (
 
 // grouped returns the store's shared batches (made on first use).
 func (s *Store) grouped() *pg.Batches {
-	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, groupMax, groupLinger) })
+	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, Schema, groupMax, groupLinger) })
 	return s.batches
 }
 
