@@ -3,15 +3,18 @@ package settlementstack_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -120,7 +123,7 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	mctx, stopMeter := context.WithCancel(ctx)
 	defer stopMeter()
 	go meter.Run(mctx, time.Second)
-	srv0 := serverCPU(t)
+	srv0, batched0 := serverCPU(t), sharedBatches(t)
 	start := time.Now()
 	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
@@ -145,8 +148,9 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	}
 	fig = testkit.Figure{Bench: figure, Value: float64(providers) / elapsed.Seconds(), Unit: "providers/s", N: providers,
 		Load: testkit.LoadAvg(),
-		Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal %s %s, worker+tax+fake ledger %s, PostgreSQL backends %s; %s + tax service, in-memory ledger",
-			elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(used.Process), perProvider(used.Postgres), store)}
+		Note: fmt.Sprintf("close to settled in %s; CPU per provider: Temporal %s %s, worker+tax+fake ledger %s, PostgreSQL backends %s; statements per shared batch: %s; %s + tax service, in-memory ledger",
+			elapsed.Round(time.Millisecond), server, perProvider(srv), perProvider(used.Process), perProvider(used.Postgres),
+			sharedBatches(t).since(batched0), store)}
 	// The ceiling on the same client and server, after the figure
 	// (its history does not weigh on the figure's).
 	srv0, self0 := serverCPU(t), testkit.ProcessCPU()
@@ -156,6 +160,48 @@ func benchSettlement(t *testing.T, figure string, providers int, postgres bool) 
 	ceiling.Note += fmt.Sprintf("; CPU per workflow over the %d runs: Temporal %s %.2fms, worker %.2fms; %s", testkit.CeilingRuns, server,
 		float64(srv)/float64(time.Millisecond)/runs, float64(self)/float64(time.Millisecond)/runs, store)
 	return fig, ceiling
+}
+
+// batched is the count of shared batches (pg.Batches) and of the callers in
+// them, per store, from the process's metrics.
+type batched map[string][2]float64
+
+// sharedBatches reads gpubill_pg_batch_calls from the process's registry.
+func sharedBatches(t testing.TB) batched {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batched{}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpubill_pg_batch_calls" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "batches" {
+					b[l.GetValue()] = [2]float64{float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()}
+				}
+			}
+		}
+	}
+	return b
+}
+
+// since is the callers per batch of each store since before.
+func (b batched) since(before batched) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(b)) {
+		n, calls := b[name][0]-before[name][0], b[name][1]-before[name][1]
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s %.1f (%.0f batches)", name, calls/n, n))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // progressStep is how often a settlement figure logs its progress: the
