@@ -12,6 +12,15 @@ import (
 	"github.com/gpubill/gpubill/pkg/group"
 )
 
+// A store's shared batches, by default: groups of up to BatchMax callers,
+// each waiting at most BatchLinger (from its oldest caller) to fill. At a
+// cycle's close (hundreds of providers in flight) groups fill in the
+// linger; a caller alone waits it out.
+const (
+	BatchMax    = 64
+	BatchLinger = 20 * time.Millisecond
+)
+
 // batchTimeout bounds one shared batch: it carries other callers' statements,
 // so it runs without any caller's cancellation.
 const batchTimeout = 30 * time.Second

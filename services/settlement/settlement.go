@@ -114,7 +114,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 			return nil, err
 		}
 	}
-	s.store = &postgres.Store{Pool: d.Pool}
+	s.store = postgres.NewStore(d.Pool)
 	s.acts = &ports.Activities{
 		Steps: &app.Steps{
 			Store: s.store, Ledger: grpcclients.NewLedger(d.Internal), Tax: grpcclients.NewTax(d.Internal),

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,26 +25,17 @@ const Schema = "settlement"
 
 // Store reads and writes settlement's tables.
 type Store struct {
-	Pool *pgxpool.Pool
-
-	once    sync.Once
+	Pool    *pgxpool.Pool
 	batches *pg.Batches // the provider workflows' prepare and finalize statements
 }
 
-// A cycle's close runs hundreds of provider workflows at once, each with a
-// prepare and a finalize statement of its own: sent in shared batches
-// (pg.Batches), a group of them costs one round trip and one commit.
-// groupLinger is what a provider's statement waits at most for its group;
-// a provider settled alone (a release) waits it twice.
-const (
-	groupMax    = 64
-	groupLinger = 20 * time.Millisecond
-)
-
-// grouped returns the store's shared batches (made on first use).
-func (s *Store) grouped() *pg.Batches {
-	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, Schema, groupMax, groupLinger) })
-	return s.batches
+// NewStore returns the store on pool. A cycle's close runs hundreds of
+// provider workflows at once, each with a prepare and a finalize statement
+// of its own: they go in shared batches (pg.Batches), a round trip and a
+// commit per group; a provider settled alone (a release) waits the linger
+// twice.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{Pool: pool, batches: pg.NewBatches(pool, Schema, pg.BatchMax, pg.BatchLinger)}
 }
 
 var (
@@ -225,7 +215,7 @@ const prepareSQL = `with hold as (
 // or back to pending to match the hold: one statement (prepareSQL), sent
 // with other providers' in a shared batch.
 func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error) {
-	err = s.grouped().Do(ctx, func(b *pgx.Batch) {
+	err = s.batches.Do(ctx, func(b *pgx.Batch) {
 		held, tier, items = false, "", nil
 		b.Queue(prepareSQL, cycle, provider).Query(func(rows pgx.Rows) error {
 			var (
@@ -278,7 +268,7 @@ func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time) 
 	// (a replay finds it settled, and the event went out with it). Sent
 	// with other providers' in a shared batch, so it runs again alone if
 	// another's fails.
-	err = s.grouped().Do(ctx, func(b *pgx.Batch) {
+	err = s.batches.Do(ctx, func(b *pgx.Batch) {
 		b.Queue(finalizeSQL,
 			st.CycleID, st.ProviderID, st.Split.Currency, st.Tier, st.Split.CommissionRate, st.Split.Commission,
 			st.Split.Tax, st.Split.Net, st.Split.Jurisdiction, st.RuleSet, st.RuleVersion, st.WithholdingID,

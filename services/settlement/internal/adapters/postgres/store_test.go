@@ -17,7 +17,7 @@ import (
 // newStore is a Store on a fresh database with settlement's schema.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	return &Store{Pool: testkit.NewMigratedPool(t, Schema, migrations.For(Schema))}
+	return NewStore(testkit.NewMigratedPool(t, Schema, migrations.For(Schema)))
 }
 
 // rowsRead is how many rows of settlement.settlements (heap or index) an

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,26 +20,17 @@ const Schema = "tax"
 
 // Store reads and writes the tax tables.
 type Store struct {
-	Pool *pgxpool.Pool
-
-	once    sync.Once
-	batches *pg.Batches // the withholdings' statements, in shared batches
+	Pool    *pgxpool.Pool
+	batches *pg.Batches // the withholdings' statements
 }
 
-// A cycle's close asks for hundreds of providers' withholdings at once
-// (settlement's provider workflows): each withholding's statements (the
-// recorded one and the profile, the rule in force, the insert) go in shared
-// batches (pg.Batches), a round trip and a commit per group. groupLinger is
-// what a statement waits at most for its group, as settlement's wait.
-const (
-	groupMax    = 64
-	groupLinger = 20 * time.Millisecond
-)
-
-// grouped returns the store's shared batches (made on first use).
-func (s *Store) grouped() *pg.Batches {
-	s.once.Do(func() { s.batches = pg.NewBatches(s.Pool, Schema, groupMax, groupLinger) })
-	return s.batches
+// NewStore returns the store on pool. A cycle's close asks for hundreds of
+// providers' withholdings at once (settlement's provider workflows): each
+// withholding's statements (the recorded one and the profile, the rule in
+// force, the insert) go in shared batches (pg.Batches), a round trip and a
+// commit per group.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{Pool: pool, batches: pg.NewBatches(pool, Schema, pg.BatchMax, pg.BatchLinger)}
 }
 
 // UpsertProfiles applies party updates (newer versions win) inside tx.
@@ -105,7 +95,7 @@ func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction stri
 		r      domain.Rule
 		set    *string
 	)
-	err := s.grouped().Do(ctx, func(b *pgx.Batch) {
+	err := s.batches.Do(ctx, func(b *pgx.Batch) {
 		b.Queue(ruleAtSQL, ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
 		})
@@ -155,7 +145,7 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (domain.Withho
 // Recorded returns the withholding recorded under key (found) and the
 // provider's tax profile (ok), in one round trip.
 func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error) {
-	err = s.grouped().Do(ctx, func(b *pgx.Batch) {
+	err = s.batches.Do(ctx, func(b *pgx.Batch) {
 		w, found, p, ok = domain.Withholding{}, false, domain.Profile{ProviderID: provider}, false
 		b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key).Query(func(rows pgx.Rows) error {
 			ws, err := pgx.CollectRows(rows, scanWH)
@@ -189,7 +179,7 @@ func (s *Store) InsertWithholding(ctx context.Context, w domain.Withholding) (do
 		got      domain.Withholding
 		inserted bool
 	)
-	err := s.grouped().Do(ctx, func(b *pgx.Batch) {
+	err := s.batches.Do(ctx, func(b *pgx.Batch) {
 		got, inserted = domain.Withholding{}, false
 		b.Queue(insertWithholdingSQL,
 			w.ID, w.IdempotencyKey, w.ProviderID, w.CycleID, w.Currency, w.Gross, w.CommissionRate, w.Commission, w.TaxableBase,
