@@ -31,7 +31,8 @@ const batchTimeout = 30 * time.Second
 // that fails (any statement's error aborts all of it) is sent again one
 // caller at a time, so each caller gets exactly its own answer. For
 // statements that many callers run at once, each in a transaction of its
-// own: settlement's per-provider statements in a cycle's close.
+// own: settlement's and the tax service's per-provider statements in a
+// cycle's close.
 //
 // A caller's statements must be safe to run again (idempotent): a caller
 // whose context ends stops waiting, but its statements may still run with

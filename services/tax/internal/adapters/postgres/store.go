@@ -143,7 +143,8 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (domain.Withho
 }
 
 // Recorded returns the withholding recorded under key (found) and the
-// provider's tax profile (ok), in one round trip.
+// provider's tax profile (ok): two statements, sent with concurrent ones in
+// a shared batch.
 func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error) {
 	err = s.batches.Do(ctx, func(b *pgx.Batch) {
 		w, found, p, ok = domain.Withholding{}, false, domain.Profile{ProviderID: provider}, false
