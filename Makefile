@@ -53,13 +53,17 @@ test: build
 
 ## test-race: the concurrent paths under the race detector — the ledger's group
 ## commit and hot accounts, the outbox relay and inbox, metering's concurrent
-## ingest, settlement's page (its sliding window of provider settlements).
+## ingest, settlement's page (its sliding window of provider settlements),
+## the group queue and the shared batches of settlement's and tax's statements.
 ## The settlement tests' time-skipping environments use a 1 min deadlock
 ## detector (newTestEnv): the SDK's 1 s one trips under -race on a busy machine.
 test-race:
 	$(GO) test -race -count=1 -timeout 10m ./pkg/outbox/... ./services/metering/internal/app/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestGroupCommitIsolatesFailures|TestConcurrentHotAccounts|TestChargesConsumerFromJetStream' ./services/ledger/
 	$(GO) test -race -count=1 -timeout 10m -run 'TestCycleSettlesWithinWindow|TestCycleTimerThenCloseSettlesEveryProvider|TestHeldProviderStaysPending' ./services/settlement/
+	$(GO) test -race -count=1 -timeout 10m ./pkg/group/...
+	$(GO) test -race -count=1 -timeout 10m -run 'Batches' ./pkg/pg/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestWithholdingKeyTakenConcurrentlyAnswersTheOriginal' ./services/tax/
 
 ## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
 ## time (-p 1): figures measured side by side on 2 cores would measure each other.
