@@ -140,14 +140,18 @@ func (s *Server) ReplayDeadLetter(ctx context.Context, req *opsv1.ReplayDeadLett
 	if _, err := sk.Pool.Exec(ctx, `update `+sk.table()+` set replay_requested_at = now() where id = $1 and replayed_at is null`, n); err != nil {
 		return nil, err
 	}
-	// The owning consumer polls for requests; wait a little for its outcome.
+	// The owning consumer polls for requests; wait a little for its
+	// outcome: the letter replayed, or the replay's error recorded (attempts
+	// grow). Once the consumer has taken the request, and until it records
+	// the outcome, the row reads "dead" with its old error: not an outcome.
 	deadline := time.Now().Add(replayWaitMax)
 	for {
 		got, err := sk.get(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		if got.Status != StatusReplayRequested || !time.Now().Before(deadline) {
+		outcome := got.Status == StatusReplayed || (got.Status == StatusDead && got.Attempts > before.Attempts)
+		if outcome || !time.Now().Before(deadline) {
 			return &opsv1.ReplayDeadLetterResponse{DeadLetter: got}, nil
 		}
 		t := time.NewTimer(replayWaitPoll)
