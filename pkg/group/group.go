@@ -17,7 +17,7 @@ import (
 // Queue groups the items added to it. Max, Linger and Run are set before
 // the first Add.
 type Queue[T any] struct {
-	Max int // most items in one group
+	Max int // most items in one group (below 1: one)
 	// Linger is how long the oldest item waits for its group to fill to
 	// Max before the group runs anyway; 0 runs whatever is queued at once.
 	// Items that queued while a group ran have waited already: a group
@@ -71,7 +71,7 @@ func (q *Queue[T]) drain(ctx context.Context, mine chan struct{}) {
 		}
 		q.mu.Lock()
 		q.linger()
-		n := min(len(q.queue), q.Max)
+		n := min(len(q.queue), max(q.Max, 1))
 		batch := q.queue[:n:n]
 		q.queue = q.queue[n:]
 		if n == 0 {

@@ -160,3 +160,24 @@ func TestQueueLingersForAGroup(t *testing.T) {
 		t.Fatalf("groups of %v, want [3 4 1 2]", sizes)
 	}
 }
+
+// A Max below 1 is taken as one item a group (it hung: the runner took
+// groups of none and left its own item queued).
+func TestQueueWithoutAMaxRunsOneAtATime(t *testing.T) {
+	var sizes []int
+	q := &Queue[int]{Run: func(_ context.Context, g []int) { sizes = append(sizes, len(g)) }}
+	done := make(chan struct{})
+	go func() {
+		<-q.Add(context.Background(), 1)
+		<-q.Add(context.Background(), 2)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Add with Max 0 did not return")
+	}
+	if !slices.Equal(sizes, []int{1, 1}) {
+		t.Fatalf("groups of %v, want [1 1]", sizes)
+	}
+}
