@@ -2,9 +2,12 @@ package pg
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -21,9 +24,18 @@ const (
 	BatchLinger = 20 * time.Millisecond
 )
 
-// batchTimeout bounds one shared batch: it carries other callers' statements,
-// so it runs without any caller's cancellation.
-const batchTimeout = 30 * time.Second
+// batchTimeout bounds one shared batch on this side: it carries other
+// callers' statements, so it runs without any caller's cancellation.
+// batchServerTimeout bounds each of its statements, and any lock wait, on
+// the server (statement_timeout and lock_timeout, local to the batch's
+// transaction), and is shorter: a client that gave up on a batch only
+// closes its connection, and a statement blocked on a lock would go on
+// running without it, holding the locks the batch had taken (each caller's
+// resend would then block on them in turn).
+var (
+	batchTimeout       = 30 * time.Second
+	batchServerTimeout = 20 * time.Second
+)
 
 // Batches sends the statements of concurrent callers together: the
 // statements queued within a linger go to Postgres as one pgx batch, one
@@ -38,7 +50,7 @@ const batchTimeout = 30 * time.Second
 // whose context ends stops waiting, but its statements may still run with
 // the group's. The caller that finds no group running runs the groups
 // (pkg/group) and waits for them whatever its context: at most the linger
-// and batchTimeout per group.
+// and batchTimeout per group, and batchTimeout per caller resent.
 type Batches struct {
 	pool   *pgxpool.Pool
 	queue  group.Queue[*batchCall]
@@ -75,36 +87,74 @@ func NewBatches(pool *pgxpool.Pool, name string, max int, linger time.Duration) 
 // Do runs the statements queue adds to b (with their result callbacks)
 // in a shared batch, and returns their error. queue may be called more
 // than once (when a shared batch fails): it sets its results afresh.
+//
+// A caller whose ctx ends gets ctx's error, unless its group has run by
+// then (the caller that runs a group returns once it has): a result is
+// never answered as a failure. After an error, queue's callbacks may still
+// run (the statements go with the group's): they must write only what the
+// caller reads after a nil error.
 func (b *Batches) Do(ctx context.Context, queue func(b *pgx.Batch)) error {
 	c := &batchCall{queue: queue}
+	done := b.queue.Add(ctx, c)
 	select {
-	case <-b.queue.Add(ctx, c):
+	case <-done:
 		return c.err
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-done:
+			return c.err
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
 func (b *Batches) run(ctx context.Context, calls []*batchCall) {
 	b.calls.Observe(float64(len(calls)))
 	err := b.send(ctx, calls)
-	if err == nil || len(calls) == 1 {
+	if err == nil || len(calls) == 1 || !statementFailed(err) {
 		for _, c := range calls {
 			c.err = err
 		}
 		return
 	}
 	b.resent.Inc()
-	for _, c := range calls {
+	for i, c := range calls {
 		c.err = b.send(ctx, []*batchCall{c})
+		if c.err != nil && !statementFailed(c.err) { // the server or the connection: the rest would fail alike
+			for _, rest := range calls[i+1:] {
+				rest.err = c.err
+			}
+			return
+		}
 	}
 }
 
-// send sends the calls' statements as one batch.
+// statementFailed tells whether err is a statement's own error, which one
+// caller's statements may cause and the others' not: Postgres answered
+// with an error that is neither a timeout nor a lock wait given up.
+func statementFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "57014", // query_canceled: statement_timeout
+		"55P03",                   // lock_not_available: lock_timeout
+		"57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return false
+	}
+	return true
+}
+
+// send sends the calls' statements as one batch, its statement and lock
+// timeouts first.
 func (b *Batches) send(ctx context.Context, calls []*batchCall) error {
 	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	batch := &pgx.Batch{}
+	ms := strconv.FormatInt(batchServerTimeout.Milliseconds(), 10)
+	batch.Queue(`select set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms)
 	for _, c := range calls {
 		c.queue(batch)
 	}

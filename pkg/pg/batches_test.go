@@ -136,3 +136,105 @@ func TestBatchesCallerStopsWaitingWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("the group's runner: %v", err)
 	}
 }
+
+// A statement blocked on a lock is given up by the server within the
+// batch's server timeout, so the group's transaction ends and releases
+// what it took: every caller of the group gets the error (none is resent
+// alone, each would wait on the lock again) and nothing of the batch is
+// left running or holding locks. With only the client's timeout, the
+// server went on running the blocked statement after the client had given
+// up, holding the row the group had updated before it.
+func TestBatchesGiveUpABlockedStatementOnTheServer(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testkit.NewPool(t)
+	if _, err := pool.Exec(ctx, `create table locked (k text primary key, n int not null);
+		insert into locked values ('a', 0), ('b', 0), ('c', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	defer pg.SetBatchTimeouts(1500*time.Millisecond, 300*time.Millisecond)()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck // the holder only holds a lock
+	if _, err := holder.Exec(ctx, `update locked set n = 1 where k = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+
+	b := pg.NewBatches(pool, "test_blocked", 64, 200*time.Millisecond)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, k := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i > 0 {
+				time.Sleep(20 * time.Millisecond) // "a" first: its update is in the group before the blocked one
+			}
+			errs[i] = b.Do(ctx, func(batch *pgx.Batch) { batch.Queue(`update locked set n = n + 10 where k = $1`, k) })
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != "55P03" && pgErr.Code != "57014") {
+			t.Fatalf("caller %d: %v after %s, want the server's lock or statement timeout (55P03, 57014)", i, err, took)
+		}
+	}
+	if _, _, resent := batchMetrics(t, "test_blocked"); resent != 0 {
+		t.Fatalf("%.0f batches resent, want none (a lock wait given up is no caller's own error)", resent)
+	}
+	// Nothing of the batch is left on the server: no statement waiting, and
+	// the row the group updated before the blocked one is free.
+	var waiting int
+	if err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity
+		where datname = current_database() and query like 'update locked set n = n + 10%' and state = 'active'`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 0 {
+		t.Fatalf("%d of the batch's statements still running on the server after every caller was answered", waiting)
+	}
+	free, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free.Rollback(ctx) //nolint:errcheck // a probe
+	if _, err := free.Exec(ctx, `set local lock_timeout = '100ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := free.Exec(ctx, `update locked set n = n where k = 'a'`); err != nil {
+		t.Fatalf("row a, which the failed group updated, is still locked: %v", err)
+	}
+	var sum int
+	if err := pool.QueryRow(ctx, `select sum(n) from locked`).Scan(&sum); err != nil || sum != 0 {
+		t.Fatalf("sum %d (%v): the failed group changed something", sum, err)
+	}
+}
+
+// A caller whose group has run gets the group's answer even if its context
+// ended meanwhile: the caller that runs the group returns only once it has,
+// with both its group and its context done, and answered at random
+// between the two it reported half of the committed writes as failed.
+func TestBatchesAnswerARunGroupOverAnEndedContext(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testkit.NewPool(t)
+	if _, err := pool.Exec(ctx, `create table ran (k int primary key)`); err != nil {
+		t.Fatal(err)
+	}
+	b := pg.NewBatches(pool, "test_ran", 64, 0)
+	for i := range 40 {
+		cctx, cancel := context.WithCancel(ctx)
+		err := b.Do(cctx, func(batch *pgx.Batch) {
+			batch.Queue(`insert into ran values ($1)`, i).Exec(func(pgconn.CommandTag) error {
+				cancel() // the caller's context ends while its group runs
+				return nil
+			})
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("insert %d committed but Do answered %v", i, err)
+		}
+	}
+}
