@@ -54,7 +54,8 @@ test: build
 ## test-race: the concurrent paths under the race detector — the ledger's group
 ## commit and hot accounts, the outbox relay and inbox, metering's concurrent
 ## ingest, settlement's page (its sliding window of provider settlements),
-## the group queue and the shared batches of settlement's and tax's statements.
+## the group queue and the shared batches of settlement's and tax's statements
+## (with the stores' callers whose context ends while their batch waits).
 ## The settlement tests' time-skipping environments use a 1 min deadlock
 ## detector (newTestEnv): the SDK's 1 s one trips under -race on a busy machine.
 test-race:
@@ -64,6 +65,7 @@ test-race:
 	$(GO) test -race -count=1 -timeout 10m ./pkg/group/...
 	$(GO) test -race -count=1 -timeout 10m -run 'Batches' ./pkg/pg/
 	$(GO) test -race -count=1 -timeout 10m -run 'TestWithholdingKeyTakenConcurrentlyAnswersTheOriginal' ./services/tax/
+	$(GO) test -race -count=1 -timeout 10m -run 'WithAnEndedContext' ./services/settlement/internal/adapters/postgres/ ./services/tax/internal/adapters/postgres/
 
 ## bench: benchmarks as JSON lines; BENCH_FILTER=regex selects figures. One package at a
 ## time (-p 1): figures measured side by side on 2 cores would measure each other.

@@ -214,17 +214,24 @@ const prepareSQL = `with hold as (
 // Prepare reads a provider's hold, tier and rows, and marks the rows held
 // or back to pending to match the hold: one statement (prepareSQL), sent
 // with other providers' in a shared batch.
-func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error) {
-	err = s.batches.Do(ctx, func(b *pgx.Batch) {
-		held, tier, items = false, "", nil
+func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, []domain.PreparedItem, error) {
+	// The callback writes r, read only after a nil error: after an error
+	// it may still run, with the group's batch (pg.Batches.Do).
+	var r struct {
+		held  bool
+		tier  string
+		items []domain.PreparedItem
+	}
+	err := s.batches.Do(ctx, func(b *pgx.Batch) {
+		r.held, r.tier, r.items = false, "", nil
 		b.Queue(prepareSQL, cycle, provider).Query(func(rows pgx.Rows) error {
 			var (
 				currency, status *string
 				gross            decimal.NullDecimal
 			)
-			_, err := pgx.ForEachRow(rows, []any{&held, &tier, &currency, &gross, &status}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&r.held, &r.tier, &currency, &gross, &status}, func() error {
 				if currency != nil {
-					items = append(items, domain.PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
+					r.items = append(r.items, domain.PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
 				}
 				return nil
 			})
@@ -234,7 +241,7 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (held bool,
 	if err != nil {
 		return false, "", nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
 	}
-	return held, tier, items, nil
+	return r.held, r.tier, r.items, nil
 }
 
 // finalizeSQL marks a row settled with its split (once) and queues the

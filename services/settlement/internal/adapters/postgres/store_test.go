@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -137,5 +139,36 @@ func TestNextProvidersReadsAPage(t *testing.T) {
 	// The page's rows (101), each possibly seen in the index and the heap.
 	if read := rowsRead(t, plan); read > 2*(limit+1) {
 		t.Fatalf("a page of %d providers read %.0f rows of a %d-row cycle:\n%s", limit, read, n, plan)
+	}
+}
+
+// A caller whose context ends while its statement waits in a shared batch
+// is answered at once, and its statement still runs with the group's
+// (pg.Batches.Do): Prepare must not write what it answers from the
+// batch's callback. It did (its results were the callback's variables), a
+// race `make test-race` reports.
+func TestPrepareWithAnEndedContext(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := range 20 {
+		leader := make(chan error, 1)
+		go func() {
+			_, _, _, err := s.Prepare(ctx, "cyc-20260101", fmt.Sprintf("p-lead-%d", i))
+			leader <- err
+		}()
+		time.Sleep(2 * time.Millisecond) // the leader's group lingers: this one joins it
+		held, tier, items, err := s.Prepare(ended, "cyc-20260101", fmt.Sprintf("p-ended-%d", i))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Prepare with an ended context: %v", err)
+		}
+		if err != nil && (held || tier != "" || items != nil) {
+			t.Fatalf("Prepare answered %v with %v %q %v", err, held, tier, items)
+		}
+		if err := <-leader; err != nil {
+			t.Fatalf("the leader's Prepare: %v", err)
+		}
 	}
 }

@@ -145,23 +145,33 @@ func (s *Store) WithholdingByKey(ctx context.Context, key string) (domain.Withho
 // Recorded returns the withholding recorded under key (found) and the
 // provider's tax profile (ok): two statements, sent with concurrent ones in
 // a shared batch.
-func (s *Store) Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error) {
-	err = s.batches.Do(ctx, func(b *pgx.Batch) {
-		w, found, p, ok = domain.Withholding{}, false, domain.Profile{ProviderID: provider}, false
+func (s *Store) Recorded(ctx context.Context, key, provider string) (domain.Withholding, bool, domain.Profile, bool, error) {
+	// The callbacks write r, read only after a nil error: after an error
+	// they may still run, with the group's batch (pg.Batches.Do).
+	var r struct {
+		w         domain.Withholding
+		found, ok bool
+		p         domain.Profile
+	}
+	err := s.batches.Do(ctx, func(b *pgx.Batch) {
+		r.w, r.found, r.p, r.ok = domain.Withholding{}, false, domain.Profile{ProviderID: provider}, false
 		b.Queue(`select `+whCols+` from tax.withholdings where idempotency_key = $1`, key).Query(func(rows pgx.Rows) error {
 			ws, err := pgx.CollectRows(rows, scanWH)
 			if len(ws) == 1 {
-				w, found = ws[0], true
+				r.w, r.found = ws[0], true
 			}
 			return err
 		})
 		b.Queue(`select tax_profile, jurisdiction, version from tax.profiles where provider_id = $1`, provider).Query(func(rows pgx.Rows) error {
-			n, err := pgx.ForEachRow(rows, []any{&p.TaxProfile, &p.Jurisdiction, &p.Version}, func() error { return nil })
-			ok = n.RowsAffected() == 1
+			n, err := pgx.ForEachRow(rows, []any{&r.p.TaxProfile, &r.p.Jurisdiction, &r.p.Version}, func() error { return nil })
+			r.ok = n.RowsAffected() == 1
 			return err
 		})
 	})
-	return w, found, p, ok, err
+	if err != nil {
+		return domain.Withholding{}, false, domain.Profile{}, false, err
+	}
+	return r.w, r.found, r.p, r.ok, nil
 }
 
 // insertWithholdingSQL records a withholding unless its key is taken, and
