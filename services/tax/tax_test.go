@@ -251,6 +251,46 @@ func TestRemitTax(t *testing.T) {
 	}
 }
 
+// A withholding recorded in a month but committed after that month's
+// remittance (its time is taken before its insert, which may wait in a
+// shared batch) is remitted with the next month's, never attached to a
+// remittance already planned: it was attached to the remitted one on a
+// re-run, so the report counted it remitted while no ledger transaction
+// ever paid it.
+func TestRemitTaxLateWithholdingGoesToTheNextRemittance(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	remit := func(period string) *taxv1.RemitTaxResponse {
+		t.Helper()
+		resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00 on 20 February
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if feb := remit("2026-02"); len(feb.Remittances) != 1 || feb.Remittances[0].Amount != "150.00" || feb.Remittances[0].Status != "remitted" {
+		t.Fatalf("February = %v", feb)
+	}
+	clk.Set(time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC))             // recorded on 27 February, committed after the remittance
+	compute(t, s, "p-late", "1000.00", "0.20", "individual", "k-late") // 160.00
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	feb := remit("2026-02")
+	if len(feb.Remittances) != 1 || feb.Remittances[0].Amount != "150.00" || len(feb.Lines) != 1 || feb.Lines[0].ProviderId != "p-1" || len(l.reqs) != 1 {
+		t.Fatalf("February re-run = %v, ledger %d requests; want p-1's 150.00 alone, posted once", feb, len(l.reqs))
+	}
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	mar := remit("2026-03")
+	if len(mar.Remittances) != 1 || mar.Remittances[0].Amount != "160.00" || mar.Remittances[0].Status != "remitted" ||
+		len(mar.Lines) != 1 || mar.Lines[0].ProviderId != "p-late" {
+		t.Fatalf("March = %v, want p-late's 160.00 remitted", mar)
+	}
+	if len(l.reqs) != 2 || l.reqs[1].Postings[0].Amount != "160.00" {
+		t.Fatalf("ledger = %v, want March's 160.00 posted", l.reqs)
+	}
+}
+
 // Tax periods are Asia/Shanghai calendar months: at 02:00 Shanghai on
 // 1 December (18:00 UTC on 30 November) November has ended and may be
 // remitted, and a withholding recorded then belongs to December, not to

@@ -11,7 +11,9 @@ import (
 
 // RemitTax remits every withholding recorded before the end of period
 // (YYYY-MM, a calendar month in the tax zone: Asia/Shanghai unless
-// configured): one remittance per jurisdiction and currency, each posted as
+// configured) and not remitted yet: one remittance per jurisdiction and
+// currency (a withholding that commits after its month's remittance was
+// planned goes with the next month's), each posted as
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing

@@ -28,8 +28,9 @@ type Store interface {
 	SetSelection(ctx context.Context, scope, ruleSet string) error
 
 	// PlanRemittances assigns every unremitted withholding recorded before
-	// end to a remittance of the period per jurisdiction and currency, and
-	// returns the period's remittances.
+	// end to a remittance of the period per jurisdiction and currency made
+	// with it (never to one planned before), and returns the period's
+	// remittances.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
 	Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error)

@@ -236,22 +236,20 @@ func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 // (the instant the period's month ends in the tax zone) to a remittance of
 // the period per jurisdiction and currency (once), and returns the period's
 // remittances.
+//
+// A remittance holds the withholdings it was made with, and its amount is
+// their sum, both from one statement's snapshot (planRemittancesSQL): a
+// withholding that commits later (its time is taken before its insert,
+// which may wait in a shared batch) is never attached to a remittance
+// already planned, which may have been paid already. It waits for the next
+// period's remittance, which takes every unremitted withholding recorded
+// before that period's end.
 func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error) {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
-			select 'rem-' || $1 || '-' || jurisdiction || '-' || currency, $1, jurisdiction, currency, sum(tax_withheld), 'pending', $3
-			from tax.withholdings where remittance_id is null and created_at < $2
-			group by jurisdiction, currency
-			on conflict (period, jurisdiction, currency) do nothing`, period, end, now); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `update tax.withholdings w set remittance_id = r.remittance_id
-			from tax.remittances r
-			where w.remittance_id is null and w.created_at < $2 and r.period = $1
-			  and r.jurisdiction = w.jurisdiction and r.currency = w.currency`, period, end)
+		_, err := tx.Exec(ctx, planRemittancesSQL, period, end, now)
 		return err
 	})
 	if err != nil {
@@ -259,6 +257,24 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 	}
 	return s.Remittances(ctx, period, "", "")
 }
+
+// planRemittancesSQL makes the period's ($1) remittances that do not exist
+// yet, each of the unremitted withholdings recorded before $2 in its
+// jurisdiction and currency, and attaches exactly those to it.
+const planRemittancesSQL = `with fresh as (
+		select w.withholding_id, w.jurisdiction, w.currency, w.tax_withheld from tax.withholdings w
+		where w.remittance_id is null and w.created_at < $2
+		  and not exists (select 1 from tax.remittances r
+			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency)),
+	made as (
+		insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
+		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency, $1, jurisdiction, currency, sum(tax_withheld), 'pending', $3
+		from fresh group by jurisdiction, currency
+		on conflict (period, jurisdiction, currency) do nothing
+		returning remittance_id, jurisdiction, currency)
+	update tax.withholdings w set remittance_id = made.remittance_id
+	from fresh join made on made.jurisdiction = fresh.jurisdiction and made.currency = fresh.currency
+	where w.withholding_id = fresh.withholding_id and w.remittance_id is null`
 
 // MarkRemitted records the ledger transaction of a remittance.
 func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time) error {
