@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	"github.com/gpubill/gpubill/services/ledger"
@@ -137,6 +140,49 @@ func TestChargeReplayBesideNewCharges(t *testing.T) {
 	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK || res.Checked != n || res.Unchained != 0 {
 		t.Fatalf("chain: %+v, %v; want %d links verified", res, err, n)
 	}
+}
+
+// A charge id already posted, sent again with other content (another
+// amount, renter, provider, cycle or currency), is no repeat: its message
+// can never be posted and is named for the dead letters, the rest of the
+// fetch posts without it. The same charge sent again changes nothing, as
+// before. The repeat with another amount was skipped unseen: the ledger
+// kept the first amount and no one learnt of the second.
+func TestChargeIDRepeatedWithOtherContentIsPoison(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const cyc, n = "cyc-20261112", 100 // n: a batch, copied (postgres.batchMin)
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-1", charge("ch-050", "r-1", "p-1", cyc, "1.00"))}); err != nil || got != 1 {
+		t.Fatalf("first charge posted %d, %v; want 1", got, err)
+	}
+	var cs []*eventsv1.RatedCharge
+	for i := range n {
+		amount := "1.00"
+		if i == 50 {
+			amount = "7.00" // ch-050 again, another amount
+		}
+		cs = append(cs, charge(fmt.Sprintf("ch-%03d", i), "r-1", "p-1", cyc, amount))
+	}
+	other := batchMsg(t, "batch-3", charge("ch-200", "r-2", "p-1", cyc, "2.00"))
+	got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-2", cs...), other})
+	var poison *natsx.PoisonError
+	if !errors.As(err, &poison) || len(poison.ByID) != 1 || poison.ByID["batch-2"] == nil || !errors.Is(poison.ByID["batch-2"], apperr.ErrConflict) {
+		t.Fatalf("a fetch with ch-050 at another amount: posted %d, %v; want batch-2 named as poison (a conflict)", got, err)
+	}
+	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != 1 {
+		t.Fatalf("%d charge transactions after the poisoned fetch, want 1 (it rolled back)", got)
+	}
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{other}); err != nil || got != 1 {
+		t.Fatalf("the rest of the fetch posted %d, %v; want 1", got, err)
+	}
+	cs[50] = charge("ch-050", "r-1", "p-1", cyc, "1.00") // the same charge again: a repeat
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-4", cs...)}); err != nil || got != n-1 {
+		t.Fatalf("batch with a repeated charge posted %d, %v; want %d", got, err, n-1)
+	}
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "-100.00")
+	wantBalance(t, f, "renter:r-2:wallet", "USD", "-2.00")
+	wantBalance(t, f, "provider:p-1:pending:"+cyc, "USD", "102.00")
+	checkInvariants(t, f)
 }
 
 // postedTransactions decodes the outbox's ledger.posted.{class} batches and

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/jsonplain"
 	"github.com/gpubill/gpubill/pkg/money"
@@ -78,6 +80,11 @@ func (a *App) PostCharges(ctx context.Context, msgs []ChargeMessage) (int, error
 		if err != nil {
 			return err
 		}
+		if len(p) < len(txs) {
+			if err := repeatedCharges(ctx, tx, ps, p); err != nil {
+				return err
+			}
+		}
 		changes, posted = ch, p
 		return tx.PublishDepletions(ctx, domain.Depletions(p, ch, now))
 	})
@@ -113,10 +120,51 @@ func (e *UnpostableError) Error() string {
 	return "unpostable batch"
 }
 
-// pendingCharge is a charge's transaction and the cycle it asks for.
+// pendingCharge is a charge's transaction, the cycle it asks for and the
+// message that carried it.
 type pendingCharge struct {
-	t     *domain.Transaction
-	cycle string
+	t          *domain.Transaction
+	cycle, msg string
+}
+
+// repeatedCharges checks the charges Post skipped, their charge id (the
+// idempotency key) already posted: each must be the charge posted (its
+// request hash: renter, provider, cycle asked for, currency, amount), or
+// its message can never be posted (a charge id repeated with other
+// content would otherwise be dropped unseen).
+func repeatedCharges(ctx context.Context, tx Tx, ps []pendingCharge, posted []*domain.Transaction) error {
+	fresh := make(map[*domain.Transaction]bool, len(posted))
+	for _, t := range posted {
+		fresh[t] = true
+	}
+	var keys []string
+	for _, p := range ps {
+		if !fresh[p.t] {
+			keys = append(keys, p.t.IdempotencyKey)
+		}
+	}
+	have, err := tx.RequestHashes(ctx, keys)
+	if err != nil {
+		return err
+	}
+	var poison UnpostableError
+	for _, p := range ps {
+		if fresh[p.t] {
+			continue
+		}
+		h, ok := have[p.t.IdempotencyKey]
+		if !ok {
+			return fmt.Errorf("charge %q was skipped as posted, but no transaction has its key", p.t.IdempotencyKey)
+		}
+		if !bytes.Equal(h, p.t.RequestHash[:]) {
+			poison.Add(p.msg, fmt.Errorf("charge %q was posted before with other content (renter, provider, cycle, currency or amount): %w",
+				p.t.IdempotencyKey, apperr.ErrConflict))
+		}
+	}
+	if len(poison.ByID) > 0 {
+		return &poison
+	}
+	return nil
 }
 
 // chargeTransactions turns the charges of the fresh messages into
@@ -149,7 +197,7 @@ func (a *App) chargeTransactions(msgs []ChargeMessage, fresh map[string]bool, no
 			if t == nil {
 				continue // zero amount: nothing to post
 			}
-			ps = append(ps, pendingCharge{t, cycle})
+			ps = append(ps, pendingCharge{t: t, cycle: cycle, msg: m.ID})
 			wanted[cycle] = true
 		}
 	}

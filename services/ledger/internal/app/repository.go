@@ -99,6 +99,9 @@ type Tx interface {
 	// changes they made.
 	Post(ctx context.Context, txs []*domain.Transaction) ([]*domain.Transaction, []domain.BalanceChange, error)
 	TxByKey(ctx context.Context, key string) (string, []byte, error)
+	// RequestHashes returns the request hash of each transaction of keys
+	// that exists, by key.
+	RequestHashes(ctx context.Context, keys []string) (map[string][]byte, error)
 	// LinkReversal links a reversal to its original; false if the original
 	// already has one.
 	LinkReversal(ctx context.Context, originalID, reversalID string, at time.Time) (bool, error)

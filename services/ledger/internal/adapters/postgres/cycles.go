@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -88,4 +89,23 @@ func (t *Tx) LinkReversal(ctx context.Context, originalID, reversalID string, at
 // TxByKey returns the id and request hash stored under an idempotency key.
 func (t *Tx) TxByKey(ctx context.Context, key string) (string, []byte, error) {
 	return TxByKey(ctx, t.tx, key)
+}
+
+// RequestHashes returns the request hash of each transaction of keys that
+// exists, by key.
+func (t *Tx) RequestHashes(ctx context.Context, keys []string) (map[string][]byte, error) {
+	rows, err := t.tx.Query(ctx, `select idempotency_key, request_hash from ledger.transactions where idempotency_key = any($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("request hashes: %w", err)
+	}
+	out := make(map[string][]byte, len(keys))
+	var k string
+	var h []byte
+	if _, err := pgx.ForEachRow(rows, []any{&k, &h}, func() error {
+		out[k] = slices.Clone(h)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("request hashes: %w", err)
+	}
+	return out, nil
 }
