@@ -48,6 +48,8 @@ func TestIngestCountsByReason(t *testing.T) {
 		{with(base, func(e *domain.EventInput) { e.ID = strings.Repeat("x", 300) }), "too_long"},
 		{with(base, func(e *domain.EventInput) { e.Region = strings.Repeat("r", 300) }), "too_long"},
 		{with(base, func(e *domain.EventInput) { e.RenterID = "r 1" }), "invalid_id"},
+		{with(base, func(e *domain.EventInput) { e.ID = "m-\x00" }), "bad_text"},
+		{with(base, func(e *domain.EventInput) { e.Workload = "\xff" }), "bad_text"},
 		{with(base, func(e *domain.EventInput) { e.GPUModel = "GTX_9999" }), "unknown_gpu_model"},
 		{with(base, func(e *domain.EventInput) { e.ProviderID = "p-x" }), "unknown_party"},
 		{with(base, func(e *domain.EventInput) { e.RenterID = "r-x" }), "unknown_party"},

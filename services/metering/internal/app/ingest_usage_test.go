@@ -73,6 +73,11 @@ func TestIngestRejectionReasons(t *testing.T) {
 		{"malformed end", with(base, func(e *domain.EventInput) { e.EndTime = "2026-11-01 23:30" }), `malformed end_time "2026-11-01 23:30": want RFC 3339 (2026-11-01T23:30:00Z)`},
 		{"missing id", with(base, func(e *domain.EventInput) { e.ID = "" }), `missing id`},
 		{"missing lease", with(base, func(e *domain.EventInput) { e.LeaseID = "" }), `missing lease_id`},
+		// Text PostgreSQL refuses failed the whole batch's insert (the
+		// event beside them, evt-ok, went unrecorded).
+		{"NUL", with(base, func(e *domain.EventInput) { e.Workload = "train\x00ing" }), `workload holds a control character`},
+		{"control", with(base, func(e *domain.EventInput) { e.LeaseID = "lease\nx" }), `lease_id holds a control character`},
+		{"not UTF-8", with(base, func(e *domain.EventInput) { e.Region = "cn-\xffeast" }), `region is not valid UTF-8`},
 	}
 	in := make([]domain.EventInput, 0, len(tests)+1)
 	in = append(in, ev("evt-ok", "lease-ok", "2026-11-01T22:00:00Z", "2026-11-01T23:30:00Z"))

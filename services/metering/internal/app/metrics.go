@@ -42,6 +42,9 @@ var rejectReasons = []struct{ prefix, class string }{
 
 // rejectReasonClass is the label of one rejection's reason.
 func rejectReasonClass(reason string) string {
+	if strings.HasSuffix(reason, " holds a control character") || strings.HasSuffix(reason, " is not valid UTF-8") {
+		return "bad_text" // "<field> holds …", which may be "id"
+	}
 	for _, r := range rejectReasons {
 		if strings.HasPrefix(reason, r.prefix) {
 			return r.class
@@ -77,7 +80,7 @@ func init() {
 	for _, r := range rejectReasons {
 		eventsRejected.WithLabelValues(r.class)
 	}
-	for _, class := range []string{"too_long", "invalid_id", "other"} {
+	for _, class := range []string{"too_long", "invalid_id", "bad_text", "other"} {
 		eventsRejected.WithLabelValues(class)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpubill/gpubill/pkg/ids"
 )
@@ -75,6 +77,18 @@ func Validate(in EventInput, r Rules) (Event, string) {
 	} {
 		if len(f.v) > fieldLenMax {
 			return e, fmt.Sprintf("%s longer than %d characters", f.name, fieldLenMax)
+		}
+	}
+	// Text PostgreSQL refuses (NUL, invalid UTF-8) failed the insert of
+	// the whole batch; control characters are no part of an id or a label.
+	for _, f := range []struct{ name, v string }{
+		{"id", e.ID}, {"lease_id", e.LeaseID}, {"gpu_model", e.GPUModel}, {"region", e.Region}, {"workload", e.Workload},
+	} {
+		if !utf8.ValidString(f.v) {
+			return e, f.name + " is not valid UTF-8"
+		}
+		if strings.ContainsFunc(f.v, unicode.IsControl) {
+			return e, f.name + " holds a control character"
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"provider_id", e.ProviderID}, {"renter_id", e.RenterID}} {
