@@ -13,7 +13,7 @@ import (
 func (a *Payouts) Follow(ctx context.Context, id string) (string, error) {
 	p, err := a.Store.GetPayout(ctx, id)
 	if err != nil {
-		return "", Permanent(err)
+		return "", notFoundPermanent(err)
 	}
 	if !domain.Submitted(p.Status) || p.Status == domain.StatusReturned {
 		return p.Status, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -102,6 +103,18 @@ type marked struct {
 
 func (m marked) Error() string   { return m.err.Error() }
 func (m marked) Unwrap() []error { return []error{m.err, m.mark} }
+
+// notFoundPermanent is err, permanent when it is the payout not found: any
+// other failure to read it (the database restarting, a failover) is tried
+// again. Every such error given up left a payout submitting with its
+// workflow ended, which no operation moves: perhaps paid at the rail, its
+// ledger never told.
+func notFoundPermanent(err error) error {
+	if errors.Is(err, apperr.ErrNotFound) {
+		return Permanent(err)
+	}
+	return err
+}
 
 // Permanent marks err as a failure no retry can fix (nil stays nil).
 func Permanent(err error) error {

@@ -19,7 +19,7 @@ import (
 func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	p, err := a.Store.GetPayout(ctx, id)
 	if err != nil {
-		return "", Permanent(err)
+		return "", notFoundPermanent(err)
 	}
 	if p.Status != domain.StatusCreated {
 		return p.Status, nil
@@ -48,7 +48,12 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 		if available.LessThan(p.Net) {
 			return a.uncovered(ctx, p, available)
 		}
-		return "", err
+		// Covered now (a credit landed after the refusal, or a payout
+		// that held available was canceled): tried again, not given up;
+		// given up, the payout stayed created and submitting, which no
+		// operation moves.
+		return "", fmt.Errorf("payout %s: the ledger refused moving %s %s to in_transit, but available (%s) covers it now: try again (%v)",
+			id, p.Net, p.Currency, available, err)
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
 	rs, err := a.Rail.Query(ctx, ref)
