@@ -74,28 +74,34 @@ func (a *App) RateMessages(ctx context.Context, msgs []UsageMessage) error {
 }
 
 // RetryPending rates usage that waited for a rate card, if a card now
-// prices it. It returns how many events it rated.
+// prices it: the first page of up to pendingRetryMax waiting events that
+// holds any a card prices, read in the order they began to wait. It
+// returns how many events it rated (0: none waiting is priceable). It read
+// only the first page, so usage a card prices waited behind a page of
+// usage none did, for as long as that did.
 func (a *App) RetryPending(ctx context.Context) (int, error) {
 	book, err := a.Book(ctx)
 	if err != nil {
 		return 0, err
 	}
-	rows, err := a.Store.Pending(ctx, pendingRetryMax)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
 	var ready []item
 	var readyIDs []string
-	for i := range rows {
-		ev := &rows[i].Event
-		if _, why := priceable(book, ev); why != "" {
-			continue
+	var since time.Time
+	var after string
+	for len(ready) == 0 {
+		rows, lastSince, lastID, err := a.Store.Pending(ctx, since, after, pendingRetryMax)
+		if err != nil || lastID == "" {
+			return 0, err
 		}
-		ready = append(ready, item{source: "pending:" + ev.ID, ev: ev})
-		readyIDs = append(readyIDs, ev.ID)
-	}
-	if len(ready) == 0 {
-		return 0, nil
+		since, after = lastSince, lastID
+		for i := range rows {
+			ev := &rows[i].Event
+			if _, why := priceable(book, ev); why != "" {
+				continue
+			}
+			ready = append(ready, item{source: "pending:" + ev.ID, ev: ev})
+			readyIDs = append(readyIDs, ev.ID)
+		}
 	}
 	n := 0
 	err = a.Store.WithTx(ctx, func(tx Tx) error {

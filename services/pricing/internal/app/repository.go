@@ -23,8 +23,11 @@ type Store interface {
 	AllCards(ctx context.Context) ([]domain.StoredCard, int64, error)
 	// CardsSeq is the newest card's seq (0 when none).
 	CardsSeq(ctx context.Context) (int64, error)
-	// Pending lists usage waiting for a rate card, oldest first.
-	Pending(ctx context.Context, limit int) ([]domain.PendingUsage, error)
+	// Pending lists usage waiting for a rate card, oldest first, after
+	// the row waiting since afterSince with event id afterID (the zero
+	// time and "": from the first), and the last row read (for the next
+	// page; a row whose payload does not decode is read, not listed).
+	Pending(ctx context.Context, afterSince time.Time, afterID string, limit int) (rows []domain.PendingUsage, lastSince time.Time, lastID string, err error)
 }
 
 // Tx is Store inside one transaction (rating, the GPU catalogue's read model).

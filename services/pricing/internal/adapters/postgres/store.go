@@ -432,29 +432,37 @@ func (t *Tx) AddPending(ctx context.Context, ps []domain.PendingUsage, now time.
 	return nil
 }
 
-// Pending lists usage waiting for a rate card, oldest first. A row whose
-// payload does not decode is left out (it stays visible in pending_rating
-// with its reason).
-func (s *Store) Pending(ctx context.Context, limit int) ([]domain.PendingUsage, error) {
-	rows, err := s.Pool.Query(ctx, `select message_id, payload, reason
-		from pricing.pending_rating order by created_at, event_id limit $1`, limit)
+// Pending lists usage waiting for a rate card, oldest first, after the row
+// waiting since afterSince with event id afterID (zero time: from the
+// first), and the last row it read. A row whose payload does not decode is
+// left out (it stays visible in pending_rating with its reason).
+func (s *Store) Pending(ctx context.Context, afterSince time.Time, afterID string, limit int) ([]domain.PendingUsage, time.Time, string, error) {
+	after := pgtype.Timestamptz{Time: afterSince, Valid: true}
+	if afterSince.IsZero() {
+		after = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	rows, err := s.Pool.Query(ctx, `select message_id, payload, reason, created_at, event_id
+		from pricing.pending_rating where (created_at, event_id) > ($1, $2)
+		order by created_at, event_id limit $3`, after, afterID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("pending usage: %w", err)
+		return nil, time.Time{}, "", fmt.Errorf("pending usage: %w", err)
 	}
 	defer rows.Close()
 	var out []domain.PendingUsage
+	var lastSince time.Time
+	var lastID string
 	for rows.Next() {
 		var p domain.PendingUsage
 		var payload []byte
-		if err := rows.Scan(&p.MessageID, &payload, &p.Reason); err != nil {
-			return nil, err
+		if err := rows.Scan(&p.MessageID, &payload, &p.Reason, &lastSince, &lastID); err != nil {
+			return nil, time.Time{}, "", err
 		}
 		if p.Event, err = decodeUsageEvent(payload); err != nil {
 			continue
 		}
 		out = append(out, p)
 	}
-	return out, rows.Err()
+	return out, lastSince, lastID, rows.Err()
 }
 
 // TakePending deletes pending rows and returns the ids it deleted: only those
