@@ -44,9 +44,27 @@ func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // PutMethod replaces a provider's payout method and keeps the change
-// (masked) in the method history.
+// (masked) in the method history. It refuses (ErrPrecondition) while a
+// payout of the provider is being submitted, past the gate and not yet
+// answered by its rail: a retry after an unknown result submits under the
+// same reference to the rail of the method it reads, and a rail only knows
+// its own references, so a new method of another type could pay the
+// provider twice, once on each rail. Its rows are locked first, so the
+// gate (Prepare, which marks a payout submitting) waits for the change or
+// the change sees the mark.
 func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
 	return s.Tx(ctx, func(tx pgx.Tx) error {
+		var busy string
+		err := tx.QueryRow(ctx, `with mine as (select payout_id, status, submitting from payout.payouts
+				where provider_id = $1 and status in ('action_required', 'created') for update)
+			select coalesce(min(payout_id) filter (where status = 'created' and submitting), '') from mine`, m.ProviderID).Scan(&busy)
+		if err != nil {
+			return err
+		}
+		if busy != "" {
+			return fmt.Errorf("payout %s is being submitted to its rail: change the payout method once it is submitted (its status says so): %w",
+				busy, apperr.ErrPrecondition)
+		}
 		if _, err := tx.Exec(ctx, `insert into payout.methods (provider_id, type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (provider_id) do update set type = excluded.type,
 			account_name = excluded.account_name, account_number = excluded.account_number, alipay_id = excluded.alipay_id,

@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// A provider's payout method cannot change while one of its payouts is
+// being submitted (past the gate, its rail's answer unknown): a retry
+// reads the method again and submits the same reference to that method's
+// rail, which knew nothing of the first, so the provider could be paid on
+// two rails. Before the gate and once submitted it changes as before.
+func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool}
+	put := func(typ string) error {
+		m := domain.Method{Type: typ, AccountName: "Li Lei", AlipayID: "13800000001", WechatOpenID: "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}
+		return s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-m1", Method: m, UpdatedAt: time.Now()})
+	}
+	if err := put(domain.MethodWechat); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,
+			method, method_summary, rail_reference, workflow_started, version, created_at, updated_at)
+		values ('po-m1', 'p-m1', 'cyc-20260101', 'CNY', 1000, 250, 150, 600, 'created', 'wechat', '', '', true, 1, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(domain.MethodAlipay); err != nil {
+		t.Fatalf("before the gate: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `update payout.payouts set submitting = true where payout_id = 'po-m1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(domain.MethodWechat); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("while po-m1 is submitted: %v, want a precondition error", err)
+	}
+	var typ string
+	if err := pool.QueryRow(ctx, `select type from payout.methods where provider_id = 'p-m1'`).Scan(&typ); err != nil || typ != domain.MethodAlipay {
+		t.Fatalf("method %q (%v), want alipay kept", typ, err)
+	}
+	if _, err := pool.Exec(ctx, `update payout.payouts set status = 'submitted' where payout_id = 'po-m1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(domain.MethodWechat); err != nil {
+		t.Fatalf("once submitted: %v", err)
+	}
+}
