@@ -303,6 +303,9 @@ func (s *Service) wireRails(cfg Config) app.Rail {
 	if s.bankOn {
 		byType[domain.MethodBank] = s.bank
 	}
+	if cfg.BankRail == BankRailSandbox { // chosen, not left over
+		byType[domain.MethodBank] = s.sandbox
+	}
 	if cfg.AlipayOn {
 		s.alipay = &alipay.Rail{C: &alipaypkg.Client{Cfg: cfg.Alipay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodAlipay] = s.alipay
@@ -311,10 +314,12 @@ func (s *Service) wireRails(cfg Config) app.Rail {
 		s.wechat = &wechatpay.Rail{C: &wechatpaypkg.Client{Cfg: cfg.WeChatPay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodWechat] = s.wechat
 	}
-	if len(byType) == 0 {
-		return s.sandbox
+	if !s.bankOn && !cfg.AlipayOn && !cfg.WeChatPayOn {
+		return s.sandbox // no real rail: the sandbox pays every method
 	}
-	return app.Router{Default: s.sandbox, ByType: byType}
+	// A real rail is on: a method type with no rail of its own fails
+	// (unsupported_by_rail) instead of being "paid" by the sandbox.
+	return app.Router{Default: s.sandbox, ByType: byType, Strict: true}
 }
 
 // wireTopUps serves the configured rails' notifications and offers their

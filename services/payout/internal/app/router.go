@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // Router is the rail payouts go to: by the payout method's type (bank,
@@ -13,6 +15,12 @@ import (
 type Router struct {
 	ByType  map[string]Rail
 	Default Rail
+	// Strict: a method type with no rail of its own is not submitted to
+	// Default (the sandbox, once a real rail is on, where it would be
+	// "paid" with no money leaving): its submission fails at once with
+	// unsupported_by_rail, the amount back in available. Default still
+	// answers for the references it holds.
+	Strict bool
 }
 
 // Name implements Rail: the default rail's name (each status names the
@@ -44,6 +52,10 @@ func (r Router) byTypeSorted() []Rail {
 // Submit implements Rail: the rail of the method's type.
 func (r Router) Submit(ctx context.Context, t Transfer) (RailStatus, error) {
 	rl, ok := r.ByType[t.Method.Type]
+	if !ok && r.Strict {
+		return RailStatus{Rail: "none", Reference: t.Reference, State: RailFailed, FailureCode: domain.FailUnsupported,
+			Message: fmt.Sprintf("no payout rail is configured for %s payout methods", t.Method.Type)}, nil
+	}
 	if !ok {
 		rl = r.Default
 	}

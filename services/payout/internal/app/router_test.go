@@ -62,3 +62,24 @@ func TestRouter(t *testing.T) {
 		t.Errorf("a1 while the bank rail is down: %+v %v", st, err)
 	}
 }
+
+// With a real rail on (Strict), a method type with no rail of its own is
+// not handed to the sandbox, which "paid" it with no money leaving: its
+// submission fails at once (unsupported_by_rail); the sandbox still
+// answers for what it holds.
+func TestStrictRouterFailsATypeWithoutARail(t *testing.T) {
+	ctx := context.Background()
+	sandbox, alipay := &bookRail{name: "sandbox", refs: map[string]bool{"old": true}}, &bookRail{name: "alipay", refs: map[string]bool{}}
+	r := Router{Default: sandbox, ByType: map[string]Rail{domain.MethodAlipay: alipay}, Strict: true}
+	one := decimal.RequireFromString("1")
+	st, err := r.Submit(ctx, Transfer{Reference: "w1", Amount: one, Method: domain.Method{Type: domain.MethodWechat}})
+	if err != nil || st.State != RailFailed || st.FailureCode != domain.FailUnsupported || sandbox.refs["w1"] {
+		t.Fatalf("wechat with only alipay on: %+v %v (sandbox took it: %v)", st, err, sandbox.refs["w1"])
+	}
+	if st, err := r.Submit(ctx, Transfer{Reference: "a1", Amount: one, Method: domain.Method{Type: domain.MethodAlipay}}); err != nil || st.Rail != "alipay" {
+		t.Fatalf("alipay: %+v %v", st, err)
+	}
+	if st, err := r.Query(ctx, "old"); err != nil || st.Rail != "sandbox" {
+		t.Fatalf("a reference the sandbox holds: %+v %v", st, err)
+	}
+}
