@@ -235,14 +235,23 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 	if err := tx.LockLeases(ctx, leaseIDs); err != nil {
 		return recordResult{}, err
 	}
+	out := recordResult{}
+	b, err := otherParties(ctx, tx, b, leaseIDs, &out)
+	if err != nil {
+		return recordResult{}, err
+	}
+	if len(b.recs) == 0 {
+		return out, nil
+	}
 	inserted, err := tx.InsertUsage(ctx, b.recs)
 	if err != nil {
 		return recordResult{}, err
 	}
 	if len(inserted) == len(b.recs) { // the usual batch: every event went in
-		return recordResult{accepted: b.recs}, nil
+		out.accepted = b.recs
+		return out, nil
 	}
-	out := recordResult{accepted: make([]domain.Recorded, 0, len(b.recs))}
+	out.accepted = make([]domain.Recorded, 0, len(b.recs))
 	var skipped []domain.Event
 	var skippedIdx []int
 	for i, r := range b.recs {
@@ -259,6 +268,66 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// otherParties takes out of b the events naming other parties than their
+// lease's: those of its recorded usage, or for a lease new to the batch
+// those of its first event. A repeat of a recorded event is counted as
+// one, a conflicting repeat of a recorded id rejected as one, any other
+// rejected naming the lease's parties. (A lease's usage naming a second
+// renter was charged whole to the first: pricing rates a lease as one.)
+func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *recordResult) (batch, error) {
+	recorded, err := tx.LeaseParties(ctx, leaseIDs)
+	if err != nil {
+		return b, err
+	}
+	reason := make([]string, len(b.recs)) // "" : kept
+	odd := 0
+	firstOf := map[string]domain.LeaseParties{} // a lease new to the batch: its first event's parties
+	for i, r := range b.recs {
+		p := domain.LeaseParties{ProviderID: r.ProviderID, RenterID: r.RenterID}
+		if ps := recorded[r.LeaseID]; len(ps) > 0 {
+			if !slices.Contains(ps, p) {
+				reason[i], odd = domain.LeaseReason(r.LeaseID, ps[0]), odd+1
+			}
+			continue
+		}
+		first, ok := firstOf[r.LeaseID]
+		if !ok {
+			firstOf[r.LeaseID] = p
+		} else if first != p {
+			reason[i], odd = domain.LeaseReason(r.LeaseID, first)+" in this batch", odd+1
+		}
+	}
+	if odd == 0 {
+		return b, nil
+	}
+	var ids []string
+	for i, r := range b.recs {
+		if reason[i] != "" {
+			ids = append(ids, r.ID)
+		}
+	}
+	exist, err := tx.Existing(ctx, ids)
+	if err != nil {
+		return b, err
+	}
+	kept := batch{recs: make([]domain.Recorded, 0, len(b.recs)-odd), recIdx: make([]int, 0, len(b.recs)-odd), byLease: b.byLease}
+	for i, r := range b.recs {
+		if reason[i] == "" {
+			kept.recs, kept.recIdx = append(kept.recs, r), append(kept.recIdx, b.recIdx[i])
+			continue
+		}
+		switch stored, ok := exist[r.ID]; {
+		case ok && len(stored.Differs(r.Event)) == 0:
+			out.dups++
+		case ok:
+			out.rejected = append(out.rejected, Rejection{Index: b.recIdx[i], ID: r.ID, Reason: domain.ConflictReason(r.ID, stored.Differs(r.Event))})
+		default:
+			out.rejected = append(out.rejected, Rejection{Index: b.recIdx[i], ID: r.ID, Reason: reason[i]})
+		}
+	}
+	return kept, nil
 }
 
 // explainSkipped sorts the events the insert skipped into duplicates,

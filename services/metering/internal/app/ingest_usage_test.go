@@ -388,3 +388,55 @@ func TestIngestMixedPartiesInOneBatch(t *testing.T) {
 		t.Fatalf("accepted %d of %d, rejected %+v", res.Accepted, len(in), res.Rejected)
 	}
 }
+
+// Every event of a lease names the lease's provider and renter: pricing
+// rates a lease's usage as one, so usage of a lease naming a second renter
+// was charged whole to the first, and the second provider never credited.
+// An event naming other parties than its lease's recorded (or earlier in
+// its batch) usage is rejected with the lease's parties; a repeat of a
+// recorded event is still a duplicate.
+func TestIngestLeaseKeepsItsParties(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-002", Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-002", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	with := func(e domain.EventInput, provider, renter string) domain.EventInput {
+		e.ProviderID, e.RenterID = provider, renter
+		return e
+	}
+	first := ev("lp-1", "lease-lp", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		first,
+		with(ev("lp-2", "lease-lp", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-001", "r-002"),
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "lease lease-lp is recorded for provider p-001 and renter r-001 in this batch"
+	if res.Accepted != 1 || len(res.Rejected) != 1 || res.Rejected[0].ID != "lp-2" || res.Rejected[0].Reason != want {
+		t.Fatalf("one batch, two renters on a lease: %+v; want lp-2 rejected: %q", res, want)
+	}
+	res, err = a.Ingest(ctx, []domain.EventInput{
+		with(ev("lp-3", "lease-lp", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"), "p-002", "r-001"),
+		first, // a repeat
+		ev("lp-4", "lease-lp", "2026-11-01T13:00:00Z", "2026-11-01T14:00:00Z"),
+		with(first, "p-002", "r-002"), // lp-1's id with other parties
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 1 || res.Duplicates != 1 || len(res.Rejected) != 2 ||
+		res.Rejected[0].ID != "lp-3" || res.Rejected[0].Reason != "lease lease-lp is recorded for provider p-001 and renter r-001" ||
+		res.Rejected[1].ID != "lp-1" || !strings.HasPrefix(res.Rejected[1].Reason, "id lp-1 was recorded with a different body") {
+		t.Fatalf("against recorded usage: %+v", res)
+	}
+	var n int
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.usage_events where lease_id = 'lease-lp' and (provider_id, renter_id) <> ('p-001', 'r-001')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d events of lease-lp name other parties (%v)", n, err)
+	}
+}

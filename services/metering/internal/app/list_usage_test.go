@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -45,27 +46,60 @@ func TestListUsageByPartyThroughLeases(t *testing.T) {
 		e.RenterID, e.ProviderID = renter, provider
 		return e
 	}
-	var first, later []domain.EventInput
+	// Usage of a lease naming a second pair of parties is refused since
+	// leases are held to one (TestIngestLeaseKeepsItsParties); usage
+	// recorded before is listed all the same: written here past ingest.
+	legacy := func(in ...domain.EventInput) {
+		t.Helper()
+		var recs []domain.Recorded
+		leases := map[string]bool{}
+		for _, e := range in {
+			start, _ := time.Parse(time.RFC3339, e.StartTime)
+			end, _ := time.Parse(time.RFC3339, e.EndTime)
+			recs = append(recs, domain.Recorded{Event: domain.Event{ID: e.ID, LeaseID: e.LeaseID, ProviderID: e.ProviderID, RenterID: e.RenterID,
+				GPUModel: e.GPUModel, GPUCount: e.GPUCount, Start: start, End: end, Region: e.Region, Workload: e.Workload},
+				CycleID: cycles.Default().ForUsageEnd(end).ID, Status: domain.StatusAccepted, ReceivedAt: now})
+			leases[e.LeaseID] = true
+		}
+		if err := a.Store.WithTx(ctx, func(tx app.Tx) error {
+			if err := tx.LockLeases(ctx, slices.Collect(maps.Keys(leases))); err != nil {
+				return err
+			}
+			got, err := tx.InsertUsage(ctx, recs)
+			if err == nil && len(got) != len(recs) {
+				err = fmt.Errorf("inserted %d of %d", len(got), len(recs))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first, second, later []domain.EventInput
 	for d := 0; d < 6; d++ {
 		first = append(first,
 			event("lease-a", "r-001", "p-001", at(d, 10, 0), 60),
 			event("lease-b", "r-001", "p-002", at(d, 10, 0), 30), // the same start as lease-a: ids break the tie
-			event("lease-c", "r-002", "p-001", at(d, 11, 0), 60),
-			event("lease-d", []string{"r-001", "r-002"}[d%2], "p-001", at(d, 12, 0), 60))
+			event("lease-c", "r-002", "p-001", at(d, 11, 0), 60))
+		if e := event("lease-d", []string{"r-001", "r-002"}[d%2], "p-001", at(d, 12, 0), 60); d%2 == 0 {
+			first = append(first, e)
+		} else {
+			second = append(second, e)
+		}
 	}
 	first = append(first, event("lease-e", "r-001", "p-001", at(3, 14, 0), 60)) // ends on day 3: its last
 	if res, err := a.Ingest(ctx, first, app.IngestOptions{}); err != nil || res.Accepted != len(first) {
 		t.Fatal(res, err)
 	}
+	legacy(second...) // lease-d's usage names two renters
 	later = append(later,
 		event("lease-a", "r-001", "p-001", at(-2, 9, 0), 60),  // before lease-a's first start
 		event("lease-a", "r-001", "p-001", at(9, 23, 30), 60), // after its last day, ending the day after
 		event("lease-b", "r-001", "p-002", at(8, 10, 0), 30),
-		event("lease-c", "r-001", "p-001", at(7, 11, 0), 60), // a lease with rows gains a pair of parties
-		event("lease-f", "r-002", "p-002", at(7, 8, 0), 60))  // a new lease beside them
+		event("lease-f", "r-002", "p-002", at(7, 8, 0), 60)) // a new lease beside them
 	if res, err := a.Ingest(ctx, later, app.IngestOptions{}); err != nil || res.Accepted != len(later) {
 		t.Fatal(res, err)
 	}
+	legacy(event("lease-c", "r-001", "p-001", at(7, 11, 0), 60)) // a lease with rows gains a pair of parties
 	// Each lease and pair of parties has one row, spanning its events.
 	var wrong int
 	if err := poolOf(a).QueryRow(ctx, `select count(*) from (

@@ -37,7 +37,8 @@ var rejectReasons = []struct{ prefix, class string }{
 	{"older than the ", "too_late"},
 	{"overlaps ", "overlap"},
 	{"not recorded: conflicting write", "conflict_retry"},
-	{"id ", "id_conflict"}, // "id X was recorded with a different body …"
+	{"id ", "id_conflict"},      // "id X was recorded with a different body …"
+	{"lease ", "lease_parties"}, // "lease L is recorded for provider P and renter R"
 }
 
 // rejectReasonClass is the label of one rejection's reason.

@@ -43,6 +43,10 @@ type Tx interface {
 	// LockLeases holds a lock per lease until the end of the transaction, so
 	// InsertUsage sees every committed event of those leases.
 	LockLeases(ctx context.Context, leaseIDs []string) error
+	// LeaseParties returns, for each lease of leaseIDs with recorded usage,
+	// the parties its usage names (one pair, but for usage recorded before
+	// a lease was held to one).
+	LeaseParties(ctx context.Context, leaseIDs []string) (map[string][]domain.LeaseParties, error)
 	// InsertUsage records events that do not overlap each other, skipping
 	// any whose id exists or whose time overlaps its lease's recorded time;
 	// it returns the ids it inserted.

@@ -46,6 +46,17 @@ type Event struct {
 	Region, Workload                            string
 }
 
+// LeaseParties are the provider and the renter of a lease: every event of
+// a lease names the same two (pricing charges a lease to one renter and
+// credits one provider).
+type LeaseParties struct{ ProviderID, RenterID string }
+
+// LeaseReason is why an event naming parties other than its lease's is
+// rejected.
+func LeaseReason(lease string, p LeaseParties) string {
+	return fmt.Sprintf("lease %s is recorded for provider %s and renter %s", lease, p.ProviderID, p.RenterID)
+}
+
 // Rules are the checks that depend on configuration and the clock.
 type Rules struct {
 	Now         time.Time

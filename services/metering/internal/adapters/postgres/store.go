@@ -245,6 +245,26 @@ func (s *Store) PartiesOf(ctx context.Context, providerIDs, renterIDs []string) 
 // ingests of disjoint leases run in parallel, and the overlap check in
 // InsertUsage sees every committed event of its leases. Two leases whose
 // hashes collide merely serialise.
+// LeaseParties returns the parties each lease of leaseIDs has recorded
+// usage for (usage_leases' key: one pair per lease, but for usage recorded
+// before leases were held to one).
+func (t *Tx) LeaseParties(ctx context.Context, leaseIDs []string) (map[string][]domain.LeaseParties, error) {
+	rows, err := t.tx.Query(ctx, `select lease_id, provider_id, renter_id from metering.usage_leases where lease_id = any($1)`, leaseIDs)
+	if err != nil {
+		return nil, fmt.Errorf("lease parties: %w", err)
+	}
+	out := map[string][]domain.LeaseParties{}
+	var lease string
+	var p domain.LeaseParties
+	if _, err := pgx.ForEachRow(rows, []any{&lease, &p.ProviderID, &p.RenterID}, func() error {
+		out[lease] = append(out[lease], p)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("lease parties: %w", err)
+	}
+	return out, nil
+}
+
 func (t *Tx) LockLeases(ctx context.Context, leaseIDs []string) error {
 	_, err := t.tx.Exec(ctx, `select pg_advisory_xact_lock(k.ns, k.h) from (
 		select distinct hashtext('gpubill.metering.lease') as ns, hashtext(l) as h
