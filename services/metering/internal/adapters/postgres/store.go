@@ -248,18 +248,27 @@ func (s *Store) PartiesOf(ctx context.Context, providerIDs, renterIDs []string) 
 // LeaseParties returns the parties each lease of leaseIDs has recorded
 // usage for (usage_leases' key: one pair per lease, but for usage recorded
 // before leases were held to one).
+//
+// Its statement is planned generically, in one round trip with the
+// settings around it: a plan made for a batch's ~500 lease ids (Postgres's
+// custom plans, a connection's first five runs) cost ~3 ms to make against
+// ~0.5 ms to run (2026-12-05, psql on a table of 40 000 leases), 1.3-2.0 µs
+// of Postgres CPU per event in the pipeline bench.
 func (t *Tx) LeaseParties(ctx context.Context, leaseIDs []string) (map[string][]domain.LeaseParties, error) {
-	rows, err := t.tx.Query(ctx, `select lease_id, provider_id, renter_id from metering.usage_leases where lease_id = any($1)`, leaseIDs)
-	if err != nil {
-		return nil, fmt.Errorf("lease parties: %w", err)
-	}
 	out := map[string][]domain.LeaseParties{}
-	var lease string
-	var p domain.LeaseParties
-	if _, err := pgx.ForEachRow(rows, []any{&lease, &p.ProviderID, &p.RenterID}, func() error {
-		out[lease] = append(out[lease], p)
-		return nil
-	}); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`set local plan_cache_mode = force_generic_plan`)
+	b.Queue(`select lease_id, provider_id, renter_id from metering.usage_leases where lease_id = any($1)`, leaseIDs).Query(func(rows pgx.Rows) error {
+		var lease string
+		var p domain.LeaseParties
+		_, err := pgx.ForEachRow(rows, []any{&lease, &p.ProviderID, &p.RenterID}, func() error {
+			out[lease] = append(out[lease], p)
+			return nil
+		})
+		return err
+	})
+	b.Queue(`set local plan_cache_mode = default`)
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("lease parties: %w", err)
 	}
 	return out, nil
