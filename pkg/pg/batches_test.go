@@ -156,7 +156,7 @@ func TestBatchesGiveUpABlockedStatementOnTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(ctx) //nolint:errcheck // the holder only holds a lock
+	defer holder.Rollback(ctx)
 	if _, err := holder.Exec(ctx, `update locked set n = 1 where k = 'b'`); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestBatchesGiveUpABlockedStatementOnTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer free.Rollback(ctx) //nolint:errcheck // a probe
+	defer free.Rollback(ctx)
 	if _, err := free.Exec(ctx, `set local lock_timeout = '100ms'`); err != nil {
 		t.Fatal(err)
 	}

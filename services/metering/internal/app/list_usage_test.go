@@ -54,8 +54,14 @@ func TestListUsageByPartyThroughLeases(t *testing.T) {
 		var recs []domain.Recorded
 		leases := map[string]bool{}
 		for _, e := range in {
-			start, _ := time.Parse(time.RFC3339, e.StartTime)
-			end, _ := time.Parse(time.RFC3339, e.EndTime)
+			start, err := time.Parse(time.RFC3339, e.StartTime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, err := time.Parse(time.RFC3339, e.EndTime)
+			if err != nil {
+				t.Fatal(err)
+			}
 			recs = append(recs, domain.Recorded{Event: domain.Event{ID: e.ID, LeaseID: e.LeaseID, ProviderID: e.ProviderID, RenterID: e.RenterID,
 				GPUModel: e.GPUModel, GPUCount: e.GPUCount, Start: start, End: end, Region: e.Region, Workload: e.Workload},
 				CycleID: cycles.Default().ForUsageEnd(end).ID, Status: domain.StatusAccepted, ReceivedAt: now})
