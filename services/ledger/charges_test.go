@@ -109,17 +109,25 @@ func TestChargesPostedExactlyOnce(t *testing.T) {
 	checkInvariants(t, f)
 }
 
+// fixtureWithCharge050 is a fixture whose ledger has posted charge ch-050
+// (r-1 → p-1 in cycle cyc, 1.00) from message batch-1.
+func fixtureWithCharge050(t *testing.T, cyc string) *fixture {
+	t.Helper()
+	f := newFixture(t, nil)
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-1", charge("ch-050", "r-1", "p-1", cyc, "1.00"))}); err != nil || got != 1 {
+		t.Fatalf("first charge posted %d, %v; want 1", got, err)
+	}
+	return f
+}
+
 // TestChargeReplayBesideNewCharges: a batch's journal rows are first
 // copied in without skipping known idempotency keys; a replayed charge
 // between new ones (in key order) must undo the rows copied before it and
 // post the batch again, each new charge once, the replay not at all.
 func TestChargeReplayBesideNewCharges(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
 	const cyc, n = "cyc-20261112", 100 // n: a batch, copied (postgres.batchMin)
-	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-1", charge("ch-050", "r-1", "p-1", cyc, "1.00"))}); err != nil || got != 1 {
-		t.Fatalf("first charge posted %d, %v; want 1", got, err)
-	}
+	f := fixtureWithCharge050(t, cyc)
 	var cs []*eventsv1.RatedCharge
 	for i := range n {
 		cs = append(cs, charge(fmt.Sprintf("ch-%03d", i), "r-1", "p-1", cyc, "1.00")) // ch-050: posted by batch-1
@@ -150,11 +158,8 @@ func TestChargeReplayBesideNewCharges(t *testing.T) {
 // kept the first amount and no one learnt of the second.
 func TestChargeIDRepeatedWithOtherContentIsPoison(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
 	const cyc, n = "cyc-20261112", 100 // n: a batch, copied (postgres.batchMin)
-	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-1", charge("ch-050", "r-1", "p-1", cyc, "1.00"))}); err != nil || got != 1 {
-		t.Fatalf("first charge posted %d, %v; want 1", got, err)
-	}
+	f := fixtureWithCharge050(t, cyc)
 	var cs []*eventsv1.RatedCharge
 	for i := range n {
 		amount := "1.00"

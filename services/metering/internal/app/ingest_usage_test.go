@@ -42,6 +42,18 @@ func newApp(t *testing.T) *app.App {
 // poolOf is the database under a's store, for checks in SQL.
 func poolOf(a *app.App) *pgxpool.Pool { return a.Store.(*postgres.Store).Pool }
 
+// secondParties creates provider p-002 and renter r-002 beside newApp's.
+func secondParties(t *testing.T, a *app.App) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-002", Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-002", Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func ev(id, lease, start, end string) domain.EventInput {
 	return domain.EventInput{ID: id, LeaseID: lease, ProviderID: "p-001", RenterID: "r-001", GPUModel: "RTX_4090",
 		GPUCount: 2, StartTime: start, EndTime: end, Region: "cn-east", Workload: "training"}
@@ -368,12 +380,7 @@ func TestIngestMixedPartiesInOneBatch(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
 	ctx := context.Background()
-	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-002", Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Currency: "CNY"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-002", Currency: "CNY"}); err != nil {
-		t.Fatal(err)
-	}
+	secondParties(t, a)
 	var in []domain.EventInput
 	for i, p := range [][2]string{{"p-001", "r-001"}, {"p-002", "r-002"}, {"p-001", "r-002"}, {"p-002", "r-001"}, {"p-001", "r-001"}} {
 		e := ev(fmt.Sprintf("mix-%d", i), fmt.Sprintf("lease-mix-%d", i), "2026-11-01T22:00:00Z", "2026-11-01T23:00:00Z")
@@ -399,12 +406,7 @@ func TestIngestLeaseKeepsItsParties(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
 	ctx := context.Background()
-	if _, err := a.CreateProvider(ctx, domain.ProviderInput{ID: "p-002", Tier: "standard", TaxProfile: "individual", Jurisdiction: "CN", Currency: "CNY"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.CreateRenter(ctx, domain.RenterInput{ID: "r-002", Currency: "CNY"}); err != nil {
-		t.Fatal(err)
-	}
+	secondParties(t, a)
 	with := func(e domain.EventInput, provider, renter string) domain.EventInput {
 		e.ProviderID, e.RenterID = provider, renter
 		return e
