@@ -67,7 +67,7 @@ var (
 	}, []string{"batches"})
 	batchResent = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpubill_pg_batch_resent_total",
-		Help: "Shared batches that failed and were sent again one caller at a time (each caller then gets its own answer), by store.",
+		Help: "Shared batches that a statement's error failed and that were sent again one caller at a time (each caller then gets its own answer), by store.",
 	}, []string{"batches"})
 )
 
