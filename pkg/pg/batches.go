@@ -89,10 +89,11 @@ func NewBatches(pool *pgxpool.Pool, name string, max int, linger time.Duration) 
 // than once (when a shared batch fails): it sets its results afresh.
 //
 // A caller whose ctx ends gets ctx's error, unless its group has run by
-// then (the caller that runs a group returns once it has): a result is
-// never answered as a failure. After an error, queue's callbacks may still
-// run (the statements go with the group's): they must write only what the
-// caller reads after a nil error.
+// then (so the caller that runs a group, which returns only once it has,
+// always gets the group's answer). A caller that stops waiting may see its
+// statements commit all the same, with the group's: they must be safe to
+// run again, and queue's callbacks must write only what the caller reads
+// after a nil error.
 func (b *Batches) Do(ctx context.Context, queue func(b *pgx.Batch)) error {
 	c := &batchCall{queue: queue}
 	done := b.queue.Add(ctx, c)
