@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -62,28 +63,60 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if err != nil {
 		return res, err
 	}
-	b := a.checkBatch(cands, provs, rents, now, &res)
-	if len(b.recs) == 0 {
+	// The answer is the one the call's events would get sent one by one, in
+	// order: each judged against recorded usage and the call's events before
+	// it that were recorded. Pass 2 judges an event against the batch's
+	// earlier events; if pass 3 then rejects one of those against recorded
+	// usage, what was judged against it is judged again without it, in a
+	// new transaction. (Recorded usage is never removed, so a rejection
+	// against it still holds there.)
+	var carried []Rejection // pass 3's rejections of earlier rounds
+	for {
+		round := IngestResult{}
+		b := a.checkBatch(cands, provs, rents, now, &round)
+		var rec recordResult
+		var err error
+		if len(b.recs) > 0 {
+			err = a.Store.WithTx(ctx, func(tx Tx) error {
+				var err error
+				rec, err = record(ctx, tx, b)
+				if err != nil {
+					return err
+				}
+				if rec.undercuts(b) {
+					return errJudgeAgain
+				}
+				return tx.PublishRecorded(ctx, rec.accepted, provs, rents)
+			})
+		}
+		if errors.Is(err, errJudgeAgain) {
+			ingestRejudged.Inc()
+			cands = without(cands, rec.rejected)
+			carried = append(carried, rec.rejected...)
+			continue
+		}
+		if err != nil {
+			return IngestResult{}, fmt.Errorf("record usage: %w", err)
+		}
+		res.Accepted = len(rec.accepted)
+		res.Duplicates = round.Duplicates + rec.dups
+		res.Rejected = slices.Concat(res.Rejected, carried, round.Rejected, rec.rejected)
 		sortRejected(res.Rejected)
 		return res, nil
 	}
-	var rec recordResult
-	err = a.Store.WithTx(ctx, func(tx Tx) error {
-		var err error
-		rec, err = record(ctx, tx, b)
-		if err != nil {
-			return err
-		}
-		return tx.PublishRecorded(ctx, rec.accepted, provs, rents)
-	})
-	if err != nil {
-		return IngestResult{}, fmt.Errorf("record usage: %w", err)
+}
+
+// errJudgeAgain rolls back a round of ingest whose batch was judged against
+// an event pass 3 rejected.
+var errJudgeAgain = errors.New("ingest: judge the batch again without the events recorded usage rejects")
+
+// without is cands less the events rejected.
+func without(cands []candidate, rejected []Rejection) []candidate {
+	drop := make(map[int]bool, len(rejected))
+	for _, r := range rejected {
+		drop[r.Index] = true
 	}
-	res.Accepted = len(rec.accepted)
-	res.Duplicates += rec.dups
-	res.Rejected = append(res.Rejected, rec.rejected...)
-	sortRejected(res.Rejected)
-	return res, nil
+	return slices.DeleteFunc(cands, func(c candidate) bool { return drop[c.idx] })
 }
 
 // canonicalModels names each event's GPU model by its catalogue id: an
@@ -152,21 +185,32 @@ func validateEach(in []domain.EventInput, rules domain.Rules, opt IngestOptions,
 }
 
 // batch is what pass 2 leaves to record: events to insert (recs), the index
-// in the call of each (recIdx), and the batch's leases.
+// in the call of each (recIdx), and the batch's leases; judged names the
+// events of recs another event of the call was refused or counted a
+// duplicate against.
 type batch struct {
 	recs    []domain.Recorded
 	recIdx  []int
 	byLease map[string][]int32 // lease → indexes into recs
+	judged  map[string]bool
 }
 
-// checkBatch is pass 2: parties, repeats and overlaps inside the batch.
+// checkBatch is pass 2: parties, repeats and overlaps inside the batch. An
+// event is judged against the batch's events before it that it keeps: a
+// lease's first one names its parties for the rest.
 func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time, res *IngestResult) batch {
-	byID := make(map[string]int, len(cands)) // id → index into cands
+	byID := make(map[string]int, len(cands)) // id → index into recs
 	var cy cycles.Cycle                      // the last event's cycle
 	b := batch{
 		recs:    make([]domain.Recorded, 0, len(cands)),
 		recIdx:  make([]int, 0, len(cands)),
 		byLease: map[string][]int32{},
+	}
+	against := func(i int) {
+		if b.judged == nil {
+			b.judged = map[string]bool{}
+		}
+		b.judged[b.recs[i].ID] = true
 	}
 	for i := range cands {
 		c := &cands[i]
@@ -180,18 +224,28 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			continue
 		}
 		if first, ok := byID[ev.ID]; ok {
-			if diff := cands[first].ev.Differs(ev); len(diff) > 0 {
+			against(first)
+			if diff := b.recs[first].Differs(ev); len(diff) > 0 {
 				res.reject(c.idx, ev.ID, domain.ConflictReason(ev.ID, diff))
 				continue
 			}
 			res.Duplicates++
 			continue
 		}
-		if overlapped := b.overlapping(ev); overlapped != "" {
-			res.reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", overlapped, ev.LeaseID))
+		if lease := b.byLease[ev.LeaseID]; len(lease) > 0 {
+			first := b.recs[lease[0]]
+			if p := (domain.LeaseParties{ProviderID: first.ProviderID, RenterID: first.RenterID}); p != (domain.LeaseParties{ProviderID: ev.ProviderID, RenterID: ev.RenterID}) {
+				against(int(lease[0]))
+				res.reject(c.idx, ev.ID, domain.LeaseReason(ev.LeaseID, p)+" in this batch")
+				continue
+			}
+		}
+		if o := b.overlapping(ev); o >= 0 {
+			against(o)
+			res.reject(c.idx, ev.ID, fmt.Sprintf("overlaps %s on lease %s", b.recs[o].ID, ev.LeaseID))
 			continue
 		}
-		byID[ev.ID] = i
+		byID[ev.ID] = len(b.recs)
 		b.byLease[ev.LeaseID] = append(b.byLease[ev.LeaseID], int32(len(b.recs)))
 		if cy.ID == "" || !cy.HoldsUsageEnd(ev.End) {
 			cy = a.Calendar.ForUsageEnd(ev.End)
@@ -206,14 +260,15 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 	return b
 }
 
-// overlapping names the event of the batch on ev's lease that ev overlaps ("" for none).
-func (b *batch) overlapping(ev domain.Event) string {
+// overlapping is the index in recs of the event on ev's lease that ev
+// overlaps (-1 for none).
+func (b *batch) overlapping(ev domain.Event) int {
 	for _, o := range b.byLease[ev.LeaseID] {
 		if domain.Overlaps(ev, b.recs[o].Event) {
-			return b.recs[o].ID
+			return int(o)
 		}
 	}
-	return ""
+	return -1
 }
 
 // recordResult is pass 3's outcome.
@@ -221,6 +276,17 @@ type recordResult struct {
 	accepted []domain.Recorded
 	rejected []Rejection
 	dups     int
+}
+
+// undercuts reports whether pass 3 rejected an event of b that pass 2
+// judged another against: that one's answer was wrong.
+func (r recordResult) undercuts(b batch) bool {
+	for _, rej := range r.rejected {
+		if b.judged[rej.ID] {
+			return true
+		}
+	}
+	return false
 }
 
 // record is pass 3: against what is recorded, inside the transaction that
@@ -271,11 +337,11 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 }
 
 // otherParties takes out of b the events naming other parties than their
-// lease's: those of its recorded usage, or for a lease new to the batch
-// those of its first event. A repeat of a recorded event is counted as
-// one, a conflicting repeat of a recorded id rejected as one, any other
-// rejected naming the lease's parties. (A lease's usage naming a second
-// renter was charged whole to the first: pricing rates a lease as one.)
+// lease's recorded usage (pass 2 held the batch's events of a lease to its
+// first's). A repeat of a recorded event is counted as one, a conflicting
+// repeat of a recorded id rejected as one, any other rejected naming the
+// lease's parties. (A lease's usage naming a second renter was charged
+// whole to the first: pricing rates a lease as one.)
 func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *recordResult) (batch, error) {
 	recorded, err := tx.LeaseParties(ctx, leaseIDs)
 	if err != nil {
@@ -283,20 +349,10 @@ func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *r
 	}
 	reason := make([]string, len(b.recs)) // "" : kept
 	odd := 0
-	firstOf := map[string]domain.LeaseParties{} // a lease new to the batch: its first event's parties
 	for i, r := range b.recs {
 		p := domain.LeaseParties{ProviderID: r.ProviderID, RenterID: r.RenterID}
-		if ps := recorded[r.LeaseID]; len(ps) > 0 {
-			if !slices.Contains(ps, p) {
-				reason[i], odd = domain.LeaseReason(r.LeaseID, ps[0]), odd+1
-			}
-			continue
-		}
-		first, ok := firstOf[r.LeaseID]
-		if !ok {
-			firstOf[r.LeaseID] = p
-		} else if first != p {
-			reason[i], odd = domain.LeaseReason(r.LeaseID, first)+" in this batch", odd+1
+		if ps := recorded[r.LeaseID]; len(ps) > 0 && !slices.Contains(ps, p) {
+			reason[i], odd = domain.LeaseReason(r.LeaseID, ps[0]), odd+1
 		}
 	}
 	if odd == 0 {
@@ -312,7 +368,7 @@ func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *r
 	if err != nil {
 		return b, err
 	}
-	kept := batch{recs: make([]domain.Recorded, 0, len(b.recs)-odd), recIdx: make([]int, 0, len(b.recs)-odd), byLease: b.byLease}
+	kept := batch{recs: make([]domain.Recorded, 0, len(b.recs)-odd), recIdx: make([]int, 0, len(b.recs)-odd), byLease: b.byLease, judged: b.judged}
 	for i, r := range b.recs {
 		if reason[i] == "" {
 			kept.recs, kept.recIdx = append(kept.recs, r), append(kept.recIdx, b.recIdx[i])

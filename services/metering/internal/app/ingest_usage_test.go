@@ -442,3 +442,64 @@ func TestIngestLeaseKeepsItsParties(t *testing.T) {
 		t.Fatalf("%d events of lease-lp name other parties (%v)", n, err)
 	}
 }
+
+// An ingest call answers as its events sent one by one, in order, would
+// be: each judged against recorded usage and the call's earlier events
+// that were recorded. An event the batch judged against another that
+// recorded usage then refused was refused beside it (the later event was
+// accepted sent again alone), and an exact repeat after a conflicting copy
+// of its id was a conflict.
+func TestIngestJudgedAsIfSentOneByOne(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	secondParties(t, a)
+	with := func(e domain.EventInput, provider, renter string) domain.EventInput {
+		e.ProviderID, e.RenterID = provider, renter
+		return e
+	}
+	recorded := ev("x-1", "lease-o", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		recorded,
+		ev("m-1", "lease-m", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+	}, app.IngestOptions{})
+	if err != nil || res.Accepted != 2 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	conflicting := recorded
+	conflicting.GPUCount = 4
+	res, err = a.Ingest(ctx, []domain.EventInput{
+		ev("o-1", "lease-o", "2026-11-01T10:30:00Z", "2026-11-01T11:30:00Z"), // overlaps x-1
+		ev("o-2", "lease-o", "2026-11-01T11:15:00Z", "2026-11-01T12:00:00Z"), // overlaps o-1 alone
+		conflicting, // x-1's id, another body
+		recorded,    // x-1 exactly: a duplicate
+		conflicting, // the conflicting copy again: a conflict still
+		with(ev("m-2", "lease-m", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-002", "r-002"), // not lease-m's parties
+		ev("m-3", "lease-m", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"),                         // lease-m's parties
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range res.Rejected {
+		got[fmt.Sprintf("%d %s", r.Index, r.ID)] = r.Reason
+	}
+	want := map[string]string{
+		"0 o-1": "overlaps x-1 on lease lease-o",
+		"2 x-1": domain.ConflictReason("x-1", []string{"gpu_count"}),
+		"4 x-1": domain.ConflictReason("x-1", []string{"gpu_count"}),
+		"5 m-2": "lease lease-m is recorded for provider p-001 and renter r-001",
+	}
+	if res.Accepted != 2 || res.Duplicates != 1 || len(got) != len(want) {
+		t.Fatalf("got %+v; want o-2 and m-3 accepted, x-1 a duplicate once, rejected %v", res, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: reason %q, want %q", k, got[k], w)
+		}
+	}
+	var n int
+	if err := poolOf(a).QueryRow(ctx, `select count(*) from metering.usage_events where id in ('o-2', 'm-3')`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d of o-2, m-3 recorded (%v)", n, err)
+	}
+}

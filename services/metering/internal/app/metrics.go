@@ -19,6 +19,10 @@ var (
 		Name: "gpubill_usage_events_rejected_total",
 		Help: "Usage events refused by ingest, by reason class (the answer carries the full reason).",
 	}, []string{"reason"})
+	ingestRejudged = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "gpubill_usage_ingest_rejudged_total",
+		Help: "Ingest rounds rolled back and judged again: an event of the batch was judged against another that recorded usage then rejected.",
+	})
 )
 
 // rejectReasons classify a rejection's text into a bounded label, by the
