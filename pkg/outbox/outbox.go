@@ -264,7 +264,11 @@ const headerBytesMax = 1024
 func (r *Relay) sink() *deadletter.Sink { return deadletter.New(r.Pool, r.Schema, r.Log) }
 
 // Run relays until ctx ends. Only one relay per schema publishes at a time
-// (a session advisory lock), so order within the outbox is kept.
+// (a session advisory lock). Each round publishes the rows it reads in seq
+// order, but seq is taken at insert, not at commit: a row whose transaction
+// commits after a later seq's was read goes out after that one. No consumer
+// relies on commit order: the parties' read models keep the newest version
+// (pkg/readmodel), every other message is applied by its own ids, once.
 func (r *Relay) Run(ctx context.Context) error {
 	go func() {
 		if err := r.sink().ReplayLetters(ctx, deadletter.ConsumerOutbox, r.requeue); err != nil && ctx.Err() == nil {

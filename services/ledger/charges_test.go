@@ -190,6 +190,37 @@ func TestChargeIDRepeatedWithOtherContentIsPoison(t *testing.T) {
 	checkInvariants(t, f)
 }
 
+// TestChargeWithUnreadableGPUHoursIsPoison: a usage line's GPU-hours is
+// what a provider statement shows; one that is not a decimal of at least 0
+// was left out of the transaction's metadata without a word. Its message
+// is poison now, the rest of the fetch posted.
+func TestChargeWithUnreadableGPUHoursIsPoison(t *testing.T) {
+	t.Parallel()
+	const cyc = "cyc-20261112"
+	f := newFixture(t, nil)
+	for _, hours := range []string{"four", "-1.5", "1.5h"} {
+		bad := charge("ch-bad", "r-1", "p-1", cyc, "3.00")
+		bad.Lines = []*eventsv1.ChargeLine{{Kind: "usage", GpuModel: "H100", GpuHours: "1.5"}, {Kind: "usage", GpuModel: "A100", GpuHours: hours}}
+		got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-bad", bad), batchMsg(t, "batch-ok", charge("ch-ok", "r-2", "p-1", cyc, "2.00"))})
+		var poison *natsx.PoisonError
+		if !errors.As(err, &poison) || len(poison.ByID) != 1 || poison.ByID["batch-bad"] == nil ||
+			!strings.Contains(poison.ByID["batch-bad"].Error(), fmt.Sprintf("line 1: gpu_hours %q", hours)) {
+			t.Fatalf("gpu_hours %q: posted %d, %v; want batch-bad named as poison for its line 1", hours, got, err)
+		}
+	}
+	if got := f.count(t, `select count(*) from ledger.transactions where kind = 'charge'`); got != 0 {
+		t.Fatalf("%d charge transactions after the poisoned fetches, want 0 (each rolled back)", got)
+	}
+	good := charge("ch-good", "r-1", "p-1", cyc, "3.00")
+	good.Lines = []*eventsv1.ChargeLine{{Kind: "usage", GpuModel: "H100", GpuHours: "1.5"}, {Kind: "usage", GpuModel: "A100", GpuHours: "0.25"}, {Kind: "usage", GpuModel: "A100"}}
+	if got, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "batch-good", good)}); err != nil || got != 1 {
+		t.Fatalf("a charge with readable (or no) GPU-hours posted %d, %v; want 1", got, err)
+	}
+	if md := f.texts(t, `select metadata->>'gpu_hours' from ledger.transactions where idempotency_key = 'ch-good'`); len(md) != 1 || md[0] != "1.75" {
+		t.Fatalf("gpu_hours in the metadata: %v, want [1.75]", md)
+	}
+}
+
 // postedTransactions decodes the outbox's ledger.posted.{class} batches and
 // returns the charge idempotency keys they announce (each must appear once).
 func postedTransactions(t testing.TB, f *fixture, class string) []string {

@@ -311,9 +311,13 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargePart
 	if err != nil {
 		return nil, "", err
 	}
+	md, err := chargeMetadata(c)
+	if err != nil {
+		return nil, "", err
+	}
 	return &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: c.ChargeID, Kind: domain.TxCharge,
-		EffectiveAt: eff, CreatedAt: now, Metadata: chargeMetadata(c),
+		EffectiveAt: eff, CreatedAt: now, Metadata: md,
 		Postings: []domain.Posting{
 			{Account: wallet, Direction: domain.Debit, Amount: amt, Currency: cur.Code},
 			{Account: pendingAcc, Direction: domain.Credit, Amount: amt, Currency: cur.Code},
@@ -323,8 +327,10 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargePart
 }
 
 // chargeMetadata keeps what a provider statement needs to explain a charge
-// (lease, renter, GPU model, GPU-hours) on its ledger transaction.
-func chargeMetadata(c *RatedCharge) map[string]string {
+// (lease, renter, GPU model, GPU-hours) on its ledger transaction. A usage
+// line's GPU-hours, when given, must be a decimal of at least 0: dropping
+// one unread would leave the statement short of hours without a word.
+func chargeMetadata(c *RatedCharge) (map[string]string, error) {
 	md := map[string]string{"kind": "usage_charge", "lease_id": c.LeaseID, "renter_id": c.RenterID, "charge_id": c.ChargeID}
 	hours := decimal.Zero
 	var models []string
@@ -333,7 +339,11 @@ func chargeMetadata(c *RatedCharge) map[string]string {
 		if l.Kind != "" && l.Kind != "usage" {
 			continue
 		}
-		if h, err := money.ParseDecimal(l.GPUHours); err == nil {
+		if l.GPUHours != "" {
+			h, err := money.ParseDecimal(l.GPUHours)
+			if err != nil || h.IsNegative() {
+				return nil, fmt.Errorf("line %d: gpu_hours %q is not a decimal of at least 0", i, l.GPUHours)
+			}
 			hours = hours.Add(h)
 		}
 		if m := l.GPUModel; m != "" && !slices.Contains(models, m) {
@@ -346,7 +356,7 @@ func chargeMetadata(c *RatedCharge) map[string]string {
 	if hours.IsPositive() {
 		md["gpu_hours"] = hours.String()
 	}
-	return md
+	return md, nil
 }
 
 // chargeFields are a charge's request-hash fields in key order: encoding/json
