@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -34,9 +32,8 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	// Available must still cover the payout (Prepare checked it): the
 	// ledger refuses atomically to overdraw a provider account but by a
 	// reversal (a replay of this attempt's posting is answered, not
-	// checked, so a retry after the posting goes on). Refused and not
-	// covered, the payout goes back to wait at the gate, never reaching
-	// the rail.
+	// checked, so a retry after the posting goes on). Refused, the payout
+	// goes back to wait at the gate, never reaching the rail.
 	if err := a.post(ctx, p, domain.StatusSubmitted); err != nil {
 		if !errors.Is(err, ErrLedgerRefused) {
 			return "", err
@@ -46,14 +43,23 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 			return "", aerr
 		}
 		if available.LessThan(p.Net) {
-			return a.uncovered(ctx, p, available)
+			return a.backToGate(ctx, p, domain.InsufficientAvailableReason(available, p.Net, p.Currency))
 		}
-		// Covered now (a credit landed after the refusal, or a payout
-		// that held available was canceled): tried again, not given up;
-		// given up, the payout stayed created and submitting, which no
-		// operation moves.
-		return "", fmt.Errorf("payout %s: the ledger refused moving %s %s to in_transit, but available (%s) covers it now: try again (%v)",
-			id, p.Net, p.Currency, available, err)
+		// Covered now: a credit landed after the refusal, or a payout
+		// that held available was canceled; posted again at once. Refused
+		// again, the ledger refuses it for another reason: the payout
+		// waits at the gate, re-checked there. (The ledger's answer is in
+		// the log, not in the reason the provider reads. Tried again
+		// without end, the payout stayed created and submitting, seen
+		// only in the activity's retries.)
+		if err = a.post(ctx, p, domain.StatusSubmitted); err != nil {
+			if !errors.Is(err, ErrLedgerRefused) {
+				return "", err
+			}
+			a.Log.Error("payout refused by the ledger while available covers it: waits at the gate", "payout_id", p.ID,
+				"provider_id", p.ProviderID, "available", available.String(), "net", p.Net.String(), "currency", p.Currency, "err", err)
+			return a.backToGate(ctx, p, domain.LedgerRefusedReason)
+		}
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
 	rs, err := a.Rail.Query(ctx, ref)
@@ -68,10 +74,10 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	return a.advance(ctx, p, rs)
 }
 
-// uncovered moves a created payout that available no longer covers back
-// to action_required (insufficient_available), no longer marked for
-// submission; its workflow waits at the gate again.
-func (a *Payouts) uncovered(ctx context.Context, p domain.Payout, available decimal.Decimal) (string, error) {
+// backToGate moves a created payout the ledger refused to move to
+// in_transit back to action_required with reason, no longer marked for
+// submission; its workflow waits at the gate again, which re-checks it.
+func (a *Payouts) backToGate(ctx context.Context, p domain.Payout, reason string) (string, error) {
 	out := ""
 	err := a.Store.Update(ctx, func(tx Tx) error {
 		cur, err := tx.Lock(ctx, p.ID)
@@ -84,13 +90,13 @@ func (a *Payouts) uncovered(ctx context.Context, p domain.Payout, available deci
 		}
 		cur.Submitting = false
 		out = domain.StatusActionRequired
-		return tx.Move(ctx, &cur, domain.StatusActionRequired, domain.InsufficientAvailableReason(available, cur.Net, cur.Currency), a.Clock.Now())
+		return tx.Move(ctx, &cur, domain.StatusActionRequired, reason, a.Clock.Now())
 	})
 	if err != nil {
 		return "", err
 	}
-	a.Log.Warn("payout not covered by available: waits", "payout_id", p.ID, "provider_id", p.ProviderID,
-		"available", available.String(), "net", p.Net.String(), "currency", p.Currency)
+	a.Log.Warn("payout refused by the ledger: waits at the gate", "payout_id", p.ID, "provider_id", p.ProviderID,
+		"net", p.Net.String(), "currency", p.Currency, "reason", reason)
 	return out, nil
 }
 

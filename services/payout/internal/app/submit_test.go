@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -74,16 +75,74 @@ func TestSubmitAndFollowRetryAFailedRead(t *testing.T) {
 	}
 }
 
-// The ledger refused moving the payout to in_transit (another payout held
-// available), but available covers it when Submit reads it again (a credit
-// landed, or the other payout was canceled): Submit tries again. It gave up
-// (the ledger's refusal is permanent), leaving the payout created and
-// submitting for good.
-func TestSubmitRefusedButCoveredIsTriedAgain(t *testing.T) {
-	st := &readStore{p: submittingPayout(domain.StatusCreated)}
+// gateStore is readStore whose transactions lock and move its payout.
+type gateStore struct {
+	readStore
+	Tx     // the rest, unused here
+	reason string
+}
+
+func (s *gateStore) Update(_ context.Context, fn func(Tx) error) error { return fn(s) }
+func (s *gateStore) Lock(context.Context, string) (domain.Payout, error) { return s.p, nil }
+func (s *gateStore) Move(_ context.Context, p *domain.Payout, to, note string, _ time.Time) error {
+	p.Status = to
+	s.p, s.reason = *p, note
+	return nil
+}
+
+// turnsLedger has available and answers the transfers with answers in
+// turn, then nil.
+type turnsLedger struct {
+	available decimal.Decimal
+	answers   []error
+	n         int
+}
+
+func (l *turnsLedger) Available(context.Context, string, string) (decimal.Decimal, error) {
+	return l.available, nil
+}
+func (l *turnsLedger) Transfer(context.Context, domain.LedgerTransfer) error {
+	l.n++
+	if l.n <= len(l.answers) {
+		return l.answers[l.n-1]
+	}
+	return nil
+}
+
+// The ledger refused moving the payout to in_transit. Not covered by
+// available, the payout waits at the gate for it. Covered when Submit reads
+// available (a credit landed, or a payout that held it was canceled), it is
+// posted again at once; refused again, the ledger refuses it for another
+// reason, and it waits at the gate with ledger_refused. It was tried again
+// without end, created and submitting, seen only in the activity's retries
+// (and before that given up, created and submitting for good).
+func TestSubmitRefusedByTheLedger(t *testing.T) {
 	refused := Permanent(Refused(errors.New("rpc error: code = InvalidArgument desc = provider:p-1:available would go negative")))
-	a := testPayouts(st, coveringLedger{available: decimal.NewFromInt(1000), transfer: refused})
-	if _, err := a.Submit(context.Background(), "po_1"); err == nil || errors.Is(err, ErrPermanent) {
-		t.Fatalf("Submit refused but covered: %v, want an error tried again", err)
+	tests := []struct {
+		name       string
+		available  int64
+		answers    []error
+		wantStatus string
+		wantReason string
+		wantPosts  int
+	}{
+		{"not covered", 100, []error{refused}, domain.StatusActionRequired, domain.InsufficientAvailableReason(decimal.NewFromInt(100), decimal.RequireFromString("500.00"), "CNY"), 1},
+		{"covered on the second post", 1000, []error{refused}, domain.StatusSubmitted, "", 2},
+		{"refused while covered", 1000, []error{refused, refused}, domain.StatusActionRequired, domain.LedgerRefusedReason, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}
+			l := &turnsLedger{available: decimal.NewFromInt(tt.available), answers: tt.answers}
+			rail := &bookRail{name: "r", refs: map[string]bool{}}
+			a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			got, err := a.Submit(context.Background(), "po_1")
+			if err != nil || got != tt.wantStatus || st.p.Status != tt.wantStatus || l.n != tt.wantPosts {
+				t.Fatalf("Submit: %q, %v, stored %q after %d posts; want %q after %d", got, err, st.p.Status, l.n, tt.wantStatus, tt.wantPosts)
+			}
+			if tt.wantStatus == domain.StatusActionRequired && (st.reason != tt.wantReason || st.p.Submitting || len(rail.refs) != 0) {
+				t.Fatalf("at the gate with %q, submitting %v, rail saw %v; want %q, not submitting, no rail call", st.reason, st.p.Submitting, rail.refs, tt.wantReason)
+			}
+		})
 	}
 }

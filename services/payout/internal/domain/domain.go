@@ -167,6 +167,14 @@ func InsufficientAvailableReason(available, net decimal.Decimal, currency string
 		ReasonInsufficientAvailable, available.StringFixed(2), currency, net.StringFixed(2))
 }
 
+// ReasonLedgerRefused starts the reason of a payout that waits because the
+// ledger refused moving it to in_transit while available covered it.
+const ReasonLedgerRefused = "ledger_refused"
+
+// LedgerRefusedReason is the reason of a payout the ledger refused for
+// another reason than available (the payout service logs its answer).
+const LedgerRefusedReason = ReasonLedgerRefused + ": the ledger refused moving the payout to in_transit while available covers it; it is tried again at the gate"
+
 // AvailableAccount is provider:{id}:available (DESIGN §4).
 func AvailableAccount(provider string) string { return ids.ProviderAvailable(provider) }
 
