@@ -82,7 +82,7 @@ type gateStore struct {
 	reason string
 }
 
-func (s *gateStore) Update(_ context.Context, fn func(Tx) error) error { return fn(s) }
+func (s *gateStore) Update(_ context.Context, fn func(Tx) error) error   { return fn(s) }
 func (s *gateStore) Lock(context.Context, string) (domain.Payout, error) { return s.p, nil }
 func (s *gateStore) Move(_ context.Context, p *domain.Payout, to, note string, _ time.Time) error {
 	p.Status = to
