@@ -477,6 +477,47 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	}
 }
 
+// A cycle is split at the tier its provider had when the cycle's gross
+// was snapshotted. Read again at each attempt, a tier changed while the
+// provider was held (or before a retry) split it at the new rate, and
+// against the real tax service a retry asked for another rate on the
+// withholding it had recorded and was refused for good.
+func TestTierFixedAtTheSnapshot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 3) // p-00001: pro
+	ctx := context.Background()
+	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	if _, err := f.s.d.Pool.Exec(ctx, `update settlement.providers set tier = 'standard', version = version + 1 where provider_id = 'p-00001'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.store.SetHold(ctx, holdRow(cycle1.ID, "p-00001", false)); err != nil {
+		t.Fatal(err)
+	}
+	var suite testsuite.WorkflowTestSuite
+	env := newTestEnv(&suite)
+	Register(env, f.s.acts, f.s.d.TaxPeriods)
+	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001", Version: app.ProviderVersionCurrent})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var tier string
+	var commission decimal.Decimal
+	if err := f.s.d.Pool.QueryRow(ctx, `select tier, commission from settlement.settlements
+		where cycle_id = $1 and provider_id = 'p-00001' and currency = 'CNY'`, cycle1.ID).Scan(&tier, &commission); err != nil {
+		t.Fatal(err)
+	}
+	if wc, _, _ := wantSplit(t, decimal.RequireFromString("1033.33"), "pro"); tier != "pro" || !commission.Equal(wc) {
+		t.Fatalf("released after a change to standard: tier %s, commission %s; want pro, %s (the tier at the snapshot)", tier, commission, wc)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where cycle_id = $1 and tier = ''`, cycle1.ID); n != 0 {
+		t.Fatalf("%d rows snapshotted without a tier", n)
+	}
+}
+
 // Tier rates are configurable within the platform's bounds; a rate outside
 // them is refused when the service starts.
 func TestCommissionOutsideBoundsRefused(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -106,7 +107,13 @@ func (s *Store) CycleStatus(ctx context.Context, cycle string) (status string, s
 	return status, snapshotDone, err
 }
 
-// SnapshotBalances records gross rows (idempotently: the first snapshot wins).
+// SnapshotBalances records gross rows (idempotently: the first snapshot
+// wins), each with its provider's tier at the snapshot (standard for a
+// provider no party.updated has named: DESIGN §5's default). The cycle is
+// split at that tier however long its provider waits: read again at each
+// attempt, a tier changed before a retry (or while the provider was held)
+// asked the tax service for another rate on the withholding it had
+// recorded, refused for good, or split a cycle's currencies at two rates.
 func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error {
 	if len(rows) == 0 {
 		return nil
@@ -117,9 +124,11 @@ func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domai
 	for i, r := range rows {
 		providers[i], currencies[i], amounts[i] = r.ProviderID, r.Currency, r.Amount
 	}
-	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross)
-		select $1, p, c, a from unnest($2::text[], $3::text[], $4::numeric[]) as t(p, c, a)
-		on conflict do nothing`, cycle, providers, currencies, amounts)
+	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, tier)
+		select $1, t.p, t.c, t.a, coalesce(pr.tier, $5)
+		from unnest($2::text[], $3::text[], $4::numeric[]) as t(p, c, a)
+		left join settlement.providers pr on pr.provider_id = t.p
+		on conflict do nothing`, cycle, providers, currencies, amounts, split.TierStandard)
 	if err != nil {
 		return fmt.Errorf("snapshot %d balances of %s: %w", len(rows), cycle, err)
 	}
@@ -194,7 +203,8 @@ func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) 
 	return err
 }
 
-// prepareSQL reads a provider's hold, tier and rows, and marks the rows
+// prepareSQL reads a provider's hold, tier (its rows', fixed at the
+// snapshot; the provider's for rows snapshotted without one) and rows, and marks the rows
 // held or back to pending to match the hold (the update runs in a
 // data-modifying WITH; the select computes the statuses it writes, since it
 // reads the snapshot from before the update).
@@ -205,7 +215,7 @@ const prepareSQL = `with hold as (
 		from hold
 		where st.cycle_id = $1 and st.provider_id = $2 and st.status <> 'settled'
 		  and st.status <> case when hold.held then 'held' else 'pending' end)
-	select hold.held, coalesce((select tier from settlement.providers where provider_id = $2), ''),
+	select hold.held, coalesce(nullif(st.tier, ''), (select tier from settlement.providers where provider_id = $2), ''),
 		st.currency, st.gross,
 		case when st.status = 'settled' then 'settled' when hold.held then 'held' else 'pending' end
 	from hold left join settlement.settlements st on st.cycle_id = $1 and st.provider_id = $2
