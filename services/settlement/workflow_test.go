@@ -90,6 +90,16 @@ func (f *fixture) seed(t testing.TB, cycle string, n int) {
 	}
 }
 
+// cycleStatus is cycle1's status.
+func cycleStatus(t testing.TB, f *fixture) string {
+	t.Helper()
+	var st string
+	if err := f.s.d.Pool.QueryRow(context.Background(), `select status from settlement.cycles where cycle_id = $1`, cycle1.ID).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func (f *fixture) count(t testing.TB, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -331,6 +341,16 @@ func TestCycleSettlesWithinWindow(t *testing.T) {
 			if b := f.ledger.Balance(domain.PendingAccount("p-00004", cycle1.ID), "CNY"); b.String() != "1033.33" {
 				t.Errorf("failed provider's pending = %s, want 1033.33 (left for a re-close)", b)
 			}
+			// The failed provider keeps the cycle closing (it was marked
+			// settled); the cycle's next run settles it and the cycle.
+			if st := cycleStatus(t, f); st != domain.CycleClosing {
+				t.Fatalf("cycle with a failed provider is %s, want closing", st)
+			}
+			f.s.acts.Page.Runner = newInlineRunner(f.s.acts)
+			runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true, BatchSize: tt.batch, Window: window}, nil)
+			if b := f.ledger.Balance(domain.PendingAccount("p-00004", cycle1.ID), "CNY"); !b.IsZero() || cycleStatus(t, f) != domain.CycleSettled {
+				t.Errorf("after the cycle's next run: p-00004's pending %s, cycle %s; want 0, settled", b, cycleStatus(t, f))
+			}
 		})
 	}
 }
@@ -460,6 +480,9 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	}
 	if n := f.count(t, `select count(*) from settlement.settlements where status = 'held'`); n != 1 {
 		t.Fatalf("held rows = %d", n)
+	}
+	if st := cycleStatus(t, f); st != domain.CycleClosing {
+		t.Fatalf("cycle with a held provider is %s, want closing", st)
 	}
 	// Release: the provider child runs again (here in the test environment).
 	if err := f.s.store.SetHold(ctx, holdRow(cycle1.ID, "p-00001", false)); err != nil {

@@ -46,6 +46,21 @@ type Ledger struct {
 	// balance on every page made a 100 000-provider snapshot quadratic.
 	pending map[string]*cyclePending
 	Delay   time.Duration // added to every CreateTransaction (to stretch a close)
+	refused map[string]error // CreateTransaction's answer for a key, until Refuse(key, nil)
+}
+
+// Refuse makes CreateTransaction answer err for key (nil: post it again).
+func (l *Ledger) Refuse(key string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = map[string]error{}
+	}
+	if err == nil {
+		delete(l.refused, key)
+		return
+	}
+	l.refused[key] = err
 }
 
 type cyclePending struct {
@@ -87,6 +102,9 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.requests[req.IdempotencyKey]++
+	if err := l.refused[req.IdempotencyKey]; err != nil {
+		return nil, err
+	}
 	if prev, ok := l.byKey[req.IdempotencyKey]; ok {
 		if !proto.Equal(&ledgerv1.CreateTransactionRequest{IdempotencyKey: prev.IdempotencyKey, Description: prev.Description, Metadata: prev.Metadata, Postings: prev.Postings},
 			&ledgerv1.CreateTransactionRequest{IdempotencyKey: req.IdempotencyKey, Description: req.Description, Metadata: req.Metadata, Postings: req.Postings}) {

@@ -3,11 +3,15 @@ package settlementstack_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
@@ -92,7 +96,8 @@ func TestCloseSurvivesWorkerRestart(t *testing.T) {
 // outcome: settled ones from settlement's table, a held one from its held
 // rows, a failed one (its settlement transaction refused: the idempotency
 // key is taken by another body) by asking Temporal about its workflow,
-// which failed. The released provider then settles through the API.
+// which failed. The cycle stays closing. The released provider then settles
+// through the API, and the cycle stays closing (the failed one).
 func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
@@ -118,7 +123,8 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
 		t.Fatal(err)
 	}
-	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
+	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
 
 	v, err := tc.QueryWorkflow(ctx, settlement.CycleWorkflowID(cycle1.ID), "", settlement.QueryProgress)
 	if err != nil {
@@ -146,5 +152,53 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	}
 	if b := f.ledger.Balance(ids.ProviderPending("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
 		t.Fatalf("released provider's pending = %s, want 0", b)
+	}
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+}
+
+// A provider whose settlement failed keeps its cycle closing (it was
+// marked settled, the money left in pending, nothing showing it). A
+// release of it answers why its settlement failed (it was a 500); once the
+// cause is gone, a close request runs the cycle's settlement again (it
+// answered the closing cycle unchanged, and the ended workflow could not
+// run again), which settles it and the cycle.
+func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc)
+	f.s.TestHooks().SetPageTiming(0, 300*time.Millisecond)
+	const providers = 3
+	f.seed(t, cycle1.ID, providers)
+	f.clock.Set(cycle1.End.Add(time.Hour))
+	ctx := context.Background()
+	key := settlement.SettlementKey(cycle1.ID, "p-00002", "CNY")
+	f.ledger.Refuse(key, status.Error(codes.InvalidArgument, "provider:p-00002:pending would go negative"))
+	runWorker(t, f.s)
+	close := func() {
+		t.Helper()
+		if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close()
+	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+	if b := f.ledger.Balance(ids.ProviderPending("p-00002", cycle1.ID), "CNY"); b.String() != "1033.33" {
+		t.Fatalf("refused provider's pending = %s, want 1033.33", b)
+	}
+	_, err := f.s.API().ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: "p-00002"})
+	if status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "would go negative") {
+		t.Fatalf("release of the refused provider: %v; want FailedPrecondition naming the ledger's refusal", err)
+	}
+	t.Logf("release of the refused provider answered: %v", err)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+
+	f.ledger.Refuse(key, nil)
+	close()
+	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
+	for i := range providers {
+		if b := f.ledger.Balance(ids.ProviderPending(fmt.Sprintf("p-%05d", i), cycle1.ID), "CNY"); !b.IsZero() {
+			t.Errorf("p-%05d pending = %s after the second close", i, b)
+		}
 	}
 }

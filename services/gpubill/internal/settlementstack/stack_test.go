@@ -42,6 +42,7 @@ var (
 // Statuses as settlement's API and tables write them.
 const (
 	cycleOpen    = "open"
+	cycleClosing = "closing"
 	cycleSettled = "settled"
 	itemSettled  = "settled"
 )
@@ -164,6 +165,27 @@ func runWorker(t testing.TB, s *settlement.Service) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// waitCycleRunEnded waits until the cycle's workflow run has ended.
+func waitCycleRunEnded(t testing.TB, tc client.Client, cycle string, within time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, within, func() bool {
+		d, err := tc.DescribeWorkflowExecution(context.Background(), settlement.CycleWorkflowID(cycle), "")
+		return err == nil && d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}, "the workflow of cycle "+cycle+" ended")
+}
+
+// wantCycleStatus checks the cycle's status through the API.
+func wantCycleStatus(t testing.TB, f *fixture, cycle, want string) {
+	t.Helper()
+	resp, err := f.s.API().GetSettlementCycle(context.Background(), &settlementv1.GetSettlementCycleRequest{CycleId: cycle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.SettlementCycle.Status; got != want {
+		t.Fatalf("cycle %s is %s, want %s", cycle, got, want)
+	}
 }
 
 // waitCycleSettled waits until the service's cycle is settled.

@@ -92,10 +92,18 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 		return fmt.Errorf("next providers of %s: %w", in.CycleID, err)
 	}
 	if len(batch) == 0 {
-		if err := workflow.ExecuteActivity(actx, ActCompleteCycle, in.CycleID).Get(ctx, nil); err != nil {
+		var settled bool
+		if err := workflow.ExecuteActivity(actx, ActCompleteCycle, in.CycleID).Get(ctx, &settled); err != nil {
 			return fmt.Errorf("complete cycle %s: %w", in.CycleID, err)
 		}
-		workflow.GetLogger(ctx).Info("cycle settled", "cycle", in.CycleID, "providers", progress.Providers,
+		log := workflow.GetLogger(ctx).Info
+		msg := "cycle settled"
+		if !settled {
+			// Held or failed providers keep the cycle closing: a release
+			// or a close request settles them.
+			log, msg = workflow.GetLogger(ctx).Warn, "cycle stays closing: providers held or failed"
+		}
+		log(msg, "cycle", in.CycleID, "providers", progress.Providers,
 			"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
 		return nil
 	}

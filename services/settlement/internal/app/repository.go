@@ -24,7 +24,9 @@ type Store interface {
 	SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error
 	MarkSnapshotDone(ctx context.Context, cycle string) error
 	NextProviders(ctx context.Context, cycle, after string, limit int) ([]string, error)
-	CompleteCycle(ctx context.Context, cycle string, now time.Time) error
+	// CompleteCycle marks a closing cycle settled once every settlement of
+	// it is, and reports whether it is settled.
+	CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error)
 	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error)
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 }
@@ -37,6 +39,8 @@ type Queries interface {
 	// before the cycle id before when set.
 	ListCycles(ctx context.Context, status, before string, limit int) ([]domain.Cycle, error)
 	SetHold(ctx context.Context, h domain.Hold) error
+	// CompleteCycle is Store's (a release may settle a cycle's last provider).
+	CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error)
 	// ListStatements lists a provider's statements (of cycle when set),
 	// after the position after when set.
 	ListStatements(ctx context.Context, provider, cycle string, after *domain.StatementPos, limit int) ([]domain.Statement, error)

@@ -92,8 +92,11 @@ func (s *Steps) NextProviders(ctx context.Context, in NextProvidersInput) ([]str
 	return s.Store.NextProviders(ctx, in.CycleID, in.After, in.Limit)
 }
 
-// CompleteCycle marks the cycle settled.
-func (s *Steps) CompleteCycle(ctx context.Context, cycleID string) error {
+// CompleteCycle marks the cycle settled once every provider of it is, and
+// reports whether it is settled. One held, or whose settlement failed,
+// keeps it closing: a release settles the held one (and completes the cycle
+// if it was the last), a close request runs the cycle's settlement again.
+func (s *Steps) CompleteCycle(ctx context.Context, cycleID string) (bool, error) {
 	return s.Store.CompleteCycle(ctx, cycleID, s.Clock.Now())
 }
 

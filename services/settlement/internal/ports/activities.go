@@ -68,13 +68,17 @@ func (a *Activities) StartNextCycle(ctx context.Context, cycleID string) error {
 }
 
 // StartCycleWorkflow starts settle-{cycle} waiting for the cycle's close,
-// unless a run exists or has completed (closing twice changes nothing);
-// batch and window are app.CycleInput's BatchSize and Window.
+// unless a run is running (closing twice changes nothing). A run that has
+// ended is started again: for a settled cycle it ends at once; for a
+// closing one it settles the providers still pending (a run that failed,
+// was terminated, or left providers failed); for an open one it waits for
+// its close again (a terminated run left it open for good). batch and
+// window are app.CycleInput's BatchSize and Window.
 func StartCycleWorkflow(ctx context.Context, tc client.Client, queue string, cy cycles.Cycle, batch, window int) error {
 	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       domain.CycleWorkflowID(cy.ID),
 		TaskQueue:                queue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, app.CycleWorkflowName, app.CycleInput{CycleID: cy.ID, ClosesAt: cy.Closes, BatchSize: batch, Window: window})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -112,9 +116,11 @@ func (a *Activities) NextProviders(ctx context.Context, in app.NextProvidersInpu
 	return ids, activityErr(err)
 }
 
-// CompleteCycle marks the cycle settled.
-func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) error {
-	return activityErr(a.Steps.CompleteCycle(ctx, cycleID))
+// CompleteCycle marks the cycle settled once every provider of it is, and
+// reports whether it is settled.
+func (a *Activities) CompleteCycle(ctx context.Context, cycleID string) (bool, error) {
+	settled, err := a.Steps.CompleteCycle(ctx, cycleID)
+	return settled, activityErr(err)
 }
 
 // SettleProvider is the provider workflow's one local activity

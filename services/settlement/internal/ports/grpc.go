@@ -9,6 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -29,6 +30,7 @@ const (
 	closeWaitMax    = 10 * time.Second // how long a close request waits to report "closing"
 	closeWaitPoll   = 50 * time.Millisecond
 	releaseAttempts = 3
+	releaseWaitMax  = 30 * time.Second // how long a release waits for the provider's settlement
 )
 
 // The listings' names in their page tokens (pkg/cursor).
@@ -136,12 +138,23 @@ func (s *Server) GetSettlementCycle(ctx context.Context, req *settlementv1.GetSe
 }
 
 // CloseSettlementCycle implements SettlementService: signal the cycle's
-// workflow to close now, starting it (with close-now) if absent. A closing
-// or settled cycle is returned unchanged.
+// workflow to close now, starting it (with close-now) if none runs. A
+// closing cycle's workflow is started again if none runs: it settles the
+// providers still pending (one whose settlement failed keeps the cycle
+// closing). A settled cycle is returned unchanged.
 func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.CloseSettlementCycleRequest) (*settlementv1.CloseSettlementCycleResponse, error) {
 	c, err := s.cycle(ctx, req.CycleId)
 	if err != nil {
 		return nil, err
+	}
+	if c.Status == domain.CycleClosing {
+		cy, err := s.Calendar.Parse(c.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := StartCycleWorkflow(ctx, s.Temporal, s.TaskQueue, cy, s.BatchSize, s.Window); err != nil {
+			return nil, fmt.Errorf("close %s again: %w: %v", c.ID, apperr.ErrUnavailable, err)
+		}
 	}
 	if c.Status != domain.CycleOpen {
 		return &settlementv1.CloseSettlementCycleResponse{SettlementCycle: toProtoCycle(c)}, nil
@@ -156,7 +169,9 @@ func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.Clo
 	_, err = s.Temporal.SignalWithStartWorkflow(ctx, domain.CycleWorkflowID(c.ID), app.SignalClose, app.CloseSignal{Reason: reason},
 		client.StartWorkflowOptions{
 			ID: domain.CycleWorkflowID(c.ID), TaskQueue: s.TaskQueue,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			// A run that ended (failed or terminated) left the cycle open:
+			// a new one closes it.
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		},
 		app.CycleWorkflowName, app.CycleInput{CycleID: c.ID, ClosesAt: c.ClosesAt, CloseNow: true, CloseReason: reason, BatchSize: s.BatchSize, Window: s.Window})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -187,7 +202,9 @@ func (s *Server) HoldProvider(ctx context.Context, req *settlementv1.HoldProvide
 }
 
 // ReleaseProvider implements SettlementService: the provider is settled now
-// if its cycle is closing or settled.
+// if its cycle is closing or settled (waiting at most releaseWaitMax for it;
+// a settlement still retrying goes on in its workflow), and a closing cycle
+// whose last provider it was is marked settled.
 func (s *Server) ReleaseProvider(ctx context.Context, req *settlementv1.ReleaseProviderRequest) (*settlementv1.ReleaseProviderResponse, error) {
 	h, err := s.setHold(ctx, req.CycleId, req.ProviderId, req.Reason, false)
 	if err != nil {
@@ -198,30 +215,61 @@ func (s *Server) ReleaseProvider(ctx context.Context, req *settlementv1.ReleaseP
 		return nil, err
 	}
 	if c.Status != domain.CycleOpen {
-		if err := s.settleReleased(ctx, req.CycleId, req.ProviderId); err != nil {
+		done, err := s.settleReleased(ctx, req.CycleId, req.ProviderId)
+		if err != nil {
 			return nil, err
+		}
+		if done && c.Status == domain.CycleClosing {
+			if _, err := s.Store.CompleteCycle(ctx, req.CycleId, s.Clock.Now()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return &settlementv1.ReleaseProviderResponse{Hold: h}, nil
 }
 
-// settleReleased runs settle-{cycle}-{provider} again. A run that started
-// before the release may still see the hold: then it is run once more.
-func (s *Server) settleReleased(ctx context.Context, cycle, provider string) error {
+// settleReleased runs settle-{cycle}-{provider} again and reports whether
+// it ended settled within releaseWaitMax. A run that started before the
+// release may still see the hold: then it is run once more. A run that
+// fails is a failed precondition naming the cause (it was a 500, and a
+// settlement retrying an outage held the call up to a day).
+func (s *Server) settleReleased(ctx context.Context, cycle, provider string) (bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, releaseWaitMax)
+	defer cancel()
 	for range releaseAttempts {
 		run, err := StartProviderWorkflow(ctx, s.Temporal, s.TaskQueue, app.ProviderInput{CycleID: cycle, ProviderID: provider})
 		if err != nil {
-			return fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
+			return false, fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
 		}
 		var res app.ProviderResult
-		if err := run.Get(ctx, &res); err != nil {
-			return fmt.Errorf("settle released %s: %w", provider, err)
+		err = run.Get(wctx, &res)
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			return false, nil // still settling: its workflow goes on
+		}
+		if err != nil {
+			if cause := refusal(err); cause != "" {
+				return false, fmt.Errorf("provider %s of %s is released, but its settlement failed: %s; the cycle stays closing, and a close request settles it again: %w",
+					provider, cycle, cause, apperr.ErrPrecondition)
+			}
+			return false, fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
 		}
 		if !res.Held {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("provider %s is still held in %s: %w", provider, cycle, apperr.ErrConflict)
+	return false, fmt.Errorf("provider %s is still held in %s: %w", provider, cycle, apperr.ErrConflict)
+}
+
+// refusal is the message of the refusal that failed a provider's workflow
+// (the activity's non-retryable error, without the chain of errors that
+// carried it), "" when it failed otherwise.
+func refusal(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if ae, ok := e.(*temporal.ApplicationError); ok && ae.Type() == errTypeInvalid {
+			return ae.Message()
+		}
+	}
+	return ""
 }
 
 func (s *Server) setHold(ctx context.Context, cycle, provider, reason string, held bool) (*settlementv1.ProviderHold, error) {

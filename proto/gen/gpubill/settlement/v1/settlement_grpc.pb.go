@@ -42,11 +42,14 @@ type SettlementServiceClient interface {
 	// Returns one cycle with its totals.
 	GetSettlementCycle(ctx context.Context, in *GetSettlementCycleRequest, opts ...grpc.CallOption) (*GetSettlementCycleResponse, error)
 	// Closes a cycle now instead of at its end plus grace (ops, backfill).
-	// Idempotent: closing a closing or settled cycle returns it unchanged.
+	// Idempotent: a settled cycle is returned unchanged; a closing one is
+	// returned as it is, its settlement run again if none runs (a provider
+	// whose settlement failed keeps its cycle closing).
 	CloseSettlementCycle(ctx context.Context, in *CloseSettlementCycleRequest, opts ...grpc.CallOption) (*CloseSettlementCycleResponse, error)
 	// Holds a provider's settlement in a cycle (it is skipped until released).
 	HoldProvider(ctx context.Context, in *HoldProviderRequest, opts ...grpc.CallOption) (*HoldProviderResponse, error)
-	// Releases a hold; the provider is then settled.
+	// Releases a hold; the provider is then settled (its cycle too, if it was
+	// the last). A settlement that fails answers FAILED_PRECONDITION.
 	ReleaseProvider(ctx context.Context, in *ReleaseProviderRequest, opts ...grpc.CallOption) (*ReleaseProviderResponse, error)
 	// Lists a provider's statements, newest cycle first.
 	ListStatements(ctx context.Context, in *ListStatementsRequest, opts ...grpc.CallOption) (*ListStatementsResponse, error)
@@ -131,11 +134,14 @@ type SettlementServiceServer interface {
 	// Returns one cycle with its totals.
 	GetSettlementCycle(context.Context, *GetSettlementCycleRequest) (*GetSettlementCycleResponse, error)
 	// Closes a cycle now instead of at its end plus grace (ops, backfill).
-	// Idempotent: closing a closing or settled cycle returns it unchanged.
+	// Idempotent: a settled cycle is returned unchanged; a closing one is
+	// returned as it is, its settlement run again if none runs (a provider
+	// whose settlement failed keeps its cycle closing).
 	CloseSettlementCycle(context.Context, *CloseSettlementCycleRequest) (*CloseSettlementCycleResponse, error)
 	// Holds a provider's settlement in a cycle (it is skipped until released).
 	HoldProvider(context.Context, *HoldProviderRequest) (*HoldProviderResponse, error)
-	// Releases a hold; the provider is then settled.
+	// Releases a hold; the provider is then settled (its cycle too, if it was
+	// the last). A settlement that fails answers FAILED_PRECONDITION.
 	ReleaseProvider(context.Context, *ReleaseProviderRequest) (*ReleaseProviderResponse, error)
 	// Lists a provider's statements, newest cycle first.
 	ListStatements(context.Context, *ListStatementsRequest) (*ListStatementsResponse, error)

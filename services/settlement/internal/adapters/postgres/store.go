@@ -196,11 +196,22 @@ func (s *Store) ProviderStates(ctx context.Context, cycle string, providers []st
 	return states, err
 }
 
-// CompleteCycle marks a closing cycle settled.
-func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) error {
-	_, err := s.Pool.Exec(ctx, `update settlement.cycles set status = 'settled', settled_at = $2
-		where cycle_id = $1 and status = 'closing'`, cycle, now)
-	return err
+// CompleteCycle marks a closing cycle settled once every settlement of it
+// is settled, and reports whether the cycle is settled. A provider held, or
+// whose settlement failed, keeps its cycle closing (it was marked settled,
+// its money still in pending, and no figure showed it).
+func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error) {
+	var status string
+	err := s.Pool.QueryRow(ctx, `with done as (
+			update settlement.cycles set status = 'settled', settled_at = $2
+			where cycle_id = $1 and status = 'closing' and snapshot_done
+			  and not exists (select 1 from settlement.settlements where cycle_id = $1 and status <> 'settled')
+			returning status)
+		select coalesce((select status from done), (select status from settlement.cycles where cycle_id = $1), '')`, cycle, now).Scan(&status)
+	if err != nil {
+		return false, fmt.Errorf("complete cycle %s: %w", cycle, err)
+	}
+	return status == domain.CycleSettled, nil
 }
 
 // prepareSQL reads a provider's hold, tier (its rows', fixed at the
