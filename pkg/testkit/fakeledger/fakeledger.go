@@ -45,7 +45,7 @@ type Ledger struct {
 	// keys), sorted when a ListCycleBalances page needs it: sorting every
 	// balance on every page made a 100 000-provider snapshot quadratic.
 	pending map[string]*cyclePending
-	Delay   time.Duration // added to every CreateTransaction (to stretch a close)
+	Delay   time.Duration    // added to every CreateTransaction (to stretch a close)
 	refused map[string]error // CreateTransaction's answer for a key, until Refuse(key, nil)
 }
 
