@@ -93,10 +93,10 @@ func TestSegregatedFundsAsOfFromCheckpoints(t *testing.T) {
 			f.deposit(t, r, amt, "CNY", fmt.Sprintf("dep-%d", key))
 			return
 		case 1: // a wallet may go negative: its debt never offsets another's money
-			in = transfer(fmt.Sprintf("chg-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20261027", amt, "CNY")
+			in = transfer(fmt.Sprintf("chg-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20260928", amt, "CNY")
 		case 2:
 			f.deposit(t, r, amt, "CNY", fmt.Sprintf("dep2-%d", key))
-			in = transfer(fmt.Sprintf("chg2-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20261027", amt, "CNY")
+			in = transfer(fmt.Sprintf("chg2-%d", key), domain.RenterWallet(r), "provider:"+p+":pending:cyc-20260928", amt, "CNY")
 		default:
 			f.deposit(t, r, amt, "USD", fmt.Sprintf("usd-%d", key))
 			return
@@ -187,7 +187,7 @@ func TestSegregatedFundsVerdictFromBankStatement(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	f := newFixtureAt(t, nil, clk)
 	f.deposit(t, "r-1", "1000.00", "CNY", "d1")
-	if _, err := f.app.CreateTransaction(f.ctx, transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261126", "300.00", "CNY")); err != nil {
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261112", "300.00", "CNY")); err != nil {
 		t.Fatal(err)
 	}
 	imp := func(id, content string) {
@@ -320,8 +320,8 @@ func reportFixture(t *testing.T) (*fixture, *app.SegregatedFundsReport) {
 			t.Fatal(err)
 		}
 	}
-	post(transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261126", "100.00", "CNY"))
-	post(transfer("c2", "renter:r-2:wallet", "provider:p-2:pending:cyc-20261126", "50.00", "CNY")) // r-2 at -9.75
+	post(transfer("c1", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261112", "100.00", "CNY"))
+	post(transfer("c2", "renter:r-2:wallet", "provider:p-2:pending:cyc-20261112", "50.00", "CNY")) // r-2 at -9.75
 	post(transfer("fee", "renter:r-1:wallet", "platform:revenue:commission", "1.00", "CNY"))       // a breach
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "s-1129", Currency: "CNY", Account: "CN-1",
 		Content: []byte("date,reference,amount,balance\n2026-11-29,d1,600.00,600.00\n2026-11-29,d2,40.25,640.25\n")}); err != nil {

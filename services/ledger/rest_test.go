@@ -64,6 +64,65 @@ func startServer(t *testing.T, f *fixture, opts ...func(*server.Options)) (strin
 	return "http://" + srv.HTTPAddr, secret
 }
 
+// Writes no answer could carry, or ids in another form than the journal's,
+// were taken as given: a manual entry to a pending account of a cycle id
+// that starts no cycle was posted (settlement never settled it, and the
+// closed-cycle rule never saw it); one effective in year 10000 was posted
+// and every read of it answered 500; a transaction id in upper case was
+// 404, with braces round it 500.
+func TestRESTRefusesWhatNoCycleOrAnswerHolds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	entry := func(key, account string) string {
+		return `{"idempotency_key":"` + key + `","postings":[{"account":"renter:r-1:wallet","direction":"debit","amount":"5","currency":"CNY"},
+			{"account":"` + account + `","direction":"credit","amount":"5","currency":"CNY"}]}`
+	}
+	code, body := c.do("POST", "/v1/transactions", entry("no-cycle", "provider:p-1:pending:cyc-20260102"))
+	if code != 400 || !strings.Contains(body, "postings[1].account") || !strings.Contains(body, "2026-01-02 is in cyc-20260101") {
+		t.Errorf("entry to a cycle id that starts no cycle: %d %s; want 400 naming postings[1].account and cyc-20260101", code, body)
+	}
+	eff := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	in := transfer("far", "renter:r-1:wallet", "provider:p-1:pending:cyc-20261112", "5", "CNY")
+	in.EffectiveAt = &eff
+	if _, err := f.app.CreateTransaction(f.ctx, in); err == nil || !strings.Contains(err.Error(), "effective_at") {
+		t.Errorf("entry effective in year 10000: %v; want invalid effective_at", err)
+	}
+
+	code, body = c.do("POST", "/v1/transactions", entry("ok", "provider:p-1:pending:cyc-20261112"))
+	var tx struct {
+		TransactionID string `json:"transaction_id"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &tx) != nil || tx.TransactionID == "" {
+		t.Fatalf("entry: %d %s", code, body)
+	}
+	for _, tt := range []struct {
+		name, id string
+		want     int
+	}{
+		{"upper case", strings.ToUpper(tx.TransactionID), 200},
+		{"braces", "{" + tx.TransactionID + "}", 400},
+		{"any two around", "x" + tx.TransactionID + "x", 400},
+		{"urn", "urn:uuid:" + tx.TransactionID, 400},
+		{"no hyphens", strings.ReplaceAll(tx.TransactionID, "-", ""), 400},
+	} {
+		if code, body := c.do("GET", "/v1/transactions/"+tt.id, ""); code != tt.want || (code == 200 && !strings.Contains(body, tx.TransactionID)) {
+			t.Errorf("GET a transaction id %s: %d %s; want %d", tt.name, code, body, tt.want)
+		}
+	}
+	if code, body = c.do("POST", "/v1/transactions/"+strings.ToUpper(tx.TransactionID)+":reverse", `{}`); code != 200 || !strings.Contains(body, `"reverses":"`+tx.TransactionID+`"`) {
+		t.Fatalf("reverse by the upper-case id: %d %s", code, body)
+	}
+	if code, body = c.do("POST", "/v1/transactions/"+tx.TransactionID+":reverse", `{}`); code != 200 || !strings.Contains(body, `"reverses":"`+tx.TransactionID+`"`) {
+		t.Fatalf("reverse again by the journal's id: %d %s; want the same reversal", code, body)
+	}
+}
+
 func TestREST(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)

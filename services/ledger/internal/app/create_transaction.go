@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"strings"
 	"time"
 
@@ -32,8 +33,10 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		vs = append(vs, domain.Violation{Field: "description", Reason: "at most 1024 characters"})
 	}
 	vs = append(vs, domain.CheckMetadata(in.Metadata)...)
+	vs = append(vs, domain.CheckEffectiveAt(in.EffectiveAt)...)
 	postings, pvs := domain.ParsePostings(in.Postings)
 	vs = append(vs, pvs...)
+	vs = append(vs, a.checkCycles(postings)...)
 	if err := invalid(vs); err != nil {
 		return nil, err
 	}
@@ -56,6 +59,27 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// transaction's id), goes into the write's own transaction when the
 	// group commits in one (PostNew).
 	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
+}
+
+// checkCycles refuses a posting to a provider's pending account of a cycle
+// id that is not a cycle's: the address grammar takes any cyc-YYYYMMDD, and
+// money credited to cyc-20260102 was never settled (settlement lists real
+// cycles), nor refused once the cycle holding that day had closed.
+func (a *App) checkCycles(postings []domain.Posting) []domain.Violation {
+	var vs []domain.Violation
+	for i, p := range postings {
+		if p.Account.Cycle == "" {
+			continue
+		}
+		if _, err := a.Calendar.Parse(p.Account.Cycle); err != nil {
+			reason := err.Error()
+			if day, perr := time.Parse("20060102", strings.TrimPrefix(p.Account.Cycle, "cyc-")); perr == nil {
+				reason += fmt.Sprintf("; %s is in %s", day.Format(time.DateOnly), a.Calendar.At(day).ID)
+			}
+			vs = append(vs, domain.Violation{Field: fmt.Sprintf("postings[%d].account", i), Reason: reason})
+		}
+	}
+	return vs
 }
 
 // transactionRequestHash equals domain.RequestHash("transaction", the same

@@ -123,10 +123,24 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 
 // GetTransaction returns one transaction.
 func (a *App) GetTransaction(ctx context.Context, id string) (*domain.Transaction, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return nil, apperr.Invalid("transaction_id", "%q is not a transaction id", id)
+	id, err := transactionID(id)
+	if err != nil {
+		return nil, err
 	}
 	return a.getTransaction(ctx, id)
+}
+
+// transactionID is id in the form the journal keeps: a UUID of 36
+// characters, in lower case. uuid.Parse also takes no hyphens, a urn:uuid:
+// prefix, and any two characters around one: passed on as given, one
+// failed the database's cast (500) and another (upper case) matched no row
+// (404) for a transaction that exists.
+func transactionID(id string) (string, error) {
+	u, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 {
+		return "", apperr.Invalid("transaction_id", "%q is not a transaction id", id)
+	}
+	return u.String(), nil
 }
 
 // ListTransactions pages through the journal, oldest first: every

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
@@ -25,8 +24,13 @@ type ReverseInput struct {
 // transaction is reversed at most once: asking again with the same key
 // returns the reversal, with another key is a conflict.
 func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.Transaction, error) {
-	if _, err := uuid.Parse(in.TransactionID); err != nil {
-		return nil, apperr.Invalid("transaction_id", "%q is not a transaction id", in.TransactionID)
+	id, err := transactionID(in.TransactionID)
+	if err != nil {
+		return nil, err
+	}
+	in.TransactionID = id
+	if vs := domain.CheckEffectiveAt(in.EffectiveAt); vs != nil {
+		return nil, invalid(vs)
 	}
 	key := strings.TrimSpace(in.IdempotencyKey)
 	if key == "" {

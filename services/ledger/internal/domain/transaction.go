@@ -150,6 +150,23 @@ func CheckBalanced(ps []Posting) []Violation {
 	return vs
 }
 
+// Effective dates a transaction may carry: the years a protobuf timestamp
+// (and so every answer in JSON) can hold.
+var (
+	EffectiveMin = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	EffectiveMax = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// CheckEffectiveAt refuses an effective date no answer could carry: one
+// in year 10000 was stored, and every read of its transaction (and each
+// page of its accounts' listings) answered 500.
+func CheckEffectiveAt(t *time.Time) []Violation {
+	if t == nil || (!t.Before(EffectiveMin) && !t.After(EffectiveMax)) {
+		return nil
+	}
+	return []Violation{{Field: "effective_at", Reason: "outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z"}}
+}
+
 // CheckMetadata validates metadata limits.
 func CheckMetadata(md map[string]string) []Violation {
 	var vs []Violation
