@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -135,4 +137,43 @@ func runSummary(r *domain.ReconRun) string {
 		l = append(l, fmt.Sprintf("%s:%s:%s", x.Movement.Kind, x.Movement.Key, x.Movement.Amount))
 	}
 	return fmt.Sprintf("matched %v; bank %v; ledger %v", m, b, l)
+}
+
+// A transaction chained long after it was created (chaining waits for every
+// older database transaction to end, an open psql session's too) is taken
+// by the run after its chaining. Runs read movements created from an hour
+// before their own previous run's time: one created more than an hour
+// before the run that did not find it chained fell between the two runs,
+// in neither, and a run could say reconciled without it.
+func TestReconciliationTakesALateChainedMovement(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	clk := clock.NewManual(t0)
+	f := newFixtureAt(t, nil, clk)
+	rec := f.svc.Reconciliations()
+	run := func(name string) *domain.ReconRun {
+		t.Helper()
+		runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("%s: %v %v", name, runs, err)
+		}
+		return runs[0]
+	}
+	early := f.deposit(t, "r-1", "10.00", "CNY", "early")
+	chainAll(t, f)
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n2026-11-30,early,10.00,10.00\n")
+	if got := runSummary(run("run 1")); got != fmt.Sprintf("matched [1=deposit:early[%s]]; bank []; ledger []", early.ID) {
+		t.Fatalf("run 1: %s", got)
+	}
+	clk.Advance(30 * time.Minute)
+	late := f.deposit(t, "r-1", "100.00", "CNY", "late-1") // not chained before run 2
+	clk.Advance(2 * time.Hour)
+	if r2 := run("run 2"); len(r2.Result.UnmatchedLedger) != 0 {
+		t.Fatalf("run 2 found the unchained deposit: %s", runSummary(r2))
+	}
+	chainAll(t, f)
+	clk.Advance(24 * time.Hour)
+	if got, want := runSummary(run("run 3")), "matched []; bank []; ledger [deposit:late-1:100]"; got != want {
+		t.Fatalf("run 3 (the deposit of %s chained since run 2):\n got  %s\n want %s", late.ID, got, want)
+	}
 }

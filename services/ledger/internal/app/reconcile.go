@@ -18,9 +18,12 @@ import (
 const (
 	reconPageDefault = 50
 	reconPageMax     = 500
-	// chainLagMax bounds how long before its chain link a transaction's
-	// created_at may lie (it is set before the commit, the link after):
-	// movements are looked for from the previous run's time minus this.
+	// chainLagMax bounds how long before the previous run's chain head a
+	// transaction chained after it may have been created (a write's wait
+	// for its database transaction, clocks apart). Bounded by the run's
+	// own time instead, a transaction chained more than this after it was
+	// created (chaining waits for every older database transaction to end,
+	// an open psql session's too) fell between two runs, in neither.
 	chainLagMax = time.Hour
 )
 
@@ -47,9 +50,12 @@ type ReconRunTx interface {
 	FreshLines(ctx context.Context) ([]string, []domain.BankLine, error)
 	ChainHead(ctx context.Context) (string, int64, error)
 	// Movements are the currency's bank:client movements (one per
-	// transaction, classified) chained at positions (after, upto], created
-	// at or after since.
-	Movements(ctx context.Context, after, upto int64, since time.Time) ([]domain.Movement, error)
+	// transaction, classified) chained at positions (after, upto]. Only
+	// postings created at most lag before the transaction at position
+	// after are read: every transaction chained after it was created after
+	// it less the time a write waits for its database transaction (the
+	// chain takes them in the order their database transactions began).
+	Movements(ctx context.Context, after, upto int64, lag time.Duration) ([]domain.Movement, error)
 	// Balances: the sum of each account's latest statement closing balance
 	// (nil: none) and bank:client in the ledger now.
 	Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error)
@@ -112,10 +118,10 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		CreatedAt: r.Now().UTC().Truncate(time.Microsecond), HeadHash: hash, HeadPosition: pos}
 	var lines []domain.BankLine
 	var moves []domain.Movement
-	after, since := int64(0), time.Time{}
+	after := int64(0)
 	if prev != nil {
 		run.PreviousID = prev.ID
-		after, since = prev.HeadPosition, prev.CreatedAt.Add(-chainLagMax)
+		after = prev.HeadPosition
 		for _, u := range prev.Result.UnmatchedBank {
 			lines = append(lines, u.Line)
 		}
@@ -128,7 +134,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run.StatementIDs, lines = stIDs, append(lines, fresh...)
-	newMoves, err := rd.Movements(ctx, after, pos, since)
+	newMoves, err := rd.Movements(ctx, after, pos, chainLagMax)
 	if err != nil {
 		return nil, err
 	}

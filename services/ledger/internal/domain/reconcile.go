@@ -67,15 +67,17 @@ func ClassifyMovement(txID string, kind TxKind, idempotencyKey string, metadata 
 	return MovementOther, txID
 }
 
-// GroupMovements merges movements the bank sees as one transfer: the same
-// kind, key and direction (a payout paid and the same payout returned stay
-// apart). Order: first appearance.
+// GroupMovements merges movements the bank sees as one transfer: a cycle's
+// commission sweeps in one direction. Every other movement is a transfer
+// of its own: a payout paid, returned, and paid again by a retry are three
+// (merged, a retried payout's two payments were one movement of twice the
+// amount, which no statement line ever matched). Order: first appearance.
 func GroupMovements(ms []Movement) []Movement {
 	var out []Movement
 	at := map[string]int{}
 	for _, m := range ms {
 		k := m.Kind + "\x00" + m.Key + "\x00" + fmt.Sprint(m.Amount.Sign())
-		if i, ok := at[k]; ok {
+		if i, ok := at[k]; ok && m.Kind == MovementCommissionSweep {
 			out[i].Amount = out[i].Amount.Add(m.Amount)
 			out[i].TransactionIDs = append(out[i].TransactionIDs, m.TransactionIDs...)
 			continue

@@ -66,6 +66,12 @@ func TestReconcile(t *testing.T) {
 			want:  "matched ; bank 1; ledger deposit:bank-ref:100",
 		},
 		{
+			name:  "a payout paid, returned and paid again by a retry: three transfers",
+			give:  []BankLine{line(1, "po-9", "-5.04"), line(2, "po-9", "5.04"), line(3, "po-9-2", "-5.04")},
+			moves: []Movement{mv(MovementPayout, "po-9", "-5.04", "t1"), mv(MovementPayout, "po-9", "5.04", "t2"), mv(MovementPayout, "po-9", "-5.04", "t3")},
+			want:  "matched 1=payout:po-9[t1] 2=payout:po-9[t2] 3=payout:po-9[t3]; bank ; ledger ",
+		},
+		{
 			name:  "paid and returned are two transfers of one payout",
 			give:  []BankLine{line(1, "po-9", "-5.04"), line(2, "po-9", "5.04")},
 			moves: []Movement{mv(MovementPayout, "po-9", "-5.04", "t1"), mv(MovementPayout, "po-9", "5.04", "t2")},

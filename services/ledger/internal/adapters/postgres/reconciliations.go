@@ -261,14 +261,16 @@ func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) {
 	return ChainHead(ctx, r.tx)
 }
 
-func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, since time.Time) ([]domain.Movement, error) {
+func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, lag time.Duration) ([]domain.Movement, error) {
 	rows, err := r.tx.Query(ctx, `select t.id::text, t.kind, t.idempotency_key, t.metadata,
 			sum(case when p.direction = 'debit' then p.amount else -p.amount end)::text
 		from ledger.postings p
 		join ledger.journal_chain c on c.tx_id = p.tx_id
 		join ledger.transactions t on t.id = p.tx_id
-		where p.account = $1 and p.currency = $2 and p.created_at >= $3 and c.position > $4 and c.position <= $5
-		group by t.id, c.position order by c.position`, domain.BankClient, r.currency, since, after, upto)
+		where p.account = $1 and p.currency = $2 and c.position > $4 and c.position <= $5
+		  and p.created_at >= coalesce((select h.created_at from ledger.journal_chain hc join ledger.transactions h on h.id = hc.tx_id
+			where hc.position = $4) - $3::interval, '-infinity')
+		group by t.id, c.position order by c.position`, domain.BankClient, r.currency, lag, after, upto)
 	if err != nil {
 		return nil, fmt.Errorf("bank:client movements: %w", err)
 	}
