@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 	"pgregory.net/rapid"
@@ -186,6 +187,54 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 		t.Fatalf("ok %d, overdrafts %d, conflicts %d", ok, od, conflicts)
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", fmt.Sprint(n/3))
+	checkInvariants(t, f)
+}
+
+// A group commit judges each account's overdraft on the group's net
+// change. A payout drawing 80 from an available of 50, queued before a
+// settlement crediting it 40, passed as one group (net -40, 10 left): alone,
+// or first as queued, it is refused, and the journal showed available at
+// -30 between the two. Such a group is posted one transaction at a time.
+func TestGroupCommitJudgesADrawBeforeACreditInQueueOrder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "100.00", "USD", "d-1")
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "50", "USD")); err != nil {
+		t.Fatal(err)
+	}
+	// Hold bank:client's balance so that a deposit's group waits on it
+	// while the draw and the credit queue behind it, in this order.
+	lock, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(f.ctx) //nolint:errcheck // rolled back below
+	if _, err := lock.Exec(f.ctx, `select 1 from ledger.balances where account = 'bank:client' and currency = 'USD' for update`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	start := func(i int, in app.CreateTransactionInput) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.app.CreateTransaction(f.ctx, in)
+		}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	start(0, app.CreateTransactionInput{IdempotencyKey: "d-2", Postings: []domain.RawPosting{
+		{Account: "bank:client", Direction: "debit", Amount: "1", Currency: "USD"},
+		{Account: "renter:r-2:wallet", Direction: "credit", Amount: "1", Currency: "USD"}}})
+	start(1, transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "80", "USD"))
+	start(2, transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "40", "USD"))
+	if err := lock.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[2] != nil || !isInvalid(errs[1]) || !strings.Contains(errs[1].Error(), "would go negative") {
+		t.Fatalf("deposit %v, draw of 80 from 50 %v, credit of 40 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
+	}
+	wantBalance(t, f, "provider:p-1:available", "USD", "90")
 	checkInvariants(t, f)
 }
 
