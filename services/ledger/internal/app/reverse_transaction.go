@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
