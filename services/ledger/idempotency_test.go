@@ -59,3 +59,32 @@ func TestIdempotencyKeysConflictOnAnotherBody(t *testing.T) {
 	wantBalance(t, f, "renter:r-1:wallet", "CNY", "5")
 	wantBalance(t, f, "renter:r-2:wallet", "CNY", "0")
 }
+
+// The keys the ledger gives its own writes are not a caller's to choose: a
+// manual entry keyed deposit:wx-9 made the deposit wx-9 a 409 for good, and
+// one keyed reverse:{id} the reversal of id asked without a key.
+func TestTheLedgersOwnKeysAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	tx, err := f.app.CreateTransaction(f.ctx, transfer("m-1", "bank:client", "renter:r-1:wallet", "5", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"deposit:wx-9", "reverse:" + tx.ID} {
+		_, err := f.app.CreateTransaction(f.ctx, transfer(key, "bank:client", "renter:r-1:wallet", "1", "CNY"))
+		wantInvalid(t, err, "idempotency_key")
+	}
+	other, err := f.app.CreateTransaction(f.ctx, transfer("m-2", "bank:client", "renter:r-1:wallet", "2", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: other.ID, IdempotencyKey: "reverse:" + tx.ID})
+	wantInvalid(t, err, "idempotency_key")
+	f.deposit(t, "r-1", "1", "CNY", "wx-9")
+	if rev, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: tx.ID}); err != nil || rev.Reverses != tx.ID {
+		t.Fatalf("reversal asked without a key: %v, %v", rev, err)
+	}
+	if rev, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: tx.ID, IdempotencyKey: "reverse:" + tx.ID}); err != nil || rev.Reverses != tx.ID {
+		t.Fatalf("the same reversal, its key given: %v, %v", rev, err)
+	}
+}

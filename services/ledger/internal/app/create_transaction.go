@@ -29,6 +29,7 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	if key == "" || len(key) > domain.IdempotencyKeyMax {
 		vs = append(vs, domain.Violation{Field: "idempotency_key", Reason: "required, at most 256 characters"})
 	}
+	vs = append(vs, domain.CheckChosenKey(key, "")...)
 	if len(in.Description) > domain.DescriptionMax {
 		vs = append(vs, domain.Violation{Field: "description", Reason: "at most 1024 characters"})
 	}

@@ -57,7 +57,7 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 	}
 	now := a.now()
 	t := &domain.Transaction{
-		ID: ids.New(""), IdempotencyKey: "deposit:" + ref, Kind: domain.TxDeposit,
+		ID: ids.New(""), IdempotencyKey: domain.DepositKeyPrefix + ref, Kind: domain.TxDeposit,
 		Description: "renter top-up " + ref, EffectiveAt: now, CreatedAt: now,
 		Metadata: map[string]string{"external_ref": ref, "renter_id": in.RenterID},
 		Postings: []domain.Posting{

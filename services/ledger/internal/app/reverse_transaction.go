@@ -33,7 +33,10 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 	}
 	key := strings.TrimSpace(in.IdempotencyKey)
 	if key == "" {
-		key = "reverse:" + in.TransactionID
+		key = domain.ReversalKeyPrefix + in.TransactionID
+	}
+	if vs := domain.CheckChosenKey(key, domain.ReversalKeyPrefix+in.TransactionID); vs != nil {
+		return nil, invalid(vs)
 	}
 	if len(key) > domain.IdempotencyKeyMax {
 		return nil, apperr.Invalid("idempotency_key", "at most 256 characters")

@@ -167,6 +167,25 @@ func CheckEffectiveAt(t *time.Time) []Violation {
 	return []Violation{{Field: "effective_at", Reason: "outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z"}}
 }
 
+// Key prefixes the ledger gives the writes it keys itself: a deposit
+// (deposit:{external_ref}) and a reversal asked without a key
+// (reverse:{transaction id}).
+const (
+	DepositKeyPrefix  = "deposit:"
+	ReversalKeyPrefix = "reverse:"
+)
+
+// CheckChosenKey refuses an idempotency key a caller chose in the ledger's
+// own forms (own: the one key of that form the write may take, "" for
+// none): a manual entry keyed deposit:wx-9 made the deposit wx-9 a 409 for
+// good, one keyed reverse:{id} the reversal of id asked without a key.
+func CheckChosenKey(key, own string) []Violation {
+	if key == own || (!strings.HasPrefix(key, DepositKeyPrefix) && !strings.HasPrefix(key, ReversalKeyPrefix)) {
+		return nil
+	}
+	return []Violation{{Field: "idempotency_key", Reason: fmt.Sprintf("keys starting %q or %q are the ledger's own (deposits, reversals asked without a key)", DepositKeyPrefix, ReversalKeyPrefix)}}
+}
+
 // CheckMetadata validates metadata limits.
 func CheckMetadata(md map[string]string) []Violation {
 	var vs []Violation
