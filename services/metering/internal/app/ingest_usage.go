@@ -67,17 +67,35 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	// order: each judged against recorded usage and the call's events before
 	// it that were recorded. Pass 2 judges an event against the batch's
 	// earlier events; if pass 3 then rejects one of those against recorded
-	// usage, what was judged against it is judged again without it, in a
-	// new transaction. (Recorded usage is never removed, so a rejection
-	// against it still holds there.)
+	// usage, the transaction rolls back and the call is judged again in a
+	// new one: first each event against recorded usage alone (under the
+	// leases' locks), then the rest against each other. (Recorded usage is
+	// never removed, so a rejection against it still holds there.)
 	var carried []Rejection // pass 3's rejections of earlier rounds
-	for {
-		round := IngestResult{}
-		b := a.checkBatch(cands, provs, rents, now, &round)
-		var rec recordResult
-		var err error
-		if len(b.recs) > 0 {
+	for rejudge := false; ; rejudge = true {
+		var (
+			round IngestResult
+			b     batch
+			pre   recordResult // what recorded usage alone answers, in a re-judged round
+			rec   recordResult
+			err   error
+		)
+		if !rejudge {
+			b = a.checkBatch(cands, provs, rents, now, &round)
+		}
+		if rejudge || len(b.recs) > 0 {
 			err = a.Store.WithTx(ctx, func(tx Tx) error {
+				if rejudge {
+					live, p, err := againstRecorded(ctx, tx, cands)
+					if err != nil {
+						return err
+					}
+					round, pre = IngestResult{}, p
+					if b = a.checkBatch(live, provs, rents, now, &round); len(b.recs) == 0 {
+						rec = recordResult{}
+						return nil
+					}
+				}
 				var err error
 				rec, err = record(ctx, tx, b)
 				if err != nil {
@@ -99,11 +117,83 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 			return IngestResult{}, fmt.Errorf("record usage: %w", err)
 		}
 		res.Accepted = len(rec.accepted)
-		res.Duplicates = round.Duplicates + rec.dups
-		res.Rejected = slices.Concat(res.Rejected, carried, round.Rejected, rec.rejected)
+		res.Duplicates = pre.dups + round.Duplicates + rec.dups
+		res.Rejected = slices.Concat(res.Rejected, carried, pre.rejected, round.Rejected, rec.rejected)
 		sortRejected(res.Rejected)
 		return res, nil
 	}
+}
+
+// againstRecorded takes out of cands what recorded usage answers alone,
+// holding the locks of their leases: a repeat of a recorded id (a
+// duplicate, or a conflict), an event naming other parties than its
+// lease's recorded usage, an event overlapping recorded time. A later copy
+// of an id stays for pass 2 to judge against the first.
+func againstRecorded(ctx context.Context, tx Tx, cands []candidate) ([]candidate, recordResult, error) {
+	var out recordResult
+	ids := make([]string, 0, len(cands))
+	leases := map[string]bool{}
+	for _, c := range cands {
+		ids = append(ids, c.ev.ID)
+		leases[c.ev.LeaseID] = true
+	}
+	leaseIDs := keys(leases)
+	if err := tx.LockLeases(ctx, leaseIDs); err != nil {
+		return nil, out, err
+	}
+	exist, err := tx.Existing(ctx, ids)
+	if err != nil {
+		return nil, out, err
+	}
+	parties, err := tx.LeaseParties(ctx, leaseIDs)
+	if err != nil {
+		return nil, out, err
+	}
+	reject := func(c candidate, reason string) {
+		out.rejected = append(out.rejected, Rejection{Index: c.idx, ID: c.ev.ID, Reason: reason})
+	}
+	var probe []domain.Event
+	first := map[string]bool{}
+	keep := make([]bool, len(cands))
+	for i, c := range cands {
+		if stored, ok := exist[c.ev.ID]; ok {
+			if diff := stored.Differs(c.ev); len(diff) > 0 {
+				reject(c, domain.ConflictReason(c.ev.ID, diff))
+			} else {
+				out.dups++
+			}
+			continue
+		}
+		p := domain.LeaseParties{ProviderID: c.ev.ProviderID, RenterID: c.ev.RenterID}
+		if ps := parties[c.ev.LeaseID]; len(ps) > 0 && !slices.Contains(ps, p) {
+			reject(c, domain.LeaseReason(c.ev.LeaseID, ps[0]))
+			continue
+		}
+		keep[i] = true
+		if !first[c.ev.ID] {
+			first[c.ev.ID] = true
+			probe = append(probe, c.ev)
+		}
+	}
+	with, err := tx.Overlapping(ctx, probe)
+	if err != nil {
+		return nil, out, err
+	}
+	live := make([]candidate, 0, len(cands))
+	probed := map[string]bool{}
+	for i, c := range cands {
+		if !keep[i] {
+			continue
+		}
+		if o := with[c.ev.ID]; o != "" && !probed[c.ev.ID] {
+			probed[c.ev.ID] = true
+			reject(c, fmt.Sprintf("overlaps %s on lease %s", o, c.ev.LeaseID))
+			continue
+		}
+		probed[c.ev.ID] = true
+		live = append(live, c)
+	}
+	return live, out, nil
 }
 
 // errJudgeAgain rolls back a round of ingest whose batch was judged against
