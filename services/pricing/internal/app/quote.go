@@ -64,6 +64,11 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	if a.Splits == nil {
 		return QuoteResult{}, fmt.Errorf("quotes: no tax service to split with: %w", apperr.ErrUnavailable)
 	}
+	model, err := a.quotedModel(ctx, in.GPUModel)
+	if err != nil {
+		return QuoteResult{}, err
+	}
+	in.GPUModel = model
 	q, err := checkQuote(in, a.commission())
 	if err != nil {
 		return QuoteResult{}, err
@@ -101,6 +106,24 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 }
 
 // checkQuote validates a quote request, naming every bad field.
+// quotedModel is name as usage records it: its catalogue id (an alias or
+// another case of it resolved, as metering does for usage); a name the
+// catalogue lacks is left for the card's lookup to refuse. A quote for
+// "RTX 4090" was a 400 while usage naming it was charged.
+func (a *App) quotedModel(ctx context.Context, name string) (string, error) {
+	if a.Catalogue == nil || name == "" {
+		return name, nil
+	}
+	ix, err := a.Catalogue.Index(ctx)
+	if err != nil {
+		return "", err
+	}
+	if id, ok := ix.Resolve(name); ok {
+		return id, nil
+	}
+	return name, nil
+}
+
 func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest, error) {
 	v := &apperr.Validator{}
 	cur, err := money.Lookup(in.Currency)

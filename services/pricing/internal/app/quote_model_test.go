@@ -1,0 +1,58 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
+	"github.com/gpubill/gpubill/services/pricing/internal/domain"
+)
+
+// seededCatalogue is the GPU catalogue's seed.
+type seededCatalogue struct{}
+
+func (seededCatalogue) Index(context.Context) (gpucatalog.Index, error) {
+	return gpucatalog.NewIndex(gpucatalog.Seed())
+}
+
+// halfSplit splits half to commission, the rest to net.
+type halfSplit struct{}
+
+func (halfSplit) QuoteSplit(_ context.Context, r SplitRequest) (SplitQuote, error) {
+	c := r.Gross.Div(decimal.NewFromInt(2)).Round(2)
+	return SplitQuote{Commission: c, Net: r.Gross.Sub(c), RuleSet: "test", RuleVersion: "1"}, nil
+}
+
+// A quote names a GPU model as usage may: an alias or another case of it
+// is priced as its catalogue id, as metering records the usage. It was a
+// 400 ("no price") while the usage it quoted was charged.
+func TestQuoteResolvesModelNames(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	a := New(st, seededCatalogue{}, clock.NewManual(from.Add(48*time.Hour)))
+	a.Splits = halfSplit{}
+	start := from.Add(10 * time.Hour)
+	quote := func(model string) (QuoteResult, error) {
+		return a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: model, GPUCount: 2, Hours: "1.5", StartTime: &start,
+			ProviderTier: "standard", TaxProfile: "individual"})
+	}
+	want, err := quote("RTX_4090")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rtx_4090", "RTX 4090", "rtx4090"} {
+		got, err := quote(name)
+		if err != nil || got.RenterPrice != want.RenterPrice || got.RateCardID != want.RateCardID {
+			t.Errorf("quote for %q: %+v, %v; want %s on %s", name, got, err, want.RenterPrice, want.RateCardID)
+		}
+	}
+	if _, err := quote("GTX_9999"); err == nil {
+		t.Error("a quote for a model the catalogue lacks was answered")
+	}
+}
