@@ -51,7 +51,7 @@ func (a *App) failPoint(p string) error {
 }
 
 // Book returns the rate cards, reloading them when a card was added (by any
-// process: the newest seq is checked once per rating batch).
+// process: the number of cards is checked once per rating batch).
 func (a *App) Book(ctx context.Context) (*domain.Book, error) {
 	seq, err := a.Store.CardsSeq(ctx)
 	if err != nil {

@@ -19,9 +19,10 @@ type Store interface {
 	// Cards lists cards, newest effective first, after the (effective_from,
 	// seq) position when afterSeq > 0.
 	Cards(ctx context.Context, currency string, afterEff time.Time, afterSeq int64, limit int) ([]domain.StoredCard, error)
-	// AllCards loads every card in seq order, and the highest seq.
+	// AllCards loads every card in seq order, and their number.
 	AllCards(ctx context.Context) ([]domain.StoredCard, int64, error)
-	// CardsSeq is the newest card's seq (0 when none).
+	// CardsSeq is the number of cards (never changed or removed); AllCards
+	// answers it for the cards it returns.
 	CardsSeq(ctx context.Context) (int64, error)
 	// Pending lists usage waiting for a rate card, oldest first, after
 	// the row waiting since afterSince with event id afterID (the zero

@@ -127,24 +127,24 @@ func (s *Store) AllCards(ctx context.Context) ([]domain.StoredCard, int64, error
 	}
 	defer rows.Close()
 	var out []domain.StoredCard
-	var max int64
 	for rows.Next() {
 		c, err := scanCard(rows)
 		if err != nil {
 			return nil, 0, err
 		}
 		out = append(out, c)
-		max = c.Seq
 	}
-	return out, max, rows.Err()
+	return out, int64(len(out)), rows.Err()
 }
 
-// CardsSeq is the newest card's seq (0 when none): the rating book is
-// reloaded when it moves.
+// CardsSeq is the number of cards (cards are never changed or removed):
+// the rating book is reloaded when it moves. The newest card's seq was
+// read before: a card whose insert took the lower seq but committed after
+// a book was loaded with the higher one was never loaded.
 func (s *Store) CardsSeq(ctx context.Context) (int64, error) {
-	var seq int64
-	err := s.Pool.QueryRow(ctx, `select coalesce(max(seq), 0) from pricing.rate_cards`).Scan(&seq)
-	return seq, err
+	var n int64
+	err := s.Pool.QueryRow(ctx, `select count(*) from pricing.rate_cards`).Scan(&n)
+	return n, err
 }
 
 // LockRating serialises rating transactions (cumulative rounding and tier
