@@ -123,6 +123,11 @@ func TestMethodValidate(t *testing.T) {
 		{Method{Type: "bank", AccountName: "Li Wei", AccountNumber: "DE89370400440532013000", BankCode: "COBADEFF"}, ""},
 		{Method{Type: "bank", AccountNumber: "12", BankCode: "x"}, "account_number,account_name,bank_code"},
 		{Method{Type: "bank", AccountName: "A", AccountNumber: "62220000", BankCode: "ICBK", AlipayID: "13800000000"}, "type"},
+		// A bank file cannot carry it: one such name failed every batch.
+		{Method{Type: "bank", AccountName: "Li\x01Wei", AccountNumber: "62220000", BankCode: "ICBK"}, "account_name"},
+		{Method{Type: "bank", AccountName: "Li\nWei", AccountNumber: "62220000", BankCode: "ICBK"}, "account_name"},
+		{Method{Type: "bank", AccountName: "李\xffWei", AccountNumber: "62220000", BankCode: "ICBK"}, "account_name"},
+		{Method{Type: "bank", AccountName: "李伟", AccountNumber: "62220000", BankCode: "ICBK"}, ""},
 		{Method{Type: "alipay", AlipayID: "13800000002"}, ""},
 		{Method{Type: "alipay", AlipayID: "li@example.com"}, ""},
 		{Method{Type: "alipay", AlipayID: "not an id"}, "alipay_id"},

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Payout method types.
@@ -44,6 +46,11 @@ func (m Method) Validate() []Violation {
 	add := func(f, r string) { v = append(v, Violation{f, r}) }
 	if len(m.AccountName) > accountNameLenMax {
 		add("account_name", "at most 200 characters")
+	}
+	// What a bank file (pain.001) cannot carry: a control character in one
+	// name failed every cutoff's batch, every provider's bank payout with it.
+	if !utf8.ValidString(m.AccountName) || strings.ContainsFunc(m.AccountName, unicode.IsControl) {
+		add("account_name", "holds a control character or is not valid UTF-8")
 	}
 	switch m.Type {
 	case MethodBank:
