@@ -74,13 +74,14 @@ func BankFailure(isoCode, info string) (code, message string) {
 	return r.code, message
 }
 
-// DuplicateMessageReason reports whether an ISO group-level rejection
-// reason rejects a copy of a file already received (DU01–DU05: duplicate
-// message, payment information or instruction id): the copy is refused, the
-// original stands.
+// DuplicateMessageReason reports whether an ISO rejection reason, at any
+// level of a status report, rejects a copy of what the bank already
+// received (DU01–DU05: duplicate message, payment information, instruction
+// or end-to-end id; AM05: duplication): the copy is refused, the original
+// stands.
 func DuplicateMessageReason(isoCode string) bool {
 	switch strings.ToUpper(strings.TrimSpace(isoCode)) {
-	case "DU01", "DU02", "DU03", "DU04", "DU05":
+	case "DU01", "DU02", "DU03", "DU04", "DU05", "AM05":
 		return true
 	}
 	return false

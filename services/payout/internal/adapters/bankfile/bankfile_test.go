@@ -498,6 +498,47 @@ func TestImportGroupAndPaymentInfoStatuses(t *testing.T) {
 	}
 }
 
+// A bank refusing a copy of what it already has (the same file delivered
+// again after a crash) may say so per payment or per payment information,
+// not only for the whole file: the original's payments stand. Taken as the
+// payment's failure, it moved the money back to available while the
+// original still paid.
+func TestImportDuplicateRejectionsAtEveryLevel(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-c1", "CNY", "100.00", bank("6222000011110001"))
+	f.submit(t, "po-u1", "USD", "30.00", bank("6222000011110006"))
+	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnyPmt, usdPmt := id+"-CNY-20261201", id+"-USD-20261201"
+	rep, err := f.r.Import(ctx, app.SourceUpload, "dup.xml", []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>S-D</MsgId><CreDtTm>2026-12-01T16:00:00+08:00</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>`+id+`</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId><GrpSts>PART</GrpSts></OrgnlGrpInfAndSts>
+<OrgnlPmtInfAndSts><OrgnlPmtInfId>`+cnyPmt+`</OrgnlPmtInfId><TxInfAndSts><OrgnlEndToEndId>po-c1</OrgnlEndToEndId><TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf></TxInfAndSts></OrgnlPmtInfAndSts>
+<OrgnlPmtInfAndSts><OrgnlPmtInfId>`+usdPmt+`</OrgnlPmtInfId><PmtInfSts>RJCT</PmtInfSts><StsRsnInf><Rsn><Cd>DU02</Cd></Rsn></StsRsnInf></OrgnlPmtInfAndSts>
+</CstmrPmtStsRpt></Document>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignored := 0
+	for _, e := range rep.Entries {
+		if e.Outcome == app.EntryIgnored {
+			ignored++
+		}
+	}
+	if o := outcomes(rep); o["po-c1"] != app.EntryIgnored || o["po-u1"] != "" || ignored != 2 {
+		t.Errorf("duplicate rejections: %v (%d ignored); want both entries ignored, nothing applied", o, ignored)
+	}
+	for _, ref := range []string{"po-c1", "po-u1"} {
+		if st := f.state(t, ref); st.State == app.RailFailed {
+			t.Errorf("%s failed by a duplicate's rejection: %+v", ref, st)
+		}
+	}
+}
+
 // Run builds the batch of a cutoff once it has passed (by the injected
 // clock), delivers it and reads the inbox, without anyone calling Cut.
 func TestRunCutsAtTheCutoff(t *testing.T) {

@@ -197,11 +197,25 @@ func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]
 	var acts []action
 	listed := map[string]bool{}
 	pmtStatus := map[string]iso20022.PaymentInfoStatus{}
+	// A rejection for a duplicate, at any level, refuses a copy of what the
+	// bank already has (a file delivered again after a crash): the
+	// original's payments stand. Taken as the payment's failure, it moved
+	// the money back to available while the original still paid.
 	for _, pi := range sr.PaymentInfos {
 		for _, t := range pi.Transactions {
 			code, info := firstReason(t.Reasons)
-			acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, to: statusTarget(t.Status)})
 			listed[t.OriginalEndToEndID] = true
+			if statusTarget(t.Status) == stateRejected && domain.DuplicateMessageReason(code) {
+				acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, outcome: app.EntryIgnored,
+					note: "the bank refused a duplicate of payment " + t.OriginalEndToEndID + "; the original stands"})
+				continue
+			}
+			acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, to: statusTarget(t.Status)})
+		}
+		if code, _ := firstReason(pi.Reasons); statusTarget(pi.Status) == stateRejected && domain.DuplicateMessageReason(code) {
+			acts = append(acts, action{element: pi.Path + "/PmtInfSts", bankStatus: pi.Status, reason: code, outcome: app.EntryIgnored,
+				note: "the bank refused a duplicate of payment information " + pi.OriginalPaymentInfoID + "; the original's payments stand"})
+			continue
 		}
 		if pi.Status != "" && statusTarget(pi.Status) != "" {
 			pmtStatus[pi.OriginalPaymentInfoID] = pi
