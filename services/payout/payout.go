@@ -314,12 +314,17 @@ func (s *Service) wireRails(cfg Config) app.Rail {
 		s.wechat = &wechatpay.Rail{C: &wechatpaypkg.Client{Cfg: cfg.WeChatPay, Clock: d.Clock}, Log: d.Log}
 		byType[domain.MethodWechat] = s.wechat
 	}
+	var readable []app.Rail
+	if !s.bankOn {
+		readable = []app.Rail{s.bank} // its payouts from before are followed still
+	}
 	if !s.bankOn && !cfg.AlipayOn && !cfg.WeChatPayOn {
-		return s.sandbox // no real rail: the sandbox pays every method
+		// No real rail: the sandbox pays every method.
+		return app.Router{Default: s.sandbox, Readable: readable}
 	}
 	// A real rail is on: a method type with no rail of its own fails
 	// (unsupported_by_rail) instead of being "paid" by the sandbox.
-	return app.Router{Default: s.sandbox, ByType: byType, Strict: true}
+	return app.Router{Default: s.sandbox, ByType: byType, Strict: true, Readable: readable}
 }
 
 // wireTopUps serves the configured rails' notifications and offers their

@@ -29,14 +29,23 @@ func TestRailsWired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Service{sandbox: &sandbox.Sandbox{}, flow: &ports.Workflows{}}
 			rail := s.wireRails(tc.cfg)
+			r, ok := rail.(app.Router)
+			if !ok || r.Default != app.Rail(s.sandbox) {
+				t.Fatalf("rail %T %+v, want a router over the sandbox", rail, rail)
+			}
+			// The bank-file rail's book is asked about references while
+			// the file rail takes no payouts: switched off, its payouts
+			// were never followed again.
+			if wantReadable := tc.cfg.BankRail != BankRailFile; wantReadable != (len(r.Readable) == 1 && r.Readable[0] == app.Rail(s.bank)) {
+				t.Fatalf("readable rails %v; want the bank-file rail's book: %v", r.Readable, wantReadable)
+			}
 			if tc.sandboxed {
-				if rail != app.Rail(s.sandbox) {
-					t.Fatalf("rail %T, want the sandbox alone", rail)
+				if r.Strict || len(r.ByType) != 0 {
+					t.Fatalf("router %+v, want the sandbox for every method", r)
 				}
 				return
 			}
-			r, ok := rail.(app.Router)
-			if !ok || !r.Strict {
+			if !r.Strict {
 				t.Fatalf("rail %T %+v, want a strict router", rail, rail)
 			}
 			var got []string

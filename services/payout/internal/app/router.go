@@ -21,6 +21,11 @@ type Router struct {
 	// unsupported_by_rail, the amount back in available. Default still
 	// answers for the references it holds.
 	Strict bool
+	// Readable rails take no payouts but are asked about references: the
+	// bank-file rail's book while the file rail is off. Switched off, its
+	// payouts were never asked about again: in transit for good, or, a
+	// submit's answer lost, submitted again elsewhere.
+	Readable []Rail
 }
 
 // Name implements Rail: the default rail's name (each status names the
@@ -30,7 +35,7 @@ func (r Router) Name() string { return r.Default.Name() }
 func (r Router) rails() []Rail {
 	out := []Rail{}
 	seen := map[Rail]bool{}
-	for _, rl := range append([]Rail{r.Default}, r.byTypeSorted()...) {
+	for _, rl := range append(append([]Rail{r.Default}, r.byTypeSorted()...), r.Readable...) {
 		if rl != nil && !seen[rl] {
 			seen[rl] = true
 			out = append(out, rl)

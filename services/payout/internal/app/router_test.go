@@ -63,6 +63,23 @@ func TestRouter(t *testing.T) {
 	}
 }
 
+// A rail that takes no payouts any more (the bank file switched off) is
+// still asked about the references it holds: its payouts are followed to
+// the end, and one whose submit answer was lost is not submitted again
+// elsewhere. It takes no new payout.
+func TestRouterAsksARailThatTakesNoPayouts(t *testing.T) {
+	ctx := context.Background()
+	sandbox, bank := &bookRail{name: "sandbox", refs: map[string]bool{}}, &bookRail{name: "bank-file", refs: map[string]bool{"b-old": true}}
+	r := Router{Default: sandbox, Readable: []Rail{bank}}
+	if st, err := r.Query(ctx, "b-old"); err != nil || st.Rail != "bank-file" {
+		t.Fatalf("query b-old: %+v %v; want the bank-file rail's answer", st, err)
+	}
+	one := decimal.RequireFromString("1")
+	if st, err := r.Submit(ctx, Transfer{Reference: "b-new", Amount: one, Method: domain.Method{Type: domain.MethodBank}}); err != nil || st.Rail != "sandbox" || bank.refs["b-new"] {
+		t.Fatalf("a new bank payout: %+v %v; want the sandbox's", st, err)
+	}
+}
+
 // With a real rail on (Strict), a method type with no rail of its own is
 // not handed to the sandbox, which "paid" it with no money leaving: its
 // submission fails at once (unsupported_by_rail); the sandbox still
