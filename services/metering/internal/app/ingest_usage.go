@@ -63,6 +63,18 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if err != nil {
 		return res, err
 	}
+	rec, err := a.judgeAndRecord(ctx, cands, provs, rents, now)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	res.Accepted, res.Duplicates = rec.Accepted, rec.Duplicates
+	res.Rejected = append(res.Rejected, rec.Rejected...)
+	sortRejected(res.Rejected)
+	return res, nil
+}
+
+// judgeAndRecord is passes 2 and 3 over the candidates, in rounds.
+func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time) (IngestResult, error) {
 	// The answer is the one the call's events would get sent one by one, in
 	// order: each judged against recorded usage and the call's events before
 	// it that were recorded. Pass 2 judges an event against the batch's
@@ -116,11 +128,8 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 		if err != nil {
 			return IngestResult{}, fmt.Errorf("record usage: %w", err)
 		}
-		res.Accepted = len(rec.accepted)
-		res.Duplicates = pre.dups + round.Duplicates + rec.dups
-		res.Rejected = slices.Concat(res.Rejected, carried, pre.rejected, round.Rejected, rec.rejected)
-		sortRejected(res.Rejected)
-		return res, nil
+		return IngestResult{Accepted: len(rec.accepted), Duplicates: pre.dups + round.Duplicates + rec.dups,
+			Rejected: slices.Concat(carried, pre.rejected, round.Rejected, rec.rejected)}, nil
 	}
 }
 

@@ -190,13 +190,12 @@ func statusTarget(s string) string {
 	return ""
 }
 
-// pain002Actions lists what a status report asks: each payment's own
-// status, then PmtInf- and group-level statuses for the payments of the
-// batch the report does not name one by one.
-func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]action, error) {
-	var acts []action
-	listed := map[string]bool{}
-	pmtStatus := map[string]iso20022.PaymentInfoStatus{}
+// paymentActions lists what a status report says of each payment by name,
+// and returns the payments it names and the PmtInf-level statuses that
+// apply to the others of their PmtInf.
+func paymentActions(sr iso20022.StatusReport) (acts []action, listed map[string]bool, pmtStatus map[string]iso20022.PaymentInfoStatus) {
+	listed = map[string]bool{}
+	pmtStatus = map[string]iso20022.PaymentInfoStatus{}
 	// A rejection for a duplicate, at any level, refuses a copy of what the
 	// bank already has (a file delivered again after a crash): the
 	// original's payments stand. Taken as the payment's failure, it moved
@@ -221,6 +220,14 @@ func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]
 			pmtStatus[pi.OriginalPaymentInfoID] = pi
 		}
 	}
+	return acts, listed, pmtStatus
+}
+
+// pain002Actions lists what a status report asks: each payment's own
+// status, then PmtInf- and group-level statuses for the payments of the
+// batch the report does not name one by one.
+func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]action, error) {
+	acts, listed, pmtStatus := paymentActions(sr)
 	grp := statusTarget(sr.GroupStatus)
 	gcode, ginfo := firstReason(sr.GroupReasons)
 	const gElem = "CstmrPmtStsRpt/OrgnlGrpInfAndSts"
