@@ -302,6 +302,14 @@ func checkBatch(b CreditTransferBatch) (map[groupKey][]CreditTransfer, error) {
 	return groups, nil
 }
 
+// CheckCreditTransfer is what BuildPain001 refuses of one transfer (its
+// currency, amount, date, creditor and remittance): a batch leaves such a
+// transfer out rather than fail whole.
+func CheckCreditTransfer(t CreditTransfer) error {
+	_, err := checkTransfer("transfer "+t.EndToEndID, t)
+	return err
+}
+
 // checkTransfer checks one transfer's currency, amount, date, creditor and
 // remittance; f names it in errors.
 func checkTransfer(f string, t CreditTransfer) (money.Currency, error) {

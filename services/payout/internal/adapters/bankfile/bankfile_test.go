@@ -498,6 +498,30 @@ func TestImportGroupAndPaymentInfoStatuses(t *testing.T) {
 	}
 }
 
+// A transfer a pain.001 cannot carry (a creditor name with a control
+// character, stored before methods refused one) fails alone at the cutoff
+// (invalid_account): it failed the whole batch, every cutoff, every
+// provider's bank payout with it.
+func TestCutLeavesOutATransferTheFileCannotCarry(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	bad := bank("6222000011110009")
+	bad.AccountName = "Li\x01Wei"
+	f.submit(t, "po-bad", "CNY", "100.00", bad)
+	f.submit(t, "po-ok", "CNY", "200.00", bank("6222000011110001"))
+	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil || !built {
+		t.Fatalf("cut: %q built %v, %v; want the batch built without po-bad", id, built, err)
+	}
+	if st := f.state(t, "po-bad"); st.State != app.RailFailed || st.FailureCode != domain.FailInvalidAccount {
+		t.Errorf("po-bad: %+v; want failed, invalid_account", st)
+	}
+	if st := f.state(t, "po-ok"); st.State != app.RailAccepted {
+		t.Errorf("po-ok: %+v; want batched (accepted)", st)
+	}
+}
+
 // A bank refusing a copy of what it already has (the same file delivered
 // again after a crash) may say so per payment or per payment information,
 // not only for the whole file: the original's payments stand. Taken as the

@@ -19,6 +19,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // batchTransfersMax bounds one pain.001: a day's payouts of a large
@@ -42,6 +43,7 @@ func (r *Rail) BatchID(cutoff time.Time) string {
 // delivered (Deliver).
 func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
 	id = r.BatchID(cutoff)
+	var refused []string
 	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		existing, err := lockedBatchAt(ctx, tx, cutoff)
 		if err != nil || existing != "" {
@@ -51,6 +53,9 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 		exec := r.executionDate(cutoff)
 		refs, cts, err := queuedTransfers(ctx, tx, cutoff, exec)
 		if err != nil {
+			return err
+		}
+		if refs, cts, err = r.leaveOut(ctx, tx, refs, cts, &refused); err != nil {
 			return err
 		}
 		if len(cts) == 0 {
@@ -72,7 +77,36 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 	if built {
 		r.Log.Info("bank batch built", "batch_id", id, "cutoff", cutoff)
 	}
+	for _, ref := range refused {
+		if r.Notify != nil {
+			r.Notify(ref)
+		}
+	}
 	return id, built, nil
+}
+
+// leaveOut fails each transfer a pain.001 cannot carry (a creditor name
+// with a control character stored before methods refused one): it fails
+// alone (invalid_account, its payout's money back in available) instead of
+// failing the cutoff's whole batch, every provider's bank payout with it,
+// at every cutoff. It returns the transfers left and adds the refused
+// references to refused.
+func (r *Rail) leaveOut(ctx context.Context, tx pgx.Tx, refs []string, cts []iso20022.CreditTransfer, refused *[]string) ([]string, []iso20022.CreditTransfer, error) {
+	keptRefs, kept := refs[:0:0], cts[:0:0]
+	for i, ct := range cts {
+		cerr := iso20022.CheckCreditTransfer(ct)
+		if cerr == nil {
+			keptRefs, kept = append(keptRefs, refs[i]), append(kept, ct)
+			continue
+		}
+		if _, err := tx.Exec(ctx, `update payout.bank_transfers set state = 'rejected', failure_code = $2, failure_message = $3, updated_at = $4
+			where reference = $1 and state = 'queued'`, refs[i], domain.FailInvalidAccount, "a bank file cannot carry it: "+cerr.Error(), r.Clock.Now()); err != nil {
+			return nil, nil, err
+		}
+		r.Log.Error("bank transfer left out of the batch: a bank file cannot carry it", "reference", refs[i], "err", cerr)
+		*refused = append(*refused, refs[i])
+	}
+	return keptRefs, kept, nil
 }
 
 // lockedBatchAt takes the batch lock (until tx ends) and returns the batch
