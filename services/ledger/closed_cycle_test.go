@@ -6,10 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
@@ -100,13 +98,7 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 // (FAILED_PRECONDITION) naming the cycle, and changes nothing.
 func TestRESTClosedCycleEntryIs400(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
-	base, secret := startServer(t, f)
-	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := restClient{t: t, base: base, token: tok}
+	f, c := financeREST(t)
 	const closed = "cyc-20261112"
 	f.deposit(t, "r-1", "10", "USD", "top")
 	if _, err := f.app.CloseLedgerCycle(f.ctx, closed); err != nil {

@@ -64,6 +64,18 @@ func startServer(t *testing.T, f *fixture, opts ...func(*server.Options)) (strin
 	return "http://" + srv.HTTPAddr, secret
 }
 
+// financeREST is a fixture served over REST and a client with a finance token.
+func financeREST(t *testing.T) (*fixture, restClient) {
+	t.Helper()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, restClient{t: t, base: base, token: tok}
+}
+
 // Writes no answer could carry, or ids in another form than the journal's,
 // were taken as given: a manual entry to a pending account of a cycle id
 // that starts no cycle was posted (settlement never settled it, and the
@@ -72,13 +84,7 @@ func startServer(t *testing.T, f *fixture, opts ...func(*server.Options)) (strin
 // 404, with braces round it 500.
 func TestRESTRefusesWhatNoCycleOrAnswerHolds(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
-	base, secret := startServer(t, f)
-	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := restClient{t: t, base: base, token: tok}
+	f, c := financeREST(t)
 	entry := func(key, account string) string {
 		return `{"idempotency_key":"` + key + `","postings":[{"account":"renter:r-1:wallet","direction":"debit","amount":"5","currency":"CNY"},
 			{"account":"` + account + `","direction":"credit","amount":"5","currency":"CNY"}]}`

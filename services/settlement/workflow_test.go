@@ -90,6 +90,22 @@ func (f *fixture) seed(t testing.TB, cycle string, n int) {
 	}
 }
 
+// releaseAndSettle releases provider's hold in cycle1 and runs its
+// settlement workflow again (in the test environment, as a release does).
+func releaseAndSettle(t *testing.T, f *fixture, provider string) {
+	t.Helper()
+	if err := f.s.store.SetHold(context.Background(), holdRow(cycle1.ID, provider, false)); err != nil {
+		t.Fatal(err)
+	}
+	var suite testsuite.WorkflowTestSuite
+	env := newTestEnv(&suite)
+	Register(env, f.s.acts, f.s.d.TaxPeriods)
+	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: provider, Version: app.ProviderVersionCurrent})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // cycleStatus is cycle1's status.
 func cycleStatus(t testing.TB, f *fixture) string {
 	t.Helper()
@@ -485,16 +501,7 @@ func TestHeldProviderStaysPending(t *testing.T) {
 		t.Fatalf("cycle with a held provider is %s, want closing", st)
 	}
 	// Release: the provider child runs again (here in the test environment).
-	if err := f.s.store.SetHold(ctx, holdRow(cycle1.ID, "p-00001", false)); err != nil {
-		t.Fatal(err)
-	}
-	var suite testsuite.WorkflowTestSuite
-	env := newTestEnv(&suite)
-	Register(env, f.s.acts, f.s.d.TaxPeriods)
-	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001", Version: app.ProviderVersionCurrent})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
+	releaseAndSettle(t, f, "p-00001")
 	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
 		t.Fatalf("released provider's pending = %s, want 0", b)
 	}
@@ -517,16 +524,7 @@ func TestTierFixedAtTheSnapshot(t *testing.T) {
 	if _, err := f.s.d.Pool.Exec(ctx, `update settlement.providers set tier = 'standard', version = version + 1 where provider_id = 'p-00001'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.s.store.SetHold(ctx, holdRow(cycle1.ID, "p-00001", false)); err != nil {
-		t.Fatal(err)
-	}
-	var suite testsuite.WorkflowTestSuite
-	env := newTestEnv(&suite)
-	Register(env, f.s.acts, f.s.d.TaxPeriods)
-	env.ExecuteWorkflow(app.ProviderWorkflowName, app.ProviderInput{CycleID: cycle1.ID, ProviderID: "p-00001", Version: app.ProviderVersionCurrent})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
+	releaseAndSettle(t, f, "p-00001")
 	var tier string
 	var commission decimal.Decimal
 	if err := f.s.d.Pool.QueryRow(ctx, `select tier, commission from settlement.settlements

@@ -54,6 +54,12 @@ func secondParties(t *testing.T, a *app.App) {
 	}
 }
 
+// withParties is e naming provider and renter.
+func withParties(e domain.EventInput, provider, renter string) domain.EventInput {
+	e.ProviderID, e.RenterID = provider, renter
+	return e
+}
+
 func ev(id, lease, start, end string) domain.EventInput {
 	return domain.EventInput{ID: id, LeaseID: lease, ProviderID: "p-001", RenterID: "r-001", GPUModel: "RTX_4090",
 		GPUCount: 2, StartTime: start, EndTime: end, Region: "cn-east", Workload: "training"}
@@ -407,14 +413,10 @@ func TestIngestLeaseKeepsItsParties(t *testing.T) {
 	a := newApp(t)
 	ctx := context.Background()
 	secondParties(t, a)
-	with := func(e domain.EventInput, provider, renter string) domain.EventInput {
-		e.ProviderID, e.RenterID = provider, renter
-		return e
-	}
 	first := ev("lp-1", "lease-lp", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")
 	res, err := a.Ingest(ctx, []domain.EventInput{
 		first,
-		with(ev("lp-2", "lease-lp", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-001", "r-002"),
+		withParties(ev("lp-2", "lease-lp", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-001", "r-002"),
 	}, app.IngestOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -424,10 +426,10 @@ func TestIngestLeaseKeepsItsParties(t *testing.T) {
 		t.Fatalf("one batch, two renters on a lease: %+v; want lp-2 rejected: %q", res, want)
 	}
 	res, err = a.Ingest(ctx, []domain.EventInput{
-		with(ev("lp-3", "lease-lp", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"), "p-002", "r-001"),
+		withParties(ev("lp-3", "lease-lp", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"), "p-002", "r-001"),
 		first, // a repeat
 		ev("lp-4", "lease-lp", "2026-11-01T13:00:00Z", "2026-11-01T14:00:00Z"),
-		with(first, "p-002", "r-002"), // lp-1's id with other parties
+		withParties(first, "p-002", "r-002"), // lp-1's id with other parties
 	}, app.IngestOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -454,10 +456,6 @@ func TestIngestJudgedAsIfSentOneByOne(t *testing.T) {
 	a := newApp(t)
 	ctx := context.Background()
 	secondParties(t, a)
-	with := func(e domain.EventInput, provider, renter string) domain.EventInput {
-		e.ProviderID, e.RenterID = provider, renter
-		return e
-	}
 	recorded := ev("x-1", "lease-o", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")
 	res, err := a.Ingest(ctx, []domain.EventInput{
 		recorded,
@@ -474,7 +472,7 @@ func TestIngestJudgedAsIfSentOneByOne(t *testing.T) {
 		conflicting, // x-1's id, another body
 		recorded,    // x-1 exactly: a duplicate
 		conflicting, // the conflicting copy again: a conflict still
-		with(ev("m-2", "lease-m", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-002", "r-002"), // not lease-m's parties
+		withParties(ev("m-2", "lease-m", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-002", "r-002"), // not lease-m's parties
 		ev("m-3", "lease-m", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"),                         // lease-m's parties
 	}, app.IngestOptions{})
 	if err != nil {
