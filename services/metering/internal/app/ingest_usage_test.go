@@ -473,7 +473,7 @@ func TestIngestJudgedAsIfSentOneByOne(t *testing.T) {
 		recorded,    // x-1 exactly: a duplicate
 		conflicting, // the conflicting copy again: a conflict still
 		withParties(ev("m-2", "lease-m", "2026-11-01T11:00:00Z", "2026-11-01T12:00:00Z"), "p-002", "r-002"), // not lease-m's parties
-		ev("m-3", "lease-m", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"),                         // lease-m's parties
+		ev("m-3", "lease-m", "2026-11-01T12:00:00Z", "2026-11-01T13:00:00Z"),                                // lease-m's parties
 	}, app.IngestOptions{})
 	if err != nil {
 		t.Fatal(err)
