@@ -248,7 +248,7 @@ func (s *Server) settleReleased(ctx context.Context, cycle, provider string) (bo
 		}
 		if err != nil {
 			if cause := refusal(err); cause != "" {
-				return false, fmt.Errorf("provider %s of %s is released, but its settlement failed: %s; the cycle stays closing, and a close request settles it again: %w",
+				return false, fmt.Errorf("provider %s of %s is released, but its settlement failed: %s; once the cause is gone, release it again: %w",
 					provider, cycle, cause, apperr.ErrPrecondition)
 			}
 			return false, fmt.Errorf("settle released %s: %w: %v", provider, apperr.ErrUnavailable, err)
