@@ -81,7 +81,7 @@ func financeREST(t *testing.T) (*fixture, restClient) {
 // that starts no cycle was posted (settlement never settled it, and the
 // closed-cycle rule never saw it); one effective in year 10000 was posted
 // and every read of it answered 500; a transaction id in upper case was
-// 404, with braces round it 500.
+// 404, with two characters round it 500.
 func TestRESTRefusesWhatNoCycleOrAnswerHolds(t *testing.T) {
 	t.Parallel()
 	f, c := financeREST(t)
