@@ -32,6 +32,17 @@ func TestWithholdingKeyReplaysOrConflicts(t *testing.T) {
 	}
 	omitted := base()
 	omitted.TaxProfile, omitted.Jurisdiction = "", ""
+	// The split reads the rate with blanks round it taken off; the replay
+	// read it as written and answered a byte-identical request 409.
+	padded := base()
+	padded.CommissionRate, padded.IdempotencyKey = " 0.20", "k-padded"
+	p1, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), padded); err != nil || p2.WithholdingId != p1.WithholdingId {
+		t.Errorf("a rate with a blank, the same request again: %v, %v; want the original %s", p2, err, p1.WithholdingId)
+	}
 	for name, req := range map[string]*taxv1.ComputeWithholdingRequest{"same body": base(), "defaults left empty": omitted} {
 		got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
 		if err != nil || got.WithholdingId != first.WithholdingId || got.TaxWithheld != first.TaxWithheld {

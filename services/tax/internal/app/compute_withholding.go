@@ -148,7 +148,7 @@ func replay(r WithholdingRequest, cur money.Currency, cycleID string, w domain.W
 		diff = append(diff, "gross")
 	}
 	if r.CommissionRate != "" {
-		rate, err := decimal.NewFromString(r.CommissionRate)
+		rate, err := money.ParseDecimal(r.CommissionRate) // as the split parsed it: blanks round it taken
 		if err != nil || w.CommissionRate == nil || !rate.Equal(*w.CommissionRate) {
 			diff = append(diff, "commission_rate")
 		}
