@@ -78,12 +78,20 @@ var temporalOnce struct {
 func sharedTemporal(t *testing.T) client.Client {
 	t.Helper()
 	temporalOnce.Do(func() { temporalOnce.addr = testkit.NewTemporal(&noCleanupT{t}) })
-	tc, err := client.DialContext(context.Background(), client.Options{HostPort: temporalOnce.addr, Logger: payout.TemporalLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
+	// The frontend accepts TCP before it answers healthy: dial again until
+	// it does ("Frontend is not healthy yet" failed a test under load).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tc, err := client.DialContext(context.Background(), client.Options{HostPort: temporalOnce.addr, Logger: payout.TemporalLogger(slog.New(slog.DiscardHandler))})
+		if err == nil {
+			t.Cleanup(tc.Close)
+			return tc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("temporal at %s not healthy: %v", temporalOnce.addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	t.Cleanup(tc.Close)
-	return tc
 }
 
 // noCleanupT keeps the shared dev server alive past the first test (it is
