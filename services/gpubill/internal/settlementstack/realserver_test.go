@@ -159,9 +159,10 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 // A provider whose settlement failed keeps its cycle closing (it was
 // marked settled, the money left in pending, nothing showing it). A
 // release of it answers why its settlement failed (it was a 500); once the
-// cause is gone, a close request runs the cycle's settlement again (it
-// answered the closing cycle unchanged, and the ended workflow could not
-// run again), which settles it and the cycle.
+// cause is gone, settlement's start-up and a close request run the
+// cycle's settlement again (the ended workflow could not run again, and a
+// close answered the closing cycle unchanged): the first settles one
+// refused provider, the second the other and the cycle.
 func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
@@ -171,8 +172,9 @@ func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
 	f.seed(t, cycle1.ID, providers)
 	f.clock.Set(cycle1.End.Add(time.Hour))
 	ctx := context.Background()
-	key := settlement.SettlementKey(cycle1.ID, "p-00002", "CNY")
+	key, key1 := settlement.SettlementKey(cycle1.ID, "p-00002", "CNY"), settlement.SettlementKey(cycle1.ID, "p-00001", "CNY")
 	f.ledger.Refuse(key, status.Error(codes.InvalidArgument, "provider:p-00002:pending would go negative"))
+	f.ledger.Refuse(key1, status.Error(codes.InvalidArgument, "provider:p-00001:pending would go negative"))
 	runWorker(t, f.s)
 	close := func() {
 		t.Helper()
@@ -191,6 +193,16 @@ func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
 		t.Fatalf("release of the refused provider: %v; want FailedPrecondition naming the ledger's refusal", err)
 	}
 	t.Logf("release of the refused provider answered: %v", err)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+
+	f.ledger.Refuse(key1, nil)
+	if err := f.s.StartCycles(ctx); err != nil { // as at settlement's start-up
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		return f.ledger.Balance(ids.ProviderPending("p-00001", cycle1.ID), "CNY").IsZero()
+	}, "p-00001 settled by the cycle's run at start-up")
+	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
 	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
 
 	f.ledger.Refuse(key, nil)
