@@ -501,3 +501,47 @@ func TestIngestJudgedAsIfSentOneByOne(t *testing.T) {
 		t.Fatalf("%d of o-2, m-3 recorded (%v)", n, err)
 	}
 }
+
+// countingStore counts the write transactions an ingest begins.
+type countingStore struct {
+	app.Store
+	txs int
+}
+
+func (s *countingStore) WithTx(ctx context.Context, fn func(app.Tx) error) error {
+	s.txs++
+	return s.Store.WithTx(ctx, fn)
+}
+
+// A call is judged at most twice however its events chain: the second
+// round answers each event against recorded usage alone first. Without
+// that, e-5 (overlapping e-2 only, and e-1 only) was judged against e-1,
+// then against e-2, each refused by recorded usage in its own round: three
+// transactions for three events.
+func TestIngestJudgedAtMostTwice(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("x-1", "lease-c", "2026-11-01T10:00:00Z", "2026-11-01T10:10:00Z"),
+		ev("x-2", "lease-c", "2026-11-01T10:30:00Z", "2026-11-01T10:40:00Z"),
+	}, app.IngestOptions{}); err != nil || res.Accepted != 2 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	st := &countingStore{Store: a.Store}
+	a.Store = st
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("e-1", "lease-c", "2026-11-01T10:05:00Z", "2026-11-01T10:15:00Z"), // overlaps x-1
+		ev("e-2", "lease-c", "2026-11-01T10:12:00Z", "2026-11-01T10:32:00Z"), // overlaps e-1 and x-2
+		ev("e-5", "lease-c", "2026-11-01T10:13:00Z", "2026-11-01T10:14:00Z"), // overlaps e-1 and e-2 only
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 1 || len(res.Rejected) != 2 || res.Rejected[0].ID != "e-1" || res.Rejected[1].ID != "e-2" {
+		t.Fatalf("got %+v; want e-1 and e-2 rejected against recorded time, e-5 accepted", res)
+	}
+	if st.txs > 2 {
+		t.Fatalf("%d write transactions for one call; want at most 2", st.txs)
+	}
+}
