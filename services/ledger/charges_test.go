@@ -288,7 +288,7 @@ func TestClosedCycleRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBalance(t, f, "provider:p-1:pending:cyc-20270210", "USD", "3.00")
-	tx, _, err := f.app.ListTransactions(f.ctx, "provider:p-1:pending:cyc-20270210", 0, "")
+	tx, _, err := f.app.ListTransactions(f.ctx, "provider:p-1:pending:cyc-20270210", nil, 0, "")
 	if err != nil || len(tx) != 1 || tx[0].Metadata["requested_cycle"] != closed {
 		t.Fatalf("redirected transaction: %+v, %v", tx, err)
 	}

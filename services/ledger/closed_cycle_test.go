@@ -43,7 +43,7 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 	if _, err := f.app.CreateTransaction(f.ctx, transfer("adjust-open", "renter:r-1:wallet", pending, "2.00", "USD")); err != nil {
 		t.Fatal(err)
 	}
-	chargeTx, _, err := f.app.ListTransactions(f.ctx, pending, 0, "")
+	chargeTx, _, err := f.app.ListTransactions(f.ctx, pending, nil, 0, "")
 	if err != nil || len(chargeTx) != 2 {
 		t.Fatalf("transactions on %s: %d, %v", pending, len(chargeTx), err)
 	}

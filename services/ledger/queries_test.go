@@ -25,7 +25,7 @@ func TestListTransactionsPagination(t *testing.T) {
 		var got []string
 		tok := ""
 		for pages := 0; ; pages++ {
-			txs, next, err := f.app.ListTransactions(f.ctx, account, 3, tok)
+			txs, next, err := f.app.ListTransactions(f.ctx, account, nil, 3, tok)
 			if err != nil {
 				t.Fatal(err)
 			}

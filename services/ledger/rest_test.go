@@ -12,6 +12,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
 
 type restClient struct {
@@ -233,3 +234,50 @@ func compactJSON(t *testing.T, s string) string {
 }
 
 var _ = testkit.Context
+
+// A service asks which of its writes landed by their idempotency keys (the tax
+// service confirms settlements before remitting their tax): the transactions
+// posted under the keys named, in the journal's order, keys no transaction
+// holds left out, narrowed to an account when one is named.
+func TestRESTListsTransactionsByIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	f, c := financeREST(t)
+	a := f.deposit(t, "r-1", "10", "CNY", "ref-a")
+	b := f.deposit(t, "r-2", "10", "CNY", "ref-b")
+	keys := func(body string) []string {
+		t.Helper()
+		var resp struct {
+			Transactions []struct {
+				TransactionID  string `json:"transaction_id"`
+				IdempotencyKey string `json:"idempotency_key"`
+			} `json:"transactions"`
+			Next string `json:"next_page_token"`
+		}
+		if err := json.Unmarshal([]byte(body), &resp); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		var out []string
+		for _, tx := range resp.Transactions {
+			out = append(out, tx.TransactionID)
+		}
+		return out
+	}
+	q := "/v1/transactions?idempotency_keys=" + b.IdempotencyKey + "&idempotency_keys=nobody&idempotency_keys=" + a.IdempotencyKey
+	code, body := c.do("GET", q, "")
+	if got := keys(body); code != 200 || strings.Join(got, ",") != a.ID+","+b.ID {
+		t.Fatalf("by keys: %d %s; want %s then %s", code, body, a.ID, b.ID)
+	}
+	code, body = c.do("GET", q+"&account=renter:r-2:wallet", "")
+	if got := keys(body); code != 200 || strings.Join(got, ",") != b.ID {
+		t.Fatalf("by keys on renter:r-2:wallet: %d %s; want %s alone", code, body, b.ID)
+	}
+	if code, body = c.do("GET", "/v1/transactions?idempotency_keys=nobody", ""); code != 200 || len(keys(body)) != 0 {
+		t.Fatalf("a key nothing holds: %d %s; want no transaction", code, body)
+	}
+	many := strings.Repeat("&idempotency_keys=k", app.MaxLookupKeys+1)[1:]
+	for _, bad := range []string{"?" + many, strings.TrimPrefix(q, "/v1/transactions") + "&page_token=x", "?idempotency_keys=a&idempotency_keys="} {
+		if code, body := c.do("GET", "/v1/transactions"+bad, ""); code != 400 || !strings.Contains(body, "idempotency_keys") && !strings.Contains(body, "page_token") {
+			t.Errorf("GET /v1/transactions%.60s: %d %s; want 400 naming the field", bad, code, body)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -207,7 +208,8 @@ func (l *Ledger) CloseLedgerCycle(_ context.Context, req *ledgerv1.CloseLedgerCy
 	return &ledgerv1.CloseLedgerCycleResponse{CycleId: req.CycleId, ClosedAt: timestamppb.New(l.closed[req.CycleId])}, nil
 }
 
-// ListTransactions implements LedgerService (one page, by account).
+// ListTransactions implements LedgerService (one page, by account or by
+// idempotency keys).
 func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -215,6 +217,14 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 	txs := l.txs
 	if req.Account != "" {
 		txs = l.byAcct[req.Account]
+	}
+	if len(req.IdempotencyKeys) > 0 {
+		for _, tx := range txs {
+			if slices.Contains(req.IdempotencyKeys, tx.IdempotencyKey) {
+				resp.Transactions = append(resp.Transactions, tx)
+			}
+		}
+		return resp, nil
 	}
 	for _, tx := range txs {
 		resp.Transactions = append(resp.Transactions, tx)

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -143,10 +144,19 @@ func transactionID(id string) (string, error) {
 	return u.String(), nil
 }
 
+// MaxLookupKeys is how many idempotency keys one listing may name.
+const MaxLookupKeys = 100
+
 // ListTransactions pages through the journal, oldest first: every
 // transaction in id (time) order, or those posting to one account in
-// (created_at, id) order. Both orders are total, so pages are stable.
-func (a *App) ListTransactions(ctx context.Context, account string, size int32, token string) ([]*domain.Transaction, string, error) {
+// (created_at, id) order. Both orders are total, so pages are stable. With
+// keys it answers the transactions posted under them instead (of those
+// posting to account when account is set), in one page.
+func (a *App) ListTransactions(ctx context.Context, account string, keys []string, size int32, token string) ([]*domain.Transaction, string, error) {
+	if len(keys) > 0 {
+		txs, err := a.transactionsByKeys(ctx, account, keys, token)
+		return txs, "", err
+	}
 	n := pageSize(size)
 	var txIDs []string
 	var err error
@@ -204,6 +214,44 @@ func (a *App) ListTransactions(ctx context.Context, account string, size int32, 
 	}
 	txs, err := a.Store.LoadTransactions(ctx, txIDs)
 	return txs, next, err
+}
+
+// transactionsByKeys answers the transactions posted under keys (a service
+// asking whether its writes landed), of those posting to account when it
+// is set, in id order.
+func (a *App) transactionsByKeys(ctx context.Context, account string, keys []string, token string) ([]*domain.Transaction, error) {
+	var v apperr.Validator
+	v.Check(len(keys) <= MaxLookupKeys, "idempotency_keys", "at most %d keys, got %d", MaxLookupKeys, len(keys))
+	v.Check(token == "", "page_token", "a listing by idempotency_keys is one page")
+	for i, k := range keys {
+		if k == "" {
+			v.Add(fmt.Sprintf("idempotency_keys[%d]", i), "empty")
+			break
+		}
+	}
+	if account != "" {
+		if _, err := domain.ParseAddress(account); err != nil {
+			v.Add("account", "%s", err.Error())
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	ids, err := a.Store.TxIDsByKeys(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	txs, err := a.Store.LoadTransactions(ctx, ids)
+	if err != nil || account == "" {
+		return txs, err
+	}
+	out := txs[:0]
+	for _, t := range txs {
+		if slices.ContainsFunc(t.Postings, func(p domain.Posting) bool { return p.Account.Address == account }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // CycleBalanceView is one provider's pending balance in a cycle.

@@ -41,6 +41,8 @@ type Store interface {
 	ListAccountAddresses(ctx context.Context, prefix, after string, limit int) ([]string, error)
 	// ListTxIDs pages through every transaction in id (time) order.
 	ListTxIDs(ctx context.Context, after string, limit int) ([]string, error)
+	// TxIDsByKeys is the ids of the transactions posted under keys, in id order.
+	TxIDsByKeys(ctx context.Context, keys []string) ([]string, error)
 	// ListTxIDsByAccount pages through the transactions posting to account.
 	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error)
 	// ListCycleBalances pages through a cycle's non-zero provider pending

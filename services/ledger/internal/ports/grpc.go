@@ -72,7 +72,7 @@ func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTra
 	if err := checkOwnAccount(ctx, r.GetAccount()); err != nil {
 		return nil, err
 	}
-	txs, next, err := s.App.ListTransactions(ctx, r.GetAccount(), r.GetPageSize(), r.GetPageToken())
+	txs, next, err := s.App.ListTransactions(ctx, r.GetAccount(), r.GetIdempotencyKeys(), r.GetPageSize(), r.GetPageToken())
 	if err != nil {
 		return nil, err
 	}

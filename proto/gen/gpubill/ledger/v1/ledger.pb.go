@@ -670,12 +670,17 @@ func (x *GetAccountResponse) GetAccount() *Account {
 }
 
 type ListTransactionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Account       string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"` // optional: only transactions with a posting on this address
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Account   string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"` // optional: only transactions with a posting on this address
+	PageSize  int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Optional: only the transactions posted under these idempotency keys (at
+	// most 100, one page: no page token), in the journal's order. A key no
+	// transaction holds is left out of the answer: "did my write land?".
+	// REST: ?idempotency_keys=a&idempotency_keys=b.
+	IdempotencyKeys []string `protobuf:"bytes,4,rep,name=idempotency_keys,json=idempotencyKeys,proto3" json:"idempotency_keys,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListTransactionsRequest) Reset() {
@@ -727,6 +732,13 @@ func (x *ListTransactionsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListTransactionsRequest) GetIdempotencyKeys() []string {
+	if x != nil {
+		return x.IdempotencyKeys
+	}
+	return nil
 }
 
 type ListTransactionsResponse struct {
@@ -1984,12 +1996,13 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\x05as_of\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\"J\n" +
 	"\x12GetAccountResponse\x124\n" +
-	"\aaccount\x18\x01 \x01(\v2\x1a.gpubill.ledger.v1.AccountR\aaccount\"o\n" +
+	"\aaccount\x18\x01 \x01(\v2\x1a.gpubill.ledger.v1.AccountR\aaccount\"\x9a\x01\n" +
 	"\x17ListTransactionsRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x86\x01\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12)\n" +
+	"\x10idempotency_keys\x18\x04 \x03(\tR\x0fidempotencyKeys\"\x86\x01\n" +
 	"\x18ListTransactionsResponse\x12B\n" +
 	"\ftransactions\x18\x01 \x03(\v2\x1e.gpubill.ledger.v1.TransactionR\ftransactions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\">\n" +

@@ -55,7 +55,8 @@ type LedgerServiceClient interface {
 	// Returns one account's balances, optionally as of a past instant. The
 	// address goes into the path as it is, colons included.
 	GetAccount(ctx context.Context, in *GetAccountRequest, opts ...grpc.CallOption) (*GetAccountResponse, error)
-	// Lists journal transactions, oldest first, optionally touching one account.
+	// Lists journal transactions, oldest first, optionally touching one account
+	// or posted under given idempotency keys.
 	ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error)
 	// Returns one transaction.
 	GetTransaction(ctx context.Context, in *GetTransactionRequest, opts ...grpc.CallOption) (*GetTransactionResponse, error)
@@ -185,7 +186,8 @@ type LedgerServiceServer interface {
 	// Returns one account's balances, optionally as of a past instant. The
 	// address goes into the path as it is, colons included.
 	GetAccount(context.Context, *GetAccountRequest) (*GetAccountResponse, error)
-	// Lists journal transactions, oldest first, optionally touching one account.
+	// Lists journal transactions, oldest first, optionally touching one account
+	// or posted under given idempotency keys.
 	ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error)
 	// Returns one transaction.
 	GetTransaction(context.Context, *GetTransactionRequest) (*GetTransactionResponse, error)

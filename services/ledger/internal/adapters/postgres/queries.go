@@ -209,6 +209,16 @@ func ListTxIDs(ctx context.Context, q Querier, after string, limit int) ([]strin
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// TxIDsByKeys returns the ids of the transactions posted under keys, in id
+// (journal) order; a key no transaction holds adds nothing.
+func TxIDsByKeys(ctx context.Context, q Querier, keys []string) ([]string, error) {
+	rows, err := q.Query(ctx, `select id::text from ledger.transactions where idempotency_key = any($1) order by id`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("transactions by key: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // ListCycleBalances pages through the non-zero provider pending balances of a
 // cycle in (account, currency) order.
 func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
@@ -263,6 +273,11 @@ func (s *Store) ListAccountAddresses(ctx context.Context, prefix, after string, 
 // ListTxIDs implements app.Store.
 func (s *Store) ListTxIDs(ctx context.Context, after string, limit int) ([]string, error) {
 	return ListTxIDs(ctx, s.Pool, after, limit)
+}
+
+// TxIDsByKeys implements app.Store.
+func (s *Store) TxIDsByKeys(ctx context.Context, keys []string) ([]string, error) {
+	return TxIDsByKeys(ctx, s.Pool, keys)
 }
 
 // ListTxIDsByAccount implements app.Store.
