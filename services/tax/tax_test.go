@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,22 +25,49 @@ import (
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
 )
 
-// ledgerConn answers CreateTransaction (the only ledger call tax makes).
+// ledgerConn answers the two ledger calls tax makes: CreateTransaction (a
+// remittance, recorded in reqs) and ListTransactions by idempotency keys
+// (the settlements posted: settled).
 type ledgerConn struct {
-	mu   sync.Mutex
-	reqs []*ledgerv1.CreateTransactionRequest
+	mu      sync.Mutex
+	reqs    []*ledgerv1.CreateTransactionRequest
+	settled map[string]*ledgerv1.Transaction // by idempotency key
 }
 
 func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
-	if method != ledgerv1.LedgerService_CreateTransaction_FullMethodName {
-		return status.Errorf(codes.Unimplemented, "%s", method)
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	req := args.(*ledgerv1.CreateTransactionRequest)
-	l.reqs = append(l.reqs, req)
-	reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey}
+	switch method {
+	case ledgerv1.LedgerService_CreateTransaction_FullMethodName:
+		req := args.(*ledgerv1.CreateTransactionRequest)
+		l.reqs = append(l.reqs, req)
+		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey}
+	case ledgerv1.LedgerService_ListTransactions_FullMethodName:
+		resp := reply.(*ledgerv1.ListTransactionsResponse)
+		for _, k := range args.(*ledgerv1.ListTransactionsRequest).IdempotencyKeys {
+			if tx := l.settled[k]; tx != nil {
+				resp.Transactions = append(resp.Transactions, tx)
+			}
+		}
+	default:
+		return status.Errorf(codes.Unimplemented, "%s", method)
+	}
 	return nil
+}
+
+// settle has the ledger post a withholding's settlement under its key,
+// crediting tax to tax:withheld:{jurisdiction} (with the net, which a
+// remittance does not read).
+func (l *ledgerConn) settle(key, jurisdiction, currency, tax string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.settled == nil {
+		l.settled = map[string]*ledgerv1.Transaction{}
+	}
+	l.settled[key] = &ledgerv1.Transaction{TransactionId: "tx-" + key, IdempotencyKey: key, Postings: []*ledgerv1.Posting{
+		{Account: "tax:withheld:" + jurisdiction, Direction: "credit", Amount: tax, Currency: currency},
+		{Account: "provider:p:available", Direction: "credit", Amount: "1.00", Currency: currency},
+	}}
 }
 
 func (l *ledgerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -65,7 +93,16 @@ func as(role, sub string) context.Context {
 	return auth.WithPrincipal(context.Background(), auth.Principal{Role: role, Subject: sub})
 }
 
+// compute records a withholding, and the ledger posts its settlement.
 func compute(t *testing.T, s *Service, provider, gross, rate, profile, key string) *taxv1.ComputeWithholdingResponse {
+	t.Helper()
+	resp := record(t, s, provider, gross, rate, profile, key)
+	s.d.Internal.(*ledgerConn).settle(key, resp.Jurisdiction, resp.Currency, resp.TaxWithheld)
+	return resp
+}
+
+// record records a withholding whose settlement the ledger has not posted.
+func record(t *testing.T, s *Service, provider, gross, rate, profile, key string) *taxv1.ComputeWithholdingResponse {
 	t.Helper()
 	resp, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
 		ProviderId: provider, CycleId: "cyc-20260101", Currency: "CNY", Gross: gross, CommissionRate: rate,
@@ -288,6 +325,60 @@ func TestRemitTaxLateWithholdingGoesToTheNextRemittance(t *testing.T) {
 	}
 	if len(l.reqs) != 2 || l.reqs[1].Postings[0].Amount != "160.00" {
 		t.Fatalf("ledger = %v, want March's 160.00 posted", l.reqs)
+	}
+}
+
+// A withholding is recorded before its settlement is posted, and a
+// settlement the ledger refuses (or that still retries) puts nothing in
+// tax:withheld: a remittance takes only withholdings whose settlement the
+// ledger holds, counts the others, and takes them in the first run after the
+// ledger posts them. Every recorded withholding was remitted: the
+// authority was paid from other clients' money for tax never withheld.
+func TestRemitTaxOnlyWhatTheLedgerPosted(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	remit := func(period string) (*taxv1.RemitTaxResponse, error) {
+		return s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
+	}
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1")           // 150.00, posted
+	late := record(t, s, "p-late", "1000.00", "0.20", "individual", "k2") // 160.00, refused until March
+	record(t, s, "p-reversed", "1000.00", "0.20", "individual", "k3")     // 160.00, posted then reversed
+	l.settle("k3", "CN", "CNY", "160.00")
+	l.settled["k3"].ReversedBy = "tx-reversal"
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	feb, err := remit("2026-02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(feb.Remittances) != 1 || feb.Remittances[0].Amount != "150.00" || len(feb.Lines) != 1 || feb.Lines[0].ProviderId != "p-1" ||
+		feb.WithholdingsNotPosted != 2 || len(l.reqs) != 1 || l.reqs[0].Postings[0].Amount != "150.00" {
+		t.Fatalf("February = %v, ledger %v; want p-1's 150.00 alone, 2 not posted", feb, l.reqs)
+	}
+	l.settle("k2", late.Jurisdiction, late.Currency, late.TaxWithheld) // a release: the ledger posts it in March
+	if feb, err = remit("2026-02"); err != nil || feb.Remittances[0].Amount != "150.00" || len(l.reqs) != 1 || feb.WithholdingsNotPosted != 1 {
+		t.Fatalf("February again = %v, %v; want it unchanged, 1 not posted", feb, err)
+	}
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	mar, err := remit("2026-03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mar.Remittances) != 1 || mar.Remittances[0].Amount != "160.00" || len(mar.Lines) != 1 || mar.Lines[0].ProviderId != "p-late" ||
+		mar.WithholdingsNotPosted != 1 || len(l.reqs) != 2 {
+		t.Fatalf("March = %v; want p-late's 160.00 (recorded in February, posted since), the reversed one left out", mar)
+	}
+
+	// A posted settlement that credits tax:withheld another amount than the
+	// withholding's tax: the two services disagree on money, and nothing is
+	// remitted until someone looks.
+	record(t, s, "p-odd", "1000.00", "0.20", "individual", "k4") // 160.00
+	l.settle("k4", "CN", "CNY", "159.99")
+	clk.Set(time.Date(2026, 5, 2, 0, 0, 0, 0, time.UTC))
+	if _, err := remit("2026-04"); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "159.99") {
+		t.Fatalf("remitting a withholding whose settlement credits another amount: %v; want FAILED_PRECONDITION naming it", err)
+	}
+	if len(l.reqs) != 2 {
+		t.Fatalf("ledger = %v; want nothing posted for April", l.reqs)
 	}
 }
 

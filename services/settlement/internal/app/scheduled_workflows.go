@@ -106,6 +106,10 @@ type RemittanceReport struct {
 	Period      string
 	Remittances []Remittance
 	Lines       []RemittanceLine
+	// WithholdingsNotPosted is how many withholdings recorded before the
+	// period's end were left out because the ledger has not posted their
+	// settlement (remitted by a later run once it has).
+	WithholdingsNotPosted int
 }
 
 // RemittanceWorkflowID is the workflow id of a month's remittance.

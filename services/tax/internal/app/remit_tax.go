@@ -6,31 +6,45 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
+// Remitted is what RemitTax answers.
+type Remitted struct {
+	Remittances []domain.Remittance
+	Lines       []domain.ReportLine
+	NotPosted   int // withholdings recorded before the period's end whose settlement the ledger has not posted
+}
+
 // RemitTax remits every withholding recorded before the end of period
 // (YYYY-MM, a calendar month in the tax zone: Asia/Shanghai unless
-// configured) and not remitted yet: one remittance per jurisdiction and
-// currency (a withholding that commits after its month's remittance was
-// planned goes with the next month's), each posted as
+// configured), whose settlement the ledger has posted, and not remitted yet:
+// one remittance per jurisdiction and currency (a withholding that commits,
+// or whose settlement is posted, after its month's remittance was planned
+// goes with the next remittance run), each posted as
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
-// else. It returns the remittances and the report lines.
-func (a *App) RemitTax(ctx context.Context, period string) ([]domain.Remittance, []domain.ReportLine, error) {
+// else. It returns the remittances, the report lines and how many
+// withholdings it left out as not posted.
+func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
-		return nil, nil, apperr.Invalid("period", "want YYYY-MM")
+		return Remitted{}, apperr.Invalid("period", "want YYYY-MM")
 	}
 	now := a.Clock.Now()
 	if now.Before(p.End) {
-		return nil, nil, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
+		return Remitted{}, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
 			p.End.Format(time.RFC3339), apperr.ErrPrecondition)
+	}
+	notPosted, err := a.confirmPosted(ctx, p.End)
+	if err != nil {
+		return Remitted{}, err
 	}
 	rems, err := a.Store.PlanRemittances(ctx, period, p.End, now)
 	if err != nil {
-		return nil, nil, err
+		return Remitted{}, err
 	}
 	for i, r := range rems {
 		if r.Status != "pending" {
@@ -39,17 +53,62 @@ func (a *App) RemitTax(ctx context.Context, period string) ([]domain.Remittance,
 		txID := ""
 		if r.Amount.IsPositive() {
 			if txID, err = a.Ledger.PostRemittance(ctx, r); err != nil {
-				return nil, nil, fmt.Errorf("post remittance %s: %w", r.ID, err)
+				return Remitted{}, fmt.Errorf("post remittance %s: %w", r.ID, err)
 			}
 		}
 		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
-			return nil, nil, err
+			return Remitted{}, err
 		}
 		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = "remitted", txID, &now
 	}
 	lines, err := a.Store.Report(ctx, period)
 	if err != nil {
-		return nil, nil, err
+		return Remitted{}, err
 	}
-	return rems, lines, nil
+	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil
+}
+
+// confirmPosted looks up in the ledger the settlement of every unremitted
+// withholding recorded before end whose settlement is not known yet (posted
+// under the withholding's idempotency key) and records those posted, so
+// that a remittance pays only tax the ledger holds in tax:withheld: a
+// withholding is recorded before its settlement is posted, and a settlement
+// the ledger refuses (or that still retries) withholds nothing. It returns
+// how many it found not posted (or reversed). A posted settlement that
+// credits tax:withheld another amount than the withholding's tax stops the
+// remittance: the two services disagree on money.
+func (a *App) confirmPosted(ctx context.Context, end time.Time) (int, error) {
+	notPosted, after := 0, ""
+	for {
+		ws, err := a.Store.Unposted(ctx, end, after, MaxLookupKeys)
+		if err != nil || len(ws) == 0 {
+			return notPosted, err
+		}
+		after = ws[len(ws)-1].ID
+		keys := make([]string, len(ws))
+		for i, w := range ws {
+			keys[i] = w.IdempotencyKey
+		}
+		txs, err := a.Ledger.Posted(ctx, keys)
+		if err != nil {
+			return notPosted, err
+		}
+		posted := map[string]string{}
+		for _, w := range ws {
+			tx, ok := txs[w.IdempotencyKey]
+			if !ok || tx.Reversed {
+				notPosted++
+				continue
+			}
+			account := ids.TaxWithheld(w.Jurisdiction)
+			if got := tx.Credited(account, w.Currency); !got.Equal(w.Tax) {
+				return notPosted, fmt.Errorf("withholding %s (%s) records tax %s %s, and its settlement %s credits %s %s %s: %w",
+					w.ID, w.IdempotencyKey, w.Tax, w.Currency, tx.ID, account, got, w.Currency, apperr.ErrPrecondition)
+			}
+			posted[w.ID] = tx.ID
+		}
+		if err := a.Store.MarkPosted(ctx, posted); err != nil {
+			return notPosted, err
+		}
+	}
 }

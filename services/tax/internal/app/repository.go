@@ -27,19 +27,32 @@ type Store interface {
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string) error
 
+	// Unposted pages (by id, after `after`) through the unremitted
+	// withholdings recorded before end whose settlement transaction is not
+	// known yet.
+	Unposted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)
+	// MarkPosted records withholdings' (by id) settlement transactions.
+	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
 	// PlanRemittances assigns every unremitted withholding recorded before
-	// end to a remittance of the period per jurisdiction and currency made
-	// with it (never to one planned before), and returns the period's
-	// remittances.
+	// end whose settlement was posted to a remittance of the period per
+	// jurisdiction and currency made with it (never to one planned before),
+	// and returns the period's remittances.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
 	Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error)
 	Report(ctx context.Context, period string) ([]domain.ReportLine, error)
 }
 
+// MaxLookupKeys is how many idempotency keys one Ledger.Posted call names
+// (the ledger's limit per listing).
+const MaxLookupKeys = 100
+
 // Ledger is what the tax service needs of the ledger service.
 type Ledger interface {
 	// PostRemittance posts a remittance (its Legs) with its id as the
 	// idempotency key and returns the ledger transaction id.
 	PostRemittance(ctx context.Context, r domain.Remittance) (string, error)
+	// Posted returns the transactions posted under keys (at most
+	// MaxLookupKeys), by key; a key nothing was posted under is absent.
+	Posted(ctx context.Context, keys []string) (map[string]domain.PostedTx, error)
 }

@@ -48,6 +48,19 @@ type Remittance struct {
 	RemittedAt                         *time.Time
 }
 
+// PostedTx is a ledger transaction as a remittance reads it: a withholding's
+// settlement, posted under the withholding's idempotency key.
+type PostedTx struct {
+	ID       string
+	Reversed bool                       // a reversal undid it
+	Credits  map[string]decimal.Decimal // credited amount by account + " " + currency
+}
+
+// Credited is the amount the transaction credits account in currency.
+func (t PostedTx) Credited(account, currency string) decimal.Decimal {
+	return t.Credits[account+" "+currency]
+}
+
 // ReportLine is the tax remitted for one provider in one remittance period.
 type ReportLine struct {
 	Jurisdiction, Currency, ProviderID string

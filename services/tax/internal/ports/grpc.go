@@ -214,15 +214,15 @@ func remToProto(r domain.Remittance) *taxv1.TaxRemittance {
 
 // RemitTax implements TaxService.
 func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*taxv1.RemitTaxResponse, error) {
-	rems, lines, err := s.App.RemitTax(ctx, req.Period)
+	got, err := s.App.RemitTax(ctx, req.Period)
 	if err != nil {
 		return nil, err
 	}
-	resp := &taxv1.RemitTaxResponse{Period: req.Period}
-	for _, r := range rems {
+	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted)}
+	for _, r := range got.Remittances {
 		resp.Remittances = append(resp.Remittances, remToProto(r))
 	}
-	for _, l := range lines {
+	for _, l := range got.Lines {
 		resp.Lines = append(resp.Lines, &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
 			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count)})
 	}

@@ -1561,12 +1561,16 @@ func (x *RemittanceReportLine) GetWithholdings() int32 {
 }
 
 type RemitTaxResponse struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Period        string                  `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
-	Remittances   []*TaxRemittance        `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
-	Lines         []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`             // totals per jurisdiction, currency and provider
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState  `protogen:"open.v1"`
+	Period      string                  `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
+	Remittances []*TaxRemittance        `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
+	Lines       []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`             // totals per jurisdiction, currency and provider
+	// Withholdings recorded before the period's end whose settlement the ledger
+	// has not posted (a settlement refused or still retrying, or reversed):
+	// left out, remitted with the first period run after the ledger posts them.
+	WithholdingsNotPosted int32 `protobuf:"varint,4,opt,name=withholdings_not_posted,json=withholdingsNotPosted,proto3" json:"withholdings_not_posted,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RemitTaxResponse) Reset() {
@@ -1618,6 +1622,13 @@ func (x *RemitTaxResponse) GetLines() []*RemittanceReportLine {
 		return x.Lines
 	}
 	return nil
+}
+
+func (x *RemitTaxResponse) GetWithholdingsNotPosted() int32 {
+	if x != nil {
+		return x.WithholdingsNotPosted
+	}
+	return 0
 }
 
 // A withholding computed as settlement would compute it, recorded nowhere
@@ -1951,11 +1962,12 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\vprovider_id\x18\x03 \x01(\tR\n" +
 	"providerId\x12!\n" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
-	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\"\xa7\x01\n" +
+	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\"\xdf\x01\n" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
-	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\"\xf2\x01\n" +
+	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\x126\n" +
+	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\"\xf2\x01\n" +
 	"\x17QuoteWithholdingRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05gross\x18\x02 \x01(\tR\x05gross\x12'\n" +

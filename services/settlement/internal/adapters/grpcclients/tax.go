@@ -56,7 +56,7 @@ func (t *Tax) RemitTax(ctx context.Context, period string) (app.RemittanceReport
 	if err != nil {
 		return app.RemittanceReport{}, classify("remit tax of "+period, err)
 	}
-	rep := app.RemittanceReport{Period: resp.Period}
+	rep := app.RemittanceReport{Period: resp.Period, WithholdingsNotPosted: int(resp.WithholdingsNotPosted)}
 	for _, r := range resp.Remittances {
 		rep.Remittances = append(rep.Remittances, app.Remittance{RemittanceID: r.RemittanceId, Jurisdiction: r.Jurisdiction,
 			Currency: r.Currency, Amount: r.Amount, Status: r.Status, TransactionID: r.TransactionId})

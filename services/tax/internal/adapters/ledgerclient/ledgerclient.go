@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/tax/internal/app"
@@ -40,4 +42,29 @@ func (l Ledger) PostRemittance(ctx context.Context, r domain.Remittance) (string
 		return "", err
 	}
 	return resp.GetTransaction().GetTransactionId(), nil
+}
+
+// Posted implements app.Ledger: the ledger's listing by idempotency keys.
+func (l Ledger) Posted(ctx context.Context, keys []string) (map[string]domain.PostedTx, error) {
+	resp, err := l.Client.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{IdempotencyKeys: keys})
+	if err != nil {
+		return nil, fmt.Errorf("ledger transactions by key: %w", err)
+	}
+	out := make(map[string]domain.PostedTx, len(resp.GetTransactions()))
+	for _, t := range resp.GetTransactions() {
+		p := domain.PostedTx{ID: t.GetTransactionId(), Reversed: t.GetReversedBy() != "", Credits: map[string]decimal.Decimal{}}
+		for _, leg := range t.GetPostings() {
+			if leg.GetDirection() != "credit" {
+				continue
+			}
+			amt, err := decimal.NewFromString(leg.GetAmount())
+			if err != nil {
+				return nil, fmt.Errorf("ledger transaction %s: amount %q: %w", p.ID, leg.GetAmount(), err)
+			}
+			k := leg.GetAccount() + " " + leg.GetCurrency()
+			p.Credits[k] = p.Credits[k].Add(amt)
+		}
+		out[t.GetIdempotencyKey()] = p
+	}
+	return out, nil
 }

@@ -233,9 +233,9 @@ func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 }
 
 // PlanRemittances assigns every unremitted withholding recorded before end
-// (the instant the period's month ends in the tax zone) to a remittance of
-// the period per jurisdiction and currency (once), and returns the period's
-// remittances.
+// (the instant the period's month ends in the tax zone) whose settlement
+// was posted (MarkPosted) to a remittance of the period per jurisdiction and
+// currency (once), and returns the period's remittances.
 //
 // A remittance holds the withholdings it was made with, and its amount is
 // their sum, both from one statement's snapshot (planRemittancesSQL): a
@@ -259,11 +259,11 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 }
 
 // planRemittancesSQL makes the period's ($1) remittances that do not exist
-// yet, each of the unremitted withholdings recorded before $2 in its
+// yet, each of the unremitted, posted withholdings recorded before $2 in its
 // jurisdiction and currency, and attaches exactly those to it.
 const planRemittancesSQL = `with fresh as (
 		select w.withholding_id, w.jurisdiction, w.currency, w.tax_withheld from tax.withholdings w
-		where w.remittance_id is null and w.created_at < $2
+		where w.remittance_id is null and w.created_at < $2 and w.settlement_tx_id is not null
 		  and not exists (select 1 from tax.remittances r
 			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency)),
 	made as (
@@ -275,6 +275,38 @@ const planRemittancesSQL = `with fresh as (
 	update tax.withholdings w set remittance_id = made.remittance_id
 	from fresh join made on made.jurisdiction = fresh.jurisdiction and made.currency = fresh.currency
 	where w.withholding_id = fresh.withholding_id and w.remittance_id is null`
+
+// Unposted returns, in id order after `after`, at most limit unremitted
+// withholdings recorded before end whose settlement transaction is not
+// known yet.
+func (s *Store) Unposted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error) {
+	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings
+		where settlement_tx_id is null and remittance_id is null and withholding_id > $1 and created_at < $2
+		order by withholding_id limit $3`, after, end, limit)
+	if err != nil {
+		return nil, fmt.Errorf("unposted withholdings: %w", err)
+	}
+	return pgx.CollectRows(rows, scanWH)
+}
+
+// MarkPosted records each withholding's (by id) settlement transaction.
+func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]string) error {
+	if len(txByWithholding) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(txByWithholding))
+	txs := make([]string, 0, len(txByWithholding))
+	for id, tx := range txByWithholding {
+		ids, txs = append(ids, id), append(txs, tx)
+	}
+	_, err := s.Pool.Exec(ctx, `update tax.withholdings w set settlement_tx_id = p.tx
+		from unnest($1::text[], $2::text[]) as p(id, tx)
+		where w.withholding_id = p.id and w.settlement_tx_id is null`, ids, txs)
+	if err != nil {
+		return fmt.Errorf("mark withholdings posted: %w", err)
+	}
+	return nil
+}
 
 // MarkRemitted records the ledger transaction of a remittance.
 func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time) error {
