@@ -156,6 +156,41 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
 }
 
+// A hold of a provider whose settlement has begun (its prepare found it not
+// held; the ledger may have posted it) is refused, naming the payout hold to
+// use: it was answered 200 while the settlement went on and posted the net
+// to available, so the provider read as held and was settled and paid.
+// The ledger's answers are slowed so that the hold comes while the
+// settlement posts.
+func TestHoldRefusedOnceSettlementBegan(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc)
+	f.ledger.Delay = time.Second
+	f.seed(t, cycle1.ID, 1)
+	f.clock.Set(cycle1.End.Add(time.Hour))
+	ctx := context.Background()
+	runWorker(t, f.s)
+	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	key := settlement.SettlementKey(cycle1.ID, "p-00000", "CNY")
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		var n int
+		err := f.pool.QueryRow(ctx, `select count(*) from tax.withholdings where idempotency_key = $1`, key).Scan(&n)
+		return err == nil && n == 1
+	}, "p-00000's withholding recorded: its settlement is posting")
+	_, err := f.s.API().HoldProvider(ctx, holdReq(cycle1.ID, "p-00000"))
+	if status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), "payout-hold") {
+		t.Fatalf("hold of a provider whose settlement is posting: %v; want FailedPrecondition naming the payout hold", err)
+	}
+	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
+	var held int
+	if err := f.pool.QueryRow(ctx, `select count(*) from settlement.holds where held`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("holds recorded = %d (%v); want none", held, err)
+	}
+}
+
 // A provider whose settlement failed keeps its cycle closing (it was
 // marked settled, the money left in pending, nothing showing it). A
 // release of it answers why its settlement failed (it was a 500); once the

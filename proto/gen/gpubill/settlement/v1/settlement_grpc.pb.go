@@ -47,6 +47,8 @@ type SettlementServiceClient interface {
 	// whose settlement failed keeps its cycle closing).
 	CloseSettlementCycle(ctx context.Context, in *CloseSettlementCycleRequest, opts ...grpc.CallOption) (*CloseSettlementCycleResponse, error)
 	// Holds a provider's settlement in a cycle (it is skipped until released).
+	// Refused (FAILED_PRECONDITION) once the provider's settlement of the cycle
+	// has begun or is settled: hold its payouts instead.
 	HoldProvider(ctx context.Context, in *HoldProviderRequest, opts ...grpc.CallOption) (*HoldProviderResponse, error)
 	// Releases a hold; the provider is then settled (its cycle too, if it was
 	// the last). A settlement that fails answers FAILED_PRECONDITION.
@@ -139,6 +141,8 @@ type SettlementServiceServer interface {
 	// whose settlement failed keeps its cycle closing).
 	CloseSettlementCycle(context.Context, *CloseSettlementCycleRequest) (*CloseSettlementCycleResponse, error)
 	// Holds a provider's settlement in a cycle (it is skipped until released).
+	// Refused (FAILED_PRECONDITION) once the provider's settlement of the cycle
+	// has begun or is settled: hold its payouts instead.
 	HoldProvider(context.Context, *HoldProviderRequest) (*HoldProviderResponse, error)
 	// Releases a hold; the provider is then settled (its cycle too, if it was
 	// the last). A settlement that fails answers FAILED_PRECONDITION.

@@ -222,19 +222,28 @@ func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) 
 const prepareSQL = `with hold as (
 		select coalesce((select held from settlement.holds where cycle_id = $1 and provider_id = $2), false) as held),
 	marked as (
-		update settlement.settlements st set status = case when hold.held then 'held' else 'pending' end
+		update settlement.settlements st set status = case when hold.held then 'held' else 'pending' end,
+			begun_at = case when hold.held then null else coalesce(st.begun_at, now()) end
 		from hold
 		where st.cycle_id = $1 and st.provider_id = $2 and st.status <> 'settled'
-		  and st.status <> case when hold.held then 'held' else 'pending' end)
+		  and (st.status <> case when hold.held then 'held' else 'pending' end or (not hold.held and st.begun_at is null)))
 	select hold.held, coalesce(nullif(st.tier, ''), (select tier from settlement.providers where provider_id = $2), ''),
 		st.currency, st.gross,
 		case when st.status = 'settled' then 'settled' when hold.held then 'held' else 'pending' end
 	from hold left join settlement.settlements st on st.cycle_id = $1 and st.provider_id = $2
 	order by st.currency`
 
+// holdLockSQL takes the lock a provider's prepare and a hold of it in a
+// cycle take first, so that each reads what the other committed: a hold
+// either commits before the prepare reads it, or finds the settlement begun
+// and is refused.
+const holdLockSQL = `select pg_advisory_xact_lock(hashtext('gpubill.settlement.hold'), hashtext($1 || '/' || $2))`
+
 // Prepare reads a provider's hold, tier and rows, and marks the rows held
-// or back to pending to match the hold: one statement (prepareSQL), sent
-// with other providers' in a shared batch.
+// or back to pending to match the hold, and begun when not held (a hold is
+// refused from then on): one statement (prepareSQL) after the hold's lock
+// (holdLockSQL), sent with other providers' in a shared batch, one
+// transaction.
 func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, []domain.PreparedItem, error) {
 	// The callback writes r, read only after a nil error: after an error
 	// it may still run, with the group's batch (pg.Batches.Do).
@@ -245,6 +254,7 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, stri
 	}
 	err := s.batches.Do(ctx, func(b *pgx.Batch) {
 		r.held, r.tier, r.items = false, "", nil
+		b.Queue(holdLockSQL, cycle, provider)
 		b.Queue(prepareSQL, cycle, provider).Query(func(rows pgx.Rows) error {
 			var (
 				currency, status *string
@@ -383,17 +393,25 @@ func (s *Store) totals(ctx context.Context, cs []*domain.Cycle) error {
 }
 
 // SetHold holds or releases a provider in a cycle. Holding a provider
-// already settled in the cycle is refused.
+// already settled in the cycle, or whose settlement has begun (Prepare found
+// it not held), is refused: the hold could no longer stop the settlement.
 func (s *Store) SetHold(ctx context.Context, h domain.Hold) error {
 	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, holdLockSQL, h.CycleID, h.ProviderID); err != nil {
+			return err
+		}
 		if h.Held {
-			var settled bool
-			if err := tx.QueryRow(ctx, `select exists(select 1 from settlement.settlements
-				where cycle_id = $1 and provider_id = $2 and status = 'settled')`, h.CycleID, h.ProviderID).Scan(&settled); err != nil {
+			var settled, begun bool
+			if err := tx.QueryRow(ctx, `select coalesce(bool_or(status = 'settled'), false), coalesce(bool_or(begun_at is not null), false)
+				from settlement.settlements where cycle_id = $1 and provider_id = $2`, h.CycleID, h.ProviderID).Scan(&settled, &begun); err != nil {
 				return err
 			}
 			if settled {
 				return fmt.Errorf("provider %s is already settled in %s: %w", h.ProviderID, h.CycleID, apperr.ErrPrecondition)
+			}
+			if begun {
+				return fmt.Errorf("provider %s's settlement of %s has begun (its net may be posted to available already); "+
+					"hold its payouts instead (PUT /v1/providers/%s/payout-hold): %w", h.ProviderID, h.CycleID, h.ProviderID, apperr.ErrPrecondition)
 			}
 		}
 		_, err := tx.Exec(ctx, `insert into settlement.holds (cycle_id, provider_id, held, reason, updated_at)

@@ -1,0 +1,12 @@
+-- When a provider's settlement began: the instant its prepare found the
+-- provider not held and went on to the tax split and the ledger posting. From
+-- then on a hold of the provider in the cycle is refused (it could no longer
+-- stop the settlement); it was answered 200 and never applied. Null while the
+-- provider is held or its settlement has not begun (and for rows settled
+-- before this column).
+
+-- +goose Up
+alter table settlement.settlements add column begun_at timestamptz;
+
+-- +goose Down
+alter table settlement.settlements drop column begun_at;
