@@ -240,8 +240,17 @@ func TestPayoutRailOutage(t *testing.T) {
 	if p = st.payouts(t, "p-out")[0]; p.Status != "created" || st.submissions(t, p.PayoutId) != 0 {
 		t.Fatalf("during the outage: %s, %d submissions", p.Status, st.submissions(t, p.PayoutId))
 	}
+	// A hold now cannot stop the payout (past the gate, its rail may have
+	// it): the answer says so. It counted it as waiting, held.
+	hold, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-out", Reason: "dispute"})
+	if err != nil || hold.PayoutsWaiting != 0 || hold.PayoutsInFlight != 1 {
+		t.Fatalf("hold during the submission: %v %v; want 0 waiting, 1 in flight", hold, err)
+	}
 	st.s.TestHooks().SetSandboxOutage(false)
 	p = st.waitStatus(t, "p-out", "cyc-20260101", "paid", 2*waitLong)
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-out"}); err != nil {
+		t.Fatal(err)
+	}
 	if n := st.submissions(t, p.PayoutId); n != 1 {
 		t.Errorf("submitted %d times after the outage", n)
 	}

@@ -31,7 +31,10 @@ type Store interface {
 	GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error)
 	MethodHistory(ctx context.Context, provider string) ([]domain.Change, error)
 	PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error
-	PutHold(ctx context.Context, provider, reason string, at time.Time) error
+	// PutHold holds (reason ≠ "") or releases a provider's payouts and
+	// returns its payouts not yet past the gate (waiting) and those being
+	// submitted to their rail (inFlight), which the hold does not stop.
+	PutHold(ctx context.Context, provider, reason string, at time.Time) (waiting, inFlight []string, err error)
 
 	WaitingIDs(ctx context.Context, provider string) ([]string, error)
 	WaitingForAvailable(ctx context.Context, provider string) ([]string, error)

@@ -307,20 +307,19 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 }
 
 // HoldProviderPayouts implements PayoutService: the provider's payouts not
-// yet submitted wait (or, released, go on).
+// yet past the gate wait (or, released, go on); the answer counts those
+// past it, which the hold does not stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
 	if req.ProviderId == "" {
 		return nil, apperr.Invalid("provider_id", "required")
 	}
-	if err := s.Store.PutHold(ctx, req.ProviderId, req.Reason, s.Clock.Now()); err != nil {
-		return nil, err
-	}
-	waiting, err := s.Store.WaitingIDs(ctx, req.ProviderId)
+	waiting, inFlight, err := s.Store.PutHold(ctx, req.ProviderId, req.Reason, s.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
 	if s.Flow != nil {
 		s.Flow.Wake(context.WithoutCancel(ctx), waiting...)
 	}
-	return &payoutv1.HoldProviderPayoutsResponse{ProviderId: req.ProviderId, Reason: req.Reason, PayoutsWaiting: int32(len(waiting))}, nil
+	return &payoutv1.HoldProviderPayoutsResponse{ProviderId: req.ProviderId, Reason: req.Reason,
+		PayoutsWaiting: int32(len(waiting)), PayoutsInFlight: int32(len(inFlight))}, nil
 }

@@ -764,9 +764,12 @@ type HoldProviderPayoutsResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId     string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	Reason         string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	PayoutsWaiting int32                  `protobuf:"varint,3,opt,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"` // payouts not yet submitted, now waiting (or released)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	PayoutsWaiting int32                  `protobuf:"varint,3,opt,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"` // payouts not yet past the gate, now waiting (or released)
+	// Payouts already past the gate, being submitted to their rail: the hold
+	// does not stop them (the rail may have them); their status says how they end.
+	PayoutsInFlight int32 `protobuf:"varint,4,opt,name=payouts_in_flight,json=payoutsInFlight,proto3" json:"payouts_in_flight,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HoldProviderPayoutsResponse) Reset() {
@@ -816,6 +819,13 @@ func (x *HoldProviderPayoutsResponse) GetReason() string {
 func (x *HoldProviderPayoutsResponse) GetPayoutsWaiting() int32 {
 	if x != nil {
 		return x.PayoutsWaiting
+	}
+	return 0
+}
+
+func (x *HoldProviderPayoutsResponse) GetPayoutsInFlight() int32 {
+	if x != nil {
+		return x.PayoutsInFlight
 	}
 	return 0
 }
@@ -3212,12 +3222,13 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x1aHoldProviderPayoutsRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x7f\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xab\x01\n" +
 	"\x1bHoldProviderPayoutsResponse\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12'\n" +
-	"\x0fpayouts_waiting\x18\x03 \x01(\x05R\x0epayoutsWaiting\"\xa7\x02\n" +
+	"\x0fpayouts_waiting\x18\x03 \x01(\x05R\x0epayoutsWaiting\x12*\n" +
+	"\x11payouts_in_flight\x18\x04 \x01(\x05R\x0fpayoutsInFlight\"\xa7\x02\n" +
 	"\fPayoutMethod\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x12\n" +

@@ -120,15 +120,42 @@ func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, 
 	return err
 }
 
-// PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts.
-func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Time) error {
-	if reason == "" {
-		_, err := s.Pool.Exec(ctx, `delete from payout.holds where provider_id = $1`, provider)
+// PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts
+// and returns the provider's payouts not yet past the gate (waiting: the
+// hold applies to them) and those past it, being submitted to their rail
+// (inFlight: the hold cannot stop them). The payouts' rows are locked first,
+// so the gate (Prepare, which locks the payout and reads the hold) either
+// reads the hold or has marked the payout submitting before this reads it;
+// a hold was answered as applying to a payout the gate had just passed.
+func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Time) (waiting, inFlight []string, err error) {
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		waiting, inFlight = nil, nil
+		rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
+			where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
+		if err != nil {
+			return err
+		}
+		var id string
+		var busy bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &busy}, func() error {
+			if busy {
+				inFlight = append(inFlight, id)
+			} else {
+				waiting = append(waiting, id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if reason == "" {
+			_, err = tx.Exec(ctx, `delete from payout.holds where provider_id = $1`, provider)
+			return err
+		}
+		_, err = tx.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ($1, $2, $3)
+			on conflict (provider_id) do update set reason = excluded.reason, held_at = excluded.held_at`, provider, reason, at)
 		return err
-	}
-	_, err := s.Pool.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ($1, $2, $3)
-		on conflict (provider_id) do update set reason = excluded.reason, held_at = excluded.held_at`, provider, reason, at)
-	return err
+	})
+	return waiting, inFlight, err
 }
 
 // gate reads what a provider's gate needs inside tx.
