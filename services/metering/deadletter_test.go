@@ -2,6 +2,7 @@ package metering_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,10 +46,10 @@ func parties(t *testing.T, s *metering.Service) {
 // the good messages published after it are recorded meanwhile: nothing
 // blocks, nothing vanishes. An event with an escaped NUL byte (\\u0000,
 // which PostgreSQL text refuses) is rejected alone, with its reason: its
-// message is applied, not dead-lettered. (It failed its message's insert
-// on every delivery, and so every event beside it, until it was
-// dead-lettered after natsx.DeadLetterDeliveries deliveries; that path is
-// pkg/deadletter's tests'.)
+// message is applied, and kept in dead letters with the rejection. (It
+// failed its message's insert on every delivery, and so every event beside
+// it, until it was dead-lettered after natsx.DeadLetterDeliveries
+// deliveries; that path is pkg/deadletter's tests'.)
 func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	t.Parallel()
 	s, d := newService(t)
@@ -65,8 +66,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	var n int
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&n)
-		return err == nil && n == 1
-	}, "the undecodable message dead-lettered")
+		return err == nil && n == 2
+	}, "the undecodable message and the one with a rejected event dead-lettered")
 	rows, err := d.Pool.Query(ctx, `select message_id, consumer, subject, attempts, payload, error, first_seen_at <= last_seen_at
 		from metering.dead_letters order by message_id`)
 	if err != nil {
@@ -88,8 +89,11 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 1 || got[0].id != "m-garbage" {
-		t.Fatalf("dead letters %+v, want m-garbage alone", got)
+	if len(got) != 2 || got[0].id != "m-garbage" || got[1].id != "m-nul" {
+		t.Fatalf("dead letters %+v, want m-garbage and m-nul", got)
+	}
+	if !strings.Contains(got[1].errText, "1 of 1 usage events rejected") || !strings.Contains(got[1].errText, "evt-nul: ") || got[1].attempts != 1 {
+		t.Errorf("m-nul kept with error %q after %d deliveries; want its rejection named at the first", got[1].errText, got[1].attempts)
 	}
 	if got[0].attempts != 1 || string(got[0].payload) != `{"events":[{"id":` || got[0].subject != "usage.ingest.p-001" || got[0].consumer != "metering-ingest" {
 		t.Errorf("undecodable body kept as %+v; want its first delivery, payload and subject", got[0])
@@ -107,4 +111,60 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 		}
 		return false
 	}, "metering-ingest drained")
+}
+
+// A node agent publishing on NATS reads no answer: an event rejected for a
+// cause that a fix removes (here a renter not created yet) kept its usage
+// only in a log line, and its message was acknowledged. Its message is now
+// applied (the good event recorded) and kept in dead letters naming the
+// rejection; replayed once the renter exists, the event is recorded and
+// the good one, a duplicate, is not recorded twice.
+func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
+	t.Parallel()
+	s, d := newService(t)
+	ctx := context.Background()
+	parties(t, s)
+	body := `{"events":[` +
+		`{"id":"evt-ok","lease_id":"l-ok","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":1,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"},` +
+		`{"id":"evt-new","lease_id":"l-new","provider_id":"p-001","renter_id":"r-new","gpu_model":"H100","gpu_count":1,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}]}`
+	publishIngest(t, d.JS, "m-mixed", body)
+	var errText string
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		return d.Pool.QueryRow(ctx, `select error from metering.dead_letters where message_id = 'm-mixed'`).Scan(&errText) == nil
+	}, "the message with a rejected event dead-lettered")
+	if !strings.Contains(errText, "1 of 2 usage events rejected") || !strings.Contains(errText, "evt-new: ") {
+		t.Fatalf("dead letter error %q; want the rejected event named", errText)
+	}
+	events := func(renter string) []string {
+		t.Helper()
+		res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: renter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range res.UsageEvents {
+			ids = append(ids, e.Id)
+		}
+		return ids
+	}
+	if got := events("r-001"); len(got) != 1 || got[0] != "evt-ok" {
+		t.Fatalf("r-001's usage %v; want evt-ok recorded", got)
+	}
+	if _, err := s.Parties().CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: "r-new", Currency: "USD"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool.Exec(ctx, `update metering.dead_letters set replay_requested_at = now() where message_id = 'm-mixed'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		var replayed bool
+		err := d.Pool.QueryRow(ctx, `select replayed_at is not null from metering.dead_letters where message_id = 'm-mixed'`).Scan(&replayed)
+		return err == nil && replayed
+	}, "the dead letter replayed")
+	if got := events("r-new"); len(got) != 1 || got[0] != "evt-new" {
+		t.Fatalf("r-new's usage after the replay %v; want evt-new", got)
+	}
+	if got := events("r-001"); len(got) != 1 {
+		t.Fatalf("r-001's usage after the replay %v; want evt-ok once", got)
+	}
 }

@@ -45,7 +45,8 @@ func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 // IngestConsumer records usage that node agents publish on NATS through the
 // same use case as the REST API; the per-event id makes redelivery harmless.
 // A body that cannot be decoded, or that the use case refuses whole, is
-// dead-lettered, never dropped.
+// dead-lettered, never dropped; so is a message with rejected events, once
+// its other events are recorded.
 type IngestConsumer struct {
 	App         *app.App
 	JS          jetstream.JetStream
@@ -76,9 +77,18 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 	if len(poison.ByID) > 0 {
 		return &poison
 	}
+	// A message with rejected events is applied (its other events are
+	// recorded) and kept in dead letters with the rejections: a node agent
+	// publishing here reads no answer, and a rejection that depends on state
+	// (a GPU model or party not known yet, a clock ahead) bills the usage
+	// once replayed after the fix, its recorded events then duplicates. The
+	// rest of the batch is applied again, as duplicates. (Rejected events
+	// were logged and the message acknowledged: their usage was lost.)
+	var rejected natsx.PoisonError
 	for i, m := range msgs {
 		provider := strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())
 		evs := bodies[i]
+		var rej []app.Rejection
 		for len(evs) > 0 {
 			n := min(len(evs), domain.BatchEventsMax)
 			res, err := c.App.Ingest(ctx, evs[:n], app.IngestOptions{OnlyProvider: provider})
@@ -91,12 +101,35 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 			if err != nil {
 				return fmt.Errorf("ingest %s: %w", m.Subject(), err)
 			}
-			if len(res.Rejected) > 0 {
-				c.Log.Warn("usage events rejected", "subject", m.Subject(), "msg_id", natsx.MsgID(m),
-					"accepted", res.Accepted, "duplicates", res.Duplicates, "rejected", len(res.Rejected), "first", res.Rejected[0].Reason)
-			}
+			rej = append(rej, res.Rejected...)
 			evs = evs[n:]
 		}
+		if len(rej) > 0 {
+			c.Log.Warn("usage events rejected: message dead-lettered for replay", "subject", m.Subject(), "msg_id", natsx.MsgID(m),
+				"events", len(bodies[i]), "rejected", len(rej), "first", rej[0].Reason)
+			rejected.Add(natsx.MsgID(m), rejections(len(bodies[i]), rej))
+		}
+	}
+	if len(rejected.ByID) > 0 {
+		return &rejected
 	}
 	return nil
+}
+
+// rejectionsShown is how many rejections a dead letter's error names.
+const rejectionsShown = 5
+
+// rejections is a dead letter's error for a message of n events of which
+// rej were rejected.
+func rejections(n int, rej []app.Rejection) error {
+	parts := make([]string, 0, rejectionsShown+1)
+	for i, r := range rej {
+		if i == rejectionsShown {
+			parts = append(parts, fmt.Sprintf("and %d more", len(rej)-i))
+			break
+		}
+		parts = append(parts, r.ID+": "+r.Reason)
+	}
+	return fmt.Errorf("%d of %d usage events rejected (the others recorded; replay once the cause is fixed): %s",
+		len(rej), n, strings.Join(parts, "; "))
 }
