@@ -250,7 +250,8 @@ const streamLimitTTL = time.Minute
 // BatchFields names, by subject prefix, the event batches (events.proto)
 // whose items are a repeated field: one too big to publish is split along
 // it, each part carrying the batch's other fields and its own message id
-// (<id>~<part>/<parts>, the same on every retry).
+// (<id>~<part>/<parts>, the same on every retry while the limits stay at or
+// above partBytesMax).
 var BatchFields = map[string]protowire.Number{
 	subjects.UsageRecorded.Prefix(): 2,  // UsageRecordedBatch.events
 	subjects.ChargesRated.Prefix():  2,  // ChargesRatedBatch.charges
@@ -646,11 +647,36 @@ func permanent(err error) bool {
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
+// partBytesMax is the size a batch row is split at (NATS's default
+// max_payload, less headerBytesMax) wherever the server and the stream take
+// at least that: the parts, and so their message ids, are then a function
+// of the row alone. Split at the limits of the moment, a row some of whose
+// parts were acknowledged was published again under other ids after a
+// limit changed (a larger max_payload, a reconnect to a server configured
+// otherwise), and its consumers, which deduplicate by message id, applied
+// its items twice: pricing rated the same usage again.
+const partBytesMax = 1<<20 - headerBytesMax
+
 // splitToFit returns the messages that publish one outbox row: the row
-// itself, or, for a batch (BatchFields) over limit, parts that each fit.
-// Anything else (not a batch, an item alone over the limit) is published
-// whole, and the server's refusal dead-letters it.
+// itself, or, for a batch (BatchFields) over partBytesMax or limit, parts
+// that each fit (at partBytesMax when limit is at least that and every
+// item fits in it, else at limit). Anything else (not a batch, an item
+// alone over the limit) is published whole, and the server's refusal
+// dead-letters it.
 func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
+	if limit > partBytesMax {
+		if parts, ok := split(id, subject, payload, partBytesMax); ok {
+			return parts
+		}
+	}
+	parts, _ := split(id, subject, payload, limit)
+	return parts
+}
+
+// split is splitToFit at limit: ok is false when it answers the row whole
+// because it is not a batch that can be split there (an item alone is over
+// limit, or the payload is not a protobuf batch).
+func split(id, subject string, payload []byte, limit int) (parts []*nats.Msg, ok bool) {
 	msg := func(id string, data []byte) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Data = data
@@ -658,20 +684,23 @@ func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 		return m
 	}
 	whole := []*nats.Msg{msg(id, payload)}
-	field, ok := batchField(subject)
-	if len(payload) <= limit || !ok {
-		return whole
+	field, batch := batchField(subject)
+	if !batch {
+		return whole, false
+	}
+	if len(payload) <= limit {
+		return whole, true
 	}
 	var head []byte
 	var items [][]byte
 	for b := payload; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return whole
+			return whole, false
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return whole
+			return whole, false
 		}
 		if num == field {
 			items = append(items, b[:n+m])
@@ -684,7 +713,7 @@ func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 	cur := slices.Clone(head)
 	for _, it := range items {
 		if len(head)+len(it) > limit {
-			return whole
+			return whole, false
 		}
 		if len(cur)+len(it) > limit {
 			bodies = append(bodies, cur)
@@ -697,7 +726,7 @@ func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
 	for i, b := range bodies {
 		out[i] = msg(fmt.Sprintf("%s~%d/%d", id, i+1, len(bodies)), b)
 	}
-	return out
+	return out, true
 }
 
 func batchField(subject string) (protowire.Number, bool) {

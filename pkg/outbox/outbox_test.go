@@ -349,6 +349,38 @@ func TestAuditBatchSplitsAlongItsRecords(t *testing.T) {
 	}
 }
 
+// A batch row is split into the same parts, under the same message ids,
+// whatever limits above NATS's default max_payload the server and stream
+// have: a row partly acknowledged is published again under the ids it had
+// after max_payload grew (or the relay reconnected to a server configured
+// otherwise). Split at the limit of the moment, its acknowledged items came
+// again under new ids, which consumers deduplicating by id applied twice.
+func TestBatchSplitDoesNotDependOnTheLimit(t *testing.T) {
+	batch := &eventsv1.AuditRecordedBatch{}
+	for i := range 3500 {
+		batch.Records = append(batch.Records, &eventsv1.AuditRecorded{EventId: fmt.Sprintf("ev-%04d", i), Service: "ledger",
+			ResourceIds: []string{"transaction_id=" + strings.Repeat("x", 900)}})
+	}
+	payload, err := proto.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(limit int) []string {
+		var out []string
+		for _, m := range outbox.SplitToFit("audit-big", "audit.recorded.ledger", payload, limit) {
+			out = append(out, fmt.Sprintf("%s:%d", m.Header.Get(jetstream.MsgIDHeader), len(m.Data)))
+		}
+		return out
+	}
+	at2, at8 := ids(2<<20), ids(8<<20)
+	if len(at2) < 3 || !slices.Equal(at2, at8) {
+		t.Fatalf("a %d-byte batch split under 2 MiB as %v, under 8 MiB as %v; want the same parts", len(payload), at2, at8)
+	}
+	if small := ids(100_000); len(small) <= len(at2) {
+		t.Fatalf("under a limit of 100 000 bytes: %d parts, want more than %d", len(small), len(at2))
+	}
+}
+
 // The relay publishes the payloads its process holds for committed rows
 // (outbox.Hold) instead of reading them back, and reads the others' from
 // the table: here the held ones differ from their rows, so what reached
