@@ -31,6 +31,8 @@ package deadletter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,9 +110,14 @@ type Execer interface {
 }
 
 // PutLetter records a letter (inside a transaction when q is one). A letter
-// seen again (the same consumer and message id) keeps its first_seen_at and
-// adds the new attempts. Text columns get valid UTF-8 without NUL (the
-// payload, bytea, is kept as it came).
+// seen again (the same consumer, message id and payload) keeps its
+// first_seen_at and adds the new attempts. Another payload under a message
+// id already kept (a stream recreated, its sequence numbers, the ids of
+// messages without Nats-Msg-Id, counting again; a publisher reusing an id)
+// is kept beside it, under the id followed by "#" and its payload's
+// SHA-256 (16 hex digits): it was counted on the first letter and its body
+// lost. Text columns get valid UTF-8 without NUL (the payload, bytea, is
+// kept as it came).
 func (s *Sink) PutLetter(ctx context.Context, q Execer, l Letter, attempts int, cause error) error {
 	headers := make(map[string][]string, len(l.Headers))
 	for k, vs := range l.Headers {
@@ -127,13 +134,25 @@ func (s *Sink) PutLetter(ctx context.Context, q Execer, l Letter, attempts int, 
 	if len(msg) > errorTextMax {
 		msg = msg[:errorTextMax]
 	}
-	_, err := q.Exec(ctx, `insert into `+s.table()+` as d
-		(consumer, message_id, subject, headers, payload, error, attempts, first_seen_at, last_seen_at)
-		values ($1, $2, $3, $4, $5, $6, $7, now(), now())
-		on conflict (consumer, message_id) do update set error = excluded.error,
-			attempts = d.attempts + excluded.attempts, last_seen_at = now(),
-			replay_requested_at = null, replayed_at = null`,
-		l.Consumer, toValidUTF8(l.MessageID), toValidUTF8(l.Subject), headers, l.Payload, toValidUTF8(msg), max(attempts, 1))
+	put := func(id string) (bool, error) {
+		tag, err := q.Exec(ctx, `insert into `+s.table()+` as d
+			(consumer, message_id, subject, headers, payload, error, attempts, first_seen_at, last_seen_at)
+			values ($1, $2, $3, $4, $5, $6, $7, now(), now())
+			on conflict (consumer, message_id) do update set error = excluded.error,
+				attempts = d.attempts + excluded.attempts, last_seen_at = now(),
+				replay_requested_at = null, replayed_at = null
+			where d.payload = excluded.payload`,
+			l.Consumer, id, toValidUTF8(l.Subject), headers, l.Payload, toValidUTF8(msg), max(attempts, 1))
+		return tag.RowsAffected() == 1, err
+	}
+	id := toValidUTF8(l.MessageID)
+	kept, err := put(id)
+	if err == nil && !kept {
+		sum := sha256.Sum256(l.Payload)
+		if kept, err = put(id + "#" + hex.EncodeToString(sum[:8])); err == nil && !kept {
+			err = errors.New("another payload is kept under the same id and digest")
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("dead letter %s/%s: %w", l.Consumer, l.MessageID, err)
 	}

@@ -2,10 +2,13 @@ package deadletter_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,5 +214,47 @@ func TestPoisonIsDeadLetteredAtOnce(t *testing.T) {
 	}, "p dead-lettered")
 	if attempts != 1 || errText != "cannot decode" || payload != "poison" {
 		t.Errorf("dead letter: attempts %d, error %q, payload %q", attempts, errText, payload)
+	}
+}
+
+// A second payload under a message id already kept (a stream recreated, its
+// sequence numbers, the ids of messages without Nats-Msg-Id, counting again)
+// is kept beside the first, under the id and its payload's digest; the same
+// payload again adds its attempts. It was counted on the first letter and
+// its body lost.
+func TestLetterWithAnotherPayloadUnderAKeptID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _, sink := setup(t)
+	put := func(payload string) {
+		t.Helper()
+		if err := sink.PutLetter(ctx, pool, deadletter.Letter{Consumer: "c", MessageID: "T:5", Subject: "t.x", Payload: []byte(payload)}, 1, errors.New("bad "+payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("old")
+	put("new")
+	put("new")
+	put("old")
+	rows, err := pool.Query(ctx, `select message_id, convert_from(payload, 'UTF8'), attempts from dlt.dead_letters order by id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id, payload string
+		var attempts int
+		if err := rows.Scan(&id, &payload, &attempts); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", id, payload, attempts))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("new"))
+	want := []string{"T:5 old 2", "T:5#" + hex.EncodeToString(sum[:8]) + " new 2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("letters %q, want %q", got, want)
 	}
 }
