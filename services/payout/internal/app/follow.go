@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,7 +75,7 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 	for _, to := range pathTo(p.Status, rs.State) {
 		if to != domain.StatusSubmitted { // submission was posted before the rail call
 			if err := a.post(ctx, p, to); err != nil {
-				return "", err
+				return "", a.railDid(p, to, err)
 			}
 		}
 		now := a.Clock.Now()
@@ -125,4 +126,20 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 		return fmt.Sprintf("%s: %s; amount back in available", rs.FailureCode, rs.Message)
 	}
 	return ""
+}
+
+// railDid is the error of a ledger posting that records what the rail has
+// done (paid, failed, returned): the rail's outcome stands whatever the
+// ledger answers, so a refusal (bank:client would go negative, a reversal
+// of the submission, a key taken) is logged at ERROR and tried again with
+// the activity's backoff until the ledger takes it, the payout showing the
+// status it had. A permanent error ended the payout's workflow there: the
+// money paid at the rail and still in in_transit, for good.
+func (a *Payouts) railDid(p domain.Payout, to string, err error) error {
+	if !errors.Is(err, ErrPermanent) {
+		return err
+	}
+	a.Log.Error("the ledger refused to record what the payout's rail did: tried again", "payout_id", p.ID,
+		"provider_id", p.ProviderID, "status", p.Status, "to", to, "net", p.Net.String(), "currency", p.Currency, "err", err)
+	return fmt.Errorf("payout %s: the rail's %s is not in the ledger yet: %s", p.ID, to, err.Error())
 }

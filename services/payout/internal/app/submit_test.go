@@ -146,3 +146,26 @@ func TestSubmitRefusedByTheLedger(t *testing.T) {
 		})
 	}
 }
+
+// paidRail answers every reference paid.
+type paidRail struct{ bookRail }
+
+func (r *paidRail) Query(_ context.Context, ref string) (RailStatus, error) {
+	return RailStatus{Reference: ref, State: RailPaid}, nil
+}
+
+// The rail paid the payout and the ledger refuses to record it (bank:client
+// would go negative: renters on credit): the rail's outcome stands, so the
+// posting is tried again until the ledger takes it, the payout showing the
+// status it had. The refusal was permanent: it ended the payout's workflow,
+// the money paid at the rail and in in_transit for good.
+func TestLedgerRefusingWhatTheRailDidIsTriedAgain(t *testing.T) {
+	refused := Permanent(Refused(errors.New("rpc error: code = InvalidArgument desc = bank:client would go negative")))
+	st := &gateStore{readStore: readStore{p: submittingPayout(domain.StatusInTransit)}}
+	l := &turnsLedger{answers: []error{refused}}
+	a := &Payouts{Store: st, Ledger: l, Rail: &paidRail{}, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	_, err := a.Follow(context.Background(), "po_1")
+	if err == nil || errors.Is(err, ErrPermanent) || st.p.Status != domain.StatusInTransit {
+		t.Fatalf("Follow with the paid posting refused: %v, stored %q; want an error tried again, in_transit", err, st.p.Status)
+	}
+}
