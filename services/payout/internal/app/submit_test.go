@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,9 +164,13 @@ func TestLedgerRefusingWhatTheRailDidIsTriedAgain(t *testing.T) {
 	refused := Permanent(Refused(errors.New("rpc error: code = InvalidArgument desc = bank:client would go negative")))
 	st := &gateStore{readStore: readStore{p: submittingPayout(domain.StatusInTransit)}}
 	l := &turnsLedger{answers: []error{refused}}
-	a := &Payouts{Store: st, Ledger: l, Rail: &paidRail{}, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var log strings.Builder
+	a := &Payouts{Store: st, Ledger: l, Rail: &paidRail{}, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(&log, nil))}
 	_, err := a.Follow(context.Background(), "po_1")
 	if err == nil || errors.Is(err, ErrPermanent) || st.p.Status != domain.StatusInTransit {
 		t.Fatalf("Follow with the paid posting refused: %v, stored %q; want an error tried again, in_transit", err, st.p.Status)
+	}
+	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "bank:client would go negative") {
+		t.Fatalf("log %q; want the refusal at ERROR", log.String())
 	}
 }
