@@ -12,8 +12,10 @@ import (
 )
 
 // Unavailable reports whether err says a dependency could not be reached or
-// did not accept the work (the database down, starting up or restarting, a
-// connection lost, a peer service unavailable, a serialization conflict).
+// did not accept the work (the database down, starting up or restarting,
+// read-only while it fails over, out of disk or memory, a connection lost, a
+// peer service unavailable, a serialization conflict, a lock held
+// elsewhere).
 // Such a failure is not the message's fault, however often it repeats: it
 // never counts toward dead-lettering, or a message that failed through an
 // outage would be dead-lettered the moment the database came back (the
@@ -34,7 +36,15 @@ func Unavailable(err error) bool {
 			return true
 		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // shutdown, crash, starting up
 			return true
-		case pe.Code == "53300", pe.Code == "40001", pe.Code == "40P01": // too many connections, serialization, deadlock
+		case strings.HasPrefix(pe.Code, "53"): // insufficient resources: disk full, out of memory, too many connections
+			return true
+		case pe.Code == "40001", pe.Code == "40P01": // serialization, deadlock
+			return true
+		case pe.Code == "25006": // read-only transaction: a standby, or a primary failing over
+			return true
+		case pe.Code == "55P03": // lock not available (lock_timeout): another transaction holds it
+			return true
+		case pe.Code == "58030": // I/O error
 			return true
 		}
 		return false
