@@ -46,10 +46,11 @@ func parties(t *testing.T, s *metering.Service) {
 // the good messages published after it are recorded meanwhile: nothing
 // blocks, nothing vanishes. An event with an escaped NUL byte (\\u0000,
 // which PostgreSQL text refuses) is rejected alone, with its reason: its
-// message is applied, and kept in dead letters with the rejection. (It
-// failed its message's insert on every delivery, and so every event beside
-// it, until it was dead-lettered after natsx.DeadLetterDeliveries
-// deliveries; that path is pkg/deadletter's tests'.)
+// message is applied, not dead-lettered (no fix makes the event valid; it
+// is counted by class). (It failed its message's insert on every delivery,
+// and so every event beside it, until it was dead-lettered after
+// natsx.DeadLetterDeliveries deliveries; that path is pkg/deadletter's
+// tests'.)
 func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	t.Parallel()
 	s, d := newService(t)
@@ -66,8 +67,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	var n int
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&n)
-		return err == nil && n == 2
-	}, "the undecodable message and the one with a rejected event dead-lettered")
+		return err == nil && n == 1
+	}, "the undecodable message dead-lettered")
 	rows, err := d.Pool.Query(ctx, `select message_id, consumer, subject, attempts, payload, error, first_seen_at <= last_seen_at
 		from metering.dead_letters order by message_id`)
 	if err != nil {
@@ -89,11 +90,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 2 || got[0].id != "m-garbage" || got[1].id != "m-nul" {
-		t.Fatalf("dead letters %+v, want m-garbage and m-nul", got)
-	}
-	if !strings.Contains(got[1].errText, "1 of 1 usage events rejected") || !strings.Contains(got[1].errText, "evt-nul: ") || got[1].attempts != 1 {
-		t.Errorf("m-nul kept with error %q after %d deliveries; want its rejection named at the first", got[1].errText, got[1].attempts)
+	if len(got) != 1 || got[0].id != "m-garbage" {
+		t.Fatalf("dead letters %+v, want m-garbage alone", got)
 	}
 	if got[0].attempts != 1 || string(got[0].payload) != `{"events":[{"id":` || got[0].subject != "usage.ingest.p-001" || got[0].consumer != "metering-ingest" {
 		t.Errorf("undecodable body kept as %+v; want its first delivery, payload and subject", got[0])
@@ -118,7 +116,9 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 // only in a log line, and its message was acknowledged. Its message is now
 // applied (the good event recorded) and kept in dead letters naming the
 // rejection; replayed once the renter exists, the event is recorded and
-// the good one, a duplicate, is not recorded twice.
+// the good one, a duplicate, is not recorded twice. A message whose
+// rejection no fix changes (an end before its start) is applied and not
+// kept.
 func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	t.Parallel()
 	s, d := newService(t)
@@ -127,6 +127,8 @@ func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	body := `{"events":[` +
 		`{"id":"evt-ok","lease_id":"l-ok","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":1,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"},` +
 		`{"id":"evt-new","lease_id":"l-new","provider_id":"p-001","renter_id":"r-new","gpu_model":"H100","gpu_count":1,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}]}`
+	publishIngest(t, d.JS, "m-final", `{"events":[{"id":"evt-bad","lease_id":"l-bad","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":1,`+
+		`"start_time":"2026-11-20T10:00:00Z","end_time":"2026-11-20T09:00:00Z"}]}`)
 	publishIngest(t, d.JS, "m-mixed", body)
 	var errText string
 	testkit.Eventually(t, 15*time.Second, func() bool {
@@ -134,6 +136,10 @@ func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	}, "the message with a rejected event dead-lettered")
 	if !strings.Contains(errText, "1 of 2 usage events rejected") || !strings.Contains(errText, "evt-new: ") {
 		t.Fatalf("dead letter error %q; want the rejected event named", errText)
+	}
+	var kept int
+	if err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&kept); err != nil || kept != 1 {
+		t.Fatalf("%d dead letters (%v); want m-mixed alone (m-final's rejection is final)", kept, err)
 	}
 	events := func(renter string) []string {
 		t.Helper()

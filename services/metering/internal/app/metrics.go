@@ -64,6 +64,10 @@ func rejectReasonClass(reason string) string {
 	return "other"
 }
 
+// RejectionClass is the reason class of a rejection (the label of
+// gpubill_usage_events_rejected_total).
+func RejectionClass(reason string) string { return rejectReasonClass(reason) }
+
 // Ingest is ingest counted: what it answers, once committed.
 func (a *App) Ingest(ctx context.Context, in []domain.EventInput, opt IngestOptions) (IngestResult, error) {
 	res, err := a.ingest(ctx, in, opt)

@@ -45,8 +45,8 @@ func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 // IngestConsumer records usage that node agents publish on NATS through the
 // same use case as the REST API; the per-event id makes redelivery harmless.
 // A body that cannot be decoded, or that the use case refuses whole, is
-// dead-lettered, never dropped; so is a message with rejected events, once
-// its other events are recorded.
+// dead-lettered, never dropped; so is a message with events rejected for a
+// cause a fix removes, once its other events are recorded (handle).
 type IngestConsumer struct {
 	App         *app.App
 	JS          jetstream.JetStream
@@ -77,14 +77,19 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 	if len(poison.ByID) > 0 {
 		return &poison
 	}
-	// A message with rejected events is applied (its other events are
-	// recorded) and kept in dead letters with the rejections: a node agent
-	// publishing here reads no answer, and a rejection that depends on state
-	// (a GPU model or party not known yet, a clock ahead) bills the usage
-	// once replayed after the fix, its recorded events then duplicates. The
-	// rest of the batch is applied again, as duplicates. (Rejected events
-	// were logged and the message acknowledged: their usage was lost.)
-	var rejected natsx.PoisonError
+	// A node agent publishing here reads no answer. An event rejected for a
+	// cause that passes (a write conflicting on its lease) is retried: the
+	// message is delivered again, its recorded events then duplicates. A
+	// message with an event rejected for a cause a fix removes (a GPU
+	// model or party not known yet, an end ahead of the clock) is applied
+	// (its other events recorded) and kept in dead letters with the
+	// rejections, to replay after the fix; the rest of the batch is applied
+	// again, as duplicates. Rejections no fix or retry changes (malformed,
+	// overlapping, too late, another body under a recorded id) are counted
+	// by class, as on the REST path, and logged. (Every rejected event was
+	// logged and its message acknowledged: usage a fix would have billed,
+	// and usage refused only by a conflicting write, was lost.)
+	var fixable natsx.PoisonError
 	for i, m := range msgs {
 		provider := strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())
 		evs := bodies[i]
@@ -104,16 +109,44 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 			rej = append(rej, res.Rejected...)
 			evs = evs[n:]
 		}
-		if len(rej) > 0 {
-			c.Log.Warn("usage events rejected: message dead-lettered for replay", "subject", m.Subject(), "msg_id", natsx.MsgID(m),
-				"events", len(bodies[i]), "rejected", len(rej), "first", rej[0].Reason)
-			rejected.Add(natsx.MsgID(m), rejections(len(bodies[i]), rej))
+		if len(rej) == 0 {
+			continue
+		}
+		c.Log.Warn("usage events rejected", "subject", m.Subject(), "msg_id", natsx.MsgID(m),
+			"events", len(bodies[i]), "rejected", len(rej), "first", rej[0].Reason)
+		switch rejectionKind(rej) {
+		case rejectionPasses:
+			return fmt.Errorf("ingest %s: %w", m.Subject(), rejections(len(bodies[i]), rej))
+		case rejectionFixable:
+			fixable.Add(natsx.MsgID(m), rejections(len(bodies[i]), rej))
 		}
 	}
-	if len(rejected.ByID) > 0 {
-		return &rejected
+	if len(fixable.ByID) > 0 {
+		return &fixable
 	}
 	return nil
+}
+
+// What the rejections of a message call for.
+const (
+	rejectionFinal   = iota // counted and logged: no fix or retry changes them
+	rejectionFixable        // dead-lettered, to replay after a fix
+	rejectionPasses         // delivered again
+)
+
+// rejectionKind is what a message's rejections call for: the most that any
+// of them does.
+func rejectionKind(rej []app.Rejection) int {
+	kind := rejectionFinal
+	for _, r := range rej {
+		switch app.RejectionClass(r.Reason) {
+		case "conflict_retry":
+			return rejectionPasses
+		case "unknown_gpu_model", "unknown_party", "in_future":
+			kind = rejectionFixable
+		}
+	}
+	return kind
 }
 
 // rejectionsShown is how many rejections a dead letter's error names.
