@@ -47,7 +47,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 		}
 	}
 	st := postgres.NewStore(d.Pool)
-	a := &app.App{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
+	a := &app.App{Log: d.Log, Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Clock: d.Clock, Calendar: d.Calendar, TaxPeriods: d.TaxPeriods}
 	return &Service{d: d, store: st, app: a, api: &ports.Server{App: a}}, nil
 }
 

@@ -4,6 +4,8 @@
 package app
 
 import (
+	"log/slog"
+
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
@@ -15,6 +17,7 @@ const DefaultJurisdiction = domain.DefaultJurisdiction
 
 // App wires the use cases.
 type App struct {
+	Log        *slog.Logger
 	Store      Store
 	Ledger     Ledger
 	Clock      clock.Clock

@@ -69,18 +69,20 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 }
 
 // confirmPosted looks up in the ledger the settlement of every unremitted
-// withholding recorded before end whose settlement is not known yet (posted
-// under the withholding's idempotency key) and records those posted, so
-// that a remittance pays only tax the ledger holds in tax:withheld: a
-// withholding is recorded before its settlement is posted, and a settlement
-// the ledger refuses (or that still retries) withholds nothing. It returns
-// how many it found not posted (or reversed). A posted settlement that
-// credits tax:withheld another amount than the withholding's tax stops the
-// remittance: the two services disagree on money.
+// withholding recorded before end (posted under the withholding's
+// idempotency key) and records for each the transaction that posted it, or
+// none, so that a remittance pays only tax the ledger holds in tax:withheld:
+// a withholding is recorded before its settlement is posted, and a
+// settlement the ledger refuses (or that still retries, or was reversed)
+// withholds nothing. Each run asks again (a settlement posted, or reversed,
+// since the last). A transaction under the key that does not credit
+// tax:withheld the withholding's tax (another write took the key) is left
+// out too, logged at ERROR: the two services disagree on money. It returns
+// how many it left out.
 func (a *App) confirmPosted(ctx context.Context, end time.Time) (int, error) {
 	notPosted, after := 0, ""
 	for {
-		ws, err := a.Store.Unposted(ctx, end, after, MaxLookupKeys)
+		ws, err := a.Store.Unremitted(ctx, end, after, MaxLookupKeys)
 		if err != nil || len(ws) == 0 {
 			return notPosted, err
 		}
@@ -93,19 +95,24 @@ func (a *App) confirmPosted(ctx context.Context, end time.Time) (int, error) {
 		if err != nil {
 			return notPosted, err
 		}
-		posted := map[string]string{}
+		posted := make(map[string]string, len(ws))
 		for _, w := range ws {
 			tx, ok := txs[w.IdempotencyKey]
-			if !ok || tx.Reversed {
-				notPosted++
-				continue
-			}
 			account := ids.TaxWithheld(w.Jurisdiction)
-			if got := tx.Credited(account, w.Currency); !got.Equal(w.Tax) {
-				return notPosted, fmt.Errorf("withholding %s (%s) records tax %s %s, and its settlement %s credits %s %s %s: %w",
-					w.ID, w.IdempotencyKey, w.Tax, w.Currency, tx.ID, account, got, w.Currency, apperr.ErrPrecondition)
+			switch {
+			case !ok || tx.Reversed:
+				posted[w.ID] = ""
+			case !tx.Credited(account, w.Currency).Equal(w.Tax):
+				posted[w.ID] = ""
+				a.Log.Error("a withholding's key holds a ledger transaction that does not credit its tax: left out of remittances",
+					"withholding_id", w.ID, "key", w.IdempotencyKey, "tax", w.Tax.String(), "currency", w.Currency,
+					"transaction_id", tx.ID, "account", account, "credited", tx.Credited(account, w.Currency).String())
+			default:
+				posted[w.ID] = tx.ID
 			}
-			posted[w.ID] = tx.ID
+			if posted[w.ID] == "" {
+				notPosted++
+			}
 		}
 		if err := a.Store.MarkPosted(ctx, posted); err != nil {
 			return notPosted, err

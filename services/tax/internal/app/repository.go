@@ -27,11 +27,11 @@ type Store interface {
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string) error
 
-	// Unposted pages (by id, after `after`) through the unremitted
-	// withholdings recorded before end whose settlement transaction is not
-	// known yet.
-	Unposted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)
-	// MarkPosted records withholdings' (by id) settlement transactions.
+	// Unremitted pages (by id, after `after`) through the unremitted
+	// withholdings recorded before end.
+	Unremitted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)
+	// MarkPosted records unremitted withholdings' (by id) settlement
+	// transactions ("": none).
 	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
 	// PlanRemittances assigns every unremitted withholding recorded before
 	// end whose settlement was posted to a remittance of the period per

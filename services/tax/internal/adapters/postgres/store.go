@@ -276,20 +276,20 @@ const planRemittancesSQL = `with fresh as (
 	from fresh join made on made.jurisdiction = fresh.jurisdiction and made.currency = fresh.currency
 	where w.withholding_id = fresh.withholding_id and w.remittance_id is null`
 
-// Unposted returns, in id order after `after`, at most limit unremitted
-// withholdings recorded before end whose settlement transaction is not
-// known yet.
-func (s *Store) Unposted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error) {
+// Unremitted returns, in id order after `after`, at most limit unremitted
+// withholdings recorded before end.
+func (s *Store) Unremitted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error) {
 	rows, err := s.Pool.Query(ctx, `select `+whCols+` from tax.withholdings
-		where settlement_tx_id is null and remittance_id is null and withholding_id > $1 and created_at < $2
+		where remittance_id is null and created_at < $2 and withholding_id > $1
 		order by withholding_id limit $3`, after, end, limit)
 	if err != nil {
-		return nil, fmt.Errorf("unposted withholdings: %w", err)
+		return nil, fmt.Errorf("unremitted withholdings: %w", err)
 	}
 	return pgx.CollectRows(rows, scanWH)
 }
 
-// MarkPosted records each withholding's (by id) settlement transaction.
+// MarkPosted records each unremitted withholding's (by id) settlement
+// transaction ("": none).
 func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]string) error {
 	if len(txByWithholding) == 0 {
 		return nil
@@ -299,9 +299,10 @@ func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]strin
 	for id, tx := range txByWithholding {
 		ids, txs = append(ids, id), append(txs, tx)
 	}
-	_, err := s.Pool.Exec(ctx, `update tax.withholdings w set settlement_tx_id = p.tx
+	_, err := s.Pool.Exec(ctx, `update tax.withholdings w set settlement_tx_id = nullif(p.tx, '')
 		from unnest($1::text[], $2::text[]) as p(id, tx)
-		where w.withholding_id = p.id and w.settlement_tx_id is null`, ids, txs)
+		where w.withholding_id = p.id and w.remittance_id is null
+		  and w.settlement_tx_id is distinct from nullif(p.tx, '')`, ids, txs)
 	if err != nil {
 		return fmt.Errorf("mark withholdings posted: %w", err)
 	}
