@@ -664,7 +664,7 @@ const partBytesMax = 1<<20 - headerBytesMax
 // alone over the limit) is published whole, and the server's refusal
 // dead-letters it.
 func splitToFit(id, subject string, payload []byte, limit int) []*nats.Msg {
-	if limit > partBytesMax {
+	if _, batch := batchField(subject); batch && limit > partBytesMax {
 		if parts, ok := split(id, subject, payload, partBytesMax); ok {
 			return parts
 		}

@@ -56,7 +56,7 @@ func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
 	return s.Tx(ctx, func(tx pgx.Tx) error {
 		var busy string
 		err := tx.QueryRow(ctx, `with mine as (select payout_id, status, submitting from payout.payouts
-				where provider_id = $1 and status in ('action_required', 'created') for update)
+				where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update)
 			select coalesce(min(payout_id) filter (where status = 'created' and submitting), '') from mine`, m.ProviderID).Scan(&busy)
 		if err != nil {
 			return err
@@ -79,7 +79,7 @@ func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
 		// Payouts not yet on their way keep the change in their history
 		// (and announce it: event and webhooks).
 		rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
-			where provider_id = $1 and status in ('action_required', 'created') and not submitting for update`, m.ProviderID)
+			where provider_id = $1 and status in ('action_required', 'created') and not submitting order by payout_id for update`, m.ProviderID)
 		if err != nil {
 			return err
 		}

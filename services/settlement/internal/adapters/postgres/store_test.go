@@ -12,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -170,5 +171,74 @@ func TestPrepareWithAnEndedContext(t *testing.T) {
 		if err := <-leader; err != nil {
 			t.Fatalf("the leader's Prepare: %v", err)
 		}
+	}
+}
+
+// A provider's prepare and a hold of it take the same lock first, so each
+// reads what the other committed: a prepare waiting behind a hold's
+// transaction reads the hold (it read the holds as they were before, and
+// began a settlement the hold answered 200 for), and a hold waiting behind a
+// prepare that began the settlement is refused.
+func TestPrepareAndHoldReadWhatTheOtherCommitted(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const cycle = "cyc-20260101"
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'closing', '2026-01-01', '2026-02-15', '2026-02-15')`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string, tx func() error) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond) // the other call waits on the lock meanwhile
+		if err := tx(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	// A hold's transaction holds the lock: the prepare waits and reads it.
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, holdLockSQL, cycle, "p-held"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `insert into settlement.holds (cycle_id, provider_id, held, reason) values ($1, 'p-held', true, 'dispute')`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	prepared := make(chan bool, 1)
+	go func() {
+		held, _, _, err := s.Prepare(ctx, cycle, "p-held")
+		if err != nil {
+			t.Error(err)
+		}
+		prepared <- held
+	}()
+	wait("commit the hold", func() error { return tx.Commit(ctx) })
+	if held := <-prepared; !held {
+		t.Fatal("a prepare waiting behind a hold's commit read the provider not held")
+	}
+
+	// A prepare that began the settlement holds the lock: the hold waits
+	// and is refused.
+	tx, err = s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, holdLockSQL, cycle, "p-begun"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, begun_at)
+		values ($1, 'p-begun', 'CNY', 100, now())`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	holdErr := make(chan error, 1)
+	go func() {
+		holdErr <- s.SetHold(ctx, domain.Hold{CycleID: cycle, ProviderID: "p-begun", Held: true, Reason: "dispute", UpdatedAt: time.Now()})
+	}()
+	wait("commit the prepare", func() error { return tx.Commit(ctx) })
+	if err := <-holdErr; !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("a hold waiting behind a prepare that began the settlement: %v; want a precondition error", err)
 	}
 }
