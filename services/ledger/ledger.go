@@ -203,7 +203,7 @@ func (s *Service) Run(ctx context.Context) error {
 		relay := &outbox.Relay{Pool: s.deps.Pool, JS: s.deps.JS, Schema: postgres.Schema, Log: s.deps.Log}
 		g.Go(func() error { return relay.Run(ctx) })
 		g.Go(func() error {
-			renters := &app.Renters{Store: postgres.RenterStore(s.deps.Pool), Consumer: app.RentersConsumer}
+			renters := &app.Renters{Store: postgres.RenterStore(s.deps.Pool, s.lease, s.lcfg.URL != ""), Consumer: app.RentersConsumer}
 			return ports.ConsumeRenters(ctx, s.deps.JS, s.deps.Log, renters, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
 		g.Go(func() error {

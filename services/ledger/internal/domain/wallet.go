@@ -18,6 +18,11 @@ type Wallet struct {
 	Balance            decimal.Decimal
 	CreditLimit        decimal.Decimal
 	BurnPerHour        decimal.Decimal
+	// Foreign: the renter is known to be billed in another currency, so
+	// this wallet pays for no GPU time and never stops or warns the renter
+	// (a top-up in the wrong currency, reversed, stopped every GPU of a
+	// renter whose own wallet was full, and nothing resumed them).
+	Foreign bool
 }
 
 // runwayPlaces is the precision runway hours are stated with.
@@ -136,6 +141,13 @@ func NextLease(prev Lease, w Wallet, warn time.Duration, now time.Time) (Lease, 
 			seq = next.Warnings
 		}
 		evs = append(evs, LeaseEvent{Kind: k, Wallet: w, Crossing: next.Crossing, Seq: seq, At: now})
+	}
+	if w.Foreign {
+		if prev.State == LeaseStopped {
+			emit(EventResumeAllowed)
+		}
+		next.State = LeaseOK
+		return next, evs
 	}
 	if !w.Available().IsPositive() {
 		if prev.State != LeaseStopped {

@@ -112,3 +112,22 @@ func TestBurnMattersOnlyWhereNextLeaseUsesIt(t *testing.T) {
 		}
 	})
 }
+
+// A wallet in a currency the renter is not billed in never stops or warns
+// it, and one stopped before (by code that read it as the renter's) is
+// resumed once.
+func TestNextLeaseForeignWallet(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	w := wallet("0", "0", "10")
+	w.Foreign = true
+	if l, evs := NextLease(Lease{}, w, 2*time.Hour, now); l.State != LeaseOK || len(evs) != 0 {
+		t.Fatalf("a foreign wallet at 0: %s %v, want ok and nothing announced", l.State, evs)
+	}
+	l, evs := NextLease(Lease{State: LeaseStopped, Crossing: 1}, w, 2*time.Hour, now)
+	if l.State != LeaseOK || len(evs) != 1 || evs[0].Kind != EventResumeAllowed {
+		t.Fatalf("a foreign wallet stopped before: %s %v, want ok and one resume", l.State, evs)
+	}
+	if l, evs = NextLease(l, w, 2*time.Hour, now); l.State != LeaseOK || len(evs) != 0 {
+		t.Fatalf("again: %s %v, want nothing more", l.State, evs)
+	}
+}

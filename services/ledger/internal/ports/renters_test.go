@@ -41,7 +41,7 @@ func TestConsumeRentersKeepsTheNewestRenter(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- ConsumeRenters(runCtx, js.JS, log, &app.Renters{Store: postgres.RenterStore(pool), Consumer: app.RentersConsumer}, deadletter.New(pool, postgres.Schema, log))
+		done <- ConsumeRenters(runCtx, js.JS, log, &app.Renters{Store: postgres.RenterStore(pool, nil, false), Consumer: app.RentersConsumer}, deadletter.New(pool, postgres.Schema, log))
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -21,9 +21,31 @@ import (
 )
 
 // RenterStore is the renters' read model (ledger.renters): the ledger's
-// inbox and UpsertRenters in one transaction.
-func RenterStore(pool *pgxpool.Pool) outbox.ReadModelStore[domain.RenterLimit] {
-	return outbox.ReadModelStore[domain.RenterLimit]{Pool: pool, Schema: Schema, Upsert: UpsertRenters}
+// inbox and UpsertRenters in one transaction, then, in it, lease control
+// evaluated again for the wallets it has of the renters updated (lc; nil:
+// none): a credit limit or currency that reached the ledger after a charge
+// had stopped a renter within its limit left it stopped until the wallet
+// moved again.
+func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox.ReadModelStore[domain.RenterLimit] {
+	upsert := func(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) error {
+		if err := UpsertRenters(ctx, tx, rs); err != nil || lc == nil {
+			return err
+		}
+		ids := make([]string, len(rs))
+		for i, r := range rs {
+			ids[i] = r.RenterID
+		}
+		rows, err := tx.Query(ctx, `select renter_id, currency from ledger.lease_control where renter_id = any($1)`, ids)
+		if err != nil {
+			return fmt.Errorf("renters' lease control: %w", err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[domain.WalletKey])
+		if err != nil {
+			return fmt.Errorf("renters' lease control: %w", err)
+		}
+		return lc.Evaluate(ctx, &LeaseTx{Tx: tx, Webhooks: webhooks}, keys)
+	}
+	return outbox.ReadModelStore[domain.RenterLimit]{Pool: pool, Schema: Schema, Upsert: upsert}
 }
 
 // UpsertRenters stores renter versions newer than those held.
@@ -42,12 +64,14 @@ func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) erro
 }
 
 // walletsSQL reads, per (renter, currency, wallet address), the balance on
-// the wallet's normal side and the credit limit (in the renter's currency; 0
-// in any other).
-const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debits, 0), coalesce(r.credit_limit, 0)
+// the wallet's normal side, the credit limit (in the renter's currency; 0
+// in any other) and whether the renter is known to be billed in another
+// currency.
+const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debits, 0),
+		case when r.currency = k.currency then r.credit_limit else 0 end, coalesce(r.currency <> k.currency, false)
 	from unnest($1::text[], $2::text[], $3::text[]) as k(renter_id, currency, address)
 	left join ledger.balances b on b.account = k.address collate "C" and b.currency = k.currency
-	left join ledger.renters r on r.renter_id = k.renter_id and r.currency = k.currency
+	left join ledger.renters r on r.renter_id = k.renter_id
 	order by k.renter_id, k.currency`
 
 // burnSQL sums, per (wallet address, currency), the usage charged to the
@@ -75,7 +99,7 @@ func readWallets(ctx context.Context, q Querier, keys []domain.WalletKey) ([]dom
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Wallet, error) {
 		var w domain.Wallet
-		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit)
+		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit, &w.Foreign)
 	})
 }
 

@@ -1,0 +1,72 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gpubill/gpubill/pkg/testkit"
+	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+// Lease control follows the renter's own currency and credit limit as they
+// reach the ledger. A charge evaluated before the renter's credit limit
+// arrived stopped a renter within its limit, and the limit's arrival
+// changed nothing until the wallet moved again (usage reported at a lease's
+// end: never). A wallet in another currency than the renter's (a top-up in
+// the wrong currency, reversed) stopped every GPU of a renter whose own
+// wallet was full, and nothing resumed them.
+func TestLeaseControlFollowsTheRentersCurrencyAndLimit(t *testing.T) {
+	t.Parallel()
+	js := testkit.NewJetStream(t)
+	f := newFixture(t, js)
+	f.runService(t)
+	state := func(currency string) string {
+		var s string
+		if err := f.pool.QueryRow(f.ctx, `select state from ledger.lease_control where renter_id = 'r-9' and currency = $1`, currency).Scan(&s); err != nil {
+			return ""
+		}
+		return s
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("use-1", "renter:r-9:wallet", "provider:p-1:pending:cyc-20261112", "5.00", "CNY")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return state("CNY") == "stopped" }, "r-9 stopped: its credit limit not known yet")
+
+	ev := &eventsv1.PartyUpdated{PartyId: "r-9", Kind: "renter", Currency: "CNY", CreditLimit: "100.00", Version: 1, UpdatedAt: timestamppb.Now()}
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("party.updated.r-9")
+	m.Data = b
+	m.Header.Set(jetstream.MsgIDHeader, "party-r-9-v1")
+	if _, err := js.JS.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return state("CNY") == "ok" }, "r-9 resumed once its credit limit of 100.00 arrived")
+
+	evaluated := func() int {
+		var n int
+		if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.inbox where consumer = 'ledger-lease-control'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	dep := f.deposit(t, "r-9", "10.00", "USD", "wrong-currency")
+	testkit.Eventually(t, 20*time.Second, func() bool { return state("USD") != "" }, "r-9's USD wallet evaluated")
+	before := evaluated()
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return evaluated() > before }, "the reversal evaluated")
+	if s := state("USD"); s != "ok" || state("CNY") != "ok" {
+		t.Fatalf("after a USD top-up reversed: USD %q, CNY %q; want both ok (r-9 is billed in CNY)", s, state("CNY"))
+	}
+}
