@@ -58,7 +58,7 @@ type LeaseWebhookDeliverer struct {
 // Run delivers until ctx ends.
 func (d *LeaseWebhookDeliverer) Run(ctx context.Context) error {
 	if d.HTTP == nil {
-		d.HTTP = &http.Client{Timeout: leaseHookTimeout}
+		d.HTTP = &http.Client{Timeout: leaseHookTimeout, CheckRedirect: noRedirects}
 	}
 	for {
 		n, err := d.deliverOnce(ctx)
@@ -136,3 +136,9 @@ func (d *LeaseWebhookDeliverer) backoff(attempt int) time.Duration {
 func (d *LeaseWebhookDeliverer) send(ctx context.Context, dl domain.LeaseWebhook) (int, error) {
 	return webhook.Post(ctx, d.HTTP, d.URL, d.Secret, d.Clock.Now().Unix(), dl.EventID, dl.Payload, leaseHookTimeout)
 }
+
+// noRedirects answers a redirect as the delivery's response (not 2xx:
+// retried): followed, a 301/302/303 sent the POST on as a GET without its
+// body, and a 2xx to that GET marked the event delivered, the scheduler
+// never told.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

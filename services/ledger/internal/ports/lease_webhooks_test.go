@@ -64,3 +64,45 @@ func TestLeaseWebhookGivesUpCounted(t *testing.T) {
 		t.Errorf("failures counted %v, want 1", got)
 	}
 }
+
+// A receiver that redirects (an http → https hop at a load balancer, say)
+// does not get the event: the redirect is the delivery's answer, not 2xx,
+// and the delivery is retried. Followed, the POST went on as a GET without
+// its body, and the 200 to that GET marked the event delivered.
+func TestLeaseWebhookRedirectIsNotDelivered(t *testing.T) {
+	pool, _ := testkit.NewPool(t)
+	ctx := testkit.Context(t)
+	if err := pg.Migrate(ctx, pool, postgres.Schema, migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.lease_webhooks (event_id, renter_id, kind, payload, status, next_attempt_at, created_at)
+		values ('lease-r-1-CNY-1-stop_requested', 'r-1', 'stop_requested', '{}', 'pending', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	var gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			gets.Add(1)
+			return // 200
+		}
+		http.Redirect(w, r, "/moved", http.StatusFound)
+	}))
+	defer srv.Close()
+	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: srv.URL, Secret: []byte("k"), Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	var status string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		err := pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
+		return err == nil && status != "pending"
+	}, "delivery settled")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" || gets.Load() != 0 {
+		t.Fatalf("status %s, %d GETs at the redirect's target; want failed, none", status, gets.Load())
+	}
+}

@@ -109,8 +109,12 @@ func (g WebhookGuard) Client() *http.Client {
 		}
 		return g.checkAddr(address, ap.Addr())
 	}}
-	return &http.Client{Timeout: deliveryTimeout, Transport: &http.Transport{
-		Proxy: nil, DialContext: d.DialContext, ForceAttemptHTTP2: true,
-		TLSHandshakeTimeout: deliveryTimeout, MaxIdleConns: 100, IdleConnTimeout: 90 * time.Second,
-	}}
+	// A redirect is the delivery's answer (not 2xx: retried): followed, a
+	// 301/302/303 sent the POST on as a GET without its body, and a 2xx to
+	// that GET marked the delivery done, the receiver never told.
+	return &http.Client{Timeout: deliveryTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			Proxy: nil, DialContext: d.DialContext, ForceAttemptHTTP2: true,
+			TLSHandshakeTimeout: deliveryTimeout, MaxIdleConns: 100, IdleConnTimeout: 90 * time.Second,
+		}}
 }

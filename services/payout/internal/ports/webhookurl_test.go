@@ -103,3 +103,26 @@ func TestWebhookGuardClient(t *testing.T) {
 		t.Errorf("receiver hit %d times, want 1", hits.Load())
 	}
 }
+
+// A receiver's redirect is the delivery's answer: the client does not
+// follow it (a 302 sent the POST on as a GET without its body, and a 200 to
+// that GET counted as delivered).
+func TestWebhookClientDoesNotFollowRedirects(t *testing.T) {
+	var gets atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			gets.Add(1)
+			return
+		}
+		http.Redirect(w, r, "/moved", http.StatusFound)
+	}))
+	defer recv.Close()
+	resp, err := WebhookGuard{AllowPrivate: true}.Client().Post(recv.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || gets.Load() != 0 {
+		t.Fatalf("answer %d, %d GETs at the redirect's target; want the 302, none", resp.StatusCode, gets.Load())
+	}
+}
