@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpubill/gpubill/migrations"
@@ -19,10 +20,9 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 )
 
-// TestLeaseWebhookGivesUpCounted: a receiver that never answers 2xx gets
-// the delivery AttemptsMax times, each failure counted as a retry and the
-// last as failed, and the row ends failed (never silently dropped).
-func TestLeaseWebhookGivesUpCounted(t *testing.T) {
+// pendingStop is a ledger database whose webhook queue holds one stop, due.
+func pendingStop(t *testing.T) (*pgxpool.Pool, context.Context) {
+	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	ctx := testkit.Context(t)
 	if err := pg.Migrate(ctx, pool, postgres.Schema, migrations.For("ledger")); err != nil {
@@ -32,6 +32,35 @@ func TestLeaseWebhookGivesUpCounted(t *testing.T) {
 		values ('lease-r-1-CNY-1-stop_requested', 'r-1', 'stop_requested', '{}', 'pending', now(), now())`); err != nil {
 		t.Fatal(err)
 	}
+	return pool, ctx
+}
+
+// deliverUntilSettled runs a deliverer to url (attempts at most, 1 ms
+// apart) until the queued stop is no longer pending, and returns its status.
+func deliverUntilSettled(t *testing.T, ctx context.Context, pool *pgxpool.Pool, url string, attempts int) string {
+	t.Helper()
+	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: url, Secret: []byte("k"), Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: attempts}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	var status string
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		err := pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
+		return err == nil && status != "pending"
+	}, "delivery settled")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return status
+}
+
+// TestLeaseWebhookGivesUpCounted: a receiver that never answers 2xx gets
+// the delivery AttemptsMax times, each failure counted as a retry and the
+// last as failed, and the row ends failed (never silently dropped).
+func TestLeaseWebhookGivesUpCounted(t *testing.T) {
+	pool, ctx := pendingStop(t)
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -40,19 +69,8 @@ func TestLeaseWebhookGivesUpCounted(t *testing.T) {
 	defer srv.Close()
 	retryBefore := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("retry"))
 	failedBefore := testutil.ToFloat64(leaseHookAttempts.WithLabelValues("failed"))
-	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: srv.URL, Secret: []byte("k"), Clock: clock.System{},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 3}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(runCtx) }()
-	var status string
-	testkit.Eventually(t, 10*time.Second, func() bool {
-		err := pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
-		return err == nil && status == "failed"
-	}, "delivery given up")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if status := deliverUntilSettled(t, ctx, pool, srv.URL, 3); status != "failed" {
+		t.Fatalf("delivery %s, want failed", status)
 	}
 	if n := calls.Load(); n != 3 {
 		t.Errorf("receiver called %d times, want 3", n)
@@ -70,15 +88,7 @@ func TestLeaseWebhookGivesUpCounted(t *testing.T) {
 // and the delivery is retried. Followed, the POST went on as a GET without
 // its body, and the 200 to that GET marked the event delivered.
 func TestLeaseWebhookRedirectIsNotDelivered(t *testing.T) {
-	pool, _ := testkit.NewPool(t)
-	ctx := testkit.Context(t)
-	if err := pg.Migrate(ctx, pool, postgres.Schema, migrations.For("ledger")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `insert into ledger.lease_webhooks (event_id, renter_id, kind, payload, status, next_attempt_at, created_at)
-		values ('lease-r-1-CNY-1-stop_requested', 'r-1', 'stop_requested', '{}', 'pending', now(), now())`); err != nil {
-		t.Fatal(err)
-	}
+	pool, ctx := pendingStop(t)
 	var gets atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/moved" {
@@ -88,20 +98,7 @@ func TestLeaseWebhookRedirectIsNotDelivered(t *testing.T) {
 		http.Redirect(w, r, "/moved", http.StatusFound)
 	}))
 	defer srv.Close()
-	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: srv.URL, Secret: []byte("k"), Clock: clock.System{},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(runCtx) }()
-	var status string
-	testkit.Eventually(t, 10*time.Second, func() bool {
-		err := pool.QueryRow(ctx, `select status from ledger.lease_webhooks`).Scan(&status)
-		return err == nil && status != "pending"
-	}, "delivery settled")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	status := deliverUntilSettled(t, ctx, pool, srv.URL, 2)
 	if status != "failed" || gets.Load() != 0 {
 		t.Fatalf("status %s, %d GETs at the redirect's target; want failed, none", status, gets.Load())
 	}
