@@ -127,22 +127,46 @@ func (c *Card) Rate(u Usage, used MonthUsage, out []Piece) ([]Piece, error) {
 	return out, nil
 }
 
-// cuts returns start, end and every band edge and UTC month start between.
+// cuts returns start, end and, between them, every UTC month start and every
+// instant a band's zone's wall clock enters or leaves the band: where it
+// reads the band's start or end (twice on a day that repeats that time),
+// and where it jumps into or out of the band (a day that skips the edge, or
+// repeats the hours of the band).
 func (c *Card) cuts(start, end time.Time) []time.Time {
 	cuts := []time.Time{start, end}
 	for m := monthStart(start).AddDate(0, 1, 0); m.Before(end); m = m.AddDate(0, 1, 0) {
 		cuts = append(cuts, m)
 	}
 	for _, b := range c.Bands {
+		// The band's dates, as civil dates (noon UTC stands for each).
 		ls, le := start.In(b.Loc), end.In(b.Loc)
-		d := time.Date(ls.Year(), ls.Month(), ls.Day()-1, 0, 0, 0, 0, b.Loc)
-		last := time.Date(le.Year(), le.Month(), le.Day()+1, 0, 0, 0, 0, b.Loc)
+		d := time.Date(ls.Year(), ls.Month(), ls.Day()-1, 12, 0, 0, 0, time.UTC)
+		last := time.Date(le.Year(), le.Month(), le.Day()+1, 12, 0, 0, 0, time.UTC)
+		// Most usage lies where the zone's offset does not change (always, in
+		// a zone without daylight saving): each edge is one time.Date.
+		zs, ze := ls.ZoneBounds()
+		steady := !zs.After(start.Add(-48*time.Hour)) && (ze.IsZero() || ze.After(end.Add(48*time.Hour)))
 		for ; !d.After(last); d = d.AddDate(0, 0, 1) {
 			for _, min := range []int{b.StartMin, b.EndMin} {
-				t := time.Date(d.Year(), d.Month(), d.Day(), min/60, min%60, 0, 0, b.Loc)
-				if t.After(start) && t.Before(end) {
-					cuts = append(cuts, t)
+				if steady {
+					if t := time.Date(d.Year(), d.Month(), d.Day(), min/60, min%60, 0, 0, b.Loc); t.After(start) && t.Before(end) {
+						cuts = append(cuts, t)
+					}
+					continue
 				}
+				for _, t := range edgeInstants(d.Year(), d.Month(), d.Day(), min, b.Loc) {
+					if t.After(start) && t.Before(end) {
+						cuts = append(cuts, t)
+					}
+				}
+			}
+		}
+		if steady {
+			continue
+		}
+		for _, t := range zoneChanges(start, end, b.Loc) {
+			if b.holds(t.Add(-time.Nanosecond)) != b.holds(t) {
+				cuts = append(cuts, t)
 			}
 		}
 	}
@@ -159,21 +183,64 @@ func (c *Card) cuts(start, end time.Time) []time.Time {
 	return uniq
 }
 
+// edgeInstants returns the instants at which loc's wall clock reads min
+// minutes past midnight on the date given: one on most days, two on a day
+// the clock repeats that time, none on a day it skips it (time.Date answers
+// a skipped wall time with an instant the clock reads another time at).
+func edgeInstants(year int, month time.Month, day, min int, loc *time.Location) []time.Time {
+	want := time.Date(year, month, day, min/60, min%60, 0, 0, time.UTC) // the wall time, read as UTC
+	t := time.Date(year, month, day, min/60, min%60, 0, 0, loc)
+	var out []time.Time
+	seen := map[int]bool{}
+	for _, near := range []time.Time{t.Add(-3 * time.Hour), t, t.Add(3 * time.Hour)} {
+		_, off := near.Zone()
+		if seen[off] {
+			continue
+		}
+		seen[off] = true
+		at := want.Add(-time.Duration(off) * time.Second)
+		l := at.In(loc)
+		if time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), 0, time.UTC).Equal(want) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// zoneChanges returns the instants in (start, end) at which loc's offset
+// changes: its wall clock jumps there, perhaps into or out of a band without
+// reading the band's edges.
+func zoneChanges(start, end time.Time, loc *time.Location) []time.Time {
+	var out []time.Time
+	for at := start; ; {
+		_, next := at.In(loc).ZoneBounds()
+		if next.IsZero() || !next.Before(end) || !next.After(at) {
+			return out
+		}
+		out = append(out, next)
+		at = next
+	}
+}
+
 // bandAt returns the first band whose local wall-clock window contains t.
 func (c *Card) bandAt(t time.Time) int {
 	for i, b := range c.Bands {
-		l := t.In(b.Loc)
-		sec := l.Hour()*3600 + l.Minute()*60 + l.Second()
-		s, e := b.StartMin*60, b.EndMin*60
-		in := sec >= s && sec < e
-		if e <= s {
-			in = sec >= s || sec < e
-		}
-		if in {
+		if b.holds(t) {
 			return i
 		}
 	}
 	return -1
+}
+
+// holds reports whether the band's zone's wall clock at t is in the band.
+func (b Band) holds(t time.Time) bool {
+	l := t.In(b.Loc)
+	sec := l.Hour()*3600 + l.Minute()*60 + l.Second()
+	s, e := b.StartMin*60, b.EndMin*60
+	if e <= s {
+		return sec >= s || sec < e
+	}
+	return sec >= s && sec < e
 }
 
 // tierAt returns the tier for a renter-month already at used, and how much

@@ -117,6 +117,57 @@ func TestRateBandsAndZones(t *testing.T) {
 	}
 }
 
+// A band edge on a day its zone's clock jumps is crossed when the wall
+// clock crosses it: at the jump when the edge falls in the skipped hour, and
+// twice when it falls in the repeated one. Cut where Go's time.Date places a
+// wall time that does not exist (30 minutes before the jump), a band ending
+// in the gap held the whole rest of the usage, one starting there none of
+// it; and a band edge in the repeated hour was crossed once.
+func TestRateBandEdgesOnDaylightSavingDays(t *testing.T) {
+	t.Parallel()
+	band := func(start, end string) *Card {
+		return mustCard(t, CardInput{ID: "rc-dst", Currency: "USD", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
+			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "2.00"}},
+			Bands:  []BandInput{{Name: "night", Start: start, End: end, TimeZone: "America/New_York", Multiplier: "0.80"}}})
+	}
+	tests := []struct {
+		name string
+		card *Card
+		give Usage
+		want string
+	}{
+		{
+			name: "a band ending at 02:30, skipped on 8 March: left at the jump",
+			card: band("23:00", "02:30"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-03-08T06:00:00Z"), End: ts("2026-03-08T16:00:00Z")},
+			want: "usage|night||1|1.6\nusage|||9|18\ntotal 19.6",
+		},
+		{
+			name: "a band starting at 02:30, skipped on 8 March: entered at the jump",
+			card: band("02:30", "06:00"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-03-08T06:00:00Z"), End: ts("2026-03-08T12:00:00Z")},
+			want: "usage|||1|2\nusage|night||3|4.8\nusage|||2|4\ntotal 10.8",
+		},
+		{
+			name: "a band ending at 01:30, twice on 1 November: left, entered again, left",
+			card: band("23:00", "01:30"),
+			give: Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-01T04:00:00Z"), End: ts("2026-11-01T08:00:00Z")},
+			want: "usage|night||1.5|2.4\nusage|||0.5|1\nusage|night||0.5|0.8\nusage|||1.5|3\ntotal 7.2",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps, err := tt.card.Rate(tt.give, MonthUsage{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(tt.card, tt.give, ps); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestRateTiersAcrossMonths(t *testing.T) {
 	t.Parallel()
 	card := mustCard(t, CardInput{ID: "rc-t", Currency: "USD", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
