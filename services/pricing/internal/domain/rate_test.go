@@ -42,6 +42,30 @@ func render(c *Card, u Usage, ps []Piece) string {
 	return b.String()
 }
 
+// rateCase is a usage rated alone by a card, and what render should show.
+type rateCase struct {
+	name string
+	card *Card
+	give Usage
+	want string
+}
+
+// rateCases rates each case's usage on a fresh month.
+func rateCases(t *testing.T, cases []rateCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			ps, err := tt.card.Rate(tt.give, MonthUsage{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(tt.card, tt.give, ps); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestRateBandsAndZones(t *testing.T) {
 	t.Parallel()
 	night := func(tz string) *Card {
@@ -49,12 +73,7 @@ func TestRateBandsAndZones(t *testing.T) {
 			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "2.00"}, {Model: "RTX_4090", Region: "us-west", Hourly: "3.00"}},
 			Bands:  []BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: tz, Multiplier: "0.80"}}})
 	}
-	tests := []struct {
-		name string
-		card *Card
-		give Usage
-		want string
-	}{
+	tests := []rateCase{
 		{
 			name: "22:00-00:30 Shanghai is 1 h day + 1.5 h night",
 			card: night("Asia/Shanghai"),
@@ -104,17 +123,7 @@ func TestRateBandsAndZones(t *testing.T) {
 			want: "usage|||0.00027777777777777778|0.00055555555555555556\ntotal 0.00055555555555555556",
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ps, err := tt.card.Rate(tt.give, MonthUsage{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := render(tt.card, tt.give, ps); got != tt.want {
-				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
-			}
-		})
-	}
+	rateCases(t, tests)
 }
 
 // A band edge on a day its zone's clock jumps is crossed when the wall
@@ -130,12 +139,7 @@ func TestRateBandEdgesOnDaylightSavingDays(t *testing.T) {
 			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "2.00"}},
 			Bands:  []BandInput{{Name: "night", Start: start, End: end, TimeZone: "America/New_York", Multiplier: "0.80"}}})
 	}
-	tests := []struct {
-		name string
-		card *Card
-		give Usage
-		want string
-	}{
+	tests := []rateCase{
 		{
 			name: "a band ending at 02:30, skipped on 8 March: left at the jump",
 			card: band("23:00", "02:30"),
@@ -155,17 +159,7 @@ func TestRateBandEdgesOnDaylightSavingDays(t *testing.T) {
 			want: "usage|night||1.5|2.4\nusage|||0.5|1\nusage|night||0.5|0.8\nusage|||1.5|3\ntotal 7.2",
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ps, err := tt.card.Rate(tt.give, MonthUsage{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := render(tt.card, tt.give, ps); got != tt.want {
-				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
-			}
-		})
-	}
+	rateCases(t, tests)
 }
 
 func TestRateTiersAcrossMonths(t *testing.T) {
