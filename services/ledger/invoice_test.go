@@ -237,9 +237,13 @@ func TestInvoiceIssuedFromTheJournal(t *testing.T) {
 		}
 	}
 
-	// Someone else's invoices: refused; staff read all.
-	if code, body := renter2.do(http.MethodGet, "/v1/invoices/"+id, ""); code != http.StatusForbidden {
-		t.Fatalf("another renter's invoice: %d %s", code, body)
+	// Someone else's invoices: refused (an invoice of another renter reads as
+	// one that does not exist: a 403 named its renter); staff read all.
+	if code, body := renter2.do(http.MethodGet, "/v1/invoices/"+id, ""); code != http.StatusNotFound || strings.Contains(body, r1) {
+		t.Fatalf("another renter's invoice: %d %s; want 404 naming no renter", code, body)
+	}
+	if code, body := renter2.do(http.MethodGet, "/v1/invoices/inv-"+strings.Repeat("0", 26), ""); code != http.StatusNotFound {
+		t.Fatalf("an invoice id no invoice holds: %d %s", code, body)
 	}
 	if code, body := renter2.do(http.MethodGet, "/v1/renters/"+r1+"/invoices", ""); code != http.StatusForbidden {
 		t.Fatalf("another renter's invoice list: %d %s", code, body)

@@ -137,7 +137,7 @@ func TestRenterInvoiceThroughREST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := f.do(http.MethodGet, "/v1/invoices/"+id, otherTok, nil); code != http.StatusForbidden {
-		t.Fatalf("another renter's invoice: HTTP %d, want 403", code)
+	if code, _ := f.do(http.MethodGet, "/v1/invoices/"+id, otherTok, nil); code != http.StatusNotFound {
+		t.Fatalf("another renter's invoice: HTTP %d, want 404 (as an id no invoice holds)", code)
 	}
 }

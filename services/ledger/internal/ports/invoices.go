@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/genproto/googleapis/api/httpbody"
@@ -54,7 +55,9 @@ func (s *InvoiceServer) GetInvoice(ctx context.Context, r *ledgerv1.GetInvoiceRe
 		return nil, err
 	}
 	if err := auth.CheckOwner(ctx, auth.RoleRenter, inv.RenterID); err != nil {
-		return nil, err
+		// As for an id no invoice holds: a 403 named the renter the
+		// invoice is for, and told that it exists.
+		return nil, fmt.Errorf("invoice %s: %w", r.GetInvoiceId(), apperr.ErrNotFound)
 	}
 	if format == "pdf" {
 		b, err := s.Invoicing.RenderPDF(inv)
