@@ -294,9 +294,11 @@ func readyHandler(checks []Check, secret []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimout)
 		defer cancel()
-		// Without a valid token, only ok / not ok per dependency: an
-		// error's text (addresses, versions) is for operators.
-		detail := validBearer(r, secret)
+		// Without an operator's token (finance, auditor, admin), only ok /
+		// not ok per dependency: an error's text (addresses, versions) is
+		// for operators, not for a renter, provider or meter holding a
+		// valid token of its own.
+		detail := operatorBearer(r, secret)
 		res := map[string]string{}
 		code := http.StatusOK
 		for _, c := range checks {
@@ -333,14 +335,15 @@ func NewGatewayMux(log *slog.Logger, extra ...runtime.ServeMuxOption) *runtime.S
 	}, extra...)...)
 }
 
-// validBearer reports whether r carries a valid token.
-func validBearer(r *http.Request, secret []byte) bool {
+// operatorBearer reports whether r carries a valid token of finance, an
+// auditor or an admin.
+func operatorBearer(r *http.Request, secret []byte) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || len(secret) == 0 {
 		return false
 	}
-	_, err := auth.Verify(secret, strings.TrimSpace(tok))
-	return err == nil
+	p, err := auth.Verify(secret, strings.TrimSpace(tok))
+	return err == nil && (p.Role == auth.RoleFinance || p.Role == auth.RoleAuditor || p.Role == auth.RoleAdmin)
 }
 
 // requestID gives every gRPC call a request id: the one the REST edge made

@@ -22,7 +22,8 @@ import (
 )
 
 // TestReadyzHidesDetailWithoutToken: a failing dependency is "not ok" to
-// anyone, and its error text only to a caller with a valid token.
+// anyone, and its error text only to an operator (finance, auditor, admin):
+// a renter's, provider's or meter's valid token read it too.
 func TestReadyzHidesDetailWithoutToken(t *testing.T) {
 	secret := []byte("readyz-test-secret-0123456789abcdef")
 	s, err := Start(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
@@ -58,7 +59,11 @@ func TestReadyzHidesDetailWithoutToken(t *testing.T) {
 		}
 		return resp.StatusCode, out
 	}
-	for _, tok := range []string{"", "not-a-token"} {
+	renter, err := auth.Issue(secret, auth.RoleRenter, "r-1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"", "not-a-token", renter} {
 		code, out := get(tok)
 		if code != http.StatusServiceUnavailable || out["database"] != "ok" || out["nats"] != "not ok" || len(out) != 2 {
 			t.Errorf("token %q: HTTP %d %v; want 503, database ok, nats \"not ok\"", tok, code, out)
