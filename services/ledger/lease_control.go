@@ -32,6 +32,9 @@ func LeaseControlConfigFromEnv() (LeaseControlConfig, error) {
 		if err != nil {
 			return c, fmt.Errorf("GPUBILL_RUNWAY_WARN: %w", err)
 		}
+		if d <= 0 { // 0 was taken as unset: the default's 2h, silently
+			return c, fmt.Errorf("GPUBILL_RUNWAY_WARN %s: want a positive duration", v)
+		}
 		c.RunwayWarn = d
 	}
 	return c, c.Check()
