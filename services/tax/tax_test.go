@@ -93,6 +93,16 @@ func as(role, sub string) context.Context {
 	return auth.WithPrincipal(context.Background(), auth.Principal{Role: role, Subject: sub})
 }
 
+// remitted remits period as finance and fails t on an error.
+func remitted(t *testing.T, s *Service, period string) *taxv1.RemitTaxResponse {
+	t.Helper()
+	resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // compute records a withholding, and the ledger posts its settlement.
 func compute(t *testing.T, s *Service, provider, gross, rate, profile, key string) *taxv1.ComputeWithholdingResponse {
 	t.Helper()
@@ -297,14 +307,7 @@ func TestRemitTax(t *testing.T) {
 func TestRemitTaxLateWithholdingGoesToTheNextRemittance(t *testing.T) {
 	t.Parallel()
 	s, l, clk := newTax(t)
-	remit := func(period string) *taxv1.RemitTaxResponse {
-		t.Helper()
-		resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	remit := func(period string) *taxv1.RemitTaxResponse { t.Helper(); return remitted(t, s, period) }
 	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00 on 20 February
 	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
 	if feb := remit("2026-02"); len(feb.Remittances) != 1 || feb.Remittances[0].Amount != "150.00" || feb.Remittances[0].Status != "remitted" {
@@ -341,14 +344,7 @@ func TestRemitTaxOnlyWhatTheLedgerPosted(t *testing.T) {
 	s, l, clk := newTax(t)
 	var log strings.Builder
 	s.app.Log = slog.New(slog.NewTextHandler(&log, nil))
-	remit := func(period string) *taxv1.RemitTaxResponse {
-		t.Helper()
-		resp, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: period})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	remit := func(period string) *taxv1.RemitTaxResponse { t.Helper(); return remitted(t, s, period) }
 	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1")           // 150.00, posted
 	late := record(t, s, "p-late", "1000.00", "0.20", "individual", "k2") // 160.00, refused until March
 	record(t, s, "p-reversed", "1000.00", "0.20", "individual", "k3")     // 160.00, posted then reversed
