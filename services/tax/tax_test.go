@@ -23,6 +23,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
+	"github.com/gpubill/gpubill/services/tax/internal/app"
+	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
 // ledgerConn answers the two ledger calls tax makes: CreateTransaction (a
@@ -111,17 +113,35 @@ func compute(t *testing.T, s *Service, provider, gross, rate, profile, key strin
 	return resp
 }
 
-// record records a withholding whose settlement the ledger has not posted.
+// record records a withholding whose settlement the ledger has not posted:
+// of a provider the tax service knows (party.updated applied) when profile
+// is "", else of the profile given, in CN.
 func record(t *testing.T, s *Service, provider, gross, rate, profile, key string) *taxv1.ComputeWithholdingResponse {
 	t.Helper()
+	jurisdiction := ""
+	if profile != "" {
+		jurisdiction = "CN"
+	}
 	resp, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
 		ProviderId: provider, CycleId: "cyc-20260101", Currency: "CNY", Gross: gross, CommissionRate: rate,
-		TaxProfile: profile, IdempotencyKey: key,
+		TaxProfile: profile, Jurisdiction: jurisdiction, IdempotencyKey: key,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
+}
+
+// known applies a provider's party.updated to the tax profiles, as the
+// consumer of party.updated does.
+func known(t *testing.T, s *Service, provider, profile, jurisdiction string, version int64) {
+	t.Helper()
+	profiles := &app.ProviderProfiles{Store: s.store.PartyStore(), Consumer: app.PartyConsumer}
+	err := profiles.Apply(context.Background(), []app.ProfileUpdate{{ID: fmt.Sprintf("party-%s-%d", provider, version), Keep: true,
+		Row: domain.Profile{ProviderID: provider, TaxProfile: profile, Jurisdiction: jurisdiction, Version: version}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Both rule sets through the API: flat20 by default (individuals 20 % of
@@ -143,6 +163,7 @@ func TestRuleSets(t *testing.T) {
 		{"p-5", "3000.00", "0.20", "individual", "cn_labour", "", "320.00", "2080.00", "cn_labour"}, // (2400−800)×20 %
 		{"p-6", "50000.00", "0.20", "individual", "", "", "7600.00", "32400.00", "cn_labour"},       // base 40000: 32000×30 %−2000
 	}
+	known(t, s, "p-3", "individual", "CN", 1) // p-3's withholding reads its profile
 	for _, tt := range tests {
 		if tt.selectP != "" {
 			if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{ProviderId: tt.give, RuleSet: tt.selectP}); err != nil {
@@ -175,8 +196,9 @@ func TestRuleEffectiveDates(t *testing.T) {
 	s, _, _ := newTax(t)
 	_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
 		ProviderId: "p-1", CycleId: "cyc-20251117", Currency: "CNY", Gross: "100.00", CommissionRate: "0.25", IdempotencyKey: "old",
+		TaxProfile: "individual", Jurisdiction: "CN",
 	})
-	if code(err) != codes.FailedPrecondition {
+	if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "rule") {
 		t.Fatalf("withholding before any rule: %v, want FailedPrecondition", err)
 	}
 	rules, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{})
@@ -227,7 +249,7 @@ func TestWithholdingPagesSplitACycle(t *testing.T) {
 		for _, cur := range []string{"CNY", "EUR", "USD"} {
 			if _, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
 				ProviderId: "p-1", CycleId: cycle, Currency: cur, Gross: "100.00", CommissionRate: "0.20",
-				TaxProfile: "individual", IdempotencyKey: cycle + cur,
+				TaxProfile: "individual", Jurisdiction: "CN", IdempotencyKey: cycle + cur,
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -464,5 +486,36 @@ func TestRemitTaxConfiguredZone(t *testing.T) {
 	}
 	if len(resp.Remittances) != 1 || resp.Remittances[0].Amount != "150.00" || len(l.reqs) != 1 || l.reqs[0].Postings[0].Amount != "150.00" {
 		t.Fatalf("November remitted %v with %d ledger postings, want 150.00 once", resp.Remittances, len(l.reqs))
+	}
+}
+
+// A withholding asked for without a tax profile (settlement's: "the
+// provider's") of a provider whose party.updated has not reached the tax
+// service is refused with a FailedPrecondition naming the provider and
+// records nothing; once the profile arrives, the same request is withheld by
+// it. It was withheld as an individual in CN: an enterprise's tax recorded,
+// posted and remitted to the wrong authority for good.
+func TestWithholdingWaitsForTheProvidersProfile(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	req := &taxv1.ComputeWithholdingRequest{ProviderId: "p-new", CycleId: "cyc-20260101", Currency: "CNY", Gross: "1000.00",
+		CommissionRate: "0.20", IdempotencyKey: "settle:cyc-20260101:p-new:CNY"}
+	for _, give := range []struct{ profile, jurisdiction string }{{"", ""}, {"individual", ""}, {"", "CN"}} {
+		r := *req
+		r.TaxProfile, r.Jurisdiction = give.profile, give.jurisdiction
+		_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &r)
+		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "p-new") || !strings.Contains(err.Error(), "tax profile") {
+			t.Fatalf("profile %q, jurisdiction %q of a provider the tax service has not heard of: %v; want FailedPrecondition naming it",
+				give.profile, give.jurisdiction, err)
+		}
+	}
+	var n int
+	if err := s.d.Pool.QueryRow(context.Background(), `select count(*) from tax.withholdings`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("withholdings recorded after the refusals: %d, %v; want none", n, err)
+	}
+	known(t, s, "p-new", "enterprise", "HK", 1)
+	got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+	if err != nil || got.TaxProfile != "enterprise" || got.Jurisdiction != "HK" || got.TaxWithheld != "0.00" || got.Net != "800.00" {
+		t.Fatalf("once the profile arrived: %v, %v; want enterprise in HK, tax 0.00, net 800.00", got, err)
 	}
 }

@@ -48,6 +48,14 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	var known *domain.Profile
 	if ok {
 		known = &p
+	} else if r.TaxProfile == "" || r.Jurisdiction == "" {
+		// No party.updated of the provider has reached the tax service (one
+		// dead-lettered, or the consumer behind): withheld on the defaults
+		// (individual, CN), an enterprise's or another jurisdiction's tax
+		// was recorded, posted and remitted to the wrong authority for good.
+		return domain.Withholding{}, fmt.Errorf("provider %s: the tax service has not received the provider's tax profile "+
+			"(party.updated; see the dead letters of %s): settled once it arrives, or give tax_profile and jurisdiction: %w",
+			r.ProviderID, PartyConsumer, apperr.ErrPrecondition)
 	}
 	profile, jurisdiction := domain.Taxpayer(r.TaxProfile, r.Jurisdiction, known)
 	if err := ids.CheckJurisdiction(jurisdiction); err != nil {

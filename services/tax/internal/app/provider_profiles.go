@@ -5,6 +5,10 @@ import (
 	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
+// PartyConsumer is the durable consumer of party.updated.* that keeps the
+// tax profiles (its dead letters hold an update that could not be applied).
+const PartyConsumer = "tax-parties"
+
 // ProfileUpdate is one party.updated message for the tax-profile read model
 // (Keep false: a renter's).
 type ProfileUpdate = readmodel.Update[domain.Profile]

@@ -17,7 +17,7 @@ import (
 
 // PartyConsumerName is the durable consumer of party.updated.* that keeps the
 // tax profile and jurisdiction read model.
-const PartyConsumerName = "tax-parties"
+const PartyConsumerName = app.PartyConsumer
 
 // ConsumeParties keeps the tax profiles until ctx ends; what cannot be
 // decoded or applied goes to dl.
