@@ -131,8 +131,11 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 	v.Check(in.GPUModel != "", "gpu_model", "required")
 	v.Check(in.GPUCount >= 1 && in.GPUCount <= 64, "gpu_count", "%d outside 1..64", in.GPUCount)
 	hours, herr := money.ParseDecimal(in.Hours)
-	v.Check(herr == nil && hours.IsPositive() && hours.LessThanOrEqual(decimal.NewFromInt(quoteHoursMax)),
-		"hours", "%q is not a decimal in (0, %d]", in.Hours, quoteHoursMax)
+	inRange := herr == nil && hours.IsPositive() && hours.LessThanOrEqual(decimal.NewFromInt(quoteHoursMax))
+	v.Check(inRange, "hours", "%q is not a decimal in (0, %d]", in.Hours, quoteHoursMax)
+	// Usage is timed to the microsecond: hours under half of one were an
+	// empty usage interval, answered 500.
+	v.Check(!inRange || quoteMicros(hours) >= 1, "hours", "%q is under a microsecond of GPU time", in.Hours)
 	v.Check(in.StartTime != nil, "start_time", "required")
 	tier := in.ProviderTier
 	if tier == "" {
@@ -155,10 +158,15 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 		return quoteRequest{}, err
 	}
 	start := *in.StartTime
-	micros := hours.Mul(decimal.NewFromInt(int64(time.Hour / time.Microsecond))).Round(0).IntPart()
+	micros := quoteMicros(hours)
 	u := domain.Usage{Model: in.GPUModel, Region: in.Region, GPUCount: in.GPUCount, Start: start,
 		End: start.Add(time.Duration(micros) * time.Microsecond), PUE: pue}
 	return quoteRequest{cur: cur, usage: u, rate: rate, profile: profile, juris: in.Jurisdiction}, nil
+}
+
+// quoteMicros is hours in whole microseconds, as usage is timed.
+func quoteMicros(hours decimal.Decimal) int64 {
+	return hours.Mul(decimal.NewFromInt(int64(time.Hour / time.Microsecond))).Round(0).IntPart()
 }
 
 // priceQuote rates the usage from an empty month, adds its lines to out and

@@ -2,11 +2,14 @@ package app
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
@@ -54,5 +57,31 @@ func TestQuoteResolvesModelNames(t *testing.T) {
 	}
 	if _, err := quote("GTX_9999"); err == nil {
 		t.Error("a quote for a model the catalogue lacks was answered")
+	}
+}
+
+// A quote for less than half a microsecond of GPU time (usage is timed to
+// the microsecond) is a 400 naming hours; it was an empty usage interval,
+// a 500. A microsecond is quoted.
+func TestQuoteUnderAMicrosecond(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	a := New(st, seededCatalogue{}, clock.NewManual(from.Add(48*time.Hour)))
+	a.Splits = halfSplit{}
+	start := from.Add(10 * time.Hour)
+	quote := func(hours string) error {
+		_, err := a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: hours, StartTime: &start})
+		return err
+	}
+	for _, hours := range []string{"0.0000000001", "0.0000000001388"} { // 0.36 µs, 0.49968 µs
+		var inv *apperr.InvalidError
+		if err := quote(hours); !errors.As(err, &inv) || !strings.Contains(err.Error(), "hours") {
+			t.Errorf("hours %s: %v; want invalid naming hours", hours, err)
+		}
+	}
+	if err := quote("0.0000000002778"); err != nil { // 1.00008 µs
+		t.Errorf("a microsecond's quote: %v", err)
 	}
 }
