@@ -2,6 +2,7 @@ package natsx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -10,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpubill/gpubill/pkg/obs"
 )
 
 // Lag is one durable consumer's backlog: what was published to its stream
@@ -35,8 +38,14 @@ func ConsumerLags(ctx context.Context, js jetstream.JetStream, streams ...string
 	var out []Lag
 	for _, name := range streams {
 		st, err := js.Stream(ctx, name)
-		if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue // not created yet
+		}
+		if err != nil {
+			// JetStream down or slow: skipped, every series vanished from
+			// the scrape and the ops answer, uncounted, and no lag alert
+			// could fire.
+			return nil, fmt.Errorf("stream %s: %w", name, err)
 		}
 		lister := st.ListConsumers(ctx)
 		for ci := range lister.Info() {
@@ -66,6 +75,9 @@ var (
 	})
 )
 
+// LagSource is the consumers' lag in gpubill_metrics_source_errors_total.
+const LagSource = "consumer-lag"
+
 // LagCollector reports ConsumerLags on every scrape.
 type LagCollector struct {
 	JS  jetstream.JetStream
@@ -86,6 +98,7 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 	lags, err := ConsumerLags(ctx, c.JS)
 	if err != nil {
 		lagErrors.Inc()
+		obs.SourceFailed(LagSource)
 		if c.Log != nil {
 			c.Log.Warn("consumer lag metrics", "err", err)
 		}

@@ -23,6 +23,10 @@ var sourceErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Scrapes where a live-state source (database query, consumer lag) failed; its metrics are missing from that scrape.",
 }, []string{"source"})
 
+// SourceFailed counts a scrape whose live-state source (a database query,
+// JetStream's consumers) failed, in gpubill_metrics_source_errors_total.
+func SourceFailed(source string) { sourceErrors.WithLabelValues(source).Inc() }
+
 // SQLMetric is one metric family read on scrape: Query returns one row per
 // series, the label values (text, in Labels' order) then the value.
 // Queries must be bounded (an index, a LIMIT, a small GROUP BY).

@@ -20,7 +20,7 @@ type MetricsSource interface {
 // /metrics: each one's outbox and dead letters, its business metrics, and
 // the JetStream consumers' lag. The returned function removes them.
 func ServeMetrics(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, services ...Service) func() {
-	removes := []func(){obs.SetSource("consumer-lag", &natsx.LagCollector{JS: js, Log: log})}
+	removes := []func(){obs.SetSource(natsx.LagSource, &natsx.LagCollector{JS: js, Log: log})}
 	for _, s := range services {
 		ms := obs.PipelineMetrics(s.Name())
 		if src, ok := s.(MetricsSource); ok {
