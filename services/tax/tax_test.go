@@ -498,12 +498,12 @@ func TestRemitTaxConfiguredZone(t *testing.T) {
 func TestWithholdingWaitsForTheProvidersProfile(t *testing.T) {
 	t.Parallel()
 	s, _, _ := newTax(t)
-	req := &taxv1.ComputeWithholdingRequest{ProviderId: "p-new", CycleId: "cyc-20260101", Currency: "CNY", Gross: "1000.00",
-		CommissionRate: "0.20", IdempotencyKey: "settle:cyc-20260101:p-new:CNY"}
+	request := func(profile, jurisdiction string) *taxv1.ComputeWithholdingRequest {
+		return &taxv1.ComputeWithholdingRequest{ProviderId: "p-new", CycleId: "cyc-20260101", Currency: "CNY", Gross: "1000.00",
+			CommissionRate: "0.20", TaxProfile: profile, Jurisdiction: jurisdiction, IdempotencyKey: "settle:cyc-20260101:p-new:CNY"}
+	}
 	for _, give := range []struct{ profile, jurisdiction string }{{"", ""}, {"individual", ""}, {"", "CN"}} {
-		r := *req
-		r.TaxProfile, r.Jurisdiction = give.profile, give.jurisdiction
-		_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &r)
+		_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), request(give.profile, give.jurisdiction))
 		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "p-new") || !strings.Contains(err.Error(), "tax profile") {
 			t.Fatalf("profile %q, jurisdiction %q of a provider the tax service has not heard of: %v; want FailedPrecondition naming it",
 				give.profile, give.jurisdiction, err)
@@ -514,7 +514,7 @@ func TestWithholdingWaitsForTheProvidersProfile(t *testing.T) {
 		t.Fatalf("withholdings recorded after the refusals: %d, %v; want none", n, err)
 	}
 	known(t, s, "p-new", "enterprise", "HK", 1)
-	got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+	got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), request("", ""))
 	if err != nil || got.TaxProfile != "enterprise" || got.Jurisdiction != "HK" || got.TaxWithheld != "0.00" || got.Net != "800.00" {
 		t.Fatalf("once the profile arrived: %v, %v; want enterprise in HK, tax 0.00, net 800.00", got, err)
 	}
