@@ -35,6 +35,7 @@ import (
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/metering"
 	"github.com/gpubill/gpubill/services/payout"
+	"github.com/gpubill/gpubill/services/pricing"
 	"github.com/gpubill/gpubill/services/settlement"
 )
 
@@ -85,6 +86,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 			ledger_bank_client, verdict, matched_count, unmatched_bank_count, unmatched_ledger_count)
 			values ('rc-1', 'CNY', 'schedule', now(), 'h', 0, 100, 'exceptions', 3, 1, 0)`,
 		`insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, bank_status, outcome) values ('bf-1', 1, 'x', 'nobody', 'ACCP', 'unknown_reference')`,
+		`insert into pricing.pending_rating (event_id, message_id, renter_id, currency, gpu_model, payload, reason, created_at, last_attempt_at)
+			values ('ev-1', 'm-1', 'r-1', 'CNY', 'T4', 'x', 'rate card rc-1 has no price for GPU model T4', now() - interval '1 hour', now())`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -110,6 +113,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 			f = f.withMetrics(ledger.Metrics())
 		case "payout":
 			f = f.withMetrics(payout.Metrics())
+		case "pricing":
+			f = f.withMetrics(pricing.Metrics())
 		case "settlement":
 			f = f.withMetrics(settlement.Metrics())
 		}
@@ -171,8 +176,9 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
-		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
-		"gpubill_consumer_handler_timeouts_total",
+		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_ledger_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
+		"gpubill_consumer_handler_timeouts_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",
+		"gpubill_payout_ledger_refusals_total",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)

@@ -23,6 +23,11 @@ var (
 		Help: "Difference of the latest segregated-funds report of now, by currency, in currency units: resource (the bank statement's " +
 			"balance when imported, else bank:client) less requirement and unremitted tax; negative is a shortfall.",
 	}, []string{"currency"})
+	segregatedLedgerDifference = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpubill_segregated_funds_ledger_difference",
+		Help: "The ledger's own difference in the latest segregated-funds report of now, by currency, in currency units: bank:client " +
+			"less requirement and unremitted tax; negative is client money the ledger itself does not hold (a statement lagging deposits never makes it so).",
+	}, []string{"currency"})
 	segregatedVerdict = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpubill_segregated_funds_verdict",
 		Help: "Verdict of the latest segregated-funds report of now, by currency: 1 on its verdict (balanced, shortfall, excess), 0 on the others.",
@@ -38,6 +43,7 @@ var (
 func recordSegregatedFunds(r *SegregatedFundsReport) {
 	c := r.Currency.Code
 	segregatedDifference.WithLabelValues(c).Set(r.Difference.InexactFloat64())
+	segregatedLedgerDifference.WithLabelValues(c).Set(r.LedgerDifference.InexactFloat64())
 	for _, v := range []string{VerdictBalanced, VerdictShortfall, VerdictExcess} {
 		on := 0.0
 		if v == r.Verdict {

@@ -139,6 +139,7 @@ func (a *Payouts) railDid(p domain.Payout, to string, err error) error {
 	if !errors.Is(err, ErrPermanent) {
 		return err
 	}
+	ledgerRefusals.WithLabelValues(to).Inc()
 	a.Log.Error("the ledger refused to record what the payout's rail did: tried again", "payout_id", p.ID,
 		"provider_id", p.ProviderID, "status", p.Status, "to", to, "net", p.Net.String(), "currency", p.Currency, "err", err)
 	return fmt.Errorf("payout %s: the rail's %s is not in the ledger yet: %s", p.ID, to, err.Error())

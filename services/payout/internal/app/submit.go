@@ -56,6 +56,7 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 			if !errors.Is(err, ErrLedgerRefused) {
 				return "", err
 			}
+			ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
 			a.Log.Error("payout refused by the ledger while available covers it: waits at the gate", "payout_id", p.ID,
 				"provider_id", p.ProviderID, "available", available.String(), "net", p.Net.String(), "currency", p.Currency, "err", err)
 			return a.backToGate(ctx, p, domain.LedgerRefusedReason)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -137,9 +138,18 @@ func TestSubmitRefusedByTheLedger(t *testing.T) {
 			l := &turnsLedger{available: decimal.NewFromInt(tt.available), answers: tt.answers}
 			rail := &bookRail{name: "r", refs: map[string]bool{}}
 			a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			counted := testutil.ToFloat64(ledgerRefusals.WithLabelValues(domain.StatusSubmitted))
 			got, err := a.Submit(context.Background(), "po_1")
 			if err != nil || got != tt.wantStatus || st.p.Status != tt.wantStatus || l.n != tt.wantPosts {
 				t.Fatalf("Submit: %q, %v, stored %q after %d posts; want %q after %d", got, err, st.p.Status, l.n, tt.wantStatus, tt.wantPosts)
+			}
+			// Only a refusal while available covers it is counted on /metrics.
+			want := counted
+			if tt.wantReason == domain.LedgerRefusedReason {
+				want++
+			}
+			if c := testutil.ToFloat64(ledgerRefusals.WithLabelValues(domain.StatusSubmitted)); c != want {
+				t.Fatalf("gpubill_payout_ledger_refusals_total{step=\"submitted\"} went %v → %v; want %v", counted, c, want)
 			}
 			if tt.wantStatus == domain.StatusActionRequired && (st.reason != tt.wantReason || st.p.Submitting || len(rail.refs) != 0) {
 				t.Fatalf("at the gate with %q, submitting %v, rail saw %v; want %q, not submitting, no rail call", st.reason, st.p.Submitting, rail.refs, tt.wantReason)
@@ -166,7 +176,11 @@ func TestLedgerRefusingWhatTheRailDidIsTriedAgain(t *testing.T) {
 	l := &turnsLedger{answers: []error{refused}}
 	var log strings.Builder
 	a := &Payouts{Store: st, Ledger: l, Rail: &paidRail{}, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(&log, nil))}
+	counted := testutil.ToFloat64(ledgerRefusals.WithLabelValues(domain.StatusPaid))
 	_, err := a.Follow(context.Background(), "po_1")
+	if c := testutil.ToFloat64(ledgerRefusals.WithLabelValues(domain.StatusPaid)); c != counted+1 {
+		t.Fatalf("gpubill_payout_ledger_refusals_total{step=\"paid\"} went %v → %v; want one more", counted, c)
+	}
 	if err == nil || errors.Is(err, ErrPermanent) || st.p.Status != domain.StatusInTransit {
 		t.Fatalf("Follow with the paid posting refused: %v, stored %q; want an error tried again, in_transit", err, st.p.Status)
 	}
