@@ -102,6 +102,11 @@ func (c Common) Calendar() (cycles.Calendar, error) {
 	if c.CycleDays < 1 || c.CycleDays > 366 {
 		return cycles.Calendar{}, fmt.Errorf("GPUBILL_CYCLE_DAYS %d: want 1..366", c.CycleDays)
 	}
+	if c.CycleGrace < 0 {
+		// A negative grace closed each cycle before it ended: usage of
+		// its last hours refused or moved to the next cycle.
+		return cycles.Calendar{}, fmt.Errorf("GPUBILL_CYCLE_GRACE %s: want 0 or more", c.CycleGrace)
+	}
 	return cycles.Calendar{Anchor: anchor, LengthDays: c.CycleDays, Grace: c.CycleGrace}, nil
 }
 

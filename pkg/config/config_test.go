@@ -82,3 +82,25 @@ func TestStreamLimits(t *testing.T) {
 		}
 	}
 }
+
+// A negative GPUBILL_CYCLE_GRACE is refused naming the variable (it closed
+// each cycle before its end); 0 and the default are taken.
+func TestCycleGrace(t *testing.T) {
+	t.Setenv("GPUBILL_CYCLE_GRACE", "-48h")
+	_, err := parse(t).Calendar()
+	if err == nil || !strings.Contains(err.Error(), "GPUBILL_CYCLE_GRACE") {
+		t.Fatalf("GPUBILL_CYCLE_GRACE=-48h: %v; want an error naming it", err)
+	}
+	for env, want := range map[string]string{"0s": "0s", "": "24h0m0s"} {
+		t.Setenv("GPUBILL_CYCLE_GRACE", env)
+		if env == "" {
+			if err := os.Unsetenv("GPUBILL_CYCLE_GRACE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cal, err := parse(t).Calendar()
+		if err != nil || cal.Grace.String() != want {
+			t.Errorf("GPUBILL_CYCLE_GRACE=%q: grace %v, %v; want %s", env, cal.Grace, err, want)
+		}
+	}
+}

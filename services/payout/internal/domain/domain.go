@@ -13,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
 )
 
 // Payout statuses.
@@ -112,11 +113,18 @@ func ParseMinimums(s string) (Minimums, error) {
 		if !ok {
 			return nil, fmt.Errorf("payout minimum %q: want CUR=amount", kv)
 		}
-		d, err := decimal.NewFromString(strings.TrimSpace(amt))
-		if err != nil || d.IsNegative() {
-			return nil, fmt.Errorf("payout minimum %q: want a non-negative decimal", kv)
+		// As PATCH /v1/payout-settings reads one: a currency gpubill
+		// supports (RMB=50 was kept beside CNY's 100.00, which applied),
+		// in its minor units.
+		c, err := money.Lookup(strings.ToUpper(strings.TrimSpace(cur)))
+		if err != nil {
+			return nil, fmt.Errorf("payout minimum %q: %w", kv, err)
 		}
-		m[strings.ToUpper(strings.TrimSpace(cur))] = d
+		d, err := c.Parse(strings.TrimSpace(amt))
+		if err != nil || d.IsNegative() {
+			return nil, fmt.Errorf("payout minimum %q: want a non-negative amount in %s's minor units", kv, c.Code)
+		}
+		m[c.Code] = d
 	}
 	return m, nil
 }

@@ -84,7 +84,7 @@ func TestParseMinimums(t *testing.T) {
 			t.Errorf("%s = %s, want %s", cur, m[cur], want)
 		}
 	}
-	for _, bad := range []string{"USD", "USD=-1", "USD=x"} {
+	for _, bad := range []string{"USD", "USD=-1", "USD=x", "RMB=50", "CNY=100.005", "JPY=100.5"} {
 		if _, err := ParseMinimums(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
