@@ -450,6 +450,9 @@ func TestRESTSegregatedFundsFormats(t *testing.T) {
 		{"finance", "pdf", 200, "application/pdf", "%PDF-"},
 		{"auditor", "xml", 400, "application/json", `"field":"format"`},
 		{"auditor", "json&as_of=" + before, 200, "application/json", `"client_money_requirement":"0.00"`},
+		// An instant not yet passed: today's balances under a later date,
+		// which would change by then.
+		{"auditor", "json&as_of=" + time.Now().UTC().Add(time.Hour).Format(time.RFC3339), 400, "application/json", `"field":"as_of"`},
 	} {
 		tok, err := auth.Issue(secret, tc.role, "", time.Hour)
 		if err != nil {

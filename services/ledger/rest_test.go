@@ -205,6 +205,8 @@ func TestREST(t *testing.T) {
 		{"conflicting replay", "POST", "/v1/deposits", `{"renter_id":"r-1","amount":"1.00","currency":"CNY","external_ref":"wx-1"}`, tok, 409},
 		{"bad page token", "GET", "/v1/transactions?page_token=zz", "", tok, 400},
 		{"bad as_of", "GET", "/v1/accounts/renter:r-1:wallet?as_of=yesterday", "", tok, 400},
+		{"as_of to come", "GET", "/v1/accounts/renter:r-1:wallet?as_of=" + time.Now().UTC().Add(time.Hour).Format(time.RFC3339), "", tok, 400},
+		{"as_of to come, listed", "GET", "/v1/accounts?prefix=renter:&as_of=" + time.Now().UTC().Add(time.Hour).Format(time.RFC3339), "", tok, 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -67,11 +67,25 @@ func view(acc domain.Account, ts []domain.Totals) AccountView {
 	return v
 }
 
+// CheckAsOf refuses an as_of instant after now: the balances as of an
+// instant not yet passed are today's, and would change (a report labelled
+// year-end, made on its last afternoon, answered otherwise the next day).
+func CheckAsOf(asOf *time.Time, now time.Time) error {
+	if asOf != nil && asOf.After(now) {
+		return apperr.Invalid("as_of", "%s is in the future (now %s): leave it out for the balances of now",
+			asOf.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
 // GetAccount returns an account's balances, now or as of an instant.
 func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (AccountView, error) {
 	acc, err := domain.ParseAddress(address)
 	if err != nil {
 		return AccountView{}, apperr.Invalid("address", "%s", err.Error())
+	}
+	if err := CheckAsOf(asOf, a.Clock.Now()); err != nil {
+		return AccountView{}, err
 	}
 	ok, err := a.Store.AccountExists(ctx, address)
 	if err != nil {
@@ -89,6 +103,9 @@ func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (
 
 // ListAccounts pages through accounts by address prefix, with balances.
 func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, size int32, token string) ([]AccountView, string, error) {
+	if err := CheckAsOf(asOf, a.Clock.Now()); err != nil {
+		return nil, "", err
+	}
 	after := ""
 	if token != "" {
 		pos, err := cursor.Decode(accountsListing, token, 1)

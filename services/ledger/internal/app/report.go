@@ -124,6 +124,9 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 		return nil, apperr.Invalid("currency", "%s", err.Error())
 	}
 	r := &SegregatedFundsReport{Currency: cur, AsOf: rp.Now().UTC()}
+	if err := CheckAsOf(asOf, r.AsOf); err != nil {
+		return nil, err
+	}
 	if asOf != nil {
 		r.AsOf = asOf.UTC()
 	}

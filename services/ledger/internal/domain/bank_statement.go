@@ -114,6 +114,11 @@ func ParseStatement(format, id, account string, cur money.Currency, content []by
 	}
 	st.Format, st.Currency = format, cur.Code
 	if id != "" {
+		// camt.053 names its statement (Stmt/Id): another id took the same
+		// file twice, under two ids, its lines twice in reconciliation.
+		if st.ID != "" && st.ID != id {
+			return nil, stmtErr("Stmt/Id", "the statement is %q, not %q", st.ID, id)
+		}
 		st.ID = id
 	}
 	if account != "" {

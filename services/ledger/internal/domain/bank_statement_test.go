@@ -75,6 +75,15 @@ func TestParseCamt053(t *testing.T) {
 		!strings.Contains(err.Error(), "Stmt/Acct/Id") {
 		t.Fatalf("another account: %v", err)
 	}
+	// Another statement id than the file's: refused (it was taken, so the
+	// same file imported under two ids counted its lines twice).
+	if _, err := domain.ParseStatement(domain.StatementCamt053, "OTHER", "", money.MustLookup("CNY"), b); err == nil ||
+		!strings.Contains(err.Error(), "Stmt/Id") {
+		t.Fatalf("another statement id: %v", err)
+	}
+	if st, err := domain.ParseStatement(domain.StatementCamt053, "STMT-20261130", "CN-CLIENT-1", money.MustLookup("CNY"), b); err != nil || st.ID != "STMT-20261130" {
+		t.Fatalf("the file's own id and account given: %+v, %v", st, err)
+	}
 }
 
 func TestParseCamt053NamesTheBadElement(t *testing.T) {
