@@ -317,7 +317,8 @@ func readyHandler(checks []Check, secret []byte) http.HandlerFunc {
 }
 
 // NewGatewayMux returns the REST mux: proto field names in JSON, every field
-// emitted, unknown input fields ignored, HttpBody passed through raw; a body
+// emitted, unknown input fields of a body ignored (a query parameter naming
+// no field is a 400: strictQuery), HttpBody passed through raw; a body
 // that does not decode is a 400 naming its field, and errors carry the
 // request id (see errorHandler).
 func NewGatewayMux(log *slog.Logger, extra ...runtime.ServeMuxOption) *runtime.ServeMux {
@@ -332,6 +333,7 @@ func NewGatewayMux(log *slog.Logger, extra ...runtime.ServeMuxOption) *runtime.S
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithIncomingHeaderMatcher(requestIDHeader),
 		runtime.WithMetadata(obs.GatewayRoute), // the route label of gpubill_http_requests_total
+		runtime.SetQueryParameterParser(&strictQuery{}),
 	}, extra...)...)
 }
 

@@ -453,6 +453,9 @@ func TestRESTSegregatedFundsFormats(t *testing.T) {
 		// An instant not yet passed: today's balances under a later date,
 		// which would change by then.
 		{"auditor", "json&as_of=" + time.Now().UTC().Add(time.Hour).Format(time.RFC3339), 400, "application/json", `"field":"as_of"`},
+		// A parameter naming no field (the CLI flag's spelling): it was
+		// skipped, and the report of now answered for the instant asked.
+		{"auditor", "json&as-of=" + before, 400, "application/json", `unknown query parameter \"as-of\"`},
 	} {
 		tok, err := auth.Issue(secret, tc.role, "", time.Hour)
 		if err != nil {
