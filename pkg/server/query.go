@@ -36,7 +36,7 @@ func (q *strictQuery) Parse(msg proto.Message, values url.Values, filter *utilit
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fmt.Errorf("unknown query parameter %s (see the API reference for this path's parameters)", strings.Join(quoteAll(unknown), ", "))
+		return fmt.Errorf("unknown query parameter %s (GET /v1/openapi.json lists each path's parameters)", strings.Join(quoteAll(unknown), ", "))
 	}
 	return q.DefaultQueryParser.Parse(msg, values, filter)
 }
