@@ -344,6 +344,12 @@ func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) 
 	return postgres.Verify(ctx, q)
 }
 
+// ChainLinkHash is the hex hash of the chain's link at position (not found:
+// an error naming it).
+func ChainLinkHash(ctx context.Context, q postgres.Querier, position int64) (string, error) {
+	return postgres.LinkHash(ctx, q, position)
+}
+
 // ChainOnce extends the hash chain by one round (tests, the CLI before verify),
 // reading every transaction back from the journal.
 func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {

@@ -280,6 +280,39 @@ func TestHashChainDetectsTampering(t *testing.T) {
 	}
 }
 
+// ledger.balances is not hashed (it must stay writable) but payouts, the
+// overdraft check and every balance of now read it: verification checks
+// each against the sum of its postings, so an edit of one, or one removed,
+// is named. Both passed verification, the journal intact.
+func TestVerifyDetectsAlteredBalance(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, tamper, want string }{
+		{"inflated", `update ledger.balances set credits = credits + 10000 where account = 'renter:r-1:wallet'`, "credits 10030"},
+		{"removed", `delete from ledger.balances where account = 'renter:r-1:wallet'`, "credits 0; its postings sum to debits 0, credits 30"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, nil)
+			f.deposit(t, "r-1", "10", "USD", "a")
+			f.deposit(t, "r-1", "20", "USD", "b")
+			chainAll(t, f)
+			if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+				t.Fatalf("clean ledger: %+v, %v", res, err)
+			}
+			if _, err := f.pool.Exec(f.ctx, tc.tamper); err != nil {
+				t.Fatal(err)
+			}
+			res, err := ledger.VerifyChain(f.ctx, f.pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.OK || res.BadBalance != "renter:r-1:wallet USD" || !containsStr(res.Reason, tc.want) {
+				t.Fatalf("balance %s: %+v; want renter:r-1:wallet USD named (%q)", tc.name, res, tc.want)
+			}
+		})
+	}
+}
+
 // The reversal link (ledger.reversals) is not part of the chain's hashed
 // content; the reversal's hashed metadata names what it reverses, so
 // verification catches a link moved to another transaction or removed.

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,11 +79,12 @@ type simulateCmd struct {
 }
 
 type ledgerCmd struct {
-	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction."`
+	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction; check every balance against its postings."`
 }
 
 type verifyCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created (a missing database or ledger schema fails)."`
+	Head        string `name:"head" placeholder:"POSITION:HASH" help:"Also check that the chain's link at POSITION still has HASH (a report's journal_head_position and journal_head_hash)."`
 }
 
 type reportCmd struct {
@@ -352,13 +354,44 @@ func (v *verifyCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if !res.OK && res.BadBalance != "" {
+		e.stdout.printf("BROKEN balance %s: %s (%d links verified)\n", res.BadBalance, res.Reason, res.Checked)
+		return errors.New("a balance is not the sum of its postings")
+	}
 	if !res.OK {
 		e.stdout.printf("BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
 			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
 		return errors.New("journal hash chain broken")
 	}
+	if v.Head != "" {
+		pos, hash, err := parseHead(v.Head)
+		if err != nil {
+			return err
+		}
+		got, err := ledger.ChainLinkHash(e.ctx, pool, pos)
+		if err != nil {
+			return err
+		}
+		if got != hash {
+			e.stdout.printf("BROKEN at chain position %d: its hash is %s, not %s (the chain was rewritten from there, or the head is not this journal's)\n", pos, got, hash)
+			return errors.New("journal head does not match")
+		}
+	}
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
+	if v.Head != "" {
+		e.stdout.printf("ok: the link at %s\n", v.Head)
+	}
 	return nil
+}
+
+// parseHead reads --head POSITION:HASH.
+func parseHead(s string) (int64, string, error) {
+	p, h, ok := strings.Cut(strings.TrimSpace(s), ":")
+	pos, err := strconv.ParseInt(p, 10, 64)
+	if !ok || err != nil || pos < 1 || len(h) != 64 {
+		return 0, "", fmt.Errorf("--head %q: want POSITION:HASH (a report's journal_head_position, 1 or more, and its 64 hex digit journal_head_hash)", s)
+	}
+	return pos, strings.ToLower(h), nil
 }
 
 func (c *segregatedFundsCmd) Run(e *env) error {

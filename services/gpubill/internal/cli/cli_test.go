@@ -334,6 +334,59 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 	}
 }
 
+// ledger verify --head P:H checks that the chain's link at P still has H (a
+// report's journal head), and verify fails on a balance its postings do not
+// sum to: an auditor's saved head could not be checked with the tool, and an
+// edited balance passed.
+func TestLedgerVerifyHeadAndBalances(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := testkit.NewPool(t)
+	if _, err := ledger.New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Calendar: cycles.Default()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `with t as (
+			insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+			values (gen_random_uuid(), 'd1', '\x00', 'deposit', now() - interval '1 hour', now() - interval '1 hour') returning id, created_at)
+		insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		select id, 0, 'bank:client', 'CNY', 'debit', 10.00, created_at from t
+		union all select id, 1, 'renter:r-1:wallet', 'CNY', 'credit', 10.00, created_at from t`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.balances (account, currency, debits, credits)
+		values ('bank:client', 'CNY', 10.00, 0), ('renter:r-1:wallet', 'CNY', 0, 10.00)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.ChainOnce(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	head, err := ledger.ChainLinkHash(ctx, pool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DATABASE_URL=" + dsn}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--head", "1:"+head); r.code != 0 || !strings.Contains(r.stdout, "ok: the link at 1:"+head) {
+		t.Fatalf("verify --head of the journal's own link: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	other := strings.Repeat("ab", 32)
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--head", "1:"+other); r.code != 1 || !strings.Contains(r.stdout, "BROKEN at chain position 1: its hash is "+head) {
+		t.Errorf("verify --head of another hash: exit %d, stdout %q, stderr %q; want 1 and BROKEN", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range []string{"1", "x:" + head, "0:" + head, "1:abc"} {
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--head", bad); r.code != 1 || !strings.Contains(r.stderr, "POSITION:HASH") {
+			t.Errorf("verify --head %q: exit %d, stderr %q; want 1 naming POSITION:HASH", bad, r.code, r.stderr)
+		}
+	}
+	if _, err := pool.Exec(ctx, `update ledger.balances set credits = 1000.00 where account = 'renter:r-1:wallet'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, "BROKEN balance renter:r-1:wallet CNY") {
+		t.Errorf("verify after a balance was edited: exit %d, stdout %q, stderr %q; want 1 and the balance named", r.code, r.stdout, r.stderr)
+	}
+}
+
 // report segregated-funds writes the report to a file (whole, or nothing),
 // quiet when stderr is not a terminal, as of now or a past instant, and
 // never creates a database.

@@ -163,7 +163,9 @@ type VerifyResult struct {
 	// The first link that does not verify.
 	FirstBadTransaction string `json:"first_bad_transaction,omitempty"`
 	FirstBadPosition    int64  `json:"first_bad_position,omitempty"`
-	Reason              string `json:"reason,omitempty"`
+	// The first balance (account and currency) its postings do not sum to.
+	BadBalance string `json:"bad_balance,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // Verify recomputes every link from the journal's current content and names
@@ -232,11 +234,66 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 			res.HeadHash = hex.EncodeToString(l.hash)
 		}
 	}
+	return verifyBeyondTheChain(ctx, q, res)
+}
+
+// verifyBeyondTheChain counts the transactions not chained yet and checks
+// what the chain does not hash: reversal links, then the balances.
+func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
 	if err := q.QueryRow(ctx, `select count(*) from ledger.transactions t
 		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
 		return res, err
 	}
-	return verifyReversalLinks(ctx, q, res)
+	res, err := verifyReversalLinks(ctx, q, res)
+	if err != nil || !res.OK {
+		return res, err
+	}
+	return verifyBalances(ctx, q, res)
+}
+
+// LinkHash is the hex hash of the chain's link at position.
+func LinkHash(ctx context.Context, q Querier, position int64) (string, error) {
+	var h []byte
+	err := q.QueryRow(ctx, `select hash from ledger.journal_chain where position = $1`, position).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("the chain has no link at position %d", position)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the chain's link at %d: %w", position, err)
+	}
+	return hex.EncodeToString(h), nil
+}
+
+// verifyBalancesSQL names the first balance (ledger.balances, which the chain
+// does not hash: it must stay writable) whose debits or credits are not the
+// sum of the account's postings in its currency, or a posting's account and
+// currency without a balance; one statement, so one snapshot.
+const verifyBalancesSQL = `select coalesce(b.account, p.account), coalesce(b.currency, p.currency),
+		coalesce(b.debits, 0)::text, coalesce(b.credits, 0)::text, coalesce(p.debits, 0)::text, coalesce(p.credits, 0)::text
+	from ledger.balances b
+	full join (select account, currency, coalesce(sum(amount) filter (where direction = 'debit'), 0) as debits,
+			coalesce(sum(amount) filter (where direction = 'credit'), 0) as credits
+		from ledger.postings group by account, currency) p on p.account = b.account and p.currency = b.currency
+	where coalesce(b.debits, 0) <> coalesce(p.debits, 0) or coalesce(b.credits, 0) <> coalesce(p.credits, 0)
+	order by 1, 2 limit 1`
+
+// verifyBalances checks the maintained balances against the postings: a
+// payout's check of available, an overdraft refusal and every balance of
+// now read them, and an edit of one (an UPDATE the role that owns the
+// tables may run) passed verification while the journal stayed intact.
+func verifyBalances(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	var account, currency, debits, credits, postedDebits, postedCredits string
+	err := q.QueryRow(ctx, verifyBalancesSQL).Scan(&account, &currency, &debits, &credits, &postedDebits, &postedCredits)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("verify balances: %w", err)
+	}
+	res.OK, res.BadBalance = false, account+" "+currency
+	res.Reason = fmt.Sprintf("balance of %s in %s holds debits %s, credits %s; its postings sum to debits %s, credits %s (ledger.balances altered)",
+		account, currency, debits, credits, postedDebits, postedCredits)
+	return res, nil
 }
 
 // verifyReversalLinks checks ledger.reversals, which the chain does not
