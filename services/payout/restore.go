@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -15,6 +15,7 @@ import (
 // whose workflow still had work is started again by the payout service's
 // starter and resumes from the payout's state in the database, as after a
 // crash of the worker. It returns how many.
-func AfterRestore(ctx context.Context, pool *pgxpool.Pool, now time.Time) (int64, error) {
-	return (&postgres.Store{Pool: pool}).MarkUnstartedAfterRestore(ctx, now, app.ReturnWindowDefault)
+// q is the restore's transaction.
+func AfterRestore(ctx context.Context, q pgx.Tx, now time.Time) (int64, error) {
+	return postgres.MarkUnstartedAfterRestore(ctx, q, now, app.ReturnWindowDefault)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
@@ -45,7 +44,8 @@ type Result struct {
 // missing; refused unless empty), then proves it: the ledger's figures and
 // every table's row count equal the manifest's, and the hash chain verifies
 // up to the manifest's head. Anything else is an error naming the
-// difference; the database is then left as loaded, for inspection.
+// difference; the database is then left as loaded, for inspection (do not
+// start gpubill on it).
 func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error) {
 	m, err := ReadManifest(dir)
 	if err != nil {
@@ -101,17 +101,33 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	if len(diffs) > 0 {
 		return res, fmt.Errorf("restored database differs from the manifest of %s:\n  %s", dir, strings.Join(diffs, "\n  "))
 	}
-	if err := afterRestore(ctx, conn, dsn, res); err != nil {
+	if err := afterRestore(ctx, conn, res); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
 // afterRestore readies a verified database for a new JetStream store and a
-// new Temporal: each schema's kept published messages go back into its
-// outbox, and payouts whose workflow had work get one again.
-func afterRestore(ctx context.Context, conn *pgx.Conn, dsn string, res *Result) error {
-	rows, err := conn.Query(ctx, `select schemaname from pg_tables where tablename = 'outbox_published' order by 1`)
+// new Temporal, in one transaction: each schema's kept published messages go
+// back into its outbox, and payouts whose workflow had work get one again.
+// Step by step, a failure part way left some schemas' messages in
+// outbox_published (never sent again: that usage never charged) and payouts
+// marked started under a Temporal that never saw them, and a second restore
+// was refused (the database not empty). Failed, the database holds the
+// verified snapshot as loaded: drop it and restore again.
+func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w (nothing of this step was applied: the database holds the verified snapshot but is not ready "+
+				"for a new JetStream and Temporal; do not start gpubill on it: drop it and restore again)", err)
+		}
+	}()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, `select schemaname from pg_tables where tablename = 'outbox_published' order by 1`)
 	if err != nil {
 		return fmt.Errorf("schemas with an outbox: %w", err)
 	}
@@ -119,24 +135,34 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, dsn string, res *Result) 
 	if err != nil {
 		return fmt.Errorf("schemas with an outbox: %w", err)
 	}
-	res.Requeued = map[string]int64{}
+	requeued := map[string]int64{}
 	for _, s := range schemas {
-		if res.Requeued[s], err = outbox.RequeuePublished(ctx, conn, s); err != nil {
+		if requeued[s], err = outbox.RequeuePublished(ctx, tx, s); err != nil {
 			return err
 		}
 	}
 	var hasPayout bool
-	if err := conn.QueryRow(ctx, `select to_regclass('payout.payouts') is not null`).Scan(&hasPayout); err != nil || !hasPayout {
+	if err := tx.QueryRow(ctx, `select to_regclass('payout.payouts') is not null`).Scan(&hasPayout); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
+	var restarted int64
+	if hasPayout {
+		if restarted, err = payout.AfterRestore(ctx, tx, time.Now()); err != nil {
+			return err
+		}
+	}
+	if err := afterRestoreFail(ctx); err != nil {
 		return err
 	}
-	defer pool.Close()
-	res.PayoutsRestarted, err = payout.AfterRestore(ctx, pool, time.Now())
-	return err
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	res.Requeued, res.PayoutsRestarted = requeued, restarted
+	return nil
 }
+
+// afterRestoreFail fails afterRestore before its commit when a test set it.
+var afterRestoreFail = func(context.Context) error { return nil }
 
 // checkEmpty refuses a database holding any schema but an empty public.
 func checkEmpty(ctx context.Context, conn *pgx.Conn) error {
@@ -173,8 +199,10 @@ func advanceXid(ctx context.Context, conn *pgx.Conn, floor uint64) (uint64, erro
 		return 0, nil
 	}
 	if floor-cur > xidGapMax {
+		epoch, xid := resetwalNext(floor)
 		return 0, fmt.Errorf("the snapshot's journal carries transaction ids up to %d and this cluster is at %d: "+
-			"stop it and run pg_resetwal -x %d on its data directory, then restore again", floor, cur, floor+1)
+			"stop it and run pg_resetwal -e %d -x %d on its data directory (the ids past the snapshot's, from a pg_xact segment's start), "+
+			"then restore again", floor, cur, epoch, xid)
 	}
 	if _, err := conn.Exec(ctx, `set synchronous_commit = off`); err != nil {
 		return 0, err
@@ -190,6 +218,22 @@ func advanceXid(ctx context.Context, conn *pgx.Conn, floor uint64) (uint64, erro
 		return 0, err
 	}
 	return floor - cur + 1, nil
+}
+
+// resetwalNext is the epoch and 32-bit transaction id pg_resetwal takes
+// (-e, -x) for the first id past floor (a 64-bit id, epoch and all) that
+// starts a pg_xact segment (2^20 ids), as its documentation asks. A 64-bit
+// id given to -x alone was cut to its low 32 bits with epoch 0 once the
+// source had used 2^32 ids: far below the snapshot's, the restore refused
+// again with the same advice.
+func resetwalNext(floor uint64) (epoch, xid uint64) {
+	const segment = 1 << 20
+	next := (floor/segment + 1) * segment
+	epoch, xid = next>>32, next&0xffffffff
+	if xid == 0 { // ids 0–2 are reserved: the epoch's first segment starts at 0
+		xid = segment
+	}
+	return epoch, xid
 }
 
 // CompareFigures lists how got differs from want (nothing: identical).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -541,13 +542,15 @@ func (s *Store) ListVersion(ctx context.Context, provider string) (count, versio
 	return count, versions, err
 }
 
-// MarkUnstartedAfterRestore marks every payout whose workflow still has
+// MarkUnstartedAfterRestore marks, through q (the restore's transaction), every payout whose workflow still has
 // work (waiting at the gate, not yet confirmed, or paid within
 // returnWindow and so still watched for a return) as not started, for the
 // starter to start it again on a Temporal that never saw it. It returns how
 // many it marked.
-func (s *Store) MarkUnstartedAfterRestore(ctx context.Context, now time.Time, returnWindow time.Duration) (int64, error) {
-	tag, err := s.Pool.Exec(ctx, `update payout.payouts set workflow_started = false
+func MarkUnstartedAfterRestore(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, now time.Time, returnWindow time.Duration) (int64, error) {
+	tag, err := q.Exec(ctx, `update payout.payouts set workflow_started = false
 		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6))`,
 		domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid,
 		now.Add(-returnWindow))
