@@ -92,7 +92,9 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	var diffs []string
 	diffs = append(diffs, CompareFigures(m.Ledger, res.Restored)...)
 	diffs = append(diffs, compareCounts(m.Tables, tables)...)
-	if !res.Chain.OK {
+	if !res.Chain.OK && res.Chain.BadBalance != "" {
+		diffs = append(diffs, "balance "+res.Chain.BadBalance+": "+res.Chain.Reason)
+	} else if !res.Chain.OK {
 		diffs = append(diffs, fmt.Sprintf("hash chain broken at position %d (transaction %s): %s",
 			res.Chain.FirstBadPosition, res.Chain.FirstBadTransaction, res.Chain.Reason))
 	} else if res.Chain.HeadHash != m.Ledger.HeadHash {
