@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.temporal.io/sdk/log"
 
@@ -238,8 +239,14 @@ func (s *Service) StartCycles(ctx context.Context) error {
 	for id := range todo {
 		cy, err := s.d.Calendar.Parse(id)
 		if err != nil {
-			s.d.Log.Warn("unknown cycle in settlement.cycles", "cycle", id, "err", err)
-			continue
+			// A cycle settlement knows and has not settled that the
+			// configured calendar does not cut (GPUBILL_CYCLE_DAYS or
+			// _ANCHOR changed): skipped with a warning, its providers'
+			// pending earnings never settled, and the cycle stayed open
+			// with no alert.
+			return fmt.Errorf("cycle %s is not settled and the configured calendar (GPUBILL_CYCLE_ANCHOR %s, GPUBILL_CYCLE_DAYS %d) "+
+				"does not cut it: %v; start settlement with the calendar that cut it",
+				id, s.d.Calendar.Anchor.Format(time.DateOnly), s.d.Calendar.LengthDays, err)
 		}
 		if err := ports.StartCycleWorkflow(ctx, s.tc, s.queue, cy, s.batch, s.window); err != nil {
 			return err

@@ -24,6 +24,7 @@ func TestTenETHSettles(t *testing.T) {
 	if _, err := f.pool.Exec(context.Background(), `insert into settlement.providers (provider_id, tier) values ('p-eth', 'standard')`); err != nil {
 		t.Fatal(err)
 	}
+	taxProfiles(t, f.pool, "p-eth")
 	f.clock.Set(cycle1.End.Add(time.Hour)) // in the grace period: closing now is an early close
 	runWorker(t, f.s)
 	if _, err := f.s.API().CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {

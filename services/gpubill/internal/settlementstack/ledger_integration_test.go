@@ -183,6 +183,7 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
 		t.Fatal(err)
 	}
+	taxProfiles(t, r.pool, ps...)
 	return gross, deposits
 }
 

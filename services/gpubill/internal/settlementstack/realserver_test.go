@@ -249,3 +249,23 @@ func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
 		}
 	}
 }
+
+// A cycle settlement has not settled that the configured calendar does not
+// cut (its length or anchor changed since) fails settlement's start-up,
+// naming the cycle and the calendar: it was skipped with a warning, its
+// providers' pending earnings never settled.
+func TestStartUpRefusesACycleTheCalendarDoesNotCut(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc)
+	f.clock.Set(cycle1.End.Add(time.Hour))
+	// cyc-20260131: a 30-day calendar's second cycle, not one of the default 45-day calendar's.
+	if _, err := f.pool.Exec(context.Background(), `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ('cyc-20260131', 'closing', '2026-01-31', '2026-03-02', '2026-03-03')`); err != nil {
+		t.Fatal(err)
+	}
+	err := f.s.StartCycles(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "cyc-20260131") || !strings.Contains(err.Error(), "GPUBILL_CYCLE_DAYS 45") {
+		t.Fatalf("start-up with a cycle the calendar does not cut: %v; want an error naming it and the calendar", err)
+	}
+}

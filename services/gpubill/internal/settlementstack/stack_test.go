@@ -94,6 +94,18 @@ func (f *fixture) seed(t testing.TB, cycle string, n int) {
 		select * from unnest($1::text[], $2::text[])`, ps, ts); err != nil {
 		t.Fatal(err)
 	}
+	taxProfiles(t, f.pool, ps...)
+}
+
+// taxProfiles gives providers the tax profile party.updated would (an
+// individual in CN): the tax service withholds for no provider whose profile
+// has not arrived.
+func taxProfiles(t testing.TB, pool *pgxpool.Pool, providers ...string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `insert into tax.profiles (provider_id, tax_profile, jurisdiction, version, updated_at)
+		select p, 'individual', 'CN', 1, now() from unnest($1::text[]) as p`, providers); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fixture) count(t testing.TB, q string, args ...any) int {
