@@ -72,6 +72,16 @@ func (r *LeaseReceiver) Close() {
 	}
 }
 
+// MarkStopped records a stop the ledger requested before this receiver
+// listened (the simulation restarted): the ledger does not announce it
+// again, so the renter's GPUs ran on, charged past its credit limit, and
+// its rescue top-up never came.
+func (r *LeaseReceiver) MarkStopped(renter string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped[renter] = true
+}
+
 // Stopped reports whether the renter's GPUs are stopped.
 func (r *LeaseReceiver) Stopped(renter string) bool {
 	r.mu.Lock()

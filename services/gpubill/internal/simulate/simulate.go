@@ -76,6 +76,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := seedThin(ctx, c); err != nil {
 			return fmt.Errorf("seed thin renter: %w", err)
 		}
+		if err := thinStoppedBefore(ctx, c, cfg.Lease); err != nil {
+			return fmt.Errorf("read the thin renter's lease control: %w", err)
+		}
 	}
 	cfg.Log.Info("simulated marketplace seeded", "providers", len(providers), "renters", len(renters))
 	rng := rand.New(rand.NewPCG(uint64(cfg.Now().UnixNano()), 42))
@@ -205,6 +208,26 @@ func seedThin(ctx context.Context, c *client) error {
 	}
 	return c.post(ctx, "/v1/deposits", map[string]any{"renter_id": thinRenter, "amount": thinDeposit, "currency": "CNY",
 		"external_ref": "sim-initial-" + thinRenter}, nil)
+}
+
+// thinStoppedBefore marks the thin renter stopped when its wallet says the
+// ledger stopped it before this run (GET /v1/renters/{id}/wallet).
+func thinStoppedBefore(ctx context.Context, c *client, lease *LeaseReceiver) error {
+	var w struct {
+		Balances []struct {
+			Currency     string `json:"currency"`
+			LeaseControl string `json:"lease_control"`
+		} `json:"balances"`
+	}
+	if err := c.get(ctx, "/v1/renters/"+thinRenter+"/wallet", &w); err != nil {
+		return err
+	}
+	for _, b := range w.Balances {
+		if b.Currency == "CNY" && b.LeaseControl == "stopped" {
+			lease.MarkStopped(thinRenter)
+		}
+	}
+	return nil
 }
 
 // thinTick runs the thin renter's GPUs while they may run; once stopped
