@@ -313,6 +313,36 @@ func TestVerifyDetectsAlteredBalance(t *testing.T) {
 	}
 }
 
+// A transaction that sorts before the chain's head in (xid, id) order and is
+// not chained never will be (the chain takes a transaction once every id
+// before it finished): verify names it. It counted as not chained yet and
+// verify passed, while a journal moved into a cluster whose transaction ids
+// are behind its head chained nothing new.
+func TestVerifyDetectsATransactionBehindTheHead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "10", "USD", "a")
+	chainAll(t, f)
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK || res.Unchained != 0 {
+		t.Fatalf("clean ledger: %+v, %v", res, err)
+	}
+	var id string
+	if err := f.pool.QueryRow(f.ctx, `insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at, xid)
+		values (gen_random_uuid(), 'behind', '\x00', 'manual', now(), now(), '3') returning id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.ChainOnce(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ledger.VerifyChain(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || res.FirstBadTransaction != id || res.Unchained != 1 || !containsStr(res.Reason, "never will be") {
+		t.Fatalf("a transaction behind the head: %+v; want %s named", res, id)
+	}
+}
+
 // The reversal link (ledger.reversals) is not part of the chain's hashed
 // content; the reversal's hashed metadata names what it reverses, so
 // verification catches a link moved to another transaction or removed.

@@ -244,11 +244,40 @@ func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (Ver
 		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
 		return res, err
 	}
-	res, err := verifyReversalLinks(ctx, q, res)
+	res, err := verifyBehindTheHead(ctx, q, res)
 	if err != nil || !res.OK {
 		return res, err
 	}
+	if res, err = verifyReversalLinks(ctx, q, res); err != nil || !res.OK {
+		return res, err
+	}
 	return verifyBalances(ctx, q, res)
+}
+
+// verifyBehindTheHead names the first transaction that sorts before the
+// chain's head in (xid, id) order and is not chained. The chain takes a
+// transaction only once every transaction id before it has finished, so such
+// a one is never chained: its database was moved (pg_dump, logical
+// replication) into a cluster whose transaction ids are behind the journal's.
+// It was counted as not chained yet, and verify passed while nothing new was
+// ever hashed.
+func verifyBehindTheHead(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	var id string
+	var n int64
+	err := q.QueryRow(ctx, `select coalesce(min(t.id::text), ''), count(*) from ledger.transactions t,
+			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
+		where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&id, &n)
+	if err != nil {
+		return res, fmt.Errorf("verify transactions behind the chain's head: %w", err)
+	}
+	if n == 0 {
+		return res, nil
+	}
+	res.OK, res.FirstBadTransaction = false, id
+	res.Reason = fmt.Sprintf("%d transaction(s) sort before the chain's head (their transaction ids are older than its) and are not chained: "+
+		"they never will be (the database was moved into a cluster whose transaction ids are behind the journal's; "+
+		"gpubill restore advances them)", n)
+	return res, nil
 }
 
 // LinkHash is the hex hash of the chain's link at position.
