@@ -23,6 +23,10 @@ var sourceErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Scrapes where a live-state source (database query, consumer lag) failed; its metrics are missing from that scrape.",
 }, []string{"source"})
 
+// SourceKnown starts source's error counter at 0 (an alert on its increase
+// sees the first failure).
+func SourceKnown(source string) { sourceErrors.WithLabelValues(source) }
+
 // SourceFailed counts a scrape whose live-state source (a database query,
 // JetStream's consumers) failed, in gpubill_metrics_source_errors_total.
 func SourceFailed(source string) { sourceErrors.WithLabelValues(source).Inc() }

@@ -20,6 +20,7 @@ type MetricsSource interface {
 // /metrics: each one's outbox and dead letters, its business metrics, and
 // the JetStream consumers' lag. The returned function removes them.
 func ServeMetrics(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, services ...Service) func() {
+	obs.SourceKnown(natsx.LagSource)
 	removes := []func(){obs.SetSource(natsx.LagSource, &natsx.LagCollector{JS: js, Log: log})}
 	for _, s := range services {
 		ms := obs.PipelineMetrics(s.Name())

@@ -163,6 +163,10 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	// met it runs, so the second one shows it.
 	scrape(t, "http://"+srv.HTTPAddr+"/metrics")
 	served := scrape(t, "http://"+srv.HTTPAddr+"/metrics")
+	// The consumers' lag counts its failed reads from 0 (a first failure is an increase).
+	if !strings.Contains(served["gpubill_metrics_source_errors_total"], `value:"consumer-lag"`) {
+		t.Errorf("gpubill_metrics_source_errors_total has no consumer-lag series:\n%s", served["gpubill_metrics_source_errors_total"])
+	}
 	for _, line := range strings.Split(served["gpubill_metrics_source_errors_total"], "\n") {
 		if line != "" && !strings.HasSuffix(line, "counter:{value:0}") {
 			t.Errorf("a live-state source failed during the scrape (warnings in the log say which query): %s", line)
