@@ -22,6 +22,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/cycles"
@@ -334,14 +335,10 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 	}
 }
 
-// ledger verify --head P:H checks that the chain's link at P still has H (a
-// report's journal head), and verify fails on a balance its postings do not
-// sum to: an auditor's saved head could not be checked with the tool, and an
-// edited balance passed.
-func TestLedgerVerifyHeadAndBalances(t *testing.T) {
-	dir, _ := binaries(t)
-	s := newSandbox(t)
-	gpubill := filepath.Join(dir, "gpubill")
+// ledgerWithADeposit is a migrated ledger holding a deposit of 10.00 CNY to
+// r-1 an hour ago, as the ledger writes one; it returns its pool and DSN.
+func ledgerWithADeposit(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
 	if _, err := ledger.New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Calendar: cycles.Default()}); err != nil {
@@ -359,6 +356,19 @@ func TestLedgerVerifyHeadAndBalances(t *testing.T) {
 		values ('bank:client', 'CNY', 10.00, 0), ('renter:r-1:wallet', 'CNY', 0, 10.00)`); err != nil {
 		t.Fatal(err)
 	}
+	return pool, dsn
+}
+
+// ledger verify --head P:H checks that the chain's link at P still has H (a
+// report's journal head), and verify fails on a balance its postings do not
+// sum to: an auditor's saved head could not be checked with the tool, and an
+// edited balance passed.
+func TestLedgerVerifyHeadAndBalances(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := ledgerWithADeposit(t)
 	if _, err := ledger.ChainOnce(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -394,25 +404,8 @@ func TestReportSegregatedFunds(t *testing.T) {
 	dir, _ := binaries(t)
 	s := newSandbox(t)
 	gpubill := filepath.Join(dir, "gpubill")
-	ctx := context.Background()
-	pool, dsn := testkit.NewPool(t)
-	if _, err := ledger.New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Calendar: cycles.Default()}); err != nil {
-		t.Fatal(err)
-	}
-	// A deposit of 10.00 to r-1 an hour ago, as the ledger writes one.
 	before := time.Now().UTC().Add(-2 * time.Hour)
-	if _, err := pool.Exec(ctx, `with t as (
-			insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
-			values (gen_random_uuid(), 'd1', '\x00', 'deposit', now() - interval '1 hour', now() - interval '1 hour') returning id, created_at)
-		insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
-		select id, 0, 'bank:client', 'CNY', 'debit', 10.00, created_at from t
-		union all select id, 1, 'renter:r-1:wallet', 'CNY', 'credit', 10.00, created_at from t`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `insert into ledger.balances (account, currency, debits, credits)
-		values ('bank:client', 'CNY', 10.00, 0), ('renter:r-1:wallet', 'CNY', 0, 10.00)`); err != nil {
-		t.Fatal(err)
-	}
+	_, dsn := ledgerWithADeposit(t) // 10.00 to r-1 an hour ago
 	env := []string{"DATABASE_URL=" + dsn}
 	out := filepath.Join(t.TempDir(), "report.csv")
 	r := s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY", "--format", "csv", "-o", out)

@@ -30,17 +30,23 @@ func (halfSplit) QuoteSplit(_ context.Context, r SplitRequest) (SplitQuote, erro
 	return SplitQuote{Commission: c, Net: r.Gross.Sub(c), RuleSet: "test", RuleVersion: "1"}, nil
 }
 
-// A quote names a GPU model as usage may: an alias or another case of it
-// is priced as its catalogue id, as metering records the usage. It was a
-// 400 ("no price") while the usage it quoted was charged.
-func TestQuoteResolvesModelNames(t *testing.T) {
-	t.Parallel()
+// quoteApp is pricing with one CNY card from 2026-01-01 pricing RTX_4090 at
+// 2.80 an hour, half of each quote to commission; start is a time it prices.
+func quoteApp() (*App, time.Time) {
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
 		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
 	a := New(st, seededCatalogue{}, clock.NewManual(from.Add(48*time.Hour)))
 	a.Splits = halfSplit{}
-	start := from.Add(10 * time.Hour)
+	return a, from.Add(10 * time.Hour)
+}
+
+// A quote names a GPU model as usage may: an alias or another case of it
+// is priced as its catalogue id, as metering records the usage. It was a
+// 400 ("no price") while the usage it quoted was charged.
+func TestQuoteResolvesModelNames(t *testing.T) {
+	t.Parallel()
+	a, start := quoteApp()
 	quote := func(model string) (QuoteResult, error) {
 		return a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: model, GPUCount: 2, Hours: "1.5", StartTime: &start,
 			ProviderTier: "standard", TaxProfile: "individual"})
@@ -65,12 +71,7 @@ func TestQuoteResolvesModelNames(t *testing.T) {
 // a 500. A microsecond is quoted.
 func TestQuoteUnderAMicrosecond(t *testing.T) {
 	t.Parallel()
-	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
-		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
-	a := New(st, seededCatalogue{}, clock.NewManual(from.Add(48*time.Hour)))
-	a.Splits = halfSplit{}
-	start := from.Add(10 * time.Hour)
+	a, start := quoteApp()
 	quote := func(hours string) error {
 		_, err := a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: hours, StartTime: &start})
 		return err
