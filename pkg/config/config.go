@@ -27,6 +27,7 @@ type Common struct {
 	CycleDays        int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
 	CycleAnchor      string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
 	CycleGrace       time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
+	LateArrivalDays  int           `name:"late-arrival-days" env:"GPUBILL_LATE_ARRIVAL_DAYS" default:"35" help:"How many days old a usage event's start may be; an older one is rejected (too_late)."`
 	TaxTimezone      string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
 	CommissionRates  string        `name:"commission-rates" env:"GPUBILL_COMMISSION_RATES" default:"standard=0.25,pro=0.20,partner=0.15" help:"Platform commission per provider tier (settlement applies it; quotes use it)."`
 	CommissionBounds string        `name:"commission-bounds" env:"GPUBILL_COMMISSION_BOUNDS" default:"0.15-0.25" help:"Platform bounds every commission rate must keep (min-max)."`
@@ -108,6 +109,15 @@ func (c Common) Calendar() (cycles.Calendar, error) {
 		return cycles.Calendar{}, fmt.Errorf("GPUBILL_CYCLE_GRACE %s: want 0 or more", c.CycleGrace)
 	}
 	return cycles.Calendar{Anchor: anchor, LengthDays: c.CycleDays, Grace: c.CycleGrace}, nil
+}
+
+// LateArrival is how old a usage event's start may be (DESIGN §2: 35 days,
+// configurable); it was a code option only.
+func (c Common) LateArrival() (time.Duration, error) {
+	if c.LateArrivalDays < 1 || c.LateArrivalDays > 3660 {
+		return 0, fmt.Errorf("GPUBILL_LATE_ARRIVAL_DAYS %d: want 1..3660", c.LateArrivalDays)
+	}
+	return time.Duration(c.LateArrivalDays) * 24 * time.Hour, nil
 }
 
 // Commission returns the commission configuration (GPUBILL_COMMISSION_RATES

@@ -104,3 +104,24 @@ func TestCycleGrace(t *testing.T) {
 		}
 	}
 }
+
+// GPUBILL_LATE_ARRIVAL_DAYS is 35 unless set; 0 or more than ten years is
+// refused naming it.
+func TestLateArrival(t *testing.T) {
+	t.Setenv("GPUBILL_LATE_ARRIVAL_DAYS", "")
+	if err := os.Unsetenv("GPUBILL_LATE_ARRIVAL_DAYS"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := parse(t).LateArrival(); err != nil || d.Hours() != 35*24 {
+		t.Fatalf("default: %v, %v; want 35 days", d, err)
+	}
+	t.Setenv("GPUBILL_LATE_ARRIVAL_DAYS", "7")
+	if d, err := parse(t).LateArrival(); err != nil || d.Hours() != 7*24 {
+		t.Fatalf("7: %v, %v; want 7 days", d, err)
+	}
+	for _, bad := range []int{0, -1, 3661} {
+		if _, err := (Common{LateArrivalDays: bad}).LateArrival(); err == nil || !strings.Contains(err.Error(), "GPUBILL_LATE_ARRIVAL_DAYS") {
+			t.Errorf("%d days: %v; want an error naming GPUBILL_LATE_ARRIVAL_DAYS", bad, err)
+		}
+	}
+}

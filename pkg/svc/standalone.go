@@ -149,6 +149,9 @@ func readSettings(cfg config.Common) (standaloneSettings, error) {
 	if st.deps.Commission, err = cfg.Commission(); err != nil {
 		return st, err
 	}
+	if st.deps.LateArrival, err = cfg.LateArrival(); err != nil {
+		return st, err
+	}
 	st.secret = []byte(cfg.AuthSecret)
 	if err := auth.CheckSecret(st.secret); err != nil {
 		return st, err

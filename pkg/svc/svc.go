@@ -5,6 +5,7 @@ package svc
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +39,9 @@ type Deps struct {
 	// for the few synchronous calls between services (settlement activities →
 	// ledger, tax). It connects lazily, so it may be made before the server starts.
 	Internal grpc.ClientConnInterface
+	// LateArrival is how old a usage event's start may be
+	// (GPUBILL_LATE_ARRIVAL_DAYS; metering); zero is the default, 35 days.
+	LateArrival time.Duration
 	// Streams are the JetStream limits (GPUBILL_STREAM_MAX_BYTES,
 	// GPUBILL_STREAM_REPLICAS) a service ensures its streams with; the zero
 	// value is the defaults.

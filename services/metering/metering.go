@@ -58,6 +58,9 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if err := cat.Seed(ctx); err != nil {
 		return nil, err
 	}
+	if d.LateArrival > 0 {
+		a.LateArrival = d.LateArrival
+	}
 	s := &Service{d: d, app: a, party: &ports.PartyServer{App: a}, usage: &ports.UsageServer{App: a},
 		gpus: &ports.GPUModelServer{Catalogue: cat}}
 	for _, o := range opts {

@@ -85,13 +85,14 @@ type Stack struct {
 // settings are the parts of the configuration Start checks before it
 // starts anything.
 type settings struct {
-	cal        cycles.Calendar
-	taxPeriods taxperiod.Calendar
-	commission split.CommissionPolicy
-	streams    natsx.Limits
-	allow      auth.Allowlist
-	proxies    []netip.Prefix
-	lease      ledger.LeaseControlConfig
+	cal         cycles.Calendar
+	taxPeriods  taxperiod.Calendar
+	commission  split.CommissionPolicy
+	streams     natsx.Limits
+	lateArrival time.Duration
+	allow       auth.Allowlist
+	proxies     []netip.Prefix
+	lease       ledger.LeaseControlConfig
 }
 
 func loadSettings(cfg Config) (st settings, err error) {
@@ -102,6 +103,9 @@ func loadSettings(cfg Config) (st settings, err error) {
 		return st, err
 	}
 	if st.commission, err = cfg.Commission(); err != nil {
+		return st, err
+	}
+	if st.lateArrival, err = cfg.LateArrival(); err != nil {
 		return st, err
 	}
 	if st.streams, err = cfg.StreamLimits(); err != nil {
@@ -166,7 +170,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Commission: st.commission, Internal: internal, Streams: st.streams}
+	deps := svc.Deps{Pool: s.Pool, JS: js, Log: cfg.Log, Clock: cfg.Clock, Calendar: st.cal, TaxPeriods: st.taxPeriods, Commission: st.commission, Internal: internal, Streams: st.streams,
+		LateArrival: st.lateArrival}
 	services, err := newServices(ctx, deps, tc, st.lease, cfg.DataDir)
 	if err != nil {
 		gl.Close()
