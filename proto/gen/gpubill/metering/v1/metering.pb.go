@@ -1278,10 +1278,14 @@ type UsageEvent struct {
 	EndTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	Region     string                 `protobuf:"bytes,9,opt,name=region,proto3" json:"region,omitempty"`
 	Workload   string                 `protobuf:"bytes,10,opt,name=workload,proto3" json:"workload,omitempty"`
-	// The settlement cycle the usage accrues to (cyc-YYYYMMDD): the one that
-	// contains end_time, or the earliest open cycle for late events.
-	CycleId       string                 `protobuf:"bytes,11,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
-	Status        string                 `protobuf:"bytes,12,opt,name=status,proto3" json:"status,omitempty"` // accepted | late (accrued to a later, open cycle)
+	// The settlement cycle that contains end_time (cyc-YYYYMMDD). When the
+	// ledger has closed it by the time the charge is posted, the charge accrues
+	// to the earliest open cycle instead: the ledger transaction's pending
+	// account names that one and its metadata requested_cycle this one.
+	CycleId string `protobuf:"bytes,11,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
+	// accepted | late (received after cycle_id's close time by the calendar;
+	// a cycle closed early with :close does not make it late here).
+	Status        string                 `protobuf:"bytes,12,opt,name=status,proto3" json:"status,omitempty"`
 	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

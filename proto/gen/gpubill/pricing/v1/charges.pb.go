@@ -230,11 +230,14 @@ func (x *RenterChargeLine) GetAmount() string {
 }
 
 type RenterCharge struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ChargeId      string                 `protobuf:"bytes,1,opt,name=charge_id,json=chargeId,proto3" json:"charge_id,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	RenterId      string                 `protobuf:"bytes,3,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
-	ProviderId    string                 `protobuf:"bytes,4,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ChargeId   string                 `protobuf:"bytes,1,opt,name=charge_id,json=chargeId,proto3" json:"charge_id,omitempty"`
+	LeaseId    string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	RenterId   string                 `protobuf:"bytes,3,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
+	ProviderId string                 `protobuf:"bytes,4,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// The cycle that contains the usage's end (as metering recorded it); a
+	// charge for a cycle the ledger has closed is posted to the earliest open
+	// one (the ledger transaction's metadata requested_cycle names this one).
 	CycleId       string                 `protobuf:"bytes,5,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
 	Currency      string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
 	Amount        string                 `protobuf:"bytes,7,opt,name=amount,proto3" json:"amount,omitempty"` // what the wallet is charged (rounded)
