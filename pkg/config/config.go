@@ -5,6 +5,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ type Common struct {
 	CycleDays        int           `name:"cycle-days" env:"GPUBILL_CYCLE_DAYS" default:"45" help:"Settlement cycle length in days."`
 	CycleAnchor      string        `name:"cycle-anchor" env:"GPUBILL_CYCLE_ANCHOR" default:"2026-01-01" help:"First day of the first settlement cycle."`
 	CycleGrace       time.Duration `name:"cycle-grace" env:"GPUBILL_CYCLE_GRACE" default:"24h" help:"Grace period after a cycle's end before it closes."`
-	LateArrivalDays  int           `name:"late-arrival-days" env:"GPUBILL_LATE_ARRIVAL_DAYS" default:"35" help:"How many days old a usage event's start may be; an older one is rejected (too_late)."`
+	LateArrivalDays  string        `name:"late-arrival-days" env:"GPUBILL_LATE_ARRIVAL_DAYS" default:"35" help:"How many days old a usage event's start may be; an older one is rejected (too_late)."`
 	TaxTimezone      string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
 	CommissionRates  string        `name:"commission-rates" env:"GPUBILL_COMMISSION_RATES" default:"standard=0.25,pro=0.20,partner=0.15" help:"Platform commission per provider tier (settlement applies it; quotes use it)."`
 	CommissionBounds string        `name:"commission-bounds" env:"GPUBILL_COMMISSION_BOUNDS" default:"0.15-0.25" help:"Platform bounds every commission rate must keep (min-max)."`
@@ -113,12 +114,21 @@ func (c Common) Calendar() (cycles.Calendar, error) {
 
 // LateArrival is how old a usage event's start may be (DESIGN §2: 35 days,
 // configurable); it was a code option only.
+// Unset ("", a Common made in code) is the default; a set value must be a
+// whole number of days, 1..3660 (0 is refused, not taken as unset).
 func (c Common) LateArrival() (time.Duration, error) {
-	if c.LateArrivalDays < 1 || c.LateArrivalDays > 3660 {
-		return 0, fmt.Errorf("GPUBILL_LATE_ARRIVAL_DAYS %d: want 1..3660", c.LateArrivalDays)
+	if c.LateArrivalDays == "" {
+		return lateArrivalDefaultDays * 24 * time.Hour, nil
 	}
-	return time.Duration(c.LateArrivalDays) * 24 * time.Hour, nil
+	days, err := strconv.Atoi(strings.TrimSpace(c.LateArrivalDays))
+	if err != nil || days < 1 || days > 3660 {
+		return 0, fmt.Errorf("GPUBILL_LATE_ARRIVAL_DAYS %q: want a whole number of days in 1..3660", c.LateArrivalDays)
+	}
+	return time.Duration(days) * 24 * time.Hour, nil
 }
+
+// lateArrivalDefaultDays is DESIGN §2's late-arrival limit.
+const lateArrivalDefaultDays = 35
 
 // Commission returns the commission configuration (GPUBILL_COMMISSION_RATES
 // within GPUBILL_COMMISSION_BOUNDS; unset: split.DefaultCommission). A rate

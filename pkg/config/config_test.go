@@ -119,9 +119,12 @@ func TestLateArrival(t *testing.T) {
 	if d, err := parse(t).LateArrival(); err != nil || d.Hours() != 7*24 {
 		t.Fatalf("7: %v, %v; want 7 days", d, err)
 	}
-	for _, bad := range []int{0, -1, 3661} {
+	if d, err := (Common{}).LateArrival(); err != nil || d.Hours() != 35*24 {
+		t.Fatalf("a Common made in code: %v, %v; want 35 days", d, err)
+	}
+	for _, bad := range []string{"0", "-1", "3661", "7d", "1.5"} {
 		if _, err := (Common{LateArrivalDays: bad}).LateArrival(); err == nil || !strings.Contains(err.Error(), "GPUBILL_LATE_ARRIVAL_DAYS") {
-			t.Errorf("%d days: %v; want an error naming GPUBILL_LATE_ARRIVAL_DAYS", bad, err)
+			t.Errorf("%q days: %v; want an error naming GPUBILL_LATE_ARRIVAL_DAYS", bad, err)
 		}
 	}
 }
