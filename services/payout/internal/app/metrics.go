@@ -7,11 +7,11 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// ledgerRefusals counts the ledger's refusals of a payout's posting that
-// retrying cannot be expected to cure (logged at ERROR): the submission
-// while available covers it, and what the rail did (paid, failed,
-// returned). Only the log said so: a payout paid at the rail and in
-// in_transit for good showed nowhere on /metrics.
+// ledgerRefusals counts the ledger's refusals of a payout's posting that the
+// service logs at ERROR: the submission while available covers it (the
+// payout waits at the gate) and what the rail did (paid, failed, returned;
+// posted again with backoff). Only the log said so: a payout paid at the
+// rail and held in in_transit by the refusals showed nowhere on /metrics.
 var ledgerRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_payout_ledger_refusals_total",
 	Help: "Ledger refusals of a payout's posting while available covers it (step submitted) or of what its rail did " +
