@@ -86,4 +86,7 @@ func TestResetwalNext(t *testing.T) {
 			t.Errorf("floor %d: -e %d -x %d; want -e %d -x %d, past the floor at a segment's start", tc.floor, epoch, xid, tc.epoch, tc.xid)
 		}
 	}
+	if err := xidGapError(5_000_000_000, 1000); !strings.Contains(err.Error(), "pg_resetwal -e 1 -x 705691648 ") {
+		t.Errorf("the refusal of a cluster 5e9 ids behind: %v; want pg_resetwal -e 1 -x 705691648", err)
+	}
 }

@@ -201,10 +201,7 @@ func advanceXid(ctx context.Context, conn *pgx.Conn, floor uint64) (uint64, erro
 		return 0, nil
 	}
 	if floor-cur > xidGapMax {
-		epoch, xid := resetwalNext(floor)
-		return 0, fmt.Errorf("the snapshot's journal carries transaction ids up to %d and this cluster is at %d: "+
-			"stop it and run pg_resetwal -e %d -x %d on its data directory (the ids past the snapshot's, from a pg_xact segment's start), "+
-			"then restore again", floor, cur, epoch, xid)
+		return 0, xidGapError(floor, cur)
 	}
 	if _, err := conn.Exec(ctx, `set synchronous_commit = off`); err != nil {
 		return 0, err
@@ -220,6 +217,15 @@ func advanceXid(ctx context.Context, conn *pgx.Conn, floor uint64) (uint64, erro
 		return 0, err
 	}
 	return floor - cur + 1, nil
+}
+
+// xidGapError refuses a cluster too far behind the snapshot's transaction
+// ids, with the pg_resetwal that brings it past them.
+func xidGapError(floor, cur uint64) error {
+	epoch, xid := resetwalNext(floor)
+	return fmt.Errorf("the snapshot's journal carries transaction ids up to %d and this cluster is at %d: "+
+		"stop it and run pg_resetwal -e %d -x %d on its data directory (the ids past the snapshot's, from a pg_xact segment's start), "+
+		"then restore again", floor, cur, epoch, xid)
 }
 
 // resetwalNext is the epoch and 32-bit transaction id pg_resetwal takes
