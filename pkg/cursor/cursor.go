@@ -27,10 +27,11 @@ import (
 // the old layout are refused (a client starts its listing again).
 const version = 1
 
-// Limits of a token: a page position is a few short keys.
+// Limits of a token: a page position is a few short keys and at most one
+// Postgres snapshot (ValueBytesMax: a listing packs one to fit).
 const (
 	valuesMax     = 8
-	valueBytesMax = 256
+	ValueBytesMax = 1024
 	checkBytes    = 8
 	tokenBytesMax = 2048
 )
@@ -77,7 +78,7 @@ func Decode(listing, token string, n int) (Position, error) {
 	var p Position
 	for rest := body[1:]; len(rest) > 0; {
 		l, k := binary.Uvarint(rest)
-		if k <= 0 || l > valueBytesMax || uint64(len(rest)-k) < l || len(p.vals) == valuesMax {
+		if k <= 0 || l > ValueBytesMax || uint64(len(rest)-k) < l || len(p.vals) == valuesMax {
 			return bad("malformed")
 		}
 		p.vals = append(p.vals, string(rest[k:k+int(l)]))

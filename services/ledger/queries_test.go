@@ -145,3 +145,82 @@ func TestSegregatedFundsReport(t *testing.T) {
 		t.Fatalf("no currency: %v", err)
 	}
 }
+
+// TestListTransactionsLateCommit: a transaction takes its id and created_at
+// before it commits, so it can commit after a page past it was read; the
+// next page starts with it, and a listing paged to its end holds every
+// transaction once (it fell behind the page token and was never listed).
+func TestListTransactionsLateCommit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	early := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	for i := 0; i < 7; i++ {
+		f.deposit(t, "r-1", "1", "USD", fmt.Sprintf("ref-%d", i))
+	}
+	for i, account := range []string{"renter:r-1:wallet", ""} {
+		// The late transaction: the smallest id and an hour-old created_at,
+		// written before the first page is read, committed after it.
+		lateID := fmt.Sprintf("00000000-0000-7000-8000-00000000000%d", i)
+		held, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = held.Rollback(f.ctx) }() // after a failure: the pool's close waits for it
+		if _, err := held.Exec(f.ctx, `insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+			values ($1::uuid, $1::text, '\x00', 'manual', $2, $2)`, lateID, early); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := held.Exec(f.ctx, `insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+			values ($1::uuid, 0, 'bank:client', 'USD', 'debit', 1, $2), ($1::uuid, 1, 'renter:r-1:wallet', 'USD', 'credit', 1, $2)`, lateID, early); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		tok := ""
+		for pages := 0; ; pages++ {
+			txs, next, err := f.app.ListTransactions(f.ctx, account, nil, 3, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pages == 0 {
+				if err := held.Commit(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tx := range txs {
+				seen[tx.ID]++
+			}
+			if next == "" {
+				break
+			}
+			tok = next
+			if pages > 10 {
+				t.Fatal("pagination does not end")
+			}
+		}
+		var all []string
+		if err := pgxscan(f, &all, `select distinct tx_id::text from ledger.postings where account = 'renter:r-1:wallet'`); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range all {
+			if seen[id] != 1 {
+				t.Errorf("account %q: transaction %s listed %d times, want once", account, id, seen[id])
+			}
+		}
+	}
+}
+
+func pgxscan(f *fixture, out *[]string, q string) error {
+	rows, err := f.pool.Query(f.ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		*out = append(*out, s)
+	}
+	return rows.Err()
+}

@@ -166,71 +166,105 @@ const MaxLookupKeys = 100
 
 // ListTransactions pages through the journal, oldest first: every
 // transaction in id (time) order, or those posting to one account in
-// (created_at, id) order. Both orders are total, so pages are stable. With
-// keys it answers the transactions posted under them instead (of those
-// posting to account when account is set), in one page.
+// (created_at, id) order. A transaction takes its id and created_at before it
+// commits, so one can commit after a later one was listed: a page token holds
+// the snapshot its page was read under, and the next page starts with the
+// transactions committed since that sort before it (domain.TxPage), so a
+// listing paged to its end has each transaction once. With keys it answers
+// the transactions posted under them instead (of those posting to account
+// when account is set), in one page.
 func (a *App) ListTransactions(ctx context.Context, account string, keys []string, size int32, token string) ([]*domain.Transaction, string, error) {
 	if len(keys) > 0 {
 		txs, err := a.transactionsByKeys(ctx, account, keys, token)
 		return txs, "", err
 	}
 	n := pageSize(size)
-	var txIDs []string
+	var page domain.TxPage
+	var next string
 	var err error
-	next := ""
 	if account == "" {
-		after := ""
-		if token != "" {
-			pos, err := cursor.Decode(journalListing, token, 1)
-			if err != nil {
-				return nil, "", err
-			}
-			if after = pos.String(0); uuid.Validate(after) != nil {
-				return nil, "", cursor.Malformed()
-			}
-		}
-		txIDs, err = a.Store.ListTxIDs(ctx, after, n+1)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(txIDs) > n {
-			txIDs = txIDs[:n]
-			next = cursor.Encode(journalListing, txIDs[n-1])
-		}
+		page, next, err = a.journalPage(ctx, n, token)
 	} else {
-		if _, err := domain.ParseAddress(account); err != nil {
-			return nil, "", apperr.Invalid("account", "%s", err.Error())
-		}
-		var after *domain.TxCursor
-		if token != "" {
-			pos, err := cursor.Decode(accountJournalListing, token, 2)
-			if err != nil {
-				return nil, "", err
-			}
-			at, err := pos.Time(0)
-			if err != nil {
-				return nil, "", err
-			}
-			if uuid.Validate(pos.String(1)) != nil {
-				return nil, "", cursor.Malformed()
-			}
-			after = &domain.TxCursor{CreatedAt: at, ID: pos.String(1)}
-		}
-		cs, err := a.Store.ListTxIDsByAccount(ctx, account, after, n+1)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(cs) > n {
-			cs = cs[:n]
-			last := cs[n-1]
-			next = cursor.Encode(accountJournalListing, cursor.FormatTime(last.CreatedAt), last.ID)
-		}
-		for _, c := range cs {
-			txIDs = append(txIDs, c.ID)
-		}
+		page, next, err = a.accountPage(ctx, account, n, token)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	txIDs := make([]string, 0, len(page.Late)+len(page.Next))
+	for _, c := range page.Late {
+		txIDs = append(txIDs, c.ID)
+	}
+	for _, c := range page.Next {
+		txIDs = append(txIDs, c.ID)
 	}
 	txs, err := a.Store.LoadTransactions(ctx, txIDs)
 	return txs, next, err
+}
+
+// journalPage is a page of n of the whole journal after token's, and the
+// next page's token ("" at the end).
+func (a *App) journalPage(ctx context.Context, n int, token string) (domain.TxPage, string, error) {
+	after, seen := "", ""
+	if token != "" {
+		pos, err := cursor.Decode(journalListing, token, 2)
+		if err != nil {
+			return domain.TxPage{}, "", err
+		}
+		if after = pos.String(0); uuid.Validate(after) != nil {
+			return domain.TxPage{}, "", cursor.Malformed()
+		}
+		if seen, err = unpackSnapshot(pos.String(1)); err != nil {
+			return domain.TxPage{}, "", err
+		}
+	}
+	page, err := a.Store.ListTxIDs(ctx, after, seen, n+1)
+	if err != nil || len(page.Next) <= n {
+		return page, "", err
+	}
+	page.Next = page.Next[:n]
+	snap, err := packSnapshot(page.Snapshot)
+	if err != nil {
+		return domain.TxPage{}, "", err
+	}
+	return page, cursor.Encode(journalListing, page.Next[n-1].ID, snap), nil
+}
+
+// accountPage is a page of n of account's transactions after token's, and
+// the next page's token ("" at the end).
+func (a *App) accountPage(ctx context.Context, account string, n int, token string) (domain.TxPage, string, error) {
+	if _, err := domain.ParseAddress(account); err != nil {
+		return domain.TxPage{}, "", apperr.Invalid("account", "%s", err.Error())
+	}
+	var after *domain.TxCursor
+	seen := ""
+	if token != "" {
+		pos, err := cursor.Decode(accountJournalListing, token, 3)
+		if err != nil {
+			return domain.TxPage{}, "", err
+		}
+		at, err := pos.Time(0)
+		if err != nil {
+			return domain.TxPage{}, "", err
+		}
+		if uuid.Validate(pos.String(1)) != nil {
+			return domain.TxPage{}, "", cursor.Malformed()
+		}
+		if seen, err = unpackSnapshot(pos.String(2)); err != nil {
+			return domain.TxPage{}, "", err
+		}
+		after = &domain.TxCursor{CreatedAt: at, ID: pos.String(1)}
+	}
+	page, err := a.Store.ListTxIDsByAccount(ctx, account, after, seen, n+1)
+	if err != nil || len(page.Next) <= n {
+		return page, "", err
+	}
+	page.Next = page.Next[:n]
+	last := page.Next[n-1]
+	snap, err := packSnapshot(page.Snapshot)
+	if err != nil {
+		return domain.TxPage{}, "", err
+	}
+	return page, cursor.Encode(accountJournalListing, cursor.FormatTime(last.CreatedAt), last.ID, snap), nil
 }
 
 // transactionsByKeys answers the transactions posted under keys (a service

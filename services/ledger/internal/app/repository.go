@@ -39,12 +39,14 @@ type Store interface {
 	AccountTotals(ctx context.Context, accounts []string, asOf *time.Time) (map[string][]domain.Totals, error)
 	// ListAccountAddresses pages through addresses starting with prefix, after `after`.
 	ListAccountAddresses(ctx context.Context, prefix, after string, limit int) ([]string, error)
-	// ListTxIDs pages through every transaction in id (time) order.
-	ListTxIDs(ctx context.Context, after string, limit int) ([]string, error)
+	// ListTxIDs pages through every transaction in id (time) order, with
+	// those committed since the snapshot seen that sort at or before after.
+	ListTxIDs(ctx context.Context, after, seen string, limit int) (domain.TxPage, error)
 	// TxIDsByKeys is the ids of the transactions posted under keys, in id order.
 	TxIDsByKeys(ctx context.Context, keys []string) ([]string, error)
-	// ListTxIDsByAccount pages through the transactions posting to account.
-	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error)
+	// ListTxIDsByAccount pages through the transactions posting to account,
+	// with those committed since the snapshot seen that sort at or before after.
+	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error)
 	// ListCycleBalances pages through a cycle's non-zero provider pending
 	// balances in (account, currency) order.
 	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)

@@ -38,6 +38,17 @@ type TxCursor struct {
 	ID        string
 }
 
+// TxPage is a page of a transaction listing read under one Postgres
+// snapshot. Late are the transactions committed since the previous page's
+// snapshot (Seen) that sort at or before its cursor: a transaction's id and
+// created_at are taken before its commit, so one can commit after a later
+// one was listed. Next are the ones after the cursor, in order. Snapshot is
+// the page's own (pg_snapshot text), for the next page's Seen.
+type TxPage struct {
+	Late, Next []TxCursor
+	Snapshot   string
+}
+
 // WalletDepletion is billing.wallet.depleted.{renter}: a debit took a renter
 // wallet from above zero (or from nothing) to zero or below.
 type WalletDepletion struct {

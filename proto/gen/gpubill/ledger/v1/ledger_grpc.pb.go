@@ -56,7 +56,9 @@ type LedgerServiceClient interface {
 	// address goes into the path as it is, colons included.
 	GetAccount(ctx context.Context, in *GetAccountRequest, opts ...grpc.CallOption) (*GetAccountResponse, error)
 	// Lists journal transactions, oldest first, optionally touching one account
-	// or posted under given idempotency keys.
+	// or posted under given idempotency keys. A transaction that commits after
+	// a page past its place was read starts the next page (which then holds
+	// more than page_size): paged to its end, a listing holds each transaction once.
 	ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error)
 	// Returns one transaction.
 	GetTransaction(ctx context.Context, in *GetTransactionRequest, opts ...grpc.CallOption) (*GetTransactionResponse, error)
@@ -187,7 +189,9 @@ type LedgerServiceServer interface {
 	// address goes into the path as it is, colons included.
 	GetAccount(context.Context, *GetAccountRequest) (*GetAccountResponse, error)
 	// Lists journal transactions, oldest first, optionally touching one account
-	// or posted under given idempotency keys.
+	// or posted under given idempotency keys. A transaction that commits after
+	// a page past its place was read starts the next page (which then holds
+	// more than page_size): paged to its end, a listing holds each transaction once.
 	ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error)
 	// Returns one transaction.
 	GetTransaction(context.Context, *GetTransactionRequest) (*GetTransactionResponse, error)

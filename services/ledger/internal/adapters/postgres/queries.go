@@ -174,39 +174,88 @@ func prefixUpper(prefix string) string {
 }
 
 // ListTxIDsByAccount pages through the transactions that post to account, in
-// (created_at, id) order.
-func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error) {
+// (created_at, id) order after `after`, with those committed since the
+// snapshot seen (the previous page's; "" on the first) that sort at or before
+// it (domain.TxPage). The late ones are found from the transactions written
+// since seen's xmin (transactions_xid_idx), their postings read by their
+// primary key (the offset keeps the account's condition out of that lookup:
+// by the account's index it would scan the account's history per transaction).
+func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error) {
 	c := domain.TxCursor{CreatedAt: time.Unix(0, 0).UTC(), ID: zeroUUID}
 	if after != nil {
 		c = *after
 	}
-	rows, err := q.Query(ctx, `select created_at, tx_id::text from ledger.postings
-		where account = $1 and (created_at, tx_id) > ($2, $3::uuid)
-		group by created_at, tx_id order by created_at, tx_id limit $4`, account, c.CreatedAt, c.ID, limit)
+	rows, err := q.Query(ctx, `select part, created_at, id::text, snapshot from (
+		select 0 as part, null::timestamptz as created_at, null::uuid as id, pg_current_snapshot()::text as snapshot
+		union all
+		select distinct 1, p.created_at, p.tx_id, null::text from ledger.transactions t
+		cross join lateral (select p.account, p.created_at, p.tx_id from ledger.postings p
+			where p.tx_id = t.id offset 0) p
+		where $5 <> '' and t.xid >= pg_snapshot_xmin(nullif($5, '')::pg_snapshot)
+			and not pg_visible_in_snapshot(t.xid, nullif($5, '')::pg_snapshot)
+			and p.account = $1 and (p.created_at, p.tx_id) <= ($2, $3::uuid)
+		union all
+		(select 2, created_at, tx_id, null from ledger.postings
+			where account = $1 and (created_at, tx_id) > ($2, $3::uuid)
+			group by created_at, tx_id order by created_at, tx_id limit $4)
+		) page order by part, created_at, id`, account, c.CreatedAt, c.ID, limit, seen)
 	if err != nil {
-		return nil, fmt.Errorf("list transactions: %w", err)
+		return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
 	}
-	var out []domain.TxCursor
-	for rows.Next() {
-		var x domain.TxCursor
-		if err := rows.Scan(&x.CreatedAt, &x.ID); err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, rows.Err()
+	return scanTxPage(rows)
 }
 
-// ListTxIDs pages through every transaction in id order (UUIDv7: time order).
-func ListTxIDs(ctx context.Context, q Querier, after string, limit int) ([]string, error) {
+// ListTxIDs pages through every transaction in id order (UUIDv7: time order)
+// after `after`, with those committed since the snapshot seen that sort at
+// or before it (domain.TxPage; CreatedAt is not read).
+func ListTxIDs(ctx context.Context, q Querier, after, seen string, limit int) (domain.TxPage, error) {
 	if after == "" {
 		after = zeroUUID
 	}
-	rows, err := q.Query(ctx, `select id::text from ledger.transactions where id > $1::uuid order by id limit $2`, after, limit)
+	rows, err := q.Query(ctx, `select part, null::timestamptz, id::text, snapshot from (
+		select 0 as part, null::uuid as id, pg_current_snapshot()::text as snapshot
+		union all
+		select 1, id, null from ledger.transactions
+		where $2 <> '' and xid >= pg_snapshot_xmin(nullif($2, '')::pg_snapshot)
+			and not pg_visible_in_snapshot(xid, nullif($2, '')::pg_snapshot) and id <= $1::uuid
+		union all
+		(select 2, id, null from ledger.transactions where id > $1::uuid order by id limit $3)
+		) page order by part, id`, after, seen, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list transactions: %w", err)
+		return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return scanTxPage(rows)
+}
+
+// scanTxPage reads a listing's rows: (0, snapshot), then the late ones (1),
+// then the next ones (2).
+func scanTxPage(rows pgx.Rows) (domain.TxPage, error) {
+	var page domain.TxPage
+	for rows.Next() {
+		var part int
+		var at *time.Time
+		var id, snapshot *string
+		if err := rows.Scan(&part, &at, &id, &snapshot); err != nil {
+			return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
+		}
+		if part == 0 {
+			page.Snapshot = *snapshot
+			continue
+		}
+		x := domain.TxCursor{ID: *id}
+		if at != nil {
+			x.CreatedAt = at.UTC()
+		}
+		if part == 1 {
+			page.Late = append(page.Late, x)
+		} else {
+			page.Next = append(page.Next, x)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
+	}
+	return page, nil
 }
 
 // TxIDsByKeys returns the ids of the transactions posted under keys, in id
@@ -271,8 +320,8 @@ func (s *Store) ListAccountAddresses(ctx context.Context, prefix, after string, 
 }
 
 // ListTxIDs implements app.Store.
-func (s *Store) ListTxIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	return ListTxIDs(ctx, s.Pool, after, limit)
+func (s *Store) ListTxIDs(ctx context.Context, after, seen string, limit int) (domain.TxPage, error) {
+	return ListTxIDs(ctx, s.Pool, after, seen, limit)
 }
 
 // TxIDsByKeys implements app.Store.
@@ -281,8 +330,8 @@ func (s *Store) TxIDsByKeys(ctx context.Context, keys []string) ([]string, error
 }
 
 // ListTxIDsByAccount implements app.Store.
-func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, limit int) ([]domain.TxCursor, error) {
-	return ListTxIDsByAccount(ctx, s.Pool, account, after, limit)
+func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error) {
+	return ListTxIDsByAccount(ctx, s.Pool, account, after, seen, limit)
 }
 
 // ListCycleBalances implements app.Store.
