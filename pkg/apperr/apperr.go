@@ -90,10 +90,11 @@ const (
 	violationBytesMax = 256
 )
 
-// clip shortens s to at most n bytes, on a rune boundary, marking the cut,
-// and replaces invalid UTF-8 (a status message must be valid UTF-8 to be
-// marshalled at all: a reason quoting a client's bad byte made a 500).
-func clip(s string, n int) string {
+// Clip shortens s to at most n bytes, on a rune boundary, marking the cut,
+// and replaces invalid UTF-8 (a status message, or any string of an
+// answer, must be valid UTF-8 to be marshalled at all: a reason quoting a
+// client's bad byte made a 500).
+func Clip(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
@@ -116,32 +117,32 @@ func ToStatus(err error) error {
 	var inv *InvalidError
 	switch {
 	case errors.As(err, &inv):
-		st := status.New(codes.InvalidArgument, clip(err.Error(), messageBytesMax))
+		st := status.New(codes.InvalidArgument, Clip(err.Error(), messageBytesMax))
 		br := &errdetails.BadRequest{}
 		for _, v := range inv.Violations {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
-				Field: clip(v.Field, violationBytesMax), Description: clip(v.Reason, violationBytesMax)})
+				Field: Clip(v.Field, violationBytesMax), Description: Clip(v.Reason, violationBytesMax)})
 		}
 		if withDetails, derr := st.WithDetails(br); derr == nil {
 			st = withDetails
 		}
 		return st.Err()
 	case errors.Is(err, ErrNotFound):
-		return status.Error(codes.NotFound, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.NotFound, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrConflict):
-		return status.Error(codes.Aborted, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.Aborted, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrPrecondition):
-		return status.Error(codes.FailedPrecondition, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.FailedPrecondition, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrForbidden):
-		return status.Error(codes.PermissionDenied, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.PermissionDenied, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, ErrUnavailable):
-		return status.Error(codes.Unavailable, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.Unavailable, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.Canceled, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, clip(err.Error(), messageBytesMax))
+		return status.Error(codes.DeadlineExceeded, Clip(err.Error(), messageBytesMax))
 	}
-	return status.Error(codes.Internal, clip(err.Error(), messageBytesMax))
+	return status.Error(codes.Internal, Clip(err.Error(), messageBytesMax))
 }
 
 // Messages a client sees instead of an internal error's detail (which may
@@ -172,7 +173,7 @@ func Public(ctx context.Context, log *slog.Logger, method string, err error) err
 	s, _ := status.FromError(ToStatus(err))
 	if m := s.Message(); !utf8.ValidString(m) || len(m) > messageBytesMax {
 		p := s.Proto()
-		p.Message = clip(m, messageBytesMax)
+		p.Message = Clip(m, messageBytesMax)
 		s = status.FromProto(p)
 	}
 	switch s.Code() {

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // Length limits of the grammar.
@@ -54,13 +56,7 @@ func (e *GrammarError) Error() string { return fmt.Sprintf("%q %s", clip(e.Value
 // Unwrap makes errors.Is(err, ErrGrammar) true.
 func (e *GrammarError) Unwrap() error { return ErrGrammar }
 
-func clip(s string) string {
-	const max = 70
-	if len(s) > max {
-		return s[:max] + "…"
-	}
-	return s
-}
+func clip(s string) string { return apperr.Clip(s, 73) }
 
 // CheckPartyID checks a provider or renter id.
 func CheckPartyID(id string) error {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // Kind is an ISO 20022 message definition ("pain.002.001.10").
@@ -208,13 +210,7 @@ func parseDateTime(path, s string) (time.Time, error) {
 	return time.Time{}, malformed(path, "want an ISO date-time, got %q", clip(s))
 }
 
-func clip(s string) string {
-	const n = 64
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
+func clip(s string) string { return apperr.Clip(s, 67) }
 
 // Reason is a status or return reason: an ISO external code (Cd, e.g.
 // AC04) or a bank's proprietary one (Prtry), with any additional text.

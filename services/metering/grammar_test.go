@@ -3,12 +3,14 @@ package metering_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -171,6 +173,36 @@ func TestIngestRejectsPartyIDsOutsideTheGrammar(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(resp), &got); err != nil || code != http.StatusOK || len(got.Rejected) != 2 ||
 		!strings.HasPrefix(got.Rejected[0].Reason, "provider_id ") || !strings.HasPrefix(got.Rejected[1].Reason, "renter_id ") {
+		t.Fatalf("ingest: %d %s (%v)", code, resp, err)
+	}
+}
+
+// An event id recorded with another body is rejected naming the id, clipped:
+// a cut inside a character made the answer invalid UTF-8, a 500 after the
+// batch was recorded, and the same 500 for every retry.
+func TestConflictOnALongNonASCIIID(t *testing.T) {
+	t.Parallel()
+	base, _, tok := startServer(t)
+	for _, p := range [][2]string{{"/v1/providers", `{"provider_id":"p-1","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		{"/v1/renters", `{"renter_id":"r-1","currency":"USD"}`}} {
+		if code, body := post(t, base+p[0], tok, p[1]); code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", p[0], code, body)
+		}
+	}
+	id := strings.Repeat("a", 39) + "éé"
+	ev := func(n int) string {
+		return fmt.Sprintf(`{"id":%q,"lease_id":"l-1","provider_id":"p-1","renter_id":"r-1","gpu_model":"H100","gpu_count":%d,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}`, id, n)
+	}
+	code, resp := post(t, base+"/v1/usage-events", tok, `{"events":[`+ev(1)+`,`+ev(2)+`]}`)
+	var got struct {
+		Accepted int `json:"accepted"`
+		Rejected []struct {
+			Index  int    `json:"index"`
+			Reason string `json:"reason"`
+		} `json:"rejected"`
+	}
+	if err := json.Unmarshal([]byte(resp), &got); err != nil || code != http.StatusOK || got.Accepted != 1 || len(got.Rejected) != 1 ||
+		!strings.Contains(got.Rejected[0].Reason, "recorded with a different body") || !utf8.ValidString(got.Rejected[0].Reason) {
 		t.Fatalf("ingest: %d %s (%v)", code, resp, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 )
 
@@ -199,13 +200,7 @@ func parseUTC(s string) (time.Time, bool) {
 	return t, true
 }
 
-func clip(s string) string {
-	const max = 40
-	if len(s) > max {
-		return s[:max] + "…"
-	}
-	return s
-}
+func clip(s string) string { return apperr.Clip(s, 43) }
 
 // Overlaps reports whether [a.Start,a.End) and [b.Start,b.End) share time.
 func Overlaps(a, b Event) bool { return a.Start.Before(b.End) && b.Start.Before(a.End) }
