@@ -98,9 +98,19 @@ type Letter struct {
 	Payload   []byte
 }
 
-// Put implements natsx.DeadLetters.
+// Put implements natsx.DeadLetters. The letter keeps when the stream stored
+// the message (natsx.HeaderStoredAt, replacing a publisher's): a replay is
+// judged by it where arrival counts (usage's late-arrival limit).
 func (s *Sink) Put(ctx context.Context, consumer string, m jetstream.Msg, deliveries int, cause error) error {
-	l := Letter{Consumer: consumer, MessageID: natsx.MsgID(m), Subject: m.Subject(), Headers: m.Headers(), Payload: m.Data()}
+	headers := make(nats.Header, len(m.Headers())+1)
+	for k, vs := range m.Headers() {
+		headers[k] = vs
+	}
+	headers.Del(natsx.HeaderStoredAt)
+	if md, err := m.Metadata(); err == nil {
+		headers.Set(natsx.HeaderStoredAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
+	}
+	l := Letter{Consumer: consumer, MessageID: natsx.MsgID(m), Subject: m.Subject(), Headers: headers, Payload: m.Data()}
 	return s.PutLetter(ctx, s.Pool, l, deliveries, cause)
 }
 

@@ -670,6 +670,22 @@ func MsgID(m jetstream.Msg) string {
 	return fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
 }
 
+// HeaderStoredAt is the header a dead letter keeps its message's stream
+// time in (RFC 3339, set by the dead-letter sink over anything the
+// publisher put there): a replayed letter has no stream metadata.
+const HeaderStoredAt = "Gpubill-Stored-At"
+
+// StoredAt is when the stream stored m: its metadata's time, or for a
+// replayed dead letter the time its sink kept; false when neither is known
+// (a letter kept before the sink recorded it).
+func StoredAt(m jetstream.Msg) (time.Time, bool) {
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp.UTC(), true
+	}
+	t, err := time.Parse(time.RFC3339Nano, m.Headers().Get(HeaderStoredAt))
+	return t.UTC(), err == nil
+}
+
 // errHandlerStuck is the cause of a handler call's context ending after
 // HandleWithin.
 var errHandlerStuck = errors.New("handler call exceeded its bound")

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
@@ -172,5 +173,51 @@ func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	}
 	if got := events("r-001"); len(got) != 1 {
 		t.Fatalf("r-001's usage after the replay %v; want evt-ok once", got)
+	}
+}
+
+// The late-arrival limit is measured from when usage reached gpubill: a
+// NATS message's stream time, kept with its dead letter. A message with a
+// 34-day-old event for a renter not created yet is dead-lettered; replayed
+// two days later, once the renter exists, the event is recorded (it was
+// refused as older than the limit, a final rejection: the letter marked
+// replayed and the usage never billed).
+func TestReplayJudgesLateArrivalByTheMessagesArrival(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Now().UTC())
+	s, d := newServiceAt(t, clk)
+	ctx := context.Background()
+	parties(t, s)
+	start := clk.Now().Add(-34 * 24 * time.Hour).Truncate(time.Second)
+	m := nats.NewMsg("usage.ingest.p-001")
+	m.Data = []byte(`{"events":[{"id":"evt-34d","lease_id":"l-34d","provider_id":"p-001","renter_id":"r-later","gpu_model":"H100","gpu_count":1,` +
+		`"start_time":"` + start.Format(time.RFC3339) + `","end_time":"` + start.Add(time.Hour).Format(time.RFC3339) + `"}]}`)
+	m.Header.Set(jetstream.MsgIDHeader, "m-late")
+	m.Header.Set(natsx.HeaderStoredAt, "2000-01-01T00:00:00Z") // a publisher's: not believed
+	if _, err := d.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var kept time.Time
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		return d.Pool.QueryRow(ctx, `select (headers->'`+natsx.HeaderStoredAt+`'->>0)::timestamptz from metering.dead_letters where message_id = 'm-late'`).Scan(&kept) == nil
+	}, "the message naming an unknown renter dead-lettered")
+	if d := time.Since(kept); d < 0 || d > time.Minute {
+		t.Fatalf("the letter keeps %s as the message's arrival; want the stream's time", kept)
+	}
+	clk.Advance(2 * 24 * time.Hour)
+	if _, err := s.Parties().CreateRenter(ctx, &meteringv1.CreateRenterRequest{RenterId: "r-later", Currency: "USD"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool.Exec(ctx, `update metering.dead_letters set replay_requested_at = now() where message_id = 'm-late'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		var replayed bool
+		err := d.Pool.QueryRow(ctx, `select replayed_at is not null or attempts > 1 from metering.dead_letters where message_id = 'm-late'`).Scan(&replayed)
+		return err == nil && replayed
+	}, "the replay's outcome")
+	res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-later"})
+	if err != nil || len(res.UsageEvents) != 1 || res.UsageEvents[0].Id != "evt-34d" {
+		t.Fatalf("r-later's usage after the replay: %v %v; want evt-34d recorded", res, err)
 	}
 }

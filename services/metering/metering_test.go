@@ -27,9 +27,15 @@ var now = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 
 func newService(t *testing.T) (*metering.Service, svc.Deps) {
 	t.Helper()
+	return newServiceAt(t, clock.NewManual(now))
+}
+
+// newServiceAt is newService on the clock given.
+func newServiceAt(t *testing.T, clk clock.Clock) (*metering.Service, svc.Deps) {
+	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	js := testkit.NewJetStream(t)
-	d := svc.Deps{Pool: pool, JS: js.JS, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock.NewManual(now), Calendar: cycles.Default()}
+	d := svc.Deps{Pool: pool, JS: js.JS, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clk, Calendar: cycles.Default()}
 	s, err := metering.New(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)

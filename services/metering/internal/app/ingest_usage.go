@@ -32,6 +32,9 @@ type IngestResult struct {
 // may only carry that provider's usage).
 type IngestOptions struct {
 	OnlyProvider string
+	// Arrived is when the events reached gpubill (domain.Rules.Arrived);
+	// zero: now.
+	Arrived time.Time
 }
 
 func (r *IngestResult) reject(i int, id, reason string) {
@@ -55,7 +58,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 		return res, err
 	}
 	now := a.Clock.Now()
-	rules := domain.Rules{Now: now, LateArrival: a.LateArrival, KnownModel: func(m string) bool { _, ok := models.Resolve(m); return ok }}
+	rules := domain.Rules{Now: now, LateArrival: a.LateArrival, Arrived: opt.Arrived, KnownModel: func(m string) bool { _, ok := models.Resolve(m); return ok }}
 	in = canonicalModels(in, models)
 
 	cands, provIDs, rentIDs := validateEach(in, rules, opt, &res)

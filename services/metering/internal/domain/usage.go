@@ -61,8 +61,21 @@ func LeaseReason(lease string, p LeaseParties) string {
 // Rules are the checks that depend on configuration and the clock.
 type Rules struct {
 	Now         time.Time
-	LateArrival time.Duration // start older than Now-LateArrival is refused
-	KnownModel  func(string) bool
+	LateArrival time.Duration // start older than Arrived-LateArrival is refused
+	// Arrived is when the usage reached gpubill: zero is Now (a REST call);
+	// a NATS message's is when its stream stored it, so a message that
+	// waited in the stream or in dead letters (a replay after a fix) is
+	// judged as when it came, not refused as late for the wait.
+	Arrived    time.Time
+	KnownModel func(string) bool
+}
+
+// arrived is Arrived, or Now when it is zero or ahead of Now.
+func (r Rules) arrived() time.Time {
+	if r.Arrived.IsZero() || r.Arrived.After(r.Now) {
+		return r.Now
+	}
+	return r.Arrived
 }
 
 // Validate checks one event in isolation (parties, duplicates and overlaps
@@ -132,7 +145,7 @@ func Validate(in EventInput, r Rules) (Event, string) {
 		return e, fmt.Sprintf("longer than 24h (%s)", end.Sub(start))
 	case end.After(r.Now.Add(FutureSkewMax)):
 		return e, "end_time more than 5 min in the future"
-	case start.Before(r.Now.Add(-r.LateArrival)):
+	case start.Before(r.arrived().Add(-r.LateArrival)):
 		return e, fmt.Sprintf("older than the %d-day late-arrival limit", int(r.LateArrival/(24*time.Hour)))
 	}
 	return e, ""

@@ -92,11 +92,13 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 	var fixable natsx.PoisonError
 	for i, m := range msgs {
 		provider := strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())
+		opt := app.IngestOptions{OnlyProvider: provider}
+		opt.Arrived, _ = natsx.StoredAt(m) // unknown (an old letter): now
 		evs := bodies[i]
 		var rej []app.Rejection
 		for len(evs) > 0 {
 			n := min(len(evs), domain.BatchEventsMax)
-			res, err := c.App.Ingest(ctx, evs[:n], app.IngestOptions{OnlyProvider: provider})
+			res, err := c.App.Ingest(ctx, evs[:n], opt)
 			var inv *apperr.InvalidError
 			if errors.As(err, &inv) {
 				// Refused whole: poison. The messages before it are
