@@ -206,6 +206,26 @@ func (c Config) checkRails() error {
 	return fmt.Errorf("GPUBILL_PAYOUT_RAIL_BANK %q: want sandbox or file", c.BankRail)
 }
 
+// CheckAlone refuses what a payout service run on its own (its command, a
+// container) must not start with: no rail chosen, and no webhook key given.
+// Without a rail the sandbox takes every payout and marks it paid with no
+// money leaving; the sandbox runs only when GPUBILL_PAYOUT_RAIL_BANK=sandbox
+// says so. A key generated into the data dir goes with the container and
+// differs per replica: secrets sealed with it no longer open, and start-up
+// then refuses for good. `gpubill dev` keeps both defaults.
+func (c Config) CheckAlone() error {
+	if c.BankRail == "" && !c.AlipayOn && !c.WeChatPayOn {
+		return errors.New("payout alone with no rail: set GPUBILL_PAYOUT_RAIL_BANK=file (with GPUBILL_BANK_*), " +
+			"GPUBILL_ALIPAY_*, GPUBILL_WECHATPAY_*, or GPUBILL_PAYOUT_RAIL_BANK=sandbox to have the sandbox mark payouts paid with no money leaving")
+	}
+	if c.WebhookKeyFile == "" && c.WebhookKeySecret == "" && c.WebhookKey == nil {
+		return errors.New("payout alone with no webhook key: set GPUBILL_WEBHOOK_KEY_FILE (32 bytes, hex or base64: " +
+			"a data dir's webhook.key is one) or GPUBILL_WEBHOOK_KEY (at least 32 characters); a key generated into the data dir " +
+			"is lost with the container and differs per replica, and the webhook secrets sealed with it no longer open")
+	}
+	return nil
+}
+
 // Service is the payout service.
 type Service struct {
 	d       svc.Deps

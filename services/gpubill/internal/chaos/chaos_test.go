@@ -223,6 +223,9 @@ func newClusterOf(t *testing.T, spec clusterSpec) *cluster {
 		"DATABASE_URL=" + c.dsn,
 		"GPUBILL_AUTH_SECRET=" + chaosSecret,
 		"GPUBILL_DATA_DIR=" + filepath.Join(dir, "data"),
+		// Payout alone needs its rail chosen and its webhook key given.
+		"GPUBILL_PAYOUT_RAIL_BANK=sandbox",
+		"GPUBILL_WEBHOOK_KEY=chaos-test-webhook-key-0123456789abcdef",
 		"GPUBILL_LOG_LEVEL=info",
 		// A service stuck at the end is sent SIGQUIT (dumpStacks): every
 		// goroutine's stack then goes to its log, not only the signalled one.

@@ -23,7 +23,9 @@ func build(ctx context.Context, d svc.Deps, cfg config.Common) (svc.Service, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	pc.DataDir = cfg.DataDir // webhook.key, when no GPUBILL_WEBHOOK_KEY_FILE / GPUBILL_WEBHOOK_KEY
+	if err := pc.CheckAlone(); err != nil {
+		return nil, nil, err
+	}
 	traced, err := payout.TemporalInterceptors()
 	if err != nil {
 		return nil, nil, err
