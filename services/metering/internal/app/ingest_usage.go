@@ -62,6 +62,10 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	in = canonicalModels(in, models)
 
 	cands, provIDs, rentIDs := validateEach(in, rules, opt, &res)
+	lateDups, err := a.lateRepeats(ctx, in, rules, &res)
+	if err != nil {
+		return res, err
+	}
 	provs, rents, err := a.Store.PartiesOf(ctx, provIDs, rentIDs)
 	if err != nil {
 		return res, err
@@ -70,7 +74,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if err != nil {
 		return IngestResult{}, err
 	}
-	res.Accepted, res.Duplicates = rec.Accepted, rec.Duplicates
+	res.Accepted, res.Duplicates = rec.Accepted, rec.Duplicates+lateDups
 	res.Rejected = append(res.Rejected, rec.Rejected...)
 	sortRejected(res.Rejected)
 	return res, nil
@@ -284,6 +288,43 @@ func validateEach(in []domain.EventInput, rules domain.Rules, opt IngestOptions,
 		provSet[ev.ProviderID], rentSet[ev.RenterID] = true, true
 	}
 	return cands, keys(provSet), keys(rentSet)
+}
+
+// lateRepeats takes out of res's rejections the events refused as older
+// than the late-arrival limit that repeat a recorded event with the same
+// body, and answers how many: a repeat is a duplicate forever (an agent
+// resending its spool after an outage was told usage that was billed had
+// been refused). Another body under a recorded id stays refused as late.
+func (a *App) lateRepeats(ctx context.Context, in []domain.EventInput, rules domain.Rules, res *IngestResult) (int, error) {
+	late := map[int]domain.Event{} // by index in the call
+	ids := map[string]bool{}
+	for _, r := range res.Rejected {
+		if rejectReasonClass(r.Reason) == "too_late" {
+			ev, _ := domain.Validate(in[r.Index], rules) // parsed in full before the limit is checked
+			late[r.Index], ids[ev.ID] = ev, true
+		}
+	}
+	if len(late) == 0 {
+		return 0, nil
+	}
+	var exist map[string]domain.Event
+	if err := a.Store.WithTx(ctx, func(tx Tx) (err error) {
+		exist, err = tx.Existing(ctx, keys(ids))
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	dups := 0
+	res.Rejected = slices.DeleteFunc(res.Rejected, func(r Rejection) bool {
+		ev, isLate := late[r.Index]
+		stored, ok := exist[ev.ID]
+		if isLate && ok && len(stored.Differs(ev)) == 0 {
+			dups++
+			return true
+		}
+		return false
+	})
+	return dups, nil
 }
 
 // batch is what pass 2 leaves to record: events to insert (recs), the index

@@ -545,3 +545,29 @@ func TestIngestJudgedAtMostTwice(t *testing.T) {
 		t.Fatalf("%d write transactions for one call; want at most 2", st.txs)
 	}
 }
+
+// A repeat of a recorded event is a duplicate forever, also once its start
+// has passed the late-arrival limit (an agent resending its spool after an
+// outage was told billed usage had been refused as too late); another body
+// under its id past the limit stays refused.
+func TestIngestLateRepeatIsADuplicate(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	old := ev("old-1", "lease-old", "2026-09-29T12:00:00Z", "2026-09-29T13:00:00Z") // 34 days before now
+	if res, err := a.Ingest(ctx, []domain.EventInput{old}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	a.Clock.(*clock.Manual).Advance(2 * 24 * time.Hour)
+	other := old
+	other.GPUCount = 4
+	unseen := ev("old-2", "lease-old-2", "2026-09-29T12:00:00Z", "2026-09-29T13:00:00Z")
+	res, err := a.Ingest(ctx, []domain.EventInput{old, other, unseen}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted != 0 || res.Duplicates != 1 || len(res.Rejected) != 2 || res.Rejected[0].Index != 1 || res.Rejected[1].Index != 2 ||
+		app.RejectionClass(res.Rejected[0].Reason) != "too_late" || app.RejectionClass(res.Rejected[1].Reason) != "too_late" {
+		t.Fatalf("got %+v; want old-1 a duplicate, its other body and old-2 refused as too late", res)
+	}
+}
