@@ -135,10 +135,11 @@ func open(ctx context.Context, cfg *pgxpool.Config, maxConns int32) (*pgxpool.Po
 // service's own schema, keeping goose's version table inside that schema so
 // services migrate independently.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS) error {
-	if _, err := pool.Exec(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	// Serialise concurrent migrators of the same schema (several processes).
+	// Serialise concurrent migrators of the same schema (several processes:
+	// a Deployment's replicas start together), the schema's creation
+	// included: create schema if not exists is not safe concurrently, two
+	// sessions can both find it missing and one fails on pg_namespace's
+	// unique index (23505).
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	conn, err := db.Conn(ctx)
@@ -151,6 +152,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS)
 		return fmt.Errorf("migration lock: %w", err)
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, lockKey) //nolint:errcheck // the migration has succeeded or failed already: a lock not released ends with its session
+	if _, err := conn.ExecContext(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema %s: %w", schema, err)
+	}
 	return migrate(ctx, db, schema, fsys)
 }
 
