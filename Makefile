@@ -92,7 +92,7 @@ $(HELM): tools/helm/go.mod tools/helm/go.sum
 	cd tools/helm && GOWORK=off $(GO) build -trimpath -o bin/ helm.sh/helm/v3/cmd/helm
 	@touch $(HELM)
 helm-check: $(HELM)
-	$(HELM) lint deploy/helm/gpubill --set authSecret.existingSecret=gpubill-auth
+	$(HELM) lint deploy/helm/gpubill --set authSecret.existingSecret=gpubill-auth --set webhookKey.existingSecret=gpubill-webhook
 	HELM=$(CURDIR)/$(HELM) $(GO) test -count=1 -run 'TestHelmChartRendersEveryService' ./services/gpubill/internal/deploycheck/
 
 vet:

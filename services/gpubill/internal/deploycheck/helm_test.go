@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -110,7 +113,43 @@ type k8sObject struct {
 	Data map[string]string
 }
 
+// probe is what the tests read of a container's probe.
+type probe struct {
+	HTTPGet *struct {
+		Path string
+		Port string
+	} `yaml:"httpGet"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
+}
+
+// budget is how long the kubelet lets the probe fail before it acts:
+// failureThreshold × periodSeconds, with Kubernetes' defaults (3, 10 s).
+func (p *probe) budget() time.Duration {
+	period, failures := p.PeriodSeconds, p.FailureThreshold
+	if period == 0 {
+		period = 10
+	}
+	if failures == 0 {
+		failures = 3
+	}
+	return time.Duration(failures*period) * time.Second
+}
+
+// securityContext is what the tests read of a pod's or a container's.
+type securityContext struct {
+	RunAsNonRoot *bool  `yaml:"runAsNonRoot"`
+	RunAsUser    *int64 `yaml:"runAsUser"`
+}
+
 type podSpec struct {
+	SecurityContext *securityContext `yaml:"securityContext"`
+	Volumes         []struct {
+		Name   string `yaml:"name"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
+	} `yaml:"volumes"`
 	Containers []struct {
 		Name  string `yaml:"name"`
 		Image string `yaml:"image"`
@@ -121,36 +160,32 @@ type podSpec struct {
 				SecretKeyRef *struct{ Name, Key string } `yaml:"secretKeyRef"`
 			} `yaml:"valueFrom"`
 		} `yaml:"env"`
-		ReadinessProbe *struct {
-			HTTPGet *struct{ Path string } `yaml:"httpGet"`
-		} `yaml:"readinessProbe"`
-		LivenessProbe *struct {
-			HTTPGet *struct{ Path string } `yaml:"httpGet"`
-		} `yaml:"livenessProbe"`
-		Resources struct {
+		EnvFrom []struct {
+			SecretRef *struct{ Name string } `yaml:"secretRef"`
+		} `yaml:"envFrom"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
+		ReadinessProbe  *probe           `yaml:"readinessProbe"`
+		LivenessProbe   *probe           `yaml:"livenessProbe"`
+		StartupProbe    *probe           `yaml:"startupProbe"`
+		SecurityContext *securityContext `yaml:"securityContext"`
+		Resources       struct {
 			Requests map[string]string `yaml:"requests"`
 			Limits   map[string]string `yaml:"limits"`
 		} `yaml:"resources"`
 	} `yaml:"containers"`
 }
 
-// TestHelmChartRendersEveryService: `helm lint` passes; `helm template`
-// renders, for each of the six services and the gateway, a Deployment
-// (readiness on /readyz, liveness on /healthz — the gateway's nginx answers
-// /healthz itself — resources), a PodDisruptionBudget and a Service named as
-// nginx.conf's upstream; GPUBILL_AUTH_SECRET comes from the Secret named in
-// values and never has a value of its own, and rendering without one
-// fails; DATABASE_URL comes from the CloudNativePG Cluster's app Secret;
-// streams get 3 replicas; the gateway runs deploy/nginx.conf as it is.
-func TestHelmChartRendersEveryService(t *testing.T) {
-	if out, err := helm(t, "lint", chartDir, "--set", "authSecret.existingSecret=gpubill-auth"); err != nil {
-		t.Fatalf("helm lint: %v\n%s", err, out)
-	}
-	chart := offlineChart(t)
-	if _, err := helm(t, "template", "gpubill", chart); err == nil || !strings.Contains(err.Error(), "authSecret.existingSecret is required") {
-		t.Errorf("helm template without authSecret.existingSecret: %v, want it refused", err)
-	}
-	out, err := helm(t, "template", "gpubill", chart, "--set", "authSecret.existingSecret=gpubill-auth")
+// secretValues name the Secrets the chart requires.
+var secretValues = []string{"--set", "authSecret.existingSecret=gpubill-auth", "--set", "webhookKey.existingSecret=gpubill-webhook"}
+
+// renderChart renders chart (offlineChart's) with the Secrets it requires
+// set and more values, its objects by kind/name.
+func renderChart(t *testing.T, chart string, more ...string) map[string]k8sObject {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", "gpubill", chart}, append(secretValues, more...)...)...)
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
@@ -167,6 +202,51 @@ func TestHelmChartRendersEveryService(t *testing.T) {
 			objects[o.Kind+"/"+o.Metadata.Name] = o
 		}
 	}
+	return objects
+}
+
+// workloads are the rendered Deployments and StatefulSets, their pod specs
+// by kind/name.
+func workloads(t *testing.T, objects map[string]k8sObject) map[string]podSpec {
+	t.Helper()
+	pods := map[string]podSpec{}
+	for key, o := range objects {
+		if o.Kind != "Deployment" && o.Kind != "StatefulSet" {
+			continue
+		}
+		var spec struct {
+			Template struct {
+				Spec podSpec `yaml:"spec"`
+			} `yaml:"template"`
+		}
+		if err := o.Spec.Decode(&spec); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		pods[key] = spec.Template.Spec
+	}
+	return pods
+}
+
+// TestHelmChartRendersEveryService: `helm lint` passes; `helm template`
+// renders, for each of the six services and the gateway, a Deployment
+// (readiness on /readyz, liveness on /healthz — the gateway's nginx answers
+// /healthz itself — resources), a PodDisruptionBudget and a Service named as
+// nginx.conf's upstream; GPUBILL_AUTH_SECRET comes from the Secret named in
+// values and never has a value of its own, and rendering without one
+// fails; DATABASE_URL comes from the CloudNativePG Cluster's app Secret;
+// streams get 3 replicas; the gateway runs deploy/nginx.conf as it is.
+func TestHelmChartRendersEveryService(t *testing.T) {
+	if out, err := helm(t, append([]string{"lint", chartDir}, secretValues...)...); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	chart := offlineChart(t)
+	if _, err := helm(t, "template", "gpubill", chart, "--set", "webhookKey.existingSecret=gpubill-webhook"); err == nil || !strings.Contains(err.Error(), "authSecret.existingSecret is required") {
+		t.Errorf("helm template without authSecret.existingSecret: %v, want it refused", err)
+	}
+	if _, err := helm(t, "template", "gpubill", chart, "--set", "authSecret.existingSecret=gpubill-auth"); err == nil || !strings.Contains(err.Error(), "webhookKey.existingSecret is required") {
+		t.Errorf("helm template without webhookKey.existingSecret: %v, want it refused", err)
+	}
+	objects := renderChart(t, chart)
 	nginx, err := os.ReadFile(filepath.Join(deployDir, "nginx.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -235,6 +315,16 @@ func TestHelmChartRendersEveryService(t *testing.T) {
 				t.Errorf("Deployment %s: %s = %q, want %s:9090", name, k, env[k], other)
 			}
 		}
+		for _, e := range c.Env {
+			if e.Value != nil && (strings.Contains(e.Name, "SECRET") || strings.Contains(e.Name, "KEY")) {
+				t.Errorf("Deployment %s: %s has a value of its own, want it from a Secret", name, e.Name)
+			}
+		}
+		// Payout alone refuses to start without its webhook key (one made in
+		// the container was lost with it, and differed per replica).
+		if wantKey := map[bool]string{true: "secret:gpubill-webhook/key"}[name == "payout"]; env["GPUBILL_WEBHOOK_KEY"] != wantKey {
+			t.Errorf("Deployment %s: GPUBILL_WEBHOOK_KEY = %q, want %q", name, env["GPUBILL_WEBHOOK_KEY"], wantKey)
+		}
 		for k, want := range map[string]string{
 			"GPUBILL_AUTH_SECRET": "secret:gpubill-auth/secret", "DATABASE_URL": "secret:gpubill-pg-app/uri",
 			"GPUBILL_STREAM_REPLICAS": "3", "GPUBILL_API_DOCS": "all", "GPUBILL_HTTP_ADDR": "0.0.0.0:8080",
@@ -247,5 +337,131 @@ func TestHelmChartRendersEveryService(t *testing.T) {
 	}
 	if _, ok := objects["Cluster/gpubill-pg"]; !ok {
 		t.Errorf("no CloudNativePG Cluster gpubill-pg")
+	}
+}
+
+// TestImageAndChartRunAsANumericUser: the Dockerfile's last USER is a
+// uid[:gid], and every rendered container that must run as non-root
+// (runAsNonRoot, its own or its pod's) has a numeric runAsUser other than 0
+// (its own or its pod's). The kubelet cannot tell whether a user named in
+// the image (USER nonroot) is root, so without a number it refuses to start
+// the container (CreateContainerConfigError): no service pod would run.
+func TestImageAndChartRunAsANumericUser(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.EqualFold(f[0], "USER") {
+			user = f[1]
+		}
+	}
+	if !regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`).MatchString(user) {
+		t.Errorf("Dockerfile: last USER %q, want a uid[:gid] (distroless nonroot is 65532:65532)", user)
+	}
+
+	pods := workloads(t, renderChart(t, offlineChart(t)))
+	var nonRoot int
+	for _, key := range slices.Sorted(maps.Keys(pods)) {
+		pod := pods[key]
+		for _, c := range pod.Containers {
+			var mustBeNonRoot bool
+			var uid *int64
+			for _, sc := range []*securityContext{pod.SecurityContext, c.SecurityContext} { // the container's wins
+				if sc == nil {
+					continue
+				}
+				if sc.RunAsNonRoot != nil {
+					mustBeNonRoot = *sc.RunAsNonRoot
+				}
+				if sc.RunAsUser != nil {
+					uid = sc.RunAsUser
+				}
+			}
+			if !mustBeNonRoot {
+				continue
+			}
+			nonRoot++
+			if uid == nil || *uid == 0 {
+				t.Errorf("%s container %s: runAsNonRoot without a runAsUser other than 0 (the kubelet cannot check the image's user name)", key, c.Name)
+			}
+		}
+	}
+	if nonRoot < len(processes) {
+		t.Errorf("%d containers run as non-root, want at least the %d services'", nonRoot, len(processes))
+	}
+}
+
+// startupBudgetMin is how long a service may take to start (its
+// migrations: many minutes on a large journal) before the kubelet kills it.
+const startupBudgetMin = 30 * time.Minute
+
+// TestServicesStartUpBeforeLivenessCounts: every rendered container with a
+// liveness probe on /healthz — served only once start-up, the migrations,
+// is over — has a startup probe on the same path and port giving it at
+// least startupBudgetMin; liveness (a minute or so) would otherwise kill a
+// slow migration, and its retry, forever. The gateway is left out: its
+// nginx answers /healthz itself from its first second.
+func TestServicesStartUpBeforeLivenessCounts(t *testing.T) {
+	pods := workloads(t, renderChart(t, offlineChart(t)))
+	var checked int
+	for _, key := range slices.Sorted(maps.Keys(pods)) {
+		if key == "Deployment/gateway" {
+			continue
+		}
+		for _, c := range pods[key].Containers {
+			live := c.LivenessProbe
+			if live == nil {
+				continue
+			}
+			checked++
+			start := c.StartupProbe
+			switch {
+			case start == nil:
+				t.Errorf("%s container %s: no startup probe: liveness kills a start-up still migrating after %s", key, c.Name, live.budget())
+			case start.HTTPGet == nil || live.HTTPGet == nil || *start.HTTPGet != *live.HTTPGet:
+				t.Errorf("%s container %s: startup probe %+v, want liveness's GET %+v", key, c.Name, start.HTTPGet, live.HTTPGet)
+			case start.budget() < startupBudgetMin:
+				t.Errorf("%s container %s: startup probe budget %s (failureThreshold × periodSeconds), want at least %s", key, c.Name, start.budget(), startupBudgetMin)
+			}
+		}
+	}
+	if checked < len(processes) {
+		t.Errorf("%d containers with a liveness probe, want at least the %d services'", checked, len(processes))
+	}
+}
+
+// TestPayoutRailAndRailSecretsRender: payout's rail is set from values
+// (payout run alone refuses to start with none chosen), and every service
+// can be given a Secret's keys as environment and files mounted from a
+// Secret (the rails' credentials and key files), never as plain values.
+func TestPayoutRailAndRailSecretsRender(t *testing.T) {
+	pods := workloads(t, renderChart(t, offlineChart(t), "--set", "payout.railBank=file",
+		"--set-json", `extraEnvFrom=[{"secretRef":{"name":"gpubill-rails"}}]`,
+		"--set-json", `extraVolumes=[{"name":"rail-keys","secret":{"secretName":"gpubill-rail-keys"}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"rail-keys","mountPath":"/etc/gpubill/rails","readOnly":true}]`))
+	for _, name := range processes {
+		p, ok := pods["Deployment/"+name]
+		if !ok || len(p.Containers) != 1 {
+			t.Fatalf("Deployment %s: %+v", name, p)
+		}
+		c := p.Containers[0]
+		rail := ""
+		for _, e := range c.Env {
+			if e.Name == "GPUBILL_PAYOUT_RAIL_BANK" && e.Value != nil {
+				rail = *e.Value
+			}
+		}
+		if want := map[bool]string{true: "file"}[name == "payout"]; rail != want {
+			t.Errorf("Deployment %s: GPUBILL_PAYOUT_RAIL_BANK %q, want %q", name, rail, want)
+		}
+		if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "gpubill-rails" {
+			t.Errorf("Deployment %s: envFrom %+v, want the Secret gpubill-rails", name, c.EnvFrom)
+		}
+		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/gpubill/rails" ||
+			len(p.Volumes) != 1 || p.Volumes[0].Secret == nil || p.Volumes[0].Secret.SecretName != "gpubill-rail-keys" {
+			t.Errorf("Deployment %s: volumes %+v mounts %+v, want gpubill-rail-keys at /etc/gpubill/rails", name, p.Volumes, c.VolumeMounts)
+		}
 	}
 }
