@@ -108,7 +108,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 		Allow:    st.allow, TrustedProxies: st.proxies,
 		AllAPIDocs: cfg.APIDocs == "all",
 		Audit:      audit.New(audit.PoolStore{Pool: pool}, log, name),
-		Ready:      []server.Check{{Name: "database", Check: pool.Ping}, {Name: "nats", Check: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }}},
+		Ready:      readiness(pool.Ping, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }, s),
 	})
 	if err != nil {
 		return err
@@ -116,6 +116,22 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	defer srv.Shutdown(context.Background())
 	log.Info("serving", "grpc", srv.GRPCAddr, "http", srv.HTTPAddr)
 	return serveUntilDone(ctx, srv, s)
+}
+
+// ReadyChecker is a Service with readiness checks of its own (payout's and
+// settlement's Temporal frontend): /readyz adds them (DESIGN §7: database,
+// NATS, Temporal reachable).
+type ReadyChecker interface {
+	ReadyChecks() []server.Check
+}
+
+// readiness is a service's /readyz checks: the database, NATS, and its own.
+func readiness(db, nats func(context.Context) error, s Service) []server.Check {
+	checks := []server.Check{{Name: "database", Check: db}, {Name: "nats", Check: nats}}
+	if rc, ok := s.(ReadyChecker); ok {
+		checks = append(checks, rc.ReadyChecks()...)
+	}
+	return checks
 }
 
 // standaloneSettings is what run reads from the config before it connects

@@ -35,6 +35,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	wechatpaypkg "github.com/gpubill/gpubill/pkg/wechatpay"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
@@ -400,6 +401,15 @@ func webhookBox(cfg Config, log *slog.Logger) (*postgres.SecretBox, error) {
 
 // Name implements svc.Service.
 func (s *Service) Name() string { return "payout" }
+
+// ReadyChecks implements svc.ReadyChecker: run alone, payout is ready only
+// while its Temporal frontend answers.
+func (s *Service) ReadyChecks() []server.Check {
+	return []server.Check{{Name: "temporal", Check: func(ctx context.Context) error {
+		_, err := s.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}}}
+}
 
 // HTTPRoutes implements server.HTTPRoutes: the notification routes of the
 // rails configured (POST /v1/rails/alipay/notify, /v1/rails/wechatpay/notify), outside the token guard

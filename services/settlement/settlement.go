@@ -32,6 +32,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/split"
+	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
@@ -132,6 +133,15 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 
 // Name implements svc.Service.
 func (s *Service) Name() string { return "settlement" }
+
+// ReadyChecks implements svc.ReadyChecker: run alone, settlement is ready only
+// while its Temporal frontend answers.
+func (s *Service) ReadyChecks() []server.Check {
+	return []server.Check{{Name: "temporal", Check: func(ctx context.Context) error {
+		_, err := s.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}}}
+}
 
 // RegisterGRPC implements svc.Service.
 func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
