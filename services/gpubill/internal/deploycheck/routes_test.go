@@ -131,6 +131,7 @@ type composeFile struct {
 		Ports       []string                          `yaml:"ports"`
 		Environment map[string]string                 `yaml:"environment"`
 		Volumes     []string                          `yaml:"volumes"`
+		Restart     string                            `yaml:"restart"`
 	} `yaml:"services"`
 }
 
@@ -186,7 +187,18 @@ func TestComposeIsTheGatewaysStack(t *testing.T) {
 			}
 		}
 	}
+	// Payout alone refuses to start without its webhook key and a rail.
+	key := regexp.MustCompile(`^\$\{GPUBILL_WEBHOOK_KEY:\?[^}]+\}$`)
+	if p := c.Services["payout"]; !key.MatchString(p.Environment["GPUBILL_WEBHOOK_KEY"]) || p.Environment["GPUBILL_PAYOUT_RAIL_BANK"] == "" {
+		t.Errorf("compose's payout: GPUBILL_WEBHOOK_KEY=%q GPUBILL_PAYOUT_RAIL_BANK=%q, want the key required and a rail",
+			p.Environment["GPUBILL_WEBHOOK_KEY"], p.Environment["GPUBILL_PAYOUT_RAIL_BANK"])
+	}
 	gw, ok := c.Services["gateway"]
+	// nginx resolves its upstreams once, at start, and exits when one is
+	// not up yet (a service still restarting): it must be started again.
+	if gw.Restart == "" || gw.Restart == "no" {
+		t.Errorf("compose's gateway: restart %q, want a restart policy", gw.Restart)
+	}
 	if !ok || !slices.ContainsFunc(gw.Volumes, func(v string) bool { return strings.HasPrefix(v, "./deploy/nginx.conf:/etc/nginx/nginx.conf") }) {
 		t.Errorf("compose's gateway does not run deploy/nginx.conf: %v", gw.Volumes)
 	}
