@@ -465,3 +465,71 @@ func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 		}
 	}
 }
+
+// TestTemporalGetsItsNamespaceAndDatabases: Temporal, installed with the
+// chart, creates the namespace payout and settlement work in ("default":
+// the chart creates none unless asked, and the workers failed "namespace
+// default is not found"), and its persistence and visibility databases are
+// the ones the CloudNativePG cluster creates at bootstrap, owned by the user
+// Temporal connects as, with that user's password from the cluster's Secret
+// (the cluster made only gpubill's database, and its user cannot create one).
+func TestTemporalGetsItsNamespaceAndDatabases(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Postgres struct {
+			Cluster struct{ Name string } `yaml:"cluster"`
+		} `yaml:"postgres"`
+		Temporal struct {
+			Server struct {
+				Config struct {
+					Namespaces struct {
+						Create    bool
+						Namespace []struct{ Name string }
+					}
+					Persistence map[string]struct {
+						SQL struct {
+							Database       string `yaml:"database"`
+							User           string `yaml:"user"`
+							ExistingSecret string `yaml:"existingSecret"`
+						} `yaml:"sql"`
+					}
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	ns := values.Temporal.Server.Config.Namespaces
+	if !ns.Create || !slices.ContainsFunc(ns.Namespace, func(n struct{ Name string }) bool { return n.Name == "default" }) {
+		t.Errorf("temporal.server.config.namespaces %+v: want namespace default created", ns)
+	}
+	var cluster struct {
+		Bootstrap struct {
+			InitDB struct {
+				Owner       string   `yaml:"owner"`
+				PostInitSQL []string `yaml:"postInitSQL"`
+			} `yaml:"initdb"`
+		} `yaml:"bootstrap"`
+	}
+	c, ok := renderChart(t, offlineChart(t))["Cluster/"+values.Postgres.Cluster.Name]
+	if !ok {
+		t.Fatalf("no Cluster %s rendered", values.Postgres.Cluster.Name)
+	}
+	if err := c.Spec.Decode(&cluster); err != nil {
+		t.Fatal(err)
+	}
+	initdb := cluster.Bootstrap.InitDB
+	for _, store := range []string{"default", "visibility"} {
+		s := values.Temporal.Server.Config.Persistence[store].SQL
+		if want := "create database " + s.Database + " owner " + initdb.Owner; s.Database == "" || !slices.Contains(initdb.PostInitSQL, want) {
+			t.Errorf("temporal %s store: database %q; want %q in the cluster's postInitSQL %v", store, s.Database, want, initdb.PostInitSQL)
+		}
+		if s.User != initdb.Owner || s.ExistingSecret != values.Postgres.Cluster.Name+"-app" {
+			t.Errorf("temporal %s store: user %q, secret %q; want %q from %s-app", store, s.User, s.ExistingSecret, initdb.Owner, values.Postgres.Cluster.Name)
+		}
+	}
+}
