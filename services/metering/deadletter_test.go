@@ -47,11 +47,11 @@ func parties(t *testing.T, s *metering.Service) {
 // the good messages published after it are recorded meanwhile: nothing
 // blocks, nothing vanishes. An event with an escaped NUL byte (\\u0000,
 // which PostgreSQL text refuses) is rejected alone, with its reason: its
-// message is applied, not dead-lettered (no fix makes the event valid; it
-// is counted by class). (It failed its message's insert on every delivery,
-// and so every event beside it, until it was dead-lettered after
-// natsx.DeadLetterDeliveries deliveries; that path is pkg/deadletter's
-// tests'.)
+// message is applied (the other events recorded) and kept in dead letters
+// naming the event (no fix makes it valid; it is counted by class). (It
+// failed its message's insert on every delivery, and so every event beside
+// it, until it was dead-lettered after natsx.DeadLetterDeliveries
+// deliveries; that path is pkg/deadletter's tests'.)
 func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	t.Parallel()
 	s, d := newService(t)
@@ -68,8 +68,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 	var n int
 	testkit.Eventually(t, 15*time.Second, func() bool {
 		err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&n)
-		return err == nil && n == 1
-	}, "the undecodable message dead-lettered")
+		return err == nil && n == 2
+	}, "the undecodable message and the rejected event's dead-lettered")
 	rows, err := d.Pool.Query(ctx, `select message_id, consumer, subject, attempts, payload, error, first_seen_at <= last_seen_at
 		from metering.dead_letters order by message_id`)
 	if err != nil {
@@ -91,8 +91,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 1 || got[0].id != "m-garbage" {
-		t.Fatalf("dead letters %+v, want m-garbage alone", got)
+	if len(got) != 2 || got[0].id != "m-garbage" || got[1].id != "m-nul" || !strings.Contains(got[1].errText, "evt-nul: ") {
+		t.Fatalf("dead letters %+v, want m-garbage, and m-nul naming its event", got)
 	}
 	if got[0].attempts != 1 || string(got[0].payload) != `{"events":[{"id":` || got[0].subject != "usage.ingest.p-001" || got[0].consumer != "metering-ingest" {
 		t.Errorf("undecodable body kept as %+v; want its first delivery, payload and subject", got[0])
@@ -118,8 +118,8 @@ func TestIngestPoisonIsDeadLetteredNotDropped(t *testing.T) {
 // applied (the good event recorded) and kept in dead letters naming the
 // rejection; replayed once the renter exists, the event is recorded and
 // the good one, a duplicate, is not recorded twice. A message whose
-// rejection no fix changes (an end before its start) is applied and not
-// kept.
+// rejection no fix changes (an end before its start) is kept too, naming
+// it, and its replay closes the letter.
 func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	t.Parallel()
 	s, d := newService(t)
@@ -138,9 +138,14 @@ func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	if !strings.Contains(errText, "1 of 2 usage events rejected") || !strings.Contains(errText, "evt-new: ") {
 		t.Fatalf("dead letter error %q; want the rejected event named", errText)
 	}
-	var kept int
-	if err := d.Pool.QueryRow(ctx, `select count(*) from metering.dead_letters`).Scan(&kept); err != nil || kept != 1 {
-		t.Fatalf("%d dead letters (%v); want m-mixed alone (m-final's rejection is final)", kept, err)
+	// A rejection no fix changes is kept too, naming the event: the agent
+	// learns of it nowhere else (it was logged, and the event gone).
+	var finalText string
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		return d.Pool.QueryRow(ctx, `select error from metering.dead_letters where message_id = 'm-final'`).Scan(&finalText) == nil
+	}, "the message with an event rejected for good dead-lettered")
+	if !strings.Contains(finalText, "1 of 1 usage events rejected for good") || !strings.Contains(finalText, "evt-bad: end_time before start_time") {
+		t.Fatalf("dead letter error %q; want the event rejected for good named", finalText)
 	}
 	events := func(renter string) []string {
 		t.Helper()
@@ -174,6 +179,16 @@ func TestNATSIngestRejectedEventsAreKeptForReplay(t *testing.T) {
 	if got := events("r-001"); len(got) != 1 {
 		t.Fatalf("r-001's usage after the replay %v; want evt-ok once", got)
 	}
+	// Replaying the letter of a final rejection closes it: nothing more can
+	// be applied.
+	if _, err := d.Pool.Exec(ctx, `update metering.dead_letters set replay_requested_at = now() where message_id = 'm-final'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		var replayed bool
+		err := d.Pool.QueryRow(ctx, `select replayed_at is not null from metering.dead_letters where message_id = 'm-final'`).Scan(&replayed)
+		return err == nil && replayed
+	}, "the final rejection's letter closed by its replay")
 }
 
 // The late-arrival limit is measured from when usage reached gpubill: a

@@ -86,7 +86,11 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 	// rejections, to replay after the fix; the rest of the batch is applied
 	// again, as duplicates. Rejections no fix or retry changes (malformed,
 	// overlapping, too late, another body under a recorded id) are counted
-	// by class, as on the REST path, and logged. (Every rejected event was
+	// by class, as on the REST path, and the message is kept in dead
+	// letters too, naming them: the agent that sent it learns of them
+	// nowhere else (they were logged, the first one only, and the events
+	// were gone). A replay of such a letter closes it: what could be
+	// applied is, and the rest is final. (Every rejected event was once
 	// logged and its message acknowledged: usage a fix would have billed,
 	// and usage refused only by a conflicting write, was lost.)
 	var fixable natsx.PoisonError
@@ -121,6 +125,10 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 			return fmt.Errorf("ingest %s: %w", m.Subject(), rejections(len(bodies[i]), rej))
 		case rejectionFixable:
 			fixable.Add(natsx.MsgID(m), rejections(len(bodies[i]), rej))
+		case rejectionFinal:
+			if _, err := m.Metadata(); err == nil { // delivered by the stream, not a replayed letter
+				fixable.Add(natsx.MsgID(m), finalRejections(len(bodies[i]), rej))
+			}
 		}
 	}
 	if len(fixable.ByID) > 0 {
@@ -131,7 +139,7 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 
 // What the rejections of a message call for.
 const (
-	rejectionFinal   = iota // counted and logged: no fix or retry changes them
+	rejectionFinal   = iota // counted and kept in dead letters: no fix or retry changes them
 	rejectionFixable        // dead-lettered, to replay after a fix
 	rejectionPasses         // delivered again
 )
@@ -155,8 +163,21 @@ func rejectionKind(rej []app.Rejection) int {
 const rejectionsShown = 5
 
 // rejections is a dead letter's error for a message of n events of which
-// rej were rejected.
+// rej were rejected, for a cause a fix removes.
 func rejections(n int, rej []app.Rejection) error {
+	return fmt.Errorf("%d of %d usage events rejected (the others recorded; replay once the cause is fixed): %s",
+		len(rej), n, rejectionList(rej))
+}
+
+// finalRejections is a dead letter's error for a message of n events of
+// which rej were rejected for good.
+func finalRejections(n int, rej []app.Rejection) error {
+	return fmt.Errorf("%d of %d usage events rejected for good (the others recorded; no fix changes these: "+
+		"the agent must send them corrected under new ids; a replay closes this letter): %s", len(rej), n, rejectionList(rej))
+}
+
+// rejectionList names the first rejectionsShown rejections and counts the rest.
+func rejectionList(rej []app.Rejection) string {
 	parts := make([]string, 0, rejectionsShown+1)
 	for i, r := range rej {
 		if i == rejectionsShown {
@@ -165,6 +186,5 @@ func rejections(n int, rej []app.Rejection) error {
 		}
 		parts = append(parts, r.ID+": "+r.Reason)
 	}
-	return fmt.Errorf("%d of %d usage events rejected (the others recorded; replay once the cause is fixed): %s",
-		len(rej), n, strings.Join(parts, "; "))
+	return strings.Join(parts, "; ")
 }
