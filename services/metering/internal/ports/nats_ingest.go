@@ -95,25 +95,9 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 	// and usage refused only by a conflicting write, was lost.)
 	var fixable natsx.PoisonError
 	for i, m := range msgs {
-		provider := strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())
-		opt := app.IngestOptions{OnlyProvider: provider}
-		opt.Arrived, _ = natsx.StoredAt(m) // unknown (an old letter): now
-		evs := bodies[i]
-		var rej []app.Rejection
-		for len(evs) > 0 {
-			n := min(len(evs), domain.BatchEventsMax)
-			res, err := c.App.Ingest(ctx, evs[:n], opt)
-			var inv *apperr.InvalidError
-			if errors.As(err, &inv) {
-				// Refused whole: poison. The messages before it are
-				// applied again with the rest, as duplicates.
-				return natsx.Poison(natsx.MsgID(m), err)
-			}
-			if err != nil {
-				return fmt.Errorf("ingest %s: %w", m.Subject(), err)
-			}
-			rej = append(rej, res.Rejected...)
-			evs = evs[n:]
+		rej, err := c.ingest(ctx, m, bodies[i])
+		if err != nil {
+			return err
 		}
 		if len(rej) == 0 {
 			continue
@@ -135,6 +119,29 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 		return &fixable
 	}
 	return nil
+}
+
+// ingest records a message's events (evs) and answers their rejections.
+func (c *IngestConsumer) ingest(ctx context.Context, m jetstream.Msg, evs []domain.EventInput) ([]app.Rejection, error) {
+	opt := app.IngestOptions{OnlyProvider: strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())}
+	opt.Arrived, _ = natsx.StoredAt(m) // unknown (an old letter): now
+	var rej []app.Rejection
+	for len(evs) > 0 {
+		n := min(len(evs), domain.BatchEventsMax)
+		res, err := c.App.Ingest(ctx, evs[:n], opt)
+		var inv *apperr.InvalidError
+		if errors.As(err, &inv) {
+			// Refused whole: poison. The messages before it are
+			// applied again with the rest, as duplicates.
+			return nil, natsx.Poison(natsx.MsgID(m), err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ingest %s: %w", m.Subject(), err)
+		}
+		rej = append(rej, res.Rejected...)
+		evs = evs[n:]
+	}
+	return rej, nil
 }
 
 // What the rejections of a message call for.
