@@ -288,8 +288,31 @@ func Metrics() []obs.SQLMetric {
 		Name: "gpubill_reconciliation_last_run_timestamp_seconds", Type: obs.Gauge, Labels: []string{"currency"},
 		Help:  "When the latest bank reconciliation of the currency ran.",
 		Query: `select currency, extract(epoch from max(created_at))::float8 from ledger.reconciliations group by currency`,
+	}, {
+		// The transactions after the chain's head, by transactions_xid_idx:
+		// those the chain worker has still to hash (a few, normally).
+		Name: "gpubill_ledger_chain_lag_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest journal transaction not yet in the hash chain (0: none): the chain worker stalled or failing when it grows.",
+		Query: `select coalesce(extract(epoch from now() - min(t.created_at)), 0)::float8 from ledger.transactions t
+			where (t.xid, t.id) > (coalesce((select xid from ledger.journal_chain order by position desc limit 1), '0'::xid8),
+				coalesce((select tx_id from ledger.journal_chain order by position desc limit 1), '00000000-0000-0000-0000-000000000000'::uuid))`,
+	}, {
+		// A transaction sorting before the head and not chained never will
+		// be (ledger verify names them; only it looked). The latest
+		// unchainableProbe transactions by id (UUIDv7: time) are checked:
+		// in a journal moved into a cluster whose transaction ids are behind
+		// its own, every new one is.
+		Name: "gpubill_ledger_unchainable_transactions", Type: obs.Gauge,
+		Help: "Of the latest " + unchainableProbe + " journal transactions, those sorting before the hash chain's head (older transaction ids) and not chained: they never will be (the database was moved into a cluster whose transaction ids are behind the journal's; gpubill restore advances them).",
+		Query: `select count(*)::float8 from (select id, xid from ledger.transactions order by id desc limit ` + unchainableProbe + `) t,
+			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
+			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
 	}}
 }
+
+// unchainableProbe is how many of the latest transactions
+// gpubill_ledger_unchainable_transactions looks at.
+const unchainableProbe = "1000"
 
 // checkpointTick is how often the ledger looks whether a balance
 // checkpoint is due (app.Reports.CheckpointStep decides).
