@@ -89,19 +89,27 @@ var protojsonPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
 // field at the error's position ("body" when it has none, e.g. a truncated
 // document).
 func bodyError(b []byte, msg string) error {
-	reason := msg
+	field, reason := BodyFault(b, msg)
+	return apperr.Invalid(field, "%s", reason)
+}
+
+// BodyFault is where in the JSON document b a protojson error message
+// points, as a field path ("events[0].gpu_count"; "body" when it names no
+// position), and the message without its prefix and position.
+func BodyFault(b []byte, msg string) (field, reason string) {
+	reason = msg
 	if i := strings.Index(msg, "): "); i >= 0 {
 		reason = msg[i+3:]
 	} else {
 		reason = strings.TrimPrefix(reason, "proto: ")
 	}
-	field := "body"
+	field = "body"
 	if line, col, ok := protojsonPosition(msg); ok {
 		if p := jsonPathAt(b, offsetOf(b, line, col)); p != "" {
 			field = p
 		}
 	}
-	return apperr.Invalid(field, "%s", reason)
+	return field, reason
 }
 
 // protojsonPosition is the line and column a protojson error names; not ok

@@ -17,7 +17,9 @@ var jsonDecoders, jsonEncoders sync.Map // protoreflect.FullName → func
 // nothing, and protojson decodes the body (or refuses it, naming the
 // field). For a request whose reflective decode shows in profiles, where a
 // decoder can take its common shape directly; anything unusual stays
-// protojson's. decode must not keep b.
+// protojson's. (Or for a request that takes a body protojson refuses part
+// by part: metering's ingest, whose events that do not decode are each
+// rejected alone, as the service's own field says.) decode must not keep b.
 func DecodeJSONWith[M proto.Message](decode func(b []byte, m M) bool) {
 	var m M
 	jsonDecoders.Store(m.ProtoReflect().Descriptor().FullName(), func(b []byte, v proto.Message) bool {

@@ -206,3 +206,47 @@ func TestConflictOnALongNonASCIIID(t *testing.T) {
 		t.Fatalf("ingest: %d %s (%v)", code, resp, err)
 	}
 }
+
+// A malformed field is a per-event rejection (DESIGN §2): an event whose
+// JSON does not decode (a field of the wrong type, null) is rejected alone,
+// naming why, and the rest of the batch is taken (one wrong type refused
+// the whole batch with a 400). A body that is no {"events":[…]} is still
+// refused whole.
+func TestIngestRejectsAnUndecodableEventAlone(t *testing.T) {
+	t.Parallel()
+	base, _, tok := startServer(t)
+	for _, p := range [][2]string{{"/v1/providers", `{"provider_id":"p-1","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		{"/v1/renters", `{"renter_id":"r-1","currency":"USD"}`}} {
+		if code, body := post(t, base+p[0], tok, p[1]); code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", p[0], code, body)
+		}
+	}
+	ev := func(id, count string) string {
+		return `{"id":"` + id + `","lease_id":"l-` + id + `","provider_id":"p-1","renter_id":"r-1","gpu_model":"H100","gpu_count":` + count +
+			`,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}`
+	}
+	code, resp := post(t, base+"/v1/usage-events", tok, `{"events":[`+ev("e-good", "1")+`,`+ev("e-two", `"two"`)+`,null,`+ev("e-big", "1e10")+`]}`)
+	var got struct {
+		Accepted int `json:"accepted"`
+		Rejected []struct {
+			Index  int    `json:"index"`
+			ID     string `json:"id"`
+			Reason string `json:"reason"`
+		} `json:"rejected"`
+	}
+	if err := json.Unmarshal([]byte(resp), &got); err != nil || code != http.StatusOK || got.Accepted != 1 || len(got.Rejected) != 3 {
+		t.Fatalf("ingest: %d %s (%v)", code, resp, err)
+	}
+	for i, want := range []struct {
+		index  int
+		id, in string
+	}{{1, "e-two", "gpu_count"}, {2, "", "event does not decode"}, {3, "e-big", "gpu_count"}} {
+		r := got.Rejected[i]
+		if r.Index != want.index || r.ID != want.id || !strings.HasPrefix(r.Reason, "event does not decode: ") || !strings.Contains(r.Reason, want.in) {
+			t.Errorf("rejection %d: %+v, want index %d id %q naming %s", i, r, want.index, want.id, want.in)
+		}
+	}
+	if code, body := post(t, base+"/v1/usage-events", tok, `{"events":{"id":"x"}}`); code != http.StatusBadRequest {
+		t.Errorf("events not an array: %d %s, want 400", code, body)
+	}
+}

@@ -19,6 +19,10 @@ type route struct {
 	enums  []string // body fields with a closed set of values
 	// decimals are body fields holding a decimal string.
 	decimals []string
+	// items is a body array whose elements are answered one by one: a
+	// fault inside items[i] may instead be a 200 rejecting element i,
+	// naming the field (usage events: DESIGN §2).
+	items string
 }
 
 func (r route) url(arg string) string {
@@ -45,7 +49,8 @@ var writeRoutes = []route{
 		enums: []string{"currency"}, decimals: []string{"credit_limit"}},
 	{name: "IngestUsageEvents", method: "POST", path: "/v1/usage-events", role: auth.RoleFinance,
 		body: `{"events":[{"id":"evt-h1","lease_id":"lease-h1","provider_id":"p-001","renter_id":"r-001","gpu_model":"RTX_4090","gpu_count":2,` +
-			`"start_time":"2026-11-18T14:00:00Z","end_time":"2026-11-18T16:30:00Z","region":"cn-east","workload":"training"}]}`},
+			`"start_time":"2026-11-18T14:00:00Z","end_time":"2026-11-18T16:30:00Z","region":"cn-east","workload":"training"}]}`,
+		items: "events"},
 	{name: "CreateRateCard", method: "POST", path: "/v1/rate-cards", role: auth.RoleFinance,
 		body: `{"rate_card_id":"rc-h1","currency":"CNY","effective_from":"2025-06-01T00:00:00Z",` +
 			`"gpu_prices":[{"gpu_model":"RTX_4090","hourly":"2.00","region":""},{"gpu_model":"H100","hourly":"18.50","region":"cn-east"}],` +

@@ -28,6 +28,7 @@ var (
 // rejectReasons classify a rejection's text into a bounded label, by the
 // start of the reasons domain.Validate and ingest write; the first match wins.
 var rejectReasons = []struct{ prefix, class string }{
+	{"event does not decode: ", "malformed_event"},
 	{"missing ", "missing_field"},
 	{"id longer than ", "too_long"},
 	{"longer than 24h", "duration_too_long"},

@@ -36,6 +36,9 @@ type EventInput struct {
 	GPUCount                                    int32
 	StartTime, EndTime                          string
 	Region, Workload                            string
+	// Malformed is why the event's JSON did not decode (ports' decoding
+	// sets it): the event is rejected with it.
+	Malformed string
 }
 
 // Event is a validated usage event. Times are truncated to microseconds,
@@ -85,6 +88,9 @@ func Validate(in EventInput, r Rules) (Event, string) {
 	e := Event{
 		ID: strings.TrimSpace(in.ID), LeaseID: in.LeaseID, ProviderID: in.ProviderID, RenterID: in.RenterID,
 		GPUModel: in.GPUModel, GPUCount: in.GPUCount, Region: in.Region, Workload: in.Workload,
+	}
+	if in.Malformed != "" {
+		return e, "event does not decode: " + in.Malformed
 	}
 	for _, f := range []struct{ name, v string }{
 		{"id", e.ID}, {"lease_id", e.LeaseID}, {"provider_id", e.ProviderID}, {"renter_id", e.RenterID}, {"gpu_model", e.GPUModel},

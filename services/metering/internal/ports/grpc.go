@@ -159,7 +159,7 @@ func EventInputs(evs []*meteringv1.UsageEventInput) []domain.EventInput {
 	for i, e := range evs {
 		out[i] = domain.EventInput{ID: e.GetId(), LeaseID: e.GetLeaseId(), ProviderID: e.GetProviderId(), RenterID: e.GetRenterId(),
 			GPUModel: e.GetGpuModel(), GPUCount: e.GetGpuCount(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(),
-			Region: e.GetRegion(), Workload: e.GetWorkload()}
+			Region: e.GetRegion(), Workload: e.GetWorkload(), Malformed: e.GetMalformed()}
 	}
 	return out
 }

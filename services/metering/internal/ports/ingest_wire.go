@@ -27,6 +27,7 @@ const (
 	inputEndTime    protowire.Number = 8
 	inputRegion     protowire.Number = 9
 	inputWorkload   protowire.Number = 10
+	inputMalformed  protowire.Number = 11
 )
 
 func init() { server.DecodeWith(decodeIngestRequest) }
@@ -96,6 +97,8 @@ func inputText(e *meteringv1.UsageEventInput, num protowire.Number) *string {
 		return &e.Region
 	case inputWorkload:
 		return &e.Workload
+	case inputMalformed:
+		return &e.Malformed
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func TestIngestFieldNumbersMatchTheProto(t *testing.T) {
 	fields := (&meteringv1.UsageEventInput{}).ProtoReflect().Descriptor().Fields()
 	want := map[protoreflect.Name]protowire.Number{"id": inputID, "lease_id": inputLeaseID, "provider_id": inputProviderID,
 		"renter_id": inputRenterID, "gpu_model": inputGPUModel, "gpu_count": inputGPUCount, "start_time": inputStartTime,
-		"end_time": inputEndTime, "region": inputRegion, "workload": inputWorkload}
+		"end_time": inputEndTime, "region": inputRegion, "workload": inputWorkload, "malformed": inputMalformed}
 	if fields.Len() != len(want) {
 		t.Fatalf("UsageEventInput has %d fields, the decoder knows %d", fields.Len(), len(want))
 	}

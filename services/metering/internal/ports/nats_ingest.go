@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
 	"github.com/gpubill/gpubill/services/metering/internal/app"
@@ -37,9 +40,72 @@ func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 	}
 	var req meteringv1.IngestUsageEventsRequest
 	if err := decodeOpts.Unmarshal(b, &req); err != nil {
-		return nil, fmt.Errorf("malformed ingest body: %w", err)
+		if !decodeEventByEvent(b, &req) {
+			return nil, fmt.Errorf("malformed ingest body: %w", err)
+		}
 	}
 	return EventInputs(req.Events), nil
+}
+
+func init() { server.DecodeJSONWith(decodeIngestJSON) }
+
+// decodeIngestJSON is the REST body's decoding: protojson's, or when that
+// fails, decodeEventByEvent's.
+func decodeIngestJSON(b []byte, req *meteringv1.IngestUsageEventsRequest) bool {
+	if decodeOpts.Unmarshal(b, req) == nil {
+		return true
+	}
+	proto.Reset(req)
+	return decodeEventByEvent(b, req)
+}
+
+// decodeEventByEvent decodes a body {"events":[…]} whose events do not all
+// decode, one event at a time: an event that does not decode (a field of
+// the wrong type, null) is kept with the reason in its malformed field and
+// its id when one can be read, and is rejected alone (DESIGN §2: malformed
+// fields are a per-event rejection; one wrong type refused the whole
+// batch, and on NATS dead-lettered the whole message). A body that is no
+// such object, or whose events all decode (the fault is elsewhere), returns
+// false with req unchanged: the request is refused whole, naming the fault.
+func decodeEventByEvent(b []byte, req *meteringv1.IngestUsageEventsRequest) bool {
+	var body map[string]json.RawMessage
+	if json.Unmarshal(b, &body) != nil {
+		return false
+	}
+	var raws []json.RawMessage
+	if json.Unmarshal(body["events"], &raws) != nil {
+		return false
+	}
+	evs := make([]*meteringv1.UsageEventInput, len(raws))
+	bad := false
+	for i, raw := range raws {
+		ev := &meteringv1.UsageEventInput{}
+		if err := decodeOpts.Unmarshal(raw, ev); err != nil {
+			var id struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(raw, &id) // best effort: a reason without an id is still one
+			ev = &meteringv1.UsageEventInput{Id: id.ID, Malformed: apperr.Clip(eventFault(raw, err), 200)}
+			bad = true
+		}
+		evs[i] = ev
+	}
+	if !bad {
+		return false
+	}
+	req.Events = evs
+	return true
+}
+
+// eventFault is why one event's JSON (raw) did not decode, naming the
+// field as the body spells it ("gpu_count: invalid value for int32 field
+// gpuCount: "two""; a fault of the whole event names none).
+func eventFault(raw []byte, err error) string {
+	field, reason := server.BodyFault(raw, err.Error())
+	if field == "body" {
+		return reason
+	}
+	return field + ": " + reason
 }
 
 // IngestConsumer records usage that node agents publish on NATS through the

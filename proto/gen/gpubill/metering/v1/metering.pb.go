@@ -985,17 +985,21 @@ func (x *ListRentersResponse) GetNextPageToken() string {
 // A usage event as sent by a node agent. Times are strings (RFC 3339) so a
 // malformed value rejects only that event, not the whole request.
 type UsageEventInput struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // idempotency key, forever
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	ProviderId    string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	RenterId      string                 `protobuf:"bytes,4,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
-	GpuModel      string                 `protobuf:"bytes,5,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`    // e.g. "RTX_4090", "H100"
-	GpuCount      int32                  `protobuf:"varint,6,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`   // 1..64
-	StartTime     string                 `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"` // RFC 3339
-	EndTime       string                 `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`       // RFC 3339, > start_time, at most 24 h later
-	Region        string                 `protobuf:"bytes,9,opt,name=region,proto3" json:"region,omitempty"`                        // e.g. "cn-east"
-	Workload      string                 `protobuf:"bytes,10,opt,name=workload,proto3" json:"workload,omitempty"`                   // e.g. training | inference | rendering | mining
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // idempotency key, forever
+	LeaseId    string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ProviderId string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	RenterId   string                 `protobuf:"bytes,4,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
+	GpuModel   string                 `protobuf:"bytes,5,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`    // e.g. "RTX_4090", "H100"
+	GpuCount   int32                  `protobuf:"varint,6,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`   // 1..64
+	StartTime  string                 `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"` // RFC 3339
+	EndTime    string                 `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`       // RFC 3339, > start_time, at most 24 h later
+	Region     string                 `protobuf:"bytes,9,opt,name=region,proto3" json:"region,omitempty"`                        // e.g. "cn-east"
+	Workload   string                 `protobuf:"bytes,10,opt,name=workload,proto3" json:"workload,omitempty"`                   // e.g. training | inference | rendering | mining
+	// Set by gpubill's JSON decoding, not by a client: why this element of
+	// the body's events did not decode (a field of the wrong type, null). The
+	// event is rejected with it; the rest of the batch is still taken.
+	Malformed     string `protobuf:"bytes,11,opt,name=malformed,proto3" json:"malformed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1096,6 +1100,13 @@ func (x *UsageEventInput) GetRegion() string {
 func (x *UsageEventInput) GetWorkload() string {
 	if x != nil {
 		return x.Workload
+	}
+	return ""
+}
+
+func (x *UsageEventInput) GetMalformed() string {
+	if x != nil {
+		return x.Malformed
 	}
 	return ""
 }
@@ -1635,7 +1646,7 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"t\n" +
 	"\x13ListRentersResponse\x125\n" +
 	"\arenters\x18\x01 \x03(\v2\x1b.gpubill.metering.v1.RenterR\arenters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x02\n" +
 	"\x0fUsageEventInput\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1f\n" +
@@ -1649,7 +1660,8 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"\bend_time\x18\b \x01(\tR\aendTime\x12\x16\n" +
 	"\x06region\x18\t \x01(\tR\x06region\x12\x1a\n" +
 	"\bworkload\x18\n" +
-	" \x01(\tR\bworkload\"X\n" +
+	" \x01(\tR\bworkload\x12\x1c\n" +
+	"\tmalformed\x18\v \x01(\tR\tmalformed\"X\n" +
 	"\x18IngestUsageEventsRequest\x12<\n" +
 	"\x06events\x18\x01 \x03(\v2$.gpubill.metering.v1.UsageEventInputR\x06events\"R\n" +
 	"\x12RejectedUsageEvent\x12\x14\n" +
