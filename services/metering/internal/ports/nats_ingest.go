@@ -84,7 +84,9 @@ func decodeEventByEvent(b []byte, req *meteringv1.IngestUsageEventsRequest) bool
 			var id struct {
 				ID string `json:"id"`
 			}
-			_ = json.Unmarshal(raw, &id) // best effort: a reason without an id is still one
+			if json.Unmarshal(raw, &id) != nil {
+				id.ID = "" // not an object, or its id no string: the rejection names none
+			}
 			ev = &meteringv1.UsageEventInput{Id: id.ID, Malformed: apperr.Clip(eventFault(raw, err), 200)}
 			bad = true
 		}
