@@ -571,3 +571,35 @@ func TestIngestLateRepeatIsADuplicate(t *testing.T) {
 		t.Fatalf("got %+v; want old-1 a duplicate, its other body and old-2 refused as too late", res)
 	}
 }
+
+// A lease id is one lease however it is spelled around: white space around
+// it is trimmed (as an event id's is), and an invisible character in it or
+// in an event id is a rejection. "lease-9 " and "lease-9\u200b" were leases
+// of their own: the same GPU time, sent again under a new event id, was
+// recorded and charged twice.
+func TestIngestLeaseIDSpelledAnotherWay(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if res, err := a.Ingest(ctx, []domain.EventInput{ev("s-1", "lease-9", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("s-2", "lease-9 ", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+		ev("s-3", "lease-9\u200b", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+		ev("s-4\ufeff", "lease-10", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+		ev("s-5", " ", "2026-11-01T10:00:00Z", "2026-11-01T11:00:00Z"),
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"overlap", "bad_text", "bad_text", "missing_field"}
+	if res.Accepted != 0 || len(res.Rejected) != len(want) {
+		t.Fatalf("got %+v; want every event rejected", res)
+	}
+	for i, r := range res.Rejected {
+		if r.Index != i || app.RejectionClass(r.Reason) != want[i] {
+			t.Errorf("rejection %d: %+v (%s), want %s", i, r, app.RejectionClass(r.Reason), want[i])
+		}
+	}
+}

@@ -48,7 +48,8 @@ var rejectReasons = []struct{ prefix, class string }{
 
 // rejectReasonClass is the label of one rejection's reason.
 func rejectReasonClass(reason string) string {
-	if strings.HasSuffix(reason, " holds a control character") || strings.HasSuffix(reason, " is not valid UTF-8") {
+	if strings.HasSuffix(reason, " holds a control character") || strings.HasSuffix(reason, " is not valid UTF-8") ||
+		strings.Contains(reason, " holds an invisible character ") {
 		return "bad_text" // "<field> holds …", which may be "id"
 	}
 	for _, r := range rejectReasons {

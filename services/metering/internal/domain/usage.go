@@ -86,7 +86,7 @@ func (r Rules) arrived() time.Time {
 // reason it is rejected.
 func Validate(in EventInput, r Rules) (Event, string) {
 	e := Event{
-		ID: strings.TrimSpace(in.ID), LeaseID: in.LeaseID, ProviderID: in.ProviderID, RenterID: in.RenterID,
+		ID: strings.TrimSpace(in.ID), LeaseID: strings.TrimSpace(in.LeaseID), ProviderID: in.ProviderID, RenterID: in.RenterID,
 		GPUModel: in.GPUModel, GPUCount: in.GPUCount, Region: in.Region, Workload: in.Workload,
 	}
 	if in.Malformed != "" {
@@ -120,6 +120,16 @@ func Validate(in EventInput, r Rules) (Event, string) {
 		}
 		if strings.ContainsFunc(f.v, unicode.IsControl) {
 			return e, f.name + " holds a control character"
+		}
+	}
+	// An invisible character (Unicode format: a zero-width space, a byte
+	// order mark) made another id of the same one: "lease-9\u200b" was a
+	// lease of its own, so the same GPU time was recorded twice under it.
+	// (White space around an id or a lease id is trimmed.)
+	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"lease_id", e.LeaseID}} {
+		if i := strings.IndexFunc(f.v, func(c rune) bool { return unicode.Is(unicode.Cf, c) }); i >= 0 {
+			c, _ := utf8.DecodeRuneInString(f.v[i:])
+			return e, fmt.Sprintf("%s holds an invisible character (U+%04X)", f.name, c)
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"provider_id", e.ProviderID}, {"renter_id", e.RenterID}} {
