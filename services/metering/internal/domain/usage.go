@@ -81,6 +81,33 @@ func (r Rules) arrived() time.Time {
 	return r.Arrived
 }
 
+// textFault is why e's text fields cannot be taken ("" when they can).
+func textFault(e Event) string {
+	// Text PostgreSQL refuses (NUL, invalid UTF-8) failed the insert of
+	// the whole batch; control characters are no part of an id or a label.
+	for _, f := range []struct{ name, v string }{
+		{"id", e.ID}, {"lease_id", e.LeaseID}, {"gpu_model", e.GPUModel}, {"region", e.Region}, {"workload", e.Workload},
+	} {
+		if !utf8.ValidString(f.v) {
+			return f.name + " is not valid UTF-8"
+		}
+		if strings.ContainsFunc(f.v, unicode.IsControl) {
+			return f.name + " holds a control character"
+		}
+	}
+	// An invisible character (Unicode format: a zero-width space, a byte
+	// order mark) made another id of the same one: "lease-9\u200b" was a
+	// lease of its own, so the same GPU time was recorded twice under it.
+	// (White space around an id or a lease id is trimmed.)
+	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"lease_id", e.LeaseID}} {
+		if i := strings.IndexFunc(f.v, func(c rune) bool { return unicode.Is(unicode.Cf, c) }); i >= 0 {
+			c, _ := utf8.DecodeRuneInString(f.v[i:])
+			return fmt.Sprintf("%s holds an invisible character (U+%04X)", f.name, c)
+		}
+	}
+	return ""
+}
+
 // Validate checks one event in isolation (parties, duplicates and overlaps
 // need state and are checked by the use case). It returns the event or the
 // reason it is rejected.
@@ -110,27 +137,8 @@ func Validate(in EventInput, r Rules) (Event, string) {
 			return e, fmt.Sprintf("%s longer than %d characters", f.name, fieldLenMax)
 		}
 	}
-	// Text PostgreSQL refuses (NUL, invalid UTF-8) failed the insert of
-	// the whole batch; control characters are no part of an id or a label.
-	for _, f := range []struct{ name, v string }{
-		{"id", e.ID}, {"lease_id", e.LeaseID}, {"gpu_model", e.GPUModel}, {"region", e.Region}, {"workload", e.Workload},
-	} {
-		if !utf8.ValidString(f.v) {
-			return e, f.name + " is not valid UTF-8"
-		}
-		if strings.ContainsFunc(f.v, unicode.IsControl) {
-			return e, f.name + " holds a control character"
-		}
-	}
-	// An invisible character (Unicode format: a zero-width space, a byte
-	// order mark) made another id of the same one: "lease-9\u200b" was a
-	// lease of its own, so the same GPU time was recorded twice under it.
-	// (White space around an id or a lease id is trimmed.)
-	for _, f := range []struct{ name, v string }{{"id", e.ID}, {"lease_id", e.LeaseID}} {
-		if i := strings.IndexFunc(f.v, func(c rune) bool { return unicode.Is(unicode.Cf, c) }); i >= 0 {
-			c, _ := utf8.DecodeRuneInString(f.v[i:])
-			return e, fmt.Sprintf("%s holds an invisible character (U+%04X)", f.name, c)
-		}
+	if reason := textFault(e); reason != "" {
+		return e, reason
 	}
 	for _, f := range []struct{ name, v string }{{"provider_id", e.ProviderID}, {"renter_id", e.RenterID}} {
 		if err := ids.CheckPartyID(f.v); err != nil {
