@@ -490,3 +490,31 @@ func TestRESTSegregatedFundsFormats(t *testing.T) {
 		}
 	}
 }
+
+// A report lists the first 10 000 segregation breaches and says how many
+// there are in every form: past the limit the rest were dropped with no
+// sign of them (the PDF's count read 10000).
+func TestReportSaysHowManyBreaches(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	if _, err := f.pool.Exec(f.ctx, `insert into ledger.segregation_breaches
+		(tx_id, seq, account, currency, from_pool, to_pool, amount, reason, effective_at, created_at)
+		select gen_random_uuid(), 0, 'renter:r-1:wallet', 'CNY', 'client', 'platform', 1, 'test', now(), now() - interval '1 minute'
+		from generate_series(1, 10001)`); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := auth.Issue(secret, auth.RoleAuditor, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	code, body := c.do("GET", "/v1/reports/segregated-funds?currency=CNY&format=csv", "")
+	if code != 200 || !strings.Contains(body, "\nsummary,breaches_total,,,,,10001,") || strings.Count(body, "\nbreach,") != 10000 {
+		t.Errorf("CSV: %d, breaches_total row %v, %d breach rows", code, strings.Contains(body, "summary,breaches_total,,,,,10001,"), strings.Count(body, "\nbreach,"))
+	}
+	code, body = c.do("GET", "/v1/reports/segregated-funds?currency=CNY&format=json", "")
+	if code != 200 || !strings.Contains(body, `"breaches_total":10001`) {
+		t.Errorf("JSON: %d, no breaches_total 10001 in %.200s…", code, body)
+	}
+}

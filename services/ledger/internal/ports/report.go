@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/go-pdf/fpdf"
@@ -92,7 +93,8 @@ func ReportProto(r *app.SegregatedFundsReport) *ledgerv1.SegregatedFundsReport {
 		ClientMoneyRequirement: f(r.Requirement), TaxWithheldUnremitted: f(r.TaxWithheld),
 		ClientMoneyResource: f(r.Resource), Difference: f(r.Difference), LedgerDifference: f(r.LedgerDifference), Verdict: r.Verdict,
 		JournalHeadHash: r.JournalHeadHash, JournalHeadPosition: r.JournalHeadPosition,
-		Breaches: []*ledgerv1.SegregationBreach{}, Lines: []*ledgerv1.SegregatedFundsLine{},
+		BreachesTotal: int32(min(r.BreachesTotal, math.MaxInt32)), //nolint:gosec // bounded just above
+		Breaches:      []*ledgerv1.SegregationBreach{}, Lines: []*ledgerv1.SegregatedFundsLine{},
 		BankStatements: []*ledgerv1.SegregatedFundsStatement{}, Clients: make([]*ledgerv1.SegregatedFundsClient, 0, len(r.Clients)),
 	}
 	if r.BankStatementBalance != nil {
@@ -169,6 +171,7 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	for _, st := range r.BankStatements {
 		row("bank_statement", st.StatementId, "", "", "", "", st.ClosingBalance, r.Currency)
 	}
+	row("summary", "breaches_total", "", "", "", "", fmt.Sprint(r.BreachesTotal), "")
 	for _, b := range r.Breaches {
 		row("breach", b.TransactionId, "", "", "", "", b.Amount, b.Currency)
 	}
@@ -235,7 +238,7 @@ func pdfSummary(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 	kv("Difference", r.Difference, true)
 	kv("Ledger difference (bank:client)", r.LedgerDifference, false)
 	kv("Verdict", r.Verdict, true)
-	kv("Segregation breaches", fmt.Sprint(len(r.Breaches)), false)
+	kv("Segregation breaches", breachesCount(r), false)
 	kv("Journal head position", fmt.Sprint(r.JournalHeadPosition), false)
 	pdf.SetFont("Helvetica", "", 10)
 	pdf.CellFormat(78, 6, "Journal head hash", "", 0, "L", false, 0, "")
@@ -277,6 +280,15 @@ func pdfStatements(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 		pdf.CellFormat(45, 5, st.GetClosingAt().AsTime().Format(time.RFC3339), "", 0, "L", false, 0, "")
 		pdf.CellFormat(0, 5, st.ClosingBalance, "", 1, "R", false, 0, "")
 	}
+}
+
+// breachesCount is how many breaches there are, and how many the report
+// lists when it lists fewer.
+func breachesCount(r *ledgerv1.SegregatedFundsReport) string {
+	if int(r.BreachesTotal) > len(r.Breaches) {
+		return fmt.Sprintf("%d (the first %d listed)", r.BreachesTotal, len(r.Breaches))
+	}
+	return fmt.Sprint(r.BreachesTotal)
 }
 
 // pdfBreaches writes the segregation breaches, as many as fit on page 1.

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"errors"
+	"math"
 	"math/bits"
 	"strconv"
 	"time"
@@ -44,6 +45,8 @@ func reportJSON(r *app.SegregatedFundsReport, progress func(int, int)) ([]byte, 
 	w.field("ledger_difference", f(r.LedgerDifference))
 	w.statements(r.Statements, f)
 	w.clients(r.Clients, f, progress)
+	w.key("breaches_total", false)
+	w.b = strconv.AppendInt(w.b, int64(min(r.BreachesTotal, math.MaxInt32)), 10)
 	w.raw('}')
 	if w.err != nil {
 		return nil, w.err

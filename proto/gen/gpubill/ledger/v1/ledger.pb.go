@@ -1802,8 +1802,11 @@ type SegregatedFundsReport struct {
 	LedgerDifference string                      `protobuf:"bytes,13,opt,name=ledger_difference,json=ledgerDifference,proto3" json:"ledger_difference,omitempty"`
 	BankStatements   []*SegregatedFundsStatement `protobuf:"bytes,14,rep,name=bank_statements,json=bankStatements,proto3" json:"bank_statements,omitempty"`
 	Clients          []*SegregatedFundsClient    `protobuf:"bytes,15,rep,name=clients,proto3" json:"clients,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How many segregation breaches there are at or before as_of: breaches
+	// lists the first 10 000 of them (oldest first) when there are more.
+	BreachesTotal int32 `protobuf:"varint,16,opt,name=breaches_total,json=breachesTotal,proto3" json:"breaches_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SegregatedFundsReport) Reset() {
@@ -1939,6 +1942,13 @@ func (x *SegregatedFundsReport) GetClients() []*SegregatedFundsClient {
 		return x.Clients
 	}
 	return nil
+}
+
+func (x *SegregatedFundsReport) GetBreachesTotal() int32 {
+	if x != nil {
+		return x.BreachesTotal
+	}
+	return 0
 }
 
 var File_gpubill_ledger_v1_ledger_proto protoreflect.FileDescriptor
@@ -2078,7 +2088,7 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
 	"\n" +
 	"closing_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tclosingAt\x12'\n" +
-	"\x0fclosing_balance\x18\x04 \x01(\tR\x0eclosingBalance\"\xa1\x06\n" +
+	"\x0fclosing_balance\x18\x04 \x01(\tR\x0eclosingBalance\"\xc8\x06\n" +
 	"\x15SegregatedFundsReport\x12/\n" +
 	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x128\n" +
@@ -2097,7 +2107,8 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x15journal_head_position\x18\f \x01(\x03R\x13journalHeadPosition\x12+\n" +
 	"\x11ledger_difference\x18\r \x01(\tR\x10ledgerDifference\x12T\n" +
 	"\x0fbank_statements\x18\x0e \x03(\v2+.gpubill.ledger.v1.SegregatedFundsStatementR\x0ebankStatements\x12B\n" +
-	"\aclients\x18\x0f \x03(\v2(.gpubill.ledger.v1.SegregatedFundsClientR\aclients2\xd1\n" +
+	"\aclients\x18\x0f \x03(\v2(.gpubill.ledger.v1.SegregatedFundsClientR\aclients\x12%\n" +
+	"\x0ebreaches_total\x18\x10 \x01(\x05R\rbreachesTotal2\xd1\n" +
 	"\n" +
 	"\rLedgerService\x12\x88\x01\n" +
 	"\rCreateDeposit\x12'.gpubill.ledger.v1.CreateDepositRequest\x1a(.gpubill.ledger.v1.CreateDepositResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*b\vtransaction\"\f/v1/deposits\x12u\n" +
