@@ -95,7 +95,8 @@ type segregatedFundsCmd struct {
 	AsOf        time.Time `name:"as-of" format:"2006-01-02T15:04:05Z07:00" help:"The instant, RFC 3339 (default: now)."`
 	Currency    string    `required:"" help:"Currency code, e.g. CNY."`
 	Format      string    `enum:"json,csv,pdf" default:"json" help:"json, csv or pdf."`
-	Output      string    `short:"o" name:"output" default:"-" help:"File to write (- for stdout)."`
+	Output      string    `short:"o" name:"output" default:"-" help:"File to write (- for stdout); an existing one is not replaced without --force."`
+	Force       bool      `help:"Replace the output file if it exists."`
 	DatabaseURL string    `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created."`
 }
 
@@ -422,19 +423,56 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 		_, err := e.stdout.Write(b)
 		return err
 	}
-	// Whole or nothing: a reader of FILE never sees half a report.
-	tmp := c.Output + ".partial"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, c.Output); err != nil {
-		if rerr := os.Remove(tmp); rerr != nil {
-			return errors.Join(err, rerr)
-		}
+	if err := writeWhole(c.Output, b, c.Force); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "wrote %s (%d bytes)\n", c.Output, len(b)) //nolint:errcheck // a note on stderr; the report is written
 	return nil
+}
+
+// writeWhole writes b to path whole or not at all: into a new file of its
+// own beside it (readable by its owner only: client balances), flushed to
+// disk, then linked to path, which must not exist unless force (then
+// renamed over it), and the directory flushed. A report already at path (a
+// signed year-end one) was replaced without a word, two runs shared one
+// ".partial" file, and a crash could leave an empty file under path.
+func writeWhole(path string, b []byte, force bool) (err error) {
+	if _, err := os.Lstat(path); err == nil && !force {
+		return fmt.Errorf("%s exists: it is not replaced (--force replaces it)", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".partial-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if force {
+		err = os.Rename(tmp, path)
+	} else if err = os.Link(tmp, path); errors.Is(err, os.ErrExist) {
+		err = fmt.Errorf("%s exists: it is not replaced (--force replaces it)", path)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 func (b *backupCmd) Run(e *env) error {

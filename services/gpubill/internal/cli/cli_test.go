@@ -420,8 +420,24 @@ func TestReportSegregatedFunds(t *testing.T) {
 	if r.code != 0 || strings.Contains(r.stdout, "r-1") || !strings.Contains(r.stdout, `"client_money_requirement":"0.00"`) {
 		t.Errorf("report as of before the deposit: exit %d, stdout %.400q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	if _, err := os.Stat(out + ".partial"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a partial file was left: %v", err)
+	// An existing file (a signed report) is not replaced without --force;
+	// the report is readable by its owner only (client balances).
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("report file: %v %v, want mode 0600", fi.Mode(), err)
+	}
+	if err := os.WriteFile(out, []byte("SIGNED"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY", "--format", "csv", "-o", out)
+	if b, err := os.ReadFile(out); r.code != 1 || !strings.Contains(r.stderr, "exists") || string(b) != "SIGNED" || err != nil {
+		t.Errorf("report over an existing file: exit %d, stderr %q, file %.40q; want 1 and the file kept", r.code, r.stderr, b)
+	}
+	r = s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY", "--format", "csv", "-o", out, "--force")
+	if b, err := os.ReadFile(out); r.code != 0 || err != nil || !strings.Contains(string(b), "summary,verdict,,,,,balanced") {
+		t.Errorf("report --force over an existing file: exit %d, stderr %q, file %.40q", r.code, r.stderr, b)
+	}
+	if left, err := filepath.Glob(out + ".partial*"); err != nil || len(left) > 0 {
+		t.Errorf("partial files left: %v %v", left, err)
 	}
 	r = s.run(t, gpubill, "report", "segregated-funds", "--currency", "CNY")
 	if r.code != 1 || s.databaseExists(t) {
