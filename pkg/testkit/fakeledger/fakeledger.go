@@ -109,7 +109,7 @@ func (l *Ledger) CreateTransaction(_ context.Context, req *ledgerv1.CreateTransa
 	if prev, ok := l.byKey[req.IdempotencyKey]; ok {
 		if !proto.Equal(&ledgerv1.CreateTransactionRequest{IdempotencyKey: prev.IdempotencyKey, Description: prev.Description, Metadata: prev.Metadata, Postings: prev.Postings},
 			&ledgerv1.CreateTransactionRequest{IdempotencyKey: req.IdempotencyKey, Description: req.Description, Metadata: req.Metadata, Postings: req.Postings}) {
-			return nil, status.Errorf(codes.AlreadyExists, "idempotency key %s reused with another body", req.IdempotencyKey)
+			return nil, status.Errorf(codes.Aborted, "idempotency key %s reused with another body", req.IdempotencyKey)
 		}
 		return &ledgerv1.CreateTransactionResponse{Transaction: prev}, nil
 	}

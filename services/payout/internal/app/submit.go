@@ -35,6 +35,18 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	// checked, so a retry after the posting goes on). Refused, the payout
 	// goes back to wait at the gate, never reaching the rail.
 	if err := a.post(ctx, p, domain.StatusSubmitted); err != nil {
+		if errors.Is(err, ErrPermanent) && !errors.Is(err, ErrLedgerRefused) {
+			// Refused for a cause a retry of the call does not change (the
+			// ledger's guard refusing this service's identity, the key
+			// taken by another body): the payout waits at the gate, which
+			// re-checks it, and the refusal is counted. It failed the
+			// workflow: the payout created and submitting for good, neither
+			// cancelable nor retryable, its net in available.
+			ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
+			a.Log.Error("payout submission refused by the ledger: waits at the gate", "payout_id", p.ID,
+				"provider_id", p.ProviderID, "net", p.Net.String(), "currency", p.Currency, "err", err)
+			return a.backToGate(ctx, p, domain.LedgerRefusedReason)
+		}
 		if !errors.Is(err, ErrLedgerRefused) {
 			return "", err
 		}

@@ -131,6 +131,13 @@ func TestSubmitRefusedByTheLedger(t *testing.T) {
 		{"not covered", 100, []error{refused}, domain.StatusActionRequired, domain.InsufficientAvailableReason(decimal.NewFromInt(100), decimal.RequireFromString("500.00"), "CNY"), 1},
 		{"covered on the second post", 1000, []error{refused}, domain.StatusSubmitted, "", 2},
 		{"refused while covered", 1000, []error{refused, refused}, domain.StatusActionRequired, domain.LedgerRefusedReason, 2},
+		// Refused for good otherwise (an identity the ledger's guard
+		// refuses, a key taken): it failed the workflow, the payout
+		// created and submitting for good.
+		{"identity refused", 1000, []error{Permanent(errors.New("rpc error: code = PermissionDenied desc = not allowed from 10.0.0.7"))},
+			domain.StatusActionRequired, domain.LedgerRefusedReason, 1},
+		{"key taken", 1000, []error{Permanent(errors.New("rpc error: code = Aborted desc = idempotency key payout-po_1-1-submitted holds another transaction"))},
+			domain.StatusActionRequired, domain.LedgerRefusedReason, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,7 +68,9 @@ func (l Ledger) Transfer(ctx context.Context, t domain.LedgerTransfer) error {
 		return nil
 	case codes.InvalidArgument:
 		return app.Permanent(app.Refused(err))
-	case codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition:
+	case codes.Aborted, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition:
+		// Aborted is the ledger's answer to a key holding another
+		// transaction (apperr.ErrConflict): it was retried without end.
 		return app.Permanent(err)
 	}
 	return err
