@@ -562,3 +562,30 @@ func TestCommissionOutsideBoundsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The commission rate is the tier's at the snapshot, kept with it: worked
+// out again at each attempt, a worker with other GPUBILL_COMMISSION_RATES
+// (a rolling deploy during a close) split the provider at another rate,
+// and against the real tax service a retry asked for another rate on the
+// withholding it had recorded and was refused for good, the net already
+// in available and no statement written.
+func TestCommissionRateFixedAtTheSnapshot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 3) // p-00001: pro
+	ctx := context.Background()
+	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	f.s.commission.Rates[split.TierPro] = decimal.RequireFromString("0.15") // the rates the worker now runs with
+	releaseAndSettle(t, f, "p-00001")
+	var rate, commission decimal.Decimal
+	if err := f.s.d.Pool.QueryRow(ctx, `select commission_rate, commission from settlement.settlements
+		where cycle_id = $1 and provider_id = 'p-00001' and currency = 'CNY'`, cycle1.ID).Scan(&rate, &commission); err != nil {
+		t.Fatal(err)
+	}
+	if wc, _, _ := wantSplit(t, decimal.RequireFromString("1033.33"), "pro"); !rate.Equal(decimal.RequireFromString("0.20")) || !commission.Equal(wc) {
+		t.Fatalf("settled after the rates changed: rate %s, commission %s; want 0.20, %s (the rate at the snapshot)", rate, commission, wc)
+	}
+}

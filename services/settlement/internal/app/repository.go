@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"github.com/shopspring/decimal"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/cycles"
@@ -21,13 +22,13 @@ type Store interface {
 	// this call closed it.
 	BeginClose(ctx context.Context, cycle, reason string, now time.Time) (bool, error)
 	CycleStatus(ctx context.Context, cycle string) (status string, snapshotDone bool, err error)
-	SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error
+	SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance, rates map[string]decimal.Decimal) error
 	MarkSnapshotDone(ctx context.Context, cycle string) error
 	NextProviders(ctx context.Context, cycle, after string, limit int) ([]string, error)
 	// CompleteCycle marks a closing cycle settled once every settlement of
 	// it is, and reports whether it is settled.
 	CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error)
-	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, items []domain.PreparedItem, err error)
+	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, rate decimal.NullDecimal, items []domain.PreparedItem, err error)
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 }
 

@@ -63,7 +63,7 @@ func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepa
 // prepareProvider reads the provider's hold, tier (→ commission rate) and
 // gross per currency.
 func (s *Steps) prepareProvider(ctx context.Context, in ProviderInput) (Prepared, error) {
-	held, tier, items, err := s.Store.Prepare(ctx, in.CycleID, in.ProviderID)
+	held, tier, snapped, items, err := s.Store.Prepare(ctx, in.CycleID, in.ProviderID)
 	if err != nil {
 		return Prepared{}, err
 	}
@@ -72,9 +72,17 @@ func (s *Steps) prepareProvider(ctx context.Context, in ProviderInput) (Prepared
 		// default tier for new providers).
 		tier = split.TierStandard
 	}
-	rate, err := s.Commission.Rate(tier)
-	if err != nil {
-		return Prepared{}, Rejected(fmt.Errorf("commission of %s: %w", in.ProviderID, err))
+	// The rate of the tier at the snapshot, kept with it: worked out again
+	// at each attempt, a worker with other GPUBILL_COMMISSION_RATES (a
+	// rolling deploy during a close) asked the tax service for another
+	// rate on the withholding it had recorded, refused for good, the net
+	// already in available and no statement ever written. A row
+	// snapshotted before the rate was kept takes the policy's.
+	rate := snapped.Decimal
+	if !snapped.Valid {
+		if rate, err = s.Commission.Rate(tier); err != nil {
+			return Prepared{}, Rejected(fmt.Errorf("commission of %s: %w", in.ProviderID, err))
+		}
 	}
 	p := Prepared{Held: held, Tier: tier, CommissionRate: rate}
 	for _, it := range items {

@@ -74,7 +74,7 @@ func (s *Steps) SnapshotCycle(ctx context.Context, cycleID, token string, beat f
 				rows = append(rows, b)
 			}
 		}
-		if err := s.Store.SnapshotBalances(ctx, cycleID, rows); err != nil {
+		if err := s.Store.SnapshotBalances(ctx, cycleID, rows, s.Commission.Rates); err != nil {
 			return n, err
 		}
 		n += len(rows)

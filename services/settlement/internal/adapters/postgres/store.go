@@ -109,12 +109,14 @@ func (s *Store) CycleStatus(ctx context.Context, cycle string) (status string, s
 
 // SnapshotBalances records gross rows (idempotently: the first snapshot
 // wins), each with its provider's tier at the snapshot (standard for a
-// provider no party.updated has named: DESIGN §5's default). The cycle is
+// provider no party.updated has named: DESIGN §5's default) and that
+// tier's commission rate in rates (none for a tier rates lacks: the
+// settlement then refuses it). The cycle is
 // split at that tier however long its provider waits: read again at each
 // attempt, a tier changed before a retry (or while the provider was held)
 // asked the tax service for another rate on the withholding it had
 // recorded, refused for good, or split a cycle's currencies at two rates.
-func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance) error {
+func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domain.Balance, rates map[string]decimal.Decimal) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -124,11 +126,16 @@ func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domai
 	for i, r := range rows {
 		providers[i], currencies[i], amounts[i] = r.ProviderID, r.Currency, r.Amount
 	}
-	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, tier)
-		select $1, t.p, t.c, t.a, coalesce(pr.tier, $5)
+	tiers, tierRates := make([]string, 0, len(rates)), make([]decimal.Decimal, 0, len(rates))
+	for t, r := range rates {
+		tiers, tierRates = append(tiers, t), append(tierRates, r)
+	}
+	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, tier, commission_rate)
+		select $1, t.p, t.c, t.a, coalesce(pr.tier, $5), r.rate
 		from unnest($2::text[], $3::text[], $4::numeric[]) as t(p, c, a)
 		left join settlement.providers pr on pr.provider_id = t.p
-		on conflict do nothing`, cycle, providers, currencies, amounts, split.TierStandard)
+		left join unnest($6::text[], $7::numeric[]) as r(tier, rate) on r.tier = coalesce(pr.tier, $5)
+		on conflict do nothing`, cycle, providers, currencies, amounts, split.TierStandard, tiers, tierRates)
 	if err != nil {
 		return fmt.Errorf("snapshot %d balances of %s: %w", len(rows), cycle, err)
 	}
@@ -228,7 +235,7 @@ const prepareSQL = `with hold as (
 		where st.cycle_id = $1 and st.provider_id = $2 and st.status <> 'settled'
 		  and (st.status <> case when hold.held then 'held' else 'pending' end or (not hold.held and st.begun_at is null)))
 	select hold.held, coalesce(nullif(st.tier, ''), (select tier from settlement.providers where provider_id = $2), ''),
-		st.currency, st.gross,
+		st.commission_rate, st.currency, st.gross,
 		case when st.status = 'settled' then 'settled' when hold.held then 'held' else 'pending' end
 	from hold left join settlement.settlements st on st.cycle_id = $1 and st.provider_id = $2
 	order by st.currency`
@@ -244,23 +251,27 @@ const holdLockSQL = `select pg_advisory_xact_lock(hashtext('gpubill.settlement.h
 // refused from then on): one statement (prepareSQL) after the hold's lock
 // (holdLockSQL), sent with other providers' in a shared batch, one
 // transaction.
-func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, []domain.PreparedItem, error) {
+func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, decimal.NullDecimal, []domain.PreparedItem, error) {
 	// The callback writes r, read only after a nil error: after an error
 	// it may still run, with the group's batch (pg.Batches.Do).
 	var r struct {
 		held  bool
 		tier  string
+		rate  decimal.NullDecimal
 		items []domain.PreparedItem
 	}
 	err := s.batches.Do(ctx, func(b *pgx.Batch) {
-		r.held, r.tier, r.items = false, "", nil
+		r.held, r.tier, r.rate, r.items = false, "", decimal.NullDecimal{}, nil
 		b.Queue(holdLockSQL, cycle, provider)
 		b.Queue(prepareSQL, cycle, provider).Query(func(rows pgx.Rows) error {
 			var (
 				currency, status *string
-				gross            decimal.NullDecimal
+				gross, rate      decimal.NullDecimal
 			)
-			_, err := pgx.ForEachRow(rows, []any{&r.held, &r.tier, &currency, &gross, &status}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&r.held, &r.tier, &rate, &currency, &gross, &status}, func() error {
+				if rate.Valid && !r.rate.Valid { // one snapshot: the same rate on every currency
+					r.rate = rate
+				}
 				if currency != nil {
 					r.items = append(r.items, domain.PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
 				}
@@ -270,9 +281,9 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, stri
 		})
 	})
 	if err != nil {
-		return false, "", nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
+		return false, "", decimal.NullDecimal{}, nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
 	}
-	return r.held, r.tier, r.items, nil
+	return r.held, r.tier, r.rate, r.items, nil
 }
 
 // finalizeSQL marks a row settled with its split (once) and queues the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -120,7 +121,7 @@ func TestNextProvidersReadsAPage(t *testing.T) {
 		rows[i] = domain.Balance{ProviderID: fmt.Sprintf("p-%06d", i), Currency: "CNY", Amount: decimal.NewFromInt(100)}
 	}
 	rows = append(rows, domain.Balance{ProviderID: "p-000101", Currency: "USD", Amount: decimal.NewFromInt(1)})
-	if err := s.SnapshotBalances(ctx, cycle, rows); err != nil {
+	if err := s.SnapshotBalances(ctx, cycle, rows, split.DefaultCommission().Rates); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.MarkSnapshotDone(ctx, cycle); err != nil {
@@ -157,11 +158,11 @@ func TestPrepareWithAnEndedContext(t *testing.T) {
 	for i := range 20 {
 		leader := make(chan error, 1)
 		go func() {
-			_, _, _, err := s.Prepare(ctx, "cyc-20260101", fmt.Sprintf("p-lead-%d", i))
+			_, _, _, _, err := s.Prepare(ctx, "cyc-20260101", fmt.Sprintf("p-lead-%d", i))
 			leader <- err
 		}()
 		time.Sleep(2 * time.Millisecond) // the leader's group lingers: this one joins it
-		held, tier, items, err := s.Prepare(ended, "cyc-20260101", fmt.Sprintf("p-ended-%d", i))
+		held, tier, _, items, err := s.Prepare(ended, "cyc-20260101", fmt.Sprintf("p-ended-%d", i))
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("Prepare with an ended context: %v", err)
 		}
@@ -209,7 +210,7 @@ func TestPrepareAndHoldReadWhatTheOtherCommitted(t *testing.T) {
 	}
 	prepared := make(chan bool, 1)
 	go func() {
-		held, _, _, err := s.Prepare(ctx, cycle, "p-held")
+		held, _, _, _, err := s.Prepare(ctx, cycle, "p-held")
 		if err != nil {
 			t.Error(err)
 		}
