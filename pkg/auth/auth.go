@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/ids"
 )
 
 // Roles.
@@ -91,6 +93,24 @@ func Issue(secret []byte, role, subject string, ttl time.Duration) (string, erro
 	if needsSubject(role) && subject == "" {
 		return "", fmt.Errorf("role %s needs a subject (--sub)", role)
 	}
+	// A token the services would refuse is not issued: one already
+	// expired, or naming a party no id can match (a pasted space).
+	if ttl <= 0 {
+		return "", fmt.Errorf("a token's lifetime must be positive, got %s", ttl)
+	}
+	if subject != strings.TrimSpace(subject) {
+		return "", fmt.Errorf("subject %q has white space around it", subject)
+	}
+	if needsSubject(role) {
+		if err := ids.CheckPartyID(subject); err != nil {
+			return "", fmt.Errorf("subject: %w", err)
+		}
+	}
+	return signClaims(secret, role, subject, ttl)
+}
+
+// signClaims signs the claims of a token of role and subject expiring ttl from now.
+func signClaims(secret []byte, role, subject string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	c := claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: issuer, Subject: subject, Audience: jwt.ClaimStrings{Audience}, IssuedAt: jwt.NewNumericDate(now),

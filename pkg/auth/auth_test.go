@@ -36,9 +36,19 @@ func TestIssueVerify(t *testing.T) {
 	if _, err := Issue(secret, "root", "", time.Hour); err == nil {
 		t.Fatal("unknown role accepted")
 	}
-	expired, err := Issue(secret, RoleFinance, "", -time.Minute)
+	expired, err := signClaims(secret, RoleFinance, "", -time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A token the services would refuse is not issued.
+	for _, bad := range []struct {
+		role, sub string
+		ttl       time.Duration
+	}{{RoleFinance, "", -time.Minute}, {RoleFinance, "", 0}, {RoleRenter, " ", time.Hour}, {RoleRenter, "r-001 ", time.Hour},
+		{RoleProvider, "p:1", time.Hour}, {RoleService, " ops", time.Hour}} {
+		if _, err := Issue(secret, bad.role, bad.sub, bad.ttl); err == nil {
+			t.Errorf("Issue(%s, %q, %s): issued", bad.role, bad.sub, bad.ttl)
+		}
 	}
 	if _, err := Verify(secret, expired); err == nil {
 		t.Fatal("expired token accepted")

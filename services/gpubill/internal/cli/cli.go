@@ -21,6 +21,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/willabides/kongplete"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
@@ -171,10 +172,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpubill:", err) //nolint:errcheck // stderr: the exit code carries the failure
+		if errors.As(err, new(usageError)) {
+			return cmdline.ExitUsage
+		}
 		return cmdline.ExitFailed
 	}
 	return cmdline.ExitOK
 }
+
+// usageError is a flag or setting value a command refuses when it runs (a
+// role, a subject, a lifetime, a currency): exit 2, as one the command line
+// parser refuses (README: 2 is a usage error; these exited 1, "failed").
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
 
 const name = "gpubill"
 
@@ -312,7 +323,7 @@ func (t *tokenCmd) Run(e *env) error {
 	}
 	tok, err := auth.Issue(secret, t.Role, t.Sub, t.TTL)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	e.stdout.println(tok)
 	return nil
@@ -415,6 +426,9 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 	bar := newProgress(e.stderr)
 	defer bar.finish()
 	b, err := ledger.ExportSegregatedFunds(e.ctx, pool, asOf, c.Currency, c.Format, bar.lines)
+	if errors.As(err, new(*apperr.InvalidError)) {
+		return usageError{err} // an unknown currency, an as-of ahead of now
+	}
 	if err != nil {
 		return err
 	}

@@ -462,6 +462,13 @@ func TestExitCodes(t *testing.T) {
 		{give: []string{"completion", "fish"}, wantCode: 2},
 		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_LOG_LEVEL=loud"}, wantCode: 2},
 		{give: []string{"token", "--role", "finance"}, giveEnv: []string{"GPUBILL_AUTH_SECRET="}, wantCode: 1}, // no signing key
+		// Values refused when the command runs are usage errors too, and no
+		// token the services would refuse is printed.
+		{give: []string{"token", "--role", "root"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
+		{give: []string{"token", "--role", "renter"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
+		{give: []string{"token", "--role", "renter", "--sub", "r-001 "}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
+		{give: []string{"token", "--role", "finance", "--ttl=-1h"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
+		{give: []string{"token", "--role", "finance"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=short"}, wantCode: 2},
 		{give: []string{"ledger", "verify"}, wantCode: 1},
 	}
 	for _, tt := range tests {
