@@ -33,7 +33,8 @@ import (
 type ledgerConn struct {
 	mu      sync.Mutex
 	reqs    []*ledgerv1.CreateTransactionRequest
-	settled map[string]*ledgerv1.Transaction // by idempotency key
+	settled map[string]*ledgerv1.Transaction               // by idempotency key
+	refuse  func(*ledgerv1.CreateTransactionRequest) error // optional: a remittance the ledger refuses
 }
 
 func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
@@ -42,6 +43,11 @@ func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _
 	switch method {
 	case ledgerv1.LedgerService_CreateTransaction_FullMethodName:
 		req := args.(*ledgerv1.CreateTransactionRequest)
+		if l.refuse != nil {
+			if err := l.refuse(req); err != nil {
+				return err
+			}
+		}
 		l.reqs = append(l.reqs, req)
 		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey}
 	case ledgerv1.LedgerService_ListTransactions_FullMethodName:
@@ -517,5 +523,44 @@ func TestWithholdingWaitsForTheProvidersProfile(t *testing.T) {
 	got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), request("", ""))
 	if err != nil || got.TaxProfile != "enterprise" || got.Jurisdiction != "HK" || got.TaxWithheld != "0.00" || got.Net != "800.00" {
 		t.Fatalf("once the profile arrived: %v, %v; want enterprise in HK, tax 0.00, net 800.00", got, err)
+	}
+}
+
+// A remittance the ledger refuses does not hold back the others: one
+// refused stopped the run, every later jurisdiction unremitted until a
+// re-run by hand. The run fails naming it; a re-run posts it once taken.
+func TestRemitTaxGoesOnPastARefusal(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	known(t, s, "p-2", "individual", "CN-BJ", 1)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN
+	compute(t, s, "p-2", "1000.00", "0.20", "", "k2")           // CN-BJ
+	l.mu.Lock()
+	l.refuse = func(req *ledgerv1.CreateTransactionRequest) error {
+		if req.Postings[0].Account == "tax:withheld:CN" {
+			return status.Error(codes.InvalidArgument, "bank:client would go negative")
+		}
+		return nil
+	}
+	l.mu.Unlock()
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	_, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"})
+	posted := func() []string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var out []string
+		for _, r := range l.reqs {
+			out = append(out, r.Postings[0].Account)
+		}
+		return out
+	}
+	if err == nil || len(posted()) != 1 || posted()[0] != "tax:withheld:CN-BJ" {
+		t.Fatalf("a run with CN refused: %v, posted %v; want an error and CN-BJ posted", err, posted())
+	}
+	l.mu.Lock()
+	l.refuse = nil
+	l.mu.Unlock()
+	if resp := remitted(t, s, "2026-02"); len(resp.Remittances) != 2 || len(posted()) != 2 || posted()[1] != "tax:withheld:CN" {
+		t.Fatalf("the re-run: %v, posted %v; want CN posted once", resp, posted())
 	}
 }

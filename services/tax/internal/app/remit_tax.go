@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,6 +47,11 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err != nil {
 		return Remitted{}, err
 	}
+	// A remittance the ledger refuses does not hold back the others (one
+	// refused stopped the run: every later jurisdiction and currency went
+	// unremitted until someone ran it again by hand); the run fails naming
+	// each refused one, and a re-run posts what is still pending.
+	var refused []error
 	for i, r := range rems {
 		if r.Status != "pending" {
 			continue
@@ -53,13 +59,17 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		txID := ""
 		if r.Amount.IsPositive() {
 			if txID, err = a.Ledger.PostRemittance(ctx, r); err != nil {
-				return Remitted{}, fmt.Errorf("post remittance %s: %w", r.ID, err)
+				refused = append(refused, fmt.Errorf("post remittance %s: %w", r.ID, err))
+				continue
 			}
 		}
 		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
 			return Remitted{}, err
 		}
 		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = "remitted", txID, &now
+	}
+	if len(refused) > 0 {
+		return Remitted{}, errors.Join(refused...)
 	}
 	lines, err := a.Store.Report(ctx, period)
 	if err != nil {
