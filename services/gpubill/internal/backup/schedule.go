@@ -96,9 +96,6 @@ func (s Schedule) Run(ctx context.Context) error {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("backup dir: %w", err)
-	}
 	s.Log.Info("scheduled backups", "dir", s.Dir, "every", s.Every, "keep", s.Keep)
 	for {
 		wait, err := s.step(ctx)
@@ -123,6 +120,13 @@ func (s Schedule) Run(ctx context.Context) error {
 // step takes a snapshot if the newest is Every old (or there is none),
 // prunes, and returns how long until the next one is due.
 func (s Schedule) step(ctx context.Context) (time.Duration, error) {
+	// Made here, each time: a directory that cannot be made is a failed
+	// snapshot, counted and retried (made once before the loop, its
+	// failure ended the schedule after one log line, no snapshot ever
+	// taken and none counted as failed).
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return 0, fmt.Errorf("backup dir: %w", err)
+	}
 	snaps, err := List(s.Dir)
 	if err != nil {
 		return 0, err

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -70,5 +72,26 @@ func TestScheduleEverySixHoursKeepsSeventyTwo(t *testing.T) {
 	}
 	if snaps, err := List(s.Dir); err != nil || len(snaps) != 1 || !snaps[0].At.Equal(t0.Add(78*time.Hour)) {
 		t.Fatalf("after a month: %v, %v; want only the newest", snaps, err)
+	}
+}
+
+// A backup directory that cannot be made is a failed snapshot, counted and
+// retried: it ended the schedule after one log line, no snapshot ever
+// taken and none counted as failed.
+func TestScheduleCountsADirectoryItCannotMake(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(backupsTaken.WithLabelValues("failed"))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	s := Schedule{DSN: "postgres://127.0.0.1:1/none", Dir: filepath.Join(file, "backups"), Every: time.Hour, Keep: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run: %v, want it to go on until its context ends", err)
+	}
+	if got := testutil.ToFloat64(backupsTaken.WithLabelValues("failed")); got != before+1 {
+		t.Fatalf("failed snapshots counted %v → %v, want one more", before, got)
 	}
 }
