@@ -6,8 +6,6 @@ import (
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gpubill/gpubill/pkg/money"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -27,11 +25,7 @@ func NewTax(conn grpc.ClientConnInterface) *Tax {
 
 // ComputeWithholding asks the tax service to split in.Gross and record the
 // withholding; an unknown currency or an amount in the answer that does not
-// parse is Rejected. The tax service's FailedPrecondition (it has not
-// received the provider's tax profile, or the profile's jurisdiction is
-// malformed) is retried with the activity's backoff: the party feed fixes
-// it, and the provider settles once it has (it was Rejected, the provider
-// left pending until a :close by hand).
+// parse is Rejected.
 func (t *Tax) ComputeWithholding(ctx context.Context, in app.TaxInput) (app.TaxResult, error) {
 	cur, err := money.Lookup(in.Currency)
 	if err != nil {
@@ -41,9 +35,6 @@ func (t *Tax) ComputeWithholding(ctx context.Context, in app.TaxInput) (app.TaxR
 		ProviderId: in.ProviderID, CycleId: in.CycleID, Currency: cur.Code,
 		Gross: cur.Format(in.Gross), CommissionRate: in.CommissionRate.String(), IdempotencyKey: in.IdempotencyKey,
 	})
-	if status.Code(err) == codes.FailedPrecondition {
-		return app.TaxResult{}, fmt.Errorf("compute withholding of %s: %w", in.ProviderID, err)
-	}
 	if err != nil {
 		return app.TaxResult{}, classify("compute withholding of "+in.ProviderID, err)
 	}
