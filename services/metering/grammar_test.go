@@ -183,12 +183,7 @@ func TestIngestRejectsPartyIDsOutsideTheGrammar(t *testing.T) {
 func TestConflictOnALongNonASCIIID(t *testing.T) {
 	t.Parallel()
 	base, _, tok := startServer(t)
-	for _, p := range [][2]string{{"/v1/providers", `{"provider_id":"p-1","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/renters", `{"renter_id":"r-1","currency":"USD"}`}} {
-		if code, body := post(t, base+p[0], tok, p[1]); code != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", p[0], code, body)
-		}
-	}
+	createP1R1(t, base, tok)
 	id := strings.Repeat("a", 39) + "éé"
 	ev := func(n int) string {
 		return fmt.Sprintf(`{"id":%q,"lease_id":"l-1","provider_id":"p-1","renter_id":"r-1","gpu_model":"H100","gpu_count":%d,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}`, id, n)
@@ -215,12 +210,7 @@ func TestConflictOnALongNonASCIIID(t *testing.T) {
 func TestIngestRejectsAnUndecodableEventAlone(t *testing.T) {
 	t.Parallel()
 	base, _, tok := startServer(t)
-	for _, p := range [][2]string{{"/v1/providers", `{"provider_id":"p-1","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/renters", `{"renter_id":"r-1","currency":"USD"}`}} {
-		if code, body := post(t, base+p[0], tok, p[1]); code != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", p[0], code, body)
-		}
-	}
+	createP1R1(t, base, tok)
 	ev := func(id, count string) string {
 		return `{"id":"` + id + `","lease_id":"l-` + id + `","provider_id":"p-1","renter_id":"r-1","gpu_model":"H100","gpu_count":` + count +
 			`,"start_time":"2026-11-20T09:00:00Z","end_time":"2026-11-20T10:00:00Z"}`
@@ -248,5 +238,16 @@ func TestIngestRejectsAnUndecodableEventAlone(t *testing.T) {
 	}
 	if code, body := post(t, base+"/v1/usage-events", tok, `{"events":{"id":"x"}}`); code != http.StatusBadRequest {
 		t.Errorf("events not an array: %d %s, want 400", code, body)
+	}
+}
+
+// createP1R1 creates provider p-1 and renter r-1 over REST.
+func createP1R1(t *testing.T, base, tok string) {
+	t.Helper()
+	for _, p := range [][2]string{{"/v1/providers", `{"provider_id":"p-1","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		{"/v1/renters", `{"renter_id":"r-1","currency":"USD"}`}} {
+		if code, body := post(t, base+p[0], tok, p[1]); code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", p[0], code, body)
+		}
 	}
 }

@@ -514,13 +514,8 @@ func TestHeldProviderStaysPending(t *testing.T) {
 // withholding it had recorded and was refused for good.
 func TestTierFixedAtTheSnapshot(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
-	f.seed(t, cycle1.ID, 3) // p-00001: pro
+	f := heldThroughTheClose(t)
 	ctx := context.Background()
-	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
-		t.Fatal(err)
-	}
-	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
 	if _, err := f.s.d.Pool.Exec(ctx, `update settlement.providers set tier = 'standard', version = version + 1 where provider_id = 'p-00001'`); err != nil {
 		t.Fatal(err)
 	}
@@ -571,13 +566,8 @@ func TestCommissionOutsideBoundsRefused(t *testing.T) {
 // in available and no statement written.
 func TestCommissionRateFixedAtTheSnapshot(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
-	f.seed(t, cycle1.ID, 3) // p-00001: pro
+	f := heldThroughTheClose(t)
 	ctx := context.Background()
-	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
-		t.Fatal(err)
-	}
-	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
 	f.s.commission.Rates[split.TierPro] = decimal.RequireFromString("0.15") // the rates the worker now runs with
 	releaseAndSettle(t, f, "p-00001")
 	var rate, commission decimal.Decimal
@@ -588,4 +578,17 @@ func TestCommissionRateFixedAtTheSnapshot(t *testing.T) {
 	if wc, _, _ := wantSplit(t, decimal.RequireFromString("1033.33"), "pro"); !rate.Equal(decimal.RequireFromString("0.20")) || !commission.Equal(wc) {
 		t.Fatalf("settled after the rates changed: rate %s, commission %s; want 0.20, %s (the rate at the snapshot)", rate, commission, wc)
 	}
+}
+
+// heldThroughTheClose is a fixture whose cycle1 closed with p-00001 (pro)
+// held: its gross snapshotted, its settlement waiting for a release.
+func heldThroughTheClose(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t, nil)
+	f.seed(t, cycle1.ID, 3) // p-00001: pro
+	if _, err := f.s.api.HoldProvider(context.Background(), holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	return f
 }
