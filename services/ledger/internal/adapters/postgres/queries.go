@@ -230,6 +230,7 @@ func ListTxIDs(ctx context.Context, q Querier, after, seen string, limit int) (d
 // scanTxPage reads a listing's rows: (0, snapshot), then the late ones (1),
 // then the next ones (2).
 func scanTxPage(rows pgx.Rows) (domain.TxPage, error) {
+	defer rows.Close() // a scan that fails returns before the rows end
 	var page domain.TxPage
 	for rows.Next() {
 		var part int
