@@ -71,9 +71,13 @@ type Card struct {
 	Seq           int64 // creation order: among cards with the same effective_from the newest wins
 	Input         CardInput
 	prices        map[priceKey]decimal.Decimal
-	Bands         []Band
-	Tiers         []Tier
-	PUE           *PUE
+	// folded are the region prices by the region in lower case, trimmed
+	// (the first of a fold wins): usage naming "CN-EAST" for a card's
+	// "cn-east" was priced at the model's default, silently.
+	folded map[priceKey]decimal.Decimal
+	Bands  []Band
+	Tiers  []Tier
+	PUE    *PUE
 }
 
 type priceKey struct{ model, region string }
@@ -105,7 +109,8 @@ type PUE struct {
 // ParseCard validates a rate card input.
 func ParseCard(in CardInput) (*Card, []Violation) {
 	var vs violations
-	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{}}
+	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{},
+		folded: map[priceKey]decimal.Decimal{}}
 	cur, err := money.Lookup(in.Currency)
 	if err != nil {
 		vs.add("currency", "%q is not a supported currency (%s)", in.Currency, strings.Join(money.Codes(), ", "))
@@ -155,8 +160,17 @@ func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
 			vs.add(f, "second price for %s in region %q", p.Model, p.Region)
 		}
 		c.prices[k] = h
+		if fk := (priceKey{p.Model, foldRegion(p.Region)}); fk.region != "" {
+			if _, taken := c.folded[fk]; !taken {
+				c.folded[fk] = h
+			}
+		}
 	}
 }
+
+// foldRegion is a region as prices are matched when its spelling differs:
+// trimmed, in lower case.
+func foldRegion(r string) string { return strings.ToLower(strings.TrimSpace(r)) }
 
 // parseBands checks the time-of-use bands: named, HH:MM bounds that differ,
 // an IANA zone, a non-negative multiplier.
@@ -263,10 +277,14 @@ func parseClock(s string) (int, bool) {
 }
 
 // Price returns the hourly price of one GPU of a model in a region (a
-// region-specific price first, then the card's default for the model).
+// region-specific price first, as spelled, then spelled in another case or
+// with white space around it, then the card's default for the model).
 func (c *Card) Price(model, region string) (decimal.Decimal, bool) {
 	if region != "" {
 		if p, ok := c.prices[priceKey{model, region}]; ok {
+			return p, true
+		}
+		if p, ok := c.folded[priceKey{model, foldRegion(region)}]; ok {
 			return p, true
 		}
 	}

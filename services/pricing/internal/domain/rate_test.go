@@ -340,3 +340,19 @@ func TestMonthKeyIsFormat(t *testing.T) {
 		}
 	}
 }
+
+// A region's price is found however the usage spells the region's case
+// or white space ("CN-EAST" was priced at the model's default, silently);
+// the price spelled as the usage spells it comes first, and a region the
+// card does not name gets the default.
+func TestPriceRegionSpelledAnotherWay(t *testing.T) {
+	c := mustCard(t, CardInput{ID: "rc-r", Currency: "CNY", EffectiveFrom: ts("2026-01-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "H100", Hourly: "2.00"}, {Model: "H100", Region: "cn-east", Hourly: "3.00"},
+			{Model: "H100", Region: "EU-WEST", Hourly: "4.00"}, {Model: "H100", Region: "eu-west", Hourly: "5.00"}}})
+	for region, want := range map[string]string{"cn-east": "3", "CN-EAST": "3", " Cn-East ": "3", "EU-WEST": "4", "eu-west": "5",
+		"Eu-West": "4", "us-west": "2", "": "2"} {
+		if p, ok := c.Price("H100", region); !ok || !p.Equal(decimal.RequireFromString(want)) {
+			t.Errorf("H100 in %q: %s %v, want %s", region, p, ok, want)
+		}
+	}
+}
