@@ -247,3 +247,42 @@ func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
 		t.Fatal("OrderedMessages after ctx ended returned an iterator")
 	}
 }
+
+// A fetch is bounded in bytes as in messages: BatchMax messages of up to
+// the streams' 8 MiB each were fetched at once, hundreds of MiB held in
+// memory (a publisher's way to run the process out of it). Every message
+// is still delivered, in batches under the bound.
+func TestConsumeBoundsAFetchInBytes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 12, 1 << 20
+	for i := range n {
+		if _, err := js.Publish(ctx, "big.1", make([]byte, size-i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got, largest atomic.Int32
+	h := func(_ context.Context, msgs []jetstream.Msg) error {
+		got.Add(int32(len(msgs)))
+		if int32(len(msgs)) > largest.Load() {
+			largest.Store(int32(len(msgs)))
+		}
+		return nil
+	}
+	spec := natsx.ConsumerSpec{Stream: "BIG", Durable: "big", BatchMax: 64, MaxBytes: 4 << 20, DeadLetters: noDeadLetters{t}}
+	done := make(chan error, 1)
+	go func() { done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h) }()
+	testkit.Eventually(t, 20*time.Second, func() bool { return got.Load() == n }, "consumed %d of %d", got.Load(), n)
+	if l := largest.Load(); l > 4 {
+		t.Errorf("a batch of %d messages of ~1 MiB under a 4 MiB bound", l)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
