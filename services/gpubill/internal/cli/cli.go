@@ -66,17 +66,17 @@ type devCmd struct {
 type tokenCmd struct {
 	Role       string        `required:"" help:"finance, auditor, provider, renter, meter, admin (or service: the internal identity between services)."`
 	Sub        string        `help:"Subject: the provider or renter id (required for those roles)."`
-	TTL        time.Duration `name:"ttl" default:"720h" help:"Lifetime."`
-	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill"`
-	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET"`
+	TTL        time.Duration `name:"ttl" default:"720h" help:"Lifetime (above 0)."`
+	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Where gpubill dev keeps its signing key (auth.secret) when GPUBILL_AUTH_SECRET is unset."`
+	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key, at least 32 bytes (prefer the environment variable: a flag shows in the process list)."`
 }
 
 type simulateCmd struct {
 	URL        string        `name:"url" env:"GPUBILL_URL" default:"http://127.0.0.1:8080" help:"Base URL of the REST API."`
 	Tick       time.Duration `default:"1s" help:"Interval between usage batches."`
-	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill"`
-	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET"`
-	LogLevel   string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info"`
+	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Where gpubill dev keeps its signing key (auth.secret) when GPUBILL_AUTH_SECRET is unset."`
+	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key, at least 32 bytes (prefer the environment variable: a flag shows in the process list)."`
+	LogLevel   string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 }
 
 type ledgerCmd struct {

@@ -545,3 +545,28 @@ func TestCompletion(t *testing.T) {
 	}
 	s.assertUntouched(t)
 }
+
+// Every flag of every command says what it is (token's and simulate's
+// key and data-dir flags said nothing), and a log level is one of the
+// four (simulate took "loud" and logged at info).
+func TestEveryFlagHasHelp(t *testing.T) {
+	app, err := cli.Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		for _, f := range n.Flags {
+			if strings.TrimSpace(f.Help) == "" {
+				t.Errorf("%s --%s has no help", n.Path(), f.Name)
+			}
+			if f.Name == "log-level" && f.Enum == "" {
+				t.Errorf("%s --log-level takes any value", n.Path())
+			}
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(app.Node)
+}
