@@ -517,4 +517,16 @@ func TestReportSaysHowManyBreaches(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"breaches_total":10001`) {
 		t.Errorf("JSON: %d, no breaches_total 10001 in %.200s…", code, body)
 	}
+	b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, nil, "CNY", "pdf", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/report.pdf"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(f.ctx, "pdftotext", "-layout", "-f", "1", "-l", "1", path, "-").Output()
+	if err != nil || !strings.Contains(squash(string(out)), "Segregation breaches 10001 (the first 10000 listed)") {
+		t.Errorf("PDF page 1 (%v) does not count every breach:\n%.600s", err, out)
+	}
 }
