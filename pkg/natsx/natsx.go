@@ -354,18 +354,7 @@ type ConsumerSpec struct {
 	HandleWithin time.Duration
 	// DeadLetters keeps what cannot be applied; required.
 	DeadLetters DeadLetters
-	// MaxBytes bounds the bytes of one fetch; 0 means DefaultFetchMaxBytes.
-	// A fetch of BatchMax messages of up to the streams' 8 MiB each held
-	// hundreds of MiB at once (decoded, more): enough for a publisher to
-	// run the process out of memory, and into the same batch after a
-	// restart. It must not be below the largest message a stream takes:
-	// JetStream never delivers a message bigger than a fetch's bound.
-	MaxBytes int
 }
-
-// DefaultFetchMaxBytes bounds one fetch: several of the largest message
-// any stream takes (streamMaxMsgSize), a small part of a process's memory.
-const DefaultFetchMaxBytes = 8 * streamMaxMsgSize
 
 // Consume runs a batched pull loop until ctx ends, and the replay of the
 // consumer's dead letters beside it.
@@ -392,8 +381,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	return nil
 }
 
-// withDefaults fills the batch size, fetch wait, ack wait, handler bound
-// and fetch bytes left zero.
+// withDefaults fills the batch size, fetch wait and ack wait left zero.
 func (spec ConsumerSpec) withDefaults() ConsumerSpec {
 	if spec.BatchMax <= 0 {
 		spec.BatchMax = 100
@@ -406,9 +394,6 @@ func (spec ConsumerSpec) withDefaults() ConsumerSpec {
 	}
 	if spec.HandleWithin <= 0 {
 		spec.HandleWithin = DefaultHandleWithin
-	}
-	if spec.MaxBytes <= 0 {
-		spec.MaxBytes = DefaultFetchMaxBytes
 	}
 	return spec
 }
@@ -472,7 +457,7 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer) {
 
 // fetch waits up to MaxWait for a batch of up to BatchMax messages.
 func (c *consumer) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	batch, err := cons.Fetch(c.spec.BatchMax, jetstream.FetchMaxWait(c.spec.MaxWait), jetstream.FetchMaxBytes(c.spec.MaxBytes))
+	batch, err := cons.Fetch(c.spec.BatchMax, jetstream.FetchMaxWait(c.spec.MaxWait))
 	if err != nil {
 		return nil, err
 	}
