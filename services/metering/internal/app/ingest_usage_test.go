@@ -286,7 +286,8 @@ func TestListUsagePages(t *testing.T) {
 // Two ingests racing on the same leases with overlapping GPU time: per lease,
 // exactly one event is recorded, and the loser's rejection names the winner.
 // (Without the lease locks both batches pass the overlap check: each sees
-// only committed rows.)
+// only committed rows.) Odd rounds race on leases with recorded usage (their
+// lock rows exist), even ones on new leases.
 func TestIngestConcurrentOverlapOneWins(t *testing.T) {
 	t.Parallel()
 	a := newApp(t)
@@ -302,6 +303,11 @@ func TestIngestConcurrentOverlapOneWins(t *testing.T) {
 					s.Format(time.RFC3339), s.Add(time.Hour).Format(time.RFC3339)))
 			}
 			return in
+		}
+		if r%2 == 1 {
+			if res, err := a.Ingest(ctx, batch("pre", -2*time.Hour), app.IngestOptions{}); err != nil || res.Accepted != leases {
+				t.Fatal(res, err)
+			}
 		}
 		sides := [2][]domain.EventInput{batch("a", 0), batch("b", 30*time.Minute)}
 		var res [2]app.IngestResult
@@ -376,6 +382,43 @@ func TestIngestConcurrentSharedIDs(t *testing.T) {
 	for _, r := range append(res[0].Rejected, res[1].Rejected...) {
 		if !strings.Contains(r.Reason, "recorded with a different body (lease_id differ)") {
 			t.Fatalf("rejection %+v, want the lease_id conflict", r)
+		}
+	}
+}
+
+// A call's lease locks take no entry each of Postgres's shared lock table:
+// it holds max_locks_per_transaction (64) per connection of the whole
+// cluster, and three concurrent calls of 5 000 leases, an advisory lock
+// each, left every service's next lock and new connection "out of shared
+// memory". Counted from another connection while a transaction holds the
+// locks of a full batch's leases.
+func TestLeaseLocksTakeNoLockTableEntries(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	leases := make([]string, domain.BatchEventsMax)
+	for i := range leases {
+		leases[i] = fmt.Sprintf("lease-%d", i)
+	}
+	count := func() int {
+		var n int
+		if err := poolOf(a).QueryRow(ctx, `select count(*) from pg_locks l join pg_stat_activity s using (pid)
+			where s.datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for round := range 2 { // the first writes the leases' rows, the second locks them
+		if err := a.Store.WithTx(ctx, func(tx app.Tx) error {
+			if err := tx.LockLeases(ctx, leases); err != nil {
+				return err
+			}
+			if n := count(); n > 64 {
+				return fmt.Errorf("round %d: %d entries of the lock table held for %d leases", round, n, len(leases))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
