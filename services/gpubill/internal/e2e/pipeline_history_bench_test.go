@@ -469,8 +469,13 @@ func buildHistory(t *testing.T, dsn string) {
 		from metering.usage_events group by lease_id, renter_id, provider_id`); err != nil {
 		t.Fatalf("usage leases: %v", err)
 	}
+	// Their lock rows, as ingest writes them (a lease's first LockLeases).
+	if _, err := usageConn.Exec(ctx, `insert into metering.lease_locks (lease_id)
+		select distinct lease_id from metering.usage_leases`); err != nil {
+		t.Fatalf("lease locks: %v", err)
+	}
 	tVac := time.Now()
-	for _, q := range []string{"vacuum analyze metering.usage_events", "vacuum analyze metering.usage_leases", "vacuum analyze metering.providers", "vacuum analyze metering.renters",
+	for _, q := range []string{"vacuum analyze metering.usage_events", "vacuum analyze metering.usage_leases", "vacuum analyze metering.lease_locks", "vacuum analyze metering.providers", "vacuum analyze metering.renters",
 		"vacuum analyze ledger.transactions", "vacuum analyze ledger.postings", "vacuum analyze ledger.journal_chain",
 		"vacuum analyze ledger.balances", "vacuum analyze ledger.accounts", "vacuum analyze ledger.renters"} {
 		if _, err := usageConn.Exec(ctx, q); err != nil {
