@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -197,6 +198,25 @@ func listen(o Options) (gl, hl net.Listener, err error) {
 	return gl, hl, nil
 }
 
+// keepaliveEnforcement lets in the pings of the services' internal
+// connections (every 30 s, idle or not: svc.DialInternal); gRPC's default
+// (one per 5 minutes, none while idle) answered the third with GOAWAY
+// "too_many_pings", and the connection broke.
+var keepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
+
+// keepaliveServer asks a client to reconnect after 5 minutes on a
+// connection (GOAWAY; calls in flight run to their end), so it looks its
+// target up again: a caller balancing over a headless Service's replicas
+// finds the ones started since (gRPC's DNS resolver looks again only when a
+// connection fails).
+var keepaliveServer = keepalive.ServerParameters{MaxConnectionAge: 5 * time.Minute}
+
+// KeepaliveOptions are the gRPC server's keepalive settings (and a test's
+// stand-in server's).
+func KeepaliveOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement), grpc.KeepaliveParams(keepaliveServer)}
+}
+
 // newGRPCServer builds the gRPC server with its interceptor chain, health and
 // reflection, and registers every service on it and on local: the in-process
 // channel the REST gateway calls through, with the same interceptors and
@@ -214,7 +234,7 @@ func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *
 		interceptors = append(interceptors, o.Audit.UnaryInterceptor(guard, reqid.From))
 	}
 	interceptors = append(interceptors, apperr.UnaryInterceptor(o.Log), recoverer(o.Log), guard.UnaryInterceptor(), sizeLimit(), textGuard())
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(KeepaliveOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
 		// textCodec spares textGuard the walk of a request that cannot
@@ -225,7 +245,7 @@ func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *
 		// Calls run on reused goroutines (their stacks already grown)
 		// while one is free, else on a new one as without the option.
 		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
-	)
+	)...)
 	local := newLocalChannel(chainUnary(interceptors), otelgrpc.NewServerHandler())
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

@@ -10,11 +10,28 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 )
 
 const internalTokenTTL = 10 * 365 * 24 * time.Hour
+
+// internalServiceConfig balances an internal connection's calls over every
+// address its target resolves to: a headless Service's name resolves to
+// each ready replica (dns:///ledger-grpc:9090, the chart's), where gRPC's
+// default (pick_first) sent every call of a caller to one of them. A target
+// that resolves to one address (a ClusterIP, compose's service name) keeps
+// its one connection.
+const internalServiceConfig = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// internalKeepalive pings an internal connection's peer every Time and
+// drops the connection when a ping goes unanswered for Timeout: a replica
+// whose node vanished (no FIN, no RST) is left in ~40 s, where without
+// pings its calls hung until their deadlines, and a caller without one
+// until the kernel gave up on the socket (~15 min). server.KeepaliveOptions lets
+// the pings in. A variable for the tests (gRPC's floor for Time is 10 s).
+var internalKeepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}
 
 // Router is a grpc.ClientConnInterface that sends each call to the
 // connection serving its proto package (gpubill.ledger.v1 → ledger), so a
@@ -56,7 +73,8 @@ func (r *Router) Close() error {
 
 // NewInternalRouter builds the authenticated internal connection of a
 // standalone service: calls to service S go to GPUBILL_<S>_GRPC when set
-// (e.g. GPUBILL_LEDGER_GRPC=ledger:9090), else to self (this process's own
+// (e.g. GPUBILL_LEDGER_GRPC=ledger:9090, or dns:///ledger-grpc:9090 to
+// spread them over every replica a headless Service lists), else to self (this process's own
 // gRPC address, as in the single binary). Calls carry a token of the
 // internal service identity (role service, subject = the calling service's
 // name) signed with the shared secret.
@@ -97,6 +115,8 @@ func DialInternal(secret []byte, addr, name string, opts ...grpc.DialOption) (*g
 	}
 	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)),
+		grpc.WithDefaultServiceConfig(internalServiceConfig),
+		grpc.WithKeepaliveParams(internalKeepalive),
 		// The caller's trace goes on in the called service (a client span
 		// here, the server's own there).
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)

@@ -310,10 +310,26 @@ func TestHelmChartRendersEveryService(t *testing.T) {
 				env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 			}
 		}
+		// The services call each other through headless Services: a
+		// ClusterIP's one address pinned a caller to one replica.
 		for _, other := range processes {
-			if k := "GPUBILL_" + strings.ToUpper(other) + "_GRPC"; env[k] != other+":9090" {
-				t.Errorf("Deployment %s: %s = %q, want %s:9090", name, k, env[k], other)
+			if k, want := "GPUBILL_"+strings.ToUpper(other)+"_GRPC", "dns:///"+other+"-grpc:9090"; env[k] != want {
+				t.Errorf("Deployment %s: %s = %q, want %s", name, k, env[k], want)
 			}
+		}
+		var headless struct {
+			ClusterIP string            `yaml:"clusterIP"`
+			Selector  map[string]string `yaml:"selector"`
+			Ports     []struct {
+				Port       int    `yaml:"port"`
+				TargetPort string `yaml:"targetPort"`
+			} `yaml:"ports"`
+		}
+		if hs, ok := objects["Service/"+name+"-grpc"]; !ok {
+			t.Errorf("no Service %s-grpc", name)
+		} else if err := hs.Spec.Decode(&headless); err != nil || headless.ClusterIP != "None" || len(headless.Ports) != 1 ||
+			headless.Ports[0].Port != 9090 || headless.Ports[0].TargetPort != "grpc" || headless.Selector["app.kubernetes.io/name"] != name {
+			t.Errorf("Service %s-grpc: %v %+v, want headless, port 9090 to grpc, selecting %s", name, err, headless, name)
 		}
 		for _, e := range c.Env {
 			if e.Value != nil && (strings.Contains(e.Name, "SECRET") || strings.Contains(e.Name, "KEY")) {
