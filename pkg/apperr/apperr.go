@@ -145,6 +145,37 @@ func ToStatus(err error) error {
 	return status.Error(codes.Internal, Clip(err.Error(), messageBytesMax))
 }
 
+// Downstream is an error another gpubill service's API answered this one
+// (svc.DialInternal marks every call's): its gRPC status stays readable
+// (status.Code, status.FromError) for this service's own decisions, and
+// Public knows it is not the outside caller's. A downstream that refuses
+// this service's credentials (Unauthenticated, PermissionDenied: a signing
+// key or policy out of step between services) reached the caller as a 401
+// or 403, as if their own token were wrong, with the peer's method and
+// identity in its message; it is an internal error, logged.
+type Downstream struct{ Err error }
+
+func (d *Downstream) Error() string { return d.Err.Error() }
+
+func (d *Downstream) Unwrap() error { return d.Err }
+
+// GRPCStatus is the downstream's status as it answered.
+func (d *Downstream) GRPCStatus() *status.Status {
+	s, _ := status.FromError(d.Err)
+	return s
+}
+
+// refusedDownstream reports whether err carries a downstream's refusal of
+// this service's own credentials.
+func refusedDownstream(err error) bool {
+	var d *Downstream
+	if !errors.As(err, &d) {
+		return false
+	}
+	c := status.Code(d.Err)
+	return c == codes.Unauthenticated || c == codes.PermissionDenied
+}
+
 // Messages a client sees instead of an internal error's detail (which may
 // hold SQL, a table name or a peer's address): the detail goes to the log,
 // under the request id the client gets.
@@ -171,6 +202,9 @@ func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 func Public(ctx context.Context, log *slog.Logger, method string, err error) error {
 	id := reqid.From(ctx)
 	s, _ := status.FromError(ToStatus(err))
+	if refusedDownstream(err) {
+		s = status.New(codes.Internal, s.Message())
+	}
 	if m := s.Message(); !utf8.ValidString(m) || len(m) > messageBytesMax {
 		p := s.Proto()
 		p.Message = Clip(m, messageBytesMax)

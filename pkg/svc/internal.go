@@ -11,7 +11,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 )
 
@@ -117,8 +119,20 @@ func DialInternal(secret []byte, addr, name string, opts ...grpc.DialOption) (*g
 		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)),
 		grpc.WithDefaultServiceConfig(internalServiceConfig),
 		grpc.WithKeepaliveParams(internalKeepalive),
+		grpc.WithChainUnaryInterceptor(markDownstream),
 		// The caller's trace goes on in the called service (a client span
 		// here, the server's own there).
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)
 	return grpc.NewClient(addr, opts...)
+}
+
+// markDownstream marks the status a called service answers as
+// apperr.Downstream, so the calling service's apperr.Public tells its own
+// refusals from the callee's.
+func markDownstream(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if _, ok := status.FromError(err); ok && err != nil {
+		return &apperr.Downstream{Err: err}
+	}
+	return err
 }

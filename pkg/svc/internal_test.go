@@ -2,20 +2,26 @@ package svc
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/server"
 )
 
@@ -51,6 +57,13 @@ func replica(t *testing.T) (addr string, calls *atomic.Int64) {
 
 func replicaCounted(t *testing.T) (addr string, calls *atomic.Int64, lis *countingListener) {
 	t.Helper()
+	return replicaAnswering(t, nil)
+}
+
+// replicaAnswering is replica answering every call with refuse's error
+// when it gives one.
+func replicaAnswering(t *testing.T, refuse func() error) (addr string, calls *atomic.Int64, lis *countingListener) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +73,11 @@ func replicaCounted(t *testing.T) (addr string, calls *atomic.Int64, lis *counti
 	gs := grpc.NewServer(append(server.KeepaliveOptions(), grpc.UnaryInterceptor(
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			calls.Add(1)
+			if refuse != nil {
+				if err := refuse(); err != nil {
+					return nil, err
+				}
+			}
 			return h(ctx, req)
 		}))...)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
@@ -228,5 +246,41 @@ func TestServerKeepsAnIdleInternalConnection(t *testing.T) {
 	}
 	if n := lis.accepted.Load(); n != 1 {
 		t.Fatalf("%d connections made over %s idle, want 1", n, 3*internalKeepalive.Time+5*time.Second)
+	}
+}
+
+// A downstream's refusal of the calling service's own credentials reaches
+// the outside caller as an internal error (logged), not as a 401 or 403
+// blaming their token with the peer's identity in it; the calling service
+// still reads the downstream's code, and the downstream's other answers
+// (a 404, a 409) reach the caller as they are.
+func TestDownstreamRefusalIsNotTheCallersOwn(t *testing.T) {
+	t.Parallel()
+	var answer atomic.Value
+	addr, _, _ := replicaAnswering(t, func() error { return answer.Load().(error) })
+	c := dialReplicas(t, addr)
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		downstream error
+		want       codes.Code
+	}{
+		{status.Error(codes.PermissionDenied, "role service (subject pricing) may not call /gpubill.tax.v1.TaxService/Split"), codes.Internal},
+		{status.Error(codes.Unauthenticated, "token signature invalid"), codes.Internal},
+		{status.Error(codes.NotFound, "provider p-9 not found"), codes.NotFound},
+		{status.Error(codes.Aborted, "key k-1 holds another transaction"), codes.Aborted},
+	} {
+		answer.Store(tc.downstream)
+		err := check(ctx, c, 10*time.Second)
+		if got := status.Code(err); got != status.Code(tc.downstream) {
+			t.Errorf("%v: the calling service reads %v", tc.downstream, got)
+		}
+		pub := status.Convert(apperr.Public(ctx, log, "/gpubill.pricing.v1.PricingService/Quote", fmt.Errorf("quote: %w", err)))
+		if pub.Code() != tc.want {
+			t.Errorf("%v: the outside caller gets %v %q, want %v", tc.downstream, pub.Code(), pub.Message(), tc.want)
+		}
+		if tc.want == codes.Internal && strings.Contains(pub.Message(), status.Convert(tc.downstream).Message()) {
+			t.Errorf("%v: the outside caller reads %q", tc.downstream, pub.Message())
+		}
 	}
 }
