@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,13 +16,17 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/pkg/testkit/fakeledger"
+	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
@@ -478,6 +483,28 @@ func TestCloseSignalClosesEarly(t *testing.T) {
 	}
 	if n := f.count(t, `select count(*) from settlement.cycles where close_reason = 'ops backfill'`); n != 1 {
 		t.Error("close reason not recorded")
+	}
+}
+
+// A hold names a provider as the ledger and every other service spell it:
+// "p-00001 " (a space or an invisible character pasted in) answered 200,
+// held no one, and p-00001 was settled and paid during its dispute.
+func TestHoldRefusesAnIDOutsideTheGrammar(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	for _, id := range []string{"p-00001 ", " p-00001", "p-00001\u200b", "p/00001", strings.Repeat("p", 65)} {
+		_, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, id))
+		if st := status.Convert(apperr.ToStatus(err)); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "provider_id") {
+			t.Errorf("hold of %q: %v, want InvalidArgument naming provider_id", id, err)
+		}
+		_, err = f.s.api.ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: id})
+		if status.Code(apperr.ToStatus(err)) != codes.InvalidArgument {
+			t.Errorf("release of %q: %v, want InvalidArgument", id, err)
+		}
+	}
+	if n := f.count(t, `select count(*) from settlement.holds`); n != 0 {
+		t.Errorf("%d holds recorded", n)
 	}
 }
 

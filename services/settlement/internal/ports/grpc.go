@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
@@ -276,7 +277,11 @@ func (s *Server) setHold(ctx context.Context, cycle, provider, reason string, he
 	var v apperr.Validator
 	_, err := s.Calendar.Parse(cycle)
 	v.Check(err == nil, "cycle_id", "%v", err)
-	v.Check(provider != "", "provider_id", "required")
+	// The grammar every service spells a provider by: "p-1 " held no one
+	// (settlement looks holds up by the provider's id) and answered 200.
+	if err := ids.CheckPartyID(provider); err != nil {
+		v.Add("provider_id", "%v", err)
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
