@@ -36,13 +36,16 @@ func Metrics() []obs.SQLMetric {
 		},
 		{
 			// A held provider keeps its cycle closing on purpose; a cycle
-			// still snapshotting, or with pending (not held) settlements, is
-			// work the workflow has not finished.
+			// still snapshotting, with pending (not held) settlements, or
+			// with every settlement settled but not itself, is work the
+			// workflows have not finished.
 			Name: "gpubill_settlement_closing_stalled_seconds", Type: obs.Gauge, Labels: nil,
-			Help: "Seconds since the oldest closing cycle with unfinished work (snapshot or pending settlements) began closing; 0 when none.",
+			Help: "Seconds since the oldest closing cycle with unfinished work (snapshot, pending settlements, or every settlement " +
+				"settled but the cycle not marked settled) began closing; 0 when none.",
 			Query: `select coalesce(max(extract(epoch from now() - c.closed_at)), 0)::float8 from settlement.cycles c
-				where c.status = 'closing' and (not c.snapshot_done or exists (
-					select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending'))`,
+				where c.status = 'closing' and (not c.snapshot_done
+					or exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending')
+					or not exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status <> 'settled'))`,
 		},
 	}
 }

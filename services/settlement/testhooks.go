@@ -74,3 +74,7 @@ func (h TestHooks) CycleSettled(ctx context.Context, cycle string) (bool, error)
 func (h TestHooks) SetPageTiming(poll, ask time.Duration) {
 	h.s.acts.Page.Timing = app.PageTiming{Poll: poll, Ask: ask}
 }
+
+// SetReleaseWait sets how long a release waits for the provider's
+// settlement (30 s in service).
+func (h TestHooks) SetReleaseWait(d time.Duration) { h.s.api.ReleaseWait = d }

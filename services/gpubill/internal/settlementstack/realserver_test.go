@@ -250,6 +250,57 @@ func TestFailedProviderKeepsItsCycleClosing(t *testing.T) {
 	}
 }
 
+// A release whose provider settles only after the call stopped waiting
+// (the ledger down for a while) still settles its cycle: the cycle's
+// workflow had ended, the release answered 200 without marking it, and the
+// cycle stayed closing with every provider settled, no alert firing.
+func TestLateReleaseStillSettlesItsCycle(t *testing.T) {
+	t.Parallel()
+	tc := dialTemporal(t, testkit.NewTemporal(t))
+	f := newFixture(t, tc)
+	f.s.TestHooks().SetPageTiming(0, 300*time.Millisecond)
+	f.s.TestHooks().SetReleaseWait(2 * time.Second)
+	f.seed(t, cycle1.ID, 2)
+	f.clock.Set(cycle1.End.Add(time.Hour))
+	ctx := context.Background()
+	if _, err := f.s.API().HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, f.s)
+	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+	key := settlement.SettlementKey(cycle1.ID, "p-00001", "CNY")
+	f.ledger.Refuse(key, status.Error(codes.Unavailable, "ledger down"))
+	if _, err := f.s.API().ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: "p-00001"}); err != nil {
+		t.Fatalf("release while the ledger is down: %v; want it answered, the settlement going on", err)
+	}
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+	f.ledger.Refuse(key, nil)
+	waitCycleSettled(t, f.s, cycle1.ID, 60*time.Second)
+	if b := f.ledger.Balance(ids.ProviderPending("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
+		t.Errorf("released provider's pending = %s", b)
+	}
+	// The state it was left in, two hours on: every provider settled, the
+	// cycle closing. gpubill_settlement_closing_stalled_seconds counted
+	// only pending rows, and read 0.
+	if _, err := f.pool.Exec(ctx, `update settlement.cycles set status = 'closing', settled_at = null,
+		closed_at = now() - interval '2 hours' where cycle_id = $1`, cycle1.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range settlement.Metrics() {
+		if m.Name != "gpubill_settlement_closing_stalled_seconds" {
+			continue
+		}
+		var stalled float64
+		if err := f.pool.QueryRow(ctx, m.Query).Scan(&stalled); err != nil || stalled < 7000 {
+			t.Errorf("closing_stalled_seconds = %v (%v) for a cycle closing 2 h with every provider settled", stalled, err)
+		}
+	}
+}
+
 // A cycle settlement has not settled that the configured calendar does not
 // cut (its length or anchor changed since) fails settlement's start-up,
 // naming the cycle and the calendar: it was skipped with a warning, its

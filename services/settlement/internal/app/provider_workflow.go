@@ -42,5 +42,14 @@ func ProviderWorkflow(ctx workflow.Context, in ProviderInput) (ProviderResult, e
 	if err := workflow.ExecuteLocalActivity(ctx, steps, in).Get(ctx, &res); err != nil {
 		return res, fmt.Errorf("settle %s: %w", in.ProviderID, err)
 	}
+	if in.CompleteCycle && !res.Held {
+		// A release's run: the cycle's workflow may have ended long
+		// before, and the release's caller may have stopped waiting (a
+		// ledger slow or down): nothing else would mark the cycle settled.
+		var settled bool
+		if err := workflow.ExecuteLocalActivity(ctx, ActCompleteCycle, in.CycleID).Get(ctx, &settled); err != nil {
+			return res, fmt.Errorf("complete %s after settling %s: %w", in.CycleID, in.ProviderID, err)
+		}
+	}
 	return res, nil
 }

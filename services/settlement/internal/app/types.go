@@ -139,6 +139,11 @@ type ProviderInput struct {
 	// Version is the provider workflow's version the starter asked for
 	// (ProviderVersion*); 0 in runs started before it existed.
 	Version int
+	// CompleteCycle asks the run, once it has settled the provider, to
+	// mark a closing cycle settled if it was the last (ActCompleteCycle):
+	// set by a release, whose caller stops waiting after a while while the
+	// run goes on. The cycle's own runs leave it to the cycle workflow.
+	CompleteCycle bool
 }
 
 // Provider workflow versions (ProviderInput.Version): a version carried
