@@ -93,3 +93,44 @@ func TestPayoutWaitsForAvailable(t *testing.T) {
 		t.Errorf("bank:client %s, want 300.00 deposited - 200.00 paid", b)
 	}
 }
+
+// A payout available no longer covers (finance reversed part of it) does
+// not join the next settlement's payout: joined, the new payout carried the
+// old one's shortfall (100.00 against 70.00: 300.00 against 270.00) and
+// waited too, the new cycle's money held back with it, settlement after
+// settlement. The next cycle's payout is paid alone; the short one waits
+// on for a credit that covers it.
+func TestShortPayoutDoesNotHoldBackTheNext(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, payout.Config{})
+	ctx := context.Background()
+	const prov, cyc1, cyc2, renter = "p-short", "cyc-20260101", "cyc-20260215", "r-p-short"
+	st.settle(t, prov, cyc1, "CNY", "100.00")
+	st.waitStatus(t, prov, cyc1, "action_required", waitLong)
+	if _, err := st.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{IdempotencyKey: "claw-" + prov, Description: "refund to the renter",
+		Postings: []*ledgerv1.Posting{
+			{Account: ids.ProviderAvailable(prov), Direction: "debit", Amount: "30.00", Currency: "CNY"},
+			{Account: "renter:" + renter + ":wallet", Direction: "credit", Amount: "30.00", Currency: "CNY"},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	st.setup(t, prov, "6222000011117772")
+	testkit.Eventually(t, waitLong, func() bool {
+		p := st.waitStatus(t, prov, cyc1, "action_required", waitLong)
+		return strings.HasPrefix(p.StatusReason, "insufficient_available")
+	}, "the first payout waits for available")
+
+	// The next settlement's message before its ledger credit (the credit's
+	// wake may come first or not at all: its consumer starts at new messages).
+	st.publishSettled(t, prov, cyc2, "CNY", "200.00")
+	st.waitStatus(t, prov, cyc2, "action_required", waitLong)
+	st.settleLedgerOnly(t, prov, cyc2, "CNY", "200.00")
+	second := st.waitStatus(t, prov, cyc2, "paid", waitLong)
+	if second.Net != "200.00" || len(second.Statements) != 1 {
+		t.Errorf("second payout: net %s, statements %v; want 200.00 of %s alone", second.Net, second.Statements, cyc2)
+	}
+	if first := st.waitStatus(t, prov, cyc1, "action_required", time.Second); !strings.HasPrefix(first.StatusReason, "insufficient_available") {
+		t.Errorf("first payout: %s (%s)", first.Status, first.StatusReason)
+	}
+	st.checkProvider(t, prov, "CNY", "70.00", "0")
+}

@@ -216,6 +216,13 @@ func (st *stack) settleLedgerOnly(t *testing.T, provider, cycle, currency, net s
 func (st *stack) settle(t *testing.T, provider, cycle, currency, net string) {
 	t.Helper()
 	st.settleLedgerOnly(t, provider, cycle, currency, net)
+	st.publishSettled(t, provider, cycle, currency, net)
+}
+
+// publishSettled publishes settlement.settled.{provider} (twice, under two
+// message ids).
+func (st *stack) publishSettled(t *testing.T, provider, cycle, currency, net string) {
+	t.Helper()
 	ctx := context.Background()
 	b, err := proto.Marshal(&eventsv1.ProviderSettled{ProviderId: provider, CycleId: cycle, Currency: currency,
 		Gross: net, Commission: "0", TaxWithheld: "0", Net: net, TransactionId: "tx-" + provider + "-" + cycle, Jurisdiction: "CN"})

@@ -230,11 +230,17 @@ func (s *Store) CreateFromSettled(ctx context.Context, tx pgx.Tx, p domain.Payou
 }
 
 // lockWaiting locks a provider's payouts in a currency that wait before
-// submission (action_required).
+// submission (action_required) for what a new payout shares: KYC, a
+// method, a hold, the minimum. Not those waiting for available to cover
+// them (insufficient_available, after a reversal) or for the ledger to take
+// their posting (ledger_refused): joined, the new payout carried their
+// shortfall or refusal, and waited with its own money, settlement after
+// settlement.
 func (s *Store) lockWaiting(ctx context.Context, tx pgx.Tx, provider, currency string) ([]domain.Payout, error) {
 	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
 		where provider_id = $1 and currency = $2 and status = 'action_required' and not submitting
-		order by payout_id for update`, provider, currency)
+		  and not starts_with(status_reason, $3) and not starts_with(status_reason, $4)
+		order by payout_id for update`, provider, currency, domain.ReasonInsufficientAvailable, domain.ReasonLedgerRefused)
 	if err != nil {
 		return nil, err
 	}
