@@ -29,50 +29,8 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Available must still cover the payout (Prepare checked it): the
-	// ledger refuses atomically to overdraw a provider account but by a
-	// reversal (a replay of this attempt's posting is answered, not
-	// checked, so a retry after the posting goes on). Refused, the payout
-	// goes back to wait at the gate, never reaching the rail.
-	if err := a.post(ctx, p, domain.StatusSubmitted); err != nil {
-		if errors.Is(err, ErrPermanent) && !errors.Is(err, ErrLedgerRefused) {
-			// Refused for a cause a retry of the call does not change (the
-			// ledger's guard refusing this service's identity, the key
-			// taken by another body): the payout waits at the gate, which
-			// re-checks it, and the refusal is counted. It failed the
-			// workflow: the payout created and submitting for good, neither
-			// cancelable nor retryable, its net in available.
-			ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
-			a.Log.Error("payout submission refused by the ledger: waits at the gate", "payout_id", p.ID,
-				"provider_id", p.ProviderID, "net", p.Net.String(), "currency", p.Currency, "err", err)
-			return a.backToGate(ctx, p, domain.LedgerRefusedReason)
-		}
-		if !errors.Is(err, ErrLedgerRefused) {
-			return "", err
-		}
-		available, aerr := a.Ledger.Available(ctx, p.ProviderID, p.Currency)
-		if aerr != nil {
-			return "", aerr
-		}
-		if available.LessThan(p.Net) {
-			return a.backToGate(ctx, p, domain.InsufficientAvailableReason(available, p.Net, p.Currency))
-		}
-		// Covered now: a credit landed after the refusal, or a payout
-		// that held available was canceled; posted again at once. Refused
-		// again, the ledger refuses it for another reason: the payout
-		// waits at the gate, re-checked there. (The ledger's answer is in
-		// the log, not in the reason the provider reads. Tried again
-		// without end, the payout stayed created and submitting, seen
-		// only in the activity's retries.)
-		if err = a.post(ctx, p, domain.StatusSubmitted); err != nil {
-			if !errors.Is(err, ErrLedgerRefused) {
-				return "", err
-			}
-			ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
-			a.Log.Error("payout refused by the ledger while available covers it: waits at the gate", "payout_id", p.ID,
-				"provider_id", p.ProviderID, "available", available.String(), "net", p.Net.String(), "currency", p.Currency, "err", err)
-			return a.backToGate(ctx, p, domain.LedgerRefusedReason)
-		}
+	if st, waits, err := a.postSubmission(ctx, p); err != nil || waits {
+		return st, err
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
 	rs, err := a.Rail.Query(ctx, ref)
@@ -85,6 +43,67 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	}
 	p.RailRef, p.MethodSum = ref, m.Summary()
 	return a.advance(ctx, p, rs)
+}
+
+// postSubmission moves the payout's amount from available to in_transit in
+// the ledger; waits is true when the payout went back to the gate instead
+// (status: where it now stands).
+//
+// Available must still cover the payout (Prepare checked it): the ledger
+// refuses atomically to overdraw a provider account but by a reversal (a
+// replay of this attempt's posting is answered, not checked, so a retry
+// after the posting goes on). Refused, the payout goes back to wait at the
+// gate, never reaching the rail.
+func (a *Payouts) postSubmission(ctx context.Context, p domain.Payout) (status string, waits bool, err error) {
+	err = a.post(ctx, p, domain.StatusSubmitted)
+	switch {
+	case err == nil:
+		return "", false, nil
+	case errors.Is(err, ErrPermanent) && !errors.Is(err, ErrLedgerRefused):
+		// Refused for a cause a retry of the call does not change (the
+		// ledger's guard refusing this service's identity, the key taken
+		// by another body): the payout waits at the gate, which re-checks
+		// it, and the refusal is counted. It failed the workflow: the
+		// payout created and submitting for good, neither cancelable nor
+		// retryable, its net in available.
+		ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
+		a.Log.Error("payout submission refused by the ledger: waits at the gate", "payout_id", p.ID,
+			"provider_id", p.ProviderID, "net", p.Net.String(), "currency", p.Currency, "err", err)
+		return a.waitAtGate(ctx, p, domain.LedgerRefusedReason)
+	case !errors.Is(err, ErrLedgerRefused):
+		return "", false, err
+	}
+	available, err := a.Ledger.Available(ctx, p.ProviderID, p.Currency)
+	if err != nil {
+		return "", false, err
+	}
+	if available.LessThan(p.Net) {
+		return a.waitAtGate(ctx, p, domain.InsufficientAvailableReason(available, p.Net, p.Currency))
+	}
+	// Covered now: a credit landed after the refusal, or a payout that held
+	// available was canceled; posted again at once. Refused again, the
+	// ledger refuses it for another reason: the payout waits at the gate,
+	// re-checked there. (The ledger's answer is in the log, not in the
+	// reason the provider reads. Tried again without end, the payout stayed
+	// created and submitting, seen only in the activity's retries; refused
+	// for good otherwise, as above, it failed the workflow.)
+	err = a.post(ctx, p, domain.StatusSubmitted)
+	switch {
+	case err == nil:
+		return "", false, nil
+	case !errors.Is(err, ErrLedgerRefused) && !errors.Is(err, ErrPermanent):
+		return "", false, err
+	}
+	ledgerRefusals.WithLabelValues(domain.StatusSubmitted).Inc()
+	a.Log.Error("payout refused by the ledger while available covers it: waits at the gate", "payout_id", p.ID,
+		"provider_id", p.ProviderID, "available", available.String(), "net", p.Net.String(), "currency", p.Currency, "err", err)
+	return a.waitAtGate(ctx, p, domain.LedgerRefusedReason)
+}
+
+// waitAtGate is backToGate for postSubmission.
+func (a *Payouts) waitAtGate(ctx context.Context, p domain.Payout, reason string) (string, bool, error) {
+	st, err := a.backToGate(ctx, p, reason)
+	return st, true, err
 }
 
 // backToGate moves a created payout the ledger refused to move to

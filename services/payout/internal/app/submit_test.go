@@ -138,6 +138,10 @@ func TestSubmitRefusedByTheLedger(t *testing.T) {
 			domain.StatusActionRequired, domain.LedgerRefusedReason, 1},
 		{"key taken", 1000, []error{Permanent(errors.New("rpc error: code = Aborted desc = idempotency key payout-po_1-1-submitted holds another transaction"))},
 			domain.StatusActionRequired, domain.LedgerRefusedReason, 1},
+		// The same on the post after an overdraft refusal, available
+		// covering it by then: it failed the workflow as above.
+		{"covered, then refused for good", 1000, []error{refused, Permanent(errors.New("rpc error: code = Aborted desc = idempotency key payout-po_1-1-submitted holds another transaction"))},
+			domain.StatusActionRequired, domain.LedgerRefusedReason, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
