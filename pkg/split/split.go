@@ -125,6 +125,24 @@ func (f Flat) Withhold(profile string, base decimal.Decimal) (decimal.Decimal, e
 	return decimal.Decimal{}, fmt.Errorf("unknown tax profile %q (want individual or enterprise)", profile)
 }
 
+// ErrRuleCurrency is a rule set whose amounts are of another currency than
+// the payment's (cn_labour's thresholds are yuan).
+var ErrRuleCurrency = errors.New("the rule set's thresholds are in another currency")
+
+// currencyBound is a TaxRule whose thresholds are amounts of one currency.
+type currencyBound interface{ Currency() string }
+
+// CheckCurrency refuses (ErrRuleCurrency) to apply rule to a payment of a
+// taxpayer of profile in cur when the rule's thresholds are amounts of
+// another currency and the profile is taxed (an enterprise's 0 % is so in
+// any currency).
+func CheckCurrency(rule TaxRule, cur money.Currency, profile string) error {
+	if b, ok := rule.(currencyBound); ok && b.Currency() != cur.Code && profile != ProfileEnterprise {
+		return fmt.Errorf("%w: %s's thresholds are %s amounts, the payment is in %s", ErrRuleCurrency, rule.RuleSet(), b.Currency(), cur.Code)
+	}
+	return nil
+}
+
 // CNLabour is China's labour-remuneration withholding, per payment: a ¥800
 // deduction when the payment is at most ¥4 000, else a 20 % deduction; then
 // 20 % up to ¥20 000 of taxable income, 30 % less ¥2 000 up to ¥50 000, 40 %
@@ -133,6 +151,10 @@ type CNLabour struct{}
 
 // RuleSet implements TaxRule.
 func (CNLabour) RuleSet() string { return RuleSetCNLabour }
+
+// Currency is the currency of CNLabour's thresholds: Compute refuses an
+// individual's payment in another (ErrRuleCurrency).
+func (CNLabour) Currency() string { return "CNY" }
 
 // Withhold implements TaxRule.
 func (CNLabour) Withhold(profile string, base decimal.Decimal) (decimal.Decimal, error) {
@@ -203,6 +225,9 @@ func Compute(cur money.Currency, gross, rate decimal.Decimal, rule TaxRule, prof
 	r := Result{Currency: cur.Code, Gross: gross, CommissionRate: rate}
 	if gross.IsZero() {
 		return r, nil
+	}
+	if err := CheckCurrency(rule, cur, profile); err != nil {
+		return Result{}, err
 	}
 	commissionExact := gross.Mul(rate)
 	taxExact, err := rule.Withhold(profile, gross.Sub(commissionExact))

@@ -196,6 +196,32 @@ func TestRuleSets(t *testing.T) {
 	}
 }
 
+// cn_labour's thresholds are yuan: a CN individual paid in JPY under it is
+// a failed precondition naming the rule set, and nothing is recorded (JPY
+// 100 000 had JPY 17 000 withheld, its base taken for yuan).
+func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []*taxv1.ComputeWithholdingRequest{
+		{ProviderId: "p-7", CycleId: "cyc-20260101", Currency: "JPY", Gross: "100000", CommissionRate: "0.25", IdempotencyKey: "k-jpy",
+			TaxProfile: "individual", Jurisdiction: "CN"},
+		{ProviderId: "p-7", CycleId: "cyc-20260101", Currency: "JPY", Gross: "100000", Commission: "25000", IdempotencyKey: "k-jpy-c",
+			TaxProfile: "individual", Jurisdiction: "CN"},
+	} {
+		_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cn_labour") {
+			t.Errorf("%s: %v, want FailedPrecondition naming cn_labour", req.IdempotencyKey, err)
+		}
+	}
+	got := compute(t, s, "p-8", "1000.00", "0.25", "enterprise", "k-ent")
+	if got.TaxWithheld != "0.00" || got.RuleSet != "cn_labour" {
+		t.Errorf("enterprise in CNY: %+v", got)
+	}
+}
+
 // Rules are effective-dated: no version is in force before 2026-01-01.
 func TestRuleEffectiveDates(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -86,6 +87,17 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	return replay(r, cur, cy.ID, got) // another request took the key first
 }
 
+// splitFault is the error of a split the rule refused: a rule set whose
+// thresholds are of another currency is the provider's or jurisdiction's
+// rule to change (a failed precondition), anything else the field's.
+func splitFault(currency, field string, err error) error {
+	if errors.Is(err, taxsplit.ErrRuleCurrency) {
+		return fmt.Errorf("%v; select a rule set for the provider or its jurisdiction that taxes %s payments: %w",
+			err, currency, apperr.ErrPrecondition)
+	}
+	return apperr.Invalid(field, "%v", err)
+}
+
 // checkRequest checks the request's fields and returns its currency and cycle.
 func (a *App) checkRequest(r WithholdingRequest) (money.Currency, cycles.Cycle, error) {
 	var v apperr.Validator
@@ -118,7 +130,7 @@ func splitGross(r WithholdingRequest, cur money.Currency, w *domain.Withholding)
 			return apperr.Invalid("commission_rate", "want a decimal fraction in 0..1")
 		}
 		if err := w.SplitByRate(cur, rate, rule); err != nil {
-			return apperr.Invalid("gross", "%v", err)
+			return splitFault(cur.Code, "gross", err)
 		}
 	} else {
 		commission, err := cur.Parse(r.Commission)
@@ -126,7 +138,7 @@ func splitGross(r WithholdingRequest, cur money.Currency, w *domain.Withholding)
 			return apperr.Invalid("commission", "want an amount in 0..gross, or commission_rate")
 		}
 		if err := w.SplitByCommission(cur, commission, rule); err != nil {
-			return apperr.Invalid("tax_profile", "%v", err)
+			return splitFault(cur.Code, "tax_profile", err)
 		}
 	}
 	if err := w.Check(); err != nil {

@@ -56,7 +56,7 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	w := domain.Withholding{CycleID: cy.ID, Currency: cur.Code, Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction,
 		RuleSet: version.RuleSet, RuleVersion: version.Version}
 	if err := w.SplitByRate(cur, rate, rule); err != nil {
-		return domain.Withholding{}, apperr.Invalid("gross", "%v", err)
+		return domain.Withholding{}, splitFault(cur.Code, "gross", err)
 	}
 	return w, w.Check()
 }

@@ -51,6 +51,9 @@ func (w *Withholding) SplitByRate(cur money.Currency, rate decimal.Decimal, rule
 // SplitByCommission sets w's commission as given, tax by rule on gross −
 // commission (rounded in the currency) and net.
 func (w *Withholding) SplitByCommission(cur money.Currency, commission decimal.Decimal, rule split.TaxRule) error {
+	if err := split.CheckCurrency(rule, cur, w.TaxProfile); err != nil {
+		return err
+	}
 	exact, err := rule.Withhold(w.TaxProfile, w.Gross.Sub(commission))
 	if err != nil {
 		return err
