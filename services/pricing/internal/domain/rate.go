@@ -77,7 +77,8 @@ func monthStart(t time.Time) time.Time {
 
 // Rate splits a usage into priced pieces: at time-band edges (in each band's
 // own time zone) and UTC month edges, then each piece's GPU time across the
-// renter's graduated tiers for that month (advancing used), plus a PUE
+// renter's graduated tiers for that month (advancing used, on a card
+// without tiers too: the month's volume is every GPU-hour), plus a PUE
 // surcharge piece when the provider's PUE reaches the card's threshold.
 // Pieces are appended to out.
 func (c *Card) Rate(u Usage, used MonthUsage, out []Piece) ([]Piece, error) {
@@ -98,11 +99,15 @@ func (c *Card) Rate(u Usage, used MonthUsage, out []Piece) ([]Piece, error) {
 		}
 		total += gpu
 		band := c.bandAt(a)
+		month := MonthKey(a)
 		if len(c.Tiers) == 0 {
+			// Untiered, it still counts toward the month's volume, which
+			// a later tiered card reads (it was left out: 120 GPU-hours
+			// here, and the tiered card priced the next at its first tier).
 			out = append(out, Piece{Kind: KindUsage, Band: band, Tier: -1, Start: a, End: b, GPUMicros: gpu})
+			used[month] += gpu
 			continue
 		}
-		month := MonthKey(a)
 		for gpu > 0 {
 			tier, room := c.tierAt(used[month])
 			take := gpu

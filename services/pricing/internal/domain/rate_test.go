@@ -356,3 +356,32 @@ func TestPriceRegionSpelledAnotherWay(t *testing.T) {
 		}
 	}
 }
+
+// A month's volume counts every GPU-hour the renter used in it, also those
+// a card without tiers priced: 120 GPU-hours on such a card, then 10 on a
+// card tiered at 100 priced the 10 in the first tier (100.00 where 90.00
+// was due), the month's volume read as 10.
+func TestUntieredCardCountsTowardTheMonth(t *testing.T) {
+	t.Parallel()
+	a := mustCard(t, CardInput{ID: "a", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}}})
+	b := mustCard(t, CardInput{ID: "b", Currency: "CNY", EffectiveFrom: ts("2026-11-15T00:00:00Z"),
+		Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+		Tiers:  []TierInput{{UpToGPUHours: "100", Discount: "0"}, {Discount: "0.10"}}})
+	used := MonthUsage{}
+	first := Usage{Model: "RTX_4090", GPUCount: 8, Start: ts("2026-11-02T00:00:00Z"), End: ts("2026-11-02T15:00:00Z")}
+	if _, err := a.Rate(first, used, nil); err != nil {
+		t.Fatal(err)
+	}
+	if used["2026-11"] != 120*hourMicro {
+		t.Errorf("after 120 GPU-hours on the untiered card, the month's volume is %v GPU-µs", used["2026-11"])
+	}
+	later := Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-20T00:00:00Z"), End: ts("2026-11-20T10:00:00Z")}
+	ps, err := b.Rate(later, used, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := render(b, later, ps), "usage||100+ GPU-h|10|90\ntotal 90"; got != want {
+		t.Errorf("10 GPU-hours past 120 in the month:\n%s\nwant\n%s", got, want)
+	}
+}
