@@ -191,7 +191,11 @@ func (c *Card) parseBands(bands []BandInput, vs *violations) {
 		if band.EndMin, ok = parseClock(b.End); !ok {
 			vs.add(f+".end", "%q is not HH:MM", b.End)
 		}
-		if band.StartMin == band.EndMin {
+		switch {
+		case band.StartMin == 24*60:
+			// Never in force (a band holds from its start, before 24:00).
+			vs.add(f+".start", "24:00 is the end of a day; a band starts at 00:00 to 23:59")
+		case band.StartMin == band.EndMin || band.EndMin-band.StartMin == 24*60:
 			vs.add(f, "start equals end (an all-day band is a price, not a band)")
 		}
 		if b.TimeZone == "" {

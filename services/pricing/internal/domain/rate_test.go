@@ -385,3 +385,23 @@ func TestUntieredCardCountsTowardTheMonth(t *testing.T) {
 		t.Errorf("10 GPU-hours past 120 in the month:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A band is in force for part of each day: 00:00–24:00 (all day: a price,
+// not a band) and a start of 24:00 (never in force: its card saved a band
+// that discounted nothing) are refused, naming the band.
+func TestBandCoversPartOfADay(t *testing.T) {
+	t.Parallel()
+	for _, b := range [][2]string{{"00:00", "24:00"}, {"24:00", "00:00"}, {"24:00", "07:00"}, {"07:00", "07:00"}} {
+		_, vs := ParseCard(CardInput{ID: "rc-b", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+			Bands:  []BandInput{{Name: "night", Start: b[0], End: b[1], TimeZone: "Asia/Shanghai", Multiplier: "0.80"}}})
+		if len(vs) == 0 || !strings.HasPrefix(vs[0].Field, "time_bands[0]") {
+			t.Errorf("band %s–%s: violations %v, want one on time_bands[0]", b[0], b[1], vs)
+		}
+	}
+	if _, vs := ParseCard(CardInput{ID: "rc-b", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+		Bands:  []BandInput{{Name: "evening", Start: "18:00", End: "24:00", TimeZone: "Asia/Shanghai", Multiplier: "0.90"}}}); len(vs) != 0 {
+		t.Errorf("band 18:00–24:00: %v", vs)
+	}
+}
