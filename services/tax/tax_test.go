@@ -270,6 +270,42 @@ func TestWithholdingsAndCertificate(t *testing.T) {
 	}
 }
 
+// A provider settled in two currencies in a cycle has a certificate each,
+// reached by ?currency=; without it the call names the currencies (the CNY
+// one was always answered, the USD one reachable by no call).
+func TestCertificatePerCurrency(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	ids := map[string]string{}
+	for _, cur := range []string{"CNY", "USD"} {
+		resp, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+			ProviderId: "p-1", CycleId: "cyc-20260101", Currency: cur, Gross: "100.00", CommissionRate: "0.20",
+			TaxProfile: "individual", Jurisdiction: "CN", IdempotencyKey: "k-" + cur,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[cur] = resp.CertificateId
+	}
+	get := func(cur string) (*taxv1.WithholdingCertificate, error) {
+		resp, err := s.api.GetWithholdingCertificate(as(auth.RoleProvider, "p-1"),
+			&taxv1.GetWithholdingCertificateRequest{ProviderId: "p-1", CycleId: "cyc-20260101", Currency: cur})
+		return resp.GetCertificate(), err
+	}
+	for _, cur := range []string{"CNY", "USD", "usd"} {
+		c, err := get(cur)
+		if err != nil || c.Currency != strings.ToUpper(cur) || c.CertificateId != ids[strings.ToUpper(cur)] || c.CertificateId == "" {
+			t.Errorf("certificate in %s: %v %v, want %s", cur, c, err, ids[strings.ToUpper(cur)])
+		}
+	}
+	if _, err := get(""); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "CNY, USD") {
+		t.Errorf("no currency named for two: %v, want InvalidArgument naming CNY, USD", err)
+	}
+	if _, err := get("EUR"); code(err) != codes.NotFound {
+		t.Errorf("EUR: %v, want NotFound", err)
+	}
+}
+
 // Paging walks every withholding once, in (cycle desc, currency) order, also
 // when a page ends between two currencies of one cycle (a token holding the
 // cycle alone skipped the cycle's other currencies).

@@ -3,6 +3,7 @@ package ports
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 const (
 	pageSizeDefault = 50
 	pageSizeMax     = 500
+	// certificateCurrenciesMax bounds the withholdings read for a
+	// certificate: one per currency of the provider's cycle.
+	certificateCurrenciesMax = 1000
 )
 
 // withholdingsListing names the listing in its page tokens (pkg/cursor).
@@ -122,12 +126,27 @@ func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWi
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", "", 1)
+	// A provider settled in several currencies has a certificate per
+	// currency: only the first (CNY before USD) was ever answered.
+	ws, err := s.App.Store.Withholdings(ctx, req.ProviderId, req.CycleId, "", "", certificateCurrenciesMax)
 	if err != nil {
 		return nil, err
 	}
-	if len(ws) == 0 {
+	if req.Currency != "" {
+		ws = slices.DeleteFunc(ws, func(w domain.Withholding) bool { return w.Currency != strings.ToUpper(req.Currency) })
+	}
+	switch {
+	case len(ws) == 0 && req.Currency != "":
+		return nil, apperr.ToStatus(wrapNotFound("no " + strings.ToUpper(req.Currency) + " withholding for " + req.ProviderId + " in " + req.CycleId))
+	case len(ws) == 0:
 		return nil, apperr.ToStatus(wrapNotFound("no withholding for " + req.ProviderId + " in " + req.CycleId))
+	case len(ws) > 1:
+		have := make([]string, len(ws))
+		for i, w := range ws {
+			have[i] = w.Currency
+		}
+		return nil, apperr.Invalid("currency", "%s was settled in %s in %s, a certificate each: name one (?currency=%s)",
+			req.ProviderId, strings.Join(have, ", "), req.CycleId, have[0])
 	}
 	w := ws[0]
 	return &taxv1.GetWithholdingCertificateResponse{Certificate: &taxv1.WithholdingCertificate{

@@ -741,9 +741,13 @@ func (x *ListTaxWithholdingsResponse) GetNextPageToken() string {
 }
 
 type GetWithholdingCertificateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	CycleId       string                 `protobuf:"bytes,2,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	CycleId    string                 `protobuf:"bytes,2,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
+	// The withholding's currency (?currency=USD): required when the provider
+	// was settled in more than one currency in the cycle (one certificate
+	// each); empty, the cycle's only one.
+	Currency      string `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +792,13 @@ func (x *GetWithholdingCertificateRequest) GetProviderId() string {
 func (x *GetWithholdingCertificateRequest) GetCycleId() string {
 	if x != nil {
 		return x.CycleId
+	}
+	return ""
+}
+
+func (x *GetWithholdingCertificateRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
 	}
 	return ""
 }
@@ -1887,11 +1898,12 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x90\x01\n" +
 	"\x1bListTaxWithholdingsResponse\x12I\n" +
 	"\x10tax_withholdings\x18\x01 \x03(\v2\x1e.gpubill.tax.v1.TaxWithholdingR\x0ftaxWithholdings\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"^\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"z\n" +
 	" GetWithholdingCertificateRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
-	"\bcycle_id\x18\x02 \x01(\tR\acycleId\"m\n" +
+	"\bcycle_id\x18\x02 \x01(\tR\acycleId\x12\x1a\n" +
+	"\bcurrency\x18\x03 \x01(\tR\bcurrency\"m\n" +
 	"!GetWithholdingCertificateResponse\x12H\n" +
 	"\vcertificate\x18\x01 \x01(\v2&.gpubill.tax.v1.WithholdingCertificateR\vcertificate\"\xdb\x02\n" +
 	"\x19ComputeWithholdingRequest\x12\x1f\n" +

@@ -88,6 +88,8 @@ func local_request_TaxService_ListTaxWithholdings_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
+var filter_TaxService_GetWithholdingCertificate_0 = &utilities.DoubleArray{Encoding: map[string]int{"provider_id": 0, "cycle_id": 1}, Base: []int{1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 2, 3}}
+
 func request_TaxService_GetWithholdingCertificate_0(ctx context.Context, marshaler runtime.Marshaler, client TaxServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetWithholdingCertificateRequest
@@ -109,6 +111,12 @@ func request_TaxService_GetWithholdingCertificate_0(ctx context.Context, marshal
 	protoReq.CycleId, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "cycle_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_TaxService_GetWithholdingCertificate_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
@@ -138,6 +146,12 @@ func local_request_TaxService_GetWithholdingCertificate_0(ctx context.Context, m
 	protoReq.CycleId, err = runtime.String(val)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "cycle_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_TaxService_GetWithholdingCertificate_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.GetWithholdingCertificate(ctx, &protoReq)
 	return msg, metadata, err
