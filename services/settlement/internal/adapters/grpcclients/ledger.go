@@ -74,9 +74,9 @@ func (l *Ledger) CreateTransaction(ctx context.Context, tx app.LedgerTx) (string
 	return resp.GetTransaction().GetTransactionId(), nil
 }
 
-// Credits reads the account's latest limit transactions and returns their
-// credits to it in currency as statement lines (lease, renter, GPU model
-// and hours from the charge's metadata).
+// Credits reads the account's first limit transactions (the ledger lists
+// oldest first) and returns their credits to it in currency as statement
+// lines (lease, renter, GPU model and hours from the charge's metadata).
 func (l *Ledger) Credits(ctx context.Context, account, currency string, limit int) ([]domain.Line, error) {
 	resp, err := l.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: account, PageSize: int32(limit)})
 	if err != nil {
