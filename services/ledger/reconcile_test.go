@@ -177,3 +177,26 @@ func TestReconciliationTakesALateChainedMovement(t *testing.T) {
 		t.Fatalf("run 3 (the deposit of %s chained since run 2):\n got  %s\n want %s", late.ID, got, want)
 	}
 }
+
+// Two statements of one account closing at the same instant (a morning
+// one, then the full day's, imported later, its id sorting first): the
+// reconciliation run and the segregated-funds report take the same one as
+// the account's latest, the one imported last (the run took the id sorting
+// last, the report the import; the auditors' two documents disagreed).
+func TestRunAndReportTakeTheSameLatestStatement(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	importCSV(t, f, "st-z-morning", "date,reference,amount,balance\n2026-11-30,x,1000.00,1000.00\n")
+	importCSV(t, f, "st-a-day", "date,reference,amount,balance\n2026-11-30,x,1000.00,1000.00\n2026-11-30,y,100.00,1100.00\n")
+	runs, err := f.svc.Reconciliations().Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil || len(runs) != 1 || runs[0].BankClosing == nil {
+		t.Fatalf("run: %v %v", runs, err)
+	}
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil || rep.BankStatementBalance == nil {
+		t.Fatalf("report: %+v %v", rep, err)
+	}
+	if !runs[0].BankClosing.Equal(*rep.BankStatementBalance) || rep.BankStatementBalance.String() != "1100" {
+		t.Fatalf("run's bank closing %s, report's %s; want both the full day's 1100", runs[0].BankClosing, rep.BankStatementBalance)
+	}
+}

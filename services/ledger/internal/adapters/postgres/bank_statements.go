@@ -105,11 +105,13 @@ func (s *Statements) ListStatements(ctx context.Context, currency, account strin
 	return collectStatements(rows)
 }
 
-// LatestStatements implements app.StatementStore.
+// LatestStatements implements app.StatementStore: of statements closing at
+// the same instant, the one imported last (a reconciliation run's Balances
+// takes the same).
 func (s *Statements) LatestStatements(ctx context.Context, currency string, asOf time.Time) ([]domain.ImportedStatement, error) {
 	rows, err := s.Pool.Query(ctx, `select distinct on (account) `+statementCols+` from ledger.bank_statements
 		where currency = $1 and closing_at <= $2
-		order by account, closing_at desc, imported_at desc`, currency, asOf)
+		order by account, closing_at desc, imported_at desc, statement_id desc`, currency, asOf)
 	if err != nil {
 		return nil, fmt.Errorf("latest statements: %w", err)
 	}

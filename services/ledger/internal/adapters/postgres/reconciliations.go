@@ -300,7 +300,7 @@ func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.De
 	var ledgerBal string
 	if err := r.tx.QueryRow(ctx, `select
 			(select sum(closing_balance)::text from (select distinct on (account) closing_balance from ledger.bank_statements
-				where currency = $2 order by account, closing_at desc, statement_id desc) x),
+				where currency = $2 order by account, closing_at desc, imported_at desc, statement_id desc) x),
 			coalesce((select debits - credits from ledger.balances where account = $1 and currency = $2), 0)::text`,
 		domain.BankClient, r.currency).Scan(&closing, &ledgerBal); err != nil {
 		return nil, decimal.Zero, fmt.Errorf("reconciliation balances: %w", err)
