@@ -1,11 +1,13 @@
 package ledger_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -198,5 +200,28 @@ func TestRunAndReportTakeTheSameLatestStatement(t *testing.T) {
 	}
 	if !runs[0].BankClosing.Equal(*rep.BankStatementBalance) || rep.BankStatementBalance.String() != "1100" {
 		t.Fatalf("run's bank closing %s, report's %s; want both the full day's 1100", runs[0].BankClosing, rep.BankStatementBalance)
+	}
+}
+
+// The same file imported again under another statement id (a retry after a
+// timeout, named anew) is a conflict naming the first: accepted, its lines
+// were "already matched" exceptions in every run from then on, nothing able
+// to clear them.
+func TestSameFileUnderAnotherIDIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const csv = "date,reference,amount,balance\n2026-11-30,x,1000.00,1000.00\n"
+	importCSV(t, f, "st-1", csv)
+	_, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-1-retry", Currency: "CNY", Account: "CN-CLIENT-1",
+		Format: "csv", Content: []byte(csv)})
+	if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "st-1") {
+		t.Fatalf("the same file as st-1-retry: %v, want a conflict naming st-1", err)
+	}
+	importCSV(t, f, "st-1", csv) // the same file under its own id: answered, as before
+	// Another account's statement may hold the same bytes (two accounts,
+	// the same day's single line): it is another statement.
+	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-2", Currency: "CNY", Account: "CN-CLIENT-2",
+		Format: "csv", Content: []byte(csv)}); err != nil {
+		t.Fatalf("the same bytes for another account: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -60,7 +61,24 @@ func (s *Statements) InsertStatement(ctx context.Context, st domain.ImportedStat
 	var out domain.ImportedStatement
 	inserted := false
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
-		var err error
+		// The same file of the account under another id: a conflict naming
+		// it. Two imports of it at once take turns on the lock, and the
+		// lookup after it (its own statement: a snapshot taken after the
+		// wait) sees the other's row.
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.statement'), hashtext($1 || encode($2, 'hex')))`,
+			st.Account, st.ContentSHA256); err != nil {
+			return fmt.Errorf("lock statement file: %w", err)
+		}
+		var twin string
+		err := tx.QueryRow(ctx, `select coalesce((select statement_id from ledger.bank_statements
+				where account = $1 and content_sha256 = $2 and statement_id <> $3 order by imported_at limit 1), '')`,
+			st.Account, st.ContentSHA256, st.ID).Scan(&twin)
+		if err != nil {
+			return fmt.Errorf("look for the same statement file: %w", err)
+		}
+		if twin != "" {
+			return fmt.Errorf("this file of account %s was imported as statement %s: %w", st.Account, twin, apperr.ErrConflict)
+		}
 		out, err = scanStatement(tx.QueryRow(ctx, `insert into ledger.bank_statements
 				(statement_id, account, currency, format, statement_date, closing_at, opening_balance, closing_balance,
 				 line_count, content_sha256, imported_at, imported_by)
