@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/webhook"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -89,10 +90,10 @@ func (d *LeaseWebhookDeliverer) deliverOnce(ctx context.Context) (int, error) {
 		now := d.Clock.Now()
 		status, errText, next := "delivered", "", now
 		if sendErr != nil {
-			errText = sendErr.Error()
-			if len(errText) > leaseHookErrorLenMax {
-				errText = errText[:leaseHookErrorLenMax]
-			}
+			// Cut whole characters: cut inside one, Postgres refused the
+			// text and the delivery's row was never updated (re-sent every
+			// lease, its attempts never counted, never given up).
+			errText = apperr.Clip(sendErr.Error(), leaseHookErrorLenMax)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
 			if dl.Attempts+1 >= d.attemptsMax() {
 				status = "failed"

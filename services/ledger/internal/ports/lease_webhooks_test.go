@@ -2,13 +2,16 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -103,3 +106,38 @@ func TestLeaseWebhookRedirectIsNotDelivered(t *testing.T) {
 		t.Fatalf("status %s, %d GETs at the redirect's target; want failed, none", status, gets.Load())
 	}
 }
+
+// An error whose text is cut at the stored length inside a character (a
+// TLS certificate's non-ASCII names quoted in it, say) is stored: cut by
+// bytes it was invalid UTF-8, Postgres refused the row's update, and the
+// delivery was re-sent every lease, its attempts never counted, never given
+// up.
+func TestLeaseWebhookErrorCutInsideACharacter(t *testing.T) {
+	pool, ctx := pendingStop(t)
+	const url = "http://127.0.0.1:1/hook"
+	// The error reads `Post "<url>": <refused>`: 调 from byte 199 to 201.
+	prefix := len(`Post "` + url + `": `)
+	refused := errors.New(strings.Repeat("a", 199-prefix) + "调度服务不可用")
+	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: url, Secret: []byte("k"), Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2,
+		HTTP: &http.Client{Transport: roundTrip(func(*http.Request) (*http.Response, error) { return nil, refused })}}
+	for range 2 {
+		time.Sleep(5 * time.Millisecond) // past the backoff
+		if _, err := d.deliverOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var attempts int
+	var status, lastError string
+	if err := pool.QueryRow(ctx, `select status, attempts, last_error from ledger.lease_webhooks`).Scan(&status, &attempts, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" || attempts != 2 || !utf8.ValidString(lastError) || !strings.Contains(lastError, "aaaa") {
+		t.Fatalf("status %s after %d attempts, last error %q; want failed after 2", status, attempts, lastError)
+	}
+}
+
+// roundTrip is an http.RoundTripper of a function.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

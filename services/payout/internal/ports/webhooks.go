@@ -86,10 +86,10 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 		now := d.Clock.Now()
 		status, errText, next := "delivered", "", now
 		if sendErr != nil {
-			errText = sendErr.Error()
-			if len(errText) > deliveryErrorLenMax {
-				errText = errText[:deliveryErrorLenMax]
-			}
+			// Cut whole characters: cut inside one, Postgres refused the
+			// text and the delivery's row was never updated (re-sent every
+			// lease, its attempts never counted, never given up).
+			errText = apperr.Clip(sendErr.Error(), deliveryErrorLenMax)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
 			if dl.Attempts+1 >= deliveryAttemptsMax {
 				status = "failed"
