@@ -53,9 +53,10 @@ type LeaseWebhookQueue interface {
 	// Claim takes up to limit due deliveries, oldest first, at most one per
 	// renter, and leases them until now+lease.
 	Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.LeaseWebhook, error)
-	// Finish records one attempt: delivered, retry at next, or given up
-	// (failed).
-	Finish(ctx context.Context, id, status string, code int, errText string, next, at time.Time) error
+	// Finish records one attempt of a claimed delivery: delivered, retry
+	// at next, or given up (failed); nothing once its claim has lapsed and
+	// another has claimed it.
+	Finish(ctx context.Context, d domain.LeaseWebhook, status string, code int, errText string, next, at time.Time) error
 }
 
 // LeaseSave is a wallet's new lease control record.

@@ -197,4 +197,7 @@ type LeaseWebhook struct {
 	EventID, RenterID, Kind string
 	Payload                 []byte
 	Attempts                int
+	// ClaimedUntil is when the claim that read it lapses: its outcome is
+	// recorded only while the row still holds this claim.
+	ClaimedUntil time.Time
 }

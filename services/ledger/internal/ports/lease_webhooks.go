@@ -18,7 +18,7 @@ import (
 
 // Lease control webhook delivery limits.
 const (
-	leaseHookBatchMax     = 50
+	leaseHookBatchMax     = 2                // sent one after another: a claimed batch ends within its lease (2 × leaseHookTimeout < leaseHookLease)
 	leaseHookLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	leaseHookTimeout      = 10 * time.Second
 	leaseHookAttemptsMax  = 20 // then failed: logged as an error and counted
@@ -112,7 +112,7 @@ func (d *LeaseWebhookDeliverer) deliverOnce(ctx context.Context) (int, error) {
 				"attempts", dl.Attempts+1, "err", errText)
 			leaseHookAttempts.WithLabelValues("failed").Inc()
 		}
-		if err := d.Queue.Finish(ctx, dl.EventID, status, code, errText, next, now); err != nil {
+		if err := d.Queue.Finish(ctx, dl, status, code, errText, next, now); err != nil {
 			return len(ds), err
 		}
 	}

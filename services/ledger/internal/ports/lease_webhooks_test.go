@@ -141,3 +141,37 @@ func TestLeaseWebhookErrorCutInsideACharacter(t *testing.T) {
 type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A delivery whose claim lapsed while it was being sent (a slow receiver;
+// another ledger replica claimed it again and delivered it) does not
+// record its own outcome over that one's: it turned the delivered row back
+// to pending, sent again after the renter's later events, and counted its
+// attempts twice.
+func TestLeaseWebhookLapsedClaimRecordsNothing(t *testing.T) {
+	pool, ctx := pendingStop(t)
+	q := &postgres.LeaseWebhooks{Pool: pool}
+	t0 := time.Now()
+	a, err := q.Claim(ctx, t0, leaseHookLease, leaseHookBatchMax)
+	if err != nil || len(a) != 1 {
+		t.Fatalf("first claim: %v %v", a, err)
+	}
+	later := t0.Add(leaseHookLease + time.Second)
+	b, err := q.Claim(ctx, later, leaseHookLease, leaseHookBatchMax)
+	if err != nil || len(b) != 1 {
+		t.Fatalf("claim after the lease: %v %v", b, err)
+	}
+	if err := q.Finish(ctx, b[0], "delivered", 204, "", later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Finish(ctx, a[0], "pending", 0, "timeout", later.Add(time.Minute), later); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	var attempts int
+	if err := pool.QueryRow(ctx, `select status, attempts from ledger.lease_webhooks`).Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if status != "delivered" || attempts != 1 {
+		t.Fatalf("status %s after %d attempts; want delivered after 1", status, attempts)
+	}
+}
