@@ -257,6 +257,10 @@ func CompareFigures(want, got ledger.Figures) []string {
 	add("transactions", want.Transactions, got.Transactions)
 	add("postings", want.Postings, got.Postings)
 	add("balances digest", want.BalancesSHA256, got.BalancesSHA256)
+	// The transaction id counter was advanced past the manifest's: one
+	// lowered there (edited, corrupt) left new transactions sorting behind
+	// the restored head, never chained.
+	add("largest transaction id (xid_max)", want.XidMax, got.XidMax)
 	add("currencies", len(want.Currencies), len(got.Currencies))
 	for i := range min(len(want.Currencies), len(got.Currencies)) {
 		w, g := want.Currencies[i], got.Currencies[i]

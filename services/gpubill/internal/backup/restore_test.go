@@ -213,18 +213,29 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	if _, err := backup.Take(ctx, src, dir, backup.Tools{}, time.Now()); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("a backup into a used directory: %v; want refused", err)
 	}
-	m.Ledger.HeadHash = strings.Repeat("ab", 32)
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, backup.ManifestFile), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errOut bytes.Buffer
-	code := cli.Main(ctx, []string{"restore", dir, "--database-url", base + "/gpubill_restored?sslmode=disable"}, &out, &errOut)
-	if code != 1 || !strings.Contains(errOut.String(), "journal head hash: manifest "+m.Ledger.HeadHash) {
-		t.Fatalf("gpubill restore against an altered manifest: exit %d, %q; want 1 and the head hash difference named", code, errOut.String())
+	for i, alter := range []struct {
+		field  func(*backup.Manifest)
+		naming string
+	}{
+		{func(m *backup.Manifest) { m.Ledger.HeadHash = strings.Repeat("ab", 32) }, "journal head hash: manifest " + strings.Repeat("ab", 32)},
+		// Lowered, the transaction id counter was advanced too little, and
+		// nothing said so.
+		{func(m *backup.Manifest) { m.Ledger.XidMax = 3 }, "largest transaction id (xid_max): manifest 3"},
+	} {
+		altered := *m
+		alter.field(&altered)
+		b, err := json.Marshal(altered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, backup.ManifestFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		code := cli.Main(ctx, []string{"restore", dir, "--database-url", fmt.Sprintf("%s/gpubill_restored_%d?sslmode=disable", base, i)}, &out, &errOut)
+		if code != 1 || !strings.Contains(errOut.String(), alter.naming) {
+			t.Fatalf("gpubill restore against an altered manifest: exit %d, %q; want 1 and %q", code, errOut.String(), alter.naming)
+		}
 	}
 }
 
