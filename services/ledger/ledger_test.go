@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,12 @@ func TestReversal(t *testing.T) {
 	dep := f.deposit(t, "r-1", "50", "CNY", "ref-1")
 	if _, err := f.app.CreateTransaction(f.ctx, transfer("spend", "renter:r-1:wallet", "provider:p-1:pending:cyc-20260101", "20", "CNY")); err != nil {
 		t.Fatal(err)
+	}
+	// A description is bounded as on any transaction (900 KB went into the
+	// immutable journal).
+	var inv *apperr.InvalidError
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID, Description: strings.Repeat("x", domain.DescriptionMax+1)}); !errors.As(err, &inv) {
+		t.Fatalf("reversal with a %d-byte description: %v, want InvalidArgument", domain.DescriptionMax+1, err)
 	}
 	rev, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: dep.ID})
 	if err != nil {

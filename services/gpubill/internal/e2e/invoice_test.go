@@ -79,6 +79,14 @@ func TestRenterInvoiceThroughREST(t *testing.T) {
 	if code != http.StatusOK || len(invs) != 1 {
 		t.Fatalf("list: HTTP %d %v", code, out)
 	}
+	// The currency filter reads a code in any case, and refuses an unknown
+	// one (?currency=cny listed nothing, as did ?currency=XYZ).
+	for q, want := range map[string]int{"cny": http.StatusOK, "CNY": http.StatusOK, "XYZ": http.StatusBadRequest} {
+		code, out := f.do(http.MethodGet, "/v1/renters/"+renter+"/invoices?currency="+q, renterTok, nil)
+		if got, _ := out["invoices"].([]any); code != want || (code == http.StatusOK && len(got) != 1) {
+			t.Fatalf("list ?currency=%s: HTTP %d %v, want %d", q, code, out, want)
+		}
+	}
 	inv := invs[0].(map[string]any)
 	id, number := inv["invoice_id"].(string), inv["number"].(string)
 	if number != "2026-000001" || inv["period"] != "2026-10" {

@@ -136,6 +136,12 @@ func TestRenterWalletChargesAndLeaseControl(t *testing.T) {
 	if code, _ := f.do(http.MethodGet, "/v1/renters/r-001/wallet", "", nil); code != http.StatusUnauthorized {
 		t.Fatalf("wallet without a token: HTTP %d", code)
 	}
+	// An id outside the grammar is a 400 naming the field (it was a 404,
+	// "no wallet yet").
+	if code, out := f.do(http.MethodGet, "/v1/renters/"+strings.Repeat("r", 65)+"/wallet", f.finance, nil); code != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(out), "renter_id") {
+		t.Fatalf("wallet of a 65-character id: HTTP %d %v, want 400 naming renter_id", code, out)
+	}
 
 	usage := func(lease string, daysBack int) {
 		t.Helper()

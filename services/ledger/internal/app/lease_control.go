@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -173,6 +174,9 @@ func (lc *LeaseControl) warn() time.Duration {
 // Wallet returns a renter's wallets, as of now.
 func (lc *LeaseControl) Wallet(ctx context.Context, renter string) ([]domain.WalletStatus, time.Time, error) {
 	now := lc.Clock.Now().UTC()
+	if err := ids.CheckPartyID(renter); err != nil { // a 400 naming the field, not "no wallet yet"
+		return nil, now, apperr.Invalid("renter_id", "%v", err)
+	}
 	ws, err := lc.Wallets.Wallet(ctx, renter, now.Add(-BurnWindow))
 	if err != nil {
 		return nil, now, err

@@ -41,6 +41,10 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 	if len(key) > domain.IdempotencyKeyMax {
 		return nil, apperr.Invalid("idempotency_key", "at most 256 characters")
 	}
+	if len(in.Description) > domain.DescriptionMax {
+		// As on any transaction: 900 KB went into the immutable journal.
+		return nil, apperr.Invalid("description", "at most %d characters", domain.DescriptionMax)
+	}
 	orig, err := a.getTransaction(ctx, in.TransactionID)
 	if err != nil {
 		return nil, err

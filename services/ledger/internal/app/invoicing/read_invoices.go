@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -23,6 +24,15 @@ func (s *Invoicing) RenterInvoices(ctx context.Context, renterID, currency strin
 		v.Add("renter_id", "%v", err)
 	}
 	v.Check(pageSize >= 0 && pageSize <= ListPageMax, "page_size", "%d outside 0..%d", pageSize, ListPageMax)
+	if currency != "" {
+		// ?currency=cny listed nothing, and an unknown code too, as if
+		// the renter had no such invoices.
+		cur, err := money.Lookup(currency)
+		if err != nil {
+			v.Add("currency", "%v", err)
+		}
+		currency = cur.Code
+	}
 	if err := v.Err(); err != nil {
 		return nil, "", err
 	}
