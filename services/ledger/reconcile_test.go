@@ -225,3 +225,27 @@ func TestSameFileUnderAnotherIDIsRefused(t *testing.T) {
 		t.Fatalf("the same bytes for another account: %v", err)
 	}
 }
+
+// A statement describes days past, after 1970: a line of year 0 was stored
+// (statements are never changed) and every listing holding it was a 500; a
+// year mistyped 2062 was every later run's latest statement of the account.
+func TestStatementDatesInRange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for id, csv := range map[string]string{
+		"st-year0":  "date,reference,amount,balance\n0000-06-01,x,1.00,1.00\n",
+		"st-2062":   "date,reference,amount,balance\n2062-11-30,x,1.00,1.00\n",
+		"st-line-0": "date,reference,amount,balance\n0001-01-01,x,1.00,1.00\n2026-11-30,y,1.00,2.00\n",
+	} {
+		_, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-CLIENT-1",
+			Format: "csv", Content: []byte(csv)})
+		var inv *apperr.InvalidError
+		if !errors.As(err, &inv) {
+			t.Errorf("%s: %v, want InvalidError", id, err)
+		}
+	}
+	list, _, err := f.svc.Statements().List(f.ctx, "", "", 0, "")
+	if err != nil || len(list) != 0 {
+		t.Fatalf("statements stored: %v %v", list, err)
+	}
+}

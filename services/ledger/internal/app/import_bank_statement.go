@@ -91,6 +91,9 @@ func (s *Statements) Import(ctx context.Context, in ImportStatementInput) (Store
 		}
 		return StoredStatement{}, err
 	}
+	if err := checkStatementDates(st, s.Now()); err != nil {
+		return StoredStatement{}, err
+	}
 	sum := sha256.Sum256(in.Content)
 	want := StoredStatement{BankStatement: *st, LineCount: len(st.Lines), ContentSHA256: sum[:], ImportedAt: s.Now(), ImportedBy: in.ImportedBy}
 	want.Lines = nil
@@ -103,6 +106,34 @@ func (s *Statements) Import(ctx context.Context, in ImportStatementInput) (Store
 			st.ID, got.ContentSHA256, got.Account, got.Currency, apperr.ErrConflict)
 	}
 	return got, nil
+}
+
+// statementDaysFirst is the earliest day a statement may describe.
+var statementDaysFirst = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// statementCloseAhead is how far past now a statement may close (one of
+// today closes at tomorrow's start, in any time zone).
+const statementCloseAhead = 48 * time.Hour
+
+// checkStatementDates refuses a statement describing days before 1970 or
+// closing after now: stored (statements are never changed), a line dated
+// year 0 made every listing holding it a 500 (its close no Timestamp),
+// and a year mistyped 2062 was every later reconciliation run's latest
+// statement of its account.
+func checkStatementDates(st *domain.BankStatement, now time.Time) error {
+	if st.ClosingAt.After(now.Add(statementCloseAhead)) {
+		return apperr.Invalid("content", "the statement closes at %s, after now: a statement describes days past",
+			st.ClosingAt.Format(time.RFC3339))
+	}
+	if st.Date.Before(statementDaysFirst) {
+		return apperr.Invalid("content", "the statement's date %s is before 1970", st.Date.Format(time.DateOnly))
+	}
+	for _, l := range st.Lines {
+		if l.BookedOn.Before(statementDaysFirst) || l.BookedOn.After(now.Add(statementCloseAhead)) {
+			return apperr.Invalid("content", "line %d is booked on %s: before 1970 or after now", l.No, l.BookedOn.Format(time.DateOnly))
+		}
+	}
+	return nil
 }
 
 // statementPageMax bounds one page of statements.
