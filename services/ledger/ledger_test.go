@@ -320,6 +320,34 @@ func TestVerifyDetectsAlteredBalance(t *testing.T) {
 	}
 }
 
+// A posting under a transaction id the journal does not hold, its balance
+// raised to match, is named by verify: the chain hashes a transaction's
+// postings by its id, and the balances still summed their postings, so
+// bank:client was 1000 higher in every report and verify said ok.
+func TestVerifyDetectsAPostingOfNoTransaction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "10", "USD", "a")
+	chainAll(t, f)
+	const ghost = "01890000-0000-7000-8000-000000000001"
+	for _, q := range []string{
+		`insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+			values ('` + ghost + `', 0, 'bank:client', 'USD', 'debit', 1000, now())`,
+		`update ledger.balances set debits = debits + 1000 where account = 'bank:client' and currency = 'USD'`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := ledger.VerifyChain(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || res.FirstBadTransaction != ghost || !containsStr(res.Reason, "not in the journal") {
+		t.Fatalf("a posting of no transaction: %+v; want %s named", res, ghost)
+	}
+}
+
 // A transaction that sorts before the chain's head in (xid, id) order and is
 // not chained never will be (the chain takes a transaction once every id
 // before it finished): verify names it. It counted as not chained yet and

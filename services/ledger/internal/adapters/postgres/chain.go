@@ -238,7 +238,8 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 }
 
 // verifyBeyondTheChain counts the transactions not chained yet and checks
-// what the chain does not hash: reversal links, then the balances.
+// what the chain does not hash: reversal links, postings of no transaction,
+// then the balances.
 func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
 	if err := q.QueryRow(ctx, `select count(*) from ledger.transactions t
 		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
@@ -251,7 +252,31 @@ func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (Ver
 	if res, err = verifyReversalLinks(ctx, q, res); err != nil || !res.OK {
 		return res, err
 	}
+	if res, err = verifyPostingsBelong(ctx, q, res); err != nil || !res.OK {
+		return res, err
+	}
 	return verifyBalances(ctx, q, res)
+}
+
+// verifyPostingsBelong names the first posting whose transaction is not in
+// the journal: the chain hashes a transaction's postings by its id, so one
+// inserted under another id (an INSERT the tables' owner may run; postings
+// refuse only updates and deletes), with its balance raised to match,
+// changed every figure and passed verification.
+func verifyPostingsBelong(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	var tx, account string
+	var idx int
+	err := q.QueryRow(ctx, `select p.tx_id::text, p.idx, p.account from ledger.postings p
+		where not exists (select 1 from ledger.transactions t where t.id = p.tx_id) order by 1, 2 limit 1`).Scan(&tx, &idx, &account)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("verify postings: %w", err)
+	}
+	res.OK, res.FirstBadTransaction = false, tx
+	res.Reason = fmt.Sprintf("posting %d to %s names transaction %s, which is not in the journal (ledger.postings altered)", idx, account, tx)
+	return res, nil
 }
 
 // verifyBehindTheHead names the first transaction that sorts before the
