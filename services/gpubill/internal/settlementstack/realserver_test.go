@@ -8,6 +8,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -119,12 +120,7 @@ func TestPageCountsOutcomesOnRealServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	runWorker(t, f.s)
-	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
-		t.Fatal(err)
-	}
-	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
-	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+	closeLeftClosing(t, f, tc)
 
 	v, err := tc.QueryWorkflow(ctx, settlement.CycleWorkflowID(cycle1.ID), "", settlement.QueryProgress)
 	if err != nil {
@@ -266,12 +262,7 @@ func TestLateReleaseStillSettlesItsCycle(t *testing.T) {
 	if _, err := f.s.API().HoldProvider(ctx, holdReq(cycle1.ID, "p-00001")); err != nil {
 		t.Fatal(err)
 	}
-	runWorker(t, f.s)
-	if _, err := f.s.API().CloseSettlementCycle(ctx, &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
-		t.Fatal(err)
-	}
-	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
-	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
+	closeLeftClosing(t, f, tc)
 	key := settlement.SettlementKey(cycle1.ID, "p-00001", "CNY")
 	f.ledger.Refuse(key, status.Error(codes.Unavailable, "ledger down"))
 	if _, err := f.s.API().ReleaseProvider(ctx, &settlementv1.ReleaseProviderRequest{CycleId: cycle1.ID, ProviderId: "p-00001"}); err != nil {
@@ -319,4 +310,16 @@ func TestStartUpRefusesACycleTheCalendarDoesNotCut(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cyc-20260131") || !strings.Contains(err.Error(), "GPUBILL_CYCLE_DAYS 45") {
 		t.Fatalf("start-up with a cycle the calendar does not cut: %v; want an error naming it and the calendar", err)
 	}
+}
+
+// closeLeftClosing runs the worker, closes cycle1 and waits for its run to
+// end with the cycle still closing (a provider held or failed).
+func closeLeftClosing(t *testing.T, f *fixture, tc client.Client) {
+	t.Helper()
+	runWorker(t, f.s)
+	if _, err := f.s.API().CloseSettlementCycle(context.Background(), &settlementv1.CloseSettlementCycleRequest{CycleId: cycle1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	waitCycleRunEnded(t, tc, cycle1.ID, 60*time.Second)
+	wantCycleStatus(t, f, cycle1.ID, cycleClosing)
 }
