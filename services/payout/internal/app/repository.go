@@ -51,7 +51,7 @@ type Store interface {
 	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)
 	ListDeliveries(ctx context.Context, provider, webhook string, limit int) ([]domain.Delivery, error)
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error)
-	FinishDelivery(ctx context.Context, id int64, status string, code int, errText string, next, at time.Time) error
+	FinishDelivery(ctx context.Context, d domain.Delivery, status string, code int, errText string, next, at time.Time) error
 }
 
 // Tx is the store inside one transaction (Store.Update).

@@ -23,7 +23,7 @@ import (
 
 // Webhook delivery limits.
 const (
-	deliveryBatchMax     = 50
+	deliveryBatchMax     = 2                // sent one after another: a claimed batch ends within its lease (2 × deliveryTimeout < deliveryLease)
 	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	deliveryTimeout      = 10 * time.Second
 	deliveryAttemptsMax  = 15          // then failed (kept in the log)
@@ -95,7 +95,7 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 				status = "failed"
 			}
 		}
-		if err := d.Store.FinishDelivery(ctx, dl.ID, status, code, errText, next, now); err != nil {
+		if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
 			return len(ds), err
 		}
 	}

@@ -195,10 +195,15 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 	})
 }
 
-// FinishDelivery records one attempt: delivered, retry at next, or given up (failed).
-func (s *Store) FinishDelivery(ctx context.Context, id int64, status string, code int, errText string, next, at time.Time) error {
+// FinishDelivery records one attempt of a claimed delivery: delivered,
+// retry at next, or given up (failed), while the row still holds the claim
+// that read d (pending, its next attempt the claim's end, as
+// ClaimDeliveries returned it). A claim that lapsed while its delivery was
+// being sent (a slow receiver) and was claimed again records nothing: it
+// turned the other claim's delivered row back to pending.
+func (s *Store) FinishDelivery(ctx context.Context, d domain.Delivery, status string, code int, errText string, next, at time.Time) error {
 	_, err := s.Pool.Exec(ctx, `update payout.webhook_deliveries set status = $2, attempts = attempts + 1, last_status_code = $3,
 		last_error = $4, next_attempt_at = $5, delivered_at = case when $2 = 'delivered' then $6 else delivered_at end
-		where delivery_id = $1`, id, status, code, errText, next, at)
+		where delivery_id = $1 and status = 'pending' and next_attempt_at = $7`, d.ID, status, code, errText, next, at, d.NextAttemptAt)
 	return err
 }
