@@ -194,12 +194,12 @@ var shapes = map[string][]string{
 		`{"idempotency_key":"rev-h2"}`,
 	},
 	"ImportBankStatement": {
-		`{"statement_id":"st-h2","currency":"CNY","account":"CN-CLIENT-H","content":"date,reference,amount,balance\n2026-11-30,po-h1,-2.50,97.50\n2026-12-01,wx-h2,2.50,100.00\n"}`,
+		`{"statement_id":"st-h2","currency":"CNY","account":"CN-CLIENT-H","content":"date,reference,amount,balance\n2026-11-17,po-h1,-2.50,97.50\n2026-11-18,wx-h2,2.50,100.00\n"}`,
 		`{"currency":"CNY","format":"camt053","content":"<Document xmlns=\"urn:iso:std:iso:20022:tech:xsd:camt.053.001.02\"><BkToCstmrStmt><Stmt><Id>S-H3</Id>` +
 			`<Acct><Id><IBAN>CN00CLIENTH</IBAN></Id><Ccy>CNY</Ccy></Acct>` +
-			`<Bal><Tp><CdOrPrtry><Cd>OPBD</Cd></CdOrPrtry></Tp><Amt Ccy=\"CNY\">10.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Dt><Dt>2026-11-30</Dt></Dt></Bal>` +
-			`<Bal><Tp><CdOrPrtry><Cd>CLBD</Cd></CdOrPrtry></Tp><Amt Ccy=\"CNY\">7.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Dt><DtTm>2026-11-30T18:00:00+08:00</DtTm></Dt></Bal>` +
-			`<Ntry><Amt Ccy=\"CNY\">3.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><Sts>BOOK</Sts><BookgDt><Dt>2026-11-30</Dt></BookgDt><AcctSvcrRef>B-1</AcctSvcrRef></Ntry>` +
+			`<Bal><Tp><CdOrPrtry><Cd>OPBD</Cd></CdOrPrtry></Tp><Amt Ccy=\"CNY\">10.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Dt><Dt>2026-11-17</Dt></Dt></Bal>` +
+			`<Bal><Tp><CdOrPrtry><Cd>CLBD</Cd></CdOrPrtry></Tp><Amt Ccy=\"CNY\">7.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Dt><DtTm>2026-11-17T18:00:00+08:00</DtTm></Dt></Bal>` +
+			`<Ntry><Amt Ccy=\"CNY\">3.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><Sts>BOOK</Sts><BookgDt><Dt>2026-11-17</Dt></BookgDt><AcctSvcrRef>B-1</AcctSvcrRef></Ntry>` +
 			`</Stmt></BkToCstmrStmt></Document>"}`,
 	},
 	"RunReconciliation": {

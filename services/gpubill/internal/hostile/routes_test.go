@@ -76,7 +76,7 @@ var writeRoutes = []route{
 		body: `{"idempotency_key":"rev-h1","description":"undo","effective_at":"2026-11-18T00:00:00Z"}`},
 	{name: "ImportBankStatement", method: "POST", path: "/v1/bank-statements", role: auth.RoleFinance,
 		body: `{"statement_id":"st-h1","currency":"CNY","account":"CN-CLIENT-H","format":"csv",` +
-			`"content":"date,reference,amount,balance\n2026-11-30,wx-h1,12.50,112.50\n"}`,
+			`"content":"date,reference,amount,balance\n2026-11-17,wx-h1,12.50,112.50\n"}`,
 		enums: []string{"currency", "format"}},
 	{name: "RunReconciliation", method: "POST", path: "/v1/reconciliations", role: auth.RoleFinance,
 		body: `{"currency":"CNY"}`, enums: []string{"currency"}},
