@@ -5,10 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/gpubill/gpubill/migrations"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
 // A hold locks the provider's payouts before it reads them, so a gate that
@@ -17,10 +13,7 @@ import (
 // the hold was answered as applying to a payout the gate had just passed.
 func TestHoldWaitsForTheGate(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	s := &Store{Pool: pool}
 	for i, id := range []string{"po-h1", "po-h2"} {
 		if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -20,10 +17,7 @@ import (
 // two rails. Before the gate and once submitted it changes as before.
 func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	s := &Store{Pool: pool}
 	put := func(typ string) error {
 		m := domain.Method{Type: typ, AccountName: "Li Lei", AlipayID: "13800000001", WechatOpenID: "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}

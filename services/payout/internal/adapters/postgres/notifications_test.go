@@ -8,9 +8,6 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/gpubill/gpubill/migrations"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
@@ -19,11 +16,8 @@ import (
 // later notifications of it count.
 func TestRecordNotification(t *testing.T) {
 	t.Parallel()
-	pool, _ := testkit.NewPool(t)
+	pool := migratedPool(t)
 	ctx := context.Background()
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
 	s := &Store{Pool: pool}
 	now := time.Now()
 	tu := &app.TopUp{Rail: "wechatpay", PaymentID: "42", RenterID: "r-1", Currency: "CNY", Amount: decimal.RequireFromString("10.00")}

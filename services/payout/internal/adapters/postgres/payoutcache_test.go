@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpubill/gpubill/migrations"
-	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -19,10 +17,7 @@ import (
 func cachedStore(t *testing.T) (*Store, context.CancelFunc) {
 	t.Helper()
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	for _, q := range []string{
 		`insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,
 			method, method_summary, rail_reference, workflow_started, version, created_at, updated_at)

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpubill/gpubill/migrations"
-	"github.com/gpubill/gpubill/pkg/pg"
-	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -18,10 +15,7 @@ import (
 // pending, sent again, its attempts counted twice.
 func TestLapsedDeliveryClaimRecordsNothing(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := testkit.NewPool(t)
-	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t)
 	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
 	if err != nil {
 		t.Fatal(err)
