@@ -23,9 +23,13 @@ func TestHashChainOrdersXidsNumerically(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for round := 0; round < 3; round++ {
+	// The service's own chain worker may hold the chain's lock through a
+	// round (a round that does not get it chains nothing): chained until
+	// none is left, then rounds that find nothing must not fail.
+	chainAll(t, f)
+	for round := 0; round < 2; round++ {
 		if _, err := ledger.ChainOnce(f.ctx, f.pool); err != nil {
-			t.Fatalf("chain round %d: %v", round, err)
+			t.Fatalf("chain round %d after all were chained: %v", round, err)
 		}
 	}
 	rows, err := f.pool.Query(f.ctx, `select xid::text from ledger.journal_chain order by position`)

@@ -94,6 +94,8 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	diffs = append(diffs, compareCounts(m.Tables, tables)...)
 	if !res.Chain.OK && res.Chain.BadBalance != "" {
 		diffs = append(diffs, "balance "+res.Chain.BadBalance+": "+res.Chain.Reason)
+	} else if !res.Chain.OK && res.Chain.BadReportRecord != "" {
+		diffs = append(diffs, "report record "+res.Chain.BadReportRecord+": "+res.Chain.Reason)
 	} else if !res.Chain.OK {
 		diffs = append(diffs, fmt.Sprintf("hash chain broken at position %d (transaction %s): %s",
 			res.Chain.FirstBadPosition, res.Chain.FirstBadTransaction, res.Chain.Reason))

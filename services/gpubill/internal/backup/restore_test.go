@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
@@ -236,6 +237,25 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut.String(), alter.naming) {
 			t.Fatalf("gpubill restore against an altered manifest: exit %d, %q; want 1 and %q", code, errOut.String(), alter.naming)
 		}
+	}
+	// A snapshot of a ledger whose balance checkpoint its postings do not give.
+	pool, err := pgxpool.New(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `insert into ledger.checkpoint_balances (at, currency, account, net_debit) values ('2026-01-01T00:00:00Z', 'CNY', 'bank:client', 55);
+		insert into ledger.balance_checkpoints (at, prev_at, postings) values ('2026-01-01T00:00:00Z', null, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(t.TempDir(), "snap-checkpoint")
+	if _, err := backup.Take(ctx, src, dir, backup.Tools{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := cli.Main(ctx, []string{"restore", dir, "--database-url", base + "/gpubill_restored_checkpoint?sslmode=disable"}, &out, &errOut)
+	if want := "report record checkpoint 2026-01-01T00:00:00Z bank:client CNY"; code != 1 || !strings.Contains(errOut.String(), want) {
+		t.Fatalf("gpubill restore of a ledger with an invented checkpoint: exit %d, %q; want 1 and %q", code, errOut.String(), want)
 	}
 }
 

@@ -370,6 +370,10 @@ func (v *verifyCmd) Run(e *env) error {
 		e.stdout.printf("BROKEN balance %s: %s (%d links verified)\n", res.BadBalance, res.Reason, res.Checked)
 		return errors.New("a balance is not the sum of its postings")
 	}
+	if !res.OK && res.BadReportRecord != "" {
+		e.stdout.printf("BROKEN report record (%s): %s (%d links verified)\n", res.BadReportRecord, res.Reason, res.Checked)
+		return errors.New("a record the segregated-funds report reads does not follow from the journal")
+	}
 	if !res.OK && res.FirstBadPosition == 0 { // outside the chain's links: a reversal link, a transaction behind the head
 		e.stdout.printf("BROKEN: transaction %s: %s (%d links verified)\n", res.FirstBadTransaction, res.Reason, res.Checked)
 		return errors.New("journal hash chain broken")

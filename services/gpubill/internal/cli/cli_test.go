@@ -395,6 +395,18 @@ func TestLedgerVerifyHeadAndBalances(t *testing.T) {
 	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, "BROKEN balance renter:r-1:wallet CNY") {
 		t.Errorf("verify after a balance was edited: exit %d, stdout %q, stderr %q; want 1 and the balance named", r.code, r.stdout, r.stderr)
 	}
+	// The balance put back, a checkpoint the postings do not give (as-of reports start from it).
+	if _, err := pool.Exec(ctx, `update ledger.balances set credits = 10.00 where account = 'renter:r-1:wallet';
+		insert into ledger.checkpoint_balances (at, currency, account, net_debit) values
+			('2026-01-01T00:00:00Z', 'CNY', 'bank:client', 20.00), ('2026-01-01T00:00:00Z', 'CNY', 'renter:r-1:wallet', -20.00);
+		insert into ledger.balance_checkpoints (at, prev_at, postings) values ('2026-01-01T00:00:00Z', null, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 ||
+		!strings.HasPrefix(r.stdout, "BROKEN report record (checkpoint 2026-01-01T00:00:00Z bank:client CNY): balance checkpoint at 2026-01-01T00:00:00Z holds a net debit of 20") ||
+		!strings.Contains(r.stderr, "does not follow from the journal") {
+		t.Errorf("verify after a checkpoint was invented: exit %d, stdout %q, stderr %q; want 1 and the checkpoint named", r.code, r.stdout, r.stderr)
+	}
 }
 
 // report segregated-funds writes the report to a file (whole, or nothing),

@@ -154,6 +154,35 @@ func ChainHead(ctx context.Context, q Querier) (string, int64, error) {
 	return hex.EncodeToString(h), pos, err
 }
 
+// chainLink is a row of ledger.journal_chain.
+type chainLink struct {
+	pos        int64
+	id         string
+	prev, hash []byte
+}
+
+// readLinks reads the chain's next page of links after position after.
+func readLinks(ctx context.Context, q Querier, after int64) ([]chainLink, error) {
+	rows, err := q.Query(ctx, `select position, tx_id::text, prev_hash, hash from ledger.journal_chain
+		where position > $1 order by position limit $2`, after, chainBatchMax)
+	if err != nil {
+		return nil, fmt.Errorf("read chain: %w", err)
+	}
+	defer rows.Close()
+	var links []chainLink
+	for rows.Next() {
+		var l chainLink
+		if err := rows.Scan(&l.pos, &l.id, &l.prev, &l.hash); err != nil {
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read chain: %w", err)
+	}
+	return links, nil
+}
+
 // VerifyResult is the outcome of walking the chain.
 type VerifyResult struct {
 	OK        bool   `json:"ok"`
@@ -165,7 +194,11 @@ type VerifyResult struct {
 	FirstBadPosition    int64  `json:"first_bad_position,omitempty"`
 	// The first balance (account and currency) its postings do not sum to.
 	BadBalance string `json:"bad_balance,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	// The first record the segregated-funds report reads besides the
+	// journal (a recorded breach, a balance checkpoint) that the journal
+	// does not give.
+	BadReportRecord string `json:"bad_report_record,omitempty"`
+	Reason          string `json:"reason,omitempty"`
 }
 
 // Verify recomputes every link from the journal's current content and names
@@ -174,26 +207,10 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 	res := VerifyResult{OK: true, HeadHash: hex.EncodeToString(domain.GenesisHash)}
 	prev := domain.GenesisHash
 	after := int64(0)
+	var breachTx, breachReason string // the first chained transaction whose recorded breaches differ
 	for {
-		rows, err := q.Query(ctx, `select position, tx_id::text, prev_hash, hash from ledger.journal_chain
-			where position > $1 order by position limit $2`, after, chainBatchMax)
+		links, err := readLinks(ctx, q, after)
 		if err != nil {
-			return res, fmt.Errorf("read chain: %w", err)
-		}
-		type link struct {
-			pos        int64
-			id         string
-			prev, hash []byte
-		}
-		var links []link
-		for rows.Next() {
-			var l link
-			if err := rows.Scan(&l.pos, &l.id, &l.prev, &l.hash); err != nil {
-				return res, err
-			}
-			links = append(links, l)
-		}
-		if err := rows.Err(); err != nil {
 			return res, err
 		}
 		if len(links) == 0 {
@@ -210,6 +227,11 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 		byID := make(map[string]*domain.Transaction, len(txs))
 		for _, t := range txs {
 			byID[t.ID] = t
+		}
+		if breachTx == "" && len(txs) == len(ids) {
+			if breachTx, breachReason, err = breachMismatch(ctx, q, ids, byID); err != nil {
+				return res, err
+			}
 		}
 		for _, l := range links {
 			bad := func(reason string) (VerifyResult, error) {
@@ -234,7 +256,18 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 			res.HeadHash = hex.EncodeToString(l.hash)
 		}
 	}
-	return verifyBeyondTheChain(ctx, q, res)
+	res, err := verifyBeyondTheChain(ctx, q, res)
+	if err != nil || !res.OK {
+		return res, err
+	}
+	if breachTx != "" {
+		res.OK, res.BadReportRecord, res.Reason = false, "breach of "+breachTx, breachReason
+		return res, nil
+	}
+	if res, err = verifyBreachesBelong(ctx, q, res); err != nil || !res.OK {
+		return res, err
+	}
+	return verifyCheckpoints(ctx, q, res)
 }
 
 // verifyBeyondTheChain counts the transactions not chained yet and checks
