@@ -198,8 +198,9 @@ func (s *Sink) ReplayLetters(ctx context.Context, consumer string, apply func(ct
 }
 
 type replayRow struct {
-	id int64
-	l  Letter
+	id       int64
+	attempts int // when taken: a letter written back since counts more
+	l        Letter
 }
 
 func (s *Sink) replayOnce(ctx context.Context, consumer string, apply func(ctx context.Context, l Letter) error) error {
@@ -210,13 +211,13 @@ func (s *Sink) replayOnce(ctx context.Context, consumer string, apply func(ctx c
 		where id in (select id from `+s.table()+`
 			where consumer = $1 and replay_requested_at is not null and replayed_at is null
 			order by id limit $2 for update skip locked)
-		returning id, message_id, subject, headers, payload`, consumer, replayBatchMax)
+		returning id, attempts, message_id, subject, headers, payload`, consumer, replayBatchMax)
 	if err != nil {
 		return err
 	}
 	taken, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (replayRow, error) {
 		x := replayRow{l: Letter{Consumer: consumer}}
-		err := r.Scan(&x.id, &x.l.MessageID, &x.l.Subject, &x.l.Headers, &x.l.Payload)
+		err := r.Scan(&x.id, &x.attempts, &x.l.MessageID, &x.l.Subject, &x.l.Headers, &x.l.Payload)
 		return x, err
 	})
 	if err != nil {
@@ -228,9 +229,18 @@ func (s *Sink) replayOnce(ctx context.Context, consumer string, apply func(ctx c
 			return nil // shutting down: the letter stays dead, to ask again
 		}
 		if applyErr == nil {
-			_, err = s.Pool.Exec(ctx, `update `+s.table()+` set replayed_at = now(), last_seen_at = now() where id = $1`, x.id)
+			// Marked only if not dead-lettered again meanwhile (PutLetter
+			// adds to attempts): an outbox letter's apply requeues it, and
+			// the relay may refuse it and write it back before this mark,
+			// which then hid a letter in neither the outbox nor the stream.
+			var tag pgconn.CommandTag
+			tag, err = s.Pool.Exec(ctx, `update `+s.table()+` set replayed_at = now(), last_seen_at = now() where id = $1 and attempts = $2`, x.id, x.attempts)
 			replayed.WithLabelValues(s.Schema, consumer, "replayed").Inc()
-			s.Log.Info("dead letter replayed", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
+			if err == nil && tag.RowsAffected() == 0 {
+				s.Log.Warn("dead letter replayed, and dead-lettered again since", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
+			} else {
+				s.Log.Info("dead letter replayed", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
+			}
 		} else {
 			var pe *natsx.PoisonError
 			if errors.As(applyErr, &pe) && len(pe.ByID) == 1 {

@@ -258,3 +258,42 @@ func TestLetterWithAnotherPayloadUnderAKeptID(t *testing.T) {
 		t.Fatalf("letters %q, want %q", got, want)
 	}
 }
+
+// A letter dead-lettered again while its replay runs (the outbox relay's
+// publish refused once more: requeue returns, the relay writes the letter
+// back before the replay marks it) stays dead: marked replayed, it was in
+// neither the outbox nor the stream, and no alert counted it.
+func TestReplayDoesNotMarkALetterDeadAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, _, sink := setup(t)
+	l := deadletter.Letter{Consumer: "relay", MessageID: "outbox:7", Subject: "t.x", Payload: []byte("too big")}
+	if err := sink.PutLetter(ctx, pool, l, 1, errors.New("maximum payload exceeded")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update dlt.dead_letters set replay_requested_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	var applies atomic.Int32
+	go sink.ReplayLetters(ctx, "relay", func(ctx context.Context, got deadletter.Letter) error { //nolint:errcheck // ends with ctx
+		applies.Add(1)
+		return sink.PutLetter(ctx, pool, got, 1, errors.New("maximum payload exceeded, again"))
+	})
+	testkit.Eventually(t, 10*time.Second, func() bool { return applies.Load() == 1 }, "replay never applied")
+	var replayed *time.Time
+	var errText string
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		if err := pool.QueryRow(ctx, `select replayed_at, error from dlt.dead_letters`).Scan(&replayed, &errText); err != nil {
+			t.Fatal(err)
+		}
+		return errText == "maximum payload exceeded, again"
+	}, "letter not written back")
+	time.Sleep(300 * time.Millisecond) // the replay's mark, if any, is in
+	if err := pool.QueryRow(ctx, `select replayed_at from dlt.dead_letters`).Scan(&replayed); err != nil {
+		t.Fatal(err)
+	}
+	if replayed != nil {
+		t.Fatalf("a letter dead-lettered again during its replay reads replayed at %s", replayed)
+	}
+}
