@@ -59,17 +59,27 @@ func TestClosedCyclePendingTakesOnlyItsSettlement(t *testing.T) {
 		_, err = f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: tx.ID})
 		wantPrecondition(t, err, closed, "reversal")
 	}
+	// The whole balance out, but not by the provider's settlement: a refund
+	// to the renter left the snapshot unpayable (the settlement refused for
+	// good, the cycle closing for good).
+	_, err = f.app.CreateTransaction(f.ctx, transfer("refund-all", pending, "renter:r-1:wallet", "12.00", "USD"))
+	wantPrecondition(t, err, closed, "settlement alone")
+	other := transfer("other-settles", pending, "renter:r-1:wallet", "12.00", "USD")
+	other.Internal, other.Metadata = true, map[string]string{"kind": "settlement", "cycle_id": closed, "provider_id": "p-2"}
+	_, err = f.app.CreateTransaction(f.ctx, other)
+	wantPrecondition(t, err, closed, "settlement alone")
 	wantBalance(t, f, pending, "USD", "12.00")
 
 	// The settlement: the whole balance out, in one transaction with its sweep.
-	settle := app.CreateTransactionInput{IdempotencyKey: "settle-" + closed + "-p-1:USD", Postings: []domain.RawPosting{
-		{Account: pending, Direction: "debit", Amount: "12.00", Currency: "USD"},
-		{Account: domain.PlatformCommission, Direction: "credit", Amount: "3.00", Currency: "USD"},
-		{Account: "tax:withheld:CN", Direction: "credit", Amount: "1.80", Currency: "USD"},
-		{Account: "provider:p-1:available", Direction: "credit", Amount: "7.20", Currency: "USD"},
-		{Account: domain.BankOperating, Direction: "debit", Amount: "3.00", Currency: "USD"},
-		{Account: domain.BankClient, Direction: "credit", Amount: "3.00", Currency: "USD"},
-	}}
+	settle := app.CreateTransactionInput{IdempotencyKey: "settle-" + closed + "-p-1:USD", Internal: true,
+		Metadata: map[string]string{"kind": "settlement", "cycle_id": closed, "provider_id": "p-1"}, Postings: []domain.RawPosting{
+			{Account: pending, Direction: "debit", Amount: "12.00", Currency: "USD"},
+			{Account: domain.PlatformCommission, Direction: "credit", Amount: "3.00", Currency: "USD"},
+			{Account: "tax:withheld:CN", Direction: "credit", Amount: "1.80", Currency: "USD"},
+			{Account: "provider:p-1:available", Direction: "credit", Amount: "7.20", Currency: "USD"},
+			{Account: domain.BankOperating, Direction: "debit", Amount: "3.00", Currency: "USD"},
+			{Account: domain.BankClient, Direction: "credit", Amount: "3.00", Currency: "USD"},
+		}}
 	st, err := f.app.CreateTransaction(f.ctx, settle)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +119,15 @@ func TestRESTClosedCycleEntryIs400(t *testing.T) {
 		{"account":"provider:p-1:pending:`+closed+`","direction":"credit","amount":"1.00","currency":"USD"}]}`)
 	if code != 400 || !strings.Contains(body, closed) || !strings.Contains(body, "provider:p-1:pending:cyc-20261227") {
 		t.Fatalf("credit into closed %s: %d %s; want 400 naming it and the open cycle", closed, code, body)
+	}
+	// Finance may not name its entry a settlement (the one debit a closed cycle's pending account takes).
+	for _, kind := range []string{"settlement", "commission_sweep"} {
+		code, body = c.do("POST", "/v1/transactions", `{"idempotency_key":"as-`+kind+`","metadata":{"kind":"`+kind+`","cycle_id":"`+closed+`","provider_id":"p-1"},"postings":[
+			{"account":"renter:r-1:wallet","direction":"debit","amount":"1.00","currency":"USD"},
+			{"account":"bank:client","direction":"credit","amount":"1.00","currency":"USD"}]}`)
+		if code != 400 || !strings.Contains(body, "metadata.kind") {
+			t.Fatalf("a finance entry of kind %s: %d %s; want 400 on metadata.kind", kind, code, body)
+		}
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", "10")
 }

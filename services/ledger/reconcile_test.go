@@ -26,7 +26,7 @@ func TestReconciliationRunsCarryTheirExceptions(t *testing.T) {
 	rec := f.svc.Reconciliations()
 	post := func(in app.CreateTransactionInput, meta map[string]string) *domain.Transaction {
 		t.Helper()
-		in.Metadata = meta
+		in.Metadata, in.Internal = meta, true // as settlement and payout post them
 		tx, err := f.app.CreateTransaction(f.ctx, in)
 		if err != nil {
 			t.Fatal(err)

@@ -77,9 +77,23 @@ func (a *App) checkClosedCycles(ctx context.Context, tx Tx, fresh []*domain.Tran
 			if c, ok := after[p.Account.Address+"|"+p.Currency]; ok && !c.After.IsZero() {
 				return refuse(fmt.Sprintf("its pending balance may only be settled in full (this leaves %s %s)", c.After, p.Currency))
 			}
+			if !settles(t, p.Account.Party, cycle) {
+				return refuse("its pending balance is taken out by the provider's settlement alone; correct through an open cycle")
+			}
 		}
 	}
 	return nil
+}
+
+// settles: t is the settlement of provider's earnings in cycle, as
+// settlement posts it (its metadata names the kind, the cycle and the
+// provider; only the service identity may post that kind). A finance entry
+// emptying a closed cycle's pending account left the cycle's snapshot
+// unpayable: the provider's settlement was then refused for good and the
+// cycle stayed closing.
+func settles(t *domain.Transaction, provider, cycle string) bool {
+	return t.Kind == domain.TxManual && t.Metadata["kind"] == "settlement" &&
+		t.Metadata["cycle_id"] == cycle && t.Metadata["provider_id"] == provider
 }
 
 // lockTouchedCycles holds, until commit, the lock of every cycle whose

@@ -20,7 +20,16 @@ type CreateTransactionInput struct {
 	EffectiveAt    *time.Time // nil: now
 	Metadata       map[string]string
 	Postings       []domain.RawPosting
+	// Internal: posted by the stack's own service identity (settlement),
+	// which alone may name a settlement in the metadata (SettlementKinds).
+	Internal bool
 }
+
+// SettlementKinds are the metadata kinds of settlement's own postings:
+// the one that empties a closed cycle's pending account (checkClosedCycles
+// takes no other debit of it) and what reconciliation classifies as a
+// settlement movement. A finance entry naming one is refused.
+var SettlementKinds = map[string]bool{"settlement": true, "commission_sweep": true}
 
 // CreateTransaction posts a manual entry (or a settlement's postings).
 func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) (*domain.Transaction, error) {
@@ -34,6 +43,9 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		vs = append(vs, domain.Violation{Field: "description", Reason: "at most 1024 characters"})
 	}
 	vs = append(vs, domain.CheckMetadata(in.Metadata)...)
+	if k := in.Metadata["kind"]; SettlementKinds[k] && !in.Internal {
+		vs = append(vs, domain.Violation{Field: "metadata.kind", Reason: fmt.Sprintf("%q is settlement's own; a manual entry may not name it", k)})
+	}
 	vs = append(vs, domain.CheckEffectiveAt(in.EffectiveAt)...)
 	postings, pvs := domain.ParsePostings(in.Postings)
 	vs = append(vs, pvs...)

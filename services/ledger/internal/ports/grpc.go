@@ -99,7 +99,7 @@ func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransa
 func (s *LedgerServer) CreateTransaction(ctx context.Context, r *ledgerv1.CreateTransactionRequest) (*ledgerv1.CreateTransactionResponse, error) {
 	t, err := s.App.CreateTransaction(ctx, app.CreateTransactionInput{
 		IdempotencyKey: r.GetIdempotencyKey(), Description: r.GetDescription(), EffectiveAt: asOf(r.GetEffectiveAt()),
-		Metadata: r.GetMetadata(), Postings: fromProtoPostings(r.GetPostings()),
+		Metadata: r.GetMetadata(), Postings: fromProtoPostings(r.GetPostings()), Internal: isService(ctx),
 	})
 	if err != nil {
 		return nil, err

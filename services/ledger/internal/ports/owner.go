@@ -29,6 +29,12 @@ func partyPrefix(ctx context.Context) (string, bool) {
 	return "", false
 }
 
+// isService: the caller is the stack's own service identity.
+func isService(ctx context.Context) bool {
+	p, ok := auth.FromContext(ctx)
+	return ok && p.Role == auth.RoleService
+}
+
 func denied(ctx context.Context, what string) error {
 	p, _ := auth.FromContext(ctx)
 	return status.Errorf(codes.PermissionDenied, "%s %s may not read %s", p.Role, p.Subject, what)
