@@ -247,3 +247,47 @@ func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
 		t.Fatal("OrderedMessages after ctx ended returned an iterator")
 	}
 }
+
+// TestConsumeCreatesADeletedConsumerAgain: a durable consumer deleted while
+// its service runs (an operator's `nats consumer rm`, a store rebuilt) is
+// created again and consumption goes on; the pull loop fetched from the
+// vanished consumer forever, every answer an immediate error logged at
+// debug, thousands of fetches a second and no message consumed.
+func TestConsumeCreatesADeletedConsumerAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		got.Add(int32(len(msgs)))
+		return nil
+	}
+	spec := natsx.ConsumerSpec{Stream: "GONE", Durable: "gone", MaxWait: 200 * time.Millisecond, DeadLetters: noDeadLetters{t}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
+			t.Error(err)
+		}
+	}()
+	publish := func(subject string) {
+		t.Helper()
+		if _, err := js.Publish(ctx, subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("gone.1")
+	testkit.Eventually(t, 10*time.Second, func() bool { return got.Load() == 1 }, "the first message never reached the handler")
+	if err := js.DeleteConsumer(ctx, "GONE", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	publish("gone.2")
+	testkit.Eventually(t, 15*time.Second, func() bool { return got.Load() >= 2 }, "nothing consumed after the consumer was deleted")
+	cancel()
+	<-done
+}

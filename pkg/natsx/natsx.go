@@ -376,7 +376,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 		}
 	}()
 	defer func() { <-replayDone }()
-	c := &consumer{spec: spec, h: h, log: log}
+	c := &consumer{spec: spec, h: h, log: log, recreate: func(ctx context.Context) jetstream.Consumer {
+		return createConsumer(ctx, js, log, spec, spec.consumerConfig())
+	}}
 	c.pull(ctx, cons)
 	return nil
 }
@@ -424,6 +426,24 @@ type consumer struct {
 	spec ConsumerSpec
 	h    Handler
 	log  *slog.Logger
+	// recreate creates the durable consumer again (nil only when ctx ended).
+	recreate func(ctx context.Context) jetstream.Consumer
+}
+
+// consumerGone: the durable consumer no longer exists (deleted, or its
+// stream's store rebuilt without it). A pull to a deleted consumer is
+// answered "consumer deleted" and then "no responders"; the latter also
+// comes while a cluster elects the stream's leader, so the consumer's info
+// decides.
+func consumerGone(ctx context.Context, cons jetstream.Consumer, err error) bool {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return true
+	}
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return false
+	}
+	_, err = cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // pull fetches and processes batches until ctx ends, backing off
@@ -438,6 +458,12 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer) {
 			}
 			c.log.Warn("fetch failed", "consumer", c.spec.Durable, "err", err)
 			sleep(ctx, backoff)
+			if c.recreate != nil && consumerGone(ctx, cons, err) {
+				c.log.Warn("consumer gone: creating it again", "consumer", c.spec.Durable, "stream", c.spec.Stream)
+				if cons = c.recreate(ctx); cons == nil {
+					break // ctx ended
+				}
+			}
 			continue
 		}
 		if len(msgs) == 0 {
@@ -466,6 +492,12 @@ func (c *consumer) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstr
 		msgs = append(msgs, m)
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if len(msgs) == 0 {
+			// An immediate answer without messages (the consumer deleted,
+			// no responders, the server shutting down): an error, backed
+			// off, not a tight loop of fetches logged at debug.
+			return nil, err
+		}
 		c.log.Debug("fetch ended", "consumer", c.spec.Durable, "err", err)
 	}
 	return msgs, nil
