@@ -32,7 +32,7 @@ type Common struct {
 	TaxTimezone      string        `name:"tax-timezone" env:"GPUBILL_TAX_TIMEZONE" default:"Asia/Shanghai" help:"IANA time zone of the monthly tax periods (tax service and settlement's remittance schedule)."`
 	CommissionRates  string        `name:"commission-rates" env:"GPUBILL_COMMISSION_RATES" default:"standard=0.25,pro=0.20,partner=0.15" help:"Platform commission per provider tier (settlement applies it; quotes use it)."`
 	CommissionBounds string        `name:"commission-bounds" env:"GPUBILL_COMMISSION_BOUNDS" default:"0.15-0.25" help:"Platform bounds every commission rate must keep (min-max)."`
-	StreamMaxBytes   int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream."`
+	StreamMaxBytes   int64         `name:"stream-max-bytes" env:"GPUBILL_STREAM_MAX_BYTES" default:"1073741824" help:"Byte cap of each JetStream stream (PARTY and GPU_MODEL take none)."`
 	StreamReplicas   int           `name:"stream-replicas" env:"GPUBILL_STREAM_REPLICAS" default:"1" help:"Replicas of each JetStream stream (in a cluster)."`
 	LogLevel         string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	Allow            Allow         `embed:"" prefix:"allow-" envprefix:"GPUBILL_ALLOW_" group:"Allowlist (comma-separated CIDRs per role; unset = any address)"`

@@ -74,7 +74,9 @@ const (
 //     never loss. Observers must use explicit-ack consumers on other subjects.
 //   - PARTY: every party's last partyVersionsMax versions, never aged, so a new
 //     read model replays every party from the start. GPU_MODEL likewise, per
-//     model of the GPU catalogue.
+//     model of the GPU catalogue. Neither takes the byte cap: their size is
+//     the parties' (models') versions kept, and at a cap every later party
+//     would be refused for good (DiscardNew), its outbox stuck behind it.
 //   - Feeds (LEDGER, BILLING, PAYOUT, LEASE): limits by arrival age and
 //     bytes, oldest dropped first (DiscardOld), so they never refuse a
 //     publish; their source of truth is the producer's tables. The ledger's
@@ -88,6 +90,10 @@ type streamSpec struct {
 	maxAge        time.Duration
 	maxPerSubject int64
 	owners        []string // the durable consumers that own a work queue's messages
+	// uncapped: no byte cap (Limits.MaxBytes bounds backlogs; a stream of
+	// every party's last versions holds state, and refused at a cap every
+	// later party, for good, holding up the outbox behind it).
+	uncapped bool
 }
 
 var streamSpecs = map[string]streamSpec{
@@ -98,9 +104,9 @@ var streamSpecs = map[string]streamSpec{
 	StreamSettlement: {subjects: []string{"settlement.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
 		owners: []string{"payout-settled"}},
 	StreamParty: {subjects: []string{"party.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardNew,
-		maxPerSubject: partyVersionsMax},
+		maxPerSubject: partyVersionsMax, uncapped: true},
 	StreamGPUModel: {subjects: []string{"gpu_model.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardNew,
-		maxPerSubject: modelVersionsMax},
+		maxPerSubject: modelVersionsMax, uncapped: true},
 	StreamLedger:  {subjects: []string{"ledger.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamBilling: {subjects: []string{"billing.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
 	StreamLease:   {subjects: []string{"lease.>"}, retention: jetstream.LimitsPolicy, discard: jetstream.DiscardOld, maxAge: feedMaxAge},
@@ -136,13 +142,17 @@ func (l Limits) StreamConfig(name string) (jetstream.StreamConfig, error) {
 	if l.Replicas <= 0 {
 		l.Replicas = 1
 	}
+	maxBytes := l.MaxBytes
+	if sp.uncapped {
+		maxBytes = -1
+	}
 	return jetstream.StreamConfig{
 		Name:              name,
 		Subjects:          sp.subjects,
 		Retention:         sp.retention,
 		Storage:           jetstream.FileStorage,
 		MaxAge:            sp.maxAge,
-		MaxBytes:          l.MaxBytes,
+		MaxBytes:          maxBytes,
 		MaxMsgsPerSubject: sp.maxPerSubject,
 		MaxMsgSize:        int32(min(streamMaxMsgSize, l.MaxBytes)),
 		Discard:           sp.discard,

@@ -2,6 +2,7 @@ package natsx_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -109,5 +110,38 @@ func TestEnsureStreamsKeepsRetentionOverABacklog(t *testing.T) {
 	info, err := st.Info(ctx)
 	if err != nil || info.State.Msgs != 3 {
 		t.Fatalf("stream holds %v messages (%v); want all 3 kept", info.State.Msgs, err)
+	}
+}
+
+// TestPartyStreamsTakeNoByteCap: PARTY and GPU_MODEL keep every party's (and
+// model's) last versions, never aged; under the byte cap of the work queues
+// they filled for good, every later party's first version was refused, and
+// the outbox holding it stopped every event queued behind it (usage was
+// never billed). Their size is bounded by the parties and versions kept, not
+// by GPUBILL_STREAM_MAX_BYTES.
+func TestPartyStreamsTakeNoByteCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	const capBytes = 16 << 10
+	lim := natsx.Limits{MaxBytes: capBytes}
+	if err := lim.EnsureStreams(ctx, js, nil, natsx.StreamParty, natsx.StreamGPUModel, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 512)
+	for i := range 200 { // 100 KiB, 6 caps
+		if _, err := js.Publish(ctx, fmt.Sprintf("party.updated.provider.p-%03d", i), body); err != nil {
+			t.Fatalf("party version %d refused: %v", i, err)
+		}
+		if _, err := js.Publish(ctx, fmt.Sprintf("gpu_model.updated.m-%03d", i), body); err != nil {
+			t.Fatalf("GPU model version %d refused: %v", i, err)
+		}
+	}
+	st, err := js.Stream(ctx, natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxBytes; got != capBytes {
+		t.Fatalf("USAGE max bytes %d, want the cap %d", got, capBytes)
 	}
 }
