@@ -130,9 +130,14 @@ func (s *Store) SnapshotBalances(ctx context.Context, cycle string, rows []domai
 	for t, r := range rates {
 		tiers, tierRates = append(tiers, t), append(tierRates, r)
 	}
+	// A provider with a row already (its other currency, on an earlier
+	// page) takes that row's tier and rate: a tier change between two pages
+	// split its currencies at two rates.
 	_, err := s.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, tier, commission_rate)
-		select $1, t.p, t.c, t.a, coalesce(pr.tier, $5), r.rate
+		select $1, t.p, t.c, t.a, coalesce(ex.tier, pr.tier, $5), case when ex.tier is null then r.rate else ex.commission_rate end
 		from unnest($2::text[], $3::text[], $4::numeric[]) as t(p, c, a)
+		left join lateral (select st.tier, st.commission_rate from settlement.settlements st
+			where st.cycle_id = $1 and st.provider_id = t.p order by st.currency limit 1) ex on true
 		left join settlement.providers pr on pr.provider_id = t.p
 		left join unnest($6::text[], $7::numeric[]) as r(tier, rate) on r.tier = coalesce(pr.tier, $5)
 		on conflict do nothing`, cycle, providers, currencies, amounts, split.TierStandard, tiers, tierRates)
@@ -267,11 +272,16 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, stri
 			var (
 				currency, status *string
 				gross, rate      decimal.NullDecimal
+				tier             string
 			)
-			_, err := pgx.ForEachRow(rows, []any{&r.held, &r.tier, &rate, &currency, &gross, &status}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&r.held, &tier, &rate, &currency, &gross, &status}, func() error {
+				if r.tier == "" { // the first row's tier: one snapshot, one tier
+					r.tier = tier
+				}
 				if rate.Valid && !r.rate.Valid { // one snapshot: the same rate on every currency
 					r.rate = rate
 				}
+
 				if currency != nil {
 					r.items = append(r.items, domain.PreparedItem{Currency: *currency, Gross: gross.Decimal, Status: *status})
 				}

@@ -243,3 +243,47 @@ func TestPrepareAndHoldReadWhatTheOtherCommitted(t *testing.T) {
 		t.Fatalf("a hold waiting behind a prepare that began the settlement: %v; want a precondition error", err)
 	}
 }
+
+// A provider's currencies snapshotted on two pages around a tier change are
+// split at one tier and rate, the first page's: the second currency's row
+// took the new tier and rate, and Prepare answered the first row's rate with
+// the last row's tier, so both were split at 0.25 and both statements named
+// partner.
+func TestSnapshotKeepsAProvidersTierAcrossPages(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const cycle = "cyc-20260101"
+	rates := split.DefaultCommission().Rates
+	if _, err := s.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'closing', now(), now(), now())`, cycle); err != nil {
+		t.Fatal(err)
+	}
+	setTier := func(tier string) {
+		t.Helper()
+		if _, err := s.Pool.Exec(ctx, `insert into settlement.providers (provider_id, tier) values ('p-1', $1)
+			on conflict (provider_id) do update set tier = excluded.tier`, tier); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTier(split.TierStandard)
+	if err := s.SnapshotBalances(ctx, cycle, []domain.Balance{{ProviderID: "p-1", Currency: "CNY", Amount: decimal.NewFromInt(100)}}, rates); err != nil {
+		t.Fatal(err)
+	}
+	setTier("partner")
+	if err := s.SnapshotBalances(ctx, cycle, []domain.Balance{{ProviderID: "p-1", Currency: "USD", Amount: decimal.NewFromInt(10)}}, rates); err != nil {
+		t.Fatal(err)
+	}
+	_, tier, rate, items, err := s.Prepare(ctx, cycle, "p-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 || tier != split.TierStandard || !rate.Valid || !rate.Decimal.Equal(rates[split.TierStandard]) {
+		t.Fatalf("prepared tier %q at %v for %d rows; want %s at %s for both currencies", tier, rate, len(items), split.TierStandard, rates[split.TierStandard])
+	}
+	var n int
+	if err := s.Pool.QueryRow(ctx, `select count(*) from settlement.settlements where cycle_id = $1 and provider_id = 'p-1'
+		and tier = $2 and commission_rate = $3`, cycle, split.TierStandard, rates[split.TierStandard]).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d of 2 rows snapshotted at %s, %s (%v)", n, split.TierStandard, rates[split.TierStandard], err)
+	}
+}
