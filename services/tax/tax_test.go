@@ -626,3 +626,41 @@ func TestRemitTaxGoesOnPastARefusal(t *testing.T) {
 		t.Fatalf("the re-run: %v, posted %v; want CN posted once", resp, posted())
 	}
 }
+
+// A month's remittance the ledger refused is posted by the next month's run
+// (the schedule runs only the month before): it stayed pending, its
+// withholdings out of every later plan, until someone re-ran the month by
+// hand.
+func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February
+	l.mu.Lock()
+	l.refuse = func(*ledgerv1.CreateTransactionRequest) error {
+		return status.Error(codes.Unavailable, "ledger down past the activity's limit")
+	}
+	l.mu.Unlock()
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
+		t.Fatal("a run the ledger refused: want an error")
+	}
+	l.mu.Lock()
+	l.refuse = nil
+	l.mu.Unlock()
+	compute(t, s, "p-2", "1000.00", "0.25", "individual", "k2") // CN, March
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	resp := remitted(t, s, "2026-03")
+	var got []string
+	for _, r := range resp.Remittances {
+		got = append(got, r.GetRemittanceId()+" "+r.GetStatus())
+	}
+	if len(got) != 2 || got[0] != "rem-2026-02-CN-CNY remitted" || got[1] != "rem-2026-03-CN-CNY remitted" {
+		t.Fatalf("March's run answered %v; want February's pending remittance posted with March's", got)
+	}
+	l.mu.Lock()
+	n := len(l.reqs)
+	l.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d remittances posted, want 2 (February's once, March's)", n)
+	}
+}

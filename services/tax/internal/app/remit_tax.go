@@ -18,7 +18,8 @@ type Remitted struct {
 	NotPosted   int // withholdings recorded before the period's end whose settlement the ledger has not posted
 }
 
-// RemitTax remits every withholding recorded before the end of period
+// RemitTax posts the remittances of earlier periods still pending, then
+// remits every withholding recorded before the end of period
 // (YYYY-MM, a calendar month in the tax zone: Asia/Shanghai unless
 // configured), whose settlement the ledger has posted, and not remitted yet:
 // one remittance per jurisdiction and currency (a withholding that commits,
@@ -43,10 +44,19 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err != nil {
 		return Remitted{}, err
 	}
+	// An earlier month's remittance still pending (its post refused, the
+	// ledger down past the activity's limit) is posted by any later run:
+	// the schedule runs only the month before, so it waited for a re-run
+	// by hand, its withholdings out of every later plan, and no alert.
+	earlier, err := a.Store.PendingBefore(ctx, period)
+	if err != nil {
+		return Remitted{}, err
+	}
 	rems, err := a.Store.PlanRemittances(ctx, period, p.End, now)
 	if err != nil {
 		return Remitted{}, err
 	}
+	rems = append(earlier, rems...)
 	// A remittance the ledger refuses does not hold back the others (one
 	// refused stopped the run: every later jurisdiction and currency went
 	// unremitted until someone ran it again by hand); the run fails naming

@@ -39,6 +39,9 @@ type Store interface {
 	// and returns the period's remittances.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
+	// PendingBefore lists the remittances of periods before period still
+	// pending (their post refused or never reached), oldest first.
+	PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error)
 	Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error)
 	Report(ctx context.Context, period string) ([]domain.ReportLine, error)
 }

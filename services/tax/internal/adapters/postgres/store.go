@@ -327,6 +327,17 @@ func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency 
 	return pgx.CollectRows(rows, scanRem)
 }
 
+// PendingBefore lists the remittances of periods before period still
+// pending, oldest first (periods are YYYY-MM: text order is time order).
+func (s *Store) PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error) {
+	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
+		where status = 'pending' and period < $1 order by period, jurisdiction, currency`, period)
+	if err != nil {
+		return nil, fmt.Errorf("pending remittances before %s: %w", period, err)
+	}
+	return pgx.CollectRows(rows, scanRem)
+}
+
 // Report totals a period's remitted withholdings per jurisdiction, currency and provider.
 func (s *Store) Report(ctx context.Context, period string) ([]domain.ReportLine, error) {
 	rows, err := s.Pool.Query(ctx, `select w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
