@@ -155,7 +155,8 @@ func known(t *testing.T, s *Service, provider, profile, jurisdiction string, ver
 // jurisdiction or one provider; each withholding records its rule version.
 func TestRuleSets(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newTax(t)
+	s, _, clk := newTax(t)
+	clk.Set(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) // the selections are made while cyc-20260101 runs
 	tests := []struct {
 		give                       string // provider
 		gross, rate, profile       string
@@ -201,7 +202,8 @@ func TestRuleSets(t *testing.T) {
 // 100 000 had JPY 17 000 withheld, its base taken for yuan).
 func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newTax(t)
+	s, _, clk := newTax(t)
+	clk.Set(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) // the selection is made while cyc-20260101 runs
 	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +221,45 @@ func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
 	got := compute(t, s, "p-8", "1000.00", "0.25", "enterprise", "k-ent")
 	if got.TaxWithheld != "0.00" || got.RuleSet != "cn_labour" {
 		t.Errorf("enterprise in CNY: %+v", got)
+	}
+}
+
+// A rule set selection applies to the cycles ending after it was made: one
+// made while a cycle settles split that cycle's providers between two rule
+// sets (150.00 withheld from one, 0.00 from the next of the same gross). A
+// rule of one jurisdiction is refused for a provider of another (cn_labour
+// selected for a provider since moved to US withheld Chinese labour tax,
+// remitted from tax:withheld:US).
+func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t) // 2026-02-20: cyc-20260101 ended on 02-15 and settles
+	withhold := func(provider, cycle string) (*taxv1.ComputeWithholdingResponse, error) {
+		return s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+			ProviderId: provider, CycleId: cycle, Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25",
+			IdempotencyKey: "k-" + provider + "-" + cycle})
+	}
+	for _, p := range []string{"p-1", "p-2", "p-3"} {
+		known(t, s, p, "individual", "CN", 1)
+	}
+	known(t, s, "p-9", "individual", "US", 1)
+	if got, err := withhold("p-1", "cyc-20260101"); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Fatalf("p-1 before the selection: %v, %v", got, err)
+	}
+	resp, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"})
+	if err != nil || !resp.GetEffectiveFrom().AsTime().Equal(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("selection: %v, %v; want in force from 2026-02-20", resp, err)
+	}
+	if got, err := withhold("p-2", "cyc-20260101"); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Fatalf("p-2 of the cycle that ended before the selection: %v, %v; want flat20, 150.00 as p-1", got, err)
+	}
+	if got, err := withhold("p-3", "cyc-20260215"); err != nil || got.RuleSet != "cn_labour" || got.TaxWithheld != "0.00" {
+		t.Fatalf("p-3 of the cycle ending after the selection: %v, %v; want cn_labour, 0.00", got, err)
+	}
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{ProviderId: "p-9", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withhold("p-9", "cyc-20260215"); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cn_labour is CN's") {
+		t.Fatalf("cn_labour for a US provider: %v; want FailedPrecondition naming the rule's jurisdiction", err)
 	}
 }
 

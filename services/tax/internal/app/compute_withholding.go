@@ -72,6 +72,9 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	if err != nil {
 		return domain.Withholding{}, err
 	}
+	if err := checkRuleJurisdiction(version, jurisdiction); err != nil {
+		return domain.Withholding{}, err
+	}
 	w := domain.Withholding{
 		ID: ids.New("wh"), IdempotencyKey: r.IdempotencyKey, ProviderID: r.ProviderID, CycleID: cy.ID, Currency: cur.Code,
 		Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction, RuleSet: version.RuleSet, RuleVersion: version.Version,
@@ -85,6 +88,19 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 		return got, err
 	}
 	return replay(r, cur, cy.ID, got) // another request took the key first
+}
+
+// checkRuleJurisdiction refuses a rule of one jurisdiction (cn_labour is
+// CN's) for a provider of another: a provider selected for cn_labour and
+// then moved to US was withheld Chinese labour tax, credited to and
+// remitted from tax:withheld:US. A sub-jurisdiction (CN-BJ) is its
+// country's.
+func checkRuleJurisdiction(r domain.Rule, jurisdiction string) error {
+	if r.Jurisdiction == "" || jurisdiction == r.Jurisdiction || strings.HasPrefix(jurisdiction, r.Jurisdiction+"-") {
+		return nil
+	}
+	return fmt.Errorf("tax rule set %s is %s's and the provider is in %s; select a rule set for the provider or its jurisdiction that applies there: %w",
+		r.RuleSet, r.Jurisdiction, jurisdiction, apperr.ErrPrecondition)
 }
 
 // splitFault is the error of a split the rule refused: a rule set whose

@@ -49,6 +49,9 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	if err != nil {
 		return domain.Withholding{}, err
 	}
+	if err := checkRuleJurisdiction(version, jurisdiction); err != nil {
+		return domain.Withholding{}, err
+	}
 	rule, err := split.RuleFor(version.RuleSet)
 	if err != nil {
 		return domain.Withholding{}, err

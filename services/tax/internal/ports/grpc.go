@@ -215,10 +215,16 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 	if req.ProviderId != "" {
 		scope = "provider:" + req.ProviderId
 	}
-	if err := s.App.Store.SetSelection(ctx, scope, req.RuleSet); err != nil {
+	// In force from now: for the cycles that end after it (a cycle's
+	// withholdings take the selection in force at its end), never for one
+	// that ended and is being settled (its providers split between two
+	// rule sets).
+	from := s.App.Clock.Now().UTC().Truncate(time.Microsecond)
+	if err := s.App.Store.SetSelection(ctx, scope, req.RuleSet, from); err != nil {
 		return nil, err
 	}
-	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet}, nil
+	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet,
+		EffectiveFrom: timestamppb.New(from)}, nil
 }
 
 func remToProto(r domain.Remittance) *taxv1.TaxRemittance {

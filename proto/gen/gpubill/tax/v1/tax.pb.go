@@ -1391,10 +1391,12 @@ func (x *SetRuleSelectionRequest) GetRuleSet() string {
 }
 
 type SetRuleSelectionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
-	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	RuleSet       string                 `protobuf:"bytes,3,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Jurisdiction string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	ProviderId   string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	RuleSet      string                 `protobuf:"bytes,3,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	// From when it is in force: it applies to the cycles that end after it.
+	EffectiveFrom *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=effective_from,json=effectiveFrom,proto3" json:"effective_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1448,6 +1450,13 @@ func (x *SetRuleSelectionResponse) GetRuleSet() string {
 		return x.RuleSet
 	}
 	return ""
+}
+
+func (x *SetRuleSelectionResponse) GetEffectiveFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EffectiveFrom
+	}
+	return nil
 }
 
 type RemitTaxRequest struct {
@@ -1960,12 +1969,13 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1f\n" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
-	"\brule_set\x18\x03 \x01(\tR\aruleSet\"z\n" +
+	"\brule_set\x18\x03 \x01(\tR\aruleSet\"\xbd\x01\n" +
 	"\x18SetRuleSelectionResponse\x12\"\n" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1f\n" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
-	"\brule_set\x18\x03 \x01(\tR\aruleSet\")\n" +
+	"\brule_set\x18\x03 \x01(\tR\aruleSet\x12A\n" +
+	"\x0eeffective_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\reffectiveFrom\")\n" +
 	"\x0fRemitTaxRequest\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\"\xbe\x01\n" +
 	"\x14RemittanceReportLine\x12\"\n" +
@@ -2058,30 +2068,31 @@ var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
 	1,  // 8: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
 	3,  // 9: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
 	4,  // 10: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	4,  // 11: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	18, // 12: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
-	22, // 13: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
-	5,  // 14: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 15: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 16: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	20, // 17: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
-	11, // 18: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	15, // 19: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
-	17, // 20: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
-	13, // 21: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 22: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 23: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 24: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	21, // 25: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
-	12, // 26: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	16, // 27: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
-	19, // 28: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
-	14, // 29: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	22, // 11: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
+	4,  // 12: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	18, // 13: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
+	22, // 14: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
+	5,  // 15: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 16: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 17: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	20, // 18: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
+	11, // 19: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 20: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 21: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 22: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	6,  // 23: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 24: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 25: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	21, // 26: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
+	12, // 27: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 28: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 29: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 30: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }

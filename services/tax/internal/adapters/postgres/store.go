@@ -57,10 +57,11 @@ func (s *Store) Profile(ctx context.Context, provider string) (domain.Profile, b
 	return p, err == nil, err
 }
 
-// SetSelection records a rule set selection for a scope.
-func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string) error {
-	_, err := s.Pool.Exec(ctx, `insert into tax.rule_selections (scope, rule_set) values ($1, $2)
-		on conflict (scope) do update set rule_set = excluded.rule_set, updated_at = now()`, scope, ruleSet)
+// SetSelection records a rule set selection for a scope, in force from
+// `from` (earlier selections stay, for the cycles that ended before it).
+func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) error {
+	_, err := s.Pool.Exec(ctx, `insert into tax.rule_selections (scope, rule_set, effective_from) values ($1, $2, $3)
+		on conflict (scope, effective_from) do update set rule_set = excluded.rule_set, updated_at = now()`, scope, ruleSet, from)
 	return err
 }
 
@@ -72,11 +73,12 @@ func scanRule(r pgx.CollectableRow) (domain.Rule, error) {
 }
 
 // ruleAtSQL chooses the rule set ($1, else the one selected for the
-// scopes $2) and its version in force at $3; one row, its rule columns null
-// when no version is in force.
+// scopes $2 in force at $3: the provider's before the jurisdiction's) and
+// its version in force at $3; one row, its rule columns null when no
+// version is in force.
 const ruleAtSQL = `with chosen as (
-		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2)
-			order by scope like 'provider:%' desc limit 1), '') as name)
+		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2) and effective_from <= $3
+			order by scope like 'provider:%' desc, effective_from desc limit 1), '') as name)
 	select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
 		coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
 	from chosen left join lateral (
