@@ -291,3 +291,31 @@ func TestConsumeCreatesADeletedConsumerAgain(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestUnansweredAsyncPublishesAreDropped: an async publish whose ack never
+// comes (a clustered stream's server drops it while its leader moves) is
+// ended by the client's timeout. It stayed pending for good, and once 4000
+// had piled up every PublishMsgAsync of the process failed: every outbox
+// relay stopped while the connection was healthy.
+func TestUnansweredAsyncPublishesAreDropped(t *testing.T) { // not parallel: it sets the package's timeout
+	old := natsx.SetPublishAsyncTimeout(500 * time.Millisecond)
+	defer natsx.SetPublishAsyncTimeout(old)
+	srv := testkit.NewJetStream(t)
+	nc, js, err := natsx.Connect(srv.Conn.ConnectedUrl(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A subscriber that never answers: the publish is delivered, its ack never comes.
+	sub, err := srv.Conn.SubscribeSync("lost.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for range 10 {
+		if _, err := js.PublishAsync("lost.x", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return js.PublishAsyncPending() == 0 }, "async publishes still pending with no ack coming")
+}

@@ -1,4 +1,14 @@
 package natsx
 
+import "time"
+
 // HandlerTimeouts is handlerTimeouts, for the tests.
 var HandlerTimeouts = handlerTimeouts
+
+// SetPublishAsyncTimeout sets publishAsyncTimeout for a test and returns
+// the previous value.
+func SetPublishAsyncTimeout(d time.Duration) time.Duration {
+	old := publishAsyncTimeout
+	publishAsyncTimeout = d
+	return old
+}

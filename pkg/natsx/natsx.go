@@ -270,13 +270,23 @@ func unconsumed(ctx context.Context, st jetstream.Stream, info *jetstream.Stream
 	return "", nil
 }
 
+// publishAsyncTimeout ends an async publish whose ack never comes. Without
+// it nats.go keeps such a publish pending for good (a clustered stream's
+// server may drop a publish unanswered while its leader moves): each one
+// took a slot of the client's 4000, and once they were taken every
+// PublishMsgAsync of the process failed (ErrTooManyStalledMsgs), every
+// outbox relay stopped. The relay gives up on a batch's acks after 30 s
+// and publishes its rows again (dedup by message id), so this only frees
+// the slots.
+var publishAsyncTimeout = 30 * time.Second
+
 // Connect dials NATS and returns the connection and its JetStream context.
 func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect nats %s: %w", url, err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
