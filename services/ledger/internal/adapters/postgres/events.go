@@ -47,7 +47,7 @@ func depletedEvents(ds []domain.WalletDepletion) []outbox.Message {
 		if err != nil {
 			continue // a message of strings and a timestamp always marshals
 		}
-		out = append(out, outbox.Message{ID: "wallet-depleted-" + d.TransactionID + "-" + d.Currency,
+		out = append(out, outbox.Message{ID: "wallet-depleted-" + d.TransactionID + "-" + d.RenterID + "-" + d.Currency,
 			Subject: subjects.WalletDepleted.Of(d.RenterID), Payload: payload})
 	}
 	return out

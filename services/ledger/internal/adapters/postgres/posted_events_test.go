@@ -148,3 +148,19 @@ func TestPostedEventsAreProtobuf(t *testing.T) {
 		}
 	}
 }
+
+// One write depleting two renters' wallets in one currency (a manual entry
+// debiting both) gives each its billing.wallet.depleted message: their ids
+// named the transaction and currency only, so the outbox kept the first and
+// the second renter's event was lost.
+func TestDepletionsOfOneWriteHaveTheirOwnIDs(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	msgs := depletedEvents([]domain.WalletDepletion{
+		{RenterID: "r-a", Currency: "CNY", Balance: decimal.Zero, TransactionID: "tx-1", At: at},
+		{RenterID: "r-b", Currency: "CNY", Balance: decimal.Zero, TransactionID: "tx-1", At: at},
+	})
+	if len(msgs) != 2 || msgs[0].ID == msgs[1].ID {
+		t.Fatalf("depletions of r-a and r-b in one write: %d messages, ids %q; want 2 of their own", len(msgs), []string{msgs[0].ID, msgs[1].ID})
+	}
+}
