@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 )
@@ -22,3 +23,13 @@ func Holding(pool *pgxpool.Pool, schema string) bool { return holding(outboxOf{p
 // Lead marks schema on pool as led by a relay of this process until the
 // returned func is called.
 func Lead(pool *pgxpool.Pool, schema string) (release func()) { return lead(outboxOf{pool, schema}) }
+
+// ReadBatch is one round's read of schema's outbox: the ids of its rows, in order.
+func (r *Relay) ReadBatch(ctx context.Context) ([]string, error) {
+	rows, err := r.readBatch(ctx, pgx.Identifier{r.Schema, "outbox"}.Sanitize())
+	ids := make([]string, len(rows))
+	for i, x := range rows {
+		ids[i] = x.id
+	}
+	return ids, err
+}

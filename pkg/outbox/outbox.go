@@ -65,7 +65,14 @@ import (
 
 // Limits of the relay.
 const (
-	relayBatchMax     = 1000
+	relayBatchMax = 1000
+	// relayBatchBytes bounds the payload bytes one relay round reads (a
+	// round takes at least one row, however big): rows of megabytes each
+	// (a rated charges message lists every event id of a fetch) read 1000
+	// at a time held gigabytes, past a pod's memory limit; killed, the next
+	// replica read the same rows and died too, for as long as the backlog
+	// lasted.
+	relayBatchBytes   = 64 << 20
 	relayPollMin      = 5 * time.Millisecond   // poll interval right after traffic
 	relayIdlePoll     = 200 * time.Millisecond // longest poll interval when idle
 	relayErrorBackoff = 500 * time.Millisecond
@@ -235,6 +242,8 @@ type Relay struct {
 	JS     jetstream.JetStream
 	Schema string
 	Log    *slog.Logger
+	// BatchBytes bounds the payload bytes a round reads; 0: relayBatchBytes.
+	BatchBytes int64
 
 	limits map[string]streamLimit // by the subject's first token
 }
@@ -386,10 +395,21 @@ type outboxRow struct {
 // without them and then only the payloads it does not hold.
 func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) {
 	o := outboxOf{r.Pool, r.Schema}
-	if !holding(o) {
-		return r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	budget := r.BatchBytes
+	if budget <= 0 {
+		budget = relayBatchBytes
 	}
-	batch, err := r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, null::bytea, coalesce(traceparent, '') from %s order by seq limit %d`, tbl, relayBatchMax))
+	// The oldest rows, up to relayBatchBytes of payload (octet_length reads
+	// a stored value's size without its bytes).
+	window := fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') as traceparent,
+			sum(octet_length(payload)) over (order by seq) - octet_length(payload) as before
+		from (select seq, id, subject, payload, traceparent from %s order by seq limit %d) x`, tbl, relayBatchMax)
+	if !holding(o) {
+		return r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, payload, traceparent from (%s) y
+			where before < %d order by seq`, window, budget))
+	}
+	batch, err := r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, null::bytea, traceparent from (%s) y
+		where before < %d order by seq`, window, budget))
 	if err != nil {
 		return nil, err
 	}

@@ -492,3 +492,33 @@ func TestInTxHoldsWhatACommittedWriteCopied(t *testing.T) {
 		t.Fatalf("a committed write: err %v, holding %v; want its payload held", err, outbox.Holding(pool, "t"))
 	}
 }
+
+// A relay round reads at most its byte budget of payloads (and at least one
+// row): 1000 rows of megabytes each were read at once, past a pod's memory
+// limit, by every replica in turn.
+func TestRelayRoundReadsABoundedBytes(t *testing.T) {
+	t.Parallel()
+	ctx, pool, _ := newOutboxDB(t)
+	big := bytes.Repeat([]byte("c"), 1<<20)
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		var ms []outbox.Message
+		for i := range 40 {
+			ms = append(ms, outbox.Message{ID: fmt.Sprintf("m-%02d", i), Subject: "charges.rated.x", Payload: big})
+		}
+		return outbox.Add(ctx, tx, "t", ms...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		budget int64
+		want   int
+	}{{8 << 20, 8}, {(8 << 20) + 1, 9}, {1, 1}} {
+		ids, err := (&outbox.Relay{Pool: pool, Schema: "t", BatchBytes: tc.budget}).ReadBatch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != tc.want || ids[0] != "m-00" {
+			t.Errorf("a round of budget %d read %d rows of 1 MiB (first %v), want %d", tc.budget, len(ids), ids[:min(1, len(ids))], tc.want)
+		}
+	}
+}
