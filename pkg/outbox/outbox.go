@@ -246,6 +246,46 @@ type Relay struct {
 	BatchBytes int64
 
 	limits map[string]streamLimit // by the subject's first token
+	full   map[string]time.Time   // streams that refused for want of room, by first token: until when they are passed over
+}
+
+// fullPause is how long the relay passes over the rows of a stream that
+// refused a publish for want of room (a work queue at its byte cap whose
+// consumer is behind). Read in order, a thousand such rows at the outbox's
+// head held back every row behind them, bound for other streams: a party
+// update (a tier, a credit limit) waited as long as the usage backlog. A
+// stream's own rows keep their order: they are all passed over together.
+const fullPause = time.Second
+
+// streamFull: the stream refused the message for want of room
+// (DiscardNew at its byte or message cap).
+func streamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed && strings.Contains(apiErr.Description, "maximum")
+}
+
+// jsErrCodeStreamStoreFailed is the server's JSStreamStoreFailedF (its
+// description names the limit: "maximum bytes exceeded").
+const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
+// firstToken is a subject's first token: its stream's (one per stream).
+func firstToken(subject string) string {
+	tok, _, _ := strings.Cut(subject, ".")
+	return tok
+}
+
+// passedOver lists the first tokens of the streams the relay passes over now.
+func (r *Relay) passedOver() []string {
+	out := []string{}
+	now := time.Now()
+	for tok, until := range r.full {
+		if now.Before(until) {
+			out = append(out, tok)
+		} else {
+			delete(r.full, tok)
+		}
+	}
+	return out
 }
 
 type streamLimit struct {
@@ -372,6 +412,12 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	for _, tok := range p.full {
+		if r.full == nil {
+			r.full = map[string]time.Time{}
+		}
+		r.full[tok] = time.Now().Add(fullPause)
+	}
 	if err := r.settle(ctx, tbl, p); err != nil {
 		return 0, err
 	}
@@ -401,15 +447,18 @@ func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) 
 	}
 	// The oldest rows, up to relayBatchBytes of payload (octet_length reads
 	// a stored value's size without its bytes).
+	// Passed over: the rows of a stream that refused for want of room.
 	window := fmt.Sprintf(`select seq, id, subject, payload, coalesce(traceparent, '') as traceparent,
 			sum(octet_length(payload)) over (order by seq) - octet_length(payload) as before
-		from (select seq, id, subject, payload, traceparent from %s order by seq limit %d) x`, tbl, relayBatchMax)
+		from (select seq, id, subject, payload, traceparent from %s
+			where split_part(subject, '.', 1) <> all($1::text[]) order by seq limit %d) x`, tbl, relayBatchMax)
+	skip := r.passedOver()
 	if !holding(o) {
 		return r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, payload, traceparent from (%s) y
-			where before < %d order by seq`, window, budget))
+			where before < %d order by seq`, window, budget), skip)
 	}
 	batch, err := r.readRows(ctx, fmt.Sprintf(`select seq, id, subject, null::bytea, traceparent from (%s) y
-		where before < %d order by seq`, window, budget))
+		where before < %d order by seq`, window, budget), skip)
 	if err != nil {
 		return nil, err
 	}
@@ -457,8 +506,8 @@ func (r *Relay) readBatch(ctx context.Context, tbl string) ([]outboxRow, error) 
 
 // readRows reads outbox rows by query q (seq, id, subject, payload,
 // traceparent).
-func (r *Relay) readRows(ctx context.Context, q string) ([]outboxRow, error) {
-	rows, err := r.Pool.Query(ctx, q, queuePlan)
+func (r *Relay) readRows(ctx context.Context, q string, args ...any) ([]outboxRow, error) {
+	rows, err := r.Pool.Query(ctx, q, append([]any{queuePlan}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -483,6 +532,7 @@ type publishing struct {
 	dead    []int              // rows that can never be published, in order
 	deadErr map[int]error      // why, per dead row
 	spans   map[int]trace.Span // of the rows written in a trace
+	full    []string           // first tokens of the streams that refused for want of room
 }
 
 type publishedPart struct {
@@ -552,6 +602,9 @@ func (p *publishing) awaitAcks(ctx context.Context) (firstErr, err error) {
 				p.acked[part.row] = *ack
 			}
 		case err := <-part.f.Err():
+			if streamFull(err) {
+				p.full = append(p.full, firstToken(p.batch[part.row].subject))
+			}
 			if permanent(err) && p.deadErr[part.row] == nil {
 				p.dead, p.deadErr[part.row] = append(p.dead, part.row), err
 			} else if firstErr == nil {
@@ -635,7 +688,7 @@ func (r *Relay) payloadMax() int {
 // MaxMsgSize), remembered for streamLimitTTL; unknown (no stream yet, NATS
 // down) is no limit here: the publish then fails and is retried.
 func (r *Relay) streamMax(ctx context.Context, subject string) int {
-	key, _, _ := strings.Cut(subject, ".")
+	key := firstToken(subject)
 	if l, ok := r.limits[key]; ok && time.Since(l.at) < streamLimitTTL {
 		return l.bytes
 	}

@@ -522,3 +522,58 @@ func TestRelayRoundReadsABoundedBytes(t *testing.T) {
 		}
 	}
 }
+
+// A full work queue holds back only its own messages: behind a thousand
+// usage.recorded rows that USAGE (full, its consumer down) refuses, a
+// party update waited for good, every round reading the same oldest rows
+// (a tier change missed its cycle's snapshot, a renter's credit limit
+// never reached the ledger). The usage rows go, in order, once there is room.
+func TestFullStreamHoldsBackOnlyItsOwnMessages(t *testing.T) {
+	t.Parallel()
+	ctx, pool, js := newOutboxDB(t)
+	if err := (natsx.Limits{MaxBytes: 64 << 10}).EnsureStreams(ctx, js.JS, nil, natsx.StreamUsage, natsx.StreamParty); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.JS.CreateConsumer(ctx, natsx.StreamUsage, jetstream.ConsumerConfig{Durable: "usage", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := bytes.Repeat([]byte("u"), 1000)
+	if err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		var ms []outbox.Message
+		for i := range 1100 { // 1.1 MB: USAGE takes the first 60 or so
+			ms = append(ms, outbox.Message{ID: fmt.Sprintf("u-%04d", i), Subject: "usage.recorded.p1", Payload: fill})
+		}
+		ms = append(ms, outbox.Message{ID: "party-1", Subject: "party.updated.provider.p-1", Payload: []byte("tier partner")})
+		return outbox.Add(ctx, tx, "t", ms...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, ctx, pool, js.JS, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	party, err := js.JS.Stream(ctx, natsx.StreamParty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		info, err := party.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	}, "the party update never left the outbox behind the refused usage rows")
+	// Room again: the usage rows follow, each once.
+	seen := map[string]bool{}
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if id := natsx.MsgID(m); seen[id] {
+				t.Fatalf("usage message %s published twice", id)
+			}
+			seen[natsx.MsgID(m)] = true
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(seen) == 1100
+	}, "usage rows not all published")
+}
