@@ -319,3 +319,79 @@ func TestUnansweredAsyncPublishesAreDropped(t *testing.T) { // not parallel: it 
 	}
 	testkit.Eventually(t, 5*time.Second, func() bool { return js.PublishAsyncPending() == 0 }, "async publishes still pending with no ack coming")
 }
+
+// recordedLetters records what a consumer dead-letters.
+type recordedLetters struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (d *recordedLetters) Put(_ context.Context, _ string, m jetstream.Msg, _ int, _ error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ids = append(d.ids, string(m.Data()))
+	return nil
+}
+
+func (*recordedLetters) Replay(ctx context.Context, _ string, _ natsx.Handler) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (d *recordedLetters) got() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.ids...)
+}
+
+// TestConsumeSurvivesAPanickingHandler: a message whose handling panics is
+// dead-lettered at its last delivery and the messages around it are
+// applied; the panic ended the process (every service of `gpubill dev`),
+// and the message, delivered again after each restart, brought it down
+// again.
+func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PANIC", Subjects: []string{"panic.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var applied sync.Map
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		for _, m := range msgs {
+			if string(m.Data()) == "bad" {
+				panic("a handler's bug")
+			}
+		}
+		for _, m := range msgs {
+			applied.Store(string(m.Data()), true)
+		}
+		return nil
+	}
+	letters := &recordedLetters{}
+	spec := natsx.ConsumerSpec{Stream: "PANIC", Durable: "panic", MaxWait: 200 * time.Millisecond, DeadLetters: letters}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, data := range []string{"good-1", "bad", "good-2"} {
+		if _, err := js.Publish(ctx, "panic.x", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		_, g1 := applied.Load("good-1")
+		_, g2 := applied.Load("good-2")
+		got := letters.got()
+		return g1 && g2 && len(got) == 1 && got[0] == "bad"
+	}, "good messages applied and the panicking one dead-lettered")
+	if _, bad := applied.Load("bad"); bad {
+		t.Error("the panicking message was applied")
+	}
+	cancel()
+	<-done
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -384,6 +385,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	}
 	spec = spec.withDefaults()
 	handlerTimeouts.WithLabelValues(spec.Durable) // the series exists at 0 from the start
+	handlerPanics.WithLabelValues(spec.Durable)
 	cons := createConsumer(ctx, js, log, spec, spec.consumerConfig())
 	if cons == nil {
 		return nil // ctx ended before NATS answered
@@ -619,7 +621,7 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 		}
 	}()
 	ctx, span := processSpan(ctx, c.spec, msgs)
-	err := c.h(ctx, msgs)
+	err := c.call(ctx, msgs)
 	if err != nil && errors.Is(context.Cause(ctx), errHandlerStuck) {
 		handlerTimeouts.WithLabelValues(c.spec.Durable).Inc()
 		err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
@@ -632,6 +634,29 @@ func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 	<-beat
 	return err
 }
+
+// call runs the handler, a panic in it an error of the call: the
+// process exited, its messages were delivered again after the restart, and
+// the one that panicked brought every service of the process down again, a
+// crash loop, never dead-lettered. As an error, the batch is tried one
+// message at a time and the one that panics alone is dead-lettered at its
+// last delivery, like any message that keeps failing.
+func (c *consumer) call(ctx context.Context, msgs []jetstream.Msg) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			handlerPanics.WithLabelValues(c.spec.Durable).Inc()
+			c.log.Error("consumer handler panicked", "consumer", c.spec.Durable, "messages", len(msgs), "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler of %s panicked: %v", c.spec.Durable, p)
+		}
+	}()
+	return c.h(ctx, msgs)
+}
+
+// handlerPanics counts handler calls that panicked.
+var handlerPanics = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_consumer_handler_panics_total",
+	Help: "Handler calls of a JetStream consumer that panicked (the panic is logged with its stack; the batch is tried one message at a time, and a message that keeps panicking is dead-lettered).",
+}, []string{"consumer"})
 
 // fail settles a message that failed alone: redelivered later, or, at its
 // last delivery, tried once more and dead-lettered. It reports whether the
