@@ -120,6 +120,15 @@ func TestRESTClosedCycleEntryIs400(t *testing.T) {
 	if code != 400 || !strings.Contains(body, closed) || !strings.Contains(body, "provider:p-1:pending:cyc-20261227") {
 		t.Fatalf("credit into closed %s: %d %s; want 400 naming it and the open cycle", closed, code, body)
 	}
+	// Finance may not take a key a service posts under: the service's own post was a conflict for good.
+	for _, key := range []string{"rem-2026-04-CN-CNY", "settle-cyc-20261112-p-1:USD", "payout-po_1-1-in_transit", "chg_0123"} {
+		code, body = c.do("POST", "/v1/transactions", `{"idempotency_key":"`+key+`","postings":[
+			{"account":"renter:r-1:wallet","direction":"debit","amount":"1.00","currency":"USD"},
+			{"account":"bank:client","direction":"credit","amount":"1.00","currency":"USD"}]}`)
+		if code != 400 || !strings.Contains(body, "idempotency_key") {
+			t.Fatalf("a finance entry under %s: %d %s; want 400 on idempotency_key", key, code, body)
+		}
+	}
 	// Finance may not name its entry a settlement (the one debit a closed cycle's pending account takes).
 	for _, kind := range []string{"settlement", "commission_sweep"} {
 		code, body = c.do("POST", "/v1/transactions", `{"idempotency_key":"as-`+kind+`","metadata":{"kind":"`+kind+`","cycle_id":"`+closed+`","provider_id":"p-1"},"postings":[

@@ -52,9 +52,11 @@ type stack struct {
 	js     jetstream.JetStream
 	tc     client.Client
 	ledger ledgerv1.LedgerServiceClient
-	report ledgerv1.ReportServiceClient
-	http   string
-	secret []byte
+	// settlement is the ledger as settlement calls it (the service identity).
+	settlement ledgerv1.LedgerServiceClient
+	report     ledgerv1.ReportServiceClient
+	http       string
+	secret     []byte
 
 	d        svc.Deps
 	dsn      string
@@ -112,28 +114,24 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	conn := func(role, sub string) *grpc.ClientConn {
+		tok, err := auth.Issue(secret, role, sub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
 	}
-	internal, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = internal.Close() })
+	internal := conn(auth.RoleService, "gpubill-internal") // payout's calls, as deployed: the services' own identity
+	admin := conn(auth.RoleAdmin, "payout-stack")          // the test's own reads and corrections
 	// The segregated-funds report is read as an auditor reads it (DESIGN §7:
 	// finance and auditor only; admin is refused).
-	audTok, err := auth.Issue(secret, auth.RoleAuditor, "payout-stack-auditor", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auditor, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.BearerCreds(audTok)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = auditor.Close() })
+	auditor := conn(auth.RoleAuditor, "payout-stack-auditor")
 	d := svc.Deps{Pool: pool, JS: js.JS, Log: log, Clock: clock.System{}, Calendar: cycles.Default(), Internal: internal}
 	ls, err := ledger.New(ctx, d)
 	if err != nil {
@@ -161,8 +159,9 @@ func newStack(t *testing.T, cfg payout.Config) *stack {
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	stopLedger := testkit.Run(t, "ledger", ls.Run)
-	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(internal), report: ledgerv1.NewReportServiceClient(auditor),
-		http: srv.HTTPAddr, secret: secret, t: t, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
+	st := &stack{s: ps, js: js.JS, tc: tc, ledger: ledgerv1.NewLedgerServiceClient(admin), settlement: ledgerv1.NewLedgerServiceClient(internal),
+		report: ledgerv1.NewReportServiceClient(auditor),
+		http:   srv.HTTPAddr, secret: secret, t: t, deposits: map[string]decimal.Decimal{}, d: d, queue: queue, cfg: cfg, dsn: dsn, grpcAddr: gl.Addr().String()}
 	st.startPayout()
 	t.Cleanup(func() { st.stopPayout(); stopLedger() })
 	return st
@@ -197,7 +196,7 @@ func (st *stack) settleLedgerOnly(t *testing.T, provider, cycle, currency, net s
 		ExternalRef: "dep-" + provider + "-" + cycle}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+	if _, err := st.settlement.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
 		IdempotencyKey: "settle-" + provider + "-" + cycle, Description: "net of " + cycle,
 		Postings: []*ledgerv1.Posting{
 			{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: net, Currency: currency},

@@ -48,7 +48,7 @@ func TestHelperPayoutWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := []byte(os.Getenv(helperSecretEnv))
-	tok, err := auth.Issue(secret, auth.RoleAdmin, "gpubill-internal", time.Hour)
+	tok, err := auth.Issue(secret, auth.RoleService, "gpubill-internal", time.Hour) // the services' own identity, as deployed
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,13 @@ type CreateTransactionInput struct {
 // settlement movement. A finance entry naming one is refused.
 var SettlementKinds = map[string]bool{"settlement": true, "commission_sweep": true}
 
+// ServiceKeyPrefixes begin the idempotency keys gpubill's services post
+// under (settlement and its sweep, payout's steps, the tax remittances,
+// pricing's charges): a finance entry under one of them took the key first,
+// and the service's own post was then a conflict for good (a remittance,
+// a provider's settlement stalled).
+var ServiceKeyPrefixes = []string{"settle-", "payout-", "rem-", "chg_"}
+
 // CreateTransaction posts a manual entry (or a settlement's postings).
 func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) (*domain.Transaction, error) {
 	var vs []domain.Violation
@@ -43,6 +50,13 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		vs = append(vs, domain.Violation{Field: "description", Reason: "at most 1024 characters"})
 	}
 	vs = append(vs, domain.CheckMetadata(in.Metadata)...)
+	for _, p := range ServiceKeyPrefixes {
+		if strings.HasPrefix(key, p) && !in.Internal {
+			vs = append(vs, domain.Violation{Field: "idempotency_key", Reason: fmt.Sprintf(
+				"keys starting %s are gpubill's services' own (settlement, payout, tax remittance, charges)", strings.Join(ServiceKeyPrefixes, ", "))})
+			break
+		}
+	}
 	if k := in.Metadata["kind"]; SettlementKinds[k] && !in.Internal {
 		vs = append(vs, domain.Violation{Field: "metadata.kind", Reason: fmt.Sprintf("%q is settlement's own; a manual entry may not name it", k)})
 	}
