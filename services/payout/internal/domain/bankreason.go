@@ -77,11 +77,13 @@ func BankFailure(isoCode, info string) (code, message string) {
 // DuplicateMessageReason reports whether an ISO rejection reason, at any
 // level of a status report, rejects a copy of what the bank already
 // received (DU01–DU05: duplicate message, payment information, instruction
-// or end-to-end id; AM05: duplication): the copy is refused, the original
-// stands.
+// or end-to-end id; AM05: duplication; DUPL: a duplicate of another
+// payment): the copy is refused, the original stands. gpubill never sends
+// one payment twice but as a copy of its file (a retry carries a new
+// end-to-end id), so a duplicate rejection is always of a copy.
 func DuplicateMessageReason(isoCode string) bool {
 	switch strings.ToUpper(strings.TrimSpace(isoCode)) {
-	case "DU01", "DU02", "DU03", "DU04", "DU05", "AM05":
+	case "DU01", "DU02", "DU03", "DU04", "DU05", "AM05", "DUPL":
 		return true
 	}
 	return false

@@ -563,6 +563,46 @@ func TestImportDuplicateRejectionsAtEveryLevel(t *testing.T) {
 	}
 }
 
+// DUPL ("a duplicate of another payment") rejects a copy too: a payment
+// accepted by the bank (ACSC) and then rejected DUPL in the status report
+// of a resent copy of its file failed, its money back in available while
+// the bank paid it, and a retry paid it again.
+func TestImportDUPLRejectsOnlyTheCopy(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-c1", "CNY", "5000.00", bank("6222000011110001"))
+	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pmt := id + "-CNY-20261201"
+	report := func(msgID, sts, reason string) []byte {
+		rsn := ""
+		if reason != "" {
+			rsn = `<StsRsnInf><Rsn><Cd>` + reason + `</Cd></Rsn></StsRsnInf>`
+		}
+		return []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>` + msgID + `</MsgId><CreDtTm>2026-12-01T16:00:00+08:00</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>` + id + `</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId></OrgnlGrpInfAndSts>
+<OrgnlPmtInfAndSts><OrgnlPmtInfId>` + pmt + `</OrgnlPmtInfId><TxInfAndSts><OrgnlEndToEndId>po-c1</OrgnlEndToEndId><TxSts>` + sts + `</TxSts>` + rsn + `</TxInfAndSts></OrgnlPmtInfAndSts>
+</CstmrPmtStsRpt></Document>`)
+	}
+	if _, err := f.r.Import(ctx, app.SourceUpload, "sts.xml", report("S-1", "ACSC", "")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.r.Import(ctx, app.SourceUpload, "dup.xml", report("S-2", "RJCT", "DUPL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-c1"] != app.EntryIgnored {
+		t.Errorf("a DUPL rejection of the copy: %v; want ignored", o)
+	}
+	if st := f.state(t, "po-c1"); st.State == app.RailFailed {
+		t.Errorf("po-c1 failed by a copy's DUPL rejection: %+v", st)
+	}
+}
+
 // Run builds the batch of a cutoff once it has passed (by the injected
 // clock), delivers it and reads the inbox, without anyone calling Cut.
 func TestRunCutsAtTheCutoff(t *testing.T) {
