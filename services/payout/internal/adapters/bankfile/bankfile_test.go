@@ -603,6 +603,46 @@ func TestImportDUPLRejectsOnlyTheCopy(t *testing.T) {
 	}
 }
 
+// A booked reversal of a paid payout's debit (the bank took the payment
+// back) is reported as not applied, naming the payout: it was ignored, no
+// warning and no count, the payout paid while its money was back in the
+// client account.
+func TestImportReportsAReversalOfAPaidPayout(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-r1", "CNY", "800.00", bank("6222000011110001"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("bank took %d files: %v", len(files), err)
+	}
+	for _, step := range [][]byte{fb.StatusReport(files[0]), fb.Bookings(files[0])} {
+		if _, err := f.r.Import(ctx, app.SourceUpload, "f.xml", step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := f.state(t, "po-r1"); st.State != app.RailPaid {
+		t.Fatalf("po-r1 booked: %+v", st)
+	}
+	booked := string(fb.Bookings(files[0]))
+	reversal := strings.Replace(strings.ReplaceAll(booked, "<CdtDbtInd>DBIT</CdtDbtInd>", "<CdtDbtInd>CRDT</CdtDbtInd>"),
+		"<Sts><Cd>BOOK</Cd></Sts>", "<RvslInd>true</RvslInd><Sts><Cd>BOOK</Cd></Sts>", 1)
+	rep, err := f.r.Import(ctx, app.SourceUpload, "rvsl.xml", []byte(reversal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep)["po-r1"]; o != app.EntryConflict {
+		t.Errorf("a booked reversal of po-r1's debit: outcome %q (%+v); want %s, naming it", o, rep.Entries, app.EntryConflict)
+	}
+}
+
 // Run builds the batch of a cutoff once it has passed (by the injected
 // clock), delivers it and reads the inbox, without anyone calling Cut.
 func TestRunCutsAtTheCutoff(t *testing.T) {

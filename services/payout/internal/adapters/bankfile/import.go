@@ -304,7 +304,10 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 				case t.EndToEndID == "" || t.EndToEndID == "NOTPROVIDED":
 					a.outcome, a.note = app.EntryIgnored, "no EndToEndId"
 				case e.Reversal:
-					a.outcome, a.note = app.EntryIgnored, "a reversal of an earlier entry: for finance to reconcile"
+					// Not applied, but counted and logged: a reversal of a
+					// paid payout's debit is its money back in the client
+					// account while the payout reads paid.
+					a.outcome, a.note = app.EntryConflict, "a reversal of an earlier entry of this payment: not applied; for finance to reconcile (the payout keeps its status)"
 				case t.Return != nil:
 					a.bankStatus = "RTRN/" + e.Status
 					if e.Status == iso20022.EntryBooked && t.CreditDebit == iso20022.Credit {
