@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -145,7 +146,20 @@ func priceable(book *domain.Book, ev *domain.UsageEvent) (*domain.Card, string) 
 	return card, ""
 }
 
-type groupKey struct{ lease, currency, cycle string }
+// groupKey is a charge's: a lease's usage in one currency and cycle of one
+// rating, in chunks of at most chargeEventsMax events.
+type groupKey struct {
+	lease, currency, cycle string
+	chunk                  int
+}
+
+// chargeEventsMax bounds the events (and so the event ids on the wire) of
+// one charge: 2000 ids of 128 characters are 262 KB of a charges.rated
+// message. One charge carried every event of its lease in a fetch, over a
+// MiB for an agent's week-long spool of per-minute events, and NATS refused
+// it for good (max_payload; a charge is not split), dead-lettering every
+// charge of its batch: the usage billed in pricing, never in the ledger.
+const chargeEventsMax = 2000
 
 type lineKey struct {
 	card          *domain.Card
@@ -312,13 +326,17 @@ func priceEvents(toRate []rated, used map[string]domain.MonthUsage) ([]*group, e
 		if err != nil {
 			return nil, fmt.Errorf("rate event %s: %w", ev.ID, err)
 		}
-		gk := groupKey{ev.LeaseID, r.cur.Code, ev.CycleID}
-		if g == nil || g.key != gk {
+		gk := groupKey{lease: ev.LeaseID, currency: r.cur.Code, cycle: ev.CycleID} // chunk 0: the map's key for the open chunk
+		if g == nil || g.key.lease != gk.lease || g.key.currency != gk.currency || g.key.cycle != gk.cycle {
 			g = groups[gk]
+		}
+		if g != nil && len(g.events) >= chargeEventsMax { // full: the next chunk of the lease
+			gk.chunk = g.key.chunk + 1
+			g = nil
 		}
 		if g == nil {
 			g = &group{key: gk, cur: r.cur, renter: ev.RenterID, provider: ev.ProviderID, source: r.it.source, lines: map[lineKey]*lineAgg{}}
-			groups[gk] = g
+			groups[groupKey{lease: gk.lease, currency: gk.currency, cycle: gk.cycle}] = g
 			order = append(order, g)
 		}
 		g.events = append(g.events, ev.ID)
@@ -391,7 +409,11 @@ func (st *ratingState) charge(groups []*group) []domain.Charge {
 		lt := st.leases[lkey]
 		billed := lt.Add(g.cur, total)
 		st.leases[lkey] = lt
-		charges = append(charges, domain.Charge{ID: hashID("chg", g.source, g.key.lease, g.key.currency, g.key.cycle),
+		id := hashID("chg", g.source, g.key.lease, g.key.currency, g.key.cycle)
+		if g.key.chunk > 0 { // chunk 0 keeps the id a charge always had
+			id = hashID("chg", g.source, g.key.lease, g.key.currency, g.key.cycle, strconv.Itoa(g.key.chunk))
+		}
+		charges = append(charges, domain.Charge{ID: id,
 			SourceID: g.source, LeaseID: g.key.lease, RenterID: g.renter, ProviderID: g.provider, CycleID: g.key.cycle,
 			Currency: g.cur, Amount: billed, ExactAmount: domain.Amount(total), ExactPS: total, EventIDs: g.events,
 			EffectiveAt: g.effective, Lines: lines[first:len(lines):len(lines)]})

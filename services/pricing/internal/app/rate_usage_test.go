@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
@@ -161,5 +163,58 @@ func TestClassifyNamesEveryTierMonthAndLease(t *testing.T) {
 		if !maps.Equal(gotMonths, wantMonths) || !maps.Equal(gotLeases, wantLeases) {
 			t.Fatalf("round %d: months %v and leases %v, want %v and %v", round, months, leases, wantMonths, wantLeases)
 		}
+	}
+}
+
+// A fetch holding thousands of events of one lease (an agent flushing a
+// week's spool of per-minute events) is charged in charges of at most
+// chargeEventsMax events each, every event once, the amounts adding up to
+// the lease's exact total: one charge carried every event id, over a MiB
+// with long ids, and NATS refused it for good (dead-lettered with every
+// charge of its batch, the usage billed in pricing and never in the ledger).
+func TestManyEventsOfOneLeaseMakeBoundedCharges(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	a := New(st, nil, clock.NewManual(from.Add(30*24*time.Hour)))
+	const n = 10080 // a week of minutes
+	var msgs []UsageMessage
+	for m := range 2 {
+		msg := UsageMessage{ID: fmt.Sprintf("ub-%d", m)}
+		for i := m * n / 2; i < (m+1)*n/2; i++ {
+			start := from.Add(time.Duration(i) * time.Minute)
+			id := fmt.Sprintf("ev-%0124d", i) // 128 characters
+			msg.Events = append(msg.Events, domain.UsageEvent{ID: id, LeaseID: "lease-spool", ProviderID: "p-000", RenterID: "r-000",
+				GPUModel: "RTX_4090", GPUCount: 1, Start: start, End: start.Add(time.Minute), Currency: "CNY", CycleID: "c-1"})
+		}
+		msgs = append(msgs, msg)
+	}
+	if err := a.RateMessages(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	total, seen, ids := decimal.Zero, map[string]bool{}, map[string]bool{}
+	for _, c := range st.rated {
+		idBytes := 0
+		for _, e := range c.EventIDs {
+			idBytes += len(e) + 3 // a repeated string's tag and length on the wire
+		}
+		if idBytes > 512<<10 { // half of NATS's default max_payload: room for the charge's lines
+			t.Errorf("charge %s carries %d events, %d bytes of ids", c.ID, len(c.EventIDs), idBytes)
+		}
+		if ids[c.ID] {
+			t.Errorf("charge id %s twice", c.ID)
+		}
+		ids[c.ID] = true
+		total = total.Add(c.Amount)
+		for _, e := range c.EventIDs {
+			if seen[e] {
+				t.Errorf("event %s in two charges", e)
+			}
+			seen[e] = true
+		}
+	}
+	if len(seen) != n || !total.Equal(decimal.RequireFromString("470.40")) {
+		t.Fatalf("%d charges for %d of %d events, %s in all; want every event once, 470.40 (10080 GPU-minutes at 2.80/h)", len(st.rated), len(seen), n, total)
 	}
 }
