@@ -200,6 +200,10 @@ func (c *Card) parseBands(bands []BandInput, vs *violations) {
 		}
 		if b.TimeZone == "" {
 			vs.add(f+".timezone", "required (IANA zone, e.g. Asia/Shanghai)")
+		} else if strings.EqualFold(b.TimeZone, "Local") {
+			// time.LoadLocation takes "Local" as the host's zone: each
+			// replica (and each TZ) would price the band differently.
+			vs.add(f+".timezone", "%q is the host's zone, not a zone of its own; name it (e.g. Asia/Shanghai)", b.TimeZone)
 		} else if loc, err := time.LoadLocation(b.TimeZone); err != nil {
 			vs.add(f+".timezone", "%q is not an IANA time zone", b.TimeZone)
 		} else {

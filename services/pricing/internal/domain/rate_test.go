@@ -405,3 +405,17 @@ func TestBandCoversPartOfADay(t *testing.T) {
 		t.Errorf("band 18:00–24:00: %v", vs)
 	}
 }
+
+// A band's zone is named: "Local" (the host's zone to time.LoadLocation)
+// priced the same usage by each replica's TZ.
+func TestBandZoneIsNotTheHosts(t *testing.T) {
+	t.Parallel()
+	for _, tz := range []string{"Local", "local"} {
+		_, vs := ParseCard(CardInput{ID: "rc-z", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+			Bands:  []BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: tz, Multiplier: "0.80"}}})
+		if len(vs) != 1 || vs[0].Field != "time_bands[0].timezone" {
+			t.Errorf("zone %q: violations %v, want one on time_bands[0].timezone", tz, vs)
+		}
+	}
+}
