@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/group"
 	"github.com/gpubill/gpubill/pkg/ids"
@@ -428,10 +429,11 @@ func resourceIDs(msgs ...any) []string {
 				return false
 			case fd.IsList() || fd.IsMap():
 			case fd.Kind() == protoreflect.StringKind && isIDField(string(fd.Name())):
-				s := v.String()
-				if len(s) > resourceValueMax {
-					s = s[:resourceValueMax]
-				}
+				// Cut at a character (apperr.Clip): cut inside one, the
+				// record could not be marshalled (proto3 strings are UTF-8),
+				// stayed at the head of the backlog, and every audited
+				// write of the process answered 503 until a restart.
+				s := apperr.Clip(v.String(), resourceValueMax)
 				if e := string(fd.Name()) + "=" + s; !slices.Contains(out, e) {
 					out = append(out, e)
 				}

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -292,5 +294,22 @@ func TestJoinOneMessagePerSubject(t *testing.T) {
 	one := &eventsv1.AuditRecorded{}
 	if err := proto.Unmarshal(out[0].Payload, one); err != nil || one.EventId != "" || one.At != nil {
 		t.Fatalf("batch read as one record: %v, %v", one, err)
+	}
+}
+
+// A long id of many-byte characters is cut at a character's boundary: cut
+// at byte 200 inside one, its audit record could not be marshalled (proto3
+// strings are UTF-8), stayed at the head of the backlog, and every audited
+// write of the process answered 503 until a restart.
+func TestResourceIDsCutAtACharacter(t *testing.T) {
+	t.Parallel()
+	ids := resourceIDs(&ledgerv1.CreateDepositRequest{RenterId: "r-001", ExternalRef: "x" + strings.Repeat("é", 150)})
+	for _, id := range ids {
+		if !utf8.ValidString(id) {
+			t.Errorf("resource id %q is not UTF-8", id)
+		}
+	}
+	if _, err := proto.Marshal(&eventsv1.AuditRecorded{ResourceIds: ids}); err != nil {
+		t.Fatalf("the record does not marshal: %v", err)
 	}
 }
