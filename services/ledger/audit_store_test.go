@@ -14,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -128,5 +129,27 @@ func TestAuditBatchesConsumed(t *testing.T) {
 	}
 	if got := f.texts(t, `select message_id from ledger.dead_letters`); !slices.Equal(got, []string{sent[2].ID}) {
 		t.Fatalf("dead letters %v, want %s", got, sent[2].ID)
+	}
+}
+
+// The method filter matches a method or its last part exactly: a filter
+// ending in a backslash (LIKE's escape) made the listing a 500, and % or _
+// matched any method.
+func TestAuditMethodFilterIsExact(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	if err := f.app.RecordAuditEvents(f.ctx, []domain.AuditEvent{
+		{EventID: "e-1", At: at, Service: "ledger", Method: "/gpubill.ledger.v1.LedgerService/CreateTransaction", Actor: "fin", Role: "finance", Code: "OK"},
+		{EventID: "e-2", At: at, Service: "ledger", Method: "/gpubill.ledger.v1.LedgerService/CreateDeposit", Actor: "fin", Role: "finance", Code: "OK"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for method, want := range map[string]int{"CreateTransaction": 1, "/gpubill.ledger.v1.LedgerService/CreateDeposit": 1,
+		`CreateTransaction\`: 0, "%": 0, "Create%": 0, "CreateTransactio_": 0, "": 2} {
+		got, _, err := f.app.ListAuditEvents(f.ctx, app.AuditFilter{Method: method, Limit: 10}, "")
+		if err != nil || len(got) != want {
+			t.Errorf("method %q: %d events, %v; want %d", method, len(got), err, want)
+		}
 	}
 }

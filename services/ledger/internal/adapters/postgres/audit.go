@@ -124,7 +124,7 @@ func (s *Store) ListAuditEvents(ctx context.Context, f app.AuditFilter) ([]domai
 	rows, err := s.Pool.Query(ctx, `select seq, event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr, stored_at
 		from ledger.audit_events
 		where ($1 = '' or actor = $1)
-		  and ($2 = '' or method = $2 or method like '%/' || $2)
+		  and ($2 = '' or method = $2 or right(method, length($2) + 1) = '/' || $2) -- its last part, exactly: LIKE took % and _ as wildcards, a trailing backslash made a 500
 		  and ($3::timestamptz is null or at >= $3)
 		  and ($4::timestamptz is null or at < $4)
 		  and ($5 = 0 or seq < $5)
