@@ -1,11 +1,13 @@
 package ledger_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -69,6 +71,20 @@ func TestListAccountsByPrefix(t *testing.T) {
 	vs, _, err = f.app.ListAccounts(f.ctx, "provider:p-1:", nil, 0, "")
 	if err != nil || len(vs) != 1 || vs[0].Account.Kind != domain.KindLiability || vs[0].Account.Pool != domain.PoolClient {
 		t.Fatalf("provider accounts: %+v", vs)
+	}
+	// A prefix ending in U+007F or in a character whose last byte is 0xBF:
+	// its upper bound moved the byte on, not UTF-8, and Postgres refused
+	// it (a 500). Its accounts: none. Not text: a 400 on prefix.
+	for _, p := range []string{"\x7f", "¿", "renter:r-1:¿", "renter:\U0010FFFF", "renter:\uD7FF"} {
+		if vs, _, err := f.app.ListAccounts(f.ctx, p, nil, 0, ""); err != nil || len(vs) != 0 {
+			t.Errorf("prefix %q: %d accounts, %v; want none", p, len(vs), err)
+		}
+	}
+	for _, p := range []string{"renter:\xc0", "renter:\x00"} {
+		var inv *apperr.InvalidError
+		if _, _, err := f.app.ListAccounts(f.ctx, p, nil, 0, ""); !errors.As(err, &inv) || inv.Violations[0].Field != "prefix" {
+			t.Errorf("prefix %q: %v; want invalid", p, err)
+		}
 	}
 }
 

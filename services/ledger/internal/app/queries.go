@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -105,6 +107,9 @@ func (a *App) GetAccount(ctx context.Context, address string, asOf *time.Time) (
 func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, size int32, token string) ([]AccountView, string, error) {
 	if err := CheckAsOf(asOf, a.Clock.Now()); err != nil {
 		return nil, "", err
+	}
+	if !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
+		return nil, "", apperr.Invalid("prefix", "not text (invalid UTF-8 or a NUL byte)")
 	}
 	after := ""
 	if token != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
@@ -161,13 +162,19 @@ func ListAccountAddresses(ctx context.Context, q Querier, prefix, after string, 
 }
 
 // prefixUpper is the smallest string greater than every string with prefix
-// (byte order, the C collation), or "" for no bound.
+// (code point order: the C collation's byte order of UTF-8), or "" for no
+// bound. It moves the last character on, never a byte: a byte moved on
+// (0x7F to 0x80, 0xBF to 0xC0) was not UTF-8, and Postgres refused the
+// bound, a 500 for ?prefix=¿. A prefix that is not UTF-8 is refused before.
 func prefixUpper(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
+	rs := []rune(prefix)
+	for i := len(rs) - 1; i >= 0; i-- {
+		next := rs[i] + 1
+		if next >= 0xD800 && next <= 0xDFFF { // surrogates are no characters
+			next = 0xE000
+		}
+		if next <= utf8.MaxRune {
+			return string(rs[:i]) + string(next)
 		}
 	}
 	return ""
