@@ -18,7 +18,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 )
@@ -81,7 +83,14 @@ func Decode(listing, token string, n int) (Position, error) {
 		if k <= 0 || l > ValueBytesMax || uint64(len(rest)-k) < l || len(p.vals) == valuesMax {
 			return bad("malformed")
 		}
-		p.vals = append(p.vals, string(rest[k:k+int(l)]))
+		v := string(rest[k : k+int(l)])
+		// Every value a listing encodes is text from Postgres: valid UTF-8,
+		// no NUL. The check is not secret (the key is this code), so a
+		// token forged with such bytes reached a listing's SQL, a 500.
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return bad("malformed")
+		}
+		p.vals = append(p.vals, v)
 		rest = rest[k+int(l):]
 	}
 	if len(p.vals) != n {

@@ -61,6 +61,10 @@ func TestRefusesWithA400(t *testing.T) {
 		{"another listing's token", "withholdings", good, 2},
 		{"wrong number of values", "statements", good, 3},
 		{"too long", "statements", strings.Repeat("A", 4096), 2},
+		// Forged with a valid check (it is not secret): values no listing
+		// encodes, which reached the listings' SQL as a 500.
+		{"a value holding a NUL", "statements", cursor.Encode("statements", "a\x00b", "CNY"), 2},
+		{"a value not UTF-8", "statements", cursor.Encode("statements", "cyc-\xc0", "CNY"), 2},
 	}
 	for _, tt := range tests {
 		_, err := cursor.Decode(tt.listing, tt.give, tt.n)
