@@ -90,7 +90,12 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 			} else if strings.Contains(r.path, "/p-001/") {
 				probes = append(probes,
 					probe{"a provider id with a NUL byte", r.method, strings.Replace(r.path, "p-001", "p-0%0001", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
-					probe{"a provider id of invalid UTF-8", r.method, strings.Replace(r.path, "p-001", "p-%ff01", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
+					probe{"a provider id of invalid UTF-8", r.method, strings.Replace(r.path, "p-001", "p-%ff01", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
+					// Outside the id grammar: stored under it, it reached no
+					// provider ("p-001 " held no one: p-001 was paid during
+					// its dispute) and answered 200.
+					probe{"a provider id with a trailing space", r.method, strings.Replace(r.path, "p-001", "p-001%20", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
+					probe{"a provider id of 300 characters", r.method, strings.Replace(r.path, "p-001", strings.Repeat("p", 300), 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
 			}
 			for _, p := range probes {
 				a := send(p.method, p.path, p.token, p.body)

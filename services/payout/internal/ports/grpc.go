@@ -20,6 +20,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cursor"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -205,7 +206,7 @@ func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMet
 	dm := domain.Method{Type: req.Type, AccountName: req.AccountName, AccountNumber: req.AccountNumber, AlipayID: req.AlipayId,
 		WechatOpenID: req.WechatOpenid, BankCode: req.BankCode}.Normalized()
 	var v apperr.Validator
-	v.Check(req.ProviderId != "", "provider_id", "required")
+	checkProviderID(&v, req.ProviderId)
 	for _, bad := range dm.Validate() {
 		v.Add(bad.Field, "%s", bad.Reason)
 	}
@@ -246,7 +247,7 @@ func (s *Server) PutKyc(ctx context.Context, req *payoutv1.PutKycRequest) (*payo
 		return nil, err
 	}
 	var v apperr.Validator
-	v.Check(req.ProviderId != "", "provider_id", "required")
+	checkProviderID(&v, req.ProviderId)
 	switch req.Status {
 	case domain.KYCVerified, domain.KYCRejected, domain.KYCPending:
 	default:
@@ -310,8 +311,10 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 // yet past the gate wait (or, released, go on); the answer counts those
 // past it, which the hold does not stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
-	if req.ProviderId == "" {
-		return nil, apperr.Invalid("provider_id", "required")
+	if err := ids.CheckPartyID(req.ProviderId); err != nil {
+		// "p-001 " was held with a 200, holding no one: p-001 was paid
+		// during its dispute.
+		return nil, apperr.Invalid("provider_id", "%v", err)
 	}
 	waiting, inFlight, err := s.Store.PutHold(ctx, req.ProviderId, req.Reason, s.Clock.Now())
 	if err != nil {
@@ -322,4 +325,13 @@ func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProv
 	}
 	return &payoutv1.HoldProviderPayoutsResponse{ProviderId: req.ProviderId, Reason: req.Reason,
 		PayoutsWaiting: int32(len(waiting)), PayoutsInFlight: int32(len(inFlight))}, nil
+}
+
+// checkProviderID adds a violation on provider_id for an id outside the
+// grammar (ids.CheckPartyID): a method, a KYC status or a webhook stored
+// under "p-001 " reached no provider, and answered 200.
+func checkProviderID(v *apperr.Validator, id string) {
+	if err := ids.CheckPartyID(id); err != nil {
+		v.Add("provider_id", "%v", err)
+	}
 }

@@ -140,7 +140,7 @@ func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookR
 		return nil, err
 	}
 	var v apperr.Validator
-	v.Check(req.ProviderId != "", "provider_id", "required")
+	checkProviderID(&v, req.ProviderId)
 	if err := s.Webhooks.CheckURL(ctx, req.Url); err != nil {
 		v.Add("url", "%s", err.Error())
 	}
@@ -169,7 +169,7 @@ func (s *Server) RotateWebhookSecret(ctx context.Context, req *payoutv1.RotateWe
 		return nil, err
 	}
 	var v apperr.Validator
-	v.Check(req.ProviderId != "", "provider_id", "required")
+	checkProviderID(&v, req.ProviderId)
 	v.Check(req.WebhookId != "", "webhook_id", "required")
 	v.Check(len(req.Secret) >= webhookSecretLenMin, "secret", "at least 16 characters")
 	grace, err := s.rotationGrace(ctx)
