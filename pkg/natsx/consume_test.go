@@ -255,25 +255,13 @@ func TestOrderedMessagesWaitsForNATSAtStartUp(t *testing.T) {
 // debug, thousands of fetches a second and no message consumed.
 func TestConsumeCreatesADeletedConsumerAgain(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js := testkit.NewJetStream(t).JS
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
 	var got atomic.Int32
 	h := func(ctx context.Context, msgs []jetstream.Msg) error {
 		got.Add(int32(len(msgs)))
 		return nil
 	}
-	spec := natsx.ConsumerSpec{Stream: "GONE", Durable: "gone", MaxWait: 200 * time.Millisecond, DeadLetters: noDeadLetters{t}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
-			t.Error(err)
-		}
-	}()
+	js := consumeStream(t, "GONE", "gone.>", natsx.ConsumerSpec{Durable: "gone", MaxWait: 200 * time.Millisecond, DeadLetters: noDeadLetters{t}}, h)
 	publish := func(subject string) {
 		t.Helper()
 		if _, err := js.Publish(ctx, subject, []byte("x")); err != nil {
@@ -288,8 +276,27 @@ func TestConsumeCreatesADeletedConsumerAgain(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	publish("gone.2")
 	testkit.Eventually(t, 15*time.Second, func() bool { return got.Load() >= 2 }, "nothing consumed after the consumer was deleted")
-	cancel()
-	<-done
+}
+
+// consumeStream creates stream name on subjects and runs Consume of spec
+// (its Stream set to name) with h until the test ends.
+func consumeStream(t *testing.T, name, subjects string, spec natsx.ConsumerSpec, h natsx.Handler) jetstream.JetStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subjects}}); err != nil {
+		t.Fatal(err)
+	}
+	spec.Stream = name
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return js
 }
 
 // TestUnansweredAsyncPublishesAreDropped: an async publish whose ack never
@@ -351,12 +358,7 @@ func (d *recordedLetters) got() []string {
 // again.
 func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	js := testkit.NewJetStream(t).JS
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PANIC", Subjects: []string{"panic.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
 	var applied sync.Map
 	h := func(ctx context.Context, msgs []jetstream.Msg) error {
 		for _, m := range msgs {
@@ -370,14 +372,7 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 		return nil
 	}
 	letters := &recordedLetters{}
-	spec := natsx.ConsumerSpec{Stream: "PANIC", Durable: "panic", MaxWait: 200 * time.Millisecond, DeadLetters: letters}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)), spec, h); err != nil {
-			t.Error(err)
-		}
-	}()
+	js := consumeStream(t, "PANIC", "panic.>", natsx.ConsumerSpec{Durable: "panic", MaxWait: 200 * time.Millisecond, DeadLetters: letters}, h)
 	for _, data := range []string{"good-1", "bad", "good-2"} {
 		if _, err := js.Publish(ctx, "panic.x", []byte(data)); err != nil {
 			t.Fatal(err)
@@ -392,6 +387,4 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	if _, bad := applied.Load("bad"); bad {
 		t.Error("the panicking message was applied")
 	}
-	cancel()
-	<-done
 }

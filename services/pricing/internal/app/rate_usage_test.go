@@ -31,6 +31,13 @@ func (s *memStore) AllCards(context.Context) ([]domain.StoredCard, int64, error)
 	return []domain.StoredCard{s.card}, s.card.Seq, nil
 }
 
+// flatCardStore is a memStore whose one card, in force from from, prices
+// an RTX_4090 at 2.80 CNY an hour, without bands or tiers.
+func flatCardStore(from time.Time) *memStore {
+	return &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+}
+
 type memTx struct{ s *memStore }
 
 func (memTx) LockRating(context.Context) error { return nil }
@@ -76,8 +83,7 @@ func (t memTx) ApplyGPUModels(_ context.Context, vs []domain.GPUModelVersion) er
 func TestSameMessageTwiceInOneFetchRatesOnce(t *testing.T) {
 	t.Parallel()
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
-		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	st := flatCardStore(from)
 	a := New(st, nil, clock.NewManual(from.Add(48*time.Hour)))
 	end := from.Add(24 * time.Hour)
 	ev := domain.UsageEvent{ID: "ev-dup", LeaseID: "lease-dup", ProviderID: "p-000", RenterID: "r-000", GPUModel: "RTX_4090",
@@ -124,8 +130,7 @@ func TestGPUModelMessagesApplyOnce(t *testing.T) {
 func TestClassifyNamesEveryTierMonthAndLease(t *testing.T) {
 	t.Parallel()
 	from := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
-		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	st := flatCardStore(from)
 	a := New(st, nil, clock.NewManual(from.Add(400*24*time.Hour)))
 	book, err := a.Book(context.Background())
 	if err != nil {
@@ -175,8 +180,7 @@ func TestClassifyNamesEveryTierMonthAndLease(t *testing.T) {
 func TestManyEventsOfOneLeaseMakeBoundedCharges(t *testing.T) {
 	t.Parallel()
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	st := &memStore{seen: map[string]bool{}, card: domain.StoredCard{ID: "rc-1", Currency: "CNY", EffectiveFrom: from, Seq: 1,
-		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: from, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "2.80"}}}}}
+	st := flatCardStore(from)
 	a := New(st, nil, clock.NewManual(from.Add(30*24*time.Hour)))
 	const n = 10080 // a week of minutes
 	var msgs []UsageMessage
