@@ -235,10 +235,11 @@ func (s *Sink) replayOnce(ctx context.Context, consumer string, apply func(ctx c
 			// which then hid a letter in neither the outbox nor the stream.
 			var tag pgconn.CommandTag
 			tag, err = s.Pool.Exec(ctx, `update `+s.table()+` set replayed_at = now(), last_seen_at = now() where id = $1 and attempts = $2`, x.id, x.attempts)
-			replayed.WithLabelValues(s.Schema, consumer, "replayed").Inc()
-			if err == nil && tag.RowsAffected() == 0 {
-				s.Log.Warn("dead letter replayed, and dead-lettered again since", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
+			if err == nil && tag.RowsAffected() == 0 { // dead again: a failed replay
+				replayed.WithLabelValues(s.Schema, consumer, "failed").Inc()
+				s.Log.Warn("dead letter replay failed: dead-lettered again since it was applied", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
 			} else {
+				replayed.WithLabelValues(s.Schema, consumer, "replayed").Inc()
 				s.Log.Info("dead letter replayed", "service", s.Schema, "consumer", consumer, "msg_id", x.l.MessageID)
 			}
 		} else {

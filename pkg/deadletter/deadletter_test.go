@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
@@ -296,4 +297,34 @@ func TestReplayDoesNotMarkALetterDeadAgain(t *testing.T) {
 	if replayed != nil {
 		t.Fatalf("a letter dead-lettered again during its replay reads replayed at %s", replayed)
 	}
+	if n := replays(t, "relay", "failed"); n != 1 {
+		t.Errorf("gpubill_dead_letter_replays_total{consumer=relay,outcome=failed} = %v, want 1", n)
+	}
+	if n := replays(t, "relay", "replayed"); n != 0 {
+		t.Errorf("gpubill_dead_letter_replays_total{consumer=relay,outcome=replayed} = %v, want 0", n)
+	}
+}
+
+// replays reads gpubill_dead_letter_replays_total of service dlt.
+func replays(t *testing.T, consumer, outcome string) float64 {
+	t.Helper()
+	fams, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "gpubill_dead_letter_replays_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["service"] == "dlt" && labels["consumer"] == consumer && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

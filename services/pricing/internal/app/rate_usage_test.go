@@ -218,6 +218,11 @@ func TestManyEventsOfOneLeaseMakeBoundedCharges(t *testing.T) {
 			seen[e] = true
 		}
 	}
+	// The first chunk keeps the id a charge of the lease always had (a
+	// redelivery rated by older code names the same charge).
+	if want := hashID("chg", "ub-0", "lease-spool", "CNY", "c-1"); len(st.rated) == 0 || st.rated[0].ID != want {
+		t.Errorf("the first charge's id is not the lease's charge id %s", want)
+	}
 	if len(seen) != n || !total.Equal(decimal.RequireFromString("470.40")) {
 		t.Fatalf("%d charges for %d of %d events, %s in all; want every event once, 470.40 (10080 GPU-minutes at 2.80/h)", len(st.rated), len(seen), n, total)
 	}
