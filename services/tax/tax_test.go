@@ -693,9 +693,9 @@ func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
 	resp := remitted(t, s, "2026-03")
 	var got []string
 	for _, r := range resp.Remittances {
-		got = append(got, r.GetRemittanceId()+" "+r.GetStatus())
+		got = append(got, r.GetRemittanceId()+" "+r.GetPeriod()+" "+r.GetStatus())
 	}
-	if len(got) != 2 || got[0] != "rem-2026-02-CN-CNY remitted" || got[1] != "rem-2026-03-CN-CNY remitted" {
+	if len(got) != 2 || got[0] != "rem-2026-02-CN-CNY 2026-02 remitted" || got[1] != "rem-2026-03-CN-CNY 2026-03 remitted" {
 		t.Fatalf("March's run answered %v; want February's pending remittance posted with March's", got)
 	}
 	l.mu.Lock()

@@ -228,7 +228,7 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 }
 
 func remToProto(r domain.Remittance) *taxv1.TaxRemittance {
-	out := &taxv1.TaxRemittance{RemittanceId: r.ID, Jurisdiction: r.Jurisdiction, Currency: r.Currency,
+	out := &taxv1.TaxRemittance{RemittanceId: r.ID, Period: r.Period, Jurisdiction: r.Jurisdiction, Currency: r.Currency,
 		Amount: fmtAmt(r.Currency, r.Amount), Status: r.Status, Reference: r.ID, TransactionId: r.TransactionID,
 		CreatedAt: timestamppb.New(r.CreatedAt)}
 	if r.RemittedAt != nil {

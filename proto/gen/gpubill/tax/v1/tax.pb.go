@@ -523,6 +523,7 @@ type TaxRemittance struct {
 	TransactionId string                 `protobuf:"bytes,7,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	RemittedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=remitted_at,json=remittedAt,proto3" json:"remitted_at,omitempty"`
+	Period        string                 `protobuf:"bytes,10,opt,name=period,proto3" json:"period,omitempty"` // YYYY-MM: the month whose withholdings it remits
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +619,13 @@ func (x *TaxRemittance) GetRemittedAt() *timestamppb.Timestamp {
 		return x.RemittedAt
 	}
 	return nil
+}
+
+func (x *TaxRemittance) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
 }
 
 type ListTaxWithholdingsRequest struct {
@@ -1885,7 +1893,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x13deduction_threshold\x18\n" +
 	" \x01(\tR\x12deductionThreshold\x126\n" +
 	"\bbrackets\x18\v \x03(\v2\x1a.gpubill.tax.v1.TaxBracketR\bbrackets\x12 \n" +
-	"\vdescription\x18\f \x01(\tR\vdescription\"\xe1\x02\n" +
+	"\vdescription\x18\f \x01(\tR\vdescription\"\xf9\x02\n" +
 	"\rTaxRemittance\x12#\n" +
 	"\rremittance_id\x18\x01 \x01(\tR\fremittanceId\x12\"\n" +
 	"\fjurisdiction\x18\x02 \x01(\tR\fjurisdiction\x12\x1a\n" +
@@ -1897,7 +1905,9 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vremitted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"remittedAt\"\x94\x01\n" +
+	"remittedAt\x12\x16\n" +
+	"\x06period\x18\n" +
+	" \x01(\tR\x06period\"\x94\x01\n" +
 	"\x1aListTaxWithholdingsRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
