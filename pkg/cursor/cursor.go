@@ -6,7 +6,9 @@
 // is a truncated SHA-256 over the listing's name, the version and the
 // values, so a token altered or cut short, or one issued by another listing,
 // is refused with a 400 on page_token rather than read as some other
-// position. It is not a secret signature (the key is this code): a listing
+// position. A listing names its filters in the listing name (Scoped), so a
+// token used with other filters is refused too: its position, read under
+// them, would skip or repeat rows, or end the listing early. It is not a secret signature (the key is this code): a listing
 // still validates every value it decodes, and a token reveals nothing a
 // caller could not list.
 package cursor
@@ -46,6 +48,18 @@ type Position struct {
 	vals []string
 }
 
+// Scoped names listing under its filters (in order; "" for one not set): a
+// token encoded for one scope is refused by Decode under any other.
+func Scoped(listing string, filters ...string) string {
+	b := []byte(listing)
+	for _, f := range filters {
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return string(b)
+}
+
 // Encode returns the token of the position vals in listing.
 func Encode(listing string, vals ...string) string {
 	b := []byte{version}
@@ -72,7 +86,7 @@ func Decode(listing, token string, n int) (Position, error) {
 	}
 	body, sum := b[:len(b)-checkBytes], b[len(b)-checkBytes:]
 	if subtle.ConstantTimeCompare(sum, check(listing, body)) != 1 {
-		return bad("altered, or issued by another listing")
+		return bad("altered, or issued by another listing or for other filters")
 	}
 	if body[0] != version {
 		return bad(fmt.Sprintf("version %d, this server reads version %d", body[0], version))

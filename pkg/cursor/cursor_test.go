@@ -91,3 +91,21 @@ func TestTypedValuesRefuseOtherText(t *testing.T) {
 		t.Error("Int64 accepted 12a")
 	}
 }
+
+// A token is bound to the filters it was made under: read under others it
+// would start them at a position of another listing (a token of
+// ?prefix=renter: used with ?prefix=provider: ended that listing at once).
+func TestScopedTokensRefuseOtherFilters(t *testing.T) {
+	tok := cursor.Encode(cursor.Scoped("accounts", "renter:", ""), "renter:r-002")
+	if _, err := cursor.Decode(cursor.Scoped("accounts", "renter:", ""), tok, 1); err != nil {
+		t.Fatalf("same filters: %v", err)
+	}
+	for _, other := range []string{cursor.Scoped("accounts", "provider:", ""), cursor.Scoped("accounts", "renter:"),
+		cursor.Scoped("accounts", "renter", ":"), cursor.Scoped("accounts", "", "renter:"), "accounts"} {
+		_, err := cursor.Decode(other, tok, 1)
+		var inv *apperr.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != "page_token" {
+			t.Errorf("under scope %q: err = %v, want an InvalidError on page_token", other, err)
+		}
+	}
+}

@@ -89,8 +89,9 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 		return nil, apperr.Invalid("service", "unknown service %q", req.GetService())
 	}
 	afterService, afterID := "", int64(0)
+	listing := cursor.Scoped(lettersListing, req.GetService(), req.GetStatus())
 	if tok := req.GetPageToken(); tok != "" {
-		pos, err := cursor.Decode(lettersListing, tok, 1)
+		pos, err := cursor.Decode(listing, tok, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +118,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 		out.DeadLetters = append(out.DeadLetters, rows...)
 		if len(out.DeadLetters) > size {
 			out.DeadLetters = out.DeadLetters[:size]
-			out.NextPageToken = cursor.Encode(lettersListing, out.DeadLetters[size-1].Id)
+			out.NextPageToken = cursor.Encode(listing, out.DeadLetters[size-1].Id)
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/app/invoicing"
@@ -375,5 +377,66 @@ func TestInvoiceNumberNotLostByAFailedIssue(t *testing.T) {
 	var renter string
 	if err := f.pool.QueryRow(f.ctx, `select renter_id from ledger.invoices where seq = 4`).Scan(&renter); err != nil || renter != "r-b" {
 		t.Fatalf("invoice 4 is %q (%v), want r-b's", renter, err)
+	}
+}
+
+// A renter's invoices page with tokens of pkg/cursor: every invoice once,
+// newest month first; a token is refused under another renter or currency,
+// and a forged one holding a NUL is a 400 (the listing's own JSON token
+// passed it to SQL, a 500).
+func TestRenterInvoicesPage(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(sh(7, 10, 10, 0, 0))
+	f := newFixtureAt(t, nil, clk)
+	const r1 = "r-page1"
+	for i, m := range []time.Month{7, 8, 9} {
+		clk.Set(sh(m, 10, 10, 0, 0))
+		f.deposit(t, r1, "10.00", "CNY", fmt.Sprintf("bank-cny-%d", i))
+		f.deposit(t, r1, "10.00", "USD", fmt.Sprintf("bank-usd-%d", i))
+		clk.Set(sh(m+1, 1, 2, 0, 0))
+		if _, err := f.svc.Invoicing().IssueMonth(f.ctx, fmt.Sprintf("2026-%02d", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := f.svc.Invoicing()
+	var got []string
+	token := ""
+	for pages := 0; pages < 10; pages++ {
+		page, next, err := inv.RenterInvoices(f.ctx, r1, "", 4, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range page {
+			got = append(got, x.Period+" "+x.Currency)
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	want := "2026-09 CNY,2026-09 USD,2026-08 CNY,2026-08 USD,2026-07 CNY,2026-07 USD"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("pages listed %v, want %s", got, want)
+	}
+	_, next, err := inv.RenterInvoices(f.ctx, r1, "CNY", 1, "")
+	if err != nil || next == "" {
+		t.Fatalf("first CNY page: %q, %v", next, err)
+	}
+	for name, try := range map[string]func() error{
+		"another renter":   func() error { _, _, err := inv.RenterInvoices(f.ctx, "r-page2", "CNY", 1, next); return err },
+		"another currency": func() error { _, _, err := inv.RenterInvoices(f.ctx, r1, "USD", 1, next); return err },
+		"a forged NUL": func() error {
+			forged := cursor.Encode(cursor.Scoped("ledger.invoices", r1, ""), "2026-09", "\x00", "x")
+			_, _, err := inv.RenterInvoices(f.ctx, r1, "", 1, forged)
+			return err
+		},
+		"the old JSON token": func() error {
+			old := base64.RawURLEncoding.EncodeToString([]byte(`{"p":"2026-09","c":"\u0000","i":"x"}`))
+			_, _, err := inv.RenterInvoices(f.ctx, r1, "", 1, old)
+			return err
+		},
+	} {
+		if err := try(); !errors.As(err, new(*apperr.InvalidError)) {
+			t.Errorf("%s: %v, want an InvalidError on page_token", name, err)
+		}
 	}
 }

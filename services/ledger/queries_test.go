@@ -64,6 +64,12 @@ func TestListAccountsByPrefix(t *testing.T) {
 	if err != nil || len(vs) != 2 || next == "" || vs[0].Account.Address != "renter:r-1:wallet" || !vs[0].Balances[0].Amount.Equal(dec("1")) {
 		t.Fatalf("page 1: %+v %q %v", vs, next, err)
 	}
+	// The token is bound to its prefix: under provider: it answered no
+	// accounts and no next page, as if there were none.
+	var inv *apperr.InvalidError
+	if _, _, err := f.app.ListAccounts(f.ctx, "provider:", nil, 2, next); !errors.As(err, &inv) || inv.Violations[0].Field != "page_token" {
+		t.Fatalf("renter:'s token under provider:: %v; want invalid page_token", err)
+	}
 	vs, next, err = f.app.ListAccounts(f.ctx, "renter:", nil, 2, next)
 	if err != nil || len(vs) != 1 || next != "" || vs[0].Account.Address != "renter:r-3:wallet" {
 		t.Fatalf("page 2: %+v %q %v", vs, next, err)

@@ -101,7 +101,12 @@ func TestReconciliationRunsCarryTheirExceptions(t *testing.T) {
 	if err != nil || len(page) != 2 || page[0].ID != runs[0].ID || page[1].ID != r2.ID || next == "" {
 		t.Fatalf("list page 1: %d runs, next %q, %v", len(page), next, err)
 	}
-	page, next, err = rec.List(f.ctx, "CNY", 2, next)
+	// The token is of the listing of every currency: under ?currency=CNY
+	// it is refused (its position is not of that listing).
+	if _, _, err := rec.List(f.ctx, "CNY", 2, next); !isInvalid(err) {
+		t.Fatalf("the unfiltered listing's token under currency CNY: %v; want invalid", err)
+	}
+	page, next, err = rec.List(f.ctx, "", 2, next)
 	if err != nil || len(page) != 1 || page[0].ID != r1.ID || next != "" || page[0].MatchedCount != 3 || page[0].UnmatchedBankN != 2 {
 		t.Fatalf("list page 2: %+v, next %q, %v", page, next, err)
 	}

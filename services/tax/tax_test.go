@@ -705,3 +705,60 @@ func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
 		t.Fatalf("%d remittances posted, want 2 (February's once, March's)", n)
 	}
 }
+
+// The remittance listing pages (it answered every remittance whatever
+// page_size asked for, and no next_page_token), filters by period, refuses
+// filters it cannot match, and a page token used with other filters.
+func TestListRemittancesPages(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newTax(t)
+	known(t, s, "p-us", "individual", "US", 1)
+	finance := as(auth.RoleFinance, "")
+	for i, period := range []string{"2026-02", "2026-03", "2026-04"} {
+		compute(t, s, "p-1", "1000.00", "0.25", "individual", "cn-"+period)
+		if i == 0 {
+			compute(t, s, "p-us", "1000.00", "0.25", "", "us-"+period)
+		}
+		p, err := s.app.TaxPeriods.Parse(period)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Set(p.End.Add(time.Hour))
+		remitted(t, s, period)
+	}
+	var got []string
+	token := ""
+	for pages := 0; ; pages++ {
+		resp, err := s.api.ListRemittances(finance, &taxv1.ListRemittancesRequest{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Remittances) > 2 || pages > 3 {
+			t.Fatalf("page %d holds %d remittances, want at most 2", pages, len(resp.Remittances))
+		}
+		for _, r := range resp.Remittances {
+			got = append(got, r.RemittanceId)
+		}
+		if token = resp.NextPageToken; token == "" {
+			break
+		}
+	}
+	want := "rem-2026-04-CN-CNY rem-2026-03-CN-CNY rem-2026-02-CN-CNY rem-2026-02-US-CNY"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("pages listed %v, want %s", got, want)
+	}
+	resp, err := s.api.ListRemittances(finance, &taxv1.ListRemittancesRequest{Period: "2026-02", PageSize: 1})
+	if err != nil || len(resp.Remittances) != 1 || resp.Remittances[0].RemittanceId != "rem-2026-02-CN-CNY" || resp.NextPageToken == "" {
+		t.Fatalf("February's first page: %v, %v", resp, err)
+	}
+	other := &taxv1.ListRemittancesRequest{Period: "2026-03", PageSize: 1, PageToken: resp.NextPageToken}
+	if _, err := s.api.ListRemittances(finance, other); code(err) != codes.InvalidArgument {
+		t.Fatalf("February's page token with period 2026-03: %v, want InvalidArgument", err)
+	}
+	for _, bad := range []*taxv1.ListRemittancesRequest{{Period: "2026-13"}, {Period: "March"}, {Jurisdiction: "C%"},
+		{Currency: "XYZ"}, {PageSize: -1}} {
+		if _, err := s.api.ListRemittances(finance, bad); code(err) != codes.InvalidArgument {
+			t.Errorf("ListRemittances(%v) = %v, want InvalidArgument", bad, err)
+		}
+	}
+}

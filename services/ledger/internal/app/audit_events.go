@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -20,8 +21,9 @@ const auditListing = "ledger.audit_events"
 // Before is set from it), and the next page's token ("" at the end): the
 // seq the page ended at.
 func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter, token string) ([]domain.StoredAuditEvent, string, error) {
+	listing := cursor.Scoped(auditListing, f.Actor, f.Method, scopeTime(f.From), scopeTime(f.To))
 	if token != "" {
-		pos, err := cursor.Decode(auditListing, token, 1)
+		pos, err := cursor.Decode(listing, token, 1)
 		if err != nil {
 			return nil, "", err
 		}
@@ -38,7 +40,15 @@ func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter, token string) 
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = cursor.Encode(auditListing, cursor.FormatInt64(out[len(out)-1].Seq))
+		next = cursor.Encode(listing, cursor.FormatInt64(out[len(out)-1].Seq))
 	}
 	return out, next, nil
+}
+
+// scopeTime is an optional instant as a filter of a page token's scope.
+func scopeTime(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return cursor.FormatTime(*t)
 }

@@ -144,11 +144,21 @@ const bankStatementsListing = "ledger.bank_statements"
 
 // List pages through the imported statements, newest closing first.
 func (s *Statements) List(ctx context.Context, currency, account string, size int32, token string) ([]StoredStatement, string, error) {
+	if currency != "" {
+		// Stored as its code: ?currency=cny matched nothing, ?currency=XYZ
+		// answered an empty listing.
+		cur, err := money.Lookup(currency)
+		if err != nil {
+			return nil, "", apperr.Invalid("currency", "%s", err.Error())
+		}
+		currency = cur.Code
+	}
 	n := min(pageSize(size), statementPageMax)
+	listing := cursor.Scoped(bankStatementsListing, currency, account)
 	var afterAt time.Time
 	afterID := ""
 	if token != "" {
-		pos, err := cursor.Decode(bankStatementsListing, token, 2)
+		pos, err := cursor.Decode(listing, token, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -167,7 +177,7 @@ func (s *Statements) List(ctx context.Context, currency, account string, size in
 	if len(sts) > n {
 		sts = sts[:n]
 		last := sts[n-1]
-		next = cursor.Encode(bankStatementsListing, cursor.FormatTime(last.ClosingAt), last.ID)
+		next = cursor.Encode(listing, cursor.FormatTime(last.ClosingAt), last.ID)
 	}
 	return sts, next, nil
 }

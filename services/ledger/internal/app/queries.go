@@ -113,7 +113,7 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 	}
 	after := ""
 	if token != "" {
-		pos, err := cursor.Decode(accountsListing, token, 1)
+		pos, err := cursor.Decode(cursor.Scoped(accountsListing, prefix), token, 1)
 		if err != nil {
 			return nil, "", err
 		}
@@ -127,7 +127,7 @@ func (a *App) ListAccounts(ctx context.Context, prefix string, asOf *time.Time, 
 	next := ""
 	if len(addrs) > n {
 		addrs = addrs[:n]
-		next = cursor.Encode(accountsListing, addrs[n-1])
+		next = cursor.Encode(cursor.Scoped(accountsListing, prefix), addrs[n-1])
 	}
 	totals, err := a.Store.AccountTotals(ctx, addrs, asOf)
 	if err != nil {
@@ -243,7 +243,7 @@ func (a *App) accountPage(ctx context.Context, account string, n int, token stri
 	var after *domain.TxCursor
 	seen := ""
 	if token != "" {
-		pos, err := cursor.Decode(accountJournalListing, token, 3)
+		pos, err := cursor.Decode(cursor.Scoped(accountJournalListing, account), token, 3)
 		if err != nil {
 			return domain.TxPage{}, "", err
 		}
@@ -269,7 +269,7 @@ func (a *App) accountPage(ctx context.Context, account string, n int, token stri
 	if err != nil {
 		return domain.TxPage{}, "", err
 	}
-	return page, cursor.Encode(accountJournalListing, cursor.FormatTime(last.CreatedAt), last.ID, snap), nil
+	return page, cursor.Encode(cursor.Scoped(accountJournalListing, account), cursor.FormatTime(last.CreatedAt), last.ID, snap), nil
 }
 
 // transactionsByKeys answers the transactions posted under keys (a service
@@ -323,7 +323,7 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	}
 	var afterAcc, afterCur string
 	if token != "" {
-		pos, err := cursor.Decode(cycleBalancesListing, token, 2)
+		pos, err := cursor.Decode(cursor.Scoped(cycleBalancesListing, cycleID), token, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -337,7 +337,7 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	next := ""
 	if len(bs) > n {
 		bs = bs[:n]
-		next = cursor.Encode(cycleBalancesListing, bs[n-1].Account, bs[n-1].Currency)
+		next = cursor.Encode(cursor.Scoped(cycleBalancesListing, cycleID), bs[n-1].Account, bs[n-1].Currency)
 	}
 	out := make([]CycleBalanceView, 0, len(bs))
 	for _, b := range bs {

@@ -3,12 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -154,6 +154,9 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	return run, nil
 }
 
+// reconListing names the listing in its page tokens (pkg/cursor).
+const reconListing = "ledger.reconciliations"
+
 // List pages runs newest first; the token is the last run's order.
 func (r *Reconciliations) List(ctx context.Context, currency string, pageSize int32, pageToken string) ([]domain.ReconRun, string, error) {
 	var v apperr.Validator
@@ -162,18 +165,25 @@ func (r *Reconciliations) List(ctx context.Context, currency string, pageSize in
 	if limit == 0 {
 		limit = reconPageDefault
 	}
-	var before int64
-	if pageToken != "" {
-		n, err := strconv.ParseInt(pageToken, 10, 64)
-		v.Check(err == nil && n > 0, "page_token", "not a token this API issued")
-		before = n
-	}
 	if currency != "" {
-		_, err := money.Lookup(currency)
+		// Runs record the code: ?currency=cny matched none.
+		c, err := money.Lookup(currency)
 		v.Check(err == nil, "currency", "unknown currency %q", currency)
+		currency = c.Code
 	}
 	if err := v.Err(); err != nil {
 		return nil, "", err
+	}
+	listing := cursor.Scoped(reconListing, currency)
+	var before int64
+	if pageToken != "" {
+		pos, err := cursor.Decode(listing, pageToken, 1)
+		if err != nil {
+			return nil, "", err
+		}
+		if before, err = pos.Int64(0); err != nil || before <= 0 {
+			return nil, "", cursor.Malformed()
+		}
 	}
 	runs, err := r.Store.ListRuns(ctx, currency, before, limit+1)
 	if err != nil {
@@ -182,7 +192,7 @@ func (r *Reconciliations) List(ctx context.Context, currency string, pageSize in
 	next := ""
 	if len(runs) > limit {
 		runs = runs[:limit]
-		next = strconv.FormatInt(runs[limit-1].Seq, 10)
+		next = cursor.Encode(listing, cursor.FormatInt64(runs[limit-1].Seq))
 	}
 	return runs, next, nil
 }

@@ -117,6 +117,7 @@ func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAudit
 		t := r.GetTo().AsTime()
 		f.To = &t
 	}
+	v.Check(f.From == nil || f.To == nil || !f.From.After(*f.To), "to", "before from")
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

@@ -19,15 +19,21 @@ type UsageQuery struct {
 }
 
 // ListUsage pages through recorded usage ordered by (start_time, id). The
-// page token is the (start_time, id) of the last row: stable while new
-// usage arrives.
+// page token is the (start_time, id) of the last row, bound to the query's
+// filters: no row is repeated, and usage arriving while the pages are read
+// is listed by them when it starts after the last row read (usage arriving
+// late, starting before it, is in a listing started afresh).
 func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]domain.Recorded, string, error) {
 	if q.LeaseID == "" && q.RenterID == "" && q.ProviderID == "" {
 		return nil, "", apperr.Invalid("lease_id", "give lease_id, renter_id or provider_id")
 	}
+	if !q.From.IsZero() && !q.To.IsZero() && q.From.After(q.To) {
+		return nil, "", apperr.Invalid("to", "before from")
+	}
 	f := UsageFilter{LeaseID: q.LeaseID, RenterID: q.RenterID, ProviderID: q.ProviderID, From: q.From, To: q.To}
+	listing := cursor.Scoped(usageListing, q.LeaseID, q.RenterID, q.ProviderID, scopeTime(q.From), scopeTime(q.To))
 	if q.PageToken != "" {
-		pos, err := cursor.Decode(usageListing, q.PageToken, 2)
+		pos, err := cursor.Decode(listing, q.PageToken, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -48,7 +54,15 @@ func (a *App) ListUsage(ctx context.Context, q UsageQuery) ([]domain.Recorded, s
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = cursor.Encode(usageListing, cursor.FormatTime(last.Start), last.ID)
+		next = cursor.Encode(listing, cursor.FormatTime(last.Start), last.ID)
 	}
 	return rows, next, nil
+}
+
+// scopeTime is an optional instant as a filter of a page token's scope.
+func scopeTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return cursor.FormatTime(t)
 }

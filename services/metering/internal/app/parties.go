@@ -120,7 +120,14 @@ func (a *App) Provider(ctx context.Context, id string) (domain.Provider, error) 
 
 // ListProviders pages providers by id; the page token holds the last id seen.
 func (a *App) ListProviders(ctx context.Context, tier, token string, size int) ([]domain.Provider, string, error) {
-	after, err := afterID(providersListing, token)
+	if tier != "" {
+		// ?tier=gold answered an empty listing.
+		if err := domain.CheckTier(tier); err != nil {
+			return nil, "", apperr.Invalid("tier", "%v", err)
+		}
+	}
+	listing := cursor.Scoped(providersListing, tier)
+	after, err := afterID(listing, token)
 	if err != nil {
 		return nil, "", err
 	}
@@ -132,7 +139,7 @@ func (a *App) ListProviders(ctx context.Context, tier, token string, size int) (
 	next := ""
 	if len(ps) > size {
 		ps = ps[:size]
-		next = cursor.Encode(providersListing, ps[size-1].ID)
+		next = cursor.Encode(listing, ps[size-1].ID)
 	}
 	return ps, next, nil
 }

@@ -171,6 +171,14 @@ func ParseRenter(in RenterInput) (Renter, []Violation) {
 	return r, vs
 }
 
+// CheckTier refuses a tier no provider can have (a listing filter).
+func CheckTier(tier string) error {
+	if !contains(tiers, tier) {
+		return fmt.Errorf("%q is not one of standard, pro, partner", tier)
+	}
+	return nil
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {

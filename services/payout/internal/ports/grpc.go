@@ -159,7 +159,7 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	}
 	before := ""
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(payoutsListing, req.PageToken, 1)
+		pos, err := cursor.Decode(cursor.Scoped(payoutsListing, req.ProviderId, req.CycleId, req.Status), req.PageToken, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -186,7 +186,7 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 		resp.Payouts = append(resp.Payouts, toProto(p))
 	}
 	if len(ps) == n {
-		resp.NextPageToken = cursor.Encode(payoutsListing, ps[len(ps)-1].ID)
+		resp.NextPageToken = cursor.Encode(cursor.Scoped(payoutsListing, req.ProviderId, req.CycleId, req.Status), ps[len(ps)-1].ID)
 	}
 	return resp, nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
 
@@ -91,10 +91,19 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 		size = PageSizeDefault
 	}
 	size = min(size, PageSizeMax)
+	if currency != "" {
+		// ?currency=XYZ answered an empty listing.
+		cur, err := money.Lookup(currency)
+		if err != nil {
+			return nil, "", apperr.Invalid("currency", "%v", err)
+		}
+		currency = cur.Code
+	}
+	listing := cursor.Scoped(cardsListing, currency)
 	var afterEff time.Time
 	var afterSeq int64
 	if token != "" {
-		pos, err := cursor.Decode(cardsListing, token, 2)
+		pos, err := cursor.Decode(listing, token, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -105,7 +114,7 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 			return nil, "", cursor.Malformed()
 		}
 	}
-	rows, err := a.Store.Cards(ctx, strings.ToUpper(currency), afterEff, afterSeq, size+1)
+	rows, err := a.Store.Cards(ctx, currency, afterEff, afterSeq, size+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -113,7 +122,7 @@ func (a *App) RateCards(ctx context.Context, currency string, size int, token st
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = cursor.Encode(cardsListing, cursor.FormatTime(last.EffectiveFrom), cursor.FormatInt64(last.Seq))
+		next = cursor.Encode(listing, cursor.FormatTime(last.EffectiveFrom), cursor.FormatInt64(last.Seq))
 	}
 	return rows, next, nil
 }

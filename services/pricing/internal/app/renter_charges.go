@@ -39,7 +39,7 @@ func (r *RenterCharges) List(ctx context.Context, renter, lease string, size int
 	var afterAt time.Time
 	var afterID string
 	if token != "" {
-		pos, err := cursor.Decode(chargesListing, token, 2)
+		pos, err := cursor.Decode(cursor.Scoped(chargesListing, renter, lease), token, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -58,7 +58,7 @@ func (r *RenterCharges) List(ctx context.Context, renter, lease string, size int
 	if len(cs) > size {
 		cs = cs[:size]
 		last := cs[size-1]
-		next = cursor.Encode(chargesListing, cursor.FormatTime(last.EffectiveAt), last.ChargeID)
+		next = cursor.Encode(cursor.Scoped(chargesListing, renter, lease), cursor.FormatTime(last.EffectiveAt), last.ChargeID)
 	}
 	return cs, next, nil
 }

@@ -113,7 +113,7 @@ func (s *Server) ListSettlementCycles(ctx context.Context, req *settlementv1.Lis
 	}
 	before := ""
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(cyclesListing, req.PageToken, 1)
+		pos, err := cursor.Decode(cursor.Scoped(cyclesListing, req.Status), req.PageToken, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +129,7 @@ func (s *Server) ListSettlementCycles(ctx context.Context, req *settlementv1.Lis
 		resp.SettlementCycles = append(resp.SettlementCycles, toProtoCycle(c))
 	}
 	if len(cs) == n {
-		resp.NextPageToken = cursor.Encode(cyclesListing, cs[len(cs)-1].ID)
+		resp.NextPageToken = cursor.Encode(cursor.Scoped(cyclesListing, req.Status), cs[len(cs)-1].ID)
 	}
 	return resp, nil
 }
@@ -329,7 +329,7 @@ func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListState
 	}
 	var after *domain.StatementPos
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(statementsListing, req.PageToken, 2)
+		pos, err := cursor.Decode(cursor.Scoped(statementsListing, req.ProviderId, req.CycleId), req.PageToken, 2)
 		if err != nil {
 			return nil, err
 		}
@@ -365,7 +365,7 @@ func (s *Server) ListStatements(ctx context.Context, req *settlementv1.ListState
 	// token holds the last statement's cycle and currency.
 	if len(sts) == n {
 		last := sts[len(sts)-1]
-		resp.NextPageToken = cursor.Encode(statementsListing, last.CycleID, last.Split.Currency)
+		resp.NextPageToken = cursor.Encode(cursor.Scoped(statementsListing, req.ProviderId, req.CycleId), last.CycleID, last.Split.Currency)
 	}
 	return resp, nil
 }

@@ -42,8 +42,20 @@ type Store interface {
 	// PendingBefore lists the remittances of periods before period still
 	// pending (their post refused or never reached), oldest first.
 	PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error)
-	Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error)
+	// Remittances lists the remittances f selects, newest period first,
+	// then by jurisdiction and currency: at most f.Limit (0: all), after
+	// f.After when it is set.
+	Remittances(ctx context.Context, f RemittanceFilter) ([]domain.Remittance, error)
 	Report(ctx context.Context, period string) ([]domain.ReportLine, error)
+}
+
+// RemittanceFilter selects remittances: an empty field selects any.
+type RemittanceFilter struct {
+	Period, Jurisdiction, Currency string
+	// After is the last remittance of the page before (its period,
+	// jurisdiction and currency).
+	After *domain.Remittance
+	Limit int
 }
 
 // MaxLookupKeys is how many idempotency keys one Ledger.Posted call names

@@ -29,8 +29,12 @@ const (
 	certificateCurrenciesMax = 1000
 )
 
-// withholdingsListing names the listing in its page tokens (pkg/cursor).
-const withholdingsListing = "tax.withholdings"
+// withholdingsListing and remittancesListing name the listings in their
+// page tokens (pkg/cursor).
+const (
+	withholdingsListing = "tax.withholdings"
+	remittancesListing  = "tax.remittances"
+)
 
 // Server implements TaxService.
 type Server struct {
@@ -90,7 +94,7 @@ func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWith
 	}
 	var afterCycle, afterCurrency string
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(withholdingsListing, req.PageToken, 2)
+		pos, err := cursor.Decode(cursor.Scoped(withholdingsListing, req.ProviderId, req.CycleId), req.PageToken, 2)
 		if err != nil {
 			return nil, err
 		}
@@ -109,7 +113,7 @@ func (s *Server) ListTaxWithholdings(ctx context.Context, req *taxv1.ListTaxWith
 	// token holds the last one's cycle and currency.
 	if len(ws) == n {
 		last := ws[len(ws)-1]
-		resp.NextPageToken = cursor.Encode(withholdingsListing, last.CycleID, last.Currency)
+		resp.NextPageToken = cursor.Encode(cursor.Scoped(withholdingsListing, req.ProviderId, req.CycleId), last.CycleID, last.Currency)
 	}
 	return resp, nil
 }
@@ -256,13 +260,47 @@ func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*tax
 
 // ListRemittances implements TaxService.
 func (s *Server) ListRemittances(ctx context.Context, req *taxv1.ListRemittancesRequest) (*taxv1.ListRemittancesResponse, error) {
-	rems, err := s.App.Store.Remittances(ctx, "", strings.ToUpper(req.Jurisdiction), strings.ToUpper(req.Currency))
+	f := app.RemittanceFilter{Period: strings.TrimSpace(req.Period), Jurisdiction: strings.ToUpper(strings.TrimSpace(req.Jurisdiction)),
+		Currency: strings.ToUpper(strings.TrimSpace(req.Currency)), Limit: pageSize(req.PageSize)}
+	var v apperr.Validator
+	if f.Period != "" {
+		if _, err := s.App.TaxPeriods.Parse(f.Period); err != nil {
+			v.Add("period", "%v", err)
+		}
+	}
+	if f.Jurisdiction != "" {
+		if err := ids.CheckJurisdiction(f.Jurisdiction); err != nil {
+			v.Add("jurisdiction", "%v", err)
+		}
+	}
+	if f.Currency != "" {
+		if _, err := money.Lookup(f.Currency); err != nil {
+			v.Add("currency", "%v", err)
+		}
+	}
+	v.Check(req.PageSize >= 0, "page_size", "must not be negative")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	listing := cursor.Scoped(remittancesListing, f.Period, f.Jurisdiction, f.Currency)
+	if req.PageToken != "" {
+		pos, err := cursor.Decode(listing, req.PageToken, 3)
+		if err != nil {
+			return nil, err
+		}
+		f.After = &domain.Remittance{Period: pos.String(0), Jurisdiction: pos.String(1), Currency: pos.String(2)}
+	}
+	rems, err := s.App.Store.Remittances(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &taxv1.ListRemittancesResponse{}
 	for _, r := range rems {
 		resp.Remittances = append(resp.Remittances, remToProto(r))
+	}
+	if len(rems) == f.Limit {
+		last := rems[len(rems)-1]
+		resp.NextPageToken = cursor.Encode(listing, last.Period, last.Jurisdiction, last.Currency)
 	}
 	return resp, nil
 }

@@ -1220,10 +1220,11 @@ func (x *ListTaxRulesResponse) GetNextPageToken() string {
 
 type ListRemittancesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"` // optional filter
-	Currency      string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`         // optional filter
-	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Jurisdiction  string                 `protobuf:"bytes,1,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`            // optional filter
+	Currency      string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`                    // optional filter
+	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // default 50, at most 500
+	PageToken     string                 `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // next_page_token of the page before, with the same filters
+	Period        string                 `protobuf:"bytes,5,opt,name=period,proto3" json:"period,omitempty"`                        // optional filter: YYYY-MM
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1282,6 +1283,13 @@ func (x *ListRemittancesRequest) GetPageSize() int32 {
 func (x *ListRemittancesRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRemittancesRequest) GetPeriod() string {
+	if x != nil {
+		return x.Period
 	}
 	return ""
 }
@@ -1965,13 +1973,14 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"t\n" +
 	"\x14ListTaxRulesResponse\x124\n" +
 	"\ttax_rules\x18\x01 \x03(\v2\x17.gpubill.tax.v1.TaxRuleR\btaxRules\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x94\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xac\x01\n" +
 	"\x16ListRemittancesRequest\x12\"\n" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x82\x01\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06period\x18\x05 \x01(\tR\x06period\"\x82\x01\n" +
 	"\x17ListRemittancesResponse\x12?\n" +
 	"\vremittances\x18\x01 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +

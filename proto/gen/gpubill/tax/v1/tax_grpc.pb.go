@@ -59,7 +59,8 @@ type TaxServiceClient interface {
 	// remittance report (totals per jurisdiction and provider). Idempotent per
 	// period.
 	RemitTax(ctx context.Context, in *RemitTaxRequest, opts ...grpc.CallOption) (*RemitTaxResponse, error)
-	// Lists remittances to tax authorities.
+	// Lists remittances to tax authorities, newest period first (then by
+	// jurisdiction and currency), a page at a time.
 	ListRemittances(ctx context.Context, in *ListRemittancesRequest, opts ...grpc.CallOption) (*ListRemittancesResponse, error)
 }
 
@@ -178,7 +179,8 @@ type TaxServiceServer interface {
 	// remittance report (totals per jurisdiction and provider). Idempotent per
 	// period.
 	RemitTax(context.Context, *RemitTaxRequest) (*RemitTaxResponse, error)
-	// Lists remittances to tax authorities.
+	// Lists remittances to tax authorities, newest period first (then by
+	// jurisdiction and currency), a page at a time.
 	ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error)
 	mustEmbedUnimplementedTaxServiceServer()
 }

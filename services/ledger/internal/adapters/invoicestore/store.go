@@ -4,7 +4,6 @@ package invoicestore
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,44 +169,21 @@ func (s *Store) Get(ctx context.Context, id string) (domain.Invoice, error) {
 	return inv, err
 }
 
-// pageToken is the position after the last invoice of a page.
-type pageToken struct {
-	Period   string `json:"p"`
-	Currency string `json:"c"`
-	ID       string `json:"i"`
-}
-
 // ListByRenter implements invoicing.Repository.
-func (s *Store) ListByRenter(ctx context.Context, renterID, currency string, limit int, token string) ([]domain.Invoice, string, error) {
-	after := pageToken{Period: "9999-99"}
-	if token != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil || json.Unmarshal(raw, &after) != nil {
-			return nil, "", apperr.Invalid("page_token", "not a token this API gave")
-		}
+func (s *Store) ListByRenter(ctx context.Context, renterID, currency string, after *invoicing.Position, limit int) ([]domain.Invoice, error) {
+	pos := invoicing.Position{Period: "9999-99"}
+	if after != nil {
+		pos = *after
 	}
 	rows, err := s.Pool.Query(ctx, `select `+invoiceCols+` from ledger.invoices
 		where renter_id = $1 and ($2 = '' or currency = $2)
 		  and (period < $3 or (period = $3 and (currency, invoice_id) > ($4, $5)))
 		order by period desc, currency, invoice_id limit $6`,
-		renterID, currency, after.Period, after.Currency, after.ID, limit+1)
+		renterID, currency, pos.Period, pos.Currency, pos.ID, limit)
 	if err != nil {
-		return nil, "", fmt.Errorf("invoices of %s: %w", renterID, err)
+		return nil, fmt.Errorf("invoices of %s: %w", renterID, err)
 	}
-	out, err := pgx.CollectRows(rows, scanInvoice)
-	if err != nil {
-		return nil, "", err
-	}
-	if len(out) <= limit {
-		return out, "", nil
-	}
-	out = out[:limit]
-	last := out[limit-1]
-	raw, err := json.Marshal(pageToken{Period: last.Period, Currency: last.Currency, ID: last.ID})
-	if err != nil {
-		return nil, "", fmt.Errorf("page token: %w", err)
-	}
-	return out, base64.RawURLEncoding.EncodeToString(raw), nil
+	return pgx.CollectRows(rows, scanInvoice)
 }
 
 type lineRow struct {

@@ -52,9 +52,10 @@ type Repository interface {
 	Insert(ctx context.Context, inv *domain.Invoice, year int) error
 	// Get returns an invoice, or an error wrapping apperr.ErrNotFound.
 	Get(ctx context.Context, id string) (domain.Invoice, error)
-	// ListByRenter returns a renter's invoices, newest period first, after
-	// the page token; the next token is "" on the last page.
-	ListByRenter(ctx context.Context, renterID, currency string, limit int, token string) ([]domain.Invoice, string, error)
+	// ListByRenter returns at most limit of a renter's invoices (of
+	// currency, when it is set), newest period first, then by currency and
+	// id, after the position after when it is set.
+	ListByRenter(ctx context.Context, renterID, currency string, after *Position, limit int) ([]domain.Invoice, error)
 }
 
 // Explanation is pricing's account of a page of charges.

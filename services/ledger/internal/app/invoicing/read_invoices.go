@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -39,5 +40,29 @@ func (s *Invoicing) RenterInvoices(ctx context.Context, renterID, currency strin
 	if pageSize == 0 {
 		pageSize = ListPageDefault
 	}
-	return s.Repo.ListByRenter(ctx, renterID, currency, pageSize, token)
+	listing := cursor.Scoped(invoicesListing, renterID, currency)
+	var after *Position
+	if token != "" {
+		pos, err := cursor.Decode(listing, token, 3)
+		if err != nil {
+			return nil, "", err
+		}
+		after = &Position{Period: pos.String(0), Currency: pos.String(1), ID: pos.String(2)}
+	}
+	invs, err := s.Repo.ListByRenter(ctx, renterID, currency, after, pageSize+1)
+	if err != nil || len(invs) <= pageSize {
+		return invs, "", err
+	}
+	invs = invs[:pageSize]
+	last := invs[pageSize-1]
+	return invs, cursor.Encode(listing, last.Period, last.Currency, last.ID), nil
 }
+
+// invoicesListing names the listing in its page tokens (pkg/cursor: it
+// refuses a forged value holding a NUL, which reached the listing's SQL
+// from the token of its own, a 500).
+const invoicesListing = "ledger.invoices"
+
+// Position is the place of an invoice in a renter's listing: newest period
+// first, then currency and id.
+type Position struct{ Period, Currency, ID string }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/services/tax/internal/app"
 	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
 
@@ -257,7 +259,7 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 	if err != nil {
 		return nil, fmt.Errorf("plan remittances of %s: %w", period, err)
 	}
-	return s.Remittances(ctx, period, "", "")
+	return s.Remittances(ctx, app.RemittanceFilter{Period: period})
 }
 
 // planRemittancesSQL makes the period's ($1) remittances that do not exist
@@ -319,12 +321,24 @@ func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time)
 }
 
 // Remittances lists remittances by period, jurisdiction and currency ("" = any).
-func (s *Store) Remittances(ctx context.Context, period, jurisdiction, currency string) ([]domain.Remittance, error) {
+func (s *Store) Remittances(ctx context.Context, f app.RemittanceFilter) ([]domain.Remittance, error) {
+	// Newest period first, then jurisdiction and currency (unique together):
+	// the page after a remittance is what sorts after its three.
+	var afterPeriod, afterJurisdiction, afterCurrency string
+	if f.After != nil {
+		afterPeriod, afterJurisdiction, afterCurrency = f.After.Period, f.After.Jurisdiction, f.After.Currency
+	}
+	limit := int64(f.Limit)
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
 	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
 		where ($1 = '' or period = $1) and ($2 = '' or jurisdiction = $2) and ($3 = '' or currency = $3)
-		order by period desc, jurisdiction, currency`, period, jurisdiction, currency)
+		  and ($4 = '' or period < $4 or (period = $4 and (jurisdiction, currency) > ($5, $6)))
+		order by period desc, jurisdiction, currency limit $7`,
+		f.Period, f.Jurisdiction, f.Currency, afterPeriod, afterJurisdiction, afterCurrency, limit)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list remittances: %w", err)
 	}
 	return pgx.CollectRows(rows, scanRem)
 }
