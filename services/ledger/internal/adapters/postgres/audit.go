@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -34,12 +36,10 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 		seen[e.EventID] = true
 	}
 	if len(seen) == len(evs) {
-		conn, err := s.Pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("store audit events: %w", err)
-		}
-		_, err = conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(auditCopy(evs)), auditCopySQL)
-		conn.Release()
+		err := s.inAuditOrder(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(auditCopy(evs)), auditCopySQL)
+			return err
+		})
 		if err == nil {
 			return nil
 		}
@@ -47,7 +47,24 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 			return fmt.Errorf("store audit events: %w", err)
 		}
 	}
-	return s.insertAuditEvents(ctx, evs)
+	return s.inAuditOrder(ctx, func(tx pgx.Tx) error { return insertAuditEvents(ctx, tx, evs) })
+}
+
+// inAuditOrder runs fn, a write of audit records, in a transaction holding
+// the audit log's write lock: writers (every replica's consumer) take seqs
+// and commit one at a time, so a record commits above every record already
+// visible. The log is listed by seq, newest first, a page's token the seq it
+// ended at; without the lock a batch that took its seqs first and
+// committed last (two replicas' COPYs side by side) landed below a page a
+// client had read, and was never listed to it
+// (TestAuditRecordsCommitInSeqOrder).
+func (s *Store) inAuditOrder(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.audit_events'))`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // auditCopySQL copies auditCopy's stream into the audit log.
@@ -75,7 +92,7 @@ func auditCopy(evs []domain.AuditEvent) []byte {
 
 // insertAuditEvents inserts the events whose id is not stored yet, in
 // order, each id once.
-func (s *Store) insertAuditEvents(ctx context.Context, evs []domain.AuditEvent) error {
+func insertAuditEvents(ctx context.Context, tx pgx.Tx, evs []domain.AuditEvent) error {
 	n := len(evs)
 	ids, at := make([]string, n), make([]time.Time, n)
 	svcs, methods, actors, roles := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -84,7 +101,7 @@ func (s *Store) insertAuditEvents(ctx context.Context, evs []domain.AuditEvent) 
 		ids[i], at[i], svcs[i], methods[i], actors[i], roles[i] = e.EventID, e.At, e.Service, e.Method, e.Actor, e.Role
 		resources[i], reqs[i], codes[i], addrs[i] = textArrayLiteral(e.ResourceIDs), e.RequestID, e.Code, e.ClientAddr
 	}
-	_, err := s.Pool.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
+	_, err := tx.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
 		select u.e, u.a, u.s, u.m, u.ac, u.r, u.ids::text[], u.rq, u.c, u.ca
 		from unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
 			with ordinality as u(e, a, s, m, ac, r, ids, rq, c, ca, n)
