@@ -110,7 +110,7 @@ func TestRESTClosedCycleEntryIs400(t *testing.T) {
 	t.Parallel()
 	f, c := financeREST(t)
 	const closed = "cyc-20261112"
-	f.deposit(t, "r-1", "10", "USD", "top")
+	top := f.deposit(t, "r-1", "10", "USD", "top")
 	if _, err := f.app.CloseLedgerCycle(f.ctx, closed); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +127,11 @@ func TestRESTClosedCycleEntryIs400(t *testing.T) {
 			{"account":"bank:client","direction":"credit","amount":"1.00","currency":"USD"}]}`)
 		if code != 400 || !strings.Contains(body, "idempotency_key") {
 			t.Fatalf("a finance entry under %s: %d %s; want 400 on idempotency_key", key, code, body)
+		}
+		// Nor a reversal (it was taken, with a 200).
+		code, body = c.do("POST", "/v1/transactions/"+top.ID+":reverse", `{"idempotency_key":"`+key+`"}`)
+		if code != 400 || !strings.Contains(body, "idempotency_key") {
+			t.Fatalf("a reversal under %s: %d %s; want 400 on idempotency_key", key, code, body)
 		}
 	}
 	// Finance may not name its entry a settlement (the one debit a closed cycle's pending account takes).

@@ -38,6 +38,18 @@ var SettlementKinds = map[string]bool{"settlement": true, "commission_sweep": tr
 // a provider's settlement stalled).
 var ServiceKeyPrefixes = []string{"settle-", "payout-", "rem-", "chg_"}
 
+// checkServiceKey refuses a key of ServiceKeyPrefixes chosen by anyone but
+// a service (internal).
+func checkServiceKey(key string, internal bool) []domain.Violation {
+	for _, p := range ServiceKeyPrefixes {
+		if strings.HasPrefix(key, p) && !internal {
+			return []domain.Violation{{Field: "idempotency_key", Reason: fmt.Sprintf(
+				"keys starting %s are gpubill's services' own (settlement, payout, tax remittance, charges)", strings.Join(ServiceKeyPrefixes, ", "))}}
+		}
+	}
+	return nil
+}
+
 // CreateTransaction posts a manual entry (or a settlement's postings).
 func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) (*domain.Transaction, error) {
 	var vs []domain.Violation
@@ -50,13 +62,7 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		vs = append(vs, domain.Violation{Field: "description", Reason: "at most 1024 characters"})
 	}
 	vs = append(vs, domain.CheckMetadata(in.Metadata)...)
-	for _, p := range ServiceKeyPrefixes {
-		if strings.HasPrefix(key, p) && !in.Internal {
-			vs = append(vs, domain.Violation{Field: "idempotency_key", Reason: fmt.Sprintf(
-				"keys starting %s are gpubill's services' own (settlement, payout, tax remittance, charges)", strings.Join(ServiceKeyPrefixes, ", "))})
-			break
-		}
-	}
+	vs = append(vs, checkServiceKey(key, in.Internal)...)
 	if k := in.Metadata["kind"]; SettlementKinds[k] && !in.Internal {
 		vs = append(vs, domain.Violation{Field: "metadata.kind", Reason: fmt.Sprintf("%q is settlement's own; a manual entry may not name it", k)})
 	}

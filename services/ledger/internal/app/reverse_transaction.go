@@ -31,15 +31,9 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 	if vs := domain.CheckEffectiveAt(in.EffectiveAt); vs != nil {
 		return nil, invalid(vs)
 	}
-	key := strings.TrimSpace(in.IdempotencyKey)
-	if key == "" {
-		key = domain.ReversalKeyPrefix + in.TransactionID
-	}
-	if vs := domain.CheckChosenKey(key, domain.ReversalKeyPrefix+in.TransactionID); vs != nil {
-		return nil, invalid(vs)
-	}
-	if len(key) > domain.IdempotencyKeyMax {
-		return nil, apperr.Invalid("idempotency_key", "at most 256 characters")
+	key, err := reversalKey(in)
+	if err != nil {
+		return nil, err
 	}
 	if len(in.Description) > domain.DescriptionMax {
 		// As on any transaction: 900 KB went into the immutable journal.
@@ -91,4 +85,23 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		}
 		return nil
 	})
+}
+
+// reversalKey is the key a reversal posts under: the caller's, or
+// reverse:{transaction id}.
+func reversalKey(in ReverseInput) (string, error) {
+	key := strings.TrimSpace(in.IdempotencyKey)
+	if key == "" {
+		key = domain.ReversalKeyPrefix + in.TransactionID
+	}
+	// No service reverses: a reversal under a service's key (a remittance's
+	// rem-2026-11-CN-CNY) made that service's own post a conflict for good.
+	vs := append(domain.CheckChosenKey(key, domain.ReversalKeyPrefix+in.TransactionID), checkServiceKey(key, false)...)
+	if vs != nil {
+		return "", invalid(vs)
+	}
+	if len(key) > domain.IdempotencyKeyMax {
+		return "", apperr.Invalid("idempotency_key", "at most 256 characters")
+	}
+	return key, nil
 }
