@@ -4,6 +4,7 @@
 package cmdline
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -16,6 +17,26 @@ const (
 	ExitFailed = 1 // the command failed (e.g. ledger verify found a broken chain)
 	ExitUsage  = 2 // the command line or a setting could not be parsed
 )
+
+// UsageError is a flag or setting value refused after the command line
+// parsed (a value out of range, a role, a currency): exit ExitUsage, as one
+// the parser refuses. Settings refused at start-up exited 1, "failed".
+type UsageError struct{ Err error }
+
+func (u UsageError) Error() string { return u.Err.Error() }
+func (u UsageError) Unwrap() error { return u.Err }
+
+// Code is the exit code of a command's result: ExitOK for nil, ExitUsage
+// for an error wrapping a UsageError, ExitFailed for any other.
+func Code(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, new(UsageError)):
+		return ExitUsage
+	}
+	return ExitFailed
+}
 
 // ExitCodesHelp documents the exit codes in --help.
 const ExitCodesHelp = "Exit codes: 0 ok; 1 the command failed; 2 usage error (unknown command or flag, bad value)."

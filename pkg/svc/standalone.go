@@ -49,11 +49,11 @@ func Main(name string, build Builder) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
-	if err := run(ctx, name, cfg.Common, build); err != nil {
+	err := run(ctx, name, cfg.Common, build)
+	if err != nil {
 		log.Error("exit", "err", err)
-		return 1
 	}
-	return 0
+	return cmdline.Code(err)
 }
 
 func run(ctx context.Context, name string, cfg config.Common, build Builder) error {
@@ -71,7 +71,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	}()
 	st, err := readSettings(cfg)
 	if err != nil {
-		return err
+		return cmdline.UsageError{Err: err}
 	}
 	pool, err := pg.Open(ctx, cfg.DatabaseURL, standalonePoolConns)
 	if err != nil {

@@ -172,20 +172,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpubill:", err) //nolint:errcheck // stderr: the exit code carries the failure
-		if errors.As(err, new(usageError)) {
-			return cmdline.ExitUsage
-		}
-		return cmdline.ExitFailed
 	}
-	return cmdline.ExitOK
+	return cmdline.Code(err)
 }
-
-// usageError is a flag or setting value a command refuses when it runs (a
-// role, a subject, a lifetime, a currency): exit 2, as one the command line
-// parser refuses (README: 2 is a usage error; these exited 1, "failed").
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
 
 const name = "gpubill"
 
@@ -222,7 +211,7 @@ func (d *devCmd) Run(e *env) error {
 	}()
 	lease, recv, err := d.leaseControl(log)
 	if err != nil {
-		return err
+		return cmdline.UsageError{Err: err}
 	}
 	if recv != nil {
 		defer recv.Close()
@@ -323,7 +312,7 @@ func (t *tokenCmd) Run(e *env) error {
 	}
 	tok, err := auth.Issue(secret, t.Role, t.Sub, t.TTL)
 	if err != nil {
-		return usageError{err}
+		return cmdline.UsageError{Err: err}
 	}
 	e.stdout.println(tok)
 	return nil
@@ -431,7 +420,7 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 	defer bar.finish()
 	b, err := ledger.ExportSegregatedFunds(e.ctx, pool, asOf, c.Currency, c.Format, bar.lines)
 	if errors.As(err, new(*apperr.InvalidError)) {
-		return usageError{err} // an unknown currency, an as-of ahead of now
+		return cmdline.UsageError{Err: err} // an unknown currency, an as-of ahead of now
 	}
 	if err != nil {
 		return err

@@ -482,6 +482,9 @@ func TestExitCodes(t *testing.T) {
 		{give: []string{"token", "--role", "finance", "--ttl=-1h"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
 		{give: []string{"token", "--role", "finance"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=short"}, wantCode: 2},
 		{give: []string{"ledger", "verify"}, wantCode: 1},
+		// Settings out of range, refused at start-up: they exited 1.
+		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_CYCLE_DAYS=0"}, wantCode: 2},
+		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_RUNWAY_WARN=0"}, wantCode: 2},
 	}
 	for _, tt := range tests {
 		r := s.runEnv(t, tt.giveEnv, gpubill, tt.give...)
@@ -493,6 +496,19 @@ func TestExitCodes(t *testing.T) {
 		if r := s.run(t, filepath.Join(dir, n), "--no-such-flag"); r.code != 2 || r.stderr == "" {
 			t.Errorf("%s --no-such-flag: exit %d, stderr %q; want 2", n, r.code, r.stderr)
 		}
+	}
+	badCycle := []string{"NATS_URL=nats://127.0.0.1:1", "GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32), "GPUBILL_CYCLE_DAYS=0"}
+	for _, n := range names {
+		if n == "gpubill" {
+			continue // the dev command, above
+		}
+		if r := s.runEnv(t, badCycle, filepath.Join(dir, n)); r.code != 2 || !strings.Contains(r.stderr, "CYCLE_DAYS") {
+			t.Errorf("%s with GPUBILL_CYCLE_DAYS=0: exit %d, stderr %q; want 2 naming it", n, r.code, r.stderr)
+		}
+	}
+	// Lease control's, read by the ledger alone.
+	if r := s.runEnv(t, []string{"GPUBILL_RUNWAY_WARN=0"}, filepath.Join(dir, "ledger")); r.code != 2 || !strings.Contains(r.stderr, "RUNWAY_WARN") {
+		t.Errorf("ledger with GPUBILL_RUNWAY_WARN=0: exit %d, stderr %q; want 2 naming it", r.code, r.stderr)
 	}
 	s.assertUntouched(t)
 }

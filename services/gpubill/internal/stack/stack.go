@@ -28,6 +28,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/deadletter"
@@ -137,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	st, err := loadSettings(cfg)
 	if err != nil {
-		return nil, err
+		return nil, cmdline.UsageError{Err: err}
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)

@@ -4,20 +4,25 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/pkg/config"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/services/ledger"
 )
 
-func main() { os.Exit(svc.Main("ledger", build)) }
-
-func build(ctx context.Context, d svc.Deps, _ config.Common) (svc.Service, func(), error) {
+func main() {
+	// Lease control's settings come from the environment only: refused
+	// before anything starts, a usage error as the shared settings are.
 	lc, err := ledger.LeaseControlConfigFromEnv()
 	if err != nil {
-		return nil, nil, err
+		fmt.Fprintln(os.Stderr, "ledger:", err)
+		os.Exit(cmdline.ExitUsage)
 	}
-	s, err := ledger.New(ctx, d, ledger.WithLeaseControl(lc))
-	return s, nil, err
+	os.Exit(svc.Main("ledger", func(ctx context.Context, d svc.Deps, _ config.Common) (svc.Service, func(), error) {
+		s, err := ledger.New(ctx, d, ledger.WithLeaseControl(lc))
+		return s, nil, err
+	}))
 }
