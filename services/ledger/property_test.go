@@ -52,9 +52,11 @@ func TestPropertyJournalBalances(t *testing.T) {
 		checkInvariants(rt, f)
 	})
 	// Refusing everything would keep every invariant: the property must have
-	// moved money. Wallets and bank:client may go negative, so most are posted.
+	// moved money. Wallets and bank:client may go negative, so many are
+	// posted: 38–77 of 101 in 25 runs, 19 in one (rapid draws some runs'
+	// accounts from a narrow bias), which failed the bound of a quarter.
 	t.Logf("%d of %d generated transactions accepted", accepted, n)
-	if accepted < n/4 {
+	if accepted < n/10 {
 		t.Fatalf("%d of %d generated transactions accepted", accepted, n)
 	}
 }
