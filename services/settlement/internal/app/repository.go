@@ -58,10 +58,9 @@ type Ledger interface {
 	CycleBalances(ctx context.Context, cycle string, pageSize int, token string) ([]domain.Balance, string, error)
 	// CreateTransaction posts tx (idempotent on its key) and returns its id.
 	CreateTransaction(ctx context.Context, tx LedgerTx) (string, error)
-	// Credits are the credits to account in currency among its latest
-	// limit transactions, as statement lines; none for an account the
-	// ledger does not know.
-	Credits(ctx context.Context, account, currency string, limit int) ([]domain.Line, error)
+	// Entries are every posting to account in currency, oldest first;
+	// none for an account the ledger does not know.
+	Entries(ctx context.Context, account, currency string) ([]domain.Entry, error)
 	IssueInvoices(ctx context.Context, period string) (IssueResult, error)
 	RunReconciliation(ctx context.Context) ([]ReconciliationSummary, error)
 }

@@ -12,8 +12,7 @@ import (
 
 // Limits of the steps.
 const (
-	snapshotPageSize  = 1000 // ledger balances per CycleBalances call
-	statementLinesMax = 200  // charge lines kept on a statement (the rest: see the ledger journal)
+	snapshotPageSize = 1000 // ledger balances per CycleBalances call
 )
 
 // Steps carries out what the workflows' activities ask for (ports.Activities

@@ -74,31 +74,42 @@ func (l *Ledger) CreateTransaction(ctx context.Context, tx app.LedgerTx) (string
 	return resp.GetTransaction().GetTransactionId(), nil
 }
 
-// Credits reads the account's first limit transactions (the ledger lists
-// oldest first) and returns their credits to it in currency as statement
-// lines (lease, renter, GPU model and hours from the charge's metadata).
-func (l *Ledger) Credits(ctx context.Context, account, currency string, limit int) ([]domain.Line, error) {
-	resp, err := l.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: account, PageSize: int32(limit)})
-	if err != nil {
-		if status.Code(err) == codes.NotFound {
-			return nil, nil
-		}
-		return nil, classify("list charges of "+account, err)
-	}
-	var out []domain.Line
-	for _, tx := range resp.Transactions {
-		for _, p := range tx.Postings {
-			if p.Account != account || p.Direction != domain.Credit || p.Currency != currency {
-				continue
+// entriesPageSize is the page of an account's transactions Entries reads
+// per call (the ledger's largest).
+const entriesPageSize = 500
+
+// Entries reads every transaction of the account, page after page (the
+// ledger lists oldest first), and returns its postings to it in currency
+// (lease, renter, GPU model and hours from the charge's metadata). It read
+// only the first 200 before: a busy provider's statement lost the rest of
+// its lines, which then did not add up to its gross.
+func (l *Ledger) Entries(ctx context.Context, account, currency string) ([]domain.Entry, error) {
+	var out []domain.Entry
+	token := ""
+	for {
+		resp, err := l.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: account, PageSize: entriesPageSize, PageToken: token})
+		if err != nil {
+			if status.Code(err) == codes.NotFound {
+				return nil, nil
 			}
-			md := tx.Metadata
-			out = append(out, domain.Line{
-				TransactionID: tx.TransactionId, LeaseID: md["lease_id"], RenterID: md["renter_id"],
-				GPUModel: md["gpu_model"], GPUHours: md["gpu_hours"], Amount: p.Amount, Description: tx.Description,
-			})
+			return nil, classify("list charges of "+account, err)
+		}
+		for _, tx := range resp.Transactions {
+			for _, p := range tx.Postings {
+				if p.Account != account || p.Currency != currency {
+					continue
+				}
+				md := tx.Metadata
+				out = append(out, domain.Entry{
+					TransactionID: tx.TransactionId, Direction: p.Direction, Amount: p.Amount, LeaseID: md["lease_id"],
+					RenterID: md["renter_id"], GPUModel: md["gpu_model"], GPUHours: md["gpu_hours"], Description: tx.Description,
+				})
+			}
+		}
+		if token = resp.NextPageToken; token == "" {
+			return out, nil
 		}
 	}
-	return out, nil
 }
 
 // IssueInvoices asks the ledger to issue a month's renter invoices.
