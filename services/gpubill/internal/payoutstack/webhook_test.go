@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +18,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
@@ -103,6 +107,47 @@ func TestPayoutWebhooks(t *testing.T) {
 	}
 	if !retried || len(ds.Deliveries) < 4 {
 		t.Errorf("delivery log: %d deliveries, none delivered after a retry: %v", len(ds.Deliveries), ds.Deliveries)
+	}
+	// Paged, newest first: every delivery once (the log was its newest
+	// 200, with no way past them). An id the provider has no webhook of is
+	// a 404 (it was an empty log); a token is the webhook's own.
+	var paged []string
+	req := &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: wh.Webhook.WebhookId, PageSize: 1}
+	for range len(ds.Deliveries) + 1 {
+		page, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range page.Deliveries {
+			paged = append(paged, d.DeliveryId)
+		}
+		if req.PageToken = page.NextPageToken; req.PageToken == "" {
+			break
+		}
+	}
+	var whole []string
+	for _, d := range ds.Deliveries {
+		whole = append(whole, d.DeliveryId)
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(whole) {
+		t.Errorf("pages of one delivery listed %v; the whole log %v", paged, whole)
+	}
+	unknown := &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: "wh_no_such_webhook"}
+	if _, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), unknown); status.Code(apperr.ToStatus(err)) != codes.NotFound {
+		t.Errorf("deliveries of a webhook p-hook has none of: %v, want NotFound", err)
+	}
+	other, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-hook"), &payoutv1.CreateWebhookRequest{ProviderId: "p-hook", Url: recv.URL + "/2", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"),
+		&payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: wh.Webhook.WebhookId, PageSize: 1})
+	if err != nil || first.NextPageToken == "" {
+		t.Fatalf("first page: %v, %v", first, err)
+	}
+	foreign := &payoutv1.ListWebhookDeliveriesRequest{ProviderId: "p-hook", WebhookId: other.Webhook.WebhookId, PageToken: first.NextPageToken}
+	if _, err := st.s.API().ListWebhookDeliveries(as(auth.RoleProvider, "p-hook"), foreign); status.Code(apperr.ToStatus(err)) != codes.InvalidArgument {
+		t.Errorf("another webhook's page token: %v, want InvalidArgument", err)
 	}
 
 	// JetStream: payout.status_changed.p-hook carries the same changes.

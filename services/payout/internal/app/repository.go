@@ -49,7 +49,9 @@ type Store interface {
 	CreateWebhook(ctx context.Context, w domain.Webhook) error
 	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
 	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)
-	ListDeliveries(ctx context.Context, provider, webhook string, limit int) ([]domain.Delivery, error)
+	// ListDeliveries is a page of a webhook's delivery log, newest first:
+	// at most limit deliveries older than before (0: from the newest).
+	ListDeliveries(ctx context.Context, provider, webhook string, before int64, limit int) ([]domain.Delivery, error)
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error)
 	FinishDelivery(ctx context.Context, d domain.Delivery, status string, code int, errText string, next, at time.Time) error
 }

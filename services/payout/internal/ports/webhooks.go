@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/webhook"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
@@ -34,6 +36,7 @@ const (
 	webhookURLLenMax     = 2048
 	webhooksPerProvider  = 10
 	deliveryPageMax      = 200
+	deliveriesListing    = "payout.webhook_deliveries" // in its page tokens (pkg/cursor)
 	deliveryErrorLenMax  = 200
 	webhookGraceDefault  = 24 * time.Hour // a rotated-out secret signs beside the new one
 	webhookGraceMax      = domain.WebhookRotationGraceMax
@@ -223,11 +226,37 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *payoutv1.ListWe
 	if req.PageSize > 0 {
 		n = min(int(req.PageSize), deliveryPageMax)
 	}
-	ds, err := s.Store.ListDeliveries(ctx, req.ProviderId, req.WebhookId, n)
+	// A webhook id the provider has none of: a 404, not the empty log of a
+	// webhook never called (a mistyped id read as "nothing was sent").
+	ws, err := s.Store.ListWebhooks(ctx, req.ProviderId)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(ws, func(w domain.Webhook) bool { return w.ID == req.WebhookId }) {
+		return nil, fmt.Errorf("webhook %s of %s: %w", apperr.Clip(req.WebhookId, 64), req.ProviderId, apperr.ErrNotFound)
+	}
+	// Paged by delivery id, newest first: a webhook's older deliveries
+	// (past the newest 200, once the only ones listed) are reachable.
+	listing := cursor.Scoped(deliveriesListing, req.ProviderId, req.WebhookId)
+	var before int64
+	if req.PageToken != "" {
+		pos, err := cursor.Decode(listing, req.PageToken, 1)
+		if err != nil {
+			return nil, err
+		}
+		if before, err = pos.Int64(0); err != nil || before <= 0 {
+			return nil, cursor.Malformed()
+		}
+	}
+	ds, err := s.Store.ListDeliveries(ctx, req.ProviderId, req.WebhookId, before, n+1)
 	if err != nil {
 		return nil, err
 	}
 	resp := &payoutv1.ListWebhookDeliveriesResponse{}
+	if len(ds) > n {
+		ds = ds[:n]
+		resp.NextPageToken = cursor.Encode(listing, cursor.FormatInt64(ds[n-1].ID))
+	}
 	for _, d := range ds {
 		out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
 			Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,

@@ -150,10 +150,11 @@ func scanDelivery(r pgx.CollectableRow) (domain.Delivery, error) {
 		&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt)
 }
 
-// ListDeliveries is a webhook's delivery log, newest first.
-func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, limit int) ([]domain.Delivery, error) {
+// ListDeliveries implements app.Store.
+func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, before int64, limit int) ([]domain.Delivery, error) {
 	rows, err := s.Pool.Query(ctx, `select `+deliveryCols+` from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
-		where w.provider_id = $1 and d.webhook_id = $2 order by d.delivery_id desc limit $3`, provider, webhook, limit)
+		where w.provider_id = $1 and d.webhook_id = $2 and ($3 = 0 or d.delivery_id < $3)
+		order by d.delivery_id desc limit $4`, provider, webhook, before, limit)
 	if err != nil {
 		return nil, err
 	}
