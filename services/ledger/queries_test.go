@@ -98,13 +98,21 @@ func TestSegregatedFundsReport(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewManual(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
 	f := newFixtureAt(t, nil, clk)
-	post := func(key string, ps ...domain.RawPosting) *domain.Transaction {
+	postAs := func(kind, key string, ps ...domain.RawPosting) *domain.Transaction {
 		t.Helper()
-		tx, err := f.app.CreateTransaction(f.ctx, app.CreateTransactionInput{IdempotencyKey: key, Postings: ps})
+		in := app.CreateTransactionInput{IdempotencyKey: key, Postings: ps}
+		if kind != "" { // settlement's own movements, as the service posts them
+			in.Metadata, in.Internal = map[string]string{"kind": kind, "cycle_id": "cyc-20261112", "provider_id": "p-1"}, true
+		}
+		tx, err := f.app.CreateTransaction(f.ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tx
+	}
+	post := func(key string, ps ...domain.RawPosting) *domain.Transaction {
+		t.Helper()
+		return postAs("", key, ps...)
 	}
 	p := func(acc, dir, amt string) domain.RawPosting {
 		return domain.RawPosting{Account: acc, Direction: dir, Amount: amt, Currency: "CNY"}
@@ -114,9 +122,9 @@ func TestSegregatedFundsReport(t *testing.T) {
 	post("charge-1", p("renter:r-1:wallet", "debit", "400"), p(pending, "credit", "400"))
 	post("charge-2", p("renter:r-2:wallet", "debit", "50"), p(pending, "credit", "50")) // r-2 in debit
 	// Settlement of 450: commission 90, tax 72, net 288; then the sweep.
-	post("settle", p(pending, "debit", "450"), p("platform:revenue:commission", "credit", "90"),
+	postAs("settlement", "settle", p(pending, "debit", "450"), p("platform:revenue:commission", "credit", "90"),
 		p("tax:withheld:CN", "credit", "72"), p("provider:p-1:available", "credit", "288"))
-	post("sweep", p("bank:operating", "debit", "90"), p("bank:client", "credit", "90"))
+	postAs("commission_sweep", "sweep", p("bank:operating", "debit", "90"), p("bank:client", "credit", "90"))
 	cleanAt := clk.Now()
 	clk.Advance(time.Second)
 

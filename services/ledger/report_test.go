@@ -243,7 +243,15 @@ func TestSegregationBreachRecordedWhenPosted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, err := f.app.CreateTransaction(f.ctx, transfer("sweep", "bank:operating", "bank:client", "1.00", "CNY"))
+	// A sweep is allowed when settlement posts it (its kind, the service's
+	// own); the same entry by finance is a breach (it passed by its shape).
+	sweep := transfer("sweep", "bank:operating", "bank:client", "1.00", "CNY")
+	sweep.Metadata, sweep.Internal = map[string]string{"kind": "commission_sweep", "cycle_id": "cyc-20261112", "provider_id": "p-1"}, true
+	ok, err := f.app.CreateTransaction(f.ctx, sweep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := f.app.CreateTransaction(f.ctx, transfer("finance-sweep", "bank:operating", "bank:client", "90.00", "CNY"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,11 +267,11 @@ func TestSegregationBreachRecordedWhenPosted(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	if len(ids) != 1 || ids[0] != bad.ID {
-		t.Fatalf("recorded breaches %v, want only %s (the sweep %s is allowed)", ids, bad.ID, ok.ID)
+	if len(ids) != 2 || ids[0] != bad.ID || ids[1] != fake.ID {
+		t.Fatalf("recorded breaches %v, want %s and finance's sweep %s (settlement's sweep %s is allowed)", ids, bad.ID, fake.ID, ok.ID)
 	}
 	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
-	if err != nil || len(rep.Breaches) != 1 || rep.Breaches[0].TransactionID != bad.ID || rep.BreachesTotal != 1 {
+	if err != nil || len(rep.Breaches) != 2 || rep.Breaches[0].TransactionID != bad.ID || rep.Breaches[1].TransactionID != fake.ID || rep.BreachesTotal != 2 {
 		t.Fatalf("report breaches: %+v %v", rep.Breaches, err)
 	}
 	// As if posted before recording: the backfill finds it again, once.
@@ -277,9 +285,15 @@ func TestSegregationBreachRecordedWhenPosted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var n int
-	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.segregation_breaches where tx_id = $1::uuid`, bad.ID).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("backfilled %d rows for %s (%v), want 1", n, bad.ID, err)
+	for _, id := range []string{bad.ID, fake.ID, ok.ID} {
+		want := 1
+		if id == ok.ID {
+			want = 0
+		}
+		var n int
+		if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.segregation_breaches where tx_id = $1::uuid`, id).Scan(&n); err != nil || n != want {
+			t.Fatalf("backfilled %d rows for %s (%v), want %d", n, id, err, want)
+		}
 	}
 }
 

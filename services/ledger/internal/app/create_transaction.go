@@ -29,7 +29,7 @@ type CreateTransactionInput struct {
 // the one that empties a closed cycle's pending account (checkClosedCycles
 // takes no other debit of it) and what reconciliation classifies as a
 // settlement movement. A finance entry naming one is refused.
-var SettlementKinds = map[string]bool{"settlement": true, "commission_sweep": true}
+var SettlementKinds = map[string]bool{domain.KindSettlement: true, domain.KindCommissionSweep: true}
 
 // ServiceKeyPrefixes begin the idempotency keys gpubill's services post
 // under (settlement and its sweep, payout's steps, the tax remittances,

@@ -54,23 +54,35 @@ func TestSegregationBreaches(t *testing.T) {
 	settle := []Posting{p("provider:p:pending:cyc-20261112", Debit, 100), p(PlatformCommission, Credit, 20),
 		p("tax:withheld:CN", Credit, 16), p("provider:p:available", Credit, 64)}
 	sweep := []Posting{p(BankOperating, Debit, 20), p(BankClient, Credit, 20)}
+	tx := func(kind TxKind, mdKind string, ps []Posting) *Transaction {
+		return &Transaction{Kind: kind, Metadata: map[string]string{"kind": mdKind}, Postings: ps}
+	}
+	both := append(append([]Posting{}, settle...), sweep...)
 	tests := []struct {
 		name string
-		give []Posting
+		give *Transaction
 		want int
 	}{
-		{"settlement", settle, 0},
-		{"settlement reversed", Mirror(settle), 0},
-		{"sweep", sweep, 0},
-		{"sweep reversed", Mirror(sweep), 0},
-		{"client only", []Posting{p(BankClient, Debit, 5), p("renter:r:wallet", Credit, 5)}, 0},
-		{"fee from wallet", []Posting{p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5)}, 1},
-		{"house pays from client bank", []Posting{p(BankOperating, Credit, 5), p(BankClient, Debit, 5)}, 0}, // mirror of sweep
-		{"settlement with its sweep", append(append([]Posting{}, settle...), sweep...), 0},
-		{"settlement with its sweep reversed", Mirror(append(append([]Posting{}, settle...), sweep...)), 0},
-		{"settlement with a sweep larger than its commission", append(append([]Posting{}, settle...), p(BankOperating, Debit, 30), p(BankClient, Credit, 30)), 2},
-		{"settlement with a sweep the wrong way", append(append([]Posting{}, settle...), p(BankOperating, Credit, 20), p(BankClient, Debit, 20)), 2},
-		{"operating funds a wallet", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}, 2},
+		{"settlement", tx(TxManual, KindSettlement, settle), 0},
+		{"settlement reversed", tx(TxReversal, "", Mirror(settle)), 0},
+		{"sweep", tx(TxManual, KindCommissionSweep, sweep), 0},
+		{"sweep reversed", tx(TxReversal, "", Mirror(sweep)), 0},
+		{"settlement with its sweep", tx(TxManual, KindSettlement, both), 0},
+		{"settlement with its sweep reversed", tx(TxReversal, "", Mirror(both)), 0},
+		{"client only", tx(TxManual, "", []Posting{p(BankClient, Debit, 5), p("renter:r:wallet", Credit, 5)}), 0},
+		// The shapes alone, not posted as settlement's (a finance entry
+		// may not name its kinds): each house-pool posting is a breach.
+		{"a settlement's shape by finance", tx(TxManual, "", settle), 1},
+		{"a settlement's shape as a sweep", tx(TxManual, KindCommissionSweep, settle), 1},
+		{"a sweep's shape by finance", tx(TxManual, "", sweep), 1},
+		{"a sweep's shape as a settlement", tx(TxManual, KindSettlement, sweep), 1},
+		{"a settlement with its sweep by finance", tx(TxManual, "", both), 2},
+		{"a settlement's mirror not a reversal", tx(TxManual, "", Mirror(settle)), 1},
+		{"house pays into client bank, not a reversal", tx(TxManual, "", []Posting{p(BankOperating, Credit, 5), p(BankClient, Debit, 5)}), 1},
+		{"fee from wallet", tx(TxManual, "", []Posting{p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5)}), 1},
+		{"settlement with a sweep larger than its commission", tx(TxManual, KindSettlement, append(append([]Posting{}, settle...), p(BankOperating, Debit, 30), p(BankClient, Credit, 30))), 2},
+		{"settlement with a sweep the wrong way", tx(TxManual, KindSettlement, append(append([]Posting{}, settle...), p(BankOperating, Credit, 20), p(BankClient, Debit, 20))), 2},
+		{"operating funds a wallet", tx(TxManual, "", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}), 2},
 	}
 	for _, tt := range tests {
 		if got := SegregationBreaches(tt.give); len(got) != tt.want {

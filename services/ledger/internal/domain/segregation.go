@@ -18,17 +18,24 @@ type Breach struct {
 }
 
 // SegregationBreaches classifies one transaction's postings. Money may cross
-// between the client and house pools only by:
-//   - settlement: Dr provider:*:pending:* ; Cr platform:revenue:commission,
-//     tax:withheld:*, provider:*:available;
-//   - the commission sweep: Dr bank:operating, Cr bank:client;
-//   - both in one transaction (settlement posts them together, so no report
-//     reads the commission earned but not yet swept), the sweep legs equal
-//     per currency to the commission credited;
+// between the client and house pools only by the settlement service's own
+// movements, named by their metadata kind (which only the service identity
+// may give, so a finance entry of the same shape is a breach):
+//   - settlement (kind settlement): Dr provider:*:pending:* ; Cr
+//     platform:revenue:commission, tax:withheld:*, provider:*:available;
+//   - the commission sweep (kind commission_sweep): Dr bank:operating, Cr
+//     bank:client;
+//   - both in one transaction (kind settlement: settlement posts them
+//     together, so no report reads the commission earned but not yet
+//     swept), the sweep legs equal per currency to the commission credited;
 //
-// and the exact mirrors of those (their reversals). Anything else touching
-// both pools is a breach, reported per house-pool posting.
-func SegregationBreaches(ps []Posting) []Breach {
+// and by a reversal, the exact mirror of a transaction. Anything else
+// touching both pools is a breach, reported per house-pool posting: by
+// shape alone, a finance entry Dr bank:operating / Cr bank:client of any
+// amount passed as a sweep, and one taking a whole gross as commission as
+// a settlement.
+func SegregationBreaches(t *Transaction) []Breach {
+	ps := t.Postings
 	var client, house bool
 	for _, p := range ps {
 		switch p.Account.Pool {
@@ -41,8 +48,7 @@ func SegregationBreaches(ps []Posting) []Breach {
 	if !client || !house {
 		return nil
 	}
-	if isSettlement(ps, false) || isSettlement(ps, true) || isSweep(ps, false) || isSweep(ps, true) ||
-		isSettlementWithSweep(ps, false) || isSettlementWithSweep(ps, true) {
+	if sanctioned(t) {
 		return nil
 	}
 	var out []Breach
@@ -63,6 +69,27 @@ func SegregationBreaches(ps []Posting) []Breach {
 	}
 	return out
 }
+
+// sanctioned tells whether t is one of the movements that may cross.
+func sanctioned(t *Transaction) bool {
+	ps, mirror := t.Postings, t.Kind == TxReversal
+	switch {
+	case mirror:
+		return isSettlement(ps, true) || isSweep(ps, true) || isSettlementWithSweep(ps, true)
+	case t.Metadata["kind"] == KindSettlement:
+		return isSettlement(ps, false) || isSettlementWithSweep(ps, false)
+	case t.Metadata["kind"] == KindCommissionSweep:
+		return isSweep(ps, false)
+	}
+	return false
+}
+
+// The metadata kinds of settlement's postings (a settlement with its sweep,
+// and a sweep posted on its own).
+const (
+	KindSettlement      = "settlement"
+	KindCommissionSweep = "commission_sweep"
+)
 
 // isSettlement: debits only on provider pending; credits only on commission,
 // tax withheld or provider available (mirror swaps the sides).

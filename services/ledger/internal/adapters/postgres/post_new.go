@@ -105,7 +105,7 @@ func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
 // segregation breach.
 func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited []app.Audited) ([]domain.BalanceChange, error) {
 	for _, x := range txs {
-		if len(domain.SegregationBreaches(x.Postings)) > 0 {
+		if len(domain.SegregationBreaches(x)) > 0 {
 			return nil, app.ErrUsePost
 		}
 	}

@@ -99,7 +99,7 @@ func (r *Reports) Breaches(ctx context.Context, currency string, asOf *time.Time
 func insertBreaches(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) error {
 	var rows [][]any
 	for _, t := range txs {
-		bs := domain.SegregationBreaches(t.Postings)
+		bs := domain.SegregationBreaches(t)
 		if len(bs) == 0 {
 			continue
 		}

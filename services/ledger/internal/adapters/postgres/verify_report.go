@@ -60,7 +60,7 @@ func breachMismatch(ctx context.Context, q Querier, ids []string, byID map[strin
 // breachDiff describes how the recorded breaches differ from those t's
 // postings give ("" when they agree).
 func breachDiff(t *domain.Transaction, got []domain.RecordedBreach) string {
-	want := domain.SegregationBreaches(t.Postings)
+	want := domain.SegregationBreaches(t)
 	if len(got) != len(want) {
 		return fmt.Sprintf("%d breach(es) recorded for the transaction; its postings give %d (ledger.segregation_breaches altered)", len(got), len(want))
 	}
