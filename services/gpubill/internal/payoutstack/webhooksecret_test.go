@@ -80,6 +80,13 @@ func TestPayoutWebhookSecretSealedAndRotated(t *testing.T) {
 	if code != 200 || strings.Contains(body, "second-0123") || !strings.Contains(body, `"previous_secret_expires_at":"20`) || !strings.Contains(body, `"secret_rotated_at":"20`) {
 		t.Fatalf("rotate: %d %s", code, body)
 	}
+	// The client's retry of that rotation changes nothing: it made s2 the
+	// previous secret too, and s1, the one the grace was for, was gone.
+	code, again := st.restAs(t, "POST", "/v1/providers/p-rot/webhooks/"+id+":rotate-secret", auth.RoleProvider, "p-rot",
+		`{"secret":"`+s2+`","grace_period":"3600s"}`)
+	if code != 200 || again != body {
+		t.Fatalf("the rotation again: %d %s; want the first answer %s", code, again, body)
+	}
 	st.setup(t, "p-rot", "6222000011117771")
 	st.settle(t, "p-rot", "cyc-20260101", "CNY", "250.00")
 	first := st.waitStatus(t, "p-rot", "cyc-20260101", "paid", waitLong)

@@ -27,7 +27,9 @@ type Store interface {
 	ListVersion(ctx context.Context, provider string) (count, versions int64, err error)
 	PayoutByReference(ctx context.Context, ref string) (string, error)
 
-	PutMethod(ctx context.Context, m domain.ProviderMethod) error
+	// PutMethod sets a provider's payout method; the same method again
+	// changes nothing and answers the stored one (changed false).
+	PutMethod(ctx context.Context, m domain.ProviderMethod) (stored domain.ProviderMethod, changed bool, err error)
 	GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error)
 	MethodHistory(ctx context.Context, provider string) ([]domain.Change, error)
 	PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error

@@ -213,11 +213,13 @@ func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMet
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	m := domain.ProviderMethod{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()}
-	if err := s.Store.PutMethod(ctx, m); err != nil {
+	m, changed, err := s.Store.PutMethod(ctx, domain.ProviderMethod{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()})
+	if err != nil {
 		return nil, err
 	}
-	s.wakeProvider(ctx, req.ProviderId)
+	if changed {
+		s.wakeProvider(ctx, req.ProviderId)
+	}
 	return &payoutv1.PutPayoutMethodResponse{PayoutMethod: methodProto(m)}, nil
 }
 

@@ -21,7 +21,8 @@ func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
 	s := &Store{Pool: pool}
 	put := func(typ string) error {
 		m := domain.Method{Type: typ, AccountName: "Li Lei", AlipayID: "13800000001", WechatOpenID: "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}
-		return s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-m1", Method: m, UpdatedAt: time.Now()})
+		_, _, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-m1", Method: m, UpdatedAt: time.Now()})
+		return err
 	}
 	if err := put(domain.MethodWechat); err != nil {
 		t.Fatal(err)
@@ -43,6 +44,24 @@ func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
 	var typ string
 	if err := pool.QueryRow(ctx, `select type from payout.methods where provider_id = 'p-m1'`).Scan(&typ); err != nil || typ != domain.MethodAlipay {
 		t.Fatalf("method %q (%v), want alipay kept", typ, err)
+	}
+	// The same method again (a client's retry of the PUT that succeeded):
+	// answered, nothing changed: no history row, updated_at kept (which
+	// :retry reads as "changed since it failed"). It was refused here.
+	state := func() (n int, at time.Time) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `select (select count(*) from payout.method_history where provider_id = 'p-m1'),
+			(select updated_at from payout.methods where provider_id = 'p-m1')`).Scan(&n, &at); err != nil {
+			t.Fatal(err)
+		}
+		return n, at
+	}
+	n0, at0 := state()
+	if err := put(domain.MethodAlipay); err != nil {
+		t.Fatalf("the stored method again while po-m1 is submitted: %v", err)
+	}
+	if n, at := state(); n != n0 || !at.Equal(at0) {
+		t.Fatalf("the same method again: %d history rows (was %d), updated_at %v (was %v); want nothing changed", n, n0, at, at0)
 	}
 	if _, err := pool.Exec(ctx, `update payout.payouts set status = 'submitted' where payout_id = 'po-m1'`); err != nil {
 		t.Fatal(err)

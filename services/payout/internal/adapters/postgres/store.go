@@ -53,10 +53,34 @@ func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 // provider twice, once on each rail. Its rows are locked first, so the
 // gate (Prepare, which marks a payout submitting) waits for the change or
 // the change sees the mark.
-func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
-	return s.Tx(ctx, func(tx pgx.Tx) error {
+//
+// The same method again changes nothing and answers the stored one (changed
+// false): a client's retry of a PUT that succeeded was refused while the
+// payouts it woke were being submitted, and one that went through recorded
+// a change, announced it on every waiting payout and moved updated_at,
+// which :retry reads as "the method changed since it failed" (a failed
+// payout resent to the same account).
+func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (domain.ProviderMethod, bool, error) {
+	out, changed := m, true
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		// One change of a provider's method at a time (two identical PUTs
+		// side by side: the second sees the first's row).
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.method'), hashtext($1))`, m.ProviderID); err != nil {
+			return err
+		}
+		old := domain.ProviderMethod{ProviderID: m.ProviderID}
+		err := tx.QueryRow(ctx, `select type, account_name, account_number, alipay_id, wechat_openid, bank_code, updated_at
+			from payout.methods where provider_id = $1`, m.ProviderID).Scan(&old.Type, &old.AccountName, &old.AccountNumber, &old.AlipayID,
+			&old.WechatOpenID, &old.BankCode, &old.UpdatedAt)
+		switch {
+		case err == nil && old.Method == m.Method:
+			out, changed = old, false
+			return nil
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
 		var busy string
-		err := tx.QueryRow(ctx, `with mine as (select payout_id, status, submitting from payout.payouts
+		err = tx.QueryRow(ctx, `with mine as (select payout_id, status, submitting from payout.payouts
 				where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update)
 			select coalesce(min(payout_id) filter (where status = 'created' and submitting), '') from mine`, m.ProviderID).Scan(&busy)
 		if err != nil {
@@ -99,6 +123,7 @@ func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) error {
 		}
 		return nil
 	})
+	return out, changed, err
 }
 
 // GetMethod returns a provider's payout method, or ErrNotFound.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"time"
@@ -52,7 +53,10 @@ func (s *Store) ListWebhooks(ctx context.Context, provider string) ([]domain.Web
 // RotateWebhookSecret replaces a provider's webhook's secret; the one it
 // replaces keeps signing deliveries until previousUntil (no later than
 // now: dropped at once). A previous secret still in its grace period is
-// dropped. ErrNotFound when the provider has no such webhook.
+// dropped. The secret the webhook has already changes nothing (a client's
+// retry of the rotation: it made the new secret the previous one too, and
+// the old one, which the grace period was for, was gone). ErrNotFound when
+// the provider has no such webhook.
 func (s *Store) RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error) {
 	var w domain.Webhook
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
@@ -67,6 +71,14 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, provider, id, secret st
 		old, err := s.Box.Open(id, slotCurrent, sealed)
 		if err != nil {
 			return fmt.Errorf("webhook %s: %w", id, err)
+		}
+		if subtle.ConstantTimeCompare([]byte(old), []byte(secret)) == 1 {
+			rows, err := tx.Query(ctx, `select `+webhookCols+` from payout.webhooks where webhook_id = $1 and provider_id = $2`, id, provider)
+			if err != nil {
+				return err
+			}
+			w, err = pgx.CollectExactlyOneRow(rows, s.scanWebhook)
+			return err
 		}
 		cur, err := s.Box.Seal(id, slotCurrent, secret)
 		if err != nil {
