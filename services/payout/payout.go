@@ -353,7 +353,7 @@ func (s *Service) wireRails(cfg Config) app.Rail {
 func (s *Service) wireTopUps(cfg Config) {
 	d := s.d
 	s.routes = map[string]http.Handler{}
-	s.orders = &app.TopUpOrders{Rails: map[string]app.Checkout{}}
+	s.orders = &app.TopUpOrders{Rails: map[string]app.Checkout{}, Orders: s.store, Clock: d.Clock}
 	if s.alipay != nil {
 		s.routes["POST "+alipay.NotifyPath] = &alipay.Notifications{C: s.alipay.C, TopUps: s.topups, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
 		if cfg.Alipay.NotifyURL != "" { // without it Alipay could not tell gpubill of the payment

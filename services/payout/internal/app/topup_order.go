@@ -12,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 )
@@ -41,12 +42,24 @@ type TopUpOrderInput struct {
 // topUpKeyLenMax bounds an idempotency key.
 const topUpKeyLenMax = 128
 
-// TopUpOrders opens renters' top-ups on the configured rails. Nothing is
-// stored: the order number is derived from the renter and the idempotency
-// key, so the same key answers the same order, which the rail pays once;
-// the deposit comes from the rail's notification.
+// TopUpOrders opens renters' top-ups on the configured rails. The order
+// number is derived from the renter and the idempotency key, so the same
+// key answers the same order, which the rail pays once; the deposit comes
+// from the rail's notification. Each order is kept as first opened: the key
+// again with another rail, amount or currency is a conflict (it opened a
+// second payable order on the other rail: a renter whose client switched
+// rails after a lost answer paid, and was credited, twice).
 type TopUpOrders struct {
-	Rails map[string]Checkout // by rail name; only the rails configured for top-ups
+	Rails  map[string]Checkout // by rail name; only the rails configured for top-ups
+	Orders TopUpOrderStore
+	Clock  clock.Clock
+}
+
+// TopUpOrderStore keeps the top-up orders opened.
+type TopUpOrderStore interface {
+	// KeepTopUpOrder stores o unless its order number is stored, and
+	// returns the order stored under it.
+	KeepTopUpOrder(ctx context.Context, o TopUpOrder, at time.Time) (TopUpOrder, error)
 }
 
 // Configured lists the rails top-ups may use.
@@ -98,6 +111,14 @@ func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrde
 		return TopUpOrder{}, err
 	}
 	t := TopUpOrder{ID: TopUpOrderID(in.RenterID, key), RenterID: in.RenterID, Rail: in.Rail, Currency: cur.Code, Amount: amount}
+	kept, err := o.Orders.KeepTopUpOrder(ctx, t, o.Clock.Now())
+	if err != nil {
+		return TopUpOrder{}, fmt.Errorf("top-up %s: %w", t.ID, err)
+	}
+	if kept.Rail != t.Rail || kept.Currency != t.Currency || !kept.Amount.Equal(t.Amount) {
+		return TopUpOrder{}, fmt.Errorf("idempotency key opened top-up %s on %s for %s %s; this request asks %s %s on %s: %w",
+			t.ID, kept.Rail, kept.Amount, kept.Currency, t.Amount, t.Currency, t.Rail, apperr.ErrConflict)
+	}
 	if t.PayURL, t.ExpiresAt, err = rail.Order(ctx, t.RenterID, t.Amount, t.Currency, t.ID); err != nil {
 		return TopUpOrder{}, fmt.Errorf("top-up %s on %s: %w", t.ID, t.Rail, err)
 	}
