@@ -122,6 +122,24 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 			}
 		}
 	}
+	// A card sent without rate_card_id is named by its body: the client's
+	// retry answers the card it made. A retry made a second version, and one
+	// delayed past a correction of the same effective_from (a higher seq)
+	// put the old prices back in force.
+	usd := `{"currency":"USD","effective_from":"2026-01-01T00:00:00Z","gpu_prices":[{"gpu_model":"RTX_4090","hourly":"1.00"}]}`
+	corrected := strings.Replace(usd, `"1.00"`, `"1.20"`, 1)
+	_, first := call("POST", "/v1/rate-cards", finance, usd)
+	_, second := call("POST", "/v1/rate-cards", finance, corrected)
+	code, retried := call("POST", "/v1/rate-cards", finance, usd)
+	if code != 200 || retried["rate_card_id"] != first["rate_card_id"] || second["rate_card_id"] == first["rate_card_id"] {
+		t.Fatalf("card %v, correction %v, the card's retry %d %v: want the retry answered the card", first["rate_card_id"], second["rate_card_id"], code, retried)
+	}
+	if _, list := call("GET", "/v1/rate-cards?currency=USD", finance, ""); len(list["rate_cards"].([]any)) != 2 {
+		t.Fatalf("USD cards: %v, want the card and its correction", list)
+	}
+	if _, q := call("POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"1","start_time":"2026-11-18T14:00:00Z","currency":"USD"}`); q["renter_price"] != "1.20" {
+		t.Fatalf("USD quote after the card's retry: %v, want the correction's 1.20", q)
+	}
 	// The quote uses the same code as charges: 1 h day at 2.00 + 1.5 h night at 1.60,
 	// split by pkg/split (pro 20 %, individual 20 % of the rest).
 	_, q := call("POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"2.5","start_time":"2026-11-18T14:00:00Z",

@@ -2,13 +2,15 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/cursor"
-	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
@@ -33,7 +35,8 @@ func invalid(vs []domain.Violation) error {
 
 // CreateRateCard validates and stores a new rate card version. A replay with
 // the same rate_card_id and body returns the original; another body is a
-// conflict.
+// conflict. A card sent without an id is named by its body (bodyID), so a
+// client's retry answers the card it made.
 func (a *App) CreateRateCard(ctx context.Context, in domain.CardInput) (domain.StoredCard, error) {
 	id := in.ID
 	in.ID = ""
@@ -49,7 +52,10 @@ func (a *App) CreateRateCard(ctx context.Context, in domain.CardInput) (domain.S
 	}
 	in.Currency = card.Currency.Code
 	if id == "" {
-		id = ids.New("rc")
+		var err error
+		if id, err = bodyID(in); err != nil {
+			return domain.StoredCard{}, err
+		}
 	}
 	row := domain.StoredCard{ID: id, Currency: card.Currency.Code, EffectiveFrom: card.EffectiveFrom, Body: in, CreatedAt: a.Clock.Now()}
 	created, err := a.Store.InsertCard(ctx, row)
@@ -71,6 +77,22 @@ func (a *App) CreateRateCard(ctx context.Context, in domain.CardInput) (domain.S
 	default:
 	}
 	return a.Store.Card(ctx, id)
+}
+
+// bodyID names a card sent without an id by its body: "rc_" and 32 hex
+// digits of SHA-256 over it. A fresh id per call made a client's retry a
+// second version, and one delayed past a correction of the same
+// effective_from (a later seq wins the tie) put the old prices back in
+// force. The same body posted again on purpose is that card too: new
+// prices take a later effective_from, or an id of their own.
+func bodyID(in domain.CardInput) (string, error) {
+	in.ID, in.EffectiveFrom = "", in.EffectiveFrom.UTC()
+	b, err := json.Marshal(in)
+	if err != nil {
+		return "", fmt.Errorf("rate card body: %w", err)
+	}
+	h := sha256.Sum256(b)
+	return "rc_" + hex.EncodeToString(h[:16]), nil
 }
 
 // RateCard returns one card.
