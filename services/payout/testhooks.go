@@ -2,6 +2,7 @@ package payout
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,7 +93,8 @@ func (h TestHooks) GetPayout(ctx context.Context, id string) (Payout, error) {
 
 // CreateWebhook stores a webhook without the API's address checks.
 func (h TestHooks) CreateWebhook(ctx context.Context, w Webhook) error {
-	return h.s.store.CreateWebhook(ctx, w)
+	_, err := h.s.store.CreateWebhook(ctx, w, math.MaxInt)
+	return err
 }
 
 // AlipayClient is the Alipay rail's gateway client (nil when the rail is

@@ -8,7 +8,9 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// Cancel cancels a payout not yet on its way to the rail (finance).
+// Cancel cancels a payout not yet on its way to the rail (finance). A payout
+// canceled already is left as it is (a client's retry of a cancel that
+// succeeded was a 400 saying it was "on its way to the rail").
 func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 	reason := "canceled by finance"
 	if why != "" {
@@ -19,9 +21,13 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 		if err != nil {
 			return err
 		}
-		if p.Submitting || (p.Status != domain.StatusActionRequired && p.Status != domain.StatusCreated) {
-			return fmt.Errorf("payout %s is %s and on its way to the rail: only a payout not yet submitted can be canceled: %w",
-				p.ID, p.Status, apperr.ErrPrecondition)
+		switch {
+		case p.Status == domain.StatusCanceled:
+			return nil
+		case p.Submitting:
+			return fmt.Errorf("payout %s is being submitted to its rail: only a payout not yet submitted can be canceled: %w", p.ID, apperr.ErrPrecondition)
+		case p.Status != domain.StatusActionRequired && p.Status != domain.StatusCreated:
+			return fmt.Errorf("payout %s is %s: only a payout not yet submitted can be canceled: %w", p.ID, p.Status, apperr.ErrPrecondition)
 		}
 		return tx.Move(ctx, &p, domain.StatusCanceled, reason, a.Clock.Now())
 	})

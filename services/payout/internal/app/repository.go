@@ -48,7 +48,11 @@ type Store interface {
 	SettingChanges(ctx context.Context, limit int) ([]domain.SettingChange, error)
 	WaitingInCurrencies(ctx context.Context, currencies []string) ([]string, error)
 
-	CreateWebhook(ctx context.Context, w domain.Webhook) error
+	// CreateWebhook stores a subscription unless the provider has one of
+	// its URL: with the same secret that one is answered (a retry), with
+	// another it is a conflict; the provider's max-th is a precondition
+	// failure.
+	CreateWebhook(ctx context.Context, w domain.Webhook, max int) (domain.Webhook, error)
 	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
 	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)
 	// ListDeliveries is a page of a webhook's delivery log, newest first:

@@ -151,15 +151,9 @@ func (s *Server) CreateWebhook(ctx context.Context, req *payoutv1.CreateWebhookR
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	existing, err := s.Store.ListWebhooks(ctx, req.ProviderId)
+	w, err := s.Store.CreateWebhook(ctx, domain.Webhook{ID: ids.New("wh"), ProviderID: req.ProviderId, URL: req.Url, Secret: req.Secret,
+		CreatedAt: s.Clock.Now()}, webhooksPerProvider)
 	if err != nil {
-		return nil, err
-	}
-	if len(existing) >= webhooksPerProvider {
-		return nil, fmt.Errorf("provider %s has %d webhooks, the most allowed: %w", req.ProviderId, len(existing), apperr.ErrPrecondition)
-	}
-	w := domain.Webhook{ID: ids.New("wh"), ProviderID: req.ProviderId, URL: req.Url, Secret: req.Secret, CreatedAt: s.Clock.Now()}
-	if err := s.Store.CreateWebhook(ctx, w); err != nil {
 		return nil, err
 	}
 	return &payoutv1.CreateWebhookResponse{Webhook: webhookProto(w)}, nil

@@ -14,15 +14,45 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// CreateWebhook stores a subscription, its secret sealed.
-func (s *Store) CreateWebhook(ctx context.Context, w domain.Webhook) error {
-	sealed, err := s.Box.Seal(w.ID, slotCurrent, w.Secret)
-	if err != nil {
+// CreateWebhook implements app.Store: its secret sealed, one provider's
+// creations one at a time (two side by side both passed the count, and a
+// retry made a second subscription of the URL: every delivery sent twice).
+func (s *Store) CreateWebhook(ctx context.Context, w domain.Webhook, max int) (domain.Webhook, error) {
+	out := w
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.webhooks'), hashtext($1))`, w.ProviderID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 order by created_at`, w.ProviderID)
+		if err != nil {
+			return err
+		}
+		have, err := pgx.CollectRows(rows, s.scanWebhook)
+		if err != nil {
+			return err
+		}
+		for _, h := range have {
+			if h.URL != w.URL {
+				continue
+			}
+			if subtle.ConstantTimeCompare([]byte(h.Secret), []byte(w.Secret)) != 1 {
+				return fmt.Errorf("webhook %s already delivers to this url with another secret (rotate its secret instead): %w", h.ID, apperr.ErrConflict)
+			}
+			out = h
+			return nil
+		}
+		if len(have) >= max {
+			return fmt.Errorf("provider %s has %d webhooks, the most allowed: %w", w.ProviderID, len(have), apperr.ErrPrecondition)
+		}
+		sealed, err := s.Box.Seal(w.ID, slotCurrent, w.Secret)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `insert into payout.webhooks (webhook_id, provider_id, url, secret_sealed, secret_key_id, created_at)
+			values ($1, $2, $3, $4, $5, $6)`, w.ID, w.ProviderID, w.URL, sealed, s.Box.KeyID, w.CreatedAt)
 		return err
-	}
-	_, err = s.Pool.Exec(ctx, `insert into payout.webhooks (webhook_id, provider_id, url, secret_sealed, secret_key_id, created_at)
-		values ($1, $2, $3, $4, $5, $6)`, w.ID, w.ProviderID, w.URL, sealed, s.Box.KeyID, w.CreatedAt)
-	return err
+	})
+	return out, err
 }
 
 const webhookCols = `webhook_id, provider_id, url, secret_sealed, created_at, secret_rotated_at, previous_secret_until`
