@@ -291,6 +291,15 @@ func TestRuleEffectiveDates(t *testing.T) {
 		}
 		delete(want, r.RuleSet)
 	}
+	// page_size and page_token page the list (both were ignored).
+	first, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{PageSize: 1})
+	if err != nil || len(first.TaxRules) != 1 || first.NextPageToken == "" {
+		t.Fatalf("a page of 1: %v, %v", first, err)
+	}
+	second, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{PageSize: 1, PageToken: first.NextPageToken})
+	if err != nil || len(second.TaxRules) != 1 || second.NextPageToken != "" || second.TaxRules[0].RuleSet == first.TaxRules[0].RuleSet {
+		t.Fatalf("the page after %v: %v, %v", first.TaxRules, second, err)
+	}
 }
 
 // Providers read their own withholdings and certificates, not others'.

@@ -34,6 +34,7 @@ const (
 const (
 	withholdingsListing = "tax.withholdings"
 	remittancesListing  = "tax.remittances"
+	rulesListing        = "tax.rules"
 )
 
 // Server implements TaxService.
@@ -170,11 +171,30 @@ func wrapNotFound(s string) error { return notFound(s) }
 // ListTaxRules implements TaxService: the versions, with the parameters of
 // their rule set.
 func (s *Server) ListTaxRules(ctx context.Context, req *taxv1.ListTaxRulesRequest) (*taxv1.ListTaxRulesResponse, error) {
-	rules, err := s.App.Store.Rules(ctx, req.RuleSet, strings.ToUpper(req.Jurisdiction))
+	jurisdiction := strings.ToUpper(req.Jurisdiction)
+	rules, err := s.App.Store.Rules(ctx, req.RuleSet, jurisdiction)
 	if err != nil {
 		return nil, err
 	}
+	// A handful of rules (migrations seed them): paged over the whole list,
+	// as page_size and page_token say (both were ignored).
+	listing := cursor.Scoped(rulesListing, req.RuleSet, jurisdiction)
+	if req.PageToken != "" {
+		pos, err := cursor.Decode(listing, req.PageToken, 2)
+		if err != nil {
+			return nil, err
+		}
+		at := slices.IndexFunc(rules, func(r domain.Rule) bool { return r.RuleSet == pos.String(0) && r.Version == pos.String(1) })
+		if at < 0 {
+			return nil, cursor.Malformed()
+		}
+		rules = rules[at+1:]
+	}
 	resp := &taxv1.ListTaxRulesResponse{}
+	if n := pageSize(req.PageSize); len(rules) > n {
+		rules = rules[:n]
+		resp.NextPageToken = cursor.Encode(listing, rules[n-1].RuleSet, rules[n-1].Version)
+	}
 	for _, r := range rules {
 		var until *timestamppb.Timestamp
 		if r.EffectiveUntil != nil {
