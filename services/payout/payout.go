@@ -357,14 +357,14 @@ func (s *Service) wireTopUps(cfg Config) {
 	if s.alipay != nil {
 		s.routes["POST "+alipay.NotifyPath] = &alipay.Notifications{C: s.alipay.C, TopUps: s.topups, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
 		if cfg.Alipay.NotifyURL != "" { // without it Alipay could not tell gpubill of the payment
-			s.orders.Rails[alipay.Name] = alipay.Checkout{C: s.alipay.C, Clock: d.Clock}
+			s.orders.Rails[alipay.Name] = alipay.Checkout{C: s.alipay.C}
 		}
 	}
 	if s.wechat != nil {
 		s.routes["POST "+wechatpay.NotifyPath] = &wechatpay.Notifications{C: s.wechat.C, TopUps: s.topups, Notify: s.flow.RailNews,
 			Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
 		if cfg.WeChatPay.NotifyURL != "" { // without it WeChat Pay could not tell gpubill of the payment
-			s.orders.Rails[wechatpay.Name] = wechatpay.Checkout{C: s.wechat.C, Clock: d.Clock}
+			s.orders.Rails[wechatpay.Name] = wechatpay.Checkout{C: s.wechat.C, Log: d.Log}
 		}
 	}
 }

@@ -21,16 +21,19 @@ import (
 // for a renter (the renter's id travels with it and comes back in the
 // rail's signed payment notification, which TopUps.Apply deposits).
 type Checkout interface {
-	// Order makes order orderID for amount in currency and answers where
-	// the renter pays it and when the rail closes it unpaid. A currency
-	// the rail does not take is an *apperr.InvalidError.
-	Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (payURL string, expires time.Time, err error)
+	// Order makes order orderID for amount in currency, first opened at
+	// opened, and answers where the renter pays it and when the rail closes
+	// it unpaid (from opened: the same order asked again is the same
+	// request to the rail). A currency the rail does not take is an
+	// *apperr.InvalidError.
+	Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (payURL string, expires time.Time, err error)
 }
 
 // TopUpOrder is a top-up a renter opened.
 type TopUpOrder struct {
 	ID, RenterID, Rail, Currency, PayURL string
 	Amount                               decimal.Decimal
+	OpenedAt                             time.Time // when the key first opened it
 	ExpiresAt                            time.Time
 }
 
@@ -119,7 +122,8 @@ func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrde
 		return TopUpOrder{}, fmt.Errorf("idempotency key opened top-up %s on %s for %s %s; this request asks %s %s on %s: %w",
 			t.ID, kept.Rail, kept.Amount, kept.Currency, t.Amount, t.Currency, t.Rail, apperr.ErrConflict)
 	}
-	if t.PayURL, t.ExpiresAt, err = rail.Order(ctx, t.RenterID, t.Amount, t.Currency, t.ID); err != nil {
+	t.OpenedAt = kept.OpenedAt
+	if t.PayURL, t.ExpiresAt, err = rail.Order(ctx, t.RenterID, t.Amount, t.Currency, t.ID, t.OpenedAt); err != nil {
 		return TopUpOrder{}, fmt.Errorf("top-up %s on %s: %w", t.ID, t.Rail, err)
 	}
 	return t, nil

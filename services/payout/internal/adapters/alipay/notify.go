@@ -128,14 +128,13 @@ func (n *Notifications) handle(r *http.Request) (string, []any, error) {
 // payment order (alipay.trade.page.pay) whose notification comes back to
 // NotifyPath.
 type Checkout struct {
-	C     *ap.Client
-	Clock clock.Clock
+	C *ap.Client
 }
 
 var _ app.Checkout = Checkout{}
 
 // Order implements app.Checkout: the signed page-pay URL on the gateway.
-func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (string, time.Time, error) {
+func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
 	if currency != ap.Currency {
 		return "", time.Time{}, apperr.Invalid("currency", "Alipay top-ups are in %s, not %s", ap.Currency, currency)
 	}
@@ -143,5 +142,5 @@ func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Deci
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	return u, ch.Clock.Now().Add(ap.PagePayTimeout), nil
+	return u, opened.Add(ap.PagePayTimeout), nil
 }

@@ -8,18 +8,21 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
-// KeepTopUpOrder implements app.TopUpOrderStore.
+// KeepTopUpOrder implements app.TopUpOrderStore. Two statements, each with
+// its own snapshot: an insert that waited for another request's insert of
+// the same order (the same key sent twice at once) inserts nothing, and
+// only a read after it sees the row that request committed (one statement
+// read it from a snapshot taken before, found nothing: a 500).
 func (s *Store) KeepTopUpOrder(ctx context.Context, o app.TopUpOrder, at time.Time) (app.TopUpOrder, error) {
-	kept := app.TopUpOrder{ID: o.ID}
-	err := s.Pool.QueryRow(ctx, `with ins as (
-			insert into payout.topup_orders (order_id, renter_id, rail, currency, amount, created_at)
-			values ($1, $2, $3, $4, $5, $6) on conflict (order_id) do nothing
-			returning renter_id, rail, currency, amount)
-		select renter_id, rail, currency, amount from ins
-		union all select renter_id, rail, currency, amount from payout.topup_orders where order_id = $1 and not exists (select from ins)`,
-		o.ID, o.RenterID, o.Rail, o.Currency, o.Amount, at).Scan(&kept.RenterID, &kept.Rail, &kept.Currency, &kept.Amount)
-	if err != nil {
+	if _, err := s.Pool.Exec(ctx, `insert into payout.topup_orders (order_id, renter_id, rail, currency, amount, created_at)
+		values ($1, $2, $3, $4, $5, $6) on conflict (order_id) do nothing`, o.ID, o.RenterID, o.Rail, o.Currency, o.Amount, at); err != nil {
 		return app.TopUpOrder{}, fmt.Errorf("keep top-up order %s: %w", o.ID, err)
+	}
+	kept := app.TopUpOrder{ID: o.ID}
+	err := s.Pool.QueryRow(ctx, `select renter_id, rail, currency, amount, created_at from payout.topup_orders where order_id = $1`,
+		o.ID).Scan(&kept.RenterID, &kept.Rail, &kept.Currency, &kept.Amount, &kept.OpenedAt)
+	if err != nil {
+		return app.TopUpOrder{}, fmt.Errorf("read top-up order %s: %w", o.ID, err)
 	}
 	return kept, nil
 }

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,11 +16,16 @@ import (
 )
 
 // countingRail is a checkout that counts the orders it was asked to make.
-type countingRail struct{ orders map[string]int }
+type countingRail struct {
+	mu     sync.Mutex
+	orders map[string]int
+}
 
-func (r *countingRail) Order(_ context.Context, _ string, _ decimal.Decimal, _, orderID string) (string, time.Time, error) {
+func (r *countingRail) Order(_ context.Context, _ string, _ decimal.Decimal, _, orderID string, opened time.Time) (string, time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.orders[orderID]++
-	return "https://pay.example/" + orderID, time.Now().Add(2 * time.Hour), nil
+	return "https://pay.example/" + orderID, opened.Add(2 * time.Hour), nil
 }
 
 // An idempotency key opens one top-up order: sent again it answers the same
@@ -37,8 +44,28 @@ func TestTopUpKeyOpensOneOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := o.Create(ctx, in)
-	if err != nil || again.ID != first.ID || again.PayURL != first.PayURL {
-		t.Fatalf("the same request again: %+v, %v; want %+v", again, err, first)
+	if err != nil || again.ID != first.ID || again.PayURL != first.PayURL || !again.ExpiresAt.Equal(first.ExpiresAt) {
+		t.Fatalf("the same request again: %+v, %v; want %+v (the rail asked the same)", again, err, first)
+	}
+	// Sent twice at once: both answered the order (the second read the
+	// first's row from a snapshot taken before it committed: a 500).
+	for round := range 40 {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				x := in
+				x.IdempotencyKey = fmt.Sprintf("k-side-by-side-%d", round)
+				<-start
+				if _, err := o.Create(ctx, x); err != nil {
+					t.Errorf("the same request side by side: %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
 	}
 	for name, mod := range map[string]func(*app.TopUpOrderInput){
 		"another rail":   func(x *app.TopUpOrderInput) { x.Rail = "wechatpay" },

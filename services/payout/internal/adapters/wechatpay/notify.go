@@ -191,23 +191,37 @@ func (n *Notifications) transfer(ctx context.Context, pt []byte, key string) (st
 // order's code (code_url, answered as pay_url) and pays in WeChat; the
 // payment's notification comes back to NotifyPath.
 type Checkout struct {
-	C     *wp.Client
-	Clock clock.Clock
+	C   *wp.Client
+	Log *slog.Logger
+}
+
+// logRefusal records the platform's refusal of an order, which the client
+// is not shown.
+func (ch Checkout) logRefusal(orderID string, err error) {
+	log := ch.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("WeChat Pay refused a top-up order as other content under its number", "order", orderID, "err", err)
 }
 
 var _ app.Checkout = Checkout{}
 
 // Order implements app.Checkout: the Native order's code_url.
-func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string) (string, time.Time, error) {
+func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
 	if currency != wp.Currency {
 		return "", time.Time{}, apperr.Invalid("currency", "WeChat Pay top-ups are in %s, not %s", wp.Currency, currency)
 	}
-	expires := ch.Clock.Now().Add(wp.OrderTimeout).Truncate(time.Second)
+	// From when the key first opened the order: a retry a second later asked
+	// for another time_expire, other content under the same out_trade_no.
+	expires := opened.Add(wp.OrderTimeout).Truncate(time.Second)
 	code, err := ch.C.NativeOrder(ctx, renterID, amount, orderID, expires)
 	switch {
 	case wp.IsCode(err, wp.CodeInvalidRequest):
-		// The same out_trade_no (the same idempotency key) with other content.
-		return "", time.Time{}, fmt.Errorf("%w: the idempotency key opened a top-up with another amount (%v)", apperr.ErrConflict, err)
+		// The same out_trade_no with other content: the rail's answer is
+		// logged, not passed to the client (its API path and message).
+		ch.logRefusal(orderID, err)
+		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay refused order %s as another order under its number", apperr.ErrConflict, orderID)
 	case errors.Is(err, wp.ErrUnavailable):
 		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay: %w", apperr.ErrUnavailable, err)
 	case err != nil:

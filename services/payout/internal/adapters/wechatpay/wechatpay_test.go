@@ -210,14 +210,14 @@ func TestNotificationAnswers(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c.Cfg.NotifyURL = srv.URL + wechatpay.NotifyPath
 	ctx := context.Background()
-	code, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456789")
+	code, _, err := (wechatpay.Checkout{C: c}).Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456789", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "CNY", "tu0123456789"); !errors.Is(err, apperr.ErrConflict) {
+	if _, _, err := (wechatpay.Checkout{C: c}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "CNY", "tu0123456789", time.Now()); !errors.Is(err, apperr.ErrConflict) {
 		t.Errorf("the order number again with another amount: %v, want a conflict", err)
 	}
-	if _, _, err := (wechatpay.Checkout{C: c, Clock: clock.System{}}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "USD", "tu0123456788"); !errors.As(err, new(*apperr.InvalidError)) {
+	if _, _, err := (wechatpay.Checkout{C: c}).Order(ctx, "r-1", decimal.RequireFromString("50.00"), "USD", "tu0123456788", time.Now()); !errors.As(err, new(*apperr.InvalidError)) {
 		t.Errorf("USD: %v", err)
 	}
 	paid, err := p.Pay(code)
