@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -298,15 +300,25 @@ func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]strin
 	if len(txByWithholding) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(txByWithholding))
-	txs := make([]string, 0, len(txByWithholding))
-	for id, tx := range txByWithholding {
-		ids, txs = append(ids, id), append(txs, tx)
+	ids := slices.Sorted(maps.Keys(txByWithholding))
+	txs := make([]string, len(ids))
+	for i, id := range ids {
+		txs[i] = txByWithholding[id]
 	}
-	_, err := s.Pool.Exec(ctx, `update tax.withholdings w set settlement_tx_id = nullif(p.tx, '')
-		from unnest($1::text[], $2::text[]) as p(id, tx)
-		where w.withholding_id = p.id and w.remittance_id is null
-		  and w.settlement_tx_id is distinct from nullif(p.tx, '')`, ids, txs)
+	// Under the remittance runs' lock, as PlanRemittances: two runs side by
+	// side (the schedule and finance's POST, a client's retry) updated the
+	// same withholdings in the orders of two Go maps and deadlocked, one
+	// run a 500.
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `update tax.withholdings w set settlement_tx_id = nullif(p.tx, '')
+			from unnest($1::text[], $2::text[]) as p(id, tx)
+			where w.withholding_id = p.id and w.remittance_id is null
+			  and w.settlement_tx_id is distinct from nullif(p.tx, '')`, ids, txs)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark withholdings posted: %w", err)
 	}

@@ -41,3 +41,37 @@ func TestRecordedWithAnEndedContext(t *testing.T) {
 		}
 	}
 }
+
+// Two remittance runs side by side (the schedule and finance's POST, a
+// client's retry) mark the same page of withholdings posted: they updated
+// them in the orders of two Go maps, and deadlocked (40P01, one run a 500).
+func TestMarkPostedSideBySide(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, Schema, migrations.For(Schema))
+	s := NewStore(pool)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency, gross,
+			commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id)
+		select 'wh-' || i, 'k-' || i, 'p-' || i, 'cyc-20260101', 'CNY', 100, 25, 75, 15, 60, 'individual', 'CN', 'flat20', '1', 'cert-' || i
+		from generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `analyze tax.withholdings`); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 30 {
+		page := map[string]string{}
+		for i := range 100 {
+			page[fmt.Sprintf("wh-%d", round*100+i+1)] = fmt.Sprintf("tx-%d-%d", round, i)
+		}
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() { errs <- s.MarkPosted(ctx, page) }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
