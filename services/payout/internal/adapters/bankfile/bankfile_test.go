@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -723,6 +726,49 @@ func TestParseCutoff(t *testing.T) {
 	for _, give := range []string{"24:00", "9:00", "12:60", "", "12-00"} {
 		if _, _, err := ParseCutoff(give); err == nil {
 			t.Errorf("ParseCutoff(%q) accepted", give)
+		}
+	}
+}
+
+// Two files naming the same payments in other orders, imported side by
+// side (a camt.054 uploaded while the inbox scan imports the pain.002)
+// each locked its transfers in its own order and deadlocked: one import
+// answered a 500. Imports now run one at a time.
+func TestImportsSideBySide(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	for i := range 150 {
+		f.submit(t, fmt.Sprintf("po-%03d", i), "CNY", "150.00", bank(fmt.Sprintf("62220000111%05d", i*10+1)))
+	}
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("bank took %d files: %v", len(files), err)
+	}
+	sts := fb.StatusReport(files[0])
+	// The bookings in the reverse order of the status report's payments.
+	book := string(fb.Bookings(files[0]))
+	ntry := regexp.MustCompile(`(?s)<Ntry>.*?</Ntry>`)
+	entries := ntry.FindAllString(book, -1)
+	if len(entries) != 150 {
+		t.Fatalf("%d booked entries, want 150", len(entries))
+	}
+	slices.Reverse(entries)
+	first, last := strings.Index(book, "<Ntry>"), strings.LastIndex(book, "</Ntry>")+len("</Ntry>")
+	reversed := book[:first] + strings.Join(entries, "\n") + book[last:]
+	errs := make(chan error, 2)
+	go func() { _, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", sts); errs <- err }()
+	go func() { _, err := f.r.Import(ctx, app.SourceUpload, "book.xml", []byte(reversed)); errs <- err }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("import side by side: %v", err)
 		}
 	}
 }

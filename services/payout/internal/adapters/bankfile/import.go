@@ -98,6 +98,13 @@ func (r *Rail) record(ctx context.Context, sum string, rep *app.BankFileImport, 
 	var moved []string
 	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		moved, rep.Entries = nil, nil
+		// One import at a time: each locks its transfers in the order its
+		// file lists them, and two files listing the same payments in
+		// other orders (a camt.054 uploaded while the inbox scan imports a
+		// pain.002) deadlocked, one import a 500.
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.bank_files'))`); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `insert into payout.bank_files (file_id, sha256, kind, message_id, original_message_id, name, source, imported_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (sha256) do nothing`,
 			rep.FileID, sum, rep.Kind, rep.MessageID, rep.OriginalMessageID, rep.Name, rep.Source, rep.ImportedAt)
