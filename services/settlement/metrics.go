@@ -25,12 +25,13 @@ func Metrics() []obs.SQLMetric {
 			// The two latest cycles past their end: a settled cycle's
 			// figures no longer change, and Prometheus keeps the history.
 			Name: "gpubill_settlement_cycle_amount", Type: obs.Gauge, Labels: []string{"cycle_id", "currency", "part"},
-			Help: "Money of the two latest closing or settled cycles, by currency and part (gross, commission, tax_withheld, net), " +
-				"in currency units, over the provider settlements computed so far.",
+			Help: "Money of the two latest closing or settled cycles, by currency and part (gross, commission, tax_withheld, net, " +
+				"and gross_unsettled: the gross of the providers not settled yet), in currency units.",
 			Query: `select s.cycle_id, s.currency, v.part, sum(v.amount)::float8
 				from (select cycle_id from settlement.cycles where status <> 'open' order by ends_at desc limit 2) c
 				join settlement.settlements s on s.cycle_id = c.cycle_id
-				cross join lateral (values ('gross', s.gross), ('commission', s.commission), ('tax_withheld', s.tax_withheld), ('net', s.net)) v(part, amount)
+				cross join lateral (values ('gross', s.gross), ('commission', s.commission), ('tax_withheld', s.tax_withheld), ('net', s.net),
+					('gross_unsettled', case when s.net is null then s.gross else 0 end)) v(part, amount)
 				where v.amount is not null
 				group by s.cycle_id, s.currency, v.part`,
 		},

@@ -527,8 +527,27 @@ func TestHeldProviderStaysPending(t *testing.T) {
 	if st := cycleStatus(t, f); st != domain.CycleClosing {
 		t.Fatalf("cycle with a held provider is %s, want closing", st)
 	}
+	// The totals' parts add up to the gross: the held provider's is
+	// unsettled (it counted in the gross and in no part, unexplained).
+	totals := func(want string, settled int32) {
+		t.Helper()
+		resp, err := f.s.api.GetSettlementCycle(ctx, &settlementv1.GetSettlementCycleRequest{CycleId: cycle1.ID})
+		if err != nil || len(resp.SettlementCycle.GetTotals()) == 0 || resp.SettlementCycle.Totals[0].Currency != "CNY" {
+			t.Fatalf("cycle: %v, %v", resp, err)
+		}
+		tot := resp.SettlementCycle.Totals[0]
+		parts := decimal.Zero
+		for _, p := range []string{tot.Commission, tot.TaxWithheld, tot.Net, tot.GrossUnsettled} {
+			parts = parts.Add(decimal.RequireFromString(p))
+		}
+		if tot.GrossUnsettled != want || tot.ProvidersSettled != settled || tot.Providers != 3 || !parts.Equal(decimal.RequireFromString(tot.Gross)) {
+			t.Fatalf("totals %v: want gross_unsettled %s, %d of 3 providers settled, the parts adding up to the gross", tot, want, settled)
+		}
+	}
+	totals("1033.33", 2)
 	// Release: the provider child runs again (here in the test environment).
 	releaseAndSettle(t, f, "p-00001")
+	totals("0.00", 3)
 	if b := f.ledger.Balance(domain.PendingAccount("p-00001", cycle1.ID), "CNY"); !b.IsZero() {
 		t.Fatalf("released provider's pending = %s, want 0", b)
 	}

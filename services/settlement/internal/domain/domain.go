@@ -183,7 +183,8 @@ type Settled struct {
 type Total struct {
 	Currency                    string
 	Gross, Commission, Tax, Net decimal.Decimal
-	Providers                   int
+	GrossUnsettled              decimal.Decimal // of the providers not settled yet
+	Providers, ProvidersSettled int
 }
 
 // Cycle is a cycle row with its totals.

@@ -79,11 +79,13 @@ func toProtoCycle(c domain.Cycle) *settlementv1.SettlementCycle {
 	for _, t := range c.Totals {
 		cur, err := money.Lookup(t.Currency)
 		f := func(d interface{ String() string }) string { return d.String() }
-		tot := &settlementv1.CycleTotal{Currency: t.Currency, Providers: int32(t.Providers)}
+		tot := &settlementv1.CycleTotal{Currency: t.Currency, Providers: int32(t.Providers), ProvidersSettled: int32(t.ProvidersSettled)}
 		if err == nil {
 			tot.Gross, tot.Commission, tot.TaxWithheld, tot.Net = cur.Format(t.Gross), cur.Format(t.Commission), cur.Format(t.Tax), cur.Format(t.Net)
+			tot.GrossUnsettled = cur.Format(t.GrossUnsettled)
 		} else {
 			tot.Gross, tot.Commission, tot.TaxWithheld, tot.Net = f(t.Gross), f(t.Commission), f(t.Tax), f(t.Net)
+			tot.GrossUnsettled = f(t.GrossUnsettled)
 		}
 		out.Totals = append(out.Totals, tot)
 	}

@@ -29,15 +29,19 @@ const (
 
 // Totals of a cycle in one currency.
 type CycleTotal struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
-	Gross         string                 `protobuf:"bytes,2,opt,name=gross,proto3" json:"gross,omitempty"`
-	Commission    string                 `protobuf:"bytes,3,opt,name=commission,proto3" json:"commission,omitempty"`
-	TaxWithheld   string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	Net           string                 `protobuf:"bytes,5,opt,name=net,proto3" json:"net,omitempty"`
-	Providers     int32                  `protobuf:"varint,6,opt,name=providers,proto3" json:"providers,omitempty"` // providers settled (or to settle) in this currency
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Currency    string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	Gross       string                 `protobuf:"bytes,2,opt,name=gross,proto3" json:"gross,omitempty"`
+	Commission  string                 `protobuf:"bytes,3,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net         string                 `protobuf:"bytes,5,opt,name=net,proto3" json:"net,omitempty"`
+	Providers   int32                  `protobuf:"varint,6,opt,name=providers,proto3" json:"providers,omitempty"` // providers settled (or to settle) in this currency
+	// The gross of the providers not settled yet (held, failed, or in
+	// progress): gross = commission + tax_withheld + net + gross_unsettled.
+	GrossUnsettled   string `protobuf:"bytes,7,opt,name=gross_unsettled,json=grossUnsettled,proto3" json:"gross_unsettled,omitempty"`
+	ProvidersSettled int32  `protobuf:"varint,8,opt,name=providers_settled,json=providersSettled,proto3" json:"providers_settled,omitempty"` // of providers, those settled
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CycleTotal) Reset() {
@@ -108,6 +112,20 @@ func (x *CycleTotal) GetNet() string {
 func (x *CycleTotal) GetProviders() int32 {
 	if x != nil {
 		return x.Providers
+	}
+	return 0
+}
+
+func (x *CycleTotal) GetGrossUnsettled() string {
+	if x != nil {
+		return x.GrossUnsettled
+	}
+	return ""
+}
+
+func (x *CycleTotal) GetProvidersSettled() int32 {
+	if x != nil {
+		return x.ProvidersSettled
 	}
 	return 0
 }
@@ -1127,7 +1145,7 @@ var File_gpubill_settlement_v1_settlement_proto protoreflect.FileDescriptor
 
 const file_gpubill_settlement_v1_settlement_proto_rawDesc = "" +
 	"\n" +
-	"&gpubill/settlement/v1/settlement.proto\x12\x15gpubill.settlement.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"&gpubill/settlement/v1/settlement.proto\x12\x15gpubill.settlement.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
 	"\n" +
 	"CycleTotal\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
@@ -1137,7 +1155,9 @@ const file_gpubill_settlement_v1_settlement_proto_rawDesc = "" +
 	"commission\x12!\n" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\x10\n" +
 	"\x03net\x18\x05 \x01(\tR\x03net\x12\x1c\n" +
-	"\tproviders\x18\x06 \x01(\x05R\tproviders\"\x9a\x03\n" +
+	"\tproviders\x18\x06 \x01(\x05R\tproviders\x12'\n" +
+	"\x0fgross_unsettled\x18\a \x01(\tR\x0egrossUnsettled\x12+\n" +
+	"\x11providers_settled\x18\b \x01(\x05R\x10providersSettled\"\x9a\x03\n" +
 	"\x0fSettlementCycle\x12\x19\n" +
 	"\bcycle_id\x18\x01 \x01(\tR\acycleId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x127\n" +

@@ -384,7 +384,8 @@ func (s *Store) ListCycles(ctx context.Context, status, before string, limit int
 }
 
 // totals sums each cycle's settled rows per currency (gross and providers
-// count every row, settled or still to settle).
+// count every row, settled or still to settle; the gross of those still to
+// settle is apart, so the parts add up to the gross).
 func (s *Store) totals(ctx context.Context, cs []*domain.Cycle) error {
 	if len(cs) == 0 {
 		return nil
@@ -396,7 +397,8 @@ func (s *Store) totals(ctx context.Context, cs []*domain.Cycle) error {
 		byID[c.ID] = c
 	}
 	rows, err := s.Pool.Query(ctx, `select cycle_id, currency, sum(gross), coalesce(sum(commission), 0),
-			coalesce(sum(tax_withheld), 0), coalesce(sum(net), 0), count(*)
+			coalesce(sum(tax_withheld), 0), coalesce(sum(net), 0), count(*),
+			coalesce(sum(gross) filter (where net is null), 0), count(*) filter (where net is not null)
 		from settlement.settlements where cycle_id = any($1) group by cycle_id, currency order by cycle_id, currency`, ids)
 	if err != nil {
 		return err
@@ -405,7 +407,7 @@ func (s *Store) totals(ctx context.Context, cs []*domain.Cycle) error {
 	for rows.Next() {
 		var id string
 		var t domain.Total
-		if err := rows.Scan(&id, &t.Currency, &t.Gross, &t.Commission, &t.Tax, &t.Net, &t.Providers); err != nil {
+		if err := rows.Scan(&id, &t.Currency, &t.Gross, &t.Commission, &t.Tax, &t.Net, &t.Providers, &t.GrossUnsettled, &t.ProvidersSettled); err != nil {
 			return err
 		}
 		byID[id].Totals = append(byID[id].Totals, t)
