@@ -161,7 +161,16 @@ func (m Minimums) Gate(in GateInput) (status, reason string) {
 
 // UnderMinimumReason is the reason of a payout under the minimum.
 func UnderMinimumReason(min decimal.Decimal, currency string) string {
-	return fmt.Sprintf("under minimum %s %s: stays available and joins the next payout", min.StringFixed(2), currency)
+	return fmt.Sprintf("under minimum %s %s: stays available and joins the next payout", inCurrency(min, currency), currency)
+}
+
+// inCurrency is an amount with its currency's minor units (two decimals
+// printed 0.004 ETH as 0.00, and 99.999999 USDC as 100.00).
+func inCurrency(d decimal.Decimal, currency string) string {
+	if c, err := money.Lookup(currency); err == nil {
+		return c.Format(d)
+	}
+	return d.String()
 }
 
 // ReasonInsufficientAvailable starts the reason of a payout that waits
@@ -172,7 +181,7 @@ const ReasonInsufficientAvailable = "insufficient_available"
 // InsufficientAvailableReason is the reason of a payout available does not cover.
 func InsufficientAvailableReason(available, net decimal.Decimal, currency string) string {
 	return fmt.Sprintf("%s: available %s %s does not cover the payout's %s; it waits until it does",
-		ReasonInsufficientAvailable, available.StringFixed(2), currency, net.StringFixed(2))
+		ReasonInsufficientAvailable, inCurrency(available, currency), currency, inCurrency(net, currency))
 }
 
 // ReasonLedgerRefused starts the reason of a payout that waits because the

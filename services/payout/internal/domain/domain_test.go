@@ -163,3 +163,20 @@ func TestMethodMasked(t *testing.T) {
 		t.Error("short identifiers")
 	}
 }
+
+// A status reason names amounts in their currency's minor units: two
+// decimals printed a 0.004 ETH payout as 0.00, and 99.999999 USDC as 100.00
+// beside a payout of 100.000000.
+func TestReasonsInTheCurrencysUnits(t *testing.T) {
+	d := decimal.RequireFromString
+	for _, tt := range []struct{ got, want string }{
+		{InsufficientAvailableReason(d("99.999999"), d("100"), "USDC"), "available 99.999999 USDC does not cover the payout's 100.000000"},
+		{InsufficientAvailableReason(d("0.001"), d("0.004"), "ETH"), "available 0.001"},
+		{UnderMinimumReason(d("5000"), "JPY"), "under minimum 5000 JPY"},
+		{UnderMinimumReason(d("100"), "CNY"), "under minimum 100.00 CNY"},
+	} {
+		if !strings.Contains(tt.got, tt.want) {
+			t.Errorf("%q, want it to read %q", tt.got, tt.want)
+		}
+	}
+}
