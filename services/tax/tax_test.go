@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
@@ -769,5 +770,38 @@ func TestListRemittancesPages(t *testing.T) {
 		if _, err := s.api.ListRemittances(finance, bad); code(err) != codes.InvalidArgument {
 			t.Errorf("ListRemittances(%v) = %v, want InvalidArgument", bad, err)
 		}
+	}
+}
+
+// A quote naming its provider applies the provider's own rule set
+// selection, as the provider's settlement does: it applied the
+// jurisdiction's, 150.00 of tax on a gross its statement then withheld
+// 0.00 from.
+func TestQuoteAppliesTheProvidersSelection(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t) // 2026-02-20
+	known(t, s, "p-sel", "individual", "CN", 1)
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{ProviderId: "p-sel", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	quote := func(provider string) (*taxv1.QuoteWithholdingResponse, error) {
+		return s.api.QuoteWithholding(as(auth.RoleAdmin, ""), &taxv1.QuoteWithholdingRequest{Currency: "CNY", Gross: "1000.00",
+			CommissionRate: "0.25", TaxProfile: "individual", Jurisdiction: "CN", ProviderId: provider,
+			UsageEnd: timestamppb.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))})
+	}
+	settled, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{ProviderId: "p-sel", CycleId: "cyc-20260215",
+		Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25", IdempotencyKey: "k-sel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := quote("p-sel")
+	if err != nil || got.RuleSet != settled.RuleSet || got.TaxWithheld != settled.TaxWithheld || got.TaxWithheld != "0.00" {
+		t.Fatalf("p-sel's quote: %v, %v; its settlement withholds %s under %s", got, err, settled.TaxWithheld, settled.RuleSet)
+	}
+	if got, err := quote(""); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Fatalf("a quote of no provider: %v, %v; want CN's flat20, 150.00", got, err)
+	}
+	if _, err := quote("p-sel "); code(err) != codes.InvalidArgument {
+		t.Fatalf("a provider id outside the grammar: %v, want InvalidArgument", err)
 	}
 }

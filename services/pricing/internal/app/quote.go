@@ -8,6 +8,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
@@ -25,6 +26,7 @@ type QuoteInput struct {
 	ProviderTier, TaxProfile   string
 	ProviderPUE                string
 	Jurisdiction               string // the provider's; "" = the tax service's default
+	ProviderID                 string // optional: its own tax rule set selection applies
 }
 
 // QuoteLine is one priced part of a quote.
@@ -92,7 +94,7 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	var lt domain.LeaseTotal
 	gross := lt.Add(q.cur, total)
 	sq, err := a.Splits.QuoteSplit(ctx, SplitRequest{Currency: q.cur.Code, Gross: gross, CommissionRate: q.rate,
-		TaxProfile: q.profile, Jurisdiction: q.juris, UsageEnd: q.usage.End})
+		TaxProfile: q.profile, Jurisdiction: q.juris, UsageEnd: q.usage.End, ProviderID: in.ProviderID})
 	if err != nil {
 		return QuoteResult{}, fmt.Errorf("quote split: %w", err)
 	}
@@ -153,6 +155,11 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 		d, err := money.ParseDecimal(in.ProviderPUE)
 		v.Check(err == nil && d.GreaterThanOrEqual(decimal.NewFromInt(1)), "provider_pue", "%q is not a decimal >= 1", in.ProviderPUE)
 		pue = &d
+	}
+	if in.ProviderID != "" {
+		if err := ids.CheckPartyID(in.ProviderID); err != nil {
+			v.Add("provider_id", "%v", err)
+		}
 	}
 	if err := v.Err(); err != nil {
 		return quoteRequest{}, err

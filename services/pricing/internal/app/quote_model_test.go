@@ -86,3 +86,29 @@ func TestQuoteUnderAMicrosecond(t *testing.T) {
 		t.Errorf("a microsecond's quote: %v", err)
 	}
 }
+
+// askedSplit records the split request it answers.
+type askedSplit struct{ got *SplitRequest }
+
+func (s askedSplit) QuoteSplit(ctx context.Context, r SplitRequest) (SplitQuote, error) {
+	*s.got = r
+	return halfSplit{}.QuoteSplit(ctx, r)
+}
+
+// A quote naming its provider asks the tax split for that provider (its own
+// rule set selection applies, as at its settlement); one outside the id
+// grammar is a 400 naming provider_id.
+func TestQuoteNamesItsProviderToTheSplit(t *testing.T) {
+	t.Parallel()
+	a, start := quoteApp()
+	var asked SplitRequest
+	a.Splits = askedSplit{got: &asked}
+	in := QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "1", StartTime: &start, ProviderID: "p-sel"}
+	if _, err := a.Quote(context.Background(), in); err != nil || asked.ProviderID != "p-sel" {
+		t.Fatalf("quote: %v; the split was asked for provider %q, want p-sel", err, asked.ProviderID)
+	}
+	in.ProviderID = "p sel"
+	if _, err := a.Quote(context.Background(), in); !errors.As(err, new(*apperr.InvalidError)) {
+		t.Fatalf("provider id outside the grammar: %v, want invalid", err)
+	}
+}

@@ -13,6 +13,7 @@ type SplitRequest struct {
 	Gross, CommissionRate    decimal.Decimal
 	TaxProfile, Jurisdiction string // "" = individual / the default jurisdiction
 	UsageEnd                 time.Time
+	ProviderID               string // optional: its own rule set selection applies
 }
 
 // SplitQuote is the split and the withholding rule version that made it.

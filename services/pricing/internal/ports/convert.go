@@ -51,7 +51,8 @@ func rateCardPB(c domain.StoredCard) *pricingv1.RateCard {
 // quoteInput converts the wire request to the use case's input.
 func quoteInput(r *pricingv1.CreateQuoteRequest) app.QuoteInput {
 	in := app.QuoteInput{Currency: r.Currency, GPUModel: r.GpuModel, Region: r.Region, GPUCount: r.GpuCount, Hours: r.Hours,
-		ProviderTier: r.ProviderTier, TaxProfile: r.TaxProfile, ProviderPUE: r.ProviderPue, Jurisdiction: r.Jurisdiction}
+		ProviderTier: r.ProviderTier, TaxProfile: r.TaxProfile, ProviderPUE: r.ProviderPue, Jurisdiction: r.Jurisdiction,
+		ProviderID: r.ProviderId}
 	if r.StartTime != nil {
 		t := r.StartTime.AsTime()
 		in.StartTime = &t

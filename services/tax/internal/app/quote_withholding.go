@@ -18,6 +18,7 @@ type QuoteRequest struct {
 	Currency, Gross, CommissionRate string
 	TaxProfile, Jurisdiction        string // "" = individual / DefaultJurisdiction
 	UsageEnd                        time.Time
+	ProviderID                      string // optional: its own rule set selection applies
 }
 
 // QuoteWithholding splits gross with the commission rate given and the
@@ -37,6 +38,11 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	rate, rerr := money.ParseDecimal(r.CommissionRate)
 	v.Check(rerr == nil && !rate.IsNegative() && rate.LessThanOrEqual(decimal.NewFromInt(1)), "commission_rate", "want a decimal fraction in 0..1")
 	v.Check(!r.UsageEnd.IsZero(), "usage_end", "required")
+	if r.ProviderID != "" {
+		if err := ids.CheckPartyID(r.ProviderID); err != nil {
+			v.Add("provider_id", "%v", err)
+		}
+	}
 	if err := v.Err(); err != nil {
 		return domain.Withholding{}, err
 	}
@@ -45,7 +51,10 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
 	}
 	cy := a.Calendar.ForUsageEnd(r.UsageEnd)
-	version, err := a.Store.RuleAt(ctx, "", "", jurisdiction, cy.End.Add(-1))
+	// As the provider's settlement would (ComputeWithholding): its own
+	// selection first. Without it a quote applied the jurisdiction's, 150.00
+	// of tax on a gross the statement then withheld 0.00 from.
+	version, err := a.Store.RuleAt(ctx, "", r.ProviderID, jurisdiction, cy.End.Add(-1))
 	if err != nil {
 		return domain.Withholding{}, err
 	}

@@ -332,7 +332,7 @@ func (s *Server) QuoteWithholding(ctx context.Context, req *taxv1.QuoteWithholdi
 		end = req.UsageEnd.AsTime()
 	}
 	q, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
-		TaxProfile: req.TaxProfile, Jurisdiction: req.Jurisdiction, UsageEnd: end})
+		TaxProfile: req.TaxProfile, Jurisdiction: req.Jurisdiction, UsageEnd: end, ProviderID: req.ProviderId})
 	if err != nil {
 		return nil, err
 	}

@@ -712,17 +712,20 @@ func (x *GetRateCardResponse) GetRateCard() *RateCard {
 }
 
 type CreateQuoteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GpuModel      string                 `protobuf:"bytes,1,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
-	GpuCount      int32                  `protobuf:"varint,2,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
-	Hours         string                 `protobuf:"bytes,3,opt,name=hours,proto3" json:"hours,omitempty"` // decimal
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	Currency      string                 `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
-	ProviderTier  string                 `protobuf:"bytes,6,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"` // standard | pro | partner
-	TaxProfile    string                 `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`       // individual | enterprise
-	Region        string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                                 // optional
-	ProviderPue   string                 `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`    // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
-	Jurisdiction  string                 `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                    // optional: the provider's tax jurisdiction (selects its rule set); default CN
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	GpuModel     string                 `protobuf:"bytes,1,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	GpuCount     int32                  `protobuf:"varint,2,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	Hours        string                 `protobuf:"bytes,3,opt,name=hours,proto3" json:"hours,omitempty"` // decimal
+	StartTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	Currency     string                 `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
+	ProviderTier string                 `protobuf:"bytes,6,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"` // standard | pro | partner
+	TaxProfile   string                 `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`       // individual | enterprise
+	Region       string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                                 // optional
+	ProviderPue  string                 `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`    // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
+	Jurisdiction string                 `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                    // optional: the provider's tax jurisdiction (selects its rule set); default CN
+	// optional: the provider's own tax rule set selection applies (as at its
+	// settlement), else its jurisdiction's
+	ProviderId    string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -823,6 +826,13 @@ func (x *CreateQuoteRequest) GetProviderPue() string {
 func (x *CreateQuoteRequest) GetJurisdiction() string {
 	if x != nil {
 		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *CreateQuoteRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
 	}
 	return ""
 }
@@ -1297,7 +1307,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\frate_card_id\x18\x01 \x01(\tR\n" +
 	"rateCardId\"P\n" +
 	"\x13GetRateCardResponse\x129\n" +
-	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\xe0\x02\n" +
+	"\trate_card\x18\x01 \x01(\v2\x1c.gpubill.pricing.v1.RateCardR\brateCard\"\x81\x03\n" +
 	"\x12CreateQuoteRequest\x12\x1b\n" +
 	"\tgpu_model\x18\x01 \x01(\tR\bgpuModel\x12\x1b\n" +
 	"\tgpu_count\x18\x02 \x01(\x05R\bgpuCount\x12\x14\n" +
@@ -1311,7 +1321,9 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\x06region\x18\b \x01(\tR\x06region\x12!\n" +
 	"\fprovider_pue\x18\t \x01(\tR\vproviderPue\x12\"\n" +
 	"\fjurisdiction\x18\n" +
-	" \x01(\tR\fjurisdiction\"\xa7\x01\n" +
+	" \x01(\tR\fjurisdiction\x12\x1f\n" +
+	"\vprovider_id\x18\v \x01(\tR\n" +
+	"providerId\"\xa7\x01\n" +
 	"\tQuoteLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04band\x18\x02 \x01(\tR\x04band\x12\x1b\n" +

@@ -1677,6 +1677,7 @@ type QuoteWithholdingRequest struct {
 	TaxProfile     string                 `protobuf:"bytes,4,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`             // individual | enterprise; "" = individual
 	Jurisdiction   string                 `protobuf:"bytes,5,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                           // "" = CN
 	UsageEnd       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=usage_end,json=usageEnd,proto3" json:"usage_end,omitempty"`                   // the rule in force at the end of this usage's cycle applies
+	ProviderId     string                 `protobuf:"bytes,7,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`             // optional: the provider's own rule set selection applies, else the jurisdiction's
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1751,6 +1752,13 @@ func (x *QuoteWithholdingRequest) GetUsageEnd() *timestamppb.Timestamp {
 		return x.UsageEnd
 	}
 	return nil
+}
+
+func (x *QuoteWithholdingRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
 }
 
 type QuoteWithholdingResponse struct {
@@ -2008,7 +2016,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
 	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\x126\n" +
-	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\"\xf2\x01\n" +
+	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\"\x93\x02\n" +
 	"\x17QuoteWithholdingRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05gross\x18\x02 \x01(\tR\x05gross\x12'\n" +
@@ -2016,7 +2024,9 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\vtax_profile\x18\x04 \x01(\tR\n" +
 	"taxProfile\x12\"\n" +
 	"\fjurisdiction\x18\x05 \x01(\tR\fjurisdiction\x127\n" +
-	"\tusage_end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\busageEnd\"\xc9\x01\n" +
+	"\tusage_end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\busageEnd\x12\x1f\n" +
+	"\vprovider_id\x18\a \x01(\tR\n" +
+	"providerId\"\xc9\x01\n" +
 	"\x18QuoteWithholdingResponse\x12\x1e\n" +
 	"\n" +
 	"commission\x18\x01 \x01(\tR\n" +

@@ -27,7 +27,7 @@ func (c Client) QuoteSplit(ctx context.Context, r app.SplitRequest) (app.SplitQu
 	}
 	resp, err := c.Tax.QuoteWithholding(ctx, &taxv1.QuoteWithholdingRequest{Currency: cur.Code, Gross: cur.Format(r.Gross),
 		CommissionRate: r.CommissionRate.String(), TaxProfile: r.TaxProfile, Jurisdiction: r.Jurisdiction,
-		UsageEnd: timestamppb.New(r.UsageEnd)})
+		UsageEnd: timestamppb.New(r.UsageEnd), ProviderId: r.ProviderID})
 	if err != nil {
 		return app.SplitQuote{}, fmt.Errorf("tax QuoteWithholding: %w", err)
 	}
