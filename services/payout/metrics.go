@@ -14,9 +14,13 @@ func Metrics() []obs.SQLMetric {
 		Help:  "Payouts by current status and currency (failed ones wait for an operator's retry or cancel).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
 	}, {
+		// A payout that joined a later one (absorbed_into) is canceled and
+		// its net is in that one's: counted twice, 60.00 read as canceled
+		// money stranded in available beside the 180.00 paid that held it.
 		Name: "gpubill_payout_amount", Type: obs.Gauge, Labels: []string{"status", "currency"},
-		Help:  "Net amount of the payouts by current status and currency, in currency units.",
-		Query: `select status, currency, sum(net)::float8 from payout.payouts group by status, currency`,
+		Help: "Net amount of the payouts by current status and currency, in currency units (a payout that joined a later one " +
+			"counts in that one).",
+		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
 	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
 		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
