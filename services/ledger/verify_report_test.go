@@ -141,3 +141,64 @@ func TestVerifyDetectsAlteredCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A journal recorded before breaches were classified by kind (a finance
+// entry of the sweep's shape recorded as no breach) verifies under the rule
+// it was recorded by, as a snapshot of that version restored does; the
+// backfill at start-up records the breach, and verify then applies the
+// rule by kind. Verify named the old journal's entry "altered", and
+// restore refused the snapshot.
+func TestVerifyAppliesTheRuleTheBreachesWereRecordedUnder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "100.00", "CNY", "d1")
+	sweep, err := f.app.CreateTransaction(f.ctx, transfer("finance-sweep", "bank:operating", "bank:client", "5.00", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chainAll(t, f)
+	// As the version before recorded it: no breach, no by-kind backfill.
+	for _, q := range []string{
+		`alter table ledger.segregation_breaches disable trigger segregation_breaches_immutable`,
+		`delete from ledger.segregation_breaches where tx_id = '` + sweep.ID + `'`,
+		`alter table ledger.segregation_breaches enable trigger segregation_breaches_immutable`,
+		`delete from ledger.report_backfills where name = 'segregation_breaches_by_kind'`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+		t.Fatalf("a journal recorded by shape, before migration 0019: %+v, %v; want ok", res, err)
+	}
+	// Migration 0019, then the start-up backfill.
+	if _, err := f.pool.Exec(f.ctx, `insert into ledger.report_backfills (name) values ('segregation_breaches_by_kind')`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+		t.Fatalf("migrated, not backfilled yet: %+v, %v; want ok", res, err)
+	}
+	if err := f.svc.Reports().Store.BackfillBreaches(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.segregation_breaches where tx_id = $1`, sweep.ID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("backfilled %d breaches of finance's sweep (%v), want 1", n, err)
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+		t.Fatalf("backfilled: %+v, %v; want ok", res, err)
+	}
+	// Under the rule by kind a removed breach of that entry is named.
+	for _, q := range []string{
+		`alter table ledger.segregation_breaches disable trigger segregation_breaches_immutable`,
+		`delete from ledger.segregation_breaches where tx_id = '` + sweep.ID + `'`,
+		`alter table ledger.segregation_breaches enable trigger segregation_breaches_immutable`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || res.OK || res.BadReportRecord == "" {
+		t.Fatalf("the backfilled breach removed: %+v, %v; want it named", res, err)
+	}
+}

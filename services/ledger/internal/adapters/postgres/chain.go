@@ -208,6 +208,10 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 	prev := domain.GenesisHash
 	after := int64(0)
 	var breachTx, breachReason string // the first chained transaction whose recorded breaches differ
+	rule, err := breachRuleOf(ctx, q)
+	if err != nil {
+		return res, err
+	}
 	for {
 		links, err := readLinks(ctx, q, after)
 		if err != nil {
@@ -229,7 +233,7 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 			byID[t.ID] = t
 		}
 		if breachTx == "" && len(txs) == len(ids) {
-			if breachTx, breachReason, err = breachMismatch(ctx, q, ids, byID); err != nil {
+			if breachTx, breachReason, err = breachMismatch(ctx, q, ids, byID, rule); err != nil {
 				return res, err
 			}
 		}
@@ -256,7 +260,7 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 			res.HeadHash = hex.EncodeToString(l.hash)
 		}
 	}
-	res, err := verifyBeyondTheChain(ctx, q, res)
+	res, err = verifyBeyondTheChain(ctx, q, res)
 	if err != nil || !res.OK {
 		return res, err
 	}

@@ -126,17 +126,29 @@ func insertBreaches(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) e
 // backfillPage is how many transactions the one-time breach backfill loads at once.
 const backfillPage = 1000
 
+// The backfills of recorded breaches: of the transactions posted before
+// breaches were recorded when posted (migration 0008), and again of every
+// transaction once breaches are classified by kind (migration 0019: a
+// finance entry of a sanctioned shape, recorded as none before, is one).
+const (
+	backfillBreaches       = "segregation_breaches"
+	backfillBreachesByKind = "segregation_breaches_by_kind"
+)
+
 // BackfillBreaches classifies, once, the transactions posted before breaches
-// were recorded when posted: only transactions touching a house account can
-// cross pools. Idempotent (rows are keyed by transaction and position).
+// were recorded when posted, or under the rule by shape: only transactions
+// touching a house account can cross pools. The rule by kind names a breach
+// wherever the rule by shape did, so a transaction with breaches recorded
+// keeps them. Idempotent (rows are keyed by transaction and position).
 func (r *Reports) BackfillBreaches(ctx context.Context) error {
-	var done *time.Time
-	err := r.Pool.QueryRow(ctx, `select done_at from ledger.report_backfills where name = 'segregation_breaches'`).Scan(&done)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && done != nil) {
-		return nil
-	}
+	var pending int
+	err := r.Pool.QueryRow(ctx, `select count(*) from ledger.report_backfills where name = any($1) and done_at is null`,
+		[]string{backfillBreaches, backfillBreachesByKind}).Scan(&pending)
 	if err != nil {
 		return fmt.Errorf("breach backfill state: %w", err)
+	}
+	if pending == 0 {
+		return nil
 	}
 	rows, err := r.Pool.Query(ctx, `select distinct tx_id::text from ledger.postings
 		where account = any($1::text[])`, []string{domain.BankOperating, domain.PlatformCommission})
@@ -168,7 +180,8 @@ func (r *Reports) BackfillBreaches(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err = r.Pool.Exec(ctx, `update ledger.report_backfills set done_at = now() where name = 'segregation_breaches'`)
+	_, err = r.Pool.Exec(ctx, `update ledger.report_backfills set done_at = now() where name = any($1) and done_at is null`,
+		[]string{backfillBreaches, backfillBreachesByKind})
 	return err
 }
 

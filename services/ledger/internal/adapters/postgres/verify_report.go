@@ -18,10 +18,30 @@ import (
 // the journal, so an edited, removed or inserted row is named: each changed
 // every report that read it while verify said ok.
 
+// BreachRule classifies a transaction's segregation breaches.
+type BreachRule func(*domain.Transaction) []domain.Breach
+
+// breachRuleOf is the rule the journal's breaches were recorded under: by
+// kind once migration ledger/0019's backfill has classified the journal
+// again, by shape before (a snapshot of an earlier version, restored).
+func breachRuleOf(ctx context.Context, q Querier) (BreachRule, error) {
+	var done bool
+	err := q.QueryRow(ctx, `select done_at is not null from ledger.report_backfills where name = $1`, backfillBreachesByKind).Scan(&done)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return domain.SegregationBreachesByShape, nil
+	case err != nil:
+		return nil, fmt.Errorf("breach rule: %w", err)
+	case done:
+		return domain.SegregationBreaches, nil
+	}
+	return domain.SegregationBreachesByShape, nil
+}
+
 // breachMismatch compares the breaches recorded for a batch of chained
 // transactions with those their postings give, and describes the first
 // difference ("" for none).
-func breachMismatch(ctx context.Context, q Querier, ids []string, byID map[string]*domain.Transaction) (id, reason string, err error) {
+func breachMismatch(ctx context.Context, q Querier, ids []string, byID map[string]*domain.Transaction, rule BreachRule) (id, reason string, err error) {
 	rows, err := q.Query(ctx, `select tx_id::text, seq, account, currency, from_pool, to_pool, amount::text, reason, effective_at, created_at
 		from ledger.segregation_breaches where tx_id = any($1::uuid[]) order by tx_id, seq`, ids)
 	if err != nil {
@@ -50,7 +70,7 @@ func breachMismatch(ctx context.Context, q Querier, ids []string, byID map[strin
 		return "", "", fmt.Errorf("read recorded breaches: %w", err)
 	}
 	for _, id := range ids {
-		if reason := breachDiff(byID[id], recorded[id]); reason != "" {
+		if reason := breachDiff(byID[id], recorded[id], rule); reason != "" {
 			return id, reason, nil
 		}
 	}
@@ -59,8 +79,8 @@ func breachMismatch(ctx context.Context, q Querier, ids []string, byID map[strin
 
 // breachDiff describes how the recorded breaches differ from those t's
 // postings give ("" when they agree).
-func breachDiff(t *domain.Transaction, got []domain.RecordedBreach) string {
-	want := domain.SegregationBreaches(t)
+func breachDiff(t *domain.Transaction, got []domain.RecordedBreach, rule BreachRule) string {
+	want := rule(t)
 	if len(got) != len(want) {
 		return fmt.Sprintf("%d breach(es) recorded for the transaction; its postings give %d (ledger.segregation_breaches altered)", len(got), len(want))
 	}
