@@ -188,6 +188,12 @@ func TestPayoutPaths(t *testing.T) {
 	if first.AbsorbedInto != p.PayoutId {
 		t.Errorf("p-min first payout absorbed into %q, want %s", first.AbsorbedInto, p.PayoutId)
 	}
+	// Canceling the payout that joined another names that one (its money
+	// goes with it): a 200 read as stopped while it was paid.
+	if _, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: first.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), p.PayoutId) {
+		t.Errorf("cancel of a payout that joined %s: %v; want FailedPrecondition naming it", p.PayoutId, err)
+	}
 	// Its workflow, waiting at the gate (re-checked hourly), is woken and ends.
 	testkit.Eventually(t, waitLong, func() bool {
 		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), "payout-"+first.PayoutId, "")

@@ -22,6 +22,11 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 			return err
 		}
 		switch {
+		case p.Status == domain.StatusCanceled && p.AbsorbedInto != "":
+			// Its money goes with the payout it joined: a 200 here read as
+			// stopped while that one was paid.
+			return fmt.Errorf("payout %s joined payout %s, which carries its money: cancel %s: %w",
+				p.ID, p.AbsorbedInto, p.AbsorbedInto, apperr.ErrPrecondition)
 		case p.Status == domain.StatusCanceled:
 			return nil
 		case p.Submitting:

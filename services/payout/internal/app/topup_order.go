@@ -27,6 +27,9 @@ type Checkout interface {
 	// request to the rail). A currency the rail does not take is an
 	// *apperr.InvalidError.
 	Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (payURL string, expires time.Time, err error)
+	// CheckCurrency refuses a currency the rail does not take (an
+	// *apperr.InvalidError), before an order is kept under its key.
+	CheckCurrency(currency string) error
 }
 
 // TopUpOrder is a top-up a renter opened.
@@ -111,6 +114,11 @@ func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrde
 		v.Add("amount", "%s must be positive", in.Amount)
 	}
 	if err := v.Err(); err != nil {
+		return TopUpOrder{}, err
+	}
+	// Refused before the order is kept: kept, a request the rail then
+	// refused held its key for good, the corrected one a 409.
+	if err := rail.CheckCurrency(cur.Code); err != nil {
 		return TopUpOrder{}, err
 	}
 	t := TopUpOrder{ID: TopUpOrderID(in.RenterID, key), RenterID: in.RenterID, Rail: in.Rail, Currency: cur.Code, Amount: amount}

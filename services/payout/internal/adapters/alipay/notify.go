@@ -133,10 +133,18 @@ type Checkout struct {
 
 var _ app.Checkout = Checkout{}
 
+// CheckCurrency implements app.Checkout: Alipay takes yuan.
+func (ch Checkout) CheckCurrency(currency string) error {
+	if currency != ap.Currency {
+		return apperr.Invalid("currency", "Alipay top-ups are in %s, not %s", ap.Currency, currency)
+	}
+	return nil
+}
+
 // Order implements app.Checkout: the signed page-pay URL on the gateway.
 func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
-	if currency != ap.Currency {
-		return "", time.Time{}, apperr.Invalid("currency", "Alipay top-ups are in %s, not %s", ap.Currency, currency)
+	if err := ch.CheckCurrency(currency); err != nil {
+		return "", time.Time{}, err
 	}
 	u, _, err := ch.C.PagePayURL(renterID, amount, orderID)
 	if err != nil {

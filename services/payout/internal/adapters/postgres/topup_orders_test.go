@@ -21,6 +21,13 @@ type countingRail struct {
 	orders map[string]int
 }
 
+func (r *countingRail) CheckCurrency(currency string) error {
+	if currency != "CNY" {
+		return apperr.Invalid("currency", "CNY only, not %s", currency)
+	}
+	return nil
+}
+
 func (r *countingRail) Order(_ context.Context, _ string, _ decimal.Decimal, _, orderID string, opened time.Time) (string, time.Time, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -90,5 +97,15 @@ func TestTopUpKeyOpensOneOrder(t *testing.T) {
 	}
 	if _, err := o.Create(ctx, app.TopUpOrderInput{RenterID: "r-top", Rail: "wechatpay", Amount: "100.00", Currency: "CNY", IdempotencyKey: "k-2"}); err != nil {
 		t.Fatalf("another key on the other rail: %v", err)
+	}
+	// A currency the rail refuses keeps nothing under the key: the
+	// corrected request is answered (it was a 409 naming the refused one).
+	wrong := app.TopUpOrderInput{RenterID: "r-top", Rail: "alipay", Amount: "100.00", Currency: "USD", IdempotencyKey: "k-3"}
+	if _, err := o.Create(ctx, wrong); !errors.As(err, new(*apperr.InvalidError)) {
+		t.Fatalf("USD on a CNY rail: %v, want invalid", err)
+	}
+	wrong.Currency = "CNY"
+	if _, err := o.Create(ctx, wrong); err != nil {
+		t.Fatalf("the corrected request under the same key: %v", err)
 	}
 }

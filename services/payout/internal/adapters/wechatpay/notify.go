@@ -207,10 +207,18 @@ func (ch Checkout) logRefusal(orderID string, err error) {
 
 var _ app.Checkout = Checkout{}
 
+// CheckCurrency implements app.Checkout: WeChat Pay takes yuan.
+func (ch Checkout) CheckCurrency(currency string) error {
+	if currency != wp.Currency {
+		return apperr.Invalid("currency", "WeChat Pay top-ups are in %s, not %s", wp.Currency, currency)
+	}
+	return nil
+}
+
 // Order implements app.Checkout: the Native order's code_url.
 func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
-	if currency != wp.Currency {
-		return "", time.Time{}, apperr.Invalid("currency", "WeChat Pay top-ups are in %s, not %s", wp.Currency, currency)
+	if err := ch.CheckCurrency(currency); err != nil {
+		return "", time.Time{}, err
 	}
 	// From when the key first opened the order: a retry a second later asked
 	// for another time_expire, other content under the same out_trade_no.
