@@ -211,7 +211,7 @@ func (d *devCmd) Run(e *env) error {
 	}()
 	lease, recv, err := d.leaseControl(log)
 	if err != nil {
-		return cmdline.UsageError{Err: err}
+		return err
 	}
 	if recv != nil {
 		defer recv.Close()
@@ -245,8 +245,11 @@ func (d *devCmd) Run(e *env) error {
 // closed), unless GPUBILL_LEASE_CONTROL_URL names another.
 func (d *devCmd) leaseControl(log *slog.Logger) (ledger.LeaseControlConfig, *simulate.LeaseReceiver, error) {
 	lease, err := ledger.LeaseControlConfigFromEnv()
-	if err != nil || !d.Simulate || lease.URL != "" {
-		return lease, nil, err
+	if err != nil {
+		return lease, nil, cmdline.UsageError{Err: err} // a setting; the receiver's failure below is not
+	}
+	if !d.Simulate || lease.URL != "" {
+		return lease, nil, nil
 	}
 	recv, err := simulate.NewLeaseReceiver(log.With("component", "simulate"))
 	if err != nil {
