@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -25,12 +26,18 @@ func TestInvoicesMonthlyWorkflow(t *testing.T) {
 	tests := []struct {
 		name       string
 		fired      time.Time
+		scheduled  time.Time // the schedule's nominal time (TemporalScheduledStartTime); zero: a run by hand
 		wantPeriod string
 		wantAt     time.Time
 	}{
-		{"01:00 on the 1st", time.Date(2026, 11, 1, 1, 0, 0, 0, sh), "2026-10", time.Date(2026, 11, 1, 1, 0, 0, 0, sh)},
-		{"a minute after midnight", time.Date(2026, 11, 1, 0, 1, 0, 0, sh), "2026-10", time.Date(2026, 11, 1, 0, 0, 0, 0, sh).Add(app.InvoicePeriodEndSlack)},
-		{"before the month's end", time.Date(2026, 10, 31, 23, 59, 0, 0, sh), "2026-09", time.Date(2026, 10, 31, 23, 59, 0, 0, sh)},
+		{"01:00 on the 1st", time.Date(2026, 11, 1, 1, 0, 0, 0, sh), time.Time{}, "2026-10", time.Date(2026, 11, 1, 1, 0, 0, 0, sh)},
+		{"a minute after midnight", time.Date(2026, 11, 1, 0, 1, 0, 0, sh), time.Time{}, "2026-10", time.Date(2026, 11, 1, 0, 0, 0, 0, sh).Add(app.InvoicePeriodEndSlack)},
+		{"before the month's end", time.Date(2026, 10, 31, 23, 59, 0, 0, sh), time.Time{}, "2026-09", time.Date(2026, 10, 31, 23, 59, 0, 0, sh)},
+		// Caught up after Temporal was down over the 1st: the month the
+		// schedule meant, not the one it started in (2026-12, and
+		// November never invoiced).
+		{"caught up on 5 January for 1 December", time.Date(2027, 1, 5, 3, 0, 0, 0, sh), time.Date(2026, 12, 1, 1, 0, 0, 0, sh),
+			"2026-11", time.Date(2027, 1, 5, 3, 0, 0, 0, sh)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +57,12 @@ func TestInvoicesMonthlyWorkflow(t *testing.T) {
 				return app.IssueResult{Period: period, Issued: 3}, nil
 			}, activity.RegisterOptions{Name: app.ActIssueInvoices})
 			env.SetStartTime(tt.fired)
+			if !tt.scheduled.IsZero() {
+				sa := temporal.NewSearchAttributes(temporal.NewSearchAttributeKeyTime("TemporalScheduledStartTime").ValueSet(tt.scheduled))
+				if err := env.SetTypedSearchAttributesOnStart(sa); err != nil {
+					t.Fatal(err)
+				}
+			}
 			env.ExecuteWorkflow(app.InvoicesMonthlyWorkflowName)
 			if err := env.GetWorkflowError(); err != nil {
 				t.Fatal(err)

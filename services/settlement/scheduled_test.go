@@ -134,6 +134,29 @@ func TestRemittanceMonthlyWorkflow(t *testing.T) {
 	}
 }
 
+// A monthly run Temporal caught up after an outage over the 1st (started
+// on 5 January for 1 December) remits the month the schedule meant,
+// November; from its own start it remitted December, November's
+// withholdings with them under December's period.
+func TestRemittanceMonthlyWorkflowCaughtUp(t *testing.T) {
+	t.Parallel()
+	sh := taxperiod.Default().Location()
+	var gotPeriod string
+	env := remitEnv(t, func(_ context.Context, period string) (app.RemittanceReport, error) {
+		gotPeriod = period
+		return app.RemittanceReport{Period: period}, nil
+	})
+	env.SetStartTime(time.Date(2027, 1, 5, 3, 0, 0, 0, sh))
+	sa := temporal.NewSearchAttributes(temporal.NewSearchAttributeKeyTime("TemporalScheduledStartTime").ValueSet(time.Date(2026, 12, 1, 2, 0, 0, 0, sh)))
+	if err := env.SetTypedSearchAttributesOnStart(sa); err != nil {
+		t.Fatal(err)
+	}
+	env.ExecuteWorkflow(app.RemittanceMonthlyWorkflowName)
+	if err := env.GetWorkflowError(); err != nil || gotPeriod != "2026-11" {
+		t.Fatalf("remitted %q (%v), want 2026-11", gotPeriod, err)
+	}
+}
+
 // remit-{period} started before its month has ended in the tax zone waits
 // for the end plus RemittancePeriodEndSlack, then remits; a run recorded
 // before tax periods had a zone (the change's DefaultVersion) keeps waiting

@@ -42,10 +42,10 @@ type Invoices struct {
 }
 
 // MonthlyWorkflow (InvoicesMonthly) issues the invoices of the month before
-// the one it was started in, once that month has ended plus
+// the one it was meant to start in (NominalStart), once that month has ended plus
 // InvoicePeriodEndSlack. Running it again for a month issues nothing new.
 func (iv Invoices) MonthlyWorkflow(ctx workflow.Context) (IssueResult, error) {
-	p := iv.Periods.Previous(workflow.GetInfo(ctx).WorkflowStartTime)
+	p := iv.Periods.Previous(NominalStart(ctx))
 	if wait := p.End.Add(InvoicePeriodEndSlack).Sub(workflow.Now(ctx)); wait > 0 {
 		if err := workflow.Sleep(ctx, wait); err != nil {
 			return IssueResult{}, err

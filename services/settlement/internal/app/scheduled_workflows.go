@@ -127,12 +127,28 @@ func CycleOpenerWorkflow(ctx workflow.Context) ([]string, error) {
 	return ids, nil
 }
 
+// scheduledStartKey is the search attribute Temporal sets on a schedule's
+// runs: when the schedule meant the run to start.
+var scheduledStartKey = temporal.NewSearchAttributeKeyTime("TemporalScheduledStartTime")
+
+// NominalStart is when a scheduled run was meant to start, or when a run
+// started by hand started. A run Temporal caught up after an outage over a
+// 1st (or a backfill) starts later: from its own start time both the
+// invoices and the remittance of December's 1st, run on 5 January, took
+// December, and November's were never made.
+func NominalStart(ctx workflow.Context) time.Time {
+	if t, ok := workflow.GetTypedSearchAttributes(ctx).GetTime(scheduledStartKey); ok && !t.IsZero() {
+		return t
+	}
+	return workflow.GetInfo(ctx).WorkflowStartTime
+}
+
 // MonthlyWorkflow (TaxRemittanceMonthly) remits the tax period before the
-// one it was started in as the child remit-{period}, and returns its
+// one it was meant to start in (NominalStart) as the child remit-{period}, and returns its
 // report. A remit-{period} already running is left to finish (empty
 // report).
 func (r Remittances) MonthlyWorkflow(ctx workflow.Context) (RemittanceReport, error) {
-	period := r.Periods.Previous(workflow.GetInfo(ctx).WorkflowStartTime).ID
+	period := r.Periods.Previous(NominalStart(ctx)).ID
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            RemittanceWorkflowID(period),
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, // a re-run remits nothing twice
