@@ -772,3 +772,23 @@ func TestImportsSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// A cutoff cut after its day (the service was down over it) asks the bank
+// to pay today: it asked for the day already past.
+func TestLateCutAsksForToday(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-late", "CNY", "150.00", bank("6222000011110001"))
+	f.clk.Set(day1.Add(23 * time.Hour)) // 2 Dec 09:00 in Shanghai, before that day's cutoff
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+		t.Fatal(err)
+	}
+	var exec time.Time
+	if err := f.r.Pool.QueryRow(ctx, `select execution_date from payout.bank_batches`).Scan(&exec); err != nil {
+		t.Fatal(err)
+	}
+	if got := exec.Format(time.DateOnly); got != "2026-12-02" {
+		t.Fatalf("the 1 Dec cutoff cut on 2 Dec asks for %s, want 2026-12-02", got)
+	}
+}

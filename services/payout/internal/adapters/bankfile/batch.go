@@ -50,7 +50,12 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 			id = existing
 			return err
 		}
+		// A cutoff cut late (the service was down over it) asks for today:
+		// its own day had passed, a date the bank may refuse or move.
 		exec := r.executionDate(cutoff)
+		if today := r.executionDate(r.Clock.Now()); exec.Before(today) {
+			exec = today
+		}
 		refs, cts, err := queuedTransfers(ctx, tx, cutoff, exec)
 		if err != nil {
 			return err
