@@ -99,7 +99,7 @@ func (d *Doc) Table(cols []Column, rows [][]string) {
 			if i < len(cells) {
 				text = cells[i]
 			}
-			d.pdf.CellFormat(c.Width*contentWidth, lineMM, d.tr(text), border, 0, align, false, 0, "")
+			FitCell(d.pdf, c.Width*contentWidth, lineMM, d.tr(text), border, 0, align)
 		}
 		d.pdf.Ln(-1)
 	}
@@ -112,6 +112,41 @@ func (d *Doc) Table(cols []Column, rows [][]string) {
 	for _, r := range rows {
 		row(r, "", "")
 	}
+}
+
+// minFitPt is the smallest font FitCell shrinks a cell's text to.
+const minFitPt = 4
+
+// FitSize is the font size, at most the current one and at least minFitPt,
+// at which text fits a cell w wide (its margins taken off).
+func FitSize(p *fpdf.Fpdf, text string, w float64) float64 {
+	pt, _ := p.GetFontSize()
+	room := w - 2*p.GetCellMargin()
+	width := p.GetStringWidth(text)
+	if width <= room || width == 0 {
+		return pt
+	}
+	// The width of a string scales with the font size.
+	return max(minFitPt, pt*room/width)
+}
+
+// FitCell writes a cell as CellFormat does (no fill, no link), its text in
+// a smaller font when it is wider than the cell (w 0: to the right
+// margin): an amount of 18 decimals
+// in a column sized for yuan printed over its neighbours' figures.
+func FitCell(p *fpdf.Fpdf, w, h float64, text, border string, ln int, align string) {
+	pt, _ := p.GetFontSize()
+	room := w
+	if room == 0 { // to the right margin, as CellFormat reads it
+		pageW, _ := p.GetPageSize()
+		_, _, right, _ := p.GetMargins()
+		room = pageW - right - p.GetX()
+	}
+	if size := FitSize(p, text, room); size < pt {
+		p.SetFontSize(size)
+		defer p.SetFontSize(pt)
+	}
+	p.CellFormat(w, h, text, border, ln, align, false, 0, "")
 }
 
 // Bytes finishes the document and returns it.

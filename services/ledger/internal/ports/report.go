@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/pdfdoc"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
@@ -256,7 +257,7 @@ func pdfTotals(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 		pdf.CellFormat(22, 5, l.Section, "", 0, "L", false, 0, "")
 		pdf.CellFormat(48, 5, clip(l.Account, 34), "", 0, "L", false, 0, "")
 		pdf.CellFormat(85, 5, clip(l.Description, 64), "", 0, "L", false, 0, "")
-		pdf.CellFormat(0, 5, l.Amount, "", 1, "R", false, 0, "")
+		pdfdoc.FitCell(pdf, 0, 5, l.Amount, "", 1, "R")
 	}
 }
 
@@ -357,7 +358,7 @@ func pdfClientRow(pdf *fpdf.Fpdf, cells []string, header bool) {
 		if j < 2 {
 			align = "L"
 		}
-		pdf.CellFormat(pdfClientWidths[j], height, v, border, 0, align, false, 0, "")
+		pdfdoc.FitCell(pdf, pdfClientWidths[j], height, v, border, 0, align)
 	}
 	pdf.Ln(-1)
 	if header {

@@ -1,0 +1,40 @@
+package pdfdoc
+
+import (
+	"testing"
+
+	"github.com/go-pdf/fpdf"
+)
+
+// An amount wider than its cell is written smaller, to fit: an ETH amount
+// (18 decimals) in a column sized for yuan printed over its neighbours'
+// figures. The font is as it was after the cell.
+func TestFitCellShrinksWhatDoesNotFit(t *testing.T) {
+	p := fpdf.New("P", "mm", "A4", "")
+	p.AddPage()
+	p.SetFont("Helvetica", "", 8)
+	p.SetCellMargin(cellPaddingMM)
+	const eth, cny, w = "123456.000000000000000001", "1234.56", 24.0
+	room := w - 2*cellPaddingMM
+	if p.GetStringWidth(eth) <= room {
+		t.Fatalf("the ETH amount is %.1f mm wide: it fits %.1f mm, the test shows nothing", p.GetStringWidth(eth), room)
+	}
+	size := FitSize(p, eth, w)
+	p.SetFontSize(size)
+	got := p.GetStringWidth(eth)
+	p.SetFontSize(8)
+	if size >= 8 || got > room+0.01 {
+		t.Fatalf("the ETH amount at %.2f pt is %.1f mm wide; the cell holds %.1f mm", size, got, room)
+	}
+	if size := FitSize(p, cny, w); size != 8 {
+		t.Fatalf("a yuan amount that fits: %.2f pt, want 8 (as it was)", size)
+	}
+	FitCell(p, w, 5, eth, "", 1, "R")
+	if pt, _ := p.GetFontSize(); pt != 8 {
+		t.Fatalf("after the cell the font is %.2f pt, want 8 again", pt)
+	}
+	FitCell(p, 0, 5, eth, "", 1, "R") // to the right margin: fits as it is
+	if pt, _ := p.GetFontSize(); pt != 8 || p.Err() {
+		t.Fatalf("a cell to the margin: font %.2f pt, %v", pt, p.Error())
+	}
+}
