@@ -355,6 +355,14 @@ func TestCertificatePerCurrency(t *testing.T) {
 	if _, err := get("EUR"); code(err) != codes.NotFound {
 		t.Errorf("EUR: %v, want NotFound", err)
 	}
+	// As every listing's ?currency=: spaces around a code are the code, an
+	// unknown one a 400 (both were a 404 naming no withholding).
+	if c, err := get(" usd "); err != nil || c.Currency != "USD" {
+		t.Errorf("\" usd \": %v, %v; want the USD certificate", c, err)
+	}
+	if _, err := get("XYZ"); code(err) != codes.InvalidArgument {
+		t.Errorf("XYZ: %v, want InvalidArgument", err)
+	}
 }
 
 // Paging walks every withholding once, in (cycle desc, currency) order, also

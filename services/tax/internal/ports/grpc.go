@@ -128,6 +128,13 @@ func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWi
 	var v apperr.Validator
 	v.Check(req.ProviderId != "", "provider_id", "required")
 	v.Check(req.CycleId != "", "cycle_id", "required")
+	currency := strings.ToUpper(strings.TrimSpace(req.Currency))
+	if currency != "" {
+		// As every listing's ?currency=: " jpy" and "XYZ" were a 404.
+		if _, err := money.Lookup(currency); err != nil {
+			v.Add("currency", "%v", err)
+		}
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -137,12 +144,12 @@ func (s *Server) GetWithholdingCertificate(ctx context.Context, req *taxv1.GetWi
 	if err != nil {
 		return nil, err
 	}
-	if req.Currency != "" {
-		ws = slices.DeleteFunc(ws, func(w domain.Withholding) bool { return w.Currency != strings.ToUpper(req.Currency) })
+	if currency != "" {
+		ws = slices.DeleteFunc(ws, func(w domain.Withholding) bool { return w.Currency != currency })
 	}
 	switch {
-	case len(ws) == 0 && req.Currency != "":
-		return nil, apperr.ToStatus(wrapNotFound("no " + strings.ToUpper(req.Currency) + " withholding for " + req.ProviderId + " in " + req.CycleId))
+	case len(ws) == 0 && currency != "":
+		return nil, apperr.ToStatus(wrapNotFound("no " + currency + " withholding for " + req.ProviderId + " in " + req.CycleId))
 	case len(ws) == 0:
 		return nil, apperr.ToStatus(wrapNotFound("no withholding for " + req.ProviderId + " in " + req.CycleId))
 	case len(ws) > 1:
