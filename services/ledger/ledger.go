@@ -174,6 +174,7 @@ func (s *Service) Policy() auth.Policy {
 		ls + "ReverseTransaction":       write,
 		ls + "ListCycleBalances":        internal,
 		ls + "CloseLedgerCycle":         internal,
+		ls + "ListStatementLines":       internal,
 		rs + "GetSegregatedFundsReport": {auth.RoleFinance, auth.RoleAuditor}, // DESIGN §7: the report's readers
 		as + "ListAuditEvents":          {auth.RoleFinance, auth.RoleAuditor},
 		bs + "ImportBankStatement":      {auth.RoleFinance},

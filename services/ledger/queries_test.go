@@ -254,3 +254,30 @@ func pgxscan(f *fixture, out *[]string, q string) error {
 	}
 	return rows.Err()
 }
+
+// A statement's lines come from a provider's pending account only (a
+// wallet is a 400); GPU hours that are not a plain decimal count as none.
+func TestStatementLinesOfAPendingAccount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	var inv *apperr.InvalidError
+	if _, err := f.app.StatementLines(f.ctx, "renter:r-1:wallet", "CNY", nil); !errors.As(err, &inv) || inv.Violations[0].Field != "account" {
+		t.Fatalf("a wallet: %v, want invalid account", err)
+	}
+	if _, err := f.app.StatementLines(f.ctx, "provider:p-1:pending:cyc-20261112", "CNY", []string{"x"}); !errors.As(err, &inv) {
+		t.Fatalf("an excluded id that is no transaction id: %v, want invalid", err)
+	}
+	f.deposit(t, "r-1", "100", "CNY", "d1")
+	const pending = "provider:p-1:pending:cyc-20261112"
+	for i, hours := range []string{"1.5", "two", "0.5"} {
+		in := transfer(fmt.Sprintf("c-%d", i), "renter:r-1:wallet", pending, "1.00", "CNY")
+		in.Metadata = map[string]string{"lease_id": "l-1", "renter_id": "r-1", "gpu_model": "H100", "gpu_hours": hours}
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := f.app.StatementLines(f.ctx, pending, "CNY", nil)
+	if err != nil || len(ls) != 1 || ls[0].GPUHours == nil || !ls[0].GPUHours.Equal(dec("2")) || !ls[0].Amount.Equal(dec("3")) || ls[0].Postings != 3 {
+		t.Fatalf("lines %+v, %v; want one of 3.00 over 3 postings, 2 GPU hours", ls, err)
+	}
+}

@@ -235,6 +235,71 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 	return resp, nil
 }
 
+// ListStatementLines implements LedgerService as the ledger does: the
+// account's postings in the currency, the excluded transactions left out,
+// summed per lease, renter and GPU model (credits naming a lease), every
+// other posting a line of its own (debits negative), in the order each
+// line first appears.
+func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStatementLinesRequest) (*ledgerv1.ListStatementLinesResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur, err := money.Lookup(req.Currency)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	type sum struct {
+		line   *ledgerv1.StatementLine
+		amount decimal.Decimal
+		hours  *decimal.Decimal
+	}
+	var order []*sum
+	byLease := map[[3]string]*sum{}
+	for _, tx := range l.byAcct[req.Account] {
+		if slices.Contains(req.ExcludeTransactionIds, tx.TransactionId) {
+			continue
+		}
+		md := tx.Metadata
+		for _, p := range tx.Postings {
+			if p.Account != req.Account || p.Currency != cur.Code {
+				continue
+			}
+			amt := decimal.RequireFromString(p.Amount)
+			if p.Direction != "credit" || md["lease_id"] == "" {
+				if p.Direction != "credit" {
+					amt = amt.Neg()
+				}
+				order = append(order, &sum{line: &ledgerv1.StatementLine{RenterId: md["renter_id"], Description: tx.Description,
+					Postings: 1, TransactionId: tx.TransactionId}, amount: amt})
+				continue
+			}
+			k := [3]string{md["lease_id"], md["renter_id"], md["gpu_model"]}
+			s := byLease[k]
+			if s == nil {
+				s = &sum{line: &ledgerv1.StatementLine{LeaseId: k[0], RenterId: k[1], GpuModel: k[2]}}
+				byLease[k] = s
+				order = append(order, s)
+			}
+			s.amount, s.line.Postings = s.amount.Add(amt), s.line.Postings+1
+			if h, err := decimal.NewFromString(md["gpu_hours"]); err == nil {
+				if s.hours == nil {
+					s.hours = &decimal.Zero
+				}
+				total := s.hours.Add(h)
+				s.hours = &total
+			}
+		}
+	}
+	resp := &ledgerv1.ListStatementLinesResponse{}
+	for _, s := range order {
+		s.line.Amount = cur.Format(s.amount)
+		if s.hours != nil {
+			s.line.GpuHours = s.hours.String()
+		}
+		resp.Lines = append(resp.Lines, s.line)
+	}
+	return resp, nil
+}
+
 // Balance returns an account's credits − debits in a currency.
 func (l *Ledger) Balance(account, currency string) decimal.Decimal {
 	l.mu.Lock()

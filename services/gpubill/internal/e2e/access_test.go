@@ -88,6 +88,7 @@ var expectedAccess = func() map[string][]string {
 		l + "ReverseTransaction":       staff,
 		l + "ListCycleBalances":        {"service"},
 		l + "CloseLedgerCycle":         {"service"},
+		l + "ListStatementLines":       {"service"},
 		r + "GetSegregatedFundsReport": {"finance", "auditor"},
 		iv + "ListRenterInvoices":      with(read, "renter"),
 		iv + "GetInvoice":              with(read, "renter"),

@@ -349,3 +349,33 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	}
 	return out, next, nil
 }
+
+// StatementLines are the lines of a provider's statement (internal:
+// settlement) from its pending account in a currency, the settlement's own
+// transactions (exclude) left out.
+func (a *App) StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.ProviderLine, error) {
+	var v apperr.Validator
+	addr, err := domain.ParseAddress(account)
+	switch {
+	case err != nil:
+		v.Add("account", "%s", err.Error())
+	case addr.Class != domain.ClassProvider || addr.Sub != domain.ProviderPending:
+		v.Add("account", "want a provider's pending account (provider:{id}:pending:{cycle})")
+	}
+	cur, err := money.Lookup(currency)
+	if err != nil {
+		v.Add("currency", "%s", err.Error())
+	}
+	ids := make([]string, 0, len(exclude))
+	for i, id := range exclude {
+		if _, err := transactionID(id); err != nil {
+			v.Add(fmt.Sprintf("exclude_transaction_ids[%d]", i), "not a transaction id")
+			break
+		}
+		ids = append(ids, id)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	return a.Store.StatementLines(ctx, account, cur.Code, ids)
+}

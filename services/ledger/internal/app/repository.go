@@ -50,6 +50,9 @@ type Store interface {
 	// ListCycleBalances pages through a cycle's non-zero provider pending
 	// balances in (account, currency) order.
 	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)
+	// StatementLines are a pending account's statement lines in a
+	// currency, the transactions excluded left out (domain.ProviderLine).
+	StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.ProviderLine, error)
 
 	// StoreAuditEvents appends audit events; a repeated event id changes nothing.
 	StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) error

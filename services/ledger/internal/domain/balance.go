@@ -106,3 +106,16 @@ func Depletions(txs []*Transaction, changes []BalanceChange, at time.Time) []Wal
 	}
 	return out
 }
+
+// ProviderLine is a line of a provider's statement from its pending
+// account: the postings of a lease, renter and GPU model summed, or one
+// posting naming no lease (a credit) or taken from the account (a debit,
+// negative).
+type ProviderLine struct {
+	LeaseID, RenterID, GPUModel string
+	GPUHours                    *decimal.Decimal // nil: the postings name none
+	Amount                      decimal.Decimal
+	Description                 string
+	Postings                    int
+	TransactionID               string // of a line of one posting naming no lease
+}

@@ -2,12 +2,14 @@ package ports
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
@@ -126,6 +128,28 @@ func (s *LedgerServer) ListCycleBalances(ctx context.Context, r *ledgerv1.ListCy
 	out := &ledgerv1.ListCycleBalancesResponse{NextPageToken: next, Balances: []*ledgerv1.CycleBalance{}}
 	for _, b := range bs {
 		out.Balances = append(out.Balances, &ledgerv1.CycleBalance{ProviderId: b.ProviderID, Currency: b.Balance.Currency, Amount: b.Balance.Format()})
+	}
+	return out, nil
+}
+
+// ListStatementLines implements LedgerService (internal: settlement).
+func (s *LedgerServer) ListStatementLines(ctx context.Context, r *ledgerv1.ListStatementLinesRequest) (*ledgerv1.ListStatementLinesResponse, error) {
+	ls, err := s.App.StatementLines(ctx, r.GetAccount(), r.GetCurrency(), r.GetExcludeTransactionIds())
+	if err != nil {
+		return nil, err
+	}
+	cur, err := money.Lookup(r.GetCurrency())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListStatementLinesResponse{Lines: make([]*ledgerv1.StatementLine, 0, len(ls))}
+	for _, l := range ls {
+		line := &ledgerv1.StatementLine{LeaseId: l.LeaseID, RenterId: l.RenterID, GpuModel: l.GPUModel, Amount: cur.Format(l.Amount),
+			Description: l.Description, Postings: int32(min(l.Postings, math.MaxInt32)), TransactionId: l.TransactionID} //nolint:gosec // bounded
+		if l.GPUHours != nil {
+			line.GpuHours = l.GPUHours.String()
+		}
+		out.Lines = append(out.Lines, line)
 	}
 	return out, nil
 }

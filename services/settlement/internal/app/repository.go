@@ -58,9 +58,12 @@ type Ledger interface {
 	CycleBalances(ctx context.Context, cycle string, pageSize int, token string) ([]domain.Balance, string, error)
 	// CreateTransaction posts tx (idempotent on its key) and returns its id.
 	CreateTransaction(ctx context.Context, tx LedgerTx) (string, error)
-	// Entries are every posting to account in currency, oldest first;
-	// none for an account the ledger does not know.
-	Entries(ctx context.Context, account, currency string) ([]domain.Entry, error)
+	// StatementLines are a statement's lines from the postings to a
+	// provider's pending account in currency, the settlement's own
+	// transactions (exclude) left out: one per lease, renter and GPU model
+	// (summed), one per credit naming no lease, one per other debit
+	// (negative); they add up to the gross the settlement split.
+	StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.Line, error)
 	IssueInvoices(ctx context.Context, period string) (IssueResult, error)
 	RunReconciliation(ctx context.Context) ([]ReconciliationSummary, error)
 }

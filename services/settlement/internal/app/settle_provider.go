@@ -179,17 +179,13 @@ func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint
 // gross) and, in the same transaction, settlement.settled.{provider} for payout.
 func (s *Steps) finalizeSettlement(ctx context.Context, in FinalizeInput) error {
 	sp := in.Tax.Split
-	entries, err := s.Ledger.Entries(ctx, domain.PendingAccount(in.ProviderID, in.CycleID), sp.Currency)
+	exclude := []string{in.TransactionID}
+	if in.SweepID != "" && in.SweepID != in.TransactionID {
+		exclude = append(exclude, in.SweepID)
+	}
+	lines, err := s.Ledger.StatementLines(ctx, domain.PendingAccount(in.ProviderID, in.CycleID), sp.Currency, exclude)
 	if err != nil {
 		return err
-	}
-	cur, err := money.Lookup(sp.Currency)
-	if err != nil {
-		return Rejected(err)
-	}
-	lines, err := domain.StatementLines(entries, cur, in.TransactionID, in.SweepID)
-	if err != nil {
-		return Rejected(err)
 	}
 	return s.Store.Finalize(ctx, domain.Settled{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: in.Tier, Split: sp,

@@ -1285,6 +1285,210 @@ func (x *ListCycleBalancesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListStatementLinesRequest struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Account               string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"` // provider:{id}:pending:{cycle}
+	Currency              string                 `protobuf:"bytes,2,opt,name=currency,proto3" json:"currency,omitempty"`
+	ExcludeTransactionIds []string               `protobuf:"bytes,3,rep,name=exclude_transaction_ids,json=excludeTransactionIds,proto3" json:"exclude_transaction_ids,omitempty"` // the settlement's own
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ListStatementLinesRequest) Reset() {
+	*x = ListStatementLinesRequest{}
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStatementLinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStatementLinesRequest) ProtoMessage() {}
+
+func (x *ListStatementLinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStatementLinesRequest.ProtoReflect.Descriptor instead.
+func (*ListStatementLinesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListStatementLinesRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *ListStatementLinesRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *ListStatementLinesRequest) GetExcludeTransactionIds() []string {
+	if x != nil {
+		return x.ExcludeTransactionIds
+	}
+	return nil
+}
+
+type StatementLine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	RenterId      string                 `protobuf:"bytes,2,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"`
+	GpuModel      string                 `protobuf:"bytes,3,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	GpuHours      string                 `protobuf:"bytes,4,opt,name=gpu_hours,json=gpuHours,proto3" json:"gpu_hours,omitempty"` // decimal, summed; "" when the postings name none
+	Amount        string                 `protobuf:"bytes,5,opt,name=amount,proto3" json:"amount,omitempty"`                     // decimal: credits positive, debits negative
+	Description   string                 `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	Postings      int32                  `protobuf:"varint,7,opt,name=postings,proto3" json:"postings,omitempty"`                               // how many postings the line sums
+	TransactionId string                 `protobuf:"bytes,8,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"` // of a line of one posting naming no lease
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementLine) Reset() {
+	*x = StatementLine{}
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementLine) ProtoMessage() {}
+
+func (x *StatementLine) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementLine.ProtoReflect.Descriptor instead.
+func (*StatementLine) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *StatementLine) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *StatementLine) GetRenterId() string {
+	if x != nil {
+		return x.RenterId
+	}
+	return ""
+}
+
+func (x *StatementLine) GetGpuModel() string {
+	if x != nil {
+		return x.GpuModel
+	}
+	return ""
+}
+
+func (x *StatementLine) GetGpuHours() string {
+	if x != nil {
+		return x.GpuHours
+	}
+	return ""
+}
+
+func (x *StatementLine) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *StatementLine) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *StatementLine) GetPostings() int32 {
+	if x != nil {
+		return x.Postings
+	}
+	return 0
+}
+
+func (x *StatementLine) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+type ListStatementLinesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lines         []*StatementLine       `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"` // in the order each line first appears in the account
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStatementLinesResponse) Reset() {
+	*x = ListStatementLinesResponse{}
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStatementLinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStatementLinesResponse) ProtoMessage() {}
+
+func (x *ListStatementLinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStatementLinesResponse.ProtoReflect.Descriptor instead.
+func (*ListStatementLinesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListStatementLinesResponse) GetLines() []*StatementLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 type CloseLedgerCycleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CycleId       string                 `protobuf:"bytes,1,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
@@ -1294,7 +1498,7 @@ type CloseLedgerCycleRequest struct {
 
 func (x *CloseLedgerCycleRequest) Reset() {
 	*x = CloseLedgerCycleRequest{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[21]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1510,7 @@ func (x *CloseLedgerCycleRequest) String() string {
 func (*CloseLedgerCycleRequest) ProtoMessage() {}
 
 func (x *CloseLedgerCycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[21]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1523,7 @@ func (x *CloseLedgerCycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseLedgerCycleRequest.ProtoReflect.Descriptor instead.
 func (*CloseLedgerCycleRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{21}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseLedgerCycleRequest) GetCycleId() string {
@@ -1339,7 +1543,7 @@ type CloseLedgerCycleResponse struct {
 
 func (x *CloseLedgerCycleResponse) Reset() {
 	*x = CloseLedgerCycleResponse{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[22]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1555,7 @@ func (x *CloseLedgerCycleResponse) String() string {
 func (*CloseLedgerCycleResponse) ProtoMessage() {}
 
 func (x *CloseLedgerCycleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[22]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1568,7 @@ func (x *CloseLedgerCycleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseLedgerCycleResponse.ProtoReflect.Descriptor instead.
 func (*CloseLedgerCycleResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{22}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CloseLedgerCycleResponse) GetCycleId() string {
@@ -1392,7 +1596,7 @@ type GetSegregatedFundsReportRequest struct {
 
 func (x *GetSegregatedFundsReportRequest) Reset() {
 	*x = GetSegregatedFundsReportRequest{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[23]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1608,7 @@ func (x *GetSegregatedFundsReportRequest) String() string {
 func (*GetSegregatedFundsReportRequest) ProtoMessage() {}
 
 func (x *GetSegregatedFundsReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[23]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1621,7 @@ func (x *GetSegregatedFundsReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSegregatedFundsReportRequest.ProtoReflect.Descriptor instead.
 func (*GetSegregatedFundsReportRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{23}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSegregatedFundsReportRequest) GetAsOf() *timestamppb.Timestamp {
@@ -1459,7 +1663,7 @@ type SegregationBreach struct {
 
 func (x *SegregationBreach) Reset() {
 	*x = SegregationBreach{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[24]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1675,7 @@ func (x *SegregationBreach) String() string {
 func (*SegregationBreach) ProtoMessage() {}
 
 func (x *SegregationBreach) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[24]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1688,7 @@ func (x *SegregationBreach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregationBreach.ProtoReflect.Descriptor instead.
 func (*SegregationBreach) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{24}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SegregationBreach) GetTransactionId() string {
@@ -1556,7 +1760,7 @@ type SegregatedFundsLine struct {
 
 func (x *SegregatedFundsLine) Reset() {
 	*x = SegregatedFundsLine{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[25]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1772,7 @@ func (x *SegregatedFundsLine) String() string {
 func (*SegregatedFundsLine) ProtoMessage() {}
 
 func (x *SegregatedFundsLine) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[25]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1785,7 @@ func (x *SegregatedFundsLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregatedFundsLine.ProtoReflect.Descriptor instead.
 func (*SegregatedFundsLine) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{25}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SegregatedFundsLine) GetSection() string {
@@ -1629,7 +1833,7 @@ type SegregatedFundsClient struct {
 
 func (x *SegregatedFundsClient) Reset() {
 	*x = SegregatedFundsClient{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1845,7 @@ func (x *SegregatedFundsClient) String() string {
 func (*SegregatedFundsClient) ProtoMessage() {}
 
 func (x *SegregatedFundsClient) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[26]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1858,7 @@ func (x *SegregatedFundsClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregatedFundsClient.ProtoReflect.Descriptor instead.
 func (*SegregatedFundsClient) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SegregatedFundsClient) GetKind() string {
@@ -1719,7 +1923,7 @@ type SegregatedFundsStatement struct {
 
 func (x *SegregatedFundsStatement) Reset() {
 	*x = SegregatedFundsStatement{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1935,7 @@ func (x *SegregatedFundsStatement) String() string {
 func (*SegregatedFundsStatement) ProtoMessage() {}
 
 func (x *SegregatedFundsStatement) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[27]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1948,7 @@ func (x *SegregatedFundsStatement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregatedFundsStatement.ProtoReflect.Descriptor instead.
 func (*SegregatedFundsStatement) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{27}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SegregatedFundsStatement) GetStatementId() string {
@@ -1811,7 +2015,7 @@ type SegregatedFundsReport struct {
 
 func (x *SegregatedFundsReport) Reset() {
 	*x = SegregatedFundsReport{}
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2027,7 @@ func (x *SegregatedFundsReport) String() string {
 func (*SegregatedFundsReport) ProtoMessage() {}
 
 func (x *SegregatedFundsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[28]
+	mi := &file_gpubill_ledger_v1_ledger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2040,7 @@ func (x *SegregatedFundsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegregatedFundsReport.ProtoReflect.Descriptor instead.
 func (*SegregatedFundsReport) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{28}
+	return file_gpubill_ledger_v1_ledger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SegregatedFundsReport) GetAsOf() *timestamppb.Timestamp {
@@ -2050,7 +2254,22 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x80\x01\n" +
 	"\x19ListCycleBalancesResponse\x12;\n" +
 	"\bbalances\x18\x01 \x03(\v2\x1f.gpubill.ledger.v1.CycleBalanceR\bbalances\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"4\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x01\n" +
+	"\x19ListStatementLinesRequest\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1a\n" +
+	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x126\n" +
+	"\x17exclude_transaction_ids\x18\x03 \x03(\tR\x15excludeTransactionIds\"\xfe\x01\n" +
+	"\rStatementLine\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\trenter_id\x18\x02 \x01(\tR\brenterId\x12\x1b\n" +
+	"\tgpu_model\x18\x03 \x01(\tR\bgpuModel\x12\x1b\n" +
+	"\tgpu_hours\x18\x04 \x01(\tR\bgpuHours\x12\x16\n" +
+	"\x06amount\x18\x05 \x01(\tR\x06amount\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1a\n" +
+	"\bpostings\x18\a \x01(\x05R\bpostings\x12%\n" +
+	"\x0etransaction_id\x18\b \x01(\tR\rtransactionId\"T\n" +
+	"\x1aListStatementLinesResponse\x126\n" +
+	"\x05lines\x18\x01 \x03(\v2 .gpubill.ledger.v1.StatementLineR\x05lines\"4\n" +
 	"\x17CloseLedgerCycleRequest\x12\x19\n" +
 	"\bcycle_id\x18\x01 \x01(\tR\acycleId\"n\n" +
 	"\x18CloseLedgerCycleResponse\x12\x19\n" +
@@ -2108,8 +2327,7 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x11ledger_difference\x18\r \x01(\tR\x10ledgerDifference\x12T\n" +
 	"\x0fbank_statements\x18\x0e \x03(\v2+.gpubill.ledger.v1.SegregatedFundsStatementR\x0ebankStatements\x12B\n" +
 	"\aclients\x18\x0f \x03(\v2(.gpubill.ledger.v1.SegregatedFundsClientR\aclients\x12%\n" +
-	"\x0ebreaches_total\x18\x10 \x01(\x05R\rbreachesTotal2\xd1\n" +
-	"\n" +
+	"\x0ebreaches_total\x18\x10 \x01(\x05R\rbreachesTotal2\xfe\v\n" +
 	"\rLedgerService\x12\x88\x01\n" +
 	"\rCreateDeposit\x12'.gpubill.ledger.v1.CreateDepositRequest\x1a(.gpubill.ledger.v1.CreateDepositResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*b\vtransaction\"\f/v1/deposits\x12u\n" +
 	"\fListAccounts\x12&.gpubill.ledger.v1.ListAccountsRequest\x1a'.gpubill.ledger.v1.ListAccountsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/accounts\x12\x82\x01\n" +
@@ -2119,7 +2337,8 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x0eGetTransaction\x12(.gpubill.ledger.v1.GetTransactionRequest\x1a).gpubill.ledger.v1.GetTransactionResponse\"6\x82\xd3\xe4\x93\x020b\vtransaction\x12!/v1/transactions/{transaction_id}\x12\x98\x01\n" +
 	"\x11CreateTransaction\x12+.gpubill.ledger.v1.CreateTransactionRequest\x1a,.gpubill.ledger.v1.CreateTransactionResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\vtransaction\"\x10/v1/transactions\x12\xb4\x01\n" +
 	"\x12ReverseTransaction\x12,.gpubill.ledger.v1.ReverseTransactionRequest\x1a-.gpubill.ledger.v1.ReverseTransactionResponse\"A\x82\xd3\xe4\x93\x02;:\x01*b\vtransaction\")/v1/transactions/{transaction_id}:reverse\x12\x9f\x01\n" +
-	"\x11ListCycleBalances\x12+.gpubill.ledger.v1.ListCycleBalancesRequest\x1a,.gpubill.ledger.v1.ListCycleBalancesResponse\"/\x82\xd3\xe4\x93\x02)\x12'/v1/internal/cycles/{cycle_id}/balances\x12\x9c\x01\n" +
+	"\x11ListCycleBalances\x12+.gpubill.ledger.v1.ListCycleBalancesRequest\x1a,.gpubill.ledger.v1.ListCycleBalancesResponse\"/\x82\xd3\xe4\x93\x02)\x12'/v1/internal/cycles/{cycle_id}/balances\x12\xaa\x01\n" +
+	"\x12ListStatementLines\x12,.gpubill.ledger.v1.ListStatementLinesRequest\x1a-.gpubill.ledger.v1.ListStatementLinesResponse\"7\x82\xd3\xe4\x93\x021\x12//v1/internal/accounts/{account}/statement-lines\x12\x9c\x01\n" +
 	"\x10CloseLedgerCycle\x12*.gpubill.ledger.v1.CloseLedgerCycleRequest\x1a+.gpubill.ledger.v1.CloseLedgerCycleResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/internal/cycles/{cycle_id}:close2\x9c\x01\n" +
 	"\rReportService\x12\x8a\x01\n" +
 	"\x18GetSegregatedFundsReport\x122.gpubill.ledger.v1.GetSegregatedFundsReportRequest\x1a\x14.google.api.HttpBody\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/reports/segregated-fundsBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
@@ -2136,7 +2355,7 @@ func file_gpubill_ledger_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_ledger_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_gpubill_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_gpubill_ledger_v1_ledger_proto_goTypes = []any{
 	(*Posting)(nil),                         // 0: gpubill.ledger.v1.Posting
 	(*Transaction)(nil),                     // 1: gpubill.ledger.v1.Transaction
@@ -2159,73 +2378,79 @@ var file_gpubill_ledger_v1_ledger_proto_goTypes = []any{
 	(*CycleBalance)(nil),                    // 18: gpubill.ledger.v1.CycleBalance
 	(*ListCycleBalancesRequest)(nil),        // 19: gpubill.ledger.v1.ListCycleBalancesRequest
 	(*ListCycleBalancesResponse)(nil),       // 20: gpubill.ledger.v1.ListCycleBalancesResponse
-	(*CloseLedgerCycleRequest)(nil),         // 21: gpubill.ledger.v1.CloseLedgerCycleRequest
-	(*CloseLedgerCycleResponse)(nil),        // 22: gpubill.ledger.v1.CloseLedgerCycleResponse
-	(*GetSegregatedFundsReportRequest)(nil), // 23: gpubill.ledger.v1.GetSegregatedFundsReportRequest
-	(*SegregationBreach)(nil),               // 24: gpubill.ledger.v1.SegregationBreach
-	(*SegregatedFundsLine)(nil),             // 25: gpubill.ledger.v1.SegregatedFundsLine
-	(*SegregatedFundsClient)(nil),           // 26: gpubill.ledger.v1.SegregatedFundsClient
-	(*SegregatedFundsStatement)(nil),        // 27: gpubill.ledger.v1.SegregatedFundsStatement
-	(*SegregatedFundsReport)(nil),           // 28: gpubill.ledger.v1.SegregatedFundsReport
-	nil,                                     // 29: gpubill.ledger.v1.Transaction.MetadataEntry
-	nil,                                     // 30: gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),           // 31: google.protobuf.Timestamp
-	(*httpbody.HttpBody)(nil),               // 32: google.api.HttpBody
+	(*ListStatementLinesRequest)(nil),       // 21: gpubill.ledger.v1.ListStatementLinesRequest
+	(*StatementLine)(nil),                   // 22: gpubill.ledger.v1.StatementLine
+	(*ListStatementLinesResponse)(nil),      // 23: gpubill.ledger.v1.ListStatementLinesResponse
+	(*CloseLedgerCycleRequest)(nil),         // 24: gpubill.ledger.v1.CloseLedgerCycleRequest
+	(*CloseLedgerCycleResponse)(nil),        // 25: gpubill.ledger.v1.CloseLedgerCycleResponse
+	(*GetSegregatedFundsReportRequest)(nil), // 26: gpubill.ledger.v1.GetSegregatedFundsReportRequest
+	(*SegregationBreach)(nil),               // 27: gpubill.ledger.v1.SegregationBreach
+	(*SegregatedFundsLine)(nil),             // 28: gpubill.ledger.v1.SegregatedFundsLine
+	(*SegregatedFundsClient)(nil),           // 29: gpubill.ledger.v1.SegregatedFundsClient
+	(*SegregatedFundsStatement)(nil),        // 30: gpubill.ledger.v1.SegregatedFundsStatement
+	(*SegregatedFundsReport)(nil),           // 31: gpubill.ledger.v1.SegregatedFundsReport
+	nil,                                     // 32: gpubill.ledger.v1.Transaction.MetadataEntry
+	nil,                                     // 33: gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),           // 34: google.protobuf.Timestamp
+	(*httpbody.HttpBody)(nil),               // 35: google.api.HttpBody
 }
 var file_gpubill_ledger_v1_ledger_proto_depIdxs = []int32{
-	31, // 0: gpubill.ledger.v1.Transaction.effective_at:type_name -> google.protobuf.Timestamp
-	31, // 1: gpubill.ledger.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	29, // 2: gpubill.ledger.v1.Transaction.metadata:type_name -> gpubill.ledger.v1.Transaction.MetadataEntry
+	34, // 0: gpubill.ledger.v1.Transaction.effective_at:type_name -> google.protobuf.Timestamp
+	34, // 1: gpubill.ledger.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	32, // 2: gpubill.ledger.v1.Transaction.metadata:type_name -> gpubill.ledger.v1.Transaction.MetadataEntry
 	0,  // 3: gpubill.ledger.v1.Transaction.postings:type_name -> gpubill.ledger.v1.Posting
 	2,  // 4: gpubill.ledger.v1.Account.balances:type_name -> gpubill.ledger.v1.Balance
 	1,  // 5: gpubill.ledger.v1.CreateDepositResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	31, // 6: gpubill.ledger.v1.ListAccountsRequest.as_of:type_name -> google.protobuf.Timestamp
+	34, // 6: gpubill.ledger.v1.ListAccountsRequest.as_of:type_name -> google.protobuf.Timestamp
 	3,  // 7: gpubill.ledger.v1.ListAccountsResponse.accounts:type_name -> gpubill.ledger.v1.Account
-	31, // 8: gpubill.ledger.v1.GetAccountRequest.as_of:type_name -> google.protobuf.Timestamp
+	34, // 8: gpubill.ledger.v1.GetAccountRequest.as_of:type_name -> google.protobuf.Timestamp
 	3,  // 9: gpubill.ledger.v1.GetAccountResponse.account:type_name -> gpubill.ledger.v1.Account
 	1,  // 10: gpubill.ledger.v1.ListTransactionsResponse.transactions:type_name -> gpubill.ledger.v1.Transaction
 	1,  // 11: gpubill.ledger.v1.GetTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	31, // 12: gpubill.ledger.v1.CreateTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
-	30, // 13: gpubill.ledger.v1.CreateTransactionRequest.metadata:type_name -> gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
+	34, // 12: gpubill.ledger.v1.CreateTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
+	33, // 13: gpubill.ledger.v1.CreateTransactionRequest.metadata:type_name -> gpubill.ledger.v1.CreateTransactionRequest.MetadataEntry
 	0,  // 14: gpubill.ledger.v1.CreateTransactionRequest.postings:type_name -> gpubill.ledger.v1.Posting
 	1,  // 15: gpubill.ledger.v1.CreateTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
-	31, // 16: gpubill.ledger.v1.ReverseTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
+	34, // 16: gpubill.ledger.v1.ReverseTransactionRequest.effective_at:type_name -> google.protobuf.Timestamp
 	1,  // 17: gpubill.ledger.v1.ReverseTransactionResponse.transaction:type_name -> gpubill.ledger.v1.Transaction
 	18, // 18: gpubill.ledger.v1.ListCycleBalancesResponse.balances:type_name -> gpubill.ledger.v1.CycleBalance
-	31, // 19: gpubill.ledger.v1.CloseLedgerCycleResponse.closed_at:type_name -> google.protobuf.Timestamp
-	31, // 20: gpubill.ledger.v1.GetSegregatedFundsReportRequest.as_of:type_name -> google.protobuf.Timestamp
-	31, // 21: gpubill.ledger.v1.SegregationBreach.effective_at:type_name -> google.protobuf.Timestamp
-	31, // 22: gpubill.ledger.v1.SegregatedFundsStatement.closing_at:type_name -> google.protobuf.Timestamp
-	31, // 23: gpubill.ledger.v1.SegregatedFundsReport.as_of:type_name -> google.protobuf.Timestamp
-	24, // 24: gpubill.ledger.v1.SegregatedFundsReport.breaches:type_name -> gpubill.ledger.v1.SegregationBreach
-	25, // 25: gpubill.ledger.v1.SegregatedFundsReport.lines:type_name -> gpubill.ledger.v1.SegregatedFundsLine
-	27, // 26: gpubill.ledger.v1.SegregatedFundsReport.bank_statements:type_name -> gpubill.ledger.v1.SegregatedFundsStatement
-	26, // 27: gpubill.ledger.v1.SegregatedFundsReport.clients:type_name -> gpubill.ledger.v1.SegregatedFundsClient
-	4,  // 28: gpubill.ledger.v1.LedgerService.CreateDeposit:input_type -> gpubill.ledger.v1.CreateDepositRequest
-	6,  // 29: gpubill.ledger.v1.LedgerService.ListAccounts:input_type -> gpubill.ledger.v1.ListAccountsRequest
-	8,  // 30: gpubill.ledger.v1.LedgerService.GetAccount:input_type -> gpubill.ledger.v1.GetAccountRequest
-	10, // 31: gpubill.ledger.v1.LedgerService.ListTransactions:input_type -> gpubill.ledger.v1.ListTransactionsRequest
-	12, // 32: gpubill.ledger.v1.LedgerService.GetTransaction:input_type -> gpubill.ledger.v1.GetTransactionRequest
-	14, // 33: gpubill.ledger.v1.LedgerService.CreateTransaction:input_type -> gpubill.ledger.v1.CreateTransactionRequest
-	16, // 34: gpubill.ledger.v1.LedgerService.ReverseTransaction:input_type -> gpubill.ledger.v1.ReverseTransactionRequest
-	19, // 35: gpubill.ledger.v1.LedgerService.ListCycleBalances:input_type -> gpubill.ledger.v1.ListCycleBalancesRequest
-	21, // 36: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:input_type -> gpubill.ledger.v1.CloseLedgerCycleRequest
-	23, // 37: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:input_type -> gpubill.ledger.v1.GetSegregatedFundsReportRequest
-	5,  // 38: gpubill.ledger.v1.LedgerService.CreateDeposit:output_type -> gpubill.ledger.v1.CreateDepositResponse
-	7,  // 39: gpubill.ledger.v1.LedgerService.ListAccounts:output_type -> gpubill.ledger.v1.ListAccountsResponse
-	9,  // 40: gpubill.ledger.v1.LedgerService.GetAccount:output_type -> gpubill.ledger.v1.GetAccountResponse
-	11, // 41: gpubill.ledger.v1.LedgerService.ListTransactions:output_type -> gpubill.ledger.v1.ListTransactionsResponse
-	13, // 42: gpubill.ledger.v1.LedgerService.GetTransaction:output_type -> gpubill.ledger.v1.GetTransactionResponse
-	15, // 43: gpubill.ledger.v1.LedgerService.CreateTransaction:output_type -> gpubill.ledger.v1.CreateTransactionResponse
-	17, // 44: gpubill.ledger.v1.LedgerService.ReverseTransaction:output_type -> gpubill.ledger.v1.ReverseTransactionResponse
-	20, // 45: gpubill.ledger.v1.LedgerService.ListCycleBalances:output_type -> gpubill.ledger.v1.ListCycleBalancesResponse
-	22, // 46: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:output_type -> gpubill.ledger.v1.CloseLedgerCycleResponse
-	32, // 47: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:output_type -> google.api.HttpBody
-	38, // [38:48] is the sub-list for method output_type
-	28, // [28:38] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	22, // 19: gpubill.ledger.v1.ListStatementLinesResponse.lines:type_name -> gpubill.ledger.v1.StatementLine
+	34, // 20: gpubill.ledger.v1.CloseLedgerCycleResponse.closed_at:type_name -> google.protobuf.Timestamp
+	34, // 21: gpubill.ledger.v1.GetSegregatedFundsReportRequest.as_of:type_name -> google.protobuf.Timestamp
+	34, // 22: gpubill.ledger.v1.SegregationBreach.effective_at:type_name -> google.protobuf.Timestamp
+	34, // 23: gpubill.ledger.v1.SegregatedFundsStatement.closing_at:type_name -> google.protobuf.Timestamp
+	34, // 24: gpubill.ledger.v1.SegregatedFundsReport.as_of:type_name -> google.protobuf.Timestamp
+	27, // 25: gpubill.ledger.v1.SegregatedFundsReport.breaches:type_name -> gpubill.ledger.v1.SegregationBreach
+	28, // 26: gpubill.ledger.v1.SegregatedFundsReport.lines:type_name -> gpubill.ledger.v1.SegregatedFundsLine
+	30, // 27: gpubill.ledger.v1.SegregatedFundsReport.bank_statements:type_name -> gpubill.ledger.v1.SegregatedFundsStatement
+	29, // 28: gpubill.ledger.v1.SegregatedFundsReport.clients:type_name -> gpubill.ledger.v1.SegregatedFundsClient
+	4,  // 29: gpubill.ledger.v1.LedgerService.CreateDeposit:input_type -> gpubill.ledger.v1.CreateDepositRequest
+	6,  // 30: gpubill.ledger.v1.LedgerService.ListAccounts:input_type -> gpubill.ledger.v1.ListAccountsRequest
+	8,  // 31: gpubill.ledger.v1.LedgerService.GetAccount:input_type -> gpubill.ledger.v1.GetAccountRequest
+	10, // 32: gpubill.ledger.v1.LedgerService.ListTransactions:input_type -> gpubill.ledger.v1.ListTransactionsRequest
+	12, // 33: gpubill.ledger.v1.LedgerService.GetTransaction:input_type -> gpubill.ledger.v1.GetTransactionRequest
+	14, // 34: gpubill.ledger.v1.LedgerService.CreateTransaction:input_type -> gpubill.ledger.v1.CreateTransactionRequest
+	16, // 35: gpubill.ledger.v1.LedgerService.ReverseTransaction:input_type -> gpubill.ledger.v1.ReverseTransactionRequest
+	19, // 36: gpubill.ledger.v1.LedgerService.ListCycleBalances:input_type -> gpubill.ledger.v1.ListCycleBalancesRequest
+	21, // 37: gpubill.ledger.v1.LedgerService.ListStatementLines:input_type -> gpubill.ledger.v1.ListStatementLinesRequest
+	24, // 38: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:input_type -> gpubill.ledger.v1.CloseLedgerCycleRequest
+	26, // 39: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:input_type -> gpubill.ledger.v1.GetSegregatedFundsReportRequest
+	5,  // 40: gpubill.ledger.v1.LedgerService.CreateDeposit:output_type -> gpubill.ledger.v1.CreateDepositResponse
+	7,  // 41: gpubill.ledger.v1.LedgerService.ListAccounts:output_type -> gpubill.ledger.v1.ListAccountsResponse
+	9,  // 42: gpubill.ledger.v1.LedgerService.GetAccount:output_type -> gpubill.ledger.v1.GetAccountResponse
+	11, // 43: gpubill.ledger.v1.LedgerService.ListTransactions:output_type -> gpubill.ledger.v1.ListTransactionsResponse
+	13, // 44: gpubill.ledger.v1.LedgerService.GetTransaction:output_type -> gpubill.ledger.v1.GetTransactionResponse
+	15, // 45: gpubill.ledger.v1.LedgerService.CreateTransaction:output_type -> gpubill.ledger.v1.CreateTransactionResponse
+	17, // 46: gpubill.ledger.v1.LedgerService.ReverseTransaction:output_type -> gpubill.ledger.v1.ReverseTransactionResponse
+	20, // 47: gpubill.ledger.v1.LedgerService.ListCycleBalances:output_type -> gpubill.ledger.v1.ListCycleBalancesResponse
+	23, // 48: gpubill.ledger.v1.LedgerService.ListStatementLines:output_type -> gpubill.ledger.v1.ListStatementLinesResponse
+	25, // 49: gpubill.ledger.v1.LedgerService.CloseLedgerCycle:output_type -> gpubill.ledger.v1.CloseLedgerCycleResponse
+	35, // 50: gpubill.ledger.v1.ReportService.GetSegregatedFundsReport:output_type -> google.api.HttpBody
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_ledger_proto_init() }
@@ -2239,7 +2464,7 @@ func file_gpubill_ledger_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_ledger_proto_rawDesc), len(file_gpubill_ledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	LedgerService_CreateTransaction_FullMethodName  = "/gpubill.ledger.v1.LedgerService/CreateTransaction"
 	LedgerService_ReverseTransaction_FullMethodName = "/gpubill.ledger.v1.LedgerService/ReverseTransaction"
 	LedgerService_ListCycleBalances_FullMethodName  = "/gpubill.ledger.v1.LedgerService/ListCycleBalances"
+	LedgerService_ListStatementLines_FullMethodName = "/gpubill.ledger.v1.LedgerService/ListStatementLines"
 	LedgerService_CloseLedgerCycle_FullMethodName   = "/gpubill.ledger.v1.LedgerService/CloseLedgerCycle"
 )
 
@@ -70,6 +71,13 @@ type LedgerServiceClient interface {
 	// Internal (settlement workflows): per-provider balances of
 	// provider:{id}:pending:{cycle_id}, ordered by provider_id then currency.
 	ListCycleBalances(ctx context.Context, in *ListCycleBalancesRequest, opts ...grpc.CallOption) (*ListCycleBalancesResponse, error)
+	// Internal (settlement workflows): the lines of a provider's statement:
+	// the postings to its pending account in a currency but those of the
+	// transactions named (its settlement's), summed per lease, renter and GPU
+	// model, one line per other credit and per debit (negative). One query:
+	// the statement read every page of the account's transactions, 500 at a
+	// time, in the provider's one-minute settlement step.
+	ListStatementLines(ctx context.Context, in *ListStatementLinesRequest, opts ...grpc.CallOption) (*ListStatementLinesResponse, error)
 	// Internal (settlement workflows): closes a cycle in the ledger, so charges
 	// for it from now on accrue to the earliest open cycle. Idempotent.
 	CloseLedgerCycle(ctx context.Context, in *CloseLedgerCycleRequest, opts ...grpc.CallOption) (*CloseLedgerCycleResponse, error)
@@ -163,6 +171,16 @@ func (c *ledgerServiceClient) ListCycleBalances(ctx context.Context, in *ListCyc
 	return out, nil
 }
 
+func (c *ledgerServiceClient) ListStatementLines(ctx context.Context, in *ListStatementLinesRequest, opts ...grpc.CallOption) (*ListStatementLinesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStatementLinesResponse)
+	err := c.cc.Invoke(ctx, LedgerService_ListStatementLines_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *ledgerServiceClient) CloseLedgerCycle(ctx context.Context, in *CloseLedgerCycleRequest, opts ...grpc.CallOption) (*CloseLedgerCycleResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseLedgerCycleResponse)
@@ -203,6 +221,13 @@ type LedgerServiceServer interface {
 	// Internal (settlement workflows): per-provider balances of
 	// provider:{id}:pending:{cycle_id}, ordered by provider_id then currency.
 	ListCycleBalances(context.Context, *ListCycleBalancesRequest) (*ListCycleBalancesResponse, error)
+	// Internal (settlement workflows): the lines of a provider's statement:
+	// the postings to its pending account in a currency but those of the
+	// transactions named (its settlement's), summed per lease, renter and GPU
+	// model, one line per other credit and per debit (negative). One query:
+	// the statement read every page of the account's transactions, 500 at a
+	// time, in the provider's one-minute settlement step.
+	ListStatementLines(context.Context, *ListStatementLinesRequest) (*ListStatementLinesResponse, error)
 	// Internal (settlement workflows): closes a cycle in the ledger, so charges
 	// for it from now on accrue to the earliest open cycle. Idempotent.
 	CloseLedgerCycle(context.Context, *CloseLedgerCycleRequest) (*CloseLedgerCycleResponse, error)
@@ -239,6 +264,9 @@ func (UnimplementedLedgerServiceServer) ReverseTransaction(context.Context, *Rev
 }
 func (UnimplementedLedgerServiceServer) ListCycleBalances(context.Context, *ListCycleBalancesRequest) (*ListCycleBalancesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCycleBalances not implemented")
+}
+func (UnimplementedLedgerServiceServer) ListStatementLines(context.Context, *ListStatementLinesRequest) (*ListStatementLinesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStatementLines not implemented")
 }
 func (UnimplementedLedgerServiceServer) CloseLedgerCycle(context.Context, *CloseLedgerCycleRequest) (*CloseLedgerCycleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseLedgerCycle not implemented")
@@ -408,6 +436,24 @@ func _LedgerService_ListCycleBalances_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LedgerService_ListStatementLines_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStatementLinesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServiceServer).ListStatementLines(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LedgerService_ListStatementLines_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServiceServer).ListStatementLines(ctx, req.(*ListStatementLinesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LedgerService_CloseLedgerCycle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseLedgerCycleRequest)
 	if err := dec(in); err != nil {
@@ -464,6 +510,10 @@ var LedgerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCycleBalances",
 			Handler:    _LedgerService_ListCycleBalances_Handler,
+		},
+		{
+			MethodName: "ListStatementLines",
+			Handler:    _LedgerService_ListStatementLines_Handler,
 		},
 		{
 			MethodName: "CloseLedgerCycle",

@@ -346,3 +346,39 @@ func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *d
 func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
 	return ListCycleBalances(ctx, s.Pool, cycle, afterAccount, afterCurrency, limit)
 }
+
+// statementLinesSQL sums a pending account's postings in a currency, but
+// the transactions excluded, per lease, renter and GPU model (credits naming
+// a lease), and lists every other posting alone (debits negative), in the
+// order each line first appears in the account. GPU hours count where the
+// metadata holds a plain decimal.
+const statementLinesSQL = `with mine as (
+		select p.tx_id, p.direction, p.amount, p.created_at, t.metadata, t.description,
+			coalesce(t.metadata->>'lease_id', '') as lease_id
+		from ledger.postings p join ledger.transactions t on t.id = p.tx_id
+		where p.account = $1 and p.currency = $2 and p.tx_id <> all($3::uuid[]))
+	select lease_id, coalesce(metadata->>'renter_id', ''), coalesce(metadata->>'gpu_model', ''),
+		sum(case when metadata->>'gpu_hours' ~ '^[0-9]+(\.[0-9]+)?$' then (metadata->>'gpu_hours')::numeric end),
+		sum(amount), '', count(*), '', min(created_at) as first_at, min(tx_id::text) as first_tx
+	from mine where direction = 'credit' and lease_id <> ''
+	group by 1, 2, 3
+	union all
+	select '', coalesce(metadata->>'renter_id', ''), '', null,
+		case when direction = 'credit' then amount else -amount end, description, 1, tx_id::text, created_at, tx_id::text
+	from mine where direction = 'debit' or lease_id = ''
+	order by first_at, first_tx, 1, 2, 3`
+
+// StatementLines implements app.Store.
+func (s *Store) StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.ProviderLine, error) {
+	rows, err := s.Pool.Query(ctx, statementLinesSQL, account, currency, exclude)
+	if err != nil {
+		return nil, fmt.Errorf("statement lines of %s: %w", account, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.ProviderLine, error) {
+		var l domain.ProviderLine
+		var firstAt time.Time
+		var firstTx string
+		return l, r.Scan(&l.LeaseID, &l.RenterID, &l.GPUModel, &l.GPUHours, &l.Amount, &l.Description, &l.Postings, &l.TransactionID,
+			&firstAt, &firstTx)
+	})
+}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
@@ -74,42 +72,28 @@ func (l *Ledger) CreateTransaction(ctx context.Context, tx app.LedgerTx) (string
 	return resp.GetTransaction().GetTransactionId(), nil
 }
 
-// entriesPageSize is the page of an account's transactions Entries reads
-// per call (the ledger's largest).
-const entriesPageSize = 500
-
-// Entries reads every transaction of the account, page after page (the
-// ledger lists oldest first), and returns its postings to it in currency
-// (lease, renter, GPU model and hours from the charge's metadata). It read
-// only the first 200 before: a busy provider's statement lost the rest of
-// its lines, which then did not add up to its gross.
-func (l *Ledger) Entries(ctx context.Context, account, currency string) ([]domain.Entry, error) {
-	var out []domain.Entry
-	token := ""
-	for {
-		resp, err := l.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: account, PageSize: entriesPageSize, PageToken: token})
-		if err != nil {
-			if status.Code(err) == codes.NotFound {
-				return nil, nil
-			}
-			return nil, classify("list charges of "+account, err)
-		}
-		for _, tx := range resp.Transactions {
-			for _, p := range tx.Postings {
-				if p.Account != account || p.Currency != currency {
-					continue
-				}
-				md := tx.Metadata
-				out = append(out, domain.Entry{
-					TransactionID: tx.TransactionId, Direction: p.Direction, Amount: p.Amount, LeaseID: md["lease_id"],
-					RenterID: md["renter_id"], GPUModel: md["gpu_model"], GPUHours: md["gpu_hours"], Description: tx.Description,
-				})
-			}
-		}
-		if token = resp.NextPageToken; token == "" {
-			return out, nil
-		}
+// StatementLines asks the ledger for a statement's lines: one query there
+// (the statement read every page of the account's transactions, 500 at a
+// time, in the provider's one-minute step: 9 s for 20 000 charges).
+func (l *Ledger) StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.Line, error) {
+	resp, err := l.ledger.ListStatementLines(ctx, &ledgerv1.ListStatementLinesRequest{Account: account, Currency: currency,
+		ExcludeTransactionIds: exclude})
+	if err != nil {
+		return nil, classify("statement lines of "+account, err)
 	}
+	out := make([]domain.Line, 0, len(resp.Lines))
+	for _, x := range resp.Lines {
+		d := x.Description
+		if x.LeaseId != "" {
+			d = fmt.Sprintf("%d charges", x.Postings)
+			if x.Postings == 1 {
+				d = "1 charge"
+			}
+		}
+		out = append(out, domain.Line{TransactionID: x.TransactionId, LeaseID: x.LeaseId, RenterID: x.RenterId, GPUModel: x.GpuModel,
+			GPUHours: x.GpuHours, Amount: x.Amount, Description: d})
+	}
+	return out, nil
 }
 
 // IssueInvoices asks the ledger to issue a month's renter invoices.
