@@ -52,3 +52,46 @@ func TestChargesCounted(t *testing.T) {
 		t.Errorf("charged cents grew by %v, want %d", got, 400+257)
 	}
 }
+
+func gaugeByLabel(t *testing.T, name, label string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// A recorded breach is counted on /metrics by the report of now, so the
+// alert sees it the next time the ledger computes one: it was on the report
+// only, seen when someone asked for it. Not parallel: the gauge is the
+// process's.
+func TestBreachesOnMetrics(t *testing.T) {
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "1000", "JPY", "top")
+	if _, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "JPY"); err != nil {
+		t.Fatal(err)
+	}
+	if n := gaugeByLabel(t, "gpubill_segregation_breaches", "JPY"); n != 0 {
+		t.Fatalf("no breach yet: gpubill_segregation_breaches{currency=JPY} %v, want 0", n)
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("fee", "renter:r-1:wallet", "platform:revenue:commission", "5", "JPY")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "JPY"); err != nil {
+		t.Fatal(err)
+	}
+	if n := gaugeByLabel(t, "gpubill_segregation_breaches", "JPY"); n != 1 {
+		t.Fatalf("a fee taken from a wallet: gpubill_segregation_breaches{currency=JPY} %v, want 1", n)
+	}
+}

@@ -32,6 +32,14 @@ var (
 		Name: "gpubill_segregated_funds_verdict",
 		Help: "Verdict of the latest segregated-funds report of now, by currency: 1 on its verdict (balanced, shortfall, excess), 0 on the others.",
 	}, []string{"currency", "verdict"})
+	// Recorded breaches are immutable: the count only grows, and the alert
+	// GpubillSegregationBreachRecorded is on its growth (a breach was on
+	// the report only, seen when someone asked for it).
+	segregationBreaches = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpubill_segregation_breaches",
+		Help: "Segregation breaches recorded, by currency, as the latest segregated-funds report of now counts them (a movement " +
+			"across the client and house pools that settlement did not post).",
+	}, []string{"currency"})
 	segregatedAt = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gpubill_segregated_funds_report_timestamp_seconds",
 		Help: "When this process last computed a segregated-funds report of now, by currency (the ledger computes one per currency " +
@@ -51,6 +59,7 @@ func recordSegregatedFunds(r *SegregatedFundsReport) {
 		}
 		segregatedVerdict.WithLabelValues(c, v).Set(on)
 	}
+	segregationBreaches.WithLabelValues(c).Set(float64(r.BreachesTotal))
 	segregatedAt.WithLabelValues(c).Set(float64(r.AsOf.UnixNano()) / 1e9)
 }
 
