@@ -114,6 +114,17 @@ func (d *Doc) Table(cols []Column, rows [][]string) {
 	}
 }
 
+// cellWidth is the width of a cell CellFormat is given w for: w, or to the
+// right margin for 0.
+func cellWidth(p *fpdf.Fpdf, w float64) float64 {
+	if w != 0 {
+		return w
+	}
+	pageW, _ := p.GetPageSize()
+	_, _, right, _ := p.GetMargins()
+	return pageW - right - p.GetX()
+}
+
 // minFitPt is the smallest font FitCell shrinks a cell's text to.
 const minFitPt = 4
 
@@ -136,13 +147,7 @@ func FitSize(p *fpdf.Fpdf, text string, w float64) float64 {
 // in a column sized for yuan printed over its neighbours' figures.
 func FitCell(p *fpdf.Fpdf, w, h float64, text, border string, ln int, align string) {
 	pt, _ := p.GetFontSize()
-	room := w
-	if room == 0 { // to the right margin, as CellFormat reads it
-		pageW, _ := p.GetPageSize()
-		_, _, right, _ := p.GetMargins()
-		room = pageW - right - p.GetX()
-	}
-	if size := FitSize(p, text, room); size < pt {
+	if size := FitSize(p, text, cellWidth(p, w)); size < pt {
 		p.SetFontSize(size)
 		defer p.SetFontSize(pt)
 	}

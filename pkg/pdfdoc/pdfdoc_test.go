@@ -1,6 +1,7 @@
 package pdfdoc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/go-pdf/fpdf"
@@ -11,6 +12,7 @@ import (
 // figures. The font is as it was after the cell.
 func TestFitCellShrinksWhatDoesNotFit(t *testing.T) {
 	p := fpdf.New("P", "mm", "A4", "")
+	p.SetMargins(marginMM, marginMM, marginMM)
 	p.AddPage()
 	p.SetFont("Helvetica", "", 8)
 	p.SetCellMargin(cellPaddingMM)
@@ -33,8 +35,17 @@ func TestFitCellShrinksWhatDoesNotFit(t *testing.T) {
 	if pt, _ := p.GetFontSize(); pt != 8 {
 		t.Fatalf("after the cell the font is %.2f pt, want 8 again", pt)
 	}
-	FitCell(p, 0, 5, eth, "", 1, "R") // to the right margin: fits as it is
-	if pt, _ := p.GetFontSize(); pt != 8 || p.Err() {
-		t.Fatalf("a cell to the margin: font %.2f pt, %v", pt, p.Error())
+	// A cell to the right margin (w 0) is as wide as what is left of the
+	// line: from 60 mm in, 135 mm on A4 with 15 mm margins.
+	p.SetX(60)
+	if got := cellWidth(p, 0); got < 134.99 || got > 135.01 {
+		t.Fatalf("a cell to the margin from 60 mm: %.2f mm wide, want 135", got)
+	}
+	long := strings.Repeat("1234567890", 12)
+	if size := FitSize(p, long, cellWidth(p, 0)); size >= 8 {
+		t.Fatalf("%d digits to the margin from 60 mm: %.2f pt, want smaller than 8", len(long), size)
+	}
+	if size := FitSize(p, eth, cellWidth(p, 0)); size != 8 {
+		t.Fatalf("the ETH amount to the margin: %.2f pt, want 8 (it fits)", size)
 	}
 }

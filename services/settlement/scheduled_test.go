@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -297,12 +298,20 @@ func TestSchedulesAtStartup(t *testing.T) {
 	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 2 || n.Minute() != 0 {
 		t.Fatalf("next remittance at %s, want 02:00 on the 1st in Asia/Shanghai", n)
 	}
+	// Every missed month runs, one after the other (skipped, the second
+	// of two 1sts caught up at once was lost).
+	if d.Schedule.Policy == nil || d.Schedule.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL {
+		t.Fatalf("remittance schedule policy %+v, want overlap BUFFER_ALL", d.Schedule.Policy)
+	}
 	d, err = sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Describe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Day() != 1 || n.Hour() != 1 || n.Minute() != 0 {
 		t.Fatalf("next invoicing at %s, want 01:00 on the 1st in Asia/Shanghai", n)
+	}
+	if d.Schedule.Policy == nil || d.Schedule.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL {
+		t.Fatalf("invoice schedule policy %+v, want overlap BUFFER_ALL", d.Schedule.Policy)
 	}
 	d, err = sc.GetHandle(ctx, ports.ScheduleReconciliation).Describe(ctx)
 	if err != nil {
@@ -311,9 +320,22 @@ func TestSchedulesAtStartup(t *testing.T) {
 	if n := d.Info.NextActionTimes[0].In(taxperiod.Default().Location()); n.Hour() != 6 || n.Minute() != 0 || time.Until(n) > 24*time.Hour {
 		t.Fatalf("next reconciliation at %s, want the next 06:00 in Asia/Shanghai", n)
 	}
-	// Start-up again: the schedules exist and are updated in place.
+	// Start-up again: the schedules exist and are updated in place, their
+	// overlap policy too (one made by an earlier version skipped).
+	if err := sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Update(ctx, client.ScheduleUpdateOptions{
+		DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+			s := in.Description.Schedule
+			s.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
+			return &client.ScheduleUpdate{Schedule: &s}, nil
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := ports.EnsureSchedules(ctx, tc, f.s.queue, f.s.d.TaxPeriods); err != nil {
 		t.Fatal(err)
+	}
+	if d, err := sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Describe(ctx); err != nil || d.Schedule.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL {
+		t.Fatalf("invoice schedule updated at start-up: %+v, %v; want overlap BUFFER_ALL", d, err)
 	}
 
 	if workflowExists(t, tc, domain.CycleWorkflowID(after.ID)) {

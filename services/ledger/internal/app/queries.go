@@ -377,5 +377,12 @@ func (a *App) StatementLines(ctx context.Context, account, currency string, excl
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return a.Store.StatementLines(ctx, account, cur.Code, ids)
+	ls, err := a.Store.StatementLines(ctx, account, cur.Code, ids)
+	if err != nil {
+		return nil, err
+	}
+	return domain.FoldLines(ls, StatementLinesMax), nil
 }
+
+// StatementLinesMax bounds a statement's lines (domain.FoldLines).
+const StatementLinesMax = 2000

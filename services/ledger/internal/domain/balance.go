@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -118,4 +119,21 @@ type ProviderLine struct {
 	Description                 string
 	Postings                    int
 	TransactionID               string // of a line of one posting naming no lease
+}
+
+// FoldLines keeps a statement to at most max lines (max ≥ 2): past max-1,
+// the rest become one line summing them, so the lines still add up to the
+// gross. One line per lease made a provider of 45 000 leases a statement
+// past gRPC's 4 MiB answer, and its settlement retried it for a day.
+func FoldLines(ls []ProviderLine, max int) []ProviderLine {
+	if len(ls) <= max {
+		return ls
+	}
+	rest := ProviderLine{}
+	for _, l := range ls[max-1:] {
+		rest.Amount = rest.Amount.Add(l.Amount)
+		rest.Postings += l.Postings
+	}
+	rest.Description = fmt.Sprintf("%d more lines (%d postings): the journal of the account lists them", len(ls)-max+1, rest.Postings)
+	return append(ls[:max-1:max-1], rest)
 }

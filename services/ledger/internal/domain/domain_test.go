@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -101,5 +102,29 @@ func TestRequestHashRefusesUnencodableField(t *testing.T) {
 	b, errB := RequestHash("deposit", map[string]any{"amount": "10.5"})
 	if errA != nil || errB != nil || a == b {
 		t.Fatalf("distinct requests: %x, %v; %x, %v", a, errA, b, errB)
+	}
+}
+
+// A statement past its bound folds the rest into one line: the lines still
+// add up to the gross, and the answer stays bounded (one line per lease
+// made a provider of 45 000 leases an answer past gRPC's 4 MiB).
+func TestFoldLines(t *testing.T) {
+	var ls []ProviderLine
+	total := decimal.Zero
+	for i := range 7 {
+		a := decimal.NewFromInt(int64(i + 1))
+		ls = append(ls, ProviderLine{LeaseID: fmt.Sprintf("l-%d", i), Amount: a, Postings: 2})
+		total = total.Add(a)
+	}
+	got := FoldLines(append([]ProviderLine(nil), ls...), 4)
+	sum := decimal.Zero
+	for _, l := range got {
+		sum = sum.Add(l.Amount)
+	}
+	if len(got) != 4 || !sum.Equal(total) || got[3].Postings != 8 || got[3].LeaseID != "" || !got[3].Amount.Equal(decimal.NewFromInt(22)) {
+		t.Fatalf("folded %+v: want 4 lines adding up to %s, the last of 4 lines' 8 postings", got, total)
+	}
+	if len(FoldLines(ls[:4], 4)) != 4 {
+		t.Fatal("a statement at its bound was folded")
 	}
 }

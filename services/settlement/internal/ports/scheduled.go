@@ -60,6 +60,12 @@ func (a *Activities) RunReconciliation(ctx context.Context) ([]app.Reconciliatio
 	return out, activityErr(err)
 }
 
+// monthlyOverlap is the monthly schedules' policy: every missed month runs,
+// one after the other. Caught up after Temporal was down over two 1sts,
+// both actions are due at once, and skipping the second while the first
+// ran lost that month's invoices and remittance.
+const monthlyOverlap = enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL
+
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
 // each month, 02:00 in the tax zone: the month before has ended there, so
@@ -90,7 +96,7 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 			ID: ScheduleRemittanceMonthly, Workflow: app.RemittanceMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 72 * time.Hour,
 		},
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Overlap: monthlyOverlap,
 	}, {
 		ID: ScheduleInvoicesMonthly,
 		Spec: client.ScheduleSpec{
@@ -105,7 +111,7 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 			ID: ScheduleInvoicesMonthly, Workflow: app.InvoicesMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 96 * time.Hour,
 		},
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Overlap: monthlyOverlap,
 	}, {
 		ID: ScheduleReconciliation,
 		Spec: client.ScheduleSpec{
@@ -124,8 +130,9 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 	}}
 }
 
-// EnsureSchedules creates settlement's schedules, or updates the spec and
-// action of one that exists (its state, pause and history are kept).
+// EnsureSchedules creates settlement's schedules, or updates the spec,
+// action and overlap policy of one that exists (its state, pause and
+// history are kept).
 func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPeriods taxperiod.Calendar) error {
 	sc := tc.ScheduleClient()
 	for _, o := range Schedules(queue, taxPeriods) {
@@ -141,6 +148,9 @@ func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPer
 			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 				s := in.Description.Schedule
 				s.Spec, s.Action = &spec, action
+				if s.Policy != nil {
+					s.Policy.Overlap = o.Overlap
+				}
 				return &client.ScheduleUpdate{Schedule: &s}, nil
 			},
 		}); err != nil {

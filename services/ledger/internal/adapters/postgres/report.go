@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -165,13 +166,27 @@ func (r *Reports) BackfillBreaches(ctx context.Context) error {
 			return err
 		}
 		if err := pg.InTx(ctx, r.Pool, func(tx pgx.Tx) error {
+			// One replica's page at a time: two starting together both
+			// found a transaction with no breach recorded, and the second's
+			// COPY failed on the key, that replica's start with it.
+			if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.breach_backfill'))`); err != nil {
+				return err
+			}
+			pageIDs := make([]string, len(txs))
+			for i, t := range txs {
+				pageIDs[i] = t.ID
+			}
+			rows, err := tx.Query(ctx, `select distinct tx_id::text from ledger.segregation_breaches where tx_id = any($1::uuid[])`, pageIDs)
+			if err != nil {
+				return err
+			}
+			recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
 			var fresh []*domain.Transaction
 			for _, t := range txs {
-				var n int
-				if err := tx.QueryRow(ctx, `select count(*) from ledger.segregation_breaches where tx_id = $1::uuid`, t.ID).Scan(&n); err != nil {
-					return err
-				}
-				if n == 0 {
+				if !slices.Contains(recorded, t.ID) {
 					fresh = append(fresh, t)
 				}
 			}
