@@ -4,11 +4,20 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
 func counterByLabel(t *testing.T, name, label string) float64 {
+	t.Helper()
+	v, _ := byLabel(t, name, label, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+	return v
+}
+
+// byLabel is the value read of the series of family name whose first label
+// is label, and whether there is one.
+func byLabel(t *testing.T, name, label string, read func(*dto.Metric) float64) (float64, bool) {
 	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
@@ -20,11 +29,11 @@ func counterByLabel(t *testing.T, name, label string) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			if m.GetLabel()[0].GetValue() == label {
-				return m.GetCounter().GetValue()
+				return read(m), true
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // TestChargesCounted: each charge posted counts once, with its amount in
@@ -55,21 +64,11 @@ func TestChargesCounted(t *testing.T) {
 
 func gaugeByLabel(t *testing.T, name, label string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := byLabel(t, name, label, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+	if !ok {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == label {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return -1
+	return v
 }
 
 // A recorded breach is counted on /metrics by the report of now, so the
