@@ -19,6 +19,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +50,14 @@ type Position struct {
 }
 
 // Scoped names listing under its filters (in order; "" for one not set): a
-// token encoded for one scope is refused by Decode under any other.
+// token encoded for one scope is refused by Decode under any other. With no
+// filter set it is the listing itself, so the tokens of an unfiltered
+// listing are those versions before scopes made (a client paging through
+// an upgrade goes on).
 func Scoped(listing string, filters ...string) string {
+	if !slices.ContainsFunc(filters, func(f string) bool { return f != "" }) {
+		return listing
+	}
 	b := []byte(listing)
 	for _, f := range filters {
 		b = append(b, 0)

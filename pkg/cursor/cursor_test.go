@@ -109,3 +109,16 @@ func TestScopedTokensRefuseOtherFilters(t *testing.T) {
 		}
 	}
 }
+
+// An unfiltered listing's scope is the listing itself: its tokens are those
+// of the version before scopes, which a client paging through an upgrade
+// still holds.
+func TestScopedWithoutFiltersIsTheListing(t *testing.T) {
+	old := cursor.Encode("payout.payouts", "po_1")
+	if _, err := cursor.Decode(cursor.Scoped("payout.payouts", "", "", ""), old, 1); err != nil {
+		t.Fatalf("a token of the version before, no filter set: %v", err)
+	}
+	if _, err := cursor.Decode(cursor.Scoped("payout.payouts", "p-1", "", ""), old, 1); err == nil {
+		t.Fatal("an unfiltered token under a filter: want refused")
+	}
+}

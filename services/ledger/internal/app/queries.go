@@ -323,7 +323,10 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	}
 	var afterAcc, afterCur string
 	if token != "" {
-		pos, err := cursor.Decode(cursor.Scoped(cycleBalancesListing, cycleID), token, 2)
+		// Not scoped by the cycle (its accounts name it): settlement's
+		// snapshot resumes from a token a ledger of the version before
+		// issued, across an upgrade, and a refusal failed the cycle's close.
+		pos, err := cursor.Decode(cycleBalancesListing, token, 2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -337,7 +340,7 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 	next := ""
 	if len(bs) > n {
 		bs = bs[:n]
-		next = cursor.Encode(cursor.Scoped(cycleBalancesListing, cycleID), bs[n-1].Account, bs[n-1].Currency)
+		next = cursor.Encode(cycleBalancesListing, bs[n-1].Account, bs[n-1].Currency)
 	}
 	out := make([]CycleBalanceView, 0, len(bs))
 	for _, b := range bs {

@@ -135,13 +135,26 @@ var scheduledStartKey = temporal.NewSearchAttributeKeyTime("TemporalScheduledSta
 // started by hand started. A run Temporal caught up after an outage over a
 // 1st (or a backfill) starts later: from its own start time both the
 // invoices and the remittance of December's 1st, run on 5 January, took
-// December, and November's were never made.
+// December, and November's were never made. A run that had begun before
+// (DefaultVersion in its history) keeps its start time: replayed with the
+// nominal one, its child's id would differ from the one it started.
 func NominalStart(ctx workflow.Context) time.Time {
+	if workflow.GetVersion(ctx, changeNominalStart, workflow.DefaultVersion, versionNominalStart) == workflow.DefaultVersion {
+		return workflow.GetInfo(ctx).WorkflowStartTime
+	}
 	if t, ok := workflow.GetTypedSearchAttributes(ctx).GetTime(scheduledStartKey); ok && !t.IsZero() {
 		return t
 	}
 	return workflow.GetInfo(ctx).WorkflowStartTime
 }
+
+// Version of the monthly runs' month (workflow.GetVersion): DefaultVersion
+// runs take the month before their start, versionNominalStart runs the one
+// before the time their schedule meant.
+const (
+	changeNominalStart  = "nominal-start"
+	versionNominalStart = 1
+)
 
 // MonthlyWorkflow (TaxRemittanceMonthly) remits the tax period before the
 // one it was meant to start in (NominalStart) as the child remit-{period}, and returns its
