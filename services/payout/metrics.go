@@ -22,6 +22,23 @@ func Metrics() []obs.SQLMetric {
 			"counts in that one).",
 		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
 	}, {
+		// The bank-file rail's loop logs a cutoff it cannot build, a file it
+		// cannot deliver and an inbox file it cannot read, and tries again:
+		// these ages are what an alert reads (every bank payout read
+		// submitted while no money moved).
+		Name: "gpubill_bank_transfers_queued_age_seconds", Type: obs.Gauge,
+		Help:  "Age of the oldest bank transfer queued for a cutoff and not in a batch yet (0: none); past a day a cutoff was not built.",
+		Query: `select coalesce(extract(epoch from now() - min(queued_at)), 0)::float8 from payout.bank_transfers where state = 'queued'`,
+	}, {
+		Name: "gpubill_bank_batches_undelivered_age_seconds", Type: obs.Gauge,
+		Help:  "Age of the oldest bank batch built and not written to the outbox directory yet (0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from payout.bank_batches where delivered_at is null`,
+	}, {
+		Name: "gpubill_bank_transfers_unsettled_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest bank transfer sent to the bank (batched or accepted) whose booking or rejection has not been imported " +
+			"(0: none): the bank's files are not reaching the inbox, or one blocks it.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.bank_transfers where state in ('batched', 'accepted')`,
+	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
 		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
 		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,

@@ -45,3 +45,49 @@ func TestPayoutAmountCountsAJoinedPayoutOnce(t *testing.T) {
 		t.Fatalf("gpubill_payout_amount: %v (%v); want paid 180 and canceled 30 (po-1's 60 is in po-2)", got, rows.Err())
 	}
 }
+
+// The bank-file rail's loop only logged a cutoff it could not build, a
+// file it could not deliver and results it could not import: their ages
+// are on /metrics for the alerts.
+func TestBankRailAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	metric := func(name string) float64 {
+		t.Helper()
+		for _, m := range Metrics() {
+			if m.Name == name {
+				var v float64
+				if err := pool.QueryRow(ctx, m.Query).Scan(&v); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	names := []string{"gpubill_bank_transfers_queued_age_seconds", "gpubill_bank_batches_undelivered_age_seconds", "gpubill_bank_transfers_unsettled_age_seconds"}
+	for _, n := range names {
+		if v := metric(n); v != 0 {
+			t.Fatalf("%s of an empty rail: %v, want 0", n, v)
+		}
+	}
+	for _, q := range []string{
+		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
+			creditor_agent, state, queued_at, updated_at) values
+			('po-q', 'po-q', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '2 days', now()),
+			('po-b', 'po-b', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'batched', now() - interval '7 days', now() - interval '6 days')`,
+		`insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
+			values ('pb-1', now() - interval '3 hours', current_date, 1, 64, 'x', 'h', now() - interval '2 hours')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, want := range map[string]float64{names[0]: 2 * 86400, names[1]: 2 * 3600, names[2]: 6 * 86400} {
+		if v := metric(n); v < want || v > want+600 {
+			t.Errorf("%s: %v, want about %v", n, v, want)
+		}
+	}
+}
