@@ -37,6 +37,7 @@ import (
 	"github.com/gpubill/gpubill/services/payout"
 	"github.com/gpubill/gpubill/services/pricing"
 	"github.com/gpubill/gpubill/services/settlement"
+	"github.com/gpubill/gpubill/services/tax"
 )
 
 var schemas = []string{"metering", "pricing", "ledger", "tax", "payout", "settlement"}
@@ -117,6 +118,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 			f = f.withMetrics(pricing.Metrics())
 		case "settlement":
 			f = f.withMetrics(settlement.Metrics())
+		case "tax":
+			f = f.withMetrics(tax.Metrics())
 		}
 		hosted[i] = f
 	}
