@@ -3,6 +3,8 @@ package ports
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
 // railNotifications counts the payment rails' notifications by outcome
@@ -12,6 +14,19 @@ var railNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_rail_notifications_total",
 	Help: "Payment rails' notifications (top-ups, payout results) by rail, kind and outcome; forged, stale, replay and malformed ones are refused.",
 }, []string{"rail", "kind", "outcome"})
+
+// The series GpubillTopUpNotApplied reads exist at 0 from the start (a
+// counter's first increase from nothing is no increase to Prometheus): a
+// renter's verified payment the ledger refused, or that could not be
+// applied, was counted only, and once the rail stopped retrying the renter
+// had paid and was never credited.
+func init() {
+	for _, rail := range []string{"alipay", "wechatpay"} {
+		for _, outcome := range []string{app.NotifyRejected, app.NotifyFailed} {
+			railNotifications.WithLabelValues(rail, app.NotifyKindTopUp, outcome)
+		}
+	}
+}
 
 // CountNotification counts one notification.
 func CountNotification(rail, kind, outcome string) {
