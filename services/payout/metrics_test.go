@@ -53,20 +53,7 @@ func TestBankRailAges(t *testing.T) {
 	t.Parallel()
 	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
 	ctx := context.Background()
-	metric := func(name string) float64 {
-		t.Helper()
-		for _, m := range Metrics() {
-			if m.Name == name {
-				var v float64
-				if err := pool.QueryRow(ctx, m.Query).Scan(&v); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				return v
-			}
-		}
-		t.Fatalf("no metric %s", name)
-		return 0
-	}
+	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
 	names := []string{"gpubill_bank_transfers_queued_age_seconds", "gpubill_bank_batches_undelivered_age_seconds", "gpubill_bank_transfers_unsettled_age_seconds"}
 	for _, n := range names {
 		if v := metric(n); v != 0 {

@@ -15,20 +15,7 @@ func TestRemittanceAges(t *testing.T) {
 	t.Parallel()
 	pool := testkit.NewMigratedPool(t, "tax", migrations.For("tax"))
 	ctx := context.Background()
-	metric := func(name string) float64 {
-		t.Helper()
-		for _, m := range Metrics() {
-			if m.Name == name {
-				var v float64
-				if err := pool.QueryRow(ctx, m.Query).Scan(&v); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				return v
-			}
-		}
-		t.Fatalf("no metric %s", name)
-		return 0
-	}
+	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
 	for _, q := range []string{
 		`insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency, gross, commission, taxable_base,
 			tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id, settlement_tx_id, created_at) values
