@@ -119,6 +119,20 @@ func TestInternalCallsSpreadOverReplicas(t *testing.T) {
 	b, callsB := replica(t)
 	c := dialReplicas(t, a, b)
 	ctx := context.Background()
+	// Round robin spreads over the replicas it has connected to: until the
+	// second's connection is ready (a loaded machine: 37 of 40 calls on the
+	// first) the calls go to the first. Counted once both have answered.
+	deadline := time.Now().Add(10 * time.Second)
+	for callsA.Load() == 0 || callsB.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d calls on one replica, %d on the other; want both reached", callsA.Load(), callsB.Load())
+		}
+		if err := check(ctx, c, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	callsA.Store(0)
+	callsB.Store(0)
 	for range 40 {
 		if err := check(ctx, c, 10*time.Second); err != nil {
 			t.Fatal(err)
