@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/split"
@@ -179,9 +180,11 @@ func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint
 // gross) and, in the same transaction, settlement.settled.{provider} for payout.
 func (s *Steps) finalizeSettlement(ctx context.Context, in FinalizeInput) error {
 	sp := in.Tax.Split
-	exclude := []string{in.TransactionID}
-	if in.SweepID != "" && in.SweepID != in.TransactionID {
-		exclude = append(exclude, in.SweepID)
+	var exclude []string
+	for _, id := range []string{in.TransactionID, in.SweepID} {
+		if id != "" && !slices.Contains(exclude, id) {
+			exclude = append(exclude, id)
+		}
 	}
 	lines, err := s.Ledger.StatementLines(ctx, domain.PendingAccount(in.ProviderID, in.CycleID), sp.Currency, exclude)
 	if err != nil {
