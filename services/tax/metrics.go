@@ -17,9 +17,10 @@ func Metrics() []obs.SQLMetric {
 		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.remittances where status = 'pending'`,
 	}, {
 		Name: "gpubill_tax_unremitted_age_seconds", Type: obs.Gauge,
-		Help: "Age of the oldest withholding whose settlement the ledger posted and no remittance holds yet (0: none); a month's " +
-			"are remitted on the 1st after it, so past about 33 days a remittance did not run.",
-		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.withholdings
-			where remittance_id is null and settlement_tx_id is not null`,
+		// Not only those a run has found posted (settlement_tx_id): a run
+		// that never came found none.
+		Help: "Age of the oldest withholding no remittance holds yet (0: none); a month's are remitted on the 1st after it, so " +
+			"past about 33 days a remittance did not run, or the withholding's settlement was never posted.",
+		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.withholdings where remittance_id is null`,
 	}}
 }

@@ -28,9 +28,12 @@ func TestRemittanceAges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, days := range map[string]float64{"gpubill_tax_unremitted_age_seconds": 40, "gpubill_tax_remittance_pending_age_seconds": 2} {
+	// wh-2's settlement was never found posted (no run looked it up, or
+	// the ledger refused it): it counts too, a run that never came found
+	// nothing posted.
+	for name, days := range map[string]float64{"gpubill_tax_unremitted_age_seconds": 90, "gpubill_tax_remittance_pending_age_seconds": 2} {
 		if v := metric(name); v < days*86400 || v > days*86400+600 {
-			t.Errorf("%s: %v, want about %v days (a withholding whose settlement was never posted does not count)", name, v, days)
+			t.Errorf("%s: %v, want about %v days", name, v, days)
 		}
 	}
 }
