@@ -32,6 +32,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	_ "github.com/gpubill/gpubill/services/gpubill/internal/backup" // gpubill dev's snapshot metrics, on its /metrics
 	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/metering"
 	"github.com/gpubill/gpubill/services/payout"
