@@ -136,7 +136,9 @@ func (s *Server) ReplayDeadLetter(ctx context.Context, req *opsv1.ReplayDeadLett
 		return nil, err
 	}
 	if before.Status == StatusReplayed {
-		return nil, fmt.Errorf("dead letter %s was replayed at %s: %w", before.Id, before.ReplayedAt.AsTime().Format(time.RFC3339), apperr.ErrPrecondition)
+		// A replay sent again (its answer lost) answers the letter as it
+		// is: the replay it asks for has run, exactly once.
+		return &opsv1.ReplayDeadLetterResponse{DeadLetter: before}, nil
 	}
 	if _, err := sk.Pool.Exec(ctx, `update `+sk.table()+` set replay_requested_at = now() where id = $1 and replayed_at is null`, n); err != nil {
 		return nil, err

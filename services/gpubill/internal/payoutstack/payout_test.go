@@ -85,6 +85,11 @@ func TestPayoutPaths(t *testing.T) {
 	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil {
 		t.Fatal(err)
 	}
+	// The retry sent again (its answer lost) answers the payout, with no
+	// third attempt: it was a 400 saying the payout was not failed.
+	if again, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil || again.Payout.Attempt != 2 {
+		t.Errorf("second retry: %v, %v; want attempt 2", again, err)
+	}
 	p = st.waitStatus(t, "p-frozen", cyc1, "paid", waitLong)
 	if h := history(p); p.Attempt != 2 || p.RailReference != p.PayoutId+"-2" || !strings.HasSuffix(h, "failed>created>submitted>in_transit>paid") {
 		t.Errorf("p-frozen retried: attempt %d ref %s history %s", p.Attempt, p.RailReference, history(p))

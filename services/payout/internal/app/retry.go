@@ -10,7 +10,8 @@ import (
 
 // Retry sends a failed or returned payout again as a new attempt (new rail
 // reference), once the provider's payout method changed after it failed;
-// its workflow is started again by the starter.
+// its workflow is started again by the starter. The retry sent again
+// changes nothing while the new attempt stands (not failed or returned).
 func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 	return a.Store.Update(ctx, func(tx Tx) error {
 		p, err := tx.Lock(ctx, id)
@@ -18,6 +19,11 @@ func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 			return err
 		}
 		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
+			if p.Attempt > 1 && p.Status != domain.StatusCanceled {
+				// A retry sent again (its answer lost): the attempt it
+				// asked for is on its way or done; the caller reads it.
+				return nil
+			}
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
 		}
 		changed, err := tx.MethodChangedSince(ctx, p.ProviderID, p.UpdatedAt)
