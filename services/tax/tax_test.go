@@ -233,7 +233,7 @@ func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
 // remitted from tax:withheld:US).
 func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newTax(t) // 2026-02-20: cyc-20260101 ended on 02-15 and settles
+	s, _, clk := newTax(t) // 2026-02-20: cyc-20260101 ended on 02-15 and settles
 	withhold := func(provider, cycle string) (*taxv1.ComputeWithholdingResponse, error) {
 		return s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
 			ProviderId: provider, CycleId: cycle, Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25",
@@ -249,6 +249,13 @@ func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	resp, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"})
 	if err != nil || !resp.GetEffectiveFrom().AsTime().Equal(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("selection: %v, %v; want in force from 2026-02-20", resp, err)
+	}
+	// Sent again an hour later (a client's retry), it keeps its day: it was
+	// recorded again, in force from 01:00.
+	clk.Advance(time.Hour)
+	resp, err = s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"})
+	if err != nil || !resp.GetEffectiveFrom().AsTime().Equal(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("selection sent again: %v, %v; want in force from 2026-02-20 still", resp, err)
 	}
 	if got, err := withhold("p-2", "cyc-20260101"); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
 		t.Fatalf("p-2 of the cycle that ended before the selection: %v, %v; want flat20, 150.00 as p-1", got, err)

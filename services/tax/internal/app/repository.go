@@ -25,7 +25,7 @@ type Store interface {
 	// inside a cycle).
 	Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error)
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
-	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) error
+	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 
 	// Unremitted pages (by id, after `after`) through the unremitted
 	// withholdings recorded before end.

@@ -249,9 +249,11 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 	// In force from now: for the cycles that end after it (a cycle's
 	// withholdings take the selection in force at its end), never for one
 	// that ended and is being settled (its providers split between two
-	// rule sets).
+	// rule sets). The rule set already in force, selected again, keeps
+	// its day.
 	from := s.App.Clock.Now().UTC().Truncate(time.Microsecond)
-	if err := s.App.Store.SetSelection(ctx, scope, req.RuleSet, from); err != nil {
+	from, err = s.App.Store.SetSelection(ctx, scope, req.RuleSet, from)
+	if err != nil {
 		return nil, err
 	}
 	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet,
