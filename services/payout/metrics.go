@@ -46,7 +46,11 @@ func Metrics() []obs.SQLMetric {
 		Name: "gpubill_bank_file_entries_not_applied", Type: obs.Gauge, Labels: []string{"outcome"},
 		Help: "Entries of imported bank files (pain.002, camt.054) not applied — unknown EndToEndId, a status contradicting what is known, " +
 			"an amount not the payout's — for finance to look at (GET the import's answer, or the log).",
-		Query: `select outcome, count(*)::float8 from payout.bank_file_entries
-			where outcome in ('unknown_reference', 'conflict', 'amount_mismatch') group by outcome`,
+		// Every outcome from 0: with no series before the first entry,
+		// the alert's rise over an hour had nothing to rise from and
+		// missed it.
+		Query: `select o.outcome, count(e.outcome)::float8
+			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch']) as o(outcome)
+			left join payout.bank_file_entries e on e.outcome = o.outcome group by o.outcome`,
 	}}
 }

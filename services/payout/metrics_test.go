@@ -78,3 +78,34 @@ func TestBankRailAges(t *testing.T) {
 		}
 	}
 }
+
+// The entries not applied are served from 0 for each outcome: absent
+// before the first one, the first one (a booked reversal of a paid
+// payout) raised no alert (GpubillBankFileEntriesNotApplied compares with
+// an hour before).
+func TestBankFileEntriesNotAppliedFromZero(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	var query string
+	for _, m := range Metrics() {
+		if m.Name == "gpubill_bank_file_entries_not_applied" {
+			query = m.Query
+		}
+	}
+	rows, err := pool.Query(context.Background(), query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for rows.Next() {
+		var outcome string
+		var v float64
+		if err := rows.Scan(&outcome, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[outcome] = v
+	}
+	if rows.Err() != nil || len(got) != 3 || got["conflict"] != 0 || got["unknown_reference"] != 0 || got["amount_mismatch"] != 0 {
+		t.Fatalf("gpubill_bank_file_entries_not_applied of no entries: %v (%v); want the three outcomes at 0", got, rows.Err())
+	}
+}
