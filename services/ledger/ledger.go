@@ -279,14 +279,16 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	return []obs.SQLMetric{{
 		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank or ledger lines), 0 when it reconciled.",
+		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding), 0 when it reconciled.",
 		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
 	}, {
 		Name: "gpubill_reconciliation_unmatched", Type: obs.Gauge, Labels: []string{"currency", "side"},
-		Help: "Unmatched lines of the latest bank reconciliation of the currency, by side (bank, ledger).",
-		Query: `select currency, side, n::float8 from (select distinct on (currency) currency, unmatched_bank_count, unmatched_ledger_count
+		Help: "Unmatched items of the latest bank reconciliation of the currency, by side: bank (lines), ledger (movements, exceptions), outstanding (ledger movements the bank may not have booked yet).",
+		Query: `select currency, side, n::float8 from (select distinct on (currency) currency, unmatched_bank_count,
+				unmatched_ledger_count - outstanding_ledger_count as ledger_exceptions, outstanding_ledger_count
 			from ledger.reconciliations order by currency, seq desc) r
-			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.unmatched_ledger_count)) v(side, n)`,
+			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.ledger_exceptions),
+				('outstanding', r.outstanding_ledger_count)) v(side, n)`,
 	}, {
 		Name: "gpubill_reconciliation_last_run_timestamp_seconds", Type: obs.Gauge, Labels: []string{"currency"},
 		Help:  "When the latest bank reconciliation of the currency ran.",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -253,4 +254,84 @@ func TestStatementDatesInRange(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Fatalf("statements stored: %v %v", list, err)
 	}
+}
+
+// TestReconciliationTellsOutstandingFromExceptions: a movement no statement
+// line names yet, recorded less than 4 days before the latest statement's
+// close or after it, is outstanding, and a run left with only such items
+// is reconciled. Before, every transfer of the last day kept each daily
+// run at "exceptions" (and GpubillReconciliationExceptions on for good),
+// a real exception looking like any day's. A carried item is judged again
+// by when it was recorded: one the next statements still do not show
+// becomes an exception.
+func TestReconciliationTellsOutstandingFromExceptions(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	rec := f.svc.Reconciliations()
+	f.deposit(t, "r-1", "10.00", "CNY", "ref-shown")
+	f.deposit(t, "r-1", "20.00", "CNY", "ref-friday") // the statement of 12-01 closes 30 h later
+	clk.Set(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	f.deposit(t, "r-1", "30.00", "CNY", "ref-after") // after that statement's close
+	chainAll(t, f)
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n2026-12-01,ref-shown,10.00,10.00\n")
+	runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := runs[0]
+	if r1.Verdict != domain.ReconReconciled || r1.UnmatchedLedgerN != 2 || r1.OutstandingN != 2 {
+		t.Fatalf("run 1: %s, %d unmatched in the ledger, %d outstanding (%s); want reconciled, 2 outstanding",
+			r1.Verdict, r1.UnmatchedLedgerN, r1.OutstandingN, runSummary(r1))
+	}
+	for _, u := range r1.Result.UnmatchedLedger {
+		if !u.Outstanding || !strings.HasPrefix(u.Reason, "outstanding: recorded ") {
+			t.Errorf("%s: outstanding %v, reason %q", u.Movement.Key, u.Outstanding, u.Reason)
+		}
+	}
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 0 {
+		t.Errorf("gpubill_reconciliation_exceptions %v after run 1; want 0", v)
+	}
+
+	// A week on, the bank's statements still show neither: both are now
+	// exceptions, judged by when they were recorded (kept with the items).
+	clk.Set(time.Date(2026, 12, 9, 9, 0, 0, 0, time.UTC))
+	importCSV(t, f, "st-2", "date,reference,amount,balance\n2026-12-08,interest,0.01,10.01\n")
+	runs, err = rec.Run(f.ctx, "CNY", domain.ReconBySchedule, "service:settlement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rec.Get(f.ctx, runs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Verdict != domain.ReconExceptions || r2.UnmatchedLedgerN != 2 || r2.OutstandingN != 0 || r2.UnmatchedBankN != 1 {
+		t.Fatalf("run 2: %s, %d unmatched in the ledger, %d outstanding (%s); want exceptions, none outstanding",
+			r2.Verdict, r2.UnmatchedLedgerN, r2.OutstandingN, runSummary(r2))
+	}
+	for _, u := range r2.Result.UnmatchedLedger {
+		if u.Outstanding || u.Movement.RecordedAt.IsZero() {
+			t.Errorf("%s: outstanding %v, recorded %v; want an exception with its time", u.Movement.Key, u.Outstanding, u.Movement.RecordedAt)
+		}
+	}
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 1 {
+		t.Errorf("gpubill_reconciliation_exceptions %v after run 2; want 1", v)
+	}
+}
+
+// reconGauge reads a one-currency gauge of ledger.Metrics (label, value).
+func reconGauge(t *testing.T, f *fixture, name string) float64 {
+	t.Helper()
+	for _, m := range ledger.Metrics() {
+		if m.Name == name {
+			var cur string
+			var v float64
+			if err := f.pool.QueryRow(f.ctx, m.Query).Scan(&cur, &v); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

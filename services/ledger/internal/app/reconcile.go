@@ -56,6 +56,9 @@ type ReconRunTx interface {
 	// it less the time a write waits for its database transaction (the
 	// chain takes them in the order their database transactions began).
 	Movements(ctx context.Context, after, upto int64, lag time.Duration) ([]domain.Movement, error)
+	// LatestClose is when the currency's latest imported statement closes
+	// (false: none yet).
+	LatestClose(ctx context.Context) (time.Time, bool, error)
 	// Balances: the sum of each account's latest statement closing balance
 	// (nil: none) and bank:client in the ledger now.
 	Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error)
@@ -143,8 +146,18 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run.Result = domain.Reconcile(lines, moves)
+	closeAt, ok, err := rd.LatestClose(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		// Before any statement nothing is outstanding: there is no
+		// statement the bank could have shown a movement on yet.
+		run.Result.MarkOutstanding(closeAt.Add(-domain.OutstandingMax))
+	}
 	run.Verdict = run.Result.Verdict()
 	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)
+	run.OutstandingN = run.Result.Outstanding()
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}

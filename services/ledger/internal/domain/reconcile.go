@@ -45,6 +45,9 @@ type Movement struct {
 	Key            string
 	Amount         decimal.Decimal
 	TransactionIDs []string
+	// RecordedAt is when the ledger recorded it (a group: its latest
+	// transaction); zero when unknown (items kept before it was).
+	RecordedAt time.Time
 }
 
 // ClassifyMovement names the kind of a transaction that moves bank:client
@@ -80,6 +83,9 @@ func GroupMovements(ms []Movement) []Movement {
 		if i, ok := at[k]; ok && m.Kind == MovementCommissionSweep {
 			out[i].Amount = out[i].Amount.Add(m.Amount)
 			out[i].TransactionIDs = append(out[i].TransactionIDs, m.TransactionIDs...)
+			if m.RecordedAt.After(out[i].RecordedAt) {
+				out[i].RecordedAt = m.RecordedAt
+			}
 			continue
 		}
 		at[k] = len(out)
@@ -105,6 +111,8 @@ type UnmatchedLine struct {
 type UnmatchedMovement struct {
 	Movement Movement
 	Reason   string
+	// Outstanding: a timing difference, not an exception (MarkOutstanding).
+	Outstanding bool
 }
 
 // Reconciliation is the outcome of matching statement lines to movements.
@@ -114,13 +122,53 @@ type Reconciliation struct {
 	UnmatchedLedger []UnmatchedMovement
 }
 
-// Verdict is reconciled when nothing on either side is left unmatched.
+// Verdict is reconciled when every statement line matched and every
+// ledger movement matched or is outstanding.
 func (r Reconciliation) Verdict() string {
-	if len(r.UnmatchedBank) == 0 && len(r.UnmatchedLedger) == 0 {
+	if len(r.UnmatchedBank) == 0 && r.Outstanding() == len(r.UnmatchedLedger) {
 		return ReconReconciled
 	}
 	return ReconExceptions
 }
+
+// Outstanding counts the unmatched ledger movements marked outstanding.
+func (r Reconciliation) Outstanding() int {
+	n := 0
+	for _, u := range r.UnmatchedLedger {
+		if u.Outstanding {
+			n++
+		}
+	}
+	return n
+}
+
+// OutstandingMax is how long before the latest statement's close a
+// movement no line names is still outstanding: a transfer the ledger
+// records on a Friday evening is booked by the bank on Monday, and a
+// statement holds what was booked by the end of its date.
+const OutstandingMax = 4 * 24 * time.Hour
+
+// MarkOutstanding marks the unmatched ledger movements that no statement
+// line names and that were recorded at or after since (the latest
+// statement's close less OutstandingMax): the bank may not have booked them
+// yet, a timing difference a later statement clears. Counted as
+// exceptions, every transfer of the last day kept the daily run at
+// "exceptions", so a real one (an unknown bank line, a wrong amount, a
+// movement the bank never booked) looked like any day's.
+func (r *Reconciliation) MarkOutstanding(since time.Time) {
+	for i := range r.UnmatchedLedger {
+		u := &r.UnmatchedLedger[i]
+		if u.Reason != reasonNoLine || u.Movement.RecordedAt.IsZero() || u.Movement.RecordedAt.Before(since) {
+			continue
+		}
+		u.Outstanding = true
+		u.Reason = "outstanding: recorded " + u.Movement.RecordedAt.UTC().Format(time.RFC3339) +
+			", less than 4 days before the latest statement's close or after it; no statement line names it yet"
+	}
+}
+
+// reasonNoLine is the reason of a ledger movement no statement line names.
+const reasonNoLine = "no statement line with this reference"
 
 // railRetry is a payout's rail reference after a definite failure: the
 // payout id, "-", the attempt.
@@ -181,7 +229,7 @@ func Reconcile(lines []BankLine, movements []Movement) Reconciliation {
 		}
 		reason := near[i]
 		if reason == "" {
-			reason = "no statement line with this reference"
+			reason = reasonNoLine
 		}
 		r.UnmatchedLedger = append(r.UnmatchedLedger, UnmatchedMovement{Movement: g, Reason: reason})
 	}
@@ -241,6 +289,7 @@ type ReconRun struct {
 	MatchedCount     int
 	UnmatchedBankN   int
 	UnmatchedLedgerN int
+	OutstandingN     int // of UnmatchedLedgerN
 	// Result holds the items; a listed run carries only the counts.
 	Result Reconciliation
 }

@@ -59,6 +59,7 @@ func (s *ReconciliationServer) ListReconciliations(ctx context.Context, r *ledge
 			JournalHeadPosition: r.JournalHeadPosition, StatementIds: r.StatementIds, BankClosingBalance: r.BankClosingBalance,
 			LedgerBankClient: r.LedgerBankClient, Verdict: r.Verdict, MatchedCount: r.MatchedCount,
 			UnmatchedInBankCount: r.UnmatchedInBankCount, UnmatchedInLedgerCount: r.UnmatchedInLedgerCount,
+			OutstandingInLedgerCount: r.OutstandingInLedgerCount,
 		})
 	}
 	return out, nil
@@ -81,6 +82,7 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		JournalHeadHash: r.HeadHash, JournalHeadPosition: r.HeadPosition, StatementIds: r.StatementIDs,
 		LedgerBankClient: f(r.LedgerBankClient), Verdict: r.Verdict, MatchedCount: int32(r.MatchedCount),
 		UnmatchedInBankCount: int32(r.UnmatchedBankN), UnmatchedInLedgerCount: int32(r.UnmatchedLedgerN),
+		OutstandingInLedgerCount: int32(r.OutstandingN),
 	}
 	if out.StatementIds == nil {
 		out.StatementIds = []string{}
@@ -115,7 +117,7 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	}
 	out.UnmatchedInLedger = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.UnmatchedLedger))
 	for _, x := range r.Result.UnmatchedLedger {
-		it := &ledgerv1.ReconciliationItem{Reason: x.Reason, TransactionIds: []string{}}
+		it := &ledgerv1.ReconciliationItem{Reason: x.Reason, TransactionIds: []string{}, Outstanding: x.Outstanding}
 		move(it, x.Movement)
 		out.UnmatchedInLedger = append(out.UnmatchedInLedger, it)
 	}

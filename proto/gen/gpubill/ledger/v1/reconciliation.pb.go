@@ -130,19 +130,25 @@ type Reconciliation struct {
 	// The sum over the currency's accounts of the latest statement's closing
 	// balance ("" before any statement), and bank:client in the ledger at the
 	// head above: their difference is what the unmatched items explain.
-	BankClosingBalance     string                `protobuf:"bytes,10,opt,name=bank_closing_balance,json=bankClosingBalance,proto3" json:"bank_closing_balance,omitempty"`
-	LedgerBankClient       string                `protobuf:"bytes,11,opt,name=ledger_bank_client,json=ledgerBankClient,proto3" json:"ledger_bank_client,omitempty"`
-	Verdict                string                `protobuf:"bytes,12,opt,name=verdict,proto3" json:"verdict,omitempty"` // reconciled | exceptions
+	BankClosingBalance string `protobuf:"bytes,10,opt,name=bank_closing_balance,json=bankClosingBalance,proto3" json:"bank_closing_balance,omitempty"`
+	LedgerBankClient   string `protobuf:"bytes,11,opt,name=ledger_bank_client,json=ledgerBankClient,proto3" json:"ledger_bank_client,omitempty"`
+	// reconciled: every statement line matched, and every ledger movement
+	// matched or outstanding; exceptions: anything else.
+	Verdict                string                `protobuf:"bytes,12,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	MatchedCount           int32                 `protobuf:"varint,13,opt,name=matched_count,json=matchedCount,proto3" json:"matched_count,omitempty"`
 	UnmatchedInBankCount   int32                 `protobuf:"varint,14,opt,name=unmatched_in_bank_count,json=unmatchedInBankCount,proto3" json:"unmatched_in_bank_count,omitempty"`
-	UnmatchedInLedgerCount int32                 `protobuf:"varint,15,opt,name=unmatched_in_ledger_count,json=unmatchedInLedgerCount,proto3" json:"unmatched_in_ledger_count,omitempty"`
+	UnmatchedInLedgerCount int32                 `protobuf:"varint,15,opt,name=unmatched_in_ledger_count,json=unmatchedInLedgerCount,proto3" json:"unmatched_in_ledger_count,omitempty"` // outstanding ones included
 	Matched                []*ReconciliationItem `protobuf:"bytes,16,rep,name=matched,proto3" json:"matched,omitempty"`
 	// Statement lines no ledger movement explains.
 	UnmatchedInBank []*ReconciliationItem `protobuf:"bytes,17,rep,name=unmatched_in_bank,json=unmatchedInBank,proto3" json:"unmatched_in_bank,omitempty"`
 	// Ledger movements of bank:client no statement line shows.
 	UnmatchedInLedger []*ReconciliationItem `protobuf:"bytes,18,rep,name=unmatched_in_ledger,json=unmatchedInLedger,proto3" json:"unmatched_in_ledger,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Of unmatched_in_ledger, the outstanding ones: no statement line names
+	// them and they were recorded less than 4 days before the latest
+	// statement's close, or after it (the bank may not have booked them yet).
+	OutstandingInLedgerCount int32 `protobuf:"varint,19,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
@@ -301,6 +307,13 @@ func (x *Reconciliation) GetUnmatchedInLedger() []*ReconciliationItem {
 	return nil
 }
 
+func (x *Reconciliation) GetOutstandingInLedgerCount() int32 {
+	if x != nil {
+		return x.OutstandingInLedgerCount
+	}
+	return 0
+}
+
 // A statement line, a ledger movement, or both (matched).
 type ReconciliationItem struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -314,8 +327,11 @@ type ReconciliationItem struct {
 	LedgerAmount   string                 `protobuf:"bytes,8,opt,name=ledger_amount,json=ledgerAmount,proto3" json:"ledger_amount,omitempty"` // signed: + a debit of bank:client
 	TransactionIds []string               `protobuf:"bytes,9,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
 	Reason         string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"` // why it is unmatched
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// An unmatched ledger movement the bank may not have booked yet: a
+	// timing difference, not an exception.
+	Outstanding   bool `protobuf:"varint,11,opt,name=outstanding,proto3" json:"outstanding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconciliationItem) Reset() {
@@ -418,6 +434,13 @@ func (x *ReconciliationItem) GetReason() string {
 	return ""
 }
 
+func (x *ReconciliationItem) GetOutstanding() bool {
+	if x != nil {
+		return x.Outstanding
+	}
+	return false
+}
+
 type ListReconciliationsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`                  // optional filter
@@ -496,6 +519,7 @@ type ReconciliationSummary struct {
 	MatchedCount             int32                  `protobuf:"varint,13,opt,name=matched_count,json=matchedCount,proto3" json:"matched_count,omitempty"`
 	UnmatchedInBankCount     int32                  `protobuf:"varint,14,opt,name=unmatched_in_bank_count,json=unmatchedInBankCount,proto3" json:"unmatched_in_bank_count,omitempty"`
 	UnmatchedInLedgerCount   int32                  `protobuf:"varint,15,opt,name=unmatched_in_ledger_count,json=unmatchedInLedgerCount,proto3" json:"unmatched_in_ledger_count,omitempty"`
+	OutstandingInLedgerCount int32                  `protobuf:"varint,16,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
 }
@@ -631,6 +655,13 @@ func (x *ReconciliationSummary) GetUnmatchedInBankCount() int32 {
 func (x *ReconciliationSummary) GetUnmatchedInLedgerCount() int32 {
 	if x != nil {
 		return x.UnmatchedInLedgerCount
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetOutstandingInLedgerCount() int32 {
+	if x != nil {
+		return x.OutstandingInLedgerCount
 	}
 	return 0
 }
@@ -783,7 +814,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\x90\a\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xcf\a\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -804,7 +835,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x19unmatched_in_ledger_count\x18\x0f \x01(\x05R\x16unmatchedInLedgerCount\x12?\n" +
 	"\amatched\x18\x10 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\amatched\x12Q\n" +
 	"\x11unmatched_in_bank\x18\x11 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x0funmatchedInBank\x12U\n" +
-	"\x13unmatched_in_ledger\x18\x12 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x11unmatchedInLedger\"\xda\x02\n" +
+	"\x13unmatched_in_ledger\x18\x12 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x11unmatchedInLedger\x12=\n" +
+	"\x1boutstanding_in_ledger_count\x18\x13 \x01(\x05R\x18outstandingInLedgerCount\"\xfc\x02\n" +
 	"\x12ReconciliationItem\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x17\n" +
 	"\aline_no\x18\x02 \x01(\x05R\x06lineNo\x12\x1b\n" +
@@ -817,12 +849,13 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\rledger_amount\x18\b \x01(\tR\fledgerAmount\x12'\n" +
 	"\x0ftransaction_ids\x18\t \x03(\tR\x0etransactionIds\x12\x16\n" +
 	"\x06reason\x18\n" +
-	" \x01(\tR\x06reason\"t\n" +
+	" \x01(\tR\x06reason\x12 \n" +
+	"\voutstanding\x18\v \x01(\bR\voutstanding\"t\n" +
 	"\x1aListReconciliationsRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\xac\x05\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xeb\x05\n" +
 	"\x15ReconciliationSummary\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -840,7 +873,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\averdict\x18\f \x01(\tR\averdict\x12#\n" +
 	"\rmatched_count\x18\r \x01(\x05R\fmatchedCount\x125\n" +
 	"\x17unmatched_in_bank_count\x18\x0e \x01(\x05R\x14unmatchedInBankCount\x129\n" +
-	"\x19unmatched_in_ledger_count\x18\x0f \x01(\x05R\x16unmatchedInLedgerCount\"\x99\x01\n" +
+	"\x19unmatched_in_ledger_count\x18\x0f \x01(\x05R\x16unmatchedInLedgerCount\x12=\n" +
+	"\x1boutstanding_in_ledger_count\x18\x10 \x01(\x05R\x18outstandingInLedgerCount\"\x99\x01\n" +
 	"\x1bListReconciliationsResponse\x12R\n" +
 	"\x0freconciliations\x18\x01 \x03(\v2(.gpubill.ledger.v1.ReconciliationSummaryR\x0freconciliations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +

@@ -59,10 +59,10 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
-			matched_count, unmatched_bank_count, unmatched_ledger_count)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14) returning seq`,
+			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
-		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN).Scan(&r.Seq); err != nil {
+		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -72,28 +72,31 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 		}
 	}
 	var rows [][]any
-	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string) {
-		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason}
+	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string, outstanding bool) {
+		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding}
 		if l != nil {
 			row[3], row[4], row[5], row[6], row[7] = l.StatementID, l.LineNo, l.BookedOn, l.Reference, numeric(l.Amount)
 		}
 		if m != nil {
 			row[8], row[9], row[10], row[11] = m.Kind, m.Key, numeric(m.Amount), m.TransactionIDs
+			if !m.RecordedAt.IsZero() {
+				row[13] = m.RecordedAt
+			}
 		}
 		rows = append(rows, row)
 	}
 	for _, x := range r.Result.Matched {
-		add(itemMatched, &x.Line, &x.Movement, "")
+		add(itemMatched, &x.Line, &x.Movement, "", false)
 	}
 	for _, x := range r.Result.UnmatchedBank {
-		add(itemUnmatchedBank, &x.Line, nil, x.Reason)
+		add(itemUnmatchedBank, &x.Line, nil, x.Reason, false)
 	}
 	for _, x := range r.Result.UnmatchedLedger {
-		add(itemUnmatchedLedger, nil, &x.Movement, x.Reason)
+		add(itemUnmatchedLedger, nil, &x.Movement, x.Reason, x.Outstanding)
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger", "reconciliation_items"},
 		[]string{"reconciliation_id", "item_no", "status", "statement_id", "line_no", "booked_on", "reference", "bank_amount",
-			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason"}, pgx.CopyFromRows(rows)); err != nil {
+			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason", "recorded_at", "outstanding"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("store reconciliation items: %w", err)
 	}
 	return nil
@@ -101,7 +104,7 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 
 const runCols = `r.seq, r.reconciliation_id, r.currency, r.trigger, r.requested_by, r.created_at, r.previous_id,
 	r.journal_head_hash, r.journal_head_position, r.bank_closing_balance::text, r.ledger_bank_client::text, r.verdict,
-	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count,
+	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count, r.outstanding_ledger_count,
 	coalesce((select array_agg(s.statement_id order by s.statement_id) from ledger.reconciliation_statements s
 		where s.reconciliation_id = r.reconciliation_id), '{}')`
 
@@ -110,7 +113,7 @@ func scanRun(row pgx.Row) (domain.ReconRun, error) {
 	var closing *string
 	var ledgerBal string
 	if err := row.Scan(&r.Seq, &r.ID, &r.Currency, &r.Trigger, &r.RequestedBy, &r.CreatedAt, &r.PreviousID, &r.HeadHash,
-		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.StatementIDs); err != nil {
+		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.OutstandingN, &r.StatementIDs); err != nil {
 		return r, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
@@ -164,7 +167,7 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
-			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason
+			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding
 		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2) order by item_no`, r.ID, status)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation items: %w", err)
@@ -174,10 +177,15 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		var st, reason string
 		var l domain.BankLine
 		var m domain.Movement
-		var booked *time.Time
+		var booked, recorded *time.Time
 		var bank, led *string
-		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason); err != nil {
+		var outstanding bool
+		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
+			&recorded, &outstanding); err != nil {
 			return nil, err
+		}
+		if recorded != nil {
+			m.RecordedAt = recorded.UTC()
 		}
 		if booked != nil {
 			l.BookedOn = booked.UTC()
@@ -198,7 +206,7 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		case itemUnmatchedBank:
 			r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
 		case itemUnmatchedLedger:
-			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason})
+			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
 		}
 	}
 	return &r, rows.Err()
@@ -262,7 +270,7 @@ func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) {
 }
 
 func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, lag time.Duration) ([]domain.Movement, error) {
-	rows, err := r.tx.Query(ctx, `select t.id::text, t.kind, t.idempotency_key, t.metadata,
+	rows, err := r.tx.Query(ctx, `select t.id::text, t.kind, t.idempotency_key, t.metadata, t.created_at,
 			sum(case when p.direction = 'debit' then p.amount else -p.amount end)::text
 		from ledger.postings p
 		join ledger.journal_chain c on c.tx_id = p.tx_id
@@ -279,7 +287,8 @@ func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, lag time.
 	for rows.Next() {
 		var id, kind, key, amt string
 		var meta map[string]string
-		if err := rows.Scan(&id, &kind, &key, &meta, &amt); err != nil {
+		var at time.Time
+		if err := rows.Scan(&id, &kind, &key, &meta, &at, &amt); err != nil {
 			return nil, err
 		}
 		a, err := decimal.NewFromString(amt)
@@ -290,9 +299,22 @@ func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, lag time.
 			continue // moved bank:client both ways in one transaction: nothing for the bank to show
 		}
 		mk, mkey := domain.ClassifyMovement(id, domain.TxKind(kind), key, meta)
-		out = append(out, domain.Movement{Kind: mk, Key: mkey, Amount: a, TransactionIDs: []string{id}})
+		out = append(out, domain.Movement{Kind: mk, Key: mkey, Amount: a, TransactionIDs: []string{id}, RecordedAt: at.UTC()})
 	}
 	return out, rows.Err()
+}
+
+// LatestClose implements app.ReconRunTx: the latest closing instant of
+// the currency's statements, over its accounts.
+func (r *ReconRunTx) LatestClose(ctx context.Context) (time.Time, bool, error) {
+	var at *time.Time
+	if err := r.tx.QueryRow(ctx, `select max(closing_at) from ledger.bank_statements where currency = $1`, r.currency).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("latest statement close: %w", err)
+	}
+	if at == nil {
+		return time.Time{}, false, nil
+	}
+	return at.UTC(), true, nil
 }
 
 func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error) {
