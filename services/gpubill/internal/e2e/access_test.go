@@ -78,7 +78,7 @@ var expectedAccess = func() map[string][]string {
 		pr + "CreateRateCard":          staff,
 		pr + "ListRateCards":           read,
 		pr + "GetRateCard":             read,
-		pr + "CreateQuote":             every,
+		pr + "CreateQuote":             with(read, "provider", "renter", "renter-other"), // a named provider's own tax selection
 		l + "CreateDeposit":            with(staff, "service"),
 		l + "ListAccounts":             with(read, "provider", "renter"),
 		l + "GetAccount":               with(read, "provider", "renter", "service"),

@@ -4,6 +4,7 @@ package ports
 import (
 	"context"
 
+	"github.com/gpubill/gpubill/pkg/auth"
 	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
 	"github.com/gpubill/gpubill/services/pricing/internal/app"
 )
@@ -48,6 +49,14 @@ func (s *Server) GetRateCard(ctx context.Context, r *pricingv1.GetRateCardReques
 
 // CreateQuote implements PricingService.
 func (s *Server) CreateQuote(ctx context.Context, r *pricingv1.CreateQuoteRequest) (*pricingv1.CreateQuoteResponse, error) {
+	if r.ProviderId != "" {
+		// A quote naming a provider applies that provider's own tax rule
+		// selection and answers it: the provider's own data (a renter or
+		// another provider read which rule set a named provider is on).
+		if err := auth.CheckOwner(ctx, auth.RoleProvider, r.ProviderId); err != nil {
+			return nil, err
+		}
+	}
 	q, err := s.App.Quote(ctx, quoteInput(r))
 	if err != nil {
 		return nil, err
