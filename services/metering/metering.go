@@ -54,7 +54,7 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	a := app.New(postgres.NewStore(d.Pool), d.Clock, d.Calendar)
-	cat := &app.Catalogue{Store: &postgres.Catalogue{Pool: d.Pool}, Clock: d.Clock, Changed: a.ForgetModels}
+	cat := &app.Catalogue{Store: &postgres.Catalogue{Pool: d.Pool}, Clock: d.Clock}
 	if err := cat.Seed(ctx); err != nil {
 		return nil, err
 	}

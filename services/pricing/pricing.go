@@ -59,6 +59,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	a := app.New(st, &postgres.GPUModels{Pool: d.Pool}, d.Clock)
 	charges := &ports.ChargeServer{Charges: &app.RenterCharges{Charges: &postgres.RenterCharges{Pool: d.Pool}}}
 	a.Commission = d.CommissionPolicy()
+	a.Log = d.Log.With("service", Name)
 	if d.Internal != nil {
 		a.Splits = taxclient.Client{Tax: taxv1.NewTaxServiceClient(d.Internal)}
 	}

@@ -21,8 +21,9 @@ type App struct {
 	Calendar    cycles.Calendar
 	LateArrival time.Duration
 
-	mu     sync.RWMutex
-	models gpucatalog.Index
+	mu       sync.RWMutex
+	models   gpucatalog.Index
+	modelsAt CatalogueVersion // the catalogue's version models are of
 }
 
 // New returns the use cases with the default late-arrival limit.
@@ -33,29 +34,28 @@ func New(store Store, clk clock.Clock, cal cycles.Calendar) *App {
 	}
 }
 
-// knownModels returns the GPU catalogue's names, loading them once; an
-// unknown name reloads them (a model added by another process is seen
-// without a restart).
-func (a *App) knownModels(ctx context.Context, names []string) (gpucatalog.Index, error) {
-	a.mu.RLock()
-	m := a.models
-	a.mu.RUnlock()
-	stale := m == nil
-	for _, n := range names {
-		if _, ok := m.Resolve(n); !ok {
-			stale = true
-			break
-		}
+// knownModels returns the GPU catalogue's names as the catalogue now holds
+// them: the copy kept here is reloaded whenever the catalogue's version
+// moved (one small query per batch). It was reloaded only for a name it did
+// not know, so a replica other than the one that served a catalogue write
+// kept mapping an alias to the model that used to claim it, for good.
+func (a *App) knownModels(ctx context.Context) (gpucatalog.Index, error) {
+	v, err := a.Store.GPUCatalogueVersion(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if !stale {
+	a.mu.RLock()
+	m, at := a.models, a.modelsAt
+	a.mu.RUnlock()
+	if m != nil && at == v {
 		return m, nil
 	}
-	m, err := a.Store.GPUModels(ctx)
+	m, at, err = a.Store.GPUModels(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("gpu models: %w", err)
 	}
 	a.mu.Lock()
-	a.models = m
+	a.models, a.modelsAt = m, at
 	a.mu.Unlock()
 	return m, nil
 }

@@ -30,9 +30,6 @@ type GPUModelStore interface {
 type Catalogue struct {
 	Store GPUModelStore
 	Clock clock.Clock
-	// Changed is told (coalesced) after a write, so ingest sees a new name
-	// at once.
-	Changed func()
 }
 
 // Seed brings the seed models into the catalogue and publishes every
@@ -81,16 +78,5 @@ func (c *Catalogue) Put(ctx context.Context, in gpucatalog.Model) (domain.GPUMod
 	if err != nil {
 		return domain.GPUModel{}, err
 	}
-	if c.Changed != nil {
-		c.Changed()
-	}
 	return m, nil
-}
-
-// ForgetModels drops ingest's cached catalogue names (after a catalogue
-// write in this process: a removed alias stops being accepted at once).
-func (a *App) ForgetModels() {
-	a.mu.Lock()
-	a.models = nil
-	a.mu.Unlock()
 }

@@ -53,7 +53,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if len(in) == 0 {
 		return res, nil
 	}
-	models, err := a.knownModels(ctx, modelNames(in))
+	models, err := a.knownModels(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -248,19 +248,6 @@ func canonicalModels(in []domain.EventInput, models gpucatalog.Index) []domain.E
 		return in
 	}
 	return out
-}
-
-// modelNames are the distinct GPU models of a batch.
-func modelNames(in []domain.EventInput) []string {
-	names := make([]string, 0, 4)
-	seen := map[string]bool{}
-	for _, e := range in {
-		if !seen[e.GPUModel] {
-			seen[e.GPUModel] = true
-			names = append(names, e.GPUModel)
-		}
-	}
-	return names
 }
 
 // candidate is an event that passed the checks on its own, with its index

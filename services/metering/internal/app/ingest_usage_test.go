@@ -13,6 +13,7 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/gpucatalog"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/metering/internal/adapters/postgres"
@@ -644,5 +645,64 @@ func TestIngestLeaseIDSpelledAnotherWay(t *testing.T) {
 		if r.Index != i || app.RejectionClass(r.Reason) != want[i] {
 			t.Errorf("rejection %d: %+v (%s), want %s", i, r, app.RejectionClass(r.Reason), want[i])
 		}
+	}
+}
+
+// TestReplicaMapsAnAliasAsTheCatalogueNowSays: two replicas share the
+// database; a catalogue write on one (which clears only its own copy) moves
+// an alias from one model to another. The other replica, whose copy already
+// knew the alias, records the next event naming it under the model the
+// catalogue now gives it, not the one its copy remembered (it reloaded only
+// for a name it did not know: stored A_X, priced at A_X's rate, and the same
+// event resent to the first replica was a conflict).
+func TestReplicaMapsAnAliasAsTheCatalogueNowSays(t *testing.T) {
+	t.Parallel()
+	r1 := newApp(t)
+	ctx := context.Background()
+	r2 := app.New(postgres.NewStore(poolOf(r1)), clock.NewManual(now), cycles.Default())
+	cat := &app.Catalogue{Store: &postgres.Catalogue{Pool: poolOf(r1)}, Clock: clock.NewManual(now)}
+	put := func(m gpucatalog.Model) {
+		t.Helper()
+		if _, err := cat.Put(ctx, m); err != nil {
+			t.Fatalf("put %s: %v", m.ID, err)
+		}
+	}
+	modelOf := func(id string) string {
+		t.Helper()
+		var m string
+		if err := poolOf(r1).QueryRow(ctx, `select gpu_model from metering.usage_events where id = $1`, id).Scan(&m); err != nil {
+			t.Fatalf("event %s: %v", id, err)
+		}
+		return m
+	}
+	ingest := func(a *app.App, e domain.EventInput) app.IngestResult {
+		t.Helper()
+		res, err := a.Ingest(ctx, []domain.EventInput{e}, app.IngestOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	named := func(e domain.EventInput, model string) domain.EventInput { e.GPUModel = model; return e }
+
+	put(gpucatalog.Model{ID: "A_X", Vendor: "nvidia", MemoryGB: 24, DisplayName: "A X", Aliases: []string{"XG"}})
+	if res := ingest(r2, named(ev("e-1", "lease-1", "2026-11-01T20:00:00Z", "2026-11-01T21:00:00Z"), "XG")); res.Accepted != 1 {
+		t.Fatalf("first XG event: %+v", res)
+	}
+	if got := modelOf("e-1"); got != "A_X" {
+		t.Fatalf("first XG event recorded as %s, want A_X", got)
+	}
+	put(gpucatalog.Model{ID: "A_X", Vendor: "nvidia", MemoryGB: 24, DisplayName: "A X"})
+	put(gpucatalog.Model{ID: "B_X", Vendor: "nvidia", MemoryGB: 48, DisplayName: "B X", Aliases: []string{"XG"}})
+
+	e2 := named(ev("e-2", "lease-2", "2026-11-01T20:00:00Z", "2026-11-01T21:00:00Z"), "XG")
+	if res := ingest(r2, e2); res.Accepted != 1 {
+		t.Fatalf("XG event after the move, on the other replica: %+v", res)
+	}
+	if got := modelOf("e-2"); got != "B_X" {
+		t.Errorf("XG event after the move recorded by the other replica as %s, want B_X", got)
+	}
+	if res := ingest(r1, e2); res.Duplicates != 1 || len(res.Rejected) != 0 {
+		t.Errorf("the same event resent to the replica that wrote the catalogue: %+v, want a duplicate", res)
 	}
 }

@@ -16,8 +16,12 @@ import (
 type Store interface {
 	WithTx(ctx context.Context, fn func(Tx) error) error
 
-	// GPUModels returns the GPU catalogue's names (ids and aliases).
-	GPUModels(ctx context.Context) (gpucatalog.Index, error)
+	// GPUModels returns the GPU catalogue's names (ids and aliases) and the
+	// catalogue's version they are of.
+	GPUModels(ctx context.Context) (gpucatalog.Index, CatalogueVersion, error)
+	// GPUCatalogueVersion returns the catalogue's version alone: it moves on
+	// every write of a model, by any process.
+	GPUCatalogueVersion(ctx context.Context) (CatalogueVersion, error)
 	Provider(ctx context.Context, id string) (domain.Provider, error)
 	ListProviders(ctx context.Context, tier, after string, limit int) ([]domain.Provider, error)
 	Renter(ctx context.Context, id string) (domain.Renter, error)
@@ -60,6 +64,11 @@ type Tx interface {
 	// provider of the accepted events, enriched from their parties.
 	PublishRecorded(ctx context.Context, accepted []domain.Recorded, provs map[string]domain.Provider, rents map[string]domain.Renter) error
 }
+
+// CatalogueVersion identifies a state of the GPU catalogue: the number of
+// models and the sum of their versions (a write adds a model or raises its
+// version; models are never deleted).
+type CatalogueVersion struct{ Models, Versions int64 }
 
 // UsageFilter selects recorded usage.
 type UsageFilter struct {

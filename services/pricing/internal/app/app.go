@@ -6,6 +6,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -24,6 +25,9 @@ type App struct {
 	// Splits the tax service's split (quotes).
 	Commission split.CommissionPolicy
 	Splits     SplitQuoter
+	// Log is told of stored rate cards read in a way today's checks would
+	// refuse (nil: slog.Default).
+	Log *slog.Logger
 	// FailPoint, when set (tests), is called at named points of the rating
 	// transaction; an error it returns fails that batch.
 	FailPoint func(point string) error
@@ -67,24 +71,45 @@ func (a *App) Book(ctx context.Context) (*domain.Book, error) {
 		return nil, err
 	}
 	cards := make([]*domain.Card, 0, len(rows))
+	aside := 0
 	for _, r := range rows {
-		c, err := cardFromRow(r)
-		if err != nil {
-			return nil, err
+		c := a.cardFromRow(r)
+		if c.Unreadable != "" {
+			aside++
 		}
 		cards = append(cards, c)
 	}
+	cardsSetAside.Set(float64(aside))
 	a.book, a.bookSeq = domain.NewBook(cards), max
 	return a.book, nil
 }
 
-func cardFromRow(r domain.StoredCard) (*domain.Card, error) {
+// cardFromRow reads a stored card as it meant when stored (domain.LoadCard).
+// One it cannot read is set aside alone, holding its place in the book so
+// the usage it would price waits as pending: one such card failed the whole
+// book, and with it every rating, quote and invoice, in every currency.
+func (a *App) cardFromRow(r domain.StoredCard) *domain.Card {
 	in := r.Body
 	in.ID = r.ID
-	c, vs := domain.ParseCard(in)
+	c, vs := domain.LoadCard(in)
 	if len(vs) > 0 {
-		return nil, fmt.Errorf("stored rate card %s no longer valid: %v", r.ID, vs)
+		a.log().Error("stored rate card cannot be read; usage it would price waits as pending until a card replaces it",
+			"rate_card", r.ID, "currency", r.Currency, "effective_from", r.EffectiveFrom, "violations", fmt.Sprint(vs))
+		return domain.SetAside(r, fmt.Sprint(vs))
+	}
+	if _, vs := domain.ParseCard(in); len(vs) > 0 {
+		// Read as an older version stored it (a band in "Local" follows
+		// this process's zone): said, so an operator can replace it.
+		a.log().Warn("stored rate card is read as stored; a new card like it would be refused",
+			"rate_card", r.ID, "violations", fmt.Sprint(vs))
 	}
 	c.Seq = r.Seq
-	return c, nil
+	return c
+}
+
+func (a *App) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
 }

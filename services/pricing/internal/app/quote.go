@@ -83,6 +83,9 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	if !ok {
 		return QuoteResult{}, fmt.Errorf("no rate card in %s effective at %s: %w", q.cur.Code, q.usage.Start.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
+	if card.Unreadable != "" {
+		return QuoteResult{}, fmt.Errorf("rate card %s in force at %s cannot be read: %w", card.ID, q.usage.Start.Format(time.RFC3339), apperr.ErrPrecondition)
+	}
 	if _, ok := card.Price(in.GPUModel, in.Region); !ok {
 		return QuoteResult{}, apperr.Invalid("gpu_model", "rate card %s has no price for %s", card.ID, in.GPUModel)
 	}

@@ -140,6 +140,9 @@ func priceable(book *domain.Book, ev *domain.UsageEvent) (*domain.Card, string) 
 	if !ok {
 		return nil, fmt.Sprintf("no rate card in %s effective at %s", cur.Code, ev.Start.Format(time.RFC3339))
 	}
+	if card.Unreadable != "" {
+		return nil, fmt.Sprintf("rate card %s cannot be read (see the log); waits for a card that replaces it", card.ID)
+	}
 	if _, ok := card.Price(ev.GPUModel, ev.Region); !ok {
 		return nil, fmt.Sprintf("rate card %s has no price for GPU model %s", card.ID, ev.GPUModel)
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -225,5 +227,86 @@ func TestManyEventsOfOneLeaseMakeBoundedCharges(t *testing.T) {
 	}
 	if len(seen) != n || !total.Equal(decimal.RequireFromString("470.40")) {
 		t.Fatalf("%d charges for %d of %d events, %s in all; want every event once, 470.40 (10080 GPU-minutes at 2.80/h)", len(st.rated), len(seen), n, total)
+	}
+}
+
+// A card stored before today's checks refused its shape is priced as it
+// was when stored: a band in "Local" (time.LoadLocation's name for the
+// host's zone, which the older code used) is read in the process's zone. It
+// failed the whole book ("stored rate card … no longer valid"), so every
+// usage.recorded message of every currency was dead-lettered.
+func TestStoredCardWithALocalBandStillRates(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := flatCardStore(from)
+	st.card.Body.Bands = []domain.BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: "Local", Multiplier: "0.8"}}
+	a := New(st, nil, clock.NewManual(from.Add(60*24*time.Hour)))
+	// An hour from 23:00 and one from 12:00 on the host's wall clock: in the
+	// band and outside it whatever TZ the test runs in (no zone moves its
+	// clocks on 15 January).
+	at := func(id string, hour int) domain.UsageEvent {
+		start := time.Date(2026, 1, 15, hour, 0, 0, 0, time.Local).UTC()
+		return domain.UsageEvent{ID: id, LeaseID: "lease-" + id, ProviderID: "p-000", RenterID: "r-000", GPUModel: "RTX_4090",
+			GPUCount: 1, Start: start, End: start.Add(time.Hour), Currency: "CNY", CycleID: "c-1"}
+	}
+	msg := UsageMessage{ID: "ub-local", Events: []domain.UsageEvent{at("night", 23), at("day", 12)}}
+	if err := a.RateMessages(context.Background(), []UsageMessage{msg}); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.held) != 0 {
+		t.Fatalf("pending %+v, want both events priced", st.held)
+	}
+	got := map[string]string{}
+	for _, c := range st.rated {
+		for _, id := range c.EventIDs {
+			got[id] = c.Amount.String()
+		}
+	}
+	// 1 GPU-hour at 2.80, ×0.8 in the night band.
+	if want := map[string]string{"night": "2.24", "day": "2.8"}; !maps.Equal(got, want) {
+		t.Fatalf("charged %v, want %v", got, want)
+	}
+}
+
+// A stored card no version can read is set aside alone: usage it would
+// price waits as pending, naming it (never priced by the card before it),
+// and every other card still rates. (Not parallel: it reads the gauge
+// every book load sets.)
+func TestUnreadableStoredCardWaitsAlone(t *testing.T) {
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bad := from.Add(10 * 24 * time.Hour)
+	card := func(id, cur string, at time.Time, seq int64, hourly string) domain.StoredCard {
+		return domain.StoredCard{ID: id, Currency: cur, EffectiveFrom: at, Seq: seq,
+			Body: domain.CardInput{Currency: cur, EffectiveFrom: at, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: hourly}}}}
+	}
+	st := &pendStore{memStore: memStore{seen: map[string]bool{}},
+		cards: []domain.StoredCard{card("rc-cny-1", "CNY", from, 1, "2.80"), card("rc-cny-2", "CNY", bad, 2, "two"), card("rc-usd", "USD", from, 3, "0.40")}}
+	a := New(st, nil, clock.NewManual(from.Add(60*24*time.Hour)))
+	ev := func(id, cur string, start time.Time) domain.UsageEvent {
+		return domain.UsageEvent{ID: id, LeaseID: "l-" + id, ProviderID: "p-1", RenterID: "r-1", GPUModel: "RTX_4090", GPUCount: 1,
+			Start: start, End: start.Add(time.Hour), Currency: cur, CycleID: "c-1"}
+	}
+	msg := UsageMessage{ID: "m-1", Events: []domain.UsageEvent{
+		ev("cny-before", "CNY", from.Add(time.Hour)), ev("cny-after", "CNY", bad.Add(time.Hour)), ev("usd", "USD", bad.Add(time.Hour))}}
+	if err := a.RateMessages(context.Background(), []UsageMessage{msg}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range st.rated {
+		for _, id := range c.EventIDs {
+			got[id] = c.Currency.Code + " " + c.Amount.String()
+		}
+	}
+	if want := map[string]string{"cny-before": "CNY 2.8", "usd": "USD 0.4"}; !maps.Equal(got, want) {
+		t.Errorf("charged %v, want %v", got, want)
+	}
+	if len(st.pending) != 1 || st.pending[0].Event.ID != "cny-after" || !strings.Contains(st.pending[0].Reason, "rc-cny-2") {
+		t.Errorf("pending %+v, want cny-after waiting for rc-cny-2", st.pending)
+	}
+	if n, err := a.RetryPending(context.Background()); err != nil || n != 0 {
+		t.Errorf("retry rated %d (%v), want none while rc-cny-2 cannot be read", n, err)
+	}
+	if got := testutil.ToFloat64(cardsSetAside); got != 1 {
+		t.Errorf("gpubill_pricing_rate_cards_unreadable %v, want 1", got)
 	}
 }

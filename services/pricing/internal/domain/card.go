@@ -78,6 +78,9 @@ type Card struct {
 	Bands  []Band
 	Tiers  []Tier
 	PUE    *PUE
+	// Unreadable is why a stored card was set aside (SetAside): it prices
+	// nothing, and usage in its time waits for a card that replaces it.
+	Unreadable string
 }
 
 type priceKey struct{ model, region string }
@@ -106,8 +109,26 @@ type PUE struct {
 	PerGPUHour decimal.Decimal
 }
 
-// ParseCard validates a rate card input.
-func ParseCard(in CardInput) (*Card, []Violation) {
+// ParseCard validates a new rate card: every check of today.
+func ParseCard(in CardInput) (*Card, []Violation) { return parseCard(in, false) }
+
+// LoadCard reads a stored rate card as it meant when it was stored: the
+// shapes an older version accepted and today's checks refuse (a band from
+// 24:00, a band 00:00–24:00, a band in "Local") price as they did then.
+// Refusing them on load failed every card of the book after an upgrade.
+// What it still refuses, no version stored.
+func LoadCard(in CardInput) (*Card, []Violation) { return parseCard(in, true) }
+
+// SetAside is a stored card that cannot be read, holding its place in the
+// book (currency, effective_from, creation order) so usage in its time is
+// not priced by the card before it; why says what is wrong with it.
+func SetAside(s StoredCard, why string) *Card {
+	return &Card{ID: s.ID, Currency: money.Currency{Code: s.Currency}, EffectiveFrom: s.EffectiveFrom.UTC(), Seq: s.Seq,
+		Input: s.Body, prices: map[priceKey]decimal.Decimal{}, folded: map[priceKey]decimal.Decimal{}, Unreadable: why}
+}
+
+// parseCard is ParseCard, or LoadCard when stored.
+func parseCard(in CardInput, stored bool) (*Card, []Violation) {
 	var vs violations
 	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{},
 		folded: map[priceKey]decimal.Decimal{}}
@@ -121,7 +142,7 @@ func ParseCard(in CardInput) (*Card, []Violation) {
 		vs.add("effective_from", "required (RFC 3339)")
 	}
 	c.parsePrices(in.Prices, &vs)
-	c.parseBands(in.Bands, &vs)
+	c.parseBands(in.Bands, stored, &vs)
 	c.parseTiers(in.Tiers, &vs)
 	if in.PUE != nil {
 		c.PUE = parsePUE(*in.PUE, &vs)
@@ -173,8 +194,9 @@ func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
 func foldRegion(r string) string { return strings.ToLower(strings.TrimSpace(r)) }
 
 // parseBands checks the time-of-use bands: named, HH:MM bounds that differ,
-// an IANA zone, a non-negative multiplier.
-func (c *Card) parseBands(bands []BandInput, vs *violations) {
+// an IANA zone, a non-negative multiplier. A stored card's bands are held
+// to the checks of the first version only (see LoadCard).
+func (c *Card) parseBands(bands []BandInput, stored bool, vs *violations) {
 	if len(bands) > bandsMax {
 		vs.add("time_bands", "more than %d bands", bandsMax)
 	}
@@ -192,6 +214,13 @@ func (c *Card) parseBands(bands []BandInput, vs *violations) {
 			vs.add(f+".end", "%q is not HH:MM", b.End)
 		}
 		switch {
+		case stored:
+			// Stored before 24:00 starts and all-day bands were refused:
+			// holds prices them as it did then (from 24:00 to an end E: in
+			// force 00:00 to E; 00:00–24:00: all day).
+			if band.StartMin == band.EndMin {
+				vs.add(f, "start equals end")
+			}
 		case band.StartMin == 24*60:
 			// Never in force (a band holds from its start, before 24:00).
 			vs.add(f+".start", "24:00 is the end of a day; a band starts at 00:00 to 23:59")
@@ -200,9 +229,10 @@ func (c *Card) parseBands(bands []BandInput, vs *violations) {
 		}
 		if b.TimeZone == "" {
 			vs.add(f+".timezone", "required (IANA zone, e.g. Asia/Shanghai)")
-		} else if strings.EqualFold(b.TimeZone, "Local") {
+		} else if !stored && strings.EqualFold(b.TimeZone, "Local") {
 			// time.LoadLocation takes "Local" as the host's zone: each
-			// replica (and each TZ) would price the band differently.
+			// replica (and each TZ) would price the band differently. A
+			// stored card's "Local" is still read so: that zone priced it.
 			vs.add(f+".timezone", "%q is the host's zone, not a zone of its own; name it (e.g. Asia/Shanghai)", b.TimeZone)
 		} else if loc, err := time.LoadLocation(b.TimeZone); err != nil {
 			vs.add(f+".timezone", "%q is not an IANA time zone", b.TimeZone)

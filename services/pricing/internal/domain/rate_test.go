@@ -419,3 +419,53 @@ func TestBandZoneIsNotTheHosts(t *testing.T) {
 		}
 	}
 }
+
+// A stored card is read as it meant when stored (LoadCard): a band from
+// 24:00 and a band 00:00–24:00, which ParseCard refuses today, price as
+// they did before (from 24:00 to 07:00: 00:00–07:00; from 24:00 to 00:00:
+// never; 00:00–24:00: all day); a band whose start equals its end, refused
+// by every version, still is.
+func TestStoredBandShapesPriceAsWhenStored(t *testing.T) {
+	t.Parallel()
+	// GPU-minutes of 22:00–02:00 Asia/Shanghai (14:00–18:00 UTC) in the band.
+	tests := []struct {
+		start, end string
+		want       int64
+	}{
+		{"24:00", "07:00", 120},
+		{"24:00", "00:00", 0},
+		{"00:00", "24:00", 240},
+	}
+	for _, tt := range tests {
+		in := CardInput{ID: "rc-s", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+			Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+			Bands:  []BandInput{{Name: "night", Start: tt.start, End: tt.end, TimeZone: "Asia/Shanghai", Multiplier: "0.80"}}}
+		if _, vs := ParseCard(in); len(vs) == 0 {
+			t.Errorf("band %s–%s: a new card with it was accepted", tt.start, tt.end)
+		}
+		c, vs := LoadCard(in)
+		if len(vs) != 0 {
+			t.Errorf("band %s–%s: stored card not read: %v", tt.start, tt.end, vs)
+			continue
+		}
+		pieces, err := c.Rate(Usage{Model: "RTX_4090", GPUCount: 1, Start: ts("2026-11-02T14:00:00Z"), End: ts("2026-11-02T18:00:00Z")}, MonthUsage{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in0 int64
+		for _, p := range pieces {
+			if p.Band == 0 {
+				in0 += p.GPUMicros
+			}
+		}
+		if got := in0 / int64(time.Minute/time.Microsecond); got != tt.want {
+			t.Errorf("band %s–%s: %d GPU-minutes in the band, want %d", tt.start, tt.end, got, tt.want)
+		}
+	}
+	_, vs := LoadCard(CardInput{ID: "rc-s", Currency: "CNY", EffectiveFrom: ts("2026-11-01T00:00:00Z"),
+		Prices: []PriceInput{{Model: "RTX_4090", Hourly: "10"}},
+		Bands:  []BandInput{{Name: "night", Start: "07:00", End: "07:00", TimeZone: "Asia/Shanghai", Multiplier: "0.80"}}})
+	if len(vs) != 1 || vs[0].Field != "time_bands[0]" {
+		t.Errorf("band 07:00–07:00 stored: violations %v, want one on time_bands[0]", vs)
+	}
+}

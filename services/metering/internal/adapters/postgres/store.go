@@ -54,20 +54,38 @@ func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
 	return outbox.InTx(ctx, s.Pool, Schema, func(tx pgx.Tx, held *[]outbox.Message) error { return fn(&Tx{tx: tx, held: held}) })
 }
 
-// GPUModels returns the GPU catalogue's names (ids and aliases) by key.
-func (s *Store) GPUModels(ctx context.Context) (gpucatalog.Index, error) {
-	rows, err := s.Pool.Query(ctx, `select gpu_model, aliases from metering.gpu_models`)
+// catalogueVersionSQL is the catalogue's version: every write of a model
+// adds a row or raises its version, and models are never deleted, so the
+// pair moves on every write. It reads at most gpucatalog.ModelsMax small
+// rows, once per ingest batch.
+const catalogueVersionSQL = `count(*) over (), coalesce(sum(version) over (), 0)`
+
+// GPUCatalogueVersion returns the catalogue's version, without its names.
+func (s *Store) GPUCatalogueVersion(ctx context.Context) (app.CatalogueVersion, error) {
+	var v app.CatalogueVersion
+	if err := s.Pool.QueryRow(ctx, `select count(*), coalesce(sum(version), 0) from metering.gpu_models`).Scan(&v.Models, &v.Versions); err != nil {
+		return v, fmt.Errorf("gpu catalogue version: %w", err)
+	}
+	return v, nil
+}
+
+// GPUModels returns the GPU catalogue's names (ids and aliases) by key, and
+// the version they are of (read in the same statement, so they agree).
+func (s *Store) GPUModels(ctx context.Context) (gpucatalog.Index, app.CatalogueVersion, error) {
+	var v app.CatalogueVersion
+	rows, err := s.Pool.Query(ctx, `select gpu_model, aliases, `+catalogueVersionSQL+` from metering.gpu_models`)
 	if err != nil {
-		return nil, fmt.Errorf("load gpu models: %w", err)
+		return nil, v, fmt.Errorf("load gpu models: %w", err)
 	}
 	models, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gpucatalog.Model, error) {
 		var m gpucatalog.Model
-		return m, r.Scan(&m.ID, &m.Aliases)
+		return m, r.Scan(&m.ID, &m.Aliases, &v.Models, &v.Versions)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load gpu models: %w", err)
+		return nil, v, fmt.Errorf("load gpu models: %w", err)
 	}
-	return gpucatalog.NewIndex(models)
+	ix, err := gpucatalog.NewIndex(models)
+	return ix, v, err
 }
 
 const providerCols = `provider_id, name, tier, tax_profile, jurisdiction, pue, currency, version, created_at, updated_at`
