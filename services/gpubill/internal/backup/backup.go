@@ -89,7 +89,9 @@ func (t Tools) run(ctx context.Context, name string, args ...string) error {
 // Take writes a snapshot of the database at dsn into dir (which must not
 // exist, or be empty): pg_dump of every schema and the manifest, both from
 // one REPEATABLE READ snapshot, so the manifest describes exactly what was
-// copied. It is written under dir.partial and renamed when complete.
+// copied. It is written under dir.partial and renamed when complete;
+// failed, dir.partial is removed: the schedule retries under a new name,
+// and each failure (a full disk, most likely) left its partial dump behind.
 //
 // JetStream is not copied. What a restored stack needs from it is in
 // Postgres: every event a service publishes is first written to its
@@ -99,7 +101,7 @@ func (t Tools) run(ctx context.Context, name string, args ...string) error {
 // back into the outboxes (see RequeueOutboxes), whose relays publish them
 // again into the new store, where the consumers' inboxes skip those
 // already applied in the snapshot.
-func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (*Manifest, error) {
+func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (_ *Manifest, err error) {
 	if err := mustBeEmptyDir(dir); err != nil {
 		return nil, err
 	}
@@ -110,6 +112,14 @@ func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (*Ma
 	if err := os.MkdirAll(partial, 0o700); err != nil {
 		return nil, fmt.Errorf("backup dir: %w", err)
 	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if rmErr := os.RemoveAll(partial); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the partial backup: %w", rmErr))
+		}
+	}()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

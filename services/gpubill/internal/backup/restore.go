@@ -96,6 +96,8 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 		diffs = append(diffs, "balance "+res.Chain.BadBalance+": "+res.Chain.Reason)
 	} else if !res.Chain.OK && res.Chain.BadReportRecord != "" {
 		diffs = append(diffs, "report record "+res.Chain.BadReportRecord+": "+res.Chain.Reason)
+	} else if !res.Chain.OK && res.Chain.FirstBadPosition == 0 { // outside the chain's links: "position 0" named none
+		diffs = append(diffs, fmt.Sprintf("journal broken: transaction %s: %s", res.Chain.FirstBadTransaction, res.Chain.Reason))
 	} else if !res.Chain.OK {
 		diffs = append(diffs, fmt.Sprintf("hash chain broken at position %d (transaction %s): %s",
 			res.Chain.FirstBadPosition, res.Chain.FirstBadTransaction, res.Chain.Reason))

@@ -257,6 +257,28 @@ func TestRestoreRefusesADifferentSnapshot(t *testing.T) {
 	if want := "report record checkpoint 2026-01-01T00:00:00Z bank:client CNY"; code != 1 || !strings.Contains(errOut.String(), want) {
 		t.Fatalf("gpubill restore of a ledger with an invented checkpoint: exit %d, %q; want 1 and %q", code, errOut.String(), want)
 	}
+	// The checkpoint gone, a snapshot of a ledger whose deposit's posting was
+	// moved 45 minutes (the chain hashes its transaction's time, not its own).
+	var id string
+	if err := pool.QueryRow(ctx, `select tx_id::text from ledger.postings where account = 'renter:r-001:wallet'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `delete from ledger.checkpoint_balances; delete from ledger.balance_checkpoints;
+		alter table ledger.postings disable trigger postings_immutable;
+		update ledger.postings set created_at = created_at + interval '45 min' where tx_id = '`+id+`' and account = 'renter:r-001:wallet';
+		alter table ledger.postings enable trigger postings_immutable`); err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(t.TempDir(), "snap-posting-time")
+	if _, err := backup.Take(ctx, src, dir, backup.Tools{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	code = cli.Main(ctx, []string{"restore", dir, "--database-url", base + "/gpubill_restored_posting_time?sslmode=disable"}, &out, &errOut)
+	if want := "transaction " + id + ": posting 1 to renter:r-001:wallet was created at "; code != 1 || !strings.Contains(errOut.String(), want) {
+		t.Fatalf("gpubill restore of a ledger with a posting moved in time: exit %d, %q; want 1 and %q", code, errOut.String(), want)
+	}
 }
 
 type fixture struct {

@@ -29,6 +29,9 @@ var (
 	backupLast = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "gpubill_backup_last_success_timestamp_seconds", Help: "Unix time of the last complete scheduled snapshot (0: none yet).",
 	})
+	backupPruneFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "gpubill_backup_prune_failures_total", Help: "Expired snapshots or stale partial ones the schedule failed to remove.",
+	})
 )
 
 func init() {
@@ -48,6 +51,9 @@ type Schedule struct {
 	Tools Tools
 	Log   *slog.Logger
 	Now   func() time.Time
+	// removeAll is os.RemoveAll but in a test that makes a removal fail
+	// (no file mode stops root, whom tests may run as).
+	removeAll func(string) error
 }
 
 // Snapshot is one complete snapshot in a Schedule's directory.
@@ -118,7 +124,10 @@ func (s Schedule) Run(ctx context.Context) error {
 }
 
 // step takes a snapshot if the newest is Every old (or there is none),
-// prunes, and returns how long until the next one is due.
+// prunes, and returns how long until the next one is due. Its error is the
+// snapshot's alone: pruning runs whatever the attempt's outcome (after a
+// failed one it returned first, so on a full disk nothing was removed
+// again) and reports its own failures (see pruneLogged).
 func (s Schedule) step(ctx context.Context) (time.Duration, error) {
 	// Made here, each time: a directory that cannot be made is a failed
 	// snapshot, counted and retried (made once before the loop, its
@@ -133,50 +142,90 @@ func (s Schedule) step(ctx context.Context) (time.Duration, error) {
 	}
 	now := s.Now().UTC()
 	if len(snaps) > 0 {
-		if due := snaps[len(snaps)-1].At.Add(s.Every); due.After(now) {
-			return due.Sub(now), s.prune(now)
+		// The newest complete snapshot is the last good one, also after a
+		// restart: the gauge read 0 until the next was taken, up to Every.
+		newest := snaps[len(snaps)-1]
+		backupLast.Set(float64(newest.At.Unix()))
+		if due := newest.At.Add(s.Every); due.After(now) {
+			s.pruneLogged(now)
+			return due.Sub(now), nil
 		}
 	}
 	at := now.Truncate(time.Second)
 	m, err := Take(ctx, s.DSN, filepath.Join(s.Dir, namePrefix+at.Format(nameLayout)), s.Tools, at)
+	s.pruneLogged(now)
 	if err != nil {
 		return 0, err
 	}
 	backupsTaken.WithLabelValues("ok").Inc()
 	backupLast.Set(float64(at.Unix()))
 	s.Log.Info("backup taken", "dir", s.Dir, "at", at, "journal_head_hash", m.Ledger.HeadHash, "transactions", m.Ledger.Transactions)
-	return s.Every, s.prune(now)
+	return s.Every, nil
+}
+
+// pruneLogged prunes, logging each removal that failed at ERROR and
+// counting it in gpubill_backup_prune_failures_total. Returned as the
+// attempt's error, a prune failure counted a failed snapshot every retry
+// while snapshots were fine (GpubillBackupFailed firing for it) and hid
+// the schedule's real state.
+func (s Schedule) pruneLogged(now time.Time) {
+	for _, err := range s.prune(now) {
+		backupPruneFailures.Inc()
+		s.Log.Error("old backup not removed", "dir", s.Dir, "err", err)
+	}
 }
 
 // prune removes complete snapshots older than Keep (never the newest) and
-// partial ones left by an interrupted run.
-func (s Schedule) prune(now time.Time) error {
+// partial ones left by an interrupted run, and returns the removals that
+// failed: one that fails does not stop the others (the first failure
+// stopped all pruning, for good if it failed each time).
+func (s Schedule) prune(now time.Time) []error {
+	remove := s.removeAll
+	if remove == nil {
+		remove = os.RemoveAll
+	}
 	snaps, err := List(s.Dir)
 	if err != nil {
-		return err
+		return []error{fmt.Errorf("list backups: %w", err)}
 	}
+	var errs []error
 	for i, sn := range snaps {
 		if i == len(snaps)-1 || now.Sub(sn.At) <= s.Keep {
 			continue
 		}
-		if err := os.RemoveAll(sn.Path); err != nil {
-			return fmt.Errorf("remove old backup: %w", err)
+		if err := remove(sn.Path); err != nil {
+			errs = append(errs, fmt.Errorf("remove old backup: %w", err))
+			continue
 		}
 		s.Log.Info("old backup removed", "path", sn.Path)
 	}
 	ents, err := os.ReadDir(s.Dir)
 	if err != nil {
-		return err
+		return append(errs, fmt.Errorf("list partial backups: %w", err))
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), namePrefix) && strings.HasSuffix(e.Name(), partialSuffix) {
-			p := filepath.Join(s.Dir, e.Name())
-			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > s.Every {
-				if err := os.RemoveAll(p); err != nil {
-					return err
-				}
-			}
+		if !strings.HasPrefix(e.Name(), namePrefix) || !strings.HasSuffix(e.Name(), partialSuffix) {
+			continue
 		}
+		p := filepath.Join(s.Dir, e.Name())
+		fi, err := e.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stat partial backup: %w", err))
+			continue
+		}
+		// Only older than Every: a newer one may be a gpubill backup -o
+		// into this directory, still being written.
+		if now.Sub(fi.ModTime()) <= s.Every {
+			continue
+		}
+		if err := remove(p); err != nil {
+			errs = append(errs, fmt.Errorf("remove partial backup: %w", err))
+			continue
+		}
+		s.Log.Info("partial backup removed", "path", p)
 	}
-	return nil
+	return errs
 }

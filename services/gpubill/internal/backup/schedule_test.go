@@ -2,10 +2,12 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +95,145 @@ func TestScheduleCountsADirectoryItCannotMake(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(backupsTaken.WithLabelValues("failed")); got != before+1 {
 		t.Fatalf("failed snapshots counted %v → %v, want one more", before, got)
+	}
+}
+
+// completeSnapshot makes a complete snapshot (a manifest) in dir taken at at.
+func completeSnapshot(t *testing.T, dir string, at time.Time) string {
+	t.Helper()
+	p := filepath.Join(dir, namePrefix+at.UTC().Format(nameLayout))
+	if err := os.MkdirAll(filepath.Join(p, DumpDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p, ManifestFile), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A failed snapshot leaves no partial directory, and the expired snapshots
+// and stale partials are removed all the same: each failure left its
+// DIR.partial (the retry 5 minutes later under a new name), and a failed
+// attempt returned before pruning, so on a full disk nothing was ever
+// removed again.
+func TestScheduleFailedSnapshotStillPrunes(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	pool, dsn := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, "ledger", migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	// A pg_dump that writes part of its dump, then fails as on a full disk.
+	bin := t.TempDir()
+	script := `#!/bin/sh
+for a in "$@"; do case "$a" in --file=*) d="${a#--file=}";; esac; done
+mkdir -p "$d" && echo part > "$d/toc.dat"
+echo "pg_dump: error: could not write to file: No space left on device" >&2
+exit 1
+`
+	if err := os.WriteFile(filepath.Join(bin, "pg_dump"), []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The clock is the real one: the failed attempt's partial is new, so
+	// only Take can have removed it (prune takes partials older than Every).
+	now := time.Now().UTC().Truncate(time.Second)
+	s := Schedule{DSN: dsn, Dir: filepath.Join(t.TempDir(), "backups"), Every: 6 * time.Hour, Keep: 72 * time.Hour, Tools: Tools{BinDir: bin},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+	expired := completeSnapshot(t, s.Dir, now.Add(-80*time.Hour))
+	// 7 h old: the next is due.
+	newest := completeSnapshot(t, s.Dir, now.Add(-7*time.Hour))
+	// A killed run's, 20 h old.
+	stale := filepath.Join(s.Dir, namePrefix+now.Add(-20*time.Hour).Format(nameLayout)+partialSuffix)
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(stale, now.Add(-20*time.Hour), now.Add(-20*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.step(ctx); err == nil || !strings.Contains(err.Error(), "No space left on device") {
+		t.Fatalf("step with a failing pg_dump: %v; want its error", err)
+	}
+	if left, err := filepath.Glob(filepath.Join(s.Dir, "*"+partialSuffix)); err != nil || len(left) > 0 {
+		t.Errorf("partial snapshots left after a failed attempt: %v %v", left, err)
+	}
+	if _, err := os.Stat(expired); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("expired snapshot %s after a failed attempt: %v; want removed", expired, err)
+	}
+	if _, err := os.Stat(newest); err != nil {
+		t.Errorf("newest snapshot: %v; want kept", err)
+	}
+}
+
+// A snapshot that cannot be removed is logged at ERROR and counted as a
+// prune failure, not as a failed snapshot, and the others are still
+// removed: the error was returned as the attempt's, so every step counted
+// a failed snapshot (GpubillBackupFailed firing while snapshots were
+// fine), and the first failed removal stopped all pruning.
+func TestSchedulePruneFailureIsNotAFailedSnapshot(t *testing.T) {
+	now := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+	var log strings.Builder
+	dir := filepath.Join(t.TempDir(), "backups")
+	stuck := completeSnapshot(t, dir, now.Add(-100*time.Hour))
+	old := []string{completeSnapshot(t, dir, now.Add(-90*time.Hour)), completeSnapshot(t, dir, now.Add(-80*time.Hour))}
+	newest := completeSnapshot(t, dir, now.Add(-time.Hour)) // the next due in 5 h: no snapshot is taken
+	s := Schedule{DSN: "postgres://127.0.0.1:1/none", Dir: dir, Every: 6 * time.Hour, Keep: 72 * time.Hour,
+		Log: slog.New(slog.NewTextHandler(&log, nil)), Now: func() time.Time { return now },
+		removeAll: func(p string) error {
+			if p == stuck {
+				return errors.New("remove " + p + ": input/output error")
+			}
+			return os.RemoveAll(p)
+		}}
+	failedBefore := testutil.ToFloat64(backupsTaken.WithLabelValues("failed"))
+	pruneBefore := testutil.ToFloat64(backupPruneFailures)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := testutil.ToFloat64(backupsTaken.WithLabelValues("failed")); got != failedBefore {
+		t.Errorf("failed snapshots counted %v → %v; want none (no snapshot was due)", failedBefore, got)
+	}
+	if got := testutil.ToFloat64(backupPruneFailures); got != pruneBefore+1 {
+		t.Errorf("prune failures counted %v → %v; want one more", pruneBefore, got)
+	}
+	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "input/output error") ||
+		strings.Contains(log.String(), "scheduled backup failed") {
+		t.Errorf("log %q; want the removal's error at ERROR, not a failed backup", log.String())
+	}
+	for _, p := range old {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("expired snapshot %s after another could not be removed: %v; want removed", p, err)
+		}
+	}
+	for _, p := range []string{stuck, newest} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v; want it there", p, err)
+		}
+	}
+}
+
+// After a restart the last-success gauge is the newest complete snapshot
+// in the directory: it read 0 until the next snapshot, up to 6 h, though a
+// good one was there.
+func TestScheduleLastSuccessFromTheDirectory(t *testing.T) {
+	now := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	dir := filepath.Join(t.TempDir(), "backups")
+	completeSnapshot(t, dir, now.Add(-26*time.Hour))
+	completeSnapshot(t, dir, now.Add(-2*time.Hour))
+	// Newer, but not complete: not a good snapshot.
+	if err := os.MkdirAll(filepath.Join(dir, namePrefix+now.Add(-time.Hour).Format(nameLayout)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	backupLast.Set(0) // as at start
+	s := Schedule{DSN: "postgres://127.0.0.1:1/none", Dir: dir, Every: 6 * time.Hour, Keep: 72 * time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := testutil.ToFloat64(backupLast), float64(now.Add(-2*time.Hour).Unix()); got != want {
+		t.Errorf("last success %v; want %v, the newest complete snapshot's", got, want)
 	}
 }

@@ -409,6 +409,43 @@ func TestLedgerVerifyHeadAndBalances(t *testing.T) {
 	}
 }
 
+// ledger verify fails on a chained posting whose created_at is not its
+// transaction's: the chain hashes the transaction's time, not the
+// posting's, yet every as-of figure (reports, balances as of, invoices,
+// checkpoints) reads the posting's, and a deposit moved 45 minutes passed.
+func TestLedgerVerifyPostingTime(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := ledgerWithADeposit(t)
+	if _, err := ledger.ChainOnce(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DATABASE_URL=" + dsn}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok: 1 transactions chained") {
+		t.Fatalf("verify before the edit: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	var id string
+	if err := pool.QueryRow(ctx, `select id::text from ledger.transactions where idempotency_key = 'd1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`alter table ledger.postings disable trigger postings_immutable`,
+		`update ledger.postings set created_at = created_at + interval '45 min' where tx_id = '` + id + `' and idx = 1`,
+		`alter table ledger.postings enable trigger postings_immutable`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 ||
+		!strings.HasPrefix(r.stdout, "BROKEN: transaction "+id+": posting 1 to renter:r-1:wallet was created at ") ||
+		!strings.Contains(r.stderr, "journal hash chain broken") {
+		t.Errorf("verify after a posting's created_at was moved: exit %d, stdout %q, stderr %q; want 1 and posting 1 of %s named", r.code, r.stdout, r.stderr, id)
+	}
+}
+
 // report segregated-funds writes the report to a file (whole, or nothing),
 // quiet when stderr is not a terminal, as of now or a past instant, and
 // never creates a database.

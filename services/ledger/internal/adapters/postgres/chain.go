@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -275,8 +276,8 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 }
 
 // verifyBeyondTheChain counts the transactions not chained yet and checks
-// what the chain does not hash: reversal links, postings of no transaction,
-// then the balances.
+// what the chain does not hash: reversal links, postings of no transaction
+// or not at its time, then the balances.
 func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
 	if err := q.QueryRow(ctx, `select count(*) from ledger.transactions t
 		where not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`).Scan(&res.Unchained); err != nil {
@@ -296,15 +297,24 @@ func verifyBeyondTheChain(ctx context.Context, q Querier, res VerifyResult) (Ver
 }
 
 // verifyPostingsBelong names the first posting whose transaction is not in
-// the journal: the chain hashes a transaction's postings by its id, so one
-// inserted under another id (an INSERT the tables' owner may run; postings
-// refuse only updates and deletes), with its balance raised to match,
-// changed every figure and passed verification.
+// the journal, or whose created_at is not its transaction's. The chain
+// hashes a transaction's postings by its id, so one inserted under another
+// id (an INSERT the tables' owner may run; postings refuse only updates and
+// deletes), with its balance raised to match, changed every figure and
+// passed verification. Nor does it hash a posting's created_at, which every
+// as-of figure reads (reports, balances as of, invoices, reconciliation,
+// checkpoints): every writer gives a posting its transaction's created_at,
+// which the chain does hash, so one that differs was moved (an UPDATE with
+// the immutability trigger disabled) and passed. One statement, one scan of
+// the postings: the join the first check needed anyway gives the time.
 func verifyPostingsBelong(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
 	var tx, account string
 	var idx int
-	err := q.QueryRow(ctx, `select p.tx_id::text, p.idx, p.account from ledger.postings p
-		where not exists (select 1 from ledger.transactions t where t.id = p.tx_id) order by 1, 2 limit 1`).Scan(&tx, &idx, &account)
+	var at time.Time
+	var txAt *time.Time // nil: the transaction is not in the journal
+	err := q.QueryRow(ctx, `select p.tx_id::text, p.idx, p.account, p.created_at, t.created_at
+		from ledger.postings p left join ledger.transactions t on t.id = p.tx_id
+		where t.id is null or p.created_at <> t.created_at order by 1, 2 limit 1`).Scan(&tx, &idx, &account, &at, &txAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, nil
 	}
@@ -312,7 +322,12 @@ func verifyPostingsBelong(ctx context.Context, q Querier, res VerifyResult) (Ver
 		return res, fmt.Errorf("verify postings: %w", err)
 	}
 	res.OK, res.FirstBadTransaction = false, tx
-	res.Reason = fmt.Sprintf("posting %d to %s names transaction %s, which is not in the journal (ledger.postings altered)", idx, account, tx)
+	if txAt == nil {
+		res.Reason = fmt.Sprintf("posting %d to %s names transaction %s, which is not in the journal (ledger.postings altered)", idx, account, tx)
+		return res, nil
+	}
+	res.Reason = fmt.Sprintf("posting %d to %s was created at %s; its transaction at %s (ledger.postings altered: every as-of figure reads the posting's time)",
+		idx, account, at.UTC().Format(time.RFC3339Nano), txAt.UTC().Format(time.RFC3339Nano))
 	return res, nil
 }
 
