@@ -165,27 +165,27 @@ type seen struct {
 	keys, payments map[string]bool
 }
 
-func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, error) {
+func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[rail+key], nil
+	return s.keys[rail+key], "", nil
 }
 
-func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (bool, error) {
+func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (app.Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if key != "" {
 		if s.keys[rail+key] {
-			return false, app.ErrReplay
+			return app.Recorded{}, app.ErrReplay
 		}
 		s.keys[rail+key] = true
 	}
 	if t == nil {
-		return true, nil
+		return app.Recorded{Fresh: true}, nil
 	}
 	fresh := !s.payments[t.ExternalRef()]
 	s.payments[t.ExternalRef()] = true
-	return fresh, nil
+	return app.Recorded{Fresh: fresh}, nil
 }
 
 // The notification route's answers: 200 SUCCESS for an applied, a
