@@ -179,22 +179,29 @@ type Checkout struct {
 
 var _ app.Checkout = Checkout{}
 
-// CheckCurrency implements app.Checkout: Alipay takes yuan.
-func (ch Checkout) CheckCurrency(currency string) error {
+// CheckOrder implements app.Checkout: Alipay takes yuan, at most
+// ap.PagePayAmountMax an order.
+func (ch Checkout) CheckOrder(currency string, amount decimal.Decimal) error {
 	if currency != ap.Currency {
 		return apperr.Invalid("currency", "Alipay top-ups are in %s, not %s", ap.Currency, currency)
+	}
+	if amount.GreaterThan(ap.PagePayAmountMax) {
+		return apperr.Invalid("amount", "Alipay takes at most %s %s an order", ap.PagePayAmountMax.StringFixed(2), ap.Currency)
 	}
 	return nil
 }
 
+// OrderTimeout implements app.Checkout.
+func (ch Checkout) OrderTimeout() time.Duration { return ap.PagePayTimeout }
+
 // Order implements app.Checkout: the signed page-pay URL on the gateway.
 func (ch Checkout) Order(_ context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
-	if err := ch.CheckCurrency(currency); err != nil {
+	if err := ch.CheckOrder(currency, amount); err != nil {
 		return "", time.Time{}, err
 	}
 	u, _, err := ch.C.PagePayURL(renterID, amount, orderID)
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	return u, opened.Add(ap.PagePayTimeout), nil
+	return u, opened.Add(ch.OrderTimeout()), nil
 }
