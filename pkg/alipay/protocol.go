@@ -164,6 +164,10 @@ const (
 	pagePayTimeoutExpress = "2h"
 )
 
+// PagePayAmountMax is the largest total_amount Alipay takes for an order
+// (its range is 0.01 to 100 000 000 yuan).
+var PagePayAmountMax = decimal.NewFromInt(100_000_000)
+
 // VerifyNotification checks a payment notification came from the platform
 // for this app: sign_type RSA2, signed (over every field but sign and
 // sign_type) by the platform's key, the required fields present, app_id

@@ -131,8 +131,11 @@ func (s xmlSts) code() string {
 // Parse checks an entry and returns it.
 func (x XMLEntry) Parse(path string) (Entry, error) {
 	e := Entry{Path: path, Reference: strings.TrimSpace(x.NtryRef), CreditDebit: strings.TrimSpace(x.CdtDbtInd),
-		Reversal: strings.TrimSpace(x.RvslInd) == "true", Status: x.Sts.code(), BankRef: strings.TrimSpace(x.AcctSvcrRef)}
+		Status: x.Sts.code(), BankRef: strings.TrimSpace(x.AcctSvcrRef)}
 	var err error
+	if e.Reversal, err = xsBoolean(x.RvslInd); err != nil {
+		return e, malformed(path+"/RvslInd", "%s", err.Error())
+	}
 	if e.Amount, e.Currency, err = x.Amt.parse(path + "/Amt"); err != nil {
 		return e, err
 	}
@@ -246,4 +249,17 @@ func ParseCamt054(b []byte) (Notification, error) {
 		out.Accounts = append(out.Accounts, an)
 	}
 	return out, nil
+}
+
+// xsBoolean reads an optional xs:boolean, absent being false: "1" and "0"
+// are as valid as "true" and "false" (a bank writing "1" had its reversal
+// read as none), anything else is refused rather than taken as false.
+func xsBoolean(s string) (bool, error) {
+	switch strings.TrimSpace(s) {
+	case "true", "1":
+		return true, nil
+	case "false", "0", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("want true, false, 1 or 0, got %q", clip(s))
 }

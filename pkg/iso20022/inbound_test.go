@@ -139,6 +139,32 @@ func TestParseCamt054(t *testing.T) {
 	}
 }
 
+// RvslInd is an xs:boolean: "1" and "0" are as valid as "true" and
+// "false" (a "1" was read as no reversal).
+func TestParseCamt054Reversal(t *testing.T) {
+	for _, tc := range []struct {
+		give string
+		want bool
+	}{
+		{"", false},
+		{"<RvslInd>true</RvslInd>", true},
+		{"<RvslInd>1</RvslInd>", true},
+		{"<RvslInd> 1 </RvslInd>", true},
+		{"<RvslInd>false</RvslInd>", false},
+		{"<RvslInd>0</RvslInd>", false},
+	} {
+		doc := strings.Replace(camt054, "<CdtDbtInd>DBIT</CdtDbtInd>", "<CdtDbtInd>DBIT</CdtDbtInd>"+tc.give, 1)
+		n, err := ParseCamt054([]byte(doc))
+		if err != nil {
+			t.Errorf("%q: %v", tc.give, err)
+			continue
+		}
+		if got := n.Accounts[0].Entries[0].Reversal; got != tc.want {
+			t.Errorf("%q: reversal %v, want %v", tc.give, got, tc.want)
+		}
+	}
+}
+
 func TestParseCamt054Malformed(t *testing.T) {
 	const e0 = "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[0]"
 	const e1 = "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[1]"
@@ -156,6 +182,7 @@ func TestParseCamt054Malformed(t *testing.T) {
 		{`<RtrInf><Rsn><Cd>AC04</Cd></Rsn>`, `<RtrInf><Rsn></Rsn>`, e1 + "/NtryDtls[0]/TxDtls[0]/RtrInf/Rsn"},
 		{`<Id><IBAN>GB33BUKB20201555555555</IBAN></Id>`, ``, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Acct/Id"},
 		{`<MsgId>BANK-NTF-1</MsgId>`, ``, "BkToCstmrDbtCdtNtfctn/GrpHdr/MsgId"},
+		{`<CdtDbtInd>DBIT</CdtDbtInd>`, `<CdtDbtInd>DBIT</CdtDbtInd><RvslInd>yes</RvslInd>`, e0 + "/RvslInd"},
 	} {
 		bad := strings.Replace(camt054, tc.give, tc.with, 1)
 		_, err := ParseCamt054([]byte(bad))

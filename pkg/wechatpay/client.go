@@ -139,6 +139,7 @@ const (
 	CodeInvalidRequest   = "INVALID_REQUEST"
 	CodeParamError       = "PARAM_ERROR"
 	CodeSignError        = "SIGN_ERROR"
+	CodeOrderPaid        = "ORDERPAID" // an order asked again once paid
 )
 
 // Do makes a signed call (body nil for a GET) and decodes a verified 2xx

@@ -446,8 +446,13 @@ func (p *Platform) native(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if q.TimeExpire != "" {
-		if _, err := time.Parse(time.RFC3339, q.TimeExpire); err != nil {
+		expires, err := time.Parse(time.RFC3339, q.TimeExpire)
+		if err != nil {
 			param("time_expire: RFC 3339")
+			return
+		}
+		if !expires.After(p.Now()) {
+			param("time_expire 已过期")
 			return
 		}
 	}
@@ -456,6 +461,11 @@ func (p *Platform) native(w http.ResponseWriter, r *http.Request) {
 	if seen && (o.Req.Amount != q.Amount || o.Req.Attach != q.Attach || o.Req.NotifyURL != q.NotifyURL) {
 		p.mu.Unlock()
 		p.fail(w, apiErr{http.StatusBadRequest, wechatpay.CodeInvalidRequest, "商户订单号重复，但请求参数与原单不一致"})
+		return
+	}
+	if seen && o.TransactionID != "" {
+		p.mu.Unlock()
+		p.fail(w, apiErr{http.StatusForbidden, wechatpay.CodeOrderPaid, "该订单已支付"})
 		return
 	}
 	if !seen {

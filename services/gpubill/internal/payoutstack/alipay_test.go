@@ -143,8 +143,10 @@ func notifications(t *testing.T) map[string]float64 {
 // and one whose answer is lost after the platform booked it — queried by
 // out_biz_no and found paid, with exactly one transfer at the platform.
 // Then a renter's page-pay order paid: its notification is one deposit;
-// the same notification again (a replay) is refused, TRADE_FINISHED for
-// the same trade is a duplicate, forged ones are refused; each counted.
+// the same notification again (Alipay's resend) and TRADE_FINISHED for the
+// same trade are duplicates, its notify_id with other content and forged
+// ones are refused, refunds are recorded and counted refunded; each
+// counted.
 // Every provider account, the wallet and bank:client exact after each step.
 func TestAlipayRailEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -232,9 +234,21 @@ func TestAlipayRailEndToEnd(t *testing.T) {
 	}
 	checkWallet("top-up")
 
-	// The same notification again (same notify_id and signature): a replay, refused.
-	if again := g.Resend(n, st.s.TestHooks().AlipayClient().Cfg.NotifyURL); again.Answer != alipay.AnswerFail {
-		t.Errorf("replayed notification answered %q %v", again.Answer, again.Err)
+	notifyURL := st.s.TestHooks().AlipayClient().Cfg.NotifyURL
+	// The same notification again (same notify_id and signature), as
+	// Alipay sends it when its "success" was lost: a duplicate,
+	// acknowledged (it was refused, and Alipay kept sending it for a day).
+	if again := g.Resend(n, notifyURL); again.Answer != alipay.AnswerSuccess {
+		t.Errorf("the notification sent again answered %q %v, want success", again.Answer, again.Err)
+	}
+	// Its notify_id with other content (signed): refused.
+	changed := copyForm(n.Form)
+	changed.Set("total_amount", "99.00")
+	if err := g.SignNotification(changed); err != nil {
+		t.Fatal(err)
+	}
+	if f := g.Send(notifyURL, changed); f.Answer != alipay.AnswerFail {
+		t.Errorf("the notify_id again with another amount answered %q", f.Answer)
 	}
 	// TRADE_FINISHED for the same trade (a new notify_id): a duplicate, acknowledged.
 	if fin, err := g.Notify(outTradeNo, alipay.TradeFinished); err != nil || fin.Answer != alipay.AnswerSuccess {
@@ -272,6 +286,41 @@ func TestAlipayRailEndToEnd(t *testing.T) {
 	}
 	checkWallet("replay, duplicate, forged")
 
+	// Finance refunds 30.00 of the trade in Alipay's merchant console:
+	// Alipay notifies TRADE_SUCCESS with the refund (a new notify_id), then
+	// refunds the rest and notifies TRADE_CLOSED. Each is recorded and
+	// counted refunded (it was a duplicate, then ignored, and nobody knew
+	// the renter kept the wallet credit); the same refund notified again is
+	// a duplicate. The deposit stays: finance reverses it.
+	refund := func(status, fee, notifyID string) string {
+		t.Helper()
+		f := copyForm(n.Form)
+		f.Set("trade_status", status)
+		f.Set("refund_fee", fee)
+		f.Set("gmt_refund", time.Now().In(alipay.Beijing).Format(alipay.TimeLayout)+".123")
+		f.Set("notify_id", notifyID)
+		f.Set("notify_time", time.Now().In(alipay.Beijing).Format(alipay.TimeLayout))
+		if err := g.SignNotification(f); err != nil {
+			t.Fatal(err)
+		}
+		return g.Send(notifyURL, f).Answer
+	}
+	for _, tc := range []struct{ status, fee, notifyID string }{
+		{alipay.TradeSuccess, "30.00", "refund-1"},
+		{alipay.TradeSuccess, "30.00", "refund-1-again"},
+		{alipay.TradeClosed, "100.00", "refund-2"},
+	} {
+		if got := refund(tc.status, tc.fee, tc.notifyID); got != alipay.AnswerSuccess {
+			t.Errorf("refund %s %s answered %q", tc.status, tc.fee, got)
+		}
+	}
+	var refunds string
+	if err := st.d.Pool.QueryRow(ctx, `select string_agg(refunded_total::numeric(20, 2)::text || ' ' || notification_key, ',' order by refunded_total)
+		from payout.rail_refunds where rail = 'alipay' and payment_id = $1`, n.Form.Get("trade_no")).Scan(&refunds); err != nil || refunds != "30.00 refund-1,100.00 refund-2" {
+		t.Errorf("refunds recorded %q (%v), want 30.00 and 100.00", refunds, err)
+	}
+	checkWallet("refunds")
+
 	// One deposit, under the trade's number.
 	txs, err := st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: wallet})
 	if err != nil {
@@ -281,7 +330,7 @@ func TestAlipayRailEndToEnd(t *testing.T) {
 		t.Errorf("wallet transactions: %v", txs.Transactions)
 	}
 	after := notifications(t)
-	for outcome, want := range map[string]float64{"accepted": 1, "replay": 1, "duplicate": 1, "forged": 2} {
+	for outcome, want := range map[string]float64{"accepted": 1, "replay": 1, "duplicate": 3, "forged": 2, "refunded": 2, "ignored": 0} {
 		if got := after[outcome] - before[outcome]; got != want {
 			t.Errorf("gpubill_rail_notifications_total{rail=alipay,kind=topup,outcome=%s} +%v, want +%v", outcome, got, want)
 		}
@@ -290,4 +339,13 @@ func TestAlipayRailEndToEnd(t *testing.T) {
 	if r := g.Refused(); len(r) != 0 {
 		t.Errorf("the platform refused requests: %v", r)
 	}
+}
+
+// copyForm copies a notification's form.
+func copyForm(f url.Values) url.Values {
+	c := url.Values{}
+	for k, v := range f {
+		c[k] = append([]string(nil), v...)
+	}
+	return c
 }

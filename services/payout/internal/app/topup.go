@@ -13,11 +13,12 @@ import (
 )
 
 // Notification outcomes (what a rail's notification endpoint counts and
-// answers): accepted and duplicate are acknowledged to the rail; the others
-// are refused.
+// answers): accepted, duplicate and refunded are acknowledged to the rail;
+// the others are refused.
 const (
 	NotifyAccepted  = "accepted"  // verified and applied
-	NotifyDuplicate = "duplicate" // a payment already deposited, notified again: nothing more
+	NotifyDuplicate = "duplicate" // a payment already deposited, notified again (or the rail's resend of an applied notification): nothing more
+	NotifyRefunded  = "refunded"  // a refund of a top-up, made at the rail, recorded: finance takes it back from the wallet
 	NotifyReplay    = "replay"    // a notification already applied, sent again as it was
 	NotifyForged    = "forged"    // signature or certificate does not verify
 	NotifyStale     = "stale"     // timestamp too far from now
@@ -50,6 +51,15 @@ type TopUp struct {
 	// NotificationKey is the notification's replay key (WeChat Pay: the
 	// Wechatpay-Nonce header); "" when the rail has none.
 	NotificationKey string
+	// NotificationDigest is a digest of the notification's content, for a
+	// rail that resends a notification under its replay key (Alipay): the
+	// key applied before with the same digest is that resend; "" when the
+	// rail signs each retry anew (the key again is then a replay).
+	NotificationDigest string
+	// Refunded is the payment's refunded total the rail notified (Alipay's
+	// refund_fee), zero when none; RefundedAt is when, as the rail said.
+	Refunded   decimal.Decimal
+	RefundedAt string
 }
 
 // ExternalRef is the ledger deposit's external reference (its idempotency
@@ -66,12 +76,19 @@ type Deposits interface {
 
 // NotificationStore keeps the notifications applied and the top-ups.
 type NotificationStore interface {
-	// NotificationSeen reports whether a replay key was applied before.
-	NotificationSeen(ctx context.Context, rail, key string) (bool, error)
-	// RecordNotification keeps a replay key as applied, in one
-	// transaction with the top-up when t is not nil (fresh: the payment's
-	// first notification). A key recorded meanwhile wraps ErrReplay.
-	RecordNotification(ctx context.Context, rail, key, kind, reference string, t *TopUp, ledgerTx string, at time.Time) (fresh bool, err error)
+	// NotificationSeen reports whether a replay key was applied before,
+	// and the content digest it was applied with ("" if none).
+	NotificationSeen(ctx context.Context, rail, key string) (seen bool, digest string, err error)
+	// RecordNotification keeps a replay key as applied (with
+	// t.NotificationDigest), in one transaction with the top-up and its
+	// refund when t is not nil. A key recorded meanwhile wraps ErrReplay.
+	RecordNotification(ctx context.Context, rail, key, kind, reference string, t *TopUp, ledgerTx string, at time.Time) (Recorded, error)
+}
+
+// Recorded is what RecordNotification kept new.
+type Recorded struct {
+	Fresh  bool // the payment's first notification
+	Refund bool // a refunded total of the payment not recorded before
 }
 
 // TopUps turns confirmed rail payments into ledger deposits, exactly once
@@ -86,14 +103,26 @@ type TopUps struct {
 // Apply deposits a confirmed payment: NotifyAccepted the first time,
 // NotifyDuplicate when the payment was deposited before (the ledger's
 // idempotency answers the original deposit; nothing moves twice). A
-// notification key seen before is ErrReplay. The deposit goes first and the
-// key is recorded after it, so a failure between the two leaves the key
+// notification key seen before is ErrReplay, unless its content digest is
+// the one applied: the rail's own resend (its "success" lost), a
+// duplicate, or the rail resends it for a day. The deposit goes first and
+// the key is recorded after it, so a failure between the two leaves the key
 // free for the rail's retry, which the ledger answers with the same deposit.
+//
+// A payment notified with a refunded total (made in the rail's merchant
+// console: gpubill has no refund route) is deposited as paid and the
+// refund recorded, NotifyRefunded the first time that total is notified,
+// logged as an error: the wallet still holds what the renter got back,
+// and finance takes it back by hand (the notification was acknowledged as
+// a duplicate or a moneyless one, and the renter kept the credit).
 func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
 	if t.NotificationKey != "" {
-		seen, err := a.Store.NotificationSeen(ctx, t.Rail, t.NotificationKey)
+		seen, digest, err := a.Store.NotificationSeen(ctx, t.Rail, t.NotificationKey)
 		if err != nil {
 			return NotifyFailed, err
+		}
+		if seen && t.NotificationDigest != "" && digest == t.NotificationDigest {
+			return NotifyDuplicate, nil
 		}
 		if seen {
 			return NotifyReplay, fmt.Errorf("%s notification %s: %w", t.Rail, t.NotificationKey, ErrReplay)
@@ -106,18 +135,27 @@ func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
 		}
 		return NotifyFailed, err
 	}
-	fresh, err := a.Store.RecordNotification(ctx, t.Rail, t.NotificationKey, NotifyKindTopUp, t.PaymentID, &t, txID, a.Clock.Now())
+	rec, err := a.Store.RecordNotification(ctx, t.Rail, t.NotificationKey, NotifyKindTopUp, t.PaymentID, &t, txID, a.Clock.Now())
 	if err != nil {
 		if errors.Is(err, ErrReplay) {
 			return NotifyReplay, err
 		}
 		return NotifyFailed, err
 	}
-	if !fresh {
+	if rec.Fresh {
+		a.Log.Info("renter top-up deposited", "rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID,
+			"amount", t.Amount.String(), "currency", t.Currency, "ledger_transaction_id", txID)
+	}
+	if rec.Refund {
+		a.Log.Error("renter top-up refunded at the rail: the wallet still holds it; reverse the deposit or post a finance entry",
+			"rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID, "amount", t.Amount.String(),
+			"refunded_total", t.Refunded.String(), "refunded_at", t.RefundedAt, "currency", t.Currency,
+			"external_ref", t.ExternalRef(), "ledger_transaction_id", txID)
+		return NotifyRefunded, nil
+	}
+	if !rec.Fresh {
 		return NotifyDuplicate, nil
 	}
-	a.Log.Info("renter top-up deposited", "rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID,
-		"amount", t.Amount.String(), "currency", t.Currency, "ledger_transaction_id", txID)
 	return NotifyAccepted, nil
 }
 

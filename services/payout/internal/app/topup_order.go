@@ -24,12 +24,16 @@ type Checkout interface {
 	// Order makes order orderID for amount in currency, first opened at
 	// opened, and answers where the renter pays it and when the rail closes
 	// it unpaid (from opened: the same order asked again is the same
-	// request to the rail). A currency the rail does not take is an
-	// *apperr.InvalidError.
+	// request to the rail). A currency or amount the rail does not take is
+	// an *apperr.InvalidError; the rail's refusal of the order is an
+	// apperr.ErrConflict or apperr.ErrPrecondition naming its code.
 	Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (payURL string, expires time.Time, err error)
-	// CheckCurrency refuses a currency the rail does not take (an
-	// *apperr.InvalidError), before an order is kept under its key.
-	CheckCurrency(currency string) error
+	// CheckOrder refuses a currency or an amount the rail does not take
+	// (an *apperr.InvalidError), before an order is kept under its key.
+	CheckOrder(currency string, amount decimal.Decimal) error
+	// OrderTimeout is how long after it was first opened the rail closes
+	// an order unpaid.
+	OrderTimeout() time.Duration
 }
 
 // TopUpOrder is a top-up a renter opened.
@@ -118,7 +122,7 @@ func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrde
 	}
 	// Refused before the order is kept: kept, a request the rail then
 	// refused held its key for good, the corrected one a 409.
-	if err := rail.CheckCurrency(cur.Code); err != nil {
+	if err := rail.CheckOrder(cur.Code, amount); err != nil {
 		return TopUpOrder{}, err
 	}
 	t := TopUpOrder{ID: TopUpOrderID(in.RenterID, key), RenterID: in.RenterID, Rail: in.Rail, Currency: cur.Code, Amount: amount}
@@ -131,6 +135,12 @@ func (o *TopUpOrders) Create(ctx context.Context, in TopUpOrderInput) (TopUpOrde
 			t.ID, kept.Rail, kept.Amount, kept.Currency, t.Amount, t.Currency, t.Rail, apperr.ErrConflict)
 	}
 	t.OpenedAt = kept.OpenedAt
+	// Not asked again once expired: the rail refuses a time_expire past
+	// (WeChat Pay: PARAM_ERROR, a 500) or would show a closed order.
+	if expires := t.OpenedAt.Add(rail.OrderTimeout()); !o.Clock.Now().Before(expires) {
+		return TopUpOrder{}, fmt.Errorf("%w: top-up %s opened at %s expired at %s unpaid: open a new one with a new idempotency key",
+			apperr.ErrPrecondition, t.ID, t.OpenedAt.UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
+	}
 	if t.PayURL, t.ExpiresAt, err = rail.Order(ctx, t.RenterID, t.Amount, t.Currency, t.ID, t.OpenedAt); err != nil {
 		return TopUpOrder{}, fmt.Errorf("top-up %s on %s: %w", t.ID, t.Rail, err)
 	}

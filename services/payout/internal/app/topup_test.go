@@ -35,35 +35,48 @@ func (m *memDeposits) Deposit(_ context.Context, renter, currency string, amount
 }
 
 type memNotifications struct {
-	keys   map[string]bool
-	topups map[string]int
+	keys    map[string]string // digest by rail/key
+	topups  map[string]int
+	refunds map[string]bool
 }
 
-func (m *memNotifications) NotificationSeen(_ context.Context, rail, key string) (bool, error) {
-	return m.keys[rail+"/"+key], nil
+func (m *memNotifications) NotificationSeen(_ context.Context, rail, key string) (bool, string, error) {
+	d, ok := m.keys[rail+"/"+key]
+	return ok, d, nil
 }
 
-func (m *memNotifications) RecordNotification(_ context.Context, rail, key, _, _ string, t *TopUp, _ string, _ time.Time) (bool, error) {
+func (m *memNotifications) RecordNotification(_ context.Context, rail, key, _, _ string, t *TopUp, _ string, _ time.Time) (Recorded, error) {
 	if key != "" {
-		if m.keys[rail+"/"+key] {
-			return false, ErrReplay
+		if _, ok := m.keys[rail+"/"+key]; ok {
+			return Recorded{}, ErrReplay
 		}
-		m.keys[rail+"/"+key] = true
+		m.keys[rail+"/"+key] = ""
+		if t != nil {
+			m.keys[rail+"/"+key] = t.NotificationDigest
+		}
 	}
 	if t == nil {
-		return true, nil
+		return Recorded{Fresh: true}, nil
 	}
 	m.topups[t.ExternalRef()]++
-	return m.topups[t.ExternalRef()] == 1, nil
+	rec := Recorded{Fresh: m.topups[t.ExternalRef()] == 1}
+	if t.Refunded.IsPositive() {
+		ref := t.ExternalRef() + "/" + t.Refunded.String()
+		rec.Refund = !m.refunds[ref]
+		m.refunds[ref] = true
+	}
+	return rec, nil
 }
 
 // A payment is deposited once: its first notification is accepted, another
 // notification of it is a duplicate, the same notification again a replay;
 // a ledger outage leaves the notification's key free for the rail's retry,
-// and the same payment id with another amount is refused.
+// and the same payment id with another amount is refused. A rail's resend
+// (same key, same digest) is a duplicate; a refund is refunded once per
+// total and never deposits again.
 func TestTopUpApply(t *testing.T) {
 	ledger := &memDeposits{byRef: map[string]decimal.Decimal{}}
-	store := &memNotifications{keys: map[string]bool{}, topups: map[string]int{}}
+	store := &memNotifications{keys: map[string]string{}, topups: map[string]int{}, refunds: map[string]bool{}}
 	a := &TopUps{Ledger: ledger, Store: store, Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	pay := TopUp{Rail: "wechatpay", PaymentID: "4200001", RenterID: "r-1", Currency: "CNY", Amount: decimal.RequireFromString("88.80"), NotificationKey: "n1"}
@@ -85,6 +98,23 @@ func TestTopUpApply(t *testing.T) {
 	other := pay
 	other.NotificationKey, other.Amount = "n3", decimal.RequireFromString("1.00")
 	step("the payment id with another amount", other, NotifyRejected)
+	// A rail that resends a notification under its key (Alipay): the same
+	// content is the resend, a duplicate; other content a replay.
+	sent := pay
+	sent.NotificationKey, sent.NotificationDigest = "a1", "d1"
+	step("a notification with a digest", sent, NotifyDuplicate)
+	step("the rail's resend of it", sent, NotifyDuplicate)
+	changed := sent
+	changed.NotificationDigest = "d2"
+	step("its key with other content", changed, NotifyReplay)
+	// A refund made at the rail: recorded once per refunded total.
+	refund := pay
+	refund.NotificationKey, refund.Refunded = "r1", decimal.RequireFromString("8.80")
+	step("a refund", refund, NotifyRefunded)
+	refund.NotificationKey = "r2"
+	step("the same refund notified again", refund, NotifyDuplicate)
+	refund.NotificationKey, refund.Refunded = "r3", pay.Amount
+	step("the rest refunded", refund, NotifyRefunded)
 	if len(ledger.byRef) != 1 || !ledger.byRef["wechatpay:4200001"].Equal(pay.Amount) {
 		t.Errorf("deposits %v, want one of 88.80 under wechatpay:4200001", ledger.byRef)
 	}

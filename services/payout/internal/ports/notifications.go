@@ -8,8 +8,8 @@ import (
 )
 
 // railNotifications counts the payment rails' notifications by outcome
-// (app.Notify*: accepted, duplicate, replay, forged, stale, malformed,
-// rejected, failed), on the default registry.
+// (app.Notify*: accepted, duplicate, refunded, replay, forged, stale,
+// malformed, rejected, failed), on the default registry.
 var railNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_rail_notifications_total",
 	Help: "Payment rails' notifications (top-ups, payout results) by rail, kind and outcome; forged, stale, replay and malformed ones are refused.",
@@ -19,10 +19,11 @@ var railNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
 // counter's first increase from nothing is no increase to Prometheus): a
 // renter's verified payment the ledger refused, or that could not be
 // applied, was counted only, and once the rail stopped retrying the renter
-// had paid and was never credited.
+// had paid and was never credited; a refund made at the rail, the first
+// one would not page.
 func init() {
 	for _, rail := range []string{"alipay", "wechatpay"} {
-		for _, outcome := range []string{app.NotifyRejected, app.NotifyFailed} {
+		for _, outcome := range []string{app.NotifyRejected, app.NotifyFailed, app.NotifyRefunded} {
 			railNotifications.WithLabelValues(rail, app.NotifyKindTopUp, outcome)
 		}
 	}

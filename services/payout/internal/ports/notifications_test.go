@@ -24,12 +24,12 @@ func TestTopUpNotificationSeriesExistAtZero(t *testing.T) {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["kind"] == "topup" && (l["outcome"] == "rejected" || l["outcome"] == "failed") {
+			if l["kind"] == "topup" {
 				found[l["rail"]+" "+l["outcome"]] = true
 			}
 		}
 	}
-	for _, want := range []string{"alipay rejected", "alipay failed", "wechatpay rejected", "wechatpay failed"} {
+	for _, want := range []string{"alipay rejected", "alipay failed", "alipay refunded", "wechatpay rejected", "wechatpay failed", "wechatpay refunded"} {
 		if !found[want] {
 			t.Errorf("no series gpubill_rail_notifications_total{rail, kind=topup, outcome} for %s before any notification", want)
 		}

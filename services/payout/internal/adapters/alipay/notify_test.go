@@ -27,33 +27,47 @@ func (d *deposits) Deposit(_ context.Context, renter, currency string, amount de
 	return "tx-" + ref, nil
 }
 
-// seen is a notification store in memory.
-type seen struct{ keys, payments map[string]bool }
-
-func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, error) {
-	return s.keys[rail+key], nil
+// seen is a notification store in memory: digests by key, payments and
+// refunded totals recorded.
+type seen struct {
+	keys              map[string]string
+	payments, refunds map[string]bool
 }
-func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (bool, error) {
+
+func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, string, error) {
+	d, ok := s.keys[rail+key]
+	return ok, d, nil
+}
+func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (app.Recorded, error) {
 	if key != "" {
-		s.keys[rail+key] = true
+		s.keys[rail+key] = t.NotificationDigest
 	}
-	fresh := !s.payments[t.ExternalRef()]
+	rec := app.Recorded{Fresh: !s.payments[t.ExternalRef()]}
 	s.payments[t.ExternalRef()] = true
-	return fresh, nil
+	if t.Refunded.IsPositive() {
+		rec.Refund = !s.refunds[t.ExternalRef()+t.Refunded.String()]
+		s.refunds[t.ExternalRef()+t.Refunded.String()] = true
+	}
+	return rec, nil
 }
 
 // The notification route's answers: success only for an applied, a
-// duplicate or a moneyless notification; fail for a stale one, one naming
-// no renter, an unknown trade status, a form that is not one; each
-// counted under its outcome, and only the applied one deposits.
+// duplicate (also Alipay's resend of the applied one), a refund or a
+// moneyless notification; fail for a stale one, one naming no renter, an
+// unknown trade status, a refund over the total, a form that is not one,
+// the applied notify_id with other content; each counted under its
+// outcome, and only the applied one deposits. A refund (TRADE_SUCCESS or
+// TRADE_CLOSED with refund_fee) was ignored or a duplicate: the renter
+// kept the credit, and nobody knew.
 func TestNotificationAnswers(t *testing.T) {
 	t.Parallel()
 	g, rail, _ := gateway(t)
 	c := rail.C
 	dep := &deposits{byRef: map[string]string{}}
 	counted := map[string]int{}
-	n := &alipay.Notifications{C: c, TopUps: &app.TopUps{Ledger: dep, Store: &seen{keys: map[string]bool{}, payments: map[string]bool{}},
-		Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}, Count: func(_, _, o string) { counted[o]++ },
+	var last string
+	n := &alipay.Notifications{C: c, TopUps: &app.TopUps{Ledger: dep, Store: &seen{keys: map[string]string{}, payments: map[string]bool{}, refunds: map[string]bool{}},
+		Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}, Count: func(_, _, o string) { counted[o]++; last = o },
 		Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}
 	srv := httptest.NewServer(n)
 	t.Cleanup(srv.Close)
@@ -79,6 +93,15 @@ func TestNotificationAnswers(t *testing.T) {
 		return v
 	}
 	old := time.Now().Add(-49 * time.Hour).In(ap.Beijing).Format(ap.TimeLayout)
+	refund := func(status, fee, id string) func(url.Values) {
+		return func(v url.Values) {
+			v.Set("trade_status", status)
+			v.Set("refund_fee", fee)
+			v.Set("gmt_refund", time.Now().In(ap.Beijing).Format(ap.TimeLayout)+".320")
+			v.Set("notify_id", id)
+		}
+	}
+	changed := resigned(func(v url.Values) { v.Set("notify_id", paid.Form.Get("notify_id")); v.Set("total_amount", "8.85") })
 	for _, tc := range []struct {
 		name    string
 		give    url.Values
@@ -89,10 +112,17 @@ func TestNotificationAnswers(t *testing.T) {
 		{"no renter", resigned(func(v url.Values) { v.Set("passback_params", "r 1!"); v.Set("notify_id", "badrenter") }), ap.AnswerFail, "rejected"},
 		{"unknown status", resigned(func(v url.Values) { v.Set("trade_status", "TRADE_PENDING"); v.Set("notify_id", "badstatus") }), ap.AnswerFail, "malformed"},
 		{"amount in fen", resigned(func(v url.Values) { v.Set("total_amount", "88.505"); v.Set("notify_id", "fen") }), ap.AnswerFail, "malformed"},
-		{"closed", resigned(func(v url.Values) { v.Set("trade_status", ap.TradeClosed); v.Set("notify_id", "closed") }), ap.AnswerSuccess, "ignored"},
+		{"closed unpaid", resigned(func(v url.Values) { v.Set("trade_status", ap.TradeClosed); v.Set("notify_id", "closed") }), ap.AnswerSuccess, "ignored"},
+		{"refunded in part", resigned(refund(ap.TradeSuccess, "20.00", "refund1")), ap.AnswerSuccess, "refunded"},
+		{"the part again", resigned(refund(ap.TradeFinished, "20.00", "refund1b")), ap.AnswerSuccess, "duplicate"},
+		{"refunded in full", resigned(refund(ap.TradeClosed, "88.50", "refund2")), ap.AnswerSuccess, "refunded"},
+		{"refund over the total", resigned(refund(ap.TradeClosed, "88.51", "refund3")), ap.AnswerFail, "malformed"},
+		{"refund not an amount", resigned(refund(ap.TradeSuccess, "1e1", "refund4")), ap.AnswerFail, "malformed"},
+		{"resent by Alipay", paid.Form, ap.AnswerSuccess, "duplicate"},
+		{"its notify_id with other content", changed, ap.AnswerFail, "replay"},
 	} {
-		if got := g.Send(srv.URL, tc.give); got.Answer != tc.want {
-			t.Errorf("%s: answered %q, want %q", tc.name, got.Answer, tc.want)
+		if got := g.Send(srv.URL, tc.give); got.Answer != tc.want || last != tc.outcome {
+			t.Errorf("%s: answered %q (%s), want %q (%s)", tc.name, got.Answer, last, tc.want, tc.outcome)
 		}
 	}
 	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"trade_no":"1"}`))
@@ -110,7 +140,7 @@ func TestNotificationAnswers(t *testing.T) {
 	if fin, err := g.Notify(outTradeNo, ap.TradeFinished); err != nil || fin.Answer != ap.AnswerSuccess {
 		t.Errorf("TRADE_FINISHED: %v %q", err, fin.Answer)
 	}
-	want := map[string]int{"accepted": 1, "duplicate": 1, "stale": 1, "rejected": 1, "malformed": 2, "forged": 1, "ignored": 1} // the JSON body carries no RSA2 signature: forged
+	want := map[string]int{"accepted": 1, "duplicate": 3, "stale": 1, "rejected": 1, "malformed": 4, "forged": 1, "ignored": 1, "refunded": 2, "replay": 1} // the JSON body carries no RSA2 signature: forged
 	for o, w := range want {
 		if counted[o] != w {
 			t.Errorf("outcome %s counted %d, want %d (all: %v)", o, counted[o], w, counted)

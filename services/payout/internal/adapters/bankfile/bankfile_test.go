@@ -609,9 +609,20 @@ func TestImportDUPLRejectsOnlyTheCopy(t *testing.T) {
 // A booked reversal of a paid payout's debit (the bank took the payment
 // back) is reported as not applied, naming the payout: it was ignored, no
 // warning and no count, the payout paid while its money was back in the
-// client account.
+// client account. RvslInd is an xs:boolean, so "1" is a reversal as
+// "true" is (it was read as none).
 func TestImportReportsAReversalOfAPaidPayout(t *testing.T) {
 	t.Parallel()
+	for _, ind := range []string{"true", "1"} {
+		t.Run(ind, func(t *testing.T) {
+			t.Parallel()
+			importReversal(t, ind)
+		})
+	}
+}
+
+func importReversal(t *testing.T, ind string) {
+	t.Helper()
 	f := newRail(t, t.TempDir(), t.TempDir())
 	ctx := context.Background()
 	f.submit(t, "po-r1", "CNY", "800.00", bank("6222000011110001"))
@@ -636,7 +647,7 @@ func TestImportReportsAReversalOfAPaidPayout(t *testing.T) {
 	}
 	booked := string(fb.Bookings(files[0]))
 	reversal := strings.Replace(strings.ReplaceAll(booked, "<CdtDbtInd>DBIT</CdtDbtInd>", "<CdtDbtInd>CRDT</CdtDbtInd>"),
-		"<Sts><Cd>BOOK</Cd></Sts>", "<RvslInd>true</RvslInd><Sts><Cd>BOOK</Cd></Sts>", 1)
+		"<Sts><Cd>BOOK</Cd></Sts>", "<RvslInd>"+ind+"</RvslInd><Sts><Cd>BOOK</Cd></Sts>", 1)
 	rep, err := f.r.Import(ctx, app.SourceUpload, "rvsl.xml", []byte(reversal))
 	if err != nil {
 		t.Fatal(err)

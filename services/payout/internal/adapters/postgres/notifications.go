@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,20 +14,31 @@ import (
 var _ app.NotificationStore = (*Store)(nil)
 
 // NotificationSeen implements app.NotificationStore.
-func (s *Store) NotificationSeen(ctx context.Context, rail, key string) (bool, error) {
-	var seen bool
-	err := s.Pool.QueryRow(ctx, `select exists (select 1 from payout.rail_notifications where rail = $1 and notification_key = $2)`,
-		rail, key).Scan(&seen)
-	return seen, err
+func (s *Store) NotificationSeen(ctx context.Context, rail, key string) (bool, string, error) {
+	var digest *string
+	err := s.Pool.QueryRow(ctx, `select content_digest from payout.rail_notifications where rail = $1 and notification_key = $2`,
+		rail, key).Scan(&digest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", nil
+	}
+	if err != nil || digest == nil {
+		return err == nil, "", err
+	}
+	return true, *digest, nil
 }
 
 // RecordNotification implements app.NotificationStore.
-func (s *Store) RecordNotification(ctx context.Context, rail, key, kind, reference string, t *app.TopUp, ledgerTx string, at time.Time) (bool, error) {
-	fresh := true
+func (s *Store) RecordNotification(ctx context.Context, rail, key, kind, reference string, t *app.TopUp, ledgerTx string, at time.Time) (app.Recorded, error) {
+	rec := app.Recorded{Fresh: true}
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		rec = app.Recorded{Fresh: true}
 		if key != "" {
-			tag, err := tx.Exec(ctx, `insert into payout.rail_notifications (rail, notification_key, kind, reference, received_at)
-				values ($1, $2, $3, $4, $5) on conflict do nothing`, rail, key, kind, reference, at)
+			var digest *string
+			if t != nil && t.NotificationDigest != "" {
+				digest = &t.NotificationDigest
+			}
+			tag, err := tx.Exec(ctx, `insert into payout.rail_notifications (rail, notification_key, kind, reference, received_at, content_digest)
+				values ($1, $2, $3, $4, $5, $6) on conflict do nothing`, rail, key, kind, reference, at, digest)
 			if err != nil {
 				return err
 			}
@@ -37,10 +49,23 @@ func (s *Store) RecordNotification(ctx context.Context, rail, key, kind, referen
 		if t == nil {
 			return nil
 		}
-		return tx.QueryRow(ctx, `insert into payout.rail_topups (rail, payment_id, renter_id, currency, amount, ledger_transaction_id, first_at, last_at)
+		if err := tx.QueryRow(ctx, `insert into payout.rail_topups (rail, payment_id, renter_id, currency, amount, ledger_transaction_id, first_at, last_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $7)
 			on conflict (rail, payment_id) do update set notifications = payout.rail_topups.notifications + 1, last_at = excluded.last_at
-			returning notifications = 1`, t.Rail, t.PaymentID, t.RenterID, t.Currency, t.Amount, ledgerTx, at).Scan(&fresh)
+			returning notifications = 1`, t.Rail, t.PaymentID, t.RenterID, t.Currency, t.Amount, ledgerTx, at).Scan(&rec.Fresh); err != nil {
+			return err
+		}
+		if !t.Refunded.IsPositive() {
+			return nil
+		}
+		// Once per refunded total: Alipay notifies the total so far, and
+		// notifies it again on the trade's later notifications.
+		tag, err := tx.Exec(ctx, `insert into payout.rail_refunds (rail, payment_id, refunded_total, renter_id, currency, refunded_at,
+				notification_key, received_at)
+			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict do nothing`,
+			t.Rail, t.PaymentID, t.Refunded, t.RenterID, t.Currency, t.RefundedAt, key, at)
+		rec.Refund = err == nil && tag.RowsAffected() == 1
+		return err
 	})
-	return fresh, err
+	return rec, err
 }

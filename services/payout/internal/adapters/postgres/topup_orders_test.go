@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,18 +22,23 @@ type countingRail struct {
 	orders map[string]int
 }
 
-func (r *countingRail) CheckCurrency(currency string) error {
+func (r *countingRail) CheckOrder(currency string, amount decimal.Decimal) error {
 	if currency != "CNY" {
 		return apperr.Invalid("currency", "CNY only, not %s", currency)
 	}
+	if amount.GreaterThan(decimal.NewFromInt(1000000)) {
+		return apperr.Invalid("amount", "at most 1000000")
+	}
 	return nil
 }
+
+func (r *countingRail) OrderTimeout() time.Duration { return 2 * time.Hour }
 
 func (r *countingRail) Order(_ context.Context, _ string, _ decimal.Decimal, _, orderID string, opened time.Time) (string, time.Time, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.orders[orderID]++
-	return "https://pay.example/" + orderID, opened.Add(2 * time.Hour), nil
+	return "https://pay.example/" + orderID, opened.Add(r.OrderTimeout()), nil
 }
 
 // An idempotency key opens one top-up order: sent again it answers the same
@@ -107,5 +113,45 @@ func TestTopUpKeyOpensOneOrder(t *testing.T) {
 	wrong.Currency = "CNY"
 	if _, err := o.Create(ctx, wrong); err != nil {
 		t.Fatalf("the corrected request under the same key: %v", err)
+	}
+}
+
+// The same key asked again once its order expired (the rail's order
+// timeout after it was first opened) is a failed precondition telling the
+// renter to use a new key, and the rail is not asked (WeChat Pay refused
+// the time_expire past: a 500); before that it is answered. An amount
+// the rail cannot take is a 400 naming amount, and keeps nothing.
+func TestTopUpOrderExpired(t *testing.T) {
+	ctx := context.Background()
+	s := &Store{Pool: migratedPool(t)}
+	rail := &countingRail{orders: map[string]int{}}
+	opened := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	clk := clock.NewManual(opened)
+	o := &app.TopUpOrders{Rails: map[string]app.Checkout{"wechatpay": rail}, Orders: s, Clock: clk}
+	in := app.TopUpOrderInput{RenterID: "r-exp", Rail: "wechatpay", Amount: "100.00", Currency: "CNY", IdempotencyKey: "k-exp"}
+	first, err := o.Create(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(opened.Add(2*time.Hour - time.Second))
+	if again, err := o.Create(ctx, in); err != nil || !again.ExpiresAt.Equal(first.ExpiresAt) {
+		t.Fatalf("a second before it expires: %+v %v", again, err)
+	}
+	clk.Set(opened.Add(2 * time.Hour))
+	_, err = o.Create(ctx, in)
+	if !errors.Is(err, apperr.ErrPrecondition) || !strings.Contains(err.Error(), "new idempotency key") {
+		t.Errorf("the key again once its order expired: %v, want a failed precondition naming a new idempotency key", err)
+	}
+	if n := rail.orders[first.ID]; n != 2 {
+		t.Errorf("the rail was asked %d times for %s, want 2 (not once expired)", n, first.ID)
+	}
+	big := app.TopUpOrderInput{RenterID: "r-exp", Rail: "wechatpay", Amount: "1000000.01", Currency: "CNY", IdempotencyKey: "k-big"}
+	var inv *apperr.InvalidError
+	if _, err := o.Create(ctx, big); !errors.As(err, &inv) || !strings.Contains(err.Error(), "amount") {
+		t.Fatalf("an amount over the rail's limit: %v, want invalid naming amount", err)
+	}
+	big.Amount = "10.00"
+	if _, err := o.Create(ctx, big); err != nil {
+		t.Errorf("the corrected amount under the same key: %v (the refused one was kept)", err)
 	}
 }

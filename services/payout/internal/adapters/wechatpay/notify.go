@@ -195,43 +195,59 @@ type Checkout struct {
 	Log *slog.Logger
 }
 
-// logRefusal records the platform's refusal of an order, which the client
-// is not shown.
-func (ch Checkout) logRefusal(orderID string, err error) {
+// logRefusal records the platform's refusal of an order, whose message
+// the client is not shown.
+func (ch Checkout) logRefusal(msg, orderID string, err error) {
 	log := ch.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Warn("WeChat Pay refused a top-up order as other content under its number", "order", orderID, "err", err)
+	log.Warn(msg, "order", orderID, "err", err)
 }
 
 var _ app.Checkout = Checkout{}
 
-// CheckCurrency implements app.Checkout: WeChat Pay takes yuan.
-func (ch Checkout) CheckCurrency(currency string) error {
+// CheckOrder implements app.Checkout: WeChat Pay takes yuan, as a whole
+// number of fen.
+func (ch Checkout) CheckOrder(currency string, amount decimal.Decimal) error {
 	if currency != wp.Currency {
 		return apperr.Invalid("currency", "WeChat Pay top-ups are in %s, not %s", wp.Currency, currency)
+	}
+	if _, err := wp.Fen(amount); err != nil {
+		return apperr.Invalid("amount", "%s", err.Error())
 	}
 	return nil
 }
 
+// OrderTimeout implements app.Checkout.
+func (ch Checkout) OrderTimeout() time.Duration { return wp.OrderTimeout }
+
 // Order implements app.Checkout: the Native order's code_url.
 func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.Decimal, currency, orderID string, opened time.Time) (string, time.Time, error) {
-	if err := ch.CheckCurrency(currency); err != nil {
+	if err := ch.CheckOrder(currency, amount); err != nil {
 		return "", time.Time{}, err
 	}
 	// From when the key first opened the order: a retry a second later asked
 	// for another time_expire, other content under the same out_trade_no.
 	expires := opened.Add(wp.OrderTimeout).Truncate(time.Second)
 	code, err := ch.C.NativeOrder(ctx, renterID, amount, orderID, expires)
+	var refused *wp.APIError
 	switch {
 	case wp.IsCode(err, wp.CodeInvalidRequest):
 		// The same out_trade_no with other content: the rail's answer is
 		// logged, not passed to the client (its API path and message).
-		ch.logRefusal(orderID, err)
+		ch.logRefusal("WeChat Pay refused a top-up order as other content under its number", orderID, err)
 		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay refused order %s as another order under its number", apperr.ErrConflict, orderID)
+	case wp.IsCode(err, wp.CodeOrderPaid):
+		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay answered %s: order %s is paid (the wallet is credited from its notification)",
+			apperr.ErrConflict, wp.CodeOrderPaid, orderID)
 	case errors.Is(err, wp.ErrUnavailable):
 		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay: %w", apperr.ErrUnavailable, err)
+	case errors.As(err, &refused) && refused.Status >= 400 && refused.Status < 500:
+		// ORDER_CLOSED, PARAM_ERROR, …: the client is told the code (it was
+		// a 500), the message is logged.
+		ch.logRefusal("WeChat Pay refused a top-up order", orderID, err)
+		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay refused order %s: %s", apperr.ErrPrecondition, orderID, refused.Code)
 	case err != nil:
 		return "", time.Time{}, err
 	}

@@ -165,27 +165,27 @@ type seen struct {
 	keys, payments map[string]bool
 }
 
-func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, error) {
+func (s *seen) NotificationSeen(_ context.Context, rail, key string) (bool, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[rail+key], nil
+	return s.keys[rail+key], "", nil
 }
 
-func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (bool, error) {
+func (s *seen) RecordNotification(_ context.Context, rail, key, _, _ string, t *app.TopUp, _ string, _ time.Time) (app.Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if key != "" {
 		if s.keys[rail+key] {
-			return false, app.ErrReplay
+			return app.Recorded{}, app.ErrReplay
 		}
 		s.keys[rail+key] = true
 	}
 	if t == nil {
-		return true, nil
+		return app.Recorded{Fresh: true}, nil
 	}
 	fresh := !s.payments[t.ExternalRef()]
 	s.payments[t.ExternalRef()] = true
-	return fresh, nil
+	return app.Recorded{Fresh: fresh}, nil
 }
 
 // The notification route's answers: 200 SUCCESS for an applied, a
@@ -223,6 +223,23 @@ func TestNotificationAnswers(t *testing.T) {
 	paid, err := p.Pay(code)
 	if err != nil || paid.Status != http.StatusOK || !strings.Contains(paid.Answer, `"SUCCESS"`) {
 		t.Fatalf("payment notification: %v %+v", err, paid)
+	}
+	// WeChat Pay's refusals of an order are the client's to see, naming
+	// the code (they were a 500): the order again once paid (ORDERPAID), a
+	// time_expire past (PARAM_ERROR); an amount too large for fen is a 400
+	// naming amount before anything is sent.
+	ch := wechatpay.Checkout{C: c, Log: slog.New(slog.DiscardHandler)}
+	if _, _, err := ch.Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456789", time.Now()); !errors.Is(err, apperr.ErrConflict) ||
+		!strings.Contains(err.Error(), "ORDERPAID") {
+		t.Errorf("the paid order again: %v, want a conflict naming ORDERPAID", err)
+	}
+	if _, _, err := ch.Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456787", time.Now().Add(-3*time.Hour)); !errors.Is(err, apperr.ErrPrecondition) ||
+		!strings.Contains(err.Error(), "PARAM_ERROR") {
+		t.Errorf("a time_expire past: %v, want a failed precondition naming PARAM_ERROR", err)
+	}
+	var inv *apperr.InvalidError
+	if err := ch.CheckOrder("CNY", decimal.RequireFromString("100000000000000")); !errors.As(err, &inv) || !strings.Contains(err.Error(), "amount") {
+		t.Errorf("an amount too large for fen: %v, want invalid naming amount", err)
 	}
 	retry, err := p.Renotify("tu0123456789", "")
 	if err != nil || !retry.Accepted() {
