@@ -243,6 +243,16 @@ func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.De
 			apperr.ErrConflict, wp.CodeOrderPaid, orderID)
 	case errors.Is(err, wp.ErrUnavailable):
 		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay: %w", apperr.ErrUnavailable, err)
+	case errors.As(err, &refused) && (refused.Status == http.StatusUnauthorized || refused.Code == wp.CodeSignError):
+		// gpubill's own merchant key or serial refused: no order can be
+		// made until an operator fixes the configuration, which is not the
+		// renter's to act on.
+		log := ch.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("WeChat Pay refused gpubill's request signature: check the merchant key and its serial", "order", orderID, "err", err)
+		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay is not taking top-ups now", apperr.ErrUnavailable)
 	case errors.As(err, &refused) && refused.Status >= 400 && refused.Status < 500:
 		// ORDER_CLOSED, PARAM_ERROR, …: the client is told the code (it was
 		// a 500), the message is logged.

@@ -237,6 +237,14 @@ func TestNotificationAnswers(t *testing.T) {
 		!strings.Contains(err.Error(), "PARAM_ERROR") {
 		t.Errorf("a time_expire past: %v, want a failed precondition naming PARAM_ERROR", err)
 	}
+	// gpubill's own signature refused (a wrong merchant serial): not the
+	// renter's to act on, so no code is passed on: unavailable, logged.
+	bad := &wp.Client{Cfg: c.Cfg, Clock: clock.System{}}
+	bad.Cfg.MerchantSerial = "0000000000000000"
+	if _, _, err := (wechatpay.Checkout{C: bad, Log: slog.New(slog.DiscardHandler)}).Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY",
+		"tu0123456786", time.Now()); !errors.Is(err, apperr.ErrUnavailable) || strings.Contains(err.Error(), "SIGN_ERROR") {
+		t.Errorf("gpubill's signature refused: %v, want unavailable, no code", err)
+	}
 	var inv *apperr.InvalidError
 	if err := ch.CheckOrder("CNY", decimal.RequireFromString("100000000000000")); !errors.As(err, &inv) || !strings.Contains(err.Error(), "amount") {
 		t.Errorf("an amount too large for fen: %v, want invalid naming amount", err)
