@@ -52,8 +52,9 @@ type ChargeLine struct {
 // effect (a redelivered message changes nothing), each charge with an amount
 // becomes a transaction keyed by its charge id (Dr renter wallet, Cr provider
 // pending of its cycle, or of the earliest open cycle if that one is closed),
-// and the balances move by one upsert. It returns the number of
-// transactions posted.
+// and the balances move by one upsert. A charge billed at 0.00 is recorded
+// beside the journal (Tx.RecordUnbilled) for its GPU-hours. It returns the
+// number of transactions posted.
 func (a *App) PostCharges(ctx context.Context, msgs []ChargeMessage) (int, error) {
 	idsIn := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -75,6 +76,13 @@ func (a *App) PostCharges(ctx context.Context, msgs []ChargeMessage) (int, error
 		txs, err := a.redirectClosedCycles(ctx, tx, ps, wanted)
 		if err != nil {
 			return err
+		}
+		ps, txs, unbilled := splitUnbilled(ps, txs, now)
+		if err := tx.RecordUnbilled(ctx, unbilled); err != nil {
+			return err
+		}
+		if len(txs) == 0 {
+			return nil
 		}
 		p, ch, err := tx.Post(ctx, txs)
 		if err != nil {
@@ -194,9 +202,6 @@ func (a *App) chargeTransactions(msgs []ChargeMessage, fresh map[string]bool, no
 				poison.Add(m.ID, fmt.Errorf("charge %q: %w", c.ChargeID, err))
 				break
 			}
-			if t == nil {
-				continue // zero amount: nothing to post
-			}
 			ps = append(ps, pendingCharge{t: t, cycle: cycle, msg: m.ID})
 			wanted[cycle] = true
 		}
@@ -227,6 +232,30 @@ func (a *App) redirectClosedCycles(ctx context.Context, tx Tx, ps []pendingCharg
 		txs = append(txs, p.t)
 	}
 	return txs, nil
+}
+
+// splitUnbilled takes the charges billed at 0.00 out of ps and their
+// transactions txs (ps's, in order): they move no money, so they are no
+// transactions of the journal, but pricing rounds a lease's charges
+// cumulatively, so many a small event's charge is 0.00, and its GPU-hours
+// were on neither the renter's invoice nor the provider's statement (the
+// invoice put its share of the money in a rounding line). They are kept,
+// with the metadata a posted charge carries, where both read them.
+// Pricing could instead fold them into the lease's next billed charge, but
+// the usage after a lease's last billed charge would then wait, maybe for
+// ever (a lease at a price of 0 is never billed).
+func splitUnbilled(ps []pendingCharge, txs []*domain.Transaction, now time.Time) ([]pendingCharge, []*domain.Transaction, []domain.UnbilledCharge) {
+	var unbilled []domain.UnbilledCharge
+	keptP, keptT := ps[:0], txs[:0]
+	for i, t := range txs {
+		if !t.Postings[0].Amount.IsZero() {
+			keptP, keptT = append(keptP, ps[i]), append(keptT, t)
+			continue
+		}
+		unbilled = append(unbilled, domain.UnbilledCharge{ChargeID: t.IdempotencyKey, RenterID: t.Metadata["renter_id"],
+			Currency: t.Postings[0].Currency, Account: t.Postings[1].Account.Address, Metadata: t.Metadata, CreatedAt: now})
+	}
+	return keptP, keptT, unbilled
 }
 
 // chargeParts holds, for one fetched batch, what its charges repeat: the
@@ -267,8 +296,11 @@ func (cp *chargeParts) pendingAccount(provider, cycle string) (domain.Account, e
 	return acc, err
 }
 
-// chargeTransaction turns a rated charge into its ledger transaction (nil for
-// a zero amount) and the cycle it asks for.
+// chargeTransaction turns a rated charge into its ledger transaction and the
+// cycle it asks for. One of a zero amount is never posted (splitUnbilled),
+// but is made all the same: its cycle is locked and redirected as a posted
+// charge's, so a statement of a cycle closing meanwhile misses none of its
+// hours.
 func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargeParts) (*domain.Transaction, string, error) {
 	if c.ChargeID == "" {
 		return nil, "", fmt.Errorf("charge without id")
@@ -280,9 +312,6 @@ func (a *App) chargeTransaction(c *RatedCharge, now time.Time, parts *chargePart
 	amt, err := cur.Parse(c.Amount)
 	if err != nil {
 		return nil, "", err
-	}
-	if amt.IsZero() {
-		return nil, "", nil
 	}
 	if amt.IsNegative() {
 		return nil, "", fmt.Errorf("negative amount %s", c.Amount)

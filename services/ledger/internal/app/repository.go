@@ -114,6 +114,9 @@ type Tx interface {
 	LinkReversal(ctx context.Context, originalID, reversalID string, at time.Time) (bool, error)
 	// PublishDepletions publishes billing.wallet.depleted.{renter}.
 	PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error
+	// RecordUnbilled keeps charges billed at 0.00 (a charge id recorded
+	// before is left as it is).
+	RecordUnbilled(ctx context.Context, cs []domain.UnbilledCharge) error
 }
 
 // AuditFilter selects audit events.

@@ -47,7 +47,7 @@ type WalletActivity struct {
 	Opening     decimal.Decimal // balance at the period's start
 	Deposits    []InvoiceDeposit
 	Charges     decimal.Decimal // usage charges debited
-	ChargeIDs   []string        // the charges' ids (their idempotency keys)
+	ChargeIDs   []string        // the charges' ids (their idempotency keys), with those billed at 0.00 (UnbilledCharge)
 	Adjustments decimal.Decimal // manual entries and reversals, net
 	Closing     decimal.Decimal // balance at the period's end, read on its own
 }

@@ -106,12 +106,34 @@ func (s *Store) WalletActivity(ctx context.Context, w invoicing.Wallet, start, e
 				act.Adjustments = act.Adjustments.Add(n)
 			}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		zeros, err := unbilledChargeIDs(ctx, tx, w, start, end)
+		act.ChargeIDs = append(act.ChargeIDs, zeros...)
+		return err
 	})
 	if err != nil {
 		return domain.WalletActivity{}, fmt.Errorf("wallet %s %s activity: %w", addr, w.Currency, err)
 	}
 	return act, nil
+}
+
+// unbilledChargeIDs are the wallet's charges billed at 0.00 in [start,
+// end): they moved no money, but pricing explains their GPU-hours with the
+// others' (ledger.unbilled_charges).
+func unbilledChargeIDs(ctx context.Context, tx pgx.Tx, w invoicing.Wallet, start, end time.Time) ([]string, error) {
+	rows, err := tx.Query(ctx, `select charge_id from ledger.unbilled_charges
+		where renter_id = $1 and currency = $2 and created_at >= $3 and created_at < $4
+		order by created_at, charge_id`, w.RenterID, w.Currency, start, end)
+	if err != nil {
+		return nil, fmt.Errorf("unbilled charges: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("unbilled charges: %w", err)
+	}
+	return ids, nil
 }
 
 // Insert implements invoicing.Repository.

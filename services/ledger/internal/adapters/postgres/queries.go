@@ -351,15 +351,21 @@ func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afte
 // the transactions excluded, per lease, renter and GPU model (credits naming
 // a lease), and lists every other posting alone (debits negative), in the
 // order each line first appears in the account. GPU hours count where the
-// metadata holds a plain decimal.
+// metadata holds a plain decimal. The charges billed at 0.00 that would
+// have credited the account (ledger.unbilled_charges) add their hours to
+// their lease's line, no amount and no posting.
 const statementLinesSQL = `with mine as (
 		select p.tx_id, p.direction, p.amount, p.created_at, t.metadata, t.description,
 			coalesce(t.metadata->>'lease_id', '') as lease_id
 		from ledger.postings p join ledger.transactions t on t.id = p.tx_id
-		where p.account = $1 and p.currency = $2 and p.tx_id <> all($3::uuid[]))
+		where p.account = $1 and p.currency = $2 and p.tx_id <> all($3::uuid[])
+		union all
+		select null, 'credit', 0, u.created_at, u.metadata, '', u.metadata->>'lease_id'
+		from ledger.unbilled_charges u
+		where u.account = $1 and u.currency = $2 and u.metadata->>'lease_id' <> '')
 	select lease_id, coalesce(metadata->>'renter_id', ''), coalesce(metadata->>'gpu_model', ''),
 		sum(case when metadata->>'gpu_hours' ~ '^[0-9]+(\.[0-9]+)?$' then (metadata->>'gpu_hours')::numeric end),
-		sum(amount), '', count(*), '', min(created_at) as first_at, min(tx_id::text) as first_tx
+		sum(amount), '', count(tx_id), '', min(created_at) as first_at, coalesce(min(tx_id::text), '') as first_tx
 	from mine where direction = 'credit' and lease_id <> ''
 	group by 1, 2, 3
 	union all

@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// Six 1-minute events of one lease at 0.30 CNY an hour (0.005 each), each
+// rated before the next is sent: pricing rounds per lease cumulatively, so
+// they are charged 0.01, 0.00, 0.01, 0.00, 0.01, 0.00. The wallet paid 0.03
+// for 0.1 GPU-hours, and the month's invoice and the provider's statement
+// say so: the charges billed at 0.00 reached neither, and the invoice showed
+// 0.05 GPU-hours at 0.02 and a rounding line of 0.01.
+func TestChargesBilledAtZeroOnInvoiceAndStatement(t *testing.T) {
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewManual(time.Date(2026, 10, 20, 12, 0, 0, 0, sh))
+	f := newFixtureAt(t, clk)
+	const renter, provider, lease = "r-zero", "p-zero", "lease-zero"
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": provider, "name": "Rig", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": renter, "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "0.30"}}, "rate_card_id": "rc-zero"})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": renter, "amount": "1.00", "currency": "CNY", "external_ref": "bank-zero-1"})
+
+	renterTok, err := auth.Issue([]byte(secret), auth.RoleRenter, renter, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 10, 18, 10, 0, 0, 0, sh)
+	for i := range 6 {
+		ev := map[string]any{"id": fmt.Sprintf("evt-zero-%d", i), "lease_id": lease, "provider_id": provider, "renter_id": renter,
+			"gpu_model": "RTX_4090", "gpu_count": 1, "start_time": start.Add(time.Duration(i) * time.Minute).Format(time.RFC3339),
+			"end_time": start.Add(time.Duration(i+1) * time.Minute).Format(time.RFC3339), "region": "cn-east", "workload": "inference"}
+		if res := f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{ev}}); fmt.Sprint(res["accepted"]) != "1" {
+			t.Fatalf("ingest %d: %v", i, res)
+		}
+		testkit.Eventually(t, 20*time.Second, func() bool { // rated before the next is sent
+			code, out := f.do(http.MethodGet, "/v1/renters/"+renter+"/charges?lease_id="+lease, renterTok, nil)
+			cs, _ := out["charges"].([]any)
+			return code == http.StatusOK && len(cs) == i+1
+		}, "charge %d of the lease listed", i+1)
+	}
+	f.waitBalance("renter:"+renter+":wallet", "CNY", "0.97")
+
+	tenthHour := decimal.RequireFromString("0.1")
+	nearTenth := func(s any) bool {
+		h, err := decimal.NewFromString(fmt.Sprint(s))
+		return err == nil && h.Sub(tenthHour).Abs().LessThan(decimal.New(1, -9))
+	}
+	service, err := auth.Issue([]byte(secret), auth.RoleService, "settlement", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The statements' hours: the lease's lines, over the provider's pending
+	// accounts (a cycle the dev server's timer closes meanwhile sends the
+	// rest of the charges to the next). The wallet is done at the fifth
+	// charge; the ledger takes the sixth, of 0.00, a moment later.
+	statement := func() (hours, amount decimal.Decimal) {
+		_, accs := f.do(http.MethodGet, "/v1/accounts?prefix=provider:"+provider+":pending:", f.finance, nil)
+		pending, _ := accs["accounts"].([]any)
+		for _, a := range pending {
+			account := a.(map[string]any)["address"].(string)
+			code, out := f.do(http.MethodGet, "/v1/internal/accounts/"+account+"/statement-lines?currency=CNY", service, nil)
+			if code != http.StatusOK {
+				t.Fatalf("statement lines of %s: HTTP %d %v", account, code, out)
+			}
+			ls, _ := out["lines"].([]any)
+			for _, l := range ls {
+				if m := l.(map[string]any); m["lease_id"] == lease {
+					hours = hours.Add(decimal.RequireFromString(m["gpu_hours"].(string)))
+					amount = amount.Add(decimal.RequireFromString(m["amount"].(string)))
+				}
+			}
+		}
+		return hours, amount
+	}
+	var hours, amount decimal.Decimal
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		hours, amount = statement()
+		return nearTenth(hours)
+	}, "the statements count 0.1 GPU-hours")
+	if amount.StringFixed(2) != "0.03" {
+		t.Fatalf("statement lines of the lease: %s GPU-hours for %s, want 0.1 for 0.03", hours, amount)
+	}
+
+	clk.Set(time.Date(2026, 11, 1, 1, 0, 0, 0, sh))
+	if code, out := f.do(http.MethodPost, "/v1/internal/invoices:issue", service, map[string]any{"period": "2026-10"}); code != http.StatusOK || fmt.Sprint(out["issued"]) != "1" {
+		t.Fatalf("issue: HTTP %d %v", code, out)
+	}
+	code, out := f.do(http.MethodGet, "/v1/renters/"+renter+"/invoices", renterTok, nil)
+	invs, _ := out["invoices"].([]any)
+	if code != http.StatusOK || len(invs) != 1 {
+		t.Fatalf("invoices: HTTP %d %v", code, out)
+	}
+	inv := invs[0].(map[string]any)
+	var usage []map[string]any
+	for _, l := range inv["lines"].([]any) {
+		m := l.(map[string]any)
+		switch m["kind"] {
+		case "usage":
+			usage = append(usage, m)
+		case "rounding":
+			if a := decimal.RequireFromString(m["amount"].(string)); a.Abs().GreaterThan(decimal.RequireFromString("0.01")) {
+				t.Errorf("rounding line %s, over one minor unit", a)
+			}
+		}
+	}
+	if inv["charges"] != "0.03" || len(usage) != 1 || !nearTenth(usage[0]["gpu_hours"]) || usage[0]["amount"] != "0.03" {
+		t.Fatalf("invoice charges %v, lines %v; want one usage line of 0.1 GPU-hours for 0.03", inv["charges"], inv["lines"])
+	}
+}
