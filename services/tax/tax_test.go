@@ -257,6 +257,17 @@ func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	if err != nil || !resp.GetEffectiveFrom().AsTime().Equal(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("selection sent again: %v, %v; want in force from 2026-02-20 still", resp, err)
 	}
+	// A selection made before selections had a day (-infinity since
+	// migration tax/0006), selected again, is in force since always: it was
+	// a 500 (a time.Time cannot hold -infinity).
+	if _, err := s.d.Pool.Exec(context.Background(), `insert into tax.rule_selections (scope, rule_set, effective_from)
+		values ('jurisdiction:CN-SH', 'cn_labour', '-infinity')`); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN-SH", RuleSet: "cn_labour"})
+	if err != nil || resp.GetEffectiveFrom() != nil {
+		t.Fatalf("an old selection sent again: %v, %v; want in force since always (no effective_from)", resp, err)
+	}
 	if got, err := withhold("p-2", "cyc-20260101"); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
 		t.Fatalf("p-2 of the cycle that ended before the selection: %v, %v; want flat20, 150.00 as p-1", got, err)
 	}

@@ -256,8 +256,11 @@ func (s *Server) SetRuleSelection(ctx context.Context, req *taxv1.SetRuleSelecti
 	if err != nil {
 		return nil, err
 	}
-	return &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet,
-		EffectiveFrom: timestamppb.New(from)}, nil
+	resp := &taxv1.SetRuleSelectionResponse{Jurisdiction: j, ProviderId: req.ProviderId, RuleSet: req.RuleSet}
+	if !from.IsZero() {
+		resp.EffectiveFrom = timestamppb.New(from) // none: in force since always
+	}
+	return resp, nil
 }
 
 func remToProto(r domain.Remittance) *taxv1.TaxRemittance {

@@ -66,17 +66,25 @@ func (s *Store) Profile(ctx context.Context, provider string) (domain.Profile, b
 // and answers the time it is in force from. A selection of the rule set
 // already in force for the scope (the same request sent again) records
 // nothing and answers that selection's time: recorded again, it would
-// move the day the rule set took effect.
+// move the day the rule set took effect. The zero time: in force since
+// always.
 func (s *Store) SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error) {
-	var in time.Time
+	var at *time.Time
 	err := s.Pool.QueryRow(ctx, `with latest as (select rule_set, effective_from from tax.rule_selections
 			where scope = $1 order by effective_from desc limit 1),
 		ins as (insert into tax.rule_selections (scope, rule_set, effective_from)
 			select $1, $2, $3 where not exists (select 1 from latest where rule_set = $2)
 			on conflict (scope, effective_from) do update set rule_set = excluded.rule_set, updated_at = now()
 			returning effective_from)
-		select coalesce((select effective_from from ins), (select effective_from from latest))`, scope, ruleSet, from).Scan(&in)
-	return in, err
+		select nullif(coalesce((select effective_from from ins), (select effective_from from latest)), '-infinity')`,
+		scope, ruleSet, from).Scan(&at)
+	if at == nil {
+		// A selection made before selections had a day (migration tax/0006
+		// gave it -infinity, which a time.Time cannot hold: a 500): in
+		// force since always, the zero time.
+		return time.Time{}, err
+	}
+	return *at, err
 }
 
 const ruleCols = `rule_set, rule_version, jurisdiction, effective_from, effective_until, is_default, description`
