@@ -88,7 +88,10 @@ type NotificationStore interface {
 // Recorded is what RecordNotification kept new.
 type Recorded struct {
 	Fresh  bool // the payment's first notification
-	Refund bool // a refunded total of the payment not recorded before
+	Refund bool // a refunded total above every one recorded before for the payment
+	// RefundedBefore is the highest refunded total recorded before (when
+	// Refund): what finance took back already, if it acted on each page.
+	RefundedBefore decimal.Decimal
 }
 
 // TopUps turns confirmed rail payments into ledger deposits, exactly once
@@ -147,10 +150,10 @@ func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
 			"amount", t.Amount.String(), "currency", t.Currency, "ledger_transaction_id", txID)
 	}
 	if rec.Refund {
-		a.Log.Error("renter top-up refunded at the rail: the wallet still holds it; reverse the deposit or post a finance entry",
+		a.Log.Error("renter top-up refunded at the rail: the wallet still holds refunded_since_last; take it back by a finance entry (or reverse the deposit when it is the whole amount)",
 			"rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID, "amount", t.Amount.String(),
-			"refunded_total", t.Refunded.String(), "refunded_at", t.RefundedAt, "currency", t.Currency,
-			"external_ref", t.ExternalRef(), "ledger_transaction_id", txID)
+			"refunded_total", t.Refunded.String(), "refunded_since_last", t.Refunded.Sub(rec.RefundedBefore).String(),
+			"refunded_at", t.RefundedAt, "currency", t.Currency, "external_ref", t.ExternalRef(), "ledger_transaction_id", txID)
 		return NotifyRefunded, nil
 	}
 	if !rec.Fresh {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
@@ -58,13 +59,30 @@ func (s *Store) RecordNotification(ctx context.Context, rail, key, kind, referen
 		if !t.Refunded.IsPositive() {
 			return nil
 		}
-		// Once per refunded total: Alipay notifies the total so far, and
-		// notifies it again on the trade's later notifications.
-		tag, err := tx.Exec(ctx, `insert into payout.rail_refunds (rail, payment_id, refunded_total, renter_id, currency, refunded_at,
+		// Once per rise of the refunded total: Alipay notifies the total
+		// so far, again on the trade's later notifications, and a retried
+		// one may come after a later total (30 after 100): a total at or
+		// below the highest recorded is nothing new. Recorded per distinct
+		// total, the late 30 paged again, and finance taking back "the part
+		// since the last one" took it twice. The upsert of rail_topups above
+		// holds the trade's row: its notifications take turns here.
+		var before string
+		err := tx.QueryRow(ctx, `with prev as (select coalesce(max(refunded_total), 0) as total from payout.rail_refunds
+				where rail = $1 and payment_id = $2)
+			insert into payout.rail_refunds (rail, payment_id, refunded_total, renter_id, currency, refunded_at,
 				notification_key, received_at)
-			values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict do nothing`,
-			t.Rail, t.PaymentID, t.Refunded, t.RenterID, t.Currency, t.RefundedAt, key, at)
-		rec.Refund = err == nil && tag.RowsAffected() == 1
+			select $1, $2, $3, $4, $5, $6, $7, $8 from prev where $3 > prev.total
+			on conflict do nothing
+			returning (select total::text from prev)`,
+			t.Rail, t.PaymentID, t.Refunded, t.RenterID, t.Currency, t.RefundedAt, key, at).Scan(&before)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rec.Refund = true
+		rec.RefundedBefore, err = decimal.NewFromString(before)
 		return err
 	})
 	return rec, err
