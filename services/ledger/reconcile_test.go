@@ -10,6 +10,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -334,4 +335,28 @@ func reconGauge(t *testing.T, f *fixture, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// A run judges what is outstanding by the statements it or an earlier run
+// took: one imported while it reads (its transaction is read committed,
+// and an import takes no run's lock) moved the cut-off a day on, and what
+// that statement shows, not in the run, read as exceptions for a day.
+func TestReconciliationJudgesByTheStatementsItTook(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n2026-12-01,interest,0.01,0.01\n")
+	rd, err := (&postgres.Reconciliations{Pool: f.pool}).BeginRun(f.ctx, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Rollback(f.ctx) //nolint:errcheck // a read-only run
+	taken, _, err := rd.FreshLines(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	importCSV(t, f, "st-2", "date,reference,amount,balance\n2026-12-04,interest,0.01,0.02\n")
+	at, ok, err := rd.LatestClose(f.ctx, taken)
+	if want := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC); err != nil || !ok || !at.Equal(want) {
+		t.Fatalf("latest close %v %v %v; want %v, st-1's (st-2 came after the run read its lines)", at, ok, err, want)
+	}
 }

@@ -56,9 +56,9 @@ type ReconRunTx interface {
 	// it less the time a write waits for its database transaction (the
 	// chain takes them in the order their database transactions began).
 	Movements(ctx context.Context, after, upto int64, lag time.Duration) ([]domain.Movement, error)
-	// LatestClose is when the currency's latest imported statement closes
-	// (false: none yet).
-	LatestClose(ctx context.Context) (time.Time, bool, error)
+	// LatestClose is when the latest of the currency's statements that
+	// this run (taken) or an earlier one took closes (false: none yet).
+	LatestClose(ctx context.Context, taken []string) (time.Time, bool, error)
 	// Balances: the sum of each account's latest statement closing balance
 	// (nil: none) and bank:client in the ledger now.
 	Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error)
@@ -146,7 +146,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run.Result = domain.Reconcile(lines, moves)
-	closeAt, ok, err := rd.LatestClose(ctx)
+	closeAt, ok, err := rd.LatestClose(ctx, run.StatementIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ type Movement struct {
 	Key            string
 	Amount         decimal.Decimal
 	TransactionIDs []string
-	// RecordedAt is when the ledger recorded it (a group: its latest
+	// RecordedAt is when the ledger recorded it (a group: its earliest
 	// transaction); zero when unknown (items kept before it was).
 	RecordedAt time.Time
 }
@@ -83,7 +83,10 @@ func GroupMovements(ms []Movement) []Movement {
 		if i, ok := at[k]; ok && m.Kind == MovementCommissionSweep {
 			out[i].Amount = out[i].Amount.Add(m.Amount)
 			out[i].TransactionIDs = append(out[i].TransactionIDs, m.TransactionIDs...)
-			if m.RecordedAt.After(out[i].RecordedAt) {
+			// The group is as old as its first part: a late settlement's
+			// sweep joining one the bank never showed made the whole group
+			// outstanding again, hiding the missed transfer for 4 more days.
+			if m.RecordedAt.Before(out[i].RecordedAt) {
 				out[i].RecordedAt = m.RecordedAt
 			}
 			continue

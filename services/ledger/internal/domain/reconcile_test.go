@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 )
@@ -146,5 +147,20 @@ func TestClassifyMovement(t *testing.T) {
 		if k != tt.wantKind || key != tt.wantKey {
 			t.Errorf("%s %s %v: %s %s; want %s %s", tt.kind, tt.key, tt.meta, k, key, tt.wantKind, tt.wantKey)
 		}
+	}
+}
+
+// A cycle's sweeps are one transfer, as old as its first part: a late
+// settlement's sweep joining one the bank has not shown for 6 days made the
+// group outstanding again (its newest part's time), hiding the missed
+// transfer for 4 more days.
+func TestSweepGroupIsAsOldAsItsFirstPart(t *testing.T) {
+	closeAt := time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC)
+	old, late := mv(MovementCommissionSweep, "cyc-1", "-2.10", "t1"), mv(MovementCommissionSweep, "cyc-1", "-1.05", "t2")
+	old.RecordedAt, late.RecordedAt = closeAt.Add(-6*24*time.Hour), closeAt.Add(time.Hour)
+	r := Reconcile(nil, []Movement{old, late})
+	r.MarkOutstanding(closeAt.Add(-OutstandingMax))
+	if len(r.UnmatchedLedger) != 1 || r.UnmatchedLedger[0].Outstanding || r.Verdict() != ReconExceptions {
+		t.Fatalf("%+v, verdict %s; want one exception (the group recorded 6 days before the close)", r.UnmatchedLedger, r.Verdict())
 	}
 }

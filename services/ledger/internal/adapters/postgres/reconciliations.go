@@ -305,10 +305,15 @@ func (r *ReconRunTx) Movements(ctx context.Context, after, upto int64, lag time.
 }
 
 // LatestClose implements app.ReconRunTx: the latest closing instant of
-// the currency's statements, over its accounts.
-func (r *ReconRunTx) LatestClose(ctx context.Context) (time.Time, bool, error) {
+// the currency's statements this run or an earlier one took. A statement
+// imported while the run reads (its transaction is read committed, and an
+// import takes no run's lock) is not one whose lines it matched: judged by
+// its close, what it shows would have been exceptions until the next run.
+func (r *ReconRunTx) LatestClose(ctx context.Context, taken []string) (time.Time, bool, error) {
 	var at *time.Time
-	if err := r.tx.QueryRow(ctx, `select max(closing_at) from ledger.bank_statements where currency = $1`, r.currency).Scan(&at); err != nil {
+	if err := r.tx.QueryRow(ctx, `select max(s.closing_at) from ledger.bank_statements s where s.currency = $1
+		and (s.statement_id = any($2) or exists (select 1 from ledger.reconciliation_statements rs where rs.statement_id = s.statement_id))`,
+		r.currency, taken).Scan(&at); err != nil {
 		return time.Time{}, false, fmt.Errorf("latest statement close: %w", err)
 	}
 	if at == nil {
