@@ -71,16 +71,22 @@ func (a *App) Book(ctx context.Context) (*domain.Book, error) {
 		return nil, err
 	}
 	cards := make([]*domain.Card, 0, len(rows))
-	aside := 0
 	for _, r := range rows {
-		c := a.cardFromRow(r)
-		if c.Unreadable != "" {
+		cards = append(cards, a.cardFromRow(r))
+	}
+	book := domain.NewBook(cards)
+	// A card set aside counts while it still prices some instant: once a
+	// card of its currency and effective_from replaces it (what the alert
+	// asks for), it prices none, and counted for good the alert never
+	// cleared (cards are never deleted).
+	aside := 0
+	for _, c := range cards {
+		if at, ok := book.For(c.Currency.Code, c.EffectiveFrom); c.Unreadable != "" && ok && at == c {
 			aside++
 		}
-		cards = append(cards, c)
 	}
 	cardsSetAside.Set(float64(aside))
-	a.book, a.bookSeq = domain.NewBook(cards), max
+	a.book, a.bookSeq = book, max
 	return a.book, nil
 }
 

@@ -309,4 +309,15 @@ func TestUnreadableStoredCardWaitsAlone(t *testing.T) {
 	if got := testutil.ToFloat64(cardsSetAside); got != 1 {
 		t.Errorf("gpubill_pricing_rate_cards_unreadable %v, want 1", got)
 	}
+	// Replaced as the alert says (a card of its currency and
+	// effective_from), it prices nothing more: the waiting usage is rated
+	// and the gauge is back at 0 (it counted the card for good, the alert
+	// never clearing).
+	st.cards = append(st.cards, card("rc-cny-3", "CNY", bad, 4, "3.00"))
+	if n, err := a.RetryPending(context.Background()); err != nil || n != 1 {
+		t.Errorf("retry rated %d (%v), want cny-after by rc-cny-3", n, err)
+	}
+	if got := testutil.ToFloat64(cardsSetAside); got != 0 {
+		t.Errorf("gpubill_pricing_rate_cards_unreadable %v once replaced, want 0", got)
+	}
 }
