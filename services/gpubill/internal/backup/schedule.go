@@ -32,6 +32,13 @@ var (
 	backupPruneFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "gpubill_backup_prune_failures_total", Help: "Expired snapshots or stale partial ones the schedule failed to remove.",
 	})
+	// The alert reads this, not the counter: the schedule prunes once per
+	// step, and after a snapshot the next step is GPUBILL_BACKUP_EVERY away
+	// (6 h), so an increase over an hour fired for one hour in six while
+	// the directory kept growing.
+	backupPruneFailing = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "gpubill_backup_prune_failing", Help: "Removals that failed at the schedule's latest prune (0: it removed all it should).",
+	})
 )
 
 func init() {
@@ -169,7 +176,9 @@ func (s Schedule) step(ctx context.Context) (time.Duration, error) {
 // while snapshots were fine (GpubillBackupFailed firing for it) and hid
 // the schedule's real state.
 func (s Schedule) pruneLogged(now time.Time) {
-	for _, err := range s.prune(now) {
+	errs := s.prune(now)
+	backupPruneFailing.Set(float64(len(errs)))
+	for _, err := range errs {
 		backupPruneFailures.Inc()
 		s.Log.Error("old backup not removed", "dir", s.Dir, "err", err)
 	}

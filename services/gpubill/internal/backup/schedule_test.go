@@ -197,6 +197,9 @@ func TestSchedulePruneFailureIsNotAFailedSnapshot(t *testing.T) {
 	if got := testutil.ToFloat64(backupPruneFailures); got != pruneBefore+1 {
 		t.Errorf("prune failures counted %v → %v; want one more", pruneBefore, got)
 	}
+	if got := testutil.ToFloat64(backupPruneFailing); got != 1 {
+		t.Errorf("gpubill_backup_prune_failing %v; want 1 until a prune removes all (the alert reads it)", got)
+	}
 	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "input/output error") ||
 		strings.Contains(log.String(), "scheduled backup failed") {
 		t.Errorf("log %q; want the removal's error at ERROR, not a failed backup", log.String())
