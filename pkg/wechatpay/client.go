@@ -140,6 +140,10 @@ const (
 	CodeParamError       = "PARAM_ERROR"
 	CodeSignError        = "SIGN_ERROR"
 	CodeOrderPaid        = "ORDERPAID" // an order asked again once paid
+	// Refusals of the merchant's own setup: gpubill's to fix, not a caller's.
+	CodeNoAuth             = "NO_AUTH"               // the merchant lacks the product's permission
+	CodeAppIDMchIDMismatch = "APPID_MCHID_NOT_MATCH" // app id not bound to the merchant
+	CodeMchNotExists       = "MCH_NOT_EXISTS"
 )
 
 // Do makes a signed call (body nil for a GET) and decodes a verified 2xx

@@ -65,7 +65,7 @@ type Platform struct {
 	frozen     map[string]bool
 	refused    []string
 	loseNext   int
-	rejectNext *apiErr // the next transfer's answer, when set
+	rejectNext *apiErr // the next transfer's or Native order's answer, when set
 	seq        int
 	notified   []Notice
 }
@@ -146,8 +146,8 @@ func (p *Platform) Freeze(openid string) { p.mu.Lock(); p.frozen[openid] = true;
 // the bill.
 func (p *Platform) LoseAnswers(n int) { p.mu.Lock(); p.loseNext = n; p.mu.Unlock() }
 
-// RejectNext answers the next transfer request with HTTP status and code
-// (e.g. 403 NOT_ENOUGH), booking nothing.
+// RejectNext answers the next transfer or Native order request with HTTP
+// status and code (e.g. 403 NOT_ENOUGH), booking nothing.
 func (p *Platform) RejectNext(status int, code, message string) {
 	p.mu.Lock()
 	p.rejectNext = &apiErr{status, code, message}
@@ -430,6 +430,14 @@ func (p *Platform) native(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, apiErr{http.StatusBadRequest, wechatpay.CodeParamError, "body: " + err.Error()})
 		return
 	}
+	p.mu.Lock()
+	if rj := p.rejectNext; rj != nil {
+		p.rejectNext = nil
+		p.mu.Unlock()
+		p.fail(w, *rj)
+		return
+	}
+	p.mu.Unlock()
 	param := func(msg string) { p.fail(w, apiErr{http.StatusBadRequest, wechatpay.CodeParamError, msg}) }
 	switch {
 	case q.AppID != p.AppID || q.MchID != p.MchID:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,10 +244,11 @@ func (ch Checkout) Order(ctx context.Context, renterID string, amount decimal.De
 			apperr.ErrConflict, wp.CodeOrderPaid, orderID)
 	case errors.Is(err, wp.ErrUnavailable):
 		return "", time.Time{}, fmt.Errorf("%w: WeChat Pay: %w", apperr.ErrUnavailable, err)
-	case errors.As(err, &refused) && (refused.Status == http.StatusUnauthorized || refused.Code == wp.CodeSignError):
-		// gpubill's own merchant key or serial refused: no order can be
-		// made until an operator fixes the configuration, which is not the
-		// renter's to act on.
+	case errors.As(err, &refused) && (refused.Status == http.StatusUnauthorized ||
+		slices.Contains([]string{wp.CodeSignError, wp.CodeNoAuth, wp.CodeAppIDMchIDMismatch, wp.CodeMchNotExists}, refused.Code)):
+		// gpubill's own merchant key, serial, app id or permissions
+		// refused: no order can be made until an operator fixes the
+		// configuration, which is not the renter's to act on.
 		log := ch.Log
 		if log == nil {
 			log = slog.Default()

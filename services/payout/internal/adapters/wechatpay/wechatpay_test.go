@@ -245,6 +245,13 @@ func TestNotificationAnswers(t *testing.T) {
 		"tu0123456786", time.Now()); !errors.Is(err, apperr.ErrUnavailable) || strings.Contains(err.Error(), "SIGN_ERROR") {
 		t.Errorf("gpubill's signature refused: %v, want unavailable, no code", err)
 	}
+	// Likewise the merchant's own permissions (NO_AUTH, a 403 as ORDERPAID
+	// is): it was a 400 handing the renter WeChat Pay's code.
+	p.RejectNext(http.StatusForbidden, wp.CodeNoAuth, "the merchant has no permission for Native payments")
+	if _, _, err := ch.Order(ctx, "r-1", decimal.RequireFromString("100.00"), "CNY", "tu0123456785", time.Now()); !errors.Is(err, apperr.ErrUnavailable) ||
+		strings.Contains(err.Error(), wp.CodeNoAuth) {
+		t.Errorf("NO_AUTH: %v, want unavailable, no code", err)
+	}
 	var inv *apperr.InvalidError
 	if err := ch.CheckOrder("CNY", decimal.RequireFromString("100000000000000")); !errors.As(err, &inv) || !strings.Contains(err.Error(), "amount") {
 		t.Errorf("an amount too large for fen: %v, want invalid naming amount", err)
