@@ -11,7 +11,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	return []obs.SQLMetric{{
 		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
-		Help:  "Payouts by current status and currency (failed ones wait for an operator's retry or cancel).",
+		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
 	}, {
 		// A payout that joined a later one (absorbed_into) is canceled and

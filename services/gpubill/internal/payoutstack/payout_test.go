@@ -342,3 +342,25 @@ func TestPayoutWorkerKilledAfterSubmission(t *testing.T) {
 	st.checkProvider(t, "p-kill", "CNY", "0", "0")
 	st.checkFunds(t, "CNY", decimal.RequireFromString("800.00"))
 }
+
+// A method corrected while the payout was on its way (paid, then returned
+// by the bank later) is a change for the retry: it was measured from the
+// return, so :retry answered "not changed" and the same PUT again changes
+// nothing; the money stayed in available.
+func TestRetryAfterAMethodChangedInTransit(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, payout.Config{SandboxLatency: 2 * time.Second, SandboxReturnAfter: 2 * time.Second}) // returned 2 s after paid
+	const cyc = "cyc-20260101"
+	st.setup(t, "p-moved", "6222000011110003") // paid, then returned
+	st.settle(t, "p-moved", cyc, "CNY", "150.00")
+	st.waitStatus(t, "p-moved", cyc, "paid", waitLong)
+	st.method(t, "p-moved", "6222000099990001") // the provider closed the old account
+	p := st.waitStatus(t, "p-moved", cyc, "returned", waitLong)
+	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: p.PayoutId, Reason: "new account"}); err != nil {
+		t.Fatalf("retry after the method changed in transit: %v", err)
+	}
+	p = st.waitStatus(t, "p-moved", cyc, "paid", waitLong)
+	if p.Attempt != 2 || p.MethodSummary != "bank ****0001" {
+		t.Errorf("retried: attempt %d to %s; want attempt 2 to ****0001", p.Attempt, p.MethodSummary)
+	}
+}

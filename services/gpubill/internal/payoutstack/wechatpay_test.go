@@ -293,3 +293,26 @@ func TestWeChatPayRailEndToEnd(t *testing.T) {
 		t.Errorf("the platform refused requests: %v, want none", r)
 	}
 }
+
+// A payout failed by the platform's own balance (NOT_ENOUGH) is retried
+// to the same method once finance has topped the merchant account up: the
+// retry waited for a method change the provider had no reason to make,
+// and the money stayed in available for good.
+func TestRetryAfterThePlatformsFundsRanShort(t *testing.T) {
+	t.Parallel()
+	st, p := wechatStack(t)
+	const cyc = "cyc-20260101"
+	st.wechatSetup(t, "pw-short", "oUpF8uMuAJO_M2pxb1Q9zNjW0021")
+	p.RejectNext(http.StatusForbidden, "NOT_ENOUGH", "the merchant's balance does not cover the transfer")
+	st.settle(t, "pw-short", cyc, "CNY", "120.00")
+	failed := st.waitStatus(t, "pw-short", cyc, "failed", waitLong)
+	if failed.FailureCode != "insufficient_funds" {
+		t.Fatalf("pw-short failed %s %q; want insufficient_funds", failed.FailureCode, failed.FailureMessage)
+	}
+	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: failed.PayoutId, Reason: "merchant account topped up"}); err != nil {
+		t.Fatalf("retry of a payout the platform's funds failed: %v", err)
+	}
+	if paid := st.waitStatus(t, "pw-short", cyc, "paid", waitLong); paid.Attempt != 2 {
+		t.Errorf("pw-short paid at attempt %d, want 2", paid.Attempt)
+	}
+}

@@ -76,7 +76,11 @@ type Tx interface {
 	SetReason(ctx context.Context, p *domain.Payout, reason string, at time.Time) error
 	// SetSubmitting marks a payout that passed the gate for submission.
 	SetSubmitting(ctx context.Context, id, method string) error
-	MethodChangedSince(ctx context.Context, provider string, t time.Time) (bool, error)
+	// MethodChangedSince reports whether the provider's method changed
+	// after the payout's current attempt took it: after the attempt was
+	// submitted (the rail's answer in, when a change is first allowed), or,
+	// for an attempt never submitted, after t.
+	MethodChangedSince(ctx context.Context, provider, payoutID string, t time.Time) (bool, error)
 	// ResetWorkflow makes the starter start the payout's workflow again.
 	ResetWorkflow(ctx context.Context, id string) error
 	// CreateFromSettled creates the payout of a settled provider, cycle

@@ -9,7 +9,8 @@ import (
 )
 
 // Retry sends a failed or returned payout again as a new attempt (new rail
-// reference), once the provider's payout method changed after it failed;
+// reference), once the provider's payout method changed after the attempt
+// was submitted, or at once for a failure not the payee's (domain.PayeeFailure);
 // its workflow is started again by the starter. The retry sent again
 // changes nothing while the new attempt stands (not failed or returned).
 func (a *Payouts) Retry(ctx context.Context, id, why string) error {
@@ -26,11 +27,15 @@ func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 			}
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
 		}
-		changed, err := tx.MethodChangedSince(ctx, p.ProviderID, p.UpdatedAt)
+		// Since the attempt was submitted, not since it failed: a method
+		// corrected while the payout was in transit, before the bank
+		// returned it days later, was "not changed", and the same PUT
+		// again changes nothing: the money stayed in available.
+		changed, err := tx.MethodChangedSince(ctx, p.ProviderID, p.ID, p.UpdatedAt)
 		if err != nil {
 			return err
 		}
-		if !changed {
+		if !changed && domain.PayeeFailure(p.FailureCode) {
 			return fmt.Errorf("payout %s: the payout method has not changed since it %s: %w", p.ID, p.Status, apperr.ErrPrecondition)
 		}
 		note := fmt.Sprintf("retry (attempt %d)", p.Attempt+1)

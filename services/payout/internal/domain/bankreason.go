@@ -22,6 +22,21 @@ const (
 	FailBankRejected      = "bank_rejected" // a code not in the table (proprietary ones too)
 )
 
+// PayeeFailure reports whether a failure code is about the payee (its
+// account, name, bank or standing): sent again to the same account it would
+// fail the same way, so a retry waits for a method change. The others —
+// the platform's own funds, a rail not configured, a bank's rejection not
+// about the account — are retried to the same method: waiting for a method
+// change left their money in available for good, the provider's method
+// never having been wrong.
+func PayeeFailure(code string) bool {
+	switch code {
+	case FailInsufficientFunds, FailUnsupported, FailBankRejected:
+		return false
+	}
+	return true
+}
+
 // bankReasons maps ISO 20022 external status/return reason codes
 // (ExternalStatusReason1Code, ExternalReturnReason1Code) to failure codes.
 var bankReasons = map[string]struct{ code, text string }{

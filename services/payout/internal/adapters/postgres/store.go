@@ -534,10 +534,18 @@ func (s *Store) MethodHistory(ctx context.Context, provider string) ([]domain.Ch
 	})
 }
 
-// MethodChangedSince reports whether the provider's payout method changed after t.
-func (s *Store) MethodChangedSince(ctx context.Context, tx pgx.Tx, provider string, t time.Time) (bool, error) {
+// MethodChangedSince reports whether the provider's payout method changed
+// after the payout's current attempt took it: after its latest
+// "submitted" since its latest "created" (a method cannot change while an
+// attempt is being submitted), else after t (an attempt that failed at
+// submission: changes were refused until then).
+func (s *Store) MethodChangedSince(ctx context.Context, tx pgx.Tx, provider, payoutID string, t time.Time) (bool, error) {
 	var ok bool
-	err := tx.QueryRow(ctx, `select exists (select 1 from payout.methods where provider_id = $1 and updated_at > $2)`, provider, t).Scan(&ok)
+	err := tx.QueryRow(ctx, `with attempt as (select max(at) as began from payout.status_history where payout_id = $2 and status = 'created'),
+			sent as (select max(h.at) as at from payout.status_history h, attempt
+				where h.payout_id = $2 and h.status = 'submitted' and h.at >= coalesce(attempt.began, '-infinity'))
+		select exists (select 1 from payout.methods where provider_id = $1 and updated_at > coalesce((select at from sent), $3))`,
+		provider, payoutID, t).Scan(&ok)
 	return ok, err
 }
 

@@ -60,8 +60,8 @@ func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
 	return t.s.SetSubmitting(ctx, t.tx, id, method)
 }
 
-func (t txStore) MethodChangedSince(ctx context.Context, provider string, at time.Time) (bool, error) {
-	return t.s.MethodChangedSince(ctx, t.tx, provider, at)
+func (t txStore) MethodChangedSince(ctx context.Context, provider, payoutID string, at time.Time) (bool, error) {
+	return t.s.MethodChangedSince(ctx, t.tx, provider, payoutID, at)
 }
 
 func (t txStore) ResetWorkflow(ctx context.Context, id string) error {
