@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,5 +226,51 @@ func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	}, "every delivery refused with the reason logged")
 	if n := hits.Load(); n != 0 {
 		t.Errorf("receiver on loopback hit %d times", n)
+	}
+}
+
+// A payout's deliveries go out in the order of its changes: a "paid" the
+// receiver refuses a few times is retried before the "returned" after it
+// is sent. Each was retried on its own backoff, so "returned" arrived
+// first and an integration keeping the last event showed paid money that
+// had come back.
+func TestPayoutWebhooksInOrder(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, payout.Config{WebhookAllowPrivate: true})
+	const secret = "whsec-0123456789abcdef"
+	var mu sync.Mutex
+	var order []string
+	refusedPaid := 0
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev payout.WebhookEvent
+		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Status == "paid" && refusedPaid < 5 { // 0.1+0.2+0.4+0.8+1.6 s of backoff
+			refusedPaid++
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		order = append(order, ev.Status)
+	}))
+	defer recv.Close()
+	if _, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-back"), &payoutv1.CreateWebhookRequest{ProviderId: "p-back", Url: recv.URL, Secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	st.setup(t, "p-back", "6222000011110003") // paid, then returned a second later
+	st.settle(t, "p-back", "cyc-20260101", "CNY", "250.00")
+	st.waitStatus(t, "p-back", "cyc-20260101", "returned", waitLong)
+	testkit.Eventually(t, waitLong, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(order, "paid") && slices.Contains(order, "returned")
+	}, "paid and returned delivered")
+	mu.Lock()
+	defer mu.Unlock()
+	if o := strings.Join(order, ">"); !strings.HasSuffix(o, "paid>returned") {
+		t.Errorf("deliveries accepted in the order %s; want returned after paid", o)
 	}
 }

@@ -203,15 +203,19 @@ func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, be
 	return pgx.CollectRows(rows, scanDelivery)
 }
 
-// ClaimDeliveries takes up to limit due deliveries, oldest first, and
-// leases them until now+lease (another process skips them meanwhile; a
+// ClaimDeliveries takes up to limit due deliveries, oldest first, at most
+// one per webhook and payout: the earliest still pending (a payout's
+// "returned" never overtakes its "paid" being retried, nor do two replicas
+// send one payout's changes at once), and leases them until now+lease (another process skips them meanwhile; a
 // crash mid-send makes them due again after the lease). Each comes with
 // its webhook's secret, and the previous one while a rotation's grace
 // period lasts; a secret that does not open is named in SecretErr.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error) {
 	rows, err := s.Pool.Query(ctx, `with due as (
-			select delivery_id from payout.webhook_deliveries where status = 'pending' and next_attempt_at <= $1
-			order by next_attempt_at limit $3 for update skip locked)
+			select d.delivery_id from payout.webhook_deliveries d where d.status = 'pending' and d.next_attempt_at <= $1
+				and not exists (select 1 from payout.webhook_deliveries e where e.webhook_id = d.webhook_id
+					and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
+			order by d.next_attempt_at limit $3 for update skip locked)
 		update payout.webhook_deliveries d set next_attempt_at = $2 from due, payout.webhooks w
 		where d.delivery_id = due.delivery_id and w.webhook_id = d.webhook_id
 		returning `+deliveryCols+`, w.secret_sealed, case when w.previous_secret_until > $1 then w.previous_secret_sealed end`,
