@@ -411,8 +411,16 @@ func scanPayout(r pgx.CollectableRow) (domain.Payout, error) {
 		&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt)
 }
 
+// list reads the payouts, their histories and statements in one snapshot:
+// read in three, a change committed between them answered a payout whose
+// status its own history contradicted.
 func (s *Store) list(ctx context.Context, where string, args ...any) ([]domain.Payout, error) {
-	rows, err := s.Pool.Query(ctx, `select `+payoutCols+` from payout.payouts where `+where, args...)
+	tx, err := s.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts where `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +433,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]domain.P
 	for i, p := range ps {
 		idx[p.ID], ids[i] = i, p.ID
 	}
-	hrows, err := s.Pool.Query(ctx, `select payout_id, status, note, at from payout.status_history where payout_id = any($1) order by payout_id, seq`, ids)
+	hrows, err := tx.Query(ctx, `select payout_id, status, note, at from payout.status_history where payout_id = any($1) order by payout_id, seq`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +445,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]domain.P
 	}); err != nil {
 		return nil, err
 	}
-	srows, err := s.Pool.Query(ctx, `select payout_id, cycle_id, currency, net from payout.payout_statements where payout_id = any($1) order by payout_id, cycle_id`, ids)
+	srows, err := tx.Query(ctx, `select payout_id, cycle_id, currency, net from payout.payout_statements where payout_id = any($1) order by payout_id, cycle_id`, ids)
 	if err != nil {
 		return nil, err
 	}
