@@ -419,7 +419,7 @@ func (s *Store) list(ctx context.Context, where string, args ...any) ([]domain.P
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	defer tx.Rollback(context.WithoutCancel(ctx)) // read only: its error changes nothing
 	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts where `+where, args...)
 	if err != nil {
 		return nil, err
