@@ -22,6 +22,18 @@ func Metrics() []obs.SQLMetric {
 			"counts in that one).",
 		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
 	}, {
+		// Past the gate, a submission a rail keeps refusing as malformed
+		// (gpubill's key, serial or permission) is retried, logged, for
+		// ever: the payout stays created with its net in in_transit, and
+		// nothing but the log showed it.
+		Name: "gpubill_payout_submitting_age_seconds", Type: obs.Gauge,
+		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
+	}, {
+		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
+		Help:  "Age of the oldest payout submitted or in transit since its last status change (0: none): a rail that never answers with an outcome.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where status in ('submitted', 'in_transit')`,
+	}, {
 		// The bank-file rail's loop logs a cutoff it cannot build, a file it
 		// cannot deliver and an inbox file it cannot read, and tries again:
 		// these ages are what an alert reads (every bank payout read

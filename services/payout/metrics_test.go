@@ -109,3 +109,33 @@ func TestBankFileEntriesNotAppliedFromZero(t *testing.T) {
 		t.Fatalf("gpubill_bank_file_entries_not_applied of no entries: %v (%v); want the three outcomes at 0", got, rows.Err())
 	}
 }
+
+// A payout its rail keeps refusing as malformed stays created and
+// submitting, its net in in_transit; one whose rail never answers with an
+// outcome stays submitted or in transit. Only the log showed either: their
+// ages are on /metrics for the alerts.
+func TestPayoutStuckAtItsRailAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
+	for _, n := range []string{"gpubill_payout_submitting_age_seconds", "gpubill_payout_in_flight_age_seconds"} {
+		if v := metric(n); v != 0 {
+			t.Fatalf("%s with no payouts: %v, want 0", n, v)
+		}
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net,
+			status, submitting, submitting_since, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', true, now() - interval '2 hours', now() - interval '3 days', now() - interval '3 days'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', false, null, now() - interval '9 days', now() - interval '9 days'),
+		('po-3', 'p-3', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'in_transit', false, now() - interval '5 days', now() - interval '4 days', now() - interval '4 days'),
+		('po-4', 'p-4', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'paid', false, null, now() - interval '30 days', now() - interval '30 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := metric("gpubill_payout_submitting_age_seconds"); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("submitting age %v, want ~2 h (po-1 passed the gate 2 h ago; po-2 waits at it)", v)
+	}
+	if v := metric("gpubill_payout_in_flight_age_seconds"); v < 4*86400 || v > 4*86400+60 {
+		t.Errorf("in-flight age %v, want ~4 days (po-3)", v)
+	}
+}

@@ -526,7 +526,8 @@ func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *domain.Payout, reas
 // SetSubmitting marks a created payout for submission: from now on it can
 // no longer be canceled or held.
 func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string) error {
-	_, err := tx.Exec(ctx, `update payout.payouts set submitting = true, method = $2, version = version + 1 where payout_id = $1`, id, method)
+	_, err := tx.Exec(ctx, `update payout.payouts set submitting = true, submitting_since = now(), method = $2, version = version + 1
+		where payout_id = $1`, id, method)
 	return err
 }
 
