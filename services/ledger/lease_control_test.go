@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,9 +11,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // Lease control follows the renter's own currency and credit limit as they
@@ -68,5 +72,37 @@ func TestLeaseControlFollowsTheRentersCurrencyAndLimit(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, func() bool { return evaluated() > before }, "the reversal evaluated")
 	if s := state("USD"); s != "ok" || state("CNY") != "ok" {
 		t.Fatalf("after a USD top-up reversed: USD %q, CNY %q; want both ok (r-9 is billed in CNY)", s, state("CNY"))
+	}
+}
+
+// A stopped renter whose top-up's ledger.posted.renter message never
+// reached lease control (the LEDGER stream discarded it, at its cap with
+// the consumer behind) is resumed by the sweep of stopped wallets: it
+// stayed stopped with money to spend, making no other write.
+func TestStoppedSweepResumesATopUpNotAnnounced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil) // no stream: no message reaches lease control
+	lc := &app.LeaseControl{Clock: clock.System{}, Log: slog.New(slog.DiscardHandler),
+		Wallets: &postgres.Wallets{Pool: f.pool}, Store: postgres.LeaseStore{Pool: f.pool}}
+	state := func() string {
+		var s string
+		if err := f.pool.QueryRow(f.ctx, `select state from ledger.lease_control where renter_id = 'r-s' and currency = 'CNY'`).Scan(&s); err != nil {
+			return ""
+		}
+		return s
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("use-s", "renter:r-s:wallet", "provider:p-1:pending:cyc-20261112", "5.00", "CNY")); err != nil {
+		t.Fatal(err)
+	}
+	wallet := []domain.WalletKey{{RenterID: "r-s", Currency: "CNY"}}
+	if err := lc.EvaluateMoved(f.ctx, []app.WalletsMoved{{ID: "m-use", Wallets: wallet}}); err != nil || state() != "stopped" {
+		t.Fatalf("after the charge: %q (%v), want stopped", state(), err)
+	}
+	f.deposit(t, "r-s", "20.00", "CNY", "top-up-s") // its message lost
+	if err := lc.SweepStopped(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s != "ok" {
+		t.Fatalf("after the sweep: %q, want ok (15.00 to spend)", s)
 	}
 }

@@ -212,6 +212,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Log, s.lease, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
+		g.Go(func() error { return s.runStoppedSweep(ctx) })
 	}
 	if s.lcfg.URL != "" {
 		hooks := &ports.LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: s.deps.Pool}, URL: s.lcfg.URL,
@@ -262,6 +263,21 @@ func every(ctx context.Context, period time.Duration, step func()) error {
 // burnPruneEvery is how often the ledger deletes the wallet_burn minutes no
 // burn rate reads any more (postgres.PruneBurn).
 const burnPruneEvery = 10 * time.Minute
+
+// stoppedSweepEvery is how often stopped wallets are evaluated again
+// (app.LeaseControl.SweepStopped).
+const stoppedSweepEvery = time.Minute
+
+// runStoppedSweep evaluates stopped wallets again every minute, so a
+// top-up whose ledger.posted.renter message the stream discarded still
+// lifts the stop.
+func (s *Service) runStoppedSweep(ctx context.Context) error {
+	return every(ctx, stoppedSweepEvery, func() {
+		if err := s.lease.SweepStopped(ctx); err != nil && ctx.Err() == nil {
+			s.deps.Log.Error("lease control: stopped wallets", "err", err)
+		}
+	})
+}
 
 func (s *Service) runBurnPrune(ctx context.Context) error {
 	return every(ctx, burnPruneEvery, func() {

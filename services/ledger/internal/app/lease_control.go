@@ -46,6 +46,8 @@ type LeaseControlTx interface {
 	SaveLeases(ctx context.Context, ss []LeaseSave, at time.Time) error
 	// Announce publishes the events and queues their webhooks.
 	Announce(ctx context.Context, evs []domain.LeaseEvent) error
+	// Stopped lists up to limit stopped wallets, oldest stop first.
+	Stopped(ctx context.Context, limit int) ([]domain.WalletKey, error)
 }
 
 // LeaseWebhookQueue is the queue of lease control announcements for the
@@ -117,6 +119,26 @@ func (lc *LeaseControl) EvaluateMoved(ctx context.Context, msgs []WalletsMoved) 
 					keys = append(keys, k)
 				}
 			}
+		}
+		return lc.Evaluate(ctx, tx, keys)
+	})
+}
+
+// StoppedSweepMax bounds the stopped wallets one sweep evaluates again.
+const StoppedSweepMax = 1000
+
+// SweepStopped evaluates lease control again for stopped wallets. A stop
+// is lifted by the write that tops the wallet up, through its
+// ledger.posted.renter message; one the LEDGER stream discarded before
+// lease control read it (a limits stream at its cap, the consumer behind)
+// lifted nothing, and a stopped renter makes no other write: it stayed
+// stopped with money to spend. Only stopped wallets: a warning follows
+// the charges that move them.
+func (lc *LeaseControl) SweepStopped(ctx context.Context) error {
+	return lc.Store.WithLeaseTx(ctx, func(tx LeaseControlTx) error {
+		keys, err := tx.Stopped(ctx, StoppedSweepMax)
+		if err != nil {
+			return err
 		}
 		return lc.Evaluate(ctx, tx, keys)
 	})

@@ -37,6 +37,7 @@ func (m *leaseMem) LoadWallets(_ context.Context, keys []domain.WalletKey, _, _ 
 
 func (m *leaseMem) SaveLeases(context.Context, []LeaseSave, time.Time) error { return nil }
 func (m *leaseMem) Announce(context.Context, []domain.LeaseEvent) error      { return nil }
+func (m *leaseMem) Stopped(context.Context, int) ([]domain.WalletKey, error) { return nil, nil }
 
 // Lease control looks at the wallets of fresh messages only — not one the
 // inbox has seen, one twice in a fetch once — each wallet once, in the

@@ -282,6 +282,16 @@ func LeaseEventPB(ev domain.LeaseEvent) *eventsv1.LeaseControl {
 
 // Announce puts the events into the outbox (lease.….{renter}) and, with
 // webhooks on, the webhook queue; both keyed by each event's id.
+// Stopped implements app.LeaseControlTx.
+func (l *LeaseTx) Stopped(ctx context.Context, limit int) ([]domain.WalletKey, error) {
+	rows, err := l.Tx.Query(ctx, `select renter_id, currency from ledger.lease_control where state = $1
+		order by updated_at limit $2`, string(domain.LeaseStopped), limit)
+	if err != nil {
+		return nil, fmt.Errorf("stopped wallets: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[domain.WalletKey])
+}
+
 func (l *LeaseTx) Announce(ctx context.Context, evs []domain.LeaseEvent) error {
 	if len(evs) == 0 {
 		return nil
