@@ -98,7 +98,12 @@ type streamSpec struct {
 }
 
 var streamSpecs = map[string]streamSpec{
-	StreamUsage: {subjects: []string{"usage.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
+	// USAGE takes only the subjects its consumers take: bound to usage.>, a
+	// node agent's usage published to usage.ingest (no provider) or a
+	// misspelt subject was acknowledged, never delivered, never
+	// dead-lettered, and kept until the stream's cap refused every
+	// usage.recorded. Now such a publish fails at the agent.
+	StreamUsage: {subjects: []string{"usage.ingest.>", "usage.recorded.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
 		owners: []string{"metering-ingest", "pricing-rating"}},
 	StreamCharges: {subjects: []string{"charges.>"}, retention: jetstream.WorkQueuePolicy, discard: jetstream.DiscardNew,
 		owners: []string{"ledger-charges"}},

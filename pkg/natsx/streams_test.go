@@ -145,3 +145,27 @@ func TestPartyStreamsTakeNoByteCap(t *testing.T) {
 		t.Fatalf("USAGE max bytes %d, want the cap %d", got, capBytes)
 	}
 }
+
+// USAGE takes only what its consumers take: usage published to
+// usage.ingest without a provider, or to a misspelt subject, is refused at
+// the publisher. Bound to usage.>, it was acknowledged, never delivered
+// and never dead-lettered, and kept until the cap refused every
+// usage.recorded.
+func TestUsageStreamRefusesSubjectsNoConsumerTakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"usage.ingest", "usage.ingest_v2.p-1", "usage.recorded"} {
+		if _, err := js.Publish(ctx, s, []byte("x")); err == nil {
+			t.Errorf("%s: stored, want refused (no consumer takes it)", s)
+		}
+	}
+	for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1"} {
+		if _, err := js.Publish(ctx, s, []byte("x")); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+}
