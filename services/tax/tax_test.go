@@ -199,25 +199,32 @@ func TestRuleSets(t *testing.T) {
 }
 
 // cn_labour's thresholds are yuan: a CN individual paid in JPY under it is
-// a failed precondition naming the rule set, and nothing is recorded (JPY
-// 100 000 had JPY 17 000 withheld, its base taken for yuan).
-func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
+// withheld by the default rule set (JPY 100 000 had JPY 17 000 withheld,
+// its base taken for yuan). Refused instead (a failed precondition), the
+// provider's settlement failed for good: the selection finance made to fix
+// it applies to cycles ending after it, never to the one refused.
+func TestCNLabourPassesAnotherCurrencyToTheDefault(t *testing.T) {
 	t.Parallel()
 	s, _, clk := newTax(t)
 	clk.Set(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) // the selection is made while cyc-20260101 runs
 	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
 		t.Fatal(err)
 	}
+	clk.Set(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) // the cycle settles
 	for _, req := range []*taxv1.ComputeWithholdingRequest{
 		{ProviderId: "p-7", CycleId: "cyc-20260101", Currency: "JPY", Gross: "100000", CommissionRate: "0.25", IdempotencyKey: "k-jpy",
 			TaxProfile: "individual", Jurisdiction: "CN"},
 		{ProviderId: "p-7", CycleId: "cyc-20260101", Currency: "JPY", Gross: "100000", Commission: "25000", IdempotencyKey: "k-jpy-c",
 			TaxProfile: "individual", Jurisdiction: "CN"},
 	} {
-		_, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
-		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cn_labour") {
-			t.Errorf("%s: %v, want FailedPrecondition naming cn_labour", req.IdempotencyKey, err)
+		got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req)
+		if err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "15000" {
+			t.Errorf("%s: %v, %v; want flat20, 15000 (20 %% of 75 000)", req.IdempotencyKey, got, err)
 		}
+	}
+	// The same payment in yuan is cn_labour's; an enterprise's 0 % holds.
+	if got := compute(t, s, "p-6", "1000.00", "0.25", "individual", "k-cny"); got.RuleSet != "cn_labour" {
+		t.Errorf("individual in CNY: %+v", got)
 	}
 	got := compute(t, s, "p-8", "1000.00", "0.25", "enterprise", "k-ent")
 	if got.TaxWithheld != "0.00" || got.RuleSet != "cn_labour" {
@@ -228,9 +235,10 @@ func TestCNLabourRefusesAnotherCurrency(t *testing.T) {
 // A rule set selection applies to the cycles ending after it was made: one
 // made while a cycle settles split that cycle's providers between two rule
 // sets (150.00 withheld from one, 0.00 from the next of the same gross). A
-// rule of one jurisdiction is refused for a provider of another (cn_labour
-// selected for a provider since moved to US withheld Chinese labour tax,
-// remitted from tax:withheld:US).
+// rule of one jurisdiction is passed over for a provider of another
+// (cn_labour selected for a provider since moved to US withheld Chinese
+// labour tax, remitted from tax:withheld:US; then it was refused, and the
+// provider's settlement failed for good).
 func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	t.Parallel()
 	s, _, clk := newTax(t) // 2026-02-20: cyc-20260101 ended on 02-15 and settles
@@ -277,8 +285,8 @@ func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{ProviderId: "p-9", RuleSet: "cn_labour"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := withhold("p-9", "cyc-20260215"); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cn_labour is CN's") {
-		t.Fatalf("cn_labour for a US provider: %v; want FailedPrecondition naming the rule's jurisdiction", err)
+	if got, err := withhold("p-9", "cyc-20260215"); err != nil || got.RuleSet != "flat20" {
+		t.Fatalf("cn_labour selected for a US provider: %v, %v; want the default, flat20 (refused, its settlement failed for good)", got, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -68,7 +69,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	// The payment falls due at the cycle's end: the rule then in force
 	// (of the requested rule set, else the one selected for the provider or
 	// its jurisdiction, else the default) applies.
-	version, err := a.Store.RuleAt(ctx, r.RuleSet, r.ProviderID, jurisdiction, cy.End.Add(-1))
+	version, err := a.ruleFor(ctx, r.RuleSet, r.ProviderID, jurisdiction, cur, profile, cy.End.Add(-1))
 	if err != nil {
 		return domain.Withholding{}, err
 	}
@@ -88,6 +89,45 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 		return got, err
 	}
 	return replay(r, cur, cy.ID, got) // another request took the key first
+}
+
+// ruleFor is the rule version a payment is withheld by, in force at at:
+// the rule set requested, held to as it is; else the one selected for the
+// provider, then for its jurisdiction, then the default, each passed over
+// when it cannot tax this payment: a rule of another jurisdiction than the
+// provider's (a provider selected for cn_labour, since moved to US), or
+// thresholds in another currency for a taxed profile (cn_labour's yuan, an
+// individual paid in USD). Refused instead, the provider's settlement
+// failed for good: a selection made to fix it applies to cycles ending
+// after it, never to the one refused.
+func (a *App) ruleFor(ctx context.Context, requested, provider, jurisdiction string, cur money.Currency, profile string, at time.Time) (domain.Rule, error) {
+	version, err := a.Store.RuleAt(ctx, requested, provider, jurisdiction, at)
+	if err != nil || requested != "" {
+		return version, err
+	}
+	// The scopes after the provider's: its jurisdiction's selection (or
+	// the default), then the default alone (no scope selects for "").
+	for _, scope := range [][2]string{{provider, jurisdiction}, {"", jurisdiction}, {"", ""}} {
+		if scope != [2]string{provider, jurisdiction} {
+			if version, err = a.Store.RuleAt(ctx, "", scope[0], scope[1], at); err != nil {
+				return version, err
+			}
+		}
+		if taxes(version, jurisdiction, cur, profile) {
+			return version, nil
+		}
+	}
+	return version, nil // the default cannot either: its refusal is the answer
+}
+
+// taxes reports whether the rule applies to a payment in cur to a taxpayer
+// of profile in jurisdiction.
+func taxes(version domain.Rule, jurisdiction string, cur money.Currency, profile string) bool {
+	if checkRuleJurisdiction(version, jurisdiction) != nil {
+		return false
+	}
+	rule, err := taxsplit.RuleFor(version.RuleSet)
+	return err != nil || taxsplit.CheckCurrency(rule, cur, profile) == nil
 }
 
 // checkRuleJurisdiction refuses a rule of one jurisdiction (cn_labour is

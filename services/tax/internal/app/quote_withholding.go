@@ -54,7 +54,7 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	// As the provider's settlement would (ComputeWithholding): its own
 	// selection first. Without it a quote applied the jurisdiction's, 150.00
 	// of tax on a gross the statement then withheld 0.00 from.
-	version, err := a.Store.RuleAt(ctx, "", r.ProviderID, jurisdiction, cy.End.Add(-1))
+	version, err := a.ruleFor(ctx, "", r.ProviderID, jurisdiction, cur, profile, cy.End.Add(-1))
 	if err != nil {
 		return domain.Withholding{}, err
 	}
