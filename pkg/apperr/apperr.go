@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -55,6 +56,23 @@ func (e *InvalidError) Error() string {
 // Invalid returns an InvalidError for one field.
 func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Violations: []FieldViolation{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
+}
+
+// Earliest and latest instants a request's timestamp may name: those an
+// RFC 3339 text (and PostgreSQL) can hold. A protobuf Timestamp over gRPC
+// can carry years before 1 or after 9999: stored, it broke every later
+// JSON answer holding it; queried, PostgreSQL refused it (a 500).
+var (
+	TimeMin = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	TimeMax = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// CheckTime is Invalid(field) for an instant outside TimeMin..TimeMax.
+func CheckTime(field string, t time.Time) error {
+	if t.Before(TimeMin) || t.After(TimeMax) {
+		return Invalid(field, "outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z")
+	}
+	return nil
 }
 
 // Validator collects violations.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
@@ -69,5 +70,34 @@ func TestGRPCLimitsAndTextGuard(t *testing.T) {
 	}
 	if ids := hdr.Get("x-request-id"); len(ids) != 1 || ids[0] == "" {
 		t.Errorf("x-request-id header: %v", ids)
+	}
+
+	// A Timestamp over gRPC may name a year RFC 3339 and PostgreSQL cannot
+	// hold: a 400 naming the field. A rate card of year 10000 was stored
+	// (every rate card listing then a 500); queries were 500s.
+	y10k, bc := &timestamppb.Timestamp{Seconds: 253402300800}, &timestamppb.Timestamp{Seconds: -400000000000}
+	audit := ledgerv1.NewAuditServiceClient(conn)
+	for name, call := range map[string]func() error{
+		"CreateRateCard effective_from": func() error {
+			_, err := pricing.CreateRateCard(ctx, &pricingv1.CreateRateCardRequest{Currency: "CNY", EffectiveFrom: y10k,
+				GpuPrices: []*pricingv1.GpuPrice{{GpuModel: "RTX_4090", Hourly: "2.00"}}})
+			return err
+		},
+		"GetAccount as_of": func() error {
+			_, err := ledger.GetAccount(ctx, &ledgerv1.GetAccountRequest{Address: "bank:client", AsOf: bc})
+			return err
+		},
+		"ListAuditEvents to": func() error {
+			_, err := audit.ListAuditEvents(ctx, &ledgerv1.ListAuditEventsRequest{To: &timestamppb.Timestamp{Seconds: 9400000000000}})
+			return err
+		},
+		"ListUsageEvents from": func() error {
+			_, err := usage.ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-001", From: bc})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s out of range: %v, want INVALID_ARGUMENT", name, err)
+		}
 	}
 }

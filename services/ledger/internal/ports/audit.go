@@ -111,10 +111,12 @@ func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAudit
 	}
 	if r.GetFrom() != nil {
 		t := r.GetFrom().AsTime()
+		v.Check(apperr.CheckTime("from", t) == nil, "from", "outside 0001..9999")
 		f.From = &t
 	}
 	if r.GetTo() != nil {
 		t := r.GetTo().AsTime()
+		v.Check(apperr.CheckTime("to", t) == nil, "to", "outside 0001..9999")
 		f.To = &t
 	}
 	v.Check(f.From == nil || f.To == nil || !f.From.After(*f.To), "to", "before from")

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
@@ -18,6 +19,15 @@ import (
 type LedgerServer struct {
 	ledgerv1.UnimplementedLedgerServiceServer
 	App *app.App
+}
+
+// checkAsOf refuses an as_of PostgreSQL cannot hold (over gRPC a
+// Timestamp may name year 300000: a 500).
+func checkAsOf(ts *timestamppb.Timestamp) error {
+	if ts == nil {
+		return nil
+	}
+	return apperr.CheckTime("as_of", ts.AsTime())
 }
 
 func asOf(ts *timestamppb.Timestamp) *time.Time {
@@ -43,6 +53,9 @@ func (s *LedgerServer) ListAccounts(ctx context.Context, r *ledgerv1.ListAccount
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAsOf(r.GetAsOf()); err != nil {
+		return nil, err
+	}
 	vs, next, err := s.App.ListAccounts(ctx, prefix, asOf(r.GetAsOf()), r.GetPageSize(), r.GetPageToken())
 	if err != nil {
 		return nil, err
@@ -57,6 +70,9 @@ func (s *LedgerServer) ListAccounts(ctx context.Context, r *ledgerv1.ListAccount
 // GetAccount implements LedgerService.
 func (s *LedgerServer) GetAccount(ctx context.Context, r *ledgerv1.GetAccountRequest) (*ledgerv1.GetAccountResponse, error) {
 	if err := checkOwnAccount(ctx, r.GetAddress()); err != nil {
+		return nil, err
+	}
+	if err := checkAsOf(r.GetAsOf()); err != nil {
 		return nil, err
 	}
 	v, err := s.App.GetAccount(ctx, r.GetAddress(), asOf(r.GetAsOf()))

@@ -50,6 +50,9 @@ func (s *ReportServer) GetSegregatedFundsReport(ctx context.Context, r *ledgerv1
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAsOf(r.GetAsOf()); err != nil {
+		return nil, err
+	}
 	rep, err := s.Reports.SegregatedFunds(ctx, asOf(r.GetAsOf()), r.GetCurrency())
 	if err != nil {
 		return nil, err

@@ -204,9 +204,15 @@ func (s *UsageServer) ListUsageEvents(ctx context.Context, r *meteringv1.ListUsa
 	}
 	if r.From != nil {
 		q.From = r.From.AsTime()
+		if err := apperr.CheckTime("from", q.From); err != nil {
+			return nil, err // over gRPC a year PostgreSQL cannot hold: a 500
+		}
 	}
 	if r.To != nil {
 		q.To = r.To.AsTime()
+		if err := apperr.CheckTime("to", q.To); err != nil {
+			return nil, err
+		}
 	}
 	rows, next, err := s.App.ListUsage(ctx, q)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
 )
 
@@ -140,6 +141,10 @@ func parseCard(in CardInput, stored bool) (*Card, []Violation) {
 	c.Input.Currency = cur.Code
 	if in.EffectiveFrom.IsZero() {
 		vs.add("effective_from", "required (RFC 3339)")
+	} else if apperr.CheckTime("effective_from", in.EffectiveFrom) != nil {
+		// Over gRPC a Timestamp may name year 10000: stored, the card
+		// broke every listing of rate cards (a 500: no JSON for it).
+		vs.add("effective_from", "outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z")
 	}
 	c.parsePrices(in.Prices, &vs)
 	c.parseBands(in.Bands, stored, &vs)
