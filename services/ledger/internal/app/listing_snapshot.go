@@ -49,6 +49,11 @@ func unpackSnapshot(p string) (string, error) {
 	if err != nil || dmax > ^uint64(0)-xmin {
 		return "", cursor.Malformed()
 	}
+	// PostgreSQL refuses a pg_snapshot whose xmin or xmax is no valid
+	// transaction id (its low 32 bits 0): a forged token's "0:0:" was a 500.
+	if uint32(xmin) == 0 || uint32(xmin+dmax) == 0 {
+		return "", cursor.Malformed()
+	}
 	var b strings.Builder
 	b.WriteString(strconv.FormatUint(xmin, 10))
 	b.WriteByte(':')
