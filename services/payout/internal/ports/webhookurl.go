@@ -58,7 +58,9 @@ func (g WebhookGuard) checkAddr(host string, a netip.Addr) error {
 		return nil
 	}
 	if why := forbiddenAddr(a); why != "" {
-		return fmt.Errorf("%s resolves to %s, %s: %w", host, a, why, errForbiddenAddr)
+		// The address is not named: a provider would read the platform's
+		// internal network from it, host by host.
+		return fmt.Errorf("%s resolves to an address webhooks may not reach (%s): %w", host, why, errForbiddenAddr)
 	}
 	return nil
 }

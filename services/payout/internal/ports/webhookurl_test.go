@@ -77,8 +77,24 @@ func TestWebhookGuardCheckURL(t *testing.T) {
 			t.Errorf("%s (allow private %v): refused: %v", c.url, c.allowPrivate, err)
 		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
 			t.Errorf("%s (allow private %v): %v, want an error about %q", c.url, c.allowPrivate, err, c.wantErr)
+		case err != nil && strings.Contains(c.url, ".example.com") && namesAnAddress(err.Error(), r):
+			// A name's private address is not told: a provider read the
+			// platform's internal network from it, host by host.
+			t.Errorf("%s: %v names the address it resolves to", c.url, err)
 		}
 	}
+}
+
+// namesAnAddress reports whether msg names an address r resolves a name to.
+func namesAnAddress(msg string, r fakeResolver) bool {
+	for _, as := range r {
+		for _, a := range as {
+			if strings.Contains(msg, a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // The delivery client checks the address it connects to: a receiver on
