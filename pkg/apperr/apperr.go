@@ -159,6 +159,12 @@ func ToStatus(err error) error {
 		return status.Error(codes.Canceled, Clip(err.Error(), messageBytesMax))
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, Clip(err.Error(), messageBytesMax))
+	case Transient(err):
+		// The database refusing connections (too many clients, failing
+		// over, starting up) or a serialization conflict: the client's
+		// request was fine and may be sent again (its idempotency key
+		// answers the first outcome if it had one).
+		return status.Error(codes.Unavailable, Clip(err.Error(), messageBytesMax))
 	}
 	return status.Error(codes.Internal, Clip(err.Error(), messageBytesMax))
 }

@@ -1,66 +1,12 @@
 package natsx
 
-import (
-	"errors"
-	"io"
-	"net"
-	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-)
+import "github.com/gpubill/gpubill/pkg/apperr"
 
 // Unavailable reports whether err says a dependency could not be reached or
-// did not accept the work (the database down, starting up or restarting,
-// read-only while it fails over, out of disk or memory, a connection lost, a
-// peer service unavailable, a serialization conflict, a lock held
-// elsewhere).
-// Such a failure is not the message's fault, however often it repeats: it
-// never counts toward dead-lettering, or a message that failed through an
-// outage would be dead-lettered the moment the database came back (the
-// chaos test saw a usage batch dead-lettered with "the database system is
-// not yet accepting connections").
-func Unavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"): // connection exception
-			return true
-		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // shutdown, crash, starting up
-			return true
-		case strings.HasPrefix(pe.Code, "53"): // insufficient resources: disk full, out of memory, too many connections
-			return true
-		case pe.Code == "40001", pe.Code == "40P01": // serialization, deadlock
-			return true
-		case pe.Code == "25006": // read-only transaction: a standby, or a primary failing over
-			return true
-		case pe.Code == "55P03": // lock not available (lock_timeout): another transaction holds it
-			return true
-		case pe.Code == "58030": // I/O error
-			return true
-		}
-		return false
-	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
-		return true
-	}
-	return false
-}
+// did not accept the work (apperr.Transient). Such a failure is not the
+// message's fault, however often it repeats: it never counts toward
+// dead-lettering, or a message that failed through an outage would be
+// dead-lettered the moment the database came back (the chaos test saw a
+// usage batch dead-lettered with "the database system is not yet accepting
+// connections").
+func Unavailable(err error) bool { return apperr.Transient(err) }
