@@ -24,8 +24,9 @@ import (
 	"github.com/gpubill/gpubill/pkg/server"
 )
 
-// standalonePoolConns bounds one standalone service's database pool.
-const standalonePoolConns = 16
+// StandalonePoolConns bounds one standalone service's database pool (the
+// chart sizes PostgreSQL's max_connections by it).
+const StandalonePoolConns = 16
 
 // Builder makes a service from its dependencies and the parsed config (for
 // anything service-specific, such as settlement's Temporal client). Extra
@@ -73,7 +74,7 @@ func run(ctx context.Context, name string, cfg config.Common, build Builder) err
 	if err != nil {
 		return cmdline.UsageError{Err: err}
 	}
-	pool, err := pg.Open(ctx, cfg.DatabaseURL, standalonePoolConns)
+	pool, err := pg.Open(ctx, cfg.DatabaseURL, StandalonePoolConns)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package deploycheck
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpubill/gpubill/pkg/svc"
 )
 
 const chartDir = deployDir + "/helm/gpubill"
@@ -547,5 +550,98 @@ func TestTemporalGetsItsNamespaceAndDatabases(t *testing.T) {
 		if s.User != initdb.Owner || s.ExistingSecret != values.Postgres.Cluster.Name+"-app" {
 			t.Errorf("temporal %s store: user %q, secret %q; want %q from %s-app", store, s.User, s.ExistingSecret, initdb.Owner, values.Postgres.Cluster.Name)
 		}
+	}
+}
+
+// TestChartPostgresHoldsEveryPool: the CloudNativePG cluster keeps what it
+// acknowledged through a failover and takes every connection the chart's
+// pools may open, and the ledger's old replicas stop before a new one
+// migrates.
+//   - Replication is synchronous, at least one standby, data durability
+//     required: every consumer acks its message (a work queue deletes it)
+//     after its commit returns, so a standby promoted without that commit
+//     would lose the charge with nothing left to redeliver.
+//   - max_connections covers every service replica's pool and every Temporal
+//     pod's two stores: past it a deposit or a cycle's close met "too many
+//     clients".
+//   - The ledger Deployment is Recreate (README "Upgrading").
+func TestChartPostgresHoldsEveryPool(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Postgres struct {
+			Cluster struct{ Name string } `yaml:"cluster"`
+		} `yaml:"postgres"`
+		Services map[string]struct {
+			Replicas int `yaml:"replicas"`
+		} `yaml:"services"`
+		Temporal struct {
+			Server struct {
+				ReplicaCount int `yaml:"replicaCount"`
+				Config       struct {
+					Persistence map[string]struct {
+						SQL struct {
+							MaxConns int `yaml:"maxConns"`
+						} `yaml:"sql"`
+					}
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	objects := renderChart(t, offlineChart(t))
+	c, ok := objects["Cluster/"+values.Postgres.Cluster.Name]
+	if !ok {
+		t.Fatalf("no Cluster %s rendered", values.Postgres.Cluster.Name)
+	}
+	var cluster struct {
+		Instances  int `yaml:"instances"`
+		PostgreSQL struct {
+			Synchronous struct {
+				Method         string `yaml:"method"`
+				Number         int    `yaml:"number"`
+				DataDurability string `yaml:"dataDurability"`
+			} `yaml:"synchronous"`
+			Parameters map[string]string `yaml:"parameters"`
+		} `yaml:"postgresql"`
+	}
+	if err := c.Spec.Decode(&cluster); err != nil {
+		t.Fatal(err)
+	}
+	if s := cluster.PostgreSQL.Synchronous; s.Number < 1 || s.Number >= cluster.Instances || s.DataDurability != "required" || (s.Method != "any" && s.Method != "first") {
+		t.Errorf("Cluster postgresql.synchronous %+v with %d instances: want at least one standby (fewer than the instances), data durability required", s, cluster.Instances)
+	}
+	var want int
+	for name, s := range values.Services {
+		if s.Replicas < 1 {
+			t.Errorf("service %s: %d replicas", name, s.Replicas)
+		}
+		want += s.Replicas * svc.StandalonePoolConns
+	}
+	temporalPods := 4 * max(values.Temporal.Server.ReplicaCount, 1) // frontend, history, matching, worker
+	for store, p := range values.Temporal.Server.Config.Persistence {
+		if p.SQL.MaxConns < 1 {
+			t.Errorf("temporal store %s: maxConns unset (the Temporal chart's default is not bounded by this chart)", store)
+		}
+		want += temporalPods * p.SQL.MaxConns
+	}
+	want += 10 // the operator's, replication's and superuser_reserved_connections
+	var got int
+	if _, err := fmt.Sscan(cluster.PostgreSQL.Parameters["max_connections"], &got); err != nil || got < want {
+		t.Errorf("Cluster max_connections %q, want at least %d (every pool that connects)", cluster.PostgreSQL.Parameters["max_connections"], want)
+	}
+	d, ok := objects["Deployment/ledger"]
+	if !ok {
+		t.Fatal("no Deployment ledger")
+	}
+	var spec struct {
+		Strategy struct{ Type string } `yaml:"strategy"`
+	}
+	if err := d.Spec.Decode(&spec); err != nil || spec.Strategy.Type != "Recreate" {
+		t.Errorf("Deployment ledger: strategy %+v (%v), want Recreate", spec.Strategy, err)
 	}
 }
