@@ -285,7 +285,14 @@ type Resource struct {
 const (
 	EventTransactionSuccess = "TRANSACTION.SUCCESS"
 	EventTransferFinished   = "MCHTRANSFER.BILL.FINISHED"
-	ResourceEncrypted       = "encrypt-resource"
+	// A refund's end (made in the merchant platform: gpubill asks for no
+	// refunds): REFUND.SUCCESS when the money went back to the payer,
+	// REFUND.ABNORMAL when it could not (the payer's account closed; the
+	// merchant has it sent elsewhere), REFUND.CLOSED when it was closed.
+	EventRefundSuccess  = "REFUND.SUCCESS"
+	EventRefundAbnormal = "REFUND.ABNORMAL"
+	EventRefundClosed   = "REFUND.CLOSED"
+	ResourceEncrypted   = "encrypt-resource"
 )
 
 // Transaction is a payment (the TRANSACTION.SUCCESS resource).
@@ -311,6 +318,33 @@ type Transaction struct {
 
 // TradeSuccess is a paid transaction's trade_state.
 const TradeSuccess = "SUCCESS"
+
+// Refund is one refund of a payment (the REFUND.* resource). WeChat Pay
+// notifies each refund on its own, under its own out_refund_no and
+// refund_id, with that refund's amount (amount.refund), not the payment's
+// refunded total; amount.total is the payment's.
+type Refund struct {
+	MchID         string `json:"mchid"`
+	OutTradeNo    string `json:"out_trade_no"`
+	TransactionID string `json:"transaction_id"`
+	OutRefundNo   string `json:"out_refund_no"`
+	RefundID      string `json:"refund_id"`
+	RefundStatus  string `json:"refund_status"`
+	SuccessTime   string `json:"success_time,omitempty"`
+	Amount        struct {
+		Total       int64 `json:"total"`
+		Refund      int64 `json:"refund"`
+		PayerTotal  int64 `json:"payer_total"`
+		PayerRefund int64 `json:"payer_refund"`
+	} `json:"amount"`
+}
+
+// A refund's refund_status, as its event type says it.
+const (
+	RefundSuccess  = "SUCCESS"
+	RefundAbnormal = "ABNORMAL"
+	RefundClosed   = "CLOSED"
+)
 
 // ErrInvalidNotification is a notification that verifies but cannot be
 // read or is not for this merchant.

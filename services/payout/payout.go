@@ -361,8 +361,8 @@ func (s *Service) wireTopUps(cfg Config) {
 		}
 	}
 	if s.wechat != nil {
-		s.routes["POST "+wechatpay.NotifyPath] = &wechatpay.Notifications{C: s.wechat.C, TopUps: s.topups, Notify: s.flow.RailNews,
-			Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
+		s.routes["POST "+wechatpay.NotifyPath] = &wechatpay.Notifications{C: s.wechat.C, TopUps: s.topups, Orders: s.store,
+			Notify: s.flow.RailNews, Count: ports.CountNotification, Clock: d.Clock, Log: d.Log}
 		if cfg.WeChatPay.NotifyURL != "" { // without it WeChat Pay could not tell gpubill of the payment
 			s.orders.Rails[wechatpay.Name] = wechatpay.Checkout{C: s.wechat.C, Log: d.Log}
 		}

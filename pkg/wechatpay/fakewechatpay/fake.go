@@ -10,8 +10,10 @@
 // and one order per out_trade_no (the same number with other content is
 // INVALID_REQUEST), signs every answer with its platform key (Wechatpay-*
 // headers), and posts notifications (TRANSACTION.SUCCESS,
-// MCHTRANSFER.BILL.FINISHED) with the resource sealed AEAD_AES_256_GCM
-// under the APIv3 key and the headers signed. A payee's fate is its
+// MCHTRANSFER.BILL.FINISHED, and REFUND.SUCCESS / ABNORMAL / CLOSED for a
+// refund a test makes, one notification per refund with its own amount)
+// with the resource sealed AEAD_AES_256_GCM under the APIv3 key and the
+// headers signed. A payee's fate is its
 // openid's last four characters — 0002 ACCOUNT_FROZEN, 0004
 // OPENID_INVALID, 0005 processing until queried once, anything else
 // SUCCESS — or Freeze; RejectNext answers the next transfer with an
@@ -62,6 +64,7 @@ type Platform struct {
 	bills      map[string]*Bill // by out_bill_no
 	transfers  map[string]int   // transfer calls per out_bill_no
 	orders     map[string]*Order
+	refunds    map[string]*refund // by refund_id
 	frozen     map[string]bool
 	refused    []string
 	loseNext   int
@@ -83,6 +86,12 @@ type Order struct {
 	Req           wechatpay.NativeRequest
 	CodeURL       string
 	TransactionID string // "" : not paid
+}
+
+// refund is a refund of a paid order, made in the merchant platform.
+type refund struct {
+	wechatpay.Refund
+	notifyURL, eventID string
 }
 
 // Notice is one notification the platform posted and how it was answered.
@@ -125,7 +134,7 @@ func New(mchID, appID string, merchantKey *rsa.PublicKey, merchantSerial string,
 	p := &Platform{Key: k, Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Serial: fmt.Sprintf("%X", sn),
 		MchID: mchID, AppID: appID, Now: time.Now, merchantKey: merchantKey, merchantSerial: merchantSerial, apiV3Key: apiV3Key,
 		httpClient: &http.Client{Timeout: 10 * time.Second}, nonces: map[string]bool{}, bills: map[string]*Bill{},
-		transfers: map[string]int{}, orders: map[string]*Order{}, frozen: map[string]bool{}}
+		transfers: map[string]int{}, orders: map[string]*Order{}, refunds: map[string]*refund{}, frozen: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+wechatpay.PathTransferBills, p.transfer)
 	mux.HandleFunc("GET "+wechatpay.PathTransferByOut+"{out_bill_no}", p.query)

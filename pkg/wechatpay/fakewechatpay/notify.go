@@ -16,6 +16,17 @@ import (
 // the order is paid once (a second payment is refused), and its
 // TRANSACTION.SUCCESS notification is posted to the order's notify_url.
 func (p *Platform) Pay(codeURL string) (Notice, error) {
+	o, err := p.PayUnnotified(codeURL)
+	if err != nil {
+		return Notice{}, err
+	}
+	return p.Renotify(o, "")
+}
+
+// PayUnnotified pays the order behind codeURL as Pay does, and posts no
+// notification (one that never reached the merchant): Renotify posts it.
+// It returns the order's out_trade_no.
+func (p *Platform) PayUnnotified(codeURL string) (string, error) {
 	p.mu.Lock()
 	var o *Order
 	for _, x := range p.orders {
@@ -26,21 +37,21 @@ func (p *Platform) Pay(codeURL string) (Notice, error) {
 	switch {
 	case o == nil:
 		p.mu.Unlock()
-		return Notice{}, fmt.Errorf("no order has code_url %s", codeURL)
+		return "", fmt.Errorf("no order has code_url %s", codeURL)
 	case o.TransactionID != "":
 		p.mu.Unlock()
-		return Notice{}, fmt.Errorf("order %s: ORDERPAID", o.Req.OutTradeNo)
+		return "", fmt.Errorf("order %s: ORDERPAID", o.Req.OutTradeNo)
 	}
 	if o.Req.TimeExpire != "" {
 		if exp, err := time.Parse(time.RFC3339, o.Req.TimeExpire); err == nil && p.Now().After(exp) {
 			p.mu.Unlock()
-			return Notice{}, fmt.Errorf("order %s: ORDER_CLOSED", o.Req.OutTradeNo)
+			return "", fmt.Errorf("order %s: ORDER_CLOSED", o.Req.OutTradeNo)
 		}
 	}
 	p.seq++
 	o.TransactionID = fmt.Sprintf("4200002026%018d", p.seq)
 	p.mu.Unlock()
-	return p.Renotify(o.Req.OutTradeNo, "")
+	return o.Req.OutTradeNo, nil
 }
 
 // Renotify posts a paid order's TRANSACTION.SUCCESS notification again, as
@@ -66,6 +77,72 @@ func (p *Platform) Renotify(outTradeNo, id string) (Notice, error) {
 		return Notice{}, err
 	}
 	return p.Post(o.Req.NotifyURL, body)
+}
+
+// refundEvents is each refund status's event type.
+var refundEvents = map[string]string{wechatpay.RefundSuccess: wechatpay.EventRefundSuccess,
+	wechatpay.RefundAbnormal: wechatpay.EventRefundAbnormal, wechatpay.RefundClosed: wechatpay.EventRefundClosed}
+
+// Refund is the merchant refunding fen of a paid order in the merchant
+// platform: the refund gets an out_refund_no and a refund_id of its own
+// and ends in status (wechatpay.RefundSuccess, RefundAbnormal or
+// RefundClosed), and its REFUND.<status> notification is posted to the
+// order's notify_url (WeChat Pay posts it to the refund request's
+// notify_url; a refund made here has none), carrying that refund's amount (amount.refund) and
+// the order's (amount.total), as WeChat Pay notifies each refund on its
+// own. Successful refunds never add up to more than the order's total
+// (WeChat Pay refuses the refund).
+func (p *Platform) Refund(outTradeNo string, fen int64, status string) (wechatpay.Refund, Notice, error) {
+	if _, ok := refundEvents[status]; !ok {
+		return wechatpay.Refund{}, Notice{}, fmt.Errorf("refund status %q", status)
+	}
+	p.mu.Lock()
+	o, ok := p.orders[outTradeNo]
+	if !ok || o.TransactionID == "" {
+		p.mu.Unlock()
+		return wechatpay.Refund{}, Notice{}, fmt.Errorf("no paid order %s", outTradeNo)
+	}
+	refunded := int64(0)
+	for _, r := range p.refunds {
+		if r.OutTradeNo == outTradeNo && r.RefundStatus == wechatpay.RefundSuccess {
+			refunded += r.Amount.Refund
+		}
+	}
+	if fen <= 0 || refunded+fen > o.Req.Amount.Total {
+		p.mu.Unlock()
+		return wechatpay.Refund{}, Notice{}, fmt.Errorf("refund of %d fen of order %s (%d of %d refunded): 申请退款金额超过订单可退金额",
+			fen, outTradeNo, refunded, o.Req.Amount.Total)
+	}
+	p.seq++
+	r := &refund{Refund: wechatpay.Refund{MchID: p.MchID, OutTradeNo: outTradeNo, TransactionID: o.TransactionID,
+		OutRefundNo: fmt.Sprintf("RF%018d", p.seq), RefundID: fmt.Sprintf("5030220262%018d", p.seq), RefundStatus: status},
+		notifyURL: o.Req.NotifyURL, eventID: "EV-" + wechatpay.NewNonce()[:20]}
+	if status == wechatpay.RefundSuccess {
+		r.SuccessTime = p.Now().In(wechatpay.Beijing).Format(time.RFC3339)
+	}
+	r.Amount.Total, r.Amount.Refund, r.Amount.PayerTotal, r.Amount.PayerRefund = o.Req.Amount.Total, fen, o.Req.Amount.Total, fen
+	p.refunds[r.RefundID] = r
+	p.mu.Unlock()
+	n, err := p.RenotifyRefund(r.RefundID)
+	return r.Refund, n, err
+}
+
+// RenotifyRefund posts a refund's notification again, as WeChat Pay does
+// when it got no acknowledgement: the same notification id and resource,
+// newly signed.
+func (p *Platform) RenotifyRefund(refundID string) (Notice, error) {
+	p.mu.Lock()
+	r, ok := p.refunds[refundID]
+	p.mu.Unlock()
+	if !ok {
+		return Notice{}, fmt.Errorf("no refund %s", refundID)
+	}
+	summary := map[string]string{wechatpay.RefundSuccess: "退款成功", wechatpay.RefundAbnormal: "退款异常", wechatpay.RefundClosed: "退款关闭"}[r.RefundStatus]
+	body, err := p.Envelope(r.eventID, refundEvents[r.RefundStatus], "refund", summary, r.Refund)
+	if err != nil {
+		return Notice{}, err
+	}
+	return p.Post(r.notifyURL, body)
 }
 
 func (p *Platform) notifyBill(b *Bill) {

@@ -292,6 +292,81 @@ func TestWeChatPayRailEndToEnd(t *testing.T) {
 	if r := p.Refused(); len(r) != 0 {
 		t.Errorf("the platform refused requests: %v, want none", r)
 	}
+
+	// Finance refunds 30.00 of the payment in the merchant platform, then
+	// the other 70.00: WeChat Pay notifies each refund on its own
+	// (REFUND.SUCCESS, that refund's amount). Each is recorded under its
+	// refund_id with the payment's refunded total so far and counted
+	// refunded (it was acknowledged as ignored, and the renter kept the
+	// credit); WeChat Pay's retry of one (signed anew) is a duplicate; an
+	// abnormal refund is acknowledged and not recorded. Nothing is posted:
+	// the wallet still holds 100.00 for finance to take back.
+	before = railNotifications(t, "wechatpay", "topup")
+	refundOK := func(outTradeNo string, fen int64) wechatpay.Refund {
+		t.Helper()
+		r, n, err := p.Refund(outTradeNo, fen, wechatpay.RefundSuccess)
+		if err != nil || !n.Accepted() {
+			t.Fatalf("refund of %d fen: %v %+v", fen, err, n)
+		}
+		return r
+	}
+	r1 := refundOK(top[0].TopUpID, 3000)
+	if again, err := p.RenotifyRefund(r1.RefundID); err != nil || !again.Accepted() {
+		t.Errorf("WeChat Pay's retry of the refund: %v %+v", err, again)
+	}
+	if _, ab, err := p.Refund(top[0].TopUpID, 500, wechatpay.RefundAbnormal); err != nil || !ab.Accepted() {
+		t.Errorf("abnormal refund: %v %+v", err, ab)
+	}
+	r2 := refundOK(top[0].TopUpID, 7000)
+	var refunds string
+	if err := st.d.Pool.QueryRow(ctx, `select coalesce(string_agg(refunded_total::numeric(20, 2)::text || ' ' || coalesce(refund_id, '-') || ' ' || renter_id,
+		',' order by refunded_total), '') from payout.rail_refunds where rail = 'wechatpay' and payment_id = $1`, txID).Scan(&refunds); err != nil ||
+		refunds != "30.00 "+r1.RefundID+" "+renter+",100.00 "+r2.RefundID+" "+renter {
+		t.Errorf("refunds recorded %q (%v), want 30.00 under %s and 100.00 under %s", refunds, err, r1.RefundID, r2.RefundID)
+	}
+	checkWallet("refunds")
+
+	// A payment whose notification never came, refunded in full: the
+	// refund deposits the payment first (as its notification would have,
+	// to the renter who opened the order) and records the refund; the
+	// payment's notification coming later is a duplicate.
+	code, resp := st.renterPost(t, renter, "/v1/renters/"+renter+"/top-ups", `{"rail":"wechatpay","amount":"50.00","currency":"CNY","idempotency_key":"k-2"}`)
+	var second topUp
+	if err := json.Unmarshal([]byte(resp), &second); code != http.StatusOK || err != nil {
+		t.Fatalf("POST top-ups: %d %s %v", code, resp, err)
+	}
+	if _, err := p.PayUnnotified(second.PayURL); err != nil {
+		t.Fatal(err)
+	}
+	r3 := refundOK(second.TopUpID, 5000)
+	if late, err := p.Renotify(second.TopUpID, ""); err != nil || !late.Accepted() {
+		t.Errorf("the payment's notification after its refund: %v %+v", err, late)
+	}
+	st.mu.Lock()
+	st.deposits["CNY"] = st.deposits["CNY"].Add(decimal.RequireFromString("50.00"))
+	st.mu.Unlock()
+	if got := st.balance(t, wallet, "CNY"); !got.Equal(decimal.RequireFromString("150.00")) {
+		t.Errorf("wallet after a refund deposited its payment: %s, want 150.00 (nothing of a refund is posted)", got)
+	}
+	if err := st.d.Pool.QueryRow(ctx, `select coalesce(string_agg(refunded_total::numeric(20, 2)::text || ' ' || refund_id, ','), '')
+		from payout.rail_refunds where rail = 'wechatpay' and payment_id = $1`, r3.TransactionID).Scan(&refunds); err != nil ||
+		refunds != "50.00 "+r3.RefundID {
+		t.Errorf("refund of the payment never notified: %q (%v)", refunds, err)
+	}
+	txs, err = st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: wallet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs.Transactions) != 2 {
+		t.Errorf("wallet transactions after the refunds: %v, want the two deposits only", txs.Transactions)
+	}
+	after = railNotifications(t, "wechatpay", "topup")
+	for outcome, want := range map[string]float64{"refunded": 3, "duplicate": 2, "ignored": 1, "accepted": 0, "replay": 0} {
+		if got := after[outcome] - before[outcome]; got != want {
+			t.Errorf("refunds: gpubill_rail_notifications_total{rail=wechatpay,kind=topup,outcome=%s} +%v, want +%v", outcome, got, want)
+		}
+	}
+	st.checkFunds(t, "CNY", paidOut)
 }
 
 // A payout failed by the platform's own balance (NOT_ENOUGH) is retried

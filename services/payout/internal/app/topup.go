@@ -60,6 +60,15 @@ type TopUp struct {
 	// refund_fee), zero when none; RefundedAt is when, as the rail said.
 	Refunded   decimal.Decimal
 	RefundedAt string
+	// RefundID is the rail's id of one refund, for a rail that notifies
+	// each refund on its own with that refund's amount (WeChat Pay's
+	// refund_id): Refunded is then that refund's amount, added to the
+	// payment's refunded total once per id, and RefundDigest a digest of
+	// the refund's content (the id notified again with the same digest is
+	// the rail's retry; with another, ErrReplay). "" for a rail that
+	// notifies the refunded total (Alipay).
+	RefundID     string
+	RefundDigest string
 }
 
 // ExternalRef is the ledger deposit's external reference (its idempotency
@@ -87,11 +96,15 @@ type NotificationStore interface {
 
 // Recorded is what RecordNotification kept new.
 type Recorded struct {
-	Fresh  bool // the payment's first notification
-	Refund bool // a refunded total above every one recorded before for the payment
+	Fresh bool // the payment's first notification
+	// Refund: a refunded total above every one recorded before for the
+	// payment (a refund id not recorded before, when the rail notifies
+	// each refund).
+	Refund bool
 	// RefundedBefore is the highest refunded total recorded before (when
-	// Refund): what finance took back already, if it acted on each page.
-	RefundedBefore decimal.Decimal
+	// Refund): what finance took back already, if it acted on each page;
+	// RefundedTotal the payment's refunded total recorded now.
+	RefundedBefore, RefundedTotal decimal.Decimal
 }
 
 // TopUps turns confirmed rail payments into ledger deposits, exactly once
@@ -117,7 +130,10 @@ type TopUps struct {
 // refund recorded, NotifyRefunded the first time that total is notified,
 // logged as an error: the wallet still holds what the renter got back,
 // and finance takes it back by hand (the notification was acknowledged as
-// a duplicate or a moneyless one, and the renter kept the credit).
+// a duplicate or a moneyless one, and the renter kept the credit). A rail
+// that notifies each refund on its own (t.RefundID) is NotifyRefunded the
+// first time that refund is notified, NotifyDuplicate on its retry, and
+// NotifyReplay for its id with other content.
 func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
 	if t.NotificationKey != "" {
 		seen, digest, err := a.Store.NotificationSeen(ctx, t.Rail, t.NotificationKey)
@@ -150,10 +166,14 @@ func (a *TopUps) Apply(ctx context.Context, t TopUp) (string, error) {
 			"amount", t.Amount.String(), "currency", t.Currency, "ledger_transaction_id", txID)
 	}
 	if rec.Refund {
+		attrs := []any{"rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID, "amount", t.Amount.String(),
+			"refunded_total", rec.RefundedTotal.String(), "refunded_since_last", rec.RefundedTotal.Sub(rec.RefundedBefore).String(),
+			"refunded_at", t.RefundedAt, "currency", t.Currency, "external_ref", t.ExternalRef(), "ledger_transaction_id", txID}
+		if t.RefundID != "" {
+			attrs = append(attrs, "refund_id", t.RefundID)
+		}
 		a.Log.Error("renter top-up refunded at the rail: the wallet still holds refunded_since_last; take it back by a finance entry (or reverse the deposit when it is the whole amount)",
-			"rail", t.Rail, "payment_id", t.PaymentID, "renter_id", t.RenterID, "amount", t.Amount.String(),
-			"refunded_total", t.Refunded.String(), "refunded_since_last", t.Refunded.Sub(rec.RefundedBefore).String(),
-			"refunded_at", t.RefundedAt, "currency", t.Currency, "external_ref", t.ExternalRef(), "ledger_transaction_id", txID)
+			attrs...)
 		return NotifyRefunded, nil
 	}
 	if !rec.Fresh {

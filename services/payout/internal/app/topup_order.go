@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -70,6 +71,18 @@ type TopUpOrderStore interface {
 	// KeepTopUpOrder stores o unless its order number is stored, and
 	// returns the order stored under it.
 	KeepTopUpOrder(ctx context.Context, o TopUpOrder, at time.Time) (TopUpOrder, error)
+}
+
+// ErrUnknownTopUpOrder is an order number no renter's top-up opened.
+var ErrUnknownTopUpOrder = errors.New("no top-up order of this number")
+
+// TopUpOrderReader reads the top-up orders opened: a rail's refund
+// notification that names no renter (WeChat Pay's) finds its renter by the
+// order number.
+type TopUpOrderReader interface {
+	// TopUpOrder is the order of number id as kept (its renter, rail,
+	// currency and amount); ErrUnknownTopUpOrder when none was opened.
+	TopUpOrder(ctx context.Context, id string) (TopUpOrder, error)
 }
 
 // Configured lists the rails top-ups may use.

@@ -94,3 +94,57 @@ func TestRecordNotificationRefund(t *testing.T) {
 		t.Errorf("refunds %q %v", got, err)
 	}
 }
+
+// A refund of a rail that notifies each refund with its own amount
+// (WeChat Pay) is recorded once per refund id, its row carrying the
+// payment's refunded total with it: a second refund of the same amount is
+// a rise (as a notified total it was nothing new). The id again with the
+// same digest is the rail's retry (nothing new, no error); with another
+// digest or under another payment it is ErrReplay, and nothing of that
+// notification is kept (its key stays free).
+func TestRecordNotificationRefundByID(t *testing.T) {
+	t.Parallel()
+	pool := migratedPool(t)
+	ctx := context.Background()
+	s := &Store{Pool: pool}
+	now := time.Now()
+	record := func(key, payment, refundID, amount, digest string) (app.Recorded, error) {
+		t.Helper()
+		x := app.TopUp{Rail: "wechatpay", PaymentID: payment, RenterID: "r-1", Currency: "CNY", Amount: decimal.RequireFromString("100.00"),
+			NotificationKey: key, Refunded: decimal.RequireFromString(amount), RefundedAt: "2026-12-01T10:00:00+08:00", RefundID: refundID, RefundDigest: digest}
+		return s.RecordNotification(ctx, "wechatpay", key, app.NotifyKindTopUp, payment, &x, "tx-"+payment, now)
+	}
+	for _, tc := range []struct {
+		key, payment, refundID, amount, digest string
+		refund                                 bool
+		before, total                          string
+		wantErr                                error
+	}{
+		{"n1", "42", "rf1", "10.00", "d1", true, "0", "10", nil},
+		{"n2", "42", "rf2", "10.00", "d2", true, "10", "20", nil},
+		{"n3", "42", "rf1", "10.00", "d1", false, "0", "0", nil},
+		{"n4", "42", "rf1", "15.00", "d1x", false, "0", "0", app.ErrReplay},
+		{"n5", "43", "rf2", "10.00", "d2", false, "0", "0", app.ErrReplay},
+		{"n6", "43", "rf3", "100.00", "d3", true, "0", "100", nil},
+	} {
+		got, err := record(tc.key, tc.payment, tc.refundID, tc.amount, tc.digest)
+		if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+			t.Errorf("%s: %v, want %v", tc.key, err, tc.wantErr)
+			continue
+		}
+		if err == nil && (got.Refund != tc.refund || got.RefundedBefore.String() != tc.before || got.RefundedTotal.String() != tc.total) {
+			t.Errorf("%s: %+v, want refund %v before %s total %s", tc.key, got, tc.refund, tc.before, tc.total)
+		}
+	}
+	for key, want := range map[string]bool{"n3": true, "n4": false, "n5": false} {
+		if seen, _, err := s.NotificationSeen(ctx, "wechatpay", key); err != nil || seen != want {
+			t.Errorf("key %s seen %v (%v), want %v", key, seen, err, want)
+		}
+	}
+	var got string
+	if err := pool.QueryRow(ctx, `select string_agg(payment_id || ' ' || refunded_total::numeric(20, 2)::text || ' ' || refund_id || ' ' || content_digest || ' ' || notification_key,
+		',' order by payment_id, refunded_total) from payout.rail_refunds`).Scan(&got); err != nil ||
+		got != "42 10.00 rf1 d1 n1,42 20.00 rf2 d2 n2,43 100.00 rf3 d3 n6" {
+		t.Errorf("refunds %q %v", got, err)
+	}
+}

@@ -2,11 +2,16 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
+
+var _ app.TopUpOrderReader = (*Store)(nil)
 
 // KeepTopUpOrder implements app.TopUpOrderStore. Two statements, each with
 // its own snapshot: an insert that waited for another request's insert of
@@ -25,4 +30,18 @@ func (s *Store) KeepTopUpOrder(ctx context.Context, o app.TopUpOrder, at time.Ti
 		return app.TopUpOrder{}, fmt.Errorf("read top-up order %s: %w", o.ID, err)
 	}
 	return kept, nil
+}
+
+// TopUpOrder implements app.TopUpOrderReader.
+func (s *Store) TopUpOrder(ctx context.Context, id string) (app.TopUpOrder, error) {
+	o := app.TopUpOrder{ID: id}
+	err := s.Pool.QueryRow(ctx, `select renter_id, rail, currency, amount, created_at from payout.topup_orders where order_id = $1`,
+		id).Scan(&o.RenterID, &o.Rail, &o.Currency, &o.Amount, &o.OpenedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return app.TopUpOrder{}, fmt.Errorf("top-up order %s: %w", id, app.ErrUnknownTopUpOrder)
+	}
+	if err != nil {
+		return app.TopUpOrder{}, fmt.Errorf("read top-up order %s: %w", id, err)
+	}
+	return o, nil
 }

@@ -2,6 +2,8 @@ package wechatpay
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,18 +41,31 @@ const notifyBytesMax = 64 << 10
 //     once per transaction_id (app.TopUps);
 //   - MCHTRANSFER.BILL.FINISHED wakes the payout of its out_bill_no, which
 //     queries the bill (the notification is never trusted for the status;
-//     without notifications the workflow's polls find it too).
+//     without notifications the workflow's polls find it too);
+//   - REFUND.SUCCESS (a refund made in the merchant platform: gpubill has
+//     none of its own) is recorded and counted refunded, once per
+//     refund_id, for finance to take the refund's amount back from the
+//     wallet (app.TopUps, as Alipay's refunds). It names no renter: the
+//     renter is the one who opened its out_trade_no (Orders), and a
+//     payment not deposited yet is deposited first, as its
+//     TRANSACTION.SUCCESS would have been. REFUND.ABNORMAL and
+//     REFUND.CLOSED moved no money back to the renter: acknowledged,
+//     logged as a warning, not recorded.
 //
 // The replay key is the Wechatpay-Nonce: the same notification sent again
 // as it was is refused, while WeChat Pay's own retry (signed anew) of a
-// payment already deposited is a duplicate. It answers 200
-// {"code":"SUCCESS"} for applied, duplicate and ignored ones; 400
-// {"code":"FAIL"} for refused ones — forged, stale, replayed, malformed,
-// another merchant's; 500 {"code":"FAIL"} when it cannot apply now
-// (WeChat Pay sends it again). Each is logged and counted.
+// payment already deposited or a refund already recorded is a duplicate
+// (a refund_id recorded with other content is refused as a replay). It
+// answers 200 {"code":"SUCCESS"} for applied, refunded, duplicate and
+// ignored ones; 400 {"code":"FAIL"} for refused ones — forged, stale,
+// replayed, malformed, another merchant's, a refund of no top-up order
+// gpubill opened; 500 {"code":"FAIL"} when it cannot apply now (WeChat Pay
+// sends it again). Each is logged and counted.
 type Notifications struct {
 	C      *wp.Client
 	TopUps *app.TopUps
+	// Orders finds a refunded payment's renter by its out_trade_no.
+	Orders app.TopUpOrderReader
 	// Notify wakes the payout of a rail reference (ports.Workflows.RailNews).
 	Notify app.Notifier
 	Count  func(rail, kind, outcome string)
@@ -71,8 +86,9 @@ func (n *Notifications) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	attrs = append([]any{"rail", Name, "kind", kind, "outcome", outcome, "remote", r.RemoteAddr}, attrs...)
 	status, ans := http.StatusOK, answer{Code: "SUCCESS", Message: "成功"}
 	switch outcome {
-	case app.NotifyAccepted, app.NotifyDuplicate, outcomeIgnored:
-		if outcome != app.NotifyAccepted {
+	case app.NotifyAccepted, app.NotifyDuplicate, app.NotifyRefunded, outcomeIgnored:
+		// A refund is logged as an error by app.TopUps, once.
+		if outcome != app.NotifyAccepted && outcome != app.NotifyRefunded {
 			n.Log.Info("WeChat Pay notification acknowledged", attrs...)
 		}
 	case app.NotifyFailed:
@@ -135,8 +151,72 @@ func (n *Notifications) handle(r *http.Request) (kind, outcome string, attrs []a
 	case wp.EventTransferFinished:
 		outcome, more, err := n.transfer(r.Context(), pt, key)
 		return kind, outcome, append(attrs, more...), err
+	case wp.EventRefundSuccess, wp.EventRefundAbnormal, wp.EventRefundClosed:
+		outcome, more, err := n.refund(r.Context(), env.EventType, pt, key)
+		return kind, outcome, append(attrs, more...), err
 	}
 	return kind, outcomeIgnored, attrs, nil
+}
+
+// refundStatus is each refund event's refund_status.
+var refundStatus = map[string]string{wp.EventRefundSuccess: wp.RefundSuccess, wp.EventRefundAbnormal: wp.RefundAbnormal,
+	wp.EventRefundClosed: wp.RefundClosed}
+
+// refund records a refund of a renter's payment (REFUND.SUCCESS) under its
+// refund_id: the payment is deposited (the ledger's idempotency answers
+// the deposit its TRANSACTION.SUCCESS made, or makes it now to the renter
+// who opened the order) and the refund's amount added to the payment's
+// refunded total, for finance to take back.
+func (n *Notifications) refund(ctx context.Context, event string, pt []byte, key string) (string, []any, error) {
+	var rf wp.Refund
+	if err := json.Unmarshal(pt, &rf); err != nil {
+		return app.NotifyMalformed, nil, fmt.Errorf("refund: %w", err)
+	}
+	attrs := []any{"out_trade_no", rf.OutTradeNo, "transaction_id", rf.TransactionID, "out_refund_no", rf.OutRefundNo, "refund_id", rf.RefundID,
+		"refund_status", rf.RefundStatus, "refund_fen", rf.Amount.Refund, "total_fen", rf.Amount.Total}
+	switch {
+	case rf.MchID != n.C.Cfg.MchID:
+		return app.NotifyRejected, attrs, fmt.Errorf("refund of mchid %q: not this merchant", rf.MchID)
+	case rf.RefundStatus != refundStatus[event]:
+		return app.NotifyMalformed, attrs, fmt.Errorf("%s with refund_status %q", event, rf.RefundStatus)
+	case event != wp.EventRefundSuccess:
+		// Nothing went back to the payer: the wallet credit stands. Whoever
+		// made the refund in the merchant platform sees it there (an
+		// abnormal one waits for the merchant to send it elsewhere; its
+		// REFUND.SUCCESS is recorded then).
+		n.Log.Warn("WeChat Pay refund of a renter's top-up did not go through: nothing recorded", append([]any{"rail", Name, "event_type", event}, attrs...)...)
+		return outcomeIgnored, attrs, nil
+	case rf.TransactionID == "" || rf.OutTradeNo == "" || rf.RefundID == "":
+		return app.NotifyMalformed, attrs, errors.New("refund without transaction_id, out_trade_no or refund_id")
+	case rf.Amount.Refund <= 0 || rf.Amount.Total <= 0 || rf.Amount.Refund > rf.Amount.Total:
+		return app.NotifyMalformed, attrs, fmt.Errorf("refund of %d fen of %d: want a positive amount in fen, at most the payment's", rf.Amount.Refund, rf.Amount.Total)
+	}
+	if n.Orders == nil {
+		return app.NotifyFailed, attrs, errors.New("refund: no top-up orders to find its renter in (wiring)")
+	}
+	total := wp.Yuan(rf.Amount.Total)
+	o, err := n.Orders.TopUpOrder(ctx, rf.OutTradeNo)
+	switch {
+	case errors.Is(err, app.ErrUnknownTopUpOrder):
+		return app.NotifyRejected, attrs, fmt.Errorf("refund %s: out_trade_no %s is no top-up order gpubill opened", rf.RefundID, rf.OutTradeNo)
+	case err != nil:
+		return app.NotifyFailed, attrs, err
+	case o.Rail != Name || o.Currency != wp.Currency || !o.Amount.Equal(total):
+		return app.NotifyRejected, attrs, fmt.Errorf("refund %s: order %s was opened on %s for %s %s, the refunded payment is %s %s",
+			rf.RefundID, o.ID, o.Rail, o.Amount, o.Currency, total, wp.Currency)
+	}
+	attrs = append(attrs, "renter_id", o.RenterID)
+	// The digest of what the refund says, read (not the sealed bytes: its
+	// retry is sealed anew, and the same fields may come in another order).
+	content, err := json.Marshal(rf)
+	if err != nil {
+		return app.NotifyFailed, attrs, err
+	}
+	digest := sha256.Sum256(content)
+	out, err := n.TopUps.Apply(ctx, app.TopUp{Rail: Name, PaymentID: rf.TransactionID, RenterID: o.RenterID, Currency: wp.Currency,
+		Amount: total, NotificationKey: key, Refunded: wp.Yuan(rf.Amount.Refund), RefundedAt: rf.SuccessTime,
+		RefundID: rf.RefundID, RefundDigest: hex.EncodeToString(digest[:])})
+	return out, attrs, err
 }
 
 func (n *Notifications) topUp(ctx context.Context, pt []byte, key string) (string, []any, error) {
