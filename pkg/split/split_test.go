@@ -2,7 +2,9 @@ package split
 
 import (
 	"errors"
+	"fmt"
 	"math/big"
+	"strings"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -173,8 +175,9 @@ func TestSplitProportionalAcrossTheRange(t *testing.T) {
 }
 
 // The China labour rule across the range: parts in minor units, never
-// negative, summing to gross, and the tax within one minor unit of what the
-// rule withholds on the exact base (the brackets themselves are checked in
+// negative, summing to gross, the tax within one minor unit of what the
+// rule withholds on the exact base and exactly the rule on the taxable base
+// the certificate prints, rounded (the brackets themselves are checked in
 // TestCNLabourBrackets).
 func TestSplitCNLabourAcrossTheRange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -192,6 +195,9 @@ func TestSplitCNLabourAcrossTheRange(t *testing.T) {
 		}
 		if !withinOneUnit(cur, r.Tax, taxExact.Rat()) || !withinOneUnit(cur, r.Commission, gross.Mul(rate).Rat()) {
 			t.Fatalf("%s %s: commission %s tax %s, exact %s and %s", gross, cur.Code, r.Commission, r.Tax, gross.Mul(rate), taxExact)
+		}
+		if want := cnLabourFen(gross.Sub(r.Commission).Rat()); r.Tax.Rat().Cmp(want) != 0 {
+			t.Fatalf("%s %s: tax %s, the rule on the base %s is %s", gross, cur.Code, r.Tax, gross.Sub(r.Commission), want.FloatString(2))
 		}
 		for _, p := range []decimal.Decimal{r.Commission, r.Tax, r.Net} {
 			if p.IsNegative() {
@@ -238,5 +244,77 @@ func TestCNLabourIsYuanOnly(t *testing.T) {
 	}
 	if r, err := Compute(money.MustLookup("CNY"), decimal.NewFromInt(4000), rate, CNLabour{}, ProfileIndividual); err != nil || !r.Tax.Equal(decimal.NewFromInt(440)) {
 		t.Errorf("CNY 4000: %+v %v, want tax (3000 - 800) × 20 %% = 440", r, err)
+	}
+}
+
+// cnLabourFen is cn_labour worked independently of CNLabour, on big.Rat:
+// the tax on an income (the certificate's taxable base) rounded to the fen,
+// half up. Income at most ¥4 000 less ¥800 (none below), above it 80 % of
+// it; then 20 % to ¥20 000, 30 % less ¥2 000 to ¥50 000, 40 % less ¥7 000.
+func cnLabourFen(income *big.Rat) *big.Rat {
+	yuan := func(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
+	taxable := new(big.Rat).Mul(income, big.NewRat(4, 5))
+	if income.Cmp(yuan(4000)) <= 0 {
+		taxable.Sub(income, yuan(800))
+	}
+	if taxable.Sign() <= 0 {
+		return new(big.Rat)
+	}
+	rate, quick := big.NewRat(1, 5), yuan(0)
+	switch {
+	case taxable.Cmp(yuan(50000)) > 0:
+		rate, quick = big.NewRat(2, 5), yuan(7000)
+	case taxable.Cmp(yuan(20000)) > 0:
+		rate, quick = big.NewRat(3, 10), yuan(2000)
+	}
+	tax := new(big.Rat).Sub(new(big.Rat).Mul(taxable, rate), quick)
+	fen := new(big.Rat).Add(new(big.Rat).Mul(tax, yuan(100)), big.NewRat(1, 2))
+	return new(big.Rat).SetFrac(new(big.Int).Div(fen.Num(), fen.Denom()), big.NewInt(100))
+}
+
+// The tax withheld under cn_labour is the rule applied to the taxable base
+// the withholding certificate prints (gross less the rounded commission),
+// rounded to the fen: what a provider or auditor recomputes from the
+// certificate. Taken on the exact commission and split by largest
+// remainder, it was a fen off in 3–4 % of these payments (¥4 000–¥100 000,
+// commission 15–25 %). The commission stays within a fen of gross × rate,
+// and the parts sum to gross.
+func TestCNLabourWithholdsTheRuleOnTheCertificatesBase(t *testing.T) {
+	const (
+		grossFromFen = 400000   // ¥4 000
+		grossToFen   = 10000000 // ¥100 000: a base past ¥62 500 is in the 40 % bracket
+		grossStepFen = 211      // prime: the commission's fraction of a fen takes every value
+	)
+	cur := money.MustLookup("CNY")
+	var n, off int
+	var firstOff []string
+	for _, rate := range []string{"0.15", "0.18", "0.20", "0.22", "0.25"} {
+		for u := int64(grossFromFen); u <= grossToFen; u += grossStepFen {
+			gross := decimal.New(u, -2)
+			r, err := Compute(cur, gross, dec(rate), CNLabour{}, ProfileIndividual)
+			if err != nil {
+				t.Fatalf("%s at %s: %v", gross, rate, err)
+			}
+			n++
+			if !withinOneUnit(cur, r.Commission, gross.Mul(dec(rate)).Rat()) {
+				t.Fatalf("%s at %s: commission %s, not within a fen of %s", gross, rate, r.Commission, gross.Mul(dec(rate)))
+			}
+			if !r.TaxBase.Equal(gross.Sub(r.Commission)) {
+				t.Fatalf("%s at %s: taxable base %s, gross less commission %s", gross, rate, r.TaxBase, gross.Sub(r.Commission))
+			}
+			if r.Tax.IsNegative() || r.Net.IsNegative() || !r.Commission.Add(r.Tax).Add(r.Net).Equal(gross) {
+				t.Fatalf("%s at %s: %s + %s + %s", gross, rate, r.Commission, r.Tax, r.Net)
+			}
+			if want := cnLabourFen(r.TaxBase.Rat()); r.Tax.Rat().Cmp(want) != 0 {
+				off++
+				if len(firstOff) < 5 {
+					firstOff = append(firstOff, fmt.Sprintf("gross %s at %s: base %s, tax %s, the rule %s", cur.Format(gross), rate, cur.Format(r.TaxBase), cur.Format(r.Tax), want.FloatString(2)))
+				}
+			}
+		}
+	}
+	if off > 0 {
+		t.Errorf("%d of %d withholdings (%.2f %%) are not cn_labour on the certificate's base; first: %s",
+			off, n, 100*float64(off)/float64(n), strings.Join(firstOff, "; "))
 	}
 }

@@ -839,3 +839,55 @@ func TestQuoteAppliesTheProvidersSelection(t *testing.T) {
 		t.Fatalf("a provider id outside the grammar: %v, want InvalidArgument", err)
 	}
 }
+
+// Under cn_labour a provider or auditor recomputes the tax from the
+// certificate: the rule on its taxable base (gross less the commission),
+// rounded to the fen. The withholding settlement records, its certificate,
+// the provider's listing and a quote of the same gross all state that tax.
+// Taken on the exact commission and split by largest remainder, it was a
+// fen off for the first five (640.02, 3600.05, 11440.05, 4120.01, 680.03).
+// Expected values worked by hand from the rule.
+func TestCNLabourCertificateRecomputesItsTax(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newTax(t)
+	clk.Set(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) // the selection is made while cyc-20260101 runs
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC)) // the cycle settles
+	tests := []struct {
+		give                                       string // provider
+		gross, rate                                string
+		wantCommission, wantBase, wantTax, wantNet string
+	}{
+		{"p-a", "5000.11", "0.20", "1000.02", "4000.09", "640.01", "3360.08"},        // 4000.09 × 80 % × 20 % = 640.0144
+		{"p-b", "30000.37", "0.25", "7500.09", "22500.28", "3600.04", "18900.24"},    // 18000.224 × 20 % = 3600.0448
+		{"p-c", "70000.29", "0.20", "14000.06", "56000.23", "11440.06", "44560.17"},  // 44800.184 × 30 % − 2000 = 11440.0552
+		{"p-d", "30000.02", "0.15", "4500.00", "25500.02", "4120.00", "21380.02"},    // 20400.016 × 30 % − 2000 = 4120.0048
+		{"p-e", "5000.26", "0.15", "750.04", "4250.22", "680.04", "3570.18"},         // 3400.176 × 20 % = 680.0352
+		{"p-f", "100000.29", "0.20", "20000.06", "80000.23", "18600.07", "61400.16"}, // 64000.184 × 40 % − 7000 = 18600.0736
+	}
+	for _, tt := range tests {
+		got := compute(t, s, tt.give, tt.gross, tt.rate, "individual", "k-"+tt.give)
+		if got.RuleSet != "cn_labour" || got.Commission != tt.wantCommission || got.TaxableBase != tt.wantBase ||
+			got.TaxWithheld != tt.wantTax || got.Net != tt.wantNet {
+			t.Errorf("%s %s at %s: withheld %s (rule %s) on base %s, commission %s, net %s; want %s on %s, %s, %s",
+				tt.give, tt.gross, tt.rate, got.TaxWithheld, got.RuleSet, got.TaxableBase, got.Commission, got.Net,
+				tt.wantTax, tt.wantBase, tt.wantCommission, tt.wantNet)
+		}
+		cert, err := s.api.GetWithholdingCertificate(as(auth.RoleProvider, tt.give), &taxv1.GetWithholdingCertificateRequest{ProviderId: tt.give, CycleId: "cyc-20260101"})
+		if c := cert.GetCertificate(); err != nil || c.Gross != tt.gross || c.Commission != tt.wantCommission || c.TaxableBase != tt.wantBase || c.TaxWithheld != tt.wantTax {
+			t.Errorf("%s's certificate: %v, %v; want gross %s, commission %s, base %s, tax %s", tt.give, c, err, tt.gross, tt.wantCommission, tt.wantBase, tt.wantTax)
+		}
+		list, err := s.api.ListTaxWithholdings(as(auth.RoleProvider, tt.give), &taxv1.ListTaxWithholdingsRequest{ProviderId: tt.give})
+		if err != nil || len(list.TaxWithholdings) != 1 || list.TaxWithholdings[0].TaxWithheld != tt.wantTax || list.TaxWithholdings[0].TaxableBase != tt.wantBase {
+			t.Errorf("%s's withholdings: %v, %v; want tax %s on %s", tt.give, list, err, tt.wantTax, tt.wantBase)
+		}
+		q, err := s.api.QuoteWithholding(as(auth.RoleAdmin, ""), &taxv1.QuoteWithholdingRequest{Currency: "CNY", Gross: tt.gross,
+			CommissionRate: tt.rate, TaxProfile: "individual", Jurisdiction: "CN",
+			UsageEnd: timestamppb.New(time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC))})
+		if err != nil || q.RuleSet != "cn_labour" || q.Commission != tt.wantCommission || q.TaxWithheld != tt.wantTax || q.Net != tt.wantNet {
+			t.Errorf("quote of %s at %s: %v, %v; want cn_labour, %s / %s / %s as settled", tt.gross, tt.rate, q, err, tt.wantCommission, tt.wantTax, tt.wantNet)
+		}
+	}
+}
