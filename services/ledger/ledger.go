@@ -310,6 +310,14 @@ func Metrics() []obs.SQLMetric {
 		Help:  "When the latest bank reconciliation of the currency ran.",
 		Query: `select currency, extract(epoch from max(created_at))::float8 from ledger.reconciliations group by currency`,
 	}, {
+		// The daily run expects the statement of two days back: a feed that
+		// stopped leaves runs reconciling against an ever older close (its
+		// movements turn into exceptions only 6 days after they were
+		// recorded); this says so within a day.
+		Name: "gpubill_reconciliation_latest_statement_age_seconds", Type: obs.Gauge, Labels: []string{"currency"},
+		Help:  "Time since the close of the currency's latest imported bank statement (any account); the daily reconciliation expects the statement of two days back.",
+		Query: `select currency, extract(epoch from now() - max(closing_at))::float8 from ledger.bank_statements group by currency`,
+	}, {
 		// The transactions after the chain's head, by transactions_xid_idx:
 		// those the chain worker has still to hash (a few, normally).
 		Name: "gpubill_ledger_chain_lag_seconds", Type: obs.Gauge,

@@ -360,3 +360,69 @@ func TestReconciliationJudgesByTheStatementsItTook(t *testing.T) {
 		t.Fatalf("latest close %v %v %v; want %v, st-1's (st-2 came after the run read its lines)", at, ok, err, want)
 	}
 }
+
+// TestStoppedBankFeedTurnsMovementsIntoExceptions: a payout paid after the
+// latest statement, with no statement imported since, is outstanding only
+// while a statement could still be on its way; judged by that old close
+// alone, every daily run said reconciled for good (no exception, no
+// alert), hiding a transfer the bank never made while the feed was down.
+// The age of the latest statement is a gauge of its own.
+func TestStoppedBankFeedTurnsMovementsIntoExceptions(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	rec := f.svc.Reconciliations()
+	f.deposit(t, "r-1", "100.00", "CNY", "ref-in")
+	clk.Set(time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC))
+	importCSV(t, f, "st-1130", "date,reference,amount,balance\n2026-11-30,ref-in,100.00,100.00\n") // closes 12-01T00:00Z
+	clk.Set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	for _, tr := range []app.CreateTransactionInput{
+		transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "40.00", "CNY"),
+		transfer("submit", "provider:p-1:available", "provider:p-1:in_transit", "40.00", "CNY"),
+		transfer("paid", "provider:p-1:in_transit", "bank:client", "40.00", "CNY"),
+	} {
+		tr.Internal = true
+		if tr.IdempotencyKey != "earn" {
+			tr.Metadata = map[string]string{"kind": "payout", "payout_id": "po-1"}
+		}
+		if _, err := f.app.CreateTransaction(f.ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chainAll(t, f)
+
+	// The next morning the payout may not be booked yet: outstanding.
+	clk.Set(time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC))
+	runs, err := rec.Run(f.ctx, "", domain.ReconBySchedule, "service:settlement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runs[0]; r.Verdict != domain.ReconReconciled || r.OutstandingN != 1 || r.UnmatchedLedgerN != 1 {
+		t.Fatalf("run of 12-03: %s, %d outstanding (%s); want reconciled, the payout outstanding", r.Verdict, r.OutstandingN, runSummary(r))
+	}
+
+	// No statement since 11-30: on 12-20 the statements of 12-02 to 12-17
+	// should long have shown the payout. Nothing does: an exception.
+	clk.Set(time.Date(2026, 12, 20, 6, 0, 0, 0, time.UTC))
+	runs, err = rec.Run(f.ctx, "", domain.ReconBySchedule, "service:settlement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runs[0]
+	if r.Verdict != domain.ReconExceptions || r.OutstandingN != 0 || r.UnmatchedLedgerN != 1 || r.Result.UnmatchedLedger[0].Movement.Key != "po-1" {
+		t.Fatalf("run of 12-20: %s, %d outstanding (%s); want exceptions, the payout an exception", r.Verdict, r.OutstandingN, runSummary(r))
+	}
+	if why := r.Result.UnmatchedLedger[0].Reason; !strings.Contains(why, "2026-12-01T00:00:00Z") {
+		t.Errorf("the payout's reason %q; want the latest statement's close named", why)
+	}
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 1 {
+		t.Errorf("gpubill_reconciliation_exceptions %v after the run of 12-20; want 1", v)
+	}
+	// The gauge is read on scrape against the database's clock.
+	closeAt := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	lo := time.Since(closeAt).Seconds()
+	age := reconGauge(t, f, "gpubill_reconciliation_latest_statement_age_seconds")
+	if hi := time.Since(closeAt).Seconds(); age < lo-1 || age > hi+1 {
+		t.Errorf("gpubill_reconciliation_latest_statement_age_seconds %v; want %v..%v (since st-1130's close)", age, lo, hi)
+	}
+}

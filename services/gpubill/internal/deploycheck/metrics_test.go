@@ -87,6 +87,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		`insert into ledger.reconciliations (reconciliation_id, currency, trigger, created_at, journal_head_hash, journal_head_position,
 			ledger_bank_client, verdict, matched_count, unmatched_bank_count, unmatched_ledger_count)
 			values ('rc-1', 'CNY', 'schedule', now(), 'h', 0, 100, 'exceptions', 3, 1, 0)`,
+		`insert into ledger.bank_statements (statement_id, account, currency, format, statement_date, closing_at, opening_balance, closing_balance,
+			line_count, content_sha256) values ('st-1', 'CN-CLIENT-1', 'CNY', 'csv', current_date - 2, current_date - 1, 0, 0, 0, 'h')`,
 		`insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, bank_status, outcome) values ('bf-1', 1, 'x', 'nobody', 'ACCP', 'unknown_reference')`,
 		`insert into pricing.pending_rating (event_id, message_id, renter_id, currency, gpu_model, payload, reason, created_at, last_attempt_at)
 			values ('ev-1', 'm-1', 'r-1', 'CNY', 'T4', 'x', 'rate card rc-1 has no price for GPU model T4', now() - interval '1 hour', now())`,
@@ -184,6 +186,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
+		"gpubill_reconciliation_latest_statement_age_seconds",
 		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_ledger_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
 		"gpubill_segregation_breaches",
 		"gpubill_consumer_handler_timeouts_total", "gpubill_consumer_handler_panics_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",

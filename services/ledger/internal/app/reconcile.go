@@ -152,8 +152,10 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	}
 	if ok {
 		// Before any statement nothing is outstanding: there is no
-		// statement the bank could have shown a movement on yet.
-		run.Result.MarkOutstanding(closeAt.Add(-domain.OutstandingMax))
+		// statement the bank could have shown a movement on yet. Judged by
+		// the run's time too: with no new statement, a movement stays
+		// outstanding only while the statement showing it may be on its way.
+		run.Result.MarkOutstanding(closeAt, run.CreatedAt)
 	}
 	run.Verdict = run.Result.Verdict()
 	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)

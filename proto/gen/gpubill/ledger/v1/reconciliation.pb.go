@@ -145,7 +145,9 @@ type Reconciliation struct {
 	UnmatchedInLedger []*ReconciliationItem `protobuf:"bytes,18,rep,name=unmatched_in_ledger,json=unmatchedInLedger,proto3" json:"unmatched_in_ledger,omitempty"`
 	// Of unmatched_in_ledger, the outstanding ones: no statement line names
 	// them and they were recorded less than 4 days before the latest
-	// statement's close, or after it (the bank may not have booked them yet).
+	// statement's close, or after it, and less than 6 days before the run
+	// (the bank may not have booked them yet; the run expects the statement
+	// of two days back).
 	OutstandingInLedgerCount int32 `protobuf:"varint,19,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
