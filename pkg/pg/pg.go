@@ -203,6 +203,28 @@ func HasCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
+// TxBeginner is a pool or one connection.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// InSnapshot runs fn in one REPEATABLE READ READ ONLY transaction: every
+// statement fn sends reads the database as it stood at the first, so a
+// check spanning statements (ledger verify: the chain, then the postings,
+// then the balances) never sees a transaction committed between two of
+// them. Read through a pool, each statement was its own snapshot.
+func InSnapshot(ctx context.Context, db TxBeginner, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // InTx runs fn in a READ COMMITTED transaction, committing if fn returns nil.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	tx, err := pool.Begin(ctx)

@@ -82,3 +82,35 @@ func TestOpenReadOnlyRefusesWrites(t *testing.T) {
 		t.Errorf("RequireSchema(payout) on a database without it: %v; want ErrNoSchema", err)
 	}
 }
+
+// InSnapshot reads every statement in the snapshot of its first, through a
+// pool (which the owner's writes go to as well), and refuses writes: a row
+// committed between two reads is seen by neither, and fn cannot write.
+func TestInSnapshotReadsOneSnapshotAndRefusesWrites(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := testkit.NewPool(t)
+	if _, err := pool.Exec(ctx, `create table public.rows (id int); insert into public.rows values (1)`); err != nil {
+		t.Fatal(err)
+	}
+	var before, after int
+	err := pg.InSnapshot(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `select count(*) from public.rows`).Scan(&before); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, `insert into public.rows values (2)`); err != nil { // committed meanwhile
+			return err
+		}
+		if err := tx.QueryRow(ctx, `select count(*) from public.rows`).Scan(&after); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `insert into public.rows values (3)`)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25006" { // read_only_sql_transaction
+		t.Errorf("write in the snapshot: %v; want SQLSTATE 25006", err)
+	}
+	if before != 1 || after != 1 {
+		t.Errorf("counts read in one snapshot around a committed insert: %d then %d; want 1 then 1", before, after)
+	}
+}

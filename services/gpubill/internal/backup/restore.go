@@ -71,22 +71,19 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 		"--dbname="+dsn, filepath.Join(dir, DumpDir)); err != nil {
 		return nil, err
 	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if res.Restored, err = ledger.ReadFigures(ctx, tx); err != nil {
-		return nil, fmt.Errorf("restored ledger figures: %w", err)
-	}
-	tables, err := tableCounts(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	if res.Chain, err = ledger.VerifyChain(ctx, tx); err != nil {
-		return nil, fmt.Errorf("verify restored chain: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
+	var tables map[string]int64
+	if err := pg.InSnapshot(ctx, conn, func(tx pgx.Tx) (err error) {
+		if res.Restored, err = ledger.ReadFigures(ctx, tx); err != nil {
+			return fmt.Errorf("restored ledger figures: %w", err)
+		}
+		if tables, err = tableCounts(ctx, tx); err != nil {
+			return err
+		}
+		if res.Chain, err = ledger.VerifyChain(ctx, tx); err != nil {
+			return fmt.Errorf("verify restored chain: %w", err)
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	var diffs []string

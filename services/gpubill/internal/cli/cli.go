@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/willabides/kongplete"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -345,6 +347,17 @@ func secretFor(configured, dataDir string) ([]byte, error) {
 	return auth.LoadOrCreateSecret("", dataDir)
 }
 
+// querier is what ledger verify reads the ledger through.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// verifyReads wraps what ledger verify reads through: as is, but a test
+// puts a writer between two of its statements with it.
+var verifyReads = func(q querier) querier { return q }
+
 func (v *verifyCmd) Run(e *env) error {
 	pool, err := pg.OpenReadOnly(e.ctx, v.DatabaseURL, 2)
 	if err != nil {
@@ -354,8 +367,26 @@ func (v *verifyCmd) Run(e *env) error {
 	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
 		return err
 	}
-	res, err := ledger.VerifyChain(e.ctx, pool)
-	if err != nil {
+	// One REPEATABLE READ READ ONLY snapshot, as restore verifies: read
+	// statement by statement through the pool, a transaction committed
+	// between two of verify's reads (the walk of the chain, the count of
+	// those not chained yet, the postings, the balances, the --head link)
+	// was half seen, neither verified nor counted.
+	var res ledger.VerifyResult
+	var pos int64
+	var hash, got string
+	if err := pg.InSnapshot(e.ctx, pool, func(tx pgx.Tx) error {
+		q := verifyReads(tx)
+		var err error
+		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK || v.Head == "" {
+			return err
+		}
+		if pos, hash, err = parseHead(v.Head); err != nil {
+			return err
+		}
+		got, err = ledger.ChainLinkHash(e.ctx, q, pos)
+		return err
+	}); err != nil {
 		return err
 	}
 	if !res.OK && res.BadBalance != "" {
@@ -375,19 +406,9 @@ func (v *verifyCmd) Run(e *env) error {
 			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
 		return errors.New("journal hash chain broken")
 	}
-	if v.Head != "" {
-		pos, hash, err := parseHead(v.Head)
-		if err != nil {
-			return err
-		}
-		got, err := ledger.ChainLinkHash(e.ctx, pool, pos)
-		if err != nil {
-			return err
-		}
-		if got != hash {
-			e.stdout.printf("BROKEN at chain position %d: its hash is %s, not %s (the chain was rewritten from there, or the head is not this journal's)\n", pos, got, hash)
-			return errors.New("journal head does not match")
-		}
+	if v.Head != "" && got != hash {
+		e.stdout.printf("BROKEN at chain position %d: its hash is %s, not %s (the chain was rewritten from there, or the head is not this journal's)\n", pos, got, hash)
+		return errors.New("journal head does not match")
 	}
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	if v.Head != "" {

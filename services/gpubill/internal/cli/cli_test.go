@@ -446,6 +446,57 @@ func TestLedgerVerifyPostingTime(t *testing.T) {
 	}
 }
 
+// ledger verify reads the ledger in one snapshot: the chain it walks, the
+// transactions not chained yet, the postings and the balances as they stood
+// together. Read through a pool, each statement its own snapshot, a
+// transaction the chain worker chained between the walk and the count of
+// those not chained yet was neither verified nor counted: "1 chained and
+// verified, 0 not chained yet" of a journal that held 2 throughout.
+func TestLedgerVerifyReadsOneSnapshot(t *testing.T) {
+	ctx := context.Background()
+	pool, dsn := ledgerWithADeposit(t) // d1
+	if n, err := ledger.ChainOnce(ctx, pool); err != nil || n != 1 {
+		t.Fatalf("chain d1: %d chained, %v", n, err)
+	}
+	// d2, posted as the ledger writes one and not chained yet.
+	if _, err := pool.Exec(ctx, `with t as (
+			insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+			values (gen_random_uuid(), 'd2', '\x00', 'deposit', now(), now()) returning id, created_at)
+		insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		select id, 0, 'bank:client', 'CNY', 'debit', 5.00, created_at from t
+		union all select id, 1, 'renter:r-1:wallet', 'CNY', 'credit', 5.00, created_at from t`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update ledger.balances set debits = debits + 5.00 where account = 'bank:client';
+		update ledger.balances set credits = credits + 5.00 where account = 'renter:r-1:wallet'`); err != nil {
+		t.Fatal(err)
+	}
+	// The chain worker chains d2 once verify has walked the chain, before it
+	// counts the transactions not chained yet.
+	chained := 0
+	restore := cli.BeforeVerifyStatements(func(sql string) {
+		if chained > 0 || !strings.HasPrefix(sql, "select count(*) from ledger.transactions t") {
+			return
+		}
+		n, err := ledger.ChainOnce(ctx, pool)
+		if err != nil {
+			t.Errorf("chain d2 during verify: %v", err)
+		}
+		chained += n
+	})
+	defer restore()
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(ctx, []string{"ledger", "verify", "--database-url", dsn}, &stdout, &stderr)
+	if chained != 1 {
+		t.Fatalf("the chain worker chained %d transactions between verify's statements, want 1 (d2): the seam did not fire where verify counts", chained)
+	}
+	const want = "ok: 1 transactions chained and verified, 1 not chained yet, head "
+	if code != 0 || !strings.HasPrefix(stdout.String(), want) {
+		t.Errorf("verify while d2 was chained: exit %d, stdout %q, stderr %q; want 0 and %q (the journal as it stood when verify began)",
+			code, stdout.String(), stderr.String(), want)
+	}
+}
+
 // report segregated-funds writes the report to a file (whole, or nothing),
 // quiet when stderr is not a terminal, as of now or a past instant, and
 // never creates a database.
