@@ -290,6 +290,55 @@ func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	}
 }
 
+// A cycle closed early keeps the rule in force at its close for every
+// provider: the rule was picked at the cycle's calendar end, so a selection
+// made after the close applied to the providers settled after it (one held
+// through the close and released later was withheld 0.00 under cn_labour,
+// the others 150.00 under flat20). A caller that does not say when the
+// cycle closed (settlement before the field) gets the rule at the cycle's
+// end, as before; a close before the cycle's start is no close.
+func TestRuleAsOfAnEarlyClose(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newTax(t)
+	const cycle = "cyc-20261112" // calendar end 2026-12-27
+	closedAt := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	for _, p := range []string{"p-1", "p-2", "p-3", "p-4", "p-5"} {
+		known(t, s, p, "individual", "CN", 1)
+	}
+	withhold := func(provider string, closed *timestamppb.Timestamp) (*taxv1.ComputeWithholdingResponse, error) {
+		return s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+			ProviderId: provider, CycleId: cycle, Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25",
+			IdempotencyKey: "k-" + provider, ClosedAt: closed})
+	}
+	clk.Set(closedAt.Add(time.Minute)) // the close settles p-1 (p-2 is held)
+	if got, err := withhold("p-1", timestamppb.New(closedAt)); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Fatalf("p-1 at the close: %v, %v; want flat20, 150.00", got, err)
+	}
+	clk.Set(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)) // p-2 released
+	tests := []struct {
+		give             string // provider
+		closed           *timestamppb.Timestamp
+		wantRule, wantTx string
+	}{
+		{"p-2", timestamppb.New(closedAt), "flat20", "150.00"},                                       // held through the early close
+		{"p-3", nil, "cn_labour", "0.00"},                                                            // an older caller: the rule at the cycle's end
+		{"p-4", timestamppb.New(time.Date(2026, 12, 28, 2, 0, 0, 0, time.UTC)), "cn_labour", "0.00"}, // closed when its calendar said
+	}
+	for _, tt := range tests {
+		if got, err := withhold(tt.give, tt.closed); err != nil || got.RuleSet != tt.wantRule || got.TaxWithheld != tt.wantTx {
+			t.Errorf("%s closed at %v: %v, %v; want %s, %s", tt.give, tt.closed.AsTime(), got, err, tt.wantRule, tt.wantTx)
+		}
+	}
+	if _, err := withhold("p-5", timestamppb.New(time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC))); code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "closed_at") {
+		t.Errorf("closed before the cycle started: %v, want InvalidArgument on closed_at", err)
+	}
+}
+
 // Rules are effective-dated: no version is in force before 2026-01-01.
 func TestRuleEffectiveDates(t *testing.T) {
 	t.Parallel()

@@ -62,10 +62,14 @@ func toProto(w domain.Withholding) *taxv1.TaxWithholding {
 
 // ComputeWithholding implements TaxService (internal: settlement's activities).
 func (s *Server) ComputeWithholding(ctx context.Context, req *taxv1.ComputeWithholdingRequest) (*taxv1.ComputeWithholdingResponse, error) {
+	var closedAt time.Time
+	if req.ClosedAt != nil {
+		closedAt = req.ClosedAt.AsTime()
+	}
 	w, err := s.App.ComputeWithholding(ctx, app.WithholdingRequest{
 		ProviderID: req.ProviderId, CycleID: req.CycleId, Currency: req.Currency, Gross: req.Gross,
 		CommissionRate: req.CommissionRate, Commission: req.Commission, TaxProfile: req.TaxProfile,
-		Jurisdiction: req.Jurisdiction, RuleSet: req.RuleSet, IdempotencyKey: req.IdempotencyKey,
+		Jurisdiction: req.Jurisdiction, RuleSet: req.RuleSet, IdempotencyKey: req.IdempotencyKey, ClosedAt: closedAt,
 	})
 	if err != nil {
 		return nil, err
