@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -796,6 +797,60 @@ func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
 	l.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d remittances posted, want 2 (February's once, March's)", n)
+	}
+}
+
+// A run's lines are of the remittances it answers: per jurisdiction and
+// currency they add up to them, each naming its remittance and period. A
+// run posting an earlier month's remittance still pending answered its
+// lines only for its own month (150.00 + 200.00 remitted, lines of
+// 200.00): the breakdown of the 150.00 was in no answer.
+func TestRemitTaxLinesAddUpToTheRemittances(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February: 150.00
+	l.mu.Lock()
+	l.refuse = func(*ledgerv1.CreateTransactionRequest) error {
+		return status.Error(codes.InvalidArgument, "bank:client would go negative")
+	}
+	l.mu.Unlock()
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
+		t.Fatal("a run the ledger refused: want an error")
+	}
+	l.mu.Lock()
+	l.refuse = nil
+	l.mu.Unlock()
+	compute(t, s, "p-2", "1250.00", "0.20", "individual", "k2") // CN, March: 20 % of 1000.00
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	resp := remitted(t, s, "2026-03")
+	byRem, byLines := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}
+	periods := map[string]string{}
+	for _, r := range resp.Remittances {
+		k := r.Jurisdiction + " " + r.Currency
+		byRem[k] = byRem[k].Add(decimal.RequireFromString(r.Amount))
+		periods[r.RemittanceId] = r.Period
+	}
+	var got []string
+	for _, ln := range resp.Lines {
+		k := ln.Jurisdiction + " " + ln.Currency
+		byLines[k] = byLines[k].Add(decimal.RequireFromString(ln.TaxWithheld))
+		got = append(got, ln.RemittanceId+" "+ln.Period+" "+ln.ProviderId+" "+ln.TaxWithheld)
+		if p, ok := periods[ln.RemittanceId]; !ok || p != ln.Period {
+			t.Errorf("line %v names remittance %q of %q; the answer's remittances are %v", ln, ln.RemittanceId, ln.Period, periods)
+		}
+	}
+	if len(byRem) != 1 || !byRem["CN CNY"].Equal(decimal.RequireFromString("350.00")) {
+		t.Fatalf("remittances %v; want CN CNY 150.00 (February's, posted now) + 200.00", resp.Remittances)
+	}
+	for k, sum := range byRem {
+		if !byLines[k].Equal(sum) {
+			t.Errorf("%s: lines sum to %s, the remittances to %s", k, byLines[k], sum)
+		}
+	}
+	want := []string{"rem-2026-02-CN-CNY 2026-02 p-1 150.00", "rem-2026-03-CN-CNY 2026-03 p-2 200.00"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
 

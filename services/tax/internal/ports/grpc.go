@@ -289,7 +289,8 @@ func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*tax
 	}
 	for _, l := range got.Lines {
 		resp.Lines = append(resp.Lines, &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
-			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count)})
+			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count),
+			RemittanceId: l.RemittanceID, Period: l.Period})
 	}
 	return resp, nil
 }

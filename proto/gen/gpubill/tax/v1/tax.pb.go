@@ -1540,6 +1540,8 @@ type RemittanceReportLine struct {
 	ProviderId    string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	TaxWithheld   string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
 	Withholdings  int32                  `protobuf:"varint,5,opt,name=withholdings,proto3" json:"withholdings,omitempty"`
+	RemittanceId  string                 `protobuf:"bytes,6,opt,name=remittance_id,json=remittanceId,proto3" json:"remittance_id,omitempty"` // the remittance of the answer that holds these withholdings
+	Period        string                 `protobuf:"bytes,7,opt,name=period,proto3" json:"period,omitempty"`                                 // YYYY-MM: that remittance's period (an earlier month's still pending is posted by a later run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1609,11 +1611,27 @@ func (x *RemittanceReportLine) GetWithholdings() int32 {
 	return 0
 }
 
+func (x *RemittanceReportLine) GetRemittanceId() string {
+	if x != nil {
+		return x.RemittanceId
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
 type RemitTaxResponse struct {
-	state       protoimpl.MessageState  `protogen:"open.v1"`
-	Period      string                  `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
-	Remittances []*TaxRemittance        `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
-	Lines       []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`             // totals per jurisdiction, currency and provider
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Period      string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
+	Remittances []*TaxRemittance       `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
+	// Totals per remittance (each one of remittances) and provider: per
+	// jurisdiction and currency they add up to the remittances' amounts.
+	Lines []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
 	// Withholdings recorded before the period's end whose settlement the ledger
 	// has not posted (a settlement refused or still retrying, or reversed):
 	// left out, remitted with the first period run after the ledger posts them.
@@ -2018,14 +2036,16 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\brule_set\x18\x03 \x01(\tR\aruleSet\x12A\n" +
 	"\x0eeffective_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\reffectiveFrom\")\n" +
 	"\x0fRemitTaxRequest\x12\x16\n" +
-	"\x06period\x18\x01 \x01(\tR\x06period\"\xbe\x01\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\"\xfb\x01\n" +
 	"\x14RemittanceReportLine\x12\"\n" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x1f\n" +
 	"\vprovider_id\x18\x03 \x01(\tR\n" +
 	"providerId\x12!\n" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
-	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\"\xdf\x01\n" +
+	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\x12#\n" +
+	"\rremittance_id\x18\x06 \x01(\tR\fremittanceId\x12\x16\n" +
+	"\x06period\x18\a \x01(\tR\x06period\"\xdf\x01\n" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +

@@ -67,7 +67,7 @@ func (t *Tax) RemitTax(ctx context.Context, period string) (app.RemittanceReport
 			Currency: r.Currency, Amount: r.Amount, Status: r.Status, TransactionID: r.TransactionId})
 	}
 	for _, l := range resp.Lines {
-		rep.Lines = append(rep.Lines, app.RemittanceLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
+		rep.Lines = append(rep.Lines, app.RemittanceLine{RemittanceID: l.RemittanceId, Period: l.Period, Jurisdiction: l.Jurisdiction, Currency: l.Currency,
 			ProviderID: l.ProviderId, TaxWithheld: l.TaxWithheld, Withholdings: int(l.Withholdings)})
 	}
 	return rep, nil
