@@ -45,6 +45,7 @@ var (
 type fixture struct {
 	s      *Service
 	ledger *fakeledger.Ledger
+	tax    *fakeledger.Tax
 	clock  *clock.Manual
 }
 
@@ -53,7 +54,8 @@ func newFixture(t testing.TB, tc client.Client, opts ...Option) *fixture {
 	pool, _ := testkit.NewPool(t)
 	l := fakeledger.New()
 	clk := clock.NewManual(startAt)
-	conn := fakeledger.Serve(t, l, &fakeledger.Tax{})
+	tax := &fakeledger.Tax{}
+	conn := fakeledger.Serve(t, l, tax)
 	inline := tc == nil
 	if inline {
 		var err error
@@ -71,7 +73,7 @@ func newFixture(t testing.TB, tc client.Client, opts ...Option) *fixture {
 		s.acts.Page.Runner = newInlineRunner(s.acts)
 		s.acts.Page.Timing = app.PageTiming{Poll: time.Millisecond, Ask: 20 * time.Millisecond}
 	}
-	return &fixture{s: s, ledger: l, clock: clk}
+	return &fixture{s: s, ledger: l, tax: tax, clock: clk}
 }
 
 // seed charges n providers p-0000.. in the cycle (one also in USD) and gives

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -287,6 +288,55 @@ func TestRuleSelectionAppliesFromItsDay(t *testing.T) {
 	}
 	if got, err := withhold("p-9", "cyc-20260215"); err != nil || got.RuleSet != "flat20" {
 		t.Fatalf("cn_labour selected for a US provider: %v, %v; want the default, flat20 (refused, its settlement failed for good)", got, err)
+	}
+}
+
+// A cycle closed early keeps the rule in force at its close for every
+// provider: the rule was picked at the cycle's calendar end, so a selection
+// made after the close applied to the providers settled after it (one held
+// through the close and released later was withheld 0.00 under cn_labour,
+// the others 150.00 under flat20). A caller that does not say when the
+// cycle closed (settlement before the field) gets the rule at the cycle's
+// end, as before; a close before the cycle's start is no close.
+func TestRuleAsOfAnEarlyClose(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newTax(t)
+	const cycle = "cyc-20261112" // calendar end 2026-12-27
+	closedAt := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	for _, p := range []string{"p-1", "p-2", "p-3", "p-4", "p-5"} {
+		known(t, s, p, "individual", "CN", 1)
+	}
+	withhold := func(provider string, closed *timestamppb.Timestamp) (*taxv1.ComputeWithholdingResponse, error) {
+		return s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+			ProviderId: provider, CycleId: cycle, Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25",
+			IdempotencyKey: "k-" + provider, ClosedAt: closed})
+	}
+	clk.Set(closedAt.Add(time.Minute)) // the close settles p-1 (p-2 is held)
+	if got, err := withhold("p-1", timestamppb.New(closedAt)); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Fatalf("p-1 at the close: %v, %v; want flat20, 150.00", got, err)
+	}
+	clk.Set(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)) // p-2 released
+	tests := []struct {
+		give             string // provider
+		closed           *timestamppb.Timestamp
+		wantRule, wantTx string
+	}{
+		{"p-2", timestamppb.New(closedAt), "flat20", "150.00"},                                       // held through the early close
+		{"p-3", nil, "cn_labour", "0.00"},                                                            // an older caller: the rule at the cycle's end
+		{"p-4", timestamppb.New(time.Date(2026, 12, 28, 2, 0, 0, 0, time.UTC)), "cn_labour", "0.00"}, // closed when its calendar said
+	}
+	for _, tt := range tests {
+		if got, err := withhold(tt.give, tt.closed); err != nil || got.RuleSet != tt.wantRule || got.TaxWithheld != tt.wantTx {
+			t.Errorf("%s closed at %v: %v, %v; want %s, %s", tt.give, tt.closed.AsTime(), got, err, tt.wantRule, tt.wantTx)
+		}
+	}
+	if _, err := withhold("p-5", timestamppb.New(time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC))); code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "closed_at") {
+		t.Errorf("closed before the cycle started: %v, want InvalidArgument on closed_at", err)
 	}
 }
 
@@ -747,6 +797,60 @@ func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
 	l.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d remittances posted, want 2 (February's once, March's)", n)
+	}
+}
+
+// A run's lines are of the remittances it answers: per jurisdiction and
+// currency they add up to them, each naming its remittance and period. A
+// run posting an earlier month's remittance still pending answered its
+// lines only for its own month (150.00 + 200.00 remitted, lines of
+// 200.00): the breakdown of the 150.00 was in no answer.
+func TestRemitTaxLinesAddUpToTheRemittances(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February: 150.00
+	l.mu.Lock()
+	l.refuse = func(*ledgerv1.CreateTransactionRequest) error {
+		return status.Error(codes.InvalidArgument, "bank:client would go negative")
+	}
+	l.mu.Unlock()
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
+		t.Fatal("a run the ledger refused: want an error")
+	}
+	l.mu.Lock()
+	l.refuse = nil
+	l.mu.Unlock()
+	compute(t, s, "p-2", "1250.00", "0.20", "individual", "k2") // CN, March: 20 % of 1000.00
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	resp := remitted(t, s, "2026-03")
+	byRem, byLines := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}
+	periods := map[string]string{}
+	for _, r := range resp.Remittances {
+		k := r.Jurisdiction + " " + r.Currency
+		byRem[k] = byRem[k].Add(decimal.RequireFromString(r.Amount))
+		periods[r.RemittanceId] = r.Period
+	}
+	var got []string
+	for _, ln := range resp.Lines {
+		k := ln.Jurisdiction + " " + ln.Currency
+		byLines[k] = byLines[k].Add(decimal.RequireFromString(ln.TaxWithheld))
+		got = append(got, ln.RemittanceId+" "+ln.Period+" "+ln.ProviderId+" "+ln.TaxWithheld)
+		if p, ok := periods[ln.RemittanceId]; !ok || p != ln.Period {
+			t.Errorf("line %v names remittance %q of %q; the answer's remittances are %v", ln, ln.RemittanceId, ln.Period, periods)
+		}
+	}
+	if len(byRem) != 1 || !byRem["CN CNY"].Equal(decimal.RequireFromString("350.00")) {
+		t.Fatalf("remittances %v; want CN CNY 150.00 (February's, posted now) + 200.00", resp.Remittances)
+	}
+	for k, sum := range byRem {
+		if !byLines[k].Equal(sum) {
+			t.Errorf("%s: lines sum to %s, the remittances to %s", k, byLines[k], sum)
+		}
+	}
+	want := []string{"rem-2026-02-CN-CNY 2026-02 p-1 150.00", "rem-2026-03-CN-CNY 2026-03 p-2 200.00"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
 

@@ -345,8 +345,18 @@ func (l *Ledger) Requests(keyPrefix string) int {
 // individual in CN; idempotent on the key.
 type Tax struct {
 	taxv1.UnimplementedTaxServiceServer
-	mu    sync.Mutex
-	byKey map[string]*taxv1.ComputeWithholdingResponse
+	mu       sync.Mutex
+	byKey    map[string]*taxv1.ComputeWithholdingResponse
+	closedAt map[string]time.Time // by key: the closed_at each request named (zero: none)
+}
+
+// ClosedAt returns the closed_at the last request under key named, and
+// whether a request under key came.
+func (t *Tax) ClosedAt(key string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.closedAt[key]
+	return at, ok
 }
 
 // ComputeWithholding implements TaxService.
@@ -354,7 +364,11 @@ func (t *Tax) ComputeWithholding(_ context.Context, req *taxv1.ComputeWithholdin
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byKey == nil {
-		t.byKey = map[string]*taxv1.ComputeWithholdingResponse{}
+		t.byKey, t.closedAt = map[string]*taxv1.ComputeWithholdingResponse{}, map[string]time.Time{}
+	}
+	t.closedAt[req.IdempotencyKey] = time.Time{}
+	if req.ClosedAt != nil {
+		t.closedAt[req.IdempotencyKey] = req.ClosedAt.AsTime()
 	}
 	if r, ok := t.byKey[req.IdempotencyKey]; ok {
 		return r, nil

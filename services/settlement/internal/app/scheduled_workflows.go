@@ -91,9 +91,11 @@ type Remittance struct {
 	TransactionID string
 }
 
-// RemittanceLine is one line of the report: tax remitted per jurisdiction,
-// currency and provider.
+// RemittanceLine is one line of the report: tax remitted per remittance
+// (of one period, jurisdiction and currency) and provider.
 type RemittanceLine struct {
+	RemittanceID string
+	Period       string
 	Jurisdiction string
 	Currency     string
 	ProviderID   string

@@ -42,7 +42,7 @@ func (s *Steps) SettleProvider(ctx context.Context, in ProviderInput) (ProviderR
 func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepared, it Item) error {
 	tax, err := s.computeTax(ctx, TaxInput{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
-		CommissionRate: prep.CommissionRate,
+		CommissionRate: prep.CommissionRate, ClosedAt: prep.ClosedAt,
 		IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, it.Currency),
 	})
 	if err != nil {
@@ -64,7 +64,7 @@ func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepa
 // prepareProvider reads the provider's hold, tier (→ commission rate) and
 // gross per currency.
 func (s *Steps) prepareProvider(ctx context.Context, in ProviderInput) (Prepared, error) {
-	held, tier, snapped, items, err := s.Store.Prepare(ctx, in.CycleID, in.ProviderID)
+	held, tier, snapped, closedAt, items, err := s.Store.Prepare(ctx, in.CycleID, in.ProviderID)
 	if err != nil {
 		return Prepared{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Steps) prepareProvider(ctx context.Context, in ProviderInput) (Prepared
 			return Prepared{}, Rejected(fmt.Errorf("commission of %s: %w", in.ProviderID, err))
 		}
 	}
-	p := Prepared{Held: held, Tier: tier, CommissionRate: rate}
+	p := Prepared{Held: held, Tier: tier, CommissionRate: rate, ClosedAt: closedAt}
 	for _, it := range items {
 		p.Items = append(p.Items, Item{Currency: it.Currency, Gross: it.Gross, Status: it.Status})
 	}

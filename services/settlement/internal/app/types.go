@@ -164,11 +164,13 @@ type ProviderResult struct {
 }
 
 // Prepared is what PrepareProvider found: the hold, the tier's commission
-// rate and the gross per currency snapshotted at close.
+// rate, when the cycle was closed and the gross per currency snapshotted
+// at close.
 type Prepared struct {
 	Held           bool
 	Tier           string
 	CommissionRate decimal.Decimal
+	ClosedAt       time.Time
 	Items          []Item
 }
 
@@ -187,6 +189,11 @@ type TaxInput struct {
 	Gross          decimal.Decimal
 	CommissionRate decimal.Decimal
 	IdempotencyKey string
+	// ClosedAt is when the cycle was closed: the tax service applies the
+	// rule in force at the earlier of it and the cycle's end, so a cycle
+	// closed early keeps one rule set for all its providers (a provider
+	// held through the close and released after a selection too).
+	ClosedAt time.Time
 }
 
 // TaxResult is the split the tax service computed and recorded.

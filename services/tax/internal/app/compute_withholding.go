@@ -26,11 +26,13 @@ type WithholdingRequest struct {
 	TaxProfile, Jurisdiction      string // "" = the provider's (read model), else individual / CN
 	RuleSet                       string // "" = selection for the provider or jurisdiction, else the default
 	IdempotencyKey                string
+	ClosedAt                      time.Time // when settlement closed the cycle; zero = not said (an older caller)
 }
 
 // ComputeWithholding computes the tax on (gross − commission) by the rule
-// version in force at the cycle's end, records it with its certificate and
-// returns it. A replay of the key returns the original record.
+// version in force when the cycle's payments fell due (ruleTime: its end,
+// or its close when it was closed early), records it with its certificate
+// and returns it. A replay of the key returns the original record.
 func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (domain.Withholding, error) {
 	cur, cy, err := a.checkRequest(r)
 	if err != nil {
@@ -66,10 +68,11 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 		return domain.Withholding{}, fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
 			r.ProviderID, err, apperr.ErrPrecondition)
 	}
-	// The payment falls due at the cycle's end: the rule then in force
-	// (of the requested rule set, else the one selected for the provider or
-	// its jurisdiction, else the default) applies.
-	version, err := a.ruleFor(ctx, r.RuleSet, r.ProviderID, jurisdiction, cur, profile, cy.End.Add(-1))
+	// The payment falls due at the cycle's end, or at its close when it was
+	// closed early: the rule then in force (of the requested rule set, else
+	// the one selected for the provider or its jurisdiction, else the
+	// default) applies.
+	version, err := a.ruleFor(ctx, r.RuleSet, r.ProviderID, jurisdiction, cur, profile, ruleTime(cy, r.ClosedAt))
 	if err != nil {
 		return domain.Withholding{}, err
 	}
@@ -91,6 +94,20 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	return replay(r, cur, cy.ID, got) // another request took the key first
 }
 
+// ruleTime is the instant whose rules withhold a cycle's payments: its
+// last instant, or when it was closed (closedAt; zero: not said) if that
+// came first. Picked at the calendar end, a cycle closed early (`:close`)
+// was withheld by whatever was selected between its close and that end, so
+// a provider held through the close and released after a selection was
+// withheld under another rule set than the cycle's other providers.
+func ruleTime(cy cycles.Cycle, closedAt time.Time) time.Time {
+	at := cy.End.Add(-1)
+	if !closedAt.IsZero() && closedAt.Before(at) {
+		return closedAt
+	}
+	return at
+}
+
 // ruleFor is the rule version a payment is withheld by, in force at at:
 // the rule set requested, held to as it is; else the one selected for the
 // provider, then for its jurisdiction, then the default, each passed over
@@ -99,7 +116,7 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 // thresholds in another currency for a taxed profile (cn_labour's yuan, an
 // individual paid in USD). Refused instead, the provider's settlement
 // failed for good: a selection made to fix it applies to cycles ending
-// after it, never to the one refused.
+// (or closed) after it, never to the one refused.
 func (a *App) ruleFor(ctx context.Context, requested, provider, jurisdiction string, cur money.Currency, profile string, at time.Time) (domain.Rule, error) {
 	version, err := a.Store.RuleAt(ctx, requested, provider, jurisdiction, at)
 	if err != nil || requested != "" {
@@ -170,6 +187,11 @@ func (a *App) checkRequest(r WithholdingRequest) (money.Currency, cycles.Cycle, 
 	v.Check(err == nil, "currency", "%v", err)
 	cy, cerr := a.Calendar.Parse(r.CycleID)
 	v.Check(cerr == nil, "cycle_id", "%v", cerr)
+	// No cycle is closed before it starts: such a time would pick a rule
+	// from before the cycle's usage.
+	if cerr == nil && !r.ClosedAt.IsZero() && r.ClosedAt.Before(cy.Start) {
+		v.Add("closed_at", "%s is before cycle %s started (%s)", r.ClosedAt.Format(time.RFC3339), cy.ID, cy.Start.Format(time.RFC3339))
+	}
 	return cur, cy, v.Err()
 }
 

@@ -14,8 +14,8 @@ import (
 // Remitted is what RemitTax answers.
 type Remitted struct {
 	Remittances []domain.Remittance
-	Lines       []domain.ReportLine
-	NotPosted   int // withholdings recorded before the period's end whose settlement the ledger has not posted
+	Lines       []domain.ReportLine // per remittance of Remittances and provider
+	NotPosted   int                 // withholdings recorded before the period's end whose settlement the ledger has not posted
 }
 
 // RemitTax posts the remittances of earlier periods still pending, then
@@ -28,8 +28,9 @@ type Remitted struct {
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
-// else. It returns the remittances, the report lines and how many
-// withholdings it left out as not posted.
+// else. It returns the remittances, their lines (per remittance and
+// provider: per jurisdiction and currency they add up to the remittances)
+// and how many withholdings it left out as not posted.
 func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
@@ -81,7 +82,14 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if len(refused) > 0 {
 		return Remitted{}, errors.Join(refused...)
 	}
-	lines, err := a.Store.Report(ctx, period)
+	// The lines are those of the remittances answered: of the period's only,
+	// a run posting an earlier month's still pending answered its amount
+	// and no line of it, the lines short of the remittances by as much.
+	remIDs := make([]string, len(rems))
+	for i, r := range rems {
+		remIDs[i] = r.ID
+	}
+	lines, err := a.Store.Report(ctx, remIDs)
 	if err != nil {
 		return Remitted{}, err
 	}

@@ -46,7 +46,9 @@ type Store interface {
 	// then by jurisdiction and currency: at most f.Limit (0: all), after
 	// f.After when it is set.
 	Remittances(ctx context.Context, f RemittanceFilter) ([]domain.Remittance, error)
-	Report(ctx context.Context, period string) ([]domain.ReportLine, error)
+	// Report totals the withholdings of the remittances (by id) per
+	// remittance and provider.
+	Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error)
 }
 
 // RemittanceFilter selects remittances: an empty field selects any.

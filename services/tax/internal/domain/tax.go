@@ -61,8 +61,10 @@ func (t PostedTx) Credited(account, currency string) decimal.Decimal {
 	return t.Credits[account+" "+currency]
 }
 
-// ReportLine is the tax remitted for one provider in one remittance period.
+// ReportLine is the tax remitted for one provider in one remittance (of
+// one period, jurisdiction and currency).
 type ReportLine struct {
+	RemittanceID, Period               string
 	Jurisdiction, Currency, ProviderID string
 	Tax                                decimal.Decimal
 	Count                              int

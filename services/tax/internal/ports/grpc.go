@@ -62,10 +62,14 @@ func toProto(w domain.Withholding) *taxv1.TaxWithholding {
 
 // ComputeWithholding implements TaxService (internal: settlement's activities).
 func (s *Server) ComputeWithholding(ctx context.Context, req *taxv1.ComputeWithholdingRequest) (*taxv1.ComputeWithholdingResponse, error) {
+	var closedAt time.Time
+	if req.ClosedAt != nil {
+		closedAt = req.ClosedAt.AsTime()
+	}
 	w, err := s.App.ComputeWithholding(ctx, app.WithholdingRequest{
 		ProviderID: req.ProviderId, CycleID: req.CycleId, Currency: req.Currency, Gross: req.Gross,
 		CommissionRate: req.CommissionRate, Commission: req.Commission, TaxProfile: req.TaxProfile,
-		Jurisdiction: req.Jurisdiction, RuleSet: req.RuleSet, IdempotencyKey: req.IdempotencyKey,
+		Jurisdiction: req.Jurisdiction, RuleSet: req.RuleSet, IdempotencyKey: req.IdempotencyKey, ClosedAt: closedAt,
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +289,8 @@ func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*tax
 	}
 	for _, l := range got.Lines {
 		resp.Lines = append(resp.Lines, &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
-			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count)})
+			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count),
+			RemittanceId: l.RemittanceID, Period: l.Period})
 	}
 	return resp, nil
 }

@@ -870,8 +870,14 @@ type ComputeWithholdingRequest struct {
 	// the tax service splits gross into commission + tax + net with pkg/split
 	// (largest remainder, exact in minor units) and ignores commission.
 	CommissionRate string `protobuf:"bytes,10,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When settlement closed the cycle (its closed_at). The rule in force at
+	// the earlier of this and the cycle's end applies: a cycle closed early
+	// keeps the rule set in force at its close for every provider, one held
+	// and released after a later selection too. Unset (an older caller): the
+	// rule in force at the cycle's end.
+	ClosedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ComputeWithholdingRequest) Reset() {
@@ -972,6 +978,13 @@ func (x *ComputeWithholdingRequest) GetCommissionRate() string {
 		return x.CommissionRate
 	}
 	return ""
+}
+
+func (x *ComputeWithholdingRequest) GetClosedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosedAt
+	}
+	return nil
 }
 
 type ComputeWithholdingResponse struct {
@@ -1527,6 +1540,8 @@ type RemittanceReportLine struct {
 	ProviderId    string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	TaxWithheld   string                 `protobuf:"bytes,4,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
 	Withholdings  int32                  `protobuf:"varint,5,opt,name=withholdings,proto3" json:"withholdings,omitempty"`
+	RemittanceId  string                 `protobuf:"bytes,6,opt,name=remittance_id,json=remittanceId,proto3" json:"remittance_id,omitempty"` // the remittance of the answer that holds these withholdings
+	Period        string                 `protobuf:"bytes,7,opt,name=period,proto3" json:"period,omitempty"`                                 // YYYY-MM: that remittance's period (an earlier month's still pending is posted by a later run)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1596,11 +1611,27 @@ func (x *RemittanceReportLine) GetWithholdings() int32 {
 	return 0
 }
 
+func (x *RemittanceReportLine) GetRemittanceId() string {
+	if x != nil {
+		return x.RemittanceId
+	}
+	return ""
+}
+
+func (x *RemittanceReportLine) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
 type RemitTaxResponse struct {
-	state       protoimpl.MessageState  `protogen:"open.v1"`
-	Period      string                  `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
-	Remittances []*TaxRemittance        `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
-	Lines       []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`             // totals per jurisdiction, currency and provider
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Period      string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
+	Remittances []*TaxRemittance       `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
+	// Totals per remittance (each one of remittances) and provider: per
+	// jurisdiction and currency they add up to the remittances' amounts.
+	Lines []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
 	// Withholdings recorded before the period's end whose settlement the ledger
 	// has not posted (a settlement refused or still retrying, or reversed):
 	// left out, remitted with the first period run after the ledger posts them.
@@ -1940,7 +1971,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\bcycle_id\x18\x02 \x01(\tR\acycleId\x12\x1a\n" +
 	"\bcurrency\x18\x03 \x01(\tR\bcurrency\"m\n" +
 	"!GetWithholdingCertificateResponse\x12H\n" +
-	"\vcertificate\x18\x01 \x01(\v2&.gpubill.tax.v1.WithholdingCertificateR\vcertificate\"\xdb\x02\n" +
+	"\vcertificate\x18\x01 \x01(\v2&.gpubill.tax.v1.WithholdingCertificateR\vcertificate\"\x94\x03\n" +
 	"\x19ComputeWithholdingRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
@@ -1956,7 +1987,8 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\brule_set\x18\b \x01(\tR\aruleSet\x12'\n" +
 	"\x0fidempotency_key\x18\t \x01(\tR\x0eidempotencyKey\x12'\n" +
 	"\x0fcommission_rate\x18\n" +
-	" \x01(\tR\x0ecommissionRate\"\x81\x03\n" +
+	" \x01(\tR\x0ecommissionRate\x127\n" +
+	"\tclosed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"\x81\x03\n" +
 	"\x1aComputeWithholdingResponse\x12!\n" +
 	"\ftax_withheld\x18\x01 \x01(\tR\vtaxWithheld\x12\x19\n" +
 	"\brule_set\x18\x02 \x01(\tR\aruleSet\x12!\n" +
@@ -2004,14 +2036,16 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\brule_set\x18\x03 \x01(\tR\aruleSet\x12A\n" +
 	"\x0eeffective_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\reffectiveFrom\")\n" +
 	"\x0fRemitTaxRequest\x12\x16\n" +
-	"\x06period\x18\x01 \x01(\tR\x06period\"\xbe\x01\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\"\xfb\x01\n" +
 	"\x14RemittanceReportLine\x12\"\n" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x1f\n" +
 	"\vprovider_id\x18\x03 \x01(\tR\n" +
 	"providerId\x12!\n" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
-	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\"\xdf\x01\n" +
+	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\x12#\n" +
+	"\rremittance_id\x18\x06 \x01(\tR\fremittanceId\x12\x16\n" +
+	"\x06period\x18\a \x01(\tR\x06period\"\xdf\x01\n" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
@@ -2095,33 +2129,34 @@ var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
 	22, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
 	1,  // 8: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
-	3,  // 9: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
-	4,  // 10: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	22, // 11: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
-	4,  // 12: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	18, // 13: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
-	22, // 14: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
-	5,  // 15: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 16: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 17: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	20, // 18: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
-	11, // 19: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	15, // 20: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
-	17, // 21: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
-	13, // 22: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 23: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 24: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 25: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	21, // 26: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
-	12, // 27: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	16, // 28: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
-	19, // 29: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
-	14, // 30: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	22, // 9: gpubill.tax.v1.ComputeWithholdingRequest.closed_at:type_name -> google.protobuf.Timestamp
+	3,  // 10: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
+	4,  // 11: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	22, // 12: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
+	4,  // 13: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	18, // 14: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
+	22, // 15: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
+	5,  // 16: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 17: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 18: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	20, // 19: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
+	11, // 20: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 21: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 22: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 23: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	6,  // 24: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 25: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 26: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	21, // 27: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
+	12, // 28: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 29: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 30: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 31: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/money"
 	taxv1 "github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1"
@@ -31,10 +32,14 @@ func (t *Tax) ComputeWithholding(ctx context.Context, in app.TaxInput) (app.TaxR
 	if err != nil {
 		return app.TaxResult{}, app.Rejected(err)
 	}
-	resp, err := t.tax.ComputeWithholding(ctx, &taxv1.ComputeWithholdingRequest{
+	req := &taxv1.ComputeWithholdingRequest{
 		ProviderId: in.ProviderID, CycleId: in.CycleID, Currency: cur.Code,
 		Gross: cur.Format(in.Gross), CommissionRate: in.CommissionRate.String(), IdempotencyKey: in.IdempotencyKey,
-	})
+	}
+	if !in.ClosedAt.IsZero() {
+		req.ClosedAt = timestamppb.New(in.ClosedAt)
+	}
+	resp, err := t.tax.ComputeWithholding(ctx, req)
 	if err != nil {
 		return app.TaxResult{}, classify("compute withholding of "+in.ProviderID, err)
 	}
@@ -62,7 +67,7 @@ func (t *Tax) RemitTax(ctx context.Context, period string) (app.RemittanceReport
 			Currency: r.Currency, Amount: r.Amount, Status: r.Status, TransactionID: r.TransactionId})
 	}
 	for _, l := range resp.Lines {
-		rep.Lines = append(rep.Lines, app.RemittanceLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
+		rep.Lines = append(rep.Lines, app.RemittanceLine{RemittanceID: l.RemittanceId, Period: l.Period, Jurisdiction: l.Jurisdiction, Currency: l.Currency,
 			ProviderID: l.ProviderId, TaxWithheld: l.TaxWithheld, Withholdings: int(l.Withholdings)})
 	}
 	return rep, nil

@@ -227,7 +227,8 @@ func (s *Store) CompleteCycle(ctx context.Context, cycle string, now time.Time) 
 }
 
 // prepareSQL reads a provider's hold, tier (its rows', fixed at the
-// snapshot; the provider's for rows snapshotted without one) and rows, and marks the rows
+// snapshot; the provider's for rows snapshotted without one), when the
+// cycle was closed and rows, and marks the rows
 // held or back to pending to match the hold (the update runs in a
 // data-modifying WITH; the select computes the statuses it writes, since it
 // reads the snapshot from before the update).
@@ -240,7 +241,7 @@ const prepareSQL = `with hold as (
 		where st.cycle_id = $1 and st.provider_id = $2 and st.status <> 'settled'
 		  and (st.status <> case when hold.held then 'held' else 'pending' end or (not hold.held and st.begun_at is null)))
 	select hold.held, coalesce(nullif(st.tier, ''), (select tier from settlement.providers where provider_id = $2), ''),
-		st.commission_rate, st.currency, st.gross,
+		st.commission_rate, (select closed_at from settlement.cycles where cycle_id = $1), st.currency, st.gross,
 		case when st.status = 'settled' then 'settled' when hold.held then 'held' else 'pending' end
 	from hold left join settlement.settlements st on st.cycle_id = $1 and st.provider_id = $2
 	order by st.currency`
@@ -251,22 +252,24 @@ const prepareSQL = `with hold as (
 // and is refused.
 const holdLockSQL = `select pg_advisory_xact_lock(hashtext('gpubill.settlement.hold'), hashtext($1 || '/' || $2))`
 
-// Prepare reads a provider's hold, tier and rows, and marks the rows held
+// Prepare reads a provider's hold, tier, when the cycle was closed (zero
+// while open) and rows, and marks the rows held
 // or back to pending to match the hold, and begun when not held (a hold is
 // refused from then on): one statement (prepareSQL) after the hold's lock
 // (holdLockSQL), sent with other providers' in a shared batch, one
 // transaction.
-func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, decimal.NullDecimal, []domain.PreparedItem, error) {
+func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, string, decimal.NullDecimal, time.Time, []domain.PreparedItem, error) {
 	// The callback writes r, read only after a nil error: after an error
 	// it may still run, with the group's batch (pg.Batches.Do).
 	var r struct {
-		held  bool
-		tier  string
-		rate  decimal.NullDecimal
-		items []domain.PreparedItem
+		held     bool
+		tier     string
+		rate     decimal.NullDecimal
+		closedAt *time.Time
+		items    []domain.PreparedItem
 	}
 	err := s.batches.Do(ctx, func(b *pgx.Batch) {
-		r.held, r.tier, r.rate, r.items = false, "", decimal.NullDecimal{}, nil
+		r.held, r.tier, r.rate, r.closedAt, r.items = false, "", decimal.NullDecimal{}, nil, nil
 		b.Queue(holdLockSQL, cycle, provider)
 		b.Queue(prepareSQL, cycle, provider).Query(func(rows pgx.Rows) error {
 			var (
@@ -274,7 +277,7 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, stri
 				gross, rate      decimal.NullDecimal
 				tier             string
 			)
-			_, err := pgx.ForEachRow(rows, []any{&r.held, &tier, &rate, &currency, &gross, &status}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&r.held, &tier, &rate, &r.closedAt, &currency, &gross, &status}, func() error {
 				if r.tier == "" { // the first row's tier: one snapshot, one tier
 					r.tier = tier
 				}
@@ -291,9 +294,13 @@ func (s *Store) Prepare(ctx context.Context, cycle, provider string) (bool, stri
 		})
 	})
 	if err != nil {
-		return false, "", decimal.NullDecimal{}, nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
+		return false, "", decimal.NullDecimal{}, time.Time{}, nil, fmt.Errorf("prepare %s in %s: %w", provider, cycle, err)
 	}
-	return r.held, r.tier, r.rate, r.items, nil
+	var closedAt time.Time
+	if r.closedAt != nil {
+		closedAt = *r.closedAt
+	}
+	return r.held, r.tier, r.rate, closedAt, r.items, nil
 }
 
 // finalizeSQL marks a row settled with its split (once) and queues the

@@ -158,16 +158,16 @@ func TestPrepareWithAnEndedContext(t *testing.T) {
 	for i := range 20 {
 		leader := make(chan error, 1)
 		go func() {
-			_, _, _, _, err := s.Prepare(ctx, "cyc-20260101", fmt.Sprintf("p-lead-%d", i))
+			_, _, _, _, _, err := s.Prepare(ctx, "cyc-20260101", fmt.Sprintf("p-lead-%d", i))
 			leader <- err
 		}()
 		time.Sleep(2 * time.Millisecond) // the leader's group lingers: this one joins it
-		held, tier, _, items, err := s.Prepare(ended, "cyc-20260101", fmt.Sprintf("p-ended-%d", i))
+		held, tier, _, closedAt, items, err := s.Prepare(ended, "cyc-20260101", fmt.Sprintf("p-ended-%d", i))
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("Prepare with an ended context: %v", err)
 		}
-		if err != nil && (held || tier != "" || items != nil) {
-			t.Fatalf("Prepare answered %v with %v %q %v", err, held, tier, items)
+		if err != nil && (held || tier != "" || !closedAt.IsZero() || items != nil) {
+			t.Fatalf("Prepare answered %v with %v %q %v %v", err, held, tier, closedAt, items)
 		}
 		if err := <-leader; err != nil {
 			t.Fatalf("the leader's Prepare: %v", err)
@@ -210,7 +210,7 @@ func TestPrepareAndHoldReadWhatTheOtherCommitted(t *testing.T) {
 	}
 	prepared := make(chan bool, 1)
 	go func() {
-		held, _, _, _, err := s.Prepare(ctx, cycle, "p-held")
+		held, _, _, _, _, err := s.Prepare(ctx, cycle, "p-held")
 		if err != nil {
 			t.Error(err)
 		}
@@ -274,7 +274,7 @@ func TestSnapshotKeepsAProvidersTierAcrossPages(t *testing.T) {
 	if err := s.SnapshotBalances(ctx, cycle, []domain.Balance{{ProviderID: "p-1", Currency: "USD", Amount: decimal.NewFromInt(10)}}, rates); err != nil {
 		t.Fatal(err)
 	}
-	_, tier, rate, items, err := s.Prepare(ctx, cycle, "p-1")
+	_, tier, rate, _, items, err := s.Prepare(ctx, cycle, "p-1")
 	if err != nil {
 		t.Fatal(err)
 	}

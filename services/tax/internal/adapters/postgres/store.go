@@ -384,16 +384,17 @@ func (s *Store) PendingBefore(ctx context.Context, period string) ([]domain.Remi
 	return pgx.CollectRows(rows, scanRem)
 }
 
-// Report totals a period's remitted withholdings per jurisdiction, currency and provider.
-func (s *Store) Report(ctx context.Context, period string) ([]domain.ReportLine, error) {
-	rows, err := s.Pool.Query(ctx, `select w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
+// Report totals the withholdings of the remittances ids per remittance and
+// provider, in period, jurisdiction, currency and provider order.
+func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error) {
+	rows, err := s.Pool.Query(ctx, `select r.remittance_id, r.period, w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
 		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
-		where r.period = $1 group by 1, 2, 3 order by 1, 2, 3`, period)
+		where w.remittance_id = any($1) group by 1, 2, 3, 4, 5 order by 2, 3, 4, 5`, remittanceIDs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("report of remittances: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.ReportLine, error) {
 		var l domain.ReportLine
-		return l, r.Scan(&l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
+		return l, r.Scan(&l.RemittanceID, &l.Period, &l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
 	})
 }
