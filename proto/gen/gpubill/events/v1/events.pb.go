@@ -1138,7 +1138,9 @@ func (x *ProviderSettled) GetJurisdiction() string {
 
 // payout.status_changed.{provider}: a payout entered a status (or its
 // reason changed while it waits). Published through payout's outbox; the
-// message id is payout id + version.
+// message id is payout id + version + restore epoch
+// (payout-{id}-v{version}-r{epoch}): versions restart from a snapshot's at a
+// restore, the epoch does not, so compare versions only under one epoch.
 type PayoutStatusChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PayoutId      string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
