@@ -161,7 +161,7 @@ func TestRestoreNeverReissuesAnETagOrEventID(t *testing.T) {
 	mu.Unlock()
 
 	// The same snapshot restored again: another epoch than the first
-	// restore's.
+	// restore's; the ledger's (lease event ids) is the restore's too.
 	epoch := func(dsn, schema string) (e string) {
 		t.Helper()
 		c, err := pgx.Connect(ctx, dsn)
@@ -177,7 +177,11 @@ func TestRestoreNeverReissuesAnETagOrEventID(t *testing.T) {
 	if e1, e2 := epoch(dst, "payout"), epoch(again, "payout"); e1 == "" || e1 == e2 || epoch(src.dsn, "payout") == e1 {
 		t.Errorf("restore epochs of one snapshot restored twice: %q and %q (source %q); want three different ones", e1, e2, epoch(src.dsn, "payout"))
 	}
-	if want := "restore epoch " + epoch(again, "payout") + " (payout)"; !strings.Contains(out.String(), want) {
+	if want := "restore epoch " + epoch(again, "payout") + " (ledger, payout)"; !strings.Contains(out.String(), want) {
 		t.Errorf("gpubill restore said %q; want %q", out.String(), want)
+	}
+	if e1, l1 := epoch(dst, "payout"), epoch(dst, "ledger"); l1 != e1 || epoch(src.dsn, "ledger") == l1 {
+		t.Errorf("the restored ledger's epoch %q, payout's %q, the source ledger's %q; want the restore's in both, not the source's",
+			l1, e1, epoch(src.dsn, "ledger"))
 	}
 }

@@ -1526,7 +1526,8 @@ func (x *GpuModelUpdated) GetUpdatedAt() *timestamppb.Timestamp {
 // lease.resume.allowed.{renter}: the ledger's lease control asks the
 // marketplace scheduler to warn, stop or resume a renter's GPUs (also sent as
 // a signed webhook to GPUBILL_LEASE_CONTROL_URL). Nats-Msg-Id = event_id, one
-// per renter, currency, crossing and kind.
+// per renter, currency, crossing, kind and restore epoch (crossings restart
+// from a snapshot's at a restore, the epoch does not).
 type LeaseControl struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EventId         string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
