@@ -99,8 +99,12 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if err := s.lcfg.Check(); err != nil {
 		return nil, err
 	}
+	epoch, err := pg.RestoreEpoch(ctx, d.Pool, postgres.Schema)
+	if err != nil {
+		return nil, err
+	}
 	s.lease = &app.LeaseControl{Clock: d.Clock, Warn: s.lcfg.RunwayWarn, Log: d.Log.With("component", "lease-control"),
-		Wallets: &postgres.Wallets{Pool: d.Pool}, Store: postgres.LeaseStore{Pool: d.Pool, Webhooks: s.lcfg.URL != ""}}
+		Wallets: &postgres.Wallets{Pool: d.Pool}, Store: postgres.LeaseStore{Pool: d.Pool, Webhooks: s.lcfg.URL != ""}, Epoch: epoch}
 	return s, nil
 }
 
@@ -386,6 +390,9 @@ func ExportSegregatedFunds(ctx context.Context, pool *pgxpool.Pool, asOf *time.T
 
 // App exposes the use cases to tests and the CLI in this module.
 func (s *Service) App() *app.App { return s.app }
+
+// LeaseControl is the service's lease control (tests).
+func (s *Service) LeaseControl() *app.LeaseControl { return s.lease }
 
 // Reconciliations exposes the bank reconciliation use cases to tests in this module.
 func (s *Service) Reconciliations() *app.Reconciliations { return s.recons }

@@ -270,7 +270,11 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 			return nil, err
 		}
 	}
-	st, err := newStore(ctx, d, cfg)
+	epoch, err := pg.RestoreEpoch(ctx, d.Pool, postgres.Schema)
+	if err != nil {
+		return nil, err
+	}
+	st, err := newStore(ctx, d, cfg, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -287,20 +291,21 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	s.wireTopUps(cfg)
 	s.acts = &ports.Activities{App: s.payouts}
 	guard := ports.WebhookGuard{AllowPrivate: cfg.WebhookAllowPrivate}
-	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank, Defaults: settingDefaults(cfg)}
+	s.api = &ports.Server{Store: st, App: s.payouts, Clock: d.Clock, Flow: s.flow, Webhooks: guard, Bank: s.bank, Defaults: settingDefaults(cfg),
+		Epoch: epoch}
 	s.hooks = &ports.Deliverer{Store: st, Clock: d.Clock, Log: d.Log, Guard: guard}
 	return s, nil
 }
 
 // newStore opens payout's store with the webhook-secret box, sealing any
 // secret still stored in the clear and checking the box's key is the one
-// the secrets were sealed with.
-func newStore(ctx context.Context, d svc.Deps, cfg Config) (*postgres.Store, error) {
+// the secrets were sealed with; its events' ids carry the restore epoch.
+func newStore(ctx context.Context, d svc.Deps, cfg Config, epoch string) (*postgres.Store, error) {
 	box, err := webhookBox(cfg, d.Log)
 	if err != nil {
 		return nil, err
 	}
-	st := &postgres.Store{Pool: d.Pool, Event: ports.StatusChangedEvent, Cache: &postgres.PayoutCache{Pool: d.Pool, Log: d.Log}, Box: box}
+	st := &postgres.Store{Pool: d.Pool, Event: ports.StatusChangedEvent(epoch), Cache: &postgres.PayoutCache{Pool: d.Pool, Log: d.Log}, Box: box}
 	if n, err := st.SealLegacySecrets(ctx); err != nil {
 		return nil, fmt.Errorf("seal webhook secrets: %w", err)
 	} else if n > 0 {

@@ -38,6 +38,11 @@ type Result struct {
 	Requeued map[string]int64
 	// PayoutsRestarted is how many payouts get a new workflow.
 	PayoutsRestarted int64
+	// Epoch is the restore epoch given to the schemas in EpochSchemas
+	// (pkg/pg.NewRestoreEpoch): the ids and ETags their services issue
+	// from now on differ from any issued before the restore.
+	Epoch        string
+	EpochSchemas []string
 }
 
 // Restore loads the snapshot in dir into the database at dsn (created if
@@ -112,7 +117,10 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 
 // afterRestore readies a verified database for a new JetStream store and a
 // new Temporal, in one transaction: each schema's kept published messages go
-// back into its outbox, and payouts whose workflow had work get one again.
+// back into its outbox, payouts whose workflow had work get one again, and
+// every schema with a restore epoch gets a new one (versions and crossing
+// counts restart from the snapshot's: the ids and ETags built from them
+// carry the epoch, so none issued before the restore is issued again).
 // Step by step, a failure part way left some schemas' messages in
 // outbox_published (never sent again: that usage never charged) and payouts
 // marked started under a Temporal that never saw them, and a second restore
@@ -144,6 +152,10 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result) (err error) 
 			return err
 		}
 	}
+	epoch, epochSchemas, err := pg.NewRestoreEpoch(ctx, tx)
+	if err != nil {
+		return err
+	}
 	var hasPayout bool
 	if err := tx.QueryRow(ctx, `select to_regclass('payout.payouts') is not null`).Scan(&hasPayout); err != nil {
 		return err
@@ -160,7 +172,7 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result) (err error) 
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	res.Requeued, res.PayoutsRestarted = requeued, restarted
+	res.Requeued, res.PayoutsRestarted, res.Epoch, res.EpochSchemas = requeued, restarted, epoch, epochSchemas
 	return nil
 }
 

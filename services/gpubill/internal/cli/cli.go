@@ -531,6 +531,8 @@ func (r *restoreCmd) Run(e *env) error {
 	}
 	e.stdout.printf("  %d published messages back in their outboxes, %d payouts to restart, %d transaction ids consumed\n",
 		requeued, res.PayoutsRestarted, res.XidsAdvanced)
+	e.stdout.printf("  restore epoch %s (%s): ETags and event ids issued from now on differ from those issued before\n",
+		res.Epoch, strings.Join(res.EpochSchemas, ", "))
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -104,8 +106,23 @@ func (noCleanupT) Cleanup(func()) {}
 
 func newStack(t *testing.T, cfg payout.Config) *stack {
 	t.Helper()
+	return newStackOn(t, "", cfg)
+}
+
+// newStackOn is newStack on the database at dsn ("": a fresh one).
+func newStackOn(t *testing.T, dsn string, cfg payout.Config) *stack {
+	t.Helper()
 	ctx := context.Background()
-	pool, dsn := testkit.NewPool(t)
+	var pool *pgxpool.Pool
+	if dsn == "" {
+		pool, dsn = testkit.NewPool(t)
+	} else {
+		var err error
+		if pool, err = pg.Open(ctx, dsn, 16); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+	}
 	js := testkit.NewJetStream(t)
 	tc := sharedTemporal(t)
 	log := slog.New(slog.DiscardHandler)

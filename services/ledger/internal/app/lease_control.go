@@ -83,6 +83,8 @@ type LeaseControl struct {
 	Log     *slog.Logger
 	Wallets WalletReader
 	Store   LeaseControlStore
+	// Epoch is the ledger schema's restore epoch, in every event's id.
+	Epoch string
 }
 
 // WalletsMoved is one ledger.posted.renter message as the port read it:
@@ -161,6 +163,9 @@ func (lc *LeaseControl) Evaluate(ctx context.Context, tx LeaseControlTx, keys []
 		next, evs := domain.NextLease(w.Lease, w.Wallet, lc.warn(), now)
 		if next == w.Lease {
 			continue
+		}
+		for i := range evs {
+			evs[i].Epoch = lc.Epoch
 		}
 		saves = append(saves, LeaseSave{Key: domain.WalletKey{RenterID: w.RenterID, Currency: w.Currency}, Lease: next})
 		announced = append(announced, evs...)

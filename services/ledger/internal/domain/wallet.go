@@ -111,12 +111,16 @@ type LeaseEvent struct {
 	Crossing int64 // the stop it belongs to (a warning: the stops before it)
 	Seq      int64 // the crossing of a stop or resume, the warning's number
 	At       time.Time
+	// Epoch is the ledger schema's restore epoch (pkg/pg.RestoreEpoch):
+	// crossing and warning counts restart from a snapshot's at a restore,
+	// the epoch does not repeat.
+	Epoch string
 }
 
 // ID is the event's idempotency key: one per renter, currency, crossing (or
-// warning) and kind.
+// warning), kind and restore epoch.
 func (e LeaseEvent) ID() string {
-	return fmt.Sprintf("lease-%s-%s-%d-%s", e.Wallet.RenterID, e.Wallet.Currency, e.Seq, e.Kind)
+	return fmt.Sprintf("lease-%s-%s-%d-%s-r%s", e.Wallet.RenterID, e.Wallet.Currency, e.Seq, e.Kind, e.Epoch)
 }
 
 // NextLease moves lease control for a wallet: nothing left to spend (the

@@ -45,6 +45,9 @@ type Server struct {
 	Bank app.BankFiles
 	// Defaults are the payout settings' environment defaults.
 	Defaults Defaults
+	// Epoch is the payout schema's restore epoch (pkg/pg.RestoreEpoch),
+	// in every ETag.
+	Epoch string
 }
 
 func fmtAmt(cur string, d decimal.Decimal) string {
@@ -121,7 +124,7 @@ func conditional(ctx context.Context, tag string) bool {
 // GetPayout implements PayoutService. Providers see only their own; another's
 // payout is answered as not found. Polls are served from the store's cache
 // of payouts (no database round trip once a payout is cached); the ETag is
-// the payout's version.
+// the payout's version and the schema's restore epoch.
 func (s *Server) GetPayout(ctx context.Context, req *payoutv1.GetPayoutRequest) (*payoutv1.GetPayoutResponse, error) {
 	p, err := s.Store.PollPayout(ctx, req.PayoutId)
 	if err != nil {
@@ -130,19 +133,22 @@ func (s *Server) GetPayout(ctx context.Context, req *payoutv1.GetPayoutRequest) 
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, p.ProviderID); err != nil {
 		return nil, fmt.Errorf("payout %s: %w", req.PayoutId, apperr.ErrNotFound)
 	}
-	if conditional(ctx, payoutETag(p.ID, p.Version)) {
+	if conditional(ctx, payoutETag(p.ID, p.Version, s.Epoch)) {
 		return &payoutv1.GetPayoutResponse{}, nil
 	}
 	return &payoutv1.GetPayoutResponse{Payout: toProto(p)}, nil
 }
 
-// payoutETag is `"<payout id>.<version>"`.
-func payoutETag(id string, version int64) string {
-	b := make([]byte, 0, len(id)+24)
+// payoutETag is `"<payout id>.<version>.r<restore epoch>"`: versions
+// restart from a snapshot's at a restore, the epoch does not repeat.
+func payoutETag(id string, version int64, epoch string) string {
+	b := make([]byte, 0, len(id)+len(epoch)+26)
 	b = append(b, '"')
 	b = append(b, id...)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, version, 10)
+	b = append(b, ".r"...)
+	b = append(b, epoch...)
 	return string(append(b, '"'))
 }
 
@@ -173,7 +179,7 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%s|%d|%d|%d", req.ProviderId, req.CycleId, req.Status, before, n, count, versions))
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%s|%d|%d|%d|%s", req.ProviderId, req.CycleId, req.Status, before, n, count, versions, s.Epoch))
 	if conditional(ctx, `"l.`+hex.EncodeToString(h[:12])+`"`) {
 		return &payoutv1.ListProviderPayoutsResponse{}, nil
 	}

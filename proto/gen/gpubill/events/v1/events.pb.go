@@ -1138,7 +1138,9 @@ func (x *ProviderSettled) GetJurisdiction() string {
 
 // payout.status_changed.{provider}: a payout entered a status (or its
 // reason changed while it waits). Published through payout's outbox; the
-// message id is payout id + version.
+// message id is payout id + version + restore epoch
+// (payout-{id}-v{version}-r{epoch}): versions restart from a snapshot's at a
+// restore, the epoch does not, so compare versions only under one epoch.
 type PayoutStatusChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PayoutId      string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
@@ -1524,7 +1526,8 @@ func (x *GpuModelUpdated) GetUpdatedAt() *timestamppb.Timestamp {
 // lease.resume.allowed.{renter}: the ledger's lease control asks the
 // marketplace scheduler to warn, stop or resume a renter's GPUs (also sent as
 // a signed webhook to GPUBILL_LEASE_CONTROL_URL). Nats-Msg-Id = event_id, one
-// per renter, currency, crossing and kind.
+// per renter, currency, crossing, kind and restore epoch (crossings restart
+// from a snapshot's at a restore, the epoch does not).
 type LeaseControl struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EventId         string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`

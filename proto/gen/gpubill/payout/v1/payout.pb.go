@@ -2263,7 +2263,7 @@ type WebhookDelivery struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	DeliveryId     string                 `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
 	WebhookId      string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
-	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"` // payout id and version
+	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"` // payout id, version and restore epoch: payout-{id}-v{version}-r{epoch}
 	PayoutId       string                 `protobuf:"bytes,4,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
 	Status         string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"` // pending | delivered | failed (gave up)
 	Attempts       int32                  `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
