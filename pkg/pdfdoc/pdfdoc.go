@@ -1,8 +1,12 @@
 // Package pdfdoc writes the plain business documents gpubill renders as PDF
 // (invoices, reports) with go-pdf/fpdf: a title, label/value rows and
-// tables with right-aligned amount columns, on A4 in the core Helvetica
-// font (text is Latin-1; other runes print as '?'). Output is deterministic
-// for the same content and time (the document's dates are the one given).
+// tables with right-aligned amount columns, on A4. Text Windows-1252 holds
+// is in the core Helvetica (nothing embedded); any other text, Chinese
+// above all, in an embedded WenQuanYi Micro Hei (fonts/, only the glyphs
+// used go into the PDF); a rune neither has prints as its code point,
+// [U+0E01]. A cell's text wraps inside its column, never cut. Output is
+// deterministic for the same content and time (the document's dates are
+// the one given).
 package pdfdoc
 
 import (
@@ -38,7 +42,7 @@ type Column struct {
 // Doc is a document being written.
 type Doc struct {
 	pdf *fpdf.Fpdf
-	tr  func(string) string
+	w   *Writer
 }
 
 // New starts an A4 portrait document with its title, subject and date.
@@ -46,21 +50,22 @@ func New(title, subject string, at time.Time) *Doc {
 	p := fpdf.New("P", "mm", "A4", "")
 	p.SetMargins(marginMM, marginMM, marginMM)
 	p.SetAutoPageBreak(true, marginMM)
-	p.SetTitle(title, false)
-	p.SetSubject(subject, false)
+	p.SetTitle(title, true)
+	p.SetSubject(subject, true)
 	p.SetCreator("gpubill", false)
 	p.SetCreationDate(at)
 	p.SetModificationDate(at)
 	p.AliasNbPages("")
-	d := &Doc{pdf: p, tr: p.UnicodeTranslatorFromDescriptor("")}
+	d := &Doc{pdf: p, w: NewWriter(p)}
+	foot := NewWriter(p) // a writer of its own: a page may start inside one of d.w's rows
 	p.SetFooterFunc(func() {
 		p.SetY(-marginMM)
-		p.SetFont("Helvetica", "", bodyPt-1)
-		p.CellFormat(0, lineMM, d.tr(fmt.Sprintf("%s - page %d of {nb}", title, p.PageNo())), "", 0, "C", false, 0, "")
+		foot.SetFont("", bodyPt-1)
+		foot.Line(0, lineMM, fmt.Sprintf("%s - page %d of {nb}", title, p.PageNo()), "", 0, "C")
 	})
 	p.AddPage()
-	p.SetFont("Helvetica", "B", titlePt)
-	p.CellFormat(0, lineMM*1.5, d.tr(title), "", 1, "L", false, 0, "")
+	d.w.SetFont("B", titlePt)
+	d.w.Row([]Cell{{Text: title}}, lineMM*1.5, "")
 	p.Ln(lineMM / 2)
 	return d
 }
@@ -68,49 +73,53 @@ func New(title, subject string, at time.Time) *Doc {
 // Heading writes a section heading.
 func (d *Doc) Heading(s string) {
 	d.pdf.Ln(lineMM / 2)
-	d.pdf.SetFont("Helvetica", "B", headingPt)
-	d.pdf.CellFormat(0, lineMM, d.tr(s), "", 1, "L", false, 0, "")
+	d.w.SetFont("B", headingPt)
+	d.w.Row([]Cell{{Text: s}}, lineMM, "")
 }
 
-// Field writes one "label  value" row.
+// Field writes one "label  value" row, the value wrapped inside what is
+// left of the line.
 func (d *Doc) Field(label, value string) {
-	d.pdf.SetFont("Helvetica", "", bodyPt)
-	d.pdf.CellFormat(labelWidthMM, lineMM, d.tr(label), "", 0, "L", false, 0, "")
-	d.pdf.SetFont("Helvetica", "B", bodyPt)
-	d.pdf.CellFormat(0, lineMM, d.tr(value), "", 1, "L", false, 0, "")
+	d.w.SetFont("", bodyPt)
+	d.w.Row([]Cell{{Text: label, Width: labelWidthMM}, {Text: value, Bold: true}}, lineMM, "")
 }
 
 // Text writes a paragraph.
 func (d *Doc) Text(s string) {
-	d.pdf.SetFont("Helvetica", "", bodyPt)
-	d.pdf.MultiCell(0, lineMM-1, d.tr(s), "", "L", false)
+	d.w.SetFont("", bodyPt)
+	d.w.Row([]Cell{{Text: s}}, lineMM-1, "")
 }
 
-// Table writes a table with a header row; each row has one cell per column.
+// Table writes a table with a header row, repeated at the top of each page
+// it goes on to; each row has one cell per column, its text wrapped inside
+// the column (an amount is first written smaller, to stay on one line).
 func (d *Doc) Table(cols []Column, rows [][]string) {
-	row := func(cells []string, style string, border string) {
-		d.pdf.SetFont("Helvetica", style, bodyPt)
-		for i, c := range cols {
-			align := "L"
-			if c.Right {
-				align = "R"
-			}
-			text := ""
-			if i < len(cells) {
-				text = cells[i]
-			}
-			FitCell(d.pdf, c.Width*contentWidth, lineMM, d.tr(text), border, 0, align)
-		}
-		d.pdf.Ln(-1)
-	}
-	hdr := make([]string, len(cols))
+	hdr := make([]Cell, len(cols))
 	for i, c := range cols {
-		hdr[i] = c.Header
+		hdr[i] = Cell{Text: c.Header, Width: c.Width * contentWidth, Amount: c.Right}
+	}
+	header := func() {
+		d.w.SetFont("B", bodyPt)
+		d.w.Row(hdr, lineMM, "B")
+		d.w.SetFont("", bodyPt)
 	}
 	d.pdf.SetCellMargin(cellPaddingMM)
-	row(hdr, "B", "B")
+	// A header with no row under it goes to the next page with the rows.
+	if _, pageH := d.pdf.GetPageSize(); d.pdf.GetY()+2*lineMM > pageH-marginMM {
+		d.pdf.AddPage()
+	}
+	header()
+	d.w.SetPaging(d.w.bottom, func() { d.pdf.AddPage(); header() })
+	defer d.w.SetPaging(d.w.bottom, d.pdf.AddPage)
 	for _, r := range rows {
-		row(r, "", "")
+		cells := make([]Cell, len(cols))
+		for i, c := range cols {
+			cells[i] = Cell{Width: c.Width * contentWidth, Amount: c.Right}
+			if i < len(r) {
+				cells[i].Text = r[i]
+			}
+		}
+		d.w.Row(cells, lineMM, "")
 	}
 }
 
@@ -125,33 +134,25 @@ func cellWidth(p *fpdf.Fpdf, w float64) float64 {
 	return pageW - right - p.GetX()
 }
 
-// minFitPt is the smallest font FitCell shrinks a cell's text to.
+// minFitPt is the smallest font an amount is shrunk to before it wraps.
 const minFitPt = 4
 
 // FitSize is the font size, at most the current one and at least minFitPt,
-// at which text fits a cell w wide (its margins taken off).
+// at which text (as fpdf takes it in the current font) fits a cell w wide
+// (its margins taken off).
 func FitSize(p *fpdf.Fpdf, text string, w float64) float64 {
 	pt, _ := p.GetFontSize()
-	room := w - 2*p.GetCellMargin()
-	width := p.GetStringWidth(text)
+	return fitPt(pt, w-2*p.GetCellMargin(), p.GetStringWidth(text))
+}
+
+// fitPt is the font size, at most pt and at least minFitPt, at which a text
+// width wide at pt fits room.
+func fitPt(pt, room, width float64) float64 {
 	if width <= room || width == 0 {
 		return pt
 	}
 	// The width of a string scales with the font size.
 	return max(minFitPt, pt*room/width)
-}
-
-// FitCell writes a cell as CellFormat does (no fill, no link), its text in
-// a smaller font when it is wider than the cell (w 0: to the right
-// margin): an amount of 18 decimals
-// in a column sized for yuan printed over its neighbours' figures.
-func FitCell(p *fpdf.Fpdf, w, h float64, text, border string, ln int, align string) {
-	pt, _ := p.GetFontSize()
-	if size := FitSize(p, text, cellWidth(p, w)); size < pt {
-		p.SetFontSize(size)
-		defer p.SetFontSize(pt)
-	}
-	p.CellFormat(w, h, text, border, ln, align, false, 0, "")
 }
 
 // Bytes finishes the document and returns it.

@@ -9,7 +9,7 @@ import (
 
 // An amount wider than its cell is written smaller, to fit: an ETH amount
 // (18 decimals) in a column sized for yuan printed over its neighbours'
-// figures. The font is as it was after the cell.
+// figures. It stays on one line, and the font is as it was after the cell.
 func TestFitCellShrinksWhatDoesNotFit(t *testing.T) {
 	p := fpdf.New("P", "mm", "A4", "")
 	p.SetMargins(marginMM, marginMM, marginMM)
@@ -31,9 +31,13 @@ func TestFitCellShrinksWhatDoesNotFit(t *testing.T) {
 	if size := FitSize(p, cny, w); size != 8 {
 		t.Fatalf("a yuan amount that fits: %.2f pt, want 8 (as it was)", size)
 	}
-	FitCell(p, w, 5, eth, "", 1, "R")
+	y := p.GetY()
+	NewWriter(p).Row([]Cell{{Text: eth, Width: w, Amount: true}}, 5, "")
 	if pt, _ := p.GetFontSize(); pt != 8 {
 		t.Fatalf("after the cell the font is %.2f pt, want 8 again", pt)
+	}
+	if h := p.GetY() - y; h != 5 {
+		t.Fatalf("the amount's row is %.1f mm high: wrapped, not written smaller on its one 5 mm line", h)
 	}
 	// A cell to the right margin (w 0) is as wide as what is left of the
 	// line: from 60 mm in, 135 mm on A4 with 15 mm margins.

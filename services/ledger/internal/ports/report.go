@@ -206,11 +206,13 @@ func reportCSV(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 }
 
 // reportPDF: page 1 is the summary an auditor signs (figures, verdict,
-// statements, breaches, the journal head); the client lines follow.
+// statements, breaches, the journal head); the client lines follow. Text
+// columns wrap inside their width: ids print whole, and in the embedded
+// font when Helvetica's code page does not hold them (pdfdoc.Writer).
 func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]byte, error) {
 	pdf := fpdf.New("P", "mm", "A4", "")
 	asOf := r.GetAsOf().AsTime().Format(time.RFC3339)
-	pdf.SetTitle("Segregated funds report "+r.Currency+" as of "+asOf, false)
+	pdf.SetTitle("Segregated funds report "+r.Currency+" as of "+asOf, true)
 	pdf.SetCreator("gpubill", false)
 	pdf.SetAutoPageBreak(false, 12)
 	pdf.AliasNbPages("")
@@ -220,13 +222,14 @@ func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 		pdf.CellFormat(0, 4, fmt.Sprintf("gpubill segregated funds %s as of %s - page %d of {nb}", r.Currency,
 			asOf, pdf.PageNo()), "", 0, "C", false, 0, "")
 	})
+	w := pdfdoc.NewWriter(pdf)
 	pdf.AddPage()
 	pdfSummary(pdf, r)
-	pdfTotals(pdf, r)
+	pdfTotals(pdf, w, r)
 	// The rest of page 1: statements, then breaches, as many as fit.
-	pdfStatements(pdf, r)
-	pdfBreaches(pdf, r)
-	pdfClients(pdf, r, progress)
+	pdfStatements(pdf, w, r)
+	pdfBreaches(pdf, w, r)
+	pdfClients(pdf, w, r, progress)
 	var buf bytes.Buffer
 	if err := pdf.Output(&buf); err != nil {
 		return nil, err
@@ -234,8 +237,12 @@ func reportPDF(r *ledgerv1.SegregatedFundsReport, progress func(int, int)) ([]by
 	return buf.Bytes(), nil
 }
 
-// pdfSummaryBottom is where page 1's lists stop (mm from the top).
-const pdfSummaryBottom = 270.0
+// Where page 1's lists stop (mm from the top): the statements leave room
+// for the breaches, the breaches for a line saying how many more there are.
+const (
+	pdfStatementsBottom = 255.0
+	pdfBreachesBottom   = 275.0
+)
 
 // pdfSummary writes the title and the figures an auditor signs.
 func pdfSummary(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
@@ -272,38 +279,34 @@ func pdfSummary(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
 }
 
 // pdfTotals writes the totals per section.
-func pdfTotals(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
+func pdfTotals(pdf *fpdf.Fpdf, w *pdfdoc.Writer, r *ledgerv1.SegregatedFundsReport) {
 	pdf.Ln(3)
 	pdf.SetFont("Helvetica", "B", 10)
 	pdf.CellFormat(0, 6, "Totals per section", "", 1, "L", false, 0, "")
-	pdf.SetFont("Helvetica", "", 8)
+	w.SetFont("", 8)
 	for _, l := range r.Lines {
-		pdf.CellFormat(22, 5, l.Section, "", 0, "L", false, 0, "")
-		pdf.CellFormat(48, 5, clip(l.Account, 34), "", 0, "L", false, 0, "")
-		pdf.CellFormat(85, 5, clip(l.Description, 64), "", 0, "L", false, 0, "")
-		pdfdoc.FitCell(pdf, 0, 5, l.Amount, "", 1, "R")
+		w.Row([]pdfdoc.Cell{{Text: l.Section, Width: 22}, {Text: l.Account, Width: 48}, {Text: l.Description, Width: 85},
+			{Text: l.Amount, Amount: true}}, 5, "")
 	}
 }
 
 // pdfStatements writes the bank statements counted, as many as fit on page 1.
-func pdfStatements(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
+func pdfStatements(pdf *fpdf.Fpdf, w *pdfdoc.Writer, r *ledgerv1.SegregatedFundsReport) {
 	if len(r.BankStatements) == 0 {
 		return
 	}
 	pdf.Ln(2)
 	pdf.SetFont("Helvetica", "B", 10)
 	pdf.CellFormat(0, 6, "Bank statements counted", "", 1, "L", false, 0, "")
-	pdf.SetFont("Helvetica", "", 8)
-	tr := pdf.UnicodeTranslatorFromDescriptor("") // ids are the bank's: cp1252 for the core font
+	w.SetFont("", 8)
 	for i, st := range r.BankStatements {
-		if pdf.GetY() > pdfSummaryBottom-20 {
+		cells := []pdfdoc.Cell{{Text: st.StatementId, Width: 55}, {Text: st.Account, Width: 55},
+			{Text: st.GetClosingAt().AsTime().Format(time.RFC3339), Width: 45}, {Text: st.ClosingBalance, Amount: true}}
+		if pdf.GetY()+w.RowHeight(cells, 5) > pdfStatementsBottom {
 			pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.BankStatements)-i), "", 1, "L", false, 0, "")
 			return
 		}
-		pdf.CellFormat(55, 5, tr(clip(st.StatementId, 40)), "", 0, "L", false, 0, "")
-		pdf.CellFormat(55, 5, tr(clip(st.Account, 40)), "", 0, "L", false, 0, "")
-		pdf.CellFormat(45, 5, st.GetClosingAt().AsTime().Format(time.RFC3339), "", 0, "L", false, 0, "")
-		pdf.CellFormat(0, 5, st.ClosingBalance, "", 1, "R", false, 0, "")
+		w.Row(cells, 5, "")
 	}
 }
 
@@ -317,50 +320,52 @@ func breachesCount(r *ledgerv1.SegregatedFundsReport) string {
 }
 
 // pdfBreaches writes the segregation breaches, as many as fit on page 1.
-func pdfBreaches(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport) {
+func pdfBreaches(pdf *fpdf.Fpdf, w *pdfdoc.Writer, r *ledgerv1.SegregatedFundsReport) {
 	if len(r.Breaches) == 0 {
 		return
 	}
 	pdf.Ln(2)
 	pdf.SetFont("Helvetica", "B", 10)
 	pdf.CellFormat(0, 6, "Segregation breaches (transaction ids)", "", 1, "L", false, 0, "")
-	pdf.SetFont("Helvetica", "", 8)
+	w.SetFont("", 8)
 	for i, b := range r.Breaches {
-		if pdf.GetY() > pdfSummaryBottom {
+		cells := []pdfdoc.Cell{{Text: b.TransactionId, Width: 70}, {Text: b.Account, Width: 55},
+			{Text: b.FromPool + " -> " + b.ToPool, Width: 30}, {Text: b.Amount, Amount: true}}
+		if pdf.GetY()+w.RowHeight(cells, 5) > pdfBreachesBottom {
 			pdf.CellFormat(0, 5, fmt.Sprintf("... and %d more (see the JSON or CSV form)", len(r.Breaches)-i), "", 1, "L", false, 0, "")
 			return
 		}
-		pdf.CellFormat(70, 5, b.TransactionId, "", 0, "L", false, 0, "")
-		pdf.CellFormat(55, 5, clip(b.Account, 40), "", 0, "L", false, 0, "")
-		pdf.CellFormat(30, 5, b.FromPool+" -> "+b.ToPool, "", 0, "L", false, 0, "")
-		pdf.CellFormat(0, 5, b.Amount, "", 1, "R", false, 0, "")
+		w.Row(cells, 5, "")
 	}
 }
 
-// The client lines' columns.
+// The client lines' columns, and where they stop on a page (mm from the
+// top; the footer is at 287).
 var (
 	pdfClientWidths = []float64{18, 52, 24, 24, 24, 24, 24}
 	pdfClientHeader = []string{"kind", "client", "wallet", "pending", "available", "in transit", "total"}
 )
 
+const pdfClientsBottom = 283.0
+
 // pdfClients writes the client lines from page 2 on, the column header on
-// every page.
-func pdfClients(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport, progress func(int, int)) {
+// every page. A client id wraps inside its column: 64-character ids were
+// cut to 36 and two of them printed the same.
+func pdfClients(pdf *fpdf.Fpdf, w *pdfdoc.Writer, r *ledgerv1.SegregatedFundsReport, progress func(int, int)) {
 	pdf.AddPage()
 	pdf.SetFont("Helvetica", "B", 11)
 	pdf.CellFormat(0, 7, fmt.Sprintf("Client lines (%d)", len(r.Clients)), "", 1, "L", false, 0, "")
-	pdf.SetY(pdf.GetY() - 5)
-	pdf.SetFont("Helvetica", "", 8)
-	_, pageH := pdf.GetPageSize()
+	header := func() {
+		w.SetFont("B", 8)
+		w.Row(pdfClientCells(pdfClientHeader), 5, "B")
+		w.SetFont("", 8)
+	}
+	if len(r.Clients) > 0 {
+		header()
+	}
+	w.SetPaging(pdfClientsBottom, func() { pdf.AddPage(); header() })
 	for i, c := range r.Clients {
-		if i == 0 {
-			pdf.Ln(5)
-			pdfClientRow(pdf, pdfClientHeader, true)
-		} else if pdf.GetY() > pageH-18 {
-			pdf.AddPage()
-			pdfClientRow(pdf, pdfClientHeader, true)
-		}
-		pdfClientRow(pdf, []string{c.Kind, clip(c.ClientId, 36), c.Wallet, c.Pending, c.Available, c.InTransit, c.Total}, false)
+		w.Row(pdfClientCells([]string{c.Kind, c.ClientId, c.Wallet, c.Pending, c.Available, c.InTransit, c.Total}), 4.2, "")
 		if (i+1)%progressEvery == 0 {
 			progress(i+1, len(r.Clients))
 		}
@@ -368,33 +373,12 @@ func pdfClients(pdf *fpdf.Fpdf, r *ledgerv1.SegregatedFundsReport, progress func
 	progress(len(r.Clients), len(r.Clients))
 }
 
-// pdfClientRow writes one row of the client table, text columns left,
-// amounts right. The header is bold, underlined and 5 mm high; the rows
-// after it are in the regular font it sets back.
-func pdfClientRow(pdf *fpdf.Fpdf, cells []string, header bool) {
-	height, border := 4.2, ""
-	if header {
-		height, border = 5, "B"
-		pdf.SetFont("Helvetica", "B", 8)
+// pdfClientCells is a row of the client table: text columns left, amounts
+// right.
+func pdfClientCells(texts []string) []pdfdoc.Cell {
+	cells := make([]pdfdoc.Cell, len(texts))
+	for j, v := range texts {
+		cells[j] = pdfdoc.Cell{Text: v, Width: pdfClientWidths[j], Amount: j >= 2}
 	}
-	for j, v := range cells {
-		align := "R"
-		if j < 2 {
-			align = "L"
-		}
-		pdfdoc.FitCell(pdf, pdfClientWidths[j], height, v, border, 0, align)
-	}
-	pdf.Ln(-1)
-	if header {
-		pdf.SetFont("Helvetica", "", 8)
-	}
-}
-
-// clip shortens s to n runes for a fixed-width cell.
-func clip(s string, n int) string {
-	rs := []rune(s)
-	if len(rs) <= n {
-		return s
-	}
-	return string(rs[:n-1]) + "~"
+	return cells
 }
