@@ -29,6 +29,9 @@ type Store interface {
 	// CompleteCycle marks a closing cycle settled once every settlement of
 	// it is, and reports whether it is settled.
 	CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error)
+	// UnsettledCycles lists the cycles recorded and not settled, with
+	// their status.
+	UnsettledCycles(ctx context.Context) ([]CycleInfo, error)
 	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, rate decimal.NullDecimal, items []domain.PreparedItem, err error)
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 }
