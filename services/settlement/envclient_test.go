@@ -7,6 +7,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/gpubill/gpubill/services/settlement/internal/app"
 )
 
 // envClient is the Temporal client of the API and the activities in the
@@ -35,6 +37,14 @@ func (c *envClient) live(id string, env *testsuite.TestWorkflowEnvironment) {
 	if env == nil {
 		c.liveID = ""
 	}
+}
+
+// started is the input of the cycle workflow started as id.
+func (c *envClient) started(id string) (app.CycleInput, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in, ok := c.starts[id].(app.CycleInput)
+	return in, ok
 }
 
 // record notes a start of id; a start of the live run joins it.

@@ -247,10 +247,11 @@ func (s *Service) StartCycles(ctx context.Context) error {
 // Run hosts the Temporal worker, the party consumer and the outbox relay
 // until ctx ends. At start-up (unless WithoutStartupCycles) it starts the
 // cycles' workflows and creates (or updates) the Temporal Schedules: the
-// daily cycle opener (settle-{cycle} for the current and the next cycle)
-// the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
-// tax zone), the monthly renter invoices (01:00 on the 1st there) and the
-// daily bank reconciliation (06:00 in the tax zone).
+// daily cycle opener (settle-{cycle} for the current and the next cycle
+// and every cycle not settled), the monthly tax remittance
+// (remit-{YYYY-MM}, 02:00 on the 1st in the tax zone), the monthly renter
+// invoices (01:00 on the 1st there) and the daily bank reconciliation
+// (06:00 in the tax zone).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {
