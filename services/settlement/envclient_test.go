@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"sync"
 
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
@@ -23,10 +27,13 @@ type envClient struct {
 	liveID string                             // the workflow id the environment runs now ("" none)
 	env    *testsuite.TestWorkflowEnvironment // its run
 	starts map[string]any                     // the input of each run started (by id), for the test to run
+	// DescribeWorkflowExecution's answers and a failed run's error, by id.
+	outcome map[string]*workflowservice.DescribeWorkflowExecutionResponse
+	failure map[string]error
 }
 
 func newEnvClient() *envClient {
-	return &envClient{starts: map[string]any{}}
+	return &envClient{starts: map[string]any{}, outcome: map[string]*workflowservice.DescribeWorkflowExecutionResponse{}, failure: map[string]error{}}
 }
 
 // live makes env the running run of id (nil env: none runs).
@@ -77,4 +84,47 @@ func (c *envClient) SignalWithStartWorkflow(_ context.Context, id, signal string
 		env.SignalWorkflow(signal, arg)
 	}
 	return nil, err
+}
+
+func (c *envClient) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.outcome[id]
+	if !ok {
+		return nil, fmt.Errorf("envClient: no run of %s", id)
+	}
+	return d, nil
+}
+
+func (c *envClient) GetWorkflow(_ context.Context, id, runID string) client.WorkflowRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return failedRun{id: id, runID: runID, err: c.failure[id]}
+}
+
+// fail makes id's latest run one that failed with err.
+func (c *envClient) fail(id, runID string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outcome[id] = &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
+		Status:    enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+	}}
+	c.failure[id] = err
+}
+
+// failedRun is a run that ended with err.
+type failedRun struct {
+	client.WorkflowRun
+	id, runID string
+	err       error
+}
+
+func (r failedRun) GetID() string    { return r.id }
+func (r failedRun) GetRunID() string { return r.runID }
+func (r failedRun) Get(context.Context, any) error {
+	if r.err == nil {
+		return fmt.Errorf("envClient: run %s of %s did not fail", r.runID, r.id)
+	}
+	return r.err
 }
