@@ -48,5 +48,14 @@ func Metrics() []obs.SQLMetric {
 					or exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending')
 					or not exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status <> 'settled'))`,
 		},
+		{
+			// A cycle closes at its closes_at (its workflow's timer): one
+			// still open past it has no run waiting for its close (ended or
+			// stuck before it), which the closing gauge above cannot see.
+			Name: "gpubill_settlement_open_past_close_seconds", Type: obs.Gauge, Labels: nil,
+			Help: "Seconds since the close time (end plus grace) of the oldest cycle still open past it; 0 when none.",
+			Query: `select coalesce(max(extract(epoch from now() - closes_at)), 0)::float8 from settlement.cycles
+				where status = 'open' and closes_at < now()`,
+		},
 	}
 }

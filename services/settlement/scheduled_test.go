@@ -3,9 +3,11 @@ package settlement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -348,4 +350,87 @@ func TestSchedulesAtStartup(t *testing.T) {
 	testkit.Eventually(t, 60*time.Second, func() bool { return workflowExists(t, tc, domain.CycleWorkflowID(after.ID)) },
 		"the triggered opener started the next cycle's workflow")
 	recordOpenerHistory(t, tc)
+}
+
+// A cycle whose run ended before its close (terminated, failed, or
+// cancelled while it waited) is started again by the daily opener once
+// the calendar has moved past it, and its close then settles it; meanwhile
+// gpubill_settlement_open_past_close_seconds counts how long it has been
+// open past its close. The opener started only the current and the next
+// cycle's workflows: the cycle stayed open for good, its providers'
+// earnings pending, and no gauge or alert showed it.
+func TestOpenerRestartsACycleWhoseRunEndedBeforeItsClose(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	tc := newEnvClient()
+	f.s.tc, f.s.api.Temporal, f.s.acts.Temporal = tc, tc, tc
+	const providers = 2
+	f.seed(t, cycle1.ID, providers)
+	ctx := context.Background()
+
+	// settle-{cycle1} records its cycle open and waits for its close; an
+	// hour in, it ends.
+	var suite testsuite.WorkflowTestSuite
+	env := newTestEnv(&suite)
+	env.SetStartTime(startAt)
+	Register(env, f.s.acts, f.s.d.TaxPeriods)
+	env.OnActivity(app.ActStartNextCycle, mock.Anything, mock.Anything).Return(nil)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+	env.ExecuteWorkflow(app.CycleWorkflowName, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes})
+	if err := env.GetWorkflowError(); !temporal.IsCanceledError(err) {
+		t.Fatalf("cycle run ended with %v, want cancelled", err)
+	}
+	if st := cycleStatus(t, f); st != domain.CycleOpen {
+		t.Fatalf("cycle %s after its run ended, want open", st)
+	}
+	// The gauge reads the database's clock (the machine's), long past
+	// cycle1's close.
+	want := time.Since(cycle1.Closes).Seconds()
+	if want < 3600 {
+		t.Fatalf("the machine's clock is %s, not past %s's close by an hour: the gauge's check proves nothing", time.Now(), cycle1.ID)
+	}
+	if got := openPastClose(t, f); got < want-60 || got > want+60 {
+		t.Errorf("open_past_close_seconds = %.0f with %s open since its close %s, want %.0f", got, cycle1.ID, cycle1.Closes, want)
+	}
+
+	f.clock.Set(cycle1.Closes.Add(24 * time.Hour)) // the next day's opener
+	ids, err := f.s.acts.EnsureCycleWorkflows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok := tc.started(domain.CycleWorkflowID(cycle1.ID))
+	if !ok {
+		t.Fatalf("the opener started %v, not %s, whose cycle is open past its close", ids, domain.CycleWorkflowID(cycle1.ID))
+	}
+	runCycle(t, f, in, nil)
+	if st := cycleStatus(t, f); st != domain.CycleSettled {
+		t.Fatalf("cycle %s after the run the opener started, want settled", st)
+	}
+	for i := range providers {
+		p := fmt.Sprintf("p-%05d", i)
+		if b := f.ledger.Balance(domain.PendingAccount(p, cycle1.ID), "CNY"); !b.IsZero() {
+			t.Errorf("%s pending = %s, want 0", p, b)
+		}
+	}
+	if got := openPastClose(t, f); got != 0 {
+		t.Errorf("open_past_close_seconds = %v with no cycle open, want 0", got)
+	}
+}
+
+// openPastClose reads gpubill_settlement_open_past_close_seconds as a
+// scrape does.
+func openPastClose(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	for _, m := range Metrics() {
+		if m.Name != "gpubill_settlement_open_past_close_seconds" {
+			continue
+		}
+		var v float64
+		if err := f.s.d.Pool.QueryRow(context.Background(), m.Query).Scan(&v); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		return v
+	}
+	t.Error("no metric gpubill_settlement_open_past_close_seconds")
+	return -1
 }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"go.temporal.io/sdk/log"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
@@ -234,44 +234,24 @@ func Register(r interface {
 
 // StartCycles starts the workflows of the current cycle, the previous one
 // (it may still be in its grace period) and any cycle settlement knows that
-// is not settled yet. Each start is idempotent.
+// is not settled yet; a closing cycle's settlement is run again (its run in
+// flight, if any, is asked for another pass). Each start is idempotent. A
+// cycle not settled that the configured calendar does not cut fails it.
 func (s *Service) StartCycles(ctx context.Context) error {
 	cur := s.d.Calendar.At(s.d.Clock.Now())
 	prev := s.d.Calendar.At(cur.Start.Add(-1))
-	ids, err := s.store.UnsettledCycles(ctx)
-	if err != nil {
-		return err
-	}
-	todo := map[string]bool{cur.ID: true, prev.ID: true}
-	for _, id := range ids {
-		todo[id] = true
-	}
-	for id := range todo {
-		cy, err := s.d.Calendar.Parse(id)
-		if err != nil {
-			// A cycle settlement knows and has not settled that the
-			// configured calendar does not cut (GPUBILL_CYCLE_DAYS or
-			// _ANCHOR changed): skipped with a warning, its providers'
-			// pending earnings never settled, and the cycle stayed open
-			// with no alert.
-			return fmt.Errorf("cycle %s is not settled and the configured calendar (GPUBILL_CYCLE_ANCHOR %s, GPUBILL_CYCLE_DAYS %d) "+
-				"does not cut it: %v; start settlement with the calendar that cut it",
-				id, s.d.Calendar.Anchor.Format(time.DateOnly), s.d.Calendar.LengthDays, err)
-		}
-		if err := ports.StartCycleWorkflow(ctx, s.tc, s.queue, cy, s.batch, s.window); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := s.acts.StartCycles(ctx, []cycles.Cycle{cur, prev}, "start-up")
+	return err
 }
 
 // Run hosts the Temporal worker, the party consumer and the outbox relay
 // until ctx ends. At start-up (unless WithoutStartupCycles) it starts the
 // cycles' workflows and creates (or updates) the Temporal Schedules: the
-// daily cycle opener (settle-{cycle} for the current and the next cycle)
-// the monthly tax remittance (remit-{YYYY-MM}, 02:00 on the 1st in the
-// tax zone), the monthly renter invoices (01:00 on the 1st there) and the
-// daily bank reconciliation (06:00 in the tax zone).
+// daily cycle opener (settle-{cycle} for the current and the next cycle
+// and every cycle not settled), the monthly tax remittance
+// (remit-{YYYY-MM}, 02:00 on the 1st in the tax zone), the monthly renter
+// invoices (01:00 on the 1st there) and the daily bank reconciliation
+// (06:00 in the tax zone).
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {

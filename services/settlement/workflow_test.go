@@ -146,6 +146,18 @@ func runCycle(t *testing.T, f *fixture, in app.CycleInput, setup func(env *tests
 // Progress is the tally of the runs before it).
 func runCycleWith(t *testing.T, f *fixture, in app.CycleInput, setup, register func(env *testsuite.TestWorkflowEnvironment)) (runs int, firstEnd time.Time, last app.CycleInput) {
 	t.Helper()
+	return runCycleEach(t, in, register, func(env *testsuite.TestWorkflowEnvironment, run int, _ app.CycleInput) {
+		if setup != nil && run == 1 {
+			setup(env)
+		}
+	})
+}
+
+// runCycleEach is runCycleWith with each called before every run, given
+// the run's number and input.
+func runCycleEach(t *testing.T, in app.CycleInput, register func(env *testsuite.TestWorkflowEnvironment),
+	each func(env *testsuite.TestWorkflowEnvironment, run int, in app.CycleInput)) (runs int, firstEnd time.Time, last app.CycleInput) {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	for {
 		runs++
@@ -156,9 +168,7 @@ func runCycleWith(t *testing.T, f *fixture, in app.CycleInput, setup, register f
 		env.SetStartTime(startAt)
 		register(env)
 		env.OnActivity(app.ActStartNextCycle, mock.Anything, mock.Anything).Return(nil)
-		if setup != nil && runs == 1 {
-			setup(env)
-		}
+		each(env, runs, in)
 		env.ExecuteWorkflow(app.CycleWorkflowName, in)
 		if !env.IsWorkflowCompleted() {
 			t.Fatal("cycle workflow not completed")

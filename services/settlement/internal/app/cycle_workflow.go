@@ -46,6 +46,16 @@ const (
 	versionStarted = 2
 )
 
+// Version of a pass's end (workflow.GetVersion, recorded only when a
+// rerun was asked for and the cycle is not settled): DefaultVersion runs
+// (before SignalRerun) end there; versionRerun runs start another pass
+// over the providers. A run that ended before it, with a rerun signal in
+// its history, replays as it ran.
+const (
+	changeRerun  = "rerun"
+	versionRerun = 1
+)
+
 // pageActivity runs SettleProviders: a page of provider workflows, each
 // retrying its own transient failures for up to a day. The activity
 // heartbeats while it waits, so a worker that dies mid-page is noticed
@@ -64,6 +74,11 @@ var pageActivity = workflow.ActivityOptions{
 // per run, at most Window provider workflows (settle-{cycle}-{provider}) in
 // flight, continuing as new between pages so the history stays small (a
 // run of the current version is about 20 events, whatever the page size).
+// A pass over the pages never returns to one it has done: a rerun signal
+// (SignalRerun: a close request on the closing cycle, settlement's
+// start-up, the daily opener) received during a pass starts another pass
+// once it is done if the cycle is not settled, so a provider that failed
+// on an earlier page, its cause gone since, is settled.
 func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	if in.BatchSize <= 0 || in.BatchSize > BatchSizeMax {
 		in.BatchSize = BatchSizeDefault
@@ -77,6 +92,7 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 		return err
 	}
 	closeCh := workflow.GetSignalChannel(ctx, SignalClose)
+	rerunCh := workflow.GetSignalChannel(ctx, SignalRerun)
 	actx := workflow.WithActivityOptions(ctx, cycleActivity)
 
 	if in.Phase == "" || in.Phase == PhaseWait {
@@ -86,26 +102,18 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 		}
 		in.Phase = PhaseSettle
 	}
+	if in.After == "" {
+		// A pass begins: a rerun asked for before it is this pass.
+		receiveRerun(rerunCh)
+		in.Rerun = ""
+	}
 
 	var batch []string
 	if err := workflow.ExecuteActivity(actx, ActNextProviders, NextProvidersInput{CycleID: in.CycleID, After: in.After, Limit: in.BatchSize}).Get(ctx, &batch); err != nil {
 		return fmt.Errorf("next providers of %s: %w", in.CycleID, err)
 	}
 	if len(batch) == 0 {
-		var settled bool
-		if err := workflow.ExecuteActivity(actx, ActCompleteCycle, in.CycleID).Get(ctx, &settled); err != nil {
-			return fmt.Errorf("complete cycle %s: %w", in.CycleID, err)
-		}
-		log := workflow.GetLogger(ctx).Info
-		msg := "cycle settled"
-		if !settled {
-			// Held or failed providers keep the cycle closing: a release
-			// or a close request settles them.
-			log, msg = workflow.GetLogger(ctx).Warn, "cycle stays closing: providers held or failed"
-		}
-		log(msg, "cycle", in.CycleID, "providers", progress.Providers,
-			"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
-		return nil
+		return endPass(ctx, actx, closeCh, rerunCh, in, progress)
 	}
 	switch workflow.GetVersion(ctx, changeWindow, workflow.DefaultVersion, versionStarted) {
 	case workflow.DefaultVersion:
@@ -119,12 +127,64 @@ func CycleWorkflow(ctx workflow.Context, in CycleInput) error {
 	}
 
 	// Signals sent during this run would be lost across continue-as-new:
-	// drain them (a close request is moot once the close runs).
+	// drain them (a close request is moot once the close runs; a rerun is
+	// carried to the pass's end).
 	for closeCh.ReceiveAsync(nil) {
+	}
+	if reason, asked := receiveRerun(rerunCh); asked {
+		in.Rerun = reason
 	}
 	in.After = batch[len(batch)-1]
 	in.Progress = progress
 	return workflow.NewContinueAsNewError(ctx, CycleWorkflowName, in)
+}
+
+// endPass ends a pass over the cycle's providers: the cycle is marked
+// settled if every provider of it is; if not, and a rerun was asked for
+// during the pass, another pass begins (continue-as-new from the first
+// page).
+func endPass(ctx, actx workflow.Context, closeCh, rerunCh workflow.ReceiveChannel, in CycleInput, progress Progress) error {
+	var settled bool
+	if err := workflow.ExecuteActivity(actx, ActCompleteCycle, in.CycleID).Get(ctx, &settled); err != nil {
+		return fmt.Errorf("complete cycle %s: %w", in.CycleID, err)
+	}
+	if reason, asked := receiveRerun(rerunCh); asked {
+		in.Rerun = reason
+	}
+	if !settled && in.Rerun != "" && workflow.GetVersion(ctx, changeRerun, workflow.DefaultVersion, versionRerun) >= versionRerun {
+		workflow.GetLogger(ctx).Info("cycle not settled: another pass over its providers, a rerun was asked for",
+			"cycle", in.CycleID, "by", in.Rerun, "providers", progress.Providers, "settled", progress.Settled,
+			"held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
+		for closeCh.ReceiveAsync(nil) {
+		}
+		in.After, in.Rerun, in.Progress = "", "", Progress{Runs: progress.Runs}
+		return workflow.NewContinueAsNewError(ctx, CycleWorkflowName, in)
+	}
+	log := workflow.GetLogger(ctx).Info
+	msg := "cycle settled"
+	if !settled {
+		// Held or failed providers keep the cycle closing: a release,
+		// a close request or the daily opener settles them.
+		log, msg = workflow.GetLogger(ctx).Warn, "cycle stays closing: providers held or failed"
+	}
+	log(msg, "cycle", in.CycleID, "providers", progress.Providers,
+		"settled", progress.Settled, "held", progress.Held, "failed", progress.Failed, "runs", progress.Runs)
+	return nil
+}
+
+// receiveRerun drains the rerun signals received so far: asked if any,
+// and the reason of the last ("rerun" if it gave none).
+func receiveRerun(ch workflow.ReceiveChannel) (reason string, asked bool) {
+	for {
+		var s RerunSignal
+		if !ch.ReceiveAsync(&s) {
+			return reason, asked
+		}
+		reason, asked = s.Reason, true
+		if reason == "" {
+			reason = SignalRerun
+		}
+	}
 }
 
 // closeCycle is the wait phase: it records the cycle, waits for its close

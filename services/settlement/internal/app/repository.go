@@ -29,6 +29,9 @@ type Store interface {
 	// CompleteCycle marks a closing cycle settled once every settlement of
 	// it is, and reports whether it is settled.
 	CompleteCycle(ctx context.Context, cycle string, now time.Time) (bool, error)
+	// UnsettledCycles lists the cycles recorded and not settled, with
+	// their status.
+	UnsettledCycles(ctx context.Context) ([]CycleInfo, error)
 	// Prepare also answers when the cycle was closed (zero while it is
 	// open): the tax service picks the rule in force then.
 	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, rate decimal.NullDecimal, closedAt time.Time, items []domain.PreparedItem, err error)

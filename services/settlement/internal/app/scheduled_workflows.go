@@ -15,7 +15,8 @@ import (
 // Workflows started by Temporal Schedules (ports.EnsureSchedules).
 const (
 	// CycleOpenerWorkflowName ensures settle-{cycle} exists for the current
-	// and the next cycle (schedule settlement-cycle-opener, daily).
+	// and the next cycle and every cycle not settled (schedule
+	// settlement-cycle-opener, daily).
 	CycleOpenerWorkflowName = "SettlementCycleOpener"
 	// RemittanceMonthlyWorkflowName runs on the 1st of each month in the
 	// tax zone (schedule tax-remittance-monthly) and starts
@@ -118,8 +119,9 @@ type RemittanceReport struct {
 func RemittanceWorkflowID(period string) string { return "remit-" + period }
 
 // CycleOpenerWorkflow ensures the workflows of the current and the next
-// cycle exist (their ids are deterministic; an existing one is left alone)
-// and returns their ids.
+// cycle and of every cycle not settled exist (their ids are deterministic;
+// an existing one is left alone, a closing cycle's asked to run its
+// settlement again) and returns their ids.
 func CycleOpenerWorkflow(ctx workflow.Context) ([]string, error) {
 	ctx = workflow.WithActivityOptions(ctx, openerActivity)
 	var ids []string

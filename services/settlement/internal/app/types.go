@@ -36,7 +36,11 @@ const (
 
 // Signal and query names of the cycle workflow.
 const (
-	SignalClose   = "close"
+	SignalClose = "close"
+	// SignalRerun asks a closing cycle's run to settle its providers still
+	// pending once more when its pass is done (RerunSignal): a pass pages
+	// forward and never returns to a page it has done.
+	SignalRerun   = "rerun"
 	QueryProgress = "progress"
 )
 
@@ -83,10 +87,15 @@ type CycleInput struct {
 	After       string // settle phase: the last provider of the last page settled
 	BatchSize   int    // providers per run (one page); 0 = BatchSizeDefault
 	Window      int    // provider workflows in flight at once; 0 = WindowDefault
-	Progress    Progress
+	// Rerun is the reason of a rerun (SignalRerun) asked for during the
+	// settle pass under way ("" none): once the pass is done, a cycle not
+	// settled gets another.
+	Rerun    string
+	Progress Progress
 }
 
-// Progress counts what the close has done so far (all runs together).
+// Progress counts what the close's latest pass over the providers has done
+// so far (Runs: every run of the close).
 type Progress struct {
 	Providers int
 	Settled   int
@@ -97,6 +106,10 @@ type Progress struct {
 
 // CloseSignal asks the cycle workflow to close now.
 type CloseSignal struct{ Reason string }
+
+// RerunSignal asks a closing cycle's run for another pass (SignalRerun);
+// Reason says who asked (logged).
+type RerunSignal struct{ Reason string }
 
 // CycleInfo is the cycle's status as settlement's tables know it.
 type CycleInfo struct {

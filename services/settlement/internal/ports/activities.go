@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -80,12 +82,94 @@ func StartCycleWorkflow(ctx context.Context, tc client.Client, queue string, cy 
 		TaskQueue:                queue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, app.CycleWorkflowName, app.CycleInput{CycleID: cy.ID, ClosesAt: cy.Closes, BatchSize: batch, Window: window})
+	}, app.CycleWorkflowName, cycleInput(cy, batch, window))
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &already) {
 		return fmt.Errorf("start %s: %w", domain.CycleWorkflowID(cy.ID), err)
 	}
 	return nil
+}
+
+// RerunCycleWorkflow runs a closing cycle's settlement again: the run of
+// settle-{cycle} in flight gets a rerun signal (app.SignalRerun: another
+// pass over the providers still pending once its pass is done; joined
+// alone, the pass under way never returned to a provider that had failed
+// on an earlier page), and without one a run is started (it settles what
+// is pending). reason is logged by the run.
+func RerunCycleWorkflow(ctx context.Context, tc client.Client, queue string, cy cycles.Cycle, batch, window int, reason string) error {
+	_, err := tc.SignalWithStartWorkflow(ctx, domain.CycleWorkflowID(cy.ID), app.SignalRerun, app.RerunSignal{Reason: reason},
+		client.StartWorkflowOptions{
+			ID:                    domain.CycleWorkflowID(cy.ID),
+			TaskQueue:             queue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		}, app.CycleWorkflowName, cycleInput(cy, batch, window))
+	if err != nil {
+		return fmt.Errorf("rerun %s: %w", domain.CycleWorkflowID(cy.ID), err)
+	}
+	return nil
+}
+
+func cycleInput(cy cycles.Cycle, batch, window int) app.CycleInput {
+	return app.CycleInput{CycleID: cy.ID, ClosesAt: cy.Closes, BatchSize: batch, Window: window}
+}
+
+// StartCycles (re)starts settle-{cycle} for each of the cycles given and
+// each cycle settlement has recorded and not settled, and returns their
+// workflow ids (sorted): a closing cycle's is rerun (RerunCycleWorkflow),
+// any other's started unless running (StartCycleWorkflow); each call is
+// idempotent. A cycle not settled that the calendar does not cut fails it
+// (app.Rejected), after the others are started. reason is logged by the
+// runs rerun.
+func (a *Activities) StartCycles(ctx context.Context, base []cycles.Cycle, reason string) ([]string, error) {
+	unsettled, err := a.Steps.Store.UnsettledCycles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("unsettled cycles: %w", err)
+	}
+	todo := map[string]cycles.Cycle{}
+	for _, cy := range base {
+		todo[cy.ID] = cy
+	}
+	closing := map[string]bool{}
+	var uncut error
+	for _, c := range unsettled {
+		closing[c.CycleID] = c.Status == domain.CycleClosing
+		if _, ok := todo[c.CycleID]; ok {
+			continue
+		}
+		cy, err := a.Calendar.Parse(c.CycleID)
+		if err != nil {
+			// A cycle settlement knows and has not settled that the
+			// configured calendar does not cut (GPUBILL_CYCLE_DAYS or
+			// _ANCHOR changed): skipped with a warning, its providers'
+			// pending earnings never settled, and the cycle stayed open
+			// with no alert.
+			uncut = errors.Join(uncut, fmt.Errorf("cycle %s is not settled and the configured calendar (GPUBILL_CYCLE_ANCHOR %s, GPUBILL_CYCLE_DAYS %d) "+
+				"does not cut it: %v; start settlement with the calendar that cut it",
+				c.CycleID, a.Calendar.Anchor.Format(time.DateOnly), a.Calendar.LengthDays, err))
+			continue
+		}
+		todo[cy.ID] = cy
+	}
+	ids := make([]string, 0, len(todo))
+	for id := range todo {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for i, id := range ids {
+		if closing[id] {
+			err = RerunCycleWorkflow(ctx, a.Temporal, a.TaskQueue, todo[id], a.BatchSize, a.Window, reason)
+		} else {
+			err = StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, todo[id], a.BatchSize, a.Window)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = domain.CycleWorkflowID(id)
+	}
+	if uncut != nil {
+		return ids, app.Rejected(uncut)
+	}
+	return ids, nil
 }
 
 // BeginClose marks the cycle closing, closes it in the ledger (new charges

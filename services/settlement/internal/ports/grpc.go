@@ -147,9 +147,10 @@ func (s *Server) GetSettlementCycle(ctx context.Context, req *settlementv1.GetSe
 
 // CloseSettlementCycle implements SettlementService: signal the cycle's
 // workflow to close now, starting it (with close-now) if none runs. A
-// closing cycle's workflow is started again if none runs: it settles the
-// providers still pending (one whose settlement failed keeps the cycle
-// closing). A settled cycle is returned unchanged.
+// closing cycle's settlement is run again (RerunCycleWorkflow: its run in
+// flight settles the providers still pending once its pass is done, or a
+// new run does): one whose settlement failed keeps the cycle closing. A
+// settled cycle is returned unchanged.
 func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.CloseSettlementCycleRequest) (*settlementv1.CloseSettlementCycleResponse, error) {
 	c, err := s.cycle(ctx, req.CycleId)
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *Server) CloseSettlementCycle(ctx context.Context, req *settlementv1.Clo
 		if err != nil {
 			return nil, err
 		}
-		if err := StartCycleWorkflow(ctx, s.Temporal, s.TaskQueue, cy, s.BatchSize, s.Window); err != nil {
+		if err := RerunCycleWorkflow(ctx, s.Temporal, s.TaskQueue, cy, s.BatchSize, s.Window, "close request"); err != nil {
 			return nil, fmt.Errorf("close %s again: %w: %v", c.ID, apperr.ErrUnavailable, err)
 		}
 	}

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +44,14 @@ func (r WorkflowRunner) ProviderOutcome(ctx context.Context, in app.ProviderInpu
 			return false, res, fmt.Errorf("result of %s: %w", id, err)
 		}
 		return false, res, nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		// The failure's cause (a ledger's or tax service's refusal) is
+		// in the run's result: the page logs it with the provider.
+		err := r.Temporal.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, nil)
+		if err == nil {
+			err = errors.New("no failure recorded")
+		}
+		return false, res, fmt.Errorf("%w: %s ended %s: %w", app.ErrProviderFailed, id, st, err)
 	default:
 		return false, res, fmt.Errorf("%w: %s ended %s", app.ErrProviderFailed, id, st)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
-	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
 // Schedule ids.
@@ -24,19 +23,16 @@ const (
 	ScheduleReconciliation    = "ledger-reconciliation-daily"
 )
 
-// EnsureCycleWorkflows starts settle-{cycle} for the current and the next
-// cycle (idempotent: an existing or completed workflow is success) and
-// returns their workflow ids.
+// EnsureCycleWorkflows (the daily opener) starts settle-{cycle} for the
+// current and the next cycle and, as settlement's start-up does, for every
+// cycle not settled (StartCycles: a closing cycle's settlement is run
+// again; idempotent: an existing or completed workflow is success), and
+// returns their workflow ids. A cycle whose run ended or got stuck before
+// its close was otherwise never closed once the calendar had moved past it.
 func (a *Activities) EnsureCycleWorkflows(ctx context.Context) ([]string, error) {
 	cur := a.Calendar.At(a.Clock.Now())
-	var ids []string
-	for _, cy := range []cycles.Cycle{cur, a.Calendar.Next(cur)} {
-		if err := StartCycleWorkflow(ctx, a.Temporal, a.TaskQueue, cy, a.BatchSize, a.Window); err != nil {
-			return ids, err
-		}
-		ids = append(ids, domain.CycleWorkflowID(cy.ID))
-	}
-	return ids, nil
+	ids, err := a.StartCycles(ctx, []cycles.Cycle{cur, a.Calendar.Next(cur)}, "daily opener")
+	return ids, activityErr(err)
 }
 
 // RemitTax asks the tax service to remit the month (idempotent per period)

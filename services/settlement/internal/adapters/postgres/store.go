@@ -485,11 +485,12 @@ func (s *Store) ListStatements(ctx context.Context, provider, cycle string, afte
 	})
 }
 
-// UnsettledCycles lists cycles not yet settled (for start-up).
-func (s *Store) UnsettledCycles(ctx context.Context) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `select cycle_id from settlement.cycles where status <> 'settled' order by cycle_id`)
+// UnsettledCycles lists the cycles not yet settled with their status (for
+// start-up and the daily opener).
+func (s *Store) UnsettledCycles(ctx context.Context) ([]app.CycleInfo, error) {
+	rows, err := s.Pool.Query(ctx, `select cycle_id, status from settlement.cycles where status <> 'settled' order by cycle_id`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[app.CycleInfo])
 }
