@@ -83,6 +83,11 @@ type TopUpOrderReader interface {
 	// TopUpOrder is the order of number id as kept (its renter, rail,
 	// currency and amount); ErrUnknownTopUpOrder when none was opened.
 	TopUpOrder(ctx context.Context, id string) (TopUpOrder, error)
+	// DepositedTopUp is a payment a rail's notification deposited, as
+	// kept (its renter, currency and amount; ID the payment's id):
+	// payments made before orders were kept (payout/0011) have no order.
+	// ErrUnknownTopUpOrder when none was deposited.
+	DepositedTopUp(ctx context.Context, rail, paymentID string) (TopUpOrder, error)
 }
 
 // Configured lists the rails top-ups may use.

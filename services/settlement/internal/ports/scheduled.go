@@ -27,8 +27,9 @@ const (
 // current and the next cycle and, as settlement's start-up does, for every
 // cycle not settled (StartCycles: a closing cycle's settlement is run
 // again; idempotent: an existing or completed workflow is success), and
-// returns their workflow ids. A cycle whose run ended or got stuck before
-// its close was otherwise never closed once the calendar had moved past it.
+// returns their workflow ids. A cycle whose run ended before its close was
+// otherwise never closed once the calendar had moved past it. A run alive
+// but stuck is joined, not replaced (GpubillSettlementCycleNotClosed).
 func (a *Activities) EnsureCycleWorkflows(ctx context.Context) ([]string, error) {
 	cur := a.Calendar.At(a.Clock.Now())
 	ids, err := a.StartCycles(ctx, []cycles.Cycle{cur, a.Calendar.Next(cur)}, "daily opener")

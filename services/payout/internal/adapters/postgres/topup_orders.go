@@ -45,3 +45,17 @@ func (s *Store) TopUpOrder(ctx context.Context, id string) (app.TopUpOrder, erro
 	}
 	return o, nil
 }
+
+// DepositedTopUp implements app.TopUpOrderReader.
+func (s *Store) DepositedTopUp(ctx context.Context, rail, paymentID string) (app.TopUpOrder, error) {
+	o := app.TopUpOrder{ID: paymentID, Rail: rail}
+	err := s.Pool.QueryRow(ctx, `select renter_id, currency, amount, first_at from payout.rail_topups where rail = $1 and payment_id = $2`,
+		rail, paymentID).Scan(&o.RenterID, &o.Currency, &o.Amount, &o.OpenedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return app.TopUpOrder{}, fmt.Errorf("%s payment %s: %w", rail, paymentID, app.ErrUnknownTopUpOrder)
+	}
+	if err != nil {
+		return app.TopUpOrder{}, fmt.Errorf("read %s payment %s: %w", rail, paymentID, err)
+	}
+	return o, nil
+}

@@ -196,9 +196,15 @@ func (n *Notifications) refund(ctx context.Context, event string, pt []byte, key
 	}
 	total := wp.Yuan(rf.Amount.Total)
 	o, err := n.Orders.TopUpOrder(ctx, rf.OutTradeNo)
+	if errors.Is(err, app.ErrUnknownTopUpOrder) {
+		// A payment made before orders were kept (payout/0011) has no
+		// order: its deposit names the renter.
+		o, err = n.Orders.DepositedTopUp(ctx, Name, rf.TransactionID)
+	}
 	switch {
 	case errors.Is(err, app.ErrUnknownTopUpOrder):
-		return app.NotifyRejected, attrs, fmt.Errorf("refund %s: out_trade_no %s is no top-up order gpubill opened", rf.RefundID, rf.OutTradeNo)
+		return app.NotifyRejected, attrs, fmt.Errorf("refund %s: out_trade_no %s is no top-up order gpubill opened, and transaction %s no payment it deposited",
+			rf.RefundID, rf.OutTradeNo, rf.TransactionID)
 	case err != nil:
 		return app.NotifyFailed, attrs, err
 	case o.Rail != Name || o.Currency != wp.Currency || !o.Amount.Equal(total):

@@ -66,7 +66,9 @@ const refundedMsg = "renter top-up refunded at the rail"
 // content is refused as a replay; REFUND.ABNORMAL / CLOSED are acknowledged,
 // logged as warnings and not recorded. A refund of a payment whose
 // notification never came deposits it first, to the renter who opened the
-// order; one of an order gpubill never opened is refused.
+// order; one of a payment deposited before orders were kept (payout/0011)
+// goes to the deposit's renter; one of an order gpubill never opened, of a
+// payment it never deposited, is refused.
 func TestRefundNotifications(t *testing.T) {
 	t.Parallel()
 	p, rail := platform(t)
@@ -158,13 +160,28 @@ func TestRefundNotifications(t *testing.T) {
 		{"SUCCESS event of an abnormal refund", another(func(r *wp.Refund) { r.RefundStatus = wp.RefundAbnormal }), http.StatusBadRequest, app.NotifyMalformed},
 		{"another merchant's", another(func(r *wp.Refund) { r.MchID = "1900000999" }), http.StatusBadRequest, app.NotifyRejected},
 		{"more than the payment", another(func(r *wp.Refund) { r.Amount.Refund = r.Amount.Total + 1 }), http.StatusBadRequest, app.NotifyMalformed},
-		{"an order gpubill never opened", another(func(r *wp.Refund) { r.OutTradeNo = "tuNOTOURS0001" }), http.StatusBadRequest, app.NotifyRejected},
+		{"an order gpubill never opened, a payment it never deposited", another(func(r *wp.Refund) {
+			r.OutTradeNo, r.TransactionID = "tuNOTOURS0001", "4200000000209999999999999999"
+		}), http.StatusBadRequest, app.NotifyRejected},
 		{"another amount than the order's", another(func(r *wp.Refund) { r.Amount.Total = 20000 }), http.StatusBadRequest, app.NotifyRejected},
 		{"a payment never notified, refunded in full", refund(quiet.ID, 5000, wp.RefundSuccess), http.StatusOK, app.NotifyRefunded},
 		{"its payment notified after the refund", func() (fakeNotice, error) {
 			got, err := p.Renotify(quiet.ID, "")
 			return fakeNotice{got.Status, got.Answer}, err
 		}, http.StatusOK, app.NotifyDuplicate},
+		// Deposited before orders were kept (payout/0011): no order, its
+		// deposit names the renter.
+		{"a payment deposited before orders were kept", func() (fakeNotice, error) {
+			if _, err := pool.Exec(ctx, `insert into payout.rail_topups (rail, payment_id, renter_id, currency, amount, ledger_transaction_id, first_at, last_at)
+				values ('wechatpay', '4200000000202611300000000001', 'r-2', 'CNY', 80.00, 'tx-old', now(), now())`); err != nil {
+				return fakeNotice{}, err
+			}
+			return another(func(r *wp.Refund) {
+				r.OutTradeNo, r.TransactionID = "tuBEFOREORDERS01", "4200000000202611300000000001"
+				r.RefundID, r.OutRefundNo = "50302202600000000000077", "RF77"
+				r.Amount.Total, r.Amount.Refund = 8000, 2000
+			})()
+		}, http.StatusOK, app.NotifyRefunded},
 	} {
 		got, err := tc.give()
 		mu.Lock()
@@ -181,7 +198,8 @@ func TestRefundNotifications(t *testing.T) {
 		',' order by payment_id, refunded_total), '') from payout.rail_refunds where rail = 'wechatpay'`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("%s 30.00 %s r-1,%s 60.00 %s r-1,%s 50.00 %s r-1", txID, r1, txID, r2, quietTx, r5); rows != want {
+	if want := fmt.Sprintf("4200000000202611300000000001 20.00 50302202600000000000077 r-2,%s 30.00 %s r-1,%s 60.00 %s r-1,%s 50.00 %s r-1",
+		txID, r1, txID, r2, quietTx, r5); rows != want {
 		t.Errorf("payout.rail_refunds:\n got %s\nwant %s", rows, want)
 	}
 	// One ERROR per refund recorded, naming what finance takes back.
@@ -190,6 +208,7 @@ func TestRefundNotifications(t *testing.T) {
 		{"payment_id": txID, "renter_id": "r-1", "refund_id": r1, "refunded_total": "30", "refunded_since_last": "30"},
 		{"payment_id": txID, "renter_id": "r-1", "refund_id": r2, "refunded_total": "60", "refunded_since_last": "30"},
 		{"payment_id": quietTx, "renter_id": "r-1", "refund_id": r5, "refunded_total": "50", "refunded_since_last": "50"},
+		{"payment_id": "4200000000202611300000000001", "renter_id": "r-2", "refund_id": "50302202600000000000077", "refunded_total": "20", "refunded_since_last": "20"},
 	}
 	if len(errs) != len(want) {
 		t.Fatalf("%d ERROR records %q, want %d: %v", len(errs), refundedMsg, len(want), errs)
@@ -209,12 +228,13 @@ func TestRefundNotifications(t *testing.T) {
 	}
 	// The payment never notified was deposited by its refund, once, to
 	// the renter who opened the order.
-	if len(dep.byRef) != 2 || dep.byRef["wechatpay:"+txID] != "r-1 100.00 CNY" || dep.byRef["wechatpay:"+quietTx] != "r-1 50.00 CNY" {
+	if len(dep.byRef) != 3 || dep.byRef["wechatpay:"+txID] != "r-1 100.00 CNY" || dep.byRef["wechatpay:"+quietTx] != "r-1 50.00 CNY" ||
+		dep.byRef["wechatpay:4200000000202611300000000001"] != "r-2 80.00 CNY" {
 		t.Errorf("deposits %v", dep.byRef)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for k, w := range map[string]int{"topup/accepted": 1, "topup/refunded": 3, "topup/duplicate": 2, "topup/replay": 1, "topup/ignored": 2,
+	for k, w := range map[string]int{"topup/accepted": 1, "topup/refunded": 4, "topup/duplicate": 2, "topup/replay": 1, "topup/ignored": 2,
 		"topup/malformed": 2, "topup/rejected": 3} {
 		if counted[k] != w {
 			t.Errorf("counted %s = %d, want %d (all: %v)", k, counted[k], w, counted)
