@@ -220,8 +220,8 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"prometheus/alerts.yml": alertExprs(t, filepath.Join(deployDir, "prometheus", "alerts.yml")),
 	}
 	dashboards, err := filepath.Glob(filepath.Join(deployDir, "grafana", "dashboards", "*.json"))
-	if err != nil || len(dashboards) < 3 {
-		t.Fatalf("dashboards %v (%v): want pipeline health, money and settlement cycles", dashboards, err)
+	if err != nil || len(dashboards) < 4 {
+		t.Fatalf("dashboards %v (%v): want pipeline health, money, settlement cycles and payouts", dashboards, err)
 	}
 	for _, d := range dashboards {
 		exprs["grafana/dashboards/"+filepath.Base(d)] = dashboardExprs(t, d)
@@ -290,11 +290,33 @@ func scrape(t *testing.T, url string) map[string]string {
 // dashboardPanel is the part of a Grafana panel the checks read; a row
 // holds its collapsed panels.
 type dashboardPanel struct {
-	Title   string `json:"title"`
+	ID         int                      `json:"id"`
+	Title      string                   `json:"title"`
+	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
+	Datasource struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	FieldConfig struct {
+		Defaults struct {
+			Thresholds struct {
+				Steps []thresholdStep `json:"steps"`
+			} `json:"thresholds"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 	Targets []struct {
-		Expr string `json:"expr"`
+		Expr       string `json:"expr"`
+		Datasource struct {
+			UID string `json:"uid"`
+		} `json:"datasource"`
 	} `json:"targets"`
 	Panels []dashboardPanel `json:"panels"`
+}
+
+// thresholdStep is one step of a panel's thresholds: the colour from
+// Value up (the first step's Value is null: from minus infinity).
+type thresholdStep struct {
+	Color string   `json:"color"`
+	Value *float64 `json:"value"`
 }
 
 // dashboardExprs reads panel title → query from a Grafana dashboard, rows'
