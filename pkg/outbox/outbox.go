@@ -334,6 +334,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// RelayLockKey is the advisory lock (pg_advisory_lock(hashtext(key))) the
+// schema's leading relay holds for as long as it leads: every service runs
+// one on its schema, so the lock held says a service runs on the database
+// (gpubill after-recovery refuses then).
+func RelayLockKey(schema string) string { return "gpubill.outbox." + schema }
+
 func (r *Relay) runLeader(ctx context.Context) error {
 	conn, err := r.Pool.Acquire(ctx)
 	if err != nil {
@@ -341,14 +347,14 @@ func (r *Relay) runLeader(ctx context.Context) error {
 	}
 	defer conn.Release()
 	var leader bool
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, "gpubill.outbox."+r.Schema).Scan(&leader); err != nil {
+	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, RelayLockKey(r.Schema)).Scan(&leader); err != nil {
 		return err
 	}
 	if !leader {
 		sleep(ctx, relayIdlePoll)
 		return nil
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, "gpubill.outbox."+r.Schema) //nolint:errcheck // the relay is stopping: a lock not released ends with its session
+	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, RelayLockKey(r.Schema)) //nolint:errcheck // the relay is stopping: a lock not released ends with its session
 	defer lead(outboxOf{r.Pool, r.Schema})()
 	wake := waker(r.Schema)
 	idle := relayPollMin

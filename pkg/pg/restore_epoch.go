@@ -32,7 +32,9 @@ type RowQuerier interface {
 
 // RestoreEpoch reads schema's restore epoch.
 // A service reads it once at start: a restore only loads an empty
-// database, so the epoch of a database a service runs on never changes.
+// database, and gpubill after-recovery refuses to run while a service runs
+// on the database, so the epoch of a database a service runs on never
+// changes.
 func RestoreEpoch(ctx context.Context, q RowQuerier, schema string) (string, error) {
 	var e string
 	if err := q.QueryRow(ctx, "select epoch from "+pgx.Identifier{schema, RestoreEpochTable}.Sanitize()).Scan(&e); err != nil {

@@ -60,7 +60,7 @@ func TestAfterRestoreAllOrNothing(t *testing.T) {
 	migrated := state()
 	afterRestoreFail = func(context.Context) error { return errors.New("connection lost") }
 	res := &Result{}
-	err = afterRestore(ctx, conn, res)
+	err = afterRestore(ctx, conn, res, restoreRemedy)
 	afterRestoreFail = func(context.Context) error { return nil }
 	if err == nil || !strings.Contains(err.Error(), "drop it and restore again") || res.Requeued != nil {
 		t.Fatalf("a failure before the commit: %v, requeued %v; want an error saying to drop and restore again", err, res.Requeued)
@@ -68,7 +68,7 @@ func TestAfterRestoreAllOrNothing(t *testing.T) {
 	if got := state(); got != migrated || !strings.HasPrefix(got, "2 0 1 ") {
 		t.Fatalf("after the failed step: published, queued, started, epoch = %s; want %s (nothing applied)", got, migrated)
 	}
-	if err := afterRestore(ctx, conn, res); err != nil {
+	if err := afterRestore(ctx, conn, res, restoreRemedy); err != nil {
 		t.Fatal(err)
 	}
 	if got := state(); got != "0 2 0 "+res.Epoch || res.Epoch == "" || strings.HasSuffix(migrated, " "+res.Epoch) ||

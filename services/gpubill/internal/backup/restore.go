@@ -27,7 +27,9 @@ var ErrNotEmpty = errors.New("database is not empty")
 
 // Result is what Restore found after loading.
 type Result struct {
-	Manifest *Manifest
+	Manifest *Manifest // nil after a recovery (AfterRecovery)
+	// Database is the database readied (AfterRecovery).
+	Database string
 	Restored ledger.Figures
 	Chain    ledger.VerifyResult
 	// XidsAdvanced is how many transaction ids were consumed so the
@@ -94,26 +96,49 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	var diffs []string
 	diffs = append(diffs, CompareFigures(m.Ledger, res.Restored)...)
 	diffs = append(diffs, compareCounts(m.Tables, tables)...)
-	if !res.Chain.OK && res.Chain.BadBalance != "" {
-		diffs = append(diffs, "balance "+res.Chain.BadBalance+": "+res.Chain.Reason)
-	} else if !res.Chain.OK && res.Chain.BadReportRecord != "" {
-		diffs = append(diffs, "report record "+res.Chain.BadReportRecord+": "+res.Chain.Reason)
-	} else if !res.Chain.OK && res.Chain.FirstBadPosition == 0 { // outside the chain's links: "position 0" named none
-		diffs = append(diffs, fmt.Sprintf("journal broken: transaction %s: %s", res.Chain.FirstBadTransaction, res.Chain.Reason))
-	} else if !res.Chain.OK {
-		diffs = append(diffs, fmt.Sprintf("hash chain broken at position %d (transaction %s): %s",
-			res.Chain.FirstBadPosition, res.Chain.FirstBadTransaction, res.Chain.Reason))
+	if broken := chainBroken(res.Chain); broken != "" {
+		diffs = append(diffs, broken)
 	} else if res.Chain.HeadHash != m.Ledger.HeadHash {
 		diffs = append(diffs, fmt.Sprintf("verified chain head %s, manifest %s", res.Chain.HeadHash, m.Ledger.HeadHash))
 	}
 	if len(diffs) > 0 {
 		return res, fmt.Errorf("restored database differs from the manifest of %s:\n  %s", dir, strings.Join(diffs, "\n  "))
 	}
-	if err := afterRestore(ctx, conn, res); err != nil {
+	if err := afterRestore(ctx, conn, res, restoreRemedy); err != nil {
 		return res, err
 	}
 	return res, nil
 }
+
+// chainBroken names what ledger verify found wrong ("": the chain and the
+// balances verify).
+func chainBroken(c ledger.VerifyResult) string {
+	switch {
+	case c.OK:
+		return ""
+	case c.BadBalance != "":
+		return "balance " + c.BadBalance + ": " + c.Reason
+	case c.BadReportRecord != "":
+		return "report record " + c.BadReportRecord + ": " + c.Reason
+	case c.FirstBadPosition == 0: // outside the chain's links: "position 0" named none
+		return fmt.Sprintf("journal broken: transaction %s: %s", c.FirstBadTransaction, c.Reason)
+	default:
+		return fmt.Sprintf("hash chain broken at position %d (transaction %s): %s", c.FirstBadPosition, c.FirstBadTransaction, c.Reason)
+	}
+}
+
+// ErrServicesRunning: the step after a restore or a recovery runs only on a
+// database no gpubill service runs on (they read the restore epoch once,
+// at start).
+var ErrServicesRunning = errors.New("gpubill services are running on this database")
+
+// What to do when afterRestore failed, after a restore and after a recovery.
+const (
+	restoreRemedy = "the database holds the verified snapshot but is not ready " +
+		"for a new JetStream and Temporal; do not start gpubill on it: drop it and restore again"
+	recoveryRemedy = "the database is as recovered, not ready for a new JetStream and Temporal; " +
+		"stop every gpubill service on it and run gpubill after-recovery again before starting any"
+)
 
 // afterRestore readies a verified database for a new JetStream store and a
 // new Temporal, in one transaction: each schema's kept published messages go
@@ -124,13 +149,18 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 // Step by step, a failure part way left some schemas' messages in
 // outbox_published (never sent again: that usage never charged) and payouts
 // marked started under a Temporal that never saw them, and a second restore
-// was refused (the database not empty). Failed, the database holds the
-// verified snapshot as loaded: drop it and restore again.
-func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result) (err error) {
+// was refused (the database not empty). Failed, nothing of it is applied,
+// and the error ends with remedy (after a restore: drop the database and
+// restore again).
+//
+// It refuses (ErrServicesRunning) while an outbox relay leads on the
+// database (outbox.RelayLockKey): a service running there read the old
+// epoch at start and would go on issuing ids and ETags under it. It holds
+// those locks to its commit, so no relay starting meanwhile publishes.
+func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result, remedy string) (err error) {
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%w (nothing of this step was applied: the database holds the verified snapshot but is not ready "+
-				"for a new JetStream and Temporal; do not start gpubill on it: drop it and restore again)", err)
+			err = fmt.Errorf("%w (nothing of this step was applied: %s)", err, remedy)
 		}
 	}()
 	tx, err := conn.Begin(ctx)
@@ -145,6 +175,19 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result) (err error) 
 	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("schemas with an outbox: %w", err)
+	}
+	var leading []string
+	for _, s := range schemas {
+		var locked bool
+		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock(hashtext($1))`, outbox.RelayLockKey(s)).Scan(&locked); err != nil {
+			return fmt.Errorf("outbox relay lock of %s: %w", s, err)
+		}
+		if !locked {
+			leading = append(leading, s)
+		}
+	}
+	if len(leading) > 0 {
+		return fmt.Errorf("%w: the outbox relay of %s holds its lock", ErrServicesRunning, strings.Join(leading, ", "))
 	}
 	requeued := map[string]int64{}
 	for _, s := range schemas {

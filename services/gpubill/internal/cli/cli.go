@@ -1,6 +1,6 @@
 // Package cli is gpubill's command line: `dev` (every service in one
 // process), `token`, `simulate`, `ledger verify`, `report
-// segregated-funds`, `version` and
+// segregated-funds`, `backup`, `restore`, `after-recovery`, `version` and
 // `completion`. Config comes from the environment and flags (kong), as
 // listed in DESIGN §10. --help anywhere prints and starts nothing; only
 // `dev` may create the database.
@@ -49,6 +49,7 @@ type cli struct {
 	Report      reportCmd        `cmd:"" help:"Reports for auditors, straight from the database (read only)."`
 	Backup      backupCmd        `cmd:"" help:"Write a consistent snapshot of every schema (pg_dump) and its manifest into a new directory."`
 	Restore     restoreCmd       `cmd:"" help:"Load a snapshot into an empty database and verify it against its manifest."`
+	Recovery    afterRecoveryCmd `cmd:"" name:"after-recovery" help:"Run restore's last step on a database recovered otherwise (CloudNativePG point-in-time recovery, a volume snapshot): required before gpubill starts on it."`
 	Version     versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
 	Completion  completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -113,6 +114,11 @@ type restoreCmd struct {
 	Dir         string `arg:"" help:"A snapshot directory written by gpubill backup."`
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"An empty (or missing: created) database to load the snapshot into."`
 	PGBin       string `name:"pg-bin" env:"GPUBILL_PG_BIN" help:"Directory of pg_restore (default: /usr/lib/postgresql/15/bin if present, else $PATH)."`
+}
+
+type afterRecoveryCmd struct {
+	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"The recovered database; never created."`
+	ServicesStopped bool   `name:"services-stopped" help:"Confirm that no gpubill service runs on the database (they read the restore epoch once, at start); required."`
 }
 
 type versionCmd struct{}
@@ -533,6 +539,36 @@ func (r *restoreCmd) Run(e *env) error {
 		requeued, res.PayoutsRestarted, res.XidsAdvanced)
 	e.stdout.printf("  restore epoch %s (%s): ETags and event ids issued from now on differ from those issued before\n",
 		res.Epoch, strings.Join(res.EpochSchemas, ", "))
+	return nil
+}
+
+// errServicesNotStopped: after-recovery runs only once the operator says
+// every service is stopped. The outbox relays' locks it checks besides show
+// a service that runs and relays, not one that is starting or whose relay
+// is between two attempts (NATS down: it lets its lock go for a moment).
+var errServicesNotStopped = errors.New("stop every gpubill service on the database (scale its Deployments to 0), " +
+	"then run gpubill after-recovery --services-stopped, then start them (with a new JetStream store and Temporal)")
+
+func (r *afterRecoveryCmd) Run(e *env) error {
+	if !r.ServicesStopped {
+		return cmdline.UsageError{Err: errServicesNotStopped}
+	}
+	res, err := backup.AfterRecovery(e.ctx, r.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	e.stdout.printf("readied the recovered database %s; no manifest to compare against (it was not loaded by gpubill restore): "+
+		"the figures below are checked by ledger verify only, not against a backup's\n", res.Database)
+	printFigures(e.stdout, res.Restored)
+	e.stdout.printf("  ledger verify: ok, %d transactions chained and verified, %d not chained yet\n", res.Chain.Checked, res.Chain.Unchained)
+	var requeued int64
+	for _, n := range res.Requeued {
+		requeued += n
+	}
+	e.stdout.printf("  %d published messages back in their outboxes, %d payouts to restart\n", requeued, res.PayoutsRestarted)
+	e.stdout.printf("  restore epoch %s (%s): ETags and event ids issued from now on differ from those issued before\n",
+		res.Epoch, strings.Join(res.EpochSchemas, ", "))
+	e.stdout.println("start gpubill on it with a new JetStream store and a new Temporal")
 	return nil
 }
 

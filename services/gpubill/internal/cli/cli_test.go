@@ -570,6 +570,10 @@ func TestExitCodes(t *testing.T) {
 		{give: []string{"token", "--role", "finance", "--ttl=-1h"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=" + strings.Repeat("k", 32)}, wantCode: 2},
 		{give: []string{"token", "--role", "finance"}, giveEnv: []string{"GPUBILL_AUTH_SECRET=short"}, wantCode: 2},
 		{give: []string{"ledger", "verify"}, wantCode: 1},
+		// Without the operator's word that every service is stopped (checked
+		// before any connection: the sandbox's database stays uncreated).
+		{give: []string{"after-recovery"}, wantCode: 2},
+		{give: []string{"after-recovery", "--services-stopped"}, wantCode: 1}, // the database does not exist
 		// Settings out of range, refused at start-up: they exited 1.
 		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_CYCLE_DAYS=0"}, wantCode: 2},
 		{give: []string{"dev"}, giveEnv: []string{"GPUBILL_RUNWAY_WARN=0"}, wantCode: 2},
@@ -646,7 +650,7 @@ func TestCompletion(t *testing.T) {
 		give string
 		want []string
 	}{
-		{"gpubill ", []string{"backup", "completion", "dev", "ledger", "report", "restore", "simulate", "token", "version"}},
+		{"gpubill ", []string{"after-recovery", "backup", "completion", "dev", "ledger", "report", "restore", "simulate", "token", "version"}},
 		{"gpubill led", []string{"ledger"}},
 		{"gpubill ledger ", []string{"verify"}},
 		{"gpubill token --ro", []string{"--role"}},
