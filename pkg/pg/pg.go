@@ -214,20 +214,17 @@ type TxBeginner interface {
 // then the balances) never sees a transaction committed between two of
 // them. Read through a pool, each statement was its own snapshot.
 func InSnapshot(ctx context.Context, db TxBeginner, fn func(pgx.Tx) error) error {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return inTx(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }
 
 // InTx runs fn in a READ COMMITTED transaction, committing if fn returns nil.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
+	return inTx(ctx, pool, pgx.TxOptions{}, fn)
+}
+
+// inTx runs fn in a transaction of opts, committing if fn returns nil.
+func inTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

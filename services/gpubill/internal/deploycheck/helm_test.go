@@ -493,35 +493,7 @@ func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 // Temporal connects as, with that user's password from the cluster's Secret
 // (the cluster made only gpubill's database, and its user cannot create one).
 func TestTemporalGetsItsNamespaceAndDatabases(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values struct {
-		Postgres struct {
-			Cluster struct{ Name string } `yaml:"cluster"`
-		} `yaml:"postgres"`
-		Temporal struct {
-			Server struct {
-				Config struct {
-					Namespaces struct {
-						Create    bool
-						Namespace []struct{ Name string }
-					}
-					Persistence map[string]struct {
-						SQL struct {
-							Database       string `yaml:"database"`
-							User           string `yaml:"user"`
-							ExistingSecret string `yaml:"existingSecret"`
-						} `yaml:"sql"`
-					}
-				}
-			}
-		}
-	}
-	if err := yaml.Unmarshal(b, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := readChartValues(t)
 	ns := values.Temporal.Server.Config.Namespaces
 	if !ns.Create || !slices.ContainsFunc(ns.Namespace, func(n struct{ Name string }) bool { return n.Name == "default" }) {
 		t.Errorf("temporal.server.config.namespaces %+v: want namespace default created", ns)
@@ -566,33 +538,7 @@ func TestTemporalGetsItsNamespaceAndDatabases(t *testing.T) {
 //     clients".
 //   - The ledger Deployment is Recreate (README "Upgrading").
 func TestChartPostgresHoldsEveryPool(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values struct {
-		Postgres struct {
-			Cluster struct{ Name string } `yaml:"cluster"`
-		} `yaml:"postgres"`
-		Services map[string]struct {
-			Replicas int `yaml:"replicas"`
-		} `yaml:"services"`
-		Temporal struct {
-			Server struct {
-				ReplicaCount int `yaml:"replicaCount"`
-				Config       struct {
-					Persistence map[string]struct {
-						SQL struct {
-							MaxConns int `yaml:"maxConns"`
-						} `yaml:"sql"`
-					}
-				}
-			}
-		}
-	}
-	if err := yaml.Unmarshal(b, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := readChartValues(t)
 	objects := renderChart(t, offlineChart(t))
 	c, ok := objects["Cluster/"+values.Postgres.Cluster.Name]
 	if !ok {
@@ -644,4 +590,46 @@ func TestChartPostgresHoldsEveryPool(t *testing.T) {
 	if err := d.Spec.Decode(&spec); err != nil || spec.Strategy.Type != "Recreate" {
 		t.Errorf("Deployment ledger: strategy %+v (%v), want Recreate", spec.Strategy, err)
 	}
+}
+
+// chartValues is what the chart tests read of values.yaml.
+type chartValues struct {
+	Postgres struct {
+		Cluster struct{ Name string } `yaml:"cluster"`
+	} `yaml:"postgres"`
+	Services map[string]struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"services"`
+	Temporal struct {
+		Server struct {
+			ReplicaCount int `yaml:"replicaCount"`
+			Config       struct {
+				Namespaces struct {
+					Create    bool
+					Namespace []struct{ Name string }
+				}
+				Persistence map[string]struct {
+					SQL struct {
+						Database       string `yaml:"database"`
+						User           string `yaml:"user"`
+						ExistingSecret string `yaml:"existingSecret"`
+						MaxConns       int    `yaml:"maxConns"`
+					} `yaml:"sql"`
+				}
+			}
+		}
+	}
+}
+
+func readChartValues(t *testing.T) chartValues {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v chartValues
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
