@@ -762,18 +762,13 @@ func TestRemitTaxGoesOnPastARefusal(t *testing.T) {
 	}
 }
 
-// A month's remittance the ledger refused is posted by the next month's run
-// (the schedule runs only the month before): it stayed pending, its
-// withholdings out of every later plan, until someone re-ran the month by
-// hand.
-func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
-	t.Parallel()
-	s, l, clk := newTax(t)
-	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February
+// februaryRefused runs February's remittance on March 2nd with the ledger
+// refusing it (err), then lets the ledger post again: February's
+// remittance stays pending.
+func februaryRefused(t *testing.T, s *Service, l *ledgerConn, clk *clock.Manual, err error) {
+	t.Helper()
 	l.mu.Lock()
-	l.refuse = func(*ledgerv1.CreateTransactionRequest) error {
-		return status.Error(codes.Unavailable, "ledger down past the activity's limit")
-	}
+	l.refuse = func(*ledgerv1.CreateTransactionRequest) error { return err }
 	l.mu.Unlock()
 	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
 	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
@@ -782,6 +777,17 @@ func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
 	l.mu.Lock()
 	l.refuse = nil
 	l.mu.Unlock()
+}
+
+// A month's remittance the ledger refused is posted by the next month's run
+// (the schedule runs only the month before): it stayed pending, its
+// withholdings out of every later plan, until someone re-ran the month by
+// hand.
+func TestRemitTaxPostsAnEarlierMonthStillPending(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February
+	februaryRefused(t, s, l, clk, status.Error(codes.Unavailable, "ledger down past the activity's limit"))
 	compute(t, s, "p-2", "1000.00", "0.25", "individual", "k2") // CN, March
 	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
 	resp := remitted(t, s, "2026-03")
@@ -809,18 +815,7 @@ func TestRemitTaxLinesAddUpToTheRemittances(t *testing.T) {
 	t.Parallel()
 	s, l, clk := newTax(t)
 	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN, February: 150.00
-	l.mu.Lock()
-	l.refuse = func(*ledgerv1.CreateTransactionRequest) error {
-		return status.Error(codes.InvalidArgument, "bank:client would go negative")
-	}
-	l.mu.Unlock()
-	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
-	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
-		t.Fatal("a run the ledger refused: want an error")
-	}
-	l.mu.Lock()
-	l.refuse = nil
-	l.mu.Unlock()
+	februaryRefused(t, s, l, clk, status.Error(codes.InvalidArgument, "bank:client would go negative"))
 	compute(t, s, "p-2", "1250.00", "0.20", "individual", "k2") // CN, March: 20 % of 1000.00
 	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
 	resp := remitted(t, s, "2026-03")
