@@ -32,9 +32,10 @@ type RowQuerier interface {
 
 // RestoreEpoch reads schema's restore epoch.
 // A service reads it once at start: a restore only loads an empty
-// database, and gpubill after-recovery refuses to run while a service runs
-// on the database, so the epoch of a database a service runs on never
-// changes.
+// database, and gpubill after-recovery must run with every service stopped
+// (--services-stopped; it refuses while an outbox relay holds its lock, but
+// a service starting, or between relay attempts, holds none), so the epoch
+// of a database a service runs on does not change under it.
 func RestoreEpoch(ctx context.Context, q RowQuerier, schema string) (string, error) {
 	var e string
 	if err := q.QueryRow(ctx, "select epoch from "+pgx.Identifier{schema, RestoreEpochTable}.Sanitize()).Scan(&e); err != nil {
