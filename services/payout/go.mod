@@ -3,6 +3,7 @@ module github.com/gpubill/gpubill/services/payout
 go 1.26.0
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/gpubill/gpubill/migrations v0.0.0
 	github.com/gpubill/gpubill/pkg v0.0.0
 	github.com/gpubill/gpubill/proto v0.0.0
@@ -34,7 +35,6 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/mock v1.6.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.2 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

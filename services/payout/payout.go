@@ -52,7 +52,7 @@ import (
 )
 
 // TaskQueueDefault is the Temporal task queue of the payout worker.
-const TaskQueueDefault = "payout"
+const TaskQueueDefault = domain.TaskQueue
 
 // Worker limits: a payout workflow mostly waits; its activities are a few
 // database, ledger and rail calls.

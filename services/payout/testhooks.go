@@ -36,8 +36,9 @@ type (
 	WebhookEvent = domain.WebhookEvent
 )
 
-// WorkflowID is the id of a payout's workflow (payout-{id}).
-func WorkflowID(payoutID string) string { return domain.WorkflowID(payoutID) }
+// WorkflowID is the id of a payout's workflow on the service's task queue
+// (payout-{id} on TaskQueueDefault).
+func (s *Service) WorkflowID(payoutID string) string { return domain.WorkflowIDOn(s.queue, payoutID) }
 
 // API is the PayoutService implementation, for in-process callers.
 func (s *Service) API() payoutv1.PayoutServiceServer { return s.api }

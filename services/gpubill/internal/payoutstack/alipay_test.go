@@ -30,6 +30,14 @@ const alipayAppID = "2021000000000001"
 // app's key pair and the platform's are generated here, never stored.
 func alipayStack(t *testing.T) (*stack, *fakealipay.Gateway) {
 	t.Helper()
+	cfg, g := alipayConfig(t)
+	return alipayStackOn(t, "", cfg), g
+}
+
+// alipayConfig is the payout configuration of alipayStack and its fake
+// open platform.
+func alipayConfig(t *testing.T) (payout.Config, *fakealipay.Gateway) {
+	t.Helper()
 	appKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -39,11 +47,18 @@ func alipayStack(t *testing.T) (*stack, *fakealipay.Gateway) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close)
-	st := newStack(t, payout.Config{AlipayOn: true, Alipay: alipay.Config{AppID: alipayAppID, PrivateKey: appKey,
+	return payout.Config{AlipayOn: true, Alipay: alipay.Config{AppID: alipayAppID, PrivateKey: appKey,
 		PlatformKey: &g.PlatformKey.PublicKey, GatewayURL: g.URL, SellerID: g.SellerID,
-		NotifyURL: "http://127.0.0.1:1/v1/rails/alipay/notify"}}) // the stack's address is known once it listens:
+		NotifyURL: "http://127.0.0.1:1/v1/rails/alipay/notify"}}, g // the stack's address is known once it listens
+}
+
+// alipayStackOn is a stack with cfg (alipayConfig) on the database at dsn
+// ("": a fresh one).
+func alipayStackOn(t *testing.T, dsn string, cfg payout.Config) *stack {
+	t.Helper()
+	st := newStackOn(t, dsn, cfg)
 	st.s.TestHooks().AlipayClient().Cfg.NotifyURL = "http://" + st.http + "/v1/rails/alipay/notify"
-	return st, g
+	return st
 }
 
 // alipaySetup gives a provider verified KYC and an Alipay account.

@@ -216,7 +216,7 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 	// The return comes after pb-ret's workflow stopped watching (4 s in
 	// tests): the import starts it again and it follows the rail.
 	testkit.Eventually(t, waitLong, func() bool {
-		d, err := st.tc.DescribeWorkflowExecution(ctx, "payout-"+ids["pb-ret"], "")
+		d, err := st.tc.DescribeWorkflowExecution(ctx, st.s.WorkflowID(ids["pb-ret"]), "")
 		return err == nil && d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	})
 	ret := bank.Returns(f)
@@ -245,7 +245,14 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil || !rep.Duplicate {
 		t.Errorf("upload of an imported file: %d %s %v", code, body, err)
 	}
-	unknown := bytes.Replace(bank.Bookings(f), []byte("<EndToEndId>"+e2e[0]), []byte("<EndToEndId>nobody-"+e2e[0][:8]), 1)
+	booked, known := bank.Bookings(f), "" // a booked payment's EndToEndId (the file's order is the payout ids')
+	for _, e := range e2e {
+		if bytes.Contains(booked, []byte("<EndToEndId>"+e+"<")) {
+			known = e
+			break
+		}
+	}
+	unknown := bytes.Replace(booked, []byte("<EndToEndId>"+known), []byte("<EndToEndId>nobody-"+known[:8]), 1)
 	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "text/xml", unknown)
 	rep.Duplicate, rep.NotApplied, rep.Entries = false, 0, nil
 	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil || rep.Duplicate || rep.NotApplied != 1 ||

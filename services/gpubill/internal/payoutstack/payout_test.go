@@ -106,7 +106,7 @@ func TestPayoutPaths(t *testing.T) {
 		t.Errorf("p-returned: %s %s", h, p.FailureCode)
 	}
 	st.checkProvider(t, "p-returned", "CNY", "150.00", "0")
-	recordHistory(t, st.tc, "returned_history.json", payout.WorkflowID(p.PayoutId))
+	recordHistory(t, st.tc, "returned_history.json", st.s.WorkflowID(p.PayoutId))
 
 	// canceled: no payout method, so it waits; finance cancels it; the
 	// money stays in available; a canceled payout cannot be canceled again.
@@ -201,7 +201,7 @@ func TestPayoutPaths(t *testing.T) {
 	}
 	// Its workflow, waiting at the gate (re-checked hourly), is woken and ends.
 	testkit.Eventually(t, waitLong, func() bool {
-		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), "payout-"+first.PayoutId, "")
+		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), st.s.WorkflowID(first.PayoutId), "")
 		return err == nil && desc.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, "the joined payout's workflow completed")
 	st.checkProvider(t, "p-min", "CNY", "0", "0")
@@ -245,7 +245,7 @@ func TestPayoutRailOutage(t *testing.T) {
 	}, "payout reserved during the outage")
 	var attempts int
 	testkit.Eventually(t, waitLong, func() bool {
-		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), "payout-"+p.PayoutId, "")
+		desc, err := st.tc.DescribeWorkflowExecution(context.Background(), st.s.WorkflowID(p.PayoutId), "")
 		if err != nil || len(desc.PendingActivities) == 0 {
 			return false
 		}

@@ -119,7 +119,7 @@ func TestRestoreNeverReissuesAnETagOrEventID(t *testing.T) {
 	src.stopPayout()
 	// The old Temporal is lost with the disaster: the restored payout's
 	// workflow is started anew by the restored stack.
-	if err := src.tc.TerminateWorkflow(ctx, payout.WorkflowID(p.PayoutId), "", "disaster"); err != nil {
+	if err := src.tc.TerminateWorkflow(ctx, src.s.WorkflowID(p.PayoutId), "", "disaster"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,5 +183,48 @@ func TestRestoreNeverReissuesAnETagOrEventID(t *testing.T) {
 	if e1, l1 := epoch(dst, "payout"), epoch(dst, "ledger"); l1 != e1 || epoch(src.dsn, "ledger") == l1 {
 		t.Errorf("the restored ledger's epoch %q, payout's %q, the source ledger's %q; want the restore's in both, not the source's",
 			l1, e1, epoch(src.dsn, "ledger"))
+	}
+}
+
+// A payout paid at its rail after the snapshot is gone with the disaster,
+// and settlement settles its provider again after the restore (its
+// settled message sent again). The payout made again must reach the rail
+// under the reference the rail paid: Alipay is asked for it, answers it
+// paid, and is not sent a second transfer. With a new random payout id it
+// was: the provider was paid twice. Both stacks run on one Temporal, as
+// test stacks do, each on its task queue: the restored one's workflow (the
+// same payout id) must not be taken for the source's run, still watching
+// for a return (domain.WorkflowIDOn).
+func TestRestoreNeverPaysAPayoutTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const provider, cyc = "pa-restore", "cyc-20260101"
+	cfg, g := alipayConfig(t)
+	src := alipayStackOn(t, "", cfg)
+	src.alipaySetup(t, provider, "2088123412340021", "")
+	dir := filepath.Join(t.TempDir(), "snap")
+	if _, err := backup.Take(ctx, src.dsn, dir, backup.Tools{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	// After the snapshot, before the disaster: settled and paid.
+	src.settle(t, provider, cyc, "CNY", "320.00")
+	paid := src.waitStatus(t, provider, cyc, "paid", waitLong)
+	src.stopPayout()
+
+	dst := testkit.NewDatabase(t)
+	if _, err := backup.Restore(ctx, dst, dir, backup.Tools{}); err != nil {
+		t.Fatal(err)
+	}
+	restored := alipayStackOn(t, dst, cfg)
+	restored.settle(t, provider, cyc, "CNY", "320.00")
+	again := restored.waitStatus(t, provider, cyc, "paid", waitLong)
+	if again.PayoutId != paid.PayoutId {
+		calls, o := g.Transfers(again.PayoutId)
+		t.Errorf("the payout made again after the restore is %s, the one paid before it %s: %d transfer calls under the new "+
+			"reference (order %+v): the provider is paid twice", again.PayoutId, paid.PayoutId, calls, o)
+	}
+	if calls, o := g.Transfers(paid.PayoutId); calls != 1 || o == nil || o.Amount != "320.00" || o.Queries == 0 {
+		t.Errorf("%s at the platform: %d transfer calls (want 1), order %+v (want it queried after the restore)", paid.PayoutId, calls, o)
 	}
 }

@@ -238,5 +238,20 @@ func RailReference(payoutID string, attempt int) string {
 	return fmt.Sprintf("%s-%d", payoutID, attempt)
 }
 
-// WorkflowID is the Temporal workflow of a payout.
+// TaskQueue is the Temporal task queue payout workers poll.
+const TaskQueue = "payout"
+
+// WorkflowID is the Temporal workflow of a payout on TaskQueue.
 func WorkflowID(payoutID string) string { return "payout-" + payoutID }
+
+// WorkflowIDOn is the workflow of a payout whose worker polls queue:
+// WorkflowID on TaskQueue, and the queue in it on any other. Payout ids
+// are derived from the settlement (PayoutID), so two deployments on one
+// Temporal namespace — each test stack has a task queue of its own —
+// make the same ids, and the second's start found the first's run.
+func WorkflowIDOn(queue, payoutID string) string {
+	if queue == "" || queue == TaskQueue {
+		return WorkflowID(payoutID)
+	}
+	return "payout-" + queue + "-" + payoutID
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shopspring/decimal"
 
-	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/outbox"
@@ -56,9 +55,14 @@ func ConsumeSettled(ctx context.Context, js jetstream.JetStream, payouts *app.Pa
 	})
 }
 
-// settledPayout is the payout a settled statement asks for.
+// settledPayout is the payout a settled statement asks for, under the id
+// derived from its provider, cycle and currency (domain.PayoutID).
 func settledPayout(ev *eventsv1.ProviderSettled, now time.Time) (domain.Payout, error) {
-	p := domain.Payout{ID: ids.New("po"), ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: now}
+	id, err := domain.PayoutID(ev.ProviderId, ev.CycleId, ev.Currency)
+	if err != nil {
+		return domain.Payout{}, fmt.Errorf("settled event of %s: %w", ev.ProviderId, err)
+	}
+	p := domain.Payout{ID: id, ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: now}
 	for _, f := range []struct {
 		dst *decimal.Decimal
 		s   string

@@ -89,7 +89,7 @@ func (w *Workflows) startAll(ctx context.Context) error {
 // otherwise, which would mark a retry started while only its previous run
 // was: it would then stay created for ever.
 func (w *Workflows) start(ctx context.Context, id string) error {
-	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue,
+	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowIDOn(w.Queue, id), TaskQueue: w.Queue,
 		WorkflowExecutionErrorWhenAlreadyStarted: true},
 		app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -109,7 +109,7 @@ func (w *Workflows) start(ctx context.Context, id string) error {
 // (the starter or the next poll will see the change).
 func (w *Workflows) Wake(ctx context.Context, ids ...string) {
 	for _, id := range ids {
-		err := w.Temporal.SignalWorkflow(ctx, domain.WorkflowID(id), "", app.SignalWake, nil)
+		err := w.Temporal.SignalWorkflow(ctx, domain.WorkflowIDOn(w.Queue, id), "", app.SignalWake, nil)
 		var nf *serviceerror.NotFound
 		if err != nil && !errors.As(err, &nf) {
 			w.Log.Warn("wake payout workflow", "payout_id", id, "err", err)
@@ -156,8 +156,8 @@ func (w *Workflows) RailNews(ref string) {
 		w.Log.Warn("rail news for a reference no payout has yet", "reference", ref, "err", err)
 		return
 	}
-	_, err = w.Temporal.SignalWithStartWorkflow(ctx, domain.WorkflowID(id), app.SignalWake, nil,
-		client.StartWorkflowOptions{ID: domain.WorkflowID(id), TaskQueue: w.Queue}, app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
+	_, err = w.Temporal.SignalWithStartWorkflow(ctx, domain.WorkflowIDOn(w.Queue, id), app.SignalWake, nil,
+		client.StartWorkflowOptions{ID: domain.WorkflowIDOn(w.Queue, id), TaskQueue: w.Queue}, app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
 	if err != nil {
 		w.Log.Warn("wake payout workflow with rail news", "payout_id", id, "reference", ref, "err", err)
 	}
