@@ -36,12 +36,17 @@ func ConsumeSettled(ctx context.Context, js jetstream.JetStream, payouts *app.Pa
 		BatchMax: settledBatchMax, DeadLetters: dl}
 	return outbox.ConsumeDecoded(ctx, js, log, spec, func(ctx context.Context, ids []string, evs []*eventsv1.ProviderSettled) error {
 		msgs := make([]app.SettledMessage, len(evs))
+		var poison natsx.PoisonError
 		for i, ev := range evs {
 			p, err := settledPayout(ev, payouts.Clock.Now())
 			if err != nil {
-				return err
+				poison.Add(ids[i], err) // dead-lettered at once; the rest handed back
+				continue
 			}
 			msgs[i] = app.SettledMessage{ID: ids[i], Payout: p}
+		}
+		if len(poison.ByID) > 0 {
+			return &poison
 		}
 		joined, err := payouts.CreateFromSettledMessages(ctx, msgs)
 		if err != nil {
@@ -56,20 +61,28 @@ func ConsumeSettled(ctx context.Context, js jetstream.JetStream, payouts *app.Pa
 }
 
 // settledPayout is the payout a settled statement asks for, under the id
-// derived from its provider, cycle and currency (domain.PayoutID).
+// derived from its provider, cycle and currency (domain.PayoutID). An
+// unknown currency, or an amount finer than its minor units (stored as
+// sent, the ledger posted it rounded and the rail paid it rounded or
+// refused it: a fen between the payout and its postings), is refused.
 func settledPayout(ev *eventsv1.ProviderSettled, now time.Time) (domain.Payout, error) {
-	id, err := domain.PayoutID(ev.ProviderId, ev.CycleId, ev.Currency)
+	cur, err := money.Lookup(ev.Currency)
 	if err != nil {
 		return domain.Payout{}, fmt.Errorf("settled event of %s: %w", ev.ProviderId, err)
 	}
-	p := domain.Payout{ID: id, ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: ev.Currency, CreatedAt: now}
+	id, err := domain.PayoutID(ev.ProviderId, ev.CycleId, cur.Code)
+	if err != nil {
+		return domain.Payout{}, fmt.Errorf("settled event of %s: %w", ev.ProviderId, err)
+	}
+	p := domain.Payout{ID: id, ProviderID: ev.ProviderId, CycleID: ev.CycleId, Currency: cur.Code, CreatedAt: now}
 	for _, f := range []struct {
-		dst *decimal.Decimal
-		s   string
-	}{{&p.Gross, ev.Gross}, {&p.Commission, ev.Commission}, {&p.Tax, ev.TaxWithheld}, {&p.Net, ev.Net}} {
-		d, err := money.ParseDecimal(f.s)
+		dst  *decimal.Decimal
+		name string
+		s    string
+	}{{&p.Gross, "gross", ev.Gross}, {&p.Commission, "commission", ev.Commission}, {&p.Tax, "tax_withheld", ev.TaxWithheld}, {&p.Net, "net", ev.Net}} {
+		d, err := cur.Parse(f.s)
 		if err != nil {
-			return p, fmt.Errorf("settled event of %s: amount %q: %w", ev.ProviderId, f.s, err)
+			return p, fmt.Errorf("settled event of %s: %s %q: %w", ev.ProviderId, f.name, f.s, err)
 		}
 		*f.dst = d
 	}
