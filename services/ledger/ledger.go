@@ -317,10 +317,20 @@ func Metrics() []obs.SQLMetric {
 		// The daily run expects the statement of two days back: a feed that
 		// stopped leaves runs reconciling against an ever older close (its
 		// movements turn into exceptions only 6 days after they were
-		// recorded); this says so within a day.
-		Name: "gpubill_reconciliation_latest_statement_age_seconds", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "Time since the close of the currency's latest imported bank statement (any account); the daily reconciliation expects the statement of two days back.",
-		Query: `select currency, extract(epoch from now() - max(closing_at))::float8 from ledger.bank_statements group by currency`,
+		// recorded); this says so within a day. Per account: by the newest
+		// close of the currency, an account whose feed stopped looked fresh
+		// while another account in its currency kept going.
+		Name: "gpubill_reconciliation_latest_statement_age_seconds", Type: obs.Gauge, Labels: []string{"currency", "account"},
+		Help:  "Time since the close of the account's latest imported bank statement; the daily reconciliation expects the statement of two days back.",
+		Query: `select currency, account, extract(epoch from now() - max(closing_at))::float8 from ledger.bank_statements group by currency, account`,
+	}, {
+		// What GpubillBankStatementStale reads: banks issue no statements
+		// at weekends, and by calendar days Friday's statement passed the
+		// alert's 3 days every week before Monday's came.
+		Name: "gpubill_reconciliation_latest_statement_age_business_days", Type: obs.Gauge, Labels: []string{"currency", "account"},
+		Help: "Business days (Monday to Friday, UTC; fractional) since the close of the account's latest imported bank statement; the daily reconciliation expects the statement of two days back.",
+		Query: `with latest as (select currency, account, max(closing_at) as closing_at from ledger.bank_statements group by currency, account)
+			select currency, account, ` + businessDaysSQL("latest.closing_at", "now()") + ` from latest`,
 	}, {
 		// The transactions after the chain's head, by transactions_xid_idx:
 		// those the chain worker has still to hash (a few, normally).
@@ -341,6 +351,20 @@ func Metrics() []obs.SQLMetric {
 			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
 			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
 	}}
+}
+
+// businessDaysSQL is SQL for the time from the instant from to the
+// instant to (timestamptz expressions) that falls on a Monday to Friday,
+// in days: Saturdays and Sundays in UTC, the zone a statement's date
+// closes in (its end, UTC, unless the bank gives the closing balance's
+// date-time). Zero when from is after to (a close up to 48 h ahead is
+// imported).
+func businessDaysSQL(from, to string) string {
+	return `(select coalesce(sum(extract(epoch from
+			greatest(least(day + interval '1 day', span.upto) - greatest(day, span.since), interval '0'))), 0)::float8 / 86400
+		from (select (` + from + `) at time zone 'UTC' as since, (` + to + `) at time zone 'UTC' as upto) span
+		cross join generate_series(date_trunc('day', span.since), span.upto, interval '1 day') day
+		where extract(isodow from day) < 6)`
 }
 
 // unchainableProbe is how many of the latest transactions

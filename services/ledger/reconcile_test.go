@@ -421,7 +421,7 @@ func TestStoppedBankFeedTurnsMovementsIntoExceptions(t *testing.T) {
 	// The gauge is read on scrape against the database's clock.
 	closeAt := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	lo := time.Since(closeAt).Seconds()
-	age := reconGauge(t, f, "gpubill_reconciliation_latest_statement_age_seconds")
+	age := statementGauges(t, f, "gpubill_reconciliation_latest_statement_age_seconds")["CNY/CN-CLIENT-1"]
 	if hi := time.Since(closeAt).Seconds(); age < lo-1 || age > hi+1 {
 		t.Errorf("gpubill_reconciliation_latest_statement_age_seconds %v; want %v..%v (since st-1130's close)", age, lo, hi)
 	}

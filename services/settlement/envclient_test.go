@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 )
@@ -27,13 +29,16 @@ type envClient struct {
 	liveID string                             // the workflow id the environment runs now ("" none)
 	env    *testsuite.TestWorkflowEnvironment // its run
 	starts map[string]any                     // the input of each run started (by id), for the test to run
-	// DescribeWorkflowExecution's answers and a failed run's error, by id.
-	outcome map[string]*workflowservice.DescribeWorkflowExecutionResponse
+	// The runs of each id that ended, oldest first (the last is the one
+	// DescribeWorkflowExecution answers), each failed run's error by id and
+	// run, and ListClosedWorkflow's error.
+	runs    map[string][]*workflowpb.WorkflowExecutionInfo
 	failure map[string]error
+	listErr error
 }
 
 func newEnvClient() *envClient {
-	return &envClient{starts: map[string]any{}, outcome: map[string]*workflowservice.DescribeWorkflowExecutionResponse{}, failure: map[string]error{}}
+	return &envClient{starts: map[string]any{}, runs: map[string][]*workflowpb.WorkflowExecutionInfo{}, failure: map[string]error{}}
 }
 
 // live makes env the running run of id (nil env: none runs).
@@ -89,28 +94,54 @@ func (c *envClient) SignalWithStartWorkflow(_ context.Context, id, signal string
 func (c *envClient) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.outcome[id]
-	if !ok {
+	runs := c.runs[id]
+	if len(runs) == 0 {
 		return nil, fmt.Errorf("envClient: no run of %s", id)
 	}
-	return d, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: runs[len(runs)-1]}, nil
+}
+
+// ListClosedWorkflow lists the runs of the filter's workflow id, the one
+// that closed last first, as the server does.
+func (c *envClient) ListClosedWorkflow(_ context.Context, req *workflowservice.ListClosedWorkflowExecutionsRequest) (*workflowservice.ListClosedWorkflowExecutionsResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listErr != nil {
+		return nil, c.listErr
+	}
+	runs := c.runs[req.GetExecutionFilter().GetWorkflowId()]
+	var out []*workflowpb.WorkflowExecutionInfo
+	for i := len(runs) - 1; i >= 0 && len(out) < int(req.GetMaximumPageSize()); i-- {
+		out = append(out, runs[i])
+	}
+	return &workflowservice.ListClosedWorkflowExecutionsResponse{Executions: out}, nil
 }
 
 func (c *envClient) GetWorkflow(_ context.Context, id, runID string) client.WorkflowRun {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return failedRun{id: id, runID: runID, err: c.failure[id]}
+	return failedRun{id: id, runID: runID, err: c.failure[id+"/"+runID]}
 }
 
-// fail makes id's latest run one that failed with err.
+// fail adds a run of id that failed with err (its latest).
 func (c *envClient) fail(id, runID string, err error) {
+	c.end(id, runID, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.outcome[id] = &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+	c.failure[id+"/"+runID] = err
+}
+
+// end adds a run of id that ended in status (its latest), a second after
+// the one before.
+func (c *envClient) end(id, runID string, status enumspb.WorkflowExecutionStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	closed := time.Date(2026, 2, 17, 0, 0, len(c.runs[id]), 0, time.UTC)
+	c.runs[id] = append(c.runs[id], &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
-		Status:    enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
-	}}
-	c.failure[id] = err
+		Status:    status,
+		CloseTime: timestamppb.New(closed),
+	})
 }
 
 // failedRun is a run that ended with err.

@@ -24,6 +24,9 @@ type (
 const (
 	QueryProgress          = app.QueryProgress
 	RemittanceWorkflowName = app.RemittanceWorkflowName
+	// CycleOpenerWorkflowName is the daily opener (schedule
+	// settlement-cycle-opener).
+	CycleOpenerWorkflowName = app.CycleOpenerWorkflowName
 )
 
 // CycleWorkflowID is the id of a cycle's workflow (settle-{cycle}).

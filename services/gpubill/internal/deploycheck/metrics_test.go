@@ -186,7 +186,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
-		"gpubill_reconciliation_latest_statement_age_seconds",
+		"gpubill_reconciliation_latest_statement_age_seconds", "gpubill_reconciliation_latest_statement_age_business_days",
 		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_ledger_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
 		"gpubill_segregation_breaches",
 		"gpubill_consumer_handler_timeouts_total", "gpubill_consumer_handler_panics_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",

@@ -59,6 +59,12 @@ type fixture struct {
 
 func newFixture(t testing.TB, tc client.Client, opts ...settlement.Option) *fixture {
 	t.Helper()
+	return newFixtureLog(t, tc, slog.New(slog.DiscardHandler), opts...)
+}
+
+// newFixtureLog is newFixture with settlement logging to log.
+func newFixtureLog(t testing.TB, tc client.Client, log *slog.Logger, opts ...settlement.Option) *fixture {
+	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	l := fakeledger.New()
 	clk := clock.NewManual(startAt)
@@ -67,7 +73,7 @@ func newFixture(t testing.TB, tc client.Client, opts ...settlement.Option) *fixt
 		t.Fatal(err)
 	}
 	conn := fakeledger.Serve(t, l, nil, ts.RegisterGRPC)
-	s, err := settlement.New(context.Background(), svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cal, Internal: conn},
+	s, err := settlement.New(context.Background(), svc.Deps{Pool: pool, Log: log, Clock: clk, Calendar: cal, Internal: conn},
 		tc, "settlement-test", append([]settlement.Option{settlement.WithoutStartupCycles()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

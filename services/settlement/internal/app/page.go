@@ -33,6 +33,12 @@ type PageTiming struct {
 // ErrProviderFailed marks a provider settlement that ended in failure.
 var ErrProviderFailed = errors.New("provider settlement failed")
 
+// ErrFailedAsBefore marks, beside ErrProviderFailed, a failure whose cause
+// is the one the provider's previous run failed with: a rerun of its
+// closing cycle (the daily opener's, start-up's, a close request's)
+// meeting a failure logged already.
+var ErrFailedAsBefore = errors.New("as its previous run did")
+
 // Page is the bookkeeping of one page of a cycle's providers being
 // settled: which are still to start, which are in flight (at most window)
 // and when each is next asked about, how long the next poll waits, and

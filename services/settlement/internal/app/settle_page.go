@@ -17,8 +17,9 @@ const pageStartsMax = 32
 // ProviderRunner runs providers' settlements: StartProvider starts one (or
 // joins the one in flight); ProviderOutcome tells whether it still runs and,
 // if it ended, its result. An outcome error wrapping ErrProviderFailed is
-// the provider's own failure (counted; the page goes on); any other error
-// is transient and fails the page's attempt, which is retried.
+// the provider's own failure (counted; the page goes on), wrapping
+// ErrFailedAsBefore too when its previous run failed alike; any other
+// error is transient and fails the page's attempt, which is retried.
 type ProviderRunner interface {
 	StartProvider(ctx context.Context, in ProviderInput) error
 	ProviderOutcome(ctx context.Context, in ProviderInput) (running bool, res ProviderResult, err error)
@@ -102,11 +103,25 @@ func (s *PageSettler) poll(ctx context.Context, cycle string, page *Page) error 
 			return err
 		}
 		if failed && !running {
-			s.Log.Error("provider settlement failed", "cycle", cycle, "provider", id, "err", err)
+			s.logFailure(cycle, id, err)
 		}
 		page.Answer(id, running, r, err)
 	}
 	return nil
+}
+
+// logFailure logs a provider's failed settlement with its cause: at
+// ERROR, or at WARN when its previous run failed alike. A provider that
+// fails for good keeps its cycle closing, and the daily opener runs the
+// cycle again every day: the same failure at ERROR once a day, for as long
+// as it lasts, said nothing new, while GpubillSettlementStalled pages on
+// the cycle the whole time. A new cause is news, and an ERROR.
+func (s *PageSettler) logFailure(cycle, provider string, err error) {
+	if errors.Is(err, ErrFailedAsBefore) {
+		s.Log.Warn("provider settlement failed again, as its previous run did", "cycle", cycle, "provider", provider, "err", err)
+		return
+	}
+	s.Log.Error("provider settlement failed", "cycle", cycle, "provider", provider, "err", err)
 }
 
 // startAll starts the providers' settlements, pageStartsMax at a time.

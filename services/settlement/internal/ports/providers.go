@@ -7,8 +7,11 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	filterpb "go.temporal.io/api/filter/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -47,14 +50,67 @@ func (r WorkflowRunner) ProviderOutcome(ctx context.Context, in app.ProviderInpu
 	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
 		// The failure's cause (a ledger's or tax service's refusal) is
 		// in the run's result: the page logs it with the provider.
-		err := r.Temporal.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, nil)
-		if err == nil {
-			err = errors.New("no failure recorded")
+		runID := info.GetExecution().GetRunId()
+		err := r.runFailure(ctx, id, runID)
+		if r.failedAsBefore(ctx, id, runID, err) {
+			return false, res, fmt.Errorf("%w: %s ended %s %w: %w", app.ErrProviderFailed, id, st, app.ErrFailedAsBefore, err)
 		}
 		return false, res, fmt.Errorf("%w: %s ended %s: %w", app.ErrProviderFailed, id, st, err)
 	default:
 		return false, res, fmt.Errorf("%w: %s ended %s", app.ErrProviderFailed, id, st)
 	}
+}
+
+// runFailure is the failure a run of id ended with.
+func (r WorkflowRunner) runFailure(ctx context.Context, id, runID string) error {
+	if err := r.Temporal.GetWorkflow(ctx, id, runID).Get(ctx, nil); err != nil {
+		return err
+	}
+	return errors.New("no failure recorded")
+}
+
+// previousRunsPage is how many closed runs of a provider's workflow
+// failedAsBefore lists: the one that failed now and the one before it
+// (the list may not show the one that failed now yet).
+const previousRunsPage = 2
+
+// failedAsBefore reports whether the run of id closed last before runID
+// failed with failure's cause: a rerun of the cycle meeting a failure
+// logged already. Temporal keeps closed runs for the namespace's retention
+// (the chart's 30 days, the dev server's 72 h; the daily opener reruns
+// every day). Any doubt (no
+// earlier run, one that did not fail, Temporal not answering) answers
+// false, and the failure is logged at ERROR. Only a failed run asks.
+func (r WorkflowRunner) failedAsBefore(ctx context.Context, id, runID string, failure error) bool {
+	list, err := r.Temporal.ListClosedWorkflow(ctx, &workflowservice.ListClosedWorkflowExecutionsRequest{
+		MaximumPageSize: previousRunsPage,
+		Filters: &workflowservice.ListClosedWorkflowExecutionsRequest_ExecutionFilter{
+			ExecutionFilter: &filterpb.WorkflowExecutionFilter{WorkflowId: id}},
+	})
+	if err != nil {
+		return false
+	}
+	for _, prev := range list.GetExecutions() { // closed last first
+		if prev.GetExecution().GetRunId() == runID {
+			continue
+		}
+		if prev.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+			return false
+		}
+		return runCause(r.runFailure(ctx, id, prev.GetExecution().GetRunId())) == runCause(failure)
+	}
+	return false
+}
+
+// runCause is a run's failure without the header naming its run
+// (*temporal.WorkflowExecutionError): what two runs that failed alike
+// share.
+func runCause(err error) string {
+	var run *temporal.WorkflowExecutionError
+	if errors.As(err, &run) && run.Unwrap() != nil {
+		return run.Unwrap().Error()
+	}
+	return err.Error()
 }
 
 // StartProviderWorkflow starts settle-{cycle}-{provider}, or joins the run
