@@ -803,3 +803,81 @@ func TestLateCutAsksForToday(t *testing.T) {
 		t.Fatalf("the 1 Dec cutoff cut on 2 Dec asks for %s, want 2026-12-02", got)
 	}
 }
+
+// restoreToBeforeTheCut brings the rail's book back to a recovery point
+// before every batch was cut, as a restore does: the transfers queued
+// again, in no batch, and no batch.
+func (f *fixture) restoreToBeforeTheCut(t *testing.T) {
+	t.Helper()
+	if _, err := f.r.Pool.Exec(context.Background(), `update payout.bank_transfers set state = 'queued', batch_id = null, pmt_inf_id = '', updated_at = queued_at;
+		delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After a restore to a point before a batch was cut, its transfers are
+// queued again while the bank has the file (cut and delivered after the
+// point). The bank's reports on it, copied back into the inbox, move them
+// out of the queue: the bank saw them, so they were sent. Left queued (a
+// conflict: "the bank cannot know a transfer not yet in a file"), the next
+// file paid them again. A transfer queued after the lost file's cutoff
+// still goes into the next one.
+func TestImportMovesATransferQueuedAgainAfterARestore(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-paid", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-frozen", "CNY", "300.00", bank("6222000011110002"))
+	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
+	f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110005"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 || strings.Join(e2es(files[0].Msg), ",") != "po-frozen,po-paid" {
+		t.Fatalf("the bank took %d files (%v): %v", len(files), files, err)
+	}
+	f.restoreToBeforeTheCut(t)
+
+	rep, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", fb.StatusReport(files[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-paid"] != app.EntryApplied || o["po-frozen"] != app.EntryApplied {
+		t.Errorf("pain.002 on transfers queued again: %v (%+v); want both applied", o, rep.Entries)
+	}
+	if st := f.state(t, "po-frozen"); st.State != app.RailFailed || st.FailureCode != domain.FailAccountFrozen {
+		t.Errorf("po-frozen after its rejection: %+v", st)
+	}
+	rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(files[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-paid"] != app.EntryApplied {
+		t.Errorf("camt.054 booking of a transfer accepted after a restore: %v (%+v)", o, rep.Entries)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid after its booking: %+v", st)
+	}
+	if !slices.Contains(f.notify, "po-paid") || !slices.Contains(f.notify, "po-frozen") {
+		t.Errorf("notified %v, want po-paid and po-frozen", f.notify)
+	}
+
+	// The next cutoff sends only what the bank never had.
+	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.AddDate(0, 0, 1).Add(5*time.Hour)))
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	file, err := f.r.BatchFile(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := iso20022.ParsePain001(file)
+	if err != nil || strings.Join(e2es(p), ",") != "po-next" {
+		t.Errorf("the next batch carries %v (%v); want po-next only, the bank has the others", e2es(p), err)
+	}
+}

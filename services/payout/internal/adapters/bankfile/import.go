@@ -344,7 +344,11 @@ func decide(from, to string, bulk bool) string {
 	case to:
 		return app.EntryUnchanged
 	case stateQueued:
-		return app.EntryConflict // the bank cannot know a transfer not yet in a file
+		// The bank knows a transfer only from a file, so this one was
+		// sent: a restore brought the book back to before its batch was
+		// cut. Taken as a conflict, it stayed queued and the next file
+		// paid it again.
+		from = stateBatched
 	}
 	switch to {
 	case stateAccepted:
