@@ -51,6 +51,13 @@ func Metrics() []obs.SQLMetric {
 			"(0: none): the bank's files are not reaching the inbox, or one blocks it.",
 		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.bank_transfers where state in ('batched', 'accepted')`,
 	}, {
+		// A restore or a recovery holds the rail; its loop says so once
+		// in the log, and bank payouts wait until finance releases it.
+		Name: "gpubill_bank_files_held_age_seconds", Type: obs.Gauge,
+		Help: "How long the bank-file rail has been held by a restore or a recovery (no batch cut or delivered until finance " +
+			"releases it: POST /v1/bank-files:release-restore-hold; 0: not held).",
+		Query: `select coalesce(extract(epoch from now() - min(held_since)), 0)::float8 from payout.bank_file_holds where released_at is null`,
+	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
 		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
 		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,

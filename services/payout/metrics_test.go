@@ -139,3 +139,29 @@ func TestPayoutStuckAtItsRailAges(t *testing.T) {
 		t.Errorf("in-flight age %v, want ~4 days (po-3)", v)
 	}
 }
+
+// A restore holds the bank-file rail until finance releases it: no payout
+// to a bank goes out meanwhile, and only the log said so once. The hold's
+// age is on /metrics for an alert; 0 when none is open.
+func TestBankFilesHeldAge(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const name = "gpubill_bank_files_held_age_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s never held: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.bank_file_holds (held_since, released_at, released_by) values (now() - interval '3 days', now() - interval '2 days', 'finance');
+		insert into payout.bank_file_holds (held_since) values (now() - interval '5 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	if v, want := testkit.SQLMetric(t, pool, Metrics(), name), float64(5*3600); v < want || v > want+600 {
+		t.Errorf("%s held 5 h (an earlier hold released): %v, want about %v", name, v, want)
+	}
+	if _, err := pool.Exec(ctx, `update payout.bank_file_holds set released_at = now(), released_by = 'finance' where released_at is null`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Errorf("%s released: %v, want 0", name, v)
+	}
+}

@@ -123,7 +123,7 @@ func TestAfterRecoveryReadiesARecoveredDatabase(t *testing.T) {
 			code, out, errOut, got, recovered)
 	}
 	for _, want := range []string{"no manifest", "ledger verify: ok", "3 published messages back in their outboxes, 1 payouts to restart",
-		"restore epoch " + ledgerEpoch + " (ledger, payout)"} {
+		"restore epoch " + ledgerEpoch + " (ledger, payout)", "bank-file rail held"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("after-recovery said %q; want %q", out, want)
 		}

@@ -15,10 +15,9 @@ import (
 )
 
 // The restore's last step (published messages back into each outbox,
-// payouts marked for a new workflow, a new restore epoch) is one
-// transaction: failed, it leaves
-// the verified snapshot as loaded and says to drop the database and restore
-// again. Step by step, a failure after the first schema left the others'
+// payouts marked for a new workflow, the bank-file rail held, a new
+// restore epoch) is one transaction: failed, it leaves the verified
+// snapshot as loaded and says to drop the database and restore again. Step by step, a failure after the first schema left the others'
 // messages in outbox_published, never sent again, and a second restore was
 // refused (the database not empty).
 func TestAfterRestoreAllOrNothing(t *testing.T) {
@@ -52,10 +51,12 @@ func TestAfterRestoreAllOrNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		var epoch string
-		if err := pool.QueryRow(ctx, `select epoch from payout.restore_epoch`).Scan(&epoch); err != nil {
+		var held int
+		if err := pool.QueryRow(ctx, `select epoch, (select count(*) from payout.bank_file_holds where released_at is null) from payout.restore_epoch`).
+			Scan(&epoch, &held); err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprint(published, queued, started, " ", epoch)
+		return fmt.Sprint(published, queued, started, held, " ", epoch)
 	}
 	migrated := state()
 	afterRestoreFail = func(context.Context) error { return errors.New("connection lost") }
@@ -65,16 +66,16 @@ func TestAfterRestoreAllOrNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "drop it and restore again") || res.Requeued != nil {
 		t.Fatalf("a failure before the commit: %v, requeued %v; want an error saying to drop and restore again", err, res.Requeued)
 	}
-	if got := state(); got != migrated || !strings.HasPrefix(got, "2 0 1 ") {
-		t.Fatalf("after the failed step: published, queued, started, epoch = %s; want %s (nothing applied)", got, migrated)
+	if got := state(); got != migrated || !strings.HasPrefix(got, "2 0 1 0 ") {
+		t.Fatalf("after the failed step: published, queued, started, held, epoch = %s; want %s (nothing applied)", got, migrated)
 	}
 	if err := afterRestore(ctx, conn, res, restoreRemedy); err != nil {
 		t.Fatal(err)
 	}
-	if got := state(); got != "0 2 0 "+res.Epoch || res.Epoch == "" || strings.HasSuffix(migrated, " "+res.Epoch) ||
+	if got := state(); got != "0 2 0 1 "+res.Epoch || res.Epoch == "" || strings.HasSuffix(migrated, " "+res.Epoch) ||
 		res.Requeued["metering"] != 1 || res.Requeued["pricing"] != 1 || res.PayoutsRestarted != 1 || fmt.Sprint(res.EpochSchemas) != "[payout]" {
-		t.Fatalf("after the step: published, queued, started, epoch = %s (migrated: %s), %+v; "+
-			"want 0 2 0, one requeued per schema, one payout, a new epoch in payout", got, migrated, res)
+		t.Fatalf("after the step: published, queued, started, held, epoch = %s (migrated: %s), %+v; "+
+			"want 0 2 0 1 (the bank-file rail held), one requeued per schema, one payout, a new epoch in payout", got, migrated, res)
 	}
 }
 

@@ -40,6 +40,9 @@ type Result struct {
 	Requeued map[string]int64
 	// PayoutsRestarted is how many payouts get a new workflow.
 	PayoutsRestarted int64
+	// BankFilesHeld: the bank-file rail cuts and delivers no batch until
+	// finance releases it (payout.AfterRestore).
+	BankFilesHeld bool
 	// Epoch is the restore epoch given to the schemas in EpochSchemas
 	// (pkg/pg.NewRestoreEpoch): the ids and ETags their services issue
 	// from now on differ from any issued before the restore.
@@ -142,8 +145,8 @@ const (
 
 // afterRestore readies a verified database for a new JetStream store and a
 // new Temporal, in one transaction: each schema's kept published messages go
-// back into its outbox, payouts whose workflow had work get one again, and
-// every schema with a restore epoch gets a new one (versions and crossing
+// back into its outbox, payouts whose workflow had work get one again, the
+// bank-file rail is held, and every schema with a restore epoch gets a new one (versions and crossing
 // counts restart from the snapshot's: the ids and ETags built from them
 // carry the epoch, so none issued before the restore is issued again).
 // Step by step, a failure part way left some schemas' messages in
@@ -216,6 +219,7 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result, remedy strin
 		return err
 	}
 	res.Requeued, res.PayoutsRestarted, res.Epoch, res.EpochSchemas = requeued, restarted, epoch, epochSchemas
+	res.BankFilesHeld = hasPayout
 	return nil
 }
 

@@ -539,7 +539,16 @@ func (r *restoreCmd) Run(e *env) error {
 		requeued, res.PayoutsRestarted, res.XidsAdvanced)
 	e.stdout.printf("  restore epoch %s (%s): ETags and event ids issued from now on differ from those issued before\n",
 		res.Epoch, strings.Join(res.EpochSchemas, ", "))
+	printBankFilesHeld(e.stdout, res)
 	return nil
+}
+
+// printBankFilesHeld says what finance does before bank payouts go out again.
+func printBankFilesHeld(w *output, res *backup.Result) {
+	if res.BankFilesHeld {
+		w.println("  bank-file rail held: no payment file is cut or delivered until finance has imported the bank's files " +
+			"since the recovery point and released it (POST /v1/bank-files:release-restore-hold)")
+	}
 }
 
 // errServicesNotStopped: after-recovery runs only once the operator says
@@ -568,6 +577,7 @@ func (r *afterRecoveryCmd) Run(e *env) error {
 	e.stdout.printf("  %d published messages back in their outboxes, %d payouts to restart\n", requeued, res.PayoutsRestarted)
 	e.stdout.printf("  restore epoch %s (%s): ETags and event ids issued from now on differ from those issued before\n",
 		res.Epoch, strings.Join(res.EpochSchemas, ", "))
+	printBankFilesHeld(e.stdout, res)
 	e.stdout.println("start gpubill on it with a new JetStream store and a new Temporal")
 	return nil
 }

@@ -125,6 +125,8 @@ var expectedAccess = func() map[string][]string {
 		po + "GetPayoutBatch":                                         staff,
 		po + "GetPayoutBatchFile":                                     staff,
 		po + "ImportBankFile":                                         staff,
+		po + "GetBankFileRestoreHold":                                 staff,
+		po + "ReleaseBankFileRestoreHold":                             staff,
 		"/gpubill.payout.v1.TopUpService/CreateTopUp":                 {"finance", "admin", "renter"},
 		st + "ListSettlementCycles":                                   read,
 		st + "GetSettlementCycle":                                     read,

@@ -19,6 +19,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/gpubill/internal/backup"
 	"github.com/gpubill/gpubill/services/payout"
 )
 
@@ -272,5 +273,92 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 	st.checkFunds(t, "CNY", paidOut)
 	if n, err := st.s.TestHooks().BankSubmissions(ctx, ids["pb-paid"]); err != nil || n != 1 {
 		t.Errorf("pb-paid submitted %d times: %v", n, err)
+	}
+}
+
+// A restore holds the bank-file rail. The payout was queued at the
+// snapshot and sent in a file after it: the bank has it, the restored
+// database has it queued again. The restored stack cuts and delivers
+// nothing; the bank's reports since the snapshot, copied into the inbox,
+// are imported while held (the payout is paid); finance reads the hold
+// and releases it (a second release answers the first; a provider may do
+// neither); then no file carries the payout again.
+func TestRestoreHoldsTheBankFileRail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	out, in := t.TempDir(), t.TempDir() // the bank's directories outlive the disaster
+	cfg := payout.Config{BankRail: payout.BankRailFile, Bank: payout.BankConfig{Debtor: clientAccount, CutoffHour: 14,
+		OutboxDir: out, InboxDir: in, Tick: 100 * time.Millisecond}}
+	bank := fakebank.New(out, in, clientAccount.Account)
+	const provider, cyc = "pb-restored", "cyc-20260101"
+	src := newStack(t, cfg)
+	src.setup(t, provider, "6222000011110001")
+	src.settle(t, provider, cyc, "CNY", "620.00")
+	po := src.waitStatus(t, provider, cyc, "submitted", waitLong)
+	dir := filepath.Join(t.TempDir(), "snap")
+	if _, err := backup.Take(ctx, src.dsn, dir, backup.Tools{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// After the snapshot: the payout goes to the bank.
+	id, built, err := src.s.TestHooks().CutBankBatch(ctx, time.Now())
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	testkit.Eventually(t, waitLong, func() bool { _, err := os.Stat(filepath.Join(out, id+".xml")); return err == nil })
+	files, err := bank.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the bank took %d files: %v", len(files), err)
+	}
+	src.stopPayout()
+	if err := src.tc.TerminateWorkflow(ctx, payout.WorkflowID(po.PayoutId), "", "disaster"); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := testkit.NewDatabase(t)
+	if res, err := backup.Restore(ctx, dst, dir, backup.Tools{}); err != nil || !res.BankFilesHeld {
+		t.Fatalf("restore: %+v %v", res, err)
+	}
+	restored := newStackOn(t, dst, cfg)
+	code, body := restored.restBody(t, "GET", "/v1/bank-files/restore-hold", auth.RoleFinance, "application/json", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"held":true`) || !strings.Contains(body, `"queued_transfers":1`) {
+		t.Errorf("GET the hold after the restore: %d %s; want held, the payout queued again", code, body)
+	}
+	if _, built, err := restored.s.TestHooks().CutBankBatch(ctx, time.Now()); err == nil || built || !strings.Contains(err.Error(), "held") {
+		t.Errorf("a cut while held: built %v, %v; want refused as held", built, err)
+	}
+
+	// The bank's reports since the snapshot, copied into the inbox.
+	for name, f := range map[string][]byte{"sts.xml": bank.StatusReport(files[0]), "ntf.xml": bank.Bookings(files[0])} {
+		if err := bank.Drop(name, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restored.waitStatus(t, provider, cyc, "paid", waitLong)
+	restored.checkProvider(t, provider, "CNY", "0", "0")
+
+	for _, c := range []struct{ method, path string }{{"GET", "/v1/bank-files/restore-hold"}, {"POST", "/v1/bank-files:release-restore-hold"}} {
+		if code, body := restored.restBody(t, c.method, c.path, auth.RoleProvider, "application/json", []byte("{}")); code != http.StatusForbidden {
+			t.Errorf("a provider's %s %s: %d %s, want 403", c.method, c.path, code, body)
+		}
+	}
+	code, released := restored.restBody(t, "POST", "/v1/bank-files:release-restore-hold", auth.RoleFinance, "application/json", []byte("{}"))
+	if code != http.StatusOK || !strings.Contains(released, `"held":false`) || !strings.Contains(released, `"released_by":"finance"`) ||
+		!strings.Contains(released, `"queued_transfers":0`) {
+		t.Errorf("release: %d %s", code, released)
+	}
+	if code, again := restored.restBody(t, "POST", "/v1/bank-files:release-restore-hold", auth.RoleFinance, "application/json", []byte("{}")); code != http.StatusOK || again != released {
+		t.Errorf("a second release: %d %s; want the first's answer %s", code, again, released)
+	}
+	if id, built, err := restored.s.TestHooks().CutBankBatch(ctx, time.Now()); err != nil || built || id != "" {
+		t.Errorf("a cut after the release: %q built %v, %v; want nothing to send", id, built, err)
+	}
+	// The restored database had no batch and has none (a batch cut now
+	// may even take the id of the file cut after the snapshot).
+	if code, body := restored.restBody(t, "GET", "/v1/payout-batches", auth.RoleFinance, "application/json", nil); code != http.StatusOK ||
+		!strings.Contains(body, `"batches":[]`) {
+		t.Errorf("GET /v1/payout-batches after the release: %d %s; want none: the bank has the payout", code, body)
+	}
+	if files, err := bank.Take(); err != nil || len(files) != 0 {
+		t.Errorf("the bank got %d more files (%v); want none: it has the payout", len(files), err)
 	}
 }

@@ -19,7 +19,28 @@ type BankFiles interface {
 	// changes nothing and answers the first import's report (Duplicate
 	// set). A malformed file is an error naming the element.
 	Import(ctx context.Context, source, name string, file []byte) (BankFileImport, error)
+	// RestoreHold is the latest restore hold (zero HeldSince: none ever).
+	RestoreHold(ctx context.Context) (BankFileHold, error)
+	// ReleaseRestoreHold releases the open hold, by whom: batches are cut
+	// and delivered again. Released already, it answers that release;
+	// never held, apperr.ErrPrecondition.
+	ReleaseRestoreHold(ctx context.Context, by string) (BankFileHold, error)
 }
+
+// BankFileHold is a restore hold of the bank-file rail: gpubill restore
+// and after-recovery open one, and no batch is cut or delivered while it
+// is open (the database is back at its point; the bank is not).
+type BankFileHold struct {
+	HeldSince  time.Time  // zero: the rail was never held
+	ReleasedAt *time.Time // nil while held
+	ReleasedBy string
+	// What a release sends: the transfers queued for the next cutoff and
+	// the batches built and not yet written to the outbox.
+	QueuedTransfers, UndeliveredBatches int
+}
+
+// Held says whether the hold is open.
+func (h BankFileHold) Held() bool { return !h.HeldSince.IsZero() && h.ReleasedAt == nil }
 
 // Where an imported bank file came from.
 const (

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cursor"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/money"
@@ -127,4 +128,47 @@ func (s *Server) ImportBankFile(ctx context.Context, req *payoutv1.ImportBankFil
 		}
 	}
 	return resp, nil
+}
+
+func holdProto(h app.BankFileHold) *payoutv1.BankFileRestoreHold {
+	out := &payoutv1.BankFileRestoreHold{Held: h.Held(), ReleasedBy: h.ReleasedBy,
+		QueuedTransfers: int32(h.QueuedTransfers), UndeliveredBatches: int32(h.UndeliveredBatches)}
+	if !h.HeldSince.IsZero() {
+		out.HeldSince = timestamppb.New(h.HeldSince)
+	}
+	if h.ReleasedAt != nil {
+		out.ReleasedAt = timestamppb.New(*h.ReleasedAt)
+	}
+	return out
+}
+
+// GetBankFileRestoreHold implements PayoutService (finance).
+func (s *Server) GetBankFileRestoreHold(ctx context.Context, _ *payoutv1.GetBankFileRestoreHoldRequest) (*payoutv1.GetBankFileRestoreHoldResponse, error) {
+	h, err := s.Bank.RestoreHold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.GetBankFileRestoreHoldResponse{Hold: holdProto(h)}, nil
+}
+
+// ReleaseBankFileRestoreHold implements PayoutService (finance):
+// idempotent, a second release answers the first.
+func (s *Server) ReleaseBankFileRestoreHold(ctx context.Context, _ *payoutv1.ReleaseBankFileRestoreHoldRequest) (*payoutv1.ReleaseBankFileRestoreHoldResponse, error) {
+	h, err := s.Bank.ReleaseRestoreHold(ctx, actor(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.ReleaseBankFileRestoreHoldResponse{Hold: holdProto(h)}, nil
+}
+
+// actor names the caller in an audit trail: role, and subject when it has one.
+func actor(ctx context.Context) string {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if p.Subject != "" {
+		return p.Role + ":" + p.Subject
+	}
+	return p.Role
 }

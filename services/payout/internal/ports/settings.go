@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
-	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/money"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -158,14 +157,7 @@ func (s *Server) UpdatePayoutSettings(ctx context.Context, req *payoutv1.UpdateP
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	actor := "unknown"
-	if p, ok := auth.FromContext(ctx); ok {
-		actor = p.Role
-		if p.Subject != "" {
-			actor += ":" + p.Subject
-		}
-	}
-	done, err := s.Store.PutSettings(ctx, changes, actor, req.Reason, s.Clock.Now())
+	done, err := s.Store.PutSettings(ctx, changes, actor(ctx), req.Reason, s.Clock.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -3064,6 +3064,251 @@ func (x *BankFileEntry) GetNote() string {
 	return ""
 }
 
+type GetBankFileRestoreHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBankFileRestoreHoldRequest) Reset() {
+	*x = GetBankFileRestoreHoldRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBankFileRestoreHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBankFileRestoreHoldRequest) ProtoMessage() {}
+
+func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
+func (*GetBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
+}
+
+type GetBankFileRestoreHoldResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hold          *BankFileRestoreHold   `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBankFileRestoreHoldResponse) Reset() {
+	*x = GetBankFileRestoreHoldResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBankFileRestoreHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBankFileRestoreHoldResponse) ProtoMessage() {}
+
+func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
+func (*GetBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+type ReleaseBankFileRestoreHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBankFileRestoreHoldRequest) Reset() {
+	*x = ReleaseBankFileRestoreHoldRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBankFileRestoreHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBankFileRestoreHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
+}
+
+type ReleaseBankFileRestoreHoldResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hold          *BankFileRestoreHold   `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBankFileRestoreHoldResponse) Reset() {
+	*x = ReleaseBankFileRestoreHoldResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBankFileRestoreHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBankFileRestoreHoldResponse) ProtoMessage() {}
+
+func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ReleaseBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// The bank-file rail's latest restore hold.
+type BankFileRestoreHold struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Held               bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`                                                       // no batch is cut or delivered
+	HeldSince          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=held_since,json=heldSince,proto3" json:"held_since,omitempty"`                             // unset: never held
+	ReleasedAt         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=released_at,json=releasedAt,proto3" json:"released_at,omitempty"`                          // unset while held
+	ReleasedBy         string                 `protobuf:"bytes,4,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`                          // role:subject of who released it
+	QueuedTransfers    int32                  `protobuf:"varint,5,opt,name=queued_transfers,json=queuedTransfers,proto3" json:"queued_transfers,omitempty"`          // transfers queued for the next cutoff
+	UndeliveredBatches int32                  `protobuf:"varint,6,opt,name=undelivered_batches,json=undeliveredBatches,proto3" json:"undelivered_batches,omitempty"` // batches built and not yet written to GPUBILL_BANK_OUTBOX_DIR
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *BankFileRestoreHold) Reset() {
+	*x = BankFileRestoreHold{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BankFileRestoreHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BankFileRestoreHold) ProtoMessage() {}
+
+func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BankFileRestoreHold.ProtoReflect.Descriptor instead.
+func (*BankFileRestoreHold) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BankFileRestoreHold) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *BankFileRestoreHold) GetHeldSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldSince
+	}
+	return nil
+}
+
+func (x *BankFileRestoreHold) GetReleasedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReleasedAt
+	}
+	return nil
+}
+
+func (x *BankFileRestoreHold) GetReleasedBy() string {
+	if x != nil {
+		return x.ReleasedBy
+	}
+	return ""
+}
+
+func (x *BankFileRestoreHold) GetQueuedTransfers() int32 {
+	if x != nil {
+		return x.QueuedTransfers
+	}
+	return 0
+}
+
+func (x *BankFileRestoreHold) GetUndeliveredBatches() int32 {
+	if x != nil {
+		return x.UndeliveredBatches
+	}
+	return 0
+}
+
 type ImportBankFileResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	FileId            string                 `protobuf:"bytes,1,opt,name=file_id,json=fileId,proto3" json:"file_id,omitempty"`
@@ -3081,7 +3326,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3338,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3351,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -3432,7 +3677,23 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\vreason_code\x18\x05 \x01(\tR\n" +
 	"reasonCode\x12\x18\n" +
 	"\aoutcome\x18\x06 \x01(\tR\aoutcome\x12\x12\n" +
-	"\x04note\x18\a \x01(\tR\x04note\"\xe6\x02\n" +
+	"\x04note\x18\a \x01(\tR\x04note\"\x1f\n" +
+	"\x1dGetBankFileRestoreHoldRequest\"\\\n" +
+	"\x1eGetBankFileRestoreHoldResponse\x12:\n" +
+	"\x04hold\x18\x01 \x01(\v2&.gpubill.payout.v1.BankFileRestoreHoldR\x04hold\"#\n" +
+	"!ReleaseBankFileRestoreHoldRequest\"`\n" +
+	"\"ReleaseBankFileRestoreHoldResponse\x12:\n" +
+	"\x04hold\x18\x01 \x01(\v2&.gpubill.payout.v1.BankFileRestoreHoldR\x04hold\"\x9e\x02\n" +
+	"\x13BankFileRestoreHold\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x129\n" +
+	"\n" +
+	"held_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\theldSince\x12;\n" +
+	"\vreleased_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"releasedAt\x12\x1f\n" +
+	"\vreleased_by\x18\x04 \x01(\tR\n" +
+	"releasedBy\x12)\n" +
+	"\x10queued_transfers\x18\x05 \x01(\x05R\x0fqueuedTransfers\x12/\n" +
+	"\x13undelivered_batches\x18\x06 \x01(\x05R\x12undeliveredBatches\"\xe6\x02\n" +
 	"\x16ImportBankFileResponse\x12\x17\n" +
 	"\afile_id\x18\x01 \x01(\tR\x06fileId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -3445,7 +3706,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\xfa\x15\n" +
+	"notApplied2\xe7\x18\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -3464,7 +3725,9 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x11ListPayoutBatches\x12+.gpubill.payout.v1.ListPayoutBatchesRequest\x1a,.gpubill.payout.v1.ListPayoutBatchesResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/payout-batches\x12\x93\x01\n" +
 	"\x0eGetPayoutBatch\x12(.gpubill.payout.v1.GetPayoutBatchRequest\x1a).gpubill.payout.v1.GetPayoutBatchResponse\",\x82\xd3\xe4\x93\x02&b\x05batch\x12\x1d/v1/payout-batches/{batch_id}\x12\x84\x01\n" +
 	"\x12GetPayoutBatchFile\x12,.gpubill.payout.v1.GetPayoutBatchFileRequest\x1a\x14.google.api.HttpBody\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/payout-batches/{batch_id}/file\x12\x80\x01\n" +
-	"\x0eImportBankFile\x12(.gpubill.payout.v1.ImportBankFileRequest\x1a).gpubill.payout.v1.ImportBankFileResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/bank-filesBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
+	"\x0eImportBankFile\x12(.gpubill.payout.v1.ImportBankFileRequest\x1a).gpubill.payout.v1.ImportBankFileResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/bank-files\x12\xa8\x01\n" +
+	"\x16GetBankFileRestoreHold\x120.gpubill.payout.v1.GetBankFileRestoreHoldRequest\x1a1.gpubill.payout.v1.GetBankFileRestoreHoldResponse\")\x82\xd3\xe4\x93\x02#b\x04hold\x12\x1b/v1/bank-files/restore-hold\x12\xbf\x01\n" +
+	"\x1aReleaseBankFileRestoreHold\x124.gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest\x1a5.gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\x04hold\"#/v1/bank-files:release-restore-holdBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
 
 var (
 	file_gpubill_payout_v1_payout_proto_rawDescOnce sync.Once
@@ -3478,145 +3741,158 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
-	(*PayoutStatusChange)(nil),            // 0: gpubill.payout.v1.PayoutStatusChange
-	(*Payout)(nil),                        // 1: gpubill.payout.v1.Payout
-	(*PayoutStatement)(nil),               // 2: gpubill.payout.v1.PayoutStatement
-	(*PayoutMethodChange)(nil),            // 3: gpubill.payout.v1.PayoutMethodChange
-	(*GetPayoutMethodRequest)(nil),        // 4: gpubill.payout.v1.GetPayoutMethodRequest
-	(*GetPayoutMethodResponse)(nil),       // 5: gpubill.payout.v1.GetPayoutMethodResponse
-	(*CancelPayoutRequest)(nil),           // 6: gpubill.payout.v1.CancelPayoutRequest
-	(*CancelPayoutResponse)(nil),          // 7: gpubill.payout.v1.CancelPayoutResponse
-	(*RetryPayoutRequest)(nil),            // 8: gpubill.payout.v1.RetryPayoutRequest
-	(*RetryPayoutResponse)(nil),           // 9: gpubill.payout.v1.RetryPayoutResponse
-	(*HoldProviderPayoutsRequest)(nil),    // 10: gpubill.payout.v1.HoldProviderPayoutsRequest
-	(*HoldProviderPayoutsResponse)(nil),   // 11: gpubill.payout.v1.HoldProviderPayoutsResponse
-	(*PayoutMethod)(nil),                  // 12: gpubill.payout.v1.PayoutMethod
-	(*Kyc)(nil),                           // 13: gpubill.payout.v1.Kyc
-	(*GetPayoutRequest)(nil),              // 14: gpubill.payout.v1.GetPayoutRequest
-	(*GetPayoutResponse)(nil),             // 15: gpubill.payout.v1.GetPayoutResponse
-	(*ListProviderPayoutsRequest)(nil),    // 16: gpubill.payout.v1.ListProviderPayoutsRequest
-	(*ListProviderPayoutsResponse)(nil),   // 17: gpubill.payout.v1.ListProviderPayoutsResponse
-	(*PutPayoutMethodRequest)(nil),        // 18: gpubill.payout.v1.PutPayoutMethodRequest
-	(*PutPayoutMethodResponse)(nil),       // 19: gpubill.payout.v1.PutPayoutMethodResponse
-	(*PutKycRequest)(nil),                 // 20: gpubill.payout.v1.PutKycRequest
-	(*PutKycResponse)(nil),                // 21: gpubill.payout.v1.PutKycResponse
-	(*Webhook)(nil),                       // 22: gpubill.payout.v1.Webhook
-	(*CreateWebhookRequest)(nil),          // 23: gpubill.payout.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),         // 24: gpubill.payout.v1.CreateWebhookResponse
-	(*PayoutSettings)(nil),                // 25: gpubill.payout.v1.PayoutSettings
-	(*PayoutMinimum)(nil),                 // 26: gpubill.payout.v1.PayoutMinimum
-	(*PayoutSettingChange)(nil),           // 27: gpubill.payout.v1.PayoutSettingChange
-	(*GetPayoutSettingsRequest)(nil),      // 28: gpubill.payout.v1.GetPayoutSettingsRequest
-	(*GetPayoutSettingsResponse)(nil),     // 29: gpubill.payout.v1.GetPayoutSettingsResponse
-	(*UpdatePayoutSettingsRequest)(nil),   // 30: gpubill.payout.v1.UpdatePayoutSettingsRequest
-	(*UpdatePayoutSettingsResponse)(nil),  // 31: gpubill.payout.v1.UpdatePayoutSettingsResponse
-	(*RotateWebhookSecretRequest)(nil),    // 32: gpubill.payout.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),   // 33: gpubill.payout.v1.RotateWebhookSecretResponse
-	(*ListWebhooksRequest)(nil),           // 34: gpubill.payout.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),          // 35: gpubill.payout.v1.ListWebhooksResponse
-	(*WebhookDelivery)(nil),               // 36: gpubill.payout.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),  // 37: gpubill.payout.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil), // 38: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*ListPayoutBatchesRequest)(nil),      // 39: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),     // 40: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),              // 41: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                   // 42: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),         // 43: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),        // 44: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),     // 45: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),         // 46: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                 // 47: gpubill.payout.v1.BankFileEntry
-	(*ImportBankFileResponse)(nil),        // 48: gpubill.payout.v1.ImportBankFileResponse
-	nil,                                   // 49: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	(*timestamppb.Timestamp)(nil),         // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 51: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),             // 52: google.api.HttpBody
+	(*PayoutStatusChange)(nil),                 // 0: gpubill.payout.v1.PayoutStatusChange
+	(*Payout)(nil),                             // 1: gpubill.payout.v1.Payout
+	(*PayoutStatement)(nil),                    // 2: gpubill.payout.v1.PayoutStatement
+	(*PayoutMethodChange)(nil),                 // 3: gpubill.payout.v1.PayoutMethodChange
+	(*GetPayoutMethodRequest)(nil),             // 4: gpubill.payout.v1.GetPayoutMethodRequest
+	(*GetPayoutMethodResponse)(nil),            // 5: gpubill.payout.v1.GetPayoutMethodResponse
+	(*CancelPayoutRequest)(nil),                // 6: gpubill.payout.v1.CancelPayoutRequest
+	(*CancelPayoutResponse)(nil),               // 7: gpubill.payout.v1.CancelPayoutResponse
+	(*RetryPayoutRequest)(nil),                 // 8: gpubill.payout.v1.RetryPayoutRequest
+	(*RetryPayoutResponse)(nil),                // 9: gpubill.payout.v1.RetryPayoutResponse
+	(*HoldProviderPayoutsRequest)(nil),         // 10: gpubill.payout.v1.HoldProviderPayoutsRequest
+	(*HoldProviderPayoutsResponse)(nil),        // 11: gpubill.payout.v1.HoldProviderPayoutsResponse
+	(*PayoutMethod)(nil),                       // 12: gpubill.payout.v1.PayoutMethod
+	(*Kyc)(nil),                                // 13: gpubill.payout.v1.Kyc
+	(*GetPayoutRequest)(nil),                   // 14: gpubill.payout.v1.GetPayoutRequest
+	(*GetPayoutResponse)(nil),                  // 15: gpubill.payout.v1.GetPayoutResponse
+	(*ListProviderPayoutsRequest)(nil),         // 16: gpubill.payout.v1.ListProviderPayoutsRequest
+	(*ListProviderPayoutsResponse)(nil),        // 17: gpubill.payout.v1.ListProviderPayoutsResponse
+	(*PutPayoutMethodRequest)(nil),             // 18: gpubill.payout.v1.PutPayoutMethodRequest
+	(*PutPayoutMethodResponse)(nil),            // 19: gpubill.payout.v1.PutPayoutMethodResponse
+	(*PutKycRequest)(nil),                      // 20: gpubill.payout.v1.PutKycRequest
+	(*PutKycResponse)(nil),                     // 21: gpubill.payout.v1.PutKycResponse
+	(*Webhook)(nil),                            // 22: gpubill.payout.v1.Webhook
+	(*CreateWebhookRequest)(nil),               // 23: gpubill.payout.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),              // 24: gpubill.payout.v1.CreateWebhookResponse
+	(*PayoutSettings)(nil),                     // 25: gpubill.payout.v1.PayoutSettings
+	(*PayoutMinimum)(nil),                      // 26: gpubill.payout.v1.PayoutMinimum
+	(*PayoutSettingChange)(nil),                // 27: gpubill.payout.v1.PayoutSettingChange
+	(*GetPayoutSettingsRequest)(nil),           // 28: gpubill.payout.v1.GetPayoutSettingsRequest
+	(*GetPayoutSettingsResponse)(nil),          // 29: gpubill.payout.v1.GetPayoutSettingsResponse
+	(*UpdatePayoutSettingsRequest)(nil),        // 30: gpubill.payout.v1.UpdatePayoutSettingsRequest
+	(*UpdatePayoutSettingsResponse)(nil),       // 31: gpubill.payout.v1.UpdatePayoutSettingsResponse
+	(*RotateWebhookSecretRequest)(nil),         // 32: gpubill.payout.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),        // 33: gpubill.payout.v1.RotateWebhookSecretResponse
+	(*ListWebhooksRequest)(nil),                // 34: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),               // 35: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),                    // 36: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),       // 37: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),      // 38: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*ListPayoutBatchesRequest)(nil),           // 39: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),          // 40: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),                   // 41: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                        // 42: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),              // 43: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),             // 44: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),          // 45: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),              // 46: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                      // 47: gpubill.payout.v1.BankFileEntry
+	(*GetBankFileRestoreHoldRequest)(nil),      // 48: gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	(*GetBankFileRestoreHoldResponse)(nil),     // 49: gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	(*ReleaseBankFileRestoreHoldRequest)(nil),  // 50: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	(*ReleaseBankFileRestoreHoldResponse)(nil), // 51: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	(*BankFileRestoreHold)(nil),                // 52: gpubill.payout.v1.BankFileRestoreHold
+	(*ImportBankFileResponse)(nil),             // 53: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                        // 54: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),              // 55: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                // 56: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),                  // 57: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	50, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	55, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	50, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	50, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	55, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	50, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	55, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	50, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	50, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	50, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	50, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	50, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	55, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	55, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	55, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	22, // 19: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	26, // 20: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
 	27, // 21: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
-	50, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	55, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
 	25, // 23: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	49, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	54, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
 	25, // 25: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	51, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	56, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
 	22, // 27: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	22, // 28: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	50, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	50, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	50, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	55, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	55, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	55, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
 	36, // 32: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
 	42, // 33: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	50, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	55, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
 	41, // 35: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	50, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	50, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	55, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	55, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
 	42, // 38: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	50, // 39: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	47, // 40: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	14, // 41: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 42: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 43: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 44: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 45: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 46: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 47: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 48: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 49: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	32, // 50: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	28, // 51: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
-	30, // 52: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
-	34, // 53: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	37, // 54: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	39, // 55: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	43, // 56: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	45, // 57: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	46, // 58: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	15, // 59: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 60: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 61: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 62: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 63: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 64: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 65: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 66: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 67: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	33, // 68: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	29, // 69: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
-	31, // 70: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
-	35, // 71: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	38, // 72: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	40, // 73: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	44, // 74: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	52, // 75: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	48, // 76: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	59, // [59:77] is the sub-list for method output_type
-	41, // [41:59] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	52, // 39: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	52, // 40: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	55, // 41: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
+	55, // 42: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
+	55, // 43: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	47, // 44: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	14, // 45: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 46: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 47: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 48: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 49: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 50: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 51: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 52: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 53: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	32, // 54: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	28, // 55: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	30, // 56: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	34, // 57: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	37, // 58: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	39, // 59: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	43, // 60: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	45, // 61: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	46, // 62: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	48, // 63: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	50, // 64: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	15, // 65: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 66: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 67: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 68: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 69: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 70: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 71: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 72: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 73: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	33, // 74: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	29, // 75: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	31, // 76: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	35, // 77: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	38, // 78: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	40, // 79: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	44, // 80: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	57, // 81: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	53, // 82: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	49, // 83: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	51, // 84: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	65, // [65:85] is the sub-list for method output_type
+	45, // [45:65] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -3631,7 +3907,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

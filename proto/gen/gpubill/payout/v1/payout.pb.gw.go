@@ -793,6 +793,54 @@ func local_request_PayoutService_ImportBankFile_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
+func request_PayoutService_GetBankFileRestoreHold_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetBankFileRestoreHoldRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetBankFileRestoreHold(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_GetBankFileRestoreHold_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetBankFileRestoreHoldRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetBankFileRestoreHold(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_PayoutService_ReleaseBankFileRestoreHold_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ReleaseBankFileRestoreHoldRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ReleaseBankFileRestoreHold(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_ReleaseBankFileRestoreHold_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ReleaseBankFileRestoreHoldRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ReleaseBankFileRestoreHold(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterPayoutServiceHandlerServer registers the http handlers for service PayoutService to "mux".
 // UnaryRPC     :call PayoutServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -1159,6 +1207,46 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_ImportBankFile_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_PayoutService_GetBankFileRestoreHold_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold", runtime.WithHTTPPathPattern("/v1/bank-files/restore-hold"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_GetBankFileRestoreHold_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_GetBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_GetBankFileRestoreHold_0{resp.(*GetBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ReleaseBankFileRestoreHold_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold", runtime.WithHTTPPathPattern("/v1/bank-files:release-restore-hold"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ReleaseBankFileRestoreHold_0{resp.(*ReleaseBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -1505,6 +1593,40 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_ImportBankFile_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_PayoutService_GetBankFileRestoreHold_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold", runtime.WithHTTPPathPattern("/v1/bank-files/restore-hold"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_GetBankFileRestoreHold_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_GetBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_GetBankFileRestoreHold_0{resp.(*GetBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ReleaseBankFileRestoreHold_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold", runtime.WithHTTPPathPattern("/v1/bank-files:release-restore-hold"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ReleaseBankFileRestoreHold_0{resp.(*ReleaseBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -1598,44 +1720,66 @@ func (m response_PayoutService_GetPayoutBatch_0) XXX_ResponseBody() interface{} 
 	return response.Batch
 }
 
+type response_PayoutService_GetBankFileRestoreHold_0 struct {
+	*GetBankFileRestoreHoldResponse
+}
+
+func (m response_PayoutService_GetBankFileRestoreHold_0) XXX_ResponseBody() interface{} {
+	response := m.GetBankFileRestoreHoldResponse
+	return response.Hold
+}
+
+type response_PayoutService_ReleaseBankFileRestoreHold_0 struct {
+	*ReleaseBankFileRestoreHoldResponse
+}
+
+func (m response_PayoutService_ReleaseBankFileRestoreHold_0) XXX_ResponseBody() interface{} {
+	response := m.ReleaseBankFileRestoreHoldResponse
+	return response.Hold
+}
+
 var (
-	pattern_PayoutService_GetPayout_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, ""))
-	pattern_PayoutService_ListProviderPayouts_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payouts"}, ""))
-	pattern_PayoutService_PutPayoutMethod_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
-	pattern_PayoutService_PutKyc_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "kyc"}, ""))
-	pattern_PayoutService_GetPayoutMethod_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
-	pattern_PayoutService_CancelPayout_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "cancel"))
-	pattern_PayoutService_RetryPayout_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
-	pattern_PayoutService_HoldProviderPayouts_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
-	pattern_PayoutService_CreateWebhook_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
-	pattern_PayoutService_RotateWebhookSecret_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
-	pattern_PayoutService_GetPayoutSettings_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
-	pattern_PayoutService_UpdatePayoutSettings_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
-	pattern_PayoutService_ListWebhooks_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
-	pattern_PayoutService_ListWebhookDeliveries_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
-	pattern_PayoutService_ListPayoutBatches_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
-	pattern_PayoutService_GetPayoutBatch_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payout-batches", "batch_id"}, ""))
-	pattern_PayoutService_GetPayoutBatchFile_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "payout-batches", "batch_id", "file"}, ""))
-	pattern_PayoutService_ImportBankFile_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, ""))
+	pattern_PayoutService_GetPayout_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, ""))
+	pattern_PayoutService_ListProviderPayouts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payouts"}, ""))
+	pattern_PayoutService_PutPayoutMethod_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
+	pattern_PayoutService_PutKyc_0                     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "kyc"}, ""))
+	pattern_PayoutService_GetPayoutMethod_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
+	pattern_PayoutService_CancelPayout_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "cancel"))
+	pattern_PayoutService_RetryPayout_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
+	pattern_PayoutService_HoldProviderPayouts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
+	pattern_PayoutService_CreateWebhook_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
+	pattern_PayoutService_RotateWebhookSecret_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
+	pattern_PayoutService_GetPayoutSettings_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
+	pattern_PayoutService_UpdatePayoutSettings_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
+	pattern_PayoutService_ListWebhooks_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
+	pattern_PayoutService_ListWebhookDeliveries_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
+	pattern_PayoutService_ListPayoutBatches_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
+	pattern_PayoutService_GetPayoutBatch_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payout-batches", "batch_id"}, ""))
+	pattern_PayoutService_GetPayoutBatchFile_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "payout-batches", "batch_id", "file"}, ""))
+	pattern_PayoutService_ImportBankFile_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, ""))
+	pattern_PayoutService_GetBankFileRestoreHold_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "bank-files", "restore-hold"}, ""))
+	pattern_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, "release-restore-hold"))
 )
 
 var (
-	forward_PayoutService_GetPayout_0             = runtime.ForwardResponseMessage
-	forward_PayoutService_ListProviderPayouts_0   = runtime.ForwardResponseMessage
-	forward_PayoutService_PutPayoutMethod_0       = runtime.ForwardResponseMessage
-	forward_PayoutService_PutKyc_0                = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutMethod_0       = runtime.ForwardResponseMessage
-	forward_PayoutService_CancelPayout_0          = runtime.ForwardResponseMessage
-	forward_PayoutService_RetryPayout_0           = runtime.ForwardResponseMessage
-	forward_PayoutService_HoldProviderPayouts_0   = runtime.ForwardResponseMessage
-	forward_PayoutService_CreateWebhook_0         = runtime.ForwardResponseMessage
-	forward_PayoutService_RotateWebhookSecret_0   = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutSettings_0     = runtime.ForwardResponseMessage
-	forward_PayoutService_UpdatePayoutSettings_0  = runtime.ForwardResponseMessage
-	forward_PayoutService_ListWebhooks_0          = runtime.ForwardResponseMessage
-	forward_PayoutService_ListWebhookDeliveries_0 = runtime.ForwardResponseMessage
-	forward_PayoutService_ListPayoutBatches_0     = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutBatch_0        = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutBatchFile_0    = runtime.ForwardResponseMessage
-	forward_PayoutService_ImportBankFile_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayout_0                  = runtime.ForwardResponseMessage
+	forward_PayoutService_ListProviderPayouts_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_PutPayoutMethod_0            = runtime.ForwardResponseMessage
+	forward_PayoutService_PutKyc_0                     = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutMethod_0            = runtime.ForwardResponseMessage
+	forward_PayoutService_CancelPayout_0               = runtime.ForwardResponseMessage
+	forward_PayoutService_RetryPayout_0                = runtime.ForwardResponseMessage
+	forward_PayoutService_HoldProviderPayouts_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_CreateWebhook_0              = runtime.ForwardResponseMessage
+	forward_PayoutService_RotateWebhookSecret_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutSettings_0          = runtime.ForwardResponseMessage
+	forward_PayoutService_UpdatePayoutSettings_0       = runtime.ForwardResponseMessage
+	forward_PayoutService_ListWebhooks_0               = runtime.ForwardResponseMessage
+	forward_PayoutService_ListWebhookDeliveries_0      = runtime.ForwardResponseMessage
+	forward_PayoutService_ListPayoutBatches_0          = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutBatch_0             = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutBatchFile_0         = runtime.ForwardResponseMessage
+	forward_PayoutService_ImportBankFile_0             = runtime.ForwardResponseMessage
+	forward_PayoutService_GetBankFileRestoreHold_0     = runtime.ForwardResponseMessage
+	forward_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.ForwardResponseMessage
 )

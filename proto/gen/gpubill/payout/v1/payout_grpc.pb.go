@@ -25,24 +25,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PayoutService_GetPayout_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayout"
-	PayoutService_ListProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
-	PayoutService_PutPayoutMethod_FullMethodName       = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
-	PayoutService_PutKyc_FullMethodName                = "/gpubill.payout.v1.PayoutService/PutKyc"
-	PayoutService_GetPayoutMethod_FullMethodName       = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
-	PayoutService_CancelPayout_FullMethodName          = "/gpubill.payout.v1.PayoutService/CancelPayout"
-	PayoutService_RetryPayout_FullMethodName           = "/gpubill.payout.v1.PayoutService/RetryPayout"
-	PayoutService_HoldProviderPayouts_FullMethodName   = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
-	PayoutService_CreateWebhook_FullMethodName         = "/gpubill.payout.v1.PayoutService/CreateWebhook"
-	PayoutService_RotateWebhookSecret_FullMethodName   = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
-	PayoutService_GetPayoutSettings_FullMethodName     = "/gpubill.payout.v1.PayoutService/GetPayoutSettings"
-	PayoutService_UpdatePayoutSettings_FullMethodName  = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
-	PayoutService_ListWebhooks_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListWebhooks"
-	PayoutService_ListWebhookDeliveries_FullMethodName = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
-	PayoutService_ListPayoutBatches_FullMethodName     = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
-	PayoutService_GetPayoutBatch_FullMethodName        = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
-	PayoutService_GetPayoutBatchFile_FullMethodName    = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
-	PayoutService_ImportBankFile_FullMethodName        = "/gpubill.payout.v1.PayoutService/ImportBankFile"
+	PayoutService_GetPayout_FullMethodName                  = "/gpubill.payout.v1.PayoutService/GetPayout"
+	PayoutService_ListProviderPayouts_FullMethodName        = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
+	PayoutService_PutPayoutMethod_FullMethodName            = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
+	PayoutService_PutKyc_FullMethodName                     = "/gpubill.payout.v1.PayoutService/PutKyc"
+	PayoutService_GetPayoutMethod_FullMethodName            = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
+	PayoutService_CancelPayout_FullMethodName               = "/gpubill.payout.v1.PayoutService/CancelPayout"
+	PayoutService_RetryPayout_FullMethodName                = "/gpubill.payout.v1.PayoutService/RetryPayout"
+	PayoutService_HoldProviderPayouts_FullMethodName        = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
+	PayoutService_CreateWebhook_FullMethodName              = "/gpubill.payout.v1.PayoutService/CreateWebhook"
+	PayoutService_RotateWebhookSecret_FullMethodName        = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
+	PayoutService_GetPayoutSettings_FullMethodName          = "/gpubill.payout.v1.PayoutService/GetPayoutSettings"
+	PayoutService_UpdatePayoutSettings_FullMethodName       = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
+	PayoutService_ListWebhooks_FullMethodName               = "/gpubill.payout.v1.PayoutService/ListWebhooks"
+	PayoutService_ListWebhookDeliveries_FullMethodName      = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
+	PayoutService_ListPayoutBatches_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
+	PayoutService_GetPayoutBatch_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
+	PayoutService_GetPayoutBatchFile_FullMethodName         = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
+	PayoutService_ImportBankFile_FullMethodName             = "/gpubill.payout.v1.PayoutService/ImportBankFile"
+	PayoutService_GetBankFileRestoreHold_FullMethodName     = "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold"
+	PayoutService_ReleaseBankFileRestoreHold_FullMethodName = "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold"
 )
 
 // PayoutServiceClient is the client API for PayoutService service.
@@ -117,6 +119,18 @@ type PayoutServiceClient interface {
 	// nothing (answered with duplicate=true and the first import's entries);
 	// a malformed file is a 400 naming the element.
 	ImportBankFile(ctx context.Context, in *ImportBankFileRequest, opts ...grpc.CallOption) (*ImportBankFileResponse, error)
+	// The bank-file rail's restore hold. gpubill restore and gpubill
+	// after-recovery hold the rail: the database is back at its point while
+	// the bank has the files sent after it, so no batch is cut or delivered
+	// (a transfer sent after the point is queued again; a batch delivered
+	// after it is undelivered again). Bank files are still imported: copy
+	// the bank's reports since the point into the inbox (or POST them), then
+	// release the hold.
+	GetBankFileRestoreHold(ctx context.Context, in *GetBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*GetBankFileRestoreHoldResponse, error)
+	// Releases the restore hold: batches are cut (from the first cutoff
+	// after the restore) and delivered again. Released already, it answers
+	// that release; never held, a 400 (failed precondition).
+	ReleaseBankFileRestoreHold(ctx context.Context, in *ReleaseBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*ReleaseBankFileRestoreHoldResponse, error)
 }
 
 type payoutServiceClient struct {
@@ -307,6 +321,26 @@ func (c *payoutServiceClient) ImportBankFile(ctx context.Context, in *ImportBank
 	return out, nil
 }
 
+func (c *payoutServiceClient) GetBankFileRestoreHold(ctx context.Context, in *GetBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*GetBankFileRestoreHoldResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBankFileRestoreHoldResponse)
+	err := c.cc.Invoke(ctx, PayoutService_GetBankFileRestoreHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) ReleaseBankFileRestoreHold(ctx context.Context, in *ReleaseBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*ReleaseBankFileRestoreHoldResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseBankFileRestoreHoldResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ReleaseBankFileRestoreHold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PayoutServiceServer is the server API for PayoutService service.
 // All implementations must embed UnimplementedPayoutServiceServer
 // for forward compatibility.
@@ -379,6 +413,18 @@ type PayoutServiceServer interface {
 	// nothing (answered with duplicate=true and the first import's entries);
 	// a malformed file is a 400 naming the element.
 	ImportBankFile(context.Context, *ImportBankFileRequest) (*ImportBankFileResponse, error)
+	// The bank-file rail's restore hold. gpubill restore and gpubill
+	// after-recovery hold the rail: the database is back at its point while
+	// the bank has the files sent after it, so no batch is cut or delivered
+	// (a transfer sent after the point is queued again; a batch delivered
+	// after it is undelivered again). Bank files are still imported: copy
+	// the bank's reports since the point into the inbox (or POST them), then
+	// release the hold.
+	GetBankFileRestoreHold(context.Context, *GetBankFileRestoreHoldRequest) (*GetBankFileRestoreHoldResponse, error)
+	// Releases the restore hold: batches are cut (from the first cutoff
+	// after the restore) and delivered again. Released already, it answers
+	// that release; never held, a 400 (failed precondition).
+	ReleaseBankFileRestoreHold(context.Context, *ReleaseBankFileRestoreHoldRequest) (*ReleaseBankFileRestoreHoldResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }
 
@@ -442,6 +488,12 @@ func (UnimplementedPayoutServiceServer) GetPayoutBatchFile(context.Context, *Get
 }
 func (UnimplementedPayoutServiceServer) ImportBankFile(context.Context, *ImportBankFileRequest) (*ImportBankFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportBankFile not implemented")
+}
+func (UnimplementedPayoutServiceServer) GetBankFileRestoreHold(context.Context, *GetBankFileRestoreHoldRequest) (*GetBankFileRestoreHoldResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBankFileRestoreHold not implemented")
+}
+func (UnimplementedPayoutServiceServer) ReleaseBankFileRestoreHold(context.Context, *ReleaseBankFileRestoreHoldRequest) (*ReleaseBankFileRestoreHoldResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBankFileRestoreHold not implemented")
 }
 func (UnimplementedPayoutServiceServer) mustEmbedUnimplementedPayoutServiceServer() {}
 func (UnimplementedPayoutServiceServer) testEmbeddedByValue()                       {}
@@ -788,6 +840,42 @@ func _PayoutService_ImportBankFile_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_GetBankFileRestoreHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBankFileRestoreHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).GetBankFileRestoreHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_GetBankFileRestoreHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).GetBankFileRestoreHold(ctx, req.(*GetBankFileRestoreHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_ReleaseBankFileRestoreHold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseBankFileRestoreHoldRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ReleaseBankFileRestoreHold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ReleaseBankFileRestoreHold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ReleaseBankFileRestoreHold(ctx, req.(*ReleaseBankFileRestoreHoldRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PayoutService_ServiceDesc is the grpc.ServiceDesc for PayoutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -866,6 +954,14 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ImportBankFile",
 			Handler:    _PayoutService_ImportBankFile_Handler,
+		},
+		{
+			MethodName: "GetBankFileRestoreHold",
+			Handler:    _PayoutService_GetBankFileRestoreHold_Handler,
+		},
+		{
+			MethodName: "ReleaseBankFileRestoreHold",
+			Handler:    _PayoutService_ReleaseBankFileRestoreHold_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -16,12 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -801,5 +804,220 @@ func TestLateCutAsksForToday(t *testing.T) {
 	}
 	if got := exec.Format(time.DateOnly); got != "2026-12-02" {
 		t.Fatalf("the 1 Dec cutoff cut on 2 Dec asks for %s, want 2026-12-02", got)
+	}
+}
+
+// restoreToBeforeTheCut brings the rail's book back to a recovery point
+// before every batch was cut, as a restore does: the transfers queued
+// again, in no batch, and no batch.
+func (f *fixture) restoreToBeforeTheCut(t *testing.T) {
+	t.Helper()
+	if _, err := f.r.Pool.Exec(context.Background(), `update payout.bank_transfers set state = 'queued', batch_id = null, pmt_inf_id = '', updated_at = queued_at;
+		delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After a restore to a point before a batch was cut, its transfers are
+// queued again while the bank has the file (cut and delivered after the
+// point). The bank's reports on it, copied back into the inbox while the
+// rail is held, move them out of the queue: the bank saw them, so they
+// were sent. Left queued (a
+// conflict: "the bank cannot know a transfer not yet in a file"), the next
+// file paid them again. A transfer queued after the lost file's cutoff
+// still goes into the next one.
+func TestImportMovesATransferQueuedAgainAfterARestore(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-paid", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-frozen", "CNY", "300.00", bank("6222000011110002"))
+	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
+	f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110005"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 || strings.Join(e2es(files[0].Msg), ",") != "po-frozen,po-paid" {
+		t.Fatalf("the bank took %d files (%v): %v", len(files), files, err)
+	}
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+
+	rep, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", fb.StatusReport(files[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-paid"] != app.EntryApplied || o["po-frozen"] != app.EntryApplied {
+		t.Errorf("pain.002 on transfers queued again: %v (%+v); want both applied", o, rep.Entries)
+	}
+	if st := f.state(t, "po-frozen"); st.State != app.RailFailed || st.FailureCode != domain.FailAccountFrozen {
+		t.Errorf("po-frozen after its rejection: %+v", st)
+	}
+	rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(files[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-paid"] != app.EntryApplied {
+		t.Errorf("camt.054 booking of a transfer accepted after a restore: %v (%+v)", o, rep.Entries)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid after its booking: %+v", st)
+	}
+	if !slices.Contains(f.notify, "po-paid") || !slices.Contains(f.notify, "po-frozen") {
+		t.Errorf("notified %v, want po-paid and po-frozen", f.notify)
+	}
+
+	// Released, the next cutoff sends only what the bank never had.
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
+		t.Fatal(err)
+	}
+	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.AddDate(0, 0, 1).Add(5*time.Hour)))
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	file, err := f.r.BatchFile(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := iso20022.ParsePain001(file)
+	if err != nil || strings.Join(e2es(p), ",") != "po-next" {
+		t.Errorf("the next batch carries %v (%v); want po-next only, the bank has the others", e2es(p), err)
+	}
+}
+
+// restore opens the rail's restore hold as gpubill restore does, in a
+// transaction of its own.
+func (f *fixture) restore(t *testing.T, at time.Time) {
+	t.Helper()
+	if err := pgx.BeginFunc(context.Background(), f.r.Pool, func(tx pgx.Tx) error { return HoldAfterRestore(context.Background(), tx, at) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// counts is what the rail holds: transfers queued, batches, batches undelivered.
+func (f *fixture) counts(t *testing.T) string {
+	t.Helper()
+	var queued, batches, undelivered int
+	if err := f.r.Pool.QueryRow(context.Background(), `select (select count(*) from payout.bank_transfers where state = 'queued'),
+		(select count(*) from payout.bank_batches), (select count(*) from payout.bank_batches where delivered_at is null)`).
+		Scan(&queued, &batches, &undelivered); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("queued %d, batches %d, undelivered %d", queued, batches, undelivered)
+}
+
+// After a restore the rail cuts and delivers nothing until finance
+// releases it: day 1's batch was cut before the recovery point and
+// delivered after it (undelivered again), po-c and po-d were queued before
+// it and sent in day 2's file (queued again). Unheld, day 2's cutoff put
+// them into a file again (paid twice) and day 1's file was written again.
+// Released, day 1's file is delivered and the transfers go into the first
+// cutoff after the restore, not day 2's: the bank may hold a batch of that
+// id, cut after the point, and refuse another as a duplicate.
+func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	f := newRail(t, out, "")
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005"))
+	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30
+	day1Batch, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(day1.Add(5 * time.Hour)) // 15:00
+	f.submit(t, "po-c", "CNY", "50.00", bank("6222000011110006"))
+	f.submit(t, "po-d", "CNY", "70.00", bank("6222000011110007"))
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Errorf("a release with no hold: %v, want ErrPrecondition", err)
+	}
+
+	restoredAt := day1.AddDate(0, 0, 1).Add(5 * time.Hour) // day 2, 15:00: after day 2's cutoff
+	f.restore(t, restoredAt)
+	f.restore(t, restoredAt.Add(time.Hour)) // after-recovery run again: the open hold stands
+	f.clk.Set(restoredAt.Add(2 * time.Hour))
+	before := f.counts(t)
+	if want := "queued 2, batches 1, undelivered 1"; before != want {
+		t.Fatalf("before the cut: %s, want %s", before, want)
+	}
+	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	if !errors.Is(err, ErrHeld) || built || id != "" {
+		t.Errorf("Cut while held: %q built %v, %v; want ErrHeld", id, built, err)
+	}
+	if err := f.r.Deliver(ctx); !errors.Is(err, ErrHeld) {
+		t.Errorf("Deliver while held: %v, want ErrHeld", err)
+	}
+	if got := f.counts(t); got != before {
+		t.Errorf("while held: %s, want %s (nothing cut, delivered or lost)", got, before)
+	}
+	if des, err := os.ReadDir(out); err != nil || len(des) != 0 {
+		t.Errorf("the outbox holds %d files while held (%v)", len(des), err)
+	}
+	h, err := f.r.RestoreHold(ctx)
+	if err != nil || !h.Held() || !h.HeldSince.Equal(restoredAt) || h.QueuedTransfers != 2 || h.UndeliveredBatches != 1 {
+		t.Errorf("the hold: %+v %v; want held since %s, 2 queued, 1 undelivered", h, err, restoredAt)
+	}
+
+	f.clk.Set(restoredAt.Add(3 * time.Hour))
+	rel, err := f.r.ReleaseRestoreHold(ctx, "finance:alice")
+	if err != nil || rel.Held() || rel.ReleasedAt == nil || !rel.ReleasedAt.Equal(f.clk.Now()) || rel.ReleasedBy != "finance:alice" || !rel.HeldSince.Equal(restoredAt) {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	f.clk.Set(restoredAt.Add(4 * time.Hour))
+	if again, err := f.r.ReleaseRestoreHold(ctx, "finance:bob"); err != nil || !again.ReleasedAt.Equal(*rel.ReleasedAt) || again.ReleasedBy != "finance:alice" {
+		t.Errorf("a second release: %+v %v; want the first release's answer", again, err)
+	}
+
+	// Day 2's cutoff is before the restore: not cut (its id may be at the bank).
+	if id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil || built || id != "" {
+		t.Errorf("a cutoff before the restore, released: %q built %v, %v; want no batch", id, built, err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, day1Batch+".xml")); err != nil {
+		t.Errorf("day 1's batch not delivered once released: %v", err)
+	}
+	f.clk.Set(restoredAt.AddDate(0, 0, 1)) // day 3, 15:00
+	id, built, err = f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	file, err := f.r.BatchFile(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := iso20022.ParsePain001(file)
+	if err != nil || strings.Join(e2es(p), ",") != "po-c,po-d" || id != "pb-20261203-1400" {
+		t.Errorf("the first cut after the release: %s %v %v; want pb-20261203-1400 with po-c, po-d", id, e2es(p), err)
+	}
+	if got, want := f.counts(t), "queued 0, batches 2, undelivered 1"; got != want {
+		t.Errorf("after the release: %s, want %s", got, want)
+	}
+}
+
+// A snapshot taken before the hold's migration has no hold table: the
+// restore makes it from the migration to open the hold, and the
+// migration, run at the service's start, finds it made.
+func TestRestoreHoldOfASnapshotBeforeTheHold(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	if _, err := f.r.Pool.Exec(ctx, `drop table payout.bank_file_holds; delete from payout.goose_db_version where version_id = 17`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, day1)
+	if err := pg.Migrate(ctx, f.r.Pool, "payout", migrations.For("payout")); err != nil {
+		t.Fatalf("the migration after a restore made its table: %v", err)
+	}
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); !errors.Is(err, ErrHeld) {
+		t.Errorf("Cut after the restore of an older snapshot: %v, want ErrHeld", err)
 	}
 }

@@ -40,7 +40,10 @@ func (r *Rail) BatchID(cutoff time.Time) string {
 // batch already built, built false), each transfer in at most one batch.
 // With nothing queued there is no batch (id ""). The file is kept in the
 // database in the same transaction that marks its transfers batched, then
-// delivered (Deliver).
+// delivered (Deliver). While a restore hold is open it cuts nothing
+// (ErrHeld); a cutoff at or before the latest restore is never cut: a
+// batch of its id may have been cut after the recovery point and sent,
+// and the bank refuses another file under that id as a duplicate.
 func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
 	id = r.BatchID(cutoff)
 	var refused []string
@@ -49,6 +52,18 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 		if err != nil || existing != "" {
 			id = existing
 			return err
+		}
+		held, restored, err := cutHold(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if held {
+			id = ""
+			return ErrHeld
+		}
+		if !cutoff.After(restored) {
+			id = ""
+			return nil
 		}
 		// A cutoff cut late (the service was down over it) asks for today:
 		// its own day had passed, a date the bank may refuse or move.
@@ -200,9 +215,17 @@ func (r *Rail) markBatched(ctx context.Context, tx pgx.Tx, id string, exec time.
 // the file is written under a temporary name, synced and renamed, so the
 // bank's SFTP client never picks up half a file; a batch delivered again
 // (a crash before it was marked) is the same bytes under the same name.
+// While a restore hold is open it writes nothing (ErrHeld).
 func (r *Rail) Deliver(ctx context.Context) error {
 	if r.Cfg.OutboxDir == "" {
 		return nil
+	}
+	var held bool
+	if err := r.Pool.QueryRow(ctx, `select exists (select 1 from payout.bank_file_holds where released_at is null)`).Scan(&held); err != nil {
+		return err
+	}
+	if held {
+		return ErrHeld
 	}
 	rows, err := r.Pool.Query(ctx, `select batch_id, file from payout.bank_batches where delivered_at is null order by created_at`)
 	if err != nil {

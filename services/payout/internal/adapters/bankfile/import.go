@@ -344,7 +344,11 @@ func decide(from, to string, bulk bool) string {
 	case to:
 		return app.EntryUnchanged
 	case stateQueued:
-		return app.EntryConflict // the bank cannot know a transfer not yet in a file
+		// The bank knows a transfer only from a file, so this one was
+		// sent: a restore brought the book back to before its batch was
+		// cut. Taken as a conflict, it stayed queued and the next file
+		// paid it again.
+		from = stateBatched
 	}
 	switch to {
 	case stateAccepted:
@@ -506,9 +510,10 @@ func moveAside(dir, sub, name string, note []byte) error {
 }
 
 // Run builds each cutoff's batch when it passes, delivers batches and
-// reads the inbox every tick, until ctx ends. Failures are logged and
-// retried at the next tick (nothing is lost: queued transfers stay
-// queued, undelivered batches stay marked, inbox files stay in place).
+// reads the inbox every tick, until ctx ends (a restore hold stops the
+// first two, not the inbox). Failures are logged and retried at the next
+// tick (nothing is lost: queued transfers stay queued, undelivered
+// batches stay marked, inbox files stay in place).
 func (r *Rail) Run(ctx context.Context) error {
 	tick := r.Cfg.Tick
 	if tick <= 0 {
@@ -516,11 +521,20 @@ func (r *Rail) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	wasHeld := false
 	for {
-		if _, _, err := r.Cut(ctx, r.LastCutoff(r.Clock.Now())); err != nil && ctx.Err() == nil {
+		_, _, err := r.Cut(ctx, r.LastCutoff(r.Clock.Now()))
+		// A restore hold is said once (its gauge and alert go on saying it).
+		if held := errors.Is(err, ErrHeld); held != wasHeld {
+			if held {
+				r.Log.Warn("bank-file rail held after a restore: no batch is cut or delivered until finance releases it", "err", err)
+			}
+			wasHeld = held
+		}
+		if err != nil && !errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			r.Log.Error("bank batch", "err", err)
 		}
-		if err := r.Deliver(ctx); err != nil && ctx.Err() == nil {
+		if err := r.Deliver(ctx); err != nil && !errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			r.Log.Error("bank batch delivery", "err", err)
 		}
 		if err := r.ScanInbox(ctx); err != nil && ctx.Err() == nil {
