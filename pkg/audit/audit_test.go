@@ -365,7 +365,10 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 				}
 				return &payoutv1.PutPayoutMethodResponse{PayoutMethod: m}, nil
 			}
-			_, _ = icp(context.Background(), tt.give, &grpc.UnaryServerInfo{FullMethod: payoutv1.PayoutService_PutPayoutMethod_FullMethodName}, handler)
+			_, err := icp(context.Background(), tt.give, &grpc.UnaryServerInfo{FullMethod: payoutv1.PayoutService_PutPayoutMethod_FullMethodName}, handler)
+			if wantCode := map[string]codes.Code{"applied": codes.OK, "refused": codes.InvalidArgument}[answer]; status.Code(err) != wantCode {
+				t.Fatalf("%s, %s: %v, want %v", tt.name, answer, err, wantCode)
+			}
 			if len(store.stored) != 1 {
 				t.Fatalf("%s, %s: stored %d records, want 1", tt.name, answer, len(store.stored))
 			}
