@@ -25,6 +25,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 )
 
 type fakeStore struct {
@@ -311,5 +312,81 @@ func TestResourceIDsCutAtACharacter(t *testing.T) {
 	}
 	if _, err := proto.Marshal(&eventsv1.AuditRecorded{ResourceIds: ids}); err != nil {
 		t.Fatalf("the record does not marshal: %v", err)
+	}
+}
+
+// A provider's payout account identifiers (an Alipay phone number or
+// e-mail, a WeChat openid, a bank account number) never reach the
+// append-only audit log in clear, applied or refused: they are kept masked
+// as the payout service shows them ("****8000"). alipay_id ends in _id and
+// was kept whole as a resource id.
+func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		give       *payoutv1.PutPayoutMethodRequest
+		clear      string
+		field      string // the identifier's field
+		wantMasked string
+	}{
+		{"alipay phone", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AccountName: "Li Lei", AlipayId: "13800138000"},
+			"13800138000", "alipay_id", "****8000"},
+		{"alipay e-mail", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AccountName: "Li Lei", AlipayId: "lilei@example.com"},
+			"lilei@example.com", "alipay_id", "****.com"},
+		{"wechat", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "wechat", AccountName: "Li Lei", WechatOpenid: "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"},
+			"oUpF8uMuAJO_M2pxb1Q9zNjWeS6o", "wechat_openid", "****eS6o"},
+		{"bank", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "6222020200112233445", BankCode: "ICBC"},
+			"6222020200112233445", "account_number", "****3445"},
+		{"short", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: "1380"},
+			"1380", "alipay_id", "****"},
+		{"padded", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: " 13800138000 "},
+			"13800138000", "alipay_id", "****8000"},
+		{"non-ASCII (the payout service refuses it)", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: "李雷@例子.中国"},
+			"李雷@例子.中国", "alipay_id", "****子.中国"},
+	}
+	for _, tt := range tests {
+		for _, answer := range []string{"applied", "refused"} {
+			store := &fakeStore{}
+			r := New(store, slog.New(slog.DiscardHandler), "payout")
+			icp := r.UnaryInterceptor(fakeCaller{auth.Principal{Role: auth.RoleProvider, Subject: "p-001"}}, func(context.Context) string { return "req-1" })
+			handler := func(context.Context, any) (any, error) {
+				if answer == "refused" {
+					return nil, status.Error(codes.InvalidArgument, "bad method")
+				}
+				// The service answers the method masked (domain.Method.Masked).
+				m := &payoutv1.PayoutMethod{ProviderId: "p-001", Type: tt.give.Type}
+				switch tt.field {
+				case "alipay_id":
+					m.AlipayId = tt.wantMasked
+				case "wechat_openid":
+					m.WechatOpenid = tt.wantMasked
+				case "account_number":
+					m.AccountNumber = tt.wantMasked
+				}
+				return &payoutv1.PutPayoutMethodResponse{PayoutMethod: m}, nil
+			}
+			_, err := icp(context.Background(), tt.give, &grpc.UnaryServerInfo{FullMethod: payoutv1.PayoutService_PutPayoutMethod_FullMethodName}, handler)
+			if wantCode := map[string]codes.Code{"applied": codes.OK, "refused": codes.InvalidArgument}[answer]; status.Code(err) != wantCode {
+				t.Fatalf("%s, %s: %v, want %v", tt.name, answer, err, wantCode)
+			}
+			if len(store.stored) != 1 {
+				t.Fatalf("%s, %s: stored %d records, want 1", tt.name, answer, len(store.stored))
+			}
+			rec := store.stored[0]
+			for _, id := range rec.ResourceIds {
+				if strings.Contains(id, tt.clear) {
+					t.Errorf("%s, %s: resource id %q holds the identifier in clear", tt.name, answer, id)
+				}
+			}
+			want := []string{"provider_id=p-001", tt.field + "=" + tt.wantMasked}
+			for _, w := range want {
+				if !slices.Contains(rec.ResourceIds, w) {
+					t.Errorf("%s, %s: resource ids %q, want %q among them", tt.name, answer, rec.ResourceIds, w)
+				}
+			}
+			if _, err := proto.Marshal(rec); err != nil {
+				t.Errorf("%s, %s: the record does not marshal: %v", tt.name, answer, err)
+			}
+		}
 	}
 }

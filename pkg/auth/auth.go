@@ -82,7 +82,8 @@ func CheckSecret(secret []byte) error {
 // needsSubject says whether a role's tokens must name whose data they see.
 func needsSubject(role string) bool { return role == RoleProvider || role == RoleRenter }
 
-// Issue signs a token for role (and subject, required for provider/renter).
+// Issue signs a token for role (and subject, required for provider/renter;
+// for a meter, optional: the one provider it ingests for).
 func Issue(secret []byte, role, subject string, ttl time.Duration) (string, error) {
 	if err := CheckSecret(secret); err != nil {
 		return "", err
@@ -101,7 +102,9 @@ func Issue(secret []byte, role, subject string, ttl time.Duration) (string, erro
 	if subject != strings.TrimSpace(subject) {
 		return "", fmt.Errorf("subject %q has white space around it", subject)
 	}
-	if needsSubject(role) {
+	// A meter's subject, when given, is the provider whose usage it alone
+	// may ingest (metering refuses the others').
+	if needsSubject(role) || (role == RoleMeter && subject != "") {
 		if err := ids.CheckPartyID(subject); err != nil {
 			return "", fmt.Errorf("subject: %w", err)
 		}

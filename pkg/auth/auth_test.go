@@ -45,13 +45,25 @@ func TestIssueVerify(t *testing.T) {
 		role, sub string
 		ttl       time.Duration
 	}{{RoleFinance, "", -time.Minute}, {RoleFinance, "", 0}, {RoleRenter, " ", time.Hour}, {RoleRenter, "r-001 ", time.Hour},
-		{RoleProvider, "p:1", time.Hour}, {RoleService, " ops", time.Hour}} {
+		{RoleProvider, "p:1", time.Hour}, {RoleService, " ops", time.Hour},
+		{RoleMeter, "p:1", time.Hour}} { // a meter's subject is the provider it ingests for: no provider has this id
 		if _, err := Issue(secret, bad.role, bad.sub, bad.ttl); err == nil {
 			t.Errorf("Issue(%s, %q, %s): issued", bad.role, bad.sub, bad.ttl)
 		}
 	}
 	if _, err := Verify(secret, expired); err == nil {
 		t.Fatal("expired token accepted")
+	}
+	// A meter token names the provider it ingests for, or none (the
+	// platform's meter, for every provider).
+	for _, sub := range []string{"p-001", ""} {
+		tok, err := Issue(secret, RoleMeter, sub, time.Hour)
+		if err != nil {
+			t.Fatalf("meter token with subject %q: %v", sub, err)
+		}
+		if p, err := Verify(secret, tok); err != nil || p.Role != RoleMeter || p.Subject != sub {
+			t.Fatalf("meter token with subject %q: %+v %v", sub, p, err)
+		}
 	}
 	svc, err := Issue(secret, RoleService, "settlement", time.Hour)
 	if err != nil {

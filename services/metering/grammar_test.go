@@ -23,6 +23,9 @@ import (
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
 )
 
+// testSecret signs the tokens of startServer's server.
+var testSecret = []byte("metering-test-secret-of-32-bytes-or-more")
+
 // startServer serves the metering service over REST and gRPC and returns
 // both addresses with a finance token.
 func startServer(t *testing.T) (restBase, grpcAddr, token string) {
@@ -30,14 +33,13 @@ func startServer(t *testing.T) (restBase, grpcAddr, token string) {
 	s, _ := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	secret := []byte("metering-test-secret-of-32-bytes-or-more")
-	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: secret,
+	srv, err := server.Start(ctx, server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Secret: testSecret,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Services: []server.Service{s}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	tok, err := auth.Issue(testSecret, auth.RoleFinance, "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ type devCmd struct {
 
 type tokenCmd struct {
 	Role       string        `required:"" help:"finance, auditor, provider, renter, meter, admin (or service: the internal identity between services)."`
-	Sub        string        `help:"Subject: the provider or renter id (required for those roles)."`
+	Sub        string        `help:"Subject: the provider or renter id (required for those roles); for a meter, the one provider whose usage it may ingest (unset: every provider)."`
 	TTL        time.Duration `name:"ttl" default:"720h" help:"Lifetime (above 0)."`
 	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Where gpubill dev keeps its signing key (auth.secret) when GPUBILL_AUTH_SECRET is unset."`
 	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key, at least 32 bytes (prefer the environment variable: a flag shows in the process list)."`

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +226,34 @@ func TestPayoutSettingsChangeAudited(t *testing.T) {
 	e := evs[0].(map[string]any)
 	if e["service"] != "payout" || e["role"] != "finance" || e["code"] != "OK" {
 		t.Fatalf("audit event %v", e)
+	}
+}
+
+// A provider's Alipay id (a phone number or e-mail) set through REST is in
+// the audit log masked, as the payout service shows it, never in clear.
+func TestPayoutMethodAuditedMasked(t *testing.T) {
+	f := newFixture(t)
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-am", "name": "A", "tier": "standard",
+		"tax_profile": "individual", "jurisdiction": "CN", "currency": "CNY"})
+	provider := testkit.Token(t, []byte(secret), auth.RoleProvider, "p-am", time.Hour)
+	const alipayID = "13800138000"
+	if code, out := f.do(http.MethodPut, "/v1/providers/p-am/payout-method", provider,
+		map[string]any{"type": "alipay", "account_name": "Li Lei", "alipay_id": alipayID}); code != http.StatusOK {
+		t.Fatalf("PUT payout method: HTTP %d %v", code, out)
+	}
+	var out map[string]any
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var code int
+		code, out = f.do(http.MethodGet, "/v1/audit-events?method=PutPayoutMethod", f.finance, nil)
+		evs, _ := out["events"].([]any)
+		return code == http.StatusOK && len(evs) == 1
+	}, "the payout method change audited")
+	e := out["events"].([]any)[0].(map[string]any)
+	ids := e["resource_ids"].([]any)
+	if e["actor"] != "p-am" || e["code"] != "OK" || !slices.Contains(ids, any("provider_id=p-am")) || !slices.Contains(ids, any("alipay_id=****8000")) {
+		t.Fatalf("audit event %v, want provider_id=p-am and alipay_id=****8000 among its resource ids", e)
+	}
+	if b, err := json.Marshal(out); err != nil || strings.Contains(string(b), alipayID) {
+		t.Fatalf("the audit log holds the Alipay id in clear: %s (%v)", b, err)
 	}
 }

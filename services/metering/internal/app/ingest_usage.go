@@ -28,9 +28,11 @@ type IngestResult struct {
 	Rejected   []Rejection
 }
 
-// IngestOptions narrow an ingest (the NATS path: usage.ingest.{provider}
-// may only carry that provider's usage).
+// IngestOptions narrow an ingest.
 type IngestOptions struct {
+	// OnlyProvider, when set, refuses each event of another provider: the
+	// provider of usage.ingest.{provider} on NATS, or of a meter token's
+	// subject on the API.
 	OnlyProvider string
 	// Arrived is when the events reached gpubill (domain.Rules.Arrived);
 	// zero: now.

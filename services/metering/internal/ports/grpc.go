@@ -174,9 +174,19 @@ func IngestResponse(res app.IngestResult) *meteringv1.IngestUsageEventsResponse 
 	return out
 }
 
-// IngestUsageEvents implements UsageService.
+// IngestUsageEvents implements UsageService. A meter token naming a
+// provider (gpubill token --role meter --sub p-001) is that provider's node
+// agent: it ingests that provider's usage only, each event of another
+// refused on its own, as usage.ingest.{provider} does on NATS (accepted,
+// it debited any renter and credited whichever provider it named). A meter
+// token without a subject is the platform's meter, for every provider, and
+// staff ingest for any.
 func (s *UsageServer) IngestUsageEvents(ctx context.Context, r *meteringv1.IngestUsageEventsRequest) (*meteringv1.IngestUsageEventsResponse, error) {
-	res, err := s.App.Ingest(ctx, EventInputs(r.Events), app.IngestOptions{})
+	var opt app.IngestOptions
+	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleMeter {
+		opt.OnlyProvider = p.Subject
+	}
+	res, err := s.App.Ingest(ctx, EventInputs(r.Events), opt)
 	if err != nil {
 		return nil, err
 	}
