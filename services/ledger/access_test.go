@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"encoding/json"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,51 @@ func TestRESTAllowlist(t *testing.T) {
 				t.Fatalf("auditor: HTTP %d, want 404", code)
 			}
 		})
+	}
+}
+
+// partyTx is a transaction as a party's answer carries it.
+type partyTx struct {
+	TransactionID string `json:"transaction_id"`
+}
+
+// requestID is the request id every error answer carries (its own each).
+var requestID = regexp.MustCompile(`"request_id":"[0-9a-f]*"`)
+
+// TestRESTAnotherPartysTransactionReadsAsMissing: GET /v1/transactions/{id}
+// of another party's transaction answers, byte for byte, what a missing
+// transaction answers ("transaction <id> not found" against "transaction
+// <id>: not found" told a party which ids exist).
+func TestRESTAnotherPartysTransactionReadsAsMissing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	fin := restClient{t: t, base: base, token: testkit.Token(t, secret, auth.RoleFinance, "", time.Hour)}
+	code, body := fin.do("POST", "/v1/transactions", `{"idempotency_key":"charge-1","postings":[
+		{"account":"renter:r-1:wallet","direction":"debit","amount":"7.25","currency":"CNY"},
+		{"account":"provider:p-1:pending:cyc-20261112","direction":"credit","amount":"7.25","currency":"CNY"}]}`)
+	var tx partyTx
+	if err := json.Unmarshal([]byte(body), &tx); code != 200 || err != nil {
+		t.Fatalf("charge: %d %s (%v)", code, body, err)
+	}
+	missing := "0193a3c2-5b1e-7c4d-9e2f-123456789abc"
+	for _, c := range []restClient{
+		{t: t, base: base, token: testkit.Token(t, secret, auth.RoleProvider, "p-2", time.Hour)},
+		{t: t, base: base, token: testkit.Token(t, secret, auth.RoleRenter, "r-2", time.Hour)},
+	} {
+		for _, form := range []func(string) string{func(s string) string { return s }, strings.ToUpper} {
+			theirs, theirsBody := c.do("GET", "/v1/transactions/"+form(tx.TransactionID), "")
+			none, noneBody := c.do("GET", "/v1/transactions/"+form(missing), "")
+			// Apart from the id asked for and the request's own id.
+			theirsBody = requestID.ReplaceAllString(strings.ReplaceAll(theirsBody, tx.TransactionID, "<id>"), "")
+			noneBody = requestID.ReplaceAllString(strings.ReplaceAll(noneBody, missing, "<id>"), "")
+			if theirs != 404 || theirs != none || theirsBody != noneBody {
+				t.Errorf("another party's %s: %d %s\nmissing %s: %d %s\nwant both 404, byte for byte", form(tx.TransactionID), theirs, theirsBody, form(missing), none, noneBody)
+			}
+		}
+	}
+	// What a missing transaction answers is what staff are told of one.
+	if none, noneBody := fin.do("GET", "/v1/transactions/"+missing, ""); none != 404 || !strings.Contains(noneBody, "transaction "+missing+": not found") {
+		t.Errorf("missing to finance: %d %s", none, noneBody)
 	}
 }

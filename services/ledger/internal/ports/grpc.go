@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -108,7 +106,9 @@ func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransa
 		return nil, err
 	}
 	if !touchesOwn(ctx, t) {
-		return nil, status.Errorf(codes.NotFound, "transaction %s not found", r.GetTransactionId())
+		// Another party's entry answers what a missing one does, to the
+		// byte: a different answer told a party which ids exist.
+		return nil, app.TransactionNotFound(t.ID)
 	}
 	return &ledgerv1.GetTransactionResponse{Transaction: toProtoTx(t)}, nil
 }
