@@ -94,7 +94,11 @@ func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTra
 	}
 	out := &ledgerv1.ListTransactionsResponse{NextPageToken: next, Transactions: []*ledgerv1.Transaction{}}
 	for _, t := range txs {
-		out.Transactions = append(out.Transactions, toProtoTx(t))
+		// A party's listing names one of its accounts: every entry in it
+		// moves that account.
+		if pt, ok := partyTx(ctx, t); ok {
+			out.Transactions = append(out.Transactions, pt)
+		}
 	}
 	return out, nil
 }
@@ -105,12 +109,13 @@ func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransa
 	if err != nil {
 		return nil, err
 	}
-	if !touchesOwn(ctx, t) {
+	pt, ok := partyTx(ctx, t)
+	if !ok {
 		// Another party's entry answers what a missing one does, to the
 		// byte: a different answer told a party which ids exist.
 		return nil, app.TransactionNotFound(t.ID)
 	}
-	return &ledgerv1.GetTransactionResponse{Transaction: toProtoTx(t)}, nil
+	return &ledgerv1.GetTransactionResponse{Transaction: pt}, nil
 }
 
 // CreateTransaction implements LedgerService.
