@@ -3,6 +3,8 @@ package ledger_test
 import (
 	"encoding/json"
 	"net/netip"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +60,7 @@ func TestRESTPartiesReadOwnAccounts(t *testing.T) {
 		wantBody string // substring of the answer
 	}{
 		{"renter's own wallet", r1, "/v1/accounts/renter:r-1:wallet", 200, `"amount":"35.50"`},
-		{"renter's own charges", r1, "/v1/transactions?account=renter:r-1:wallet", 200, `"provider:p-2:pending:cyc-20261112"`},
+		{"renter's own charges", r1, "/v1/transactions?account=renter:r-1:wallet", 200, `"renter:r-1:wallet"`},
 		{"renter's own charge by id", r1, "/v1/transactions/" + charge.TransactionID, 200, `"amount":"7.25"`},
 		{"renter's own accounts", r1, "/v1/accounts?prefix=renter:r-1", 200, `"renter:r-1:wallet"`},
 		{"another renter's wallet", r1, "/v1/accounts/renter:r-2:wallet", 403, ""},
@@ -126,5 +128,180 @@ func TestRESTAllowlist(t *testing.T) {
 				t.Fatalf("auditor: HTTP %d, want 404", code)
 			}
 		})
+	}
+}
+
+// partyTx is a transaction as a party's answer carries it.
+type partyTx struct {
+	TransactionID    string            `json:"transaction_id"`
+	IdempotencyKey   string            `json:"idempotency_key"`
+	Description      string            `json:"description"`
+	Metadata         map[string]string `json:"metadata"`
+	Postings         []posting         `json:"postings"`
+	Hash             string            `json:"hash"`
+	PostingsWithheld *bool             `json:"postings_withheld"`
+}
+
+type posting struct{ Account, Direction, Amount, Currency string }
+
+// TestRESTPartiesSeeOnlyTheirOwnPostings: a provider or renter reading a
+// transaction that moves other accounts too is answered only the postings
+// on its own accounts. Finance's refund of r-1's money to r-2 showed r-1
+// r-2's wallet, the amount and finance's text naming r-2; a charge showed
+// the provider the renter's wallet and the renter in its metadata. The
+// entry's description, metadata and idempotency key (written by finance or
+// the posting service about the whole entry, free to name any party) and
+// its hash (a commitment to the withheld postings) are withheld with them,
+// and postings_withheld says so. Finance and auditors read it whole.
+func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	token := func(role, sub string) restClient {
+		return restClient{t: t, base: base, token: testkit.Token(t, secret, role, sub, time.Hour)}
+	}
+	fin := token(auth.RoleFinance, "")
+	post := func(path, body string) string {
+		code, out := fin.do("POST", path, body)
+		var tx partyTx
+		if err := json.Unmarshal([]byte(out), &tx); code != 200 || err != nil || tx.TransactionID == "" {
+			t.Fatalf("POST %s: %d %s (%v)", path, code, out, err)
+		}
+		return tx.TransactionID
+	}
+	post("/v1/deposits", `{"renter_id":"r-1","amount":"50.00","currency":"CNY","external_ref":"dep-r-1"}`)
+	refund := post("/v1/transactions", `{"idempotency_key":"refund-r-1-to-r-2","description":"r-1 overpaid; refunded to r-2 (FIN-9)",
+		"metadata":{"ticket":"FIN-9","beneficiary":"r-2"},"postings":[
+		{"account":"renter:r-1:wallet","direction":"debit","amount":"12.50","currency":"CNY"},
+		{"account":"renter:r-2:wallet","direction":"credit","amount":"12.50","currency":"CNY"}]}`)
+	charge := post("/v1/transactions", `{"idempotency_key":"charge-l-1","metadata":{"renter_id":"r-1","lease_id":"l-1"},"postings":[
+		{"account":"renter:r-1:wallet","direction":"debit","amount":"7.25","currency":"CNY"},
+		{"account":"provider:p-1:pending:cyc-20261112","direction":"credit","amount":"7.25","currency":"CNY"}]}`)
+	if _, err := f.svc.ChainOnce(f.ctx); err != nil { // every entry hashed: a withheld hash is not one not yet made
+		t.Fatal(err)
+	}
+	r1, r2, p1 := token(auth.RoleRenter, "r-1"), token(auth.RoleRenter, "r-2"), token(auth.RoleProvider, "p-1")
+	r1Refund := posting{"renter:r-1:wallet", "debit", "12.50", "CNY"}
+	r2Refund := posting{"renter:r-2:wallet", "credit", "12.50", "CNY"}
+	r1Charge := posting{"renter:r-1:wallet", "debit", "7.25", "CNY"}
+	p1Charge := posting{"provider:p-1:pending:cyc-20261112", "credit", "7.25", "CNY"}
+
+	one := func(t *testing.T, c restClient, path string) (partyTx, string) {
+		c.t = t
+		code, body := c.do("GET", path, "")
+		var tx partyTx
+		if err := json.Unmarshal([]byte(body), &tx); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %s (%v)", path, code, body, err)
+		}
+		return tx, body
+	}
+	inList := func(t *testing.T, c restClient, path, id string) (partyTx, string) {
+		c.t = t
+		code, body := c.do("GET", path, "")
+		var page struct{ Transactions []json.RawMessage }
+		if err := json.Unmarshal([]byte(body), &page); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %s (%v)", path, code, body, err)
+		}
+		for _, raw := range page.Transactions {
+			var tx partyTx
+			if err := json.Unmarshal(raw, &tx); err != nil {
+				t.Fatal(err)
+			}
+			if tx.TransactionID == id {
+				return tx, string(raw)
+			}
+		}
+		t.Fatalf("GET %s: %s holds no %s", path, body, id)
+		return partyTx{}, ""
+	}
+	tests := []struct {
+		name     string
+		read     func(t *testing.T) (partyTx, string)
+		want     []posting
+		notNamed []string // in no byte of the answer
+	}{
+		{"the refund to its payer", func(t *testing.T) (partyTx, string) { return one(t, r1, "/v1/transactions/"+refund) },
+			[]posting{r1Refund}, []string{"r-2", "FIN-9"}},
+		{"the refund in its payer's listing", func(t *testing.T) (partyTx, string) {
+			return inList(t, r1, "/v1/transactions?account=renter:r-1:wallet", refund)
+		}, []posting{r1Refund}, []string{"r-2", "FIN-9"}},
+		{"the refund to its payee", func(t *testing.T) (partyTx, string) { return one(t, r2, "/v1/transactions/"+refund) },
+			[]posting{r2Refund}, []string{"r-1", "FIN-9"}},
+		{"the charge to its provider", func(t *testing.T) (partyTx, string) { return one(t, p1, "/v1/transactions/"+charge) },
+			[]posting{p1Charge}, []string{"r-1", "l-1"}},
+		{"the charge in its provider's listing", func(t *testing.T) (partyTx, string) {
+			return inList(t, p1, "/v1/transactions?account=provider:p-1:pending:cyc-20261112", charge)
+		}, []posting{p1Charge}, []string{"r-1", "l-1"}},
+		{"the charge to its renter", func(t *testing.T) (partyTx, string) { return one(t, r1, "/v1/transactions/"+charge) },
+			[]posting{r1Charge}, []string{"p-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tx, body := tt.read(t)
+			if !slices.Equal(tx.Postings, tt.want) || tx.PostingsWithheld == nil || !*tx.PostingsWithheld {
+				t.Errorf("postings %v, postings_withheld %v; want %v, true", tx.Postings, tx.PostingsWithheld, tt.want)
+			}
+			if tx.Description != "" || len(tx.Metadata) != 0 || tx.IdempotencyKey != "" || tx.Hash != "" {
+				t.Errorf("description %q, metadata %v, idempotency key %q, hash %q; want all withheld", tx.Description, tx.Metadata, tx.IdempotencyKey, tx.Hash)
+			}
+			for _, s := range tt.notNamed {
+				if strings.Contains(body, s) {
+					t.Errorf("answer names %s: %s", s, body)
+				}
+			}
+		})
+	}
+	// Staff read the entry whole, hash and text included.
+	for _, c := range []restClient{fin, token(auth.RoleAuditor, "")} {
+		for _, id := range []string{refund, charge} {
+			tx, body := one(t, c, "/v1/transactions/"+id)
+			if len(tx.Postings) != 2 || tx.PostingsWithheld == nil || *tx.PostingsWithheld || tx.IdempotencyKey == "" || tx.Hash == "" || len(tx.Metadata) == 0 {
+				t.Errorf("staff read of %s: %s; want both postings, key, metadata and hash, postings_withheld false", id, body)
+			}
+		}
+	}
+	if tx, _ := one(t, fin, "/v1/transactions/"+refund); !slices.Equal(tx.Postings, []posting{r1Refund, r2Refund}) || tx.Description == "" {
+		t.Errorf("finance's read of the refund: %+v", tx)
+	}
+}
+
+// requestID is the request id every error answer carries (its own each).
+var requestID = regexp.MustCompile(`"request_id":"[0-9a-f]*"`)
+
+// TestRESTAnotherPartysTransactionReadsAsMissing: GET /v1/transactions/{id}
+// of another party's transaction answers, byte for byte, what a missing
+// transaction answers ("transaction <id> not found" against "transaction
+// <id>: not found" told a party which ids exist).
+func TestRESTAnotherPartysTransactionReadsAsMissing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	fin := restClient{t: t, base: base, token: testkit.Token(t, secret, auth.RoleFinance, "", time.Hour)}
+	code, body := fin.do("POST", "/v1/transactions", `{"idempotency_key":"charge-1","postings":[
+		{"account":"renter:r-1:wallet","direction":"debit","amount":"7.25","currency":"CNY"},
+		{"account":"provider:p-1:pending:cyc-20261112","direction":"credit","amount":"7.25","currency":"CNY"}]}`)
+	var tx partyTx
+	if err := json.Unmarshal([]byte(body), &tx); code != 200 || err != nil {
+		t.Fatalf("charge: %d %s (%v)", code, body, err)
+	}
+	missing := "0193a3c2-5b1e-7c4d-9e2f-123456789abc"
+	for _, c := range []restClient{
+		{t: t, base: base, token: testkit.Token(t, secret, auth.RoleProvider, "p-2", time.Hour)},
+		{t: t, base: base, token: testkit.Token(t, secret, auth.RoleRenter, "r-2", time.Hour)},
+	} {
+		for _, form := range []func(string) string{func(s string) string { return s }, strings.ToUpper} {
+			theirs, theirsBody := c.do("GET", "/v1/transactions/"+form(tx.TransactionID), "")
+			none, noneBody := c.do("GET", "/v1/transactions/"+form(missing), "")
+			// Apart from the id asked for and the request's own id.
+			theirsBody = requestID.ReplaceAllString(strings.ReplaceAll(theirsBody, tx.TransactionID, "<id>"), "")
+			noneBody = requestID.ReplaceAllString(strings.ReplaceAll(noneBody, missing, "<id>"), "")
+			if theirs != 404 || theirs != none || theirsBody != noneBody {
+				t.Errorf("another party's %s: %d %s\nmissing %s: %d %s\nwant both 404, byte for byte", form(tx.TransactionID), theirs, theirsBody, form(missing), none, noneBody)
+			}
+		}
+	}
+	// What a missing transaction answers is what staff are told of one.
+	if none, noneBody := fin.do("GET", "/v1/transactions/"+missing, ""); none != 404 || !strings.Contains(noneBody, "transaction "+missing+": not found") {
+		t.Errorf("missing to finance: %d %s", none, noneBody)
 	}
 }

@@ -157,8 +157,8 @@ func (s *Service) RegisterGateway(ctx context.Context, mux *runtime.ServeMux, co
 }
 
 // Policy implements svc.Service (DESIGN §7). Providers and renters read
-// only their own accounts and the transactions that move them (checked in
-// the handlers); service is the stack's internal identity (settlement posts
+// only their own accounts and the transactions that move them, of those
+// only their own postings (checked in the handlers); service is the stack's internal identity (settlement posts
 // and closes cycles, tax remits), the only one the internal RPCs accept.
 func (s *Service) Policy() auth.Policy {
 	const ls, rs, as = "/gpubill.ledger.v1.LedgerService/", "/gpubill.ledger.v1.ReportService/", "/gpubill.ledger.v1.AuditService/"

@@ -149,7 +149,14 @@ func (a *App) getTransaction(ctx context.Context, id string) (*domain.Transactio
 		return nil, err
 	}
 	if len(txs) == 0 {
-		return nil, fmt.Errorf("transaction %s: %w", id, apperr.ErrNotFound)
+		return nil, TransactionNotFound(id)
 	}
 	return txs[0], nil
+}
+
+// TransactionNotFound is the error of a transaction id the journal does not
+// hold, and what a provider or renter is answered for another party's
+// transaction: the two must not differ.
+func TransactionNotFound(id string) error {
+	return fmt.Errorf("transaction %s: %w", id, apperr.ErrNotFound)
 }

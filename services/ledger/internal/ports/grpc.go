@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -96,7 +94,11 @@ func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTra
 	}
 	out := &ledgerv1.ListTransactionsResponse{NextPageToken: next, Transactions: []*ledgerv1.Transaction{}}
 	for _, t := range txs {
-		out.Transactions = append(out.Transactions, toProtoTx(t))
+		// A party's listing names one of its accounts: every entry in it
+		// moves that account.
+		if pt, ok := partyTx(ctx, t); ok {
+			out.Transactions = append(out.Transactions, pt)
+		}
 	}
 	return out, nil
 }
@@ -107,10 +109,13 @@ func (s *LedgerServer) GetTransaction(ctx context.Context, r *ledgerv1.GetTransa
 	if err != nil {
 		return nil, err
 	}
-	if !touchesOwn(ctx, t) {
-		return nil, status.Errorf(codes.NotFound, "transaction %s not found", r.GetTransactionId())
+	pt, ok := partyTx(ctx, t)
+	if !ok {
+		// Another party's entry answers what a missing one does, to the
+		// byte: a different answer told a party which ids exist.
+		return nil, app.TransactionNotFound(t.ID)
 	}
-	return &ledgerv1.GetTransactionResponse{Transaction: toProtoTx(t)}, nil
+	return &ledgerv1.GetTransactionResponse{Transaction: pt}, nil
 }
 
 // CreateTransaction implements LedgerService.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gpubill/gpubill/pkg/auth"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -65,17 +66,34 @@ func ownPrefix(ctx context.Context, prefix string) (string, error) {
 	return "", denied(ctx, "accounts under "+prefix)
 }
 
-// touchesOwn says whether a transaction moves one of the caller's accounts
-// (always true for staff roles).
-func touchesOwn(ctx context.Context, t *domain.Transaction) bool {
+// partyTx is t as the caller may read it (false: none of it). Staff read
+// every entry whole. A provider or renter reads only an entry that moves
+// one of its accounts, and of it only the postings on its own accounts: the
+// rest (another party's wallet, the platform's accounts) is not its data.
+// The entry's description, metadata and idempotency key are written by
+// finance or the posting service about the whole entry and may name any
+// party (a refund's "r-1 overpaid; refunded to r-2", a charge's renter_id),
+// and its hash is a commitment to every posting: withheld with the
+// postings, and postings_withheld says so.
+func partyTx(ctx context.Context, t *domain.Transaction) (*ledgerv1.Transaction, bool) {
+	out := toProtoTx(t)
 	own, scoped := partyPrefix(ctx)
 	if !scoped {
-		return true
+		return out, true
 	}
-	for _, p := range t.Postings {
-		if strings.HasPrefix(p.Account.Address, own) {
-			return true
+	mine := make([]*ledgerv1.Posting, 0, len(out.Postings))
+	for _, p := range out.Postings {
+		if strings.HasPrefix(p.Account, own) {
+			mine = append(mine, p)
 		}
 	}
-	return false
+	switch len(mine) {
+	case 0:
+		return nil, false
+	case len(out.Postings):
+		return out, true
+	}
+	out.Postings, out.PostingsWithheld = mine, true
+	out.Description, out.IdempotencyKey, out.Hash, out.Metadata = "", "", "", map[string]string{}
+	return out, true
 }

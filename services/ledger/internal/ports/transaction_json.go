@@ -2,6 +2,7 @@ package ports
 
 import (
 	"sort"
+	"strconv"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -298,6 +299,8 @@ func appendTransactionJSON(b []byte, t *ledgerv1.Transaction) ([]byte, bool) {
 	w.field("reverses", t.GetReverses())
 	w.field("reversed_by", t.GetReversedBy())
 	w.field("hash", t.GetHash())
+	w.key("postings_withheld", false)
+	w.b = strconv.AppendBool(w.b, t.GetPostingsWithheld())
 	w.raw('}')
 	return w.b, w.err == nil
 }

@@ -177,7 +177,8 @@ func TestTransactionJSONIsProtojson(t *testing.T) {
 	valid, taken := 0, 0
 	for i := range 20000 {
 		tx := &ledgerv1.Transaction{TransactionId: pickString(r), IdempotencyKey: pickString(r), Description: pickString(r),
-			EffectiveAt: ts(), CreatedAt: ts(), Reverses: pickString(r), ReversedBy: pickString(r), Hash: pickString(r)}
+			EffectiveAt: ts(), CreatedAt: ts(), Reverses: pickString(r), ReversedBy: pickString(r), Hash: pickString(r),
+			PostingsWithheld: r.IntN(2) == 0}
 		if r.IntN(2) == 0 {
 			tx.Metadata = map[string]string{}
 			for range r.IntN(4) {

@@ -13,11 +13,11 @@ import (
 )
 
 // WebhookGuard keeps webhook deliveries off the platform's own network
-// (SSRF): a webhook URL is http or https, and its host must not resolve to
-// a loopback, private, link-local, multicast or unspecified address unless
-// AllowPrivate (GPUBILL_WEBHOOK_ALLOW_PRIVATE; tests with a loopback
-// receiver). The URL is checked when the webhook is created and the
-// address again at each delivery's connection (DNS may have changed).
+// (SSRF): a webhook URL is http or https, and every address its host
+// resolves to must be global unicast (forbiddenAddr) unless AllowPrivate
+// (GPUBILL_WEBHOOK_ALLOW_PRIVATE; tests with a loopback receiver). The URL
+// is checked when the webhook is created and the address again at each
+// delivery's connection (DNS may have changed), by the same checkAddr.
 type WebhookGuard struct {
 	AllowPrivate bool
 	// Resolver looks hosts up (nil: net.DefaultResolver).
@@ -26,25 +26,101 @@ type WebhookGuard struct {
 	}
 }
 
-// thisNetwork is 0.0.0.0/8, which Linux connects to the local host.
-var thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+// addrRange is a range webhooks may not reach and why.
+type addrRange struct {
+	prefix netip.Prefix
+	why    string
+}
 
-// forbiddenAddr says why a webhook may not be delivered to a ("" if it may).
+func deny(prefix, why string) addrRange {
+	return addrRange{netip.MustParsePrefix(prefix), why}
+}
+
+// deniedRanges are the IANA IPv4 and IPv6 special-purpose address
+// registries' ranges (RFC 6890 and later), multicast and IPv4's reserved
+// block: none is a receiver on the internet, and several reach the
+// platform's own network or a cloud's metadata server (100.100.100.200 is
+// Alibaba Cloud's, in the shared address space; fd00:ec2::254 AWS's). The
+// registries' few globally reachable entries inside a denied block (PCP and
+// TURN anycast in 192.0.0.0/24 and 2001::/23) are no webhook receiver.
+var deniedRanges = []addrRange{
+	deny("0.0.0.0/8", "an unspecified address (this network: Linux connects it to the local host)"),
+	deny("10.0.0.0/8", "a private address"),
+	deny("100.64.0.0/10", "a shared address (carrier-grade NAT)"),
+	deny("127.0.0.0/8", "a loopback address"),
+	deny("169.254.0.0/16", "a link-local address"),
+	deny("172.16.0.0/12", "a private address"),
+	deny("192.0.0.0/24", "an IETF protocol assignment"),
+	deny("192.0.2.0/24", "a documentation address"),
+	deny("192.88.99.0/24", "a 6to4 relay anycast address (deprecated)"),
+	deny("192.168.0.0/16", "a private address"),
+	deny("198.18.0.0/15", "a benchmarking address"),
+	deny("198.51.100.0/24", "a documentation address"),
+	deny("203.0.113.0/24", "a documentation address"),
+	deny("224.0.0.0/4", "a multicast address"),
+	deny("240.0.0.0/4", "a reserved address (or broadcast)"),
+	deny("::/128", "an unspecified address"),
+	deny("::1/128", "a loopback address"),
+	deny("64:ff9b:1::/48", "a local-use NAT64 address"),
+	deny("100::/64", "a discard-only address"),
+	deny("100:0:0:1::/64", "a dummy address"),
+	deny("2001::/23", "an IETF protocol assignment (Teredo, benchmarking, ORCHID)"),
+	deny("2001:db8::/32", "a documentation address"),
+	deny("3fff::/20", "a documentation address"),
+	deny("5f00::/16", "a segment routing (SRv6) address"),
+	deny("fc00::/7", "a private (unique local) address"),
+	deny("fe80::/10", "a link-local address"),
+	deny("fec0::/10", "a site-local address"),
+	deny("ff00::/8", "a multicast address"),
+}
+
+// ipv4Carriers are IPv6 ranges whose addresses carry an IPv4 address, at
+// byte at: the host reached is (or may be, through a translator or tunnel)
+// that IPv4 address, which passes the guard only if it would alone
+// (64:ff9b::a9fe:a9fe reaches 169.254.169.254 through NAT64). Checked after
+// deniedRanges: ::/96 holds :: and ::1.
+var ipv4Carriers = []struct {
+	prefix netip.Prefix
+	name   string
+	at     int
+}{
+	{netip.MustParsePrefix("::ffff:0:0/96"), "an IPv4-mapped address of ", 12},
+	{netip.MustParsePrefix("64:ff9b::/96"), "a NAT64 address of ", 12},
+	{netip.MustParsePrefix("2002::/16"), "a 6to4 address of ", 2},
+	{netip.MustParsePrefix("::/96"), "an IPv4-compatible address of ", 12},
+}
+
+// globalUnicast6 is IPv6's global unicast space (IANA's IPv6 address space
+// registry): the rest is reserved by the IETF.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
+
+// forbiddenAddr says why a webhook may not be delivered to a ("" if it
+// may): only global unicast addresses outside deniedRanges pass, and an
+// IPv4 address carried in IPv6 is checked as itself.
 func forbiddenAddr(a netip.Addr) string {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid():
+	a = a.WithZone("") // a zoned address is in no prefix (netip.Prefix.Contains)
+	if !a.IsValid() {
 		return "an invalid address"
-	case a.IsLoopback():
-		return "a loopback address"
-	case a.IsUnspecified() || (a.Is4() && thisNetwork.Contains(a)):
-		return "an unspecified address"
-	case a.IsPrivate():
-		return "a private address"
-	case a.IsLinkLocalUnicast():
-		return "a link-local address"
-	case a.IsMulticast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast():
-		return "a multicast address"
+	}
+	for _, r := range deniedRanges {
+		if r.prefix.Contains(a) {
+			return r.why
+		}
+	}
+	if a.Is4() {
+		return ""
+	}
+	b := a.As16()
+	for _, c := range ipv4Carriers {
+		if c.prefix.Contains(a) {
+			if why := forbiddenAddr(netip.AddrFrom4([4]byte(b[c.at : c.at+4]))); why != "" {
+				return c.name + why
+			}
+			return ""
+		}
+	}
+	if !globalUnicast6.Contains(a) {
+		return "an address outside IPv6 global unicast (2000::/3)"
 	}
 	return ""
 }

@@ -3,12 +3,14 @@ package ports
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeResolver answers fixed addresses per host.
@@ -63,6 +65,7 @@ func TestWebhookGuardCheckURL(t *testing.T) {
 		{"http://0.0.0.0:8080/hook", false, "unspecified"},
 		{"http://0.1.2.3/hook", false, "unspecified"},
 		{"http://[::]/hook", false, "unspecified"},
+		{"http://[fe80::1%25eth0]/hook", false, "link-local"},
 		{"http://local.example.com/hook", false, "loopback"},
 		{"http://meta.example.com/hook", false, "link-local"},
 		{"http://evil.example.com/hook", false, "private"},
@@ -95,6 +98,116 @@ func namesAnAddress(msg string, r fakeResolver) bool {
 		}
 	}
 	return false
+}
+
+// specialPurpose are addresses of the IANA special-purpose registries (and
+// IPv6 addresses carrying one of IPv4's) that webhooks may not reach, each
+// with a word of the reason given.
+var specialPurpose = []struct {
+	give string
+	want string
+}{
+	{"100.64.0.1", "shared address"},
+	{"100.100.100.200", "shared address"}, // Alibaba Cloud's metadata server
+	{"100.127.255.254", "shared address"},
+	{"198.18.0.1", "benchmarking"},
+	{"198.19.255.254", "benchmarking"},
+	{"0.0.0.0", "this network"},
+	{"0.255.255.255", "this network"},
+	{"192.0.0.1", "protocol assignment"},
+	{"192.0.0.170", "protocol assignment"},
+	{"192.0.2.1", "documentation"},
+	{"198.51.100.1", "documentation"},
+	{"203.0.113.1", "documentation"},
+	{"192.88.99.1", "6to4 relay"},
+	{"240.0.0.1", "reserved"},
+	{"255.255.255.255", "reserved"},
+	{"224.0.0.251", "multicast"},
+	{"239.255.255.250", "multicast"},
+	{"127.0.0.1", "loopback"},
+	{"10.0.0.1", "private"},
+	{"169.254.169.254", "link-local"},
+	{"::", "unspecified"},
+	{"::1", "loopback"},
+	{"::ffff:127.0.0.1", "IPv4-mapped address of a loopback"},
+	{"::ffff:100.100.100.200", "IPv4-mapped address of a shared address"},
+	{"::ffff:169.254.169.254", "IPv4-mapped address of a link-local"},
+	{"64:ff9b::a9fe:a9fe", "NAT64 address of a link-local"}, // 169.254.169.254
+	{"64:ff9b::7f00:1", "NAT64 address of a loopback"},
+	{"64:ff9b::a00:1", "NAT64 address of a private"},
+	{"64:ff9b::6464:64c8", "NAT64 address of a shared address"}, // 100.100.100.200
+	{"64:ff9b:1::a9fe:a9fe", "local-use NAT64"},
+	{"2002:a9fe:a9fe::1", "6to4 address of a link-local"},
+	{"2002:7f00:1::", "6to4 address of a loopback"},
+	{"2002:c0a8:101::1", "6to4 address of a private"},
+	{"::127.0.0.1", "IPv4-compatible address of a loopback"},
+	{"::169.254.169.254", "IPv4-compatible address of a link-local"},
+	{"::10.0.0.1", "IPv4-compatible address of a private"},
+	{"2001::a9fe:a9fe", "protocol assignment"}, // Teredo
+	{"2001:2::1", "protocol assignment"},
+	{"2001:db8::1", "documentation"},
+	{"3fff::1", "documentation"},
+	{"100::1", "discard-only"},
+	{"5f00::1", "segment"},
+	{"fc00::1", "private"},
+	{"fd00:ec2::254", "private"}, // AWS's IPv6 metadata server
+	{"fe80::1", "link-local"},
+	{"fec0::1", "site-local"},
+	{"ff02::1", "multicast"},
+	{"ff0e::1", "multicast"},
+	{"4000::1", "outside IPv6 global unicast"},
+}
+
+// Every special-purpose address is refused, as a literal in the URL, as
+// what a name resolves to, and at the delivery's connection: one check in
+// all three places. Public addresses, IPv4 ones carried in IPv6 too, pass.
+func TestWebhookGuardSpecialPurposeAddresses(t *testing.T) {
+	for _, tt := range specialPurpose {
+		t.Run(tt.give, func(t *testing.T) {
+			a := netip.MustParseAddr(tt.give)
+			host := a.String()
+			if a.Is6() {
+				host = "[" + host + "]"
+			}
+			g := WebhookGuard{Resolver: fakeResolver{"hook.example.com": {tt.give}}}
+			for _, u := range []string{"https://" + host + "/hook", "https://hook.example.com/hook"} {
+				if err := g.CheckURL(context.Background(), u); !errors.Is(err, errForbiddenAddr) || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("CheckURL(%s): %v, want refused as %q", u, err, tt.want)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, "POST", "http://"+net.JoinHostPort(a.String(), "9"), strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := g.Client().Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !errors.Is(err, errForbiddenAddr) {
+				t.Errorf("delivery to %s: %v, want refused before connecting", tt.give, err)
+			}
+		})
+	}
+	r := fakeResolver{"hook.example.com": {"93.184.216.34"}}
+	for _, give := range []string{
+		"93.184.216.34", "8.8.8.8", "1.1.1.1", "100.63.255.255", "100.128.0.1", "198.17.255.255", "198.20.0.1",
+		"192.0.1.1", "223.255.255.255", "2606:4700:4700::1111", "2a00:1450:4001::1",
+		"::ffff:93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "::93.184.216.34",
+	} {
+		a := netip.MustParseAddr(give)
+		if why := forbiddenAddr(a); why != "" {
+			t.Errorf("%s refused as %s, want allowed", give, why)
+		}
+		host := give
+		if a.Is6() {
+			host = "[" + give + "]"
+		}
+		if err := (WebhookGuard{Resolver: r}).CheckURL(context.Background(), "https://"+host+"/hook"); err != nil {
+			t.Errorf("CheckURL(%s): %v, want allowed", host, err)
+		}
+	}
 }
 
 // The delivery client checks the address it connects to: a receiver on

@@ -115,8 +115,14 @@ type Transaction struct {
 	Reverses       string                 `protobuf:"bytes,8,opt,name=reverses,proto3" json:"reverses,omitempty"`                       // id of the transaction this one reverses, or ""
 	ReversedBy     string                 `protobuf:"bytes,9,opt,name=reversed_by,json=reversedBy,proto3" json:"reversed_by,omitempty"` // id of the transaction that reversed this one, or ""
 	Hash           string                 `protobuf:"bytes,10,opt,name=hash,proto3" json:"hash,omitempty"`                              // hash-chain link of this journal entry (hex)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// True when the entry moves accounts that are not the caller's: a
+	// provider or renter is answered only the postings on its own accounts,
+	// and the entry's description, metadata, idempotency_key and hash (about
+	// the whole entry, free to name other parties) are left empty with them.
+	// Finance and auditors read every entry whole (false).
+	PostingsWithheld bool `protobuf:"varint,11,opt,name=postings_withheld,json=postingsWithheld,proto3" json:"postings_withheld,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Transaction) Reset() {
@@ -217,6 +223,13 @@ func (x *Transaction) GetHash() string {
 		return x.Hash
 	}
 	return ""
+}
+
+func (x *Transaction) GetPostingsWithheld() bool {
+	if x != nil {
+		return x.PostingsWithheld
+	}
+	return false
 }
 
 // Balance of an account in one currency, on the account's normal side (what
@@ -2164,7 +2177,7 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1c\n" +
 	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x16\n" +
 	"\x06amount\x18\x03 \x01(\tR\x06amount\x12\x1a\n" +
-	"\bcurrency\x18\x04 \x01(\tR\bcurrency\"\x89\x04\n" +
+	"\bcurrency\x18\x04 \x01(\tR\bcurrency\"\xb6\x04\n" +
 	"\vTransaction\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12 \n" +
@@ -2178,7 +2191,8 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\vreversed_by\x18\t \x01(\tR\n" +
 	"reversedBy\x12\x12\n" +
 	"\x04hash\x18\n" +
-	" \x01(\tR\x04hash\x1a;\n" +
+	" \x01(\tR\x04hash\x12+\n" +
+	"\x11postings_withheld\x18\v \x01(\bR\x10postingsWithheld\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
