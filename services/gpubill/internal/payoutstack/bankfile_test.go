@@ -310,7 +310,7 @@ func TestRestoreHoldsTheBankFileRail(t *testing.T) {
 		t.Fatalf("the bank took %d files: %v", len(files), err)
 	}
 	src.stopPayout()
-	if err := src.tc.TerminateWorkflow(ctx, payout.WorkflowID(po.PayoutId), "", "disaster"); err != nil {
+	if err := src.tc.TerminateWorkflow(ctx, src.s.WorkflowID(po.PayoutId), "", "disaster"); err != nil {
 		t.Fatal(err)
 	}
 
