@@ -177,9 +177,7 @@ func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
 	charge := post("/v1/transactions", `{"idempotency_key":"charge-l-1","metadata":{"renter_id":"r-1","lease_id":"l-1"},"postings":[
 		{"account":"renter:r-1:wallet","direction":"debit","amount":"7.25","currency":"CNY"},
 		{"account":"provider:p-1:pending:cyc-20261112","direction":"credit","amount":"7.25","currency":"CNY"}]}`)
-	if _, err := f.svc.ChainOnce(f.ctx); err != nil { // every entry hashed: a withheld hash is not one not yet made
-		t.Fatal(err)
-	}
+	chainAll(t, f) // every entry hashed: a withheld hash is not one not yet made (one pass may stop short of a transaction still committing)
 	r1, r2, p1 := token(auth.RoleRenter, "r-1"), token(auth.RoleRenter, "r-2"), token(auth.RoleProvider, "p-1")
 	r1Refund := posting{"renter:r-1:wallet", "debit", "12.50", "CNY"}
 	r2Refund := posting{"renter:r-2:wallet", "credit", "12.50", "CNY"}
