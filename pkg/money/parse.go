@@ -77,7 +77,11 @@ func ParseDecimal(s string) (decimal.Decimal, error) {
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // Parse parses an amount in c from outside: ParseDecimal's bounds, and no
-// more decimal places than c's minor unit.
+// more decimal places than c's minor unit. The amount is answered at c's
+// scale whatever the text's ("10.000" CNY is 10.00): kept with the text's,
+// a top-up of 10.000 yuan was saved under its key and then refused by
+// Alipay (3 decimals). Request hashes are scale-blind (String,
+// DecimalString drop trailing zeros), so a replay hashes as before.
 func (c Currency) Parse(s string) (decimal.Decimal, error) {
 	d, err := ParseDecimal(s)
 	if err != nil {
@@ -86,5 +90,5 @@ func (c Currency) Parse(s string) (decimal.Decimal, error) {
 	if !d.Equal(d.Truncate(c.MinorUnits)) {
 		return decimal.Decimal{}, fmt.Errorf("amount %s has more than %d decimal places for %s", s, c.MinorUnits, c.Code)
 	}
-	return d, nil
+	return d.Round(c.MinorUnits), nil // exact: d has no more places
 }

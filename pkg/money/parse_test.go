@@ -68,6 +68,35 @@ func TestCurrencyParse(t *testing.T) {
 	}
 }
 
+// Parse answers an amount at its currency's scale, whatever scale the text
+// had: "10.000" yuan was kept with three decimals, saved under a top-up's
+// idempotency key, and refused by Alipay's page-pay (more than 2 decimals):
+// a 500 on every retry of the key.
+func TestCurrencyParseCanonicalScale(t *testing.T) {
+	tests := []struct {
+		cur, give string
+		wantCoef  string
+		wantExp   int32
+	}{
+		{"CNY", "10.000", "1000", -2},
+		{"CNY", "10.0000", "1000", -2},
+		{"CNY", "10.5", "1050", -2},
+		{"CNY", "10", "1000", -2},
+		{"CNY", "1e3", "100000", -2},
+		{"CNY", "-0.10", "-10", -2},
+		{"JPY", "100.00", "100", 0},
+		{"JPY", "1e2", "100", 0},
+		{"ETH", "1", "1" + strings.Repeat("0", 18), -18},
+		{"ETH", "0.000000000000000001000", "1", -18},
+	}
+	for _, tt := range tests {
+		d, err := MustLookup(tt.cur).Parse(tt.give)
+		if err != nil || d.Coefficient().String() != tt.wantCoef || d.Exponent() != tt.wantExp {
+			t.Errorf("%s Parse(%q) = %se%d, %v; want %se%d", tt.cur, tt.give, d.Coefficient(), d.Exponent(), err, tt.wantCoef, tt.wantExp)
+		}
+	}
+}
+
 // FuzzParseDecimal: whatever ParseDecimal accepts fits its bounds and means
 // what shopspring/decimal reads in it.
 func FuzzParseDecimal(f *testing.F) {
