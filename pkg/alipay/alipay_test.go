@@ -50,6 +50,41 @@ func gateway(t *testing.T) (*fakealipay.Gateway, *alipay.Client) {
 
 // A payment notification verifies only as the platform signed it: any
 // field changed, another key, another sign_type or another app is refused.
+// Page-pay takes an amount by its value: 10.000 is 10.00 yuan (its
+// exponent of -3 was refused, a 500 for a top-up kept under its key); an
+// amount of fen fractions, or none at all, is refused.
+func TestPagePayURLAmount(t *testing.T) {
+	t.Parallel()
+	g, c := gateway(t)
+	for _, tt := range []struct {
+		give, want string // want "" = refused
+	}{
+		{"10.000", "10.00"},
+		{"10.0000", "10.00"},
+		{"10", "10.00"},
+		{"0.5", "0.50"},
+		{"10.001", ""},
+		{"0", ""},
+		{"-1.00", ""},
+	} {
+		payURL, _, err := c.PagePayURL("r-1", decimal.RequireFromString(tt.give), "")
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("amount %s: %s, want refused", tt.give, payURL)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("amount %s: %v", tt.give, err)
+			continue
+		}
+		n, err := g.Pay(payURL)
+		if err != nil || n.Form.Get("total_amount") != tt.want {
+			t.Errorf("amount %s: paid %q, %v; want %s", tt.give, n.Form.Get("total_amount"), err, tt.want)
+		}
+	}
+}
+
 func TestVerifyNotification(t *testing.T) {
 	t.Parallel()
 	g, c := gateway(t)

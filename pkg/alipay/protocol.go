@@ -133,8 +133,9 @@ func (c *Client) PagePayURL(renterID string, amount decimal.Decimal, outTradeNo 
 	if err := ids.CheckPartyID(renterID); err != nil {
 		return "", "", fmt.Errorf("alipay top-up: renter %q: %w", renterID, err)
 	}
-	if !amount.IsPositive() || amount.Exponent() < -2 {
-		return "", "", fmt.Errorf("alipay top-up: amount %s: want a positive amount in yuan", amount)
+	// By value, not by exponent: 10.000 is 10.00 yuan.
+	if !amount.IsPositive() || !amount.Equal(amount.Round(2)) {
+		return "", "", fmt.Errorf("alipay top-up: amount %s: want a positive amount in yuan, at most 2 decimals", amount)
 	}
 	if c.Cfg.NotifyURL == "" {
 		return "", "", errors.New("alipay top-up: GPUBILL_ALIPAY_NOTIFY_URL is not set: Alipay could not tell gpubill of the payment")

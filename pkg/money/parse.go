@@ -21,6 +21,24 @@ const (
 // ErrNotDecimal is wrapped by every error ParseDecimal returns.
 var ErrNotDecimal = errors.New("not a decimal number")
 
+// AmountIntegerDigitsMax bounds an amount's magnitude: below 10^18 in any
+// currency (a quintillion yuan, won or ether is no amount gpubill bills).
+// ParseDecimal's bounds alone let "1e62" through, 66 characters once
+// formatted with 2 decimals, which the next hop's Parse refused (pricing's
+// charges dead-lettered at the ledger, balances settlement could not read).
+// Under this bound every amount formats within DecimalCharsMax at every
+// currency's scale (ETH: 18 digits, a point, 18 decimals and a sign: 38
+// characters), a balance of a billion of them too (47), and its coefficient
+// fits DecimalString's 128-bit path (36 digits of at most 38).
+const AmountIntegerDigitsMax = 18
+
+// amountLimit is 10^AmountIntegerDigitsMax, the least amount refused.
+var amountLimit = decimal.New(1, AmountIntegerDigitsMax)
+
+// ErrAmountTooLarge is wrapped by the error Parse returns for an amount
+// beyond AmountIntegerDigitsMax digits before the point.
+var ErrAmountTooLarge = errors.New("amount too large")
+
 // ParseDecimal parses a decimal string from outside: optional sign, digits
 // with an optional fraction, an optional exponent (e/E) of at most
 // DecimalExponentMax in magnitude; surrounding spaces are ignored; at most
@@ -76,8 +94,13 @@ func ParseDecimal(s string) (decimal.Decimal, error) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// Parse parses an amount in c from outside: ParseDecimal's bounds, and no
-// more decimal places than c's minor unit.
+// Parse parses an amount in c from outside: ParseDecimal's bounds, no more
+// decimal places than c's minor unit, and at most AmountIntegerDigitsMax
+// digits before the point. The amount is answered at c's scale whatever
+// the text's ("10.000" CNY is 10.00): kept with the text's, a top-up of
+// 10.000 yuan was saved under its key and then refused by Alipay (3
+// decimals). Request hashes are scale-blind (String, DecimalString drop
+// trailing zeros), so a replay hashes as before.
 func (c Currency) Parse(s string) (decimal.Decimal, error) {
 	d, err := ParseDecimal(s)
 	if err != nil {
@@ -86,5 +109,9 @@ func (c Currency) Parse(s string) (decimal.Decimal, error) {
 	if !d.Equal(d.Truncate(c.MinorUnits)) {
 		return decimal.Decimal{}, fmt.Errorf("amount %s has more than %d decimal places for %s", s, c.MinorUnits, c.Code)
 	}
-	return d, nil
+	if d.Abs().Cmp(amountLimit) >= 0 {
+		return decimal.Decimal{}, fmt.Errorf("%w: %s has more than %d digits before the decimal point",
+			ErrAmountTooLarge, strings.TrimSpace(s), AmountIntegerDigitsMax)
+	}
+	return d.Round(c.MinorUnits), nil // exact: d has no more places
 }

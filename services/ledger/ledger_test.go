@@ -53,6 +53,10 @@ func TestCreateTransactionValidation(t *testing.T) {
 		{"bad address", transfer("k4", "bank:savings", "renter:r-1:wallet", "1", "USD"), "bank:savings"},
 		{"bad cycle", transfer("k5", "renter:r-1:wallet", "provider:p-1:pending:cyc-2026", "1", "USD"), "cyc-YYYYMMDD"},
 		{"unknown currency", transfer("k6", "bank:client", "renter:r-1:wallet", "1", "XXX"), "unknown currency"},
+		// 1e62 was taken: a balance of 63 digits, 66 characters with 2
+		// decimals, which settlement's parse refused (over 64 characters).
+		{"beyond 18 digits before the point", transfer("k8", "bank:client", "renter:r-1:wallet", "1e62", "USD"), "postings[0].amount"},
+		{"the least amount beyond the bound", transfer("k9", "bank:client", "renter:r-1:wallet", "1000000000000000000", "USD"), "more than 18 digits before the decimal point"},
 		{"missing key", transfer("", "bank:client", "renter:r-1:wallet", "1", "USD"), "idempotency_key"},
 		{"one posting", app.CreateTransactionInput{IdempotencyKey: "k7", Postings: []domain.RawPosting{
 			{Account: "bank:client", Direction: "debit", Amount: "1", Currency: "USD"}}}, "at least two postings"},
@@ -63,6 +67,19 @@ func TestCreateTransactionValidation(t *testing.T) {
 			wantInvalid(t, err, tt.want)
 		})
 	}
+}
+
+// A deposit past 18 digits before the point is a 400 naming amount; the
+// largest under it is taken.
+func TestDepositAmountBound(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for _, give := range []string{"1e62", "1000000000000000000"} {
+		_, err := f.app.Deposit(f.ctx, app.DepositInput{RenterID: "r-1", Amount: give, Currency: "USD", ExternalRef: "bank-big-" + give})
+		wantInvalid(t, err, "invalid amount: amount too large")
+	}
+	f.deposit(t, "r-1", "999999999999999999.99", "USD", "bank-largest")
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "999999999999999999.99")
 }
 
 func TestMultiCurrencyTransaction(t *testing.T) {

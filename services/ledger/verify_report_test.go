@@ -99,9 +99,9 @@ func TestVerifyDetectsAlteredCheckpoint(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, tamper, want string }{
 		{"edited", `update ledger.checkpoint_balances set net_debit = net_debit + 1000 where account = 'bank:client' and at = $1`,
-			"holds a net debit of 1030 for bank:client in CNY; the postings up to it sum to 30"},
+			"holds a net debit of 1030.00 for bank:client in CNY; the postings up to it sum to 30.00"},
 		{"removed", `delete from ledger.checkpoint_balances where account = 'renter:r-1:wallet' and at = $1`,
-			"holds a net debit of 0 for renter:r-1:wallet in CNY; the postings up to it sum to -30"},
+			"holds a net debit of 0 for renter:r-1:wallet in CNY; the postings up to it sum to -30.00"},
 		{"added", `insert into ledger.checkpoint_balances (at, currency, account, net_debit) values ($1, 'CNY', 'renter:r-9:wallet', -500)`,
 			"holds a net debit of -500 for renter:r-9:wallet in CNY; the postings up to it sum to 0"},
 	} {

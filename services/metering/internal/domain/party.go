@@ -3,6 +3,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -158,13 +159,20 @@ func ParseRenter(in RenterInput) (Renter, []Violation) {
 	if limit == "" {
 		limit = "0"
 	}
-	switch d, err := money.ParseDecimal(limit); {
-	case err != nil:
+	// An amount in the renter's currency (its minor units, at most 18
+	// digits before the point): "1e64" was taken, published as 65 digits,
+	// and the ledger's parse refused it (the party.updated dead-lettered).
+	parse := money.ParseDecimal
+	if c.Code != "" {
+		parse = c.Parse
+	}
+	switch d, err := parse(limit); {
+	case errors.Is(err, money.ErrNotDecimal):
 		add("credit_limit", "%q is not a decimal number", in.CreditLimit)
+	case err != nil:
+		add("credit_limit", "%v", err)
 	case d.IsNegative():
 		add("credit_limit", "%s is negative (it is how far the wallet may go below zero)", limit)
-	case c.Code != "" && !d.Equal(c.Round(d)):
-		add("credit_limit", "%s has more than %d decimal places for %s", limit, c.MinorUnits, c.Code)
 	default:
 		r.CreditLimit = d
 	}

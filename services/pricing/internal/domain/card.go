@@ -35,6 +35,20 @@ var (
 	hourMicro = int64(time.Hour / time.Microsecond)
 )
 
+// Bounds on a new card's prices (hourly, the PUE surcharge's per GPU-hour;
+// in the card's currency) and band multipliers, far above any real one (an
+// H100 hour is a few thousand won) and low enough that the largest charge
+// is an amount every hop parses (money.AmountIntegerDigitsMax): 2000
+// events of 64 GPUs for 24 hours at 10^9 × 100 plus 10^9 a GPU-hour is
+// 3.1 × 10^17 (TestLargestChargeIsAnAmount). Only non-negative was
+// checked: an hourly "1e62" priced charges the ledger refused (66
+// characters with 2 decimals), the whole ChargesRated message
+// dead-lettered after pricing counted them billed.
+var (
+	PriceMax      = decimal.New(1, 9)
+	MultiplierMax = decimal.NewFromInt(100)
+)
+
 // Violation names one bad field.
 type Violation struct {
 	Field  string
@@ -115,7 +129,8 @@ func ParseCard(in CardInput) (*Card, []Violation) { return parseCard(in, false) 
 
 // LoadCard reads a stored rate card as it meant when it was stored: the
 // shapes an older version accepted and today's checks refuse (a band from
-// 24:00, a band 00:00–24:00, a band in "Local") price as they did then.
+// 24:00, a band 00:00–24:00, a band in "Local", a price or multiplier
+// above PriceMax or MultiplierMax) price as they did then.
 // Refusing them on load failed every card of the book after an upgrade.
 // What it still refuses, no version stored.
 func LoadCard(in CardInput) (*Card, []Violation) { return parseCard(in, true) }
@@ -146,11 +161,11 @@ func parseCard(in CardInput, stored bool) (*Card, []Violation) {
 		// broke every listing of rate cards (a 500: no JSON for it).
 		vs.add("effective_from", "outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z")
 	}
-	c.parsePrices(in.Prices, &vs)
+	c.parsePrices(in.Prices, stored, &vs)
 	c.parseBands(in.Bands, stored, &vs)
 	c.parseTiers(in.Tiers, &vs)
 	if in.PUE != nil {
-		c.PUE = parsePUE(*in.PUE, &vs)
+		c.PUE = parsePUE(*in.PUE, stored, &vs)
 	}
 	return c, vs
 }
@@ -163,8 +178,8 @@ func (vs *violations) add(field, format string, args ...any) {
 }
 
 // parsePrices checks the GPU prices: at least one, each a non-negative
-// decimal, one per (model, region).
-func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
+// decimal (at most PriceMax unless stored), one per (model, region).
+func (c *Card) parsePrices(prices []PriceInput, stored bool, vs *violations) {
 	if len(prices) == 0 {
 		vs.add("gpu_prices", "at least one GPU price is required")
 	}
@@ -179,6 +194,10 @@ func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
 		h, err := money.ParseDecimal(p.Hourly)
 		if err != nil || h.IsNegative() {
 			vs.add(f+".hourly", "%q is not a non-negative decimal", p.Hourly)
+			continue
+		}
+		if !stored && h.GreaterThan(PriceMax) {
+			vs.add(f+".hourly", "%s is above %s a GPU-hour", p.Hourly, PriceMax)
 			continue
 		}
 		k := priceKey{p.Model, p.Region}
@@ -199,8 +218,9 @@ func (c *Card) parsePrices(prices []PriceInput, vs *violations) {
 func foldRegion(r string) string { return strings.ToLower(strings.TrimSpace(r)) }
 
 // parseBands checks the time-of-use bands: named, HH:MM bounds that differ,
-// an IANA zone, a non-negative multiplier. A stored card's bands are held
-// to the checks of the first version only (see LoadCard).
+// an IANA zone, a non-negative multiplier (at most MultiplierMax). A stored
+// card's bands are held to the checks of the first version only (see
+// LoadCard).
 func (c *Card) parseBands(bands []BandInput, stored bool, vs *violations) {
 	if len(bands) > bandsMax {
 		vs.add("time_bands", "more than %d bands", bandsMax)
@@ -247,6 +267,8 @@ func (c *Card) parseBands(bands []BandInput, stored bool, vs *violations) {
 		m, err := money.ParseDecimal(b.Multiplier)
 		if err != nil || m.IsNegative() {
 			vs.add(f+".multiplier", "%q is not a non-negative decimal", b.Multiplier)
+		} else if !stored && m.GreaterThan(MultiplierMax) {
+			vs.add(f+".multiplier", "%s is above %s", b.Multiplier, MultiplierMax)
 		}
 		band.Multiplier = m
 		c.Bands = append(c.Bands, band)
@@ -293,8 +315,8 @@ func (c *Card) parseTiers(tiers []TierInput, vs *violations) {
 }
 
 // parsePUE checks the carbon surcharge: a threshold >= 1 and a non-negative
-// price per GPU-hour.
-func parsePUE(in PUEInput, vs *violations) *PUE {
+// price per GPU-hour (at most PriceMax unless stored).
+func parsePUE(in PUEInput, stored bool, vs *violations) *PUE {
 	th, err := money.ParseDecimal(in.Threshold)
 	if err != nil || th.LessThan(one) {
 		vs.add("pue_surcharge.threshold", "%q is not a decimal >= 1", in.Threshold)
@@ -302,6 +324,8 @@ func parsePUE(in PUEInput, vs *violations) *PUE {
 	per, err2 := money.ParseDecimal(in.PerGPUHour)
 	if err2 != nil || per.IsNegative() {
 		vs.add("pue_surcharge.per_gpu_hour", "%q is not a non-negative decimal", in.PerGPUHour)
+	} else if !stored && per.GreaterThan(PriceMax) {
+		vs.add("pue_surcharge.per_gpu_hour", "%s is above %s a GPU-hour", in.PerGPUHour, PriceMax)
 	}
 	return &PUE{Threshold: th, PerGPUHour: per}
 }
