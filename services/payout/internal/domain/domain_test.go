@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 )
@@ -161,6 +162,14 @@ func TestMethodMasked(t *testing.T) {
 	}
 	if Mask("12") != "**" || Mask("") != "" {
 		t.Error("short identifiers")
+	}
+	// Whole characters: a webhook secret of Chinese characters cut inside
+	// one was invalid UTF-8, which the answer's encoding refused (a 500
+	// after the webhook was stored).
+	for give, want := range map[string]string{"钱包密钥钱包密钥钱包密钥钱包密钥": "****钱包密钥", "密钥": "**", "ab密钥cd": "****密钥cd"} {
+		if got := Mask(give); got != want || !utf8.ValidString(got) {
+			t.Errorf("Mask(%q) = %q, want %q", give, got, want)
+		}
 	}
 }
 

@@ -112,14 +112,14 @@ func (m Method) Identifier() string {
 }
 
 // Mask keeps the last four characters of an identifier: "****0002".
+// Characters, not bytes: a webhook secret may be any text, and cut inside
+// a character it was invalid UTF-8, which the answer's encoding refused.
 func Mask(s string) string {
-	if s == "" {
-		return ""
+	r := []rune(s)
+	if len(r) <= maskKeepDigits {
+		return strings.Repeat("*", len(r))
 	}
-	if len(s) <= maskKeepDigits {
-		return strings.Repeat("*", len(s))
-	}
-	return "****" + s[len(s)-maskKeepDigits:]
+	return "****" + string(r[len(r)-maskKeepDigits:])
 }
 
 // Masked returns the method with its identifiers masked.
