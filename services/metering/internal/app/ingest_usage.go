@@ -72,7 +72,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if err != nil {
 		return res, err
 	}
-	rec, err := a.judgeAndRecord(ctx, cands, provs, rents, now)
+	rec, err := a.judgeAndRecord(ctx, cands, provs, rents, now, opt.OnlyProvider)
 	if err != nil {
 		return IngestResult{}, err
 	}
@@ -83,7 +83,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 }
 
 // judgeAndRecord is passes 2 and 3 over the candidates, in rounds.
-func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time) (IngestResult, error) {
+func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[string]domain.Provider, rents map[string]domain.Renter, now time.Time, onlyProvider string) (IngestResult, error) {
 	// The answer is the one the call's events would get sent one by one, in
 	// order: each judged against recorded usage and the call's events before
 	// it that were recorded. Pass 2 judges an event against the batch's
@@ -107,7 +107,7 @@ func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[s
 		if rejudge || len(b.recs) > 0 {
 			err = a.Store.WithTx(ctx, func(tx Tx) error {
 				if rejudge {
-					live, p, err := againstRecorded(ctx, tx, cands)
+					live, p, err := againstRecorded(ctx, tx, cands, onlyProvider)
 					if err != nil {
 						return err
 					}
@@ -118,7 +118,7 @@ func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[s
 					}
 				}
 				var err error
-				rec, err = record(ctx, tx, b)
+				rec, err = record(ctx, tx, b, onlyProvider)
 				if err != nil {
 					return err
 				}
@@ -147,7 +147,7 @@ func (a *App) judgeAndRecord(ctx context.Context, cands []candidate, provs map[s
 // duplicate, or a conflict), an event naming other parties than its
 // lease's recorded usage, an event overlapping recorded time. A later copy
 // of an id stays for pass 2 to judge against the first.
-func againstRecorded(ctx context.Context, tx Tx, cands []candidate) ([]candidate, recordResult, error) {
+func againstRecorded(ctx context.Context, tx Tx, cands []candidate, onlyProvider string) ([]candidate, recordResult, error) {
 	var out recordResult
 	ids := make([]string, 0, len(cands))
 	leases := map[string]bool{}
@@ -184,7 +184,7 @@ func againstRecorded(ctx context.Context, tx Tx, cands []candidate) ([]candidate
 		}
 		p := domain.LeaseParties{ProviderID: c.ev.ProviderID, RenterID: c.ev.RenterID}
 		if ps := parties[c.ev.LeaseID]; len(ps) > 0 && !slices.Contains(ps, p) {
-			reject(c, domain.LeaseReason(c.ev.LeaseID, ps[0]))
+			reject(c, domain.RecordedLeaseReason(c.ev.LeaseID, ps, onlyProvider))
 			continue
 		}
 		keep[i] = true
@@ -368,6 +368,8 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			first := b.recs[lease[0]]
 			if p := (domain.LeaseParties{ProviderID: first.ProviderID, RenterID: first.RenterID}); p != (domain.LeaseParties{ProviderID: ev.ProviderID, RenterID: ev.RenterID}) {
 				against(int(lease[0]))
+				// p is of the call's own events: to a meter bound to a
+				// provider, that provider's (pass 1).
 				res.reject(c.idx, ev.ID, domain.LeaseReason(ev.LeaseID, p)+" in this batch")
 				continue
 			}
@@ -425,7 +427,7 @@ func (r recordResult) undercuts(b batch) bool {
 // also writes the outbox, holding the locks of the batch's leases. An event
 // the insert skipped is a duplicate, a conflicting repeat of an id, or an
 // overlap with recorded time.
-func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
+func record(ctx context.Context, tx Tx, b batch, onlyProvider string) (recordResult, error) {
 	leaseIDs := make([]string, 0, len(b.byLease))
 	for l := range b.byLease {
 		leaseIDs = append(leaseIDs, l)
@@ -434,7 +436,7 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 		return recordResult{}, err
 	}
 	out := recordResult{}
-	b, err := otherParties(ctx, tx, b, leaseIDs, &out)
+	b, err := otherParties(ctx, tx, b, leaseIDs, onlyProvider, &out)
 	if err != nil {
 		return recordResult{}, err
 	}
@@ -472,9 +474,10 @@ func record(ctx context.Context, tx Tx, b batch) (recordResult, error) {
 // lease's recorded usage (pass 2 held the batch's events of a lease to its
 // first's). A repeat of a recorded event is counted as one, a conflicting
 // repeat of a recorded id rejected as one, any other rejected naming the
-// lease's parties. (A lease's usage naming a second renter was charged
+// lease's parties (to a meter bound to a provider, only its own:
+// domain.RecordedLeaseReason). (A lease's usage naming a second renter was charged
 // whole to the first: pricing rates a lease as one.)
-func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *recordResult) (batch, error) {
+func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, onlyProvider string, out *recordResult) (batch, error) {
 	recorded, err := tx.LeaseParties(ctx, leaseIDs)
 	if err != nil {
 		return b, err
@@ -484,7 +487,7 @@ func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, out *r
 	for i, r := range b.recs {
 		p := domain.LeaseParties{ProviderID: r.ProviderID, RenterID: r.RenterID}
 		if ps := recorded[r.LeaseID]; len(ps) > 0 && !slices.Contains(ps, p) {
-			reason[i], odd = domain.LeaseReason(r.LeaseID, ps[0]), odd+1
+			reason[i], odd = domain.RecordedLeaseReason(r.LeaseID, ps, onlyProvider), odd+1
 		}
 	}
 	if odd == 0 {

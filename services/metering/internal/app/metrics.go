@@ -43,7 +43,7 @@ var rejectReasons = []struct{ prefix, class string }{
 	{"overlaps ", "overlap"},
 	{"not recorded: conflicting write", "conflict_retry"},
 	{"id ", "id_conflict"},      // "id X was recorded with a different body …"
-	{"lease ", "lease_parties"}, // "lease L is recorded for provider P and renter R"
+	{"lease ", "lease_parties"}, // "lease L is recorded for provider P and renter R", or "… for another provider"
 }
 
 // rejectReasonClass is the label of one rejection's reason.

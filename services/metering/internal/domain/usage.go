@@ -61,6 +61,26 @@ func LeaseReason(lease string, p LeaseParties) string {
 	return fmt.Sprintf("lease %s is recorded for provider %s and renter %s", lease, p.ProviderID, p.RenterID)
 }
 
+// RecordedLeaseReason is why an event naming parties other than those its
+// lease is recorded for (recorded, at least one) is rejected, told to a
+// meter of onlyProvider ("" for one that ingests for every provider: the
+// platform's, finance, admin). A meter bound to a provider is told a lease
+// of other providers only is "recorded for another provider": naming the
+// parties told p-001's meter, sending a lease id of p-002's, p-002's
+// renter. Of a lease recorded for its own provider too it is told that
+// pair, its own provider's.
+func RecordedLeaseReason(lease string, recorded []LeaseParties, onlyProvider string) string {
+	if onlyProvider == "" {
+		return LeaseReason(lease, recorded[0])
+	}
+	for _, p := range recorded {
+		if p.ProviderID == onlyProvider {
+			return LeaseReason(lease, p)
+		}
+	}
+	return fmt.Sprintf("lease %s is recorded for another provider", lease)
+}
+
 // Rules are the checks that depend on configuration and the clock.
 type Rules struct {
 	Now         time.Time

@@ -11,6 +11,13 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
+// PayoutsPosition is a place in a provider's payout listing: the payout
+// last served, by its creation time and id. The zero value is the start.
+type PayoutsPosition struct {
+	CreatedAt time.Time
+	ID        string
+}
+
 // Store is payout's persistence as the use cases and the ports need it
 // (adapters.Store implements it on Postgres).
 type Store interface {
@@ -20,7 +27,9 @@ type Store interface {
 	Update(ctx context.Context, fn func(Tx) error) error
 
 	GetPayout(ctx context.Context, id string) (domain.Payout, error)
-	ListPayouts(ctx context.Context, provider, cycle, status, before string, limit int) ([]domain.Payout, error)
+	// ListPayouts lists a provider's payouts newest created first (ties by
+	// id, descending), limit of them after before.
+	ListPayouts(ctx context.Context, provider, cycle, status string, before PayoutsPosition, limit int) ([]domain.Payout, error)
 	// PollPayout is GetPayout for providers' polls: possibly from a cache
 	// whose copies are dropped on every change (adapters.PayoutCache).
 	PollPayout(ctx context.Context, id string) (domain.Payout, error)

@@ -21,10 +21,11 @@ import (
 //
 // The UUID is laid out as a version 8 (RFC 9562, custom) that sorts as a
 // version 7 does: its first 48 bits are the cycle's first day in Unix
-// milliseconds, so ids sort by cycle (payout listings, newest first, list a
-// later cycle's payouts first); the other 74 bits are SHA-256 of
-// provider, cycle and currency. Payouts made before ids were derived carry
-// a random version 7 UUID of their creation time.
+// milliseconds, so ids sort by cycle, not by when the payout was made (a
+// payout settled late for an old cycle sorts among that cycle's: listings
+// order by creation time, the id only breaking ties); the other 74 bits
+// are SHA-256 of provider, cycle and currency. Payouts made before ids
+// were derived carry a random version 7 UUID of their creation time.
 func PayoutID(provider, cycle, currency string) (string, error) {
 	if err := ids.CheckCycleID(cycle); err != nil {
 		return "", fmt.Errorf("payout id: cycle %w", err)

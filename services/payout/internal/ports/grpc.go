@@ -152,7 +152,13 @@ func payoutETag(id string, version int64, epoch string) string {
 	return string(append(b, '"'))
 }
 
-// payoutsListing names the provider payout listing in its page tokens (pkg/cursor).
+// payoutsListing names the provider payout listing in its page tokens
+// (pkg/cursor). A token is the last payout served, its creation time and
+// id: a token of the listing by id alone (one value, before payouts listed
+// newest created first) is refused as malformed, a 400 on page_token. It
+// cannot be read as a position of this order: the payouts before it by id
+// are not those before it by creation, so the client would miss some and
+// see others twice.
 const payoutsListing = "payout.payouts"
 
 // ListProviderPayouts implements PayoutService.
@@ -163,13 +169,19 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	if req.Status != "" && !domain.ValidStatus(req.Status) {
 		return nil, apperr.Invalid("status", "want one of %s", strings.Join(domain.Statuses(), ", "))
 	}
-	before := ""
+	listing := cursor.Scoped(payoutsListing, req.ProviderId, req.CycleId, req.Status)
+	var before app.PayoutsPosition
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(cursor.Scoped(payoutsListing, req.ProviderId, req.CycleId, req.Status), req.PageToken, 1)
+		pos, err := cursor.Decode(listing, req.PageToken, 2)
 		if err != nil {
 			return nil, err
 		}
-		before = pos.String(0)
+		if before.CreatedAt, err = pos.Time(0); err != nil {
+			return nil, err
+		}
+		if before.ID = pos.String(1); before.ID == "" {
+			return nil, cursor.Malformed()
+		}
 	}
 	n := pageSizeDefault
 	if req.PageSize > 0 {
@@ -179,7 +191,8 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%s|%d|%d|%d|%s", req.ProviderId, req.CycleId, req.Status, before, n, count, versions, s.Epoch))
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%s|%s|%s|%d|%d|%d|%s", req.ProviderId, req.CycleId, req.Status,
+		cursor.FormatTime(before.CreatedAt), before.ID, n, count, versions, s.Epoch))
 	if conditional(ctx, `"l.`+hex.EncodeToString(h[:12])+`"`) {
 		return &payoutv1.ListProviderPayoutsResponse{}, nil
 	}
@@ -192,7 +205,8 @@ func (s *Server) ListProviderPayouts(ctx context.Context, req *payoutv1.ListProv
 		resp.Payouts = append(resp.Payouts, toProto(p))
 	}
 	if len(ps) == n {
-		resp.NextPageToken = cursor.Encode(cursor.Scoped(payoutsListing, req.ProviderId, req.CycleId, req.Status), ps[len(ps)-1].ID)
+		last := ps[len(ps)-1]
+		resp.NextPageToken = cursor.Encode(listing, cursor.FormatTime(last.CreatedAt), last.ID)
 	}
 	return resp, nil
 }

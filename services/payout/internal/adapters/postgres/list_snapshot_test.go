@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
 // A listing reads payouts, histories and statements in one snapshot: read
@@ -35,7 +37,7 @@ func TestListPayoutsOneSnapshot(t *testing.T) {
 	}()
 	bad := 0
 	for range 400 {
-		ps, err := s.ListPayouts(ctx, "p-1", "", "", "", 10)
+		ps, err := s.ListPayouts(ctx, "p-1", "", "", app.PayoutsPosition{}, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,100 @@
+package metering_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gpubill/gpubill/pkg/auth"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+)
+
+// A meter token bound to p-001 sending its own provider_id on a lease
+// recorded for p-002 is refused without naming that lease's parties: it
+// was told "lease l-p2 is recorded for provider p-002 and renter
+// r-secret", another provider's renter. Both places that judge an event
+// against recorded usage answer so: recording (one event), and a call
+// judged again after recording refused an event another was judged
+// against (two overlapping events on the lease). The platform's meter and
+// finance, which ingest for every provider, are still told the parties.
+func TestBoundMeterNotToldAnotherProvidersLease(t *testing.T) {
+	t.Parallel()
+	base, grpcAddr, finance := startServer(t)
+	for _, p := range [][2]string{
+		{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		{"/v1/renters", `{"renter_id":"r-secret","currency":"USD"}`},
+		{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`},
+	} {
+		if code, body := post(t, base+p[0], finance, p[1]); code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", p[0], code, body)
+		}
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	usage := meteringv1.NewUsageServiceClient(conn)
+	issue := func(sub string) string {
+		tok, err := auth.Issue(testSecret, auth.RoleMeter, sub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	meterP1, meterP2, platformMeter := issue("p-001"), issue("p-002"), issue("")
+	ctx := context.Background()
+	// An hour's event on l-p2 from hour:00 (the clock is at 12:00).
+	in := func(id, provider, renter string, hour int) *meteringv1.UsageEventInput {
+		return &meteringv1.UsageEventInput{Id: id, LeaseId: "l-p2", ProviderId: provider, RenterId: renter, GpuModel: "H100", GpuCount: 1,
+			StartTime: fmt.Sprintf("2026-11-20T%02d:00:00Z", hour), EndTime: fmt.Sprintf("2026-11-20T%02d:00:00Z", hour+1)}
+	}
+	ingest := func(token string, evs ...*meteringv1.UsageEventInput) *meteringv1.IngestUsageEventsResponse {
+		t.Helper()
+		res, err := usage.IngestUsageEvents(ctx, &meteringv1.IngestUsageEventsRequest{Events: evs}, grpc.PerRPCCredentials(auth.BearerCreds(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := ingest(meterP2, in("e1", "p-002", "r-secret", 0)); res.Accepted != 1 {
+		t.Fatalf("p-002's meter recording l-p2: %v", res)
+	}
+
+	const withheld = "lease l-p2 is recorded for another provider"
+	const detailed = "lease l-p2 is recorded for provider p-002 and renter r-secret"
+	tests := []struct {
+		name  string
+		token string
+		give  []*meteringv1.UsageEventInput
+		want  string
+	}{
+		{"p-001's meter, one event", meterP1, []*meteringv1.UsageEventInput{in("e2", "p-001", "r-001", 2)}, withheld},
+		{"p-001's meter, judged again", meterP1, []*meteringv1.UsageEventInput{in("e3", "p-001", "r-001", 4), in("e4", "p-001", "r-001", 4)}, withheld},
+		{"the platform's meter", platformMeter, []*meteringv1.UsageEventInput{in("e5", "p-001", "r-001", 6)}, detailed},
+		{"the platform's meter, judged again", platformMeter, []*meteringv1.UsageEventInput{in("e6", "p-001", "r-001", 8), in("e7", "p-001", "r-001", 8)}, detailed},
+		{"finance", finance, []*meteringv1.UsageEventInput{in("e8", "p-001", "r-001", 10)}, detailed},
+	}
+	for _, tt := range tests {
+		res := ingest(tt.token, tt.give...)
+		if res.Accepted != 0 || len(res.Rejected) != len(tt.give) {
+			t.Errorf("%s: %v; want every event rejected", tt.name, res)
+			continue
+		}
+		for _, r := range res.Rejected {
+			if r.Reason != tt.want {
+				t.Errorf("%s: %s rejected with %q; want %q", tt.name, r.Id, r.Reason, tt.want)
+			}
+			if tt.want == withheld && (strings.Contains(r.Reason, "r-secret") || strings.Contains(r.Reason, "p-002")) {
+				t.Errorf("%s: %s's reason %q names l-p2's parties", tt.name, r.Id, r.Reason)
+			}
+		}
+	}
+}
