@@ -213,7 +213,7 @@ var shapes = map[string][]string{
 		`{"type":"wechat","account_name":"Han Meimei","wechat_openid":"o6_bmjrPTlm6_2sgVt7hMZOPfL2M"}`,
 	},
 	"CreateWebhook": {
-		`{"url":"http://203.0.113.11:8080/hooks/payouts?src=gpubill","secret":"0123456789abcdef0123456789abcdef"}`,
+		`{"url":"http://127.0.0.1:9/hooks/payouts?src=gpubill","secret":"0123456789abcdef0123456789abcdef"}`,
 	},
 	"RotateWebhookSecret": {
 		`{"secret":"whsec-0000111122223333"}`,

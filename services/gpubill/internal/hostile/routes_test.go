@@ -120,7 +120,7 @@ var writeRoutes = []route{
 		enums: []string{"rail", "currency"}, decimals: []string{"amount"}},
 	// Payout's writes: webhooks, their secrets, holds, settings.
 	{name: "CreateWebhook", method: "POST", path: "/v1/providers/%s/webhooks", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
-		body: `{"url":"https://203.0.113.10/hook","secret":"whsec-0123456789abcdef"}`},
+		body: `{"url":"http://127.0.0.1:9/hook","secret":"whsec-0123456789abcdef"}`},
 	{name: "RotateWebhookSecret", method: "POST", path: "/v1/providers/p-001/webhooks/%s:rotate-secret", param: "webhook_id", arg: "", role: auth.RoleFinance, // arg: seeded
 		body: `{"secret":"whsec-fedcba9876543210","grace_period":"3600s"}`},
 	{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/%s/payout-hold", param: "provider_id", arg: "p-001", role: auth.RoleFinance,
