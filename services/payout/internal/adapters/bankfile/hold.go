@@ -22,12 +22,16 @@ var ErrHeld = errors.New("the bank-file rail is held after a restore until finan
 const holdMigration = "0017_bank_file_hold.sql"
 
 // HoldAfterRestore opens a restore hold in tx, the transaction of a
-// restore's or a recovery's last step (an open hold stays as it is). The
-// database is back at its point while the bank has what it was sent after
-// it: a transfer sent in a file cut after the point is queued again and a
-// batch delivered after it is undelivered again; either would go to the
-// bank a second time. A snapshot taken before the hold's migration gets
-// the table from the migration's own file.
+// restore's or a recovery's last step. The database is back at its point
+// while the bank has what it was sent after it: a transfer sent in a file
+// cut after the point is queued again and a batch delivered after it is
+// undelivered again; either would go to the bank a second time. A hold
+// already open (a snapshot taken while held, or the command run again) is
+// held since the later of the two: kept at the snapshot's hold, a cutoff
+// between the two was cut again after the release under the id of a batch
+// cut and sent before this restore, which the bank refuses as a
+// duplicate. A snapshot taken before the hold's migration gets the table
+// from the migration's own file.
 func HoldAfterRestore(ctx context.Context, tx pgx.Tx, now time.Time) error {
 	var found bool
 	if err := tx.QueryRow(ctx, `select to_regclass('payout.bank_file_holds') is not null`).Scan(&found); err != nil {
@@ -39,7 +43,8 @@ func HoldAfterRestore(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		}
 	}
 	if _, err := tx.Exec(ctx, `insert into payout.bank_file_holds (held_since) values ($1)
-		on conflict ((released_at is null)) where released_at is null do nothing`, now); err != nil {
+		on conflict ((released_at is null)) where released_at is null
+		do update set held_since = greatest(payout.bank_file_holds.held_since, excluded.held_since)`, now); err != nil {
 		return fmt.Errorf("hold the bank-file rail: %w", err)
 	}
 	return nil
