@@ -340,15 +340,18 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 // transfer in state from moves to to (applied), stays (unchanged), or the
 // file contradicts what is known (conflict).
 func decide(from, to string, bulk bool) string {
-	switch from {
-	case to:
-		return app.EntryUnchanged
-	case stateQueued:
+	if from == stateQueued {
 		// The bank knows a transfer only from a file, so this one was
 		// sent: a restore brought the book back to before its batch was
 		// cut. Taken as a conflict, it stayed queued and the next file
 		// paid it again.
+		if to == stateBatched {
+			return app.EntryApplied
+		}
 		from = stateBatched
+	}
+	if from == to {
+		return app.EntryUnchanged
 	}
 	switch to {
 	case stateAccepted:
@@ -406,27 +409,35 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
 		return e, false, nil
 	}
-	if a.to == "" {
+	to := a.to
+	if to == "" && state == stateQueued {
+		// A status that asks no state (RCVD, ACTC, PDNG; a return not yet
+		// booked) still says the bank has the transfer (decide): it leaves
+		// the queue, watched by the unsettled-age alert until booked. Left
+		// queued, the release of a restore hold sent it again.
+		to = stateBatched
+	}
+	if to == "" {
 		e.Outcome, e.Note = app.EntryUnchanged, "acknowledged; no change of state"
 		return e, false, nil
 	}
-	e.Outcome = decide(state, a.to, a.bulk)
+	e.Outcome = decide(state, to, a.bulk)
 	if e.Outcome != app.EntryApplied {
 		if e.Note == "" {
-			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, a.to)
+			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, to)
 		}
 		return e, false, nil
 	}
 	code, msg := "", ""
-	if a.to == stateRejected || a.to == stateReturned {
+	if to == stateRejected || to == stateReturned {
 		code, msg = domain.BankFailure(a.reason, a.info)
 	}
 	if _, err := tx.Exec(ctx, `update payout.bank_transfers set state = $2, reason_code = case when $3 = '' then reason_code else $3 end,
 			failure_code = case when $4 = '' then failure_code else $4 end, failure_message = case when $5 = '' then failure_message else $5 end,
-			updated_at = $6 where reference = $1`, ref, a.to, a.reason, code, msg, r.Clock.Now()); err != nil {
+			updated_at = $6 where reference = $1`, ref, to, a.reason, code, msg, r.Clock.Now()); err != nil {
 		return e, false, err
 	}
-	e.Note = state + " → " + a.to
+	e.Note = state + " → " + to
 	return e, true, nil
 }
 
