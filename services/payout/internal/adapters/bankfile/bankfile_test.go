@@ -1041,7 +1041,8 @@ func TestRestoreHoldOfASnapshotBeforeTheHold(t *testing.T) {
 	t.Parallel()
 	f := newRail(t, "", "")
 	ctx := context.Background()
-	if _, err := f.r.Pool.Exec(ctx, `drop table payout.bank_file_holds; delete from payout.goose_db_version where version_id = 17`); err != nil {
+	if _, err := f.r.Pool.Exec(ctx, `drop table payout.bank_file_holds; drop index payout.bank_file_entries_unknown_e2e;
+		alter table payout.bank_files drop column file; delete from payout.goose_db_version where version_id >= 17`); err != nil {
 		t.Fatal(err)
 	}
 	f.restore(t, day1)
