@@ -16,14 +16,17 @@ type BankFiles interface {
 	// BatchFile is the pain.001 exactly as built (and delivered).
 	BatchFile(ctx context.Context, id string) ([]byte, error)
 	// Import applies a bank file once: a second import of the same bytes
-	// changes nothing and answers the first import's report (Duplicate
-	// set). A malformed file is an error naming the element.
+	// answers the first import's report (Duplicate set), changing nothing
+	// but its entries that named no transfer then and name one now, which
+	// are applied now (their note says so). A malformed file is an error
+	// naming the element.
 	Import(ctx context.Context, source, name string, file []byte) (BankFileImport, error)
 	// RestoreHold is the latest restore hold (zero HeldSince: none ever).
 	RestoreHold(ctx context.Context) (BankFileHold, error)
 	// ReleaseRestoreHold releases the open hold, by whom: batches are cut
 	// and delivered again. Released already, it answers that release;
-	// never held, apperr.ErrPrecondition.
+	// never held, or while a queued transfer is named by a bank report's
+	// entry not applied to it (the bank has it), apperr.ErrPrecondition.
 	ReleaseRestoreHold(ctx context.Context, by string) (BankFileHold, error)
 }
 
@@ -87,7 +90,7 @@ type BankFileImport struct {
 	OriginalMessageID string // pain.002: the batch it answers
 	Name              string
 	Source            string // upload or inbox
-	Duplicate         bool   // the same bytes were imported before: nothing changed now
+	Duplicate         bool   // the same bytes were imported before: nothing changed now but entries read again (Import)
 	ImportedAt        time.Time
 	Entries           []BankFileEntry
 }

@@ -3315,7 +3315,7 @@ type ImportBankFileResponse struct {
 	Kind              string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // pain.002.001.10, camt.054.001.08 ...
 	MessageId         string                 `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	OriginalMessageId string                 `protobuf:"bytes,4,opt,name=original_message_id,json=originalMessageId,proto3" json:"original_message_id,omitempty"` // pain.002: the batch it answers
-	Duplicate         bool                   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`                                           // these bytes were imported before: nothing changed
+	Duplicate         bool                   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`                                           // these bytes were imported before: nothing changed but entries that name a payout only now
 	ImportedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=imported_at,json=importedAt,proto3" json:"imported_at,omitempty"`
 	Entries           []*BankFileEntry       `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
 	Applied           int32                  `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`

@@ -116,8 +116,9 @@ type PayoutServiceClient interface {
 	// {"content": "<xml>", "name": "..."}. Each payment is matched to its payout by
 	// EndToEndId: accepted -> in_transit, booked -> paid, rejected -> failed
 	// with the ISO reason, returned -> returned. The same file twice changes
-	// nothing (answered with duplicate=true and the first import's entries);
-	// a malformed file is a 400 naming the element.
+	// nothing (answered with duplicate=true and the first import's entries)
+	// but its entries that named no payout then and name one now, applied
+	// now (their note says so); a malformed file is a 400 naming the element.
 	ImportBankFile(ctx context.Context, in *ImportBankFileRequest, opts ...grpc.CallOption) (*ImportBankFileResponse, error)
 	// The bank-file rail's restore hold. gpubill restore and gpubill
 	// after-recovery hold the rail: the database is back at its point while
@@ -129,7 +130,9 @@ type PayoutServiceClient interface {
 	GetBankFileRestoreHold(ctx context.Context, in *GetBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*GetBankFileRestoreHoldResponse, error)
 	// Releases the restore hold: batches are cut (from the first cutoff
 	// after the restore) and delivered again. Released already, it answers
-	// that release; never held, a 400 (failed precondition).
+	// that release; never held, or while a queued transfer is named by a
+	// bank file's entry not applied to it (the bank has it: import that
+	// file again), a 400 (failed precondition).
 	ReleaseBankFileRestoreHold(ctx context.Context, in *ReleaseBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*ReleaseBankFileRestoreHoldResponse, error)
 }
 
@@ -410,8 +413,9 @@ type PayoutServiceServer interface {
 	// {"content": "<xml>", "name": "..."}. Each payment is matched to its payout by
 	// EndToEndId: accepted -> in_transit, booked -> paid, rejected -> failed
 	// with the ISO reason, returned -> returned. The same file twice changes
-	// nothing (answered with duplicate=true and the first import's entries);
-	// a malformed file is a 400 naming the element.
+	// nothing (answered with duplicate=true and the first import's entries)
+	// but its entries that named no payout then and name one now, applied
+	// now (their note says so); a malformed file is a 400 naming the element.
 	ImportBankFile(context.Context, *ImportBankFileRequest) (*ImportBankFileResponse, error)
 	// The bank-file rail's restore hold. gpubill restore and gpubill
 	// after-recovery hold the rail: the database is back at its point while
@@ -423,7 +427,9 @@ type PayoutServiceServer interface {
 	GetBankFileRestoreHold(context.Context, *GetBankFileRestoreHoldRequest) (*GetBankFileRestoreHoldResponse, error)
 	// Releases the restore hold: batches are cut (from the first cutoff
 	// after the restore) and delivered again. Released already, it answers
-	// that release; never held, a 400 (failed precondition).
+	// that release; never held, or while a queued transfer is named by a
+	// bank file's entry not applied to it (the bank has it: import that
+	// file again), a 400 (failed precondition).
 	ReleaseBankFileRestoreHold(context.Context, *ReleaseBankFileRestoreHoldRequest) (*ReleaseBankFileRestoreHoldResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }

@@ -943,8 +943,9 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 
 	restoredAt := day1.AddDate(0, 0, 1).Add(5 * time.Hour) // day 2, 15:00: after day 2's cutoff
 	f.restore(t, restoredAt)
-	f.restore(t, restoredAt.Add(time.Hour)) // after-recovery run again: the open hold stands
-	f.clk.Set(restoredAt.Add(2 * time.Hour))
+	restoredAt = restoredAt.Add(time.Hour)
+	f.restore(t, restoredAt) // after-recovery run again: the open hold is held since the later
+	f.clk.Set(restoredAt.Add(time.Hour))
 	before := f.counts(t)
 	if want := "queued 2, batches 1, undelivered 1"; before != want {
 		t.Fatalf("before the cut: %s, want %s", before, want)
@@ -987,7 +988,7 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, day1Batch+".xml")); err != nil {
 		t.Errorf("day 1's batch not delivered once released: %v", err)
 	}
-	f.clk.Set(restoredAt.AddDate(0, 0, 1)) // day 3, 15:00
+	f.clk.Set(restoredAt.AddDate(0, 0, 1)) // day 3, 16:00
 	id, built, err = f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
 	if err != nil || !built {
 		t.Fatal(id, built, err)
@@ -1002,6 +1003,37 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 	}
 	if got, want := f.counts(t), "queued 0, batches 2, undelivered 1"; got != want {
 		t.Errorf("after the release: %s, want %s", got, want)
+	}
+}
+
+// A snapshot taken while a hold was open (held since r1) and restored at
+// r2: the hold is held since r2. Kept at r1, a cutoff between r1 and r2 —
+// cut and sent before the second disaster, lost with it — was cut again
+// under the same batch id once released, and the bank refused it as a
+// duplicate, its transfers left batched.
+func TestRestoreOfASnapshotTakenWhileHeldMovesTheHold(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	r1 := day1.Add(2 * time.Hour) // day 1, 12:00: the first restore, its hold open in the snapshot
+	f.restore(t, r1)
+	r2 := day1.AddDate(0, 0, 1).Add(6 * time.Hour) // day 2, 16:00: after day 2's cutoff
+	f.restore(t, r2)
+	f.clk.Set(r2)
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set queued_at = $1`, day1.AddDate(0, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := f.r.RestoreHold(ctx); err != nil || !h.HeldSince.Equal(r2) {
+		t.Errorf("the hold after the second restore: %+v %v; want held since %s", h, err, r2)
+	}
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := f.r.LastCutoff(r2) // day 2, 14:00
+	if id, built, err := f.r.Cut(ctx, cutoff); err != nil || built {
+		t.Errorf("cutoff %s, before the restore at %s, cut as %s (built %v, %v): a batch of that id may be at the bank",
+			cutoff.In(shanghai), r2.In(shanghai), id, built, err)
 	}
 }
 

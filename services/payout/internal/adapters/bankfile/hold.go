@@ -22,12 +22,16 @@ var ErrHeld = errors.New("the bank-file rail is held after a restore until finan
 const holdMigration = "0017_bank_file_hold.sql"
 
 // HoldAfterRestore opens a restore hold in tx, the transaction of a
-// restore's or a recovery's last step (an open hold stays as it is). The
-// database is back at its point while the bank has what it was sent after
-// it: a transfer sent in a file cut after the point is queued again and a
-// batch delivered after it is undelivered again; either would go to the
-// bank a second time. A snapshot taken before the hold's migration gets
-// the table from the migration's own file.
+// restore's or a recovery's last step. The database is back at its point
+// while the bank has what it was sent after it: a transfer sent in a file
+// cut after the point is queued again and a batch delivered after it is
+// undelivered again; either would go to the bank a second time. A hold
+// already open (a snapshot taken while held, or the command run again) is
+// held since the later of the two: kept at the snapshot's hold, a cutoff
+// between the two was cut again after the release under the id of a batch
+// cut and sent before this restore, which the bank refuses as a
+// duplicate. A snapshot taken before the hold's migration gets the table
+// from the migration's own file.
 func HoldAfterRestore(ctx context.Context, tx pgx.Tx, now time.Time) error {
 	var found bool
 	if err := tx.QueryRow(ctx, `select to_regclass('payout.bank_file_holds') is not null`).Scan(&found); err != nil {
@@ -39,7 +43,8 @@ func HoldAfterRestore(ctx context.Context, tx pgx.Tx, now time.Time) error {
 		}
 	}
 	if _, err := tx.Exec(ctx, `insert into payout.bank_file_holds (held_since) values ($1)
-		on conflict ((released_at is null)) where released_at is null do nothing`, now); err != nil {
+		on conflict ((released_at is null)) where released_at is null
+		do update set held_since = greatest(payout.bank_file_holds.held_since, excluded.held_since)`, now); err != nil {
 		return fmt.Errorf("hold the bank-file rail: %w", err)
 	}
 	return nil
@@ -90,9 +95,39 @@ func (r *Rail) RestoreHold(ctx context.Context) (app.BankFileHold, error) {
 	return h, nil
 }
 
-// ReleaseRestoreHold implements app.BankFiles.
+// unappliedNamedMax bounds the transfers a refused release names.
+const unappliedNamedMax = 20
+
+// ReleaseRestoreHold implements app.BankFiles. It is refused
+// (apperr.ErrPrecondition, naming them) while a queued transfer is named by
+// a bank report's entry that found no transfer when it was imported and
+// was not applied since (a transfer queued by a version that did not read
+// earlier reports, or a report whose bytes were not kept): the bank has
+// that transfer, and released, the next file sent it again.
 func (r *Rail) ReleaseRestoreHold(ctx context.Context, by string) (app.BankFileHold, error) {
-	tag, err := r.Pool.Exec(ctx, `update payout.bank_file_holds set released_at = $1, released_by = $2 where released_at is null`, r.Clock.Now(), by)
+	released := false
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		// Under the imports' lock: no entry is being applied meanwhile.
+		if err := lockImports(ctx, tx); err != nil {
+			return err
+		}
+		var open bool
+		if err := tx.QueryRow(ctx, `select exists (select 1 from payout.bank_file_holds where released_at is null)`).Scan(&open); err != nil {
+			return err
+		}
+		if !open {
+			return nil
+		}
+		if err := refuseUnapplied(ctx, tx); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `update payout.bank_file_holds set released_at = $1, released_by = $2 where released_at is null`, r.Clock.Now(), by)
+		released = tag.RowsAffected() == 1
+		return err
+	})
+	if errors.Is(err, apperr.ErrPrecondition) {
+		return app.BankFileHold{}, err
+	}
 	if err != nil {
 		return app.BankFileHold{}, fmt.Errorf("release the bank-file restore hold: %w", err)
 	}
@@ -103,9 +138,40 @@ func (r *Rail) ReleaseRestoreHold(ctx context.Context, by string) (app.BankFileH
 	if h.HeldSince.IsZero() {
 		return h, fmt.Errorf("no restore or recovery has held the bank-file rail: nothing to release: %w", apperr.ErrPrecondition)
 	}
-	if tag.RowsAffected() == 1 {
+	if released {
 		r.Log.Warn("bank-file restore hold released: batches are cut and delivered again", "held_since", h.HeldSince, "released_by", by,
 			"queued_transfers", h.QueuedTransfers, "undelivered_batches", h.UndeliveredBatches)
 	}
 	return h, nil
+}
+
+// refuseUnapplied is apperr.ErrPrecondition naming the queued transfers an
+// unapplied entry of a bank report names (nil if none).
+func refuseUnapplied(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `select t.reference, count(*) over () from payout.bank_transfers t
+		where t.state = 'queued' and exists (select 1 from payout.bank_file_entries e
+			where e.end_to_end_id = t.end_to_end_id and e.outcome = 'unknown_reference')
+		order by t.reference limit $1`, unappliedNamedMax)
+	if err != nil {
+		return err
+	}
+	var refs []string
+	total := 0
+	var ref string
+	if _, err := pgx.ForEachRow(rows, []any{&ref, &total}, func() error {
+		refs = append(refs, ref)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if total == 0 {
+		return nil
+	}
+	more := ""
+	if total > len(refs) {
+		more = fmt.Sprintf(" and %d more", total-len(refs))
+	}
+	return fmt.Errorf("%d queued transfers (%s%s) are named by bank reports imported before they were queued and not applied to them: "+
+		"the bank has them, and the next file would send them again; import those reports again (POST /v1/bank-files, or the inbox), then release: %w",
+		total, strings.Join(refs, ", "), more, apperr.ErrPrecondition)
 }

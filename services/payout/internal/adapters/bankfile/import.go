@@ -48,15 +48,21 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 	}
 	h := sha256.Sum256(file)
 	sum := hex.EncodeToString(h[:])
-	if prev, ok, err := r.imported(ctx, sum); err != nil || ok {
+	prev, ok, err := r.imported(ctx, sum)
+	switch {
+	case err != nil:
 		return prev, err
+	case ok && namesNoTransfer(prev.Entries):
+		return r.importAgain(ctx, sum, prev, file)
+	case ok:
+		return prev, nil
 	}
 	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: name, Source: source, ImportedAt: r.Clock.Now()}
-	acts, err := r.actions(ctx, kind, file, &rep)
+	acts, err := r.actions(ctx, r.Pool, kind, file, &rep)
 	if err != nil {
 		return rep, err
 	}
-	moved, err := r.record(ctx, sum, &rep, acts)
+	moved, err := r.record(ctx, sum, file, &rep, acts)
 	if errors.Is(err, errRaced) { // the same bytes imported meanwhile by another caller
 		prev, _, err := r.imported(ctx, sum)
 		return prev, err
@@ -68,9 +74,14 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 	return rep, nil
 }
 
-// actions reads the file and returns what it asks of transfers; the
-// message ids go into rep.
-func (r *Rail) actions(ctx context.Context, kind iso20022.Kind, file []byte, rep *app.BankFileImport) ([]action, error) {
+// querier is the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// actions reads the file and returns what it asks of transfers (a batch's
+// transfers read through q); the message ids go into rep.
+func (r *Rail) actions(ctx context.Context, q querier, kind iso20022.Kind, file []byte, rep *app.BankFileImport) ([]action, error) {
 	switch kind.Family() {
 	case iso20022.FamilyPain002:
 		sr, err := iso20022.ParsePain002(file)
@@ -78,7 +89,7 @@ func (r *Rail) actions(ctx context.Context, kind iso20022.Kind, file []byte, rep
 			return nil, err
 		}
 		rep.MessageID, rep.OriginalMessageID = sr.MessageID, sr.OriginalMessageID
-		return r.pain002Actions(ctx, sr)
+		return pain002Actions(ctx, q, sr)
 	case iso20022.FamilyCamt054:
 		n, err := iso20022.ParseCamt054(file)
 		if err != nil {
@@ -91,18 +102,29 @@ func (r *Rail) actions(ctx context.Context, kind iso20022.Kind, file []byte, rep
 	}
 }
 
+// lockImports serializes, until tx ends, the imports of bank files with
+// each other and with what reads their entries (Submit, the release).
+// Imports one at a time: each locks its transfers in the order its file
+// lists them, and two files listing the same payments in other orders (a
+// camt.054 uploaded while the inbox scan imports a pain.002) deadlocked,
+// one import a 500. Submit under it: a transfer queued while an import
+// found no transfer of its EndToEndId reads that entry once the import
+// committed.
+func lockImports(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.bank_files'))`)
+	return err
+}
+
 // record keeps the file (by its hash sum: errRaced if another caller kept
 // it first) and applies its actions in one transaction, an entry per
-// action in rep; it returns the payouts whose transfer moved.
-func (r *Rail) record(ctx context.Context, sum string, rep *app.BankFileImport, acts []action) ([]string, error) {
+// action in rep; it returns the payouts whose transfer moved. The file's
+// bytes are kept when an entry names a transfer the rail does not have
+// (readAgain reads it when one is queued).
+func (r *Rail) record(ctx context.Context, sum string, file []byte, rep *app.BankFileImport, acts []action) ([]string, error) {
 	var moved []string
 	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		moved, rep.Entries = nil, nil
-		// One import at a time: each locks its transfers in the order its
-		// file lists them, and two files listing the same payments in
-		// other orders (a camt.054 uploaded while the inbox scan imports a
-		// pain.002) deadlocked, one import a 500.
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.bank_files'))`); err != nil {
+		if err := lockImports(ctx, tx); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `insert into payout.bank_files (file_id, sha256, kind, message_id, original_message_id, name, source, imported_at)
@@ -128,9 +150,179 @@ func (r *Rail) record(ctx context.Context, sum string, rep *app.BankFileImport, 
 			}
 			rep.Entries = append(rep.Entries, e)
 		}
+		if namesNoTransfer(rep.Entries) {
+			if _, err := tx.Exec(ctx, `update payout.bank_files set file = $2 where file_id = $1`, rep.FileID, file); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return moved, err
+}
+
+// namesNoTransfer says whether an entry names an EndToEndId the rail had
+// no transfer of.
+func namesNoTransfer(es []app.BankFileEntry) bool {
+	return slices.ContainsFunc(es, func(e app.BankFileEntry) bool {
+		return e.Outcome == app.EntryUnknownReference && e.EndToEndID != ""
+	})
+}
+
+// importAgain is the import of a file imported before (prev) with entries
+// that named no transfer: those that name one now are applied now, and the
+// answer is the first import's report with them as they now stand (their
+// note says when they were read again).
+func (r *Rail) importAgain(ctx context.Context, sum string, prev app.BankFileImport, file []byte) (app.BankFileImport, error) {
+	var again []app.BankFileEntry
+	var moved []string
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		if err := lockImports(ctx, tx); err != nil {
+			return err
+		}
+		// A file imported before its bytes were kept is kept now.
+		if _, err := tx.Exec(ctx, `update payout.bank_files set file = $2 where file_id = $1 and file is null`, prev.FileID, file); err != nil {
+			return err
+		}
+		var err error
+		again, moved, err = r.readAgain(ctx, tx, prev.FileID, file, "")
+		return err
+	})
+	if err != nil {
+		return prev, fmt.Errorf("import bank file %s again: %w", prev.Name, err)
+	}
+	r.reportReadAgain(again, moved)
+	rep, _, err := r.imported(ctx, sum)
+	return rep, err
+}
+
+// readAgain applies, in tx, the entries of file fileID (its bytes) that
+// named no transfer when it was imported and name one now: only those
+// naming e2e, unless e2e is "". After a restore the bank's reports on a
+// payout made after the point are imported as soon as finance copies them
+// into the inbox, while the payout is made again, its transfer queued,
+// only once its workflow runs; left unknown, the transfer went into the
+// next file and was paid twice. Each entry read again is kept with its
+// new outcome; it returns them and the payouts whose transfer moved.
+func (r *Rail) readAgain(ctx context.Context, tx pgx.Tx, fileID string, file []byte, e2e string) ([]app.BankFileEntry, []string, error) {
+	rows, err := tx.Query(ctx, `select seq, element, end_to_end_id from payout.bank_file_entries
+		where file_id = $1 and outcome = 'unknown_reference' and end_to_end_id <> '' and ($2 = '' or end_to_end_id = $2) order by seq`, fileID, e2e)
+	if err != nil {
+		return nil, nil, err
+	}
+	type unknown struct {
+		seq          int
+		element, e2e string
+	}
+	us, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (unknown, error) {
+		var u unknown
+		return u, row.Scan(&u.seq, &u.element, &u.e2e)
+	})
+	if err != nil || len(us) == 0 {
+		return nil, nil, err
+	}
+	kind, err := iso20022.Detect(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bank file %s: %w", fileID, err)
+	}
+	// Through tx: a Submit waits for the imports' lock holding a
+	// connection, and enough of them took every other one of the pool.
+	acts, err := r.actions(ctx, tx, kind, file, &app.BankFileImport{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bank file %s: %w", fileID, err)
+	}
+	byEntry := map[[2]string]action{}
+	for _, a := range acts {
+		if a.outcome == "" {
+			byEntry[[2]string{a.element, a.e2e}] = a
+		}
+	}
+	var again []app.BankFileEntry
+	var moved []string
+	for _, u := range us {
+		a, ok := byEntry[[2]string{u.element, u.e2e}]
+		if !ok {
+			// The file reads otherwise than when it was imported (a later
+			// version of the reader): the entry stays unknown, and the
+			// release is refused while its transfer is queued.
+			r.Log.Error("bank file entry to read again is not in its file", "file_id", fileID, "element", u.element, "end_to_end_id", u.e2e)
+			continue
+		}
+		e, applied, err := r.apply(ctx, tx, a)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bank file %s %s: %w", fileID, u.element, err)
+		}
+		if e.Outcome == app.EntryUnknownReference {
+			continue
+		}
+		e.Note += " (read again " + r.Clock.Now().UTC().Format(time.RFC3339) + ": no transfer had this EndToEndId when the file was imported)"
+		if _, err := tx.Exec(ctx, `update payout.bank_file_entries set reference = $3, outcome = $4, note = $5 where file_id = $1 and seq = $2`,
+			fileID, u.seq, e.PayoutRef, e.Outcome, e.Note); err != nil {
+			return nil, nil, err
+		}
+		again = append(again, e)
+		if applied {
+			moved = append(moved, e.PayoutRef)
+		}
+	}
+	return again, moved, nil
+}
+
+// readEarlierReports applies, in tx, the entries of earlier bank files
+// that named e2e before its transfer existed (readAgain), oldest file
+// first. A file imported before its bytes were kept cannot be read here:
+// the release is refused while the transfer is queued, until the file is
+// imported again.
+func (r *Rail) readEarlierReports(ctx context.Context, tx pgx.Tx, e2e string) ([]app.BankFileEntry, []string, error) {
+	rows, err := tx.Query(ctx, `select file_id, file from payout.bank_files
+		where file_id in (select file_id from payout.bank_file_entries where end_to_end_id = $1 and outcome = 'unknown_reference')
+		order by imported_at, file_id`, e2e)
+	if err != nil {
+		return nil, nil, err
+	}
+	type kept struct {
+		id   string
+		file []byte
+	}
+	ks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (kept, error) {
+		var k kept
+		return k, row.Scan(&k.id, &k.file)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var again []app.BankFileEntry
+	var moved []string
+	for _, k := range ks {
+		if k.file == nil {
+			r.Log.Warn("a bank file imported before its transfer was queued names it, and its bytes were not kept: import it again",
+				"file_id", k.id, "end_to_end_id", e2e)
+			continue
+		}
+		es, ms, err := r.readAgain(ctx, tx, k.id, k.file, e2e)
+		if err != nil {
+			return nil, nil, err
+		}
+		again, moved = append(again, es...), append(moved, ms...)
+	}
+	return again, moved, nil
+}
+
+// reportReadAgain logs the entries read again (each not applied as a
+// warning) and notifies the payouts that moved.
+func (r *Rail) reportReadAgain(again []app.BankFileEntry, moved []string) {
+	for _, e := range again {
+		log := r.Log.Info
+		if e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+			log = r.Log.Warn
+		}
+		log("bank file entry read again: its transfer exists now", "element", e.Element, "end_to_end_id", e.EndToEndID,
+			"reference", e.PayoutRef, "bank_status", e.BankStatus, "outcome", e.Outcome, "note", e.Note)
+	}
+	if r.Notify != nil {
+		for _, ref := range moved {
+			r.Notify(ref)
+		}
+	}
 }
 
 // reportImport logs the import (and each entry not applied) and notifies
@@ -233,7 +425,7 @@ func paymentActions(sr iso20022.StatusReport) (acts []action, listed map[string]
 // pain002Actions lists what a status report asks: each payment's own
 // status, then PmtInf- and group-level statuses for the payments of the
 // batch the report does not name one by one.
-func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]action, error) {
+func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([]action, error) {
 	acts, listed, pmtStatus := paymentActions(sr)
 	grp := statusTarget(sr.GroupStatus)
 	gcode, ginfo := firstReason(sr.GroupReasons)
@@ -248,7 +440,7 @@ func (r *Rail) pain002Actions(ctx context.Context, sr iso20022.StatusReport) ([]
 	if grp == "" && len(pmtStatus) == 0 {
 		return acts, nil
 	}
-	rows, err := r.Pool.Query(ctx, `select end_to_end_id, pmt_inf_id from payout.bank_transfers where batch_id = $1 order by end_to_end_id`, sr.OriginalMessageID)
+	rows, err := q.Query(ctx, `select end_to_end_id, pmt_inf_id from payout.bank_transfers where batch_id = $1 order by end_to_end_id`, sr.OriginalMessageID)
 	if err != nil {
 		return nil, err
 	}
@@ -340,15 +532,18 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 // transfer in state from moves to to (applied), stays (unchanged), or the
 // file contradicts what is known (conflict).
 func decide(from, to string, bulk bool) string {
-	switch from {
-	case to:
-		return app.EntryUnchanged
-	case stateQueued:
+	if from == stateQueued {
 		// The bank knows a transfer only from a file, so this one was
 		// sent: a restore brought the book back to before its batch was
 		// cut. Taken as a conflict, it stayed queued and the next file
 		// paid it again.
+		if to == stateBatched {
+			return app.EntryApplied
+		}
 		from = stateBatched
+	}
+	if from == to {
+		return app.EntryUnchanged
 	}
 	switch to {
 	case stateAccepted:
@@ -406,27 +601,35 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
 		return e, false, nil
 	}
-	if a.to == "" {
+	to := a.to
+	if to == "" && state == stateQueued {
+		// A status that asks no state (RCVD, ACTC, PDNG; a return not yet
+		// booked) still says the bank has the transfer (decide): it leaves
+		// the queue, watched by the unsettled-age alert until booked. Left
+		// queued, the release of a restore hold sent it again.
+		to = stateBatched
+	}
+	if to == "" {
 		e.Outcome, e.Note = app.EntryUnchanged, "acknowledged; no change of state"
 		return e, false, nil
 	}
-	e.Outcome = decide(state, a.to, a.bulk)
+	e.Outcome = decide(state, to, a.bulk)
 	if e.Outcome != app.EntryApplied {
 		if e.Note == "" {
-			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, a.to)
+			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, to)
 		}
 		return e, false, nil
 	}
 	code, msg := "", ""
-	if a.to == stateRejected || a.to == stateReturned {
+	if to == stateRejected || to == stateReturned {
 		code, msg = domain.BankFailure(a.reason, a.info)
 	}
 	if _, err := tx.Exec(ctx, `update payout.bank_transfers set state = $2, reason_code = case when $3 = '' then reason_code else $3 end,
 			failure_code = case when $4 = '' then failure_code else $4 end, failure_message = case when $5 = '' then failure_message else $5 end,
-			updated_at = $6 where reference = $1`, ref, a.to, a.reason, code, msg, r.Clock.Now()); err != nil {
+			updated_at = $6 where reference = $1`, ref, to, a.reason, code, msg, r.Clock.Now()); err != nil {
 		return e, false, err
 	}
-	e.Note = state + " → " + a.to
+	e.Note = state + " → " + to
 	return e, true, nil
 }
 

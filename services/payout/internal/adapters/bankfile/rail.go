@@ -170,7 +170,9 @@ func refuse(code, msg string) (string, string, string) { return stateRejected, c
 // Submit implements app.Rail: the transfer is queued for the next cutoff
 // (idempotent by reference: a second submission changes nothing and is
 // counted). A transfer the rail cannot carry (not a bank account, a
-// currency banks do not transfer) fails at once, definitely.
+// currency banks do not transfer) fails at once, definitely. A bank report
+// imported before the transfer existed that names it (after a restore) is
+// applied to it at once (readEarlierReports).
 func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, error) {
 	if t.Reference == "" || !t.Amount.IsPositive() {
 		return app.RailStatus{}, fmt.Errorf("bank-file submit: reference and a positive amount required")
@@ -193,14 +195,28 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 		state, code, msg = refuse(domain.FailInvalidAccount, "the bank account needs a holder name, number and bank code")
 	}
 	now := r.Clock.Now()
-	if _, err := r.Pool.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
-			creditor_name, creditor_account, creditor_agent, state, failure_code, failure_message, queued_at, updated_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
-		on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1`,
-		t.Reference, e2e, t.ProviderID, cur.Code, t.Amount, iso20022.ClipName(m.AccountName), m.AccountNumber, strings.ToUpper(m.BankCode),
-		state, code, msg, now); err != nil {
+	var again []app.BankFileEntry
+	var moved []string
+	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		if err := lockImports(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
+				creditor_name, creditor_account, creditor_agent, state, failure_code, failure_message, queued_at, updated_at)
+			values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
+			on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1`,
+			t.Reference, e2e, t.ProviderID, cur.Code, t.Amount, iso20022.ClipName(m.AccountName), m.AccountNumber, strings.ToUpper(m.BankCode),
+			state, code, msg, now); err != nil {
+			return err
+		}
+		var err error
+		again, moved, err = r.readEarlierReports(ctx, tx, e2e)
+		return err
+	})
+	if err != nil {
 		return app.RailStatus{}, fmt.Errorf("bank-file submit %s: %w", t.Reference, err)
 	}
+	r.reportReadAgain(again, moved)
 	return r.Query(ctx, t.Reference)
 }
 

@@ -1,0 +1,307 @@
+package bankfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/iso20022/fakebank"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+)
+
+// bookState is a transfer's state in the rail's own book (Query answers
+// queued and batched alike).
+func (f *fixture) bookState(t *testing.T, ref string) string {
+	t.Helper()
+	var s string
+	if err := f.r.Pool.QueryRow(context.Background(), `select state from payout.bank_transfers where reference = $1`, ref).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sendDay1 cuts day 1's batch of what is queued, delivers it and has the
+// fake bank take it.
+func (f *fixture) sendDay1(t *testing.T) (*fakebank.Bank, fakebank.File) {
+	t.Helper()
+	ctx := context.Background()
+	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, f.r.Cfg.InboxDir, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the bank took %v: %v", files, err)
+	}
+	return fb, files[0]
+}
+
+// releaseAndCut releases the hold and cuts the first cutoff after now: the
+// EndToEndIds it sends ("" : no batch).
+func (f *fixture) releaseAndCut(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
+		t.Fatal(err)
+	}
+	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now().AddDate(0, 0, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !built {
+		return ""
+	}
+	file, err := f.r.BatchFile(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := iso20022.ParsePain001(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(e2es(p), ",")
+}
+
+// The bank's only report on a transfer queued again (its file cut after
+// the recovery point) is a pain.002 status that asks no state: received
+// (RCVD), technically accepted (ACTC) or pending (PDNG). The bank has the
+// transfer, so it leaves the queue (batched; the unsettled-age alert
+// watches it until booked). Taken as "acknowledged; no change", it stayed
+// queued and the release sent it again.
+func TestImportStatusWithoutStateMovesATransferQueuedAgain(t *testing.T) {
+	t.Parallel()
+	for _, sts := range []string{"RCVD", "ACTC", "PDNG"} {
+		t.Run(sts, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+			fb, file := f.sendDay1(t)
+			f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110005"))
+			f.restoreToBeforeTheCut(t)
+			f.restore(t, f.clk.Now())
+
+			report := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>"+sts+"</TxSts>"))
+			rep, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := outcomes(rep); o["po-sent"] != app.EntryApplied {
+				t.Errorf("%s on a transfer queued again: %v (%+v), want applied", sts, o, rep.Entries)
+			}
+			if got := f.bookState(t, "po-sent"); got != stateBatched {
+				t.Errorf("po-sent after %s: %s, want batched", sts, got)
+			}
+			if got := f.releaseAndCut(t); got != "po-next" {
+				t.Errorf("the first batch after the release sends %q, want po-next only (the bank has po-sent)", got)
+			}
+		})
+	}
+}
+
+// The payout made after the recovery point is made again only once its
+// workflow runs; the bank's reports copied into the inbox are imported at
+// once, before its transfer exists (unknown_reference), and an import of
+// the same file again is a duplicate. The transfer, when queued, takes
+// what those reports said: the bank booked it, so it is paid, not sent in
+// the next file again.
+func TestReportImportedBeforeItsTransferAppliesWhenQueued(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	// Restored to a point before the payout existed: its transfer is gone.
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	reports := [][]byte{fb.StatusReport(file), fb.Bookings(file)}
+	for _, b := range reports {
+		rep, err := f.r.Import(ctx, app.SourceInbox, "r.xml", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := outcomes(rep); o["po-late"] != app.EntryUnknownReference {
+			t.Fatalf("a report before its transfer: %v, want unknown_reference", o)
+		}
+	}
+
+	st := f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001")) // the payout made again
+	if st.State != app.RailPaid {
+		t.Errorf("the transfer queued after the bank's booking was imported: %+v, want paid", st)
+	}
+	for _, b := range reports {
+		rep, err := f.r.Import(ctx, app.SourceInbox, "r.xml", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := outcomes(rep); !rep.Duplicate || o["po-late"] != app.EntryApplied || rep.Entries[0].PayoutRef != "po-late" {
+			t.Errorf("the same report again: duplicate %v, %+v; want its entry applied to po-late when the transfer was queued", rep.Duplicate, rep.Entries)
+		}
+	}
+	if got := f.releaseAndCut(t); got != "" {
+		t.Errorf("the first batch after the release sends %q: the bank booked po-late before the restore", got)
+	}
+}
+
+// The variant with a retry: attempt 1 was sent before the point and
+// rejected after it; attempt 2 was sent and booked after it. Restored,
+// attempt 1 is batched and attempt 2 unknown; the reports reject attempt 1
+// (the payout retries) and name attempt 2 before it exists. Queued, attempt
+// 2 is booked at once, not sent again.
+func TestReportImportedBeforeTheRetryAppliesWhenQueued(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-v", "CNY", "620.00", bank("6222000011110002")) // blocked: RJCT AC06
+	fb, first := f.sendDay1(t)                                     // the recovery point is after this cut
+	rejection := fb.StatusReport(first)
+	f.submit(t, "po-v-2", "CNY", "620.00", bank("6222000011110001"))
+	f.clk.Set(day1.AddDate(0, 0, 1).Add(4*time.Hour + 30*time.Minute)) // day 2, 14:30
+	day2, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatal(files, err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers where reference = 'po-v-2'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_batches where batch_id = $1`, day2); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	for _, b := range [][]byte{rejection, fb.StatusReport(files[0]), fb.Bookings(files[0])} {
+		if _, err := f.r.Import(ctx, app.SourceInbox, "r.xml", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := f.state(t, "po-v"); st.State != app.RailFailed {
+		t.Fatalf("attempt 1 after its rejection: %+v", st)
+	}
+	if st := f.submit(t, "po-v-2", "CNY", "620.00", bank("6222000011110001")); st.State != app.RailPaid {
+		t.Errorf("attempt 2 queued after the bank's booking of it was imported: %+v, want paid", st)
+	}
+	if got := f.releaseAndCut(t); got != "" {
+		t.Errorf("the first batch after the release sends %q: the bank booked po-v-2 before the restore", got)
+	}
+}
+
+// A transfer queued by a process that did not read the earlier reports (a
+// version before this one, during a rolling upgrade) while one names it
+// unapplied: the release is refused, naming it, until the report is
+// imported again (its entry is then applied, the answer a duplicate).
+func TestReleaseRefusedWhileAReportNamingAQueuedTransferIsUnapplied(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	if _, err := f.r.Pool.Exec(ctx, `create table queued_late as select * from payout.bank_transfers;
+		delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	booking := fb.Bookings(file)
+	if _, err := f.r.Import(ctx, app.SourceInbox, "book.xml", booking); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `update queued_late set state = 'queued', batch_id = null, pmt_inf_id = '';
+		insert into payout.bank_transfers select * from queued_late`); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := f.r.ReleaseRestoreHold(ctx, "finance:alice")
+	if !errors.Is(err, apperr.ErrPrecondition) || !strings.Contains(err.Error(), "po-late") {
+		t.Errorf("release while po-late is queued and a booking of it is unapplied: %v; want ErrPrecondition naming po-late", err)
+	}
+	if h, err := f.r.RestoreHold(ctx); err != nil || !h.Held() {
+		t.Errorf("the hold after a refused release: %+v %v; want held", h, err)
+	}
+	rep, err := f.r.Import(ctx, app.SourceInbox, "book.xml", booking)
+	if err != nil || !rep.Duplicate || outcomes(rep)["po-late"] != app.EntryApplied {
+		t.Fatalf("the booking imported again: %+v %v; want a duplicate with its entry applied", rep, err)
+	}
+	if got := f.bookState(t, "po-late"); got != stateBooked {
+		t.Errorf("po-late after its booking was imported again: %s, want booked", got)
+	}
+	if got := f.releaseAndCut(t); got != "" {
+		t.Errorf("the first batch after the release sends %q: the bank booked po-late", got)
+	}
+}
+
+// A transfer queued while the bank's report on it is being imported: the
+// import does not see the transfer (not committed yet) and Submit does not
+// see the entry (not committed yet), unless Submit waits for the import.
+// Each transfer ends booked whichever commits first.
+func TestReportImportedWhileItsTransferIsQueued(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	const transfers = 40
+	refs := make([]string, transfers)
+	for i := range refs {
+		refs[i] = fmt.Sprintf("po-%02d", i)
+		f.submit(t, refs[i], "CNY", "620.00", bank("6222000011110001"))
+	}
+	fb, file := f.sendDay1(t)
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	var wg sync.WaitGroup
+	errs := make(chan error, transfers+1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(file))
+		errs <- err
+	}()
+	for _, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.r.Submit(ctx, app.Transfer{Reference: ref, ProviderID: "p-" + ref, Currency: "CNY",
+				Amount: decimal.RequireFromString("620.00"), Method: bank("6222000011110001")})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var queued []string
+	rows, err := f.r.Pool.Query(ctx, `select reference from payout.bank_transfers where state <> 'booked' order by reference`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if queued, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(queued) > 0 {
+		t.Errorf("transfers the bank booked left unbooked (%d of %d): %v", len(queued), transfers, queued)
+	}
+}
