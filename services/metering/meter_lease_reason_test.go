@@ -3,13 +3,10 @@ package metering_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
@@ -25,30 +22,11 @@ import (
 // finance, which ingest for every provider, are still told the parties.
 func TestBoundMeterNotToldAnotherProvidersLease(t *testing.T) {
 	t.Parallel()
-	base, grpcAddr, finance := startServer(t)
-	for _, p := range [][2]string{
-		{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/renters", `{"renter_id":"r-secret","currency":"USD"}`},
-		{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`},
-	} {
-		if code, body := post(t, base+p[0], finance, p[1]); code != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", p[0], code, body)
-		}
-	}
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	usage := meteringv1.NewUsageServiceClient(conn)
-	issue := func(sub string) string {
-		tok, err := auth.Issue(testSecret, auth.RoleMeter, sub, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	_, finance, usage, issue := meterServer(t,
+		[2]string{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/renters", `{"renter_id":"r-secret","currency":"USD"}`},
+		[2]string{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`})
 	meterP1, meterP2, platformMeter := issue("p-001"), issue("p-002"), issue("")
 	ctx := context.Background()
 	// An hour's event on l-p2 from hour:00 (the clock is at 12:00).

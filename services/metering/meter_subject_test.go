@@ -25,23 +25,10 @@ import (
 // meter, for every provider.
 func TestMeterTokenIngestsOnlyItsProvider(t *testing.T) {
 	t.Parallel()
-	base, grpcAddr, finance := startServer(t)
-	for _, p := range [][2]string{
-		{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
-		{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`},
-	} {
-		if code, body := post(t, base+p[0], finance, p[1]); code != http.StatusOK {
-			t.Fatalf("POST %s: %d %s", p[0], code, body)
-		}
-	}
-	issue := func(sub string) string {
-		tok, err := auth.Issue(testSecret, auth.RoleMeter, sub, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	base, finance, usage, issue := meterServer(t,
+		[2]string{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`})
 	meterP1, platformMeter := issue("p-001"), issue("")
 	ev := func(id, provider string) string {
 		return fmt.Sprintf(`{"id":%q,"lease_id":"l-%s","provider_id":%q,"renter_id":"r-001","gpu_model":"H100","gpu_count":1,`+
@@ -65,12 +52,6 @@ func TestMeterTokenIngestsOnlyItsProvider(t *testing.T) {
 	}
 
 	// gRPC: the same.
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	usage := meteringv1.NewUsageServiceClient(conn)
 	input := func(id, provider string) *meteringv1.UsageEventInput {
 		return &meteringv1.UsageEventInput{Id: id, LeaseId: "l-" + id, ProviderId: provider, RenterId: "r-001", GpuModel: "H100", GpuCount: 1,
 			StartTime: "2026-11-20T09:00:00Z", EndTime: "2026-11-20T10:00:00Z"}
@@ -103,4 +84,30 @@ func TestMeterTokenIngestsOnlyItsProvider(t *testing.T) {
 	if want := []string{"evt-1/p-001", "evt-4/p-001", "evt-5/p-002"}; !slices.Equal(recorded, want) {
 		t.Fatalf("recorded %v, want %v", recorded, want)
 	}
+}
+
+// meterServer starts metering, creates parties (path and body) as
+// finance, and returns its REST base, finance's token, a gRPC usage client
+// and an issuer of meter tokens for a subject ("" the platform's meter).
+func meterServer(t *testing.T, parties ...[2]string) (string, string, meteringv1.UsageServiceClient, func(sub string) string) {
+	t.Helper()
+	base, grpcAddr, finance := startServer(t)
+	for _, p := range parties {
+		if code, body := post(t, base+p[0], finance, p[1]); code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", p[0], code, body)
+		}
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	issue := func(sub string) string {
+		tok, err := auth.Issue(testSecret, auth.RoleMeter, sub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	return base, finance, meteringv1.NewUsageServiceClient(conn), issue
 }
