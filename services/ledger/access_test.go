@@ -249,6 +249,15 @@ func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
 			}
 		})
 	}
+	// A key is withheld, so a party may not look entries up by one: asked
+	// for the refund's key on its own account, r-1 was answered the refund,
+	// confirming a key it guessed (which may name another party).
+	for _, q := range []string{"?account=renter:r-1:wallet&idempotency_keys=refund-r-1-to-r-2", "?account=renter:r-1:wallet&idempotency_keys=nobody"} {
+		r1.t = t
+		if code, body := r1.do("GET", "/v1/transactions"+q, ""); code != 403 || strings.Contains(body, refund) {
+			t.Errorf("GET /v1/transactions%s as r-1: %d %s; want 403, the same for any key", q, code, body)
+		}
+	}
 	// Staff read the entry whole, hash and text included.
 	for _, c := range []restClient{fin, token(auth.RoleAuditor, "")} {
 		for _, id := range []string{refund, charge} {

@@ -82,8 +82,16 @@ func (s *LedgerServer) GetAccount(ctx context.Context, r *ledgerv1.GetAccountReq
 
 // ListTransactions implements LedgerService.
 func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
-	if _, scoped := partyPrefix(ctx); scoped && r.GetAccount() == "" {
+	_, scoped := partyPrefix(ctx)
+	if scoped && r.GetAccount() == "" {
 		return nil, denied(ctx, "the whole journal (name one of your accounts in ?account=)")
+	}
+	// A party is answered no idempotency key (partyTx), so it may not look
+	// entries up by one: found or not, the answer confirmed a key it
+	// guessed, and keys are finance's and the services' (they may name
+	// another party: refund-r-1-to-r-2).
+	if scoped && len(r.GetIdempotencyKeys()) > 0 {
+		return nil, denied(ctx, "transactions by idempotency key (list ?account= alone)")
 	}
 	if err := checkOwnAccount(ctx, r.GetAccount()); err != nil {
 		return nil, err
