@@ -76,3 +76,49 @@ func TestBoundMeterNotToldAnotherProvidersLease(t *testing.T) {
 		}
 	}
 }
+
+// A meter bound to p-001 resending an event id p-002's meter recorded is
+// told the id is recorded for another provider, whichever renter it names:
+// it was told which fields differ, and with its guess of the renter right
+// renter_id left the list, naming another provider's renter. The
+// platform's meter is still told the fields.
+func TestBoundMeterNotToldAnotherProvidersEventBody(t *testing.T) {
+	t.Parallel()
+	_, _, usage, issue := meterServer(t,
+		[2]string{"/v1/providers", `{"provider_id":"p-001","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/providers", `{"provider_id":"p-002","tier":"standard","tax_profile":"individual","jurisdiction":"CN"}`},
+		[2]string{"/v1/renters", `{"renter_id":"r-secret","currency":"USD"}`},
+		[2]string{"/v1/renters", `{"renter_id":"r-001","currency":"USD"}`})
+	ctx := context.Background()
+	in := func(provider, renter, lease string) *meteringv1.UsageEventInput {
+		return &meteringv1.UsageEventInput{Id: "e-p2", LeaseId: lease, ProviderId: provider, RenterId: renter, GpuModel: "H100", GpuCount: 1,
+			StartTime: "2026-11-20T01:00:00Z", EndTime: "2026-11-20T02:00:00Z"}
+	}
+	reason := func(token string, ev *meteringv1.UsageEventInput) string {
+		t.Helper()
+		res, err := usage.IngestUsageEvents(ctx, &meteringv1.IngestUsageEventsRequest{Events: []*meteringv1.UsageEventInput{ev}},
+			grpc.PerRPCCredentials(auth.BearerCreds(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rejected) != 1 {
+			return fmt.Sprintf("accepted %d, duplicates %d", res.Accepted, res.Duplicates)
+		}
+		return res.Rejected[0].Reason
+	}
+	if got := reason(issue("p-002"), in("p-002", "r-secret", "l-p2")); got != "accepted 1, duplicates 0" {
+		t.Fatalf("p-002's meter recording e-p2: %s", got)
+	}
+	const want = "id e-p2 is recorded for another provider: an event id is its idempotency key"
+	meterP1 := issue("p-001")
+	for _, renter := range []string{"r-secret", "r-001"} {
+		for _, lease := range []string{"l-p2", "l-p1"} {
+			if got := reason(meterP1, in("p-001", renter, lease)); got != want {
+				t.Errorf("p-001's meter resending e-p2 for %s on %s: %q; want %q", renter, lease, got, want)
+			}
+		}
+	}
+	if got := reason(issue(""), in("p-001", "r-001", "l-p2")); !strings.Contains(got, "provider_id, renter_id differ") {
+		t.Errorf("the platform's meter resending e-p2 with another provider and renter: %q; want the fields named", got)
+	}
+}

@@ -176,7 +176,7 @@ func againstRecorded(ctx context.Context, tx Tx, cands []candidate, onlyProvider
 	for i, c := range cands {
 		if stored, ok := exist[c.ev.ID]; ok {
 			if diff := stored.Differs(c.ev); len(diff) > 0 {
-				reject(c, domain.ConflictReason(c.ev.ID, diff))
+				reject(c, domain.RecordedConflictReason(stored, c.ev, onlyProvider))
 			} else {
 				out.dups++
 			}
@@ -463,7 +463,7 @@ func record(ctx context.Context, tx Tx, b batch, onlyProvider string) (recordRes
 		skippedIdx = append(skippedIdx, b.recIdx[i])
 	}
 	if len(skipped) > 0 {
-		if err := explainSkipped(ctx, tx, skipped, skippedIdx, &out); err != nil {
+		if err := explainSkipped(ctx, tx, skipped, skippedIdx, onlyProvider, &out); err != nil {
 			return recordResult{}, err
 		}
 	}
@@ -513,7 +513,7 @@ func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, onlyPr
 		case ok && len(stored.Differs(r.Event)) == 0:
 			out.dups++
 		case ok:
-			out.rejected = append(out.rejected, Rejection{Index: b.recIdx[i], ID: r.ID, Reason: domain.ConflictReason(r.ID, stored.Differs(r.Event))})
+			out.rejected = append(out.rejected, Rejection{Index: b.recIdx[i], ID: r.ID, Reason: domain.RecordedConflictReason(stored, r.Event, onlyProvider)})
 		default:
 			out.rejected = append(out.rejected, Rejection{Index: b.recIdx[i], ID: r.ID, Reason: reason[i]})
 		}
@@ -523,7 +523,7 @@ func otherParties(ctx context.Context, tx Tx, b batch, leaseIDs []string, onlyPr
 
 // explainSkipped sorts the events the insert skipped into duplicates,
 // conflicting repeats of a recorded id, and overlaps with recorded time.
-func explainSkipped(ctx context.Context, tx Tx, skipped []domain.Event, skippedIdx []int, out *recordResult) error {
+func explainSkipped(ctx context.Context, tx Tx, skipped []domain.Event, skippedIdx []int, onlyProvider string, out *recordResult) error {
 	sids := make([]string, len(skipped))
 	for i, e := range skipped {
 		sids[i] = e.ID
@@ -537,7 +537,7 @@ func explainSkipped(ctx context.Context, tx Tx, skipped []domain.Event, skippedI
 	for i, e := range skipped {
 		if stored, ok := exist[e.ID]; ok {
 			if diff := stored.Differs(e); len(diff) > 0 {
-				out.rejected = append(out.rejected, Rejection{Index: skippedIdx[i], ID: e.ID, Reason: domain.ConflictReason(e.ID, diff)})
+				out.rejected = append(out.rejected, Rejection{Index: skippedIdx[i], ID: e.ID, Reason: domain.RecordedConflictReason(stored, e, onlyProvider)})
 				continue
 			}
 			out.dups++

@@ -292,6 +292,18 @@ func ConflictReason(id string, fields []string) string {
 	return fmt.Sprintf("id %s was recorded with a different body (%s differ): an event id is its idempotency key", clip(id), strings.Join(fields, ", "))
 }
 
+// RecordedConflictReason is the rejection of ev, whose id was recorded
+// with another body (stored). A meter bound to onlyProvider ("": not
+// bound) whose id names another provider's event is not told which fields
+// differ: resending that id with a guessed renter told it, by renter_id
+// leaving the list, which renter the other provider's lease was for.
+func RecordedConflictReason(stored, ev Event, onlyProvider string) string {
+	if onlyProvider != "" && stored.ProviderID != onlyProvider {
+		return fmt.Sprintf("id %s is recorded for another provider: an event id is its idempotency key", clip(ev.ID))
+	}
+	return ConflictReason(ev.ID, stored.Differs(ev))
+}
+
 // Recorded is a usage event as recorded: its cycle, status and arrival.
 type Recorded struct {
 	Event
