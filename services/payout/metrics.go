@@ -25,7 +25,9 @@ func Metrics() []obs.SQLMetric {
 		// Past the gate, a submission a rail keeps refusing as malformed
 		// (gpubill's key, serial or permission) is retried, logged, for
 		// ever: the payout stays created with its net in in_transit, and
-		// nothing but the log showed it.
+		// nothing but the log showed it. Every marking sets
+		// submitting_since (migration payout/0020's trigger): min() skips
+		// a NULL, and the payout marked without one read 0.
 		Name: "gpubill_payout_submitting_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
 		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,

@@ -2,10 +2,17 @@ package payout
 
 import (
 	"context"
+	"io/fs"
 	"testing"
+	"testing/fstest"
+	"time"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // A payout that joined a later one counts in that one only: its net was
@@ -164,4 +171,163 @@ func TestBankFilesHeldAge(t *testing.T) {
 	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
 		t.Errorf("%s released: %v, want 0", name, v)
 	}
+}
+
+// A payout whose gate ran on a replica of a version before migration
+// payout/0014 (a rolling upgrade) was marked submitting by that version's
+// SQL, which sets no submitting_since: min() skipped its NULL and the gauge
+// read 0 for the payout stuck longest, and SetSubmitting never runs again
+// for it. Marked again by that SQL after a retry, a payout kept its earlier
+// attempt's time.
+func TestPayoutMarkedSubmittingByAnEarlierVersionAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const name = "gpubill_payout_submitting_age_seconds"
+	// The earlier version's SetSubmitting, as it ran.
+	const earlierSetSubmitting = `update payout.payouts set submitting = true, method = $2, version = version + 1
+		where payout_id = $1`
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net,
+			status, submitting, submitting_since, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', false, null, now() - interval '3 days', now() - interval '3 days'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', false, now() - interval '10 days', now() - interval '11 days', now() - interval '1 day')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, earlierSetSubmitting, "po-1", "bank"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update payout.payouts set submitting_since = submitting_since - interval '2 hours' where payout_id = 'po-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s: %v, want ~2 h (po-1 marked submitting by the earlier version 2 h ago)", name, v)
+	}
+	if _, err := pool.Exec(ctx, earlierSetSubmitting, "po-2", "bank"); err != nil { // its retry's gate; its first attempt's was 10 days ago
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s: %v, want ~2 h (po-2's retry marked submitting now, its first attempt 10 days ago)", name, v)
+	}
+	// A statement that sets the time itself (SetSubmitting) keeps it.
+	if _, err := pool.Exec(ctx, `update payout.payouts set submitting = false where payout_id = 'po-2';
+		update payout.payouts set submitting = true, submitting_since = now() - interval '5 hours' where payout_id = 'po-2'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 5*3600 || v > 5*3600+60 {
+		t.Errorf("%s: %v, want ~5 h (po-2 marked submitting 5 h ago by a statement that says so)", name, v)
+	}
+}
+
+// The gate passing a payout that waited at it (action_required to created)
+// marks it submitting through Move, which set no submitting_since: the
+// gauge read 0 for it, as for one marked by an earlier version. Sent back
+// to the gate by the ledger and passed again, it kept its first passing's
+// time.
+func TestPayoutPassingTheGateFromWaitingAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const name = "gpubill_payout_submitting_age_seconds"
+	s := &postgres.Store{Pool: pool}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net,
+			status, method, workflow_started, version, created_at, updated_at)
+		values ('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'action_required', '', true, 1, now() - interval '3 days', now() - interval '3 days')`); err != nil {
+		t.Fatal(err)
+	}
+	// move is what Prepare (passing the gate) and backToGate (the ledger
+	// refused) do to the payout.
+	move := func(to string, submitting bool) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx app.Tx) error {
+			p, err := tx.Lock(ctx, "po-1")
+			if err != nil {
+				return err
+			}
+			p.Method, p.Submitting = "bank", submitting
+			return tx.Move(ctx, &p, to, "test", time.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age := func(by string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `update payout.payouts set submitting_since = submitting_since - $1::interval where payout_id = 'po-1'`, by); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move(domain.StatusCreated, true)
+	age("2 hours")
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s: %v, want ~2 h (po-1 passed the gate from action_required 2 h ago)", name, v)
+	}
+	move(domain.StatusActionRequired, false)
+	age("10 days")
+	move(domain.StatusCreated, true)
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v > 60 {
+		t.Errorf("%s: %v, want ~0 (po-1 passed the gate again just now)", name, v)
+	}
+}
+
+// Migration payout/0020 dates the payouts marked submitting without a time
+// (by a version before payout/0014, or by the gate's Move) or with an
+// earlier attempt's: the time the payout last changed before the gate,
+// the earliest the gate can have passed it. The gauge read 0 for them.
+func TestMigrationDatesPayoutsSubmittingWithoutATime(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewPool(t)
+	ctx := context.Background()
+	if err := pg.Migrate(ctx, pool, "payout", migrationsBefore(t, migrations.For("payout"), "0020_")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net,
+			status, submitting, submitting_since, created_at, updated_at) values
+		('po-null', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', true, null, now() - interval '4 days', now() - interval '3 days'),
+		('po-stale', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', true, now() - interval '10 days', now() - interval '11 days', now() - interval '1 day'),
+		('po-set', 'p-3', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', true, now() - interval '2 hours', now() - interval '2 days', now() - interval '1 day'),
+		('po-waits', 'p-4', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', false, null, now() - interval '9 days', now() - interval '9 days'),
+		('po-sent', 'p-5', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'in_transit', true, null, now() - interval '9 days', now() - interval '8 days')`); err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]*time.Time
+	if err := pool.QueryRow(ctx, `select jsonb_object_agg(payout_id, case payout_id when 'po-null' then updated_at when 'po-stale' then updated_at
+			when 'po-set' then submitting_since end) from payout.payouts`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Migrate(ctx, pool, "payout", migrations.For("payout")); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]*time.Time
+	if err := pool.QueryRow(ctx, `select jsonb_object_agg(payout_id, submitting_since) from payout.payouts`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range want {
+		if g := got[id]; (g == nil) != (w == nil) || g != nil && !g.Equal(*w) {
+			t.Errorf("%s: submitting_since %v, want %v", id, g, w)
+		}
+	}
+	if v, w := testkit.SQLMetric(t, pool, Metrics(), "gpubill_payout_submitting_age_seconds"), float64(3*86400); v < w || v > w+60 {
+		t.Errorf("submitting age %v, want ~3 days (po-null)", v)
+	}
+}
+
+// migrationsBefore is the migrations of fsys named before name: a schema as
+// an earlier version left it.
+func migrationsBefore(t *testing.T, fsys fs.FS, name string) fs.FS {
+	t.Helper()
+	files, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fstest.MapFS{}
+	for _, f := range files {
+		if f >= name {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[f] = &fstest.MapFile{Data: b}
+	}
+	return before
 }
