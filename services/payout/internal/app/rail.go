@@ -53,6 +53,13 @@ type RailStatus struct {
 	Amount   decimal.Decimal
 }
 
+// railAmountMismatch reports whether the rail holds p's reference at
+// another amount or currency than p's net (false when the rail does not
+// say what it holds).
+func railAmountMismatch(p domain.Payout, rs RailStatus) bool {
+	return rs.Currency != "" && (rs.Currency != p.Currency || !rs.Amount.Equal(p.Net))
+}
+
 // Rail is a payout rail (bank, Alipay, WeChat Pay, the sandbox). Submit is
 // idempotent by reference; a caller that did not get an answer must Query
 // the reference before submitting again, and never submit the same payout
