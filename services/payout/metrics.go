@@ -1,6 +1,22 @@
 package payout
 
-import "github.com/gpubill/gpubill/pkg/obs"
+import (
+	"github.com/gpubill/gpubill/pkg/obs"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/sandbox"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/wechatpay"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+)
+
+// The series GpubillPayoutRailAmountMismatch reads exist at 0 from the
+// start, one per rail that reports what it holds under a reference (the
+// bank-file rail's book is restored with the database; the bank's amount
+// is checked at import).
+func init() {
+	for _, rail := range []string{(&sandbox.Sandbox{}).Name(), alipay.Name, wechatpay.Name} {
+		app.RailAmountMismatches(rail)
+	}
+}
 
 // Metrics implements svc.MetricsSource: payouts by status, read on scrape.
 func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }

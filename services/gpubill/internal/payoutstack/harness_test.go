@@ -285,6 +285,13 @@ func (st *stack) payouts(t *testing.T, provider string) []*payoutv1.Payout {
 // waitStatus waits for the provider's payout of the cycle to reach status.
 func (st *stack) waitStatus(t *testing.T, provider, cycle, status string, within time.Duration) *payoutv1.Payout {
 	t.Helper()
+	return st.waitPayout(t, provider, cycle, "status "+status, within, func(p *payoutv1.Payout) bool { return p.Status == status })
+}
+
+// waitPayout waits for the provider's payout of the cycle to be as done
+// (what) says.
+func (st *stack) waitPayout(t *testing.T, provider, cycle, what string, within time.Duration, done func(*payoutv1.Payout) bool) *payoutv1.Payout {
+	t.Helper()
 	var got *payoutv1.Payout
 	deadline := time.Now().Add(within)
 	for {
@@ -293,7 +300,7 @@ func (st *stack) waitStatus(t *testing.T, provider, cycle, status string, within
 				got = p
 			}
 		}
-		if got != nil && got.Status == status {
+		if got != nil && done(got) {
 			return got
 		}
 		if time.Now().After(deadline) {
@@ -301,7 +308,7 @@ func (st *stack) waitStatus(t *testing.T, provider, cycle, status string, within
 			if got != nil {
 				last = got.Status + " (" + got.StatusReason + ") " + history(got)
 			}
-			t.Fatalf("payout of %s %s did not reach %s within %s: %s", provider, cycle, status, within, last)
+			t.Fatalf("payout of %s %s did not reach %s within %s: %s", provider, cycle, what, within, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,9 +16,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/pkg/wechatpay"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/gpubill/internal/backup"
 	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
@@ -186,45 +189,168 @@ func TestRestoreNeverReissuesAnETagOrEventID(t *testing.T) {
 	}
 }
 
+// restoreRail is a rail a restore test pays through: its fake platform
+// outlives the disaster, and the stacks before and after it are configured
+// alike.
+type restoreRail struct {
+	name    string // the rail's name in payout histories and on /metrics
+	stackOn func(t *testing.T, dsn string) *stack
+	setup   func(t *testing.T, st *stack, provider string, n int) // KYC and the n-th account
+	// order is what the platform holds under a rail reference: transfer
+	// calls, the amount ("" when none) and how often it was queried.
+	order func(t *testing.T, ref string) (calls int, amount string, queries int)
+}
+
+func alipayRestoreRail(t *testing.T) restoreRail {
+	cfg, g := alipayConfig(t)
+	return restoreRail{name: "alipay",
+		stackOn: func(t *testing.T, dsn string) *stack { return alipayStackOn(t, dsn, cfg) },
+		setup: func(t *testing.T, st *stack, provider string, n int) {
+			st.alipaySetup(t, provider, fmt.Sprintf("208812341234%04d", 21+n), "")
+		},
+		order: func(_ *testing.T, ref string) (int, string, int) {
+			calls, o := g.Transfers(ref)
+			if o == nil {
+				return calls, "", 0
+			}
+			return calls, o.Amount, o.Queries
+		}}
+}
+
+func wechatRestoreRail(t *testing.T) restoreRail {
+	cfg, p := wechatConfig(t)
+	return restoreRail{name: "wechatpay",
+		stackOn: func(t *testing.T, dsn string) *stack { return wechatStackOn(t, dsn, cfg) },
+		setup: func(t *testing.T, st *stack, provider string, n int) {
+			st.wechatSetup(t, provider, fmt.Sprintf("oUpF8uMuAJO_M2pxb1Q9zNjW%04d", 21+n))
+		},
+		order: func(t *testing.T, ref string) (int, string, int) {
+			no, err := wechatpay.OutBillNo(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls, b := p.Transfers(no)
+			if b == nil {
+				return calls, "", 0
+			}
+			return calls, wechatpay.Yuan(b.TransferAmount).StringFixed(2), b.Queries
+		}}
+}
+
+// railAmountMismatches reads gpubill_payout_rail_amount_mismatches_total of
+// a rail from the default registry (0 when it has no series).
+func railAmountMismatches(t *testing.T, rail string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpubill_payout_rail_amount_mismatches_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "rail" && lp.GetValue() == rail {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // A payout paid at its rail after the snapshot is gone with the disaster,
 // and settlement settles its provider again after the restore (its
 // settled message sent again). The payout made again must reach the rail
-// under the reference the rail paid: Alipay is asked for it, answers it
-// paid, and is not sent a second transfer. With a new random payout id it
-// was: the provider was paid twice. Both stacks run on one Temporal, as
-// test stacks do, each on its task queue: the restored one's workflow (the
-// same payout id) must not be taken for the source's run, still watching
-// for a return (domain.WorkflowIDOn).
+// under the reference the rail paid: Alipay and WeChat Pay are asked for
+// it, answer it paid, and are not sent a second transfer. With a new
+// random payout id it was: the provider was paid twice. Both stacks run on
+// one Temporal, as test stacks do, each on its task queue: the restored
+// one's workflow (the same payout id) must not be taken for the source's
+// run, still watching for a return (domain.WorkflowIDOn).
+//
+// Made again with another net (usage after the point not sent again:
+// 300.00 where the rail paid 320.00), the payout is not recorded paid at
+// an amount the rail never moved (it was: the books said 300.00 paid, the
+// rail paid 320.00), nor sent again: it stays submitted, its net in
+// in_transit, with failure_code rail_amount_mismatch naming both amounts,
+// counted once, for finance to review; polled again, it stays there.
 func TestRestoreNeverPaysAPayoutTwice(t *testing.T) {
 	t.Parallel()
+	for _, newRail := range []func(*testing.T) restoreRail{alipayRestoreRail, wechatRestoreRail} {
+		rail := newRail(t)
+		t.Run(rail.name, func(t *testing.T) {
+			t.Parallel()
+			restoreNeverPaysTwice(t, rail)
+		})
+	}
+}
+
+func restoreNeverPaysTwice(t *testing.T, rail restoreRail) {
 	ctx := context.Background()
-	const provider, cyc = "pa-restore", "cyc-20260101"
-	cfg, g := alipayConfig(t)
-	src := alipayStackOn(t, "", cfg)
-	src.alipaySetup(t, provider, "2088123412340021", "")
+	const same, other, cyc = "pr-restore-same", "pr-restore-other", "cyc-20260101"
+	src := rail.stackOn(t, "")
+	rail.setup(t, src, same, 0)
+	rail.setup(t, src, other, 1)
 	dir := filepath.Join(t.TempDir(), "snap")
 	if _, err := backup.Take(ctx, src.dsn, dir, backup.Tools{}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
 	// After the snapshot, before the disaster: settled and paid.
-	src.settle(t, provider, cyc, "CNY", "320.00")
-	paid := src.waitStatus(t, provider, cyc, "paid", waitLong)
+	src.settle(t, same, cyc, "CNY", "320.00")
+	src.settle(t, other, cyc, "CNY", "320.00")
+	paid := src.waitStatus(t, same, cyc, "paid", waitLong)
+	paidOther := src.waitStatus(t, other, cyc, "paid", waitLong)
 	src.stopPayout()
 
 	dst := testkit.NewDatabase(t)
 	if _, err := backup.Restore(ctx, dst, dir, backup.Tools{}); err != nil {
 		t.Fatal(err)
 	}
-	restored := alipayStackOn(t, dst, cfg)
-	restored.settle(t, provider, cyc, "CNY", "320.00")
-	again := restored.waitStatus(t, provider, cyc, "paid", waitLong)
+	mismatches := railAmountMismatches(t, rail.name)
+	restored := rail.stackOn(t, dst)
+	restored.settle(t, same, cyc, "CNY", "320.00")
+	restored.settle(t, other, cyc, "CNY", "300.00")
+	again := restored.waitStatus(t, same, cyc, "paid", waitLong)
 	if again.PayoutId != paid.PayoutId {
-		calls, o := g.Transfers(again.PayoutId)
-		t.Errorf("the payout made again after the restore is %s, the one paid before it %s: %d transfer calls under the new "+
-			"reference (order %+v): the provider is paid twice", again.PayoutId, paid.PayoutId, calls, o)
+		calls, amount, _ := rail.order(t, again.PayoutId)
+		t.Errorf("the payout made again after the restore is %s, the one paid before it %s: %d transfer calls of %s under the new "+
+			"reference: the provider is paid twice", again.PayoutId, paid.PayoutId, calls, amount)
 	}
-	if calls, o := g.Transfers(paid.PayoutId); calls != 1 || o == nil || o.Amount != "320.00" || o.Queries == 0 {
-		t.Errorf("%s at the platform: %d transfer calls (want 1), order %+v (want it queried after the restore)", paid.PayoutId, calls, o)
+	if calls, amount, queries := rail.order(t, paid.PayoutId); calls != 1 || amount != "320.00" || queries == 0 {
+		t.Errorf("%s at the platform: %d transfer calls (want 1) of %q (want 320.00), queried %d times (want it queried after the restore)",
+			paid.PayoutId, calls, amount, queries)
 	}
+
+	// Made again at 300.00, where the rail paid 320.00.
+	flagged := restored.waitPayout(t, other, cyc, "rail_amount_mismatch or paid", waitLong, func(p *payoutv1.Payout) bool {
+		return p.FailureCode == "rail_amount_mismatch" || p.Status == "paid"
+	})
+	_, _, queried := rail.order(t, paidOther.PayoutId)
+	if flagged.PayoutId != paidOther.PayoutId || flagged.Status != "submitted" || flagged.FailureCode != "rail_amount_mismatch" ||
+		!strings.Contains(flagged.FailureMessage, "320.00") || !strings.Contains(flagged.FailureMessage, "300.00") || flagged.Net != "300.00" {
+		t.Fatalf("the payout made again at another net: %s %s net %s, failure %q %q, history %s; want %s submitted, "+
+			"rail_amount_mismatch naming 320.00 and 300.00", flagged.PayoutId, flagged.Status, flagged.Net, flagged.FailureCode,
+			flagged.FailureMessage, history(flagged), paidOther.PayoutId)
+	}
+	// Polled again (the workflow follows a submitted payout), it stays.
+	testkit.Eventually(t, waitLong, func() bool {
+		_, _, q := rail.order(t, paidOther.PayoutId)
+		return q >= queried+2
+	}, "the flagged payout queried again")
+	p := restored.waitStatus(t, other, cyc, "submitted", 0)
+	if h := history(p); strings.Contains(h, "in_transit") || strings.Contains(h, "paid") || p.FailureCode != "rail_amount_mismatch" {
+		t.Errorf("the flagged payout went on: history %s, failure %q", h, p.FailureCode)
+	}
+	if calls, amount, _ := rail.order(t, paidOther.PayoutId); calls != 1 || amount != "320.00" {
+		t.Errorf("%s at the platform: %d transfer calls of %q; want the one of 320.00 before the disaster", paidOther.PayoutId, calls, amount)
+	}
+	if n := railAmountMismatches(t, rail.name) - mismatches; n != 1 {
+		t.Errorf("gpubill_payout_rail_amount_mismatches_total{rail=%q} rose by %v; want 1", rail.name, n)
+	}
+	// The net is held in in_transit: not available to be paid again.
+	restored.checkProvider(t, other, "CNY", "0", "300.00")
+	restored.checkProvider(t, same, "CNY", "0", "0")
 }

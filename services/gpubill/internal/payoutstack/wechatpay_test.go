@@ -35,6 +35,14 @@ const (
 // generated here, never stored.
 func wechatStack(t *testing.T) (*stack, *fakewechatpay.Platform) {
 	t.Helper()
+	cfg, p := wechatConfig(t)
+	return wechatStackOn(t, "", cfg), p
+}
+
+// wechatConfig is the payout configuration of wechatStack and its fake
+// platform.
+func wechatConfig(t *testing.T) (payout.Config, *fakewechatpay.Platform) {
+	t.Helper()
 	mk, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -53,11 +61,18 @@ func wechatStack(t *testing.T) (*stack, *fakewechatpay.Platform) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStack(t, payout.Config{WeChatPayOn: true, WeChatPay: wechatpay.Config{MchID: wechatMchID, AppID: wechatAppID, MerchantKey: mk,
+	return payout.Config{WeChatPayOn: true, WeChatPay: wechatpay.Config{MchID: wechatMchID, AppID: wechatAppID, MerchantKey: mk,
 		MerchantSerial: wechatSerial, PlatformKey: pk, PlatformSerial: serial, APIv3Key: apiV3Key, BaseURL: p.URL,
-		NotifyURL: "http://127.0.0.1:1" + wechatNotify}}) // the stack's address is known once it listens:
+		NotifyURL: "http://127.0.0.1:1" + wechatNotify}}, p // the stack's address is known once it listens
+}
+
+// wechatStackOn is a stack with cfg (wechatConfig) on the database at dsn
+// ("": a fresh one).
+func wechatStackOn(t *testing.T, dsn string, cfg payout.Config) *stack {
+	t.Helper()
+	st := newStackOn(t, dsn, cfg)
 	st.s.TestHooks().WeChatPayClient().Cfg.NotifyURL = "http://" + st.http + wechatNotify
-	return st, p
+	return st
 }
 
 func hexOf(b []byte) []byte {

@@ -70,9 +70,16 @@ func pathTo(from, railState string) []string {
 
 // advance enters each status on the way to the rail's state: the ledger
 // movement first (idempotent), then the status change with its history
-// and event in one database transaction.
+// and event in one database transaction. A rail holding the payout's
+// reference at another amount is taken only when it failed the reference
+// (it moved no money); otherwise the payout stops for finance
+// (holdAmountMismatch).
 func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
-	for _, to := range pathTo(p.Status, rs.State) {
+	path := pathTo(p.Status, rs.State)
+	if railAmountMismatch(p, rs) && !movesNoMoney(path) {
+		return a.holdAmountMismatch(ctx, p, rs)
+	}
+	for _, to := range path {
 		if to != domain.StatusSubmitted { // submission was posted before the rail call
 			if err := a.post(ctx, p, to); err != nil {
 				return "", a.railDid(p, to, err)
@@ -102,6 +109,75 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 	return p.Status, nil
 }
 
+// movesNoMoney reports whether path ends in failed through nothing but
+// submitted: the rail moved no money, whatever amount it held.
+func movesNoMoney(path []string) bool {
+	for _, s := range path {
+		if s != domain.StatusSubmitted && s != domain.StatusFailed {
+			return false
+		}
+	}
+	return len(path) > 0 && path[len(path)-1] == domain.StatusFailed
+}
+
+// holdAmountMismatch records that the rail holds p's reference at another
+// amount than p's net (rail_amount_mismatch, both amounts): a payout made
+// again after a restore or a recovery at another net than the rail was
+// sent. Recorded paid it read paid at an amount the rail never moved. It is
+// neither paid nor in transit nor sent again: a created payout enters
+// submitted (its net already moved to in_transit by postSubmission, so
+// not available to be paid again), one past it keeps its status. Its
+// workflow goes on following it; only the rail failing the reference
+// moves it on. Counted (and logged at ERROR) once per payout.
+func (a *Payouts) holdAmountMismatch(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
+	rail := a.railName(rs)
+	msg := domain.RailAmountMismatchMessage(rail, p.RailRef, rs.Amount, rs.Currency, p.Net, p.Currency)
+	first := false
+	now := a.Clock.Now()
+	err := a.Store.Update(ctx, func(tx Tx) error {
+		cur, err := tx.Lock(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status != p.Status || cur.Attempt != p.Attempt {
+			return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
+		}
+		first = cur.FailureCode != domain.FailRailAmountMismatch
+		if !first && cur.FailureMessage == msg {
+			p = cur
+			return nil
+		}
+		cur.RailRef, cur.MethodSum = p.RailRef, p.MethodSum
+		cur.FailureCode, cur.FailureMessage = domain.FailRailAmountMismatch, msg
+		if cur.Status == domain.StatusCreated {
+			note := a.enter(&cur, domain.StatusSubmitted, rs, now) + "; " + domain.FailRailAmountMismatch + ": " + msg
+			err = tx.Move(ctx, &cur, domain.StatusSubmitted, note, now)
+		} else {
+			err = tx.SetFailure(ctx, &cur, domain.FailRailAmountMismatch+": "+msg, now)
+		}
+		p = cur
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if first {
+		railAmountMismatches.WithLabelValues(rail).Inc()
+		a.Log.Error("the rail holds the payout's reference at another amount: not recorded paid or sent again, for finance to review",
+			"payout_id", p.ID, "provider_id", p.ProviderID, "rail", rail, "reference", p.RailRef, "rail_state", rs.State,
+			"rail_amount", rs.Amount.String(), "rail_currency", rs.Currency, "net", p.Net.String(), "currency", p.Currency, "status", p.Status)
+	}
+	return p.Status, nil
+}
+
+// railName is the rail that answered rs.
+func (a *Payouts) railName(rs RailStatus) string {
+	if rs.Rail != "" {
+		return rs.Rail
+	}
+	return a.Rail.Name()
+}
+
 // enter sets what entering status to records on the payout (arrival date,
 // paid time, failure) and returns the history note.
 func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Time) string {
@@ -111,11 +187,7 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 			d := rs.ExpectedArrival.UTC().Truncate(24 * time.Hour)
 			p.ExpectedArrival = &d
 		}
-		rail := rs.Rail
-		if rail == "" {
-			rail = a.Rail.Name()
-		}
-		return fmt.Sprintf("submitted to %s as %s via %s", rail, p.RailRef, p.MethodSum)
+		return fmt.Sprintf("submitted to %s as %s via %s", a.railName(rs), p.RailRef, p.MethodSum)
 	case domain.StatusInTransit:
 		return "in transit"
 	case domain.StatusPaid:

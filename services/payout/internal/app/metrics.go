@@ -18,6 +18,22 @@ var ledgerRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
 		"(paid, failed, returned; the money moved at the rail, the ledger behind it), each attempt; the payout log says which.",
 }, []string{"step"})
 
+// railAmountMismatches counts the payouts a rail holds the reference of at
+// another amount than their net (rail_amount_mismatch: made again after a
+// restore at another net), each once: they stop submitted for finance.
+var railAmountMismatches = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_payout_rail_amount_mismatches_total",
+	Help: "Payouts whose rail holds their reference at another amount than their net (made again after a restore or a recovery " +
+		"at another net): neither recorded paid nor sent again, they stay submitted with failure_code rail_amount_mismatch for finance.",
+}, []string{"rail"})
+
+// RailAmountMismatches is the counter of one rail: the composition root
+// makes each rail's series at 0 (a first increase from nothing is no
+// increase to Prometheus).
+func RailAmountMismatches(rail string) prometheus.Counter {
+	return railAmountMismatches.WithLabelValues(rail)
+}
+
 // Every step's series exists from the start (at 0), so increase() sees the first.
 func init() {
 	for _, s := range []string{domain.StatusSubmitted, domain.StatusPaid, domain.StatusFailed, domain.StatusReturned} {

@@ -45,6 +45,19 @@ type RailStatus struct {
 	FailureCode     string // failed or returned: e.g. account_frozen
 	Message         string
 	ExpectedArrival time.Time // zero when unknown
+	// Currency and Amount are what the rail holds under the reference,
+	// when it says (Currency "": it does not). A payout made again after a
+	// restore reaches its rail under the reference the rail already knows,
+	// possibly at another net than the rail was sent (railAmountMismatch).
+	Currency string
+	Amount   decimal.Decimal
+}
+
+// railAmountMismatch reports whether the rail holds p's reference at
+// another amount or currency than p's net (false when the rail does not
+// say what it holds).
+func railAmountMismatch(p domain.Payout, rs RailStatus) bool {
+	return rs.Currency != "" && (rs.Currency != p.Currency || !rs.Amount.Equal(p.Net))
 }
 
 // Rail is a payout rail (bank, Alipay, WeChat Pay, the sandbox). Submit is

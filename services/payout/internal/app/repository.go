@@ -83,6 +83,9 @@ type Tx interface {
 	Move(ctx context.Context, p *domain.Payout, to, note string, at time.Time) error
 	// SetReason records why a waiting payout still waits.
 	SetReason(ctx context.Context, p *domain.Payout, reason string, at time.Time) error
+	// SetFailure records p's failure code and message on a payout whose
+	// status does not change (rail_amount_mismatch), note in its history.
+	SetFailure(ctx context.Context, p *domain.Payout, note string, at time.Time) error
 	// SetSubmitting marks a payout that passed the gate for submission.
 	SetSubmitting(ctx context.Context, id, method string) error
 	// MethodChangedSince reports whether the provider's method changed

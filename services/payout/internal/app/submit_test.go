@@ -199,3 +199,105 @@ func TestLedgerRefusingWhatTheRailDidIsTriedAgain(t *testing.T) {
 		t.Fatalf("log %q; want the refusal at ERROR", log.String())
 	}
 }
+
+// heldRail holds every reference as st says (the amount it was sent
+// before a restore) and counts submissions.
+type heldRail struct {
+	st      RailStatus
+	submits int
+}
+
+func (r *heldRail) Name() string { return "alipay" }
+func (r *heldRail) Submit(context.Context, Transfer) (RailStatus, error) {
+	r.submits++
+	return r.st, nil
+}
+func (r *heldRail) Query(_ context.Context, ref string) (RailStatus, error) {
+	st := r.st
+	st.Reference = ref
+	return st, nil
+}
+
+// failureStore is gateStore recording failures set without a move.
+type failureStore struct {
+	gateStore
+	notes []string
+}
+
+func (s *failureStore) Update(_ context.Context, fn func(Tx) error) error { return fn(s) }
+func (s *failureStore) SetFailure(_ context.Context, p *domain.Payout, note string, _ time.Time) error {
+	s.p, s.reason = *p, note
+	s.notes = append(s.notes, note)
+	return nil
+}
+
+// A rail holding the payout's reference at another amount than its net (a
+// payout made again after a restore at another net) is never taken as
+// paying the payout, on Submit's query and on Follow: the payout stays
+// submitted (entered from created, its submission posted), flagged
+// rail_amount_mismatch with both amounts, no other posting made, nothing
+// submitted again, counted once. It was recorded paid at its own net. A
+// rail that failed the reference moved no money: the payout fails as any
+// other; a rail saying nothing of the amount, or the same one, is taken.
+func TestRailAmountNotThePayoutsIsNotTaken(t *testing.T) {
+	cny := func(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+	tests := []struct {
+		name        string
+		give        string // the payout's status
+		rail        RailStatus
+		wantStatus  string
+		wantFailure string
+		wantPosts   int // ledger postings
+		wantCounted float64
+	}{
+		{"submit finds it paid at another net", domain.StatusCreated, RailStatus{State: RailPaid, Currency: "CNY", Amount: cny("480.00")},
+			domain.StatusSubmitted, domain.FailRailAmountMismatch, 1, 1},
+		{"submit finds it in transit at another net", domain.StatusCreated, RailStatus{State: RailInTransit, Currency: "CNY", Amount: cny("480.00")},
+			domain.StatusSubmitted, domain.FailRailAmountMismatch, 1, 1},
+		{"submit finds it in another currency", domain.StatusCreated, RailStatus{State: RailPaid, Currency: "USD", Amount: cny("500.00")},
+			domain.StatusSubmitted, domain.FailRailAmountMismatch, 1, 1},
+		{"follow finds it paid at another net", domain.StatusSubmitted, RailStatus{State: RailPaid, Currency: "CNY", Amount: cny("480.00")},
+			domain.StatusSubmitted, domain.FailRailAmountMismatch, 0, 1},
+		{"follow finds it returned at another net", domain.StatusInTransit, RailStatus{State: RailReturned, Currency: "CNY", Amount: cny("480.00"),
+			FailureCode: domain.FailAccountClosed}, domain.StatusInTransit, domain.FailRailAmountMismatch, 0, 1},
+		{"failed at another net", domain.StatusSubmitted, RailStatus{State: RailFailed, Currency: "CNY", Amount: cny("480.00"),
+			FailureCode: domain.FailAccountFrozen}, domain.StatusFailed, domain.FailAccountFrozen, 1, 0},
+		{"submit finds it failed at another net", domain.StatusCreated, RailStatus{State: RailFailed, Currency: "CNY", Amount: cny("480.00"),
+			FailureCode: domain.FailAccountFrozen}, domain.StatusFailed, domain.FailAccountFrozen, 2, 0},
+		{"paid at its net", domain.StatusSubmitted, RailStatus{State: RailPaid, Currency: "CNY", Amount: cny("500")},
+			domain.StatusPaid, "", 1, 0},
+		{"paid, no amount said", domain.StatusSubmitted, RailStatus{State: RailPaid}, domain.StatusPaid, "", 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &failureStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(tt.give)}}}
+			l := &turnsLedger{available: decimal.NewFromInt(1000)}
+			rail := &heldRail{st: tt.rail}
+			a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			counted := testutil.ToFloat64(railAmountMismatches.WithLabelValues("alipay"))
+			step := a.Follow
+			if tt.give == domain.StatusCreated {
+				step = a.Submit
+			}
+			for range 2 { // the workflow's next poll (reading what the first stored) changes nothing more
+				if got, err := step(context.Background(), "po_1"); err != nil || got != tt.wantStatus {
+					t.Fatalf("%q, %v; want %q", got, err, tt.wantStatus)
+				}
+			}
+			if st.p.Status != tt.wantStatus || st.p.FailureCode != tt.wantFailure || l.n != tt.wantPosts || rail.submits != 0 {
+				t.Fatalf("stored %s %q after %d postings, %d submissions; want %s %q after %d, none",
+					st.p.Status, st.p.FailureCode, l.n, rail.submits, tt.wantStatus, tt.wantFailure, tt.wantPosts)
+			}
+			if c := testutil.ToFloat64(railAmountMismatches.WithLabelValues("alipay")) - counted; c != tt.wantCounted {
+				t.Fatalf("gpubill_payout_rail_amount_mismatches_total{rail=\"alipay\"} rose by %v; want %v", c, tt.wantCounted)
+			}
+			if tt.wantFailure == domain.FailRailAmountMismatch &&
+				(!strings.Contains(st.p.FailureMessage, tt.rail.Amount.StringFixed(2)+" "+tt.rail.Currency) || !strings.Contains(st.p.FailureMessage, "500.00 CNY")) {
+				t.Fatalf("failure message %q; want both amounts", st.p.FailureMessage)
+			}
+			if len(st.notes) > 1 {
+				t.Fatalf("the flag recorded %d times: %q", len(st.notes), st.notes)
+			}
+		})
+	}
+}

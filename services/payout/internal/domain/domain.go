@@ -192,6 +192,22 @@ const ReasonLedgerRefused = "ledger_refused"
 // another reason than available (the payout service logs its answer).
 const LedgerRefusedReason = ReasonLedgerRefused + ": the ledger refused moving the payout to in_transit while available covers it; it is tried again at the gate"
 
+// FailRailAmountMismatch is the failure_code of a payout whose rail holds
+// its reference at another amount or currency than the payout's net: a
+// payout made again after a restore or a recovery, at another net than the
+// one the rail was sent before the disaster. It is neither recorded paid
+// or in transit (the rail moved another amount) nor sent again (the rail
+// has the reference): it stays submitted, its net in in_transit, for
+// finance to review; only the rail failing the reference moves it on.
+const FailRailAmountMismatch = "rail_amount_mismatch"
+
+// RailAmountMismatchMessage is the failure_message of a payout
+// FailRailAmountMismatch marks: both amounts.
+func RailAmountMismatchMessage(rail, ref string, railAmount decimal.Decimal, railCurrency string, net decimal.Decimal, currency string) string {
+	return fmt.Sprintf("%s holds %s at %s %s, the payout is %s %s: not recorded paid or sent again; for finance to review",
+		rail, ref, inCurrency(railAmount, railCurrency), railCurrency, inCurrency(net, currency), currency)
+}
+
 // AvailableAccount is provider:{id}:available (DESIGN §4).
 func AvailableAccount(provider string) string { return ids.ProviderAvailable(provider) }
 

@@ -95,6 +95,10 @@ func TestRailOutcomes(t *testing.T) {
 	if calls, _ := g.Transfers("po_usd"); calls != 0 {
 		t.Errorf("a USD payout reached Alipay")
 	}
+	// The query reports trans_amount: what Alipay holds under the out_biz_no.
+	if st, err := rail.Query(ctx, "po_user_id_paid"); err != nil || st.Currency != "CNY" || !st.Amount.Equal(decimal.RequireFromString("620.00")) {
+		t.Errorf("query of the paid one: %+v %v, want 620.00 CNY", st, err)
+	}
 	if st, err := rail.Query(ctx, "po_frozen"); err != nil || st.State != app.RailFailed || st.FailureCode != domain.FailAccountFrozen ||
 		!strings.HasPrefix(st.Message, "PAYEE_ACCOUNT_STATUS_ERROR") {
 		t.Errorf("query of the frozen one: %+v %v", st, err)

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/shopspring/decimal"
+
 	ap "github.com/gpubill/gpubill/pkg/alipay"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -123,6 +125,15 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	}
 	if res.OutBizNo != ref {
 		return st, fmt.Errorf("alipay query %s: answer names out_biz_no %q", ref, res.OutBizNo)
+	}
+	// trans_amount is the order's amount in yuan (optional in the answer:
+	// without it the amount is not reported).
+	if res.TransAmount != "" {
+		amt, err := decimal.NewFromString(res.TransAmount)
+		if err != nil {
+			return st, fmt.Errorf("alipay query %s: trans_amount %q: %v: %w", ref, res.TransAmount, err, app.ErrRailUnavailable)
+		}
+		st.Currency, st.Amount = ap.Currency, amt
 	}
 	return r.status(st, res.Status, res.ErrorCode, res.FailReason)
 }

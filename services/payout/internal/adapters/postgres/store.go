@@ -542,6 +542,23 @@ func (s *Store) SetReason(ctx context.Context, tx pgx.Tx, p *domain.Payout, reas
 	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: reason, At: at})
 }
 
+// SetFailure records p's failure code and message on a payout whose
+// status does not change, and keeps note in its history (with its event).
+func (s *Store) SetFailure(ctx context.Context, tx pgx.Tx, p *domain.Payout, note string, at time.Time) error {
+	tag, err := tx.Exec(ctx, `update payout.payouts set failure_code = $3, failure_message = $4, status_reason = $5, updated_at = $6,
+			version = version + 1
+		where payout_id = $1 and status = $2`, p.ID, p.Status, p.FailureCode, p.FailureMessage, note, at)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("payout %s: status changed under us (was %s): %w", p.ID, p.Status, apperr.ErrConflict)
+	}
+	p.Reason, p.UpdatedAt = note, at
+	p.Version++
+	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: note, At: at})
+}
+
 // SetSubmitting marks a created payout for submission: from now on it can
 // no longer be canceled or held.
 func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string) error {

@@ -56,6 +56,10 @@ func (t txStore) SetReason(ctx context.Context, p *domain.Payout, reason string,
 	return t.s.SetReason(ctx, t.tx, p, reason, at)
 }
 
+func (t txStore) SetFailure(ctx context.Context, p *domain.Payout, note string, at time.Time) error {
+	return t.s.SetFailure(ctx, t.tx, p, note, at)
+}
+
 func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
 	return t.s.SetSubmitting(ctx, t.tx, id, method)
 }

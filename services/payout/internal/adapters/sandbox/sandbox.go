@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -143,16 +144,19 @@ func (s *Sandbox) Query(ctx context.Context, ref string) (app.RailStatus, error)
 	if s.outage.Load() {
 		return app.RailStatus{}, fmt.Errorf("sandbox query %s: %w", ref, app.ErrRailUnavailable)
 	}
-	var out string
+	var out, currency string
+	var amount decimal.Decimal
 	var at time.Time
-	err := s.Pool.QueryRow(ctx, `select outcome, submitted_at from payout.sandbox_transfers where reference = $1`, ref).Scan(&out, &at)
+	err := s.Pool.QueryRow(ctx, `select outcome, submitted_at, currency, amount from payout.sandbox_transfers where reference = $1`,
+		ref).Scan(&out, &at, &currency, &amount)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.RailStatus{}, fmt.Errorf("sandbox %s: %w", ref, app.ErrUnknownReference)
 	}
 	if err != nil {
 		return app.RailStatus{}, fmt.Errorf("sandbox query %s: %w", ref, err)
 	}
-	st := app.RailStatus{Reference: ref, ExpectedArrival: at.Add(s.latency())}
+	// What the first submission of ref booked: a later one under ref changes nothing.
+	st := app.RailStatus{Reference: ref, ExpectedArrival: at.Add(s.latency()), Currency: currency, Amount: amount}
 	since := s.Clock.Now().Sub(at)
 	switch {
 	case since < s.latency()/2:

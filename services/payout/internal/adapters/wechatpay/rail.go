@@ -110,6 +110,7 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	if bill.OutBillNo != outNo || bill.MchID != r.C.Cfg.MchID {
 		return st, fmt.Errorf("wechatpay query %s: answer names out_bill_no %q of merchant %q", ref, bill.OutBillNo, bill.MchID)
 	}
+	st.Currency, st.Amount = wp.Currency, wp.Yuan(bill.TransferAmount) // transfer_amount: fen, always answered
 	return status(st, bill.State, bill.FailReason)
 }
 

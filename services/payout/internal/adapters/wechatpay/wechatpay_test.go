@@ -111,8 +111,8 @@ func TestRailOutcomes(t *testing.T) {
 	if q, err := rail.Query(ctx, ref0+"3"); err != nil || q.FailureCode != domain.FailInvalidAccount {
 		t.Errorf("invalid openid: %+v %v", q, err)
 	}
-	if q, err := rail.Query(ctx, ref0+"4"); err != nil || q.State != app.RailPaid {
-		t.Errorf("processing, queried again: %+v %v", q, err)
+	if q, err := rail.Query(ctx, ref0+"4"); err != nil || q.State != app.RailPaid || q.Currency != "CNY" || !q.Amount.Equal(decimal.RequireFromString("150.00")) {
+		t.Errorf("processing, queried again: %+v %v, want paid, 150.00 CNY (transfer_amount 15000 fen)", q, err)
 	}
 	if no, err := wp.OutBillNo(ref0 + "8"); err != nil {
 		t.Fatal(err)
