@@ -156,7 +156,8 @@ func ParseCard(in CardInput) (*Card, []Violation) { return parseCard(in, false) 
 // LoadCard reads a stored rate card as it meant when it was stored: the
 // shapes an older version accepted and today's checks refuse (a band from
 // 24:00, a band 00:00–24:00, a band in "Local", a price or multiplier
-// above PriceMax or MultiplierMax) price as they did then.
+// above PriceMax or MultiplierMax) price as they did then, an event at
+// most EventAmountMax (WithinEventMax).
 // Refusing them on load failed every card of the book after an upgrade.
 // What it still refuses, no version stored.
 func LoadCard(in CardInput) (*Card, []Violation) { return parseCard(in, true) }
