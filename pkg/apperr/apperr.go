@@ -124,6 +124,25 @@ func Clip(s string, n int) string {
 	return s[:cut] + "…"
 }
 
+// maskKeepChars is how many trailing characters Mask keeps.
+const maskKeepChars = 4
+
+// Mask is what an answer or a record shows of an account identifier or a
+// secret (a payout method's account number, Alipay id or WeChat openid, a
+// webhook's secret): its last maskKeepChars characters, "****0002"; one of
+// at most maskKeepChars characters is all stars. Characters, not bytes: cut
+// inside one, a webhook secret of Chinese characters was invalid UTF-8,
+// which the answer's encoding refused (a 500), and an audit record would
+// not marshal. The payout service answers with it and the audit log
+// records with it, so the two agree.
+func Mask(s string) string {
+	r := []rune(s)
+	if len(r) <= maskKeepChars {
+		return strings.Repeat("*", len(r))
+	}
+	return "****" + string(r[len(r)-maskKeepChars:])
+}
+
 // ToStatus maps an error to a gRPC status error.
 func ToStatus(err error) error {
 	if err == nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
@@ -49,5 +50,27 @@ func TestToStatusTransientDatabaseIsUnavailable(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "too many clients") {
 		t.Fatalf("the detail is not logged: %s", log.String())
+	}
+}
+
+// Mask keeps the last four characters, whole: a webhook secret of Chinese
+// characters cut inside one was invalid UTF-8, which the answer's encoding
+// refused (a 500 after the webhook was stored).
+func TestMask(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{"6222000012340002", "****0002"},
+		{"12345", "****2345"},
+		{"1234", "****"},
+		{"12", "**"},
+		{"", ""},
+		{"钱包密钥钱包密钥钱包密钥钱包密钥", "****钱包密钥"},
+		{"密钥", "**"},
+		{"ab密钥cd", "****密钥cd"},
+		{"标识😀😀😀", "****识😀😀😀"},
+	}
+	for _, tt := range tests {
+		if got := Mask(tt.give); got != tt.want || !utf8.ValidString(got) {
+			t.Errorf("Mask(%q) = %q, want %q", tt.give, got, tt.want)
+		}
 	}
 }

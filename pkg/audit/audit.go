@@ -432,7 +432,9 @@ func resourceIDs(msgs ...any) []string {
 			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || maskedFields[string(fd.Name())]):
 				s := v.String()
 				if maskedFields[string(fd.Name())] {
-					s = maskIdentifier(s)
+					// White space trimmed, as the payout service stores
+					// an identifier (domain.Method.Normalized).
+					s = apperr.Mask(strings.TrimSpace(s))
 				}
 				// Cut at a character (apperr.Clip): cut inside one, the
 				// record could not be marshalled (proto3 strings are UTF-8),
@@ -460,29 +462,9 @@ func resourceIDs(msgs ...any) []string {
 // (payout.v1.PutPayoutMethodRequest, PayoutMethod): an Alipay phone number or
 // e-mail, a WeChat openid, a bank account number. The log is append-only and
 // read by finance and auditors, so they are kept masked, as the payout
-// service shows them ("****8000"), never in clear (alipay_id, an *_id, was
-// kept whole).
+// service shows them ("****8000": apperr.Mask), never in clear (alipay_id,
+// an *_id, was kept whole).
 var maskedFields = map[string]bool{"alipay_id": true, "wechat_openid": true, "account_number": true}
-
-// maskKeepChars is how many trailing characters of a masked identifier are
-// kept (the payout service's rule).
-const maskKeepChars = 4
-
-// maskIdentifier keeps the last maskKeepChars characters of an identifier
-// (its white space trimmed, as the payout service stores it): "****8000";
-// one of at most maskKeepChars characters is all stars. It counts
-// characters, not bytes: an identifier the payout service refuses may hold
-// any text, and a record cut inside a character would not marshal.
-func maskIdentifier(s string) string {
-	r := []rune(strings.TrimSpace(s))
-	if len(r) == 0 {
-		return ""
-	}
-	if len(r) <= maskKeepChars {
-		return strings.Repeat("*", len(r))
-	}
-	return "****" + string(r[len(r)-maskKeepChars:])
-}
 
 func isIDField(name string) bool {
 	switch name {

@@ -208,19 +208,6 @@ func formatUnits(v int64, places int32) string {
 	return string(buf[i:])
 }
 
-// ParseAmount parses a decimal string and checks that it carries no more
-// precision than the currency's minor unit allows.
-func (c Currency) ParseAmount(s string) (decimal.Decimal, error) {
-	d, err := decimal.NewFromString(strings.TrimSpace(s))
-	if err != nil {
-		return decimal.Decimal{}, fmt.Errorf("amount %q is not a decimal number", s)
-	}
-	if !d.Equal(d.Truncate(c.MinorUnits)) {
-		return decimal.Decimal{}, fmt.Errorf("amount %s has more than %d decimal places for %s", s, c.MinorUnits, c.Code)
-	}
-	return d, nil
-}
-
 // Allocate splits total (already at the currency's minor unit) into parts
 // proportional to weights using the largest-remainder method, so the parts
 // always sum to total exactly. Weights must be non-negative and not all zero.

@@ -32,14 +32,14 @@ func TestRoundHalfAwayFromZero(t *testing.T) {
 	}
 }
 
-func TestParseAmountPrecision(t *testing.T) {
-	if _, err := MustLookup("JPY").ParseAmount("1.5"); err == nil {
+func TestParsePrecision(t *testing.T) {
+	if _, err := MustLookup("JPY").Parse("1.5"); err == nil {
 		t.Error("JPY 1.5 accepted")
 	}
-	if _, err := MustLookup("CNY").ParseAmount("1.505"); err == nil {
+	if _, err := MustLookup("CNY").Parse("1.505"); err == nil {
 		t.Error("CNY 1.505 accepted")
 	}
-	if got, err := MustLookup("USDC").ParseAmount("1.123456"); err != nil || !got.Equal(d("1.123456")) {
+	if got, err := MustLookup("USDC").Parse("1.123456"); err != nil || !got.Equal(d("1.123456")) {
 		t.Errorf("USDC 1.123456: %v %v", got, err)
 	}
 	if _, err := Lookup("XXX"); err == nil {

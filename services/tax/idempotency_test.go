@@ -68,6 +68,63 @@ func TestWithholdingKeyReplaysOrConflicts(t *testing.T) {
 	}
 }
 
+// A replay is compared with the recorded withholding under the bounds a
+// first request is parsed under (money.ParseDecimal: at most 64 characters,
+// an exponent of at most 64): read with Currency.ParseAmount, unbounded, a
+// gross of 77 characters a new key refuses was answered the record.
+// Records stay replayable whatever their scale, and one recorded before
+// amounts were bounded (more than 18 digits before the point) is answered,
+// not called another request.
+func TestWithholdingReplayReadsAmountsBounded(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t)
+	req := func(key, gross, commission string) *taxv1.ComputeWithholdingRequest {
+		return &taxv1.ComputeWithholdingRequest{ProviderId: "p-1", CycleId: "cyc-20260101", Currency: "CNY", Gross: gross,
+			Commission: commission, TaxProfile: "individual", Jurisdiction: "CN", IdempotencyKey: key}
+	}
+	first, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req("k1", "1000.00", "200.00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("0", 70) + "1000.00"
+	if _, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req("k-new", long, "200.00")); code(err) != codes.InvalidArgument {
+		t.Fatalf("a gross of %d characters under a new key: %v, want InvalidArgument", len(long), err)
+	}
+	for _, tt := range []struct {
+		give, gross, commission string
+		want                    codes.Code
+	}{
+		{"the same amounts", "1000.00", "200.00", codes.OK},
+		{"more decimals", "1000.000", "200.0000", codes.OK},
+		{"an exponent", "1e3", "2E2", codes.OK},
+		{"blanks round them", " 1000 ", " 200.0 ", codes.OK},
+		{"a gross of 77 characters", long, "200.00", codes.Aborted},
+		{"a commission of 77 characters", "1000.00", strings.Repeat("0", 70) + "200.00", codes.Aborted},
+		{"a gross with an exponent past 64", "1e65", "200.00", codes.Aborted},
+		{"another gross", "1000.01", "200.00", codes.Aborted},
+	} {
+		got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req("k1", tt.gross, tt.commission))
+		if code(err) != tt.want || tt.want == codes.OK && got.WithholdingId != first.WithholdingId {
+			t.Errorf("replay with %s: %v, %v; want %v", tt.give, got, err, tt.want)
+		}
+	}
+	// Recorded before amounts were bounded, at the text's scale: 10^20
+	// yuan, with three decimals.
+	legacy, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req("k-legacy", "500.00", "100.00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.d.Pool.Exec(context.Background(), `update tax.withholdings set gross = 100000000000000000000.000,
+		commission = 20000000000000000000.000, taxable_base = 80000000000000000000.000, tax_withheld = 16000000000000000000.000,
+		net = 64000000000000000000.000 where idempotency_key = 'k-legacy'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), req("k-legacy", "100000000000000000000.00", "20000000000000000000.00"))
+	if err != nil || got.WithholdingId != legacy.WithholdingId || got.TaxWithheld != "16000000000000000000.00" {
+		t.Errorf("replay of a withholding recorded before amounts were bounded: %v, %v; want the record %s", got, err, legacy.WithholdingId)
+	}
+}
+
 // Requests that arrive together with one key (a provider workflow's retry
 // racing its first attempt), each its own insert, possibly in one shared
 // batch: one withholding is recorded and every request answers it; requests

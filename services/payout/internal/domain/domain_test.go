@@ -160,15 +160,15 @@ func TestMethodMasked(t *testing.T) {
 			t.Errorf("account number leaked: %s", s)
 		}
 	}
-	if Mask("12") != "**" || Mask("") != "" {
-		t.Error("short identifiers")
+	if got := (Method{Type: "alipay", AlipayID: "12"}).Masked().AlipayID; got != "**" {
+		t.Errorf("short identifier masked %q", got)
 	}
-	// Whole characters: a webhook secret of Chinese characters cut inside
-	// one was invalid UTF-8, which the answer's encoding refused (a 500
-	// after the webhook was stored).
+	// Whole characters (apperr.Mask): a webhook secret of Chinese
+	// characters cut inside one was invalid UTF-8, which the answer's
+	// encoding refused (a 500 after the webhook was stored).
 	for give, want := range map[string]string{"钱包密钥钱包密钥钱包密钥钱包密钥": "****钱包密钥", "密钥": "**", "ab密钥cd": "****密钥cd"} {
-		if got := Mask(give); got != want || !utf8.ValidString(got) {
-			t.Errorf("Mask(%q) = %q, want %q", give, got, want)
+		if got := (Method{Type: "wechat", WechatOpenID: give}).Masked().WechatOpenID; got != want || !utf8.ValidString(got) {
+			t.Errorf("%q masked %q, want %q", give, got, want)
 		}
 	}
 }

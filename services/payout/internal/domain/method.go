@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // Payout method types.
@@ -19,7 +21,6 @@ const (
 const (
 	accountNameLenMax = 200
 	bankCodeLenMax    = 32
-	maskKeepDigits    = 4
 )
 
 var (
@@ -111,20 +112,9 @@ func (m Method) Identifier() string {
 	return m.AccountNumber
 }
 
-// Mask keeps the last four characters of an identifier: "****0002".
-// Characters, not bytes: a webhook secret may be any text, and cut inside
-// a character it was invalid UTF-8, which the answer's encoding refused.
-func Mask(s string) string {
-	r := []rune(s)
-	if len(r) <= maskKeepDigits {
-		return strings.Repeat("*", len(r))
-	}
-	return "****" + string(r[len(r)-maskKeepDigits:])
-}
-
 // Masked returns the method with its identifiers masked.
 func (m Method) Masked() Method {
-	m.AccountNumber, m.AlipayID, m.WechatOpenID = Mask(m.AccountNumber), Mask(m.AlipayID), Mask(m.WechatOpenID)
+	m.AccountNumber, m.AlipayID, m.WechatOpenID = apperr.Mask(m.AccountNumber), apperr.Mask(m.AlipayID), apperr.Mask(m.WechatOpenID)
 	return m
 }
 
@@ -133,7 +123,7 @@ func (m Method) Summary() string {
 	if m.Type == "" {
 		return "none"
 	}
-	return m.Type + " " + Mask(m.Identifier())
+	return m.Type + " " + apperr.Mask(m.Identifier())
 }
 
 // String is masked, so a method printed by accident leaks nothing.

@@ -127,7 +127,7 @@ func (d *Deliverer) send(ctx context.Context, dl domain.Delivery) (int, error) {
 }
 
 func webhookProto(w domain.Webhook) *payoutv1.Webhook {
-	out := &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: domain.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
+	out := &payoutv1.Webhook{WebhookId: w.ID, ProviderId: w.ProviderID, Url: w.URL, Secret: apperr.Mask(w.Secret), CreatedAt: timestamppb.New(w.CreatedAt)}
 	if w.RotatedAt != nil {
 		out.SecretRotatedAt = timestamppb.New(*w.RotatedAt)
 	}

@@ -146,6 +146,12 @@ func priceable(book *domain.Book, ev *domain.UsageEvent) (*domain.Card, string) 
 	if _, ok := card.Price(ev.GPUModel, ev.Region); !ok {
 		return nil, fmt.Sprintf("rate card %s has no price for GPU model %s", card.ID, ev.GPUModel)
 	}
+	if !card.WithinEventMax(ev.GPUModel, ev.Region, ev.GPUCount, ev.End.Sub(ev.Start)) {
+		// Only a card stored before today's price bounds (or usage beyond
+		// metering's): its charge would be more than the ledger takes.
+		return nil, fmt.Sprintf("rate card %s may charge this usage (%d × %s for %s) more than %s %s, the most one event is charged; "+
+			"waits for a card that replaces it", card.ID, ev.GPUCount, ev.GPUModel, ev.End.Sub(ev.Start), domain.EventAmountMax, cur.Code)
+	}
 	return card, ""
 }
 
@@ -227,6 +233,9 @@ func (a *App) apply(ctx context.Context, tx Tx, book *domain.Book, items []item,
 		return err
 	}
 	charges := st.charge(groups)
+	if err := checkAmounts(charges); err != nil {
+		return err
+	}
 	if len(toRate) > 0 {
 		if err := st.save(ctx, tx, charges, now); err != nil {
 			return err
@@ -422,6 +431,22 @@ func (st *ratingState) charge(groups []*group) []domain.Charge {
 			EffectiveAt: g.effective, Lines: lines[first:len(lines):len(lines)]})
 	}
 	return charges
+}
+
+// checkAmounts asserts what WithinEventMax and chargeEventsMax keep every
+// charge to: an amount the ledger takes (below domain.AmountMax). One it
+// refuses is never written or published: the ledger dead-lettered its
+// whole ChargesRated message after pricing counted it billed. The rating
+// fails instead, and the consumer tries its messages alone, dead-lettering
+// the one that keeps failing.
+func checkAmounts(charges []domain.Charge) error {
+	for i := range charges {
+		if c := &charges[i]; c.Amount.Abs().GreaterThanOrEqual(domain.AmountMax) {
+			return fmt.Errorf("charge %s of lease %s: %s %s is more than the ledger takes (below %s): not rated",
+				c.ID, c.LeaseID, c.Currency.Format(c.Amount), c.Currency.Code, domain.AmountMax)
+		}
+	}
+	return nil
 }
 
 // save writes the tier volume, the leases' state and the charges.

@@ -5,6 +5,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -48,6 +49,26 @@ var (
 	PriceMax      = decimal.New(1, 9)
 	MultiplierMax = decimal.NewFromInt(100)
 )
+
+// AmountMax is the least charge the ledger refuses: it reads a charge's
+// amount with money.Currency.Parse, at most money.AmountIntegerDigitsMax
+// digits before the point.
+var AmountMax = decimal.New(1, money.AmountIntegerDigitsMax)
+
+// EventAmountMax bounds what one usage event may be charged: above the most
+// a card within today's bounds charges an event within metering's (64 GPUs
+// for 24 hours, 1536 GPU-hours, at PriceMax × MultiplierMax plus PriceMax:
+// 1.55 × 10^14), and low enough that a charge of the most events one holds
+// (2000) is an amount the ledger takes (8 × 10^17 < AmountMax;
+// TestLargestChargeIsAnAmount). A card stored before the bounds is read as
+// stored (LoadCard) and may charge an event more (an hourly "1e20": 10^20
+// yuan an hour, which the ledger refused after pricing counted it billed):
+// such an event is not priced by it (Card.WithinEventMax), and waits for a
+// card that replaces it.
+var EventAmountMax = decimal.New(4, 14)
+
+// eventPSMax is EventAmountMax in price-seconds.
+var eventPSMax = EventAmountMax.Mul(secondsPerHour)
 
 // Violation names one bad field.
 type Violation struct {
@@ -96,6 +117,11 @@ type Card struct {
 	// Unreadable is why a stored card was set aside (SetAside): it prices
 	// nothing, and usage in its time waits for a card that replaces it.
 	Unreadable string
+	// multMax is the largest band multiplier, at least 1 (usage outside
+	// every band is at 1); withinMicros the GPU-microseconds of usage no
+	// price of the card charges more than EventAmountMax (WithinEventMax).
+	multMax      decimal.Decimal
+	withinMicros int64
 }
 
 type priceKey struct{ model, region string }
@@ -130,7 +156,8 @@ func ParseCard(in CardInput) (*Card, []Violation) { return parseCard(in, false) 
 // LoadCard reads a stored rate card as it meant when it was stored: the
 // shapes an older version accepted and today's checks refuse (a band from
 // 24:00, a band 00:00–24:00, a band in "Local", a price or multiplier
-// above PriceMax or MultiplierMax) price as they did then.
+// above PriceMax or MultiplierMax) price as they did then, an event at
+// most EventAmountMax (WithinEventMax).
 // Refusing them on load failed every card of the book after an upgrade.
 // What it still refuses, no version stored.
 func LoadCard(in CardInput) (*Card, []Violation) { return parseCard(in, true) }
@@ -167,7 +194,67 @@ func parseCard(in CardInput, stored bool) (*Card, []Violation) {
 	if in.PUE != nil {
 		c.PUE = parsePUE(*in.PUE, stored, &vs)
 	}
+	c.boundEvents()
 	return c, vs
+}
+
+// boundEvents sets what WithinEventMax reads: the largest band multiplier,
+// and the GPU-microseconds of usage the card's highest rate keeps within
+// EventAmountMax, so an event of fewer is checked by one comparison of
+// integers (every event of a card within today's bounds, within
+// metering's).
+func (c *Card) boundEvents() {
+	c.multMax = one
+	for _, b := range c.Bands {
+		if b.Multiplier.GreaterThan(c.multMax) {
+			c.multMax = b.Multiplier
+		}
+	}
+	priceMax := decimal.Zero
+	for _, p := range c.prices {
+		if p.GreaterThan(priceMax) {
+			priceMax = p
+		}
+	}
+	rate := c.rateMax(priceMax)
+	if !rate.IsPositive() {
+		c.withinMicros = math.MaxInt64
+		return
+	}
+	// Rounded down and one less: never more than the bound allows.
+	micros := eventPSMax.Shift(6).Div(rate).Floor().Sub(one)
+	switch {
+	case micros.IsNegative():
+		c.withinMicros = 0
+	case micros.GreaterThanOrEqual(decimal.NewFromInt(math.MaxInt64)):
+		c.withinMicros = math.MaxInt64
+	default:
+		c.withinMicros = micros.IntPart()
+	}
+}
+
+// rateMax is the most the card charges a GPU-hour of usage at price: under
+// its largest band multiplier (tiers only discount), with its PUE
+// surcharge.
+func (c *Card) rateMax(price decimal.Decimal) decimal.Decimal {
+	r := price.Mul(c.multMax)
+	if c.PUE != nil {
+		r = r.Add(c.PUE.PerGPUHour)
+	}
+	return r
+}
+
+// WithinEventMax reports whether the card charges gpuCount GPUs of model in
+// region for d at most EventAmountMax, whatever band, tier and PUE the
+// usage meets. An empty usage is Rate's to refuse.
+func (c *Card) WithinEventMax(model, region string, gpuCount int32, d time.Duration) bool {
+	micros := int64(d / time.Microsecond)
+	if gpuCount <= 0 || micros <= 0 || micros <= c.withinMicros/int64(gpuCount) {
+		return true
+	}
+	price, _ := c.Price(model, region)
+	ps := decimal.New(micros, -6).Mul(decimal.NewFromInt32(gpuCount)).Mul(c.rateMax(price))
+	return ps.LessThanOrEqual(eventPSMax)
 }
 
 // violations collects what is wrong with a card, field by field.

@@ -229,10 +229,15 @@ func splitGross(r WithholdingRequest, cur money.Currency, w *domain.Withholding)
 // withholding when the request is the one recorded, else a conflict (409), as
 // every idempotent write in gpubill answers. A field the request leaves empty
 // (tax profile, jurisdiction, rule set: "the provider's") matches what was
-// recorded; a field it gives must be the recorded one.
+// recorded; a field it gives must be the recorded one. Amounts are read
+// within money.ParseDecimal's bounds, as a first request's are, and
+// compared by value (the record's scale is the text's of a version before
+// Currency.Parse answered the currency's); not held to the magnitude bound
+// a new amount is, so a withholding recorded before that bound is answered
+// to its own request, not called another.
 func replay(r WithholdingRequest, cur money.Currency, cycleID string, w domain.Withholding) (domain.Withholding, error) {
 	var diff []string
-	gross, err := cur.ParseAmount(r.Gross)
+	gross, err := money.ParseDecimal(r.Gross)
 	if r.ProviderID != w.ProviderID {
 		diff = append(diff, "provider_id")
 	}
@@ -251,7 +256,7 @@ func replay(r WithholdingRequest, cur money.Currency, cycleID string, w domain.W
 			diff = append(diff, "commission_rate")
 		}
 	} else {
-		commission, err := cur.ParseAmount(r.Commission)
+		commission, err := money.ParseDecimal(r.Commission)
 		if err != nil || w.CommissionRate != nil || !commission.Equal(w.Commission) {
 			diff = append(diff, "commission")
 		}
