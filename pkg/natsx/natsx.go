@@ -330,7 +330,8 @@ type DeadLetters interface {
 	// Put records m as dead after deliveries deliveries, failing with cause.
 	Put(ctx context.Context, consumer string, m jetstream.Msg, deliveries int, cause error) error
 	// Replay applies, through h, the consumer's dead letters an operator
-	// asked to replay, until ctx ends.
+	// asked to replay, until ctx ends. Consume's h is the handler bounded by
+	// HandleWithin, its panics recovered: an error of h is a failed replay.
 	Replay(ctx context.Context, consumer string, h Handler) error
 }
 
@@ -395,17 +396,21 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if cons == nil {
 		return nil // ctx ended before NATS answered
 	}
+	c := &consumer{spec: spec, h: h, log: log, recreate: func(ctx context.Context) jetstream.Consumer {
+		return createConsumer(ctx, js, log, spec, spec.consumerConfig())
+	}}
 	replayDone := make(chan struct{})
 	go func() {
 		defer close(replayDone)
-		if err := spec.DeadLetters.Replay(ctx, spec.Durable, h); err != nil && ctx.Err() == nil {
+		// A replay runs the handler as a pulled batch does: bounded by
+		// HandleWithin, a panic an error of the call (a failed replay). Called
+		// bare, a letter dead-lettered for a panic killed the process when
+		// replayed, and one that hung held this consumer's replays for good.
+		if err := spec.DeadLetters.Replay(ctx, spec.Durable, c.handle); err != nil && ctx.Err() == nil {
 			log.Error("dead-letter replay stopped", "consumer", spec.Durable, "err", err)
 		}
 	}()
 	defer func() { <-replayDone }()
-	c := &consumer{spec: spec, h: h, log: log, recreate: func(ctx context.Context) jetstream.Consumer {
-		return createConsumer(ctx, js, log, spec, spec.consumerConfig())
-	}}
 	c.pull(ctx, cons)
 	return nil
 }
@@ -595,7 +600,8 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 
 // handle runs the handler on msgs, reporting them in progress to JetStream
 // every AckWait/4 until it returns, so they are not redelivered to another
-// consumer meanwhile; the call's context ends after HandleWithin.
+// consumer meanwhile; the call's context ends after HandleWithin. It is also
+// the handler a dead letter's replay runs through.
 func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, c.spec.HandleWithin,
 		fmt.Errorf("%w: handler of %s ran %s", errHandlerStuck, c.spec.Durable, c.spec.HandleWithin))
