@@ -2,9 +2,11 @@ package natsx_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,17 +329,26 @@ func TestUnansweredAsyncPublishesAreDropped(t *testing.T) { // not parallel: it 
 	testkit.Eventually(t, 5*time.Second, func() bool { return js.PublishAsyncPending() == 0 }, "async publishes still pending with no ack coming")
 }
 
-// recordedLetters records what a consumer dead-letters.
+// recordedLetters records what a consumer dead-letters: each letter's
+// payload, and its deliveries and cause.
 type recordedLetters struct {
-	mu  sync.Mutex
-	ids []string
+	mu     sync.Mutex
+	ids    []string
+	causes []string // "<deliveries> <cause>"
 }
 
-func (d *recordedLetters) Put(_ context.Context, _ string, m jetstream.Msg, _ int, _ error) error {
+func (d *recordedLetters) Put(_ context.Context, _ string, m jetstream.Msg, deliveries int, cause error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ids = append(d.ids, string(m.Data()))
+	d.causes = append(d.causes, fmt.Sprintf("%d %v", deliveries, cause))
 	return nil
+}
+
+func (d *recordedLetters) gotCauses() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.causes...)
 }
 
 func (*recordedLetters) Replay(ctx context.Context, _ string, _ natsx.Handler) error {
@@ -386,5 +397,44 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	}, "good messages applied and the panicking one dead-lettered")
 	if _, bad := applied.Load("bad"); bad {
 		t.Error("the panicking message was applied")
+	}
+}
+
+// TestConsumeDeadLettersAHandlerThatAlwaysOutrunsItsBound: a message whose
+// handler call runs past HandleWithin at every delivery (a statement the
+// message makes that never finishes) is dead-lettered after
+// DeadLetterDeliveries deliveries, with the bound as its cause, like a
+// statement timeout: it may be the message's own doing. The call's error
+// wrapped context.DeadlineExceeded, which was taken as an outage
+// (apperr.Transient), so the message was redelivered for ever, every
+// delivery a stuck call.
+func TestConsumeDeadLettersAHandlerThatAlwaysOutrunsItsBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("apply: %w", ctx.Err())
+	}
+	letters := &recordedLetters{}
+	js := consumeStream(t, "OUTRUN", "outrun.>", natsx.ConsumerSpec{Durable: "outrun", MaxWait: 100 * time.Millisecond,
+		HandleWithin: 200 * time.Millisecond, DeadLetters: letters}, h)
+	if _, err := js.Publish(ctx, "outrun.x", []byte("hangs")); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("%d handler calls", calls.Load())
+		}
+	}()
+	testkit.Eventually(t, 30*time.Second, func() bool { return len(letters.got()) > 0 }, "never dead-lettered")
+	time.Sleep(500 * time.Millisecond) // room for a second letter, if any
+	if got := letters.got(); len(got) != 1 || got[0] != "hangs" {
+		t.Fatalf("dead letters %q, want the one message", got)
+	}
+	cause := letters.gotCauses()[0]
+	if want := fmt.Sprint(natsx.DeadLetterDeliveries) + " "; !strings.HasPrefix(cause, want) || !strings.Contains(cause, "exceeded its bound") {
+		t.Errorf("dead letter %q, want %d deliveries and the bound as its cause", cause, natsx.DeadLetterDeliveries)
 	}
 }

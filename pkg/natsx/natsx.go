@@ -47,7 +47,9 @@ const DefaultAckWait = 20 * time.Second
 // this is stuck (a statement that never answers, a lock never granted), and
 // its in-progress heartbeat would otherwise hold its messages from every
 // consumer for as long as it hangs. Its context is cancelled instead, which
-// fails the call: the messages are tried again like any failed batch.
+// fails the call: the messages are tried again like any failed batch, and a
+// message whose call outruns the bound at every delivery is dead-lettered
+// (a deadline is no outage: apperr.Transient).
 const DefaultHandleWithin = 2 * time.Minute
 
 // Stream names and the subjects they hold (DESIGN §1: <domain>.<event>.<key>).
@@ -315,6 +317,7 @@ type Handler func(ctx context.Context, msgs []jetstream.Msg) error
 // to nakDelayMax: about 1.5 s in all). A failure that says a dependency is
 // unavailable (Unavailable: the database down or starting, a lost
 // connection) never counts: the message is redelivered until the outage ends.
+// A call cut at HandleWithin counts, like a statement timeout.
 const DeadLetterDeliveries = 5
 
 const (
