@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
 // A database that refuses the work for a while (too many clients at a
@@ -147,4 +149,31 @@ func silentAddr(t *testing.T) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// TestPublicDeadlineExceededCarriesNoDetail: a request cut by its deadline
+// (a REST client's Grpc-Timeout, a gRPC deadline) or cancelled answers a
+// generic message with the request id, the detail logged. Its status
+// carried the whole chain ("wallet r-1: timeout: context deadline
+// exceeded"), which names what the service was doing when time ran out.
+func TestPublicDeadlineExceededCarriesNoDetail(t *testing.T) {
+	for _, tc := range []struct {
+		give     error
+		wantCode codes.Code
+		wantMsg  string
+	}{
+		{fmt.Errorf("wallet r-1: %w", deadlineStatement(t)), codes.DeadlineExceeded, "deadline exceeded (request id req-1)"},
+		{fmt.Errorf("balances of CNY: %w", context.Canceled), codes.Canceled, "request canceled (request id req-1)"},
+	} {
+		t.Run(tc.wantCode.String(), func(t *testing.T) {
+			var log strings.Builder
+			s := status.Convert(Public(reqid.With(context.Background(), "req-1"), slog.New(slog.NewTextHandler(&log, nil)), "/ledger/Wallet", tc.give))
+			if s.Code() != tc.wantCode || s.Message() != tc.wantMsg {
+				t.Errorf("Public: %v %q, want %v %q", s.Code(), s.Message(), tc.wantCode, tc.wantMsg)
+			}
+			if detail := strings.SplitN(tc.give.Error(), ":", 2)[0]; !strings.Contains(log.String(), detail) || !strings.Contains(log.String(), "req-1") {
+				t.Errorf("the detail %q is not logged under the request id: %s", detail, log.String())
+			}
+		})
+	}
 }
