@@ -574,7 +574,10 @@ func (c *consumer) process(ctx context.Context, msgs []jetstream.Msg) bool {
 }
 
 // apply runs the handler; messages it names poisoned are dead-lettered and
-// the rest applied again. It returns the messages left to acknowledge.
+// the rest applied again. It returns the messages left to settle: all but
+// those dead-lettered (acknowledged), on an error too. When a dead letter
+// was refused it returned the whole batch, and the poisoned messages
+// dead-lettered before it were handled and dead-lettered again.
 func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream.Msg, error) {
 	for len(msgs) > 0 {
 		err := c.handle(ctx, msgs)
@@ -583,14 +586,14 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 			return msgs, err
 		}
 		rest := make([]jetstream.Msg, 0, len(msgs))
-		for _, m := range msgs {
+		for i, m := range msgs {
 			cause, bad := pe.ByID[MsgID(m)]
 			if !bad {
 				rest = append(rest, m)
 				continue
 			}
 			if err := c.deadLetter(ctx, m, cause); err != nil {
-				return msgs, err
+				return append(rest, msgs[i:]...), err
 			}
 		}
 		if len(rest) == len(msgs) {
