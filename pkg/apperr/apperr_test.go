@@ -71,7 +71,7 @@ func TestTransientDeadlineIsNotAnOutage(t *testing.T) {
 		defer cancel()
 		conn, err := pgconn.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
 		if err == nil {
-			conn.Close(ctx) //nolint:errcheck // a test's connection to nothing
+			conn.Close(ctx)
 			t.Fatalf("connected to %s", addr)
 		}
 		return err
@@ -102,7 +102,7 @@ func deadlineStatement(t *testing.T) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background()) //nolint:errcheck // closed by the timeout already
+	defer conn.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = conn.Exec(ctx, "select pg_sleep(2)").ReadAll()
@@ -134,14 +134,14 @@ func silentAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() }) //nolint:errcheck // the test's listener
+	t.Cleanup(func() { l.Close() })
 	go func() {
 		var conns []net.Conn
 		for {
 			c, err := l.Accept()
 			if err != nil { // closed: the test ended
 				for _, c := range conns {
-					c.Close() //nolint:errcheck // the test's connection
+					c.Close()
 				}
 				return
 			}
