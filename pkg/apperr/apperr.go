@@ -221,15 +221,23 @@ func refusedDownstream(err error) bool {
 
 // Messages a client sees instead of an internal error's detail (which may
 // hold SQL, a table name or a peer's address): the detail goes to the log,
-// under the request id the client gets.
-const (
-	internalMessage    = "internal error"
-	unavailableMessage = "a dependency is unavailable; retry later"
-)
+// under the request id the client gets. A request its deadline or its
+// caller ended answers no detail either: the chain says what the service
+// was doing when time ran out ("wallet r-1: timeout: context deadline
+// exceeded").
+var publicMessages = map[codes.Code]string{
+	codes.Internal:         "internal error",
+	codes.Unknown:          "internal error",
+	codes.DataLoss:         "internal error",
+	codes.Unavailable:      "a dependency is unavailable; retry later",
+	codes.DeadlineExceeded: "deadline exceeded",
+	codes.Canceled:         "request canceled",
+}
 
-// UnaryInterceptor maps handler errors to statuses. An internal or
-// unavailable error is logged with its detail and the request id and answers
-// only a generic message carrying that id; every error status carries the
+// UnaryInterceptor maps handler errors to statuses. An internal,
+// unavailable, deadline-exceeded or cancelled error is logged with its
+// detail and the request id and answers only a generic message carrying
+// that id (publicMessages); every error status carries the
 // request id as an errdetails.RequestInfo.
 func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -253,13 +261,12 @@ func Public(ctx context.Context, log *slog.Logger, method string, err error) err
 		p.Message = Clip(m, messageBytesMax)
 		s = status.FromProto(p)
 	}
-	switch s.Code() {
-	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
-		msg := internalMessage
-		if s.Code() == codes.Unavailable {
-			msg = unavailableMessage
+	if msg, ok := publicMessages[s.Code()]; ok {
+		level := slog.LevelError
+		if s.Code() == codes.DeadlineExceeded || s.Code() == codes.Canceled {
+			level = slog.LevelWarn // the caller's deadline or its leaving: not a fault of the service
 		}
-		log.ErrorContext(ctx, "request failed", "request_id", id, "method", method, "code", s.Code().String(), "err", err)
+		log.Log(ctx, level, "request failed", "request_id", id, "method", method, "code", s.Code().String(), "err", err)
 		s = status.New(s.Code(), fmt.Sprintf("%s (request id %s)", msg, id))
 	}
 	if id == "" {

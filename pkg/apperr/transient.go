@@ -1,6 +1,7 @@
 package apperr
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -15,7 +16,8 @@ import (
 // did not accept the work (the database down, starting up or restarting,
 // read-only while it fails over, out of disk or memory, a connection lost, a
 // peer service unavailable, a serialization conflict, a lock held
-// elsewhere).
+// elsewhere). A context's deadline is not one: whatever ran past it may
+// have been the request's or the message's own doing.
 // Such a failure is not the request's or the message's fault, however often
 // it repeats: a client is answered 503, retry later (ToStatus), and a
 // consumer never counts it toward dead-lettering (natsx.Unavailable).
@@ -45,6 +47,17 @@ func Transient(err error) bool {
 		case pe.Code == "58030": // I/O error
 			return true
 		}
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The caller's own deadline (a request's, a consumer's HandleWithin),
+		// not a dependency refusing the work: what outran it may be the
+		// work's own doing, like a statement timeout (57014). A context's
+		// deadline is a net.Error and a pgconn.Timeout, and was taken for
+		// an outage: a message whose handler always ran past its bound was
+		// redelivered for ever, never dead-lettered. A connection the
+		// database never answered before the deadline is a ConnectError,
+		// an outage, above.
 		return false
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,12 +310,24 @@ func TestReplayDoesNotMarkALetterDeadAgain(t *testing.T) {
 // replays reads gpubill_dead_letter_replays_total of service dlt.
 func replays(t *testing.T, consumer, outcome string) float64 {
 	t.Helper()
+	return counter(t, "gpubill_dead_letter_replays_total", map[string]string{"service": "dlt", "consumer": consumer, "outcome": outcome})
+}
+
+// consumerCount reads counter name of a JetStream consumer.
+func consumerCount(t *testing.T, name, consumer string) float64 {
+	t.Helper()
+	return counter(t, name, map[string]string{"consumer": consumer})
+}
+
+// counter reads the default registry's counter name with labels want.
+func counter(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
 	fams, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fams {
-		if f.GetName() != "gpubill_dead_letter_replays_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -321,10 +335,140 @@ func replays(t *testing.T, consumer, outcome string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["service"] == "dlt" && labels["consumer"] == consumer && labels["outcome"] == outcome {
+			if maps.Equal(labels, want) {
 				return m.GetCounter().GetValue()
 			}
 		}
 	}
 	return 0
+}
+
+// letterRow reads a letter's attempts, error and status.
+func letterRow(t *testing.T, pool *pgxpool.Pool, id string) (attempts int, errText, status string) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `select attempts, error,
+		case when replayed_at is not null then 'replayed' when replay_requested_at is not null then 'requested' else 'dead' end
+		from dlt.dead_letters where message_id = $1`, id).Scan(&attempts, &errText, &status)
+	if err != nil {
+		return 0, err.Error(), ""
+	}
+	return attempts, errText, status
+}
+
+// TestReplayOfAPanickingLetterKeepsTheProcess: a letter dead-lettered
+// because its handler panicked, replayed before the fix, panics again; the
+// replay is a failed one (one more attempt, the panic as its error, counted
+// in gpubill_consumer_handler_panics_total) and the consumer goes on.
+// Consume recovered a handler's panic on its pull path only: the replay
+// called the handler bare, and the panic ended the process (under gpubill
+// dev, every service).
+func TestReplayOfAPanickingLetterKeepsTheProcess(t *testing.T) {
+	t.Parallel()
+	pool, js, sink := setup(t)
+	var got applied
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		for _, m := range msgs {
+			if string(m.Data()) == "boom" {
+				fields := strings.Fields(string(m.Data()))
+				_ = fields[1] // a handler's bug: index out of range
+			}
+		}
+		for _, m := range msgs {
+			got.add(natsx.MsgID(m))
+		}
+		return nil
+	}
+	publish(t, js, "m-boom", "boom")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: "T", Durable: "c-panic", BatchMax: 10, MaxWait: 20 * time.Millisecond, DeadLetters: sink}, h)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
+	testkit.Eventually(t, 30*time.Second, func() bool { _, _, s := letterRow(t, pool, "m-boom"); return s == "dead" }, "m-boom dead-lettered")
+	panics := consumerCount(t, "gpubill_consumer_handler_panics_total", "c-panic")
+	if _, err := pool.Exec(context.Background(), `update dlt.dead_letters set replay_requested_at = now() where message_id = 'm-boom'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		a, _, s := letterRow(t, pool, "m-boom")
+		return s == "dead" && a == natsx.DeadLetterDeliveries+1
+	}, "the panicking replay is not recorded as a failed replay")
+	if _, errText, _ := letterRow(t, pool, "m-boom"); !strings.Contains(errText, "panicked") {
+		t.Errorf("failed replay's error %q, want the panic", errText)
+	}
+	if n := consumerCount(t, "gpubill_consumer_handler_panics_total", "c-panic"); n != panics+1 {
+		t.Errorf("handler panics %v after the replay, want %v", n, panics+1)
+	}
+	// The consumer lives on.
+	publish(t, js, "m-after", "ok")
+	testkit.Eventually(t, 10*time.Second, func() bool { return got.get("m-after") == 1 }, "m-after not applied after the replay")
+}
+
+// TestReplayOfAHangingLetterIsBounded: a replay whose handler call hangs
+// (a statement that never answers) has its context cancelled after the
+// consumer's HandleWithin, like any handler call: it is a failed replay
+// (one more attempt, the bound as its error, counted in
+// gpubill_consumer_handler_timeouts_total) and the next replay request is
+// taken. It held the consumer's replay loop for as long as it hung.
+func TestReplayOfAHangingLetterIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool, js, sink := setup(t)
+	var got applied
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		for _, m := range msgs {
+			if string(m.Data()) == "hangs" {
+				<-ctx.Done()
+				return fmt.Errorf("apply: %w", ctx.Err())
+			}
+		}
+		for _, m := range msgs {
+			got.add(natsx.MsgID(m))
+		}
+		return nil
+	}
+	for _, id := range []string{"m-hangs", "m-ok"} {
+		data := "ok"
+		if id == "m-hangs" {
+			data = "hangs"
+		}
+		if err := sink.PutLetter(ctx, pool, deadletter.Letter{Consumer: "c-hang", MessageID: id, Subject: "t.x", Payload: []byte(data)}, 1, errors.New("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: "T", Durable: "c-hang", HandleWithin: 300 * time.Millisecond, DeadLetters: sink}, h)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
+	timeouts := consumerCount(t, "gpubill_consumer_handler_timeouts_total", "c-hang")
+	if _, err := pool.Exec(ctx, `update dlt.dead_letters set replay_requested_at = now() where message_id = 'm-hangs'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { a, _, s := letterRow(t, pool, "m-hangs"); return s == "dead" && a == 2 },
+		"the hanging replay is not recorded as a failed replay")
+	if _, errText, _ := letterRow(t, pool, "m-hangs"); !strings.Contains(errText, "exceeded its bound") {
+		t.Errorf("failed replay's error %q, want the handler's bound", errText)
+	}
+	if n := consumerCount(t, "gpubill_consumer_handler_timeouts_total", "c-hang"); n != timeouts+1 {
+		t.Errorf("handler timeouts %v after the replay, want %v", n, timeouts+1)
+	}
+	if _, err := pool.Exec(ctx, `update dlt.dead_letters set replay_requested_at = now() where message_id = 'm-ok'`); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { _, _, s := letterRow(t, pool, "m-ok"); return s == "replayed" && got.get("m-ok") == 1 },
+		"the next replay request was not taken after the hanging one")
 }

@@ -74,11 +74,12 @@ func TestUnavailable(t *testing.T) {
 		{&pgconn.PgError{Code: "57P03"}, true},
 		{fmt.Errorf("load: %w", &pgconn.PgError{Code: "08006"}), true},
 		{&pgconn.PgError{Code: "40001"}, true},
-		{&pgconn.PgError{Code: "25006"}, true},  // read-only: a failover under way
-		{&pgconn.PgError{Code: "53100"}, true},  // disk full
-		{&pgconn.PgError{Code: "53200"}, true},  // out of memory
-		{&pgconn.PgError{Code: "55P03"}, true},  // lock_timeout
-		{&pgconn.PgError{Code: "57014"}, false}, // a statement timeout: may be the message's own doing
+		{&pgconn.PgError{Code: "25006"}, true},                     // read-only: a failover under way
+		{&pgconn.PgError{Code: "53100"}, true},                     // disk full
+		{&pgconn.PgError{Code: "53200"}, true},                     // out of memory
+		{&pgconn.PgError{Code: "55P03"}, true},                     // lock_timeout
+		{&pgconn.PgError{Code: "57014"}, false},                    // a statement timeout: may be the message's own doing
+		{fmt.Errorf("apply: %w", context.DeadlineExceeded), false}, // a call past its HandleWithin, likewise
 		{fmt.Errorf("x: %w", pgconn.ErrConnClosed), true},
 		{&pgconn.PgError{Code: "23505"}, false},
 		{&pgconn.PgError{Code: "22P02"}, false},

@@ -2,9 +2,13 @@ package natsx_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,17 +331,26 @@ func TestUnansweredAsyncPublishesAreDropped(t *testing.T) { // not parallel: it 
 	testkit.Eventually(t, 5*time.Second, func() bool { return js.PublishAsyncPending() == 0 }, "async publishes still pending with no ack coming")
 }
 
-// recordedLetters records what a consumer dead-letters.
+// recordedLetters records what a consumer dead-letters: each letter's
+// payload, and its deliveries and cause.
 type recordedLetters struct {
-	mu  sync.Mutex
-	ids []string
+	mu     sync.Mutex
+	ids    []string
+	causes []string // "<deliveries> <cause>"
 }
 
-func (d *recordedLetters) Put(_ context.Context, _ string, m jetstream.Msg, _ int, _ error) error {
+func (d *recordedLetters) Put(_ context.Context, _ string, m jetstream.Msg, deliveries int, cause error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ids = append(d.ids, string(m.Data()))
+	d.causes = append(d.causes, fmt.Sprintf("%d %v", deliveries, cause))
 	return nil
+}
+
+func (d *recordedLetters) gotCauses() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.causes...)
 }
 
 func (*recordedLetters) Replay(ctx context.Context, _ string, _ natsx.Handler) error {
@@ -386,5 +399,131 @@ func TestConsumeSurvivesAPanickingHandler(t *testing.T) {
 	}, "good messages applied and the panicking one dead-lettered")
 	if _, bad := applied.Load("bad"); bad {
 		t.Error("the panicking message was applied")
+	}
+}
+
+// TestConsumeDeadLettersAHandlerThatAlwaysOutrunsItsBound: a message whose
+// handler call runs past HandleWithin at every delivery (a statement the
+// message makes that never finishes) is dead-lettered after
+// DeadLetterDeliveries deliveries, with the bound as its cause, like a
+// statement timeout: it may be the message's own doing. The call's error
+// wrapped context.DeadlineExceeded, which was taken as an outage
+// (apperr.Transient), so the message was redelivered for ever, every
+// delivery a stuck call.
+func TestConsumeDeadLettersAHandlerThatAlwaysOutrunsItsBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("apply: %w", ctx.Err())
+	}
+	letters := &recordedLetters{}
+	js := consumeStream(t, "OUTRUN", "outrun.>", natsx.ConsumerSpec{Durable: "outrun", MaxWait: 100 * time.Millisecond,
+		HandleWithin: 200 * time.Millisecond, DeadLetters: letters}, h)
+	if _, err := js.Publish(ctx, "outrun.x", []byte("hangs")); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("%d handler calls", calls.Load())
+		}
+	}()
+	testkit.Eventually(t, 30*time.Second, func() bool { return len(letters.got()) > 0 }, "never dead-lettered")
+	time.Sleep(500 * time.Millisecond) // room for a second letter, if any
+	if got := letters.got(); len(got) != 1 || got[0] != "hangs" {
+		t.Fatalf("dead letters %q, want the one message", got)
+	}
+	cause := letters.gotCauses()[0]
+	if want := fmt.Sprint(natsx.DeadLetterDeliveries) + " "; !strings.HasPrefix(cause, want) || !strings.Contains(cause, "exceeded its bound") {
+		t.Errorf("dead letter %q, want %d deliveries and the bound as its cause", cause, natsx.DeadLetterDeliveries)
+	}
+}
+
+// flakyLetters refuses its second Put, once, and records every Put asked
+// of it by payload.
+type flakyLetters struct {
+	mu   sync.Mutex
+	puts []string
+}
+
+func (d *flakyLetters) Put(_ context.Context, _ string, m jetstream.Msg, _ int, _ error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.puts = append(d.puts, string(m.Data()))
+	if len(d.puts) == 2 {
+		return errors.New("dead-letter table unavailable")
+	}
+	return nil
+}
+
+func (*flakyLetters) Replay(ctx context.Context, _ string, _ natsx.Handler) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (d *flakyLetters) count(data string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(slices.DeleteFunc(slices.Clone(d.puts), func(p string) bool { return p != data }))
+}
+
+// TestConsumePoisonDeadLetteredOnceWhenALaterLetterFails: a batch naming
+// two messages poison, the second's dead letter refused, goes on with the
+// messages not yet settled: the first, dead-lettered and acknowledged, was
+// handed to the handler again and dead-lettered twice (counted twice in
+// gpubill_dead_letters_total, its attempts doubled).
+func TestConsumePoisonDeadLetteredOnceWhenALaterLetterFails(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testkit.NewJetStream(t).JS
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "POISON2", Subjects: []string{"poison2.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"poison-1", "poison-2", "good"} {
+		if _, err := js.Publish(ctx, "poison2.x", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var good atomic.Int32
+	h := func(ctx context.Context, msgs []jetstream.Msg) error {
+		var p natsx.PoisonError
+		for _, m := range msgs {
+			if strings.HasPrefix(string(m.Data()), "poison") {
+				p.Add(natsx.MsgID(m), errors.New("cannot decode"))
+			}
+		}
+		if len(p.ByID) > 0 {
+			return &p
+		}
+		for _, m := range msgs {
+			if string(m.Data()) == "good" {
+				good.Add(1)
+			}
+		}
+		return nil
+	}
+	letters := &flakyLetters{}
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.Consume(ctx, js, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			natsx.ConsumerSpec{Stream: "POISON2", Durable: "poison2", BatchMax: 10, DeadLetters: letters}, h)
+	}()
+	testkit.Eventually(t, 20*time.Second, func() bool { return good.Load() == 1 && letters.count("poison-2") == 2 },
+		"good applied and poison-2 dead-lettered on the second try")
+	letters.mu.Lock()
+	puts := slices.Clone(letters.puts)
+	letters.mu.Unlock()
+	if len(puts) < 2 || puts[0] != "poison-1" || puts[1] != "poison-2" {
+		t.Fatalf("dead letters asked %q: the refused one was not the second of the batch", puts)
+	}
+	if n := letters.count("poison-1"); n != 1 {
+		t.Errorf("poison-1 dead-lettered %d times, want 1 (letters asked: %q)", n, puts)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -47,7 +47,9 @@ const DefaultAckWait = 20 * time.Second
 // this is stuck (a statement that never answers, a lock never granted), and
 // its in-progress heartbeat would otherwise hold its messages from every
 // consumer for as long as it hangs. Its context is cancelled instead, which
-// fails the call: the messages are tried again like any failed batch.
+// fails the call: the messages are tried again like any failed batch, and a
+// message whose call outruns the bound at every delivery is dead-lettered
+// (a deadline is no outage: apperr.Transient).
 const DefaultHandleWithin = 2 * time.Minute
 
 // Stream names and the subjects they hold (DESIGN §1: <domain>.<event>.<key>).
@@ -315,6 +317,7 @@ type Handler func(ctx context.Context, msgs []jetstream.Msg) error
 // to nakDelayMax: about 1.5 s in all). A failure that says a dependency is
 // unavailable (Unavailable: the database down or starting, a lost
 // connection) never counts: the message is redelivered until the outage ends.
+// A call cut at HandleWithin counts, like a statement timeout.
 const DeadLetterDeliveries = 5
 
 const (
@@ -330,7 +333,8 @@ type DeadLetters interface {
 	// Put records m as dead after deliveries deliveries, failing with cause.
 	Put(ctx context.Context, consumer string, m jetstream.Msg, deliveries int, cause error) error
 	// Replay applies, through h, the consumer's dead letters an operator
-	// asked to replay, until ctx ends.
+	// asked to replay, until ctx ends. Consume's h is the handler bounded by
+	// HandleWithin, its panics recovered: an error of h is a failed replay.
 	Replay(ctx context.Context, consumer string, h Handler) error
 }
 
@@ -395,17 +399,21 @@ func Consume(ctx context.Context, js jetstream.JetStream, log *slog.Logger, spec
 	if cons == nil {
 		return nil // ctx ended before NATS answered
 	}
+	c := &consumer{spec: spec, h: h, log: log, recreate: func(ctx context.Context) jetstream.Consumer {
+		return createConsumer(ctx, js, log, spec, spec.consumerConfig())
+	}}
 	replayDone := make(chan struct{})
 	go func() {
 		defer close(replayDone)
-		if err := spec.DeadLetters.Replay(ctx, spec.Durable, h); err != nil && ctx.Err() == nil {
+		// A replay runs the handler as a pulled batch does: bounded by
+		// HandleWithin, a panic an error of the call (a failed replay). Called
+		// bare, a letter dead-lettered for a panic killed the process when
+		// replayed, and one that hung held this consumer's replays for good.
+		if err := spec.DeadLetters.Replay(ctx, spec.Durable, c.handle); err != nil && ctx.Err() == nil {
 			log.Error("dead-letter replay stopped", "consumer", spec.Durable, "err", err)
 		}
 	}()
 	defer func() { <-replayDone }()
-	c := &consumer{spec: spec, h: h, log: log, recreate: func(ctx context.Context) jetstream.Consumer {
-		return createConsumer(ctx, js, log, spec, spec.consumerConfig())
-	}}
 	c.pull(ctx, cons)
 	return nil
 }
@@ -566,7 +574,10 @@ func (c *consumer) process(ctx context.Context, msgs []jetstream.Msg) bool {
 }
 
 // apply runs the handler; messages it names poisoned are dead-lettered and
-// the rest applied again. It returns the messages left to acknowledge.
+// the rest applied again. It returns the messages left to settle: all but
+// those dead-lettered (acknowledged), on an error too. When a dead letter
+// was refused it returned the whole batch, and the poisoned messages
+// dead-lettered before it were handled and dead-lettered again.
 func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream.Msg, error) {
 	for len(msgs) > 0 {
 		err := c.handle(ctx, msgs)
@@ -575,14 +586,14 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 			return msgs, err
 		}
 		rest := make([]jetstream.Msg, 0, len(msgs))
-		for _, m := range msgs {
+		for i, m := range msgs {
 			cause, bad := pe.ByID[MsgID(m)]
 			if !bad {
 				rest = append(rest, m)
 				continue
 			}
 			if err := c.deadLetter(ctx, m, cause); err != nil {
-				return msgs, err
+				return append(rest, msgs[i:]...), err
 			}
 		}
 		if len(rest) == len(msgs) {
@@ -595,7 +606,8 @@ func (c *consumer) apply(ctx context.Context, msgs []jetstream.Msg) ([]jetstream
 
 // handle runs the handler on msgs, reporting them in progress to JetStream
 // every AckWait/4 until it returns, so they are not redelivered to another
-// consumer meanwhile; the call's context ends after HandleWithin.
+// consumer meanwhile; the call's context ends after HandleWithin. It is also
+// the handler a dead letter's replay runs through.
 func (c *consumer) handle(ctx context.Context, msgs []jetstream.Msg) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, c.spec.HandleWithin,
 		fmt.Errorf("%w: handler of %s ran %s", errHandlerStuck, c.spec.Durable, c.spec.HandleWithin))
