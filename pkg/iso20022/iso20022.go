@@ -199,15 +199,26 @@ func parseDate(path, s string) (time.Time, error) {
 	return t, nil
 }
 
-// parseDateTime reads an ISODateTime: with a zone, or without (read as UTC).
+// parseDateTime is ParseDateTime, malformed naming path.
 func parseDateTime(path, s string) (time.Time, error) {
+	t, ok := ParseDateTime(s)
+	if !ok {
+		return time.Time{}, malformed(path, "want an ISO date-time, got %q", clip(strings.TrimSpace(s)))
+	}
+	return t, nil
+}
+
+// ParseDateTime reads an ISODateTime (surrounding space aside): with its
+// offset (Z, +08:00), or without one, which ISO 20022 allows (the
+// sender's local time, its zone unsaid) and which is read as UTC.
+func ParseDateTime(s string) (time.Time, bool) {
 	s = strings.TrimSpace(s)
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999"} {
 		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
+			return t, true
 		}
 	}
-	return time.Time{}, malformed(path, "want an ISO date-time, got %q", clip(s))
+	return time.Time{}, false
 }
 
 func clip(s string) string { return apperr.Clip(s, 67) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/money"
 )
 
@@ -38,7 +39,8 @@ type BankStatement struct {
 	Format   string
 	Date     time.Time // the closing balance's date (00:00 UTC)
 	// ClosingAt is the instant the closing balance holds at: the end of Date
-	// (UTC), or the closing balance's date-time when the bank gives one.
+	// (UTC), or the closing balance's date-time when the bank gives one (one
+	// without its offset read as UTC, iso20022.ParseDateTime).
 	ClosingAt time.Time
 	Opening   decimal.Decimal // signed: + is money held
 	Closing   decimal.Decimal
@@ -157,9 +159,9 @@ func parseDate(s string) (time.Time, error) {
 	if d, err := time.Parse(time.DateOnly, s); err == nil {
 		return d, nil
 	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("date %q: want YYYY-MM-DD", s)
+	t, ok := iso20022.ParseDateTime(s) // its date where it was written
+	if !ok {
+		return time.Time{}, fmt.Errorf("date %q: want YYYY-MM-DD or an ISO date-time", s)
 	}
 	y, m, d := t.Date()
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC), nil

@@ -86,6 +86,45 @@ func TestParseCamt053(t *testing.T) {
 	}
 }
 
+// An ISODateTime may come without its offset (2026-11-30T10:15:00): read
+// as UTC, as pkg/iso20022 reads one. Such a booking date or closing
+// date-time refused the whole statement ("want YYYY-MM-DD").
+func TestParseCamt053DateTimeWithoutOffset(t *testing.T) {
+	b, err := os.ReadFile("testdata/camt053_cny.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		booked  = "<BookgDt><Dt>2026-11-30</Dt></BookgDt>\n        <AcctSvcrRef>BANK-771"
+		closing = "<Amt Ccy=\"CNY\">1150.50</Amt><CdtDbtInd>CRDT</CdtDbtInd>\n        <Dt><Dt>2026-11-30</Dt></Dt>"
+	)
+	for _, tc := range []struct {
+		name, old, new string
+		closingAt      time.Time
+	}{
+		{"entry", booked, strings.Replace(booked, "<Dt>2026-11-30</Dt>", "<DtTm>2026-11-30T10:15:00</DtTm>", 1),
+			time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{"closing balance", closing, strings.Replace(closing, "<Dt><Dt>2026-11-30</Dt></Dt>", "<Dt><DtTm>2026-11-30T23:59:59</DtTm></Dt>", 1),
+			time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)},
+		{"closing balance, fraction", closing, strings.Replace(closing, "<Dt><Dt>2026-11-30</Dt></Dt>", "<Dt><DtTm>2026-11-30T23:59:59.5</DtTm></Dt>", 1),
+			time.Date(2026, 11, 30, 23, 59, 59, 5e8, time.UTC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			give := strings.Replace(string(b), tc.old, tc.new, 1)
+			if give == string(b) {
+				t.Fatal("the edit changed nothing")
+			}
+			st, err := domain.ParseStatement(domain.StatementCamt053, "", "", money.MustLookup("CNY"), []byte(give))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.ClosingAt.Equal(tc.closingAt) || st.Date.Format(time.DateOnly) != "2026-11-30" || len(st.Lines) != 2 {
+				t.Fatalf("closing at %s, date %s, %d lines; want %s, 2026-11-30, 2", st.ClosingAt, st.Date, len(st.Lines), tc.closingAt)
+			}
+		})
+	}
+}
+
 func TestParseCamt053NamesTheBadElement(t *testing.T) {
 	b, err := os.ReadFile("testdata/camt053_cny.xml")
 	if err != nil {

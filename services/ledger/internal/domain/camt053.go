@@ -11,6 +11,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/pkg/money"
 )
 
@@ -310,9 +311,9 @@ func (r *camtReader) finish() (*BankStatement, error) {
 		return nil, stmtErr("Stmt/Bal[CLBD]", "closing balance %s, but the opening balance %s and the booked entries make %s", st.Closing, st.Opening, bal)
 	}
 	if dt := strings.TrimSpace(r.closingDt.DtTm); dt != "" {
-		t, err := time.Parse(time.RFC3339, dt)
-		if err != nil {
-			return nil, stmtErr("Stmt/Bal[CLBD]/Dt/DtTm", "%q: want an RFC 3339 date-time with its offset", dt)
+		t, ok := iso20022.ParseDateTime(dt)
+		if !ok {
+			return nil, stmtErr("Stmt/Bal[CLBD]/Dt/DtTm", "%q: want an ISO date-time (with its offset, or read as UTC)", dt)
 		}
 		st.ClosingAt = t.UTC()
 		y, m, d := st.ClosingAt.Date()

@@ -72,6 +72,12 @@ func (t Timing) WithDefaults() Timing {
 type Input struct {
 	PayoutID string
 	Timing   Timing
+	// PaidAt is when an earlier run of the workflow saw the payout paid,
+	// carried across continue-as-new: the return window runs from it. A
+	// run that started the window again at its own start, with polls close
+	// enough together to reach historyLengthMax within the window
+	// (PollMax under about 5 minutes for 72 h), never ended.
+	PaidAt time.Time `json:",omitzero"`
 }
 
 // Activity retries: the ledger, the rail and the database may
@@ -117,7 +123,7 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 		waitWake(ctx, wake, t.GateRecheck)
 	}
 	delay := t.PollFirst
-	var paidAt time.Time
+	paidAt := in.PaidAt // zero in every history before it was carried: replays as it ran
 	for domain.Submitted(status) && status != domain.StatusReturned {
 		if status == domain.StatusPaid {
 			if paidAt.IsZero() {
@@ -128,6 +134,7 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 			}
 		}
 		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLengthMax {
+			in.PaidAt = paidAt
 			return "", workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
 		waitWake(ctx, wake, delay)

@@ -123,3 +123,36 @@ func TestWorkflowPaths(t *testing.T) {
 		})
 	}
 }
+
+// A run continued as new after the payout was paid watches for a return
+// until the window that opened when it was paid closes, not a window of
+// its own (TestReturnWindowHoldsAcrossContinueAsNew runs the whole chain
+// on a real server).
+func TestContinuedRunKeepsTheReturnWindow(t *testing.T) {
+	timing := Timing{PollFirst: time.Second, PollMax: time.Minute, ReturnWindow: 72 * time.Hour}
+	for _, tt := range []struct {
+		name      string
+		paidAgo   time.Duration
+		want      time.Duration // at most, of workflow time
+		wantCalls int           // Follow
+	}{
+		{"window open an hour more", 71 * time.Hour, time.Hour + time.Minute, 66},
+		{"window closed", 73 * time.Hour, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestWorkflowEnvironment()
+			env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
+			sc := script{prepare: []string{domain.StatusPaid}, follow: []string{domain.StatusPaid}, calls: map[string]int{}}
+			sc.register(env)
+			start := env.Now()
+			env.ExecuteWorkflow(Workflow, Input{PayoutID: "po-1", Timing: timing, PaidAt: start.Add(-tt.paidAgo)})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			if took := env.Now().Sub(start); took > tt.want || sc.calls[ActFollow] > tt.wantCalls {
+				t.Errorf("followed the paid payout %s (%d polls), want at most %s (%d)", took, sc.calls[ActFollow], tt.want, tt.wantCalls)
+			}
+		})
+	}
+}

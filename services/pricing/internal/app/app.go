@@ -94,9 +94,11 @@ func (a *App) Book(ctx context.Context) (*domain.Book, error) {
 // One it cannot read is set aside alone, holding its place in the book so
 // the usage it would price waits as pending: one such card failed the whole
 // book, and with it every rating, quote and invoice, in every currency.
+// It is in force from its column's effective_from, the one listed: a
+// body stored at nanoseconds priced from them.
 func (a *App) cardFromRow(r domain.StoredCard) *domain.Card {
 	in := r.Body
-	in.ID = r.ID
+	in.ID, in.EffectiveFrom = r.ID, r.EffectiveFrom
 	c, vs := domain.LoadCard(in)
 	if len(vs) > 0 {
 		a.log().Error("stored rate card cannot be read; usage it would price waits as pending until a card replaces it",

@@ -50,7 +50,7 @@ func (a *App) CreateRateCard(ctx context.Context, in domain.CardInput) (domain.S
 	if err := invalid(vs); err != nil {
 		return domain.StoredCard{}, err
 	}
-	in.Currency = card.Currency.Code
+	in.Currency, in.EffectiveFrom = card.Currency.Code, card.EffectiveFrom // microseconds, as answered
 	if id == "" {
 		var err error
 		if id, err = bodyID(in); err != nil {

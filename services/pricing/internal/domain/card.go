@@ -170,10 +170,15 @@ func SetAside(s StoredCard, why string) *Card {
 		Input: s.Body, prices: map[priceKey]decimal.Decimal{}, folded: map[priceKey]decimal.Decimal{}, Unreadable: why}
 }
 
-// parseCard is ParseCard, or LoadCard when stored.
+// parseCard is ParseCard, or LoadCard when stored. A card's effective_from
+// is in microseconds, as stored, listed and answered: one sent at
+// nanoseconds priced from them, and a correction at the effective_from
+// answered (a later seq wins a tie) never took over from the card it
+// listed as replaced.
 func parseCard(in CardInput, stored bool) (*Card, []Violation) {
 	var vs violations
-	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom.UTC(), Input: in, prices: map[priceKey]decimal.Decimal{},
+	in.EffectiveFrom = in.EffectiveFrom.UTC().Truncate(time.Microsecond)
+	c := &Card{ID: in.ID, EffectiveFrom: in.EffectiveFrom, Input: in, prices: map[priceKey]decimal.Decimal{},
 		folded: map[priceKey]decimal.Decimal{}}
 	cur, err := money.Lookup(in.Currency)
 	if err != nil {
@@ -478,9 +483,11 @@ func (b *Book) For(currency string, start time.Time) (*Card, bool) {
 }
 
 // SameBody reports whether two card inputs are the same card (ids aside):
-// a create repeating a stored card's body is a replay.
+// a create repeating a stored card's body is a replay. effective_from is
+// compared in microseconds (parseCard): a body stored before at
+// nanoseconds is the card posted again.
 func (in CardInput) SameBody(o CardInput) bool {
-	return in.Currency == o.Currency && in.EffectiveFrom.Equal(o.EffectiveFrom) &&
+	return in.Currency == o.Currency && in.EffectiveFrom.Truncate(time.Microsecond).Equal(o.EffectiveFrom.Truncate(time.Microsecond)) &&
 		slices.Equal(in.Prices, o.Prices) && slices.Equal(in.Bands, o.Bands) && slices.Equal(in.Tiers, o.Tiers) &&
 		(in.PUE == nil) == (o.PUE == nil) && (in.PUE == nil || *in.PUE == *o.PUE)
 }

@@ -25,6 +25,8 @@ func TestCardInputSameBody(t *testing.T) {
 		{"same instant in another zone", func(c *CardInput) { c.EffectiveFrom = c.EffectiveFrom.In(time.FixedZone("CST", 8*3600)) }, true},
 		{"currency", func(c *CardInput) { c.Currency = "USD" }, false},
 		{"effective_from", func(c *CardInput) { c.EffectiveFrom = c.EffectiveFrom.Add(time.Second) }, false},
+		{"effective_from a microsecond later", func(c *CardInput) { c.EffectiveFrom = c.EffectiveFrom.Add(time.Microsecond) }, false},
+		{"effective_from nanoseconds later (microseconds kept)", func(c *CardInput) { c.EffectiveFrom = c.EffectiveFrom.Add(999) }, true},
 		{"price", func(c *CardInput) { c.Prices[0].Hourly = "3.00" }, false},
 		{"one more price", func(c *CardInput) { c.Prices = append(c.Prices, PriceInput{Model: "H100", Hourly: "9"}) }, false},
 		{"band", func(c *CardInput) { c.Bands[0].TimeZone = "UTC" }, false},
