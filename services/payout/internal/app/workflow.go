@@ -36,6 +36,9 @@ type Timing struct {
 	// ActivityTimeout bounds one activity attempt: an attempt on a worker
 	// that died is retried elsewhere after it.
 	ActivityTimeout time.Duration
+	// HistoryMax: a run continues as new once its history is longer
+	// (historyLengthMax; a test's shorter one reaches it in seconds).
+	HistoryMax int `json:",omitzero"`
 }
 
 // Timing defaults: a signal (KYC set, rail callback) usually wakes the
@@ -64,6 +67,9 @@ func (t Timing) WithDefaults() Timing {
 	}
 	if t.ActivityTimeout <= 0 {
 		t.ActivityTimeout = ActivityTimeoutDefault
+	}
+	if t.HistoryMax <= 0 {
+		t.HistoryMax = historyLengthMax
 	}
 	return t
 }
@@ -117,7 +123,7 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 		if status != domain.StatusActionRequired {
 			break
 		}
-		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLengthMax {
+		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > t.HistoryMax {
 			return "", workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
 		waitWake(ctx, wake, t.GateRecheck)
@@ -133,7 +139,7 @@ func Workflow(ctx workflow.Context, in Input) (string, error) {
 				break
 			}
 		}
-		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > historyLengthMax {
+		if workflow.GetInfo(ctx).GetCurrentHistoryLength() > t.HistoryMax {
 			in.PaidAt = paidAt
 			return "", workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
