@@ -633,3 +633,25 @@ func readChartValues(t *testing.T) chartValues {
 	}
 	return v
 }
+
+// TestLedgerImageUpgradesAlone: README's "Upgrading" rolls the ledger out
+// before the other services. With one image tag for every service a `helm
+// upgrade` rolls them all at once and that order cannot be kept: a service's
+// own `image.tag` overrides the chart's, so the ledger's tag can move first.
+func TestLedgerImageUpgradesAlone(t *testing.T) {
+	pods := workloads(t, renderChart(t, offlineChart(t), "--set", "image.tag=0.1.0", "--set", "services.ledger.image.tag=0.2.0"))
+	for _, name := range processes {
+		pod, ok := pods["Deployment/"+name]
+		if !ok || len(pod.Containers) == 0 {
+			t.Errorf("no Deployment/%s rendered", name)
+			continue
+		}
+		want := "gpubill/" + name + ":0.1.0"
+		if name == "ledger" {
+			want = "gpubill/ledger:0.2.0"
+		}
+		if got := pod.Containers[0].Image; got != want {
+			t.Errorf("Deployment/%s image %q, want %q", name, got, want)
+		}
+	}
+}
