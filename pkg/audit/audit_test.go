@@ -337,6 +337,13 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 			"oUpF8uMuAJO_M2pxb1Q9zNjWeS6o", "wechat_openid", "****eS6o"},
 		{"bank", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "6222020200112233445", BankCode: "ICBC"},
 			"6222020200112233445", "account_number", "****3445"},
+		// The payout service stores an account number without the spaces
+		// people type, in upper case (domain.Method.Normalized), and shows
+		// it masked from that: its last four characters were " 445".
+		{"bank typed with spaces", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "6222 0202 0011 2233 445", BankCode: "ICBC"},
+			"6222 0202 0011 2233 445", "account_number", "****3445"},
+		{"IBAN typed in lower case", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "mt84 malt 0110 0001 2345 mtlc ast0 01s", BankCode: "MALTMTMT"},
+			"mt84 malt 0110 0001 2345 mtlc ast0 01s", "account_number", "****001S"},
 		{"short", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: "1380"},
 			"1380", "alipay_id", "****"},
 		{"padded", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: " 13800138000 "},
@@ -376,6 +383,9 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 			for _, id := range rec.ResourceIds {
 				if strings.Contains(id, tt.clear) {
 					t.Errorf("%s, %s: resource id %q holds the identifier in clear", tt.name, answer, id)
+				}
+				if strings.HasPrefix(id, tt.field+"=") && id != tt.field+"="+tt.wantMasked {
+					t.Errorf("%s, %s: resource id %q, want it shown as the payout service shows it, %s", tt.name, answer, id, tt.wantMasked)
 				}
 			}
 			want := []string{"provider_id=p-001", tt.field + "=" + tt.wantMasked}
