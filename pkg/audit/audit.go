@@ -479,6 +479,20 @@ func maskValue(field, s string) string {
 	return s
 }
 
+// MaskResourceID is a "field=value" resource id as a record of this version
+// keeps it: a payout account identifier's value masked (maskValue), any
+// other id unchanged. A value already masked stays as it is ("****8000"),
+// so a consumer may apply it to records of any version: the ledger does,
+// to those of a payout replica of an earlier version, still serving in a
+// rolling upgrade, which kept identifiers in clear.
+func MaskResourceID(id string) string {
+	field, value, ok := strings.Cut(id, "=")
+	if !ok || maskedFields[field] == nil {
+		return id
+	}
+	return field + "=" + maskValue(field, value)
+}
+
 // accountNumber is an account number as the payout service stores it:
 // without white space, in upper case. (Payout refuses one holding white
 // space other than spaces; its record drops that too.)

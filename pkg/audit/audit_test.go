@@ -400,3 +400,52 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 		}
 	}
 }
+
+// MaskResourceID masks a payout account identifier recorded in clear (by a
+// payout replica of an earlier version) as this version records it, and
+// leaves one already masked, or any other id, as it is: applied again, it
+// changes nothing.
+func TestMaskResourceID(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ give, want string }{
+		{"alipay_id=13800138000", "alipay_id=****8000"},
+		{"alipay_id=****8000", "alipay_id=****8000"},
+		{"alipay_id= 13800138000 ", "alipay_id=****8000"},
+		{"alipay_id=1380", "alipay_id=****"},
+		{"alipay_id=****", "alipay_id=****"},
+		{"alipay_id=", "alipay_id="},
+		{"wechat_openid=oUpF8uMuAJO_M2pxb1Q9zNjWeS6o", "wechat_openid=****eS6o"},
+		{"account_number=6222 0202 0011 2233 445", "account_number=****3445"},
+		{"account_number=**** 445", "account_number=*****445"}, // as an earlier version masked the one above
+		{"account_number=mt84malt011000012345mtlcast001s", "account_number=****001S"},
+		{"provider_id=13800138000", "provider_id=13800138000"},
+		{"idempotency_key=alipay_id=13800138000", "idempotency_key=alipay_id=13800138000"},
+		{"13800138000", "13800138000"},
+	}
+	for _, tt := range tests {
+		got := MaskResourceID(tt.give)
+		if got != tt.want {
+			t.Errorf("MaskResourceID(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+		if again := MaskResourceID(got); again != got {
+			t.Errorf("MaskResourceID(%q) = %q, masked again %q", tt.give, got, again)
+		}
+	}
+}
+
+// FuzzMaskResourceID: masking what is masked changes nothing, and a masked
+// identifier keeps at most its last four characters.
+func FuzzMaskResourceID(f *testing.F) {
+	for _, s := range []string{"alipay_id=13800138000", "account_number=6222 0202 0011 2233 445", "wechat_openid= a b ", "account_number=ß ǅ"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		got := MaskResourceID(id)
+		if again := MaskResourceID(got); again != got {
+			t.Fatalf("MaskResourceID(%q) = %q, masked again %q", id, got, again)
+		}
+		if field, value, _ := strings.Cut(got, "="); maskedFields[field] != nil && utf8.RuneCountInString(value) > 8 {
+			t.Fatalf("MaskResourceID(%q) = %q keeps more than four characters", id, got)
+		}
+	})
+}
