@@ -429,13 +429,8 @@ func resourceIDs(msgs ...any) []string {
 			case len(out) >= resourceIDsMax:
 				return false
 			case fd.IsList() || fd.IsMap():
-			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || maskedFields[string(fd.Name())]):
-				s := v.String()
-				if maskedFields[string(fd.Name())] {
-					// White space trimmed, as the payout service stores
-					// an identifier (domain.Method.Normalized).
-					s = apperr.Mask(strings.TrimSpace(s))
-				}
+			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || maskedFields[string(fd.Name())] != nil):
+				s := maskValue(string(fd.Name()), v.String())
 				// Cut at a character (apperr.Clip): cut inside one, the
 				// record could not be marshalled (proto3 strings are UTF-8),
 				// stayed at the head of the backlog, and every audited
@@ -463,8 +458,47 @@ func resourceIDs(msgs ...any) []string {
 // e-mail, a WeChat openid, a bank account number. The log is append-only and
 // read by finance and auditors, so they are kept masked, as the payout
 // service shows them ("****8000": apperr.Mask), never in clear (alipay_id,
-// an *_id, was kept whole).
-var maskedFields = map[string]bool{"alipay_id": true, "wechat_openid": true, "account_number": true}
+// an *_id, was kept whole). Each is masked as the payout service stores it
+// (domain.Method.Normalized, which pkg may not import): an Alipay id or
+// openid trimmed, an account number without the spaces people type in it,
+// in upper case. Masked as typed, "6222 0202 0011 2233 445" was recorded
+// "**** 445" where payout shows "****3445".
+var maskedFields = map[string]func(string) string{
+	"alipay_id":      strings.TrimSpace,
+	"wechat_openid":  strings.TrimSpace,
+	"account_number": accountNumber,
+}
+
+// maskValue is what a record keeps of a field's value: masked (apperr.Mask)
+// as the payout service stores it for a payout account identifier
+// (maskedFields), as it is for any other field.
+func maskValue(field, s string) string {
+	if normalize := maskedFields[field]; normalize != nil {
+		return apperr.Mask(normalize(s))
+	}
+	return s
+}
+
+// MaskResourceID is a "field=value" resource id as a record of this version
+// keeps it: a payout account identifier's value masked (maskValue), any
+// other id unchanged. A value already masked stays as it is ("****8000"),
+// so a consumer may apply it to records of any version: the ledger does,
+// to those of a payout replica of an earlier version, still serving in a
+// rolling upgrade, which kept identifiers in clear.
+func MaskResourceID(id string) string {
+	field, value, ok := strings.Cut(id, "=")
+	if !ok || maskedFields[field] == nil {
+		return id
+	}
+	return field + "=" + maskValue(field, value)
+}
+
+// accountNumber is an account number as the payout service stores it:
+// without white space, in upper case. (Payout refuses one holding white
+// space other than spaces; its record drops that too.)
+func accountNumber(s string) string {
+	return strings.ToUpper(strings.Join(strings.Fields(s), ""))
+}
 
 func isIDField(name string) bool {
 	switch name {

@@ -337,6 +337,13 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 			"oUpF8uMuAJO_M2pxb1Q9zNjWeS6o", "wechat_openid", "****eS6o"},
 		{"bank", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "6222020200112233445", BankCode: "ICBC"},
 			"6222020200112233445", "account_number", "****3445"},
+		// The payout service stores an account number without the spaces
+		// people type, in upper case (domain.Method.Normalized), and shows
+		// it masked from that: its last four characters were " 445".
+		{"bank typed with spaces", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "6222 0202 0011 2233 445", BankCode: "ICBC"},
+			"6222 0202 0011 2233 445", "account_number", "****3445"},
+		{"IBAN typed in lower case", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "bank", AccountName: "Rig Pay Ltd", AccountNumber: "mt84 malt 0110 0001 2345 mtlc ast0 01s", BankCode: "MALTMTMT"},
+			"mt84 malt 0110 0001 2345 mtlc ast0 01s", "account_number", "****001S"},
 		{"short", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: "1380"},
 			"1380", "alipay_id", "****"},
 		{"padded", &payoutv1.PutPayoutMethodRequest{ProviderId: "p-001", Type: "alipay", AlipayId: " 13800138000 "},
@@ -377,6 +384,9 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 				if strings.Contains(id, tt.clear) {
 					t.Errorf("%s, %s: resource id %q holds the identifier in clear", tt.name, answer, id)
 				}
+				if strings.HasPrefix(id, tt.field+"=") && id != tt.field+"="+tt.wantMasked {
+					t.Errorf("%s, %s: resource id %q, want it shown as the payout service shows it, %s", tt.name, answer, id, tt.wantMasked)
+				}
 			}
 			want := []string{"provider_id=p-001", tt.field + "=" + tt.wantMasked}
 			for _, w := range want {
@@ -389,4 +399,53 @@ func TestPayoutIdentifiersRecordedMasked(t *testing.T) {
 			}
 		}
 	}
+}
+
+// MaskResourceID masks a payout account identifier recorded in clear (by a
+// payout replica of an earlier version) as this version records it, and
+// leaves one already masked, or any other id, as it is: applied again, it
+// changes nothing.
+func TestMaskResourceID(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ give, want string }{
+		{"alipay_id=13800138000", "alipay_id=****8000"},
+		{"alipay_id=****8000", "alipay_id=****8000"},
+		{"alipay_id= 13800138000 ", "alipay_id=****8000"},
+		{"alipay_id=1380", "alipay_id=****"},
+		{"alipay_id=****", "alipay_id=****"},
+		{"alipay_id=", "alipay_id="},
+		{"wechat_openid=oUpF8uMuAJO_M2pxb1Q9zNjWeS6o", "wechat_openid=****eS6o"},
+		{"account_number=6222 0202 0011 2233 445", "account_number=****3445"},
+		{"account_number=**** 445", "account_number=*****445"}, // as an earlier version masked the one above
+		{"account_number=mt84malt011000012345mtlcast001s", "account_number=****001S"},
+		{"provider_id=13800138000", "provider_id=13800138000"},
+		{"idempotency_key=alipay_id=13800138000", "idempotency_key=alipay_id=13800138000"},
+		{"13800138000", "13800138000"},
+	}
+	for _, tt := range tests {
+		got := MaskResourceID(tt.give)
+		if got != tt.want {
+			t.Errorf("MaskResourceID(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+		if again := MaskResourceID(got); again != got {
+			t.Errorf("MaskResourceID(%q) = %q, masked again %q", tt.give, got, again)
+		}
+	}
+}
+
+// FuzzMaskResourceID: masking what is masked changes nothing, and a masked
+// identifier keeps at most its last four characters.
+func FuzzMaskResourceID(f *testing.F) {
+	for _, s := range []string{"alipay_id=13800138000", "account_number=6222 0202 0011 2233 445", "wechat_openid= a b ", "account_number=ß ǅ"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		got := MaskResourceID(id)
+		if again := MaskResourceID(got); again != got {
+			t.Fatalf("MaskResourceID(%q) = %q, masked again %q", id, got, again)
+		}
+		if field, value, _ := strings.Cut(got, "="); maskedFields[field] != nil && utf8.RuneCountInString(value) > 8 {
+			t.Fatalf("MaskResourceID(%q) = %q keeps more than four characters", id, got)
+		}
+	})
 }

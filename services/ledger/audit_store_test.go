@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -150,6 +152,60 @@ func TestAuditMethodFilterIsExact(t *testing.T) {
 		got, _, err := f.app.ListAuditEvents(f.ctx, app.AuditFilter{Method: method, Limit: 10}, "")
 		if err != nil || len(got) != want {
 			t.Errorf("method %q: %d events, %v; want %d", method, len(got), err, want)
+		}
+	}
+}
+
+// A payout replica of an earlier version, still serving during a rolling
+// upgrade (the ledger goes first), records a provider's payout account
+// identifiers in clear; the ledger's consumer stores them masked, as the
+// payout service shows them (audit.MaskResourceID), so finance and auditors
+// never read a phone number from the append-only log. A value already
+// masked stays as it came; other ids are untouched.
+func TestAuditConsumerMasksPayoutIdentifiers(t *testing.T) {
+	t.Parallel()
+	js := testkit.NewJetStream(t)
+	f := newFixture(t, js)
+	f.runService(t)
+	at := timestamppb.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	tests := []struct {
+		give []string
+		want []string
+	}{
+		{[]string{"provider_id=p-001", "alipay_id=13800138000"}, []string{"provider_id=p-001", "alipay_id=****8000"}},
+		{[]string{"provider_id=p-001", "alipay_id=****8000"}, []string{"provider_id=p-001", "alipay_id=****8000"}},
+		{[]string{"wechat_openid=oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}, []string{"wechat_openid=****eS6o"}},
+		{[]string{"account_number=6222 0202 0011 2233 445", "idempotency_key=k-13800138000"},
+			[]string{"account_number=****3445", "idempotency_key=k-13800138000"}},
+		{[]string{"alipay_id=1380"}, []string{"alipay_id=****"}},
+	}
+	for i, tt := range tests {
+		b, err := proto.Marshal(&eventsv1.AuditRecorded{EventId: fmt.Sprintf("m-%d", i), At: at, Service: "payout",
+			Method: payoutv1.PayoutService_PutPayoutMethod_FullMethodName, Actor: "p-001", Role: "provider", ResourceIds: tt.give, Code: "OK"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nm := nats.NewMsg("audit.recorded.payout")
+		nm.Data = b
+		nm.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("audit-m-%d", i))
+		if _, err := js.JS.PublishMsg(f.ctx, nm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `select count(*) from ledger.audit_events`) == len(tests)
+	}, "every record stored")
+	got, _, err := f.app.ListAuditEvents(f.ctx, app.AuditFilter{Method: "PutPayoutMethod", Limit: 10}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string][]string{}
+	for _, e := range got {
+		byID[e.EventID] = e.ResourceIDs
+	}
+	for i, tt := range tests {
+		if id := fmt.Sprintf("m-%d", i); !slices.Equal(byID[id], tt.want) {
+			t.Errorf("%s: resource ids %q, want %q", id, byID[id], tt.want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/natsx"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
@@ -57,7 +58,8 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 			}
 			for _, e := range recs {
 				evs = append(evs, domain.AuditEvent{EventID: e.EventId, At: e.At.AsTime(), Service: e.Service, Method: e.Method,
-					Actor: e.Actor, Role: e.Role, ResourceIDs: e.ResourceIds, RequestID: e.RequestId, Code: e.Code, ClientAddr: e.ClientAddr})
+					Actor: e.Actor, Role: e.Role, ResourceIDs: maskResourceIDs(e.ResourceIds), RequestID: e.RequestId, Code: e.Code,
+					ClientAddr: e.ClientAddr})
 			}
 		}
 		if poison != nil {
@@ -65,6 +67,20 @@ func ConsumeAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 		}
 		return a.RecordAuditEvents(ctx, evs)
 	})
+}
+
+// maskResourceIDs masks the payout account identifiers among a record's
+// resource ids (audit.MaskResourceID). A service records them masked, but
+// a payout replica of an earlier version, still serving in a rolling
+// upgrade (the ledger goes first), sends them in clear, and the audit log
+// is append-only and read by finance and auditors: an Alipay phone number
+// stored whole stayed readable there for good.
+func maskResourceIDs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = audit.MaskResourceID(id)
+	}
+	return out
 }
 
 // decodeAudit reads an audit.recorded.* message: one AuditRecorded, or an

@@ -17,6 +17,13 @@ import (
 // quoteHoursMax bounds a quote's duration (a month of GPU time).
 const quoteHoursMax = 24 * 31
 
+// quoteEventMax is the longest usage event metering records (its
+// EventDurationMax): usage of a quote's length reaches rating as events of
+// at most this, each priced by a card only within domain.EventAmountMax
+// (priceable). A quote's month at the most a card within today's bounds
+// charges is above EventAmountMax, and its usage is charged.
+const quoteEventMax = 24 * time.Hour
+
 // QuoteInput asks what some GPU time would cost and earn.
 type QuoteInput struct {
 	Currency, GPUModel, Region string
@@ -88,6 +95,15 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	}
 	if _, ok := card.Price(in.GPUModel, in.Region); !ok {
 		return QuoteResult{}, apperr.Invalid("gpu_model", "rate card %s has no price for %s", card.ID, in.GPUModel)
+	}
+	// As rating does (priceable): a card stored before today's price bounds
+	// may charge an event more than EventAmountMax, and its usage waits. Its
+	// quote's gross (an hourly "1e20": 10^20) went to the tax service, and
+	// the client got tax's 400 on a gross it never sent.
+	if event := min(q.usage.End.Sub(q.usage.Start), quoteEventMax); !card.WithinEventMax(in.GPUModel, in.Region, q.usage.GPUCount, event) {
+		return QuoteResult{}, fmt.Errorf("rate card %s in force at %s may charge this usage (%d × %s for %s) more than %s %s, the most one event "+
+			"is charged: usage it would price waits for a card that replaces it: %w", card.ID, q.usage.Start.Format(time.RFC3339),
+			q.usage.GPUCount, in.GPUModel, event, domain.EventAmountMax, q.cur.Code, apperr.ErrPrecondition)
 	}
 	out := QuoteResult{Currency: q.cur.Code, RateCardID: card.ID}
 	total, err := priceQuote(card, q.usage, &out)
