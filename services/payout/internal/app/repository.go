@@ -18,6 +18,12 @@ type PayoutsPosition struct {
 	ID        string
 }
 
+// PayoutAttempt is one attempt of a payout (its first, or a retry).
+type PayoutAttempt struct {
+	ID      string
+	Attempt int
+}
+
 // Store is payout's persistence as the use cases and the ports need it
 // (adapters.Store implements it on Postgres).
 type Store interface {
@@ -49,8 +55,12 @@ type Store interface {
 
 	WaitingIDs(ctx context.Context, provider string) ([]string, error)
 	WaitingForAvailable(ctx context.Context, provider string) ([]string, error)
-	Unstarted(ctx context.Context) ([]string, error)
-	SetWorkflowStarted(ctx context.Context, ids []string) error
+	// Unstarted lists payouts whose current attempt has no workflow yet,
+	// with that attempt; SetWorkflowStarted marks started only the
+	// attempts given, where still unstarted: a retry committed since the
+	// read is a new attempt and keeps waiting for its own workflow.
+	Unstarted(ctx context.Context) ([]PayoutAttempt, error)
+	SetWorkflowStarted(ctx context.Context, started []PayoutAttempt) error
 
 	Settings(ctx context.Context) (map[string]string, error)
 	PutSettings(ctx context.Context, changes map[string]string, actor, reason string, at time.Time) ([]domain.SettingChange, error)

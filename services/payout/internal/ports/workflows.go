@@ -60,20 +60,23 @@ func (w *Workflows) Run(ctx context.Context) error {
 
 func (w *Workflows) startAll(ctx context.Context) error {
 	for {
-		ids, err := w.Store.Unstarted(ctx)
-		if err != nil || len(ids) == 0 {
+		unstarted, err := w.Store.Unstarted(ctx)
+		if err != nil || len(unstarted) == 0 {
 			return err
 		}
-		started := make([]string, 0, len(ids))
+		started := make([]app.PayoutAttempt, 0, len(unstarted))
 		var firstErr error
-		for _, id := range ids {
-			err := w.start(ctx, id)
+		for _, a := range unstarted {
+			err := w.start(ctx, a)
 			if err == nil {
-				started = append(started, id)
+				started = append(started, a)
 			} else if firstErr == nil {
 				firstErr = err
 			}
 		}
+		// The attempts read, not their payouts: a payout retried since
+		// (another replica started its attempt, which failed, and finance
+		// retried it) stays unstarted for the next pass.
 		if err := w.Store.SetWorkflowStarted(ctx, started); err != nil {
 			return err
 		}
@@ -83,24 +86,19 @@ func (w *Workflows) startAll(ctx context.Context) error {
 	}
 }
 
-// start starts payout-{id}. A run already going counts as started for a
-// first attempt; for a retry the previous run is finishing, so try again.
-// The SDK answers a running workflow's handle without an error unless told
-// otherwise, which would mark a retry started while only its previous run
-// was: it would then stay created for ever.
-func (w *Workflows) start(ctx context.Context, id string) error {
-	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowIDOn(w.Queue, id), TaskQueue: w.Queue,
+// start starts payout-{id} for attempt a. A run already going counts as
+// started for a first attempt (if a retry came since, the mark of attempt
+// 1 does not cover it); for a retry the previous run is finishing, so try
+// again. The SDK answers a running workflow's handle without an
+// error unless told otherwise, which would mark a retry started while only
+// its previous run was: it would then stay created for ever.
+func (w *Workflows) start(ctx context.Context, a app.PayoutAttempt) error {
+	_, err := w.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: domain.WorkflowIDOn(w.Queue, a.ID), TaskQueue: w.Queue,
 		WorkflowExecutionErrorWhenAlreadyStarted: true},
-		app.WorkflowName, app.Input{PayoutID: id, Timing: w.Timing})
+		app.WorkflowName, app.Input{PayoutID: a.ID, Timing: w.Timing})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &already) {
-		p, gerr := w.Store.GetPayout(ctx, id)
-		if gerr != nil {
-			return gerr
-		}
-		if p.Attempt <= 1 {
-			return nil
-		}
+	if errors.As(err, &already) && a.Attempt <= 1 {
+		return nil
 	}
 	return err
 }

@@ -356,19 +356,33 @@ func (s *Store) Gate(ctx context.Context, tx pgx.Tx, p domain.Payout, min domain
 	return status, reason, method, nil
 }
 
-// SetWorkflowStarted marks payouts whose workflow runs.
-func (s *Store) SetWorkflowStarted(ctx context.Context, ids []string) error {
-	_, err := s.Pool.Exec(ctx, `update payout.payouts set workflow_started = true where payout_id = any($1)`, ids)
+// SetWorkflowStarted marks the attempts whose workflow runs. Only those
+// attempts: the starter marks a batch after starting all of it, by when a
+// payout it read may have failed and been retried (ResetWorkflow); marking
+// it by id alone left the retry without a workflow, created for ever.
+func (s *Store) SetWorkflowStarted(ctx context.Context, started []app.PayoutAttempt) error {
+	ids, attempts := make([]string, len(started)), make([]int, len(started))
+	for i, a := range started {
+		ids[i], attempts[i] = a.ID, a.Attempt
+	}
+	_, err := s.Pool.Exec(ctx, `update payout.payouts p set workflow_started = true
+		from unnest($1::text[], $2::int[]) as a(payout_id, attempt)
+		where p.payout_id = a.payout_id and p.attempt = a.attempt and not p.workflow_started`, ids, attempts)
 	return err
 }
 
-// Unstarted lists payouts whose workflow is not started yet, oldest first.
-func (s *Store) Unstarted(ctx context.Context) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `select payout_id from payout.payouts where not workflow_started order by created_at limit $1`, unstartedBatchMax)
+// Unstarted lists payouts whose workflow is not started yet, oldest first,
+// with the attempt that waits for it.
+func (s *Store) Unstarted(ctx context.Context) ([]app.PayoutAttempt, error) {
+	rows, err := s.Pool.Query(ctx, `select payout_id, attempt from payout.payouts where not workflow_started order by created_at limit $1`,
+		unstartedBatchMax)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.PayoutAttempt, error) {
+		var a app.PayoutAttempt
+		return a, r.Scan(&a.ID, &a.Attempt)
+	})
 }
 
 // WaitingIDs lists a provider's payouts not yet submitted (their workflows
