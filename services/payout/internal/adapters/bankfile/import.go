@@ -542,6 +542,17 @@ func decide(from, to string, bulk bool) string {
 		}
 		from = stateBatched
 	}
+	if from == stateReview {
+		// Held for finance's review, the bank has it: a report that
+		// settles it (booked, rejected, returned) applies as to a batched
+		// one; a status short of that leaves it with finance.
+		switch to {
+		case stateBooked, stateRejected, stateReturned:
+			from = stateBatched
+		default:
+			return app.EntryUnchanged
+		}
+	}
 	if from == to {
 		return app.EntryUnchanged
 	}
@@ -599,6 +610,16 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 	e.PayoutRef = ref
 	if a.amount != nil && !amountEqual(*a.amount, a.currency, amt, ccy) {
 		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
+		// Queued, it was sent in a file after a restore's point and made
+		// again with another net (usage after the point not sent again):
+		// left queued, the release sent it a second time.
+		moved, err := r.toReview(ctx, tx, ref, app.ReviewAmountMismatch, a.element+" "+a.bankStatus+": "+e.Note)
+		if err != nil {
+			return e, false, err
+		}
+		if moved {
+			e.Note += "; " + reviewNote(state, a.e2e, "the bank has it at another amount")
+		}
 		return e, false, nil
 	}
 	to := a.to
@@ -618,6 +639,9 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		if e.Note == "" {
 			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, to)
 		}
+		if state == stateReview && e.Outcome == app.EntryUnchanged {
+			e.Note += " (held for finance's review until booked, rejected or returned, or resolved)"
+		}
 		return e, false, nil
 	}
 	code, msg := "", ""
@@ -628,6 +652,11 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 			failure_code = case when $4 = '' then failure_code else $4 end, failure_message = case when $5 = '' then failure_message else $5 end,
 			updated_at = $6 where reference = $1`, ref, to, a.reason, code, msg, r.Clock.Now()); err != nil {
 		return e, false, err
+	}
+	if state == stateReview {
+		if err := r.closeReviewByBank(ctx, tx, ref, a.element+" "+a.bankStatus+": "+state+" → "+to); err != nil {
+			return e, false, err
+		}
 	}
 	e.Note = state + " → " + to
 	return e, true, nil

@@ -40,6 +40,12 @@ const (
 	stateBooked   = "booked"   // debited from the client account (camt.054 BOOK)
 	stateRejected = "rejected" // refused (pain.002 RJCT), or refused by the rail itself
 	stateReturned = "returned" // booked, then came back (camt.054 with RtrInf)
+	// The bank has it, or may have it, under terms the rail cannot apply
+	// (after a restore: at another amount, a copy refused as a duplicate,
+	// in a batch lost with the disaster): never cut into a batch, until
+	// finance resolves it (review.go) or the bank books, rejects or
+	// returns it.
+	stateReview = "review"
 )
 
 // Config is the bank-file rail's settings.
@@ -238,7 +244,7 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	case stateQueued:
 		st.State = app.RailAccepted
 		st.ExpectedArrival = r.executionDate(r.LastCutoff(queued).AddDate(0, 0, 1))
-	case stateBatched:
+	case stateBatched, stateReview:
 		st.State = app.RailAccepted
 	case stateAccepted:
 		st.State = app.RailInTransit

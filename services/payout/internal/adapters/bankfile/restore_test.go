@@ -305,3 +305,54 @@ func TestReportImportedWhileItsTransferIsQueued(t *testing.T) {
 		t.Errorf("transfers the bank booked left unbooked (%d of %d): %v", len(queued), transfers, queued)
 	}
 }
+
+// A payout made again after a restore with another net (usage after the
+// point not sent again) queues its transfer under the EndToEndId the bank
+// was sent in a file after the point, at the old net. The bank's booking
+// of it is an amount_mismatch, not applied: the transfer stayed queued,
+// and the release sent it again (paid twice, the second time at the new
+// net). It leaves the queue for finance's review, whether the booking is
+// imported after the transfer is queued or before (kept and read again).
+func TestAmountMismatchOfAQueuedTransferGoesToReview(t *testing.T) {
+	t.Parallel()
+	for _, order := range []string{"queued-then-imported", "imported-then-queued"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+			fb, file := f.sendDay1(t)
+			// Restored to a point before the payout existed: its transfer is gone.
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+				t.Fatal(err)
+			}
+			f.restore(t, f.clk.Now())
+			booking := fb.Bookings(file)
+			if order == "queued-then-imported" {
+				f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001")) // made again, another net
+			}
+			rep, err := f.r.Import(ctx, app.SourceInbox, "book.xml", booking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if order == "imported-then-queued" {
+				f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001"))
+				if rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", booking); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if o := outcomes(rep); o["po-late"] != app.EntryAmountMismatch {
+				t.Errorf("the bank's booking of 620.00 on a transfer of 580.00: %v (%+v), want amount_mismatch", o, rep.Entries)
+			}
+			if got := f.bookState(t, "po-late"); got != stateReview {
+				t.Errorf("po-late after the bank's booking at another amount: %s, want %s", got, stateReview)
+			}
+			if st := f.state(t, "po-late"); st.State != app.RailAccepted {
+				t.Errorf("po-late's payout in review: %+v, want accepted (it stays submitted)", st)
+			}
+			if got := f.releaseAndCut(t); got != "" {
+				t.Errorf("the first batch after the release sends %q: the bank booked po-late before the restore", got)
+			}
+		})
+	}
+}
