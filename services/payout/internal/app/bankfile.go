@@ -135,6 +135,16 @@ const (
 	EntryLostBatch        = "lost_batch"        // a status of a batch lost with a restore, covering payments it does not name
 )
 
+// EntryNotApplied says whether an entry's outcome is one for finance to
+// look at (counted not applied in an import's answer, logged as a warning).
+func EntryNotApplied(outcome string) bool {
+	switch outcome {
+	case EntryUnknownReference, EntryConflict, EntryAmountMismatch, EntryReview, EntryLostBatch:
+		return true
+	}
+	return false
+}
+
 // BankFileImport is the report of one bank file's import.
 type BankFileImport struct {
 	FileID            string

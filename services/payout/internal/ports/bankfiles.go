@@ -120,10 +120,10 @@ func (s *Server) ImportBankFile(ctx context.Context, req *payoutv1.ImportBankFil
 	for _, e := range rep.Entries {
 		resp.Entries = append(resp.Entries, &payoutv1.BankFileEntry{Element: e.Element, EndToEndId: e.EndToEndID, PayoutReference: e.PayoutRef,
 			BankStatus: e.BankStatus, ReasonCode: e.ReasonCode, Outcome: e.Outcome, Note: e.Note})
-		switch e.Outcome {
-		case app.EntryApplied:
+		switch {
+		case e.Outcome == app.EntryApplied:
 			resp.Applied++
-		case app.EntryUnknownReference, app.EntryConflict, app.EntryAmountMismatch:
+		case app.EntryNotApplied(e.Outcome):
 			resp.NotApplied++
 		}
 	}

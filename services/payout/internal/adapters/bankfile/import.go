@@ -29,6 +29,7 @@ type action struct {
 	element, e2e, bankStatus, reason, info string
 	to                                     string // target state; "" : no change asked (RCVD, ACTC, …)
 	bulk                                   bool   // a group or PmtInf status: moves only transfers never answered individually
+	dup                                    bool   // a rejection of a copy as a duplicate: the bank has the original
 	amount                                 *decimal.Decimal
 	currency                               string
 	outcome, note                          string // preset (ignored entries)
@@ -312,7 +313,7 @@ func (r *Rail) readEarlierReports(ctx context.Context, tx pgx.Tx, e2e string) ([
 func (r *Rail) reportReadAgain(again []app.BankFileEntry, moved []string) {
 	for _, e := range again {
 		log := r.Log.Info
-		if e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+		if app.EntryNotApplied(e.Outcome) {
 			log = r.Log.Warn
 		}
 		log("bank file entry read again: its transfer exists now", "element", e.Element, "end_to_end_id", e.EndToEndID,
@@ -330,7 +331,7 @@ func (r *Rail) reportReadAgain(again []app.BankFileEntry, moved []string) {
 func (r *Rail) reportImport(rep app.BankFileImport, moved []string) {
 	unknown := 0
 	for _, e := range rep.Entries {
-		if e.Outcome == app.EntryUnknownReference || e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+		if app.EntryNotApplied(e.Outcome) {
 			unknown++
 			r.Log.Warn("bank file entry not applied", "file_id", rep.FileID, "element", e.Element, "end_to_end_id", e.EndToEndID,
 				"bank_status", e.BankStatus, "outcome", e.Outcome, "note", e.Note)
@@ -404,8 +405,10 @@ func paymentActions(sr iso20022.StatusReport) (acts []action, listed map[string]
 			code, info := firstReason(t.Reasons)
 			listed[t.OriginalEndToEndID] = true
 			if statusTarget(t.Status) == stateRejected && domain.DuplicateMessageReason(code) {
-				acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, outcome: app.EntryIgnored,
-					note: "the bank refused a duplicate of payment " + t.OriginalEndToEndID + "; the original stands"})
+				// Not preset ignored: on a transfer queued again after a
+				// restore it says the bank has the payment (apply), and one
+				// naming no transfer yet is read again when it is queued.
+				acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, dup: true})
 				continue
 			}
 			acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, to: statusTarget(t.Status)})
@@ -608,6 +611,9 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		return e, false, err
 	}
 	e.PayoutRef = ref
+	if a.dup {
+		return r.applyDuplicate(ctx, tx, a, e, ref, state)
+	}
 	if a.amount != nil && !amountEqual(*a.amount, a.currency, amt, ccy) {
 		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
 		// Queued, it was sent in a file after a restore's point and made
@@ -660,6 +666,29 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 	}
 	e.Note = state + " → " + to
 	return e, true, nil
+}
+
+// applyDuplicate applies a rejection of a copy of payment a.e2e as a
+// duplicate (entry e, its transfer ref in state). The bank refused the
+// copy and has the original: a transfer batched or further keeps its
+// state (taken as the payment's failure, its money went back to available
+// while the original paid). A queued one was sent in a file after a
+// restore's point, the original's status not in this report: it leaves
+// the queue for finance's review (left queued, the release sent it again).
+func (r *Rail) applyDuplicate(ctx context.Context, tx pgx.Tx, a action, e app.BankFileEntry, ref, state string) (app.BankFileEntry, bool, error) {
+	e.Note = "the bank refused a duplicate of payment " + a.e2e + "; the original stands"
+	moved, err := r.toReview(ctx, tx, ref, app.ReviewDuplicateRejection,
+		a.element+" "+a.bankStatus+" "+a.reason+": the bank refused a copy as a duplicate: it has the original, its status not given")
+	if err != nil {
+		return e, false, err
+	}
+	if !moved {
+		e.Outcome = app.EntryIgnored
+		return e, false, nil
+	}
+	e.Outcome = app.EntryReview
+	e.Note += "; " + reviewNote(state, a.e2e, "the bank has it (sent in a file after a restore's point), its status not given")
+	return e, false, nil
 }
 
 // ScanInbox imports the files in the inbox directory, oldest name first:

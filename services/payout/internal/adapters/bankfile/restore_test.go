@@ -356,3 +356,90 @@ func TestAmountMismatchOfAQueuedTransferGoesToReview(t *testing.T) {
 		})
 	}
 }
+
+// The only report the bank sent after the point on a transfer queued again
+// is a rejection of a duplicate (its file was delivered twice): the bank
+// has the payment, the copy was refused. Ignored, the transfer stayed
+// queued and the release sent it again; imported before the transfer was
+// queued it was not even kept to be read again.
+func TestDuplicateRejectionOfAQueuedTransferGoesToReview(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{"DU05", "AM05", "DUPL"} {
+		for _, order := range []string{"queued-then-imported", "imported-then-queued"} {
+			t.Run(code+"/"+order, func(t *testing.T) {
+				t.Parallel()
+				f := newRail(t, t.TempDir(), t.TempDir())
+				ctx := context.Background()
+				f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				fb, file := f.sendDay1(t)
+				if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+					t.Fatal(err)
+				}
+				f.restore(t, f.clk.Now())
+				dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"),
+					[]byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>"+code+"</Cd></Rsn></StsRsnInf>"))
+				if order == "queued-then-imported" {
+					f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				}
+				if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+					t.Fatal(err)
+				}
+				if order == "imported-then-queued" {
+					f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				}
+				if got := f.bookState(t, "po-sent"); got != stateReview {
+					t.Errorf("po-sent after the bank refused a duplicate of it (%s): %s, want %s", code, got, stateReview)
+				}
+				if st := f.state(t, "po-sent"); st.State != app.RailAccepted {
+					t.Errorf("po-sent's payout: %+v, want accepted (not failed: the original stands)", st)
+				}
+				if got := f.releaseAndCut(t); got != "" {
+					t.Errorf("the first batch after the release sends %q: the bank has po-sent", got)
+				}
+			})
+		}
+	}
+}
+
+// A transfer in review is the bank's: a report that settles it (its
+// booking) applies as to a batched one and closes the review; a status
+// short of that (accepted) leaves it with finance.
+func TestBankReportSettlesATransferInReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	sts := fb.StatusReport(file)
+	dup := bytes.ReplaceAll(sts, []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Fatalf("po-sent after the bank refused a copy of it: %s, want %s", got, stateReview)
+	}
+	rep, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", sts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-sent"] != app.EntryUnchanged || f.bookState(t, "po-sent") != stateReview {
+		t.Errorf("the original's acceptance on a transfer in review: %v, %s; want unchanged, still in review", o, f.bookState(t, "po-sent"))
+	}
+	rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-sent"] != app.EntryApplied || f.bookState(t, "po-sent") != stateBooked {
+		t.Errorf("the original's booking on a transfer in review: %v, %s; want applied, booked", o, f.bookState(t, "po-sent"))
+	}
+	if st := f.state(t, "po-sent"); st.State != app.RailPaid {
+		t.Errorf("po-sent booked: %+v, want paid", st)
+	}
+	var resolution, by string
+	if err := f.r.Pool.QueryRow(ctx, `select resolution, resolved_by from payout.bank_transfer_reviews where reference = 'po-sent'`).Scan(&resolution, &by); err != nil ||
+		resolution != app.BankResolvedByBank || by != "bank" {
+		t.Errorf("po-sent's review after the booking: %q by %q (%v); want resolved by the bank", resolution, by, err)
+	}
+}
