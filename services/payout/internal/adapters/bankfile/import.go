@@ -32,7 +32,8 @@ type action struct {
 	dup                                    bool   // a rejection of a copy as a duplicate: the bank has the original
 	amount                                 *decimal.Decimal
 	currency                               string
-	outcome, note                          string // preset (ignored entries)
+	outcome, note                          string     // preset (ignored entries)
+	lost                                   *lostBatch // statuses of a batch the rail does not have covering payments the report does not name (lost.go)
 }
 
 // MalformedError is a file the rail cannot read; Element names where.
@@ -90,7 +91,11 @@ func (r *Rail) actions(ctx context.Context, q querier, kind iso20022.Kind, file 
 			return nil, err
 		}
 		rep.MessageID, rep.OriginalMessageID = sr.MessageID, sr.OriginalMessageID
-		return pain002Actions(ctx, q, sr)
+		acts, err := pain002Actions(ctx, q, sr)
+		if err != nil {
+			return nil, err
+		}
+		return r.placeLost(ctx, q, acts)
 	case iso20022.FamilyCamt054:
 		n, err := iso20022.ParseCamt054(file)
 		if err != nil {
@@ -137,19 +142,32 @@ func (r *Rail) record(ctx context.Context, sum string, file []byte, rep *app.Ban
 		if tag.RowsAffected() == 0 {
 			return errRaced
 		}
-		for i, a := range acts {
-			e, applied, err := r.apply(ctx, tx, a)
-			if err != nil {
-				return fmt.Errorf("%s: %w", a.element, err)
+		for _, a := range acts {
+			var es []app.BankFileEntry
+			if a.lost != nil {
+				// Under the imports' lock: a transfer queued meanwhile is
+				// either among the transfers it finds or finds its entry.
+				var err error
+				if es, err = r.applyLost(ctx, tx, a); err != nil {
+					return fmt.Errorf("%s: %w", a.element, err)
+				}
+			} else {
+				e, applied, err := r.apply(ctx, tx, a)
+				if err != nil {
+					return fmt.Errorf("%s: %w", a.element, err)
+				}
+				if applied {
+					moved = append(moved, e.PayoutRef)
+				}
+				es = []app.BankFileEntry{e}
 			}
-			if applied {
-				moved = append(moved, e.PayoutRef)
+			for _, e := range es {
+				if _, err := tx.Exec(ctx, `insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, reference, bank_status, reason_code, outcome, note)
+					values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, rep.FileID, len(rep.Entries)+1, e.Element, e.EndToEndID, e.PayoutRef, e.BankStatus, e.ReasonCode, e.Outcome, e.Note); err != nil {
+					return err
+				}
+				rep.Entries = append(rep.Entries, e)
 			}
-			if _, err := tx.Exec(ctx, `insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, reference, bank_status, reason_code, outcome, note)
-				values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, rep.FileID, i+1, e.Element, e.EndToEndID, e.PayoutRef, e.BankStatus, e.ReasonCode, e.Outcome, e.Note); err != nil {
-				return err
-			}
-			rep.Entries = append(rep.Entries, e)
 		}
 		if namesNoTransfer(rep.Entries) {
 			if _, err := tx.Exec(ctx, `update payout.bank_files set file = $2 where file_id = $1`, rep.FileID, file); err != nil {
@@ -440,7 +458,8 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 			note: "the bank refused a duplicate of batch " + sr.OriginalMessageID + "; the original's payments stand"})
 		grp = ""
 	}
-	if grp == "" && len(pmtStatus) == 0 {
+	cover := unnamedCover(sr, listed)
+	if grp == "" && len(pmtStatus) == 0 && cover == nil {
 		return acts, nil
 	}
 	rows, err := q.Query(ctx, `select end_to_end_id, pmt_inf_id from payout.bank_transfers where batch_id = $1 order by end_to_end_id`, sr.OriginalMessageID)
@@ -456,8 +475,9 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 		return nil, err
 	}
 	if len(trs) == 0 {
+		// Placed by placeLost: a batch lost with a restore, or none of ours.
 		acts = append(acts, action{element: gElem + "/OrgnlMsgId", bankStatus: sr.GroupStatus, reason: gcode, outcome: app.EntryUnknownReference,
-			note: "no payout batch " + sr.OriginalMessageID})
+			note: "no payout batch " + sr.OriginalMessageID, lost: cover})
 		return acts, nil
 	}
 	for i, pi := range sr.PaymentInfos {

@@ -203,26 +203,38 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 	now := r.Clock.Now()
 	var again []app.BankFileEntry
 	var moved []string
+	review := ""
 	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		if err := lockImports(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
+		var submissions int
+		if err := tx.QueryRow(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
 				creditor_name, creditor_account, creditor_agent, state, failure_code, failure_message, queued_at, updated_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
-			on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1`,
+			on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1
+			returning submissions`,
 			t.Reference, e2e, t.ProviderID, cur.Code, t.Amount, iso20022.ClipName(m.AccountName), m.AccountNumber, strings.ToUpper(m.BankCode),
-			state, code, msg, now); err != nil {
+			state, code, msg, now).Scan(&submissions); err != nil {
 			return err
 		}
 		var err error
-		again, moved, err = r.readEarlierReports(ctx, tx, e2e)
+		if again, moved, err = r.readEarlierReports(ctx, tx, e2e); err != nil {
+			return err
+		}
+		if submissions > 1 { // queued before: a lost batch's report found it then, if held
+			return nil
+		}
+		review, err = r.reviewIfLostBatch(ctx, tx, t.Reference)
 		return err
 	})
 	if err != nil {
 		return app.RailStatus{}, fmt.Errorf("bank-file submit %s: %w", t.Reference, err)
 	}
 	r.reportReadAgain(again, moved)
+	if review != "" {
+		r.Log.Warn("bank transfer held for finance's review as it is queued", "reference", t.Reference, "end_to_end_id", e2e, "why", review)
+	}
 	return r.Query(ctx, t.Reference)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -441,5 +442,133 @@ func TestBankReportSettlesATransferInReview(t *testing.T) {
 	if err := f.r.Pool.QueryRow(ctx, `select resolution, resolved_by from payout.bank_transfer_reviews where reference = 'po-sent'`).Scan(&resolution, &by); err != nil ||
 		resolution != app.BankResolvedByBank || by != "bank" {
 		t.Errorf("po-sent's review after the booking: %q by %q (%v); want resolved by the bank", resolution, by, err)
+	}
+}
+
+// statusOfBatch is a pain.002 on batch id with only a group status and
+// payment information statuses (no payment named).
+func statusOfBatch(id, grp, pmtInfs string) []byte {
+	return []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>S-LOST</MsgId><CreDtTm>2026-12-01T16:00:00+08:00</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>` + id + `</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>` + grp + `</OrgnlGrpInfAndSts>` + pmtInfs + `
+</CstmrPmtStsRpt></Document>`)
+}
+
+// The bank's only report on a batch cut and sent after the recovery point
+// (lost with the disaster) is a group status, or a payment information
+// status, naming no payment. By ISO 20022 a status at group (PmtInf) level
+// is the status of every payment of the group (block); the rail no longer
+// knows which payments those were, so it moved nothing ("no payout batch")
+// and the release sent them all again. Every transfer that may have been
+// in it leaves the queue for finance's review: those queued before its
+// cutoff and restored queued, and payouts made again after the restore
+// (before or after the report's import); one queued after the cutoff and
+// before the restore was not in it and goes out.
+func TestGroupStatusOfALostBatchSendsNoneOfItAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, grp, pmtInf string }{
+		{name: "GrpSts ACCP", grp: "<GrpSts>ACCP</GrpSts>"},
+		{name: "GrpSts ACSC", grp: "<GrpSts>ACSC</GrpSts>"},
+		{name: "GrpSts ACTC", grp: "<GrpSts>ACTC</GrpSts>"},
+		{name: "GrpSts RJCT", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>FF01</Cd></Rsn></StsRsnInf>"},
+		{name: "GrpSts RJCT DU01", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>DU01</Cd></Rsn></StsRsnInf>"},
+		{name: "PmtInfSts ACCP", pmtInf: "<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-CNY-20261201</OrgnlPmtInfId><PmtInfSts>ACCP</PmtInfSts></OrgnlPmtInfAndSts>"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005"))
+			f.submit(t, "po-c", "CNY", "40.00", bank("6222000011110006"))
+			_, file := f.sendDay1(t) // 14:30: pb-20261201-1400 goes to the bank
+			if id := file.Msg.MessageID; id != "pb-20261201-1400" {
+				t.Fatalf("day 1's batch is %s", id)
+			}
+			f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110007")) // after the cutoff
+			// The recovery point is after po-a and po-next were queued, before
+			// po-b and po-c were (made again after the restore) and before the cut.
+			f.restoreToBeforeTheCut(t)
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers where reference in ('po-b', 'po-c')`); err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Set(day1.Add(5 * time.Hour)) // 15:00
+			f.restore(t, f.clk.Now())
+			f.clk.Set(day1.Add(5*time.Hour + 10*time.Minute))
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005")) // made again before the import
+
+			rep, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", tt.grp, tt.pmtInf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Set(day1.Add(5*time.Hour + 20*time.Minute))
+			f.submit(t, "po-c", "CNY", "40.00", bank("6222000011110006")) // made again after it
+			for _, ref := range []string{"po-a", "po-b", "po-c"} {
+				if got := f.bookState(t, ref); got != stateReview {
+					t.Errorf("%s, which may have been in the lost batch, after its %s: %s, want %s (entries %+v)", ref, tt.name, got, stateReview, rep.Entries)
+				}
+			}
+			if got := f.releaseAndCut(t); got != "po-next" {
+				t.Errorf("the first batch after the release sends %q, want po-next only (the others may be at the bank)", got)
+			}
+		})
+	}
+}
+
+// A report on a lost batch that names every payment of it (as many as its
+// OrgnlNbOfTxs) moves each payment it names and reviews no other
+// transfer. One that gives a status only for one currency's payment
+// information reviews the transfers of that currency it finds (po-a, CNY,
+// goes out); a payout queued after it while held is reviewed whatever its
+// currency (po-b: the report's entry keeps its statuses, not which
+// currency each covers).
+func TestLostBatchStatusCoversOnlyItsPayments(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, grp, pmtInfs string
+		wantReview         []string
+		wantSent           string
+	}{{
+		name: "every payment named",
+		grp:  "<OrgnlNbOfTxs>1</OrgnlNbOfTxs><GrpSts>ACCP</GrpSts>",
+		pmtInfs: `<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-CNY-20261201</OrgnlPmtInfId>
+<TxInfAndSts><OrgnlEndToEndId>po-a</OrgnlEndToEndId><TxSts>ACCP</TxSts></TxInfAndSts></OrgnlPmtInfAndSts>`,
+		wantSent: "po-b,po-u",
+	}, {
+		name:       "USD only",
+		pmtInfs:    "<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-USD-20261201</OrgnlPmtInfId><PmtInfSts>RJCT</PmtInfSts><StsRsnInf><Rsn><Cd>AM03</Cd></Rsn></StsRsnInf></OrgnlPmtInfAndSts>",
+		wantReview: []string{"po-b", "po-u"},
+		wantSent:   "po-a",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			f.submit(t, "po-u", "USD", "30.00", bank("6222000011110008"))
+			f.sendDay1(t)
+			f.restoreToBeforeTheCut(t)
+			f.clk.Set(day1.Add(5 * time.Hour))
+			f.restore(t, f.clk.Now())
+			f.clk.Set(day1.Add(5*time.Hour + 10*time.Minute))
+			if _, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", statusOfBatch("pb-20261201-1400", tt.grp, tt.pmtInfs)); err != nil {
+				t.Fatal(err)
+			}
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005")) // a payout made after the restore
+			var review []string
+			rows, err := f.r.Pool.Query(ctx, `select reference from payout.bank_transfers where state = 'review' order by reference`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(review, tt.wantReview) {
+				t.Errorf("in review: %v, want %v", review, tt.wantReview)
+			}
+			if got := f.releaseAndCut(t); got != tt.wantSent {
+				t.Errorf("the first batch after the release sends %q, want %q", got, tt.wantSent)
+			}
+		})
 	}
 }
