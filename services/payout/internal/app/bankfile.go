@@ -28,6 +28,13 @@ type BankFiles interface {
 	// never held, or while a queued transfer is named by a bank report's
 	// entry not applied to it (the bank has it), apperr.ErrPrecondition.
 	ReleaseRestoreHold(ctx context.Context, by string) (BankFileHold, error)
+	// ResolveTransfer is finance's answer to a transfer held for review
+	// (BankTransferReview): paid at the amount the bank paid, or put back
+	// on the queue. The same resolution again answers the first;
+	// another after it, apperr.ErrConflict; a transfer never held for
+	// review, apperr.ErrPrecondition; an unknown EndToEndId,
+	// apperr.ErrNotFound.
+	ResolveTransfer(ctx context.Context, res BankTransferResolution) (BankTransferReview, error)
 }
 
 // Resolutions of a bank transfer held for review.

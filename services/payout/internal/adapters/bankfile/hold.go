@@ -92,6 +92,9 @@ func (r *Rail) RestoreHold(ctx context.Context) (app.BankFileHold, error) {
 	if since != nil {
 		h.HeldSince = *since
 	}
+	if h.InReview, h.ReviewTransfers, err = openReviews(ctx, r.Pool); err != nil {
+		return h, fmt.Errorf("bank-file restore hold: %w", err)
+	}
 	return h, nil
 }
 

@@ -164,9 +164,11 @@ func (r *Rail) placeLost(ctx context.Context, q querier, acts []action) ([]actio
 // entry per transfer moved.
 func (r *Rail) applyLost(ctx context.Context, tx pgx.Tx, a action) ([]app.BankFileEntry, error) {
 	l := a.lost
+	// A batch id names its cutoff to the minute: a transfer queued within
+	// it may be in the batch.
 	rows, err := tx.Query(ctx, `select reference, end_to_end_id, currency from payout.bank_transfers
-		where state = 'queued' and (queued_at <= $1 or (queued_at > $2 and ($3::timestamptz is null or queued_at < $3)))
-		order by queued_at, reference for update`, l.cutoff, l.heldSince, l.releasedAt)
+		where state = 'queued' and (queued_at < $1 or (queued_at > $2 and ($3::timestamptz is null or queued_at < $3)))
+		order by queued_at, reference for update`, l.cutoff.Add(time.Minute), l.heldSince, l.releasedAt)
 	if err != nil {
 		return nil, err
 	}

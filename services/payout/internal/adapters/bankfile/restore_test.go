@@ -572,3 +572,122 @@ func TestLostBatchStatusCoversOnlyItsPayments(t *testing.T) {
 		})
 	}
 }
+
+// resolve is finance's resolution of a transfer in review.
+func (f *fixture) resolve(e2e, resolution, amount, by string) (app.BankTransferReview, error) {
+	res := app.BankTransferResolution{EndToEndID: e2e, Resolution: resolution, Currency: "CNY", Reason: "the bank's statement of 2026-12-02", By: by}
+	if amount != "" {
+		res.Amount = decimal.RequireFromString(amount)
+	}
+	return f.r.ResolveTransfer(context.Background(), res)
+}
+
+// A transfer in review waits for finance: the restore hold's answer lists
+// it, and finance resolves it once, by an action kept with who and why —
+// paid at the amount the bank paid (booked, its payout paid), or back on
+// the queue (sent in the next file). The same resolution again answers
+// the first; another one is a conflict; a transfer not in review, or
+// unknown, is refused.
+func TestResolveATransferInReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-paid", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-dup", "CNY", "300.00", bank("6222000011110002")) // blocked: not in the bank's bookings
+	fb, file := f.sendDay1(t)
+	f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110006"))
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers where reference <> 'po-next'; delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	f.submit(t, "po-paid", "CNY", "580.00", bank("6222000011110001")) // made again with another net
+	f.submit(t, "po-dup", "CNY", "300.00", bank("6222000011110002"))
+	// The bank's report on a copy: po-dup refused as a duplicate (po-paid accepted).
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<Cd>AC06</Cd>"), []byte("<Cd>DU05</Cd>"))
+	for _, b := range [][]byte{fb.Bookings(file), dup} {
+		if _, err := f.r.Import(ctx, app.SourceInbox, "r.xml", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := f.r.RestoreHold(ctx)
+	if err != nil || h.ReviewTransfers != 2 || len(h.InReview) != 2 || h.QueuedTransfers != 1 {
+		t.Fatalf("the hold with two transfers in review: %+v %v", h, err)
+	}
+	if r := h.InReview[0]; r.Reference != "po-dup" || r.Cause != app.ReviewDuplicateRejection || r.State != stateReview || r.Resolution != "" {
+		t.Errorf("the hold's first review: %+v; want po-dup's, a duplicate rejection, open", r)
+	}
+	if r := h.InReview[1]; r.Reference != "po-paid" || r.Cause != app.ReviewAmountMismatch || !r.Amount.Equal(decimal.RequireFromString("580")) ||
+		!strings.Contains(r.Note, "620") {
+		t.Errorf("the hold's second review: %+v; want po-paid's, an amount mismatch naming the bank's 620.00", r)
+	}
+
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	paid, err := f.resolve("po-paid", app.BankResolvePaid, "620.00", "finance:alice")
+	if err != nil || paid.Resolution != app.BankResolvePaid || paid.PaidAmount == nil || !paid.PaidAmount.Equal(decimal.RequireFromString("620")) ||
+		paid.ResolvedBy != "finance:alice" || paid.ResolvedAt == nil || !paid.ResolvedAt.Equal(f.clk.Now()) || paid.State != stateBooked {
+		t.Fatalf("po-paid resolved paid at 620.00: %+v %v", paid, err)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid resolved paid: %+v, want paid", st)
+	}
+	if !slices.Contains(f.notify, "po-paid") {
+		t.Errorf("notified %v, want po-paid (its payout follows)", f.notify)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if again, err := f.resolve("po-paid", app.BankResolvePaid, "620.00", "finance:bob"); err != nil || again.ResolvedBy != "finance:alice" ||
+		!again.ResolvedAt.Equal(*paid.ResolvedAt) {
+		t.Errorf("the same resolution again: %+v %v; want the first's answer", again, err)
+	}
+	for _, c := range []struct{ resolution, amount string }{{app.BankResolveRequeue, ""}, {app.BankResolvePaid, "580.00"}} {
+		if _, err := f.resolve("po-paid", c.resolution, c.amount, "finance:bob"); !errors.Is(err, apperr.ErrConflict) {
+			t.Errorf("po-paid resolved paid, then %s %s: %v, want ErrConflict", c.resolution, c.amount, err)
+		}
+	}
+
+	requeued, err := f.resolve("po-dup", app.BankResolveRequeue, "", "finance:alice")
+	if err != nil || requeued.State != stateQueued || requeued.Resolution != app.BankResolveRequeue {
+		t.Fatalf("po-dup put back on the queue: %+v %v", requeued, err)
+	}
+	if _, err := f.resolve("po-next", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Errorf("a queued transfer never in review resolved: %v, want ErrPrecondition", err)
+	}
+	if _, err := f.resolve("po-none", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("an unknown EndToEndId resolved: %v, want ErrNotFound", err)
+	}
+	if h, err := f.r.RestoreHold(ctx); err != nil || h.ReviewTransfers != 0 || len(h.InReview) != 0 || h.QueuedTransfers != 2 {
+		t.Errorf("the hold once both are resolved: %+v %v; want none in review, po-next and po-dup queued", h, err)
+	}
+	if got := f.releaseAndCut(t); got != "po-next,po-dup" && got != "po-dup,po-next" {
+		t.Errorf("the first batch after the release sends %q, want po-next and po-dup (put back on the queue)", got)
+	}
+}
+
+// A resolution paid names the amount the bank paid, in the transfer's
+// currency.
+func TestResolvePaidNeedsTheBanksAmount(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []app.BankTransferResolution{
+		{EndToEndID: "po-sent", Resolution: app.BankResolvePaid, Currency: "CNY", Reason: "statement", By: "finance"},
+		{EndToEndID: "po-sent", Resolution: app.BankResolvePaid, Amount: decimal.RequireFromString("620.00"), Currency: "USD", Reason: "statement", By: "finance"},
+		{EndToEndID: "po-sent", Resolution: "ignore", Reason: "statement", By: "finance"},
+	} {
+		var ie *apperr.InvalidError
+		if _, err := f.r.ResolveTransfer(ctx, res); !errors.As(err, &ie) {
+			t.Errorf("resolved %+v: %v, want invalid", res, err)
+		}
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Errorf("po-sent after refused resolutions: %s, want still %s", got, stateReview)
+	}
+}
