@@ -34,6 +34,7 @@ type action struct {
 	currency                               string
 	outcome, note                          string     // preset (ignored entries)
 	lost                                   *lostBatch // statuses of a batch the rail does not have covering payments the report does not name (lost.go)
+	ifLost                                 bool       // an entry only if lost is a batch lost with a restore (placeLost)
 }
 
 // MalformedError is a file the rail cannot read; Element names where.
@@ -475,9 +476,10 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 		return nil, err
 	}
 	if len(trs) == 0 {
-		// Placed by placeLost: a batch lost with a restore, or none of ours.
+		// Placed by placeLost: a batch lost with a restore, or none of ours
+		// (reported unknown if a status of it asks a state of payments).
 		acts = append(acts, action{element: gElem + "/OrgnlMsgId", bankStatus: sr.GroupStatus, reason: gcode, outcome: app.EntryUnknownReference,
-			note: "no payout batch " + sr.OriginalMessageID, lost: cover})
+			note: "no payout batch " + sr.OriginalMessageID, lost: cover, ifLost: grp == "" && len(pmtStatus) == 0})
 		return acts, nil
 	}
 	for i, pi := range sr.PaymentInfos {

@@ -121,40 +121,54 @@ func (r *Rail) batchCutoff(id string) (time.Time, bool) {
 // placeLost keeps, of the actions' lost batches, those lost with the
 // latest restore: a batch id of this rail whose cutoff is at or before the
 // hold's start (a batch cut after it is in the book). Any other batch the
-// rail does not have is none of its own: its entry stays unknown_reference.
+// rail does not have is none of its own: its entry stays unknown_reference,
+// or is dropped when it was there only for the lost batch (ifLost).
 func (r *Rail) placeLost(ctx context.Context, q querier, acts []action) ([]action, error) {
-	for i := range acts {
-		l := acts[i].lost
-		if l == nil {
-			continue
-		}
-		acts[i].lost = nil
-		cutoff, ok := r.batchCutoff(l.batchID)
-		if !ok {
-			continue
-		}
-		rows, err := q.Query(ctx, `select held_since, released_at from payout.bank_file_holds order by hold_id desc limit 1`)
+	kept := acts[:0]
+	for _, a := range acts {
+		lost, err := r.lostWithRestore(ctx, q, a.lost)
 		if err != nil {
 			return nil, err
 		}
-		type hold struct {
-			since    time.Time
-			released *time.Time
-		}
-		h, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (hold, error) {
-			var h hold
-			return h, row.Scan(&h.since, &h.released)
-		})
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && cutoff.After(h.since)) {
+		if lost == nil && a.ifLost {
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		l.cutoff, l.heldSince, l.releasedAt = cutoff, h.since, h.released
-		acts[i].lost = l
+		a.lost, a.ifLost = lost, false
+		kept = append(kept, a)
 	}
-	return acts, nil
+	return kept, nil
+}
+
+// lostWithRestore is l, placed against the latest restore hold, if its
+// batch was lost with that restore; nil otherwise.
+func (r *Rail) lostWithRestore(ctx context.Context, q querier, l *lostBatch) (*lostBatch, error) {
+	if l == nil {
+		return nil, nil
+	}
+	cutoff, ok := r.batchCutoff(l.batchID)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `select held_since, released_at from payout.bank_file_holds order by hold_id desc limit 1`)
+	if err != nil {
+		return nil, err
+	}
+	type hold struct {
+		since    time.Time
+		released *time.Time
+	}
+	h, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (hold, error) {
+		var h hold
+		return h, row.Scan(&h.since, &h.released)
+	})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && cutoff.After(h.since)) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.cutoff, l.heldSince, l.releasedAt = cutoff, h.since, h.released
+	return l, nil
 }
 
 // applyLost applies, in tx, the statuses of a lost batch (a.lost) covering

@@ -691,3 +691,42 @@ func TestResolvePaidNeedsTheBanksAmount(t *testing.T) {
 		t.Errorf("po-sent after refused resolutions: %s, want still %s", got, stateReview)
 	}
 }
+
+// A status report on a batch the rail never had (none of its own, or one
+// cut after the latest restore) is what it was: a duplicate's rejection
+// is ignored, a status that asks no state (ACTC) leaves no entry, an
+// acceptance is reported unknown — no lost batch, no transfer reviewed.
+func TestStatusOfABatchNoneOfOursReviewsNothing(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, id, grp string
+		want          []string // outcomes
+	}{
+		{name: "not the rail's id", id: "BANK-X-1", grp: "<GrpSts>ACCP</GrpSts>", want: []string{app.EntryUnknownReference}},
+		{name: "duplicate", id: "pb-20261202-1400", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>DU01</Cd></Rsn></StsRsnInf>", want: []string{app.EntryIgnored}},
+		{name: "ACTC", id: "pb-20261202-1400", grp: "<GrpSts>ACTC</GrpSts>"},
+		{name: "ACCP", id: "pb-20261202-1400", grp: "<GrpSts>ACCP</GrpSts>", want: []string{app.EntryUnknownReference}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, "", "")
+			ctx := context.Background()
+			f.restore(t, day1) // before day 2's cutoff: pb-20261202-1400 was not lost with it
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			rep, err := f.r.Import(ctx, app.SourceInbox, "s.xml", statusOfBatch(tt.id, tt.grp, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range rep.Entries {
+				got = append(got, e.Outcome)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("entries %+v, want outcomes %v", rep.Entries, tt.want)
+			}
+			if s := f.bookState(t, "po-a"); s != stateQueued {
+				t.Errorf("po-a: %s, want queued", s)
+			}
+		})
+	}
+}
