@@ -25,7 +25,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 // provider, cycle and currency: the group-by is bounded by the scrape's
 // deadline (obs.SQLCollector).
 func Metrics() []obs.SQLMetric {
-	return []obs.SQLMetric{{
+	return append([]obs.SQLMetric{{
 		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
 		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
@@ -51,7 +51,12 @@ func Metrics() []obs.SQLMetric {
 		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest payout submitted or in transit since its last status change (0: none): a rail that never answers with an outcome.",
 		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where status in ('submitted', 'in_transit')`,
-	}, {
+	}}, bankFileMetrics()...)
+}
+
+// bankFileMetrics are the bank-file rail's.
+func bankFileMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
 		// The bank-file rail's loop logs a cutoff it cannot build, a file it
 		// cannot deliver and an inbox file it cannot read, and tries again:
 		// these ages are what an alert reads (every bank payout read

@@ -637,18 +637,7 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		return r.applyDuplicate(ctx, tx, a, e, ref, state)
 	}
 	if a.amount != nil && !amountEqual(*a.amount, a.currency, amt, ccy) {
-		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
-		// Queued, it was sent in a file after a restore's point and made
-		// again with another net (usage after the point not sent again):
-		// left queued, the release sent it a second time.
-		moved, err := r.toReview(ctx, tx, ref, app.ReviewAmountMismatch, a.element+" "+a.bankStatus+": "+e.Note)
-		if err != nil {
-			return e, false, err
-		}
-		if moved {
-			e.Note += "; " + reviewNote(state, a.e2e, "the bank has it at another amount")
-		}
-		return e, false, nil
+		return r.applyAmountMismatch(ctx, tx, a, e, ref, state, amt, ccy)
 	}
 	to := a.to
 	if to == "" && state == stateQueued {
@@ -688,6 +677,23 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 	}
 	e.Note = state + " → " + to
 	return e, true, nil
+}
+
+// applyAmountMismatch reports an entry (e) whose amount or currency is
+// not its transfer's (ref, in state, amt ccy): not applied. A queued
+// transfer was sent in a file after a restore's point and made again with
+// another net (usage after the point not sent again): left queued, the
+// release sent it a second time; it leaves the queue for finance's review.
+func (r *Rail) applyAmountMismatch(ctx context.Context, tx pgx.Tx, a action, e app.BankFileEntry, ref, state string, amt decimal.Decimal, ccy string) (app.BankFileEntry, bool, error) {
+	e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
+	moved, err := r.toReview(ctx, tx, ref, app.ReviewAmountMismatch, a.element+" "+a.bankStatus+": "+e.Note)
+	if err != nil {
+		return e, false, err
+	}
+	if moved {
+		e.Note += "; " + reviewNote(state, a.e2e, "the bank has it at another amount")
+	}
+	return e, false, nil
 }
 
 // applyDuplicate applies a rejection of a copy of payment a.e2e as a

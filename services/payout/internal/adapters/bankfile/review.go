@@ -136,30 +136,11 @@ func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResoluti
 				return apperr.Invalid("amount", "the amount the bank paid, in the transfer's currency %s at its minor unit", ccy)
 			}
 		}
-		var id int64
-		var resolution, by string
-		var paid *decimal.Decimal
-		var at *time.Time
-		err = tx.QueryRow(ctx, `select review_id, resolution, paid_amount, resolved_by, resolved_at from payout.bank_transfer_reviews
-			where reference = $1 order by review_id desc limit 1 for update`, ref).Scan(&id, &resolution, &paid, &by, &at)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("bank transfer %s is %s: only a transfer held for review is resolved: %w", res.EndToEndID, state, apperr.ErrPrecondition)
-		}
+		id, open, err := latestReview(ctx, tx, ref, state, res)
 		if err != nil {
 			return err
 		}
-		switch {
-		case at != nil && resolution == res.Resolution && (paid == nil || paid.Equal(res.Amount)):
-			// The same resolution sent again (its answer lost): answered.
-		case at != nil:
-			what := resolution
-			if paid != nil {
-				what += " " + paid.String()
-			}
-			return fmt.Errorf("bank transfer %s's review was resolved %s by %s at %s: %w", res.EndToEndID, what, by, at.UTC().Format(time.RFC3339), apperr.ErrConflict)
-		case state != stateReview:
-			return fmt.Errorf("bank transfer %s has an open review while %s", res.EndToEndID, state)
-		default:
+		if open {
 			if err := r.resolve(ctx, tx, id, ref, res); err != nil {
 				return err
 			}
@@ -183,6 +164,35 @@ func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResoluti
 		r.reportResolved(out)
 	}
 	return out, nil
+}
+
+// latestReview is the latest review of the transfer ref (in state), locked
+// in tx, and whether it is open for res: resolved already by res (sent
+// again, its answer lost), it is answered; resolved otherwise,
+// apperr.ErrConflict; never held for review, apperr.ErrPrecondition.
+func latestReview(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTransferResolution) (id int64, open bool, err error) {
+	var resolution, by string
+	var paid *decimal.Decimal
+	var at *time.Time
+	err = tx.QueryRow(ctx, `select review_id, resolution, paid_amount, resolved_by, resolved_at from payout.bank_transfer_reviews
+		where reference = $1 order by review_id desc limit 1 for update`, ref).Scan(&id, &resolution, &paid, &by, &at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, fmt.Errorf("bank transfer %s is %s: only a transfer held for review is resolved: %w", res.EndToEndID, state, apperr.ErrPrecondition)
+	case err != nil:
+		return 0, false, err
+	case at != nil && resolution == res.Resolution && (paid == nil || paid.Equal(res.Amount)):
+		return id, false, nil
+	case at != nil:
+		what := resolution
+		if paid != nil {
+			what += " " + paid.String()
+		}
+		return 0, false, fmt.Errorf("bank transfer %s's review was resolved %s by %s at %s: %w", res.EndToEndID, what, by, at.UTC().Format(time.RFC3339), apperr.ErrConflict)
+	case state != stateReview:
+		return 0, false, fmt.Errorf("bank transfer %s has an open review while %s", res.EndToEndID, state)
+	}
+	return id, true, nil
 }
 
 // resolve applies finance's resolution res to the open review id of the
