@@ -40,7 +40,9 @@ type BankFiles interface {
 // Resolutions of a bank transfer held for review.
 const (
 	// BankResolvePaid: the bank paid it (its statement or camt.054 says
-	// so), at the amount given: the transfer is booked and its payout paid.
+	// so), at the amount given: the transfer is booked, and its payout
+	// paid if that is the transfer's amount (at another, the rail reports
+	// it and the payout is held as rail_amount_mismatch).
 	BankResolvePaid = "paid"
 	// BankResolveRequeue: the bank does not have it, or refused it: it goes
 	// into the next batch (after the restore hold's release).

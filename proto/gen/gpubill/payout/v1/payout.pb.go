@@ -3459,7 +3459,7 @@ type BankTransferReview struct {
 	Note             string                 `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`   // what the bank's report said
 	Since            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=since,proto3" json:"since,omitempty"`
 	Resolution       string                 `protobuf:"bytes,10,opt,name=resolution,proto3" json:"resolution,omitempty"`                   // "" while open; paid | requeue; bank: a later report of the bank booked, rejected or returned it
-	PaidAmount       string                 `protobuf:"bytes,11,opt,name=paid_amount,json=paidAmount,proto3" json:"paid_amount,omitempty"` // resolution paid: the amount the bank paid; the ledger records the payout's net, a difference is finance's to post
+	PaidAmount       string                 `protobuf:"bytes,11,opt,name=paid_amount,json=paidAmount,proto3" json:"paid_amount,omitempty"` // resolution paid: the amount the bank paid (not the transfer's: its payout is held as rail_amount_mismatch)
 	ResolvedBy       string                 `protobuf:"bytes,12,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role:subject, or bank
 	ResolvedAt       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
 	ResolutionReason string                 `protobuf:"bytes,14,opt,name=resolution_reason,json=resolutionReason,proto3" json:"resolution_reason,omitempty"`

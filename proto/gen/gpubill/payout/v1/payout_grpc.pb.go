@@ -142,7 +142,8 @@ type PayoutServiceClient interface {
 	// of a batch lost with the disaster) leaves the queue for review, listed
 	// by GET /v1/bank-files/restore-hold, and is never sent until resolved:
 	// "paid" (the bank paid it: the amount it paid, in the transfer's
-	// currency; the payout is paid, its ledger posting its net) or "requeue"
+	// currency; the payout is paid, or at another amount than its net stays
+	// submitted with failure_code rail_amount_mismatch) or "requeue"
 	// (the bank does not have it, or refused it: it goes into the next
 	// batch). The same resolution again answers the first; another one is a
 	// 409; a transfer never held for review a 400 (failed precondition).
@@ -461,7 +462,8 @@ type PayoutServiceServer interface {
 	// of a batch lost with the disaster) leaves the queue for review, listed
 	// by GET /v1/bank-files/restore-hold, and is never sent until resolved:
 	// "paid" (the bank paid it: the amount it paid, in the transfer's
-	// currency; the payout is paid, its ledger posting its net) or "requeue"
+	// currency; the payout is paid, or at another amount than its net stays
+	// submitted with failure_code rail_amount_mismatch) or "requeue"
 	// (the bank does not have it, or refused it: it goes into the next
 	// batch). The same resolution again answers the first; another one is a
 	// 409; a transfer never held for review a 400 (failed precondition).

@@ -240,11 +240,19 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 
 // Query implements app.Rail.
 func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
-	var state, code, msg string
+	var state, code, msg, ccy string
 	var queued time.Time
 	var exec *time.Time
-	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, t.queued_at, b.execution_date
-		from payout.bank_transfers t left join payout.bank_batches b using (batch_id) where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec)
+	var paid *decimal.Decimal
+	// The amount the bank paid is known only from finance's resolution of a
+	// transfer in review (its reports' amounts are checked at import): at
+	// another amount than the transfer's, its payout is not taken as paid
+	// at its net (app's railAmountMismatch).
+	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, t.queued_at, b.execution_date, t.currency, v.paid_amount
+		from payout.bank_transfers t left join payout.bank_batches b using (batch_id)
+		left join lateral (select paid_amount from payout.bank_transfer_reviews v
+			where v.reference = t.reference and v.resolution = 'paid' order by v.review_id desc limit 1) v on true
+		where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.RailStatus{}, fmt.Errorf("bank-file %s: %w", ref, app.ErrUnknownReference)
 	}
@@ -271,6 +279,9 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	}
 	if exec != nil {
 		st.ExpectedArrival = *exec
+	}
+	if paid != nil {
+		st.Currency, st.Amount = ccy, *paid
 	}
 	return st, nil
 }

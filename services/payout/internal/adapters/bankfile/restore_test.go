@@ -730,3 +730,37 @@ func TestStatusOfABatchNoneOfOursReviewsNothing(t *testing.T) {
 		})
 	}
 }
+
+// Resolved paid at the amount the bank paid, the transfer is reported at
+// that amount (RailStatus.Currency, Amount): at another amount than the
+// payout made again, the payout is not recorded paid at its own net (the
+// payout workflow's rail_amount_mismatch, as for Alipay and WeChat Pay).
+// Reported without an amount, the payout read paid at 580.00 where the
+// bank paid 620.00.
+func TestResolvedPaidReportsTheBanksAmount(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, paid string }{{"another amount", "620.00"}, {"the transfer's", "580.00"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+			fb, file := f.sendDay1(t)
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+				t.Fatal(err)
+			}
+			f.restore(t, f.clk.Now())
+			f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001")) // made again, another net
+			if _, err := f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(file)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.resolve("po-late", app.BankResolvePaid, tt.paid, "finance:alice"); err != nil {
+				t.Fatal(err)
+			}
+			st := f.state(t, "po-late")
+			if st.State != app.RailPaid || st.Currency != "CNY" || !st.Amount.Equal(decimal.RequireFromString(tt.paid)) {
+				t.Errorf("po-late resolved paid at %s: %+v; want paid, CNY %s", tt.paid, st, tt.paid)
+			}
+		})
+	}
+}

@@ -107,8 +107,9 @@ func checkResolution(res app.BankTransferResolution) error {
 
 // ResolveTransfer implements app.BankFiles. Under the imports' lock, so
 // no report of the bank moves the transfer meanwhile. Paid, the transfer
-// is booked and its payout follows (paid; its ledger posting is the
-// payout's net, the bank's amount is kept with the review); put back on
+// is booked and its payout follows: paid at the transfer's amount, or at
+// another one (a payout made again with another net) held submitted as
+// rail_amount_mismatch, the amount reported by Query; put back on
 // the queue, it goes into the first batch cut (after the restore hold's
 // release).
 func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResolution) (app.BankTransferReview, error) {
@@ -215,13 +216,14 @@ func (r *Rail) resolve(ctx context.Context, tx pgx.Tx, id int64, ref string, res
 
 // reportResolved logs finance's resolution and wakes the payout of a
 // transfer resolved paid. Paid at another amount than the transfer's, the
-// payout is recorded paid at its net: the difference is for finance to
-// post (a ledger entry).
+// payout is not recorded paid (Query reports the bank's amount: the payout
+// workflow's rail_amount_mismatch): finance corrects the ledger by hand.
 func (r *Rail) reportResolved(v app.BankTransferReview) {
 	args := []any{"end_to_end_id", v.EndToEndID, "reference", v.Reference, "resolution", v.Resolution, "cause", v.Cause,
 		"resolved_by", v.ResolvedBy, "reason", v.ResolutionReason, "amount", v.Amount.String(), "currency", v.Currency}
 	if v.PaidAmount != nil && !v.PaidAmount.Equal(v.Amount) {
-		r.Log.Warn("bank transfer resolved paid at another amount than the payout's: the ledger records the payout's net; post the difference",
+		r.Log.Warn("bank transfer resolved paid at another amount than the transfer's: its payout stays submitted (rail_amount_mismatch) "+
+			"for finance to correct the ledger by hand",
 			append(args, "paid_amount", v.PaidAmount.String(), "difference", v.PaidAmount.Sub(v.Amount).String())...)
 	} else {
 		r.Log.Info("bank transfer in review resolved", args...)
