@@ -61,6 +61,35 @@ func TestParsePain002(t *testing.T) {
 	}
 }
 
+// OrgnlNbOfTxs, at group and PmtInf level, says how many payments the
+// original message had (a reader tells from it whether a report names
+// every one); optional, and one that is not a count reads as not given.
+func TestParsePain002OriginalTransactions(t *testing.T) {
+	for _, tt := range []struct {
+		give string
+		want int
+	}{
+		{give: "", want: 0},
+		{give: "<OrgnlNbOfTxs>3</OrgnlNbOfTxs>", want: 3},
+		{give: "<OrgnlNbOfTxs> 12 </OrgnlNbOfTxs>", want: 12},
+		{give: "<OrgnlNbOfTxs>three</OrgnlNbOfTxs>", want: 0},
+		{give: "<OrgnlNbOfTxs>-1</OrgnlNbOfTxs>", want: 0},
+		{give: "<OrgnlNbOfTxs>1234567890123456</OrgnlNbOfTxs>", want: 0},
+	} {
+		doc := strings.Replace(strings.Replace(pain002, "<OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>",
+			"<OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>"+tt.give, 1),
+			"<OrgnlPmtInfId>pb-20261201-CNY-20261201</OrgnlPmtInfId>", "<OrgnlPmtInfId>pb-20261201-CNY-20261201</OrgnlPmtInfId>"+tt.give, 1)
+		r, err := ParsePain002([]byte(doc))
+		if err != nil {
+			t.Errorf("%q: %v", tt.give, err)
+			continue
+		}
+		if r.OriginalTransactions != tt.want || r.PaymentInfos[0].OriginalTransactions != tt.want {
+			t.Errorf("%q: group %d, PmtInf %d; want %d", tt.give, r.OriginalTransactions, r.PaymentInfos[0].OriginalTransactions, tt.want)
+		}
+	}
+}
+
 // A report that misses what a payout's fate depends on is refused, naming
 // the element.
 func TestParsePain002Malformed(t *testing.T) {

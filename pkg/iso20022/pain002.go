@@ -49,7 +49,10 @@ type StatusReport struct {
 	OriginalMessageNameID string // "pain.001.001.09"
 	GroupStatus           string // "" when the report gives none
 	GroupReasons          []Reason
-	PaymentInfos          []PaymentInfoStatus
+	// OriginalTransactions is the original message's NbOfTxs as the
+	// report states it (OrgnlNbOfTxs); 0 when not given.
+	OriginalTransactions int
+	PaymentInfos         []PaymentInfoStatus
 }
 
 // PaymentInfoStatus is OrgnlPmtInfAndSts.
@@ -58,6 +61,7 @@ type PaymentInfoStatus struct {
 	OriginalPaymentInfoID string
 	Status                string
 	Reasons               []Reason
+	OriginalTransactions  int // the PmtInf's NbOfTxs as the report states it (OrgnlNbOfTxs); 0 when not given
 	Transactions          []TransactionStatus
 }
 
@@ -79,6 +83,7 @@ type xmlPain002In struct {
 		OrgnlGrpInfAndSts struct {
 			OrgnlMsgId   string         `xml:"OrgnlMsgId"`
 			OrgnlMsgNmId string         `xml:"OrgnlMsgNmId"`
+			OrgnlNbOfTxs string         `xml:"OrgnlNbOfTxs"`
 			GrpSts       string         `xml:"GrpSts"`
 			StsRsnInf    []xmlStsRsnInf `xml:"StsRsnInf"`
 		} `xml:"OrgnlGrpInfAndSts"`
@@ -88,6 +93,7 @@ type xmlPain002In struct {
 
 type xmlOrgnlPmtInfAndSts struct {
 	OrgnlPmtInfId string           `xml:"OrgnlPmtInfId"`
+	OrgnlNbOfTxs  string           `xml:"OrgnlNbOfTxs"`
 	PmtInfSts     string           `xml:"PmtInfSts"`
 	StsRsnInf     []xmlStsRsnInf   `xml:"StsRsnInf"`
 	TxInfAndSts   []xmlTxInfAndSts `xml:"TxInfAndSts"`
@@ -145,7 +151,8 @@ func ParsePain002(b []byte) (StatusReport, error) {
 	r := doc.Rpt
 	const root = "CstmrPmtStsRpt"
 	out := StatusReport{MessageID: strings.TrimSpace(r.GrpHdr.MsgId), OriginalMessageID: strings.TrimSpace(r.OrgnlGrpInfAndSts.OrgnlMsgId),
-		OriginalMessageNameID: strings.TrimSpace(r.OrgnlGrpInfAndSts.OrgnlMsgNmId), GroupStatus: strings.TrimSpace(r.OrgnlGrpInfAndSts.GrpSts)}
+		OriginalMessageNameID: strings.TrimSpace(r.OrgnlGrpInfAndSts.OrgnlMsgNmId), GroupStatus: strings.TrimSpace(r.OrgnlGrpInfAndSts.GrpSts),
+		OriginalTransactions: count(r.OrgnlGrpInfAndSts.OrgnlNbOfTxs)}
 	if err := required(root+"/GrpHdr/MsgId", out.MessageID); err != nil {
 		return out, err
 	}
@@ -178,11 +185,34 @@ func ParsePain002(b []byte) (StatusReport, error) {
 	return out, nil
 }
 
+// countDigitsMax is ISO's Max15NumericText.
+const countDigitsMax = 15
+
+// count reads an OrgnlNbOfTxs (Max15NumericText); 0 when absent or not a
+// count. Optional and informative only (a reader uses it to know whether a
+// report names every payment), so one a bank writes otherwise reads as not
+// given rather than refusing the statuses of the whole file.
+func count(s string) int {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > countDigitsMax {
+		return 0
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
 // parsePaymentInfoStatus reads the OrgnlPmtInfAndSts at path p and its
 // payment statuses.
 func parsePaymentInfoStatus(p string, x xmlOrgnlPmtInfAndSts) (PaymentInfoStatus, error) {
 	var err error
-	pi := PaymentInfoStatus{Path: p, OriginalPaymentInfoID: strings.TrimSpace(x.OrgnlPmtInfId), Status: strings.TrimSpace(x.PmtInfSts)}
+	pi := PaymentInfoStatus{Path: p, OriginalPaymentInfoID: strings.TrimSpace(x.OrgnlPmtInfId), Status: strings.TrimSpace(x.PmtInfSts),
+		OriginalTransactions: count(x.OrgnlNbOfTxs)}
 	if err := required(p+"/OrgnlPmtInfId", pi.OriginalPaymentInfoID); err != nil {
 		return pi, err
 	}

@@ -25,7 +25,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 // provider, cycle and currency: the group-by is bounded by the scrape's
 // deadline (obs.SQLCollector).
 func Metrics() []obs.SQLMetric {
-	return []obs.SQLMetric{{
+	return append([]obs.SQLMetric{{
 		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
 		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
@@ -51,7 +51,12 @@ func Metrics() []obs.SQLMetric {
 		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest payout submitted or in transit since its last status change (0: none): a rail that never answers with an outcome.",
 		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where status in ('submitted', 'in_transit')`,
-	}, {
+	}}, bankFileMetrics()...)
+}
+
+// bankFileMetrics are the bank-file rail's.
+func bankFileMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
 		// The bank-file rail's loop logs a cutoff it cannot build, a file it
 		// cannot deliver and an inbox file it cannot read, and tries again:
 		// these ages are what an alert reads (every bank payout read
@@ -76,18 +81,28 @@ func Metrics() []obs.SQLMetric {
 			"releases it: POST /v1/bank-files:release-restore-hold; 0: not held).",
 		Query: `select coalesce(extract(epoch from now() - min(held_since)), 0)::float8 from payout.bank_file_holds where released_at is null`,
 	}, {
+		// A transfer held for review after a restore is sent to no bank
+		// until finance resolves it: its payout reads submitted meanwhile.
+		Name: "gpubill_bank_transfers_review_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest bank transfer held for finance's review (0: none): after a restore the bank has it, or may have it, " +
+			"under terms the rail cannot apply, and it is never sent until resolved (GET /v1/bank-files/restore-hold lists them; " +
+			"POST /v1/bank-transfers/{end_to_end_id}:resolve).",
+		Query: `select coalesce(extract(epoch from now() - min(since)), 0)::float8 from payout.bank_transfer_reviews where resolved_at is null`,
+	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
-		Help:  "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, returned.",
+		Help: "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, " +
+			"returned, review (held for finance after a restore).",
 		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,
 	}, {
 		Name: "gpubill_bank_file_entries_not_applied", Type: obs.Gauge, Labels: []string{"outcome"},
 		Help: "Entries of imported bank files (pain.002, camt.054) not applied — unknown EndToEndId, a status contradicting what is known, " +
-			"an amount not the payout's — for finance to look at (GET the import's answer, or the log).",
+			"an amount not the payout's, a transfer queued again after a restore held for review, a status of a batch lost with a restore — " +
+			"for finance to look at (GET the import's answer, or the log).",
 		// Every outcome from 0: with no series before the first entry,
 		// the alert's rise over an hour had nothing to rise from and
 		// missed it.
 		Query: `select o.outcome, count(e.outcome)::float8
-			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch']) as o(outcome)
+			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch', 'review', 'lost_batch']) as o(outcome)
 			left join payout.bank_file_entries e on e.outcome = o.outcome group by o.outcome`,
 	}}
 }

@@ -3,6 +3,7 @@ package payout
 import (
 	"context"
 	"io/fs"
+	"maps"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -112,8 +113,38 @@ func TestBankFileEntriesNotAppliedFromZero(t *testing.T) {
 		}
 		got[outcome] = v
 	}
-	if rows.Err() != nil || len(got) != 3 || got["conflict"] != 0 || got["unknown_reference"] != 0 || got["amount_mismatch"] != 0 {
-		t.Fatalf("gpubill_bank_file_entries_not_applied of no entries: %v (%v); want the three outcomes at 0", got, rows.Err())
+	want := map[string]float64{"conflict": 0, "unknown_reference": 0, "amount_mismatch": 0, "review": 0, "lost_batch": 0}
+	if rows.Err() != nil || !maps.Equal(got, want) {
+		t.Fatalf("gpubill_bank_file_entries_not_applied of no entries: %v (%v); want %v", got, rows.Err(), want)
+	}
+}
+
+// A bank transfer held for finance's review after a restore is sent to no
+// bank until resolved: how long the oldest has waited is on /metrics for
+// an alert (a resolved review does not count).
+func TestBankTransfersInReviewAge(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const name = "gpubill_bank_transfers_review_age_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s of an empty rail: %v, want 0", name, v)
+	}
+	for _, q := range []string{
+		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
+			creditor_agent, state, queued_at, updated_at) values
+			('po-r', 'po-r', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'review', now() - interval '2 days', now() - interval '5 hours'),
+			('po-b', 'po-b', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'booked', now() - interval '2 days', now())`,
+		`insert into payout.bank_transfer_reviews (reference, cause, note, since) values ('po-r', 'lost_batch', 'x', now() - interval '5 hours')`,
+		`insert into payout.bank_transfer_reviews (reference, cause, note, since, resolution, paid_amount, resolved_by, resolved_at)
+			values ('po-b', 'amount_mismatch', 'x', now() - interval '3 days', 'paid', 64, 'finance', now())`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, want := testkit.SQLMetric(t, pool, Metrics(), name), 5*3600.0; v < want || v > want+600 {
+		t.Errorf("%s: %v, want about %v (po-r's; po-b's review is resolved)", name, v, want)
 	}
 }
 

@@ -463,6 +463,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "ImportBankFile":             finance,
 		p + "GetBankFileRestoreHold":     finance,
 		p + "ReleaseBankFileRestoreHold": finance,
+		p + "ResolveBankTransfer":        finance,
 		tu + "CreateTopUp":               {auth.RoleRenter, auth.RoleFinance, auth.RoleAdmin},
 	}
 }

@@ -127,6 +127,7 @@ var expectedAccess = func() map[string][]string {
 		po + "ImportBankFile":                                         staff,
 		po + "GetBankFileRestoreHold":                                 staff,
 		po + "ReleaseBankFileRestoreHold":                             staff,
+		po + "ResolveBankTransfer":                                    staff,
 		"/gpubill.payout.v1.TopUpService/CreateTopUp":                 {"finance", "admin", "renter"},
 		st + "ListSettlementCycles":                                   read,
 		st + "GetSettlementCycle":                                     read,

@@ -362,3 +362,95 @@ func TestRestoreHoldsTheBankFileRail(t *testing.T) {
 		t.Errorf("the bank got %d more files (%v); want none: it has the payout", len(files), err)
 	}
 }
+
+// A payout queued before the snapshot and sent after it in a batch lost
+// with the disaster, whose only report at the bank is a group status
+// (GrpSts ACCP, no payment named): through REST the restore hold lists it
+// in review (not queued: a release does not send it), a provider may not
+// resolve it, and finance resolves it paid at the amount the bank paid,
+// once (the same call again answers the same; another resolution is a
+// 409), kept with who and why. The payout is paid and the release sends
+// nothing.
+func TestRestoreReviewResolvedThroughREST(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	out, in := t.TempDir(), t.TempDir()
+	cfg := payout.Config{BankRail: payout.BankRailFile, Bank: payout.BankConfig{Debtor: clientAccount, CutoffHour: 14,
+		OutboxDir: out, InboxDir: in, Tick: 100 * time.Millisecond}}
+	bank := fakebank.New(out, in, clientAccount.Account)
+	const provider, cyc = "pb-review", "cyc-20260101"
+	src := newStack(t, cfg)
+	src.setup(t, provider, "6222000011110001")
+	src.settle(t, provider, cyc, "CNY", "620.00")
+	po := src.waitStatus(t, provider, cyc, "submitted", waitLong)
+	dir := filepath.Join(t.TempDir(), "snap")
+	if _, err := backup.Take(ctx, src.dsn, dir, backup.Tools{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	id, built, err := src.s.TestHooks().CutBankBatch(ctx, time.Now())
+	if err != nil || !built {
+		t.Fatal(id, built, err)
+	}
+	testkit.Eventually(t, waitLong, func() bool { _, err := os.Stat(filepath.Join(out, id+".xml")); return err == nil })
+	if files, err := bank.Take(); err != nil || len(files) != 1 {
+		t.Fatalf("the bank took %d files: %v", len(files), err)
+	}
+	src.stopPayout()
+	if err := src.tc.TerminateWorkflow(ctx, src.s.WorkflowID(po.PayoutId), "", "disaster"); err != nil {
+		t.Fatal(err)
+	}
+	dst := testkit.NewDatabase(t)
+	if res, err := backup.Restore(ctx, dst, dir, backup.Tools{}); err != nil || !res.BankFilesHeld {
+		t.Fatalf("restore: %+v %v", res, err)
+	}
+	restored := newStackOn(t, dst, cfg)
+
+	// The bank's only report on the lost batch: accepted, as a group.
+	report := `<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>STS-GRP-1</MsgId><CreDtTm>` + time.Now().UTC().Format(time.RFC3339) + `</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>` + id + `</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId><GrpSts>ACCP</GrpSts></OrgnlGrpInfAndSts>
+</CstmrPmtStsRpt></Document>`
+	code, body := restored.restBody(t, "POST", "/v1/bank-files?name=grp.xml", auth.RoleFinance, "application/xml", []byte(report))
+	if code != http.StatusOK || !strings.Contains(body, `"outcome":"lost_batch"`) || !strings.Contains(body, `"outcome":"review"`) {
+		t.Fatalf("the group report on the lost batch: %d %s; want a lost_batch entry and the payout's transfer in review", code, body)
+	}
+	code, body = restored.restBody(t, "GET", "/v1/bank-files/restore-hold", auth.RoleFinance, "application/json", nil)
+	var hold struct {
+		QueuedTransfers int `json:"queued_transfers"`
+		ReviewTransfers int `json:"review_transfers"`
+		InReview        []struct {
+			EndToEndID      string `json:"end_to_end_id"`
+			PayoutReference string `json:"payout_reference"`
+			Cause           string `json:"cause"`
+		} `json:"in_review"`
+	}
+	if err := json.Unmarshal([]byte(body), &hold); code != http.StatusOK || err != nil || hold.QueuedTransfers != 0 || hold.ReviewTransfers != 1 ||
+		len(hold.InReview) != 1 || hold.InReview[0].PayoutReference != po.PayoutId || hold.InReview[0].Cause != "lost_batch" {
+		t.Fatalf("GET the hold: %d %s (%v); want the payout in review, nothing queued", code, body, err)
+	}
+	path := "/v1/bank-transfers/" + hold.InReview[0].EndToEndID + ":resolve"
+	paid := []byte(`{"resolution":"paid","amount":"620.00","currency":"CNY","reason":"client account statement 2026-12-02, line 7"}`)
+	if code, body := restored.restBody(t, "POST", path, auth.RoleProvider, "application/json", paid); code != http.StatusForbidden {
+		t.Errorf("a provider's resolution: %d %s, want 403", code, body)
+	}
+	code, resolved := restored.restBody(t, "POST", path, auth.RoleFinance, "application/json", paid)
+	if code != http.StatusOK || !strings.Contains(resolved, `"resolution":"paid"`) || !strings.Contains(resolved, `"paid_amount":"620.00"`) ||
+		!strings.Contains(resolved, `"state":"booked"`) || !strings.Contains(resolved, `"resolved_by":"finance"`) {
+		t.Fatalf("finance's resolution paid: %d %s", code, resolved)
+	}
+	restored.waitStatus(t, provider, cyc, "paid", waitLong)
+	restored.checkProvider(t, provider, "CNY", "0", "0")
+	if code, again := restored.restBody(t, "POST", path, auth.RoleFinance, "application/json", paid); code != http.StatusOK || again != resolved {
+		t.Errorf("the same resolution again: %d %s; want the first's answer %s", code, again, resolved)
+	}
+	if code, body := restored.restBody(t, "POST", path, auth.RoleFinance, "application/json",
+		[]byte(`{"resolution":"requeue","reason":"changed my mind"}`)); code != http.StatusConflict {
+		t.Errorf("another resolution after it: %d %s, want 409", code, body)
+	}
+	if code, body := restored.restBody(t, "POST", "/v1/bank-files:release-restore-hold", auth.RoleFinance, "application/json", []byte("{}")); code != http.StatusOK {
+		t.Fatalf("release: %d %s", code, body)
+	}
+	if id, built, err := restored.s.TestHooks().CutBankBatch(ctx, time.Now()); err != nil || built || id != "" {
+		t.Errorf("a cut after the release: %q built %v, %v; want nothing to send (the bank paid the payout)", id, built, err)
+	}
+}

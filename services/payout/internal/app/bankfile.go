@@ -28,6 +28,62 @@ type BankFiles interface {
 	// never held, or while a queued transfer is named by a bank report's
 	// entry not applied to it (the bank has it), apperr.ErrPrecondition.
 	ReleaseRestoreHold(ctx context.Context, by string) (BankFileHold, error)
+	// ResolveTransfer is finance's answer to a transfer held for review
+	// (BankTransferReview): paid at the amount the bank paid, or put back
+	// on the queue. The same resolution again answers the first;
+	// another after it, apperr.ErrConflict; a transfer never held for
+	// review, apperr.ErrPrecondition; an unknown EndToEndId,
+	// apperr.ErrNotFound.
+	ResolveTransfer(ctx context.Context, res BankTransferResolution) (BankTransferReview, error)
+}
+
+// Resolutions of a bank transfer held for review.
+const (
+	// BankResolvePaid: the bank paid it (its statement or camt.054 says
+	// so), at the amount given: the transfer is booked, and its payout
+	// paid if that is the transfer's amount (at another, the rail reports
+	// it and the payout is held as rail_amount_mismatch).
+	BankResolvePaid = "paid"
+	// BankResolveRequeue: the bank does not have it, or refused it: it goes
+	// into the next batch (after the restore hold's release).
+	BankResolveRequeue = "requeue"
+	// BankResolvedByBank: a later report of the bank booked, rejected or
+	// returned it (no finance action).
+	BankResolvedByBank = "bank"
+)
+
+// Why a bank transfer left the queue for finance's review.
+const (
+	ReviewAmountMismatch     = "amount_mismatch"     // the bank has it at another amount
+	ReviewDuplicateRejection = "duplicate_rejection" // the bank refused a copy of it: it has the original
+	ReviewLostBatch          = "lost_batch"          // it may be in a batch lost with a restore, which the bank has
+)
+
+// BankTransferResolution is finance's resolution of a transfer in review.
+type BankTransferResolution struct {
+	EndToEndID string
+	Resolution string          // BankResolvePaid or BankResolveRequeue
+	Amount     decimal.Decimal // paid: the amount the bank paid, in Currency
+	Currency   string
+	Reason     string // what finance checked (a statement line, the bank's answer)
+	By         string // role:subject
+}
+
+// BankTransferReview is a bank transfer held for finance's review after a
+// restore: the bank has it, or may have it, under terms the rail cannot
+// apply, so it left the queue (sent again, it would be paid twice) and is
+// never cut into a batch until resolved.
+type BankTransferReview struct {
+	EndToEndID, Reference, ProviderID, Currency string
+	Amount                                      decimal.Decimal // the transfer's
+	State                                       string          // the transfer's state now
+	Cause, Note                                 string          // Review*, and what the bank's report said
+	Since                                       time.Time
+	Resolution                                  string           // "" while open; BankResolve*, BankResolvedByBank
+	PaidAmount                                  *decimal.Decimal // resolved paid: the amount the bank paid
+	ResolvedBy                                  string
+	ResolvedAt                                  *time.Time
+	ResolutionReason                            string
 }
 
 // BankFileHold is a restore hold of the bank-file rail: gpubill restore
@@ -40,6 +96,10 @@ type BankFileHold struct {
 	// What a release sends: the transfers queued for the next cutoff and
 	// the batches built and not yet written to the outbox.
 	QueuedTransfers, UndeliveredBatches int
+	// What a release does not send: the transfers held for finance's
+	// review (ResolveTransfer), and the oldest of them.
+	ReviewTransfers int
+	InReview        []BankTransferReview
 }
 
 // Held says whether the hold is open.
@@ -80,7 +140,19 @@ const (
 	EntryUnknownReference = "unknown_reference" // no transfer with this EndToEndId
 	EntryAmountMismatch   = "amount_mismatch"   // the bank's amount or currency is not the transfer's: not applied
 	EntryIgnored          = "ignored"           // not about a payout (a credit without return information …)
+	EntryReview           = "review"            // the transfer left the queue for finance's review (BankTransferReview)
+	EntryLostBatch        = "lost_batch"        // a status of a batch lost with a restore, covering payments it does not name
 )
+
+// EntryNotApplied says whether an entry's outcome is one for finance to
+// look at (counted not applied in an import's answer, logged as a warning).
+func EntryNotApplied(outcome string) bool {
+	switch outcome {
+	case EntryUnknownReference, EntryConflict, EntryAmountMismatch, EntryReview, EntryLostBatch:
+		return true
+	}
+	return false
+}
 
 // BankFileImport is the report of one bank file's import.
 type BankFileImport struct {

@@ -120,10 +120,10 @@ func (s *Server) ImportBankFile(ctx context.Context, req *payoutv1.ImportBankFil
 	for _, e := range rep.Entries {
 		resp.Entries = append(resp.Entries, &payoutv1.BankFileEntry{Element: e.Element, EndToEndId: e.EndToEndID, PayoutReference: e.PayoutRef,
 			BankStatus: e.BankStatus, ReasonCode: e.ReasonCode, Outcome: e.Outcome, Note: e.Note})
-		switch e.Outcome {
-		case app.EntryApplied:
+		switch {
+		case e.Outcome == app.EntryApplied:
 			resp.Applied++
-		case app.EntryUnknownReference, app.EntryConflict, app.EntryAmountMismatch:
+		case app.EntryNotApplied(e.Outcome):
 			resp.NotApplied++
 		}
 	}
@@ -132,7 +132,10 @@ func (s *Server) ImportBankFile(ctx context.Context, req *payoutv1.ImportBankFil
 
 func holdProto(h app.BankFileHold) *payoutv1.BankFileRestoreHold {
 	out := &payoutv1.BankFileRestoreHold{Held: h.Held(), ReleasedBy: h.ReleasedBy,
-		QueuedTransfers: int32(h.QueuedTransfers), UndeliveredBatches: int32(h.UndeliveredBatches)}
+		QueuedTransfers: int32(h.QueuedTransfers), UndeliveredBatches: int32(h.UndeliveredBatches), ReviewTransfers: int32(h.ReviewTransfers)}
+	for _, v := range h.InReview {
+		out.InReview = append(out.InReview, reviewProto(v))
+	}
 	if !h.HeldSince.IsZero() {
 		out.HeldSince = timestamppb.New(h.HeldSince)
 	}
@@ -159,6 +162,40 @@ func (s *Server) ReleaseBankFileRestoreHold(ctx context.Context, _ *payoutv1.Rel
 		return nil, err
 	}
 	return &payoutv1.ReleaseBankFileRestoreHoldResponse{Hold: holdProto(h)}, nil
+}
+
+func reviewProto(v app.BankTransferReview) *payoutv1.BankTransferReview {
+	out := &payoutv1.BankTransferReview{EndToEndId: v.EndToEndID, PayoutReference: v.Reference, ProviderId: v.ProviderID,
+		Amount: fmtAmt(v.Currency, v.Amount), Currency: v.Currency, State: v.State, Cause: v.Cause, Note: v.Note, Since: timestamppb.New(v.Since),
+		Resolution: v.Resolution, ResolvedBy: v.ResolvedBy, ResolutionReason: v.ResolutionReason}
+	if v.PaidAmount != nil {
+		out.PaidAmount = fmtAmt(v.Currency, *v.PaidAmount)
+	}
+	if v.ResolvedAt != nil {
+		out.ResolvedAt = timestamppb.New(*v.ResolvedAt)
+	}
+	return out
+}
+
+// ResolveBankTransfer implements PayoutService (finance): idempotent, the
+// same resolution again answers the first.
+func (s *Server) ResolveBankTransfer(ctx context.Context, req *payoutv1.ResolveBankTransferRequest) (*payoutv1.ResolveBankTransferResponse, error) {
+	res := app.BankTransferResolution{EndToEndID: req.EndToEndId, Resolution: req.Resolution, Currency: strings.ToUpper(strings.TrimSpace(req.Currency)),
+		Reason: req.Reason, By: actor(ctx)}
+	if req.Amount != "" {
+		cur, err := money.Lookup(res.Currency)
+		if err != nil {
+			return nil, apperr.Invalid("currency", "%s", err.Error())
+		}
+		if res.Amount, err = cur.Parse(req.Amount); err != nil {
+			return nil, apperr.Invalid("amount", "%s", err.Error())
+		}
+	}
+	v, err := s.Bank.ResolveTransfer(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.ResolveBankTransferResponse{Review: reviewProto(v)}, nil
 }
 
 // actor names the caller in an audit trail: role, and subject when it has one.

@@ -2978,7 +2978,8 @@ type BankFileEntry struct {
 	PayoutReference string                 `protobuf:"bytes,3,opt,name=payout_reference,json=payoutReference,proto3" json:"payout_reference,omitempty"` // the payout's rail reference; "" when unknown
 	BankStatus      string                 `protobuf:"bytes,4,opt,name=bank_status,json=bankStatus,proto3" json:"bank_status,omitempty"`                // ACCP, RJCT, DBIT/BOOK, RTRN/BOOK ...
 	ReasonCode      string                 `protobuf:"bytes,5,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`                // the ISO reason (AC04, AC06 ...)
-	// applied | unchanged | conflict | unknown_reference | amount_mismatch | ignored
+	// applied | unchanged | conflict | unknown_reference | amount_mismatch | ignored | review (the transfer left the
+	// queue for finance's review) | lost_batch (a status of a batch lost with a restore, of payments it does not name)
 	Outcome       string `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3233,6 +3234,8 @@ type BankFileRestoreHold struct {
 	ReleasedBy         string                 `protobuf:"bytes,4,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`                          // role:subject of who released it
 	QueuedTransfers    int32                  `protobuf:"varint,5,opt,name=queued_transfers,json=queuedTransfers,proto3" json:"queued_transfers,omitempty"`          // transfers queued for the next cutoff
 	UndeliveredBatches int32                  `protobuf:"varint,6,opt,name=undelivered_batches,json=undeliveredBatches,proto3" json:"undelivered_batches,omitempty"` // batches built and not yet written to GPUBILL_BANK_OUTBOX_DIR
+	ReviewTransfers    int32                  `protobuf:"varint,7,opt,name=review_transfers,json=reviewTransfers,proto3" json:"review_transfers,omitempty"`          // transfers held for finance's review: not sent by a release (ResolveBankTransfer)
+	InReview           []*BankTransferReview  `protobuf:"bytes,8,rep,name=in_review,json=inReview,proto3" json:"in_review,omitempty"`                                // the oldest 50 of them
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -3309,6 +3312,289 @@ func (x *BankFileRestoreHold) GetUndeliveredBatches() int32 {
 	return 0
 }
 
+func (x *BankFileRestoreHold) GetReviewTransfers() int32 {
+	if x != nil {
+		return x.ReviewTransfers
+	}
+	return 0
+}
+
+func (x *BankFileRestoreHold) GetInReview() []*BankTransferReview {
+	if x != nil {
+		return x.InReview
+	}
+	return nil
+}
+
+type ResolveBankTransferRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EndToEndId    string                 `protobuf:"bytes,1,opt,name=end_to_end_id,json=endToEndId,proto3" json:"end_to_end_id,omitempty"` // the transfer's EndToEndId, as the bank's reports name it
+	Resolution    string                 `protobuf:"bytes,2,opt,name=resolution,proto3" json:"resolution,omitempty"`                       // paid | requeue
+	Amount        string                 `protobuf:"bytes,3,opt,name=amount,proto3" json:"amount,omitempty"`                               // paid: the amount the bank paid (its statement, its camt.054)
+	Currency      string                 `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`                           // paid: the transfer's currency
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`                               // required: what was checked (the bank statement's line, the bank's answer)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveBankTransferRequest) Reset() {
+	*x = ResolveBankTransferRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveBankTransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveBankTransferRequest) ProtoMessage() {}
+
+func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveBankTransferRequest.ProtoReflect.Descriptor instead.
+func (*ResolveBankTransferRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ResolveBankTransferRequest) GetEndToEndId() string {
+	if x != nil {
+		return x.EndToEndId
+	}
+	return ""
+}
+
+func (x *ResolveBankTransferRequest) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *ResolveBankTransferRequest) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *ResolveBankTransferRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *ResolveBankTransferRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ResolveBankTransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Review        *BankTransferReview    `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveBankTransferResponse) Reset() {
+	*x = ResolveBankTransferResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveBankTransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveBankTransferResponse) ProtoMessage() {}
+
+func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveBankTransferResponse.ProtoReflect.Descriptor instead.
+func (*ResolveBankTransferResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ResolveBankTransferResponse) GetReview() *BankTransferReview {
+	if x != nil {
+		return x.Review
+	}
+	return nil
+}
+
+// A bank transfer held for finance's review, and its resolution.
+type BankTransferReview struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	EndToEndId       string                 `protobuf:"bytes,1,opt,name=end_to_end_id,json=endToEndId,proto3" json:"end_to_end_id,omitempty"`
+	PayoutReference  string                 `protobuf:"bytes,2,opt,name=payout_reference,json=payoutReference,proto3" json:"payout_reference,omitempty"` // the payout's rail reference
+	ProviderId       string                 `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Amount           string                 `protobuf:"bytes,4,opt,name=amount,proto3" json:"amount,omitempty"` // the transfer's: its payout's net
+	Currency         string                 `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
+	State            string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"` // the transfer's state: review while open; booked, queued (or as a report of the bank moved it) once resolved
+	Cause            string                 `protobuf:"bytes,7,opt,name=cause,proto3" json:"cause,omitempty"` // amount_mismatch | duplicate_rejection | lost_batch
+	Note             string                 `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`   // what the bank's report said
+	Since            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=since,proto3" json:"since,omitempty"`
+	Resolution       string                 `protobuf:"bytes,10,opt,name=resolution,proto3" json:"resolution,omitempty"`                   // "" while open; paid | requeue; bank: a later report of the bank booked, rejected or returned it
+	PaidAmount       string                 `protobuf:"bytes,11,opt,name=paid_amount,json=paidAmount,proto3" json:"paid_amount,omitempty"` // resolution paid: the amount the bank paid (not the transfer's: its payout is held as rail_amount_mismatch)
+	ResolvedBy       string                 `protobuf:"bytes,12,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role:subject, or bank
+	ResolvedAt       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
+	ResolutionReason string                 `protobuf:"bytes,14,opt,name=resolution_reason,json=resolutionReason,proto3" json:"resolution_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BankTransferReview) Reset() {
+	*x = BankTransferReview{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BankTransferReview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BankTransferReview) ProtoMessage() {}
+
+func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BankTransferReview.ProtoReflect.Descriptor instead.
+func (*BankTransferReview) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BankTransferReview) GetEndToEndId() string {
+	if x != nil {
+		return x.EndToEndId
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetPayoutReference() string {
+	if x != nil {
+		return x.PayoutReference
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *BankTransferReview) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetPaidAmount() string {
+	if x != nil {
+		return x.PaidAmount
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *BankTransferReview) GetResolvedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolvedAt
+	}
+	return nil
+}
+
+func (x *BankTransferReview) GetResolutionReason() string {
+	if x != nil {
+		return x.ResolutionReason
+	}
+	return ""
+}
+
 type ImportBankFileResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	FileId            string                 `protobuf:"bytes,1,opt,name=file_id,json=fileId,proto3" json:"file_id,omitempty"`
@@ -3319,14 +3605,14 @@ type ImportBankFileResponse struct {
 	ImportedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=imported_at,json=importedAt,proto3" json:"imported_at,omitempty"`
 	Entries           []*BankFileEntry       `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
 	Applied           int32                  `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`
-	NotApplied        int32                  `protobuf:"varint,9,opt,name=not_applied,json=notApplied,proto3" json:"not_applied,omitempty"` // unknown_reference, conflict and amount_mismatch entries: for finance to look at
+	NotApplied        int32                  `protobuf:"varint,9,opt,name=not_applied,json=notApplied,proto3" json:"not_applied,omitempty"` // unknown_reference, conflict, amount_mismatch, review and lost_batch entries: for finance to look at
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3624,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3637,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -3683,7 +3969,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x04hold\x18\x01 \x01(\v2&.gpubill.payout.v1.BankFileRestoreHoldR\x04hold\"#\n" +
 	"!ReleaseBankFileRestoreHoldRequest\"`\n" +
 	"\"ReleaseBankFileRestoreHoldResponse\x12:\n" +
-	"\x04hold\x18\x01 \x01(\v2&.gpubill.payout.v1.BankFileRestoreHoldR\x04hold\"\x9e\x02\n" +
+	"\x04hold\x18\x01 \x01(\v2&.gpubill.payout.v1.BankFileRestoreHoldR\x04hold\"\x8d\x03\n" +
 	"\x13BankFileRestoreHold\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x129\n" +
 	"\n" +
@@ -3693,7 +3979,43 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\vreleased_by\x18\x04 \x01(\tR\n" +
 	"releasedBy\x12)\n" +
 	"\x10queued_transfers\x18\x05 \x01(\x05R\x0fqueuedTransfers\x12/\n" +
-	"\x13undelivered_batches\x18\x06 \x01(\x05R\x12undeliveredBatches\"\xe6\x02\n" +
+	"\x13undelivered_batches\x18\x06 \x01(\x05R\x12undeliveredBatches\x12)\n" +
+	"\x10review_transfers\x18\a \x01(\x05R\x0freviewTransfers\x12B\n" +
+	"\tin_review\x18\b \x03(\v2%.gpubill.payout.v1.BankTransferReviewR\binReview\"\xab\x01\n" +
+	"\x1aResolveBankTransferRequest\x12!\n" +
+	"\rend_to_end_id\x18\x01 \x01(\tR\n" +
+	"endToEndId\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\x02 \x01(\tR\n" +
+	"resolution\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\tR\x06amount\x12\x1a\n" +
+	"\bcurrency\x18\x04 \x01(\tR\bcurrency\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\\\n" +
+	"\x1bResolveBankTransferResponse\x12=\n" +
+	"\x06review\x18\x01 \x01(\v2%.gpubill.payout.v1.BankTransferReviewR\x06review\"\xf5\x03\n" +
+	"\x12BankTransferReview\x12!\n" +
+	"\rend_to_end_id\x18\x01 \x01(\tR\n" +
+	"endToEndId\x12)\n" +
+	"\x10payout_reference\x18\x02 \x01(\tR\x0fpayoutReference\x12\x1f\n" +
+	"\vprovider_id\x18\x03 \x01(\tR\n" +
+	"providerId\x12\x16\n" +
+	"\x06amount\x18\x04 \x01(\tR\x06amount\x12\x1a\n" +
+	"\bcurrency\x18\x05 \x01(\tR\bcurrency\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x14\n" +
+	"\x05cause\x18\a \x01(\tR\x05cause\x12\x12\n" +
+	"\x04note\x18\b \x01(\tR\x04note\x120\n" +
+	"\x05since\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\n" +
+	" \x01(\tR\n" +
+	"resolution\x12\x1f\n" +
+	"\vpaid_amount\x18\v \x01(\tR\n" +
+	"paidAmount\x12\x1f\n" +
+	"\vresolved_by\x18\f \x01(\tR\n" +
+	"resolvedBy\x12;\n" +
+	"\vresolved_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"resolvedAt\x12+\n" +
+	"\x11resolution_reason\x18\x0e \x01(\tR\x10resolutionReason\"\xe6\x02\n" +
 	"\x16ImportBankFileResponse\x12\x17\n" +
 	"\afile_id\x18\x01 \x01(\tR\x06fileId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +
@@ -3706,7 +4028,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\xe7\x18\n" +
+	"notApplied2\x9d\x1a\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -3727,7 +4049,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x12GetPayoutBatchFile\x12,.gpubill.payout.v1.GetPayoutBatchFileRequest\x1a\x14.google.api.HttpBody\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/payout-batches/{batch_id}/file\x12\x80\x01\n" +
 	"\x0eImportBankFile\x12(.gpubill.payout.v1.ImportBankFileRequest\x1a).gpubill.payout.v1.ImportBankFileResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/bank-files\x12\xa8\x01\n" +
 	"\x16GetBankFileRestoreHold\x120.gpubill.payout.v1.GetBankFileRestoreHoldRequest\x1a1.gpubill.payout.v1.GetBankFileRestoreHoldResponse\")\x82\xd3\xe4\x93\x02#b\x04hold\x12\x1b/v1/bank-files/restore-hold\x12\xbf\x01\n" +
-	"\x1aReleaseBankFileRestoreHold\x124.gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest\x1a5.gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\x04hold\"#/v1/bank-files:release-restore-holdBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
+	"\x1aReleaseBankFileRestoreHold\x124.gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest\x1a5.gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\x04hold\"#/v1/bank-files:release-restore-hold\x12\xb3\x01\n" +
+	"\x13ResolveBankTransfer\x12-.gpubill.payout.v1.ResolveBankTransferRequest\x1a..gpubill.payout.v1.ResolveBankTransferResponse\"=\x82\xd3\xe4\x93\x027:\x01*b\x06review\"*/v1/bank-transfers/{end_to_end_id}:resolveBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1;payoutv1b\x06proto3"
 
 var (
 	file_gpubill_payout_v1_payout_proto_rawDescOnce sync.Once
@@ -3741,7 +4064,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),                 // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                             // 1: gpubill.payout.v1.Payout
@@ -3796,103 +4119,112 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*ReleaseBankFileRestoreHoldRequest)(nil),  // 50: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
 	(*ReleaseBankFileRestoreHoldResponse)(nil), // 51: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
 	(*BankFileRestoreHold)(nil),                // 52: gpubill.payout.v1.BankFileRestoreHold
-	(*ImportBankFileResponse)(nil),             // 53: gpubill.payout.v1.ImportBankFileResponse
-	nil,                                        // 54: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	(*timestamppb.Timestamp)(nil),              // 55: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                // 56: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),                  // 57: google.api.HttpBody
+	(*ResolveBankTransferRequest)(nil),         // 53: gpubill.payout.v1.ResolveBankTransferRequest
+	(*ResolveBankTransferResponse)(nil),        // 54: gpubill.payout.v1.ResolveBankTransferResponse
+	(*BankTransferReview)(nil),                 // 55: gpubill.payout.v1.BankTransferReview
+	(*ImportBankFileResponse)(nil),             // 56: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                        // 57: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),              // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                // 59: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),                  // 60: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	55, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	58, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	55, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	55, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	58, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	55, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	58, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	55, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	55, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	55, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	55, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	55, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	58, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	58, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	58, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	22, // 19: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	26, // 20: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
 	27, // 21: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
-	55, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	58, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
 	25, // 23: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	54, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	57, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
 	25, // 25: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	56, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	59, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
 	22, // 27: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	22, // 28: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	55, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	55, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	55, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	58, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	58, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	58, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
 	36, // 32: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
 	42, // 33: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	55, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	58, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
 	41, // 35: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	55, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	55, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	58, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	58, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
 	42, // 38: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
 	52, // 39: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
 	52, // 40: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	55, // 41: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
-	55, // 42: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
-	55, // 43: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	47, // 44: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	14, // 45: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 46: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 47: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 48: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 49: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 50: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 51: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 52: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 53: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	32, // 54: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	28, // 55: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
-	30, // 56: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
-	34, // 57: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	37, // 58: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	39, // 59: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	43, // 60: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	45, // 61: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	46, // 62: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	48, // 63: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	50, // 64: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	15, // 65: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 66: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 67: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 68: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 69: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 70: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 71: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 72: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 73: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	33, // 74: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	29, // 75: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
-	31, // 76: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
-	35, // 77: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	38, // 78: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	40, // 79: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	44, // 80: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	57, // 81: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	53, // 82: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	49, // 83: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	51, // 84: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	65, // [65:85] is the sub-list for method output_type
-	45, // [45:65] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	58, // 41: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
+	58, // 42: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
+	55, // 43: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
+	55, // 44: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
+	58, // 45: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
+	58, // 46: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
+	58, // 47: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	47, // 48: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	14, // 49: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	16, // 50: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	18, // 51: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	20, // 52: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 53: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 54: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 55: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 56: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	23, // 57: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	32, // 58: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	28, // 59: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	30, // 60: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	34, // 61: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	37, // 62: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	39, // 63: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	43, // 64: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	45, // 65: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	46, // 66: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	48, // 67: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	50, // 68: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	53, // 69: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
+	15, // 70: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	17, // 71: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	19, // 72: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	21, // 73: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 74: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 75: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 76: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 77: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	24, // 78: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	33, // 79: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	29, // 80: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	31, // 81: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	35, // 82: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	38, // 83: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	40, // 84: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	44, // 85: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	60, // 86: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	56, // 87: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	49, // 88: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	51, // 89: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	54, // 90: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
+	70, // [70:91] is the sub-list for method output_type
+	49, // [49:70] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -3907,7 +4239,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -841,6 +841,51 @@ func local_request_PayoutService_ReleaseBankFileRestoreHold_0(ctx context.Contex
 	return msg, metadata, err
 }
 
+func request_PayoutService_ResolveBankTransfer_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolveBankTransferRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["end_to_end_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "end_to_end_id")
+	}
+	protoReq.EndToEndId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "end_to_end_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResolveBankTransfer(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_ResolveBankTransfer_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolveBankTransferRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["end_to_end_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "end_to_end_id")
+	}
+	protoReq.EndToEndId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "end_to_end_id", err)
+	}
+	msg, err := server.ResolveBankTransfer(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterPayoutServiceHandlerServer registers the http handlers for service PayoutService to "mux".
 // UnaryRPC     :call PayoutServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -1247,6 +1292,26 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ReleaseBankFileRestoreHold_0{resp.(*ReleaseBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ResolveBankTransfer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ResolveBankTransfer", runtime.WithHTTPPathPattern("/v1/bank-transfers/{end_to_end_id}:resolve"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_ResolveBankTransfer_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ResolveBankTransfer_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ResolveBankTransfer_0{resp.(*ResolveBankTransferResponse)}, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -1627,6 +1692,23 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_ReleaseBankFileRestoreHold_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ReleaseBankFileRestoreHold_0{resp.(*ReleaseBankFileRestoreHoldResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ResolveBankTransfer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ResolveBankTransfer", runtime.WithHTTPPathPattern("/v1/bank-transfers/{end_to_end_id}:resolve"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_ResolveBankTransfer_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ResolveBankTransfer_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ResolveBankTransfer_0{resp.(*ResolveBankTransferResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -1738,6 +1820,15 @@ func (m response_PayoutService_ReleaseBankFileRestoreHold_0) XXX_ResponseBody() 
 	return response.Hold
 }
 
+type response_PayoutService_ResolveBankTransfer_0 struct {
+	*ResolveBankTransferResponse
+}
+
+func (m response_PayoutService_ResolveBankTransfer_0) XXX_ResponseBody() interface{} {
+	response := m.ResolveBankTransferResponse
+	return response.Review
+}
+
 var (
 	pattern_PayoutService_GetPayout_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, ""))
 	pattern_PayoutService_ListProviderPayouts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payouts"}, ""))
@@ -1759,6 +1850,7 @@ var (
 	pattern_PayoutService_ImportBankFile_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, ""))
 	pattern_PayoutService_GetBankFileRestoreHold_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "bank-files", "restore-hold"}, ""))
 	pattern_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, "release-restore-hold"))
+	pattern_PayoutService_ResolveBankTransfer_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "bank-transfers", "end_to_end_id"}, "resolve"))
 )
 
 var (
@@ -1782,4 +1874,5 @@ var (
 	forward_PayoutService_ImportBankFile_0             = runtime.ForwardResponseMessage
 	forward_PayoutService_GetBankFileRestoreHold_0     = runtime.ForwardResponseMessage
 	forward_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.ForwardResponseMessage
+	forward_PayoutService_ResolveBankTransfer_0        = runtime.ForwardResponseMessage
 )

@@ -45,6 +45,7 @@ const (
 	PayoutService_ImportBankFile_FullMethodName             = "/gpubill.payout.v1.PayoutService/ImportBankFile"
 	PayoutService_GetBankFileRestoreHold_FullMethodName     = "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold"
 	PayoutService_ReleaseBankFileRestoreHold_FullMethodName = "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold"
+	PayoutService_ResolveBankTransfer_FullMethodName        = "/gpubill.payout.v1.PayoutService/ResolveBankTransfer"
 )
 
 // PayoutServiceClient is the client API for PayoutService service.
@@ -134,6 +135,19 @@ type PayoutServiceClient interface {
 	// bank file's entry not applied to it (the bank has it: import that
 	// file again), a 400 (failed precondition).
 	ReleaseBankFileRestoreHold(ctx context.Context, in *ReleaseBankFileRestoreHoldRequest, opts ...grpc.CallOption) (*ReleaseBankFileRestoreHoldResponse, error)
+	// Resolves a bank transfer held for finance's review (finance). After a
+	// restore, a transfer the bank has or may have under terms the rail
+	// cannot apply (a booking at another amount than the payout made again,
+	// a copy refused as a duplicate, a group or payment information status
+	// of a batch lost with the disaster) leaves the queue for review, listed
+	// by GET /v1/bank-files/restore-hold, and is never sent until resolved:
+	// "paid" (the bank paid it: the amount it paid, in the transfer's
+	// currency; the payout is paid, or at another amount than its net stays
+	// submitted with failure_code rail_amount_mismatch) or "requeue"
+	// (the bank does not have it, or refused it: it goes into the next
+	// batch). The same resolution again answers the first; another one is a
+	// 409; a transfer never held for review a 400 (failed precondition).
+	ResolveBankTransfer(ctx context.Context, in *ResolveBankTransferRequest, opts ...grpc.CallOption) (*ResolveBankTransferResponse, error)
 }
 
 type payoutServiceClient struct {
@@ -344,6 +358,16 @@ func (c *payoutServiceClient) ReleaseBankFileRestoreHold(ctx context.Context, in
 	return out, nil
 }
 
+func (c *payoutServiceClient) ResolveBankTransfer(ctx context.Context, in *ResolveBankTransferRequest, opts ...grpc.CallOption) (*ResolveBankTransferResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveBankTransferResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ResolveBankTransfer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PayoutServiceServer is the server API for PayoutService service.
 // All implementations must embed UnimplementedPayoutServiceServer
 // for forward compatibility.
@@ -431,6 +455,19 @@ type PayoutServiceServer interface {
 	// bank file's entry not applied to it (the bank has it: import that
 	// file again), a 400 (failed precondition).
 	ReleaseBankFileRestoreHold(context.Context, *ReleaseBankFileRestoreHoldRequest) (*ReleaseBankFileRestoreHoldResponse, error)
+	// Resolves a bank transfer held for finance's review (finance). After a
+	// restore, a transfer the bank has or may have under terms the rail
+	// cannot apply (a booking at another amount than the payout made again,
+	// a copy refused as a duplicate, a group or payment information status
+	// of a batch lost with the disaster) leaves the queue for review, listed
+	// by GET /v1/bank-files/restore-hold, and is never sent until resolved:
+	// "paid" (the bank paid it: the amount it paid, in the transfer's
+	// currency; the payout is paid, or at another amount than its net stays
+	// submitted with failure_code rail_amount_mismatch) or "requeue"
+	// (the bank does not have it, or refused it: it goes into the next
+	// batch). The same resolution again answers the first; another one is a
+	// 409; a transfer never held for review a 400 (failed precondition).
+	ResolveBankTransfer(context.Context, *ResolveBankTransferRequest) (*ResolveBankTransferResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }
 
@@ -500,6 +537,9 @@ func (UnimplementedPayoutServiceServer) GetBankFileRestoreHold(context.Context, 
 }
 func (UnimplementedPayoutServiceServer) ReleaseBankFileRestoreHold(context.Context, *ReleaseBankFileRestoreHoldRequest) (*ReleaseBankFileRestoreHoldResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseBankFileRestoreHold not implemented")
+}
+func (UnimplementedPayoutServiceServer) ResolveBankTransfer(context.Context, *ResolveBankTransferRequest) (*ResolveBankTransferResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveBankTransfer not implemented")
 }
 func (UnimplementedPayoutServiceServer) mustEmbedUnimplementedPayoutServiceServer() {}
 func (UnimplementedPayoutServiceServer) testEmbeddedByValue()                       {}
@@ -882,6 +922,24 @@ func _PayoutService_ReleaseBankFileRestoreHold_Handler(srv interface{}, ctx cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_ResolveBankTransfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveBankTransferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ResolveBankTransfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ResolveBankTransfer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ResolveBankTransfer(ctx, req.(*ResolveBankTransferRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PayoutService_ServiceDesc is the grpc.ServiceDesc for PayoutService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -968,6 +1026,10 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseBankFileRestoreHold",
 			Handler:    _PayoutService_ReleaseBankFileRestoreHold_Handler,
+		},
+		{
+			MethodName: "ResolveBankTransfer",
+			Handler:    _PayoutService_ResolveBankTransfer_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -92,6 +92,9 @@ func (r *Rail) RestoreHold(ctx context.Context) (app.BankFileHold, error) {
 	if since != nil {
 		h.HeldSince = *since
 	}
+	if h.InReview, h.ReviewTransfers, err = openReviews(ctx, r.Pool); err != nil {
+		return h, fmt.Errorf("bank-file restore hold: %w", err)
+	}
 	return h, nil
 }
 
@@ -140,7 +143,7 @@ func (r *Rail) ReleaseRestoreHold(ctx context.Context, by string) (app.BankFileH
 	}
 	if released {
 		r.Log.Warn("bank-file restore hold released: batches are cut and delivered again", "held_since", h.HeldSince, "released_by", by,
-			"queued_transfers", h.QueuedTransfers, "undelivered_batches", h.UndeliveredBatches)
+			"queued_transfers", h.QueuedTransfers, "undelivered_batches", h.UndeliveredBatches, "review_transfers", h.ReviewTransfers)
 	}
 	return h, nil
 }

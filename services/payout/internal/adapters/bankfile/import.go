@@ -29,9 +29,12 @@ type action struct {
 	element, e2e, bankStatus, reason, info string
 	to                                     string // target state; "" : no change asked (RCVD, ACTC, …)
 	bulk                                   bool   // a group or PmtInf status: moves only transfers never answered individually
+	dup                                    bool   // a rejection of a copy as a duplicate: the bank has the original
 	amount                                 *decimal.Decimal
 	currency                               string
-	outcome, note                          string // preset (ignored entries)
+	outcome, note                          string     // preset (ignored entries)
+	lost                                   *lostBatch // statuses of a batch the rail does not have covering payments the report does not name (lost.go)
+	ifLost                                 bool       // an entry only if lost is a batch lost with a restore (placeLost)
 }
 
 // MalformedError is a file the rail cannot read; Element names where.
@@ -89,7 +92,11 @@ func (r *Rail) actions(ctx context.Context, q querier, kind iso20022.Kind, file 
 			return nil, err
 		}
 		rep.MessageID, rep.OriginalMessageID = sr.MessageID, sr.OriginalMessageID
-		return pain002Actions(ctx, q, sr)
+		acts, err := pain002Actions(ctx, q, sr)
+		if err != nil {
+			return nil, err
+		}
+		return r.placeLost(ctx, q, acts)
 	case iso20022.FamilyCamt054:
 		n, err := iso20022.ParseCamt054(file)
 		if err != nil {
@@ -136,19 +143,32 @@ func (r *Rail) record(ctx context.Context, sum string, file []byte, rep *app.Ban
 		if tag.RowsAffected() == 0 {
 			return errRaced
 		}
-		for i, a := range acts {
-			e, applied, err := r.apply(ctx, tx, a)
-			if err != nil {
-				return fmt.Errorf("%s: %w", a.element, err)
+		for _, a := range acts {
+			var es []app.BankFileEntry
+			if a.lost != nil {
+				// Under the imports' lock: a transfer queued meanwhile is
+				// either among the transfers it finds or finds its entry.
+				var err error
+				if es, err = r.applyLost(ctx, tx, a); err != nil {
+					return fmt.Errorf("%s: %w", a.element, err)
+				}
+			} else {
+				e, applied, err := r.apply(ctx, tx, a)
+				if err != nil {
+					return fmt.Errorf("%s: %w", a.element, err)
+				}
+				if applied {
+					moved = append(moved, e.PayoutRef)
+				}
+				es = []app.BankFileEntry{e}
 			}
-			if applied {
-				moved = append(moved, e.PayoutRef)
+			for _, e := range es {
+				if _, err := tx.Exec(ctx, `insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, reference, bank_status, reason_code, outcome, note)
+					values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, rep.FileID, len(rep.Entries)+1, e.Element, e.EndToEndID, e.PayoutRef, e.BankStatus, e.ReasonCode, e.Outcome, e.Note); err != nil {
+					return err
+				}
+				rep.Entries = append(rep.Entries, e)
 			}
-			if _, err := tx.Exec(ctx, `insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, reference, bank_status, reason_code, outcome, note)
-				values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, rep.FileID, i+1, e.Element, e.EndToEndID, e.PayoutRef, e.BankStatus, e.ReasonCode, e.Outcome, e.Note); err != nil {
-				return err
-			}
-			rep.Entries = append(rep.Entries, e)
 		}
 		if namesNoTransfer(rep.Entries) {
 			if _, err := tx.Exec(ctx, `update payout.bank_files set file = $2 where file_id = $1`, rep.FileID, file); err != nil {
@@ -312,7 +332,7 @@ func (r *Rail) readEarlierReports(ctx context.Context, tx pgx.Tx, e2e string) ([
 func (r *Rail) reportReadAgain(again []app.BankFileEntry, moved []string) {
 	for _, e := range again {
 		log := r.Log.Info
-		if e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+		if app.EntryNotApplied(e.Outcome) {
 			log = r.Log.Warn
 		}
 		log("bank file entry read again: its transfer exists now", "element", e.Element, "end_to_end_id", e.EndToEndID,
@@ -330,7 +350,7 @@ func (r *Rail) reportReadAgain(again []app.BankFileEntry, moved []string) {
 func (r *Rail) reportImport(rep app.BankFileImport, moved []string) {
 	unknown := 0
 	for _, e := range rep.Entries {
-		if e.Outcome == app.EntryUnknownReference || e.Outcome == app.EntryConflict || e.Outcome == app.EntryAmountMismatch {
+		if app.EntryNotApplied(e.Outcome) {
 			unknown++
 			r.Log.Warn("bank file entry not applied", "file_id", rep.FileID, "element", e.Element, "end_to_end_id", e.EndToEndID,
 				"bank_status", e.BankStatus, "outcome", e.Outcome, "note", e.Note)
@@ -404,8 +424,10 @@ func paymentActions(sr iso20022.StatusReport) (acts []action, listed map[string]
 			code, info := firstReason(t.Reasons)
 			listed[t.OriginalEndToEndID] = true
 			if statusTarget(t.Status) == stateRejected && domain.DuplicateMessageReason(code) {
-				acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, outcome: app.EntryIgnored,
-					note: "the bank refused a duplicate of payment " + t.OriginalEndToEndID + "; the original stands"})
+				// Not preset ignored: on a transfer queued again after a
+				// restore it says the bank has the payment (apply), and one
+				// naming no transfer yet is read again when it is queued.
+				acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, dup: true})
 				continue
 			}
 			acts = append(acts, action{element: t.Path, e2e: t.OriginalEndToEndID, bankStatus: t.Status, reason: code, info: info, to: statusTarget(t.Status)})
@@ -437,7 +459,8 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 			note: "the bank refused a duplicate of batch " + sr.OriginalMessageID + "; the original's payments stand"})
 		grp = ""
 	}
-	if grp == "" && len(pmtStatus) == 0 {
+	cover := unnamedCover(sr, listed)
+	if grp == "" && len(pmtStatus) == 0 && cover == nil {
 		return acts, nil
 	}
 	rows, err := q.Query(ctx, `select end_to_end_id, pmt_inf_id from payout.bank_transfers where batch_id = $1 order by end_to_end_id`, sr.OriginalMessageID)
@@ -453,8 +476,10 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 		return nil, err
 	}
 	if len(trs) == 0 {
+		// Placed by placeLost: a batch lost with a restore, or none of ours
+		// (reported unknown if a status of it asks a state of payments).
 		acts = append(acts, action{element: gElem + "/OrgnlMsgId", bankStatus: sr.GroupStatus, reason: gcode, outcome: app.EntryUnknownReference,
-			note: "no payout batch " + sr.OriginalMessageID})
+			note: "no payout batch " + sr.OriginalMessageID, lost: cover, ifLost: grp == "" && len(pmtStatus) == 0})
 		return acts, nil
 	}
 	for i, pi := range sr.PaymentInfos {
@@ -542,6 +567,17 @@ func decide(from, to string, bulk bool) string {
 		}
 		from = stateBatched
 	}
+	if from == stateReview {
+		// Held for finance's review, the bank has it: a report that
+		// settles it (booked, rejected, returned) applies as to a batched
+		// one; a status short of that leaves it with finance.
+		switch to {
+		case stateBooked, stateRejected, stateReturned:
+			from = stateBatched
+		default:
+			return app.EntryUnchanged
+		}
+	}
 	if from == to {
 		return app.EntryUnchanged
 	}
@@ -597,9 +633,11 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		return e, false, err
 	}
 	e.PayoutRef = ref
+	if a.dup {
+		return r.applyDuplicate(ctx, tx, a, e, ref, state)
+	}
 	if a.amount != nil && !amountEqual(*a.amount, a.currency, amt, ccy) {
-		e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
-		return e, false, nil
+		return r.applyAmountMismatch(ctx, tx, a, e, ref, state, amt, ccy)
 	}
 	to := a.to
 	if to == "" && state == stateQueued {
@@ -618,6 +656,9 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 		if e.Note == "" {
 			e.Note = fmt.Sprintf("the transfer is %s; the file says %s", state, to)
 		}
+		if state == stateReview && e.Outcome == app.EntryUnchanged {
+			e.Note += " (held for finance's review until booked, rejected or returned, or resolved)"
+		}
 		return e, false, nil
 	}
 	code, msg := "", ""
@@ -629,8 +670,53 @@ func (r *Rail) apply(ctx context.Context, tx pgx.Tx, a action) (app.BankFileEntr
 			updated_at = $6 where reference = $1`, ref, to, a.reason, code, msg, r.Clock.Now()); err != nil {
 		return e, false, err
 	}
+	if state == stateReview {
+		if err := r.closeReviewByBank(ctx, tx, ref, a.element+" "+a.bankStatus+": "+state+" → "+to); err != nil {
+			return e, false, err
+		}
+	}
 	e.Note = state + " → " + to
 	return e, true, nil
+}
+
+// applyAmountMismatch reports an entry (e) whose amount or currency is
+// not its transfer's (ref, in state, amt ccy): not applied. A queued
+// transfer was sent in a file after a restore's point and made again with
+// another net (usage after the point not sent again): left queued, the
+// release sent it a second time; it leaves the queue for finance's review.
+func (r *Rail) applyAmountMismatch(ctx context.Context, tx pgx.Tx, a action, e app.BankFileEntry, ref, state string, amt decimal.Decimal, ccy string) (app.BankFileEntry, bool, error) {
+	e.Outcome, e.Note = app.EntryAmountMismatch, fmt.Sprintf("the bank says %s %s, the transfer is %s %s", a.amount.String(), a.currency, amt.String(), ccy)
+	moved, err := r.toReview(ctx, tx, ref, app.ReviewAmountMismatch, a.element+" "+a.bankStatus+": "+e.Note)
+	if err != nil {
+		return e, false, err
+	}
+	if moved {
+		e.Note += "; " + reviewNote(state, a.e2e, "the bank has it at another amount")
+	}
+	return e, false, nil
+}
+
+// applyDuplicate applies a rejection of a copy of payment a.e2e as a
+// duplicate (entry e, its transfer ref in state). The bank refused the
+// copy and has the original: a transfer batched or further keeps its
+// state (taken as the payment's failure, its money went back to available
+// while the original paid). A queued one was sent in a file after a
+// restore's point, the original's status not in this report: it leaves
+// the queue for finance's review (left queued, the release sent it again).
+func (r *Rail) applyDuplicate(ctx context.Context, tx pgx.Tx, a action, e app.BankFileEntry, ref, state string) (app.BankFileEntry, bool, error) {
+	e.Note = "the bank refused a duplicate of payment " + a.e2e + "; the original stands"
+	moved, err := r.toReview(ctx, tx, ref, app.ReviewDuplicateRejection,
+		a.element+" "+a.bankStatus+" "+a.reason+": the bank refused a copy as a duplicate: it has the original, its status not given")
+	if err != nil {
+		return e, false, err
+	}
+	if !moved {
+		e.Outcome = app.EntryIgnored
+		return e, false, nil
+	}
+	e.Outcome = app.EntryReview
+	e.Note += "; " + reviewNote(state, a.e2e, "the bank has it (sent in a file after a restore's point), its status not given")
+	return e, false, nil
 }
 
 // ScanInbox imports the files in the inbox directory, oldest name first:

@@ -40,6 +40,12 @@ const (
 	stateBooked   = "booked"   // debited from the client account (camt.054 BOOK)
 	stateRejected = "rejected" // refused (pain.002 RJCT), or refused by the rail itself
 	stateReturned = "returned" // booked, then came back (camt.054 with RtrInf)
+	// The bank has it, or may have it, under terms the rail cannot apply
+	// (after a restore: at another amount, a copy refused as a duplicate,
+	// in a batch lost with the disaster): never cut into a batch, until
+	// finance resolves it (review.go) or the bank books, rejects or
+	// returns it.
+	stateReview = "review"
 )
 
 // Config is the bank-file rail's settings.
@@ -197,36 +203,56 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 	now := r.Clock.Now()
 	var again []app.BankFileEntry
 	var moved []string
+	review := ""
 	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		if err := lockImports(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
+		var submissions int
+		if err := tx.QueryRow(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount,
 				creditor_name, creditor_account, creditor_agent, state, failure_code, failure_message, queued_at, updated_at)
 			values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)
-			on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1`,
+			on conflict (reference) do update set submissions = payout.bank_transfers.submissions + 1
+			returning submissions`,
 			t.Reference, e2e, t.ProviderID, cur.Code, t.Amount, iso20022.ClipName(m.AccountName), m.AccountNumber, strings.ToUpper(m.BankCode),
-			state, code, msg, now); err != nil {
+			state, code, msg, now).Scan(&submissions); err != nil {
 			return err
 		}
 		var err error
-		again, moved, err = r.readEarlierReports(ctx, tx, e2e)
+		if again, moved, err = r.readEarlierReports(ctx, tx, e2e); err != nil {
+			return err
+		}
+		if submissions > 1 { // queued before: a lost batch's report found it then, if held
+			return nil
+		}
+		review, err = r.reviewIfLostBatch(ctx, tx, t.Reference)
 		return err
 	})
 	if err != nil {
 		return app.RailStatus{}, fmt.Errorf("bank-file submit %s: %w", t.Reference, err)
 	}
 	r.reportReadAgain(again, moved)
+	if review != "" {
+		r.Log.Warn("bank transfer held for finance's review as it is queued", "reference", t.Reference, "end_to_end_id", e2e, "why", review)
+	}
 	return r.Query(ctx, t.Reference)
 }
 
 // Query implements app.Rail.
 func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
-	var state, code, msg string
+	var state, code, msg, ccy string
 	var queued time.Time
 	var exec *time.Time
-	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, t.queued_at, b.execution_date
-		from payout.bank_transfers t left join payout.bank_batches b using (batch_id) where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec)
+	var paid *decimal.Decimal
+	// The amount the bank paid is known only from finance's resolution of a
+	// transfer in review (its reports' amounts are checked at import): at
+	// another amount than the transfer's, its payout is not taken as paid
+	// at its net (app's railAmountMismatch).
+	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, t.queued_at, b.execution_date, t.currency, v.paid_amount
+		from payout.bank_transfers t left join payout.bank_batches b using (batch_id)
+		left join lateral (select paid_amount from payout.bank_transfer_reviews v
+			where v.reference = t.reference and v.resolution = 'paid' order by v.review_id desc limit 1) v on true
+		where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.RailStatus{}, fmt.Errorf("bank-file %s: %w", ref, app.ErrUnknownReference)
 	}
@@ -238,7 +264,7 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	case stateQueued:
 		st.State = app.RailAccepted
 		st.ExpectedArrival = r.executionDate(r.LastCutoff(queued).AddDate(0, 0, 1))
-	case stateBatched:
+	case stateBatched, stateReview:
 		st.State = app.RailAccepted
 	case stateAccepted:
 		st.State = app.RailInTransit
@@ -253,6 +279,9 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	}
 	if exec != nil {
 		st.ExpectedArrival = *exec
+	}
+	if paid != nil {
+		st.Currency, st.Amount = ccy, *paid
 	}
 	return st, nil
 }

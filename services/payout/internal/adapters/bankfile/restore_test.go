@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -303,5 +304,463 @@ func TestReportImportedWhileItsTransferIsQueued(t *testing.T) {
 	}
 	if len(queued) > 0 {
 		t.Errorf("transfers the bank booked left unbooked (%d of %d): %v", len(queued), transfers, queued)
+	}
+}
+
+// A payout made again after a restore with another net (usage after the
+// point not sent again) queues its transfer under the EndToEndId the bank
+// was sent in a file after the point, at the old net. The bank's booking
+// of it is an amount_mismatch, not applied: the transfer stayed queued,
+// and the release sent it again (paid twice, the second time at the new
+// net). It leaves the queue for finance's review, whether the booking is
+// imported after the transfer is queued or before (kept and read again).
+func TestAmountMismatchOfAQueuedTransferGoesToReview(t *testing.T) {
+	t.Parallel()
+	for _, order := range []string{"queued-then-imported", "imported-then-queued"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+			fb, file := f.sendDay1(t)
+			// Restored to a point before the payout existed: its transfer is gone.
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+				t.Fatal(err)
+			}
+			f.restore(t, f.clk.Now())
+			booking := fb.Bookings(file)
+			if order == "queued-then-imported" {
+				f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001")) // made again, another net
+			}
+			rep, err := f.r.Import(ctx, app.SourceInbox, "book.xml", booking)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if order == "imported-then-queued" {
+				f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001"))
+				if rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", booking); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if o := outcomes(rep); o["po-late"] != app.EntryAmountMismatch {
+				t.Errorf("the bank's booking of 620.00 on a transfer of 580.00: %v (%+v), want amount_mismatch", o, rep.Entries)
+			}
+			if got := f.bookState(t, "po-late"); got != stateReview {
+				t.Errorf("po-late after the bank's booking at another amount: %s, want %s", got, stateReview)
+			}
+			if st := f.state(t, "po-late"); st.State != app.RailAccepted {
+				t.Errorf("po-late's payout in review: %+v, want accepted (it stays submitted)", st)
+			}
+			if got := f.releaseAndCut(t); got != "" {
+				t.Errorf("the first batch after the release sends %q: the bank booked po-late before the restore", got)
+			}
+		})
+	}
+}
+
+// The only report the bank sent after the point on a transfer queued again
+// is a rejection of a duplicate (its file was delivered twice): the bank
+// has the payment, the copy was refused. Ignored, the transfer stayed
+// queued and the release sent it again; imported before the transfer was
+// queued it was not even kept to be read again.
+func TestDuplicateRejectionOfAQueuedTransferGoesToReview(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{"DU05", "AM05", "DUPL"} {
+		for _, order := range []string{"queued-then-imported", "imported-then-queued"} {
+			t.Run(code+"/"+order, func(t *testing.T) {
+				t.Parallel()
+				f := newRail(t, t.TempDir(), t.TempDir())
+				ctx := context.Background()
+				f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				fb, file := f.sendDay1(t)
+				if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+					t.Fatal(err)
+				}
+				f.restore(t, f.clk.Now())
+				dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"),
+					[]byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>"+code+"</Cd></Rsn></StsRsnInf>"))
+				if order == "queued-then-imported" {
+					f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				}
+				if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+					t.Fatal(err)
+				}
+				if order == "imported-then-queued" {
+					f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+				}
+				if got := f.bookState(t, "po-sent"); got != stateReview {
+					t.Errorf("po-sent after the bank refused a duplicate of it (%s): %s, want %s", code, got, stateReview)
+				}
+				if st := f.state(t, "po-sent"); st.State != app.RailAccepted {
+					t.Errorf("po-sent's payout: %+v, want accepted (not failed: the original stands)", st)
+				}
+				if got := f.releaseAndCut(t); got != "" {
+					t.Errorf("the first batch after the release sends %q: the bank has po-sent", got)
+				}
+			})
+		}
+	}
+}
+
+// A transfer in review is the bank's: a report that settles it (its
+// booking) applies as to a batched one and closes the review; a status
+// short of that (accepted) leaves it with finance.
+func TestBankReportSettlesATransferInReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	sts := fb.StatusReport(file)
+	dup := bytes.ReplaceAll(sts, []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Fatalf("po-sent after the bank refused a copy of it: %s, want %s", got, stateReview)
+	}
+	rep, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", sts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-sent"] != app.EntryUnchanged || f.bookState(t, "po-sent") != stateReview {
+		t.Errorf("the original's acceptance on a transfer in review: %v, %s; want unchanged, still in review", o, f.bookState(t, "po-sent"))
+	}
+	rep, err = f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := outcomes(rep); o["po-sent"] != app.EntryApplied || f.bookState(t, "po-sent") != stateBooked {
+		t.Errorf("the original's booking on a transfer in review: %v, %s; want applied, booked", o, f.bookState(t, "po-sent"))
+	}
+	if st := f.state(t, "po-sent"); st.State != app.RailPaid {
+		t.Errorf("po-sent booked: %+v, want paid", st)
+	}
+	var resolution, by string
+	if err := f.r.Pool.QueryRow(ctx, `select resolution, resolved_by from payout.bank_transfer_reviews where reference = 'po-sent'`).Scan(&resolution, &by); err != nil ||
+		resolution != app.BankResolvedByBank || by != "bank" {
+		t.Errorf("po-sent's review after the booking: %q by %q (%v); want resolved by the bank", resolution, by, err)
+	}
+}
+
+// statusOfBatch is a pain.002 on batch id with only a group status and
+// payment information statuses (no payment named).
+func statusOfBatch(id, grp, pmtInfs string) []byte {
+	return []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:pain.002.001.10"><CstmrPmtStsRpt>
+<GrpHdr><MsgId>S-LOST</MsgId><CreDtTm>2026-12-01T16:00:00+08:00</CreDtTm></GrpHdr>
+<OrgnlGrpInfAndSts><OrgnlMsgId>` + id + `</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId>` + grp + `</OrgnlGrpInfAndSts>` + pmtInfs + `
+</CstmrPmtStsRpt></Document>`)
+}
+
+// The bank's only report on a batch cut and sent after the recovery point
+// (lost with the disaster) is a group status, or a payment information
+// status, naming no payment. By ISO 20022 a status at group (PmtInf) level
+// is the status of every payment of the group (block); the rail no longer
+// knows which payments those were, so it moved nothing ("no payout batch")
+// and the release sent them all again. Every transfer that may have been
+// in it leaves the queue for finance's review: those queued before its
+// cutoff and restored queued, and payouts made again after the restore
+// (before or after the report's import); one queued after the cutoff and
+// before the restore was not in it and goes out.
+func TestGroupStatusOfALostBatchSendsNoneOfItAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, grp, pmtInf string }{
+		{name: "GrpSts ACCP", grp: "<GrpSts>ACCP</GrpSts>"},
+		{name: "GrpSts ACSC", grp: "<GrpSts>ACSC</GrpSts>"},
+		{name: "GrpSts ACTC", grp: "<GrpSts>ACTC</GrpSts>"},
+		{name: "GrpSts RJCT", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>FF01</Cd></Rsn></StsRsnInf>"},
+		{name: "GrpSts RJCT DU01", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>DU01</Cd></Rsn></StsRsnInf>"},
+		{name: "PmtInfSts ACCP", pmtInf: "<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-CNY-20261201</OrgnlPmtInfId><PmtInfSts>ACCP</PmtInfSts></OrgnlPmtInfAndSts>"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005"))
+			f.submit(t, "po-c", "CNY", "40.00", bank("6222000011110006"))
+			_, file := f.sendDay1(t) // 14:30: pb-20261201-1400 goes to the bank
+			if id := file.Msg.MessageID; id != "pb-20261201-1400" {
+				t.Fatalf("day 1's batch is %s", id)
+			}
+			f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110007")) // after the cutoff
+			// The recovery point is after po-a and po-next were queued, before
+			// po-b and po-c were (made again after the restore) and before the cut.
+			f.restoreToBeforeTheCut(t)
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers where reference in ('po-b', 'po-c')`); err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Set(day1.Add(5 * time.Hour)) // 15:00
+			f.restore(t, f.clk.Now())
+			f.clk.Set(day1.Add(5*time.Hour + 10*time.Minute))
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005")) // made again before the import
+
+			rep, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", tt.grp, tt.pmtInf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.clk.Set(day1.Add(5*time.Hour + 20*time.Minute))
+			f.submit(t, "po-c", "CNY", "40.00", bank("6222000011110006")) // made again after it
+			for _, ref := range []string{"po-a", "po-b", "po-c"} {
+				if got := f.bookState(t, ref); got != stateReview {
+					t.Errorf("%s, which may have been in the lost batch, after its %s: %s, want %s (entries %+v)", ref, tt.name, got, stateReview, rep.Entries)
+				}
+			}
+			if got := f.releaseAndCut(t); got != "po-next" {
+				t.Errorf("the first batch after the release sends %q, want po-next only (the others may be at the bank)", got)
+			}
+		})
+	}
+}
+
+// A report on a lost batch that names every payment of it (as many as its
+// OrgnlNbOfTxs) moves each payment it names and reviews no other
+// transfer. One that gives a status only for one currency's payment
+// information reviews the transfers of that currency it finds (po-a, CNY,
+// goes out); a payout queued after it while held is reviewed whatever its
+// currency (po-b: the report's entry keeps its statuses, not which
+// currency each covers).
+func TestLostBatchStatusCoversOnlyItsPayments(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, grp, pmtInfs string
+		wantReview         []string
+		wantSent           string
+	}{{
+		name: "every payment named",
+		grp:  "<OrgnlNbOfTxs>1</OrgnlNbOfTxs><GrpSts>ACCP</GrpSts>",
+		pmtInfs: `<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-CNY-20261201</OrgnlPmtInfId>
+<TxInfAndSts><OrgnlEndToEndId>po-a</OrgnlEndToEndId><TxSts>ACCP</TxSts></TxInfAndSts></OrgnlPmtInfAndSts>`,
+		wantSent: "po-b,po-u",
+	}, {
+		name:       "USD only",
+		pmtInfs:    "<OrgnlPmtInfAndSts><OrgnlPmtInfId>pb-20261201-1400-USD-20261201</OrgnlPmtInfId><PmtInfSts>RJCT</PmtInfSts><StsRsnInf><Rsn><Cd>AM03</Cd></Rsn></StsRsnInf></OrgnlPmtInfAndSts>",
+		wantReview: []string{"po-b", "po-u"},
+		wantSent:   "po-a",
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			f.submit(t, "po-u", "USD", "30.00", bank("6222000011110008"))
+			f.sendDay1(t)
+			f.restoreToBeforeTheCut(t)
+			f.clk.Set(day1.Add(5 * time.Hour))
+			f.restore(t, f.clk.Now())
+			f.clk.Set(day1.Add(5*time.Hour + 10*time.Minute))
+			if _, err := f.r.Import(ctx, app.SourceInbox, "sts.xml", statusOfBatch("pb-20261201-1400", tt.grp, tt.pmtInfs)); err != nil {
+				t.Fatal(err)
+			}
+			f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005")) // a payout made after the restore
+			var review []string
+			rows, err := f.r.Pool.Query(ctx, `select reference from payout.bank_transfers where state = 'review' order by reference`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(review, tt.wantReview) {
+				t.Errorf("in review: %v, want %v", review, tt.wantReview)
+			}
+			if got := f.releaseAndCut(t); got != tt.wantSent {
+				t.Errorf("the first batch after the release sends %q, want %q", got, tt.wantSent)
+			}
+		})
+	}
+}
+
+// resolve is finance's resolution of a transfer in review.
+func (f *fixture) resolve(e2e, resolution, amount, by string) (app.BankTransferReview, error) {
+	res := app.BankTransferResolution{EndToEndID: e2e, Resolution: resolution, Currency: "CNY", Reason: "the bank's statement of 2026-12-02", By: by}
+	if amount != "" {
+		res.Amount = decimal.RequireFromString(amount)
+	}
+	return f.r.ResolveTransfer(context.Background(), res)
+}
+
+// A transfer in review waits for finance: the restore hold's answer lists
+// it, and finance resolves it once, by an action kept with who and why —
+// paid at the amount the bank paid (booked, its payout paid), or back on
+// the queue (sent in the next file). The same resolution again answers
+// the first; another one is a conflict; a transfer not in review, or
+// unknown, is refused.
+func TestResolveATransferInReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-paid", "CNY", "620.00", bank("6222000011110001"))
+	f.submit(t, "po-dup", "CNY", "300.00", bank("6222000011110002")) // blocked: not in the bank's bookings
+	fb, file := f.sendDay1(t)
+	f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110006"))
+	if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers where reference <> 'po-next'; delete from payout.bank_batches`); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	f.submit(t, "po-paid", "CNY", "580.00", bank("6222000011110001")) // made again with another net
+	f.submit(t, "po-dup", "CNY", "300.00", bank("6222000011110002"))
+	// The bank's report on a copy: po-dup refused as a duplicate (po-paid accepted).
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<Cd>AC06</Cd>"), []byte("<Cd>DU05</Cd>"))
+	for _, b := range [][]byte{fb.Bookings(file), dup} {
+		if _, err := f.r.Import(ctx, app.SourceInbox, "r.xml", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := f.r.RestoreHold(ctx)
+	if err != nil || h.ReviewTransfers != 2 || len(h.InReview) != 2 || h.QueuedTransfers != 1 {
+		t.Fatalf("the hold with two transfers in review: %+v %v", h, err)
+	}
+	if r := h.InReview[0]; r.Reference != "po-dup" || r.Cause != app.ReviewDuplicateRejection || r.State != stateReview || r.Resolution != "" {
+		t.Errorf("the hold's first review: %+v; want po-dup's, a duplicate rejection, open", r)
+	}
+	if r := h.InReview[1]; r.Reference != "po-paid" || r.Cause != app.ReviewAmountMismatch || !r.Amount.Equal(decimal.RequireFromString("580")) ||
+		!strings.Contains(r.Note, "620") {
+		t.Errorf("the hold's second review: %+v; want po-paid's, an amount mismatch naming the bank's 620.00", r)
+	}
+
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	paid, err := f.resolve("po-paid", app.BankResolvePaid, "620.00", "finance:alice")
+	if err != nil || paid.Resolution != app.BankResolvePaid || paid.PaidAmount == nil || !paid.PaidAmount.Equal(decimal.RequireFromString("620")) ||
+		paid.ResolvedBy != "finance:alice" || paid.ResolvedAt == nil || !paid.ResolvedAt.Equal(f.clk.Now()) || paid.State != stateBooked {
+		t.Fatalf("po-paid resolved paid at 620.00: %+v %v", paid, err)
+	}
+	if st := f.state(t, "po-paid"); st.State != app.RailPaid {
+		t.Errorf("po-paid resolved paid: %+v, want paid", st)
+	}
+	if !slices.Contains(f.notify, "po-paid") {
+		t.Errorf("notified %v, want po-paid (its payout follows)", f.notify)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if again, err := f.resolve("po-paid", app.BankResolvePaid, "620.00", "finance:bob"); err != nil || again.ResolvedBy != "finance:alice" ||
+		!again.ResolvedAt.Equal(*paid.ResolvedAt) {
+		t.Errorf("the same resolution again: %+v %v; want the first's answer", again, err)
+	}
+	for _, c := range []struct{ resolution, amount string }{{app.BankResolveRequeue, ""}, {app.BankResolvePaid, "580.00"}} {
+		if _, err := f.resolve("po-paid", c.resolution, c.amount, "finance:bob"); !errors.Is(err, apperr.ErrConflict) {
+			t.Errorf("po-paid resolved paid, then %s %s: %v, want ErrConflict", c.resolution, c.amount, err)
+		}
+	}
+
+	requeued, err := f.resolve("po-dup", app.BankResolveRequeue, "", "finance:alice")
+	if err != nil || requeued.State != stateQueued || requeued.Resolution != app.BankResolveRequeue {
+		t.Fatalf("po-dup put back on the queue: %+v %v", requeued, err)
+	}
+	if _, err := f.resolve("po-next", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Errorf("a queued transfer never in review resolved: %v, want ErrPrecondition", err)
+	}
+	if _, err := f.resolve("po-none", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("an unknown EndToEndId resolved: %v, want ErrNotFound", err)
+	}
+	if h, err := f.r.RestoreHold(ctx); err != nil || h.ReviewTransfers != 0 || len(h.InReview) != 0 || h.QueuedTransfers != 2 {
+		t.Errorf("the hold once both are resolved: %+v %v; want none in review, po-next and po-dup queued", h, err)
+	}
+	if got := f.releaseAndCut(t); got != "po-next,po-dup" && got != "po-dup,po-next" {
+		t.Errorf("the first batch after the release sends %q, want po-next and po-dup (put back on the queue)", got)
+	}
+}
+
+// A resolution paid names the amount the bank paid, in the transfer's
+// currency.
+func TestResolvePaidNeedsTheBanksAmount(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t)
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []app.BankTransferResolution{
+		{EndToEndID: "po-sent", Resolution: app.BankResolvePaid, Currency: "CNY", Reason: "statement", By: "finance"},
+		{EndToEndID: "po-sent", Resolution: app.BankResolvePaid, Amount: decimal.RequireFromString("620.00"), Currency: "USD", Reason: "statement", By: "finance"},
+		{EndToEndID: "po-sent", Resolution: "ignore", Reason: "statement", By: "finance"},
+	} {
+		var ie *apperr.InvalidError
+		if _, err := f.r.ResolveTransfer(ctx, res); !errors.As(err, &ie) {
+			t.Errorf("resolved %+v: %v, want invalid", res, err)
+		}
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Errorf("po-sent after refused resolutions: %s, want still %s", got, stateReview)
+	}
+}
+
+// A status report on a batch the rail never had (none of its own, or one
+// cut after the latest restore) is what it was: a duplicate's rejection
+// is ignored, a status that asks no state (ACTC) leaves no entry, an
+// acceptance is reported unknown — no lost batch, no transfer reviewed.
+func TestStatusOfABatchNoneOfOursReviewsNothing(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, id, grp string
+		want          []string // outcomes
+	}{
+		{name: "not the rail's id", id: "BANK-X-1", grp: "<GrpSts>ACCP</GrpSts>", want: []string{app.EntryUnknownReference}},
+		{name: "duplicate", id: "pb-20261202-1400", grp: "<GrpSts>RJCT</GrpSts><StsRsnInf><Rsn><Cd>DU01</Cd></Rsn></StsRsnInf>", want: []string{app.EntryIgnored}},
+		{name: "ACTC", id: "pb-20261202-1400", grp: "<GrpSts>ACTC</GrpSts>"},
+		{name: "ACCP", id: "pb-20261202-1400", grp: "<GrpSts>ACCP</GrpSts>", want: []string{app.EntryUnknownReference}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, "", "")
+			ctx := context.Background()
+			f.restore(t, day1) // before day 2's cutoff: pb-20261202-1400 was not lost with it
+			f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+			rep, err := f.r.Import(ctx, app.SourceInbox, "s.xml", statusOfBatch(tt.id, tt.grp, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range rep.Entries {
+				got = append(got, e.Outcome)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("entries %+v, want outcomes %v", rep.Entries, tt.want)
+			}
+			if s := f.bookState(t, "po-a"); s != stateQueued {
+				t.Errorf("po-a: %s, want queued", s)
+			}
+		})
+	}
+}
+
+// Resolved paid at the amount the bank paid, the transfer is reported at
+// that amount (RailStatus.Currency, Amount): at another amount than the
+// payout made again, the payout is not recorded paid at its own net (the
+// payout workflow's rail_amount_mismatch, as for Alipay and WeChat Pay).
+// Reported without an amount, the payout read paid at 580.00 where the
+// bank paid 620.00.
+func TestResolvedPaidReportsTheBanksAmount(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, paid string }{{"another amount", "620.00"}, {"the transfer's", "580.00"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newRail(t, t.TempDir(), t.TempDir())
+			ctx := context.Background()
+			f.submit(t, "po-late", "CNY", "620.00", bank("6222000011110001"))
+			fb, file := f.sendDay1(t)
+			if _, err := f.r.Pool.Exec(ctx, `delete from payout.bank_transfers; delete from payout.bank_batches`); err != nil {
+				t.Fatal(err)
+			}
+			f.restore(t, f.clk.Now())
+			f.submit(t, "po-late", "CNY", "580.00", bank("6222000011110001")) // made again, another net
+			if _, err := f.r.Import(ctx, app.SourceInbox, "book.xml", fb.Bookings(file)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.resolve("po-late", app.BankResolvePaid, tt.paid, "finance:alice"); err != nil {
+				t.Fatal(err)
+			}
+			st := f.state(t, "po-late")
+			if st.State != app.RailPaid || st.Currency != "CNY" || !st.Amount.Equal(decimal.RequireFromString(tt.paid)) {
+				t.Errorf("po-late resolved paid at %s: %+v; want paid, CNY %s", tt.paid, st, tt.paid)
+			}
+		})
 	}
 }
