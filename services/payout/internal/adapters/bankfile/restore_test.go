@@ -764,3 +764,32 @@ func TestResolvedPaidReportsTheBanksAmount(t *testing.T) {
 		})
 	}
 }
+
+// A transfer resolved paid at another amount than its payout's net is
+// booked while its payout stays submitted (rail_amount_mismatch) for
+// finance: its workflow, woken, changes nothing. Resync woke it every
+// tick, the oldest first, and a hundred of them (resyncMax) crowded out
+// the payouts that do have to follow their transfer.
+func TestResyncSkipsAPayoutHeldAsRailAmountMismatch(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-mismatch", "CNY", "580.00", bank("6222000011110001"))
+	f.submit(t, "po-behind", "CNY", "50.00", bank("6222000011110002"))
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set state = 'booked',
+		updated_at = case reference when 'po-mismatch' then $1::timestamptz else $1::timestamptz + interval '1 minute' end`, day1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, failure_code, rail_reference)
+		values ('p1', 'p-po-mismatch', 'c1', 'CNY', 580, 0, 0, 580, 'submitted', 'rail_amount_mismatch', 'po-mismatch'),
+			('p2', 'p-po-behind', 'c1', 'CNY', 50, 0, 0, 50, 'submitted', '', 'po-behind')`); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(day1.Add(time.Hour))
+	if err := f.r.resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.notify, []string{"po-behind"}) {
+		t.Errorf("resync woke %v, want po-behind only (po-mismatch's payout is held for finance)", f.notify)
+	}
+}
