@@ -793,3 +793,62 @@ func TestResyncSkipsAPayoutHeldAsRailAmountMismatch(t *testing.T) {
 		t.Errorf("resync woke %v, want po-behind only (po-mismatch's payout is held for finance)", f.notify)
 	}
 }
+
+// Finance's requeue of a transfer in review is sent again (its answer
+// lost) after a report of a batch lost with the restore moved the
+// transfer, queued again while held, to a new review: the bank may have
+// paid it. The resend answered that newer review, which it never saw,
+// and put the transfer back on the queue: paid twice. It is a conflict
+// naming the newer review, and the transfer stays in review; named by its
+// review_id, the first review's resolution answers as before.
+func TestResendOfAResolutionDoesNotResolveANewerReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t) // pb-20261201-1400
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	first, err := f.resolve("po-sent", app.BankResolveRequeue, "", "finance:alice")
+	if err != nil || first.State != stateQueued {
+		t.Fatalf("po-sent put back on the queue: %+v %v", first, err)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", "<GrpSts>ACCP</GrpSts>", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Fatalf("po-sent, queued again while held, after the lost batch's group status: %s, want %s", got, stateReview)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if again, err := f.resolve("po-sent", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("the first requeue sent again after a newer review opened: %+v %v, want ErrConflict", again, err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Errorf("po-sent after the resend: %s, want still %s (the bank may have paid it)", got, stateReview)
+	}
+	byID := func(id int64) (app.BankTransferReview, error) {
+		return f.r.ResolveTransfer(ctx, app.BankTransferResolution{EndToEndID: "po-sent", ReviewID: id, Resolution: app.BankResolveRequeue,
+			Currency: "CNY", Reason: "the bank's statement of 2026-12-02", By: "finance:alice"})
+	}
+	if again, err := byID(first.ReviewID); err != nil || again.ReviewID != first.ReviewID || !again.ResolvedAt.Equal(*first.ResolvedAt) ||
+		again.State != stateReview {
+		t.Errorf("the first requeue sent again naming its review %d: %+v %v; want the first's answer, po-sent still in review", first.ReviewID, again, err)
+	}
+	if _, err := byID(first.ReviewID + 100); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("a review po-sent never had resolved: %v, want ErrNotFound", err)
+	}
+	h, err := f.r.RestoreHold(ctx)
+	if err != nil || len(h.InReview) != 1 || h.InReview[0].ReviewID == first.ReviewID || h.InReview[0].Cause != app.ReviewLostBatch {
+		t.Fatalf("the hold lists po-sent's newer review: %+v %v", h, err)
+	}
+	if second, err := byID(h.InReview[0].ReviewID); err != nil || second.State != stateQueued || second.ReviewID != h.InReview[0].ReviewID {
+		t.Errorf("the newer review resolved by its review_id: %+v %v; want po-sent queued", second, err)
+	}
+}
