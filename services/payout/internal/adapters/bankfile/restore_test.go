@@ -852,3 +852,43 @@ func TestResendOfAResolutionDoesNotResolveANewerReview(t *testing.T) {
 		t.Errorf("the newer review resolved by its review_id: %+v %v; want po-sent queued", second, err)
 	}
 }
+
+// A payout that may have been in a batch lost with the restore, whose
+// workflow submits its transfer only after the hold's release (its
+// settled event replayed late, or its workflow behind): the lost batch's
+// report, imported while held, reviewed the transfers queued then, and
+// this one, queued after the release, went into the next file: paid
+// twice. A payout created before the release goes to review as it is
+// queued; one created after it was in no batch lost with the restore.
+func TestPayoutQueuedAfterTheReleaseOfALostBatchIsReviewed(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	f.sendDay1(t) // pb-20261201-1400
+	f.restoreToBeforeTheCut(t)
+	f.clk.Set(day1.Add(5 * time.Hour))
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", "<GrpSts>ACCP</GrpSts>", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
+		t.Fatal(err)
+	}
+	released := f.clk.Now()
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, created_at)
+		values ('po-old', 'p-po-old', 'c1', 'CNY', 300, 0, 0, 300, 'created', $1), ('po-new', 'p-po-new', 'c2', 'CNY', 50, 0, 0, 50, 'created', $2)`,
+		day1, released.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(released.Add(2 * time.Minute))
+	f.submit(t, "po-old", "CNY", "300.00", bank("6222000011110005"))
+	f.submit(t, "po-new", "CNY", "50.00", bank("6222000011110006"))
+	if got := f.bookState(t, "po-old"); got != stateReview {
+		t.Errorf("po-old, created before the release and queued after it: %s, want %s (it may be in the lost batch)", got, stateReview)
+	}
+	if got := f.bookState(t, "po-new"); got != stateQueued {
+		t.Errorf("po-new, created after the release: %s, want %s", got, stateQueued)
+	}
+}
