@@ -30,9 +30,13 @@ type BankFiles interface {
 	ReleaseRestoreHold(ctx context.Context, by string) (BankFileHold, error)
 	// ResolveTransfer is finance's answer to a transfer held for review
 	// (BankTransferReview): paid at the amount the bank paid, or put back
-	// on the queue. The same resolution again answers the first;
-	// another after it, apperr.ErrConflict; a transfer never held for
-	// review, apperr.ErrPrecondition; an unknown EndToEndId,
+	// on the queue. It answers the review res names (ReviewID), else the
+	// transfer's latest. The same resolution again answers the first;
+	// another after it, apperr.ErrConflict, and so is one without a
+	// ReviewID repeating the resolution of the review before an open one
+	// (a resend of the call that resolved it, whose answer was lost: it
+	// never saw the newer review); a transfer never held for review,
+	// apperr.ErrPrecondition; an unknown EndToEndId or ReviewID,
 	// apperr.ErrNotFound.
 	ResolveTransfer(ctx context.Context, res BankTransferResolution) (BankTransferReview, error)
 }
@@ -62,6 +66,7 @@ const (
 // BankTransferResolution is finance's resolution of a transfer in review.
 type BankTransferResolution struct {
 	EndToEndID string
+	ReviewID   int64           // the review it answers (BankTransferReview.ReviewID); 0: the transfer's latest
 	Resolution string          // BankResolvePaid or BankResolveRequeue
 	Amount     decimal.Decimal // paid: the amount the bank paid, in Currency
 	Currency   string
@@ -74,6 +79,7 @@ type BankTransferResolution struct {
 // apply, so it left the queue (sent again, it would be paid twice) and is
 // never cut into a batch until resolved.
 type BankTransferReview struct {
+	ReviewID                                    int64 // a transfer may be held for review more than once
 	EndToEndID, Reference, ProviderID, Currency string
 	Amount                                      decimal.Decimal // the transfer's
 	State                                       string          // the transfer's state now

@@ -254,6 +254,17 @@ func RailReference(payoutID string, attempt int) string {
 	return fmt.Sprintf("%s-%d", payoutID, attempt)
 }
 
+// RailReferencePayout is the payout id of RailReference ref of a retry
+// (payout id + "-" + attempt); any other ref as it is. A payout id whose
+// last part is all digits reads as a retry's: look both up.
+func RailReferencePayout(ref string) string {
+	i := strings.LastIndexByte(ref, '-')
+	if i < 0 || i == len(ref)-1 || strings.Trim(ref[i+1:], "0123456789") != "" {
+		return ref
+	}
+	return ref[:i]
+}
+
 // TaskQueue is the Temporal task queue payout workers poll.
 const TaskQueue = "payout"
 

@@ -165,7 +165,7 @@ func (s *Server) ReleaseBankFileRestoreHold(ctx context.Context, _ *payoutv1.Rel
 }
 
 func reviewProto(v app.BankTransferReview) *payoutv1.BankTransferReview {
-	out := &payoutv1.BankTransferReview{EndToEndId: v.EndToEndID, PayoutReference: v.Reference, ProviderId: v.ProviderID,
+	out := &payoutv1.BankTransferReview{ReviewId: v.ReviewID, EndToEndId: v.EndToEndID, PayoutReference: v.Reference, ProviderId: v.ProviderID,
 		Amount: fmtAmt(v.Currency, v.Amount), Currency: v.Currency, State: v.State, Cause: v.Cause, Note: v.Note, Since: timestamppb.New(v.Since),
 		Resolution: v.Resolution, ResolvedBy: v.ResolvedBy, ResolutionReason: v.ResolutionReason}
 	if v.PaidAmount != nil {
@@ -180,7 +180,7 @@ func reviewProto(v app.BankTransferReview) *payoutv1.BankTransferReview {
 // ResolveBankTransfer implements PayoutService (finance): idempotent, the
 // same resolution again answers the first.
 func (s *Server) ResolveBankTransfer(ctx context.Context, req *payoutv1.ResolveBankTransferRequest) (*payoutv1.ResolveBankTransferResponse, error) {
-	res := app.BankTransferResolution{EndToEndID: req.EndToEndId, Resolution: req.Resolution, Currency: strings.ToUpper(strings.TrimSpace(req.Currency)),
+	res := app.BankTransferResolution{EndToEndID: req.EndToEndId, ReviewID: req.ReviewId, Resolution: req.Resolution, Currency: strings.ToUpper(strings.TrimSpace(req.Currency)),
 		Reason: req.Reason, By: actor(ctx)}
 	if req.Amount != "" {
 		cur, err := money.Lookup(res.Currency)

@@ -3327,12 +3327,17 @@ func (x *BankFileRestoreHold) GetInReview() []*BankTransferReview {
 }
 
 type ResolveBankTransferRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EndToEndId    string                 `protobuf:"bytes,1,opt,name=end_to_end_id,json=endToEndId,proto3" json:"end_to_end_id,omitempty"` // the transfer's EndToEndId, as the bank's reports name it
-	Resolution    string                 `protobuf:"bytes,2,opt,name=resolution,proto3" json:"resolution,omitempty"`                       // paid | requeue
-	Amount        string                 `protobuf:"bytes,3,opt,name=amount,proto3" json:"amount,omitempty"`                               // paid: the amount the bank paid (its statement, its camt.054)
-	Currency      string                 `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`                           // paid: the transfer's currency
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`                               // required: what was checked (the bank statement's line, the bank's answer)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndToEndId string                 `protobuf:"bytes,1,opt,name=end_to_end_id,json=endToEndId,proto3" json:"end_to_end_id,omitempty"` // the transfer's EndToEndId, as the bank's reports name it
+	Resolution string                 `protobuf:"bytes,2,opt,name=resolution,proto3" json:"resolution,omitempty"`                       // paid | requeue
+	Amount     string                 `protobuf:"bytes,3,opt,name=amount,proto3" json:"amount,omitempty"`                               // paid: the amount the bank paid (its statement, its camt.054)
+	Currency   string                 `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`                           // paid: the transfer's currency
+	Reason     string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`                               // required: what was checked (the bank statement's line, the bank's answer)
+	// The review it answers (BankTransferReview.review_id, as the restore
+	// hold lists it); unset: the transfer's latest, and a 409 if that one is
+	// open and this repeats the resolution and reason of the review before
+	// it (a resend of that call: it never saw the newer review).
+	ReviewId      int64 `protobuf:"varint,6,opt,name=review_id,json=reviewId,proto3" json:"review_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3402,6 +3407,13 @@ func (x *ResolveBankTransferRequest) GetReason() string {
 	return ""
 }
 
+func (x *ResolveBankTransferRequest) GetReviewId() int64 {
+	if x != nil {
+		return x.ReviewId
+	}
+	return 0
+}
+
 type ResolveBankTransferResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Review        *BankTransferReview    `protobuf:"bytes,1,opt,name=review,proto3" json:"review,omitempty"`
@@ -3463,6 +3475,7 @@ type BankTransferReview struct {
 	ResolvedBy       string                 `protobuf:"bytes,12,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role:subject, or bank
 	ResolvedAt       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
 	ResolutionReason string                 `protobuf:"bytes,14,opt,name=resolution_reason,json=resolutionReason,proto3" json:"resolution_reason,omitempty"`
+	ReviewId         int64                  `protobuf:"varint,15,opt,name=review_id,json=reviewId,proto3" json:"review_id,omitempty"` // a transfer may be held for review more than once: ResolveBankTransferRequest.review_id names this one
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3593,6 +3606,13 @@ func (x *BankTransferReview) GetResolutionReason() string {
 		return x.ResolutionReason
 	}
 	return ""
+}
+
+func (x *BankTransferReview) GetReviewId() int64 {
+	if x != nil {
+		return x.ReviewId
+	}
+	return 0
 }
 
 type ImportBankFileResponse struct {
@@ -3981,7 +4001,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x10queued_transfers\x18\x05 \x01(\x05R\x0fqueuedTransfers\x12/\n" +
 	"\x13undelivered_batches\x18\x06 \x01(\x05R\x12undeliveredBatches\x12)\n" +
 	"\x10review_transfers\x18\a \x01(\x05R\x0freviewTransfers\x12B\n" +
-	"\tin_review\x18\b \x03(\v2%.gpubill.payout.v1.BankTransferReviewR\binReview\"\xab\x01\n" +
+	"\tin_review\x18\b \x03(\v2%.gpubill.payout.v1.BankTransferReviewR\binReview\"\xc8\x01\n" +
 	"\x1aResolveBankTransferRequest\x12!\n" +
 	"\rend_to_end_id\x18\x01 \x01(\tR\n" +
 	"endToEndId\x12\x1e\n" +
@@ -3990,9 +4010,10 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"resolution\x12\x16\n" +
 	"\x06amount\x18\x03 \x01(\tR\x06amount\x12\x1a\n" +
 	"\bcurrency\x18\x04 \x01(\tR\bcurrency\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\\\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1b\n" +
+	"\treview_id\x18\x06 \x01(\x03R\breviewId\"\\\n" +
 	"\x1bResolveBankTransferResponse\x12=\n" +
-	"\x06review\x18\x01 \x01(\v2%.gpubill.payout.v1.BankTransferReviewR\x06review\"\xf5\x03\n" +
+	"\x06review\x18\x01 \x01(\v2%.gpubill.payout.v1.BankTransferReviewR\x06review\"\x92\x04\n" +
 	"\x12BankTransferReview\x12!\n" +
 	"\rend_to_end_id\x18\x01 \x01(\tR\n" +
 	"endToEndId\x12)\n" +
@@ -4015,7 +4036,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"resolvedBy\x12;\n" +
 	"\vresolved_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"resolvedAt\x12+\n" +
-	"\x11resolution_reason\x18\x0e \x01(\tR\x10resolutionReason\"\xe6\x02\n" +
+	"\x11resolution_reason\x18\x0e \x01(\tR\x10resolutionReason\x12\x1b\n" +
+	"\treview_id\x18\x0f \x01(\x03R\breviewId\"\xe6\x02\n" +
 	"\x16ImportBankFileResponse\x12\x17\n" +
 	"\afile_id\x18\x01 \x01(\tR\x06fileId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1d\n" +

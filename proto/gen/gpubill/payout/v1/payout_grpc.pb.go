@@ -147,6 +147,9 @@ type PayoutServiceClient interface {
 	// (the bank does not have it, or refused it: it goes into the next
 	// batch). The same resolution again answers the first; another one is a
 	// 409; a transfer never held for review a 400 (failed precondition).
+	// It answers the review named by review_id, else the transfer's latest:
+	// a resend without review_id is never applied to a review opened after
+	// the first call (a 409 naming it).
 	ResolveBankTransfer(ctx context.Context, in *ResolveBankTransferRequest, opts ...grpc.CallOption) (*ResolveBankTransferResponse, error)
 }
 
@@ -467,6 +470,9 @@ type PayoutServiceServer interface {
 	// (the bank does not have it, or refused it: it goes into the next
 	// batch). The same resolution again answers the first; another one is a
 	// 409; a transfer never held for review a 400 (failed precondition).
+	// It answers the review named by review_id, else the transfer's latest:
+	// a resend without review_id is never applied to a review opened after
+	// the first call (a 409 naming it).
 	ResolveBankTransfer(context.Context, *ResolveBankTransferRequest) (*ResolveBankTransferResponse, error)
 	mustEmbedUnimplementedPayoutServiceServer()
 }

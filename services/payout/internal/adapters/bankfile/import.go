@@ -849,16 +849,22 @@ const (
 
 // resync announces again the transfers whose payout has not followed what
 // the bank said (the announcement was lost, or the payout's workflow had
-// ended when a return came): its workflow is woken or started again.
+// ended when a return came): its workflow is woken or started again. A
+// payout held as rail_amount_mismatch (its transfer booked or accepted at
+// another amount: resolved paid at the bank's) is not behind: it stays
+// where it is for finance, and woken every tick, the oldest first, a
+// hundred of them crowded out the payouts that are; only the bank
+// rejecting or returning its transfer moves it on.
 func (r *Rail) resync(ctx context.Context) error {
 	if r.Notify == nil {
 		return nil
 	}
 	rows, err := r.Pool.Query(ctx, `select t.reference from payout.bank_transfers t join payout.payouts p on p.rail_reference = t.reference
 		where t.updated_at < $1 and ((t.state = 'returned' and p.status <> 'returned')
-			or (t.state in ('booked', 'rejected') and p.status in ('submitted', 'in_transit'))
-			or (t.state = 'accepted' and p.status = 'submitted'))
-		order by t.updated_at limit $2`, r.Clock.Now().Add(-resyncGrace), resyncMax)
+			or (t.state = 'rejected' and p.status in ('submitted', 'in_transit'))
+			or (t.state = 'booked' and p.status in ('submitted', 'in_transit') and p.failure_code <> $3)
+			or (t.state = 'accepted' and p.status = 'submitted' and p.failure_code <> $3))
+		order by t.updated_at limit $2`, r.Clock.Now().Add(-resyncGrace), resyncMax, domain.FailRailAmountMismatch)
 	if err != nil {
 		return err
 	}

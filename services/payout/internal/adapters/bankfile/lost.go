@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // A batch cut and sent after a restore's recovery point is lost with the
@@ -220,25 +221,30 @@ func (r *Rail) applyLost(ctx context.Context, tx pgx.Tx, a action) ([]app.BankFi
 }
 
 // reviewIfLostBatch moves a transfer just queued (ref) to review, in tx,
-// while the rail is held and a report imported since the hold's start
-// gave a status of a lost batch covering payments it does not name: the
-// payout made again after the restore may have been among them. It
-// returns the review's note ("" : not moved).
+// when a report imported since the latest restore hold's start gave a
+// status of a lost batch covering payments it does not name: the payout
+// made again after the restore may have been among them. While the rail
+// is held, any transfer queued; once released, the transfer of a payout
+// created before the release (its workflow submitted it only after it:
+// behind, or its settled event replayed late), which sent in the next
+// file was paid twice; a payout created after the release was in no batch
+// lost with the restore. It returns the review's note ("" : not moved).
 func (r *Rail) reviewIfLostBatch(ctx context.Context, tx pgx.Tx, ref string) (string, error) {
 	var batch, status, reason string
 	var since time.Time
 	err := tx.QueryRow(ctx, `select f.original_message_id, e.bank_status, e.reason_code, h.held_since
-		from payout.bank_file_holds h
+		from (select * from payout.bank_file_holds order by hold_id desc limit 1) h
 		join payout.bank_files f on f.imported_at >= h.held_since
 		join payout.bank_file_entries e on e.file_id = f.file_id and e.outcome = 'lost_batch'
-		where h.released_at is null order by f.imported_at, f.file_id, e.seq limit 1`).Scan(&batch, &status, &reason, &since)
+		where h.released_at is null or exists (select 1 from payout.payouts p where p.payout_id in ($1, $2) and p.created_at < h.released_at)
+		order by f.imported_at, f.file_id, e.seq limit 1`, ref, domain.RailReferencePayout(ref)).Scan(&batch, &status, &reason, &since)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	why := fmt.Sprintf("queued while the rail is held after the restore of %s, and the bank's report on payout batch %s, lost with it, "+
+	why := fmt.Sprintf("queued after the restore of %s, and the bank's report on payout batch %s, lost with it, "+
 		"gives a status (%s %s) of payments it does not name: this payout, made again, may be one of them", since.UTC().Format(time.RFC3339), batch, status, reason)
 	moved, err := r.toReview(ctx, tx, ref, app.ReviewLostBatch, why)
 	if err != nil || !moved {

@@ -764,3 +764,131 @@ func TestResolvedPaidReportsTheBanksAmount(t *testing.T) {
 		})
 	}
 }
+
+// A transfer resolved paid at another amount than its payout's net is
+// booked while its payout stays submitted (rail_amount_mismatch) for
+// finance: its workflow, woken, changes nothing. Resync woke it every
+// tick, the oldest first, and a hundred of them (resyncMax) crowded out
+// the payouts that do have to follow their transfer.
+func TestResyncSkipsAPayoutHeldAsRailAmountMismatch(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-mismatch", "CNY", "580.00", bank("6222000011110001"))
+	f.submit(t, "po-behind", "CNY", "50.00", bank("6222000011110002"))
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set state = 'booked',
+		updated_at = case reference when 'po-mismatch' then $1::timestamptz else $1::timestamptz + interval '1 minute' end`, day1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, failure_code, rail_reference)
+		values ('p1', 'p-po-mismatch', 'c1', 'CNY', 580, 0, 0, 580, 'submitted', 'rail_amount_mismatch', 'po-mismatch'),
+			('p2', 'p-po-behind', 'c1', 'CNY', 50, 0, 0, 50, 'submitted', '', 'po-behind')`); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(day1.Add(time.Hour))
+	if err := f.r.resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.notify, []string{"po-behind"}) {
+		t.Errorf("resync woke %v, want po-behind only (po-mismatch's payout is held for finance)", f.notify)
+	}
+}
+
+// Finance's requeue of a transfer in review is sent again (its answer
+// lost) after a report of a batch lost with the restore moved the
+// transfer, queued again while held, to a new review: the bank may have
+// paid it. The resend answered that newer review, which it never saw,
+// and put the transfer back on the queue: paid twice. It is a conflict
+// naming the newer review, and the transfer stays in review; named by its
+// review_id, the first review's resolution answers as before.
+func TestResendOfAResolutionDoesNotResolveANewerReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-sent", "CNY", "620.00", bank("6222000011110001"))
+	fb, file := f.sendDay1(t) // pb-20261201-1400
+	f.restoreToBeforeTheCut(t)
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	dup := bytes.ReplaceAll(fb.StatusReport(file), []byte("<TxSts>ACCP</TxSts>"), []byte("<TxSts>RJCT</TxSts><StsRsnInf><Rsn><Cd>DU05</Cd></Rsn></StsRsnInf>"))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "dup.xml", dup); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	first, err := f.resolve("po-sent", app.BankResolveRequeue, "", "finance:alice")
+	if err != nil || first.State != stateQueued {
+		t.Fatalf("po-sent put back on the queue: %+v %v", first, err)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", "<GrpSts>ACCP</GrpSts>", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Fatalf("po-sent, queued again while held, after the lost batch's group status: %s, want %s", got, stateReview)
+	}
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if again, err := f.resolve("po-sent", app.BankResolveRequeue, "", "finance:alice"); !errors.Is(err, apperr.ErrConflict) {
+		t.Errorf("the first requeue sent again after a newer review opened: %+v %v, want ErrConflict", again, err)
+	}
+	if got := f.bookState(t, "po-sent"); got != stateReview {
+		t.Errorf("po-sent after the resend: %s, want still %s (the bank may have paid it)", got, stateReview)
+	}
+	byID := func(id int64) (app.BankTransferReview, error) {
+		return f.r.ResolveTransfer(ctx, app.BankTransferResolution{EndToEndID: "po-sent", ReviewID: id, Resolution: app.BankResolveRequeue,
+			Currency: "CNY", Reason: "the bank's statement of 2026-12-02", By: "finance:alice"})
+	}
+	if again, err := byID(first.ReviewID); err != nil || again.ReviewID != first.ReviewID || !again.ResolvedAt.Equal(*first.ResolvedAt) ||
+		again.State != stateReview {
+		t.Errorf("the first requeue sent again naming its review %d: %+v %v; want the first's answer, po-sent still in review", first.ReviewID, again, err)
+	}
+	if _, err := byID(first.ReviewID + 100); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("a review po-sent never had resolved: %v, want ErrNotFound", err)
+	}
+	h, err := f.r.RestoreHold(ctx)
+	if err != nil || len(h.InReview) != 1 || h.InReview[0].ReviewID == first.ReviewID || h.InReview[0].Cause != app.ReviewLostBatch {
+		t.Fatalf("the hold lists po-sent's newer review: %+v %v", h, err)
+	}
+	if second, err := byID(h.InReview[0].ReviewID); err != nil || second.State != stateQueued || second.ReviewID != h.InReview[0].ReviewID {
+		t.Errorf("the newer review resolved by its review_id: %+v %v; want po-sent queued", second, err)
+	}
+}
+
+// A payout that may have been in a batch lost with the restore, whose
+// workflow submits its transfer only after the hold's release (its
+// settled event replayed late, or its workflow behind): the lost batch's
+// report, imported while held, reviewed the transfers queued then, and
+// this one, queued after the release, went into the next file: paid
+// twice. A payout created before the release goes to review as it is
+// queued; one created after it was in no batch lost with the restore.
+func TestPayoutQueuedAfterTheReleaseOfALostBatchIsReviewed(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
+	f.sendDay1(t) // pb-20261201-1400
+	f.restoreToBeforeTheCut(t)
+	f.clk.Set(day1.Add(5 * time.Hour))
+	f.restore(t, f.clk.Now())
+	f.clk.Set(f.clk.Now().Add(time.Minute))
+	if _, err := f.r.Import(ctx, app.SourceInbox, "grp.xml", statusOfBatch("pb-20261201-1400", "<GrpSts>ACCP</GrpSts>", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
+		t.Fatal(err)
+	}
+	released := f.clk.Now()
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, created_at)
+		values ('po-old', 'p-po-old', 'c1', 'CNY', 300, 0, 0, 300, 'created', $1), ('po-new', 'p-po-new', 'c2', 'CNY', 50, 0, 0, 50, 'created', $2)`,
+		day1, released.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(released.Add(2 * time.Minute))
+	f.submit(t, "po-old", "CNY", "300.00", bank("6222000011110005"))
+	f.submit(t, "po-new", "CNY", "50.00", bank("6222000011110006"))
+	if got := f.bookState(t, "po-old"); got != stateReview {
+		t.Errorf("po-old, created before the release and queued after it: %s, want %s (it may be in the lost batch)", got, stateReview)
+	}
+	if got := f.bookState(t, "po-new"); got != stateQueued {
+		t.Errorf("po-new, created after the release: %s, want %s", got, stateQueued)
+	}
+}

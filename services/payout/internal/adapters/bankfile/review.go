@@ -57,12 +57,12 @@ const (
 	reviewsListedMax       = 50  // transfers in review a hold's answer lists (the oldest)
 )
 
-const reviewCols = `t.end_to_end_id, t.reference, t.provider_id, t.currency, t.amount, t.state, v.cause, v.note, v.since,
+const reviewCols = `v.review_id, t.end_to_end_id, t.reference, t.provider_id, t.currency, t.amount, t.state, v.cause, v.note, v.since,
 	v.resolution, v.paid_amount, v.resolved_by, v.resolved_at, v.resolution_reason`
 
 func scanReview(row pgx.CollectableRow) (app.BankTransferReview, error) {
 	var v app.BankTransferReview
-	return v, row.Scan(&v.EndToEndID, &v.Reference, &v.ProviderID, &v.Currency, &v.Amount, &v.State, &v.Cause, &v.Note, &v.Since,
+	return v, row.Scan(&v.ReviewID, &v.EndToEndID, &v.Reference, &v.ProviderID, &v.Currency, &v.Amount, &v.State, &v.Cause, &v.Note, &v.Since,
 		&v.Resolution, &v.PaidAmount, &v.ResolvedBy, &v.ResolvedAt, &v.ResolutionReason)
 }
 
@@ -137,7 +137,7 @@ func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResoluti
 				return apperr.Invalid("amount", "the amount the bank paid, in the transfer's currency %s at its minor unit", ccy)
 			}
 		}
-		id, open, err := latestReview(ctx, tx, ref, state, res)
+		id, open, err := reviewFor(ctx, tx, ref, state, res)
 		if err != nil {
 			return err
 		}
@@ -167,33 +167,72 @@ func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResoluti
 	return out, nil
 }
 
-// latestReview is the latest review of the transfer ref (in state), locked
-// in tx, and whether it is open for res: resolved already by res (sent
-// again, its answer lost), it is answered; resolved otherwise,
-// apperr.ErrConflict; never held for review, apperr.ErrPrecondition.
-func latestReview(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTransferResolution) (id int64, open bool, err error) {
-	var resolution, by string
-	var paid *decimal.Decimal
-	var at *time.Time
-	err = tx.QueryRow(ctx, `select review_id, resolution, paid_amount, resolved_by, resolved_at from payout.bank_transfer_reviews
-		where reference = $1 order by review_id desc limit 1 for update`, ref).Scan(&id, &resolution, &paid, &by, &at)
+// review is a review of a transfer, as reviewFor reads it.
+type review struct {
+	id                    int64
+	cause, resolution, by string
+	reason                string
+	paid                  *decimal.Decimal
+	since                 time.Time
+	at                    *time.Time
+}
+
+// resolvedAs says whether v is resolved already as res asks.
+func (v review) resolvedAs(res app.BankTransferResolution) bool {
+	return v.at != nil && v.resolution == res.Resolution && (v.paid == nil || v.paid.Equal(res.Amount))
+}
+
+// reviewFor is the review of the transfer ref (in state) that res answers
+// (res.ReviewID; 0: the transfer's latest), locked in tx, and whether it is
+// open for res: resolved already by res (sent again, its answer lost), it
+// is answered; resolved otherwise, apperr.ErrConflict; never held for
+// review, apperr.ErrPrecondition; no such review of the transfer,
+// apperr.ErrNotFound. Without a ReviewID, res repeating, reason and all,
+// finance's resolution of the review before the open one is a conflict
+// naming the open one: the resend of the call that resolved it, its
+// answer lost, after a report of the bank opened a review the call never
+// saw (a transfer put back on the queue while held, then covered by a
+// lost batch's status); applied, it sent again a transfer the bank may
+// have paid.
+func reviewFor(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTransferResolution) (id int64, open bool, err error) {
+	rows, err := tx.Query(ctx, `select review_id, cause, resolution, resolved_by, resolution_reason, paid_amount, since, resolved_at
+		from payout.bank_transfer_reviews where reference = $1 and ($2::bigint = 0 or review_id = $2)
+		order by review_id desc limit 2 for update`, ref, res.ReviewID)
+	if err != nil {
+		return 0, false, err
+	}
+	vs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (review, error) {
+		var v review
+		return v, row.Scan(&v.id, &v.cause, &v.resolution, &v.by, &v.reason, &v.paid, &v.since, &v.at)
+	})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, false, fmt.Errorf("bank transfer %s is %s: only a transfer held for review is resolved: %w", res.EndToEndID, state, apperr.ErrPrecondition)
 	case err != nil:
 		return 0, false, err
-	case at != nil && resolution == res.Resolution && (paid == nil || paid.Equal(res.Amount)):
-		return id, false, nil
-	case at != nil:
-		what := resolution
-		if paid != nil {
-			what += " " + paid.String()
+	case len(vs) == 0 && res.ReviewID != 0:
+		return 0, false, fmt.Errorf("bank transfer %s has no review %d: %w", res.EndToEndID, res.ReviewID, apperr.ErrNotFound)
+	case len(vs) == 0:
+		return 0, false, fmt.Errorf("bank transfer %s is %s: only a transfer held for review is resolved: %w", res.EndToEndID, state, apperr.ErrPrecondition)
+	}
+	v := vs[0]
+	switch {
+	case v.resolvedAs(res):
+		return v.id, false, nil
+	case v.at != nil:
+		what := v.resolution
+		if v.paid != nil {
+			what += " " + v.paid.String()
 		}
-		return 0, false, fmt.Errorf("bank transfer %s's review was resolved %s by %s at %s: %w", res.EndToEndID, what, by, at.UTC().Format(time.RFC3339), apperr.ErrConflict)
+		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s: %w",
+			res.EndToEndID, v.id, what, v.by, v.at.UTC().Format(time.RFC3339), apperr.ErrConflict)
 	case state != stateReview:
 		return 0, false, fmt.Errorf("bank transfer %s has an open review while %s", res.EndToEndID, state)
+	case res.ReviewID == 0 && len(vs) == 2 && vs[1].resolvedAs(res) && vs[1].reason == res.Reason:
+		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s with this reason, and it is held for review "+
+			"again since %s (review %d, %s): taken as that resolution sent again, it is not applied to the newer review; to resolve review %d, "+
+			"name it (review_id): %w", res.EndToEndID, vs[1].id, vs[1].resolution, vs[1].by, vs[1].at.UTC().Format(time.RFC3339),
+			v.since.UTC().Format(time.RFC3339), v.id, v.cause, v.id, apperr.ErrConflict)
 	}
-	return id, true, nil
+	return v.id, true, nil
 }
 
 // resolve applies finance's resolution res to the open review id of the
