@@ -65,8 +65,10 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 			id = ""
 			return nil
 		}
-		// A cutoff cut late (the service was down over it) asks for today:
-		// its own day had passed, a date the bank may refuse or move.
+		// A cutoff cut late (the service was down over it) asks for the
+		// first business day from today: its own day had passed, a date the
+		// bank may refuse or move. Both dates are business days, and the
+		// later one: Friday's cutoff cut on Saturday asks for Monday.
 		exec := r.executionDate(cutoff)
 		if today := r.executionDate(r.Clock.Now()); exec.Before(today) {
 			exec = today

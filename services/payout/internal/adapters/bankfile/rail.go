@@ -61,6 +61,10 @@ type Config struct {
 	// this time from every transfer queued before it.
 	CutoffHour, CutoffMinute int
 	Location                 *time.Location
+	// Holidays are the bank's non-business days besides Saturdays and
+	// Sundays (dates in Location's calendar): no batch asks the bank to
+	// execute on one.
+	Holidays []time.Time
 	// OutboxDir receives each batch's file (the bank's SFTP client sends
 	// it); "" : files are only served by the API.
 	OutboxDir string
@@ -139,10 +143,13 @@ func (r *Rail) LastCutoff(t time.Time) time.Time {
 	return c
 }
 
-// executionDate is the date a batch cut at cutoff asks the bank to pay on.
+// executionDate is the date a batch cut at cutoff asks the bank to pay
+// on: the cutoff's date in the rail's zone, or the first business day
+// after it when that is a weekend day or a holiday (banks reject such a
+// date or roll it, and providers were told their payout arrives on it).
 func (r *Rail) executionDate(cutoff time.Time) time.Time {
 	lt := cutoff.In(r.loc())
-	return time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, time.UTC)
+	return nextBusinessDay(time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, time.UTC), r.Cfg.Holidays)
 }
 
 // EndToEndID is the EndToEndId a rail reference travels under: the
