@@ -137,6 +137,9 @@ func bankConfigFromEnv() (bankfile.Config, error) {
 			return c, fmt.Errorf("GPUBILL_BANK_TIMEZONE: %w", err)
 		}
 	}
+	if c.Holidays, err = bankfile.ParseHolidays(os.Getenv("GPUBILL_BANK_HOLIDAYS")); err != nil {
+		return c, fmt.Errorf("GPUBILL_BANK_HOLIDAYS: %w", err)
+	}
 	return c, nil
 }
 
