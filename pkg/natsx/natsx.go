@@ -365,7 +365,7 @@ func (l Limits) lockRetention(ctx context.Context, js jetstream.JetStream, strea
 				}
 			}, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !lockHeld(ctx, kv, stream) {
 			return nil, fmt.Errorf("stream %s: lock its retention change in KV bucket %s: %w", stream, retentionLockBucket, err)
 		}
 		if time.Now().After(deadline) {
@@ -377,6 +377,14 @@ func (l Limits) lockRetention(ctx context.Context, js jetstream.JetStream, strea
 			return nil, err
 		}
 	}
+}
+
+// lockHeld reports whether another process holds stream's lock: a
+// replicated bucket answers a create that lost a race for a deleted key
+// with an error that is not ErrKeyExists.
+func lockHeld(ctx context.Context, kv jetstream.KeyValue, stream string) bool {
+	_, err := kv.Get(ctx, stream)
+	return err == nil
 }
 
 // retentionLocks opens the KV bucket of retention change locks, creating
