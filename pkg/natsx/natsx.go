@@ -177,11 +177,11 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, names ...string)
 // EnsureStreams creates the named streams or brings them to their canonical
 // configuration (a changed byte cap or replica count is applied in place).
 // JetStream cannot change a stream's retention in place: a stream made by an
-// older gpubill (limits retention) is recreated with the new retention when
-// nothing in it is left to consume (every owning consumer has acknowledged
-// everything), which is always so after a clean stop of `gpubill dev`;
-// otherwise it keeps its old retention, with a warning naming the backlog,
-// until a later start finds it drained.
+// older gpubill (limits retention) is recreated with the new retention (see
+// migrateRetention) once its owning consumers have acknowledged everything,
+// which is always so after a clean stop of `gpubill dev`; otherwise it keeps
+// its old retention, with a warning naming the backlog, until a later start
+// finds it drained.
 func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *slog.Logger, names ...string) error {
 	if log == nil {
 		log = slog.Default()
@@ -191,6 +191,7 @@ func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *
 		if err != nil {
 			return err
 		}
+		retentionDeferred.WithLabelValues(n) // a series from 0, so the alert sees a first deferral
 		st, err := js.Stream(ctx, n)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -201,8 +202,10 @@ func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", n, err)
 		}
+		// A stream another start left with its placeholder subjects
+		// (retiredSubject) still has its old retention: it is finished here.
 		if old := st.CachedInfo().Config.Retention; old != cfg.Retention {
-			if err := migrateRetention(ctx, js, st, cfg, log); err != nil {
+			if err := l.migrateRetention(ctx, js, cfg, log); err != nil {
 				return err
 			}
 			continue
@@ -214,42 +217,191 @@ func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *
 	return nil
 }
 
+// How a retention change is guarded.
+const (
+	// retentionLockBucket holds one key per stream whose retention a
+	// process is changing; a second process (another service's start)
+	// waits for it, or else it deleted the stream the first had just
+	// recreated, with new messages in it.
+	retentionLockBucket = "gpubill_retention_locks"
+	// retentionLockTTL frees the lock of a process that died holding it.
+	// A change holds it for retentionDrainWait and a few API calls.
+	retentionLockTTL = 30 * time.Second
+	// retentionLockWait is how long a start waits for another's change:
+	// past the TTL, so a dead holder's lock has expired by then.
+	retentionLockWait = 40 * time.Second
+	retentionLockPoll = 250 * time.Millisecond
+	// retentionDrainWait bounds how long publishes are refused while the
+	// owners consume what arrived before the stream stopped taking them.
+	retentionDrainWait = 2 * time.Second
+	retentionDrainPoll = 50 * time.Millisecond
+)
+
+// retiredSubject is the only subject of a stream while its retention
+// changes: no publisher uses it, so every publish to the stream's own
+// subjects is refused (no stream takes it; the outbox relays try again)
+// and nothing arrives between the last drained check and the delete.
+func retiredSubject(stream string) string { return "gpubill.retired." + stream }
+
+// retentionDeferred counts retention changes given up over a backlog.
+var retentionDeferred = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_stream_retention_deferred_total",
+	Help: "Starts that left a stream made by an older gpubill with its old retention because its owning consumers had not acknowledged everything (the log names the backlog); a later start changes it once they have.",
+}, []string{"stream"})
+
 // migrateRetention recreates a stream whose retention changed, if nothing in
-// it is left to consume; otherwise it applies what it can and explains.
-func migrateRetention(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, cfg jetstream.StreamConfig, log *slog.Logger) error {
-	before := st.CachedInfo()
-	backlog, err := unconsumed(ctx, st, before, streamSpecs[cfg.Name].owners)
+// it is left to consume; otherwise it keeps the old retention, applies what
+// it can and explains. One process at a time changes a stream (a lock in
+// KV bucket retentionLockBucket), and the stream takes no publish from the
+// last drained check to its recreation (its subjects moved to
+// retiredSubject), so no acknowledged publish is deleted with it.
+func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, log *slog.Logger) error {
+	release, err := l.lockRetention(ctx, js, cfg.Name, log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) { // a change that died between delete and create
+		return createStream(ctx, js, cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", cfg.Name, err)
 	}
-	if backlog != "" {
-		log.Warn("stream keeps its old retention until its backlog is consumed; restart once it is (consumer lag 0)",
-			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
-		keep := cfg
-		keep.Retention, keep.Discard, keep.MaxAge, keep.MaxMsgsPerSubject = before.Config.Retention, before.Config.Discard, before.Config.MaxAge, before.Config.MaxMsgsPerSubject
-		if _, err := js.UpdateStream(ctx, keep); err != nil {
-			return fmt.Errorf("update stream %s: %w", cfg.Name, err)
-		}
+	before := st.CachedInfo()
+	if before.Config.Retention == cfg.Retention { // another process changed it while this one waited
 		return nil
 	}
-	// Nothing was published since the check (a publish after the delete
-	// finds no stream and its outbox retries it).
-	now, err := st.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	keep := keepRetention(cfg, before.Config)
+	retired := keep
+	retired.Subjects = []string{retiredSubject(cfg.Name)}
+	if _, err := js.UpdateStream(ctx, retired); err != nil {
+		return fmt.Errorf("stream %s: stop its publishes to change its retention: %w", cfg.Name, err)
 	}
-	if now.State.LastSeq != before.State.LastSeq {
-		return fmt.Errorf("stream %s: messages arrived while changing its retention; start again", cfg.Name)
+	backlog, err := waitConsumed(ctx, st, streamSpecs[cfg.Name].owners)
+	if err != nil || backlog != "" {
+		// Its own subjects back, whatever happened: a stream left on
+		// retiredSubject refuses every publish until the next start.
+		if _, perr := js.UpdateStream(ctx, keep); perr != nil {
+			return fmt.Errorf("stream %s: give its subjects back: %w", cfg.Name, errors.Join(perr, err))
+		}
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+		retentionDeferred.WithLabelValues(cfg.Name).Inc()
+		log.Warn("stream keeps its old retention until its backlog is consumed; restart once it is (consumer lag 0)",
+			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
+		return nil
 	}
 	if err := js.DeleteStream(ctx, cfg.Name); err != nil {
 		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
 	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
+	if err := createStream(ctx, js, cfg); err != nil {
+		return err
 	}
 	log.Info("stream recreated with its new retention", "stream", cfg.Name, "retention", cfg.Retention.String(),
 		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
 	return nil
+}
+
+// keepRetention is cfg with the retention and the limits that go with it
+// of the existing stream old, and cfg's subjects (never old's: those may
+// be retiredSubject, left by a change that died halfway).
+func keepRetention(cfg, old jetstream.StreamConfig) jetstream.StreamConfig {
+	cfg.Retention, cfg.Discard, cfg.MaxAge, cfg.MaxMsgsPerSubject = old.Retention, old.Discard, old.MaxAge, old.MaxMsgsPerSubject
+	return cfg
+}
+
+// createStream creates the stream, or brings it to cfg when a process
+// started meanwhile found it missing and created it first.
+func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// waitConsumed waits up to retentionDrainWait for the owners to acknowledge
+// everything in the stream, and describes what they have not ("" when
+// nothing is left).
+func waitConsumed(ctx context.Context, st jetstream.Stream, owners []string) (string, error) {
+	deadline := time.Now().Add(retentionDrainWait)
+	for {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return "", err
+		}
+		backlog, err := unconsumed(ctx, st, info, owners)
+		if err != nil || backlog == "" || time.Now().After(deadline) {
+			return backlog, err
+		}
+		sleep(ctx, retentionDrainPoll)
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+	}
+}
+
+// lockRetention takes the lock of stream's retention change, waiting up to
+// retentionLockWait for another process holding it. release deletes the
+// key, unless it expired and another process holds it now.
+func (l Limits) lockRetention(ctx context.Context, js jetstream.JetStream, stream string, log *slog.Logger) (release func(), err error) {
+	kv, err := retentionLocks(ctx, js, l.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(retentionLockWait)
+	for {
+		rev, err := kv.Create(ctx, stream, []byte(time.Now().UTC().Format(time.RFC3339)))
+		if err == nil {
+			return func() {
+				if err := kv.Delete(context.WithoutCancel(ctx), stream, jetstream.LastRevision(rev)); err != nil {
+					log.Warn("retention change lock not released; it expires by itself", "stream", stream,
+						"bucket", retentionLockBucket, "expires_in", retentionLockTTL, "err", err)
+				}
+			}, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !lockHeld(ctx, kv, stream) {
+			return nil, fmt.Errorf("stream %s: lock its retention change in KV bucket %s: %w", stream, retentionLockBucket, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("stream %s: another process has held the lock of its retention change (KV bucket %s) for over %s; start again",
+				stream, retentionLockBucket, retentionLockWait)
+		}
+		sleep(ctx, retentionLockPoll)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// lockHeld reports whether another process holds stream's lock: a
+// replicated bucket answers a create that lost a race for a deleted key
+// with an error that is not ErrKeyExists.
+func lockHeld(ctx context.Context, kv jetstream.KeyValue, stream string) bool {
+	_, err := kv.Get(ctx, stream)
+	return err == nil
+}
+
+// retentionLocks opens the KV bucket of retention change locks, creating
+// it if missing (its TTL expires a dead holder's lock).
+func retentionLocks(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, retentionLockBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: retentionLockBucket, TTL: retentionLockTTL,
+			Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
+		if errors.Is(err, jetstream.ErrBucketExists) { // created by another process meanwhile
+			kv, err = js.KeyValue(ctx, retentionLockBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retention change locks (KV bucket %s): %w", retentionLockBucket, err)
+	}
+	return kv, nil
 }
 
 // unconsumed describes what of a stream its owners have not all acknowledged

@@ -1,0 +1,358 @@
+package natsx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/testkit"
+)
+
+// ids is a set of message ids shared by goroutines.
+type ids struct {
+	mu  sync.Mutex
+	set map[string]bool
+}
+
+func (s *ids) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set = map[string]bool{}
+	}
+	s.set[id] = true
+}
+
+// missing lists the ids of s that are not in other, sorted.
+func (s *ids) missing(other *ids) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	var out []string
+	for id := range s.set {
+		if !other.set[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *ids) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.set)
+}
+
+// publishUntil publishes to subject, every message with its own id, as an
+// outbox relay does: a refused publish is tried again (same id) until it is
+// acknowledged; acknowledged ids go to acked.
+func publishUntil(ctx context.Context, js jetstream.JetStream, subject string, acked *ids) {
+	for n := 0; ctx.Err() == nil; n++ {
+		id := fmt.Sprintf("%s-%d", subject, n)
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := js.Publish(pctx, subject, []byte("x"), jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
+			cancel()
+			if err == nil {
+				acked.add(id)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+	}
+}
+
+// consumeUntil acknowledges what durable's filter takes from USAGE,
+// recording each id in consumed, and creates the consumer again whenever
+// it is gone (the stream recreated), as natsx.Consume does.
+func consumeUntil(ctx context.Context, js jetstream.JetStream, durable, filter string, consumed *ids) {
+	cfg := jetstream.ConsumerConfig{Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy}
+	var c jetstream.Consumer
+	for ctx.Err() == nil {
+		if c == nil {
+			var err error
+			if c, err = js.CreateOrUpdateConsumer(ctx, natsx.StreamUsage, cfg); err != nil {
+				c = nil
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+		}
+		batch, err := c.Fetch(100, jetstream.FetchMaxWait(100*time.Millisecond))
+		if err != nil {
+			c = nil
+			continue
+		}
+		got := 0
+		for m := range batch.Messages() {
+			consumed.add(m.Headers().Get(jetstream.MsgIDHeader))
+			_ = m.Ack() // a lost ack is a redelivery: the id is recorded already
+			got++
+		}
+		if got > 0 {
+			continue
+		}
+		if _, err := c.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			c = nil
+		}
+	}
+}
+
+func retention(ctx context.Context, js jetstream.JetStream) (jetstream.RetentionPolicy, []string, error) {
+	st, err := js.Stream(ctx, natsx.StreamUsage)
+	if err != nil {
+		return 0, nil, err
+	}
+	return st.CachedInfo().Config.Retention, st.CachedInfo().Config.Subjects, nil
+}
+
+// migrateUntilDone calls EnsureStreams, as a service's start does (a
+// failed start starts again), until USAGE is a work queue.
+func migrateUntilDone(ctx context.Context, js jetstream.JetStream) error {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for {
+		err := (natsx.Limits{MaxBytes: 64 << 20}).EnsureStreams(ctx, js, log, natsx.StreamUsage)
+		if ret, _, rerr := retention(ctx, js); err == nil && rerr == nil && ret == jetstream.WorkQueuePolicy {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("USAGE still not a work queue: %w (last start: %v)", ctx.Err(), err)
+		}
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+	}
+}
+
+// migrateUnderLoad changes USAGE's retention with migrators processes
+// starting at once while publishers and the owning consumers run, and
+// returns the acknowledged publishes no consumer ever received.
+func migrateUnderLoad(t *testing.T, js jetstream.JetStream, migrators int) (lost []string, published int) {
+	t.Helper()
+	if err := js.DeleteStream(context.Background(), natsx.StreamUsage); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	oldUsage(t, js)
+	var acked, consumed ids
+	var load sync.WaitGroup
+	pubCtx, stopPublishing := context.WithCancel(context.Background())
+	defer stopPublishing()
+	conCtx, stopConsuming := context.WithCancel(context.Background())
+	defer stopConsuming()
+	for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1", "usage.recorded.p-2"} {
+		load.Add(1)
+		go func() { defer load.Done(); publishUntil(pubCtx, js, s, &acked) }()
+	}
+	for durable, filter := range map[string]string{"metering-ingest": "usage.ingest.>", "pricing-rating": "usage.recorded.>"} {
+		load.Add(1)
+		go func() { defer load.Done(); consumeUntil(conCtx, js, durable, filter, &consumed) }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	migCtx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	errs := make(chan error, migrators)
+	for range migrators {
+		go func() { errs <- migrateUntilDone(migCtx, js) }()
+	}
+	for range migrators {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the new stream takes publishes
+	stopPublishing()
+	// Every acknowledged publish is consumed within moments, or never.
+	for deadline := time.Now().Add(3 * time.Second); len(acked.missing(&consumed)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopConsuming()
+	load.Wait()
+	return acked.missing(&consumed), acked.len()
+}
+
+// TestRetentionMigrationKeepsWhatIsPublishedMeanwhile: USAGE made by an
+// older gpubill (limits retention) becomes a work queue while its
+// publishers publish and its owners consume, one process or two changing
+// it at once; every publish the stream acknowledged is delivered to its
+// owner, from the old stream or the new one. Unguarded, a publish between
+// the drained check and the delete was acknowledged, then deleted; and a
+// second process deleted the stream the first had just recreated, with
+// new messages in it.
+func TestRetentionMigrationKeepsWhatIsPublishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	const rounds = 20
+	for _, migrators := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d migrators", migrators), func(t *testing.T) {
+			t.Parallel()
+			js := testkit.NewJetStream(t).JS
+			for round := range rounds {
+				lost, published := migrateUnderLoad(t, js, migrators)
+				if len(lost) > 0 {
+					t.Errorf("round %d: %d of %d acknowledged publishes never delivered, e.g. %v", round, len(lost), published, lost[:min(3, len(lost))])
+				}
+			}
+		})
+	}
+}
+
+// deferredCount reads gpubill_stream_retention_deferred_total{stream="USAGE"}
+// as /metrics serves it (0 when there is no such series).
+func deferredCount(t *testing.T) float64 {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "gpubill_stream_retention_deferred_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && l.GetValue() == natsx.StreamUsage {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// checkTakesPublishes fails unless USAGE takes a publish to each of its subjects.
+func checkTakesPublishes(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	for _, s := range []string{"usage.ingest.p-9", "usage.recorded.p-9"} {
+		if _, err := js.Publish(context.Background(), s, []byte("after")); err != nil {
+			t.Errorf("publish to %s after the start: %v", s, err)
+		}
+	}
+}
+
+func storedMsgs(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestRetentionMigrationGivesUpOnALateBacklog: the owners still hold a
+// message (delivered, never acknowledged: a handler stuck on it) when the
+// stream has stopped taking publishes to change its retention. The change
+// is given up within moments: the stream takes its subjects back, keeps its
+// old retention and every message, and the deferral is counted for the
+// alert (GpubillStreamRetentionDeferred). Not parallel: the counter is the
+// process's.
+func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	oldUsage(t, js)
+	for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1", "usage.recorded.p-2"} {
+		if _, err := js.Publish(ctx, s, []byte("x"), jetstream.WithMsgID(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consume(t, js, "metering-ingest", "usage.ingest.>", 1)
+	consume(t, js, "pricing-rating", "usage.recorded.>", 1)
+	stuck, err := js.Consumer(ctx, natsx.StreamUsage, "pricing-rating")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stuck.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil { // delivered, never acked
+		t.Fatal(err)
+	}
+	deferredBefore := deferredCount(t)
+
+	start := time.Now()
+	if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	ret, subjects, err := retention(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := natsx.StreamConfig(natsx.StreamUsage)
+	if ret != jetstream.LimitsPolicy || fmt.Sprint(subjects) != fmt.Sprint(want.Subjects) {
+		t.Errorf("after the start: retention %s, subjects %v; want limits kept and subjects %v", ret, subjects, want.Subjects)
+	}
+	if n := storedMsgs(t, js); n != 3 {
+		t.Errorf("stream holds %d messages; want all 3 kept", n)
+	}
+	if got := deferredCount(t) - deferredBefore; got != 1 {
+		t.Errorf("gpubill_stream_retention_deferred_total{stream=USAGE} rose by %v; want 1", got)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the start took %s over a backlog; want a bounded wait", took)
+	}
+	checkTakesPublishes(t, js)
+}
+
+// TestEnsureStreamsFinishesAChangeLeftHalfway: a process that died while
+// changing USAGE's retention left it on its placeholder subject
+// (gpubill.retired.USAGE), taking no publish. The next start finishes the
+// change when the owners have consumed everything, and gives the stream
+// its subjects back with its old retention when they have not; either
+// way the stream takes publishes again.
+func TestEnsureStreamsFinishesAChangeLeftHalfway(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		give          string
+		consumed      int // of the 2 usage.recorded messages
+		wantRetention jetstream.RetentionPolicy
+	}{
+		{give: "drained", consumed: 2, wantRetention: jetstream.WorkQueuePolicy},
+		{give: "backlog", consumed: 1, wantRetention: jetstream.LimitsPolicy},
+	} {
+		t.Run(tt.give, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			js := testkit.NewJetStream(t).JS
+			oldUsage(t, js)
+			for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1", "usage.recorded.p-2"} {
+				if _, err := js.Publish(ctx, s, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			consume(t, js, "metering-ingest", "usage.ingest.>", 1)
+			consume(t, js, "pricing-rating", "usage.recorded.>", tt.consumed)
+			halfway := streamConfig(t, js)
+			halfway.Subjects = []string{"gpubill.retired." + natsx.StreamUsage}
+			if _, err := js.UpdateStream(ctx, halfway); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.Publish(ctx, "usage.recorded.p-1", []byte("refused")); err == nil {
+				t.Fatal("a stream on its placeholder subject took a publish: the setup proves nothing")
+			}
+
+			if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage); err != nil {
+				t.Fatal(err)
+			}
+			ret, subjects, err := retention(ctx, js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := natsx.StreamConfig(natsx.StreamUsage)
+			if ret != tt.wantRetention || fmt.Sprint(subjects) != fmt.Sprint(want.Subjects) {
+				t.Errorf("after the start: retention %s, subjects %v; want %s, %v", ret, subjects, tt.wantRetention, want.Subjects)
+			}
+			checkTakesPublishes(t, js)
+		})
+	}
+}
