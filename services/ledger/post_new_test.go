@@ -103,7 +103,8 @@ func TestPostNewWritesWhatPostWrites(t *testing.T) {
 // PostNew writes nothing and answers ErrUsePost for a group it cannot take
 // as new and unjudged: a key already stored, a balance a judge must see (a
 // wallet taken to zero or below, an account that may not go negative taken
-// below zero), a segregation breach. A wallet debited but left above zero
+// below zero, even by a draw that a later credit of the group makes up for),
+// a segregation breach. A wallet debited but left above zero
 // needs no judge.
 func TestPostNewLeavesToPostWhatNeedsIt(t *testing.T) {
 	t.Parallel()
@@ -125,6 +126,8 @@ func TestPostNewLeavesToPostWhatNeedsIt(t *testing.T) {
 		{"a wallet taken below zero", []*domain.Transaction{apiTx(t, "below", "renter:r-2:wallet", "renter:r-3:wallet", "10.01")}},
 		{"a new wallet debited", []*domain.Transaction{apiTx(t, "fresh", "renter:r-9:wallet", "renter:r-3:wallet", "1")}},
 		{"an overdraft", []*domain.Transaction{apiTx(t, "od", "provider:p-1:available", "renter:r-3:wallet", "1")}},
+		{"an overdraft ahead of a larger credit", []*domain.Transaction{apiTx(t, "od-first", "provider:p-1:available", "renter:r-3:wallet", "1"),
+			apiTx(t, "credit-after", "renter:r-1:wallet", "provider:p-1:available", "2")}},
 		{"an asset below zero", []*domain.Transaction{apiTx(t, "asset", "bank:operating", "bank:client", "20.01")}},
 		{"a breach", []*domain.Transaction{apiTx(t, "fee", "renter:r-1:wallet", "platform:revenue:commission", "1.00")}},
 	} {

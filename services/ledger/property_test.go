@@ -204,8 +204,53 @@ func TestGroupCommitJudgesADrawBeforeACreditInQueueOrder(t *testing.T) {
 	if _, err := f.app.CreateTransaction(f.ctx, transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "50", "USD")); err != nil {
 		t.Fatal(err)
 	}
-	// Hold bank:client's balance so that a deposit's group waits on it
-	// while the draw and the credit queue behind it, in this order.
+	errs := queueBehindDeposit(t, f,
+		transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "80", "USD"),
+		transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "40", "USD"))
+	if errs[0] != nil || errs[2] != nil || !isInvalid(errs[1]) || !strings.Contains(errs[1].Error(), "would go negative") {
+		t.Fatalf("deposit %v, draw of 80 from 50 %v, credit of 40 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
+	}
+	wantBalance(t, f, "provider:p-1:available", "USD", "90")
+	checkInvariants(t, f)
+}
+
+// A draw from an account already below zero (a reversal took it there) is
+// refused alone; queued behind a credit too small to bring the account back
+// to zero, it was posted with the group, whose net change on the account
+// was a rise: the group's judge saw -50 + 20 - 10 = -40 and no fall.
+func TestGroupCommitRefusesADrawFromANegativeAccountBehindASmallCredit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-1", "100.00", "USD", "d-1")
+	earn, err := f.app.CreateTransaction(f.ctx, transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "50", "USD"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("paid", "provider:p-1:available", "provider:p-1:in_transit", "50", "USD")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: earn.ID}); err != nil {
+		t.Fatal(err)
+	}
+	wantBalance(t, f, "provider:p-1:available", "USD", "-50")
+	errs := queueBehindDeposit(t, f,
+		transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "20", "USD"),
+		transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "10", "USD"))
+	if errs[0] != nil || errs[1] != nil || !isInvalid(errs[2]) || !strings.Contains(errs[2].Error(), "would go negative") {
+		t.Fatalf("deposit %v, credit of 20 to -50 %v, draw of 10 from -30 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
+	}
+	wantBalance(t, f, "provider:p-1:available", "USD", "-30")
+	wantBalance(t, f, "renter:r-2:wallet", "USD", "1")
+	checkInvariants(t, f)
+}
+
+// queueBehindDeposit sends a deposit of 1 to renter r-2 and then ins, one
+// after another, while another transaction holds bank:client's balance: the
+// deposit's group waits on the lock and ins queue behind it, in this order,
+// to be committed as one group once the lock goes. It returns each write's
+// error, the deposit's first.
+func queueBehindDeposit(t *testing.T, f *fixture, ins ...app.CreateTransactionInput) []error {
+	t.Helper()
 	lock, err := f.pool.Begin(f.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -214,30 +259,24 @@ func TestGroupCommitJudgesADrawBeforeACreditInQueueOrder(t *testing.T) {
 	if _, err := lock.Exec(f.ctx, `select 1 from ledger.balances where account = 'bank:client' and currency = 'USD' for update`); err != nil {
 		t.Fatal(err)
 	}
+	deposit := app.CreateTransactionInput{IdempotencyKey: "d-2", Postings: []domain.RawPosting{
+		{Account: "bank:client", Direction: "debit", Amount: "1", Currency: "USD"},
+		{Account: "renter:r-2:wallet", Direction: "credit", Amount: "1", Currency: "USD"}}}
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	start := func(i int, in app.CreateTransactionInput) {
+	errs := make([]error, 1+len(ins))
+	for i, in := range append([]app.CreateTransactionInput{deposit}, ins...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, errs[i] = f.app.CreateTransaction(f.ctx, in)
 		}()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // to queue in this order
 	}
-	start(0, app.CreateTransactionInput{IdempotencyKey: "d-2", Postings: []domain.RawPosting{
-		{Account: "bank:client", Direction: "debit", Amount: "1", Currency: "USD"},
-		{Account: "renter:r-2:wallet", Direction: "credit", Amount: "1", Currency: "USD"}}})
-	start(1, transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "80", "USD"))
-	start(2, transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "40", "USD"))
 	if err := lock.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if errs[0] != nil || errs[2] != nil || !isInvalid(errs[1]) || !strings.Contains(errs[1].Error(), "would go negative") {
-		t.Fatalf("deposit %v, draw of 80 from 50 %v, credit of 40 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
-	}
-	wantBalance(t, f, "provider:p-1:available", "USD", "90")
-	checkInvariants(t, f)
+	return errs
 }
 
 // invariantRecorder collects what checkInvariants reports instead of failing.

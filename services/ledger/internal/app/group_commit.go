@@ -24,7 +24,9 @@ const groupMax = 256
 // call. No background goroutine (pkg/group): the first caller to find no
 // committer running becomes it; the others wait for their result. A group
 // that fails as a whole (an overdraft, any error) is retried one transaction
-// at a time, so each caller gets exactly its own answer.
+// at a time, so each caller gets exactly its own answer. Overdrafts are
+// judged as if the group's writes were posted one at a time in queue order
+// (domain.Draws), not on the group's net change.
 type groupReq struct {
 	t     *domain.Transaction
 	audit Audited             // its audit record, if the write takes it (PostNew stores it with the write)
@@ -105,9 +107,6 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		keys[r.t.IdempotencyKey] = true
 		txs[i] = r.t
 	}
-	if drawnThenFed(txs) {
-		return errGroupRetry // judged on the group's net, a draw refused alone would pass
-	}
 	if len(touchedCycles(txs)) == 0 {
 		err := a.commitNewGroup(ctx, batch, txs)
 		if !errors.Is(err, ErrUsePost) {
@@ -126,8 +125,8 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		if err != nil {
 			return err
 		}
-		if a.checkClosedCycles(ctx, tx, fresh, ch, false) != nil || checkOverdraft(ch) != nil {
-			return errGroupRetry
+		if a.checkClosedCycles(ctx, tx, fresh, ch, false) != nil || domain.Overdrawn(fresh, ch) {
+			return errGroupRetry // judged in queue order, as each alone
 		}
 		isFresh := make(map[string]bool, len(fresh))
 		for _, t := range fresh {
@@ -157,38 +156,6 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 	}
 	a.Store.Remember(changes)
 	return nil
-}
-
-// drawnThenFed reports whether an account that may not go negative is
-// lowered by one transaction of txs (not a reversal: reversals may take it
-// below zero) and raised by a later one. A group's overdraft check sees
-// each account's net change: 50 available, a payout drawing 80 and then a
-// settlement crediting 40 passed as -40 (10 left), where the payout alone,
-// or first as queued, is refused, and the journal showed available at -30
-// between the two. Such a group is posted one transaction at a time.
-func drawnThenFed(txs []*domain.Transaction) bool {
-	var drawn map[string]bool // by the transactions before t
-	for _, t := range txs {
-		for _, p := range t.Postings {
-			if !p.Account.MayGoNegative() && !lowers(p) && drawn[p.Account.Address+"|"+p.Currency] {
-				return true
-			}
-		}
-		for _, p := range t.Postings {
-			if !p.Account.MayGoNegative() && lowers(p) && t.Kind != domain.TxReversal {
-				if drawn == nil {
-					drawn = map[string]bool{}
-				}
-				drawn[p.Account.Address+"|"+p.Currency] = true
-			}
-		}
-	}
-	return false
-}
-
-// lowers reports whether p lowers its account's balance on its normal side.
-func lowers(p domain.Posting) bool {
-	return (p.Direction == domain.Debit) != (p.Account.Kind == domain.KindAsset)
 }
 
 // commitNewGroup commits a group none of whose transactions touches a

@@ -62,21 +62,86 @@ type WalletDepletion struct {
 
 // NeedsJudging says which balances a write must show to its judges before it
 // commits: the overdraft policy (an account that may not go negative taken
-// below zero, reversals aside) and Depletions (a renter wallet taken to zero
-// or below). A change of delta to acc (reversalOnly: only reversals moved
-// it) needs judging if the balance it leaves is below zero, or at zero too
-// when orZero; judge is false when no balance it can leave does. Only a
-// negative change can need it.
-func NeedsJudging(acc Account, delta decimal.Decimal, reversalOnly bool) (judge, orZero bool) {
+// below zero, reversals aside: Draws says where) and Depletions (a renter
+// wallet taken to zero or below). A change of delta to acc (drawn: Draws
+// holds its lowest point) needs judging if the balance it leaves is below
+// zero, or at zero too when orZero; judge is false when no balance it can
+// leave does. A wallet's depletion is judged on the write's net change, an
+// overdraft at the lowest point Draws found.
+func NeedsJudging(acc Account, delta decimal.Decimal, drawn bool) (judge, orZero bool) {
 	switch {
-	case !delta.IsNegative():
-		return false, false
 	case acc.Class == ClassRenter:
-		return true, true
-	case !acc.MayGoNegative() && !reversalOnly:
-		return true, false
+		return delta.IsNegative(), true
+	case !acc.MayGoNegative():
+		return drawn, false
 	}
 	return false, false
+}
+
+// BalanceKey names an (account, currency) balance in Draws.
+type BalanceKey struct{ Address, Currency string }
+
+// Draws are, for each balance of an account that may not go negative which
+// one of txs (not a reversal) lowers, the lowest change from the balance
+// before txs that txs reach right after such a draw, applying them one at a
+// time in their order (normal side). A write of several transactions (a
+// group commit) is judged as if each had been posted alone in its turn:
+// judged on the write's net change, a draw from an account already below
+// zero passed behind a smaller credit (-50, +20, -10 is a net rise), and one
+// taking an account below zero passed ahead of a larger credit (50, -80,
+// +40 nets to 10), both refused alone. A balance is overdrawn when the one
+// before txs plus its draw is below zero (Overdrawn).
+func Draws(txs []*Transaction) map[BalanceKey]decimal.Decimal {
+	var lowest map[BalanceKey]decimal.Decimal
+	running := map[BalanceKey]decimal.Decimal{}
+	for _, t := range txs {
+		for k, d := range netChanges(t) {
+			running[k] = running[k].Add(d)
+			if !d.IsNegative() || t.Kind == TxReversal {
+				continue
+			}
+			if low, seen := lowest[k]; !seen || running[k].LessThan(low) {
+				if lowest == nil {
+					lowest = map[BalanceKey]decimal.Decimal{}
+				}
+				lowest[k] = running[k]
+			}
+		}
+	}
+	return lowest
+}
+
+// netChanges are t's changes (normal side) to the balances of accounts that
+// may not go negative: one transaction is judged on its net, as alone.
+func netChanges(t *Transaction) map[BalanceKey]decimal.Decimal {
+	out := map[BalanceKey]decimal.Decimal{}
+	for _, p := range t.Postings {
+		if p.Account.MayGoNegative() {
+			continue
+		}
+		d := p.Account.NormalBalance(p.Amount, decimal.Zero)
+		if p.Direction != Debit {
+			d = p.Account.NormalBalance(decimal.Zero, p.Amount)
+		}
+		k := BalanceKey{p.Account.Address, p.Currency}
+		out[k] = out[k].Add(d)
+	}
+	return out
+}
+
+// Overdrawn reports whether txs, one write with its balance changes, take
+// an account that may not go negative below zero, or lower one already
+// below, by a transaction other than a reversal, applied one at a time in
+// their order (Draws): what checking each alone would refuse.
+func Overdrawn(txs []*Transaction, changes []BalanceChange) bool {
+	draws := Draws(txs)
+	for _, c := range changes {
+		low, drawn := draws[BalanceKey{c.Account.Address, c.Currency}]
+		if drawn && c.Before().Add(low).IsNegative() {
+			return true
+		}
+	}
+	return false
 }
 
 // Depletions are the wallets txs (one write, with its balance changes)

@@ -48,3 +48,62 @@ func TestDepletions(t *testing.T) {
 		}
 	}
 }
+
+// A write of several transactions is judged for overdrafts as if each were
+// posted alone in its turn: a draw is refused where the account stood at
+// that point, whatever the write's net change.
+func TestOverdrawnJudgesInOrder(t *testing.T) {
+	avail, err := ParseAddress("provider:p-1:available")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wallet, err := ParseAddress("renter:r-1:wallet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decimal.RequireFromString
+	// move changes available by amount (a negative one draws from it).
+	move := func(kind TxKind, amount string) *Transaction {
+		from, to := wallet, avail
+		if d(amount).IsNegative() {
+			from, to = avail, wallet
+		}
+		a := d(amount).Abs()
+		return &Transaction{Kind: kind, Postings: []Posting{{Account: from, Direction: Debit, Amount: a, Currency: "USD"},
+			{Account: to, Direction: Credit, Amount: a, Currency: "USD"}}}
+	}
+	// bothWays credits available 15 and draws 10 in one transaction.
+	bothWays := &Transaction{Kind: TxManual, Postings: []Posting{
+		{Account: wallet, Direction: Debit, Amount: d("15"), Currency: "USD"}, {Account: avail, Direction: Credit, Amount: d("15"), Currency: "USD"},
+		{Account: avail, Direction: Debit, Amount: d("10"), Currency: "USD"}, {Account: wallet, Direction: Credit, Amount: d("10"), Currency: "USD"}}}
+	tests := []struct {
+		name   string
+		before string
+		give   []*Transaction
+		want   bool
+	}{
+		{"a draw from below zero behind a smaller credit", "-50", []*Transaction{move(TxManual, "20"), move(TxManual, "-10")}, true},
+		{"a draw below zero ahead of a larger credit", "50", []*Transaction{move(TxManual, "-80"), move(TxManual, "40")}, true},
+		{"a draw behind a credit back above zero", "-50", []*Transaction{move(TxManual, "60"), move(TxManual, "-10")}, false},
+		{"a draw within the balance", "50", []*Transaction{move(TxManual, "-30"), move(TxManual, "-20")}, false},
+		{"a reversal below zero", "0", []*Transaction{move(TxReversal, "-50"), move(TxManual, "10")}, false},
+		{"a draw behind a reversal below zero", "10", []*Transaction{move(TxReversal, "-20"), move(TxManual, "-5")}, true},
+		{"one transaction judged on its net", "-5", []*Transaction{bothWays}, false},
+	}
+	for _, tt := range tests {
+		delta := decimal.Zero
+		for _, x := range tt.give {
+			for _, p := range x.Postings { // available is credited on its normal side
+				if p.Account == avail && p.Direction == Credit {
+					delta = delta.Add(p.Amount)
+				} else if p.Account == avail {
+					delta = delta.Sub(p.Amount)
+				}
+			}
+		}
+		changes := []BalanceChange{{Account: avail, Currency: "USD", Delta: delta, After: d(tt.before).Add(delta)}}
+		if got := Overdrawn(tt.give, changes); got != tt.want {
+			t.Errorf("%s: Overdrawn = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/outbox"
@@ -58,21 +59,27 @@ func (c *postingColumns) args() []any {
 // judgedSQL raises LG001 (ledger.needs_judging) for a balance of its
 // arrays (judgedArgs) that ends below zero on its normal side (side: +1
 // when that is debits − credits, −1 when credits − debits), or at zero when
-// or_zero.
+// or_zero. dip moves the judged point from where the balance ends to the
+// lowest one the group's transactions reached, applied one at a time
+// (domain.Draws: the draw less the group's net change), so an overdraft is
+// judged where it happened, not on the group's net change.
 const judgedSQL = `select ledger.needs_judging(b.account, b.currency)
-	from unnest($1::text[], $2::text[], $3::int4[], $4::bool[]) as u(a, c, side, or_zero)
+	from unnest($1::text[], $2::text[], $3::int4[], $4::bool[], $5::text[]) as u(a, c, side, or_zero, dip)
 	join ledger.balances b on b.account = u.a and b.currency = u.c
-	where (b.debits - b.credits) * u.side < 0 or (u.or_zero and b.debits = b.credits)`
+	where (b.debits - b.credits) * u.side + u.dip::numeric < 0 or (u.or_zero and b.debits = b.credits)`
 
 // judgedArgs are judgedSQL's arguments for the balances of aggs that need
-// judging if they end low enough (domain.NeedsJudging); nil when none can.
-func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
-	var accounts, currencies []string
+// judging if they end low enough (domain.NeedsJudging; draws:
+// domain.Draws of the write's transactions); nil when none can.
+func judgedArgs(keys []balKey, aggs map[balKey]*agg, draws map[domain.BalanceKey]decimal.Decimal) []any {
+	var accounts, currencies, dips []string
 	var sides []int32
 	var orZero []bool
 	for _, k := range keys {
 		a := aggs[k]
-		judge, z := domain.NeedsJudging(a.acc, a.acc.NormalBalance(a.debits, a.credits), a.reversalOnly)
+		delta := a.acc.NormalBalance(a.debits, a.credits)
+		low, drawn := draws[domain.BalanceKey{Address: k.account, Currency: k.currency}]
+		judge, z := domain.NeedsJudging(a.acc, delta, drawn)
 		if !judge {
 			continue
 		}
@@ -80,12 +87,17 @@ func judgedArgs(keys []balKey, aggs map[balKey]*agg) []any {
 		if a.acc.Kind == domain.KindAsset {
 			side = 1
 		}
+		dip := decimal.Zero
+		if drawn {
+			dip = low.Sub(delta)
+		}
 		accounts, currencies, sides, orZero = append(accounts, k.account), append(currencies, k.currency), append(sides, side), append(orZero, z)
+		dips = append(dips, dip.String())
 	}
 	if accounts == nil {
 		return nil
 	}
-	return []any{accounts, currencies, sides, orZero}
+	return []any{accounts, currencies, sides, orZero, dips}
 }
 
 // PostNew writes txs as Tx.Post does, when it can take every one as new, in
@@ -139,7 +151,7 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 	}
 	upsert := b.Len()
 	b.Queue(balancesUpsertSQL, balanceArgs(keys, aggs)...)
-	if args := judgedArgs(keys, aggs); args != nil {
+	if args := judgedArgs(keys, aggs, domain.Draws(txs)); args != nil {
 		b.Queue(judgedSQL, args...)
 	}
 	b.Queue("commit")
