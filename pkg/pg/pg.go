@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,40 +24,59 @@ import (
 // every hot path batches, so a few connections suffice.
 const poolSizeDefault = 8
 
-// EnsureDatabase creates the database named in dsn if it does not exist,
-// connecting to the maintenance database "postgres" on the same server.
+// adminDatabase is the maintenance database EnsureDatabase creates a missing
+// database from.
+const adminDatabase = "postgres"
+
+// EnsureDatabase creates the database named in dsn (a URL or keyword/value
+// string) if it does not exist. It connects to that database first and
+// turns to the maintenance database "postgres" on the same server only when
+// the server says it is missing: behind a pooler that lists only the
+// service's database, or with CONNECT on "postgres" revoked, an existing
+// database still opens. Errors name the server, database and user, never
+// the DSN itself, which may hold a password.
 func EnsureDatabase(ctx context.Context, dsn string) error {
-	u, err := url.Parse(dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("parse DATABASE_URL: %w", err)
+		return fmt.Errorf("parse DATABASE_URL: %w", err) // pgx redacts the password
 	}
-	name := strings.TrimPrefix(u.Path, "/")
-	if name == "" {
+	if cfg.Database == "" {
 		return errors.New("DATABASE_URL names no database")
 	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	if !HasCode(err, "3D000") { // invalid_catalog_name: the database is missing
+		return fmt.Errorf("connect to %s: %w", describe(cfg), err)
+	}
+	return createDatabase(ctx, cfg)
+}
+
+// createDatabase creates cfg's database from the maintenance database, as
+// cfg's user; one created concurrently (another replica) is success.
+func createDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
+	admin := cfg.Copy()
+	admin.Database = adminDatabase
+	conn, err := pgx.ConnectConfig(ctx, admin)
 	if err != nil {
-		return fmt.Errorf("connect to create database %s: %w", name, err)
+		return fmt.Errorf("database %q is missing; connect to %s to create it: %w", cfg.Database, describe(admin), err)
 	}
 	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, `select exists(select 1 from pg_database where datname=$1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("check database %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	_, err = conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created concurrently
+	_, err = conn.Exec(ctx, "create database "+pgx.Identifier{cfg.Database}.Sanitize())
+	if HasCode(err, "42P04") { // duplicate_database: created concurrently
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
+		return fmt.Errorf("create %s: %w", describe(cfg), err)
 	}
 	return nil
+}
+
+// describe names cfg's database, server and user for an error message,
+// leaving out the password.
+func describe(cfg *pgx.ConnConfig) string {
+	return fmt.Sprintf("database %q on %s:%d as %q", cfg.Database, cfg.Host, cfg.Port, cfg.User)
 }
 
 // ErrNoDatabase and ErrNoSchema: what a read-only command needs is missing,

@@ -3,6 +3,7 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -113,4 +114,95 @@ func TestInSnapshotReadsOneSnapshotAndRefusesWrites(t *testing.T) {
 	if before != 1 || after != 1 {
 		t.Errorf("counts read in one snapshot around a committed insert: %d then %d; want 1 then 1", before, after)
 	}
+}
+
+// keywordDSN is base's server and user in keyword/value form, naming
+// database and carrying password.
+func keywordDSN(t *testing.T, base, database, password string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=disable",
+		cfg.Host, cfg.Port, cfg.User, password, database)
+}
+
+// dropDatabase drops name on the test server, if it exists.
+func dropDatabase(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testkit.BaseDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)"); err != nil {
+		t.Errorf("drop %s: %v", name, err)
+	}
+}
+
+// A keyword/value DATABASE_URL (host=… dbname=…) opens as a URL does,
+// creating the missing database; an unreachable server's error names the
+// server and database but never the password.
+func TestEnsureDatabaseKeywordDSN(t *testing.T) {
+	ctx := context.Background()
+	name := "gpubill_kw_" + strings.ToLower(testkit.Name("x")[2:])
+	t.Cleanup(func() { dropDatabase(t, name) })
+	pool, err := pg.Open(ctx, keywordDSN(t, testkit.BaseDSN(), name, "unused"), 1)
+	if err != nil {
+		t.Errorf("Open with a keyword/value DSN: %v", err)
+	} else {
+		pool.Close()
+	}
+	if !databaseExists(t, name) {
+		t.Errorf("Open with a keyword/value DSN did not create database %s", name)
+	}
+
+	const password = "s3cr3t-pass"
+	unreachable := fmt.Sprintf("host=127.0.0.1 port=1 user=postgres password=%s dbname=gpubill sslmode=disable connect_timeout=5", password)
+	err = pg.EnsureDatabase(ctx, unreachable)
+	if err == nil {
+		t.Fatal("EnsureDatabase on port 1 succeeded")
+	}
+	if strings.Contains(err.Error(), password) {
+		t.Errorf("EnsureDatabase error carries the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "gpubill") || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("EnsureDatabase error %q; want it to name the database and host", err)
+	}
+}
+
+// A role that may connect to its own database but not to the maintenance
+// database "postgres" (PgBouncer listing only the service's database, or
+// CONNECT revoked) opens its database: "postgres" is only for creating a
+// missing one.
+func TestOpenNeedsNoMaintenanceDatabaseWhenTheTargetExists(t *testing.T) {
+	ctx := context.Background()
+	base := testkit.NewCluster(t) // its own server: CONNECT on postgres is revoked from PUBLIC
+	admin, err := pgx.Connect(ctx, base+"/postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for _, stmt := range []string{
+		`create role app login`,
+		`create database app owner app`,
+		`revoke connect on database postgres from public`,
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("app")
+	u.Path = "/app"
+	pool, err := pg.Open(ctx, u.String(), 1)
+	if err != nil {
+		t.Fatalf("Open of an existing database as a role without CONNECT on postgres: %v", err)
+	}
+	pool.Close()
 }

@@ -25,6 +25,7 @@ func TestBankRailConfig(t *testing.T) {
 		{"bad cutoff", map[string]string{"GPUBILL_BANK_CUTOFF": "25:00"}, "GPUBILL_BANK_CUTOFF"},
 		{"bad zone", map[string]string{"GPUBILL_BANK_TIMEZONE": "Mars/Olympus"}, "GPUBILL_BANK_TIMEZONE"},
 		{"bad holiday", map[string]string{"GPUBILL_BANK_HOLIDAYS": "2026-12-25,2026-13-01"}, `GPUBILL_BANK_HOLIDAYS: bank holiday "2026-13-01"`},
+		{"the host's zone", map[string]string{"GPUBILL_BANK_TIMEZONE": "Local"}, "GPUBILL_BANK_TIMEZONE"},
 		{"same inbox and outbox", map[string]string{"GPUBILL_PAYOUT_RAIL_BANK": "file", "GPUBILL_BANK_DEBTOR_NAME": "n", "GPUBILL_BANK_DEBTOR_ACCOUNT": "12345678",
 			"GPUBILL_BANK_DEBTOR_AGENT": "102100099996", "GPUBILL_BANK_OUTBOX_DIR": "/srv/bank", "GPUBILL_BANK_INBOX_DIR": "/srv/bank"}, "must differ"},
 	} {

@@ -133,6 +133,11 @@ func bankConfigFromEnv() (bankfile.Config, error) {
 		}
 	}
 	if v := os.Getenv("GPUBILL_BANK_TIMEZONE"); v != "" {
+		// "Local" is each host's own zone: replicas on differently set
+		// hosts would disagree on the cut-off and the execution date.
+		if v == "Local" {
+			return c, fmt.Errorf("GPUBILL_BANK_TIMEZONE %q: want an IANA zone name such as Europe/London, not the host's zone", v)
+		}
 		if c.Location, err = time.LoadLocation(v); err != nil {
 			return c, fmt.Errorf("GPUBILL_BANK_TIMEZONE: %w", err)
 		}

@@ -73,12 +73,22 @@ func (t Tools) path(name string) (string, error) {
 	return p, nil
 }
 
-func (t Tools) run(ctx context.Context, name string, args ...string) error {
+// runOn runs the tool name on the database at dsn (appended as --dbname),
+// its password, if dsn holds one, in PGPASSWORD rather than on the command
+// line, where ps would show it for the whole dump.
+func (t Tools) runOn(ctx context.Context, name, dsn string, args ...string) error {
 	bin, err := t.path(name)
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
+	rest, password, err := splitPassword(dsn)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--dbname=" + rest}, args...)...)
+	if password != "" {
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
@@ -141,8 +151,8 @@ func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (_ *
 	if m.Tables, err = tableCounts(ctx, tx); err != nil {
 		return nil, err
 	}
-	if err := tools.run(ctx, "pg_dump", "--format=directory", fmt.Sprintf("--jobs=%d", dumpJobs), "--snapshot="+snapshot,
-		"--no-owner", "--no-privileges", "--file="+filepath.Join(partial, DumpDir), "--dbname="+dsn); err != nil {
+	if err := tools.runOn(ctx, "pg_dump", dsn, "--format=directory", fmt.Sprintf("--jobs=%d", dumpJobs), "--snapshot="+snapshot,
+		"--no-owner", "--no-privileges", "--file="+filepath.Join(partial, DumpDir)); err != nil {
 		return nil, err
 	}
 	if err := writeManifest(filepath.Join(partial, ManifestFile), m); err != nil {

@@ -77,8 +77,8 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 		return nil, err
 	}
 	// One transaction: a failed restore leaves the database empty.
-	if err := tools.run(ctx, "pg_restore", "--single-transaction", "--exit-on-error", "--no-owner", "--no-privileges",
-		"--dbname="+dsn, filepath.Join(dir, DumpDir)); err != nil {
+	if err := tools.runOn(ctx, "pg_restore", dsn, "--single-transaction", "--exit-on-error", "--no-owner", "--no-privileges",
+		filepath.Join(dir, DumpDir)); err != nil {
 		return nil, err
 	}
 	var tables map[string]int64
