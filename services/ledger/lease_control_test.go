@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
+	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
 // Lease control follows the renter's own currency and credit limit as they
@@ -99,10 +100,71 @@ func TestStoppedSweepResumesATopUpNotAnnounced(t *testing.T) {
 		t.Fatalf("after the charge: %q (%v), want stopped", state(), err)
 	}
 	f.deposit(t, "r-s", "20.00", "CNY", "top-up-s") // its message lost
-	if err := lc.SweepStopped(f.ctx); err != nil {
+	if err := lc.Sweep(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if s := state(); s != "ok" {
 		t.Fatalf("after the sweep: %q, want ok (15.00 to spend)", s)
+	}
+}
+
+// The sweep finds the stopped wallet that can resume however many stopped
+// wallets have nothing to spend: it read the oldest thousand stops, which a
+// wallet that stays stopped never leaves, so a renter stopped after a
+// thousand abandoned ones, topped up with its message lost, stayed stopped.
+func TestStoppedSweepFindsATopUpBehindAThousandStops(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil) // no stream: no message reaches lease control
+	lc := &app.LeaseControl{Clock: clock.System{}, Log: slog.New(slog.DiscardHandler),
+		Wallets: &postgres.Wallets{Pool: f.pool}, Store: postgres.LeaseStore{Pool: f.pool}}
+	if _, err := f.pool.Exec(f.ctx, `insert into ledger.lease_control (renter_id, currency, state, crossings, updated_at)
+		select 'old-' || g, 'CNY', 'stopped', 1, now() - interval '1 day' from generate_series(1, 1000) g`); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		var s string
+		if err := f.pool.QueryRow(f.ctx, `select state from ledger.lease_control where renter_id = 'r-s' and currency = 'CNY'`).Scan(&s); err != nil {
+			return ""
+		}
+		return s
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("use-s", "renter:r-s:wallet", "provider:p-1:pending:cyc-20261112", "5.00", "CNY")); err != nil {
+		t.Fatal(err)
+	}
+	wallet := []domain.WalletKey{{RenterID: "r-s", Currency: "CNY"}}
+	if err := lc.EvaluateMoved(f.ctx, []app.WalletsMoved{{ID: "m-use", Wallets: wallet}}); err != nil || state() != "stopped" {
+		t.Fatalf("after the charge: %q (%v), want stopped", state(), err)
+	}
+	f.deposit(t, "r-s", "20.00", "CNY", "top-up-s") // its message lost
+	for range 3 {
+		if err := lc.Sweep(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := state(); s != "ok" {
+		t.Fatalf("after three sweeps: %q, want ok (15.00 to spend)", s)
+	}
+}
+
+// A charge that takes a wallet past its credit limit stops the renter
+// though its ledger.posted.renter message never reached lease control: no
+// stop was asked until the wallet's next charge, and usage reported at a
+// lease's end makes none while the lease runs.
+func TestSweepStopsAWalletChargedPastItsLimitNotAnnounced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil) // no stream: no message reaches lease control
+	lc := &app.LeaseControl{Clock: clock.System{}, Log: slog.New(slog.DiscardHandler),
+		Wallets: &postgres.Wallets{Pool: f.pool}, Store: postgres.LeaseStore{Pool: f.pool, Webhooks: true}}
+	if _, err := ports.PostCharges(f.ctx, f.app, []ports.ChargesMessage{batchMsg(t, "b-o", charge("ch-o", "r-o", "p-1", "", "5.00"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Sweep(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := f.texts(t, `select state from ledger.lease_control where renter_id = 'r-o' and currency = 'USD'`)
+	stops := f.count(t, `select count(*) from ledger.outbox where subject = 'lease.stop.requested.r-o'`)
+	hooks := f.count(t, `select count(*) from ledger.lease_webhooks where renter_id = 'r-o' and kind = 'stop_requested'`)
+	if len(state) != 1 || state[0] != "stopped" || stops != 1 || hooks != 1 {
+		t.Fatalf("after the sweep: lease control %q, %d stop events, %d stop webhooks; want stopped, 1, 1 (5.00 owed, no credit)", state, stops, hooks)
 	}
 }

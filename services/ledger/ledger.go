@@ -216,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return ports.ConsumeLeaseControl(ctx, s.deps.JS, s.deps.Log, s.lease, deadletter.New(s.deps.Pool, postgres.Schema, s.deps.Log))
 		})
-		g.Go(func() error { return s.runStoppedSweep(ctx) })
+		g.Go(func() error { return s.runLeaseSweep(ctx) })
 	}
 	if s.lcfg.URL != "" {
 		hooks := &ports.LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: s.deps.Pool}, URL: s.lcfg.URL,
@@ -268,17 +268,18 @@ func every(ctx context.Context, period time.Duration, step func()) error {
 // burn rate reads any more (postgres.PruneBurn).
 const burnPruneEvery = 10 * time.Minute
 
-// stoppedSweepEvery is how often stopped wallets are evaluated again
-// (app.LeaseControl.SweepStopped).
-const stoppedSweepEvery = time.Minute
+// leaseSweepEvery is how often lease control evaluates again the wallets a
+// lost message left where they were (app.LeaseControl.Sweep).
+const leaseSweepEvery = time.Minute
 
-// runStoppedSweep evaluates stopped wallets again every minute, so a
-// top-up whose ledger.posted.renter message the stream discarded still
-// lifts the stop.
-func (s *Service) runStoppedSweep(ctx context.Context) error {
-	return every(ctx, stoppedSweepEvery, func() {
-		if err := s.lease.SweepStopped(ctx); err != nil && ctx.Err() == nil {
-			s.deps.Log.Error("lease control: stopped wallets", "err", err)
+// runLeaseSweep evaluates every minute the stopped wallets with money to
+// spend and the charged ones with nothing left that are not stopped, so a
+// top-up or a charge whose ledger.posted.renter message the stream
+// discarded still lifts or asks the stop.
+func (s *Service) runLeaseSweep(ctx context.Context) error {
+	return every(ctx, leaseSweepEvery, func() {
+		if err := s.lease.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.deps.Log.Error("lease control sweep", "err", err)
 		}
 	})
 }

@@ -46,8 +46,14 @@ type LeaseControlTx interface {
 	SaveLeases(ctx context.Context, ss []LeaseSave, at time.Time) error
 	// Announce publishes the events and queues their webhooks.
 	Announce(ctx context.Context, evs []domain.LeaseEvent) error
-	// Stopped lists up to limit stopped wallets, oldest stop first.
-	Stopped(ctx context.Context, limit int) ([]domain.WalletKey, error)
+	// Resumable lists up to limit stopped wallets NextLease would resume
+	// (money to spend again, or billed in another currency), oldest stop
+	// first.
+	Resumable(ctx context.Context, limit int) ([]domain.WalletKey, error)
+	// Exhausted lists up to limit wallets charged since chargedSince that
+	// NextLease would stop and lease control has not (nothing left to
+	// spend, not stopped, or never evaluated).
+	Exhausted(ctx context.Context, chargedSince time.Time, limit int) ([]domain.WalletKey, error)
 }
 
 // LeaseWebhookQueue is the queue of lease control announcements for the
@@ -126,23 +132,41 @@ func (lc *LeaseControl) EvaluateMoved(ctx context.Context, msgs []WalletsMoved) 
 	})
 }
 
-// StoppedSweepMax bounds the stopped wallets one sweep evaluates again.
-const StoppedSweepMax = 1000
+// SweepMax bounds the wallets of each kind one sweep evaluates again: a
+// sweep that finds more leaves the rest to the next (those it evaluated no
+// longer qualify).
+const SweepMax = 1000
 
-// SweepStopped evaluates lease control again for stopped wallets. A stop
-// is lifted by the write that tops the wallet up, through its
-// ledger.posted.renter message; one the LEDGER stream discarded before
-// lease control read it (a limits stream at its cap, the consumer behind)
-// lifted nothing, and a stopped renter makes no other write: it stayed
-// stopped with money to spend. Only stopped wallets: a warning follows
-// the charges that move them.
-func (lc *LeaseControl) SweepStopped(ctx context.Context) error {
+// SweepLookback is how far back the sweep looks for charged wallets: ten
+// sweeps, so a charge is still found after a few failed or delayed ones
+// (wallet_burn keeps two hours); each charged wallet costs the sweep
+// three key lookups, so not the whole burn window.
+const SweepLookback = 10 * time.Minute
+
+// Sweep evaluates lease control again for the wallets a lost message left
+// where they were. A stop is lifted, and asked, by the write that moves
+// the wallet, through its ledger.posted.renter message; one the LEDGER
+// stream discarded before lease control read it (a limits stream at its
+// cap, the consumer behind) moved nothing: a stopped renter topped up
+// stayed stopped with money to spend (it makes no other write), and a
+// renter charged past its limit kept its GPUs until its next charge (none
+// while a lease runs when usage is reported at its end). The sweep selects
+// only wallets whose evaluation changes their state, by the evaluation's
+// own rule: stopped ones with money to spend, and ones charged in the last
+// SweepLookback with nothing left to spend that are not stopped. A warning
+// follows the charges that move a wallet; a debit other than a charge (a
+// manual transfer, a reversal) past the limit waits for the next charge.
+func (lc *LeaseControl) Sweep(ctx context.Context) error {
 	return lc.Store.WithLeaseTx(ctx, func(tx LeaseControlTx) error {
-		keys, err := tx.Stopped(ctx, StoppedSweepMax)
+		resume, err := tx.Resumable(ctx, SweepMax)
 		if err != nil {
 			return err
 		}
-		return lc.Evaluate(ctx, tx, keys)
+		stop, err := tx.Exhausted(ctx, lc.Clock.Now().UTC().Add(-SweepLookback), SweepMax)
+		if err != nil {
+			return err
+		}
+		return lc.Evaluate(ctx, tx, append(resume, stop...))
 	})
 }
 

@@ -35,9 +35,12 @@ func (m *leaseMem) LoadWallets(_ context.Context, keys []domain.WalletKey, _, _ 
 	return nil, nil
 }
 
-func (m *leaseMem) SaveLeases(context.Context, []LeaseSave, time.Time) error { return nil }
-func (m *leaseMem) Announce(context.Context, []domain.LeaseEvent) error      { return nil }
-func (m *leaseMem) Stopped(context.Context, int) ([]domain.WalletKey, error) { return nil, nil }
+func (m *leaseMem) SaveLeases(context.Context, []LeaseSave, time.Time) error   { return nil }
+func (m *leaseMem) Announce(context.Context, []domain.LeaseEvent) error        { return nil }
+func (m *leaseMem) Resumable(context.Context, int) ([]domain.WalletKey, error) { return nil, nil }
+func (m *leaseMem) Exhausted(context.Context, time.Time, int) ([]domain.WalletKey, error) {
+	return nil, nil
+}
 
 // Lease control looks at the wallets of fresh messages only — not one the
 // inbox has seen, one twice in a fetch once — each wallet once, in the

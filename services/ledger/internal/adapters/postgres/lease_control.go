@@ -63,16 +63,55 @@ func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) erro
 	return nil
 }
 
-// walletsSQL reads, per (renter, currency, wallet address), the balance on
-// the wallet's normal side, the credit limit (in the renter's currency; 0
-// in any other) and whether the renter is known to be billed in another
-// currency.
-const walletsSQL = `select k.renter_id, k.currency, coalesce(b.credits - b.debits, 0),
-		case when r.currency = k.currency then r.credit_limit else 0 end, coalesce(r.currency <> k.currency, false)
+// A wallet k (renter_id, currency) as lease control reads it, from its
+// balance row b and its renter's row r (either missing): the balance on the
+// wallet's normal side, the credit limit (in the renter's currency; 0 in
+// any other), whether the renter is known to be billed in another currency,
+// and what is left to spend (domain.Wallet.Available). The sweeps select
+// by the same rule the evaluation applies.
+const (
+	walletBalanceSQL   = `coalesce(b.credits - b.debits, 0)`
+	walletLimitSQL     = `case when r.currency = k.currency then r.credit_limit else 0 end`
+	walletForeignSQL   = `coalesce(r.currency <> k.currency, false)`
+	walletAvailableSQL = `(` + walletBalanceSQL + ` + ` + walletLimitSQL + `)`
+)
+
+// walletsSQL reads, per (renter, currency, wallet address), the balance,
+// credit limit and whether the renter is billed in another currency.
+const walletsSQL = `select k.renter_id, k.currency, ` + walletBalanceSQL + `, ` + walletLimitSQL + `, ` + walletForeignSQL + `
 	from unnest($1::text[], $2::text[], $3::text[]) as k(renter_id, currency, address)
 	left join ledger.balances b on b.account = k.address collate "C" and b.currency = k.currency
 	left join ledger.renters r on r.renter_id = k.renter_id
 	order by k.renter_id, k.currency`
+
+// resumableSQL lists up to $1 stopped wallets that NextLease resumes: money
+// to spend again, or the renter billed in another currency; oldest stop
+// first. It reads the stopped wallets only (lease_control_stopped,
+// migration ledger/0023), each with its balance and renter by key; the
+// address is ids.RenterWallet's.
+const resumableSQL = `select k.renter_id, k.currency from ledger.lease_control k
+	left join ledger.balances b on b.account = ('renter:' || k.renter_id || ':wallet') collate "C" and b.currency = k.currency
+	left join ledger.renters r on r.renter_id = k.renter_id
+	where k.state = 'stopped' and (` + walletForeignSQL + ` or ` + walletAvailableSQL + ` > 0)
+	order by k.updated_at limit $1`
+
+// exhaustedSQL lists up to $2 renter wallets charged since $1 that NextLease
+// stops and lease control has not: nothing left to spend, billed in their
+// renter's currency, not stopped (or never evaluated). It reads the wallets
+// of wallet_burn's minutes since $1 (wallet_burn_minute, migration
+// ledger/0023) and looks each one's balance, renter and lease control up by
+// key: joined plainly, the planner hashed the whole of renters and
+// lease_control for ten thousand charged wallets. The renter id is the
+// wallet address's second part (ids.RenterWallet), in the default
+// collation so the renters and lease_control keys apply.
+const exhaustedSQL = `select k.renter_id, k.currency from (
+		select distinct w.account, w.currency, split_part(w.account, ':', 2) collate "default" as renter_id
+		from ledger.wallet_burn w where w.minute >= $1 and w.account like 'renter:%:wallet') k
+	left join lateral (select * from ledger.balances b where b.account = k.account and b.currency = k.currency limit 1) b on true
+	left join lateral (select * from ledger.renters r where r.renter_id = k.renter_id limit 1) r on true
+	left join lateral (select * from ledger.lease_control c where c.renter_id = k.renter_id and c.currency = k.currency limit 1) c on true
+	where c.state is distinct from 'stopped' and not ` + walletForeignSQL + ` and ` + walletAvailableSQL + ` <= 0
+	order by k.renter_id, k.currency limit $2`
 
 // burnSQL sums, per (wallet address, currency), the usage charged to the
 // wallet since $3: wallet_burn's minutes from $4 on ($4 is the minute after
@@ -280,18 +319,26 @@ func LeaseEventPB(ev domain.LeaseEvent) *eventsv1.LeaseControl {
 		RunwayHours: w.RunwayString(), Crossing: ev.Crossing, At: timestamppb.New(ev.At)}
 }
 
-// Announce puts the events into the outbox (lease.….{renter}) and, with
-// webhooks on, the webhook queue; both keyed by each event's id.
-// Stopped implements app.LeaseControlTx.
-func (l *LeaseTx) Stopped(ctx context.Context, limit int) ([]domain.WalletKey, error) {
-	rows, err := l.Tx.Query(ctx, `select renter_id, currency from ledger.lease_control where state = $1
-		order by updated_at limit $2`, string(domain.LeaseStopped), limit)
+// Resumable implements app.LeaseControlTx.
+func (l *LeaseTx) Resumable(ctx context.Context, limit int) ([]domain.WalletKey, error) {
+	rows, err := l.Tx.Query(ctx, resumableSQL, limit)
 	if err != nil {
-		return nil, fmt.Errorf("stopped wallets: %w", err)
+		return nil, fmt.Errorf("stopped wallets with money to spend: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[domain.WalletKey])
 }
 
+// Exhausted implements app.LeaseControlTx.
+func (l *LeaseTx) Exhausted(ctx context.Context, chargedSince time.Time, limit int) ([]domain.WalletKey, error) {
+	rows, err := l.Tx.Query(ctx, exhaustedSQL, burnMinute(chargedSince), limit)
+	if err != nil {
+		return nil, fmt.Errorf("charged wallets with nothing to spend: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[domain.WalletKey])
+}
+
+// Announce puts the events into the outbox (lease.….{renter}) and, with
+// webhooks on, the webhook queue; both keyed by each event's id.
 func (l *LeaseTx) Announce(ctx context.Context, evs []domain.LeaseEvent) error {
 	if len(evs) == 0 {
 		return nil
