@@ -450,6 +450,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "PutKyc":                     own,
 		p + "CancelPayout":               finance,
 		p + "RetryPayout":                finance,
+		p + "ResolvePayoutAmountMismatch": finance,
 		p + "HoldProviderPayouts":        finance,
 		p + "CreateWebhook":              own,
 		p + "ListWebhooks":               own,
