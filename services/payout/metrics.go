@@ -48,9 +48,25 @@ func Metrics() []obs.SQLMetric {
 		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
 		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
 	}, {
+		// A payout flagged rail_amount_mismatch has its answer (the rail
+		// holds another amount) and its own page: counted here it fired
+		// GpubillPayoutInFlightLong too, telling finance to ask the rail.
 		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
-		Help:  "Age of the oldest payout submitted or in transit since its last status change (0: none): a rail that never answers with an outcome.",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where status in ('submitted', 'in_transit')`,
+		Help: "Age of the oldest payout submitted or in transit since its last status change, not counting those flagged " +
+			"rail_amount_mismatch (0: none): a rail that never answers with an outcome.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts
+			where status in ('submitted', 'in_transit') and failure_code <> 'rail_amount_mismatch'`,
+	}, {
+		// The starter starts a payout's workflow after writing its row (a
+		// new payout, a retry, a restore): while Temporal refuses, the
+		// payout waits moved by nothing, and only the starter's WARN log
+		// said so. updated_at is the attempt's last change: nothing but its
+		// workflow changes a payout after it is written unstarted. The
+		// partial index payouts_unstarted holds just these rows.
+		Name: "gpubill_payout_workflow_unstarted_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
+			"start workflows on Temporal.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
 	}}, bankFileMetrics()...)
 }
 

@@ -362,3 +362,43 @@ func migrationsBefore(t *testing.T, fsys fs.FS, name string) fs.FS {
 	}
 	return before
 }
+
+// A payout flagged rail_amount_mismatch stays submitted until finance
+// resolves it: GpubillPayoutRailAmountMismatch pages for it. Counted as
+// in flight too, it fired GpubillPayoutInFlightLong five days later, telling
+// finance to ask the rail about a reference whose answer is known.
+func TestPayoutFlaggedRailAmountMismatchIsNotInFlight(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(context.Background(), `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, workflow_started, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'submitted', 'rail_amount_mismatch', true, now() - interval '9 days', now() - interval '9 days'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'in_transit', '', true, now() - interval '2 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), "gpubill_payout_in_flight_age_seconds"); v < 2*86400 || v > 2*86400+60 {
+		t.Errorf("in-flight age %v, want ~2 days (po-2; po-1 is flagged rail_amount_mismatch)", v)
+	}
+}
+
+// A payout whose workflow the starter never started (Temporal unreachable,
+// the starter failing) waits created or action_required, moved by nothing;
+// only the starter's WARN log said so. Its age is on /metrics for
+// GpubillPayoutNotStarted; started ones, whatever their age, do not count.
+func TestPayoutWorkflowNotStartedAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	const name = "gpubill_payout_workflow_unstarted_age_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s with no payouts: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(context.Background(), `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, workflow_started, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', false, now() - interval '2 hours', now() - interval '2 hours'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'created', true, now() - interval '9 days', now() - interval '9 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s %v, want ~2 h (po-1; po-2's workflow runs)", name, v)
+	}
+}

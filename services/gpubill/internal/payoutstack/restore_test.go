@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	enumspb "go.temporal.io/api/enums/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -353,4 +355,101 @@ func restoreNeverPaysTwice(t *testing.T, rail restoreRail) {
 	// The net is held in in_transit: not available to be paid again.
 	restored.checkProvider(t, other, "CNY", "0", "300.00")
 	restored.checkProvider(t, same, "CNY", "0", "0")
+	resolveRailAmountMismatch(t, restored, flagged, paid.PayoutId)
+}
+
+// resolveRailAmountMismatch closes the flagged payout as finance does,
+// having compared the rail's bill (320.00) with the payout (300.00): it
+// stayed submitted for ever, its workflow polling the rail, no operation
+// moving it. Only finance may; only at the rail's amount the flag recorded;
+// only a flagged payout (paidID is one paid normally). Resolved, it is paid
+// at its net (in_transit emptied), its history names the reason, both
+// amounts and the 20.00 difference nobody posts, the flag is gone, and its
+// workflow sees it paid and ends; the same call again answers the same
+// payout, with no second paid.
+func resolveRailAmountMismatch(t *testing.T, st *stack, flagged *payoutv1.Payout, paidID string) {
+	t.Helper()
+	path := func(id string) string { return "/v1/payouts/" + id + ":resolve-amount-mismatch" }
+	const body = `{"reason":"bill 2026-01 line 7: 320.00 paid before the disaster","rail_amount":"320.00"}`
+	refused := []struct {
+		give, role, id, body string
+		wantCode             int
+		wantSays             []string
+	}{
+		{"a provider", auth.RoleProvider, flagged.PayoutId, body, http.StatusForbidden, nil},
+		{"no reason", auth.RoleFinance, flagged.PayoutId, `{"rail_amount":"320.00"}`, http.StatusBadRequest, []string{"reason"}},
+		{"no rail amount", auth.RoleFinance, flagged.PayoutId, `{"reason":"checked"}`, http.StatusBadRequest, []string{"rail_amount"}},
+		{"the payout's net", auth.RoleFinance, flagged.PayoutId, `{"reason":"checked","rail_amount":"300.00"}`, http.StatusConflict,
+			[]string{"320.00", "300.00"}},
+		{"not flagged", auth.RoleFinance, paidID, body, http.StatusConflict, []string{"rail_amount_mismatch"}},
+		{"unknown", auth.RoleFinance, "po_unknown", body, http.StatusNotFound, nil},
+	}
+	for _, tt := range refused {
+		code, got := st.post(t, path(tt.id), tt.role, "fin-1", tt.body)
+		if code != tt.wantCode {
+			t.Errorf("%s: %d %s; want %d", tt.give, code, got, tt.wantCode)
+		}
+		for _, w := range tt.wantSays {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %d %s; want it to name %s", tt.give, code, got, w)
+			}
+		}
+	}
+	answers := [2]*payoutv1.Payout{{}, {}}
+	for i := range answers {
+		code, got := st.post(t, path(flagged.PayoutId), auth.RoleFinance, "fin-1", body)
+		if code != http.StatusOK {
+			t.Fatalf("resolve %s (call %d): %d %s", flagged.PayoutId, i+1, code, got)
+		}
+		if err := protojson.Unmarshal([]byte(got), answers[i]); err != nil {
+			t.Fatalf("resolve %s: %v in %s", flagged.PayoutId, err, got)
+		}
+	}
+	p := answers[0]
+	last := p.StatusHistory[len(p.StatusHistory)-1]
+	if p.Status != "paid" || p.FailureCode != "" || last.Status != "paid" {
+		t.Fatalf("resolved: %s, failure %q, history %s; want paid, no failure", p.Status, p.FailureCode, history(p))
+	}
+	for _, w := range []string{"bill 2026-01 line 7", "320.00", "300.00", "20.00"} {
+		if !strings.Contains(last.Note, w) {
+			t.Errorf("the resolution's history note %q does not name %s", last.Note, w)
+		}
+	}
+	if again := answers[1]; again.Status != "paid" || history(again) != history(p) {
+		t.Errorf("resolved again: %s, history %s; want the first answer's paid, %s", again.Status, history(again), history(p))
+	}
+	st.checkProvider(t, flagged.ProviderId, "CNY", "0", "0")
+	testkit.Eventually(t, waitLong, func() bool {
+		d, err := st.tc.DescribeWorkflowExecution(context.Background(), st.s.WorkflowID(flagged.PayoutId), "")
+		return err == nil && d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, "the resolved payout's workflow completed")
+	// Its workflow's last polls took the rail's 320.00 as resolved: not flagged again.
+	if p = st.waitStatus(t, flagged.ProviderId, flagged.CycleId, "paid", 0); p.FailureCode != "" || strings.Count(history(p), "paid") != 1 {
+		t.Errorf("after its workflow ended: %s, failure %q, history %s; want paid once, no failure", p.Status, p.FailureCode, history(p))
+	}
+}
+
+// post sends body to the stack's REST API with a token of role and subject.
+func (st *stack) post(t *testing.T, path, role, sub, body string) (int, string) {
+	t.Helper()
+	tok, err := auth.Issue(st.secret, role, sub, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+st.http+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }

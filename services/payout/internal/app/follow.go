@@ -72,12 +72,19 @@ func pathTo(from, railState string) []string {
 // movement first (idempotent), then the status change with its history
 // and event in one database transaction. A rail holding the payout's
 // reference at another amount is taken only when it failed the reference
-// (it moved no money); otherwise the payout stops for finance
+// (it moved no money) or finance resolved the payout at that amount
+// (ResolveRailAmountMismatch); otherwise the payout stops for finance
 // (holdAmountMismatch).
 func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
 	path := pathTo(p.Status, rs.State)
 	if railAmountMismatch(p, rs) && !movesNoMoney(path) {
-		return a.holdAmountMismatch(ctx, p, rs)
+		resolved, err := a.resolvedAt(ctx, p, rs)
+		if err != nil {
+			return "", err
+		}
+		if !resolved {
+			return a.holdAmountMismatch(ctx, p, rs)
+		}
 	}
 	for _, to := range path {
 		if to != domain.StatusSubmitted { // submission was posted before the rail call
@@ -109,6 +116,20 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 	return p.Status, nil
 }
 
+// resolvedAt reports whether finance resolved p's rail_amount_mismatch at
+// the amount rs holds: its workflow, still watching the paid payout for a
+// return, flagged it again on its next poll.
+func (a *Payouts) resolvedAt(ctx context.Context, p domain.Payout, rs RailStatus) (bool, error) {
+	f, err := a.Store.RailAmountFlag(ctx, p.ID, p.Attempt)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("payout %s: %w", p.ID, err)
+	}
+	return f.Takes(rs.Amount, rs.Currency), nil
+}
+
 // movesNoMoney reports whether path ends in failed through nothing but
 // submitted: the rail moved no money, whatever amount it held.
 func movesNoMoney(path []string) bool {
@@ -127,8 +148,9 @@ func movesNoMoney(path []string) bool {
 // neither paid nor in transit nor sent again: a created payout enters
 // submitted (its net already moved to in_transit by postSubmission, so
 // not available to be paid again), one past it keeps its status. Its
-// workflow goes on following it; only the rail failing the reference
-// moves it on. Counted (and logged at ERROR) once per payout.
+// workflow goes on following it; the rail failing the reference, or
+// finance resolving it paid (ResolveRailAmountMismatch), moves it on.
+// Counted (and logged at ERROR) once per payout.
 func (a *Payouts) holdAmountMismatch(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
 	rail := a.railName(rs)
 	msg := domain.RailAmountMismatchMessage(rail, p.RailRef, rs.Amount, rs.Currency, p.Net, p.Currency)
@@ -149,6 +171,11 @@ func (a *Payouts) holdAmountMismatch(ctx context.Context, p domain.Payout, rs Ra
 		}
 		cur.RailRef, cur.MethodSum = p.RailRef, p.MethodSum
 		cur.FailureCode, cur.FailureMessage = domain.FailRailAmountMismatch, msg
+		// The rail's amount, for finance's resolution to be checked against.
+		if err := tx.FlagRailAmount(ctx, domain.RailAmountFlag{PayoutID: cur.ID, Attempt: cur.Attempt, Rail: rail,
+			RailAmount: rs.Amount, RailCurrency: rs.Currency, FlaggedAt: now}); err != nil {
+			return err
+		}
 		if cur.Status == domain.StatusCreated {
 			note := a.enter(&cur, domain.StatusSubmitted, rs, now) + "; " + domain.FailRailAmountMismatch + ": " + msg
 			err = tx.Move(ctx, &cur, domain.StatusSubmitted, note, now)

@@ -41,6 +41,10 @@ type Store interface {
 	PollPayout(ctx context.Context, id string) (domain.Payout, error)
 	ListVersion(ctx context.Context, provider string) (count, versions int64, err error)
 	PayoutByReference(ctx context.Context, ref string) (string, error)
+	// RailAmountFlag is what the rail held when the payout's attempt was
+	// flagged rail_amount_mismatch, with finance's resolution
+	// (apperr.ErrNotFound when never flagged).
+	RailAmountFlag(ctx context.Context, id string, attempt int) (domain.RailAmountFlag, error)
 
 	// PutMethod sets a provider's payout method; the same method again
 	// changes nothing and answers the stored one (changed false).
@@ -96,6 +100,13 @@ type Tx interface {
 	// SetFailure records p's failure code and message on a payout whose
 	// status does not change (rail_amount_mismatch), note in its history.
 	SetFailure(ctx context.Context, p *domain.Payout, note string, at time.Time) error
+	// LockRailAmountFlag is Store.RailAmountFlag, locked for update.
+	LockRailAmountFlag(ctx context.Context, id string, attempt int) (domain.RailAmountFlag, error)
+	// FlagRailAmount keeps what the rail holds under a flagged attempt's
+	// reference (the latest answer; a resolved flag stays as resolved).
+	FlagRailAmount(ctx context.Context, f domain.RailAmountFlag) error
+	// ResolveRailAmountFlag records finance's resolution of an open flag.
+	ResolveRailAmountFlag(ctx context.Context, f domain.RailAmountFlag) error
 	// SetSubmitting marks a payout that passed the gate for submission.
 	SetSubmitting(ctx context.Context, id, method string) error
 	// MethodChangedSince reports whether the provider's method changed

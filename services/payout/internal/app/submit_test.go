@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -82,6 +83,7 @@ type gateStore struct {
 	readStore
 	Tx     // the rest, unused here
 	reason string
+	flag   *domain.RailAmountFlag
 }
 
 func (s *gateStore) Update(_ context.Context, fn func(Tx) error) error   { return fn(s) }
@@ -89,6 +91,18 @@ func (s *gateStore) Lock(context.Context, string) (domain.Payout, error) { retur
 func (s *gateStore) Move(_ context.Context, p *domain.Payout, to, note string, _ time.Time) error {
 	p.Status = to
 	s.p, s.reason = *p, note
+	return nil
+}
+
+// RailAmountFlag answers the flag FlagRailAmount kept (none: not found).
+func (s *gateStore) RailAmountFlag(_ context.Context, id string, _ int) (domain.RailAmountFlag, error) {
+	if s.flag == nil {
+		return domain.RailAmountFlag{}, fmt.Errorf("payout %s: %w", id, apperr.ErrNotFound)
+	}
+	return *s.flag, nil
+}
+func (s *gateStore) FlagRailAmount(_ context.Context, f domain.RailAmountFlag) error {
+	s.flag = &f
 	return nil
 }
 

@@ -329,6 +329,28 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
 }
 
+// ResolvePayoutAmountMismatch implements PayoutService (finance): a payout
+// flagged rail_amount_mismatch is recorded paid at its net; its workflow,
+// woken, sees it paid and ends after the return window.
+func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.ResolvePayoutAmountMismatchRequest) (*payoutv1.ResolvePayoutAmountMismatchResponse, error) {
+	if strings.TrimSpace(req.RailAmount) == "" {
+		return nil, apperr.Invalid("rail_amount", "required: the amount the rail's bill shows under the payout's reference")
+	}
+	amount, err := decimal.NewFromString(strings.TrimSpace(req.RailAmount))
+	if err != nil {
+		return nil, apperr.Invalid("rail_amount", "%q is not a decimal amount", req.RailAmount)
+	}
+	p, err := s.App.ResolveRailAmountMismatch(ctx, app.RailAmountResolution{PayoutID: req.PayoutId, RailAmount: amount,
+		Reason: req.Reason, By: actor(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	if s.Flow != nil {
+		s.Flow.Wake(context.WithoutCancel(ctx), req.PayoutId)
+	}
+	return &payoutv1.ResolvePayoutAmountMismatchResponse{Payout: toProto(p)}, nil
+}
+
 // HoldProviderPayouts implements PayoutService: the provider's payouts not
 // yet past the gate wait (or, released, go on); the answer counts those
 // past it, which the hold does not stop.

@@ -708,6 +708,112 @@ func (x *RetryPayoutResponse) GetPayout() *Payout {
 	return nil
 }
 
+type ResolvePayoutAmountMismatchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PayoutId string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	// Required: the amount the rail holds under the payout's reference, as
+	// the rail's bill says; it must be the one failure_message names.
+	RailAmount    string `protobuf:"bytes,2,opt,name=rail_amount,json=railAmount,proto3" json:"rail_amount,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // required: what was checked (the rail's bill, its line)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvePayoutAmountMismatchRequest) Reset() {
+	*x = ResolvePayoutAmountMismatchRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvePayoutAmountMismatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvePayoutAmountMismatchRequest) ProtoMessage() {}
+
+func (x *ResolvePayoutAmountMismatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvePayoutAmountMismatchRequest.ProtoReflect.Descriptor instead.
+func (*ResolvePayoutAmountMismatchRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResolvePayoutAmountMismatchRequest) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *ResolvePayoutAmountMismatchRequest) GetRailAmount() string {
+	if x != nil {
+		return x.RailAmount
+	}
+	return ""
+}
+
+func (x *ResolvePayoutAmountMismatchRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ResolvePayoutAmountMismatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payout        *Payout                `protobuf:"bytes,1,opt,name=payout,proto3" json:"payout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvePayoutAmountMismatchResponse) Reset() {
+	*x = ResolvePayoutAmountMismatchResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvePayoutAmountMismatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvePayoutAmountMismatchResponse) ProtoMessage() {}
+
+func (x *ResolvePayoutAmountMismatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvePayoutAmountMismatchResponse.ProtoReflect.Descriptor instead.
+func (*ResolvePayoutAmountMismatchResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResolvePayoutAmountMismatchResponse) GetPayout() *Payout {
+	if x != nil {
+		return x.Payout
+	}
+	return nil
+}
+
 type HoldProviderPayoutsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
@@ -718,7 +824,7 @@ type HoldProviderPayoutsRequest struct {
 
 func (x *HoldProviderPayoutsRequest) Reset() {
 	*x = HoldProviderPayoutsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +836,7 @@ func (x *HoldProviderPayoutsRequest) String() string {
 func (*HoldProviderPayoutsRequest) ProtoMessage() {}
 
 func (x *HoldProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +849,7 @@ func (x *HoldProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldProviderPayoutsRequest.ProtoReflect.Descriptor instead.
 func (*HoldProviderPayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HoldProviderPayoutsRequest) GetProviderId() string {
@@ -774,7 +880,7 @@ type HoldProviderPayoutsResponse struct {
 
 func (x *HoldProviderPayoutsResponse) Reset() {
 	*x = HoldProviderPayoutsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +892,7 @@ func (x *HoldProviderPayoutsResponse) String() string {
 func (*HoldProviderPayoutsResponse) ProtoMessage() {}
 
 func (x *HoldProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +905,7 @@ func (x *HoldProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldProviderPayoutsResponse.ProtoReflect.Descriptor instead.
 func (*HoldProviderPayoutsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HoldProviderPayoutsResponse) GetProviderId() string {
@@ -849,7 +955,7 @@ type PayoutMethod struct {
 
 func (x *PayoutMethod) Reset() {
 	*x = PayoutMethod{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +967,7 @@ func (x *PayoutMethod) String() string {
 func (*PayoutMethod) ProtoMessage() {}
 
 func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +980,7 @@ func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutMethod.ProtoReflect.Descriptor instead.
 func (*PayoutMethod) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{12}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PayoutMethod) GetProviderId() string {
@@ -946,7 +1052,7 @@ type Kyc struct {
 
 func (x *Kyc) Reset() {
 	*x = Kyc{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1064,7 @@ func (x *Kyc) String() string {
 func (*Kyc) ProtoMessage() {}
 
 func (x *Kyc) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1077,7 @@ func (x *Kyc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kyc.ProtoReflect.Descriptor instead.
 func (*Kyc) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{13}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Kyc) GetProviderId() string {
@@ -1011,7 +1117,7 @@ type GetPayoutRequest struct {
 
 func (x *GetPayoutRequest) Reset() {
 	*x = GetPayoutRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1129,7 @@ func (x *GetPayoutRequest) String() string {
 func (*GetPayoutRequest) ProtoMessage() {}
 
 func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1142,7 @@ func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{14}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPayoutRequest) GetPayoutId() string {
@@ -1055,7 +1161,7 @@ type GetPayoutResponse struct {
 
 func (x *GetPayoutResponse) Reset() {
 	*x = GetPayoutResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1173,7 @@ func (x *GetPayoutResponse) String() string {
 func (*GetPayoutResponse) ProtoMessage() {}
 
 func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1186,7 @@ func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{15}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPayoutResponse) GetPayout() *Payout {
@@ -1103,7 +1209,7 @@ type ListProviderPayoutsRequest struct {
 
 func (x *ListProviderPayoutsRequest) Reset() {
 	*x = ListProviderPayoutsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1221,7 @@ func (x *ListProviderPayoutsRequest) String() string {
 func (*ListProviderPayoutsRequest) ProtoMessage() {}
 
 func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1234,7 @@ func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsRequest.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{16}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListProviderPayoutsRequest) GetProviderId() string {
@@ -1176,7 +1282,7 @@ type ListProviderPayoutsResponse struct {
 
 func (x *ListProviderPayoutsResponse) Reset() {
 	*x = ListProviderPayoutsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1294,7 @@ func (x *ListProviderPayoutsResponse) String() string {
 func (*ListProviderPayoutsResponse) ProtoMessage() {}
 
 func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1307,7 @@ func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsResponse.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{17}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListProviderPayoutsResponse) GetPayouts() []*Payout {
@@ -1233,7 +1339,7 @@ type PutPayoutMethodRequest struct {
 
 func (x *PutPayoutMethodRequest) Reset() {
 	*x = PutPayoutMethodRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1351,7 @@ func (x *PutPayoutMethodRequest) String() string {
 func (*PutPayoutMethodRequest) ProtoMessage() {}
 
 func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1364,7 @@ func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodRequest.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{18}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutPayoutMethodRequest) GetProviderId() string {
@@ -1319,7 +1425,7 @@ type PutPayoutMethodResponse struct {
 
 func (x *PutPayoutMethodResponse) Reset() {
 	*x = PutPayoutMethodResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1437,7 @@ func (x *PutPayoutMethodResponse) String() string {
 func (*PutPayoutMethodResponse) ProtoMessage() {}
 
 func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1450,7 @@ func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodResponse.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{19}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutPayoutMethodResponse) GetPayoutMethod() *PayoutMethod {
@@ -1365,7 +1471,7 @@ type PutKycRequest struct {
 
 func (x *PutKycRequest) Reset() {
 	*x = PutKycRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1483,7 @@ func (x *PutKycRequest) String() string {
 func (*PutKycRequest) ProtoMessage() {}
 
 func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1496,7 @@ func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycRequest.ProtoReflect.Descriptor instead.
 func (*PutKycRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{20}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutKycRequest) GetProviderId() string {
@@ -1423,7 +1529,7 @@ type PutKycResponse struct {
 
 func (x *PutKycResponse) Reset() {
 	*x = PutKycResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1541,7 @@ func (x *PutKycResponse) String() string {
 func (*PutKycResponse) ProtoMessage() {}
 
 func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1554,7 @@ func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycResponse.ProtoReflect.Descriptor instead.
 func (*PutKycResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{21}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutKycResponse) GetKyc() *Kyc {
@@ -1475,7 +1581,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1593,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1606,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{22}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -1563,7 +1669,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1681,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1694,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{23}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateWebhookRequest) GetProviderId() string {
@@ -1621,7 +1727,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1739,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1752,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{24}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -1672,7 +1778,7 @@ type PayoutSettings struct {
 
 func (x *PayoutSettings) Reset() {
 	*x = PayoutSettings{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1790,7 @@ func (x *PayoutSettings) String() string {
 func (*PayoutSettings) ProtoMessage() {}
 
 func (x *PayoutSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1803,7 @@ func (x *PayoutSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutSettings.ProtoReflect.Descriptor instead.
 func (*PayoutSettings) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PayoutSettings) GetMinimums() []*PayoutMinimum {
@@ -1739,7 +1845,7 @@ type PayoutMinimum struct {
 
 func (x *PayoutMinimum) Reset() {
 	*x = PayoutMinimum{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1857,7 @@ func (x *PayoutMinimum) String() string {
 func (*PayoutMinimum) ProtoMessage() {}
 
 func (x *PayoutMinimum) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1870,7 @@ func (x *PayoutMinimum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutMinimum.ProtoReflect.Descriptor instead.
 func (*PayoutMinimum) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PayoutMinimum) GetCurrency() string {
@@ -1802,7 +1908,7 @@ type PayoutSettingChange struct {
 
 func (x *PayoutSettingChange) Reset() {
 	*x = PayoutSettingChange{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1920,7 @@ func (x *PayoutSettingChange) String() string {
 func (*PayoutSettingChange) ProtoMessage() {}
 
 func (x *PayoutSettingChange) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1933,7 @@ func (x *PayoutSettingChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutSettingChange.ProtoReflect.Descriptor instead.
 func (*PayoutSettingChange) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PayoutSettingChange) GetSetting() string {
@@ -1880,7 +1986,7 @@ type GetPayoutSettingsRequest struct {
 
 func (x *GetPayoutSettingsRequest) Reset() {
 	*x = GetPayoutSettingsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1998,7 @@ func (x *GetPayoutSettingsRequest) String() string {
 func (*GetPayoutSettingsRequest) ProtoMessage() {}
 
 func (x *GetPayoutSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2011,7 @@ func (x *GetPayoutSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
 }
 
 type GetPayoutSettingsResponse struct {
@@ -1917,7 +2023,7 @@ type GetPayoutSettingsResponse struct {
 
 func (x *GetPayoutSettingsResponse) Reset() {
 	*x = GetPayoutSettingsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2035,7 @@ func (x *GetPayoutSettingsResponse) String() string {
 func (*GetPayoutSettingsResponse) ProtoMessage() {}
 
 func (x *GetPayoutSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2048,7 @@ func (x *GetPayoutSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetPayoutSettingsResponse) GetSettings() *PayoutSettings {
@@ -1965,7 +2071,7 @@ type UpdatePayoutSettingsRequest struct {
 
 func (x *UpdatePayoutSettingsRequest) Reset() {
 	*x = UpdatePayoutSettingsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2083,7 @@ func (x *UpdatePayoutSettingsRequest) String() string {
 func (*UpdatePayoutSettingsRequest) ProtoMessage() {}
 
 func (x *UpdatePayoutSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2096,7 @@ func (x *UpdatePayoutSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePayoutSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePayoutSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdatePayoutSettingsRequest) GetMinimums() map[string]string {
@@ -2023,7 +2129,7 @@ type UpdatePayoutSettingsResponse struct {
 
 func (x *UpdatePayoutSettingsResponse) Reset() {
 	*x = UpdatePayoutSettingsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2141,7 @@ func (x *UpdatePayoutSettingsResponse) String() string {
 func (*UpdatePayoutSettingsResponse) ProtoMessage() {}
 
 func (x *UpdatePayoutSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2154,7 @@ func (x *UpdatePayoutSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePayoutSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePayoutSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdatePayoutSettingsResponse) GetSettings() *PayoutSettings {
@@ -2070,7 +2176,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2188,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2201,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RotateWebhookSecretRequest) GetProviderId() string {
@@ -2135,7 +2241,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2253,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2266,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RotateWebhookSecretResponse) GetWebhook() *Webhook {
@@ -2179,7 +2285,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2297,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2310,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListWebhooksRequest) GetProviderId() string {
@@ -2223,7 +2329,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2341,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2354,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -2278,7 +2384,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2396,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2409,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WebhookDelivery) GetDeliveryId() string {
@@ -2395,7 +2501,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2513,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2526,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetProviderId() string {
@@ -2461,7 +2567,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2579,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2592,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -2513,7 +2619,7 @@ type ListPayoutBatchesRequest struct {
 
 func (x *ListPayoutBatchesRequest) Reset() {
 	*x = ListPayoutBatchesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2631,7 @@ func (x *ListPayoutBatchesRequest) String() string {
 func (*ListPayoutBatchesRequest) ProtoMessage() {}
 
 func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2644,7 @@ func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
@@ -2565,7 +2671,7 @@ type ListPayoutBatchesResponse struct {
 
 func (x *ListPayoutBatchesResponse) Reset() {
 	*x = ListPayoutBatchesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2683,7 @@ func (x *ListPayoutBatchesResponse) String() string {
 func (*ListPayoutBatchesResponse) ProtoMessage() {}
 
 func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2696,7 @@ func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
@@ -2619,7 +2725,7 @@ type PayoutBatchTotal struct {
 
 func (x *PayoutBatchTotal) Reset() {
 	*x = PayoutBatchTotal{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2737,7 @@ func (x *PayoutBatchTotal) String() string {
 func (*PayoutBatchTotal) ProtoMessage() {}
 
 func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2750,7 @@ func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
 func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PayoutBatchTotal) GetCurrency() string {
@@ -2688,7 +2794,7 @@ type PayoutBatch struct {
 
 func (x *PayoutBatch) Reset() {
 	*x = PayoutBatch{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2806,7 @@ func (x *PayoutBatch) String() string {
 func (*PayoutBatch) ProtoMessage() {}
 
 func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2819,7 @@ func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
 func (*PayoutBatch) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PayoutBatch) GetBatchId() string {
@@ -2795,7 +2901,7 @@ type GetPayoutBatchRequest struct {
 
 func (x *GetPayoutBatchRequest) Reset() {
 	*x = GetPayoutBatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2913,7 @@ func (x *GetPayoutBatchRequest) String() string {
 func (*GetPayoutBatchRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2926,7 @@ func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPayoutBatchRequest) GetBatchId() string {
@@ -2839,7 +2945,7 @@ type GetPayoutBatchResponse struct {
 
 func (x *GetPayoutBatchResponse) Reset() {
 	*x = GetPayoutBatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2957,7 @@ func (x *GetPayoutBatchResponse) String() string {
 func (*GetPayoutBatchResponse) ProtoMessage() {}
 
 func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2970,7 @@ func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
@@ -2883,7 +2989,7 @@ type GetPayoutBatchFileRequest struct {
 
 func (x *GetPayoutBatchFileRequest) Reset() {
 	*x = GetPayoutBatchFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3001,7 @@ func (x *GetPayoutBatchFileRequest) String() string {
 func (*GetPayoutBatchFileRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3014,7 @@ func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPayoutBatchFileRequest) GetBatchId() string {
@@ -2928,7 +3034,7 @@ type ImportBankFileRequest struct {
 
 func (x *ImportBankFileRequest) Reset() {
 	*x = ImportBankFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3046,7 @@ func (x *ImportBankFileRequest) String() string {
 func (*ImportBankFileRequest) ProtoMessage() {}
 
 func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3059,7 @@ func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
 func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ImportBankFileRequest) GetContent() string {
@@ -2988,7 +3094,7 @@ type BankFileEntry struct {
 
 func (x *BankFileEntry) Reset() {
 	*x = BankFileEntry{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3106,7 @@ func (x *BankFileEntry) String() string {
 func (*BankFileEntry) ProtoMessage() {}
 
 func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3119,7 @@ func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
 func (*BankFileEntry) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BankFileEntry) GetElement() string {
@@ -3073,7 +3179,7 @@ type GetBankFileRestoreHoldRequest struct {
 
 func (x *GetBankFileRestoreHoldRequest) Reset() {
 	*x = GetBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3191,7 @@ func (x *GetBankFileRestoreHoldRequest) String() string {
 func (*GetBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3204,7 @@ func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
 }
 
 type GetBankFileRestoreHoldResponse struct {
@@ -3110,7 +3216,7 @@ type GetBankFileRestoreHoldResponse struct {
 
 func (x *GetBankFileRestoreHoldResponse) Reset() {
 	*x = GetBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3228,7 @@ func (x *GetBankFileRestoreHoldResponse) String() string {
 func (*GetBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3241,7 @@ func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3153,7 +3259,7 @@ type ReleaseBankFileRestoreHoldRequest struct {
 
 func (x *ReleaseBankFileRestoreHoldRequest) Reset() {
 	*x = ReleaseBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3271,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) String() string {
 func (*ReleaseBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3284,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ReleaseBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
 }
 
 type ReleaseBankFileRestoreHoldResponse struct {
@@ -3190,7 +3296,7 @@ type ReleaseBankFileRestoreHoldResponse struct {
 
 func (x *ReleaseBankFileRestoreHoldResponse) Reset() {
 	*x = ReleaseBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3308,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) String() string {
 func (*ReleaseBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3321,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ReleaseBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReleaseBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3242,7 +3348,7 @@ type BankFileRestoreHold struct {
 
 func (x *BankFileRestoreHold) Reset() {
 	*x = BankFileRestoreHold{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3360,7 @@ func (x *BankFileRestoreHold) String() string {
 func (*BankFileRestoreHold) ProtoMessage() {}
 
 func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3373,7 @@ func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileRestoreHold.ProtoReflect.Descriptor instead.
 func (*BankFileRestoreHold) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BankFileRestoreHold) GetHeld() bool {
@@ -3344,7 +3450,7 @@ type ResolveBankTransferRequest struct {
 
 func (x *ResolveBankTransferRequest) Reset() {
 	*x = ResolveBankTransferRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3462,7 @@ func (x *ResolveBankTransferRequest) String() string {
 func (*ResolveBankTransferRequest) ProtoMessage() {}
 
 func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3475,7 @@ func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferRequest.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResolveBankTransferRequest) GetEndToEndId() string {
@@ -3423,7 +3529,7 @@ type ResolveBankTransferResponse struct {
 
 func (x *ResolveBankTransferResponse) Reset() {
 	*x = ResolveBankTransferResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3541,7 @@ func (x *ResolveBankTransferResponse) String() string {
 func (*ResolveBankTransferResponse) ProtoMessage() {}
 
 func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3554,7 @@ func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferResponse.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ResolveBankTransferResponse) GetReview() *BankTransferReview {
@@ -3482,7 +3588,7 @@ type BankTransferReview struct {
 
 func (x *BankTransferReview) Reset() {
 	*x = BankTransferReview{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3600,7 @@ func (x *BankTransferReview) String() string {
 func (*BankTransferReview) ProtoMessage() {}
 
 func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3613,7 @@ func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankTransferReview.ProtoReflect.Descriptor instead.
 func (*BankTransferReview) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BankTransferReview) GetEndToEndId() string {
@@ -3632,7 +3738,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3750,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3763,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -3785,6 +3891,13 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"H\n" +
 	"\x13RetryPayoutResponse\x121\n" +
+	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"z\n" +
+	"\"ResolvePayoutAmountMismatchRequest\x12\x1b\n" +
+	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x1f\n" +
+	"\vrail_amount\x18\x02 \x01(\tR\n" +
+	"railAmount\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"X\n" +
+	"#ResolvePayoutAmountMismatchResponse\x121\n" +
 	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"U\n" +
 	"\x1aHoldProviderPayoutsRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
@@ -4050,7 +4163,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\x9d\x1a\n" +
+	"notApplied2\xf0\x1b\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -4058,7 +4171,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x06PutKyc\x12 .gpubill.payout.v1.PutKycRequest\x1a!.gpubill.payout.v1.PutKycResponse\"/\x82\xd3\xe4\x93\x02):\x01*b\x03kyc\x1a\x1f/v1/providers/{provider_id}/kyc\x12\x9b\x01\n" +
 	"\x0fGetPayoutMethod\x12).gpubill.payout.v1.GetPayoutMethodRequest\x1a*.gpubill.payout.v1.GetPayoutMethodResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/providers/{provider_id}/payout-method\x12\x92\x01\n" +
 	"\fCancelPayout\x12&.gpubill.payout.v1.CancelPayoutRequest\x1a'.gpubill.payout.v1.CancelPayoutResponse\"1\x82\xd3\xe4\x93\x02+:\x01*b\x06payout\"\x1e/v1/payouts/{payout_id}:cancel\x12\x8e\x01\n" +
-	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xa8\x01\n" +
+	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xd0\x01\n" +
+	"\x1bResolvePayoutAmountMismatch\x125.gpubill.payout.v1.ResolvePayoutAmountMismatchRequest\x1a6.gpubill.payout.v1.ResolvePayoutAmountMismatchResponse\"B\x82\xd3\xe4\x93\x02<:\x01*b\x06payout\"//v1/payouts/{payout_id}:resolve-amount-mismatch\x12\xa8\x01\n" +
 	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
 	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\xc9\x01\n" +
 	"\x13RotateWebhookSecret\x12-.gpubill.payout.v1.RotateWebhookSecretRequest\x1a..gpubill.payout.v1.RotateWebhookSecretResponse\"S\x82\xd3\xe4\x93\x02M:\x01*b\awebhook\"?/v1/providers/{provider_id}/webhooks/{webhook_id}:rotate-secret\x12\x95\x01\n" +
@@ -4086,167 +4200,172 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
-	(*PayoutStatusChange)(nil),                 // 0: gpubill.payout.v1.PayoutStatusChange
-	(*Payout)(nil),                             // 1: gpubill.payout.v1.Payout
-	(*PayoutStatement)(nil),                    // 2: gpubill.payout.v1.PayoutStatement
-	(*PayoutMethodChange)(nil),                 // 3: gpubill.payout.v1.PayoutMethodChange
-	(*GetPayoutMethodRequest)(nil),             // 4: gpubill.payout.v1.GetPayoutMethodRequest
-	(*GetPayoutMethodResponse)(nil),            // 5: gpubill.payout.v1.GetPayoutMethodResponse
-	(*CancelPayoutRequest)(nil),                // 6: gpubill.payout.v1.CancelPayoutRequest
-	(*CancelPayoutResponse)(nil),               // 7: gpubill.payout.v1.CancelPayoutResponse
-	(*RetryPayoutRequest)(nil),                 // 8: gpubill.payout.v1.RetryPayoutRequest
-	(*RetryPayoutResponse)(nil),                // 9: gpubill.payout.v1.RetryPayoutResponse
-	(*HoldProviderPayoutsRequest)(nil),         // 10: gpubill.payout.v1.HoldProviderPayoutsRequest
-	(*HoldProviderPayoutsResponse)(nil),        // 11: gpubill.payout.v1.HoldProviderPayoutsResponse
-	(*PayoutMethod)(nil),                       // 12: gpubill.payout.v1.PayoutMethod
-	(*Kyc)(nil),                                // 13: gpubill.payout.v1.Kyc
-	(*GetPayoutRequest)(nil),                   // 14: gpubill.payout.v1.GetPayoutRequest
-	(*GetPayoutResponse)(nil),                  // 15: gpubill.payout.v1.GetPayoutResponse
-	(*ListProviderPayoutsRequest)(nil),         // 16: gpubill.payout.v1.ListProviderPayoutsRequest
-	(*ListProviderPayoutsResponse)(nil),        // 17: gpubill.payout.v1.ListProviderPayoutsResponse
-	(*PutPayoutMethodRequest)(nil),             // 18: gpubill.payout.v1.PutPayoutMethodRequest
-	(*PutPayoutMethodResponse)(nil),            // 19: gpubill.payout.v1.PutPayoutMethodResponse
-	(*PutKycRequest)(nil),                      // 20: gpubill.payout.v1.PutKycRequest
-	(*PutKycResponse)(nil),                     // 21: gpubill.payout.v1.PutKycResponse
-	(*Webhook)(nil),                            // 22: gpubill.payout.v1.Webhook
-	(*CreateWebhookRequest)(nil),               // 23: gpubill.payout.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),              // 24: gpubill.payout.v1.CreateWebhookResponse
-	(*PayoutSettings)(nil),                     // 25: gpubill.payout.v1.PayoutSettings
-	(*PayoutMinimum)(nil),                      // 26: gpubill.payout.v1.PayoutMinimum
-	(*PayoutSettingChange)(nil),                // 27: gpubill.payout.v1.PayoutSettingChange
-	(*GetPayoutSettingsRequest)(nil),           // 28: gpubill.payout.v1.GetPayoutSettingsRequest
-	(*GetPayoutSettingsResponse)(nil),          // 29: gpubill.payout.v1.GetPayoutSettingsResponse
-	(*UpdatePayoutSettingsRequest)(nil),        // 30: gpubill.payout.v1.UpdatePayoutSettingsRequest
-	(*UpdatePayoutSettingsResponse)(nil),       // 31: gpubill.payout.v1.UpdatePayoutSettingsResponse
-	(*RotateWebhookSecretRequest)(nil),         // 32: gpubill.payout.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),        // 33: gpubill.payout.v1.RotateWebhookSecretResponse
-	(*ListWebhooksRequest)(nil),                // 34: gpubill.payout.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),               // 35: gpubill.payout.v1.ListWebhooksResponse
-	(*WebhookDelivery)(nil),                    // 36: gpubill.payout.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),       // 37: gpubill.payout.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil),      // 38: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*ListPayoutBatchesRequest)(nil),           // 39: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),          // 40: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),                   // 41: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                        // 42: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),              // 43: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),             // 44: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),          // 45: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),              // 46: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                      // 47: gpubill.payout.v1.BankFileEntry
-	(*GetBankFileRestoreHoldRequest)(nil),      // 48: gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	(*GetBankFileRestoreHoldResponse)(nil),     // 49: gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	(*ReleaseBankFileRestoreHoldRequest)(nil),  // 50: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	(*ReleaseBankFileRestoreHoldResponse)(nil), // 51: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	(*BankFileRestoreHold)(nil),                // 52: gpubill.payout.v1.BankFileRestoreHold
-	(*ResolveBankTransferRequest)(nil),         // 53: gpubill.payout.v1.ResolveBankTransferRequest
-	(*ResolveBankTransferResponse)(nil),        // 54: gpubill.payout.v1.ResolveBankTransferResponse
-	(*BankTransferReview)(nil),                 // 55: gpubill.payout.v1.BankTransferReview
-	(*ImportBankFileResponse)(nil),             // 56: gpubill.payout.v1.ImportBankFileResponse
-	nil,                                        // 57: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	(*timestamppb.Timestamp)(nil),              // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                // 59: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),                  // 60: google.api.HttpBody
+	(*PayoutStatusChange)(nil),                  // 0: gpubill.payout.v1.PayoutStatusChange
+	(*Payout)(nil),                              // 1: gpubill.payout.v1.Payout
+	(*PayoutStatement)(nil),                     // 2: gpubill.payout.v1.PayoutStatement
+	(*PayoutMethodChange)(nil),                  // 3: gpubill.payout.v1.PayoutMethodChange
+	(*GetPayoutMethodRequest)(nil),              // 4: gpubill.payout.v1.GetPayoutMethodRequest
+	(*GetPayoutMethodResponse)(nil),             // 5: gpubill.payout.v1.GetPayoutMethodResponse
+	(*CancelPayoutRequest)(nil),                 // 6: gpubill.payout.v1.CancelPayoutRequest
+	(*CancelPayoutResponse)(nil),                // 7: gpubill.payout.v1.CancelPayoutResponse
+	(*RetryPayoutRequest)(nil),                  // 8: gpubill.payout.v1.RetryPayoutRequest
+	(*RetryPayoutResponse)(nil),                 // 9: gpubill.payout.v1.RetryPayoutResponse
+	(*ResolvePayoutAmountMismatchRequest)(nil),  // 10: gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
+	(*ResolvePayoutAmountMismatchResponse)(nil), // 11: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
+	(*HoldProviderPayoutsRequest)(nil),          // 12: gpubill.payout.v1.HoldProviderPayoutsRequest
+	(*HoldProviderPayoutsResponse)(nil),         // 13: gpubill.payout.v1.HoldProviderPayoutsResponse
+	(*PayoutMethod)(nil),                        // 14: gpubill.payout.v1.PayoutMethod
+	(*Kyc)(nil),                                 // 15: gpubill.payout.v1.Kyc
+	(*GetPayoutRequest)(nil),                    // 16: gpubill.payout.v1.GetPayoutRequest
+	(*GetPayoutResponse)(nil),                   // 17: gpubill.payout.v1.GetPayoutResponse
+	(*ListProviderPayoutsRequest)(nil),          // 18: gpubill.payout.v1.ListProviderPayoutsRequest
+	(*ListProviderPayoutsResponse)(nil),         // 19: gpubill.payout.v1.ListProviderPayoutsResponse
+	(*PutPayoutMethodRequest)(nil),              // 20: gpubill.payout.v1.PutPayoutMethodRequest
+	(*PutPayoutMethodResponse)(nil),             // 21: gpubill.payout.v1.PutPayoutMethodResponse
+	(*PutKycRequest)(nil),                       // 22: gpubill.payout.v1.PutKycRequest
+	(*PutKycResponse)(nil),                      // 23: gpubill.payout.v1.PutKycResponse
+	(*Webhook)(nil),                             // 24: gpubill.payout.v1.Webhook
+	(*CreateWebhookRequest)(nil),                // 25: gpubill.payout.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),               // 26: gpubill.payout.v1.CreateWebhookResponse
+	(*PayoutSettings)(nil),                      // 27: gpubill.payout.v1.PayoutSettings
+	(*PayoutMinimum)(nil),                       // 28: gpubill.payout.v1.PayoutMinimum
+	(*PayoutSettingChange)(nil),                 // 29: gpubill.payout.v1.PayoutSettingChange
+	(*GetPayoutSettingsRequest)(nil),            // 30: gpubill.payout.v1.GetPayoutSettingsRequest
+	(*GetPayoutSettingsResponse)(nil),           // 31: gpubill.payout.v1.GetPayoutSettingsResponse
+	(*UpdatePayoutSettingsRequest)(nil),         // 32: gpubill.payout.v1.UpdatePayoutSettingsRequest
+	(*UpdatePayoutSettingsResponse)(nil),        // 33: gpubill.payout.v1.UpdatePayoutSettingsResponse
+	(*RotateWebhookSecretRequest)(nil),          // 34: gpubill.payout.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),         // 35: gpubill.payout.v1.RotateWebhookSecretResponse
+	(*ListWebhooksRequest)(nil),                 // 36: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),                // 37: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),                     // 38: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),        // 39: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),       // 40: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*ListPayoutBatchesRequest)(nil),            // 41: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),           // 42: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),                    // 43: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                         // 44: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),               // 45: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),              // 46: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),           // 47: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),               // 48: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                       // 49: gpubill.payout.v1.BankFileEntry
+	(*GetBankFileRestoreHoldRequest)(nil),       // 50: gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	(*GetBankFileRestoreHoldResponse)(nil),      // 51: gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	(*ReleaseBankFileRestoreHoldRequest)(nil),   // 52: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	(*ReleaseBankFileRestoreHoldResponse)(nil),  // 53: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	(*BankFileRestoreHold)(nil),                 // 54: gpubill.payout.v1.BankFileRestoreHold
+	(*ResolveBankTransferRequest)(nil),          // 55: gpubill.payout.v1.ResolveBankTransferRequest
+	(*ResolveBankTransferResponse)(nil),         // 56: gpubill.payout.v1.ResolveBankTransferResponse
+	(*BankTransferReview)(nil),                  // 57: gpubill.payout.v1.BankTransferReview
+	(*ImportBankFileResponse)(nil),              // 58: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                         // 59: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),               // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                 // 61: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),                   // 62: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	58, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	60, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	58, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	58, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	60, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	58, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
-	12, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	60, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	14, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	58, // 10: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	58, // 11: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	1,  // 13: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
-	12, // 14: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
-	13, // 15: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	58, // 16: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	58, // 17: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	58, // 18: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 19: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	26, // 20: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
-	27, // 21: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
-	58, // 22: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
-	25, // 23: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	57, // 24: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	25, // 25: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	59, // 26: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	22, // 27: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	22, // 28: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	58, // 29: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	58, // 30: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	58, // 31: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	36, // 32: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	42, // 33: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	58, // 34: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
-	41, // 35: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	58, // 36: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	58, // 37: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
-	42, // 38: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	52, // 39: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	52, // 40: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	58, // 41: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
-	58, // 42: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
-	55, // 43: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
-	55, // 44: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
-	58, // 45: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
-	58, // 46: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
-	58, // 47: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	47, // 48: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	14, // 49: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	16, // 50: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	18, // 51: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	20, // 52: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 53: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 54: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 55: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 56: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	23, // 57: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	32, // 58: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	28, // 59: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
-	30, // 60: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
-	34, // 61: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	37, // 62: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	39, // 63: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	43, // 64: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	45, // 65: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	46, // 66: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	48, // 67: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	50, // 68: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	53, // 69: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
-	15, // 70: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	17, // 71: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	19, // 72: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	21, // 73: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 74: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 75: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 76: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 77: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	24, // 78: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	33, // 79: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	29, // 80: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
-	31, // 81: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
-	35, // 82: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	38, // 83: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	40, // 84: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	44, // 85: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	60, // 86: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	56, // 87: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	49, // 88: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	51, // 89: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	54, // 90: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
-	70, // [70:91] is the sub-list for method output_type
-	49, // [49:70] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	1,  // 10: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse.payout:type_name -> gpubill.payout.v1.Payout
+	60, // 11: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 12: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 13: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
+	1,  // 14: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
+	14, // 15: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	15, // 16: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
+	60, // 17: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	60, // 18: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	60, // 19: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 20: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	28, // 21: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
+	29, // 22: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
+	60, // 23: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	27, // 24: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	59, // 25: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	27, // 26: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	61, // 27: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	24, // 28: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	24, // 29: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
+	60, // 30: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	60, // 31: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	60, // 32: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	38, // 33: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	44, // 34: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	60, // 35: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	43, // 36: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	60, // 37: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	60, // 38: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	44, // 39: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	54, // 40: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	54, // 41: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	60, // 42: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
+	60, // 43: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
+	57, // 44: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
+	57, // 45: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
+	60, // 46: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
+	60, // 47: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
+	60, // 48: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	49, // 49: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	16, // 50: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	18, // 51: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	20, // 52: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	22, // 53: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 54: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 55: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 56: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 57: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:input_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
+	12, // 58: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	25, // 59: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	34, // 60: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	30, // 61: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	32, // 62: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	36, // 63: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	39, // 64: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	41, // 65: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	45, // 66: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	47, // 67: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	48, // 68: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	50, // 69: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	52, // 70: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	55, // 71: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
+	17, // 72: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	19, // 73: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	21, // 74: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	23, // 75: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 76: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 77: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 78: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 79: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:output_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
+	13, // 80: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	26, // 81: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	35, // 82: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	31, // 83: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	33, // 84: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	37, // 85: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	40, // 86: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	42, // 87: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	46, // 88: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	62, // 89: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	58, // 90: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	51, // 91: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	53, // 92: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	56, // 93: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
+	72, // [72:94] is the sub-list for method output_type
+	50, // [50:72] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -4254,14 +4373,14 @@ func file_gpubill_payout_v1_payout_proto_init() {
 	if File_gpubill_payout_v1_payout_proto != nil {
 		return
 	}
-	file_gpubill_payout_v1_payout_proto_msgTypes[30].OneofWrappers = []any{}
+	file_gpubill_payout_v1_payout_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -346,6 +346,51 @@ func local_request_PayoutService_RetryPayout_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
+func request_PayoutService_ResolvePayoutAmountMismatch_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolvePayoutAmountMismatchRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["payout_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "payout_id")
+	}
+	protoReq.PayoutId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "payout_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResolvePayoutAmountMismatch(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_ResolvePayoutAmountMismatch_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolvePayoutAmountMismatchRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["payout_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "payout_id")
+	}
+	protoReq.PayoutId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "payout_id", err)
+	}
+	msg, err := server.ResolvePayoutAmountMismatch(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PayoutService_HoldProviderPayouts_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq HoldProviderPayoutsRequest
@@ -1032,6 +1077,26 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RetryPayout_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RetryPayout_0{resp.(*RetryPayoutResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ResolvePayoutAmountMismatch_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ResolvePayoutAmountMismatch", runtime.WithHTTPPathPattern("/v1/payouts/{payout_id}:resolve-amount-mismatch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_ResolvePayoutAmountMismatch_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ResolvePayoutAmountMismatch_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ResolvePayoutAmountMismatch_0{resp.(*ResolvePayoutAmountMismatchResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPut, pattern_PayoutService_HoldProviderPayouts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1471,6 +1536,23 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RetryPayout_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RetryPayout_0{resp.(*RetryPayoutResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_ResolvePayoutAmountMismatch_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/ResolvePayoutAmountMismatch", runtime.WithHTTPPathPattern("/v1/payouts/{payout_id}:resolve-amount-mismatch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_ResolvePayoutAmountMismatch_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_ResolvePayoutAmountMismatch_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_ResolvePayoutAmountMismatch_0{resp.(*ResolvePayoutAmountMismatchResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPut, pattern_PayoutService_HoldProviderPayouts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1757,6 +1839,15 @@ func (m response_PayoutService_RetryPayout_0) XXX_ResponseBody() interface{} {
 	return response.Payout
 }
 
+type response_PayoutService_ResolvePayoutAmountMismatch_0 struct {
+	*ResolvePayoutAmountMismatchResponse
+}
+
+func (m response_PayoutService_ResolvePayoutAmountMismatch_0) XXX_ResponseBody() interface{} {
+	response := m.ResolvePayoutAmountMismatchResponse
+	return response.Payout
+}
+
 type response_PayoutService_CreateWebhook_0 struct {
 	*CreateWebhookResponse
 }
@@ -1830,49 +1921,51 @@ func (m response_PayoutService_ResolveBankTransfer_0) XXX_ResponseBody() interfa
 }
 
 var (
-	pattern_PayoutService_GetPayout_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, ""))
-	pattern_PayoutService_ListProviderPayouts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payouts"}, ""))
-	pattern_PayoutService_PutPayoutMethod_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
-	pattern_PayoutService_PutKyc_0                     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "kyc"}, ""))
-	pattern_PayoutService_GetPayoutMethod_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
-	pattern_PayoutService_CancelPayout_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "cancel"))
-	pattern_PayoutService_RetryPayout_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
-	pattern_PayoutService_HoldProviderPayouts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
-	pattern_PayoutService_CreateWebhook_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
-	pattern_PayoutService_RotateWebhookSecret_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
-	pattern_PayoutService_GetPayoutSettings_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
-	pattern_PayoutService_UpdatePayoutSettings_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
-	pattern_PayoutService_ListWebhooks_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
-	pattern_PayoutService_ListWebhookDeliveries_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
-	pattern_PayoutService_ListPayoutBatches_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
-	pattern_PayoutService_GetPayoutBatch_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payout-batches", "batch_id"}, ""))
-	pattern_PayoutService_GetPayoutBatchFile_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "payout-batches", "batch_id", "file"}, ""))
-	pattern_PayoutService_ImportBankFile_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, ""))
-	pattern_PayoutService_GetBankFileRestoreHold_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "bank-files", "restore-hold"}, ""))
-	pattern_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, "release-restore-hold"))
-	pattern_PayoutService_ResolveBankTransfer_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "bank-transfers", "end_to_end_id"}, "resolve"))
+	pattern_PayoutService_GetPayout_0                   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, ""))
+	pattern_PayoutService_ListProviderPayouts_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payouts"}, ""))
+	pattern_PayoutService_PutPayoutMethod_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
+	pattern_PayoutService_PutKyc_0                      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "kyc"}, ""))
+	pattern_PayoutService_GetPayoutMethod_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
+	pattern_PayoutService_CancelPayout_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "cancel"))
+	pattern_PayoutService_RetryPayout_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
+	pattern_PayoutService_ResolvePayoutAmountMismatch_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "resolve-amount-mismatch"))
+	pattern_PayoutService_HoldProviderPayouts_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
+	pattern_PayoutService_CreateWebhook_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
+	pattern_PayoutService_RotateWebhookSecret_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id"}, "rotate-secret"))
+	pattern_PayoutService_GetPayoutSettings_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
+	pattern_PayoutService_UpdatePayoutSettings_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-settings"}, ""))
+	pattern_PayoutService_ListWebhooks_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
+	pattern_PayoutService_ListWebhookDeliveries_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "providers", "provider_id", "webhooks", "webhook_id", "deliveries"}, ""))
+	pattern_PayoutService_ListPayoutBatches_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "payout-batches"}, ""))
+	pattern_PayoutService_GetPayoutBatch_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payout-batches", "batch_id"}, ""))
+	pattern_PayoutService_GetPayoutBatchFile_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "payout-batches", "batch_id", "file"}, ""))
+	pattern_PayoutService_ImportBankFile_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, ""))
+	pattern_PayoutService_GetBankFileRestoreHold_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "bank-files", "restore-hold"}, ""))
+	pattern_PayoutService_ReleaseBankFileRestoreHold_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "bank-files"}, "release-restore-hold"))
+	pattern_PayoutService_ResolveBankTransfer_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "bank-transfers", "end_to_end_id"}, "resolve"))
 )
 
 var (
-	forward_PayoutService_GetPayout_0                  = runtime.ForwardResponseMessage
-	forward_PayoutService_ListProviderPayouts_0        = runtime.ForwardResponseMessage
-	forward_PayoutService_PutPayoutMethod_0            = runtime.ForwardResponseMessage
-	forward_PayoutService_PutKyc_0                     = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutMethod_0            = runtime.ForwardResponseMessage
-	forward_PayoutService_CancelPayout_0               = runtime.ForwardResponseMessage
-	forward_PayoutService_RetryPayout_0                = runtime.ForwardResponseMessage
-	forward_PayoutService_HoldProviderPayouts_0        = runtime.ForwardResponseMessage
-	forward_PayoutService_CreateWebhook_0              = runtime.ForwardResponseMessage
-	forward_PayoutService_RotateWebhookSecret_0        = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutSettings_0          = runtime.ForwardResponseMessage
-	forward_PayoutService_UpdatePayoutSettings_0       = runtime.ForwardResponseMessage
-	forward_PayoutService_ListWebhooks_0               = runtime.ForwardResponseMessage
-	forward_PayoutService_ListWebhookDeliveries_0      = runtime.ForwardResponseMessage
-	forward_PayoutService_ListPayoutBatches_0          = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutBatch_0             = runtime.ForwardResponseMessage
-	forward_PayoutService_GetPayoutBatchFile_0         = runtime.ForwardResponseMessage
-	forward_PayoutService_ImportBankFile_0             = runtime.ForwardResponseMessage
-	forward_PayoutService_GetBankFileRestoreHold_0     = runtime.ForwardResponseMessage
-	forward_PayoutService_ReleaseBankFileRestoreHold_0 = runtime.ForwardResponseMessage
-	forward_PayoutService_ResolveBankTransfer_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayout_0                   = runtime.ForwardResponseMessage
+	forward_PayoutService_ListProviderPayouts_0         = runtime.ForwardResponseMessage
+	forward_PayoutService_PutPayoutMethod_0             = runtime.ForwardResponseMessage
+	forward_PayoutService_PutKyc_0                      = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutMethod_0             = runtime.ForwardResponseMessage
+	forward_PayoutService_CancelPayout_0                = runtime.ForwardResponseMessage
+	forward_PayoutService_RetryPayout_0                 = runtime.ForwardResponseMessage
+	forward_PayoutService_ResolvePayoutAmountMismatch_0 = runtime.ForwardResponseMessage
+	forward_PayoutService_HoldProviderPayouts_0         = runtime.ForwardResponseMessage
+	forward_PayoutService_CreateWebhook_0               = runtime.ForwardResponseMessage
+	forward_PayoutService_RotateWebhookSecret_0         = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutSettings_0           = runtime.ForwardResponseMessage
+	forward_PayoutService_UpdatePayoutSettings_0        = runtime.ForwardResponseMessage
+	forward_PayoutService_ListWebhooks_0                = runtime.ForwardResponseMessage
+	forward_PayoutService_ListWebhookDeliveries_0       = runtime.ForwardResponseMessage
+	forward_PayoutService_ListPayoutBatches_0           = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutBatch_0              = runtime.ForwardResponseMessage
+	forward_PayoutService_GetPayoutBatchFile_0          = runtime.ForwardResponseMessage
+	forward_PayoutService_ImportBankFile_0              = runtime.ForwardResponseMessage
+	forward_PayoutService_GetBankFileRestoreHold_0      = runtime.ForwardResponseMessage
+	forward_PayoutService_ReleaseBankFileRestoreHold_0  = runtime.ForwardResponseMessage
+	forward_PayoutService_ResolveBankTransfer_0         = runtime.ForwardResponseMessage
 )

@@ -25,27 +25,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PayoutService_GetPayout_FullMethodName                  = "/gpubill.payout.v1.PayoutService/GetPayout"
-	PayoutService_ListProviderPayouts_FullMethodName        = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
-	PayoutService_PutPayoutMethod_FullMethodName            = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
-	PayoutService_PutKyc_FullMethodName                     = "/gpubill.payout.v1.PayoutService/PutKyc"
-	PayoutService_GetPayoutMethod_FullMethodName            = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
-	PayoutService_CancelPayout_FullMethodName               = "/gpubill.payout.v1.PayoutService/CancelPayout"
-	PayoutService_RetryPayout_FullMethodName                = "/gpubill.payout.v1.PayoutService/RetryPayout"
-	PayoutService_HoldProviderPayouts_FullMethodName        = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
-	PayoutService_CreateWebhook_FullMethodName              = "/gpubill.payout.v1.PayoutService/CreateWebhook"
-	PayoutService_RotateWebhookSecret_FullMethodName        = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
-	PayoutService_GetPayoutSettings_FullMethodName          = "/gpubill.payout.v1.PayoutService/GetPayoutSettings"
-	PayoutService_UpdatePayoutSettings_FullMethodName       = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
-	PayoutService_ListWebhooks_FullMethodName               = "/gpubill.payout.v1.PayoutService/ListWebhooks"
-	PayoutService_ListWebhookDeliveries_FullMethodName      = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
-	PayoutService_ListPayoutBatches_FullMethodName          = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
-	PayoutService_GetPayoutBatch_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
-	PayoutService_GetPayoutBatchFile_FullMethodName         = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
-	PayoutService_ImportBankFile_FullMethodName             = "/gpubill.payout.v1.PayoutService/ImportBankFile"
-	PayoutService_GetBankFileRestoreHold_FullMethodName     = "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold"
-	PayoutService_ReleaseBankFileRestoreHold_FullMethodName = "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold"
-	PayoutService_ResolveBankTransfer_FullMethodName        = "/gpubill.payout.v1.PayoutService/ResolveBankTransfer"
+	PayoutService_GetPayout_FullMethodName                   = "/gpubill.payout.v1.PayoutService/GetPayout"
+	PayoutService_ListProviderPayouts_FullMethodName         = "/gpubill.payout.v1.PayoutService/ListProviderPayouts"
+	PayoutService_PutPayoutMethod_FullMethodName             = "/gpubill.payout.v1.PayoutService/PutPayoutMethod"
+	PayoutService_PutKyc_FullMethodName                      = "/gpubill.payout.v1.PayoutService/PutKyc"
+	PayoutService_GetPayoutMethod_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
+	PayoutService_CancelPayout_FullMethodName                = "/gpubill.payout.v1.PayoutService/CancelPayout"
+	PayoutService_RetryPayout_FullMethodName                 = "/gpubill.payout.v1.PayoutService/RetryPayout"
+	PayoutService_ResolvePayoutAmountMismatch_FullMethodName = "/gpubill.payout.v1.PayoutService/ResolvePayoutAmountMismatch"
+	PayoutService_HoldProviderPayouts_FullMethodName         = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
+	PayoutService_CreateWebhook_FullMethodName               = "/gpubill.payout.v1.PayoutService/CreateWebhook"
+	PayoutService_RotateWebhookSecret_FullMethodName         = "/gpubill.payout.v1.PayoutService/RotateWebhookSecret"
+	PayoutService_GetPayoutSettings_FullMethodName           = "/gpubill.payout.v1.PayoutService/GetPayoutSettings"
+	PayoutService_UpdatePayoutSettings_FullMethodName        = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
+	PayoutService_ListWebhooks_FullMethodName                = "/gpubill.payout.v1.PayoutService/ListWebhooks"
+	PayoutService_ListWebhookDeliveries_FullMethodName       = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
+	PayoutService_ListPayoutBatches_FullMethodName           = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
+	PayoutService_GetPayoutBatch_FullMethodName              = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
+	PayoutService_GetPayoutBatchFile_FullMethodName          = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
+	PayoutService_ImportBankFile_FullMethodName              = "/gpubill.payout.v1.PayoutService/ImportBankFile"
+	PayoutService_GetBankFileRestoreHold_FullMethodName      = "/gpubill.payout.v1.PayoutService/GetBankFileRestoreHold"
+	PayoutService_ReleaseBankFileRestoreHold_FullMethodName  = "/gpubill.payout.v1.PayoutService/ReleaseBankFileRestoreHold"
+	PayoutService_ResolveBankTransfer_FullMethodName         = "/gpubill.payout.v1.PayoutService/ResolveBankTransfer"
 )
 
 // PayoutServiceClient is the client API for PayoutService service.
@@ -71,6 +72,17 @@ type PayoutServiceClient interface {
 	// provider changed its payout method: a new attempt under a new rail
 	// reference (payout id-attempt).
 	RetryPayout(ctx context.Context, in *RetryPayoutRequest, opts ...grpc.CallOption) (*RetryPayoutResponse, error)
+	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
+	// holds its reference at another amount than its net (a payout made
+	// again after a restore or a recovery at another net). Once finance has
+	// compared the rail's bill, the payout is recorded paid at its net (its
+	// net leaves provider:{id}:in_transit as a paid payout's does), its
+	// history names the reason, both amounts and the difference, which is
+	// not posted (finance books it by hand), and its workflow ends.
+	// rail_amount must be the amount the flag recorded (a 409 naming both
+	// otherwise); a payout not flagged is a 409, an unknown one a 404. The
+	// same resolution again answers the payout; another reason is a 409.
+	ResolvePayoutAmountMismatch(ctx context.Context, in *ResolvePayoutAmountMismatchRequest, opts ...grpc.CallOption) (*ResolvePayoutAmountMismatchResponse, error)
 	// Holds (or, with an empty reason, releases) every payout of a provider
 	// not yet submitted (finance): they wait in action_required.
 	HoldProviderPayouts(ctx context.Context, in *HoldProviderPayoutsRequest, opts ...grpc.CallOption) (*HoldProviderPayoutsResponse, error)
@@ -225,6 +237,16 @@ func (c *payoutServiceClient) RetryPayout(ctx context.Context, in *RetryPayoutRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RetryPayoutResponse)
 	err := c.cc.Invoke(ctx, PayoutService_RetryPayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) ResolvePayoutAmountMismatch(ctx context.Context, in *ResolvePayoutAmountMismatchRequest, opts ...grpc.CallOption) (*ResolvePayoutAmountMismatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolvePayoutAmountMismatchResponse)
+	err := c.cc.Invoke(ctx, PayoutService_ResolvePayoutAmountMismatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +416,17 @@ type PayoutServiceServer interface {
 	// provider changed its payout method: a new attempt under a new rail
 	// reference (payout id-attempt).
 	RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error)
+	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
+	// holds its reference at another amount than its net (a payout made
+	// again after a restore or a recovery at another net). Once finance has
+	// compared the rail's bill, the payout is recorded paid at its net (its
+	// net leaves provider:{id}:in_transit as a paid payout's does), its
+	// history names the reason, both amounts and the difference, which is
+	// not posted (finance books it by hand), and its workflow ends.
+	// rail_amount must be the amount the flag recorded (a 409 naming both
+	// otherwise); a payout not flagged is a 409, an unknown one a 404. The
+	// same resolution again answers the payout; another reason is a 409.
+	ResolvePayoutAmountMismatch(context.Context, *ResolvePayoutAmountMismatchRequest) (*ResolvePayoutAmountMismatchResponse, error)
 	// Holds (or, with an empty reason, releases) every payout of a provider
 	// not yet submitted (finance): they wait in action_required.
 	HoldProviderPayouts(context.Context, *HoldProviderPayoutsRequest) (*HoldProviderPayoutsResponse, error)
@@ -504,6 +537,9 @@ func (UnimplementedPayoutServiceServer) CancelPayout(context.Context, *CancelPay
 }
 func (UnimplementedPayoutServiceServer) RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryPayout not implemented")
+}
+func (UnimplementedPayoutServiceServer) ResolvePayoutAmountMismatch(context.Context, *ResolvePayoutAmountMismatchRequest) (*ResolvePayoutAmountMismatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolvePayoutAmountMismatch not implemented")
 }
 func (UnimplementedPayoutServiceServer) HoldProviderPayouts(context.Context, *HoldProviderPayoutsRequest) (*HoldProviderPayoutsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method HoldProviderPayouts not implemented")
@@ -690,6 +726,24 @@ func _PayoutService_RetryPayout_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PayoutServiceServer).RetryPayout(ctx, req.(*RetryPayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_ResolvePayoutAmountMismatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolvePayoutAmountMismatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).ResolvePayoutAmountMismatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_ResolvePayoutAmountMismatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).ResolvePayoutAmountMismatch(ctx, req.(*ResolvePayoutAmountMismatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -980,6 +1034,10 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryPayout",
 			Handler:    _PayoutService_RetryPayout_Handler,
+		},
+		{
+			MethodName: "ResolvePayoutAmountMismatch",
+			Handler:    _PayoutService_ResolvePayoutAmountMismatch_Handler,
 		},
 		{
 			MethodName: "HoldProviderPayouts",
