@@ -99,8 +99,10 @@ func consumeUntil(ctx context.Context, js jetstream.JetStream, durable, filter s
 		got := 0
 		for m := range batch.Messages() {
 			consumed.add(m.Headers().Get(jetstream.MsgIDHeader))
-			_ = m.Ack() // a lost ack is a redelivery: the id is recorded already
 			got++
+			if err := m.Ack(); err != nil {
+				continue // a lost ack is a redelivery: the id is recorded already
+			}
 		}
 		if got > 0 {
 			continue
@@ -288,7 +290,10 @@ func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := natsx.StreamConfig(natsx.StreamUsage)
+	want, err := natsx.StreamConfig(natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ret != jetstream.LimitsPolicy || fmt.Sprint(subjects) != fmt.Sprint(want.Subjects) {
 		t.Errorf("after the start: retention %s, subjects %v; want limits kept and subjects %v", ret, subjects, want.Subjects)
 	}
@@ -348,7 +353,10 @@ func TestEnsureStreamsFinishesAChangeLeftHalfway(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := natsx.StreamConfig(natsx.StreamUsage)
+			want, err := natsx.StreamConfig(natsx.StreamUsage)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if ret != tt.wantRetention || fmt.Sprint(subjects) != fmt.Sprint(want.Subjects) {
 				t.Errorf("after the start: retention %s, subjects %v; want %s, %v", ret, subjects, tt.wantRetention, want.Subjects)
 			}
