@@ -196,6 +196,13 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 			t.Errorf("GET /metrics lacks %s", name)
 		}
 	}
+	// Every rail's mismatch series from 0, the bank-file rail's too (finance
+	// resolving a transfer in review as paid at another amount is its first).
+	for _, rail := range []string{"sandbox", "alipay", "wechatpay", "bank-file"} {
+		if !strings.Contains(served["gpubill_payout_rail_amount_mismatches_total"], `value:"`+rail+`"`) {
+			t.Errorf("gpubill_payout_rail_amount_mismatches_total has no %s series:\n%s", rail, served["gpubill_payout_rail_amount_mismatches_total"])
+		}
+	}
 	// Routes are patterns (the gateway's, or net/http's), never raw paths.
 	for _, want := range []string{`value:"POST /v1/usage-events"`, `value:"GET /healthz"`, `value:"GET /metrics"`} {
 		if !strings.Contains(served["gpubill_http_requests_total"], want) {
