@@ -241,13 +241,17 @@ func (s *Service) Run(ctx context.Context) error {
 const segregatedFundsEvery = 10 * time.Minute
 
 func (s *Service) runSegregatedFunds(ctx context.Context) error {
-	return every(ctx, segregatedFundsEvery, func() {
-		for _, c := range money.Codes() {
-			if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
-				s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
-			}
+	return every(ctx, segregatedFundsEvery, func() { s.reportSegregatedFunds(ctx) })
+}
+
+// reportSegregatedFunds computes the report of now of every currency.
+func (s *Service) reportSegregatedFunds(ctx context.Context) {
+	for _, c := range money.Codes() {
+		if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
+			app.SegregatedFundsFailed(c)
+			s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
 		}
-	})
+	}
 }
 
 // every runs step now and then every period until ctx ends.
