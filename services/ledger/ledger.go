@@ -314,9 +314,15 @@ func Metrics() []obs.SQLMetric {
 			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.ledger_exceptions),
 				('outstanding', r.outstanding_ledger_count)) v(side, n)`,
 	}, {
+		// A currency whose runs failed from its first statement had no
+		// series, and GpubillReconciliationNotRun read nothing: the daily
+		// run has been due since that statement's import.
 		Name: "gpubill_reconciliation_last_run_timestamp_seconds", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "When the latest bank reconciliation of the currency ran.",
-		Query: `select currency, extract(epoch from max(created_at))::float8 from ledger.reconciliations group by currency`,
+		Help: "When the latest bank reconciliation of the currency ran; for a currency never reconciled, when its first bank statement " +
+			"was imported (a run has been due since).",
+		Query: `select currency, extract(epoch from coalesce(r.last_run, s.first_import))::float8
+			from (select currency, max(created_at) as last_run from ledger.reconciliations group by currency) r
+			full join (select currency, min(imported_at) as first_import from ledger.bank_statements group by currency) s using (currency)`,
 	}, {
 		// The daily run expects the statement of two days back: a feed that
 		// stopped leaves runs reconciling against an ever older close (its
