@@ -241,13 +241,17 @@ func (s *Service) Run(ctx context.Context) error {
 const segregatedFundsEvery = 10 * time.Minute
 
 func (s *Service) runSegregatedFunds(ctx context.Context) error {
-	return every(ctx, segregatedFundsEvery, func() {
-		for _, c := range money.Codes() {
-			if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
-				s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
-			}
+	return every(ctx, segregatedFundsEvery, func() { s.reportSegregatedFunds(ctx) })
+}
+
+// reportSegregatedFunds computes the report of now of every currency.
+func (s *Service) reportSegregatedFunds(ctx context.Context) {
+	for _, c := range money.Codes() {
+		if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
+			app.SegregatedFundsFailed(c)
+			s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
 		}
-	})
+	}
 }
 
 // every runs step now and then every period until ctx ends.
@@ -311,9 +315,15 @@ func Metrics() []obs.SQLMetric {
 			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.ledger_exceptions),
 				('outstanding', r.outstanding_ledger_count)) v(side, n)`,
 	}, {
+		// A currency whose runs failed from its first statement had no
+		// series, and GpubillReconciliationNotRun read nothing: the daily
+		// run has been due since that statement's import.
 		Name: "gpubill_reconciliation_last_run_timestamp_seconds", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "When the latest bank reconciliation of the currency ran.",
-		Query: `select currency, extract(epoch from max(created_at))::float8 from ledger.reconciliations group by currency`,
+		Help: "When the latest bank reconciliation of the currency ran; for a currency never reconciled, when its first bank statement " +
+			"was imported (a run has been due since).",
+		Query: `select currency, extract(epoch from coalesce(r.last_run, s.first_import))::float8
+			from (select currency, max(created_at) as last_run from ledger.reconciliations group by currency) r
+			full join (select currency, min(imported_at) as first_import from ledger.bank_statements group by currency) s using (currency)`,
 	}, {
 		// The daily run expects the statement of two days back: a feed that
 		// stopped leaves runs reconciling against an ever older close (its

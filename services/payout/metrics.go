@@ -3,19 +3,30 @@ package payout
 import (
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/sandbox"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/wechatpay"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 )
 
 // The series GpubillPayoutRailAmountMismatch reads exist at 0 from the
-// start, one per rail that reports what it holds under a reference (the
-// bank-file rail's book is restored with the database; the bank's amount
-// is checked at import).
+// start, one per rail the service has (a series first seen at 1 is no
+// increase to Prometheus). The bank-file rail's too: its status carries
+// the amount finance resolved a transfer in review as paid at, and the
+// first mismatch of the bank's paged nobody.
 func init() {
-	for _, rail := range []string{(&sandbox.Sandbox{}).Name(), alipay.Name, wechatpay.Name} {
+	for _, rail := range []string{(&sandbox.Sandbox{}).Name(), alipay.Name, wechatpay.Name, bankfile.Name} {
 		app.RailAmountMismatches(rail)
 	}
+}
+
+// startMismatchSeries makes the mismatch series of every rail the router
+// holds exist at 0, so a rail wired later than init's list is not missed.
+func startMismatchSeries(r app.Router) app.Router {
+	for _, rail := range r.RailNames() {
+		app.RailAmountMismatches(rail)
+	}
+	return r
 }
 
 // Metrics implements svc.MetricsSource: payouts by status, read on scrape.

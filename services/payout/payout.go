@@ -354,11 +354,11 @@ func (s *Service) wireRails(cfg Config) app.Rail {
 	}
 	if !s.bankOn && !cfg.AlipayOn && !cfg.WeChatPayOn {
 		// No real rail: the sandbox pays every method.
-		return app.Router{Default: s.sandbox, Readable: readable}
+		return startMismatchSeries(app.Router{Default: s.sandbox, Readable: readable})
 	}
 	// A real rail is on: a method type with no rail of its own fails
 	// (unsupported_by_rail) instead of being "paid" by the sandbox.
-	return app.Router{Default: s.sandbox, ByType: byType, Strict: true, Readable: readable}
+	return startMismatchSeries(app.Router{Default: s.sandbox, ByType: byType, Strict: true, Readable: readable})
 }
 
 // wireTopUps serves the configured rails' notifications and offers their

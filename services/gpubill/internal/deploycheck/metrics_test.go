@@ -188,6 +188,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
 		"gpubill_reconciliation_latest_statement_age_seconds", "gpubill_reconciliation_latest_statement_age_business_days",
 		"gpubill_segregated_funds_difference", "gpubill_segregated_funds_ledger_difference", "gpubill_segregated_funds_verdict", "gpubill_segregated_funds_report_timestamp_seconds",
+		"gpubill_segregated_funds_report_failures_total",
 		"gpubill_segregation_breaches",
 		"gpubill_consumer_handler_timeouts_total", "gpubill_consumer_handler_panics_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",
 		"gpubill_payout_ledger_refusals_total", "gpubill_payout_rail_amount_mismatches_total", "gpubill_stream_retention_deferred_total",
@@ -195,6 +196,13 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)
+		}
+	}
+	// Every rail's mismatch series from 0, the bank-file rail's too (finance
+	// resolving a transfer in review as paid at another amount is its first).
+	for _, rail := range []string{"sandbox", "alipay", "wechatpay", "bank-file"} {
+		if !strings.Contains(served["gpubill_payout_rail_amount_mismatches_total"], `value:"`+rail+`"`) {
+			t.Errorf("gpubill_payout_rail_amount_mismatches_total has no %s series:\n%s", rail, served["gpubill_payout_rail_amount_mismatches_total"])
 		}
 	}
 	// Routes are patterns (the gateway's, or net/http's), never raw paths.

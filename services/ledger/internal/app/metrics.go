@@ -45,7 +45,23 @@ var (
 		Help: "When this process last computed a segregated-funds report of now, by currency (the ledger computes one per currency " +
 			"every 10 minutes, and every GET /v1/reports/segregated-funds without as_of is one).",
 	}, []string{"currency"})
+	// Only the log said a report failed: after a restart with every report
+	// failing, no series of the currency was there for the alerts to read.
+	segregatedFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubill_segregated_funds_report_failures_total",
+		Help: "Segregated-funds reports of now the ledger's 10-minute loop failed to compute, by currency (the ledger's log says why: " +
+			"segregated-funds report for /metrics); the verdict gauges show the last report that succeeded.",
+	}, []string{"currency"})
 )
+
+// SegregatedFundsFailed counts a failed report of now of the currency and
+// makes sure its timestamp has a series: at 0 when no report succeeded
+// since the start, so GpubillSegregatedFundsReportStale fires rather than
+// read nothing (a timestamp already set is left as it is).
+func SegregatedFundsFailed(currency string) {
+	segregatedFailures.WithLabelValues(currency).Inc()
+	segregatedAt.WithLabelValues(currency)
+}
 
 // recordSegregatedFunds shows a report of now on /metrics.
 func recordSegregatedFunds(r *SegregatedFundsReport) {
@@ -81,10 +97,11 @@ func countCharges(txs []*domain.Transaction) {
 }
 
 // Every currency's series exists from the start (at 0), so rate() and the
-// dashboards see the first charge.
+// dashboards see the first charge, and increase() the first failed report.
 func init() {
 	for _, c := range money.Codes() {
 		chargesPosted.WithLabelValues(c)
 		chargedMinor.WithLabelValues(c)
+		segregatedFailures.WithLabelValues(c)
 	}
 }

@@ -32,6 +32,16 @@ type Router struct {
 // rail that answered it).
 func (r Router) Name() string { return r.Default.Name() }
 
+// RailNames are the names of the rails the router submits to or asks
+// about references: those whose answers can carry a payout's status.
+func (r Router) RailNames() []string {
+	var out []string
+	for _, rl := range r.rails() {
+		out = append(out, rl.Name())
+	}
+	return out
+}
+
 func (r Router) rails() []Rail {
 	out := []Rail{}
 	seen := map[Rail]bool{}
