@@ -63,7 +63,8 @@ func clientLinesFromBrute(t *testing.T, m map[string]decimal.Decimal) map[string
 		}
 	}
 	for k, v := range out {
-		if v.IsZero() {
+		// A provider in debit has no line, as a renter's wallet in debit.
+		if v.IsZero() || (strings.HasPrefix(k, "provider:") && v.IsNegative()) {
 			delete(out, k)
 		}
 	}
@@ -599,5 +600,103 @@ func TestReportSaysHowManyBreaches(t *testing.T) {
 	out, err := exec.CommandContext(f.ctx, "pdftotext", "-layout", "-f", "1", "-l", "1", path, "-").Output()
 	if err != nil || !strings.Contains(squash(string(out)), "Segregation breaches 10001 (the first 10000 listed)") {
 		t.Errorf("PDF page 1 (%v) does not count every breach:\n%.600s", err, out)
+	}
+}
+
+// A provider whose own money nets below zero (finance reversed an earning
+// already paid out: available at -50) is a client in debit like a renter's
+// wallet: it never offsets other clients' money. It has no client line and
+// its total is a memo, in every form; the requirement is the creditors'
+// money. A provider with one sub-balance below zero but its total above
+// keeps its line as it nets (its own money, netted within one client).
+// Before, the requirement was 50 lower and the report read balanced while
+// the bank held 50 less than the creditors were owed.
+func TestSegregatedFundsProviderInDebitNeverOffsets(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	f.deposit(t, "r-1", "300.00", "CNY", "d1")
+	post := func(in app.CreateTransactionInput) *domain.Transaction {
+		t.Helper()
+		tx, err := f.app.CreateTransaction(f.ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	// earnPaidReversed credits provider p amt, pays it out through in
+	// transit to the bank, then reverses the earning: p's available at -amt.
+	earnPaidReversed := func(p, amt string) {
+		t.Helper()
+		earn := post(transfer("earn-"+p, "renter:r-1:wallet", "provider:"+p+":available", amt, "CNY"))
+		post(transfer("submit-"+p, "provider:"+p+":available", "provider:"+p+":in_transit", amt, "CNY"))
+		post(transfer("paid-"+p, "provider:"+p+":in_transit", domain.BankClient, amt, "CNY"))
+		if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: earn.ID, Description: "earning reversed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	earnPaidReversed("p-neg", "50.00")
+	post(transfer("c-2", "renter:r-1:wallet", "provider:p-2:pending:cyc-20261112", "30.00", "CNY"))
+	earnPaidReversed("p-3", "20.00")
+	post(transfer("c-3", "renter:r-1:wallet", "provider:p-3:pending:cyc-20261112", "80.00", "CNY"))
+	wantBalance(t, f, "provider:p-neg:available", "CNY", "-50")
+	wantBalance(t, f, "provider:p-3:available", "CNY", "-20")
+	// The creditors, computed from the postings above: r-1 300-50-30-20-80+50+20
+	// = 190; p-2 30; p-3 80-20 = 60. The bank holds 300-50-20 = 230.
+	creditors := dec("190").Add(dec("30")).Add(dec("60"))
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Requirement.Equal(creditors) || rep.Verdict != app.VerdictShortfall || !rep.Difference.Equal(dec("-50")) {
+		t.Fatalf("requirement %s (want the creditors' %s), verdict %s, difference %s (want shortfall -50): p-neg's debt offset others' money",
+			rep.Requirement, creditors, rep.Verdict, rep.Difference)
+	}
+	lines := map[string]string{}
+	for _, c := range rep.Clients {
+		lines[c.Kind+":"+c.ID] = fmt.Sprintf("%s/%s/%s/%s", c.Pending.StringFixed(2), c.Available.StringFixed(2), c.InTransit.StringFixed(2), c.Total().StringFixed(2))
+	}
+	if want := map[string]string{"renter:r-1": "0.00/0.00/0.00/190.00", "provider:p-2": "30.00/0.00/0.00/30.00",
+		"provider:p-3": "80.00/-20.00/0.00/60.00"}; fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("client lines %v, want %v (no line for p-neg; p-3 nets within itself)", lines, want)
+	}
+	sections := map[string]string{}
+	for _, l := range rep.Lines {
+		sections[l.Section+" "+l.Account+" "+l.Description] = l.Amount.StringFixed(2)
+	}
+	for k, v := range map[string]string{
+		"requirement provider:*:pending:* provider earnings held in open cycles":       "110.00",
+		"requirement provider:*:available settled provider earnings awaiting payout":   "-20.00",
+		"requirement provider:*:in_transit submitted payouts not yet confirmed":        "0.00",
+		"memo provider:* 1 provider in debit: not offset against other clients' money": "-50.00",
+	} {
+		if sections[k] != v {
+			t.Fatalf("line %q = %q, want %s (lines %v)", k, sections[k], v, sections)
+		}
+	}
+	// Every form carries the memo as it carries the renter wallets' one.
+	export := func(format string) []byte {
+		t.Helper()
+		b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, nil, "CNY", format, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if js := string(export("json")); !strings.Contains(js, `{"section":"memo","account":"provider:*","description":"1 provider in debit: not offset against other clients' money","amount":"-50.00"}`) ||
+		!strings.Contains(js, `"client_money_requirement":"280.00"`) || strings.Contains(js, "p-neg") {
+		t.Fatalf("JSON has no provider memo, or a line for p-neg:\n%s", js)
+	}
+	if c := string(export("csv")); !strings.Contains(c, "\ntotal:memo,provider:*,,,,,-50.00,CNY,") || strings.Contains(c, "p-neg") {
+		t.Fatalf("CSV has no provider memo row, or a line for p-neg:\n%s", c)
+	}
+	path := t.TempDir() + "/report.pdf"
+	if err := os.WriteFile(path, export("pdf"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(f.ctx, "pdftotext", "-layout", path, "-").Output()
+	if p := squash(string(out)); err != nil || !strings.Contains(p, "memo provider:* 1 provider in debit: not offset against other clients' money -50.00") ||
+		!strings.Contains(p, "Client money requirement 280.00") || strings.Contains(p, "p-neg") {
+		t.Fatalf("PDF (%v) has no provider memo, or a line for p-neg:\n%s", err, out)
 	}
 }

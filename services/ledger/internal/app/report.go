@@ -114,8 +114,8 @@ type SegregatedFundsReport struct {
 
 // SegregatedFunds computes the report for one currency as of an instant
 // (nil: now, from the maintained balances). The requirement counts renter
-// wallets only where positive: one client's debt never offsets another's
-// money. Once a bank statement closing at or before the instant is imported,
+// wallets only where positive, and providers only where their own total is
+// not below zero: one client's debt never offsets another's money. Once a bank statement closing at or before the instant is imported,
 // the difference is taken against the bank's closing balance (the money
 // really held) and the ledger's bank:client is shown beside it.
 func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currency string) (*SegregatedFundsReport, error) {
@@ -162,16 +162,22 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 }
 
 // balanceTally is the report's balances sorted into client lines and the
-// totals of each section.
+// totals of each section. Clients in debit (a renter's wallet, a
+// provider's pending + available + in transit) have no line and count
+// nothing: their totals are the memos walletsNeg and providersNeg.
 type balanceTally struct {
 	clients                                               []ClientLine
 	walletsPos, walletsNeg, pending, available, inTransit decimal.Decimal
-	tax, resource                                         decimal.Decimal
-	nPos, nNeg                                            int
+	providersNeg, tax, resource                           decimal.Decimal
+	nPos, nNeg, nProvidersNeg                             int
 }
 
 // clientSums are a client line's amounts while they are added up.
 type clientSums struct{ wallet, pending, available, inTransit, total exactSum }
+
+// providerSections are the requirement's provider sections, summed over the
+// providers that count, and the memo of those in debit.
+type providerSections struct{ pending, available, inTransit, inDebit exactSum }
 
 // tallyBalances sorts the accounts' balances into one line per client
 // (renters and providers apart: an id may be both; renters first, then by
@@ -190,7 +196,7 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 		}
 		return &sums[i]
 	}
-	var walletsPos, walletsNeg, pending, available, inTransit, tax exactSum
+	var walletsPos, walletsNeg, tax exactSum
 	for _, n := range nets {
 		acc, err := domain.ParseAddress(n.Account)
 		if err != nil {
@@ -206,15 +212,12 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 		case acc.Class == domain.ClassRenter && bal.IsNegative():
 			walletsNeg.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderPending:
-			pending.add(bal)
 			c = client(providers, ClientProvider, acc.Party)
 			c.pending.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderAvailable:
-			available.add(bal)
 			c = client(providers, ClientProvider, acc.Party)
 			c.available.add(bal)
 		case acc.Class == domain.ClassProvider && acc.Sub == domain.ProviderInTransit:
-			inTransit.add(bal)
 			c = client(providers, ClientProvider, acc.Party)
 			c.inTransit.add(bal)
 		case acc.Class == domain.ClassTax:
@@ -227,24 +230,55 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 		}
 	}
 	t.nPos, t.nNeg = walletsPos.terms, walletsNeg.terms
-	t.walletsPos, t.walletsNeg, t.pending, t.available, t.inTransit, t.tax =
-		walletsPos.value(), walletsNeg.value(), pending.value(), available.value(), inTransit.value(), tax.value()
-	for i := range t.clients {
-		s, c := &sums[i], &t.clients[i]
+	t.walletsPos, t.walletsNeg, t.tax = walletsPos.value(), walletsNeg.value(), tax.value()
+	t.closeClientLines(sums)
+	return t, nil
+}
+
+// closeClientLines sets each client line's amounts from its sums, leaves
+// out the providers in debit (their totals go to the memo: one client's
+// debt never offsets another's money; within one provider, a sub-balance
+// below zero nets against its others, its own money) and sums the
+// provider sections over the lines kept, then sorts the lines.
+func (t *balanceTally) closeClientLines(sums []clientSums) {
+	var ps providerSections
+	kept := t.clients[:0]
+	for i, c := range t.clients {
+		s := &sums[i]
 		c.Wallet, c.Pending, c.Available, c.InTransit = s.wallet.value(), s.pending.value(), s.available.value(), s.inTransit.value()
 		c.total, c.hasTotal = s.total.value(), true
+		if c.Kind == ClientProvider && c.total.IsNegative() {
+			ps.inDebit.add(c.total)
+			continue
+		}
+		ps.addSections(s)
+		kept = append(kept, c)
 	}
+	t.clients = kept
+	t.pending, t.available, t.inTransit = ps.pending.value(), ps.available.value(), ps.inTransit.value()
+	t.providersNeg, t.nProvidersNeg = ps.inDebit.value(), ps.inDebit.terms
 	slices.SortFunc(t.clients, func(a, b ClientLine) int {
 		if a.Kind != b.Kind {
 			return strings.Compare(b.Kind, a.Kind) // renters first
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return t, nil
+}
+
+// addSections adds a provider's pending, available and in transit to the
+// sections; a sub-balance it has no account in adds nothing (not even a
+// zero, which would give the section another exponent than its terms').
+func (ps *providerSections) addSections(s *clientSums) {
+	for _, d := range [...]struct{ to, from *exactSum }{{&ps.pending, &s.pending}, {&ps.available, &s.available}, {&ps.inTransit, &s.inTransit}} {
+		if d.from.terms > 0 {
+			d.to.add(d.from.value())
+		}
+	}
 }
 
 // checkClientLines: the client lines add up to the requirement (one
-// client's debt never offsets another's money: negative wallets have no line).
+// client's debt never offsets another's money: negative wallets and
+// providers in debit have no line).
 func (r *SegregatedFundsReport) checkClientLines() error {
 	var s exactSum
 	for _, c := range r.Clients {
@@ -283,8 +317,8 @@ func (r *SegregatedFundsReport) reconcile() {
 	}
 }
 
-// summaryLines are the totals per section, with memos for wallets in debit
-// and for the bank's figure against the ledger's.
+// summaryLines are the totals per section, with memos for wallets and
+// providers in debit and for the bank's figure against the ledger's.
 func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
 	lines := []ReportLine{
 		{"requirement", "renter:*:wallet", plural(t.nPos, "renter wallet") + " in credit", t.walletsPos},
@@ -297,6 +331,10 @@ func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
 	if t.nNeg > 0 {
 		lines = append(lines, ReportLine{"memo", "renter:*:wallet", plural(t.nNeg, "renter wallet") +
 			" in debit: not offset against other clients' money", t.walletsNeg})
+	}
+	if t.nProvidersNeg > 0 {
+		lines = append(lines, ReportLine{"memo", "provider:*", plural(t.nProvidersNeg, "provider") +
+			" in debit: not offset against other clients' money", t.providersNeg})
 	}
 	if r.BankStatementBalance != nil {
 		lines = append(lines,
