@@ -225,7 +225,8 @@ const (
 	// recreated, with new messages in it.
 	retentionLockBucket = "gpubill_retention_locks"
 	// retentionLockTTL frees the lock of a process that died holding it.
-	// A change holds it for retentionDrainWait and a few API calls.
+	// A change holds it for retentionDrainWait and a few API calls, at
+	// most retentionSettleTimeout after the drain wait.
 	retentionLockTTL = 30 * time.Second
 	// retentionLockWait is how long a start waits for another's change:
 	// past the TTL, so a dead holder's lock has expired by then.
@@ -235,6 +236,10 @@ const (
 	// owners consume what arrived before the stream stopped taking them.
 	retentionDrainWait = 2 * time.Second
 	retentionDrainPoll = 50 * time.Millisecond
+	// retentionSettleTimeout bounds the calls that put a stream whose
+	// subjects were moved back into a working state after its start was
+	// cancelled (see settling).
+	retentionSettleTimeout = 10 * time.Second
 )
 
 // retiredSubject is the only subject of a stream while its retention
@@ -276,32 +281,62 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 	retired := keep
 	retired.Subjects = []string{retiredSubject(cfg.Name)}
 	if _, err := js.UpdateStream(ctx, retired); err != nil {
-		return fmt.Errorf("stream %s: stop its publishes to change its retention: %w", cfg.Name, err)
+		// A cancel can land after the server moved the subjects.
+		return giveSubjectsBack(ctx, js, keep, fmt.Errorf("stop its publishes to change its retention: %w", err))
 	}
 	backlog, err := waitConsumed(ctx, st, streamSpecs[cfg.Name].owners)
-	if err != nil || backlog != "" {
-		// Its own subjects back, whatever happened: a stream left on
-		// retiredSubject refuses every publish until the next start.
-		if _, perr := js.UpdateStream(ctx, keep); perr != nil {
-			return fmt.Errorf("stream %s: give its subjects back: %w", cfg.Name, errors.Join(perr, err))
-		}
-		if err != nil {
-			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	if err != nil {
+		return giveSubjectsBack(ctx, js, keep, err)
+	}
+	if backlog != "" {
+		if err := giveSubjectsBack(ctx, js, keep, nil); err != nil {
+			return err
 		}
 		retentionDeferred.WithLabelValues(cfg.Name).Inc()
 		log.Warn("stream keeps its old retention until its backlog is consumed; restart once it is (consumer lag 0)",
 			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
 		return nil
 	}
-	if err := js.DeleteStream(ctx, cfg.Name); err != nil {
-		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
-	}
-	if err := createStream(ctx, js, cfg); err != nil {
+	if err := recreateStream(ctx, js, cfg); err != nil {
 		return err
 	}
 	log.Info("stream recreated with its new retention", "stream", cfg.Name, "retention", cfg.Retention.String(),
 		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
 	return nil
+}
+
+// settling is ctx without its cancellation, bounded by retentionSettleTimeout:
+// once a stream's subjects are moved, a start cancelled (SIGTERM, a deploy's
+// timeout) still leaves the stream taking publishes, or else every outbox
+// publish to it is refused until a later start.
+func settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), retentionSettleTimeout)
+}
+
+// giveSubjectsBack puts the stream back on its own subjects with its old
+// retention (keep), even when ctx is cancelled, and returns cause (nil when
+// the change was given up over a backlog) with the stream's name.
+func giveSubjectsBack(ctx context.Context, js jetstream.JetStream, keep jetstream.StreamConfig, cause error) error {
+	sctx, cancel := settling(ctx)
+	defer cancel()
+	if _, err := js.UpdateStream(sctx, keep); err != nil {
+		return fmt.Errorf("stream %s: give its subjects back: %w", keep.Name, errors.Join(err, cause))
+	}
+	if cause != nil {
+		return fmt.Errorf("stream %s: %w", keep.Name, cause)
+	}
+	return nil
+}
+
+// recreateStream deletes the drained stream and creates it with cfg, even
+// when ctx is cancelled: a cancel between the two left no stream at all.
+func recreateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	sctx, cancel := settling(ctx)
+	defer cancel()
+	if err := js.DeleteStream(sctx, cfg.Name); err != nil {
+		return fmt.Errorf("recreate stream %s: %w", cfg.Name, err)
+	}
+	return createStream(sctx, js, cfg)
 }
 
 // keepRetention is cfg with the retention and the limits that go with it

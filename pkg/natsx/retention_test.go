@@ -254,16 +254,13 @@ func storedMsgs(t *testing.T, js jetstream.JetStream) uint64 {
 	return info.State.Msgs
 }
 
-// TestRetentionMigrationGivesUpOnALateBacklog: the owners still hold a
-// message (delivered, never acknowledged: a handler stuck on it) when the
-// stream has stopped taking publishes to change its retention. The change
-// is given up within moments: the stream takes its subjects back, keeps its
-// old retention and every message, and the deferral is counted for the
-// alert (GpubillStreamRetentionDeferred). Not parallel: the counter is the
-// process's.
-func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
+// oldUsageWithAStuckMessage makes USAGE as an older gpubill did (limits
+// retention) with 3 messages, one of them delivered to pricing-rating and
+// never acknowledged (a handler stuck on it): a retention change waits
+// for it until it gives up.
+func oldUsageWithAStuckMessage(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
 	ctx := context.Background()
-	js := testkit.NewJetStream(t).JS
 	oldUsage(t, js)
 	for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1", "usage.recorded.p-2"} {
 		if _, err := js.Publish(ctx, s, []byte("x"), jetstream.WithMsgID(s)); err != nil {
@@ -279,6 +276,19 @@ func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
 	if _, err := stuck.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil { // delivered, never acked
 		t.Fatal(err)
 	}
+}
+
+// TestRetentionMigrationGivesUpOnALateBacklog: the owners still hold a
+// message (delivered, never acknowledged: a handler stuck on it) when the
+// stream has stopped taking publishes to change its retention. The change
+// is given up within moments: the stream takes its subjects back, keeps its
+// old retention and every message, and the deferral is counted for the
+// alert (GpubillStreamRetentionDeferred). Not parallel: the counter is the
+// process's.
+func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	oldUsageWithAStuckMessage(t, js)
 	deferredBefore := deferredCount(t)
 
 	start := time.Now()
@@ -305,6 +315,42 @@ func TestRetentionMigrationGivesUpOnALateBacklog(t *testing.T) {
 	}
 	if took > 10*time.Second {
 		t.Errorf("the start took %s over a backlog; want a bounded wait", took)
+	}
+	checkTakesPublishes(t, js)
+}
+
+// TestRetentionMigrationCancelledMidwayGivesTheSubjectsBack: the start is
+// cancelled (SIGTERM, a deploy's timeout) while the retention change waits
+// for the owners to drain USAGE, its subjects moved to its placeholder.
+// The start fails with the cancellation, and USAGE has its own subjects
+// back, its old retention and every message, and takes publishes. Before,
+// giving the subjects back ran on the cancelled context and failed at
+// once: USAGE refused every outbox publish until a later start.
+func TestRetentionMigrationCancelledMidwayGivesTheSubjectsBack(t *testing.T) {
+	t.Parallel()
+	js := testkit.NewJetStream(t).JS
+	oldUsageWithAStuckMessage(t, js)
+
+	// Well inside the drain wait (2s), well past moving the subjects.
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start cancelled during the drain wait returned %v; want the cancellation", err)
+	}
+	ret, subjects, err := retention(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := natsx.StreamConfig(natsx.StreamUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret != jetstream.LimitsPolicy || fmt.Sprint(subjects) != fmt.Sprint(want.Subjects) {
+		t.Errorf("after the cancelled start: retention %s, subjects %v; want limits kept and subjects %v", ret, subjects, want.Subjects)
+	}
+	if n := storedMsgs(t, js); n != 3 {
+		t.Errorf("stream holds %d messages; want all 3 kept", n)
 	}
 	checkTakesPublishes(t, js)
 }
