@@ -97,9 +97,14 @@ func bankFileMetrics() []obs.SQLMetric {
 		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from payout.bank_batches where delivered_at is null`,
 	}, {
 		Name: "gpubill_bank_transfers_unsettled_age_seconds", Type: obs.Gauge,
-		Help: "Age of the oldest bank transfer sent to the bank (batched or accepted) whose booking or rejection has not been imported " +
-			"(0: none): the bank's files are not reaching the inbox, or one blocks it.",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.bank_transfers where state in ('batched', 'accepted')`,
+		// From the batch's execution date when later: holidays push it
+		// out (a cut on 30 September executes on 8 October), and the bank
+		// books nothing before it.
+		Help: "Age of the oldest bank transfer sent to the bank (batched or accepted) whose booking or rejection has not been imported, " +
+			"counted from its last change or its batch's execution date (midnight UTC), whichever is later (0: none): the bank's files " +
+			"are not reaching the inbox, or one blocks it.",
+		Query: `select greatest(coalesce(extract(epoch from now() - min(greatest(t.updated_at, b.execution_date::timestamp at time zone 'UTC'))), 0), 0)::float8
+			from payout.bank_transfers t left join payout.bank_batches b on b.batch_id = t.batch_id where t.state in ('batched', 'accepted')`,
 	}, {
 		// A restore or a recovery holds the rail; its loop says so once
 		// in the log, and bank payouts wait until finance releases it.

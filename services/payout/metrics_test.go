@@ -87,6 +87,42 @@ func TestBankRailAges(t *testing.T) {
 	}
 }
 
+// A batch asks the bank for its execution date, which holidays push out
+// (a cut on 30 September executes on 8 October): its results are awaited
+// from that date, not from the day it was sent, or the ticket opened in
+// the middle of the holiday for a bank that had done nothing wrong.
+func TestBankResultsAwaitedFromTheExecutionDate(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const name = "gpubill_bank_transfers_unsettled_age_seconds"
+	for _, q := range []string{
+		`insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
+			values ('pb-h', now() - interval '6 days', current_date + 2, 1, 64, 'x', 'h', now() - interval '6 days'),
+			('pb-o', now() - interval '9 days', current_date - 7, 1, 64, 'x', 'h', now() - interval '9 days')`,
+		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
+			creditor_agent, state, batch_id, queued_at, updated_at) values
+			('po-h', 'po-h', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'accepted', 'pb-h', now() - interval '6 days', now() - interval '6 days')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Errorf("%s of a transfer accepted 6 days ago, executing in 2 days: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name,
+		creditor_account, creditor_agent, state, batch_id, queued_at, updated_at) values
+		('po-o', 'po-o', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'accepted', 'pb-o', now() - interval '9 days', now() - interval '8 days')`); err != nil {
+		t.Fatal(err)
+	}
+	// Executed 7 days ago (midnight UTC), accepted 8 days ago: 7 days and
+	// the part of today gone.
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 7*86400 || v > 8*86400 {
+		t.Errorf("%s of a transfer executed 7 days ago: %v, want 7 to 8 days", name, v)
+	}
+}
+
 // The entries not applied are served from 0 for each outcome: absent
 // before the first one, the first one (a booked reversal of a paid
 // payout) raised no alert (GpubillBankFileEntriesNotApplied compares with
