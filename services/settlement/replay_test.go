@@ -10,14 +10,15 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
+	"github.com/gpubill/gpubill/services/settlement/internal/ports"
 )
 
 // Recorded histories (testdata/*.json, from TestCloseSurvivesWorkerRestart,
@@ -46,26 +47,32 @@ import (
 // code before the rerun signal, 03f9474~1) and cycle_rerun_*_history.json
 // (the same cycles on the code of the rerun change) are written by
 // TestRecordCycleHistories; TestRerunHistoriesExerciseTheChange says what
-// each holds.
+// each holds. invoices_monthly_history.json and
+// reconciliation_daily_history.json are written by
+// TestRecordScheduledHistories. Every workflow Register registers is
+// registered on the replayer (replayRegistry).
 func TestReplayRecordedHistories(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("testdata/*_history.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no recorded histories in testdata (%v)", err)
 	}
-	rem := app.Remittances{Periods: taxperiod.Default()}
 	for _, f := range files {
 		r := worker.NewWorkflowReplayer()
-		r.RegisterWorkflowWithOptions(app.CycleWorkflow, workflow.RegisterOptions{Name: app.CycleWorkflowName})
-		r.RegisterWorkflowWithOptions(app.ProviderWorkflow, workflow.RegisterOptions{Name: app.ProviderWorkflowName})
-		r.RegisterWorkflowWithOptions(app.CycleOpenerWorkflow, workflow.RegisterOptions{Name: app.CycleOpenerWorkflowName})
-		r.RegisterWorkflowWithOptions(rem.MonthlyWorkflow, workflow.RegisterOptions{Name: app.RemittanceMonthlyWorkflowName})
-		r.RegisterWorkflowWithOptions(rem.RemitWorkflow, workflow.RegisterOptions{Name: app.RemittanceWorkflowName})
+		Register(replayRegistry{r}, &ports.Activities{}, taxperiod.Default())
 		if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 			t.Errorf("replay %s: %v", f, err)
 		}
 	}
 }
+
+// replayRegistry registers on a replayer what Register registers on a
+// worker: every settlement workflow, so a recorded history of any of them
+// replays (a workflow added to Register and not here replayed nothing).
+// Activities are not run on replay.
+type replayRegistry struct{ worker.WorkflowReplayer }
+
+func (replayRegistry) RegisterActivityWithOptions(any, activity.RegisterOptions) {}
 
 // recordOpenerHistory writes a completed run of the cycle opener (started
 // by its schedule) to testdata (GPUBILL_RECORD_HISTORY=1).

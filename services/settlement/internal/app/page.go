@@ -193,9 +193,18 @@ func (p *Page) EndPoll() (heartbeat bool) {
 	case p.now.Sub(p.lastDone) >= pageQuiet:
 		p.wait = min(2*p.wait, max(pagePollMax, p.timing.Poll))
 	}
-	if p.now.Sub(p.beat) >= pageHeartbeatStep {
-		p.beat = p.now
-		return true
+	return p.HeartbeatDue()
+}
+
+// HeartbeatDue tells whether pageHeartbeatStep has passed since the last
+// heartbeat and, if so, takes one as given now. EndPoll asks it after a
+// poll, and the poll between its asks to the runner: asking about a whole
+// window of failed providers may take longer than the step.
+func (p *Page) HeartbeatDue() bool {
+	now := p.clock.Now()
+	if now.Sub(p.beat) < pageHeartbeatStep {
+		return false
 	}
-	return false
+	p.beat = now
+	return true
 }

@@ -1,7 +1,10 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -140,5 +143,58 @@ func TestPagePollBacksOff(t *testing.T) {
 	p.EndPoll()
 	if p.Wait() != poll {
 		t.Errorf("after a provider finished the poll waits %v, want %v", p.Wait(), poll)
+	}
+}
+
+// noRows is a settlement table with no provider held or settled; each read
+// moves the clock by a second, the real time a poll's wait stands for.
+type noRows struct{ clock *clock.Manual }
+
+func (n noRows) ProviderStates(context.Context, string, []string) (map[string]string, error) {
+	n.clock.Advance(time.Second)
+	return map[string]string{}, nil
+}
+
+// failingRunner starts every provider; asked about one, it takes perAsk
+// of the clock (Temporal's describe, result, list, previous result) and
+// says it failed.
+type failingRunner struct {
+	clock  *clock.Manual
+	perAsk time.Duration
+}
+
+func (failingRunner) StartProvider(context.Context, ProviderInput) error { return nil }
+
+func (r failingRunner) ProviderOutcome(_ context.Context, in ProviderInput) (bool, ProviderResult, error) {
+	r.clock.Advance(r.perAsk)
+	return false, ProviderResult{}, fmt.Errorf("%w: %s refused", ErrProviderFailed, in.ProviderID)
+}
+
+// A page whose providers all fail at once asks about all of them in one
+// poll: 500 asks of 40 ms are 20 s, past the page activity's 15 s
+// HeartbeatTimeout, so the page heartbeats during the asks, not only
+// after them (else Temporal times the attempt out and every retry does
+// the same).
+func TestPageHeartbeatsWhileAskingAboutFailures(t *testing.T) {
+	c := clock.NewManual(t0)
+	providers := make([]string, 500)
+	for i := range providers {
+		providers[i] = fmt.Sprintf("p%03d", i)
+	}
+	s := &PageSettler{States: noRows{c}, Runner: failingRunner{clock: c, perAsk: 40 * time.Millisecond},
+		Timing: PageTiming{Poll: time.Millisecond, Ask: time.Second}, Clock: c,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	beats := []time.Time{t0}
+	heartbeat := func(SettleProvidersResult) { beats = append(beats, c.Now()) }
+	in := SettleProvidersInput{CycleID: "2026-11", Providers: providers, Window: 500}
+	res, err := s.Settle(context.Background(), in, heartbeat)
+	if err != nil || res != (SettleProvidersResult{Failed: 500}) {
+		t.Fatalf("Settle = %+v, %v; want 500 failed", res, err)
+	}
+	beats = append(beats, c.Now())
+	for i := 1; i < len(beats); i++ {
+		if gap := beats[i].Sub(beats[i-1]); gap > 10*time.Second {
+			t.Errorf("no heartbeat for %v (from %v to %v, of %v)", gap, beats[i-1].Sub(t0), beats[i].Sub(t0), beats[len(beats)-1].Sub(t0))
+		}
 	}
 }

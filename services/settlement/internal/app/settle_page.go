@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -13,6 +14,12 @@ import (
 
 // pageStartsMax bounds the start calls a page makes at once.
 const pageStartsMax = 32
+
+// pageAsksMax is how many providers a poll asks the runner about at once:
+// a few Temporal calls each (ports.WorkflowRunner.ProviderOutcome), so a
+// window of failed providers is asked about in a fraction of the time
+// asking one at a time takes, without flooding the server.
+const pageAsksMax = 16
 
 // ProviderRunner runs providers' settlements: StartProvider starts one (or
 // joins the one in flight); ProviderOutcome tells whether it still runs and,
@@ -78,7 +85,7 @@ func (s *PageSettler) Settle(ctx context.Context, in SettleProvidersInput, heart
 			return page.Result(), ctx.Err()
 		case <-poll.C:
 		}
-		if err := s.poll(ctx, in.CycleID, page); err != nil {
+		if err := s.poll(ctx, in.CycleID, page, heartbeat); err != nil {
 			return page.Result(), err
 		}
 		beat := page.EndPoll()
@@ -90,22 +97,61 @@ func (s *PageSettler) Settle(ctx context.Context, in SettleProvidersInput, heart
 }
 
 // poll reads the table's states of the providers in flight and asks the
-// runner about those it does not show done for a while.
-func (s *PageSettler) poll(ctx context.Context, cycle string, page *Page) error {
+// runner about those it does not show done for a while, pageAsksMax at a
+// time, heartbeating between them when one is due: a window of providers
+// that failed together is asked about in one poll, which may outlast the
+// page activity's HeartbeatTimeout (15 s); timed out, the attempt's
+// answers would be lost, and its retry would ask them all again.
+func (s *PageSettler) poll(ctx context.Context, cycle string, page *Page, heartbeat func(SettleProvidersResult)) error {
 	states, err := s.States.ProviderStates(ctx, cycle, page.InFlight())
 	if err != nil {
 		return err
 	}
-	for _, id := range page.Observe(states) {
-		running, r, err := s.Runner.ProviderOutcome(ctx, ProviderInput{CycleID: cycle, ProviderID: id})
-		failed := errors.Is(err, ErrProviderFailed)
-		if err != nil && !failed {
+	ask := page.Observe(states)
+	for len(ask) > 0 {
+		batch := ask[:min(pageAsksMax, len(ask))]
+		ask = ask[len(batch):]
+		if err := s.askAll(ctx, cycle, page, batch); err != nil {
 			return err
 		}
-		if failed && !running {
-			s.logFailure(cycle, id, err)
+		if page.HeartbeatDue() {
+			heartbeat(page.Result())
 		}
-		page.Answer(id, running, r, err)
+	}
+	return nil
+}
+
+// outcome is the runner's answer about one provider.
+type outcome struct {
+	running bool
+	res     ProviderResult
+	err     error
+}
+
+// askAll asks the runner about the providers at once and records the
+// answers in the providers' order, so the counts and the log read the
+// same whichever answer came first. A transient error is returned once
+// the answers before it are recorded.
+func (s *PageSettler) askAll(ctx context.Context, cycle string, page *Page, providers []string) error {
+	answers := make([]outcome, len(providers))
+	var wg sync.WaitGroup
+	for i, id := range providers {
+		wg.Go(func() {
+			a := &answers[i]
+			a.running, a.res, a.err = s.Runner.ProviderOutcome(ctx, ProviderInput{CycleID: cycle, ProviderID: id})
+		})
+	}
+	wg.Wait()
+	for i, id := range providers {
+		a := answers[i]
+		failed := errors.Is(a.err, ErrProviderFailed)
+		if a.err != nil && !failed {
+			return a.err
+		}
+		if failed && !a.running {
+			s.logFailure(cycle, id, a.err)
+		}
+		page.Answer(id, a.running, a.res, a.err)
 	}
 	return nil
 }
