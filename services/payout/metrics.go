@@ -60,13 +60,30 @@ func Metrics() []obs.SQLMetric {
 		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
 	}, {
 		// A payout flagged rail_amount_mismatch has its answer (the rail
-		// holds another amount) and its own page: counted here it fired
-		// GpubillPayoutInFlightLong too, telling finance to ask the rail.
+		// holds another amount) and its own alert until finance resolves
+		// it (gpubill_payout_rail_amount_flags_open_age_seconds): counted
+		// here it fired GpubillPayoutInFlightLong too, telling finance to
+		// ask the rail. Resolved, it is its workflow's to record paid: in
+		// flight again, from the resolution (its last change).
 		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
 		Help: "Age of the oldest payout submitted or in transit since its last status change, not counting those flagged " +
-			"rail_amount_mismatch (0: none): a rail that never answers with an outcome.",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts
-			where status in ('submitted', 'in_transit') and failure_code <> 'rail_amount_mismatch'`,
+			"rail_amount_mismatch and not resolved (0: none): a rail that never answers with an outcome.",
+		Query: `select coalesce(extract(epoch from now() - min(p.updated_at)), 0)::float8 from payout.payouts p
+			where p.status in ('submitted', 'in_transit') and (p.failure_code <> 'rail_amount_mismatch' or exists (
+				select 1 from payout.rail_amount_flags f
+				where f.payout_id = p.payout_id and f.attempt = p.attempt and f.resolved_at is not null))`,
+	}, {
+		// GpubillPayoutRailAmountMismatch is a rise over an hour: it
+		// clears an hour after the flag, and a flag finance never
+		// resolves (its payout submitted for ever, its net in
+		// in_transit) had no standing alert. A flag whose payout moved
+		// on (the rail failed the reference, a retry) is closed by that.
+		Name: "gpubill_payout_rail_amount_flags_open_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest rail_amount_mismatch flag finance has not resolved whose payout is still flagged (0: none): " +
+			"compare the rail's bill and POST /v1/payouts/{payout_id}:resolve-amount-mismatch.",
+		Query: `select coalesce(extract(epoch from now() - min(f.flagged_at)), 0)::float8 from payout.rail_amount_flags f
+			join payout.payouts p on p.payout_id = f.payout_id and p.attempt = f.attempt
+			where f.resolved_at is null and p.failure_code = 'rail_amount_mismatch' and p.status in ('submitted', 'in_transit')`,
 	}, {
 		// The starter starts a payout's workflow after writing its row (a
 		// new payout, a retry, a restore): while Temporal refuses, the

@@ -438,3 +438,45 @@ func TestPayoutWorkflowNotStartedAges(t *testing.T) {
 		t.Errorf("%s %v, want ~2 h (po-1; po-2's workflow runs)", name, v)
 	}
 }
+
+// A flag finance has not resolved had no standing signal: flagged payouts
+// are left out of the in-flight age, and GpubillPayoutRailAmountMismatch
+// is a rise over an hour, cleared an hour after the flag. The oldest open
+// flag's age is on /metrics (GpubillPayoutRailAmountMismatchOpen); a
+// resolved flag, or one whose payout moved on (the rail failed the
+// reference, a retry), does not count.
+func TestPayoutRailAmountFlagOpenAges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	const name = "gpubill_payout_rail_amount_flags_open_age_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s with no flags: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'submitted', 'rail_amount_mismatch', 1, true, now() - interval '3 days', now() - interval '2 days'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'failed', 'account_frozen', 1, true, now() - interval '9 days', now() - interval '8 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.rail_amount_flags (payout_id, attempt, rail, rail_amount, rail_currency, flagged_at) values
+		('po-1', 1, 'alipay', 80, 'CNY', now() - interval '2 days'),
+		('po-2', 1, 'alipay', 80, 'CNY', now() - interval '8 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*86400 || v > 2*86400+60 {
+		t.Errorf("%s: %v, want ~2 days (po-1; po-2 failed since)", name, v)
+	}
+	if _, err := pool.Exec(ctx, `update payout.rail_amount_flags set resolved_by = 'fin-1', resolution_reason = 'bill line 7',
+		resolved_at = now() where payout_id = 'po-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Errorf("%s with po-1 resolved: %v, want 0", name, v)
+	}
+	// Resolved, po-1 is its workflow's to record paid: in flight again,
+	// GpubillPayoutInFlightLong's should it stay submitted.
+	if v := testkit.SQLMetric(t, pool, Metrics(), "gpubill_payout_in_flight_age_seconds"); v < 2*86400 || v > 2*86400+60 {
+		t.Errorf("in-flight age with po-1 resolved and still submitted: %v, want ~2 days", v)
+	}
+}

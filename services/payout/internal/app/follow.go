@@ -219,6 +219,10 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 		return "in transit"
 	case domain.StatusPaid:
 		p.PaidAt = &now
+		if p.FailureCode == domain.FailRailAmountMismatch { // taken only resolved (resolvedAt)
+			p.FailureCode, p.FailureMessage = "", ""
+			return "paid: the rail's amount taken as finance resolved its " + domain.FailRailAmountMismatch
+		}
 		return "paid"
 	case domain.StatusFailed, domain.StatusReturned:
 		p.FailureCode, p.FailureMessage, p.Submitting = rs.FailureCode, rs.Message, false

@@ -22,12 +22,19 @@ type RailAmountResolution struct {
 	By         string
 }
 
-// ResolveRailAmountMismatch records a flagged payout paid at its net
-// (finance): the ledger's paid posting (in_transit to bank:client, as the
-// rail's paid does), the status paid with a history note naming the
-// reason, both amounts and the difference, which nothing posts (no account
-// of the chart holds it: finance books it by hand). Without it the payout
-// stayed submitted for ever, its workflow polling the rail. The same
+// ResolveRailAmountMismatch records finance's resolution of a payout
+// flagged rail_amount_mismatch, in one transaction under the payout's lock:
+// the flag resolved (who, why, when) and a history note naming the reason,
+// both amounts and the difference, which nothing posts (no account of the
+// chart holds it: finance books it by hand). It posts nothing: the payout's
+// workflow, woken by the caller, takes the rail's amount as resolved on its
+// next poll and records the payout paid, posting the paid movement
+// (in_transit to bank:client) itself, as the only poster of a payout's
+// movements. Resolve posting it after an unlocked read paid the net out of
+// in_transit twice when the workflow had meanwhile seen the rail fail the
+// reference (its -failed posting put the net back in available). The
+// payout answered is as the transaction left it (still submitted or in
+// transit, flagged, unless its workflow moved it since). The same
 // resolution again answers the payout as it is; another one, a rail amount
 // not the flag's, or a payout not flagged, is a conflict.
 func (a *Payouts) ResolveRailAmountMismatch(ctx context.Context, r RailAmountResolution) (domain.Payout, error) {
@@ -35,53 +42,33 @@ func (a *Payouts) ResolveRailAmountMismatch(ctx context.Context, r RailAmountRes
 	if r.Reason == "" {
 		return domain.Payout{}, apperr.Invalid("reason", "required: what finance compared (the rail's bill, its line)")
 	}
-	p, err := a.Store.GetPayout(ctx, r.PayoutID)
-	if err != nil {
-		return domain.Payout{}, err
+	if err := a.Store.Update(ctx, func(tx Tx) error { return a.resolveFlag(ctx, tx, r) }); err != nil {
+		return domain.Payout{}, fmt.Errorf("resolve payout %s rail_amount_mismatch: %w", r.PayoutID, err)
 	}
-	f, err := a.Store.RailAmountFlag(ctx, p.ID, p.Attempt)
-	if err != nil {
-		return domain.Payout{}, notFlagged(p, err)
-	}
-	if err := checkResolution(p, f, r); err != nil || f.Resolved() {
-		return p, err
-	}
-	// The ledger first, under the key the rail's paid takes (idempotent):
-	// a resolution whose status change fails is sent again and posts
-	// nothing twice.
-	if err := a.post(ctx, p, domain.StatusPaid); err != nil {
-		return domain.Payout{}, fmt.Errorf("resolve payout %s rail_amount_mismatch: %w", p.ID, err)
-	}
-	if err := a.Store.Update(ctx, func(tx Tx) error { return a.resolvePaid(ctx, tx, p, r) }); err != nil {
-		return domain.Payout{}, err
-	}
-	return a.Store.GetPayout(ctx, p.ID)
+	return a.Store.GetPayout(ctx, r.PayoutID)
 }
 
-// resolvePaid moves the flagged payout p to paid in tx, once.
-func (a *Payouts) resolvePaid(ctx context.Context, tx Tx, p domain.Payout, r RailAmountResolution) error {
-	cur, err := tx.Lock(ctx, p.ID)
+// resolveFlag resolves the open flag of the payout r names in tx, once,
+// the payout locked: its workflow moves it in no transaction between the
+// check and the resolution.
+func (a *Payouts) resolveFlag(ctx context.Context, tx Tx, r RailAmountResolution) error {
+	p, err := tx.Lock(ctx, r.PayoutID)
 	if err != nil {
 		return err
-	}
-	if cur.Attempt != p.Attempt {
-		return fmt.Errorf("payout %s was retried meanwhile (attempt %d): %w", p.ID, cur.Attempt, apperr.ErrConflict)
 	}
 	f, err := tx.LockRailAmountFlag(ctx, p.ID, p.Attempt)
 	if err != nil {
-		return notFlagged(cur, err)
+		return notFlagged(p, err)
 	}
-	if err := checkResolution(cur, f, r); err != nil || f.Resolved() {
-		return err // resolved meanwhile by the same call sent twice: answered as it is
+	if err := checkResolution(p, f, r); err != nil || f.Resolved() {
+		return err // resolved already by the same call: answered as it is
 	}
 	now := a.Clock.Now()
-	note := domain.RailAmountResolvedNote(f, cur, r.By, r.Reason)
-	cur.PaidAt, cur.FailureCode, cur.FailureMessage = &now, "", ""
-	if err := tx.Move(ctx, &cur, domain.StatusPaid, note, now); err != nil {
+	f.ResolvedBy, f.Reason, f.ResolvedAt = r.By, r.Reason, &now
+	if err := tx.ResolveRailAmountFlag(ctx, f); err != nil {
 		return err
 	}
-	f.ResolvedBy, f.Reason, f.ResolvedAt = r.By, r.Reason, &now
-	return tx.ResolveRailAmountFlag(ctx, f)
+	return tx.SetFailure(ctx, &p, domain.RailAmountResolvedNote(f, p, r.By, r.Reason), now)
 }
 
 // checkResolution refuses r on p flagged f: a rail amount not the one the

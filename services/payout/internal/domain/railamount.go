@@ -9,8 +9,9 @@ import (
 
 // RailAmountFlag is what the rail held under a payout attempt's reference
 // when the payout was flagged FailRailAmountMismatch, and finance's
-// resolution of it: the payout recorded paid at its net, the difference
-// left for finance to book by hand (no account of the chart holds it).
+// resolution of it: the payout to be recorded paid at its net by its
+// workflow, the difference left for finance to book by hand (no account of
+// the chart holds it).
 type RailAmountFlag struct {
 	PayoutID     string
 	Attempt      int
@@ -46,7 +47,7 @@ func RailAmountDifference(f RailAmountFlag, p Payout) string {
 // RailAmountResolvedNote is the history note of a payout finance resolved
 // paid: who, why, both amounts and the difference nobody posted.
 func RailAmountResolvedNote(f RailAmountFlag, p Payout, by, reason string) string {
-	return fmt.Sprintf("%s resolved by %s: %s; recorded paid at its net %s %s, %s paid %s %s under %s; %s not posted: book it by hand",
+	return fmt.Sprintf("%s resolved by %s: %s; to be recorded paid by its workflow at its net %s %s, %s paid %s %s under %s; %s not posted: book it by hand",
 		FailRailAmountMismatch, by, reason, inCurrency(p.Net, p.Currency), p.Currency, f.Rail,
 		inCurrency(f.RailAmount, f.RailCurrency), f.RailCurrency, p.RailRef, RailAmountDifference(f, p))
 }

@@ -329,9 +329,13 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
 }
 
-// ResolvePayoutAmountMismatch implements PayoutService (finance): a payout
-// flagged rail_amount_mismatch is recorded paid at its net; its workflow,
-// woken, sees it paid and ends after the return window.
+// ResolvePayoutAmountMismatch implements PayoutService (finance): the
+// resolution of a payout flagged rail_amount_mismatch is recorded, nothing
+// posted; its workflow, woken, takes the rail's amount as resolved and
+// records the payout paid (the paid posting its own), then ends after the
+// return window. The answer is the payout as the resolution left it
+// (usually still submitted): not woken (Temporal unreachable), the
+// workflow's next rail poll records it paid.
 func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.ResolvePayoutAmountMismatchRequest) (*payoutv1.ResolvePayoutAmountMismatchResponse, error) {
 	if strings.TrimSpace(req.RailAmount) == "" {
 		return nil, apperr.Invalid("rail_amount", "required: the amount the rail's bill shows under the payout's reference")

@@ -75,13 +75,22 @@ type PayoutServiceClient interface {
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made
 	// again after a restore or a recovery at another net). Once finance has
-	// compared the rail's bill, the payout is recorded paid at its net (its
-	// net leaves provider:{id}:in_transit as a paid payout's does), its
-	// history names the reason, both amounts and the difference, which is
-	// not posted (finance books it by hand), and its workflow ends.
+	// compared the rail's bill, the resolution is recorded (who, why, when)
+	// and the payout's history names the reason, both amounts and the
+	// difference, which is not posted (finance books it by hand). This call
+	// posts nothing: it answers the payout as it then is, usually still
+	// submitted (or in_transit) with failure_code rail_amount_mismatch, its
+	// last history entry the resolution. Its workflow, woken, takes the
+	// rail's amount as resolved and records it paid at its net, posting the
+	// paid movement (its net leaves provider:{id}:in_transit as a paid
+	// payout's does) and clearing the failure, usually within seconds (at
+	// the latest on its next rail poll): read the payout again to see it
+	// paid. Should the rail fail the reference meanwhile, the payout fails
+	// as any other (its net back in available), resolved or not.
 	// rail_amount must be the amount the flag recorded (a 409 naming both
 	// otherwise); a payout not flagged is a 409, an unknown one a 404. The
-	// same resolution again answers the payout; another reason is a 409.
+	// same resolution again answers the payout as it is, posting nothing;
+	// another reason is a 409.
 	ResolvePayoutAmountMismatch(ctx context.Context, in *ResolvePayoutAmountMismatchRequest, opts ...grpc.CallOption) (*ResolvePayoutAmountMismatchResponse, error)
 	// Holds (or, with an empty reason, releases) every payout of a provider
 	// not yet submitted (finance): they wait in action_required.
@@ -419,13 +428,22 @@ type PayoutServiceServer interface {
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made
 	// again after a restore or a recovery at another net). Once finance has
-	// compared the rail's bill, the payout is recorded paid at its net (its
-	// net leaves provider:{id}:in_transit as a paid payout's does), its
-	// history names the reason, both amounts and the difference, which is
-	// not posted (finance books it by hand), and its workflow ends.
+	// compared the rail's bill, the resolution is recorded (who, why, when)
+	// and the payout's history names the reason, both amounts and the
+	// difference, which is not posted (finance books it by hand). This call
+	// posts nothing: it answers the payout as it then is, usually still
+	// submitted (or in_transit) with failure_code rail_amount_mismatch, its
+	// last history entry the resolution. Its workflow, woken, takes the
+	// rail's amount as resolved and records it paid at its net, posting the
+	// paid movement (its net leaves provider:{id}:in_transit as a paid
+	// payout's does) and clearing the failure, usually within seconds (at
+	// the latest on its next rail poll): read the payout again to see it
+	// paid. Should the rail fail the reference meanwhile, the payout fails
+	// as any other (its net back in available), resolved or not.
 	// rail_amount must be the amount the flag recorded (a 409 naming both
 	// otherwise); a payout not flagged is a 409, an unknown one a 404. The
-	// same resolution again answers the payout; another reason is a 409.
+	// same resolution again answers the payout as it is, posting nothing;
+	// another reason is a 409.
 	ResolvePayoutAmountMismatch(context.Context, *ResolvePayoutAmountMismatchRequest) (*ResolvePayoutAmountMismatchResponse, error)
 	// Holds (or, with an empty reason, releases) every payout of a provider
 	// not yet submitted (finance): they wait in action_required.
