@@ -114,6 +114,7 @@ var expectedAccess = func() map[string][]string {
 		po + "GetPayoutMethod":                                        {"finance", "admin", "provider"},
 		po + "CancelPayout":                                           staff,
 		po + "RetryPayout":                                            staff,
+		po + "ResolvePayoutAmountMismatch":                            staff,
 		po + "HoldProviderPayouts":                                    staff,
 		po + "CreateWebhook":                                          {"finance", "admin", "provider"},
 		po + "ListWebhooks":                                           {"finance", "admin", "provider"},

@@ -20,10 +20,12 @@ var railNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
 // renter's verified payment the ledger refused, or that could not be
 // applied, was counted only, and once the rail stopped retrying the renter
 // had paid and was never credited; a refund made at the rail, the first
-// one would not page.
+// one would not page. Forged and stale too (GpubillTopUpNotificationsRefused):
+// after WeChat Pay switched its platform certificate, or with the host's
+// clock off, every genuine payment was refused so, and nothing read them.
 func init() {
 	for _, rail := range []string{"alipay", "wechatpay"} {
-		for _, outcome := range []string{app.NotifyRejected, app.NotifyFailed, app.NotifyRefunded} {
+		for _, outcome := range []string{app.NotifyRejected, app.NotifyFailed, app.NotifyRefunded, app.NotifyForged, app.NotifyStale} {
 			railNotifications.WithLabelValues(rail, app.NotifyKindTopUp, outcome)
 		}
 	}

@@ -29,7 +29,8 @@ func TestTopUpNotificationSeriesExistAtZero(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"alipay rejected", "alipay failed", "alipay refunded", "wechatpay rejected", "wechatpay failed", "wechatpay refunded"} {
+	for _, want := range []string{"alipay rejected", "alipay failed", "alipay refunded", "alipay forged", "alipay stale",
+		"wechatpay rejected", "wechatpay failed", "wechatpay refunded", "wechatpay forged", "wechatpay stale"} {
 		if !found[want] {
 			t.Errorf("no series gpubill_rail_notifications_total{rail, kind=topup, outcome} for %s before any notification", want)
 		}

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/migrations"
@@ -434,6 +436,123 @@ func TestScanInbox(t *testing.T) {
 	for _, p := range []string{"01-status.xml", "02-garbage.xml"} {
 		if _, err := os.Stat(filepath.Join(in, p)); err == nil {
 			t.Errorf("%s left in the inbox", p)
+		}
+	}
+}
+
+// inboxWithReport is a rail with po-a batched and delivered, and the
+// bank's status report accepting it.
+func inboxWithReport(t *testing.T) (*fixture, *fakebank.Bank, []byte) {
+	t.Helper()
+	in := t.TempDir()
+	f := newRail(t, t.TempDir(), in)
+	ctx := context.Background()
+	f.submit(t, "po-a", "CNY", "150.00", bank("6222000011110001"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, in, debtor.Account)
+	files, err := fb.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, fb, fb.StatusReport(files[0])
+}
+
+// A file whose name is not UTF-8 (a GBK name from a Chinese bank's SFTP
+// client) is imported under a readable UTF-8 form of its name. Its name
+// failed the insert (PostgreSQL: invalid byte sequence, 22021), which
+// stopped the pass on every tick at that file: no bank file sorted after
+// it was ever imported.
+func TestScanInboxNameNotUTF8(t *testing.T) {
+	t.Parallel()
+	f, fb, report := inboxWithReport(t)
+	in := f.r.Cfg.InboxDir
+	gbk := "01-\xbb\xd8\xb5\xa5.xml" // 01-回单.xml in GBK
+	if err := os.WriteFile(filepath.Join(in, gbk), report, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Drop("02-status.xml", report); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.ScanInbox(context.Background()); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if st := f.state(t, "po-a"); st.State != app.RailInTransit {
+		t.Errorf("po-a after the inbox: %+v", st)
+	}
+	for _, p := range []string{"processed/" + gbk, "processed/02-status.xml"} {
+		if _, err := os.Stat(filepath.Join(in, p)); err != nil {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+	var name string
+	if err := f.r.Pool.QueryRow(context.Background(), `select name from payout.bank_files`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if want := `01-\xbb\xd8\xb5\xa5.xml`; name != want {
+		t.Errorf("stored name %q, want %q", name, want)
+	}
+}
+
+// A file that fails for its own reason (unreadable: EACCES) is left in
+// place, counted and skipped: the files after it are imported in the same
+// pass. It stopped the pass, on every tick.
+func TestScanInboxSkipsAFileThatFails(t *testing.T) {
+	f, fb, report := inboxWithReport(t)
+	in := f.r.Cfg.InboxDir
+	t.Cleanup(func() { readInboxFile = readLimited })
+	readInboxFile = func(path string) ([]byte, error) {
+		if filepath.Base(path) == "01-locked.xml" {
+			return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EACCES}
+		}
+		return readLimited(path)
+	}
+	if err := fb.Drop("01-locked.xml", report); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Drop("02-status.xml", report); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(inboxFilesFailed)
+	for range 2 {
+		if err := f.r.ScanInbox(context.Background()); err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+	}
+	if st := f.state(t, "po-a"); st.State != app.RailInTransit {
+		t.Errorf("po-a after the inbox: %+v", st)
+	}
+	for _, p := range []string{"01-locked.xml", "processed/02-status.xml"} {
+		if _, err := os.Stat(filepath.Join(in, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if n := testutil.ToFloat64(inboxFilesFailed) - before; n != 2 {
+		t.Errorf("gpubill_bank_inbox_files_failed_total rose by %v over two passes, want 2", n)
+	}
+}
+
+// Only a file's own failures are skipped: the database down (a
+// connection refused) stops the pass, and the file stays for the next.
+func TestInboxFailureIsTheFiles(t *testing.T) {
+	t.Parallel()
+	for i, c := range []struct {
+		err  error
+		file bool
+	}{
+		{fmt.Errorf("%w: %w", errUnreadable, &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), true},
+		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "23514"}), true},
+		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "22021"}), true},
+		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "57P03"}), false},
+		{fmt.Errorf("import: %w", &pgconn.ConnectError{}), false},
+		{fmt.Errorf("import: %w", context.Canceled), false},
+	} {
+		if got := filesOwnFailure(c.err); got != c.file {
+			t.Errorf("case %d: filesOwnFailure = %v, want %v", i, got, c.file)
 		}
 	}
 }

@@ -11,10 +11,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -60,7 +64,7 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 	case ok:
 		return prev, nil
 	}
-	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: name, Source: source, ImportedAt: r.Clock.Now()}
+	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: storedName(name), Source: source, ImportedAt: r.Clock.Now()}
 	acts, err := r.actions(ctx, r.Pool, kind, file, &rep)
 	if err != nil {
 		return rep, err
@@ -719,10 +723,9 @@ func (r *Rail) applyDuplicate(ctx context.Context, tx pgx.Tx, a action, e app.Ba
 	return e, false, nil
 }
 
-// ScanInbox imports the files in the inbox directory, oldest name first:
-// each imported one (a duplicate too) moves to processed/, a malformed one
-// to rejected/ with a .error file saying why; on any other error (the
-// database down) the file stays for the next pass.
+// ScanInbox imports the files in the inbox directory, oldest name first
+// (importInboxFile); a failure that is not the file's own (the database
+// down) stops the pass, every file left for the next one.
 func (r *Rail) ScanInbox(ctx context.Context) error {
 	dir := r.Cfg.InboxDir
 	if dir == "" {
@@ -740,30 +743,99 @@ func (r *Rail) ScanInbox(ctx context.Context) error {
 		if n++; n > inboxFilesMax {
 			break
 		}
-		path := filepath.Join(dir, de.Name())
-		b, err := readLimited(path)
-		if err == nil {
-			_, err = r.Import(ctx, app.SourceInbox, de.Name(), b)
-		}
-		var me *MalformedError
-		switch {
-		case err == nil:
-			if err := moveAside(dir, "processed", de.Name(), nil); err != nil {
-				return err
-			}
-		case errors.As(err, &me) || errors.Is(err, errTooBig):
-			r.Log.Warn("bank inbox file rejected", "file", de.Name(), "err", err)
-			if err := moveAside(dir, "rejected", de.Name(), []byte(err.Error()+"\n")); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("bank inbox %s: %w", de.Name(), err)
+		if err := r.importInboxFile(ctx, dir, de.Name()); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// importInboxFile imports dir/name: imported (a duplicate too), it moves
+// to processed/; malformed, to rejected/ with a .error file saying why.
+// A failure of the file's own (filesOwnFailure: unreadable, or refused by
+// the database for what it holds) is logged and counted, and the file
+// left where it is: the pass goes on to the next file. Returned, it
+// stopped every pass at the same file, the directory read in name order:
+// no bank file sorted after it was ever imported, so rejections put no
+// money back and bookings never reached paid. Left, not rejected: a
+// failure that is no one file's (a schema not migrated) would have
+// rejected every file; once its cause is fixed the next pass imports it.
+func (r *Rail) importInboxFile(ctx context.Context, dir, name string) error {
+	b, err := readInboxFile(filepath.Join(dir, name))
+	switch {
+	case err == nil:
+		_, err = r.Import(ctx, app.SourceInbox, name, b)
+	case !errors.Is(err, errTooBig):
+		err = fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	var me *MalformedError
+	switch {
+	case err == nil:
+		return moveAside(dir, "processed", name, nil)
+	case errors.As(err, &me) || errors.Is(err, errTooBig):
+		r.Log.Warn("bank inbox file rejected", "file", storedName(name), "err", err)
+		return moveAside(dir, "rejected", name, []byte(err.Error()+"\n"))
+	case filesOwnFailure(err):
+		inboxFilesFailed.Inc()
+		r.Log.Warn("bank inbox file not imported: left in the inbox, the next files read", "file", storedName(name), "err", err)
+		return nil
+	}
+	return fmt.Errorf("bank inbox %s: %w", storedName(name), err)
+}
+
+// errUnreadable marks an inbox file that could not be read (EACCES: the
+// inbox itself was listed).
+var errUnreadable = errors.New("unreadable")
+
+// filesOwnFailure reports whether err, met importing one inbox file, is
+// that file's own: unreadable, or anything but the database or the
+// network refusing the work (apperr.Transient) and the rail stopping (ctx
+// ended). Those stop the pass: every other file would meet them too.
+// Unreadable first: apperr.Transient takes any errno (EACCES too) for an
+// outage.
+func filesOwnFailure(err error) bool {
+	if errors.Is(err, errUnreadable) {
+		return true
+	}
+	return !apperr.Transient(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// storedName is the name a bank file is recorded under (bank_files.name,
+// text): its own when it is UTF-8 without NUL, else its bytes escaped,
+// every one outside printable ASCII (and the backslash) as \xNN:
+// 01-\xbb\xd8\xb5\xa5.xml for GBK 01-回单.xml, what printf(1) turns back
+// into the name of the file in processed/. PostgreSQL refuses the bytes
+// themselves (22021): a GBK name from a Chinese bank's SFTP client failed
+// every import of its file. Every byte, not strconv.Quote's runes: GBK
+// bytes that happen to be UTF-8 came out as an Arabic letter.
+func storedName(name string) string {
+	if utf8.ValidString(name) && !strings.ContainsRune(name, 0) {
+		return name
+	}
+	var b strings.Builder
+	for i := range len(name) {
+		if c := name[i]; c >= 0x20 && c < 0x7f && c != '\\' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, `\x%02x`, c)
+		}
+	}
+	return b.String()
+}
+
 var errTooBig = errors.New("bank file over the size limit")
+
+// readInboxFile reads an inbox file (tests make one fail).
+var readInboxFile = readLimited
+
+// inboxFilesFailed counts the inbox files left in place by a failure of
+// their own, each attempt (every tick while it lasts). A counter without
+// labels exists at 0 from the start.
+var inboxFilesFailed = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "gpubill_bank_inbox_files_failed_total",
+	Help: "Bank inbox files not imported for a failure of their own (unreadable, or refused by the database), each attempt: " +
+		"the file stays in the inbox and the files after it are read; the payout log (bank inbox file not imported) says why.",
+})
 
 // inboxFileBytesMax bounds a file read from the inbox (as iso20022 does).
 const inboxFileBytesMax = 64 << 20
