@@ -114,6 +114,11 @@ func (n *Notifications) handle(r *http.Request) (string, []any, error) {
 	form := r.PostForm
 	attrs := []any{"notify_id", form.Get("notify_id"), "out_trade_no", form.Get("out_trade_no"), "trade_no", form.Get("trade_no"),
 		"trade_status", form.Get("trade_status"), "total_amount", form.Get("total_amount"), "refund_fee", form.Get("refund_fee")}
+	if form.Get("sign") == "" && form.Get("sign_type") == "" {
+		// Not Alipay's (a scanner, a probe): forged would page as if
+		// Alipay's key had changed (GpubillTopUpNotificationsRefused).
+		return app.NotifyMalformed, attrs, errors.New("unsigned: no sign or sign_type")
+	}
 	if err := n.C.VerifyNotification(form); err != nil {
 		if errors.Is(err, ap.ErrBadSignature) {
 			return app.NotifyForged, attrs, err

@@ -120,6 +120,10 @@ func TestNotificationAnswers(t *testing.T) {
 		{"refund not an amount", resigned(refund(ap.TradeSuccess, "1e1", "refund4")), ap.AnswerFail, "malformed"},
 		{"resent by Alipay", paid.Form, ap.AnswerSuccess, "duplicate"},
 		{"its notify_id with other content", changed, ap.AnswerFail, "replay"},
+		// A scanner's POST carries no signature at all: malformed, not
+		// forged (forged pages, GpubillTopUpNotificationsRefused).
+		{"unsigned", url.Values{"hello": {"world"}}, ap.AnswerFail, "malformed"},
+		{"signed badly", func() url.Values { v := resigned(func(v url.Values) { v.Set("notify_id", "bad") }); v.Set("sign", "AAAA"); return v }(), ap.AnswerFail, "forged"},
 	} {
 		if got := g.Send(srv.URL, tc.give); got.Answer != tc.want || last != tc.outcome {
 			t.Errorf("%s: answered %q (%s), want %q (%s)", tc.name, got.Answer, last, tc.want, tc.outcome)
@@ -140,7 +144,9 @@ func TestNotificationAnswers(t *testing.T) {
 	if fin, err := g.Notify(outTradeNo, ap.TradeFinished); err != nil || fin.Answer != ap.AnswerSuccess {
 		t.Errorf("TRADE_FINISHED: %v %q", err, fin.Answer)
 	}
-	want := map[string]int{"accepted": 1, "duplicate": 3, "stale": 1, "rejected": 1, "malformed": 4, "forged": 1, "ignored": 1, "refunded": 2, "replay": 1} // the JSON body carries no RSA2 signature: forged
+	// The JSON body and the scanner's form carry no signature: malformed;
+	// only the form signed badly is forged.
+	want := map[string]int{"accepted": 1, "duplicate": 3, "stale": 1, "rejected": 1, "malformed": 6, "forged": 1, "ignored": 1, "refunded": 2, "replay": 1}
 	for o, w := range want {
 		if counted[o] != w {
 			t.Errorf("outcome %s counted %d, want %d (all: %v)", o, counted[o], w, counted)

@@ -135,6 +135,11 @@ func (n *Notifications) handle(r *http.Request) (kind, outcome string, attrs []a
 	}
 	key := r.Header.Get(wp.HeaderNonce)
 	attrs = []any{"notification_id", peek.ID, "event_type", peek.EventType, "nonce", key}
+	if r.Header.Get(wp.HeaderSignature) == "" && r.Header.Get(wp.HeaderSerial) == "" {
+		// Not WeChat Pay's (a scanner, a probe): forged would page as if
+		// its platform key had changed (GpubillTopUpNotificationsRefused).
+		return kind, app.NotifyMalformed, attrs, errors.New("unsigned: no " + wp.HeaderSignature + " or " + wp.HeaderSerial)
+	}
 	env, pt, err := n.C.OpenNotification(r.Header, body)
 	switch {
 	case errors.Is(err, wp.ErrBadSignature):
