@@ -77,13 +77,25 @@ func pathTo(from, railState string) []string {
 // (holdAmountMismatch).
 func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
 	path := pathTo(p.Status, rs.State)
-	if railAmountMismatch(p, rs) && !movesNoMoney(path) {
+	switch {
+	case movesNoMoney(path):
+	case railAmountMismatch(p, rs):
 		resolved, err := a.resolvedAt(ctx, p, rs)
 		if err != nil {
 			return "", err
 		}
 		if !resolved {
 			return a.holdAmountMismatch(ctx, p, rs)
+		}
+	case p.FailureCode == domain.FailRailAmountMismatch && len(path) > 0:
+		// Flagged, and the rail now answers without an amount: taken only
+		// once finance resolved the flag (enter clears it as resolved).
+		f, err := a.Store.RailAmountFlag(ctx, p.ID, p.Attempt)
+		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
+			return "", fmt.Errorf("payout %s: %w", p.ID, err)
+		}
+		if err != nil || !f.Resolved() {
+			return p.Status, nil
 		}
 	}
 	for _, to := range path {

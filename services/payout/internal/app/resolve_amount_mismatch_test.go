@@ -116,3 +116,27 @@ func TestResolvingAFlaggedPayoutPostsNothing(t *testing.T) {
 		}
 	})
 }
+
+// A flagged payout whose rail answers paid without an amount is not taken
+// until finance resolves it: advance compared amounts only when the rail
+// gave one, so it posted paid at the net, cleared the flag and noted
+// "taken as finance resolved", and the open-flag gauge (which reads the
+// failure code) lost it.
+func TestAFlaggedPayoutIsNotTakenOnAnAnswerWithoutAmount(t *testing.T) {
+	p, flag := flaggedPayout()
+	st := &resolveStore{failureStore: failureStore{gateStore: gateStore{readStore: readStore{p: p}, flag: flag}}}
+	l := &keysLedger{}
+	rail := &heldRail{st: RailStatus{State: RailPaid}}
+	a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	got, err := a.Follow(context.Background(), "po_1")
+	if err != nil || got != domain.StatusSubmitted || len(l.keys) != 0 || st.p.FailureCode != domain.FailRailAmountMismatch {
+		t.Fatalf("follow, unresolved, the rail answering paid without an amount: %q, %v, transfers %q, failure %q; want submitted, none, still flagged",
+			got, err, l.keys, st.p.FailureCode)
+	}
+	if _, err := a.ResolveRailAmountMismatch(context.Background(), resolution); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Follow(context.Background(), "po_1"); err != nil || got != domain.StatusPaid || len(l.keys) != 1 {
+		t.Fatalf("follow once resolved: %q, %v, transfers %q; want paid, the paid posting", got, err, l.keys)
+	}
+}
