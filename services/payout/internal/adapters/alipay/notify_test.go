@@ -123,7 +123,11 @@ func TestNotificationAnswers(t *testing.T) {
 		// A scanner's POST carries no signature at all: malformed, not
 		// forged (forged pages, GpubillTopUpNotificationsRefused).
 		{"unsigned", url.Values{"hello": {"world"}}, ap.AnswerFail, "malformed"},
-		{"signed badly", func() url.Values { v := resigned(func(v url.Values) { v.Set("notify_id", "bad") }); v.Set("sign", "AAAA"); return v }(), ap.AnswerFail, "forged"},
+		{"signed badly", func() url.Values {
+			v := resigned(func(v url.Values) { v.Set("notify_id", "bad") })
+			v.Set("sign", "AAAA")
+			return v
+		}(), ap.AnswerFail, "forged"},
 	} {
 		if got := g.Send(srv.URL, tc.give); got.Answer != tc.want || last != tc.outcome {
 			t.Errorf("%s: answered %q (%s), want %q (%s)", tc.name, got.Answer, last, tc.want, tc.outcome)
