@@ -138,6 +138,17 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 	if code, _ := call("GET", "/v1/rate-cards/rc-cny-overlap", finance, ""); code != 404 {
 		t.Fatalf("the refused card: GET answered %d, want 404", code)
 	}
+	// Each line of a quote names the card that priced it.
+	_, cnyQuote := call("POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"2.5","start_time":"2026-11-18T14:00:00Z","currency":"CNY"}`)
+	lines, _ := cnyQuote["lines"].([]any)
+	for _, l := range lines {
+		if l.(map[string]any)["rate_card_id"] != "rc-cny-1" {
+			t.Fatalf("quote line %v, want it to name rc-cny-1", l)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("quote %v: no lines", cnyQuote)
+	}
 	// A card sent without rate_card_id is named by its body: the client's
 	// retry answers the card it made. A retry made a second version, and one
 	// delayed past a correction of the same effective_from (a higher seq)
