@@ -172,8 +172,10 @@ var shapes = map[string][]string{
 	},
 	"CreateRateCard": {
 		`{"currency":"USD","effective_from":"2025-05-01T00:00:00Z","gpu_prices":[{"gpu_model":"H100","hourly":"2.49"}]}`,
+		// Bands in two zones that meet: night 23:00–07:00 Asia/Shanghai is
+		// 15:00–23:00 UTC (peak to 18:00 UTC overlapped it: refused).
 		`{"currency":"CNY","effective_from":"2025-05-01T00:00:00Z","gpu_prices":[{"gpu_model":"RTX_4090","hourly":"1.80"}],` +
-			`"time_bands":[{"name":"peak","start":"09:00","end":"18:00","timezone":"UTC","multiplier":"1.25"},{"name":"night","start":"23:00","end":"07:00","timezone":"Asia/Shanghai","multiplier":"0.8"}]}`,
+			`"time_bands":[{"name":"peak","start":"09:00","end":"15:00","timezone":"UTC","multiplier":"1.25"},{"name":"night","start":"23:00","end":"07:00","timezone":"Asia/Shanghai","multiplier":"0.8"}]}`,
 		`{"currency":"ETH","effective_from":"2025-05-01T00:00:00Z","gpu_prices":[{"gpu_model":"H100","hourly":"0.000712345678901234"}],"volume_tiers":[{"up_to_gpu_hours":"","discount":"0.05"}]}`,
 	},
 	"CreateQuote": {

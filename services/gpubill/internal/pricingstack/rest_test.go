@@ -122,6 +122,33 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 			}
 		}
 	}
+	// A card whose bands share an hour is a 400 naming the band that
+	// overlaps and the one it overlaps, and is not stored: it was a 200, and
+	// 06:00–07:00 priced by whichever band was listed first.
+	overlap := strings.Replace(strings.Replace(card, `"rc-cny-1"`, `"rc-cny-overlap"`, 1), `"multiplier":"0.80"}]`,
+		`"multiplier":"0.80"},{"name":"peak","start":"06:00","end":"09:00","timezone":"Asia/Shanghai","multiplier":"1.50"}]`, 1)
+	code, refused := call("POST", "/v1/rate-cards", finance, overlap)
+	said, err := json.Marshal(refused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 400 || !strings.Contains(string(said), `time_bands[1]`) || !strings.Contains(string(said), `overlaps time_bands[0]`) {
+		t.Fatalf("card with overlapping bands: %d %s; want 400 on time_bands[1], naming time_bands[0]", code, said)
+	}
+	if code, _ := call("GET", "/v1/rate-cards/rc-cny-overlap", finance, ""); code != 404 {
+		t.Fatalf("the refused card: GET answered %d, want 404", code)
+	}
+	// Each line of a quote names the card that priced it.
+	_, cnyQuote := call("POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"2.5","start_time":"2026-11-18T14:00:00Z","currency":"CNY"}`)
+	lines, _ := cnyQuote["lines"].([]any)
+	for _, l := range lines {
+		if l.(map[string]any)["rate_card_id"] != "rc-cny-1" {
+			t.Fatalf("quote line %v, want it to name rc-cny-1", l)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("quote %v: no lines", cnyQuote)
+	}
 	// A card sent without rate_card_id is named by its body: the client's
 	// retry answers the card it made. A retry made a second version, and one
 	// delayed past a correction of the same effective_from (a higher seq)

@@ -36,13 +36,14 @@ type QuoteInput struct {
 	ProviderID                 string // optional: its own tax rule set selection applies
 }
 
-// QuoteLine is one priced part of a quote.
+// QuoteLine is one priced part of a quote, by the rate card named.
 type QuoteLine struct {
-	Kind, Band                              string
+	Kind, Band, RateCardID                  string
 	GPUHours, UnitPrice, Multiplier, Amount string
 }
 
 // QuoteResult is the price and its split, formatted in the currency.
+// RateCardID is the card in force at the start; each line names its own.
 type QuoteResult struct {
 	Currency, RateCardID                    string
 	Lines                                   []QuoteLine
@@ -63,8 +64,18 @@ type quoteRequest struct {
 }
 
 // Quote is the earnings calculator: it prices the usage with the same code
-// as real charges (bands, tiers from an empty month, PUE when given) and
-// splits the rounded renter price as settlement would: the commission rate
+// as real charges (bands, tiers from an empty month, PUE when given), each
+// part by the card in force there: the usage is cut at each later card's
+// effective_from (domain.Book.Spans), each part priced by its card, each
+// line naming it. A 48-hour quote priced wholly by the card in force at its
+// start answered 134.40 where its usage was charged 229.60 once a dearer
+// card took over after 14 hours. What still differs from real charges:
+// rating prices each recorded event whole by the card in force at the
+// event's start, so an event crossing an effective_from is charged by the
+// earlier card to its end (the quote cuts it there); real tiers start from
+// the renter's month so far, not empty; and a lease's charges round against
+// its exact total so far, the quote's once on its own.
+// It splits the rounded renter price as settlement would: the commission rate
 // of the tier from the commission configuration settlement applies
 // (a.Commission, GPUBILL_COMMISSION_RATES), the tax by the withholding rule
 // the tax service has in force for the jurisdiction at the end of the
@@ -86,29 +97,28 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	if err != nil {
 		return QuoteResult{}, err
 	}
-	card, ok := book.For(q.cur.Code, q.usage.Start)
+	spans, ok := book.Spans(q.cur.Code, q.usage.Start, q.usage.End)
 	if !ok {
 		return QuoteResult{}, fmt.Errorf("no rate card in %s effective at %s: %w", q.cur.Code, q.usage.Start.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
-	if card.Unreadable != "" {
-		return QuoteResult{}, fmt.Errorf("rate card %s in force at %s cannot be read: %w", card.ID, q.usage.Start.Format(time.RFC3339), apperr.ErrPrecondition)
+	for _, s := range spans {
+		if err := quotable(s, q.usage); err != nil {
+			return QuoteResult{}, err
+		}
 	}
-	if _, ok := card.Price(in.GPUModel, in.Region); !ok {
-		return QuoteResult{}, apperr.Invalid("gpu_model", "rate card %s has no price for %s", card.ID, in.GPUModel)
-	}
-	// As rating does (priceable): a card stored before today's price bounds
-	// may charge an event more than EventAmountMax, and its usage waits. Its
-	// quote's gross (an hourly "1e20": 10^20) went to the tax service, and
-	// the client got tax's 400 on a gross it never sent.
-	if event := min(q.usage.End.Sub(q.usage.Start), quoteEventMax); !card.WithinEventMax(in.GPUModel, in.Region, q.usage.GPUCount, event) {
-		return QuoteResult{}, fmt.Errorf("rate card %s in force at %s may charge this usage (%d × %s for %s) more than %s %s, the most one event "+
-			"is charged: usage it would price waits for a card that replaces it: %w", card.ID, q.usage.Start.Format(time.RFC3339),
-			q.usage.GPUCount, in.GPUModel, event, domain.EventAmountMax, q.cur.Code, apperr.ErrPrecondition)
-	}
-	out := QuoteResult{Currency: q.cur.Code, RateCardID: card.ID}
-	total, err := priceQuote(card, q.usage, &out)
-	if err != nil {
-		return QuoteResult{}, err
+	out := QuoteResult{Currency: q.cur.Code, RateCardID: spans[0].Card.ID}
+	// The month's volume accrues across the cards, as rating's does
+	// whichever card prices each event.
+	used := domain.MonthUsage{}
+	total := decimal.Zero
+	for _, s := range spans {
+		u := q.usage
+		u.Start, u.End = s.Start, s.End
+		ps, err := priceQuote(s.Card, u, used, &out)
+		if err != nil {
+			return QuoteResult{}, err
+		}
+		total = total.Add(ps)
 	}
 	var lt domain.LeaseTotal
 	gross := lt.Add(q.cur, total)
@@ -126,7 +136,28 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	return out, nil
 }
 
-// checkQuote validates a quote request, naming every bad field.
+// quotable checks that the card of a span of the quote prices its usage,
+// as rating checks an event's card (priceable).
+func quotable(s domain.Span, u domain.Usage) error {
+	card, at := s.Card, s.Start.Format(time.RFC3339)
+	if card.Unreadable != "" {
+		return fmt.Errorf("rate card %s in force at %s cannot be read: %w", card.ID, at, apperr.ErrPrecondition)
+	}
+	if _, ok := card.Price(u.Model, u.Region); !ok {
+		return apperr.Invalid("gpu_model", "rate card %s in force at %s has no price for %s", card.ID, at, u.Model)
+	}
+	// As rating does (priceable): a card stored before today's price bounds
+	// may charge an event more than EventAmountMax, and its usage waits. Its
+	// quote's gross (an hourly "1e20": 10^20) went to the tax service, and
+	// the client got tax's 400 on a gross it never sent.
+	if event := min(s.End.Sub(s.Start), quoteEventMax); !card.WithinEventMax(u.Model, u.Region, u.GPUCount, event) {
+		return fmt.Errorf("rate card %s in force at %s may charge this usage (%d × %s for %s) more than %s %s, the most one event "+
+			"is charged: usage it would price waits for a card that replaces it: %w", card.ID, at,
+			u.GPUCount, u.Model, event, domain.EventAmountMax, card.Currency.Code, apperr.ErrPrecondition)
+	}
+	return nil
+}
+
 // quotedModel is name as usage records it: its catalogue id (an alias or
 // another case of it resolved, as metering does for usage); a name the
 // catalogue lacks is left for the card's lookup to refuse. A quote for
@@ -145,6 +176,7 @@ func (a *App) quotedModel(ctx context.Context, name string) (string, error) {
 	return name, nil
 }
 
+// checkQuote validates a quote request, naming every bad field.
 func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest, error) {
 	v := &apperr.Validator{}
 	cur, err := money.Lookup(in.Currency)
@@ -195,10 +227,10 @@ func quoteMicros(hours decimal.Decimal) int64 {
 	return hours.Mul(decimal.NewFromInt(int64(time.Hour / time.Microsecond))).Round(0).IntPart()
 }
 
-// priceQuote rates the usage from an empty month, adds its lines to out and
-// returns the total in price-seconds.
-func priceQuote(card *domain.Card, u domain.Usage, out *QuoteResult) (decimal.Decimal, error) {
-	pieces, err := card.Rate(u, domain.MonthUsage{}, nil)
+// priceQuote rates the usage by card, its tier volume from used (advanced),
+// adds its lines to out and returns its total in price-seconds.
+func priceQuote(card *domain.Card, u domain.Usage, used domain.MonthUsage, out *QuoteResult) (decimal.Decimal, error) {
+	pieces, err := card.Rate(u, used, nil)
 	if err != nil {
 		return decimal.Zero, err
 	}
@@ -207,8 +239,9 @@ func priceQuote(card *domain.Card, u domain.Usage, out *QuoteResult) (decimal.De
 		unit, mult := card.Factors(p, u.Model, u.Region)
 		ps := domain.PriceSeconds(p.GPUMicros, unit, mult)
 		total = total.Add(ps)
-		out.Lines = append(out.Lines, QuoteLine{Kind: p.Kind, Band: card.BandName(p), GPUHours: domain.Str(domain.GPUHours(p.GPUMicros)),
-			UnitPrice: domain.Str(unit), Multiplier: domain.Str(mult), Amount: domain.Str(domain.Amount(ps))})
+		out.Lines = append(out.Lines, QuoteLine{Kind: p.Kind, Band: card.BandName(p), RateCardID: card.ID,
+			GPUHours: domain.Str(domain.GPUHours(p.GPUMicros)), UnitPrice: domain.Str(unit), Multiplier: domain.Str(mult),
+			Amount: domain.Str(domain.Amount(ps))})
 	}
 	return total, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,73 @@ func TestQuoteNamesItsProviderToTheSplit(t *testing.T) {
 	in.ProviderID = "p sel"
 	if _, err := a.Quote(context.Background(), in); !errors.As(err, new(*apperr.InvalidError)) {
 		t.Fatalf("provider id outside the grammar: %v, want invalid", err)
+	}
+}
+
+// twoCardStore is a flatCardStore with a later card in force from its
+// effective_from.
+type twoCardStore struct {
+	*memStore
+	later domain.StoredCard
+}
+
+func (s twoCardStore) CardsSeq(context.Context) (int64, error) { return s.later.Seq, nil }
+func (s twoCardStore) AllCards(context.Context) ([]domain.StoredCard, int64, error) {
+	return []domain.StoredCard{s.card, s.later}, s.later.Seq, nil
+}
+
+// A quote spanning a later card's effective_from is priced in parts, each
+// by the card in force there, each line naming its card: what rating
+// charges the same usage recorded as events that do not cross the change
+// (each event priced by the card at its start). 48 GPU-hours from 10:00
+// UTC on 1 January, rc-1 at 2.80 an hour, rc-2 at 5.60 from 2 January: 14
+// hours at 2.80 and 34 at 5.60, 39.20 + 190.40 = 229.60. It was priced
+// wholly by rc-1: 134.40.
+func TestQuoteSpansACardChange(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	change := from.Add(24 * time.Hour)
+	st := flatCardStore(from)
+	later := domain.StoredCard{ID: "rc-2", Currency: "CNY", EffectiveFrom: change, Seq: 2,
+		Body: domain.CardInput{Currency: "CNY", EffectiveFrom: change, Prices: []domain.PriceInput{{Model: "RTX_4090", Hourly: "5.60"}}}}
+	a := New(twoCardStore{st, later}, seededCatalogue{}, clock.NewManual(from.Add(72*time.Hour)))
+	a.Splits = halfSplit{}
+	start := from.Add(10 * time.Hour)
+	q, err := a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "48", StartTime: &start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range q.Lines {
+		lines = append(lines, l.RateCardID+" "+l.GPUHours+" GPU-h at "+l.UnitPrice+" = "+l.Amount)
+	}
+	wantLines := []string{"rc-1 14 GPU-h at 2.8 = 39.2", "rc-2 34 GPU-h at 5.6 = 190.4"}
+	if q.RenterPrice != "229.60" || q.RateCardID != "rc-1" || !slices.Equal(lines, wantLines) {
+		t.Fatalf("quote %s on %s, lines %q; want 229.60 on rc-1, lines %q", q.RenterPrice, q.RateCardID, lines, wantLines)
+	}
+	parts := decimal.Zero
+	for _, s := range []string{q.Commission, q.TaxWithheld, q.ProviderNet} {
+		parts = parts.Add(decimal.RequireFromString(s))
+	}
+	if want := decimal.RequireFromString("229.60"); !parts.Equal(want) || q.Commission != "114.80" {
+		t.Errorf("commission %s + tax %s + net %s = %s, want 229.60 (half, 114.80, to commission)", q.Commission, q.TaxWithheld, q.ProviderNet, parts)
+	}
+	// Rating charges the same: the usage as three events that do not cross
+	// the change, each priced by the card at its start.
+	ev := func(id string, from, to time.Time) domain.UsageEvent {
+		return domain.UsageEvent{ID: id, LeaseID: "lease-q", ProviderID: "p-000", RenterID: "r-000", GPUModel: "RTX_4090", GPUCount: 1,
+			Start: from, End: to, Currency: "CNY", CycleID: "c-1"}
+	}
+	msg := UsageMessage{ID: "ub-q", Events: []domain.UsageEvent{ev("e1", start, change), ev("e2", change, change.Add(24*time.Hour)),
+		ev("e3", change.Add(24*time.Hour), start.Add(48*time.Hour))}}
+	if err := a.RateMessages(context.Background(), []UsageMessage{msg}); err != nil {
+		t.Fatal(err)
+	}
+	charged := decimal.Zero
+	for _, c := range st.rated {
+		charged = charged.Add(c.Amount)
+	}
+	if len(st.held) != 0 || !charged.Equal(decimal.RequireFromString("229.60")) {
+		t.Errorf("rating charged %s (%d events pending), want 229.60, what the quote answers", charged, len(st.held))
 	}
 }

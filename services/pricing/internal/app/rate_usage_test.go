@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/services/pricing/internal/domain"
 )
@@ -266,6 +268,66 @@ func TestStoredCardWithALocalBandStillRates(t *testing.T) {
 	if want := map[string]string{"night": "2.24", "day": "2.8"}; !maps.Equal(got, want) {
 		t.Fatalf("charged %v, want %v", got, want)
 	}
+}
+
+// A card stored with bands that share an hour (before a new card's were
+// refused) still loads and prices as it did, the first listed band holding
+// the shared hour, in rating and in quotes; a new card with those bands is
+// refused, naming the band that overlaps and the band it overlaps.
+func TestStoredCardWithOverlappingBandsStillRates(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := flatCardStore(from)
+	st.card.Body.Bands = []domain.BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: "Asia/Shanghai", Multiplier: "0.80"},
+		{Name: "peak", Start: "06:00", End: "09:00", TimeZone: "Asia/Shanghai", Multiplier: "1.50"}}
+	a := New(st, seededCatalogue{}, clock.NewManual(from.Add(60*24*time.Hour)))
+	a.Splits = halfSplit{}
+	shared := time.Date(2026, 1, 14, 22, 0, 0, 0, time.UTC) // 06:00 on 15 January in Asia/Shanghai
+	ev := func(id string, start time.Time) domain.UsageEvent {
+		return domain.UsageEvent{ID: id, LeaseID: "lease-" + id, ProviderID: "p-000", RenterID: "r-000", GPUModel: "RTX_4090",
+			GPUCount: 1, Start: start, End: start.Add(time.Hour), Currency: "CNY", CycleID: "c-1"}
+	}
+	msg := UsageMessage{ID: "ub-overlap", Events: []domain.UsageEvent{ev("shared", shared), ev("peak", shared.Add(time.Hour))}}
+	if err := a.RateMessages(context.Background(), []UsageMessage{msg}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range st.rated {
+		for _, id := range c.EventIDs {
+			got[id] = c.Amount.String()
+		}
+	}
+	// 1 GPU-hour at 2.80: ×0.80 at night (listed first), ×1.50 at peak.
+	if want := map[string]string{"shared": "2.24", "peak": "4.2"}; len(st.held) != 0 || !maps.Equal(got, want) {
+		t.Fatalf("charged %v (pending %+v), want %v", got, st.held, want)
+	}
+	q, err := a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "1", StartTime: &shared})
+	if err != nil || q.RenterPrice != "2.24" || len(q.Lines) != 1 || q.Lines[0].Band != "night" {
+		t.Fatalf("quote of the shared hour: %+v, %v; want 2.24 at night", q, err)
+	}
+	in := st.card.Body
+	in.ID, in.EffectiveFrom = "rc-2", from.Add(31*24*time.Hour)
+	ins := &insertStore{memStore: st}
+	a.Store = ins
+	var inv *apperr.InvalidError
+	if _, err := a.CreateRateCard(context.Background(), in); !errors.As(err, &inv) || len(inv.Violations) != 1 ||
+		inv.Violations[0].Field != "time_bands[1]" || !strings.Contains(inv.Violations[0].Reason, "time_bands[0]") || len(ins.inserted) != 0 {
+		t.Fatalf("a new card with those bands: %v, %d stored; want refused on time_bands[1], naming time_bands[0], none stored", err, len(ins.inserted))
+	}
+}
+
+// insertStore is a memStore that keeps the cards created.
+type insertStore struct {
+	*memStore
+	inserted []domain.StoredCard
+}
+
+func (s *insertStore) InsertCard(_ context.Context, c domain.StoredCard) (bool, error) {
+	s.inserted = append(s.inserted, c)
+	return true, nil
+}
+func (s *insertStore) Card(context.Context, string) (domain.StoredCard, error) {
+	return s.inserted[len(s.inserted)-1], nil
 }
 
 // A stored card no version can read is set aside alone: usage it would

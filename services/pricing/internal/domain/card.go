@@ -310,10 +310,11 @@ func (c *Card) parsePrices(prices []PriceInput, stored bool, vs *violations) {
 func foldRegion(r string) string { return strings.ToLower(strings.TrimSpace(r)) }
 
 // parseBands checks the time-of-use bands: named, HH:MM bounds that differ,
-// an IANA zone, a non-negative multiplier (at most MultiplierMax). A stored
-// card's bands are held to the checks of the first version only (see
-// LoadCard).
+// an IANA zone, a non-negative multiplier (at most MultiplierMax), and no
+// instant in two bands (refuseOverlaps). A stored card's bands are held to
+// the checks of the first version only (see LoadCard).
 func (c *Card) parseBands(bands []BandInput, stored bool, vs *violations) {
+	before := len(*vs)
 	if len(bands) > bandsMax {
 		vs.add("time_bands", "more than %d bands", bandsMax)
 	}
@@ -365,7 +366,95 @@ func (c *Card) parseBands(bands []BandInput, stored bool, vs *violations) {
 		band.Multiplier = m
 		c.Bands = append(c.Bands, band)
 	}
+	if !stored && len(*vs) == before {
+		c.refuseOverlaps(vs)
+	}
 }
+
+// overlapSpan is how long from its effective_from a new card's bands in
+// different zones are checked for an instant in two of them: a year and a
+// week hold every offset between the zones that their daylight-saving rules
+// of that year give.
+const overlapSpan = 373 * 24 * time.Hour
+
+// refuseOverlaps refuses each band that holds an instant an earlier-listed
+// band holds, naming the first such band. Usage at that instant was priced
+// by whichever was listed first (bandAt): a card with night 23:00–07:00 at
+// ×0.80 then peak 06:00–09:00 at ×1.50 priced 06:00–07:00 at night, and
+// the same bands listed the other way round at peak. Bands of one zone are
+// compared as wall-clock minutes (what holds reads), exactly; bands in
+// different zones instant by instant over overlapSpan, at the cuts rating
+// makes (between two of them no band starts or stops holding). A stored
+// card is not checked (LoadCard): it prices as it did.
+func (c *Card) refuseOverlaps(vs *violations) {
+	if len(c.Bands) < 2 {
+		return
+	}
+	first := make([]int, len(c.Bands)) // the first earlier band each overlaps, -1: none
+	where := make([]string, len(c.Bands))
+	for j := range first {
+		first[j] = -1
+	}
+	oneZone := true
+	for _, b := range c.Bands[1:] {
+		oneZone = oneZone && b.Loc.String() == c.Bands[0].Loc.String()
+	}
+	if oneZone {
+		for j := range c.Bands {
+			for i := 0; i < j && first[j] < 0; i++ {
+				if from, to, ok := wallOverlap(c.Bands[i], c.Bands[j]); ok {
+					first[j], where[j] = i, fmt.Sprintf("%s–%s %s", clock(from), clock(to), c.Bands[j].Loc)
+				}
+			}
+		}
+	} else {
+		cuts := (&Card{Bands: c.Bands}).cuts(c.EffectiveFrom, c.EffectiveFrom.Add(overlapSpan))
+		for k := 0; k+1 < len(cuts); k++ {
+			held := -1
+			for j, b := range c.Bands {
+				if !b.holds(cuts[k]) {
+					continue
+				}
+				if held >= 0 && (first[j] < 0 || held < first[j]) {
+					first[j], where[j] = held, "from "+cuts[k].UTC().Format(time.RFC3339)
+				}
+				if held < 0 {
+					held = j
+				}
+			}
+		}
+	}
+	for j, i := range first {
+		if i >= 0 {
+			vs.add(fmt.Sprintf("time_bands[%d]", j), "overlaps time_bands[%d] (%q) %s: an instant is in one band at most",
+				i, c.Bands[i].Name, where[j])
+		}
+	}
+}
+
+// wallOverlap returns the first wall-clock minutes [from, to) two bands of
+// one zone both hold, if any (each band is [start, end), or [start, 24:00)
+// and [00:00, end) when it wraps past midnight).
+func wallOverlap(a, b Band) (from, to int, ok bool) {
+	for _, x := range wallSpans(a) {
+		for _, y := range wallSpans(b) {
+			if from, to = max(x[0], y[0]), min(x[1], y[1]); from < to {
+				return from, to, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+func wallSpans(b Band) [][2]int {
+	if b.EndMin > b.StartMin {
+		return [][2]int{{b.StartMin, b.EndMin}}
+	}
+	return [][2]int{{b.StartMin, 24 * 60}, {0, b.EndMin}}
+}
+
+// clock renders minutes past midnight as HH:MM.
+func clock(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
 
 // parseTiers checks the graduated volume tiers: increasing bounds (only the
 // last may be open), each discount a fraction in [0, 1).
@@ -480,6 +569,37 @@ func (b *Book) For(currency string, start time.Time) (*Card, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Span is a part of an interval one card prices: [Start, End).
+type Span struct {
+	Card       *Card
+	Start, End time.Time
+}
+
+// Spans cuts [start, end) at each later card's effective_from and names the
+// card For answers at each part's start: what prices usage in that part
+// recorded as events that do not cross an effective_from (rating prices
+// each event whole by the card at its start). ok is false when no card of
+// the currency is in force at start.
+func (b *Book) Spans(currency string, start, end time.Time) ([]Span, bool) {
+	card, ok := b.For(currency, start)
+	if !ok {
+		return nil, false
+	}
+	var cuts []time.Time // newest first, as the cards are
+	for _, c := range b.byCur[currency] {
+		if c.EffectiveFrom.After(start) && c.EffectiveFrom.Before(end) && (len(cuts) == 0 || !c.EffectiveFrom.Equal(cuts[len(cuts)-1])) {
+			cuts = append(cuts, c.EffectiveFrom)
+		}
+	}
+	spans := []Span{{Card: card, Start: start, End: end}}
+	for i := len(cuts) - 1; i >= 0; i-- {
+		next, _ := b.For(currency, cuts[i])
+		spans[len(spans)-1].End = cuts[i]
+		spans = append(spans, Span{Card: next, Start: cuts[i], End: end})
+	}
+	return spans, true
 }
 
 // SameBody reports whether two card inputs are the same card (ids aside):

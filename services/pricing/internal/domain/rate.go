@@ -228,6 +228,8 @@ func zoneChanges(start, end time.Time, loc *time.Location) []time.Time {
 }
 
 // bandAt returns the first band whose local wall-clock window contains t.
+// A new card's bands never share an instant (refuseOverlaps); a stored
+// card's may, and price as they did: by the first listed.
 func (c *Card) bandAt(t time.Time) int {
 	for i, b := range c.Bands {
 		if b.holds(t) {

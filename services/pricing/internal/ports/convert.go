@@ -68,7 +68,7 @@ func quotePB(q app.QuoteResult) *pricingv1.CreateQuoteResponse {
 		CommissionConfigVersion: q.CommissionConfigVersion, TaxRuleSet: q.TaxRuleSet, TaxRuleVersion: q.TaxRuleVersion}
 	for _, l := range q.Lines {
 		out.Lines = append(out.Lines, &pricingv1.QuoteLine{Kind: l.Kind, Band: l.Band, GpuHours: l.GPUHours,
-			UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount})
+			UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount, RateCardId: l.RateCardID})
 	}
 	return out
 }

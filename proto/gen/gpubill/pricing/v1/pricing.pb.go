@@ -93,7 +93,7 @@ type TimeBand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`             // e.g. "night"
 	Start         string                 `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`           // local wall-clock "HH:MM", inclusive
-	End           string                 `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`               // local wall-clock "HH:MM", exclusive; may wrap past midnight
+	End           string                 `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`               // local wall-clock "HH:MM", exclusive; may wrap past midnight; no instant in two bands of a card
 	Timezone      string                 `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`     // IANA zone, e.g. "Asia/Shanghai"
 	Multiplier    string                 `protobuf:"bytes,5,opt,name=multiplier,proto3" json:"multiplier,omitempty"` // decimal, e.g. "0.80"
 	unknownFields protoimpl.UnknownFields
@@ -840,12 +840,13 @@ func (x *CreateQuoteRequest) GetProviderId() string {
 // One priced line of a quote.
 type QuoteLine struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`                            // usage | pue_surcharge
-	Band          string                 `protobuf:"bytes,2,opt,name=band,proto3" json:"band,omitempty"`                            // time band name, "" for the default band
-	GpuHours      string                 `protobuf:"bytes,3,opt,name=gpu_hours,json=gpuHours,proto3" json:"gpu_hours,omitempty"`    // decimal
-	UnitPrice     string                 `protobuf:"bytes,4,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"` // decimal, per GPU-hour
-	Multiplier    string                 `protobuf:"bytes,5,opt,name=multiplier,proto3" json:"multiplier,omitempty"`                // decimal
-	Amount        string                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`                        // decimal
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`                                 // usage | pue_surcharge
+	Band          string                 `protobuf:"bytes,2,opt,name=band,proto3" json:"band,omitempty"`                                 // time band name, "" for the default band
+	GpuHours      string                 `protobuf:"bytes,3,opt,name=gpu_hours,json=gpuHours,proto3" json:"gpu_hours,omitempty"`         // decimal
+	UnitPrice     string                 `protobuf:"bytes,4,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"`      // decimal, per GPU-hour
+	Multiplier    string                 `protobuf:"bytes,5,opt,name=multiplier,proto3" json:"multiplier,omitempty"`                     // decimal
+	Amount        string                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`                             // decimal
+	RateCardId    string                 `protobuf:"bytes,7,opt,name=rate_card_id,json=rateCardId,proto3" json:"rate_card_id,omitempty"` // the rate card version that priced this line (a quote spanning a later card's effective_from has lines of each)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +923,13 @@ func (x *QuoteLine) GetAmount() string {
 	return ""
 }
 
+func (x *QuoteLine) GetRateCardId() string {
+	if x != nil {
+		return x.RateCardId
+	}
+	return ""
+}
+
 type CreateQuoteResponse struct {
 	state                   protoimpl.MessageState `protogen:"open.v1"`
 	RenterPrice             string                 `protobuf:"bytes,1,opt,name=renter_price,json=renterPrice,proto3" json:"renter_price,omitempty"`
@@ -931,7 +939,7 @@ type CreateQuoteResponse struct {
 	ProviderNet             string                 `protobuf:"bytes,5,opt,name=provider_net,json=providerNet,proto3" json:"provider_net,omitempty"`
 	Currency                string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
 	Lines                   []*QuoteLine           `protobuf:"bytes,7,rep,name=lines,proto3" json:"lines,omitempty"`
-	RateCardId              string                 `protobuf:"bytes,8,opt,name=rate_card_id,json=rateCardId,proto3" json:"rate_card_id,omitempty"`                                        // the rate card version that priced the quote
+	RateCardId              string                 `protobuf:"bytes,8,opt,name=rate_card_id,json=rateCardId,proto3" json:"rate_card_id,omitempty"`                                        // the rate card version in force at start_time; each line names the one that priced it
 	CommissionConfigVersion string                 `protobuf:"bytes,9,opt,name=commission_config_version,json=commissionConfigVersion,proto3" json:"commission_config_version,omitempty"` // the commission configuration (GPUBILL_COMMISSION_RATES) settlement also applies
 	TaxRuleSet              string                 `protobuf:"bytes,10,opt,name=tax_rule_set,json=taxRuleSet,proto3" json:"tax_rule_set,omitempty"`                                       // the withholding rule the tax service applies at the usage's cycle end
 	TaxRuleVersion          string                 `protobuf:"bytes,11,opt,name=tax_rule_version,json=taxRuleVersion,proto3" json:"tax_rule_version,omitempty"`
@@ -1323,7 +1331,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\fjurisdiction\x18\n" +
 	" \x01(\tR\fjurisdiction\x12\x1f\n" +
 	"\vprovider_id\x18\v \x01(\tR\n" +
-	"providerId\"\xa7\x01\n" +
+	"providerId\"\xc9\x01\n" +
 	"\tQuoteLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04band\x18\x02 \x01(\tR\x04band\x12\x1b\n" +
@@ -1333,7 +1341,9 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\n" +
 	"multiplier\x18\x05 \x01(\tR\n" +
 	"multiplier\x12\x16\n" +
-	"\x06amount\x18\x06 \x01(\tR\x06amount\"\xc2\x03\n" +
+	"\x06amount\x18\x06 \x01(\tR\x06amount\x12 \n" +
+	"\frate_card_id\x18\a \x01(\tR\n" +
+	"rateCardId\"\xc2\x03\n" +
 	"\x13CreateQuoteResponse\x12!\n" +
 	"\frenter_price\x18\x01 \x01(\tR\vrenterPrice\x12\x1e\n" +
 	"\n" +
