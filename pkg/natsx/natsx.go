@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	otelcodes "go.opentelemetry.io/otel/codes"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // Limits every stream gets. MaxAge, where a stream has one, is measured by
@@ -479,7 +481,7 @@ var publishAsyncTimeout = 30 * time.Second
 func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect nats %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect nats %s: %w", apperr.RedactURLs(url), err) // nats://user:pass@ or nats://TOKEN@
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
