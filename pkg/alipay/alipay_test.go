@@ -197,6 +197,8 @@ func TestConfigFromEnv(t *testing.T) {
 			"1024 bits"},
 		{"bad gateway", map[string]string{alipay.EnvAppID: appID, alipay.EnvPrivateKeyFile: privPEM, alipay.EnvPublicKeyFile: pubPEM,
 			alipay.EnvGatewayURL: "openapi.alipay.com"}, true, "GPUBILL_ALIPAY_GATEWAY_URL"},
+		{"bad notify URL with its token", map[string]string{alipay.EnvAppID: appID, alipay.EnvPrivateKeyFile: privPEM, alipay.EnvPublicKeyFile: pubPEM,
+			alipay.EnvNotifyURL: "ftp://u:pw-s3cret@billing.example/notify?token=q-s3cret"}, true, "GPUBILL_ALIPAY_NOTIFY_URL ftp://xxxxx:xxxxx@billing.example/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, e := range []string{alipay.EnvAppID, alipay.EnvPrivateKeyFile, alipay.EnvPublicKeyFile, alipay.EnvGatewayURL,
@@ -208,8 +210,8 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Errorf("on %v, want %v", on, tc.wantOn)
 			}
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one with %q", err, tc.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "s3cret") {
+					t.Fatalf("err %v, want one with %q and no credential", err, tc.wantErr)
 				}
 				return
 			}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 )
 
@@ -93,7 +94,7 @@ func (c Config) Check() error {
 		}
 		p, err := url.Parse(u.v)
 		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
-			return fmt.Errorf("alipay rail: %s %q: want an http(s) URL", u.name, u.v)
+			return fmt.Errorf("alipay rail: %s %s: want an http(s) URL", u.name, apperr.RedactURL(u.v))
 		}
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	otelcodes "go.opentelemetry.io/otel/codes"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // Limits every stream gets. MaxAge, where a stream has one, is measured by
@@ -192,11 +194,13 @@ func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *
 			return err
 		}
 		retentionDeferred.WithLabelValues(n) // a series from 0, so the alert sees a first deferral
+		retentionStillDeferred.WithLabelValues(n)
 		st, err := js.Stream(ctx, n)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return fmt.Errorf("create stream %s: %w", n, err)
 			}
+			retentionStillDeferred.WithLabelValues(n).Set(0)
 			continue
 		}
 		if err != nil {
@@ -213,6 +217,7 @@ func (l Limits) EnsureStreams(ctx context.Context, js jetstream.JetStream, log *
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("update stream %s: %w", n, err)
 		}
+		retentionStillDeferred.WithLabelValues(n).Set(0)
 	}
 	return nil
 }
@@ -254,6 +259,18 @@ var retentionDeferred = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Starts that left a stream made by an older gpubill with its old retention because its owning consumers had not acknowledged everything (the log names the backlog); a later start changes it once they have.",
 }, []string{"stream"})
 
+// retentionStillDeferred is 1 for a stream this process's start left with
+// its old retention over a backlog, until the process finds it changed (a
+// later EnsureStreams): the deferral counter's increase cleared its alert an
+// hour after the start, while the stream kept its old retention, consumed
+// messages piling up toward its byte cap. A change only ever goes from the
+// old retention to the new, so one process's 0 is the truth over another's
+// stale 1 (the alert takes the min over instances).
+var retentionStillDeferred = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "gpubill_stream_retention_still_deferred",
+	Help: "1 while a stream made by an older gpubill keeps its old retention because this process's start deferred its change over a backlog; 0 once this process found it changed or changed it.",
+}, []string{"stream"})
+
 // migrateRetention recreates a stream whose retention changed, if nothing in
 // it is left to consume; otherwise it keeps the old retention, applies what
 // it can and explains. One process at a time changes a stream (a lock in
@@ -268,13 +285,18 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 	defer release()
 	st, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) { // a change that died between delete and create
-		return createStream(ctx, js, cfg)
+		if err := createStream(ctx, js, cfg); err != nil {
+			return err
+		}
+		retentionStillDeferred.WithLabelValues(cfg.Name).Set(0)
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", cfg.Name, err)
 	}
 	before := st.CachedInfo()
 	if before.Config.Retention == cfg.Retention { // another process changed it while this one waited
+		retentionStillDeferred.WithLabelValues(cfg.Name).Set(0)
 		return nil
 	}
 	keep := keepRetention(cfg, before.Config)
@@ -293,6 +315,7 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 			return err
 		}
 		retentionDeferred.WithLabelValues(cfg.Name).Inc()
+		retentionStillDeferred.WithLabelValues(cfg.Name).Set(1)
 		log.Warn("stream keeps its old retention until its backlog is consumed; restart once it is (consumer lag 0)",
 			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
 		return nil
@@ -300,6 +323,7 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 	if err := recreateStream(ctx, js, cfg); err != nil {
 		return err
 	}
+	retentionStillDeferred.WithLabelValues(cfg.Name).Set(0)
 	log.Info("stream recreated with its new retention", "stream", cfg.Name, "retention", cfg.Retention.String(),
 		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
 	return nil
@@ -479,7 +503,7 @@ var publishAsyncTimeout = 30 * time.Second
 func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect nats %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect nats %s: %w", apperr.RedactURLs(url), err) // nats://user:pass@ or nats://TOKEN@
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {

@@ -410,3 +410,65 @@ func TestEnsureStreamsFinishesAChangeLeftHalfway(t *testing.T) {
 		})
 	}
 }
+
+// stillDeferred reads gpubill_stream_retention_still_deferred{stream="USAGE"}
+// as /metrics serves it; ok is false when there is no such series.
+func stillDeferred(t *testing.T) (v float64, ok bool) {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "gpubill_stream_retention_still_deferred" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && l.GetValue() == natsx.StreamUsage {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestRetentionStillDeferredUntilChanged: the deferral's alert read the
+// counter's increase over an hour, so its ticket cleared an hour after the
+// start while USAGE still had its old retention (consumed messages piling
+// up toward its byte cap). The gauge is 1 from the deferral until a start
+// changes the retention, then 0. Not parallel: the gauge is the process's.
+func TestRetentionStillDeferredUntilChanged(t *testing.T) {
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	oldUsage(t, js)
+	for _, s := range []string{"usage.ingest.p-1", "usage.recorded.p-1"} {
+		if _, err := js.Publish(ctx, s, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consume(t, js, "metering-ingest", "usage.ingest.>", 1) // pricing-rating not there yet: a backlog
+	lim := natsx.Limits{MaxBytes: 4 << 20}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := lim.EnsureStreams(ctx, js, log, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	if ret, _, err := retention(ctx, js); err != nil || ret != jetstream.LimitsPolicy {
+		t.Fatalf("after a start over a backlog: retention %s (%v); want limits kept (the deferral this test is about)", ret, err)
+	}
+	if v, ok := stillDeferred(t); !ok || v != 1 {
+		t.Errorf("after the deferral: gpubill_stream_retention_still_deferred{stream=USAGE} = %v (series %v); want 1", v, ok)
+	}
+
+	consume(t, js, "pricing-rating", "usage.recorded.>", 1)
+	if err := lim.EnsureStreams(ctx, js, log, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	if ret, _, err := retention(ctx, js); err != nil || ret != jetstream.WorkQueuePolicy {
+		t.Fatalf("after a start with nothing left: retention %s (%v); want workqueue", ret, err)
+	}
+	if v, ok := stillDeferred(t); !ok || v != 0 {
+		t.Errorf("after the change: gpubill_stream_retention_still_deferred{stream=USAGE} = %v (series %v); want 0", v, ok)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
 )
 
@@ -98,11 +99,11 @@ func (c Config) Check() error {
 		}
 		p, err := url.Parse(u.v)
 		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.RawQuery != "" {
-			return fmt.Errorf("wechatpay rail: %s %q: want an http(s) URL without a query", u.name, u.v)
+			return fmt.Errorf("wechatpay rail: %s %s: want an http(s) URL without a query", u.name, apperr.RedactURL(u.v))
 		}
 	}
 	if b := c.base(); (b == BaseProduction || b == BaseBackup) && c.NotifyURL != "" && !strings.HasPrefix(c.NotifyURL, "https://") {
-		return fmt.Errorf("wechatpay rail: %s %q: WeChat Pay posts notifications to https addresses only", EnvNotifyURL, c.NotifyURL)
+		return fmt.Errorf("wechatpay rail: %s %s: WeChat Pay posts notifications to https addresses only", EnvNotifyURL, apperr.RedactURL(c.NotifyURL))
 	}
 	return nil
 }

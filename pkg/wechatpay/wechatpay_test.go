@@ -426,10 +426,14 @@ func TestConfigFromEnv(t *testing.T) {
 		"public key without id":    {with(wechatpay.EnvPlatformPublicKeyFile, pubFile), wechatpay.EnvPlatformCertFile},
 		"notify url with query":    {with(wechatpay.EnvNotifyURL, "https://x.example/n?a=1"), wechatpay.EnvNotifyURL},
 		"plain http to WeChat Pay": {with(wechatpay.EnvNotifyURL, "http://x.example/n"), "https addresses only"},
+		// A URL's credentials stay out of the error (logs, crash reports).
+		"notify url with a token":  {with(wechatpay.EnvNotifyURL, "https://x.example/n?token=q-s3cret"), wechatpay.EnvNotifyURL + " https://x.example/"},
+		"plain http with userinfo": {with(wechatpay.EnvNotifyURL, "http://u:pw-s3cret@x.example/n"), "https addresses only"},
+		"base url with userinfo":   {with(wechatpay.EnvBaseURL, "ftp://u:pw-s3cret@api.example"), wechatpay.EnvBaseURL + " ftp://xxxxx:xxxxx@api.example"},
 	} {
 		set(tc.env)
-		if _, on, err := wechatpay.ConfigFromEnv(time.Now()); !on || err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: on %v err %v, want it naming %s", name, on, err, tc.want)
+		if _, on, err := wechatpay.ConfigFromEnv(time.Now()); !on || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: on %v err %v, want it naming %s and no credential", name, on, err, tc.want)
 		}
 	}
 	pubMode := with(wechatpay.EnvPlatformCertFile, "")

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // leaseSecretLenMin is the shortest HMAC key the lease control webhook takes.
@@ -50,7 +52,9 @@ func (c LeaseControlConfig) Check() error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("GPUBILL_LEASE_CONTROL_URL %q: want an http(s) URL", c.URL)
+		// Not c.URL: a scheduler's webhook may carry its token (userinfo,
+		// query) and this error reaches logs and crash reports.
+		return fmt.Errorf("GPUBILL_LEASE_CONTROL_URL %s: want an http(s) URL with a host", apperr.RedactURL(c.URL))
 	}
 	if len(c.Secret) < leaseSecretLenMin {
 		return fmt.Errorf("GPUBILL_LEASE_CONTROL_SECRET: at least %d bytes with GPUBILL_LEASE_CONTROL_URL", leaseSecretLenMin)

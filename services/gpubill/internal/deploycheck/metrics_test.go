@@ -192,6 +192,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_segregation_breaches",
 		"gpubill_consumer_handler_timeouts_total", "gpubill_consumer_handler_panics_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",
 		"gpubill_payout_ledger_refusals_total", "gpubill_payout_rail_amount_mismatches_total", "gpubill_stream_retention_deferred_total",
+		"gpubill_stream_retention_still_deferred",
 		"gpubill_payout_workflow_unstarted_age_seconds", "gpubill_payout_rail_amount_flags_open_age_seconds",
 		"gpubill_bank_inbox_files_failed_total",
 	} {

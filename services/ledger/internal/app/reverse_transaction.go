@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -68,9 +70,16 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		Postings: domain.Mirror(orig.Postings), Reverses: orig.ID, RequestHash: hash,
 	}
 	if orig.ReversedBy != "" {
-		// Already reversed: a replay returns the reversal, anything else conflicts.
+		// Already reversed: a replay returns the reversal, anything else
+		// conflicts. A failed read of the key is neither: the database
+		// restarting answered the caller's own repeat 409 "already
+		// reversed", and it gave up on a reversal it had made. The error
+		// goes up as it is (an outage is a 503 to retry, apperr.ToStatus).
 		id, h, err := a.Store.TxByKey(ctx, key)
-		if err == nil && id == orig.ReversedBy && string(h) == string(t.RequestHash[:]) {
+		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
+			return nil, fmt.Errorf("reversal of %s: idempotency key %q: %w", orig.ID, key, err)
+		}
+		if err == nil && id == orig.ReversedBy && bytes.Equal(h, t.RequestHash[:]) {
 			return a.getTransaction(ctx, id)
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
