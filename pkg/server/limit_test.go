@@ -74,7 +74,15 @@ func TestLimitRefusesUndecodedAfterTheGuard(t *testing.T) {
 		}
 	}
 
-	conn := serveEcho(t, grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), needsToken, sizeLimit(), textGuard()))
+	// A refused request is empty: should it reach the method, it is
+	// answered so (echoServer needs a payload).
+	emptyReached := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*testpb.SimpleRequest); ok && r.Payload == nil {
+			return nil, status.Error(codes.Internal, "an empty request reached the method")
+		}
+		return handler(ctx, req)
+	}
+	conn := serveEcho(t, grpc.ForceServerCodecV2(newTextCodec()), grpc.ChainUnaryInterceptor(forgetText(), needsToken, sizeLimit(), textGuard(), emptyReached))
 	for token, code := range want {
 		ctx := context.Background()
 		if token {
