@@ -38,7 +38,8 @@ func (*requestBody) Close() error { return nil }
 // jsonMarshaler is the gateway's JSON marshaler with a decoder that decodes
 // the whole body with protojson, so a decoding error's position is a position
 // in the body; request and answer types with a codec of their own
-// (DecodeJSONWith, EncodeJSONWith) go through it first.
+// (DecodeJSONWith, EncodeJSONWith) go through it first, and a request type
+// with a limit (LimitWith) is checked before any of them.
 type jsonMarshaler struct{ *runtime.JSONPb }
 
 func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
@@ -51,6 +52,17 @@ func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			return io.EOF // no body: the generated code takes an empty request
 		}
 		m, ok := v.(proto.Message)
+		if ok {
+			// The request itself (not a body bound to one of its
+			// fields): checked before anything decodes it (LimitWith),
+			// refused after the guard (localChannel).
+			if check := limitOf(m).json; check != nil {
+				if err := check(b); err != nil {
+					refuse(m, err)
+					return nil
+				}
+			}
+		}
 		if !ok {
 			// A body bound to a message field: the code passes **T.
 			rv := reflect.ValueOf(v)

@@ -14,12 +14,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
 // Request size limits: a body is refused (REST 413, gRPC RESOURCE_EXHAUSTED)
 // before it is decoded. Usage ingest carries up to 5 000 events per call
-// (~300 bytes each in JSON), every other write a few KiB.
+// (~300 bytes each in JSON), every other write a few KiB. Bytes do not
+// bound what ingest costs to decode (8 MiB of empty events is 2.8 million):
+// its events are counted before it is decoded, and more than 5 000 refused
+// (LimitWith, metering's ports).
 const (
 	bodyBytesMax       = 1 << 20 // every REST body but ingest
 	ingestBodyBytesMax = 8 << 20 // POST /v1/usage-events
@@ -91,9 +95,13 @@ func tooLarge(limit int64) *status.Status {
 }
 
 // sizeLimit refuses a gRPC request above its method's limit (the listener's
-// MaxRecvMsgSize is the largest, ingest's).
+// MaxRecvMsgSize is the largest, ingest's), and one that a LimitWith check
+// refused undecoded (the guard, before it, has passed the caller).
 func sizeLimit() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := refusal(req); err != nil {
+			return nil, apperr.ToStatus(err)
+		}
 		limit := grpcMsgBytesMax
 		if info.FullMethod == ingestMethod || info.FullMethod == bankFileMethod {
 			limit = grpcIngestBytesMax

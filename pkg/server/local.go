@@ -22,7 +22,8 @@ import (
 // same interceptor chain and stats handler as a call that arrives on the
 // gRPC listener, without a socket, HTTP/2 framing or wire encoding in
 // between. The method sees what it would see over gRPC: a request of its own
-// (a copy of the gateway's), the gateway's metadata as incoming metadata,
+// (a copy of the gateway's, made once the chain passes the call; the
+// interceptors see the gateway's), the gateway's metadata as incoming metadata,
 // none of the gateway's context values, its deadline and cancellation; the
 // headers and trailers it sets reach the gateway's call options. Its text is
 // checked before the chain (checkText). The gateway routes no streaming
@@ -77,15 +78,21 @@ func (c *localChannel) Invoke(ctx context.Context, method string, req, reply any
 		sctx = c.stats.TagRPC(sctx, &stats.RPCTagInfo{FullMethodName: method})
 		c.stats.HandleRPC(sctx, &stats.Begin{BeginTime: began})
 	}
-	dec := func(dst any) error {
-		d, ok := dst.(proto.Message)
-		if !ok || reflect.TypeOf(d) != reflect.TypeOf(in) {
-			return status.Errorf(codes.Internal, "%s: request of type %T, handler wants %T", method, in, dst)
-		}
-		proto.Merge(d, in)
-		return nil
+	// The chain runs on the gateway's request, the method on a copy made
+	// inside it (methodCall), so a caller the guard refuses has no copy
+	// made of its request. A request LimitWith refused reaches the chain
+	// undecoded and empty, and is answered there, after the guard
+	// (sizeLimit).
+	defer refused.Delete(in)
+	info := &grpc.UnaryServerInfo{Server: m.impl, FullMethod: method}
+	call := methodCall(method, m)
+	var resp any
+	var err error
+	if c.intercept != nil {
+		resp, err = c.intercept(sctx, in, info, call)
+	} else {
+		resp, err = call(sctx, in)
 	}
-	resp, err := m.handler(m.impl, sctx, dec, c.intercept)
 	if err == nil {
 		a, ok := resp.(proto.Message)
 		switch {
@@ -105,6 +112,31 @@ func (c *localChannel) Invoke(ctx context.Context, method string, req, reply any
 	}
 	st.deliver(opts)
 	return err
+}
+
+// methodCall is the innermost handler of a call of method: it copies the
+// request it is handed (the generated handler's dec, which on the listener
+// decodes; the handler runs no interceptor of its own) and runs the method
+// on the copy.
+func methodCall(method string, m localMethod) grpc.UnaryHandler {
+	return func(ctx context.Context, req any) (any, error) {
+		if err := refusal(req); err != nil { // a chain without sizeLimit: still refused
+			return nil, apperr.ToStatus(err)
+		}
+		src, ok := req.(proto.Message)
+		if !ok {
+			return nil, status.Errorf(codes.Internal, "%s: request of type %T is no protobuf message", method, req)
+		}
+		dec := func(dst any) error {
+			d, ok := dst.(proto.Message)
+			if !ok || reflect.TypeOf(d) != reflect.TypeOf(src) {
+				return status.Errorf(codes.Internal, "%s: request of type %T, handler wants %T", method, src, dst)
+			}
+			proto.Merge(d, src)
+			return nil
+		}
+		return m.handler(m.impl, ctx, dec, nil)
+	}
 }
 
 // NewStream implements grpc.ClientConnInterface: no streaming method is

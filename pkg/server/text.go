@@ -188,7 +188,15 @@ func newTextCodec() textCodec { return textCodec{encoding.GetCodecV2(protocodec.
 
 func (c textCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
-	if !ok || !decodeRegistered(data, m) {
+	decoded := false
+	if ok {
+		var err error
+		if decoded, err = decodeRegistered(data, m); err != nil {
+			refuse(m, err) // left empty: sizeLimit answers err once the guard has passed the call
+			return nil
+		}
+	}
+	if !decoded {
 		if err := c.CodecV2.Unmarshal(data, v); err != nil {
 			return err
 		}
@@ -206,10 +214,11 @@ func (c textCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // forgetText is the listener's first interceptor: whatever happens to a
-// call, its request is not left in cleanText.
+// call, its request is not left in cleanText (nor in refused).
 func forgetText() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		defer cleanText.Delete(req)
+		defer refused.Delete(req)
 		return handler(ctx, req)
 	}
 }
@@ -227,6 +236,7 @@ type forgettingStream struct{ grpc.ServerStream }
 func (s forgettingStream) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
 	cleanText.Delete(m)
+	refused.Delete(m)
 	return err
 }
 

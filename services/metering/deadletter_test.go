@@ -2,6 +2,7 @@ package metering_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,34 @@ func TestReplayJudgesLateArrivalByTheMessagesArrival(t *testing.T) {
 	res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-later"})
 	if err != nil || len(res.UsageEvents) != 1 || res.UsageEvents[0].Id != "evt-34d" {
 		t.Fatalf("r-later's usage after the replay: %v %v; want evt-34d recorded", res, err)
+	}
+}
+
+// TestNATSIngestOfTooManyEventsIsDeadLettered: a message of more than
+// metering.BatchEventsMax events is refused whole before anything decodes
+// it (8 MiB of empty events, 2.8 million, took 1.4 GB to decode) and kept
+// in dead letters at its first delivery, naming the limit, never dropped;
+// the message after it is recorded.
+func TestNATSIngestOfTooManyEventsIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	s, d := newService(t)
+	ctx := context.Background()
+	parties(t, s)
+	big := `{"events":[` + strings.Repeat(`{"id":"evt-many"},`, metering.BatchEventsMax) + `{"id":"evt-many"}]}`
+	publishIngest(t, d.JS, "m-many", big)
+	publishIngest(t, d.JS, "m-after", ingestBody("evt-after", "training"))
+
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		res, err := s.Usage().ListUsageEvents(ctx, &meteringv1.ListUsageEventsRequest{RenterId: "r-001"})
+		return err == nil && len(res.UsageEvents) == 1 && res.UsageEvents[0].Id == "evt-after"
+	}, "the message after the too large one is recorded")
+	var id, errText string
+	var attempts int
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		return d.Pool.QueryRow(ctx, `select message_id, attempts, error from metering.dead_letters`).Scan(&id, &attempts, &errText) == nil
+	}, "the too large message dead-lettered")
+	want := fmt.Sprintf("%d events in one message; at most %d", metering.BatchEventsMax+1, metering.BatchEventsMax)
+	if id != "m-many" || attempts != 1 || !strings.Contains(errText, want) {
+		t.Errorf("dead letter %s (attempts %d): %s; want m-many at its first delivery, %q", id, attempts, errText, want)
 	}
 }

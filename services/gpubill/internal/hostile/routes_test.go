@@ -1,8 +1,14 @@
 package hostile
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"strings"
+	"testing"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 )
@@ -132,4 +138,74 @@ var writeRoutes = []route{
 	// one sent, answered with the entry reported, not applied.
 	{name: "ImportBankFile", method: "POST", path: "/v1/bank-files", role: auth.RoleFinance,
 		body: `{"content":"<Document xmlns=\"urn:iso:std:iso:20022:tech:xsd:pain.002.001.10\"><CstmrPmtStsRpt><GrpHdr><MsgId>H-1</MsgId><CreDtTm>2026-12-01T10:00:00Z</CreDtTm></GrpHdr><OrgnlGrpInfAndSts><OrgnlMsgId>pb-h1</OrgnlMsgId><OrgnlMsgNmId>pain.001.001.09</OrgnlMsgNmId><GrpSts>ACCP</GrpSts></OrgnlGrpInfAndSts></CstmrPmtStsRpt></Document>","name":"h1.xml"}`},
+}
+
+// upload posts a file as the raw body of an upload route, as finance.
+func upload(path, contentType string, file []byte) answer {
+	req, err := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(file))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Authorization", "Bearer "+tokens[auth.RoleFinance])
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(fmt.Sprintf("POST %s: %v", path, err))
+	}
+	defer resp.Body.Close()
+	a := answer{code: resp.StatusCode, header: resp.Header}
+	if a.raw, err = io.ReadAll(resp.Body); err != nil {
+		panic(fmt.Sprintf("POST %s: body: %v", path, err))
+	}
+	if json.Unmarshal(a.raw, &a.status) != nil {
+		a.status.Code, a.status.Message, a.status.Details = 0, "", nil
+	}
+	return a
+}
+
+// TestFileUploadQueryIsStrict: a raw file upload's query parameters are
+// its request's other fields, and as on every other route (strictQuery) a
+// parameter that names no field, or one given twice, is a 400 naming it;
+// so is content, which is the body. They were copied into the JSON form,
+// where an unknown one (`?statment_id=`, `?memo=`) was dropped silently,
+// and a repeated one kept its first value.
+func TestFileUploadQueryIsStrict(t *testing.T) {
+	csv := []byte("date,reference,amount,balance\n2026-11-17,wx-q1,12.50,112.50\n")
+	xml := []byte(routeNamed("ImportBankFile").body)
+	var file struct{ Content string }
+	if err := json.Unmarshal(xml, &file); err != nil {
+		t.Fatal(err)
+	}
+	xml = []byte(strings.Replace(file.Content, "H-1", "H-Q1", 1))
+	statement := "/v1/bank-statements?currency=CNY&account=CN-CLIENT-H&statement_id="
+	for _, tt := range []struct {
+		path, contentType string
+		file              []byte
+		field             string // the parameter refused
+	}{
+		{statement + "st-q1&memo=x", "text/csv", csv, "memo"},
+		{"/v1/bank-statements?currency=CNY&account=CN-CLIENT-H&statment_id=st-q2", "text/csv", csv, "statment_id"},
+		{statement + "st-q3&statement_id=st-q4", "text/csv", csv, "statement_id"},
+		{statement + "st-q5&currency=USD", "text/csv", csv, "currency"},
+		{statement + "st-q6&content=x", "text/csv", csv, "content"},
+		{"/v1/bank-files?name=q1.xml&nme=q1.xml", "application/xml", xml, "nme"},
+		{"/v1/bank-files?name=q2.xml&name=q3.xml", "application/xml", xml, "name"},
+		{"/v1/bank-files?name=q4.xml&format=csv", "application/xml", xml, "format"}, // not a field of ImportBankFile
+	} {
+		a := upload(tt.path, tt.contentType, tt.file)
+		if a.code != http.StatusBadRequest || !names(a.fields(), tt.field) || !strings.Contains(a.status.Message, tt.field) {
+			t.Errorf("POST %s: HTTP %d, fields %v: %.300s; want a 400 naming %s", tt.path, a.code, a.fields(), a.raw, tt.field)
+		}
+	}
+	// What the JSON form takes still goes: its fields by their proto or
+	// JSON names, once each.
+	for i, path := range []string{statement + "st-q7", "/v1/bank-statements?currency=CNY&account=CN-CLIENT-H&statementId=st-q8&format=csv"} {
+		file := []byte(fmt.Sprintf("date,reference,amount,balance\n2026-11-17,wx-q%d,12.50,112.50\n", 7+i)) // another file each
+		if a := upload(path, "text/csv", file); a.code != http.StatusOK {
+			t.Errorf("POST %s: HTTP %d: %.300s", path, a.code, a.raw)
+		}
+	}
+	if a := upload("/v1/bank-files?name=q9.xml", "application/xml", xml); a.code != http.StatusOK {
+		t.Errorf("POST /v1/bank-files?name=q9.xml: HTTP %d: %.300s", a.code, a.raw)
+	}
 }

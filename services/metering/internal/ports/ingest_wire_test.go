@@ -1,16 +1,22 @@
 package ports
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	"github.com/gpubill/gpubill/services/metering/internal/domain"
 )
 
 func TestIngestFieldNumbersMatchTheProto(t *testing.T) {
@@ -180,17 +186,7 @@ func TestDecodeIngestRequestIsProtoUnmarshal(t *testing.T) {
 // pipeline bench's (services/gpubill/internal/e2e): leases of ten
 // consecutive six-minute events, 50 providers, 100 renters.
 func BenchmarkDecodeIngestRequest(b *testing.B) {
-	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	req := &meteringv1.IngestUsageEventsRequest{}
-	for i := 0; i < 5000; i++ {
-		lease, k := i/10, i%10
-		start := base.Add(time.Duration(lease%600) * time.Minute).Add(time.Duration(k) * 6 * time.Minute)
-		req.Events = append(req.Events, &meteringv1.UsageEventInput{Id: fmt.Sprintf("tbev-%d", i), LeaseId: fmt.Sprintf("tblease-%d", lease),
-			ProviderId: fmt.Sprintf("tp-%03d", lease%50), RenterId: fmt.Sprintf("tr-%03d", lease%100), GpuModel: "RTX_4090",
-			GpuCount: int32(1 + lease%4), StartTime: start.Format(time.RFC3339), EndTime: start.Add(6 * time.Minute).Format(time.RFC3339),
-			Region: "cn-east", Workload: "training"})
-	}
-	body, err := proto.Marshal(req)
+	body, err := proto.Marshal(benchIngestRequest())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,6 +204,121 @@ func BenchmarkDecodeIngestRequest(b *testing.B) {
 		for b.Loop() {
 			var m meteringv1.IngestUsageEventsRequest
 			if !decodeIngestRequest(body, &m) {
+				b.Fatal("declined")
+			}
+		}
+	})
+}
+
+// benchIngestRequest is one 5 000-event request shaped as the pipeline
+// bench's (services/gpubill/internal/e2e): leases of ten consecutive
+// six-minute events, 50 providers, 100 renters.
+func benchIngestRequest() *meteringv1.IngestUsageEventsRequest {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	req := &meteringv1.IngestUsageEventsRequest{}
+	for i := 0; i < 5000; i++ {
+		lease, k := i/10, i%10
+		start := base.Add(time.Duration(lease%600) * time.Minute).Add(time.Duration(k) * 6 * time.Minute)
+		req.Events = append(req.Events, &meteringv1.UsageEventInput{Id: fmt.Sprintf("tbev-%d", i), LeaseId: fmt.Sprintf("tblease-%d", lease),
+			ProviderId: fmt.Sprintf("tp-%03d", lease%50), RenterId: fmt.Sprintf("tr-%03d", lease%100), GpuModel: "RTX_4090",
+			GpuCount: int32(1 + lease%4), StartTime: start.Format(time.RFC3339), EndTime: start.Add(6 * time.Minute).Format(time.RFC3339),
+			Region: "cn-east", Workload: "training"})
+	}
+	return req
+}
+
+// emptyEventsWire is an encoded request of n empty events (two bytes each:
+// 4 million in the 8 MiB the listener takes).
+func emptyEventsWire(n int) []byte {
+	return bytes.Repeat(protowire.AppendBytes(protowire.AppendTag(nil, ingestEvents, protowire.BytesType), nil), n)
+}
+
+// TestIngestRequestOfTooManyEventsIsRefusedUndecoded: the listener counts
+// an ingest request's events before decodeIngestRequest or protobuf decodes
+// it (server.LimitWith), and refuses more than domain.BatchEventsMax as
+// invalid events, without allocating per event: 4 million empty events in
+// 8 MiB were 4 million UsageEventInputs (decodeIngestRequest's
+// make([]UsageEventInput, n)) before the guard or the use case looked.
+func TestIngestRequestOfTooManyEventsIsRefusedUndecoded(t *testing.T) {
+	if err := limitIngestWire(emptyEventsWire(domain.BatchEventsMax)); err != nil {
+		t.Fatalf("%d events: %v", domain.BatchEventsMax, err)
+	}
+	for _, n := range []int{domain.BatchEventsMax + 1, 4_000_000} {
+		b := emptyEventsWire(n)
+		err := limitIngestWire(b)
+		var inv *apperr.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != "events" ||
+			!strings.Contains(err.Error(), fmt.Sprintf("%d events in one call; at most %d", n, domain.BatchEventsMax)) {
+			t.Fatalf("%d events: %v, want events refused", n, err)
+		}
+		if allocs := testing.AllocsPerRun(3, func() {
+			if limitIngestWire(b) == nil {
+				t.Fatal("passed")
+			}
+		}); allocs > 10 {
+			t.Errorf("%d events: %.0f allocations to refuse, want a few (none per event)", n, allocs)
+		}
+	}
+	// Counted wherever the field occurs, among unknown fields, and up to
+	// a truncation (protobuf decodes that far before it refuses).
+	b := emptyEventsWire(3000)
+	b = protowire.AppendString(protowire.AppendTag(b, 99, protowire.BytesType), "unknown")
+	b = append(b, emptyEventsWire(3000)...)
+	b = append(b, protowire.AppendTag(nil, ingestEvents, protowire.BytesType)...)
+	b = append(b, 0x7f) // a length past the end
+	if n := wireEvents(b); n != 6000 {
+		t.Errorf("wireEvents = %d, want 6000", n)
+	}
+	if limitIngestWire(b) == nil {
+		t.Error("6 000 events around an unknown field and a truncation: not refused")
+	}
+}
+
+// BenchmarkIngestLimit is what counting a 5 000-event request's events
+// costs, per call (ns/op / 5 000 is per event), on the wire and as JSON.
+func BenchmarkIngestLimit(b *testing.B) {
+	req := benchIngestRequest()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(wire)))
+		for b.Loop() {
+			if wireEvents(wire) != len(req.Events) {
+				b.Fatal("miscounted")
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if jsonEvents(body) != len(req.Events) {
+				b.Fatal("miscounted")
+			}
+		}
+	})
+	// What the counts are beside: the decoding of the same request.
+	b.Run("wire-decode", func(b *testing.B) {
+		b.SetBytes(int64(len(wire)))
+		for b.Loop() {
+			var m meteringv1.IngestUsageEventsRequest
+			if !decodeIngestRequest(wire, &m) {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("json-decode", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var m meteringv1.IngestUsageEventsRequest
+			if !decodeIngestJSON(body, &m) {
 				b.Fatal("declined")
 			}
 		}

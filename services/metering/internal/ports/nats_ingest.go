@@ -33,10 +33,15 @@ const (
 var decodeOpts = protojson.UnmarshalOptions{DiscardUnknown: true}
 
 // DecodeIngestJSON decodes the ingest body {"events":[…]} as the REST API
-// accepts it (proto field names, unknown fields ignored).
+// accepts it (proto field names, unknown fields ignored, at most
+// domain.BatchEventsMax events, counted before anything is decoded: a
+// message of more is dead-lettered as poison, as one too large is).
 func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 	if len(b) > ingestBodyMax {
 		return nil, fmt.Errorf("body of %d bytes; at most %d", len(b), ingestBodyMax)
+	}
+	if n := jsonEvents(b); n > domain.BatchEventsMax {
+		return nil, tooManyEvents(n, "message")
 	}
 	var req meteringv1.IngestUsageEventsRequest
 	if err := decodeOpts.Unmarshal(b, &req); err != nil {
@@ -50,7 +55,8 @@ func DecodeIngestJSON(b []byte) ([]domain.EventInput, error) {
 func init() { server.DecodeJSONWith(decodeIngestJSON) }
 
 // decodeIngestJSON is the REST body's decoding: protojson's, or when that
-// fails, decodeEventByEvent's.
+// fails, decodeEventByEvent's. The gateway has counted the body's events
+// first (limitIngestJSON): it decodes at most domain.BatchEventsMax.
 func decodeIngestJSON(b []byte, req *meteringv1.IngestUsageEventsRequest) bool {
 	if decodeOpts.Unmarshal(b, req) == nil {
 		return true
