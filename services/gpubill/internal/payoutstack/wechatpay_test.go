@@ -406,3 +406,28 @@ func TestRetryAfterThePlatformsFundsRanShort(t *testing.T) {
 		t.Errorf("pw-short paid at attempt %d, want 2", paid.Attempt)
 	}
 }
+
+// The merchant's own WeChat Pay account may not pay (PAYER_ACCOUNT_ABNORMAL:
+// a restriction the platform lifts at the merchant platform): the failure
+// is the platform's, not the payee's, and finance retries it to the same
+// method. Classed transaction_forbidden, the payee's, :retry answered
+// "the payout method has not changed since it failed", the money in
+// available for good.
+func TestRetryAfterThePlatformsAccountWasRestricted(t *testing.T) {
+	t.Parallel()
+	st, p := wechatStack(t)
+	const cyc = "cyc-20260101"
+	st.wechatSetup(t, "pw-restricted", "oUpF8uMuAJO_M2pxb1Q9zNjW0022")
+	p.RejectNext(http.StatusForbidden, "PAYER_ACCOUNT_ABNORMAL", "商户账户付款受限")
+	st.settle(t, "pw-restricted", cyc, "CNY", "120.00")
+	failed := st.waitStatus(t, "pw-restricted", cyc, "failed", waitLong)
+	if failed.FailureCode != "platform_account_refused" || !strings.Contains(failed.FailureMessage, "platform") {
+		t.Errorf("pw-restricted failed %s %q; want platform_account_refused naming the platform", failed.FailureCode, failed.FailureMessage)
+	}
+	if _, err := st.s.API().RetryPayout(fin, &payoutv1.RetryPayoutRequest{PayoutId: failed.PayoutId, Reason: "merchant account restriction lifted"}); err != nil {
+		t.Fatalf("retry of a payout the platform's own account failed: %v", err)
+	}
+	if paid := st.waitStatus(t, "pw-restricted", cyc, "paid", waitLong); paid.Attempt != 2 {
+		t.Errorf("pw-restricted paid at attempt %d, want 2", paid.Attempt)
+	}
+}

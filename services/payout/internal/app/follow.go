@@ -125,7 +125,61 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 			return "", err
 		}
 	}
+	if p.Status == domain.StatusSubmitted || p.Status == domain.StatusInTransit {
+		return a.takeArrival(ctx, p, rs)
+	}
 	return p.Status, nil
+}
+
+// takeArrival records the rail's arrival date on a payout submitted or in
+// transit when the rail answers one other than the payout's, the change in
+// its history: the bank-file rail's batch executes later than guessed at
+// submission (a late cut, an oversize batch, a restore hold, a holiday
+// added). Only entering submitted took one: the provider kept the guess.
+func (a *Payouts) takeArrival(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
+	if probe := p; newArrival(&probe, rs) == "" {
+		return p.Status, nil
+	}
+	now := a.Clock.Now()
+	err := a.Store.Update(ctx, func(tx Tx) error {
+		cur, err := tx.Lock(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status != p.Status || cur.Attempt != p.Attempt {
+			return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
+		}
+		if note := newArrival(&cur, rs); note != "" {
+			if err := tx.SetArrival(ctx, &cur, a.railName(rs)+": "+note, now); err != nil {
+				return err
+			}
+		}
+		p = cur
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return p.Status, nil
+}
+
+// newArrival sets p's expected arrival to the rail's date when rs carries
+// one other than p's, and returns the note naming the change ("" when
+// none).
+func newArrival(p *domain.Payout, rs RailStatus) string {
+	if rs.ExpectedArrival.IsZero() {
+		return ""
+	}
+	d := rs.ExpectedArrival.UTC().Truncate(24 * time.Hour)
+	was := "none"
+	if p.ExpectedArrival != nil {
+		if p.ExpectedArrival.Equal(d) {
+			return ""
+		}
+		was = p.ExpectedArrival.Format(time.DateOnly)
+	}
+	p.ExpectedArrival = &d
+	return fmt.Sprintf("expected arrival %s (was %s)", d.Format(time.DateOnly), was)
 }
 
 // resolvedAt reports whether finance resolved p's rail_amount_mismatch at
@@ -218,7 +272,8 @@ func (a *Payouts) railName(rs RailStatus) string {
 }
 
 // enter sets what entering status to records on the payout (arrival date,
-// paid time, failure) and returns the history note.
+// the rail's newer one in transit, paid time, failure) and returns the
+// history note.
 func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Time) string {
 	switch to {
 	case domain.StatusSubmitted:
@@ -228,6 +283,9 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 		}
 		return fmt.Sprintf("submitted to %s as %s via %s", a.railName(rs), p.RailRef, p.MethodSum)
 	case domain.StatusInTransit:
+		if n := newArrival(p, rs); n != "" {
+			return "in transit; " + n
+		}
 		return "in transit"
 	case domain.StatusPaid:
 		p.PaidAt = &now

@@ -100,6 +100,10 @@ type Tx interface {
 	// SetFailure records p's failure code and message on a payout whose
 	// status does not change (rail_amount_mismatch), note in its history.
 	SetFailure(ctx context.Context, p *domain.Payout, note string, at time.Time) error
+	// SetArrival records p's expected arrival date on a payout whose
+	// status does not change (its rail answered a new date), note in its
+	// history; updated_at stays its last status change.
+	SetArrival(ctx context.Context, p *domain.Payout, note string, at time.Time) error
 	// LockRailAmountFlag is Store.RailAmountFlag, locked for update.
 	LockRailAmountFlag(ctx context.Context, id string, attempt int) (domain.RailAmountFlag, error)
 	// FlagRailAmount keeps what the rail holds under a flagged attempt's

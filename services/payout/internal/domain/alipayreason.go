@@ -7,7 +7,9 @@ const FailAlipayRejected = "alipay_rejected"
 // (sub_code of alipay.fund.trans.uni.transfer, error_code of
 // alipay.fund.trans.common.query) that end a transfer for good to failure
 // codes. Codes that leave the outcome unknown (SYSTEM_ERROR …) are not
-// here: the rail queries again instead (AlipayUnknown).
+// here: the rail queries again instead (AlipayUnknown). The payer is the
+// platform: a PAYER_ code, or the payer's daily limit, is the platform's
+// (PayeeFailure).
 var alipayReasons = map[string]struct{ code, text string }{
 	"PAYEE_NOT_EXIST":                  {FailInvalidAccount, "the payee's Alipay account does not exist"},
 	"PAYEE_ACC_OCUPIED":                {FailInvalidAccount, "the payee's logon id belongs to several accounts: pay by user id"},
@@ -22,15 +24,15 @@ var alipayReasons = map[string]struct{ code, text string }{
 	"BALANCE_IS_NOT_ENOUGH":            {FailInsufficientFunds, "the platform's Alipay balance does not cover the transfer"},
 	"EXCEED_LIMIT_SM_AMOUNT":           {FailInvalidAmount, "over the single transfer limit"},
 	"EXCEED_LIMIT_SM_MIN_AMOUNT":       {FailInvalidAmount, "under the minimum transfer (0.10)"},
-	"EXCEED_LIMIT_DM_AMOUNT":           {FailInvalidAmount, "over the daily transfer limit"},
+	"EXCEED_LIMIT_DM_AMOUNT":           {FailPlatformLimit, "over the platform's daily transfer limit"},
 	"EXCEED_LIMIT_PERSONAL_SM_AMOUNT":  {FailInvalidAmount, "over the limit of one transfer to a person"},
 	"EXCEED_LIMIT_UNRN_DM_AMOUNT":      {FailInvalidAmount, "over the daily limit to an unverified payee"},
-	"PAYCARD_UNABLE_PAYMENT":           {FailTransactionBarred, "the payer's account cannot pay"},
-	"PAYER_STATUS_ERROR":               {FailTransactionBarred, "the platform's Alipay account cannot pay"},
-	"PAYER_USER_INFO_ERROR":            {FailTransactionBarred, "the platform's Alipay account cannot pay"},
+	"PAYCARD_UNABLE_PAYMENT":           {FailPlatformAccount, "the platform's Alipay account cannot pay from its balance"},
+	"PAYER_STATUS_ERROR":               {FailPlatformAccount, "the platform's Alipay account cannot pay (its status)"},
+	"PAYER_USER_INFO_ERROR":            {FailPlatformAccount, "the platform's Alipay account cannot pay (its identity)"},
 	"PAYMENT_FAIL":                     {FailAlipayRejected, "payment failed"},
 	"PAYER_PAYEE_CANNOT_SAME":          {FailInvalidAccount, "the payee is the platform's own account"},
-	"NO_AVAILABLE_PAYMENT_TOOLS":       {FailTransactionBarred, "no payment tool available to the payer"},
+	"NO_AVAILABLE_PAYMENT_TOOLS":       {FailPlatformAccount, "no payment tool available to the platform's Alipay account"},
 }
 
 // alipayUnknown are codes after which the transfer may or may not exist:

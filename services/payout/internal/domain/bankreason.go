@@ -20,18 +20,27 @@ const (
 	FailInvalidAmount     = "invalid_amount"
 	FailUnsupported       = "unsupported_by_rail"
 	FailBankRejected      = "bank_rejected" // a code not in the table (proprietary ones too)
+
+	// The platform's own side: its paying account (status, identity,
+	// its debtor data in the file, its configuration at the rail), its
+	// transfer limits, its approvers. Not the payee's.
+	FailPlatformAccount  = "platform_account_refused"
+	FailPlatformLimit    = "platform_limit_exceeded"
+	FailPlatformApproval = "platform_not_approved"
 )
 
 // PayeeFailure reports whether a failure code is about the payee (its
 // account, name, bank or standing): sent again to the same account it would
 // fail the same way, so a retry waits for a method change. The others —
-// the platform's own funds, a rail not configured, a bank's rejection not
-// about the account — are retried to the same method: waiting for a method
-// change left their money in available for good, the provider's method
-// never having been wrong.
+// the platform's own funds, its own paying account, limits or approvers, a
+// rail not configured, a bank's rejection not about the account — are
+// retried to the same method once the platform fixed its side: waiting for
+// a method change left their money in available for good, the provider's
+// method never having been wrong.
 func PayeeFailure(code string) bool {
 	switch code {
-	case FailInsufficientFunds, FailUnsupported, FailBankRejected:
+	case FailInsufficientFunds, FailUnsupported, FailBankRejected,
+		FailPlatformAccount, FailPlatformLimit, FailPlatformApproval:
 		return false
 	}
 	return true
@@ -39,20 +48,22 @@ func PayeeFailure(code string) bool {
 
 // bankReasons maps ISO 20022 external status/return reason codes
 // (ExternalStatusReason1Code, ExternalReturnReason1Code) to failure codes.
+// The debtor is the platform (its client money account, the file's
+// initiating party): a code about the debtor is the platform's.
 var bankReasons = map[string]struct{ code, text string }{
 	"AC01": {FailInvalidAccount, "incorrect account number"},
-	"AC02": {FailInvalidAccount, "invalid debtor account number"},
+	"AC02": {FailPlatformAccount, "invalid debtor account number (the platform's)"},
 	"AC03": {FailInvalidAccount, "invalid creditor account number"},
 	"AC04": {FailAccountClosed, "closed account number"},
 	"AC06": {FailAccountFrozen, "blocked account"},
 	"AC07": {FailAccountClosed, "closed creditor account number"},
-	"AC13": {FailInvalidAccount, "invalid debtor account type"},
+	"AC13": {FailPlatformAccount, "invalid debtor account type (the platform's)"},
 	"AG01": {FailTransactionBarred, "transaction forbidden on this type of account"},
 	"AG03": {FailTransactionBarred, "transaction type not supported"},
 	"AM01": {FailInvalidAmount, "amount zero"},
 	"AM02": {FailInvalidAmount, "amount over the maximum allowed"},
 	"AM03": {FailInvalidAmount, "currency not allowed"},
-	"AM04": {FailInsufficientFunds, "insufficient funds"},
+	"AM04": {FailInsufficientFunds, "insufficient funds (the platform's debtor account)"},
 	"AM05": {FailDuplicate, "duplication"},
 	"AM09": {FailInvalidAmount, "wrong amount"},
 	"BE01": {FailNameMismatch, "creditor name inconsistent with the account"},
@@ -65,8 +76,8 @@ var bankReasons = map[string]struct{ code, text string }{
 	"MS02": {FailRefusedByCreditor, "refused by the creditor"},
 	"MS03": {FailBankRejected, "reason not specified (bank)"},
 	"RC01": {FailInvalidBankCode, "bank identifier incorrect"},
-	"RR01": {FailRegulatory, "missing debtor account or identification"},
-	"RR02": {FailRegulatory, "missing debtor name or address"},
+	"RR01": {FailPlatformAccount, "missing debtor account or identification (the platform's)"},
+	"RR02": {FailPlatformAccount, "missing debtor name or address (the platform's)"},
 	"RR03": {FailRegulatory, "missing creditor name or address"},
 	"RR04": {FailRegulatory, "regulatory reason"},
 }

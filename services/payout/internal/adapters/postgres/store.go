@@ -573,6 +573,24 @@ func (s *Store) SetFailure(ctx context.Context, tx pgx.Tx, p *domain.Payout, not
 	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: note, At: at})
 }
 
+// SetArrival records p's expected arrival date on a payout whose status
+// does not change (its rail answered a new date), and keeps note in its
+// history (with its event). updated_at is left at the payout's last status
+// change: gpubill_payout_in_flight_age_seconds counts from it, and a rail
+// pushing its date back again and again has still not paid.
+func (s *Store) SetArrival(ctx context.Context, tx pgx.Tx, p *domain.Payout, note string, at time.Time) error {
+	tag, err := tx.Exec(ctx, `update payout.payouts set expected_arrival = $3, version = version + 1
+		where payout_id = $1 and status = $2`, p.ID, p.Status, p.ExpectedArrival)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("payout %s: status changed under us (was %s): %w", p.ID, p.Status, apperr.ErrConflict)
+	}
+	p.Version++
+	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: note, At: at})
+}
+
 // SetSubmitting marks a created payout for submission: from now on it can
 // no longer be canceled or held.
 func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string) error {
@@ -594,14 +612,16 @@ func (s *Store) MethodHistory(ctx context.Context, provider string) ([]domain.Ch
 }
 
 // MethodChangedSince reports whether the provider's payout method changed
-// after the payout's current attempt took it: after its latest
+// after the payout's current attempt took it: after its first
 // "submitted" since its latest "created" (a method cannot change while an
-// attempt is being submitted), else after t (an attempt that failed at
+// attempt is being submitted; a later "submitted" row is no submission but
+// a note on the submitted payout: its rail's new arrival date, a
+// rail_amount_mismatch flag), else after t (an attempt that failed at
 // submission: changes were refused until then).
 func (s *Store) MethodChangedSince(ctx context.Context, tx pgx.Tx, provider, payoutID string, t time.Time) (bool, error) {
 	var ok bool
 	err := tx.QueryRow(ctx, `with attempt as (select max(at) as began from payout.status_history where payout_id = $2 and status = 'created'),
-			sent as (select max(h.at) as at from payout.status_history h, attempt
+			sent as (select min(h.at) as at from payout.status_history h, attempt
 				where h.payout_id = $2 and h.status = 'submitted' and h.at >= coalesce(attempt.began, '-infinity'))
 		select exists (select 1 from payout.methods where provider_id = $1 and updated_at > coalesce((select at from sent), $3))`,
 		provider, payoutID, t).Scan(&ok)

@@ -60,6 +60,10 @@ func (t txStore) SetFailure(ctx context.Context, p *domain.Payout, note string, 
 	return t.s.SetFailure(ctx, t.tx, p, note, at)
 }
 
+func (t txStore) SetArrival(ctx context.Context, p *domain.Payout, note string, at time.Time) error {
+	return t.s.SetArrival(ctx, t.tx, p, note, at)
+}
+
 func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
 	return t.s.SetSubmitting(ctx, t.tx, id, method)
 }
