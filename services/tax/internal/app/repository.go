@@ -13,8 +13,9 @@ type Store interface {
 	// provider's profile (ok), in one round trip.
 	Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error)
 	// RuleAt returns the version in force at instant at of ruleSet, or
-	// when ruleSet is "" of the rule set selected for the provider, else
-	// for its jurisdiction, else the default.
+	// when ruleSet is "" of the rule set selected for the provider ("":
+	// none), else for its jurisdiction, else for each jurisdiction that
+	// one belongs to (CN-BJ, then CN), else the default.
 	RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error)
 	// InsertWithholding records w unless its key is taken, and returns
 	// what is recorded under the key.
@@ -24,6 +25,9 @@ type Store interface {
 	// afterCycle is set (a cycle has one per currency: a page may end
 	// inside a cycle).
 	Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error)
+	// Rules lists the versions of ruleSet ("": any) that apply in
+	// jurisdiction ("": any): its own, its parents' (CN's in CN-BJ) and
+	// those of no jurisdiction.
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 

@@ -95,12 +95,12 @@ func scanRule(r pgx.CollectableRow) (domain.Rule, error) {
 }
 
 // ruleAtSQL chooses the rule set ($1, else the one selected for the
-// scopes $2 in force at $3: the provider's before the jurisdiction's) and
-// its version in force at $3; one row, its rule columns null when no
-// version is in force.
+// scopes $2 in force at $3: of the first scope in $2's order that has a
+// selection in force, its latest) and its version in force at $3; one row,
+// its rule columns null when no version is in force.
 const ruleAtSQL = `with chosen as (
-		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2) and effective_from <= $3
-			order by scope like 'provider:%' desc, effective_from desc limit 1), '') as name)
+		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2::text[]) and effective_from <= $3
+			order by array_position($2::text[], scope), effective_from desc limit 1), '') as name)
 	select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
 		coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
 	from chosen left join lateral (
@@ -109,18 +109,29 @@ const ruleAtSQL = `with chosen as (
 		order by effective_from desc, rule_version desc limit 1) r on true`
 
 // RuleAt returns the version in force at instant at of ruleSet, or when
-// ruleSet is "" of the rule set selected for the provider, else for its
-// jurisdiction, else the default rule set; ErrPrecondition when none is in
-// force. One statement (a withholding per provider and currency reads it),
-// sent with concurrent ones in a shared batch.
+// ruleSet is "" of the rule set selected for the provider (when one is
+// named), else for its jurisdiction, else for each jurisdiction that one
+// belongs to (CN-BJ, then CN: domain.JurisdictionLevels), else the default
+// rule set; at each level the selection in force at at. ErrPrecondition
+// when none is in force. One statement (a withholding per provider and
+// currency reads it), sent with concurrent ones in a shared batch.
 func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error) {
 	var (
 		chosen string
 		r      domain.Rule
 		set    *string
 	)
+	var scopes []string
+	if provider != "" {
+		scopes = append(scopes, "provider:"+provider)
+	}
+	if jurisdiction != "" {
+		for _, j := range domain.JurisdictionLevels(jurisdiction) {
+			scopes = append(scopes, "jurisdiction:"+j)
+		}
+	}
 	err := s.batches.Do(ctx, func(b *pgx.Batch) {
-		b.Queue(ruleAtSQL, ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).QueryRow(func(row pgx.Row) error {
+		b.Queue(ruleAtSQL, ruleSet, scopes, at).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
 		})
 	})
@@ -134,10 +145,17 @@ func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction stri
 	return r, nil
 }
 
-// Rules lists rule versions.
+// Rules lists rule versions: of a rule set ("" = any) that apply in a
+// jurisdiction ("" = any): its own, those of each jurisdiction it belongs
+// to (CN's in CN-BJ) and those of none.
 func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error) {
+	var levels []string
+	if jurisdiction != "" {
+		levels = append(domain.JurisdictionLevels(jurisdiction), "")
+	}
 	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
-		where ($1 = '' or rule_set = $1) and ($2 = '' or jurisdiction in ($2, '')) order by rule_set, effective_from, rule_version`, ruleSet, jurisdiction)
+		where ($1 = '' or rule_set = $1) and ($2::text[] is null or jurisdiction = any($2::text[])) order by rule_set, effective_from, rule_version`,
+		ruleSet, levels)
 	if err != nil {
 		return nil, err
 	}
