@@ -39,10 +39,21 @@ type Store interface {
 	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
 	// PlanRemittances assigns every unremitted withholding recorded before
 	// end whose settlement was posted to a remittance of the period per
-	// jurisdiction and currency made with it (never to one planned before),
-	// and returns the period's remittances.
+	// jurisdiction and currency made with it (never to one planned before;
+	// one reversed does not count), and returns the period's remittances.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
+	// RemittedUpTo pages (by id, after `after`) through the remittances of
+	// periods up to period remitted with a ledger transaction.
+	RemittedUpTo(ctx context.Context, period, after string, limit int) ([]domain.Remittance, error)
+	// MarkReversed marks a remitted remittance reversed by the ledger
+	// transaction reversedBy and gives its withholdings back to its
+	// period (unremitted); false when it was not remitted.
+	MarkReversed(ctx context.Context, id, reversedBy string, at time.Time) (bool, error)
+	// ReversedUnplanned lists the periods before period (oldest first)
+	// with a reversed remittance and no other of its jurisdiction and
+	// currency: their withholdings wait for the period's next plan.
+	ReversedUnplanned(ctx context.Context, period string) ([]string, error)
 	// PendingBefore lists the remittances of periods before period still
 	// pending (their post refused or never reached), oldest first.
 	PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error)
@@ -59,7 +70,7 @@ type Store interface {
 type RemittanceFilter struct {
 	Period, Jurisdiction, Currency string
 	// After is the last remittance of the page before (its period,
-	// jurisdiction and currency).
+	// jurisdiction, currency and id).
 	After *domain.Remittance
 	Limit int
 }
@@ -75,5 +86,7 @@ type Ledger interface {
 	PostRemittance(ctx context.Context, r domain.Remittance) (string, error)
 	// Posted returns the transactions posted under keys (at most
 	// MaxLookupKeys), by key; a key nothing was posted under is absent.
+	// Settlements are posted under their withholding's key, remittances
+	// under their id.
 	Posted(ctx context.Context, keys []string) (map[string]domain.PostedTx, error)
 }
