@@ -55,25 +55,8 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err != nil {
 		return Remitted{}, err
 	}
-	// A reversed remittance's tax is its month's: the month is planned
-	// again, whichever month's run found the reversal (the schedule runs
-	// the month before only), its new remittance then posted with the
-	// earlier months' still pending. Planned with the run's own month, it
-	// was reported as that month's tax. A month is planned again as long
-	// as a reversed remittance of it has no other (a run that stopped
-	// after the reversal was marked, settlements not posted yet).
-	reversed, err := a.Store.ReversedUnplanned(ctx, period)
-	if err != nil {
+	if err := a.replanReversed(ctx, period, now); err != nil {
 		return Remitted{}, err
-	}
-	for _, q := range reversed {
-		qp, err := a.TaxPeriods.Parse(q)
-		if err != nil {
-			return Remitted{}, fmt.Errorf("period %q of a reversed remittance: %w", q, err)
-		}
-		if _, err := a.Store.PlanRemittances(ctx, q, qp.End, now); err != nil {
-			return Remitted{}, err
-		}
 	}
 	// An earlier month's remittance still pending (its post refused, the
 	// ledger down past the activity's limit) is posted by any later run:
@@ -170,6 +153,31 @@ func (a *App) releaseReversed(ctx context.Context, period string, now time.Time)
 			}
 		}
 	}
+}
+
+// replanReversed plans again the months before period holding a reversed
+// remittance: its tax is its month's, whichever month's run found the
+// reversal (the schedule runs the month before only), and the new
+// remittance is then posted with the earlier months' still pending (the
+// period's own month is planned by its run). Planned with the run's own
+// month, it was reported as that month's tax. A month is planned again as
+// long as a reversed remittance of it has no other (a run that stopped
+// after the reversal was marked, settlements not posted yet).
+func (a *App) replanReversed(ctx context.Context, period string, now time.Time) error {
+	reversed, err := a.Store.ReversedUnplanned(ctx, period)
+	if err != nil {
+		return err
+	}
+	for _, q := range reversed {
+		qp, err := a.TaxPeriods.Parse(q)
+		if err != nil {
+			return fmt.Errorf("period %q of a reversed remittance: %w", q, err)
+		}
+		if _, err := a.Store.PlanRemittances(ctx, q, qp.End, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // confirmPosted looks up in the ledger the settlement of every unremitted
