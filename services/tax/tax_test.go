@@ -30,12 +30,13 @@ import (
 )
 
 // ledgerConn answers the two ledger calls tax makes: CreateTransaction (a
-// remittance, recorded in reqs) and ListTransactions by idempotency keys
-// (the settlements posted: settled).
+// remittance, recorded in reqs and kept under its key, a replay of the key
+// answering the transaction first posted) and ListTransactions by
+// idempotency keys (the settlements posted, settle, and the remittances).
 type ledgerConn struct {
 	mu      sync.Mutex
 	reqs    []*ledgerv1.CreateTransactionRequest
-	settled map[string]*ledgerv1.Transaction               // by idempotency key
+	settled map[string]*ledgerv1.Transaction               // by idempotency key: settlements and remittances
 	refuse  func(*ledgerv1.CreateTransactionRequest) error // optional: a remittance the ledger refuses
 }
 
@@ -51,7 +52,17 @@ func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _
 			}
 		}
 		l.reqs = append(l.reqs, req)
-		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey}
+		// Posted under its key, as the ledger keeps it: a listing by the
+		// key answers it (ReversedBy once a test reverses it).
+		tx := l.settled[req.IdempotencyKey]
+		if tx == nil {
+			tx = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey, IdempotencyKey: req.IdempotencyKey, Postings: req.Postings}
+			if l.settled == nil {
+				l.settled = map[string]*ledgerv1.Transaction{}
+			}
+			l.settled[req.IdempotencyKey] = tx
+		}
+		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: tx.TransactionId}
 	case ledgerv1.LedgerService_ListTransactions_FullMethodName:
 		resp := reply.(*ledgerv1.ListTransactionsResponse)
 		for _, k := range args.(*ledgerv1.ListTransactionsRequest).IdempotencyKeys {
@@ -988,5 +999,169 @@ func TestCNLabourCertificateRecomputesItsTax(t *testing.T) {
 		if err != nil || q.RuleSet != "cn_labour" || q.Commission != tt.wantCommission || q.TaxWithheld != tt.wantTax || q.Net != tt.wantNet {
 			t.Errorf("quote of %s at %s: %v, %v; want cn_labour, %s / %s / %s as settled", tt.gross, tt.rate, q, err, tt.wantCommission, tt.wantTax, tt.wantNet)
 		}
+	}
+}
+
+// A rule set selected for a country reaches its sub-jurisdictions (CN-BJ
+// is CN's, as a rule's jurisdiction already was): the most specific
+// selection in force wins, the provider's, then its jurisdiction's, then
+// each jurisdiction it belongs to, then the default. cn_labour selected for
+// CN withheld 0.00 from a provider in CN and 150.00 under flat20 from one
+// in CN-BJ, and the rule listing for CN-BJ left cn_labour out.
+func TestJurisdictionSelectionCoversSubJurisdictions(t *testing.T) {
+	t.Parallel()
+	s, _, clk := newTax(t) // 2026-02-20
+	known(t, s, "p-1", "individual", "CN", 1)
+	known(t, s, "p-2", "individual", "CN-BJ", 1)
+	known(t, s, "p-3", "individual", "CN-BJ", 1)
+	selectFor := func(jurisdiction, provider, ruleSet string) {
+		t.Helper()
+		if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{
+			Jurisdiction: jurisdiction, ProviderId: provider, RuleSet: ruleSet}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withhold := func(provider, cycle string) *taxv1.ComputeWithholdingResponse {
+		t.Helper()
+		got, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{
+			ProviderId: provider, CycleId: cycle, Currency: "CNY", Gross: "1000.00", CommissionRate: "0.25",
+			IdempotencyKey: "k-" + provider + "-" + cycle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	quote := func(jurisdiction, provider string, usageEnd time.Time) *taxv1.QuoteWithholdingResponse {
+		t.Helper()
+		got, err := s.api.QuoteWithholding(as(auth.RoleAdmin, ""), &taxv1.QuoteWithholdingRequest{Currency: "CNY", Gross: "1000.00",
+			CommissionRate: "0.25", TaxProfile: "individual", Jurisdiction: jurisdiction, ProviderId: provider,
+			UsageEnd: timestamppb.New(usageEnd)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	selectFor("CN", "", "cn_labour")
+	for _, p := range []string{"p-1", "p-2"} {
+		if got := withhold(p, "cyc-20260215"); got.RuleSet != "cn_labour" || got.TaxWithheld != "0.00" || got.Net != "750.00" {
+			t.Errorf("%s in %s under CN's cn_labour: %s, tax %s, net %s; want cn_labour, 0.00, 750.00", p, got.Jurisdiction, got.RuleSet, got.TaxWithheld, got.Net)
+		}
+	}
+	march := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC) // usage of cyc-20260215
+	if got := quote("CN-BJ", "", march); got.RuleSet != "cn_labour" || got.TaxWithheld != "0.00" {
+		t.Errorf("a quote in CN-BJ: %v; want CN's cn_labour, 0.00", got)
+	}
+	rules := func(jurisdiction string) []string {
+		t.Helper()
+		resp, err := s.api.ListTaxRules(as(auth.RoleFinance, ""), &taxv1.ListTaxRulesRequest{Jurisdiction: jurisdiction})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range resp.TaxRules {
+			out = append(out, r.RuleSet)
+		}
+		return out
+	}
+	if got := rules("CN-BJ"); strings.Join(got, " ") != "cn_labour flat20" {
+		t.Errorf("rules of CN-BJ: %v; want cn_labour (CN's) and flat20", got)
+	}
+	if got := rules("US"); strings.Join(got, " ") != "flat20" {
+		t.Errorf("rules of US: %v; want flat20 alone", got)
+	}
+	// A selection for CN-BJ beats CN's for CN-BJ's providers, from its day:
+	// a cycle that ended before it keeps CN's.
+	clk.Set(time.Date(2026, 4, 10, 0, 0, 0, 0, time.UTC))
+	selectFor("CN-BJ", "", "flat20")
+	if got := withhold("p-3", "cyc-20260401"); got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Errorf("p-3 in CN-BJ under CN-BJ's flat20: %s, tax %s; want flat20, 150.00", got.RuleSet, got.TaxWithheld)
+	}
+	if got := withhold("p-1", "cyc-20260401"); got.RuleSet != "cn_labour" || got.TaxWithheld != "0.00" {
+		t.Errorf("p-1 in CN: %s, tax %s; want CN's cn_labour, 0.00", got.RuleSet, got.TaxWithheld)
+	}
+	if got := quote("CN-BJ", "", march); got.RuleSet != "cn_labour" {
+		t.Errorf("a quote in CN-BJ of a cycle that ended before CN-BJ's selection: %v; want CN's cn_labour", got)
+	}
+	may := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	if got := quote("CN-BJ", "", may); got.RuleSet != "flat20" || got.TaxWithheld != "150.00" {
+		t.Errorf("a quote in CN-BJ after CN-BJ's selection: %v; want flat20, 150.00", got)
+	}
+	// The provider's own selection beats its jurisdiction's.
+	selectFor("", "p-3", "cn_labour")
+	if got := quote("CN-BJ", "p-3", may); got.RuleSet != "cn_labour" {
+		t.Errorf("p-3's quote with its own selection: %v; want cn_labour", got)
+	}
+}
+
+// A remittance whose ledger transaction was reversed is marked reversed
+// (naming the reversal) and its withholdings are remitted again, under a
+// new key: it read remitted, a run posted nothing, and the tax stayed in
+// tax:withheld for good with no alert. The run that finds it re-plans its
+// month: a re-run of the month, or the next month's run.
+func TestRemitTaxReversedRemittanceIsPaidAgain(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00, CN, February
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if feb := remitted(t, s, "2026-02"); len(feb.Remittances) != 1 || feb.Remittances[0].Status != "remitted" {
+		t.Fatalf("February = %v", feb)
+	}
+	reverse := func(key, by string) {
+		t.Helper()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		tx := l.settled[key]
+		if tx == nil {
+			t.Fatalf("nothing posted under %s", key)
+		}
+		tx.ReversedBy = by
+	}
+	posted := func() []string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var out []string
+		for _, r := range l.reqs {
+			out = append(out, r.IdempotencyKey+" "+r.Postings[0].Direction+" "+r.Postings[0].Account+" "+r.Postings[0].Amount)
+		}
+		return out
+	}
+	reverse("rem-2026-02-CN-CNY", "tx-reversal")
+	clk.Set(time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC))
+	again := remitted(t, s, "2026-02")
+	want := []string{"rem-2026-02-CN-CNY debit tax:withheld:CN 150.00", "rem-2026-02-CN-CNY-2 debit tax:withheld:CN 150.00"}
+	if got := posted(); strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("posted %q; want February's 150.00 posted again under a new key: %q", got, want)
+	}
+	var got []string
+	for _, r := range again.Remittances {
+		got = append(got, r.RemittanceId+" "+r.Status+" "+r.Amount+" "+r.TransactionId+" "+r.ReversedBy)
+	}
+	wantRems := "rem-2026-02-CN-CNY reversed 150.00 tx-rem-2026-02-CN-CNY tx-reversal; rem-2026-02-CN-CNY-2 remitted 150.00 tx-rem-2026-02-CN-CNY-2 "
+	if strings.Join(got, "; ") != wantRems || len(again.Lines) != 1 || again.Lines[0].RemittanceId != "rem-2026-02-CN-CNY-2" ||
+		again.Lines[0].TaxWithheld != "150.00" {
+		t.Fatalf("the re-run answered %q, lines %v; want %q and p-1's 150.00 in the new one", got, again.Lines, wantRems)
+	}
+	list, err := s.api.ListRemittances(as(auth.RoleFinance, ""), &taxv1.ListRemittancesRequest{Period: "2026-02"})
+	if err != nil || len(list.Remittances) != 2 || list.Remittances[0].Status != "reversed" || list.Remittances[0].ReversedBy != "tx-reversal" ||
+		list.Remittances[0].ReversedAt == nil || list.Remittances[1].Status != "remitted" {
+		t.Fatalf("listing %v, %v; want the first reversed by tx-reversal, the second remitted", list, err)
+	}
+	if remitted(t, s, "2026-02"); len(posted()) != 2 {
+		t.Fatalf("a third run posted %q; want nothing more", posted())
+	}
+	// Reversed again and found by March's run (the schedule runs the month
+	// before only): February's withholdings are paid again as February's.
+	reverse("rem-2026-02-CN-CNY-2", "tx-reversal-2")
+	clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+	mar := remitted(t, s, "2026-03")
+	if got := posted(); len(got) != 3 || got[2] != "rem-2026-02-CN-CNY-3 debit tax:withheld:CN 150.00" {
+		t.Fatalf("posted %q; want February's 150.00 posted a third time as rem-2026-02-CN-CNY-3", got)
+	}
+	if len(mar.Remittances) != 1 || mar.Remittances[0].RemittanceId != "rem-2026-02-CN-CNY-3" || mar.Remittances[0].Status != "remitted" {
+		t.Fatalf("March's run answered %v; want February's new remittance, remitted", mar.Remittances)
+	}
+	var unremitted int
+	if err := s.d.Pool.QueryRow(context.Background(), `select count(*) from tax.withholdings where remittance_id is null`).Scan(&unremitted); err != nil || unremitted != 0 {
+		t.Fatalf("%v withholdings unremitted, %v; want none", unremitted, err)
 	}
 }

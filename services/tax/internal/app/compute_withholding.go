@@ -24,7 +24,7 @@ type WithholdingRequest struct {
 	CommissionRate                string // set: split gross with pkg/split; else Commission is given
 	Commission                    string
 	TaxProfile, Jurisdiction      string // "" = the provider's (read model), else individual / CN
-	RuleSet                       string // "" = selection for the provider or jurisdiction, else the default
+	RuleSet                       string // "" = selection for the provider, its jurisdiction or one that holds it, else the default
 	IdempotencyKey                string
 	ClosedAt                      time.Time // when settlement closed the cycle; zero = not said (an older caller)
 }
@@ -70,8 +70,8 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	}
 	// The payment falls due at the cycle's end, or at its close when it was
 	// closed early: the rule then in force (of the requested rule set, else
-	// the one selected for the provider or its jurisdiction, else the
-	// default) applies.
+	// the one selected for the provider, its jurisdiction or one holding
+	// it, else the default: ruleFor) applies.
 	version, err := a.ruleFor(ctx, r.RuleSet, r.ProviderID, jurisdiction, cur, profile, ruleTime(cy, r.ClosedAt))
 	if err != nil {
 		return domain.Withholding{}, err
@@ -109,23 +109,34 @@ func ruleTime(cy cycles.Cycle, closedAt time.Time) time.Time {
 }
 
 // ruleFor is the rule version a payment is withheld by, in force at at:
-// the rule set requested, held to as it is; else the one selected for the
-// provider, then for its jurisdiction, then the default, each passed over
-// when it cannot tax this payment: a rule of another jurisdiction than the
-// provider's (a provider selected for cn_labour, since moved to US), or
-// thresholds in another currency for a taxed profile (cn_labour's yuan, an
-// individual paid in USD). Refused instead, the provider's settlement
-// failed for good: a selection made to fix it applies to cycles ending
-// (or closed) after it, never to the one refused.
+// the rule set requested, held to as it is; else the most specific
+// selection in force: the one selected for the provider, then for its
+// jurisdiction, then for each jurisdiction that one belongs to (CN-BJ's,
+// then CN's: cn_labour selected for CN is CN-BJ's too), then the default,
+// each passed over when it cannot tax this payment: a rule of another
+// jurisdiction than the provider's (a provider selected for cn_labour,
+// since moved to US), or thresholds in another currency for a taxed
+// profile (cn_labour's yuan, an individual paid in USD). Refused instead,
+// the provider's settlement failed for good: a selection made to fix it
+// applies to cycles ending (or closed) after it, never to the one refused.
 func (a *App) ruleFor(ctx context.Context, requested, provider, jurisdiction string, cur money.Currency, profile string, at time.Time) (domain.Rule, error) {
 	version, err := a.Store.RuleAt(ctx, requested, provider, jurisdiction, at)
 	if err != nil || requested != "" {
 		return version, err
 	}
-	// The scopes after the provider's: its jurisdiction's selection (or
-	// the default), then the default alone (no scope selects for "").
-	for _, scope := range [][2]string{{provider, jurisdiction}, {"", jurisdiction}, {"", ""}} {
-		if scope != [2]string{provider, jurisdiction} {
+	// The levels after the provider's, each read with those below it
+	// (RuleAt): its jurisdiction's selection, each parent jurisdiction's,
+	// then the default alone (no scope selects for "").
+	scopes := [][2]string{{provider, jurisdiction}}
+	if provider != "" {
+		scopes = append(scopes, [2]string{"", jurisdiction})
+	}
+	for _, j := range domain.JurisdictionLevels(jurisdiction)[1:] {
+		scopes = append(scopes, [2]string{"", j})
+	}
+	scopes = append(scopes, [2]string{"", ""})
+	for i, scope := range scopes {
+		if i > 0 {
 			if version, err = a.Store.RuleAt(ctx, "", scope[0], scope[1], at); err != nil {
 				return version, err
 			}

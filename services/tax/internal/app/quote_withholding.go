@@ -23,7 +23,9 @@ type QuoteRequest struct {
 
 // QuoteWithholding splits gross with the commission rate given and the
 // withholding rule settlement would apply to this usage: the rule selected
-// for the jurisdiction (else the default) in force at the end of the cycle
+// for the provider when one is named, else for the jurisdiction or one
+// holding it (CN's in CN-BJ), else the default (ruleFor), in force at the
+// end of the cycle
 // the usage accrues to, which is when ComputeWithholding picks its rule for
 // a cycle closed at its end (one closed early takes the rule in force at
 // its close, which a quote cannot foresee).

@@ -28,9 +28,14 @@ type Remitted struct {
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
-// else. It returns the remittances, their lines (per remittance and
-// provider: per jurisdiction and currency they add up to the remittances)
-// and how many withholdings it left out as not posted.
+// else, unless the ledger reversed a remittance: each run first finds the
+// remittances of the period and those before it whose transaction a
+// reversal undid (releaseReversed), and their months are planned again, a
+// new remittance of each (another id, so another ledger key) paying the
+// withholdings the reversed one held. It returns the remittances, their
+// lines (per remittance and provider: per jurisdiction and currency they
+// add up to the remittances not reversed; a reversed one holds none) and
+// how many withholdings it left out as not posted.
 func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
@@ -41,8 +46,16 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		return Remitted{}, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
 			p.End.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
+	// Before confirmPosted: the withholdings a reversed remittance gives
+	// back have their settlements looked up again with the others.
+	if err := a.releaseReversed(ctx, period, now); err != nil {
+		return Remitted{}, err
+	}
 	notPosted, err := a.confirmPosted(ctx, p.End)
 	if err != nil {
+		return Remitted{}, err
+	}
+	if err := a.replanReversed(ctx, period, now); err != nil {
 		return Remitted{}, err
 	}
 	// An earlier month's remittance still pending (its post refused, the
@@ -64,7 +77,7 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	// each refused one, and a re-run posts what is still pending.
 	var refused []error
 	for i, r := range rems {
-		if r.Status != "pending" {
+		if r.Status != domain.RemittancePending {
 			continue
 		}
 		txID := ""
@@ -77,7 +90,7 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
 			return Remitted{}, err
 		}
-		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = "remitted", txID, &now
+		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, txID, &now
 	}
 	if len(refused) > 0 {
 		return Remitted{}, errors.Join(refused...)
@@ -94,6 +107,77 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		return Remitted{}, err
 	}
 	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil
+}
+
+// releaseReversed looks up in the ledger the transaction of every
+// remittance of periods up to period that posted one, and marks reversed
+// each a reversal undid (POST /v1/transactions/{id}:reverse, which the
+// ledger allows: the tax is back in tax:withheld), naming the reversal and
+// giving its withholdings back to its period (Store.MarkReversed). It
+// read remitted for good: no run paid it again, and no alert saw the tax
+// unpaid. A remittance's key that holds no transaction, or another than
+// the one recorded, is logged at ERROR and left as it is: the two services
+// disagree on money.
+func (a *App) releaseReversed(ctx context.Context, period string, now time.Time) error {
+	after := ""
+	for {
+		rs, err := a.Store.RemittedUpTo(ctx, period, after, MaxLookupKeys)
+		if err != nil || len(rs) == 0 {
+			return err
+		}
+		after = rs[len(rs)-1].ID
+		keys := make([]string, len(rs))
+		for i, r := range rs {
+			keys[i] = r.ID
+		}
+		txs, err := a.Ledger.Posted(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			tx, ok := txs[r.ID]
+			switch {
+			case !ok || tx.ID != r.TransactionID:
+				a.Log.Error("a remitted tax remittance's key holds no ledger transaction, or another than the one it recorded: left as it is",
+					"remittance_id", r.ID, "transaction_id", r.TransactionID, "found", tx.ID)
+			case tx.Reversed:
+				marked, err := a.Store.MarkReversed(ctx, r.ID, tx.ReversedBy, now)
+				if err != nil {
+					return err
+				}
+				if marked {
+					a.Log.Warn("a tax remittance's ledger transaction was reversed: marked reversed, its tax remitted again by a new remittance of its period",
+						"remittance_id", r.ID, "period", r.Period, "transaction_id", r.TransactionID, "reversed_by", tx.ReversedBy,
+						"amount", r.Amount.String(), "currency", r.Currency)
+				}
+			}
+		}
+	}
+}
+
+// replanReversed plans again the months before period holding a reversed
+// remittance: its tax is its month's, whichever month's run found the
+// reversal (the schedule runs the month before only), and the new
+// remittance is then posted with the earlier months' still pending (the
+// period's own month is planned by its run). Planned with the run's own
+// month, it was reported as that month's tax. A month is planned again as
+// long as a reversed remittance of it has no other (a run that stopped
+// after the reversal was marked, settlements not posted yet).
+func (a *App) replanReversed(ctx context.Context, period string, now time.Time) error {
+	reversed, err := a.Store.ReversedUnplanned(ctx, period)
+	if err != nil {
+		return err
+	}
+	for _, q := range reversed {
+		qp, err := a.TaxPeriods.Parse(q)
+		if err != nil {
+			return fmt.Errorf("period %q of a reversed remittance: %w", q, err)
+		}
+		if _, err := a.Store.PlanRemittances(ctx, q, qp.End, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // confirmPosted looks up in the ledger the settlement of every unremitted

@@ -13,8 +13,9 @@ type Store interface {
 	// provider's profile (ok), in one round trip.
 	Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error)
 	// RuleAt returns the version in force at instant at of ruleSet, or
-	// when ruleSet is "" of the rule set selected for the provider, else
-	// for its jurisdiction, else the default.
+	// when ruleSet is "" of the rule set selected for the provider ("":
+	// none), else for its jurisdiction, else for each jurisdiction that
+	// one belongs to (CN-BJ, then CN), else the default.
 	RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error)
 	// InsertWithholding records w unless its key is taken, and returns
 	// what is recorded under the key.
@@ -24,6 +25,9 @@ type Store interface {
 	// afterCycle is set (a cycle has one per currency: a page may end
 	// inside a cycle).
 	Withholdings(ctx context.Context, provider, cycle, afterCycle, afterCurrency string, limit int) ([]domain.Withholding, error)
+	// Rules lists the versions of ruleSet ("": any) that apply in
+	// jurisdiction ("": any): its own, its parents' (CN's in CN-BJ) and
+	// those of no jurisdiction.
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 
@@ -35,10 +39,21 @@ type Store interface {
 	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
 	// PlanRemittances assigns every unremitted withholding recorded before
 	// end whose settlement was posted to a remittance of the period per
-	// jurisdiction and currency made with it (never to one planned before),
-	// and returns the period's remittances.
+	// jurisdiction and currency made with it (never to one planned before;
+	// one reversed does not count), and returns the period's remittances.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
+	// RemittedUpTo pages (by id, after `after`) through the remittances of
+	// periods up to period remitted with a ledger transaction.
+	RemittedUpTo(ctx context.Context, period, after string, limit int) ([]domain.Remittance, error)
+	// MarkReversed marks a remitted remittance reversed by the ledger
+	// transaction reversedBy and gives its withholdings back to its
+	// period (unremitted); false when it was not remitted.
+	MarkReversed(ctx context.Context, id, reversedBy string, at time.Time) (bool, error)
+	// ReversedUnplanned lists the periods before period (oldest first)
+	// with a reversed remittance and no other of its jurisdiction and
+	// currency: their withholdings wait for the period's next plan.
+	ReversedUnplanned(ctx context.Context, period string) ([]string, error)
 	// PendingBefore lists the remittances of periods before period still
 	// pending (their post refused or never reached), oldest first.
 	PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error)
@@ -55,7 +70,7 @@ type Store interface {
 type RemittanceFilter struct {
 	Period, Jurisdiction, Currency string
 	// After is the last remittance of the page before (its period,
-	// jurisdiction and currency).
+	// jurisdiction, currency and id).
 	After *domain.Remittance
 	Limit int
 }
@@ -71,5 +86,7 @@ type Ledger interface {
 	PostRemittance(ctx context.Context, r domain.Remittance) (string, error)
 	// Posted returns the transactions posted under keys (at most
 	// MaxLookupKeys), by key; a key nothing was posted under is absent.
+	// Settlements are posted under their withholding's key, remittances
+	// under their id.
 	Posted(ctx context.Context, keys []string) (map[string]domain.PostedTx, error)
 }

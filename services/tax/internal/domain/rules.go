@@ -73,6 +73,19 @@ func (w Withholding) Check() error {
 	return nil
 }
 
+// JurisdictionLevels is a jurisdiction and each it belongs to, most
+// specific first: CN-BJ, CN (a subdivision is its country's, as
+// checkRuleJurisdiction holds a rule of CN to apply in CN-BJ). Only '-'
+// separates levels.
+func JurisdictionLevels(jurisdiction string) []string {
+	levels := []string{jurisdiction}
+	for i := strings.LastIndexByte(jurisdiction, '-'); i > 0; i = strings.LastIndexByte(jurisdiction, '-') {
+		jurisdiction = jurisdiction[:i]
+		levels = append(levels, jurisdiction)
+	}
+	return levels
+}
+
 // Legs are the accounts a remittance moves its amount between: Dr
 // tax:withheld:{jurisdiction}, Cr bank:client.
 func (r Remittance) Legs() (debit, credit string) {

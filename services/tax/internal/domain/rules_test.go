@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -78,5 +79,14 @@ func TestRemittanceLegs(t *testing.T) {
 	dr, cr := Remittance{Jurisdiction: "CN"}.Legs()
 	if dr != "tax:withheld:CN" || cr != "bank:client" {
 		t.Errorf("legs %s / %s", dr, cr)
+	}
+}
+
+// A jurisdiction's levels: itself, then each it belongs to.
+func TestJurisdictionLevels(t *testing.T) {
+	for give, want := range map[string]string{"CN": "CN", "CN-BJ": "CN-BJ CN", "CN-BJ-HD": "CN-BJ-HD CN-BJ CN", "US_CA": "US_CA", "": ""} {
+		if got := strings.Join(JurisdictionLevels(give), " "); got != want {
+			t.Errorf("JurisdictionLevels(%q) = %q, want %q", give, got, want)
+		}
 	}
 }

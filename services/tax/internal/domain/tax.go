@@ -43,17 +43,34 @@ type Withholding struct {
 type Remittance struct {
 	ID, Period, Jurisdiction, Currency string
 	Amount                             decimal.Decimal
-	Status, TransactionID              string
+	Status, TransactionID              string // Status: RemittancePending, RemittanceRemitted or RemittanceReversed
 	CreatedAt                          time.Time
 	RemittedAt                         *time.Time
+	// ReversedBy is the ledger transaction that reversed TransactionID
+	// (status RemittanceReversed), found at ReversedAt.
+	ReversedBy string
+	ReversedAt *time.Time
 }
 
+// The statuses of a remittance: planned and not posted yet, posted (its
+// ledger transaction TransactionID), or posted and then undone by a
+// reversal in the ledger. A reversed remittance holds no withholdings: they
+// go back to its period's next remittance (another id, so another ledger
+// key: the reversed one's would answer the reversed transaction).
+const (
+	RemittancePending  = "pending"
+	RemittanceRemitted = "remitted"
+	RemittanceReversed = "reversed"
+)
+
 // PostedTx is a ledger transaction as a remittance reads it: a withholding's
-// settlement, posted under the withholding's idempotency key.
+// settlement, posted under the withholding's idempotency key, or a
+// remittance's own, posted under the remittance id.
 type PostedTx struct {
-	ID       string
-	Reversed bool                       // a reversal undid it
-	Credits  map[string]decimal.Decimal // credited amount by account + " " + currency
+	ID         string
+	Reversed   bool                       // a reversal undid it
+	ReversedBy string                     // that reversal's transaction id
+	Credits    map[string]decimal.Decimal // credited amount by account + " " + currency
 }
 
 // Credited is the amount the transaction credits account in currency.

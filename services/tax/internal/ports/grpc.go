@@ -274,6 +274,9 @@ func remToProto(r domain.Remittance) *taxv1.TaxRemittance {
 	if r.RemittedAt != nil {
 		out.RemittedAt = timestamppb.New(*r.RemittedAt)
 	}
+	if r.ReversedAt != nil {
+		out.ReversedBy, out.ReversedAt = r.ReversedBy, timestamppb.New(*r.ReversedAt)
+	}
 	return out
 }
 
@@ -321,11 +324,11 @@ func (s *Server) ListRemittances(ctx context.Context, req *taxv1.ListRemittances
 	}
 	listing := cursor.Scoped(remittancesListing, f.Period, f.Jurisdiction, f.Currency)
 	if req.PageToken != "" {
-		pos, err := cursor.Decode(listing, req.PageToken, 3)
+		pos, err := cursor.Decode(listing, req.PageToken, 4)
 		if err != nil {
 			return nil, err
 		}
-		f.After = &domain.Remittance{Period: pos.String(0), Jurisdiction: pos.String(1), Currency: pos.String(2)}
+		f.After = &domain.Remittance{Period: pos.String(0), Jurisdiction: pos.String(1), Currency: pos.String(2), ID: pos.String(3)}
 	}
 	rems, err := s.App.Store.Remittances(ctx, f)
 	if err != nil {
@@ -337,7 +340,7 @@ func (s *Server) ListRemittances(ctx context.Context, req *taxv1.ListRemittances
 	}
 	if len(rems) == f.Limit {
 		last := rems[len(rems)-1]
-		resp.NextPageToken = cursor.Encode(listing, last.Period, last.Jurisdiction, last.Currency)
+		resp.NextPageToken = cursor.Encode(listing, last.Period, last.Jurisdiction, last.Currency, last.ID)
 	}
 	return resp, nil
 }

@@ -513,17 +513,25 @@ func (x *TaxRule) GetDescription() string {
 // A payment of withheld tax to an authority: Dr tax:withheld:{jurisdiction},
 // Cr bank:client.
 type TaxRemittance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RemittanceId  string                 `protobuf:"bytes,1,opt,name=remittance_id,json=remittanceId,proto3" json:"remittance_id,omitempty"`
-	Jurisdiction  string                 `protobuf:"bytes,2,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
-	Currency      string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
-	Amount        string                 `protobuf:"bytes,4,opt,name=amount,proto3" json:"amount,omitempty"`
-	Status        string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"` // pending | remitted
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RemittanceId string                 `protobuf:"bytes,1,opt,name=remittance_id,json=remittanceId,proto3" json:"remittance_id,omitempty"`
+	Jurisdiction string                 `protobuf:"bytes,2,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	Currency     string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
+	Amount       string                 `protobuf:"bytes,4,opt,name=amount,proto3" json:"amount,omitempty"`
+	// pending (not posted yet) | remitted (posted: transaction_id) | reversed
+	// (posted, then undone by a reversal in the ledger: reversed_by). A
+	// reversed remittance holds no withholdings any more: its period's next
+	// remittance run pays them again in a new remittance of the period,
+	// jurisdiction and currency (remittance_id with -2, -3... added: another
+	// ledger idempotency key).
+	Status        string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	Reference     string                 `protobuf:"bytes,6,opt,name=reference,proto3" json:"reference,omitempty"`
 	TransactionId string                 `protobuf:"bytes,7,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	RemittedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=remitted_at,json=remittedAt,proto3" json:"remitted_at,omitempty"`
-	Period        string                 `protobuf:"bytes,10,opt,name=period,proto3" json:"period,omitempty"` // YYYY-MM: the month whose withholdings it remits
+	Period        string                 `protobuf:"bytes,10,opt,name=period,proto3" json:"period,omitempty"`                           // YYYY-MM: the month whose withholdings it remits
+	ReversedBy    string                 `protobuf:"bytes,11,opt,name=reversed_by,json=reversedBy,proto3" json:"reversed_by,omitempty"` // the ledger transaction that reversed transaction_id (status reversed)
+	ReversedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reversed_at,json=reversedAt,proto3" json:"reversed_at,omitempty"` // when a remittance run found the reversal
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -626,6 +634,20 @@ func (x *TaxRemittance) GetPeriod() string {
 		return x.Period
 	}
 	return ""
+}
+
+func (x *TaxRemittance) GetReversedBy() string {
+	if x != nil {
+		return x.ReversedBy
+	}
+	return ""
+}
+
+func (x *TaxRemittance) GetReversedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReversedAt
+	}
+	return nil
 }
 
 type ListTaxWithholdingsRequest struct {
@@ -1112,11 +1134,13 @@ func (x *ComputeWithholdingResponse) GetCertificateId() string {
 }
 
 type ListTaxRulesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RuleSet       string                 `protobuf:"bytes,1,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"` // optional filter
-	Jurisdiction  string                 `protobuf:"bytes,2,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`      // optional filter
-	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	RuleSet string                 `protobuf:"bytes,1,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"` // optional filter
+	// Optional filter: the rules that apply there (its own, those of the
+	// jurisdictions holding it, CN's in CN-BJ, and those of none).
+	Jurisdiction  string `protobuf:"bytes,2,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1630,7 +1654,8 @@ type RemitTaxResponse struct {
 	Period      string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
 	Remittances []*TaxRemittance       `protobuf:"bytes,2,rep,name=remittances,proto3" json:"remittances,omitempty"` // totals per jurisdiction and currency
 	// Totals per remittance (each one of remittances) and provider: per
-	// jurisdiction and currency they add up to the remittances' amounts.
+	// jurisdiction and currency they add up to the amounts of the remittances
+	// not reversed (a reversed one holds no withholdings).
 	Lines []*RemittanceReportLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
 	// Withholdings recorded before the period's end whose settlement the ledger
 	// has not posted (a settlement refused or still retrying, or reversed):
@@ -1940,7 +1965,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x13deduction_threshold\x18\n" +
 	" \x01(\tR\x12deductionThreshold\x126\n" +
 	"\bbrackets\x18\v \x03(\v2\x1a.gpubill.tax.v1.TaxBracketR\bbrackets\x12 \n" +
-	"\vdescription\x18\f \x01(\tR\vdescription\"\xf9\x02\n" +
+	"\vdescription\x18\f \x01(\tR\vdescription\"\xd7\x03\n" +
 	"\rTaxRemittance\x12#\n" +
 	"\rremittance_id\x18\x01 \x01(\tR\fremittanceId\x12\"\n" +
 	"\fjurisdiction\x18\x02 \x01(\tR\fjurisdiction\x12\x1a\n" +
@@ -1954,7 +1979,11 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\vremitted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"remittedAt\x12\x16\n" +
 	"\x06period\x18\n" +
-	" \x01(\tR\x06period\"\x94\x01\n" +
+	" \x01(\tR\x06period\x12\x1f\n" +
+	"\vreversed_by\x18\v \x01(\tR\n" +
+	"reversedBy\x12;\n" +
+	"\vreversed_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reversedAt\"\x94\x01\n" +
 	"\x1aListTaxWithholdingsRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
@@ -2127,36 +2156,37 @@ var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
 	2,  // 4: gpubill.tax.v1.TaxRule.brackets:type_name -> gpubill.tax.v1.TaxBracket
 	22, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
 	22, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
-	0,  // 7: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
-	1,  // 8: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
-	22, // 9: gpubill.tax.v1.ComputeWithholdingRequest.closed_at:type_name -> google.protobuf.Timestamp
-	3,  // 10: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
-	4,  // 11: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	22, // 12: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
-	4,  // 13: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	18, // 14: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
-	22, // 15: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
-	5,  // 16: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 17: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 18: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	20, // 19: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
-	11, // 20: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	15, // 21: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
-	17, // 22: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
-	13, // 23: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 24: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 25: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 26: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	21, // 27: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
-	12, // 28: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	16, // 29: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
-	19, // 30: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
-	14, // 31: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	22, // 7: gpubill.tax.v1.TaxRemittance.reversed_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
+	1,  // 9: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
+	22, // 10: gpubill.tax.v1.ComputeWithholdingRequest.closed_at:type_name -> google.protobuf.Timestamp
+	3,  // 11: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
+	4,  // 12: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	22, // 13: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
+	4,  // 14: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
+	18, // 15: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
+	22, // 16: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
+	5,  // 17: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 18: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 19: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	20, // 20: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
+	11, // 21: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 22: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 23: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 24: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	6,  // 25: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 26: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 27: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	21, // 28: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
+	12, // 29: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 30: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 31: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 32: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }

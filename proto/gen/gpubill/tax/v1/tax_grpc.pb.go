@@ -51,16 +51,20 @@ type TaxServiceClient interface {
 	QuoteWithholding(ctx context.Context, in *QuoteWithholdingRequest, opts ...grpc.CallOption) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(ctx context.Context, in *ListTaxRulesRequest, opts ...grpc.CallOption) (*ListTaxRulesResponse, error)
-	// Selects the rule set for a jurisdiction, or for one provider (overrides
-	// the jurisdiction's). Finance only.
+	// Selects the rule set for a jurisdiction (and the ones in it: CN's applies
+	// in CN-BJ unless CN-BJ has its own), or for one provider (overrides the
+	// jurisdiction's). Finance only.
 	SetRuleSelection(ctx context.Context, in *SetRuleSelectionRequest, opts ...grpc.CallOption) (*SetRuleSelectionResponse, error)
 	// Remits the tax withheld up to the end of a month: per jurisdiction and
 	// currency, Dr tax:withheld:{jurisdiction} / Cr bank:client, and returns the
 	// remittance report (totals per jurisdiction and provider). Idempotent per
-	// period.
+	// period, except that a remittance (of the period or one before it) whose
+	// ledger transaction was reversed is marked reversed and its tax paid again
+	// by a new remittance of its period.
 	RemitTax(ctx context.Context, in *RemitTaxRequest, opts ...grpc.CallOption) (*RemitTaxResponse, error)
 	// Lists remittances to tax authorities, newest period first (then by
-	// jurisdiction and currency), a page at a time.
+	// jurisdiction, currency and id: a reversed one before the one that pays
+	// its tax again), a page at a time.
 	ListRemittances(ctx context.Context, in *ListRemittancesRequest, opts ...grpc.CallOption) (*ListRemittancesResponse, error)
 }
 
@@ -171,16 +175,20 @@ type TaxServiceServer interface {
 	QuoteWithholding(context.Context, *QuoteWithholdingRequest) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error)
-	// Selects the rule set for a jurisdiction, or for one provider (overrides
-	// the jurisdiction's). Finance only.
+	// Selects the rule set for a jurisdiction (and the ones in it: CN's applies
+	// in CN-BJ unless CN-BJ has its own), or for one provider (overrides the
+	// jurisdiction's). Finance only.
 	SetRuleSelection(context.Context, *SetRuleSelectionRequest) (*SetRuleSelectionResponse, error)
 	// Remits the tax withheld up to the end of a month: per jurisdiction and
 	// currency, Dr tax:withheld:{jurisdiction} / Cr bank:client, and returns the
 	// remittance report (totals per jurisdiction and provider). Idempotent per
-	// period.
+	// period, except that a remittance (of the period or one before it) whose
+	// ledger transaction was reversed is marked reversed and its tax paid again
+	// by a new remittance of its period.
 	RemitTax(context.Context, *RemitTaxRequest) (*RemitTaxResponse, error)
 	// Lists remittances to tax authorities, newest period first (then by
-	// jurisdiction and currency), a page at a time.
+	// jurisdiction, currency and id: a reversed one before the one that pays
+	// its tax again), a page at a time.
 	ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error)
 	mustEmbedUnimplementedTaxServiceServer()
 }

@@ -52,7 +52,8 @@ func (l Ledger) Posted(ctx context.Context, keys []string) (map[string]domain.Po
 	}
 	out := make(map[string]domain.PostedTx, len(resp.GetTransactions()))
 	for _, t := range resp.GetTransactions() {
-		p := domain.PostedTx{ID: t.GetTransactionId(), Reversed: t.GetReversedBy() != "", Credits: map[string]decimal.Decimal{}}
+		p := domain.PostedTx{ID: t.GetTransactionId(), Reversed: t.GetReversedBy() != "", ReversedBy: t.GetReversedBy(),
+			Credits: map[string]decimal.Decimal{}}
 		for _, leg := range t.GetPostings() {
 			if leg.GetDirection() != "credit" {
 				continue

@@ -95,12 +95,12 @@ func scanRule(r pgx.CollectableRow) (domain.Rule, error) {
 }
 
 // ruleAtSQL chooses the rule set ($1, else the one selected for the
-// scopes $2 in force at $3: the provider's before the jurisdiction's) and
-// its version in force at $3; one row, its rule columns null when no
-// version is in force.
+// scopes $2 in force at $3: of the first scope in $2's order that has a
+// selection in force, its latest) and its version in force at $3; one row,
+// its rule columns null when no version is in force.
 const ruleAtSQL = `with chosen as (
-		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2) and effective_from <= $3
-			order by scope like 'provider:%' desc, effective_from desc limit 1), '') as name)
+		select coalesce(nullif($1, ''), (select rule_set from tax.rule_selections where scope = any($2::text[]) and effective_from <= $3
+			order by array_position($2::text[], scope), effective_from desc limit 1), '') as name)
 	select chosen.name, r.rule_set, coalesce(r.rule_version, ''), coalesce(r.jurisdiction, ''),
 		coalesce(r.effective_from, 'epoch'), r.effective_until, coalesce(r.is_default, false), coalesce(r.description, '')
 	from chosen left join lateral (
@@ -109,18 +109,29 @@ const ruleAtSQL = `with chosen as (
 		order by effective_from desc, rule_version desc limit 1) r on true`
 
 // RuleAt returns the version in force at instant at of ruleSet, or when
-// ruleSet is "" of the rule set selected for the provider, else for its
-// jurisdiction, else the default rule set; ErrPrecondition when none is in
-// force. One statement (a withholding per provider and currency reads it),
-// sent with concurrent ones in a shared batch.
+// ruleSet is "" of the rule set selected for the provider (when one is
+// named), else for its jurisdiction, else for each jurisdiction that one
+// belongs to (CN-BJ, then CN: domain.JurisdictionLevels), else the default
+// rule set; at each level the selection in force at at. ErrPrecondition
+// when none is in force. One statement (a withholding per provider and
+// currency reads it), sent with concurrent ones in a shared batch.
 func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction string, at time.Time) (domain.Rule, error) {
 	var (
 		chosen string
 		r      domain.Rule
 		set    *string
 	)
+	var scopes []string
+	if provider != "" {
+		scopes = append(scopes, "provider:"+provider)
+	}
+	if jurisdiction != "" {
+		for _, j := range domain.JurisdictionLevels(jurisdiction) {
+			scopes = append(scopes, "jurisdiction:"+j)
+		}
+	}
 	err := s.batches.Do(ctx, func(b *pgx.Batch) {
-		b.Queue(ruleAtSQL, ruleSet, []string{"provider:" + provider, "jurisdiction:" + jurisdiction}, at).QueryRow(func(row pgx.Row) error {
+		b.Queue(ruleAtSQL, ruleSet, scopes, at).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&chosen, &set, &r.Version, &r.Jurisdiction, &r.EffectiveFrom, &r.EffectiveUntil, &r.IsDefault, &r.Description)
 		})
 	})
@@ -134,10 +145,17 @@ func (s *Store) RuleAt(ctx context.Context, ruleSet, provider, jurisdiction stri
 	return r, nil
 }
 
-// Rules lists rule versions.
+// Rules lists rule versions: of a rule set ("" = any) that apply in a
+// jurisdiction ("" = any): its own, those of each jurisdiction it belongs
+// to (CN's in CN-BJ) and those of none.
 func (s *Store) Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error) {
+	var levels []string
+	if jurisdiction != "" {
+		levels = append(domain.JurisdictionLevels(jurisdiction), "")
+	}
 	rows, err := s.Pool.Query(ctx, `select `+ruleCols+` from tax.rules
-		where ($1 = '' or rule_set = $1) and ($2 = '' or jurisdiction in ($2, '')) order by rule_set, effective_from, rule_version`, ruleSet, jurisdiction)
+		where ($1 = '' or rule_set = $1) and ($2::text[] is null or jurisdiction = any($2::text[])) order by rule_set, effective_from, rule_version`,
+		ruleSet, levels)
 	if err != nil {
 		return nil, err
 	}
@@ -249,11 +267,13 @@ func (s *Store) Withholdings(ctx context.Context, provider, cycle, afterCycle, a
 	return pgx.CollectRows(rows, scanWH)
 }
 
-const remCols = `remittance_id, period, jurisdiction, currency, amount, status, transaction_id, created_at, remitted_at`
+const remCols = `remittance_id, period, jurisdiction, currency, amount, status, transaction_id, created_at, remitted_at,
+	reversed_by, reversed_at`
 
 func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 	var x domain.Remittance
-	return x, r.Scan(&x.ID, &x.Period, &x.Jurisdiction, &x.Currency, &x.Amount, &x.Status, &x.TransactionID, &x.CreatedAt, &x.RemittedAt)
+	return x, r.Scan(&x.ID, &x.Period, &x.Jurisdiction, &x.Currency, &x.Amount, &x.Status, &x.TransactionID, &x.CreatedAt, &x.RemittedAt,
+		&x.ReversedBy, &x.ReversedAt)
 }
 
 // PlanRemittances assigns every unremitted withholding recorded before end
@@ -268,6 +288,12 @@ func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 // already planned, which may have been paid already. It waits for the next
 // period's remittance, which takes every unremitted withholding recorded
 // before that period's end.
+//
+// A remittance reversed (MarkReversed) does not count: the period's next
+// plan makes another of its jurisdiction and currency, with the
+// withholdings the reversal gave back, under the id of the first with
+// -{n} added (rem-2026-02-CN-CNY-2 after rem-2026-02-CN-CNY): the id is the
+// ledger key, and the reversed one's would answer the reversed transaction.
 func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error) {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
@@ -283,18 +309,23 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 }
 
 // planRemittancesSQL makes the period's ($1) remittances that do not exist
-// yet, each of the unremitted, posted withholdings recorded before $2 in its
-// jurisdiction and currency, and attaches exactly those to it.
+// yet (or exist reversed only), each of the unremitted, posted withholdings
+// recorded before $2 in its jurisdiction and currency, and attaches exactly
+// those to it. The n-th remittance of a period, jurisdiction and currency
+// (the n−1 before it reversed) has the id of the first with -{n} added; a
+// currency is three letters, so no other's id can be it.
 const planRemittancesSQL = `with fresh as (
 		select w.withholding_id, w.jurisdiction, w.currency, w.tax_withheld from tax.withholdings w
 		where w.remittance_id is null and w.created_at < $2 and w.settlement_tx_id is not null
 		  and not exists (select 1 from tax.remittances r
-			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency)),
+			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency and r.status <> 'reversed')),
 	made as (
 		insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
-		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency, $1, jurisdiction, currency, sum(tax_withheld), 'pending', $3
+		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency || coalesce('-' || nullif((select count(*) + 1 from tax.remittances r
+				where r.period = $1 and r.jurisdiction = fresh.jurisdiction and r.currency = fresh.currency), 1)::text, ''),
+			$1, jurisdiction, currency, sum(tax_withheld), 'pending', $3
 		from fresh group by jurisdiction, currency
-		on conflict (period, jurisdiction, currency) do nothing
+		on conflict (period, jurisdiction, currency) where status <> 'reversed' do nothing
 		returning remittance_id, jurisdiction, currency)
 	update tax.withholdings w set remittance_id = made.remittance_id
 	from fresh join made on made.jurisdiction = fresh.jurisdiction and made.currency = fresh.currency
@@ -352,11 +383,13 @@ func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time)
 
 // Remittances lists remittances by period, jurisdiction and currency ("" = any).
 func (s *Store) Remittances(ctx context.Context, f app.RemittanceFilter) ([]domain.Remittance, error) {
-	// Newest period first, then jurisdiction and currency (unique together):
-	// the page after a remittance is what sorts after its three.
-	var afterPeriod, afterJurisdiction, afterCurrency string
+	// Newest period first, then jurisdiction, currency and id (a period's
+	// jurisdiction and currency may have reversed remittances besides the
+	// one that is not): the page after a remittance is what sorts after its
+	// four.
+	var afterPeriod, afterJurisdiction, afterCurrency, afterID string
 	if f.After != nil {
-		afterPeriod, afterJurisdiction, afterCurrency = f.After.Period, f.After.Jurisdiction, f.After.Currency
+		afterPeriod, afterJurisdiction, afterCurrency, afterID = f.After.Period, f.After.Jurisdiction, f.After.Currency, f.After.ID
 	}
 	limit := int64(f.Limit)
 	if limit <= 0 {
@@ -364,13 +397,69 @@ func (s *Store) Remittances(ctx context.Context, f app.RemittanceFilter) ([]doma
 	}
 	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
 		where ($1 = '' or period = $1) and ($2 = '' or jurisdiction = $2) and ($3 = '' or currency = $3)
-		  and ($4 = '' or period < $4 or (period = $4 and (jurisdiction, currency) > ($5, $6)))
-		order by period desc, jurisdiction, currency limit $7`,
-		f.Period, f.Jurisdiction, f.Currency, afterPeriod, afterJurisdiction, afterCurrency, limit)
+		  and ($4 = '' or period < $4 or (period = $4 and (jurisdiction, currency, remittance_id) > ($5, $6, $8)))
+		order by period desc, jurisdiction, currency, remittance_id limit $7`,
+		f.Period, f.Jurisdiction, f.Currency, afterPeriod, afterJurisdiction, afterCurrency, limit, afterID)
 	if err != nil {
 		return nil, fmt.Errorf("list remittances: %w", err)
 	}
 	return pgx.CollectRows(rows, scanRem)
+}
+
+// RemittedUpTo returns, in id order after `after`, at most limit remittances
+// of periods up to period (YYYY-MM: text order is time order) remitted
+// with a ledger transaction (an amount of zero posts none).
+func (s *Store) RemittedUpTo(ctx context.Context, period, after string, limit int) ([]domain.Remittance, error) {
+	rows, err := s.Pool.Query(ctx, `select `+remCols+` from tax.remittances
+		where status = 'remitted' and transaction_id <> '' and period <= $1 and remittance_id > $2
+		order by remittance_id limit $3`, period, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("remitted remittances up to %s: %w", period, err)
+	}
+	return pgx.CollectRows(rows, scanRem)
+}
+
+// MarkReversed records that a reversal (the ledger transaction reversedBy)
+// undid a remitted remittance, found at at, and gives its withholdings
+// back (unremitted: the next plan of its period takes those still posted),
+// in one transaction under the remittance runs' lock. It reports whether it
+// did: false when the remittance is not remitted (another run marked it).
+func (s *Store) MarkReversed(ctx context.Context, id, reversedBy string, at time.Time) (bool, error) {
+	var marked bool
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		marked = false
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `update tax.remittances set status = 'reversed', reversed_by = $2, reversed_at = $3
+			where remittance_id = $1 and status = 'remitted'`, id, reversedBy, at)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `update tax.withholdings set remittance_id = null where remittance_id = $1`, id); err != nil {
+			return err
+		}
+		marked = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("mark remittance %s reversed: %w", id, err)
+	}
+	return marked, nil
+}
+
+// ReversedUnplanned lists the periods before period, oldest first, that
+// hold a reversed remittance and no other of its jurisdiction and currency.
+func (s *Store) ReversedUnplanned(ctx context.Context, period string) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `select distinct r.period from tax.remittances r
+		where r.status = 'reversed' and r.period < $1
+		  and not exists (select 1 from tax.remittances o where o.period = r.period and o.jurisdiction = r.jurisdiction
+			and o.currency = r.currency and o.status <> 'reversed')
+		order by r.period`, period)
+	if err != nil {
+		return nil, fmt.Errorf("periods of reversed remittances before %s: %w", period, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // PendingBefore lists the remittances of periods before period still
