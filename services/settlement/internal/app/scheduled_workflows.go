@@ -185,7 +185,9 @@ func (r Remittances) MonthlyWorkflow(ctx workflow.Context) (RemittanceReport, er
 // ended for the tax service (in the tax zone, plus RemittancePeriodEndSlack),
 // RemitTax for it. RemitTax is idempotent per period (remittance ids, and
 // the ledger keys, are rem-{period}-{j}-{currency}), so running it again
-// changes nothing and answers the same report.
+// posts nothing new, unless a remittance's ledger transaction was reversed
+// since: that one is marked reversed and its tax remitted again under a
+// new id (rem-{period}-{j}-{currency}-2).
 func (r Remittances) RemitWorkflow(ctx workflow.Context, in RemittanceInput) (RemittanceReport, error) {
 	p, err := r.Periods.Parse(in.Period)
 	if err != nil {
