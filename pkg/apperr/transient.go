@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
@@ -14,7 +15,8 @@ import (
 
 // Transient reports whether err says a dependency could not be reached or
 // did not accept the work (the database down, starting up or restarting,
-// read-only while it fails over, out of disk or memory, a connection lost, a
+// read-only while it fails over, out of disk or memory, a connection lost
+// or refused (a network's errno: a file's EACCES or ENOENT is none), a
 // peer service unavailable, a serialization conflict, a lock held
 // elsewhere). A context's deadline is not one: whatever ran past it may
 // have been the request's or the message's own doing.
@@ -65,6 +67,16 @@ func Transient(err error) bool {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
+		// A syscall.Errno is a net.Error too (Timeout, Temporary), a
+		// file's EACCES, ENOENT or EISDIR as well as a peer's ECONNRESET:
+		// any errno was taken for an outage, and a handler failing on a
+		// file was redelivered for ever. An errno in the chain decides; a
+		// net.Error without one (an I/O timeout, a closed connection, a
+		// DNS failure) is the network's.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return outageErrno[errno]
+		}
 		return true
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -74,4 +86,19 @@ func Transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// outageErrno are the errnos of a network or a peer that could not be
+// reached or dropped the work: a retry may find it back. EAGAIN (also
+// EWOULDBLOCK) is a resource busy for now (a lock held elsewhere, a
+// non-blocking socket's buffer full), as 55P03 is above; EINTR, a call a
+// signal interrupted before it completed. Any other errno (EACCES, ENOENT,
+// EISDIR, EROFS, ENOSPC, EMFILE...) is a file's or this process's own
+// state, which no redelivery mends: dead-lettered, answered 500.
+var outageErrno = map[syscall.Errno]bool{
+	syscall.ECONNREFUSED: true, syscall.ECONNRESET: true, syscall.ECONNABORTED: true,
+	syscall.ETIMEDOUT: true, syscall.EPIPE: true, syscall.ENOTCONN: true,
+	syscall.ENETUNREACH: true, syscall.EHOSTUNREACH: true, syscall.ENETDOWN: true,
+	syscall.EHOSTDOWN: true, syscall.ENETRESET: true, syscall.EADDRNOTAVAIL: true,
+	syscall.EAGAIN: true, syscall.EINTR: true,
 }

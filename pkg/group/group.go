@@ -2,8 +2,10 @@
 // without a background goroutine: the first caller to find no one running
 // becomes the runner and runs groups of whatever is queued until its own
 // work has run, then hands what is left to a goroutine of its own, so its
-// caller is not held by later arrivals. The ledger's API writes and the
-// audit recorder's records are committed this way; through pkg/pg.Batches,
+// caller is not held by later arrivals (or, with Detach, starts that
+// goroutine at once, so no caller is held by a group at all). The ledger's
+// API writes (detached) and the audit recorder's records are committed
+// this way; through pkg/pg.Batches,
 // settlement's and the tax service's per-provider statements, which linger
 // for a group.
 package group
@@ -24,6 +26,12 @@ type Queue[T any] struct {
 	// runs at once when its oldest item has waited Linger.
 	Linger time.Duration
 	Run    func(ctx context.Context, g []T) // runs a group; its items are answered when it returns
+	// Detach runs the groups on a goroutine of the queue's own, never on a
+	// caller's: Add returns at once, so every caller (the first one too,
+	// which would otherwise run groups until its own has run) can stop
+	// waiting when its context ends. The ledger's API writes: a group the
+	// database holds must not hold its leader past the leader's deadline.
+	Detach bool
 
 	mu      sync.Mutex
 	queue   []entry[T]
@@ -39,7 +47,8 @@ type entry[T any] struct {
 
 // Add queues v and returns a channel closed once the group holding v has
 // run. The caller that finds no runner runs groups (with ctx, less its
-// cancellation: a group holds other callers' work) before Add returns.
+// cancellation: a group holds other callers' work) before Add returns, or,
+// with Detach, starts a goroutine that runs them.
 func (q *Queue[T]) Add(ctx context.Context, v T) <-chan struct{} {
 	e := entry[T]{v: v, at: time.Now(), done: make(chan struct{})}
 	q.mu.Lock()
@@ -51,7 +60,10 @@ func (q *Queue[T]) Add(ctx context.Context, v T) <-chan struct{} {
 	lead := !q.running
 	q.running = true
 	q.mu.Unlock()
-	if lead {
+	switch {
+	case lead && q.Detach:
+		go q.drain(context.WithoutCancel(ctx), nil)
+	case lead:
 		q.drain(context.WithoutCancel(ctx), e.done)
 	}
 	return e.done

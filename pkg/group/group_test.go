@@ -181,3 +181,45 @@ func TestQueueWithoutAMaxRunsOneAtATime(t *testing.T) {
 		t.Fatalf("groups of %v, want [1 1]", sizes)
 	}
 }
+
+// With Detach, the first caller's Add returns before its group has run (a
+// goroutine of the queue's runs it), so a caller whose context ends stops
+// waiting, the first one too; the items are still answered after their
+// group ran, and the runner role is released once the queue is empty.
+func TestQueueDetachedDoesNotHoldTheFirstCaller(t *testing.T) {
+	gate := make(chan struct{})
+	var ran atomic.Int32
+	q := &Queue[int]{Max: 4, Detach: true, Run: func(_ context.Context, g []int) {
+		<-gate
+		ran.Add(int32(len(g)))
+	}}
+	added := make(chan (<-chan struct{}))
+	go func() { added <- q.Add(context.Background(), 1) }()
+	var done <-chan struct{}
+	select {
+	case done = <-added:
+	case <-time.After(5 * time.Second):
+		close(gate)
+		t.Fatal("the first caller's Add is held by its group's run")
+	}
+	select {
+	case <-done:
+		t.Fatal("answered before its group ran")
+	default:
+	}
+	close(gate)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the detached runner never answered")
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("%d items ran, want 1", ran.Load())
+	}
+	// The runner role was released: a later item runs too.
+	select {
+	case <-q.Add(context.Background(), 2):
+	case <-time.After(5 * time.Second):
+		t.Fatal("a later item never ran")
+	}
+}

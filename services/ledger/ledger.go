@@ -73,8 +73,13 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 	}
+	groupTimeout, err := groupCommitTimeoutFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	store := postgres.NewStore(d.Pool)
 	a := app.New(store, d.Clock, d.Calendar, d.Log)
+	a.GroupTimeout = groupTimeout
 	d.Log, d.Clock = a.Log, a.Clock
 	now := func() time.Time { return a.Clock.Now().UTC() }
 	reports := newReports(d.Pool, now)

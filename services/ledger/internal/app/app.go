@@ -26,6 +26,10 @@ type App struct {
 	Clock    clock.Clock
 	Calendar cycles.Calendar
 	Log      *slog.Logger
+	// GroupTimeout bounds one group commit of API writes, its per-write
+	// retries included (GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT); 0 is
+	// DefaultGroupTimeout. Set before the first write.
+	GroupTimeout time.Duration
 
 	group *group.Queue[*groupReq] // API writes waiting for their group commit
 }

@@ -21,31 +21,64 @@ const groupMax = 256
 // Group commit for API writes: concurrent manual entries and deposits are
 // posted in one Postgres transaction, so a hot account (bank:client takes
 // every deposit) is locked and fsynced once per group instead of once per
-// call. No background goroutine (pkg/group): the first caller to find no
-// committer running becomes it; the others wait for their result. A group
+// call. The groups run on a goroutine of the queue's (pkg/group, Detach),
+// started by the first caller to find no committer running; every caller
+// waits for its result, or for its own context to end. A group
 // that fails as a whole (an overdraft, any error) is retried one transaction
 // at a time, so each caller gets exactly its own answer. Overdrafts are
 // judged as if the group's writes were posted one at a time in queue order
 // (domain.Draws), not on the group's net change.
+//
+// A group, its retries included, has GroupTimeout (DefaultGroupTimeout)
+// for its database work, on this side (its context) and on the server (the
+// statement_timeout of PostNew's transaction): a database that hangs
+// without refusing (a partition, a lock held) held every API write of the
+// process for ever, each group behind the one stuck. A group that runs out
+// of it answers each of its writes ErrUnavailable (503, retry): the write
+// may have committed all the same (a COMMIT the answer of which was lost),
+// and a retry under the same idempotency key answers the transaction then
+// posted, or posts it once. A caller whose own context ends while its
+// group waits or runs is answered its context's error at once, with the
+// same caveat.
 type groupReq struct {
 	t     *domain.Transaction
 	audit Audited             // its audit record, if the write takes it (PostNew stores it with the write)
 	id    string              // the posted (or original, on a replay) transaction id
 	tx    *domain.Transaction // the answer when known without a read (t, posted fresh)
 	err   error
+	gone  func() error // the caller's context's Err: a write whose caller has gone before its group runs is not posted
+}
+
+// DefaultGroupTimeout bounds a group commit's database work when
+// App.GroupTimeout is unset (GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT): a group
+// of 256 writes commits in milliseconds, and its per-write retries in well
+// under a second.
+const DefaultGroupTimeout = 10 * time.Second
+
+// groupTimeout is the bound of one group commit.
+func (a *App) groupTimeout() time.Duration {
+	if a.GroupTimeout > 0 {
+		return a.GroupTimeout
+	}
+	return DefaultGroupTimeout
 }
 
 // newGroups is the App's queue of API writes.
 func (a *App) newGroups() *group.Queue[*groupReq] {
-	return &group.Queue[*groupReq]{Max: groupMax, Run: a.commitBatch}
+	return &group.Queue[*groupReq]{Max: groupMax, Run: a.commitBatch, Detach: true}
 }
 
 func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited) (*domain.Transaction, error) {
-	r := &groupReq{t: t, audit: au}
+	r := &groupReq{t: t, audit: au, gone: ctx.Err}
+	done := a.group.Add(ctx, r)
 	select {
-	case <-a.group.Add(ctx, r):
+	case <-done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		select {
+		case <-done: // answered as the context ended: the answer
+		default:
+			return nil, callerGone(t, ctx.Err())
+		}
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -54,6 +87,13 @@ func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited
 		return r.tx, nil
 	}
 	return a.getTransaction(ctx, r.id)
+}
+
+// callerGone is the answer of a write whose caller's context ended (err)
+// before its group's answer.
+func callerGone(t *domain.Transaction, err error) error {
+	return fmt.Errorf("transaction %q: stopped waiting for its group commit, which may still post it "+
+		"(a retry with the same idempotency key answers it): %w", t.IdempotencyKey, err)
 }
 
 // The group commit's own figures. Groups run one after another, so the
@@ -72,24 +112,89 @@ var (
 			"groups run one at a time per process, so rate() of the sum is the share of time the write path was busy.",
 		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 12), // 0.25 ms to 0.5 s
 	})
+	writeGroupTimeouts = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "gpubill_ledger_write_group_timeouts_total",
+		Help: "Group commits of API writes that ran out of their time (GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT): the database hung without refusing; " +
+			"each of the group's writes was answered unavailable (retry with the same idempotency key).",
+	})
 )
 
 // commitBatch commits a group and answers each of its writes, one at a
 // time when the group fails as a whole.
 func (a *App) commitBatch(ctx context.Context, batch []*groupReq) {
+	if batch = withCallers(batch); len(batch) == 0 {
+		return
+	}
 	start := time.Now()
 	defer func() {
 		writeGroupSize.Observe(float64(len(batch)))
 		writeGroupSeconds.Observe(time.Since(start).Seconds())
 	}()
-	if err := a.commitGroup(ctx, batch); err != nil {
-		for _, r := range batch { // one at a time: each gets its own answer
-			res, err := a.postOne(ctx, r.t, nil)
-			if err == nil {
-				r.id, r.tx = res.ID, res
-			}
-			r.err = err
+	timeout := a.groupTimeout()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := a.commitGroup(ctx, batch)
+	if err == nil {
+		return
+	}
+	if groupTimedOut(ctx, err) {
+		a.answerTimedOut(batch, timeout, err)
+		return
+	}
+	for i, r := range batch { // one at a time: each gets its own answer
+		res, err := a.postOne(ctx, r.t, nil)
+		if err != nil && groupTimedOut(ctx, err) {
+			a.answerTimedOut(batch[i:], timeout, err)
+			return
 		}
+		r.id, r.tx, r.err = "", nil, err
+		if err == nil {
+			r.id, r.tx = res.ID, res
+		}
+	}
+}
+
+// withCallers is batch less the writes whose callers have gone (their
+// contexts ended while they queued, behind a group the database held):
+// those are answered their context's error and never posted.
+func withCallers(batch []*groupReq) []*groupReq {
+	var kept []*groupReq // nil while every caller waits
+	for i, r := range batch {
+		err := r.gone()
+		switch {
+		case err != nil && kept == nil:
+			kept = append(make([]*groupReq, 0, len(batch)), batch[:i]...)
+			fallthrough
+		case err != nil:
+			r.err = callerGone(r.t, err)
+		case kept != nil:
+			kept = append(kept, r)
+		}
+	}
+	if kept == nil {
+		return batch
+	}
+	return kept
+}
+
+// groupTimedOut reports whether err ended a group that ran out of its time
+// (ctx's deadline): on this side, or on the server (Store.PostNew answers
+// the statement_timeout it set from ctx's deadline as one).
+func groupTimedOut(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
+}
+
+// answerTimedOut answers each of rs, writes of a group that ran out of its
+// time (err), unavailable: the database's work was abandoned (rolled back,
+// unless the COMMIT was what went unanswered), the caller may retry under
+// its idempotency key. The cause goes to the log, not to the client.
+func (a *App) answerTimedOut(rs []*groupReq, timeout time.Duration, err error) {
+	writeGroupTimeouts.Inc()
+	a.Log.Error("ledger write group commit timed out: its writes answered unavailable", "writes", len(rs), "timeout", timeout, "err", err)
+	uerr := fmt.Errorf("the ledger's write did not complete within %s (the database did not answer); it may have been posted: "+
+		"retry with the same idempotency key: %w", timeout, apperr.ErrUnavailable)
+	for _, r := range rs {
+		r.id, r.tx, r.err = "", nil, uerr
 	}
 }
 

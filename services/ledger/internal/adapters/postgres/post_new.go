@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,6 +138,10 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 
 	b := &pgx.Batch{}
 	b.Queue("begin")
+	timeout := serverTimeout(ctx)
+	if timeout != "" {
+		b.Queue(`select set_config('statement_timeout', $1, true)`, timeout)
+	}
 	b.Queue(journalInsertSQL, journalArrays(journal)...)
 	if args := s.unknownAccounts(keys, aggs); args != nil {
 		b.Queue(accountsInsertSQL, args...)
@@ -163,13 +168,7 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 	defer conn.Release() // a connection left inside a transaction is closed, not pooled
 	changes, err := sendWrite(ctx, conn, b, upsert, aggs)
 	if err != nil {
-		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "rollback"); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
-		}
-		if pg.IsUniqueViolation(err) || pg.HasCode(err, needsJudging) {
-			return nil, app.ErrUsePost
-		}
-		return nil, err
+		return nil, writeFailed(ctx, conn, err, timeout)
 	}
 	var written []*domain.Transaction
 	for _, x := range txs {
@@ -183,6 +182,46 @@ func (s *Store) PostNew(ctx context.Context, txs []*domain.Transaction, audited 
 	}
 	outbox.Wake(Schema) // as the audit recorder does after storing a record
 	return changes, nil
+}
+
+// writeFailed rolls back PostNew's failed write on conn and is its error
+// (err): app.ErrUsePost for a key that exists or a balance to judge; one
+// that is context.DeadlineExceeded when the statement_timeout of ctx's
+// deadline (timeout, "" without one) ended it on the server.
+func writeFailed(ctx context.Context, conn *pgxpool.Conn, err error, timeout string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	_, rerr := conn.Exec(rctx, "rollback")
+	cancel()
+	if rerr != nil {
+		err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+	}
+	switch {
+	case pg.IsUniqueViolation(err) || pg.HasCode(err, needsJudging):
+		return app.ErrUsePost
+	case timeout != "" && pg.HasCode(err, "57014"): // query_canceled: the statement_timeout of ctx's deadline
+		return fmt.Errorf("post: %w (the server's statement_timeout of %s ms): %w", context.DeadlineExceeded, timeout, err)
+	}
+	return err
+}
+
+// rollbackTimeout bounds PostNew's ROLLBACK after a failed write (its
+// context may have ended): a database that does not answer it leaves the
+// connection to be closed, not pooled, instead of holding the writer.
+const rollbackTimeout = 2 * time.Second
+
+// serverTimeout is the statement_timeout (milliseconds, as set_config
+// takes it) that ends PostNew's statements on the server by ctx's deadline
+// (an API write group's, app.GroupTimeout); "" without one. A
+// client that gives up only closes its connection: the pipeline, its
+// COMMIT included, has gone to the server already, and a statement blocked
+// on a lock would go on without it, holding what it had locked, and
+// commit once the lock was released, long after its callers were answered.
+func serverTimeout(ctx context.Context) (ms string) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	return strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10)
 }
 
 // auditMessages are the audit records of audited that belong in this

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -545,6 +546,8 @@ func TestInboxFailureIsTheFiles(t *testing.T) {
 		file bool
 	}{
 		{fmt.Errorf("%w: %w", errUnreadable, &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), true},
+		{fmt.Errorf("import: %w", &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), true}, // unmarked too: an errno of a file is no outage
+		{fmt.Errorf("import: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), false},
 		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "23514"}), true},
 		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "22021"}), true},
 		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "57P03"}), false},

@@ -791,8 +791,9 @@ var errUnreadable = errors.New("unreadable")
 // that file's own: unreadable, or anything but the database or the
 // network refusing the work (apperr.Transient) and the rail stopping (ctx
 // ended). Those stop the pass: every other file would meet them too.
-// Unreadable first: apperr.Transient takes any errno (EACCES too) for an
-// outage.
+// Unreadable first: a read that failed is the file's own failure whatever
+// its errno (apperr.Transient takes a network's, EAGAIN or EINTR for an
+// outage, and one of those on a file would stop the pass).
 func filesOwnFailure(err error) bool {
 	if errors.Is(err, errUnreadable) {
 		return true
