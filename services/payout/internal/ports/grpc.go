@@ -356,8 +356,10 @@ func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.
 }
 
 // HoldProviderPayouts implements PayoutService: the provider's payouts not
-// yet past the gate wait (or, released, go on); the answer counts those
-// past it, which the hold does not stop.
+// yet past the gate wait (or, released, go on), and so do its bank
+// transfers queued for a cutoff (the cut leaves them out); the answer
+// counts those past it, being submitted or sent, which the hold does not
+// stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
 	if err := ids.CheckPartyID(req.ProviderId); err != nil {
 		// "p-001 " was held with a 200, holding no one: p-001 was paid
