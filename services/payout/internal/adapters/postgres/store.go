@@ -63,9 +63,17 @@ func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 // a change, announced it on every waiting payout and moved updated_at,
 // which :retry reads as "the method changed since it failed" (a failed
 // payout resent to the same account).
-func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (domain.ProviderMethod, bool, error) {
+//
+// A payout already submitted (submitted or in transit) goes on to the
+// method it was submitted with (a bank transfer queued for its cutoff
+// copied the account): the change does not reach it, and is not refused
+// for it. Each such payout's history notes that it still goes to the old
+// method, and inFlight names them for the answer: the change answered the
+// new method only while a queued transfer was paid to the old account.
+func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (_ domain.ProviderMethod, _ bool, inFlight []string, _ error) {
 	out, changed := m, true
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		inFlight = nil
 		// One change of a provider's method at a time (two identical PUTs
 		// side by side: the second sees the first's row).
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.method'), hashtext($1))`, m.ProviderID); err != nil {
@@ -124,9 +132,47 @@ func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (domain.
 				return err
 			}
 		}
-		return nil
+		inFlight, err = s.noteMethodNotTaken(ctx, tx, m)
+		return err
 	})
-	return out, changed, err
+	if !changed {
+		inFlight = nil
+	}
+	return out, changed, inFlight, err
+}
+
+// noteMethodNotTaken notes on each of a provider's payouts already
+// submitted (submitted or in transit) that the method m set does not reach
+// it, and returns their ids.
+func (s *Store) noteMethodNotTaken(ctx context.Context, tx pgx.Tx, m domain.ProviderMethod) ([]string, error) {
+	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
+		where provider_id = $1 and status in ('submitted', 'in_transit') order by payout_id for update`, m.ProviderID)
+	if err != nil {
+		return nil, err
+	}
+	sent, err := pgx.CollectRows(rows, scanPayout)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(sent))
+	for _, p := range sent {
+		old := p.MethodSum
+		if old == "" {
+			old = "the method it was submitted with"
+		}
+		note := "payout method set to " + m.Summary() + ": this payout, already submitted, still goes to " + old
+		// updated_at kept: it is the last status change the in-flight age
+		// counts from (a method change says nothing of the rail).
+		if _, err := tx.Exec(ctx, `update payout.payouts set version = version + 1 where payout_id = $1`, p.ID); err != nil {
+			return nil, err
+		}
+		p.Version++
+		if err := s.record(ctx, tx, &p, p.Status, domain.Change{Status: p.Status, Note: note, At: m.UpdatedAt}); err != nil {
+			return nil, err
+		}
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
 }
 
 // GetMethod returns a provider's payout method, or ErrNotFound.
