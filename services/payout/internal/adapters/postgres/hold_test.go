@@ -140,7 +140,7 @@ func TestHoldWaitsForTheCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cut.Rollback(ctx) //nolint:errcheck // committed below; a failed test's is rolled back
+	defer cut.Rollback(ctx) // committed below; a failed test's is rolled back
 	if _, err := cut.Exec(ctx, `select pg_advisory_xact_lock($1)`, domain.BankBatchLockKey); err != nil {
 		t.Fatal(err)
 	}
