@@ -480,3 +480,49 @@ func TestPayoutRailAmountFlagOpenAges(t *testing.T) {
 		t.Errorf("in-flight age with po-1 resolved and still submitted: %v, want ~2 days", v)
 	}
 }
+
+// A payout hold keeps a provider's queued bank transfer out of every cut:
+// it waits for finance, not for a cutoff or its rail, so neither the
+// queued age (GpubillBankCutoffNotBuilt pages past a day) nor the
+// in-flight age counts it while held; released, it counts from the
+// release. A day-old hold paged as a cutoff not built.
+func TestHeldBankTransferNotCountedStuck(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
+	for _, q := range []string{
+		`insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net,
+			status, rail_reference, created_at, updated_at) values
+			('po-h', 'p-h', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'submitted', 'po-h', now() - interval '8 days', now() - interval '6 days')`,
+		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
+			creditor_agent, state, queued_at, updated_at) values
+			('po-h', 'po-h', 'p-h', 'CNY', 60, 'P H', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '6 days', now() - interval '6 days')`,
+		`insert into payout.holds (provider_id, reason, held_at) values ('p-h', 'fraud dispute', now() - interval '6 days')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"gpubill_bank_transfers_queued_age_seconds", "gpubill_payout_in_flight_age_seconds"} {
+		if v := metric(n); v != 0 {
+			t.Errorf("%s with the only transfer held: %v, want 0", n, v)
+		}
+	}
+	// Released an hour ago (PutHold sets the transfer's hold_released_at
+	// and notes the release on the payout).
+	for _, q := range []string{
+		`delete from payout.holds`,
+		`update payout.bank_transfers set hold_released_at = now() - interval '1 hour'`,
+		`update payout.payouts set updated_at = now() - interval '1 hour'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"gpubill_bank_transfers_queued_age_seconds", "gpubill_payout_in_flight_age_seconds"} {
+		if v := metric(n); v < 3600 || v > 3600+60 {
+			t.Errorf("%s released an hour ago: %v, want about an hour", n, v)
+		}
+	}
+}

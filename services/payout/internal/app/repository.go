@@ -47,8 +47,10 @@ type Store interface {
 	RailAmountFlag(ctx context.Context, id string, attempt int) (domain.RailAmountFlag, error)
 
 	// PutMethod sets a provider's payout method; the same method again
-	// changes nothing and answers the stored one (changed false).
-	PutMethod(ctx context.Context, m domain.ProviderMethod) (stored domain.ProviderMethod, changed bool, err error)
+	// changes nothing and answers the stored one (changed false). inFlight
+	// names the provider's payouts already submitted, which still go to
+	// the method they were submitted with (their history notes it).
+	PutMethod(ctx context.Context, m domain.ProviderMethod) (stored domain.ProviderMethod, changed bool, inFlight []string, err error)
 	GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error)
 	MethodHistory(ctx context.Context, provider string) ([]domain.Change, error)
 	PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error

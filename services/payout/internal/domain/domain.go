@@ -143,7 +143,7 @@ type GateInput struct {
 func (m Minimums) Gate(in GateInput) (status, reason string) {
 	switch {
 	case in.Held != "":
-		return StatusActionRequired, "held by finance: " + in.Held
+		return StatusActionRequired, HeldReasonPrefix + in.Held
 	case in.KYC != KYCVerified:
 		kyc := in.KYC
 		if kyc == "" {
@@ -282,3 +282,24 @@ func WorkflowIDOn(queue, payoutID string) string {
 	}
 	return "payout-" + queue + "-" + payoutID
 }
+
+// HeldReasonPrefix starts the reason of a payout finance holds.
+const HeldReasonPrefix = "held by finance: "
+
+// HeldQueuedNote is the status reason (and history note) of a submitted
+// payout whose bank transfer, queued for a cutoff, a hold keeps out of the
+// bank file: it stays queued and goes in the first cut after the release.
+func HeldQueuedNote(reason string) string {
+	return HeldReasonPrefix + reason + " (its bank transfer stays queued, out of the bank file, until the hold is released)"
+}
+
+// HoldReleasedQueuedNote is the note of a submitted payout whose queued
+// bank transfer a released hold lets go.
+const HoldReleasedQueuedNote = "hold released by finance: its queued bank transfer goes in the next bank file"
+
+// BankBatchLockKey is the Postgres advisory lock (transaction-scoped)
+// under which the bank-file rail cuts a batch (exclusive) and a hold is
+// placed or released (shared): a hold placed as a batch is cut is either
+// seen by the cut (its provider's queued transfers stay out) or placed
+// after it (they are batched, and the hold answers them in flight).
+const BankBatchLockKey int64 = 0x62616e6b66696c65 // "bankfile"

@@ -218,7 +218,8 @@ func methodProto(m domain.ProviderMethod) *payoutv1.PayoutMethod {
 }
 
 // PutPayoutMethod implements PayoutService: validated, kept in the method
-// history, answered masked; payouts waiting for a method wake up.
+// history, answered masked with the payouts already submitted, which still
+// go to the previous method; payouts waiting for a method wake up.
 func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMethodRequest) (*payoutv1.PutPayoutMethodResponse, error) {
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
@@ -233,14 +234,16 @@ func (s *Server) PutPayoutMethod(ctx context.Context, req *payoutv1.PutPayoutMet
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	m, changed, err := s.Store.PutMethod(ctx, domain.ProviderMethod{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()})
+	m, changed, inFlight, err := s.Store.PutMethod(ctx, domain.ProviderMethod{ProviderID: req.ProviderId, Method: dm, UpdatedAt: s.Clock.Now()})
 	if err != nil {
 		return nil, err
 	}
 	if changed {
 		s.wakeProvider(ctx, req.ProviderId)
 	}
-	return &payoutv1.PutPayoutMethodResponse{PayoutMethod: methodProto(m)}, nil
+	pm := methodProto(m)
+	pm.PayoutsToPreviousMethod = inFlight
+	return &payoutv1.PutPayoutMethodResponse{PayoutMethod: pm}, nil
 }
 
 // GetPayoutMethod implements PayoutService (masked, with its changes).
@@ -356,8 +359,10 @@ func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.
 }
 
 // HoldProviderPayouts implements PayoutService: the provider's payouts not
-// yet past the gate wait (or, released, go on); the answer counts those
-// past it, which the hold does not stop.
+// yet past the gate wait (or, released, go on), and so do its bank
+// transfers queued for a cutoff (the cut leaves them out); the answer
+// counts those past it, being submitted or sent, which the hold does not
+// stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
 	if err := ids.CheckPartyID(req.ProviderId); err != nil {
 		// "p-001 " was held with a 200, holding no one: p-001 was paid

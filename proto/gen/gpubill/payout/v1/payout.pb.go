@@ -867,12 +867,17 @@ func (x *HoldProviderPayoutsRequest) GetReason() string {
 }
 
 type HoldProviderPayoutsResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	ProviderId     string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	Reason         string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	PayoutsWaiting int32                  `protobuf:"varint,3,opt,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"` // payouts not yet past the gate, now waiting (or released)
-	// Payouts already past the gate, being submitted to their rail: the hold
-	// does not stop them (the rail may have them); their status says how they end.
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Reason     string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Payouts the hold stops (or, released, lets go): those not yet past the
+	// gate, now waiting, and those submitted whose bank transfer is queued
+	// for a cutoff not yet cut: the cut leaves it queued, out of the bank
+	// file, until the hold is released (the payout's status_reason says so).
+	PayoutsWaiting int32 `protobuf:"varint,3,opt,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"`
+	// Payouts the hold cannot stop: past the gate, being submitted to their
+	// rail (it may have them), or submitted or in transit (sent to Alipay or
+	// WeChat Pay, in a bank file already cut); their status says how they end.
 	PayoutsInFlight int32 `protobuf:"varint,4,opt,name=payouts_in_flight,json=payoutsInFlight,proto3" json:"payouts_in_flight,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -949,8 +954,14 @@ type PayoutMethod struct {
 	WechatOpenid  string                 `protobuf:"bytes,6,opt,name=wechat_openid,json=wechatOpenid,proto3" json:"wechat_openid,omitempty"`
 	BankCode      string                 `protobuf:"bytes,7,opt,name=bank_code,json=bankCode,proto3" json:"bank_code,omitempty"`
 	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Only in PutPayoutMethod's answer (the PUT's body): the provider's
+	// payouts already submitted (submitted or in transit), which the change
+	// does not reach: they still go to the method they were submitted with
+	// (a queued bank transfer to the old account). Each one's history notes
+	// it. Empty when the same method was put again.
+	PayoutsToPreviousMethod []string `protobuf:"bytes,9,rep,name=payouts_to_previous_method,json=payoutsToPreviousMethod,proto3" json:"payouts_to_previous_method,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *PayoutMethod) Reset() {
@@ -1035,6 +1046,13 @@ func (x *PayoutMethod) GetBankCode() string {
 func (x *PayoutMethod) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *PayoutMethod) GetPayoutsToPreviousMethod() []string {
+	if x != nil {
+		return x.PayoutsToPreviousMethod
 	}
 	return nil
 }
@@ -3908,7 +3926,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"providerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12'\n" +
 	"\x0fpayouts_waiting\x18\x03 \x01(\x05R\x0epayoutsWaiting\x12*\n" +
-	"\x11payouts_in_flight\x18\x04 \x01(\x05R\x0fpayoutsInFlight\"\xa7\x02\n" +
+	"\x11payouts_in_flight\x18\x04 \x01(\x05R\x0fpayoutsInFlight\"\xe4\x02\n" +
 	"\fPayoutMethod\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x12\n" +
@@ -3919,7 +3937,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\rwechat_openid\x18\x06 \x01(\tR\fwechatOpenid\x12\x1b\n" +
 	"\tbank_code\x18\a \x01(\tR\bbankCode\x129\n" +
 	"\n" +
-	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x97\x01\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\x1apayouts_to_previous_method\x18\t \x03(\tR\x17payoutsToPreviousMethod\"\x97\x01\n" +
 	"\x03Kyc\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x16\n" +

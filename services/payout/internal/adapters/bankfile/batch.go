@@ -27,8 +27,9 @@ import (
 const batchTransfersMax = 50000
 
 // batchLockKey serializes batch building across processes (a Postgres
-// advisory lock): two workers at the same cutoff build one batch.
-const batchLockKey = 0x62616e6b66696c65 // "bankfile"
+// advisory lock): two workers at the same cutoff build one batch. A
+// payout hold takes it shared (domain.BankBatchLockKey).
+const batchLockKey = domain.BankBatchLockKey
 
 // BatchID names the batch of a cutoff: pb-YYYYMMDD-HHMM in the cutoff's zone.
 func (r *Rail) BatchID(cutoff time.Time) string {
@@ -36,7 +37,9 @@ func (r *Rail) BatchID(cutoff time.Time) string {
 }
 
 // Cut builds the batch of a cutoff from every transfer queued at or before
-// it and not yet in a batch: once per cutoff (a second call answers the
+// it and not yet in a batch, but those of a provider finance holds
+// (payout.holds: they stay queued, and go in the first cut after the
+// release): once per cutoff (a second call answers the
 // batch already built, built false), each transfer in at most one batch.
 // With nothing queued there is no batch (id ""). The file is kept in the
 // database in the same transaction that marks its transfers batched, then
@@ -147,10 +150,15 @@ func lockedBatchAt(ctx context.Context, tx pgx.Tx, cutoff time.Time) (string, er
 
 // queuedTransfers locks the transfers queued at or before cutoff (oldest
 // first, at most batchTransfersMax) and returns their references and
-// credit transfers executed on exec.
+// credit transfers executed on exec. A transfer of a provider finance
+// holds is left queued: the hold is placed under the batch lock (shared,
+// postgres.Store.PutHold), which the cut holds, so one placed as the cut
+// runs is read here or finds the transfer batched (answered in flight).
 func queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]string, []iso20022.CreditTransfer, error) {
-	rows, err := tx.Query(ctx, `select reference, end_to_end_id, currency, amount, creditor_name, creditor_account, creditor_agent
-		from payout.bank_transfers where state = 'queued' and queued_at <= $1 order by queued_at, reference limit $2 for update`,
+	rows, err := tx.Query(ctx, `select t.reference, t.end_to_end_id, t.currency, t.amount, t.creditor_name, t.creditor_account, t.creditor_agent
+		from payout.bank_transfers t where t.state = 'queued' and t.queued_at <= $1
+		  and not exists (select 1 from payout.holds h where h.provider_id = t.provider_id)
+		order by t.queued_at, t.reference limit $2 for update of t`,
 		cutoff, batchTransfersMax)
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
 	s := &Store{Pool: pool}
 	put := func(typ string) error {
 		m := domain.Method{Type: typ, AccountName: "Li Lei", AlipayID: "13800000001", WechatOpenID: "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}
-		_, _, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-m1", Method: m, UpdatedAt: time.Now()})
+		_, _, _, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-m1", Method: m, UpdatedAt: time.Now()})
 		return err
 	}
 	if err := put(domain.MethodWechat); err != nil {
@@ -68,5 +69,47 @@ func TestMethodFixedWhileAPayoutIsSubmitted(t *testing.T) {
 	}
 	if err := put(domain.MethodWechat); err != nil {
 		t.Fatalf("once submitted: %v", err)
+	}
+}
+
+// A payout already submitted goes to the account it was submitted with (a
+// bank transfer copies it when queued): a change of the method does not
+// reach it. The change is not refused; its answer lists those payouts and
+// each one's history notes that it still goes to the old method. The PUT
+// answered the new method only, and the payout's history said nothing, as
+// the queued transfer was paid to the old account.
+func TestMethodChangeNamesPayoutsInFlightToTheOldMethod(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Store{Pool: pool}
+	put := func(account string) ([]string, error) {
+		m := domain.Method{Type: domain.MethodBank, AccountName: "Li Lei", AccountNumber: account, BankCode: "ICBKCNBJ"}
+		_, _, inFlight, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-s", Method: m, UpdatedAt: time.Now()})
+		return inFlight, err
+	}
+	if _, err := put("6222000011110001"); err != nil {
+		t.Fatal(err)
+	}
+	sentPayout(t, pool, "po-queued", "cyc-20260201", "bank", "queued")
+	sentPayout(t, pool, "po-moving", "cyc-20260115", "bank", "accepted")
+	if _, err := pool.Exec(ctx, `update payout.payouts set method_summary = 'bank ****0001'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update payout.payouts set status = 'in_transit' where payout_id = 'po-moving'`); err != nil {
+		t.Fatal(err)
+	}
+	inFlight, err := put("6222000011110002")
+	if err != nil || !slices.Equal(inFlight, []string{"po-moving", "po-queued"}) {
+		t.Fatalf("method change answered in flight %v (%v); want po-moving and po-queued", inFlight, err)
+	}
+	want := "payout method set to bank ****0002: this payout, already submitted, still goes to bank ****0001"
+	for _, id := range inFlight {
+		if _, notes := reasonAndHistory(t, pool, id); !slices.Equal(notes, []string{want}) {
+			t.Errorf("%s history %q, want %q", id, notes, want)
+		}
+	}
+	// The same method again changes nothing: nothing to name.
+	if inFlight, err := put("6222000011110002"); err != nil || len(inFlight) != 0 {
+		t.Fatalf("same method again: in flight %v (%v)", inFlight, err)
 	}
 }

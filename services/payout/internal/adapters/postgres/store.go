@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,9 +63,17 @@ func (s *Store) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 // a change, announced it on every waiting payout and moved updated_at,
 // which :retry reads as "the method changed since it failed" (a failed
 // payout resent to the same account).
-func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (domain.ProviderMethod, bool, error) {
+//
+// A payout already submitted (submitted or in transit) goes on to the
+// method it was submitted with (a bank transfer queued for its cutoff
+// copied the account): the change does not reach it, and is not refused
+// for it. Each such payout's history notes that it still goes to the old
+// method, and inFlight names them for the answer: the change answered the
+// new method only while a queued transfer was paid to the old account.
+func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (_ domain.ProviderMethod, _ bool, inFlight []string, _ error) {
 	out, changed := m, true
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		inFlight = nil
 		// One change of a provider's method at a time (two identical PUTs
 		// side by side: the second sees the first's row).
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.method'), hashtext($1))`, m.ProviderID); err != nil {
@@ -123,9 +132,47 @@ func (s *Store) PutMethod(ctx context.Context, m domain.ProviderMethod) (domain.
 				return err
 			}
 		}
-		return nil
+		inFlight, err = s.noteMethodNotTaken(ctx, tx, m)
+		return err
 	})
-	return out, changed, err
+	if !changed {
+		inFlight = nil
+	}
+	return out, changed, inFlight, err
+}
+
+// noteMethodNotTaken notes on each of a provider's payouts already
+// submitted (submitted or in transit) that the method m set does not reach
+// it, and returns their ids.
+func (s *Store) noteMethodNotTaken(ctx context.Context, tx pgx.Tx, m domain.ProviderMethod) ([]string, error) {
+	rows, err := tx.Query(ctx, `select `+payoutCols+` from payout.payouts
+		where provider_id = $1 and status in ('submitted', 'in_transit') order by payout_id for update`, m.ProviderID)
+	if err != nil {
+		return nil, err
+	}
+	sent, err := pgx.CollectRows(rows, scanPayout)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(sent))
+	for _, p := range sent {
+		old := p.MethodSum
+		if old == "" {
+			old = "the method it was submitted with"
+		}
+		note := "payout method set to " + m.Summary() + ": this payout, already submitted, still goes to " + old
+		// updated_at kept: it is the last status change the in-flight age
+		// counts from (a method change says nothing of the rail).
+		if _, err := tx.Exec(ctx, `update payout.payouts set version = version + 1 where payout_id = $1`, p.ID); err != nil {
+			return nil, err
+		}
+		p.Version++
+		if err := s.record(ctx, tx, &p, p.Status, domain.Change{Status: p.Status, Note: note, At: m.UpdatedAt}); err != nil {
+			return nil, err
+		}
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
 }
 
 // GetMethod returns a provider's payout method, or ErrNotFound.
@@ -149,15 +196,30 @@ func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, 
 }
 
 // PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts
-// and returns the provider's payouts not yet past the gate (waiting: the
-// hold applies to them) and those past it, being submitted to their rail
-// (inFlight: the hold cannot stop them). The payouts' rows are locked first,
-// so the gate (Prepare, which locks the payout and reads the hold) either
-// reads the hold or has marked the payout submitting before this reads it;
-// a hold was answered as applying to a payout the gate had just passed.
+// and returns those the hold stops (waiting) and those it cannot stop
+// (inFlight). Waiting: the payouts not yet past the gate, and the submitted
+// ones whose bank transfer is queued for a cutoff not yet cut (the cut
+// leaves a held provider's transfers queued; each such payout's status
+// reason and history say it is held, and released, that it goes in the
+// next bank file). In flight: those past the gate being submitted to their
+// rail, and those submitted or in transit otherwise (sent to Alipay or
+// WeChat Pay, in a bank file already cut, held for review after a
+// restore): their status says how they end.
+//
+// The hold takes the bank-file rail's batch lock (shared) first: a cut
+// holds it (exclusive) from before it reads the holds until its transfers
+// are batched, so a transfer answered queued here is left out by every cut
+// after this commits, and one a cut batched meanwhile is answered in
+// flight. The payouts' rows are locked next, so the gate (Prepare, which
+// locks the payout and reads the hold) either reads the hold or has marked
+// the payout submitting before this reads it; a hold was answered as
+// applying to a payout the gate had just passed.
 func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Time) (waiting, inFlight []string, err error) {
 	err = s.Tx(ctx, func(tx pgx.Tx) error {
 		waiting, inFlight = nil, nil
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock_shared($1)`, domain.BankBatchLockKey); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
 			where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
 		if err != nil {
@@ -175,15 +237,79 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		}); err != nil {
 			return err
 		}
-		if reason == "" {
-			_, err = tx.Exec(ctx, `delete from payout.holds where provider_id = $1`, provider)
+		queued, err := s.lockSent(ctx, tx, provider, &inFlight)
+		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ($1, $2, $3)
+		if reason == "" {
+			var tag pgconn.CommandTag
+			tag, err = tx.Exec(ctx, `delete from payout.holds where provider_id = $1`, provider)
+			if err == nil && tag.RowsAffected() == 1 {
+				// Its queued transfers wait for a cutoff from now
+				// (gpubill_bank_transfers_queued_age_seconds).
+				_, err = tx.Exec(ctx, `update payout.bank_transfers set hold_released_at = $2 where provider_id = $1 and state = 'queued'`, provider, at)
+			}
+		} else {
+			_, err = tx.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ($1, $2, $3)
 			on conflict (provider_id) do update set reason = excluded.reason, held_at = excluded.held_at`, provider, reason, at)
-		return err
+		}
+		if err != nil {
+			return err
+		}
+		for _, p := range queued {
+			waiting = append(waiting, p.ID)
+			note := domain.HeldQueuedNote(reason)
+			switch {
+			case reason == "" && !strings.HasPrefix(p.Reason, domain.HeldReasonPrefix):
+				continue // not held: nothing to say
+			case reason == "":
+				note = domain.HoldReleasedQueuedNote
+			case p.Reason == note:
+				continue // held already, for the same reason
+			}
+			if _, err := tx.Exec(ctx, `update payout.payouts set status_reason = $2, version = version + 1, updated_at = $3 where payout_id = $1`,
+				p.ID, note, at); err != nil {
+				return err
+			}
+			p.Reason, p.UpdatedAt = note, at
+			p.Version++
+			if err := s.record(ctx, tx, &p, p.Status, domain.Change{Status: p.Status, Note: note, At: at}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return waiting, inFlight, err
+}
+
+// lockSent locks a provider's payouts submitted or in transit: it returns
+// those whose bank transfer is queued for a cutoff (a hold keeps it out of
+// the bank file) and adds the others' ids to inFlight. The caller holds the
+// batch lock, so no cut moves a queued transfer meanwhile.
+func (s *Store) lockSent(ctx context.Context, tx pgx.Tx, provider string, inFlight *[]string) ([]domain.Payout, error) {
+	rows, err := tx.Query(ctx, `select `+payoutCols+`, exists (select 1 from payout.bank_transfers t
+			where t.reference = p.rail_reference and t.provider_id = p.provider_id and t.state = 'queued')
+		from payout.payouts p where provider_id = $1 and status in ('submitted', 'in_transit') order by payout_id for update`, provider)
+	if err != nil {
+		return nil, err
+	}
+	var queued []domain.Payout
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var p domain.Payout
+		var q bool
+		if err := r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
+			&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
+			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &q); err != nil {
+			return struct{}{}, err
+		}
+		if q {
+			queued = append(queued, p)
+		} else {
+			*inFlight = append(*inFlight, p.ID)
+		}
+		return struct{}{}, nil
+	})
+	return queued, err
 }
 
 // gate reads what a provider's gate needs inside tx.
