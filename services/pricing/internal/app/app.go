@@ -37,6 +37,11 @@ type App struct {
 	mu      sync.Mutex
 	book    *domain.Book
 	bookSeq int64
+	// checked holds the stored cards (by Seq) already held to today's
+	// checks for new cards: once per process, not at every reload of the
+	// book (a card with bands in several zones takes milliseconds to check
+	// for overlaps, and the book reloads under mu after every card added).
+	checked map[int64]bool
 }
 
 // New returns pricing's use cases.
@@ -105,11 +110,17 @@ func (a *App) cardFromRow(r domain.StoredCard) *domain.Card {
 			"rate_card", r.ID, "currency", r.Currency, "effective_from", r.EffectiveFrom, "violations", fmt.Sprint(vs))
 		return domain.SetAside(r, fmt.Sprint(vs))
 	}
-	if _, vs := domain.ParseCard(in); len(vs) > 0 {
-		// Read as an older version stored it (a band in "Local" follows
-		// this process's zone): said, so an operator can replace it.
-		a.log().Warn("stored rate card is read as stored; a new card like it would be refused",
-			"rate_card", r.ID, "violations", fmt.Sprint(vs))
+	if a.checked == nil {
+		a.checked = map[int64]bool{}
+	}
+	if !a.checked[r.Seq] {
+		a.checked[r.Seq] = true
+		if _, vs := domain.ParseCard(in); len(vs) > 0 {
+			// Read as an older version stored it (a band in "Local" follows
+			// this process's zone): said, so an operator can replace it.
+			a.log().Warn("stored rate card is read as stored; a new card like it would be refused",
+				"rate_card", r.ID, "violations", fmt.Sprint(vs))
+		}
 	}
 	c.Seq = r.Seq
 	return c

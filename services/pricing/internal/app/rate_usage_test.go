@@ -1,9 +1,11 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"strings"
@@ -381,5 +383,40 @@ func TestUnreadableStoredCardWaitsAlone(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(cardsSetAside); got != 0 {
 		t.Errorf("gpubill_pricing_rate_cards_unreadable %v once replaced, want 0", got)
+	}
+}
+
+// reloadingStore is a memStore whose book is new at every look: each
+// CardsSeq answers a higher number, as if a card were added each time.
+type reloadingStore struct {
+	*memStore
+	n int64
+}
+
+func (s *reloadingStore) CardsSeq(context.Context) (int64, error) { s.n++; return s.n, nil }
+func (s *reloadingStore) AllCards(context.Context) ([]domain.StoredCard, int64, error) {
+	return []domain.StoredCard{s.card}, s.n, nil
+}
+
+// A stored card is held to today's checks for new cards (its overlapping
+// bands, here) once per process, not at every reload of the book: with
+// bands in several zones that check takes milliseconds a card, and the
+// book reloads under the app's lock after every card added.
+func TestStoredCardCheckedOncePerProcess(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := flatCardStore(from)
+	st.card.Body.Bands = []domain.BandInput{{Name: "night", Start: "23:00", End: "07:00", TimeZone: "Asia/Shanghai", Multiplier: "0.80"},
+		{Name: "peak", Start: "06:00", End: "09:00", TimeZone: "Asia/Shanghai", Multiplier: "1.50"}}
+	a := New(&reloadingStore{memStore: st}, seededCatalogue{}, clock.NewManual(from))
+	var logs bytes.Buffer
+	a.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	for range 3 {
+		if _, err := a.Book(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "a new card like it would be refused"); n != 1 {
+		t.Fatalf("%d warnings over three reloads of the book, want 1:\n%s", n, logs.String())
 	}
 }
