@@ -23,3 +23,13 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 		t.Fatalf("connect to a closed port: %v; want an error naming %s without the credentials", err, addr)
 	}
 }
+
+// A URL that does not parse (a password with a bare "%", a token with a
+// space) is not quoted either: nats's own parse error quotes it whole.
+func TestConnectErrorOfAnUnparsableURLHidesCredentials(t *testing.T) {
+	for _, u := range []string{"nats://gpubill:pw%zzs3cret@127.0.0.1:1", "nats://tok s3cret@127.0.0.1:1"} {
+		if _, _, err := natsx.Connect(u, "gpubill-test"); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("connect to %q: %v; want an error without the credentials", strings.ReplaceAll(u, "s3cret", "…"), err)
+		}
+	}
+}

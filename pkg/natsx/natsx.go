@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"runtime/debug"
 	"time"
 
@@ -503,6 +504,10 @@ var publishAsyncTimeout = 30 * time.Second
 func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
+		var parse *neturl.Error
+		if errors.As(err, &parse) { // its text quotes the whole URL, credentials too
+			return nil, nil, fmt.Errorf("connect nats %s: the URL does not parse", apperr.RedactURLs(url))
+		}
 		return nil, nil, fmt.Errorf("connect nats %s: %w", apperr.RedactURLs(url), err) // nats://user:pass@ or nats://TOKEN@
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
