@@ -247,6 +247,8 @@ func TestGroupCommitTimeoutFromEnv(t *testing.T) {
 		{"0s", 0, true},
 		{"-1s", 0, true},
 		{"ten seconds", 0, true},
+		{"24h", 24 * time.Hour, false},
+		{"720h", 0, true}, // past statement_timeout's int32 of milliseconds (~596 h): every grouped write failed back to one at a time
 	} {
 		t.Setenv("GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT", c.env)
 		s, err := ledger.New(ctx, d)

@@ -18,6 +18,12 @@ import (
 // client's own deadline, that client is answered deadline exceeded first.
 const groupCommitTimeoutEnv = "GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT"
 
+// groupCommitTimeoutMax bounds groupCommitTimeoutEnv: the group's
+// statements carry the time left as statement_timeout, an int32 of
+// milliseconds (~596 h); past it PostNew failed on every group, each write
+// then posted alone, at an fsync each, without a word.
+const groupCommitTimeoutMax = 24 * time.Hour
+
 // groupCommitTimeoutFromEnv reads groupCommitTimeoutEnv: 0 (the default)
 // when unset, an error when it is not a positive duration.
 func groupCommitTimeoutFromEnv() (time.Duration, error) {
@@ -29,8 +35,8 @@ func groupCommitTimeoutFromEnv() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", groupCommitTimeoutEnv, err)
 	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%s %s: want a positive duration (unset: %s)", groupCommitTimeoutEnv, v, app.DefaultGroupTimeout)
+	if d <= 0 || d > groupCommitTimeoutMax {
+		return 0, fmt.Errorf("%s %s: want a positive duration up to %s (unset: %s)", groupCommitTimeoutEnv, v, groupCommitTimeoutMax, app.DefaultGroupTimeout)
 	}
 	return d, nil
 }

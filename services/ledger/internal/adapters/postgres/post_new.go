@@ -216,6 +216,10 @@ const rollbackTimeout = 2 * time.Second
 // COMMIT included, has gone to the server already, and a statement blocked
 // on a lock would go on without it, holding what it had locked, and
 // commit once the lock was released, long after its callers were answered.
+// statement_timeout bounds each statement, not the transaction: a group
+// whose statements each waited just under the time left can still commit
+// after its callers were answered 503 (their retries, by the same keys,
+// then answer what it posted).
 func serverTimeout(ctx context.Context) (ms string) {
 	dl, ok := ctx.Deadline()
 	if !ok {
