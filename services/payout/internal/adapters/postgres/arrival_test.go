@@ -32,7 +32,7 @@ func TestArrivalDateKeptWithoutAStatusChange(t *testing.T) {
 	put := func(acct string, at time.Time) {
 		t.Helper()
 		m := domain.Method{Type: domain.MethodAlipay, AccountName: "Li Lei", AlipayID: acct}
-		if _, _, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-a1", Method: m, UpdatedAt: at}); err != nil {
+		if _, _, _, err := s.PutMethod(ctx, domain.ProviderMethod{ProviderID: "p-a1", Method: m, UpdatedAt: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
