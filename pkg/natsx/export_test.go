@@ -12,3 +12,11 @@ func SetPublishAsyncTimeout(d time.Duration) time.Duration {
 	publishAsyncTimeout = d
 	return old
 }
+
+// SetAfterDrainedCheck sets afterDrainedCheck for a test and returns the
+// previous value.
+func SetAfterDrainedCheck(f func()) func() {
+	old := afterDrainedCheck
+	afterDrainedCheck = f
+	return old
+}

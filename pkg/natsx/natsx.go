@@ -320,6 +320,9 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 			"stream", cfg.Name, "retention", before.Config.Retention.String(), "want", cfg.Retention.String(), "backlog", backlog)
 		return nil
 	}
+	if afterDrainedCheck != nil {
+		afterDrainedCheck()
+	}
 	if err := recreateStream(ctx, js, cfg); err != nil {
 		return err
 	}
@@ -328,6 +331,10 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
 	return nil
 }
+
+// afterDrainedCheck, when set (tests only), runs between the check that
+// found the owners had consumed everything and the delete of the stream.
+var afterDrainedCheck func()
 
 // settling is ctx without its cancellation, bounded by retentionSettleTimeout:
 // once a stream's subjects are moved, a start cancelled (SIGTERM, a deploy's

@@ -19,6 +19,8 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
+var ackSeq sync.Map
+
 // ids is a set of message ids shared by goroutines.
 type ids struct {
 	mu  sync.Mutex
@@ -64,15 +66,56 @@ func publishUntil(ctx context.Context, js jetstream.JetStream, subject string, a
 		id := fmt.Sprintf("%s-%d", subject, n)
 		for ctx.Err() == nil {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := js.Publish(pctx, subject, []byte("x"), jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
+			pa, err := js.Publish(pctx, subject, []byte("x"), jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
 			cancel()
 			if err == nil {
 				acked.add(id)
+				ackSeq.Store(id, fmt.Sprintf("seq=%d dup=%v at=%s", pa.Sequence, pa.Duplicate, time.Now().Format("15:04:05.000")))
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+	}
+}
+
+// publishBatchesUntil publishes to subject in batches of async publishes,
+// as an outbox relay does (PublishMsgAsync over a batch of rows, then its
+// acks): many publishes are in flight at once, queued in the stream's
+// inbound queue when its subjects move. A batch's refused publishes are
+// tried again (same ids) in the next; acknowledged ids go to acked.
+func publishBatchesUntil(ctx context.Context, js jetstream.JetStream, subject string, acked *ids) {
+	var todo []string
+	for n := 0; ctx.Err() == nil; {
+		for len(todo) < 200 {
+			todo = append(todo, fmt.Sprintf("%s-b%d", subject, n))
+			n++
+		}
+		futures := make([]jetstream.PubAckFuture, 0, len(todo))
+		for _, id := range todo {
+			f, err := js.PublishAsync(subject, []byte("x"), jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0))
+			if err != nil {
+				break
+			}
+			futures = append(futures, f)
+		}
+		var again []string
+		timeout := time.After(2 * time.Second)
+		for i, f := range futures {
+			select {
+			case pa := <-f.Ok():
+				acked.add(todo[i])
+				ackSeq.Store(todo[i], fmt.Sprintf("seq=%d dup=%v at=%s", pa.Sequence, pa.Duplicate, time.Now().Format("15:04:05.000")))
+			case <-f.Err():
+				again = append(again, todo[i])
+			case <-timeout:
+				again = append(again, todo[i])
+			}
+		}
+		todo = append(again, todo[len(futures):]...)
+		if len(again) > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
@@ -156,6 +199,10 @@ func migrateUnderLoad(t *testing.T, js jetstream.JetStream, migrators int) (lost
 		load.Add(1)
 		go func() { defer load.Done(); publishUntil(pubCtx, js, s, &acked) }()
 	}
+	for _, s := range []string{"usage.ingest.p-3", "usage.recorded.p-3"} {
+		load.Add(1)
+		go func() { defer load.Done(); publishBatchesUntil(pubCtx, js, s, &acked) }()
+	}
 	for durable, filter := range map[string]string{"metering-ingest": "usage.ingest.>", "pricing-rating": "usage.recorded.>"} {
 		load.Add(1)
 		go func() { defer load.Done(); consumeUntil(conCtx, js, durable, filter, &consumed) }()
@@ -201,6 +248,10 @@ func TestRetentionMigrationKeepsWhatIsPublishedMeanwhile(t *testing.T) {
 			for round := range rounds {
 				lost, published := migrateUnderLoad(t, js, migrators)
 				if len(lost) > 0 {
+					for _, id := range lost {
+						v, _ := ackSeq.Load(id)
+						t.Logf("lost %s acked %v", id, v)
+					}
 					t.Errorf("round %d: %d of %d acknowledged publishes never delivered, e.g. %v", round, len(lost), published, lost[:min(3, len(lost))])
 				}
 			}
@@ -471,4 +522,69 @@ func TestRetentionStillDeferredUntilChanged(t *testing.T) {
 	if v, ok := stillDeferred(t); !ok || v != 0 {
 		t.Errorf("after the change: gpubill_stream_retention_still_deferred{stream=USAGE} = %v (series %v); want 0", v, ok)
 	}
+}
+
+// TestRetentionMigrationKeepsAPublishStoredAfterTheDrainedCheck: moving
+// USAGE's subjects to its placeholder stops the publishes that arrive
+// later, not those already in the stream's inbound queue: the server
+// stores and acknowledges them after the move returns, under load after
+// the check that found the owners had consumed everything. Such a publish
+// (made here between that check and the delete, the owners not running)
+// is acknowledged and must reach its owner, from the old stream or the
+// new; before, the stream was deleted with it. Not parallel: the hook is
+// the process's.
+func TestRetentionMigrationKeepsAPublishStoredAfterTheDrainedCheck(t *testing.T) {
+	ctx := context.Background()
+	js := testkit.NewJetStream(t).JS
+	oldUsage(t, js)
+	if _, err := js.Publish(ctx, "usage.recorded.p-1", []byte("x"), jetstream.WithMsgID("early")); err != nil {
+		t.Fatal(err)
+	}
+	consume(t, js, "metering-ingest", "usage.ingest.>", 0)
+	consume(t, js, "pricing-rating", "usage.recorded.>", 1)
+
+	var late *jetstream.PubAck
+	var hookErr error
+	defer natsx.SetAfterDrainedCheck(natsx.SetAfterDrainedCheck(func() {
+		if late != nil || hookErr != nil {
+			return // once
+		}
+		// What the server does with a publish queued before the move:
+		// store it on the old subjects and acknowledge it.
+		moved := streamConfig(t, js)
+		back := moved
+		back.Subjects = []string{"usage.>"}
+		if _, hookErr = js.UpdateStream(ctx, back); hookErr != nil {
+			return
+		}
+		if late, hookErr = js.Publish(ctx, "usage.recorded.p-1", []byte("x"), jetstream.WithMsgID("late")); hookErr != nil {
+			return
+		}
+		_, hookErr = js.UpdateStream(ctx, moved)
+	}))
+
+	if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage); err != nil {
+		t.Fatal(err)
+	}
+	if hookErr != nil || late == nil {
+		t.Fatalf("the late publish was not made (%v): the test proves nothing", hookErr)
+	}
+	var consumed ids
+	conCtx, stopConsuming := context.WithTimeout(ctx, 5*time.Second)
+	defer stopConsuming()
+	go consumeUntil(conCtx, js, "pricing-rating", "usage.recorded.>", &consumed)
+	for !consumedHas(&consumed, "late") && conCtx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !consumedHas(&consumed, "late") {
+		ret, subjects, _ := retention(ctx, js)
+		t.Errorf("a publish USAGE acknowledged (seq %d) after its owners were found drained was never delivered: deleted with the old stream (USAGE now %s, %v, %d messages)",
+			late.Sequence, ret, subjects, storedMsgs(t, js))
+	}
+}
+
+func consumedHas(s *ids, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.set[id]
 }
