@@ -13,10 +13,10 @@ func SetPublishAsyncTimeout(d time.Duration) time.Duration {
 	return old
 }
 
-// SetAfterDrainedCheck sets afterDrainedCheck for a test and returns the
-// previous value.
-func SetAfterDrainedCheck(f func()) func() {
+// SetAfterDrainedCheck sets afterDrainedCheck for a test and returns what
+// puts the previous value back.
+func SetAfterDrainedCheck(f func()) (restore func()) {
 	old := afterDrainedCheck
 	afterDrainedCheck = f
-	return old
+	return func() { afterDrainedCheck = old }
 }

@@ -121,7 +121,8 @@ func publishBatchesUntil(ctx context.Context, js jetstream.JetStream, subject st
 			select {
 			case pa := <-f.Ok():
 				acked.addAcked(todo[i], pa.Sequence)
-			case <-f.Err():
+			case err := <-f.Err():
+				_ = err // refused (no stream on the subject): tried again in the next batch
 				again = append(again, todo[i])
 			case <-timeout:
 				again = append(again, todo[i])
@@ -596,7 +597,7 @@ func TestRetentionMigrationKeepsAPublishStoredAfterTheDrainedCheck(t *testing.T)
 
 	var late *jetstream.PubAck
 	var hookErr error
-	defer natsx.SetAfterDrainedCheck(natsx.SetAfterDrainedCheck(func() {
+	restore := natsx.SetAfterDrainedCheck(func() {
 		if late != nil || hookErr != nil {
 			return // once
 		}
@@ -612,7 +613,8 @@ func TestRetentionMigrationKeepsAPublishStoredAfterTheDrainedCheck(t *testing.T)
 			return
 		}
 		_, hookErr = js.UpdateStream(ctx, moved)
-	}))
+	})
+	defer restore()
 
 	if err := (natsx.Limits{MaxBytes: 4 << 20}).EnsureStreams(ctx, js, nil, natsx.StreamUsage); err != nil {
 		t.Fatal(err)
@@ -628,7 +630,10 @@ func TestRetentionMigrationKeepsAPublishStoredAfterTheDrainedCheck(t *testing.T)
 		time.Sleep(20 * time.Millisecond)
 	}
 	if !consumedHas(&consumed, "late") {
-		ret, subjects, _ := retention(ctx, js)
+		ret, subjects, err := retention(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Errorf("a publish USAGE acknowledged (seq %d) after its owners were found drained was never delivered: deleted with the old stream (USAGE now %s, %v, %d messages)",
 			late.Sequence, ret, subjects, storedMsgs(t, js))
 	}
