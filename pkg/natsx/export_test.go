@@ -12,3 +12,11 @@ func SetPublishAsyncTimeout(d time.Duration) time.Duration {
 	publishAsyncTimeout = d
 	return old
 }
+
+// SetAfterDrainedCheck sets afterDrainedCheck for a test and returns what
+// puts the previous value back.
+func SetAfterDrainedCheck(f func()) (restore func()) {
+	old := afterDrainedCheck
+	afterDrainedCheck = f
+	return func() { afterDrainedCheck = old }
+}

@@ -249,9 +249,10 @@ const (
 )
 
 // retiredSubject is the only subject of a stream while its retention
-// changes: no publisher uses it, so every publish to the stream's own
-// subjects is refused (no stream takes it; the outbox relays try again)
-// and nothing arrives between the last drained check and the delete.
+// changes: no publisher uses it, so every later publish to the stream's own
+// subjects is refused (no stream takes it; the outbox relays try again).
+// Those the stream had queued before are still stored and acknowledged:
+// flushInbound publishes to it to see them all stored before the delete.
 func retiredSubject(stream string) string { return "gpubill.retired." + stream }
 
 // retentionDeferred counts retention changes given up over a backlog.
@@ -275,9 +276,10 @@ var retentionStillDeferred = promauto.NewGaugeVec(prometheus.GaugeOpts{
 // migrateRetention recreates a stream whose retention changed, if nothing in
 // it is left to consume; otherwise it keeps the old retention, applies what
 // it can and explains. One process at a time changes a stream (a lock in
-// KV bucket retentionLockBucket), and the stream takes no publish from the
-// last drained check to its recreation (its subjects moved to
-// retiredSubject), so no acknowledged publish is deleted with it.
+// KV bucket retentionLockBucket), and the stream takes no new publish while
+// it changes (its subjects moved to retiredSubject) and is deleted only once
+// a flush shows nothing was stored after the last drained check (see
+// waitDrainedForDelete), so no acknowledged publish is deleted with it.
 func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, log *slog.Logger) error {
 	release, err := l.lockRetention(ctx, js, cfg.Name, log)
 	if err != nil {
@@ -307,7 +309,7 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 		// A cancel can land after the server moved the subjects.
 		return giveSubjectsBack(ctx, js, keep, fmt.Errorf("stop its publishes to change its retention: %w", err))
 	}
-	backlog, err := waitConsumed(ctx, st, streamSpecs[cfg.Name].owners)
+	backlog, err := waitDrainedForDelete(ctx, js, st, streamSpecs[cfg.Name].owners)
 	if err != nil {
 		return giveSubjectsBack(ctx, js, keep, err)
 	}
@@ -329,6 +331,10 @@ func (l Limits) migrateRetention(ctx context.Context, js jetstream.JetStream, cf
 		"was", before.Config.Retention.String(), "consumed_messages_dropped", before.State.Msgs)
 	return nil
 }
+
+// afterDrainedCheck, when set (tests only), runs between a check that found
+// the owners had consumed everything and the flush that confirms it.
+var afterDrainedCheck func()
 
 // settling is ctx without its cancellation, bounded by retentionSettleTimeout:
 // once a stream's subjects are moved, a start cancelled (SIGTERM, a deploy's
@@ -385,23 +391,75 @@ func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	return nil
 }
 
-// waitConsumed waits up to retentionDrainWait for the owners to acknowledge
-// everything in the stream, and describes what they have not ("" when
-// nothing is left).
-func waitConsumed(ctx context.Context, st jetstream.Stream, owners []string) (string, error) {
+// waitDrainedForDelete waits up to retentionDrainWait until the owners have
+// acknowledged everything in the stream (its subjects moved to
+// retiredSubject) and nothing was stored since, and describes what they have
+// not ("" when the stream can be deleted). Moving the subjects stops the
+// publishes that arrive later, not those already in the stream's inbound
+// queue: the server stores and acknowledges them after the move returned,
+// under load after a check that found the owners drained (seen: 158 of 3000
+// queued publishes acknowledged with sequences past the last one read just
+// after the move). So each drained check is followed by a marker published
+// to retiredSubject: the stream answers it after every publish queued before
+// it, and its sequence right after the checked last one proves nothing was
+// stored meanwhile; otherwise the owners are waited for again.
+func waitDrainedForDelete(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, owners []string) (string, error) {
 	deadline := time.Now().Add(retentionDrainWait)
 	for {
-		info, err := st.Info(ctx)
+		drained, backlog, err := waitConsumed(ctx, st, owners, deadline)
+		if err != nil || backlog != "" {
+			return backlog, err
+		}
+		if afterDrainedCheck != nil {
+			afterDrainedCheck()
+		}
+		marker, err := flushInbound(ctx, js, st)
 		if err != nil {
 			return "", err
 		}
+		if marker == drained.State.LastSeq+1 {
+			return "", nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("%d messages stored after its owners were found drained (sequences %d to %d)",
+				marker-drained.State.LastSeq-1, drained.State.LastSeq+1, marker-1), nil
+		}
+	}
+}
+
+// flushInbound publishes a marker to the stream's retiredSubject, once every
+// publish queued before it is stored, and returns the marker's sequence,
+// the marker itself removed (it belongs to no owner, and a stream given its
+// subjects back keeps no trace of it).
+func flushInbound(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) (uint64, error) {
+	name := st.CachedInfo().Config.Name
+	ack, err := js.Publish(ctx, retiredSubject(name), nil, jetstream.WithRetryAttempts(0))
+	if err != nil {
+		return 0, fmt.Errorf("flush its inbound publishes before the delete: %w", err)
+	}
+	if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
+		return 0, fmt.Errorf("remove its flush marker (sequence %d): %w", ack.Sequence, err)
+	}
+	return ack.Sequence, nil
+}
+
+// waitConsumed waits until deadline for the owners to acknowledge
+// everything in the stream, and returns the stream's state read before the
+// owners' (info) and what they have not acknowledged ("" when nothing is
+// left).
+func waitConsumed(ctx context.Context, st jetstream.Stream, owners []string, deadline time.Time) (*jetstream.StreamInfo, string, error) {
+	for {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, "", err
+		}
 		backlog, err := unconsumed(ctx, st, info, owners)
 		if err != nil || backlog == "" || time.Now().After(deadline) {
-			return backlog, err
+			return info, backlog, err
 		}
 		sleep(ctx, retentionDrainPoll)
 		if err := ctx.Err(); err != nil {
-			return "", err
+			return nil, "", err
 		}
 	}
 }
