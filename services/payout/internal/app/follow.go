@@ -106,12 +106,9 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 		}
 		now := a.Clock.Now()
 		err := a.Store.Update(ctx, func(tx Tx) error {
-			cur, err := tx.Lock(ctx, p.ID)
+			cur, err := lockUnmoved(ctx, tx, p)
 			if err != nil {
 				return err
-			}
-			if cur.Status != p.Status || cur.Attempt != p.Attempt {
-				return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
 			}
 			cur.RailRef, cur.MethodSum = p.RailRef, p.MethodSum
 			note := a.enter(&cur, to, rs, now)
@@ -142,12 +139,9 @@ func (a *Payouts) takeArrival(ctx context.Context, p domain.Payout, rs RailStatu
 	}
 	now := a.Clock.Now()
 	err := a.Store.Update(ctx, func(tx Tx) error {
-		cur, err := tx.Lock(ctx, p.ID)
+		cur, err := lockUnmoved(ctx, tx, p)
 		if err != nil {
 			return err
-		}
-		if cur.Status != p.Status || cur.Attempt != p.Attempt {
-			return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
 		}
 		if note := newArrival(&cur, rs); note != "" {
 			if err := tx.SetArrival(ctx, &cur, a.railName(rs)+": "+note, now); err != nil {
@@ -223,12 +217,9 @@ func (a *Payouts) holdAmountMismatch(ctx context.Context, p domain.Payout, rs Ra
 	first := false
 	now := a.Clock.Now()
 	err := a.Store.Update(ctx, func(tx Tx) error {
-		cur, err := tx.Lock(ctx, p.ID)
+		cur, err := lockUnmoved(ctx, tx, p)
 		if err != nil {
 			return err
-		}
-		if cur.Status != p.Status || cur.Attempt != p.Attempt {
-			return fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
 		}
 		first = cur.FailureCode != domain.FailRailAmountMismatch
 		if !first && cur.FailureMessage == msg {
@@ -316,4 +307,17 @@ func (a *Payouts) railDid(p domain.Payout, to string, err error) error {
 	a.Log.Error("the ledger refused to record what the payout's rail did: tried again", "payout_id", p.ID,
 		"provider_id", p.ProviderID, "status", p.Status, "to", to, "net", p.Net.String(), "currency", p.Currency, "err", err)
 	return fmt.Errorf("payout %s: the rail's %s is not in the ledger yet: %s", p.ID, to, err.Error())
+}
+
+// lockUnmoved locks p's row and answers it as it is now, or a conflict when
+// the payout moved (another status or attempt) since p was read.
+func lockUnmoved(ctx context.Context, tx Tx, p domain.Payout) (domain.Payout, error) {
+	cur, err := tx.Lock(ctx, p.ID)
+	if err != nil {
+		return cur, err
+	}
+	if cur.Status != p.Status || cur.Attempt != p.Attempt {
+		return cur, fmt.Errorf("payout %s moved to %s (attempt %d) meanwhile: %w", p.ID, cur.Status, cur.Attempt, apperr.ErrConflict)
+	}
+	return cur, nil
 }
