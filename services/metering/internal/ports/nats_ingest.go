@@ -199,23 +199,17 @@ func (c *IngestConsumer) handle(ctx context.Context, msgs []jetstream.Msg) error
 func (c *IngestConsumer) ingest(ctx context.Context, m jetstream.Msg, evs []domain.EventInput) ([]app.Rejection, error) {
 	opt := app.IngestOptions{OnlyProvider: strings.TrimPrefix(m.Subject(), subjects.UsageIngest.Prefix())}
 	opt.Arrived, _ = natsx.StoredAt(m) // unknown (an old letter): now
-	var rej []app.Rejection
-	for len(evs) > 0 {
-		n := min(len(evs), domain.BatchEventsMax)
-		res, err := c.App.Ingest(ctx, evs[:n], opt)
-		var inv *apperr.InvalidError
-		if errors.As(err, &inv) {
-			// Refused whole: poison. The messages before it are
-			// applied again with the rest, as duplicates.
-			return nil, natsx.Poison(natsx.MsgID(m), err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("ingest %s: %w", m.Subject(), err)
-		}
-		rej = append(rej, res.Rejected...)
-		evs = evs[n:]
+	// One call: DecodeIngestJSON refused a message of more than
+	// domain.BatchEventsMax events before decoding it.
+	res, err := c.App.Ingest(ctx, evs, opt)
+	var inv *apperr.InvalidError
+	if errors.As(err, &inv) {
+		return nil, natsx.Poison(natsx.MsgID(m), err) // refused whole
 	}
-	return rej, nil
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", m.Subject(), err)
+	}
+	return res.Rejected, nil
 }
 
 // What the rejections of a message call for.
