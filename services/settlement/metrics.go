@@ -57,5 +57,22 @@ func Metrics() []obs.SQLMetric {
 			Query: `select coalesce(max(extract(epoch from now() - closes_at)), 0)::float8 from settlement.cycles
 				where status = 'open' and closes_at < now()`,
 		},
+		{
+			// A sweep is deferred while bank:client cannot fund it (renters
+			// on credit, a refund that emptied it); the hourly
+			// settlement-commission-sweep sweeps it once it can. Until then
+			// the commission (house money) is still in bank:client.
+			Name: "gpubill_settlement_commission_unswept", Type: obs.Gauge, Labels: []string{"currency"},
+			Help: "Commission of settled providers not yet swept from bank:client to bank:operating (the sweep deferred: " +
+				"bank:client could not fund it), by currency, in currency units; no series when none.",
+			Query: `select currency, sum(commission)::float8 from settlement.settlements
+				where status = 'settled' and commission > 0 and sweep_transaction_id = '' group by currency`,
+		},
+		{
+			Name: "gpubill_settlement_commission_unswept_age_seconds", Type: obs.Gauge, Labels: []string{"currency"},
+			Help: "Seconds since the oldest settlement whose commission sweep is still deferred settled, by currency; no series when none.",
+			Query: `select currency, max(extract(epoch from now() - settled_at))::float8 from settlement.settlements
+				where status = 'settled' and commission > 0 and sweep_transaction_id = '' group by currency`,
+		},
 	}
 }

@@ -207,6 +207,7 @@ func Register(r interface {
 		{app.RemittanceWorkflowName, rem.RemitWorkflow},
 		{app.InvoicesMonthlyWorkflowName, app.Invoices{Periods: taxPeriods}.MonthlyWorkflow},
 		{app.ReconciliationDailyWorkflowName, app.ReconciliationDailyWorkflow},
+		{app.CommissionSweepWorkflowName, app.CommissionSweepWorkflow},
 	} {
 		r.RegisterWorkflowWithOptions(w.fn, workflow.RegisterOptions{Name: w.name})
 	}
@@ -227,6 +228,7 @@ func Register(r interface {
 		{app.ActRemitTax, acts.RemitTax},
 		{app.ActIssueInvoices, acts.IssueInvoices},
 		{app.ActRunReconciliation, acts.RunReconciliation},
+		{app.ActSweepCommission, acts.SweepCommission},
 	} {
 		r.RegisterActivityWithOptions(a.fn, activity.RegisterOptions{Name: a.name})
 	}
@@ -250,8 +252,8 @@ func (s *Service) StartCycles(ctx context.Context) error {
 // daily cycle opener (settle-{cycle} for the current and the next cycle
 // and every cycle not settled), the monthly tax remittance
 // (remit-{YYYY-MM}, 02:00 on the 1st in the tax zone), the monthly renter
-// invoices (01:00 on the 1st there) and the daily bank reconciliation
-// (06:00 in the tax zone).
+// invoices (01:00 on the 1st there), the daily bank reconciliation
+// (06:00 in the tax zone) and the hourly deferred commission sweep.
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
 	if err := w.Start(); err != nil {

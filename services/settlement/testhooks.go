@@ -18,6 +18,8 @@ type (
 	RemittanceInput = app.RemittanceInput
 	// RemittanceReport is the result of remit-{period}.
 	RemittanceReport = app.RemittanceReport
+	// SweepSummary is the result of the commission sweep workflow.
+	SweepSummary = app.SweepSummary
 )
 
 // Workflow names and queries.
@@ -27,6 +29,9 @@ const (
 	// CycleOpenerWorkflowName is the daily opener (schedule
 	// settlement-cycle-opener).
 	CycleOpenerWorkflowName = app.CycleOpenerWorkflowName
+	// CommissionSweepWorkflowName sweeps the deferred commission sweeps
+	// (schedule settlement-commission-sweep, hourly).
+	CommissionSweepWorkflowName = app.CommissionSweepWorkflowName
 )
 
 // CycleWorkflowID is the id of a cycle's workflow (settle-{cycle}).

@@ -149,20 +149,8 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 	ps, ts := make([]string, n), make([]string, n)
 	charge := func(i int, currency, amount string) {
 		renter, provider := fmt.Sprintf("r-%05d", i), fmt.Sprintf("p-%05d", i)
-		if _, err := r.ledger.CreateDeposit(ctx, &ledgerv1.CreateDepositRequest{RenterId: renter, Amount: amount, Currency: currency,
-			ExternalRef: "dep-" + renter + "-" + currency}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
-			IdempotencyKey: "charge-" + provider + "-" + currency, Description: "GPU hours",
-			Metadata: map[string]string{"kind": "charge", "renter_id": renter, "lease_id": "l-" + provider},
-			Postings: []*ledgerv1.Posting{
-				{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: amount, Currency: currency},
-				{Account: ids.ProviderPending(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
-			},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		r.deposit(t, renter, currency, amount)
+		r.charge(t, cycle, renter, provider, currency, amount)
 		amt := decimal.RequireFromString(amount)
 		gross[provider+"/"+currency] = gross[provider+"/"+currency].Add(amt)
 		deposits[currency] = deposits[currency].Add(amt)
@@ -185,6 +173,32 @@ func (r *realStack) seedLedger(t *testing.T, cycle string, n int) (gross map[str
 	}
 	taxProfiles(t, r.pool, ps...)
 	return gross, deposits
+}
+
+// deposit tops up a renter's wallet (Dr bank:client, Cr renter wallet).
+func (r *realStack) deposit(t *testing.T, renter, currency, amount string) {
+	t.Helper()
+	if _, err := r.ledger.CreateDeposit(context.Background(), &ledgerv1.CreateDepositRequest{RenterId: renter, Amount: amount, Currency: currency,
+		ExternalRef: "dep-" + renter + "-" + currency}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// charge is a usage charge in the cycle (Dr renter wallet, Cr provider
+// pending); without a deposit before it, the renter's wallet goes negative
+// (a renter on credit).
+func (r *realStack) charge(t *testing.T, cycle, renter, provider, currency, amount string) {
+	t.Helper()
+	if _, err := r.ledger.CreateTransaction(context.Background(), &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: "charge-" + provider + "-" + currency, Description: "GPU hours",
+		Metadata: map[string]string{"kind": "charge", "renter_id": renter, "lease_id": "l-" + provider},
+		Postings: []*ledgerv1.Posting{
+			{Account: "renter:" + renter + ":wallet", Direction: "debit", Amount: amount, Currency: currency},
+			{Account: ids.ProviderPending(provider, cycle), Direction: "credit", Amount: amount, Currency: currency},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (r *realStack) balance(t *testing.T, account, currency string) decimal.Decimal {

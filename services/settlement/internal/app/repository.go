@@ -36,6 +36,11 @@ type Store interface {
 	// open): the tax service picks the rule in force then.
 	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, rate decimal.NullDecimal, closedAt time.Time, items []domain.PreparedItem, err error)
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
+	// UnsweptCommission lists up to limit settled statements with a
+	// commission and no sweep, oldest first.
+	UnsweptCommission(ctx context.Context, limit int) ([]domain.Unswept, error)
+	// RecordSweep names the sweep transaction on a statement that had none.
+	RecordSweep(ctx context.Context, u domain.Unswept, sweepID string) error
 }
 
 // Queries is what settlement's API reads and sets outside the cycle's steps

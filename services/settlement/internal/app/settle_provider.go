@@ -118,6 +118,15 @@ func (s *Steps) computeTax(ctx context.Context, in TaxInput) (TaxResult, error) 
 // A settlement posted before the sweep joined it (the same key, without the
 // sweep legs) conflicts with the joint body: it is then replayed as it was and
 // its sweep posted on its own key, as that code did.
+//
+// When bank:client cannot fund the sweep (renters on credit, or a refund
+// that emptied it: the ledger refuses to overdraw it), the joint body is
+// refused as a whole; the provider's settlement must not wait on client
+// money that is not the provider's concern. The settlement is then posted
+// without the sweep (the same form as the begun one above, so a retry
+// replays it) and the sweep deferred: SweepID "" on the statement, swept
+// later under its own key by SweepCommission. A refusal that is not the
+// sweep's refuses the settlement alone too, and is returned.
 func (s *Steps) PostSettlement(ctx context.Context, in PostInput) (Posted, error) {
 	sp := in.Split
 	if err := sp.Check(); err != nil {
@@ -140,7 +149,7 @@ func (s *Steps) PostSettlement(ctx context.Context, in PostInput) (Posted, error
 		Legs:     append(append([]domain.Leg{}, settlement...), sweep...),
 	}
 	id, err := s.Ledger.CreateTransaction(ctx, joint)
-	if len(sweep) > 0 && IsConflict(err) {
+	if len(sweep) > 0 && IsRejected(err) { // a conflict is Rejected too
 		return s.postSettlementThenSweep(ctx, in, joint, settlement)
 	}
 	if err != nil {
@@ -154,8 +163,9 @@ func (s *Steps) PostSettlement(ctx context.Context, in PostInput) (Posted, error
 }
 
 // postSettlementThenSweep is the two-transaction settlement of earlier code,
-// kept for a settlement it had begun: the settlement replayed under its key,
-// then the sweep under its own.
+// kept for a settlement it had begun and for one whose sweep bank:client
+// cannot fund yet: the settlement posted (or replayed) under its key, then
+// the sweep under its own, deferred (SweepID "") when the ledger refuses it.
 func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint LedgerTx, settlement []domain.Leg) (Posted, error) {
 	old := joint
 	old.Legs = settlement
@@ -163,17 +173,32 @@ func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint
 	if err != nil {
 		return Posted{}, err
 	}
-	sw, err := s.Ledger.CreateTransaction(ctx, LedgerTx{
-		Key:         domain.SweepKey(in.CycleID, in.ProviderID, joint.Currency.Code),
-		Description: fmt.Sprintf("commission sweep of %s for %s", in.ProviderID, in.CycleID),
-		Metadata:    map[string]string{"kind": "commission_sweep", "cycle_id": in.CycleID, "provider_id": in.ProviderID},
-		Currency:    joint.Currency,
-		Legs:        domain.SweepLegs(in.Split),
-	})
+	sw, err := s.postSweep(ctx, domain.Unswept{CycleID: in.CycleID, ProviderID: in.ProviderID,
+		Currency: joint.Currency.Code, Commission: in.Split.Commission})
+	if IsRejected(err) && !IsConflict(err) {
+		return Posted{TransactionID: id}, nil // deferred: SweepCommission sweeps it
+	}
 	if err != nil {
 		return Posted{}, err
 	}
 	return Posted{TransactionID: id, SweepID: sw}, nil
+}
+
+// postSweep posts a settlement's commission sweep on its own (Dr
+// bank:operating, Cr bank:client; idempotent on the sweep key). The ledger
+// refuses it (Rejected) while bank:client cannot fund it.
+func (s *Steps) postSweep(ctx context.Context, u domain.Unswept) (string, error) {
+	cur, err := money.Lookup(u.Currency)
+	if err != nil {
+		return "", Rejected(err)
+	}
+	return s.Ledger.CreateTransaction(ctx, LedgerTx{
+		Key:         domain.SweepKey(u.CycleID, u.ProviderID, cur.Code),
+		Description: fmt.Sprintf("commission sweep of %s for %s", u.ProviderID, u.CycleID),
+		Metadata:    map[string]string{"kind": "commission_sweep", "cycle_id": u.CycleID, "provider_id": u.ProviderID},
+		Currency:    cur,
+		Legs:        domain.SweepLegs(domain.Split{Commission: u.Commission}),
+	})
 }
 
 // finalizeSettlement writes the statement (with the charge lines behind the

@@ -179,6 +179,14 @@ type Settled struct {
 	Lines                     []Line
 }
 
+// Unswept is a settled provider's commission whose sweep bank:client could
+// not fund when it settled (its statement has no sweep transaction yet).
+type Unswept struct {
+	CycleID, ProviderID, Currency string
+	Commission                    decimal.Decimal
+	SettledAt                     time.Time
+}
+
 // Total is a cycle's total in one currency.
 type Total struct {
 	Currency                    string

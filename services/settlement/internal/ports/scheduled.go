@@ -21,7 +21,12 @@ const (
 	ScheduleRemittanceMonthly = "tax-remittance-monthly"
 	ScheduleInvoicesMonthly   = "invoices-monthly"
 	ScheduleReconciliation    = "ledger-reconciliation-daily"
+	ScheduleCommissionSweep   = "settlement-commission-sweep"
 )
+
+// commissionSweepEvery is how often the deferred commission sweeps are
+// tried again: a sweep waits at most this long once bank:client can fund it.
+const commissionSweepEvery = time.Hour
 
 // EnsureCycleWorkflows (the daily opener) starts settle-{cycle} for the
 // current and the next cycle and, as settlement's start-up does, for every
@@ -57,6 +62,13 @@ func (a *Activities) RunReconciliation(ctx context.Context) ([]app.Reconciliatio
 	return out, activityErr(err)
 }
 
+// SweepCommission posts the deferred commission sweeps bank:client can fund
+// now (each idempotent on its sweep key) and records them on the statements.
+func (a *Activities) SweepCommission(ctx context.Context) (app.SweepSummary, error) {
+	out, err := a.Steps.SweepCommission(ctx)
+	return out, activityErr(err)
+}
+
 // monthlyOverlap is the monthly schedules' policy: every missed month runs,
 // one after the other. Caught up after Temporal was down over two 1sts,
 // both actions are due at once, and skipping the second while the first
@@ -68,7 +80,7 @@ const monthlyOverlap = enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL
 // each month, 02:00 in the tax zone: the month before has ended there, so
 // remit-{period} proceeds at once), the monthly renter invoices (1st of
 // each month, 01:00 in the tax zone) and the daily bank reconciliation
-// (06:00 in the tax zone).
+// (06:00 in the tax zone), and the hourly deferred commission sweep.
 func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOptions {
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
@@ -122,6 +134,14 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 		Action: &client.ScheduleWorkflowAction{
 			ID: ScheduleReconciliation, Workflow: app.ReconciliationDailyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 12 * time.Hour,
+		},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	}, {
+		ID:   ScheduleCommissionSweep,
+		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: commissionSweepEvery}}},
+		Action: &client.ScheduleWorkflowAction{
+			ID: ScheduleCommissionSweep, Workflow: app.CommissionSweepWorkflowName, TaskQueue: queue,
+			WorkflowExecutionTimeout: 2 * time.Hour,
 		},
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
 	}}

@@ -346,6 +346,39 @@ func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time) 
 	return nil
 }
 
+// UnsweptCommission lists up to limit settled statements with a commission
+// and no sweep transaction (their sweep deferred), oldest first
+// (settlements_unswept).
+func (s *Store) UnsweptCommission(ctx context.Context, limit int) ([]domain.Unswept, error) {
+	rows, err := s.Pool.Query(ctx, `select cycle_id, provider_id, currency, commission, settled_at
+		from settlement.settlements
+		where status = 'settled' and commission > 0 and sweep_transaction_id = ''
+		order by settled_at, cycle_id, provider_id, currency limit $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("unswept commission: %w", err)
+	}
+	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Unswept, error) {
+		var u domain.Unswept
+		err := r.Scan(&u.CycleID, &u.ProviderID, &u.Currency, &u.Commission, &u.SettledAt)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unswept commission: %w", err)
+	}
+	return us, nil
+}
+
+// RecordSweep names the sweep transaction on a settled statement that had
+// none (a replay, or another run's, finds it named and changes nothing).
+func (s *Store) RecordSweep(ctx context.Context, u domain.Unswept, sweepID string) error {
+	if _, err := s.Pool.Exec(ctx, `update settlement.settlements set sweep_transaction_id = $4
+		where cycle_id = $1 and provider_id = $2 and currency = $3 and status = 'settled' and sweep_transaction_id = ''`,
+		u.CycleID, u.ProviderID, u.Currency, sweepID); err != nil {
+		return fmt.Errorf("record sweep of %s %s %s: %w", u.CycleID, u.ProviderID, u.Currency, err)
+	}
+	return nil
+}
+
 const cycleCols = `cycle_id, status, starts_at, ends_at, closes_at, closed_at, settled_at`
 
 func scanCycle(r pgx.CollectableRow) (domain.Cycle, error) {
