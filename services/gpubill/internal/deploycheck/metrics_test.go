@@ -81,6 +81,9 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		`insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at, closed_at, snapshot_done)
 			values ('cyc-1', 'closing', now() - interval '46 days', now() - interval '1 day', now() - interval '1 hour', now() - interval '2 hours', true)`,
 		`insert into settlement.settlements (cycle_id, provider_id, currency, gross) values ('cyc-1', 'p-1', 'CNY', 100)`,
+		// A settled provider whose commission sweep is deferred (bank:client could not fund it).
+		`insert into settlement.settlements (cycle_id, provider_id, currency, gross, status, commission, settled_at)
+			values ('cyc-1', 'p-2', 'CNY', 100, 'settled', 25, now() - interval '1 hour')`,
 		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
 			creditor_agent, state, queued_at, updated_at) values ('po-1', 'po-1', 'p-1', 'CNY', 64, 'P One', '6222000011110001', 'ICBKCNBJ', 'queued', now(), now())`,
 		`insert into payout.bank_files (file_id, sha256, kind, message_id, source, imported_at) values ('bf-1', 'h', 'pain.002.001.10', 'S-1', 'upload', now())`,
@@ -183,7 +186,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_http_request_duration_seconds", "gpubill_dead_letters_total", "gpubill_dead_letters_open",
 		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages",
 		"gpubill_payouts", "gpubill_settlement_cycles", "gpubill_settlement_cycle_providers",
-		"gpubill_settlement_closing_stalled_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
+		"gpubill_settlement_closing_stalled_seconds", "gpubill_settlement_commission_unswept", "gpubill_settlement_commission_unswept_age_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
 		"gpubill_reconciliation_unmatched", "gpubill_reconciliation_last_run_timestamp_seconds",
 		"gpubill_reconciliation_latest_statement_age_seconds", "gpubill_reconciliation_latest_statement_age_business_days",
