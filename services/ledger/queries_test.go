@@ -3,13 +3,19 @@ package ledger_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cursor"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -237,6 +243,171 @@ func TestListTransactionsLateCommit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestListTransactionsForgedSnapshot: pkg/cursor's check is no secret, so a
+// caller can write any page token. One whose snapshot has seen nothing
+// ("1:0:") at the end of the listing made every transaction of the journal
+// late: the late part read the whole journal and answered every one of the
+// account's transactions in one page, whatever page_size said. A page
+// holds at most page_size, refused or not, and reads a small part of the
+// journal.
+func TestListTransactionsForgedSnapshot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const txs = 20000
+	bulkDeposits(t, f, "renter:r-1:wallet", txs)
+	on := testkit.GenericPlanPool(t, f.ctx, f.pool) // one connection, the plan a busy pool keeps
+	one := app.New(postgres.NewStore(on), clock.System{}, cycles.Default(), slog.Default())
+	var heapPages int64
+	if err := f.pool.QueryRow(f.ctx, `select pg_relation_size('ledger.transactions') / current_setting('block_size')::int`).Scan(&heapPages); err != nil {
+		t.Fatal(err)
+	}
+	end := cursor.FormatTime(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+	for _, tc := range []struct{ account, token string }{
+		{"renter:r-1:wallet", cursor.Encode(cursor.Scoped("ledger.account_transactions", "renter:r-1:wallet"), end, maxUUID, "1:0:")},
+		{"", cursor.Encode("ledger.transactions", maxUUID, "1:0:")},
+	} {
+		var got []*domain.Transaction
+		var err error
+		read := testkit.HeapPagesRead(t, f.ctx, f.pool, on, "ledger", "transactions", func() {
+			got, _, err = one.ListTransactions(f.ctx, tc.account, nil, 10, tc.token)
+		})
+		if err != nil && !isInvalid(err) {
+			t.Fatalf("account %q: %v, want a page or a 400", tc.account, err)
+		}
+		if len(got) > 10 {
+			t.Errorf("account %q: a forged token's page holds %d transactions, want at most page_size 10", tc.account, len(got))
+		}
+		if read > heapPages/10 {
+			t.Errorf("account %q: a page read %d of the journal's %d heap pages", tc.account, read, heapPages)
+		}
+	}
+	// A snapshot the journal has not had yet (xmax ahead of the present):
+	// refused, not read as one that has seen everything.
+	future := cursor.Encode("ledger.transactions", maxUUID, "4000000000:0:")
+	var inv *apperr.InvalidError
+	if _, _, err := f.app.ListTransactions(f.ctx, "", nil, 10, future); !errors.As(err, &inv) || inv.Violations[0].Field != "page_token" {
+		t.Errorf("a token of a snapshot ahead of the present: %v, want a 400 on page_token", err)
+	}
+}
+
+// TestListTransactionsLateRun: more transactions committed late than a
+// page holds are listed over several pages (the token carries the rest),
+// each once, a transaction still running while they are listed included
+// once it commits.
+func TestListTransactionsLateRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const account = "renter:r-1:wallet"
+	f.deposit(t, "r-1", "1", "USD", "seen")
+	for i, listing := range []string{cursor.Scoped("ledger.account_transactions", account), "ledger.transactions"} {
+		var seen string
+		if err := f.pool.QueryRow(f.ctx, `select pg_current_snapshot()::text`).Scan(&seen); err != nil {
+			t.Fatal(err)
+		}
+		// Written after seen, committed after the first page.
+		held, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = held.Rollback(f.ctx) }()
+		heldID := fmt.Sprintf("00000000-0000-7000-8000-00000000000%d", i)
+		if _, err := held.Exec(f.ctx, `insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+			values ($1::uuid, $1::text, '\x00', 'manual', now() - interval '1 hour', now() - interval '1 hour')`, heldID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := held.Exec(f.ctx, `insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+			values ($1::uuid, 0, 'bank:client', 'USD', 'debit', 1, now() - interval '1 hour'), ($1::uuid, 1, $2, 'USD', 'credit', 1, now() - interval '1 hour')`, heldID, account); err != nil {
+			t.Fatal(err)
+		}
+		want := bulkDeposits(t, f, account, 45)
+		want = append(want, heldID)
+		end := cursor.FormatTime(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+		tok := cursor.Encode(listing, end, maxUUID, packedSnapshot(t, seen))
+		filter := account
+		if i == 1 {
+			tok = cursor.Encode(listing, maxUUID, packedSnapshot(t, seen))
+			filter = ""
+		}
+		listed := map[string]int{}
+		for pages := 0; tok != ""; pages++ {
+			txs, next, err := f.app.ListTransactions(f.ctx, filter, nil, 10, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(txs) > 10 {
+				t.Fatalf("listing %d: page %d holds %d transactions, want at most 10", i, pages, len(txs))
+			}
+			if pages == 0 {
+				if err := held.Commit(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tx := range txs {
+				listed[tx.ID]++
+			}
+			if tok = next; pages > 20 {
+				t.Fatal("pagination does not end")
+			}
+		}
+		for _, id := range want {
+			if listed[id] != 1 {
+				t.Errorf("listing %d: transaction %s listed %d times, want once", i, id, listed[id])
+			}
+		}
+		if len(listed) != len(want) {
+			t.Errorf("listing %d: %d transactions listed, want the %d committed after the token's snapshot", i, len(listed), len(want))
+		}
+	}
+}
+
+const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+// bulkDeposits writes n transactions crediting account an hour ago in one
+// Postgres transaction (straight into the tables: a journal of thousands
+// in a second) and returns their ids.
+func bulkDeposits(t testing.TB, f *fixture, account string, n int) []string {
+	t.Helper()
+	var ids []string
+	if err := pgxscan(f, &ids, fmt.Sprintf(`with tx as (
+		insert into ledger.transactions (id, idempotency_key, request_hash, kind, effective_at, created_at)
+		select gen_random_uuid(), 'bulk-' || gen_random_uuid(), '\x00', 'manual', now() - interval '1 hour', now() - interval '1 hour'
+		from generate_series(1, %d) returning id, created_at),
+	p as (insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		select id, i, case i when 0 then 'bank:client' else '%s' end, 'USD', case i when 0 then 'debit' else 'credit' end, 1, created_at
+		from tx, generate_series(0, 1) i)
+	select id::text from tx`, n, account)); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// packedSnapshot is pg_snapshot text in a page token's form: xmax and the
+// running ids as offsets from xmin.
+func packedSnapshot(t testing.TB, s string) string {
+	t.Helper()
+	parts := strings.Split(s, ":")
+	xmin, err := strconv.ParseUint(parts[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xmax, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xip []string
+	for _, x := range strings.Split(parts[2], ",") {
+		if x == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xip = append(xip, strconv.FormatUint(n-xmin, 10))
+	}
+	return fmt.Sprintf("%d:%d:%s", xmin, xmax-xmin, strings.Join(xip, ","))
 }
 
 func pgxscan(f *fixture, out *[]string, q string) error {

@@ -8,7 +8,7 @@ import (
 
 func TestPackSnapshot(t *testing.T) {
 	for _, s := range []string{"100:100:", "100:105:100,103", "18446744073709551000:18446744073709551615:18446744073709551001"} {
-		p, err := packSnapshot(s)
+		p, err := packSnapshot(s, snapshotBytesMax)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -25,7 +25,7 @@ func TestPackSnapshot(t *testing.T) {
 		ids[i] = fmt.Sprint(1_000_000 + 1000*i)
 	}
 	s := "1000000:1500000:" + strings.Join(ids, ",")
-	p, err := packSnapshot(s)
+	p, err := packSnapshot(s, snapshotBytesMax)
 	if err != nil || len(p) > snapshotBytesMax {
 		t.Fatalf("packed %d bytes %v", len(p), err)
 	}
@@ -44,7 +44,7 @@ func TestPackSnapshot(t *testing.T) {
 			t.Errorf("%q: unpacked", bad)
 		}
 	}
-	if _, err := packSnapshot("100:90:"); err == nil {
+	if _, err := packSnapshot("100:90:", snapshotBytesMax); err == nil {
 		t.Error("xmax before xmin packed")
 	}
 }

@@ -174,8 +174,11 @@ const MaxLookupKeys = 100
 // (created_at, id) order. A transaction takes its id and created_at before it
 // commits, so one can commit after a later one was listed: a page token holds
 // the snapshot its page was read under, and the next page starts with the
-// transactions committed since that sort before it (domain.TxPage), so a
-// listing paged to its end has each transaction once. With keys it answers
+// transactions committed since that sort before it (domain.TxPage, in the
+// order they were written), so a listing paged to its end has each
+// transaction once. A page holds at most size: more late ones than that go
+// on over the next pages (cutPage), and a token whose snapshot the journal
+// has not had lately is a 400 on page_token. With keys it answers
 // the transactions posted under them instead (of those posting to account
 // when account is set), in one page.
 func (a *App) ListTransactions(ctx context.Context, account string, keys []string, size int32, token string) ([]*domain.Transaction, string, error) {
@@ -209,29 +212,30 @@ func (a *App) ListTransactions(ctx context.Context, account string, keys []strin
 // journalPage is a page of n of the whole journal after token's, and the
 // next page's token ("" at the end).
 func (a *App) journalPage(ctx context.Context, n int, token string) (domain.TxPage, string, error) {
-	after, seen := "", ""
+	after := ""
+	var from domain.TxLate
 	if token != "" {
-		pos, err := cursor.Decode(journalListing, token, 2)
+		pos, err := decodeLate(journalListing, token, 1, &from)
 		if err != nil {
 			return domain.TxPage{}, "", err
 		}
 		if after = pos.String(0); uuid.Validate(after) != nil {
 			return domain.TxPage{}, "", cursor.Malformed()
 		}
-		if seen, err = unpackSnapshot(pos.String(1)); err != nil {
-			return domain.TxPage{}, "", err
-		}
 	}
-	page, err := a.Store.ListTxIDs(ctx, after, seen, n+1)
-	if err != nil || len(page.Next) <= n {
-		return page, "", err
-	}
-	page.Next = page.Next[:n]
-	snap, err := packSnapshot(page.Snapshot)
+	page, err := a.Store.ListTxIDs(ctx, after, from, n+1)
 	if err != nil {
 		return domain.TxPage{}, "", err
 	}
-	return page, cursor.Encode(journalListing, page.Next[n-1].ID, snap), nil
+	page, next, err := cutPage(page, from, n)
+	if err != nil || next == nil {
+		return page, "", err
+	}
+	if len(page.Next) > 0 {
+		after = page.Next[len(page.Next)-1].ID
+	}
+	tok, err := encodeLate(journalListing, *next, after)
+	return page, tok, err
 }
 
 // accountPage is a page of n of account's transactions after token's, and
@@ -240,10 +244,11 @@ func (a *App) accountPage(ctx context.Context, account string, n int, token stri
 	if _, err := domain.ParseAddress(account); err != nil {
 		return domain.TxPage{}, "", apperr.Invalid("account", "%s", err.Error())
 	}
+	listing := cursor.Scoped(accountJournalListing, account)
 	var after *domain.TxCursor
-	seen := ""
+	var from domain.TxLate
 	if token != "" {
-		pos, err := cursor.Decode(cursor.Scoped(accountJournalListing, account), token, 3)
+		pos, err := decodeLate(listing, token, 2, &from)
 		if err != nil {
 			return domain.TxPage{}, "", err
 		}
@@ -254,22 +259,21 @@ func (a *App) accountPage(ctx context.Context, account string, n int, token stri
 		if uuid.Validate(pos.String(1)) != nil {
 			return domain.TxPage{}, "", cursor.Malformed()
 		}
-		if seen, err = unpackSnapshot(pos.String(2)); err != nil {
-			return domain.TxPage{}, "", err
-		}
 		after = &domain.TxCursor{CreatedAt: at, ID: pos.String(1)}
 	}
-	page, err := a.Store.ListTxIDsByAccount(ctx, account, after, seen, n+1)
-	if err != nil || len(page.Next) <= n {
-		return page, "", err
-	}
-	page.Next = page.Next[:n]
-	last := page.Next[n-1]
-	snap, err := packSnapshot(page.Snapshot)
+	page, err := a.Store.ListTxIDsByAccount(ctx, account, after, from, n+1)
 	if err != nil {
 		return domain.TxPage{}, "", err
 	}
-	return page, cursor.Encode(cursor.Scoped(accountJournalListing, account), cursor.FormatTime(last.CreatedAt), last.ID, snap), nil
+	page, next, err := cutPage(page, from, n)
+	if err != nil || next == nil {
+		return page, "", err
+	}
+	if len(page.Next) > 0 {
+		after = &page.Next[len(page.Next)-1]
+	}
+	tok, err := encodeLate(listing, *next, cursor.FormatTime(after.CreatedAt), after.ID)
+	return page, tok, err
 }
 
 // transactionsByKeys answers the transactions posted under keys (a service

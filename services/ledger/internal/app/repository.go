@@ -40,13 +40,13 @@ type Store interface {
 	// ListAccountAddresses pages through addresses starting with prefix, after `after`.
 	ListAccountAddresses(ctx context.Context, prefix, after string, limit int) ([]string, error)
 	// ListTxIDs pages through every transaction in id (time) order, with
-	// those committed since the snapshot seen that sort at or before after.
-	ListTxIDs(ctx context.Context, after, seen string, limit int) (domain.TxPage, error)
+	// the late ones from `from` that sort at or before after (domain.TxLate).
+	ListTxIDs(ctx context.Context, after string, from domain.TxLate, limit int) (domain.TxPage, error)
 	// TxIDsByKeys is the ids of the transactions posted under keys, in id order.
 	TxIDsByKeys(ctx context.Context, keys []string) ([]string, error)
 	// ListTxIDsByAccount pages through the transactions posting to account,
-	// with those committed since the snapshot seen that sort at or before after.
-	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error)
+	// with the late ones from `from` that sort at or before after (domain.TxLate).
+	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, from domain.TxLate, limit int) (domain.TxPage, error)
 	// ListCycleBalances pages through a cycle's non-zero provider pending
 	// balances in (account, currency) order.
 	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)

@@ -33,21 +33,40 @@ type CycleBalance struct {
 	Amount   decimal.Decimal
 }
 
-// TxCursor is a position in an account's transactions, (created_at, id) order.
+// TxCursor is a position in an account's transactions, (created_at, id)
+// order. XID is the Postgres transaction that wrote it (late ones only:
+// TxPage).
 type TxCursor struct {
 	CreatedAt time.Time
 	ID        string
+	XID       uint64
 }
 
 // TxPage is a page of a transaction listing read under one Postgres
 // snapshot. Late are the transactions committed since the previous page's
-// snapshot (Seen) that sort at or before its cursor: a transaction's id and
-// created_at are taken before its commit, so one can commit after a later
-// one was listed. Next are the ones after the cursor, in order. Snapshot is
-// the page's own (pg_snapshot text), for the next page's Seen.
+// snapshot (TxLate) that sort at or before its cursor, in (XID, ID) order:
+// a transaction's id and created_at are taken before its commit, so one can
+// commit after a later one was listed. Next are the ones after the cursor,
+// in order. Snapshot is the page's own (pg_snapshot text), for the next
+// page's TxLate. Refused says the late part was not read: TxLate's
+// snapshots are none the journal can have had lately (ahead of the present,
+// or too far behind it).
 type TxPage struct {
 	Late, Next []TxCursor
 	Snapshot   string
+	Refused    bool
+}
+
+// TxLate is where a page's late part starts: the transactions not visible
+// in Seen (pg_snapshot text; "" on a listing's first page: none), visible in
+// Upper ("": the page's own snapshot), after (XID, ID) in (xid, id) order
+// (0 and "": from the first). A run of late transactions longer than a page
+// goes on under the first page's snapshot as Upper, so the run is a fixed
+// set paged in one order: none skipped, none repeated.
+type TxLate struct {
+	Seen, Upper string
+	XID         uint64
+	ID          string
 }
 
 // WalletDepletion is billing.wallet.depleted.{renter}: a debit took a renter

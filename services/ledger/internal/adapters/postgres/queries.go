@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -180,32 +181,74 @@ func prefixUpper(prefix string) string {
 	return ""
 }
 
+// lateSnapshotLagMaxXIDs is how far behind the present (in transaction ids
+// of the cluster, pg_snapshot_xmax) a page token's snapshot may be: its
+// late part reads the journal written since, so a token older than this
+// (or one forged: pkg/cursor's check is no secret) would read the journal
+// back to where it points. At hundreds of writes a second across the
+// cluster's services, some minutes: a client paging steadily never meets
+// it, one that pauses starts its listing again.
+const lateSnapshotLagMaxXIDs = 200_000
+
+// lateWith is the common part of a listing's statement: its snapshot (cur)
+// and where its late part reads from (domain.TxLate: $1 Seen, $2 Upper; seen),
+// and ok: Seen and Upper are snapshots of the recent past ($5 the lag
+// allowed). Without ok the late part reads nothing and the page is refused.
+const lateWith = `with cur as (select pg_current_snapshot() as s),
+	seen as (select nullif($1, '')::pg_snapshot as s, coalesce(nullif($2, '')::pg_snapshot, (select s from cur)) as upper),
+	ok as (select $1 = '' or (pg_snapshot_xmax(seen.upper) <= pg_snapshot_xmax(cur.s)
+			and pg_snapshot_xmax(seen.s) <= pg_snapshot_xmax(seen.upper)
+			and pg_snapshot_xmax(cur.s)::text::numeric - pg_snapshot_xmax(seen.s)::text::numeric <= $5) as ok
+		from cur, seen)`
+
+// lateSQL is a listing's late part (domain.TxLate: $3 XID, $4 ID; at most
+// $6): the transactions t (joined by join, columns cols) that match, in
+// (xid, id) order. Each of its three parts is an ordered range of
+// transactions_xid_idx read up to the limit: the ids Seen had running, the
+// rest of XID's after ID, the ids from Seen's xmax on (below Upper's). No id
+// below Seen's xmin is read (all are visible in Seen), so a session idle in
+// a transaction, which holds every snapshot's xmin down, no longer makes a
+// page read the journal written since it began.
+func lateSQL(cols, join, match string) string {
+	part := func(ids string) string {
+		return `(select t.xid, t.id` + cols + ` from ledger.transactions t` + join + `
+			where ` + ids + ` and (select ok from ok) and ` + match + `
+				and pg_visible_in_snapshot(t.xid, (select upper from seen))
+			order by t.xid, t.id limit $6)`
+	}
+	return `(select * from (` + part(`t.xid = any(array(select pg_snapshot_xip(s) from seen)) and t.xid > $3::xid8
+				and t.xid < (select pg_snapshot_xmax(upper) from seen)`) + `
+		union all ` + part(`t.xid = $3::xid8 and t.id > $4::uuid`) + `
+		union all ` + part(`t.xid >= (select pg_snapshot_xmax(s) from seen) and t.xid > $3::xid8
+				and t.xid < (select pg_snapshot_xmax(upper) from seen)`) + `
+		) late order by xid, id limit $6)`
+}
+
 // ListTxIDsByAccount pages through the transactions that post to account, in
-// (created_at, id) order after `after`, with those committed since the
-// snapshot seen (the previous page's; "" on the first) that sort at or before
-// it (domain.TxPage). The late ones are found from the transactions written
-// since seen's xmin (transactions_xid_idx), their postings read by their
-// primary key (the offset keeps the account's condition out of that lookup:
-// by the account's index it would scan the account's history per transaction).
-func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error) {
+// (created_at, id) order after `after`, with the late ones (domain.TxPage,
+// domain.TxLate) that sort at or before it, at most limit of each. The late
+// ones are found from transactions_xid_idx (lateSQL), their postings read by
+// their primary key (the offset keeps the account's condition out of that
+// lookup: by the account's index it would scan the account's history per
+// transaction).
+func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *domain.TxCursor, from domain.TxLate, limit int) (domain.TxPage, error) {
 	c := domain.TxCursor{CreatedAt: time.Unix(0, 0).UTC(), ID: zeroUUID}
 	if after != nil {
 		c = *after
 	}
-	rows, err := q.Query(ctx, `select part, created_at, id::text, snapshot from (
-		select 0 as part, null::timestamptz as created_at, null::uuid as id, pg_current_snapshot()::text as snapshot
+	rows, err := q.Query(ctx, lateWith+`
+		select part, xid::text, created_at, id::text, snapshot, ok from (
+		select 0 as part, null::xid8 as xid, null::timestamptz as created_at, null::uuid as id, cur.s::text as snapshot, ok.ok from cur, ok
 		union all
-		select distinct 1, p.created_at, p.tx_id, null::text from ledger.transactions t
-		cross join lateral (select p.account, p.created_at, p.tx_id from ledger.postings p
-			where p.tx_id = t.id offset 0) p
-		where $5 <> '' and t.xid >= pg_snapshot_xmin(nullif($5, '')::pg_snapshot)
-			and not pg_visible_in_snapshot(t.xid, nullif($5, '')::pg_snapshot)
-			and p.account = $1 and (p.created_at, p.tx_id) <= ($2, $3::uuid)
+		select 1, xid, created_at, id, null, null from `+lateSQL(`, p.created_at`, `
+			cross join lateral (select p.created_at from (select account, created_at from ledger.postings
+				where tx_id = t.id offset 0) p where p.account = $7 limit 1) p`,
+		`(p.created_at, t.id) <= ($8, $9::uuid)`)+` l
 		union all
-		(select 2, created_at, tx_id, null from ledger.postings
-			where account = $1 and (created_at, tx_id) > ($2, $3::uuid)
-			group by created_at, tx_id order by created_at, tx_id limit $4)
-		) page order by part, created_at, id`, account, c.CreatedAt, c.ID, limit, seen)
+		(select 2, null, created_at, tx_id, null, null from ledger.postings
+			where account = $7 and (created_at, tx_id) > ($8, $9::uuid)
+			group by created_at, tx_id order by created_at, tx_id limit $6)
+		) page order by part, xid, created_at, id`, lateArgs(from, limit, account, c.CreatedAt, c.ID)...)
 	if err != nil {
 		return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
 	}
@@ -213,41 +256,51 @@ func ListTxIDsByAccount(ctx context.Context, q Querier, account string, after *d
 }
 
 // ListTxIDs pages through every transaction in id order (UUIDv7: time order)
-// after `after`, with those committed since the snapshot seen that sort at
-// or before it (domain.TxPage; CreatedAt is not read).
-func ListTxIDs(ctx context.Context, q Querier, after, seen string, limit int) (domain.TxPage, error) {
+// after `after`, with the late ones that sort at or before it
+// (domain.TxPage, domain.TxLate; CreatedAt is not read), at most limit of
+// each.
+func ListTxIDs(ctx context.Context, q Querier, after string, from domain.TxLate, limit int) (domain.TxPage, error) {
 	if after == "" {
 		after = zeroUUID
 	}
-	rows, err := q.Query(ctx, `select part, null::timestamptz, id::text, snapshot from (
-		select 0 as part, null::uuid as id, pg_current_snapshot()::text as snapshot
+	rows, err := q.Query(ctx, lateWith+`
+		select part, xid::text, null::timestamptz, id::text, snapshot, ok from (
+		select 0 as part, null::xid8 as xid, null::uuid as id, cur.s::text as snapshot, ok.ok from cur, ok
 		union all
-		select 1, id, null from ledger.transactions
-		where $2 <> '' and xid >= pg_snapshot_xmin(nullif($2, '')::pg_snapshot)
-			and not pg_visible_in_snapshot(xid, nullif($2, '')::pg_snapshot) and id <= $1::uuid
+		select 1, xid, id, null, null from `+lateSQL(``, ``, `t.id <= $7::uuid`)+` l
 		union all
-		(select 2, id, null from ledger.transactions where id > $1::uuid order by id limit $3)
-		) page order by part, id`, after, seen, limit)
+		(select 2, null, id, null, null from ledger.transactions where id > $7::uuid order by id limit $6)
+		) page order by part, xid, id`, lateArgs(from, limit, after)...)
 	if err != nil {
 		return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
 	}
 	return scanTxPage(rows)
 }
 
-// scanTxPage reads a listing's rows: (0, snapshot), then the late ones (1),
-// then the next ones (2).
+// lateArgs are lateWith's and lateSQL's arguments ($1-$5), the limit ($6), then more.
+func lateArgs(from domain.TxLate, limit int, more ...any) []any {
+	id := from.ID
+	if id == "" {
+		id = zeroUUID
+	}
+	return append([]any{from.Seen, from.Upper, strconv.FormatUint(from.XID, 10), id, lateSnapshotLagMaxXIDs, limit}, more...)
+}
+
+// scanTxPage reads a listing's rows: (0, snapshot, ok), then the late ones
+// (1), then the next ones (2).
 func scanTxPage(rows pgx.Rows) (domain.TxPage, error) {
 	defer rows.Close() // a scan that fails returns before the rows end
 	var page domain.TxPage
 	for rows.Next() {
 		var part int
+		var xid, id, snapshot *string
 		var at *time.Time
-		var id, snapshot *string
-		if err := rows.Scan(&part, &at, &id, &snapshot); err != nil {
+		var ok *bool
+		if err := rows.Scan(&part, &xid, &at, &id, &snapshot, &ok); err != nil {
 			return domain.TxPage{}, fmt.Errorf("list transactions: %w", err)
 		}
 		if part == 0 {
-			page.Snapshot = *snapshot
+			page.Snapshot, page.Refused = *snapshot, !*ok
 			continue
 		}
 		x := domain.TxCursor{ID: *id}
@@ -255,6 +308,11 @@ func scanTxPage(rows pgx.Rows) (domain.TxPage, error) {
 			x.CreatedAt = at.UTC()
 		}
 		if part == 1 {
+			n, err := strconv.ParseUint(*xid, 10, 64)
+			if err != nil {
+				return domain.TxPage{}, fmt.Errorf("list transactions: xid %q: %w", *xid, err)
+			}
+			x.XID = n
 			page.Late = append(page.Late, x)
 		} else {
 			page.Next = append(page.Next, x)
@@ -328,8 +386,8 @@ func (s *Store) ListAccountAddresses(ctx context.Context, prefix, after string, 
 }
 
 // ListTxIDs implements app.Store.
-func (s *Store) ListTxIDs(ctx context.Context, after, seen string, limit int) (domain.TxPage, error) {
-	return ListTxIDs(ctx, s.Pool, after, seen, limit)
+func (s *Store) ListTxIDs(ctx context.Context, after string, from domain.TxLate, limit int) (domain.TxPage, error) {
+	return ListTxIDs(ctx, s.Pool, after, from, limit)
 }
 
 // TxIDsByKeys implements app.Store.
@@ -338,8 +396,8 @@ func (s *Store) TxIDsByKeys(ctx context.Context, keys []string) ([]string, error
 }
 
 // ListTxIDsByAccount implements app.Store.
-func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, seen string, limit int) (domain.TxPage, error) {
-	return ListTxIDsByAccount(ctx, s.Pool, account, after, seen, limit)
+func (s *Store) ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, from domain.TxLate, limit int) (domain.TxPage, error) {
+	return ListTxIDsByAccount(ctx, s.Pool, account, after, from, limit)
 }
 
 // ListCycleBalances implements app.Store.
