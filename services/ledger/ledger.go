@@ -309,7 +309,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	return []obs.SQLMetric{{
 		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding), 0 when it reconciled.",
+		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding, statements that do not follow on from the account's previous one), 0 when it reconciled.",
 		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
 	}, {
 		Name: "gpubill_reconciliation_unmatched", Type: obs.Gauge, Labels: []string{"currency", "side"},

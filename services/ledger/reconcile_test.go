@@ -426,3 +426,51 @@ func TestStoppedBankFeedTurnsMovementsIntoExceptions(t *testing.T) {
 		t.Errorf("gpubill_reconciliation_latest_statement_age_seconds %v; want %v..%v (since st-1130's close)", age, lo, hi)
 	}
 }
+
+// A statement imported late fills the gap its absence left: with 1 and 3
+// December imported, the run names the break (+50: 1 December closes at
+// 900, 3 December opens at 950) and is not reconciled, the exceptions
+// gauge at 1; once 2 December (the deposit of 50) is imported, after 3
+// December, the next run matches every line and reconciles.
+func TestStatementGapClearsOnceTheMissingStatementIsImported(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	rec := f.svc.Reconciliations()
+	f.deposit(t, "r-1", "100.00", "CNY", "ref-1")
+	f.deposit(t, "r-1", "50.00", "CNY", "ref-2")
+	f.deposit(t, "r-1", "20.00", "CNY", "ref-3")
+	chainAll(t, f)
+	importCSV(t, f, "st-1201", "date,reference,amount,balance\n2026-12-01,ref-1,100.00,900.00\n")
+	importCSV(t, f, "st-1203", "date,reference,amount,balance\n2026-12-03,ref-3,20.00,970.00\n")
+	runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := rec.Get(f.ctx, runs[0].ID) // as kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Verdict != domain.ReconExceptions || r1.BreakN != 1 || len(r1.Result.Breaks) != 1 || r1.MatchedCount != 2 || r1.OutstandingN != 1 {
+		t.Fatalf("run 1: %s, %d breaks %+v, %s; want exceptions, one break", r1.Verdict, r1.BreakN, r1.Result.Breaks, runSummary(r1))
+	}
+	b := r1.Result.Breaks[0]
+	if got := fmt.Sprintf("%s %s>%s %s>%s %s", b.Account, b.PreviousID, b.StatementID, b.PreviousClosing, b.Opening, b.Difference); got != "CN-CLIENT-1 st-1201>st-1203 900>950 50" {
+		t.Fatalf("run 1: break %s (%q)", got, b.Reason)
+	}
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 1 {
+		t.Errorf("gpubill_reconciliation_exceptions %v after run 1; want 1", v)
+	}
+
+	importCSV(t, f, "st-1202", "date,reference,amount,balance\n2026-12-02,ref-2,50.00,950.00\n")
+	runs, err = rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2 := runs[0]; r2.Verdict != domain.ReconReconciled || r2.BreakN != 0 || r2.MatchedCount != 1 || r2.UnmatchedLedgerN != 0 {
+		t.Fatalf("run 2: %s, breaks %+v, %s; want reconciled", r2.Verdict, r2.Result.Breaks, runSummary(r2))
+	}
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 0 {
+		t.Errorf("gpubill_reconciliation_exceptions %v after run 2; want 0", v)
+	}
+}

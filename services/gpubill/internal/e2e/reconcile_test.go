@@ -114,3 +114,98 @@ func TestDailyReconciliationThroughREST(t *testing.T) {
 		t.Fatalf("GET a missing run: HTTP %d, want 404", code)
 	}
 }
+
+// TestStatementGapIsAReconciliationException: the statements of 1 and 3
+// December are imported, the one of 2 December (a bank fee of 50, no
+// ledger movement) is not; every line of the two matches. The run names the
+// gap (1 December closes at 900, 3 December opens at 850) and is not
+// reconciled; once 2 December is imported (after 3 December: statements
+// follow each other by their close, not their import) the gap is gone and
+// the fee is a line no movement explains. Without the check both runs were
+// reconciled and the 50 never became an item.
+func TestStatementGapIsAReconciliationException(t *testing.T) {
+	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	var depIDs []string
+	for _, d := range []struct{ amount, ref string }{{"100.00", "gap-ref-1"}, {"20.00", "gap-ref-3"}} {
+		dep := f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": d.amount, "currency": "CNY", "external_ref": d.ref})
+		id, _ := dep["transaction_id"].(string)
+		depIDs = append(depIDs, id)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		if err := f.st.Pool.QueryRow(context.Background(), `select count(*) from ledger.journal_chain where tx_id::text = any($1)`, depIDs).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == len(depIDs)
+	}, "deposits %v chained", depIDs)
+	importStatement := func(id, csv string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, f.base+"/v1/bank-statements?statement_id="+id+"&currency=CNY&account=CN-CLIENT-1", strings.NewReader(csv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+f.finance)
+		req.Header.Set("Content-Type", "text/csv")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("import %s: HTTP %d %s", id, resp.StatusCode, body)
+		}
+	}
+	run := func() map[string]any {
+		t.Helper()
+		out := f.mustDo(http.MethodPost, "/v1/reconciliations", map[string]any{"currency": "CNY"})
+		runs, _ := out["reconciliations"].([]any)
+		if len(runs) != 1 {
+			t.Fatalf("run: %v", out)
+		}
+		return runs[0].(map[string]any)
+	}
+	importStatement("st-20261201", "date,reference,amount,balance\n2026-12-01,gap-ref-1,100.00,900.00\n")
+	importStatement("st-20261203", "date,reference,amount,balance\n2026-12-03,gap-ref-3,20.00,870.00\n")
+
+	r1 := run()
+	matched, _ := r1["matched"].([]any)
+	if len(matched) != 2 || r1["unmatched_in_bank"] != nil && len(r1["unmatched_in_bank"].([]any)) != 0 {
+		t.Fatalf("run 1: both lines matched, no other bank line: %v", r1)
+	}
+	if r1["verdict"] != "exceptions" {
+		t.Fatalf("run 1: verdict %v, want exceptions (1 December closes at 900, 3 December opens at 850): %v", r1["verdict"], r1)
+	}
+	breaks, _ := r1["statement_breaks"].([]any)
+	if len(breaks) != 1 || r1["statement_break_count"] != float64(1) {
+		t.Fatalf("run 1: statement breaks %v, want one: %v", breaks, r1)
+	}
+	b := breaks[0].(map[string]any)
+	if b["account"] != "CN-CLIENT-1" || b["previous_statement_id"] != "st-20261201" || b["statement_id"] != "st-20261203" ||
+		b["previous_closing_balance"] != "900.00" || b["opening_balance"] != "850.00" || b["difference"] != "-50.00" {
+		t.Fatalf("run 1: break %v", b)
+	}
+	reason, _ := b["reason"].(string)
+	for _, s := range []string{"st-20261201", "st-20261203", "900.00", "850.00", "-50.00"} {
+		if !strings.Contains(reason, s) {
+			t.Errorf("run 1: the break's reason %q does not name %s", reason, s)
+		}
+	}
+
+	importStatement("st-20261202", "date,reference,amount,balance\n2026-12-02,bank-fee,-50.00,850.00\n")
+	r2 := run()
+	inBank, _ := r2["unmatched_in_bank"].([]any)
+	if r2["statement_breaks"] != nil && len(r2["statement_breaks"].([]any)) != 0 || r2["statement_break_count"] != nil && r2["statement_break_count"] != float64(0) {
+		t.Fatalf("run 2: the gap is filled, want no break: %v", r2)
+	}
+	if len(inBank) != 1 || r2["verdict"] != "exceptions" {
+		t.Fatalf("run 2: the fee, unmatched in bank, is the exception: %v", r2)
+	}
+	if u := inBank[0].(map[string]any); u["statement_id"] != "st-20261202" || u["reference"] != "bank-fee" || u["bank_amount"] != "-50.00" {
+		t.Fatalf("run 2: unmatched line %v, want the fee", u)
+	}
+}

@@ -48,6 +48,8 @@ type ReconRunTx interface {
 	// FreshLines returns the statements of the currency no run has taken,
 	// oldest closing first, and their lines in statement and line order.
 	FreshLines(ctx context.Context) ([]string, []domain.BankLine, error)
+	// Statements returns every statement of the currency, without lines.
+	Statements(ctx context.Context) ([]domain.ImportedStatement, error)
 	ChainHead(ctx context.Context) (string, int64, error)
 	// Movements are the currency's bank:client movements (one per
 	// transaction, classified) chained at positions (after, upto]. Only
@@ -145,7 +147,14 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	if run.BankClosing, run.LedgerBankClient, err = rd.Balances(ctx); err != nil {
 		return nil, err
 	}
+	sts, err := rd.Statements(ctx)
+	if err != nil {
+		return nil, err
+	}
 	run.Result = domain.Reconcile(lines, moves)
+	// Over every statement, not only this run's: a gap stays an exception
+	// run after run until the missing statement is imported, whenever it is.
+	run.Result.Breaks = domain.StatementBreaks(sts)
 	closeAt, ok, err := rd.LatestClose(ctx, run.StatementIDs)
 	if err != nil {
 		return nil, err
@@ -159,7 +168,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	}
 	run.Verdict = run.Result.Verdict()
 	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)
-	run.OutstandingN = run.Result.Outstanding()
+	run.OutstandingN, run.BreakN = run.Result.Outstanding(), len(run.Result.Breaks)
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}

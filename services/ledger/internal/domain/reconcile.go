@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/pkg/money"
 )
 
 // Kinds of bank:client movement the bank reconciliation tells apart, each
@@ -123,12 +125,16 @@ type Reconciliation struct {
 	Matched         []ReconMatch
 	UnmatchedBank   []UnmatchedLine
 	UnmatchedLedger []UnmatchedMovement
+	// Breaks are where an account's statements do not follow on
+	// (StatementBreaks): each run finds them again over every statement.
+	Breaks []StatementBreak
 }
 
-// Verdict is reconciled when every statement line matched and every
-// ledger movement matched or is outstanding.
+// Verdict is reconciled when every statement line matched, every ledger
+// movement matched or is outstanding, and each account's statements follow
+// on.
 func (r Reconciliation) Verdict() string {
-	if len(r.UnmatchedBank) == 0 && r.Outstanding() == len(r.UnmatchedLedger) {
+	if len(r.UnmatchedBank) == 0 && r.Outstanding() == len(r.UnmatchedLedger) && len(r.Breaks) == 0 {
 		return ReconReconciled
 	}
 	return ReconExceptions
@@ -198,6 +204,74 @@ func (r *Reconciliation) MarkOutstanding(closeAt, runAt time.Time) {
 		u.Reason = "outstanding: recorded " + recorded + ", less than 4 days before the latest statement's close (" + closed +
 			") or after it, and less than 6 days before this run; no statement line names it yet"
 	}
+}
+
+// StatementBreak is a statement that does not follow on from the
+// account's statement before it (by close): its opening balance is not
+// that statement's closing balance (a statement between them is missing,
+// or the two cover a period twice), or both close at the same instant (the
+// same period covered twice). Lines of a missing statement are on no
+// statement a run takes, so its movements (a bank fee) were never items.
+type StatementBreak struct {
+	Account           string
+	PreviousID        string
+	PreviousClosingAt time.Time
+	PreviousClosing   decimal.Decimal
+	StatementID       string
+	ClosingAt         time.Time
+	Opening           decimal.Decimal
+	Difference        decimal.Decimal // Opening − PreviousClosing
+	Reason            string
+}
+
+// StatementBreaks checks that each account's statements follow on, in the
+// order of their close (of two closing at the same instant, the one
+// imported first comes first, as the report takes the one imported last):
+// not the order of import, so a statement imported late fills its gap.
+func StatementBreaks(sts []ImportedStatement) []StatementBreak {
+	sts = slices.Clone(sts)
+	slices.SortStableFunc(sts, func(a, b ImportedStatement) int {
+		if c := strings.Compare(a.Account, b.Account); c != 0 {
+			return c
+		}
+		if c := a.ClosingAt.Compare(b.ClosingAt); c != 0 {
+			return c
+		}
+		if c := a.ImportedAt.Compare(b.ImportedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	var out []StatementBreak
+	for i := 1; i < len(sts); i++ {
+		prev, st := sts[i-1], sts[i]
+		sameClose := st.ClosingAt.Equal(prev.ClosingAt)
+		if st.Account != prev.Account || (st.Opening.Equal(prev.Closing) && !sameClose) {
+			continue
+		}
+		b := StatementBreak{Account: st.Account, PreviousID: prev.ID, PreviousClosingAt: prev.ClosingAt, PreviousClosing: prev.Closing,
+			StatementID: st.ID, ClosingAt: st.ClosingAt, Opening: st.Opening, Difference: st.Opening.Sub(prev.Closing)}
+		f := AmountFormat(st.Currency)
+		b.Reason = fmt.Sprintf("statement %s of account %s opens at %s, but the statement before it, %s (closing %s), closes at %s: a difference of %s",
+			st.ID, st.Account, f(st.Opening), prev.ID, prev.ClosingAt.UTC().Format(time.RFC3339), f(prev.Closing), f(b.Difference))
+		if sameClose {
+			b.Reason += "; both close at the same instant: the same period is covered twice"
+		} else {
+			b.Reason += "; a statement between them is missing, or the two cover a period twice"
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// AmountFormat formats amounts in the currency's minor units (as given
+// when the currency is unknown).
+func AmountFormat(currency string) func(decimal.Decimal) string {
+	c, err := money.Lookup(currency)
+	if err != nil {
+		return func(d decimal.Decimal) string { return d.String() }
+	}
+	return c.Format
 }
 
 // reasonNoLine is the reason of a ledger movement no statement line names.
@@ -323,6 +397,7 @@ type ReconRun struct {
 	UnmatchedBankN   int
 	UnmatchedLedgerN int
 	OutstandingN     int // of UnmatchedLedgerN
+	BreakN           int // len(Result.Breaks)
 	// Result holds the items; a listed run carries only the counts.
 	Result Reconciliation
 }

@@ -199,3 +199,59 @@ func TestOutstandingByCloseAndRunTime(t *testing.T) {
 		})
 	}
 }
+
+// stmt is a statement of account acct closing at the end of 2026-12-day,
+// imported importedMin minutes after 2026-12-10.
+func stmt(id, acct string, day int, opening, closing string, importedMin int) ImportedStatement {
+	d := time.Date(2026, 12, day, 0, 0, 0, 0, time.UTC)
+	return ImportedStatement{
+		BankStatement: BankStatement{ID: id, Account: acct, Currency: "CNY", Date: d, ClosingAt: d.Add(24 * time.Hour),
+			Opening: decimal.RequireFromString(opening), Closing: decimal.RequireFromString(closing)},
+		ImportedAt: time.Date(2026, 12, 10, 0, importedMin, 0, 0, time.UTC),
+	}
+}
+
+// An account's statements follow on in the order of their close, whatever
+// the order of import: a gap (a statement missing) and an overlap (a
+// period covered twice) are breaks naming both statements, the closing
+// and opening balances and their difference; accounts are apart.
+func TestStatementBreaks(t *testing.T) {
+	dec1, dec2, dec3 := stmt("d1", "A", 1, "800.00", "900.00", 0), stmt("d2", "A", 2, "900.00", "850.00", 2), stmt("d3", "A", 3, "850.00", "870.00", 1)
+	tests := []struct {
+		name string
+		give []ImportedStatement
+		want []string
+	}{
+		{"one statement", []ImportedStatement{dec1}, nil},
+		{"following on", []ImportedStatement{dec1, dec2, dec3}, nil},
+		{"3 December imported before 2 December", []ImportedStatement{dec1, dec3, dec2}, nil},
+		{"2 December missing", []ImportedStatement{dec3, dec1}, []string{"A d1>d3 900.00>850.00 -50.00"}},
+		{"1 December and 1 to 2 December", []ImportedStatement{dec1, stmt("d1-2", "A", 2, "800.00", "850.00", 3)},
+			[]string{"A d1>d1-2 900.00>800.00 -100.00"}},
+		{"1 December twice, balances following on", []ImportedStatement{stmt("e1", "A", 1, "900.00", "900.00", 0), stmt("e1b", "A", 1, "900.00", "900.00", 1)},
+			[]string{"A e1>e1b 900.00>900.00 0.00 same instant"}},
+		{"another account's statements between", []ImportedStatement{dec1, stmt("b2", "B", 2, "5.00", "7.00", 0), dec2, stmt("b3", "B", 3, "7.00", "1.00", 0)}, nil},
+		{"a gap in each account", []ImportedStatement{dec3, stmt("b1", "B", 1, "5.00", "7.00", 0), dec1, stmt("b3", "B", 3, "8.00", "9.00", 0)},
+			[]string{"A d1>d3 900.00>850.00 -50.00", "B b1>b3 7.00>8.00 1.00"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, b := range StatementBreaks(tt.give) {
+				s := fmt.Sprintf("%s %s>%s %s>%s %s", b.Account, b.PreviousID, b.StatementID, b.PreviousClosing.StringFixed(2), b.Opening.StringFixed(2), b.Difference.StringFixed(2))
+				if strings.Contains(b.Reason, "same instant") {
+					s += " same instant"
+				}
+				for _, part := range []string{b.PreviousID, b.StatementID, b.PreviousClosing.StringFixed(2), b.Opening.StringFixed(2), b.Difference.StringFixed(2)} {
+					if !strings.Contains(b.Reason, part) {
+						t.Errorf("reason %q does not name %s", b.Reason, part)
+					}
+				}
+				got = append(got, s)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

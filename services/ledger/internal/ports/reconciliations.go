@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/auth"
-	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -59,7 +58,7 @@ func (s *ReconciliationServer) ListReconciliations(ctx context.Context, r *ledge
 			JournalHeadPosition: r.JournalHeadPosition, StatementIds: r.StatementIds, BankClosingBalance: r.BankClosingBalance,
 			LedgerBankClient: r.LedgerBankClient, Verdict: r.Verdict, MatchedCount: r.MatchedCount,
 			UnmatchedInBankCount: r.UnmatchedInBankCount, UnmatchedInLedgerCount: r.UnmatchedInLedgerCount,
-			OutstandingInLedgerCount: r.OutstandingInLedgerCount,
+			OutstandingInLedgerCount: r.OutstandingInLedgerCount, StatementBreakCount: r.StatementBreakCount,
 		})
 	}
 	return out, nil
@@ -82,7 +81,7 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		JournalHeadHash: r.HeadHash, JournalHeadPosition: r.HeadPosition, StatementIds: r.StatementIDs,
 		LedgerBankClient: f(r.LedgerBankClient), Verdict: r.Verdict, MatchedCount: int32(r.MatchedCount),
 		UnmatchedInBankCount: int32(r.UnmatchedBankN), UnmatchedInLedgerCount: int32(r.UnmatchedLedgerN),
-		OutstandingInLedgerCount: int32(r.OutstandingN),
+		OutstandingInLedgerCount: int32(r.OutstandingN), StatementBreakCount: int32(r.BreakN),
 	}
 	if out.StatementIds == nil {
 		out.StatementIds = []string{}
@@ -121,15 +120,14 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		move(it, x.Movement)
 		out.UnmatchedInLedger = append(out.UnmatchedInLedger, it)
 	}
+	out.StatementBreaks = make([]*ledgerv1.StatementBreak, 0, len(r.Result.Breaks))
+	for _, b := range r.Result.Breaks {
+		out.StatementBreaks = append(out.StatementBreaks, &ledgerv1.StatementBreak{Account: b.Account, PreviousStatementId: b.PreviousID,
+			PreviousClosingBalance: f(b.PreviousClosing), StatementId: b.StatementID, OpeningBalance: f(b.Opening), Difference: f(b.Difference), Reason: b.Reason})
+	}
 	return out
 }
 
 // amountIn formats amounts in the currency's minor units (as given when
 // the currency is unknown).
-func amountIn(currency string) func(decimal.Decimal) string {
-	c, err := money.Lookup(currency)
-	if err != nil {
-		return func(d decimal.Decimal) string { return d.String() }
-	}
-	return c.Format
-}
+func amountIn(currency string) func(decimal.Decimal) string { return domain.AmountFormat(currency) }

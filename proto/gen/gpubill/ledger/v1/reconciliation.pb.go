@@ -132,8 +132,9 @@ type Reconciliation struct {
 	// head above: their difference is what the unmatched items explain.
 	BankClosingBalance string `protobuf:"bytes,10,opt,name=bank_closing_balance,json=bankClosingBalance,proto3" json:"bank_closing_balance,omitempty"`
 	LedgerBankClient   string `protobuf:"bytes,11,opt,name=ledger_bank_client,json=ledgerBankClient,proto3" json:"ledger_bank_client,omitempty"`
-	// reconciled: every statement line matched, and every ledger movement
-	// matched or outstanding; exceptions: anything else.
+	// reconciled: every statement line matched, every ledger movement
+	// matched or outstanding, and each account's statements follow on (no
+	// statement_breaks); exceptions: anything else.
 	Verdict                string                `protobuf:"bytes,12,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	MatchedCount           int32                 `protobuf:"varint,13,opt,name=matched_count,json=matchedCount,proto3" json:"matched_count,omitempty"`
 	UnmatchedInBankCount   int32                 `protobuf:"varint,14,opt,name=unmatched_in_bank_count,json=unmatchedInBankCount,proto3" json:"unmatched_in_bank_count,omitempty"`
@@ -149,8 +150,14 @@ type Reconciliation struct {
 	// (the bank may not have booked them yet; the run expects the statement
 	// of two days back).
 	OutstandingInLedgerCount int32 `protobuf:"varint,19,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Where an account's statements (in the order of their close, every
+	// statement imported) do not follow on: a statement missing between two,
+	// or a period covered twice. Found again by every run: one clears once
+	// the missing statement is imported.
+	StatementBreaks     []*StatementBreak `protobuf:"bytes,20,rep,name=statement_breaks,json=statementBreaks,proto3" json:"statement_breaks,omitempty"`
+	StatementBreakCount int32             `protobuf:"varint,21,opt,name=statement_break_count,json=statementBreakCount,proto3" json:"statement_break_count,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
@@ -316,6 +323,114 @@ func (x *Reconciliation) GetOutstandingInLedgerCount() int32 {
 	return 0
 }
 
+func (x *Reconciliation) GetStatementBreaks() []*StatementBreak {
+	if x != nil {
+		return x.StatementBreaks
+	}
+	return nil
+}
+
+func (x *Reconciliation) GetStatementBreakCount() int32 {
+	if x != nil {
+		return x.StatementBreakCount
+	}
+	return 0
+}
+
+// A statement whose opening balance is not the closing balance of the
+// account's statement before it, or which closes at the same instant.
+type StatementBreak struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Account                string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	PreviousStatementId    string                 `protobuf:"bytes,2,opt,name=previous_statement_id,json=previousStatementId,proto3" json:"previous_statement_id,omitempty"`
+	PreviousClosingBalance string                 `protobuf:"bytes,3,opt,name=previous_closing_balance,json=previousClosingBalance,proto3" json:"previous_closing_balance,omitempty"`
+	StatementId            string                 `protobuf:"bytes,4,opt,name=statement_id,json=statementId,proto3" json:"statement_id,omitempty"`
+	OpeningBalance         string                 `protobuf:"bytes,5,opt,name=opening_balance,json=openingBalance,proto3" json:"opening_balance,omitempty"`
+	Difference             string                 `protobuf:"bytes,6,opt,name=difference,proto3" json:"difference,omitempty"` // opening_balance - previous_closing_balance
+	Reason                 string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *StatementBreak) Reset() {
+	*x = StatementBreak{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementBreak) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementBreak) ProtoMessage() {}
+
+func (x *StatementBreak) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementBreak.ProtoReflect.Descriptor instead.
+func (*StatementBreak) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatementBreak) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetPreviousStatementId() string {
+	if x != nil {
+		return x.PreviousStatementId
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetPreviousClosingBalance() string {
+	if x != nil {
+		return x.PreviousClosingBalance
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetStatementId() string {
+	if x != nil {
+		return x.StatementId
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetOpeningBalance() string {
+	if x != nil {
+		return x.OpeningBalance
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetDifference() string {
+	if x != nil {
+		return x.Difference
+	}
+	return ""
+}
+
+func (x *StatementBreak) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // A statement line, a ledger movement, or both (matched).
 type ReconciliationItem struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -338,7 +453,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +465,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +478,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReconciliationItem) GetStatementId() string {
@@ -454,7 +569,7 @@ type ListReconciliationsRequest struct {
 
 func (x *ListReconciliationsRequest) Reset() {
 	*x = ListReconciliationsRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +581,7 @@ func (x *ListReconciliationsRequest) String() string {
 func (*ListReconciliationsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +594,7 @@ func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListReconciliationsRequest) GetCurrency() string {
@@ -522,13 +637,14 @@ type ReconciliationSummary struct {
 	UnmatchedInBankCount     int32                  `protobuf:"varint,14,opt,name=unmatched_in_bank_count,json=unmatchedInBankCount,proto3" json:"unmatched_in_bank_count,omitempty"`
 	UnmatchedInLedgerCount   int32                  `protobuf:"varint,15,opt,name=unmatched_in_ledger_count,json=unmatchedInLedgerCount,proto3" json:"unmatched_in_ledger_count,omitempty"`
 	OutstandingInLedgerCount int32                  `protobuf:"varint,16,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
+	StatementBreakCount      int32                  `protobuf:"varint,17,opt,name=statement_break_count,json=statementBreakCount,proto3" json:"statement_break_count,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ReconciliationSummary) Reset() {
 	*x = ReconciliationSummary{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +656,7 @@ func (x *ReconciliationSummary) String() string {
 func (*ReconciliationSummary) ProtoMessage() {}
 
 func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +669,7 @@ func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
 func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReconciliationSummary) GetReconciliationId() string {
@@ -668,6 +784,13 @@ func (x *ReconciliationSummary) GetOutstandingInLedgerCount() int32 {
 	return 0
 }
 
+func (x *ReconciliationSummary) GetStatementBreakCount() int32 {
+	if x != nil {
+		return x.StatementBreakCount
+	}
+	return 0
+}
+
 type ListReconciliationsResponse struct {
 	state           protoimpl.MessageState   `protogen:"open.v1"`
 	Reconciliations []*ReconciliationSummary `protobuf:"bytes,1,rep,name=reconciliations,proto3" json:"reconciliations,omitempty"`
@@ -678,7 +801,7 @@ type ListReconciliationsResponse struct {
 
 func (x *ListReconciliationsResponse) Reset() {
 	*x = ListReconciliationsResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +813,7 @@ func (x *ListReconciliationsResponse) String() string {
 func (*ListReconciliationsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +826,7 @@ func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListReconciliationsResponse) GetReconciliations() []*ReconciliationSummary {
@@ -729,7 +852,7 @@ type GetReconciliationRequest struct {
 
 func (x *GetReconciliationRequest) Reset() {
 	*x = GetReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +864,7 @@ func (x *GetReconciliationRequest) String() string {
 func (*GetReconciliationRequest) ProtoMessage() {}
 
 func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +877,7 @@ func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetReconciliationRequest) GetReconciliationId() string {
@@ -773,7 +896,7 @@ type GetReconciliationResponse struct {
 
 func (x *GetReconciliationResponse) Reset() {
 	*x = GetReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +908,7 @@ func (x *GetReconciliationResponse) String() string {
 func (*GetReconciliationResponse) ProtoMessage() {}
 
 func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +921,7 @@ func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetReconciliationResponse) GetReconciliation() *Reconciliation {
@@ -816,7 +939,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xcf\a\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xd1\b\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -838,7 +961,19 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\amatched\x18\x10 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\amatched\x12Q\n" +
 	"\x11unmatched_in_bank\x18\x11 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x0funmatchedInBank\x12U\n" +
 	"\x13unmatched_in_ledger\x18\x12 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x11unmatchedInLedger\x12=\n" +
-	"\x1boutstanding_in_ledger_count\x18\x13 \x01(\x05R\x18outstandingInLedgerCount\"\xfc\x02\n" +
+	"\x1boutstanding_in_ledger_count\x18\x13 \x01(\x05R\x18outstandingInLedgerCount\x12L\n" +
+	"\x10statement_breaks\x18\x14 \x03(\v2!.gpubill.ledger.v1.StatementBreakR\x0fstatementBreaks\x122\n" +
+	"\x15statement_break_count\x18\x15 \x01(\x05R\x13statementBreakCount\"\x9c\x02\n" +
+	"\x0eStatementBreak\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x122\n" +
+	"\x15previous_statement_id\x18\x02 \x01(\tR\x13previousStatementId\x128\n" +
+	"\x18previous_closing_balance\x18\x03 \x01(\tR\x16previousClosingBalance\x12!\n" +
+	"\fstatement_id\x18\x04 \x01(\tR\vstatementId\x12'\n" +
+	"\x0fopening_balance\x18\x05 \x01(\tR\x0eopeningBalance\x12\x1e\n" +
+	"\n" +
+	"difference\x18\x06 \x01(\tR\n" +
+	"difference\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xfc\x02\n" +
 	"\x12ReconciliationItem\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x17\n" +
 	"\aline_no\x18\x02 \x01(\x05R\x06lineNo\x12\x1b\n" +
@@ -857,7 +992,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\xeb\x05\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x9f\x06\n" +
 	"\x15ReconciliationSummary\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -876,7 +1011,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\rmatched_count\x18\r \x01(\x05R\fmatchedCount\x125\n" +
 	"\x17unmatched_in_bank_count\x18\x0e \x01(\x05R\x14unmatchedInBankCount\x129\n" +
 	"\x19unmatched_in_ledger_count\x18\x0f \x01(\x05R\x16unmatchedInLedgerCount\x12=\n" +
-	"\x1boutstanding_in_ledger_count\x18\x10 \x01(\x05R\x18outstandingInLedgerCount\"\x99\x01\n" +
+	"\x1boutstanding_in_ledger_count\x18\x10 \x01(\x05R\x18outstandingInLedgerCount\x122\n" +
+	"\x15statement_break_count\x18\x11 \x01(\x05R\x13statementBreakCount\"\x99\x01\n" +
 	"\x1bListReconciliationsResponse\x12R\n" +
 	"\x0freconciliations\x18\x01 \x03(\v2(.gpubill.ledger.v1.ReconciliationSummaryR\x0freconciliations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
@@ -901,39 +1037,41 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*RunReconciliationRequest)(nil),    // 0: gpubill.ledger.v1.RunReconciliationRequest
 	(*RunReconciliationResponse)(nil),   // 1: gpubill.ledger.v1.RunReconciliationResponse
 	(*Reconciliation)(nil),              // 2: gpubill.ledger.v1.Reconciliation
-	(*ReconciliationItem)(nil),          // 3: gpubill.ledger.v1.ReconciliationItem
-	(*ListReconciliationsRequest)(nil),  // 4: gpubill.ledger.v1.ListReconciliationsRequest
-	(*ReconciliationSummary)(nil),       // 5: gpubill.ledger.v1.ReconciliationSummary
-	(*ListReconciliationsResponse)(nil), // 6: gpubill.ledger.v1.ListReconciliationsResponse
-	(*GetReconciliationRequest)(nil),    // 7: gpubill.ledger.v1.GetReconciliationRequest
-	(*GetReconciliationResponse)(nil),   // 8: gpubill.ledger.v1.GetReconciliationResponse
-	(*timestamppb.Timestamp)(nil),       // 9: google.protobuf.Timestamp
+	(*StatementBreak)(nil),              // 3: gpubill.ledger.v1.StatementBreak
+	(*ReconciliationItem)(nil),          // 4: gpubill.ledger.v1.ReconciliationItem
+	(*ListReconciliationsRequest)(nil),  // 5: gpubill.ledger.v1.ListReconciliationsRequest
+	(*ReconciliationSummary)(nil),       // 6: gpubill.ledger.v1.ReconciliationSummary
+	(*ListReconciliationsResponse)(nil), // 7: gpubill.ledger.v1.ListReconciliationsResponse
+	(*GetReconciliationRequest)(nil),    // 8: gpubill.ledger.v1.GetReconciliationRequest
+	(*GetReconciliationResponse)(nil),   // 9: gpubill.ledger.v1.GetReconciliationResponse
+	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	2,  // 0: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	9,  // 1: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 2: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
-	3,  // 3: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
-	3,  // 4: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
-	9,  // 5: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 6: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
-	2,  // 7: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
-	0,  // 8: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	4,  // 9: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	7,  // 10: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	1,  // 11: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	6,  // 12: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	8,  // 13: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 1: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 2: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
+	4,  // 3: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
+	4,  // 4: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
+	3,  // 5: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
+	10, // 6: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 7: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
+	2,  // 8: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
+	0,  // 9: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	5,  // 10: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	8,  // 11: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	1,  // 12: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	7,  // 13: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	9,  // 14: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -947,7 +1085,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

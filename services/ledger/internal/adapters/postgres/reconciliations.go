@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -23,6 +24,7 @@ const (
 	itemMatched         = "matched"
 	itemUnmatchedBank   = "unmatched_bank"
 	itemUnmatchedLedger = "unmatched_ledger"
+	itemStatementBreak  = "statement_break"
 )
 
 // StatementCurrencies implements app.ReconciliationStore.
@@ -59,10 +61,10 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
-			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15) returning seq`,
+			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
-		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN).Scan(&r.Seq); err != nil {
+		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -73,7 +75,7 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	var rows [][]any
 	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string, outstanding bool) {
-		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding}
+		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding, "", "", nil, nil}
 		if l != nil {
 			row[3], row[4], row[5], row[6], row[7] = l.StatementID, l.LineNo, l.BookedOn, l.Reference, numeric(l.Amount)
 		}
@@ -94,9 +96,16 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	for _, x := range r.Result.UnmatchedLedger {
 		add(itemUnmatchedLedger, nil, &x.Movement, x.Reason, x.Outstanding)
 	}
+	for _, b := range r.Result.Breaks {
+		add(itemStatementBreak, nil, nil, b.Reason, false)
+		row := rows[len(rows)-1]
+		row[3], row[7] = b.StatementID, numeric(b.Difference)
+		row[15], row[16], row[17], row[18] = b.Account, b.PreviousID, numeric(b.PreviousClosing), numeric(b.Opening)
+	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger", "reconciliation_items"},
 		[]string{"reconciliation_id", "item_no", "status", "statement_id", "line_no", "booked_on", "reference", "bank_amount",
-			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason", "recorded_at", "outstanding"}, pgx.CopyFromRows(rows)); err != nil {
+			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason", "recorded_at", "outstanding",
+			"account", "previous_statement_id", "previous_closing_balance", "opening_balance"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("store reconciliation items: %w", err)
 	}
 	return nil
@@ -104,7 +113,7 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 
 const runCols = `r.seq, r.reconciliation_id, r.currency, r.trigger, r.requested_by, r.created_at, r.previous_id,
 	r.journal_head_hash, r.journal_head_position, r.bank_closing_balance::text, r.ledger_bank_client::text, r.verdict,
-	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count, r.outstanding_ledger_count,
+	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count, r.outstanding_ledger_count, r.statement_break_count,
 	coalesce((select array_agg(s.statement_id order by s.statement_id) from ledger.reconciliation_statements s
 		where s.reconciliation_id = r.reconciliation_id), '{}')`
 
@@ -113,7 +122,7 @@ func scanRun(row pgx.Row) (domain.ReconRun, error) {
 	var closing *string
 	var ledgerBal string
 	if err := row.Scan(&r.Seq, &r.ID, &r.Currency, &r.Trigger, &r.RequestedBy, &r.CreatedAt, &r.PreviousID, &r.HeadHash,
-		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.OutstandingN, &r.StatementIDs); err != nil {
+		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.OutstandingN, &r.BreakN, &r.StatementIDs); err != nil {
 		return r, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
@@ -167,7 +176,8 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
-			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding
+			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
+			account, previous_statement_id, previous_closing_balance, opening_balance
 		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2) order by item_no`, r.ID, status)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation items: %w", err)
@@ -180,8 +190,10 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		var booked, recorded *time.Time
 		var bank, led *string
 		var outstanding bool
+		var b domain.StatementBreak
+		var prevClosing, opening pgtype.Numeric
 		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
-			&recorded, &outstanding); err != nil {
+			&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening); err != nil {
 			return nil, err
 		}
 		if recorded != nil {
@@ -207,6 +219,17 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 			r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
 		case itemUnmatchedLedger:
 			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
+		case itemStatementBreak:
+			if b.PreviousClosing, err = decimalOf(prevClosing); err != nil {
+				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+			}
+			if b.Opening, err = decimalOf(opening); err != nil {
+				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+			}
+			b.StatementID, b.Difference, b.Reason = l.StatementID, l.Amount, reason
+			r.Result.Breaks = append(r.Result.Breaks, b)
+		default:
+			return nil, fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
 		}
 	}
 	return &r, rows.Err()
@@ -263,6 +286,16 @@ func (r *ReconRunTx) FreshLines(ctx context.Context) ([]string, []domain.BankLin
 		lines = append(lines, l)
 	}
 	return ids, lines, rows.Err()
+}
+
+// Statements implements app.ReconRunTx: every statement of the currency,
+// without its lines (StatementBreaks orders them).
+func (r *ReconRunTx) Statements(ctx context.Context) ([]domain.ImportedStatement, error) {
+	rows, err := r.tx.Query(ctx, `select `+statementCols+` from ledger.bank_statements where currency = $1`, r.currency)
+	if err != nil {
+		return nil, fmt.Errorf("statements of %s: %w", r.currency, err)
+	}
+	return collectStatements(rows)
 }
 
 func (r *ReconRunTx) ChainHead(ctx context.Context) (string, int64, error) {
