@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -44,11 +45,7 @@ func (s *holdStore) HoldQueued(_ context.Context, p *domain.Payout, _ time.Time)
 	return nil
 }
 
-var errNotLocked = errorString("HoldQueued without the bank queue's lock")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errNotLocked = errors.New("HoldQueued without the bank queue's lock")
 
 // A payout being submitted when its provider is held (the hold answered it
 // in flight) whose bank transfer lands in the bank-file queue is held by
