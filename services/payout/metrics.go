@@ -154,7 +154,7 @@ func bankFileMetrics() []obs.SQLMetric {
 	}, {
 		Name: "gpubill_bank_transfers", Type: obs.Gauge, Labels: []string{"state", "currency"},
 		Help: "Transfers on the bank-file rail by state: queued for the next cutoff, batched (in a pain.001), accepted, booked, rejected, " +
-			"returned, review (held for finance after a restore).",
+			"returned, review (held for finance after a restore), canceled (taken out of the queue by the cancel of its payout).",
 		Query: `select state, currency, count(*)::float8 from payout.bank_transfers group by state, currency`,
 	}, {
 		Name: "gpubill_bank_file_entries_not_applied", Type: obs.Gauge, Labels: []string{"outcome"},

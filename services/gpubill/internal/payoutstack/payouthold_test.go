@@ -2,12 +2,21 @@ package payoutstack_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/ids"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 )
 
@@ -59,4 +68,93 @@ func TestPayoutHoldStopsAQueuedBankTransfer(t *testing.T) {
 	if err != nil || hold.PayoutsWaiting != 0 || hold.PayoutsInFlight != 1 {
 		t.Fatalf("hold of a batched transfer: %v %v; want 0 waiting, 1 in flight", hold, err)
 	}
+}
+
+// Finance cancels payouts whose bank transfers wait in the bank-file
+// queue, one held, one waiting for its cutoff: nothing was sent to the
+// bank, so each transfer leaves the queue, its payout is canceled with a
+// history row, and its money is back in the provider's available, posted
+// once however often the cancel is sent (its workflow, woken, posts the
+// same key). The next cut carries only the payout not canceled, which,
+// once in a bank file, cannot be canceled. The cancel was refused (400
+// "submitted: only a payout not yet submitted can be canceled"), and the
+// held payout showed the date of the cutoff after its queuing all through
+// the hold.
+func TestCancelOfAQueuedBankTransfer(t *testing.T) {
+	t.Parallel()
+	st, _ := bankStack(t)
+	ctx := context.Background()
+	const cyc = "cyc-20260101"
+	for i, p := range []string{"pc-held", "pc-free", "pc-cut"} {
+		st.setup(t, p, fmt.Sprintf("622200001111008%d", i))
+	}
+	st.settle(t, "pc-held", cyc, "CNY", "620.00")
+	st.settle(t, "pc-free", cyc, "CNY", "300.00")
+	st.settle(t, "pc-cut", cyc, "CNY", "150.00")
+	held := st.waitStatus(t, "pc-held", cyc, "submitted", waitLong)
+	free := st.waitStatus(t, "pc-free", cyc, "submitted", waitLong)
+	cut := st.waitStatus(t, "pc-cut", cyc, "submitted", waitLong)
+	if held.ExpectedArrivalDate == "" {
+		t.Fatal("queued payout without an expected arrival")
+	}
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "pc-held", Reason: "fraud dispute"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.payouts(t, "pc-held")[0]; got.ExpectedArrivalDate != "" {
+		t.Errorf("held queued payout: expected arrival %s; want none while held", got.ExpectedArrivalDate)
+	}
+
+	for _, p := range []*payoutv1.Payout{held, held, free} {
+		c, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: p.PayoutId, Reason: "fraud confirmed"})
+		if err != nil || c.Payout.Status != "canceled" {
+			t.Fatalf("cancel of queued %s: %v %v; want canceled", p.PayoutId, c, err)
+		}
+		last := c.Payout.StatusHistory[len(c.Payout.StatusHistory)-1]
+		if last.Status != "canceled" || !strings.HasPrefix(last.Note, "canceled by finance: fraud confirmed") ||
+			!strings.Contains(last.Note, "amount back in available") {
+			t.Errorf("canceled queued payout's last history row: %s %q", last.Status, last.Note)
+		}
+	}
+	st.checkProvider(t, "pc-held", "CNY", "620.00", "0")
+	st.checkProvider(t, "pc-free", "CNY", "300.00", "0")
+	for _, p := range []*payoutv1.Payout{held, free} {
+		testkit.Eventually(t, waitLong, func() bool {
+			desc, err := st.tc.DescribeWorkflowExecution(ctx, st.s.WorkflowID(p.PayoutId), "")
+			return err == nil && desc.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		}, "the canceled payout's workflow completed")
+	}
+	txs, err := st.ledger.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{Account: ids.ProviderAvailable("pc-held")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	returned := 0
+	for _, tx := range txs.Transactions {
+		keys = append(keys, tx.IdempotencyKey)
+		if tx.IdempotencyKey == "payout-"+held.PayoutId+"-1-canceled" {
+			returned++
+		}
+	}
+	if returned != 1 {
+		t.Errorf("pc-held's available: transactions %q; want payout-%s-1-canceled once", keys, held.PayoutId)
+	}
+	st.checkProvider(t, "pc-held", "CNY", "620.00", "0")
+
+	id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now())
+	if err != nil || !built {
+		t.Fatalf("the cut: %q %v %v", id, built, err)
+	}
+	if b, err := st.s.API().GetPayoutBatch(fin, &payoutv1.GetPayoutBatchRequest{BatchId: id}); err != nil || b.Batch.Transfers != 1 || b.Batch.ControlSum != "150.00" {
+		t.Fatalf("batch %s: %v %v; want pc-cut's 150.00 alone", id, b, err)
+	}
+	if _, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: cut.PayoutId}); status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition {
+		t.Errorf("cancel of a payout in a bank file: %v; want FailedPrecondition", err)
+	}
+	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "pc-held"}); err != nil {
+		t.Fatal(err)
+	}
+	if id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute)); err != nil || built {
+		t.Fatalf("the cut after the release: %q %v %v; want nothing (the held transfer was canceled)", id, built, err)
+	}
+	st.checkProvider(t, "pc-cut", "CNY", "0", "150.00")
 }

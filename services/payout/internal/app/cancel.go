@@ -8,17 +8,29 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// Cancel cancels a payout not yet on its way to the rail (finance). A payout
-// canceled already is left as it is (a client's retry of a cancel that
-// succeeded was a 400 saying it was "on its way to the rail").
+// Cancel cancels a payout not yet on its way to the rail (finance): one
+// waiting or created, or one submitted whose bank transfer still waits in
+// the bank-file queue (held, or for its cutoff). Nothing of the latter
+// was sent to the bank: its transfer leaves the queue under the batch lock
+// (a cut in progress and the cancel cannot both win) and, once that
+// commits, the amount its submission moved to in_transit goes back to
+// available. A payout canceled already is left as it is (a client's retry
+// of a cancel that succeeded was a 400 saying it was "on its way to the
+// rail"); one canceled in the queue has its amount posted back again under
+// the same key, so a retry after a ledger outage answers once it is back.
 func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 	reason := "canceled by finance"
 	if why != "" {
 		reason += ": " + why
 	}
-	return a.Store.Update(ctx, func(tx Tx) error {
-		p, err := tx.Lock(ctx, id)
-		if err != nil {
+	var p domain.Payout
+	err := a.Store.Update(ctx, func(tx Tx) error {
+		// Before the payout's lock, as a hold takes them.
+		if err := tx.LockBankQueue(ctx); err != nil {
+			return err
+		}
+		var err error
+		if p, err = tx.Lock(ctx, id); err != nil {
 			return err
 		}
 		switch {
@@ -29,6 +41,8 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 				p.ID, p.AbsorbedInto, p.AbsorbedInto, apperr.ErrPrecondition)
 		case p.Status == domain.StatusCanceled:
 			return nil
+		case p.Status == domain.StatusSubmitted:
+			return a.withdraw(ctx, tx, &p, reason)
 		case p.Submitting:
 			return fmt.Errorf("payout %s is being submitted to its rail: only a payout not yet submitted can be canceled: %w", p.ID, apperr.ErrPrecondition)
 		case p.Status != domain.StatusActionRequired && p.Status != domain.StatusCreated:
@@ -36,4 +50,28 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 		}
 		return tx.Move(ctx, &p, domain.StatusCanceled, reason, a.Clock.Now())
 	})
+	if err != nil || !domain.CanceledInQueue(p) {
+		return err
+	}
+	if err := a.post(ctx, p, domain.StatusCanceled); err != nil {
+		return fmt.Errorf("payout %s canceled; its amount goes back to available once the ledger takes it (its workflow posts it again): %w", p.ID, err)
+	}
+	return nil
+}
+
+// withdraw cancels p, submitted, when its bank transfer still waits in the
+// bank-file queue: the transfer leaves the queue; any other is on its way.
+func (a *Payouts) withdraw(ctx context.Context, tx Tx, p *domain.Payout, reason string) error {
+	now := a.Clock.Now()
+	queued, err := tx.WithdrawQueued(ctx, *p, now)
+	if err != nil {
+		return err
+	}
+	if !queued {
+		return fmt.Errorf("payout %s is submitted to its rail as %s: only a payout not yet submitted, or whose bank transfer still waits "+
+			"in the bank-file queue, can be canceled: %w", p.ID, p.RailRef, apperr.ErrPrecondition)
+	}
+	p.Submitting = false
+	return tx.Move(ctx, p, domain.StatusCanceled, fmt.Sprintf("%s; its bank transfer %s taken out of the bank-file queue before any bank file: "+
+		"amount back in available", reason, p.RailRef), now)
 }

@@ -16,6 +16,14 @@ func (a *Payouts) Follow(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", notFoundPermanent(err)
 	}
+	if domain.CanceledInQueue(p) {
+		// Cancel posted its return to available after its commit; posted
+		// again (the same key) for a cancel whose post failed.
+		if err := a.post(ctx, p, p.Status); err != nil {
+			return "", a.railDid(p, p.Status, err)
+		}
+		return p.Status, nil
+	}
 	if !domain.Submitted(p.Status) || p.Status == domain.StatusReturned {
 		return p.Status, nil
 	}
@@ -122,8 +130,43 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 			return "", err
 		}
 	}
+	if p.Status == domain.StatusSubmitted && rs.Held != "" {
+		return a.holdQueued(ctx, p, rs)
+	}
 	if p.Status == domain.StatusSubmitted || p.Status == domain.StatusInTransit {
 		return a.takeArrival(ctx, p, rs)
+	}
+	return p.Status, nil
+}
+
+// holdQueued records on a submitted payout that finance's hold keeps its
+// transfer out of what its rail sends (rs.Held: the bank-file queue), as
+// a hold placed on a queued transfer does (Store.PutHold): held in its
+// reason and history, no arrival date while held. A payout being
+// submitted when the hold was placed (answered in flight) was left out by
+// the cut without a word, dated by the cutoff after its queuing. The
+// store reads the hold again under the bank queue's lock, taken before
+// the payout's as a hold takes them: one released meanwhile is not noted.
+func (a *Payouts) holdQueued(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
+	if p.Reason == domain.HeldQueuedNote(rs.Held) && p.ExpectedArrival == nil {
+		return p.Status, nil
+	}
+	err := a.Store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockBankQueue(ctx); err != nil {
+			return err
+		}
+		cur, err := lockUnmoved(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		if err := tx.HoldQueued(ctx, &cur, a.Clock.Now()); err != nil {
+			return err
+		}
+		p = cur
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	return p.Status, nil
 }
@@ -293,7 +336,8 @@ func (a *Payouts) enter(p *domain.Payout, to string, rs RailStatus, now time.Tim
 }
 
 // railDid is the error of a ledger posting that records what the rail has
-// done (paid, failed, returned): the rail's outcome stands whatever the
+// done (paid, failed, returned), or a cancel in the bank-file queue: the
+// outcome stands whatever the
 // ledger answers, so a refusal (bank:client would go negative, a reversal
 // of the submission, a key taken) is logged at ERROR and tried again with
 // the activity's backoff until the ledger takes it, the payout showing the

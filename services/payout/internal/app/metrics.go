@@ -10,12 +10,14 @@ import (
 // ledgerRefusals counts the ledger's refusals of a payout's posting that the
 // service logs at ERROR: the submission while available covers it (the
 // payout waits at the gate) and what the rail did (paid, failed, returned;
-// posted again with backoff). Only the log said so: a payout paid at the
+// posted again with backoff), and the return to available of a payout
+// canceled in the bank-file queue. Only the log said so: a payout paid at the
 // rail and held in in_transit by the refusals showed nowhere on /metrics.
 var ledgerRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_payout_ledger_refusals_total",
 	Help: "Ledger refusals of a payout's posting while available covers it (step submitted) or of what its rail did " +
-		"(paid, failed, returned; the money moved at the rail, the ledger behind it), each attempt; the payout log says which.",
+		"(paid, failed, returned; the money moved at the rail, the ledger behind it) or of a cancel in the bank-file queue (canceled), " +
+		"each attempt; the payout log says which.",
 }, []string{"step"})
 
 // railAmountMismatches counts the payouts a rail holds the reference of at
@@ -36,7 +38,7 @@ func RailAmountMismatches(rail string) prometheus.Counter {
 
 // Every step's series exists from the start (at 0), so increase() sees the first.
 func init() {
-	for _, s := range []string{domain.StatusSubmitted, domain.StatusPaid, domain.StatusFailed, domain.StatusReturned} {
+	for _, s := range []string{domain.StatusSubmitted, domain.StatusPaid, domain.StatusFailed, domain.StatusReturned, domain.StatusCanceled} {
 		ledgerRefusals.WithLabelValues(s)
 	}
 }

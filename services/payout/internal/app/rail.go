@@ -19,6 +19,9 @@ const (
 	RailPaid      = "paid"
 	RailFailed    = "failed"
 	RailReturned  = "returned" // paid, then bounced back
+	// RailCanceled: taken back before it was sent (a bank transfer whose
+	// payout finance canceled in the bank-file queue); it moves no payout.
+	RailCanceled = "canceled"
 )
 
 // ErrUnknownReference is a rail's answer to a query for a reference it has
@@ -45,6 +48,11 @@ type RailStatus struct {
 	FailureCode     string // failed or returned: e.g. account_frozen
 	Message         string
 	ExpectedArrival time.Time // zero when unknown
+	// Held is the reason finance holds the provider's payouts when the
+	// rail keeps the transfer out of what it sends for it (the bank-file
+	// rail: queued, left out of every cut until the release; no arrival
+	// date meanwhile); "" when not held.
+	Held string
 	// Currency and Amount are what the rail holds under the reference,
 	// when it says (Currency "": it does not). A payout made again after a
 	// restore reaches its rail under the reference the rail already knows,

@@ -106,6 +106,22 @@ type Tx interface {
 	// status does not change (its rail answered a new date), note in its
 	// history; updated_at stays its last status change.
 	SetArrival(ctx context.Context, p *domain.Payout, note string, at time.Time) error
+	// LockBankQueue takes the bank-file rail's batch lock (shared) until
+	// the transaction ends: no batch is cut meanwhile, so a transfer read
+	// queued stays queued. Taken before any payout's lock, as a hold takes
+	// them (Store.PutHold).
+	LockBankQueue(ctx context.Context) error
+	// HoldQueued records on a submitted payout whose bank transfer is
+	// queued that its provider's hold keeps it out of the bank file (its
+	// reason and history say held, no arrival date), unless it says so
+	// already; nothing when its provider is not held or its transfer is
+	// no longer queued. The caller holds LockBankQueue and p's lock.
+	HoldQueued(ctx context.Context, p *domain.Payout, at time.Time) error
+	// WithdrawQueued takes the bank transfer of p, submitted, out of the
+	// bank-file queue (never cut) and reports whether it was queued; it is
+	// refused (apperr.ErrPrecondition) while a restore hold is open. The
+	// caller holds LockBankQueue.
+	WithdrawQueued(ctx context.Context, p domain.Payout, at time.Time) (bool, error)
 	// LockRailAmountFlag is Store.RailAmountFlag, locked for update.
 	LockRailAmountFlag(ctx context.Context, id string, attempt int) (domain.RailAmountFlag, error)
 	// FlagRailAmount keeps what the rail holds under a flagged attempt's

@@ -40,12 +40,14 @@ var ErrIllegalTransition = errors.New("illegal payout transition")
 
 // transitions is the state machine: from → the statuses it may move to.
 // Before submission a payout may wait (action_required), proceed (created)
-// or be canceled; once submitted only the rail moves it; a failed or
-// returned payout may be retried (back to created, a new attempt).
+// or be canceled; once submitted only the rail moves it, but for a cancel
+// while its bank transfer still waits in the bank-file queue (nothing sent
+// to the bank: CanceledInQueue); a failed or returned payout may be
+// retried (back to created, a new attempt).
 var transitions = map[string][]string{
 	StatusActionRequired: {StatusCreated, StatusCanceled},
 	StatusCreated:        {StatusActionRequired, StatusSubmitted, StatusFailed, StatusCanceled},
-	StatusSubmitted:      {StatusInTransit, StatusPaid, StatusFailed},
+	StatusSubmitted:      {StatusInTransit, StatusPaid, StatusFailed, StatusCanceled},
 	StatusInTransit:      {StatusPaid, StatusFailed},
 	StatusPaid:           {StatusReturned},
 	StatusFailed:         {StatusCreated},
@@ -84,6 +86,15 @@ func Submitted(s string) bool {
 		return true
 	}
 	return false
+}
+
+// CanceledInQueue reports whether p was canceled after its submission,
+// its bank transfer taken out of the bank-file queue before any cut: its
+// amount goes back from in_transit to available. A payout canceled before
+// submission has no rail reference (a retry clears its last attempt's)
+// and moved nothing.
+func CanceledInQueue(p Payout) bool {
+	return p.Status == StatusCanceled && p.RailRef != ""
 }
 
 // Final reports whether the workflow of a payout in status s has nothing
@@ -222,15 +233,17 @@ type Movement struct{ Debit, Credit string }
 
 // MovementFor returns the ledger movement that enters status to (DESIGN
 // §4), and whether there is one: submission moves available to in_transit;
-// paid leaves the client bank; failed puts in_transit back to available; a
-// return brings the cash back to the client bank and to available.
+// paid leaves the client bank; failed, or canceled in the bank-file queue
+// (CanceledInQueue; canceled before submission it moved nothing), puts
+// in_transit back to available; a return brings the cash back to the
+// client bank and to available.
 func MovementFor(provider, to string) (Movement, bool) {
 	switch to {
 	case StatusSubmitted:
 		return Movement{AvailableAccount(provider), InTransitAccount(provider)}, true
 	case StatusPaid:
 		return Movement{InTransitAccount(provider), ClientBank}, true
-	case StatusFailed:
+	case StatusFailed, StatusCanceled:
 		return Movement{InTransitAccount(provider), AvailableAccount(provider)}, true
 	case StatusReturned:
 		return Movement{ClientBank, AvailableAccount(provider)}, true

@@ -17,7 +17,7 @@ func TestTransitions(t *testing.T) {
 	allowed := map[string]bool{
 		"action_required→created": true, "action_required→canceled": true,
 		"created→action_required": true, "created→submitted": true, "created→failed": true, "created→canceled": true,
-		"submitted→in_transit": true, "submitted→paid": true, "submitted→failed": true,
+		"submitted→in_transit": true, "submitted→paid": true, "submitted→failed": true, "submitted→canceled": true,
 		"in_transit→paid": true, "in_transit→failed": true,
 		"paid→returned":  true,
 		"failed→created": true, "returned→created": true,
@@ -101,6 +101,8 @@ func TestMovements(t *testing.T) {
 		{StatusPaid, Movement{"provider:p-1:in_transit", "bank:client"}},
 		{StatusFailed, Movement{"provider:p-1:in_transit", "provider:p-1:available"}},
 		{StatusReturned, Movement{"bank:client", "provider:p-1:available"}},
+		// Posted only for a payout canceled in the bank-file queue (CanceledInQueue).
+		{StatusCanceled, Movement{"provider:p-1:in_transit", "provider:p-1:available"}},
 	}
 	for _, tt := range tests {
 		got, ok := MovementFor("p-1", tt.give)
@@ -108,9 +110,29 @@ func TestMovements(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %+v", tt.give, got, ok, tt.want)
 		}
 	}
-	for _, s := range []string{StatusCreated, StatusActionRequired, StatusInTransit, StatusCanceled} {
+	for _, s := range []string{StatusCreated, StatusActionRequired, StatusInTransit} {
 		if _, ok := MovementFor("p-1", s); ok {
 			t.Errorf("%s moves money", s)
+		}
+	}
+}
+
+// Only a payout canceled after its submission (its bank transfer taken out
+// of the queue) has an amount to put back in available: one canceled
+// before it, or canceled on a retry's new attempt, moved nothing.
+func TestCanceledInQueue(t *testing.T) {
+	tests := []struct {
+		name string
+		give Payout
+		want bool
+	}{
+		{"canceled in the queue", Payout{Status: StatusCanceled, RailRef: "po_1"}, true},
+		{"canceled before submission", Payout{Status: StatusCanceled}, false},
+		{"submitted", Payout{Status: StatusSubmitted, RailRef: "po_1"}, false},
+	}
+	for _, tt := range tests {
+		if got := CanceledInQueue(tt.give); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -298,7 +298,8 @@ func (s *Server) wakeProvider(ctx context.Context, provider string) {
 	}
 }
 
-// CancelPayout implements PayoutService: only before submission.
+// CancelPayout implements PayoutService: before submission, or while the
+// payout's bank transfer waits in the bank-file queue (app.Payouts.Cancel).
 func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutRequest) (*payoutv1.CancelPayoutResponse, error) {
 	err := s.App.Cancel(ctx, req.PayoutId, req.Reason)
 	if err != nil {

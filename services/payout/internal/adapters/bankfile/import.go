@@ -561,6 +561,11 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 // transfer in state from moves to to (applied), stays (unchanged), or the
 // file contradicts what is known (conflict).
 func decide(from, to string, bulk bool) string {
+	if from == stateCanceled {
+		// Canceled in the queue, its money back in available: the bank
+		// cannot have it, and a report that says it does is finance's.
+		return app.EntryConflict
+	}
 	if from == stateQueued {
 		// The bank knows a transfer only from a file, so this one was
 		// sent: a restore brought the book back to before its batch was

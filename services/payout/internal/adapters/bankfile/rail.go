@@ -46,6 +46,9 @@ const (
 	// finance resolves it (review.go) or the bank books, rejects or
 	// returns it.
 	stateReview = "review"
+	// Taken out of the queue before any cut by finance's cancel of its
+	// payout (postgres.Store.WithdrawQueued): never sent, never cut.
+	stateCanceled = "canceled"
 )
 
 // Config is the bank-file rail's settings.
@@ -247,19 +250,25 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 
 // Query implements app.Rail.
 func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
-	var state, code, msg, ccy string
+	var state, code, msg, ccy, held string
 	var queued time.Time
 	var exec *time.Time
 	var paid *decimal.Decimal
 	// The amount the bank paid is known only from finance's resolution of a
 	// transfer in review (its reports' amounts are checked at import): at
 	// another amount than the transfer's, its payout is not taken as paid
-	// at its net (app's railAmountMismatch).
-	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, t.queued_at, b.execution_date, t.currency, v.paid_amount
+	// at its net (app's railAmountMismatch). A queued transfer waits for the
+	// first cutoff after the later of its queuing and its provider's last
+	// release, and for none while its provider is held (the cut leaves it
+	// out): a held transfer read the cutoff after its queuing, passed days
+	// before the release.
+	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, greatest(t.queued_at, t.hold_released_at),
+			b.execution_date, t.currency, v.paid_amount, coalesce(h.reason, '')
 		from payout.bank_transfers t left join payout.bank_batches b using (batch_id)
 		left join lateral (select paid_amount from payout.bank_transfer_reviews v
 			where v.reference = t.reference and v.resolution = 'paid' order by v.review_id desc limit 1) v on true
-		where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid)
+		left join payout.holds h on h.provider_id = t.provider_id and t.state = 'queued'
+		where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid, &held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.RailStatus{}, fmt.Errorf("bank-file %s: %w", ref, app.ErrUnknownReference)
 	}
@@ -269,8 +278,10 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	st := app.RailStatus{Rail: Name, Reference: ref, FailureCode: code, Message: msg}
 	switch state {
 	case stateQueued:
-		st.State = app.RailAccepted
-		st.ExpectedArrival = r.executionDate(r.LastCutoff(queued).AddDate(0, 0, 1))
+		st.State, st.Held = app.RailAccepted, held
+		if held == "" {
+			st.ExpectedArrival = r.executionDate(r.LastCutoff(queued).AddDate(0, 0, 1))
+		}
 	case stateBatched, stateReview:
 		st.State = app.RailAccepted
 	case stateAccepted:
@@ -281,6 +292,8 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 		st.State = app.RailFailed
 	case stateReturned:
 		st.State = app.RailReturned
+	case stateCanceled:
+		st.State = app.RailCanceled
 	default:
 		return app.RailStatus{}, fmt.Errorf("bank-file %s: unknown state %q", ref, state)
 	}

@@ -2,12 +2,20 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
+
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -98,6 +106,9 @@ func TestHoldAnswersSubmittedPayoutsInFlight(t *testing.T) {
 	sentPayout(t, pool, "po-alipay", "cyc-20260101", "alipay", "")
 	sentPayout(t, pool, "po-batched", "cyc-20260115", "bank", "batched")
 	sentPayout(t, pool, "po-queued", "cyc-20260201", "bank", "queued")
+	if _, err := pool.Exec(ctx, `update payout.payouts set expected_arrival = '2026-12-01'`); err != nil {
+		t.Fatal(err)
+	}
 	waiting, inFlight, err := s.PutHold(ctx, "p-s", "fraud dispute", time.Now())
 	if err != nil || !slices.Equal(waiting, []string{"po-queued"}) || !slices.Equal(inFlight, []string{"po-alipay", "po-batched"}) {
 		t.Fatalf("hold answered waiting %v, in flight %v (%v); want po-queued waiting, po-alipay and po-batched in flight", waiting, inFlight, err)
@@ -106,6 +117,11 @@ func TestHoldAnswersSubmittedPayoutsInFlight(t *testing.T) {
 	held := "held by finance: fraud dispute (its bank transfer stays queued, out of the bank file, until the hold is released)"
 	if reason != held || !slices.Equal(notes, []string{held}) {
 		t.Fatalf("held queued payout reads %q, history %q", reason, notes)
+	}
+	var arrivals []string
+	if err := pool.QueryRow(ctx, `select array_agg(payout_id || ' ' || coalesce(expected_arrival::text, 'none') order by payout_id) from payout.payouts`).
+		Scan(&arrivals); err != nil || !slices.Equal(arrivals, []string{"po-alipay 2026-12-01", "po-batched 2026-12-01", "po-queued none"}) {
+		t.Fatalf("expected arrivals %q (%v); want none for the held queued payout (unknown while held), the others kept", arrivals, err)
 	}
 	if reason, notes := reasonAndHistory(t, pool, "po-batched"); reason != "submitted" || len(notes) != 0 {
 		t.Fatalf("batched payout reads %q, history %q: the hold does not stop it", reason, notes)
@@ -163,5 +179,133 @@ func TestHoldWaitsForTheCut(t *testing.T) {
 	a := <-held
 	if a.err != nil || len(a.waiting) != 0 || !slices.Equal(a.inFlight, []string{"po-cut"}) {
 		t.Fatalf("hold answered waiting %v, in flight %v (%v); want po-cut in flight", a.waiting, a.inFlight, a.err)
+	}
+}
+
+// A payout submitted into the bank-file queue while its provider is held
+// (the hold answered it in flight) is noted held by its workflow
+// (HoldQueued): held in its reason and history, its arrival date cleared,
+// as PutHold does for a transfer queued before the hold; once only, and
+// not for a provider released meanwhile or a transfer already cut.
+func TestHoldQueuedNotesAHeldQueuedTransfer(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Store{Pool: pool}
+	sentPayout(t, pool, "po-q", "cyc-20260101", "bank", "queued")
+	sentPayout(t, pool, "po-b", "cyc-20260115", "bank", "batched")
+	if _, err := pool.Exec(ctx, `update payout.payouts set expected_arrival = '2026-12-01'`); err != nil {
+		t.Fatal(err)
+	}
+	holdQueued := func(id string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx app.Tx) error {
+			if err := tx.LockBankQueue(ctx); err != nil {
+				return err
+			}
+			p, err := tx.Lock(ctx, id)
+			if err != nil {
+				return err
+			}
+			return tx.HoldQueued(ctx, &p, time.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arrival := func(id string) string {
+		t.Helper()
+		var d *time.Time
+		if err := pool.QueryRow(ctx, `select expected_arrival from payout.payouts where payout_id = $1`, id).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		if d == nil {
+			return "none"
+		}
+		return d.Format(time.DateOnly)
+	}
+	holdQueued("po-q")
+	if reason, notes := reasonAndHistory(t, pool, "po-q"); reason != "submitted" || len(notes) != 0 || arrival("po-q") != "2026-12-01" {
+		t.Fatalf("not held: %q, history %q, arrival %s; want unchanged", reason, notes, arrival("po-q"))
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.holds (provider_id, reason, held_at) values ('p-s', 'fraud dispute', now())`); err != nil {
+		t.Fatal(err)
+	}
+	held := domain.HeldQueuedNote("fraud dispute")
+	for range 2 {
+		holdQueued("po-q")
+		if reason, notes := reasonAndHistory(t, pool, "po-q"); reason != held || !slices.Equal(notes, []string{held}) || arrival("po-q") != "none" {
+			t.Fatalf("held: %q, history %q, arrival %s; want %q once, no arrival date", reason, notes, arrival("po-q"), held)
+		}
+	}
+	holdQueued("po-b")
+	if reason, notes := reasonAndHistory(t, pool, "po-b"); reason != "submitted" || len(notes) != 0 || arrival("po-b") != "2026-12-01" {
+		t.Fatalf("batched: %q, history %q, arrival %s; want unchanged: the hold does not stop it", reason, notes, arrival("po-b"))
+	}
+}
+
+// keptLedger keeps the transfers posted to it.
+type keptLedger struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (l *keptLedger) Available(context.Context, string, string) (decimal.Decimal, error) {
+	return decimal.Zero, nil
+}
+func (l *keptLedger) Transfer(_ context.Context, t domain.LedgerTransfer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, t.Key+" "+t.Debit+" → "+t.Credit+" "+t.Amount.String())
+	return nil
+}
+
+// A cancel of a payout whose bank transfer is queued waits for a cut in
+// progress (the batch lock): the transfer the cut batched is on its way,
+// so its cancel is refused, nothing posted; the one the cut left queued is
+// canceled, out of the queue, its amount posted back to available. Both
+// winning, the bank paid a payout whose money was back in available.
+func TestCancelWaitsForTheCut(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Store{Pool: pool}
+	led := &keptLedger{}
+	a := &app.Payouts{Store: s, Ledger: led, Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}
+	sentPayout(t, pool, "po-cut", "cyc-20260101", "bank", "queued")
+	sentPayout(t, pool, "po-left", "cyc-20260115", "bank", "queued")
+	cut, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Rollback(ctx) // committed below; a failed test's is rolled back
+	if _, err := cut.Exec(ctx, `select pg_advisory_xact_lock($1)`, domain.BankBatchLockKey); err != nil {
+		t.Fatal(err)
+	}
+	canceled := make(chan error, 2)
+	for _, id := range []string{"po-cut", "po-left"} {
+		go func() { canceled <- a.Cancel(ctx, id, "fraud confirmed") }()
+	}
+	time.Sleep(300 * time.Millisecond) // the cancels wait on the batch lock meanwhile
+	if _, err := cut.Exec(ctx, `update payout.bank_transfers set state = 'batched' where reference = 'po-cut'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := cut.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var refused int
+	for range 2 {
+		if err := <-canceled; errors.Is(err, apperr.ErrPrecondition) {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	if err := pool.QueryRow(ctx, `select array_agg(p.payout_id || ' ' || p.status || ' ' || t.state order by p.payout_id)
+		from payout.payouts p join payout.bank_transfers t on t.reference = p.rail_reference`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"po-cut submitted batched", "po-left canceled canceled"}
+	posted := []string{"payout-po-left-1-canceled provider:p-s:in_transit → provider:p-s:available 600"}
+	if refused != 1 || !slices.Equal(got, want) || !slices.Equal(led.keys, posted) {
+		t.Fatalf("cancels during a cut: %d refused, payouts %q, posted %q; want 1 refused, %q, %q", refused, got, led.keys, want, posted)
 	}
 }

@@ -217,7 +217,7 @@ func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, 
 func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Time) (waiting, inFlight []string, err error) {
 	err = s.Tx(ctx, func(tx pgx.Tx) error {
 		waiting, inFlight = nil, nil
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock_shared($1)`, domain.BankBatchLockKey); err != nil {
+		if err := s.LockBankQueue(ctx, tx); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
@@ -267,19 +267,78 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 			case p.Reason == note:
 				continue // held already, for the same reason
 			}
-			if _, err := tx.Exec(ctx, `update payout.payouts set status_reason = $2, version = version + 1, updated_at = $3 where payout_id = $1`,
-				p.ID, note, at); err != nil {
-				return err
-			}
-			p.Reason, p.UpdatedAt = note, at
-			p.Version++
-			if err := s.record(ctx, tx, &p, p.Status, domain.Change{Status: p.Status, Note: note, At: at}); err != nil {
+			if err := s.noteQueued(ctx, tx, &p, note, at); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	return waiting, inFlight, err
+}
+
+// noteQueued records note, a hold or its release, as the reason of a
+// submitted payout whose bank transfer is queued, with a history row. Its
+// expected arrival is cleared: held, it has none (the cut leaves it out);
+// released, its workflow, woken, takes the rail's date from the release
+// (a history row of its own). Held, it showed the date of the cutoff after
+// its queuing, long passed.
+func (s *Store) noteQueued(ctx context.Context, tx pgx.Tx, p *domain.Payout, note string, at time.Time) error {
+	if _, err := tx.Exec(ctx, `update payout.payouts set status_reason = $2, expected_arrival = null, version = version + 1, updated_at = $3
+		where payout_id = $1`, p.ID, note, at); err != nil {
+		return err
+	}
+	p.Reason, p.ExpectedArrival, p.UpdatedAt = note, nil, at
+	p.Version++
+	return s.record(ctx, tx, p, p.Status, domain.Change{Status: p.Status, Note: note, At: at})
+}
+
+// LockBankQueue takes the bank-file rail's batch lock, shared (see PutHold).
+func (s *Store) LockBankQueue(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock_shared($1)`, domain.BankBatchLockKey)
+	return err
+}
+
+// HoldQueued records on p, submitted, that its provider's hold keeps its
+// queued bank transfer out of the bank file, as PutHold does for a
+// transfer queued before the hold: a payout being submitted when the hold
+// was placed was answered in flight and held by the cut without a word.
+// The caller holds the batch lock (LockBankQueue) and p's lock, so the
+// hold and the transfer's state read here stand until it commits.
+func (s *Store) HoldQueued(ctx context.Context, tx pgx.Tx, p *domain.Payout, at time.Time) error {
+	var reason string
+	err := tx.QueryRow(ctx, `select h.reason from payout.holds h join payout.bank_transfers t on t.provider_id = h.provider_id
+		where h.provider_id = $1 and t.reference = $2 and t.state = 'queued'`, p.ProviderID, p.RailRef).Scan(&reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // released meanwhile, or no longer queued
+	}
+	if err != nil {
+		return err
+	}
+	note := domain.HeldQueuedNote(reason)
+	if p.Status != domain.StatusSubmitted || (p.Reason == note && p.ExpectedArrival == nil) {
+		return nil
+	}
+	return s.noteQueued(ctx, tx, p, note, at)
+}
+
+// WithdrawQueued takes p's bank transfer out of the bank-file queue
+// (canceled: never cut) and reports whether it was queued. The caller
+// holds the batch lock (LockBankQueue), so no cut takes it meanwhile.
+// Refused while a restore hold is open: a transfer queued again by the
+// restore may have been cut and sent after its point, and the bank pays
+// it.
+func (s *Store) WithdrawQueued(ctx context.Context, tx pgx.Tx, p domain.Payout, at time.Time) (bool, error) {
+	var queued, restoreHeld bool
+	if err := tx.QueryRow(ctx, `select exists (select 1 from payout.bank_transfers where reference = $1 and provider_id = $2 and state = 'queued'),
+			exists (select 1 from payout.bank_file_holds where released_at is null)`, p.RailRef, p.ProviderID).Scan(&queued, &restoreHeld); err != nil || !queued {
+		return false, err
+	}
+	if restoreHeld {
+		return false, fmt.Errorf("payout %s: its bank transfer is queued after a restore, and the bank may have it (cut and sent after the restore's point): "+
+			"cancel it once the restore hold is released (POST /v1/bank-files:release-restore-hold): %w", p.ID, apperr.ErrPrecondition)
+	}
+	tag, err := tx.Exec(ctx, `update payout.bank_transfers set state = 'canceled', updated_at = $2 where reference = $1 and state = 'queued'`, p.RailRef, at)
+	return err == nil && tag.RowsAffected() == 1, err
 }
 
 // lockSent locks a provider's payouts submitted or in transit: it returns

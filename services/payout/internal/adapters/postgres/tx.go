@@ -64,6 +64,18 @@ func (t txStore) SetArrival(ctx context.Context, p *domain.Payout, note string, 
 	return t.s.SetArrival(ctx, t.tx, p, note, at)
 }
 
+func (t txStore) LockBankQueue(ctx context.Context) error {
+	return t.s.LockBankQueue(ctx, t.tx)
+}
+
+func (t txStore) HoldQueued(ctx context.Context, p *domain.Payout, at time.Time) error {
+	return t.s.HoldQueued(ctx, t.tx, p, at)
+}
+
+func (t txStore) WithdrawQueued(ctx context.Context, p domain.Payout, at time.Time) (bool, error) {
+	return t.s.WithdrawQueued(ctx, t.tx, p, at)
+}
+
 func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
 	return t.s.SetSubmitting(ctx, t.tx, id, method)
 }
