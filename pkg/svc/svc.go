@@ -63,3 +63,19 @@ func (d Deps) CommissionPolicy() split.CommissionPolicy {
 	}
 	return d.Commission
 }
+
+// Every runs step now and then every period until ctx ends (a service's
+// periodic jobs in Run: the ledger's reports and sweeps, tax's reversal
+// check).
+func Every(ctx context.Context, period time.Duration, step func()) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		step()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -246,7 +246,7 @@ func (s *Service) Run(ctx context.Context) error {
 const segregatedFundsEvery = 10 * time.Minute
 
 func (s *Service) runSegregatedFunds(ctx context.Context) error {
-	return every(ctx, segregatedFundsEvery, func() { s.reportSegregatedFunds(ctx) })
+	return svc.Every(ctx, segregatedFundsEvery, func() { s.reportSegregatedFunds(ctx) })
 }
 
 // reportSegregatedFunds computes the report of now of every currency.
@@ -255,20 +255,6 @@ func (s *Service) reportSegregatedFunds(ctx context.Context) {
 		if _, err := s.reports.SegregatedFunds(ctx, nil, c); err != nil && ctx.Err() == nil {
 			app.SegregatedFundsFailed(c)
 			s.deps.Log.Error("segregated-funds report for /metrics", "currency", c, "err", err)
-		}
-	}
-}
-
-// every runs step now and then every period until ctx ends.
-func every(ctx context.Context, period time.Duration, step func()) error {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		step()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
 		}
 	}
 }
@@ -286,7 +272,7 @@ const leaseSweepEvery = time.Minute
 // top-up or a charge whose ledger.posted.renter message the stream
 // discarded still lifts or asks the stop.
 func (s *Service) runLeaseSweep(ctx context.Context) error {
-	return every(ctx, leaseSweepEvery, func() {
+	return svc.Every(ctx, leaseSweepEvery, func() {
 		if err := s.lease.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.deps.Log.Error("lease control sweep", "err", err)
 		}
@@ -294,7 +280,7 @@ func (s *Service) runLeaseSweep(ctx context.Context) error {
 }
 
 func (s *Service) runBurnPrune(ctx context.Context) error {
-	return every(ctx, burnPruneEvery, func() {
+	return svc.Every(ctx, burnPruneEvery, func() {
 		if _, err := postgres.PruneBurn(ctx, s.deps.Pool, s.deps.Clock.Now()); err != nil && ctx.Err() == nil {
 			s.deps.Log.Error("wallet burn minutes", "err", err)
 		}
@@ -400,7 +386,7 @@ var checkpointFailures = promauto.NewCounter(prometheus.CounterOpts{
 })
 
 func (s *Service) runCheckpoints(ctx context.Context) error {
-	return every(ctx, checkpointTick, func() {
+	return svc.Every(ctx, checkpointTick, func() {
 		if _, err := s.reports.CheckpointStep(ctx); err != nil && ctx.Err() == nil {
 			checkpointFailures.Inc()
 			s.deps.Log.Error("balance checkpoint", "err", err)

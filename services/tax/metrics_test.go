@@ -37,3 +37,32 @@ func TestRemittanceAges(t *testing.T) {
 		}
 	}
 }
+
+// A remittance reversed in the ledger and not remitted again (no other of
+// its period, jurisdiction and currency remitted: none planned, or one
+// pending) is on /metrics, counted and by the age since it was found
+// reversed: tax owed to the authority, unpaid, with no alert.
+func TestReversedRemittanceNotRemittedAgain(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "tax", migrations.For("tax"))
+	ctx := context.Background()
+	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
+	// January's reversal is remitted again (-2 remitted): not counted.
+	// February's waits for a plan, March's -2 is pending (the ledger
+	// refused it).
+	if _, err := pool.Exec(ctx, `insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, transaction_id,
+			reversed_by, reversed_at, created_at) values
+		('rem-2026-01-CN-CNY', '2026-01', 'CN', 'CNY', 15, 'reversed', 'tx-1', 'tx-r1', now() - interval '9 hours', now() - interval '40 days'),
+		('rem-2026-01-CN-CNY-2', '2026-01', 'CN', 'CNY', 15, 'remitted', 'tx-2', '', null, now() - interval '9 hours'),
+		('rem-2026-02-CN-CNY', '2026-02', 'CN', 'CNY', 15, 'reversed', 'tx-3', 'tx-r3', now() - interval '3 hours', now() - interval '10 days'),
+		('rem-2026-03-CN-CNY', '2026-03', 'CN', 'CNY', 15, 'reversed', 'tx-4', 'tx-r4', now() - interval '1 hour', now() - interval '2 days'),
+		('rem-2026-03-CN-CNY-2', '2026-03', 'CN', 'CNY', 15, 'pending', '', '', null, now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := metric("gpubill_tax_remittances_reversed_unremitted"); v != 2 {
+		t.Errorf("gpubill_tax_remittances_reversed_unremitted: %v, want 2 (February's, March's)", v)
+	}
+	if v := metric("gpubill_tax_remittance_reversed_age_seconds"); v < 3*3600 || v > 3*3600+600 {
+		t.Errorf("gpubill_tax_remittance_reversed_age_seconds: %v, want about 3 hours (February's)", v)
+	}
+}

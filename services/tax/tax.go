@@ -81,13 +81,14 @@ func (s *Service) Policy() auth.Policy {
 	}
 }
 
-// Run keeps the tax profiles and relays the outbox until ctx ends.
+// Run checks the remittances for reversals (every app.RemitReversedEvery),
+// keeps the tax profiles and relays the outbox until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	if s.d.JS == nil {
-		<-ctx.Done()
-		return nil
-	}
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.runRemitReversed(ctx) })
+	if s.d.JS == nil {
+		return g.Wait()
+	}
 	g.Go(func() error {
 		profiles := &app.ProviderProfiles{Store: s.store.PartyStore(), Consumer: ports.PartyConsumerName}
 		return ports.ConsumeParties(ctx, s.d.JS, s.d.Log, profiles, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
@@ -96,4 +97,16 @@ func (s *Service) Run(ctx context.Context) error {
 		return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 	})
 	return g.Wait()
+}
+
+// runRemitReversed runs app.RemitReversed now and every
+// app.RemitReversedEvery: a remittance reversed in the ledger is marked and
+// its tax remitted again within it (GpubillTaxRemittanceReversed past an
+// hour: its new remittance refused, or not planned).
+func (s *Service) runRemitReversed(ctx context.Context) error {
+	return svc.Every(ctx, app.RemitReversedEvery, func() {
+		if _, err := s.app.RemitReversed(ctx); err != nil && ctx.Err() == nil {
+			s.d.Log.Error("tax remittances: reversal check", "err", err)
+		}
+	})
 }

@@ -62,7 +62,9 @@ func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _
 			}
 			l.settled[req.IdempotencyKey] = tx
 		}
-		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: tx.TransactionId}
+		// A replay answers the transaction as the ledger holds it now,
+		// reversed_by included (the ledger's replay loads it).
+		reply.(*ledgerv1.CreateTransactionResponse).Transaction = &ledgerv1.Transaction{TransactionId: tx.TransactionId, ReversedBy: tx.ReversedBy}
 	case ledgerv1.LedgerService_ListTransactions_FullMethodName:
 		resp := reply.(*ledgerv1.ListTransactionsResponse)
 		for _, k := range args.(*ledgerv1.ListTransactionsRequest).IdempotencyKeys {
@@ -1106,25 +1108,8 @@ func TestRemitTaxReversedRemittanceIsPaidAgain(t *testing.T) {
 	if feb := remitted(t, s, "2026-02"); len(feb.Remittances) != 1 || feb.Remittances[0].Status != "remitted" {
 		t.Fatalf("February = %v", feb)
 	}
-	reverse := func(key, by string) {
-		t.Helper()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		tx := l.settled[key]
-		if tx == nil {
-			t.Fatalf("nothing posted under %s", key)
-		}
-		tx.ReversedBy = by
-	}
-	posted := func() []string {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		var out []string
-		for _, r := range l.reqs {
-			out = append(out, r.IdempotencyKey+" "+r.Postings[0].Direction+" "+r.Postings[0].Account+" "+r.Postings[0].Amount)
-		}
-		return out
-	}
+	reverse := func(key, by string) { t.Helper(); l.reverseTx(t, key, by) }
+	posted := l.postedKeys
 	reverse("rem-2026-02-CN-CNY", "tx-reversal")
 	clk.Set(time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC))
 	again := remitted(t, s, "2026-02")
@@ -1163,5 +1148,151 @@ func TestRemitTaxReversedRemittanceIsPaidAgain(t *testing.T) {
 	var unremitted int
 	if err := s.d.Pool.QueryRow(context.Background(), `select count(*) from tax.withholdings where remittance_id is null`).Scan(&unremitted); err != nil || unremitted != 0 {
 		t.Fatalf("%v withholdings unremitted, %v; want none", unremitted, err)
+	}
+}
+
+// reverseTx has the ledger reverse the transaction posted under key (by:
+// the reversing transaction), as POST /v1/transactions/{id}:reverse does.
+func (l *ledgerConn) reverseTx(t *testing.T, key, by string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tx := l.settled[key]
+	if tx == nil {
+		t.Fatalf("nothing posted under %s", key)
+	}
+	tx.ReversedBy = by
+}
+
+// postedKeys lists the remittances posted to the ledger (a replay of a key
+// included): key, direction, account and amount of the first leg.
+func (l *ledgerConn) postedKeys() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.reqs {
+		out = append(out, r.IdempotencyKey+" "+r.Postings[0].Direction+" "+r.Postings[0].Account+" "+r.Postings[0].Amount)
+	}
+	return out
+}
+
+// A remittance reversed in the ledger is found by the service's periodic
+// check, marked reversed and its tax remitted again, with no remittance
+// run: only the next run (monthly, or POST /v1/tax-remittances) found it,
+// and the tax sat in tax:withheld unpaid for up to a month.
+func TestReversedRemittanceRemittedAgainWithoutARun(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00, CN, February
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	remitted(t, s, "2026-02")
+	l.reverseTx(t, "rem-2026-02-CN-CNY", "tx-reversal")
+	clk.Set(time.Date(2026, 3, 9, 0, 0, 0, 0, time.UTC))
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	want := "rem-2026-02-CN-CNY debit tax:withheld:CN 150.00; rem-2026-02-CN-CNY-2 debit tax:withheld:CN 150.00"
+	testkit.Eventually(t, 5*time.Second, func() bool { return strings.Join(l.postedKeys(), "; ") == want },
+		"no run: want February's 150.00 posted again as rem-2026-02-CN-CNY-2")
+	list, err := s.api.ListRemittances(as(auth.RoleFinance, ""), &taxv1.ListRemittancesRequest{Period: "2026-02"})
+	if err != nil || len(list.Remittances) != 2 || list.Remittances[0].Status != "reversed" || list.Remittances[0].ReversedBy != "tx-reversal" ||
+		list.Remittances[1].Status != "remitted" || list.Remittances[1].Amount != "150.00" {
+		t.Fatalf("listing %v, %v; want the first reversed by tx-reversal, the second remitted", list, err)
+	}
+	if got := l.postedKeys(); len(got) != 2 {
+		t.Fatalf("posted %q; want nothing more", got)
+	}
+}
+
+// A remittance the ledger posted, whose answer the run lost (a timeout),
+// reversed before the run's retry: the retry's post answers the reversed
+// transaction (the key's), and it was recorded remitted, the tax unpaid
+// until a later run. It is recorded reversed and its tax remitted again
+// under a new key by the same run.
+func TestRemittancePostedAndReversedBeforeItsRunRecordedIt(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00, CN, February
+	l.mu.Lock()
+	l.refuse = func(req *ledgerv1.CreateTransactionRequest) error {
+		// Called under l.mu: posted, then reversed by finance; the
+		// run never hears of either.
+		l.settled[req.IdempotencyKey] = &ledgerv1.Transaction{TransactionId: "tx-" + req.IdempotencyKey,
+			IdempotencyKey: req.IdempotencyKey, Postings: req.Postings, ReversedBy: "tx-reversal"}
+		return status.Error(codes.DeadlineExceeded, "the answer was lost")
+	}
+	l.mu.Unlock()
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	if _, err := s.api.RemitTax(as(auth.RoleFinance, ""), &taxv1.RemitTaxRequest{Period: "2026-02"}); err == nil {
+		t.Fatal("a run whose answer was lost: want an error")
+	}
+	l.mu.Lock()
+	l.refuse = nil
+	l.mu.Unlock()
+	again := remitted(t, s, "2026-02")
+	var got []string
+	for _, r := range again.Remittances {
+		got = append(got, r.RemittanceId+" "+r.Status+" "+r.Amount+" "+r.ReversedBy)
+	}
+	want := "rem-2026-02-CN-CNY reversed 150.00 tx-reversal; rem-2026-02-CN-CNY-2 remitted 150.00 "
+	if strings.Join(got, "; ") != want {
+		t.Fatalf("the retry answered %q; want %q", got, want)
+	}
+	if got := l.postedKeys(); len(got) != 2 || got[1] != "rem-2026-02-CN-CNY-2 debit tax:withheld:CN 150.00" {
+		t.Fatalf("posted %q; want the replay, then rem-2026-02-CN-CNY-2", got)
+	}
+}
+
+// The check and a run side by side after a reversal remit the reversed
+// tax once: one new remittance (one key), whichever marks the reversal
+// and plans it; the other finds it marked and planned.
+func TestReversalCheckAndRunSideBySideRemitOnce(t *testing.T) {
+	t.Parallel()
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00
+	compute(t, s, "p-2", "1000.00", "0.20", "individual", "k2") // 160.00
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	remitted(t, s, "2026-02")
+	l.reverseTx(t, "rem-2026-02-CN-CNY", "tx-reversal")
+	clk.Set(time.Date(2026, 3, 9, 0, 0, 0, 0, time.UTC))
+	const sideBySide = 4
+	errs := make(chan error, 2*sideBySide)
+	var wg sync.WaitGroup
+	for range sideBySide {
+		wg.Add(2)
+		go func() { defer wg.Done(); _, err := s.app.RemitTax(context.Background(), "2026-02"); errs <- err }()
+		go func() { defer wg.Done(); _, err := s.app.RemitReversed(context.Background()); errs <- err }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := map[string]bool{}
+	for _, p := range l.postedKeys() {
+		keys[p] = true
+	}
+	if len(keys) != 2 || !keys["rem-2026-02-CN-CNY-2 debit tax:withheld:CN 310.00"] {
+		t.Fatalf("posted %v; want February's 310.00 posted again under one new key", keys)
+	}
+	// Computed in SQL: what the remittances not reversed hold, and what is
+	// remitted, each 310.00 once.
+	var held, remits decimal.Decimal
+	if err := s.d.Pool.QueryRow(context.Background(), `select
+			(select coalesce(sum(w.tax_withheld), 0) from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
+				where r.status = 'remitted'),
+			(select coalesce(sum(amount), 0) from tax.remittances where status = 'remitted')`).Scan(&held, &remits); err != nil {
+		t.Fatal(err)
+	}
+	if want := decimal.RequireFromString("310.00"); !held.Equal(want) || !remits.Equal(want) {
+		t.Fatalf("remitted remittances hold %s and amount to %s; want 310.00 each", held, remits)
 	}
 }

@@ -32,7 +32,8 @@ type Remitted struct {
 // remittances of the period and those before it whose transaction a
 // reversal undid (releaseReversed), and their months are planned again, a
 // new remittance of each (another id, so another ledger key) paying the
-// withholdings the reversed one held. It returns the remittances, their
+// withholdings the reversed one held (between runs, RemitReversed finds
+// them). It returns the remittances, their
 // lines (per remittance and provider: per jurisdiction and currency they
 // add up to the remittances not reversed; a reversed one holds none) and
 // how many withholdings it left out as not posted.
@@ -55,7 +56,11 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err != nil {
 		return Remitted{}, err
 	}
-	if err := a.replanReversed(ctx, period, now); err != nil {
+	reversed, err := a.Store.ReversedUnplanned(ctx, period)
+	if err != nil {
+		return Remitted{}, err
+	}
+	if err := a.replanReversed(ctx, reversed, now); err != nil {
 		return Remitted{}, err
 	}
 	// An earlier month's remittance still pending (its post refused, the
@@ -71,29 +76,18 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		return Remitted{}, err
 	}
 	rems = append(earlier, rems...)
-	// A remittance the ledger refuses does not hold back the others (one
-	// refused stopped the run: every later jurisdiction and currency went
-	// unremitted until someone ran it again by hand); the run fails naming
-	// each refused one, and a re-run posts what is still pending.
-	var refused []error
-	for i, r := range rems {
-		if r.Status != domain.RemittancePending {
-			continue
-		}
-		txID := ""
-		if r.Amount.IsPositive() {
-			if txID, err = a.Ledger.PostRemittance(ctx, r); err != nil {
-				refused = append(refused, fmt.Errorf("post remittance %s: %w", r.ID, err))
-				continue
-			}
-		}
-		if err := a.Store.MarkRemitted(ctx, r.ID, txID, now); err != nil {
+	reversedOnPost, err := a.post(ctx, rems, now)
+	if err != nil {
+		return Remitted{}, err
+	}
+	if reversedOnPost {
+		// Its tax is remitted again now, not by the next check: the run's
+		// answer shows the new remittance with the reversed one.
+		again, err := a.RemitReversed(ctx)
+		if err != nil {
 			return Remitted{}, err
 		}
-		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, txID, &now
-	}
-	if len(refused) > 0 {
-		return Remitted{}, errors.Join(refused...)
+		rems = append(rems, again...)
 	}
 	// The lines are those of the remittances answered: of the period's only,
 	// a run posting an earlier month's still pending answered its amount
@@ -107,6 +101,103 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 		return Remitted{}, err
 	}
 	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil
+}
+
+// post posts the pending remittances of rems and records each remitted
+// (rems updated as recorded). A remittance the ledger refuses does not
+// hold back the others (one refused stopped the run: every later
+// jurisdiction and currency went unremitted until someone ran it again by
+// hand); post then fails naming each refused one, and a re-run posts what
+// is still pending. A post may answer a transaction the ledger reversed:
+// an earlier try posted it, its answer was lost (a timeout), and finance
+// reversed it before this try; it was recorded remitted, the tax back in
+// tax:withheld, until a later run's releaseReversed. It is recorded
+// remitted, then reversed at once (markReversed), and post reports that
+// it met one (reversed): its tax waits for its period's next plan.
+func (a *App) post(ctx context.Context, rems []domain.Remittance, now time.Time) (reversed bool, err error) {
+	var refused []error
+	for i, r := range rems {
+		if r.Status != domain.RemittancePending {
+			continue
+		}
+		var tx domain.PostedTx
+		if r.Amount.IsPositive() {
+			if tx, err = a.Ledger.PostRemittance(ctx, r); err != nil {
+				refused = append(refused, fmt.Errorf("post remittance %s: %w", r.ID, err))
+				continue
+			}
+		}
+		if err := a.Store.MarkRemitted(ctx, r.ID, tx.ID, now); err != nil {
+			return false, err
+		}
+		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, tx.ID, &now
+		if !tx.Reversed {
+			continue
+		}
+		marked, err := a.markReversed(ctx, rems[i], tx.ReversedBy, now)
+		if err != nil {
+			return false, err
+		}
+		if marked {
+			rems[i].Status, rems[i].ReversedBy, rems[i].ReversedAt = domain.RemittanceReversed, tx.ReversedBy, &now
+			reversed = true
+		}
+	}
+	return reversed, errors.Join(refused...)
+}
+
+// RemitReversedEvery is how often the tax service runs RemitReversed
+// (Service.Run): a remittance reversed in the ledger is remitted again
+// within it, not at the next remittance run (monthly).
+const RemitReversedEvery = 10 * time.Minute
+
+// RemitReversed is the periodic check of the remittances (every
+// RemitReversedEvery, and after a run's post met one reversed): it marks
+// reversed every remitted remittance whose ledger transaction a reversal
+// undid (releaseReversed), plans again the months holding a reversed
+// remittance and no other of its jurisdiction and currency
+// (replanReversed, after confirmPosted of their withholdings), and posts
+// the remittances of the months before the current one still pending. A
+// reversal was found only by the next remittance run (the 1st of the
+// month, or POST /v1/tax-remittances), the tax owed to the authority back
+// in tax:withheld and unpaid until then. It plans no month's first
+// remittance (the run does), and a check and a run side by side remit
+// nothing twice: marking, planning (under the remittance runs' lock, one
+// remittance of a period, jurisdiction and currency not reversed) and
+// posting (the remittance id is the ledger key) are each idempotent. It
+// returns the remittances it posted or left pending.
+func (a *App) RemitReversed(ctx context.Context) ([]domain.Remittance, error) {
+	now := a.Clock.Now()
+	current := a.TaxPeriods.At(now).ID
+	if err := a.releaseReversed(ctx, current, now); err != nil {
+		return nil, err
+	}
+	reversed, err := a.Store.ReversedUnplanned(ctx, current)
+	if err != nil {
+		return nil, err
+	}
+	if len(reversed) > 0 {
+		// The latest month's end bounds the withholdings looked up: those
+		// given back, and those a later run takes anyway.
+		last, err := a.TaxPeriods.Parse(reversed[len(reversed)-1])
+		if err != nil {
+			return nil, fmt.Errorf("period %q of a reversed remittance: %w", reversed[len(reversed)-1], err)
+		}
+		if _, err := a.confirmPosted(ctx, last.End); err != nil {
+			return nil, err
+		}
+		if err := a.replanReversed(ctx, reversed, now); err != nil {
+			return nil, err
+		}
+	}
+	pending, err := a.Store.PendingBefore(ctx, current)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.post(ctx, pending, now); err != nil {
+		return nil, err
+	}
+	return pending, nil
 }
 
 // releaseReversed looks up in the ledger the transaction of every
@@ -141,33 +232,37 @@ func (a *App) releaseReversed(ctx context.Context, period string, now time.Time)
 				a.Log.Error("a remitted tax remittance's key holds no ledger transaction, or another than the one it recorded: left as it is",
 					"remittance_id", r.ID, "transaction_id", r.TransactionID, "found", tx.ID)
 			case tx.Reversed:
-				marked, err := a.Store.MarkReversed(ctx, r.ID, tx.ReversedBy, now)
-				if err != nil {
+				if _, err := a.markReversed(ctx, r, tx.ReversedBy, now); err != nil {
 					return err
-				}
-				if marked {
-					a.Log.Warn("a tax remittance's ledger transaction was reversed: marked reversed, its tax remitted again by a new remittance of its period",
-						"remittance_id", r.ID, "period", r.Period, "transaction_id", r.TransactionID, "reversed_by", tx.ReversedBy,
-						"amount", r.Amount.String(), "currency", r.Currency)
 				}
 			}
 		}
 	}
 }
 
-// replanReversed plans again the months before period holding a reversed
-// remittance: its tax is its month's, whichever month's run found the
+// markReversed marks a remitted remittance reversed by the ledger
+// transaction reversedBy and gives its withholdings back to its period
+// (Store.MarkReversed), logging it; false when another run or check marked
+// it first.
+func (a *App) markReversed(ctx context.Context, r domain.Remittance, reversedBy string, now time.Time) (bool, error) {
+	marked, err := a.Store.MarkReversed(ctx, r.ID, reversedBy, now)
+	if marked {
+		a.Log.Warn("a tax remittance's ledger transaction was reversed: marked reversed, its tax remitted again by a new remittance of its period",
+			"remittance_id", r.ID, "period", r.Period, "transaction_id", r.TransactionID, "reversed_by", reversedBy,
+			"amount", r.Amount.String(), "currency", r.Currency)
+	}
+	return marked, err
+}
+
+// replanReversed plans again the months (Store.ReversedUnplanned) holding
+// a reversed remittance: its tax is its month's, whichever month's run found the
 // reversal (the schedule runs the month before only), and the new
 // remittance is then posted with the earlier months' still pending (the
 // period's own month is planned by its run). Planned with the run's own
 // month, it was reported as that month's tax. A month is planned again as
 // long as a reversed remittance of it has no other (a run that stopped
 // after the reversal was marked, settlements not posted yet).
-func (a *App) replanReversed(ctx context.Context, period string, now time.Time) error {
-	reversed, err := a.Store.ReversedUnplanned(ctx, period)
-	if err != nil {
-		return err
-	}
+func (a *App) replanReversed(ctx context.Context, reversed []string, now time.Time) error {
 	for _, q := range reversed {
 		qp, err := a.TaxPeriods.Parse(q)
 		if err != nil {

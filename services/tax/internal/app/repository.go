@@ -82,8 +82,9 @@ const MaxLookupKeys = 100
 // Ledger is what the tax service needs of the ledger service.
 type Ledger interface {
 	// PostRemittance posts a remittance (its Legs) with its id as the
-	// idempotency key and returns the ledger transaction id.
-	PostRemittance(ctx context.Context, r domain.Remittance) (string, error)
+	// idempotency key and returns the ledger transaction as the ledger
+	// holds it (a replay of the key: reversed when a reversal undid it).
+	PostRemittance(ctx context.Context, r domain.Remittance) (domain.PostedTx, error)
 	// Posted returns the transactions posted under keys (at most
 	// MaxLookupKeys), by key; a key nothing was posted under is absent.
 	// Settlements are posted under their withholding's key, remittances

@@ -22,10 +22,10 @@ type Ledger struct {
 var _ app.Ledger = Ledger{}
 
 // PostRemittance implements app.Ledger.
-func (l Ledger) PostRemittance(ctx context.Context, r domain.Remittance) (string, error) {
+func (l Ledger) PostRemittance(ctx context.Context, r domain.Remittance) (domain.PostedTx, error) {
 	cur, err := money.Lookup(r.Currency)
 	if err != nil {
-		return "", err
+		return domain.PostedTx{}, err
 	}
 	amt := cur.Format(r.Amount)
 	debit, credit := r.Legs()
@@ -39,9 +39,10 @@ func (l Ledger) PostRemittance(ctx context.Context, r domain.Remittance) (string
 		},
 	})
 	if err != nil {
-		return "", err
+		return domain.PostedTx{}, err
 	}
-	return resp.GetTransaction().GetTransactionId(), nil
+	t := resp.GetTransaction()
+	return domain.PostedTx{ID: t.GetTransactionId(), Reversed: t.GetReversedBy() != "", ReversedBy: t.GetReversedBy()}, nil
 }
 
 // Posted implements app.Ledger: the ledger's listing by idempotency keys.
