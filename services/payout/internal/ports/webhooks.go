@@ -89,10 +89,11 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 		now := d.Clock.Now()
 		status, errText, next := "delivered", "", now
 		if sendErr != nil {
-			// Cut whole characters: cut inside one, Postgres refused the
-			// text and the delivery's row was never updated (re-sent every
-			// lease, its attempts never counted, never given up).
-			errText = apperr.Clip(sendErr.Error(), deliveryErrorLenMax)
+			// Cut whole characters (deliveryError): cut inside one,
+			// Postgres refused the text and the delivery's row was never
+			// updated (re-sent every lease, its attempts never counted,
+			// never given up).
+			errText = deliveryError(sendErr)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
 			if dl.Attempts+1 >= deliveryAttemptsMax {
 				status = "failed"
