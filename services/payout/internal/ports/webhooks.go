@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -28,8 +30,8 @@ const (
 	deliveryBatchMax     = 2                // sent one after another: a claimed batch ends within its lease (2 × deliveryTimeout < deliveryLease)
 	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	deliveryTimeout      = 10 * time.Second
-	deliveryAttemptsMax  = 15          // then failed (kept in the log)
-	deliveryBackoffFirst = time.Second // doubling per attempt
+	deliveryRetryFor     = 72 * time.Hour // from the change, then failed (logged, counted, redeliverable); 15 attempts (3 h 08 min) left a receiver down for a day untold
+	deliveryBackoffFirst = time.Second    // doubling per attempt
 	deliveryBackoffMax   = time.Hour
 	deliveryIdle         = 500 * time.Millisecond
 	webhookSecretLenMin  = 16
@@ -41,6 +43,23 @@ const (
 	webhookGraceDefault  = 24 * time.Hour // a rotated-out secret signs beside the new one
 	webhookGraceMax      = domain.WebhookRotationGraceMax
 )
+
+// webhookDeliveries counts delivery attempts by outcome: a delivery given up
+// was seen only in its provider's delivery log, and a receiver down for
+// longer than the retries never learned of a change (a paid payout
+// returned).
+var webhookDeliveries = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_payout_webhook_deliveries_total",
+	Help: "Payout webhook delivery attempts by outcome: delivered, retry (failed, will be retried), " +
+		"failed (given up: its retry window passed; the provider can redeliver it).",
+}, []string{"outcome"})
+
+// Every outcome's series exists from the start (at 0), so increase() sees the first.
+func init() {
+	for _, o := range []string{"delivered", "retry", "failed"} {
+		webhookDeliveries.WithLabelValues(o)
+	}
+}
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
 type Deliverer struct {
@@ -95,12 +114,22 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 			// never given up).
 			errText = deliveryError(sendErr)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
-			if dl.Attempts+1 >= deliveryAttemptsMax {
+			if !now.Before(dl.CreatedAt.Add(deliveryRetryFor)) {
 				status = "failed"
 			}
 		}
 		if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
 			return len(ds), err
+		}
+		switch status {
+		case "delivered":
+			webhookDeliveries.WithLabelValues("delivered").Inc()
+		case "pending":
+			webhookDeliveries.WithLabelValues("retry").Inc()
+		default:
+			d.Log.Error("payout webhook delivery given up", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "payout_id", dl.PayoutID,
+				"event_id", dl.EventID, "attempts", dl.Attempts+1, "err", errText)
+			webhookDeliveries.WithLabelValues("failed").Inc()
 		}
 	}
 	return len(ds), nil
