@@ -114,7 +114,11 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 			// never given up).
 			errText = deliveryError(sendErr)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
-			if !now.Before(dl.CreatedAt.Add(deliveryRetryFor)) {
+			since := dl.CreatedAt
+			if dl.RedeliveredAt != nil { // sent again on request: retried as long again
+				since = *dl.RedeliveredAt
+			}
+			if !now.Before(since.Add(deliveryRetryFor)) {
 				status = "failed"
 			}
 		}
@@ -282,13 +286,60 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *payoutv1.ListWe
 		resp.NextPageToken = cursor.Encode(listing, cursor.FormatInt64(ds[n-1].ID))
 	}
 	for _, d := range ds {
-		out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
-			Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,
-			NextAttemptAt: timestamppb.New(d.NextAttemptAt), CreatedAt: timestamppb.New(d.CreatedAt)}
-		if d.DeliveredAt != nil {
-			out.DeliveredAt = timestamppb.New(*d.DeliveredAt)
-		}
-		resp.Deliveries = append(resp.Deliveries, out)
+		resp.Deliveries = append(resp.Deliveries, deliveryProto(d))
 	}
 	return resp, nil
+}
+
+func deliveryProto(d domain.Delivery) *payoutv1.WebhookDelivery {
+	out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
+		Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,
+		NextAttemptAt: timestamppb.New(d.NextAttemptAt), CreatedAt: timestamppb.New(d.CreatedAt)}
+	if d.DeliveredAt != nil {
+		out.DeliveredAt = timestamppb.New(*d.DeliveredAt)
+	}
+	if d.RedeliveredAt != nil {
+		out.RedeliveredAt = timestamppb.New(*d.RedeliveredAt)
+	}
+	return out
+}
+
+// DeleteWebhook implements PayoutService: nothing more is sent to the
+// webhook, its pending deliveries are canceled, and it leaves the
+// provider's cap. Removing it again answers the same.
+func (s *Server) DeleteWebhook(ctx context.Context, req *payoutv1.DeleteWebhookRequest) (*payoutv1.DeleteWebhookResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	checkProviderID(&v, req.ProviderId)
+	v.Check(req.WebhookId != "", "webhook_id", "required")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.Store.DeleteWebhook(ctx, req.ProviderId, req.WebhookId, s.Clock.Now()); err != nil {
+		return nil, err
+	}
+	return &payoutv1.DeleteWebhookResponse{}, nil
+}
+
+// RedeliverWebhookDelivery implements PayoutService: a delivery given up
+// is pending again from now, retried for deliveryRetryFor.
+func (s *Server) RedeliverWebhookDelivery(ctx context.Context, req *payoutv1.RedeliverWebhookDeliveryRequest) (*payoutv1.RedeliverWebhookDeliveryResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	checkProviderID(&v, req.ProviderId)
+	v.Check(req.WebhookId != "", "webhook_id", "required")
+	id, err := strconv.ParseInt(req.DeliveryId, 10, 64)
+	v.Check(err == nil && id > 0, "delivery_id", "want a delivery_id of the delivery log")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	d, err := s.Store.RedeliverDelivery(ctx, req.ProviderId, req.WebhookId, id, s.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.RedeliverWebhookDeliveryResponse{Delivery: deliveryProto(d)}, nil
 }

@@ -118,3 +118,24 @@ func TestWebhookDeliveryRetriedForDaysThenGivenUpCounted(t *testing.T) {
 		t.Errorf("gpubill_payout_webhook_deliveries_total{outcome=retry} rose by %v, want %d", got, attempts-1)
 	}
 }
+
+// A delivery given up and sent again on request (RedeliverDelivery) gets
+// its 3 days of retries from the request: counted from its change, it was
+// given up again after one attempt.
+func TestWebhookDeliveryRedeliveredRetriedForDaysAgain(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	id := r.addDelivery(t, "ev-1", t0)
+	if _, err := r.pool.Exec(context.Background(), `update payout.webhook_deliveries set status = 'failed', attempts = 80 where delivery_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(5 * 24 * time.Hour)
+	if _, err := r.store.RedeliverDelivery(context.Background(), "p-1", "wh-1", id, at); err != nil {
+		t.Fatal(err)
+	}
+	const window = 72 * time.Hour
+	status, attempts, settled := r.attemptUntilSettled(t, id, 500)
+	if status != "failed" || settled.Sub(at) < window || settled.Sub(at) > window+deliveryBackoffMax {
+		t.Fatalf("redelivered at %s: %s after %d attempts, %s after the request; want failed once %s had passed", at, status, attempts-80, settled.Sub(at), window)
+	}
+}
