@@ -466,6 +466,8 @@ func (s *Service) Policy() auth.Policy {
 		p + "GetPayoutSettings":           {auth.RoleFinance, auth.RoleAdmin, auth.RoleAuditor},
 		p + "UpdatePayoutSettings":        finance,
 		p + "ListWebhookDeliveries":       own,
+		p + "DeleteWebhook":               own,
+		p + "RedeliverWebhookDelivery":    own,
 		p + "ListPayoutBatches":           finance,
 		p + "GetPayoutBatch":              finance,
 		p + "GetPayoutBatchFile":          finance,

@@ -122,6 +122,8 @@ var expectedAccess = func() map[string][]string {
 		po + "GetPayoutSettings":                                      {"finance", "admin", "auditor"},
 		po + "UpdatePayoutSettings":                                   {"finance", "admin"},
 		po + "ListWebhookDeliveries":                                  {"finance", "admin", "provider"},
+		po + "DeleteWebhook":                                          {"finance", "admin", "provider"},
+		po + "RedeliverWebhookDelivery":                               {"finance", "admin", "provider"},
 		po + "ListPayoutBatches":                                      staff,
 		po + "GetPayoutBatch":                                         staff,
 		po + "GetPayoutBatchFile":                                     staff,

@@ -173,8 +173,9 @@ func wantSignature(secret, ts string, body []byte) string {
 // Webhooks are no SSRF hole: without GPUBILL_WEBHOOK_ALLOW_PRIVATE a URL on
 // loopback is a 400 naming url; a webhook whose host turns private later
 // (stored as if DNS had changed) is not sent to: a delivery fails with
-// the reason in the delivery log (the payout's later ones wait behind it)
-// and the receiver sees nothing.
+// the reason in the delivery log (the payout's later ones wait behind it),
+// which does not name the address (it did: the provider read the
+// platform's internal addresses from it), and the receiver sees nothing.
 func TestPayoutWebhookPrivateRefused(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, payout.Config{})
@@ -229,6 +230,11 @@ func TestPayoutWebhookPrivateRefused(t *testing.T) {
 				if !strings.Contains(d.LastError, "loopback") {
 					return false
 				}
+				// The provider reads the log: the address its host
+				// resolved to is not told (the platform's network).
+				if strings.Contains(d.LastError, "127.0.0.1") || strings.Contains(d.LastError, "::1") {
+					t.Fatalf("delivery %s: last error %q names the address", d.DeliveryId, d.LastError)
+				}
 				tried++
 			}
 		}
@@ -282,5 +288,64 @@ func TestPayoutWebhooksInOrder(t *testing.T) {
 	defer mu.Unlock()
 	if o := strings.Join(order, ">"); !strings.HasSuffix(o, "paid>returned") {
 		t.Errorf("deliveries accepted in the order %s; want returned after paid", o)
+	}
+}
+
+// The webhook routes a provider removes a subscription and resends a
+// delivery with, through the gateway: DELETE answers 200 again and again
+// (idempotent), another provider's token is refused, the removed webhook
+// is no longer listed; :redeliver of a delivery the webhook has none of is
+// a 404 and of a malformed id a 400 naming delivery_id.
+func TestPayoutWebhookRemoveAndRedeliverRoutes(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, payout.Config{WebhookAllowPrivate: true})
+	wh, err := st.s.API().CreateWebhook(as(auth.RoleProvider, "p-rm"), &payoutv1.CreateWebhookRequest{ProviderId: "p-rm",
+		Url: "http://127.0.0.1:9/hook", Secret: "whsec-0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(sub, method, path string) (int, string) {
+		t.Helper()
+		tok, err := auth.Issue(st.secret, auth.RoleProvider, sub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest(method, "http://"+st.http+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	hook := "/v1/providers/p-rm/webhooks/" + wh.Webhook.WebhookId
+	if code, body := call("p-other", "DELETE", hook); code != http.StatusForbidden {
+		t.Errorf("DELETE by another provider: %d %s", code, body)
+	}
+	for range 2 {
+		if code, body := call("p-rm", "DELETE", hook); code != http.StatusOK {
+			t.Fatalf("DELETE %s: %d %s", hook, code, body)
+		}
+	}
+	ws, err := st.s.API().ListWebhooks(as(auth.RoleProvider, "p-rm"), &payoutv1.ListWebhooksRequest{ProviderId: "p-rm"})
+	if err != nil || len(ws.Webhooks) != 0 {
+		t.Errorf("webhooks after the removal: %v, %v", ws, err)
+	}
+	if code, body := call("p-rm", "DELETE", "/v1/providers/p-rm/webhooks/wh_no_such_webhook"); code != http.StatusNotFound {
+		t.Errorf("DELETE of a webhook p-rm has none of: %d %s", code, body)
+	}
+	if code, body := call("p-rm", "POST", hook+"/deliveries/123:redeliver"); code != http.StatusNotFound {
+		t.Errorf("redeliver a delivery of a removed webhook: %d %s", code, body)
+	}
+	if code, body := call("p-rm", "POST", hook+"/deliveries/x1:redeliver"); code != http.StatusBadRequest || !strings.Contains(body, "delivery_id") {
+		t.Errorf("redeliver a malformed delivery id: %d %s", code, body)
 	}
 }

@@ -80,6 +80,14 @@ type Store interface {
 	CreateWebhook(ctx context.Context, w domain.Webhook, max int) (domain.Webhook, error)
 	ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error)
 	RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error)
+	// DeleteWebhook removes a provider's webhook (ErrNotFound if it has
+	// none of id; removing it again changes nothing): its pending
+	// deliveries are canceled, nothing more is queued for it.
+	DeleteWebhook(ctx context.Context, provider, id string, at time.Time) error
+	// RedeliverDelivery makes a failed delivery pending again, due at at
+	// and retried from then; a pending one is answered as it is, any
+	// other is ErrPrecondition.
+	RedeliverDelivery(ctx context.Context, provider, webhook string, id int64, at time.Time) (domain.Delivery, error)
 	// ListDeliveries is a page of a webhook's delivery log, newest first:
 	// at most limit deliveries older than before (0: from the newest).
 	ListDeliveries(ctx context.Context, provider, webhook string, before int64, limit int) ([]domain.Delivery, error)

@@ -84,6 +84,9 @@ type Delivery struct {
 	LastError                string
 	NextAttemptAt, CreatedAt time.Time
 	DeliveredAt              *time.Time
+	// RedeliveredAt is when it was last sent again on request (nil if
+	// never): its retries count from then, not from CreatedAt.
+	RedeliveredAt *time.Time
 }
 
 // LedgerTransfer is one ledger transaction of a payout's step: Debit and

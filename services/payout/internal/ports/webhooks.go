@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -28,8 +30,8 @@ const (
 	deliveryBatchMax     = 2                // sent one after another: a claimed batch ends within its lease (2 × deliveryTimeout < deliveryLease)
 	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	deliveryTimeout      = 10 * time.Second
-	deliveryAttemptsMax  = 15          // then failed (kept in the log)
-	deliveryBackoffFirst = time.Second // doubling per attempt
+	deliveryRetryFor     = 72 * time.Hour // from the change, then failed (logged, counted, redeliverable); 15 attempts (3 h 08 min) left a receiver down for a day untold
+	deliveryBackoffFirst = time.Second    // doubling per attempt
 	deliveryBackoffMax   = time.Hour
 	deliveryIdle         = 500 * time.Millisecond
 	webhookSecretLenMin  = 16
@@ -41,6 +43,23 @@ const (
 	webhookGraceDefault  = 24 * time.Hour // a rotated-out secret signs beside the new one
 	webhookGraceMax      = domain.WebhookRotationGraceMax
 )
+
+// webhookDeliveries counts delivery attempts by outcome: a delivery given up
+// was seen only in its provider's delivery log, and a receiver down for
+// longer than the retries never learned of a change (a paid payout
+// returned).
+var webhookDeliveries = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_payout_webhook_deliveries_total",
+	Help: "Payout webhook delivery attempts by outcome: delivered, retry (failed, will be retried), " +
+		"failed (given up: its retry window passed; the provider can redeliver it).",
+}, []string{"outcome"})
+
+// Every outcome's series exists from the start (at 0), so increase() sees the first.
+func init() {
+	for _, o := range []string{"delivered", "retry", "failed"} {
+		webhookDeliveries.WithLabelValues(o)
+	}
+}
 
 // Deliverer sends webhook deliveries until they get a 2xx, with backoff.
 type Deliverer struct {
@@ -89,17 +108,32 @@ func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
 		now := d.Clock.Now()
 		status, errText, next := "delivered", "", now
 		if sendErr != nil {
-			// Cut whole characters: cut inside one, Postgres refused the
-			// text and the delivery's row was never updated (re-sent every
-			// lease, its attempts never counted, never given up).
-			errText = apperr.Clip(sendErr.Error(), deliveryErrorLenMax)
+			// Cut whole characters (deliveryError): cut inside one,
+			// Postgres refused the text and the delivery's row was never
+			// updated (re-sent every lease, its attempts never counted,
+			// never given up).
+			errText = deliveryError(sendErr)
 			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
-			if dl.Attempts+1 >= deliveryAttemptsMax {
+			since := dl.CreatedAt
+			if dl.RedeliveredAt != nil { // sent again on request: retried as long again
+				since = *dl.RedeliveredAt
+			}
+			if !now.Before(since.Add(deliveryRetryFor)) {
 				status = "failed"
 			}
 		}
 		if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
 			return len(ds), err
+		}
+		switch status {
+		case "delivered":
+			webhookDeliveries.WithLabelValues("delivered").Inc()
+		case "pending":
+			webhookDeliveries.WithLabelValues("retry").Inc()
+		default:
+			d.Log.Error("payout webhook delivery given up", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "payout_id", dl.PayoutID,
+				"event_id", dl.EventID, "attempts", dl.Attempts+1, "err", errText)
+			webhookDeliveries.WithLabelValues("failed").Inc()
 		}
 	}
 	return len(ds), nil
@@ -252,13 +286,60 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *payoutv1.ListWe
 		resp.NextPageToken = cursor.Encode(listing, cursor.FormatInt64(ds[n-1].ID))
 	}
 	for _, d := range ds {
-		out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
-			Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,
-			NextAttemptAt: timestamppb.New(d.NextAttemptAt), CreatedAt: timestamppb.New(d.CreatedAt)}
-		if d.DeliveredAt != nil {
-			out.DeliveredAt = timestamppb.New(*d.DeliveredAt)
-		}
-		resp.Deliveries = append(resp.Deliveries, out)
+		resp.Deliveries = append(resp.Deliveries, deliveryProto(d))
 	}
 	return resp, nil
+}
+
+func deliveryProto(d domain.Delivery) *payoutv1.WebhookDelivery {
+	out := &payoutv1.WebhookDelivery{DeliveryId: strconv.FormatInt(d.ID, 10), WebhookId: d.WebhookID, EventId: d.EventID, PayoutId: d.PayoutID,
+		Status: d.Status, Attempts: int32(d.Attempts), LastStatusCode: int32(d.LastStatusCode), LastError: d.LastError,
+		NextAttemptAt: timestamppb.New(d.NextAttemptAt), CreatedAt: timestamppb.New(d.CreatedAt)}
+	if d.DeliveredAt != nil {
+		out.DeliveredAt = timestamppb.New(*d.DeliveredAt)
+	}
+	if d.RedeliveredAt != nil {
+		out.RedeliveredAt = timestamppb.New(*d.RedeliveredAt)
+	}
+	return out
+}
+
+// DeleteWebhook implements PayoutService: nothing more is sent to the
+// webhook, its pending deliveries are canceled, and it leaves the
+// provider's cap. Removing it again answers the same.
+func (s *Server) DeleteWebhook(ctx context.Context, req *payoutv1.DeleteWebhookRequest) (*payoutv1.DeleteWebhookResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	checkProviderID(&v, req.ProviderId)
+	v.Check(req.WebhookId != "", "webhook_id", "required")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.Store.DeleteWebhook(ctx, req.ProviderId, req.WebhookId, s.Clock.Now()); err != nil {
+		return nil, err
+	}
+	return &payoutv1.DeleteWebhookResponse{}, nil
+}
+
+// RedeliverWebhookDelivery implements PayoutService: a delivery given up
+// is pending again from now, retried for deliveryRetryFor.
+func (s *Server) RedeliverWebhookDelivery(ctx context.Context, req *payoutv1.RedeliverWebhookDeliveryRequest) (*payoutv1.RedeliverWebhookDeliveryResponse, error) {
+	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	checkProviderID(&v, req.ProviderId)
+	v.Check(req.WebhookId != "", "webhook_id", "required")
+	id, err := strconv.ParseInt(req.DeliveryId, 10, 64)
+	v.Check(err == nil && id > 0, "delivery_id", "want a delivery_id of the delivery log")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	d, err := s.Store.RedeliverDelivery(ctx, req.ProviderId, req.WebhookId, id, s.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.RedeliverWebhookDeliveryResponse{Delivery: deliveryProto(d)}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // WebhookGuard keeps webhook deliveries off the platform's own network
@@ -128,15 +130,36 @@ func forbiddenAddr(a netip.Addr) string {
 // errForbiddenAddr marks a webhook address refused by the guard.
 var errForbiddenAddr = errors.New("webhook address not allowed")
 
+// forbiddenAddrError is a host refused by the guard and why (forbiddenAddr).
+type forbiddenAddrError struct{ host, why string }
+
+// The address is not named: a provider would read the platform's internal
+// network from it, host by host.
+func (e *forbiddenAddrError) Error() string {
+	return fmt.Sprintf("%s resolves to an address webhooks may not reach (%s): %v", e.host, e.why, errForbiddenAddr)
+}
+
+func (e *forbiddenAddrError) Unwrap() error { return errForbiddenAddr }
+
+// deliveryError is what the delivery log keeps of a failed attempt. A
+// refused address is a fixed text with why: the dial's error names the
+// address the host resolved to (the platform's network, in a log the
+// provider reads).
+func deliveryError(err error) string {
+	var fe *forbiddenAddrError
+	if errors.As(err, &fe) {
+		return "receiver address not allowed (" + fe.why + ")"
+	}
+	return apperr.Clip(err.Error(), deliveryErrorLenMax)
+}
+
 // checkAddr refuses a forbidden address unless AllowPrivate.
 func (g WebhookGuard) checkAddr(host string, a netip.Addr) error {
 	if g.AllowPrivate {
 		return nil
 	}
 	if why := forbiddenAddr(a); why != "" {
-		// The address is not named: a provider would read the platform's
-		// internal network from it, host by host.
-		return fmt.Errorf("%s resolves to an address webhooks may not reach (%s): %w", host, why, errForbiddenAddr)
+		return &forbiddenAddrError{host: host, why: why}
 	}
 	return nil
 }

@@ -2389,15 +2389,18 @@ type WebhookDelivery struct {
 	WebhookId      string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
 	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"` // payout id, version and restore epoch: payout-{id}-v{version}-r{epoch}
 	PayoutId       string                 `protobuf:"bytes,4,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
-	Status         string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"` // pending | delivered | failed (gave up)
+	Status         string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"` // pending | delivered | failed (gave up after 3 days) | canceled (its webhook removed)
 	Attempts       int32                  `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	LastStatusCode int32                  `protobuf:"varint,7,opt,name=last_status_code,json=lastStatusCode,proto3" json:"last_status_code,omitempty"`
 	LastError      string                 `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	NextAttemptAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	DeliveredAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
 	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When it was last sent again on request (RedeliverWebhookDelivery):
+	// its 3 days of retries count from then. Unset if never.
+	RedeliveredAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=redelivered_at,json=redeliveredAt,proto3" json:"redelivered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WebhookDelivery) Reset() {
@@ -2503,6 +2506,13 @@ func (x *WebhookDelivery) GetDeliveredAt() *timestamppb.Timestamp {
 func (x *WebhookDelivery) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetRedeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RedeliveredAt
 	}
 	return nil
 }
@@ -2627,6 +2637,198 @@ func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type DeleteWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	WebhookId     string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookRequest) Reset() {
+	*x = DeleteWebhookRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookRequest) ProtoMessage() {}
+
+func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteWebhookRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *DeleteWebhookRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+type DeleteWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookResponse) Reset() {
+	*x = DeleteWebhookResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookResponse) ProtoMessage() {}
+
+func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
+}
+
+type RedeliverWebhookDeliveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	WebhookId     string                 `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	DeliveryId    string                 `protobuf:"bytes,3,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedeliverWebhookDeliveryRequest) Reset() {
+	*x = RedeliverWebhookDeliveryRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedeliverWebhookDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedeliverWebhookDeliveryRequest) ProtoMessage() {}
+
+func (x *RedeliverWebhookDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedeliverWebhookDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*RedeliverWebhookDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RedeliverWebhookDeliveryRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *RedeliverWebhookDeliveryRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *RedeliverWebhookDeliveryRequest) GetDeliveryId() string {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return ""
+}
+
+type RedeliverWebhookDeliveryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Delivery      *WebhookDelivery       `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedeliverWebhookDeliveryResponse) Reset() {
+	*x = RedeliverWebhookDeliveryResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedeliverWebhookDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedeliverWebhookDeliveryResponse) ProtoMessage() {}
+
+func (x *RedeliverWebhookDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedeliverWebhookDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*RedeliverWebhookDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RedeliverWebhookDeliveryResponse) GetDelivery() *WebhookDelivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
 type ListPayoutBatchesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 50, at most 500
@@ -2637,7 +2839,7 @@ type ListPayoutBatchesRequest struct {
 
 func (x *ListPayoutBatchesRequest) Reset() {
 	*x = ListPayoutBatchesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2851,7 @@ func (x *ListPayoutBatchesRequest) String() string {
 func (*ListPayoutBatchesRequest) ProtoMessage() {}
 
 func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2864,7 @@ func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
@@ -2689,7 +2891,7 @@ type ListPayoutBatchesResponse struct {
 
 func (x *ListPayoutBatchesResponse) Reset() {
 	*x = ListPayoutBatchesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2903,7 @@ func (x *ListPayoutBatchesResponse) String() string {
 func (*ListPayoutBatchesResponse) ProtoMessage() {}
 
 func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2916,7 @@ func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
@@ -2743,7 +2945,7 @@ type PayoutBatchTotal struct {
 
 func (x *PayoutBatchTotal) Reset() {
 	*x = PayoutBatchTotal{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2957,7 @@ func (x *PayoutBatchTotal) String() string {
 func (*PayoutBatchTotal) ProtoMessage() {}
 
 func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2970,7 @@ func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
 func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PayoutBatchTotal) GetCurrency() string {
@@ -2812,7 +3014,7 @@ type PayoutBatch struct {
 
 func (x *PayoutBatch) Reset() {
 	*x = PayoutBatch{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3026,7 @@ func (x *PayoutBatch) String() string {
 func (*PayoutBatch) ProtoMessage() {}
 
 func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3039,7 @@ func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
 func (*PayoutBatch) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PayoutBatch) GetBatchId() string {
@@ -2919,7 +3121,7 @@ type GetPayoutBatchRequest struct {
 
 func (x *GetPayoutBatchRequest) Reset() {
 	*x = GetPayoutBatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3133,7 @@ func (x *GetPayoutBatchRequest) String() string {
 func (*GetPayoutBatchRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3146,7 @@ func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetPayoutBatchRequest) GetBatchId() string {
@@ -2963,7 +3165,7 @@ type GetPayoutBatchResponse struct {
 
 func (x *GetPayoutBatchResponse) Reset() {
 	*x = GetPayoutBatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3177,7 @@ func (x *GetPayoutBatchResponse) String() string {
 func (*GetPayoutBatchResponse) ProtoMessage() {}
 
 func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3190,7 @@ func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
@@ -3007,7 +3209,7 @@ type GetPayoutBatchFileRequest struct {
 
 func (x *GetPayoutBatchFileRequest) Reset() {
 	*x = GetPayoutBatchFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3221,7 @@ func (x *GetPayoutBatchFileRequest) String() string {
 func (*GetPayoutBatchFileRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3234,7 @@ func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetPayoutBatchFileRequest) GetBatchId() string {
@@ -3052,7 +3254,7 @@ type ImportBankFileRequest struct {
 
 func (x *ImportBankFileRequest) Reset() {
 	*x = ImportBankFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3266,7 @@ func (x *ImportBankFileRequest) String() string {
 func (*ImportBankFileRequest) ProtoMessage() {}
 
 func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3279,7 @@ func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
 func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ImportBankFileRequest) GetContent() string {
@@ -3112,7 +3314,7 @@ type BankFileEntry struct {
 
 func (x *BankFileEntry) Reset() {
 	*x = BankFileEntry{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3326,7 @@ func (x *BankFileEntry) String() string {
 func (*BankFileEntry) ProtoMessage() {}
 
 func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3339,7 @@ func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
 func (*BankFileEntry) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BankFileEntry) GetElement() string {
@@ -3197,7 +3399,7 @@ type GetBankFileRestoreHoldRequest struct {
 
 func (x *GetBankFileRestoreHoldRequest) Reset() {
 	*x = GetBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3411,7 @@ func (x *GetBankFileRestoreHoldRequest) String() string {
 func (*GetBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3424,7 @@ func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
 }
 
 type GetBankFileRestoreHoldResponse struct {
@@ -3234,7 +3436,7 @@ type GetBankFileRestoreHoldResponse struct {
 
 func (x *GetBankFileRestoreHoldResponse) Reset() {
 	*x = GetBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3448,7 @@ func (x *GetBankFileRestoreHoldResponse) String() string {
 func (*GetBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3461,7 @@ func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3277,7 +3479,7 @@ type ReleaseBankFileRestoreHoldRequest struct {
 
 func (x *ReleaseBankFileRestoreHoldRequest) Reset() {
 	*x = ReleaseBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3491,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) String() string {
 func (*ReleaseBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3504,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ReleaseBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
 }
 
 type ReleaseBankFileRestoreHoldResponse struct {
@@ -3314,7 +3516,7 @@ type ReleaseBankFileRestoreHoldResponse struct {
 
 func (x *ReleaseBankFileRestoreHoldResponse) Reset() {
 	*x = ReleaseBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3528,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) String() string {
 func (*ReleaseBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3541,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ReleaseBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReleaseBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3366,7 +3568,7 @@ type BankFileRestoreHold struct {
 
 func (x *BankFileRestoreHold) Reset() {
 	*x = BankFileRestoreHold{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3580,7 @@ func (x *BankFileRestoreHold) String() string {
 func (*BankFileRestoreHold) ProtoMessage() {}
 
 func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3593,7 @@ func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileRestoreHold.ProtoReflect.Descriptor instead.
 func (*BankFileRestoreHold) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BankFileRestoreHold) GetHeld() bool {
@@ -3468,7 +3670,7 @@ type ResolveBankTransferRequest struct {
 
 func (x *ResolveBankTransferRequest) Reset() {
 	*x = ResolveBankTransferRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3682,7 @@ func (x *ResolveBankTransferRequest) String() string {
 func (*ResolveBankTransferRequest) ProtoMessage() {}
 
 func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3695,7 @@ func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferRequest.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResolveBankTransferRequest) GetEndToEndId() string {
@@ -3547,7 +3749,7 @@ type ResolveBankTransferResponse struct {
 
 func (x *ResolveBankTransferResponse) Reset() {
 	*x = ResolveBankTransferResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3761,7 @@ func (x *ResolveBankTransferResponse) String() string {
 func (*ResolveBankTransferResponse) ProtoMessage() {}
 
 func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3774,7 @@ func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferResponse.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResolveBankTransferResponse) GetReview() *BankTransferReview {
@@ -3606,7 +3808,7 @@ type BankTransferReview struct {
 
 func (x *BankTransferReview) Reset() {
 	*x = BankTransferReview{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3820,7 @@ func (x *BankTransferReview) String() string {
 func (*BankTransferReview) ProtoMessage() {}
 
 func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3833,7 @@ func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankTransferReview.ProtoReflect.Descriptor instead.
 func (*BankTransferReview) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{57}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BankTransferReview) GetEndToEndId() string {
@@ -3756,7 +3958,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +3970,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +3983,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{58}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -4039,7 +4241,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\"N\n" +
 	"\x14ListWebhooksResponse\x126\n" +
-	"\bwebhooks\x18\x01 \x03(\v2\x1a.gpubill.payout.v1.WebhookR\bwebhooks\"\xc4\x03\n" +
+	"\bwebhooks\x18\x01 \x03(\v2\x1a.gpubill.payout.v1.WebhookR\bwebhooks\"\x87\x04\n" +
 	"\x0fWebhookDelivery\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
 	"deliveryId\x12\x1d\n" +
@@ -4056,7 +4258,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\fdelivered_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x9a\x01\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12A\n" +
+	"\x0eredelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rredeliveredAt\"\x9a\x01\n" +
 	"\x1cListWebhookDeliveriesRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x1d\n" +
@@ -4070,6 +4273,21 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"deliveries\x18\x01 \x03(\v2\".gpubill.payout.v1.WebhookDeliveryR\n" +
 	"deliveries\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x14DeleteWebhookRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\"\x17\n" +
+	"\x15DeleteWebhookResponse\"\x82\x01\n" +
+	"\x1fRedeliverWebhookDeliveryRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x1f\n" +
+	"\vdelivery_id\x18\x03 \x01(\tR\n" +
+	"deliveryId\"b\n" +
+	" RedeliverWebhookDeliveryResponse\x12>\n" +
+	"\bdelivery\x18\x01 \x01(\v2\".gpubill.payout.v1.WebhookDeliveryR\bdelivery\"V\n" +
 	"\x18ListPayoutBatchesRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -4182,7 +4400,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\xf0\x1b\n" +
+	"notApplied2\x81\x1f\n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -4198,7 +4416,9 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x11GetPayoutSettings\x12+.gpubill.payout.v1.GetPayoutSettingsRequest\x1a,.gpubill.payout.v1.GetPayoutSettingsResponse\"%\x82\xd3\xe4\x93\x02\x1fb\bsettings\x12\x13/v1/payout-settings\x12\xa1\x01\n" +
 	"\x14UpdatePayoutSettings\x12..gpubill.payout.v1.UpdatePayoutSettingsRequest\x1a/.gpubill.payout.v1.UpdatePayoutSettingsResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\bsettings2\x13/v1/payout-settings\x12\x8d\x01\n" +
 	"\fListWebhooks\x12&.gpubill.payout.v1.ListWebhooksRequest\x1a'.gpubill.payout.v1.ListWebhooksResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/providers/{provider_id}/webhooks\x12\xc0\x01\n" +
-	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries\x12\x8a\x01\n" +
+	"\x15ListWebhookDeliveries\x12/.gpubill.payout.v1.ListWebhookDeliveriesRequest\x1a0.gpubill.payout.v1.ListWebhookDeliveriesResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries\x12\x9d\x01\n" +
+	"\rDeleteWebhook\x12'.gpubill.payout.v1.DeleteWebhookRequest\x1a(.gpubill.payout.v1.DeleteWebhookResponse\"9\x82\xd3\xe4\x93\x023*1/v1/providers/{provider_id}/webhooks/{webhook_id}\x12\xee\x01\n" +
+	"\x18RedeliverWebhookDelivery\x122.gpubill.payout.v1.RedeliverWebhookDeliveryRequest\x1a3.gpubill.payout.v1.RedeliverWebhookDeliveryResponse\"i\x82\xd3\xe4\x93\x02c:\x01*b\bdelivery\"T/v1/providers/{provider_id}/webhooks/{webhook_id}/deliveries/{delivery_id}:redeliver\x12\x8a\x01\n" +
 	"\x11ListPayoutBatches\x12+.gpubill.payout.v1.ListPayoutBatchesRequest\x1a,.gpubill.payout.v1.ListPayoutBatchesResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/payout-batches\x12\x93\x01\n" +
 	"\x0eGetPayoutBatch\x12(.gpubill.payout.v1.GetPayoutBatchRequest\x1a).gpubill.payout.v1.GetPayoutBatchResponse\",\x82\xd3\xe4\x93\x02&b\x05batch\x12\x1d/v1/payout-batches/{batch_id}\x12\x84\x01\n" +
 	"\x12GetPayoutBatchFile\x12,.gpubill.payout.v1.GetPayoutBatchFileRequest\x1a\x14.google.api.HttpBody\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/payout-batches/{batch_id}/file\x12\x80\x01\n" +
@@ -4219,7 +4439,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),                  // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                              // 1: gpubill.payout.v1.Payout
@@ -4262,129 +4482,139 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*WebhookDelivery)(nil),                     // 38: gpubill.payout.v1.WebhookDelivery
 	(*ListWebhookDeliveriesRequest)(nil),        // 39: gpubill.payout.v1.ListWebhookDeliveriesRequest
 	(*ListWebhookDeliveriesResponse)(nil),       // 40: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*ListPayoutBatchesRequest)(nil),            // 41: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),           // 42: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),                    // 43: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                         // 44: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),               // 45: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),              // 46: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),           // 47: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),               // 48: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                       // 49: gpubill.payout.v1.BankFileEntry
-	(*GetBankFileRestoreHoldRequest)(nil),       // 50: gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	(*GetBankFileRestoreHoldResponse)(nil),      // 51: gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	(*ReleaseBankFileRestoreHoldRequest)(nil),   // 52: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	(*ReleaseBankFileRestoreHoldResponse)(nil),  // 53: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	(*BankFileRestoreHold)(nil),                 // 54: gpubill.payout.v1.BankFileRestoreHold
-	(*ResolveBankTransferRequest)(nil),          // 55: gpubill.payout.v1.ResolveBankTransferRequest
-	(*ResolveBankTransferResponse)(nil),         // 56: gpubill.payout.v1.ResolveBankTransferResponse
-	(*BankTransferReview)(nil),                  // 57: gpubill.payout.v1.BankTransferReview
-	(*ImportBankFileResponse)(nil),              // 58: gpubill.payout.v1.ImportBankFileResponse
-	nil,                                         // 59: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	(*timestamppb.Timestamp)(nil),               // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                 // 61: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),                   // 62: google.api.HttpBody
+	(*DeleteWebhookRequest)(nil),                // 41: gpubill.payout.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),               // 42: gpubill.payout.v1.DeleteWebhookResponse
+	(*RedeliverWebhookDeliveryRequest)(nil),     // 43: gpubill.payout.v1.RedeliverWebhookDeliveryRequest
+	(*RedeliverWebhookDeliveryResponse)(nil),    // 44: gpubill.payout.v1.RedeliverWebhookDeliveryResponse
+	(*ListPayoutBatchesRequest)(nil),            // 45: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),           // 46: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),                    // 47: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                         // 48: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),               // 49: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),              // 50: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),           // 51: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),               // 52: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                       // 53: gpubill.payout.v1.BankFileEntry
+	(*GetBankFileRestoreHoldRequest)(nil),       // 54: gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	(*GetBankFileRestoreHoldResponse)(nil),      // 55: gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	(*ReleaseBankFileRestoreHoldRequest)(nil),   // 56: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	(*ReleaseBankFileRestoreHoldResponse)(nil),  // 57: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	(*BankFileRestoreHold)(nil),                 // 58: gpubill.payout.v1.BankFileRestoreHold
+	(*ResolveBankTransferRequest)(nil),          // 59: gpubill.payout.v1.ResolveBankTransferRequest
+	(*ResolveBankTransferResponse)(nil),         // 60: gpubill.payout.v1.ResolveBankTransferResponse
+	(*BankTransferReview)(nil),                  // 61: gpubill.payout.v1.BankTransferReview
+	(*ImportBankFileResponse)(nil),              // 62: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                         // 63: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),               // 64: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                 // 65: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),                   // 66: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	60, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	64, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	60, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	60, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	64, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	60, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	64, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
 	14, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 10: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse.payout:type_name -> gpubill.payout.v1.Payout
-	60, // 11: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	60, // 12: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 11: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 12: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 14: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
 	14, // 15: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	15, // 16: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	60, // 17: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	60, // 18: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	60, // 19: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	64, // 17: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	64, // 18: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	64, // 19: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	24, // 20: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	28, // 21: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
 	29, // 22: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
-	60, // 23: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	64, // 23: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
 	27, // 24: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	59, // 25: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	63, // 25: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
 	27, // 26: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	61, // 27: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	65, // 27: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
 	24, // 28: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
 	24, // 29: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	60, // 30: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	60, // 31: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	60, // 32: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	38, // 33: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	44, // 34: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	60, // 35: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
-	43, // 36: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	60, // 37: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	60, // 38: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
-	44, // 39: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	54, // 40: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	54, // 41: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	60, // 42: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
-	60, // 43: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
-	57, // 44: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
-	57, // 45: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
-	60, // 46: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
-	60, // 47: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
-	60, // 48: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	49, // 49: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	16, // 50: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	18, // 51: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	20, // 52: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	22, // 53: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 54: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 55: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 56: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 57: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:input_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
-	12, // 58: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	25, // 59: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	34, // 60: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	30, // 61: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
-	32, // 62: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
-	36, // 63: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	39, // 64: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	41, // 65: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	45, // 66: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	47, // 67: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	48, // 68: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	50, // 69: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	52, // 70: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	55, // 71: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
-	17, // 72: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	19, // 73: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	21, // 74: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	23, // 75: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 76: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 77: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 78: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 79: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:output_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
-	13, // 80: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	26, // 81: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	35, // 82: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	31, // 83: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
-	33, // 84: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
-	37, // 85: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	40, // 86: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	42, // 87: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	46, // 88: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	62, // 89: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	58, // 90: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	51, // 91: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	53, // 92: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	56, // 93: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
-	72, // [72:94] is the sub-list for method output_type
-	50, // [50:72] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	64, // 30: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	64, // 31: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	64, // 32: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	64, // 33: gpubill.payout.v1.WebhookDelivery.redelivered_at:type_name -> google.protobuf.Timestamp
+	38, // 34: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	38, // 35: gpubill.payout.v1.RedeliverWebhookDeliveryResponse.delivery:type_name -> gpubill.payout.v1.WebhookDelivery
+	48, // 36: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	64, // 37: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	47, // 38: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	64, // 39: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	64, // 40: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	48, // 41: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	58, // 42: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	58, // 43: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	64, // 44: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
+	64, // 45: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
+	61, // 46: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
+	61, // 47: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
+	64, // 48: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
+	64, // 49: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
+	64, // 50: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	53, // 51: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	16, // 52: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	18, // 53: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	20, // 54: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	22, // 55: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 56: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 57: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 58: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 59: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:input_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
+	12, // 60: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	25, // 61: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	34, // 62: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	30, // 63: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	32, // 64: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	36, // 65: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	39, // 66: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	41, // 67: gpubill.payout.v1.PayoutService.DeleteWebhook:input_type -> gpubill.payout.v1.DeleteWebhookRequest
+	43, // 68: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:input_type -> gpubill.payout.v1.RedeliverWebhookDeliveryRequest
+	45, // 69: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	49, // 70: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	51, // 71: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	52, // 72: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	54, // 73: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	56, // 74: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	59, // 75: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
+	17, // 76: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	19, // 77: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	21, // 78: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	23, // 79: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 80: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 81: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 82: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 83: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:output_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
+	13, // 84: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	26, // 85: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	35, // 86: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	31, // 87: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	33, // 88: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	37, // 89: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	40, // 90: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	42, // 91: gpubill.payout.v1.PayoutService.DeleteWebhook:output_type -> gpubill.payout.v1.DeleteWebhookResponse
+	44, // 92: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:output_type -> gpubill.payout.v1.RedeliverWebhookDeliveryResponse
+	46, // 93: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	50, // 94: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	66, // 95: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	62, // 96: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	55, // 97: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	57, // 98: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	60, // 99: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
+	76, // [76:100] is the sub-list for method output_type
+	52, // [52:76] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -4399,7 +4629,7 @@ func file_gpubill_payout_v1_payout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,8 @@ const (
 	PayoutService_UpdatePayoutSettings_FullMethodName        = "/gpubill.payout.v1.PayoutService/UpdatePayoutSettings"
 	PayoutService_ListWebhooks_FullMethodName                = "/gpubill.payout.v1.PayoutService/ListWebhooks"
 	PayoutService_ListWebhookDeliveries_FullMethodName       = "/gpubill.payout.v1.PayoutService/ListWebhookDeliveries"
+	PayoutService_DeleteWebhook_FullMethodName               = "/gpubill.payout.v1.PayoutService/DeleteWebhook"
+	PayoutService_RedeliverWebhookDelivery_FullMethodName    = "/gpubill.payout.v1.PayoutService/RedeliverWebhookDelivery"
 	PayoutService_ListPayoutBatches_FullMethodName           = "/gpubill.payout.v1.PayoutService/ListPayoutBatches"
 	PayoutService_GetPayoutBatch_FullMethodName              = "/gpubill.payout.v1.PayoutService/GetPayoutBatch"
 	PayoutService_GetPayoutBatchFile_FullMethodName          = "/gpubill.payout.v1.PayoutService/GetPayoutBatchFile"
@@ -98,7 +100,8 @@ type PayoutServiceClient interface {
 	// Subscribes a URL to the provider's payout status changes. Each delivery
 	// is a POST of the change (JSON) with the headers Gpubill-Timestamp (unix
 	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
-	// timestamp + "." + body)); retried with backoff until a 2xx.
+	// timestamp + "." + body)); retried with backoff until a 2xx, for 3 days
+	// (then failed: RedeliverWebhookDelivery sends it again).
 	CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error)
 	// Replaces a webhook's secret (kept encrypted; answered masked). During
 	// the grace period (grace_period; unset: the payout setting
@@ -121,6 +124,17 @@ type PayoutServiceClient interface {
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
+	// Removes a webhook subscription: no status change is sent to it from
+	// then on, and its deliveries still pending are not sent (canceled in
+	// its log). It no longer counts towards the 10 a provider may have.
+	// Removing it again answers the same.
+	DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error)
+	// Sends a delivery given up (failed) again: pending from now, retried
+	// for 3 days as a new one is. One already pending answers as it is; a
+	// delivered or canceled one is a failed precondition. A payout's later
+	// changes already sent are not sent again: the receiver orders a
+	// payout's events by their "at".
+	RedeliverWebhookDelivery(ctx context.Context, in *RedeliverWebhookDeliveryRequest, opts ...grpc.CallOption) (*RedeliverWebhookDeliveryResponse, error)
 	// Bank-file rail: the daily ISO 20022 pain.001 payment batches, newest
 	// first (finance).
 	ListPayoutBatches(ctx context.Context, in *ListPayoutBatchesRequest, opts ...grpc.CallOption) (*ListPayoutBatchesResponse, error)
@@ -332,6 +346,26 @@ func (c *payoutServiceClient) ListWebhookDeliveries(ctx context.Context, in *Lis
 	return out, nil
 }
 
+func (c *payoutServiceClient) DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteWebhookResponse)
+	err := c.cc.Invoke(ctx, PayoutService_DeleteWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) RedeliverWebhookDelivery(ctx context.Context, in *RedeliverWebhookDeliveryRequest, opts ...grpc.CallOption) (*RedeliverWebhookDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedeliverWebhookDeliveryResponse)
+	err := c.cc.Invoke(ctx, PayoutService_RedeliverWebhookDelivery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *payoutServiceClient) ListPayoutBatches(ctx context.Context, in *ListPayoutBatchesRequest, opts ...grpc.CallOption) (*ListPayoutBatchesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListPayoutBatchesResponse)
@@ -451,7 +485,8 @@ type PayoutServiceServer interface {
 	// Subscribes a URL to the provider's payout status changes. Each delivery
 	// is a POST of the change (JSON) with the headers Gpubill-Timestamp (unix
 	// seconds) and Gpubill-Signature: "v1=" + hex(HMAC-SHA256(secret,
-	// timestamp + "." + body)); retried with backoff until a 2xx.
+	// timestamp + "." + body)); retried with backoff until a 2xx, for 3 days
+	// (then failed: RedeliverWebhookDelivery sends it again).
 	CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error)
 	// Replaces a webhook's secret (kept encrypted; answered masked). During
 	// the grace period (grace_period; unset: the payout setting
@@ -474,6 +509,17 @@ type PayoutServiceServer interface {
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// The delivery log of a provider's webhooks, newest first.
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
+	// Removes a webhook subscription: no status change is sent to it from
+	// then on, and its deliveries still pending are not sent (canceled in
+	// its log). It no longer counts towards the 10 a provider may have.
+	// Removing it again answers the same.
+	DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error)
+	// Sends a delivery given up (failed) again: pending from now, retried
+	// for 3 days as a new one is. One already pending answers as it is; a
+	// delivered or canceled one is a failed precondition. A payout's later
+	// changes already sent are not sent again: the receiver orders a
+	// payout's events by their "at".
+	RedeliverWebhookDelivery(context.Context, *RedeliverWebhookDeliveryRequest) (*RedeliverWebhookDeliveryResponse, error)
 	// Bank-file rail: the daily ISO 20022 pain.001 payment batches, newest
 	// first (finance).
 	ListPayoutBatches(context.Context, *ListPayoutBatchesRequest) (*ListPayoutBatchesResponse, error)
@@ -579,6 +625,12 @@ func (UnimplementedPayoutServiceServer) ListWebhooks(context.Context, *ListWebho
 }
 func (UnimplementedPayoutServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
+}
+func (UnimplementedPayoutServiceServer) DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteWebhook not implemented")
+}
+func (UnimplementedPayoutServiceServer) RedeliverWebhookDelivery(context.Context, *RedeliverWebhookDeliveryRequest) (*RedeliverWebhookDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedeliverWebhookDelivery not implemented")
 }
 func (UnimplementedPayoutServiceServer) ListPayoutBatches(context.Context, *ListPayoutBatchesRequest) (*ListPayoutBatchesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPayoutBatches not implemented")
@@ -892,6 +944,42 @@ func _PayoutService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PayoutService_DeleteWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).DeleteWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_DeleteWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).DeleteWebhook(ctx, req.(*DeleteWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_RedeliverWebhookDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedeliverWebhookDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).RedeliverWebhookDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_RedeliverWebhookDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).RedeliverWebhookDelivery(ctx, req.(*RedeliverWebhookDeliveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PayoutService_ListPayoutBatches_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListPayoutBatchesRequest)
 	if err := dec(in); err != nil {
@@ -1084,6 +1172,14 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookDeliveries",
 			Handler:    _PayoutService_ListWebhookDeliveries_Handler,
+		},
+		{
+			MethodName: "DeleteWebhook",
+			Handler:    _PayoutService_DeleteWebhook_Handler,
+		},
+		{
+			MethodName: "RedeliverWebhookDelivery",
+			Handler:    _PayoutService_RedeliverWebhookDelivery_Handler,
 		},
 		{
 			MethodName: "ListPayoutBatches",

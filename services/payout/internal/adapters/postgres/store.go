@@ -512,7 +512,8 @@ func (s *Store) record(ctx context.Context, tx pgx.Tx, p *domain.Payout, from st
 		return err
 	}
 	_, err = tx.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
-		select webhook_id, $2, $3, $4, $5, $5 from payout.webhooks where provider_id = $1 on conflict (webhook_id, event_id) do nothing`,
+		select webhook_id, $2, $3, $4, $5, $5 from payout.webhooks where provider_id = $1 and deleted_at is null for share
+		on conflict (webhook_id, event_id) do nothing`,
 		p.ProviderID, m.ID, p.ID, body, c.At)
 	return err
 }

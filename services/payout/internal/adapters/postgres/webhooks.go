@@ -23,7 +23,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w domain.Webhook, max int) (d
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.payout.webhooks'), hashtext($1))`, w.ProviderID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 order by created_at`, w.ProviderID)
+		rows, err := tx.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 and deleted_at is null order by created_at`, w.ProviderID)
 		if err != nil {
 			return err
 		}
@@ -71,9 +71,9 @@ func (s *Store) scanWebhook(r pgx.CollectableRow) (domain.Webhook, error) {
 	return w, nil
 }
 
-// ListWebhooks lists a provider's subscriptions.
+// ListWebhooks lists a provider's subscriptions (not those removed).
 func (s *Store) ListWebhooks(ctx context.Context, provider string) ([]domain.Webhook, error) {
-	rows, err := s.Pool.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 order by created_at`, provider)
+	rows, err := s.Pool.Query(ctx, `select `+webhookCols+` from payout.webhooks where provider_id = $1 and deleted_at is null order by created_at`, provider)
 	if err != nil {
 		return nil, err
 	}
@@ -86,12 +86,13 @@ func (s *Store) ListWebhooks(ctx context.Context, provider string) ([]domain.Web
 // dropped. The secret the webhook has already changes nothing (a client's
 // retry of the rotation: it made the new secret the previous one too, and
 // the old one, which the grace period was for, was gone). ErrNotFound when
-// the provider has no such webhook.
+// the provider has no such webhook (or removed it).
 func (s *Store) RotateWebhookSecret(ctx context.Context, provider, id, secret string, now, previousUntil time.Time) (domain.Webhook, error) {
 	var w domain.Webhook
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
 		var sealed []byte
-		err := tx.QueryRow(ctx, `select secret_sealed from payout.webhooks where webhook_id = $1 and provider_id = $2 for update`, id, provider).Scan(&sealed)
+		err := tx.QueryRow(ctx, `select secret_sealed from payout.webhooks where webhook_id = $1 and provider_id = $2 and deleted_at is null for update`,
+			id, provider).Scan(&sealed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("webhook %s of %s: %w", id, provider, apperr.ErrNotFound)
 		}
@@ -132,6 +133,32 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, provider, id, secret st
 		return err
 	})
 	return w, err
+}
+
+// DeleteWebhook removes a provider's webhook: a status change queues
+// nothing more for it (record), its deliveries still pending are canceled
+// (kept in its log, never sent) and it leaves the provider's cap. The row
+// stays: its deliveries refer to it. Removing it again changes nothing;
+// ErrNotFound when the provider has no such webhook.
+func (s *Store) DeleteWebhook(ctx context.Context, provider, id string, at time.Time) error {
+	return s.Tx(ctx, func(tx pgx.Tx) error {
+		var deleted *time.Time
+		err := tx.QueryRow(ctx, `select deleted_at from payout.webhooks where webhook_id = $1 and provider_id = $2 for update`, id, provider).Scan(&deleted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("webhook %s of %s: %w", apperr.Clip(id, 64), provider, apperr.ErrNotFound)
+		}
+		if err != nil || deleted != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `update payout.webhooks set deleted_at = $2 where webhook_id = $1`, id, at); err != nil {
+			return err
+		}
+		// A status change queuing one side by side holds the webhook's row
+		// (record: for share) until it commits: its delivery is canceled
+		// here, or it sees the webhook removed and queues none.
+		_, err = tx.Exec(ctx, `update payout.webhook_deliveries set status = 'canceled' where webhook_id = $1 and status = 'pending'`, id)
+		return err
+	})
 }
 
 // SealLegacySecrets seals the plaintext secrets of webhooks made before
@@ -184,12 +211,17 @@ func (s *Store) CheckWebhookKey(ctx context.Context) error {
 }
 
 const deliveryCols = `d.delivery_id, d.webhook_id, d.event_id, d.payout_id, w.url, d.payload, d.status, d.attempts,
-	d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at`
+	d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at, d.redelivered_at`
+
+// deliveryFields are the destinations of deliveryCols in d.
+func deliveryFields(d *domain.Delivery) []any {
+	return []any{&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Payload, &d.Status, &d.Attempts,
+		&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt, &d.RedeliveredAt}
+}
 
 func scanDelivery(r pgx.CollectableRow) (domain.Delivery, error) {
 	var d domain.Delivery
-	return d, r.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Payload, &d.Status, &d.Attempts,
-		&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt)
+	return d, r.Scan(deliveryFields(&d)...)
 }
 
 // ListDeliveries implements app.Store.
@@ -226,8 +258,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Delivery, error) {
 		var d domain.Delivery
 		var cur, prev []byte
-		if err := r.Scan(&d.ID, &d.WebhookID, &d.EventID, &d.PayoutID, &d.URL, &d.Payload, &d.Status, &d.Attempts,
-			&d.LastStatusCode, &d.LastError, &d.NextAttemptAt, &d.CreatedAt, &d.DeliveredAt, &cur, &prev); err != nil {
+		if err := r.Scan(append(deliveryFields(&d), &cur, &prev)...); err != nil {
 			return d, err
 		}
 		var err error
@@ -253,4 +284,43 @@ func (s *Store) FinishDelivery(ctx context.Context, d domain.Delivery, status st
 		last_error = $4, next_attempt_at = $5, delivered_at = case when $2 = 'delivered' then $6 else delivered_at end
 		where delivery_id = $1 and status = 'pending' and next_attempt_at = $7`, d.ID, status, code, errText, next, at, d.NextAttemptAt)
 	return err
+}
+
+// RedeliverDelivery sends a delivery given up (failed) again: pending, due
+// at, its retries counted from at (RedeliveredAt). One still pending is
+// answered as it is; a delivered or canceled one is ErrPrecondition;
+// ErrNotFound when the provider has no such webhook (or removed it) or the
+// webhook no such delivery.
+func (s *Store) RedeliverDelivery(ctx context.Context, provider, webhook string, id int64, at time.Time) (domain.Delivery, error) {
+	var d domain.Delivery
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		var status string
+		err := tx.QueryRow(ctx, `select d.status from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
+			where d.delivery_id = $1 and d.webhook_id = $2 and w.provider_id = $3 and w.deleted_at is null for update of d`,
+			id, webhook, provider).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("delivery %d of webhook %s of %s: %w", id, apperr.Clip(webhook, 64), provider, apperr.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		switch status {
+		case "pending":
+		case "failed":
+			if _, err := tx.Exec(ctx, `update payout.webhook_deliveries set status = 'pending', next_attempt_at = $2, redelivered_at = $2
+				where delivery_id = $1`, id, at); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("delivery %d is %s, only a failed one is sent again: %w", id, status, apperr.ErrPrecondition)
+		}
+		rows, err := tx.Query(ctx, `select `+deliveryCols+` from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
+			where d.delivery_id = $1`, id)
+		if err != nil {
+			return err
+		}
+		d, err = pgx.CollectExactlyOneRow(rows, scanDelivery)
+		return err
+	})
+	return d, err
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -99,5 +104,152 @@ func TestWebhookCreationReplaysAndKeepsItsCap(t *testing.T) {
 	ws, err := s.ListWebhooks(ctx, "p-1")
 	if err != nil || len(ws) != 10 {
 		t.Fatalf("%d webhooks (%v), want 10: the first and 9 of the 20 side by side", len(ws), err)
+	}
+}
+
+// A removed webhook is sent nothing more: its pending deliveries are
+// canceled (kept in the log), a later status change queues none for it,
+// and it no longer counts towards the provider's cap. Removing it again
+// answers the same; another provider's webhook, or none, is not found.
+// There was no removal: a lapsed domain kept receiving payout details and
+// a provider at the cap could never subscribe another URL.
+func TestWebhookRemovedIsSentNothingAndLeavesTheCap(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool, Box: box, Event: func(p domain.Payout, _ string, c domain.Change) (outbox.Message, error) {
+		return outbox.Message{ID: fmt.Sprintf("ev-%s-%s", p.ID, c.Status), Subject: "payout.status_changed." + p.ProviderID, Payload: []byte("{}")}, nil
+	}}
+	t0 := time.Now()
+	for i := range 10 {
+		if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: fmt.Sprintf("wh-%d", i), ProviderID: "p-1", URL: fmt.Sprintf("https://example.test/%d", i),
+			Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at) values ('wh-0', 'ev-a', 'po-0', '{}', $1, $1)`,
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at) values ('wh-0', 'ev-b', 'po-0', '{}', $1, $1)`,
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status) values ('wh-0', 'ev-c', 'po-9', '{}', $1, $1, 'delivered')`,
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at) values ('wh-1', 'ev-a', 'po-0', '{}', $1, $1)`,
+	} {
+		if _, err := pool.Exec(ctx, q, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := s.DeleteWebhook(ctx, "p-1", "wh-0", t0); err != nil {
+			t.Fatalf("remove wh-0: %v", err)
+		}
+	}
+	for _, give := range [][2]string{{"p-2", "wh-1"}, {"p-1", "wh-none"}} {
+		if err := s.DeleteWebhook(ctx, give[0], give[1], t0); !errors.Is(err, apperr.ErrNotFound) {
+			t.Errorf("remove %s of %s: %v, want not found", give[1], give[0], err)
+		}
+	}
+	rows, err := pool.Query(ctx, `select event_id || ':' || status from payout.webhook_deliveries where webhook_id = 'wh-0' order by event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || fmt.Sprint(got) != "[ev-a:canceled ev-b:canceled ev-c:delivered]" {
+		t.Errorf("wh-0's deliveries after its removal: %v (%v); want the pending ones canceled, the delivered one kept", got, err)
+	}
+	claimed, err := s.ClaimDeliveries(ctx, t0.Add(time.Minute), time.Minute, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].WebhookID != "wh-1" {
+		t.Errorf("claimed %+v (%v); want wh-1's delivery alone", claimed, err)
+	}
+	// A status change after the removal queues a delivery for every
+	// webhook of the provider but wh-0.
+	if err := s.Tx(ctx, func(tx pgx.Tx) error {
+		_, err := s.CreateFromSettled(ctx, tx, domain.Payout{ID: "po-new", ProviderID: "p-1", CycleID: "cyc-20260101", Currency: "CNY",
+			Net: decimal.RequireFromString("250.00"), CreatedAt: t0}, domain.Minimums{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var queued, toRemoved int
+	if err := pool.QueryRow(ctx, `select count(*), count(*) filter (where webhook_id = 'wh-0') from payout.webhook_deliveries where payout_id = 'po-new'`).
+		Scan(&queued, &toRemoved); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 9 || toRemoved != 0 {
+		t.Errorf("a status change after wh-0's removal queued %d deliveries, %d for wh-0; want 9, none for wh-0", queued, toRemoved)
+	}
+	if _, err := s.RotateWebhookSecret(ctx, "p-1", "wh-0", "fedcba9876543210", t0, t0); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("rotating a removed webhook's secret: %v, want not found", err)
+	}
+	ws, err := s.ListWebhooks(ctx, "p-1")
+	if err != nil || len(ws) != 9 || slices.ContainsFunc(ws, func(w domain.Webhook) bool { return w.ID == "wh-0" }) {
+		t.Errorf("webhooks after the removal: %d (%v); want the 9 others", len(ws), err)
+	}
+	if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: "wh-10", ProviderID: "p-1", URL: "https://example.test/0", Secret: "another-secret-0123",
+		CreatedAt: t0}, 10); err != nil {
+		t.Errorf("a 10th webhook after one of 10 was removed (its URL, another secret): %v", err)
+	}
+}
+
+// A delivery given up is sent again on request: pending from then, due at
+// once, its retries counted from the request (RedeliveredAt). One still
+// pending answers as it is; a delivered or canceled one is a failed
+// precondition; another provider's, or one of a removed webhook, not found.
+func TestFailedDeliveryRedelivered(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool, Box: box}
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	for _, id := range []string{"wh-1", "wh-2"} {
+		if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: id, ProviderID: "p-1", URL: "https://example.test/" + id, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := map[string]int64{}
+	for _, give := range [][3]string{{"wh-1", "ev-failed", "failed"}, {"wh-1", "ev-pending", "pending"}, {"wh-1", "ev-delivered", "delivered"},
+		{"wh-2", "ev-failed-2", "failed"}} {
+		var id int64
+		if err := pool.QueryRow(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, attempts)
+			values ($1, $2, 'po-1', '{}', $3, $3, $4, 80) returning delivery_id`, give[0], give[1], t0, give[2]).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[give[1]] = id
+	}
+	at := t0.Add(96 * time.Hour)
+	d, err := s.RedeliverDelivery(ctx, "p-1", "wh-1", ids["ev-failed"], at)
+	if err != nil || d.Status != "pending" || !d.NextAttemptAt.Equal(at) || d.RedeliveredAt == nil || !d.RedeliveredAt.Equal(at) || d.Attempts != 80 {
+		t.Fatalf("redelivered: %+v, %v; want pending, due and redelivered at %s, its 80 attempts kept", d, err, at)
+	}
+	claimed, err := s.ClaimDeliveries(ctx, at, time.Minute, 10)
+	if err != nil || len(claimed) != 2 { // the one redelivered and the one pending (another event of the payout: it waits behind the older)
+		t.Logf("claimed %+v", claimed)
+	}
+	if !slices.ContainsFunc(claimed, func(c domain.Delivery) bool { return c.ID == ids["ev-failed"] }) {
+		t.Errorf("the delivery redelivered was not claimed at %s: %+v (%v)", at, claimed, err)
+	}
+	if d, err := s.RedeliverDelivery(ctx, "p-1", "wh-1", ids["ev-pending"], at); err != nil || d.Status != "pending" || d.RedeliveredAt != nil {
+		t.Errorf("a pending delivery redelivered: %+v, %v; want it answered as it is", d, err)
+	}
+	if _, err := s.RedeliverDelivery(ctx, "p-1", "wh-1", ids["ev-delivered"], at); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Errorf("a delivered one redelivered: %v, want a failed precondition", err)
+	}
+	for _, give := range []struct {
+		provider, webhook string
+		id                int64
+	}{{"p-2", "wh-1", ids["ev-failed"]}, {"p-1", "wh-2", ids["ev-failed"]}, {"p-1", "wh-1", 1 << 40}} {
+		if _, err := s.RedeliverDelivery(ctx, give.provider, give.webhook, give.id, at); !errors.Is(err, apperr.ErrNotFound) {
+			t.Errorf("redeliver %d of %s of %s: %v, want not found", give.id, give.webhook, give.provider, err)
+		}
+	}
+	if err := s.DeleteWebhook(ctx, "p-1", "wh-2", at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RedeliverDelivery(ctx, "p-1", "wh-2", ids["ev-failed-2"], at); !errors.Is(err, apperr.ErrNotFound) {
+		t.Errorf("a removed webhook's delivery redelivered: %v, want not found", err)
 	}
 }

@@ -1,0 +1,141 @@
+package ports
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// deliveryRig is a deliverer over a migrated database of its own, with one
+// webhook (wh-1 of p-1) posting to a receiver that always answers 503, and
+// a manual clock.
+type deliveryRig struct {
+	pool  *pgxpool.Pool
+	store *postgres.Store
+	clk   *clock.Manual
+	d     *Deliverer
+	hits  int
+}
+
+func newDeliveryRig(t *testing.T, t0 time.Time) *deliveryRig {
+	t.Helper()
+	ctx := context.Background()
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, postgres.Schema, migrations.For(postgres.Schema)); err != nil {
+		t.Fatal(err)
+	}
+	box, err := postgres.NewSecretBox(bytes.Repeat([]byte{7}, postgres.WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &deliveryRig{pool: pool, store: &postgres.Store{Pool: pool, Box: box}, clk: clock.NewManual(t0)}
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r.hits++
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(recv.Close)
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-1", ProviderID: "p-1", URL: recv.URL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	r.d = &Deliverer{Store: r.store, Clock: r.clk, HTTP: recv.Client(), Log: slog.New(slog.DiscardHandler)}
+	return r
+}
+
+// addDelivery queues a delivery of wh-1 as a status change does.
+func (r *deliveryRig) addDelivery(t *testing.T, event string, at time.Time) int64 {
+	t.Helper()
+	var id int64
+	if err := r.pool.QueryRow(context.Background(), `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+		values ('wh-1', $1, 'po-1', '{}', $2, $2) returning delivery_id`, event, at).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// attemptUntilSettled sends delivery id at each of its next attempts until
+// it is no longer pending (at most n attempts) and returns its status,
+// attempts and the clock when it settled.
+func (r *deliveryRig) attemptUntilSettled(t *testing.T, id int64, n int) (string, int, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	var status string
+	var attempts int
+	var next time.Time
+	for range n {
+		if err := r.pool.QueryRow(ctx, `select status, attempts, next_attempt_at from payout.webhook_deliveries where delivery_id = $1`, id).
+			Scan(&status, &attempts, &next); err != nil {
+			t.Fatal(err)
+		}
+		if status != "pending" {
+			return status, attempts, r.clk.Now()
+		}
+		r.clk.Set(next)
+		if got, err := r.d.deliverOnce(ctx); err != nil || got != 1 {
+			t.Fatalf("attempt %d at %s: %d sent, %v", attempts+1, next, got, err)
+		}
+	}
+	t.Fatalf("delivery %d still %s after %d attempts", id, status, n)
+	return "", 0, time.Time{}
+}
+
+// A receiver down for a day still learns of the change: a delivery is
+// retried for deliveryRetryFor (3 days) from the change, not 15 times
+// (3 h 08 min of backoff, then failed for good, seen nowhere). Every
+// attempt is counted by outcome; the one given up is counted failed once
+// (GpubillPayoutWebhookGivenUp pages on it).
+func TestWebhookDeliveryRetriedForDaysThenGivenUpCounted(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	id := r.addDelivery(t, "ev-1", t0)
+	retries, failed := testutil.ToFloat64(webhookDeliveries.WithLabelValues("retry")), testutil.ToFloat64(webhookDeliveries.WithLabelValues("failed"))
+
+	const window = 72 * time.Hour // the provider's expectation, set independently of deliveryRetryFor
+	status, attempts, at := r.attemptUntilSettled(t, id, 500)
+	if status != "failed" || at.Sub(t0) < window || at.Sub(t0) > window+deliveryBackoffMax {
+		t.Fatalf("%s after %d attempts, %s after the change; want failed once %s had passed (within one backoff)", status, attempts, at.Sub(t0), window)
+	}
+	if r.hits != attempts {
+		t.Errorf("receiver called %d times for %d attempts", r.hits, attempts)
+	}
+	if got := testutil.ToFloat64(webhookDeliveries.WithLabelValues("failed")) - failed; got != 1 {
+		t.Errorf("gpubill_payout_webhook_deliveries_total{outcome=failed} rose by %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(webhookDeliveries.WithLabelValues("retry")) - retries; got != float64(attempts-1) {
+		t.Errorf("gpubill_payout_webhook_deliveries_total{outcome=retry} rose by %v, want %d", got, attempts-1)
+	}
+}
+
+// A delivery given up and sent again on request (RedeliverDelivery) gets
+// its 3 days of retries from the request: counted from its change, it was
+// given up again after one attempt.
+func TestWebhookDeliveryRedeliveredRetriedForDaysAgain(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	id := r.addDelivery(t, "ev-1", t0)
+	if _, err := r.pool.Exec(context.Background(), `update payout.webhook_deliveries set status = 'failed', attempts = 80 where delivery_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(5 * 24 * time.Hour)
+	if _, err := r.store.RedeliverDelivery(context.Background(), "p-1", "wh-1", id, at); err != nil {
+		t.Fatal(err)
+	}
+	const window = 72 * time.Hour
+	status, attempts, settled := r.attemptUntilSettled(t, id, 500)
+	if status != "failed" || settled.Sub(at) < window || settled.Sub(at) > window+deliveryBackoffMax {
+		t.Fatalf("redelivered at %s: %s after %d attempts, %s after the request; want failed once %s had passed", at, status, attempts-80, settled.Sub(at), window)
+	}
+}
