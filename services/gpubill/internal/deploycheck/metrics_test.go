@@ -194,7 +194,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_payout_ledger_refusals_total", "gpubill_payout_rail_amount_mismatches_total", "gpubill_stream_retention_deferred_total",
 		"gpubill_stream_retention_still_deferred",
 		"gpubill_payout_workflow_unstarted_age_seconds", "gpubill_payout_rail_amount_flags_open_age_seconds",
-		"gpubill_bank_inbox_files_failed_total", "gpubill_ledger_write_group_timeouts_total",
+		"gpubill_bank_inbox_files_failed_total", "gpubill_bank_inbox_files_rejected_total", "gpubill_ledger_write_group_timeouts_total",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)
