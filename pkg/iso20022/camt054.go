@@ -1,6 +1,7 @@
 package iso20022
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,6 +32,11 @@ type AccountNotification struct {
 	Account  string // IBAN or Othr/Id
 	Currency string
 	Entries  []Entry
+	// Unreadable are the entries Parse refused, each its error naming
+	// the element: set aside, not refusing the file, so that one
+	// malformed entry (another account's, a deposit) does not keep the
+	// others from being read. What to do with them is the reader's.
+	Unreadable []*MalformedError
 }
 
 // Entry is one Ntry, a movement on the account (camt.053 statements and
@@ -179,12 +185,11 @@ func (x XMLEntry) Parse(path string) (Entry, error) {
 				return e, malformed(tp+"/CdtDbtInd", "want CRDT or DBIT, got %q", clip(et.CreditDebit))
 			}
 			if t.RtrInf != nil {
+				// Rsn is optional (0..1): without it the code is "", the
+				// bank's AddtlInf all it says.
 				r, err := t.RtrInf.Rsn.reason(tp+"/RtrInf/Rsn", t.RtrInf.AddtlInf)
 				if err != nil {
 					return e, err
-				}
-				if r.Code == "" {
-					return e, malformed(tp+"/RtrInf/Rsn", "a return needs its reason")
 				}
 				et.Return = &r
 			}
@@ -205,7 +210,9 @@ func (x XMLEntry) Parse(path string) (Entry, error) {
 // ParseCamt054 reads a camt.054 strictly: group header, each
 // notification's account, and each entry (amount and currency, credit or
 // debit, status, a booking date when booked, transaction references and
-// return reasons).
+// return reasons). A malformed header or account refuses the file; a
+// malformed entry is set aside in its account's Unreadable, the others
+// read.
 func ParseCamt054(b []byte) (Notification, error) {
 	k, err := Detect(b)
 	if err != nil {
@@ -241,10 +248,15 @@ func ParseCamt054(b []byte) (Notification, error) {
 		}
 		for j, xe := range x.Ntry {
 			e, err := xe.Parse(fmt.Sprintf("%s/Ntry[%d]", p, j))
-			if err != nil {
+			var me *MalformedError
+			switch {
+			case errors.As(err, &me):
+				an.Unreadable = append(an.Unreadable, me)
+			case err != nil:
 				return out, err
+			default:
+				an.Entries = append(an.Entries, e)
 			}
-			an.Entries = append(an.Entries, e)
 		}
 		out.Accounts = append(out.Accounts, an)
 	}

@@ -53,9 +53,14 @@ func FuzzParseBankFile(f *testing.F) {
 						t.Fatalf("accepted an entry without amount, currency or direction: %+v", e)
 					}
 					for _, tx := range e.Transactions {
-						if tx.Currency == "" || (tx.Return != nil && tx.Return.Code == "") {
-							t.Fatalf("accepted a transaction without currency or return reason: %+v", tx)
+						if tx.Currency == "" {
+							t.Fatalf("accepted a transaction without currency: %+v", tx)
 						}
+					}
+				}
+				for _, me := range a.Unreadable {
+					if me == nil || me.Element == "" {
+						t.Fatalf("an entry set aside without the element at fault: %+v", me)
 					}
 				}
 			}

@@ -194,6 +194,9 @@ func TestParseCamt054Reversal(t *testing.T) {
 	}
 }
 
+// An entry that cannot be read is set aside with its error, the others
+// read: one malformed entry (another account's, a deposit) refused the
+// whole file, and with it a return of a paid payout beside it.
 func TestParseCamt054Malformed(t *testing.T) {
 	const e0 = "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[0]"
 	const e1 = "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[1]"
@@ -209,9 +212,26 @@ func TestParseCamt054Malformed(t *testing.T) {
 		{`<BookgDt><Dt>2026-12-02</Dt></BookgDt>`, ``, e0 + "/BookgDt"},
 		{`<BookgDt><Dt>2026-12-02</Dt></BookgDt>`, `<BookgDt><Dt>02.12.2026</Dt></BookgDt>`, e0 + "/BookgDt/Dt"},
 		{`<RtrInf><Rsn><Cd>AC04</Cd></Rsn>`, `<RtrInf><Rsn></Rsn>`, e1 + "/NtryDtls[0]/TxDtls[0]/RtrInf/Rsn"},
+		{`<CdtDbtInd>DBIT</CdtDbtInd>`, `<CdtDbtInd>DBIT</CdtDbtInd><RvslInd>yes</RvslInd>`, e0 + "/RvslInd"},
+	} {
+		bad := strings.Replace(camt054, tc.give, tc.with, 1)
+		n, err := ParseCamt054([]byte(bad))
+		if err != nil || len(n.Accounts) != 1 || len(n.Accounts[0].Entries) != 1 || len(n.Accounts[0].Unreadable) != 1 ||
+			n.Accounts[0].Unreadable[0].Element != tc.wantElem {
+			t.Errorf("%s → %q: %v %+v, want the other entry read and %q unreadable", tc.give, tc.with, err, n.Accounts, tc.wantElem)
+		}
+	}
+}
+
+// What no entry can be read without (the header, a notification's
+// account) refuses the whole file.
+func TestParseCamt054MalformedFile(t *testing.T) {
+	for _, tc := range []struct {
+		give, with, wantElem string
+	}{
 		{`<Id><IBAN>GB33BUKB20201555555555</IBAN></Id>`, ``, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Acct/Id"},
 		{`<MsgId>BANK-NTF-1</MsgId>`, ``, "BkToCstmrDbtCdtNtfctn/GrpHdr/MsgId"},
-		{`<CdtDbtInd>DBIT</CdtDbtInd>`, `<CdtDbtInd>DBIT</CdtDbtInd><RvslInd>yes</RvslInd>`, e0 + "/RvslInd"},
+		{`<Id>NTF-1</Id>`, ``, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Id"},
 	} {
 		bad := strings.Replace(camt054, tc.give, tc.with, 1)
 		_, err := ParseCamt054([]byte(bad))
@@ -219,5 +239,20 @@ func TestParseCamt054Malformed(t *testing.T) {
 		if !errors.As(err, &me) || me.Element != tc.wantElem {
 			t.Errorf("%s → %q: %v, want malformed %q", tc.give, tc.with, err, tc.wantElem)
 		}
+	}
+}
+
+// RtrInf's Rsn is optional (0..1): a return with only AddtlInf is read,
+// its code empty and its text kept. It was refused ("a return needs its
+// reason"), and with it every other entry of the file.
+func TestParseCamt054ReturnWithoutReason(t *testing.T) {
+	doc := strings.Replace(camt054, `<RtrInf><Rsn><Cd>AC04</Cd></Rsn><AddtlInf>`, `<RtrInf><AddtlInf>`, 1)
+	n, err := ParseCamt054([]byte(doc))
+	if err != nil || len(n.Accounts[0].Entries) != 2 {
+		t.Fatalf("%v %+v, want both entries read", err, n.Accounts)
+	}
+	r := n.Accounts[0].Entries[1].Transactions[0].Return
+	if r == nil || r.Code != "" || r.AdditionalInfo != "account closed" {
+		t.Errorf("return %+v, want no code and the additional text", r)
 	}
 }

@@ -225,6 +225,8 @@ func clip(s string) string { return apperr.Clip(s, 67) }
 
 // Reason is a status or return reason: an ISO external code (Cd, e.g.
 // AC04) or a bank's proprietary one (Prtry), with any additional text.
+// Rsn is optional where this package reads it: without it Code is "", the
+// additional text all the bank said (domain.BankFailure: "no reason given").
 type Reason struct {
 	Code           string
 	Proprietary    bool

@@ -159,13 +159,14 @@ func bankFileMetrics() []obs.SQLMetric {
 	}, {
 		Name: "gpubill_bank_file_entries_not_applied", Type: obs.Gauge, Labels: []string{"outcome"},
 		Help: "Entries of imported bank files (pain.002, camt.054) not applied — unknown EndToEndId, a status contradicting what is known, " +
-			"an amount not the payout's, a transfer queued again after a restore held for review, a status of a batch lost with a restore — " +
+			"an amount not the payout's, a transfer queued again after a restore held for review, a status of a batch lost with a restore, " +
+			"a camt.054 entry on the client account too malformed to read (the file's other entries applied) — " +
 			"for finance to look at (GET the import's answer, or the log).",
 		// Every outcome from 0: with no series before the first entry,
 		// the alert's rise over an hour had nothing to rise from and
 		// missed it.
 		Query: `select o.outcome, count(e.outcome)::float8
-			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch', 'review', 'lost_batch']) as o(outcome)
+			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch', 'review', 'lost_batch', 'unreadable']) as o(outcome)
 			left join payout.bank_file_entries e on e.outcome = o.outcome group by o.outcome`,
 	}}
 }

@@ -149,7 +149,7 @@ func TestBankFileEntriesNotAppliedFromZero(t *testing.T) {
 		}
 		got[outcome] = v
 	}
-	want := map[string]float64{"conflict": 0, "unknown_reference": 0, "amount_mismatch": 0, "review": 0, "lost_batch": 0}
+	want := map[string]float64{"conflict": 0, "unknown_reference": 0, "amount_mismatch": 0, "review": 0, "lost_batch": 0, "unreadable": 0}
 	if rows.Err() != nil || !maps.Equal(got, want) {
 		t.Fatalf("gpubill_bank_file_entries_not_applied of no entries: %v (%v); want %v", got, rows.Err(), want)
 	}

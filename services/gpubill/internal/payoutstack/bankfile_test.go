@@ -106,9 +106,10 @@ func waitInboxEmpty(t *testing.T, dir string) {
 // bank, with the real ledger and Temporal: three providers are paid in one
 // pain.001 (the bank reads it from the outbox), the bank answers into the
 // inbox — a pain.002 accepting two and rejecting one (AC06), a camt.054
-// booking the two, and days later a camt.054 returning one (AC04) after
-// its workflow had ended — plus a duplicate pain.002 and a resent
-// pain.001 the bank refuses as a duplicate (DU01): those change nothing.
+// booking the two, and days later a camt.054 returning one (no Rsn, only
+// AddtlInf, beside a malformed entry of another account) after its
+// workflow had ended — plus a duplicate pain.002 and a resent pain.001
+// the bank refuses as a duplicate (DU01): those change nothing.
 // After each step every provider account and bank:client are exact.
 func TestBankFileRailEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -220,12 +221,19 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 		d, err := st.tc.DescribeWorkflowExecution(ctx, st.s.WorkflowID(ids["pb-ret"]), "")
 		return err == nil && d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	})
+	// The return gives no Rsn (optional: only AddtlInf), and the file
+	// carries a malformed entry of another account: both refused the
+	// whole file, the payout left paid and its provider never credited.
 	ret := bank.Returns(f)
+	ret = bytes.Replace(ret, []byte("<Rsn><Cd>AC04</Cd></Rsn>"), nil, 1)
+	ret = bytes.Replace(ret, []byte("</Ntfctn></BkToCstmrDbtCdtNtfctn>"), []byte(`</Ntfctn><Ntfctn><Id>N-OTHER</Id><Acct><Id><IBAN>GB94BARC10201530093459</IBAN></Id></Acct>
+<Ntry><Amt Ccy="CNY">1,000.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><Sts><Cd>BOOK</Cd></Sts><BookgDt><Dt>2026-12-02</Dt></BookgDt></Ntry>
+</Ntfctn></BkToCstmrDbtCdtNtfctn>`), 1)
 	if err := bank.Drop("ntf-2.xml", ret); err != nil {
 		t.Fatal(err)
 	}
 	po = st.waitStatus(t, "pb-ret", cyc, "returned", waitLong)
-	if po.FailureCode != "account_closed" || !strings.HasPrefix(po.FailureMessage, "AC04 closed account number") {
+	if po.FailureCode != "bank_rejected" || po.FailureMessage != "no reason given: account closed after payment" {
 		t.Errorf("pb-ret: %s %q", po.FailureCode, po.FailureMessage)
 	}
 	paidOut = paidOut.Sub(decimal.RequireFromString("150.00"))
@@ -260,9 +268,19 @@ func TestBankFileRailEndToEnd(t *testing.T) {
 		len(rep.Entries) != 2 || !strings.Contains(body, `"outcome":"unknown_reference"`) {
 		t.Errorf("upload with an unknown EndToEndId: %d %s %v", code, body, err)
 	}
+	// A malformed entry is reported unreadable, naming its element (the
+	// file's other entries would be applied); a file malformed as a whole
+	// is a 400 naming the element.
 	bad := bytes.Replace(ret, []byte("<CdtDbtInd>CRDT</CdtDbtInd><Sts>"), []byte("<CdtDbtInd>UP</CdtDbtInd><Sts>"), 1)
 	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "application/xml", bad)
-	if code != 400 || !strings.Contains(body, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[0]/CdtDbtInd") || strings.Contains(body, "internal") {
+	rep.Duplicate, rep.NotApplied, rep.Entries = false, 0, nil
+	if err := json.Unmarshal([]byte(body), &rep); code != 200 || err != nil || rep.NotApplied != 1 || len(rep.Entries) != 2 ||
+		rep.Entries[0].Outcome != "unreadable" || !strings.Contains(body, "BkToCstmrDbtCdtNtfctn/Ntfctn[0]/Ntry[0]/CdtDbtInd") {
+		t.Errorf("upload with a malformed entry: %d %s %v", code, body, err)
+	}
+	bad = bytes.Replace(ret, []byte("<CreDtTm>"), []byte("<CreDtTm>yesterday "), 1)
+	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "application/xml", bad)
+	if code != 400 || !strings.Contains(body, "BkToCstmrDbtCdtNtfctn/GrpHdr/CreDtTm") || strings.Contains(body, "internal") {
 		t.Errorf("malformed upload: %d %s", code, body)
 	}
 	code, body = st.restBody(t, "POST", "/v1/bank-files", auth.RoleFinance, "application/xml", []byte("   "))

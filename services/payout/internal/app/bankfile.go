@@ -148,13 +148,14 @@ const (
 	EntryIgnored          = "ignored"           // not about a payout (a credit without return information …)
 	EntryReview           = "review"            // the transfer left the queue for finance's review (BankTransferReview)
 	EntryLostBatch        = "lost_batch"        // a status of a batch lost with a restore, covering payments it does not name
+	EntryUnreadable       = "unreadable"        // an entry on the client account the rail cannot read (malformed): not applied, look at it
 )
 
 // EntryNotApplied says whether an entry's outcome is one for finance to
 // look at (counted not applied in an import's answer, logged as a warning).
 func EntryNotApplied(outcome string) bool {
 	switch outcome {
-	case EntryUnknownReference, EntryConflict, EntryAmountMismatch, EntryReview, EntryLostBatch:
+	case EntryUnknownReference, EntryConflict, EntryAmountMismatch, EntryReview, EntryLostBatch, EntryUnreadable:
 		return true
 	}
 	return false

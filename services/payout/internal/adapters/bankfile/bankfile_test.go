@@ -441,6 +441,117 @@ func TestScanInbox(t *testing.T) {
 	}
 }
 
+// inboxWithBooked is a rail with po-ret (an account the fake bank
+// returns from) booked, paid, and the bank's camt.054 returning it.
+func inboxWithBooked(t *testing.T) (*fixture, *fakebank.Bank, []byte) {
+	t.Helper()
+	in := t.TempDir()
+	f := newRail(t, t.TempDir(), in)
+	ctx := context.Background()
+	f.submit(t, "po-ret", "CNY", "150.00", bank("6222000011110003"))
+	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Deliver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fb := fakebank.New(f.r.Cfg.OutboxDir, in, debtor.Account)
+	files, err := fb.Take()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("bank took %d files: %v", len(files), err)
+	}
+	for _, step := range [][]byte{fb.StatusReport(files[0]), fb.Bookings(files[0])} {
+		if _, err := f.r.Import(ctx, app.SourceUpload, "f.xml", step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := f.state(t, "po-ret"); st.State != app.RailPaid {
+		t.Fatalf("po-ret booked: %+v", st)
+	}
+	f.notify = nil
+	return f, fb, fb.Returns(files[0])
+}
+
+// scanReturned drops file into the inbox, scans it and checks it was
+// imported (processed/) and po-ret returned with failure code and a
+// message holding msg, its payout notified (its workflow puts the net
+// back in the provider's available).
+func (f *fixture) scanReturned(t *testing.T, fb *fakebank.Bank, file []byte, code, msg string) {
+	t.Helper()
+	if err := fb.Drop("ret.xml", file); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.ScanInbox(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(fb.Inbox, "processed/ret.xml")); err != nil {
+		why, rerr := os.ReadFile(filepath.Join(fb.Inbox, "rejected/ret.xml.error"))
+		t.Errorf("ret.xml not imported: %v (rejected: %s %v)", err, why, rerr)
+	}
+	if st := f.state(t, "po-ret"); st.State != app.RailReturned || st.FailureCode != code || !strings.Contains(st.Message, msg) {
+		t.Errorf("po-ret after the return: %+v, want returned %s %q", st, code, msg)
+	}
+	if !slices.Equal(f.notify, []string{"po-ret"}) {
+		t.Errorf("notified %v, want po-ret", f.notify)
+	}
+}
+
+// A return without Rsn (optional in RtrInf: the bank gave only AddtlInf)
+// returns the paid payout as bank_rejected with the bank's text. It sent
+// the file to rejected/ ("a return needs its reason"): the payout stayed
+// paid, the provider never credited, and nothing alerted (a booked
+// transfer is not unsettled).
+func TestScanInboxReturnWithoutReason(t *testing.T) {
+	t.Parallel()
+	f, fb, ret := inboxWithBooked(t)
+	noRsn := strings.Replace(string(ret), "<Rsn><Cd>AC04</Cd></Rsn>", "", 1)
+	if noRsn == string(ret) {
+		t.Fatal("the fake bank's return has no Rsn to take out")
+	}
+	f.scanReturned(t, fb, []byte(noRsn), domain.FailBankRejected, "no reason given: account closed after payment")
+}
+
+// A malformed entry beside a valid return is reported, the return
+// applied: another account's is ignored, the client account's is
+// recorded unreadable (counted not applied, for finance). One such entry
+// sent the whole file to rejected/ with a WARN line: the return never
+// applied.
+func TestScanInboxAppliesAFileBesideAMalformedEntry(t *testing.T) {
+	t.Parallel()
+	f, fb, ret := inboxWithBooked(t)
+	own := `<Ntry><Amt Ccy="CNY">9.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><Sts><Cd>DONE</Cd></Sts></Ntry>
+</Ntfctn><Ntfctn><Id>N-OTHER</Id><Acct><Id><IBAN>GB94BARC10201530093459</IBAN></Id></Acct>
+<Ntry><Amt Ccy="CNY">1,000.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><Sts><Cd>BOOK</Cd></Sts><BookgDt><Dt>2026-12-02</Dt></BookgDt></Ntry>
+</Ntfctn></BkToCstmrDbtCdtNtfctn>`
+	file := strings.Replace(string(ret), "</Ntfctn></BkToCstmrDbtCdtNtfctn>", own, 1)
+	f.scanReturned(t, fb, []byte(file), domain.FailAccountClosed, "AC04 closed account number: account closed after payment")
+	var got []string
+	rows, err := f.r.Pool.Query(context.Background(), `select element || ' ' || outcome || ' ' || note from payout.bank_file_entries e
+		join payout.bank_files f using (file_id) where f.name = 'ret.xml' order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^BkToCstmrDbtCdtNtfctn/Ntfctn\[0\]/Ntry\[0\]/NtryDtls\[0\]/TxDtls\[0\] applied `),
+		regexp.MustCompile(`^BkToCstmrDbtCdtNtfctn/Ntfctn\[0\]/Ntry\[1\]/Sts unreadable .*"DONE"`),
+		regexp.MustCompile(`^BkToCstmrDbtCdtNtfctn/Ntfctn\[1\]/Ntry\[0\]/Amt ignored not the client account .*"1,000.00"`),
+	}
+	if len(got) != len(want) {
+		t.Fatalf("entries %q, want %d", got, len(want))
+	}
+	for i, w := range want {
+		if !w.MatchString(got[i]) {
+			t.Errorf("entry %d: %q, want %s", i, got[i], w)
+		}
+	}
+	if !app.EntryNotApplied(app.EntryUnreadable) {
+		t.Error("an unreadable entry of the client account is not counted not applied")
+	}
+}
+
 // inboxWithReport is a rail with po-a batched and delivered, and the
 // bank's status report accepting it.
 func inboxWithReport(t *testing.T) (*fixture, *fakebank.Bank, []byte) {
@@ -534,6 +645,32 @@ func TestScanInboxSkipsAFileThatFails(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(inboxFilesFailed) - before; n != 2 {
 		t.Errorf("gpubill_bank_inbox_files_failed_total rose by %v over two passes, want 2", n)
+	}
+}
+
+// A file refused whole (malformed where no entry can be read without it:
+// its header, not XML) goes to rejected/ and is counted: with a WARN line
+// only, nothing watched for it (gpubill_bank_inbox_files_failed_total
+// counts the files left in the inbox), and a booked transfer its return
+// would have moved is outside the unsettled-age alert. Not parallel: the
+// counter is the process's.
+func TestScanInboxCountsARejectedFile(t *testing.T) {
+	in := t.TempDir()
+	f := newRail(t, "", in)
+	if err := os.WriteFile(filepath.Join(in, "01-truncated.xml"), []byte(`<Document xmlns="urn:iso:std:iso:20022:tech:xsd:camt.054.001.08"><BkToCstmrDbtCdtNtfctn>`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(inboxFilesRejected)
+	for range 2 {
+		if err := f.r.ScanInbox(context.Background()); err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(in, "rejected/01-truncated.xml")); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.ToFloat64(inboxFilesRejected) - before; n != 1 {
+		t.Errorf("gpubill_bank_inbox_files_rejected_total rose by %v, want 1 (the file, once)", n)
 	}
 }
 

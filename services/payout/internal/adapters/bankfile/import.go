@@ -511,13 +511,20 @@ func pain002Actions(ctx context.Context, q querier, sr iso20022.StatusReport) ([
 // camt054Actions lists what a notification's entries ask: a booked debit
 // pays a transfer, a pending one shows it in transit, a credit with return
 // information returns it. Entries on another account, reversals and
-// credits without return information are reported, not applied.
+// credits without return information are reported, not applied. An entry
+// the reader set aside as malformed is reported, the others applied: on
+// another account ignored; on the client account unreadable (counted not
+// applied, for finance: it may pay or return a payout). Refusing the file
+// for it kept every other entry, a return of a paid payout among them,
+// from being applied; each entry moves its own transfer (decide), so one
+// not read changes nothing the others do.
 func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 	var acts []action
 	for _, an := range n.Accounts {
+		ours := strings.EqualFold(strings.ReplaceAll(an.Account, " ", ""), strings.ReplaceAll(r.Cfg.Debtor.Account, " ", ""))
 		for _, e := range an.Entries {
 			status := e.CreditDebit + "/" + e.Status
-			if !strings.EqualFold(strings.ReplaceAll(an.Account, " ", ""), strings.ReplaceAll(r.Cfg.Debtor.Account, " ", "")) {
+			if !ours {
 				acts = append(acts, action{element: e.Path, bankStatus: status, outcome: app.EntryIgnored, note: "not the client account " + r.Cfg.Debtor.Account})
 				continue
 			}
@@ -552,6 +559,14 @@ func (r *Rail) camt054Actions(n iso20022.Notification) []action {
 				}
 				acts = append(acts, a)
 			}
+		}
+		for _, me := range an.Unreadable {
+			a := action{element: me.Element, outcome: app.EntryUnreadable,
+				note: "malformed: " + me.Reason + "; not applied: if it books or returns a payout's payment, that payment moves only once the bank sends the entry again readable"}
+			if !ours {
+				a.outcome, a.note = app.EntryIgnored, "not the client account "+r.Cfg.Debtor.Account+"; malformed: "+me.Reason
+			}
+			acts = append(acts, a)
 		}
 	}
 	return acts
@@ -756,7 +771,8 @@ func (r *Rail) ScanInbox(ctx context.Context) error {
 }
 
 // importInboxFile imports dir/name: imported (a duplicate too), it moves
-// to processed/; malformed, to rejected/ with a .error file saying why.
+// to processed/; malformed, to rejected/ with a .error file saying why,
+// counted (inboxFilesRejected).
 // A failure of the file's own (filesOwnFailure: unreadable, or refused by
 // the database for what it holds) is logged and counted, and the file
 // left where it is: the pass goes on to the next file. Returned, it
@@ -779,7 +795,11 @@ func (r *Rail) importInboxFile(ctx context.Context, dir, name string) error {
 		return moveAside(dir, "processed", name, nil)
 	case errors.As(err, &me) || errors.Is(err, errTooBig):
 		r.Log.Warn("bank inbox file rejected", "file", storedName(name), "err", err)
-		return moveAside(dir, "rejected", name, []byte(err.Error()+"\n"))
+		if err := moveAside(dir, "rejected", name, []byte(err.Error()+"\n")); err != nil {
+			return err
+		}
+		inboxFilesRejected.Inc() // once: it left the inbox
+		return nil
 	case filesOwnFailure(err):
 		inboxFilesFailed.Inc()
 		r.Log.Warn("bank inbox file not imported: left in the inbox, the next files read", "file", storedName(name), "err", err)
@@ -841,6 +861,17 @@ var inboxFilesFailed = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "gpubill_bank_inbox_files_failed_total",
 	Help: "Bank inbox files not imported for a failure of their own (unreadable, or refused by the database), each attempt: " +
 		"the file stays in the inbox and the files after it are read; the payout log (bank inbox file not imported) says why.",
+})
+
+// inboxFilesRejected counts the inbox files moved to rejected/ (each once):
+// malformed as a whole (not XML, a header or an account missing, not a
+// message the rail reads) or over the size limit. None of their entries
+// is applied: a return in one leaves its payout paid, its provider not
+// credited, until the bank sends the file again readable.
+var inboxFilesRejected = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "gpubill_bank_inbox_files_rejected_total",
+	Help: "Bank inbox files moved to rejected/ as malformed (nothing in them applied); the .error file beside each and the payout log " +
+		"(bank inbox file rejected) say why.",
 })
 
 // inboxFileBytesMax bounds a file read from the inbox (as iso20022 does).
