@@ -16,8 +16,8 @@ import (
 )
 
 // Lag is one durable consumer's backlog: what was published to its stream
-// and not yet processed. A growing Pending with a flat Delivered is a stalled
-// consumer (an accepted event that is not being charged).
+// and not yet processed. Pending above 0 with a flat AckFloor is a stalled
+// consumer (an accepted event that is not being applied).
 type Lag struct {
 	Stream      string `json:"stream"`
 	Consumer    string `json:"consumer"`
@@ -25,6 +25,7 @@ type Lag struct {
 	AckPending  int    `json:"ack_pending"`   // delivered, not yet acked
 	Redelivered int    `json:"redelivered"`   // delivered more than once, not yet acked
 	Delivered   uint64 `json:"delivered_seq"` // last stream sequence delivered
+	AckFloor    uint64 `json:"ack_floor_seq"` // stream sequence up to which every message is acknowledged
 }
 
 // ConsumerLags lists every durable consumer of the named streams.
@@ -50,7 +51,7 @@ func ConsumerLags(ctx context.Context, js jetstream.JetStream, streams ...string
 		lister := st.ListConsumers(ctx)
 		for ci := range lister.Info() {
 			out = append(out, Lag{Stream: name, Consumer: ci.Name, Pending: ci.NumPending, AckPending: ci.NumAckPending,
-				Redelivered: ci.NumRedelivered, Delivered: ci.Delivered.Stream})
+				Redelivered: ci.NumRedelivered, Delivered: ci.Delivered.Stream, AckFloor: ci.AckFloor.Stream})
 		}
 		if err := lister.Err(); err != nil {
 			return nil, fmt.Errorf("consumers of %s: %w", name, err)
@@ -69,6 +70,9 @@ var (
 		"Messages delivered to a durable consumer and not yet acknowledged.", []string{"stream", "consumer"}, nil)
 	lagRedeliveredDesc = prometheus.NewDesc("gpubill_consumer_redelivered_messages",
 		"Messages delivered more than once and not yet acknowledged.", []string{"stream", "consumer"}, nil)
+	lagAckFloorDesc = prometheus.NewDesc("gpubill_consumer_ack_floor_sequence",
+		"Stream sequence up to which a durable consumer has acknowledged every message: its progress (flat with messages pending: no one is working them off).",
+		[]string{"stream", "consumer"}, nil)
 	lagErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "gpubill_consumer_lag_errors_total",
 		Help: "Scrapes where the consumers' lag could not be read from JetStream.",
@@ -84,11 +88,12 @@ type LagCollector struct {
 	Log *slog.Logger
 }
 
-// Describe sends the three gauges' descriptions.
+// Describe sends the four gauges' descriptions.
 func (c *LagCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagPendingDesc
 	ch <- lagAckPendingDesc
 	ch <- lagRedeliveredDesc
+	ch <- lagAckFloorDesc
 }
 
 // Collect reads every durable consumer of gpubill's streams.
@@ -108,5 +113,6 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(lagPendingDesc, prometheus.GaugeValue, float64(l.Pending), l.Stream, l.Consumer)
 		ch <- prometheus.MustNewConstMetric(lagAckPendingDesc, prometheus.GaugeValue, float64(l.AckPending), l.Stream, l.Consumer)
 		ch <- prometheus.MustNewConstMetric(lagRedeliveredDesc, prometheus.GaugeValue, float64(l.Redelivered), l.Stream, l.Consumer)
+		ch <- prometheus.MustNewConstMetric(lagAckFloorDesc, prometheus.GaugeValue, float64(l.AckFloor), l.Stream, l.Consumer)
 	}
 }

@@ -12,9 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Limits of a scrape's database reads.
+// Limits of a scrape's database reads. Each query has its own deadline, so
+// a slow one fails alone; the source's whole read is bounded too, within
+// Prometheus's default scrape_timeout (10 s; the chart's scrape annotations
+// set none), beside the consumers' lag read (natsx, 2 s) that runs with it.
+// Queries past the whole bound fail: list a source's page-level gauges
+// first.
 const (
 	scrapeQueryTimeout = 2 * time.Second
+	scrapeTimeout      = 7 * time.Second
 	outboxCountMax     = 100_000 // gpubill_outbox_messages saturates here (counting more costs more than it tells)
 )
 
@@ -66,13 +72,17 @@ func NewSQLCollector(source string, pool *pgxpool.Pool, metrics []SQLMetric, log
 // Describe sends nothing: SQLCollector is unchecked (see SetSource).
 func (c *SQLCollector) Describe(chan<- *prometheus.Desc) {}
 
-// Collect runs every query with a deadline; a failed query is logged and
-// counted, and the others still report.
+// Collect runs every query in order, each with its own deadline within the
+// scrape's; a failed query is logged and counted, and the others still
+// report.
 func (c *SQLCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeQueryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	for _, m := range c.Metrics {
-		if err := c.collect(ctx, m, ch); err != nil {
+		qctx, qcancel := context.WithTimeout(ctx, scrapeQueryTimeout)
+		err := c.collect(qctx, m, ch)
+		qcancel()
+		if err != nil {
 			sourceErrors.WithLabelValues(c.Source).Inc()
 			if c.Log != nil {
 				c.Log.Warn("metrics query", "source", c.Source, "metric", m.Name, "err", err)
@@ -124,14 +134,16 @@ func PipelineMetrics(schema string) []SQLMetric {
 	lit := "'" + schema + "'" // a service schema name (lowercase letters), never user input
 	return []SQLMetric{
 		{
-			Name: "gpubill_outbox_messages", Type: prometheus.GaugeValue, Labels: []string{"service"},
-			Help:  fmt.Sprintf("Committed events not yet published to JetStream (counted up to %d).", outboxCountMax),
-			Query: fmt.Sprintf(`select %s, count(*)::float8 from (select 1 from %s.outbox limit %d) o`, lit, svc, outboxCountMax),
-		},
-		{
+			// First: GpubillOutboxStuck pages on it, and a scrape's reads
+			// are bounded in all.
 			Name: "gpubill_outbox_oldest_age_seconds", Type: prometheus.GaugeValue, Labels: []string{"service"},
 			Help:  "Age of the oldest unpublished outbox event (0 when the outbox is empty).",
 			Query: fmt.Sprintf(`select %s, coalesce((select extract(epoch from now() - created_at)::float8 from %s.outbox order by seq limit 1), 0)`, lit, svc),
+		},
+		{
+			Name: "gpubill_outbox_messages", Type: prometheus.GaugeValue, Labels: []string{"service"},
+			Help:  fmt.Sprintf("Committed events not yet published to JetStream (counted up to %d).", outboxCountMax),
+			Query: fmt.Sprintf(`select %s, count(*)::float8 from (select 1 from %s.outbox limit %d) o`, lit, svc, outboxCountMax),
 		},
 		{
 			Name: "gpubill_dead_letters_open", Type: prometheus.GaugeValue, Labels: []string{"service", "consumer"},

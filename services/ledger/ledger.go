@@ -294,6 +294,20 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 // reconciliation of each currency (the settlement schedule runs one daily).
 func Metrics() []obs.SQLMetric {
 	return []obs.SQLMetric{{
+		// First: a page reads it, and a scrape's reads are bounded in all
+		// (obs.SQLCollector; those past the bound vanish from the scrape).
+		//
+		// A transaction sorting before the head and not chained never will
+		// be (ledger verify names them; only it looked). The latest
+		// unchainableProbe transactions by id (UUIDv7: time) are checked:
+		// in a journal moved into a cluster whose transaction ids are behind
+		// its own, every new one is.
+		Name: "gpubill_ledger_unchainable_transactions", Type: obs.Gauge,
+		Help: "Of the latest " + unchainableProbe + " journal transactions, those sorting before the hash chain's head (older transaction ids) and not chained: they never will be (the database was moved into a cluster whose transaction ids are behind the journal's; gpubill restore advances them).",
+		Query: `select count(*)::float8 from (select id, xid from ledger.transactions order by id desc limit ` + unchainableProbe + `) t,
+			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
+			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
+	}, {
 		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
 		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding, statements that do not follow on from the account's previous one), 0 when it reconciled.",
 		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
@@ -341,17 +355,6 @@ func Metrics() []obs.SQLMetric {
 		Query: `select coalesce(extract(epoch from now() - min(t.created_at)), 0)::float8 from ledger.transactions t
 			where (t.xid, t.id) > (coalesce((select xid from ledger.journal_chain order by position desc limit 1), '0'::xid8),
 				coalesce((select tx_id from ledger.journal_chain order by position desc limit 1), '00000000-0000-0000-0000-000000000000'::uuid))`,
-	}, {
-		// A transaction sorting before the head and not chained never will
-		// be (ledger verify names them; only it looked). The latest
-		// unchainableProbe transactions by id (UUIDv7: time) are checked:
-		// in a journal moved into a cluster whose transaction ids are behind
-		// its own, every new one is.
-		Name: "gpubill_ledger_unchainable_transactions", Type: obs.Gauge,
-		Help: "Of the latest " + unchainableProbe + " journal transactions, those sorting before the hash chain's head (older transaction ids) and not chained: they never will be (the database was moved into a cluster whose transaction ids are behind the journal's; gpubill restore advances them).",
-		Query: `select count(*)::float8 from (select id, xid from ledger.transactions order by id desc limit ` + unchainableProbe + `) t,
-			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
-			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
 	}}
 }
 

@@ -36,19 +36,9 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 // provider, cycle and currency: the group-by is bounded by the scrape's
 // deadline (obs.SQLCollector).
 func Metrics() []obs.SQLMetric {
-	return append([]obs.SQLMetric{{
-		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
-		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
-		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
-	}, {
-		// A payout that joined a later one (absorbed_into) is canceled and
-		// its net is in that one's: counted twice, 60.00 read as canceled
-		// money stranded in available beside the 180.00 paid that held it.
-		Name: "gpubill_payout_amount", Type: obs.Gauge, Labels: []string{"status", "currency"},
-		Help: "Net amount of the payouts by current status and currency, in currency units (a payout that joined a later one " +
-			"counts in that one).",
-		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
-	}, {
+	// Paged gauges first, the bank-file rail's next: a scrape's reads are
+	// bounded in all (obs.SQLCollector); a slow group-by ahead hid them.
+	ms := append([]obs.SQLMetric{{
 		// Past the gate, a submission a rail keeps refusing as malformed
 		// (gpubill's key, serial or permission) is retried, logged, for
 		// ever: the payout stays created with its net in in_transit, and
@@ -59,6 +49,18 @@ func Metrics() []obs.SQLMetric {
 		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
 		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
 	}, {
+		// The starter starts a payout's workflow after writing its row (a
+		// new payout, a retry, a restore): while Temporal refuses, the
+		// payout waits moved by nothing, and only the starter's WARN log
+		// said so. updated_at is the attempt's last change: nothing but its
+		// workflow changes a payout after it is written unstarted. The
+		// partial index payouts_unstarted holds just these rows.
+		Name: "gpubill_payout_workflow_unstarted_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
+			"start workflows on Temporal.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
+	}}, bankFileMetrics()...)
+	return append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
 		// holds another amount) and its own alert until finance resolves
 		// it (gpubill_payout_rail_amount_flags_open_age_seconds): counted
@@ -92,17 +94,18 @@ func Metrics() []obs.SQLMetric {
 			join payout.payouts p on p.payout_id = f.payout_id and p.attempt = f.attempt
 			where f.resolved_at is null and p.failure_code = 'rail_amount_mismatch' and p.status in ('submitted', 'in_transit')`,
 	}, {
-		// The starter starts a payout's workflow after writing its row (a
-		// new payout, a retry, a restore): while Temporal refuses, the
-		// payout waits moved by nothing, and only the starter's WARN log
-		// said so. updated_at is the attempt's last change: nothing but its
-		// workflow changes a payout after it is written unstarted. The
-		// partial index payouts_unstarted holds just these rows.
-		Name: "gpubill_payout_workflow_unstarted_age_seconds", Type: obs.Gauge,
-		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
-			"start workflows on Temporal.",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
-	}}, bankFileMetrics()...)
+		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
+		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
+		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,
+	}, {
+		// A payout that joined a later one (absorbed_into) is canceled and
+		// its net is in that one's: counted twice, 60.00 read as canceled
+		// money stranded in available beside the 180.00 paid that held it.
+		Name: "gpubill_payout_amount", Type: obs.Gauge, Labels: []string{"status", "currency"},
+		Help: "Net amount of the payouts by current status and currency, in currency units (a payout that joined a later one " +
+			"counts in that one).",
+		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
+	}}...)
 }
 
 // bankFileMetrics are the bank-file rail's.

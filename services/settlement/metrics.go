@@ -8,7 +8,32 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 // Metrics are the settlement service's business metrics. Only cycles not
 // yet settled are listed per cycle, so the series stay few.
 func Metrics() []obs.SQLMetric {
+	// The page-level gauges first: a scrape's reads are bounded in all
+	// (obs.SQLCollector), and behind the per-cycle figures (0.9–4.7 s at
+	// 2 × 100 000 providers) they fell out of the scrape, their alerts blind.
 	return []obs.SQLMetric{
+		{
+			// A held provider keeps its cycle closing on purpose; a cycle
+			// still snapshotting, with pending (not held) settlements, or
+			// with every settlement settled but not itself, is work the
+			// workflows have not finished.
+			Name: "gpubill_settlement_closing_stalled_seconds", Type: obs.Gauge, Labels: nil,
+			Help: "Seconds since the oldest closing cycle with unfinished work (snapshot, pending settlements, or every settlement " +
+				"settled but the cycle not marked settled) began closing; 0 when none.",
+			Query: `select coalesce(max(extract(epoch from now() - c.closed_at)), 0)::float8 from settlement.cycles c
+				where c.status = 'closing' and (not c.snapshot_done
+					or exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending')
+					or not exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status <> 'settled'))`,
+		},
+		{
+			// A cycle closes at its closes_at (its workflow's timer): one
+			// still open past it has no run waiting for its close (ended or
+			// stuck before it), which the closing gauge above cannot see.
+			Name: "gpubill_settlement_open_past_close_seconds", Type: obs.Gauge, Labels: nil,
+			Help: "Seconds since the close time (end plus grace) of the oldest cycle still open past it; 0 when none.",
+			Query: `select coalesce(max(extract(epoch from now() - closes_at)), 0)::float8 from settlement.cycles
+				where status = 'open' and closes_at < now()`,
+		},
 		{
 			Name: "gpubill_settlement_cycles", Type: obs.Gauge, Labels: []string{"status"},
 			Help:  "Settlement cycles by status (open, closing, settled).",
@@ -34,28 +59,6 @@ func Metrics() []obs.SQLMetric {
 					('gross_unsettled', case when s.net is null then s.gross else 0 end)) v(part, amount)
 				where v.amount is not null
 				group by s.cycle_id, s.currency, v.part`,
-		},
-		{
-			// A held provider keeps its cycle closing on purpose; a cycle
-			// still snapshotting, with pending (not held) settlements, or
-			// with every settlement settled but not itself, is work the
-			// workflows have not finished.
-			Name: "gpubill_settlement_closing_stalled_seconds", Type: obs.Gauge, Labels: nil,
-			Help: "Seconds since the oldest closing cycle with unfinished work (snapshot, pending settlements, or every settlement " +
-				"settled but the cycle not marked settled) began closing; 0 when none.",
-			Query: `select coalesce(max(extract(epoch from now() - c.closed_at)), 0)::float8 from settlement.cycles c
-				where c.status = 'closing' and (not c.snapshot_done
-					or exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status = 'pending')
-					or not exists (select 1 from settlement.settlements s where s.cycle_id = c.cycle_id and s.status <> 'settled'))`,
-		},
-		{
-			// A cycle closes at its closes_at (its workflow's timer): one
-			// still open past it has no run waiting for its close (ended or
-			// stuck before it), which the closing gauge above cannot see.
-			Name: "gpubill_settlement_open_past_close_seconds", Type: obs.Gauge, Labels: nil,
-			Help: "Seconds since the close time (end plus grace) of the oldest cycle still open past it; 0 when none.",
-			Query: `select coalesce(max(extract(epoch from now() - closes_at)), 0)::float8 from settlement.cycles
-				where status = 'open' and closes_at < now()`,
 		},
 		{
 			// A sweep is deferred while bank:client cannot fund it (renters

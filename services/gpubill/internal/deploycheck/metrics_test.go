@@ -184,7 +184,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	for _, name := range []string{ // every live-state family, not only those alerts use
 		"gpubill_grpc_requests_total", "gpubill_grpc_request_duration_seconds", "gpubill_http_requests_total",
 		"gpubill_http_request_duration_seconds", "gpubill_dead_letters_total", "gpubill_dead_letters_open",
-		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages",
+		"gpubill_outbox_messages", "gpubill_outbox_oldest_age_seconds", "gpubill_consumer_pending_messages", "gpubill_consumer_ack_floor_sequence",
 		"gpubill_payouts", "gpubill_settlement_cycles", "gpubill_settlement_cycle_providers",
 		"gpubill_settlement_closing_stalled_seconds", "gpubill_settlement_commission_unswept", "gpubill_settlement_commission_unswept_age_seconds", "gpubill_bank_transfers", "gpubill_bank_file_entries_not_applied",
 		"gpubill_payout_amount", "gpubill_settlement_cycle_amount", "gpubill_reconciliation_exceptions",
