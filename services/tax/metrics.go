@@ -23,15 +23,15 @@ func Metrics() []obs.SQLMetric {
 			"past about 33 days a remittance did not run, or the withholding's settlement was never posted.",
 		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.withholdings where remittance_id is null`,
 	}, {
-		Name: "gpubill_tax_remittances_reversed_unremitted", Type: obs.Gauge,
-		Help: "Tax remittances reversed in the ledger whose tax is not remitted again (no remittance of their period, jurisdiction and " +
-			"currency remitted since): the new one is refused or pending, or none is planned.",
-		Query: `select count(*)::float8 from tax.remittances r where ` + reversedUnremitted,
-	}, {
 		Name: "gpubill_tax_remittance_reversed_age_seconds", Type: obs.Gauge,
 		Help: "Age, since the tax service found it reversed, of the oldest tax remittance reversed in the ledger whose tax is not " +
 			"remitted again (0: none); the check every 10 minutes remits it again at once unless the ledger refuses it.",
 		Query: `select coalesce(extract(epoch from now() - min(r.reversed_at)), 0)::float8 from tax.remittances r where ` + reversedUnremitted,
+	}, {
+		Name: "gpubill_tax_remittances_reversed_unremitted", Type: obs.Gauge,
+		Help: "Tax remittances reversed in the ledger whose tax is not remitted again (no remittance of their period, jurisdiction and " +
+			"currency remitted since): the new one is refused or pending, or none is planned.",
+		Query: `select count(*)::float8 from tax.remittances r where ` + reversedUnremitted,
 	}}
 }
 
