@@ -3305,7 +3305,8 @@ type BankFileEntry struct {
 	BankStatus      string                 `protobuf:"bytes,4,opt,name=bank_status,json=bankStatus,proto3" json:"bank_status,omitempty"`                // ACCP, RJCT, DBIT/BOOK, RTRN/BOOK ...
 	ReasonCode      string                 `protobuf:"bytes,5,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`                // the ISO reason (AC04, AC06 ...)
 	// applied | unchanged | conflict | unknown_reference | amount_mismatch | ignored | review (the transfer left the
-	// queue for finance's review) | lost_batch (a status of a batch lost with a restore, of payments it does not name)
+	// queue for finance's review) | lost_batch (a status of a batch lost with a restore, of payments it does not name) |
+	// unreadable (an entry of the client account that does not parse: not applied; the rest of the file is)
 	Outcome       string `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3951,7 +3952,7 @@ type ImportBankFileResponse struct {
 	ImportedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=imported_at,json=importedAt,proto3" json:"imported_at,omitempty"`
 	Entries           []*BankFileEntry       `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
 	Applied           int32                  `protobuf:"varint,8,opt,name=applied,proto3" json:"applied,omitempty"`
-	NotApplied        int32                  `protobuf:"varint,9,opt,name=not_applied,json=notApplied,proto3" json:"not_applied,omitempty"` // unknown_reference, conflict, amount_mismatch, review and lost_batch entries: for finance to look at
+	NotApplied        int32                  `protobuf:"varint,9,opt,name=not_applied,json=notApplied,proto3" json:"not_applied,omitempty"` // unknown_reference, conflict, amount_mismatch, review, lost_batch and unreadable entries: for finance to look at
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }

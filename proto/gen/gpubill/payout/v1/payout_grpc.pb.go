@@ -67,8 +67,9 @@ type PayoutServiceClient interface {
 	PutKyc(ctx context.Context, in *PutKycRequest, opts ...grpc.CallOption) (*PutKycResponse, error)
 	// Returns a provider's payout method (masked) and its changes.
 	GetPayoutMethod(ctx context.Context, in *GetPayoutMethodRequest, opts ...grpc.CallOption) (*GetPayoutMethodResponse, error)
-	// Cancels a payout not yet submitted to its rail (finance). Its amount
-	// stays in provider:{id}:available.
+	// Cancels a payout not yet submitted to its rail, or one whose bank
+	// transfer still waits in the bank-file queue (not yet in a bank file;
+	// finance). Its amount stays in, or goes back to, provider:{id}:available.
 	CancelPayout(ctx context.Context, in *CancelPayoutRequest, opts ...grpc.CallOption) (*CancelPayoutResponse, error)
 	// Retries a failed or returned payout (finance), typically after the
 	// provider changed its payout method: a new attempt under a new rail
@@ -452,8 +453,9 @@ type PayoutServiceServer interface {
 	PutKyc(context.Context, *PutKycRequest) (*PutKycResponse, error)
 	// Returns a provider's payout method (masked) and its changes.
 	GetPayoutMethod(context.Context, *GetPayoutMethodRequest) (*GetPayoutMethodResponse, error)
-	// Cancels a payout not yet submitted to its rail (finance). Its amount
-	// stays in provider:{id}:available.
+	// Cancels a payout not yet submitted to its rail, or one whose bank
+	// transfer still waits in the bank-file queue (not yet in a bank file;
+	// finance). Its amount stays in, or goes back to, provider:{id}:available.
 	CancelPayout(context.Context, *CancelPayoutRequest) (*CancelPayoutResponse, error)
 	// Retries a failed or returned payout (finance), typically after the
 	// provider changed its payout method: a new attempt under a new rail
