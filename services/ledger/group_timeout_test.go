@@ -20,6 +20,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/svc"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -82,12 +83,18 @@ type answer struct {
 	took time.Duration
 }
 
-// createAsync runs CreateTransaction on its own goroutine.
+// createAsync runs CreateTransaction of a transfer into renter r-1's
+// wallet on its own goroutine.
 func createAsync(ctx context.Context, f *fixture, key string) <-chan answer {
+	return postAsync(ctx, f, transfer(key, "bank:client", "renter:r-1:wallet", "1", "USD"))
+}
+
+// postAsync runs CreateTransaction of in on its own goroutine.
+func postAsync(ctx context.Context, f *fixture, in app.CreateTransactionInput) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
 		start := time.Now()
-		tx, err := f.app.CreateTransaction(ctx, transfer(key, "bank:client", "renter:r-1:wallet", "1", "USD"))
+		tx, err := f.app.CreateTransaction(ctx, in)
 		ch <- answer{tx, err, time.Since(start)}
 	}()
 	return ch
@@ -103,10 +110,19 @@ func await(a <-chan answer, within time.Duration) (answer, bool) {
 	}
 }
 
-// retryOnce posts key again and asserts it is in the journal exactly once.
+// retryOnce posts key's transfer into renter r-1's wallet again and
+// asserts it is in the journal exactly once.
 func retryOnce(t *testing.T, f *fixture, key string) {
 	t.Helper()
-	tx, err := f.app.CreateTransaction(f.ctx, transfer(key, "bank:client", "renter:r-1:wallet", "1", "USD"))
+	retryPosted(t, f, transfer(key, "bank:client", "renter:r-1:wallet", "1", "USD"))
+}
+
+// retryPosted posts in again and asserts its key is in the journal exactly
+// once.
+func retryPosted(t *testing.T, f *fixture, in app.CreateTransactionInput) {
+	t.Helper()
+	key := in.IdempotencyKey
+	tx, err := f.app.CreateTransaction(f.ctx, in)
 	if err != nil {
 		t.Fatalf("retry of %s: %v", key, err)
 	}
@@ -176,6 +192,88 @@ func TestGroupCommitTimesOutOnAHangingDatabase(t *testing.T) {
 		retryOnce(t, f, fmt.Sprintf("hang-%d", i))
 	}
 	wantBalance(t, f, "renter:r-1:wallet", "USD", fmt.Sprint(n+1))
+}
+
+// A group write that does not go through Store.PostNew (a transfer into a
+// cycle's pending account takes the cycle's lock in Store.WithTx; a write
+// alone, or each of a group that failed, is posted by postOne) is bounded
+// as the PostNew group is: answered unavailable at the group's timeout, and
+// its statement ends on the server then too, not when the database lets it
+// go (it would hold its connection and the cycle's lock, which a cycle's
+// close waits for). No statement_timeout is needed for it: the group's
+// context ends it, pgx sending the server a cancel request as it closes
+// the connection, and nothing of a WithTx transaction commits without its
+// COMMIT, which PostNew's pipeline has sent ahead.
+func TestGroupCommitOfCycleAccountsEndsOnTheServer(t *testing.T) {
+	f := newFixture(t, nil)
+	const timeout = time.Second
+	f.app.GroupTimeout = timeout
+	release := lockTable(t, f, "ledger.transactions")
+	toPending := func(key string) app.CreateTransactionInput {
+		return transfer(key, "bank:client", "provider:p-1:pending:cyc-20261227", "1", "USD")
+	}
+
+	const n = 3 // the first write's group holds it alone (postOne), the other two wait and go together (WithTx)
+	answers := make([]<-chan answer, n)
+	for i := range n {
+		answers[i] = postAsync(f.ctx, f, toPending(fmt.Sprintf("cyc-hang-%d", i)))
+		time.Sleep(50 * time.Millisecond)
+	}
+	const margin = 3 * time.Second
+	for i := range n {
+		a, ok := await(answers[i], 2*timeout+margin)
+		if !ok {
+			release()
+			t.Fatalf("write cyc-hang-%d still waiting %s after its group's timeout: the database held it", i, 2*timeout+margin)
+		}
+		if !errors.Is(a.err, apperr.ErrUnavailable) {
+			t.Fatalf("write cyc-hang-%d: %v, want unavailable", i, a.err)
+		}
+	}
+	const waiting = `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`
+	testkit.Eventually(t, time.Second, func() bool { return f.count(t, waiting) == 0 },
+		"%d of the timed-out group's statements still waiting on the server a second after their callers were answered", n)
+	release()
+	for i := range n {
+		retryPosted(t, f, toPending(fmt.Sprintf("cyc-hang-%d", i)))
+	}
+	wantBalance(t, f, "provider:p-1:pending:cyc-20261227", "USD", fmt.Sprint(n))
+}
+
+// A write queued behind a group the database holds waits, in all, at most
+// the group timeout from when it was queued: its own group has what is
+// left of it, not a timeout of its own. Before, it waited for the group
+// ahead to time out and then for its own group's whole timeout: twice the
+// limit.
+func TestQueuedWriteWaitsAtMostTheGroupTimeout(t *testing.T) {
+	f := newFixture(t, nil)
+	const timeout = 2 * time.Second
+	f.app.GroupTimeout = timeout
+	release := lockTable(t, f, "ledger.transactions")
+
+	first := createAsync(f.ctx, f, "ahead-0") // its group the lock holds
+	time.Sleep(200 * time.Millisecond)
+	queued := createAsync(f.ctx, f, "behind-0") // waits behind it
+	const margin = 800 * time.Millisecond
+	a0, ok0 := await(first, timeout+margin)
+	a1, ok1 := await(queued, timeout+margin)
+	if !ok0 || !ok1 {
+		release()
+		t.Fatalf("still waiting %s after the group timeout of %s (the group's write answered: %v, the one queued behind it: %v)", margin, timeout, ok0, ok1)
+	}
+	for _, a := range []answer{a0, a1} {
+		if !errors.Is(a.err, apperr.ErrUnavailable) {
+			t.Fatalf("%v, want unavailable", a.err)
+		}
+	}
+	if a1.took > timeout+margin {
+		t.Fatalf("the write queued behind a held group answered after %s, want within its group timeout of %s from when it was queued", a1.took, timeout)
+	}
+	t.Logf("ahead-0 after %s, behind-0 after %s", a0.took.Round(time.Millisecond), a1.took.Round(time.Millisecond))
+	release()
+	retryOnce(t, f, "ahead-0")
+	retryOnce(t, f, "behind-0")
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "3")
 }
 
 // A caller whose own context ends while its group commit runs (the caller

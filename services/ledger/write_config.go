@@ -8,8 +8,9 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 )
 
-// groupCommitTimeoutEnv bounds one group commit of the ledger's API writes
-// (manual entries, deposits, settlement postings), its per-write retries
+// groupCommitTimeoutEnv bounds an API write of the ledger's (manual
+// entries, deposits, settlement postings) from when it queues for its group
+// commit, the wait behind a group ahead and its group's per-write retries
 // included: GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT, a Go duration, default 10s
 // (app.DefaultGroupTimeout). A group that runs out of it (a database that
 // hangs without refusing: a partition, a lock held) is rolled back and each

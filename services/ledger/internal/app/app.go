@@ -26,8 +26,9 @@ type App struct {
 	Clock    clock.Clock
 	Calendar cycles.Calendar
 	Log      *slog.Logger
-	// GroupTimeout bounds one group commit of API writes, its per-write
-	// retries included (GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT); 0 is
+	// GroupTimeout bounds an API write's group commit from when the write
+	// was queued, the wait behind a group ahead and the per-write retries
+	// included (GPUBILL_LEDGER_GROUP_COMMIT_TIMEOUT); 0 is
 	// DefaultGroupTimeout. Set before the first write.
 	GroupTimeout time.Duration
 

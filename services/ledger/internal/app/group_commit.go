@@ -29,9 +29,14 @@ const groupMax = 256
 // judged as if the group's writes were posted one at a time in queue order
 // (domain.Draws), not on the group's net change.
 //
-// A group, its retries included, has GroupTimeout (DefaultGroupTimeout)
-// for its database work, on this side (its context) and on the server (the
-// statement_timeout of PostNew's transaction): a database that hangs
+// A write has GroupTimeout (DefaultGroupTimeout) from when it was queued
+// for its group's database work, its retries included: a group runs until
+// its oldest write's time is up, on this side (its context) and on the
+// server (the statement_timeout of PostNew's transaction; a statement of
+// Store.WithTx is cancelled on the server when the context ends, pgx's
+// cancel request as it closes the connection), so a write queued behind a
+// group the database held waits the limit in all, not the held group's
+// time and then a whole limit of its own. A database that hangs
 // without refusing (a partition, a lock held) held every API write of the
 // process for ever, each group behind the one stuck. A group that runs out
 // of it answers each of its writes ErrUnavailable (503, retry): the write
@@ -47,6 +52,7 @@ type groupReq struct {
 	tx    *domain.Transaction // the answer when known without a read (t, posted fresh)
 	err   error
 	gone  func() error // the caller's context's Err: a write whose caller has gone before its group runs is not posted
+	until time.Time    // when the write's time is up: queued, plus the group timeout
 }
 
 // DefaultGroupTimeout bounds a group commit's database work when
@@ -69,7 +75,7 @@ func (a *App) newGroups() *group.Queue[*groupReq] {
 }
 
 func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited) (*domain.Transaction, error) {
-	r := &groupReq{t: t, audit: au, gone: ctx.Err}
+	r := &groupReq{t: t, audit: au, gone: ctx.Err, until: time.Now().Add(a.groupTimeout())}
 	done := a.group.Add(ctx, r)
 	select {
 	case <-done:
@@ -131,7 +137,7 @@ func (a *App) commitBatch(ctx context.Context, batch []*groupReq) {
 		writeGroupSeconds.Observe(time.Since(start).Seconds())
 	}()
 	timeout := a.groupTimeout()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithDeadline(ctx, batch[0].until) // the oldest's: the queue keeps its order
 	defer cancel()
 	err := a.commitGroup(ctx, batch)
 	if err == nil {
