@@ -89,7 +89,8 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	s := &Service{deps: d, app: a, written: store.Written,
 		statements: &app.Statements{Store: &postgres.Statements{Pool: d.Pool}, Now: now},
 		reports:    reports,
-		recons:     &app.Reconciliations{Store: reconStore{&postgres.Reconciliations{Pool: d.Pool}}, Now: now},
+		recons: &app.Reconciliations{Store: reconStore{&postgres.Reconciliations{Pool: d.Pool}},
+			Resolutions: &postgres.Reconciliations{Pool: d.Pool}, Now: now},
 		invoicing: &invoicing.Invoicing{
 			Repo: &invoicestore.Store{Pool: d.Pool}, PDF: invoicepdf.Renderer{}, Clock: d.Clock, Periods: d.TaxPeriods,
 			NewID: func() string { return ids.New("inv") },
@@ -195,9 +196,10 @@ func (s *Service) Policy() auth.Policy {
 		is + "GetInvoice":               slices.Concat(read, []string{auth.RoleRenter}),
 		is + "IssueInvoices":            internal,
 		// The daily schedule runs it as the stack's service identity.
-		rc + "RunReconciliation":   {auth.RoleFinance, auth.RoleService},
-		rc + "ListReconciliations": {auth.RoleFinance, auth.RoleAuditor},
-		rc + "GetReconciliation":   {auth.RoleFinance, auth.RoleAuditor},
+		rc + "RunReconciliation":          {auth.RoleFinance, auth.RoleService},
+		rc + "ListReconciliations":        {auth.RoleFinance, auth.RoleAuditor},
+		rc + "GetReconciliation":          {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ResolveReconciliationItems": {auth.RoleFinance},
 	}
 }
 

@@ -146,6 +146,8 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.ledger.v1.ReconciliationService/RunReconciliation":   {"finance", "service"},
 		"/gpubill.ledger.v1.ReconciliationService/ListReconciliations": {"finance", "auditor"},
 		"/gpubill.ledger.v1.ReconciliationService/GetReconciliation":   {"finance", "auditor"},
+		// Resolving items by hand is finance's; an auditor reads them on the run.
+		"/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems": {"finance"},
 	}
 }()
 

@@ -209,3 +209,121 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 		t.Fatalf("run 2: unmatched line %v, want the fee", u)
 	}
 }
+
+// TestResolveReconciliationItemsThroughREST: two Alipay top-ups (keyed
+// alipay:<trade_no>) reach the bank as one T+1 settlement line, and a bank
+// fee has no movement: no reference names a movement's key, so both lines
+// are exceptions, carried into every later run. Finance matches the
+// settlement line to the two top-ups (their sum) and writes the fee off,
+// with a reason; the next run is reconciled and the gauge drops to 0. The
+// resolutions are listed on the run they resolved (who, when, why). Without
+// them the two lines stayed exceptions, and the alert on, for good.
+func TestResolveReconciliationItemsThroughREST(t *testing.T) {
+	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
+	auditor, err := auth.Issue([]byte(secret), auth.RoleAuditor, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	var depIDs []string
+	for _, d := range []struct{ amount, ref string }{{"300.00", "alipay:2026120122001"}, {"197.00", "alipay:2026120122002"}} {
+		dep := f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": d.amount, "currency": "CNY", "external_ref": d.ref})
+		id, _ := dep["transaction_id"].(string)
+		depIDs = append(depIDs, id)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		if err := f.st.Pool.QueryRow(context.Background(), `select count(*) from ledger.journal_chain where tx_id::text = any($1)`, depIDs).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == len(depIDs)
+	}, "deposits %v chained", depIDs)
+	day := time.Now().UTC().Format(time.DateOnly)
+	csv := "date,reference,amount,balance\n" + day + ",ALIPAY-STL-20261201,497.00,497.00\n" + day + ",FEE-2026-12,-25.00,472.00\n"
+	req, err := http.NewRequest(http.MethodPost, f.base+"/v1/bank-statements?statement_id=st-alipay&currency=CNY&account=CN-CLIENT-1", strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.finance)
+	req.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("import statement: HTTP %d %s", resp.StatusCode, body)
+	}
+	run := func() map[string]any {
+		t.Helper()
+		out := f.mustDo(http.MethodPost, "/v1/reconciliations", map[string]any{"currency": "CNY"})
+		runs, _ := out["reconciliations"].([]any)
+		if len(runs) != 1 {
+			t.Fatalf("run: %v", out)
+		}
+		return runs[0].(map[string]any)
+	}
+	gauge := func() float64 {
+		t.Helper()
+		return metricValue(t, f.base+"/metrics", `gpubill_reconciliation_exceptions{currency="CNY"}`)
+	}
+
+	r1 := run()
+	id, _ := r1["reconciliation_id"].(string)
+	inBank, _ := r1["unmatched_in_bank"].([]any)
+	if r1["verdict"] != "exceptions" || len(inBank) != 2 {
+		t.Fatalf("run 1: the settlement and the fee lines are exceptions: %v", r1)
+	}
+	if v := gauge(); v != 1 {
+		t.Fatalf("gpubill_reconciliation_exceptions %v after run 1, want 1", v)
+	}
+
+	path := "/v1/reconciliations/" + id + "/resolutions"
+	match := map[string]any{"action": "match", "lines": []any{map[string]any{"statement_id": "st-alipay", "line_no": 1}},
+		"transaction_ids": depIDs, "reason": "Alipay T+1 settlement of trades 2026120122001 and 2026120122002"}
+	writeOff := map[string]any{"action": "write_off", "lines": []any{map[string]any{"statement_id": "st-alipay", "line_no": 2}},
+		"reason": "December account fee, booked as bank charges"}
+	if code, _ := f.do(http.MethodPost, path, auditor, match); code != http.StatusForbidden {
+		t.Fatalf("an auditor resolving: HTTP %d, want 403", code)
+	}
+	short := map[string]any{"action": "match", "lines": match["lines"], "transaction_ids": depIDs[:1], "reason": "only one"}
+	if code, out := f.do(http.MethodPost, path, f.finance, short); code != http.StatusBadRequest {
+		t.Fatalf("a match whose amounts differ (497.00 against 300.00): HTTP %d %v, want 400", code, out)
+	}
+	m1 := f.mustDo(http.MethodPost, path, match)
+	m2 := f.mustDo(http.MethodPost, path, match)
+	res1, _ := m1["resolution"].(map[string]any)
+	res2, _ := m2["resolution"].(map[string]any)
+	if res1 == nil || res1["resolution_id"] == "" || fmt.Sprint(res1) != fmt.Sprint(res2) {
+		t.Fatalf("the same match twice: %v then %v, want the same answer", m1, m2)
+	}
+	f.mustDo(http.MethodPost, path, writeOff)
+	other := map[string]any{"action": "write_off", "lines": writeOff["lines"], "reason": "another reason"}
+	if code, out := f.do(http.MethodPost, path, f.finance, other); code != http.StatusConflict {
+		t.Fatalf("another body on a resolved line: HTTP %d %v, want 409", code, out)
+	}
+	code, got := f.do(http.MethodGet, "/v1/reconciliations/"+id, auditor, nil)
+	rs, _ := got["resolutions"].([]any)
+	if code != http.StatusOK || len(rs) != 2 {
+		t.Fatalf("run 1 lists its two resolutions: HTTP %d %v", code, got)
+	}
+	if r := rs[0].(map[string]any); r["action"] != "match" || r["resolved_by"] != "finance" || r["reason"] != match["reason"] || r["created_at"] == nil {
+		t.Fatalf("run 1's first resolution: %v", r)
+	}
+
+	r2 := run()
+	if r2["verdict"] != "reconciled" || r2["unmatched_in_bank_count"] != nil && r2["unmatched_in_bank_count"] != float64(0) ||
+		r2["unmatched_in_ledger_count"] != nil && r2["unmatched_in_ledger_count"] != float64(0) {
+		t.Fatalf("run 2: every item resolved, want reconciled: %v", r2)
+	}
+	if v := gauge(); v != 0 {
+		t.Fatalf("gpubill_reconciliation_exceptions %v after run 2, want 0", v)
+	}
+	if m3 := f.mustDo(http.MethodPost, path, match); fmt.Sprint(m3) != fmt.Sprint(m1) {
+		t.Fatalf("the same match after a later run: %v, want %v", m3, m1)
+	}
+}

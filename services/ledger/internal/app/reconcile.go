@@ -72,9 +72,12 @@ type ReconRunTx interface {
 
 // Reconciliations are the bank reconciliation use cases.
 type Reconciliations struct {
-	Store ReconciliationStore
-	Now   func() time.Time
+	Store       ReconciliationStore
+	Resolutions ResolutionStore
+	Now         func() time.Time
 }
+
+func (r *Reconciliations) now() time.Time { return r.Now().UTC().Truncate(time.Microsecond) }
 
 // Run reconciles one currency, or every currency with a statement when
 // currency is "": the statements no run has taken and the bank:client
@@ -120,19 +123,16 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run := &domain.ReconRun{ID: ids.New("rec"), Currency: currency, Trigger: trigger, RequestedBy: requestedBy,
-		CreatedAt: r.Now().UTC().Truncate(time.Microsecond), HeadHash: hash, HeadPosition: pos}
+		CreatedAt: r.now(), HeadHash: hash, HeadPosition: pos}
 	var lines []domain.BankLine
 	var moves []domain.Movement
 	after := int64(0)
 	if prev != nil {
 		run.PreviousID = prev.ID
 		after = prev.HeadPosition
-		for _, u := range prev.Result.UnmatchedBank {
-			lines = append(lines, u.Line)
-		}
-		for _, u := range prev.Result.UnmatchedLedger {
-			moves = append(moves, u.Movement)
-		}
+		// Less what finance resolved by hand: carried, a line no
+		// reference matches stayed an exception in every run.
+		lines, moves = prev.Carried()
 	}
 	stIDs, fresh, err := rd.FreshLines(ctx)
 	if err != nil {

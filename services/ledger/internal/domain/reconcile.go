@@ -400,4 +400,117 @@ type ReconRun struct {
 	BreakN           int // len(Result.Breaks)
 	// Result holds the items; a listed run carries only the counts.
 	Result Reconciliation
+	// Resolutions of its unmatched items by hand (a read run's only).
+	Resolutions []ReconResolution
+}
+
+// Actions of a resolution by hand.
+const (
+	ResolveMatch    = "match"     // one statement line shows these movements (their sum)
+	ResolveWriteOff = "write_off" // accepted as they are (a fee, a manual entry)
+)
+
+// LineRef names a statement line.
+type LineRef struct {
+	StatementID string
+	LineNo      int
+}
+
+// ReconResolution is items of a run finance resolved by hand: no reference
+// matches an Alipay T+1 settlement line (several top-ups keyed
+// alipay:<trade_no>), a bank fee, or a manual entry's random key, so they
+// were carried into every later run as exceptions, for good.
+type ReconResolution struct {
+	ID               string
+	ReconciliationID string
+	Currency         string
+	Action           string
+	Reason           string
+	ResolvedBy       string
+	CreatedAt        time.Time
+	Lines            []BankLine
+	Movements        []Movement
+}
+
+// ResolveItems takes the items a resolution names from what the run left
+// unmatched: every line and movement (by any of its transaction ids) named
+// once and unmatched in the run; a match is one line and at least one
+// movement whose amounts sum to the line's exactly.
+func (r ReconRun) ResolveItems(action string, lines []LineRef, txIDs []string) ([]BankLine, []Movement, error) {
+	var outL []BankLine
+	for i, ref := range lines {
+		if slices.Contains(lines[:i], ref) {
+			return nil, nil, fmt.Errorf("statement %s line %d is named twice", ref.StatementID, ref.LineNo)
+		}
+		at := slices.IndexFunc(r.Result.UnmatchedBank, func(u UnmatchedLine) bool {
+			return u.Line.StatementID == ref.StatementID && u.Line.LineNo == ref.LineNo
+		})
+		if at < 0 {
+			return nil, nil, fmt.Errorf("statement %s line %d is not unmatched in run %s", ref.StatementID, ref.LineNo, r.ID)
+		}
+		outL = append(outL, r.Result.UnmatchedBank[at].Line)
+	}
+	var outM []Movement
+	taken := map[int]bool{}
+	for _, id := range txIDs {
+		at := slices.IndexFunc(r.Result.UnmatchedLedger, func(u UnmatchedMovement) bool { return slices.Contains(u.Movement.TransactionIDs, id) })
+		if at < 0 {
+			return nil, nil, fmt.Errorf("transaction %s is not of a movement unmatched in run %s", id, r.ID)
+		}
+		if taken[at] {
+			return nil, nil, fmt.Errorf("transaction %s names a movement already named", id)
+		}
+		taken[at] = true
+		outM = append(outM, r.Result.UnmatchedLedger[at].Movement)
+	}
+	switch action {
+	case ResolveMatch:
+		if len(outL) != 1 || len(outM) == 0 {
+			return nil, nil, fmt.Errorf("a match is one statement line and at least one movement, not %d and %d", len(outL), len(outM))
+		}
+		sum := decimal.Zero
+		for _, m := range outM {
+			sum = sum.Add(m.Amount)
+		}
+		if !sum.Equal(outL[0].Amount) {
+			f := AmountFormat(r.Currency)
+			return nil, nil, fmt.Errorf("the movements sum to %s, the line is %s", f(sum), f(outL[0].Amount))
+		}
+	case ResolveWriteOff:
+		if len(outL)+len(outM) == 0 {
+			return nil, nil, fmt.Errorf("a write-off names at least one line or movement")
+		}
+	default:
+		return nil, nil, fmt.Errorf("want %s or %s, not %q", ResolveMatch, ResolveWriteOff, action)
+	}
+	return outL, outM, nil
+}
+
+// Carried is what a run leaves to the next: its unmatched lines and
+// movements less those resolved by hand.
+func (r ReconRun) Carried() ([]BankLine, []Movement) {
+	lines, txs := map[LineRef]bool{}, map[string]bool{}
+	for _, res := range r.Resolutions {
+		for _, l := range res.Lines {
+			lines[LineRef{l.StatementID, l.LineNo}] = true
+		}
+		for _, m := range res.Movements {
+			for _, id := range m.TransactionIDs {
+				txs[id] = true
+			}
+		}
+	}
+	var outL []BankLine
+	for _, u := range r.Result.UnmatchedBank {
+		if !lines[LineRef{u.Line.StatementID, u.Line.LineNo}] {
+			outL = append(outL, u.Line)
+		}
+	}
+	var outM []Movement
+	for _, u := range r.Result.UnmatchedLedger {
+		if !slices.ContainsFunc(u.Movement.TransactionIDs, func(id string) bool { return txs[id] }) {
+			outM = append(outM, u.Movement)
+		}
+	}
+	return outL, outM
 }

@@ -255,3 +255,45 @@ func TestStatementBreaks(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveItems: a match is one unmatched line and movements summing to
+// it exactly; each item unmatched in the run and named once.
+func TestResolveItems(t *testing.T) {
+	d := decimal.RequireFromString
+	run := ReconRun{ID: "rec_1", Currency: "CNY", Result: Reconciliation{
+		UnmatchedBank: []UnmatchedLine{{Line: BankLine{StatementID: "st", LineNo: 1, Amount: d("497.00")}}, {Line: BankLine{StatementID: "st", LineNo: 2, Amount: d("-25.00")}}},
+		UnmatchedLedger: []UnmatchedMovement{{Movement: Movement{Key: "alipay:1", Amount: d("300.00"), TransactionIDs: []string{"t1"}}},
+			{Movement: Movement{Key: "alipay:2", Amount: d("197.00"), TransactionIDs: []string{"t2", "t3"}}}},
+	}}
+	line1, line2 := []LineRef{{"st", 1}}, []LineRef{{"st", 2}}
+	tests := []struct {
+		name   string
+		action string
+		lines  []LineRef
+		txs    []string
+		want   string // "" when resolved
+	}{
+		{"match sums", ResolveMatch, line1, []string{"t1", "t3"}, ""},
+		{"match short", ResolveMatch, line1, []string{"t1"}, "sum to 300.00, the line is 497.00"},
+		{"match two lines", ResolveMatch, append(line1, line2...), []string{"t1", "t2"}, "one statement line"},
+		{"movement twice", ResolveMatch, line1, []string{"t2", "t3"}, "already named"},
+		{"line twice", ResolveWriteOff, append(line2, line2...), nil, "named twice"},
+		{"line not unmatched", ResolveWriteOff, []LineRef{{"st", 3}}, nil, "not unmatched"},
+		{"write off a fee", ResolveWriteOff, line2, nil, ""},
+		{"write off nothing", ResolveWriteOff, nil, nil, "at least one"},
+		{"unknown action", "ignore", line2, nil, "want match or write_off"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := run.ResolveItems(tt.action, tt.lines, tt.txs)
+			if got := fmt.Sprint(err); tt.want == "" && err != nil || tt.want != "" && !strings.Contains(got, tt.want) {
+				t.Fatalf("ResolveItems: %v, want %q", err, tt.want)
+			}
+		})
+	}
+	run.Resolutions = []ReconResolution{{Lines: []BankLine{{StatementID: "st", LineNo: 1}}, Movements: []Movement{{TransactionIDs: []string{"t3"}}}}}
+	lines, moves := run.Carried()
+	if len(lines) != 1 || lines[0].LineNo != 2 || len(moves) != 1 || moves[0].Key != "alipay:1" {
+		t.Fatalf("Carried: %v %v, want line 2 and alipay:1", lines, moves)
+	}
+}

@@ -22,15 +22,9 @@ type ReconciliationServer struct {
 // RunReconciliation implements ReconciliationService. The stack's service
 // identity is the daily schedule; anyone else asked for it.
 func (s *ReconciliationServer) RunReconciliation(ctx context.Context, r *ledgerv1.RunReconciliationRequest) (*ledgerv1.RunReconciliationResponse, error) {
-	trigger, by := domain.ReconByRequest, ""
-	if p, ok := auth.FromContext(ctx); ok {
-		by = p.Role
-		if p.Subject != "" {
-			by += ":" + p.Subject
-		}
-		if p.Role == auth.RoleService {
-			trigger = domain.ReconBySchedule
-		}
+	trigger, by := domain.ReconByRequest, caller(ctx)
+	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleService {
+		trigger = domain.ReconBySchedule
 	}
 	runs, err := s.Reconciliations.Run(ctx, r.GetCurrency(), trigger, by)
 	if err != nil {
@@ -41,6 +35,31 @@ func (s *ReconciliationServer) RunReconciliation(ctx context.Context, r *ledgerv
 		out.Reconciliations = append(out.Reconciliations, toProtoRun(run, true))
 	}
 	return out, nil
+}
+
+// caller is the role and subject of the caller ("" when unknown).
+func caller(ctx context.Context) string {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	if p.Subject != "" {
+		return p.Role + ":" + p.Subject
+	}
+	return p.Role
+}
+
+// ResolveReconciliationItems implements ReconciliationService.
+func (s *ReconciliationServer) ResolveReconciliationItems(ctx context.Context, r *ledgerv1.ResolveReconciliationItemsRequest) (*ledgerv1.ResolveReconciliationItemsResponse, error) {
+	lines := make([]domain.LineRef, 0, len(r.GetLines()))
+	for _, l := range r.GetLines() {
+		lines = append(lines, domain.LineRef{StatementID: l.GetStatementId(), LineNo: int(l.GetLineNo())})
+	}
+	res, err := s.Reconciliations.ResolveItems(ctx, r.GetReconciliationId(), r.GetAction(), r.GetReason(), caller(ctx), lines, r.GetTransactionIds())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.ResolveReconciliationItemsResponse{Resolution: toProtoResolution(res, amountIn(res.Currency))}, nil
 }
 
 // ListReconciliations implements ReconciliationService.
@@ -124,6 +143,26 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	for _, b := range r.Result.Breaks {
 		out.StatementBreaks = append(out.StatementBreaks, &ledgerv1.StatementBreak{Account: b.Account, PreviousStatementId: b.PreviousID,
 			PreviousClosingBalance: f(b.PreviousClosing), StatementId: b.StatementID, OpeningBalance: f(b.Opening), Difference: f(b.Difference), Reason: b.Reason})
+	}
+	out.Resolutions = make([]*ledgerv1.ReconciliationResolution, 0, len(r.Resolutions))
+	for i := range r.Resolutions {
+		out.Resolutions = append(out.Resolutions, toProtoResolution(&r.Resolutions[i], f))
+	}
+	return out
+}
+
+func toProtoResolution(r *domain.ReconResolution, f func(decimal.Decimal) string) *ledgerv1.ReconciliationResolution {
+	out := &ledgerv1.ReconciliationResolution{ResolutionId: r.ID, ReconciliationId: r.ReconciliationID, Action: r.Action, Reason: r.Reason,
+		ResolvedBy: r.ResolvedBy, CreatedAt: timestamppb.New(r.CreatedAt), Items: make([]*ledgerv1.ReconciliationItem, 0, len(r.Lines)+len(r.Movements))}
+	for _, l := range r.Lines {
+		it := &ledgerv1.ReconciliationItem{StatementId: l.StatementID, LineNo: int32(l.LineNo), Reference: l.Reference, BankAmount: f(l.Amount)}
+		if !l.BookedOn.IsZero() {
+			it.BookedOn = l.BookedOn.Format(time.DateOnly)
+		}
+		out.Items = append(out.Items, it)
+	}
+	for _, m := range r.Movements {
+		out.Items = append(out.Items, &ledgerv1.ReconciliationItem{MovementKind: m.Kind, MovementKey: m.Key, LedgerAmount: f(m.Amount), TransactionIds: m.TransactionIDs})
 	}
 	return out
 }

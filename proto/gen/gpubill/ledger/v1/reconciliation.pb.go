@@ -23,6 +23,277 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ResolveReconciliationItemsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The currency's latest run, in which the items are unmatched.
+	ReconciliationId string `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	Action           string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"` // match | write_off
+	// Statement lines: a match takes exactly one.
+	Lines []*StatementLineRef `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
+	// Ledger movements, each named by one of its transaction ids: a match
+	// takes at least one.
+	TransactionIds []string `protobuf:"bytes,4,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
+	Reason         string   `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // required: why (kept, shown on the run)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ResolveReconciliationItemsRequest) Reset() {
+	*x = ResolveReconciliationItemsRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReconciliationItemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReconciliationItemsRequest) ProtoMessage() {}
+
+func (x *ResolveReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReconciliationItemsRequest.ProtoReflect.Descriptor instead.
+func (*ResolveReconciliationItemsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResolveReconciliationItemsRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ResolveReconciliationItemsRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ResolveReconciliationItemsRequest) GetLines() []*StatementLineRef {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ResolveReconciliationItemsRequest) GetTransactionIds() []string {
+	if x != nil {
+		return x.TransactionIds
+	}
+	return nil
+}
+
+func (x *ResolveReconciliationItemsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// One line of an imported statement.
+type StatementLineRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StatementId   string                 `protobuf:"bytes,1,opt,name=statement_id,json=statementId,proto3" json:"statement_id,omitempty"`
+	LineNo        int32                  `protobuf:"varint,2,opt,name=line_no,json=lineNo,proto3" json:"line_no,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementLineRef) Reset() {
+	*x = StatementLineRef{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementLineRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementLineRef) ProtoMessage() {}
+
+func (x *StatementLineRef) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementLineRef.ProtoReflect.Descriptor instead.
+func (*StatementLineRef) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StatementLineRef) GetStatementId() string {
+	if x != nil {
+		return x.StatementId
+	}
+	return ""
+}
+
+func (x *StatementLineRef) GetLineNo() int32 {
+	if x != nil {
+		return x.LineNo
+	}
+	return 0
+}
+
+type ResolveReconciliationItemsResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Resolution    *ReconciliationResolution `protobuf:"bytes,1,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReconciliationItemsResponse) Reset() {
+	*x = ResolveReconciliationItemsResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReconciliationItemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReconciliationItemsResponse) ProtoMessage() {}
+
+func (x *ResolveReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReconciliationItemsResponse.ProtoReflect.Descriptor instead.
+func (*ResolveReconciliationItemsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResolveReconciliationItemsResponse) GetResolution() *ReconciliationResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+// Items of a run resolved by hand: no longer exceptions in later runs.
+type ReconciliationResolution struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ResolutionId     string                 `protobuf:"bytes,1,opt,name=resolution_id,json=resolutionId,proto3" json:"resolution_id,omitempty"`
+	ReconciliationId string                 `protobuf:"bytes,2,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"` // the run whose items it resolved
+	Action           string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`                                             // match | write_off
+	Reason           string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	ResolvedBy       string                 `protobuf:"bytes,5,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role and subject of the caller
+	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The lines and movements resolved, as the run listed them.
+	Items         []*ReconciliationItem `protobuf:"bytes,7,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconciliationResolution) Reset() {
+	*x = ReconciliationResolution{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationResolution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationResolution) ProtoMessage() {}
+
+func (x *ReconciliationResolution) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationResolution.ProtoReflect.Descriptor instead.
+func (*ReconciliationResolution) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReconciliationResolution) GetResolutionId() string {
+	if x != nil {
+		return x.ResolutionId
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ReconciliationResolution) GetItems() []*ReconciliationItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 type RunReconciliationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"` // empty: every currency with an imported statement
@@ -32,7 +303,7 @@ type RunReconciliationRequest struct {
 
 func (x *RunReconciliationRequest) Reset() {
 	*x = RunReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +315,7 @@ func (x *RunReconciliationRequest) String() string {
 func (*RunReconciliationRequest) ProtoMessage() {}
 
 func (x *RunReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +328,7 @@ func (x *RunReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*RunReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{0}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunReconciliationRequest) GetCurrency() string {
@@ -76,7 +347,7 @@ type RunReconciliationResponse struct {
 
 func (x *RunReconciliationResponse) Reset() {
 	*x = RunReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -88,7 +359,7 @@ func (x *RunReconciliationResponse) String() string {
 func (*RunReconciliationResponse) ProtoMessage() {}
 
 func (x *RunReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -101,7 +372,7 @@ func (x *RunReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*RunReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{1}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunReconciliationResponse) GetReconciliations() []*Reconciliation {
@@ -156,13 +427,16 @@ type Reconciliation struct {
 	// the missing statement is imported.
 	StatementBreaks     []*StatementBreak `protobuf:"bytes,20,rep,name=statement_breaks,json=statementBreaks,proto3" json:"statement_breaks,omitempty"`
 	StatementBreakCount int32             `protobuf:"varint,21,opt,name=statement_break_count,json=statementBreakCount,proto3" json:"statement_break_count,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Items of this run finance resolved by hand since (who, when, why): the
+	// next run no longer carries them.
+	Resolutions   []*ReconciliationResolution `protobuf:"bytes,22,rep,name=resolutions,proto3" json:"resolutions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
 	*x = Reconciliation{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +448,7 @@ func (x *Reconciliation) String() string {
 func (*Reconciliation) ProtoMessage() {}
 
 func (x *Reconciliation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +461,7 @@ func (x *Reconciliation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconciliation.ProtoReflect.Descriptor instead.
 func (*Reconciliation) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{2}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Reconciliation) GetReconciliationId() string {
@@ -337,6 +611,13 @@ func (x *Reconciliation) GetStatementBreakCount() int32 {
 	return 0
 }
 
+func (x *Reconciliation) GetResolutions() []*ReconciliationResolution {
+	if x != nil {
+		return x.Resolutions
+	}
+	return nil
+}
+
 // A statement whose opening balance is not the closing balance of the
 // account's statement before it, or which closes at the same instant.
 type StatementBreak struct {
@@ -354,7 +635,7 @@ type StatementBreak struct {
 
 func (x *StatementBreak) Reset() {
 	*x = StatementBreak{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +647,7 @@ func (x *StatementBreak) String() string {
 func (*StatementBreak) ProtoMessage() {}
 
 func (x *StatementBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +660,7 @@ func (x *StatementBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementBreak.ProtoReflect.Descriptor instead.
 func (*StatementBreak) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatementBreak) GetAccount() string {
@@ -453,7 +734,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +746,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +759,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReconciliationItem) GetStatementId() string {
@@ -569,7 +850,7 @@ type ListReconciliationsRequest struct {
 
 func (x *ListReconciliationsRequest) Reset() {
 	*x = ListReconciliationsRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +862,7 @@ func (x *ListReconciliationsRequest) String() string {
 func (*ListReconciliationsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +875,7 @@ func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListReconciliationsRequest) GetCurrency() string {
@@ -644,7 +925,7 @@ type ReconciliationSummary struct {
 
 func (x *ReconciliationSummary) Reset() {
 	*x = ReconciliationSummary{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +937,7 @@ func (x *ReconciliationSummary) String() string {
 func (*ReconciliationSummary) ProtoMessage() {}
 
 func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +950,7 @@ func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
 func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReconciliationSummary) GetReconciliationId() string {
@@ -801,7 +1082,7 @@ type ListReconciliationsResponse struct {
 
 func (x *ListReconciliationsResponse) Reset() {
 	*x = ListReconciliationsResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1094,7 @@ func (x *ListReconciliationsResponse) String() string {
 func (*ListReconciliationsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1107,7 @@ func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListReconciliationsResponse) GetReconciliations() []*ReconciliationSummary {
@@ -852,7 +1133,7 @@ type GetReconciliationRequest struct {
 
 func (x *GetReconciliationRequest) Reset() {
 	*x = GetReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1145,7 @@ func (x *GetReconciliationRequest) String() string {
 func (*GetReconciliationRequest) ProtoMessage() {}
 
 func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1158,7 @@ func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetReconciliationRequest) GetReconciliationId() string {
@@ -896,7 +1177,7 @@ type GetReconciliationResponse struct {
 
 func (x *GetReconciliationResponse) Reset() {
 	*x = GetReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1189,7 @@ func (x *GetReconciliationResponse) String() string {
 func (*GetReconciliationResponse) ProtoMessage() {}
 
 func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1202,7 @@ func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetReconciliationResponse) GetReconciliation() *Reconciliation {
@@ -935,11 +1216,34 @@ var File_gpubill_ledger_v1_reconciliation_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\n" +
-	"&gpubill/ledger/v1/reconciliation.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"6\n" +
+	"&gpubill/ledger/v1/reconciliation.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x01\n" +
+	"!ResolveReconciliationItemsRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x129\n" +
+	"\x05lines\x18\x03 \x03(\v2#.gpubill.ledger.v1.StatementLineRefR\x05lines\x12'\n" +
+	"\x0ftransaction_ids\x18\x04 \x03(\tR\x0etransactionIds\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"N\n" +
+	"\x10StatementLineRef\x12!\n" +
+	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x17\n" +
+	"\aline_no\x18\x02 \x01(\x05R\x06lineNo\"q\n" +
+	"\"ResolveReconciliationItemsResponse\x12K\n" +
+	"\n" +
+	"resolution\x18\x01 \x01(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\n" +
+	"resolution\"\xb5\x02\n" +
+	"\x18ReconciliationResolution\x12#\n" +
+	"\rresolution_id\x18\x01 \x01(\tR\fresolutionId\x12+\n" +
+	"\x11reconciliation_id\x18\x02 \x01(\tR\x10reconciliationId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vresolved_by\x18\x05 \x01(\tR\n" +
+	"resolvedBy\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\x05items\x18\a \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\"6\n" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xd1\b\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xa0\t\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -963,7 +1267,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x13unmatched_in_ledger\x18\x12 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x11unmatchedInLedger\x12=\n" +
 	"\x1boutstanding_in_ledger_count\x18\x13 \x01(\x05R\x18outstandingInLedgerCount\x12L\n" +
 	"\x10statement_breaks\x18\x14 \x03(\v2!.gpubill.ledger.v1.StatementBreakR\x0fstatementBreaks\x122\n" +
-	"\x15statement_break_count\x18\x15 \x01(\x05R\x13statementBreakCount\"\x9c\x02\n" +
+	"\x15statement_break_count\x18\x15 \x01(\x05R\x13statementBreakCount\x12M\n" +
+	"\vresolutions\x18\x16 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\"\x9c\x02\n" +
 	"\x0eStatementBreak\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x122\n" +
 	"\x15previous_statement_id\x18\x02 \x01(\tR\x13previousStatementId\x128\n" +
@@ -1019,11 +1324,12 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18GetReconciliationRequest\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\"f\n" +
 	"\x19GetReconciliationResponse\x12I\n" +
-	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation2\xee\x03\n" +
+	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation2\xba\x05\n" +
 	"\x15ReconciliationService\x12\x8e\x01\n" +
 	"\x11RunReconciliation\x12+.gpubill.ledger.v1.RunReconciliationRequest\x1a,.gpubill.ledger.v1.RunReconciliationResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/reconciliations\x12\x91\x01\n" +
 	"\x13ListReconciliations\x12-.gpubill.ledger.v1.ListReconciliationsRequest\x1a..gpubill.ledger.v1.ListReconciliationsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/reconciliations\x12\xaf\x01\n" +
-	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}BAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
+	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}\x12\xc9\x01\n" +
+	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutionsBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
 
 var (
 	file_gpubill_ledger_v1_reconciliation_proto_rawDescOnce sync.Once
@@ -1037,41 +1343,52 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
-	(*RunReconciliationRequest)(nil),    // 0: gpubill.ledger.v1.RunReconciliationRequest
-	(*RunReconciliationResponse)(nil),   // 1: gpubill.ledger.v1.RunReconciliationResponse
-	(*Reconciliation)(nil),              // 2: gpubill.ledger.v1.Reconciliation
-	(*StatementBreak)(nil),              // 3: gpubill.ledger.v1.StatementBreak
-	(*ReconciliationItem)(nil),          // 4: gpubill.ledger.v1.ReconciliationItem
-	(*ListReconciliationsRequest)(nil),  // 5: gpubill.ledger.v1.ListReconciliationsRequest
-	(*ReconciliationSummary)(nil),       // 6: gpubill.ledger.v1.ReconciliationSummary
-	(*ListReconciliationsResponse)(nil), // 7: gpubill.ledger.v1.ListReconciliationsResponse
-	(*GetReconciliationRequest)(nil),    // 8: gpubill.ledger.v1.GetReconciliationRequest
-	(*GetReconciliationResponse)(nil),   // 9: gpubill.ledger.v1.GetReconciliationResponse
-	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
+	(*ResolveReconciliationItemsRequest)(nil),  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	(*StatementLineRef)(nil),                   // 1: gpubill.ledger.v1.StatementLineRef
+	(*ResolveReconciliationItemsResponse)(nil), // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	(*ReconciliationResolution)(nil),           // 3: gpubill.ledger.v1.ReconciliationResolution
+	(*RunReconciliationRequest)(nil),           // 4: gpubill.ledger.v1.RunReconciliationRequest
+	(*RunReconciliationResponse)(nil),          // 5: gpubill.ledger.v1.RunReconciliationResponse
+	(*Reconciliation)(nil),                     // 6: gpubill.ledger.v1.Reconciliation
+	(*StatementBreak)(nil),                     // 7: gpubill.ledger.v1.StatementBreak
+	(*ReconciliationItem)(nil),                 // 8: gpubill.ledger.v1.ReconciliationItem
+	(*ListReconciliationsRequest)(nil),         // 9: gpubill.ledger.v1.ListReconciliationsRequest
+	(*ReconciliationSummary)(nil),              // 10: gpubill.ledger.v1.ReconciliationSummary
+	(*ListReconciliationsResponse)(nil),        // 11: gpubill.ledger.v1.ListReconciliationsResponse
+	(*GetReconciliationRequest)(nil),           // 12: gpubill.ledger.v1.GetReconciliationRequest
+	(*GetReconciliationResponse)(nil),          // 13: gpubill.ledger.v1.GetReconciliationResponse
+	(*timestamppb.Timestamp)(nil),              // 14: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
-	2,  // 0: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	10, // 1: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 2: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
-	4,  // 3: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
-	4,  // 4: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
-	3,  // 5: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
-	10, // 6: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 7: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
-	2,  // 8: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
-	0,  // 9: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	5,  // 10: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	8,  // 11: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	1,  // 12: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	7,  // 13: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	9,  // 14: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
+	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	14, // 2: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 3: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
+	6,  // 4: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
+	14, // 5: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
+	8,  // 7: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
+	8,  // 8: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
+	7,  // 9: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
+	3,  // 10: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	14, // 11: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	10, // 12: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
+	6,  // 13: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
+	4,  // 14: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	9,  // 15: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	12, // 16: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	0,  // 17: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	5,  // 18: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	11, // 19: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	13, // 20: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	2,  // 21: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -1085,7 +1402,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

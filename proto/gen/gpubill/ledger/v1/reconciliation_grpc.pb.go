@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReconciliationService_RunReconciliation_FullMethodName   = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
-	ReconciliationService_ListReconciliations_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
-	ReconciliationService_GetReconciliation_FullMethodName   = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
+	ReconciliationService_RunReconciliation_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
+	ReconciliationService_ListReconciliations_FullMethodName        = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
+	ReconciliationService_GetReconciliation_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
+	ReconciliationService_ResolveReconciliationItems_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
 )
 
 // ReconciliationServiceClient is the client API for ReconciliationService service.
@@ -47,6 +48,16 @@ type ReconciliationServiceClient interface {
 	// One run with its matched and unmatched items. Returns the bare
 	// Reconciliation over REST.
 	GetReconciliation(ctx context.Context, in *GetReconciliationRequest, opts ...grpc.CallOption) (*GetReconciliationResponse, error)
+	// Resolves items of a run by hand, with a reason, for what no reference
+	// can match (an Alipay T+1 settlement line for several top-ups keyed
+	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
+	// to one or more ledger movements (their amounts sum to the line's
+	// exactly), or write items off. Only items unmatched in the currency's
+	// latest run; each line and movement is resolved at most once, across
+	// runs. The next run no longer carries them. The same request again
+	// answers the same resolution; another request naming a resolved item is
+	// refused (409).
+	ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error)
 }
 
 type reconciliationServiceClient struct {
@@ -87,6 +98,16 @@ func (c *reconciliationServiceClient) GetReconciliation(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *reconciliationServiceClient) ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveReconciliationItemsResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ResolveReconciliationItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReconciliationServiceServer is the server API for ReconciliationService service.
 // All implementations must embed UnimplementedReconciliationServiceServer
 // for forward compatibility.
@@ -110,6 +131,16 @@ type ReconciliationServiceServer interface {
 	// One run with its matched and unmatched items. Returns the bare
 	// Reconciliation over REST.
 	GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error)
+	// Resolves items of a run by hand, with a reason, for what no reference
+	// can match (an Alipay T+1 settlement line for several top-ups keyed
+	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
+	// to one or more ledger movements (their amounts sum to the line's
+	// exactly), or write items off. Only items unmatched in the currency's
+	// latest run; each line and movement is resolved at most once, across
+	// runs. The next run no longer carries them. The same request again
+	// answers the same resolution; another request naming a resolved item is
+	// refused (409).
+	ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error)
 	mustEmbedUnimplementedReconciliationServiceServer()
 }
 
@@ -128,6 +159,9 @@ func (UnimplementedReconciliationServiceServer) ListReconciliations(context.Cont
 }
 func (UnimplementedReconciliationServiceServer) GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReconciliation not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItems not implemented")
 }
 func (UnimplementedReconciliationServiceServer) mustEmbedUnimplementedReconciliationServiceServer() {}
 func (UnimplementedReconciliationServiceServer) testEmbeddedByValue()                               {}
@@ -204,6 +238,24 @@ func _ReconciliationService_GetReconciliation_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconciliationService_ResolveReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveReconciliationItemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ResolveReconciliationItems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ResolveReconciliationItems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ResolveReconciliationItems(ctx, req.(*ResolveReconciliationItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReconciliationService_ServiceDesc is the grpc.ServiceDesc for ReconciliationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -222,6 +274,10 @@ var ReconciliationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReconciliation",
 			Handler:    _ReconciliationService_GetReconciliation_Handler,
+		},
+		{
+			MethodName: "ResolveReconciliationItems",
+			Handler:    _ReconciliationService_ResolveReconciliationItems_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

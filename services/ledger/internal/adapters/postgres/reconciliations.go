@@ -232,7 +232,13 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 			return nil, fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
 		}
 	}
-	return &r, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // ReconRunTx is one run's transaction.
