@@ -60,7 +60,7 @@ func Metrics() []obs.SQLMetric {
 			"start workflows on Temporal.",
 		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
 	}}, bankFileMetrics()...)
-	return append(ms, []obs.SQLMetric{{
+	return append(append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
 		// holds another amount) and its own alert until finance resolves
 		// it (gpubill_payout_rail_amount_flags_open_age_seconds): counted
@@ -105,7 +105,24 @@ func Metrics() []obs.SQLMetric {
 		Help: "Net amount of the payouts by current status and currency, in currency units (a payout that joined a later one " +
 			"counts in that one).",
 		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
-	}}...)
+	}}...), webhookMetrics()...)
+}
+
+// webhookMetrics are the webhook sender's.
+func webhookMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
+		// Receivers that hang held the webhook sender's slots and every
+		// other provider's notices waited, seen by nobody. Due and the
+		// earliest pending of its webhook and payout: what the sender
+		// could claim now (ClaimDeliveries' order). A claimed one is due
+		// at its lease's end, one in backoff at its next attempt.
+		Name: "gpubill_payout_webhook_delivery_lag_seconds", Type: obs.Gauge,
+		Help: "How long the oldest payout webhook delivery the sender could send now has been due (0: none): receivers that " +
+			"hang or a backlog hold the sender's slots.",
+		Query: `select coalesce(extract(epoch from now() - min(d.next_attempt_at)), 0)::float8 from payout.webhook_deliveries d
+			where d.status = 'pending' and d.next_attempt_at <= now() and not exists (select 1 from payout.webhook_deliveries e
+				where e.webhook_id = d.webhook_id and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)`,
+	}}
 }
 
 // bankFileMetrics are the bank-file rail's.

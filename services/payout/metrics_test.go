@@ -526,3 +526,31 @@ func TestHeldBankTransferNotCountedStuck(t *testing.T) {
 		}
 	}
 }
+
+// How far behind the webhook sender is had no signal: hanging receivers
+// held every other provider's notice for hours, seen by nobody. The age of
+// the oldest delivery it could send now is on /metrics
+// (GpubillPayoutWebhooksBehind); one in backoff (due later), one claimed
+// (leased: due at the lease's end) and a payout's next change waiting
+// behind its earlier one (not claimable) do not count.
+func TestPayoutWebhookSenderLagAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	const name = "gpubill_payout_webhook_delivery_lag_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s with no deliveries: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(context.Background(), `insert into payout.webhooks (webhook_id, provider_id, url, secret, created_at) values
+			('wh-1', 'p-1', 'https://example.test/1', '0123456789abcdef', now()), ('wh-2', 'p-2', 'https://example.test/2', '0123456789abcdef', now());
+		insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at) values
+			('wh-1', 'ev-1', 'po-1', '{}', now() + interval '1 hour', now() - interval '9 hours'),
+			('wh-1', 'ev-2', 'po-1', '{}', now() - interval '8 hours', now() - interval '8 hours'),
+			('wh-2', 'ev-3', 'po-2', '{}', now() - interval '20 minutes', now() - interval '20 minutes');
+		insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, status, next_attempt_at, created_at) values
+			('wh-2', 'ev-4', 'po-3', '{}', 'failed', now() - interval '5 days', now() - interval '5 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 20*60 || v > 20*60+60 {
+		t.Errorf("%s %v, want ~20 min (ev-3; ev-2 waits behind ev-1, in backoff; ev-4 was given up)", name, v)
+	}
+}

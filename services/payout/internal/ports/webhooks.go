@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,11 @@ import (
 
 // Webhook delivery limits.
 const (
-	deliveryBatchMax     = 2                // sent one after another: a claimed batch ends within its lease (2 × deliveryTimeout < deliveryLease)
+	// Sends at once per process, each claimed as a slot frees and sent at
+	// once (deliveryTimeout < deliveryLease). Sent 2 at a time one after
+	// another, a receiver that hangs cost deliveryTimeout of the whole
+	// sender: ~11 of them held every other provider's notice for hours.
+	deliveryInFlightMax  = 16
 	deliveryLease        = 30 * time.Second // a claimed delivery is retried after this if its sender died
 	deliveryTimeout      = 10 * time.Second
 	deliveryRetryFor     = 72 * time.Hour // from the change, then failed (logged, counted, redeliverable); 15 attempts (3 h 08 min) left a receiver down for a day untold
@@ -74,15 +79,32 @@ type Deliverer struct {
 	BackoffFirst time.Duration
 }
 
-// Run delivers until ctx ends.
+// Run delivers until ctx ends: up to deliveryInFlightMax sends at once, a
+// slot claiming the next due delivery as soon as its send is recorded.
 func (d *Deliverer) Run(ctx context.Context) error {
 	if d.HTTP == nil {
 		d.HTTP = d.Guard.Client()
 	}
-	for {
-		n, err := d.deliverOnce(ctx)
+	var sends sync.WaitGroup
+	defer sends.Wait()
+	slots := make(chan struct{}, deliveryInFlightMax) // one per send in flight
+	done := func(err error) {
+		<-slots
 		if err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhook deliveries", "err", err)
+		}
+	}
+	for {
+		free := takeSlots(ctx, slots)
+		if free == 0 {
+			return nil
+		}
+		n, err := d.start(ctx, free, &sends, done)
+		if err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhook deliveries", "err", err)
+		}
+		for range free - n {
+			<-slots
 		}
 		if n > 0 {
 			continue
@@ -95,48 +117,78 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	}
 }
 
-func (d *Deliverer) deliverOnce(ctx context.Context) (int, error) {
-	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, deliveryBatchMax)
+// takeSlots takes every free send slot, waiting for one; 0 once ctx ends.
+func takeSlots(ctx context.Context, slots chan struct{}) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(slots) {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// start claims up to limit due deliveries and sends each at once, side by
+// side, calling done with the error of each once it is recorded. Only as
+// many are claimed as are sent at once: a claimed delivery waiting for a
+// send slot would see its lease run out (and be sent twice).
+func (d *Deliverer) start(ctx context.Context, limit int, sends *sync.WaitGroup, done func(error)) (int, error) {
+	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, limit)
 	if err != nil {
 		return 0, err
 	}
 	for _, dl := range ds {
-		code, sendErr := d.send(ctx, dl)
-		if dl.SecretErr != "" {
-			d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
-		}
-		now := d.Clock.Now()
-		status, errText, next := "delivered", "", now
-		if sendErr != nil {
-			// Cut whole characters (deliveryError): cut inside one,
-			// Postgres refused the text and the delivery's row was never
-			// updated (re-sent every lease, its attempts never counted,
-			// never given up).
-			errText = deliveryError(sendErr)
-			status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
-			since := dl.CreatedAt
-			if dl.RedeliveredAt != nil { // sent again on request: retried as long again
-				since = *dl.RedeliveredAt
-			}
-			if !now.Before(since.Add(deliveryRetryFor)) {
-				status = "failed"
-			}
-		}
-		if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
-			return len(ds), err
-		}
-		switch status {
-		case "delivered":
-			webhookDeliveries.WithLabelValues("delivered").Inc()
-		case "pending":
-			webhookDeliveries.WithLabelValues("retry").Inc()
-		default:
-			d.Log.Error("payout webhook delivery given up", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "payout_id", dl.PayoutID,
-				"event_id", dl.EventID, "attempts", dl.Attempts+1, "err", errText)
-			webhookDeliveries.WithLabelValues("failed").Inc()
-		}
+		sends.Go(func() { done(d.deliver(ctx, dl)) })
 	}
 	return len(ds), nil
+}
+
+// deliver sends one claimed delivery and records its outcome: delivered,
+// retried after backoff, or given up once its retry window has passed.
+func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
+	code, sendErr := d.send(ctx, dl)
+	if dl.SecretErr != "" {
+		d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
+	}
+	now := d.Clock.Now()
+	status, errText, next := "delivered", "", now
+	if sendErr != nil {
+		// Cut whole characters (deliveryError): cut inside one,
+		// Postgres refused the text and the delivery's row was never
+		// updated (re-sent every lease, its attempts never counted,
+		// never given up).
+		errText = deliveryError(sendErr)
+		status, next = "pending", now.Add(d.backoff(dl.Attempts+1))
+		since := dl.CreatedAt
+		if dl.RedeliveredAt != nil { // sent again on request: retried as long again
+			since = *dl.RedeliveredAt
+		}
+		if !now.Before(since.Add(deliveryRetryFor)) {
+			status = "failed"
+		}
+	}
+	if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
+		return fmt.Errorf("webhook delivery %d: %w", dl.ID, err)
+	}
+	switch status {
+	case "delivered":
+		webhookDeliveries.WithLabelValues("delivered").Inc()
+	case "pending":
+		webhookDeliveries.WithLabelValues("retry").Inc()
+	default:
+		d.Log.Error("payout webhook delivery given up", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "payout_id", dl.PayoutID,
+			"event_id", dl.EventID, "attempts", dl.Attempts+1, "err", errText)
+		webhookDeliveries.WithLabelValues("failed").Inc()
+	}
+	return nil
 }
 
 func (d *Deliverer) backoff(attempt int) time.Duration {

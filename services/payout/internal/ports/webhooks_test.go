@@ -3,9 +3,13 @@ package ports
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,12 +62,33 @@ func newDeliveryRig(t *testing.T, t0 time.Time) *deliveryRig {
 // addDelivery queues a delivery of wh-1 as a status change does.
 func (r *deliveryRig) addDelivery(t *testing.T, event string, at time.Time) int64 {
 	t.Helper()
+	return r.addDeliveryOf(t, "wh-1", "po-1", event, at)
+}
+
+// addDeliveryOf queues a delivery of webhook's change of payout, due at.
+func (r *deliveryRig) addDeliveryOf(t *testing.T, webhook, payout, event string, at time.Time) int64 {
+	t.Helper()
 	var id int64
 	if err := r.pool.QueryRow(context.Background(), `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
-		values ('wh-1', $1, 'po-1', '{}', $2, $2) returning delivery_id`, event, at).Scan(&id); err != nil {
+		values ($1, $2, $3, '{}', $4, $4) returning delivery_id`, webhook, event, payout, at).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// deliverOnce claims the due deliveries Run would (deliveryInFlightMax),
+// sends them and waits until each is recorded.
+func (r *deliveryRig) deliverOnce(ctx context.Context) (int, error) {
+	var sends sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	n, err := r.d.start(ctx, deliveryInFlightMax, &sends, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs = append(errs, err)
+	})
+	sends.Wait()
+	return n, errors.Join(append(errs, err)...)
 }
 
 // attemptUntilSettled sends delivery id at each of its next attempts until
@@ -84,7 +109,7 @@ func (r *deliveryRig) attemptUntilSettled(t *testing.T, id int64, n int) (string
 			return status, attempts, r.clk.Now()
 		}
 		r.clk.Set(next)
-		if got, err := r.d.deliverOnce(ctx); err != nil || got != 1 {
+		if got, err := r.deliverOnce(ctx); err != nil || got != 1 {
 			t.Fatalf("attempt %d at %s: %d sent, %v", attempts+1, next, got, err)
 		}
 	}
@@ -137,5 +162,88 @@ func TestWebhookDeliveryRedeliveredRetriedForDaysAgain(t *testing.T) {
 	status, attempts, settled := r.attemptUntilSettled(t, id, 500)
 	if status != "failed" || settled.Sub(at) < window || settled.Sub(at) > window+deliveryBackoffMax {
 		t.Fatalf("redelivered at %s: %s after %d attempts, %s after the request; want failed once %s had passed", at, status, attempts-80, settled.Sub(at), window)
+	}
+}
+
+// Receivers that hang (accept, never answer) do not hold up a healthy
+// provider's delivery: sent two at a time, one after another, each hanging
+// one cost deliveryTimeout (10 s) ahead of it, so 4 of them, due first,
+// delayed a healthy webhook's paid notice by 20 s (and ~11 saturated a
+// replica). A payout's changes to one webhook are still sent one at a
+// time: its second is not sent while its first hangs.
+func TestHangingWebhooksDoNotDelayAHealthyOne(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	var mu sync.Mutex
+	hung := map[string]int{} // requests by webhook
+	hang := func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		hung[req.URL.Query().Get("wh")]++
+		mu.Unlock()
+		if _, err := io.Copy(io.Discard, req.Body); err != nil { // read: its context then ends when the sender hangs up
+			return
+		}
+		select { // longer than deliveryTimeout; ends when the sender hangs up
+		case <-time.After(15 * time.Second):
+		case <-req.Context().Done():
+		}
+	}
+	slow := httptest.NewServer(http.HandlerFunc(hang))
+	t.Cleanup(slow.Close)
+	healthy := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(healthy.Close)
+
+	const hanging = 4
+	var stuck []int64
+	for i := range hanging {
+		wh, provider := fmt.Sprintf("wh-hang-%d", i), fmt.Sprintf("p-hang-%d", i)
+		if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: wh, ProviderID: provider, URL: slow.URL + "?wh=" + wh,
+			Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+			t.Fatal(err)
+		}
+		// Due before the healthy one (claimed oldest first); the payout's
+		// next change waits behind its first.
+		at := t0.Add(-time.Duration(hanging-i) * time.Second)
+		stuck = append(stuck, r.addDeliveryOf(t, wh, "po-"+wh, "ev-"+wh, at))
+		r.addDeliveryOf(t, wh, "po-"+wh, "ev-"+wh+"-next", at)
+	}
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-ok", ProviderID: "p-ok", URL: healthy.URL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	ok := r.addDeliveryOf(t, "wh-ok", "po-ok", "ev-ok", t0)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.d.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	status := func(id int64) (s string) {
+		if err := r.pool.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1`, id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	testkit.Eventually(t, 3*time.Second, func() bool { return status(ok) == "delivered" }, "the healthy webhook's delivery delivered")
+	testkit.Eventually(t, time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(hung) == hanging
+	}, "every hanging receiver called")
+	for _, id := range stuck {
+		if s := status(id); s != "pending" {
+			t.Errorf("hanging delivery %d is %s before its timeout; want pending (still being sent)", id, s)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for wh, n := range hung {
+		if n != 1 {
+			t.Errorf("%s called %d times while its first delivery hung; want once (a payout's changes in order)", wh, n)
+		}
 	}
 }
