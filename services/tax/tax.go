@@ -9,6 +9,8 @@ import (
 	"context"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -99,13 +101,23 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// reversalCheckFailures counts failed reversal checks: logged only, a
+// ledger unreachable found no reversal, and the reversed remittances'
+// gauges stayed at 0 with nobody told.
+var reversalCheckFailures = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "gpubill_tax_reversal_check_failures_total",
+	Help: "Reversed-remittance checks (every 10 minutes) that failed (the tax service's log says why); a remittance reversed in the ledger is not found until one succeeds.",
+})
+
 // runRemitReversed runs app.RemitReversed now and every
 // app.RemitReversedEvery: a remittance reversed in the ledger is marked and
 // its tax remitted again within it (GpubillTaxRemittanceReversed past an
-// hour: its new remittance refused, or not planned).
+// hour: its new remittance refused, or not planned; a failing check is
+// counted, GpubillTaxReversalCheckFailing).
 func (s *Service) runRemitReversed(ctx context.Context) error {
 	return svc.Every(ctx, app.RemitReversedEvery, func() {
 		if _, err := s.app.RemitReversed(ctx); err != nil && ctx.Err() == nil {
+			reversalCheckFailures.Inc()
 			s.d.Log.Error("tax remittances: reversal check", "err", err)
 		}
 	})

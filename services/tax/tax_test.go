@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,11 +39,17 @@ type ledgerConn struct {
 	reqs    []*ledgerv1.CreateTransactionRequest
 	settled map[string]*ledgerv1.Transaction               // by idempotency key: settlements and remittances
 	refuse  func(*ledgerv1.CreateTransactionRequest) error // optional: a remittance the ledger refuses
+	down    error                                          // optional: every call fails with it (the ledger unreachable)
+	failed  int                                            // calls that failed with down
 }
 
 func (l *ledgerConn) Invoke(_ context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.down != nil {
+		l.failed++
+		return l.down
+	}
 	switch method {
 	case ledgerv1.LedgerService_CreateTransaction_FullMethodName:
 		req := args.(*ledgerv1.CreateTransactionRequest)
@@ -1208,6 +1215,35 @@ func TestReversedRemittanceRemittedAgainWithoutARun(t *testing.T) {
 	if got := l.postedKeys(); len(got) != 2 {
 		t.Fatalf("posted %q; want nothing more", got)
 	}
+}
+
+// The periodic check failing (the ledger unreachable) is counted: it was
+// logged only, no reversal was found, and the reversed remittances' gauges
+// stayed at 0 with nobody told. Not parallel: the counter is the
+// process's, and a parallel test starts only once the sequential ones are
+// done.
+func TestReversalCheckFailuresCounted(t *testing.T) {
+	s, l, clk := newTax(t)
+	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // 150.00, CN, February
+	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	remitted(t, s, "2026-02") // the check looks its transaction up in the ledger
+	l.mu.Lock()
+	l.down = status.Error(codes.Unavailable, "the ledger is unreachable")
+	l.mu.Unlock()
+	before := testutil.ToFloat64(reversalCheckFailures)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	testkit.Eventually(t, 5*time.Second, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.failed > 0 },
+		"the check never called the ledger")
+	testkit.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(reversalCheckFailures) > before },
+		"the check failed (the ledger unreachable): want gpubill_tax_reversal_check_failures_total risen")
 }
 
 // A remittance the ledger posted, whose answer the run lost (a timeout),
