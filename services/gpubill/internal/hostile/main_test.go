@@ -23,10 +23,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -146,15 +149,82 @@ func seedParties() error {
 	if err := json.Unmarshal(res.raw, &wh); err != nil || res.code != http.StatusOK || wh.WebhookID == "" {
 		return fmt.Errorf("seed webhook: HTTP %d %s", res.code, res.raw)
 	}
+	res = send(http.MethodPost, "/v1/providers/p-001/webhooks", tokens[auth.RoleFinance], []byte(`{"url":"http://127.0.0.1:9/removed","secret":"whsec-gone-0123456789"}`))
+	var gone struct {
+		WebhookID string `json:"webhook_id"`
+	}
+	if err := json.Unmarshal(res.raw, &gone); err != nil || res.code != http.StatusOK || gone.WebhookID == "" {
+		return fmt.Errorf("seed webhook to remove: HTTP %d %s", res.code, res.raw)
+	}
+	delivery, err := seedFailedDelivery(wh.WebhookID)
+	if err != nil {
+		return err
+	}
+	run, err := seedReconciliation()
+	if err != nil {
+		return err
+	}
 	for i := range writeRoutes {
 		switch writeRoutes[i].name {
 		case "ReverseTransaction":
 			writeRoutes[i].arg = seededTx
 		case "RotateWebhookSecret":
 			writeRoutes[i].arg = wh.WebhookID
+		case "DeleteWebhook":
+			writeRoutes[i].arg = gone.WebhookID
+		case "RedeliverWebhookDelivery":
+			writeRoutes[i].path = "/v1/providers/p-001/webhooks/" + wh.WebhookID + "/deliveries/%s:redeliver"
+			writeRoutes[i].arg = delivery
+		case "ResolveReconciliationItems":
+			writeRoutes[i].arg = run
 		}
 	}
 	return nil
+}
+
+// seedFailedDelivery puts a delivery of webhook in its log, given up
+// (failed), as the sender leaves one after 3 days; it returns its id.
+func seedFailedDelivery(webhook string) (string, error) {
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close(ctx)
+	var id int64
+	if err := db.QueryRow(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, attempts)
+		values ($1, 'ev-hostile', 'po-hostile', '{}', $2, $2, 'failed', 5) returning delivery_id`, webhook, stackNow.Add(-96*time.Hour)).Scan(&id); err != nil {
+		return "", fmt.Errorf("seed delivery: %w", err)
+	}
+	return strconv.FormatInt(id, 10), nil
+}
+
+// seedReconciliation imports a USD statement whose one line no movement
+// matches (a bank fee), reconciles USD and writes the line off with
+// ResolveReconciliationItems's valid body. It returns the run's id.
+func seedReconciliation() (string, error) {
+	res := send(http.MethodPost, "/v1/bank-statements", tokens[auth.RoleFinance], []byte(`{"statement_id":"st-resolve","currency":"USD","account":"US-CLIENT-H","format":"csv",`+
+		`"content":"date,reference,amount,balance\n2026-11-19,FEE-H,-5.00,95.00\n"}`))
+	if res.code != http.StatusOK {
+		return "", fmt.Errorf("seed statement: HTTP %d %s", res.code, res.raw)
+	}
+	res = send(http.MethodPost, "/v1/reconciliations", tokens[auth.RoleFinance], []byte(`{"currency":"USD"}`))
+	var out struct {
+		Reconciliations []struct {
+			ReconciliationID string `json:"reconciliation_id"`
+		} `json:"reconciliations"`
+	}
+	if err := json.Unmarshal(res.raw, &out); err != nil || res.code != http.StatusOK || len(out.Reconciliations) != 1 {
+		return "", fmt.Errorf("seed reconciliation: HTTP %d %s", res.code, res.raw)
+	}
+	// Resolved now, while the run is the latest: RunReconciliation's body
+	// of no currency runs USD too, and only a replay answers 200 after.
+	id := out.Reconciliations[0].ReconciliationID
+	r := routeNamed("ResolveReconciliationItems")
+	if res := send(r.method, r.url(id), tokens[r.role], []byte(r.body)); res.code != http.StatusOK {
+		return "", fmt.Errorf("seed resolution: HTTP %d %s", res.code, res.raw)
+	}
+	return id, nil
 }
 
 // configureAlipay turns the Alipay rail on for the stack with keys

@@ -18,10 +18,14 @@ type payoutWrite struct {
 	bad                      string // a well-formed body the route's validation refuses
 	finance                  bool   // finance and admin only: a provider is refused
 	missing                  string // path of a payout or webhook that does not exist ("": the route names a provider)
+	bodiless                 bool   // the rule takes no body (DELETE): one sent is not read
+	// outside are paths naming the route's id outside its grammar (a
+	// number's other spellings): each a 400, never the id it parses to.
+	outside []string
 }
 
 func payoutWrites() []payoutWrite {
-	rotate := routeNamed("RotateWebhookSecret")
+	rotate, redeliver := routeNamed("RotateWebhookSecret"), routeNamed("RedeliverWebhookDelivery")
 	return []payoutWrite{
 		{name: "PutPayoutMethod", method: "PUT", path: "/v1/providers/p-001/payout-method", body: routeNamed("PutPayoutMethod").body,
 			bad: `{"type":"bank","account_name":"","account_number":"12"}`},
@@ -34,9 +38,17 @@ func payoutWrites() []payoutWrite {
 			missing: "/v1/payouts/po-nobody:cancel"},
 		{name: "RetryPayout", method: "POST", path: "/v1/payouts/po-nobody:retry", body: `{"reason":"new account"}`, finance: true,
 			missing: "/v1/payouts/po-nobody:retry"},
+		{name: "DeleteWebhook", method: "DELETE", path: "/v1/providers/p-001/webhooks/wh-nobody", body: `{}`, bodiless: true,
+			missing: "/v1/providers/p-001/webhooks/wh-nobody"},
+		{name: "RedeliverWebhookDelivery", method: "POST", path: redeliver.url(redeliver.arg), body: `{}`,
+			missing: "/v1/providers/p-001/webhooks/wh-nobody/deliveries/1:redeliver",
+			outside: []string{redeliver.url("+" + redeliver.arg), redeliver.url("0" + redeliver.arg), redeliver.url("-0" + redeliver.arg)}},
 		{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/p-001/payout-hold", body: `{"reason":"dispute"}`, finance: true},
 		{name: "UpdatePayoutSettings", method: "PATCH", path: "/v1/payout-settings", body: routeNamed("UpdatePayoutSettings").body, finance: true,
 			bad: `{"minimums":{"CNY":"-1","XXX":"1"},"webhook_rotation_grace":"1y"}`},
+		// Not payout's, but finance's alone on an id as these are.
+		{name: "ResolveReconciliationItems", method: "POST", path: "/v1/reconciliations/rec-nobody/resolutions", body: routeNamed("ResolveReconciliationItems").body,
+			bad: `{"action":"merge","lines":[],"reason":" "}`, finance: true, missing: "/v1/reconciliations/rec-nobody/resolutions"},
 	}
 }
 
@@ -63,16 +75,20 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 				body                      []byte
 				want                      int
 			}
-			probes := []probe{
-				{"truncated JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(r.body[:len(r.body)/2]), http.StatusBadRequest},
-				{"a JSON array", r.method, r.path, tokens[auth.RoleFinance], []byte(`[1,2]`), http.StatusBadRequest},
-				{"not JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(`reason=dispute`), http.StatusBadRequest},
-				{"a body over 1 MiB", r.method, r.path, tokens[auth.RoleFinance], huge, http.StatusRequestEntityTooLarge},
+			var probes []probe
+			if !r.bodiless {
+				probes = append(probes,
+					probe{"truncated JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(r.body[:len(r.body)/2]), http.StatusBadRequest},
+					probe{"a JSON array", r.method, r.path, tokens[auth.RoleFinance], []byte(`[1,2]`), http.StatusBadRequest},
+					probe{"not JSON", r.method, r.path, tokens[auth.RoleFinance], []byte(`reason=dispute`), http.StatusBadRequest},
+					probe{"a body over 1 MiB", r.method, r.path, tokens[auth.RoleFinance], huge, http.StatusRequestEntityTooLarge})
+			}
+			probes = append(probes, []probe{
 				{"no token", r.method, r.path, "", []byte(r.body), http.StatusUnauthorized},
 				{"a forged token", r.method, r.path, tokens[auth.RoleFinance][:len(tokens[auth.RoleFinance])-4] + "AAAA", []byte(r.body), http.StatusUnauthorized},
 				{"a renter", r.method, r.path, renter, []byte(r.body), http.StatusForbidden},
 				{"another provider", r.method, r.path, other, []byte(r.body), http.StatusForbidden},
-			}
+			}...)
 			if r.missing == "" { // the handler runs: a valid body is taken
 				probes = append(probes, probe{"the valid body", r.method, r.path, tokens[auth.RoleFinance], []byte(r.body), http.StatusOK})
 			}
@@ -87,7 +103,12 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 					probe{"an id nobody has", r.method, r.missing, tokens[auth.RoleFinance], []byte(r.body), http.StatusNotFound},
 					probe{"an id of 300 characters", r.method, strings.Replace(r.missing, "nobody", strings.Repeat("n", 300), 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusNotFound},
 					probe{"an id with a NUL byte", r.method, strings.Replace(r.missing, "nobody", "no%00body", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
-			} else if strings.Contains(r.path, "/p-001/") {
+				// An unknown field is ignored (DEVELOPERS.md): the answer is
+				// the valid body's.
+				probes = append(probes, probe{"an unknown field", r.method, r.missing, tokens[auth.RoleFinance],
+					mutate(t, r.body, "zz_unknown", map[string]any{"a": []any{1}}), http.StatusNotFound})
+			}
+			if strings.Contains(r.path, "/p-001/") {
 				probes = append(probes,
 					probe{"a provider id with a NUL byte", r.method, strings.Replace(r.path, "p-001", "p-0%0001", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
 					probe{"a provider id of invalid UTF-8", r.method, strings.Replace(r.path, "p-001", "p-%ff01", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
@@ -96,6 +117,9 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 					// its dispute) and answered 200.
 					probe{"a provider id with a trailing space", r.method, strings.Replace(r.path, "p-001", "p-001%20", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
 					probe{"a provider id of 300 characters", r.method, strings.Replace(r.path, "p-001", strings.Repeat("p", 300), 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
+			}
+			for _, path := range r.outside {
+				probes = append(probes, probe{"an id outside the grammar: " + path, r.method, path, tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
 			}
 			for _, p := range probes {
 				a := send(p.method, p.path, p.token, p.body)

@@ -384,8 +384,9 @@ func (s *Server) RedeliverWebhookDelivery(ctx context.Context, req *payoutv1.Red
 	var v apperr.Validator
 	checkProviderID(&v, req.ProviderId)
 	v.Check(req.WebhookId != "", "webhook_id", "required")
+	// As the log spells it: "+7" or "07" are not ids, though they parse to 7.
 	id, err := strconv.ParseInt(req.DeliveryId, 10, 64)
-	v.Check(err == nil && id > 0, "delivery_id", "want a delivery_id of the delivery log")
+	v.Check(err == nil && id > 0 && strconv.FormatInt(id, 10) == req.DeliveryId, "delivery_id", "want a delivery_id of the delivery log")
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
