@@ -19,6 +19,7 @@ type payoutWrite struct {
 	finance                  bool   // finance and admin only: a provider is refused
 	missing                  string // path of a payout or webhook that does not exist ("": the route names a provider)
 	bodiless                 bool   // the rule takes no body (DELETE): one sent is not read
+	reason                   bool   // the body's reason is kept with the payout: bounded
 	// outside are paths naming the route's id outside its grammar (a
 	// number's other spellings): each a 400, never the id it parses to.
 	outside []string
@@ -35,15 +36,16 @@ func payoutWrites() []payoutWrite {
 		{name: "RotateWebhookSecret", method: "POST", path: rotate.url(rotate.arg), body: rotate.body, bad: `{"secret":"short","grace_period":"-1s"}`,
 			missing: "/v1/providers/p-001/webhooks/wh-nobody:rotate-secret"},
 		{name: "CancelPayout", method: "POST", path: "/v1/payouts/po-nobody:cancel", body: `{"reason":"duplicate"}`, finance: true,
-			missing: "/v1/payouts/po-nobody:cancel"},
+			missing: "/v1/payouts/po-nobody:cancel", reason: true},
 		{name: "RetryPayout", method: "POST", path: "/v1/payouts/po-nobody:retry", body: `{"reason":"new account"}`, finance: true,
-			missing: "/v1/payouts/po-nobody:retry"},
+			missing: "/v1/payouts/po-nobody:retry", reason: true},
 		{name: "DeleteWebhook", method: "DELETE", path: "/v1/providers/p-001/webhooks/wh-nobody", body: `{}`, bodiless: true,
 			missing: "/v1/providers/p-001/webhooks/wh-nobody"},
 		{name: "RedeliverWebhookDelivery", method: "POST", path: redeliver.url(redeliver.arg), body: `{}`,
 			missing: "/v1/providers/p-001/webhooks/wh-nobody/deliveries/1:redeliver",
 			outside: []string{redeliver.url("+" + redeliver.arg), redeliver.url("0" + redeliver.arg), redeliver.url("-0" + redeliver.arg)}},
-		{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/p-001/payout-hold", body: `{"reason":"dispute"}`, finance: true},
+		{name: "HoldProviderPayouts", method: "PUT", path: "/v1/providers/p-001/payout-hold", body: `{"reason":"dispute"}`, finance: true,
+			reason: true},
 		{name: "UpdatePayoutSettings", method: "PATCH", path: "/v1/payout-settings", body: routeNamed("UpdatePayoutSettings").body, finance: true,
 			bad: `{"minimums":{"CNY":"-1","XXX":"1"},"webhook_rotation_grace":"1y"}`},
 		// Not payout's, but finance's alone on an id as these are.
@@ -117,6 +119,13 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 					// its dispute) and answered 200.
 					probe{"a provider id with a trailing space", r.method, strings.Replace(r.path, "p-001", "p-001%20", 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest},
 					probe{"a provider id of 300 characters", r.method, strings.Replace(r.path, "p-001", strings.Repeat("p", 300), 1), tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})
+			}
+			if r.reason {
+				// Kept in the payout's history and shown to the provider
+				// (a hold's): a reason of ~1 MiB was stored and served on
+				// every page of the provider's payouts.
+				probes = append(probes, probe{"a reason over 500 bytes", r.method, r.path, tokens[auth.RoleFinance],
+					mutate(t, r.body, "reason", strings.Repeat("r", 501)), http.StatusBadRequest})
 			}
 			for _, path := range r.outside {
 				probes = append(probes, probe{"an id outside the grammar: " + path, r.method, path, tokens[auth.RoleFinance], []byte(r.body), http.StatusBadRequest})

@@ -6,6 +6,12 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// ReasonLenMax bounds, in bytes of UTF-8, the reason finance gives a
+// payout's cancel, retry, hold or resolution: it is kept in the payout's
+// history (a hold's shown to the provider) and served with every page of
+// its payouts.
+const ReasonLenMax = 500
+
 // Payout is one payout with its history.
 type Payout struct {
 	ID, ProviderID, CycleID, Currency    string

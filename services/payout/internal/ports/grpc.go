@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
@@ -301,6 +302,9 @@ func (s *Server) wakeProvider(ctx context.Context, provider string) {
 // CancelPayout implements PayoutService: before submission, or while the
 // payout's bank transfer waits in the bank-file queue (app.Payouts.Cancel).
 func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutRequest) (*payoutv1.CancelPayoutResponse, error) {
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
 	err := s.App.Cancel(ctx, req.PayoutId, req.Reason)
 	if err != nil {
 		return nil, err
@@ -319,6 +323,9 @@ func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutReq
 // again as a new attempt (new rail reference), once the provider's payout
 // method changed after it failed.
 func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutRequest) (*payoutv1.RetryPayoutResponse, error) {
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
 	err := s.App.Retry(ctx, req.PayoutId, req.Reason)
 	if err != nil {
 		return nil, err
@@ -341,6 +348,9 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 // (usually still submitted): not woken (Temporal unreachable), the
 // workflow's next rail poll records it paid.
 func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.ResolvePayoutAmountMismatchRequest) (*payoutv1.ResolvePayoutAmountMismatchResponse, error) {
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(req.RailAmount) == "" {
 		return nil, apperr.Invalid("rail_amount", "required: the amount the rail's bill shows under the payout's reference")
 	}
@@ -370,6 +380,9 @@ func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProv
 		// during its dispute.
 		return nil, apperr.Invalid("provider_id", "%v", err)
 	}
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
 	waiting, inFlight, err := s.Store.PutHold(ctx, req.ProviderId, req.Reason, s.Clock.Now())
 	if err != nil {
 		return nil, err
@@ -388,4 +401,13 @@ func checkProviderID(v *apperr.Validator, id string) {
 	if err := ids.CheckPartyID(id); err != nil {
 		v.Add("provider_id", "%v", err)
 	}
+}
+
+// checkReason refuses a reason finance gives a payout write that its
+// history could not keep whole (domain.ReasonLenMax bytes of UTF-8).
+func checkReason(reason string) error {
+	if len(reason) > domain.ReasonLenMax || !utf8.ValidString(reason) {
+		return apperr.Invalid("reason", "at most %d bytes of UTF-8", domain.ReasonLenMax)
+	}
+	return nil
 }

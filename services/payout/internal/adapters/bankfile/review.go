@@ -14,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
 // reviewNote says, in an entry's note, that the transfer (from state
@@ -53,8 +54,8 @@ func (r *Rail) closeReviewByBank(ctx context.Context, tx pgx.Tx, ref, why string
 
 // Limits of finance's reviews.
 const (
-	resolutionReasonLenMax = 500 // bytes of the reason a resolution is kept with
-	reviewsListedMax       = 50  // transfers in review a hold's answer lists (the oldest)
+	resolutionReasonLenMax = domain.ReasonLenMax // bytes of the reason a resolution is kept with
+	reviewsListedMax       = 50                  // transfers in review a hold's answer lists (the oldest)
 )
 
 const reviewCols = `v.review_id, t.end_to_end_id, t.reference, t.provider_id, t.currency, t.amount, t.state, v.cause, v.note, v.since,
