@@ -959,6 +959,85 @@ func TestQuoteAppliesTheProvidersSelection(t *testing.T) {
 	}
 }
 
+// A quote naming a provider splits by the provider's own tax profile and
+// jurisdiction on record (party.updated), as its settlement does: it took
+// the request's, else individual in CN, and quoted an enterprise in CN
+// 150.00 of tax on a gross its statement withheld 0.00 from, and a
+// provider in HK by CN's rule set. With cn_labour selected for CN, each
+// provider's quote is its settlement's split; the expected splits are
+// worked by hand (gross 10000.00 at 25 %: base 7500.00; cn_labour:
+// 7500 × 80 % × 20 % = 1200.00; flat20: 20 % = 1500.00; enterprises 0).
+func TestQuoteAppliesTheProvidersProfile(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTax(t) // 2026-02-20
+	if _, err := s.api.SetRuleSelection(as(auth.RoleFinance, ""), &taxv1.SetRuleSelectionRequest{Jurisdiction: "CN", RuleSet: "cn_labour"}); err != nil {
+		t.Fatal(err)
+	}
+	march := timestamppb.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)) // usage of cyc-20260215
+	quote := func(provider, profile, jurisdiction string) (*taxv1.QuoteWithholdingResponse, error) {
+		return s.api.QuoteWithholding(as(auth.RoleAdmin, ""), &taxv1.QuoteWithholdingRequest{Currency: "CNY", Gross: "10000.00",
+			CommissionRate: "0.25", TaxProfile: profile, Jurisdiction: jurisdiction, ProviderId: provider, UsageEnd: march})
+	}
+	tests := []struct {
+		give, profile, jurisdiction string // provider and its record
+		wantRule, wantTax, wantNet  string
+	}{
+		{"p-ent", "enterprise", "CN", "cn_labour", "0.00", "7500.00"},
+		{"p-hk", "individual", "HK", "flat20", "1500.00", "6000.00"},
+		{"p-hke", "enterprise", "HK", "flat20", "0.00", "7500.00"},
+		{"p-ind", "individual", "CN", "cn_labour", "1200.00", "6300.00"},
+	}
+	for _, tt := range tests {
+		known(t, s, tt.give, tt.profile, tt.jurisdiction, 1)
+		settled, err := s.api.ComputeWithholding(as(auth.RoleAdmin, ""), &taxv1.ComputeWithholdingRequest{ProviderId: tt.give,
+			CycleId: "cyc-20260215", Currency: "CNY", Gross: "10000.00", CommissionRate: "0.25", IdempotencyKey: "k-" + tt.give})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settled.RuleSet != tt.wantRule || settled.TaxWithheld != tt.wantTax || settled.Net != tt.wantNet {
+			t.Errorf("%s's settlement: %s, tax %s, net %s; want %s, %s, %s", tt.give, settled.RuleSet, settled.TaxWithheld, settled.Net,
+				tt.wantRule, tt.wantTax, tt.wantNet)
+		}
+		got, err := quote(tt.give, "", "")
+		if err != nil || got.RuleSet != settled.RuleSet || got.Commission != settled.Commission || got.TaxWithheld != settled.TaxWithheld ||
+			got.Net != settled.Net {
+			t.Errorf("%s (%s in %s) quoted %v, %v; its settlement: %s, %s / %s / %s", tt.give, tt.profile, tt.jurisdiction, got, err,
+				settled.RuleSet, settled.Commission, settled.TaxWithheld, settled.Net)
+		}
+		// Given as recorded (a jurisdiction in any case), the same.
+		if got, err := quote(tt.give, tt.profile, strings.ToLower(tt.jurisdiction)); err != nil || got.TaxWithheld != settled.TaxWithheld {
+			t.Errorf("%s quoted as recorded: %v, %v; want tax %s", tt.give, got, err, settled.TaxWithheld)
+		}
+	}
+	// Given otherwise than recorded: refused naming the field, never a
+	// split the provider's settlement would not make.
+	for _, give := range []struct{ provider, profile, jurisdiction, field string }{
+		{"p-ent", "individual", "", "tax_profile"},
+		{"p-hk", "", "CN", "jurisdiction"},
+		{"p-ent", "individual", "CN-BJ", "jurisdiction"},
+	} {
+		_, err := quote(give.provider, give.profile, give.jurisdiction)
+		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), give.field) || !strings.Contains(err.Error(), give.provider) {
+			t.Errorf("%s quoted as %q in %q: %v; want InvalidArgument naming %s and the provider", give.provider, give.profile,
+				give.jurisdiction, err, give.field)
+		}
+	}
+	// A record from before metering checked the grammar is the provider's
+	// to correct: not a 400 on a field the quote left out.
+	known(t, s, "p-old", "individual", "C N", 1)
+	if _, err := quote("p-old", "", ""); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "p-old") {
+		t.Errorf("a provider recorded in %q: %v; want FailedPrecondition naming it", "C N", err)
+	}
+	// A provider the tax service has not heard of is quoted as before: by
+	// the request's profile and jurisdiction, else individual in CN.
+	if got, err := quote("p-none", "", ""); err != nil || got.RuleSet != "cn_labour" || got.TaxWithheld != "1200.00" {
+		t.Errorf("an unknown provider's quote: %v, %v; want CN's cn_labour, 1200.00", got, err)
+	}
+	if got, err := quote("p-none", "individual", "HK"); err != nil || got.RuleSet != "flat20" || got.TaxWithheld != "1500.00" {
+		t.Errorf("an unknown provider's quote in HK: %v, %v; want flat20, 1500.00", got, err)
+	}
+}
+
 // Under cn_labour a provider or auditor recomputes the tax from the
 // certificate: the rule on its taxable base (gross less the commission),
 // rounded to the fen. The withholding settlement records, its certificate,

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -16,9 +18,9 @@ import (
 // QuoteRequest asks how settlement would split a gross amount.
 type QuoteRequest struct {
 	Currency, Gross, CommissionRate string
-	TaxProfile, Jurisdiction        string // "" = individual / DefaultJurisdiction
+	TaxProfile, Jurisdiction        string // "" = the named provider's (read model), else individual / DefaultJurisdiction
 	UsageEnd                        time.Time
-	ProviderID                      string // optional: its own rule set selection applies
+	ProviderID                      string // optional: its own profile, jurisdiction and rule set selection apply
 }
 
 // QuoteWithholding splits gross with the commission rate given and the
@@ -29,6 +31,8 @@ type QuoteRequest struct {
 // the usage accrues to, which is when ComputeWithholding picks its rule for
 // a cycle closed at its end (one closed early takes the rule in force at
 // its close, which a quote cannot foresee).
+// A provider named is quoted as its settlement withholds it: by its own
+// tax profile and jurisdiction on record (quotedTaxpayer).
 // Nothing is recorded; the answer is a Withholding without ids.
 func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.Withholding, error) {
 	var v apperr.Validator
@@ -54,6 +58,9 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	if err != nil || gross.IsNegative() {
 		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
 	}
+	if profile, jurisdiction, err = a.quotedTaxpayer(ctx, r, profile, jurisdiction); err != nil {
+		return domain.Withholding{}, err
+	}
 	cy := a.Calendar.ForUsageEnd(r.UsageEnd)
 	// As the provider's settlement would (ComputeWithholding): its own
 	// selection first. Without it a quote applied the jurisdiction's, 150.00
@@ -75,4 +82,52 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 		return domain.Withholding{}, splitFault(cur.Code, "gross", err)
 	}
 	return w, w.Check()
+}
+
+// quotedTaxpayer is the tax profile and jurisdiction a quote splits by:
+// the named provider's on record (read model of party.updated), which its
+// settlement withholds by (settlement gives neither to ComputeWithholding),
+// else the request's (profile and jurisdiction, defaulted and checked).
+// Taken from the request, an enterprise in CN was quoted 150.00 of tax on
+// a gross its statement withheld 0.00 from, and a provider in HK by CN's
+// rule set. A quote naming a provider cannot choose another rule set than
+// the provider's selection makes it, nor another profile or jurisdiction
+// than its record: one given otherwise is a 400 naming the field (omit it,
+// or correct the provider), never a split its settlement would not make.
+// A provider the tax service has not heard of (a new one, or its
+// party.updated behind) is quoted by the request, as before: its own
+// selection still applies if it has one, and its settlement waits for
+// the profile (ComputeWithholding).
+func (a *App) quotedTaxpayer(ctx context.Context, r QuoteRequest, profile, jurisdiction string) (string, string, error) {
+	if r.ProviderID == "" {
+		return profile, jurisdiction, nil
+	}
+	p, ok, err := a.Store.Profile(ctx, r.ProviderID)
+	if err != nil {
+		return "", "", fmt.Errorf("tax profile of %s: %w", r.ProviderID, err)
+	}
+	if !ok {
+		return profile, jurisdiction, nil
+	}
+	var v apperr.Validator
+	v.Check(r.TaxProfile == "" || r.TaxProfile == p.TaxProfile, "tax_profile",
+		"provider %s is recorded as %s: omit tax_profile to quote by the provider's record", r.ProviderID, p.TaxProfile)
+	v.Check(r.Jurisdiction == "" || strings.EqualFold(r.Jurisdiction, p.Jurisdiction), "jurisdiction",
+		"provider %s is recorded in %s: omit jurisdiction to quote by the provider's record", r.ProviderID, p.Jurisdiction)
+	if err := v.Err(); err != nil {
+		return "", "", err
+	}
+	profile, jurisdiction = domain.Taxpayer("", "", &p)
+	// Only a party recorded before metering checked these can fail here,
+	// as its settlement would (ComputeWithholding); fixing the provider
+	// (PATCH) updates the read model.
+	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
+		return "", "", fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
+			r.ProviderID, err, apperr.ErrPrecondition)
+	}
+	if profile != split.ProfileIndividual && profile != split.ProfileEnterprise {
+		return "", "", fmt.Errorf("provider %s: tax profile %q is not one of individual, enterprise; correct the provider's tax profile: %w",
+			r.ProviderID, profile, apperr.ErrPrecondition)
+	}
+	return profile, jurisdiction, nil
 }

@@ -12,6 +12,9 @@ type Store interface {
 	// Recorded returns the withholding recorded under key (found) and the
 	// provider's profile (ok), in one round trip.
 	Recorded(ctx context.Context, key, provider string) (w domain.Withholding, found bool, p domain.Profile, ok bool, err error)
+	// Profile returns the provider's tax profile (read model of
+	// party.updated); ok is false when none has arrived.
+	Profile(ctx context.Context, provider string) (p domain.Profile, ok bool, err error)
 	// RuleAt returns the version in force at instant at of ruleSet, or
 	// when ruleSet is "" of the rule set selected for the provider ("":
 	// none), else for its jurisdiction, else for each jurisdiction that
