@@ -30,10 +30,11 @@ type QuoteInput struct {
 	GPUCount                   int32
 	Hours                      string
 	StartTime                  *time.Time
-	ProviderTier, TaxProfile   string
+	ProviderTier               string
+	TaxProfile                 string // "" = the tax service's: the named provider's, else individual
 	ProviderPUE                string
-	Jurisdiction               string // the provider's; "" = the tax service's default
-	ProviderID                 string // optional: its own tax rule set selection applies
+	Jurisdiction               string // the provider's; "" = the tax service's: the named provider's, else its default
+	ProviderID                 string // optional: its own tax profile, jurisdiction and rule set selection apply
 }
 
 // QuoteLine is one priced part of a quote, by the rate card named.
@@ -59,8 +60,8 @@ type quoteRequest struct {
 	cur     money.Currency
 	usage   domain.Usage
 	rate    decimal.Decimal // commission rate of the tier
-	profile string
-	juris   string
+	profile string          // "": the tax service's
+	juris   string          // "": the tax service's
 }
 
 // Quote is the earnings calculator: it prices the usage with the same code
@@ -196,11 +197,12 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 	}
 	rate, rerr := commission.Rate(tier)
 	v.Check(rerr == nil, "provider_tier", "%q is not one of standard, pro, partner", in.ProviderTier)
+	// No profile is the tax service's to fill: the named provider's on
+	// record, else individual. Filled in here as individual, an enterprise
+	// was quoted an individual's tax its settlement never withheld.
 	profile := in.TaxProfile
-	if profile == "" {
-		profile = split.ProfileIndividual
-	}
-	v.Check(profile == split.ProfileIndividual || profile == split.ProfileEnterprise, "tax_profile", "%q is not one of individual, enterprise", in.TaxProfile)
+	v.Check(profile == "" || profile == split.ProfileIndividual || profile == split.ProfileEnterprise, "tax_profile",
+		"%q is not one of individual, enterprise", in.TaxProfile)
 	var pue *decimal.Decimal
 	if in.ProviderPUE != "" {
 		d, err := money.ParseDecimal(in.ProviderPUE)

@@ -114,6 +114,39 @@ func TestQuoteNamesItsProviderToTheSplit(t *testing.T) {
 	}
 }
 
+// A quote naming its provider and no tax profile or jurisdiction leaves
+// them to the tax service, which splits by the provider's on record, as
+// its settlement does: pricing filled in individual, and an enterprise in
+// CN was quoted 150.00 of tax on 1000.00 its statement withheld 0.00 from.
+// A profile given is passed on as given, one of neither kind is a 400.
+func TestQuoteLeavesTheProvidersProfileToTheTaxService(t *testing.T) {
+	t.Parallel()
+	a, start := quoteApp()
+	var asked SplitRequest
+	a.Splits = askedSplit{got: &asked}
+	tests := []struct {
+		giveProvider, giveProfile, giveJurisdiction string
+		wantProfile, wantJurisdiction               string
+	}{
+		{"p-ent", "", "", "", ""},
+		{"p-ent", "enterprise", "", "enterprise", ""},
+		{"p-hk", "", "hk", "", "hk"},
+		{"", "", "", "", ""}, // the tax service's default: individual in CN
+	}
+	for _, tt := range tests {
+		in := QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "1", StartTime: &start,
+			ProviderID: tt.giveProvider, TaxProfile: tt.giveProfile, Jurisdiction: tt.giveJurisdiction}
+		if _, err := a.Quote(context.Background(), in); err != nil || asked.TaxProfile != tt.wantProfile || asked.Jurisdiction != tt.wantJurisdiction {
+			t.Errorf("quote of %q as %q in %q: %v; the split was asked for %q in %q, want %q in %q", tt.giveProvider, tt.giveProfile,
+				tt.giveJurisdiction, err, asked.TaxProfile, asked.Jurisdiction, tt.wantProfile, tt.wantJurisdiction)
+		}
+	}
+	in := QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "1", StartTime: &start, ProviderID: "p-ent", TaxProfile: "corp"}
+	if _, err := a.Quote(context.Background(), in); !errors.As(err, new(*apperr.InvalidError)) || !strings.Contains(err.Error(), "tax_profile") {
+		t.Errorf("tax profile corp: %v, want invalid naming tax_profile", err)
+	}
+}
+
 // twoCardStore is a flatCardStore with a later card in force from its
 // effective_from.
 type twoCardStore struct {

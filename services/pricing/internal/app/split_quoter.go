@@ -11,9 +11,9 @@ import (
 type SplitRequest struct {
 	Currency                 string
 	Gross, CommissionRate    decimal.Decimal
-	TaxProfile, Jurisdiction string // "" = individual / the default jurisdiction
+	TaxProfile, Jurisdiction string // "" = the provider's when one is named (tax's read model), else individual / the default jurisdiction
 	UsageEnd                 time.Time
-	ProviderID               string // optional: its own rule set selection applies
+	ProviderID               string // optional: its own tax profile, jurisdiction and rule set selection apply
 }
 
 // SplitQuote is the split and the withholding rule version that made it.
