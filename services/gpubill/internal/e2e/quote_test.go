@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/split"
 	"github.com/gpubill/gpubill/pkg/testkit"
@@ -81,5 +84,78 @@ func TestQuoteSplitsAsSettlement(t *testing.T) {
 	bad["jurisdiction"] = "not a jurisdiction!"
 	if code, out := f.do(http.MethodPost, "/v1/quotes", f.finance, bad); code != http.StatusBadRequest {
 		t.Fatalf("bad jurisdiction: HTTP %d %v", code, out)
+	}
+}
+
+// A quote naming its provider, through REST, splits as that provider's
+// settlement does: by the tax profile and jurisdiction on record, not
+// individual in CN. With cn_labour selected for CN, an enterprise in CN
+// and an individual in HK (CN's selection does not reach it: flat20) were
+// both quoted as a CN individual, 20.00 of tax, where their statements
+// withheld 0.00 and 180.00. Worked by hand: 8 × RTX_4090 for 1.5 h at
+// 100.00 is 1200.00; standard 25 % is 300.00, base 900.00; flat20 on an
+// individual 180.00; enterprises 0.00 (cn_labour on a CN individual:
+// (900 − 800) × 20 % = 20.00). Quoting another profile than the record is
+// a 400 naming the field.
+func TestQuoteOfAProviderSplitsByItsProfile(t *testing.T) {
+	f := newFixture(t)
+	providers := []struct {
+		give, profile, jurisdiction string
+		wantTax, wantNet            string
+	}{
+		{"p-ent", "enterprise", "CN", "0.00", "900.00"},
+		{"p-hk", "individual", "HK", "180.00", "720.00"},
+	}
+	for _, p := range providers {
+		f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": p.give, "name": "Rig", "tier": "standard",
+			"tax_profile": p.profile, "jurisdiction": p.jurisdiction, "currency": "CNY"})
+	}
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-q", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "100.00"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-q", "amount": "3000.00", "currency": "CNY", "external_ref": "bank-q"})
+	f.mustDo(http.MethodPost, "/v1/tax-rule-selections", map[string]any{"jurisdiction": "CN", "rule_set": split.RuleSetCNLabour})
+	start, end := dayUsage(time.Now(), 1)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	for _, p := range providers {
+		f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{map[string]any{"id": "evt-" + p.give,
+			"lease_id": "lease-" + p.give, "provider_id": p.give, "renter_id": "r-q", "gpu_model": "RTX_4090", "gpu_count": 8,
+			"start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339)}}})
+		f.waitBalance("provider:"+p.give+":pending:"+cycle, "CNY", "1200.00")
+	}
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+	quoteBody := func(provider string) map[string]any {
+		return map[string]any{"gpu_model": "RTX_4090", "gpu_count": 8, "hours": "1.5", "start_time": start.Format(time.RFC3339),
+			"currency": "CNY", "provider_tier": "standard", "provider_id": provider}
+	}
+	for _, p := range providers {
+		var stmt map[string]any
+		testkit.Eventually(t, 60*time.Second, func() bool {
+			_, st := f.do(http.MethodGet, "/v1/providers/"+p.give+"/statements?cycle_id="+cycle, f.finance, nil)
+			ss, _ := st["statements"].([]any)
+			if len(ss) == 1 {
+				stmt = ss[0].(map[string]any)
+			}
+			return stmt != nil
+		}, "statement of %s in %s", p.give, cycle)
+		if stmt["gross"] != "1200.00" || stmt["commission"] != "300.00" || stmt["tax_withheld"] != p.wantTax || stmt["net"] != p.wantNet {
+			t.Errorf("%s's statement: %v; want 1200.00 = 300.00 + %s + %s", p.give, stmt, p.wantTax, p.wantNet)
+		}
+		own := testkit.Token(t, []byte(secret), auth.RoleProvider, p.give, time.Hour)
+		code, q := f.do(http.MethodPost, "/v1/quotes", own, quoteBody(p.give))
+		if code != http.StatusOK {
+			t.Fatalf("%s's quote: HTTP %d %v", p.give, code, q)
+		}
+		for qk, sk := range map[string]string{"renter_price": "gross", "commission": "commission", "tax_withheld": "tax_withheld",
+			"provider_net": "net"} {
+			if q[qk] != stmt[sk] {
+				t.Errorf("%s (%s in %s): quote %s = %v, statement %s = %v", p.give, p.profile, p.jurisdiction, qk, q[qk], sk, stmt[sk])
+			}
+		}
+	}
+	bad := quoteBody("p-ent")
+	bad["tax_profile"] = "individual"
+	if code, out := f.do(http.MethodPost, "/v1/quotes", f.finance, bad); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out), "tax_profile") {
+		t.Errorf("p-ent quoted as an individual: HTTP %d %v; want 400 naming tax_profile", code, out)
 	}
 }
