@@ -176,12 +176,14 @@ func (s *Server) sink(service string) *Sink {
 	return nil
 }
 
-// parseID splits "<service>-<number>".
+// parseID splits "<service>-<number>", the number written as the letter's
+// id reads (no sign, no leading zero): "pricing-+1" and "pricing-01"
+// replayed pricing-1, a letter the call did not name.
 func (s *Server) parseID(id string) (*Sink, int64, error) {
 	service, num, ok := strings.Cut(id, "-")
 	n, err := strconv.ParseInt(num, 10, 64)
 	sk := s.sink(service)
-	if !ok || err != nil || n <= 0 || sk == nil {
+	if !ok || err != nil || n <= 0 || sk == nil || strconv.FormatInt(n, 10) != num {
 		return nil, 0, errors.New("bad dead-letter id")
 	}
 	return sk, n, nil

@@ -124,6 +124,17 @@ func TestDeadLettersREST(t *testing.T) {
 			t.Errorf("replay of %s: %d, want 400 or 404", give, code)
 		}
 	}
+	// The number is written as the letter's id reads: another spelling of
+	// dlt-1 is a 400 and asks nothing of dlt-1 (its replay was requested).
+	for _, give := range []string{"dlt-+1", "dlt-01", "dlt-00000000000000000001", "dlt-1%20"} {
+		if code, body := call(auth.RoleFinance, "POST", "/v1/ops/dead-letters/"+give+":replay"); code != http.StatusBadRequest {
+			t.Errorf("replay of %s: %d, want 400: %s", give, code, body)
+		}
+	}
+	var requested bool
+	if err := pool.QueryRow(ctx, `select replay_requested_at is not null from dlt.dead_letters where id = 1`).Scan(&requested); err != nil || requested {
+		t.Errorf("dlt-1 replay requested by another spelling of its id: %v (%v)", requested, err)
+	}
 
 	// dlt's consumer "c" runs with a handler that fails until fixed.
 	var fixed atomic.Bool

@@ -164,6 +164,10 @@ func seedParties() error {
 	if err != nil {
 		return err
 	}
+	letter, err := seedOneTimeWrites()
+	if err != nil {
+		return err
+	}
 	for i := range writeRoutes {
 		switch writeRoutes[i].name {
 		case "ReverseTransaction":
@@ -177,6 +181,8 @@ func seedParties() error {
 			writeRoutes[i].arg = delivery
 		case "ResolveReconciliationItems":
 			writeRoutes[i].arg = run
+		case "ReplayDeadLetter":
+			writeRoutes[i].arg = letter
 		}
 	}
 	return nil
@@ -197,6 +203,108 @@ func seedFailedDelivery(webhook string) (string, error) {
 		return "", fmt.Errorf("seed delivery: %w", err)
 	}
 	return strconv.FormatInt(id, 10), nil
+}
+
+// What seedOneTimeWrites puts in payout's tables: payouts of a provider
+// of their own (no method, no KYC, nothing in available: a retried one
+// waits at the gate), each in the state its one-time write acts on.
+const (
+	seedProvider   = "p-hw"
+	seedCancel     = "po-hw-cancel"   // action_required: canceled by CancelPayout
+	seedRetry      = "po-hw-retry"    // failed (insufficient_funds, the platform's): retried by RetryPayout
+	seedMismatch   = "po-hw-mismatch" // submitted, flagged rail_amount_mismatch at seedRailAmount
+	seedRailAmount = "612.34"
+	seedTransfer   = "po-hw-bank" // a bank transfer in review (amount_mismatch), end to end id seedE2E
+	seedE2E        = "E2E-HW-1"
+)
+
+// oneTimeSet names the payouts one seedPayouts call makes (see the
+// constants above), in cycles of their own.
+type oneTimeSet struct {
+	cancel, retry, mismatch, transfer, e2e string
+	cycles                                 [4]string
+}
+
+var walkSet = oneTimeSet{seedCancel, seedRetry, seedMismatch, seedTransfer, seedE2E,
+	[4]string{"cyc-20260101", "cyc-20260215", "cyc-20260401", "cyc-20260516"}}
+
+// seedOneTimeWrites seeds what the one-time writes act on, as the payout
+// workflow and the bank-file rail leave it (seedPayouts), the bank-file
+// rail's restore hold (as gpubill restore opens it), and a dead letter (a
+// usage message pricing could not decode). It returns the dead letter's
+// id.
+func seedOneTimeWrites() (string, error) {
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close(ctx)
+	if err := seedPayouts(ctx, db, walkSet); err != nil {
+		return "", err
+	}
+	if err := openRestoreHold(ctx, db); err != nil {
+		return "", err
+	}
+	var letter int64
+	if err := db.QueryRow(ctx, `insert into pricing.dead_letters (consumer, message_id, subject, payload, error, attempts, first_seen_at, last_seen_at)
+		values ('pricing-rating', 'ub-hostile', 'usage.recorded.p-001', $1, 'proto: cannot parse invalid wire-format data', 1, $2, $2)
+		returning id`, []byte{0x0a, 0xff, 0xff, 0xff}, stackNow.Add(-48*time.Hour)).Scan(&letter); err != nil {
+		return "", fmt.Errorf("seed dead letter: %w", err)
+	}
+	return fmt.Sprintf("pricing-%d", letter), nil
+}
+
+// openRestoreHold opens the bank-file rail's restore hold, as gpubill
+// restore does (one open at most: an open one is kept).
+func openRestoreHold(ctx context.Context, db *pgx.Conn) error {
+	if _, err := db.Exec(ctx, `insert into payout.bank_file_holds (held_since) values ($1)
+		on conflict ((released_at is null)) where released_at is null do nothing`, stackNow.Add(-48*time.Hour)); err != nil {
+		return fmt.Errorf("seed restore hold: %w", err)
+	}
+	return nil
+}
+
+// seedPayouts makes set's payouts, as the payout workflow and the
+// bank-file rail leave them: one to cancel, a failed one to retry, one
+// flagged rail_amount_mismatch, and one whose bank transfer is held for
+// review. Each payout's workflow counts as started: no workflow moves them
+// but the writes' own.
+func seedPayouts(ctx context.Context, db *pgx.Conn, set oneTimeSet) error {
+	at := stackNow.Add(-48 * time.Hour)
+	for i, p := range []struct{ id, status, failure, message, railRef string }{
+		{set.cancel, "action_required", "", "", ""},
+		{set.retry, "failed", "insufficient_funds", "the platform's account lacked funds", set.retry},
+		{set.mismatch, "submitted", "rail_amount_mismatch", "alipay holds " + set.mismatch + " at " + seedRailAmount + " CNY, the payout is 600.00 CNY", set.mismatch},
+		{set.transfer, "submitted", "", "", set.transfer},
+	} {
+		if _, err := db.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,
+				status_reason, method, method_summary, failure_code, failure_message, rail_reference, workflow_started, version, created_at, updated_at)
+			values ($1, $2, $3, 'CNY', 1000, 250, 150, 600, $4, $4, 'bank', '', $5, $6, $7, true, 1, $8, $8)`,
+			p.id, seedProvider, set.cycles[i], p.status, p.failure, p.message, p.railRef, at); err != nil {
+			return fmt.Errorf("seed payout %s: %w", p.id, err)
+		}
+		if _, err := db.Exec(ctx, `insert into payout.status_history (payout_id, seq, status, at) values ($1, 1, $2, $3)`, p.id, p.status, at); err != nil {
+			return fmt.Errorf("seed payout %s: %w", p.id, err)
+		}
+	}
+	for _, q := range []struct {
+		what, sql string
+		args      []any
+	}{
+		{"rail amount flag", `insert into payout.rail_amount_flags (payout_id, attempt, rail, rail_amount, rail_currency, flagged_at)
+			values ($1, 1, 'alipay', $2, 'CNY', $3)`, []any{set.mismatch, seedRailAmount, at}},
+		{"bank transfer", `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name,
+				creditor_account, creditor_agent, state, queued_at, updated_at)
+			values ($1, $2, $3, 'CNY', 600, 'Rig HW', '6222000011110001', 'ICBKCNBJ', 'review', $4, $4)`, []any{set.transfer, set.e2e, seedProvider, at}},
+		{"bank transfer review", `insert into payout.bank_transfer_reviews (reference, cause, note, since)
+			values ($1, 'amount_mismatch', 'booked at 612.34 CNY after the restore', $2)`, []any{set.transfer, at}},
+	} {
+		if _, err := db.Exec(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("seed %s: %w", q.what, err)
+		}
+	}
+	return nil
 }
 
 // seedReconciliation imports a USD statement whose one line no movement

@@ -30,9 +30,6 @@ type route struct {
 	// fault inside items[i] may instead be a 200 rejecting element i,
 	// naming the field (usage events: DESIGN §2).
 	items string
-	// absent: arg names nothing the stack has (no payout is seeded), so
-	// the valid body is a 404 once the decoder and the checks took it.
-	absent bool
 }
 
 func (r route) url(arg string) string {
@@ -148,11 +145,27 @@ var writeRoutes = []route{
 		body: `{}`},
 	{name: "RedeliverWebhookDelivery", method: "POST", path: "", param: "delivery_id", arg: "", role: auth.RoleFinance, // path, arg: seeded
 		body: `{}`},
-	// Cancel and retry of a payout: none is seeded, the checks run first.
-	{name: "CancelPayout", method: "POST", path: "/v1/payouts/%s:cancel", param: "payout_id", arg: "po-missing", role: auth.RoleFinance,
-		body: `{"reason":"duplicate"}`, absent: true},
-	{name: "RetryPayout", method: "POST", path: "/v1/payouts/%s:retry", param: "payout_id", arg: "po-missing", role: auth.RoleFinance,
-		body: `{"reason":"new account"}`, absent: true},
+	// Cancel and retry of seeded payouts (main_test.go, seedOneTimeWrites):
+	// once done, the same request again answers the payout as it is.
+	{name: "CancelPayout", method: "POST", path: "/v1/payouts/%s:cancel", param: "payout_id", arg: seedCancel, role: auth.RoleFinance,
+		body: `{"reason":"duplicate"}`},
+	{name: "RetryPayout", method: "POST", path: "/v1/payouts/%s:retry", param: "payout_id", arg: seedRetry, role: auth.RoleFinance,
+		body: `{"reason":"new account"}`},
+	// The resolution of a payout flagged rail_amount_mismatch, of a bank
+	// transfer held for review, the release of the restore hold (all
+	// seeded): the same request again answers the first.
+	{name: "ResolvePayoutAmountMismatch", method: "POST", path: "/v1/payouts/%s:resolve-amount-mismatch", param: "payout_id", arg: seedMismatch,
+		role: auth.RoleFinance, body: `{"rail_amount":"` + seedRailAmount + `","reason":"hostile walk: the rail's bill, line 3"}`,
+		decimals: []string{"rail_amount"}},
+	{name: "ResolveBankTransfer", method: "POST", path: "/v1/bank-transfers/%s:resolve", param: "end_to_end_id", arg: seedE2E, role: auth.RoleFinance,
+		body:  `{"resolution":"paid","amount":"600.00","currency":"CNY","reason":"hostile walk: the bank statement's line 7","review_id":0}`,
+		enums: []string{"resolution", "currency"}, decimals: []string{"amount"}},
+	{name: "ReleaseBankFileRestoreHold", method: "POST", path: "/v1/bank-files:release-restore-hold", role: auth.RoleFinance,
+		body: `{}`},
+	// A dead letter of pricing's (seeded: a usage message it cannot
+	// decode): each replay applies it again, and it is dead again.
+	{name: "ReplayDeadLetter", method: "POST", path: "/v1/ops/dead-letters/%s:replay", param: "id", arg: "", role: auth.RoleAdmin, // arg: seeded
+		body: `{}`},
 	// A bank line of a USD run, written off when seeded: the same request
 	// again answers the same resolution.
 	{name: "ResolveReconciliationItems", method: "POST", path: "/v1/reconciliations/%s/resolutions", param: "reconciliation_id", arg: "", role: auth.RoleFinance, // arg: seeded
@@ -162,12 +175,7 @@ var writeRoutes = []route{
 
 // notWalked are the write rules of the protos writeRoutes leaves out, each
 // with why. Nothing else may be missing.
-var notWalked = map[string]string{
-	"ReplayDeadLetter":            "not yet walked (ops: admin, a dead letter to seed)",
-	"ResolvePayoutAmountMismatch": "not yet walked (a payout to seed)",
-	"ReleaseBankFileRestoreHold":  "not yet walked (a restore hold to seed)",
-	"ResolveBankTransfer":         "not yet walked (a bank transfer to seed)",
-}
+var notWalked = map[string]string{}
 
 // TestEveryWriteRuleIsWalked: every write rule of the protos' google.api.http
 // options (httprules: POST, PUT, PATCH, DELETE) is a writeRoutes entry of its
