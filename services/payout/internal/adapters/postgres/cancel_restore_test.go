@@ -10,12 +10,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/shopspring/decimal"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/pg"
 
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -147,4 +152,43 @@ func runPayoutWorkflow(t *testing.T, a *app.Payouts, id string) string {
 		t.Fatal(err)
 	}
 	return status
+}
+
+// A snapshot taken before cancel_posted_at (migration payout/0026) is
+// restored all the same: the restore's step leaves its payouts canceled in
+// the queue to the migration, run at the service's start, which marks them
+// for a new workflow (that posts their return, or is answered it was).
+func TestCanceledInQueueRestoredFromBeforeItsRecord(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	store, err := database.NewStore(database.DialectPostgres, "payout.goose_db_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig, err := goose.NewProvider("", db, migrations.For(Schema), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mig.DownTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	sentPayout(t, pool, "po-old", "cyc-20260101", "bank", "canceled")
+	if _, err := pool.Exec(ctx, `update payout.payouts set status = 'canceled' where payout_id = 'po-old'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := MarkUnstartedAfterRestore(ctx, tx, time.Now(), app.ReturnWindowDefault)
+		return err
+	}); err != nil {
+		t.Fatalf("the restore's step on a snapshot before cancel_posted_at: %v", err)
+	}
+	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool}
+	if got, err := s.Unstarted(ctx); err != nil || len(got) != 1 || got[0].ID != "po-old" {
+		t.Fatalf("unstarted after the migration: %v (%v); want po-old, canceled in the queue, its return not known posted", got, err)
+	}
 }

@@ -863,15 +863,25 @@ func (s *Store) ListVersion(ctx context.Context, provider string) (count, versio
 // many it marked. A payout canceled in the queue was left out: restored
 // from a point after its cancel and before its workflow posted the return
 // (Cancel's own post failed, the ledger down), its amount stayed in
-// in_transit for good.
+// in_transit for good. A snapshot taken before migration payout/0026 has
+// no cancel_posted_at (the restore failed on it): that migration, run at
+// the service's start, marks every payout canceled in the queue.
 func MarkUnstartedAfterRestore(ctx context.Context, q interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
 }, now time.Time, returnWindow time.Duration) (int64, error) {
+	var recorded bool
+	if err := q.QueryRow(ctx, `select exists (select 1 from pg_attribute
+		where attrelid = 'payout.payouts'::regclass and attname = 'cancel_posted_at' and not attisdropped)`).Scan(&recorded); err != nil {
+		return 0, fmt.Errorf("mark payouts for a new workflow after restore: %w", err)
+	}
+	canceled, args := "", []any{domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit,
+		domain.StatusPaid, now.Add(-returnWindow)}
+	if recorded {
+		canceled, args = ` or status = $7 and rail_reference <> '' and cancel_posted_at is null`, append(args, domain.StatusCanceled)
+	}
 	tag, err := q.Exec(ctx, `update payout.payouts set workflow_started = false
-		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6)
-			or status = $7 and rail_reference <> '' and cancel_posted_at is null)`,
-		domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid,
-		now.Add(-returnWindow), domain.StatusCanceled)
+		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6)`+canceled+`)`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mark payouts for a new workflow after restore: %w", err)
 	}
