@@ -59,6 +59,21 @@ func Metrics() []obs.SQLMetric {
 		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
 			"start workflows on Temporal.",
 		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
+	}, {
+		// A payout canceled in the bank-file queue has its amount posted
+		// back to available after the cancel's commit (the transfer leaves
+		// the queue first): the ledger down, or the process gone in
+		// between, it read canceled while its net stayed in in_transit,
+		// counted by no gauge (in flight counts submitted and in transit
+		// only). Its workflow posts it again within a poll; one whose
+		// workflow is gone left it there for good. updated_at is the
+		// cancel: nothing changes a canceled payout's status after it.
+		// The partial index payouts_cancel_unposted holds just these rows.
+		Name: "gpubill_payout_cancel_unposted_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest payout canceled in the bank-file queue whose amount the ledger has not taken back from in_transit " +
+			"to available, since its cancel (0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts
+			where status = 'canceled' and rail_reference <> '' and cancel_posted_at is null`,
 	}}, bankFileMetrics()...)
 	return append(append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
