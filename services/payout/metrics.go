@@ -38,28 +38,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	// Paged gauges first, the bank-file rail's next: a scrape's reads are
 	// bounded in all (obs.SQLCollector); a slow group-by ahead hid them.
-	ms := append([]obs.SQLMetric{{
-		// Past the gate, a submission a rail keeps refusing as malformed
-		// (gpubill's key, serial or permission) is retried, logged, for
-		// ever: the payout stays created with its net in in_transit, and
-		// nothing but the log showed it. Every marking sets
-		// submitting_since (migration payout/0020's trigger): min() skips
-		// a NULL, and the payout marked without one read 0.
-		Name: "gpubill_payout_submitting_age_seconds", Type: obs.Gauge,
-		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
-		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
-	}, {
-		// The starter starts a payout's workflow after writing its row (a
-		// new payout, a retry, a restore): while Temporal refuses, the
-		// payout waits moved by nothing, and only the starter's WARN log
-		// said so. updated_at is the attempt's last change: nothing but its
-		// workflow changes a payout after it is written unstarted. The
-		// partial index payouts_unstarted holds just these rows.
-		Name: "gpubill_payout_workflow_unstarted_age_seconds", Type: obs.Gauge,
-		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
-			"start workflows on Temporal.",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
-	}}, bankFileMetrics()...)
+	ms := append(pagedMetrics(), bankFileMetrics()...)
 	return append(append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
 		// holds another amount) and its own alert until finance resolves
@@ -106,6 +85,47 @@ func Metrics() []obs.SQLMetric {
 			"counts in that one).",
 		Query: `select status, currency, sum(net)::float8 from payout.payouts where absorbed_into = '' group by status, currency`,
 	}}...), webhookMetrics()...)
+}
+
+// pagedMetrics are the payout gauges a page reads (Metrics reads them first).
+func pagedMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
+		// Past the gate, a submission a rail keeps refusing as malformed
+		// (gpubill's key, serial or permission) is retried, logged, for
+		// ever: the payout stays created with its net in in_transit, and
+		// nothing but the log showed it. Every marking sets
+		// submitting_since (migration payout/0020's trigger): min() skips
+		// a NULL, and the payout marked without one read 0.
+		Name: "gpubill_payout_submitting_age_seconds", Type: obs.Gauge,
+		Help:  "Age of the oldest payout being submitted to its rail (past the gate, no answer of the rail taken yet; 0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(submitting_since)), 0)::float8 from payout.payouts where status = 'created' and submitting`,
+	}, {
+		// The starter starts a payout's workflow after writing its row (a
+		// new payout, a retry, a restore): while Temporal refuses, the
+		// payout waits moved by nothing, and only the starter's WARN log
+		// said so. updated_at is the attempt's last change: nothing but its
+		// workflow changes a payout after it is written unstarted. The
+		// partial index payouts_unstarted holds just these rows.
+		Name: "gpubill_payout_workflow_unstarted_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest payout whose workflow has not been started, since its last change (0: none): the starter cannot " +
+			"start workflows on Temporal.",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts where not workflow_started`,
+	}, {
+		// A payout canceled in the bank-file queue has its amount posted
+		// back to available after the cancel's commit (the transfer leaves
+		// the queue first): the ledger down, or the process gone in
+		// between, it read canceled while its net stayed in in_transit,
+		// counted by no gauge (in flight counts submitted and in transit
+		// only). Its workflow posts it again within a poll; one whose
+		// workflow is gone left it there for good. updated_at is the
+		// cancel: nothing changes a canceled payout's status after it.
+		// The partial index payouts_cancel_unposted holds just these rows.
+		Name: "gpubill_payout_cancel_unposted_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest payout canceled in the bank-file queue whose amount the ledger has not taken back from in_transit " +
+			"to available, since its cancel (0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts
+			where status = 'canceled' and rail_reference <> '' and cancel_posted_at is null`,
+	}}
 }
 
 // webhookMetrics are the webhook sender's.

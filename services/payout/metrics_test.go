@@ -439,6 +439,32 @@ func TestPayoutWorkflowNotStartedAges(t *testing.T) {
 	}
 }
 
+// A payout canceled in the bank-file queue whose return the ledger has not
+// taken (the ledger down at the cancel, the process gone before its post,
+// its workflow gone) read canceled, its net in in_transit, counted by no
+// gauge: GpubillPayoutInFlightLong counts submitted and in transit only.
+// Its age since the cancel is on /metrics (GpubillPayoutCancelNotReturned);
+// one whose return is recorded, or canceled before submission (nothing
+// moved), does not count.
+func TestPayoutCanceledInQueueUnpostedAges(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	const name = "gpubill_payout_cancel_unposted_age_seconds"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s with no payouts: %v, want 0", name, v)
+	}
+	if _, err := pool.Exec(context.Background(), `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, rail_reference, cancel_posted_at, workflow_started, created_at, updated_at) values
+		('po-1', 'p-1', 'cyc-20260101', 'CNY', 1000, 250, 150, 600, 'canceled', 'po-1', null, true, now() - interval '3 hours', now() - interval '2 hours'),
+		('po-2', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'canceled', 'po-2', now() - interval '9 days', true, now() - interval '9 days', now() - interval '9 days'),
+		('po-3', 'p-3', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'canceled', '', null, true, now() - interval '9 days', now() - interval '9 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s %v, want ~2 h (po-1, since its cancel; po-2's return is posted, po-3 moved nothing)", name, v)
+	}
+}
+
 // A flag finance has not resolved had no standing signal: flagged payouts
 // are left out of the in-flight age, and GpubillPayoutRailAmountMismatch
 // is a rise over an hour, cleared an hour after the flag. The oldest open

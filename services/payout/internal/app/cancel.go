@@ -53,8 +53,25 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 	if err != nil || !domain.CanceledInQueue(p) {
 		return err
 	}
-	if err := a.post(ctx, p, domain.StatusCanceled); err != nil {
+	if err := a.postCanceled(ctx, p); err != nil {
 		return fmt.Errorf("payout %s canceled; its amount goes back to available once the ledger takes it (its workflow posts it again): %w", p.ID, err)
+	}
+	return nil
+}
+
+// postCanceled posts the return to available of p, canceled in the
+// bank-file queue, under its key (payout-{id}-{attempt}-canceled: a return
+// posted already is answered by the ledger, not posted twice), then
+// records that the ledger took it. Until recorded, a restore or a recovery
+// starts p's workflow again, whose Prepare posts it (a snapshot can hold
+// the cancel without its return), and
+// gpubill_payout_cancel_unposted_age_seconds counts it.
+func (a *Payouts) postCanceled(ctx context.Context, p domain.Payout) error {
+	if err := a.post(ctx, p, domain.StatusCanceled); err != nil {
+		return err
+	}
+	if err := a.Store.CancelPosted(ctx, p.ID, p.Attempt, a.Clock.Now()); err != nil {
+		return fmt.Errorf("payout %s: its return to available posted, not recorded as posted: %w", p.ID, err)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func (a *Payouts) Follow(ctx context.Context, id string) (string, error) {
 	if domain.CanceledInQueue(p) {
 		// Cancel posted its return to available after its commit; posted
 		// again (the same key) for a cancel whose post failed.
-		if err := a.post(ctx, p, p.Status); err != nil {
+		if err := a.postCanceled(ctx, p); err != nil {
 			return "", a.railDid(p, p.Status, err)
 		}
 		return p.Status, nil

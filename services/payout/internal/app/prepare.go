@@ -25,6 +25,17 @@ func (a *Payouts) Prepare(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if domain.CanceledInQueue(pre) {
+		// A workflow started again by a restore or a recovery whose
+		// snapshot holds the cancel and not its return (Cancel's post
+		// failed, the ledger down, and Follow had not posted it yet): posted
+		// here, so the workflow ends on canceled as before. Canceled is
+		// final: pre cannot move meanwhile.
+		if err := a.postCanceled(ctx, pre); err != nil {
+			return "", a.railDid(pre, pre.Status, err)
+		}
+		return pre.Status, nil
+	}
 	var available decimal.Decimal
 	if !pre.Submitting && (pre.Status == domain.StatusActionRequired || pre.Status == domain.StatusCreated) {
 		if available, err = a.Ledger.Available(ctx, pre.ProviderID, pre.Currency); err != nil {

@@ -67,6 +67,11 @@ type Store interface {
 	// read is a new attempt and keeps waiting for its own workflow.
 	Unstarted(ctx context.Context) ([]PayoutAttempt, error)
 	SetWorkflowStarted(ctx context.Context, started []PayoutAttempt) error
+	// CancelPosted records that the ledger took the return to available
+	// of a payout canceled in the bank-file queue (domain.CanceledInQueue):
+	// until then a restore starts its workflow again, and
+	// gpubill_payout_cancel_unposted_age_seconds counts it.
+	CancelPosted(ctx context.Context, id string, attempt int, at time.Time) error
 
 	Settings(ctx context.Context) (map[string]string, error)
 	PutSettings(ctx context.Context, changes map[string]string, actor, reason string, at time.Time) ([]domain.SettingChange, error)

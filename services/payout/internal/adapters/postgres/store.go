@@ -814,6 +814,15 @@ func (s *Store) MethodChangedSince(ctx context.Context, tx pgx.Tx, provider, pay
 	return ok, err
 }
 
+// CancelPosted records that the ledger took the return to available of a
+// payout canceled in the bank-file queue (domain.CanceledInQueue), its
+// attempt given; the first time only.
+func (s *Store) CancelPosted(ctx context.Context, id string, attempt int, at time.Time) error {
+	_, err := s.Pool.Exec(ctx, `update payout.payouts set cancel_posted_at = $3
+		where payout_id = $1 and attempt = $2 and status = 'canceled' and cancel_posted_at is null`, id, attempt, at)
+	return err
+}
+
 // ResetWorkflow makes the starter start the payout's workflow again (a retry).
 func (s *Store) ResetWorkflow(ctx context.Context, tx pgx.Tx, id string) error {
 	_, err := tx.Exec(ctx, `update payout.payouts set workflow_started = false where payout_id = $1`, id)
@@ -847,17 +856,32 @@ func (s *Store) ListVersion(ctx context.Context, provider string) (count, versio
 }
 
 // MarkUnstartedAfterRestore marks, through q (the restore's transaction), every payout whose workflow still has
-// work (waiting at the gate, not yet confirmed, or paid within
-// returnWindow and so still watched for a return) as not started, for the
+// work (waiting at the gate, not yet confirmed, paid within returnWindow
+// and so still watched for a return, or canceled in the bank-file queue
+// with its return to available not posted yet) as not started, for the
 // starter to start it again on a Temporal that never saw it. It returns how
-// many it marked.
+// many it marked. A payout canceled in the queue was left out: restored
+// from a point after its cancel and before its workflow posted the return
+// (Cancel's own post failed, the ledger down), its amount stayed in
+// in_transit for good. A snapshot taken before migration payout/0026 has
+// no cancel_posted_at (the restore failed on it): that migration, run at
+// the service's start, marks every payout canceled in the queue.
 func MarkUnstartedAfterRestore(ctx context.Context, q interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
 }, now time.Time, returnWindow time.Duration) (int64, error) {
+	var recorded bool
+	if err := q.QueryRow(ctx, `select exists (select 1 from pg_attribute
+		where attrelid = 'payout.payouts'::regclass and attname = 'cancel_posted_at' and not attisdropped)`).Scan(&recorded); err != nil {
+		return 0, fmt.Errorf("mark payouts for a new workflow after restore: %w", err)
+	}
+	canceled, args := "", []any{domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit,
+		domain.StatusPaid, now.Add(-returnWindow)}
+	if recorded {
+		canceled, args = ` or status = $7 and rail_reference <> '' and cancel_posted_at is null`, append(args, domain.StatusCanceled)
+	}
 	tag, err := q.Exec(ctx, `update payout.payouts set workflow_started = false
-		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6))`,
-		domain.StatusActionRequired, domain.StatusCreated, domain.StatusSubmitted, domain.StatusInTransit, domain.StatusPaid,
-		now.Add(-returnWindow))
+		where workflow_started and (status in ($1, $2, $3, $4) or status = $5 and (paid_at is null or paid_at > $6)`+canceled+`)`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mark payouts for a new workflow after restore: %w", err)
 	}
