@@ -1,12 +1,9 @@
 package ledger_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 )
@@ -33,8 +30,8 @@ func TestInvoicesUnissuedMonthAge(t *testing.T) {
 	if time.Now().Before(novEnd.Add(time.Hour)) {
 		t.Fatalf("the machine's clock is %s, before November's end in Shanghai (%s): the age check proves nothing", time.Now(), novEnd)
 	}
-	if got := invoiceGauges(t, f); len(got) != 1 || got["gpubill_invoices_unissued_age_seconds"] != 0 {
-		t.Fatalf("gauges before any run: %v; want only an unissued age of 0", got)
+	if got := invoiceGauges(t, f); len(got) != 2 || got["gpubill_invoices_unissued_age_seconds"] != 0 || got["gpubill_invoices_last_issued_period_timestamp_seconds"] != 0 {
+		t.Fatalf("gauges before any run: %v; want both 0", got)
 	}
 
 	// September, when no wallet moved: nothing to issue, and the run is
@@ -104,7 +101,7 @@ func TestInvoicesUnissuedMonthAge(t *testing.T) {
 }
 
 // invoiceGauges reads the invoice gauges the service serves, as a scrape
-// does (a gauge whose query returns no row is absent).
+// does.
 func invoiceGauges(t *testing.T, f *fixture) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
@@ -113,11 +110,7 @@ func invoiceGauges(t *testing.T, f *fixture) map[string]float64 {
 			continue
 		}
 		var v float64
-		err := f.pool.QueryRow(f.ctx, m.Query).Scan(&v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
+		if err := f.pool.QueryRow(f.ctx, m.Query).Scan(&v); err != nil {
 			t.Fatalf("%s: %v", m.Name, err)
 		}
 		out[m.Name] = v

@@ -378,8 +378,8 @@ func invoiceMetrics(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 	zone := "'" + strings.ReplaceAll(taxPeriods.Location().String(), "'", "''") + "'"
 	return []obs.SQLMetric{{
 		Name: "gpubill_invoices_last_issued_period_timestamp_seconds", Type: obs.Gauge,
-		Help:  "Start of the latest month (in the tax zone) whose renter invoices were issued: its run went through every wallet that moved in it.",
-		Query: `select extract(epoch from period_start)::float8 from ledger.invoice_runs order by period desc limit 1`,
+		Help:  "Start of the latest month (in the tax zone) whose renter invoices were issued: its run went through every wallet that moved in it (0: none yet).",
+		Query: `select coalesce((select extract(epoch from period_start) from ledger.invoice_runs order by period desc limit 1), 0)::float8`,
 	}, {
 		// Every month since the first recorded run (a few a year), each
 		// looked up by its key.
