@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -26,6 +27,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	pricingv1 "github.com/gpubill/gpubill/proto/gen/gpubill/pricing/v1"
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/invoicepdf"
@@ -289,13 +291,18 @@ func (s *Service) runBurnPrune(ctx context.Context) error {
 	})
 }
 
-// Metrics implements svc.MetricsSource.
-func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
+// Metrics implements svc.MetricsSource: the invoice months are those of
+// the configured tax zone.
+func (s *Service) Metrics() []obs.SQLMetric { return metricsIn(s.deps.TaxPeriods) }
 
-// Metrics are the ledger's metrics read on scrape: the latest bank
-// reconciliation of each currency (the settlement schedule runs one daily).
-func Metrics() []obs.SQLMetric {
-	return []obs.SQLMetric{{
+// Metrics are the ledger's metrics read on scrape (invoice months in the
+// default tax zone): the latest bank reconciliation of each currency (the
+// settlement schedule runs one daily), the months whose invoices were not
+// issued.
+func Metrics() []obs.SQLMetric { return metricsIn(taxperiod.Default()) }
+
+func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
+	return append([]obs.SQLMetric{{
 		// First: a page reads it, and a scrape's reads are bounded in all
 		// (obs.SQLCollector; those past the bound vanish from the scrape).
 		//
@@ -357,6 +364,33 @@ func Metrics() []obs.SQLMetric {
 		Query: `select coalesce(extract(epoch from now() - min(t.created_at)), 0)::float8 from ledger.transactions t
 			where (t.xid, t.id) > (coalesce((select xid from ledger.journal_chain order by position desc limit 1), '0'::xid8),
 				coalesce((select tx_id from ledger.journal_chain order by position desc limit 1), '00000000-0000-0000-0000-000000000000'::uuid))`,
+	}}, invoiceMetrics(taxPeriods)...)
+}
+
+// invoiceMetrics read the months whose invoice run completed
+// (ledger.invoice_runs). Invoices are made only for wallets that moved, so
+// a month never run looked like a month with nothing to invoice: after a
+// restore onto a new Temporal the 1st's run had not happened and nothing
+// said so. Months in the tax zone (taxperiod, as IssueMonth's); one whose
+// run completed is not asked for again. The months before the first
+// recorded run are not asked for; none recorded, the age is 0.
+func invoiceMetrics(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
+	zone := "'" + strings.ReplaceAll(taxPeriods.Location().String(), "'", "''") + "'"
+	return []obs.SQLMetric{{
+		Name: "gpubill_invoices_last_issued_period_timestamp_seconds", Type: obs.Gauge,
+		Help:  "Start of the latest month (in the tax zone) whose renter invoices were issued: its run went through every wallet that moved in it (0: none yet).",
+		Query: `select coalesce((select extract(epoch from period_start) from ledger.invoice_runs order by period desc limit 1), 0)::float8`,
+	}, {
+		// Every month since the first recorded run (a few a year), each
+		// looked up by its key.
+		Name: "gpubill_invoices_unissued_age_seconds", Type: obs.Gauge,
+		Help: "Time since the end of the oldest month (in the tax zone, after the first whose invoices were issued) that has ended and whose renter invoices " +
+			"were not issued (no run went through every wallet that moved in it); 0: none. The monthly run is at 01:00 on the 1st there.",
+		Query: `select coalesce(extract(epoch from now() - min((m + interval '1 month') at time zone ` + zone + `)), 0)::float8
+			from (select min(period_start) as first from ledger.invoice_runs) r,
+				generate_series(date_trunc('month', r.first at time zone ` + zone + `),
+					date_trunc('month', now() at time zone ` + zone + `) - interval '1 month', interval '1 month') m
+			where not exists (select 1 from ledger.invoice_runs i where i.period = to_char(m, 'YYYY-MM'))`,
 	}}
 }
 

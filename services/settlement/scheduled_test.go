@@ -333,7 +333,7 @@ func TestSchedulesAtStartup(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ports.EnsureSchedules(ctx, tc, f.s.queue, f.s.d.TaxPeriods); err != nil {
+	if err := f.s.ensureSchedules(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Describe(ctx); err != nil || d.Schedule.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL {

@@ -264,7 +264,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.StartCycles(ctx); err != nil {
 			return fmt.Errorf("start cycle workflows: %w", err)
 		}
-		if err := ports.EnsureSchedules(ctx, s.tc, s.queue, s.d.TaxPeriods); err != nil {
+		if err := s.ensureSchedules(ctx); err != nil {
 			return err
 		}
 	}
@@ -277,6 +277,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { <-ctx.Done(); return nil })
 	return g.Wait()
+}
+
+// ensureSchedules creates or updates the Temporal Schedules at start-up
+// (ports.EnsureSchedules), at the service's clock's now.
+func (s *Service) ensureSchedules(ctx context.Context) error {
+	return ports.EnsureSchedules(ctx, s.tc, s.queue, s.d.TaxPeriods, s.d.Clock.Now())
 }
 
 // TemporalInterceptors trace what a Temporal client starts (workflows,

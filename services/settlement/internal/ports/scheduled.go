@@ -75,13 +75,39 @@ func (a *Activities) SweepCommission(ctx context.Context) (app.SweepSummary, err
 // ran lost that month's invoices and remittance.
 const monthlyOverlap = enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL
 
+// backfillSince is what a calendar schedule created at now runs at once:
+// every action it would have taken since start (the start of its period in
+// the tax zone), each at its nominal time. Temporal runs no schedule for a
+// time before the schedule was created: created on a new Temporal (a
+// restore, README "Backups and restore") at 10:00 on the 1st, the monthly
+// schedules next ran a month later, and the month before was never
+// invoiced nor its withheld tax remitted. A schedule that exists already
+// is not backfilled: Temporal catches its own outages up.
+func backfillSince(start, now time.Time, overlap enumspb.ScheduleOverlapPolicy) []client.ScheduleBackfill {
+	if !now.After(start) {
+		return nil
+	}
+	return []client.ScheduleBackfill{{Start: start, End: now, Overlap: overlap}}
+}
+
+// startOfDay is midnight of t's day in loc.
+func startOfDay(t time.Time, loc *time.Location) time.Time {
+	y, m, d := t.In(loc).Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
+}
+
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
 // each month, 02:00 in the tax zone: the month before has ended there, so
 // remit-{period} proceeds at once), the monthly renter invoices (1st of
 // each month, 01:00 in the tax zone) and the daily bank reconciliation
 // (06:00 in the tax zone), and the hourly deferred commission sweep.
-func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOptions {
+// Created at now, the monthly schedules run at once what they would have
+// run since the 1st 00:00 in the tax zone (both runs are idempotent per
+// month), the reconciliation what it would have run since midnight there
+// (backfillSince); the opener runs at creation, the sweep within the hour.
+func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []client.ScheduleOptions {
+	monthStart := taxPeriods.At(now).Start
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: 24 * time.Hour}}},
@@ -105,7 +131,8 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 			ID: ScheduleRemittanceMonthly, Workflow: app.RemittanceMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 72 * time.Hour,
 		},
-		Overlap: monthlyOverlap,
+		Overlap:          monthlyOverlap,
+		ScheduleBackfill: backfillSince(monthStart, now, monthlyOverlap),
 	}, {
 		ID: ScheduleInvoicesMonthly,
 		Spec: client.ScheduleSpec{
@@ -120,7 +147,8 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 			ID: ScheduleInvoicesMonthly, Workflow: app.InvoicesMonthlyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 96 * time.Hour,
 		},
-		Overlap: monthlyOverlap,
+		Overlap:          monthlyOverlap,
+		ScheduleBackfill: backfillSince(monthStart, now, monthlyOverlap),
 	}, {
 		ID: ScheduleReconciliation,
 		Spec: client.ScheduleSpec{
@@ -135,7 +163,8 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 			ID: ScheduleReconciliation, Workflow: app.ReconciliationDailyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 12 * time.Hour,
 		},
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Overlap:          enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		ScheduleBackfill: backfillSince(startOfDay(now, taxPeriods.Location()), now, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP),
 	}, {
 		ID:   ScheduleCommissionSweep,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: commissionSweepEvery}}},
@@ -147,12 +176,14 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar) []client.ScheduleOpt
 	}}
 }
 
-// EnsureSchedules creates settlement's schedules, or updates the spec,
-// action and overlap policy of one that exists (its state, pause and
-// history are kept).
-func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPeriods taxperiod.Calendar) error {
+// EnsureSchedules creates settlement's schedules at now, with what each
+// would have run since the start of its period (the backfill is part of
+// the create request: a start-up that stops after it leaves no schedule
+// without it), or updates the spec, action and overlap policy of one that
+// exists (its state, pause and history are kept; nothing is backfilled).
+func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPeriods taxperiod.Calendar, now time.Time) error {
 	sc := tc.ScheduleClient()
-	for _, o := range Schedules(queue, taxPeriods) {
+	for _, o := range Schedules(queue, taxPeriods, now) {
 		_, err := sc.Create(ctx, o)
 		if err == nil {
 			continue

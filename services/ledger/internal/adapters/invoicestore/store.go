@@ -17,6 +17,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/services/ledger/internal/app/invoicing"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -172,6 +173,15 @@ func (s *Store) Insert(ctx context.Context, inv *domain.Invoice, year int) error
 		inv.Number = number
 		return nil
 	})
+}
+
+// RecordRun implements invoicing.Repository.
+func (s *Store) RecordRun(ctx context.Context, p taxperiod.Period, zone string, completedAt time.Time, issued int) error {
+	if _, err := s.Pool.Exec(ctx, `insert into ledger.invoice_runs (period, time_zone, period_start, period_end, completed_at, issued)
+		values ($1, $2, $3, $4, $5, $6) on conflict (period) do nothing`, p.ID, zone, p.Start, p.End, completedAt, issued); err != nil {
+		return fmt.Errorf("record invoice run of %s: %w", p.ID, err)
+	}
+	return nil
 }
 
 const invoiceCols = `invoice_id, number, renter_id, currency, period, time_zone, period_start, period_end, issued_at,

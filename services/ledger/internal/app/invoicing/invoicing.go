@@ -56,6 +56,10 @@ type Repository interface {
 	// currency, when it is set), newest period first, then by currency and
 	// id, after the position after when it is set.
 	ListByRenter(ctx context.Context, renterID, currency string, after *Position, limit int) ([]domain.Invoice, error)
+	// RecordRun records that the month's run completed at completedAt
+	// (every wallet that moved in it is invoiced), once: a month recorded
+	// already keeps its first record.
+	RecordRun(ctx context.Context, p taxperiod.Period, zone string, completedAt time.Time, issued int) error
 }
 
 // Explanation is pricing's account of a page of charges.

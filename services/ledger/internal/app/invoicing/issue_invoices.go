@@ -26,6 +26,8 @@ type IssueResult struct {
 // idempotent: a wallet whose month is invoiced is left alone. One wallet
 // that cannot be invoiced does not stop the others; its error is returned
 // (joined) after they are done, so the caller retries only what is left.
+// A month whose every wallet is invoiced is recorded complete
+// (Repository.RecordRun), a month where none moved too.
 func (s *Invoicing) IssueMonth(ctx context.Context, period string) (IssueResult, error) {
 	p, err := s.Periods.Parse(period)
 	if err != nil {
@@ -52,7 +54,15 @@ func (s *Invoicing) IssueMonth(ctx context.Context, period string) (IssueResult,
 			errs = append(errs, fmt.Errorf("invoice %s %s %s: %w", w.RenterID, w.Currency, p.ID, err))
 		}
 	}
-	return res, errors.Join(errs...)
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
+	}
+	// Every wallet of the month is invoiced: the run is complete
+	// (GpubillInvoicesNotIssued reads the months that are not).
+	if err := s.Repo.RecordRun(ctx, p, s.Periods.Location().String(), s.Clock.Now().UTC(), res.Issued); err != nil {
+		return res, fmt.Errorf("invoices of %s: %w", p.ID, err)
+	}
+	return res, nil
 }
 
 // issue makes and stores one wallet's invoice for a period.
