@@ -118,11 +118,14 @@ func TestDailyReconciliationThroughREST(t *testing.T) {
 // TestStatementGapIsAReconciliationException: the statements of 1 and 3
 // December are imported, the one of 2 December (a bank fee of 50, no
 // ledger movement) is not; every line of the two matches. The run names the
-// gap (1 December closes at 900, 3 December opens at 850) and is not
-// reconciled; once 2 December is imported (after 3 December: statements
-// follow each other by their close, not their import) the gap is gone and
-// the fee is a line no movement explains. Without the check both runs were
-// reconciled and the 50 never became an item.
+// gap (1 December closes at 100, 3 December opens at 50), and the proof of
+// cash at 3 December's close finds the 50 no item explains; the run is not
+// reconciled. Once 2 December is imported (after 3 December: statements
+// follow each other by their close, not their import) the gap is gone, the
+// proof holds, and the fee is a line no movement explains. Without the
+// check both runs were reconciled and the 50 never became an item. The
+// account opens at 0: an opening balance the ledger never held would be a
+// cash difference of its own in both runs.
 func TestStatementGapIsAReconciliationException(t *testing.T) {
 	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
 	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
@@ -169,8 +172,8 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 		}
 		return runs[0].(map[string]any)
 	}
-	importStatement("st-20261201", "date,reference,amount,balance\n2026-12-01,gap-ref-1,100.00,900.00\n")
-	importStatement("st-20261203", "date,reference,amount,balance\n2026-12-03,gap-ref-3,20.00,870.00\n")
+	importStatement("st-20261201", "date,reference,amount,balance\n2026-12-01,gap-ref-1,100.00,100.00\n")
+	importStatement("st-20261203", "date,reference,amount,balance\n2026-12-03,gap-ref-3,20.00,70.00\n")
 
 	r1 := run()
 	matched, _ := r1["matched"].([]any)
@@ -178,7 +181,7 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 		t.Fatalf("run 1: both lines matched, no other bank line: %v", r1)
 	}
 	if r1["verdict"] != "exceptions" {
-		t.Fatalf("run 1: verdict %v, want exceptions (1 December closes at 900, 3 December opens at 850): %v", r1["verdict"], r1)
+		t.Fatalf("run 1: verdict %v, want exceptions (1 December closes at 100, 3 December opens at 50): %v", r1["verdict"], r1)
 	}
 	breaks, _ := r1["statement_breaks"].([]any)
 	if len(breaks) != 1 || r1["statement_break_count"] != float64(1) {
@@ -186,17 +189,27 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 	}
 	b := breaks[0].(map[string]any)
 	if b["account"] != "CN-CLIENT-1" || b["previous_statement_id"] != "st-20261201" || b["statement_id"] != "st-20261203" ||
-		b["previous_closing_balance"] != "900.00" || b["opening_balance"] != "850.00" || b["difference"] != "-50.00" {
+		b["previous_closing_balance"] != "100.00" || b["opening_balance"] != "50.00" || b["difference"] != "-50.00" {
 		t.Fatalf("run 1: break %v", b)
 	}
 	reason, _ := b["reason"].(string)
-	for _, s := range []string{"st-20261201", "st-20261203", "900.00", "850.00", "-50.00"} {
+	for _, s := range []string{"st-20261201", "st-20261203", "100.00", "50.00", "-50.00"} {
 		if !strings.Contains(reason, s) {
 			t.Errorf("run 1: the break's reason %q does not name %s", reason, s)
 		}
 	}
+	// The deposits were recorded today, after every close: at 3 December's
+	// close both lines are in transit (120.00) against the bank's 70.00.
+	cash, _ := r1["cash_differences"].([]any)
+	if len(cash) != 1 || r1["cash_difference_count"] != float64(1) {
+		t.Fatalf("run 1: cash differences %v, want one (at 3 December's close): %v", cash, r1)
+	}
+	if d := cash[0].(map[string]any); d["statement_id"] != "st-20261203" || d["bank_closing_balance"] != "70.00" ||
+		d["in_transit_bank"] != "120.00" || d["difference"] != "-50.00" {
+		t.Fatalf("run 1: cash difference %v", d)
+	}
 
-	importStatement("st-20261202", "date,reference,amount,balance\n2026-12-02,bank-fee,-50.00,850.00\n")
+	importStatement("st-20261202", "date,reference,amount,balance\n2026-12-02,bank-fee,-50.00,50.00\n")
 	r2 := run()
 	inBank, _ := r2["unmatched_in_bank"].([]any)
 	if r2["statement_breaks"] != nil && len(r2["statement_breaks"].([]any)) != 0 || r2["statement_break_count"] != nil && r2["statement_break_count"] != float64(0) {
@@ -204,6 +217,9 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 	}
 	if len(inBank) != 1 || r2["verdict"] != "exceptions" {
 		t.Fatalf("run 2: the fee, unmatched in bank, is the exception: %v", r2)
+	}
+	if cash, _ := r2["cash_differences"].([]any); len(cash) != 0 || r2["cash_difference_count"] != float64(0) {
+		t.Fatalf("run 2: the fee explains 2 December's close, want no cash difference: %v", r2)
 	}
 	if u := inBank[0].(map[string]any); u["statement_id"] != "st-20261202" || u["reference"] != "bank-fee" || u["bank_amount"] != "-50.00" {
 		t.Fatalf("run 2: unmatched line %v, want the fee", u)
