@@ -179,10 +179,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	if run.Result.CashDifferences, err = r.proveCash(ctx, rd, run, sts, closeAt, ok); err != nil {
 		return nil, err
 	}
-	run.Verdict = run.Result.Verdict()
-	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)
-	run.OutstandingN, run.BreakN = run.Result.Outstanding(), len(run.Result.Breaks)
-	run.CashDifferenceN = len(run.Result.CashDifferences)
+	run.Tally()
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}

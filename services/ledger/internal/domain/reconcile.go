@@ -502,6 +502,13 @@ type ReconRun struct {
 	Resolutions []ReconResolution
 }
 
+// Tally sets the run's verdict and counts from its Result.
+func (r *ReconRun) Tally() {
+	r.Verdict = r.Result.Verdict()
+	r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN = len(r.Result.Matched), len(r.Result.UnmatchedBank), len(r.Result.UnmatchedLedger)
+	r.OutstandingN, r.BreakN, r.CashDifferenceN = r.Result.Outstanding(), len(r.Result.Breaks), len(r.Result.CashDifferences)
+}
+
 // Actions of a resolution by hand.
 const (
 	ResolveMatch    = "match"     // one statement line shows these movements (their sum)

@@ -196,68 +196,8 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var st, reason string
-		var l domain.BankLine
-		var m domain.Movement
-		var booked, recorded *time.Time
-		var bank, led *string
-		var outstanding bool
-		var b domain.StatementBreak
-		var prevClosing, opening, cashBank, cashLedger, inBank, inLedger pgtype.Numeric
-		var closingAt *time.Time
-		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
-			&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening,
-			&closingAt, &cashBank, &cashLedger, &inBank, &inLedger); err != nil {
+		if err := scanItem(rows, &r); err != nil {
 			return nil, err
-		}
-		if recorded != nil {
-			m.RecordedAt = recorded.UTC()
-		}
-		if booked != nil {
-			l.BookedOn = booked.UTC()
-		}
-		if bank != nil {
-			if l.Amount, err = decimal.NewFromString(*bank); err != nil {
-				return nil, err
-			}
-		}
-		if led != nil {
-			if m.Amount, err = decimal.NewFromString(*led); err != nil {
-				return nil, err
-			}
-		}
-		switch st {
-		case itemMatched:
-			r.Result.Matched = append(r.Result.Matched, domain.ReconMatch{Line: l, Movement: m})
-		case itemUnmatchedBank:
-			r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
-		case itemUnmatchedLedger:
-			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
-		case itemStatementBreak:
-			if b.PreviousClosing, err = decimalOf(prevClosing); err != nil {
-				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
-			}
-			if b.Opening, err = decimalOf(opening); err != nil {
-				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
-			}
-			b.StatementID, b.Difference, b.Reason = l.StatementID, l.Amount, reason
-			r.Result.Breaks = append(r.Result.Breaks, b)
-		case itemCashDifference:
-			d := domain.CashDifference{StatementID: l.StatementID, Account: b.Account, Difference: l.Amount, Reason: reason}
-			if closingAt != nil {
-				d.ClosingAt = closingAt.UTC()
-			}
-			for _, x := range []struct {
-				to *decimal.Decimal
-				n  pgtype.Numeric
-			}{{&d.Bank, cashBank}, {&d.Ledger, cashLedger}, {&d.InBank, inBank}, {&d.InLedger, inLedger}} {
-				if *x.to, err = decimalOf(x.n); err != nil {
-					return nil, fmt.Errorf("reconciliation %s: cash difference at %s: %w", r.ID, l.StatementID, err)
-				}
-			}
-			r.Result.CashDifferences = append(r.Result.CashDifferences, d)
-		default:
-			return nil, fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -267,6 +207,76 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		return nil, err
 	}
 	return &r, nil
+}
+
+// scanItem reads one item of run r (a row of getRun's items query) into
+// its Result.
+func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
+	var st, reason string
+	var l domain.BankLine
+	var m domain.Movement
+	var booked, recorded *time.Time
+	var bank, led *string
+	var outstanding bool
+	var b domain.StatementBreak
+	var prevClosing, opening, cashBank, cashLedger, inBank, inLedger pgtype.Numeric
+	var closingAt *time.Time
+	err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
+		&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening,
+		&closingAt, &cashBank, &cashLedger, &inBank, &inLedger)
+	if err != nil {
+		return err
+	}
+	if recorded != nil {
+		m.RecordedAt = recorded.UTC()
+	}
+	if booked != nil {
+		l.BookedOn = booked.UTC()
+	}
+	if bank != nil {
+		if l.Amount, err = decimal.NewFromString(*bank); err != nil {
+			return err
+		}
+	}
+	if led != nil {
+		if m.Amount, err = decimal.NewFromString(*led); err != nil {
+			return err
+		}
+	}
+	switch st {
+	case itemMatched:
+		r.Result.Matched = append(r.Result.Matched, domain.ReconMatch{Line: l, Movement: m})
+	case itemUnmatchedBank:
+		r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
+	case itemUnmatchedLedger:
+		r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
+	case itemStatementBreak:
+		if b.PreviousClosing, err = decimalOf(prevClosing); err != nil {
+			return fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+		}
+		if b.Opening, err = decimalOf(opening); err != nil {
+			return fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+		}
+		b.StatementID, b.Difference, b.Reason = l.StatementID, l.Amount, reason
+		r.Result.Breaks = append(r.Result.Breaks, b)
+	case itemCashDifference:
+		d := domain.CashDifference{StatementID: l.StatementID, Account: b.Account, Difference: l.Amount, Reason: reason}
+		if closingAt != nil {
+			d.ClosingAt = closingAt.UTC()
+		}
+		for _, x := range []struct {
+			to *decimal.Decimal
+			n  pgtype.Numeric
+		}{{&d.Bank, cashBank}, {&d.Ledger, cashLedger}, {&d.InBank, inBank}, {&d.InLedger, inLedger}} {
+			if *x.to, err = decimalOf(x.n); err != nil {
+				return fmt.Errorf("reconciliation %s: cash difference at %s: %w", r.ID, l.StatementID, err)
+			}
+		}
+		r.Result.CashDifferences = append(r.Result.CashDifferences, d)
+	default:
+		return fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
+	}
+	return nil
 }
 
 // ReconRunTx is one run's transaction.
