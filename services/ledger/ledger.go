@@ -318,16 +318,16 @@ func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
 	}, {
 		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
-		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding, statements that do not follow on from the account's previous one), 0 when it reconciled.",
+		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding, statements that do not follow on from the account's previous one, a statement's closing balance that bank:client and the items in transit do not explain), 0 when it reconciled.",
 		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
 	}, {
 		Name: "gpubill_reconciliation_unmatched", Type: obs.Gauge, Labels: []string{"currency", "side"},
-		Help: "Unmatched items of the latest bank reconciliation of the currency, by side: bank (lines), ledger (movements, exceptions), outstanding (ledger movements the bank may not have booked yet).",
+		Help: "Unmatched items of the latest bank reconciliation of the currency, by side: bank (lines), ledger (movements, exceptions), outstanding (ledger movements the bank may not have booked yet), cash (statement closes at which bank:client plus the items in transit is not the bank's balance: a proof of cash that does not hold).",
 		Query: `select currency, side, n::float8 from (select distinct on (currency) currency, unmatched_bank_count,
-				unmatched_ledger_count - outstanding_ledger_count as ledger_exceptions, outstanding_ledger_count
+				unmatched_ledger_count - outstanding_ledger_count as ledger_exceptions, outstanding_ledger_count, cash_difference_count
 			from ledger.reconciliations order by currency, seq desc) r
 			cross join lateral (values ('bank', r.unmatched_bank_count), ('ledger', r.ledger_exceptions),
-				('outstanding', r.outstanding_ledger_count)) v(side, n)`,
+				('outstanding', r.outstanding_ledger_count), ('cash', r.cash_difference_count)) v(side, n)`,
 	}, {
 		// A currency whose runs failed from its first statement had no
 		// series, and GpubillReconciliationNotRun read nothing: the daily

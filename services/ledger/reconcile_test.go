@@ -429,7 +429,7 @@ func TestStoppedBankFeedTurnsMovementsIntoExceptions(t *testing.T) {
 
 // A statement imported late fills the gap its absence left: with 1 and 3
 // December imported, the run names the break (+50: 1 December closes at
-// 900, 3 December opens at 950) and is not reconciled, the exceptions
+// 100, 3 December opens at 150) and is not reconciled, the exceptions
 // gauge at 1; once 2 December (the deposit of 50) is imported, after 3
 // December, the next run matches every line and reconciles.
 func TestStatementGapClearsOnceTheMissingStatementIsImported(t *testing.T) {
@@ -441,8 +441,8 @@ func TestStatementGapClearsOnceTheMissingStatementIsImported(t *testing.T) {
 	f.deposit(t, "r-1", "50.00", "CNY", "ref-2")
 	f.deposit(t, "r-1", "20.00", "CNY", "ref-3")
 	chainAll(t, f)
-	importCSV(t, f, "st-1201", "date,reference,amount,balance\n2026-12-01,ref-1,100.00,900.00\n")
-	importCSV(t, f, "st-1203", "date,reference,amount,balance\n2026-12-03,ref-3,20.00,970.00\n")
+	importCSV(t, f, "st-1201", "date,reference,amount,balance\n2026-12-01,ref-1,100.00,100.00\n")
+	importCSV(t, f, "st-1203", "date,reference,amount,balance\n2026-12-03,ref-3,20.00,170.00\n")
 	runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
 	if err != nil {
 		t.Fatal(err)
@@ -455,14 +455,14 @@ func TestStatementGapClearsOnceTheMissingStatementIsImported(t *testing.T) {
 		t.Fatalf("run 1: %s, %d breaks %+v, %s; want exceptions, one break", r1.Verdict, r1.BreakN, r1.Result.Breaks, runSummary(r1))
 	}
 	b := r1.Result.Breaks[0]
-	if got := fmt.Sprintf("%s %s>%s %s>%s %s", b.Account, b.PreviousID, b.StatementID, b.PreviousClosing, b.Opening, b.Difference); got != "CN-CLIENT-1 st-1201>st-1203 900>950 50" {
+	if got := fmt.Sprintf("%s %s>%s %s>%s %s", b.Account, b.PreviousID, b.StatementID, b.PreviousClosing, b.Opening, b.Difference); got != "CN-CLIENT-1 st-1201>st-1203 100>150 50" {
 		t.Fatalf("run 1: break %s (%q)", got, b.Reason)
 	}
 	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 1 {
 		t.Errorf("gpubill_reconciliation_exceptions %v after run 1; want 1", v)
 	}
 
-	importCSV(t, f, "st-1202", "date,reference,amount,balance\n2026-12-02,ref-2,50.00,950.00\n")
+	importCSV(t, f, "st-1202", "date,reference,amount,balance\n2026-12-02,ref-2,50.00,150.00\n")
 	runs, err = rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
 	if err != nil {
 		t.Fatal(err)

@@ -118,11 +118,14 @@ func TestDailyReconciliationThroughREST(t *testing.T) {
 // TestStatementGapIsAReconciliationException: the statements of 1 and 3
 // December are imported, the one of 2 December (a bank fee of 50, no
 // ledger movement) is not; every line of the two matches. The run names the
-// gap (1 December closes at 900, 3 December opens at 850) and is not
-// reconciled; once 2 December is imported (after 3 December: statements
-// follow each other by their close, not their import) the gap is gone and
-// the fee is a line no movement explains. Without the check both runs were
-// reconciled and the 50 never became an item.
+// gap (1 December closes at 100, 3 December opens at 50), and the proof of
+// cash at 3 December's close finds the 50 no item explains; the run is not
+// reconciled. Once 2 December is imported (after 3 December: statements
+// follow each other by their close, not their import) the gap is gone, the
+// proof holds, and the fee is a line no movement explains. Without the
+// check both runs were reconciled and the 50 never became an item. The
+// account opens at 0: an opening balance the ledger never held would be a
+// cash difference of its own in both runs.
 func TestStatementGapIsAReconciliationException(t *testing.T) {
 	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
 	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
@@ -169,8 +172,8 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 		}
 		return runs[0].(map[string]any)
 	}
-	importStatement("st-20261201", "date,reference,amount,balance\n2026-12-01,gap-ref-1,100.00,900.00\n")
-	importStatement("st-20261203", "date,reference,amount,balance\n2026-12-03,gap-ref-3,20.00,870.00\n")
+	importStatement("st-20261201", "date,reference,amount,balance\n2026-12-01,gap-ref-1,100.00,100.00\n")
+	importStatement("st-20261203", "date,reference,amount,balance\n2026-12-03,gap-ref-3,20.00,70.00\n")
 
 	r1 := run()
 	matched, _ := r1["matched"].([]any)
@@ -178,7 +181,7 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 		t.Fatalf("run 1: both lines matched, no other bank line: %v", r1)
 	}
 	if r1["verdict"] != "exceptions" {
-		t.Fatalf("run 1: verdict %v, want exceptions (1 December closes at 900, 3 December opens at 850): %v", r1["verdict"], r1)
+		t.Fatalf("run 1: verdict %v, want exceptions (1 December closes at 100, 3 December opens at 50): %v", r1["verdict"], r1)
 	}
 	breaks, _ := r1["statement_breaks"].([]any)
 	if len(breaks) != 1 || r1["statement_break_count"] != float64(1) {
@@ -186,17 +189,27 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 	}
 	b := breaks[0].(map[string]any)
 	if b["account"] != "CN-CLIENT-1" || b["previous_statement_id"] != "st-20261201" || b["statement_id"] != "st-20261203" ||
-		b["previous_closing_balance"] != "900.00" || b["opening_balance"] != "850.00" || b["difference"] != "-50.00" {
+		b["previous_closing_balance"] != "100.00" || b["opening_balance"] != "50.00" || b["difference"] != "-50.00" {
 		t.Fatalf("run 1: break %v", b)
 	}
 	reason, _ := b["reason"].(string)
-	for _, s := range []string{"st-20261201", "st-20261203", "900.00", "850.00", "-50.00"} {
+	for _, s := range []string{"st-20261201", "st-20261203", "100.00", "50.00", "-50.00"} {
 		if !strings.Contains(reason, s) {
 			t.Errorf("run 1: the break's reason %q does not name %s", reason, s)
 		}
 	}
+	// The deposits were recorded today, after every close: at 3 December's
+	// close both lines are in transit (120.00) against the bank's 70.00.
+	cash, _ := r1["cash_differences"].([]any)
+	if len(cash) != 1 || r1["cash_difference_count"] != float64(1) {
+		t.Fatalf("run 1: cash differences %v, want one (at 3 December's close): %v", cash, r1)
+	}
+	if d := cash[0].(map[string]any); d["statement_id"] != "st-20261203" || d["bank_closing_balance"] != "70.00" ||
+		d["in_transit_bank"] != "120.00" || d["difference"] != "-50.00" {
+		t.Fatalf("run 1: cash difference %v", d)
+	}
 
-	importStatement("st-20261202", "date,reference,amount,balance\n2026-12-02,bank-fee,-50.00,850.00\n")
+	importStatement("st-20261202", "date,reference,amount,balance\n2026-12-02,bank-fee,-50.00,50.00\n")
 	r2 := run()
 	inBank, _ := r2["unmatched_in_bank"].([]any)
 	if r2["statement_breaks"] != nil && len(r2["statement_breaks"].([]any)) != 0 || r2["statement_break_count"] != nil && r2["statement_break_count"] != float64(0) {
@@ -205,8 +218,109 @@ func TestStatementGapIsAReconciliationException(t *testing.T) {
 	if len(inBank) != 1 || r2["verdict"] != "exceptions" {
 		t.Fatalf("run 2: the fee, unmatched in bank, is the exception: %v", r2)
 	}
+	if cash, _ := r2["cash_differences"].([]any); len(cash) != 0 || r2["cash_difference_count"] != float64(0) {
+		t.Fatalf("run 2: the fee explains 2 December's close, want no cash difference: %v", r2)
+	}
 	if u := inBank[0].(map[string]any); u["statement_id"] != "st-20261202" || u["reference"] != "bank-fee" || u["bank_amount"] != "-50.00" {
 		t.Fatalf("run 2: unmatched line %v, want the fee", u)
+	}
+}
+
+// TestCashDifferenceThroughREST: the statement's one line matches the
+// deposit, but the account closes at 110.00: it opened at 10.00 the ledger
+// never recorded. The run is not reconciled, and a client reading it over
+// REST sees why: a cash difference naming the statement and its close, the
+// figures of the proof and the 10.00 no item explains, counted on the run
+// and on its summary in the list. Before, the run answered verdict
+// exceptions with every line matched and no item saying why.
+func TestCashDifferenceThroughREST(t *testing.T) {
+	f := newFixtureOn(t, testkit.NewCluster(t)+"/gpubill?sslmode=disable", nil)
+	auditor, err := auth.Issue([]byte(secret), auth.RoleAuditor, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-001", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	dep := f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-001", "amount": "100.00", "currency": "CNY", "external_ref": "cash-ref-1"})
+	depID, _ := dep["transaction_id"].(string)
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		if err := f.st.Pool.QueryRow(context.Background(), `select count(*) from ledger.journal_chain where tx_id::text = $1`, depID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "deposit %s chained", depID)
+	importStatementCSV(t, f, "st-cash", "date,reference,amount,balance\n2026-11-30,cash-ref-1,100.00,110.00\n")
+
+	out := f.mustDo(http.MethodPost, "/v1/reconciliations", map[string]any{"currency": "CNY"})
+	runs, _ := out["reconciliations"].([]any)
+	if len(runs) != 1 {
+		t.Fatalf("run: %v", out)
+	}
+	id, _ := runs[0].(map[string]any)["reconciliation_id"].(string)
+	if n := runs[0].(map[string]any)["cash_difference_count"]; n != float64(1) {
+		t.Fatalf("run answered: cash_difference_count %v, want 1: %v", n, runs[0])
+	}
+
+	code, got := f.do(http.MethodGet, "/v1/reconciliations/"+id, auditor, nil)
+	if code != http.StatusOK || got["reconciliation_id"] != id {
+		t.Fatalf("GET one: HTTP %d %v", code, got)
+	}
+	matched, _ := got["matched"].([]any)
+	inBank, _ := got["unmatched_in_bank"].([]any)
+	if got["verdict"] != "exceptions" || len(matched) != 1 || len(inBank) != 0 {
+		t.Fatalf("GET one: want exceptions with the one line matched: %v", got)
+	}
+	diffs, _ := got["cash_differences"].([]any)
+	if len(diffs) != 1 || got["cash_difference_count"] != float64(1) {
+		t.Fatalf("GET one: cash differences %v (count %v), want one: %v", got["cash_differences"], got["cash_difference_count"], got)
+	}
+	// The statement closes at the end of its last day; the deposit was
+	// recorded after that (today), so at the close bank:client held 0.00
+	// and the matched line is in transit: 0.00 + 100.00 - 0.00 against the
+	// bank's 110.00.
+	d := diffs[0].(map[string]any)
+	if gotD := fmt.Sprintf("%v %v %v bank %v ledger %v +%v -%v = %v", d["statement_id"], d["account"], d["closing_at"], d["bank_closing_balance"],
+		d["ledger_bank_client"], d["in_transit_bank"], d["in_transit_ledger"], d["difference"]); gotD != "st-cash CN-CLIENT-1 2026-12-01T00:00:00Z bank 110.00 ledger 0.00 +100.00 -0.00 = 10.00" {
+		t.Fatalf("GET one: cash difference %s: %v", gotD, d)
+	}
+	reason, _ := d["reason"].(string)
+	for _, s := range []string{"st-cash", "110.00", "10.00"} {
+		if !strings.Contains(reason, s) {
+			t.Errorf("the cash difference's reason %q does not name %s", reason, s)
+		}
+	}
+
+	code, list := f.do(http.MethodGet, "/v1/reconciliations?currency=CNY", auditor, nil)
+	rs, _ := list["reconciliations"].([]any)
+	if code != http.StatusOK || len(rs) != 1 {
+		t.Fatalf("list: HTTP %d %v", code, list)
+	}
+	if s := rs[0].(map[string]any); s["reconciliation_id"] != id || s["cash_difference_count"] != float64(1) || s["cash_differences"] != nil {
+		t.Fatalf("listed run (a count, no items): %v", s)
+	}
+}
+
+// importStatementCSV imports a statement of CN-CLIENT-1 in CNY (CSV as the
+// raw body), as finance.
+func importStatementCSV(t *testing.T, f *fixture, id, csv string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.base+"/v1/bank-statements?statement_id="+id+"&currency=CNY&account=CN-CLIENT-1", strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+f.finance)
+	req.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("import %s: HTTP %d %s", id, resp.StatusCode, body)
 	}
 }
 

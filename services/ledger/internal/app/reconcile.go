@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -61,6 +63,14 @@ type ReconRunTx interface {
 	// LatestClose is when the latest of the currency's statements that
 	// this run (taken) or an earlier one took closes (false: none yet).
 	LatestClose(ctx context.Context, taken []string) (time.Time, bool, error)
+	// CashAt reads the proof of cash's figures at closeAt (a statement's
+	// close) but for the items of this run, which the caller adds: the
+	// accounts' closing balances by then among the statements taken (by
+	// this run: taken, or an earlier one), bank:client then as of the chain
+	// head at headPosition, and in transit then the items of earlier runs
+	// (matched ones whose sides fall either side of closeAt) and of every
+	// resolution by hand.
+	CashAt(ctx context.Context, closeAt time.Time, taken []string, headPosition int64) (domain.CashFigures, error)
 	// Balances: the sum of each account's latest statement closing balance
 	// (nil: none) and bank:client in the ledger now.
 	Balances(ctx context.Context) (*decimal.Decimal, decimal.Decimal, error)
@@ -166,9 +176,10 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		// outstanding only while the statement showing it may be on its way.
 		run.Result.MarkOutstanding(closeAt, run.CreatedAt)
 	}
-	run.Verdict = run.Result.Verdict()
-	run.MatchedCount, run.UnmatchedBankN, run.UnmatchedLedgerN = len(run.Result.Matched), len(run.Result.UnmatchedBank), len(run.Result.UnmatchedLedger)
-	run.OutstandingN, run.BreakN = run.Result.Outstanding(), len(run.Result.Breaks)
+	if run.Result.CashDifferences, err = r.proveCash(ctx, rd, run, sts, closeAt, ok); err != nil {
+		return nil, err
+	}
+	run.Tally()
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}
@@ -176,6 +187,66 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, fmt.Errorf("commit reconciliation: %w", err)
 	}
 	return run, nil
+}
+
+// proveCash checks the proof of cash at the close of each statement the
+// run took, or when it took none at the latest close an earlier run took
+// (latest, when hasLatest), so a difference stays an exception run after
+// run until it is explained: bank:client at the close, plus the lines the
+// ledger had not recorded by then, less the movements the bank had not
+// shown by then, is the accounts' closing balance, exactly. Matching line
+// by line never sees money the bank holds or lacks that no line shows (an
+// account opening with a balance the ledger never recorded), nor a
+// bank:client movement no run took: every item can match.
+func (r *Reconciliations) proveCash(ctx context.Context, rd ReconRunTx, run *domain.ReconRun, sts []domain.ImportedStatement,
+	latest time.Time, hasLatest bool) ([]domain.CashDifference, error) {
+	closes := make(map[string]time.Time, len(sts))
+	for _, st := range sts {
+		closes[st.ID] = st.ClosingAt
+	}
+	// One proof per close: each account's latest statement by then counts.
+	var at []domain.ImportedStatement
+	seen := map[time.Time]bool{}
+	pick := func(st domain.ImportedStatement) {
+		if c := st.ClosingAt.UTC(); !seen[c] {
+			seen[c] = true
+			at = append(at, st)
+		}
+	}
+	sorted := slices.Clone(sts)
+	slices.SortFunc(sorted, func(a, b domain.ImportedStatement) int {
+		if c := a.ClosingAt.Compare(b.ClosingAt); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Account, b.Account); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	for _, st := range sorted {
+		if slices.Contains(run.StatementIDs, st.ID) {
+			pick(st)
+		}
+	}
+	if len(run.StatementIDs) == 0 && hasLatest {
+		for _, st := range sorted {
+			if st.ClosingAt.Equal(latest) {
+				pick(st)
+				break
+			}
+		}
+	}
+	var out []domain.CashDifference
+	for _, st := range at {
+		fig, err := rd.CashAt(ctx, st.ClosingAt, run.StatementIDs, run.HeadPosition)
+		if err != nil {
+			return nil, fmt.Errorf("proof of cash at %s's close: %w", st.ID, err)
+		}
+		if d := domain.ProveCash(st, fig.Add(run.Result.InTransit(st.ClosingAt, closes))); d != nil {
+			out = append(out, *d)
+		}
+	}
+	return out, nil
 }
 
 // reconListing names the listing in its page tokens (pkg/cursor).

@@ -128,13 +128,16 @@ type Reconciliation struct {
 	// Breaks are where an account's statements do not follow on
 	// (StatementBreaks): each run finds them again over every statement.
 	Breaks []StatementBreak
+	// CashDifferences are the closes at which the proof of cash does not
+	// hold (ProveCash).
+	CashDifferences []CashDifference
 }
 
 // Verdict is reconciled when every statement line matched, every ledger
-// movement matched or is outstanding, and each account's statements follow
-// on.
+// movement matched or is outstanding, each account's statements follow on,
+// and the proof of cash holds at each close the run checked.
 func (r Reconciliation) Verdict() string {
-	if len(r.UnmatchedBank) == 0 && r.Outstanding() == len(r.UnmatchedLedger) && len(r.Breaks) == 0 {
+	if len(r.UnmatchedBank) == 0 && r.Outstanding() == len(r.UnmatchedLedger) && len(r.Breaks) == 0 && len(r.CashDifferences) == 0 {
 		return ReconReconciled
 	}
 	return ReconExceptions
@@ -262,6 +265,100 @@ func StatementBreaks(sts []ImportedStatement) []StatementBreak {
 		out = append(out, b)
 	}
 	return out
+}
+
+// CashFigures are the figures of a proof of cash at a statement's close:
+// Ledger + InBank − InLedger must be Bank, exactly.
+type CashFigures struct {
+	// Bank sums the closing balance of each of the currency's accounts:
+	// its latest statement closing at or before the close.
+	Bank decimal.Decimal
+	// Ledger is bank:client in the ledger at the close (the postings
+	// created by then, of the transactions the run's chain head holds).
+	Ledger decimal.Decimal
+	// InBank sums the lines of statements closing by then that the ledger
+	// did not hold by then: unmatched, written off, or matched to a
+	// movement recorded after the close.
+	InBank decimal.Decimal
+	// InLedger sums the movements recorded by then that no line of a
+	// statement closing by then shows: unmatched (outstanding or not),
+	// written off, or matched to a line of a later statement.
+	InLedger decimal.Decimal
+}
+
+// Add is f with more in transit on each side.
+func (f CashFigures) Add(inBank, inLedger decimal.Decimal) CashFigures {
+	f.InBank, f.InLedger = f.InBank.Add(inBank), f.InLedger.Add(inLedger)
+	return f
+}
+
+// Difference is what no item explains: Bank − (Ledger + InBank − InLedger).
+func (f CashFigures) Difference() decimal.Decimal {
+	return f.Bank.Sub(f.Ledger.Add(f.InBank).Sub(f.InLedger))
+}
+
+// CashDifference is a close at which the proof of cash does not hold: the
+// bank's balance differs from bank:client by more than the items in
+// transit explain (a credit the account holds that no line shows, a
+// bank:client movement no run took). Matching lines to movements one by
+// one never sees it: every item can match.
+type CashDifference struct {
+	StatementID string // the statement closing then (of the first account, when several do)
+	Account     string
+	ClosingAt   time.Time
+	CashFigures
+	Difference decimal.Decimal // CashFigures.Difference()
+	Reason     string
+}
+
+// InTransit sums the run's items in transit at closeAt (CashFigures):
+// lines of statements closing by then whose movement the ledger had not
+// recorded by then, and movements recorded by then whose line is on no
+// statement closing by then. closes maps a statement to its close (one
+// missing: not closed by then). A movement recorded at an unknown time
+// (items kept before times were) counts as recorded before any close; a
+// group (a cycle's sweeps) as when its first part was.
+func (r Reconciliation) InTransit(closeAt time.Time, closes map[string]time.Time) (inBank, inLedger decimal.Decimal) {
+	lineBy := func(l BankLine) bool {
+		at, ok := closes[l.StatementID]
+		return ok && !at.After(closeAt)
+	}
+	movedBy := func(m Movement) bool { return !m.RecordedAt.After(closeAt) }
+	for _, x := range r.Matched {
+		switch l, m := lineBy(x.Line), movedBy(x.Movement); {
+		case l && !m:
+			inBank = inBank.Add(x.Line.Amount)
+		case m && !l:
+			inLedger = inLedger.Add(x.Movement.Amount)
+		}
+	}
+	for _, u := range r.UnmatchedBank {
+		if lineBy(u.Line) {
+			inBank = inBank.Add(u.Line.Amount)
+		}
+	}
+	for _, u := range r.UnmatchedLedger {
+		if movedBy(u.Movement) {
+			inLedger = inLedger.Add(u.Movement.Amount)
+		}
+	}
+	return inBank, inLedger
+}
+
+// ProveCash checks the proof of cash at st's close: nil when the figures
+// agree exactly, else the difference, naming the statement.
+func ProveCash(st ImportedStatement, f CashFigures) *CashDifference {
+	diff := f.Difference()
+	if diff.IsZero() {
+		return nil
+	}
+	af := AmountFormat(st.Currency)
+	return &CashDifference{StatementID: st.ID, Account: st.Account, ClosingAt: st.ClosingAt, CashFigures: f, Difference: diff,
+		Reason: fmt.Sprintf("at the close of statement %s of account %s (%s) the bank holds %s; bank:client in the ledger is %s, "+
+			"plus %s of lines the ledger had not recorded by then, less %s of movements the bank had not shown by then, makes %s: "+
+			"a difference of %s no item explains (money the bank holds or lacks that no line shows, or a bank:client movement no run took)",
+			st.ID, st.Account, st.ClosingAt.UTC().Format(time.RFC3339), af(f.Bank), af(f.Ledger), af(f.InBank), af(f.InLedger),
+			af(f.Ledger.Add(f.InBank).Sub(f.InLedger)), af(diff))}
 }
 
 // AmountFormat formats amounts in the currency's minor units (as given
@@ -398,10 +495,18 @@ type ReconRun struct {
 	UnmatchedLedgerN int
 	OutstandingN     int // of UnmatchedLedgerN
 	BreakN           int // len(Result.Breaks)
+	CashDifferenceN  int // len(Result.CashDifferences)
 	// Result holds the items; a listed run carries only the counts.
 	Result Reconciliation
 	// Resolutions of its unmatched items by hand (a read run's only).
 	Resolutions []ReconResolution
+}
+
+// Tally sets the run's verdict and counts from its Result.
+func (r *ReconRun) Tally() {
+	r.Verdict = r.Result.Verdict()
+	r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN = len(r.Result.Matched), len(r.Result.UnmatchedBank), len(r.Result.UnmatchedLedger)
+	r.OutstandingN, r.BreakN, r.CashDifferenceN = r.Result.Outstanding(), len(r.Result.Breaks), len(r.Result.CashDifferences)
 }
 
 // Actions of a resolution by hand.

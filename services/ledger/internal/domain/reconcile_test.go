@@ -297,3 +297,43 @@ func TestResolveItems(t *testing.T) {
 		t.Fatalf("Carried: %v %v, want line 2 and alipay:1", lines, moves)
 	}
 }
+
+// TestInTransitAtAClose: at a close, a matched pair counts only when its
+// sides fall either side of it; an unmatched line counts when its
+// statement closes by then, an unmatched movement when recorded by then
+// (an unknown time: recorded before any close). ProveCash names the
+// difference no item explains.
+func TestInTransitAtAClose(t *testing.T) {
+	c1 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	c2 := c1.Add(24 * time.Hour)
+	closes := map[string]time.Time{"st-1": c1, "st-2": c2}
+	d := decimal.RequireFromString
+	l := func(st, amt string) BankLine { return BankLine{StatementID: st, Amount: d(amt)} }
+	m := func(at time.Time, amt string) Movement { return Movement{Amount: d(amt), RecordedAt: at} }
+	r := Reconciliation{
+		Matched: []ReconMatch{
+			{Line: l("st-1", "100"), Movement: m(c1.Add(-time.Hour), "100")}, // both by c1
+			{Line: l("st-1", "30"), Movement: m(c1.Add(time.Hour), "30")},    // bank first
+			{Line: l("st-2", "-7"), Movement: m(c1.Add(-time.Hour), "-7")},   // ledger first
+		},
+		UnmatchedBank:   []UnmatchedLine{{Line: l("st-1", "-5")}, {Line: l("st-2", "1")}, {Line: l("st-9", "2")}},
+		UnmatchedLedger: []UnmatchedMovement{{Movement: m(c1.Add(-time.Minute), "20")}, {Movement: m(time.Time{}, "4")}, {Movement: m(c2, "50")}},
+	}
+	for _, tc := range []struct {
+		at               time.Time
+		inBank, inLedger string
+	}{{c1, "25", "17"}, {c2, "-4", "74"}} {
+		b, l := r.InTransit(tc.at, closes)
+		if b.String() != tc.inBank || l.String() != tc.inLedger {
+			t.Errorf("at %s: in bank %s, in ledger %s; want %s, %s", tc.at, b, l, tc.inBank, tc.inLedger)
+		}
+	}
+	st := ImportedStatement{BankStatement: BankStatement{ID: "st-1", Account: "CN-1", Currency: "CNY", ClosingAt: c1}}
+	if got := ProveCash(st, CashFigures{Bank: d("125"), Ledger: d("117"), InBank: d("25"), InLedger: d("17")}); got != nil {
+		t.Errorf("balanced figures: %+v, want nil", got)
+	}
+	got := ProveCash(st, CashFigures{Bank: d("135"), Ledger: d("117"), InBank: d("25"), InLedger: d("17")})
+	if got == nil || got.Difference.String() != "10" || !strings.Contains(got.Reason, "10.00") || !strings.Contains(got.Reason, "st-1") {
+		t.Errorf("10 more in the bank: %+v", got)
+	}
+}

@@ -78,6 +78,7 @@ func (s *ReconciliationServer) ListReconciliations(ctx context.Context, r *ledge
 			LedgerBankClient: r.LedgerBankClient, Verdict: r.Verdict, MatchedCount: r.MatchedCount,
 			UnmatchedInBankCount: r.UnmatchedInBankCount, UnmatchedInLedgerCount: r.UnmatchedInLedgerCount,
 			OutstandingInLedgerCount: r.OutstandingInLedgerCount, StatementBreakCount: r.StatementBreakCount,
+			CashDifferenceCount: r.CashDifferenceCount,
 		})
 	}
 	return out, nil
@@ -101,6 +102,7 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		LedgerBankClient: f(r.LedgerBankClient), Verdict: r.Verdict, MatchedCount: int32(r.MatchedCount),
 		UnmatchedInBankCount: int32(r.UnmatchedBankN), UnmatchedInLedgerCount: int32(r.UnmatchedLedgerN),
 		OutstandingInLedgerCount: int32(r.OutstandingN), StatementBreakCount: int32(r.BreakN),
+		CashDifferenceCount: int32(r.CashDifferenceN),
 	}
 	if out.StatementIds == nil {
 		out.StatementIds = []string{}
@@ -143,6 +145,12 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	for _, b := range r.Result.Breaks {
 		out.StatementBreaks = append(out.StatementBreaks, &ledgerv1.StatementBreak{Account: b.Account, PreviousStatementId: b.PreviousID,
 			PreviousClosingBalance: f(b.PreviousClosing), StatementId: b.StatementID, OpeningBalance: f(b.Opening), Difference: f(b.Difference), Reason: b.Reason})
+	}
+	out.CashDifferences = make([]*ledgerv1.CashDifference, 0, len(r.Result.CashDifferences))
+	for _, d := range r.Result.CashDifferences {
+		out.CashDifferences = append(out.CashDifferences, &ledgerv1.CashDifference{StatementId: d.StatementID, Account: d.Account,
+			ClosingAt: timestamppb.New(d.ClosingAt), BankClosingBalance: f(d.Bank), LedgerBankClient: f(d.Ledger),
+			InTransitBank: f(d.InBank), InTransitLedger: f(d.InLedger), Difference: f(d.Difference), Reason: d.Reason})
 	}
 	out.Resolutions = make([]*ledgerv1.ReconciliationResolution, 0, len(r.Resolutions))
 	for i := range r.Resolutions {

@@ -404,8 +404,9 @@ type Reconciliation struct {
 	BankClosingBalance string `protobuf:"bytes,10,opt,name=bank_closing_balance,json=bankClosingBalance,proto3" json:"bank_closing_balance,omitempty"`
 	LedgerBankClient   string `protobuf:"bytes,11,opt,name=ledger_bank_client,json=ledgerBankClient,proto3" json:"ledger_bank_client,omitempty"`
 	// reconciled: every statement line matched, every ledger movement
-	// matched or outstanding, and each account's statements follow on (no
-	// statement_breaks); exceptions: anything else.
+	// matched or outstanding, each account's statements follow on (no
+	// statement_breaks), and the proof of cash holds at each close the run
+	// checked (no cash_differences); exceptions: anything else.
 	Verdict                string                `protobuf:"bytes,12,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	MatchedCount           int32                 `protobuf:"varint,13,opt,name=matched_count,json=matchedCount,proto3" json:"matched_count,omitempty"`
 	UnmatchedInBankCount   int32                 `protobuf:"varint,14,opt,name=unmatched_in_bank_count,json=unmatchedInBankCount,proto3" json:"unmatched_in_bank_count,omitempty"`
@@ -429,9 +430,18 @@ type Reconciliation struct {
 	StatementBreakCount int32             `protobuf:"varint,21,opt,name=statement_break_count,json=statementBreakCount,proto3" json:"statement_break_count,omitempty"`
 	// Items of this run finance resolved by hand since (who, when, why): the
 	// next run no longer carries them.
-	Resolutions   []*ReconciliationResolution `protobuf:"bytes,22,rep,name=resolutions,proto3" json:"resolutions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resolutions []*ReconciliationResolution `protobuf:"bytes,22,rep,name=resolutions,proto3" json:"resolutions,omitempty"`
+	// Where the proof of cash does not hold: at the close of each statement
+	// the run took (the latest close an earlier run took, when it took
+	// none), bank:client then plus the lines the ledger had not recorded by
+	// then, less the movements the bank had not shown by then, is not the
+	// accounts' closing balance. Money the bank holds or lacks that no line
+	// shows, or a bank:client movement no run took: every line can match and
+	// the run still not reconcile.
+	CashDifferences     []*CashDifference `protobuf:"bytes,23,rep,name=cash_differences,json=cashDifferences,proto3" json:"cash_differences,omitempty"`
+	CashDifferenceCount int32             `protobuf:"varint,24,opt,name=cash_difference_count,json=cashDifferenceCount,proto3" json:"cash_difference_count,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
@@ -618,6 +628,141 @@ func (x *Reconciliation) GetResolutions() []*ReconciliationResolution {
 	return nil
 }
 
+func (x *Reconciliation) GetCashDifferences() []*CashDifference {
+	if x != nil {
+		return x.CashDifferences
+	}
+	return nil
+}
+
+func (x *Reconciliation) GetCashDifferenceCount() int32 {
+	if x != nil {
+		return x.CashDifferenceCount
+	}
+	return 0
+}
+
+// A statement's close at which the proof of cash does not hold:
+// bank_closing_balance - (ledger_bank_client + in_transit_bank -
+// in_transit_ledger) = difference, not zero.
+type CashDifference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The statement closing then (the first account's, when several close
+	// at the same instant).
+	StatementId string                 `protobuf:"bytes,1,opt,name=statement_id,json=statementId,proto3" json:"statement_id,omitempty"`
+	Account     string                 `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	ClosingAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=closing_at,json=closingAt,proto3" json:"closing_at,omitempty"`
+	// The sum over the currency's accounts of the latest statement's closing
+	// balance at closing_at.
+	BankClosingBalance string `protobuf:"bytes,4,opt,name=bank_closing_balance,json=bankClosingBalance,proto3" json:"bank_closing_balance,omitempty"`
+	// bank:client in the ledger at closing_at (as of the run's chain head).
+	LedgerBankClient string `protobuf:"bytes,5,opt,name=ledger_bank_client,json=ledgerBankClient,proto3" json:"ledger_bank_client,omitempty"`
+	// Lines of statements closing by then the ledger had not recorded by
+	// then (unmatched, written off, or matched to a later movement): added.
+	InTransitBank string `protobuf:"bytes,6,opt,name=in_transit_bank,json=inTransitBank,proto3" json:"in_transit_bank,omitempty"`
+	// Movements recorded by then no line of a statement closing by then
+	// shows (unmatched, outstanding, written off, or matched to a later
+	// line): subtracted.
+	InTransitLedger string `protobuf:"bytes,7,opt,name=in_transit_ledger,json=inTransitLedger,proto3" json:"in_transit_ledger,omitempty"`
+	Difference      string `protobuf:"bytes,8,opt,name=difference,proto3" json:"difference,omitempty"` // what no item explains
+	Reason          string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`         // the proof in words, naming the statement and its figures
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CashDifference) Reset() {
+	*x = CashDifference{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CashDifference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CashDifference) ProtoMessage() {}
+
+func (x *CashDifference) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CashDifference.ProtoReflect.Descriptor instead.
+func (*CashDifference) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CashDifference) GetStatementId() string {
+	if x != nil {
+		return x.StatementId
+	}
+	return ""
+}
+
+func (x *CashDifference) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *CashDifference) GetClosingAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosingAt
+	}
+	return nil
+}
+
+func (x *CashDifference) GetBankClosingBalance() string {
+	if x != nil {
+		return x.BankClosingBalance
+	}
+	return ""
+}
+
+func (x *CashDifference) GetLedgerBankClient() string {
+	if x != nil {
+		return x.LedgerBankClient
+	}
+	return ""
+}
+
+func (x *CashDifference) GetInTransitBank() string {
+	if x != nil {
+		return x.InTransitBank
+	}
+	return ""
+}
+
+func (x *CashDifference) GetInTransitLedger() string {
+	if x != nil {
+		return x.InTransitLedger
+	}
+	return ""
+}
+
+func (x *CashDifference) GetDifference() string {
+	if x != nil {
+		return x.Difference
+	}
+	return ""
+}
+
+func (x *CashDifference) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // A statement whose opening balance is not the closing balance of the
 // account's statement before it, or which closes at the same instant.
 type StatementBreak struct {
@@ -635,7 +780,7 @@ type StatementBreak struct {
 
 func (x *StatementBreak) Reset() {
 	*x = StatementBreak{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +792,7 @@ func (x *StatementBreak) String() string {
 func (*StatementBreak) ProtoMessage() {}
 
 func (x *StatementBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +805,7 @@ func (x *StatementBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementBreak.ProtoReflect.Descriptor instead.
 func (*StatementBreak) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatementBreak) GetAccount() string {
@@ -734,7 +879,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +891,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +904,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReconciliationItem) GetStatementId() string {
@@ -850,7 +995,7 @@ type ListReconciliationsRequest struct {
 
 func (x *ListReconciliationsRequest) Reset() {
 	*x = ListReconciliationsRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1007,7 @@ func (x *ListReconciliationsRequest) String() string {
 func (*ListReconciliationsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1020,7 @@ func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListReconciliationsRequest) GetCurrency() string {
@@ -919,13 +1064,14 @@ type ReconciliationSummary struct {
 	UnmatchedInLedgerCount   int32                  `protobuf:"varint,15,opt,name=unmatched_in_ledger_count,json=unmatchedInLedgerCount,proto3" json:"unmatched_in_ledger_count,omitempty"`
 	OutstandingInLedgerCount int32                  `protobuf:"varint,16,opt,name=outstanding_in_ledger_count,json=outstandingInLedgerCount,proto3" json:"outstanding_in_ledger_count,omitempty"`
 	StatementBreakCount      int32                  `protobuf:"varint,17,opt,name=statement_break_count,json=statementBreakCount,proto3" json:"statement_break_count,omitempty"`
+	CashDifferenceCount      int32                  `protobuf:"varint,18,opt,name=cash_difference_count,json=cashDifferenceCount,proto3" json:"cash_difference_count,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ReconciliationSummary) Reset() {
 	*x = ReconciliationSummary{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1083,7 @@ func (x *ReconciliationSummary) String() string {
 func (*ReconciliationSummary) ProtoMessage() {}
 
 func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1096,7 @@ func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
 func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReconciliationSummary) GetReconciliationId() string {
@@ -1072,6 +1218,13 @@ func (x *ReconciliationSummary) GetStatementBreakCount() int32 {
 	return 0
 }
 
+func (x *ReconciliationSummary) GetCashDifferenceCount() int32 {
+	if x != nil {
+		return x.CashDifferenceCount
+	}
+	return 0
+}
+
 type ListReconciliationsResponse struct {
 	state           protoimpl.MessageState   `protogen:"open.v1"`
 	Reconciliations []*ReconciliationSummary `protobuf:"bytes,1,rep,name=reconciliations,proto3" json:"reconciliations,omitempty"`
@@ -1082,7 +1235,7 @@ type ListReconciliationsResponse struct {
 
 func (x *ListReconciliationsResponse) Reset() {
 	*x = ListReconciliationsResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1247,7 @@ func (x *ListReconciliationsResponse) String() string {
 func (*ListReconciliationsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1260,7 @@ func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{11}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListReconciliationsResponse) GetReconciliations() []*ReconciliationSummary {
@@ -1133,7 +1286,7 @@ type GetReconciliationRequest struct {
 
 func (x *GetReconciliationRequest) Reset() {
 	*x = GetReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1298,7 @@ func (x *GetReconciliationRequest) String() string {
 func (*GetReconciliationRequest) ProtoMessage() {}
 
 func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1311,7 @@ func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{12}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetReconciliationRequest) GetReconciliationId() string {
@@ -1177,7 +1330,7 @@ type GetReconciliationResponse struct {
 
 func (x *GetReconciliationResponse) Reset() {
 	*x = GetReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1342,7 @@ func (x *GetReconciliationResponse) String() string {
 func (*GetReconciliationResponse) ProtoMessage() {}
 
 func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1355,7 @@ func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{13}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetReconciliationResponse) GetReconciliation() *Reconciliation {
@@ -1243,7 +1396,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xa0\t\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xa2\n" +
+	"\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1268,7 +1422,22 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x1boutstanding_in_ledger_count\x18\x13 \x01(\x05R\x18outstandingInLedgerCount\x12L\n" +
 	"\x10statement_breaks\x18\x14 \x03(\v2!.gpubill.ledger.v1.StatementBreakR\x0fstatementBreaks\x122\n" +
 	"\x15statement_break_count\x18\x15 \x01(\x05R\x13statementBreakCount\x12M\n" +
-	"\vresolutions\x18\x16 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\"\x9c\x02\n" +
+	"\vresolutions\x18\x16 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\x12L\n" +
+	"\x10cash_differences\x18\x17 \x03(\v2!.gpubill.ledger.v1.CashDifferenceR\x0fcashDifferences\x122\n" +
+	"\x15cash_difference_count\x18\x18 \x01(\x05R\x13cashDifferenceCount\"\xf4\x02\n" +
+	"\x0eCashDifference\x12!\n" +
+	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x18\n" +
+	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
+	"\n" +
+	"closing_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tclosingAt\x120\n" +
+	"\x14bank_closing_balance\x18\x04 \x01(\tR\x12bankClosingBalance\x12,\n" +
+	"\x12ledger_bank_client\x18\x05 \x01(\tR\x10ledgerBankClient\x12&\n" +
+	"\x0fin_transit_bank\x18\x06 \x01(\tR\rinTransitBank\x12*\n" +
+	"\x11in_transit_ledger\x18\a \x01(\tR\x0finTransitLedger\x12\x1e\n" +
+	"\n" +
+	"difference\x18\b \x01(\tR\n" +
+	"difference\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"\x9c\x02\n" +
 	"\x0eStatementBreak\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x122\n" +
 	"\x15previous_statement_id\x18\x02 \x01(\tR\x13previousStatementId\x128\n" +
@@ -1297,7 +1466,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x9f\x06\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xd3\x06\n" +
 	"\x15ReconciliationSummary\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1317,7 +1486,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x17unmatched_in_bank_count\x18\x0e \x01(\x05R\x14unmatchedInBankCount\x129\n" +
 	"\x19unmatched_in_ledger_count\x18\x0f \x01(\x05R\x16unmatchedInLedgerCount\x12=\n" +
 	"\x1boutstanding_in_ledger_count\x18\x10 \x01(\x05R\x18outstandingInLedgerCount\x122\n" +
-	"\x15statement_break_count\x18\x11 \x01(\x05R\x13statementBreakCount\"\x99\x01\n" +
+	"\x15statement_break_count\x18\x11 \x01(\x05R\x13statementBreakCount\x122\n" +
+	"\x15cash_difference_count\x18\x12 \x01(\x05R\x13cashDifferenceCount\"\x99\x01\n" +
 	"\x1bListReconciliationsResponse\x12R\n" +
 	"\x0freconciliations\x18\x01 \x03(\v2(.gpubill.ledger.v1.ReconciliationSummaryR\x0freconciliations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
@@ -1343,7 +1513,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*ResolveReconciliationItemsRequest)(nil),  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest
 	(*StatementLineRef)(nil),                   // 1: gpubill.ledger.v1.StatementLineRef
@@ -1352,43 +1522,46 @@ var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*RunReconciliationRequest)(nil),           // 4: gpubill.ledger.v1.RunReconciliationRequest
 	(*RunReconciliationResponse)(nil),          // 5: gpubill.ledger.v1.RunReconciliationResponse
 	(*Reconciliation)(nil),                     // 6: gpubill.ledger.v1.Reconciliation
-	(*StatementBreak)(nil),                     // 7: gpubill.ledger.v1.StatementBreak
-	(*ReconciliationItem)(nil),                 // 8: gpubill.ledger.v1.ReconciliationItem
-	(*ListReconciliationsRequest)(nil),         // 9: gpubill.ledger.v1.ListReconciliationsRequest
-	(*ReconciliationSummary)(nil),              // 10: gpubill.ledger.v1.ReconciliationSummary
-	(*ListReconciliationsResponse)(nil),        // 11: gpubill.ledger.v1.ListReconciliationsResponse
-	(*GetReconciliationRequest)(nil),           // 12: gpubill.ledger.v1.GetReconciliationRequest
-	(*GetReconciliationResponse)(nil),          // 13: gpubill.ledger.v1.GetReconciliationResponse
-	(*timestamppb.Timestamp)(nil),              // 14: google.protobuf.Timestamp
+	(*CashDifference)(nil),                     // 7: gpubill.ledger.v1.CashDifference
+	(*StatementBreak)(nil),                     // 8: gpubill.ledger.v1.StatementBreak
+	(*ReconciliationItem)(nil),                 // 9: gpubill.ledger.v1.ReconciliationItem
+	(*ListReconciliationsRequest)(nil),         // 10: gpubill.ledger.v1.ListReconciliationsRequest
+	(*ReconciliationSummary)(nil),              // 11: gpubill.ledger.v1.ReconciliationSummary
+	(*ListReconciliationsResponse)(nil),        // 12: gpubill.ledger.v1.ListReconciliationsResponse
+	(*GetReconciliationRequest)(nil),           // 13: gpubill.ledger.v1.GetReconciliationRequest
+	(*GetReconciliationResponse)(nil),          // 14: gpubill.ledger.v1.GetReconciliationResponse
+	(*timestamppb.Timestamp)(nil),              // 15: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	1,  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
 	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	14, // 2: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 3: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
+	15, // 2: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 3: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
 	6,  // 4: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	14, // 5: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 6: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
-	8,  // 7: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
-	8,  // 8: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
-	7,  // 9: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
+	15, // 5: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 6: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
+	9,  // 7: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
+	9,  // 8: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
+	8,  // 9: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
 	3,  // 10: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	14, // 11: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
-	10, // 12: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
-	6,  // 13: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
-	4,  // 14: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	9,  // 15: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	12, // 16: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	0,  // 17: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	5,  // 18: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	11, // 19: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	13, // 20: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	2,  // 21: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	7,  // 11: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
+	15, // 12: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
+	15, // 13: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	11, // 14: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
+	6,  // 15: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
+	4,  // 16: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	10, // 17: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	13, // 18: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	0,  // 19: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	5,  // 20: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	12, // 21: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	14, // 22: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	2,  // 23: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -1402,7 +1575,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	itemUnmatchedBank   = "unmatched_bank"
 	itemUnmatchedLedger = "unmatched_ledger"
 	itemStatementBreak  = "statement_break"
+	itemCashDifference  = "cash_difference"
 )
 
 // StatementCurrencies implements app.ReconciliationStore.
@@ -61,10 +62,11 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
-			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16) returning seq`,
+			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count, cash_difference_count)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
-		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN).Scan(&r.Seq); err != nil {
+		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN,
+		r.CashDifferenceN).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -75,7 +77,8 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	var rows [][]any
 	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string, outstanding bool) {
-		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding, "", "", nil, nil}
+		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding, "", "", nil, nil,
+			nil, nil, nil, nil, nil}
 		if l != nil {
 			row[3], row[4], row[5], row[6], row[7] = l.StatementID, l.LineNo, l.BookedOn, l.Reference, numeric(l.Amount)
 		}
@@ -102,10 +105,17 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 		row[3], row[7] = b.StatementID, numeric(b.Difference)
 		row[15], row[16], row[17], row[18] = b.Account, b.PreviousID, numeric(b.PreviousClosing), numeric(b.Opening)
 	}
+	for _, d := range r.Result.CashDifferences {
+		add(itemCashDifference, nil, nil, d.Reason, false)
+		row := rows[len(rows)-1]
+		row[3], row[7], row[15] = d.StatementID, numeric(d.Difference), d.Account
+		row[19], row[20], row[21], row[22], row[23] = d.ClosingAt, numeric(d.Bank), numeric(d.Ledger), numeric(d.InBank), numeric(d.InLedger)
+	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger", "reconciliation_items"},
 		[]string{"reconciliation_id", "item_no", "status", "statement_id", "line_no", "booked_on", "reference", "bank_amount",
 			"movement_kind", "movement_key", "ledger_amount", "transaction_ids", "reason", "recorded_at", "outstanding",
-			"account", "previous_statement_id", "previous_closing_balance", "opening_balance"}, pgx.CopyFromRows(rows)); err != nil {
+			"account", "previous_statement_id", "previous_closing_balance", "opening_balance",
+			"closing_at", "closing_balance", "ledger_balance", "in_transit_bank", "in_transit_ledger"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("store reconciliation items: %w", err)
 	}
 	return nil
@@ -114,7 +124,7 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 const runCols = `r.seq, r.reconciliation_id, r.currency, r.trigger, r.requested_by, r.created_at, r.previous_id,
 	r.journal_head_hash, r.journal_head_position, r.bank_closing_balance::text, r.ledger_bank_client::text, r.verdict,
 	r.matched_count, r.unmatched_bank_count, r.unmatched_ledger_count, r.outstanding_ledger_count, r.statement_break_count,
-	coalesce((select array_agg(s.statement_id order by s.statement_id) from ledger.reconciliation_statements s
+	r.cash_difference_count, coalesce((select array_agg(s.statement_id order by s.statement_id) from ledger.reconciliation_statements s
 		where s.reconciliation_id = r.reconciliation_id), '{}')`
 
 func scanRun(row pgx.Row) (domain.ReconRun, error) {
@@ -122,7 +132,8 @@ func scanRun(row pgx.Row) (domain.ReconRun, error) {
 	var closing *string
 	var ledgerBal string
 	if err := row.Scan(&r.Seq, &r.ID, &r.Currency, &r.Trigger, &r.RequestedBy, &r.CreatedAt, &r.PreviousID, &r.HeadHash,
-		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.OutstandingN, &r.BreakN, &r.StatementIDs); err != nil {
+		&r.HeadPosition, &closing, &ledgerBal, &r.Verdict, &r.MatchedCount, &r.UnmatchedBankN, &r.UnmatchedLedgerN, &r.OutstandingN, &r.BreakN,
+		&r.CashDifferenceN, &r.StatementIDs); err != nil {
 		return r, err
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
@@ -177,59 +188,16 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	}
 	rows, err := q.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
 			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
-			account, previous_statement_id, previous_closing_balance, opening_balance
+			account, previous_statement_id, previous_closing_balance, opening_balance,
+			closing_at, closing_balance, ledger_balance, in_transit_bank, in_transit_ledger
 		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2) order by item_no`, r.ID, status)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation items: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var st, reason string
-		var l domain.BankLine
-		var m domain.Movement
-		var booked, recorded *time.Time
-		var bank, led *string
-		var outstanding bool
-		var b domain.StatementBreak
-		var prevClosing, opening pgtype.Numeric
-		if err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
-			&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening); err != nil {
+		if err := scanItem(rows, &r); err != nil {
 			return nil, err
-		}
-		if recorded != nil {
-			m.RecordedAt = recorded.UTC()
-		}
-		if booked != nil {
-			l.BookedOn = booked.UTC()
-		}
-		if bank != nil {
-			if l.Amount, err = decimal.NewFromString(*bank); err != nil {
-				return nil, err
-			}
-		}
-		if led != nil {
-			if m.Amount, err = decimal.NewFromString(*led); err != nil {
-				return nil, err
-			}
-		}
-		switch st {
-		case itemMatched:
-			r.Result.Matched = append(r.Result.Matched, domain.ReconMatch{Line: l, Movement: m})
-		case itemUnmatchedBank:
-			r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
-		case itemUnmatchedLedger:
-			r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
-		case itemStatementBreak:
-			if b.PreviousClosing, err = decimalOf(prevClosing); err != nil {
-				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
-			}
-			if b.Opening, err = decimalOf(opening); err != nil {
-				return nil, fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
-			}
-			b.StatementID, b.Difference, b.Reason = l.StatementID, l.Amount, reason
-			r.Result.Breaks = append(r.Result.Breaks, b)
-		default:
-			return nil, fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -239,6 +207,76 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		return nil, err
 	}
 	return &r, nil
+}
+
+// scanItem reads one item of run r (a row of getRun's items query) into
+// its Result.
+func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
+	var st, reason string
+	var l domain.BankLine
+	var m domain.Movement
+	var booked, recorded *time.Time
+	var bank, led *string
+	var outstanding bool
+	var b domain.StatementBreak
+	var prevClosing, opening, cashBank, cashLedger, inBank, inLedger pgtype.Numeric
+	var closingAt *time.Time
+	err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
+		&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening,
+		&closingAt, &cashBank, &cashLedger, &inBank, &inLedger)
+	if err != nil {
+		return err
+	}
+	if recorded != nil {
+		m.RecordedAt = recorded.UTC()
+	}
+	if booked != nil {
+		l.BookedOn = booked.UTC()
+	}
+	if bank != nil {
+		if l.Amount, err = decimal.NewFromString(*bank); err != nil {
+			return err
+		}
+	}
+	if led != nil {
+		if m.Amount, err = decimal.NewFromString(*led); err != nil {
+			return err
+		}
+	}
+	switch st {
+	case itemMatched:
+		r.Result.Matched = append(r.Result.Matched, domain.ReconMatch{Line: l, Movement: m})
+	case itemUnmatchedBank:
+		r.Result.UnmatchedBank = append(r.Result.UnmatchedBank, domain.UnmatchedLine{Line: l, Reason: reason})
+	case itemUnmatchedLedger:
+		r.Result.UnmatchedLedger = append(r.Result.UnmatchedLedger, domain.UnmatchedMovement{Movement: m, Reason: reason, Outstanding: outstanding})
+	case itemStatementBreak:
+		if b.PreviousClosing, err = decimalOf(prevClosing); err != nil {
+			return fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+		}
+		if b.Opening, err = decimalOf(opening); err != nil {
+			return fmt.Errorf("reconciliation %s: statement break of %s: %w", r.ID, l.StatementID, err)
+		}
+		b.StatementID, b.Difference, b.Reason = l.StatementID, l.Amount, reason
+		r.Result.Breaks = append(r.Result.Breaks, b)
+	case itemCashDifference:
+		d := domain.CashDifference{StatementID: l.StatementID, Account: b.Account, Difference: l.Amount, Reason: reason}
+		if closingAt != nil {
+			d.ClosingAt = closingAt.UTC()
+		}
+		for _, x := range []struct {
+			to *decimal.Decimal
+			n  pgtype.Numeric
+		}{{&d.Bank, cashBank}, {&d.Ledger, cashLedger}, {&d.InBank, inBank}, {&d.InLedger, inLedger}} {
+			if *x.to, err = decimalOf(x.n); err != nil {
+				return fmt.Errorf("reconciliation %s: cash difference at %s: %w", r.ID, l.StatementID, err)
+			}
+		}
+		r.Result.CashDifferences = append(r.Result.CashDifferences, d)
+	default:
+		return fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
+	}
+	return nil
 }
 
 // ReconRunTx is one run's transaction.
@@ -383,4 +421,59 @@ func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.De
 		return nil, decimal.Zero, err
 	}
 	return &c, bal, nil
+}
+
+// CashAt implements app.ReconRunTx, in one statement (one snapshot):
+// bank:client at closeAt is its balance now less the postings created
+// after closeAt, and less those created by then of transactions the chain
+// had not taken at headPosition (after its head in (xid, id) order: the
+// run took no movement of theirs); each read bounded by recent rows (the
+// postings since the close, the transactions after the head, the matched
+// items recorded after the close or on a statement closing after it).
+func (r *ReconRunTx) CashAt(ctx context.Context, closeAt time.Time, taken []string, headPosition int64) (domain.CashFigures, error) {
+	var bank, ledgerBal, matchedBank, matchedLedger, resolvedBank, resolvedLedger string
+	if err := r.tx.QueryRow(ctx, `with head as (
+			select coalesce((select xid from ledger.journal_chain where position = $4), '0'::xid8) as xid,
+				coalesce((select tx_id from ledger.journal_chain where position = $4), '00000000-0000-0000-0000-000000000000'::uuid) as id)
+		select
+			(select coalesce(sum(closing_balance), 0) from (select distinct on (account) closing_balance from ledger.bank_statements s
+				where s.currency = $2 and s.closing_at <= $3 and (s.statement_id = any($5)
+					or exists (select 1 from ledger.reconciliation_statements rs where rs.statement_id = s.statement_id))
+				order by account, closing_at desc, imported_at desc, statement_id desc) x)::text,
+			(coalesce((select debits - credits from ledger.balances where account = $1 and currency = $2), 0)
+				- coalesce((select sum(case when direction = 'debit' then amount else -amount end) from ledger.postings
+					where account = $1 and currency = $2 and created_at > $3), 0)
+				- coalesce((select sum(case when p.direction = 'debit' then p.amount else -p.amount end)
+					from head, ledger.transactions t join ledger.postings p on p.tx_id = t.id
+					where (t.xid, t.id) > (head.xid, head.id) and p.account = $1 and p.currency = $2 and p.created_at <= $3), 0))::text,
+			coalesce((select sum(i.bank_amount) from ledger.reconciliation_items i join ledger.bank_statements s on s.statement_id = i.statement_id
+				where i.status = 'matched' and i.recorded_at > $3 and s.currency = $2 and s.closing_at <= $3), 0)::text,
+			coalesce((select sum(i.ledger_amount) from ledger.bank_statements s join ledger.reconciliation_items i on i.statement_id = s.statement_id
+				where i.status = 'matched' and s.currency = $2 and s.closing_at > $3 and coalesce(i.recorded_at, '-infinity') <= $3), 0)::text,
+			coalesce((select sum(ri.bank_amount) from ledger.reconciliation_resolution_items ri join ledger.bank_statements s on s.statement_id = ri.statement_id
+				where s.currency = $2 and s.closing_at <= $3), 0)::text,
+			coalesce((select sum(case when p.direction = 'debit' then p.amount else -p.amount end)
+				from ledger.reconciliation_resolution_items ri
+				join ledger.reconciliation_resolutions rr on rr.resolution_id = ri.resolution_id
+				join ledger.reconciliations rn on rn.reconciliation_id = rr.reconciliation_id
+				cross join lateral unnest(ri.transaction_ids) x(id)
+				join ledger.postings p on p.tx_id = x.id::uuid
+				where ri.transaction_id is not null and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at <= $3), 0)::text`,
+		domain.BankClient, r.currency, closeAt, headPosition, taken).Scan(&bank, &ledgerBal, &matchedBank, &matchedLedger, &resolvedBank, &resolvedLedger); err != nil {
+		return domain.CashFigures{}, fmt.Errorf("proof of cash figures: %w", err)
+	}
+	var f domain.CashFigures
+	var mb, ml, rb, rl decimal.Decimal
+	for _, x := range []struct {
+		to *decimal.Decimal
+		s  string
+	}{{&f.Bank, bank}, {&f.Ledger, ledgerBal}, {&mb, matchedBank}, {&ml, matchedLedger}, {&rb, resolvedBank}, {&rl, resolvedLedger}} {
+		d, err := decimal.NewFromString(x.s)
+		if err != nil {
+			return domain.CashFigures{}, fmt.Errorf("proof of cash figures: %w", err)
+		}
+		*x.to = d
+	}
+	f.InBank, f.InLedger = mb.Add(rb), ml.Add(rl)
+	return f, nil
 }
