@@ -1,8 +1,8 @@
 // Package partyfeed is the one consumer of party.updated.* behind the
 // services' read models of parties (tax keeps providers' profiles and
-// jurisdictions, settlement their tiers, the ledger renters' currencies and
-// credit limits). Parties are owned by metering; a read model only ever
-// applies its events.
+// jurisdictions, settlement and pricing (quotes) their tiers, the ledger
+// renters' currencies and credit limits). Parties are owned by metering; a
+// read model only ever applies its events.
 package partyfeed
 
 import (

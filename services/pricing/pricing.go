@@ -49,7 +49,8 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	if err := pg.Migrate(ctx, d.Pool, Name, migrations.For(Name)); err != nil {
 		return nil, err
 	}
-	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamCharges, natsx.StreamGPUModel); err != nil {
+	if err := d.Streams.EnsureStreams(ctx, d.JS, d.Log, natsx.StreamUsage, natsx.StreamCharges, natsx.StreamGPUModel,
+		natsx.StreamParty); err != nil {
 		return nil, err
 	}
 	if err := (&postgres.GPUModels{Pool: d.Pool}).Seed(ctx, gpucatalog.Seed(), d.Clock.Now()); err != nil {
@@ -59,6 +60,7 @@ func New(ctx context.Context, d svc.Deps) (*Service, error) {
 	a := app.New(st, &postgres.GPUModels{Pool: d.Pool}, d.Clock)
 	charges := &ports.ChargeServer{Charges: &app.RenterCharges{Charges: &postgres.RenterCharges{Pool: d.Pool}}}
 	a.Commission = d.CommissionPolicy()
+	a.Tiers = &postgres.ProviderTiers{Pool: d.Pool}
 	a.Log = d.Log.With("service", Name)
 	if d.Internal != nil {
 		a.Splits = taxclient.Client{Tax: taxv1.NewTaxServiceClient(d.Internal)}
@@ -103,7 +105,8 @@ func (s *Service) Policy() auth.Policy {
 }
 
 // Run rates usage.recorded.*, retries usage waiting for a card, keeps the
-// GPU catalogue's read model and relays the outbox until ctx ends.
+// read models of the GPU catalogue and of the providers' tiers and relays
+// the outbox until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	log := s.d.Log.With("service", Name)
 	g, ctx := errgroup.WithContext(ctx)
@@ -113,6 +116,10 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return cons.Run(ctx) })
 	g.Go(func() error {
 		return ports.ConsumeGPUModels(ctx, s.d.JS, s.app, log, deadletter.New(s.d.Pool, postgres.Schema, log))
+	})
+	tiers := &app.ProviderTiers{Store: (&postgres.ProviderTiers{Pool: s.d.Pool}).PartyStore(), Consumer: ports.PartyConsumerName}
+	g.Go(func() error {
+		return ports.ConsumeParties(ctx, s.d.JS, log, tiers, deadletter.New(s.d.Pool, postgres.Schema, log))
 	})
 	retry := &ports.PendingRetrier{App: s.app, Log: log}
 	g.Go(func() error { return retry.Run(ctx) })

@@ -159,3 +159,80 @@ func TestQuoteOfAProviderSplitsByItsProfile(t *testing.T) {
 		t.Errorf("p-ent quoted as an individual: HTTP %d %v; want 400 naming tax_profile", code, out)
 	}
 }
+
+// A quote naming its provider, through REST, takes the commission of the
+// provider's tier on record, as its settlement does: it took the request's
+// provider_tier, else standard, and quoted a partner 25 % where its
+// statement took 15 %. Worked by hand: 8 × RTX_4090 for 1.5 h at 100.00
+// is 1200.00; partner 15 % is 180.00 (standard's 300.00), base 1020.00;
+// flat20 on an individual in CN 204.00; net 816.00. Quoting another tier
+// than the record is a 400 naming provider_tier; the recorded one is
+// quoted as if omitted.
+func TestQuoteOfAProviderTakesItsTier(t *testing.T) {
+	f := newFixture(t)
+	f.mustDo(http.MethodPost, "/v1/providers", map[string]any{"provider_id": "p-part", "name": "Rig", "tier": "partner",
+		"tax_profile": "individual", "jurisdiction": "CN", "currency": "CNY"})
+	f.mustDo(http.MethodPost, "/v1/renters", map[string]any{"renter_id": "r-q", "name": "Lab", "currency": "CNY", "credit_limit": "0"})
+	f.mustDo(http.MethodPost, "/v1/rate-cards", map[string]any{"currency": "CNY", "effective_from": "2026-01-01T00:00:00Z",
+		"gpu_prices": []map[string]string{{"gpu_model": "RTX_4090", "hourly": "100.00"}}})
+	f.mustDo(http.MethodPost, "/v1/deposits", map[string]any{"renter_id": "r-q", "amount": "3000.00", "currency": "CNY", "external_ref": "bank-q"})
+	start, end := dayUsage(time.Now(), 1)
+	cycle := cycles.Default().ForUsageEnd(end).ID
+	f.mustDo(http.MethodPost, "/v1/usage-events", map[string]any{"events": []any{map[string]any{"id": "evt-part",
+		"lease_id": "lease-part", "provider_id": "p-part", "renter_id": "r-q", "gpu_model": "RTX_4090", "gpu_count": 8,
+		"start_time": start.Format(time.RFC3339), "end_time": end.Format(time.RFC3339)}}})
+	f.waitBalance("provider:p-part:pending:"+cycle, "CNY", "1200.00")
+	f.mustDo(http.MethodPost, "/v1/settlement-cycles/"+cycle+":close", map[string]any{})
+	var stmt map[string]any
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		_, st := f.do(http.MethodGet, "/v1/providers/p-part/statements?cycle_id="+cycle, f.finance, nil)
+		ss, _ := st["statements"].([]any)
+		if len(ss) == 1 {
+			stmt = ss[0].(map[string]any)
+		}
+		return stmt != nil
+	}, "statement of p-part in %s", cycle)
+	want := map[string]string{"gross": "1200.00", "commission_rate": "0.15", "commission": "180.00", "tax_withheld": "204.00", "net": "816.00"}
+	for k, v := range want {
+		if stmt[k] != v {
+			t.Errorf("p-part's statement %s = %v, want %s", k, stmt[k], v)
+		}
+	}
+	quote := func(tier string) (int, map[string]any) {
+		body := map[string]any{"gpu_model": "RTX_4090", "gpu_count": 8, "hours": "1.5", "start_time": start.Format(time.RFC3339),
+			"currency": "CNY", "provider_id": "p-part"}
+		if tier != "" {
+			body["provider_tier"] = tier
+		}
+		return f.do(http.MethodPost, "/v1/quotes", testkit.Token(t, []byte(secret), auth.RoleProvider, "p-part", time.Hour), body)
+	}
+	// Pricing keeps its own read model of the tiers, as settlement does:
+	// the record has reached it once a quote as standard is refused.
+	var code int
+	var out map[string]any
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		code, out = quote("standard")
+		return code == http.StatusBadRequest
+	}, "p-part quoted as standard: %v; want 400 naming provider_tier", lastAnswer(func() string { return fmt.Sprintf("HTTP %d %v", code, out) }))
+	if !strings.Contains(fmt.Sprint(out), "provider_tier") {
+		t.Errorf("p-part quoted as standard: %v; want it to name provider_tier", out)
+	}
+	for _, tier := range []string{"", "partner"} {
+		code, q := quote(tier)
+		if code != http.StatusOK {
+			t.Fatalf("p-part's quote with provider_tier %q: HTTP %d %v", tier, code, q)
+		}
+		for qk, sk := range map[string]string{"renter_price": "gross", "commission_rate": "commission_rate", "commission": "commission",
+			"tax_withheld": "tax_withheld", "provider_net": "net"} {
+			if q[qk] != stmt[sk] {
+				t.Errorf("p-part (partner) quoted with provider_tier %q: %s = %v, statement %s = %v", tier, qk, q[qk], sk, stmt[sk])
+			}
+		}
+	}
+}
+
+// lastAnswer formats, when printed, what its func reads then: the last
+// answer polled, in a message testkit.Eventually prints on timeout.
+type lastAnswer func() string
+
+func (f lastAnswer) String() string { return f() }

@@ -25,6 +25,9 @@ type App struct {
 	// Splits the tax service's split (quotes).
 	Commission split.CommissionPolicy
 	Splits     SplitQuoter
+	// Tiers is the providers' tiers on record (party.updated): a quote
+	// naming a provider takes its tier's commission (nil: the request's).
+	Tiers TierReader
 	// Log is told of stored rate cards read in a way today's checks would
 	// refuse (nil: slog.Default).
 	Log *slog.Logger

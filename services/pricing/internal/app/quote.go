@@ -30,11 +30,11 @@ type QuoteInput struct {
 	GPUCount                   int32
 	Hours                      string
 	StartTime                  *time.Time
-	ProviderTier               string
+	ProviderTier               string // "" = the named provider's on record (quotedRate), else standard
 	TaxProfile                 string // "" = the tax service's: the named provider's, else individual
 	ProviderPUE                string
 	Jurisdiction               string // the provider's; "" = the tax service's: the named provider's, else its default
-	ProviderID                 string // optional: its own tax profile, jurisdiction and rule set selection apply
+	ProviderID                 string // optional: its own tier, tax profile, jurisdiction and rule set selection apply
 }
 
 // QuoteLine is one priced part of a quote, by the rate card named.
@@ -59,7 +59,7 @@ type QuoteResult struct {
 type quoteRequest struct {
 	cur     money.Currency
 	usage   domain.Usage
-	rate    decimal.Decimal // commission rate of the tier
+	rate    decimal.Decimal // commission rate of the request's tier (quotedRate: the provider's)
 	profile string          // "": the tax service's
 	juris   string          // "": the tax service's
 }
@@ -77,7 +77,8 @@ type quoteRequest struct {
 // the renter's month so far, not empty; and a lease's charges round against
 // its exact total so far, the quote's once on its own.
 // It splits the rounded renter price as settlement would: the commission rate
-// of the tier from the commission configuration settlement applies
+// of the tier (a provider named: its own on record, quotedRate) from the
+// commission configuration settlement applies
 // (a.Commission, GPUBILL_COMMISSION_RATES), the tax by the withholding rule
 // the tax service has in force for the jurisdiction at the end of the
 // usage's cycle (a.Splits). The answer names the versions it used.
@@ -92,6 +93,9 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	in.GPUModel = model
 	q, err := checkQuote(in, a.commission())
 	if err != nil {
+		return QuoteResult{}, err
+	}
+	if q.rate, err = a.quotedRate(ctx, in, q.rate); err != nil {
 		return QuoteResult{}, err
 	}
 	book, err := a.Book(ctx)
@@ -135,6 +139,41 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	out.TaxWithheld, out.ProviderNet = q.cur.Format(sq.Tax), q.cur.Format(sq.Net)
 	out.CommissionConfigVersion, out.TaxRuleSet, out.TaxRuleVersion = a.commission().Version(), sq.RuleSet, sq.RuleVersion
 	return out, nil
+}
+
+// quotedRate is the commission rate a quote splits by: that of the named
+// provider's tier on record (a.Tiers, read model of party.updated), which
+// its settlement splits by (settlement's own read model of the same
+// events), else rate, the request's tier's (standard when none is given).
+// Taken from the request, a partner quoted without a tier was quoted 25 %
+// of commission where its statement took 15 %. A quote naming a provider
+// cannot choose another tier than its record: one given otherwise is a 400
+// naming provider_tier (omit it, or correct the provider), never a split
+// its settlement would not make. A provider pricing has not heard of (a new
+// one, or its party.updated behind) is quoted by the request, as before.
+func (a *App) quotedRate(ctx context.Context, in QuoteInput, rate decimal.Decimal) (decimal.Decimal, error) {
+	if in.ProviderID == "" || a.Tiers == nil {
+		return rate, nil
+	}
+	tier, ok, err := a.Tiers.Tier(ctx, in.ProviderID)
+	if err != nil {
+		return decimal.Decimal{}, fmt.Errorf("quote: %w", err)
+	}
+	if !ok {
+		return rate, nil
+	}
+	if in.ProviderTier != "" && in.ProviderTier != tier {
+		return decimal.Decimal{}, apperr.Invalid("provider_tier",
+			"provider %s is recorded as %s: omit provider_tier to quote by the provider's record", in.ProviderID, tier)
+	}
+	// Metering records only tiers the configuration rates; one it lacks
+	// is the provider's (or the configuration's) to correct, as its
+	// settlement refuses the split: not a 400 on a field the quote left out.
+	r, err := a.commission().Rate(tier)
+	if err != nil {
+		return decimal.Decimal{}, fmt.Errorf("provider %s: %v; correct the provider's tier: %w", in.ProviderID, err, apperr.ErrPrecondition)
+	}
+	return r, nil
 }
 
 // quotable checks that the card of a span of the quote prices its usage,

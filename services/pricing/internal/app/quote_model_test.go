@@ -214,3 +214,68 @@ func TestQuoteSpansACardChange(t *testing.T) {
 		t.Errorf("rating charged %s (%d events pending), want 229.60, what the quote answers", charged, len(st.held))
 	}
 }
+
+// recordedTiers is a provider-tier read model in memory; err fails reads.
+type recordedTiers struct {
+	tiers map[string]string
+	err   error
+}
+
+func (r recordedTiers) Tier(_ context.Context, provider string) (string, bool, error) {
+	t, ok := r.tiers[provider]
+	return t, ok, r.err
+}
+
+// A quote naming a provider splits at the commission rate of the
+// provider's tier on record, as its settlement does: it took the request's
+// tier, else standard, and quoted a partner 25 % (default rates: standard
+// 25 %, pro 20 %, partner 15 %) where its statement took 15 %. The tier
+// on record given is the same quote; another is a 400 naming
+// provider_tier; a provider without a record is quoted by the request.
+func TestQuoteTakesTheProvidersTier(t *testing.T) {
+	t.Parallel()
+	a, start := quoteApp()
+	var asked SplitRequest
+	a.Splits = askedSplit{got: &asked}
+	a.Tiers = recordedTiers{tiers: map[string]string{"p-part": "partner", "p-pro": "pro", "p-odd": "gold"}}
+	quote := func(provider, tier string) (QuoteResult, error) {
+		return a.Quote(context.Background(), QuoteInput{Currency: "CNY", GPUModel: "RTX_4090", GPUCount: 1, Hours: "1",
+			StartTime: &start, ProviderID: provider, ProviderTier: tier})
+	}
+	tests := []struct {
+		giveProvider, giveTier string
+		wantRate               string
+	}{
+		{"p-part", "", "0.15"},
+		{"p-part", "partner", "0.15"},
+		{"p-pro", "", "0.2"},
+		{"p-new", "", "0.25"},        // no record: standard, as before
+		{"p-new", "partner", "0.15"}, // no record: the request's
+		{"", "pro", "0.2"},
+	}
+	for _, tt := range tests {
+		got, err := quote(tt.giveProvider, tt.giveTier)
+		if err != nil || got.CommissionRate != tt.wantRate || asked.CommissionRate.String() != tt.wantRate {
+			t.Errorf("%q quoted with tier %q: rate %s (split asked at %s), %v; want %s", tt.giveProvider, tt.giveTier,
+				got.CommissionRate, asked.CommissionRate, err, tt.wantRate)
+		}
+	}
+	for _, give := range []string{"standard", "pro"} {
+		_, err := quote("p-part", give)
+		if !errors.As(err, new(*apperr.InvalidError)) || !strings.Contains(err.Error(), "provider_tier") || !strings.Contains(err.Error(), "p-part") {
+			t.Errorf("p-part (partner) quoted as %s: %v; want invalid naming provider_tier and the provider", give, err)
+		}
+	}
+	// A tier the commission configuration lacks is the record's to
+	// correct, not a 400 on a field the quote left out.
+	if _, err := quote("p-odd", ""); !errors.Is(err, apperr.ErrPrecondition) || !strings.Contains(err.Error(), "p-odd") {
+		t.Errorf("a provider recorded as gold: %v; want a failed precondition naming it", err)
+	}
+	// The read model failing fails the quote: never quoted at the
+	// request's tier instead.
+	down := errors.New("read model down")
+	a.Tiers = recordedTiers{err: down}
+	if _, err := quote("p-part", ""); !errors.Is(err, down) {
+		t.Errorf("the tier read failing: %v; want its error", err)
+	}
+}

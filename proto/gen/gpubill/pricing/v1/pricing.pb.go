@@ -712,19 +712,30 @@ func (x *GetRateCardResponse) GetRateCard() *RateCard {
 }
 
 type CreateQuoteRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	GpuModel     string                 `protobuf:"bytes,1,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
-	GpuCount     int32                  `protobuf:"varint,2,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
-	Hours        string                 `protobuf:"bytes,3,opt,name=hours,proto3" json:"hours,omitempty"` // decimal
-	StartTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	Currency     string                 `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
-	ProviderTier string                 `protobuf:"bytes,6,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"` // standard | pro | partner
-	TaxProfile   string                 `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`       // individual | enterprise
-	Region       string                 `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                                 // optional
-	ProviderPue  string                 `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`    // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
-	Jurisdiction string                 `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                    // optional: the provider's tax jurisdiction (selects its rule set); default CN
-	// optional: the provider's own tax rule set selection applies (as at its
-	// settlement), else its jurisdiction's
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	GpuModel  string                 `protobuf:"bytes,1,opt,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	GpuCount  int32                  `protobuf:"varint,2,opt,name=gpu_count,json=gpuCount,proto3" json:"gpu_count,omitempty"`
+	Hours     string                 `protobuf:"bytes,3,opt,name=hours,proto3" json:"hours,omitempty"` // decimal
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	Currency  string                 `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
+	// standard | pro | partner; "" = the named provider's on record, else
+	// standard. A provider on record given another is INVALID_ARGUMENT naming
+	// provider_tier.
+	ProviderTier string `protobuf:"bytes,6,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"`
+	// individual | enterprise; "" = the named provider's on record, else
+	// individual. A provider on record given another is INVALID_ARGUMENT
+	// naming tax_profile.
+	TaxProfile  string `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Region      string `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                              // optional
+	ProviderPue string `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"` // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
+	// optional: the provider's tax jurisdiction (selects its rule set); "" =
+	// the named provider's on record, else CN. A provider on record given
+	// another is INVALID_ARGUMENT naming jurisdiction.
+	Jurisdiction string `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	// optional: the provider's tier, tax profile and jurisdiction on record and
+	// its own tax rule set selection apply, as at its settlement; a provider
+	// not on record yet is quoted by provider_tier, tax_profile and
+	// jurisdiction as given (and its selection if it has one).
 	ProviderId    string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

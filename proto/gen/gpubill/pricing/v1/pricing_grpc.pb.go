@@ -43,7 +43,8 @@ type PricingServiceClient interface {
 	// Returns one rate card version.
 	GetRateCard(ctx context.Context, in *GetRateCardRequest, opts ...grpc.CallOption) (*GetRateCardResponse, error)
 	// The earnings calculator: renter price, commission, tax withheld and
-	// provider net for a GPU model, count, hours, start time and provider tier.
+	// provider net for a GPU model, count, hours, start time and provider tier
+	// (a provider named: its own tier, tax profile and jurisdiction on record).
 	CreateQuote(ctx context.Context, in *CreateQuoteRequest, opts ...grpc.CallOption) (*CreateQuoteResponse, error)
 	// Internal (the ledger's invoices): what the given charges consist of,
 	// summed per kind, GPU model, time band and volume tier, with the total of
@@ -122,7 +123,8 @@ type PricingServiceServer interface {
 	// Returns one rate card version.
 	GetRateCard(context.Context, *GetRateCardRequest) (*GetRateCardResponse, error)
 	// The earnings calculator: renter price, commission, tax withheld and
-	// provider net for a GPU model, count, hours, start time and provider tier.
+	// provider net for a GPU model, count, hours, start time and provider tier
+	// (a provider named: its own tier, tax profile and jurisdiction on record).
 	CreateQuote(context.Context, *CreateQuoteRequest) (*CreateQuoteResponse, error)
 	// Internal (the ledger's invoices): what the given charges consist of,
 	// summed per kind, GPU model, time band and volume tier, with the total of

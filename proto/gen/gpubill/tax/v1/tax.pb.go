@@ -1730,12 +1730,20 @@ type QuoteWithholdingRequest struct {
 	Currency       string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
 	Gross          string                 `protobuf:"bytes,2,opt,name=gross,proto3" json:"gross,omitempty"`                                         // in the currency's minor unit
 	CommissionRate string                 `protobuf:"bytes,3,opt,name=commission_rate,json=commissionRate,proto3" json:"commission_rate,omitempty"` // decimal fraction
-	TaxProfile     string                 `protobuf:"bytes,4,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`             // individual | enterprise; "" = individual
-	Jurisdiction   string                 `protobuf:"bytes,5,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`                           // "" = CN
-	UsageEnd       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=usage_end,json=usageEnd,proto3" json:"usage_end,omitempty"`                   // the rule in force at the end of this usage's cycle applies
-	ProviderId     string                 `protobuf:"bytes,7,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`             // optional: the provider's own rule set selection applies, else the jurisdiction's
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// individual | enterprise; "" = the named provider's on record, else
+	// individual. A provider on record given another is INVALID_ARGUMENT.
+	TaxProfile string `protobuf:"bytes,4,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	// "" = the named provider's on record, else CN. A provider on record given
+	// another (in any case) is INVALID_ARGUMENT.
+	Jurisdiction string                 `protobuf:"bytes,5,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	UsageEnd     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=usage_end,json=usageEnd,proto3" json:"usage_end,omitempty"` // the rule in force at the end of this usage's cycle applies
+	// optional: the provider's tax profile and jurisdiction on record (the tax
+	// service's read model of party.updated) and its own rule set selection
+	// apply, as at its settlement; one not on record yet is quoted by
+	// tax_profile and jurisdiction, and its selection if it has one.
+	ProviderId    string `protobuf:"bytes,7,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QuoteWithholdingRequest) Reset() {

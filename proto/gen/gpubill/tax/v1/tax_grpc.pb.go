@@ -47,7 +47,8 @@ type TaxServiceClient interface {
 	ComputeWithholding(ctx context.Context, in *ComputeWithholdingRequest, opts ...grpc.CallOption) (*ComputeWithholdingResponse, error)
 	// Internal (pricing's quotes): the split settlement would make of a gross
 	// amount (commission at the given rate, tax by the rule in force at the end
-	// of the usage's cycle for the jurisdiction), recorded nowhere.
+	// of the usage's cycle for the jurisdiction; a provider named: by its tax
+	// profile and jurisdiction on record), recorded nowhere.
 	QuoteWithholding(ctx context.Context, in *QuoteWithholdingRequest, opts ...grpc.CallOption) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(ctx context.Context, in *ListTaxRulesRequest, opts ...grpc.CallOption) (*ListTaxRulesResponse, error)
@@ -171,7 +172,8 @@ type TaxServiceServer interface {
 	ComputeWithholding(context.Context, *ComputeWithholdingRequest) (*ComputeWithholdingResponse, error)
 	// Internal (pricing's quotes): the split settlement would make of a gross
 	// amount (commission at the given rate, tax by the rule in force at the end
-	// of the usage's cycle for the jurisdiction), recorded nowhere.
+	// of the usage's cycle for the jurisdiction; a provider named: by its tax
+	// profile and jurisdiction on record), recorded nowhere.
 	QuoteWithholding(context.Context, *QuoteWithholdingRequest) (*QuoteWithholdingResponse, error)
 	// Lists the rule versions.
 	ListTaxRules(context.Context, *ListTaxRulesRequest) (*ListTaxRulesResponse, error)
