@@ -238,6 +238,14 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
 		return nil, err
 	}
+	if r.Voided, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.ID); err != nil {
+		return nil, err
+	}
+	if r.PreviousID != "" {
+		if r.Reopened, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.PreviousID); err != nil {
+			return nil, err
+		}
+	}
 	return &r, nil
 }
 
