@@ -53,6 +53,9 @@ func FuzzRedeliverWebhookDelivery(f *testing.F)   { fuzzRoute(f, "RedeliverWebho
 func FuzzCancelPayout(f *testing.F)               { fuzzRoute(f, "CancelPayout") }
 func FuzzRetryPayout(f *testing.F)                { fuzzRoute(f, "RetryPayout") }
 func FuzzResolveReconciliationItems(f *testing.F) { fuzzRoute(f, "ResolveReconciliationItems") }
+func FuzzVoidReconciliationResolution(f *testing.F) {
+	fuzzRoute(f, "VoidReconciliationResolution")
+}
 
 func routeNamed(name string) route {
 	for _, r := range writeRoutes {
