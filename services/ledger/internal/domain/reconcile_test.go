@@ -307,7 +307,9 @@ func TestCarriedWithVoids(t *testing.T) {
 	d := decimal.RequireFromString
 	void := &ReconVoid{ReconciliationID: "rec_2", Reason: "wrong items"}
 	line := func(n int) BankLine { return BankLine{StatementID: "st", LineNo: n, Amount: d("-1.00")} }
-	move := func(key, tx string) Movement { return Movement{Key: key, Amount: d("1.00"), TransactionIDs: []string{tx}} }
+	move := func(key, tx string) Movement {
+		return Movement{Key: key, Amount: d("1.00"), TransactionIDs: []string{tx}}
+	}
 	own := ReconResolution{ID: "res_own", Lines: []BankLine{line(1)}, Movements: []Movement{move("m1", "t1")}, Void: void}
 	older := ReconResolution{ID: "res_old", Lines: []BankLine{line(9)}, Movements: []Movement{move("m9", "t9")}, Void: void}
 	anew := ReconResolution{ID: "res_new", Lines: []BankLine{line(2)}, Movements: []Movement{move("m2", "t2")}}
