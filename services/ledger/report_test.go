@@ -700,3 +700,109 @@ func TestSegregatedFundsProviderInDebitNeverOffsets(t *testing.T) {
 		t.Fatalf("PDF (%v) has no provider memo, or a line for p-neg:\n%s", err, out)
 	}
 }
+
+// TestSegregatedFundsMemoUnsweptCommission: settlement moves a provider's
+// commission out of what is owed to clients at once, but its sweep (Dr
+// bank:operating, Cr bank:client) waits while bank:client cannot fund it.
+// Meanwhile bank:client holds the commission: the report was in excess by
+// it with no line saying why. A memo line names the commission earned by
+// settlements and not yet swept, from the ledger's own balances; a breach
+// crossing the same pools is not counted in it (the breaches list it), and
+// the memos and the breach explain the ledger's difference to the cent.
+func TestSegregatedFundsMemoUnsweptCommission(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	p := func(acc, dir, amt string) domain.RawPosting {
+		return domain.RawPosting{Account: acc, Direction: dir, Amount: amt, Currency: "CNY"}
+	}
+	post := func(kind, key string, ps ...domain.RawPosting) {
+		t.Helper()
+		in := app.CreateTransactionInput{IdempotencyKey: key, Postings: ps}
+		if kind != "" { // settlement's own movements, as the service posts them
+			in.Metadata, in.Internal = map[string]string{"kind": kind, "cycle_id": "cyc-20261112", "provider_id": "p-1"}, true
+		}
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+	}
+	const pending1, pending2 = "provider:p-1:pending:cyc-20261112", "provider:p-2:pending:cyc-20261112"
+	f.deposit(t, "r-1", "300.00", "CNY", "d1")
+	post("", "c1", p("renter:r-1:wallet", "debit", "80.00"), p(pending1, "credit", "80.00"))
+	post("", "c2", p("renter:r-2:wallet", "debit", "20.00"), p(pending1, "credit", "20.00")) // r-2 in debit: -20.00
+	post("", "c3", p("renter:r-1:wallet", "debit", "40.00"), p(pending2, "credit", "40.00"))
+	// p-2 settles with its sweep (one transaction): nothing left unswept.
+	post("settlement", "settle-2", p(pending2, "debit", "40.00"), p(domain.PlatformCommission, "credit", "10.00"),
+		p("tax:withheld:CN", "credit", "6.00"), p("provider:p-2:available", "credit", "24.00"),
+		p(domain.BankOperating, "debit", "10.00"), p(domain.BankClient, "credit", "10.00"))
+	// p-1 settles alone: its sweep of 25.00 is deferred.
+	post("settlement", "settle-1", p(pending1, "debit", "100.00"), p(domain.PlatformCommission, "credit", "25.00"),
+		p("tax:withheld:CN", "credit", "15.00"), p("provider:p-1:available", "credit", "60.00"))
+	post("", "fee", p("renter:r-1:wallet", "debit", "1.00"), p(domain.PlatformCommission, "credit", "1.00")) // a breach
+	deferredAt := clk.Now()
+	clk.Advance(time.Second) // the sweep after the instant
+	post("commission_sweep", "settle-1:sweep", p(domain.BankOperating, "debit", "25.00"), p(domain.BankClient, "credit", "25.00"))
+
+	const (
+		memoAccount = "commission earned - swept"
+		memoText    = "settlement commission not yet swept to bank:operating"
+		memo        = "memo " + memoAccount
+	)
+	lines := func(rep *app.SegregatedFundsReport) map[string]decimal.Decimal {
+		out := map[string]decimal.Decimal{}
+		for _, l := range rep.Lines {
+			out[l.Section+" "+l.Account] = l.Amount
+		}
+		return out
+	}
+	// Computed from the postings above: bank:client 300 - 10 (p-2's sweep)
+	// = 290; owed r-1 300-80-40-1 = 179, available 60+24, tax 15+6: 284.
+	// Excess 6.00 = p-1's unswept 25.00 + r-2's debt -20.00 + the fee 1.00.
+	deferred, err := f.svc.Reports().SegregatedFunds(f.ctx, &deferredAt, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(deferred)
+	if deferred.Verdict != app.VerdictExcess || !deferred.Difference.Equal(dec("6")) {
+		t.Fatalf("deferred: verdict %s, difference %s; want excess 6.00 (lines %v)", deferred.Verdict, deferred.Difference, got)
+	}
+	if !got[memo].Equal(dec("25")) {
+		t.Fatalf("deferred sweep: no memo line %q of 25.00 (the commission earned, not yet swept); lines %v", memo, got)
+	}
+	if explained := got[memo].Add(got["memo renter:*:wallet"]).Add(dec("1.00")); !explained.Equal(deferred.LedgerDifference) {
+		t.Fatalf("memos and the breach explain %s of the ledger difference %s (lines %v)", explained, deferred.LedgerDifference, got)
+	}
+	// Swept: bank:client 265 against 284, shortfall -19.00, and no memo.
+	swept, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lines(swept); !swept.Difference.Equal(dec("-19")) || !got[memo].IsZero() {
+		t.Fatalf("swept: difference %s (want -19.00), memo %s (want none); lines %v", swept.Difference, got[memo], got)
+	}
+	// Every form of the report carries the memo.
+	export := func(format string) string {
+		t.Helper()
+		b, err := ledger.ExportSegregatedFunds(f.ctx, f.pool, &deferredAt, "CNY", format, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	wantJSON := `{"section":"memo","account":"` + memoAccount + `","description":"` + memoText + `","amount":"25.00"}`
+	if js := export("json"); !strings.Contains(js, wantJSON) {
+		t.Fatalf("JSON has no unswept commission memo %s:\n%s", wantJSON, js)
+	}
+	if c := export("csv"); !strings.Contains(c, "\ntotal:memo,"+memoAccount+",,,,,25.00,CNY,") {
+		t.Fatalf("CSV has no unswept commission memo row:\n%s", c)
+	}
+	path := t.TempDir() + "/report.pdf"
+	if err := os.WriteFile(path, []byte(export("pdf")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(f.ctx, "pdftotext", "-layout", path, "-").Output()
+	if p := squash(string(out)); err != nil || !strings.Contains(p, "memo "+memoAccount+" "+memoText+" 25.00") {
+		t.Fatalf("PDF (%v) has no unswept commission memo:\n%s", err, out)
+	}
+}

@@ -148,6 +148,8 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.ledger.v1.ReconciliationService/GetReconciliation":   {"finance", "auditor"},
 		// Resolving items by hand is finance's; an auditor reads them on the run.
 		"/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems": {"finance"},
+		// So is voiding a resolution (its items open again in the next run).
+		"/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution": {"finance"},
 	}
 }()
 

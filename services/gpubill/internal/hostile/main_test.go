@@ -160,7 +160,7 @@ func seedParties() error {
 	if err != nil {
 		return err
 	}
-	run, err := seedReconciliation()
+	run, resolution, err := seedReconciliation()
 	if err != nil {
 		return err
 	}
@@ -183,6 +183,9 @@ func seedParties() error {
 			writeRoutes[i].arg = run
 		case "ReplayDeadLetter":
 			writeRoutes[i].arg = letter
+		case "VoidReconciliationResolution":
+			writeRoutes[i].path = "/v1/reconciliations/" + run + "/resolutions/%s:void"
+			writeRoutes[i].arg = resolution
 		}
 	}
 	return nil
@@ -309,12 +312,13 @@ func seedPayouts(ctx context.Context, db *pgx.Conn, set oneTimeSet) error {
 
 // seedReconciliation imports a USD statement whose one line no movement
 // matches (a bank fee), reconciles USD and writes the line off with
-// ResolveReconciliationItems's valid body. It returns the run's id.
-func seedReconciliation() (string, error) {
+// ResolveReconciliationItems's valid body. It returns the run's id and the
+// resolution's.
+func seedReconciliation() (string, string, error) {
 	res := send(http.MethodPost, "/v1/bank-statements", tokens[auth.RoleFinance], []byte(`{"statement_id":"st-resolve","currency":"USD","account":"US-CLIENT-H","format":"csv",`+
 		`"content":"date,reference,amount,balance\n2026-11-19,FEE-H,-5.00,95.00\n"}`))
 	if res.code != http.StatusOK {
-		return "", fmt.Errorf("seed statement: HTTP %d %s", res.code, res.raw)
+		return "", "", fmt.Errorf("seed statement: HTTP %d %s", res.code, res.raw)
 	}
 	res = send(http.MethodPost, "/v1/reconciliations", tokens[auth.RoleFinance], []byte(`{"currency":"USD"}`))
 	var out struct {
@@ -323,16 +327,22 @@ func seedReconciliation() (string, error) {
 		} `json:"reconciliations"`
 	}
 	if err := json.Unmarshal(res.raw, &out); err != nil || res.code != http.StatusOK || len(out.Reconciliations) != 1 {
-		return "", fmt.Errorf("seed reconciliation: HTTP %d %s", res.code, res.raw)
+		return "", "", fmt.Errorf("seed reconciliation: HTTP %d %s", res.code, res.raw)
 	}
 	// Resolved now, while the run is the latest: RunReconciliation's body
 	// of no currency runs USD too, and only a replay answers 200 after.
 	id := out.Reconciliations[0].ReconciliationID
 	r := routeNamed("ResolveReconciliationItems")
-	if res := send(r.method, r.url(id), tokens[r.role], []byte(r.body)); res.code != http.StatusOK {
-		return "", fmt.Errorf("seed resolution: HTTP %d %s", res.code, res.raw)
+	res = send(r.method, r.url(id), tokens[r.role], []byte(r.body))
+	var resolved struct {
+		Resolution struct {
+			ResolutionID string `json:"resolution_id"`
+		} `json:"resolution"`
 	}
-	return id, nil
+	if err := json.Unmarshal(res.raw, &resolved); err != nil || res.code != http.StatusOK || resolved.Resolution.ResolutionID == "" {
+		return "", "", fmt.Errorf("seed resolution: HTTP %d %s", res.code, res.raw)
+	}
+	return id, resolved.Resolution.ResolutionID, nil
 }
 
 // configureAlipay turns the Alipay rail on for the stack with keys

@@ -171,6 +171,11 @@ var writeRoutes = []route{
 	{name: "ResolveReconciliationItems", method: "POST", path: "/v1/reconciliations/%s/resolutions", param: "reconciliation_id", arg: "", role: auth.RoleFinance, // arg: seeded
 		body:  `{"action":"write_off","lines":[{"statement_id":"st-resolve","line_no":1}],"transaction_ids":[],"reason":"hostile walk: bank fee"}`,
 		enums: []string{"action"}},
+	// That resolution voided (its line open again in the next USD run): the
+	// same void again answers the same; ResolveReconciliationItems's body
+	// is then still a replay of the voided resolution.
+	{name: "VoidReconciliationResolution", method: "POST", path: "", param: "resolution_id", arg: "", role: auth.RoleFinance, // path, arg: seeded
+		body: `{"reason":"hostile walk: written off in error"}`},
 }
 
 // notWalked are the write rules of the protos writeRoutes leaves out, each

@@ -2,6 +2,7 @@ package settlementstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	settlementv1 "github.com/gpubill/gpubill/proto/gen/gpubill/settlement/v1"
+	"github.com/gpubill/gpubill/services/ledger"
 	"github.com/gpubill/gpubill/services/settlement"
 )
 
@@ -76,6 +78,10 @@ func TestSweepDeferredWhenClientMoneyCannotFundIt(t *testing.T) {
 	if got := unswept(t, r); len(got) != 1 || !got["CNY"].Equal(c1) {
 		t.Errorf("unswept commission %v, want CNY %s", got, c1)
 	}
+	// The auditors' report says why bank:client holds more than it owes.
+	if m, ok := unsweptMemo(t, r); !ok || !m.Equal(c1) {
+		t.Errorf("segregated-funds report: unswept commission memo %s (present %v), want %s", m, ok, c1)
+	}
 	if s := sweepCommission(t, r, tc); s.Swept != 0 || s.Deferred != 1 {
 		t.Errorf("sweep before the deposit: %+v, want 1 still deferred", s)
 	}
@@ -108,6 +114,31 @@ func TestSweepDeferredWhenClientMoneyCannotFundIt(t *testing.T) {
 	if got := unswept(t, r); len(got) != 0 {
 		t.Errorf("unswept commission %v after the sweep, want none", got)
 	}
+	if m, ok := unsweptMemo(t, r); ok {
+		t.Errorf("segregated-funds report: unswept commission memo %s after the sweep, want none", m)
+	}
+}
+
+// unsweptMemo reads the unswept commission memo line of the ledger's
+// segregated-funds report of now in CNY, as an auditor's JSON shows it.
+func unsweptMemo(t *testing.T, r *realStack) (decimal.Decimal, bool) {
+	t.Helper()
+	b, err := ledger.ExportSegregatedFunds(context.Background(), r.pool, nil, "CNY", "json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Lines []struct{ Section, Account, Amount string } `json:"lines"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range rep.Lines {
+		if l.Section == "memo" && l.Account == "commission earned - swept" {
+			return dec(l.Amount), true
+		}
+	}
+	return decimal.Zero, false
 }
 
 // sweepCommission runs the commission sweep workflow (as its hourly

@@ -34,6 +34,9 @@ type ReportStore interface {
 	// Breaches returns the recorded breaches in currency posted at or
 	// before asOf (nil: all), oldest first, capped, and how many in all.
 	Breaches(ctx context.Context, currency string, asOf *time.Time) ([]domain.RecordedBreach, int, error)
+	// BreachTotals returns the recorded breaches in currency posted at or
+	// before asOf (nil: all), summed per house-pool account and direction.
+	BreachTotals(ctx context.Context, currency string, asOf *time.Time) ([]domain.Breach, error)
 
 	// LatestCheckpoint returns the latest checkpoint at or before asOf
 	// (nil: of all), nil when there is none.
@@ -110,6 +113,10 @@ type SegregatedFundsReport struct {
 	JournalHeadPosition  int64
 	Lines                []ReportLine
 	Clients              []ClientLine
+	// UnsweptCommission is the commission settlements earned that no sweep
+	// has yet moved from bank:client to bank:operating (a deferred sweep):
+	// part of the difference, shown as a memo line.
+	UnsweptCommission decimal.Decimal
 }
 
 // SegregatedFunds computes the report for one currency as of an instant
@@ -144,6 +151,11 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	}
 	r.Clients, r.Resource, r.TaxWithheld = t.clients, t.resource, t.tax
 	r.Requirement = t.walletsPos.Add(t.pending).Add(t.available).Add(t.inTransit)
+	bts, err := rp.Store.BreachTotals(ctx, cur.Code, asOf)
+	if err != nil {
+		return nil, err
+	}
+	r.UnsweptCommission = unsweptCommission(t.houseNetDebit, bts)
 	if err := r.checkClientLines(); err != nil {
 		return nil, err
 	}
@@ -169,6 +181,7 @@ type balanceTally struct {
 	clients                                               []ClientLine
 	walletsPos, walletsNeg, pending, available, inTransit decimal.Decimal
 	providersNeg, tax, resource                           decimal.Decimal
+	houseNetDebit                                         decimal.Decimal // bank:operating and platform:*, debits - credits
 	nPos, nNeg, nProvidersNeg                             int
 }
 
@@ -196,7 +209,7 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 		}
 		return &sums[i]
 	}
-	var walletsPos, walletsNeg, tax exactSum
+	var walletsPos, walletsNeg, tax, house exactSum
 	for _, n := range nets {
 		acc, err := domain.ParseAddress(n.Account)
 		if err != nil {
@@ -224,13 +237,15 @@ func tallyBalances(nets []domain.AccountNet) (*balanceTally, error) {
 			tax.add(bal)
 		case n.Account == domain.BankClient:
 			t.resource = bal
+		case acc.Pool == domain.PoolHouse:
+			house.add(n.NetDebit)
 		}
 		if c != nil {
 			c.total.add(bal)
 		}
 	}
 	t.nPos, t.nNeg = walletsPos.terms, walletsNeg.terms
-	t.walletsPos, t.walletsNeg, t.tax = walletsPos.value(), walletsNeg.value(), tax.value()
+	t.walletsPos, t.walletsNeg, t.tax, t.houseNetDebit = walletsPos.value(), walletsNeg.value(), tax.value(), house.value()
 	t.closeClientLines(sums)
 	return t, nil
 }
@@ -276,6 +291,24 @@ func (ps *providerSections) addSections(s *clientSums) {
 	}
 }
 
+// unsweptCommission is the commission settlements earned and their sweeps
+// have not yet taken out of bank:client (DESIGN §4; a sweep bank:client
+// cannot fund is deferred, and bank:client holds the commission until it
+// runs). Money crosses between the client and the house pools only by a
+// settlement (commission credited out of provider pending), its sweep
+// (bank:client to bank:operating) and their reversals, or by a breach; a
+// posting within the house pool nets to zero in it. So the house pool's
+// debits - credits, less the breaches', are swept - earned, from the
+// balances alone (no scan of the journal). An entry between the house and
+// the tax pool is no breach by that rule and would count here too.
+func unsweptCommission(houseNetDebit decimal.Decimal, breaches []domain.Breach) decimal.Decimal {
+	sanctioned := houseNetDebit
+	for _, b := range breaches {
+		sanctioned = sanctioned.Sub(b.HouseNetDebit())
+	}
+	return sanctioned.Neg()
+}
+
 // checkClientLines: the client lines add up to the requirement (one
 // client's debt never offsets another's money: negative wallets and
 // providers in debit have no line).
@@ -318,7 +351,8 @@ func (r *SegregatedFundsReport) reconcile() {
 }
 
 // summaryLines are the totals per section, with memos for wallets and
-// providers in debit and for the bank's figure against the ledger's.
+// providers in debit, for commission not yet swept and for the bank's
+// figure against the ledger's.
 func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
 	lines := []ReportLine{
 		{"requirement", "renter:*:wallet", plural(t.nPos, "renter wallet") + " in credit", t.walletsPos},
@@ -335,6 +369,10 @@ func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
 	if t.nProvidersNeg > 0 {
 		lines = append(lines, ReportLine{"memo", "provider:*", plural(t.nProvidersNeg, "provider") +
 			" in debit: not offset against other clients' money", t.providersNeg})
+	}
+	if !r.UnsweptCommission.IsZero() {
+		lines = append(lines, ReportLine{"memo", "commission earned - swept",
+			"settlement commission not yet swept to bank:operating", r.UnsweptCommission})
 	}
 	if r.BankStatementBalance != nil {
 		lines = append(lines,

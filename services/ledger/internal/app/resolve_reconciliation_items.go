@@ -27,6 +27,13 @@ type ResolutionStore interface {
 	// its currency's latest (apperr.ErrPrecondition).
 	Resolve(ctx context.Context, runID string, lines []domain.LineRef, txIDs []string, request string,
 		build func(run *domain.ReconRun) (*domain.ReconResolution, error)) (res *domain.ReconResolution, resolved bool, err error)
+	// VoidResolution stores the void build makes of resolution resolutionID
+	// of run runID (apperr.ErrNotFound if it has none of that id), under the
+	// run lock of its currency; build is given the resolution as stored
+	// (its Void set when voided already) and the currency's latest run, and
+	// returns nil to store nothing. It returns the resolution with its void.
+	VoidResolution(ctx context.Context, runID, resolutionID string,
+		build func(res *domain.ReconResolution, latestRunID string) (*domain.ReconVoid, error)) (*domain.ReconResolution, error)
 }
 
 // ResolveItems resolves items of a run by hand (match or write_off, with a

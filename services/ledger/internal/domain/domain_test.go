@@ -86,8 +86,27 @@ func TestSegregationBreaches(t *testing.T) {
 		{"operating funds a wallet", tx(TxManual, "", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}), 2},
 	}
 	for _, tt := range tests {
-		if got := SegregationBreaches(tt.give); len(got) != tt.want {
+		got := SegregationBreaches(tt.give)
+		if len(got) != tt.want {
 			t.Fatalf("%s: %d breaches %+v, want %d", tt.name, len(got), got, tt.want)
+		}
+		// Read back from its pools, a breach is its posting's debits -
+		// credits (the report takes them out of the house pool's balance).
+		var fromPostings, fromBreaches decimal.Decimal
+		for _, p := range tt.give.Postings {
+			switch {
+			case p.Account.Pool != PoolHouse || len(got) == 0:
+			case p.Direction == Debit:
+				fromPostings = fromPostings.Add(p.Amount)
+			default:
+				fromPostings = fromPostings.Sub(p.Amount)
+			}
+		}
+		for _, b := range got {
+			fromBreaches = fromBreaches.Add(b.HouseNetDebit())
+		}
+		if !fromBreaches.Equal(fromPostings) {
+			t.Fatalf("%s: breaches read back as %s of house-pool debits - credits, the postings are %s", tt.name, fromBreaches, fromPostings)
 		}
 	}
 }

@@ -500,6 +500,11 @@ type ReconRun struct {
 	Result Reconciliation
 	// Resolutions of its unmatched items by hand (a read run's only).
 	Resolutions []ReconResolution
+	// Voided: resolutions (of this run or an earlier one) voided while this
+	// run was the currency's latest; the next run opens their items again.
+	Voided []ReconResolution
+	// Reopened: the previous run's Voided, whose items this run took over.
+	Reopened []ReconResolution
 }
 
 // Tally sets the run's verdict and counts from its Result.
@@ -535,6 +540,20 @@ type ReconResolution struct {
 	CreatedAt        time.Time
 	Lines            []BankLine
 	Movements        []Movement
+	// Void is set once it is voided: its items are open again.
+	Void *ReconVoid
+}
+
+// ReconVoid undoes a resolution by hand: finance resolved the wrong items.
+// The resolution is kept as it was; its items are open again from the
+// currency's next run after the void on.
+type ReconVoid struct {
+	// ReconciliationID is the currency's latest run when it was voided:
+	// the run after it takes the items over.
+	ReconciliationID string
+	Reason           string
+	VoidedBy         string
+	VoidedAt         time.Time
 }
 
 // ResolveItems takes the items a resolution names from what the run left
@@ -592,10 +611,17 @@ func (r ReconRun) ResolveItems(action string, lines []LineRef, txIDs []string) (
 }
 
 // Carried is what a run leaves to the next: its unmatched lines and
-// movements less those resolved by hand.
+// movements less those a resolution not voided names, and the items of the
+// resolutions voided while it was the latest (Voided), once each: open
+// again, unless resolved anew since. A voided resolution of this run names
+// items it lists already (with what the run knew of them); one of an
+// earlier run, items no run has carried since, as the resolution kept them.
 func (r ReconRun) Carried() ([]BankLine, []Movement) {
 	lines, txs := map[LineRef]bool{}, map[string]bool{}
 	for _, res := range r.Resolutions {
+		if res.Void != nil {
+			continue
+		}
 		for _, l := range res.Lines {
 			lines[LineRef{l.StatementID, l.LineNo}] = true
 		}
@@ -605,16 +631,39 @@ func (r ReconRun) Carried() ([]BankLine, []Movement) {
 			}
 		}
 	}
+	named := func(m Movement) bool {
+		return slices.ContainsFunc(m.TransactionIDs, func(id string) bool { return txs[id] })
+	}
 	var outL []BankLine
 	for _, u := range r.Result.UnmatchedBank {
-		if !lines[LineRef{u.Line.StatementID, u.Line.LineNo}] {
+		if ref := (LineRef{u.Line.StatementID, u.Line.LineNo}); !lines[ref] {
+			lines[ref] = true
 			outL = append(outL, u.Line)
 		}
 	}
 	var outM []Movement
 	for _, u := range r.Result.UnmatchedLedger {
-		if !slices.ContainsFunc(u.Movement.TransactionIDs, func(id string) bool { return txs[id] }) {
+		if !named(u.Movement) {
 			outM = append(outM, u.Movement)
+			for _, id := range u.Movement.TransactionIDs {
+				txs[id] = true
+			}
+		}
+	}
+	for _, res := range r.Voided {
+		for _, l := range res.Lines {
+			if ref := (LineRef{l.StatementID, l.LineNo}); !lines[ref] {
+				lines[ref] = true
+				outL = append(outL, l)
+			}
+		}
+		for _, m := range res.Movements {
+			if !named(m) {
+				outM = append(outM, m)
+				for _, id := range m.TransactionIDs {
+					txs[id] = true
+				}
+			}
 		}
 	}
 	return outL, outM

@@ -337,3 +337,37 @@ func TestInTransitAtAClose(t *testing.T) {
 		t.Errorf("10 more in the bank: %+v", got)
 	}
 }
+
+// TestCarriedWithVoids: a run carries the items of the resolutions voided
+// while it was the latest, once each, unless resolved anew since: a voided
+// resolution of the run itself names items it lists already; one of an
+// earlier run, items no run carried since; another resolution on the run
+// after the void keeps its items out.
+func TestCarriedWithVoids(t *testing.T) {
+	d := decimal.RequireFromString
+	void := &ReconVoid{ReconciliationID: "rec_2", Reason: "wrong items"}
+	line := func(n int) BankLine { return BankLine{StatementID: "st", LineNo: n, Amount: d("-1.00")} }
+	move := func(key, tx string) Movement {
+		return Movement{Key: key, Amount: d("1.00"), TransactionIDs: []string{tx}}
+	}
+	own := ReconResolution{ID: "res_own", Lines: []BankLine{line(1)}, Movements: []Movement{move("m1", "t1")}, Void: void}
+	older := ReconResolution{ID: "res_old", Lines: []BankLine{line(9)}, Movements: []Movement{move("m9", "t9")}, Void: void}
+	anew := ReconResolution{ID: "res_new", Lines: []BankLine{line(2)}, Movements: []Movement{move("m2", "t2")}}
+	run := ReconRun{ID: "rec_2", Result: Reconciliation{
+		UnmatchedBank:   []UnmatchedLine{{Line: line(1)}, {Line: line(2)}, {Line: line(3)}},
+		UnmatchedLedger: []UnmatchedMovement{{Movement: move("m1", "t1")}, {Movement: move("m2", "t2")}},
+	}}
+	run.Resolutions = []ReconResolution{own, anew}
+	run.Voided = []ReconResolution{own, older}
+	lines, moves := run.Carried()
+	var got []string
+	for _, l := range lines {
+		got = append(got, fmt.Sprint("line ", l.LineNo))
+	}
+	for _, m := range moves {
+		got = append(got, m.Key)
+	}
+	if want := "[line 1 line 3 line 9 m1 m9]"; fmt.Sprint(got) != want {
+		t.Fatalf("Carried: %v, want %s (the voided ones' items once, not those resolved anew)", got, want)
+	}
+}

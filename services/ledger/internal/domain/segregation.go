@@ -26,8 +26,9 @@ type Breach struct {
 //   - the commission sweep (kind commission_sweep): Dr bank:operating, Cr
 //     bank:client;
 //   - both in one transaction (kind settlement: settlement posts them
-//     together, so no report reads the commission earned but not yet
-//     swept), the sweep legs equal per currency to the commission credited;
+//     together when bank:client can fund the sweep, else the sweep
+//     follows on its own and the report's memo names the commission until
+//     it does), the sweep legs equal per currency to the commission credited;
 //
 // and by a reversal, the exact mirror of a transaction. Anything else
 // touching both pools is a breach, reported per house-pool posting: by
@@ -48,6 +49,22 @@ func SegregationBreachesByShape(t *Transaction) []Breach {
 	ok := isSettlement(ps, false) || isSettlement(ps, true) || isSweep(ps, false) || isSweep(ps, true) ||
 		isSettlementWithSweep(ps, false) || isSettlementWithSweep(ps, true)
 	return breaches(ps, ok)
+}
+
+// HouseNetDebit is the breach's house-pool posting as debits - credits, as
+// breaches reads its direction: money arriving in the house debits a house
+// asset or credits house income, money leaving does the opposite. A row on
+// any other account (breaches records none) is in no house-pool balance:
+// zero.
+func (b Breach) HouseNetDebit() decimal.Decimal {
+	acc, err := ParseAddress(b.Account)
+	if err != nil || acc.Pool != PoolHouse {
+		return decimal.Zero
+	}
+	if (acc.Kind == KindAsset) == (b.ToPool == PoolHouse) {
+		return b.Amount
+	}
+	return b.Amount.Neg()
 }
 
 // breaches are the house-pool postings of a transaction touching both

@@ -62,6 +62,15 @@ func (s *ReconciliationServer) ResolveReconciliationItems(ctx context.Context, r
 	return &ledgerv1.ResolveReconciliationItemsResponse{Resolution: toProtoResolution(res, amountIn(res.Currency))}, nil
 }
 
+// VoidReconciliationResolution implements ReconciliationService.
+func (s *ReconciliationServer) VoidReconciliationResolution(ctx context.Context, r *ledgerv1.VoidReconciliationResolutionRequest) (*ledgerv1.VoidReconciliationResolutionResponse, error) {
+	res, err := s.Reconciliations.VoidResolution(ctx, r.GetReconciliationId(), r.GetResolutionId(), r.GetReason(), caller(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.VoidReconciliationResolutionResponse{Resolution: toProtoResolution(res, amountIn(res.Currency))}, nil
+}
+
 // ListReconciliations implements ReconciliationService.
 func (s *ReconciliationServer) ListReconciliations(ctx context.Context, r *ledgerv1.ListReconciliationsRequest) (*ledgerv1.ListReconciliationsResponse, error) {
 	runs, next, err := s.Reconciliations.List(ctx, r.GetCurrency(), r.GetPageSize(), r.GetPageToken())
@@ -156,12 +165,19 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	for i := range r.Resolutions {
 		out.Resolutions = append(out.Resolutions, toProtoResolution(&r.Resolutions[i], f))
 	}
+	out.ReopenedResolutions = make([]*ledgerv1.ReconciliationResolution, 0, len(r.Reopened))
+	for i := range r.Reopened {
+		out.ReopenedResolutions = append(out.ReopenedResolutions, toProtoResolution(&r.Reopened[i], f))
+	}
 	return out
 }
 
 func toProtoResolution(r *domain.ReconResolution, f func(decimal.Decimal) string) *ledgerv1.ReconciliationResolution {
 	out := &ledgerv1.ReconciliationResolution{ResolutionId: r.ID, ReconciliationId: r.ReconciliationID, Action: r.Action, Reason: r.Reason,
 		ResolvedBy: r.ResolvedBy, CreatedAt: timestamppb.New(r.CreatedAt), Items: make([]*ledgerv1.ReconciliationItem, 0, len(r.Lines)+len(r.Movements))}
+	if r.Void != nil {
+		out.VoidedAt, out.VoidedBy, out.VoidReason = timestamppb.New(r.Void.VoidedAt), r.Void.VoidedBy, r.Void.Reason
+	}
 	for _, l := range r.Lines {
 		it := &ledgerv1.ReconciliationItem{StatementId: l.StatementID, LineNo: int32(l.LineNo), Reference: l.Reference, BankAmount: f(l.Amount)}
 		if !l.BookedOn.IsZero() {

@@ -23,6 +23,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type VoidReconciliationResolutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run the resolution resolved items of.
+	ReconciliationId string `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	ResolutionId     string `protobuf:"bytes,2,opt,name=resolution_id,json=resolutionId,proto3" json:"resolution_id,omitempty"`
+	Reason           string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // required, at most 500 bytes: why (kept, shown on the runs)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *VoidReconciliationResolutionRequest) Reset() {
+	*x = VoidReconciliationResolutionRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VoidReconciliationResolutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VoidReconciliationResolutionRequest) ProtoMessage() {}
+
+func (x *VoidReconciliationResolutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VoidReconciliationResolutionRequest.ProtoReflect.Descriptor instead.
+func (*VoidReconciliationResolutionRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *VoidReconciliationResolutionRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *VoidReconciliationResolutionRequest) GetResolutionId() string {
+	if x != nil {
+		return x.ResolutionId
+	}
+	return ""
+}
+
+func (x *VoidReconciliationResolutionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type VoidReconciliationResolutionResponse struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Resolution    *ReconciliationResolution `protobuf:"bytes,1,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VoidReconciliationResolutionResponse) Reset() {
+	*x = VoidReconciliationResolutionResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VoidReconciliationResolutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VoidReconciliationResolutionResponse) ProtoMessage() {}
+
+func (x *VoidReconciliationResolutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VoidReconciliationResolutionResponse.ProtoReflect.Descriptor instead.
+func (*VoidReconciliationResolutionResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *VoidReconciliationResolutionResponse) GetResolution() *ReconciliationResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
 type ResolveReconciliationItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The currency's latest run, in which the items are unmatched.
@@ -40,7 +145,7 @@ type ResolveReconciliationItemsRequest struct {
 
 func (x *ResolveReconciliationItemsRequest) Reset() {
 	*x = ResolveReconciliationItemsRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +157,7 @@ func (x *ResolveReconciliationItemsRequest) String() string {
 func (*ResolveReconciliationItemsRequest) ProtoMessage() {}
 
 func (x *ResolveReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[0]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +170,7 @@ func (x *ResolveReconciliationItemsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ResolveReconciliationItemsRequest.ProtoReflect.Descriptor instead.
 func (*ResolveReconciliationItemsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{0}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ResolveReconciliationItemsRequest) GetReconciliationId() string {
@@ -114,7 +219,7 @@ type StatementLineRef struct {
 
 func (x *StatementLineRef) Reset() {
 	*x = StatementLineRef{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +231,7 @@ func (x *StatementLineRef) String() string {
 func (*StatementLineRef) ProtoMessage() {}
 
 func (x *StatementLineRef) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[1]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +244,7 @@ func (x *StatementLineRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementLineRef.ProtoReflect.Descriptor instead.
 func (*StatementLineRef) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{1}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StatementLineRef) GetStatementId() string {
@@ -165,7 +270,7 @@ type ResolveReconciliationItemsResponse struct {
 
 func (x *ResolveReconciliationItemsResponse) Reset() {
 	*x = ResolveReconciliationItemsResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +282,7 @@ func (x *ResolveReconciliationItemsResponse) String() string {
 func (*ResolveReconciliationItemsResponse) ProtoMessage() {}
 
 func (x *ResolveReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[2]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +295,7 @@ func (x *ResolveReconciliationItemsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ResolveReconciliationItemsResponse.ProtoReflect.Descriptor instead.
 func (*ResolveReconciliationItemsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{2}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResolveReconciliationItemsResponse) GetResolution() *ReconciliationResolution {
@@ -210,14 +315,18 @@ type ReconciliationResolution struct {
 	ResolvedBy       string                 `protobuf:"bytes,5,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role and subject of the caller
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// The lines and movements resolved, as the run listed them.
-	Items         []*ReconciliationItem `protobuf:"bytes,7,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*ReconciliationItem `protobuf:"bytes,7,rep,name=items,proto3" json:"items,omitempty"`
+	// Set once voided: its items are open again from the next run on.
+	VoidedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=voided_at,json=voidedAt,proto3" json:"voided_at,omitempty"`
+	VoidedBy      string                 `protobuf:"bytes,9,opt,name=voided_by,json=voidedBy,proto3" json:"voided_by,omitempty"` // role and subject of the caller
+	VoidReason    string                 `protobuf:"bytes,10,opt,name=void_reason,json=voidReason,proto3" json:"void_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconciliationResolution) Reset() {
 	*x = ReconciliationResolution{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +338,7 @@ func (x *ReconciliationResolution) String() string {
 func (*ReconciliationResolution) ProtoMessage() {}
 
 func (x *ReconciliationResolution) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[3]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +351,7 @@ func (x *ReconciliationResolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationResolution.ProtoReflect.Descriptor instead.
 func (*ReconciliationResolution) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{3}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReconciliationResolution) GetResolutionId() string {
@@ -294,6 +403,27 @@ func (x *ReconciliationResolution) GetItems() []*ReconciliationItem {
 	return nil
 }
 
+func (x *ReconciliationResolution) GetVoidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VoidedAt
+	}
+	return nil
+}
+
+func (x *ReconciliationResolution) GetVoidedBy() string {
+	if x != nil {
+		return x.VoidedBy
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetVoidReason() string {
+	if x != nil {
+		return x.VoidReason
+	}
+	return ""
+}
+
 type RunReconciliationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"` // empty: every currency with an imported statement
@@ -303,7 +433,7 @@ type RunReconciliationRequest struct {
 
 func (x *RunReconciliationRequest) Reset() {
 	*x = RunReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +445,7 @@ func (x *RunReconciliationRequest) String() string {
 func (*RunReconciliationRequest) ProtoMessage() {}
 
 func (x *RunReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[4]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +458,7 @@ func (x *RunReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*RunReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{4}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunReconciliationRequest) GetCurrency() string {
@@ -347,7 +477,7 @@ type RunReconciliationResponse struct {
 
 func (x *RunReconciliationResponse) Reset() {
 	*x = RunReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +489,7 @@ func (x *RunReconciliationResponse) String() string {
 func (*RunReconciliationResponse) ProtoMessage() {}
 
 func (x *RunReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[5]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +502,7 @@ func (x *RunReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*RunReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{5}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunReconciliationResponse) GetReconciliations() []*Reconciliation {
@@ -440,13 +570,16 @@ type Reconciliation struct {
 	// the run still not reconcile.
 	CashDifferences     []*CashDifference `protobuf:"bytes,23,rep,name=cash_differences,json=cashDifferences,proto3" json:"cash_differences,omitempty"`
 	CashDifferenceCount int32             `protobuf:"varint,24,opt,name=cash_difference_count,json=cashDifferenceCount,proto3" json:"cash_difference_count,omitempty"`
+	// Resolutions voided since the previous run whose items this run took
+	// over again (open, as if never resolved).
+	ReopenedResolutions []*ReconciliationResolution `protobuf:"bytes,25,rep,name=reopened_resolutions,json=reopenedResolutions,proto3" json:"reopened_resolutions,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
 	*x = Reconciliation{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +591,7 @@ func (x *Reconciliation) String() string {
 func (*Reconciliation) ProtoMessage() {}
 
 func (x *Reconciliation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[6]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +604,7 @@ func (x *Reconciliation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reconciliation.ProtoReflect.Descriptor instead.
 func (*Reconciliation) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{6}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reconciliation) GetReconciliationId() string {
@@ -642,6 +775,13 @@ func (x *Reconciliation) GetCashDifferenceCount() int32 {
 	return 0
 }
 
+func (x *Reconciliation) GetReopenedResolutions() []*ReconciliationResolution {
+	if x != nil {
+		return x.ReopenedResolutions
+	}
+	return nil
+}
+
 // A statement's close at which the proof of cash does not hold:
 // bank_closing_balance - (ledger_bank_client + in_transit_bank -
 // in_transit_ledger) = difference, not zero.
@@ -672,7 +812,7 @@ type CashDifference struct {
 
 func (x *CashDifference) Reset() {
 	*x = CashDifference{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +824,7 @@ func (x *CashDifference) String() string {
 func (*CashDifference) ProtoMessage() {}
 
 func (x *CashDifference) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[7]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +837,7 @@ func (x *CashDifference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CashDifference.ProtoReflect.Descriptor instead.
 func (*CashDifference) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{7}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CashDifference) GetStatementId() string {
@@ -780,7 +920,7 @@ type StatementBreak struct {
 
 func (x *StatementBreak) Reset() {
 	*x = StatementBreak{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +932,7 @@ func (x *StatementBreak) String() string {
 func (*StatementBreak) ProtoMessage() {}
 
 func (x *StatementBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[8]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +945,7 @@ func (x *StatementBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementBreak.ProtoReflect.Descriptor instead.
 func (*StatementBreak) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{8}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatementBreak) GetAccount() string {
@@ -879,7 +1019,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1031,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[9]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1044,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{9}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReconciliationItem) GetStatementId() string {
@@ -995,7 +1135,7 @@ type ListReconciliationsRequest struct {
 
 func (x *ListReconciliationsRequest) Reset() {
 	*x = ListReconciliationsRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1147,7 @@ func (x *ListReconciliationsRequest) String() string {
 func (*ListReconciliationsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[10]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1160,7 @@ func (x *ListReconciliationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListReconciliationsRequest) GetCurrency() string {
@@ -1071,7 +1211,7 @@ type ReconciliationSummary struct {
 
 func (x *ReconciliationSummary) Reset() {
 	*x = ReconciliationSummary{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1223,7 @@ func (x *ReconciliationSummary) String() string {
 func (*ReconciliationSummary) ProtoMessage() {}
 
 func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[11]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1236,7 @@ func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
 func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{11}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReconciliationSummary) GetReconciliationId() string {
@@ -1235,7 +1375,7 @@ type ListReconciliationsResponse struct {
 
 func (x *ListReconciliationsResponse) Reset() {
 	*x = ListReconciliationsResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1387,7 @@ func (x *ListReconciliationsResponse) String() string {
 func (*ListReconciliationsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[12]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1400,7 @@ func (x *ListReconciliationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{12}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListReconciliationsResponse) GetReconciliations() []*ReconciliationSummary {
@@ -1286,7 +1426,7 @@ type GetReconciliationRequest struct {
 
 func (x *GetReconciliationRequest) Reset() {
 	*x = GetReconciliationRequest{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1438,7 @@ func (x *GetReconciliationRequest) String() string {
 func (*GetReconciliationRequest) ProtoMessage() {}
 
 func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[13]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1451,7 @@ func (x *GetReconciliationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{13}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetReconciliationRequest) GetReconciliationId() string {
@@ -1330,7 +1470,7 @@ type GetReconciliationResponse struct {
 
 func (x *GetReconciliationResponse) Reset() {
 	*x = GetReconciliationResponse{}
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1482,7 @@ func (x *GetReconciliationResponse) String() string {
 func (*GetReconciliationResponse) ProtoMessage() {}
 
 func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[14]
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1495,7 @@ func (x *GetReconciliationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{14}
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetReconciliationResponse) GetReconciliation() *Reconciliation {
@@ -1369,7 +1509,15 @@ var File_gpubill_ledger_v1_reconciliation_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\n" +
-	"&gpubill/ledger/v1/reconciliation.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x01\n" +
+	"&gpubill/ledger/v1/reconciliation.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x01\n" +
+	"#VoidReconciliationResolutionRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12#\n" +
+	"\rresolution_id\x18\x02 \x01(\tR\fresolutionId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"s\n" +
+	"$VoidReconciliationResolutionResponse\x12K\n" +
+	"\n" +
+	"resolution\x18\x01 \x01(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\n" +
+	"resolution\"\xe4\x01\n" +
 	"!ResolveReconciliationItemsRequest\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x129\n" +
@@ -1382,7 +1530,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\"ResolveReconciliationItemsResponse\x12K\n" +
 	"\n" +
 	"resolution\x18\x01 \x01(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\n" +
-	"resolution\"\xb5\x02\n" +
+	"resolution\"\xac\x03\n" +
 	"\x18ReconciliationResolution\x12#\n" +
 	"\rresolution_id\x18\x01 \x01(\tR\fresolutionId\x12+\n" +
 	"\x11reconciliation_id\x18\x02 \x01(\tR\x10reconciliationId\x12\x16\n" +
@@ -1392,12 +1540,16 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"resolvedBy\x129\n" +
 	"\n" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
-	"\x05items\x18\a \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\"6\n" +
+	"\x05items\x18\a \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\x127\n" +
+	"\tvoided_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bvoidedAt\x12\x1b\n" +
+	"\tvoided_by\x18\t \x01(\tR\bvoidedBy\x12\x1f\n" +
+	"\vvoid_reason\x18\n" +
+	" \x01(\tR\n" +
+	"voidReason\"6\n" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xa2\n" +
-	"\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\x82\v\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1424,7 +1576,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x15statement_break_count\x18\x15 \x01(\x05R\x13statementBreakCount\x12M\n" +
 	"\vresolutions\x18\x16 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\x12L\n" +
 	"\x10cash_differences\x18\x17 \x03(\v2!.gpubill.ledger.v1.CashDifferenceR\x0fcashDifferences\x122\n" +
-	"\x15cash_difference_count\x18\x18 \x01(\x05R\x13cashDifferenceCount\"\xf4\x02\n" +
+	"\x15cash_difference_count\x18\x18 \x01(\x05R\x13cashDifferenceCount\x12^\n" +
+	"\x14reopened_resolutions\x18\x19 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\x13reopenedResolutions\"\xf4\x02\n" +
 	"\x0eCashDifference\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
@@ -1494,12 +1647,13 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18GetReconciliationRequest\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\"f\n" +
 	"\x19GetReconciliationResponse\x12I\n" +
-	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation2\xba\x05\n" +
+	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation2\xa1\a\n" +
 	"\x15ReconciliationService\x12\x8e\x01\n" +
 	"\x11RunReconciliation\x12+.gpubill.ledger.v1.RunReconciliationRequest\x1a,.gpubill.ledger.v1.RunReconciliationResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/reconciliations\x12\x91\x01\n" +
 	"\x13ListReconciliations\x12-.gpubill.ledger.v1.ListReconciliationsRequest\x1a..gpubill.ledger.v1.ListReconciliationsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/reconciliations\x12\xaf\x01\n" +
 	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}\x12\xc9\x01\n" +
-	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutionsBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
+	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutions\x12\xe4\x01\n" +
+	"\x1cVoidReconciliationResolution\x126.gpubill.ledger.v1.VoidReconciliationResolutionRequest\x1a7.gpubill.ledger.v1.VoidReconciliationResolutionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*\"H/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:voidBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
 
 var (
 	file_gpubill_ledger_v1_reconciliation_proto_rawDescOnce sync.Once
@@ -1513,55 +1667,62 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
-	(*ResolveReconciliationItemsRequest)(nil),  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	(*StatementLineRef)(nil),                   // 1: gpubill.ledger.v1.StatementLineRef
-	(*ResolveReconciliationItemsResponse)(nil), // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	(*ReconciliationResolution)(nil),           // 3: gpubill.ledger.v1.ReconciliationResolution
-	(*RunReconciliationRequest)(nil),           // 4: gpubill.ledger.v1.RunReconciliationRequest
-	(*RunReconciliationResponse)(nil),          // 5: gpubill.ledger.v1.RunReconciliationResponse
-	(*Reconciliation)(nil),                     // 6: gpubill.ledger.v1.Reconciliation
-	(*CashDifference)(nil),                     // 7: gpubill.ledger.v1.CashDifference
-	(*StatementBreak)(nil),                     // 8: gpubill.ledger.v1.StatementBreak
-	(*ReconciliationItem)(nil),                 // 9: gpubill.ledger.v1.ReconciliationItem
-	(*ListReconciliationsRequest)(nil),         // 10: gpubill.ledger.v1.ListReconciliationsRequest
-	(*ReconciliationSummary)(nil),              // 11: gpubill.ledger.v1.ReconciliationSummary
-	(*ListReconciliationsResponse)(nil),        // 12: gpubill.ledger.v1.ListReconciliationsResponse
-	(*GetReconciliationRequest)(nil),           // 13: gpubill.ledger.v1.GetReconciliationRequest
-	(*GetReconciliationResponse)(nil),          // 14: gpubill.ledger.v1.GetReconciliationResponse
-	(*timestamppb.Timestamp)(nil),              // 15: google.protobuf.Timestamp
+	(*VoidReconciliationResolutionRequest)(nil),  // 0: gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	(*VoidReconciliationResolutionResponse)(nil), // 1: gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	(*ResolveReconciliationItemsRequest)(nil),    // 2: gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	(*StatementLineRef)(nil),                     // 3: gpubill.ledger.v1.StatementLineRef
+	(*ResolveReconciliationItemsResponse)(nil),   // 4: gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	(*ReconciliationResolution)(nil),             // 5: gpubill.ledger.v1.ReconciliationResolution
+	(*RunReconciliationRequest)(nil),             // 6: gpubill.ledger.v1.RunReconciliationRequest
+	(*RunReconciliationResponse)(nil),            // 7: gpubill.ledger.v1.RunReconciliationResponse
+	(*Reconciliation)(nil),                       // 8: gpubill.ledger.v1.Reconciliation
+	(*CashDifference)(nil),                       // 9: gpubill.ledger.v1.CashDifference
+	(*StatementBreak)(nil),                       // 10: gpubill.ledger.v1.StatementBreak
+	(*ReconciliationItem)(nil),                   // 11: gpubill.ledger.v1.ReconciliationItem
+	(*ListReconciliationsRequest)(nil),           // 12: gpubill.ledger.v1.ListReconciliationsRequest
+	(*ReconciliationSummary)(nil),                // 13: gpubill.ledger.v1.ReconciliationSummary
+	(*ListReconciliationsResponse)(nil),          // 14: gpubill.ledger.v1.ListReconciliationsResponse
+	(*GetReconciliationRequest)(nil),             // 15: gpubill.ledger.v1.GetReconciliationRequest
+	(*GetReconciliationResponse)(nil),            // 16: gpubill.ledger.v1.GetReconciliationResponse
+	(*timestamppb.Timestamp)(nil),                // 17: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
-	1,  // 0: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
-	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	15, // 2: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 3: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
-	6,  // 4: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	15, // 5: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 6: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
-	9,  // 7: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
-	9,  // 8: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
-	8,  // 9: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
-	3,  // 10: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	7,  // 11: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
-	15, // 12: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
-	15, // 13: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
-	11, // 14: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
-	6,  // 15: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
-	4,  // 16: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	10, // 17: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	13, // 18: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	0,  // 19: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	5,  // 20: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	12, // 21: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	14, // 22: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	2,  // 23: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 0: gpubill.ledger.v1.VoidReconciliationResolutionResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
+	5,  // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	17, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	11, // 4: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
+	17, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
+	17, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	11, // 8: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
+	11, // 9: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
+	11, // 10: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
+	10, // 11: gpubill.ledger.v1.Reconciliation.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
+	5,  // 12: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	9,  // 13: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
+	5,  // 14: gpubill.ledger.v1.Reconciliation.reopened_resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	17, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
+	17, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	13, // 17: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
+	8,  // 18: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
+	6,  // 19: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	12, // 20: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	15, // 21: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	2,  // 22: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	0,  // 23: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	7,  // 24: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	14, // 25: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	16, // 26: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	4,  // 27: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	1,  // 28: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	24, // [24:29] is the sub-list for method output_type
+	19, // [19:24] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -1575,7 +1736,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -181,6 +181,67 @@ func local_request_ReconciliationService_ResolveReconciliationItems_0(ctx contex
 	return msg, metadata, err
 }
 
+func request_ReconciliationService_VoidReconciliationResolution_0(ctx context.Context, marshaler runtime.Marshaler, client ReconciliationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq VoidReconciliationResolutionRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["reconciliation_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "reconciliation_id")
+	}
+	protoReq.ReconciliationId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "reconciliation_id", err)
+	}
+	val, ok = pathParams["resolution_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "resolution_id")
+	}
+	protoReq.ResolutionId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "resolution_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.VoidReconciliationResolution(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ReconciliationService_VoidReconciliationResolution_0(ctx context.Context, marshaler runtime.Marshaler, server ReconciliationServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq VoidReconciliationResolutionRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["reconciliation_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "reconciliation_id")
+	}
+	protoReq.ReconciliationId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "reconciliation_id", err)
+	}
+	val, ok = pathParams["resolution_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "resolution_id")
+	}
+	protoReq.ResolutionId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "resolution_id", err)
+	}
+	msg, err := server.VoidReconciliationResolution(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterReconciliationServiceHandlerServer registers the http handlers for service ReconciliationService to "mux".
 // UnaryRPC     :call ReconciliationServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -266,6 +327,26 @@ func RegisterReconciliationServiceHandlerServer(ctx context.Context, mux *runtim
 			return
 		}
 		forward_ReconciliationService_ResolveReconciliationItems_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_ReconciliationService_VoidReconciliationResolution_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution", runtime.WithHTTPPathPattern("/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:void"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ReconciliationService_VoidReconciliationResolution_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ReconciliationService_VoidReconciliationResolution_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -375,6 +456,23 @@ func RegisterReconciliationServiceHandlerClient(ctx context.Context, mux *runtim
 		}
 		forward_ReconciliationService_ResolveReconciliationItems_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_ReconciliationService_VoidReconciliationResolution_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution", runtime.WithHTTPPathPattern("/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:void"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ReconciliationService_VoidReconciliationResolution_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ReconciliationService_VoidReconciliationResolution_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -388,15 +486,17 @@ func (m response_ReconciliationService_GetReconciliation_0) XXX_ResponseBody() i
 }
 
 var (
-	pattern_ReconciliationService_RunReconciliation_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "reconciliations"}, ""))
-	pattern_ReconciliationService_ListReconciliations_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "reconciliations"}, ""))
-	pattern_ReconciliationService_GetReconciliation_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "reconciliations", "reconciliation_id"}, ""))
-	pattern_ReconciliationService_ResolveReconciliationItems_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions"}, ""))
+	pattern_ReconciliationService_RunReconciliation_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "reconciliations"}, ""))
+	pattern_ReconciliationService_ListReconciliations_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "reconciliations"}, ""))
+	pattern_ReconciliationService_GetReconciliation_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "reconciliations", "reconciliation_id"}, ""))
+	pattern_ReconciliationService_ResolveReconciliationItems_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions"}, ""))
+	pattern_ReconciliationService_VoidReconciliationResolution_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions", "resolution_id"}, "void"))
 )
 
 var (
-	forward_ReconciliationService_RunReconciliation_0          = runtime.ForwardResponseMessage
-	forward_ReconciliationService_ListReconciliations_0        = runtime.ForwardResponseMessage
-	forward_ReconciliationService_GetReconciliation_0          = runtime.ForwardResponseMessage
-	forward_ReconciliationService_ResolveReconciliationItems_0 = runtime.ForwardResponseMessage
+	forward_ReconciliationService_RunReconciliation_0            = runtime.ForwardResponseMessage
+	forward_ReconciliationService_ListReconciliations_0          = runtime.ForwardResponseMessage
+	forward_ReconciliationService_GetReconciliation_0            = runtime.ForwardResponseMessage
+	forward_ReconciliationService_ResolveReconciliationItems_0   = runtime.ForwardResponseMessage
+	forward_ReconciliationService_VoidReconciliationResolution_0 = runtime.ForwardResponseMessage
 )

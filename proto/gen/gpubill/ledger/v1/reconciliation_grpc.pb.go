@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReconciliationService_RunReconciliation_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
-	ReconciliationService_ListReconciliations_FullMethodName        = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
-	ReconciliationService_GetReconciliation_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
-	ReconciliationService_ResolveReconciliationItems_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
+	ReconciliationService_RunReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
+	ReconciliationService_ListReconciliations_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
+	ReconciliationService_GetReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
+	ReconciliationService_ResolveReconciliationItems_FullMethodName   = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
+	ReconciliationService_VoidReconciliationResolution_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution"
 )
 
 // ReconciliationServiceClient is the client API for ReconciliationService service.
@@ -54,10 +55,17 @@ type ReconciliationServiceClient interface {
 	// to one or more ledger movements (their amounts sum to the line's
 	// exactly), or write items off. Only items unmatched in the currency's
 	// latest run; each line and movement is resolved at most once, across
-	// runs. The next run no longer carries them. The same request again
+	// runs, but for resolutions voided since (VoidReconciliationResolution).
+	// The next run no longer carries them. The same request again
 	// answers the same resolution; another request naming a resolved item is
 	// refused (409).
 	ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error)
+	// Voids a resolution by hand, with a reason: its items are open again in
+	// the currency's next run, which lists it in reopened_resolutions (the
+	// resolution is kept, marked voided, on its own run). The same void again
+	// answers the same; another reason for a voided resolution is refused
+	// (409). Its items may then be resolved anew.
+	VoidReconciliationResolution(ctx context.Context, in *VoidReconciliationResolutionRequest, opts ...grpc.CallOption) (*VoidReconciliationResolutionResponse, error)
 }
 
 type reconciliationServiceClient struct {
@@ -108,6 +116,16 @@ func (c *reconciliationServiceClient) ResolveReconciliationItems(ctx context.Con
 	return out, nil
 }
 
+func (c *reconciliationServiceClient) VoidReconciliationResolution(ctx context.Context, in *VoidReconciliationResolutionRequest, opts ...grpc.CallOption) (*VoidReconciliationResolutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VoidReconciliationResolutionResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_VoidReconciliationResolution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReconciliationServiceServer is the server API for ReconciliationService service.
 // All implementations must embed UnimplementedReconciliationServiceServer
 // for forward compatibility.
@@ -137,10 +155,17 @@ type ReconciliationServiceServer interface {
 	// to one or more ledger movements (their amounts sum to the line's
 	// exactly), or write items off. Only items unmatched in the currency's
 	// latest run; each line and movement is resolved at most once, across
-	// runs. The next run no longer carries them. The same request again
+	// runs, but for resolutions voided since (VoidReconciliationResolution).
+	// The next run no longer carries them. The same request again
 	// answers the same resolution; another request naming a resolved item is
 	// refused (409).
 	ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error)
+	// Voids a resolution by hand, with a reason: its items are open again in
+	// the currency's next run, which lists it in reopened_resolutions (the
+	// resolution is kept, marked voided, on its own run). The same void again
+	// answers the same; another reason for a voided resolution is refused
+	// (409). Its items may then be resolved anew.
+	VoidReconciliationResolution(context.Context, *VoidReconciliationResolutionRequest) (*VoidReconciliationResolutionResponse, error)
 	mustEmbedUnimplementedReconciliationServiceServer()
 }
 
@@ -162,6 +187,9 @@ func (UnimplementedReconciliationServiceServer) GetReconciliation(context.Contex
 }
 func (UnimplementedReconciliationServiceServer) ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItems not implemented")
+}
+func (UnimplementedReconciliationServiceServer) VoidReconciliationResolution(context.Context, *VoidReconciliationResolutionRequest) (*VoidReconciliationResolutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VoidReconciliationResolution not implemented")
 }
 func (UnimplementedReconciliationServiceServer) mustEmbedUnimplementedReconciliationServiceServer() {}
 func (UnimplementedReconciliationServiceServer) testEmbeddedByValue()                               {}
@@ -256,6 +284,24 @@ func _ReconciliationService_ResolveReconciliationItems_Handler(srv interface{}, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconciliationService_VoidReconciliationResolution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VoidReconciliationResolutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).VoidReconciliationResolution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_VoidReconciliationResolution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).VoidReconciliationResolution(ctx, req.(*VoidReconciliationResolutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReconciliationService_ServiceDesc is the grpc.ServiceDesc for ReconciliationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +324,10 @@ var ReconciliationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveReconciliationItems",
 			Handler:    _ReconciliationService_ResolveReconciliationItems_Handler,
+		},
+		{
+			MethodName: "VoidReconciliationResolution",
+			Handler:    _ReconciliationService_VoidReconciliationResolution_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

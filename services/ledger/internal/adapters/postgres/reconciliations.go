@@ -203,7 +203,7 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
+	if err := runResolutions(ctx, q, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -275,6 +275,25 @@ func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
 		r.Result.CashDifferences = append(r.Result.CashDifferences, d)
 	default:
 		return fmt.Errorf("reconciliation %s: item of status %q", r.ID, st)
+	}
+	return nil
+}
+
+// runResolutions reads a run's resolutions, those voided while it was the
+// latest (the next run carries their items again) and those voided while
+// its previous run was (whose items it carried again).
+func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun) error {
+	var err error
+	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
+		return err
+	}
+	if r.Voided, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.ID); err != nil {
+		return err
+	}
+	if r.PreviousID != "" {
+		if r.Reopened, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.PreviousID); err != nil {
+			return err
+		}
 	}
 	return nil
 }

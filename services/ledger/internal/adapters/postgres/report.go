@@ -95,6 +95,36 @@ func (r *Reports) Breaches(ctx context.Context, currency string, asOf *time.Time
 	return out, total, rows.Err()
 }
 
+// BreachTotals returns the breaches in currency posted at or before asOf
+// (nil: all) summed per house-pool account and direction (few rows,
+// however many breaches): what the report takes out of the house pool's
+// balance to leave settlement's own movements.
+func (r *Reports) BreachTotals(ctx context.Context, currency string, asOf *time.Time) ([]domain.Breach, error) {
+	rows, err := r.Pool.Query(ctx, `select account, from_pool, to_pool, sum(amount)::text from ledger.segregation_breaches
+		where currency = $1 and ($2::timestamptz is null or created_at <= $2) group by account, from_pool, to_pool`, currency, asOf)
+	if err != nil {
+		return nil, fmt.Errorf("breach totals: %w", err)
+	}
+	defer rows.Close()
+	var out []domain.Breach
+	for rows.Next() {
+		b := domain.Breach{Currency: currency}
+		var from, to, amt string
+		if err := rows.Scan(&b.Account, &from, &to, &amt); err != nil {
+			return nil, fmt.Errorf("breach totals: %w", err)
+		}
+		b.FromPool, b.ToPool = domain.Pool(from), domain.Pool(to)
+		if b.Amount, err = decimal.NewFromString(amt); err != nil {
+			return nil, fmt.Errorf("breach total of %s: %w", b.Account, err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("breach totals: %w", err)
+	}
+	return out, nil
+}
+
 // insertBreaches records the breaches among freshly posted transactions
 // (inside the posting transaction).
 func insertBreaches(ctx context.Context, tx pgx.Tx, txs []*domain.Transaction) error {

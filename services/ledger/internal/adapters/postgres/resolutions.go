@@ -59,6 +59,51 @@ func (s *Reconciliations) Resolve(ctx context.Context, runID string, lines []dom
 	return res, false, nil
 }
 
+// VoidResolution implements app.ResolutionStore: under the run lock of the
+// resolution's currency, so a run takes the void and its items over either
+// before it or after it, never half.
+func (s *Reconciliations) VoidResolution(ctx context.Context, runID, resolutionID string,
+	build func(res *domain.ReconResolution, latestRunID string) (*domain.ReconVoid, error)) (*domain.ReconResolution, error) {
+	var currency string
+	err := s.Pool.QueryRow(ctx, `select r.currency from ledger.reconciliation_resolutions s
+		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
+		where s.resolution_id = $1 and s.reconciliation_id = $2`, resolutionID, runID).Scan(&currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("resolution %s of reconciliation %s: %w", resolutionID, runID, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolution %s: %w", resolutionID, err)
+	}
+	x, err := s.BeginRun(ctx, currency)
+	if err != nil {
+		return nil, err
+	}
+	tx := x.tx
+	defer x.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
+	res, err := readResolution(ctx, tx, resolutionID)
+	if err != nil {
+		return nil, err
+	}
+	var latest string
+	if err := tx.QueryRow(ctx, `select reconciliation_id from ledger.reconciliations where currency = $1 order by seq desc limit 1`,
+		currency).Scan(&latest); err != nil {
+		return nil, fmt.Errorf("latest reconciliation of %s: %w", currency, err)
+	}
+	v, err := build(res, latest)
+	if err != nil || v == nil { // nil: voided already, the same way
+		return res, err
+	}
+	if _, err := tx.Exec(ctx, `insert into ledger.reconciliation_resolution_voids (resolution_id, reconciliation_id, reason, voided_by, voided_at)
+		values ($1, $2, $3, $4, $5)`, res.ID, v.ReconciliationID, v.Reason, v.VoidedBy, v.VoidedAt); err != nil {
+		return nil, fmt.Errorf("store void of %s: %w", res.ID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit void of %s: %w", res.ID, err)
+	}
+	res.Void = v
+	return res, nil
+}
+
 // priorResolution is the resolution naming one of the lines or
 // transactions (nil: none), or apperr.ErrConflict when its request is not
 // request (or several name them).
@@ -67,41 +112,56 @@ func priorResolution(ctx context.Context, tx pgx.Tx, lines []domain.LineRef, txI
 	for i, l := range lines {
 		stIDs[i], lineNos[i] = l.StatementID, l.LineNo
 	}
-	var prior []string
-	rows, err := tx.Query(ctx, `select distinct s.resolution_id, s.request from ledger.reconciliation_resolutions s
-		join ledger.reconciliation_resolution_items i using (resolution_id)
+	// Several may name them once some are voided: the one of the same
+	// request answers it (voided or not: a replay resolves nothing again);
+	// one not voided of another request is a conflict.
+	var live []string
+	same := ""
+	rows, err := tx.Query(ctx, `select distinct s.resolution_id, s.request, v.resolution_id is not null
+		from ledger.reconciliation_resolutions s join ledger.reconciliation_resolution_items i using (resolution_id)
+		left join ledger.reconciliation_resolution_voids v on v.resolution_id = s.resolution_id
 		where (i.statement_id, i.line_no) in (select * from unnest($1::text[], $2::int[])) or i.transaction_ids && $3::text[]`,
 		stIDs, lineNos, txIDs)
 	if err != nil {
 		return nil, fmt.Errorf("resolutions of these items: %w", err)
 	}
-	same := false
 	for rows.Next() {
 		var id, req string
-		if err := rows.Scan(&id, &req); err != nil {
+		var voided bool
+		if err := rows.Scan(&id, &req, &voided); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		prior, same = append(prior, id), req == request
+		switch {
+		case req == request:
+			same = id
+		case !voided:
+			live = append(live, id)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	switch {
-	case len(prior) == 1 && same:
-		got, err := resolutions(ctx, tx, `s.resolution_id = $1`, prior[0])
-		if err != nil {
-			return nil, fmt.Errorf("resolution %s: %w", prior[0], err)
-		}
-		if len(got) != 1 {
-			return nil, fmt.Errorf("resolution %s: %d read, want 1", prior[0], len(got))
-		}
-		return &got[0], nil
-	case len(prior) > 0:
-		return nil, fmt.Errorf("already resolved by %v with another request: %w", prior, apperr.ErrConflict)
+	case len(live) > 0:
+		return nil, fmt.Errorf("already resolved by %v with another request: %w", live, apperr.ErrConflict)
+	case same != "":
+		return readResolution(ctx, tx, same)
 	}
 	return nil, nil
+}
+
+// readResolution reads one resolution with its items and void.
+func readResolution(ctx context.Context, q Querier, id string) (*domain.ReconResolution, error) {
+	got, err := resolutions(ctx, q, `s.resolution_id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("resolution %s: %w", id, err)
+	}
+	if len(got) != 1 {
+		return nil, fmt.Errorf("resolution %s: %d read, want 1", id, len(got))
+	}
+	return &got[0], nil
 }
 
 // insertResolution stores a resolution and its items.
@@ -133,9 +193,10 @@ func insertResolution(ctx context.Context, tx pgx.Tx, res *domain.ReconResolutio
 func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domain.ReconResolution, error) {
 	rows, err := q.Query(ctx, `select s.resolution_id, s.reconciliation_id, r.currency, s.action, s.reason, s.resolved_by, s.created_at,
 			i.statement_id, i.line_no, i.booked_on, i.reference, i.bank_amount, i.movement_kind, i.movement_key,
-			i.ledger_amount, i.transaction_ids
+			i.ledger_amount, i.transaction_ids, v.reconciliation_id, v.reason, v.voided_by, v.voided_at
 		from ledger.reconciliation_resolutions s join ledger.reconciliation_resolution_items i using (resolution_id)
 		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
+		left join ledger.reconciliation_resolution_voids v on v.resolution_id = s.resolution_id
 		where `+where+` order by s.created_at, s.resolution_id, i.item_no`, arg)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation resolutions: %w", err)
@@ -150,12 +211,18 @@ func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domai
 		var booked *time.Time
 		var l domain.BankLine
 		var m domain.Movement
+		var voidRun, voidReason, voidedBy *string
+		var voidedAt *time.Time
 		if err := rows.Scan(&res.ID, &res.ReconciliationID, &res.Currency, &res.Action, &res.Reason, &res.ResolvedBy, &res.CreatedAt,
-			&stID, &lineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs); err != nil {
+			&stID, &lineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs,
+			&voidRun, &voidReason, &voidedBy, &voidedAt); err != nil {
 			return nil, err
 		}
 		if n := len(out); n == 0 || out[n-1].ID != res.ID {
 			res.CreatedAt = res.CreatedAt.UTC()
+			if voidRun != nil && voidReason != nil && voidedBy != nil && voidedAt != nil {
+				res.Void = &domain.ReconVoid{ReconciliationID: *voidRun, Reason: *voidReason, VoidedBy: *voidedBy, VoidedAt: voidedAt.UTC()}
+			}
 			out = append(out, res)
 		}
 		cur := &out[len(out)-1]
