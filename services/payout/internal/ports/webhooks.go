@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -49,6 +50,16 @@ const (
 	webhookGraceMax      = domain.WebhookRotationGraceMax
 )
 
+// A webhook's and a provider's share of the deliveryInFlightMax sends: a
+// receiver that hangs (each send running to deliveryTimeout) with many
+// payouts queued was claimed into every slot, and every other provider's
+// paid notice waited for its timeouts. N webhooks hanging hold at most 2N
+// slots; one provider's (up to webhooksPerProvider) at most 4.
+const (
+	deliveryPerWebhookMax  = 2
+	deliveryPerProviderMax = 4
+)
+
 // webhookDeliveries counts delivery attempts by outcome: a delivery given up
 // was seen only in its provider's delivery log, and a receiver down for
 // longer than the retries never learned of a change (a paid payout
@@ -77,6 +88,9 @@ type Deliverer struct {
 	Guard WebhookGuard
 	// BackoffFirst overrides deliveryBackoffFirst (tests).
 	BackoffFirst time.Duration
+
+	mu      sync.Mutex
+	sending domain.DeliveryShare // sends in flight by webhook and provider
 }
 
 // Run delivers until ctx ends: up to deliveryInFlightMax sends at once, a
@@ -88,10 +102,18 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	var sends sync.WaitGroup
 	defer sends.Wait()
 	slots := make(chan struct{}, deliveryInFlightMax) // one per send in flight
+	// A send ended: a delivery its webhook's or provider's share held back
+	// may be claimed now, not after deliveryIdle (a healthy provider's
+	// queue went 2 at a time per idle wait).
+	ended := make(chan struct{}, 1)
 	done := func(err error) {
 		<-slots
 		if err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhook deliveries", "err", err)
+		}
+		select {
+		case ended <- struct{}{}:
+		default:
 		}
 	}
 	for {
@@ -112,6 +134,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-ended:
 		case <-time.After(deliveryIdle):
 		}
 	}
@@ -136,19 +159,52 @@ func takeSlots(ctx context.Context, slots chan struct{}) int {
 	return n
 }
 
-// start claims up to limit due deliveries and sends each at once, side by
-// side, calling done with the error of each once it is recorded. Only as
-// many are claimed as are sent at once: a claimed delivery waiting for a
-// send slot would see its lease run out (and be sent twice).
+// start claims up to limit due deliveries, within each webhook's and
+// provider's share of the sends, and sends each at once, side by side,
+// calling done with the error of each once it is recorded. Only as many
+// are claimed as are sent at once: a claimed delivery waiting for a send
+// slot would see its lease run out (and be sent twice).
 func (d *Deliverer) start(ctx context.Context, limit int, sends *sync.WaitGroup, done func(error)) (int, error) {
-	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, limit)
+	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, limit, d.share())
 	if err != nil {
 		return 0, err
 	}
 	for _, dl := range ds {
-		sends.Go(func() { done(d.deliver(ctx, dl)) })
+		d.count(dl, 1)
+		sends.Go(func() {
+			err := d.deliver(ctx, dl)
+			d.count(dl, -1) // before its slot frees: the next claim sees it ended
+			done(err)
+		})
 	}
 	return len(ds), nil
+}
+
+// share is what the sender has in flight, for a claim. Only start adds
+// to it, after its claim: between the two it only shrinks, so no claim
+// takes more than a share.
+func (d *Deliverer) share() domain.DeliveryShare {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return domain.DeliveryShare{PerWebhook: deliveryPerWebhookMax, PerProvider: deliveryPerProviderMax,
+		Webhooks: maps.Clone(d.sending.Webhooks), Providers: maps.Clone(d.sending.Providers)}
+}
+
+// count adds n to the sends in flight of dl's webhook and provider.
+func (d *Deliverer) count(dl domain.Delivery, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sending.Webhooks == nil {
+		d.sending.Webhooks, d.sending.Providers = map[string]int{}, map[string]int{}
+	}
+	addSending(d.sending.Webhooks, dl.WebhookID, n)
+	addSending(d.sending.Providers, dl.ProviderID, n)
+}
+
+func addSending(m map[string]int, id string, n int) {
+	if m[id] += n; m[id] <= 0 {
+		delete(m, id)
+	}
 }
 
 // deliver sends one claimed delivery and records its outcome: delivered,
