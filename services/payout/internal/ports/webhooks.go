@@ -60,6 +60,17 @@ const (
 	deliveryPerProviderMax = 4
 )
 
+// A webhook whose receiver did not answer (a timeout, a refused
+// connection) rests: this process claims none of its deliveries for
+// deliveryRestFirst, doubled per attempt unanswered in a row up to
+// deliveryRestMax, and the first answer ends it. With its share alone, 8
+// receivers hanging held every slot; each delivery still keeps its own
+// backoff and 3-day window (one given up is so at its next attempt).
+const (
+	deliveryRestFirst = deliveryTimeout
+	deliveryRestMax   = 5 * time.Minute
+)
+
 // webhookDeliveries counts delivery attempts by outcome: a delivery given up
 // was seen only in its provider's delivery log, and a receiver down for
 // longer than the retries never learned of a change (a paid payout
@@ -90,7 +101,15 @@ type Deliverer struct {
 	BackoffFirst time.Duration
 
 	mu      sync.Mutex
-	sending domain.DeliveryShare // sends in flight by webhook and provider
+	sending domain.DeliveryShare   // sends in flight by webhook and provider
+	resting map[string]webhookRest // by webhook: receivers that did not answer
+}
+
+// webhookRest is a webhook resting: its deliveries are not claimed until
+// until; unanswered is how many rests in a row it has had.
+type webhookRest struct {
+	until      time.Time
+	unanswered int
 }
 
 // Run delivers until ctx ends: up to deliveryInFlightMax sends at once, a
@@ -186,8 +205,39 @@ func (d *Deliverer) start(ctx context.Context, limit int, sends *sync.WaitGroup,
 func (d *Deliverer) share() domain.DeliveryShare {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return domain.DeliveryShare{PerWebhook: deliveryPerWebhookMax, PerProvider: deliveryPerProviderMax,
+	share := domain.DeliveryShare{PerWebhook: deliveryPerWebhookMax, PerProvider: deliveryPerProviderMax,
 		Webhooks: maps.Clone(d.sending.Webhooks), Providers: maps.Clone(d.sending.Providers)}
+	now := d.Clock.Now()
+	for id, r := range d.resting {
+		if now.Before(r.until) { // its share taken: none of its deliveries claimed
+			if share.Webhooks == nil {
+				share.Webhooks = map[string]int{}
+			}
+			share.Webhooks[id] = max(share.Webhooks[id], deliveryPerWebhookMax)
+		}
+	}
+	return share
+}
+
+// rest starts (or lengthens) the rest of a webhook whose receiver did not
+// answer an attempt at at, or ends it once it answered.
+func (d *Deliverer) rest(webhookID string, answered bool, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if answered {
+		delete(d.resting, webhookID)
+		return
+	}
+	if d.resting == nil {
+		d.resting = map[string]webhookRest{}
+	}
+	r := d.resting[webhookID]
+	if at.Before(r.until) { // another of its sends, in flight as the rest began
+		return
+	}
+	r.unanswered++
+	r.until = at.Add(webhook.Backoff(deliveryRestFirst, deliveryRestMax, r.unanswered))
+	d.resting[webhookID] = r
 }
 
 // count adds n to the sends in flight of dl's webhook and provider.
@@ -215,6 +265,9 @@ func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
 		d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
 	}
 	now := d.Clock.Now()
+	if ctx.Err() == nil { // not the process stopping
+		d.rest(dl.WebhookID, code != 0, now)
+	}
 	status, errText, next := "delivered", "", now
 	if sendErr != nil {
 		// Cut whole characters (deliveryError): cut inside one,

@@ -386,3 +386,52 @@ func TestWebhookQueueDrainsPastItsShare(t *testing.T) {
 	// 40 idle waits' worth is 20 s; a queue sent as each send ends, well under.
 	testkit.Eventually(t, queued/deliveryPerWebhookMax*deliveryIdle/4, func() bool { return delivered() == queued }, "all %d delivered", queued)
 }
+
+// A webhook whose receiver does not answer rests: the process claims none
+// of its deliveries for a while (doubling while it stays unanswered), so
+// receivers down or hanging do not keep taking their share of the slots
+// at every claim; another webhook's deliveries go on, and its first answer
+// ends the rest.
+func TestUnansweringWebhookRests(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	down := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	downURL := down.URL
+	down.Close() // connections refused: no answer
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-down", ProviderID: "p-down", URL: downURL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		r.addDeliveryOf(t, "wh-down", fmt.Sprintf("po-%d", i), fmt.Sprintf("ev-%d", i), t0)
+	}
+	claimed := func(at time.Time) (down, other int) {
+		t.Helper()
+		r.clk.Set(at)
+		hits := r.hits
+		n, err := r.deliverOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n - (r.hits - hits), r.hits - hits
+	}
+	if d, _ := claimed(t0); d != deliveryPerWebhookMax {
+		t.Fatalf("first claim: %d of wh-down sent, want its share %d", d, deliveryPerWebhookMax)
+	}
+	// Its 4 others are due, but it rests deliveryRestFirst; wh-1 (503,
+	// answered) is sent meanwhile.
+	r.addDelivery(t, "ev-other", t0)
+	if d, o := claimed(t0.Add(deliveryRestFirst - time.Second)); d != 0 || o != 1 {
+		t.Errorf("while wh-down rests: %d of it sent, %d of wh-1; want 0 and 1", d, o)
+	}
+	if d, _ := claimed(t0.Add(deliveryRestFirst)); d != deliveryPerWebhookMax {
+		t.Errorf("after its rest: %d of wh-down sent, want %d", d, deliveryPerWebhookMax)
+	}
+	// Unanswered again: twice as long.
+	if d, _ := claimed(t0.Add(deliveryRestFirst + 2*deliveryRestFirst - time.Second)); d != 0 {
+		t.Errorf("in its second rest: %d of wh-down sent, want 0", d)
+	}
+	if d, _ := claimed(t0.Add(3 * deliveryRestFirst)); d == 0 {
+		t.Errorf("after its second rest: none of wh-down sent")
+	}
+}
