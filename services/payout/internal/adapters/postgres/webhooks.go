@@ -241,7 +241,9 @@ func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, be
 // send one payout's changes at once), and leases them until now+lease (another process skips them meanwhile; a
 // crash mid-send makes them due again after the lease). Each comes with
 // its webhook's secret, and the previous one while a rotation's grace
-// period lasts; a secret that does not open is named in SecretErr.
+// period lasts; a secret that does not open is named in SecretErr. A
+// removed webhook's are never claimed (its removal cancels them; one left
+// pending beside it is not sent).
 //
 // With what the caller already sends (share), no webhook gets more than
 // share.PerWebhook in flight nor any provider more than share.PerProvider:
@@ -259,7 +261,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 			candidate as (
 				select d.delivery_id, d.webhook_id, w.provider_id, d.next_attempt_at
 				from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
-				where d.status = 'pending' and d.next_attempt_at <= $1
+				where d.status = 'pending' and d.next_attempt_at <= $1 and w.deleted_at is null
 					and not exists (select 1 from payout.webhook_deliveries e where e.webhook_id = d.webhook_id
 						and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
 					and coalesce((select n from sending_w b where b.webhook_id = d.webhook_id), 0) < $8
@@ -338,10 +340,19 @@ func (s *Store) FinishDelivery(ctx context.Context, d domain.Delivery, status st
 func (s *Store) RedeliverDelivery(ctx context.Context, provider, webhook string, id int64, at time.Time) (domain.Delivery, error) {
 	var d domain.Delivery
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		// The webhook's row held first, as its removal holds it (then
+		// cancels its pending deliveries): one side by side is seen
+		// removed here, or waits and cancels this one made pending.
+		// Read without it, a removal in between canceled the pending
+		// ones, this one was failed still, and it was then made pending:
+		// sent to a webhook removed.
 		var status string
-		err := tx.QueryRow(ctx, `select d.status from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
-			where d.delivery_id = $1 and d.webhook_id = $2 and w.provider_id = $3 and w.deleted_at is null for update of d`,
-			id, webhook, provider).Scan(&status)
+		err := tx.QueryRow(ctx, `select 1 from payout.webhooks where webhook_id = $1 and provider_id = $2 and deleted_at is null for share`,
+			webhook, provider).Scan(new(int))
+		if err == nil {
+			err = tx.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1 and webhook_id = $2 for update`,
+				id, webhook).Scan(&status)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("delivery %d of webhook %s of %s: %w", id, apperr.Clip(webhook, 64), provider, apperr.ErrNotFound)
 		}

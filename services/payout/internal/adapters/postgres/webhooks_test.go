@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -308,5 +309,81 @@ func TestDeliveryClaimKeepsEachShare(t *testing.T) {
 		Providers: map[string]int{"p-1": 4}})
 	if err != nil || len(claimed) != 2 || claimed[0].WebhookID != "wh-d" || claimed[1].WebhookID != "wh-d" {
 		t.Errorf("with p-1's share full: claimed %+v (%v), want 2 of wh-d", claimed, err)
+	}
+}
+
+// A redelivery asked for while its webhook is being removed does not send
+// after the removal: the request read the webhook as not removed, the
+// removal canceled only the pending deliveries (not the failed one being
+// redelivered), and the request then made it pending: claimed and sent to
+// a webhook its provider had removed, and due forever in the sender's lag.
+// The request is held (here, by a lock on the delivery taken first) after
+// its statement read the webhook and before it locked the row.
+func TestRedeliveryRacingRemovalSendsNothing(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool, Box: box}
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: "wh-1", ProviderID: "p-1", URL: "https://example.test/hook", Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, attempts)
+		values ('wh-1', 'ev-1', 'po-1', '{}', $1, $1, 'failed', 80) returning delivery_id`, t0).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `select 1 from payout.webhook_deliveries where delivery_id = $1 for update`, id); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(96 * time.Hour)
+	redelivered := make(chan error, 1)
+	go func() {
+		_, err := s.RedeliverDelivery(ctx, "p-1", "wh-1", id, at)
+		redelivered <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		var waiting int
+		if err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).
+			Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting == 1
+	}, "the redelivery waiting on the delivery's row")
+	removed := make(chan error, 1)
+	go func() { removed <- s.DeleteWebhook(ctx, "p-1", "wh-1", at) }()
+	var removeErr error
+	select { // the removal finishes, or waits for the redelivery (it holds the webhook)
+	case removeErr = <-removed:
+		removed = nil
+	case <-time.After(time.Second):
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-redelivered; err != nil && !errors.Is(err, apperr.ErrNotFound) {
+		t.Fatalf("redeliver: %v", err)
+	}
+	if removed != nil {
+		removeErr = <-removed
+	}
+	if removeErr != nil {
+		t.Fatalf("remove: %v", removeErr)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1`, id).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimDeliveries(ctx, at.Add(time.Minute), time.Minute, 10, unshared)
+	if err != nil || len(claimed) != 0 || status == "pending" {
+		t.Errorf("after the removal: the delivery is %s, %d claimed (%v); want it not pending, nothing claimed", status, len(claimed), err)
 	}
 }
