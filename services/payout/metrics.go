@@ -135,13 +135,15 @@ func webhookMetrics() []obs.SQLMetric {
 		// other provider's notices waited, seen by nobody. Due and the
 		// earliest pending of its webhook and payout: what the sender
 		// could claim now (ClaimDeliveries' order). A claimed one is due
-		// at its lease's end, one in backoff at its next attempt.
+		// at its lease's end, one in backoff at its next attempt; a
+		// removed webhook's is never claimed.
 		Name: "gpubill_payout_webhook_delivery_lag_seconds", Type: obs.Gauge,
 		Help: "How long the oldest payout webhook delivery the sender could send now has been due (0: none): receivers that " +
 			"hang or a backlog hold the sender's slots.",
 		Query: `select coalesce(extract(epoch from now() - min(d.next_attempt_at)), 0)::float8 from payout.webhook_deliveries d
 			where d.status = 'pending' and d.next_attempt_at <= now() and not exists (select 1 from payout.webhook_deliveries e
-				where e.webhook_id = d.webhook_id and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)`,
+				where e.webhook_id = d.webhook_id and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
+				and not exists (select 1 from payout.webhooks w where w.webhook_id = d.webhook_id and w.deleted_at is not null)`,
 	}}
 }
 

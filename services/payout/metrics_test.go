@@ -568,15 +568,18 @@ func TestPayoutWebhookSenderLagAges(t *testing.T) {
 	}
 	if _, err := pool.Exec(context.Background(), `insert into payout.webhooks (webhook_id, provider_id, url, secret, created_at) values
 			('wh-1', 'p-1', 'https://example.test/1', '0123456789abcdef', now()), ('wh-2', 'p-2', 'https://example.test/2', '0123456789abcdef', now());
+		insert into payout.webhooks (webhook_id, provider_id, url, secret, created_at, deleted_at) values
+			('wh-3', 'p-3', 'https://example.test/3', '0123456789abcdef', now(), now() - interval '2 days');
 		insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at) values
 			('wh-1', 'ev-1', 'po-1', '{}', now() + interval '1 hour', now() - interval '9 hours'),
 			('wh-1', 'ev-2', 'po-1', '{}', now() - interval '8 hours', now() - interval '8 hours'),
 			('wh-2', 'ev-3', 'po-2', '{}', now() - interval '20 minutes', now() - interval '20 minutes');
 		insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, status, next_attempt_at, created_at) values
-			('wh-2', 'ev-4', 'po-3', '{}', 'failed', now() - interval '5 days', now() - interval '5 days')`); err != nil {
+			('wh-2', 'ev-4', 'po-3', '{}', 'failed', now() - interval '5 days', now() - interval '5 days'),
+			('wh-3', 'ev-5', 'po-4', '{}', 'pending', now() - interval '2 days', now() - interval '2 days')`); err != nil {
 		t.Fatal(err)
 	}
 	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 20*60 || v > 20*60+60 {
-		t.Errorf("%s %v, want ~20 min (ev-3; ev-2 waits behind ev-1, in backoff; ev-4 was given up)", name, v)
+		t.Errorf("%s %v, want ~20 min (ev-3; ev-2 waits behind ev-1, in backoff; ev-4 was given up; ev-5's webhook was removed)", name, v)
 	}
 }

@@ -96,7 +96,9 @@ type Store interface {
 	// ListDeliveries is a page of a webhook's delivery log, newest first:
 	// at most limit deliveries older than before (0: from the newest).
 	ListDeliveries(ctx context.Context, provider, webhook string, before int64, limit int) ([]domain.Delivery, error)
-	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error)
+	// ClaimDeliveries leases up to limit due deliveries, none beyond
+	// share (what the caller has in flight by webhook and provider).
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int, share domain.DeliveryShare) ([]domain.Delivery, error)
 	FinishDelivery(ctx context.Context, d domain.Delivery, status string, code int, errText string, next, at time.Time) error
 }
 

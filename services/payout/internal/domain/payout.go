@@ -77,7 +77,10 @@ type Webhook struct {
 type Delivery struct {
 	ID                           int64
 	WebhookID, EventID, PayoutID string
-	URL, Secret                  string
+	// ProviderID is the webhook's provider (set by a claim: a sender's
+	// share is counted by webhook and by provider).
+	ProviderID  string
+	URL, Secret string
 	// PreviousSecret also signs the delivery while a rotation's grace
 	// period lasts ("" otherwise).
 	PreviousSecret string
@@ -93,6 +96,17 @@ type Delivery struct {
 	// RedeliveredAt is when it was last sent again on request (nil if
 	// never): its retries count from then, not from CreatedAt.
 	RedeliveredAt *time.Time
+}
+
+// DeliveryShare bounds a claim of webhook deliveries by what the sender
+// already has in flight: at most PerWebhook of one webhook's deliveries
+// and PerProvider of one provider's are sent at once, so receivers that
+// hang hold only their share of the sender's slots.
+type DeliveryShare struct {
+	PerWebhook, PerProvider int
+	// Webhooks and Providers count the sends in flight by webhook and by
+	// provider id.
+	Webhooks, Providers map[string]int
 }
 
 // LedgerTransfer is one ledger transaction of a payout's step: Debit and

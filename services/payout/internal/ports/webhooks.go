@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -49,6 +50,27 @@ const (
 	webhookGraceMax      = domain.WebhookRotationGraceMax
 )
 
+// A webhook's and a provider's share of the deliveryInFlightMax sends: a
+// receiver that hangs (each send running to deliveryTimeout) with many
+// payouts queued was claimed into every slot, and every other provider's
+// paid notice waited for its timeouts. N webhooks hanging hold at most 2N
+// slots; one provider's (up to webhooksPerProvider) at most 4.
+const (
+	deliveryPerWebhookMax  = 2
+	deliveryPerProviderMax = 4
+)
+
+// A webhook whose receiver did not answer (a timeout, a refused
+// connection) rests: this process claims none of its deliveries for
+// deliveryRestFirst, doubled per attempt unanswered in a row up to
+// deliveryRestMax, and the first answer ends it. With its share alone, 8
+// receivers hanging held every slot; each delivery still keeps its own
+// backoff and 3-day window (one given up is so at its next attempt).
+const (
+	deliveryRestFirst = deliveryTimeout
+	deliveryRestMax   = 5 * time.Minute
+)
+
 // webhookDeliveries counts delivery attempts by outcome: a delivery given up
 // was seen only in its provider's delivery log, and a receiver down for
 // longer than the retries never learned of a change (a paid payout
@@ -77,6 +99,17 @@ type Deliverer struct {
 	Guard WebhookGuard
 	// BackoffFirst overrides deliveryBackoffFirst (tests).
 	BackoffFirst time.Duration
+
+	mu      sync.Mutex
+	sending domain.DeliveryShare   // sends in flight by webhook and provider
+	resting map[string]webhookRest // by webhook: receivers that did not answer
+}
+
+// webhookRest is a webhook resting: its deliveries are not claimed until
+// until; unanswered is how many rests in a row it has had.
+type webhookRest struct {
+	until      time.Time
+	unanswered int
 }
 
 // Run delivers until ctx ends: up to deliveryInFlightMax sends at once, a
@@ -88,10 +121,18 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	var sends sync.WaitGroup
 	defer sends.Wait()
 	slots := make(chan struct{}, deliveryInFlightMax) // one per send in flight
+	// A send ended: a delivery its webhook's or provider's share held back
+	// may be claimed now, not after deliveryIdle (a healthy provider's
+	// queue went 2 at a time per idle wait).
+	ended := make(chan struct{}, 1)
 	done := func(err error) {
 		<-slots
 		if err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhook deliveries", "err", err)
+		}
+		select {
+		case ended <- struct{}{}:
+		default:
 		}
 	}
 	for {
@@ -112,6 +153,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-ended:
 		case <-time.After(deliveryIdle):
 		}
 	}
@@ -136,19 +178,83 @@ func takeSlots(ctx context.Context, slots chan struct{}) int {
 	return n
 }
 
-// start claims up to limit due deliveries and sends each at once, side by
-// side, calling done with the error of each once it is recorded. Only as
-// many are claimed as are sent at once: a claimed delivery waiting for a
-// send slot would see its lease run out (and be sent twice).
+// start claims up to limit due deliveries, within each webhook's and
+// provider's share of the sends, and sends each at once, side by side,
+// calling done with the error of each once it is recorded. Only as many
+// are claimed as are sent at once: a claimed delivery waiting for a send
+// slot would see its lease run out (and be sent twice).
 func (d *Deliverer) start(ctx context.Context, limit int, sends *sync.WaitGroup, done func(error)) (int, error) {
-	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, limit)
+	ds, err := d.Store.ClaimDeliveries(ctx, d.Clock.Now(), deliveryLease, limit, d.share())
 	if err != nil {
 		return 0, err
 	}
 	for _, dl := range ds {
-		sends.Go(func() { done(d.deliver(ctx, dl)) })
+		d.count(dl, 1)
+		sends.Go(func() {
+			err := d.deliver(ctx, dl)
+			d.count(dl, -1) // before its slot frees: the next claim sees it ended
+			done(err)
+		})
 	}
 	return len(ds), nil
+}
+
+// share is what the sender has in flight, for a claim. Only start adds
+// to it, after its claim: between the two it only shrinks, so no claim
+// takes more than a share.
+func (d *Deliverer) share() domain.DeliveryShare {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	share := domain.DeliveryShare{PerWebhook: deliveryPerWebhookMax, PerProvider: deliveryPerProviderMax,
+		Webhooks: maps.Clone(d.sending.Webhooks), Providers: maps.Clone(d.sending.Providers)}
+	now := d.Clock.Now()
+	for id, r := range d.resting {
+		if now.Before(r.until) { // its share taken: none of its deliveries claimed
+			if share.Webhooks == nil {
+				share.Webhooks = map[string]int{}
+			}
+			share.Webhooks[id] = max(share.Webhooks[id], deliveryPerWebhookMax)
+		}
+	}
+	return share
+}
+
+// rest starts (or lengthens) the rest of a webhook whose receiver did not
+// answer an attempt at at, or ends it once it answered.
+func (d *Deliverer) rest(webhookID string, answered bool, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if answered {
+		delete(d.resting, webhookID)
+		return
+	}
+	if d.resting == nil {
+		d.resting = map[string]webhookRest{}
+	}
+	r := d.resting[webhookID]
+	if at.Before(r.until) { // another of its sends, in flight as the rest began
+		return
+	}
+	r.unanswered++
+	r.until = at.Add(webhook.Backoff(deliveryRestFirst, deliveryRestMax, r.unanswered))
+	d.resting[webhookID] = r
+}
+
+// count adds n to the sends in flight of dl's webhook and provider.
+func (d *Deliverer) count(dl domain.Delivery, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sending.Webhooks == nil {
+		d.sending.Webhooks, d.sending.Providers = map[string]int{}, map[string]int{}
+	}
+	addSending(d.sending.Webhooks, dl.WebhookID, n)
+	addSending(d.sending.Providers, dl.ProviderID, n)
+}
+
+func addSending(m map[string]int, id string, n int) {
+	if m[id] += n; m[id] <= 0 {
+		delete(m, id)
+	}
 }
 
 // deliver sends one claimed delivery and records its outcome: delivered,
@@ -159,6 +265,9 @@ func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
 		d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
 	}
 	now := d.Clock.Now()
+	if ctx.Err() == nil { // not the process stopping
+		d.rest(dl.WebhookID, code != 0, now)
+	}
 	status, errText, next := "delivered", "", now
 	if sendErr != nil {
 		// Cut whole characters (deliveryError): cut inside one,

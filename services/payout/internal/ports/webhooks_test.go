@@ -247,3 +247,191 @@ func TestHangingWebhooksDoNotDelayAHealthyOne(t *testing.T) {
 		}
 	}
 }
+
+// One provider whose receivers hang, with many payouts queued, holds only
+// its share of the sender's slots: each send to one of its webhooks ran to
+// deliveryTimeout, and its 60 queued deliveries (one per payout, so none
+// waited behind another) were claimed oldest first into all 16 slots, so
+// another provider's paid notice, due just after, waited a whole timeout
+// (10 s an attempt). At most deliveryPerWebhookMax of a webhook's
+// deliveries and deliveryPerProviderMax of a provider's are sent at once;
+// the rest keep flowing.
+func TestHangingWebhookHoldsOnlyItsShare(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	var mu sync.Mutex
+	inFlight, most := map[string]int{}, map[string]int{} // by webhook and by "provider", now and at most
+	enter := func(keys ...string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			inFlight[k]++
+			most[k] = max(most[k], inFlight[k])
+		}
+	}
+	leave := func(keys ...string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			inFlight[k]--
+		}
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		wh := req.URL.Query().Get("wh")
+		enter(wh, "provider")
+		defer leave(wh, "provider")
+		if _, err := io.Copy(io.Discard, req.Body); err != nil { // read: its context then ends when the sender hangs up
+			return
+		}
+		select { // longer than deliveryTimeout; ends when the sender hangs up
+		case <-time.After(15 * time.Second):
+		case <-req.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	healthy := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(healthy.Close)
+
+	const webhooks, payouts = 3, 20 // of the provider whose receivers hang
+	for i := range webhooks {
+		wh := fmt.Sprintf("wh-hang-%d", i)
+		if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: wh, ProviderID: "p-hang", URL: slow.URL + "?wh=" + wh,
+			Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+			t.Fatal(err)
+		}
+		for j := range payouts { // all due before the healthy one (claimed oldest first)
+			at := t0.Add(-time.Duration((webhooks-i)*payouts-j) * time.Second)
+			r.addDeliveryOf(t, wh, fmt.Sprintf("po-%d", j), fmt.Sprintf("ev-%s-%d", wh, j), at)
+		}
+	}
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-ok", ProviderID: "p-ok", URL: healthy.URL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	ok := r.addDeliveryOf(t, "wh-ok", "po-ok", "ev-ok", t0)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.d.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	const prompt = 2 * time.Second // well under deliveryTimeout: not waiting for a hanging send to end
+	var status string
+	for time.Since(start) < deliveryTimeout+5*time.Second {
+		if err := r.pool.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1`, ok).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if status == "delivered" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if took := time.Since(start); status != "delivered" || took > prompt {
+		t.Errorf("the healthy provider's delivery %s after %s; want delivered within %s", status, took.Round(100*time.Millisecond), prompt)
+	}
+	testkit.Eventually(t, time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight["provider"] > 0
+	}, "a hanging receiver called")
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range webhooks {
+		if wh := fmt.Sprintf("wh-hang-%d", i); most[wh] > deliveryPerWebhookMax {
+			t.Errorf("%s had %d sends in flight at once; want at most %d", wh, most[wh], deliveryPerWebhookMax)
+		}
+	}
+	if most["provider"] > deliveryPerProviderMax || deliveryPerProviderMax >= deliveryInFlightMax {
+		t.Errorf("p-hang had %d sends in flight at once (its share %d of %d)", most["provider"], deliveryPerProviderMax, deliveryInFlightMax)
+	}
+}
+
+// A healthy provider's queue drains at the speed of its receiver, not of
+// the sender's idle wait: its webhook's share held the rest of it back,
+// and a claim finding nothing else waited deliveryIdle before the next (40
+// deliveries took 10 s, 2 per wait) though each send took a millisecond.
+func TestWebhookQueueDrainsPastItsShare(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	healthy := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(healthy.Close)
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-ok", ProviderID: "p-ok", URL: healthy.URL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	const queued = 40
+	for i := range queued {
+		r.addDeliveryOf(t, "wh-ok", fmt.Sprintf("po-%d", i), fmt.Sprintf("ev-%d", i), t0)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.d.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	delivered := func() (n int) {
+		if err := r.pool.QueryRow(ctx, `select count(*) from payout.webhook_deliveries where status = 'delivered'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// 40 idle waits' worth is 20 s; a queue sent as each send ends, well under.
+	testkit.Eventually(t, queued/deliveryPerWebhookMax*deliveryIdle/4, func() bool { return delivered() == queued }, "all %d delivered", queued)
+}
+
+// A webhook whose receiver does not answer rests: the process claims none
+// of its deliveries for a while (doubling while it stays unanswered), so
+// receivers down or hanging do not keep taking their share of the slots
+// at every claim; another webhook's deliveries go on, and its first answer
+// ends the rest.
+func TestUnansweringWebhookRests(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	down := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	downURL := down.URL
+	down.Close() // connections refused: no answer
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-down", ProviderID: "p-down", URL: downURL, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		r.addDeliveryOf(t, "wh-down", fmt.Sprintf("po-%d", i), fmt.Sprintf("ev-%d", i), t0)
+	}
+	claimed := func(at time.Time) (down, other int) {
+		t.Helper()
+		r.clk.Set(at)
+		hits := r.hits
+		n, err := r.deliverOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n - (r.hits - hits), r.hits - hits
+	}
+	if d, _ := claimed(t0); d != deliveryPerWebhookMax {
+		t.Fatalf("first claim: %d of wh-down sent, want its share %d", d, deliveryPerWebhookMax)
+	}
+	// Its 4 others are due, but it rests deliveryRestFirst; wh-1 (503,
+	// answered) is sent meanwhile.
+	r.addDelivery(t, "ev-other", t0)
+	if d, o := claimed(t0.Add(deliveryRestFirst - time.Second)); d != 0 || o != 1 {
+		t.Errorf("while wh-down rests: %d of it sent, %d of wh-1; want 0 and 1", d, o)
+	}
+	if d, _ := claimed(t0.Add(deliveryRestFirst)); d != deliveryPerWebhookMax {
+		t.Errorf("after its rest: %d of wh-down sent, want %d", d, deliveryPerWebhookMax)
+	}
+	// Unanswered again: twice as long.
+	if d, _ := claimed(t0.Add(deliveryRestFirst + 2*deliveryRestFirst - time.Second)); d != 0 {
+		t.Errorf("in its second rest: %d of wh-down sent, want 0", d)
+	}
+	if d, _ := claimed(t0.Add(3 * deliveryRestFirst)); d == 0 {
+		t.Errorf("after its second rest: none of wh-down sent")
+	}
+}

@@ -241,24 +241,54 @@ func (s *Store) ListDeliveries(ctx context.Context, provider, webhook string, be
 // send one payout's changes at once), and leases them until now+lease (another process skips them meanwhile; a
 // crash mid-send makes them due again after the lease). Each comes with
 // its webhook's secret, and the previous one while a rotation's grace
-// period lasts; a secret that does not open is named in SecretErr.
-func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]domain.Delivery, error) {
-	rows, err := s.Pool.Query(ctx, `with due as (
-			select d.delivery_id from payout.webhook_deliveries d where d.status = 'pending' and d.next_attempt_at <= $1
-				and not exists (select 1 from payout.webhook_deliveries e where e.webhook_id = d.webhook_id
-					and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
-			order by d.next_attempt_at limit $3 for update skip locked)
+// period lasts; a secret that does not open is named in SecretErr. A
+// removed webhook's are never claimed (its removal cancels them; one left
+// pending beside it is not sent).
+//
+// With what the caller already sends (share), no webhook gets more than
+// share.PerWebhook in flight nor any provider more than share.PerProvider:
+// one webhook hanging with many payouts queued (due first, none waiting
+// behind another) took every slot, and other providers' notices waited for
+// its timeouts. The share is ranked among the oldest candidates only
+// (deliveryClaimScanPerSlot per delivery taken: a claim's cost does not
+// grow with the backlog); the oldest of them is always within its share,
+// so a claim finding any still takes one.
+func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int, share domain.DeliveryShare) ([]domain.Delivery, error) {
+	webhooks, webhooksSending := shareArrays(share.Webhooks)
+	providers, providersSending := shareArrays(share.Providers)
+	rows, err := s.Pool.Query(ctx, `with sending_w as (select * from unnest($4::text[], $5::int[]) as b(webhook_id, n)),
+			sending_p as (select * from unnest($6::text[], $7::int[]) as b(provider_id, n)),
+			candidate as (
+				select d.delivery_id, d.webhook_id, w.provider_id, d.next_attempt_at
+				from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
+				where d.status = 'pending' and d.next_attempt_at <= $1 and w.deleted_at is null
+					and not exists (select 1 from payout.webhook_deliveries e where e.webhook_id = d.webhook_id
+						and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
+					and coalesce((select n from sending_w b where b.webhook_id = d.webhook_id), 0) < $8
+					and coalesce((select n from sending_p b where b.provider_id = w.provider_id), 0) < $9
+				order by d.next_attempt_at, d.delivery_id limit $10),
+			by_webhook as (
+				select c.*, row_number() over (partition by c.webhook_id order by c.next_attempt_at, c.delivery_id) + coalesce(b.n, 0) as nth
+				from candidate c left join sending_w b using (webhook_id)),
+			by_provider as (
+				select c.delivery_id, row_number() over (partition by c.provider_id order by c.next_attempt_at, c.delivery_id) + coalesce(b.n, 0) as nth
+				from by_webhook c left join sending_p b using (provider_id) where c.nth <= $8),
+			due as (
+				select d.delivery_id from payout.webhook_deliveries d join by_provider r using (delivery_id)
+				where r.nth <= $9 and d.status = 'pending' and d.next_attempt_at <= $1
+				order by d.next_attempt_at, d.delivery_id limit $3 for update of d skip locked)
 		update payout.webhook_deliveries d set next_attempt_at = $2 from due, payout.webhooks w
 		where d.delivery_id = due.delivery_id and w.webhook_id = d.webhook_id
-		returning `+deliveryCols+`, w.secret_sealed, case when w.previous_secret_until > $1 then w.previous_secret_sealed end`,
-		now, now.Add(lease), limit)
+		returning `+deliveryCols+`, w.provider_id, w.secret_sealed, case when w.previous_secret_until > $1 then w.previous_secret_sealed end`,
+		now, now.Add(lease), limit, webhooks, webhooksSending, providers, providersSending, share.PerWebhook, share.PerProvider,
+		limit*deliveryClaimScanPerSlot)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Delivery, error) {
 		var d domain.Delivery
 		var cur, prev []byte
-		if err := r.Scan(append(deliveryFields(&d), &cur, &prev)...); err != nil {
+		if err := r.Scan(append(deliveryFields(&d), &d.ProviderID, &cur, &prev)...); err != nil {
 			return d, err
 		}
 		var err error
@@ -271,6 +301,22 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.D
 		}
 		return d, nil
 	})
+}
+
+// deliveryClaimScanPerSlot is how many candidates a claim ranks per
+// delivery it may take: enough that one webhook's queue does not fill a
+// claim's view; a claim that takes fewer leaves the rest to the next.
+const deliveryClaimScanPerSlot = 4
+
+// shareArrays are the ids and counts of a share's map, as SQL arrays.
+func shareArrays(sending map[string]int) ([]string, []int) {
+	ids := make([]string, 0, len(sending))
+	ns := make([]int, 0, len(sending))
+	for id, n := range sending {
+		ids = append(ids, id)
+		ns = append(ns, n)
+	}
+	return ids, ns
 }
 
 // FinishDelivery records one attempt of a claimed delivery: delivered,
@@ -294,10 +340,19 @@ func (s *Store) FinishDelivery(ctx context.Context, d domain.Delivery, status st
 func (s *Store) RedeliverDelivery(ctx context.Context, provider, webhook string, id int64, at time.Time) (domain.Delivery, error) {
 	var d domain.Delivery
 	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		// The webhook's row held first, as its removal holds it (then
+		// cancels its pending deliveries): one side by side is seen
+		// removed here, or waits and cancels this one made pending.
+		// Read without it, a removal in between canceled the pending
+		// ones, this one was failed still, and it was then made pending:
+		// sent to a webhook removed.
 		var status string
-		err := tx.QueryRow(ctx, `select d.status from payout.webhook_deliveries d join payout.webhooks w using (webhook_id)
-			where d.delivery_id = $1 and d.webhook_id = $2 and w.provider_id = $3 and w.deleted_at is null for update of d`,
-			id, webhook, provider).Scan(&status)
+		err := tx.QueryRow(ctx, `select 1 from payout.webhooks where webhook_id = $1 and provider_id = $2 and deleted_at is null for share`,
+			webhook, provider).Scan(new(int))
+		if err == nil {
+			err = tx.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1 and webhook_id = $2 for update`,
+				id, webhook).Scan(&status)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("delivery %d of webhook %s of %s: %w", id, apperr.Clip(webhook, 64), provider, apperr.ErrNotFound)
 		}

@@ -15,8 +15,12 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/outbox"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
+
+// unshared is a share of the sends no claim of these tests reaches.
+var unshared = domain.DeliveryShare{PerWebhook: 100, PerProvider: 100}
 
 // A delivery whose claim lapsed while it was being sent (a slow receiver;
 // another payout replica claimed it again and delivered it) does not record
@@ -39,12 +43,12 @@ func TestLapsedDeliveryClaimRecordsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 30 * time.Second
-	a, err := s.ClaimDeliveries(ctx, t0, lease, 2)
+	a, err := s.ClaimDeliveries(ctx, t0, lease, 2, unshared)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("first claim: %v %v", a, err)
 	}
 	later := t0.Add(lease + time.Second)
-	b, err := s.ClaimDeliveries(ctx, later, lease, 2)
+	b, err := s.ClaimDeliveries(ctx, later, lease, 2, unshared)
 	if err != nil || len(b) != 1 {
 		t.Fatalf("claim after the lease: %v %v", b, err)
 	}
@@ -158,7 +162,7 @@ func TestWebhookRemovedIsSentNothingAndLeavesTheCap(t *testing.T) {
 	if err != nil || fmt.Sprint(got) != "[ev-a:canceled ev-b:canceled ev-c:delivered]" {
 		t.Errorf("wh-0's deliveries after its removal: %v (%v); want the pending ones canceled, the delivered one kept", got, err)
 	}
-	claimed, err := s.ClaimDeliveries(ctx, t0.Add(time.Minute), time.Minute, 10)
+	claimed, err := s.ClaimDeliveries(ctx, t0.Add(time.Minute), time.Minute, 10, unshared)
 	if err != nil || len(claimed) != 1 || claimed[0].WebhookID != "wh-1" {
 		t.Errorf("claimed %+v (%v); want wh-1's delivery alone", claimed, err)
 	}
@@ -225,7 +229,7 @@ func TestFailedDeliveryRedelivered(t *testing.T) {
 	if err != nil || d.Status != "pending" || !d.NextAttemptAt.Equal(at) || d.RedeliveredAt == nil || !d.RedeliveredAt.Equal(at) || d.Attempts != 80 {
 		t.Fatalf("redelivered: %+v, %v; want pending, due and redelivered at %s, its 80 attempts kept", d, err, at)
 	}
-	claimed, err := s.ClaimDeliveries(ctx, at, time.Minute, 10)
+	claimed, err := s.ClaimDeliveries(ctx, at, time.Minute, 10, unshared)
 	if err != nil || len(claimed) != 2 { // the one redelivered and the one pending (another event of the payout: it waits behind the older)
 		t.Logf("claimed %+v", claimed)
 	}
@@ -251,5 +255,135 @@ func TestFailedDeliveryRedelivered(t *testing.T) {
 	}
 	if _, err := s.RedeliverDelivery(ctx, "p-1", "wh-2", ids["ev-failed-2"], at); !errors.Is(err, apperr.ErrNotFound) {
 		t.Errorf("a removed webhook's delivery redelivered: %v, want not found", err)
+	}
+}
+
+// A claim takes no more of a webhook's or a provider's deliveries than its
+// share less what the sender already has in flight, oldest first, and
+// takes the others' meanwhile: one webhook's queue, due first, filled every
+// slot.
+func TestDeliveryClaimKeepsEachShare(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool, Box: box}
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	for _, give := range [][2]string{{"wh-a", "p-1"}, {"wh-b", "p-1"}, {"wh-c", "p-1"}, {"wh-d", "p-2"}} {
+		if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: give[0], ProviderID: give[1], URL: "https://example.test/" + give[0],
+			Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// wh-a's 6 are due first, then wh-b's, wh-c's and wh-d's: each of
+	// another payout (none waits behind another change of its payout).
+	for i, wh := range []string{"wh-a", "wh-b", "wh-c", "wh-d"} {
+		for j := range 6 {
+			at := t0.Add(time.Duration(i*6+j) * time.Second)
+			if _, err := pool.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+				values ($1, $2, $3, '{}', $4, $4)`, wh, fmt.Sprintf("ev-%s-%d", wh, j), fmt.Sprintf("po-%d", j), at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	now := t0.Add(time.Hour)
+	share := domain.DeliveryShare{PerWebhook: 2, PerProvider: 4, Webhooks: map[string]int{"wh-a": 1}, Providers: map[string]int{"p-1": 1}}
+	claimed, err := s.ClaimDeliveries(ctx, now, time.Minute, 16, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, c := range claimed {
+		got[c.WebhookID+"/"+c.ProviderID]++
+	}
+	// wh-a has 1 of its 2 in flight, p-1 1 of its 4: wh-a 1 more, wh-b 2
+	// (p-1 then full, wh-c none), wh-d of p-2 its 2.
+	if want := "map[wh-a/p-1:1 wh-b/p-1:2 wh-d/p-2:2]"; fmt.Sprint(got) != want {
+		t.Errorf("claimed %v, want %s", got, want)
+	}
+	// A share already full is skipped whole: p-1 at 4 in flight, only
+	// p-2's wh-d (2 more of it are due and not claimed).
+	claimed, err = s.ClaimDeliveries(ctx, now, time.Minute, 16, domain.DeliveryShare{PerWebhook: 2, PerProvider: 4,
+		Providers: map[string]int{"p-1": 4}})
+	if err != nil || len(claimed) != 2 || claimed[0].WebhookID != "wh-d" || claimed[1].WebhookID != "wh-d" {
+		t.Errorf("with p-1's share full: claimed %+v (%v), want 2 of wh-d", claimed, err)
+	}
+}
+
+// A redelivery asked for while its webhook is being removed does not send
+// after the removal: the request read the webhook as not removed, the
+// removal canceled only the pending deliveries (not the failed one being
+// redelivered), and the request then made it pending: claimed and sent to
+// a webhook its provider had removed, and due forever in the sender's lag.
+// The request is held (here, by a lock on the delivery taken first) after
+// its statement read the webhook and before it locked the row.
+func TestRedeliveryRacingRemovalSendsNothing(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	box, err := NewSecretBox(bytes.Repeat([]byte{7}, WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{Pool: pool, Box: box}
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	if _, err := s.CreateWebhook(ctx, domain.Webhook{ID: "wh-1", ProviderID: "p-1", URL: "https://example.test/hook", Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, attempts)
+		values ('wh-1', 'ev-1', 'po-1', '{}', $1, $1, 'failed', 80) returning delivery_id`, t0).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `select 1 from payout.webhook_deliveries where delivery_id = $1 for update`, id); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(96 * time.Hour)
+	redelivered := make(chan error, 1)
+	go func() {
+		_, err := s.RedeliverDelivery(ctx, "p-1", "wh-1", id, at)
+		redelivered <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		var waiting int
+		if err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).
+			Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting == 1
+	}, "the redelivery waiting on the delivery's row")
+	removed := make(chan error, 1)
+	go func() { removed <- s.DeleteWebhook(ctx, "p-1", "wh-1", at) }()
+	var removeErr error
+	select { // the removal finishes, or waits for the redelivery (it holds the webhook)
+	case removeErr = <-removed:
+		removed = nil
+	case <-time.After(time.Second):
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-redelivered; err != nil && !errors.Is(err, apperr.ErrNotFound) {
+		t.Fatalf("redeliver: %v", err)
+	}
+	if removed != nil {
+		removeErr = <-removed
+	}
+	if removeErr != nil {
+		t.Fatalf("remove: %v", removeErr)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `select status from payout.webhook_deliveries where delivery_id = $1`, id).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimDeliveries(ctx, at.Add(time.Minute), time.Minute, 10, unshared)
+	if err != nil || len(claimed) != 0 || status == "pending" {
+		t.Errorf("after the removal: the delivery is %s, %d claimed (%v); want it not pending, nothing claimed", status, len(claimed), err)
 	}
 }
