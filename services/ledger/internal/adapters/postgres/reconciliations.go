@@ -448,7 +448,9 @@ func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.De
 // had not taken at headPosition (after its head in (xid, id) order: the
 // run took no movement of theirs); each read bounded by recent rows (the
 // postings since the close, the transactions after the head, the matched
-// items recorded after the close or on a statement closing after it).
+// items recorded after the close or on a statement closing after it). A
+// voided resolution's items are not in transit by it: the run after the
+// void carries them again, open.
 func (r *ReconRunTx) CashAt(ctx context.Context, closeAt time.Time, taken []string, headPosition int64) (domain.CashFigures, error) {
 	var bank, ledgerBal, matchedBank, matchedLedger, resolvedBank, resolvedLedger string
 	if err := r.tx.QueryRow(ctx, `with head as (
@@ -470,14 +472,16 @@ func (r *ReconRunTx) CashAt(ctx context.Context, closeAt time.Time, taken []stri
 			coalesce((select sum(i.ledger_amount) from ledger.bank_statements s join ledger.reconciliation_items i on i.statement_id = s.statement_id
 				where i.status = 'matched' and s.currency = $2 and s.closing_at > $3 and coalesce(i.recorded_at, '-infinity') <= $3), 0)::text,
 			coalesce((select sum(ri.bank_amount) from ledger.reconciliation_resolution_items ri join ledger.bank_statements s on s.statement_id = ri.statement_id
-				where s.currency = $2 and s.closing_at <= $3), 0)::text,
+				where s.currency = $2 and s.closing_at <= $3
+					and not exists (select 1 from ledger.reconciliation_resolution_voids v where v.resolution_id = ri.resolution_id)), 0)::text,
 			coalesce((select sum(case when p.direction = 'debit' then p.amount else -p.amount end)
 				from ledger.reconciliation_resolution_items ri
 				join ledger.reconciliation_resolutions rr on rr.resolution_id = ri.resolution_id
 				join ledger.reconciliations rn on rn.reconciliation_id = rr.reconciliation_id
 				cross join lateral unnest(ri.transaction_ids) x(id)
 				join ledger.postings p on p.tx_id = x.id::uuid
-				where ri.transaction_id is not null and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at <= $3), 0)::text`,
+				where ri.transaction_id is not null and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at <= $3
+					and not exists (select 1 from ledger.reconciliation_resolution_voids v where v.resolution_id = ri.resolution_id)), 0)::text`,
 		domain.BankClient, r.currency, closeAt, headPosition, taken).Scan(&bank, &ledgerBal, &matchedBank, &matchedLedger, &resolvedBank, &resolvedLedger); err != nil {
 		return domain.CashFigures{}, fmt.Errorf("proof of cash figures: %w", err)
 	}
