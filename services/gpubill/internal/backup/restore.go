@@ -60,7 +60,12 @@ type Result struct {
 // mark of an unfinished restore (pg.RestorePendingTable), committed before
 // the load: no gpubill service starts on it and ledger verify fails, so a
 // restore killed part way is never taken for a finished one.
-func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error) {
+func Restore(ctx context.Context, dsn, dir string, tools Tools) (_ *Result, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil { // SIGINT, SIGTERM, SIGHUP: the error alone read "signal: killed"
+			err = fmt.Errorf("restore interrupted: %w", err)
+		}
+	}()
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
