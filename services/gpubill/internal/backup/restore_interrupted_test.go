@@ -70,6 +70,9 @@ func TestRestoreInterruptedBeforeItsLastStep(t *testing.T) {
 			t.Fatalf("the %s service starting on the interrupted restore's database: %v; want refused, naming gpubill after-recovery --services-stopped", s, err)
 		}
 	}
+	if _, err := backup.Take(ctx, dst, filepath.Join(t.TempDir(), "of-the-load"), backup.Tools{}, time.Now()); !errors.Is(err, pg.ErrRestorePending) {
+		t.Fatalf("a backup of the interrupted restore's database: %v; want refused (it would verify and restore as ready)", err)
+	}
 	code, out, errOut := gpubill(ctx, "ledger", "verify", "--database-url", dst)
 	if code != 1 || !strings.Contains(errOut, "did not finish") || !strings.Contains(errOut, "after-recovery") {
 		t.Fatalf("ledger verify on the interrupted restore's database: exit %d, %q %q; want 1, saying the restore did not finish", code, out, errOut)
