@@ -150,8 +150,13 @@ func open(ctx context.Context, cfg *pgxpool.Config, maxConns int32) (*pgxpool.Po
 
 // Migrate applies the migrations in fsys (files NNNN_slug.sql) to the
 // service's own schema, keeping goose's version table inside that schema so
-// services migrate independently.
+// services migrate independently. Every service migrates at start, so it
+// refuses (ErrRestorePending) a database a gpubill restore did not finish
+// readying: a service started there would run on the snapshot as loaded.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS) error {
+	if err := RestoreFinished(ctx, pool); err != nil {
+		return fmt.Errorf("database %q: %w", pool.Config().ConnConfig.Database, err)
+	}
 	// Serialise concurrent migrators of the same schema (several processes:
 	// a Deployment's replicas start together), the schema's creation
 	// included: create schema if not exists is not safe concurrently, two

@@ -11,7 +11,10 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too (the SSH session of a restore or a dev stack dropped):
+	// unhandled, it killed the process where it stood, a restore between
+	// its load and its last step with no word of what to do.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	os.Exit(cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

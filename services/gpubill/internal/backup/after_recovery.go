@@ -18,7 +18,10 @@ import (
 // other means than Restore: CloudNativePG's point-in-time recovery, a volume
 // snapshot, a pg_basebackup. Without it the charges published but not
 // applied at the recovery point were never sent again and the unfinished
-// payouts never restarted. There is no manifest to compare with: it first
+// payouts never restarted. It is also the way out of a gpubill restore
+// interrupted after its load (pg.ErrRestorePending): the step clears the
+// mark that keeps gpubill from starting on it. There is no manifest to
+// compare with: it first
 // runs what Restore's verification has without one (ledger verify: the
 // hash chain, every balance, the report records), and refuses a ledger that
 // fails it, or a cluster whose transaction ids are behind the journal's (a

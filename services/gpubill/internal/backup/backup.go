@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger"
 )
 
@@ -145,6 +146,11 @@ func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (_ *
 	if err := tx.QueryRow(ctx, `select pg_export_snapshot(), current_setting('server_version')`).Scan(&snapshot, &m.ServerVersion); err != nil {
 		return nil, fmt.Errorf("export snapshot: %w", err)
 	}
+	// A restore's load is kept until its verification and last step: a
+	// snapshot of it would verify and restore as if it were ready.
+	if err := pg.RestoreFinished(ctx, tx); err != nil {
+		return nil, err
+	}
 	if m.Ledger, err = ledger.ReadFigures(ctx, tx); err != nil {
 		return nil, fmt.Errorf("ledger figures: %w", err)
 	}
@@ -167,11 +173,13 @@ func Take(ctx context.Context, dsn, dir string, tools Tools, now time.Time) (_ *
 	return m, nil
 }
 
-// tableCounts counts the rows of every table outside the system schemas.
+// tableCounts counts the rows of every table outside the system schemas but
+// the mark of an unfinished restore (the restore verifies its load with it).
 func tableCounts(ctx context.Context, tx pgx.Tx) (map[string]int64, error) {
 	rows, err := tx.Query(ctx, `select schemaname, tablename from pg_tables
 		where schemaname not in ('pg_catalog', 'information_schema') and schemaname not like 'pg\_%'
-		order by 1, 2`)
+		and not (schemaname = 'public' and tablename = $1)
+		order by 1, 2`, pg.RestorePendingTable)
 	if err != nil {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}

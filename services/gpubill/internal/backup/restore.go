@@ -54,9 +54,18 @@ type Result struct {
 // missing; refused unless empty), then proves it: the ledger's figures and
 // every table's row count equal the manifest's, and the hash chain verifies
 // up to the manifest's head. Anything else is an error naming the
-// difference; the database is then left as loaded, for inspection (do not
-// start gpubill on it).
-func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error) {
+// difference; the database is then left as loaded, for inspection.
+//
+// Until its last step (afterRestore) commits, the database carries the
+// mark of an unfinished restore (pg.RestorePendingTable), committed before
+// the load: no gpubill service starts on it and ledger verify fails, so a
+// restore killed part way is never taken for a finished one.
+func Restore(ctx context.Context, dsn, dir string, tools Tools) (_ *Result, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil { // SIGINT, SIGTERM, SIGHUP: the error alone read "signal: killed"
+			err = fmt.Errorf("restore interrupted: %w", err)
+		}
+	}()
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
@@ -76,10 +85,17 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 	if res.XidsAdvanced, err = advanceXid(ctx, conn, m.Ledger.XidMax); err != nil {
 		return nil, err
 	}
-	// One transaction: a failed restore leaves the database empty.
+	// Committed before the load's: pg_restore's commit and afterRestore's
+	// are two, and a process killed between them left a loaded database
+	// that looked ready.
+	if err := pg.MarkRestorePending(ctx, conn); err != nil {
+		return nil, err
+	}
+	// One transaction: a failed restore leaves the database empty (but for
+	// the mark, which a restore again keeps).
 	if err := tools.runOn(ctx, "pg_restore", dsn, "--single-transaction", "--exit-on-error", "--no-owner", "--no-privileges",
 		filepath.Join(dir, DumpDir)); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (nothing was loaded: restore again into this database, or drop it)", err)
 	}
 	var tables map[string]int64
 	if err := pg.InSnapshot(ctx, conn, func(tx pgx.Tx) (err error) {
@@ -94,7 +110,7 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (the snapshot is loaded, not verified: %s)", err, loadedRemedy)
 	}
 	var diffs []string
 	diffs = append(diffs, CompareFigures(m.Ledger, res.Restored)...)
@@ -105,7 +121,7 @@ func Restore(ctx context.Context, dsn, dir string, tools Tools) (*Result, error)
 		diffs = append(diffs, fmt.Sprintf("verified chain head %s, manifest %s", res.Chain.HeadHash, m.Ledger.HeadHash))
 	}
 	if len(diffs) > 0 {
-		return res, fmt.Errorf("restored database differs from the manifest of %s:\n  %s", dir, strings.Join(diffs, "\n  "))
+		return res, fmt.Errorf("restored database differs from the manifest of %s (gpubill does not start on it):\n  %s", dir, strings.Join(diffs, "\n  "))
 	}
 	if err := afterRestore(ctx, conn, res, restoreRemedy); err != nil {
 		return res, err
@@ -135,10 +151,16 @@ func chainBroken(c ledger.VerifyResult) string {
 // at start).
 var ErrServicesRunning = errors.New("gpubill services are running on this database")
 
-// What to do when afterRestore failed, after a restore and after a recovery.
+// What to do when Restore stopped after the load (loadedRemedy: before
+// verifying it), and when afterRestore failed, after a restore and after a
+// recovery.
 const (
+	loadedRemedy = "it is not ready for a new JetStream and Temporal, and gpubill does not start on it: drop it and restore again"
+	// The snapshot verified: after-recovery (ledger verify, then the step)
+	// readies it as well as a restore again.
 	restoreRemedy = "the database holds the verified snapshot but is not ready " +
-		"for a new JetStream and Temporal; do not start gpubill on it: drop it and restore again"
+		"for a new JetStream and Temporal, and gpubill does not start on it: drop it and restore again, " +
+		"or, with every gpubill service on it stopped, run gpubill after-recovery --services-stopped"
 	recoveryRemedy = "the database is as recovered, not ready for a new JetStream and Temporal; " +
 		"stop every gpubill service on it and run gpubill after-recovery again before starting any"
 )
@@ -148,7 +170,8 @@ const (
 // back into its outbox, payouts whose workflow had work get one again, the
 // bank-file rail is held, and every schema with a restore epoch gets a new one (versions and crossing
 // counts restart from the snapshot's: the ids and ETags built from them
-// carry the epoch, so none issued before the restore is issued again).
+// carry the epoch, so none issued before the restore is issued again); the
+// mark of an unfinished restore, if any, goes with that commit.
 // Step by step, a failure part way left some schemas' messages in
 // outbox_published (never sent again: that usage never charged) and payouts
 // marked started under a Temporal that never saw them, and a second restore
@@ -212,6 +235,9 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result, remedy strin
 			return err
 		}
 	}
+	if err := pg.ClearRestorePending(ctx, tx); err != nil {
+		return err
+	}
 	if err := afterRestoreFail(ctx); err != nil {
 		return err
 	}
@@ -226,12 +252,14 @@ func afterRestore(ctx context.Context, conn *pgx.Conn, res *Result, remedy strin
 // afterRestoreFail fails afterRestore before its commit when a test set it.
 var afterRestoreFail = func(context.Context) error { return nil }
 
-// checkEmpty refuses a database holding any schema but an empty public.
+// checkEmpty refuses a database holding any schema but an empty public (the
+// mark of an unfinished restore aside: one left alone there is a restore
+// whose load failed).
 func checkEmpty(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `select n.nspname || coalesce(' (' || count(c.oid) || ' relations)', '')
-		from pg_namespace n left join pg_class c on c.relnamespace = n.oid
+		from pg_namespace n left join pg_class c on c.relnamespace = n.oid and not (n.nspname = 'public' and c.relname = $1)
 		where n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg\_%'
-		group by n.nspname having n.nspname <> 'public' or count(c.oid) > 0 order by 1`)
+		group by n.nspname having n.nspname <> 'public' or count(c.oid) > 0 order by 1`, pg.RestorePendingTable)
 	if err != nil {
 		return fmt.Errorf("check the database is empty: %w", err)
 	}
@@ -239,11 +267,19 @@ func checkEmpty(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("check the database is empty: %w", err)
 	}
-	if len(found) > 0 {
-		return fmt.Errorf("%w: %q holds %s; restore into a new database (point DATABASE_URL at a name that does not exist yet; it is created)",
-			ErrNotEmpty, conn.Config().Database, strings.Join(found, ", "))
+	if len(found) == 0 {
+		return nil
 	}
-	return nil
+	pending, err := pg.IsRestorePending(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if pending {
+		return fmt.Errorf("%w: %q holds %s: %w; %s", ErrNotEmpty, conn.Config().Database, strings.Join(found, ", "),
+			pg.ErrRestorePending, pg.RestorePendingRemedy)
+	}
+	return fmt.Errorf("%w: %q holds %s; restore into a new database (point DATABASE_URL at a name that does not exist yet; it is created)",
+		ErrNotEmpty, conn.Config().Database, strings.Join(found, ", "))
 }
 
 // advanceXid consumes transaction ids until the cluster hands out ones

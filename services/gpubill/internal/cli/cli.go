@@ -49,7 +49,7 @@ type cli struct {
 	Report      reportCmd        `cmd:"" help:"Reports for auditors, straight from the database (read only)."`
 	Backup      backupCmd        `cmd:"" help:"Write a consistent snapshot of every schema (pg_dump) and its manifest into a new directory."`
 	Restore     restoreCmd       `cmd:"" help:"Load a snapshot into an empty database and verify it against its manifest."`
-	Recovery    afterRecoveryCmd `cmd:"" name:"after-recovery" help:"Run restore's last step on a database recovered otherwise (CloudNativePG point-in-time recovery, a volume snapshot): required before gpubill starts on it."`
+	Recovery    afterRecoveryCmd `cmd:"" name:"after-recovery" help:"Run restore's last step on a database recovered otherwise (CloudNativePG point-in-time recovery, a volume snapshot), or whose gpubill restore was interrupted after loading: required before gpubill starts on it."`
 	Version     versionCmd       `cmd:"" help:"Print the version, commit, commit time and Go version."`
 	Completion  completionCmd    `cmd:"" help:"Print the shell code that enables tab completion: source <(gpubill completion bash)."`
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -381,9 +381,13 @@ func (v *verifyCmd) Run(e *env) error {
 	var res ledger.VerifyResult
 	var pos int64
 	var hash, got string
+	var pending bool
 	if err := pg.InSnapshot(e.ctx, pool, func(tx pgx.Tx) error {
 		q := verifyReads(tx)
 		var err error
+		if pending, err = pg.IsRestorePending(e.ctx, tx); err != nil {
+			return err
+		}
 		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK || v.Head == "" {
 			return err
 		}
@@ -419,6 +423,11 @@ func (v *verifyCmd) Run(e *env) error {
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	if v.Head != "" {
 		e.stdout.printf("ok: the link at %s\n", v.Head)
+	}
+	// The chain of a restore's load verifies; the database is still not
+	// one gpubill may run on.
+	if pending {
+		return fmt.Errorf("%w: %s", pg.ErrRestorePending, pg.RestorePendingRemedy)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/deadletter"
 	"github.com/gpubill/gpubill/pkg/natsx"
+	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/pg"
 	gsrv "github.com/gpubill/gpubill/pkg/server"
 	"github.com/gpubill/gpubill/pkg/split"
@@ -128,7 +130,8 @@ func loadSettings(cfg Config) (st settings, err error) {
 
 // Start brings up NATS (embedded unless NATS_URL), Temporal (a dev server
 // child unless TEMPORAL_ADDRESS), the database, every service and the
-// listeners. Stop undoes it in reverse.
+// listeners. Stop undoes it in reverse. It refuses (ErrStackRunning) a
+// database another gpubill stack or service runs on.
 func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -178,13 +181,65 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		gl.Close()
 		return nil, err
 	}
+	release, err := claimRelays(ctx, cfg.DatabaseURL, services)
+	if err != nil {
+		gl.Close()
+		return nil, err
+	}
+	defer release()
 	s.closers = append(s.closers, svc.ServeMetrics(s.Pool, js, cfg.Log, services...))
 	if err := s.serve(ctx, runCtx, cfg, st, gl, services, nc, js, tc); err != nil {
 		gl.Close()
 		return nil, err
 	}
+	release() // before the relays start: they take the same locks
 	s.run(runCtx, services, cfg.Log)
 	return s, nil
+}
+
+// ErrStackRunning: gpubill dev starts only on a database no other gpubill
+// stack or service runs on.
+var ErrStackRunning = errors.New("another gpubill stack runs on this database")
+
+// claimRelays takes every service's outbox relay lock (outbox.RelayLockKey;
+// a service's name is its schema's) on a connection of its own, and fails
+// (ErrStackRunning) if another session holds one: a relay leads there, so
+// a stack or a service runs on the database. Two stacks on one database each started, and once the
+// first stopped the second's relays took over its outboxes, publishing to
+// the second's own embedded NATS and paying on its rail. The locks are
+// held through start-up, so two stacks starting together do not both pass,
+// and let go by release (closing the connection ends its session and its
+// locks, even if the connection is broken) just before the stack's own
+// relays try them: held longer, they would keep every relay idle. A relay
+// between two attempts (NATS down) holds no lock for a moment: the check
+// does not see its stack then.
+func claimRelays(ctx context.Context, dsn string, services []svc.Service) (_ func(), err error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect to take the outbox relay locks: %w", err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { _ = conn.Close(context.Background()) }) } // the session's end lets every lock go
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	var held []string
+	for _, x := range services {
+		var locked bool
+		if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, outbox.RelayLockKey(x.Name())).Scan(&locked); err != nil {
+			return nil, fmt.Errorf("outbox relay lock of %s: %w", x.Name(), err)
+		}
+		if !locked {
+			held = append(held, x.Name())
+		}
+	}
+	if len(held) > 0 {
+		return nil, fmt.Errorf("%w (the outbox relay of %s holds its lock in database %q): stop it first, or point DATABASE_URL at another database",
+			ErrStackRunning, strings.Join(held, ", "), conn.Config().Database)
+	}
+	return release, nil
 }
 
 // startNATS connects to NATS_URL, or runs an embedded JetStream server.
