@@ -80,6 +80,7 @@ type simulateCmd struct {
 	DataDir    string        `name:"data-dir" env:"GPUBILL_DATA_DIR" default:".gpubill" help:"Where gpubill dev keeps its signing key (auth.secret) when GPUBILL_AUTH_SECRET is unset."`
 	AuthSecret string        `name:"auth-secret" env:"GPUBILL_AUTH_SECRET" help:"Token signing key, at least 32 bytes (prefer the environment variable: a flag shows in the process list)."`
 	LogLevel   string        `name:"log-level" env:"GPUBILL_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Force      bool          `help:"Run even against a stack holding renters or providers the simulation did not create (its deposits have no money behind them)."`
 }
 
 type ledgerCmd struct {
@@ -302,11 +303,12 @@ func (d *devCmd) runBackups(e *env, log *slog.Logger) {
 }
 
 // runSimulation runs the simulated marketplace in the background until
-// e.ctx ends.
+// e.ctx ends. The stack is the one dev just started, so parties a developer
+// created on it by hand do not stop the simulation (Force).
 func (d *devCmd) runSimulation(e *env, log *slog.Logger, base, finance string, recv *simulate.LeaseReceiver) {
 	go func() {
 		if err := simulate.Run(e.ctx, simulate.Config{BaseURL: base, Token: finance, Tick: simulateTick, Log: log.With("component", "simulate"),
-			Lease: recv}); err != nil {
+			Lease: recv, Force: true}); err != nil {
 			log.Error("simulation stopped", "err", err)
 		}
 	}()
@@ -338,7 +340,8 @@ func (s *simulateCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	return simulate.Run(e.ctx, simulate.Config{BaseURL: s.URL, Token: tok, Tick: s.Tick, Log: obs.NewLogger(e.stderr, s.LogLevel)})
+	return simulate.Run(e.ctx, simulate.Config{BaseURL: s.URL, Token: tok, Tick: s.Tick, Log: obs.NewLogger(e.stderr, s.LogLevel),
+		Force: s.Force})
 }
 
 // secretFor reads the dev stack's signing key; it never creates one, so a

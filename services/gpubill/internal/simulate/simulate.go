@@ -27,6 +27,7 @@ const (
 	// within seconds; the marketplace tops it up rescueAfterTicks after it
 	// was stopped, and its GPUs resume.
 	thinRenter       = "r-004"
+	thinName         = "Night-shift Render Studio"
 	thinDeposit      = "30.00"
 	thinCreditLimit  = "10.00"
 	thinTopUp        = "200.00"
@@ -40,6 +41,10 @@ type Config struct {
 	Tick    time.Duration
 	Log     *slog.Logger
 	Now     func() time.Time
+	// Force runs against a stack holding renters or providers the
+	// simulation did not create (gpubill simulate --force; gpubill dev,
+	// whose stack is its own). Without it such a stack is refused.
+	Force bool
 	// Lease receives lease control (stop, resume) for the simulated
 	// scheduler; nil = no lease control (and no thin renter).
 	Lease *LeaseReceiver
@@ -69,6 +74,11 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Now = time.Now
 	}
 	c := &client{base: cfg.BaseURL, token: cfg.Token, http: &http.Client{Timeout: requestTimeout}}
+	if !cfg.Force {
+		if err := checkOwnStack(ctx, c); err != nil {
+			return err
+		}
+	}
 	if err := seed(ctx, c, cfg); err != nil {
 		return fmt.Errorf("seed marketplace: %w", err)
 	}
@@ -129,7 +139,7 @@ func seed(ctx context.Context, c *client, cfg Config) error {
 		}
 	}
 	for _, r := range renters {
-		body := map[string]any{"renter_id": r, "name": "Renter " + r, "currency": "CNY", "credit_limit": "0"}
+		body := map[string]any{"renter_id": r, "name": renterName(r), "currency": "CNY", "credit_limit": "0"}
 		if err := c.post(ctx, "/v1/renters", body, nil); err != nil && !isConflict(err) {
 			return err
 		}
@@ -167,6 +177,8 @@ func seed(ctx context.Context, c *client, cfg Config) error {
 	return nil
 }
 
+func renterName(id string) string { return "Renter " + id }
+
 // sendUsage starts leasesPerTick new leases in the recent past, each with a
 // few consecutive usage events (new lease ids never overlap earlier usage).
 func sendUsage(ctx context.Context, c *client, cfg Config, rng *rand.Rand, tick int) error {
@@ -202,7 +214,7 @@ func leaseEvents(now time.Time, lease, renter, provider, model string, count int
 
 // seedThin creates the thin renter and its small first deposit.
 func seedThin(ctx context.Context, c *client) error {
-	body := map[string]any{"renter_id": thinRenter, "name": "Night-shift Render Studio", "currency": "CNY", "credit_limit": thinCreditLimit}
+	body := map[string]any{"renter_id": thinRenter, "name": thinName, "currency": "CNY", "credit_limit": thinCreditLimit}
 	if err := c.post(ctx, "/v1/renters", body, nil); err != nil && !isConflict(err) {
 		return err
 	}
