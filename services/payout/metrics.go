@@ -137,13 +137,33 @@ func webhookMetrics() []obs.SQLMetric {
 		// could claim now (ClaimDeliveries' order). A claimed one is due
 		// at its lease's end, one in backoff at its next attempt; a
 		// removed webhook's is never claimed.
+		//
+		// The sender's own backlog: a webhook whose receiver did not
+		// answer its last attempt rests, its queue due and waiting, and
+		// one receiver down with 100 payouts queued read as the sender
+		// behind while every other provider's notices flowed
+		// (gpubill_payout_webhooks_unanswered counts those). Its row
+		// says so (unanswered_at), not the process's memory: every
+		// replica's scrape agrees. One not tried for 10 minutes (twice
+		// the longest rest, 5 min) counts again: the sender stopped
+		// trying it.
 		Name: "gpubill_payout_webhook_delivery_lag_seconds", Type: obs.Gauge,
-		Help: "How long the oldest payout webhook delivery the sender could send now has been due (0: none): receivers that " +
-			"hang or a backlog hold the sender's slots.",
+		Help: "How long the oldest payout webhook delivery the sender could send now has been due, not counting webhooks whose " +
+			"receiver did not answer its last attempt in the last 10 minutes (0: none): a backlog holds the sender's slots, or it stopped.",
 		Query: `select coalesce(extract(epoch from now() - min(d.next_attempt_at)), 0)::float8 from payout.webhook_deliveries d
 			where d.status = 'pending' and d.next_attempt_at <= now() and not exists (select 1 from payout.webhook_deliveries e
 				where e.webhook_id = d.webhook_id and e.payout_id = d.payout_id and e.status = 'pending' and e.delivery_id < d.delivery_id)
-				and not exists (select 1 from payout.webhooks w where w.webhook_id = d.webhook_id and w.deleted_at is not null)`,
+				and not exists (select 1 from payout.webhooks w where w.webhook_id = d.webhook_id
+					and (w.deleted_at is not null or w.unanswered_at > now() - interval '10 minutes'))`,
+	}, {
+		// A receiver that does not answer is its provider's to fix (its
+		// delivery log shows each timeout); its deliveries wait, not
+		// counted in the lag, and one given up after 3 days opens
+		// GpubillPayoutWebhookGivenUp.
+		Name: "gpubill_payout_webhooks_unanswered", Type: obs.Gauge,
+		Help: "Payout webhooks (not removed) whose receiver did not answer their last attempt (a timeout, a refused connection): " +
+			"their deliveries wait and are not counted in gpubill_payout_webhook_delivery_lag_seconds.",
+		Query: `select count(*)::float8 from payout.webhooks where deleted_at is null and unanswered_at is not null`,
 	}}
 }
 

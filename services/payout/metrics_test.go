@@ -1,19 +1,25 @@
 package payout
 
 import (
+	"bytes"
 	"context"
 	"io/fs"
+	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
+	"github.com/gpubill/gpubill/services/payout/internal/ports"
 )
 
 // A payout that joined a later one counts in that one only: its net was
@@ -581,5 +587,109 @@ func TestPayoutWebhookSenderLagAges(t *testing.T) {
 	}
 	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 20*60 || v > 20*60+60 {
 		t.Errorf("%s %v, want ~20 min (ev-3; ev-2 waits behind ev-1, in backoff; ev-4 was given up; ev-5's webhook was removed)", name, v)
+	}
+}
+
+// A receiver down (connections refused) with a deep queue kept its
+// deliveries due while it rested, and the sender's lag read them: one dead
+// receiver with 150 payouts queued fired GpubillPayoutWebhooksBehind while
+// every other provider's notices flowed. The lag is the sender's own
+// backlog: a webhook whose last attempt got no answer is left out (read
+// from its row: every replica's scrape agrees) and counted apart, until it
+// answers, or until the sender has not tried it for 10 minutes (then it is
+// the sender that stopped). A stopped sender still raises the lag.
+func TestPayoutWebhookLagLeavesOutUnansweredReceivers(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	box, err := postgres.NewSecretBox(bytes.Repeat([]byte{7}, postgres.WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &postgres.Store{Pool: pool, Box: box}
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(healthy.Close)
+	dead := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	deadURL := dead.URL
+	dead.Close() // connections refused: no answer
+	for _, w := range []domain.Webhook{{ID: "wh-ok", ProviderID: "p-ok", URL: healthy.URL}, {ID: "wh-dead", ProviderID: "p-dead", URL: deadURL}} {
+		w.Secret, w.CreatedAt = "0123456789abcdef", time.Now()
+		if _, err := store.CreateWebhook(ctx, w, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const deadQueued, okQueued = 150, 20
+	if _, err := pool.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+		select 'wh-dead', 'ev-dead-' || i, 'po-dead-' || i, '{}'::bytea, now() - interval '1 hour', now() - interval '1 hour' from generate_series(1, $1) i
+		union all
+		select 'wh-ok', 'ev-ok-' || i, 'po-ok-' || i, '{}'::bytea, now() - interval '30 minutes', now() - interval '30 minutes' from generate_series(1, $2) i`,
+		deadQueued, okQueued); err != nil {
+		t.Fatal(err)
+	}
+	const lag, unanswered = "gpubill_payout_webhook_delivery_lag_seconds", "gpubill_payout_webhooks_unanswered"
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// run sends until the healthy webhook's queue is delivered and the
+	// dead one was tried, then stops.
+	run := func(until func() bool) {
+		t.Helper()
+		runCtx, stop := context.WithCancel(ctx)
+		d := &ports.Deliverer{Store: store, Clock: clock.System{}, HTTP: &http.Client{}, Log: slog.New(slog.DiscardHandler)}
+		ran := make(chan error, 1)
+		go func() { ran <- d.Run(runCtx) }()
+		testkit.Eventually(t, 10*time.Second, until)
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(func() bool {
+		return count(`select count(*) from payout.webhook_deliveries where webhook_id = 'wh-ok' and status = 'delivered'`) == okQueued &&
+			count(`select count(*) from payout.webhook_deliveries where webhook_id = 'wh-dead' and attempts > 0`) > 0
+	})
+	if n := count(`select count(*) from payout.webhook_deliveries where webhook_id = 'wh-dead' and status = 'pending' and next_attempt_at <= now()`); n < deadQueued-10 {
+		t.Fatalf("guard: %d of wh-dead's deliveries due, want about %d (it rests, its queue waiting)", n, deadQueued)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), lag); v > 60 {
+		t.Errorf("%s with wh-dead refusing and wh-ok delivered: %v, want ~0 (wh-dead's %d due are its receiver's, not the sender's)", lag, v, deadQueued)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), unanswered); v != 1 {
+		t.Errorf("%s: %v, want 1 (wh-dead)", unanswered, v)
+	}
+
+	// The sender stopped: the healthy webhook's changes wait and count.
+	if _, err := pool.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+		values ('wh-ok', 'ev-ok-late', 'po-ok-late', '{}', now() - interval '20 minutes', now() - interval '20 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), lag); v < 20*60 || v > 20*60+60 {
+		t.Errorf("%s with the sender stopped: %v, want ~20 min (ev-ok-late)", lag, v)
+	}
+	// Not tried for 10 minutes: wh-dead's queue is the sender's again.
+	if _, err := pool.Exec(ctx, `update payout.webhooks set unanswered_at = unanswered_at - interval '11 minutes' where webhook_id = 'wh-dead'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), lag); v < 60*60 || v > 60*60+60 {
+		t.Errorf("%s with wh-dead not tried for 11 minutes: %v, want ~1 h (its oldest due)", lag, v)
+	}
+
+	// Its receiver back: the first answer ends it, its queue drains.
+	if _, err := pool.Exec(ctx, `update payout.webhooks set url = $1 where webhook_id = 'wh-dead'`, healthy.URL); err != nil {
+		t.Fatal(err)
+	}
+	run(func() bool {
+		return count(`select count(*) from payout.webhook_deliveries where status = 'delivered'`) == okQueued+1+deadQueued
+	})
+	if v := testkit.SQLMetric(t, pool, Metrics(), unanswered); v != 0 {
+		t.Errorf("%s once wh-dead answered: %v, want 0", unanswered, v)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), lag); v != 0 {
+		t.Errorf("%s all delivered: %v, want 0", lag, v)
 	}
 }

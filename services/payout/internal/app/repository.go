@@ -100,6 +100,10 @@ type Store interface {
 	// share (what the caller has in flight by webhook and provider).
 	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int, share domain.DeliveryShare) ([]domain.Delivery, error)
 	FinishDelivery(ctx context.Context, d domain.Delivery, status string, code int, errText string, next, at time.Time) error
+	// RecordWebhookAnswer records whether a webhook's receiver answered
+	// an attempt that ended at at: the sender's lag leaves out a webhook
+	// whose last attempt got no answer, on every replica alike.
+	RecordWebhookAnswer(ctx context.Context, webhookID string, answered bool, at time.Time) error
 }
 
 // Tx is the store inside one transaction (Store.Update).

@@ -265,8 +265,15 @@ func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
 		d.Log.Error("webhook delivery not sent: its secret does not open", "webhook_id", dl.WebhookID, "delivery_id", dl.ID, "err", dl.SecretErr)
 	}
 	now := d.Clock.Now()
+	var answerErr error
 	if ctx.Err() == nil { // not the process stopping
 		d.rest(dl.WebhookID, code != 0, now)
+		// Kept on the webhook's row too, for the sender's lag on every
+		// replica; a secret that does not open is the sender's, not the
+		// receiver's (its deliveries count in the lag).
+		if dl.SecretErr == "" {
+			answerErr = d.Store.RecordWebhookAnswer(ctx, dl.WebhookID, code != 0, now)
+		}
 	}
 	status, errText, next := "delivered", "", now
 	if sendErr != nil {
@@ -285,7 +292,7 @@ func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
 		}
 	}
 	if err := d.Store.FinishDelivery(ctx, dl, status, code, errText, next, now); err != nil {
-		return fmt.Errorf("webhook delivery %d: %w", dl.ID, err)
+		return errors.Join(fmt.Errorf("webhook delivery %d: %w", dl.ID, err), answerErr)
 	}
 	switch status {
 	case "delivered":
@@ -297,7 +304,7 @@ func (d *Deliverer) deliver(ctx context.Context, dl domain.Delivery) error {
 			"event_id", dl.EventID, "attempts", dl.Attempts+1, "err", errText)
 		webhookDeliveries.WithLabelValues("failed").Inc()
 	}
-	return nil
+	return answerErr
 }
 
 func (d *Deliverer) backoff(attempt int) time.Duration {

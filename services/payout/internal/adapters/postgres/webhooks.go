@@ -332,6 +332,26 @@ func (s *Store) FinishDelivery(ctx context.Context, d domain.Delivery, status st
 	return err
 }
 
+// RecordWebhookAnswer implements app.Store. An attempt unanswered sets
+// the webhook's unanswered_at (and unanswered_since, the first of a run);
+// an answered one clears both, unless an attempt unanswered ended after it
+// (two of its sends side by side). Answered attempts of a webhook that
+// answers write nothing.
+func (s *Store) RecordWebhookAnswer(ctx context.Context, webhookID string, answered bool, at time.Time) error {
+	var err error
+	if answered {
+		_, err = s.Pool.Exec(ctx, `update payout.webhooks set unanswered_since = null, unanswered_at = null
+			where webhook_id = $1 and unanswered_at <= $2`, webhookID, at)
+	} else {
+		_, err = s.Pool.Exec(ctx, `update payout.webhooks set unanswered_since = coalesce(unanswered_since, $2),
+			unanswered_at = greatest(unanswered_at, $2) where webhook_id = $1`, webhookID, at)
+	}
+	if err != nil {
+		return fmt.Errorf("record webhook %s answered %t: %w", webhookID, answered, err)
+	}
+	return nil
+}
+
 // RedeliverDelivery sends a delivery given up (failed) again: pending, due
 // at, its retries counted from at (RedeliveredAt). One still pending is
 // answered as it is; a delivered or canceled one is ErrPrecondition;
