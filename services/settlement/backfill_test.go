@@ -2,6 +2,7 @@ package settlement
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,25 +15,29 @@ import (
 
 // After a restore (README "Backups and restore": Temporal's store is not
 // in the snapshot) settlement starts on a new Temporal and creates its
-// schedules there. Backed up at 00:30 on 1 January 2027 in Shanghai and
-// restored at 10:00: Temporal runs no schedule for a time before it was
-// created, so invoices-monthly (01:00) and tax-remittance-monthly (02:00)
-// next ran on 1 February, December's invoices were never issued and its
+// schedules there. Temporal runs no schedule for a time before it was
+// created: restored at 10:00 on 1 January 2027 in Shanghai from a backup of
+// 00:30, invoices-monthly (01:00) and tax-remittance-monthly (02:00) next
+// ran on 1 February, December's invoices were never issued and its
 // withheld tax sat in tax:withheld (GpubillTaxNotRemitted only at 33
-// days). A schedule start-up creates runs what it would have run since the
-// start of its period (the month, for the daily reconciliation the day),
-// at its nominal time, so the monthly runs work on December; one start-up
-// finds is left as it is (Temporal catches its own outages up).
+// days). Restored at 10:00 on 2 February from a backup of 31 December, the
+// window from the 1st of the restore's month lost January 1st's runs too:
+// December again. A schedule start-up creates runs what it would have run
+// since the 1st of the month before (both monthly runs are idempotent per
+// month: a month run already is run again for nothing), for the daily
+// reconciliation since midnight, at its nominal time, so the monthly runs
+// work on December, then January; one start-up finds is left as it is
+// (Temporal catches its own outages up).
 func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
 	t.Parallel()
 	sh := taxperiod.Default().Location()
-	restore := time.Date(2027, 1, 1, 10, 0, 0, 0, sh)
+	restore := time.Date(2027, 2, 2, 10, 0, 0, 0, sh)
 	tc := dialTemporal(t, testkit.NewTemporal(t))
 	f := newFixture(t, tc)
 	f.clock.Set(restore)
 	ctx := context.Background()
 	// EnsureSchedules as start-up calls it: no worker, so the backfilled
-	// runs wait in the task queue and are only counted.
+	// runs wait in the task queue and are only counted (backfilledActions).
 	if err := f.s.ensureSchedules(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -41,20 +46,13 @@ func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
 		give string
 		want []time.Time // nominal times of the actions taken at creation
 	}{
-		{ports.ScheduleInvoicesMonthly, []time.Time{time.Date(2027, 1, 1, 1, 0, 0, 0, sh)}},
-		{ports.ScheduleRemittanceMonthly, []time.Time{time.Date(2027, 1, 1, 2, 0, 0, 0, sh)}},
-		{ports.ScheduleReconciliation, []time.Time{time.Date(2027, 1, 1, 6, 0, 0, 0, sh)}},
+		{ports.ScheduleInvoicesMonthly, []time.Time{time.Date(2027, 1, 1, 1, 0, 0, 0, sh), time.Date(2027, 2, 1, 1, 0, 0, 0, sh)}},
+		{ports.ScheduleRemittanceMonthly, []time.Time{time.Date(2027, 1, 1, 2, 0, 0, 0, sh), time.Date(2027, 2, 1, 2, 0, 0, 0, sh)}},
+		{ports.ScheduleReconciliation, []time.Time{time.Date(2027, 2, 2, 6, 0, 0, 0, sh)}},
 		{ports.ScheduleCommissionSweep, nil}, // hourly: the next within the hour
 	}
 	for _, tt := range tests {
-		var d *client.ScheduleDescription
-		// Backfills are taken by the schedule's workflow shortly after
-		// creation.
-		testkit.Eventually(t, 30*time.Second, func() bool {
-			var err error
-			d, err = sc.GetHandle(ctx, tt.give).Describe(ctx)
-			return err == nil && len(d.Info.RecentActions) >= len(tt.want)
-		}, tt.give+" took its backfilled actions")
+		d := backfilledActions(t, tc, tt.give, len(tt.want))
 		var got []time.Time
 		for _, a := range d.Info.RecentActions {
 			got = append(got, a.ScheduleTime)
@@ -70,9 +68,15 @@ func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
 		}
 	}
 	// The run's id carries its nominal time: the month it works on is the
-	// one before (TemporalScheduledStartTime; NominalStart).
-	if id := ports.ScheduleInvoicesMonthly + "-2026-12-31T17:00:00Z"; !workflowExists(t, tc, id) {
-		t.Errorf("no workflow %s", id)
+	// one before (TemporalScheduledStartTime; NominalStart), December's and
+	// January's.
+	for _, id := range []string{
+		ports.ScheduleInvoicesMonthly + "-2026-12-31T17:00:00Z", ports.ScheduleInvoicesMonthly + "-2027-01-31T17:00:00Z",
+		ports.ScheduleRemittanceMonthly + "-2026-12-31T18:00:00Z", ports.ScheduleRemittanceMonthly + "-2027-01-31T18:00:00Z",
+	} {
+		if !workflowExists(t, tc, id) {
+			t.Errorf("no workflow %s", id)
+		}
 	}
 
 	// Start-up again: the schedules exist; nothing is run again.
@@ -81,7 +85,34 @@ func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := sc.GetHandle(ctx, ports.ScheduleInvoicesMonthly).Describe(ctx)
-	if err != nil || len(d.Info.RecentActions) != 1 {
-		t.Fatalf("invoices-monthly after a second start-up: %+v, %v; want its one backfilled action", d, err)
+	if err != nil || len(d.Info.RecentActions) != 2 {
+		t.Fatalf("invoices-monthly after a second start-up: %+v, %v; want its two backfilled actions", d, err)
+	}
+}
+
+// backfilledActions describes the schedule id once it has taken n actions
+// (at least one look). Backfills are taken by the schedule's workflow
+// shortly after creation; with overlap BUFFER_ALL the next starts only
+// once the one running has closed: with no worker the test ends each run
+// (terminated) as a worker's completing it would, so the months run one
+// after the other, in order.
+func backfilledActions(t *testing.T, tc client.Client, id string, n int) *client.ScheduleDescription {
+	t.Helper()
+	ctx := context.Background()
+	var d *client.ScheduleDescription
+	for k := 1; ; k++ {
+		testkit.Eventually(t, 30*time.Second, func() bool {
+			var err error
+			d, err = tc.ScheduleClient().GetHandle(ctx, id).Describe(ctx)
+			return err == nil && len(d.Info.RecentActions) >= min(k, n)
+		}, fmt.Sprintf("%s took %d of its %d backfilled actions", id, min(k, n), n))
+		if k >= n {
+			return d
+		}
+		for _, w := range d.Info.RunningWorkflows {
+			if err := tc.TerminateWorkflow(ctx, w.WorkflowID, w.FirstExecutionRunID, "test: the next backfilled action"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

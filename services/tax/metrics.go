@@ -1,17 +1,27 @@
 package tax
 
-import "github.com/gpubill/gpubill/pkg/obs"
+import (
+	"strings"
+
+	"github.com/gpubill/gpubill/pkg/obs"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
+)
 
 // Metrics implements svc.MetricsSource: the remittances' progress, read on
-// scrape.
-func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
+// scrape; the months are those of the configured tax zone.
+func (s *Service) Metrics() []obs.SQLMetric { return metricsIn(s.d.TaxPeriods) }
 
-// Metrics are the tax service's metrics. A remittance run the ledger
-// refused fails after a day of retries, and one that never ran leaves the
-// month unremitted: both showed in the Temporal UI only, tax owed to the
-// authority unpaid with nobody told.
-func Metrics() []obs.SQLMetric {
+// Metrics are the tax service's metrics (months in the default tax zone).
+// A remittance run the ledger refused fails after a day of retries, and
+// one that never ran leaves the month unremitted: both showed in the
+// Temporal UI only, tax owed to the authority unpaid with nobody told.
+func Metrics() []obs.SQLMetric { return metricsIn(taxperiod.Default()) }
+
+func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
+	zone := "'" + strings.ReplaceAll(taxPeriods.Location().String(), "'", "''") + "'"
 	return []obs.SQLMetric{{
+		// The paged gauges first: a scrape's reads are bounded in all
+		// (obs.SQLCollector; those past the bound vanish from the scrape).
 		Name: "gpubill_tax_remittance_pending_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest tax remittance planned and not posted to the ledger (0: none): the ledger refused it, or its run stopped.",
 		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.remittances where status = 'pending'`,
@@ -27,12 +37,39 @@ func Metrics() []obs.SQLMetric {
 		Help: "Age, since the tax service found it reversed, of the oldest tax remittance reversed in the ledger whose tax is not " +
 			"remitted again (0: none); the check every 10 minutes remits it again at once unless the ledger refuses it.",
 		Query: `select coalesce(extract(epoch from now() - min(r.reversed_at)), 0)::float8 from tax.remittances r where ` + reversedUnremitted,
-	}, {
+	}, unremittedMonth(zone), {
 		Name: "gpubill_tax_remittances_reversed_unremitted", Type: obs.Gauge,
 		Help: "Tax remittances reversed in the ledger whose tax is not remitted again (no remittance of their period, jurisdiction and " +
 			"currency remitted since): the new one is refused or pending, or none is planned.",
 		Query: `select count(*)::float8 from tax.remittances r where ` + reversedUnremitted,
+	}, {
+		Name: "gpubill_tax_last_remitted_period_timestamp_seconds", Type: obs.Gauge,
+		Help:  "Start of the latest month (in the tax zone) whose remittance run completed (0: none yet).",
+		Query: `select coalesce((select extract(epoch from to_date(period, 'YYYY-MM')::timestamp at time zone ` + zone + `) from tax.remittance_runs order by period desc limit 1), 0)::float8`,
 	}}
+}
+
+// unremittedMonth reads the months whose remittance run completed
+// (tax.remittance_runs). A month whose run never happened (Temporal lost
+// over the 1st, the schedule paused, the run failing) was told only by a
+// withholding's age past 33 days, after the month's filing deadline, and
+// never for a month whose withholdings' settlements were not posted.
+// Months in the tax zone (taxperiod, as RemitTax's), those that ended
+// since months are recorded (tax.remittance_runs_from: the migration);
+// one whose run completed is not asked for again.
+func unremittedMonth(zone string) obs.SQLMetric {
+	return obs.SQLMetric{
+		// Every month since the migration (a few a year), each looked up
+		// by its key.
+		Name: "gpubill_tax_unremitted_month_age_seconds", Type: obs.Gauge,
+		Help: "Time since the end of the oldest month (in the tax zone, ended since months are recorded) whose tax remittance run " +
+			"has not completed (0: none); a month where nothing was owed completes too. The monthly run is at 02:00 on the 1st there.",
+		Query: `select coalesce(extract(epoch from now() - min((m + interval '1 month') at time zone ` + zone + `)), 0)::float8
+			from tax.remittance_runs_from f,
+				generate_series(date_trunc('month', f.recorded_from at time zone ` + zone + `),
+					date_trunc('month', now() at time zone ` + zone + `) - interval '1 month', interval '1 month') m
+			where not exists (select 1 from tax.remittance_runs r where r.period = to_char(m, 'YYYY-MM'))`,
+	}
 }
 
 // reversedUnremitted selects a reversed remittance r whose tax no

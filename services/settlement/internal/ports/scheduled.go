@@ -76,18 +76,34 @@ func (a *Activities) SweepCommission(ctx context.Context) (app.SweepSummary, err
 const monthlyOverlap = enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL
 
 // backfillSince is what a calendar schedule created at now runs at once:
-// every action it would have taken since start (the start of its period in
-// the tax zone), each at its nominal time. Temporal runs no schedule for a
-// time before the schedule was created: created on a new Temporal (a
-// restore, README "Backups and restore") at 10:00 on the 1st, the monthly
-// schedules next ran a month later, and the month before was never
-// invoiced nor its withheld tax remitted. A schedule that exists already
-// is not backfilled: Temporal catches its own outages up.
+// every action it would have taken since start (in the tax zone), each at
+// its nominal time. Temporal runs no schedule for a time before the
+// schedule was created: created on a new Temporal (a restore, README
+// "Backups and restore") at 10:00 on the 1st, the monthly schedules next
+// ran a month later, and the month before was never invoiced nor its
+// withheld tax remitted. A schedule that exists already is not
+// backfilled: Temporal catches its own outages up.
 func backfillSince(start, now time.Time, overlap enumspb.ScheduleOverlapPolicy) []client.ScheduleBackfill {
 	if !now.After(start) {
 		return nil
 	}
 	return []client.ScheduleBackfill{{Start: start, End: now, Overlap: overlap}}
+}
+
+// monthlyBackfillFrom is where the monthly schedules created at now start
+// their backfill: the 1st 00:00 of the month before now's, in the tax
+// zone. From the 1st of now's month, a snapshot older than that 1st (backed
+// up on 31 December, restored on 2 February) lost the 1st of the month
+// before's runs: December never invoiced nor remitted. Both runs are
+// idempotent per month (issuing a month again issues nothing new, remitting
+// it again posts nothing twice), so the month whose runs did happen before
+// the snapshot is run again for nothing. A snapshot older still leaves its
+// months to GpubillInvoicesNotIssued and GpubillTaxMonthNotRemitted. Not
+// from the month after the last completed run: settlement would ask the
+// ledger and the tax service at its start-up, and one of them down then
+// would fail or shorten the backfill.
+func monthlyBackfillFrom(taxPeriods taxperiod.Calendar, now time.Time) time.Time {
+	return taxPeriods.Previous(now).Start
 }
 
 // startOfDay is midnight of t's day in loc.
@@ -103,11 +119,12 @@ func startOfDay(t time.Time, loc *time.Location) time.Time {
 // each month, 01:00 in the tax zone) and the daily bank reconciliation
 // (06:00 in the tax zone), and the hourly deferred commission sweep.
 // Created at now, the monthly schedules run at once what they would have
-// run since the 1st 00:00 in the tax zone (both runs are idempotent per
-// month), the reconciliation what it would have run since midnight there
-// (backfillSince); the opener runs at creation, the sweep within the hour.
+// run since the 1st 00:00 of the month before in the tax zone
+// (monthlyBackfillFrom), the reconciliation what it would have run since
+// midnight there (backfillSince); the opener runs at creation, the sweep
+// within the hour.
 func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []client.ScheduleOptions {
-	monthStart := taxPeriods.At(now).Start
+	monthlyFrom := monthlyBackfillFrom(taxPeriods, now)
 	return []client.ScheduleOptions{{
 		ID:   ScheduleCycleOpener,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: 24 * time.Hour}}},
@@ -132,7 +149,7 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []cli
 			WorkflowExecutionTimeout: 72 * time.Hour,
 		},
 		Overlap:          monthlyOverlap,
-		ScheduleBackfill: backfillSince(monthStart, now, monthlyOverlap),
+		ScheduleBackfill: backfillSince(monthlyFrom, now, monthlyOverlap),
 	}, {
 		ID: ScheduleInvoicesMonthly,
 		Spec: client.ScheduleSpec{
@@ -148,7 +165,7 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []cli
 			WorkflowExecutionTimeout: 96 * time.Hour,
 		},
 		Overlap:          monthlyOverlap,
-		ScheduleBackfill: backfillSince(monthStart, now, monthlyOverlap),
+		ScheduleBackfill: backfillSince(monthlyFrom, now, monthlyOverlap),
 	}, {
 		ID: ScheduleReconciliation,
 		Spec: client.ScheduleSpec{
@@ -177,9 +194,9 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []cli
 }
 
 // EnsureSchedules creates settlement's schedules at now, with what each
-// would have run since the start of its period (the backfill is part of
-// the create request: a start-up that stops after it leaves no schedule
-// without it), or updates the spec, action and overlap policy of one that
+// would have run since its backfill's start (Schedules; the backfill is
+// part of the create request: a start-up that stops after it leaves no
+// schedule without it), or updates the spec, action and overlap policy of one that
 // exists (its state, pause and history are kept; nothing is backfilled).
 func EnsureSchedules(ctx context.Context, tc client.Client, queue string, taxPeriods taxperiod.Calendar, now time.Time) error {
 	sc := tc.ScheduleClient()

@@ -36,7 +36,8 @@ type Remitted struct {
 // them). It returns the remittances, their
 // lines (per remittance and provider: per jurisdiction and currency they
 // add up to the remittances not reversed; a reversed one holds none) and
-// how many withholdings it left out as not posted.
+// how many withholdings it left out as not posted. A run that gets that far
+// is recorded complete for the period (Store.RecordRun), once.
 func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
@@ -98,6 +99,11 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	}
 	lines, err := a.Store.Report(ctx, remIDs)
 	if err != nil {
+		return Remitted{}, err
+	}
+	// Planned and posted: the month's run is complete (GpubillTaxMonthNotRemitted
+	// reads the months that are not), with nothing owed too.
+	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
 	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil

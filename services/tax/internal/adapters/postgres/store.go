@@ -381,6 +381,15 @@ func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time)
 	return err
 }
 
+// RecordRun implements app.Store.
+func (s *Store) RecordRun(ctx context.Context, period string, completedAt time.Time, remittances, notPosted int) error {
+	if _, err := s.Pool.Exec(ctx, `insert into tax.remittance_runs (period, completed_at, remittances, not_posted)
+		values ($1, $2, $3, $4) on conflict (period) do nothing`, period, completedAt, remittances, notPosted); err != nil {
+		return fmt.Errorf("record remittance run of %s: %w", period, err)
+	}
+	return nil
+}
+
 // Remittances lists remittances by period, jurisdiction and currency ("" = any).
 func (s *Store) Remittances(ctx context.Context, f app.RemittanceFilter) ([]domain.Remittance, error) {
 	// Newest period first, then jurisdiction, currency and id (a period's
