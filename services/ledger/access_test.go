@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -269,6 +270,76 @@ func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
 	}
 	if tx, _ := one(t, fin, "/v1/transactions/"+refund); !slices.Equal(tx.Postings, []posting{r1Refund, r2Refund}) || tx.Description == "" {
 		t.Errorf("finance's read of the refund: %+v", tx)
+	}
+}
+
+// TestStatementLinesCarryOnlyWhatTheProviderReads: a statement line of one
+// entry carries the entry's description and renter_id only where its
+// provider reads the entry whole (GET /v1/transactions/{id}: every posting
+// on its own accounts), by the same rule. Finance's transfer from p-2 to p-1
+// reached both statements with its text naming the renter of p-2's dispute
+// ("dispute: renter r-secret of p-2 …", renter_id r-secret) while both
+// providers' reads of the entry withheld it.
+func TestStatementLinesCarryOnlyWhatTheProviderReads(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	base, secret := startServer(t, f)
+	const cyc, later = "cyc-20261112", "cyc-20261227"
+	pending := func(p, cycle string) string { return "provider:" + p + ":pending:" + cycle }
+	post := func(key, desc, renter, from, to, amount string, lease bool) {
+		in := transfer(key, from, to, amount, "CNY")
+		in.Description, in.Metadata = desc, map[string]string{"renter_id": renter}
+		if lease {
+			in.Metadata["lease_id"] = "l-" + key
+		}
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	post("c-1", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "10.00", true)
+	post("c-2", "GPU hours", "r-2", "renter:r-2:wallet", pending("p-2", cyc), "10.00", true)
+	post("c-3", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", later), "5.00", true)
+	const dispute = "dispute: renter r-secret of p-2 (lease-2) compensated; p-2 pays p-1 for the failover"
+	post("dispute", dispute, "r-secret", pending("p-2", cyc), pending("p-1", cyc), "1.00", false)
+	post("moved", "p-1's late hours moved into "+cyc, "r-1", pending("p-1", later), pending("p-1", cyc), "2.50", false)
+	post("refund", "r-1 refunded for an outage of r-2's lease", "r-1", pending("p-1", cyc), "renter:r-1:wallet", "0.75", false)
+	post("goodwill", "goodwill from r-1 (FIN-7)", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "0.40", false)
+
+	type text struct{ Description, RenterID string }
+	tests := []struct {
+		give string          // provider
+		want map[string]text // a line of one entry, by amount
+	}{
+		{"p-1", map[string]text{"1.00": {}, "2.50": {"p-1's late hours moved into " + cyc, "r-1"}, "-0.75": {}, "0.40": {}}},
+		{"p-2", map[string]text{"-1.00": {}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			c := restClient{t: t, base: base, token: testkit.Token(t, secret, auth.RoleProvider, tt.give, time.Hour)}
+			ls, err := f.app.StatementLines(f.ctx, pending(tt.give, cyc), "CNY", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]text{}
+			for _, l := range ls {
+				if l.TransactionID == "" {
+					continue // a lease's line: its own renter, by design
+				}
+				amount := l.Amount.StringFixed(2)
+				got[amount] = text{l.Description, l.RenterID}
+				code, body := c.do("GET", "/v1/transactions/"+l.TransactionID, "")
+				var tx partyTx
+				if err := json.Unmarshal([]byte(body), &tx); code != 200 || err != nil {
+					t.Fatalf("GET /v1/transactions/%s as %s: %d %s (%v)", l.TransactionID, tt.give, code, body, err)
+				}
+				if read := (text{tx.Description, tx.Metadata["renter_id"]}); read != got[amount] {
+					t.Errorf("line %s carries %+v; %s reads the entry as %+v", amount, got[amount], tt.give, read)
+				}
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("lines of one entry %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }
 

@@ -239,7 +239,9 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 // account's postings in the currency, the excluded transactions left out,
 // summed per lease, renter and GPU model (credits naming a lease), every
 // other posting a line of its own (debits negative), in the order each
-// line first appears.
+// line first appears. A line of its own carries its entry's description and
+// renter_id only when every posting of the entry is on the provider's own
+// accounts (the ledger's domain.PartyReadsWhole).
 func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStatementLinesRequest) (*ledgerv1.ListStatementLinesResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -254,6 +256,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 	}
 	var order []*sum
 	byLease := map[[3]string]*sum{}
+	own, _, _ := strings.Cut(req.Account, "pending:") // "provider:{id}:"
 	for _, tx := range l.byAcct[req.Account] {
 		if slices.Contains(req.ExcludeTransactionIds, tx.TransactionId) {
 			continue
@@ -268,8 +271,11 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 				if p.Direction != "credit" {
 					amt = amt.Neg()
 				}
-				order = append(order, &sum{line: &ledgerv1.StatementLine{RenterId: md["renter_id"], Description: tx.Description,
-					Postings: 1, TransactionId: tx.TransactionId}, amount: amt})
+				line := &ledgerv1.StatementLine{Postings: 1, TransactionId: tx.TransactionId}
+				if ownEntry(own, tx) {
+					line.RenterId, line.Description = md["renter_id"], tx.Description
+				}
+				order = append(order, &sum{line: line, amount: amt})
 				continue
 			}
 			k := [3]string{md["lease_id"], md["renter_id"], md["gpu_model"]}
@@ -427,4 +433,14 @@ func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// ownEntry: every posting of tx is on an account beginning with prefix.
+func ownEntry(prefix string, tx *ledgerv1.Transaction) bool {
+	for _, p := range tx.Postings {
+		if !strings.HasPrefix(p.Account, prefix) {
+			return false
+		}
+	}
+	return len(tx.Postings) > 0
 }

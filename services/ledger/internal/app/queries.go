@@ -359,7 +359,8 @@ func (a *App) ListCycleBalances(ctx context.Context, cycleID string, size int32,
 
 // StatementLines are the lines of a provider's statement (internal:
 // settlement) from its pending account in a currency, the settlement's own
-// transactions (exclude) left out.
+// transactions (exclude) left out. A line of one entry carries the entry's
+// text only as far as the provider may read the entry (ProviderLine.ReadBy).
 func (a *App) StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.ProviderLine, error) {
 	var v apperr.Validator
 	addr, err := domain.ParseAddress(account)
@@ -387,6 +388,10 @@ func (a *App) StatementLines(ctx context.Context, account, currency string, excl
 	ls, err := a.Store.StatementLines(ctx, account, cur.Code, ids)
 	if err != nil {
 		return nil, err
+	}
+	own := domain.PartyPrefix(domain.ClassProvider, addr.Party)
+	for i := range ls {
+		ls[i] = ls[i].ReadBy(own)
 	}
 	return domain.FoldLines(ls, StatementLinesMax), nil
 }

@@ -202,7 +202,22 @@ type ProviderLine struct {
 	Amount                      decimal.Decimal
 	Description                 string
 	Postings                    int
-	TransactionID               string // of a line of one posting naming no lease
+	TransactionID               string   // of a line of one posting naming no lease
+	Accounts                    []string // every account that line's entry moves (ReadBy)
+}
+
+// ReadBy is the line as its provider (prefix: PartyPrefix) may read it: a
+// line of one entry keeps the entry's description and renter_id only when
+// the provider reads the entry whole (PartyReadsWhole, the transaction
+// read's rule); otherwise both are "" and settlement labels the line.
+// Finance's transfer from p-2 to p-1 showed both statements its text about
+// p-2's renter, which both providers' reads of the entry withheld. A lease's
+// line (its charges summed) names its own renter by design.
+func (l ProviderLine) ReadBy(prefix string) ProviderLine {
+	if l.TransactionID != "" && !PartyReadsWhole(prefix, l.Accounts) {
+		l.Description, l.RenterID = "", ""
+	}
+	return l
 }
 
 // FoldLines keeps a statement to at most max lines (max ≥ 2): past max-1,

@@ -25,7 +25,7 @@ func partyPrefix(ctx context.Context) (string, bool) {
 	}
 	switch p.Role {
 	case auth.RoleProvider, auth.RoleRenter:
-		return p.Role + ":" + p.Subject + ":", true
+		return domain.PartyPrefix(domain.Class(p.Role), p.Subject), true
 	}
 	return "", false
 }
@@ -74,23 +74,26 @@ func ownPrefix(ctx context.Context, prefix string) (string, error) {
 // finance or the posting service about the whole entry and may name any
 // party (a refund's "r-1 overpaid; refunded to r-2", a charge's renter_id),
 // and its hash is a commitment to every posting: withheld with the
-// postings, and postings_withheld says so.
+// postings, and postings_withheld says so. Whether the entry is read whole
+// is domain.PartyReadsWhole, which a provider's statement lines ask too.
 func partyTx(ctx context.Context, t *domain.Transaction) (*ledgerv1.Transaction, bool) {
 	out := toProtoTx(t)
 	own, scoped := partyPrefix(ctx)
 	if !scoped {
 		return out, true
 	}
+	accounts := make([]string, 0, len(out.Postings))
 	mine := make([]*ledgerv1.Posting, 0, len(out.Postings))
 	for _, p := range out.Postings {
+		accounts = append(accounts, p.Account)
 		if strings.HasPrefix(p.Account, own) {
 			mine = append(mine, p)
 		}
 	}
-	switch len(mine) {
-	case 0:
+	switch {
+	case len(mine) == 0:
 		return nil, false
-	case len(out.Postings):
+	case domain.PartyReadsWhole(own, accounts):
 		return out, true
 	}
 	out.Postings, out.PostingsWithheld = mine, true

@@ -106,6 +106,11 @@ type Line struct {
 	Description   string `json:"description,omitempty"`
 }
 
+// LineAdjustment labels a statement line of one entry whose text the
+// provider may not read (the ledger withholds the description and renter of
+// an entry that moves another party's accounts too), or that has none.
+const LineAdjustment = "adjustment"
+
 // Posting directions.
 const (
 	Debit  = "debit"

@@ -411,7 +411,9 @@ func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afte
 // order each line first appears in the account. GPU hours count where the
 // metadata holds a plain decimal. The charges billed at 0.00 that would
 // have credited the account (ledger.unbilled_charges) add their hours to
-// their lease's line, no amount and no posting.
+// their lease's line, no amount and no posting. A line of one posting
+// carries every account its entry moves: the entry's text is the
+// provider's to read only if all are its own (domain.ProviderLine.ReadBy).
 const statementLinesSQL = `with mine as (
 		select p.tx_id, p.direction, p.amount, p.created_at, t.metadata, t.description,
 			coalesce(t.metadata->>'lease_id', '') as lease_id
@@ -423,12 +425,13 @@ const statementLinesSQL = `with mine as (
 		where u.account = $1 and u.currency = $2 and u.metadata->>'lease_id' <> '')
 	select lease_id, coalesce(metadata->>'renter_id', ''), coalesce(metadata->>'gpu_model', ''),
 		sum(case when metadata->>'gpu_hours' ~ '^[0-9]+(\.[0-9]+)?$' then (metadata->>'gpu_hours')::numeric end),
-		sum(amount), '', count(tx_id), '', min(created_at) as first_at, coalesce(min(tx_id::text), '') as first_tx
+		sum(amount), '', count(tx_id), '', min(created_at) as first_at, coalesce(min(tx_id::text), '') as first_tx, null::text[]
 	from mine where direction = 'credit' and lease_id <> ''
 	group by 1, 2, 3
 	union all
 	select '', coalesce(metadata->>'renter_id', ''), '', null,
-		case when direction = 'credit' then amount else -amount end, description, 1, tx_id::text, created_at, tx_id::text
+		case when direction = 'credit' then amount else -amount end, description, 1, tx_id::text, created_at, tx_id::text,
+		array(select q.account from ledger.postings q where q.tx_id = mine.tx_id order by q.idx)
 	from mine where direction = 'debit' or lease_id = ''
 	order by first_at, first_tx, 1, 2, 3`
 
@@ -443,6 +446,6 @@ func (s *Store) StatementLines(ctx context.Context, account, currency string, ex
 		var firstAt time.Time
 		var firstTx string
 		return l, r.Scan(&l.LeaseID, &l.RenterID, &l.GPUModel, &l.GPUHours, &l.Amount, &l.Description, &l.Postings, &l.TransactionID,
-			&firstAt, &firstTx)
+			&firstAt, &firstTx, &l.Accounts)
 	})
 }

@@ -84,11 +84,16 @@ func (l *Ledger) StatementLines(ctx context.Context, account, currency string, e
 	out := make([]domain.Line, 0, len(resp.Lines))
 	for _, x := range resp.Lines {
 		d := x.Description
-		if x.LeaseId != "" {
+		switch {
+		case x.LeaseId != "":
 			d = fmt.Sprintf("%d charges", x.Postings)
 			if x.Postings == 1 {
 				d = "1 charge"
 			}
+		case d == "":
+			// An entry with no text, or text the provider may not read (the
+			// entry moves another party's accounts too: the ledger withholds it).
+			d = domain.LineAdjustment
 		}
 		out = append(out, domain.Line{TransactionID: x.TransactionId, LeaseID: x.LeaseId, RenterID: x.RenterId, GPUModel: x.GpuModel,
 			GPUHours: x.GpuHours, Amount: x.Amount, Description: d})
