@@ -639,6 +639,14 @@ func TestResolveATransferInReview(t *testing.T) {
 		!again.ResolvedAt.Equal(*paid.ResolvedAt) {
 		t.Errorf("the same resolution again: %+v %v; want the first's answer", again, err)
 	}
+	// Paid at the same amount with another reason is not the call sent
+	// again: its reason would be lost under a 200 (as a resolution of a
+	// rail_amount_mismatch answers, a 409 naming the first reason).
+	_, err = f.r.ResolveTransfer(ctx, app.BankTransferResolution{EndToEndID: "po-paid", Resolution: app.BankResolvePaid,
+		Amount: decimal.RequireFromString("620.00"), Currency: "CNY", Reason: "the bank's call of 2026-12-03", By: "finance:bob"})
+	if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), `"the bank's statement of 2026-12-02"`) {
+		t.Errorf("po-paid resolved paid, then paid at the same amount with another reason: %v; want ErrConflict naming the first reason", err)
+	}
 	for _, c := range []struct{ resolution, amount string }{{app.BankResolveRequeue, ""}, {app.BankResolvePaid, "580.00"}} {
 		if _, err := f.resolve("po-paid", c.resolution, c.amount, "finance:bob"); !errors.Is(err, apperr.ErrConflict) {
 			t.Errorf("po-paid resolved paid, then %s %s: %v, want ErrConflict", c.resolution, c.amount, err)

@@ -178,15 +178,19 @@ type review struct {
 	at                    *time.Time
 }
 
-// resolvedAs says whether v is resolved already as res asks.
+// resolvedAs says whether v is resolved already as res asks, reason and
+// all: res is that call sent again. Another reason is another resolution
+// (a conflict, as a rail_amount_mismatch's is): answered as the first, it
+// was never kept.
 func (v review) resolvedAs(res app.BankTransferResolution) bool {
-	return v.at != nil && v.resolution == res.Resolution && (v.paid == nil || v.paid.Equal(res.Amount))
+	return v.at != nil && v.resolution == res.Resolution && (v.paid == nil || v.paid.Equal(res.Amount)) && v.reason == res.Reason
 }
 
 // reviewFor is the review of the transfer ref (in state) that res answers
 // (res.ReviewID; 0: the transfer's latest), locked in tx, and whether it is
 // open for res: resolved already by res (sent again, its answer lost), it
-// is answered; resolved otherwise, apperr.ErrConflict; never held for
+// is answered; resolved otherwise (another resolution, amount or reason),
+// apperr.ErrConflict naming the first; never held for
 // review, apperr.ErrPrecondition; no such review of the transfer,
 // apperr.ErrNotFound. Without a ReviewID, res repeating, reason and all,
 // finance's resolution of the review before the open one is a conflict
@@ -223,11 +227,11 @@ func reviewFor(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTr
 		if v.paid != nil {
 			what += " " + v.paid.String()
 		}
-		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s: %w",
-			res.EndToEndID, v.id, what, v.by, v.at.UTC().Format(time.RFC3339), apperr.ErrConflict)
+		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s for %q: %w",
+			res.EndToEndID, v.id, what, v.by, v.at.UTC().Format(time.RFC3339), v.reason, apperr.ErrConflict)
 	case state != stateReview:
 		return 0, false, fmt.Errorf("bank transfer %s has an open review while %s", res.EndToEndID, state)
-	case res.ReviewID == 0 && len(vs) == 2 && vs[1].resolvedAs(res) && vs[1].reason == res.Reason:
+	case res.ReviewID == 0 && len(vs) == 2 && vs[1].resolvedAs(res):
 		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s with this reason, and it is held for review "+
 			"again since %s (review %d, %s): taken as that resolution sent again, it is not applied to the newer review; to resolve review %d, "+
 			"name it (review_id): %w", res.EndToEndID, vs[1].id, vs[1].resolution, vs[1].by, vs[1].at.UTC().Format(time.RFC3339),
