@@ -24,6 +24,10 @@ type (
 	BankConfig = bankfile.Config
 	// Rail is where a payout's money goes (the sandbox, the bank file).
 	Rail = app.Rail
+	// Ledger is where a payout's movements are posted (the ledger service).
+	Ledger = app.Ledger
+	// LedgerTransfer is one movement a payout posts.
+	LedgerTransfer = domain.LedgerTransfer
 	// Transfer is what a rail is asked to pay.
 	Transfer = app.Transfer
 	// RailStatus is a rail's answer about a reference.
@@ -57,6 +61,12 @@ func (h TestHooks) SetWebhookBackoff(d time.Duration) { h.s.hooks.BackoffFirst =
 
 // ReplaceRail makes payouts go to f(the sandbox rail); call it before Run.
 func (h TestHooks) ReplaceRail(f func(sandbox Rail) Rail) { h.s.payouts.Rail = f(h.s.sandbox) }
+
+// ReplaceLedger makes payouts post through f(the ledger service's client);
+// call it before Run.
+func (h TestHooks) ReplaceLedger(f func(ledger Ledger) Ledger) {
+	h.s.payouts.Ledger = f(h.s.payouts.Ledger)
+}
 
 // SandboxSubmissions counts the sandbox rail's submissions of a reference.
 func (h TestHooks) SandboxSubmissions(ctx context.Context, ref string) (int, error) {

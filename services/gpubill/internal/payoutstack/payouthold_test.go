@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	enumspb "go.temporal.io/api/enums/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +20,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/testkit"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
+	"github.com/gpubill/gpubill/services/payout"
 )
 
 // A payout queued on the bank-file rail for its cutoff when finance holds
@@ -157,4 +160,61 @@ func TestCancelOfAQueuedBankTransfer(t *testing.T) {
 		t.Fatalf("the cut after the release: %q %v %v; want nothing (the held transfer was canceled)", id, built, err)
 	}
 	st.checkProvider(t, "pc-cut", "CNY", "0", "150.00")
+}
+
+// A cancel of a queued bank transfer whose return to available the
+// ledger does not take (down at that moment: the cancel is saved, the
+// call answers 503) wakes the payout's workflow as a cancel that posted
+// does, and the workflow posts the return as soon as the ledger answers.
+// Not woken, the return waited for the workflow's next rail poll, up to
+// GPUBILL_PAYOUT_POLL_MAX (30 min; an hour here, so that only a wake
+// posts it within the test).
+func TestCancelOfAQueuedBankTransferWhoseReturnFailedWakesItsWorkflow(t *testing.T) {
+	t.Parallel()
+	const pollEvery = time.Hour
+	timing := testTiming
+	timing.PollFirst, timing.PollMax = pollEvery, pollEvery
+	st := newStack(t, payout.Config{BankRail: payout.BankRailFile, Bank: payout.BankConfig{Debtor: clientAccount, CutoffHour: 14,
+		OutboxDir: t.TempDir(), InboxDir: t.TempDir(), Tick: 100 * time.Millisecond}, Timing: timing})
+	st.stopPayout()
+	down := &returnFailsOnce{}
+	st.s.TestHooks().ReplaceLedger(func(l payout.Ledger) payout.Ledger { down.Ledger = l; return down })
+	st.startPayout()
+	const cyc = "cyc-20260101"
+	st.setup(t, "pc-down", "6222000011110091")
+	st.settle(t, "pc-down", cyc, "CNY", "620.00")
+	po := st.waitStatus(t, "pc-down", cyc, "submitted", waitLong)
+	st.checkProvider(t, "pc-down", "CNY", "0", "620.00")
+
+	canceledAt := time.Now()
+	_, err := st.s.API().CancelPayout(fin, &payoutv1.CancelPayoutRequest{PayoutId: po.PayoutId, Reason: "fraud confirmed"})
+	if down.failed.Load() != 1 || status.Code(apperr.ToStatus(err)) != codes.Unavailable {
+		t.Fatalf("cancel with the ledger down: %v (returns refused %d); want Unavailable, the return refused once", err, down.failed.Load())
+	}
+	if got := st.payouts(t, "pc-down")[0]; got.Status != "canceled" {
+		t.Fatalf("pc-down after the cancel: %s, want canceled (saved before the ledger was called)", got.Status)
+	}
+	testkit.Eventually(t, waitLong, func() bool {
+		return st.balance(t, "provider:pc-down:available", "CNY").Equal(decimal.RequireFromString("620.00"))
+	}, "the canceled payout's return posted by its workflow, woken")
+	took := time.Since(canceledAt)
+	t.Logf("the return posted within %s of the cancel", took.Round(time.Millisecond))
+	if took >= pollEvery/2 {
+		t.Errorf("the return posted %s after the cancel; want well before the workflow's poll (%s)", took, pollEvery)
+	}
+	st.checkProvider(t, "pc-down", "CNY", "620.00", "0")
+}
+
+// returnFailsOnce is the ledger, down for the first return to available of
+// a payout canceled in the bank-file queue.
+type returnFailsOnce struct {
+	payout.Ledger
+	failed atomic.Int32
+}
+
+func (l *returnFailsOnce) Transfer(ctx context.Context, t payout.LedgerTransfer) error {
+	if strings.HasSuffix(t.Key, "-canceled") && l.failed.CompareAndSwap(0, 1) {
+		return &apperr.Downstream{Err: status.Error(codes.Unavailable, "ledger down (test)")}
+	}
+	return l.Ledger.Transfer(ctx, t)
 }

@@ -31,8 +31,9 @@ type BankFiles interface {
 	// ResolveTransfer is finance's answer to a transfer held for review
 	// (BankTransferReview): paid at the amount the bank paid, or put back
 	// on the queue. It answers the review res names (ReviewID), else the
-	// transfer's latest. The same resolution again answers the first;
-	// another after it, apperr.ErrConflict, and so is one without a
+	// transfer's latest. The same resolution again, reason and all,
+	// answers the first; another after it (or another reason),
+	// apperr.ErrConflict naming the first, and so is one without a
 	// ReviewID repeating the resolution of the review before an open one
 	// (a resend of the call that resolved it, whose answer was lost: it
 	// never saw the newer review); a transfer never held for review,

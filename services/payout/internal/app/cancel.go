@@ -54,10 +54,27 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 		return err
 	}
 	if err := a.postCanceled(ctx, p); err != nil {
-		return fmt.Errorf("payout %s canceled; its amount goes back to available once the ledger takes it (its workflow posts it again): %w", p.ID, err)
+		return &CanceledUnpostedError{PayoutID: p.ID, Err: err}
 	}
 	return nil
 }
+
+// CanceledUnpostedError is Cancel's error once the cancel is saved: the
+// payout is canceled in the bank-file queue, its return to available not
+// posted (the ledger down). Its workflow posts it again: the caller wakes
+// it, as after a cancel that posted, so it is posted as soon as the ledger
+// answers rather than on the workflow's next rail poll.
+type CanceledUnpostedError struct {
+	PayoutID string
+	Err      error
+}
+
+func (e *CanceledUnpostedError) Error() string {
+	return fmt.Sprintf("payout %s canceled; its amount goes back to available once the ledger takes it (its workflow posts it again): %v",
+		e.PayoutID, e.Err)
+}
+
+func (e *CanceledUnpostedError) Unwrap() error { return e.Err }
 
 // postCanceled posts the return to available of p, canceled in the
 // bank-file queue, under its key (payout-{id}-{attempt}-canceled: a return

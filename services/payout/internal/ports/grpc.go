@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -306,11 +307,16 @@ func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutReq
 		return nil, err
 	}
 	err := s.App.Cancel(ctx, req.PayoutId, req.Reason)
+	var unposted *app.CanceledUnpostedError
+	if s.Flow != nil && (err == nil || errors.As(err, &unposted)) {
+		// Canceled: woken, its workflow ends, posting the return to
+		// available of one canceled in the queue if Cancel could not (the
+		// ledger down) as soon as the ledger answers, not on its next rail
+		// poll (up to PollMax).
+		s.Flow.Wake(context.WithoutCancel(ctx), req.PayoutId)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if s.Flow != nil {
-		s.Flow.Wake(context.WithoutCancel(ctx), req.PayoutId)
 	}
 	p, err := s.Store.GetPayout(ctx, req.PayoutId)
 	if err != nil {

@@ -181,8 +181,9 @@ type PayoutServiceClient interface {
 	// currency; the payout is paid, or at another amount than its net stays
 	// submitted with failure_code rail_amount_mismatch) or "requeue"
 	// (the bank does not have it, or refused it: it goes into the next
-	// batch). The same resolution again answers the first; another one is a
-	// 409; a transfer never held for review a 400 (failed precondition).
+	// batch). The same resolution again, reason and all, answers the first;
+	// another one, or another reason, is a 409 naming the first; a transfer
+	// never held for review a 400 (failed precondition).
 	// It answers the review named by review_id, else the transfer's latest:
 	// a resend without review_id is never applied to a review opened after
 	// the first call (a 409 naming it).
@@ -567,8 +568,9 @@ type PayoutServiceServer interface {
 	// currency; the payout is paid, or at another amount than its net stays
 	// submitted with failure_code rail_amount_mismatch) or "requeue"
 	// (the bank does not have it, or refused it: it goes into the next
-	// batch). The same resolution again answers the first; another one is a
-	// 409; a transfer never held for review a 400 (failed precondition).
+	// batch). The same resolution again, reason and all, answers the first;
+	// another one, or another reason, is a 409 naming the first; a transfer
+	// never held for review a 400 (failed precondition).
 	// It answers the review named by review_id, else the transfer's latest:
 	// a resend without review_id is never applied to a review opened after
 	// the first call (a 409 naming it).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/iso20022"
@@ -639,6 +642,14 @@ func TestResolveATransferInReview(t *testing.T) {
 		!again.ResolvedAt.Equal(*paid.ResolvedAt) {
 		t.Errorf("the same resolution again: %+v %v; want the first's answer", again, err)
 	}
+	// Paid at the same amount with another reason is not the call sent
+	// again: its reason would be lost under a 200 (as a resolution of a
+	// rail_amount_mismatch answers, a 409 naming the first reason).
+	_, err = f.r.ResolveTransfer(ctx, app.BankTransferResolution{EndToEndID: "po-paid", Resolution: app.BankResolvePaid,
+		Amount: decimal.RequireFromString("620.00"), Currency: "CNY", Reason: "the bank's call of 2026-12-03", By: "finance:bob"})
+	if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), `"the bank's statement of 2026-12-02"`) {
+		t.Errorf("po-paid resolved paid, then paid at the same amount with another reason: %v; want ErrConflict naming the first reason", err)
+	}
 	for _, c := range []struct{ resolution, amount string }{{app.BankResolveRequeue, ""}, {app.BankResolvePaid, "580.00"}} {
 		if _, err := f.resolve("po-paid", c.resolution, c.amount, "finance:bob"); !errors.Is(err, apperr.ErrConflict) {
 			t.Errorf("po-paid resolved paid, then %s %s: %v, want ErrConflict", c.resolution, c.amount, err)
@@ -661,6 +672,59 @@ func TestResolveATransferInReview(t *testing.T) {
 	if got := f.releaseAndCut(t); got != "po-next,po-dup" && got != "po-dup,po-next" {
 		t.Errorf("the first batch after the release sends %q, want po-next and po-dup (put back on the queue)", got)
 	}
+}
+
+// An open review of a transfer not in review (a database made
+// inconsistent: by hand, or a restore of part of it) is refused as a
+// failed precondition naming the transfer and its review, and logged at
+// ERROR with the detail for an operator to mend; nothing changes. It was
+// an untyped error: a bare 500, the detail in no answer.
+func TestResolveAnOpenReviewOfATransferNotInReview(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, t.TempDir(), t.TempDir())
+	var logs lockedBuffer
+	f.r.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx := context.Background()
+	f.submit(t, "po-queued", "CNY", "620.00", bank("6222000011110001"))
+	var id int64
+	if err := f.r.Pool.QueryRow(ctx, `insert into payout.bank_transfer_reviews (reference, cause, note, since) values ('po-queued', $1, 'by the test', $2)
+		returning review_id`, app.ReviewLostBatch, f.clk.Now()).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.resolve("po-queued", app.BankResolveRequeue, "", "finance:alice")
+	if !errors.Is(err, apperr.ErrPrecondition) || status.Code(apperr.ToStatus(err)) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "bank transfer po-queued") || !strings.Contains(err.Error(), fmt.Sprintf("review %d", id)) {
+		t.Errorf("resolved po-queued (queued) with its review %d open: %v; want a failed precondition naming both", id, err)
+	}
+	if got := logs.String(); !strings.Contains(got, `"level":"ERROR"`) || !strings.Contains(got, fmt.Sprintf(`"review_id":%d`, id)) ||
+		!strings.Contains(got, `"state":"queued"`) {
+		t.Errorf("logged %s; want an ERROR naming review %d and the transfer's state queued", got, id)
+	}
+	var open int
+	if err := f.r.Pool.QueryRow(ctx, `select count(*) from payout.bank_transfer_reviews where review_id = $1 and resolved_at is null`, id).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.bookState(t, "po-queued"); got != stateQueued || open != 1 {
+		t.Errorf("po-queued after the refusal: %s, its review open %d; want %s, the review still open", got, open, stateQueued)
+	}
+}
+
+// lockedBuffer is a log's output, written and read from any goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // A resolution paid names the amount the bank paid, in the transfer's

@@ -155,6 +155,12 @@ func (r *Rail) ResolveTransfer(ctx context.Context, res app.BankTransferResoluti
 		out, err = pgx.CollectExactlyOneRow(rows, scanReview)
 		return err
 	})
+	if oe := (*openReviewError)(nil); errors.As(err, &oe) {
+		r.Log.Error("bank transfer has an open review while not in review: the payout database is inconsistent; mend it (the transfer "+
+			"back in review, or the review closed) before finance resolves it", "end_to_end_id", oe.e2e, "reference", oe.ref, "state", oe.state,
+			"review_id", oe.review.id, "cause", oe.review.cause, "since", oe.review.since, "resolution", res.Resolution, "by", res.By)
+		return app.BankTransferReview{}, err
+	}
 	var ie *apperr.InvalidError
 	if errors.As(err, &ie) || errors.Is(err, apperr.ErrNotFound) || errors.Is(err, apperr.ErrPrecondition) || errors.Is(err, apperr.ErrConflict) {
 		return app.BankTransferReview{}, err
@@ -178,16 +184,21 @@ type review struct {
 	at                    *time.Time
 }
 
-// resolvedAs says whether v is resolved already as res asks.
+// resolvedAs says whether v is resolved already as res asks, reason and
+// all: res is that call sent again. Another reason is another resolution
+// (a conflict, as a rail_amount_mismatch's is): answered as the first, it
+// was never kept.
 func (v review) resolvedAs(res app.BankTransferResolution) bool {
-	return v.at != nil && v.resolution == res.Resolution && (v.paid == nil || v.paid.Equal(res.Amount))
+	return v.at != nil && v.resolution == res.Resolution && (v.paid == nil || v.paid.Equal(res.Amount)) && v.reason == res.Reason
 }
 
 // reviewFor is the review of the transfer ref (in state) that res answers
 // (res.ReviewID; 0: the transfer's latest), locked in tx, and whether it is
 // open for res: resolved already by res (sent again, its answer lost), it
-// is answered; resolved otherwise, apperr.ErrConflict; never held for
-// review, apperr.ErrPrecondition; no such review of the transfer,
+// is answered; resolved otherwise (another resolution, amount or reason),
+// apperr.ErrConflict naming the first; never held for
+// review, apperr.ErrPrecondition, and so is an open review of a transfer
+// not in review (an *openReviewError); no such review of the transfer,
 // apperr.ErrNotFound. Without a ReviewID, res repeating, reason and all,
 // finance's resolution of the review before the open one is a conflict
 // naming the open one: the resend of the call that resolved it, its
@@ -223,11 +234,11 @@ func reviewFor(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTr
 		if v.paid != nil {
 			what += " " + v.paid.String()
 		}
-		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s: %w",
-			res.EndToEndID, v.id, what, v.by, v.at.UTC().Format(time.RFC3339), apperr.ErrConflict)
+		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s for %q: %w",
+			res.EndToEndID, v.id, what, v.by, v.at.UTC().Format(time.RFC3339), v.reason, apperr.ErrConflict)
 	case state != stateReview:
-		return 0, false, fmt.Errorf("bank transfer %s has an open review while %s", res.EndToEndID, state)
-	case res.ReviewID == 0 && len(vs) == 2 && vs[1].resolvedAs(res) && vs[1].reason == res.Reason:
+		return 0, false, &openReviewError{e2e: res.EndToEndID, ref: ref, state: state, review: v}
+	case res.ReviewID == 0 && len(vs) == 2 && vs[1].resolvedAs(res):
 		return 0, false, fmt.Errorf("bank transfer %s's review %d was resolved %s by %s at %s with this reason, and it is held for review "+
 			"again since %s (review %d, %s): taken as that resolution sent again, it is not applied to the newer review; to resolve review %d, "+
 			"name it (review_id): %w", res.EndToEndID, vs[1].id, vs[1].resolution, vs[1].by, vs[1].at.UTC().Format(time.RFC3339),
@@ -235,6 +246,24 @@ func reviewFor(ctx context.Context, tx pgx.Tx, ref, state string, res app.BankTr
 	}
 	return v.id, true, nil
 }
+
+// openReviewError is an open review of a transfer not in review: the
+// database is inconsistent (mended by hand, or restored in part), and
+// which of the two is right only an operator can tell, so nothing is
+// resolved. A failed precondition naming both (an untyped error answered
+// a bare 500, the detail in no answer), logged at ERROR by ResolveTransfer.
+type openReviewError struct {
+	e2e, ref, state string
+	review          review
+}
+
+func (e *openReviewError) Error() string {
+	return fmt.Sprintf("bank transfer %s is %s, not %s, while its review %d (%s, since %s) is open: the payout database is inconsistent "+
+		"(logged for an operator), and the review is not resolved until it is mended", e.e2e, e.state, stateReview, e.review.id, e.review.cause,
+		e.review.since.UTC().Format(time.RFC3339))
+}
+
+func (e *openReviewError) Unwrap() error { return apperr.ErrPrecondition }
 
 // resolve applies finance's resolution res to the open review id of the
 // transfer ref, in tx.
