@@ -61,6 +61,13 @@ type realStack struct {
 
 func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *realStack {
 	t.Helper()
+	return newRealStackDial(t, tc, nil, opts...)
+}
+
+// newRealStackDial is newRealStack with dial options added to the internal
+// connection (a lower receive limit, a fault on one method).
+func newRealStackDial(t *testing.T, tc client.Client, dial []grpc.DialOption, opts ...settlement.Option) *realStack {
+	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
 	clk := clock.NewManual(startAt)
@@ -70,7 +77,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *re
 	if err != nil {
 		t.Fatal(err)
 	}
-	internal := internalConn(t, gl.Addr().String(), secret, 0)
+	internal := internalConn(t, gl.Addr().String(), secret, 0, dial...)
 	d := svc.Deps{Pool: pool, Log: log, Clock: clk, Calendar: cal, Internal: internal}
 	ls, err := ledger.New(ctx, d)
 	if err != nil {
@@ -99,9 +106,9 @@ func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *re
 // internalConn is the authenticated internal connection (the service
 // identity), optionally slowed by delay per call (the helper worker widens
 // the crash window).
-func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration) *grpc.ClientConn {
+func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration, extra ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	var opts []grpc.DialOption
+	opts := append([]grpc.DialOption(nil), extra...)
 	if delay > 0 {
 		opts = append(opts, slowCalls(delay))
 	}
