@@ -146,6 +146,21 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 			return run, err
 		}
 	}
+	run, err := r.reconcile(ctx, rd, currency, trigger, requestedBy, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := rd.Save(ctx, run); err != nil {
+		return nil, err
+	}
+	if err := rd.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit reconciliation: %w", err)
+	}
+	return run, nil
+}
+
+// reconcile makes the currency's run in rd, not stored yet.
+func (r *Reconciliations) reconcile(ctx context.Context, rd ReconRunTx, currency, trigger, requestedBy, key string) (*domain.ReconRun, error) {
 	prev, err := rd.Previous(ctx)
 	if err != nil {
 		return nil, err
@@ -202,12 +217,6 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run.Tally()
-	if err := rd.Save(ctx, run); err != nil {
-		return nil, err
-	}
-	if err := rd.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit reconciliation: %w", err)
-	}
 	return run, nil
 }
 
