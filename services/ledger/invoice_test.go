@@ -440,3 +440,43 @@ func TestRenterInvoicesPage(t *testing.T) {
 		}
 	}
 }
+
+// cancelOnExplain is fakeExplainer cancelling the issuing run's context at
+// its first call: the run's deadline passing while it issues.
+type cancelOnExplain struct {
+	fakeExplainer
+	cancel context.CancelFunc
+}
+
+func (e *cancelOnExplain) Explain(ctx context.Context, ids []string) (invoicing.Explanation, error) {
+	e.cancel()
+	return e.fakeExplainer.Explain(ctx, ids)
+}
+
+// A run whose context ends (the activity's deadline) stops at the first
+// context error: it went on asking for every wallet left, each failing
+// with the same error, and joined them all into one (tens of MB logged at
+// 100 000 renters).
+func TestInvoiceRunStopsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(sh(10, 3, 12, 0, 0))
+	f := newFixtureAt(t, nil, clk)
+	ctx, cancel := context.WithCancel(f.ctx)
+	ex := &cancelOnExplain{cancel: cancel}
+	f.svc.Invoicing().Explainer = ex
+	const renters = 10
+	for i := range renters {
+		r := fmt.Sprintf("r-dl%02d", i)
+		f.deposit(t, r, "10.00", "CNY", "bank-dl-"+r)
+		postCharge(t, f, "chg-dl-"+r, r, "p-1", "CNY", "1.00", clk.Now())
+		ex.add("chg-dl-"+r, "CNY", "1.00", line("usage", "RTX_4090", "", "", "1", "1.00", "0"))
+	}
+	clk.Set(sh(11, 1, 1, 0, 0))
+	res, err := f.svc.Invoicing().IssueMonth(ctx, "2026-10")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("issue with its context ended: %+v, %v; want context.Canceled", res, err)
+	}
+	if n := strings.Count(err.Error(), "invoice r-dl"); n != 1 {
+		t.Fatalf("the error names %d wallets, want the first one the ended context failed: %.300s", n, err)
+	}
+}

@@ -20,6 +20,8 @@ type (
 	RemittanceReport = app.RemittanceReport
 	// SweepSummary is the result of the commission sweep workflow.
 	SweepSummary = app.SweepSummary
+	// ReconciliationSummary is one run of the daily reconciliation's result.
+	ReconciliationSummary = app.ReconciliationSummary
 )
 
 // Workflow names and queries.
@@ -32,6 +34,9 @@ const (
 	// CommissionSweepWorkflowName sweeps the deferred commission sweeps
 	// (schedule settlement-commission-sweep, hourly).
 	CommissionSweepWorkflowName = app.CommissionSweepWorkflowName
+	// ReconciliationDailyWorkflowName is the daily bank reconciliation
+	// (schedule ledger-reconciliation-daily).
+	ReconciliationDailyWorkflowName = app.ReconciliationDailyWorkflowName
 )
 
 // CycleWorkflowID is the id of a cycle's workflow (settle-{cycle}).

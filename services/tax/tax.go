@@ -80,6 +80,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "SetRuleSelection":          finance,
 		p + "RemitTax":                  {auth.RoleFinance, auth.RoleAdmin, auth.RoleService}, // service: the monthly schedule
 		p + "ListRemittances":           read,
+		p + "ListRemittanceLines":       read,
 	}
 }
 

@@ -107,6 +107,7 @@ var expectedAccess = func() map[string][]string {
 		tx + "SetRuleSelection":                                       staff,
 		tx + "RemitTax":                                               with(staff, "service"),
 		tx + "ListRemittances":                                        read,
+		tx + "ListRemittanceLines":                                    read,
 		po + "GetPayout":                                              {"finance", "admin", "provider"},
 		po + "ListProviderPayouts":                                    {"finance", "admin", "provider"},
 		po + "PutPayoutMethod":                                        {"finance", "admin", "provider"},

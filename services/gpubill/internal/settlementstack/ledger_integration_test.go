@@ -2,12 +2,14 @@ package settlementstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +63,13 @@ type realStack struct {
 
 func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *realStack {
 	t.Helper()
+	return newRealStackDial(t, tc, nil, opts...)
+}
+
+// newRealStackDial is newRealStack with dial options added to the internal
+// connection (a lower receive limit, a fault on one method).
+func newRealStackDial(t *testing.T, tc client.Client, dial []grpc.DialOption, opts ...settlement.Option) *realStack {
+	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
 	clk := clock.NewManual(startAt)
@@ -70,7 +79,7 @@ func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *re
 	if err != nil {
 		t.Fatal(err)
 	}
-	internal := internalConn(t, gl.Addr().String(), secret, 0)
+	internal := internalConn(t, gl.Addr().String(), secret, 0, dial...)
 	d := svc.Deps{Pool: pool, Log: log, Clock: clk, Calendar: cal, Internal: internal}
 	ls, err := ledger.New(ctx, d)
 	if err != nil {
@@ -99,9 +108,9 @@ func newRealStack(t *testing.T, tc client.Client, opts ...settlement.Option) *re
 // internalConn is the authenticated internal connection (the service
 // identity), optionally slowed by delay per call (the helper worker widens
 // the crash window).
-func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration) *grpc.ClientConn {
+func internalConn(t testing.TB, addr string, secret []byte, delay time.Duration, extra ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	var opts []grpc.DialOption
+	opts := append([]grpc.DialOption(nil), extra...)
 	if delay > 0 {
 		opts = append(opts, slowCalls(delay))
 	}
@@ -489,15 +498,32 @@ func TestHelperSettlementWorker(t *testing.T) {
 	select {} // until SIGKILL
 }
 
+// remitResultMax bounds remit-{period}'s JSON result: a few hundred bytes
+// a remittance, nothing per provider.
+func remitResultMax(remittances int) int { return 256 + 384*remittances }
+
 // Against the real ledger and tax service: after a settlement, remit-2026-02
 // (the monthly remittance workflow, its activity calling the tax service's
 // RemitTax) moves tax:withheld:CN to 0 and bank:client down by the same
 // amount, per currency, and returns the report; a second run changes
-// nothing and answers the same report, which the tax API lists too.
+// nothing and answers the same report, which the tax API lists too. The
+// report carries remittances and counts; its lines are paged from the tax
+// API.
 func TestRemittanceAgainstRealLedger(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
-	r := newRealStack(t, tc, settlement.WithBatchSize(25))
+	// What the tax service answers settlement's RemitTax: no lines either
+	// (~60 B a provider, over the 4 MiB receive limit at ~70 000).
+	var answeredLines atomic.Int64
+	countLines := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if resp, ok := reply.(*taxv1.RemitTaxResponse); ok && err == nil {
+			answeredLines.Add(int64(len(resp.Lines)))
+		}
+		return err
+	})
+	r := newRealStackDial(t, tc, []grpc.DialOption{countLines}, settlement.WithBatchSize(25))
 	const providers = 12
 	gross, deposits := r.seedLedger(t, cycle1.ID, providers)
 	r.clock.Set(cycle1.End.Add(time.Hour)) // withholdings recorded in February
@@ -519,26 +545,59 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 	// 02:00 on 1 March in Asia/Shanghai (18:00 UTC on 28 February):
 	// February has ended for the tax service, whose months are Shanghai's.
 	r.clock.Set(time.Date(2026, 2, 28, 18, 0, 0, 0, time.UTC))
+	finance := roleConn(t, r.grpc, r.secret, auth.RoleFinance, "")
+	taxAPI := taxv1.NewTaxServiceClient(finance)
 	remit := func() (settlement.RemittanceReport, string) {
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: settlement.RemittanceWorkflowID("2026-02"), TaskQueue: helperQueue},
 			settlement.RemittanceWorkflowName, settlement.RemittanceInput{Period: "2026-02"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var raw json.RawMessage
+		if err := run.Get(ctx, &raw); err != nil {
+			t.Fatal(err)
+		}
+		// The result carries remittances and counts, not a line per
+		// provider: 15 000 providers' lines made 2.37 MB of JSON, over
+		// Temporal's 2 MiB limit, and remit-{period} failed after the tax
+		// service had posted the remittances.
+		if n, most := len(raw), remitResultMax(len(deposits)); n > most {
+			t.Errorf("remit-2026-02's result is %d B, want at most %d for %d remittances, however many providers: %s", n, most, len(deposits), raw)
+		}
 		var rep settlement.RemittanceReport
-		if err := run.Get(ctx, &rep); err != nil {
+		if err := json.Unmarshal(raw, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep, run.GetRunID()
 	}
 	check := func(rep settlement.RemittanceReport) {
 		t.Helper()
-		if rep.Period != "2026-02" || len(rep.Remittances) != len(deposits) {
-			t.Fatalf("report %+v, want one remittance per currency %v", rep, deposits)
+		if rep.Period != "2026-02" || len(rep.Remittances) != len(deposits) || rep.LineCount != len(gross) {
+			t.Fatalf("report %+v, want one remittance per currency %v and %d lines (one per provider and currency)", rep, deposits, len(gross))
 		}
-		lines := map[string]decimal.Decimal{}
-		for _, l := range rep.Lines {
-			lines[l.Currency] = lines[l.Currency].Add(decimal.RequireFromString(l.TaxWithheld))
+		// The lines, a page at a time from the tax API.
+		lines, listed := map[string]decimal.Decimal{}, 0
+		for _, rm := range rep.Remittances {
+			token := ""
+			for {
+				page, err := taxAPI.ListRemittanceLines(ctx, &taxv1.ListRemittanceLinesRequest{RemittanceId: rm.RemittanceID, PageSize: 5, PageToken: token})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range page.Lines {
+					lines[l.Currency] = lines[l.Currency].Add(decimal.RequireFromString(l.TaxWithheld))
+					listed++
+				}
+				if token = page.NextPageToken; token == "" {
+					break
+				}
+			}
+		}
+		if n := answeredLines.Load(); n != 0 {
+			t.Errorf("the tax service answered settlement's RemitTax %d lines, want none (summary only)", n)
+		}
+		if listed != len(gross) {
+			t.Errorf("the tax API lists %d lines of the remittances, want %d", listed, len(gross))
 		}
 		for _, rm := range rep.Remittances {
 			if rm.Jurisdiction != "CN" || rm.Status != "remitted" || rm.TransactionID == "" ||
@@ -565,8 +624,7 @@ func TestRemittanceAgainstRealLedger(t *testing.T) {
 			t.Errorf("second run answered %+v, first %+v", second.Remittances[i], first.Remittances[i])
 		}
 	}
-	finance := roleConn(t, r.grpc, r.secret, auth.RoleFinance, "")
-	resp, err := taxv1.NewTaxServiceClient(finance).ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
+	resp, err := taxAPI.ListRemittances(ctx, &taxv1.ListRemittancesRequest{Jurisdiction: "CN"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type ReconciliationStore interface {
 type ReconRunTx interface {
 	// Previous is the currency's last run with its unmatched items (nil: none).
 	Previous(ctx context.Context) (*domain.ReconRun, error)
+	// Keyed is the currency's run stored with the idempotency key, with its
+	// items (nil: none).
+	Keyed(ctx context.Context, key string) (*domain.ReconRun, error)
 	// FreshLines returns the statements of the currency no run has taken,
 	// oldest closing first, and their lines in statement and line order.
 	FreshLines(ctx context.Context) ([]string, []domain.BankLine, error)
@@ -94,6 +97,18 @@ func (r *Reconciliations) now() time.Time { return r.Now().UTC().Truncate(time.M
 // movements chained since the currency's previous run, with what that run
 // left unmatched, matched by domain.Reconcile, and kept.
 func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedBy string) ([]*domain.ReconRun, error) {
+	return r.RunKeyed(ctx, currency, trigger, requestedBy, "")
+}
+
+// RunKeyed is Run with an idempotency key ("" none): a currency whose run
+// holds the key answers that run as it was, the others run and keep the
+// key. The daily schedule's activity passes one per scheduled run: each of
+// its retries (an answer lost after the run was stored) stored a new run
+// with every unmatched item again.
+func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
+	if len(key) > domain.IdempotencyKeyMax {
+		return nil, apperr.Invalid("idempotency_key", "at most %d bytes", domain.IdempotencyKeyMax)
+	}
 	var curs []string
 	if currency == "" {
 		var err error
@@ -109,7 +124,7 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 	}
 	out := make([]*domain.ReconRun, 0, len(curs))
 	for _, c := range curs {
-		run, err := r.runOne(ctx, c, trigger, requestedBy)
+		run, err := r.runOne(ctx, c, trigger, requestedBy, key)
 		if err != nil {
 			return out, fmt.Errorf("reconcile %s: %w", c, err)
 		}
@@ -118,12 +133,34 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 	return out, nil
 }
 
-func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, requestedBy string) (*domain.ReconRun, error) {
+func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, requestedBy, key string) (*domain.ReconRun, error) {
 	rd, err := r.Store.BeginRun(ctx, currency)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
+	if key != "" {
+		// Under the currency's run lock: a run with the key is committed or
+		// not, and none other takes it meanwhile.
+		if run, err := rd.Keyed(ctx, key); err != nil || run != nil {
+			return run, err
+		}
+	}
+	run, err := r.reconcile(ctx, rd, currency, trigger, requestedBy, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := rd.Save(ctx, run); err != nil {
+		return nil, err
+	}
+	if err := rd.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit reconciliation: %w", err)
+	}
+	return run, nil
+}
+
+// reconcile makes the currency's run in rd, not stored yet.
+func (r *Reconciliations) reconcile(ctx context.Context, rd ReconRunTx, currency, trigger, requestedBy, key string) (*domain.ReconRun, error) {
 	prev, err := rd.Previous(ctx)
 	if err != nil {
 		return nil, err
@@ -132,7 +169,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	if err != nil {
 		return nil, err
 	}
-	run := &domain.ReconRun{ID: ids.New("rec"), Currency: currency, Trigger: trigger, RequestedBy: requestedBy,
+	run := &domain.ReconRun{ID: ids.New("rec"), Currency: currency, Trigger: trigger, RequestedBy: requestedBy, Key: key,
 		CreatedAt: r.now(), HeadHash: hash, HeadPosition: pos}
 	var lines []domain.BankLine
 	var moves []domain.Movement
@@ -180,12 +217,6 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, err
 	}
 	run.Tally()
-	if err := rd.Save(ctx, run); err != nil {
-		return nil, err
-	}
-	if err := rd.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit reconciliation: %w", err)
-	}
 	return run, nil
 }
 

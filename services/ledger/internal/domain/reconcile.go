@@ -475,11 +475,14 @@ const (
 
 // ReconRun is one kept reconciliation run of one currency.
 type ReconRun struct {
-	ID           string
-	Seq          int64 // order of runs
-	Currency     string
-	Trigger      string
-	RequestedBy  string
+	ID          string
+	Seq         int64 // order of runs
+	Currency    string
+	Trigger     string
+	RequestedBy string
+	// Key is the request's idempotency key ("" none): a request with the
+	// key of a run of its currency answers that run.
+	Key          string
 	CreatedAt    time.Time
 	PreviousID   string
 	HeadHash     string

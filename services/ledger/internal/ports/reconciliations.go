@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -20,19 +21,20 @@ type ReconciliationServer struct {
 }
 
 // RunReconciliation implements ReconciliationService. The stack's service
-// identity is the daily schedule; anyone else asked for it.
+// identity is the daily schedule; anyone else asked for it. A summary-only
+// request is answered each run's counts without its items.
 func (s *ReconciliationServer) RunReconciliation(ctx context.Context, r *ledgerv1.RunReconciliationRequest) (*ledgerv1.RunReconciliationResponse, error) {
 	trigger, by := domain.ReconByRequest, caller(ctx)
 	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleService {
 		trigger = domain.ReconBySchedule
 	}
-	runs, err := s.Reconciliations.Run(ctx, r.GetCurrency(), trigger, by)
+	runs, err := s.Reconciliations.RunKeyed(ctx, r.GetCurrency(), trigger, by, strings.TrimSpace(r.GetIdempotencyKey()))
 	if err != nil {
 		return nil, err
 	}
 	out := &ledgerv1.RunReconciliationResponse{Reconciliations: make([]*ledgerv1.Reconciliation, 0, len(runs))}
 	for _, run := range runs {
-		out.Reconciliations = append(out.Reconciliations, toProtoRun(run, true))
+		out.Reconciliations = append(out.Reconciliations, toProtoRun(run, !r.GetSummaryOnly()))
 	}
 	return out, nil
 }

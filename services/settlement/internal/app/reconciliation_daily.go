@@ -23,14 +23,19 @@ var reconActivity = workflow.ActivityOptions{
 	RetryPolicy:            scheduledRetry,
 }
 
-// ReconciliationSummary is one run the ledger made.
+// ReconciliationSummary is one run the ledger made: its counts, never its
+// items (GET /v1/reconciliations/{id} has them), so the activity's result
+// stays small however many items a run holds.
 type ReconciliationSummary struct {
-	ReconciliationID  string
-	Currency          string
-	Verdict           string
-	Matched           int
-	UnmatchedInBank   int
-	UnmatchedInLedger int
+	ReconciliationID    string
+	Currency            string
+	Verdict             string
+	Matched             int
+	UnmatchedInBank     int
+	UnmatchedInLedger   int // outstanding ones included
+	OutstandingInLedger int
+	StatementBreaks     int
+	CashDifferences     int
 }
 
 // ReconciliationDailyWorkflow runs the ledger's reconciliation of every

@@ -75,7 +75,10 @@ type Ledger interface {
 	// (negative); they add up to the gross the settlement split.
 	StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.Line, error)
 	IssueInvoices(ctx context.Context, period string) (IssueResult, error)
-	RunReconciliation(ctx context.Context) ([]ReconciliationSummary, error)
+	// RunReconciliation reconciles every currency with a statement and
+	// answers each run's counts (no items); a run holding key answers again
+	// as it was.
+	RunReconciliation(ctx context.Context, key string) ([]ReconciliationSummary, error)
 }
 
 // LedgerTx is one ledger transaction settlement posts.

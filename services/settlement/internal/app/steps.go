@@ -112,9 +112,10 @@ func (s *Steps) IssueInvoices(ctx context.Context, period string) (IssueResult, 
 }
 
 // RunReconciliation asks the ledger to reconcile every currency with an
-// imported statement (each run is kept by the ledger).
-func (s *Steps) RunReconciliation(ctx context.Context) ([]ReconciliationSummary, error) {
-	return s.Ledger.RunReconciliation(ctx)
+// imported statement (each run is kept by the ledger, with key: a retry
+// answers the runs the first try stored).
+func (s *Steps) RunReconciliation(ctx context.Context, key string) ([]ReconciliationSummary, error) {
+	return s.Ledger.RunReconciliation(ctx, key)
 }
 
 // step adds what failed to err (a Rejected err stays Rejected).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -56,9 +57,12 @@ func (a *Activities) IssueInvoices(ctx context.Context, period string) (app.Issu
 }
 
 // RunReconciliation asks the ledger to reconcile every currency with an
-// imported statement (each run is kept by the ledger).
+// imported statement (each run is kept by the ledger). Its key is the
+// workflow's id, one per scheduled run (the schedule names it by its
+// nominal time): a retry of the activity answers the runs an earlier try
+// stored instead of storing new ones.
 func (a *Activities) RunReconciliation(ctx context.Context) ([]app.ReconciliationSummary, error) {
-	out, err := a.Steps.RunReconciliation(ctx)
+	out, err := a.Steps.RunReconciliation(ctx, activity.GetInfo(ctx).WorkflowExecution.ID)
 	return out, activityErr(err)
 }
 

@@ -72,6 +72,9 @@ type Store interface {
 	// Report totals the withholdings of the remittances (by id) per
 	// remittance and provider.
 	Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error)
+	// ReportPage is one remittance's report lines by provider, at most
+	// limit after afterProvider; false when no remittance has the id.
+	ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error)
 }
 
 // RemittanceFilter selects remittances: an empty field selects any.

@@ -286,14 +286,60 @@ func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*tax
 	if err != nil {
 		return nil, err
 	}
-	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted)}
+	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted), LineCount: int32(len(got.Lines))}
 	for _, r := range got.Remittances {
 		resp.Remittances = append(resp.Remittances, remToProto(r))
 	}
+	if req.SummaryOnly {
+		// ~60 B a provider: the schedule reads the lines by
+		// ListRemittanceLines, a page at a time.
+		return resp, nil
+	}
 	for _, l := range got.Lines {
-		resp.Lines = append(resp.Lines, &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency,
-			ProviderId: l.ProviderID, TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count),
-			RemittanceId: l.RemittanceID, Period: l.Period})
+		resp.Lines = append(resp.Lines, lineToProto(l))
+	}
+	return resp, nil
+}
+
+func lineToProto(l domain.ReportLine) *taxv1.RemittanceReportLine {
+	return &taxv1.RemittanceReportLine{Jurisdiction: l.Jurisdiction, Currency: l.Currency, ProviderId: l.ProviderID,
+		TaxWithheld: fmtAmt(l.Currency, l.Tax), Withholdings: int32(l.Count), RemittanceId: l.RemittanceID, Period: l.Period}
+}
+
+// remittanceLinesListing names the listing in its page tokens (pkg/cursor).
+const remittanceLinesListing = "tax.remittance_lines"
+
+// ListRemittanceLines implements TaxService: one remittance's report lines
+// by provider, a page at a time.
+func (s *Server) ListRemittanceLines(ctx context.Context, req *taxv1.ListRemittanceLinesRequest) (*taxv1.ListRemittanceLinesResponse, error) {
+	id := strings.TrimSpace(req.RemittanceId)
+	var v apperr.Validator
+	v.Check(id != "", "remittance_id", "required")
+	v.Check(req.PageSize >= 0, "page_size", "must not be negative")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	listing, after, limit := cursor.Scoped(remittanceLinesListing, id), "", pageSize(req.PageSize)
+	if req.PageToken != "" {
+		pos, err := cursor.Decode(listing, req.PageToken, 1)
+		if err != nil {
+			return nil, err
+		}
+		after = pos.String(0)
+	}
+	lines, found, err := s.App.Store.ReportPage(ctx, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, wrapNotFound("remittance " + id + " not found")
+	}
+	resp := &taxv1.ListRemittanceLinesResponse{Lines: make([]*taxv1.RemittanceReportLine, 0, len(lines))}
+	for _, l := range lines {
+		resp.Lines = append(resp.Lines, lineToProto(l))
+	}
+	if len(lines) == limit {
+		resp.NextPageToken = cursor.Encode(listing, lines[len(lines)-1].ProviderID)
 	}
 	return resp, nil
 }

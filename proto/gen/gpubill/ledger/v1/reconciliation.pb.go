@@ -425,10 +425,18 @@ func (x *ReconciliationResolution) GetVoidReason() string {
 }
 
 type RunReconciliationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Currency      string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"` // empty: every currency with an imported statement
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Currency string                 `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"` // empty: every currency with an imported statement
+	// Answer each run's counts without its items (GetReconciliation has
+	// them): the answer with every item grows ~141 B an item and outgrows a
+	// 4 MiB gRPC receive limit at ~30 000 items. The daily schedule asks so.
+	SummaryOnly bool `protobuf:"varint,2,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
+	// Optional, at most 256 bytes: a currency's run with this key answers
+	// again as it was instead of running anew (the daily schedule's retries
+	// store one run, not one each). Empty: every request runs.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunReconciliationRequest) Reset() {
@@ -464,6 +472,20 @@ func (*RunReconciliationRequest) Descriptor() ([]byte, []int) {
 func (x *RunReconciliationRequest) GetCurrency() string {
 	if x != nil {
 		return x.Currency
+	}
+	return ""
+}
+
+func (x *RunReconciliationRequest) GetSummaryOnly() bool {
+	if x != nil {
+		return x.SummaryOnly
+	}
+	return false
+}
+
+func (x *RunReconciliationRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -1545,9 +1567,11 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\tvoided_by\x18\t \x01(\tR\bvoidedBy\x12\x1f\n" +
 	"\vvoid_reason\x18\n" +
 	" \x01(\tR\n" +
-	"voidReason\"6\n" +
+	"voidReason\"\x82\x01\n" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
-	"\bcurrency\x18\x01 \x01(\tR\bcurrency\"h\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12!\n" +
+	"\fsummary_only\x18\x02 \x01(\bR\vsummaryOnly\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
 	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\x82\v\n" +
 	"\x0eReconciliation\x12+\n" +

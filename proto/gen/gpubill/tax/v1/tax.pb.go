@@ -1513,8 +1513,13 @@ func (x *SetRuleSelectionResponse) GetEffectiveFrom() *timestamppb.Timestamp {
 }
 
 type RemitTaxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Period        string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"` // YYYY-MM: withholdings recorded before the end of this month
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Period string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"` // YYYY-MM: withholdings recorded before the end of this month
+	// Answer the remittances and counts without the lines (line_count says
+	// how many; ListRemittanceLines pages them): the lines grow ~60 B a
+	// provider and outgrow a 4 MiB gRPC receive limit at ~70 000 providers,
+	// and Temporal's 2 MiB result limit sooner. The monthly schedule asks so.
+	SummaryOnly   bool `protobuf:"varint,2,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1554,6 +1559,13 @@ func (x *RemitTaxRequest) GetPeriod() string {
 		return x.Period
 	}
 	return ""
+}
+
+func (x *RemitTaxRequest) GetSummaryOnly() bool {
+	if x != nil {
+		return x.SummaryOnly
+	}
+	return false
 }
 
 // One line of the remittance report.
@@ -1661,6 +1673,7 @@ type RemitTaxResponse struct {
 	// has not posted (a settlement refused or still retrying, or reversed):
 	// left out, remitted with the first period run after the ledger posts them.
 	WithholdingsNotPosted int32 `protobuf:"varint,4,opt,name=withholdings_not_posted,json=withholdingsNotPosted,proto3" json:"withholdings_not_posted,omitempty"`
+	LineCount             int32 `protobuf:"varint,5,opt,name=line_count,json=lineCount,proto3" json:"line_count,omitempty"` // how many lines the report has (answered or not)
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -1723,6 +1736,125 @@ func (x *RemitTaxResponse) GetWithholdingsNotPosted() int32 {
 	return 0
 }
 
+func (x *RemitTaxResponse) GetLineCount() int32 {
+	if x != nil {
+		return x.LineCount
+	}
+	return 0
+}
+
+type ListRemittanceLinesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RemittanceId  string                 `protobuf:"bytes,1,opt,name=remittance_id,json=remittanceId,proto3" json:"remittance_id,omitempty"`
+	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // default 50, at most 500
+	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // next_page_token of the page before
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemittanceLinesRequest) Reset() {
+	*x = ListRemittanceLinesRequest{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemittanceLinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemittanceLinesRequest) ProtoMessage() {}
+
+func (x *ListRemittanceLinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemittanceLinesRequest.ProtoReflect.Descriptor instead.
+func (*ListRemittanceLinesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListRemittanceLinesRequest) GetRemittanceId() string {
+	if x != nil {
+		return x.RemittanceId
+	}
+	return ""
+}
+
+func (x *ListRemittanceLinesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRemittanceLinesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListRemittanceLinesResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Lines         []*RemittanceReportLine `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"` // by provider
+	NextPageToken string                  `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemittanceLinesResponse) Reset() {
+	*x = ListRemittanceLinesResponse{}
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemittanceLinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemittanceLinesResponse) ProtoMessage() {}
+
+func (x *ListRemittanceLinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemittanceLinesResponse.ProtoReflect.Descriptor instead.
+func (*ListRemittanceLinesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListRemittanceLinesResponse) GetLines() []*RemittanceReportLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ListRemittanceLinesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // A withholding computed as settlement would compute it, recorded nowhere
 // (quotes).
 type QuoteWithholdingRequest struct {
@@ -1748,7 +1880,7 @@ type QuoteWithholdingRequest struct {
 
 func (x *QuoteWithholdingRequest) Reset() {
 	*x = QuoteWithholdingRequest{}
-	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1892,7 @@ func (x *QuoteWithholdingRequest) String() string {
 func (*QuoteWithholdingRequest) ProtoMessage() {}
 
 func (x *QuoteWithholdingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[20]
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1905,7 @@ func (x *QuoteWithholdingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuoteWithholdingRequest.ProtoReflect.Descriptor instead.
 func (*QuoteWithholdingRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{20}
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QuoteWithholdingRequest) GetCurrency() string {
@@ -1839,7 +1971,7 @@ type QuoteWithholdingResponse struct {
 
 func (x *QuoteWithholdingResponse) Reset() {
 	*x = QuoteWithholdingResponse{}
-	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1983,7 @@ func (x *QuoteWithholdingResponse) String() string {
 func (*QuoteWithholdingResponse) ProtoMessage() {}
 
 func (x *QuoteWithholdingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[21]
+	mi := &file_gpubill_tax_v1_tax_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1996,7 @@ func (x *QuoteWithholdingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuoteWithholdingResponse.ProtoReflect.Descriptor instead.
 func (*QuoteWithholdingResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{21}
+	return file_gpubill_tax_v1_tax_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QuoteWithholdingResponse) GetCommission() string {
@@ -2071,9 +2203,10 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
 	"providerId\x12\x19\n" +
 	"\brule_set\x18\x03 \x01(\tR\aruleSet\x12A\n" +
-	"\x0eeffective_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\reffectiveFrom\")\n" +
+	"\x0eeffective_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\reffectiveFrom\"L\n" +
 	"\x0fRemitTaxRequest\x12\x16\n" +
-	"\x06period\x18\x01 \x01(\tR\x06period\"\xfb\x01\n" +
+	"\x06period\x18\x01 \x01(\tR\x06period\x12!\n" +
+	"\fsummary_only\x18\x02 \x01(\bR\vsummaryOnly\"\xfb\x01\n" +
 	"\x14RemittanceReportLine\x12\"\n" +
 	"\fjurisdiction\x18\x01 \x01(\tR\fjurisdiction\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x1f\n" +
@@ -2082,12 +2215,22 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
 	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\x12#\n" +
 	"\rremittance_id\x18\x06 \x01(\tR\fremittanceId\x12\x16\n" +
-	"\x06period\x18\a \x01(\tR\x06period\"\xdf\x01\n" +
+	"\x06period\x18\a \x01(\tR\x06period\"\xfe\x01\n" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
 	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\x126\n" +
-	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\"\x93\x02\n" +
+	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\x12\x1d\n" +
+	"\n" +
+	"line_count\x18\x05 \x01(\x05R\tlineCount\"}\n" +
+	"\x1aListRemittanceLinesRequest\x12#\n" +
+	"\rremittance_id\x18\x01 \x01(\tR\fremittanceId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x81\x01\n" +
+	"\x1bListRemittanceLinesResponse\x12:\n" +
+	"\x05lines\x18\x01 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x02\n" +
 	"\x17QuoteWithholdingRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05gross\x18\x02 \x01(\tR\x05gross\x12'\n" +
@@ -2106,7 +2249,8 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x03net\x18\x03 \x01(\tR\x03net\x12\x19\n" +
 	"\brule_set\x18\x04 \x01(\tR\aruleSet\x12!\n" +
 	"\frule_version\x18\x05 \x01(\tR\vruleVersion\x12\x1a\n" +
-	"\bcurrency\x18\x06 \x01(\tR\bcurrency2\xb6\t\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency2\xda\n" +
+	"\n" +
 	"\n" +
 	"TaxService\x12\xa4\x01\n" +
 	"\x13ListTaxWithholdings\x12*.gpubill.tax.v1.ListTaxWithholdingsRequest\x1a+.gpubill.tax.v1.ListTaxWithholdingsResponse\"4\x82\xd3\xe4\x93\x02.\x12,/v1/providers/{provider_id}/tax-withholdings\x12\xda\x01\n" +
@@ -2116,7 +2260,8 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\fListTaxRules\x12#.gpubill.tax.v1.ListTaxRulesRequest\x1a$.gpubill.tax.v1.ListTaxRulesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/tax-rules\x12\x89\x01\n" +
 	"\x10SetRuleSelection\x12'.gpubill.tax.v1.SetRuleSelectionRequest\x1a(.gpubill.tax.v1.SetRuleSelectionResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tax-rule-selections\x12m\n" +
 	"\bRemitTax\x12\x1f.gpubill.tax.v1.RemitTaxRequest\x1a .gpubill.tax.v1.RemitTaxResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/tax-remittances\x12\x7f\n" +
-	"\x0fListRemittances\x12&.gpubill.tax.v1.ListRemittancesRequest\x1a'.gpubill.tax.v1.ListRemittancesResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/tax-remittancesB;Z9github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1;taxv1b\x06proto3"
+	"\x0fListRemittances\x12&.gpubill.tax.v1.ListRemittancesRequest\x1a'.gpubill.tax.v1.ListRemittancesResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/tax-remittances\x12\xa1\x01\n" +
+	"\x13ListRemittanceLines\x12*.gpubill.tax.v1.ListRemittanceLinesRequest\x1a+.gpubill.tax.v1.ListRemittanceLinesResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/tax-remittances/{remittance_id}/linesB;Z9github.com/gpubill/gpubill/proto/gen/gpubill/tax/v1;taxv1b\x06proto3"
 
 var (
 	file_gpubill_tax_v1_tax_proto_rawDescOnce sync.Once
@@ -2130,7 +2275,7 @@ func file_gpubill_tax_v1_tax_proto_rawDescGZIP() []byte {
 	return file_gpubill_tax_v1_tax_proto_rawDescData
 }
 
-var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_gpubill_tax_v1_tax_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*TaxWithholding)(nil),                    // 0: gpubill.tax.v1.TaxWithholding
 	(*WithholdingCertificate)(nil),            // 1: gpubill.tax.v1.WithholdingCertificate
@@ -2152,49 +2297,54 @@ var file_gpubill_tax_v1_tax_proto_goTypes = []any{
 	(*RemitTaxRequest)(nil),                   // 17: gpubill.tax.v1.RemitTaxRequest
 	(*RemittanceReportLine)(nil),              // 18: gpubill.tax.v1.RemittanceReportLine
 	(*RemitTaxResponse)(nil),                  // 19: gpubill.tax.v1.RemitTaxResponse
-	(*QuoteWithholdingRequest)(nil),           // 20: gpubill.tax.v1.QuoteWithholdingRequest
-	(*QuoteWithholdingResponse)(nil),          // 21: gpubill.tax.v1.QuoteWithholdingResponse
-	(*timestamppb.Timestamp)(nil),             // 22: google.protobuf.Timestamp
+	(*ListRemittanceLinesRequest)(nil),        // 20: gpubill.tax.v1.ListRemittanceLinesRequest
+	(*ListRemittanceLinesResponse)(nil),       // 21: gpubill.tax.v1.ListRemittanceLinesResponse
+	(*QuoteWithholdingRequest)(nil),           // 22: gpubill.tax.v1.QuoteWithholdingRequest
+	(*QuoteWithholdingResponse)(nil),          // 23: gpubill.tax.v1.QuoteWithholdingResponse
+	(*timestamppb.Timestamp)(nil),             // 24: google.protobuf.Timestamp
 }
 var file_gpubill_tax_v1_tax_proto_depIdxs = []int32{
-	22, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
-	22, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
-	22, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
-	22, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
+	24, // 0: gpubill.tax.v1.TaxWithholding.created_at:type_name -> google.protobuf.Timestamp
+	24, // 1: gpubill.tax.v1.WithholdingCertificate.issued_at:type_name -> google.protobuf.Timestamp
+	24, // 2: gpubill.tax.v1.TaxRule.effective_from:type_name -> google.protobuf.Timestamp
+	24, // 3: gpubill.tax.v1.TaxRule.effective_until:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.tax.v1.TaxRule.brackets:type_name -> gpubill.tax.v1.TaxBracket
-	22, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
-	22, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
-	22, // 7: gpubill.tax.v1.TaxRemittance.reversed_at:type_name -> google.protobuf.Timestamp
+	24, // 5: gpubill.tax.v1.TaxRemittance.created_at:type_name -> google.protobuf.Timestamp
+	24, // 6: gpubill.tax.v1.TaxRemittance.remitted_at:type_name -> google.protobuf.Timestamp
+	24, // 7: gpubill.tax.v1.TaxRemittance.reversed_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: gpubill.tax.v1.ListTaxWithholdingsResponse.tax_withholdings:type_name -> gpubill.tax.v1.TaxWithholding
 	1,  // 9: gpubill.tax.v1.GetWithholdingCertificateResponse.certificate:type_name -> gpubill.tax.v1.WithholdingCertificate
-	22, // 10: gpubill.tax.v1.ComputeWithholdingRequest.closed_at:type_name -> google.protobuf.Timestamp
+	24, // 10: gpubill.tax.v1.ComputeWithholdingRequest.closed_at:type_name -> google.protobuf.Timestamp
 	3,  // 11: gpubill.tax.v1.ListTaxRulesResponse.tax_rules:type_name -> gpubill.tax.v1.TaxRule
 	4,  // 12: gpubill.tax.v1.ListRemittancesResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
-	22, // 13: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
+	24, // 13: gpubill.tax.v1.SetRuleSelectionResponse.effective_from:type_name -> google.protobuf.Timestamp
 	4,  // 14: gpubill.tax.v1.RemitTaxResponse.remittances:type_name -> gpubill.tax.v1.TaxRemittance
 	18, // 15: gpubill.tax.v1.RemitTaxResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
-	22, // 16: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
-	5,  // 17: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
-	7,  // 18: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
-	9,  // 19: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
-	20, // 20: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
-	11, // 21: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
-	15, // 22: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
-	17, // 23: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
-	13, // 24: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
-	6,  // 25: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
-	8,  // 26: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
-	10, // 27: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
-	21, // 28: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
-	12, // 29: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
-	16, // 30: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
-	19, // 31: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
-	14, // 32: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 16: gpubill.tax.v1.ListRemittanceLinesResponse.lines:type_name -> gpubill.tax.v1.RemittanceReportLine
+	24, // 17: gpubill.tax.v1.QuoteWithholdingRequest.usage_end:type_name -> google.protobuf.Timestamp
+	5,  // 18: gpubill.tax.v1.TaxService.ListTaxWithholdings:input_type -> gpubill.tax.v1.ListTaxWithholdingsRequest
+	7,  // 19: gpubill.tax.v1.TaxService.GetWithholdingCertificate:input_type -> gpubill.tax.v1.GetWithholdingCertificateRequest
+	9,  // 20: gpubill.tax.v1.TaxService.ComputeWithholding:input_type -> gpubill.tax.v1.ComputeWithholdingRequest
+	22, // 21: gpubill.tax.v1.TaxService.QuoteWithholding:input_type -> gpubill.tax.v1.QuoteWithholdingRequest
+	11, // 22: gpubill.tax.v1.TaxService.ListTaxRules:input_type -> gpubill.tax.v1.ListTaxRulesRequest
+	15, // 23: gpubill.tax.v1.TaxService.SetRuleSelection:input_type -> gpubill.tax.v1.SetRuleSelectionRequest
+	17, // 24: gpubill.tax.v1.TaxService.RemitTax:input_type -> gpubill.tax.v1.RemitTaxRequest
+	13, // 25: gpubill.tax.v1.TaxService.ListRemittances:input_type -> gpubill.tax.v1.ListRemittancesRequest
+	20, // 26: gpubill.tax.v1.TaxService.ListRemittanceLines:input_type -> gpubill.tax.v1.ListRemittanceLinesRequest
+	6,  // 27: gpubill.tax.v1.TaxService.ListTaxWithholdings:output_type -> gpubill.tax.v1.ListTaxWithholdingsResponse
+	8,  // 28: gpubill.tax.v1.TaxService.GetWithholdingCertificate:output_type -> gpubill.tax.v1.GetWithholdingCertificateResponse
+	10, // 29: gpubill.tax.v1.TaxService.ComputeWithholding:output_type -> gpubill.tax.v1.ComputeWithholdingResponse
+	23, // 30: gpubill.tax.v1.TaxService.QuoteWithholding:output_type -> gpubill.tax.v1.QuoteWithholdingResponse
+	12, // 31: gpubill.tax.v1.TaxService.ListTaxRules:output_type -> gpubill.tax.v1.ListTaxRulesResponse
+	16, // 32: gpubill.tax.v1.TaxService.SetRuleSelection:output_type -> gpubill.tax.v1.SetRuleSelectionResponse
+	19, // 33: gpubill.tax.v1.TaxService.RemitTax:output_type -> gpubill.tax.v1.RemitTaxResponse
+	14, // 34: gpubill.tax.v1.TaxService.ListRemittances:output_type -> gpubill.tax.v1.ListRemittancesResponse
+	21, // 35: gpubill.tax.v1.TaxService.ListRemittanceLines:output_type -> gpubill.tax.v1.ListRemittanceLinesResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_tax_v1_tax_proto_init() }
@@ -2208,7 +2358,7 @@ func file_gpubill_tax_v1_tax_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_tax_v1_tax_proto_rawDesc), len(file_gpubill_tax_v1_tax_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	TaxService_SetRuleSelection_FullMethodName          = "/gpubill.tax.v1.TaxService/SetRuleSelection"
 	TaxService_RemitTax_FullMethodName                  = "/gpubill.tax.v1.TaxService/RemitTax"
 	TaxService_ListRemittances_FullMethodName           = "/gpubill.tax.v1.TaxService/ListRemittances"
+	TaxService_ListRemittanceLines_FullMethodName       = "/gpubill.tax.v1.TaxService/ListRemittanceLines"
 )
 
 // TaxServiceClient is the client API for TaxService service.
@@ -67,6 +68,10 @@ type TaxServiceClient interface {
 	// jurisdiction, currency and id: a reversed one before the one that pays
 	// its tax again), a page at a time.
 	ListRemittances(ctx context.Context, in *ListRemittancesRequest, opts ...grpc.CallOption) (*ListRemittancesResponse, error)
+	// Lists the report lines of one remittance (tax per provider), by
+	// provider, a page at a time: RemitTax's answer without its lines (the
+	// monthly schedule's) is read here.
+	ListRemittanceLines(ctx context.Context, in *ListRemittanceLinesRequest, opts ...grpc.CallOption) (*ListRemittanceLinesResponse, error)
 }
 
 type taxServiceClient struct {
@@ -157,6 +162,16 @@ func (c *taxServiceClient) ListRemittances(ctx context.Context, in *ListRemittan
 	return out, nil
 }
 
+func (c *taxServiceClient) ListRemittanceLines(ctx context.Context, in *ListRemittanceLinesRequest, opts ...grpc.CallOption) (*ListRemittanceLinesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRemittanceLinesResponse)
+	err := c.cc.Invoke(ctx, TaxService_ListRemittanceLines_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaxServiceServer is the server API for TaxService service.
 // All implementations must embed UnimplementedTaxServiceServer
 // for forward compatibility.
@@ -192,6 +207,10 @@ type TaxServiceServer interface {
 	// jurisdiction, currency and id: a reversed one before the one that pays
 	// its tax again), a page at a time.
 	ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error)
+	// Lists the report lines of one remittance (tax per provider), by
+	// provider, a page at a time: RemitTax's answer without its lines (the
+	// monthly schedule's) is read here.
+	ListRemittanceLines(context.Context, *ListRemittanceLinesRequest) (*ListRemittanceLinesResponse, error)
 	mustEmbedUnimplementedTaxServiceServer()
 }
 
@@ -225,6 +244,9 @@ func (UnimplementedTaxServiceServer) RemitTax(context.Context, *RemitTaxRequest)
 }
 func (UnimplementedTaxServiceServer) ListRemittances(context.Context, *ListRemittancesRequest) (*ListRemittancesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRemittances not implemented")
+}
+func (UnimplementedTaxServiceServer) ListRemittanceLines(context.Context, *ListRemittanceLinesRequest) (*ListRemittanceLinesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRemittanceLines not implemented")
 }
 func (UnimplementedTaxServiceServer) mustEmbedUnimplementedTaxServiceServer() {}
 func (UnimplementedTaxServiceServer) testEmbeddedByValue()                    {}
@@ -391,6 +413,24 @@ func _TaxService_ListRemittances_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaxService_ListRemittanceLines_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRemittanceLinesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaxServiceServer).ListRemittanceLines(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaxService_ListRemittanceLines_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaxServiceServer).ListRemittanceLines(ctx, req.(*ListRemittanceLinesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaxService_ServiceDesc is the grpc.ServiceDesc for TaxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -429,6 +469,10 @@ var TaxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRemittances",
 			Handler:    _TaxService_ListRemittances_Handler,
+		},
+		{
+			MethodName: "ListRemittanceLines",
+			Handler:    _TaxService_ListRemittanceLines_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

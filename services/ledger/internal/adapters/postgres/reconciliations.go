@@ -62,11 +62,12 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	}
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
-			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count, cash_difference_count)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17) returning seq`,
+			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count, cash_difference_count,
+			idempotency_key)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17, nullif($18, '')) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
 		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN,
-		r.CashDifferenceN).Scan(&r.Seq); err != nil {
+		r.CashDifferenceN, r.Key).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -309,6 +310,26 @@ func (x *ReconRunTx) Commit(ctx context.Context) error { return x.tx.Commit(ctx)
 
 // Rollback abandons the run (a no-op after Commit).
 func (x *ReconRunTx) Rollback(ctx context.Context) error { return x.tx.Rollback(ctx) }
+
+// Keyed implements app.ReconRunTx: the currency's run stored with the
+// idempotency key, with its items (nil: none).
+func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, error) {
+	var id string
+	err := r.tx.QueryRow(ctx, `select reconciliation_id from ledger.reconciliations where currency = $1 and idempotency_key = $2`,
+		r.currency, key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation keyed %q: %w", key, err)
+	}
+	run, err := getRun(ctx, r.tx, `r.reconciliation_id = $1`, id, "")
+	if err != nil {
+		return nil, err
+	}
+	run.Key = key
+	return run, nil
+}
 
 func (r *ReconRunTx) Previous(ctx context.Context) (*domain.ReconRun, error) {
 	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched)

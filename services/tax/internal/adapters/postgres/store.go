@@ -484,6 +484,28 @@ func (s *Store) PendingBefore(ctx context.Context, period string) ([]domain.Remi
 
 // Report totals the withholdings of the remittances ids per remittance and
 // provider, in period, jurisdiction, currency and provider order.
+// ReportPage implements app.Store.
+func (s *Store) ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error) {
+	var found bool
+	if err := s.Pool.QueryRow(ctx, `select exists (select 1 from tax.remittances where remittance_id = $1)`, remittanceID).Scan(&found); err != nil {
+		return nil, false, fmt.Errorf("remittance %s: %w", remittanceID, err)
+	}
+	if !found {
+		return nil, false, nil
+	}
+	rows, err := s.Pool.Query(ctx, `select r.remittance_id, r.period, w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
+		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
+		where w.remittance_id = $1 and w.provider_id > $2 group by 1, 2, 3, 4, 5 order by 5 limit $3`, remittanceID, afterProvider, limit)
+	if err != nil {
+		return nil, true, fmt.Errorf("report lines of remittance %s: %w", remittanceID, err)
+	}
+	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.ReportLine, error) {
+		var l domain.ReportLine
+		return l, r.Scan(&l.RemittanceID, &l.Period, &l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
+	})
+	return lines, true, err
+}
+
 func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error) {
 	rows, err := s.Pool.Query(ctx, `select r.remittance_id, r.period, w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
 		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
