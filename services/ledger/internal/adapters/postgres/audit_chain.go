@@ -54,9 +54,13 @@ func verifyAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult
 				return res, nil
 			}
 			if !bytes.Equal(e.PrevHash, prev) {
-				if e.Seq > last+1 {
-					return bad(last+1, fmt.Sprintf("audit record %d follows %d and its prev_hash is not the hash of %d: "+
-						"a record from seq %d to %d was deleted (ledger.audit_events altered)", e.Seq, last, last, last+1, e.Seq-1))
+				if e.Seq == last+2 {
+					return bad(last+1, fmt.Sprintf("audit record %d was deleted: record %d's prev_hash is not the hash of %d "+
+						"(ledger.audit_events altered)", last+1, e.Seq, last))
+				}
+				if e.Seq > last+2 {
+					return bad(last+1, fmt.Sprintf("a record of seq %d to %d was deleted: record %d's prev_hash is not the hash of %d "+
+						"(ledger.audit_events altered)", last+1, e.Seq-1, e.Seq, last))
 				}
 				return bad(e.Seq, fmt.Sprintf("audit record %d: prev_hash is not the hash of the record before it (%d): "+
 					"records moved or replaced (ledger.audit_events altered)", e.Seq, last))
@@ -67,7 +71,7 @@ func verifyAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult
 			}
 			prev, last = e.Hash, e.Seq
 			res.AuditChecked++
-			res.AuditHeadHash = hex.EncodeToString(e.Hash)
+			res.AuditHeadSeq, res.AuditHeadHash = e.Seq, hex.EncodeToString(e.Hash)
 		}
 	}
 }

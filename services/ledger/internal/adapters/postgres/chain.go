@@ -200,8 +200,10 @@ type VerifyResult struct {
 	// does not give.
 	BadReportRecord string `json:"bad_report_record,omitempty"`
 	// The audit log's chain (ledger.audit_events): records verified, the
-	// last one's hash, the seq of the first record that does not verify.
+	// last one's seq and hash, the seq of the first record that does not
+	// verify.
 	AuditChecked     int64  `json:"audit_checked"`
+	AuditHeadSeq     int64  `json:"audit_head_seq"`
 	AuditHeadHash    string `json:"audit_head_hash"`
 	FirstBadAuditSeq int64  `json:"first_bad_audit_seq,omitempty"`
 	Reason           string `json:"reason,omitempty"`
