@@ -280,7 +280,14 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 	if res, err = verifyBreachesBelong(ctx, q, res); err != nil || !res.OK {
 		return res, err
 	}
-	if res, err = verifyCheckpoints(ctx, q, res); err != nil || !res.OK {
+	return verifyCheckpointsAndAudit(ctx, q, res)
+}
+
+// verifyCheckpointsAndAudit checks the balance checkpoints, then the audit
+// log's chain.
+func verifyCheckpointsAndAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	res, err := verifyCheckpoints(ctx, q, res)
+	if err != nil || !res.OK {
 		return res, err
 	}
 	return verifyAudit(ctx, q, res)
