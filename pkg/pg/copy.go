@@ -76,6 +76,12 @@ func (w *CopyWriter) Int4(v int32) {
 	w.Buf = binary.BigEndian.AppendUint32(w.Buf, uint32(v))
 }
 
+// Int8 writes an int8 (bigint) field.
+func (w *CopyWriter) Int8(v int64) {
+	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 8)
+	w.Buf = binary.BigEndian.AppendUint64(w.Buf, uint64(v))
+}
+
 // Timestamptz writes t at microsecond resolution (finer is truncated).
 func (w *CopyWriter) Timestamptz(t time.Time) {
 	w.Buf = binary.BigEndian.AppendUint32(w.Buf, 8)

@@ -1,10 +1,12 @@
 package ledger_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/gpubill/gpubill/services/ledger"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // The chain's health on /metrics: how far the chain is behind the journal
@@ -53,5 +55,50 @@ func TestChainMetrics(t *testing.T) {
 	}
 	if n := metric("gpubill_ledger_unchainable_transactions"); n != 1 {
 		t.Errorf("unchainable %v; want 1", n)
+	}
+}
+
+// The audit log's chain on /metrics: of the latest records, those whose
+// link does not verify (ledger verify walks them all, only when run). A
+// record deleted from the middle and another's actor edited, with the
+// append-only trigger disabled, are two broken links; the log untouched
+// has none.
+func TestAuditChainMetric(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	var evs []domain.AuditEvent
+	for i := range 6 {
+		evs = append(evs, domain.AuditEvent{EventID: fmt.Sprintf("e-%d", i), At: at, Service: "ledger", Method: "m",
+			Actor: "fin", Role: "finance", ResourceIDs: []string{"a=1"}, Code: "OK"})
+	}
+	if err := f.app.RecordAuditEvents(f.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	breaks := func() float64 {
+		t.Helper()
+		for _, m := range ledger.Metrics() {
+			if m.Name == "gpubill_ledger_audit_chain_breaks" {
+				var v float64
+				if err := f.pool.QueryRow(f.ctx, m.Query).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+		t.Fatal("no metric gpubill_ledger_audit_chain_breaks")
+		return 0
+	}
+	if n := breaks(); n != 0 {
+		t.Fatalf("untouched log: %v broken links; want 0", n)
+	}
+	if _, err := f.pool.Exec(f.ctx, `alter table ledger.audit_events disable trigger audit_events_immutable;
+		delete from ledger.audit_events where event_id = 'e-2';
+		update ledger.audit_events set actor = 'bob' where event_id = 'e-4';
+		alter table ledger.audit_events enable trigger audit_events_immutable`); err != nil {
+		t.Fatal(err)
+	}
+	if n := breaks(); n != 2 {
+		t.Fatalf("a record deleted and one edited: %v broken links; want 2", n)
 	}
 }

@@ -317,7 +317,7 @@ func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 		Query: `select count(*)::float8 from (select id, xid from ledger.transactions order by id desc limit ` + unchainableProbe + `) t,
 			(select xid, tx_id from ledger.journal_chain order by position desc limit 1) h
 			where (t.xid, t.id) < (h.xid, h.tx_id) and not exists (select 1 from ledger.journal_chain c where c.tx_id = t.id)`,
-	}, {
+	}, auditChainMetric(), {
 		Name: "gpubill_reconciliation_exceptions", Type: obs.Gauge, Labels: []string{"currency"},
 		Help:  "1 when the latest bank reconciliation of the currency found exceptions (unmatched bank lines, ledger movements unmatched and not outstanding, statements that do not follow on from the account's previous one, a statement's closing balance that bank:client and the items in transit do not explain), 0 when it reconciled.",
 		Query: `select distinct on (currency) currency, (verdict = 'exceptions')::int::float8 from ledger.reconciliations order by currency, seq desc`,
@@ -412,6 +412,30 @@ func businessDaysSQL(from, to string) string {
 // unchainableProbe is how many of the latest transactions
 // gpubill_ledger_unchainable_transactions looks at.
 const unchainableProbe = "1000"
+
+// auditChainMetric is gpubill_ledger_audit_chain_breaks. Paged, so read
+// first too (metricsIn). ledger verify walks the whole audit chain, only
+// when run; this checks the latest auditChainProbe records' links on every
+// scrape (by the primary key, a sha256 each), so a record deleted or edited
+// there by the tables' owner with the trigger disabled is seen at once. It
+// recomputes with ledger.audit_hash (migration ledger/0030), which that
+// owner could replace: verify, which does not, is the proof.
+func auditChainMetric() obs.SQLMetric {
+	return obs.SQLMetric{
+		Name: "gpubill_ledger_audit_chain_breaks", Type: obs.Gauge,
+		Help: "Of the latest " + auditChainProbe + " audit records, those whose hash-chain link does not verify (prev_hash not the previous record's hash, or content not matching its hash): ledger.audit_events was altered; gpubill ledger verify names the first.",
+		Query: `select count(*)::float8 from (
+			select (a.r).prev_hash, (a.r).hash, ledger.audit_hash((a.r).prev_hash, a.r) as recomputed,
+				lag((a.r).hash) over (order by (a.r).seq) as before, row_number() over (order by (a.r).seq desc) as newest
+			from (select r from ledger.audit_events r order by seq desc limit ` + auditChainProbe + ` + 1) a
+		) c
+		where newest <= ` + auditChainProbe + ` and (prev_hash <> coalesce(before, prev_hash) or hash <> recomputed)`,
+	}
+}
+
+// auditChainProbe is how many of the latest audit records
+// gpubill_ledger_audit_chain_breaks checks.
+const auditChainProbe = "1000"
 
 // checkpointTick is how often the ledger looks whether a balance
 // checkpoint is due (app.Reports.CheckpointStep decides).

@@ -139,6 +139,8 @@ func chainBroken(c ledger.VerifyResult) string {
 		return "balance " + c.BadBalance + ": " + c.Reason
 	case c.BadReportRecord != "":
 		return "report record " + c.BadReportRecord + ": " + c.Reason
+	case c.FirstBadAuditSeq != 0:
+		return fmt.Sprintf("audit log hash chain broken at seq %d: %s", c.FirstBadAuditSeq, c.Reason)
 	case c.FirstBadPosition == 0: // outside the chain's links: "position 0" named none
 		return fmt.Sprintf("journal broken: transaction %s: %s", c.FirstBadTransaction, c.Reason)
 	default:

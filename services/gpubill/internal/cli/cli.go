@@ -84,7 +84,7 @@ type simulateCmd struct {
 }
 
 type ledgerCmd struct {
-	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction; check every balance against its postings."`
+	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction; check every balance against its postings; walk the audit log's hash chain and name the first altered record."`
 }
 
 type verifyCmd struct {
@@ -410,6 +410,10 @@ func (v *verifyCmd) Run(e *env) error {
 		e.stdout.printf("BROKEN report record (%s): %s (%d links verified)\n", res.BadReportRecord, res.Reason, res.Checked)
 		return errors.New("a record the segregated-funds report reads does not follow from the journal")
 	}
+	if !res.OK && res.FirstBadAuditSeq != 0 {
+		e.stdout.printf("BROKEN audit record %d: %s (%d audit records verified before it)\n", res.FirstBadAuditSeq, res.Reason, res.AuditChecked)
+		return errors.New("audit log hash chain broken")
+	}
 	if !res.OK && res.FirstBadPosition == 0 { // outside the chain's links: a reversal link, a transaction behind the head
 		e.stdout.printf("BROKEN: transaction %s: %s (%d links verified)\n", res.FirstBadTransaction, res.Reason, res.Checked)
 		return errors.New("journal hash chain broken")
@@ -424,6 +428,7 @@ func (v *verifyCmd) Run(e *env) error {
 		return errors.New("journal head does not match")
 	}
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
+	e.stdout.printf("ok: %d audit records chained and verified, head %d:%s\n", res.AuditChecked, res.AuditHeadSeq, res.AuditHeadHash)
 	if v.Head != "" {
 		e.stdout.printf("ok: the link at %s\n", v.Head)
 	}

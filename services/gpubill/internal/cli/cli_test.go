@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -332,6 +334,62 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 	}
 	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, "BROKEN at chain position 1") || !strings.Contains(r.stderr, "journal hash chain broken") {
 		t.Errorf("verify on a broken chain: exit %d, stdout %q, stderr %q; want 1 and BROKEN at position 1", r.code, r.stdout, r.stderr)
+	}
+}
+
+// ledger verify walks the audit log's hash chain too and exits 1 naming
+// the first seq that does not verify: the services' role owns
+// ledger.audit_events and may disable its trigger, and a record deleted or
+// its actor edited passed. The records here were stored before migration
+// ledger/0030, which chained them.
+func TestLedgerVerifyAuditChain(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	ctx := context.Background()
+	pool, dsn := testkit.NewPool(t)
+	all := migrations.For("ledger")
+	before := fstest.MapFS{}
+	names, err := fs.Glob(all, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if n < "0030" {
+			b, err := fs.ReadFile(all, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[n] = &fstest.MapFile{Data: b}
+		}
+	}
+	if err := pg.Migrate(ctx, pool, "ledger", before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
+		select 'e-' || i, now(), 'ledger', '/gpubill.ledger.v1.LedgerService/CreateTransaction', 'fin-' || i, 'finance', '{}', 'req-' || i, 'OK', ''
+		from generate_series(1, 4) i`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Migrate(ctx, pool, "ledger", all); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DATABASE_URL=" + dsn}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 || !strings.Contains(r.stdout, "\nok: 4 audit records chained and verified, head 4:") {
+		t.Fatalf("verify of an untouched audit log: exit %d, stdout %q, stderr %q; want 0 and 4 audit records", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ tamper, want string }{
+		{`update ledger.audit_events set actor = 'bob' where seq = 3`, "BROKEN audit record 3: "},
+		{`delete from ledger.audit_events where seq = 2`, "BROKEN audit record 2: "},
+	} {
+		if _, err := pool.Exec(ctx, `alter table ledger.audit_events disable trigger audit_events_immutable; `+tc.tamper+
+			`; alter table ledger.audit_events enable trigger audit_events_immutable`); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, tc.want) ||
+			!strings.Contains(r.stderr, "audit log hash chain broken") {
+			t.Errorf("verify after %s: exit %d, stdout %q, stderr %q; want 1 and %q", tc.tamper, r.code, r.stdout, r.stderr, tc.want)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,16 +16,24 @@ import (
 // StoreAuditEvents appends events in their order (seq); a repeat (same
 // event id, a redelivery, or twice in evs) changes nothing.
 //
+// Each record is chained to the one before it (domain.AuditHash: prev_hash
+// and hash, migration ledger/0030), so a record deleted or edited by the
+// owner of the table with its trigger disabled breaks the chain ledger
+// verify walks. The chain is extended where seqs were already serialised:
+// under the audit log's write lock the batch reads the last record's seq
+// and hash, gives its records the seqs after it (consecutive: nothing is
+// drawn from a sequence, so a failed COPY skips none) and hashes them in
+// the same COPY.
+//
 // A batch is one binary COPY when it repeats no event id: the usual case,
 // as the consumer's inbox of message ids lets few redeliveries through.
-// A stored id fails the COPY on the unique key (nothing of it is kept;
-// its sequence numbers are skipped), and the batch is inserted again
-// skipping stored ids, in one statement. Against that statement alone
-// (unnest of ten arrays, ON CONFLICT's check of the key before each row)
-// the COPY took 18.8–19.2 µs of statement time per record instead of
-// 24.7–25.7 (pg_stat_statements, the ledger_api benchmark with the
-// service's workers running, two runs each); a statement per record took
-// ~38.
+// A stored id fails the COPY on the unique key (nothing of it is kept),
+// and the batch is copied again without the stored ids, looked up under
+// the lock. Against an INSERT of the batch alone (unnest of ten arrays,
+// ON CONFLICT's check of the key before each row) the COPY took 18.8–19.2
+// µs of statement time per record instead of 24.7–25.7
+// (pg_stat_statements, the ledger_api benchmark with the service's workers
+// running, two runs each); a statement per record took ~38.
 func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) error {
 	if len(evs) == 0 {
 		return nil
@@ -36,10 +43,7 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 		seen[e.EventID] = true
 	}
 	if len(seen) == len(evs) {
-		err := s.inAuditOrder(ctx, func(tx pgx.Tx) error {
-			_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(auditCopy(evs)), auditCopySQL)
-			return err
-		})
+		err := s.inAuditOrder(ctx, func(tx pgx.Tx) error { return copyAuditEvents(ctx, tx, evs) })
 		if err == nil {
 			return nil
 		}
@@ -47,7 +51,17 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 			return fmt.Errorf("store audit events: %w", err)
 		}
 	}
-	return s.inAuditOrder(ctx, func(tx pgx.Tx) error { return insertAuditEvents(ctx, tx, evs) })
+	err := s.inAuditOrder(ctx, func(tx pgx.Tx) error {
+		fresh, err := unstoredAuditEvents(ctx, tx, evs)
+		if err != nil {
+			return err
+		}
+		return copyAuditEvents(ctx, tx, fresh)
+	})
+	if err != nil {
+		return fmt.Errorf("store audit events: %w", err)
+	}
+	return nil
 }
 
 // inAuditOrder runs fn, a write of audit records, in a transaction holding
@@ -57,7 +71,8 @@ func (s *Store) StoreAuditEvents(ctx context.Context, evs []domain.AuditEvent) e
 // ended at; without the lock a batch that took its seqs first and
 // committed last (two replicas' COPYs side by side) landed below a page a
 // client had read, and was never listed to it
-// (TestAuditRecordsCommitInSeqOrder).
+// (TestAuditRecordsCommitInSeqOrder). The chain needs the same: a batch
+// hashes after the record last committed.
 func (s *Store) inAuditOrder(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.audit_events'))`); err != nil {
@@ -67,15 +82,47 @@ func (s *Store) inAuditOrder(ctx context.Context, fn func(pgx.Tx) error) error {
 	})
 }
 
+// auditHeadSQL reads the transaction's start (stored_at's default, the
+// same instant for the batch) and the chain's last record (none: nulls).
+const auditHeadSQL = `select now(), h.seq, h.hash from (select) one
+	left join lateral (select seq, hash from ledger.audit_events order by seq desc limit 1) h on true`
+
 // auditCopySQL copies auditCopy's stream into the audit log.
-const auditCopySQL = `copy ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
+const auditCopySQL = `copy ledger.audit_events (seq, event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr,
+		stored_at, prev_hash, hash)
 	from stdin (format binary)`
 
-// auditCopy is evs, in order, as a binary COPY stream of auditCopySQL's columns.
-func auditCopy(evs []domain.AuditEvent) []byte {
-	w := pg.NewCopyWriter(len(evs) * 256)
-	for _, e := range evs {
-		w.Row(10)
+// copyAuditEvents appends evs, in order, after the chain's last record;
+// tx holds the audit log's write lock.
+func copyAuditEvents(ctx context.Context, tx pgx.Tx, evs []domain.AuditEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	var now time.Time
+	var last *int64
+	var prev []byte
+	if err := tx.QueryRow(ctx, auditHeadSQL).Scan(&now, &last, &prev); err != nil {
+		return fmt.Errorf("audit chain head: %w", err)
+	}
+	seq := int64(0)
+	if last != nil {
+		seq = *last
+	} else {
+		prev = domain.AuditGenesisHash
+	}
+	_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(auditCopy(evs, seq, prev, now)), auditCopySQL)
+	return err
+}
+
+// auditCopy is evs, in order, as a binary COPY stream of auditCopySQL's
+// columns: seqs from after, chained from prev, stored at.
+func auditCopy(evs []domain.AuditEvent, after int64, prev []byte, at time.Time) []byte {
+	w := pg.NewCopyWriter(len(evs) * 320)
+	for i, e := range evs {
+		rec := domain.StoredAuditEvent{Seq: after + int64(i) + 1, AuditEvent: e, StoredAt: at}
+		h := domain.AuditHash(prev, rec)
+		w.Row(14)
+		w.Int8(rec.Seq)
 		w.Text(e.EventID)
 		w.Timestamptz(e.At)
 		w.Text(e.Service)
@@ -86,54 +133,42 @@ func auditCopy(evs []domain.AuditEvent) []byte {
 		w.Text(e.RequestID)
 		w.Text(e.Code)
 		w.Text(e.ClientAddr)
+		w.Timestamptz(at)
+		w.Bytea(prev)
+		w.Bytea(h)
+		prev = h
 	}
 	return w.Done()
 }
 
-// insertAuditEvents inserts the events whose id is not stored yet, in
-// order, each id once.
-func insertAuditEvents(ctx context.Context, tx pgx.Tx, evs []domain.AuditEvent) error {
-	n := len(evs)
-	ids, at := make([]string, n), make([]time.Time, n)
-	svcs, methods, actors, roles := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	resources, reqs, codes, addrs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+// unstoredAuditEvents is evs without the events whose id is stored, each
+// id once (its first), in order; tx holds the audit log's write lock, so
+// none is stored meanwhile.
+func unstoredAuditEvents(ctx context.Context, tx pgx.Tx, evs []domain.AuditEvent) ([]domain.AuditEvent, error) {
+	ids := make([]string, len(evs))
 	for i, e := range evs {
-		ids[i], at[i], svcs[i], methods[i], actors[i], roles[i] = e.EventID, e.At, e.Service, e.Method, e.Actor, e.Role
-		resources[i], reqs[i], codes[i], addrs[i] = textArrayLiteral(e.ResourceIDs), e.RequestID, e.Code, e.ClientAddr
+		ids[i] = e.EventID
 	}
-	_, err := tx.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
-		select u.e, u.a, u.s, u.m, u.ac, u.r, u.ids::text[], u.rq, u.c, u.ca
-		from unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-			with ordinality as u(e, a, s, m, ac, r, ids, rq, c, ca, n)
-		order by u.n
-		on conflict (event_id) do nothing`, ids, at, svcs, methods, actors, roles, resources, reqs, codes, addrs)
+	rows, err := tx.Query(ctx, `select event_id from ledger.audit_events where event_id = any($1)`, ids)
 	if err != nil {
-		return fmt.Errorf("store audit events: %w", err)
+		return nil, err
 	}
-	return nil
-}
-
-// textArrayLiteral is ss as a Postgres text[] literal, every element quoted
-// (so "NULL", commas, braces and spaces stay text) with its backslashes and
-// double quotes escaped.
-func textArrayLiteral(ss []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, s := range ss {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('"')
-		for j := 0; j < len(s); j++ {
-			if s[j] == '"' || s[j] == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(s[j])
-		}
-		b.WriteByte('"')
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
 	}
-	b.WriteByte('}')
-	return b.String()
+	skip := make(map[string]bool, len(evs))
+	for _, id := range stored {
+		skip[id] = true
+	}
+	var out []domain.AuditEvent
+	for _, e := range evs {
+		if !skip[e.EventID] {
+			skip[e.EventID] = true
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // ListAuditEvents answers newest first, at most f.Limit.

@@ -2,10 +2,18 @@ package postgres
 
 import (
 	"fmt"
+	"io/fs"
+	"slices"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/pg"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -67,5 +75,90 @@ func TestAuditRecordsCommitInSeqOrder(t *testing.T) {
 	}
 	if countSeen != writers*batches*batch {
 		t.Fatalf("%d records stored, want %d", countSeen, writers*batches*batch)
+	}
+}
+
+// migrationsBefore is the ledger's migrations numbered below version.
+func migrationsBefore(t *testing.T, version string) fs.FS {
+	t.Helper()
+	all := migrations.For("ledger")
+	files, err := fs.ReadDir(all, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := fstest.MapFS{}
+	for _, f := range files {
+		if f.Name() >= version {
+			continue
+		}
+		b, err := fs.ReadFile(all, f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f.Name()] = &fstest.MapFile{Data: b}
+	}
+	return out
+}
+
+// Migration ledger/0030 chains the records stored before it, in SQL
+// (ledger.audit_hash), and ledger verify recomputes them in Go
+// (domain.AuditHash): two renderings of the same bytes, held together
+// here on records with the seq gaps the old writer left, text outside
+// ASCII, quotes, no resource ids and instants before 1970 and between
+// microseconds. The writer then goes on from the migrated head.
+func TestAuditChainOfMigratedRecords(t *testing.T) {
+	ctx := testkit.Context(t)
+	pool, _ := testkit.NewPool(t)
+	if err := pg.Migrate(ctx, pool, Schema, migrationsBefore(t, "0030")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr, stored_at)
+		values ('old-1', '2026-12-02T10:00:00.123456Z', 'ledger', '/gpubill.ledger.v1.LedgerService/CreateTransaction', 'fin', 'finance',
+			'{"transaction_id=t-1","quote=\"x\"","寿司=🍣",""}', 'req-1', 'OK', '192.0.2.7', '2026-12-02T10:00:01.5Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `select setval('ledger.audit_events_seq_seq', 7)`); err != nil { // a failed COPY's gap
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into ledger.audit_events (event_id, at, service, method, actor, role, resource_ids, request_id, code, client_addr)
+		values ('old-2', '1969-12-31T23:59:59.5Z', 'payout', 'm', '', 'admin', '{}', '', 'PermissionDenied', ''),
+			('old-3', '2026-12-02T10:00:00Z', 'tax', 'm', 'Zoë', 'finance', '{"a=1"}', 'r', 'OK', '')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Migrate(ctx, pool, Schema, migrations.For("ledger")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Verify(ctx, pool)
+	if err != nil || !res.OK || res.AuditChecked != 3 {
+		t.Fatalf("migrated log: %+v, %v; want ok, 3 audit records checked", res, err)
+	}
+	s := NewStore(pool)
+	if err := s.StoreAuditEvents(ctx, []domain.AuditEvent{{EventID: "new-1", At: time.Now(), Service: "ledger", Method: "m", Role: "finance", Code: "OK"},
+		{EventID: "new-2", At: time.Now(), Service: "ledger", Method: "m", Role: "finance", Code: "OK"}}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	rows, err := pool.Query(ctx, `select seq from ledger.audit_events order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seqs, []int64{1, 8, 9, 10, 11}) {
+		t.Fatalf("seqs %v; want 1, 8, 9 migrated and 10, 11 after them", seqs)
+	}
+	if res, err = Verify(ctx, pool); err != nil || !res.OK || res.AuditChecked != 5 {
+		t.Fatalf("log after the migrated records: %+v, %v; want ok, 5 audit records checked", res, err)
+	}
+	// A record deleted from beside the old gap: named by the first seq
+	// the chain cannot account for.
+	if _, err := pool.Exec(ctx, `alter table ledger.audit_events disable trigger audit_events_immutable;
+		delete from ledger.audit_events where event_id = 'old-2';
+		alter table ledger.audit_events enable trigger audit_events_immutable`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = Verify(ctx, pool); err != nil || res.OK || res.FirstBadAuditSeq != 2 {
+		t.Fatalf("a migrated record deleted: %+v, %v; want broken from seq 2 (records 2 to 8 unaccounted for)", res, err)
 	}
 }

@@ -199,11 +199,19 @@ type VerifyResult struct {
 	// journal (a recorded breach, a balance checkpoint) that the journal
 	// does not give.
 	BadReportRecord string `json:"bad_report_record,omitempty"`
-	Reason          string `json:"reason,omitempty"`
+	// The audit log's chain (ledger.audit_events): records verified, the
+	// last one's seq and hash, the seq of the first record that does not
+	// verify.
+	AuditChecked     int64  `json:"audit_checked"`
+	AuditHeadSeq     int64  `json:"audit_head_seq"`
+	AuditHeadHash    string `json:"audit_head_hash"`
+	FirstBadAuditSeq int64  `json:"first_bad_audit_seq,omitempty"`
+	Reason           string `json:"reason,omitempty"`
 }
 
 // Verify recomputes every link from the journal's current content and names
-// the first transaction whose content or link no longer matches.
+// the first transaction whose content or link no longer matches; then the
+// audit log's chain (verifyAudit).
 func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 	res := VerifyResult{OK: true, HeadHash: hex.EncodeToString(domain.GenesisHash)}
 	prev := domain.GenesisHash
@@ -272,7 +280,17 @@ func Verify(ctx context.Context, q Querier) (VerifyResult, error) {
 	if res, err = verifyBreachesBelong(ctx, q, res); err != nil || !res.OK {
 		return res, err
 	}
-	return verifyCheckpoints(ctx, q, res)
+	return verifyCheckpointsAndAudit(ctx, q, res)
+}
+
+// verifyCheckpointsAndAudit checks the balance checkpoints, then the audit
+// log's chain.
+func verifyCheckpointsAndAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
+	res, err := verifyCheckpoints(ctx, q, res)
+	if err != nil || !res.OK {
+		return res, err
+	}
+	return verifyAudit(ctx, q, res)
 }
 
 // verifyBeyondTheChain counts the transactions not chained yet and checks
