@@ -246,6 +246,16 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 		if c.stored.Load() {
 			return resp, herr // the write stored its record itself
 		}
+		if c.taken.Load() {
+			// The write took its record and did not say it committed: its
+			// caller left, or its commit went unanswered, and the write may
+			// still commit its record (code OK, what it made). This one,
+			// what the caller was answered, goes under an event id of its
+			// own: under the record's, stored first, it made the write's
+			// own a repeat, dropped, and a deposit that went through was
+			// in the log only as Canceled.
+			rec.EventId = ids.New("")
+		}
 		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), resourceIDs(req, resp), status.Code(herr).String()
 		r.record(ctx, schema, rec)
 		return resp, herr
@@ -259,14 +269,17 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 // or fail together. A write that does not take it, or whose transaction does
 // not commit, leaves the record to the interceptor. The stored record says
 // what the write did (code OK) even if its caller stopped waiting and got
-// its own error; if the interceptor stores its record first (the caller
-// gave up before the commit), that one stays: both carry one event id, so
-// there is one record either way.
+// its own error. A write that took its record (Message) and was answered
+// without it stored (its caller gave up before the commit, or the commit's
+// answer was lost) is recorded by the interceptor too, as answered, under an
+// event id of its own: the log then holds what the caller was told and, if
+// the write committed after all, what it did, both with the request's id.
 type Claim struct {
 	rec    *eventsv1.AuditRecorded // without At, ResourceIds and Code
 	req    any
 	schema string
 	now    func() time.Time
+	taken  atomic.Bool // Message was called: the write may commit the record
 	stored atomic.Bool
 }
 
@@ -288,6 +301,7 @@ func (c *Claim) Schema() string { return c.schema }
 // carry ("transaction_id=…"). Its id is the one the interceptor would give
 // it, so it is stored once whoever stores it.
 func (c *Claim) Message(created ...string) (outbox.Message, error) {
+	c.taken.Store(true)
 	rec := proto.Clone(c.rec).(*eventsv1.AuditRecorded)
 	rec.At, rec.Code = timestamppb.New(c.now()), codes.OK.String()
 	rec.ResourceIds = resourceIDs(c.req)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +16,10 @@ import (
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/server"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
 // countingStore counts the records the interceptor stores itself.
@@ -135,5 +140,108 @@ func TestAuditRecordCommitsWithTheWrite(t *testing.T) {
 	// entry's again.
 	if n := store.n.Load(); n != 2 {
 		t.Fatalf("the interceptor stored %d records, want 2", n)
+	}
+}
+
+// auditLog is what the ledger's audit log would hold of method's records in
+// the ledger's outbox once its consumer stored them (in outbox order, a
+// repeated event id kept once), oldest first.
+func auditLog(t *testing.T, f *fixture, method string) []domain.StoredAuditEvent {
+	t.Helper()
+	rows, err := f.pool.Query(f.ctx, `select payload from ledger.outbox where subject = 'audit.recorded.ledger' order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var evs []domain.AuditEvent
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		one, batch := &eventsv1.AuditRecorded{}, &eventsv1.AuditRecordedBatch{}
+		recs := []*eventsv1.AuditRecorded{one}
+		if err := proto.Unmarshal(b, one); err != nil {
+			t.Fatal(err)
+		}
+		if one.EventId == "" {
+			if err := proto.Unmarshal(b, batch); err != nil {
+				t.Fatal(err)
+			}
+			recs = batch.Records
+		}
+		for _, r := range recs {
+			evs = append(evs, domain.AuditEvent{EventID: r.EventId, At: r.At.AsTime(), Service: r.Service, Method: r.Method,
+				Actor: r.Actor, Role: r.Role, ResourceIDs: r.ResourceIds, RequestID: r.RequestId, Code: r.Code, ClientAddr: r.ClientAddr})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.app.RecordAuditEvents(f.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := f.app.ListAuditEvents(f.ctx, app.AuditFilter{Method: method, Limit: 100}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(got)
+	return got
+}
+
+// A deposit whose caller stopped waiting while the group commit holding it
+// was busy, and which the group then committed, is in the audit log as what
+// it did: code OK, with its transaction id, under the caller's name. It was
+// recorded only as the caller's Canceled, without the transaction (the
+// deposit took no audit record; and a write's own record, sharing the
+// event id of the interceptor's stored first, would have been dropped as
+// its repeat).
+func TestAuditRecordOfADepositItsCallerLeft(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.app.GroupTimeout = 20 * time.Second // far above the caller's deadline
+	store := &countingStore{PoolStore: audit.PoolStore{Pool: f.pool}}
+	base, secret := startServer(t, f, func(o *server.Options) {
+		o.Audit = audit.New(store, slog.Default(), "ledger")
+	})
+	tok, err := auth.Issue(secret, auth.RoleFinance, "alice", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := lockTable(t, f, "ledger.transactions")
+	req, err := http.NewRequest("POST", base+"/v1/deposits",
+		strings.NewReader(`{"renter_id":"r-1","amount":"100.00","currency":"USD","external_ref":"dep-1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	client := &http.Client{Timeout: 300 * time.Millisecond}
+	if resp, err := client.Do(req); err == nil {
+		resp.Body.Close()
+		release()
+		t.Fatalf("POST /v1/deposits answered %d while the journal was locked; want the client's timeout", resp.StatusCode)
+	}
+	testkit.Eventually(t, 5*time.Second, func() bool { return store.n.Load() > 0 }, "the interceptor recorded the caller's answer")
+	release()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `select count(*) from ledger.transactions where idempotency_key = 'deposit:dep-1'`) == 1
+	}, "the group committed the deposit")
+	wantBalance(t, f, "renter:r-1:wallet", "USD", "101")
+	var txID string
+	if err := f.pool.QueryRow(f.ctx, `select id from ledger.transactions where idempotency_key = 'deposit:dep-1'`).Scan(&txID); err != nil {
+		t.Fatal(err)
+	}
+
+	log := auditLog(t, f, "CreateDeposit")
+	var ok []domain.StoredAuditEvent
+	for _, e := range log {
+		t.Logf("%s actor=%s code=%s ids=%v request=%s", e.Method, e.Actor, e.Code, e.ResourceIDs, e.RequestID)
+		if e.Code == "OK" {
+			ok = append(ok, e)
+		}
+	}
+	if len(ok) != 1 || ok[0].Actor != "alice" || !slices.Contains(ok[0].ResourceIDs, "transaction_id="+txID) ||
+		!slices.Contains(ok[0].ResourceIDs, "external_ref=dep-1") {
+		t.Fatalf("audit log of CreateDeposit: %+v; want one record code OK by alice naming transaction_id=%s", log, txID)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -66,5 +67,8 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 		},
 		RequestHash: hash,
 	}
-	return a.postGrouped(ctx, t, Audited{})
+	// Its audit record goes into the write's own transaction, as a manual
+	// entry's does (CreateTransaction): a deposit the group commits after
+	// its caller stopped waiting is recorded as what it did.
+	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
 }
