@@ -42,6 +42,12 @@ type auditedCreate struct {
 
 func auditedCreates(t *testing.T, f *fixture) []auditedCreate {
 	t.Helper()
+	return auditedRecords(t, f, "/gpubill.ledger.v1.LedgerService/CreateTransaction")
+}
+
+// auditedRecords are method's single audit records in the ledger's outbox.
+func auditedRecords(t *testing.T, f *fixture, method string) []auditedCreate {
+	t.Helper()
 	rows, err := f.pool.Query(f.ctx, `select xmin::text, payload from ledger.outbox where subject = 'audit.recorded.ledger' order by seq`)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +64,7 @@ func auditedCreates(t *testing.T, f *fixture) []auditedCreate {
 		if err := proto.Unmarshal(b, a.rec); err != nil {
 			t.Fatal(err)
 		}
-		if a.rec.Method == "/gpubill.ledger.v1.LedgerService/CreateTransaction" {
+		if a.rec.Method == method {
 			out = append(out, a)
 		}
 	}
@@ -189,17 +195,84 @@ func auditLog(t *testing.T, f *fixture, method string) []domain.StoredAuditEvent
 	return got
 }
 
-// A deposit whose caller stopped waiting while the group commit holding it
+// A write whose caller stopped waiting while the group commit holding it
 // was busy, and which the group then committed, is in the audit log as what
-// it did: code OK, with its transaction id, under the caller's name. It was
-// recorded only as the caller's Canceled, without the transaction (the
-// deposit took no audit record; and a write's own record, sharing the
-// event id of the interceptor's stored first, would have been dropped as
-// its repeat).
-func TestAuditRecordOfADepositItsCallerLeft(t *testing.T) {
+// it did: code OK, with its transaction id, under the caller's name. A
+// deposit was recorded only as the caller's Canceled, without the
+// transaction (it took no audit record; and a write's own record, sharing
+// the event id of the interceptor's stored first, was dropped as its
+// repeat); so was a manual entry to a cycle's pending account, which the
+// group posts in a transaction of its own (postOne) that took no record.
+func TestAuditRecordOfAWriteItsCallerLeft(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, method, path, body, key string
+		give, then                    []string // resource ids the OK record names before and after its transaction's
+	}{
+		{"deposit", "CreateDeposit", "/v1/deposits", `{"renter_id":"r-1","amount":"100.00","currency":"USD","external_ref":"dep-1"}`,
+			"deposit:dep-1", []string{"renter_id=r-1", "external_ref=dep-1"}, []string{"idempotency_key=deposit:dep-1"}},
+		{"entry to a cycle", "CreateTransaction", "/v1/transactions", `{"idempotency_key":"m-1","postings":[
+			{"account":"bank:client","direction":"debit","amount":"100.00","currency":"USD"},
+			{"account":"provider:p-1:pending:cyc-20261112","direction":"credit","amount":"100.00","currency":"USD"}]}`,
+			"m-1", []string{"idempotency_key=m-1"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, nil)
+			f.app.GroupTimeout = 20 * time.Second // far above the caller's deadline
+			store := &countingStore{PoolStore: audit.PoolStore{Pool: f.pool}}
+			base, secret := startServer(t, f, func(o *server.Options) {
+				o.Audit = audit.New(store, slog.Default(), "ledger")
+			})
+			tok, err := auth.Issue(secret, auth.RoleFinance, "alice", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release := lockTable(t, f, "ledger.transactions")
+			req, err := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tok)
+			client := &http.Client{Timeout: 300 * time.Millisecond}
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+				release()
+				t.Fatalf("POST %s answered %d while the journal was locked; want the client's timeout", tt.path, resp.StatusCode)
+			}
+			testkit.Eventually(t, 5*time.Second, func() bool { return store.n.Load() > 0 }, "the interceptor recorded the caller's answer")
+			release()
+			testkit.Eventually(t, 10*time.Second, func() bool {
+				return f.count(t, `select count(*) from ledger.transactions where idempotency_key = $1`, tt.key) == 1
+			}, "the group committed the write")
+			var txID string
+			if err := f.pool.QueryRow(f.ctx, `select id from ledger.transactions where idempotency_key = $1`, tt.key).Scan(&txID); err != nil {
+				t.Fatal(err)
+			}
+
+			var ok []domain.StoredAuditEvent
+			log := auditLog(t, f, tt.method)
+			for _, e := range log {
+				t.Logf("%s actor=%s code=%s ids=%v request=%s", e.Method, e.Actor, e.Code, e.ResourceIDs, e.RequestID)
+				if e.Code == "OK" {
+					ok = append(ok, e)
+				}
+			}
+			want := append(append(slices.Clone(tt.give), "transaction_id="+txID), tt.then...)
+			if len(ok) != 1 || ok[0].Actor != "alice" || !slices.Equal(ok[0].ResourceIDs, want) {
+				t.Fatalf("audit log: %+v; want one record code OK by alice naming %v", log, want)
+			}
+		})
+	}
+}
+
+// A reversal's audit record commits in the reversal's transaction (code OK,
+// the original's and the reversal's ids), as a manual entry's does; its
+// replay is recorded by the interceptor. A reversal committed whose answer
+// was lost was recorded only as the error its caller got.
+func TestAuditRecordCommitsWithTheReversal(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	f.app.GroupTimeout = 20 * time.Second // far above the caller's deadline
 	store := &countingStore{PoolStore: audit.PoolStore{Pool: f.pool}}
 	base, secret := startServer(t, f, func(o *server.Options) {
 		o.Audit = audit.New(store, slog.Default(), "ledger")
@@ -208,40 +281,32 @@ func TestAuditRecordOfADepositItsCallerLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := lockTable(t, f, "ledger.transactions")
-	req, err := http.NewRequest("POST", base+"/v1/deposits",
-		strings.NewReader(`{"renter_id":"r-1","amount":"100.00","currency":"USD","external_ref":"dep-1"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	client := &http.Client{Timeout: 300 * time.Millisecond}
-	if resp, err := client.Do(req); err == nil {
-		resp.Body.Close()
-		release()
-		t.Fatalf("POST /v1/deposits answered %d while the journal was locked; want the client's timeout", resp.StatusCode)
-	}
-	testkit.Eventually(t, 5*time.Second, func() bool { return store.n.Load() > 0 }, "the interceptor recorded the caller's answer")
-	release()
-	testkit.Eventually(t, 10*time.Second, func() bool {
-		return f.count(t, `select count(*) from ledger.transactions where idempotency_key = 'deposit:dep-1'`) == 1
-	}, "the group committed the deposit")
-	wantBalance(t, f, "renter:r-1:wallet", "USD", "101")
-	var txID string
-	if err := f.pool.QueryRow(f.ctx, `select id from ledger.transactions where idempotency_key = 'deposit:dep-1'`).Scan(&txID); err != nil {
-		t.Fatal(err)
-	}
-
-	log := auditLog(t, f, "CreateDeposit")
-	var ok []domain.StoredAuditEvent
-	for _, e := range log {
-		t.Logf("%s actor=%s code=%s ids=%v request=%s", e.Method, e.Actor, e.Code, e.ResourceIDs, e.RequestID)
-		if e.Code == "OK" {
-			ok = append(ok, e)
+	c := restClient{t: t, base: base, token: tok}
+	orig := f.deposit(t, "r-1", "5.00", "USD", "dep-r")
+	var revIDs []string
+	for range 2 { // the reversal, then its replay
+		code, body := c.do("POST", "/v1/transactions/"+orig.ID+":reverse", `{}`)
+		var tx struct {
+			TransactionID string `json:"transaction_id"`
 		}
+		if code != 200 || json.Unmarshal([]byte(body), &tx) != nil {
+			t.Fatalf("reverse: %d %s", code, body)
+		}
+		revIDs = append(revIDs, tx.TransactionID)
 	}
-	if len(ok) != 1 || ok[0].Actor != "alice" || !slices.Contains(ok[0].ResourceIDs, "transaction_id="+txID) ||
-		!slices.Contains(ok[0].ResourceIDs, "external_ref=dep-1") {
-		t.Fatalf("audit log of CreateDeposit: %+v; want one record code OK by alice naming transaction_id=%s", log, txID)
+	var journalXmin string
+	if err := f.pool.QueryRow(f.ctx, `select xmin::text from ledger.transactions where id = $1`, revIDs[0]).Scan(&journalXmin); err != nil {
+		t.Fatal(err)
+	}
+	var withWrite []bool
+	for _, r := range auditedRecords(t, f, "/gpubill.ledger.v1.LedgerService/ReverseTransaction") {
+		want := []string{"transaction_id=" + orig.ID, "transaction_id=" + revIDs[0], "idempotency_key=reverse:" + orig.ID}
+		if r.rec.Code != "OK" || r.rec.Actor != "alice" || !slices.Equal(r.rec.ResourceIds, want) {
+			t.Fatalf("record %+v; want OK by alice naming %v", r.rec, want)
+		}
+		withWrite = append(withWrite, r.xmin == journalXmin)
+	}
+	if !slices.Equal(withWrite, []bool{true, false}) {
+		t.Fatalf("reversal records committed with the reversal: %v, want [true false] (the reversal's, its replay's)", withWrite)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -84,7 +85,9 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
 	}
-	return a.postOne(ctx, t, func(tx Tx) error {
+	// Its audit record, as the interceptor would store it for this answer,
+	// commits with the reversal (addAudited), as a manual entry's does.
+	return a.postOne(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID, "idempotency_key="+key), func(tx Tx) error {
 		linked, err := tx.LinkReversal(ctx, orig.ID, t.ID, now)
 		if err != nil {
 			return err
