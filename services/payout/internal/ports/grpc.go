@@ -31,6 +31,7 @@ import (
 const (
 	pageSizeDefault = 50
 	pageSizeMax     = 500
+	answerReadMax   = 5 * time.Second // reading a committed write's answer (committedPayout)
 )
 
 // Server implements PayoutService.
@@ -312,7 +313,7 @@ func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutReq
 	if s.Flow != nil {
 		s.Flow.Wake(context.WithoutCancel(ctx), req.PayoutId)
 	}
-	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	p, err := s.committedPayout(ctx, req.PayoutId)
 	if err != nil {
 		return nil, err
 	}
@@ -333,11 +334,23 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	if s.Flow != nil {
 		s.Flow.Nudge()
 	}
-	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	p, err := s.committedPayout(ctx, req.PayoutId)
 	if err != nil {
 		return nil, err
 	}
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
+}
+
+// committedPayout reads, for its answer, the payout a write (a cancel, a
+// retry) has committed a change to, with a context its caller's leaving
+// does not end (bounded by answerReadMax): read with the caller's, a
+// caller that left just after the commit was answered its context's error,
+// and the audit log, which records the answer's code, read as if nothing
+// had changed.
+func (s *Server) committedPayout(ctx context.Context, id string) (domain.Payout, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerReadMax)
+	defer cancel()
+	return s.Store.GetPayout(rctx, id)
 }
 
 // ResolvePayoutAmountMismatch implements PayoutService (finance): the
