@@ -52,7 +52,7 @@ const (
 	storeBatchMax    = 512             // records stored in one insert
 	retryEvery       = time.Second     // backlog retries while the outbox is unwritable
 	resourceIDsMax   = 32              // resource ids kept per record
-	resourceValueMax = 200             // bytes kept per id value
+	resourceValueMax = 200             // bytes kept per id value (and per note: Note)
 )
 
 // notWrites are non-GET RPCs that change nothing (pure calculations).
@@ -256,7 +256,7 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 			// in the log only as Canceled.
 			rec.EventId = ids.New("")
 		}
-		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), resourceIDs(req, resp), status.Code(herr).String()
+		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), c.withNotes(resourceIDs(req, resp)), status.Code(herr).String()
 		r.record(ctx, schema, rec)
 		return resp, herr
 	}
@@ -281,6 +281,8 @@ type Claim struct {
 	now    func() time.Time
 	taken  atomic.Bool // Message was called: the write may commit the record
 	stored atomic.Bool
+	mu     sync.Mutex
+	notes  []string // Note's
 }
 
 type claimKey struct{}
@@ -290,6 +292,37 @@ type claimKey struct{}
 func ClaimFrom(ctx context.Context) *Claim {
 	c, _ := ctx.Value(claimKey{}).(*Claim)
 	return c
+}
+
+// Note adds ids ("field=value", clipped as resource ids are) to the record
+// of the write ctx serves; nothing when the call is not audited. They name
+// what the write decided that no field of its request or answer says: a
+// hold's release (an empty reason), an answer read from the row a first
+// request made ("replayed=true"). Noted before Message, they are in the
+// record the write stores too.
+func Note(ctx context.Context, ids ...string) {
+	c := ClaimFrom(ctx)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		c.notes = append(c.notes, apperr.Clip(id, resourceValueMax))
+	}
+}
+
+// withNotes is ids followed by the notes not among them, at most
+// resourceIDsMax in all.
+func (c *Claim) withNotes(ids []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.notes {
+		if len(ids) < resourceIDsMax && !slices.Contains(ids, n) {
+			ids = append(ids, n)
+		}
+	}
+	return ids
 }
 
 // Schema is the schema whose outbox the record belongs in.
@@ -304,7 +337,7 @@ func (c *Claim) Message(created ...string) (outbox.Message, error) {
 	c.taken.Store(true)
 	rec := proto.Clone(c.rec).(*eventsv1.AuditRecorded)
 	rec.At, rec.Code = timestamppb.New(c.now()), codes.OK.String()
-	rec.ResourceIds = resourceIDs(c.req)
+	rec.ResourceIds = c.withNotes(resourceIDs(c.req))
 	for _, id := range created {
 		if len(rec.ResourceIds) < resourceIDsMax && !slices.Contains(rec.ResourceIds, id) {
 			rec.ResourceIds = append(rec.ResourceIds, id)
@@ -432,8 +465,8 @@ func (r *Recorder) flush(ctx context.Context) error {
 
 // resourceIDs collects "field=value" for the id-like string fields of the
 // request and the answer (top level and one message deep): *_id, address,
-// account, idempotency_key, external_ref, period, and payout account
-// identifiers masked (maskedFields).
+// account, idempotency_key, external_ref, period, the decision fields
+// (decisionFields), and payout account identifiers masked (maskedFields).
 func resourceIDs(msgs ...any) []string {
 	var out []string
 	var walk func(m protoreflect.Message, depth int)
@@ -443,7 +476,8 @@ func resourceIDs(msgs ...any) []string {
 			case len(out) >= resourceIDsMax:
 				return false
 			case fd.IsList() || fd.IsMap():
-			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || maskedFields[string(fd.Name())] != nil):
+			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || decisionFields[string(fd.Name())] ||
+				maskedFields[string(fd.Name())] != nil):
 				s := maskValue(string(fd.Name()), v.String())
 				// Cut at a character (apperr.Clip): cut inside one, the
 				// record could not be marshalled (proto3 strings are UTF-8),
@@ -512,6 +546,19 @@ func MaskResourceID(id string) string {
 // space other than spaces; its record drops that too.)
 func accountNumber(s string) string {
 	return strings.ToUpper(strings.Join(strings.Fields(s), ""))
+}
+
+// decisionFields say what a write decided, where its ids say only what it
+// touched: with ids alone a hold and its release, KYC verified and
+// rejected, a provider's tier changed or not, read alike. They are
+// enumerations, amounts and the reasons finance gives (clipped as ids
+// are); none is a secret (a webhook's secret is not kept) or a payee's
+// account detail (account_name, bank_code are not kept; the identifiers
+// are masked: maskedFields).
+var decisionFields = map[string]bool{
+	"reason": true, "status": true, "action": true, "resolution": true,
+	"tier": true, "tax_profile": true, "rule_set": true,
+	"amount": true, "rail_amount": true, "currency": true,
 }
 
 func isIDField(name string) bool {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cursor"
@@ -391,6 +392,14 @@ func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.
 // counts those past it, being submitted or sent, which the hold does not
 // stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
+	// Its audit record says which, refused or not: a release (an empty
+	// reason) deletes the hold's row, and read by its fields alone it was
+	// the hold's record again.
+	if req.Reason == "" {
+		audit.Note(ctx, "action=release")
+	} else {
+		audit.Note(ctx, "action=hold")
+	}
 	if err := ids.CheckPartyID(req.ProviderId); err != nil {
 		// "p-001 " was held with a 200, holding no one: p-001 was paid
 		// during its dispute.
