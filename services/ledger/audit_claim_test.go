@@ -78,7 +78,9 @@ func auditedRecords(t *testing.T, f *fixture, method string) []auditedCreate {
 // its audit record in the same transaction: the record the interceptor would
 // have stored (actor, role, request id, code OK, the request's and the new
 // transaction's ids), committed with the journal row. A replay of it and a
-// refused entry are recorded by the interceptor as before, each once.
+// refused entry are recorded by the interceptor as before, each once; the
+// replay marked replayed=true (it read as a second entry, identical but
+// for its event and request ids).
 func TestAuditRecordCommitsWithTheWrite(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -130,7 +132,7 @@ func TestAuditRecordCommitsWithTheWrite(t *testing.T) {
 		withWrite bool
 	}{
 		{"OK", "m-1", wantIDs, true},
-		{"OK", "m-1", wantIDs, false},
+		{"OK", "m-1", append(slices.Clone(wantIDs), "replayed=true"), false},
 		{"InvalidArgument", "od-1", []string{"idempotency_key=od-1"}, false},
 	} {
 		r := recs[i]
@@ -271,7 +273,7 @@ func TestAuditRecordOfAWriteItsCallerLeft(t *testing.T) {
 
 // A reversal's audit record commits in the reversal's transaction (code OK,
 // the original's and the reversal's ids), as a manual entry's does; its
-// replay is recorded by the interceptor. A reversal committed whose answer
+// replay is recorded by the interceptor, marked replayed=true. A reversal committed whose answer
 // was lost was recorded only as the error its caller got.
 func TestAuditRecordCommitsWithTheReversal(t *testing.T) {
 	t.Parallel()
@@ -302,8 +304,11 @@ func TestAuditRecordCommitsWithTheReversal(t *testing.T) {
 		t.Fatal(err)
 	}
 	var withWrite []bool
-	for _, r := range auditedRecords(t, f, "/gpubill.ledger.v1.LedgerService/ReverseTransaction") {
+	for i, r := range auditedRecords(t, f, "/gpubill.ledger.v1.LedgerService/ReverseTransaction") {
 		want := []string{"transaction_id=" + orig.ID, "transaction_id=" + revIDs[0], "idempotency_key=reverse:" + orig.ID}
+		if i == 1 {
+			want = append(want, "replayed=true")
+		}
 		if r.rec.Code != "OK" || r.rec.Actor != "alice" || !slices.Equal(r.rec.ResourceIds, want) {
 			t.Fatalf("record %+v; want OK by alice naming %v", r.rec, want)
 		}

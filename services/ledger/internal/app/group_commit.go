@@ -90,10 +90,22 @@ func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited
 	if r.err != nil {
 		return nil, r.err
 	}
+	markReplayed(ctx, t, r.id)
 	if r.tx != nil {
 		return r.tx, nil
 	}
 	return a.getTransaction(ctx, r.id)
+}
+
+// markReplayed notes in the audit record of the write ctx serves that its
+// answer is the transaction an earlier request under t's key posted (id),
+// not one it posted: recorded alike, a replay read as a second entry.
+// Only with the caller's ctx: a group's (the first caller's, less its
+// cancellation) would mark that caller's record.
+func markReplayed(ctx context.Context, t *domain.Transaction, id string) {
+	if id != t.ID {
+		audit.Note(ctx, "replayed=true")
+	}
 }
 
 // callerGone is the answer of a write whose caller's context ended (err)
