@@ -52,7 +52,7 @@ const (
 	storeBatchMax    = 512             // records stored in one insert
 	retryEvery       = time.Second     // backlog retries while the outbox is unwritable
 	resourceIDsMax   = 32              // resource ids kept per record
-	resourceValueMax = 200             // bytes kept per id value
+	resourceValueMax = 200             // bytes kept per id value (and per note: Note)
 )
 
 // notWrites are non-GET RPCs that change nothing (pure calculations).
@@ -246,7 +246,17 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 		if c.stored.Load() {
 			return resp, herr // the write stored its record itself
 		}
-		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), resourceIDs(req, resp), status.Code(herr).String()
+		if c.taken.Load() {
+			// The write took its record and did not say it committed: its
+			// caller left, or its commit went unanswered, and the write may
+			// still commit its record (code OK, what it made). This one,
+			// what the caller was answered, goes under an event id of its
+			// own: under the record's, stored first, it made the write's
+			// own a repeat, dropped, and a deposit that went through was
+			// in the log only as Canceled.
+			rec.EventId = ids.New("")
+		}
+		rec.At, rec.ResourceIds, rec.Code = timestamppb.New(r.now()), c.withNotes(resourceIDs(req, resp)), status.Code(herr).String()
 		r.record(ctx, schema, rec)
 		return resp, herr
 	}
@@ -259,15 +269,20 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 // or fail together. A write that does not take it, or whose transaction does
 // not commit, leaves the record to the interceptor. The stored record says
 // what the write did (code OK) even if its caller stopped waiting and got
-// its own error; if the interceptor stores its record first (the caller
-// gave up before the commit), that one stays: both carry one event id, so
-// there is one record either way.
+// its own error. A write that took its record (Message) and was answered
+// without it stored (its caller gave up before the commit, or the commit's
+// answer was lost) is recorded by the interceptor too, as answered, under an
+// event id of its own: the log then holds what the caller was told and, if
+// the write committed after all, what it did, both with the request's id.
 type Claim struct {
 	rec    *eventsv1.AuditRecorded // without At, ResourceIds and Code
 	req    any
 	schema string
 	now    func() time.Time
+	taken  atomic.Bool // Message was called: the write may commit the record
 	stored atomic.Bool
+	mu     sync.Mutex
+	notes  []string // Note's
 }
 
 type claimKey struct{}
@@ -279,6 +294,37 @@ func ClaimFrom(ctx context.Context) *Claim {
 	return c
 }
 
+// Note adds ids ("field=value", clipped as resource ids are) to the record
+// of the write ctx serves; nothing when the call is not audited. They name
+// what the write decided that no field of its request or answer says: a
+// hold's release (an empty reason), an answer read from the row a first
+// request made ("replayed=true"). Noted before Message, they are in the
+// record the write stores too.
+func Note(ctx context.Context, ids ...string) {
+	c := ClaimFrom(ctx)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		c.notes = append(c.notes, apperr.Clip(id, resourceValueMax))
+	}
+}
+
+// withNotes is ids followed by the notes not among them, at most
+// resourceIDsMax in all.
+func (c *Claim) withNotes(ids []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.notes {
+		if len(ids) < resourceIDsMax && !slices.Contains(ids, n) {
+			ids = append(ids, n)
+		}
+	}
+	return ids
+}
+
 // Schema is the schema whose outbox the record belongs in.
 func (c *Claim) Schema() string { return c.schema }
 
@@ -288,9 +334,10 @@ func (c *Claim) Schema() string { return c.schema }
 // carry ("transaction_id=…"). Its id is the one the interceptor would give
 // it, so it is stored once whoever stores it.
 func (c *Claim) Message(created ...string) (outbox.Message, error) {
+	c.taken.Store(true)
 	rec := proto.Clone(c.rec).(*eventsv1.AuditRecorded)
 	rec.At, rec.Code = timestamppb.New(c.now()), codes.OK.String()
-	rec.ResourceIds = resourceIDs(c.req)
+	rec.ResourceIds = c.withNotes(resourceIDs(c.req))
 	for _, id := range created {
 		if len(rec.ResourceIds) < resourceIDsMax && !slices.Contains(rec.ResourceIds, id) {
 			rec.ResourceIds = append(rec.ResourceIds, id)
@@ -418,8 +465,8 @@ func (r *Recorder) flush(ctx context.Context) error {
 
 // resourceIDs collects "field=value" for the id-like string fields of the
 // request and the answer (top level and one message deep): *_id, address,
-// account, idempotency_key, external_ref, period, and payout account
-// identifiers masked (maskedFields).
+// account, idempotency_key, external_ref, period, the decision fields
+// (decisionFields), and payout account identifiers masked (maskedFields).
 func resourceIDs(msgs ...any) []string {
 	var out []string
 	var walk func(m protoreflect.Message, depth int)
@@ -429,7 +476,8 @@ func resourceIDs(msgs ...any) []string {
 			case len(out) >= resourceIDsMax:
 				return false
 			case fd.IsList() || fd.IsMap():
-			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || maskedFields[string(fd.Name())] != nil):
+			case fd.Kind() == protoreflect.StringKind && (isIDField(string(fd.Name())) || decisionFields[string(fd.Name())] ||
+				maskedFields[string(fd.Name())] != nil):
 				s := maskValue(string(fd.Name()), v.String())
 				// Cut at a character (apperr.Clip): cut inside one, the
 				// record could not be marshalled (proto3 strings are UTF-8),
@@ -498,6 +546,19 @@ func MaskResourceID(id string) string {
 // space other than spaces; its record drops that too.)
 func accountNumber(s string) string {
 	return strings.ToUpper(strings.Join(strings.Fields(s), ""))
+}
+
+// decisionFields say what a write decided, where its ids say only what it
+// touched: with ids alone a hold and its release, KYC verified and
+// rejected, a provider's tier changed or not, read alike. They are
+// enumerations, amounts and the reasons finance gives (clipped as ids
+// are); none is a secret (a webhook's secret is not kept) or a payee's
+// account detail (account_name, bank_code are not kept; the identifiers
+// are masked: maskedFields).
+var decisionFields = map[string]bool{
+	"reason": true, "status": true, "action": true, "resolution": true,
+	"tier": true, "tax_profile": true, "rule_set": true,
+	"amount": true, "rail_amount": true, "currency": true,
 }
 
 func isIDField(name string) bool {

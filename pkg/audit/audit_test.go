@@ -25,6 +25,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
 	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 )
 
@@ -448,4 +449,60 @@ func FuzzMaskResourceID(f *testing.F) {
 			t.Fatalf("MaskResourceID(%q) = %q keeps more than four characters", id, got)
 		}
 	})
+}
+
+// A record names what a write decided, not only what it touched: a hold
+// and its release, KYC verified and rejected, a provider's tier or tax
+// profile changed, a deposit's amount, read alike (provider_id only) when
+// only id fields were kept. A secret never is (a webhook's), and a payout
+// account identifier stays masked.
+func TestRecordNamesTheDecision(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		give []any // request, answer
+		note []string
+		want []string
+	}{
+		{"hold", []any{&payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-1", Reason: "fraud review"}}, []string{"action=hold"},
+			[]string{"provider_id=p-1", "reason=fraud review", "action=hold"}},
+		{"release", []any{&payoutv1.HoldProviderPayoutsRequest{ProviderId: "p-1"}}, []string{"action=release"},
+			[]string{"provider_id=p-1", "action=release"}},
+		{"kyc verified", []any{&payoutv1.PutKycRequest{ProviderId: "p-1", Status: "verified", Reference: "doc-1"}}, nil,
+			[]string{"provider_id=p-1", "status=verified"}},
+		{"kyc rejected", []any{&payoutv1.PutKycRequest{ProviderId: "p-1", Status: "rejected", Reference: "doc-1"}}, nil,
+			[]string{"provider_id=p-1", "status=rejected"}},
+		{"provider tier", []any{&meteringv1.UpdateProviderRequest{Provider: &meteringv1.Provider{ProviderId: "p-1", Tier: "pro", TaxProfile: "enterprise"}}}, nil,
+			[]string{"provider_id=p-1", "tier=pro", "tax_profile=enterprise"}},
+		{"deposit", []any{&ledgerv1.CreateDepositRequest{RenterId: "r-1", Amount: "100.00", Currency: "USD", ExternalRef: "dep-1"}}, nil,
+			[]string{"renter_id=r-1", "amount=100.00", "currency=USD", "external_ref=dep-1"}},
+		{"reconciliation", []any{&ledgerv1.ResolveReconciliationItemsRequest{ReconciliationId: "rc-1", Action: "write_off", Reason: "bank fee"}}, nil,
+			[]string{"reconciliation_id=rc-1", "action=write_off", "reason=bank fee"}},
+		{"webhook secret", []any{&payoutv1.CreateWebhookRequest{ProviderId: "p-1", Url: "https://x.example", Secret: "s3cret-s3cret-s3cret"}}, nil,
+			[]string{"provider_id=p-1"}},
+		{"account number", []any{&payoutv1.PutPayoutMethodRequest{ProviderId: "p-1", Type: "bank", AccountName: "Li Lei", AccountNumber: "6222020200112233445"}}, nil,
+			[]string{"provider_id=p-1", "account_number=****3445"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := &fakeStore{}
+			r := New(store, slog.New(slog.DiscardHandler), "ledger", "payout", "metering")
+			icp := r.UnaryInterceptor(fakeCaller{auth.Principal{Role: auth.RoleFinance, Subject: "alice"}}, func(context.Context) string { return "req-1" })
+			handler := func(ctx context.Context, _ any) (any, error) {
+				Note(ctx, tt.note...)
+				if len(tt.give) > 1 {
+					return tt.give[1], nil
+				}
+				return nil, nil
+			}
+			if _, err := icp(context.Background(), tt.give[0], &grpc.UnaryServerInfo{FullMethod: "/gpubill.payout.v1.PayoutService/X"}, handler); err != nil {
+				t.Fatal(err)
+			}
+			// In any order: protobuf ranges over fields in an order of its own.
+			if len(store.stored) != 1 || !slices.Equal(slices.Sorted(slices.Values(store.stored[0].ResourceIds)), slices.Sorted(slices.Values(tt.want))) {
+				t.Fatalf("recorded %+v, want ids %v", store.stored, tt.want)
+			}
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
 	"github.com/gpubill/gpubill/pkg/group"
@@ -67,10 +68,12 @@ func invalid(vs []domain.Violation) error {
 // request hash) returns the original, the same key with another request is a
 // conflict. extra runs inside the same database transaction after the
 // postings (reversal links).
-func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(Tx) error) (*domain.Transaction, error) {
+func (a *App) postOne(ctx context.Context, t *domain.Transaction, au Audited, extra func(Tx) error) (*domain.Transaction, error) {
 	resultID := t.ID
 	var changes []domain.BalanceChange
+	var claims []*audit.Claim
 	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		claims = nil // a retried attempt starts afresh
 		txs := []*domain.Transaction{t}
 		if err := lockTouchedCycles(ctx, tx, txs); err != nil {
 			return err
@@ -94,17 +97,47 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, extra func(Tx)
 				return err
 			}
 		}
+		if claims, err = addAudited(ctx, tx, au); err != nil {
+			return err
+		}
 		changes = ch
 		return tx.PublishDepletions(ctx, domain.Depletions(fresh, ch, a.now()))
 	})
 	if err != nil {
 		return nil, err
 	}
+	stored(claims)
 	a.Store.Remember(changes)
 	if resultID == t.ID {
 		return posted(t), nil
 	}
 	return a.getTransaction(ctx, resultID)
+}
+
+// addAudited stores in tx, with the write, the audit records of audited
+// that writes posted fresh took (a replay's is the interceptor's: it names
+// the transaction first posted): what PostNew does for a group it takes
+// whole. A write committed here after its caller left (a group's per-write
+// retries) was recorded only as its caller's Canceled. The claims are to
+// be marked stored once tx commits (stored).
+func addAudited(ctx context.Context, tx Tx, audited ...Audited) ([]*audit.Claim, error) {
+	var took []Audited
+	for _, au := range audited {
+		if au.Claim != nil {
+			took = append(took, au)
+		}
+	}
+	if len(took) == 0 {
+		return nil, nil
+	}
+	return tx.AddAuditRecords(ctx, took)
+}
+
+// stored tells the audit interceptor that the records of claims committed.
+func stored(claims []*audit.Claim) {
+	for _, c := range claims {
+		c.Stored()
+	}
 }
 
 // posted is the answer for a transaction this call has just committed: what

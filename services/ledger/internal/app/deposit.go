@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
@@ -66,5 +67,10 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 		},
 		RequestHash: hash,
 	}
-	return a.postGrouped(ctx, t, Audited{})
+	// Its audit record, as the interceptor would store it for this answer
+	// (the request's ids, the transaction's id and key), goes into the
+	// write's own transaction, as a manual entry's does: a deposit the
+	// group commits after its caller stopped waiting is recorded as what it
+	// did, not only as the caller's Canceled.
+	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID, "idempotency_key="+t.IdempotencyKey))
 }

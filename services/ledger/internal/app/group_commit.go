@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/group"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -47,7 +48,7 @@ const groupMax = 256
 // same caveat.
 type groupReq struct {
 	t     *domain.Transaction
-	audit Audited             // its audit record, if the write takes it (PostNew stores it with the write)
+	audit Audited             // its audit record, if the write takes it (stored with the write: PostNew, addAudited)
 	id    string              // the posted (or original, on a replay) transaction id
 	tx    *domain.Transaction // the answer when known without a read (t, posted fresh)
 	err   error
@@ -89,10 +90,22 @@ func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited
 	if r.err != nil {
 		return nil, r.err
 	}
+	markReplayed(ctx, t, r.id)
 	if r.tx != nil {
 		return r.tx, nil
 	}
 	return a.getTransaction(ctx, r.id)
+}
+
+// markReplayed notes in the audit record of the write ctx serves that its
+// answer is the transaction an earlier request under t's key posted (id),
+// not one it posted: recorded alike, a replay read as a second entry.
+// Only with the caller's ctx: a group's (the first caller's, less its
+// cancellation) would mark that caller's record.
+func markReplayed(ctx context.Context, t *domain.Transaction, id string) {
+	if id != t.ID {
+		audit.Note(ctx, "replayed=true")
+	}
 }
 
 // callerGone is the answer of a write whose caller's context ended (err)
@@ -148,7 +161,7 @@ func (a *App) commitBatch(ctx context.Context, batch []*groupReq) {
 		return
 	}
 	for i, r := range batch { // one at a time: each gets its own answer
-		res, err := a.postOne(ctx, r.t, nil)
+		res, err := a.postOne(ctx, r.t, r.audit, nil)
 		if err != nil && groupTimedOut(ctx, err) {
 			a.answerTimedOut(batch[i:], timeout, err)
 			return
@@ -228,7 +241,9 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		return errGroupRetry // nothing to share: the plain path
 	}
 	var changes []domain.BalanceChange
+	var claims []*audit.Claim
 	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		claims = nil // a retried attempt starts afresh
 		if err := lockTouchedCycles(ctx, tx, txs); err != nil {
 			return err
 		}
@@ -243,10 +258,12 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 		for _, t := range fresh {
 			isFresh[t.ID] = true
 		}
+		var audited []Audited
 		for _, r := range batch {
 			r.id, r.tx, r.err = r.t.ID, nil, nil
 			if isFresh[r.t.ID] {
 				r.tx = posted(r.t)
+				audited = append(audited, r.audit)
 				continue
 			}
 			id, h, err := tx.TxByKey(ctx, r.t.IdempotencyKey)
@@ -259,12 +276,16 @@ func (a *App) commitGroup(ctx context.Context, batch []*groupReq) error {
 					r.t.IdempotencyKey, id, apperr.ErrConflict)
 			}
 		}
+		if claims, err = addAudited(ctx, tx, audited...); err != nil {
+			return err
+		}
 		changes = ch
 		return tx.PublishDepletions(ctx, domain.Depletions(fresh, ch, a.now()))
 	})
 	if err != nil {
 		return err
 	}
+	stored(claims)
 	a.Store.Remember(changes)
 	return nil
 }

@@ -114,6 +114,11 @@ type Tx interface {
 	LinkReversal(ctx context.Context, originalID, reversalID string, at time.Time) (bool, error)
 	// PublishDepletions publishes billing.wallet.depleted.{renter}.
 	PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error
+	// AddAuditRecords stores, with the write, the audit records the writes
+	// took (audited) that belong in this store's outbox, as PostNew does,
+	// and returns their claims, to be marked stored once the transaction
+	// has committed.
+	AddAuditRecords(ctx context.Context, audited []Audited) ([]*audit.Claim, error)
 	// RecordUnbilled keeps charges billed at 0.00 (a charge id recorded
 	// before is left as it is).
 	RecordUnbilled(ctx context.Context, cs []domain.UnbilledCharge) error

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -80,20 +81,33 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 			return nil, fmt.Errorf("reversal of %s: idempotency key %q: %w", orig.ID, key, err)
 		}
 		if err == nil && id == orig.ReversedBy && bytes.Equal(h, t.RequestHash[:]) {
+			markReplayed(ctx, t, id)
 			return a.getTransaction(ctx, id)
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
 	}
-	return a.postOne(ctx, t, func(tx Tx) error {
-		linked, err := tx.LinkReversal(ctx, orig.ID, t.ID, now)
+	return a.postReversal(ctx, t)
+}
+
+// postReversal posts t, the reversal of t.Reverses, and links the two.
+// Its audit record, as the interceptor would store it for this answer,
+// commits with the reversal (addAudited), as a manual entry's does.
+func (a *App) postReversal(ctx context.Context, t *domain.Transaction) (*domain.Transaction, error) {
+	rev, err := a.postOne(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID, "idempotency_key="+t.IdempotencyKey), func(tx Tx) error {
+		linked, err := tx.LinkReversal(ctx, t.Reverses, t.ID, t.CreatedAt)
 		if err != nil {
 			return err
 		}
 		if !linked {
-			return fmt.Errorf("transaction %s was reversed concurrently: %w", orig.ID, apperr.ErrConflict)
+			return fmt.Errorf("transaction %s was reversed concurrently: %w", t.Reverses, apperr.ErrConflict)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	markReplayed(ctx, t, rev.ID) // a repeat that raced the first
+	return rev, nil
 }
 
 // reversalKey is the key a reversal posts under: the caller's, or

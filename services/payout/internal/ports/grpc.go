@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cursor"
@@ -32,6 +33,7 @@ import (
 const (
 	pageSizeDefault = 50
 	pageSizeMax     = 500
+	answerReadMax   = 5 * time.Second // reading a committed write's answer (committedPayout)
 )
 
 // Server implements PayoutService.
@@ -318,7 +320,7 @@ func (s *Server) CancelPayout(ctx context.Context, req *payoutv1.CancelPayoutReq
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	p, err := s.committedPayout(ctx, req.PayoutId)
 	if err != nil {
 		return nil, err
 	}
@@ -339,11 +341,23 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	if s.Flow != nil {
 		s.Flow.Nudge()
 	}
-	p, err := s.Store.GetPayout(ctx, req.PayoutId)
+	p, err := s.committedPayout(ctx, req.PayoutId)
 	if err != nil {
 		return nil, err
 	}
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
+}
+
+// committedPayout reads, for its answer, the payout a write (a cancel, a
+// retry) has committed a change to, with a context its caller's leaving
+// does not end (bounded by answerReadMax): read with the caller's, a
+// caller that left just after the commit was answered its context's error,
+// and the audit log, which records the answer's code, read as if nothing
+// had changed.
+func (s *Server) committedPayout(ctx context.Context, id string) (domain.Payout, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerReadMax)
+	defer cancel()
+	return s.Store.GetPayout(rctx, id)
 }
 
 // ResolvePayoutAmountMismatch implements PayoutService (finance): the
@@ -384,6 +398,14 @@ func (s *Server) ResolvePayoutAmountMismatch(ctx context.Context, req *payoutv1.
 // counts those past it, being submitted or sent, which the hold does not
 // stop.
 func (s *Server) HoldProviderPayouts(ctx context.Context, req *payoutv1.HoldProviderPayoutsRequest) (*payoutv1.HoldProviderPayoutsResponse, error) {
+	// Its audit record says which, refused or not: a release (an empty
+	// reason) deletes the hold's row, and read by its fields alone it was
+	// the hold's record again.
+	if req.Reason == "" {
+		audit.Note(ctx, "action=release")
+	} else {
+		audit.Note(ctx, "action=hold")
+	}
 	if err := ids.CheckPartyID(req.ProviderId); err != nil {
 		// "p-001 " was held with a 200, holding no one: p-001 was paid
 		// during its dispute.

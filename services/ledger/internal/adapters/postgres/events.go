@@ -2,17 +2,20 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/eventwire"
 	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/pkg/subjects"
 	eventsv1 "github.com/gpubill/gpubill/proto/gen/gpubill/events/v1"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -36,6 +39,17 @@ func (t *Tx) publishPosted(ctx context.Context, fresh []*domain.Transaction) err
 // PublishDepletions puts billing.wallet.depleted.{renter} into the outbox.
 func (t *Tx) PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error {
 	return outbox.Add(ctx, t.tx, Schema, depletedEvents(ds)...)
+}
+
+// AddAuditRecords implements app.Tx: the records of audited for this
+// schema's outbox, joined as PostNew joins them (auditMessages).
+func (t *Tx) AddAuditRecords(ctx context.Context, audited []app.Audited) ([]*audit.Claim, error) {
+	msgs, claims := auditMessages(audited)
+	if err := outbox.Add(ctx, t.tx, Schema, msgs...); err != nil {
+		return nil, fmt.Errorf("audit records: %w", err)
+	}
+	t.audited = t.audited || len(msgs) > 0
+	return claims, nil
 }
 
 // depletedEvents are billing.wallet.depleted.{renter} messages of ds.

@@ -70,6 +70,7 @@ type Tx struct {
 	tx      pgx.Tx
 	written []*domain.Transaction // what Post inserted, for Written once committed
 	held    []outbox.Message      // outbox rows copied, for outbox.Hold once committed
+	audited bool                  // audit records added: the relay is woken once committed
 }
 
 // NewStore returns a store on pool.
@@ -93,6 +94,9 @@ func (s *Store) WithTx(ctx context.Context, fn func(app.Tx) error) error {
 	if err == nil && t != nil {
 		s.Written.put(t.written)
 		outbox.Hold(s.Pool, Schema, t.held...)
+		if t.audited {
+			outbox.Wake(Schema) // as the audit recorder does after storing a record
+		}
 	}
 	return err
 }
