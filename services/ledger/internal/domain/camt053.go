@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -124,8 +123,8 @@ func camtSigned(cur money.Currency, a camtAmount, ind, where string) (decimal.De
 // parseCamt053 reads the document's one Stmt: its id, account, opening
 // (OPBD, else PRCD) and closing (CLBD) balances and its booked entries
 // (pending ones do not move the booked balance and are left out).
-func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
-	lim := &camtDepthLimit{raw: xml.NewDecoder(bytes.NewReader(content))}
+func parseCamt053(cur money.Currency, content string) (*BankStatement, error) {
+	lim := &camtDepthLimit{raw: xml.NewDecoder(strings.NewReader(content))}
 	r := &camtReader{dec: xml.NewTokenDecoder(lim), raw: lim.raw, cur: cur, st: &BankStatement{}}
 	for {
 		tok, err := r.dec.Token()
