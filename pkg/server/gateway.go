@@ -43,10 +43,25 @@ func (*requestBody) Close() error { return nil }
 type jsonMarshaler struct{ *runtime.JSONPb }
 
 func (j jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	if u, ok := r.(*fileUpload); ok { // a raw file upload (fileUploads)
+		return runtime.DecoderFunc(func(v any) error {
+			m, ok := v.(proto.Message)
+			if !ok {
+				return fmt.Errorf("a file upload decodes into a request message, not %T", v)
+			}
+			return u.decode(m)
+		})
+	}
 	return runtime.DecoderFunc(func(v any) error {
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return err
+		var b []byte
+		if rb, ok := r.(*requestBody); ok { // read whole by edge: not copied again
+			b = rb.raw[len(rb.raw)-rb.Len():]
+			rb.Reset(nil)
+		} else {
+			var err error
+			if b, err = io.ReadAll(r); err != nil {
+				return err
+			}
 		}
 		if len(bytes.TrimSpace(b)) == 0 {
 			return io.EOF // no body: the generated code takes an empty request

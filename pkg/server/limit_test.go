@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -14,8 +16,13 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
+	meteringv1 "github.com/gpubill/gpubill/proto/gen/gpubill/metering/v1"
+	payoutv1 "github.com/gpubill/gpubill/proto/gen/gpubill/payout/v1"
 )
 
 // needsToken stands for the guard: a call without authorization metadata
@@ -101,5 +108,68 @@ func TestLimitRefusesUndecodedAfterTheGuard(t *testing.T) {
 		&testpb.SimpleRequest{Payload: &testpb.Payload{}, ResponseStatus: &testpb.EchoStatus{Message: "few"}})
 	if err != nil || res.GetUsername() != "Bearer y" {
 		t.Errorf("a request the check passes: %v, %v", res, err)
+	}
+}
+
+// TestListenerRefusesOverSizeUndecoded: the listener takes messages up to
+// the statement upload's limit (64 MiB), so a request of any other type
+// over its own limit is refused from its length, undecoded: a 401 without
+// a token, RESOURCE_EXHAUSTED naming the limit with one, and no
+// interceptor or method sees its fields. Decoded first, 64 MiB of empty
+// elements of a repeated field is tens of millions of messages, before
+// the guard.
+func TestListenerRefusesOverSizeUndecoded(t *testing.T) {
+	var seen sync.Map // request → its size as the chain saw it
+	sizeSeen := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if m, ok := req.(proto.Message); ok {
+			seen.Store(ctx, proto.Size(m))
+		}
+		return handler(ctx, req)
+	}
+	conn := serveEcho(t, grpc.MaxRecvMsgSize(statementBytesMax), grpc.ForceServerCodecV2(newTextCodec()),
+		grpc.ChainUnaryInterceptor(forgetText(), sizeSeen, needsToken, sizeLimit()))
+	big := &testpb.SimpleRequest{Payload: &testpb.Payload{Body: bytes.Repeat([]byte("x"), 2<<20)}}
+	for _, tt := range []struct {
+		name  string
+		token bool
+		want  codes.Code
+	}{
+		{"no token", false, codes.Unauthenticated},
+		{"token", true, codes.ResourceExhausted},
+	} {
+		seen.Clear()
+		ctx := context.Background()
+		if tt.token {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer x")
+		}
+		_, err := testpb.NewTestServiceClient(conn).UnaryCall(ctx, big)
+		if status.Code(err) != tt.want || (tt.token && !strings.Contains(err.Error(), "larger than 1048576 bytes")) {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+		seen.Range(func(_, v any) bool {
+			if v.(int) != 0 {
+				t.Errorf("%s: the chain saw a request of %d bytes decoded; want it undecoded", tt.name, v)
+			}
+			return true
+		})
+		if n := refusedCount(); n != 0 {
+			t.Errorf("%s: %d refusals left noted", tt.name, n)
+		}
+	}
+}
+
+// TestRequestLimitsNameRealMessages: each type requestBytesMax gives a
+// larger limit is a request message (a misspelt name left its calls at 1 MiB).
+func TestRequestLimitsNameRealMessages(t *testing.T) {
+	want := map[protoreflect.FullName]int{
+		(&meteringv1.IngestUsageEventsRequest{}).ProtoReflect().Descriptor().FullName(): grpcIngestBytesMax,
+		(&payoutv1.ImportBankFileRequest{}).ProtoReflect().Descriptor().FullName():      grpcIngestBytesMax,
+		(&ledgerv1.ImportBankStatementRequest{}).ProtoReflect().Descriptor().FullName(): statementBytesMax,
+	}
+	if !maps.Equal(requestBytesMax, want) {
+		t.Errorf("requestBytesMax %v, want %v", requestBytesMax, want)
+	}
+	if got := msgBytesMax(&ledgerv1.ImportBankStatementRequest{}); got != 64<<20 {
+		t.Errorf("a statement's limit: %d, want 64 MiB", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/reqid"
@@ -23,12 +24,19 @@ import (
 // (~300 bytes each in JSON), every other write a few KiB. Bytes do not
 // bound what ingest costs to decode (8 MiB of empty events is 2.8 million):
 // its events are counted before it is decoded, and more than 5 000 refused
-// (LimitWith, metering's ports).
+// (LimitWith, metering's ports). A bank statement is a day of the client
+// account: payout's bank file books each of up to 50 000 transfers a day
+// on its own (BtchBookg false), each a camt.053 entry of 0.3 to 1.3 KB
+// with its references, payee and remittance, beside the day's receipts;
+// under 1 MiB (~3 600 entries) the day's statement was refused and
+// reconciliation never saw it. nginx takes bodies up to the same 64 MiB
+// (deploy/nginx.conf).
 const (
-	bodyBytesMax       = 1 << 20 // every REST body but ingest
-	ingestBodyBytesMax = 8 << 20 // POST /v1/usage-events
-	grpcMsgBytesMax    = 1 << 20 // every gRPC request but ingest
-	grpcIngestBytesMax = 8 << 20 // UsageService/IngestUsageEvents; also the listener's MaxRecvMsgSize
+	bodyBytesMax       = 1 << 20  // every REST body but these below
+	ingestBodyBytesMax = 8 << 20  // POST /v1/usage-events, /v1/bank-files
+	grpcMsgBytesMax    = 1 << 20  // every gRPC request but these below
+	grpcIngestBytesMax = 8 << 20  // IngestUsageEvents, ImportBankFile
+	statementBytesMax  = 64 << 20 // POST /v1/bank-statements, ImportBankStatement; also the listener's MaxRecvMsgSize
 	headerBytesMax     = 64 << 10
 )
 
@@ -41,18 +49,38 @@ const (
 	idleTimeout       = 120 * time.Second
 )
 
-// The routes allowed the larger limit: usage ingest, and bank file
-// uploads (a day's pain.002 or camt.054 for thousands of payees; larger
-// files go through the bank inbox directory).
+// The routes allowed a larger limit: usage ingest, bank file uploads (a
+// day's pain.002 or camt.054 for thousands of payees; larger files go
+// through the bank inbox directory) and bank statements.
 const (
-	ingestPath     = "/v1/usage-events"
-	ingestMethod   = "/gpubill.metering.v1.UsageService/IngestUsageEvents"
-	bankFilePath   = "/v1/bank-files"
-	bankFileMethod = "/gpubill.payout.v1.PayoutService/ImportBankFile"
+	ingestPath    = "/v1/usage-events"
+	bankFilePath  = "/v1/bank-files"
+	statementPath = "/v1/bank-statements"
 )
 
+// requestBytesMax is the largest request of these types a gRPC call takes
+// (by message name: the listener's codec refuses a larger one from its
+// length, before it decodes it); grpcMsgBytesMax any other's.
+var requestBytesMax = map[protoreflect.FullName]int{
+	"gpubill.metering.v1.IngestUsageEventsRequest": grpcIngestBytesMax,
+	"gpubill.payout.v1.ImportBankFileRequest":      grpcIngestBytesMax,
+	"gpubill.ledger.v1.ImportBankStatementRequest": statementBytesMax,
+}
+
+// msgBytesMax is the largest request of m's type a gRPC call takes.
+func msgBytesMax(m proto.Message) int {
+	if n, ok := requestBytesMax[m.ProtoReflect().Descriptor().FullName()]; ok {
+		return n
+	}
+	return grpcMsgBytesMax
+}
+
 func bodyLimit(r *http.Request) int64 {
-	if r.Method == http.MethodPost && (r.URL.Path == ingestPath || r.URL.Path == bankFilePath) {
+	switch {
+	case r.Method != http.MethodPost:
+	case r.URL.Path == statementPath:
+		return statementBytesMax
+	case r.URL.Path == ingestPath || r.URL.Path == bankFilePath:
 		return ingestBodyBytesMax
 	}
 	return bodyBytesMax
@@ -94,21 +122,23 @@ func tooLarge(limit int64) *status.Status {
 	return status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit))
 }
 
-// sizeLimit refuses a gRPC request above its method's limit (the listener's
-// MaxRecvMsgSize is the largest, ingest's), and one that a LimitWith check
-// refused undecoded (the guard, before it, has passed the caller).
+// sizeLimit refuses a gRPC request above its type's limit (on the
+// listener, textCodec has refused it undecoded), and one that a LimitWith
+// check refused undecoded (the guard, before it, has passed the caller).
 func sizeLimit() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := refusal(req); err != nil {
 			return nil, apperr.ToStatus(err)
 		}
-		limit := grpcMsgBytesMax
-		if info.FullMethod == ingestMethod || info.FullMethod == bankFileMethod {
-			limit = grpcIngestBytesMax
-		}
-		if m, ok := req.(proto.Message); ok && proto.Size(m) > limit {
-			return nil, status.Errorf(codes.ResourceExhausted, "request larger than %d bytes", limit)
+		if m, ok := req.(proto.Message); ok {
+			if limit := msgBytesMax(m); proto.Size(m) > limit {
+				return nil, msgTooLarge(limit)
+			}
 		}
 		return handler(ctx, req)
 	}
+}
+
+func msgTooLarge(limit int) error {
+	return status.Errorf(codes.ResourceExhausted, "request larger than %d bytes", limit)
 }

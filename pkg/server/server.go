@@ -236,7 +236,7 @@ func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *
 	interceptors = append(interceptors, apperr.UnaryInterceptor(o.Log), recoverer(o.Log), guard.UnaryInterceptor(), sizeLimit(), textGuard())
 	gs := grpc.NewServer(append(KeepaliveOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.MaxRecvMsgSize(grpcIngestBytesMax),
+		grpc.MaxRecvMsgSize(statementBytesMax),
 		// textCodec spares textGuard the walk of a request that cannot
 		// hold bad text; forgetText and forgetStreamText drop its notes.
 		grpc.ForceServerCodecV2(newTextCodec()),

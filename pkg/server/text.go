@@ -190,6 +190,12 @@ func (c textCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	decoded := false
 	if ok {
+		// The listener takes the largest limit's messages (a bank
+		// statement's): any other type over its own is left undecoded.
+		if limit := msgBytesMax(m); data.Len() > limit {
+			refuse(m, msgTooLarge(limit)) // sizeLimit answers it once the guard has passed the call
+			return nil
+		}
 		var err error
 		if decoded, err = decodeRegistered(data, m); err != nil {
 			refuse(m, err) // left empty: sizeLimit answers err once the guard has passed the call

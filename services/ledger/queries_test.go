@@ -150,7 +150,7 @@ func TestSegregatedFundsReport(t *testing.T) {
 	// The bank's statement of 2026-11-20 (closing at the day's end) agrees.
 	clk.Advance(24 * time.Hour)
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-1120", Currency: "CNY", Account: "CN-CLIENT-1",
-		Content: []byte("date,reference,amount,balance\n2026-11-20,d2,50.00,960.00\n")}); err != nil {
+		Content: "date,reference,amount,balance\n2026-11-20,d2,50.00,960.00\n"}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")

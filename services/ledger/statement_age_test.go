@@ -32,7 +32,7 @@ func TestStatementAgeByAccount(t *testing.T) {
 		}
 		if _, err := f.svc.Statements().Import(f.ctx, app.ImportStatementInput{StatementID: st.id, Currency: st.currency,
 			Account: st.account, Format: "csv",
-			Content: []byte("date,reference,amount,balance\n" + day.Format(time.DateOnly) + ",interest,0.01,0.01\n")}); err != nil {
+			Content: "date,reference,amount,balance\n" + day.Format(time.DateOnly) + ",interest,0.01,0.01\n"}); err != nil {
 			t.Fatal(err)
 		}
 	}

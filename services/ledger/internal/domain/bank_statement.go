@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -97,8 +96,8 @@ func CheckStatementID(field, s string, max int) error {
 // ParseStatement parses a statement file in format for currency cur. id and
 // account may be empty for camt.053, which carries both; when given they must
 // agree with the file.
-func ParseStatement(format, id, account string, cur money.Currency, content []byte) (*BankStatement, error) {
-	if !utf8.Valid(content) {
+func ParseStatement(format, id, account string, cur money.Currency, content string) (*BankStatement, error) {
+	if !utf8.ValidString(content) {
 		return nil, stmtErr("content", "not valid UTF-8")
 	}
 	var st *BankStatement
@@ -182,8 +181,8 @@ var csvHeader = []string{"date", "reference", "amount", "balance"}
 // parseStatementCSV reads `date,reference,amount,balance`: one booked line
 // per row, amount signed (+ in, − out), balance after the row. The opening
 // balance is the first row's balance less its amount.
-func parseStatementCSV(cur money.Currency, content []byte) (*BankStatement, error) {
-	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(content, []byte("\ufeff"))))
+func parseStatementCSV(cur money.Currency, content string) (*BankStatement, error) {
+	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(content, "\ufeff")))
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
 	if err := readCSVHeader(r); err != nil {

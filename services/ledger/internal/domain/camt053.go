@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -124,15 +123,16 @@ func camtSigned(cur money.Currency, a camtAmount, ind, where string) (decimal.De
 // parseCamt053 reads the document's one Stmt: its id, account, opening
 // (OPBD, else PRCD) and closing (CLBD) balances and its booked entries
 // (pending ones do not move the booked balance and are left out).
-func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
-	r := &camtReader{dec: xml.NewDecoder(bytes.NewReader(content)), cur: cur, st: &BankStatement{}}
+func parseCamt053(cur money.Currency, content string) (*BankStatement, error) {
+	lim := &camtDepthLimit{raw: xml.NewDecoder(strings.NewReader(content))}
+	r := &camtReader{dec: xml.NewTokenDecoder(lim), raw: lim.raw, cur: cur, st: &BankStatement{}}
 	for {
 		tok, err := r.dec.Token()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, stmtErr("XML"+r.at(), "%s", err.Error())
+			return nil, stmtErr("XML"+r.at(), "%s", xmlReason(err))
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -148,9 +148,53 @@ func parseCamt053(cur money.Currency, content []byte) (*BankStatement, error) {
 	return r.finish()
 }
 
+// camtDepthMax bounds how deep a camt.053's elements nest. A statement's
+// deepest path (Document/BkToCstmrStmt/Stmt/Ntry/NtryDtls/TxDtls/
+// RltdPties/Cdtr/Pty/PstlAdr/AdrLine) is 11 deep, its supplementary data
+// a few more; the decoder keeps every open element (64 bytes and more of
+// heap for each 3 bytes of "<a>": 1.4 GB for the 64 MiB a statement may
+// be), wherever in the document they are.
+const camtDepthMax = 64
+
+// errCamtTooDeep refuses a document nested deeper than camtDepthMax.
+var errCamtTooDeep = fmt.Errorf("nested deeper than %d elements", camtDepthMax)
+
+// camtDepthLimit hands the document's tokens as they are (RawToken: the
+// decoder reading through it matches and translates them, and keeps the
+// open elements) until they nest deeper than camtDepthMax.
+type camtDepthLimit struct {
+	raw   *xml.Decoder
+	depth int
+}
+
+func (l *camtDepthLimit) Token() (xml.Token, error) {
+	t, err := l.raw.RawToken()
+	switch t.(type) {
+	case xml.StartElement:
+		if l.depth++; l.depth > camtDepthMax {
+			return nil, errCamtTooDeep
+		}
+	case xml.EndElement:
+		l.depth--
+	}
+	return t, err
+}
+
+// xmlReason is err's text without the line a syntax error names: the
+// decoder that finds a mismatched element reads tokens, not lines (the
+// error's position is the reader's, at()).
+func xmlReason(err error) string {
+	var se *xml.SyntaxError
+	if errors.As(err, &se) {
+		return se.Msg
+	}
+	return err.Error()
+}
+
 // camtReader is parseCamt053's state while it walks the document.
 type camtReader struct {
-	dec        *xml.Decoder
+	dec        *xml.Decoder // reads through raw
+	raw        *xml.Decoder // reads the bytes: where in them it is
 	cur        money.Currency
 	st         *BankStatement
 	stmts      int
@@ -163,7 +207,7 @@ type camtReader struct {
 }
 
 // at names the decoder's line, for errors.
-func (r *camtReader) at() string { l, _ := r.dec.InputPos(); return fmt.Sprintf(" (line %d)", l) }
+func (r *camtReader) at() string { l, _ := r.raw.InputPos(); return fmt.Sprintf(" (line %d)", l) }
 
 // start handles one start element: the root, the Stmt, or an element of the Stmt.
 func (r *camtReader) start(t xml.StartElement) error {
@@ -190,7 +234,7 @@ func (r *camtReader) start(t xml.StartElement) error {
 	case "Id":
 		var s string
 		if err := r.dec.DecodeElement(&s, &t); err != nil {
-			return stmtErr(where+line, "%s", err.Error())
+			return stmtErr(where+line, "%s", xmlReason(err))
 		}
 		r.st.ID = strings.TrimSpace(s)
 	case "Acct":
@@ -201,7 +245,7 @@ func (r *camtReader) start(t xml.StartElement) error {
 		return r.entry(t, line)
 	default:
 		if err := r.dec.Skip(); err != nil {
-			return stmtErr(where+line, "%s", err.Error())
+			return stmtErr(where+line, "%s", xmlReason(err))
 		}
 	}
 	return nil
@@ -212,7 +256,7 @@ func (r *camtReader) start(t xml.StartElement) error {
 func (r *camtReader) account(t xml.StartElement, where, line string) error {
 	var a camtAcct
 	if err := r.dec.DecodeElement(&a, &t); err != nil {
-		return stmtErr(where+line, "%s", err.Error())
+		return stmtErr(where+line, "%s", xmlReason(err))
 	}
 	r.st.Account = strings.TrimSpace(a.ID.IBAN)
 	if r.st.Account == "" {
@@ -231,7 +275,7 @@ func (r *camtReader) balance(t xml.StartElement, line string) error {
 	r.nBal++
 	var b camtBal
 	if err := r.dec.DecodeElement(&b, &t); err != nil {
-		return stmtErr(where+line, "%s", err.Error())
+		return stmtErr(where+line, "%s", xmlReason(err))
 	}
 	v, err := camtSigned(r.cur, b.Amt, b.CdtDbtInd, where)
 	if err != nil {
@@ -259,7 +303,7 @@ func (r *camtReader) entry(t xml.StartElement, line string) error {
 	r.nEnt++
 	var e camtEntry
 	if err := r.dec.DecodeElement(&e, &t); err != nil {
-		return stmtErr(where+line, "%s", err.Error())
+		return stmtErr(where+line, "%s", xmlReason(err))
 	}
 	if s := e.Sts.code(); s != "BOOK" {
 		if s == "" {
@@ -277,7 +321,7 @@ func (r *camtReader) entry(t xml.StartElement, line string) error {
 	}
 	ref := e.reference()
 	if err := checkReference(ref); err != nil {
-		return stmtErr(where+line, "%s", err.Error())
+		return stmtErr(where+line, "%s", xmlReason(err))
 	}
 	if len(r.st.Lines) >= statementLinesMax {
 		return stmtErr(where+line, "more than %d entries in one statement", statementLinesMax)

@@ -30,7 +30,7 @@ func (s *BankStatementServer) ImportBankStatement(ctx context.Context, r *ledger
 	}
 	st, err := s.Statements.Import(ctx, app.ImportStatementInput{
 		StatementID: r.GetStatementId(), Currency: r.GetCurrency(), Account: r.GetAccount(), Format: r.GetFormat(),
-		Content: []byte(r.GetContent()), ImportedBy: by,
+		Content: r.GetContent(), ImportedBy: by,
 	})
 	if err != nil {
 		return nil, err
