@@ -320,27 +320,38 @@ func seedReconciliation() (string, string, error) {
 	if res.code != http.StatusOK {
 		return "", "", fmt.Errorf("seed statement: HTTP %d %s", res.code, res.raw)
 	}
-	res = send(http.MethodPost, "/v1/reconciliations", tokens[auth.RoleFinance], []byte(`{"currency":"USD"}`))
-	var out struct {
-		Reconciliations []struct {
-			ReconciliationID string `json:"reconciliation_id"`
-		} `json:"reconciliations"`
-	}
-	if err := json.Unmarshal(res.raw, &out); err != nil || res.code != http.StatusOK || len(out.Reconciliations) != 1 {
-		return "", "", fmt.Errorf("seed reconciliation: HTTP %d %s", res.code, res.raw)
-	}
 	// Resolved now, while the run is the latest: RunReconciliation's body
-	// of no currency runs USD too, and only a replay answers 200 after.
-	id := out.Reconciliations[0].ReconciliationID
-	r := routeNamed("ResolveReconciliationItems")
-	res = send(r.method, r.url(id), tokens[r.role], []byte(r.body))
+	// of no currency runs USD too, and only a replay answers 200 after. The
+	// stack's settlement backfills the daily reconciliation at its start
+	// (a schedule created after 06:00 runs today's at once), which can take
+	// the statement between the run and the resolution: run again then.
+	var id string
+	var res2 answer
 	var resolved struct {
 		Resolution struct {
 			ResolutionID string `json:"resolution_id"`
 		} `json:"resolution"`
 	}
-	if err := json.Unmarshal(res.raw, &resolved); err != nil || res.code != http.StatusOK || resolved.Resolution.ResolutionID == "" {
-		return "", "", fmt.Errorf("seed resolution: HTTP %d %s", res.code, res.raw)
+	for attempt := 0; ; attempt++ {
+		res = send(http.MethodPost, "/v1/reconciliations", tokens[auth.RoleFinance], []byte(`{"currency":"USD"}`))
+		var out struct {
+			Reconciliations []struct {
+				ReconciliationID string `json:"reconciliation_id"`
+			} `json:"reconciliations"`
+		}
+		if err := json.Unmarshal(res.raw, &out); err != nil || res.code != http.StatusOK || len(out.Reconciliations) != 1 {
+			return "", "", fmt.Errorf("seed reconciliation: HTTP %d %s", res.code, res.raw)
+		}
+		id = out.Reconciliations[0].ReconciliationID
+		r := routeNamed("ResolveReconciliationItems")
+		res2 = send(r.method, r.url(id), tokens[r.role], []byte(r.body))
+		if res2.code == http.StatusBadRequest && strings.Contains(string(res2.raw), "is not the latest run") && attempt < 5 {
+			continue
+		}
+		break
+	}
+	if err := json.Unmarshal(res2.raw, &resolved); err != nil || res2.code != http.StatusOK || resolved.Resolution.ResolutionID == "" {
+		return "", "", fmt.Errorf("seed resolution: HTTP %d %s", res2.code, res2.raw)
 	}
 	return id, resolved.Resolution.ResolutionID, nil
 }
