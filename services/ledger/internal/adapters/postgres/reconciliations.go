@@ -450,7 +450,9 @@ func (r *ReconRunTx) Balances(ctx context.Context) (*decimal.Decimal, decimal.De
 // postings since the close, the transactions after the head, the matched
 // items recorded after the close or on a statement closing after it). A
 // voided resolution's items are not in transit by it: the run after the
-// void carries them again, open.
+// void carries them again, open. A movement resolved bank_held is not in
+// transit once recorded (the bank held its money all along, on no line),
+// and before it is the bank's: in transit as a line would be.
 //
 // The statement is planned for its values, the head's (xid, id) among them
 // (read first: a link of the chain never changes). Planned generically (a
@@ -466,7 +468,7 @@ func (r *ReconRunTx) CashAt(ctx context.Context, closeAt time.Time, taken []stri
 		!errors.Is(err, pgx.ErrNoRows) {
 		return domain.CashFigures{}, fmt.Errorf("proof of cash: chain head %d: %w", headPosition, err)
 	}
-	var bank, ledgerBal, matchedBank, matchedLedger, resolvedBank, resolvedLedger string
+	var bank, ledgerBal, matchedBank, matchedLedger, resolvedBank, resolvedLedger, heldBank string
 	b := &pgx.Batch{}
 	b.Queue(`set local plan_cache_mode = force_custom_plan`)
 	b.Queue(`select
@@ -493,27 +495,35 @@ func (r *ReconRunTx) CashAt(ctx context.Context, closeAt time.Time, taken []stri
 				join ledger.reconciliations rn on rn.reconciliation_id = rr.reconciliation_id
 				cross join lateral unnest(ri.transaction_ids) x(id)
 				join ledger.postings p on p.tx_id = x.id::uuid
-				where ri.transaction_id is not null and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at <= $3
+				where ri.transaction_id is not null and rr.action <> $7 and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at <= $3
+					and not exists (select 1 from ledger.reconciliation_resolution_voids v where v.resolution_id = ri.resolution_id)), 0)::text,
+			coalesce((select sum(case when p.direction = 'debit' then p.amount else -p.amount end)
+				from ledger.reconciliation_resolutions rr
+				join ledger.reconciliations rn on rn.reconciliation_id = rr.reconciliation_id
+				join ledger.reconciliation_resolution_items ri on ri.resolution_id = rr.resolution_id
+				cross join lateral unnest(ri.transaction_ids) x(id)
+				join ledger.postings p on p.tx_id = x.id::uuid
+				where rr.action = $7 and rn.currency = $2 and p.account = $1 and p.currency = $2 and p.created_at > $3
 					and not exists (select 1 from ledger.reconciliation_resolution_voids v where v.resolution_id = ri.resolution_id)), 0)::text`,
-		domain.BankClient, r.currency, closeAt, taken, headXid, headID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&bank, &ledgerBal, &matchedBank, &matchedLedger, &resolvedBank, &resolvedLedger)
+		domain.BankClient, r.currency, closeAt, taken, headXid, headID, domain.ResolveBankHeld).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&bank, &ledgerBal, &matchedBank, &matchedLedger, &resolvedBank, &resolvedLedger, &heldBank)
 	})
 	b.Queue(`set local plan_cache_mode = default`)
 	if err := r.tx.SendBatch(ctx, b).Close(); err != nil {
 		return domain.CashFigures{}, fmt.Errorf("proof of cash figures: %w", err)
 	}
 	var f domain.CashFigures
-	var mb, ml, rb, rl decimal.Decimal
+	var mb, ml, rb, rl, hb decimal.Decimal
 	for _, x := range []struct {
 		to *decimal.Decimal
 		s  string
-	}{{&f.Bank, bank}, {&f.Ledger, ledgerBal}, {&mb, matchedBank}, {&ml, matchedLedger}, {&rb, resolvedBank}, {&rl, resolvedLedger}} {
+	}{{&f.Bank, bank}, {&f.Ledger, ledgerBal}, {&mb, matchedBank}, {&ml, matchedLedger}, {&rb, resolvedBank}, {&rl, resolvedLedger}, {&hb, heldBank}} {
 		d, err := decimal.NewFromString(x.s)
 		if err != nil {
 			return domain.CashFigures{}, fmt.Errorf("proof of cash figures: %w", err)
 		}
 		*x.to = d
 	}
-	f.InBank, f.InLedger = mb.Add(rb), ml.Add(rl)
+	f.InBank, f.InLedger = mb.Add(rb).Add(hb), ml.Add(rl)
 	return f, nil
 }
