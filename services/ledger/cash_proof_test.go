@@ -124,6 +124,85 @@ func TestProofOfCashHoldsAcrossTimingAndWriteOffs(t *testing.T) {
 	}
 }
 
+// TestProofOfCashClearsABalanceTheBankHeld: the account held 10.00 before
+// gpubill went live (st-1 opens at 10.00). Finance records it in the ledger
+// (bank:client 10.00 from the platform's account), a bank:client movement
+// no line will ever show: unmatched, it is in transit, and written off it
+// is in transit for good, so the 10.00 stayed a cash difference at every
+// close and gpubill_reconciliation_exceptions fired for good. Resolved as
+// bank_held (the bank holds its money without a line of its own) the entry
+// is in the bank at every close: the runs reconcile, at st-1's close (before
+// the entry) and at st-2's (after it). Voided, the difference is back.
+func TestProofOfCashClearsABalanceTheBankHeld(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	rec := f.svc.Reconciliations()
+	f.deposit(t, "r-1", "100.00", "CNY", "ref-1")
+	chainAll(t, f)
+	clk.Set(time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC))
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n2026-11-30,ref-1,100.00,110.00\n")
+	run := func(name, want string) *domain.ReconRun {
+		t.Helper()
+		clk.Advance(time.Minute)
+		runs, err := rec.Run(f.ctx, "CNY", domain.ReconByRequest, "finance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runs[0]
+		var diffs, ledger []string
+		for _, d := range r.Result.CashDifferences {
+			diffs = append(diffs, fmt.Sprintf("%s bank %s ledger %s +%s -%s = %s", d.StatementID, d.Bank, d.Ledger, d.InBank, d.InLedger, d.Difference))
+		}
+		for _, u := range r.Result.UnmatchedLedger {
+			ledger = append(ledger, u.Movement.Amount.String())
+		}
+		if got := fmt.Sprintf("%s cash %v ledger %v", r.Verdict, diffs, ledger); got != want {
+			t.Fatalf("%s: %s, want %s", name, got, want)
+		}
+		return r
+	}
+	run("run 1", "exceptions cash [st-1 bank 110 ledger 100 +0 -0 = 10] ledger []")
+
+	in := transfer("opening-balance-cny", domain.BankClient, domain.PlatformCommission, "10.00", "CNY")
+	in.Description = "CN-CLIENT-1 held 10.00 before gpubill went live"
+	entry, err := f.app.CreateTransaction(f.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chainAll(t, f)
+	r2 := run("run 2, the entry recorded", "exceptions cash [st-1 bank 110 ledger 100 +0 -0 = 10] ledger [10]")
+	wo, err := rec.ResolveItems(f.ctx, r2.ID, domain.ResolveWriteOff, "opening balance", "finance", nil, []string{entry.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("run 3, the entry written off", "exceptions cash [st-1 bank 110 ledger 100 +0 -0 = 10] ledger []")
+	if _, err := rec.VoidResolution(f.ctx, r2.ID, wo.ID, "the bank holds it: not a write-off", "finance"); err != nil {
+		t.Fatal(err)
+	}
+	r4 := run("run 4, the write-off voided", "exceptions cash [st-1 bank 110 ledger 100 +0 -0 = 10] ledger [10]")
+	held, err := rec.ResolveItems(f.ctx, r4.ID, domain.ResolveBankHeld, "CN-CLIENT-1 held 10.00 before gpubill went live", "finance",
+		nil, []string{entry.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("run 5, the entry bank_held", "reconciled cash [] ledger []")
+	if v := reconGauge(t, f, "gpubill_reconciliation_exceptions"); v != 0 {
+		t.Errorf("gpubill_reconciliation_exceptions %v; want 0", v)
+	}
+
+	// The next statement closes after the entry was recorded.
+	f.deposit(t, "r-1", "5.00", "CNY", "ref-2")
+	chainAll(t, f)
+	clk.Set(time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC))
+	importCSV(t, f, "st-2", "date,reference,amount,balance\n2026-12-02,ref-2,5.00,115.00\n")
+	run("run 6, st-2", "reconciled cash [] ledger []")
+	if _, err := rec.VoidResolution(f.ctx, r4.ID, held.ID, "resolved against the wrong account", "finance"); err != nil {
+		t.Fatal(err)
+	}
+	run("run 7, bank_held voided", "exceptions cash [st-2 bank 115 ledger 115 +0 -10 = 10] ledger [10]")
+}
+
 // unmatchedGauge reads gpubill_reconciliation_unmatched of CNY on a side.
 func unmatchedGauge(t *testing.T, f *fixture, side string) float64 {
 	t.Helper()

@@ -36,13 +36,14 @@ type ResolutionStore interface {
 		build func(res *domain.ReconResolution, latestRunID string) (*domain.ReconVoid, error)) (*domain.ReconResolution, error)
 }
 
-// ResolveItems resolves items of a run by hand (match or write_off, with a
-// reason): the next run no longer carries them. The same request again
+// ResolveItems resolves items of a run by hand (match, write_off or
+// bank_held, with a reason): the next run no longer carries them. The same request again
 // answers the same resolution.
 func (r *Reconciliations) ResolveItems(ctx context.Context, runID, action, reason, resolvedBy string, lines []domain.LineRef, txIDs []string) (*domain.ReconResolution, error) {
 	var v apperr.Validator
 	v.Check(runID != "", "reconciliation_id", "required")
-	v.Check(action == domain.ResolveMatch || action == domain.ResolveWriteOff, "action", "want %s or %s", domain.ResolveMatch, domain.ResolveWriteOff)
+	v.Check(action == domain.ResolveMatch || action == domain.ResolveWriteOff || action == domain.ResolveBankHeld, "action", "want %s, %s or %s",
+		domain.ResolveMatch, domain.ResolveWriteOff, domain.ResolveBankHeld)
 	v.Check(strings.TrimSpace(reason) != "" && len(reason) <= resolveReasonBytesMax, "reason", "required, at most %d bytes", resolveReasonBytesMax)
 	v.Check(len(lines)+len(txIDs) > 0 && len(lines)+len(txIDs) <= resolveItemsMax, "lines", "1..%d lines and transactions in all", resolveItemsMax)
 	if err := v.Err(); err != nil {

@@ -278,11 +278,14 @@ type CashFigures struct {
 	Ledger decimal.Decimal
 	// InBank sums the lines of statements closing by then that the ledger
 	// did not hold by then: unmatched, written off, or matched to a
-	// movement recorded after the close.
+	// movement recorded after the close; and the movements resolved
+	// bank_held recorded after the close.
 	InBank decimal.Decimal
 	// InLedger sums the movements recorded by then that no line of a
 	// statement closing by then shows: unmatched (outstanding or not),
-	// written off, or matched to a line of a later statement.
+	// written off, or matched to a line of a later statement. A movement
+	// resolved bank_held is the bank's at every close: in InBank at a close
+	// before the ledger recorded it, in neither after.
 	InLedger decimal.Decimal
 }
 
@@ -356,7 +359,8 @@ func ProveCash(st ImportedStatement, f CashFigures) *CashDifference {
 	return &CashDifference{StatementID: st.ID, Account: st.Account, ClosingAt: st.ClosingAt, CashFigures: f, Difference: diff,
 		Reason: fmt.Sprintf("at the close of statement %s of account %s (%s) the bank holds %s; bank:client in the ledger is %s, "+
 			"plus %s of lines the ledger had not recorded by then, less %s of movements the bank had not shown by then, makes %s: "+
-			"a difference of %s no item explains (money the bank holds or lacks that no line shows, or a bank:client movement no run took)",
+			"a difference of %s no item explains (money the bank holds or lacks that no line shows, or a bank:client movement no run took; "+
+			"money the account held before gpubill did is recorded by an entry in the ledger, resolved bank_held)",
 			st.ID, st.Account, st.ClosingAt.UTC().Format(time.RFC3339), af(f.Bank), af(f.Ledger), af(f.InBank), af(f.InLedger),
 			af(f.Ledger.Add(f.InBank).Sub(f.InLedger)), af(diff))}
 }
@@ -521,6 +525,11 @@ func (r *ReconRun) Tally() {
 const (
 	ResolveMatch    = "match"     // one statement line shows these movements (their sum)
 	ResolveWriteOff = "write_off" // accepted as they are (a fee, a manual entry)
+	// ResolveBankHeld: ledger movements whose money the bank already holds
+	// without a line of its own (an opening balance, a balance brought in,
+	// recorded in the ledger after the fact). The proof of cash counts them
+	// in the bank at every close, where a write-off keeps them in transit.
+	ResolveBankHeld = "bank_held"
 )
 
 // LineRef names a statement line.
@@ -562,7 +571,8 @@ type ReconVoid struct {
 // ResolveItems takes the items a resolution names from what the run left
 // unmatched: every line and movement (by any of its transaction ids) named
 // once and unmatched in the run; a match is one line and at least one
-// movement whose amounts sum to the line's exactly.
+// movement whose amounts sum to the line's exactly; bank_held is movements
+// only.
 func (r ReconRun) ResolveItems(action string, lines []LineRef, txIDs []string) ([]BankLine, []Movement, error) {
 	var outL []BankLine
 	for i, ref := range lines {
@@ -607,8 +617,14 @@ func (r ReconRun) ResolveItems(action string, lines []LineRef, txIDs []string) (
 		if len(outL)+len(outM) == 0 {
 			return nil, nil, fmt.Errorf("a write-off names at least one line or movement")
 		}
+	case ResolveBankHeld:
+		// A line is money the bank shows: what it holds without one is
+		// only ever a ledger movement's.
+		if len(outL) != 0 || len(outM) == 0 {
+			return nil, nil, fmt.Errorf("bank_held names movements only, at least one, not %d lines and %d movements", len(outL), len(outM))
+		}
 	default:
-		return nil, nil, fmt.Errorf("want %s or %s, not %q", ResolveMatch, ResolveWriteOff, action)
+		return nil, nil, fmt.Errorf("want %s, %s or %s, not %q", ResolveMatch, ResolveWriteOff, ResolveBankHeld, action)
 	}
 	return outL, outM, nil
 }

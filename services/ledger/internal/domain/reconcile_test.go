@@ -281,7 +281,10 @@ func TestResolveItems(t *testing.T) {
 		{"line not unmatched", ResolveWriteOff, []LineRef{{"st", 3}}, nil, "not unmatched"},
 		{"write off a fee", ResolveWriteOff, line2, nil, ""},
 		{"write off nothing", ResolveWriteOff, nil, nil, "at least one"},
-		{"unknown action", "ignore", line2, nil, "want match or write_off"},
+		{"bank held", ResolveBankHeld, nil, []string{"t2"}, ""},
+		{"bank held a line", ResolveBankHeld, line2, []string{"t1"}, "movements only"},
+		{"bank held nothing", ResolveBankHeld, nil, nil, "movements only"},
+		{"unknown action", "ignore", line2, nil, "want match, write_off or bank_held"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -132,7 +132,12 @@ type ResolveReconciliationItemsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The currency's latest run, in which the items are unmatched.
 	ReconciliationId string `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
-	Action           string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"` // match | write_off
+	// match | write_off | bank_held. bank_held: movements whose money the
+	// bank already holds without a line of its own (an opening balance, a
+	// balance brought in, recorded in the ledger after the fact); the proof
+	// of cash counts them in the bank at every close. A write-off keeps them
+	// in transit for good.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// Statement lines: a match takes exactly one.
 	Lines []*StatementLineRef `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
 	// Ledger movements, each named by one of its transaction ids: a match
@@ -310,7 +315,7 @@ type ReconciliationResolution struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	ResolutionId     string                 `protobuf:"bytes,1,opt,name=resolution_id,json=resolutionId,proto3" json:"resolution_id,omitempty"`
 	ReconciliationId string                 `protobuf:"bytes,2,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"` // the run whose items it resolved
-	Action           string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`                                             // match | write_off
+	Action           string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`                                             // match | write_off | bank_held
 	Reason           string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	ResolvedBy       string                 `protobuf:"bytes,5,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role and subject of the caller
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`

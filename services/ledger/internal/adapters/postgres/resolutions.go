@@ -193,7 +193,8 @@ func insertResolution(ctx context.Context, tx pgx.Tx, res *domain.ReconResolutio
 func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domain.ReconResolution, error) {
 	rows, err := q.Query(ctx, `select s.resolution_id, s.reconciliation_id, r.currency, s.action, s.reason, s.resolved_by, s.created_at,
 			i.statement_id, i.line_no, i.booked_on, i.reference, i.bank_amount, i.movement_kind, i.movement_key,
-			i.ledger_amount, i.transaction_ids, v.reconciliation_id, v.reason, v.voided_by, v.voided_at
+			i.ledger_amount, i.transaction_ids, v.reconciliation_id, v.reason, v.voided_by, v.voided_at,
+			(select min(t.created_at) from ledger.transactions t where t.id = any(i.transaction_ids::uuid[]))
 		from ledger.reconciliation_resolutions s join ledger.reconciliation_resolution_items i using (resolution_id)
 		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
 		left join ledger.reconciliation_resolution_voids v on v.resolution_id = s.resolution_id
@@ -212,10 +213,10 @@ func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domai
 		var l domain.BankLine
 		var m domain.Movement
 		var voidRun, voidReason, voidedBy *string
-		var voidedAt *time.Time
+		var voidedAt, recorded *time.Time
 		if err := rows.Scan(&res.ID, &res.ReconciliationID, &res.Currency, &res.Action, &res.Reason, &res.ResolvedBy, &res.CreatedAt,
 			&stID, &lineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs,
-			&voidRun, &voidReason, &voidedBy, &voidedAt); err != nil {
+			&voidRun, &voidReason, &voidedBy, &voidedAt, &recorded); err != nil {
 			return nil, err
 		}
 		if n := len(out); n == 0 || out[n-1].ID != res.ID {
@@ -242,6 +243,12 @@ func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domai
 		}
 		if m.Amount, err = decimalOf(led); err != nil {
 			return nil, fmt.Errorf("resolution %s: %w", res.ID, err)
+		}
+		// When the ledger recorded it (a group: its earliest part), as the
+		// run did: without it, a void's next run carried the movement as
+		// recorded before every close, in transit at a close it followed.
+		if recorded != nil {
+			m.RecordedAt = recorded.UTC()
 		}
 		cur.Movements = append(cur.Movements, m)
 	}
