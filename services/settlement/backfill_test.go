@@ -24,8 +24,8 @@ import (
 // window from the 1st of the restore's month lost January 1st's runs too:
 // December again. A schedule start-up creates runs what it would have run
 // since the 1st of the month before (both monthly runs are idempotent per
-// month: a month run already is run again for nothing), for the daily
-// reconciliation since midnight, at its nominal time, so the monthly runs
+// month: a month run already is run again for nothing), at its nominal
+// time (the daily reconciliation is not backfilled), so the monthly runs
 // work on December, then January; one start-up finds is left as it is
 // (Temporal catches its own outages up).
 func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
@@ -48,7 +48,7 @@ func TestNewSchedulesRunWhatTheirPeriodMissed(t *testing.T) {
 	}{
 		{ports.ScheduleInvoicesMonthly, []time.Time{time.Date(2027, 1, 1, 1, 0, 0, 0, sh), time.Date(2027, 2, 1, 1, 0, 0, 0, sh)}},
 		{ports.ScheduleRemittanceMonthly, []time.Time{time.Date(2027, 1, 1, 2, 0, 0, 0, sh), time.Date(2027, 2, 1, 2, 0, 0, 0, sh)}},
-		{ports.ScheduleReconciliation, []time.Time{time.Date(2027, 2, 2, 6, 0, 0, 0, sh)}},
+		{ports.ScheduleReconciliation, nil},  // daily: its next 06:00
 		{ports.ScheduleCommissionSweep, nil}, // hourly: the next within the hour
 	}
 	for _, tt := range tests {

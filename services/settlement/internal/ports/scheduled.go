@@ -110,12 +110,6 @@ func monthlyBackfillFrom(taxPeriods taxperiod.Calendar, now time.Time) time.Time
 	return taxPeriods.Previous(now).Start
 }
 
-// startOfDay is midnight of t's day in loc.
-func startOfDay(t time.Time, loc *time.Location) time.Time {
-	y, m, d := t.In(loc).Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, loc)
-}
-
 // Schedules returns settlement's Temporal Schedules: the daily cycle
 // opener (also run once at creation) and the monthly tax remittance (1st of
 // each month, 02:00 in the tax zone: the month before has ended there, so
@@ -124,9 +118,11 @@ func startOfDay(t time.Time, loc *time.Location) time.Time {
 // (06:00 in the tax zone), and the hourly deferred commission sweep.
 // Created at now, the monthly schedules run at once what they would have
 // run since the 1st 00:00 of the month before in the tax zone
-// (monthlyBackfillFrom), the reconciliation what it would have run since
-// midnight there (backfillSince); the opener runs at creation, the sweep
-// within the hour.
+// (monthlyBackfillFrom); the opener runs at creation, the sweep within the
+// hour, the reconciliation at its next 06:00 (not backfilled: a run at
+// every start-up past 06:00 took statements and runs from under whoever
+// reconciled then, and a day without one opens GpubillReconciliationNotRun;
+// finance runs one on demand).
 func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []client.ScheduleOptions {
 	monthlyFrom := monthlyBackfillFrom(taxPeriods, now)
 	return []client.ScheduleOptions{{
@@ -184,8 +180,7 @@ func Schedules(queue string, taxPeriods taxperiod.Calendar, now time.Time) []cli
 			ID: ScheduleReconciliation, Workflow: app.ReconciliationDailyWorkflowName, TaskQueue: queue,
 			WorkflowExecutionTimeout: 12 * time.Hour,
 		},
-		Overlap:          enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		ScheduleBackfill: backfillSince(startOfDay(now, taxPeriods.Location()), now, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP),
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
 	}, {
 		ID:   ScheduleCommissionSweep,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: commissionSweepEvery}}},
