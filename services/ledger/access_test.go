@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/netip"
 	"regexp"
@@ -279,39 +280,49 @@ func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
 // on its own accounts), by the same rule. Finance's transfer from p-2 to p-1
 // reached both statements with its text naming the renter of p-2's dispute
 // ("dispute: renter r-secret of p-2 …", renter_id r-secret) while both
-// providers' reads of the entry withheld it.
+// providers' reads of the entry withheld it. Tagged with p-2's lease
+// (metadata lease_id lease-2, renter_id r-secret, a GPU model and hours),
+// the same transfer, and a goodwill credit from bank:operating, became a
+// lease line of p-1's naming lease-2 and r-secret: only an entry of a
+// charge's shape (the provider's own accounts and its renter's wallet)
+// makes a lease line.
 func TestStatementLinesCarryOnlyWhatTheProviderReads(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	base, secret := startServer(t, f)
 	const cyc, later = "cyc-20261112", "cyc-20261227"
 	pending := func(p, cycle string) string { return "provider:" + p + ":pending:" + cycle }
-	post := func(key, desc, renter, from, to, amount string, lease bool) {
+	// lease: the metadata's lease_id ("": none), with a GPU model and hours.
+	post := func(key, desc, renter, from, to, amount, lease string) {
 		in := transfer(key, from, to, amount, "CNY")
 		in.Description, in.Metadata = desc, map[string]string{"renter_id": renter}
-		if lease {
-			in.Metadata["lease_id"] = "l-" + key
+		if lease != "" {
+			in.Metadata["lease_id"], in.Metadata["gpu_model"], in.Metadata["gpu_hours"] = lease, "H100", "2"
 		}
 		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
 	}
-	post("c-1", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "10.00", true)
-	post("c-2", "GPU hours", "r-2", "renter:r-2:wallet", pending("p-2", cyc), "10.00", true)
-	post("c-3", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", later), "5.00", true)
+	post("c-1", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "10.00", "l-1")
+	post("c-2", "GPU hours", "r-secret", "renter:r-secret:wallet", pending("p-2", cyc), "10.00", "lease-2")
+	post("c-3", "GPU hours", "r-1", "renter:r-1:wallet", pending("p-1", later), "5.00", "l-1")
 	const dispute = "dispute: renter r-secret of p-2 (lease-2) compensated; p-2 pays p-1 for the failover"
-	post("dispute", dispute, "r-secret", pending("p-2", cyc), pending("p-1", cyc), "1.00", false)
-	post("moved", "p-1's late hours moved into "+cyc, "r-1", pending("p-1", later), pending("p-1", cyc), "2.50", false)
-	post("refund", "r-1 refunded for an outage of r-2's lease", "r-1", pending("p-1", cyc), "renter:r-1:wallet", "0.75", false)
-	post("goodwill", "goodwill from r-1 (FIN-7)", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "0.40", false)
+	post("dispute", dispute, "r-secret", pending("p-2", cyc), pending("p-1", cyc), "1.00", "")
+	post("dispute-lease", dispute, "r-secret", pending("p-2", cyc), pending("p-1", cyc), "1.10", "lease-2")
+	post("goodwill-lease", "goodwill for r-secret's lease-2 (FIN-8)", "r-secret", "bank:operating", pending("p-1", cyc), "0.60", "lease-2")
+	post("moved", "p-1's late hours moved into "+cyc, "r-1", pending("p-1", later), pending("p-1", cyc), "2.50", "")
+	post("refund", "r-1 refunded for an outage of r-2's lease", "r-1", pending("p-1", cyc), "renter:r-1:wallet", "0.75", "")
+	post("goodwill", "goodwill from r-1 (FIN-7)", "r-1", "renter:r-1:wallet", pending("p-1", cyc), "0.40", "")
 
 	type text struct{ Description, RenterID string }
 	tests := []struct {
-		give string          // provider
-		want map[string]text // a line of one entry, by amount
+		give   string          // provider
+		want   map[string]text // a line of one entry, by amount
+		leases []string        // its lease lines: lease, renter, GPU model, hours, amount
 	}{
-		{"p-1", map[string]text{"1.00": {}, "2.50": {"p-1's late hours moved into " + cyc, "r-1"}, "-0.75": {}, "0.40": {}}},
-		{"p-2", map[string]text{"-1.00": {}}},
+		{"p-1", map[string]text{"1.00": {}, "1.10": {}, "0.60": {}, "2.50": {"p-1's late hours moved into " + cyc, "r-1"}, "-0.75": {}, "0.40": {}},
+			[]string{"l-1 r-1 H100 2 10.00"}},
+		{"p-2", map[string]text{"-1.00": {}, "-1.10": {}}, []string{"lease-2 r-secret H100 2 10.00"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -320,10 +331,15 @@ func TestStatementLinesCarryOnlyWhatTheProviderReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]text{}
+			got, leases := map[string]text{}, []string(nil)
 			for _, l := range ls {
+				if l.GPUModel != "" && l.TransactionID != "" {
+					t.Errorf("line %s of one entry names GPU model %s", l.TransactionID, l.GPUModel)
+				}
 				if l.TransactionID == "" {
-					continue // a lease's line: its own renter, by design
+					// A lease's line: its own renter, by design.
+					leases = append(leases, fmt.Sprintf("%s %s %s %s %s", l.LeaseID, l.RenterID, l.GPUModel, l.GPUHours, l.Amount.StringFixed(2)))
+					continue
 				}
 				amount := l.Amount.StringFixed(2)
 				got[amount] = text{l.Description, l.RenterID}
@@ -338,6 +354,9 @@ func TestStatementLinesCarryOnlyWhatTheProviderReads(t *testing.T) {
 			}
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("lines of one entry %+v, want %+v", got, tt.want)
+			}
+			if !slices.Equal(leases, tt.leases) {
+				t.Errorf("lease lines %q, want %q", leases, tt.leases)
 			}
 		})
 	}

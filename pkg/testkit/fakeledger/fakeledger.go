@@ -237,11 +237,12 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 
 // ListStatementLines implements LedgerService as the ledger does: the
 // account's postings in the currency, the excluded transactions left out,
-// summed per lease, renter and GPU model (credits naming a lease), every
-// other posting a line of its own (debits negative), in the order each
-// line first appears. A line of its own carries its entry's description and
-// renter_id only when every posting of the entry is on the provider's own
-// accounts (the ledger's domain.PartyReadsWhole).
+// summed per lease, renter and GPU model (credits naming a lease whose entry
+// has a charge's shape: chargeShaped), every other posting a line of its own
+// (debits negative), in the order each line first appears. A line of its own
+// carries its entry's description and renter_id only when every posting of
+// the entry is on the provider's own accounts (the ledger's
+// domain.PartyReadsWhole).
 func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStatementLinesRequest) (*ledgerv1.ListStatementLinesResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -267,7 +268,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 				continue
 			}
 			amt := decimal.RequireFromString(p.Amount)
-			if p.Direction != "credit" || md["lease_id"] == "" {
+			if p.Direction != "credit" || md["lease_id"] == "" || !chargeShaped(own, md["renter_id"], tx) {
 				if p.Direction != "credit" {
 					amt = amt.Neg()
 				}
@@ -436,6 +437,18 @@ func Serve(t testing.TB, l *Ledger, tax taxv1.TaxServiceServer, register ...func
 }
 
 // ownEntry: every posting of tx is on an account beginning with prefix.
+// chargeShaped: every posting of tx is on the provider's own accounts
+// (prefix) or on the wallet of renter, as the ledger asks before it sums a
+// credit into a lease's line.
+func chargeShaped(prefix, renter string, tx *ledgerv1.Transaction) bool {
+	for _, p := range tx.Postings {
+		if !strings.HasPrefix(p.Account, prefix) && p.Account != "renter:"+renter+":wallet" {
+			return false
+		}
+	}
+	return true
+}
+
 func ownEntry(prefix string, tx *ledgerv1.Transaction) bool {
 	for _, p := range tx.Postings {
 		if !strings.HasPrefix(p.Account, prefix) {

@@ -21,7 +21,9 @@ import (
 // p-b's pending to p-a's, "dispute: renter r-secret of p-b …" with renter_id
 // r-secret, reached both statements word for word after a real close, while
 // each provider's read of the entry withheld it; the line is now an
-// "adjustment". p-a's own move between its cycles keeps its text.
+// "adjustment". The same transfer tagged with p-b's lease (lease_id lease-2,
+// renter_id r-secret) made a lease line of p-a's naming both: an
+// "adjustment" too. p-a's own move between its cycles keeps its text.
 func TestStatementShowsOnlyTextTheProviderReads(t *testing.T) {
 	t.Parallel()
 	tc := dialTemporal(t, testkit.NewTemporal(t))
@@ -44,6 +46,8 @@ func TestStatementShowsOnlyTextTheProviderReads(t *testing.T) {
 		"renter:r-p-a:wallet", ids.ProviderPending("p-a", later.ID), "5.00")
 	post("dispute-p-b", "dispute: renter r-secret of p-b (lease-2) compensated; p-b pays p-a for the failover",
 		map[string]string{"renter_id": "r-secret"}, ids.ProviderPending("p-b", cycle1.ID), ids.ProviderPending("p-a", cycle1.ID), "1.00")
+	post("dispute-lease-p-b", "dispute FIN-9", map[string]string{"lease_id": "lease-2", "renter_id": "r-secret", "gpu_model": "H100"},
+		ids.ProviderPending("p-b", cycle1.ID), ids.ProviderPending("p-a", cycle1.ID), "1.10")
 	moved := "p-a's late hours moved into " + cycle1.ID
 	post("moved-p-a", moved, map[string]string{"renter_id": "r-p-a"},
 		ids.ProviderPending("p-a", later.ID), ids.ProviderPending("p-a", cycle1.ID), "2.50")
@@ -63,8 +67,8 @@ func TestStatementShowsOnlyTextTheProviderReads(t *testing.T) {
 		give string
 		want []string // lines: lease, renter, amount, description
 	}{
-		{"p-a", []string{"l-p-a r-p-a 100.00 1 charge", "  1.00 adjustment", " r-p-a 2.50 " + moved}},
-		{"p-b", []string{"l-p-b r-p-b 100.00 1 charge", "  -1.00 adjustment"}},
+		{"p-a", []string{"l-p-a r-p-a 100.00 1 charge", "  1.00 adjustment", "  1.10 adjustment", " r-p-a 2.50 " + moved}},
+		{"p-b", []string{"l-p-b r-p-b 100.00 1 charge", "  -1.00 adjustment", "  -1.10 adjustment"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -81,7 +85,7 @@ func TestStatementShowsOnlyTextTheProviderReads(t *testing.T) {
 				t.Errorf("lines %q, want %q", got, tt.want)
 			}
 			body := protojson.Format(resp)
-			for _, s := range []string{"r-secret", "dispute", "failover"} {
+			for _, s := range []string{"r-secret", "lease-2", "H100", "dispute", "failover"} {
 				if strings.Contains(body, s) {
 					t.Errorf("%s's statement names %q: %s", tt.give, s, body)
 				}

@@ -193,8 +193,9 @@ func Depletions(txs []*Transaction, changes []BalanceChange, at time.Time) []Wal
 }
 
 // ProviderLine is a line of a provider's statement from its pending
-// account: the postings of a lease, renter and GPU model summed, or one
-// posting naming no lease (a credit) or taken from the account (a debit,
+// account: the credits of a lease, renter and GPU model summed (of a
+// charge's shape: the provider's own accounts and that renter's wallet), or
+// one other credit, or one posting taken from the account (a debit,
 // negative).
 type ProviderLine struct {
 	LeaseID, RenterID, GPUModel string

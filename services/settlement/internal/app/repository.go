@@ -71,7 +71,7 @@ type Ledger interface {
 	// StatementLines are a statement's lines from the postings to a
 	// provider's pending account in currency, the settlement's own
 	// transactions (exclude) left out: one per lease, renter and GPU model
-	// (summed), one per credit naming no lease, one per other debit
+	// (summed, charges only), one per other credit, one per debit
 	// (negative); they add up to the gross the settlement split.
 	StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.Line, error)
 	IssueInvoices(ctx context.Context, period string) (IssueResult, error)

@@ -406,17 +406,26 @@ func (s *Store) ListCycleBalances(ctx context.Context, cycle, afterAccount, afte
 }
 
 // statementLinesSQL sums a pending account's postings in a currency, but
-// the transactions excluded, per lease, renter and GPU model (credits naming
-// a lease), and lists every other posting alone (debits negative), in the
-// order each line first appears in the account. GPU hours count where the
-// metadata holds a plain decimal. The charges billed at 0.00 that would
-// have credited the account (ledger.unbilled_charges) add their hours to
-// their lease's line, no amount and no posting. A line of one posting
-// carries every account its entry moves: the entry's text is the
-// provider's to read only if all are its own (domain.ProviderLine.ReadBy).
+// the transactions excluded, per lease, renter and GPU model (credits of a
+// charge's shape naming a lease), and lists every other posting alone
+// (debits negative), in the order each line first appears in the account.
+// A credit is of a charge's shape when its entry moves only the provider's
+// own accounts ($4: domain.PartyPrefix) and the wallet of the renter its
+// metadata names: finance's transfer from p-2's pending tagged with p-2's
+// lease and renter, or a goodwill credit from bank:operating so tagged,
+// made a lease line of p-1's naming them, while the transaction read
+// withholds both. GPU hours count where the metadata holds a plain decimal.
+// The charges billed at 0.00 that would have credited the account
+// (ledger.unbilled_charges, pricing's charges) add their hours to their
+// lease's line, no amount and no posting. A line of one posting carries
+// every account its entry moves: the entry's text is the provider's to read
+// only if all are its own (domain.ProviderLine.ReadBy).
 const statementLinesSQL = `with mine as (
 		select p.tx_id, p.direction, p.amount, p.created_at, t.metadata, t.description,
-			coalesce(t.metadata->>'lease_id', '') as lease_id
+			case when p.direction = 'credit' and not exists (select 1 from ledger.postings q where q.tx_id = p.tx_id
+					and not starts_with(q.account, $4)
+					and q.account <> 'renter:' || coalesce(t.metadata->>'renter_id', '') || ':wallet')
+				then coalesce(t.metadata->>'lease_id', '') else '' end as lease_id
 		from ledger.postings p join ledger.transactions t on t.id = p.tx_id
 		where p.account = $1 and p.currency = $2 and p.tx_id <> all($3::uuid[])
 		union all
@@ -437,7 +446,12 @@ const statementLinesSQL = `with mine as (
 
 // StatementLines implements app.Store.
 func (s *Store) StatementLines(ctx context.Context, account, currency string, exclude []string) ([]domain.ProviderLine, error) {
-	rows, err := s.Pool.Query(ctx, statementLinesSQL, account, currency, exclude)
+	addr, err := domain.ParseAddress(account)
+	if err != nil {
+		return nil, fmt.Errorf("statement lines of %s: %w", account, err)
+	}
+	own := domain.PartyPrefix(domain.ClassProvider, addr.Party)
+	rows, err := s.Pool.Query(ctx, statementLinesSQL, account, currency, exclude, own)
 	if err != nil {
 		return nil, fmt.Errorf("statement lines of %s: %w", account, err)
 	}

@@ -22,20 +22,25 @@ func TestStoredStatementLinesWithheld(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := testkit.NewPool(t)
 	all := migrations.For(Schema)
-	before := fstest.MapFS{}
+	// before: up to 0006; upTo: up to this migration, 0007 (0008 drops the
+	// lease of a line two providers' statements name, as both here do).
+	before, upTo := fstest.MapFS{}, fstest.MapFS{}
 	names, err := fs.Glob(all, "*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if n >= "0007" {
+		if n >= "0008" {
 			continue
 		}
 		b, err := fs.ReadFile(all, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		before[n] = &fstest.MapFile{Data: b}
+		upTo[n] = &fstest.MapFile{Data: b}
+		if n < "0007" {
+			before[n] = &fstest.MapFile{Data: b}
+		}
 	}
 	if err := pg.Migrate(ctx, pool, Schema, before); err != nil {
 		t.Fatal(err)
@@ -57,7 +62,7 @@ func TestStoredStatementLinesWithheld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := pg.Migrate(ctx, pool, Schema, all); err != nil {
+	if err := pg.Migrate(ctx, pool, Schema, upTo); err != nil {
 		t.Fatal(err)
 	}
 	s := NewStore(pool)
