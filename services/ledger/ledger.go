@@ -373,8 +373,12 @@ func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 // a month never run looked like a month with nothing to invoice: after a
 // restore onto a new Temporal the 1st's run had not happened and nothing
 // said so. Months in the tax zone (taxperiod, as IssueMonth's); one whose
-// run completed is not asked for again. The months before the first
-// recorded run are not asked for; none recorded, the age is 0.
+// run completed is not asked for again. Only the months that ended since
+// months are recorded (ledger.invoice_runs_from: the migration, an
+// upgrade's or a fresh install's) are asked for: counted from the first
+// recorded run, a month re-run by hand became the first and the months
+// since it read unissued, an upgrade after quiet months read them
+// unissued at once, and a fresh install with no run read 0 for ever.
 func invoiceMetrics(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 	zone := "'" + strings.ReplaceAll(taxPeriods.Location().String(), "'", "''") + "'"
 	return []obs.SQLMetric{{
@@ -382,14 +386,14 @@ func invoiceMetrics(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 		Help:  "Start of the latest month (in the tax zone) whose renter invoices were issued: its run went through every wallet that moved in it (0: none yet).",
 		Query: `select coalesce((select extract(epoch from period_start) from ledger.invoice_runs order by period desc limit 1), 0)::float8`,
 	}, {
-		// Every month since the first recorded run (a few a year), each
-		// looked up by its key.
+		// Every month since the migration (a few a year), each looked up
+		// by its key.
 		Name: "gpubill_invoices_unissued_age_seconds", Type: obs.Gauge,
-		Help: "Time since the end of the oldest month (in the tax zone, after the first whose invoices were issued) that has ended and whose renter invoices " +
+		Help: "Time since the end of the oldest month (in the tax zone, ended since months are recorded) whose renter invoices " +
 			"were not issued (no run went through every wallet that moved in it); 0: none. The monthly run is at 01:00 on the 1st there.",
 		Query: `select coalesce(extract(epoch from now() - min((m + interval '1 month') at time zone ` + zone + `)), 0)::float8
-			from (select min(period_start) as first from ledger.invoice_runs) r,
-				generate_series(date_trunc('month', r.first at time zone ` + zone + `),
+			from ledger.invoice_runs_from f,
+				generate_series(date_trunc('month', f.recorded_from at time zone ` + zone + `),
 					date_trunc('month', now() at time zone ` + zone + `) - interval '1 month', interval '1 month') m
 			where not exists (select 1 from ledger.invoice_runs i where i.period = to_char(m, 'YYYY-MM'))`,
 	}}
