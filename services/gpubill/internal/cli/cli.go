@@ -8,6 +8,7 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,7 @@ type ledgerCmd struct {
 type verifyCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created (a missing database or ledger schema fails)."`
 	Head        string `name:"head" placeholder:"POSITION:HASH" help:"Also check that the chain's link at POSITION still has HASH (a report's journal_head_position and journal_head_hash)."`
+	AuditHead   string `name:"audit-head" placeholder:"SEQ:HASH" help:"Also check that the audit record at SEQ still has HASH (the audit head an earlier verify printed): the newest records deleted, or the records after an edit hashed again, leave a chain that verifies."`
 }
 
 type reportCmd struct {
@@ -382,22 +384,32 @@ func (v *verifyCmd) Run(e *env) error {
 	// those not chained yet, the postings, the balances, the --head link)
 	// was half seen, neither verified nor counted.
 	var res ledger.VerifyResult
-	var pos int64
-	var hash, got string
-	var pending bool
+	var pos, auditSeq int64
+	var hash, got, auditHash, auditGot string
+	var pending, auditFound bool
 	if err := pg.InSnapshot(e.ctx, pool, func(tx pgx.Tx) error {
 		q := verifyReads(tx)
 		var err error
 		if pending, err = pg.IsRestorePending(e.ctx, tx); err != nil {
 			return err
 		}
-		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK || v.Head == "" {
+		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK {
 			return err
 		}
-		if pos, hash, err = parseHead(v.Head); err != nil {
-			return err
+		if v.Head != "" {
+			if pos, hash, err = parseHead(v.Head); err != nil {
+				return err
+			}
+			if got, err = ledger.ChainLinkHash(e.ctx, q, pos); err != nil {
+				return err
+			}
 		}
-		got, err = ledger.ChainLinkHash(e.ctx, q, pos)
+		if v.AuditHead != "" {
+			if auditSeq, auditHash, err = parseAuditHead(v.AuditHead); err != nil {
+				return err
+			}
+			auditGot, auditFound, err = ledger.AuditRecordHash(e.ctx, q, auditSeq)
+		}
 		return err
 	}); err != nil {
 		return err
@@ -427,10 +439,23 @@ func (v *verifyCmd) Run(e *env) error {
 		e.stdout.printf("BROKEN at chain position %d: its hash is %s, not %s (the chain was rewritten from there, or the head is not this journal's)\n", pos, got, hash)
 		return errors.New("journal head does not match")
 	}
+	if v.AuditHead != "" && !auditFound {
+		e.stdout.printf("BROKEN audit record %d: no record holds it, the log ends at %d (its newest records were deleted, or the head is not this log's)\n",
+			auditSeq, res.AuditHeadSeq)
+		return errors.New("audit head does not match")
+	}
+	if v.AuditHead != "" && auditGot != auditHash {
+		e.stdout.printf("BROKEN audit record %d: its hash is %s, not %s (the log was rewritten up to it, or the head is not this log's)\n",
+			auditSeq, auditGot, auditHash)
+		return errors.New("audit head does not match")
+	}
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	e.stdout.printf("ok: %d audit records chained and verified, head %d:%s\n", res.AuditChecked, res.AuditHeadSeq, res.AuditHeadHash)
 	if v.Head != "" {
 		e.stdout.printf("ok: the link at %s\n", v.Head)
+	}
+	if v.AuditHead != "" {
+		e.stdout.printf("ok: the audit record at %d:%s\n", auditSeq, auditHash)
 	}
 	// The chain of a restore's load verifies; the database is still not
 	// one gpubill may run on.
@@ -448,6 +473,16 @@ func parseHead(s string) (int64, string, error) {
 		return 0, "", fmt.Errorf("--head %q: want POSITION:HASH (a report's journal_head_position, 1 or more, and its 64 hex digit journal_head_hash)", s)
 	}
 	return pos, strings.ToLower(h), nil
+}
+
+// parseAuditHead reads --audit-head SEQ:HASH.
+func parseAuditHead(s string) (int64, string, error) {
+	p, h, ok := strings.Cut(strings.TrimSpace(s), ":")
+	seq, err := strconv.ParseInt(p, 10, 64)
+	if _, herr := hex.DecodeString(h); !ok || err != nil || seq < 1 || len(h) != 64 || herr != nil {
+		return 0, "", fmt.Errorf("--audit-head %q: want SEQ:HASH (the audit head ledger verify printed: a seq, 1 or more, and its 64 hex digit hash)", s)
+	}
+	return seq, strings.ToLower(h), nil
 }
 
 func (c *segregatedFundsCmd) Run(e *env) error {
