@@ -167,7 +167,7 @@ func isResourceID(s string) bool {
 		return false
 	}
 	for i, c := range field {
-		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+		if (c < 'a' || c > 'z') && c != '_' && (i == 0 || c < '0' || c > '9') {
 			return false
 		}
 	}
