@@ -1,8 +1,11 @@
 package ledger_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,6 +209,86 @@ func TestAuditConsumerMasksPayoutIdentifiers(t *testing.T) {
 	for i, tt := range tests {
 		if id := fmt.Sprintf("m-%d", i); !slices.Equal(byID[id], tt.want) {
 			t.Errorf("%s: resource ids %q, want %q", id, byID[id], tt.want)
+		}
+	}
+}
+
+// GET /v1/audit-events?resource=transaction_id=… answers the records
+// holding that resource id entry exactly, newest first, in pages whose
+// tokens hold to the filter: who touched a transaction or a payout was
+// found by paging the whole log. A filter not shaped field=value is a 400
+// naming resource.
+func TestAuditEventsByResource(t *testing.T) {
+	t.Parallel()
+	f, c := financeREST(t)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	ev := func(id, actor string, resources ...string) domain.AuditEvent {
+		return domain.AuditEvent{EventID: id, At: at, Service: "ledger", Method: "/gpubill.ledger.v1.LedgerService/CreateTransaction",
+			Actor: actor, Role: "finance", ResourceIDs: resources, RequestID: "req-" + id, Code: "OK"}
+	}
+	if err := f.app.RecordAuditEvents(f.ctx, []domain.AuditEvent{
+		ev("a-1", "alice", "idempotency_key=k-1", "transaction_id=t-a"),
+		ev("b-1", "bob", "idempotency_key=k-2", "transaction_id=t-b"),
+		ev("a-2", "carol", "idempotency_key=k-1", "replayed=true", "transaction_id=t-a"),
+		ev("ab", "bob", "transaction_id=t-ab", "reason=see transaction_id=t-a"), // near misses
+		ev("p-1", "dave", "payout_id=po-1", "status=paid"),
+		ev("a-3", "erin", "transaction_id=t-a", "reason=duplicate"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	type page struct {
+		Events []struct {
+			EventID string `json:"event_id"`
+		} `json:"events"`
+		Next string `json:"next_page_token"`
+	}
+	list := func(query string) (int, page, string) {
+		t.Helper()
+		code, body := c.do("GET", "/v1/audit-events?"+query, "")
+		var p page
+		if code == 200 {
+			if err := json.Unmarshal([]byte(body), &p); err != nil {
+				t.Fatalf("?%s: %v: %s", query, err, body)
+			}
+		}
+		return code, p, body
+	}
+	ids := func(p page) string {
+		var out []string
+		for _, e := range p.Events {
+			out = append(out, e.EventID)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tt := range []struct{ give, want string }{
+		{"transaction_id=t-b", "b-1"},
+		{"payout_id=po-1", "p-1"},
+		{"replayed=true", "a-2"},
+		{"transaction_id=t-", ""},
+		{"transaction_id=T-A", ""},
+	} {
+		if code, p, body := list("resource=" + url.QueryEscape(tt.give)); code != 200 || ids(p) != tt.want || p.Next != "" {
+			t.Errorf("resource %s: %d %s; want %q", tt.give, code, body, tt.want)
+		}
+	}
+	code, p1, body := list("resource=transaction_id=t-a&page_size=2")
+	if code != 200 || ids(p1) != "a-3,a-2" || p1.Next == "" {
+		t.Fatalf("transaction t-a, page 1: %d %s; want a-3,a-2 and a token", code, body)
+	}
+	code, p2, body := list("resource=transaction_id=t-a&page_size=2&page_token=" + p1.Next)
+	if code != 200 || ids(p2) != "a-1" || p2.Next != "" {
+		t.Fatalf("transaction t-a, page 2: %d %s; want a-1 and no token", code, body)
+	}
+	// A token is the filter's own.
+	for _, other := range []string{"resource=transaction_id=t-b&", "actor=alice&resource=transaction_id=t-a&", ""} {
+		if code, _, body := list(other + "page_size=2&page_token=" + p1.Next); code != 400 || !strings.Contains(body, "page_token") {
+			t.Errorf("t-a's token with ?%s: %d %s; want 400 naming page_token", other, code, body)
+		}
+	}
+	for _, bad := range []string{"t-a", "=t-a", "Transaction_id=t-a", "transaction id=t-a", "transaction_id", "transaction_id=t\x00a",
+		"transaction_id=" + strings.Repeat("x", 1000)} {
+		if code, _, body := list("resource=" + url.QueryEscape(bad)); code != 400 || !strings.Contains(body, "resource") {
+			t.Errorf("resource %.40q: %d %s; want 400 naming resource", bad, code, body)
 		}
 	}
 }

@@ -512,6 +512,12 @@ func ChainLinkHash(ctx context.Context, q postgres.Querier, position int64) (str
 	return postgres.LinkHash(ctx, q, position)
 }
 
+// AuditRecordHash is the hex hash of the audit record at seq, and whether
+// the audit log holds one (ledger verify --audit-head).
+func AuditRecordHash(ctx context.Context, q postgres.Querier, seq int64) (string, bool, error) {
+	return postgres.AuditRecordHash(ctx, q, seq)
+}
+
 // ChainOnce extends the hash chain by one round (tests, the CLI before verify),
 // reading every transaction back from the journal.
 func ChainOnce(ctx context.Context, pool *pgxpool.Pool) (int, error) {

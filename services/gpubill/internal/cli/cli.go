@@ -8,6 +8,7 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,7 @@ type ledgerCmd struct {
 type verifyCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; read only, never created (a missing database or ledger schema fails)."`
 	Head        string `name:"head" placeholder:"POSITION:HASH" help:"Also check that the chain's link at POSITION still has HASH (a report's journal_head_position and journal_head_hash)."`
+	AuditHead   string `name:"audit-head" placeholder:"SEQ:HASH" help:"Also check that the audit record at SEQ still has HASH (the audit head an earlier verify printed): the newest records deleted, or the records after an edit hashed again, leave a chain that verifies."`
 }
 
 type reportCmd struct {
@@ -379,58 +381,56 @@ func (v *verifyCmd) Run(e *env) error {
 	// One REPEATABLE READ READ ONLY snapshot, as restore verifies: read
 	// statement by statement through the pool, a transaction committed
 	// between two of verify's reads (the walk of the chain, the count of
-	// those not chained yet, the postings, the balances, the --head link)
-	// was half seen, neither verified nor counted.
+	// those not chained yet, the postings, the balances, the --head link,
+	// the --audit-head record) was half seen, neither verified nor counted.
 	var res ledger.VerifyResult
 	var pos int64
 	var hash, got string
 	var pending bool
+	var audit auditHead
 	if err := pg.InSnapshot(e.ctx, pool, func(tx pgx.Tx) error {
 		q := verifyReads(tx)
 		var err error
 		if pending, err = pg.IsRestorePending(e.ctx, tx); err != nil {
 			return err
 		}
-		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK || v.Head == "" {
+		if res, err = ledger.VerifyChain(e.ctx, q); err != nil || !res.OK {
 			return err
 		}
-		if pos, hash, err = parseHead(v.Head); err != nil {
-			return err
+		if v.Head != "" {
+			if pos, hash, err = parseHead(v.Head); err != nil {
+				return err
+			}
+			if got, err = ledger.ChainLinkHash(e.ctx, q, pos); err != nil {
+				return err
+			}
 		}
-		got, err = ledger.ChainLinkHash(e.ctx, q, pos)
+		if v.AuditHead != "" {
+			err = audit.read(e.ctx, q, v.AuditHead)
+		}
 		return err
 	}); err != nil {
 		return err
 	}
-	if !res.OK && res.BadBalance != "" {
-		e.stdout.printf("BROKEN balance %s: %s (%d links verified)\n", res.BadBalance, res.Reason, res.Checked)
-		return errors.New("a balance is not the sum of its postings")
-	}
-	if !res.OK && res.BadReportRecord != "" {
-		e.stdout.printf("BROKEN report record (%s): %s (%d links verified)\n", res.BadReportRecord, res.Reason, res.Checked)
-		return errors.New("a record the segregated-funds report reads does not follow from the journal")
-	}
-	if !res.OK && res.FirstBadAuditSeq != 0 {
-		e.stdout.printf("BROKEN audit record %d: %s (%d audit records verified before it)\n", res.FirstBadAuditSeq, res.Reason, res.AuditChecked)
-		return errors.New("audit log hash chain broken")
-	}
-	if !res.OK && res.FirstBadPosition == 0 { // outside the chain's links: a reversal link, a transaction behind the head
-		e.stdout.printf("BROKEN: transaction %s: %s (%d links verified)\n", res.FirstBadTransaction, res.Reason, res.Checked)
-		return errors.New("journal hash chain broken")
-	}
-	if !res.OK {
-		e.stdout.printf("BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
-			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
-		return errors.New("journal hash chain broken")
+	if err := broken(e.stdout, res); err != nil {
+		return err
 	}
 	if v.Head != "" && got != hash {
 		e.stdout.printf("BROKEN at chain position %d: its hash is %s, not %s (the chain was rewritten from there, or the head is not this journal's)\n", pos, got, hash)
 		return errors.New("journal head does not match")
 	}
+	if v.AuditHead != "" {
+		if err := audit.check(e.stdout, res.AuditHeadSeq); err != nil {
+			return err
+		}
+	}
 	e.stdout.printf("ok: %d transactions chained and verified, %d not chained yet, head %s\n", res.Checked, res.Unchained, res.HeadHash)
 	e.stdout.printf("ok: %d audit records chained and verified, head %d:%s\n", res.AuditChecked, res.AuditHeadSeq, res.AuditHeadHash)
 	if v.Head != "" {
 		e.stdout.printf("ok: the link at %s\n", v.Head)
+	}
+	if v.AuditHead != "" {
+		e.stdout.printf("ok: the audit record at %d:%s\n", audit.seq, audit.want)
 	}
 	// The chain of a restore's load verifies; the database is still not
 	// one gpubill may run on.
@@ -438,6 +438,30 @@ func (v *verifyCmd) Run(e *env) error {
 		return fmt.Errorf("%w: %s", pg.ErrRestorePending, pg.RestorePendingRemedy)
 	}
 	return nil
+}
+
+// broken prints what res found broken, and says so; nil when res is OK.
+func broken(out *output, res ledger.VerifyResult) error {
+	switch {
+	case res.OK:
+		return nil
+	case res.BadBalance != "":
+		out.printf("BROKEN balance %s: %s (%d links verified)\n", res.BadBalance, res.Reason, res.Checked)
+		return errors.New("a balance is not the sum of its postings")
+	case res.BadReportRecord != "":
+		out.printf("BROKEN report record (%s): %s (%d links verified)\n", res.BadReportRecord, res.Reason, res.Checked)
+		return errors.New("a record the segregated-funds report reads does not follow from the journal")
+	case res.FirstBadAuditSeq != 0:
+		out.printf("BROKEN audit record %d: %s (%d audit records verified before it)\n", res.FirstBadAuditSeq, res.Reason, res.AuditChecked)
+		return errors.New("audit log hash chain broken")
+	case res.FirstBadPosition == 0: // outside the chain's links: a reversal link, a transaction behind the head
+		out.printf("BROKEN: transaction %s: %s (%d links verified)\n", res.FirstBadTransaction, res.Reason, res.Checked)
+		return errors.New("journal hash chain broken")
+	default:
+		out.printf("BROKEN at chain position %d: transaction %s: %s (checked %d links before it)\n",
+			res.FirstBadPosition, res.FirstBadTransaction, res.Reason, res.Checked)
+		return errors.New("journal hash chain broken")
+	}
 }
 
 // parseHead reads --head POSITION:HASH.
@@ -448,6 +472,43 @@ func parseHead(s string) (int64, string, error) {
 		return 0, "", fmt.Errorf("--head %q: want POSITION:HASH (a report's journal_head_position, 1 or more, and its 64 hex digit journal_head_hash)", s)
 	}
 	return pos, strings.ToLower(h), nil
+}
+
+// auditHead is ledger verify --audit-head SEQ:HASH: the audit record at
+// seq, which must still hold the hash want.
+type auditHead struct {
+	seq   int64
+	want  string
+	got   string // the record's hash, when found
+	found bool
+}
+
+// read parses s (SEQ:HASH) and reads the record it names through q.
+func (a *auditHead) read(ctx context.Context, q querier, s string) error {
+	p, h, ok := strings.Cut(strings.TrimSpace(s), ":")
+	seq, err := strconv.ParseInt(p, 10, 64)
+	if _, herr := hex.DecodeString(h); !ok || err != nil || seq < 1 || len(h) != 64 || herr != nil {
+		return fmt.Errorf("--audit-head %q: want SEQ:HASH (the audit head ledger verify printed: a seq, 1 or more, and its 64 hex digit hash)", s)
+	}
+	a.seq, a.want = seq, strings.ToLower(h)
+	a.got, a.found, err = ledger.AuditRecordHash(ctx, q, a.seq)
+	return err
+}
+
+// check says BROKEN, naming the seq, when the record holds another hash
+// or none (the log's chain ends at last).
+func (a *auditHead) check(out *output, last int64) error {
+	switch {
+	case !a.found:
+		out.printf("BROKEN audit record %d: no record holds it, the log ends at %d (its newest records were deleted, or the head is not this log's)\n",
+			a.seq, last)
+	case a.got != a.want:
+		out.printf("BROKEN audit record %d: its hash is %s, not %s (the log was rewritten up to it, or the head is not this log's)\n",
+			a.seq, a.got, a.want)
+	default:
+		return nil
+	}
+	return errors.New("audit head does not match")
 }
 
 func (c *segregatedFundsCmd) Run(e *env) error {

@@ -346,6 +346,32 @@ func TestLedgerVerifyAuditChain(t *testing.T) {
 	dir, _ := binaries(t)
 	s := newSandbox(t)
 	gpubill := filepath.Join(dir, "gpubill")
+	pool, dsn := auditLogOfFour(t)
+	ctx := context.Background()
+	env := []string{"DATABASE_URL=" + dsn}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 || !strings.Contains(r.stdout, "\nok: 4 audit records chained and verified, head 4:") {
+		t.Fatalf("verify of an untouched audit log: exit %d, stdout %q, stderr %q; want 0 and 4 audit records", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ tamper, want string }{
+		{`update ledger.audit_events set actor = 'bob' where seq = 3`, "BROKEN audit record 3: "},
+		{`delete from ledger.audit_events where seq = 2`, "BROKEN audit record 2: "},
+	} {
+		if _, err := pool.Exec(ctx, `alter table ledger.audit_events disable trigger audit_events_immutable; `+tc.tamper+
+			`; alter table ledger.audit_events enable trigger audit_events_immutable`); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, tc.want) ||
+			!strings.Contains(r.stderr, "audit log hash chain broken") {
+			t.Errorf("verify after %s: exit %d, stdout %q, stderr %q; want 1 and %q", tc.tamper, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}
+
+// auditLogOfFour is a ledger whose audit log holds four records, stored
+// before migration ledger/0030, which chained them; it returns its pool
+// and DSN.
+func auditLogOfFour(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
 	ctx := context.Background()
 	pool, dsn := testkit.NewPool(t)
 	all := migrations.For("ledger")
@@ -374,21 +400,66 @@ func TestLedgerVerifyAuditChain(t *testing.T) {
 	if err := pg.Migrate(ctx, pool, "ledger", all); err != nil {
 		t.Fatal(err)
 	}
+	return pool, dsn
+}
+
+// ledger verify --audit-head SEQ:HASH checks that the audit record at SEQ
+// still has HASH (the head verify printed, kept by an auditor), and exits
+// 1 naming SEQ when it holds another or none: the newest records deleted,
+// or every record after an edit hashed again, leave a chain that verifies
+// from the genesis, and went unseen.
+func TestLedgerVerifyAuditHead(t *testing.T) {
+	dir, _ := binaries(t)
+	s := newSandbox(t)
+	gpubill := filepath.Join(dir, "gpubill")
+	pool, dsn := auditLogOfFour(t)
+	ctx := context.Background()
 	env := []string{"DATABASE_URL=" + dsn}
-	if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 || !strings.Contains(r.stdout, "\nok: 4 audit records chained and verified, head 4:") {
-		t.Fatalf("verify of an untouched audit log: exit %d, stdout %q, stderr %q; want 0 and 4 audit records", r.code, r.stdout, r.stderr)
+	r := s.runEnv(t, env, gpubill, "ledger", "verify")
+	_, head, ok := strings.Cut(r.stdout, "\nok: 4 audit records chained and verified, head ")
+	head = strings.TrimSpace(head)
+	if r.code != 0 || !ok || !strings.HasPrefix(head, "4:") || len(head) != len("4:")+64 {
+		t.Fatalf("verify of an untouched audit log: exit %d, stdout %q, stderr %q; want 0 and head 4:HASH", r.code, r.stdout, r.stderr)
+	}
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--audit-head", head); r.code != 0 || !strings.Contains(r.stdout, "ok: the audit record at "+head) {
+		t.Fatalf("verify --audit-head of the log's own head: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	other := "4:" + strings.Repeat("ab", 32)
+	if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--audit-head", other); r.code != 1 ||
+		!strings.Contains(r.stdout, "BROKEN audit record 4: its hash is "+head[2:]+", not ") || !strings.Contains(r.stderr, "audit head does not match") {
+		t.Errorf("verify --audit-head of another hash: exit %d, stdout %q, stderr %q; want 1 and BROKEN audit record 4", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range []string{"4", "x:" + head[2:], "0:" + head[2:], "4:abc", "4:" + strings.Repeat("zz", 32)} {
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--audit-head", bad); r.code != 1 || !strings.Contains(r.stderr, "SEQ:HASH") {
+			t.Errorf("verify --audit-head %q: exit %d, stderr %q; want 1 naming SEQ:HASH", bad, r.code, r.stderr)
+		}
 	}
 	for _, tc := range []struct{ tamper, want string }{
-		{`update ledger.audit_events set actor = 'bob' where seq = 3`, "BROKEN audit record 3: "},
-		{`delete from ledger.audit_events where seq = 2`, "BROKEN audit record 2: "},
+		// Record 2's actor edited, and 2 to 4 hashed again in order, as the writer would.
+		{`update ledger.audit_events set actor = 'mallory' where seq = 2;
+			do $$
+			declare
+				prev bytea := (select hash from ledger.audit_events where seq = 1);
+				r ledger.audit_events;
+			begin
+				for r in select * from ledger.audit_events where seq >= 2 order by seq loop
+					update ledger.audit_events set prev_hash = prev, hash = ledger.audit_hash(prev, r) where seq = r.seq returning hash into prev;
+				end loop;
+			end;
+			$$`, "BROKEN audit record 4: its hash is "},
+		{`delete from ledger.audit_events where seq = 4`, "BROKEN audit record 4: no record holds it"},
 	} {
 		if _, err := pool.Exec(ctx, `alter table ledger.audit_events disable trigger audit_events_immutable; `+tc.tamper+
 			`; alter table ledger.audit_events enable trigger audit_events_immutable`); err != nil {
 			t.Fatal(err)
 		}
-		if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 1 || !strings.HasPrefix(r.stdout, tc.want) ||
-			!strings.Contains(r.stderr, "audit log hash chain broken") {
-			t.Errorf("verify after %s: exit %d, stdout %q, stderr %q; want 1 and %q", tc.tamper, r.code, r.stdout, r.stderr, tc.want)
+		// The chain alone verifies: the head kept is what tells.
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify"); r.code != 0 {
+			t.Fatalf("verify after %.40s…: exit %d, stdout %q; want 0 (a chain that verifies, or the head proves nothing)", tc.tamper, r.code, r.stdout)
+		}
+		if r := s.runEnv(t, env, gpubill, "ledger", "verify", "--audit-head", head); r.code != 1 || !strings.Contains(r.stdout, tc.want) ||
+			!strings.Contains(r.stderr, "audit head does not match") {
+			t.Errorf("verify --audit-head %s after %.40s…: exit %d, stdout %q, stderr %q; want 1 and %q", head, tc.tamper, r.code, r.stdout, r.stderr, tc.want)
 		}
 	}
 }

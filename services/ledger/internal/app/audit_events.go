@@ -21,7 +21,14 @@ const auditListing = "ledger.audit_events"
 // Before is set from it), and the next page's token ("" at the end): the
 // seq the page ended at.
 func (a *App) ListAuditEvents(ctx context.Context, f AuditFilter, token string) ([]domain.StoredAuditEvent, string, error) {
-	listing := cursor.Scoped(auditListing, f.Actor, f.Method, scopeTime(f.From), scopeTime(f.To))
+	scope := []string{f.Actor, f.Method, scopeTime(f.From), scopeTime(f.To)}
+	if f.Resource != "" {
+		// Only when set: a scope of five filters, the fifth "", was
+		// another scope, and the tokens of a listing by actor, method or
+		// time issued before the resource filter were refused.
+		scope = append(scope, f.Resource)
+	}
+	listing := cursor.Scoped(auditListing, scope...)
 	if token != "" {
 		pos, err := cursor.Decode(listing, token, 1)
 		if err != nil {

@@ -128,6 +128,7 @@ type Tx interface {
 type AuditFilter struct {
 	Actor    string
 	Method   string // full method, or its last part
+	Resource string // one resource id entry, exactly ("transaction_id=…")
 	From, To *time.Time
 	Limit    int
 	Before   int64 // seq below this; 0 = from the newest

@@ -28,6 +28,9 @@ const (
 	auditPageDefault  = 100
 	auditPageMax      = 1000
 	auditConsumerName = "ledger-audit"
+	// auditResourceBytesMax bounds a resource filter: a field name, "=" and
+	// a value, of which a record keeps at most 200 bytes (pkg/audit).
+	auditResourceBytesMax = 256
 )
 
 // AuditSpec is the durable pull consumer on AUDIT.
@@ -120,8 +123,11 @@ type AuditServer struct {
 // ListAuditEvents implements AuditService.
 func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAuditEventsRequest) (*ledgerv1.ListAuditEventsResponse, error) {
 	var v apperr.Validator
-	f := app.AuditFilter{Actor: r.GetActor(), Method: r.GetMethod(), Limit: int(r.GetPageSize())}
+	f := app.AuditFilter{Actor: r.GetActor(), Method: r.GetMethod(), Resource: r.GetResource(), Limit: int(r.GetPageSize())}
 	v.Check(f.Limit >= 0 && f.Limit <= auditPageMax, "page_size", "want 0..%d", auditPageMax)
+	v.Check(f.Resource == "" || isResourceID(f.Resource), "resource",
+		"want one resource id entry, field=value (transaction_id=…, payout_id=…), a lower-case field name, at most %d bytes",
+		auditResourceBytesMax)
 	if f.Limit == 0 {
 		f.Limit = auditPageDefault
 	}
@@ -150,4 +156,20 @@ func (s *AuditServer) ListAuditEvents(ctx context.Context, r *ledgerv1.ListAudit
 			ClientAddr: e.ClientAddr, StoredAt: timestamppb.New(e.StoredAt)})
 	}
 	return out, nil
+}
+
+// isResourceID says whether s is shaped as a record's resource id entry
+// (pkg/audit): a proto field name in lower case, "=", a value (possibly
+// empty). A NUL is refused before (pkg/server's text guard).
+func isResourceID(s string) bool {
+	field, _, ok := strings.Cut(s, "=")
+	if !ok || field == "" || len(s) > auditResourceBytesMax {
+		return false
+	}
+	for i, c := range field {
+		if (c < 'a' || c > 'z') && c != '_' && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -27,13 +27,16 @@ const (
 )
 
 type ListAuditEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actor         string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`                        // token subject
-	Method        string                 `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`                      // full gRPC method or its last part ("CreateTransaction")
-	From          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`                          // at >= from
-	To            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`                              // at < to
-	PageSize      int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 100, at most 1000
-	PageToken     string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Actor     string                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`                        // token subject
+	Method    string                 `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`                      // full gRPC method or its last part ("CreateTransaction")
+	From      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`                          // at >= from
+	To        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`                              // at < to
+	PageSize  int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 100, at most 1000
+	PageToken string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// one resource id entry, exactly: "transaction_id=…", "payout_id=…"
+	// (who touched that transaction or payout)
+	Resource      string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,6 +109,13 @@ func (x *ListAuditEventsRequest) GetPageSize() int32 {
 func (x *ListAuditEventsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
 	}
 	return ""
 }
@@ -290,7 +300,7 @@ var File_gpubill_ledger_v1_audit_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x1dgpubill/ledger/v1/audit.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x01\n" +
+	"\x1dgpubill/ledger/v1/audit.proto\x12\x11gpubill.ledger.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfa\x01\n" +
 	"\x16ListAuditEventsRequest\x12\x14\n" +
 	"\x05actor\x18\x01 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12.\n" +
@@ -298,7 +308,8 @@ const file_gpubill_ledger_v1_audit_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\xdf\x02\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\bresource\x18\a \x01(\tR\bresource\"\xdf\x02\n" +
 	"\n" +
 	"AuditEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12*\n" +

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +37,8 @@ func readAuditRecords(ctx context.Context, q Querier, after int64) ([]domain.Sto
 // names it). Seqs are consecutive since migration ledger/0030; before it
 // a failed COPY skipped numbers, so a gap alone proves nothing, the
 // broken link does. The last records deleted leave a shorter chain that
-// verifies: the head verify prints is what an auditor keeps to tell.
+// verifies: the head verify prints is what an auditor keeps to tell
+// (ledger verify --audit-head, AuditRecordHash).
 func verifyAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult, error) {
 	prev, last := domain.AuditGenesisHash, int64(0)
 	res.AuditHeadHash = hex.EncodeToString(prev)
@@ -74,4 +76,18 @@ func verifyAudit(ctx context.Context, q Querier, res VerifyResult) (VerifyResult
 			res.AuditHeadSeq, res.AuditHeadHash = e.Seq, hex.EncodeToString(e.Hash)
 		}
 	}
+}
+
+// AuditRecordHash is the hex hash of the audit record at seq, and whether
+// there is one.
+func AuditRecordHash(ctx context.Context, q Querier, seq int64) (string, bool, error) {
+	var h []byte
+	err := q.QueryRow(ctx, `select hash from ledger.audit_events where seq = $1`, seq).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the audit record at %d: %w", seq, err)
+	}
+	return hex.EncodeToString(h), true, nil
 }
