@@ -182,7 +182,7 @@ const auditListSQL = `select seq, event_id, at, service, method, actor, role, re
 	  and ($5 = 0 or seq < $5)`
 
 // auditResourceSQL is auditListSQL's resource filter: containment, which
-// the GIN on resource_ids answers (migration ledger/0032).
+// the GIN on resource_ids answers (migration ledger/0033).
 const auditResourceSQL = `
 	  and resource_ids @> array[$7::text]`
 

@@ -166,7 +166,7 @@ func TestAuditChainOfMigratedRecords(t *testing.T) {
 }
 
 // The audit listing by resource (who touched a transaction) reads the GIN
-// on resource_ids (migration ledger/0032), as autovacuum leaves the table
+// on resource_ids (migration ledger/0033), as autovacuum leaves the table
 // (its pending list merged, statistics taken). A transaction recorded
 // since has no statistics: PostgreSQL takes its id for 0.5% of the log,
 // and with the listing's order by seq and a limit it walked the primary
