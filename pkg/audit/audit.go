@@ -224,10 +224,7 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 			return handler(ctx, req) // the guard answers 401
 		}
 		service := serviceOf(info.FullMethod)
-		schema := service
-		if !r.schemas[schema] {
-			schema = r.fallback
-		}
+		schema := r.schemaOf(service)
 		if schema == "" {
 			r.log.Error("audit: no outbox for this write; refused", "method", info.FullMethod)
 			return nil, status.Error(codes.Unavailable, "this write cannot be audited here")
@@ -260,6 +257,40 @@ func (r *Recorder) UnaryInterceptor(who Caller, requestID func(context.Context) 
 		r.record(ctx, schema, rec)
 		return resp, herr
 	}
+}
+
+// Refused records a write refused before its request was read (the
+// server checks the caller of a large upload, or of any call on its gRPC
+// listener, before it receives the body), as UnaryInterceptor records one
+// the guard refuses: an authenticated caller's only, with the code err
+// answered; the request's ids, never read, are not in it.
+func (r *Recorder) Refused(ctx context.Context, who Caller, method, requestID string, err error) {
+	if !r.IsWrite(method) {
+		return
+	}
+	p, perr := who.Principal(ctx)
+	if perr != nil {
+		return // names nobody
+	}
+	service := serviceOf(method)
+	schema := r.schemaOf(service)
+	if schema == "" {
+		r.log.Error("audit: no outbox for this refused write; not recorded", "method", method)
+		return
+	}
+	r.record(ctx, schema, &eventsv1.AuditRecorded{
+		EventId: ids.New(""), Service: service, Method: method, Actor: p.Subject, Role: p.Role, RequestId: requestID,
+		ClientAddr: addrString(who.ClientAddr(ctx)), At: timestamppb.New(r.now()), Code: status.Code(err).String(),
+	})
+}
+
+// schemaOf is the schema whose outbox holds the records of service's
+// writes; "" when none does.
+func (r *Recorder) schemaOf(service string) string {
+	if r.schemas[service] {
+		return service
+	}
+	return r.fallback
 }
 
 // Claim is a write's audit record handed to the write, so it can be stored

@@ -58,6 +58,20 @@ const (
 	statementPath = "/v1/bank-statements"
 )
 
+// largeBody is a POST route's larger limit, and the method the route
+// calls: edge reads such a body only for a caller the guard passes for
+// that method.
+type largeBody struct {
+	method   string
+	bytesMax int64
+}
+
+var largeBodies = map[string]largeBody{
+	statementPath: {"/gpubill.ledger.v1.BankStatementService/ImportBankStatement", statementBytesMax},
+	bankFilePath:  {"/gpubill.payout.v1.PayoutService/ImportBankFile", ingestBodyBytesMax},
+	ingestPath:    {"/gpubill.metering.v1.UsageService/IngestUsageEvents", ingestBodyBytesMax},
+}
+
 // requestBytesMax is the largest request of these types a gRPC call takes
 // (by message name: the listener's codec refuses a larger one from its
 // length, before it decodes it); grpcMsgBytesMax any other's.
@@ -75,29 +89,28 @@ func msgBytesMax(m proto.Message) int {
 	return grpcMsgBytesMax
 }
 
-func bodyLimit(r *http.Request) int64 {
-	switch {
-	case r.Method != http.MethodPost:
-	case r.URL.Path == statementPath:
-		return statementBytesMax
-	case r.URL.Path == ingestPath || r.URL.Path == bankFilePath:
-		return ingestBodyBytesMax
-	}
-	return bodyBytesMax
-}
-
 // edge is the REST listener's outermost handler: it gives every request an
 // id (X-Request-Id, answered and forwarded to gRPC), and reads the body up
 // to the route's limit before anything decodes it, so an over-size body is a
-// 413 whatever its Content-Length says.
-func edge(next http.Handler) http.Handler {
+// 413 whatever its Content-Length says. A route of a larger limit is served
+// it only once the guard has passed the caller for the route's method
+// (gate): a 401 or 403 is answered with the body unread, and the
+// connection closed rather than drained. On a server without the route's
+// service (its method in no policy), the route has the limit of any other.
+func edge(next http.Handler, gate callGate) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := reqid.New() // never the client's: the id names our log lines
 		r.Header.Set(reqid.Header, id)
 		w.Header().Set(reqid.Header, id)
 		r = r.WithContext(reqid.With(r.Context(), id))
 		if r.Body != nil && r.Body != http.NoBody {
-			limit := bodyLimit(r)
+			limit := int64(bodyBytesMax)
+			if lb, ok := largeBodies[r.URL.Path]; ok && r.Method == http.MethodPost && gate.serves(lb.method) {
+				if gate.refuseREST(w, r, lb.method, id) {
+					return
+				}
+				limit = lb.bytesMax
+			}
 			if r.ContentLength > limit {
 				writeStatus(w, id, http.StatusRequestEntityTooLarge, tooLarge(limit))
 				return

@@ -83,6 +83,8 @@ type Options struct {
 	// GRPCListener, when set, is used instead of listening on GRPCAddr (so a
 	// composition root can know the address before the services exist).
 	GRPCListener net.Listener
+	// HTTPListener, when set, is used instead of listening on HTTPAddr.
+	HTTPListener net.Listener
 	// Allow limits roles to client addresses (GPUBILL_ALLOW_<ROLE>), over the
 	// gRPC peer address and the REST client address.
 	Allow auth.Allowlist
@@ -144,7 +146,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey, Tokens: &auth.TokenCache{}}
 	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
-	gs, hs, local := newGRPCServer(o, guard)
+	gate := callGate{guard: guard, audit: o.Audit, trusted: o.TrustedProxies, log: o.Log}
+	gs, hs, local := newGRPCServer(o, guard, gate)
 	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
 	go func() { s.errc <- gs.Serve(gl) }()
 
@@ -162,7 +165,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.http = &http.Server{
-		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux))),
+		Handler:           obs.HTTPMetrics(edge(obs.MuxRoute(mux), gate)),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -181,8 +184,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-// listen opens the gRPC listener (unless Options brings one) and the REST
-// listener; on an error neither stays open.
+// listen opens the gRPC listener and the REST listener (unless Options
+// brings them); on an error neither stays open.
 func listen(o Options) (gl, hl net.Listener, err error) {
 	gl = o.GRPCListener
 	if gl == nil {
@@ -190,10 +193,12 @@ func listen(o Options) (gl, hl net.Listener, err error) {
 			return nil, nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
 		}
 	}
-	hl, err = net.Listen("tcp", o.HTTPAddr)
-	if err != nil {
-		gl.Close()
-		return nil, nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+	hl = o.HTTPListener
+	if hl == nil {
+		if hl, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+			gl.Close()
+			return nil, nil, fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+		}
 	}
 	return gl, hl, nil
 }
@@ -223,7 +228,7 @@ func KeepaliveOptions() []grpc.ServerOption {
 // stats handler, so a REST call is authorised, audited, counted and traced
 // as the same call over gRPC is, without a socket or wire encoding between
 // them (localChannel).
-func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *localChannel) {
+func newGRPCServer(o Options, guard auth.Guard, gate callGate) (*grpc.Server, *health.Server, *localChannel) {
 	interceptors := []grpc.UnaryServerInterceptor{
 		obs.UnaryServerMetrics(), // first of the shared chain: it counts the code the client gets
 		requestID(),
@@ -236,6 +241,10 @@ func newGRPCServer(o Options, guard auth.Guard) (*grpc.Server, *health.Server, *
 	interceptors = append(interceptors, apperr.UnaryInterceptor(o.Log), recoverer(o.Log), guard.UnaryInterceptor(), sizeLimit(), textGuard())
 	gs := grpc.NewServer(append(KeepaliveOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		// Only a caller the guard passes for the method gets a message
+		// of up to a statement's 64 MiB received (grpc-go has no limit
+		// by method): the tap refuses any other before its message.
+		grpc.InTapHandle(gate.tap),
 		grpc.MaxRecvMsgSize(statementBytesMax),
 		// textCodec spares textGuard the walk of a request that cannot
 		// hold bad text; forgetText and forgetStreamText drop its notes.
@@ -373,16 +382,19 @@ func operatorBearer(r *http.Request, secret []byte) bool {
 // answered in the x-request-id header.
 func requestID() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		id := ""
-		if v := metadata.ValueFromIncomingContext(ctx, reqid.MetadataKey); len(v) == 1 && reqid.Valid(v[0]) {
-			id = v[0]
-		}
-		if id == "" {
-			id = reqid.New()
-		}
+		id := incomingRequestID(ctx)
 		grpc.SetHeader(ctx, metadata.Pairs(reqid.MetadataKey, id)) // fails only after headers went out
 		return handler(reqid.With(ctx, id), req)
 	}
+}
+
+// incomingRequestID is the call's request id: the one the REST edge made
+// (or a direct caller sent, when well-formed), else a fresh one.
+func incomingRequestID(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, reqid.MetadataKey); len(v) == 1 && reqid.Valid(v[0]) {
+		return v[0]
+	}
+	return reqid.New()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
