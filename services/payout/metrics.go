@@ -160,12 +160,37 @@ func webhookMetrics() []obs.SQLMetric {
 		// delivery log shows each timeout); its deliveries wait, not
 		// counted in the lag, and one given up after 3 days opens
 		// GpubillPayoutWebhookGivenUp.
+		//
+		// Of the webhooks in use only: GpubillPayoutWebhooksMostUnanswered
+		// reads it as a share of them, and receivers down for good whose
+		// providers have had no payout since (never cleared: nothing is
+		// sent to them) read as most webhooks not answering.
 		Name: "gpubill_payout_webhooks_unanswered", Type: obs.Gauge,
-		Help: "Payout webhooks (not removed) whose receiver did not answer their last attempt (a timeout, a refused connection): " +
-			"their deliveries wait and are not counted in gpubill_payout_webhook_delivery_lag_seconds.",
-		Query: `select count(*)::float8 from payout.webhooks where deleted_at is null and unanswered_at is not null`,
+		Help: "Payout webhooks in use (gpubill_payout_webhooks_in_use) whose receiver did not answer their last attempt (a timeout, " +
+			"a refused connection): their deliveries wait and are not counted in gpubill_payout_webhook_delivery_lag_seconds.",
+		Query: `select count(*)::float8 from payout.webhooks w where w.unanswered_at is not null and ` + webhookInUse,
+	}, {
+		// gpubill's own network or DNS broken, every receiver looks dead:
+		// each is left out of the lag and counted unanswered, and no
+		// provider is told of a payout paid or returned. The unanswered
+		// count is read as a share of these. Counted by the providers'
+		// changes (a delivery queued, or sent again on request), not by
+		// the sender's attempts: a dead receiver retried every hour for 3
+		// days counts once, like a healthy one told once, and two dead
+		// ones are not most of a quiet night's sends.
+		Name: "gpubill_payout_webhooks_in_use", Type: obs.Gauge,
+		Help: "Payout webhooks not removed with a delivery queued (or sent again on request) in the last 7 days: what " +
+			"gpubill_payout_webhooks_unanswered is a share of.",
+		Query: `select count(*)::float8 from payout.webhooks w where ` + webhookInUse,
 	}}
 }
+
+// webhookInUse is a webhook in use (payout.webhooks w): not removed, a
+// delivery queued or sent again in the last 7 days. Longer than a
+// delivery's 3-day retry window: every webhook the sender still tries is
+// in use.
+const webhookInUse = `w.deleted_at is null and exists (select 1 from payout.webhook_deliveries d
+	where d.webhook_id = w.webhook_id and greatest(d.created_at, d.redelivered_at) > now() - interval '7 days')`
 
 // bankFileMetrics are the bank-file rail's.
 func bankFileMetrics() []obs.SQLMetric {

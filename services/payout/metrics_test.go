@@ -3,11 +3,14 @@ package payout
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -691,5 +694,116 @@ func TestPayoutWebhookLagLeavesOutUnansweredReceivers(t *testing.T) {
 	}
 	if v := testkit.SQLMetric(t, pool, Metrics(), lag); v != 0 {
 		t.Errorf("%s all delivered: %v, want 0", lag, v)
+	}
+}
+
+// gpubill's own outbound network or DNS broken makes every receiver look
+// dead: each webhook the sender tries is left out of its lag and counted
+// unanswered, and with no alert on the count providers stopped getting
+// their paid and returned notices untold. The webhooks in use (not
+// removed, a delivery queued or sent again in the last 7 days) are what
+// the unanswered count is a share of: GpubillPayoutWebhooksMostUnanswered
+// reads the two. A receiver down for good whose provider has had no
+// delivery since, a webhook removed and one never sent to are in neither.
+func TestPayoutWebhooksInUseAllUnansweredWhenEgressFails(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	box, err := postgres.NewSecretBox(bytes.Repeat([]byte{7}, postgres.WebhookKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &postgres.Store{Pool: pool, Box: box}
+	var received atomic.Int64
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		received.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(healthy.Close)
+	var inUse []string
+	for i := range 10 {
+		inUse = append(inUse, fmt.Sprintf("wh-%d", i))
+	}
+	for _, id := range append([]string{"wh-removed", "wh-gone", "wh-idle"}, inUse...) {
+		w := domain.Webhook{ID: id, ProviderID: "p-" + id, URL: healthy.URL, Secret: "0123456789abcdef", CreatedAt: time.Now().Add(-30 * 24 * time.Hour)}
+		if _, err := store.CreateWebhook(ctx, w, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// wh-removed was sent to an hour ago, then removed; wh-gone's receiver
+	// did not answer a delivery queued 8 days ago, given up since, and its
+	// provider has had none since.
+	for _, q := range []string{
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, delivered_at)
+			values ('wh-removed', 'ev-removed', 'po-removed', '{}', now() - interval '1 hour', now() - interval '1 hour', 'delivered', now() - interval '1 hour')`,
+		`insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at, status, attempts)
+			values ('wh-gone', 'ev-gone', 'po-gone', '{}', now() - interval '5 days', now() - interval '8 days', 'failed', 20)`,
+		`update payout.webhooks set unanswered_since = now() - interval '8 days', unanswered_at = now() - interval '5 days' where webhook_id = 'wh-gone'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.DeleteWebhook(ctx, "p-wh-removed", "wh-removed", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	queue := func(event string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `insert into payout.webhook_deliveries (webhook_id, event_id, payout_id, payload, next_attempt_at, created_at)
+			select w, $2 || '-' || w, 'po-' || w, '{}'::bytea, now(), now() from unnest($1::text[]) w`, inUse, event); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run := func(client *http.Client, until func() bool) {
+		t.Helper()
+		runCtx, stop := context.WithCancel(ctx)
+		d := &ports.Deliverer{Store: store, Clock: clock.System{}, HTTP: client, Log: slog.New(slog.DiscardHandler)}
+		ran := make(chan error, 1)
+		go func() { ran <- d.Run(runCtx) }()
+		testkit.Eventually(t, 10*time.Second, until)
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	const inUseName, unanswered = "gpubill_payout_webhooks_in_use", "gpubill_payout_webhooks_unanswered"
+
+	queue("ev-submitted")
+	run(&http.Client{}, func() bool {
+		return count(`select count(*) from payout.webhook_deliveries where event_id like 'ev-submitted-%' and status = 'delivered'`) == len(inUse)
+	})
+	if v := testkit.SQLMetric(t, pool, Metrics(), inUseName); v != float64(len(inUse)) {
+		t.Errorf("%s: %v, want %d (wh-0..9; not wh-removed, wh-gone or wh-idle)", inUseName, v, len(inUse))
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), unanswered); v != 0 {
+		t.Errorf("%s with every receiver in use answering: %v, want 0 (wh-gone is not in use)", unanswered, v)
+	}
+
+	// The cycle's paid notices, with gpubill's DNS failing: the receivers
+	// are up, none is reached.
+	received.Store(0)
+	noDNS := &http.Client{Transport: &http.Transport{DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: addr, IsNotFound: true}
+	}}}
+	queue("ev-paid")
+	run(noDNS, func() bool {
+		return count(`select count(*) from payout.webhook_deliveries where event_id like 'ev-paid-%' and attempts > 0`) == len(inUse)
+	})
+	if n := received.Load(); n != 0 {
+		t.Fatalf("guard: the receiver got %d requests with DNS failing, want 0", n)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), unanswered); v != float64(len(inUse)) {
+		t.Errorf("%s with DNS failing: %v, want %d (every webhook in use)", unanswered, v, len(inUse))
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), inUseName); v != float64(len(inUse)) {
+		t.Errorf("%s with DNS failing: %v, want %d", inUseName, v, len(inUse))
 	}
 }
