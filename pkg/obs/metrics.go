@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -91,6 +92,23 @@ func MuxRoute(mux http.Handler) http.Handler {
 			*route = r.Pattern
 		}
 	})
+}
+
+// CountRefusedCall counts a call of method refused with code before it
+// reached the interceptor chain (the pre-auth gate: a large-body route's
+// caller, or any gRPC call at the listener), as the chain counts a call it
+// refuses: RED's request and error rates keep the refusals.
+func CountRefusedCall(method string, code codes.Code) {
+	grpcRequests.WithLabelValues(method, code.String()).Inc()
+}
+
+// ReportRoute reports route (a pattern, "POST /v1/usage-events") to
+// HTTPMetrics for r, when the handler answering r knows it before routing
+// does (a large-body route refused before its body is read).
+func ReportRoute(r *http.Request, route string) {
+	if p, ok := r.Context().Value(routeKey{}).(*string); ok {
+		*p = route
+	}
 }
 
 // GatewayRoute is a grpc-gateway metadata annotator (runtime.WithMetadata)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
@@ -106,6 +107,9 @@ func edge(next http.Handler, gate callGate) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			limit := int64(bodyBytesMax)
 			if lb, ok := largeBodies[r.URL.Path]; ok && r.Method == http.MethodPost && gate.serves(lb.method) {
+				// Its pattern is its path: a refusal before routing is
+				// counted under the route, as the gateway's answer was.
+				obs.ReportRoute(r, http.MethodPost+" "+r.URL.Path)
 				if gate.refuseREST(w, r, lb.method, id) {
 					return
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/auth"
+	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/pkg/reqid"
 )
 
@@ -82,6 +83,7 @@ func (g callGate) refuseREST(w http.ResponseWriter, r *http.Request, method, req
 	g.refused(ctx, method, requestID, err)
 	closeUnread(w, r)
 	st := status.Convert(err)
+	obs.CountRefusedCall(method, st.Code())
 	writeStatus(w, requestID, runtime.HTTPStatusFromCode(st.Code()), st)
 	return true
 }
@@ -119,5 +121,7 @@ func (g callGate) tap(ctx context.Context, info *tap.Info) (context.Context, err
 	id := incomingRequestID(ctx)
 	ctx = reqid.With(ctx, id)
 	go g.refused(context.WithoutCancel(ctx), info.FullMethodName, id, err)
-	return ctx, apperr.Public(ctx, g.log, info.FullMethodName, err)
+	err = apperr.Public(ctx, g.log, info.FullMethodName, err)
+	obs.CountRefusedCall(info.FullMethodName, status.Code(err))
+	return ctx, err
 }
