@@ -12,6 +12,14 @@
 -- gpubill_ledger_audit_chain_breaks gauge; verify does not call it (the
 -- owner may replace a function).
 --
+-- The pass only computes the links, into a temporary table, and one UPDATE
+-- joined on seq stores them: an UPDATE per record took 154 to 242 s for
+-- 1 000 000 records (570 MB) on two machines, this 43 to 53 s. The ledger
+-- migrates at start-up (a Recreate Deployment, 30 minutes to start): one
+-- UPDATE per record, a log past about 7.5 million records was never
+-- chained, the pod killed mid-migration and the migration rolled back at
+-- every start.
+--
 -- Seqs: the writer now gives each record the seq after the last one, under
 -- the lock it already took to commit in seq order, so seqs are consecutive
 -- from here on (a failed COPY is retried with the same seqs). The records
@@ -51,12 +59,17 @@ alter table ledger.audit_events disable trigger audit_events_immutable;
 do $$
 declare
     prev bytea := decode(repeat('00', 32), 'hex');
+    link bytea;
     r ledger.audit_events;
 begin
+    create temporary table audit_chain (seq bigint not null, prev_hash bytea not null, hash bytea not null) on commit drop;
     for r in select * from ledger.audit_events order by seq loop
-        update ledger.audit_events set prev_hash = prev, hash = ledger.audit_hash(prev, r) where seq = r.seq
-            returning hash into prev;
+        link := ledger.audit_hash(prev, r);
+        insert into audit_chain values (r.seq, prev, link);
+        prev := link;
     end loop;
+    analyze audit_chain;
+    update ledger.audit_events a set prev_hash = c.prev_hash, hash = c.hash from audit_chain c where c.seq = a.seq;
 end;
 $$;
 -- +goose StatementEnd

@@ -30,8 +30,9 @@ import (
 // on its own (BtchBookg false), each a camt.053 entry of 0.3 to 1.3 KB
 // with its references, payee and remittance, beside the day's receipts;
 // under 1 MiB (~3 600 entries) the day's statement was refused and
-// reconciliation never saw it. nginx takes bodies up to the same 64 MiB
-// (deploy/nginx.conf).
+// reconciliation never saw it. nginx takes each route's body up to the
+// same limit, and streams the uploads' (deploy/nginx.conf; deploycheck's
+// TestGatewayBodyLimits).
 const (
 	bodyBytesMax       = 1 << 20  // every REST body but these below
 	ingestBodyBytesMax = 8 << 20  // POST /v1/usage-events, /v1/bank-files

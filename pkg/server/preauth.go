@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/netip"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
@@ -28,8 +27,8 @@ import (
 // admitted call again as before (its token is then in the guard's cache).
 type callGate struct {
 	guard   auth.Guard
-	audit   *audit.Recorder // nil: no audit log (unit tests)
-	trusted []netip.Prefix  // the REST listener's trusted proxies
+	audit   *audit.Recorder   // nil: no audit log (unit tests)
+	gateway *runtime.ServeMux // the REST gateway, whose metadata of a request the guard reads (newGateway)
 	log     *slog.Logger
 }
 
@@ -62,25 +61,35 @@ func (g callGate) refused(ctx context.Context, method, requestID string, err err
 	g.audit.Refused(ctx, g.guard, method, requestID, err)
 }
 
-// restContext is the context r's call has on the gateway's channel: its
-// bearer token and, proved by the gateway's key, its client address
-// (newHTTPMux), as incoming metadata.
-func (g callGate) restContext(r *http.Request) context.Context {
-	md := metadata.MD{"authorization": r.Header.Values("Authorization")}
-	md.Set(auth.GatewayKeyHeader, g.guard.GatewayKey)
-	md.Set(auth.ClientAddrHeader, ClientAddr(r, g.trusted).String())
-	return metadata.NewIncomingContext(r.Context(), md)
+// restContext is the context r's call of method has on the gateway's
+// channel: the incoming metadata the gateway makes of r (its own
+// annotation: its header matcher, requestIDHeader, and its annotators, the
+// gateway's key and the client's address), so the gate finds a token
+// wherever the gateway would and nowhere else. A list of headers of its
+// own (Authorization) would drift from the matcher's. Not the deadline a
+// Grpc-Timeout header sets: the refusal's audit record is stored under
+// this context.
+func (g callGate) restContext(r *http.Request, method string) (context.Context, error) {
+	ctx, err := runtime.AnnotateIncomingContext(r.Context(), g.gateway, r, method)
+	if err != nil {
+		return nil, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return metadata.NewIncomingContext(r.Context(), md), nil
 }
 
 // refuseREST answers r, whose route calls method, 401 or 403 unless the
-// guard passes its caller, and says whether it did, the body unread.
+// guard passes its caller, and says whether it did, the body unread. A
+// request whose headers the gateway refuses (a malformed Grpc-Timeout or
+// -Bin header) is answered the gateway's 400, unread too.
 func (g callGate) refuseREST(w http.ResponseWriter, r *http.Request, method, requestID string) bool {
-	ctx := g.restContext(r)
-	err := g.admit(ctx, method)
+	ctx, err := g.restContext(r, method)
 	if err == nil {
-		return false
+		if err = g.admit(ctx, method); err == nil {
+			return false
+		}
+		g.refused(ctx, method, requestID, err)
 	}
-	g.refused(ctx, method, requestID, err)
 	closeUnread(w, r)
 	st := status.Convert(err)
 	obs.CountRefusedCall(method, st.Code())

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -398,5 +399,117 @@ func TestLargeBodiesNameTheirRoutes(t *testing.T) {
 		if rule.GetPost() != path {
 			t.Errorf("%s: %s posts to %q", path, lb.method, rule.GetPost())
 		}
+	}
+}
+
+// TestUploadGateReadsTheGatewaysToken: the upload gate finds a REST
+// caller's token where the gateway finds it: a caller is answered on an
+// upload route as on a route the gate does not stand before (GET
+// /v1/payouts/{id}, whose 501 is the method's), a refused one with its
+// body unread. The gateway's matcher (requestIDHeader, then
+// runtime.DefaultHeaderMatcher) forwards no Grpc-Metadata- header: a token
+// there is no token, on either route. Headers the gateway refuses are a
+// 400 before the body too.
+func TestUploadGateReadsTheGatewaysToken(t *testing.T) {
+	s, rest, tokens := startUploads(t, nil)
+	bearer := "Bearer " + tokens[auth.RoleFinance]
+	tests := []struct {
+		name       string
+		give       http.Header
+		want       int // on both routes
+		wantUnread bool
+	}{
+		{"Authorization", http.Header{"Authorization": {bearer}}, http.StatusNotImplemented, false},
+		{"Grpc-Metadata-Authorization", http.Header{"Grpc-Metadata-Authorization": {bearer}}, http.StatusUnauthorized, true},
+		{"no token", http.Header{}, http.StatusUnauthorized, true},
+		{"a malformed Grpc-Timeout", http.Header{"Authorization": {bearer}, "Grpc-Timeout": {"soon"}}, http.StatusBadRequest, true},
+	}
+	oneConn := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	do := func(req *http.Request) (int, string) {
+		t.Helper()
+		resp, err := oneConn.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	const bodyBytes = 8 << 20 // a bank file's limit
+	for _, tt := range tests {
+		get, err := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr+"/v1/payouts/po-1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		get.Header = tt.give.Clone()
+		if code, b := do(get); code != tt.want {
+			t.Errorf("%s, GET /v1/payouts/po-1: HTTP %d %.200s; want %d", tt.name, code, b, tt.want)
+		}
+
+		body := &spaces{}
+		post, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr+"/v1/bank-files",
+			io.MultiReader(strings.NewReader("{}"), io.LimitReader(body, bodyBytes-2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		post.ContentLength = bodyBytes
+		post.Header = tt.give.Clone()
+		post.Header.Set("Content-Type", "application/json")
+		code, b := do(post)
+		conn := rest.lastConn()
+		pollUntil(t, conn.closed.Load, tt.name+": the upload's connection left open")
+		if code != tt.want {
+			t.Errorf("%s, POST /v1/bank-files: HTTP %d %.200s; want %d", tt.name, code, b, tt.want)
+		}
+		if read := conn.read.Load(); tt.wantUnread && read > unreadBytesMax {
+			t.Errorf("%s, POST /v1/bank-files: the server read %d bytes before its %d; want at most %d", tt.name, read, code, unreadBytesMax)
+		}
+	}
+}
+
+// TestGateFollowsTheGatewaysMatcher: the gate reads the token from the
+// metadata the gateway's own matcher makes of the headers, not from a list
+// of its own: under a matcher that forwards Grpc-Metadata- headers
+// (runtime.WithLegacyHeaderMatching), a token in
+// Grpc-Metadata-Authorization is the caller's token for the gate as for
+// the gateway; under gpubill's, it is none. Read from Authorization alone,
+// the gate answered 401 to a caller the gateway passed.
+func TestGateFollowsTheGatewaysMatcher(t *testing.T) {
+	secret := []byte("preauth-test-secret-0123456789abcdef")
+	tok, err := auth.Issue(secret, auth.RoleFinance, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	tests := []struct {
+		name    string
+		gateway *runtime.ServeMux
+		give    string // the header carrying the token
+		want    int    // 0: admitted, the body left to the route
+	}{
+		{"legacy matcher, Grpc-Metadata-Authorization", NewGatewayMux(log, runtime.WithLegacyHeaderMatching()), "Grpc-Metadata-Authorization", 0},
+		{"legacy matcher, Authorization", NewGatewayMux(log, runtime.WithLegacyHeaderMatching()), "Authorization", 0},
+		{"legacy matcher, Grpc-Metadata-Other", NewGatewayMux(log, runtime.WithLegacyHeaderMatching()), "Grpc-Metadata-Other", http.StatusUnauthorized},
+		{"gpubill's matcher, Grpc-Metadata-Authorization", NewGatewayMux(log), "Grpc-Metadata-Authorization", http.StatusUnauthorized},
+		{"gpubill's matcher, Authorization", NewGatewayMux(log), "Authorization", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := callGate{guard: auth.Guard{Secret: secret, Policy: uploadService{}.Policy(), Tokens: &auth.TokenCache{}}, gateway: tt.gateway, log: log}
+			r := httptest.NewRequest(http.MethodPost, "/v1/bank-files", strings.NewReader("{}"))
+			r.Header.Set(tt.give, "Bearer "+tok)
+			w := httptest.NewRecorder()
+			refused := gate.refuseREST(w, r, payoutv1.PayoutService_ImportBankFile_FullMethodName, "req-1")
+			got := 0
+			if refused {
+				got = w.Code
+			}
+			if got != tt.want {
+				t.Errorf("answered %d (0: admitted) %.200s; want %d", got, w.Body.String(), tt.want)
+			}
+		})
 	}
 }

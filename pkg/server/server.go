@@ -146,7 +146,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey, Tokens: &auth.TokenCache{}}
 	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
-	gate := callGate{guard: guard, audit: o.Audit, trusted: o.TrustedProxies, log: o.Log}
+	gw := newGateway(o, gatewayKey)
+	gate := callGate{guard: guard, audit: o.Audit, gateway: gw, log: o.Log}
 	gs, hs, local := newGRPCServer(o, guard, gate)
 	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
 	go func() { s.errc <- gs.Serve(gl) }()
@@ -158,7 +159,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.conn = conn
-	mux, err := newHTTPMux(ctx, o, gs, local, gatewayKey)
+	mux, err := newHTTPMux(ctx, o, gs, local, gw)
 	if err != nil {
 		gs.Stop()
 		hl.Close()
@@ -275,13 +276,19 @@ func (rs registrars) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	}
 }
 
-// newHTTPMux builds the REST routes: health, readiness, metrics, the API
-// documents, plain-HTTP handlers and the gateway (over conn, the server's
-// in-process channel) for everything else.
-func newHTTPMux(ctx context.Context, o Options, gs *grpc.Server, conn grpc.ClientConnInterface, gatewayKey string) (*http.ServeMux, error) {
-	gw := NewGatewayMux(o.Log, runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+// newGateway is the REST gateway's mux: a call's metadata carries the
+// gateway's key and, proved by it, the client's address (of o's trusted
+// proxies). The upload gate reads the same metadata (callGate.restContext).
+func newGateway(o Options, gatewayKey string) *runtime.ServeMux {
+	return NewGatewayMux(o.Log, runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
 		return metadata.Pairs(auth.GatewayKeyHeader, gatewayKey, auth.ClientAddrHeader, ClientAddr(r, o.TrustedProxies).String())
 	}))
+}
+
+// newHTTPMux builds the REST routes: health, readiness, metrics, the API
+// documents, plain-HTTP handlers and the gateway gw (over conn, the
+// server's in-process channel) for everything else.
+func newHTTPMux(ctx context.Context, o Options, gs *grpc.Server, conn grpc.ClientConnInterface, gw *runtime.ServeMux) (*http.ServeMux, error) {
 	for _, svc := range o.Services {
 		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
 			return nil, err

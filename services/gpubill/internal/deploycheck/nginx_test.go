@@ -103,6 +103,7 @@ type gateway struct {
 	maps      map[string]map[string]string // $var → key → value ("default" too)
 	mapSource map[string]string            // $var → its source ($arg_x)
 	locations []location
+	server    []directive // the server block's own directives (locations too)
 }
 
 func loadGateway(t *testing.T, path string) *gateway {
@@ -141,6 +142,7 @@ func loadGateway(t *testing.T, path string) *gateway {
 				g.maps[h.args[1]], g.mapSource[h.args[1]] = m, h.args[0]
 			case "server":
 				servers++
+				g.server = h.block
 				for _, l := range h.block {
 					if l.name != "location" {
 						continue
@@ -287,4 +289,21 @@ func (g *gateway) run(body []directive, u *url.URL) (outcome, error) {
 		}
 	}
 	return outcome{}, fmt.Errorf("a location that neither proxies nor answers")
+}
+
+// setting is the value of directive name on path's requests: its
+// location's, else the server's, else def (nginx's default).
+func (g *gateway) setting(path, name, def string) string {
+	l := g.selectLocation(path)
+	if l == nil {
+		return def
+	}
+	for _, body := range [][]directive{l.body, g.server} {
+		for _, d := range body {
+			if d.name == name && len(d.args) == 1 {
+				return d.args[0]
+			}
+		}
+	}
+	return def
 }

@@ -123,6 +123,50 @@ func TestGatewayRoutesEveryRESTPath(t *testing.T) {
 	expect("no route", "/v2/anything", outcome{status: 404})
 }
 
+// TestGatewayBodyLimits: nginx takes of each REST route a body up to the
+// limit pkg/server gives the route (limits.go: the uploads of largeBodies,
+// 1 MiB any other), and streams an upload's body to the service, whose
+// gate answers a caller without a valid token before reading it. At 64m
+// on every route with request buffering on, nginx read up to 64 MiB of
+// any anonymous client's body before gpubill saw the request.
+func TestGatewayBodyLimits(t *testing.T) {
+	g := loadGateway(t, filepath.Join(deployDir, "nginx.conf"))
+	uploads := map[string]string{ // "METHOD path" → client_max_body_size
+		"POST /v1/bank-statements": "64m",
+		"POST /v1/bank-files":      "8m",
+		"POST /v1/usage-events":    "8m",
+	}
+	type bodyRoute struct{ route, target string } // "METHOD path", a request's path
+	var routes []bodyRoute
+	for _, r := range httprules.All() {
+		if r.Method != "GET" && r.Method != "DELETE" && !strings.HasPrefix(r.Path, "/v1/internal/") {
+			routes = append(routes, bodyRoute{r.Method + " " + r.Path, instantiate(r.Path, "")})
+		}
+	}
+	for _, rail := range []string{"alipay", "wechat"} {
+		routes = append(routes, bodyRoute{"POST /v1/rails/" + rail + "/notify", "/v1/rails/" + rail + "/notify"})
+	}
+	for up := range uploads {
+		if !slices.ContainsFunc(routes, func(r bodyRoute) bool { return r.route == up }) {
+			t.Errorf("%s: no such route (httprules)", up)
+		}
+	}
+	for _, r := range routes {
+		route, target := r.route, r.target
+		want, upload := uploads[route]
+		if !upload {
+			want = "1m"
+		}
+		if got := g.setting(target, "client_max_body_size", "1m"); got != want {
+			t.Errorf("%s: client_max_body_size %s, want %s", route, got, want)
+		}
+		streamed := g.setting(target, "proxy_request_buffering", "on") == "off" && g.setting(target, "proxy_http_version", "1.0") == "1.1"
+		if upload && !streamed {
+			t.Errorf("%s: its body buffered by nginx (want proxy_request_buffering off, proxy_http_version 1.1)", route)
+		}
+	}
+}
+
 // composeFile is what the tests read of docker-compose.yml.
 type composeFile struct {
 	Services map[string]struct {
