@@ -520,6 +520,11 @@ func (c *segregatedFundsCmd) Run(e *env) error {
 	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
 		return err
 	}
+	// A restore that did not finish: its figures would read as a ready
+	// ledger's (the services refuse to start on it; so does ledger verify).
+	if err := pg.RestoreFinished(e.ctx, pool); err != nil {
+		return err
+	}
 	var asOf *time.Time
 	if !c.AsOf.IsZero() {
 		asOf = &c.AsOf

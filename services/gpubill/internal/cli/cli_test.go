@@ -671,6 +671,21 @@ func TestReportSegregatedFunds(t *testing.T) {
 	if left, err := filepath.Glob(out + ".partial*"); err != nil || len(left) > 0 {
 		t.Errorf("partial files left: %v %v", left, err)
 	}
+	// A database a restore did not finish (its last step not run) is
+	// refused, naming the way out: its report would read as a ready
+	// ledger's.
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pg.MarkRestorePending(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	r = s.runEnv(t, env, gpubill, "report", "segregated-funds", "--currency", "CNY")
+	if r.code != 1 || !strings.Contains(r.stderr, "did not finish") || !strings.Contains(r.stderr, "after-recovery") || strings.Contains(r.stdout, "r-1") {
+		t.Errorf("report on a database whose restore did not finish: exit %d, stdout %.200q, stderr %q; want 1 naming after-recovery", r.code, r.stdout, r.stderr)
+	}
 	r = s.run(t, gpubill, "report", "segregated-funds", "--currency", "CNY")
 	if r.code != 1 || s.databaseExists(t) {
 		t.Errorf("report on a missing database: exit %d, stderr %q; want 1 and no database created", r.code, r.stderr)
