@@ -23,7 +23,17 @@ const (
 	accountLenMax = 34
 	remitLenMax   = 140
 	fractionMax   = 5 // ActiveOrHistoricCurrencyAndAmount: at most 5 fraction digits
+	// amountDigitsMax: an amount (InstdAmt) and a control sum (CtrlSum) are
+	// the schema's decimal of totalDigits 18; a bank refuses a file with
+	// a longer one.
+	amountDigitsMax = 18
 )
+
+// AmountFits reports whether d, written with fraction digits after the
+// point (as a pain.001 writes it), fits ISO 20022's 18 digits.
+func AmountFits(d decimal.Decimal, fraction int32) bool {
+	return len(strings.TrimPrefix(strings.ReplaceAll(d.StringFixed(fraction), ".", ""), "-")) <= amountDigitsMax
+}
 
 var (
 	ibanRE  = regexp.MustCompile(`^[A-Z]{2}[0-9]{2}[a-zA-Z0-9]{1,30}$`)
@@ -253,6 +263,11 @@ func BuildPain001(b CreditTransferBatch) ([]byte, error) {
 	}
 	// The group's control sum adds amounts of every currency, as the
 	// schema defines it (a plain sum of the instructed amounts).
+	// Each PmtInf's control sum is at most this one, at no more fraction
+	// digits: it fits when this one does.
+	if !AmountFits(total, minorMax) {
+		return nil, fmt.Errorf("batch %s: control sum %s over ISO 20022's %d digits: split the batch", b.MessageID, total.StringFixed(minorMax), amountDigitsMax)
+	}
 	doc.Init.GrpHdr.CtrlSum = total.StringFixed(minorMax)
 	var buf bytes.Buffer
 	buf.WriteString(xml.Header)
@@ -319,6 +334,9 @@ func checkTransfer(f string, t CreditTransfer) (money.Currency, error) {
 	}
 	if !t.Amount.IsPositive() || !cur.Round(t.Amount).Equal(t.Amount) {
 		return cur, fmt.Errorf("%s: amount %s %s must be positive and in whole %s minor units", f, t.Amount, cur.Code, cur.Code)
+	}
+	if !AmountFits(t.Amount, cur.MinorUnits) {
+		return cur, fmt.Errorf("%s: amount %s %s over ISO 20022's %d digits", f, cur.Format(t.Amount), cur.Code, amountDigitsMax)
 	}
 	if t.ExecutionDate.IsZero() {
 		return cur, fmt.Errorf("%s: execution date required", f)

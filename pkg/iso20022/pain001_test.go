@@ -275,6 +275,12 @@ func TestBuildPain001Refuses(t *testing.T) {
 		{"no debtor agent", func(b *CreditTransferBatch) { b.Debtor.Agent = "" }, "debtor.agent"},
 		{"no transfers", func(b *CreditTransferBatch) { b.Transfers = nil }, "no transfers"},
 		{"control character in a name", func(b *CreditTransferBatch) { b.Transfers[0].Creditor.Name = "a\x00b" }, "XML cannot carry"},
+		// ISO 20022's decimal: totalDigits 18 (10^16 yuan writes 19 digits: 10000000000000000.00).
+		{"amount over 18 digits", func(b *CreditTransferBatch) { b.Transfers[0].Amount = d("10000000000000000") }, "18 digits"},
+		// 9e15 + 9e15 yuan: each fits (18 digits), the sums do not.
+		{"control sum over 18 digits", func(b *CreditTransferBatch) {
+			b.Transfers[0].Amount, b.Transfers[1].Amount = d("9000000000000000"), d("9000000000000000")
+		}, "control sum"},
 	} {
 		b := sampleBatch()
 		tc.give(&b)

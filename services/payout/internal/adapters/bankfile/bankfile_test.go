@@ -209,6 +209,8 @@ func TestSubmitIdempotentAndRefusals(t *testing.T) {
 		{"po-alipay", "CNY", "100.00", domain.Method{Type: domain.MethodAlipay, AlipayID: "13800000000"}, domain.FailUnsupported},
 		{"po-usdc", "USDC", "100.00", bank("6222000011110001"), domain.FailUnsupported},
 		{"po-fine", "CNY", "100.001", bank("6222000011110001"), domain.FailInvalidAmount},
+		// 10^16 yuan writes 19 digits (10000000000000000.00): over ISO 20022's 18.
+		{"po-huge", "CNY", "10000000000000000", bank("6222000011110001"), domain.FailInvalidAmount},
 	} {
 		st := f.submit(t, tc.ref, tc.cur, tc.amt, tc.m)
 		if st.State != app.RailFailed || st.FailureCode != tc.wantCode || st.Message == "" {

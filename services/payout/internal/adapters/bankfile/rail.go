@@ -207,6 +207,10 @@ func (r *Rail) Submit(ctx context.Context, t app.Transfer) (app.RailStatus, erro
 		state, code, msg = refuse(domain.FailUnsupported, "currency "+t.Currency+" is not transferred by bank")
 	case !cur.Round(t.Amount).Equal(t.Amount):
 		state, code, msg = refuse(domain.FailInvalidAmount, "amount finer than the currency's minor unit")
+	case !iso20022.AmountFits(t.Amount, cur.MinorUnits):
+		// Queued, the cut would only leave it out (leaveOut), a day later:
+		// refused here, at once, before any file.
+		state, code, msg = refuse(domain.FailInvalidAmount, "amount over the 18 digits an ISO 20022 bank file carries")
 	case m.AccountNumber == "" || m.BankCode == "" || strings.TrimSpace(m.AccountName) == "":
 		state, code, msg = refuse(domain.FailInvalidAccount, "the bank account needs a holder name, number and bank code")
 	}
