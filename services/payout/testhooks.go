@@ -79,8 +79,9 @@ func (h TestHooks) SetSandboxOutage(on bool) { h.s.sandbox.SetOutage(on) }
 // LoseSandboxAnswers makes the sandbox rail book the next n submissions and lose their answers.
 func (h TestHooks) LoseSandboxAnswers(n int) { h.s.sandbox.LoseAnswers(n) }
 
-// CutBankBatch cuts the bank-file rail's batch as its cutoff does.
-func (h TestHooks) CutBankBatch(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
+// CutBankBatch cuts the bank-file rail's batch as its cutoff does: the
+// ids of its files.
+func (h TestHooks) CutBankBatch(ctx context.Context, cutoff time.Time) (ids []string, built bool, err error) {
 	return h.s.bank.Cut(ctx, cutoff)
 }
 

@@ -42,7 +42,7 @@ func TestPayoutHoldStopsAQueuedBankTransfer(t *testing.T) {
 	if err != nil || hold.PayoutsWaiting != 1 || hold.PayoutsInFlight != 0 {
 		t.Fatalf("hold of a queued transfer: %v %v; want 1 waiting (held), 0 in flight", hold, err)
 	}
-	if id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now()); err != nil || built || id != "" {
+	if id, built, err := cutOne(st.s.TestHooks().CutBankBatch(ctx, time.Now())); err != nil || built || id != "" {
 		t.Fatalf("the cut during the hold: %q %v %v; want nothing cut", id, built, err)
 	}
 	got := st.payouts(t, "ph-held")[0]
@@ -63,7 +63,7 @@ func TestPayoutHoldStopsAQueuedBankTransfer(t *testing.T) {
 	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "ph-held"}); err != nil {
 		t.Fatal(err)
 	}
-	id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute))
+	id, built, err := cutOne(st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute)))
 	if err != nil || !built {
 		t.Fatalf("the cut after the release: %q %v %v", id, built, err)
 	}
@@ -143,7 +143,7 @@ func TestCancelOfAQueuedBankTransfer(t *testing.T) {
 	}
 	st.checkProvider(t, "pc-held", "CNY", "620.00", "0")
 
-	id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now())
+	id, built, err := cutOne(st.s.TestHooks().CutBankBatch(ctx, time.Now()))
 	if err != nil || !built {
 		t.Fatalf("the cut: %q %v %v", id, built, err)
 	}
@@ -156,7 +156,7 @@ func TestCancelOfAQueuedBankTransfer(t *testing.T) {
 	if _, err := st.s.API().HoldProviderPayouts(fin, &payoutv1.HoldProviderPayoutsRequest{ProviderId: "pc-held"}); err != nil {
 		t.Fatal(err)
 	}
-	if id, built, err := st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute)); err != nil || built {
+	if id, built, err := cutOne(st.s.TestHooks().CutBankBatch(ctx, time.Now().Add(time.Minute))); err != nil || built {
 		t.Fatalf("the cut after the release: %q %v %v; want nothing (the held transfer was canceled)", id, built, err)
 	}
 	st.checkProvider(t, "pc-cut", "CNY", "0", "150.00")

@@ -91,6 +91,18 @@ func (f *fixture) state(t *testing.T, ref string) app.RailStatus {
 	return st
 }
 
+// cutOne is Cut's answer where a test cuts fewer transfers than a file
+// takes: its one file's id ("" : none); more is an error.
+func cutOne(ids []string, built bool, err error) (string, bool, error) {
+	switch {
+	case err != nil || len(ids) == 0:
+		return "", built, err
+	case len(ids) > 1:
+		return "", built, fmt.Errorf("cut %d files %v, want at most one", len(ids), ids)
+	}
+	return ids[0], built, nil
+}
+
 func e2es(p iso20022.Pain001) []string {
 	var out []string
 	for _, pi := range p.PaymentInfos {
@@ -131,7 +143,7 @@ func TestCutOncePerCutoff(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var err error
-			if ids[i], built[i], err = f.r.Cut(ctx, cut1); err != nil {
+			if ids[i], built[i], err = cutOne(f.r.Cut(ctx, cut1)); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -157,7 +169,7 @@ func TestCutOncePerCutoff(t *testing.T) {
 		t.Errorf("batch 1 row %+v %v", b, err)
 	}
 	// The same cutoff again: the same batch, nothing new.
-	if id, again, err := f.r.Cut(ctx, cut1); err != nil || again || id != ids[0] {
+	if id, again, err := cutOne(f.r.Cut(ctx, cut1)); err != nil || again || id != ids[0] {
 		t.Errorf("re-cut: %s %v %v", id, again, err)
 	}
 	if st := f.state(t, "po-late"); st.ExpectedArrival.Format(time.DateOnly) != "2026-12-02" {
@@ -165,7 +177,7 @@ func TestCutOncePerCutoff(t *testing.T) {
 	}
 	// The next day's cutoff takes the late one only.
 	cut2 := cut1.AddDate(0, 0, 1)
-	id2, built2, err := f.r.Cut(ctx, cut2)
+	id2, built2, err := cutOne(f.r.Cut(ctx, cut2))
 	if err != nil || !built2 {
 		t.Fatal(id2, built2, err)
 	}
@@ -178,7 +190,7 @@ func TestCutOncePerCutoff(t *testing.T) {
 		t.Errorf("batch 2: %v %v", e2es(p2), err)
 	}
 	// Nothing queued: no batch.
-	if id3, built3, err := f.r.Cut(ctx, cut2.AddDate(0, 0, 1)); err != nil || built3 || id3 != "" {
+	if id3, built3, err := cutOne(f.r.Cut(ctx, cut2.AddDate(0, 0, 1))); err != nil || built3 || id3 != "" {
 		t.Errorf("empty cut: %q %v %v", id3, built3, err)
 	}
 	list, err := f.r.ListBatches(ctx, "", 10)
@@ -237,7 +249,7 @@ func TestDeliverAtomically(t *testing.T) {
 	f := newRail(t, out, "")
 	ctx := context.Background()
 	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
-	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +311,7 @@ func TestImportMovesTransfersOnce(t *testing.T) {
 	for ref, acct := range accounts {
 		f.submit(t, ref, "CNY", "150.00", bank(acct))
 	}
-	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +410,7 @@ func TestScanInbox(t *testing.T) {
 	f := newRail(t, t.TempDir(), in)
 	ctx := context.Background()
 	f.submit(t, "po-a", "CNY", "150.00", bank("6222000011110001"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -451,7 +463,7 @@ func inboxWithBooked(t *testing.T) (*fixture, *fakebank.Bank, []byte) {
 	f := newRail(t, t.TempDir(), in)
 	ctx := context.Background()
 	f.submit(t, "po-ret", "CNY", "150.00", bank("6222000011110003"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -562,7 +574,7 @@ func inboxWithReport(t *testing.T) (*fixture, *fakebank.Bank, []byte) {
 	f := newRail(t, t.TempDir(), in)
 	ctx := context.Background()
 	f.submit(t, "po-a", "CNY", "150.00", bank("6222000011110001"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -709,7 +721,7 @@ func TestImportGroupAndPaymentInfoStatuses(t *testing.T) {
 	f.submit(t, "po-c1", "CNY", "100.00", bank("6222000011110001"))
 	f.submit(t, "po-c2", "CNY", "200.00", bank("6222000011110005"))
 	f.submit(t, "po-u1", "USD", "30.00", bank("6222000011110006"))
-	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,7 +792,7 @@ func TestCutLeavesOutATransferTheFileCannotCarry(t *testing.T) {
 	bad.AccountName = "Li\x01Wei"
 	f.submit(t, "po-bad", "CNY", "100.00", bad)
 	f.submit(t, "po-ok", "CNY", "200.00", bank("6222000011110001"))
-	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil || !built {
 		t.Fatalf("cut: %q built %v, %v; want the batch built without po-bad", id, built, err)
 	}
@@ -803,7 +815,7 @@ func TestImportDuplicateRejectionsAtEveryLevel(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "po-c1", "CNY", "100.00", bank("6222000011110001"))
 	f.submit(t, "po-u1", "USD", "30.00", bank("6222000011110006"))
-	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,7 +854,7 @@ func TestImportDUPLRejectsOnlyTheCopy(t *testing.T) {
 	f := newRail(t, "", "")
 	ctx := context.Background()
 	f.submit(t, "po-c1", "CNY", "5000.00", bank("6222000011110001"))
-	id, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	id, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -893,7 +905,7 @@ func importReversal(t *testing.T, ind string) {
 	f := newRail(t, t.TempDir(), t.TempDir())
 	ctx := context.Background()
 	f.submit(t, "po-r1", "CNY", "800.00", bank("6222000011110001"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -1019,7 +1031,7 @@ func TestImportsSideBySide(t *testing.T) {
 	for i := range 150 {
 		f.submit(t, fmt.Sprintf("po-%03d", i), "CNY", "150.00", bank(fmt.Sprintf("62220000111%05d", i*10+1)))
 	}
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -1059,7 +1071,7 @@ func TestLateCutAsksForToday(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "po-late", "CNY", "150.00", bank("6222000011110001"))
 	f.clk.Set(day1.Add(23 * time.Hour)) // 2 Dec 09:00 in Shanghai, before that day's cutoff
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	var exec time.Time
@@ -1098,7 +1110,7 @@ func TestImportMovesATransferQueuedAgainAfterARestore(t *testing.T) {
 	f.submit(t, "po-frozen", "CNY", "300.00", bank("6222000011110002"))
 	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
 	f.submit(t, "po-next", "CNY", "50.00", bank("6222000011110005"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -1140,7 +1152,7 @@ func TestImportMovesATransferQueuedAgainAfterARestore(t *testing.T) {
 	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
 		t.Fatal(err)
 	}
-	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.AddDate(0, 0, 1).Add(5*time.Hour)))
+	id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.AddDate(0, 0, 1).Add(5*time.Hour))))
 	if err != nil || !built {
 		t.Fatal(id, built, err)
 	}
@@ -1191,7 +1203,7 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
 	f.submit(t, "po-b", "CNY", "300.00", bank("6222000011110005"))
 	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30
-	day1Batch, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	day1Batch, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1211,7 +1223,7 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 	if want := "queued 2, batches 1, undelivered 1"; before != want {
 		t.Fatalf("before the cut: %s, want %s", before, want)
 	}
-	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())))
 	if !errors.Is(err, ErrHeld) || built || id != "" {
 		t.Errorf("Cut while held: %q built %v, %v; want ErrHeld", id, built, err)
 	}
@@ -1240,7 +1252,7 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 	}
 
 	// Day 2's cutoff is before the restore: not cut (its id may be at the bank).
-	if id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil || built || id != "" {
+	if id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))); err != nil || built || id != "" {
 		t.Errorf("a cutoff before the restore, released: %q built %v, %v; want no batch", id, built, err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -1250,7 +1262,7 @@ func TestRestoreHoldStopsCutAndDeliverUntilReleased(t *testing.T) {
 		t.Errorf("day 1's batch not delivered once released: %v", err)
 	}
 	f.clk.Set(restoredAt.AddDate(0, 0, 1)) // day 3, 16:00
-	id, built, err = f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	id, built, err = cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())))
 	if err != nil || !built {
 		t.Fatal(id, built, err)
 	}
@@ -1292,7 +1304,7 @@ func TestRestoreOfASnapshotTakenWhileHeldMovesTheHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutoff := f.r.LastCutoff(r2) // day 2, 14:00
-	if id, built, err := f.r.Cut(ctx, cutoff); err != nil || built {
+	if id, built, err := cutOne(f.r.Cut(ctx, cutoff)); err != nil || built {
 		t.Errorf("cutoff %s, before the restore at %s, cut as %s (built %v, %v): a batch of that id may be at the bank",
 			cutoff.In(shanghai), r2.In(shanghai), id, built, err)
 	}
@@ -1325,7 +1337,7 @@ func TestRestoreHoldOfASnapshotBeforeTheHold(t *testing.T) {
 		t.Fatalf("the migration after a restore made its table: %v", err)
 	}
 	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour))); !errors.Is(err, ErrHeld) {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); !errors.Is(err, ErrHeld) {
 		t.Errorf("Cut after the restore of an older snapshot: %v, want ErrHeld", err)
 	}
 }

@@ -18,42 +18,71 @@ import (
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// batchTransfersMax bounds one pain.001: a day's payouts of a large
-// platform; more wait for the next cutoff (the oldest go first).
+// batchTransfersMax bounds one pain.001 (a file the bank's SFTP intake
+// and our own reader take whole); a cutoff with more queued builds
+// another file for the next ones (the oldest go first).
 const batchTransfersMax = 50000
+
+// batchFilesMax bounds the files of one cutoff (its ids' two-digit
+// number, and one transaction's work): 4 950 000 transfers; more wait for
+// the next cutoff (GpubillBankCutoffNotBuilt pages a day later).
+const batchFilesMax = 99
+
+// fileTransfersMax is the most transfers one file of a cutoff takes.
+func (r *Rail) fileTransfersMax() int {
+	if r.transfersMax > 0 {
+		return r.transfersMax
+	}
+	return batchTransfersMax
+}
 
 // batchLockKey serializes batch building across processes (a Postgres
 // advisory lock): two workers at the same cutoff build one batch. A
 // payout hold takes it shared (domain.BankBatchLockKey).
 const batchLockKey = domain.BankBatchLockKey
 
-// BatchID names the batch of a cutoff: pb-YYYYMMDD-HHMM in the cutoff's zone.
+// BatchID names the batch of a cutoff: pb-YYYYMMDD-HHMM in the cutoff's
+// zone, the id of its first file (fileID).
 func (r *Rail) BatchID(cutoff time.Time) string {
 	return "pb-" + cutoff.In(r.loc()).Format("20060102-1504")
+}
+
+// fileID names file seq (from 1) of a cutoff: the first BatchID, the
+// next BatchID-02 … BatchID-99, each a MsgId of its own (the bank refuses
+// a second file under one as a duplicate), and two digits so that ids
+// sort as their files (ListBatches pages by id).
+func (r *Rail) fileID(cutoff time.Time, seq int) string {
+	if seq == 1 {
+		return r.BatchID(cutoff)
+	}
+	return fmt.Sprintf("%s-%02d", r.BatchID(cutoff), seq)
 }
 
 // Cut builds the batch of a cutoff from every transfer queued at or before
 // it and not yet in a batch, but those of a provider finance holds
 // (payout.holds: they stay queued, and go in the first cut after the
-// release): once per cutoff (a second call answers the
-// batch already built, built false), each transfer in at most one batch.
-// With nothing queued there is no batch (id ""). The file is kept in the
-// database in the same transaction that marks its transfers batched, then
-// delivered (Deliver). While a restore hold is open it cuts nothing
-// (ErrHeld); a cutoff at or before the latest restore is never cut: a
-// batch of its id may have been cut after the recovery point and sent,
-// and the bank refuses another file under that id as a duplicate.
-func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool, err error) {
-	id = r.BatchID(cutoff)
+// release): as many files as they need (each of at most fileTransfersMax
+// transfers and a control sum ISO 20022 carries, the oldest first, under
+// ids fileID 1, 2 …), all in one transaction, once per cutoff (a second
+// call answers the files already built, built false), each transfer in at
+// most one file. With nothing queued there is no batch (no ids). The files
+// are kept in the database in the same transaction that marks their
+// transfers batched, then delivered (Deliver). While a restore hold is
+// open it cuts nothing (ErrHeld); a cutoff at or before the latest
+// restore is never cut: a batch of its ids may have been cut after the
+// recovery point and sent, and the bank refuses another file under one of
+// them as a duplicate.
+func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (ids []string, built bool, err error) {
 	var refused []string
 	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 		existing, err := lockedBatchAt(ctx, tx, cutoff)
-		if err != nil || existing != "" {
-			id = existing
+		if err != nil || len(existing) > 0 {
+			ids = existing
 			return err
 		}
 		held, restored, err := cutHold(ctx, tx)
@@ -61,11 +90,9 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 			return err
 		}
 		if held {
-			id = ""
 			return ErrHeld
 		}
 		if !cutoff.After(restored) {
-			id = ""
 			return nil
 		}
 		// A cutoff cut late (the service was down over it) asks for the
@@ -76,38 +103,66 @@ func (r *Rail) Cut(ctx context.Context, cutoff time.Time) (id string, built bool
 		if today := r.executionDate(r.Clock.Now()); exec.Before(today) {
 			exec = today
 		}
-		refs, cts, err := queuedTransfers(ctx, tx, cutoff, exec)
-		if err != nil {
-			return err
-		}
-		if refs, cts, err = r.leaveOut(ctx, tx, refs, cts, &refused); err != nil {
-			return err
-		}
-		if len(cts) == 0 {
-			id = ""
-			return nil
-		}
-		if err := r.storeBatch(ctx, tx, id, cutoff, exec, cts); err != nil {
-			return err
-		}
-		if err := r.markBatched(ctx, tx, id, exec, refs, cts); err != nil {
-			return err
+		for len(ids) < batchFilesMax {
+			// The next oldest transfers still queued: those of the files
+			// built before are batched now.
+			refs, cts, err := r.queuedTransfers(ctx, tx, cutoff, exec)
+			if err != nil || len(cts) == 0 {
+				built = err == nil && len(ids) > 0
+				return err
+			}
+			if refs, cts, err = r.leaveOut(ctx, tx, refs, cts, &refused); err != nil {
+				return err
+			}
+			if len(cts) == 0 {
+				continue // every one failed (rejected): the next ones
+			}
+			n := controlSumFits(cts)
+			id := r.fileID(cutoff, len(ids)+1)
+			if err := r.storeBatch(ctx, tx, id, len(ids)+1, cutoff, exec, cts[:n]); err != nil {
+				return err
+			}
+			if err := r.markBatched(ctx, tx, id, exec, refs[:n], cts[:n]); err != nil {
+				return err
+			}
+			ids = append(ids, id)
 		}
 		built = true
+		r.Log.Warn("bank cutoff built its most files: a transfer still queued at it waits for the next cutoff",
+			"cutoff", cutoff, "files", len(ids), "transfers_per_file_max", r.fileTransfersMax())
 		return nil
 	})
 	if err != nil {
-		return "", false, fmt.Errorf("cut bank batch at %s: %w", cutoff.Format(time.RFC3339), err)
+		return nil, false, fmt.Errorf("cut bank batch at %s: %w", cutoff.Format(time.RFC3339), err)
 	}
 	if built {
-		r.Log.Info("bank batch built", "batch_id", id, "cutoff", cutoff)
+		r.Log.Info("bank batch built", "batch_ids", ids, "cutoff", cutoff)
 	}
 	for _, ref := range refused {
 		if r.Notify != nil {
 			r.Notify(ref)
 		}
 	}
-	return id, built, nil
+	return ids, built, nil
+}
+
+// controlSumFits is how many of cts, from the first, one file carries:
+// those whose sum, the group's CtrlSum, fits ISO 20022's 18 digits (at
+// the most fraction digits of their currencies); at least the first (it
+// fits alone: leaveOut checked it).
+func controlSumFits(cts []iso20022.CreditTransfer) int {
+	sum, fraction := decimal.Zero, int32(0)
+	for i, ct := range cts {
+		cur, err := money.Lookup(ct.Currency)
+		if err != nil { // leaveOut checked it: BuildPain001 says why
+			return max(i, 1)
+		}
+		sum, fraction = sum.Add(ct.Amount), max(fraction, cur.MinorUnits)
+		if !iso20022.AmountFits(sum, fraction) {
+			return max(i, 1)
+		}
+	}
+	return len(cts)
 }
 
 // leaveOut fails each transfer a pain.001 cannot carry (a creditor name
@@ -134,32 +189,31 @@ func (r *Rail) leaveOut(ctx context.Context, tx pgx.Tx, refs []string, cts []iso
 	return keptRefs, kept, nil
 }
 
-// lockedBatchAt takes the batch lock (until tx ends) and returns the batch
-// already built at cutoff ("" if none).
-func lockedBatchAt(ctx context.Context, tx pgx.Tx, cutoff time.Time) (string, error) {
+// lockedBatchAt takes the batch lock (until tx ends) and returns the ids
+// of the files already built at cutoff, in order (none if none).
+func lockedBatchAt(ctx context.Context, tx pgx.Tx, cutoff time.Time) ([]string, error) {
 	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, int64(batchLockKey)); err != nil {
-		return "", err
+		return nil, err
 	}
-	var existing string
-	err := tx.QueryRow(ctx, `select batch_id from payout.bank_batches where cutoff_at = $1`, cutoff).Scan(&existing)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
+	rows, err := tx.Query(ctx, `select batch_id from payout.bank_batches where cutoff_at = $1 order by file_seq`, cutoff)
+	if err != nil {
+		return nil, err
 	}
-	return existing, err
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // queuedTransfers locks the transfers queued at or before cutoff (oldest
-// first, at most batchTransfersMax) and returns their references and
+// first, at most fileTransfersMax: one file's) and returns their references and
 // credit transfers executed on exec. A transfer of a provider finance
 // holds is left queued: the hold is placed under the batch lock (shared,
 // postgres.Store.PutHold), which the cut holds, so one placed as the cut
 // runs is read here or finds the transfer batched (answered in flight).
-func queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]string, []iso20022.CreditTransfer, error) {
+func (r *Rail) queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]string, []iso20022.CreditTransfer, error) {
 	rows, err := tx.Query(ctx, `select t.reference, t.end_to_end_id, t.currency, t.amount, t.creditor_name, t.creditor_account, t.creditor_agent
 		from payout.bank_transfers t where t.state = 'queued' and t.queued_at <= $1
 		  and not exists (select 1 from payout.holds h where h.provider_id = t.provider_id)
 		order by t.queued_at, t.reference limit $2 for update of t`,
-		cutoff, batchTransfersMax)
+		cutoff, r.fileTransfersMax())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,8 +236,9 @@ func queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]
 	return refs, cts, rows.Err()
 }
 
-// storeBatch builds the pain.001 of the transfers and keeps it as batch id.
-func (r *Rail) storeBatch(ctx context.Context, tx pgx.Tx, id string, cutoff, exec time.Time, cts []iso20022.CreditTransfer) error {
+// storeBatch builds the pain.001 of the transfers and keeps it as batch
+// id, file seq of its cutoff.
+func (r *Rail) storeBatch(ctx context.Context, tx pgx.Tx, id string, seq int, cutoff, exec time.Time, cts []iso20022.CreditTransfer) error {
 	initiator := r.Cfg.InitiatingParty
 	if initiator == "" {
 		initiator = r.Cfg.Debtor.Name
@@ -191,15 +246,15 @@ func (r *Rail) storeBatch(ctx context.Context, tx pgx.Tx, id string, cutoff, exe
 	file, err := iso20022.BuildPain001(iso20022.CreditTransferBatch{MessageID: id, CreatedAt: r.Clock.Now(), InitiatingParty: initiator,
 		Debtor: r.Cfg.Debtor, Transfers: cts})
 	if err != nil {
-		return fmt.Errorf("batch %s: %w", id, err)
+		return err // it names the batch
 	}
 	sum := decimal.Zero
 	for _, ct := range cts {
 		sum = sum.Add(ct.Amount)
 	}
 	h := sha256.Sum256(file)
-	if _, err := tx.Exec(ctx, `insert into payout.bank_batches (batch_id, cutoff_at, execution_date, transfers, control_sum, file, file_sha256, created_at)
-		values ($1, $2, $3, $4, $5, $6, $7, $8)`, id, cutoff, exec, len(cts), sum, file, hex.EncodeToString(h[:]), r.Clock.Now()); err != nil {
+	if _, err := tx.Exec(ctx, `insert into payout.bank_batches (batch_id, cutoff_at, file_seq, execution_date, transfers, control_sum, file, file_sha256, created_at)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, id, cutoff, seq, exec, len(cts), sum, file, hex.EncodeToString(h[:]), r.Clock.Now()); err != nil {
 		return fmt.Errorf("batch %s: %w", id, err)
 	}
 	return nil
@@ -237,7 +292,7 @@ func (r *Rail) Deliver(ctx context.Context) error {
 	if held {
 		return ErrHeld
 	}
-	rows, err := r.Pool.Query(ctx, `select batch_id, file from payout.bank_batches where delivered_at is null order by created_at`)
+	rows, err := r.Pool.Query(ctx, `select batch_id, file from payout.bank_batches where delivered_at is null order by created_at, file_seq`)
 	if err != nil {
 		return err
 	}

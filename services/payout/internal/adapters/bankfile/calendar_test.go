@@ -21,7 +21,7 @@ var (
 func (f *fixture) cutNow(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
-	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())))
 	if err != nil || !built {
 		t.Fatalf("cut: %s built %v: %v", id, built, err)
 	}

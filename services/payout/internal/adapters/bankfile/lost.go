@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,10 +111,20 @@ func unnamedCover(sr iso20022.StatusReport, listed map[string]bool) *lostBatch {
 	return l
 }
 
-// batchCutoff is the cutoff of a batch id of this rail (BatchID).
+// batchCutoff is the cutoff of a batch id of this rail: of any file of
+// it (fileID).
 func (r *Rail) batchCutoff(id string) (time.Time, bool) {
-	t, err := time.ParseInLocation("pb-20060102-1504", id, r.loc())
-	if err != nil || r.BatchID(t) != id {
+	const layout = "pb-20060102-1504"
+	base, seq := id, 1
+	if len(id) == len(layout)+len("-02") {
+		n, err := strconv.Atoi(id[len(layout)+1:])
+		if err != nil {
+			return time.Time{}, false
+		}
+		base, seq = id[:len(layout)], n
+	}
+	t, err := time.ParseInLocation(layout, base, r.loc())
+	if err != nil || seq < 1 || seq > batchFilesMax || r.fileID(t, seq) != id {
 		return time.Time{}, false
 	}
 	return t, true

@@ -37,7 +37,7 @@ func TestPayoutHoldKeepsAQueuedTransferOutOfTheCut(t *testing.T) {
 		return strings.Join(e2es(p), " ")
 	}
 	cut1 := f.r.LastCutoff(day1.Add(5 * time.Hour))
-	id, built, err := f.r.Cut(ctx, cut1)
+	id, built, err := cutOne(f.r.Cut(ctx, cut1))
 	if err != nil || !built {
 		t.Fatal(id, built, err)
 	}
@@ -52,7 +52,7 @@ func TestPayoutHoldKeepsAQueuedTransferOutOfTheCut(t *testing.T) {
 	if _, err := f.r.Pool.Exec(ctx, `delete from payout.holds where provider_id = 'p-po-held'`); err != nil {
 		t.Fatal(err)
 	}
-	id2, built2, err := f.r.Cut(ctx, cut1.AddDate(0, 0, 1))
+	id2, built2, err := cutOne(f.r.Cut(ctx, cut1.AddDate(0, 0, 1)))
 	if err != nil || !built2 {
 		t.Fatal(id2, built2, err)
 	}

@@ -118,6 +118,10 @@ type Rail struct {
 	Cfg    Config
 	Log    *slog.Logger
 	Notify app.Notifier // told of every transfer an import moved; may be nil
+
+	// transfersMax bounds the transfers of one file (0: batchTransfersMax;
+	// tests set a few).
+	transfersMax int
 }
 
 // Rail is app's bank-file rail: a payout rail and finance's batches and imports.

@@ -40,7 +40,7 @@ func (f *fixture) sendDay1(t *testing.T) (*fakebank.Bank, fakebank.File) {
 	t.Helper()
 	ctx := context.Background()
 	f.clk.Set(day1.Add(4*time.Hour + 30*time.Minute)) // 14:30: after the cutoff
-	if _, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())); err != nil {
+	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Deliver(ctx); err != nil {
@@ -62,7 +62,7 @@ func (f *fixture) releaseAndCut(t *testing.T) string {
 	if _, err := f.r.ReleaseRestoreHold(ctx, "finance:alice"); err != nil {
 		t.Fatal(err)
 	}
-	id, built, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now().AddDate(0, 0, 1)))
+	id, built, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now().AddDate(0, 0, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestReportImportedBeforeTheRetryAppliesWhenQueued(t *testing.T) {
 	rejection := fb.StatusReport(first)
 	f.submit(t, "po-v-2", "CNY", "620.00", bank("6222000011110001"))
 	f.clk.Set(day1.AddDate(0, 0, 1).Add(4*time.Hour + 30*time.Minute)) // day 2, 14:30
-	day2, _, err := f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now()))
+	day2, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(f.clk.Now())))
 	if err != nil {
 		t.Fatal(err)
 	}
