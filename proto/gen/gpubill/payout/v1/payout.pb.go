@@ -2994,11 +2994,12 @@ func (x *PayoutBatchTotal) GetAmount() string {
 	return ""
 }
 
-// One pain.001 payment batch: built once per daily cutoff from the bank
-// payouts submitted before it.
+// One pain.001 payment batch file: a daily cutoff builds as many as the
+// bank payouts submitted before it need (each of at most 50 000, the
+// oldest first), once.
 type PayoutBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"` // the file's MsgId: pb-YYYYMMDD-HHMM of the cutoff
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"` // the file's MsgId: pb-YYYYMMDD-HHMM of the cutoff for its first file, then pb-YYYYMMDD-HHMM-02, -03 …
 	CutoffAt      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=cutoff_at,json=cutoffAt,proto3" json:"cutoff_at,omitempty"`
 	ExecutionDate string                 `protobuf:"bytes,3,opt,name=execution_date,json=executionDate,proto3" json:"execution_date,omitempty"` // YYYY-MM-DD, the file's ReqdExctnDt
 	Transfers     int32                  `protobuf:"varint,4,opt,name=transfers,proto3" json:"transfers,omitempty"`                             // the file's NbOfTxs
