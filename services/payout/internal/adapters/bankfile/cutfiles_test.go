@@ -268,3 +268,31 @@ func TestCutOfManyFilesIsAllOrNothing(t *testing.T) {
 		t.Errorf("%d transfers in the cutoff's files, %d files undelivered (%v), want 3 and 0", in, undelivered, err)
 	}
 }
+
+// A transfer queued before Submit refused amounts over ISO 20022's 18
+// digits (10^16 yuan) is left out of the cut, failed alone; the others'
+// file is written without it.
+func TestCutLeavesOutAnAmountOverISODigitsQueuedBefore(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	f.submit(t, "po-ok", "CNY", "100.00", bank("6222000011110010"))
+	f.submit(t, "po-big", "CNY", "100.00", bank("6222000011110011"))
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set amount = 10000000000000000 where reference = 'po-big'`); err != nil {
+		t.Fatal(err)
+	}
+	ids, built, err := f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))
+	if err != nil || !built || len(ids) != 1 {
+		t.Fatalf("cut %v built %v: %v", ids, built, err)
+	}
+	file, err := f.r.BatchFile(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := iso20022.ParsePain001(file); err != nil || strings.Join(e2es(p), ",") != "po-ok" {
+		t.Errorf("file %s: %v %v, want po-ok alone", ids[0], e2es(p), err)
+	}
+	if st := f.state(t, "po-big"); st.State != app.RailFailed || !strings.Contains(st.Message, "18 digits") {
+		t.Errorf("po-big: %+v, want failed over 18 digits", st)
+	}
+}
