@@ -52,16 +52,18 @@ func TestServiceBinariesDrainOnHangup(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
+			waited := false // done received: the process is gone
 			t.Cleanup(func() {
-				if cmd.ProcessState == nil {
+				if !waited {
 					_ = cmd.Process.Kill()
-					<-done
+					t.Logf("%s killed: %v", name, <-done)
 				}
 			})
 			serving := false
 			for deadline := time.After(2 * time.Minute); !serving; {
 				select {
 				case err := <-done:
+					waited = true
 					t.Fatalf("%s exited before serving: %v\n%s", name, err, stderr.String())
 				case <-deadline:
 					t.Fatalf("%s not serving after 2 min:\n%s", name, stderr.String())
@@ -74,6 +76,7 @@ func TestServiceBinariesDrainOnHangup(t *testing.T) {
 			}
 			select {
 			case err := <-done:
+				waited = true
 				var exitErr *exec.ExitError
 				if err != nil && !errors.As(err, &exitErr) {
 					t.Fatal(err)
