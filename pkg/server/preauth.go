@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -30,7 +31,17 @@ type callGate struct {
 	audit   *audit.Recorder   // nil: no audit log (unit tests)
 	gateway *runtime.ServeMux // the REST gateway, whose metadata of a request the guard reads (newGateway)
 	log     *slog.Logger
+	// methods holds the full name of every method registered on the gRPC
+	// listener (health and reflection too), filled by newGRPCServer
+	// before the listener serves.
+	methods map[string]bool
 }
+
+// unknownMethod is the method label under which a call of a method no
+// service registers is counted: its name is the caller's, any string,
+// and one series per name would let a client grow the metrics without
+// bound.
+const unknownMethod = "unknown"
 
 // admit is the guard's verdict on ctx's caller (its incoming metadata) of
 // method: nil for a public method or a caller the guard passes, else its
@@ -122,7 +133,15 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 // whatever the method, an unauthenticated caller gets no more than its
 // headers read. It runs on the connection's reader: the audit record of
 // a refused write is stored on a goroutine of its own.
+//
+// A method no service registers is answered Unimplemented, whoever calls
+// it: the guard's 401 or 403 ("not open to any role") told a client with
+// a misspelt method, or a client of another version, that it existed.
 func (g callGate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !g.methods[info.FullMethodName] {
+		obs.CountRefusedCall(unknownMethod, codes.Unimplemented)
+		return ctx, status.Errorf(codes.Unimplemented, "unknown method %s", info.FullMethodName)
+	}
 	err := g.admit(ctx, info.FullMethodName)
 	if err == nil {
 		return ctx, nil

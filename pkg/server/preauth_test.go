@@ -513,3 +513,56 @@ func TestGateFollowsTheGatewaysMatcher(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownMethodUnimplemented: a method no service of the server
+// registers was answered by the pre-auth gate as the guard refuses it
+// (403 "not open to any role"), as if it existed, to any caller. It is
+// answered Unimplemented, for any caller, its message unread; a method a
+// service registers but no role may call is still refused.
+func TestUnknownMethodUnimplemented(t *testing.T) {
+	s, _, tokens := startUploads(t, nil)
+	big := &ledgerv1.ImportBankStatementRequest{Currency: "CNY", Content: strings.Repeat(" ", 64<<20-1<<10)}
+	for _, tt := range []struct {
+		give   string // the caller's token, by role
+		method string
+		want   codes.Code
+	}{
+		{"", "/gpubill.nosuch.v1.NoSuchService/Get", codes.Unimplemented},
+		{"forged", "/gpubill.nosuch.v1.NoSuchService/Get", codes.Unimplemented},
+		{auth.RoleRenter, "/gpubill.nosuch.v1.NoSuchService/Get", codes.Unimplemented},
+		{auth.RoleFinance, "/gpubill.nosuch.v1.NoSuchService/Get", codes.Unimplemented},
+		{"", "/gpubill.payout.v1.PayoutService/NoSuchMethod", codes.Unimplemented},
+		{auth.RoleFinance, "/gpubill.payout.v1.PayoutService/NoSuchMethod", codes.Unimplemented},
+		{auth.RoleFinance, "/gpubill.ledger.v1.LedgerService/CreateTransaction", codes.Unimplemented}, // served by another service
+		// Registered, in no role's policy: refused as before.
+		{auth.RoleFinance, payoutv1.PayoutService_CancelPayout_FullMethodName, codes.PermissionDenied},
+		{"", payoutv1.PayoutService_CancelPayout_FullMethodName, codes.PermissionDenied},
+	} {
+		var counted atomic.Pointer[countingConn]
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				if err != nil {
+					return nil, err
+				}
+				cc := &countingConn{Conn: conn}
+				counted.Store(cc)
+				return cc, nil
+			})}
+		if tok := tokens[tt.give]; tok != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(auth.BearerCreds(tok)))
+		}
+		conn, err := grpc.NewClient(s.GRPCAddr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = conn.Invoke(context.Background(), tt.method, big, &ledgerv1.ImportBankStatementResponse{})
+		conn.Close()
+		if status.Code(err) != tt.want {
+			t.Errorf("%s, %q: %v; want %v", tt.method, tt.give, err, tt.want)
+		}
+		if n := counted.Load().written.Load(); n > unreadBytesMax {
+			t.Errorf("%s, %q: the client sent %d bytes before the answer; want at most %d (the message unread)", tt.method, tt.give, n, unreadBytesMax)
+		}
+	}
+}

@@ -147,7 +147,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	guard := auth.Guard{Secret: o.Secret, Policy: Policies(o.Services), Allow: o.Allow, GatewayKey: gatewayKey, Tokens: &auth.TokenCache{}}
 	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
 	gw := newGateway(o, gatewayKey)
-	gate := callGate{guard: guard, audit: o.Audit, gateway: gw, log: o.Log}
+	gate := callGate{guard: guard, audit: o.Audit, gateway: gw, log: o.Log, methods: map[string]bool{}}
 	gs, hs, local := newGRPCServer(o, guard, gate)
 	s := &Server{GRPCAddr: gl.Addr().String(), HTTPAddr: hl.Addr().String(), grpc: gs, health: hs, errc: make(chan error, 2), stopAudit: stopAudit, log: o.Log}
 	go func() { s.errc <- gs.Serve(gl) }()
@@ -263,6 +263,13 @@ func newGRPCServer(o Options, guard auth.Guard, gate callGate) (*grpc.Server, *h
 	both := registrars{gs, local}
 	for _, svc := range o.Services {
 		svc.RegisterGRPC(both)
+	}
+	// What the tap admits to the guard: before gs serves, so the tap's
+	// reads of the map follow these writes.
+	for name, info := range gs.GetServiceInfo() {
+		for _, m := range info.Methods {
+			gate.methods["/"+name+"/"+m.Name] = true
+		}
 	}
 	return gs, hs, local
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/alecthomas/kong"
 
@@ -35,7 +33,8 @@ type Builder func(ctx context.Context, d Deps, cfg config.Common) (Service, func
 
 // Main runs one service alone: config from env and flags (DESIGN §10), its
 // database pool, NATS (NATS_URL is required), its gRPC and REST listeners,
-// and its background loops, until SIGINT/SIGTERM. It returns the exit code.
+// and its background loops, until SIGINT, SIGTERM or SIGHUP
+// (cmdline.StopSignals). It returns the exit code.
 // --help and --version print and return 0 before anything starts; a
 // command line or setting that does not parse returns 2.
 func Main(name string, build Builder) int {
@@ -47,7 +46,7 @@ func Main(name string, build Builder) int {
 		kong.Description("gpubill "+name+" service. "+cmdline.ExitCodesHelp)); done {
 		return code
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cmdline.StopContext(context.Background())
 	defer stop()
 	log := obs.NewLogger(os.Stderr, cfg.LogLevel).With("service", name)
 	err := run(ctx, name, cfg.Common, build)
@@ -193,10 +192,21 @@ func serveUntilDone(ctx context.Context, srv *server.Server, s Service) error {
 	case <-ctx.Done():
 		srv.Shutdown(context.Background())
 		cancel()
-		return <-runErr
+		return stopped(ctx, <-runErr)
 	case err := <-srv.Err():
 		return err
 	case err := <-runErr:
-		return err
+		return stopped(ctx, err)
 	}
+}
+
+// stopped is the loops' result err once ctx may have ended: a start-up
+// step the stop interrupted (settlement starting its cycle workflows, each
+// start idempotent and run again at the next start) returns the context's
+// error, and a drain asked for exited 1 with an error logged.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }

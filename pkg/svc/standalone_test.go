@@ -3,6 +3,7 @@ package svc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gpubill/gpubill/pkg/server"
@@ -33,5 +34,31 @@ func TestReadinessHasTheServicesOwnChecks(t *testing.T) {
 	cs := readiness(ok, ok, temporalService{})
 	if got := names(cs); len(got) != 3 || got[2] != "temporal" || cs[2].Check(context.Background()) == nil {
 		t.Errorf("a service with its own check: %v", got)
+	}
+}
+
+// A service stopped (SIGTERM, SIGHUP) during a start-up step (settlement
+// starting its cycle workflows) returned that step's context error: the
+// drain asked for exited 1, "exit" logged as an error. Once stopped, an
+// error of the stop is none; any other is still the failure it is.
+func TestStoppedDuringStartUpIsNoFailure(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	canceled := fmt.Errorf("start cycle workflows: unsettled cycles: %w", context.Canceled)
+	failed := errors.New("start cycle workflows: connection refused")
+	tests := []struct {
+		name string
+		ctx  context.Context
+		give error
+		want error
+	}{
+		{"stopped, the step canceled", done, canceled, nil},
+		{"stopped, the step failed", done, failed, failed},
+		{"running, a context canceled", context.Background(), canceled, canceled},
+	}
+	for _, tt := range tests {
+		if got := stopped(tt.ctx, tt.give); !errors.Is(got, tt.want) || (tt.want == nil) != (got == nil) {
+			t.Errorf("%s: %v; want %v", tt.name, got, tt.want)
+		}
 	}
 }

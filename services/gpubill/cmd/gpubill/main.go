@@ -4,9 +4,8 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/gpubill/gpubill/pkg/cmdline"
 	"github.com/gpubill/gpubill/services/gpubill/internal/cli"
 )
 
@@ -14,7 +13,7 @@ func main() {
 	// SIGHUP too (the SSH session of a restore or a dev stack dropped):
 	// unhandled, it killed the process where it stood, a restore between
 	// its load and its last step with no word of what to do.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := cmdline.StopContext(context.Background())
 	defer stop()
 	os.Exit(cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

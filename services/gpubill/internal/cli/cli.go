@@ -61,6 +61,7 @@ type devCmd struct {
 	NATSAddr     string        `name:"nats-addr" env:"GPUBILL_NATS_ADDR" default:"127.0.0.1:0" help:"Embedded NATS listener."`
 	TemporalAddr string        `name:"temporal-addr" env:"GPUBILL_TEMPORAL_ADDR" default:"127.0.0.1:0" help:"Embedded Temporal dev server listener."`
 	Simulate     bool          `name:"simulate" env:"GPUBILL_SIMULATE" help:"Drive a simulated marketplace through the public API."`
+	Force        bool          `help:"With --simulate: run even on a database holding parties or ledger history the simulation did not create (its deposits have no money behind them)."`
 	BackupDir    string        `name:"backup-dir" env:"GPUBILL_BACKUP_DIR" help:"Where scheduled snapshots go (default: <data-dir>/backups)."`
 	BackupEvery  time.Duration `name:"backup-every" env:"GPUBILL_BACKUP_EVERY" default:"6h" help:"Interval between scheduled snapshots (0: none)."`
 	BackupKeep   time.Duration `name:"backup-keep" env:"GPUBILL_BACKUP_KEEP" default:"72h" help:"Age past which scheduled snapshots are removed (the newest is always kept)."`
@@ -220,6 +221,13 @@ func (d *devCmd) Run(e *env) error {
 			log.Warn("spans not exported at exit", "err", err)
 		}
 	}()
+	if d.Simulate && !d.Force {
+		// Before anything starts on it: a production DATABASE_URL got the
+		// whole stack and the simulation's deposits.
+		if err := simulate.CheckOwnDatabase(e.ctx, d.DatabaseURL); err != nil {
+			return err
+		}
+	}
 	lease, recv, err := d.leaseControl(log)
 	if err != nil {
 		return err

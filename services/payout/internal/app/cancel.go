@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -53,11 +54,22 @@ func (a *Payouts) Cancel(ctx context.Context, id, why string) error {
 	if err != nil || !domain.CanceledInQueue(p) {
 		return err
 	}
-	if err := a.postCanceled(ctx, p); err != nil {
+	// The cancel is stored: its return to available is posted with a
+	// context the caller's leaving does not end. Posted with the caller's,
+	// a client that disconnected right after the commit canceled the post,
+	// the amount left in in_transit until the workflow's next rail poll.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelPostMax)
+	defer cancel()
+	if err := a.postCanceled(pctx, p); err != nil {
 		return &CanceledUnpostedError{PayoutID: p.ID, Err: err}
 	}
 	return nil
 }
+
+// cancelPostMax bounds the post of a canceled payout's return to available
+// once its caller may have left: past it, the ledger is taken as down and
+// the payout's workflow posts it (CanceledUnpostedError).
+const cancelPostMax = 30 * time.Second
 
 // CanceledUnpostedError is Cancel's error once the cancel is saved: the
 // payout is canceled in the bank-file queue, its return to available not
