@@ -16,6 +16,12 @@ type Remitted struct {
 	Remittances []domain.Remittance
 	Lines       []domain.ReportLine // per remittance of Remittances and provider
 	NotPosted   int                 // withholdings recorded before the period's end whose settlement the ledger has not posted
+	// Outstanding counts the withholdings recorded before the period's end
+	// that no remittance holds after the run (not posted when the month was
+	// filed, or posted since): the first month filed after the ledger posts
+	// each remits it. The month's run is recorded complete all the same; this
+	// says whether any of its tax is still owed.
+	Outstanding int
 }
 
 // RemitTax posts the remittances of earlier periods still pending, then
@@ -24,7 +30,9 @@ type Remitted struct {
 // configured), whose settlement the ledger has posted, and not remitted yet:
 // one remittance per jurisdiction and currency (a withholding that commits,
 // or whose settlement is posted, after its month's remittance was planned
-// goes with the next remittance run), each posted as
+// goes with the first month filed after that: a month is filed once, and a
+// re-run of it plans nothing new but a reversed remittance's withholdings),
+// each posted as
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
@@ -106,7 +114,11 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
-	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil
+	outstanding, err := a.Store.Outstanding(ctx, p.End)
+	if err != nil {
+		return Remitted{}, err
+	}
+	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted, Outstanding: outstanding}, nil
 }
 
 // post posts the pending remittances of rems and records each remitted

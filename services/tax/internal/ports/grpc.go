@@ -286,7 +286,8 @@ func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*tax
 	if err != nil {
 		return nil, err
 	}
-	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted), LineCount: int32(len(got.Lines))}
+	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted), LineCount: int32(len(got.Lines)),
+		WithholdingsOutstanding: int32(got.Outstanding)}
 	for _, r := range got.Remittances {
 		resp.Remittances = append(resp.Remittances, remToProto(r))
 	}
