@@ -14,14 +14,27 @@ import (
 // Remitted is what RemitTax answers.
 type Remitted struct {
 	Remittances []domain.Remittance
-	Lines       []domain.ReportLine // per remittance of Remittances and provider
-	NotPosted   int                 // withholdings recorded before the period's end whose settlement the ledger has not posted
+	// Lines are the first (at most linesMax) of the report's lines, per
+	// remittance of Remittances (in their order) and provider; LineCount is
+	// how many the report has, counted in SQL; LinesNext is where the ones
+	// not answered start (nil: every line is answered).
+	Lines     []domain.ReportLine
+	LineCount int
+	LinesNext *LinesCursor
+	NotPosted   int // withholdings recorded before the period's end whose settlement the ledger has not posted
 	// Outstanding counts the withholdings recorded before the period's end
 	// that no remittance holds after the run (not posted when the month was
 	// filed, or posted since): the first month filed after the ledger posts
 	// each remits it. The month's run is recorded complete all the same; this
 	// says whether any of its tax is still owed.
 	Outstanding int
+}
+
+// LinesCursor is where a report's lines not answered start: in
+// RemittanceID, after the line of AfterProvider ("": from its first), then
+// the remittances after it in the answer.
+type LinesCursor struct {
+	RemittanceID, AfterProvider string
 }
 
 // RemitTax posts the remittances of earlier periods still pending, then
@@ -45,8 +58,10 @@ type Remitted struct {
 // lines (per remittance and provider: per jurisdiction and currency they
 // add up to the remittances not reversed; a reversed one holds none) and
 // how many withholdings it left out as not posted. A run that gets that far
-// is recorded complete for the period (Store.RecordRun), once.
-func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
+// is recorded complete for the period (Store.RecordRun), once. It answers at
+// most linesMax lines (0: none, only their count): every line built in
+// memory, a marketplace's report outgrew the gRPC and gateway limits.
+func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
 		return Remitted{}, apperr.Invalid("period", "want YYYY-MM")
@@ -105,9 +120,27 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	for i, r := range rems {
 		remIDs[i] = r.ID
 	}
-	lines, err := a.Store.Report(ctx, remIDs)
+	lineCount, err := a.Store.ReportCount(ctx, remIDs)
 	if err != nil {
 		return Remitted{}, err
+	}
+	var (
+		lines []domain.ReportLine
+		next  *LinesCursor
+	)
+	if linesMax > 0 {
+		// One line more than answered tells where the rest starts.
+		if lines, err = a.Store.Report(ctx, remIDs, linesMax+1); err != nil {
+			return Remitted{}, err
+		}
+		if len(lines) > linesMax {
+			last, first := lines[linesMax-1], lines[linesMax]
+			next = &LinesCursor{RemittanceID: first.RemittanceID}
+			if last.RemittanceID == first.RemittanceID {
+				next.AfterProvider = last.ProviderID
+			}
+			lines = lines[:linesMax]
+		}
 	}
 	// Planned and posted: the month's run is complete (GpubillTaxMonthNotRemitted
 	// reads the months that are not), with nothing owed too.
@@ -118,7 +151,7 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err != nil {
 		return Remitted{}, err
 	}
-	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted, Outstanding: outstanding}, nil
+	return Remitted{Remittances: rems, Lines: lines, LineCount: lineCount, LinesNext: next, NotPosted: notPosted, Outstanding: outstanding}, nil
 }
 
 // post posts the pending remittances of rems and records each remitted

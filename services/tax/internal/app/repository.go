@@ -75,8 +75,11 @@ type Store interface {
 	// first record.
 	RecordRun(ctx context.Context, period string, completedAt time.Time, remittances, notPosted int) error
 	// Report totals the withholdings of the remittances (by id) per
-	// remittance and provider.
-	Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error)
+	// remittance and provider, in the order of remittanceIDs and then by
+	// provider: the first limit lines.
+	Report(ctx context.Context, remittanceIDs []string, limit int) ([]domain.ReportLine, error)
+	// ReportCount counts the lines Report has for the remittances.
+	ReportCount(ctx context.Context, remittanceIDs []string) (int, error)
 	// ReportPage is one remittance's report lines by provider, at most
 	// limit after afterProvider; false when no remittance has the id.
 	ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error)

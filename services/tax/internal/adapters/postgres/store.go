@@ -502,8 +502,6 @@ func (s *Store) PendingBefore(ctx context.Context, period string) ([]domain.Remi
 	return pgx.CollectRows(rows, scanRem)
 }
 
-// Report totals the withholdings of the remittances ids per remittance and
-// provider, in period, jurisdiction, currency and provider order.
 // ReportPage implements app.Store.
 func (s *Store) ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error) {
 	var found bool
@@ -526,10 +524,12 @@ func (s *Store) ReportPage(ctx context.Context, remittanceID, afterProvider stri
 	return lines, true, err
 }
 
-func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error) {
+// Report implements app.Store.
+func (s *Store) Report(ctx context.Context, remittanceIDs []string, limit int) ([]domain.ReportLine, error) {
 	rows, err := s.Pool.Query(ctx, `select r.remittance_id, r.period, w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
 		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
-		where w.remittance_id = any($1) group by 1, 2, 3, 4, 5 order by 2, 3, 4, 5`, remittanceIDs)
+		where w.remittance_id = any($1) group by 1, 2, 3, 4, 5
+		order by array_position($1, r.remittance_id), 5 limit $2`, remittanceIDs, limit)
 	if err != nil {
 		return nil, fmt.Errorf("report of remittances: %w", err)
 	}
@@ -537,4 +537,15 @@ func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.Re
 		var l domain.ReportLine
 		return l, r.Scan(&l.RemittanceID, &l.Period, &l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
 	})
+}
+
+// ReportCount implements app.Store: the lines counted, none built (the
+// index withholdings_remittance_provider).
+func (s *Store) ReportCount(ctx context.Context, remittanceIDs []string) (int, error) {
+	var n int
+	if err := s.Pool.QueryRow(ctx, `select count(*) from (select distinct remittance_id, provider_id from tax.withholdings
+		where remittance_id = any($1)) l`, remittanceIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count report lines of remittances: %w", err)
+	}
+	return n, nil
 }
