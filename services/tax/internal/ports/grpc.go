@@ -406,11 +406,12 @@ func (s *Server) QuoteWithholding(ctx context.Context, req *taxv1.QuoteWithholdi
 	if req.UsageEnd != nil {
 		end = req.UsageEnd.AsTime()
 	}
-	q, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
+	q, onRecord, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
 		TaxProfile: req.TaxProfile, Jurisdiction: req.Jurisdiction, UsageEnd: end, ProviderID: req.ProviderId})
 	if err != nil {
 		return nil, err
 	}
 	return &taxv1.QuoteWithholdingResponse{Commission: fmtAmt(q.Currency, q.Commission), TaxWithheld: fmtAmt(q.Currency, q.Tax),
-		Net: fmtAmt(q.Currency, q.Net), RuleSet: q.RuleSet, RuleVersion: q.RuleVersion, Currency: q.Currency}, nil
+		Net: fmtAmt(q.Currency, q.Net), RuleSet: q.RuleSet, RuleVersion: q.RuleVersion, Currency: q.Currency,
+		TaxProfile: q.TaxProfile, Jurisdiction: q.Jurisdiction, ProviderOnRecord: onRecord}, nil
 }

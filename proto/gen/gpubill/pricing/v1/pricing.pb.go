@@ -965,8 +965,13 @@ type CreateQuoteResponse struct {
 	// (standard: none given, or a provider named that pricing has not heard
 	// of yet, which its settlement splits at standard too).
 	ProviderTierSource string `protobuf:"bytes,15,opt,name=provider_tier_source,json=providerTierSource,proto3" json:"provider_tier_source,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Where tax_profile and jurisdiction come from: record (the named
+	// provider's on record in the tax service), request (as given, else
+	// individual and CN: a provider not on record there yet is settled only
+	// once its profile arrives, maybe by another).
+	TaxProfileSource string `protobuf:"bytes,16,opt,name=tax_profile_source,json=taxProfileSource,proto3" json:"tax_profile_source,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateQuoteResponse) Reset() {
@@ -1100,6 +1105,13 @@ func (x *CreateQuoteResponse) GetJurisdiction() string {
 func (x *CreateQuoteResponse) GetProviderTierSource() string {
 	if x != nil {
 		return x.ProviderTierSource
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetTaxProfileSource() string {
+	if x != nil {
+		return x.TaxProfileSource
 	}
 	return ""
 }
@@ -1393,7 +1405,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"multiplier\x12\x16\n" +
 	"\x06amount\x18\x06 \x01(\tR\x06amount\x12 \n" +
 	"\frate_card_id\x18\a \x01(\tR\n" +
-	"rateCardId\"\xde\x04\n" +
+	"rateCardId\"\x8c\x05\n" +
 	"\x13CreateQuoteResponse\x12!\n" +
 	"\frenter_price\x18\x01 \x01(\tR\vrenterPrice\x12\x1e\n" +
 	"\n" +
@@ -1415,7 +1427,8 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\vtax_profile\x18\r \x01(\tR\n" +
 	"taxProfile\x12\"\n" +
 	"\fjurisdiction\x18\x0e \x01(\tR\fjurisdiction\x120\n" +
-	"\x14provider_tier_source\x18\x0f \x01(\tR\x12providerTierSource\"6\n" +
+	"\x14provider_tier_source\x18\x0f \x01(\tR\x12providerTierSource\x12,\n" +
+	"\x12tax_profile_source\x18\x10 \x01(\tR\x10taxProfileSource\"6\n" +
 	"\x15ExplainChargesRequest\x12\x1d\n" +
 	"\n" +
 	"charge_ids\x18\x01 \x03(\tR\tchargeIds\"\xc2\x01\n" +

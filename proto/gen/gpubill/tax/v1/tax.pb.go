@@ -1994,15 +1994,22 @@ func (x *QuoteWithholdingRequest) GetProviderId() string {
 }
 
 type QuoteWithholdingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Commission    string                 `protobuf:"bytes,1,opt,name=commission,proto3" json:"commission,omitempty"`
-	TaxWithheld   string                 `protobuf:"bytes,2,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	Net           string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
-	RuleSet       string                 `protobuf:"bytes,4,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
-	RuleVersion   string                 `protobuf:"bytes,5,opt,name=rule_version,json=ruleVersion,proto3" json:"rule_version,omitempty"`
-	Currency      string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Commission  string                 `protobuf:"bytes,1,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld string                 `protobuf:"bytes,2,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net         string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
+	RuleSet     string                 `protobuf:"bytes,4,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	RuleVersion string                 `protobuf:"bytes,5,opt,name=rule_version,json=ruleVersion,proto3" json:"rule_version,omitempty"`
+	Currency    string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The taxpayer the split withheld by: the named provider's profile and
+	// jurisdiction on record (provider_on_record), else the request's,
+	// defaulted (individual, CN) where omitted: a provider the tax service
+	// has not heard of is settled only once its profile arrives.
+	TaxProfile       string `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Jurisdiction     string `protobuf:"bytes,8,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	ProviderOnRecord bool   `protobuf:"varint,9,opt,name=provider_on_record,json=providerOnRecord,proto3" json:"provider_on_record,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *QuoteWithholdingResponse) Reset() {
@@ -2075,6 +2082,27 @@ func (x *QuoteWithholdingResponse) GetCurrency() string {
 		return x.Currency
 	}
 	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetTaxProfile() string {
+	if x != nil {
+		return x.TaxProfile
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetProviderOnRecord() bool {
+	if x != nil {
+		return x.ProviderOnRecord
+	}
+	return false
 }
 
 var File_gpubill_tax_v1_tax_proto protoreflect.FileDescriptor
@@ -2279,7 +2307,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\fjurisdiction\x18\x05 \x01(\tR\fjurisdiction\x127\n" +
 	"\tusage_end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\busageEnd\x12\x1f\n" +
 	"\vprovider_id\x18\a \x01(\tR\n" +
-	"providerId\"\xc9\x01\n" +
+	"providerId\"\xbc\x02\n" +
 	"\x18QuoteWithholdingResponse\x12\x1e\n" +
 	"\n" +
 	"commission\x18\x01 \x01(\tR\n" +
@@ -2288,7 +2316,11 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x03net\x18\x03 \x01(\tR\x03net\x12\x19\n" +
 	"\brule_set\x18\x04 \x01(\tR\aruleSet\x12!\n" +
 	"\frule_version\x18\x05 \x01(\tR\vruleVersion\x12\x1a\n" +
-	"\bcurrency\x18\x06 \x01(\tR\bcurrency2\xda\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency\x12\x1f\n" +
+	"\vtax_profile\x18\a \x01(\tR\n" +
+	"taxProfile\x12\"\n" +
+	"\fjurisdiction\x18\b \x01(\tR\fjurisdiction\x12,\n" +
+	"\x12provider_on_record\x18\t \x01(\bR\x10providerOnRecord2\xda\n" +
 	"\n" +
 	"\n" +
 	"TaxService\x12\xa4\x01\n" +
