@@ -20,7 +20,7 @@ func TestRemitTaxFiledMonthTakesNoLateWithholding(t *testing.T) {
 	s, l, clk := newTax(t)
 	known(t, s, "p-us", "individual", "US", 1)
 	compute(t, s, "p-1", "1000.00", "0.25", "individual", "k1") // CN 150.00, 20 February
-	us := record(t, s, "p-us", "1000.00", "0.20", "", "k-us")     // US 160.00, its settlement not posted yet
+	us := record(t, s, "p-us", "1000.00", "0.20", "", "k-us")   // US 160.00, its settlement not posted yet
 	clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
 	feb := remitted(t, s, "2026-02")
 	if got := remIDs(feb.Remittances); !slices.Equal(got, []string{"rem-2026-02-CN-CNY 150.00 remitted"}) || feb.WithholdingsNotPosted != 1 ||

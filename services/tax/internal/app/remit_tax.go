@@ -21,7 +21,7 @@ type Remitted struct {
 	Lines     []domain.ReportLine
 	LineCount int
 	LinesNext *LinesCursor
-	NotPosted   int // withholdings recorded before the period's end whose settlement the ledger has not posted
+	NotPosted int // withholdings recorded before the period's end whose settlement the ledger has not posted
 	// Outstanding counts the withholdings recorded before the period's end
 	// that no remittance holds after the run (not posted when the month was
 	// filed, or posted since): the first month filed after the ledger posts
@@ -116,31 +116,9 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	// The lines are those of the remittances answered: of the period's only,
 	// a run posting an earlier month's still pending answered its amount
 	// and no line of it, the lines short of the remittances by as much.
-	remIDs := make([]string, len(rems))
-	for i, r := range rems {
-		remIDs[i] = r.ID
-	}
-	lineCount, err := a.Store.ReportCount(ctx, remIDs)
+	lines, lineCount, next, err := a.reportHead(ctx, rems, linesMax)
 	if err != nil {
 		return Remitted{}, err
-	}
-	var (
-		lines []domain.ReportLine
-		next  *LinesCursor
-	)
-	if linesMax > 0 {
-		// One line more than answered tells where the rest starts.
-		if lines, err = a.Store.Report(ctx, remIDs, linesMax+1); err != nil {
-			return Remitted{}, err
-		}
-		if len(lines) > linesMax {
-			last, first := lines[linesMax-1], lines[linesMax]
-			next = &LinesCursor{RemittanceID: first.RemittanceID}
-			if last.RemittanceID == first.RemittanceID {
-				next.AfterProvider = last.ProviderID
-			}
-			lines = lines[:linesMax]
-		}
 	}
 	// Planned and posted: the month's run is complete (GpubillTaxMonthNotRemitted
 	// reads the months that are not), with nothing owed too.
@@ -152,6 +130,31 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 		return Remitted{}, err
 	}
 	return Remitted{Remittances: rems, Lines: lines, LineCount: lineCount, LinesNext: next, NotPosted: notPosted, Outstanding: outstanding}, nil
+}
+
+// reportHead is the first linesMax lines (0: none) of the report of rems,
+// how many it has (counted in SQL, none built), and where those not
+// answered start (nil: none left).
+func (a *App) reportHead(ctx context.Context, rems []domain.Remittance, linesMax int) ([]domain.ReportLine, int, *LinesCursor, error) {
+	remIDs := make([]string, len(rems))
+	for i, r := range rems {
+		remIDs[i] = r.ID
+	}
+	count, err := a.Store.ReportCount(ctx, remIDs)
+	if err != nil || linesMax <= 0 {
+		return nil, count, nil, err
+	}
+	// One line more than answered tells where the rest starts.
+	lines, err := a.Store.Report(ctx, remIDs, linesMax+1)
+	if err != nil || len(lines) <= linesMax {
+		return lines, count, nil, err
+	}
+	last, first := lines[linesMax-1], lines[linesMax]
+	next := &LinesCursor{RemittanceID: first.RemittanceID}
+	if last.RemittanceID == first.RemittanceID {
+		next.AfterProvider = last.ProviderID
+	}
+	return lines[:linesMax], count, next, nil
 }
 
 // post posts the pending remittances of rems and records each remitted
