@@ -734,8 +734,11 @@ type CreateQuoteRequest struct {
 	Jurisdiction string `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
 	// optional: the provider's tier, tax profile and jurisdiction on record and
 	// its own tax rule set selection apply, as at its settlement; a provider
-	// not on record yet is quoted by provider_tier, tax_profile and
-	// jurisdiction as given (and its selection if it has one).
+	// not on record yet in pricing is split at standard, as its settlement
+	// splits one without a tier (another provider_tier is FAILED_PRECONDITION),
+	// and one not on record in the tax service by tax_profile and
+	// jurisdiction as given (and its selection if it has one). The answer
+	// names the tier, profile and jurisdiction used and where they came from.
 	ProviderId    string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
