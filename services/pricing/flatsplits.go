@@ -14,6 +14,10 @@ import (
 // selected. Set it with SetSplitQuoter.
 type FlatSplits struct{}
 
+// flatJurisdiction is the tax service's default jurisdiction (its
+// domain.DefaultJurisdiction), for a provider whose record names none.
+const flatJurisdiction = "CN"
+
 // QuoteSplit implements app.SplitQuoter.
 func (FlatSplits) QuoteSplit(_ context.Context, r app.SplitRequest) (app.SplitQuote, error) {
 	cur, err := money.Lookup(r.Currency)
@@ -28,5 +32,14 @@ func (FlatSplits) QuoteSplit(_ context.Context, r app.SplitRequest) (app.SplitQu
 	if err != nil {
 		return app.SplitQuote{}, err
 	}
-	return app.SplitQuote{Commission: res.Commission, Tax: res.Tax, Net: res.Net, RuleSet: split.RuleSetFlat20, RuleVersion: "test"}, nil
+	// The taxpayer as the tax service defaults one it has no record of.
+	profile, jurisdiction := r.TaxProfile, r.Jurisdiction
+	if profile == "" {
+		profile = split.ProfileIndividual
+	}
+	if jurisdiction == "" {
+		jurisdiction = flatJurisdiction
+	}
+	return app.SplitQuote{Commission: res.Commission, Tax: res.Tax, Net: res.Net, RuleSet: split.RuleSetFlat20, RuleVersion: "test",
+		TaxProfile: profile, Jurisdiction: jurisdiction}, nil
 }

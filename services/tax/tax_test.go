@@ -1381,7 +1381,7 @@ func TestReversalCheckAndRunSideBySideRemitOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range sideBySide {
 		wg.Add(2)
-		go func() { defer wg.Done(); _, err := s.app.RemitTax(context.Background(), "2026-02"); errs <- err }()
+		go func() { defer wg.Done(); _, err := s.app.RemitTax(context.Background(), "2026-02", 0); errs <- err }()
 		go func() { defer wg.Done(); _, err := s.app.RemitReversed(context.Background()); errs <- err }()
 	}
 	wg.Wait()

@@ -228,6 +228,28 @@ func TestQuoteOfAProviderTakesItsTier(t *testing.T) {
 				t.Errorf("p-part (partner) quoted with provider_tier %q: %s = %v, statement %s = %v", tier, qk, q[qk], sk, stmt[sk])
 			}
 		}
+		// The answer names what it split for: a partner's quote is told
+		// from a standard one by more than its rate.
+		for k, v := range map[string]string{"provider_tier": "partner", "provider_tier_source": "record", "tax_profile": "individual",
+			"jurisdiction": "CN", "tax_profile_source": "record"} {
+			if q[k] != v {
+				t.Errorf("p-part's quote with provider_tier %q: %s = %v, want %s", tier, k, q[k], v)
+			}
+		}
+	}
+	// A provider pricing has not heard of is split at standard, as its
+	// settlement snapshots it; asked as a partner, it is a 400 saying so.
+	unknown := func(tier string) (int, map[string]any) {
+		body := map[string]any{"gpu_model": "RTX_4090", "gpu_count": 8, "hours": "1.5", "start_time": start.Format(time.RFC3339),
+			"currency": "CNY", "provider_id": "p-unheard", "provider_tier": tier}
+		return f.do(http.MethodPost, "/v1/quotes", testkit.Token(t, []byte(secret), auth.RoleProvider, "p-unheard", time.Hour), body)
+	}
+	if code, q := unknown("partner"); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(q), "standard") {
+		t.Errorf("p-unheard quoted as partner: HTTP %d %v; want 400 naming standard", code, q)
+	}
+	if code, q := unknown(""); code != http.StatusOK || q["provider_tier"] != "standard" || q["provider_tier_source"] != "default" ||
+		q["commission_rate"] != "0.25" {
+		t.Errorf("p-unheard quoted: HTTP %d %v; want standard (default) at 0.25", code, q)
 	}
 }
 

@@ -53,13 +53,28 @@ type QuoteResult struct {
 	// The versions the quote used: the commission configuration (the one
 	// settlement is configured with) and the tax service's withholding rule.
 	CommissionConfigVersion, TaxRuleSet, TaxRuleVersion string
+	// What the split was made for: the tier whose rate it took and where
+	// that came from (Source*), the tax profile and jurisdiction the tax
+	// service withheld by and where those came from (SourceRecord or
+	// SourceRequest).
+	ProviderTier, ProviderTierSource string
+	TaxProfile, Jurisdiction         string
+	TaxProfileSource                 string
 }
+
+// Where a quote's tier, tax profile and jurisdiction come from.
+const (
+	SourceRecord  = "record"  // the named provider's on record
+	SourceRequest = "request" // as the request gave them
+	SourceDefault = "default" // none given, or a provider not on record: standard, as its settlement takes
+)
 
 // quoteRequest is a validated QuoteInput.
 type quoteRequest struct {
 	cur     money.Currency
 	usage   domain.Usage
 	rate    decimal.Decimal // commission rate of the request's tier (quotedRate: the provider's)
+	tier    string          // the request's tier, standard when none is given
 	profile string          // "": the tax service's
 	juris   string          // "": the tax service's
 }
@@ -95,7 +110,11 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	if err != nil {
 		return QuoteResult{}, err
 	}
-	if q.rate, err = a.quotedRate(ctx, in, q.rate); err != nil {
+	tier, tierSource := q.tier, SourceRequest
+	if in.ProviderTier == "" {
+		tierSource = SourceDefault
+	}
+	if q.rate, tier, tierSource, err = a.quotedRate(ctx, in, q.rate, tier, tierSource); err != nil {
 		return QuoteResult{}, err
 	}
 	book, err := a.Book(ctx)
@@ -138,42 +157,57 @@ func (a *App) Quote(ctx context.Context, in QuoteInput) (QuoteResult, error) {
 	out.RenterPrice, out.Commission, out.CommissionRate = q.cur.Format(gross), q.cur.Format(sq.Commission), domain.Str(q.rate)
 	out.TaxWithheld, out.ProviderNet = q.cur.Format(sq.Tax), q.cur.Format(sq.Net)
 	out.CommissionConfigVersion, out.TaxRuleSet, out.TaxRuleVersion = a.commission().Version(), sq.RuleSet, sq.RuleVersion
+	out.ProviderTier, out.ProviderTierSource = tier, tierSource
+	out.TaxProfile, out.Jurisdiction, out.TaxProfileSource = sq.TaxProfile, sq.Jurisdiction, SourceRequest
+	if sq.OnRecord {
+		out.TaxProfileSource = SourceRecord
+	}
 	return out, nil
 }
 
-// quotedRate is the commission rate a quote splits by: that of the named
-// provider's tier on record (a.Tiers, read model of party.updated), which
-// its settlement splits by (settlement's own read model of the same
-// events), else rate, the request's tier's (standard when none is given).
-// Taken from the request, a partner quoted without a tier was quoted 25 %
-// of commission where its statement took 15 %. A quote naming a provider
-// cannot choose another tier than its record: one given otherwise is a 400
-// naming provider_tier (omit it, or correct the provider), never a split
-// its settlement would not make. A provider pricing has not heard of (a new
-// one, or its party.updated behind) is quoted by the request, as before.
-func (a *App) quotedRate(ctx context.Context, in QuoteInput, rate decimal.Decimal) (decimal.Decimal, error) {
+// quotedRate is the commission rate a quote splits by, its tier and where
+// that came from: that of the named provider's tier on record (a.Tiers,
+// read model of party.updated), which its settlement splits by
+// (settlement's own read model of the same events), else rate, the
+// request's tier's (standard when none is given: tier and source as
+// given). Taken from the request, a partner quoted without a tier was
+// quoted 25 % of commission where its statement took 15 %. A quote naming a
+// provider cannot choose another tier than its record: one given otherwise
+// is a 400 naming provider_tier (omit it, or correct the provider), never a
+// split its settlement would not make. A provider pricing has not heard of
+// (a new one, or its party.updated behind) is split at standard, as its
+// settlement snapshots one no party.updated has given a tier (settlement's
+// SnapshotBalances): quoted at the request's tier, a partner's 15 % was
+// answered where its statement took 25 %. Such a quote asking for another
+// tier is refused (the provider's record decides, and pricing has none).
+func (a *App) quotedRate(ctx context.Context, in QuoteInput, rate decimal.Decimal, tier, source string) (decimal.Decimal, string, string, error) {
 	if in.ProviderID == "" || a.Tiers == nil {
-		return rate, nil
+		return rate, tier, source, nil
 	}
-	tier, ok, err := a.Tiers.Tier(ctx, in.ProviderID)
+	recorded, ok, err := a.Tiers.Tier(ctx, in.ProviderID)
 	if err != nil {
-		return decimal.Decimal{}, fmt.Errorf("quote: %w", err)
+		return decimal.Decimal{}, "", "", fmt.Errorf("quote: %w", err)
 	}
 	if !ok {
-		return rate, nil
+		if tier != split.TierStandard {
+			return decimal.Decimal{}, "", "", fmt.Errorf("provider_tier: provider %s is not on record in pricing yet (no party.updated "+
+				"received), and its settlement splits a provider without a tier at %s: omit provider_tier, or quote %s without provider_id: %w",
+				in.ProviderID, split.TierStandard, tier, apperr.ErrPrecondition)
+		}
+		return rate, split.TierStandard, SourceDefault, nil
 	}
-	if in.ProviderTier != "" && in.ProviderTier != tier {
-		return decimal.Decimal{}, apperr.Invalid("provider_tier",
-			"provider %s is recorded as %s: omit provider_tier to quote by the provider's record", in.ProviderID, tier)
+	if in.ProviderTier != "" && in.ProviderTier != recorded {
+		return decimal.Decimal{}, "", "", apperr.Invalid("provider_tier",
+			"provider %s is recorded as %s: omit provider_tier to quote by the provider's record", in.ProviderID, recorded)
 	}
 	// Metering records only tiers the configuration rates; one it lacks
 	// is the provider's (or the configuration's) to correct, as its
 	// settlement refuses the split: not a 400 on a field the quote left out.
-	r, err := a.commission().Rate(tier)
+	r, err := a.commission().Rate(recorded)
 	if err != nil {
-		return decimal.Decimal{}, fmt.Errorf("provider %s: %v; correct the provider's tier: %w", in.ProviderID, err, apperr.ErrPrecondition)
+		return decimal.Decimal{}, "", "", fmt.Errorf("provider %s: %v; correct the provider's tier: %w", in.ProviderID, err, apperr.ErrPrecondition)
 	}
-	return r, nil
+	return r, recorded, SourceRecord, nil
 }
 
 // quotable checks that the card of a span of the quote prices its usage,
@@ -260,7 +294,7 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 	micros := quoteMicros(hours)
 	u := domain.Usage{Model: in.GPUModel, Region: in.Region, GPUCount: in.GPUCount, Start: start,
 		End: start.Add(time.Duration(micros) * time.Microsecond), PUE: pue}
-	return quoteRequest{cur: cur, usage: u, rate: rate, profile: profile, juris: in.Jurisdiction}, nil
+	return quoteRequest{cur: cur, usage: u, rate: rate, tier: tier, profile: profile, juris: in.Jurisdiction}, nil
 }
 
 // quoteMicros is hours in whole microseconds, as usage is timed.

@@ -231,7 +231,7 @@ func (r recordedTiers) Tier(_ context.Context, provider string) (string, bool, e
 // tier, else standard, and quoted a partner 25 % (default rates: standard
 // 25 %, pro 20 %, partner 15 %) where its statement took 15 %. The tier
 // on record given is the same quote; another is a 400 naming
-// provider_tier; a provider without a record is quoted by the request.
+// provider_tier; a provider without a record is split at standard.
 func TestQuoteTakesTheProvidersTier(t *testing.T) {
 	t.Parallel()
 	a, start := quoteApp()
@@ -249,8 +249,7 @@ func TestQuoteTakesTheProvidersTier(t *testing.T) {
 		{"p-part", "", "0.15"},
 		{"p-part", "partner", "0.15"},
 		{"p-pro", "", "0.2"},
-		{"p-new", "", "0.25"},        // no record: standard, as before
-		{"p-new", "partner", "0.15"}, // no record: the request's
+		{"p-new", "", "0.25"}, // no record: standard, as its settlement (TestQuoteNamesTheTierAndTaxpayerItUsed)
 		{"", "pro", "0.2"},
 	}
 	for _, tt := range tests {

@@ -16,10 +16,14 @@ type SplitRequest struct {
 	ProviderID               string // optional: its own tax profile, jurisdiction and rule set selection apply
 }
 
-// SplitQuote is the split and the withholding rule version that made it.
+// SplitQuote is the split, the withholding rule version that made it and
+// the taxpayer it withheld by: the tax profile and jurisdiction (OnRecord:
+// the named provider's on record, else the request's, defaulted).
 type SplitQuote struct {
-	Commission, Tax, Net decimal.Decimal
-	RuleSet, RuleVersion string
+	Commission, Tax, Net     decimal.Decimal
+	RuleSet, RuleVersion     string
+	TaxProfile, Jurisdiction string
+	OnRecord                 bool
 }
 
 // SplitQuoter splits a gross amount as settlement would: the tax service,

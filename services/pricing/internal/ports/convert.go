@@ -65,7 +65,9 @@ func quotePB(q app.QuoteResult) *pricingv1.CreateQuoteResponse {
 	out := &pricingv1.CreateQuoteResponse{Currency: q.Currency, RateCardId: q.RateCardID,
 		RenterPrice: q.RenterPrice, Commission: q.Commission, CommissionRate: q.CommissionRate,
 		TaxWithheld: q.TaxWithheld, ProviderNet: q.ProviderNet,
-		CommissionConfigVersion: q.CommissionConfigVersion, TaxRuleSet: q.TaxRuleSet, TaxRuleVersion: q.TaxRuleVersion}
+		CommissionConfigVersion: q.CommissionConfigVersion, TaxRuleSet: q.TaxRuleSet, TaxRuleVersion: q.TaxRuleVersion,
+		ProviderTier: q.ProviderTier, ProviderTierSource: q.ProviderTierSource, TaxProfile: q.TaxProfile, Jurisdiction: q.Jurisdiction,
+		TaxProfileSource: q.TaxProfileSource}
 	for _, l := range q.Lines {
 		out.Lines = append(out.Lines, &pricingv1.QuoteLine{Kind: l.Kind, Band: l.Band, GpuHours: l.GPUHours,
 			UnitPrice: l.UnitPrice, Multiplier: l.Multiplier, Amount: l.Amount, RateCardId: l.RateCardID})

@@ -33,8 +33,9 @@ type QuoteRequest struct {
 // its close, which a quote cannot foresee).
 // A provider named is quoted as its settlement withholds it: by its own
 // tax profile and jurisdiction on record (quotedTaxpayer).
-// Nothing is recorded; the answer is a Withholding without ids.
-func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.Withholding, error) {
+// Nothing is recorded; the answer is a Withholding without ids, and
+// whether its taxpayer is the named provider's record (onRecord).
+func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (w domain.Withholding, onRecord bool, err error) {
 	var v apperr.Validator
 	cur, err := money.Lookup(r.Currency)
 	v.Check(err == nil, "currency", "%v", err)
@@ -52,14 +53,14 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 		}
 	}
 	if err := v.Err(); err != nil {
-		return domain.Withholding{}, err
+		return domain.Withholding{}, false, err
 	}
 	gross, err := cur.Parse(r.Gross)
 	if err != nil || gross.IsNegative() {
-		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+		return domain.Withholding{}, false, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
 	}
-	if profile, jurisdiction, err = a.quotedTaxpayer(ctx, r, profile, jurisdiction); err != nil {
-		return domain.Withholding{}, err
+	if profile, jurisdiction, onRecord, err = a.quotedTaxpayer(ctx, r, profile, jurisdiction); err != nil {
+		return domain.Withholding{}, false, err
 	}
 	cy := a.Calendar.ForUsageEnd(r.UsageEnd)
 	// As the provider's settlement would (ComputeWithholding): its own
@@ -67,24 +68,25 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 	// of tax on a gross the statement then withheld 0.00 from.
 	version, err := a.ruleFor(ctx, "", r.ProviderID, jurisdiction, cur, profile, cy.End.Add(-1))
 	if err != nil {
-		return domain.Withholding{}, err
+		return domain.Withholding{}, false, err
 	}
 	if err := checkRuleJurisdiction(version, jurisdiction); err != nil {
-		return domain.Withholding{}, err
+		return domain.Withholding{}, false, err
 	}
 	rule, err := split.RuleFor(version.RuleSet)
 	if err != nil {
-		return domain.Withholding{}, err
+		return domain.Withholding{}, false, err
 	}
-	w := domain.Withholding{CycleID: cy.ID, Currency: cur.Code, Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction,
+	w = domain.Withholding{CycleID: cy.ID, Currency: cur.Code, Gross: gross, TaxProfile: profile, Jurisdiction: jurisdiction,
 		RuleSet: version.RuleSet, RuleVersion: version.Version}
 	if err := w.SplitByRate(cur, rate, rule); err != nil {
-		return domain.Withholding{}, splitFault(cur.Code, "gross", err)
+		return domain.Withholding{}, false, splitFault(cur.Code, "gross", err)
 	}
-	return w, w.Check()
+	return w, onRecord, w.Check()
 }
 
-// quotedTaxpayer is the tax profile and jurisdiction a quote splits by:
+// quotedTaxpayer is the tax profile and jurisdiction a quote splits by
+// (and whether they are the provider's record):
 // the named provider's on record (read model of party.updated), which its
 // settlement withholds by (settlement gives neither to ComputeWithholding),
 // else the request's (profile and jurisdiction, defaulted and checked).
@@ -98,16 +100,16 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (domain.With
 // party.updated behind) is quoted by the request, as before: its own
 // selection still applies if it has one, and its settlement waits for
 // the profile (ComputeWithholding).
-func (a *App) quotedTaxpayer(ctx context.Context, r QuoteRequest, profile, jurisdiction string) (string, string, error) {
+func (a *App) quotedTaxpayer(ctx context.Context, r QuoteRequest, profile, jurisdiction string) (string, string, bool, error) {
 	if r.ProviderID == "" {
-		return profile, jurisdiction, nil
+		return profile, jurisdiction, false, nil
 	}
 	p, ok, err := a.Store.Profile(ctx, r.ProviderID)
 	if err != nil {
-		return "", "", fmt.Errorf("tax profile of %s: %w", r.ProviderID, err)
+		return "", "", false, fmt.Errorf("tax profile of %s: %w", r.ProviderID, err)
 	}
 	if !ok {
-		return profile, jurisdiction, nil
+		return profile, jurisdiction, false, nil
 	}
 	var v apperr.Validator
 	v.Check(r.TaxProfile == "" || r.TaxProfile == p.TaxProfile, "tax_profile",
@@ -115,19 +117,19 @@ func (a *App) quotedTaxpayer(ctx context.Context, r QuoteRequest, profile, juris
 	v.Check(r.Jurisdiction == "" || strings.EqualFold(r.Jurisdiction, p.Jurisdiction), "jurisdiction",
 		"provider %s is recorded in %s: omit jurisdiction to quote by the provider's record", r.ProviderID, p.Jurisdiction)
 	if err := v.Err(); err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	profile, jurisdiction = domain.Taxpayer("", "", &p)
 	// Only a party recorded before metering checked these can fail here,
 	// as its settlement would (ComputeWithholding); fixing the provider
 	// (PATCH) updates the read model.
 	if err := ids.CheckJurisdiction(jurisdiction); err != nil {
-		return "", "", fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
+		return "", "", false, fmt.Errorf("provider %s: jurisdiction %v; correct the provider's jurisdiction: %w",
 			r.ProviderID, err, apperr.ErrPrecondition)
 	}
 	if profile != split.ProfileIndividual && profile != split.ProfileEnterprise {
-		return "", "", fmt.Errorf("provider %s: tax profile %q is not one of individual, enterprise; correct the provider's tax profile: %w",
+		return "", "", false, fmt.Errorf("provider %s: tax profile %q is not one of individual, enterprise; correct the provider's tax profile: %w",
 			r.ProviderID, profile, apperr.ErrPrecondition)
 	}
-	return profile, jurisdiction, nil
+	return profile, jurisdiction, true, nil
 }

@@ -14,8 +14,27 @@ import (
 // Remitted is what RemitTax answers.
 type Remitted struct {
 	Remittances []domain.Remittance
-	Lines       []domain.ReportLine // per remittance of Remittances and provider
-	NotPosted   int                 // withholdings recorded before the period's end whose settlement the ledger has not posted
+	// Lines are the first (at most linesMax) of the report's lines, per
+	// remittance of Remittances (in their order) and provider; LineCount is
+	// how many the report has, counted in SQL; LinesNext is where the ones
+	// not answered start (nil: every line is answered).
+	Lines     []domain.ReportLine
+	LineCount int
+	LinesNext *LinesCursor
+	NotPosted int // withholdings recorded before the period's end whose settlement the ledger has not posted
+	// Outstanding counts the withholdings recorded before the period's end
+	// that no remittance holds after the run (not posted when the month was
+	// filed, or posted since): the first month filed after the ledger posts
+	// each remits it. The month's run is recorded complete all the same; this
+	// says whether any of its tax is still owed.
+	Outstanding int
+}
+
+// LinesCursor is where a report's lines not answered start: in
+// RemittanceID, after the line of AfterProvider ("": from its first), then
+// the remittances after it in the answer.
+type LinesCursor struct {
+	RemittanceID, AfterProvider string
 }
 
 // RemitTax posts the remittances of earlier periods still pending, then
@@ -24,7 +43,9 @@ type Remitted struct {
 // configured), whose settlement the ledger has posted, and not remitted yet:
 // one remittance per jurisdiction and currency (a withholding that commits,
 // or whose settlement is posted, after its month's remittance was planned
-// goes with the next remittance run), each posted as
+// goes with the first month filed after that: a month is filed once, and a
+// re-run of it plans nothing new but a reversed remittance's withholdings),
+// each posted as
 // Dr tax:withheld:{jurisdiction} / Cr bank:client with the remittance id as
 // idempotency key. A month is remitted once it has ended in the tax zone.
 // Re-running a period posts whatever is still pending and changes nothing
@@ -37,8 +58,10 @@ type Remitted struct {
 // lines (per remittance and provider: per jurisdiction and currency they
 // add up to the remittances not reversed; a reversed one holds none) and
 // how many withholdings it left out as not posted. A run that gets that far
-// is recorded complete for the period (Store.RecordRun), once.
-func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
+// is recorded complete for the period (Store.RecordRun), once. It answers at
+// most linesMax lines (0: none, only their count): every line built in
+// memory, a marketplace's report outgrew the gRPC and gateway limits.
+func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitted, error) {
 	p, err := a.TaxPeriods.Parse(period)
 	if err != nil {
 		return Remitted{}, apperr.Invalid("period", "want YYYY-MM")
@@ -93,11 +116,7 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	// The lines are those of the remittances answered: of the period's only,
 	// a run posting an earlier month's still pending answered its amount
 	// and no line of it, the lines short of the remittances by as much.
-	remIDs := make([]string, len(rems))
-	for i, r := range rems {
-		remIDs[i] = r.ID
-	}
-	lines, err := a.Store.Report(ctx, remIDs)
+	lines, lineCount, next, err := a.reportHead(ctx, rems, linesMax)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -106,7 +125,36 @@ func (a *App) RemitTax(ctx context.Context, period string) (Remitted, error) {
 	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
-	return Remitted{Remittances: rems, Lines: lines, NotPosted: notPosted}, nil
+	outstanding, err := a.Store.Outstanding(ctx, p.End)
+	if err != nil {
+		return Remitted{}, err
+	}
+	return Remitted{Remittances: rems, Lines: lines, LineCount: lineCount, LinesNext: next, NotPosted: notPosted, Outstanding: outstanding}, nil
+}
+
+// reportHead is the first linesMax lines (0: none) of the report of rems,
+// how many it has (counted in SQL, none built), and where those not
+// answered start (nil: none left).
+func (a *App) reportHead(ctx context.Context, rems []domain.Remittance, linesMax int) ([]domain.ReportLine, int, *LinesCursor, error) {
+	remIDs := make([]string, len(rems))
+	for i, r := range rems {
+		remIDs[i] = r.ID
+	}
+	count, err := a.Store.ReportCount(ctx, remIDs)
+	if err != nil || linesMax <= 0 {
+		return nil, count, nil, err
+	}
+	// One line more than answered tells where the rest starts.
+	lines, err := a.Store.Report(ctx, remIDs, linesMax+1)
+	if err != nil || len(lines) <= linesMax {
+		return lines, count, nil, err
+	}
+	last, first := lines[linesMax-1], lines[linesMax]
+	next := &LinesCursor{RemittanceID: first.RemittanceID}
+	if last.RemittanceID == first.RemittanceID {
+		next.AfterProvider = last.ProviderID
+	}
+	return lines[:linesMax], count, next, nil
 }
 
 // post posts the pending remittances of rems and records each remitted

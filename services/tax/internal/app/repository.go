@@ -40,10 +40,15 @@ type Store interface {
 	// MarkPosted records unremitted withholdings' (by id) settlement
 	// transactions ("": none).
 	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
+	// Outstanding counts the withholdings recorded before end that no
+	// remittance holds.
+	Outstanding(ctx context.Context, end time.Time) (int, error)
 	// PlanRemittances assigns every unremitted withholding recorded before
 	// end whose settlement was posted to a remittance of the period per
 	// jurisdiction and currency made with it (never to one planned before;
 	// one reversed does not count), and returns the period's remittances.
+	// A period filed already (its run recorded, or a remittance of it made)
+	// takes only the withholdings a reversed remittance of it gave back.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
 	// RemittedUpTo pages (by id, after `after`) through the remittances of
@@ -70,8 +75,11 @@ type Store interface {
 	// first record.
 	RecordRun(ctx context.Context, period string, completedAt time.Time, remittances, notPosted int) error
 	// Report totals the withholdings of the remittances (by id) per
-	// remittance and provider.
-	Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error)
+	// remittance and provider, in the order of remittanceIDs and then by
+	// provider: the first limit lines.
+	Report(ctx context.Context, remittanceIDs []string, limit int) ([]domain.ReportLine, error)
+	// ReportCount counts the lines Report has for the remittances.
+	ReportCount(ctx context.Context, remittanceIDs []string) (int, error)
 	// ReportPage is one remittance's report lines by provider, at most
 	// limit after afterProvider; false when no remittance has the id.
 	ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error)

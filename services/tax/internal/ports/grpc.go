@@ -282,21 +282,30 @@ func remToProto(r domain.Remittance) *taxv1.TaxRemittance {
 
 // RemitTax implements TaxService.
 func (s *Server) RemitTax(ctx context.Context, req *taxv1.RemitTaxRequest) (*taxv1.RemitTaxResponse, error) {
-	got, err := s.App.RemitTax(ctx, req.Period)
+	// ~60 B a line: the schedule (summary_only) reads none, and any other
+	// caller one page, the rest by ListRemittanceLines (every line of a
+	// marketplace's report in one answer outgrew gRPC's 4 MiB).
+	linesMax := pageSizeMax
+	if req.SummaryOnly {
+		linesMax = 0
+	}
+	got, err := s.App.RemitTax(ctx, req.Period, linesMax)
 	if err != nil {
 		return nil, err
 	}
-	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted), LineCount: int32(len(got.Lines))}
+	resp := &taxv1.RemitTaxResponse{Period: req.Period, WithholdingsNotPosted: int32(got.NotPosted), LineCount: int32(got.LineCount),
+		WithholdingsOutstanding: int32(got.Outstanding)}
 	for _, r := range got.Remittances {
 		resp.Remittances = append(resp.Remittances, remToProto(r))
 	}
-	if req.SummaryOnly {
-		// ~60 B a provider: the schedule reads the lines by
-		// ListRemittanceLines, a page at a time.
-		return resp, nil
-	}
 	for _, l := range got.Lines {
 		resp.Lines = append(resp.Lines, lineToProto(l))
+	}
+	if n := got.LinesNext; n != nil {
+		resp.LinesNextRemittanceId = n.RemittanceID
+		if n.AfterProvider != "" {
+			resp.LinesNextPageToken = cursor.Encode(cursor.Scoped(remittanceLinesListing, n.RemittanceID), n.AfterProvider)
+		}
 	}
 	return resp, nil
 }
@@ -397,11 +406,12 @@ func (s *Server) QuoteWithholding(ctx context.Context, req *taxv1.QuoteWithholdi
 	if req.UsageEnd != nil {
 		end = req.UsageEnd.AsTime()
 	}
-	q, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
+	q, onRecord, err := s.App.QuoteWithholding(ctx, app.QuoteRequest{Currency: req.Currency, Gross: req.Gross, CommissionRate: req.CommissionRate,
 		TaxProfile: req.TaxProfile, Jurisdiction: req.Jurisdiction, UsageEnd: end, ProviderID: req.ProviderId})
 	if err != nil {
 		return nil, err
 	}
 	return &taxv1.QuoteWithholdingResponse{Commission: fmtAmt(q.Currency, q.Commission), TaxWithheld: fmtAmt(q.Currency, q.Tax),
-		Net: fmtAmt(q.Currency, q.Net), RuleSet: q.RuleSet, RuleVersion: q.RuleVersion, Currency: q.Currency}, nil
+		Net: fmtAmt(q.Currency, q.Net), RuleSet: q.RuleSet, RuleVersion: q.RuleVersion, Currency: q.Currency,
+		TaxProfile: q.TaxProfile, Jurisdiction: q.Jurisdiction, ProviderOnRecord: onRecord}, nil
 }

@@ -734,8 +734,11 @@ type CreateQuoteRequest struct {
 	Jurisdiction string `protobuf:"bytes,10,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
 	// optional: the provider's tier, tax profile and jurisdiction on record and
 	// its own tax rule set selection apply, as at its settlement; a provider
-	// not on record yet is quoted by provider_tier, tax_profile and
-	// jurisdiction as given (and its selection if it has one).
+	// not on record yet in pricing is split at standard, as its settlement
+	// splits one without a tier (another provider_tier is FAILED_PRECONDITION),
+	// and one not on record in the tax service by tax_profile and
+	// jurisdiction as given (and its selection if it has one). The answer
+	// names the tier, profile and jurisdiction used and where they came from.
 	ProviderId    string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -954,8 +957,24 @@ type CreateQuoteResponse struct {
 	CommissionConfigVersion string                 `protobuf:"bytes,9,opt,name=commission_config_version,json=commissionConfigVersion,proto3" json:"commission_config_version,omitempty"` // the commission configuration (GPUBILL_COMMISSION_RATES) settlement also applies
 	TaxRuleSet              string                 `protobuf:"bytes,10,opt,name=tax_rule_set,json=taxRuleSet,proto3" json:"tax_rule_set,omitempty"`                                       // the withholding rule the tax service applies at the usage's cycle end
 	TaxRuleVersion          string                 `protobuf:"bytes,11,opt,name=tax_rule_version,json=taxRuleVersion,proto3" json:"tax_rule_version,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// What the split was made for: the provider tier whose commission rate
+	// applies (standard | pro | partner), the tax profile and jurisdiction the
+	// tax service withheld by. A provider named and on record: its own.
+	ProviderTier string `protobuf:"bytes,12,opt,name=provider_tier,json=providerTier,proto3" json:"provider_tier,omitempty"`
+	TaxProfile   string `protobuf:"bytes,13,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Jurisdiction string `protobuf:"bytes,14,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	// Where provider_tier comes from: record (the named provider's on
+	// record), request (provider_tier as given, no provider named), default
+	// (standard: none given, or a provider named that pricing has not heard
+	// of yet, which its settlement splits at standard too).
+	ProviderTierSource string `protobuf:"bytes,15,opt,name=provider_tier_source,json=providerTierSource,proto3" json:"provider_tier_source,omitempty"`
+	// Where tax_profile and jurisdiction come from: record (the named
+	// provider's on record in the tax service), request (as given, else
+	// individual and CN: a provider not on record there yet is settled only
+	// once its profile arrives, maybe by another).
+	TaxProfileSource string `protobuf:"bytes,16,opt,name=tax_profile_source,json=taxProfileSource,proto3" json:"tax_profile_source,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateQuoteResponse) Reset() {
@@ -1061,6 +1080,41 @@ func (x *CreateQuoteResponse) GetTaxRuleSet() string {
 func (x *CreateQuoteResponse) GetTaxRuleVersion() string {
 	if x != nil {
 		return x.TaxRuleVersion
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetProviderTier() string {
+	if x != nil {
+		return x.ProviderTier
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetTaxProfile() string {
+	if x != nil {
+		return x.TaxProfile
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetProviderTierSource() string {
+	if x != nil {
+		return x.ProviderTierSource
+	}
+	return ""
+}
+
+func (x *CreateQuoteResponse) GetTaxProfileSource() string {
+	if x != nil {
+		return x.TaxProfileSource
 	}
 	return ""
 }
@@ -1354,7 +1408,7 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"multiplier\x12\x16\n" +
 	"\x06amount\x18\x06 \x01(\tR\x06amount\x12 \n" +
 	"\frate_card_id\x18\a \x01(\tR\n" +
-	"rateCardId\"\xc2\x03\n" +
+	"rateCardId\"\x8c\x05\n" +
 	"\x13CreateQuoteResponse\x12!\n" +
 	"\frenter_price\x18\x01 \x01(\tR\vrenterPrice\x12\x1e\n" +
 	"\n" +
@@ -1371,7 +1425,13 @@ const file_gpubill_pricing_v1_pricing_proto_rawDesc = "" +
 	"\ftax_rule_set\x18\n" +
 	" \x01(\tR\n" +
 	"taxRuleSet\x12(\n" +
-	"\x10tax_rule_version\x18\v \x01(\tR\x0etaxRuleVersion\"6\n" +
+	"\x10tax_rule_version\x18\v \x01(\tR\x0etaxRuleVersion\x12#\n" +
+	"\rprovider_tier\x18\f \x01(\tR\fproviderTier\x12\x1f\n" +
+	"\vtax_profile\x18\r \x01(\tR\n" +
+	"taxProfile\x12\"\n" +
+	"\fjurisdiction\x18\x0e \x01(\tR\fjurisdiction\x120\n" +
+	"\x14provider_tier_source\x18\x0f \x01(\tR\x12providerTierSource\x12,\n" +
+	"\x12tax_profile_source\x18\x10 \x01(\tR\x10taxProfileSource\"6\n" +
 	"\x15ExplainChargesRequest\x12\x1d\n" +
 	"\n" +
 	"charge_ids\x18\x01 \x03(\tR\tchargeIds\"\xc2\x01\n" +

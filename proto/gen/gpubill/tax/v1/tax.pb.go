@@ -1674,6 +1674,21 @@ type RemitTaxResponse struct {
 	// left out, remitted with the first period run after the ledger posts them.
 	WithholdingsNotPosted int32 `protobuf:"varint,4,opt,name=withholdings_not_posted,json=withholdingsNotPosted,proto3" json:"withholdings_not_posted,omitempty"`
 	LineCount             int32 `protobuf:"varint,5,opt,name=line_count,json=lineCount,proto3" json:"line_count,omitempty"` // how many lines the report has (answered or not)
+	// Withholdings recorded before the period's end that no remittance holds
+	// yet: their settlements were not posted when the month was filed, or
+	// were posted after it. A filed month takes none of them (a month's
+	// remittance is filed once; a reversed one is paid again with what it
+	// held only): each goes with the first month filed after the ledger posts
+	// it. 0: nothing of the month is outstanding.
+	WithholdingsOutstanding int32 `protobuf:"varint,6,opt,name=withholdings_outstanding,json=withholdingsOutstanding,proto3" json:"withholdings_outstanding,omitempty"`
+	// lines holds at most one page (500) of the report, in the order of
+	// remittances and then by provider. When more remain, the next line is
+	// that of lines_next_remittance_id: read it with
+	// GET /v1/tax-remittances/{lines_next_remittance_id}/lines?page_token=
+	// {lines_next_page_token} (empty: from its first line), then the lines of
+	// the answer's remittances after it. "" when every line is answered.
+	LinesNextRemittanceId string `protobuf:"bytes,7,opt,name=lines_next_remittance_id,json=linesNextRemittanceId,proto3" json:"lines_next_remittance_id,omitempty"`
+	LinesNextPageToken    string `protobuf:"bytes,8,opt,name=lines_next_page_token,json=linesNextPageToken,proto3" json:"lines_next_page_token,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -1741,6 +1756,27 @@ func (x *RemitTaxResponse) GetLineCount() int32 {
 		return x.LineCount
 	}
 	return 0
+}
+
+func (x *RemitTaxResponse) GetWithholdingsOutstanding() int32 {
+	if x != nil {
+		return x.WithholdingsOutstanding
+	}
+	return 0
+}
+
+func (x *RemitTaxResponse) GetLinesNextRemittanceId() string {
+	if x != nil {
+		return x.LinesNextRemittanceId
+	}
+	return ""
+}
+
+func (x *RemitTaxResponse) GetLinesNextPageToken() string {
+	if x != nil {
+		return x.LinesNextPageToken
+	}
+	return ""
 }
 
 type ListRemittanceLinesRequest struct {
@@ -1958,15 +1994,22 @@ func (x *QuoteWithholdingRequest) GetProviderId() string {
 }
 
 type QuoteWithholdingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Commission    string                 `protobuf:"bytes,1,opt,name=commission,proto3" json:"commission,omitempty"`
-	TaxWithheld   string                 `protobuf:"bytes,2,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	Net           string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
-	RuleSet       string                 `protobuf:"bytes,4,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
-	RuleVersion   string                 `protobuf:"bytes,5,opt,name=rule_version,json=ruleVersion,proto3" json:"rule_version,omitempty"`
-	Currency      string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Commission  string                 `protobuf:"bytes,1,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld string                 `protobuf:"bytes,2,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net         string                 `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
+	RuleSet     string                 `protobuf:"bytes,4,opt,name=rule_set,json=ruleSet,proto3" json:"rule_set,omitempty"`
+	RuleVersion string                 `protobuf:"bytes,5,opt,name=rule_version,json=ruleVersion,proto3" json:"rule_version,omitempty"`
+	Currency    string                 `protobuf:"bytes,6,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The taxpayer the split withheld by: the named provider's profile and
+	// jurisdiction on record (provider_on_record), else the request's,
+	// defaulted (individual, CN) where omitted: a provider the tax service
+	// has not heard of is settled only once its profile arrives.
+	TaxProfile       string `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Jurisdiction     string `protobuf:"bytes,8,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	ProviderOnRecord bool   `protobuf:"varint,9,opt,name=provider_on_record,json=providerOnRecord,proto3" json:"provider_on_record,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *QuoteWithholdingResponse) Reset() {
@@ -2039,6 +2082,27 @@ func (x *QuoteWithholdingResponse) GetCurrency() string {
 		return x.Currency
 	}
 	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetTaxProfile() string {
+	if x != nil {
+		return x.TaxProfile
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetJurisdiction() string {
+	if x != nil {
+		return x.Jurisdiction
+	}
+	return ""
+}
+
+func (x *QuoteWithholdingResponse) GetProviderOnRecord() bool {
+	if x != nil {
+		return x.ProviderOnRecord
+	}
+	return false
 }
 
 var File_gpubill_tax_v1_tax_proto protoreflect.FileDescriptor
@@ -2215,14 +2279,17 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\ftax_withheld\x18\x04 \x01(\tR\vtaxWithheld\x12\"\n" +
 	"\fwithholdings\x18\x05 \x01(\x05R\fwithholdings\x12#\n" +
 	"\rremittance_id\x18\x06 \x01(\tR\fremittanceId\x12\x16\n" +
-	"\x06period\x18\a \x01(\tR\x06period\"\xfe\x01\n" +
+	"\x06period\x18\a \x01(\tR\x06period\"\xa5\x03\n" +
 	"\x10RemitTaxResponse\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12?\n" +
 	"\vremittances\x18\x02 \x03(\v2\x1d.gpubill.tax.v1.TaxRemittanceR\vremittances\x12:\n" +
 	"\x05lines\x18\x03 \x03(\v2$.gpubill.tax.v1.RemittanceReportLineR\x05lines\x126\n" +
 	"\x17withholdings_not_posted\x18\x04 \x01(\x05R\x15withholdingsNotPosted\x12\x1d\n" +
 	"\n" +
-	"line_count\x18\x05 \x01(\x05R\tlineCount\"}\n" +
+	"line_count\x18\x05 \x01(\x05R\tlineCount\x129\n" +
+	"\x18withholdings_outstanding\x18\x06 \x01(\x05R\x17withholdingsOutstanding\x127\n" +
+	"\x18lines_next_remittance_id\x18\a \x01(\tR\x15linesNextRemittanceId\x121\n" +
+	"\x15lines_next_page_token\x18\b \x01(\tR\x12linesNextPageToken\"}\n" +
 	"\x1aListRemittanceLinesRequest\x12#\n" +
 	"\rremittance_id\x18\x01 \x01(\tR\fremittanceId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -2240,7 +2307,7 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\fjurisdiction\x18\x05 \x01(\tR\fjurisdiction\x127\n" +
 	"\tusage_end\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\busageEnd\x12\x1f\n" +
 	"\vprovider_id\x18\a \x01(\tR\n" +
-	"providerId\"\xc9\x01\n" +
+	"providerId\"\xbc\x02\n" +
 	"\x18QuoteWithholdingResponse\x12\x1e\n" +
 	"\n" +
 	"commission\x18\x01 \x01(\tR\n" +
@@ -2249,7 +2316,11 @@ const file_gpubill_tax_v1_tax_proto_rawDesc = "" +
 	"\x03net\x18\x03 \x01(\tR\x03net\x12\x19\n" +
 	"\brule_set\x18\x04 \x01(\tR\aruleSet\x12!\n" +
 	"\frule_version\x18\x05 \x01(\tR\vruleVersion\x12\x1a\n" +
-	"\bcurrency\x18\x06 \x01(\tR\bcurrency2\xda\n" +
+	"\bcurrency\x18\x06 \x01(\tR\bcurrency\x12\x1f\n" +
+	"\vtax_profile\x18\a \x01(\tR\n" +
+	"taxProfile\x12\"\n" +
+	"\fjurisdiction\x18\b \x01(\tR\fjurisdiction\x12,\n" +
+	"\x12provider_on_record\x18\t \x01(\bR\x10providerOnRecord2\xda\n" +
 	"\n" +
 	"\n" +
 	"TaxService\x12\xa4\x01\n" +

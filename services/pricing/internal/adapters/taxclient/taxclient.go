@@ -37,5 +37,6 @@ func (c Client) QuoteSplit(ctx context.Context, r app.SplitRequest) (app.SplitQu
 			return app.SplitQuote{}, fmt.Errorf("tax QuoteWithholding answered %q: %w", s, err)
 		}
 	}
-	return app.SplitQuote{Commission: v[0], Tax: v[1], Net: v[2], RuleSet: resp.RuleSet, RuleVersion: resp.RuleVersion}, nil
+	return app.SplitQuote{Commission: v[0], Tax: v[1], Net: v[2], RuleSet: resp.RuleSet, RuleVersion: resp.RuleVersion,
+		TaxProfile: resp.TaxProfile, Jurisdiction: resp.Jurisdiction, OnRecord: resp.ProviderOnRecord}, nil
 }

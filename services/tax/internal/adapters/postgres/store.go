@@ -279,7 +279,9 @@ func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 // PlanRemittances assigns every unremitted withholding recorded before end
 // (the instant the period's month ends in the tax zone) whose settlement
 // was posted (MarkPosted) to a remittance of the period per jurisdiction and
-// currency (once), and returns the period's remittances.
+// currency (once), and returns the period's remittances. A period filed
+// already takes only what a reversed remittance of it gave back
+// (planRemittancesSQL).
 //
 // A remittance holds the withholdings it was made with, and its amount is
 // their sum, both from one statement's snapshot (planRemittancesSQL): a
@@ -311,14 +313,22 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 // planRemittancesSQL makes the period's ($1) remittances that do not exist
 // yet (or exist reversed only), each of the unremitted, posted withholdings
 // recorded before $2 in its jurisdiction and currency, and attaches exactly
-// those to it. The n-th remittance of a period, jurisdiction and currency
+// those to it. A month already filed (its run recorded, or a remittance of
+// it made) takes only the withholdings a reversed remittance of it gave
+// back (released_from): a late one (posted after the filing) waits for the
+// first month filed after it, as a tax authority takes it in the next
+// filing; a re-run of a filed month made a new remittance of it for them,
+// and a reversed one was paid again with them. The n-th remittance of a period, jurisdiction and currency
 // (the n−1 before it reversed) has the id of the first with -{n} added; a
 // currency is three letters, so no other's id can be it.
 const planRemittancesSQL = `with fresh as (
 		select w.withholding_id, w.jurisdiction, w.currency, w.tax_withheld from tax.withholdings w
 		where w.remittance_id is null and w.created_at < $2 and w.settlement_tx_id is not null
 		  and not exists (select 1 from tax.remittances r
-			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency and r.status <> 'reversed')),
+			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency and r.status <> 'reversed')
+		  and (w.released_from in (select r.remittance_id from tax.remittances r where r.period = $1 and r.status = 'reversed')
+			or not (exists (select 1 from tax.remittance_runs rr where rr.period = $1)
+				or exists (select 1 from tax.remittances r where r.period = $1)))),
 	made as (
 		insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
 		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency || coalesce('-' || nullif((select count(*) + 1 from tax.remittances r
@@ -341,6 +351,16 @@ func (s *Store) Unremitted(ctx context.Context, end time.Time, after string, lim
 		return nil, fmt.Errorf("unremitted withholdings: %w", err)
 	}
 	return pgx.CollectRows(rows, scanWH)
+}
+
+// Outstanding implements app.Store (the partial index withholdings_unremitted
+// holds exactly the rows it counts).
+func (s *Store) Outstanding(ctx context.Context, end time.Time) (int, error) {
+	var n int
+	if err := s.Pool.QueryRow(ctx, `select count(*) from tax.withholdings where remittance_id is null and created_at < $1`, end).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outstanding withholdings before %s: %w", end.Format(time.RFC3339), err)
+	}
+	return n, nil
 }
 
 // MarkPosted records each unremitted withholding's (by id) settlement
@@ -445,7 +465,7 @@ func (s *Store) MarkReversed(ctx context.Context, id, reversedBy string, at time
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `update tax.withholdings set remittance_id = null where remittance_id = $1`, id); err != nil {
+		if _, err := tx.Exec(ctx, `update tax.withholdings set remittance_id = null, released_from = $1 where remittance_id = $1`, id); err != nil {
 			return err
 		}
 		marked = true
@@ -482,8 +502,6 @@ func (s *Store) PendingBefore(ctx context.Context, period string) ([]domain.Remi
 	return pgx.CollectRows(rows, scanRem)
 }
 
-// Report totals the withholdings of the remittances ids per remittance and
-// provider, in period, jurisdiction, currency and provider order.
 // ReportPage implements app.Store.
 func (s *Store) ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error) {
 	var found bool
@@ -506,10 +524,12 @@ func (s *Store) ReportPage(ctx context.Context, remittanceID, afterProvider stri
 	return lines, true, err
 }
 
-func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.ReportLine, error) {
+// Report implements app.Store.
+func (s *Store) Report(ctx context.Context, remittanceIDs []string, limit int) ([]domain.ReportLine, error) {
 	rows, err := s.Pool.Query(ctx, `select r.remittance_id, r.period, w.jurisdiction, w.currency, w.provider_id, sum(w.tax_withheld), count(*)
 		from tax.withholdings w join tax.remittances r on r.remittance_id = w.remittance_id
-		where w.remittance_id = any($1) group by 1, 2, 3, 4, 5 order by 2, 3, 4, 5`, remittanceIDs)
+		where w.remittance_id = any($1) group by 1, 2, 3, 4, 5
+		order by array_position($1, r.remittance_id), 5 limit $2`, remittanceIDs, limit)
 	if err != nil {
 		return nil, fmt.Errorf("report of remittances: %w", err)
 	}
@@ -517,4 +537,15 @@ func (s *Store) Report(ctx context.Context, remittanceIDs []string) ([]domain.Re
 		var l domain.ReportLine
 		return l, r.Scan(&l.RemittanceID, &l.Period, &l.Jurisdiction, &l.Currency, &l.ProviderID, &l.Tax, &l.Count)
 	})
+}
+
+// ReportCount implements app.Store: the lines counted, none built (the
+// index withholdings_remittance_provider).
+func (s *Store) ReportCount(ctx context.Context, remittanceIDs []string) (int, error) {
+	var n int
+	if err := s.Pool.QueryRow(ctx, `select count(*) from (select distinct remittance_id, provider_id from tax.withholdings
+		where remittance_id = any($1)) l`, remittanceIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count report lines of remittances: %w", err)
+	}
+	return n, nil
 }
