@@ -27,6 +27,12 @@ const (
 	// created (chaining waits for every older database transaction to end,
 	// an open psql session's too) fell between two runs, in neither.
 	chainLagMax = time.Hour
+	// reconKeyRetention is how long a run's idempotency key answers it (as
+	// an idempotent API's keys do, Stripe's 24 h): long enough for every
+	// retry of the daily schedule's activity (6 h at most), short enough
+	// that a key reused the next day, statements imported since, is refused
+	// rather than answering yesterday's run to a user expecting a new one.
+	reconKeyRetention = 24 * time.Hour
 )
 
 // ReconciliationStore keeps reconciliation runs (adapters/postgres).
@@ -47,6 +53,10 @@ type ReconciliationStore interface {
 type ReconRunTx interface {
 	// Previous is the currency's last run with its unmatched items (nil: none).
 	Previous(ctx context.Context) (*domain.ReconRun, error)
+	// KeyHolder holds the idempotency key until Commit or Rollback (no
+	// other run of any currency takes it meanwhile) and returns the first
+	// run of any currency stored with it (nil: none).
+	KeyHolder(ctx context.Context, key string) (*domain.ReconKeyHolder, error)
 	// Keyed is the currency's run stored with the idempotency key, with its
 	// items (nil: none).
 	Keyed(ctx context.Context, key string) (*domain.ReconRun, error)
@@ -104,7 +114,13 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 // holds the key answers that run as it was, the others run and keep the
 // key. The daily schedule's activity passes one per scheduled run: each of
 // its retries (an answer lost after the run was stored) stored a new run
-// with every unmatched item again.
+// with every unmatched item again. The key answers only the request that
+// stored it (the same currency, or every currency), and only for
+// reconKeyRetention: another request under it, or any after that, is
+// apperr.ErrConflict naming the key and the run holding it (a reuse
+// answered the old run silently, or stored a second run of another
+// currency under the key). Statements imported since do not refuse it: a
+// retry must answer the run its lost answer stored.
 func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
 	if len(key) > domain.IdempotencyKeyMax {
 		return nil, apperr.Invalid("idempotency_key", "at most %d bytes", domain.IdempotencyKeyMax)
@@ -124,7 +140,7 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 	}
 	out := make([]*domain.ReconRun, 0, len(curs))
 	for _, c := range curs {
-		run, err := r.runOne(ctx, c, trigger, requestedBy, key)
+		run, err := r.runOne(ctx, c, currency, trigger, requestedBy, key)
 		if err != nil {
 			return out, fmt.Errorf("reconcile %s: %w", c, err)
 		}
@@ -133,15 +149,20 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 	return out, nil
 }
 
-func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, requestedBy, key string) (*domain.ReconRun, error) {
+// runOne runs currency's reconciliation for a request of requested ("":
+// every currency), under key ("" none).
+func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigger, requestedBy, key string) (*domain.ReconRun, error) {
 	rd, err := r.Store.BeginRun(ctx, currency)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
 	if key != "" {
-		// Under the currency's run lock: a run with the key is committed or
-		// not, and none other takes it meanwhile.
+		// Under the currency's run lock and the key's: a run with the key
+		// is committed or not, and none other takes it meanwhile.
+		if err := r.checkKey(ctx, rd, key, requested); err != nil {
+			return nil, err
+		}
 		if run, err := rd.Keyed(ctx, key); err != nil || run != nil {
 			return run, err
 		}
@@ -150,6 +171,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	if err != nil {
 		return nil, err
 	}
+	run.RequestedCurrency = requested
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}
@@ -157,6 +179,31 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, fmt.Errorf("commit reconciliation: %w", err)
 	}
 	return run, nil
+}
+
+// checkKey refuses key (apperr.ErrConflict) when a run holds it for
+// another request than one of requested, or for longer than
+// reconKeyRetention.
+func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested string) error {
+	h, err := rd.KeyHolder(ctx, key)
+	if err != nil || h == nil {
+		return err
+	}
+	scope := func(c string) string {
+		if c == "" {
+			return "every currency"
+		}
+		return c
+	}
+	if h.RequestedCurrency != nil && *h.RequestedCurrency != requested {
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for a request of %s: a request of %s needs a key of its own: %w",
+			key, h.RunID, scope(*h.RequestedCurrency), scope(requested), apperr.ErrConflict)
+	}
+	if age := r.now().Sub(h.CreatedAt); age > reconKeyRetention {
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s of %s, older than the %s a key answers its run: a new run needs a new key: %w",
+			key, h.RunID, h.CreatedAt.Format(time.RFC3339), reconKeyRetention, apperr.ErrConflict)
+	}
+	return nil
 }
 
 // reconcile makes the currency's run in rd, not stored yet.

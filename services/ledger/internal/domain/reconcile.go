@@ -477,6 +477,17 @@ const (
 	ReconByRequest  = "request"
 )
 
+// ReconKeyHolder is the first run stored under an idempotency key (a
+// request for every currency stores one run a currency under it).
+type ReconKeyHolder struct {
+	RunID    string
+	Currency string
+	// RequestedCurrency is the currency of the request that stored it (""
+	// every one); nil for a run stored before requests were kept.
+	RequestedCurrency *string
+	CreatedAt         time.Time
+}
+
 // ReconRun is one kept reconciliation run of one currency.
 type ReconRun struct {
 	ID          string
@@ -486,12 +497,15 @@ type ReconRun struct {
 	RequestedBy string
 	// Key is the request's idempotency key ("" none): a request with the
 	// key of a run of its currency answers that run.
-	Key          string
-	CreatedAt    time.Time
-	PreviousID   string
-	HeadHash     string
-	HeadPosition int64
-	StatementIDs []string
+	Key string
+	// RequestedCurrency is the currency the keyed request asked for ("" every
+	// currency with a statement): the key answers only that request.
+	RequestedCurrency string
+	CreatedAt         time.Time
+	PreviousID        string
+	HeadHash          string
+	HeadPosition      int64
+	StatementIDs      []string
 	// BankClosing sums the latest statement's closing balance of each of
 	// the currency's accounts (nil: no statement yet).
 	BankClosing      *decimal.Decimal

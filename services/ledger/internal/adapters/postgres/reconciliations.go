@@ -63,11 +63,11 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
 			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count, cash_difference_count,
-			idempotency_key)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17, nullif($18, '')) returning seq`,
+			idempotency_key, requested_currency)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17, nullif($18, ''), $19) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
 		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN,
-		r.CashDifferenceN, r.Key).Scan(&r.Seq); err != nil {
+		r.CashDifferenceN, r.Key, r.RequestedCurrency).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -310,6 +310,27 @@ func (x *ReconRunTx) Commit(ctx context.Context) error { return x.tx.Commit(ctx)
 
 // Rollback abandons the run (a no-op after Commit).
 func (x *ReconRunTx) Rollback(ctx context.Context) error { return x.tx.Rollback(ctx) }
+
+// KeyHolder implements app.ReconRunTx: the key's advisory lock, held until
+// the run's transaction ends (a request of another currency under the same
+// key takes its own currency's lock, then this one: each sees the other's
+// run or none), and the first run of any currency stored with the key.
+func (r *ReconRunTx) KeyHolder(ctx context.Context, key string) (*domain.ReconKeyHolder, error) {
+	if _, err := r.tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.reconcile.key.' || $1))`, key); err != nil {
+		return nil, fmt.Errorf("reconciliation key lock: %w", err)
+	}
+	var h domain.ReconKeyHolder
+	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, created_at from ledger.reconciliations
+		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation key %q: %w", key, err)
+	}
+	h.CreatedAt = h.CreatedAt.UTC()
+	return &h, nil
+}
 
 // Keyed implements app.ReconRunTx: the currency's run stored with the
 // idempotency key, with its items (nil: none).
