@@ -9,6 +9,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/auth"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -100,5 +101,48 @@ func TestReconciliationKeyReusedForAnotherRequestIsRefused(t *testing.T) {
 	again, err := rec.RunKeyed(f.ctx, "", domain.ReconBySchedule, "service:settlement", "ledger-reconciliation-daily-2026-12-02T06:00:00Z")
 	if err != nil || len(again) != 1 || again[0].ID != sched[0].ID {
 		t.Fatalf("retry of the scheduled run: %v %v; want %s again", again, err, sched[0].ID)
+	}
+}
+
+// Two requests under one key for two currencies at once: one runs, the
+// other is refused naming its run. Each takes its own currency's lock, so
+// only the key's lock keeps them from both finding the key free and both
+// storing a run under it (the unique index is per currency). The table is
+// held so both are inside their runs before either stores.
+func TestReconciliationKeyTakenOnceAcrossCurrencies(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	rec := f.svc.Reconciliations()
+	release := lockTable(t, f, "ledger.reconciliations")
+	type result struct {
+		runs []*domain.ReconRun
+		err  error
+	}
+	done := make(chan result, 2)
+	for _, cur := range []string{"CNY", "USD"} {
+		go func() {
+			runs, err := rec.RunKeyed(f.ctx, cur, domain.ReconByRequest, "finance:alice", "k-both")
+			done <- result{runs, err}
+		}()
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		return f.count(t, `select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid
+			where not l.granted and a.datname = current_database()`) >= 2
+	}, "both runs waiting")
+	release()
+	var ran, refused int
+	for range 2 {
+		r := <-done
+		switch {
+		case r.err == nil && len(r.runs) == 1:
+			ran++
+		case errors.Is(r.err, apperr.ErrConflict) && strings.Contains(r.err.Error(), `"k-both"`):
+			refused++
+		default:
+			t.Fatalf("a run under k-both: %v %v", r.runs, r.err)
+		}
+	}
+	if n := f.count(t, `select count(*) from ledger.reconciliations where idempotency_key = 'k-both'`); ran != 1 || refused != 1 || n != 1 {
+		t.Fatalf("%d ran, %d refused, %d runs hold k-both; want one of each and one run", ran, refused, n)
 	}
 }
