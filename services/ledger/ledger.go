@@ -201,6 +201,7 @@ func (s *Service) Policy() auth.Policy {
 		rc + "RunReconciliation":            {auth.RoleFinance, auth.RoleService},
 		rc + "ListReconciliations":          {auth.RoleFinance, auth.RoleAuditor},
 		rc + "GetReconciliation":            {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationItems":      {auth.RoleFinance, auth.RoleAuditor},
 		rc + "ResolveReconciliationItems":   {auth.RoleFinance},
 		rc + "VoidReconciliationResolution": {auth.RoleFinance},
 	}

@@ -217,6 +217,7 @@ var shapes = map[string][]string{
 	},
 	"RunReconciliation": {
 		`{}`,
+		`{"currency":"USD","summary_only":true,"idempotency_key":"rec-h2"}`,
 	},
 	"CloseLedgerCycle": {
 		`{"cycle_id":"` + pastCycle + `"}`,

@@ -86,7 +86,7 @@ var writeRoutes = []route{
 			`"content":"date,reference,amount,balance\n2026-11-17,wx-h1,12.50,112.50\n"}`,
 		enums: []string{"currency", "format"}},
 	{name: "RunReconciliation", method: "POST", path: "/v1/reconciliations", role: auth.RoleFinance,
-		body: `{"currency":"CNY"}`, enums: []string{"currency"}},
+		body: `{"currency":"CNY","idempotency_key":"rec-h1"}`, enums: []string{"currency"}},
 	{name: "CloseLedgerCycle", method: "POST", path: "/v1/internal/cycles/%s:close", param: "cycle_id", arg: pastCycle, role: auth.RoleService,
 		body: `{}`},
 	{name: "IssueInvoices", method: "POST", path: "/v1/internal/invoices:issue", role: auth.RoleService,

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,20 @@ const (
 	// created (chaining waits for every older database transaction to end,
 	// an open psql session's too) fell between two runs, in neither.
 	chainLagMax = time.Hour
+	// reconKeyRetention is how long a run's idempotency key answers it (as
+	// an idempotent API's keys do, Stripe's 24 h): long enough for every
+	// retry of the daily schedule's activity (6 h at most), short enough
+	// that a key reused the next day, statements imported since, is refused
+	// rather than answering yesterday's run to a user expecting a new one.
+	reconKeyRetention = 24 * time.Hour
+	// reconItemsAnswerMax bounds the matched and unmatched items a run's
+	// answer carries (ListItems pages the rest): ~141 B an item over gRPC
+	// (~280 B in JSON), every item of a run of 30 000 outgrew a 4 MiB gRPC
+	// receive limit, and a finance client got tens of MB in one answer.
+	reconItemsAnswerMax = 1000
+	// Pages of ListItems.
+	reconItemsPageDefault = 500
+	reconItemsPageMax     = 1000
 )
 
 // ReconciliationStore keeps reconciliation runs (adapters/postgres).
@@ -39,14 +54,24 @@ type ReconciliationStore interface {
 	// ListRuns pages runs newest first ("" currency: any), before seq when
 	// beforeSeq > 0, without their items.
 	ListRuns(ctx context.Context, currency string, beforeSeq int64, limit int) ([]domain.ReconRun, error)
-	// GetRun returns a run with its items (apperr.ErrNotFound if none).
-	GetRun(ctx context.Context, id string) (*domain.ReconRun, error)
+	// GetRun returns a run with its items, of its matched and unmatched
+	// ones only the first itemsMax when itemsMax > 0 (apperr.ErrNotFound if
+	// none).
+	GetRun(ctx context.Context, id string, itemsMax int) (*domain.ReconRun, error)
+	// ListItems returns up to limit of a run's matched and unmatched items
+	// in the run's order, after the one numbered afterNo, and the run's
+	// currency (apperr.ErrNotFound if no run).
+	ListItems(ctx context.Context, id string, afterNo, limit int) (string, []domain.ReconItem, error)
 }
 
 // ReconRunTx reads what a run needs and stores it, in one transaction.
 type ReconRunTx interface {
 	// Previous is the currency's last run with its unmatched items (nil: none).
 	Previous(ctx context.Context) (*domain.ReconRun, error)
+	// KeyHolder holds the idempotency key until Commit or Rollback (no
+	// other run of any currency takes it meanwhile) and returns the first
+	// run of any currency stored with it (nil: none).
+	KeyHolder(ctx context.Context, key string) (*domain.ReconKeyHolder, error)
 	// Keyed is the currency's run stored with the idempotency key, with its
 	// items (nil: none).
 	Keyed(ctx context.Context, key string) (*domain.ReconRun, error)
@@ -104,7 +129,13 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 // holds the key answers that run as it was, the others run and keep the
 // key. The daily schedule's activity passes one per scheduled run: each of
 // its retries (an answer lost after the run was stored) stored a new run
-// with every unmatched item again.
+// with every unmatched item again. The key answers only the request that
+// stored it (the same currency, or every currency), and only for
+// reconKeyRetention: another request under it, or any after that, is
+// apperr.ErrConflict naming the key and the run holding it (a reuse
+// answered the old run silently, or stored a second run of another
+// currency under the key). Statements imported since do not refuse it: a
+// retry must answer the run its lost answer stored.
 func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
 	if len(key) > domain.IdempotencyKeyMax {
 		return nil, apperr.Invalid("idempotency_key", "at most %d bytes", domain.IdempotencyKeyMax)
@@ -124,24 +155,30 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 	}
 	out := make([]*domain.ReconRun, 0, len(curs))
 	for _, c := range curs {
-		run, err := r.runOne(ctx, c, trigger, requestedBy, key)
+		run, err := r.runOne(ctx, c, currency, trigger, requestedBy, key)
 		if err != nil {
 			return out, fmt.Errorf("reconcile %s: %w", c, err)
 		}
+		keepItems(run)
 		out = append(out, run)
 	}
 	return out, nil
 }
 
-func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, requestedBy, key string) (*domain.ReconRun, error) {
+// runOne runs currency's reconciliation for a request of requested ("":
+// every currency), under key ("" none).
+func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigger, requestedBy, key string) (*domain.ReconRun, error) {
 	rd, err := r.Store.BeginRun(ctx, currency)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
 	if key != "" {
-		// Under the currency's run lock: a run with the key is committed or
-		// not, and none other takes it meanwhile.
+		// Under the currency's run lock and the key's: a run with the key
+		// is committed or not, and none other takes it meanwhile.
+		if err := r.checkKey(ctx, rd, key, requested); err != nil {
+			return nil, err
+		}
 		if run, err := rd.Keyed(ctx, key); err != nil || run != nil {
 			return run, err
 		}
@@ -150,6 +187,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 	if err != nil {
 		return nil, err
 	}
+	run.RequestedCurrency = requested
 	if err := rd.Save(ctx, run); err != nil {
 		return nil, err
 	}
@@ -157,6 +195,31 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, trigger, request
 		return nil, fmt.Errorf("commit reconciliation: %w", err)
 	}
 	return run, nil
+}
+
+// checkKey refuses key (apperr.ErrConflict) when a run holds it for
+// another request than one of requested, or for longer than
+// reconKeyRetention.
+func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested string) error {
+	h, err := rd.KeyHolder(ctx, key)
+	if err != nil || h == nil {
+		return err
+	}
+	scope := func(c string) string {
+		if c == "" {
+			return "every currency"
+		}
+		return c
+	}
+	if h.RequestedCurrency != nil && *h.RequestedCurrency != requested {
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for a request of %s: a request of %s needs a key of its own: %w",
+			key, h.RunID, scope(*h.RequestedCurrency), scope(requested), apperr.ErrConflict)
+	}
+	if age := r.now().Sub(h.CreatedAt); age > reconKeyRetention {
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s of %s, older than the %s a key answers its run: a new run needs a new key: %w",
+			key, h.RunID, h.CreatedAt.Format(time.RFC3339), reconKeyRetention, apperr.ErrConflict)
+	}
+	return nil
 }
 
 // reconcile makes the currency's run in rd, not stored yet.
@@ -323,10 +386,64 @@ func (r *Reconciliations) List(ctx context.Context, currency string, pageSize in
 	return runs, next, nil
 }
 
-// Get returns one run with its items.
+// Get returns one run with its first reconItemsAnswerMax matched and
+// unmatched items (Items pages the rest) and every other item.
 func (r *Reconciliations) Get(ctx context.Context, id string) (*domain.ReconRun, error) {
 	if id == "" {
 		return nil, apperr.Invalid("reconciliation_id", "required")
 	}
-	return r.Store.GetRun(ctx, id)
+	run, err := r.Store.GetRun(ctx, id, reconItemsAnswerMax+1)
+	if err != nil {
+		return nil, err
+	}
+	keepItems(run)
+	return run, nil
+}
+
+// reconItemsListing names a run's items in their page tokens (pkg/cursor),
+// scoped by the run's id.
+const reconItemsListing = "ledger.reconciliation_items"
+
+// keepItems bounds an answered run to its first reconItemsAnswerMax
+// matched and unmatched items, with the page token of the rest.
+func keepItems(run *domain.ReconRun) {
+	if run.KeepItems(reconItemsAnswerMax) {
+		run.ItemsNext = cursor.Encode(cursor.Scoped(reconItemsListing, run.ID), cursor.FormatInt64(reconItemsAnswerMax))
+	}
+}
+
+// Items pages a run's matched and unmatched items in the run's order, with
+// the run's currency; the token is the last item's number.
+func (r *Reconciliations) Items(ctx context.Context, id string, pageSize int32, pageToken string) (string, []domain.ReconItem, string, error) {
+	var v apperr.Validator
+	v.Check(id != "", "reconciliation_id", "required")
+	v.Check(pageSize >= 0 && pageSize <= reconItemsPageMax, "page_size", "want 0..%d", reconItemsPageMax)
+	if err := v.Err(); err != nil {
+		return "", nil, "", err
+	}
+	limit := int(pageSize)
+	if limit == 0 {
+		limit = reconItemsPageDefault
+	}
+	listing := cursor.Scoped(reconItemsListing, id)
+	var after int64
+	if pageToken != "" {
+		pos, err := cursor.Decode(listing, pageToken, 1)
+		if err != nil {
+			return "", nil, "", err
+		}
+		if after, err = pos.Int64(0); err != nil || after <= 0 || after > math.MaxInt32 {
+			return "", nil, "", cursor.Malformed()
+		}
+	}
+	currency, items, err := r.Store.ListItems(ctx, id, int(after), limit+1)
+	if err != nil {
+		return "", nil, "", err
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		next = cursor.Encode(listing, cursor.FormatInt64(int64(items[limit-1].No)))
+	}
+	return currency, items, next, nil
 }

@@ -477,6 +477,17 @@ const (
 	ReconByRequest  = "request"
 )
 
+// ReconKeyHolder is the first run stored under an idempotency key (a
+// request for every currency stores one run a currency under it).
+type ReconKeyHolder struct {
+	RunID    string
+	Currency string
+	// RequestedCurrency is the currency of the request that stored it (""
+	// every one); nil for a run stored before requests were kept.
+	RequestedCurrency *string
+	CreatedAt         time.Time
+}
+
 // ReconRun is one kept reconciliation run of one currency.
 type ReconRun struct {
 	ID          string
@@ -486,12 +497,15 @@ type ReconRun struct {
 	RequestedBy string
 	// Key is the request's idempotency key ("" none): a request with the
 	// key of a run of its currency answers that run.
-	Key          string
-	CreatedAt    time.Time
-	PreviousID   string
-	HeadHash     string
-	HeadPosition int64
-	StatementIDs []string
+	Key string
+	// RequestedCurrency is the currency the keyed request asked for ("" every
+	// currency with a statement): the key answers only that request.
+	RequestedCurrency string
+	CreatedAt         time.Time
+	PreviousID        string
+	HeadHash          string
+	HeadPosition      int64
+	StatementIDs      []string
 	// BankClosing sums the latest statement's closing balance of each of
 	// the currency's accounts (nil: no statement yet).
 	BankClosing      *decimal.Decimal
@@ -503,8 +517,12 @@ type ReconRun struct {
 	OutstandingN     int // of UnmatchedLedgerN
 	BreakN           int // len(Result.Breaks)
 	CashDifferenceN  int // len(Result.CashDifferences)
-	// Result holds the items; a listed run carries only the counts.
+	// Result holds the items; a listed run carries only the counts, an
+	// answered one its first items when ItemsNext is set.
 	Result Reconciliation
+	// ItemsNext is the page token of the matched and unmatched items Result
+	// leaves out (KeepItems), "" when it holds every one.
+	ItemsNext string
 	// Resolutions of its unmatched items by hand (a read run's only).
 	Resolutions []ReconResolution
 	// Voided: resolutions (of this run or an earlier one) voided while this
@@ -519,6 +537,40 @@ func (r *ReconRun) Tally() {
 	r.Verdict = r.Result.Verdict()
 	r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN = len(r.Result.Matched), len(r.Result.UnmatchedBank), len(r.Result.UnmatchedLedger)
 	r.OutstandingN, r.BreakN, r.CashDifferenceN = r.Result.Outstanding(), len(r.Result.Breaks), len(r.Result.CashDifferences)
+}
+
+// KeepItems keeps the first n of the run's matched and unmatched items in
+// the run's order (matched, then unmatched in bank, then in ledger) and
+// reports whether it left any out. The counts stay the run's.
+func (r *ReconRun) KeepItems(n int) bool {
+	if len(r.Result.Matched)+len(r.Result.UnmatchedBank)+len(r.Result.UnmatchedLedger) <= n {
+		return false
+	}
+	r.Result.Matched = r.Result.Matched[:min(n, len(r.Result.Matched))]
+	n -= len(r.Result.Matched)
+	r.Result.UnmatchedBank = r.Result.UnmatchedBank[:min(n, len(r.Result.UnmatchedBank))]
+	n -= len(r.Result.UnmatchedBank)
+	r.Result.UnmatchedLedger = r.Result.UnmatchedLedger[:min(n, len(r.Result.UnmatchedLedger))]
+	return true
+}
+
+// Statuses of a run's matched and unmatched items (ReconItem), in the
+// run's order.
+const (
+	ReconItemMatched           = "matched"
+	ReconItemUnmatchedInBank   = "unmatched_in_bank"
+	ReconItemUnmatchedInLedger = "unmatched_in_ledger"
+)
+
+// ReconItem is one matched or unmatched item of a kept run, numbered from
+// 1 in the run's order (matched, then unmatched in bank, then in ledger).
+type ReconItem struct {
+	No          int
+	Status      string
+	Line        BankLine // matched and unmatched in bank
+	Movement    Movement // matched and unmatched in ledger
+	Reason      string   // why it is unmatched
+	Outstanding bool     // of an unmatched ledger movement (UnmatchedMovement)
 }
 
 // Actions of a resolution by hand.

@@ -104,6 +104,38 @@ func (s *ReconciliationServer) GetReconciliation(ctx context.Context, r *ledgerv
 	return &ledgerv1.GetReconciliationResponse{Reconciliation: toProtoRun(run, true)}, nil
 }
 
+// ListReconciliationItems implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliationItems(ctx context.Context, r *ledgerv1.ListReconciliationItemsRequest) (*ledgerv1.ListReconciliationItemsResponse, error) {
+	currency, items, next, err := s.Reconciliations.Items(ctx, r.GetReconciliationId(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListReconciliationItemsResponse{Items: make([]*ledgerv1.ReconciliationItem, 0, len(items)), NextPageToken: next}
+	f := amountIn(currency)
+	for _, x := range items {
+		it := &ledgerv1.ReconciliationItem{Status: x.Status, Reason: x.Reason, Outstanding: x.Outstanding, TransactionIds: []string{}}
+		if x.Status != domain.ReconItemUnmatchedInLedger {
+			protoLine(it, x.Line, f)
+		}
+		if x.Status != domain.ReconItemUnmatchedInBank {
+			protoMove(it, x.Movement, f)
+		}
+		out.Items = append(out.Items, it)
+	}
+	return out, nil
+}
+
+func protoLine(it *ledgerv1.ReconciliationItem, l domain.BankLine, f func(decimal.Decimal) string) {
+	it.StatementId, it.LineNo, it.Reference, it.BankAmount = l.StatementID, int32(l.LineNo), l.Reference, f(l.Amount)
+	if !l.BookedOn.IsZero() {
+		it.BookedOn = l.BookedOn.Format(time.DateOnly)
+	}
+}
+
+func protoMove(it *ledgerv1.ReconciliationItem, m domain.Movement, f func(decimal.Decimal) string) {
+	it.MovementKind, it.MovementKey, it.LedgerAmount, it.TransactionIds = m.Kind, m.Key, f(m.Amount), m.TransactionIDs
+}
+
 func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	f := amountIn(r.Currency)
 	out := &ledgerv1.Reconciliation{
@@ -124,15 +156,9 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	if !items {
 		return out
 	}
-	line := func(it *ledgerv1.ReconciliationItem, l domain.BankLine) {
-		it.StatementId, it.LineNo, it.Reference, it.BankAmount = l.StatementID, int32(l.LineNo), l.Reference, f(l.Amount)
-		if !l.BookedOn.IsZero() {
-			it.BookedOn = l.BookedOn.Format(time.DateOnly)
-		}
-	}
-	move := func(it *ledgerv1.ReconciliationItem, m domain.Movement) {
-		it.MovementKind, it.MovementKey, it.LedgerAmount, it.TransactionIds = m.Kind, m.Key, f(m.Amount), m.TransactionIDs
-	}
+	out.ItemsNextPageToken = r.ItemsNext
+	line := func(it *ledgerv1.ReconciliationItem, l domain.BankLine) { protoLine(it, l, f) }
+	move := func(it *ledgerv1.ReconciliationItem, m domain.Movement) { protoMove(it, m, f) }
 	out.Matched = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.Matched))
 	for _, x := range r.Result.Matched {
 		it := &ledgerv1.ReconciliationItem{}

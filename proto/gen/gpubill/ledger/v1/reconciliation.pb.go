@@ -438,7 +438,10 @@ type RunReconciliationRequest struct {
 	SummaryOnly bool `protobuf:"varint,2,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
 	// Optional, at most 256 bytes: a currency's run with this key answers
 	// again as it was instead of running anew (the daily schedule's retries
-	// store one run, not one each). Empty: every request runs.
+	// store one run, not one each), whatever was imported since. Only for the
+	// request that stored it (the same currency, or every currency) and for
+	// 24 h: another request under the key, or any later, is refused (409,
+	// naming the key and the run holding it). Empty: every request runs.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -600,8 +603,14 @@ type Reconciliation struct {
 	// Resolutions voided since the previous run whose items this run took
 	// over again (open, as if never resolved).
 	ReopenedResolutions []*ReconciliationResolution `protobuf:"bytes,25,rep,name=reopened_resolutions,json=reopenedResolutions,proto3" json:"reopened_resolutions,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Set when the run holds more items than an answer carries (1000):
+	// matched, unmatched_in_bank and unmatched_in_ledger then hold its first
+	// 1000 items in the run's order (matched, then unmatched in bank, then in
+	// ledger; the counts above say how many there are), and
+	// ListReconciliationItems with this token answers the rest.
+	ItemsNextPageToken string `protobuf:"bytes,26,opt,name=items_next_page_token,json=itemsNextPageToken,proto3" json:"items_next_page_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
@@ -807,6 +816,13 @@ func (x *Reconciliation) GetReopenedResolutions() []*ReconciliationResolution {
 		return x.ReopenedResolutions
 	}
 	return nil
+}
+
+func (x *Reconciliation) GetItemsNextPageToken() string {
+	if x != nil {
+		return x.ItemsNextPageToken
+	}
+	return ""
 }
 
 // A statement's close at which the proof of cash does not hold:
@@ -1039,7 +1055,10 @@ type ReconciliationItem struct {
 	Reason         string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"` // why it is unmatched
 	// An unmatched ledger movement the bank may not have booked yet: a
 	// timing difference, not an exception.
-	Outstanding   bool `protobuf:"varint,11,opt,name=outstanding,proto3" json:"outstanding,omitempty"`
+	Outstanding bool `protobuf:"varint,11,opt,name=outstanding,proto3" json:"outstanding,omitempty"`
+	// matched | unmatched_in_bank | unmatched_in_ledger, in
+	// ListReconciliationItems ("" in a run's lists, which say it).
+	Status        string `protobuf:"bytes,12,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1168,13 @@ func (x *ReconciliationItem) GetOutstanding() bool {
 		return x.Outstanding
 	}
 	return false
+}
+
+func (x *ReconciliationItem) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
 }
 
 type ListReconciliationsRequest struct {
@@ -1532,6 +1558,119 @@ func (x *GetReconciliationResponse) GetReconciliation() *Reconciliation {
 	return nil
 }
 
+type ListReconciliationItemsRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ReconciliationId string                 `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	PageSize         int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 500, at most 1000
+	// next_page_token of the page before, or a run's items_next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationItemsRequest) Reset() {
+	*x = ListReconciliationItemsRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationItemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationItemsRequest) ProtoMessage() {}
+
+func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationItemsRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationItemsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListReconciliationItemsRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationItemsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListReconciliationItemsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReconciliationItem  `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"` // in the run's order
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationItemsResponse) Reset() {
+	*x = ListReconciliationItemsResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationItemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationItemsResponse) ProtoMessage() {}
+
+func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationItemsResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationItemsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListReconciliationItemsResponse) GetItems() []*ReconciliationItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListReconciliationItemsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_gpubill_ledger_v1_reconciliation_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
@@ -1578,7 +1717,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\fsummary_only\x18\x02 \x01(\bR\vsummaryOnly\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\x82\v\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xb5\v\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1606,7 +1745,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\vresolutions\x18\x16 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\x12L\n" +
 	"\x10cash_differences\x18\x17 \x03(\v2!.gpubill.ledger.v1.CashDifferenceR\x0fcashDifferences\x122\n" +
 	"\x15cash_difference_count\x18\x18 \x01(\x05R\x13cashDifferenceCount\x12^\n" +
-	"\x14reopened_resolutions\x18\x19 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\x13reopenedResolutions\"\xf4\x02\n" +
+	"\x14reopened_resolutions\x18\x19 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\x13reopenedResolutions\x121\n" +
+	"\x15items_next_page_token\x18\x1a \x01(\tR\x12itemsNextPageToken\"\xf4\x02\n" +
 	"\x0eCashDifference\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
@@ -1629,7 +1769,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\n" +
 	"difference\x18\x06 \x01(\tR\n" +
 	"difference\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\xfc\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x94\x03\n" +
 	"\x12ReconciliationItem\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x17\n" +
 	"\aline_no\x18\x02 \x01(\x05R\x06lineNo\x12\x1b\n" +
@@ -1643,7 +1783,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x0ftransaction_ids\x18\t \x03(\tR\x0etransactionIds\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12 \n" +
-	"\voutstanding\x18\v \x01(\bR\voutstanding\"t\n" +
+	"\voutstanding\x18\v \x01(\bR\voutstanding\x12\x16\n" +
+	"\x06status\x18\f \x01(\tR\x06status\"t\n" +
 	"\x1aListReconciliationsRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1676,11 +1817,20 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x18GetReconciliationRequest\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\"f\n" +
 	"\x19GetReconciliationResponse\x12I\n" +
-	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation2\xa1\a\n" +
+	"\x0ereconciliation\x18\x01 \x01(\v2!.gpubill.ledger.v1.ReconciliationR\x0ereconciliation\"\x89\x01\n" +
+	"\x1eListReconciliationItemsRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x86\x01\n" +
+	"\x1fListReconciliationItemsResponse\x12;\n" +
+	"\x05items\x18\x01 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xdb\b\n" +
 	"\x15ReconciliationService\x12\x8e\x01\n" +
 	"\x11RunReconciliation\x12+.gpubill.ledger.v1.RunReconciliationRequest\x1a,.gpubill.ledger.v1.RunReconciliationResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/reconciliations\x12\x91\x01\n" +
 	"\x13ListReconciliations\x12-.gpubill.ledger.v1.ListReconciliationsRequest\x1a..gpubill.ledger.v1.ListReconciliationsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/reconciliations\x12\xaf\x01\n" +
-	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}\x12\xc9\x01\n" +
+	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}\x12\xb7\x01\n" +
+	"\x17ListReconciliationItems\x121.gpubill.ledger.v1.ListReconciliationItemsRequest\x1a2.gpubill.ledger.v1.ListReconciliationItemsResponse\"5\x82\xd3\xe4\x93\x02/\x12-/v1/reconciliations/{reconciliation_id}/items\x12\xc9\x01\n" +
 	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutions\x12\xe4\x01\n" +
 	"\x1cVoidReconciliationResolution\x126.gpubill.ledger.v1.VoidReconciliationResolutionRequest\x1a7.gpubill.ledger.v1.VoidReconciliationResolutionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*\"H/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:voidBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
 
@@ -1696,7 +1846,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*VoidReconciliationResolutionRequest)(nil),  // 0: gpubill.ledger.v1.VoidReconciliationResolutionRequest
 	(*VoidReconciliationResolutionResponse)(nil), // 1: gpubill.ledger.v1.VoidReconciliationResolutionResponse
@@ -1715,17 +1865,19 @@ var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*ListReconciliationsResponse)(nil),          // 14: gpubill.ledger.v1.ListReconciliationsResponse
 	(*GetReconciliationRequest)(nil),             // 15: gpubill.ledger.v1.GetReconciliationRequest
 	(*GetReconciliationResponse)(nil),            // 16: gpubill.ledger.v1.GetReconciliationResponse
-	(*timestamppb.Timestamp)(nil),                // 17: google.protobuf.Timestamp
+	(*ListReconciliationItemsRequest)(nil),       // 17: gpubill.ledger.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil),      // 18: gpubill.ledger.v1.ListReconciliationItemsResponse
+	(*timestamppb.Timestamp)(nil),                // 19: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 0: gpubill.ledger.v1.VoidReconciliationResolutionResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
 	5,  // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	17, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	19, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
 	11, // 4: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
-	17, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
+	19, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
 	8,  // 6: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	17, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	19, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
 	11, // 8: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 9: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 10: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
@@ -1733,25 +1885,28 @@ var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 12: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	9,  // 13: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
 	5,  // 14: gpubill.ledger.v1.Reconciliation.reopened_resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	17, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
-	17, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	19, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
+	19, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
 	13, // 17: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
 	8,  // 18: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
-	6,  // 19: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	12, // 20: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	15, // 21: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	2,  // 22: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	0,  // 23: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
-	7,  // 24: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	14, // 25: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	16, // 26: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	4,  // 27: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	1,  // 28: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	11, // 19: gpubill.ledger.v1.ListReconciliationItemsResponse.items:type_name -> gpubill.ledger.v1.ReconciliationItem
+	6,  // 20: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	12, // 21: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	15, // 22: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	17, // 23: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:input_type -> gpubill.ledger.v1.ListReconciliationItemsRequest
+	2,  // 24: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	0,  // 25: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	7,  // 26: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	14, // 27: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	16, // 28: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	18, // 29: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:output_type -> gpubill.ledger.v1.ListReconciliationItemsResponse
+	4,  // 30: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	1,  // 31: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -1765,7 +1920,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	ReconciliationService_RunReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
 	ReconciliationService_ListReconciliations_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
 	ReconciliationService_GetReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
+	ReconciliationService_ListReconciliationItems_FullMethodName      = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationItems"
 	ReconciliationService_ResolveReconciliationItems_FullMethodName   = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
 	ReconciliationService_VoidReconciliationResolution_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution"
 )
@@ -46,9 +47,14 @@ type ReconciliationServiceClient interface {
 	RunReconciliation(ctx context.Context, in *RunReconciliationRequest, opts ...grpc.CallOption) (*RunReconciliationResponse, error)
 	// Lists runs, newest first, as summaries (counts, no items).
 	ListReconciliations(ctx context.Context, in *ListReconciliationsRequest, opts ...grpc.CallOption) (*ListReconciliationsResponse, error)
-	// One run with its matched and unmatched items. Returns the bare
-	// Reconciliation over REST.
+	// One run with its matched and unmatched items, at most 1000 of them
+	// (items_next_page_token: ListReconciliationItems has the rest). Returns
+	// the bare Reconciliation over REST.
 	GetReconciliation(ctx context.Context, in *GetReconciliationRequest, opts ...grpc.CallOption) (*GetReconciliationResponse, error)
+	// Lists a run's matched and unmatched items in the run's order (matched,
+	// unmatched in bank, unmatched in ledger), a page at a time: a run's
+	// answer carries its first 1000 and the token to read the rest here.
+	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -106,6 +112,16 @@ func (c *reconciliationServiceClient) GetReconciliation(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *reconciliationServiceClient) ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationItemsResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ListReconciliationItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *reconciliationServiceClient) ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveReconciliationItemsResponse)
@@ -146,9 +162,14 @@ type ReconciliationServiceServer interface {
 	RunReconciliation(context.Context, *RunReconciliationRequest) (*RunReconciliationResponse, error)
 	// Lists runs, newest first, as summaries (counts, no items).
 	ListReconciliations(context.Context, *ListReconciliationsRequest) (*ListReconciliationsResponse, error)
-	// One run with its matched and unmatched items. Returns the bare
-	// Reconciliation over REST.
+	// One run with its matched and unmatched items, at most 1000 of them
+	// (items_next_page_token: ListReconciliationItems has the rest). Returns
+	// the bare Reconciliation over REST.
 	GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error)
+	// Lists a run's matched and unmatched items in the run's order (matched,
+	// unmatched in bank, unmatched in ledger), a page at a time: a run's
+	// answer carries its first 1000 and the token to read the rest here.
+	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -184,6 +205,9 @@ func (UnimplementedReconciliationServiceServer) ListReconciliations(context.Cont
 }
 func (UnimplementedReconciliationServiceServer) GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReconciliation not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
 }
 func (UnimplementedReconciliationServiceServer) ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItems not implemented")
@@ -266,6 +290,24 @@ func _ReconciliationService_GetReconciliation_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconciliationService_ListReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationItemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ListReconciliationItems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ListReconciliationItems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ListReconciliationItems(ctx, req.(*ListReconciliationItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ReconciliationService_ResolveReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveReconciliationItemsRequest)
 	if err := dec(in); err != nil {
@@ -320,6 +362,10 @@ var ReconciliationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReconciliation",
 			Handler:    _ReconciliationService_GetReconciliation_Handler,
+		},
+		{
+			MethodName: "ListReconciliationItems",
+			Handler:    _ReconciliationService_ListReconciliationItems_Handler,
 		},
 		{
 			MethodName: "ResolveReconciliationItems",

@@ -28,6 +28,15 @@ const (
 	itemCashDifference  = "cash_difference"
 )
 
+// listedItems are the statuses of the items a run's answer holds a page of
+// and ListItems pages (its statement breaks and cash differences, a few a
+// statement, are answered whole), by status, with their names in answers.
+// Save numbers them (item_no) first, in the order answers list them.
+var listedItems = []string{itemMatched, itemUnmatchedBank, itemUnmatchedLedger}
+
+var listedItemStatus = map[string]string{itemMatched: domain.ReconItemMatched, itemUnmatchedBank: domain.ReconItemUnmatchedInBank,
+	itemUnmatchedLedger: domain.ReconItemUnmatchedInLedger}
+
 // StatementCurrencies implements app.ReconciliationStore.
 func (s *Reconciliations) StatementCurrencies(ctx context.Context) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `select distinct currency from ledger.bank_statements order by 1`)
@@ -63,11 +72,11 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 	if err := tx.QueryRow(ctx, `insert into ledger.reconciliations (reconciliation_id, currency, trigger, requested_by, created_at,
 			previous_id, journal_head_hash, journal_head_position, bank_closing_balance, ledger_bank_client, verdict,
 			matched_count, unmatched_bank_count, unmatched_ledger_count, outstanding_ledger_count, statement_break_count, cash_difference_count,
-			idempotency_key)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17, nullif($18, '')) returning seq`,
+			idempotency_key, requested_currency)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15, $16, $17, nullif($18, ''), $19) returning seq`,
 		r.ID, r.Currency, r.Trigger, r.RequestedBy, r.CreatedAt, r.PreviousID, r.HeadHash, r.HeadPosition, closing,
 		r.LedgerBankClient.String(), r.Verdict, r.MatchedCount, r.UnmatchedBankN, r.UnmatchedLedgerN, r.OutstandingN, r.BreakN,
-		r.CashDifferenceN, r.Key).Scan(&r.Seq); err != nil {
+		r.CashDifferenceN, r.Key, r.RequestedCurrency).Scan(&r.Seq); err != nil {
 		return fmt.Errorf("store reconciliation: %w", err)
 	}
 	if len(r.StatementIDs) > 0 {
@@ -76,6 +85,9 @@ func (x *ReconRunTx) Save(ctx context.Context, r *domain.ReconRun) error {
 			return fmt.Errorf("store reconciliation statements: %w", err)
 		}
 	}
+	// item_no numbers the items in the order answers list them (matched,
+	// unmatched in bank, unmatched in ledger, then the rest): a run's
+	// answer holding its first n items continues at item n+1 (ListItems).
 	var rows [][]any
 	add := func(status string, l *domain.BankLine, m *domain.Movement, reason string, outstanding bool) {
 		row := []any{r.ID, len(rows) + 1, status, "", 0, nil, "", nil, "", "", nil, []string{}, reason, nil, outstanding, "", "", nil, nil,
@@ -172,17 +184,19 @@ func (s *Reconciliations) ListRuns(ctx context.Context, currency string, beforeS
 }
 
 // GetRun implements app.ReconciliationStore.
-func (s *Reconciliations) GetRun(ctx context.Context, id string) (*domain.ReconRun, error) {
-	r, err := getRun(ctx, s.Pool, `r.reconciliation_id = $1`, id, "")
+func (s *Reconciliations) GetRun(ctx context.Context, id string, itemsMax int) (*domain.ReconRun, error) {
+	r, err := getRun(ctx, s.Pool, `r.reconciliation_id = $1`, id, "", itemsMax)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
 	}
 	return r, err
 }
 
-// getRun reads one run and its items; only the unmatched ones when
-// unmatchedOnly (what the next run takes over).
-func getRun(ctx context.Context, q Querier, where string, arg any, status string) (*domain.ReconRun, error) {
+// getRun reads one run and its items, but for those of status when status
+// is set (what the next run takes over: not the matched ones), and of its
+// matched and unmatched items only the first itemsMax when itemsMax > 0
+// (an answer's).
+func getRun(ctx context.Context, q Querier, where string, arg any, status string, itemsMax int) (*domain.ReconRun, error) {
 	r, err := scanRun(q.QueryRow(ctx, `select `+runCols+` from ledger.reconciliations r where `+where+` order by r.seq desc limit 1`, arg))
 	if err != nil {
 		return nil, err
@@ -191,7 +205,8 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
 			account, previous_statement_id, previous_closing_balance, opening_balance,
 			closing_at, closing_balance, ledger_balance, in_transit_bank, in_transit_ledger
-		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2) order by item_no`, r.ID, status)
+		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2)
+		  and ($3 = 0 or item_no <= $3 or status <> all($4)) order by item_no`, r.ID, status, itemsMax, listedItems)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation items: %w", err)
 	}
@@ -208,6 +223,56 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 		return nil, err
 	}
 	return &r, nil
+}
+
+// ListItems implements app.ReconciliationStore.
+func (s *Reconciliations) ListItems(ctx context.Context, id string, afterNo, limit int) (string, []domain.ReconItem, error) {
+	var currency string
+	err := s.Pool.QueryRow(ctx, `select currency from ledger.reconciliations where reconciliation_id = $1`, id).Scan(&currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("reconciliation %s: %w", id, err)
+	}
+	rows, err := s.Pool.Query(ctx, `select item_no, status, statement_id, line_no, booked_on, reference, bank_amount::text,
+			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding
+		from ledger.reconciliation_items where reconciliation_id = $1 and status = any($2) and item_no > $3
+		order by item_no limit $4`, id, listedItems, afterNo, limit)
+	if err != nil {
+		return "", nil, fmt.Errorf("reconciliation %s items: %w", id, err)
+	}
+	defer rows.Close()
+	var out []domain.ReconItem
+	for rows.Next() {
+		var it domain.ReconItem
+		var st string
+		var booked, recorded *time.Time
+		var bank, led *string
+		if err := rows.Scan(&it.No, &st, &it.Line.StatementID, &it.Line.LineNo, &booked, &it.Line.Reference, &bank,
+			&it.Movement.Kind, &it.Movement.Key, &led, &it.Movement.TransactionIDs, &it.Reason, &recorded, &it.Outstanding); err != nil {
+			return "", nil, err
+		}
+		it.Status = listedItemStatus[st]
+		if booked != nil {
+			it.Line.BookedOn = booked.UTC()
+		}
+		if recorded != nil {
+			it.Movement.RecordedAt = recorded.UTC()
+		}
+		if bank != nil {
+			if it.Line.Amount, err = decimal.NewFromString(*bank); err != nil {
+				return "", nil, fmt.Errorf("reconciliation %s item %d: %w", id, it.No, err)
+			}
+		}
+		if led != nil {
+			if it.Movement.Amount, err = decimal.NewFromString(*led); err != nil {
+				return "", nil, fmt.Errorf("reconciliation %s item %d: %w", id, it.No, err)
+			}
+		}
+		out = append(out, it)
+	}
+	return currency, out, rows.Err()
 }
 
 // scanItem reads one item of run r (a row of getRun's items query) into
@@ -311,6 +376,27 @@ func (x *ReconRunTx) Commit(ctx context.Context) error { return x.tx.Commit(ctx)
 // Rollback abandons the run (a no-op after Commit).
 func (x *ReconRunTx) Rollback(ctx context.Context) error { return x.tx.Rollback(ctx) }
 
+// KeyHolder implements app.ReconRunTx: the key's advisory lock, held until
+// the run's transaction ends (a request of another currency under the same
+// key takes its own currency's lock, then this one: each sees the other's
+// run or none), and the first run of any currency stored with the key.
+func (r *ReconRunTx) KeyHolder(ctx context.Context, key string) (*domain.ReconKeyHolder, error) {
+	if _, err := r.tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.ledger.reconcile.key.' || $1))`, key); err != nil {
+		return nil, fmt.Errorf("reconciliation key lock: %w", err)
+	}
+	var h domain.ReconKeyHolder
+	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, created_at from ledger.reconciliations
+		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation key %q: %w", key, err)
+	}
+	h.CreatedAt = h.CreatedAt.UTC()
+	return &h, nil
+}
+
 // Keyed implements app.ReconRunTx: the currency's run stored with the
 // idempotency key, with its items (nil: none).
 func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, error) {
@@ -323,7 +409,7 @@ func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, e
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation keyed %q: %w", key, err)
 	}
-	run, err := getRun(ctx, r.tx, `r.reconciliation_id = $1`, id, "")
+	run, err := getRun(ctx, r.tx, `r.reconciliation_id = $1`, id, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +418,7 @@ func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, e
 }
 
 func (r *ReconRunTx) Previous(ctx context.Context) (*domain.ReconRun, error) {
-	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched)
+	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched, 0)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

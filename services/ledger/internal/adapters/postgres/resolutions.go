@@ -42,7 +42,7 @@ func (s *Reconciliations) Resolve(ctx context.Context, runID string, lines []dom
 	if latest != runID {
 		return nil, false, fmt.Errorf("%s is not the latest run of %s (%s is): %w", runID, currency, latest, apperr.ErrPrecondition)
 	}
-	run, err := getRun(ctx, tx, `r.reconciliation_id = $1`, runID, itemMatched)
+	run, err := getRun(ctx, tx, `r.reconciliation_id = $1`, runID, itemMatched, 0)
 	if err != nil {
 		return nil, false, err
 	}
