@@ -120,7 +120,7 @@ func pagedMetrics() []obs.SQLMetric {
 		// workflow is gone left it there for good. updated_at is the
 		// cancel: nothing changes a canceled payout's status after it.
 		// One canceled before migration payout/0026 ages from the
-		// upgrade (cancel_unposted_since, migration payout/0028): from
+		// upgrade (cancel_unposted_since, migration payout/0029): from
 		// its cancel, weeks ago, it paged at the upgrade's first scrape,
 		// before its restarted workflow posted. The partial index
 		// payouts_cancel_unposted holds just these rows.

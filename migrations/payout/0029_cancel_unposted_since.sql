@@ -11,7 +11,7 @@
 -- its cancel.
 --
 -- The backfill: the payouts 0026 marked whose workflow has not started
--- since (0026 and 0028 run together on an upgrade: all of them) age from
+-- since (0026 and 0029 run together on an upgrade: all of them) age from
 -- now. On a database that ran 0026 in an earlier release, the starter has
 -- started theirs (workflow_started): one still unposted keeps its age,
 -- and its page.
