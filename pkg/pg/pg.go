@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -170,14 +171,46 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS)
 	}
 	defer conn.Close()
 	lockKey := "gpubill.migrate." + schema
-	if _, err := conn.ExecContext(ctx, `select pg_advisory_lock(hashtext($1))`, lockKey); err != nil {
-		return fmt.Errorf("migration lock: %w", err)
+	if err := lockMigrations(ctx, conn, lockKey); err != nil {
+		return fmt.Errorf("migration lock of %s: %w", schema, err)
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, lockKey) //nolint:errcheck // the migration has succeeded or failed already: a lock not released ends with its session
 	if _, err := conn.ExecContext(ctx, "create schema if not exists "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return fmt.Errorf("create schema %s: %w", schema, err)
 	}
 	return migrate(ctx, db, schema, fsys)
+}
+
+// migrationLockPoll is how long a migrator waiting for another (a replica
+// started with it) sleeps between two tries of the migration lock.
+const migrationLockPoll = 100 * time.Millisecond
+
+// lockMigrations takes the session advisory lock key on conn, trying it
+// every migrationLockPoll until it is free or ctx ends. It never waits
+// inside pg_advisory_lock: a statement blocked there holds a snapshot, and
+// create index concurrently (a NO TRANSACTION migration: ledger/0033,
+// metering/0003) waits for every older snapshot in the database to end.
+// The holder's build waited for the waiter's snapshot, the waiter for the
+// lock the holder keeps on another, idle, connection: a cycle Postgres
+// does not see, and both replicas hung until killed, leaving the index
+// invalid. Between tries conn is idle outside any transaction and holds no
+// snapshot. The wait has no bound of its own: the migration it waits for
+// may build an index on a large table; ctx (the start-up probe) bounds it.
+func lockMigrations(ctx context.Context, conn *sql.Conn, key string) error {
+	for {
+		var locked bool
+		if err := conn.QueryRowContext(ctx, `select pg_try_advisory_lock(hashtext($1))`, key).Scan(&locked); err != nil {
+			return err
+		}
+		if locked {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another migrator: %w", context.Cause(ctx))
+		case <-time.After(migrationLockPoll):
+		}
+	}
 }
 
 func migrate(ctx context.Context, db *sql.DB, schema string, fsys fs.FS) error {

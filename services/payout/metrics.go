@@ -119,11 +119,15 @@ func pagedMetrics() []obs.SQLMetric {
 		// only). Its workflow posts it again within a poll; one whose
 		// workflow is gone left it there for good. updated_at is the
 		// cancel: nothing changes a canceled payout's status after it.
-		// The partial index payouts_cancel_unposted holds just these rows.
+		// One canceled before migration payout/0026 ages from the
+		// upgrade (cancel_unposted_since, migration payout/0029): from
+		// its cancel, weeks ago, it paged at the upgrade's first scrape,
+		// before its restarted workflow posted. The partial index
+		// payouts_cancel_unposted holds just these rows.
 		Name: "gpubill_payout_cancel_unposted_age_seconds", Type: obs.Gauge,
 		Help: "Age of the oldest payout canceled in the bank-file queue whose amount the ledger has not taken back from in_transit " +
-			"to available, since its cancel (0: none).",
-		Query: `select coalesce(extract(epoch from now() - min(updated_at)), 0)::float8 from payout.payouts
+			"to available, since its cancel (one canceled before this was measured: since the upgrade that began measuring it; 0: none).",
+		Query: `select coalesce(extract(epoch from now() - min(coalesce(cancel_unposted_since, updated_at))), 0)::float8 from payout.payouts
 			where status = 'canceled' and rail_reference <> '' and cancel_posted_at is null`,
 	}}
 }

@@ -474,6 +474,48 @@ func TestPayoutCanceledInQueueUnpostedAges(t *testing.T) {
 	}
 }
 
+// Migration payout/0026 left every payout canceled in the queue before it
+// unrecorded (cancel_posted_at null) and restarted its workflow, which
+// posts and records the return within seconds of the upgrade. Aged from
+// its cancel (updated_at, weeks ago), the gauge read weeks from the
+// upgrade's first scrape, and GpubillPayoutCancelNotReturned (> 1 h, no
+// for:) paged finance before the workflows posted, the more so with the
+// ledger restarting in the same upgrade. Aged from the upgrade, such a
+// payout counts as one canceled then; one canceled since still ages from
+// its cancel.
+func TestPayoutCanceledInQueueBeforeTheMigrationAgesFromIt(t *testing.T) {
+	t.Parallel()
+	pool, _ := testkit.NewPool(t)
+	ctx := context.Background()
+	const name = "gpubill_payout_cancel_unposted_age_seconds"
+	if err := pg.Migrate(ctx, pool, "payout", migrationsBefore(t, migrations.For("payout"), "0026_")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, rail_reference, workflow_started, created_at, updated_at) values
+		('po-old', 'p-1', 'cyc-20260101', 'CNY', 1000, 250, 150, 600, 'canceled', 'po-old', true, now() - interval '21 days', now() - interval '20 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Migrate(ctx, pool, "payout", migrations.For("payout")); err != nil {
+		t.Fatal(err)
+	}
+	var restarted bool
+	if err := pool.QueryRow(ctx, `select not workflow_started from payout.payouts where payout_id = 'po-old'`).Scan(&restarted); err != nil || !restarted {
+		t.Fatalf("po-old's workflow marked to start again: %v, %v; want true (migration payout/0026)", restarted, err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v > 60 {
+		t.Errorf("%s just after the upgrade: %v, want ~0 (po-old, canceled 20 days ago, unposted since the upgrade)", name, v)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, rail_reference, workflow_started, created_at, updated_at) values
+		('po-new', 'p-2', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'canceled', 'po-new', true, now() - interval '3 hours', now() - interval '2 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v < 2*3600 || v > 2*3600+60 {
+		t.Errorf("%s %v, want ~2 h (po-new, since its cancel)", name, v)
+	}
+}
+
 // A flag finance has not resolved had no standing signal: flagged payouts
 // are left out of the in-flight age, and GpubillPayoutRailAmountMismatch
 // is a rise over an hour, cleared an hour after the flag. The oldest open
