@@ -185,7 +185,8 @@ func TestLeaseWebhookLapsedClaimRecordsNothing(t *testing.T) {
 func TestLeaseWebhookErrorHidesURLSecrets(t *testing.T) {
 	pool, ctx := pendingStop(t)
 	const url = "https://127.0.0.1:9/x/SECRET?t=SECRET2" // port 9: refused
-	var logs bytes.Buffer // deliverOnce logs from this goroutine
+	// deliverOnce logs from this goroutine: a plain buffer does.
+	var logs bytes.Buffer
 	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: url, Secret: []byte("k"), Clock: clock.System{},
 		Log: slog.New(slog.NewTextHandler(&logs, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2,
 		HTTP: &http.Client{Timeout: leaseHookTimeout, CheckRedirect: noRedirects}} // as Run's
