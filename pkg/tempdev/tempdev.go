@@ -141,8 +141,9 @@ type Server struct {
 const startAttempts = 3
 
 // Start runs `temporal gpubill-dev-server` on addr ("127.0.0.1:0" picks a
-// port), with its SQLite store at dbFile ("" = in memory), and waits until
-// the frontend accepts connections. The child dies with the parent.
+// port), with its SQLite store at dbFile ("" = in memory; its owner's only,
+// storeMode), and waits until the frontend accepts connections. The child
+// dies with the parent.
 func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Server, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -157,6 +158,12 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 	}
 	for attempt := 1; ; attempt++ {
 		s, err := start(ctx, bin, host, port, dbFile, logw)
+		if err == nil && dbFile != "" {
+			if err := privateStore(dbFile); err != nil {
+				s.Stop()
+				return nil, err
+			}
+		}
 		var early *exitedEarly
 		if err == nil || !errors.As(err, &early) || !strings.Contains(early.output, "address already in use") || attempt == attempts {
 			return s, err
@@ -165,6 +172,24 @@ func Start(ctx context.Context, bin, addr, dbFile string, logw io.Writer) (*Serv
 			return nil, fmt.Errorf("%w (and its log: %v)", err, werr)
 		}
 	}
+}
+
+// storeMode is the mode of a SQLite store: it holds workflow histories
+// (gpubill's: provider ids, amounts, failure texts), its owner's only. The
+// server creates it with SQLite's default (0644 under umask 022), and a
+// child's umask cannot be set without setting the parent's.
+const storeMode = 0o600
+
+// privateStore gives the store at dbFile and its journal, WAL and shared
+// memory files storeMode. SQLite creates those with the database's mode,
+// so the ones it creates later (a WAL after a restart) follow.
+func privateStore(dbFile string) error {
+	for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
+		if err := os.Chmod(dbFile+suffix, storeMode); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("temporal store: %w", err)
+		}
+	}
+	return nil
 }
 
 // start is one attempt of Start; port "0" or "" picks a free one.

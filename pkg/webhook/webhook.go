@@ -18,11 +18,15 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 )
 
 // The headers of a delivery.
@@ -75,13 +79,13 @@ func Post(ctx context.Context, client *http.Client, url string, secret []byte, t
 // secret first, then the previous one).
 func PostSigned(ctx context.Context, client *http.Client, url string, secrets [][]byte, ts int64, eventID string, body []byte, timeout time.Duration) (int, error) {
 	if len(secrets) == 0 {
-		return 0, fmt.Errorf("webhook to %s: no secret to sign with", url)
+		return 0, fmt.Errorf("webhook to %s: no secret to sign with", apperr.RedactURL(url))
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, redacted(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
@@ -89,13 +93,26 @@ func PostSigned(ctx context.Context, client *http.Client, url string, secrets []
 	req.Header.Set(HeaderEventID, eventID)
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, redacted(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
 	}
 	return resp.StatusCode, nil
+}
+
+// redacted is err with the URL it quotes passed through apperr.RedactURL.
+// The HTTP client's error (*url.Error) masks a password but quotes the
+// path and the query whole, and a webhook's URL is often its credential (a
+// chat bot's /hook/<token>, ?access_token=): the error is logged and
+// stored in the delivery's row. The operation and the cause are kept.
+func redacted(err error) error {
+	var ue *neturl.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &neturl.Error{Op: ue.Op, URL: apperr.RedactURL(ue.URL), Err: ue.Err}
 }
 
 // Backoff is the wait before attempt (1-based): first, doubled per attempt,

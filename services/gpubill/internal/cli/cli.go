@@ -278,7 +278,9 @@ func (d *devCmd) leaseControl(log *slog.Logger) (ledger.LeaseControlConfig, *sim
 	return lease, recv, nil
 }
 
-// printUp tells where the stack listens, with a finance token.
+// printUp tells where the stack listens, with a finance token. NATS_URL
+// is shown redacted (scheme, host, port): its user and password, or its
+// token, would be on a terminal, a CI log or a shared screen.
 func (d *devCmd) printUp(e *env, st *stack.Stack, base, finance string) {
 	e.stdout.printf(`
 gpubill dev is up.
@@ -294,7 +296,7 @@ A finance token (30 days; more with: bin/gpubill token --role finance):
   curl -s -H "Authorization: Bearer $TOKEN" %[1]s/v1/accounts/bank:client
   curl -s -H "Authorization: Bearer $TOKEN" '%[1]s/v1/accounts?prefix=renter:'
 
-`, base, st.GRPCAddr, st.NATSURL, st.Temporal, d.DataDir, finance)
+`, base, st.GRPCAddr, apperr.RedactURLs(st.NATSURL), st.Temporal, d.DataDir, finance)
 }
 
 // runBackups runs the scheduled backups in the background until e.ctx ends.

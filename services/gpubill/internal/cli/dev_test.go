@@ -133,3 +133,24 @@ func TestDevRefusesADatabaseAnotherStackRuns(t *testing.T) {
 	startDevStack(t, dsn, temporal)
 	testkit.Eventually(t, 30*time.Second, func() bool { return relaysLead(t, dsn) }, "the next stack's relays lead")
 }
+
+// TestDevBannerHidesNATSCredentials: the banner gpubill dev prints on
+// stdout (a terminal, a CI log, a screen share) named NATS_URL whole, its
+// user and password with it; it names the scheme, host and port.
+func TestDevBannerHidesNATSCredentials(t *testing.T) {
+	st := &stack.Stack{GRPCAddr: "127.0.0.1:9090", Temporal: "127.0.0.1:7233",
+		NATSURL: "nats://gpubill:s3cr3t-pw@nats.internal:4222,nats://tok-abc@nats2.internal:4222"}
+	var out bytes.Buffer
+	if err := cli.PrintDevBanner(&out, st, "/data", "http://127.0.0.1:8080", "finance-token"); err != nil {
+		t.Fatal(err)
+	}
+	banner := out.String()
+	if !strings.Contains(banner, "nats.internal:4222") || !strings.Contains(banner, "nats2.internal:4222") {
+		t.Fatalf("banner does not name the NATS servers:\n%s", banner)
+	}
+	for _, secret := range []string{"s3cr3t-pw", "tok-abc"} {
+		if strings.Contains(banner, secret) {
+			t.Errorf("banner shows NATS_URL's credential %q:\n%s", secret, banner)
+		}
+	}
+}

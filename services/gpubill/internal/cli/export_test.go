@@ -2,10 +2,22 @@ package cli
 
 import (
 	"context"
+	"io"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/gpubill/gpubill/services/gpubill/internal/stack"
 )
+
+// PrintDevBanner writes the banner gpubill dev prints once st is up.
+func PrintDevBanner(w io.Writer, st *stack.Stack, dataDir, base, finance string) error {
+	out := &output{w: w}
+	d := &devCmd{}
+	d.DataDir = dataDir
+	d.printUp(&env{ctx: context.Background(), stdout: out}, st, base, finance)
+	return out.err
+}
 
 // BeforeVerifyStatements runs before(sql) before each statement ledger verify
 // sends, until the returned func restores verify's reads as they were.

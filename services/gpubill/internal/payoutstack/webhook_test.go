@@ -349,3 +349,21 @@ func TestPayoutWebhookRemoveAndRedeliverRoutes(t *testing.T) {
 		t.Errorf("redeliver a malformed delivery id: %d %s", code, body)
 	}
 }
+
+// A payout's status (provider, payout, net, currency, notes) is not sent
+// across the internet unencrypted: a webhook at an http:// URL is a 400
+// naming url, and none is stored. (With GPUBILL_WEBHOOK_ALLOW_PRIVATE, a
+// test's or the simulation's receiver on loopback, http stays allowed.)
+func TestPayoutWebhookPlainHTTPRefused(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, payout.Config{})
+	code, body := st.restAs(t, "POST", "/v1/providers/p-plain/webhooks", auth.RoleProvider, "p-plain",
+		`{"url":"http://93.184.216.34/hook","secret":"whsec-0123456789abcdef"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"url"`) || !strings.Contains(body, "https") {
+		t.Fatalf("POST webhook at http://: %d %s, want 400 naming url", code, body)
+	}
+	code, body = st.restAs(t, "GET", "/v1/providers/p-plain/webhooks", auth.RoleProvider, "p-plain", "")
+	if code != http.StatusOK || strings.Contains(body, "93.184.216.34") {
+		t.Fatalf("webhooks of p-plain: %d %s, want none", code, body)
+	}
+}

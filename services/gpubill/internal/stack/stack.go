@@ -143,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, cmdline.UsageError{Err: err}
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := openDataDir(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -195,6 +195,24 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	release() // before the relays start: they take the same locks
 	s.run(runCtx, services, cfg.Log)
 	return s, nil
+}
+
+// The data dir holds Temporal's store and log (every settlement's
+// history: provider ids, tiers, gross per cycle, failure texts), NATS's
+// streams and the auth secret: its owner's only, as backups (0700/0600)
+// and reports (0600) are.
+const (
+	dataDirMode  = 0o700
+	dataFileMode = 0o600
+)
+
+// openDataDir creates the data dir private, and makes one an earlier
+// version created 0755 private (MkdirAll leaves an existing mode).
+func openDataDir(dir string) error {
+	if err := os.MkdirAll(dir, dataDirMode); err != nil {
+		return err
+	}
+	return os.Chmod(dir, dataDirMode)
 }
 
 // ErrStackRunning: gpubill dev starts only on a database no other gpubill
@@ -269,9 +287,13 @@ func (s *Stack) startTemporal(ctx context.Context, cfg Config) (client.Client, e
 		if err != nil {
 			return nil, err
 		}
-		logf, err := os.OpenFile(filepath.Join(cfg.DataDir, "temporal.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		logf, err := os.OpenFile(filepath.Join(cfg.DataDir, "temporal.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, dataFileMode)
 		if err != nil {
 			return nil, err
+		}
+		if err := logf.Chmod(dataFileMode); err != nil { // one an earlier version created 0644
+			logf.Close()
+			return nil, fmt.Errorf("temporal log: %w", err)
 		}
 		dev, err := tempdev.Start(ctx, bin, orDefault(cfg.TemporalAddr, "127.0.0.1:0"), filepath.Join(cfg.DataDir, "temporal.db"), logf)
 		if err != nil {

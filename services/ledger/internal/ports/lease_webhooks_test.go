@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -115,8 +116,8 @@ func TestLeaseWebhookRedirectIsNotDelivered(t *testing.T) {
 func TestLeaseWebhookErrorCutInsideACharacter(t *testing.T) {
 	pool, ctx := pendingStop(t)
 	const url = "http://127.0.0.1:1/hook"
-	// The error reads `Post "<url>": <refused>`: 调 from byte 199 to 201.
-	prefix := len(`Post "` + url + `": `)
+	// The error reads `Post "<url, redacted>": <refused>`: 调 from byte 199 to 201.
+	prefix := len(`Post "http://127.0.0.1:1/xxxxx": `)
 	refused := errors.New(strings.Repeat("a", 199-prefix) + "调度服务不可用")
 	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: url, Secret: []byte("k"), Clock: clock.System{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2,
@@ -173,5 +174,43 @@ func TestLeaseWebhookLapsedClaimRecordsNothing(t *testing.T) {
 	}
 	if status != "delivered" || attempts != 1 {
 		t.Fatalf("status %s after %d attempts; want delivered after 1", status, attempts)
+	}
+}
+
+// The scheduler's URL often carries its credential in its path or query
+// (a bot's token): a delivery given up logs its error at WARN per retry
+// and ERROR at the end and stores it in the row, and none of them quotes
+// the path or the query. The HTTP client's own error (*url.Error) quotes
+// the URL whole.
+func TestLeaseWebhookErrorHidesURLSecrets(t *testing.T) {
+	pool, ctx := pendingStop(t)
+	const url = "https://127.0.0.1:9/x/SECRET?t=SECRET2" // port 9: refused
+	// deliverOnce logs from this goroutine: a plain buffer does.
+	var logs bytes.Buffer
+	d := &LeaseWebhookDeliverer{Queue: &postgres.LeaseWebhooks{Pool: pool}, URL: url, Secret: []byte("k"), Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(&logs, nil)), BackoffFirst: time.Millisecond, AttemptsMax: 2,
+		HTTP: &http.Client{Timeout: leaseHookTimeout, CheckRedirect: noRedirects}} // as Run's
+	for range 2 {
+		time.Sleep(5 * time.Millisecond) // past the backoff
+		if _, err := d.deliverOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var status, lastError string
+	if err := pool.QueryRow(ctx, `select status, last_error from ledger.lease_webhooks`).Scan(&status, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	// Guards: the delivery was given up with an error, logged twice.
+	if status != "failed" || lastError == "" || !strings.Contains(logs.String(), "will retry") || !strings.Contains(logs.String(), "given up") {
+		t.Fatalf("status %s, last error %q, logs:\n%s\nwant failed after a logged retry", status, lastError, logs.String())
+	}
+	if strings.Contains(lastError, "SECRET") {
+		t.Errorf("stored error quotes the URL's secret: %q", lastError)
+	}
+	if strings.Contains(logs.String(), "SECRET") {
+		t.Errorf("log quotes the URL's secret:\n%s", logs.String())
+	}
+	if !strings.Contains(lastError, "127.0.0.1:9") {
+		t.Errorf("stored error %q does not name the host", lastError)
 	}
 }

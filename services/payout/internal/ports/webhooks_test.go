@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -433,5 +434,42 @@ func TestUnansweringWebhookRests(t *testing.T) {
 	}
 	if d, _ := claimed(t0.Add(3 * deliveryRestFirst)); d == 0 {
 		t.Errorf("after its second rest: none of wh-down sent")
+	}
+}
+
+// A provider's webhook URL is often its credential (a chat bot's
+// /hook/<token>, ?access_token=): a delivery given up logs its error at
+// ERROR in the platform's log and stores it in the provider's delivery
+// listing, and neither quotes the path or the query. The HTTP client's
+// own error (*url.Error) quotes the URL whole.
+func TestWebhookDeliveryErrorHidesURLSecrets(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC)
+	r := newDeliveryRig(t, t0)
+	ctx := context.Background()
+	var logs bytes.Buffer // deliverOnce waits for its sends
+	r.d.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	const url = "https://127.0.0.1:9/x/SECRET?t=SECRET2" // port 9: refused
+	if _, err := r.store.CreateWebhook(ctx, domain.Webhook{ID: "wh-bot", ProviderID: "p-bot", URL: url, Secret: "0123456789abcdef", CreatedAt: t0}, 10); err != nil {
+		t.Fatal(err)
+	}
+	id := r.addDeliveryOf(t, "wh-bot", "po-1", "ev-1", t0)
+	for _, at := range []time.Time{t0, t0.Add(deliveryRetryFor)} { // a retry, then given up
+		r.clk.Set(at)
+		if n, err := r.deliverOnce(ctx); err != nil || n != 1 {
+			t.Fatalf("at %s: %d sent, %v", at, n, err)
+		}
+	}
+	var status, lastError string
+	if err := r.pool.QueryRow(ctx, `select status, last_error from payout.webhook_deliveries where delivery_id = $1`, id).Scan(&status, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" || lastError == "" || !strings.Contains(logs.String(), "given up") {
+		t.Fatalf("status %s, last error %q, logs:\n%s\nwant failed and logged", status, lastError, logs.String())
+	}
+	if strings.Contains(lastError, "SECRET") {
+		t.Errorf("stored error quotes the URL's secret: %q", lastError)
+	}
+	if strings.Contains(logs.String(), "SECRET") {
+		t.Errorf("log quotes the URL's secret:\n%s", logs.String())
 	}
 }

@@ -15,9 +15,10 @@ import (
 )
 
 // WebhookGuard keeps webhook deliveries off the platform's own network
-// (SSRF): a webhook URL is http or https, and every address its host
-// resolves to must be global unicast (forbiddenAddr) unless AllowPrivate
-// (GPUBILL_WEBHOOK_ALLOW_PRIVATE; tests with a loopback receiver). The URL
+// (SSRF): a webhook URL is https, and every address its host resolves to
+// must be global unicast (forbiddenAddr), unless AllowPrivate
+// (GPUBILL_WEBHOOK_ALLOW_PRIVATE; tests with a loopback receiver), which
+// allows http and any address. The URL
 // is checked when the webhook is created and the address again at each
 // delivery's connection (DNS may have changed), by the same checkAddr.
 type WebhookGuard struct {
@@ -164,8 +165,10 @@ func (g WebhookGuard) checkAddr(host string, a netip.Addr) error {
 	return nil
 }
 
-// CheckURL checks a webhook URL: http(s), a host, and every address the
-// host resolves to allowed. The error is meant for the client (field url).
+// CheckURL checks a webhook URL: https (http too if AllowPrivate), a host,
+// and every address the host resolves to allowed. The error is meant for
+// the client (field url). The address is checked first: a URL the guard
+// refuses is told why, whatever its scheme.
 func (g WebhookGuard) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || len(raw) > webhookURLLenMax {
@@ -174,7 +177,22 @@ func (g WebhookGuard) CheckURL(ctx context.Context, raw string) error {
 	if u.User != nil {
 		return errors.New("credentials in the URL are not allowed")
 	}
-	host := u.Hostname()
+	if err := g.checkHost(ctx, u.Hostname()); err != nil {
+		return err
+	}
+	// A delivery carries the payout's status (provider, payout, net,
+	// currency, notes): not across the internet in clear text. A receiver
+	// on loopback (tests; AllowPrivate) may be http. Webhooks
+	// stored at an http URL before this check keep being delivered.
+	if u.Scheme != "https" && !g.AllowPrivate {
+		return errors.New("want an https URL: a payout's status is not sent unencrypted")
+	}
+	return nil
+}
+
+// checkHost refuses a host that is, or resolves to, a forbidden address
+// (unless AllowPrivate) or does not resolve.
+func (g WebhookGuard) checkHost(ctx context.Context, host string) error {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return g.checkAddr(host, a)
 	}

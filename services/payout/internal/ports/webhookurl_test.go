@@ -27,8 +27,8 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	return out, nil
 }
 
-// A webhook URL is http(s) and its host resolves only to public addresses,
-// unless private addresses are allowed.
+// A webhook URL is https and its host resolves only to public addresses,
+// unless private addresses are allowed (then http too: a test's receiver).
 func TestWebhookGuardCheckURL(t *testing.T) {
 	r := fakeResolver{
 		"hooks.example.com": {"93.184.216.34", "2606:2800:220:1::1"},
@@ -42,8 +42,11 @@ func TestWebhookGuardCheckURL(t *testing.T) {
 		wantErr      string // "" = accepted
 	}{
 		{"https://hooks.example.com/gpubill", false, ""},
-		{"http://hooks.example.com:8080/x", false, ""},
+		{"https://hooks.example.com:8443/x", false, ""},
 		{"https://93.184.216.34/x", false, ""},
+		{"http://hooks.example.com:8080/x", false, "https"}, // a payout's status unencrypted
+		{"http://93.184.216.34/x", false, "https"},
+		{"HTTP://hooks.example.com/x", false, "https"},
 		{"ftp://hooks.example.com/x", false, "http(s)"},
 		{"file:///etc/passwd", false, "http(s)"},
 		{"gopher://127.0.0.1:25/", true, "http(s)"},
