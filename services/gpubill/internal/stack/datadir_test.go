@@ -62,3 +62,26 @@ func TestTemporalDataIsTheOwnersOnly(t *testing.T) {
 	}
 	t.Logf("walked %v", seen)
 }
+
+// TestDataDirOfAnotherUseKeepsItsMode: an existing directory no earlier
+// gpubill dev filled (--data-dir=/tmp, a home) keeps its mode; only what
+// the stack writes in it is private.
+func TestDataDirOfAnotherUseKeepsItsMode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := openDataDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("%s after openDataDir: %v, %v; want 0755 kept", dir, st.Mode(), err)
+	}
+	fresh := filepath.Join(dir, "new")
+	if err := openDataDir(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(fresh); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("%s created: %v, %v; want 0700", fresh, st.Mode(), err)
+	}
+}

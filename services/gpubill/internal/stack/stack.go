@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -207,9 +208,18 @@ const (
 )
 
 // openDataDir creates the data dir private, and makes one an earlier
-// version created 0755 private (MkdirAll leaves an existing mode).
+// version created 0755 private (MkdirAll leaves an existing mode): only a
+// directory an earlier gpubill dev filled (its Temporal log is there).
+// Any other existing directory keeps its mode (--data-dir=/tmp must not
+// make /tmp 0700); the files the stack writes in it are private anyway.
 func openDataDir(dir string) error {
 	if err := os.MkdirAll(dir, dataDirMode); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "temporal.log")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return err
 	}
 	return os.Chmod(dir, dataDirMode)
