@@ -83,6 +83,17 @@ const (
 	// read, published and moved one commit's few rows, three statements a
 	// commit. A message waits at most this much more; a lone one, none.
 	relayGather = 5 * time.Millisecond
+	// relayLockIdleMax is how long the server keeps the leader's lock
+	// session idle (idle_session_timeout) before it ends it, releasing the
+	// relay lock: a leader cut off from the database (its node partitioned:
+	// no FIN, no RST) held the lock until the server's TCP keepalive gave
+	// up, 2 h 11 min by default, and no other replica published meanwhile.
+	// The leader keeps its session busy every relayLockBeatEach; a beat not
+	// answered within relayLockBeatTimeout ends its leading, so it stops
+	// publishing before another replica can take the lock.
+	relayLockIdleMax     = 30 * time.Second
+	relayLockBeatEach    = 5 * time.Second
+	relayLockBeatTimeout = 10 * time.Second
 )
 
 // Message is one event to publish.
@@ -245,6 +256,10 @@ type Relay struct {
 	// BatchBytes bounds the payload bytes a round reads; 0: relayBatchBytes.
 	BatchBytes int64
 
+	// unbounded: the server has no idle_session_timeout (PostgreSQL < 14):
+	// the relay lock is taken alone (tryLock).
+	unbounded bool
+
 	limits map[string]streamLimit // by the subject's first token
 	full   map[string]time.Time   // streams that refused for want of room, by first token: until when they are passed over
 }
@@ -346,15 +361,33 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	var leader bool
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, RelayLockKey(r.Schema)).Scan(&leader); err != nil {
+	leader, err := r.tryLock(ctx, conn)
+	if err != nil {
+		// The statement may have taken the lock before it failed: its
+		// session ends, and the lock with it.
+		closeSession(ctx, conn.Hijack())
 		return err
 	}
 	if !leader {
 		sleep(ctx, relayIdlePoll)
 		return nil
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, RelayLockKey(r.Schema)) //nolint:errcheck // the relay is stopping: a lock not released ends with its session
+	// The lock's session is the leader's alone, out of the pool, and ends
+	// with its leading, which releases the lock. Unlocked by a statement
+	// with no deadline, a leader whose connection was cut hung there for
+	// good.
+	lock := conn.Hijack()
+	ctx, lost := context.WithCancelCause(ctx)
+	beaten := make(chan struct{})
+	go func() {
+		defer close(beaten)
+		beat(ctx, lost, lock)
+	}()
+	defer func() {
+		lost(nil)
+		<-beaten
+		closeSession(ctx, lock)
+	}()
 	defer lead(outboxOf{r.Pool, r.Schema})()
 	wake := waker(r.Schema)
 	idle := relayPollMin
@@ -367,6 +400,9 @@ func (r *Relay) runLeader(ctx context.Context) error {
 			}
 		}
 		n, err := r.relayOnce(ctx)
+		if cause := context.Cause(ctx); err != nil && ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+			return cause // the lock's session lost mid-round
+		}
 		if err != nil {
 			return err
 		}
@@ -386,7 +422,68 @@ func (r *Relay) runLeader(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err // the lock's session lost: leads again once it can
+	}
 	return nil
+}
+
+// tryLock takes the relay lock if it is free and, in the same statement,
+// has the server end the lock's session once it has been idle
+// relayLockIdleMax (idle_session_timeout): the lock then outlives a leader
+// cut off from the database by that long, not by the server's TCP
+// keepalive (which a peer that still acknowledges, a proxy or a hung
+// process, never trips). Set by a second statement, a leader cut off
+// between the two held the lock for good. A session that does not take the
+// lock goes back to the pool unchanged.
+func (r *Relay) tryLock(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
+	var leader bool
+	if r.unbounded {
+		err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, RelayLockKey(r.Schema)).Scan(&leader)
+		return leader, err
+	}
+	err := conn.QueryRow(ctx, `select case when pg_try_advisory_lock(hashtext($1))
+		then set_config('idle_session_timeout', $2, false) is not null else false end`,
+		RelayLockKey(r.Schema), fmt.Sprint(relayLockIdleMax.Milliseconds())).Scan(&leader)
+	if pg.HasCode(err, "42704") { // undefined_object: no idle_session_timeout
+		r.unbounded = true
+		r.Log.Error("outbox relay: the server has no idle_session_timeout (PostgreSQL < 14): a leader cut off from it holds the relay lock "+
+			"until the server's TCP keepalive gives up", "schema", r.Schema)
+	}
+	return leader, err
+}
+
+// closeSession ends a session of the relay's, its locks with it; a
+// connection cut is given up after relayLockBeatTimeout.
+func closeSession(ctx context.Context, c *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayLockBeatTimeout)
+	defer cancel()
+	// Closed either way: the server ends the session on the Terminate, or
+	// once idle_session_timeout passes.
+	c.Close(cctx)
+}
+
+// beat keeps the lock's session busy every relayLockBeatEach, so the server
+// does not end it; a beat that fails or is not answered in time ends the
+// leading (lost): a leader cut off stops publishing before the server ends
+// its session and another replica takes the lock.
+func beat(ctx context.Context, lost context.CancelCauseFunc, lock *pgx.Conn) {
+	t := time.NewTicker(relayLockBeatEach)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bctx, cancel := context.WithTimeout(ctx, relayLockBeatTimeout)
+		_, err := lock.Exec(bctx, `select 1`)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			lost(fmt.Errorf("outbox relay lock session lost, leading stops: %w", err))
+			return
+		}
+	}
 }
 
 // queuePlan runs a statement on the outbox with a plan made for the table

@@ -27,9 +27,9 @@ func (a *Payouts) Follow(ctx context.Context, id string) (string, error) {
 	if !domain.Submitted(p.Status) || p.Status == domain.StatusReturned {
 		return p.Status, nil
 	}
-	rs, err := a.Rail.Query(ctx, p.RailRef)
+	rs, err := a.query(ctx, p, p.RailRef)
 	if err != nil {
-		return "", fmt.Errorf("rail %s, payout %s: %w", a.Rail.Name(), id, err)
+		return "", fmt.Errorf("rail %s, payout %s: %w", a.railOf(p), id, err)
 	}
 	return a.advance(ctx, p, rs)
 }

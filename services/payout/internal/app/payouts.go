@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -20,4 +21,39 @@ type Payouts struct {
 	Minimums domain.Minimums
 	Clock    clock.Clock
 	Log      *slog.Logger
+}
+
+// railFor names the rail a payout of methodType is handed to ("" when the
+// rail is not a router: the rail itself, asked as before).
+func (a *Payouts) railFor(methodType string) string {
+	if rr, ok := a.Rail.(RoutingRail); ok {
+		return rr.RailFor(methodType)
+	}
+	return ""
+}
+
+// query asks the rail p's attempt was handed to about ref.
+func (a *Payouts) query(ctx context.Context, p domain.Payout, ref string) (RailStatus, error) {
+	if rr, ok := a.Rail.(RoutingRail); ok {
+		return rr.QueryOn(ctx, p.SubmitRail, ref)
+	}
+	return a.Rail.Query(ctx, ref)
+}
+
+// submit hands t to the rail p's attempt was handed to.
+func (a *Payouts) submit(ctx context.Context, p domain.Payout, t Transfer) (RailStatus, error) {
+	if rr, ok := a.Rail.(RoutingRail); ok {
+		return rr.SubmitTo(ctx, p.SubmitRail, t)
+	}
+	return a.Rail.Submit(ctx, t)
+}
+
+// railOf names the rail p's attempt was handed to, for errors and logs
+// (the router's own name is its default rail's: a bank payout's error named
+// the sandbox).
+func (a *Payouts) railOf(p domain.Payout) string {
+	if p.SubmitRail != "" {
+		return p.SubmitRail
+	}
+	return a.Rail.Name()
 }

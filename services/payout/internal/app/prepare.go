@@ -67,11 +67,13 @@ func (a *Payouts) Prepare(ctx context.Context, id string) (string, error) {
 			}
 			return tx.SetReason(ctx, &p, reason, now)
 		}
-		p.Method, p.Submitting = method, true
+		// The rail the attempt is handed to, recorded with the mark: the
+		// only one asked about its reference from now on.
+		p.Method, p.Submitting, p.SubmitRail = method, true, a.railFor(method)
 		if p.Status == domain.StatusActionRequired {
 			return tx.Move(ctx, &p, domain.StatusCreated, "ready: kyc verified, payout method set", now)
 		}
-		return tx.SetSubmitting(ctx, p.ID, method)
+		return tx.SetSubmitting(ctx, p.ID, method, p.SubmitRail)
 	})
 	if errors.Is(err, apperr.ErrNotFound) {
 		return "", Permanent(err)

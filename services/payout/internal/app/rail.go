@@ -79,6 +79,16 @@ type Rail interface {
 	Query(ctx context.Context, reference string) (RailStatus, error)
 }
 
+// RoutingRail is a rail over several (Router): each payout attempt is
+// handed to one of them, named by RailFor at the gate and recorded on the
+// attempt, and only that one is asked about its reference and given it.
+type RoutingRail interface {
+	Rail
+	RailFor(methodType string) string
+	QueryOn(ctx context.Context, rail, reference string) (RailStatus, error)
+	SubmitTo(ctx context.Context, rail string, t Transfer) (RailStatus, error)
+}
+
 // Notifier is told when a rail has news about a reference (its asynchronous
 // callback); the workflow then queries the rail.
 type Notifier func(reference string)

@@ -148,8 +148,9 @@ type Tx interface {
 	FlagRailAmount(ctx context.Context, f domain.RailAmountFlag) error
 	// ResolveRailAmountFlag records finance's resolution of an open flag.
 	ResolveRailAmountFlag(ctx context.Context, f domain.RailAmountFlag) error
-	// SetSubmitting marks a payout that passed the gate for submission.
-	SetSubmitting(ctx context.Context, id, method string) error
+	// SetSubmitting marks a payout that passed the gate for submission to
+	// rail (the one it is handed to).
+	SetSubmitting(ctx context.Context, id, method, rail string) error
 	// MethodChangedSince reports whether the provider's method changed
 	// after the payout's current attempt took it: after the attempt was
 	// submitted (the rail's answer in, when a change is first allowed), or,

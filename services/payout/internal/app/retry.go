@@ -43,7 +43,7 @@ func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 			note += ": " + why
 		}
 		p.Attempt++
-		p.Submitting, p.RailRef, p.FailureCode, p.FailureMessage, p.ExpectedArrival, p.PaidAt = false, "", "", "", nil, nil
+		p.Submitting, p.SubmitRail, p.RailRef, p.FailureCode, p.FailureMessage, p.ExpectedArrival, p.PaidAt = false, "", "", "", "", nil, nil
 		if err := tx.Move(ctx, &p, domain.StatusCreated, note, a.Clock.Now()); err != nil {
 			return err
 		}

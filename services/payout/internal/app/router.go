@@ -82,7 +82,9 @@ func (r Router) Submit(ctx context.Context, t Transfer) (RailStatus, error) {
 }
 
 // Query implements Rail: the first rail that knows the reference answers;
-// an outage of any rail that might know it leaves the outcome unknown.
+// an outage of any rail that might know it leaves the outcome unknown. It
+// is for a reference whose rail was not recorded (QueryOn): every rail is
+// asked in turn, so one hung rail holds up every such reference.
 func (r Router) Query(ctx context.Context, ref string) (RailStatus, error) {
 	var down error
 	for _, rl := range r.rails() {
@@ -101,4 +103,79 @@ func (r Router) Query(ctx context.Context, ref string) (RailStatus, error) {
 		return RailStatus{}, down
 	}
 	return RailStatus{}, fmt.Errorf("rails: %s: %w", ref, ErrUnknownReference)
+}
+
+// NoRail is the rail recorded for an attempt no rail takes (Strict, its
+// method's type without a rail): its submission fails unsupported_by_rail.
+const NoRail = "none"
+
+// RailFor names the rail a payout of methodType is handed to: the gate
+// records it on the attempt (Payout.SubmitRail) before it is submitted.
+func (r Router) RailFor(methodType string) string {
+	if rl, ok := r.ByType[methodType]; ok {
+		return rl.Name()
+	}
+	if r.Strict {
+		return NoRail
+	}
+	return r.Default.Name()
+}
+
+// named is the rail called name among those the router asks.
+func (r Router) named(name string) (Rail, bool) {
+	for _, rl := range r.rails() {
+		if rl.Name() == name {
+			return rl, true
+		}
+	}
+	return nil, false
+}
+
+// QueryOn asks only rail, the one the attempt was handed to, about ref: a
+// rail down or hung holds up its own payouts only (asked in turn, Alipay
+// hung kept every new bank and WeChat payout from being submitted). A
+// reference handed to no rail is unknown; one handed to a rail the router
+// no longer has is an unknown outcome, never "unknown reference", which
+// would let the caller submit it elsewhere. rail "" (an attempt from before
+// rails were recorded): Query, every rail asked.
+func (r Router) QueryOn(ctx context.Context, rail, ref string) (RailStatus, error) {
+	switch rail {
+	case "":
+		return r.Query(ctx, ref)
+	case NoRail:
+		return RailStatus{}, fmt.Errorf("rails: %s was handed to no rail: %w", ref, ErrUnknownReference)
+	}
+	rl, ok := r.named(rail)
+	if !ok {
+		return RailStatus{}, fmt.Errorf("rail %s, handed %s, is not configured: %w", rail, ref, ErrRailUnavailable)
+	}
+	st, err := rl.Query(ctx, ref)
+	if err == nil && st.Rail == "" {
+		st.Rail = rl.Name()
+	}
+	return st, err
+}
+
+// SubmitTo submits t to rail, the one the attempt was handed to (and
+// queried on), whatever rail its method's type maps to now (the
+// configuration changed since the gate): submitted elsewhere, a rail that
+// took it from an earlier try and did not say so yet would pay it too.
+// rail "": Submit, by the method's type.
+func (r Router) SubmitTo(ctx context.Context, rail string, t Transfer) (RailStatus, error) {
+	switch rail {
+	case "":
+		return r.Submit(ctx, t)
+	case NoRail:
+		return RailStatus{Rail: NoRail, Reference: t.Reference, State: RailFailed, FailureCode: domain.FailUnsupported,
+			Message: fmt.Sprintf("no payout rail is configured for %s payout methods", t.Method.Type)}, nil
+	}
+	rl, ok := r.named(rail)
+	if !ok {
+		return RailStatus{}, fmt.Errorf("rail %s, handed %s, is not configured: %w", rail, t.Reference, ErrRailUnavailable)
+	}
+	st, err := rl.Submit(ctx, t)
+	if st.Rail == "" {
+		st.Rail = rl.Name()
+	}
+	return st, err
 }

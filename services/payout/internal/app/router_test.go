@@ -100,3 +100,49 @@ func TestStrictRouterFailsATypeWithoutARail(t *testing.T) {
 		t.Fatalf("a reference the sandbox holds: %+v %v", st, err)
 	}
 }
+
+// An attempt's reference is asked of the rail it was handed to only: the
+// bank rail down holds up bank payouts, not the others; a reference handed
+// to no rail is unknown without asking any; one handed to a rail no longer
+// configured, or not recorded while a rail is down, stays an unknown
+// outcome (TestRouter), never "unknown reference".
+func TestRouterAsksOnlyTheRailAnAttemptWasHandedTo(t *testing.T) {
+	ctx := context.Background()
+	sandbox, bank := &bookRail{name: "sandbox", refs: map[string]bool{}}, &bookRail{name: "bank-file", refs: map[string]bool{}}
+	alipay := &bookRail{name: "alipay", refs: map[string]bool{"a1": true}}
+	r := Router{Default: sandbox, ByType: map[string]Rail{domain.MethodBank: bank, domain.MethodAlipay: alipay}, Strict: true}
+	for give, want := range map[string]string{domain.MethodBank: "bank-file", domain.MethodAlipay: "alipay", domain.MethodWechat: NoRail} {
+		if got := r.RailFor(give); got != want {
+			t.Errorf("RailFor(%s) = %q, want %q", give, got, want)
+		}
+	}
+	bank.down = true
+	if st, err := r.QueryOn(ctx, "alipay", "a1"); err != nil || st.Rail != "alipay" {
+		t.Errorf("a1 on alipay while the bank rail is down: %+v %v", st, err)
+	}
+	if _, err := r.QueryOn(ctx, "alipay", "a2"); !errors.Is(err, ErrUnknownReference) {
+		t.Errorf("a2 on alipay while the bank rail is down: %v, want unknown", err)
+	}
+	if _, err := r.QueryOn(ctx, "bank-file", "b1"); !errors.Is(err, ErrRailUnavailable) {
+		t.Errorf("b1 on the bank rail, down: %v, want unavailable", err)
+	}
+	if _, err := r.QueryOn(ctx, "", "a2"); !errors.Is(err, ErrRailUnavailable) {
+		t.Errorf("a2, rail not recorded, while the bank rail is down: %v, want unavailable", err)
+	}
+	if _, err := r.QueryOn(ctx, NoRail, "w1"); !errors.Is(err, ErrUnknownReference) {
+		t.Errorf("w1 handed to no rail: %v, want unknown", err)
+	}
+	if _, err := r.QueryOn(ctx, "wechatpay", "w2"); !errors.Is(err, ErrRailUnavailable) {
+		t.Errorf("w2 handed to a rail not configured: %v, want unavailable", err)
+	}
+	one := decimal.RequireFromString("1")
+	st, err := r.SubmitTo(ctx, NoRail, Transfer{Reference: "w1", Amount: one, Method: domain.Method{Type: domain.MethodWechat}})
+	if err != nil || st.State != RailFailed || st.FailureCode != domain.FailUnsupported || sandbox.refs["w1"] {
+		t.Errorf("w1 submitted to no rail: %+v %v", st, err)
+	}
+	// Handed to Alipay, its method's type now bank: it stays on Alipay.
+	if st, err := r.SubmitTo(ctx, "alipay", Transfer{Reference: "a3", Amount: one, Method: domain.Method{Type: domain.MethodBank}}); err != nil ||
+		st.Rail != "alipay" || !alipay.refs["a3"] || bank.refs["a3"] {
+		t.Errorf("a3 handed to alipay: %+v %v", st, err)
+	}
+}

@@ -33,13 +33,14 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 		return st, err
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
-	rs, err := a.Rail.Query(ctx, ref)
+	// Only the rail the gate handed the attempt to is asked, and given it.
+	rs, err := a.query(ctx, p, ref)
 	if errors.Is(err, ErrUnknownReference) {
-		rs, err = a.Rail.Submit(ctx, Transfer{Reference: ref, ProviderID: p.ProviderID, Currency: p.Currency, Amount: p.Net, Method: m.Method})
+		rs, err = a.submit(ctx, p, Transfer{Reference: ref, ProviderID: p.ProviderID, Currency: p.Currency, Amount: p.Net, Method: m.Method})
 	}
 	if err != nil {
 		// The outcome is unknown: the retry queries the same reference.
-		return "", fmt.Errorf("rail %s, payout %s: %w", a.Rail.Name(), id, err)
+		return "", fmt.Errorf("rail %s, payout %s: %w", a.railOf(p), id, err)
 	}
 	p.RailRef, p.MethodSum = ref, m.Summary()
 	return a.advance(ctx, p, rs)
@@ -120,7 +121,10 @@ func (a *Payouts) backToGate(ctx context.Context, p domain.Payout, reason string
 		if cur.Status != domain.StatusCreated || cur.Attempt != p.Attempt {
 			return nil
 		}
-		cur.Submitting = false
+		// Unmarked, so the gate records the rail again (marked again with
+		// the rail it had, the rail was taken for one left by a replica
+		// of an earlier version and cleared: migration payout/0030).
+		cur.Submitting, cur.SubmitRail = false, ""
 		out = domain.StatusActionRequired
 		return tx.Move(ctx, &cur, domain.StatusActionRequired, reason, a.Clock.Now())
 	})

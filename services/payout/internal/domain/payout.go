@@ -20,12 +20,17 @@ type Payout struct {
 	FailureCode, FailureMessage, RailRef string
 	Attempt                              int
 	Submitting                           bool
-	ExpectedArrival, PaidAt              *time.Time
-	AbsorbedInto                         string
-	Version                              int64
-	CreatedAt, UpdatedAt                 time.Time
-	History                              []Change
-	Statements                           []Statement
+	// SubmitRail names the rail the current attempt is handed to, recorded
+	// with Submitting (by the gate) before it is submitted: only that rail
+	// is asked about its reference. "" for an attempt marked before it was
+	// recorded: every rail is asked.
+	SubmitRail              string
+	ExpectedArrival, PaidAt *time.Time
+	AbsorbedInto            string
+	Version                 int64
+	CreatedAt, UpdatedAt    time.Time
+	History                 []Change
+	Statements              []Statement
 }
 
 // Change is one status change.

@@ -358,7 +358,7 @@ func (s *Store) lockSent(ctx context.Context, tx pgx.Tx, provider string, inFlig
 		var q bool
 		if err := r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
 			&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
-			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &q); err != nil {
+			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.SubmitRail, &q); err != nil {
 			return struct{}{}, err
 		}
 		if q {
@@ -469,10 +469,10 @@ func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *domain.Payout, to, note 
 	from := p.Status
 	tag, err := tx.Exec(ctx, `update payout.payouts set status = $3, status_reason = $4, failure_code = $5, failure_message = $6,
 			rail_reference = $7, expected_arrival = $8, paid_at = $9, attempt = $10, submitting = $11, method = $12,
-			method_summary = $13, updated_at = $14, version = version + 1
+			method_summary = $13, updated_at = $14, submit_rail = $15, version = version + 1
 		where payout_id = $1 and status = $2`,
 		p.ID, from, to, note, p.FailureCode, p.FailureMessage, p.RailRef, p.ExpectedArrival, p.PaidAt, p.Attempt, p.Submitting,
-		p.Method, p.MethodSum, at)
+		p.Method, p.MethodSum, at, p.SubmitRail)
 	if err != nil {
 		return err
 	}
@@ -604,13 +604,13 @@ func (s *Store) PayoutByReference(ctx context.Context, ref string) (string, erro
 
 const payoutCols = `payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, status_reason,
 	method, method_summary, failure_code, failure_message, rail_reference, attempt, submitting, expected_arrival, paid_at,
-	absorbed_into, version, created_at, updated_at`
+	absorbed_into, version, created_at, updated_at, submit_rail`
 
 func scanPayout(r pgx.CollectableRow) (domain.Payout, error) {
 	var p domain.Payout
 	return p, r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
 		&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
-		&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+		&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.SubmitRail)
 }
 
 // list reads the payouts, their histories and statements in one snapshot:
@@ -682,7 +682,7 @@ func (s *Store) GetPayout(ctx context.Context, id string) (domain.Payout, error)
 		var sts []struct{ C, U, N string }
 		err := r.Scan(&p.ID, &p.ProviderID, &p.CycleID, &p.Currency, &p.Gross, &p.Commission, &p.Tax, &p.Net, &p.Status, &p.Reason,
 			&p.Method, &p.MethodSum, &p.FailureCode, &p.FailureMessage, &p.RailRef, &p.Attempt, &p.Submitting, &p.ExpectedArrival,
-			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &hist, &sts)
+			&p.PaidAt, &p.AbsorbedInto, &p.Version, &p.CreatedAt, &p.UpdatedAt, &p.SubmitRail, &hist, &sts)
 		if err != nil {
 			return p, err
 		}
@@ -779,9 +779,10 @@ func (s *Store) SetArrival(ctx context.Context, tx pgx.Tx, p *domain.Payout, not
 
 // SetSubmitting marks a created payout for submission: from now on it can
 // no longer be canceled or held.
-func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method string) error {
-	_, err := tx.Exec(ctx, `update payout.payouts set submitting = true, submitting_since = now(), method = $2, version = version + 1
-		where payout_id = $1`, id, method)
+func (s *Store) SetSubmitting(ctx context.Context, tx pgx.Tx, id, method, rail string) error {
+	_, err := tx.Exec(ctx, `update payout.payouts set submitting = true, submitting_since = now(), method = $2, submit_rail = $3,
+		version = version + 1
+		where payout_id = $1`, id, method, rail)
 	return err
 }
 

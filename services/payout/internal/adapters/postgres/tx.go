@@ -76,8 +76,8 @@ func (t txStore) WithdrawQueued(ctx context.Context, p domain.Payout, at time.Ti
 	return t.s.WithdrawQueued(ctx, t.tx, p, at)
 }
 
-func (t txStore) SetSubmitting(ctx context.Context, id, method string) error {
-	return t.s.SetSubmitting(ctx, t.tx, id, method)
+func (t txStore) SetSubmitting(ctx context.Context, id, method, rail string) error {
+	return t.s.SetSubmitting(ctx, t.tx, id, method, rail)
 }
 
 func (t txStore) MethodChangedSince(ctx context.Context, provider, payoutID string, at time.Time) (bool, error) {
