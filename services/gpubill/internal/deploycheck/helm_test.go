@@ -468,7 +468,7 @@ func TestServicesStartUpBeforeLivenessCounts(t *testing.T) {
 // global extra* values still reach every service (a CA bundle all need).
 func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 	pods := workloads(t, renderChart(t, offlineChart(t), "--set", "payout.railBank=file",
-		"--set", "env.GPUBILL_BANK_OUTBOX_DIR=/bank/outbox",
+		"--set", "payout.env.GPUBILL_BANK_OUTBOX_DIR=/bank/outbox", "--set", "env.GPUBILL_CYCLE_DAYS=14",
 		"--set-json", `payout.extraEnvFrom=[{"secretRef":{"name":"gpubill-rails"}}]`,
 		"--set-json", `payout.extraVolumes=[{"name":"alipay-keys","secret":{"secretName":"alipay-keys"}}]`,
 		"--set-json", `payout.extraVolumeMounts=[{"name":"alipay-keys","mountPath":"/etc/gpubill/alipay","readOnly":true}]`,
@@ -481,15 +481,18 @@ func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 			t.Fatalf("Deployment %s: %+v", name, p)
 		}
 		c := p.Containers[0]
-		rail := ""
+		env := map[string]string{}
 		for _, e := range c.Env {
-			if e.Name == "GPUBILL_PAYOUT_RAIL_BANK" && e.Value != nil {
-				rail = *e.Value
+			if e.Value != nil {
+				env[e.Name] = *e.Value
 			}
 		}
 		isPayout := name == "payout"
-		if want := map[bool]string{true: "file"}[isPayout]; rail != want {
-			t.Errorf("Deployment %s: GPUBILL_PAYOUT_RAIL_BANK %q, want %q", name, rail, want)
+		if want := map[bool]string{true: "file"}[isPayout]; env["GPUBILL_PAYOUT_RAIL_BANK"] != want {
+			t.Errorf("Deployment %s: GPUBILL_PAYOUT_RAIL_BANK %q, want %q", name, env["GPUBILL_PAYOUT_RAIL_BANK"], want)
+		}
+		if want := map[bool]string{true: "/bank/outbox"}[isPayout]; env["GPUBILL_BANK_OUTBOX_DIR"] != want || env["GPUBILL_CYCLE_DAYS"] != "14" {
+			t.Errorf("Deployment %s: GPUBILL_BANK_OUTBOX_DIR %q GPUBILL_CYCLE_DAYS %q, want %q (payout.env) and 14 (env)", name, env["GPUBILL_BANK_OUTBOX_DIR"], env["GPUBILL_CYCLE_DAYS"], want)
 		}
 		var rails bool
 		for _, e := range c.EnvFrom {
