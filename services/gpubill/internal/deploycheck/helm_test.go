@@ -143,6 +143,7 @@ func (p *probe) budget() time.Duration {
 type securityContext struct {
 	RunAsNonRoot *bool  `yaml:"runAsNonRoot"`
 	RunAsUser    *int64 `yaml:"runAsUser"`
+	FSGroup      *int64 `yaml:"fsGroup"`
 }
 
 type podSpec struct {
@@ -152,6 +153,9 @@ type podSpec struct {
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
 		} `yaml:"secret"`
+		PersistentVolumeClaim *struct {
+			ClaimName string `yaml:"claimName"`
+		} `yaml:"persistentVolumeClaim"`
 	} `yaml:"volumes"`
 	Containers []struct {
 		Name  string `yaml:"name"`
@@ -452,35 +456,80 @@ func TestServicesStartUpBeforeLivenessCounts(t *testing.T) {
 }
 
 // TestPayoutRailAndRailSecretsRender: payout's rail is set from values
-// (payout run alone refuses to start with none chosen), and every service
-// can be given a Secret's keys as environment and files mounted from a
-// Secret (the rails' credentials and key files), never as plain values.
+// (payout run alone refuses to start with none chosen), and the rails'
+// credentials (a Secret's keys as environment), key files (a Secret's
+// volume) and the bank file rail's directories (one shared volume) reach
+// payout alone, never as plain values: in metering, which parses
+// unauthenticated ingest bodies, they were the rails' private keys and the
+// payees' bank files, and a ReadWriteOnce bank volume in six Deployments
+// left the pods on other nodes in ContainerCreating (Multi-Attach). Payout's
+// pod has an fsGroup, so uid 65532 can create the outbox directory on the
+// volume whose root is root's (EACCES in bankfile's MkdirAll). The chart's
+// global extra* values still reach every service (a CA bundle all need).
 func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 	pods := workloads(t, renderChart(t, offlineChart(t), "--set", "payout.railBank=file",
-		"--set-json", `extraEnvFrom=[{"secretRef":{"name":"gpubill-rails"}}]`,
-		"--set-json", `extraVolumes=[{"name":"rail-keys","secret":{"secretName":"gpubill-rail-keys"}}]`,
-		"--set-json", `extraVolumeMounts=[{"name":"rail-keys","mountPath":"/etc/gpubill/rails","readOnly":true}]`))
+		"--set", "payout.env.GPUBILL_BANK_OUTBOX_DIR=/bank/outbox", "--set", "env.GPUBILL_CYCLE_DAYS=14",
+		"--set-json", `payout.extraEnvFrom=[{"secretRef":{"name":"gpubill-rails"}}]`,
+		"--set-json", `payout.extraVolumes=[{"name":"alipay-keys","secret":{"secretName":"alipay-keys"}}]`,
+		"--set-json", `payout.extraVolumeMounts=[{"name":"alipay-keys","mountPath":"/etc/gpubill/alipay","readOnly":true}]`,
+		"--set", "payout.bankVolume.existingClaim=gpubill-bank",
+		"--set-json", `extraVolumes=[{"name":"ca","configMap":{"name":"corp-ca"}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"ca","mountPath":"/etc/ssl/corp","readOnly":true}]`))
 	for _, name := range processes {
 		p, ok := pods["Deployment/"+name]
 		if !ok || len(p.Containers) != 1 {
 			t.Fatalf("Deployment %s: %+v", name, p)
 		}
 		c := p.Containers[0]
-		rail := ""
+		env := map[string]string{}
 		for _, e := range c.Env {
-			if e.Name == "GPUBILL_PAYOUT_RAIL_BANK" && e.Value != nil {
-				rail = *e.Value
+			if e.Value != nil {
+				env[e.Name] = *e.Value
 			}
 		}
-		if want := map[bool]string{true: "file"}[name == "payout"]; rail != want {
-			t.Errorf("Deployment %s: GPUBILL_PAYOUT_RAIL_BANK %q, want %q", name, rail, want)
+		isPayout := name == "payout"
+		if want := map[bool]string{true: "file"}[isPayout]; env["GPUBILL_PAYOUT_RAIL_BANK"] != want {
+			t.Errorf("Deployment %s: GPUBILL_PAYOUT_RAIL_BANK %q, want %q", name, env["GPUBILL_PAYOUT_RAIL_BANK"], want)
 		}
-		if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "gpubill-rails" {
-			t.Errorf("Deployment %s: envFrom %+v, want the Secret gpubill-rails", name, c.EnvFrom)
+		if want := map[bool]string{true: "/bank/outbox"}[isPayout]; env["GPUBILL_BANK_OUTBOX_DIR"] != want || env["GPUBILL_CYCLE_DAYS"] != "14" {
+			t.Errorf("Deployment %s: GPUBILL_BANK_OUTBOX_DIR %q GPUBILL_CYCLE_DAYS %q, want %q (payout.env) and 14 (env)", name, env["GPUBILL_BANK_OUTBOX_DIR"], env["GPUBILL_CYCLE_DAYS"], want)
 		}
-		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/gpubill/rails" ||
-			len(p.Volumes) != 1 || p.Volumes[0].Secret == nil || p.Volumes[0].Secret.SecretName != "gpubill-rail-keys" {
-			t.Errorf("Deployment %s: volumes %+v mounts %+v, want gpubill-rail-keys at /etc/gpubill/rails", name, p.Volumes, c.VolumeMounts)
+		var rails bool
+		for _, e := range c.EnvFrom {
+			rails = rails || (e.SecretRef != nil && e.SecretRef.Name == "gpubill-rails")
+		}
+		if rails != isPayout {
+			t.Errorf("Deployment %s: envFrom %+v: the Secret gpubill-rails there is %v, want %v", name, c.EnvFrom, rails, isPayout)
+		}
+		vols := map[string]string{} // volume name: what it is
+		for _, v := range p.Volumes {
+			switch {
+			case v.Secret != nil:
+				vols[v.Name] = "secret:" + v.Secret.SecretName
+			case v.PersistentVolumeClaim != nil:
+				vols[v.Name] = "pvc:" + v.PersistentVolumeClaim.ClaimName
+			default:
+				vols[v.Name] = "other"
+			}
+		}
+		mounts := map[string]string{} // mount path: what is there
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = vols[m.Name]
+		}
+		want := map[string]string{"/etc/ssl/corp": "other"}
+		if isPayout {
+			want["/etc/gpubill/alipay"] = "secret:alipay-keys"
+			want["/bank"] = "pvc:gpubill-bank"
+		}
+		if !maps.Equal(mounts, want) || len(vols) != len(want) {
+			t.Errorf("Deployment %s: volumes %v mounted %v, want %v", name, vols, mounts, want)
+		}
+		var fsGroup *int64
+		if p.SecurityContext != nil {
+			fsGroup = p.SecurityContext.FSGroup
+		}
+		if isPayout && (fsGroup == nil || *fsGroup == 0) {
+			t.Errorf("Deployment payout: pod securityContext %+v, want an fsGroup (other than root's) so uid 65532 writes the bank volume", p.SecurityContext)
 		}
 	}
 }
