@@ -351,8 +351,13 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown provider %q", ev.ProviderID))
 			continue
 		}
-		if _, ok := rents[ev.RenterID]; !ok {
+		r, ok := rents[ev.RenterID]
+		if !ok {
 			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown renter %q", ev.RenterID))
+			continue
+		}
+		if reason := r.RefusesUsage(ev.Start); reason != "" {
+			res.reject(c.idx, ev.ID, reason)
 			continue
 		}
 		if first, ok := byID[ev.ID]; ok {
