@@ -40,6 +40,16 @@ func TestClosedRenterUsageAfterTheCloseRefused(t *testing.T) {
 	if err != nil || limited.CreditLimit != "500" || limited.Version != 2 || limited.Status != "active" {
 		t.Fatalf("credit limit raised: %v, %v; want 500 at version 2, active", limited, err)
 	}
+	ev := func(id, start, end string) *meteringv1.UsageEventInput {
+		return &meteringv1.UsageEventInput{Id: id, LeaseId: "l-" + id, ProviderId: "p-001", RenterId: "r-001", GpuModel: "H100", GpuCount: 1,
+			StartTime: start, EndTime: end}
+	}
+	// Recorded before the close though it starts after it (end_time may be
+	// up to 5 minutes ahead): sent again after the close, a duplicate.
+	early := ev("early", "2026-11-20T12:01:30Z", "2026-11-20T12:03:00Z")
+	if res, err := s.Usage().IngestUsageEvents(ctx, &meteringv1.IngestUsageEventsRequest{Events: []*meteringv1.UsageEventInput{early}}); err != nil || res.Accepted != 1 {
+		t.Fatalf("early: %v, %v", res, err)
+	}
 	closedAt := now.Add(time.Minute)
 	clk.Set(closedAt)
 	closed, err := patch(&meteringv1.Renter{RenterId: "r-001", Status: "closed"}, "status")
@@ -62,21 +72,18 @@ func TestClosedRenterUsageAfterTheCloseRefused(t *testing.T) {
 		}
 	}
 
-	ev := func(id, start, end string) *meteringv1.UsageEventInput {
-		return &meteringv1.UsageEventInput{Id: id, LeaseId: "l-" + id, ProviderId: "p-001", RenterId: "r-001", GpuModel: "H100", GpuCount: 1,
-			StartTime: start, EndTime: end}
-	}
 	res, err := s.Usage().IngestUsageEvents(ctx, &meteringv1.IngestUsageEventsRequest{Events: []*meteringv1.UsageEventInput{
 		ev("before", "2026-11-20T11:00:00Z", "2026-11-20T12:01:30Z"), // started before the close: posts
 		ev("at", "2026-11-20T12:01:00Z", "2026-11-20T12:01:30Z"),     // started at the close
 		ev("after", "2026-11-20T12:01:30Z", "2026-11-20T12:02:00Z"),
+		early,
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Accepted != 1 || len(res.Rejected) != 2 || !strings.HasPrefix(res.Rejected[0].Reason, `renter "r-001" closed at 2026-11-20T12:01:00Z`) ||
+	if res.Accepted != 1 || res.Duplicates != 1 || len(res.Rejected) != 2 || !strings.HasPrefix(res.Rejected[0].Reason, `renter "r-001" closed at 2026-11-20T12:01:00Z`) ||
 		res.Rejected[0].Id != "at" || res.Rejected[1].Id != "after" {
-		t.Fatalf("ingest after the close: %v; want before accepted, at and after refused as closed", res)
+		t.Fatalf("ingest after the close: %v; want before accepted, early a duplicate, at and after refused as closed", res)
 	}
 
 	publishIngest(t, d.JS, "m-after", `{"events":[{"id":"nats-after","lease_id":"l-n","provider_id":"p-001","renter_id":"r-001","gpu_model":"H100","gpu_count":1,`+
