@@ -104,6 +104,7 @@ func (s *Service) Policy() auth.Policy {
 		meteringv1.PartyService_UpdateProvider_FullMethodName:    staff,
 		meteringv1.PartyService_ListProviders_FullMethodName:     {auth.RoleAdmin, auth.RoleFinance, auth.RoleAuditor},
 		meteringv1.PartyService_CreateRenter_FullMethodName:      staff,
+		meteringv1.PartyService_UpdateRenter_FullMethodName:      staff,
 		meteringv1.PartyService_GetRenter_FullMethodName:         {auth.RoleAdmin, auth.RoleFinance, auth.RoleAuditor, auth.RoleRenter},
 		meteringv1.PartyService_ListRenters_FullMethodName:       {auth.RoleAdmin, auth.RoleFinance, auth.RoleAuditor},
 		meteringv1.UsageService_IngestUsageEvents_FullMethodName: {auth.RoleMeter, auth.RoleFinance, auth.RoleAdmin},

@@ -71,6 +71,7 @@ var expectedAccess = func() map[string][]string {
 		m + "UpdateProvider":           staff,
 		m + "ListProviders":            read,
 		m + "CreateRenter":             staff,
+		m + "UpdateRenter":             staff,
 		m + "GetRenter":                with(read, "renter"),
 		m + "ListRenters":              read,
 		u + "IngestUsageEvents":        with(staff, "meter"),

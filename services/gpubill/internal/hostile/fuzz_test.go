@@ -21,6 +21,7 @@ import (
 func FuzzCreateProvider(f *testing.F)               { fuzzRoute(f, "CreateProvider") }
 func FuzzUpdateProvider(f *testing.F)               { fuzzRoute(f, "UpdateProvider") }
 func FuzzCreateRenter(f *testing.F)                 { fuzzRoute(f, "CreateRenter") }
+func FuzzUpdateRenter(f *testing.F)                 { fuzzRoute(f, "UpdateRenter") }
 func FuzzIngestUsageEvents(f *testing.F)            { fuzzRoute(f, "IngestUsageEvents") }
 func FuzzCreateRateCard(f *testing.F)               { fuzzRoute(f, "CreateRateCard") }
 func FuzzCreateQuote(f *testing.F)                  { fuzzRoute(f, "CreateQuote") }
@@ -174,6 +175,11 @@ var shapes = map[string][]string{
 		`{"renter_id":"r-h2","name":"Render Farm","currency":"USD"}`,
 		`{"renter_id":"r-h3","currency":"ETH","credit_limit":"0.000000000000000001"}`,
 		`{"renter_id":"r-h4","currency":"JPY","credit_limit":"5000"}`,
+	},
+	"UpdateRenter": {
+		`{"credit_limit":"0"}`,
+		`{"name":"Lab Z"}`,
+		`{"currency":"CNY","credit_limit":"1000000"}`,
 	},
 	"IngestUsageEvents": {
 		`{"events":[{"id":"evt-h2","lease_id":"lease-h2","provider_id":"p-001","renter_id":"r-001","gpu_model":"RTX_4090","gpu_count":1,"start_time":"2026-11-18T22:00:00+08:00","end_time":"2026-11-18T23:00:00.123456+08:00"}]}`,

@@ -130,6 +130,7 @@ func seedParties() error {
 	for _, r := range []struct{ path, body string }{
 		{"/v1/providers", `{"provider_id":"p-001","name":"Rig One","tier":"standard","tax_profile":"individual","jurisdiction":"CN","currency":"CNY"}`},
 		{"/v1/renters", `{"renter_id":"r-001","name":"Lab","currency":"CNY","credit_limit":"0"}`},
+		{"/v1/renters", `{"renter_id":"r-h0","name":"Lab Zero","currency":"CNY","credit_limit":"0"}`},
 		{"/v1/rate-cards", `{"rate_card_id":"rc-seed","currency":"CNY","effective_from":"2026-01-01T00:00:00Z","gpu_prices":[{"gpu_model":"RTX_4090","hourly":"2.00"}]}`},
 		{"/v1/deposits", `{"renter_id":"r-001","amount":"100.00","currency":"CNY","external_ref":"seed-ref"}`},
 	} {

@@ -54,6 +54,11 @@ var writeRoutes = []route{
 	{name: "CreateRenter", method: "POST", path: "/v1/renters", role: auth.RoleFinance,
 		body:  `{"renter_id":"r-h1","name":"Lab H","currency":"CNY","credit_limit":"10.00"}`,
 		enums: []string{"currency"}, decimals: []string{"credit_limit"}},
+	{name: "UpdateRenter", method: "PATCH", path: "/v1/renters/%s", param: "renter.renter_id", arg: "r-h0", role: auth.RoleFinance,
+		// r-h0 (seedParties), not r-001: a renter closed is final, and the
+		// other routes' bodies use r-001.
+		body:  `{"name":"Lab Zero","credit_limit":"250.00","status":"active"}`,
+		enums: []string{"status"}, decimals: []string{"credit_limit"}},
 	{name: "IngestUsageEvents", method: "POST", path: "/v1/usage-events", role: auth.RoleFinance,
 		body: `{"events":[{"id":"evt-h1","lease_id":"lease-h1","provider_id":"p-001","renter_id":"r-001","gpu_model":"RTX_4090","gpu_count":2,` +
 			`"start_time":"2026-11-18T14:00:00Z","end_time":"2026-11-18T16:30:00Z","region":"cn-east","workload":"training"}]}`,

@@ -202,9 +202,13 @@ func (lc *LeaseControl) Evaluate(ctx context.Context, tx LeaseControlTx, keys []
 	}
 	for _, ev := range announced {
 		w := ev.Wallet
-		lc.Log.Info("lease control: "+leaseVerb[ev.Kind], "renter", w.RenterID, "currency", w.Currency,
+		verb := leaseVerb[ev.Kind]
+		if w.Closed && ev.Kind == domain.EventStopRequested {
+			verb = "renter's GPUs asked to stop, renter closed"
+		}
+		lc.Log.Info("lease control: "+verb, "renter", w.RenterID, "currency", w.Currency,
 			"balance", w.Balance.String(), "credit_limit", w.CreditLimit.String(), "burn_per_hour", w.BurnPerHour.String(),
-			"runway_hours", w.RunwayString(), "event_id", ev.ID())
+			"runway_hours", w.RunwayString(), "closed", w.Closed, "event_id", ev.ID())
 	}
 	return nil
 }

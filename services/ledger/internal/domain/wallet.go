@@ -23,6 +23,10 @@ type Wallet struct {
 	// (a top-up in the wrong currency, reversed, stopped every GPU of a
 	// renter whose own wallet was full, and nothing resumed them).
 	Foreign bool
+	// Closed: the renter was closed (metering's PATCH /v1/renters/{id}):
+	// nothing it holds pays for GPU time any more, so every wallet of it is
+	// stopped whatever its balance, and never resumed.
+	Closed bool
 }
 
 // runwayPlaces is the precision runway hours are stated with.
@@ -123,9 +127,9 @@ func (e LeaseEvent) ID() string {
 	return fmt.Sprintf("lease-%s-%s-%d-%s-r%s", e.Wallet.RenterID, e.Wallet.Currency, e.Seq, e.Kind, e.Epoch)
 }
 
-// NextLease moves lease control for a wallet: nothing left to spend (the
-// wallet at or below minus its credit limit) stops the renter; a stopped
-// wallet with money again is resumed; a runway under warn warns once until
+// NextLease moves lease control for a wallet: a closed renter, or nothing
+// left to spend (the wallet at or below minus its credit limit), stops the
+// renter; a stopped wallet with money again is resumed unless closed; a runway under warn warns once until
 // the runway recovers. It returns the new record and what to announce.
 func NextLease(prev Lease, w Wallet, warn time.Duration, now time.Time) (Lease, []LeaseEvent) {
 	next := prev
@@ -145,6 +149,14 @@ func NextLease(prev Lease, w Wallet, warn time.Duration, now time.Time) (Lease, 
 			seq = next.Warnings
 		}
 		evs = append(evs, LeaseEvent{Kind: k, Wallet: w, Crossing: next.Crossing, Seq: seq, At: now})
+	}
+	if w.Closed { // before Foreign: a closed renter's foreign wallet is not resumed
+		if prev.State != LeaseStopped {
+			next.State = LeaseStopped
+			next.Crossing++
+			emit(EventStopRequested)
+		}
+		return next, evs
 	}
 	if w.Foreign {
 		if prev.State == LeaseStopped {
@@ -179,11 +191,11 @@ func NextLease(prev Lease, w Wallet, warn time.Duration, now time.Time) (Lease, 
 }
 
 // BurnMatters reports whether NextLease can use the wallet's burn rate:
-// not for a wallet already stopped that still has nothing to spend (it stays
-// stopped and announces nothing). Lease control reads the burn rate, the
+// not for a wallet already stopped that still has nothing to spend, or whose
+// renter is closed (it stays stopped and announces nothing). Lease control reads the burn rate, the
 // costliest part of a wallet, only where it matters.
 func BurnMatters(prev Lease, w Wallet) bool {
-	return w.Available().IsPositive() || prev.State != LeaseStopped
+	return (w.Available().IsPositive() && !w.Closed) || prev.State != LeaseStopped
 }
 
 // WalletKey names one currency of a renter's wallet.

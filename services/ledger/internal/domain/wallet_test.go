@@ -99,7 +99,7 @@ func TestBurnMattersOnlyWhereNextLeaseUsesIt(t *testing.T) {
 			prev.OverLimitSince = now.Add(-time.Hour)
 		}
 		w := Wallet{RenterID: "r-1", Currency: "CNY", Balance: amount("balance"), CreditLimit: amount("limit").Abs(),
-			BurnPerHour: amount("burn").Abs()}
+			BurnPerHour: amount("burn").Abs(), Closed: rapid.Bool().Draw(rt, "closed")}
 		if BurnMatters(prev, w) {
 			return
 		}
@@ -129,5 +129,42 @@ func TestNextLeaseForeignWallet(t *testing.T) {
 	}
 	if l, evs = NextLease(l, w, 2*time.Hour, now); l.State != LeaseOK || len(evs) != 0 {
 		t.Fatalf("again: %s %v, want nothing more", l.State, evs)
+	}
+}
+
+// A closed renter's wallet is stopped whatever its balance, once, and never
+// resumed: not by money, not as a wallet in another currency.
+func TestNextLeaseClosedRenter(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	closed := func(balance, limit string, foreign bool) Wallet {
+		w := wallet(balance, limit, "10")
+		w.Closed, w.Foreign = true, foreign
+		return w
+	}
+	tests := []struct {
+		name      string
+		give      Lease
+		wallet    Wallet
+		wantState LeaseState
+		wantKinds string
+	}{
+		{"ok with 700 to spend", Lease{State: LeaseOK}, closed("200", "500", false), LeaseStopped, "stop_requested"},
+		{"never evaluated", Lease{}, closed("0", "500", false), LeaseStopped, "stop_requested"},
+		{"warned", Lease{State: LeaseWarned, Warnings: 1}, closed("5", "0", false), LeaseStopped, "stop_requested"},
+		{"stopped, topped up", Lease{State: LeaseStopped, Crossing: 1}, closed("900", "500", false), LeaseStopped, ""},
+		{"stopped, foreign", Lease{State: LeaseStopped, Crossing: 1}, closed("900", "0", true), LeaseStopped, ""},
+		{"ok, foreign", Lease{State: LeaseOK}, closed("900", "0", true), LeaseStopped, "stop_requested"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, evs := NextLease(tt.give, tt.wallet, 2*time.Hour, now)
+			kinds := ""
+			for _, e := range evs {
+				kinds += string(e.Kind)
+			}
+			if l.State != tt.wantState || kinds != tt.wantKinds {
+				t.Fatalf("state %s events %q, want %s %q", l.State, kinds, tt.wantState, tt.wantKinds)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -148,9 +149,16 @@ func walletOwner(address string) (string, bool) {
 	return a.Party, true
 }
 
-// ConsumeRenters keeps the ledger's read model of renters (currency and
-// credit limit) from party.updated.*; what cannot be decoded or applied (a
-// credit limit that is not a decimal ≥ 0) goes to dl.
+// A renter's status in party.updated (metering's domain.RenterActive and
+// RenterClosed).
+const (
+	partyActive = "active"
+	partyClosed = "closed"
+)
+
+// ConsumeRenters keeps the ledger's read model of renters (currency, credit
+// limit, closed) from party.updated.*; what cannot be decoded or applied (a
+// credit limit that is not a decimal ≥ 0, an unknown status) goes to dl.
 func ConsumeRenters(ctx context.Context, js jetstream.JetStream, log *slog.Logger, renters *app.Renters, dl natsx.DeadLetters) error {
 	return partyfeed.Consume(ctx, js, log, RentersConsumer, dl, func(ctx context.Context, ids []string, evs []*eventsv1.PartyUpdated) error {
 		ups := make([]app.RenterUpdate, len(evs))
@@ -168,9 +176,20 @@ func ConsumeRenters(ctx context.Context, js jetstream.JetStream, log *slog.Logge
 					continue
 				}
 			}
+			var closedAt time.Time
+			switch ev.Status {
+			case "", partyActive: // "": published before renters had a status
+			case partyClosed:
+				if closedAt = ev.ClosedAt.AsTime(); ev.ClosedAt == nil {
+					closedAt = ev.UpdatedAt.AsTime()
+				}
+			default:
+				poison.Add(fmt.Sprintf("party-renter-%s-v%d", ev.PartyId, ev.Version), fmt.Errorf("status %q is not active or closed", ev.Status))
+				continue
+			}
 			ups[i].Keep = true
 			ups[i].Row = domain.RenterLimit{RenterID: ev.PartyId, Currency: strings.ToUpper(ev.Currency), CreditLimit: limit,
-				Version: ev.Version, UpdatedAt: ev.UpdatedAt.AsTime()}
+				Version: ev.Version, UpdatedAt: ev.UpdatedAt.AsTime(), ClosedAt: closedAt}
 		}
 		if len(poison.ByID) > 0 {
 			return &poison

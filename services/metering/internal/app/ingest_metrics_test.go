@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -101,5 +102,19 @@ func TestIngestCountsByReason(t *testing.T) {
 		if got := ingested[result] - ingestedBefore[result]; got != n {
 			t.Errorf("ingested{result=%q} grew by %v, want %v", result, got, n)
 		}
+	}
+}
+
+// A closed renter's refused usage is counted as renter_closed (on NATS:
+// dead-lettered for good), not as "other".
+func TestClosedRenterRejectionClass(t *testing.T) {
+	closedAt := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	r := domain.Renter{ID: "r-1", Status: domain.RenterClosed, ClosedAt: closedAt}
+	reason := r.RefusesUsage(closedAt)
+	if got := app.RejectionClass(reason); got != "renter_closed" {
+		t.Fatalf("class of %q = %q, want renter_closed", reason, got)
+	}
+	if before := r.RefusesUsage(closedAt.Add(-time.Nanosecond)); before != "" {
+		t.Fatalf("usage started before the close refused: %q", before)
 	}
 }

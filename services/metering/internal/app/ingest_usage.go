@@ -64,7 +64,7 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	in = canonicalModels(in, models)
 
 	cands, provIDs, rentIDs := validateEach(in, rules, opt, &res)
-	lateDups, err := a.lateRepeats(ctx, in, rules, &res)
+	lateDups, err := a.repeats(ctx, in, rules, &res, "too_late")
 	if err != nil {
 		return res, err
 	}
@@ -76,7 +76,13 @@ func (a *App) ingest(ctx context.Context, in []domain.EventInput, opt IngestOpti
 	if err != nil {
 		return IngestResult{}, err
 	}
-	res.Accepted, res.Duplicates = rec.Accepted, rec.Duplicates+lateDups
+	// A closed renter's event recorded before the close (its start up to
+	// the end_time limit in the future) and sent again is a duplicate.
+	closedDups, err := a.repeats(ctx, in, rules, &rec, "renter_closed")
+	if err != nil {
+		return res, err
+	}
+	res.Accepted, res.Duplicates = rec.Accepted, rec.Duplicates+lateDups+closedDups
 	res.Rejected = append(res.Rejected, rec.Rejected...)
 	sortRejected(res.Rejected)
 	return res, nil
@@ -279,16 +285,16 @@ func validateEach(in []domain.EventInput, rules domain.Rules, opt IngestOptions,
 	return cands, keys(provSet), keys(rentSet)
 }
 
-// lateRepeats takes out of res's rejections the events refused as older
-// than the late-arrival limit that repeat a recorded event with the same
-// body, and answers how many: a repeat is a duplicate forever (an agent
-// resending its spool after an outage was told usage that was billed had
-// been refused). Another body under a recorded id stays refused as late.
-func (a *App) lateRepeats(ctx context.Context, in []domain.EventInput, rules domain.Rules, res *IngestResult) (int, error) {
+// repeats takes out of res's rejections of class the events that repeat a
+// recorded event with the same body, and answers how many: a repeat is a
+// duplicate forever (an agent resending its spool after an outage was told
+// usage that was billed had been refused as older than the late-arrival
+// limit). Another body under a recorded id stays refused.
+func (a *App) repeats(ctx context.Context, in []domain.EventInput, rules domain.Rules, res *IngestResult, class string) (int, error) {
 	late := map[int]domain.Event{} // by index in the call
 	ids := map[string]bool{}
 	for _, r := range res.Rejected {
-		if rejectReasonClass(r.Reason) == "too_late" {
+		if rejectReasonClass(r.Reason) == class {
 			ev, _ := domain.Validate(in[r.Index], rules) // parsed in full before the limit is checked
 			late[r.Index], ids[ev.ID] = ev, true
 		}
@@ -351,8 +357,13 @@ func (a *App) checkBatch(cands []candidate, provs map[string]domain.Provider, re
 			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown provider %q", ev.ProviderID))
 			continue
 		}
-		if _, ok := rents[ev.RenterID]; !ok {
+		r, ok := rents[ev.RenterID]
+		if !ok {
 			res.reject(c.idx, ev.ID, fmt.Sprintf("unknown renter %q", ev.RenterID))
+			continue
+		}
+		if reason := r.RefusesUsage(ev.Start); reason != "" {
+			res.reject(c.idx, ev.ID, reason)
 			continue
 		}
 		if first, ok := byID[ev.ID]; ok {

@@ -35,6 +35,7 @@ var rejectReasons = []struct{ prefix, class string }{
 	{"unknown gpu_model ", "unknown_gpu_model"},
 	{"unknown provider ", "unknown_party"},
 	{"unknown renter ", "unknown_party"},
+	{"renter \"", "renter_closed"}, // domain.Renter.RefusesUsage: "renter \"r-1\" closed at …"
 	{"gpu_count ", "gpu_count"},
 	{"malformed ", "malformed_time"},
 	{"end_time more than", "in_future"},

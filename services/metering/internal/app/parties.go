@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/cursor"
@@ -151,7 +153,7 @@ func (a *App) CreateRenter(ctx context.Context, in domain.RenterInput) (domain.R
 		return domain.Renter{}, err
 	}
 	now := a.Clock.Now()
-	r.Version, r.CreatedAt, r.UpdatedAt = 1, now, now
+	r.Status, r.Version, r.CreatedAt, r.UpdatedAt = domain.RenterActive, 1, now, now
 	var out domain.Renter
 	err := a.Store.WithTx(ctx, func(tx Tx) error {
 		created, err := tx.InsertRenter(ctx, r)
@@ -159,15 +161,78 @@ func (a *App) CreateRenter(ctx context.Context, in domain.RenterInput) (domain.R
 			return err
 		}
 		if !created {
-			old, err := tx.Renter(ctx, r.ID)
+			old, err := tx.Renter(ctx, r.ID, false)
 			if err != nil {
 				return err
 			}
 			if !old.SameBody(r) {
-				return fmt.Errorf("renter %s exists with a different body: %w", r.ID, apperr.ErrConflict)
+				return fmt.Errorf("renter %s exists with a different body (use PATCH to change it): %w", r.ID, apperr.ErrConflict)
 			}
 			out = old
 			return nil
+		}
+		out = r
+		return tx.PublishRenter(ctx, r)
+	})
+	return out, err
+}
+
+// RenterPatch holds the fields to change; nil = keep. Currency may only
+// repeat the renter's own (a body echoed back): the wallet holds money in
+// it.
+type RenterPatch struct {
+	Name, CreditLimit, Status, Currency *string
+}
+
+// UpdateRenter changes the given fields of a renter, bumps its version and
+// publishes it (party.updated: the ledger's lease control stops a renter
+// with nothing left to spend under a lowered credit limit, and a closed one
+// whatever its balance). Closing is final: a closed renter answers a patch
+// that changes nothing as it is (a replayed close), and refuses any other.
+// A patch that changes nothing returns the renter as is.
+func (a *App) UpdateRenter(ctx context.Context, id string, patch RenterPatch) (domain.Renter, error) {
+	var out domain.Renter
+	err := a.Store.WithTx(ctx, func(tx Tx) error {
+		old, err := tx.Renter(ctx, id, true)
+		if err != nil {
+			return notFound(err, "renter", id)
+		}
+		in := domain.RenterInput{ID: old.ID, Name: old.Name, Currency: old.Currency, CreditLimit: old.CreditLimit.String()}
+		status := old.Status
+		set := func(dst *string, v *string) {
+			if v != nil {
+				*dst = *v
+			}
+		}
+		set(&in.Name, patch.Name)
+		set(&in.CreditLimit, patch.CreditLimit)
+		set(&status, patch.Status)
+		r, vs := domain.ParseRenter(in)
+		if err := domain.CheckRenterStatus(status); err != nil {
+			vs = append(vs, domain.Violation{Field: "status", Reason: err.Error()})
+		}
+		if c := patch.Currency; c != nil && !strings.EqualFold(strings.TrimSpace(*c), old.Currency) {
+			vs = append(vs, domain.Violation{Field: "currency", Reason: fmt.Sprintf("%q: a renter's wallet currency (%s) cannot be changed", *c, old.Currency)})
+		}
+		if err := invalid(vs); err != nil {
+			return err
+		}
+		same := r.SameBody(old) && status == old.Status
+		switch {
+		case same:
+			out = old
+			return nil
+		case old.Closed():
+			return fmt.Errorf("renter %s was closed at %s: a closed renter cannot be changed or reopened: %w",
+				id, old.ClosedAt.UTC().Format(time.RFC3339), apperr.ErrPrecondition)
+		}
+		now := a.Clock.Now()
+		r.Status, r.Version, r.CreatedAt, r.UpdatedAt = status, old.Version+1, old.CreatedAt, now
+		if r.Closed() {
+			r.ClosedAt = now
+		}
+		if err := tx.UpdateRenter(ctx, r); err != nil {
+			return err
 		}
 		out = r
 		return tx.PublishRenter(ctx, r)

@@ -39,7 +39,10 @@ type Tx interface {
 	// Provider reads one provider; forUpdate locks it until the end of the transaction.
 	Provider(ctx context.Context, id string, forUpdate bool) (domain.Provider, error)
 	InsertRenter(ctx context.Context, r domain.Renter) (bool, error)
-	Renter(ctx context.Context, id string) (domain.Renter, error)
+	// UpdateRenter writes every mutable field of r.
+	UpdateRenter(ctx context.Context, r domain.Renter) error
+	// Renter reads one renter; forUpdate locks it until the end of the transaction.
+	Renter(ctx context.Context, id string, forUpdate bool) (domain.Renter, error)
 	// PublishProvider and PublishRenter publish party.updated.{id}, once per version.
 	PublishProvider(ctx context.Context, p domain.Provider) error
 	PublishRenter(ctx context.Context, r domain.Renter) error

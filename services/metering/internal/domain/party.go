@@ -51,15 +51,46 @@ type Provider struct {
 	UpdatedAt    time.Time
 }
 
+// Renter statuses: a closed renter is final (never reopened).
+const (
+	RenterActive = "active"
+	RenterClosed = "closed"
+)
+
 // Renter is a renter with a prepaid wallet.
 type Renter struct {
 	ID          string
 	Name        string
 	Currency    string
 	CreditLimit decimal.Decimal
+	Status      string    // RenterActive or RenterClosed
+	ClosedAt    time.Time // zero unless closed
 	Version     int64
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+}
+
+// Closed reports whether the renter was closed.
+func (r Renter) Closed() bool { return r.Status == RenterClosed }
+
+// RefusesUsage returns why the renter takes no usage starting at start
+// ("" when it does): usage of a closed renter that starts at or after its
+// close is refused; usage that started before still posts (a late report
+// of GPU time it did use).
+func (r Renter) RefusesUsage(start time.Time) string {
+	if !r.Closed() || start.Before(r.ClosedAt) {
+		return ""
+	}
+	return fmt.Sprintf("renter %q closed at %s: usage starting at or after its close is not taken",
+		r.ID, r.ClosedAt.UTC().Format(time.RFC3339Nano))
+}
+
+// CheckRenterStatus refuses a status no renter can have.
+func CheckRenterStatus(status string) error {
+	if status != RenterActive && status != RenterClosed {
+		return fmt.Errorf("%q is not one of active, closed", status)
+	}
+	return nil
 }
 
 // SameBody reports whether two providers carry the same client-given fields
@@ -69,7 +100,8 @@ func (p Provider) SameBody(o Provider) bool {
 		p.Jurisdiction == o.Jurisdiction && p.Currency == o.Currency && PUEString(p.PUE) == PUEString(o.PUE)
 }
 
-// SameBody reports whether two renters carry the same client-given fields.
+// SameBody reports whether two renters carry the same client-given fields
+// of a create (not the status, which only an update sets).
 func (r Renter) SameBody(o Renter) bool {
 	return r.ID == o.ID && r.Name == o.Name && r.Currency == o.Currency && r.CreditLimit.Equal(o.CreditLimit)
 }

@@ -29,10 +29,14 @@ func providerPB(p domain.Provider) *meteringv1.Provider {
 }
 
 func renterPB(r domain.Renter) *meteringv1.Renter {
-	return &meteringv1.Renter{
+	out := &meteringv1.Renter{
 		RenterId: r.ID, Name: r.Name, Currency: r.Currency, CreditLimit: r.CreditLimit.String(), Version: r.Version,
-		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
+		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt), Status: r.Status,
 	}
+	if r.Closed() {
+		out.ClosedAt = timestamppb.New(r.ClosedAt)
+	}
+	return out
 }
 
 // CreateProvider implements PartyService.
@@ -132,6 +136,46 @@ func (s *PartyServer) GetRenter(ctx context.Context, r *meteringv1.GetRenterRequ
 		return nil, err
 	}
 	return &meteringv1.GetRenterResponse{Renter: renterPB(rt)}, nil
+}
+
+// UpdateRenter implements PartyService: the name, the credit limit, or the
+// status "closed" (final).
+func (s *PartyServer) UpdateRenter(ctx context.Context, r *meteringv1.UpdateRenterRequest) (*meteringv1.UpdateRenterResponse, error) {
+	in := r.GetRenter()
+	if in.GetRenterId() == "" {
+		return nil, apperr.Invalid("renter.renter_id", "required")
+	}
+	paths := r.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		paths = []string{"name", "credit_limit", "status"}
+	}
+	var patch app.RenterPatch
+	v := &apperr.Validator{}
+	for _, p := range paths {
+		p = strings.TrimPrefix(p, "renter.")
+		switch p {
+		case "name":
+			patch.Name = &in.Name
+		case "credit_limit":
+			patch.CreditLimit = &in.CreditLimit
+		case "status":
+			patch.Status = &in.Status
+		case "currency":
+			patch.Currency = &in.Currency
+		case "renter_id", "version", "created_at", "updated_at", "closed_at":
+			// identity and bookkeeping: not patchable, ignored when echoed back
+		default:
+			v.Add("update_mask", "unknown field %q", p)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	rt, err := s.App.UpdateRenter(ctx, in.RenterId, patch)
+	if err != nil {
+		return nil, err
+	}
+	return &meteringv1.UpdateRenterResponse{Renter: renterPB(rt)}, nil
 }
 
 // ListRenters implements PartyService.

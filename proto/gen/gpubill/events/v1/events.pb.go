@@ -564,18 +564,22 @@ func (x *ChargesRatedBatch) GetCharges() []*RatedCharge {
 
 // Subject party.updated.{party_id}; published by metering, the owner of parties.
 type PartyUpdated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PartyId       string                 `protobuf:"bytes,1,opt,name=party_id,json=partyId,proto3" json:"party_id,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // provider | renter
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Tier          string                 `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
-	TaxProfile    string                 `protobuf:"bytes,5,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
-	Jurisdiction  string                 `protobuf:"bytes,6,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
-	Pue           string                 `protobuf:"bytes,7,opt,name=pue,proto3" json:"pue,omitempty"`
-	Currency      string                 `protobuf:"bytes,8,opt,name=currency,proto3" json:"currency,omitempty"`
-	CreditLimit   string                 `protobuf:"bytes,9,opt,name=credit_limit,json=creditLimit,proto3" json:"credit_limit,omitempty"`
-	Version       int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	PartyId      string                 `protobuf:"bytes,1,opt,name=party_id,json=partyId,proto3" json:"party_id,omitempty"`
+	Kind         string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // provider | renter
+	Name         string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Tier         string                 `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	TaxProfile   string                 `protobuf:"bytes,5,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Jurisdiction string                 `protobuf:"bytes,6,opt,name=jurisdiction,proto3" json:"jurisdiction,omitempty"`
+	Pue          string                 `protobuf:"bytes,7,opt,name=pue,proto3" json:"pue,omitempty"`
+	Currency     string                 `protobuf:"bytes,8,opt,name=currency,proto3" json:"currency,omitempty"`
+	CreditLimit  string                 `protobuf:"bytes,9,opt,name=credit_limit,json=creditLimit,proto3" json:"credit_limit,omitempty"`
+	Version      int64                  `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// A renter's: "closed" once closed (final), else "active" ("" from a
+	// publisher before it existed: active); closed_at is when it closed.
+	Status        string                 `protobuf:"bytes,12,opt,name=status,proto3" json:"status,omitempty"`
+	ClosedAt      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +687,20 @@ func (x *PartyUpdated) GetVersion() int64 {
 func (x *PartyUpdated) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *PartyUpdated) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *PartyUpdated) GetClosedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosedAt
 	}
 	return nil
 }
@@ -1710,7 +1728,7 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\feffective_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\veffectiveAt\"h\n" +
 	"\x11ChargesRatedBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x128\n" +
-	"\acharges\x18\x02 \x03(\v2\x1e.gpubill.events.v1.RatedChargeR\acharges\"\xd0\x02\n" +
+	"\acharges\x18\x02 \x03(\v2\x1e.gpubill.events.v1.RatedChargeR\acharges\"\xa1\x03\n" +
 	"\fPartyUpdated\x12\x19\n" +
 	"\bparty_id\x18\x01 \x01(\tR\apartyId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -1725,7 +1743,9 @@ const file_gpubill_events_v1_events_proto_rawDesc = "" +
 	"\aversion\x18\n" +
 	" \x01(\x03R\aversion\x129\n" +
 	"\n" +
-	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"u\n" +
+	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x16\n" +
+	"\x06status\x18\f \x01(\tR\x06status\x127\n" +
+	"\tclosed_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"u\n" +
 	"\aPosting\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1c\n" +
 	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x16\n" +
@@ -1861,22 +1881,23 @@ var file_gpubill_events_v1_events_proto_depIdxs = []int32{
 	17, // 7: gpubill.events.v1.RatedCharge.effective_at:type_name -> google.protobuf.Timestamp
 	3,  // 8: gpubill.events.v1.ChargesRatedBatch.charges:type_name -> gpubill.events.v1.RatedCharge
 	17, // 9: gpubill.events.v1.PartyUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 10: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
-	17, // 11: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
-	6,  // 12: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
-	7,  // 13: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
-	17, // 14: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
-	17, // 15: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
-	17, // 16: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
-	17, // 17: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
-	13, // 18: gpubill.events.v1.AuditRecordedBatch.records:type_name -> gpubill.events.v1.AuditRecorded
-	17, // 19: gpubill.events.v1.GpuModelUpdated.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 20: gpubill.events.v1.LeaseControl.at:type_name -> google.protobuf.Timestamp
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	17, // 10: gpubill.events.v1.PartyUpdated.closed_at:type_name -> google.protobuf.Timestamp
+	17, // 11: gpubill.events.v1.LedgerPosted.effective_at:type_name -> google.protobuf.Timestamp
+	17, // 12: gpubill.events.v1.LedgerPosted.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 13: gpubill.events.v1.LedgerPosted.postings:type_name -> gpubill.events.v1.Posting
+	7,  // 14: gpubill.events.v1.LedgerPostedBatch.transactions:type_name -> gpubill.events.v1.LedgerPosted
+	17, // 15: gpubill.events.v1.WalletDepleted.at:type_name -> google.protobuf.Timestamp
+	17, // 16: gpubill.events.v1.CycleClosed.closed_at:type_name -> google.protobuf.Timestamp
+	17, // 17: gpubill.events.v1.PayoutStatusChanged.at:type_name -> google.protobuf.Timestamp
+	17, // 18: gpubill.events.v1.AuditRecorded.at:type_name -> google.protobuf.Timestamp
+	13, // 19: gpubill.events.v1.AuditRecordedBatch.records:type_name -> gpubill.events.v1.AuditRecorded
+	17, // 20: gpubill.events.v1.GpuModelUpdated.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 21: gpubill.events.v1.LeaseControl.at:type_name -> google.protobuf.Timestamp
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_events_v1_events_proto_init() }

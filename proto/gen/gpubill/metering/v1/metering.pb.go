@@ -152,14 +152,19 @@ func (x *Provider) GetVersion() int64 {
 
 // A renter with a prepaid wallet.
 type Renter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RenterId      string                 `protobuf:"bytes,1,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"` // e.g. "r-001"
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Currency      string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`                          // wallet currency
-	CreditLimit   string                 `protobuf:"bytes,4,opt,name=credit_limit,json=creditLimit,proto3" json:"credit_limit,omitempty"` // decimal string; how far the wallet may go negative ("0" = none)
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	Version       int64                  `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RenterId    string                 `protobuf:"bytes,1,opt,name=renter_id,json=renterId,proto3" json:"renter_id,omitempty"` // e.g. "r-001"
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Currency    string                 `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`                          // wallet currency
+	CreditLimit string                 `protobuf:"bytes,4,opt,name=credit_limit,json=creditLimit,proto3" json:"credit_limit,omitempty"` // decimal string; how far the wallet may go negative ("0" = none)
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Version     int64                  `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	// active | closed. A closed renter's usage that starts at or after
+	// closed_at is refused, and the ledger asks to stop its GPUs whatever its
+	// balance; usage that started before the close still posts.
+	Status        string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	ClosedAt      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"` // set once status is closed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -241,6 +246,20 @@ func (x *Renter) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *Renter) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Renter) GetClosedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosedAt
+	}
+	return nil
 }
 
 type CreateProviderRequest struct {
@@ -878,6 +897,105 @@ func (x *GetRenterResponse) GetRenter() *Renter {
 	return nil
 }
 
+type UpdateRenterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// renter.renter_id selects the renter (taken from the REST path).
+	Renter *Renter `protobuf:"bytes,1,opt,name=renter,proto3" json:"renter,omitempty"`
+	// Fields to update: name, credit_limit, status. Empty = the fields present
+	// in the REST body; over gRPC an empty mask updates every mutable field.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRenterRequest) Reset() {
+	*x = UpdateRenterRequest{}
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRenterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRenterRequest) ProtoMessage() {}
+
+func (x *UpdateRenterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRenterRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRenterRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UpdateRenterRequest) GetRenter() *Renter {
+	if x != nil {
+		return x.Renter
+	}
+	return nil
+}
+
+func (x *UpdateRenterRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+type UpdateRenterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Renter        *Renter                `protobuf:"bytes,1,opt,name=renter,proto3" json:"renter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRenterResponse) Reset() {
+	*x = UpdateRenterResponse{}
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRenterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRenterResponse) ProtoMessage() {}
+
+func (x *UpdateRenterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRenterResponse.ProtoReflect.Descriptor instead.
+func (*UpdateRenterResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UpdateRenterResponse) GetRenter() *Renter {
+	if x != nil {
+		return x.Renter
+	}
+	return nil
+}
+
 type ListRentersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -888,7 +1006,7 @@ type ListRentersRequest struct {
 
 func (x *ListRentersRequest) Reset() {
 	*x = ListRentersRequest{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[14]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1018,7 @@ func (x *ListRentersRequest) String() string {
 func (*ListRentersRequest) ProtoMessage() {}
 
 func (x *ListRentersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[14]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1031,7 @@ func (x *ListRentersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRentersRequest.ProtoReflect.Descriptor instead.
 func (*ListRentersRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{14}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRentersRequest) GetPageSize() int32 {
@@ -940,7 +1058,7 @@ type ListRentersResponse struct {
 
 func (x *ListRentersResponse) Reset() {
 	*x = ListRentersResponse{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[15]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1070,7 @@ func (x *ListRentersResponse) String() string {
 func (*ListRentersResponse) ProtoMessage() {}
 
 func (x *ListRentersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[15]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1083,7 @@ func (x *ListRentersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRentersResponse.ProtoReflect.Descriptor instead.
 func (*ListRentersResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{15}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRentersResponse) GetRenters() []*Renter {
@@ -1006,7 +1124,7 @@ type UsageEventInput struct {
 
 func (x *UsageEventInput) Reset() {
 	*x = UsageEventInput{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[16]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1136,7 @@ func (x *UsageEventInput) String() string {
 func (*UsageEventInput) ProtoMessage() {}
 
 func (x *UsageEventInput) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[16]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1149,7 @@ func (x *UsageEventInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageEventInput.ProtoReflect.Descriptor instead.
 func (*UsageEventInput) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{16}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UsageEventInput) GetId() string {
@@ -1120,7 +1238,7 @@ type IngestUsageEventsRequest struct {
 
 func (x *IngestUsageEventsRequest) Reset() {
 	*x = IngestUsageEventsRequest{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[17]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1250,7 @@ func (x *IngestUsageEventsRequest) String() string {
 func (*IngestUsageEventsRequest) ProtoMessage() {}
 
 func (x *IngestUsageEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[17]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1263,7 @@ func (x *IngestUsageEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestUsageEventsRequest.ProtoReflect.Descriptor instead.
 func (*IngestUsageEventsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{17}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IngestUsageEventsRequest) GetEvents() []*UsageEventInput {
@@ -1167,7 +1285,7 @@ type RejectedUsageEvent struct {
 
 func (x *RejectedUsageEvent) Reset() {
 	*x = RejectedUsageEvent{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[18]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1297,7 @@ func (x *RejectedUsageEvent) String() string {
 func (*RejectedUsageEvent) ProtoMessage() {}
 
 func (x *RejectedUsageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[18]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1310,7 @@ func (x *RejectedUsageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedUsageEvent.ProtoReflect.Descriptor instead.
 func (*RejectedUsageEvent) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{18}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RejectedUsageEvent) GetIndex() int32 {
@@ -1227,7 +1345,7 @@ type IngestUsageEventsResponse struct {
 
 func (x *IngestUsageEventsResponse) Reset() {
 	*x = IngestUsageEventsResponse{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[19]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1357,7 @@ func (x *IngestUsageEventsResponse) String() string {
 func (*IngestUsageEventsResponse) ProtoMessage() {}
 
 func (x *IngestUsageEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[19]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1370,7 @@ func (x *IngestUsageEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestUsageEventsResponse.ProtoReflect.Descriptor instead.
 func (*IngestUsageEventsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{19}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IngestUsageEventsResponse) GetAccepted() int32 {
@@ -1304,7 +1422,7 @@ type UsageEvent struct {
 
 func (x *UsageEvent) Reset() {
 	*x = UsageEvent{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[20]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1434,7 @@ func (x *UsageEvent) String() string {
 func (*UsageEvent) ProtoMessage() {}
 
 func (x *UsageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[20]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1447,7 @@ func (x *UsageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageEvent.ProtoReflect.Descriptor instead.
 func (*UsageEvent) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{20}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UsageEvent) GetId() string {
@@ -1438,7 +1556,7 @@ type ListUsageEventsRequest struct {
 
 func (x *ListUsageEventsRequest) Reset() {
 	*x = ListUsageEventsRequest{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[21]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1568,7 @@ func (x *ListUsageEventsRequest) String() string {
 func (*ListUsageEventsRequest) ProtoMessage() {}
 
 func (x *ListUsageEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[21]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1581,7 @@ func (x *ListUsageEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsageEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListUsageEventsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{21}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListUsageEventsRequest) GetLeaseId() string {
@@ -1525,7 +1643,7 @@ type ListUsageEventsResponse struct {
 
 func (x *ListUsageEventsResponse) Reset() {
 	*x = ListUsageEventsResponse{}
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[22]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1655,7 @@ func (x *ListUsageEventsResponse) String() string {
 func (*ListUsageEventsResponse) ProtoMessage() {}
 
 func (x *ListUsageEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[22]
+	mi := &file_gpubill_metering_v1_metering_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1668,7 @@ func (x *ListUsageEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsageEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListUsageEventsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{22}
+	return file_gpubill_metering_v1_metering_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListUsageEventsResponse) GetUsageEvents() []*UsageEvent {
@@ -1587,7 +1705,7 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
 	"\aversion\x18\n" +
-	" \x01(\x03R\aversion\"\x88\x02\n" +
+	" \x01(\x03R\aversion\"\xd9\x02\n" +
 	"\x06Renter\x12\x1b\n" +
 	"\trenter_id\x18\x01 \x01(\tR\brenterId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -1597,7 +1715,9 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x18\n" +
-	"\aversion\x18\a \x01(\x03R\aversion\"\xd3\x01\n" +
+	"\aversion\x18\a \x01(\x03R\aversion\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x127\n" +
+	"\tclosed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"\xd3\x01\n" +
 	"\x15CreateProviderRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x12\n" +
@@ -1639,6 +1759,12 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"\x10GetRenterRequest\x12\x1b\n" +
 	"\trenter_id\x18\x01 \x01(\tR\brenterId\"H\n" +
 	"\x11GetRenterResponse\x123\n" +
+	"\x06renter\x18\x01 \x01(\v2\x1b.gpubill.metering.v1.RenterR\x06renter\"\x87\x01\n" +
+	"\x13UpdateRenterRequest\x123\n" +
+	"\x06renter\x18\x01 \x01(\v2\x1b.gpubill.metering.v1.RenterR\x06renter\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"K\n" +
+	"\x14UpdateRenterResponse\x123\n" +
 	"\x06renter\x18\x01 \x01(\v2\x1b.gpubill.metering.v1.RenterR\x06renter\"P\n" +
 	"\x12ListRentersRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1705,14 +1831,15 @@ const file_gpubill_metering_v1_metering_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x17ListUsageEventsResponse\x12B\n" +
 	"\fusage_events\x18\x01 \x03(\v2\x1f.gpubill.metering.v1.UsageEventR\vusageEvents\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe0\a\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xfe\b\n" +
 	"\fPartyService\x12\x8d\x01\n" +
 	"\x0eCreateProvider\x12*.gpubill.metering.v1.CreateProviderRequest\x1a+.gpubill.metering.v1.CreateProviderResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*b\bprovider\"\r/v1/providers\x12\x8f\x01\n" +
 	"\vGetProvider\x12'.gpubill.metering.v1.GetProviderRequest\x1a(.gpubill.metering.v1.GetProviderResponse\"-\x82\xd3\xe4\x93\x02'b\bprovider\x12\x1b/v1/providers/{provider_id}\x12\xab\x01\n" +
 	"\x0eUpdateProvider\x12*.gpubill.metering.v1.UpdateProviderRequest\x1a+.gpubill.metering.v1.UpdateProviderResponse\"@\x82\xd3\xe4\x93\x02::\bproviderb\bprovider2$/v1/providers/{provider.provider_id}\x12}\n" +
 	"\rListProviders\x12).gpubill.metering.v1.ListProvidersRequest\x1a*.gpubill.metering.v1.ListProvidersResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/providers\x12\x83\x01\n" +
 	"\fCreateRenter\x12(.gpubill.metering.v1.CreateRenterRequest\x1a).gpubill.metering.v1.CreateRenterResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*b\x06renter\"\v/v1/renters\x12\x83\x01\n" +
-	"\tGetRenter\x12%.gpubill.metering.v1.GetRenterRequest\x1a&.gpubill.metering.v1.GetRenterResponse\"'\x82\xd3\xe4\x93\x02!b\x06renter\x12\x17/v1/renters/{renter_id}\x12u\n" +
+	"\tGetRenter\x12%.gpubill.metering.v1.GetRenterRequest\x1a&.gpubill.metering.v1.GetRenterResponse\"'\x82\xd3\xe4\x93\x02!b\x06renter\x12\x17/v1/renters/{renter_id}\x12\x9b\x01\n" +
+	"\fUpdateRenter\x12(.gpubill.metering.v1.UpdateRenterRequest\x1a).gpubill.metering.v1.UpdateRenterResponse\"6\x82\xd3\xe4\x93\x020:\x06renterb\x06renter2\x1e/v1/renters/{renter.renter_id}\x12u\n" +
 	"\vListRenters\x12'.gpubill.metering.v1.ListRentersRequest\x1a(.gpubill.metering.v1.ListRentersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/renters2\xa9\x02\n" +
 	"\fUsageService\x12\x8f\x01\n" +
 	"\x11IngestUsageEvents\x12-.gpubill.metering.v1.IngestUsageEventsRequest\x1a..gpubill.metering.v1.IngestUsageEventsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/usage-events\x12\x86\x01\n" +
@@ -1730,7 +1857,7 @@ func file_gpubill_metering_v1_metering_proto_rawDescGZIP() []byte {
 	return file_gpubill_metering_v1_metering_proto_rawDescData
 }
 
-var file_gpubill_metering_v1_metering_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_gpubill_metering_v1_metering_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_gpubill_metering_v1_metering_proto_goTypes = []any{
 	(*Provider)(nil),                  // 0: gpubill.metering.v1.Provider
 	(*Renter)(nil),                    // 1: gpubill.metering.v1.Renter
@@ -1746,63 +1873,71 @@ var file_gpubill_metering_v1_metering_proto_goTypes = []any{
 	(*CreateRenterResponse)(nil),      // 11: gpubill.metering.v1.CreateRenterResponse
 	(*GetRenterRequest)(nil),          // 12: gpubill.metering.v1.GetRenterRequest
 	(*GetRenterResponse)(nil),         // 13: gpubill.metering.v1.GetRenterResponse
-	(*ListRentersRequest)(nil),        // 14: gpubill.metering.v1.ListRentersRequest
-	(*ListRentersResponse)(nil),       // 15: gpubill.metering.v1.ListRentersResponse
-	(*UsageEventInput)(nil),           // 16: gpubill.metering.v1.UsageEventInput
-	(*IngestUsageEventsRequest)(nil),  // 17: gpubill.metering.v1.IngestUsageEventsRequest
-	(*RejectedUsageEvent)(nil),        // 18: gpubill.metering.v1.RejectedUsageEvent
-	(*IngestUsageEventsResponse)(nil), // 19: gpubill.metering.v1.IngestUsageEventsResponse
-	(*UsageEvent)(nil),                // 20: gpubill.metering.v1.UsageEvent
-	(*ListUsageEventsRequest)(nil),    // 21: gpubill.metering.v1.ListUsageEventsRequest
-	(*ListUsageEventsResponse)(nil),   // 22: gpubill.metering.v1.ListUsageEventsResponse
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),     // 24: google.protobuf.FieldMask
+	(*UpdateRenterRequest)(nil),       // 14: gpubill.metering.v1.UpdateRenterRequest
+	(*UpdateRenterResponse)(nil),      // 15: gpubill.metering.v1.UpdateRenterResponse
+	(*ListRentersRequest)(nil),        // 16: gpubill.metering.v1.ListRentersRequest
+	(*ListRentersResponse)(nil),       // 17: gpubill.metering.v1.ListRentersResponse
+	(*UsageEventInput)(nil),           // 18: gpubill.metering.v1.UsageEventInput
+	(*IngestUsageEventsRequest)(nil),  // 19: gpubill.metering.v1.IngestUsageEventsRequest
+	(*RejectedUsageEvent)(nil),        // 20: gpubill.metering.v1.RejectedUsageEvent
+	(*IngestUsageEventsResponse)(nil), // 21: gpubill.metering.v1.IngestUsageEventsResponse
+	(*UsageEvent)(nil),                // 22: gpubill.metering.v1.UsageEvent
+	(*ListUsageEventsRequest)(nil),    // 23: gpubill.metering.v1.ListUsageEventsRequest
+	(*ListUsageEventsResponse)(nil),   // 24: gpubill.metering.v1.ListUsageEventsResponse
+	(*timestamppb.Timestamp)(nil),     // 25: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),     // 26: google.protobuf.FieldMask
 }
 var file_gpubill_metering_v1_metering_proto_depIdxs = []int32{
-	23, // 0: gpubill.metering.v1.Provider.created_at:type_name -> google.protobuf.Timestamp
-	23, // 1: gpubill.metering.v1.Provider.updated_at:type_name -> google.protobuf.Timestamp
-	23, // 2: gpubill.metering.v1.Renter.created_at:type_name -> google.protobuf.Timestamp
-	23, // 3: gpubill.metering.v1.Renter.updated_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: gpubill.metering.v1.CreateProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
-	0,  // 5: gpubill.metering.v1.GetProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
-	0,  // 6: gpubill.metering.v1.UpdateProviderRequest.provider:type_name -> gpubill.metering.v1.Provider
-	24, // 7: gpubill.metering.v1.UpdateProviderRequest.update_mask:type_name -> google.protobuf.FieldMask
-	0,  // 8: gpubill.metering.v1.UpdateProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
-	0,  // 9: gpubill.metering.v1.ListProvidersResponse.providers:type_name -> gpubill.metering.v1.Provider
-	1,  // 10: gpubill.metering.v1.CreateRenterResponse.renter:type_name -> gpubill.metering.v1.Renter
-	1,  // 11: gpubill.metering.v1.GetRenterResponse.renter:type_name -> gpubill.metering.v1.Renter
-	1,  // 12: gpubill.metering.v1.ListRentersResponse.renters:type_name -> gpubill.metering.v1.Renter
-	16, // 13: gpubill.metering.v1.IngestUsageEventsRequest.events:type_name -> gpubill.metering.v1.UsageEventInput
-	18, // 14: gpubill.metering.v1.IngestUsageEventsResponse.rejected:type_name -> gpubill.metering.v1.RejectedUsageEvent
-	23, // 15: gpubill.metering.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
-	23, // 16: gpubill.metering.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
-	23, // 17: gpubill.metering.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
-	23, // 18: gpubill.metering.v1.ListUsageEventsRequest.from:type_name -> google.protobuf.Timestamp
-	23, // 19: gpubill.metering.v1.ListUsageEventsRequest.to:type_name -> google.protobuf.Timestamp
-	20, // 20: gpubill.metering.v1.ListUsageEventsResponse.usage_events:type_name -> gpubill.metering.v1.UsageEvent
-	2,  // 21: gpubill.metering.v1.PartyService.CreateProvider:input_type -> gpubill.metering.v1.CreateProviderRequest
-	4,  // 22: gpubill.metering.v1.PartyService.GetProvider:input_type -> gpubill.metering.v1.GetProviderRequest
-	6,  // 23: gpubill.metering.v1.PartyService.UpdateProvider:input_type -> gpubill.metering.v1.UpdateProviderRequest
-	8,  // 24: gpubill.metering.v1.PartyService.ListProviders:input_type -> gpubill.metering.v1.ListProvidersRequest
-	10, // 25: gpubill.metering.v1.PartyService.CreateRenter:input_type -> gpubill.metering.v1.CreateRenterRequest
-	12, // 26: gpubill.metering.v1.PartyService.GetRenter:input_type -> gpubill.metering.v1.GetRenterRequest
-	14, // 27: gpubill.metering.v1.PartyService.ListRenters:input_type -> gpubill.metering.v1.ListRentersRequest
-	17, // 28: gpubill.metering.v1.UsageService.IngestUsageEvents:input_type -> gpubill.metering.v1.IngestUsageEventsRequest
-	21, // 29: gpubill.metering.v1.UsageService.ListUsageEvents:input_type -> gpubill.metering.v1.ListUsageEventsRequest
-	3,  // 30: gpubill.metering.v1.PartyService.CreateProvider:output_type -> gpubill.metering.v1.CreateProviderResponse
-	5,  // 31: gpubill.metering.v1.PartyService.GetProvider:output_type -> gpubill.metering.v1.GetProviderResponse
-	7,  // 32: gpubill.metering.v1.PartyService.UpdateProvider:output_type -> gpubill.metering.v1.UpdateProviderResponse
-	9,  // 33: gpubill.metering.v1.PartyService.ListProviders:output_type -> gpubill.metering.v1.ListProvidersResponse
-	11, // 34: gpubill.metering.v1.PartyService.CreateRenter:output_type -> gpubill.metering.v1.CreateRenterResponse
-	13, // 35: gpubill.metering.v1.PartyService.GetRenter:output_type -> gpubill.metering.v1.GetRenterResponse
-	15, // 36: gpubill.metering.v1.PartyService.ListRenters:output_type -> gpubill.metering.v1.ListRentersResponse
-	19, // 37: gpubill.metering.v1.UsageService.IngestUsageEvents:output_type -> gpubill.metering.v1.IngestUsageEventsResponse
-	22, // 38: gpubill.metering.v1.UsageService.ListUsageEvents:output_type -> gpubill.metering.v1.ListUsageEventsResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	25, // 0: gpubill.metering.v1.Provider.created_at:type_name -> google.protobuf.Timestamp
+	25, // 1: gpubill.metering.v1.Provider.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 2: gpubill.metering.v1.Renter.created_at:type_name -> google.protobuf.Timestamp
+	25, // 3: gpubill.metering.v1.Renter.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 4: gpubill.metering.v1.Renter.closed_at:type_name -> google.protobuf.Timestamp
+	0,  // 5: gpubill.metering.v1.CreateProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
+	0,  // 6: gpubill.metering.v1.GetProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
+	0,  // 7: gpubill.metering.v1.UpdateProviderRequest.provider:type_name -> gpubill.metering.v1.Provider
+	26, // 8: gpubill.metering.v1.UpdateProviderRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 9: gpubill.metering.v1.UpdateProviderResponse.provider:type_name -> gpubill.metering.v1.Provider
+	0,  // 10: gpubill.metering.v1.ListProvidersResponse.providers:type_name -> gpubill.metering.v1.Provider
+	1,  // 11: gpubill.metering.v1.CreateRenterResponse.renter:type_name -> gpubill.metering.v1.Renter
+	1,  // 12: gpubill.metering.v1.GetRenterResponse.renter:type_name -> gpubill.metering.v1.Renter
+	1,  // 13: gpubill.metering.v1.UpdateRenterRequest.renter:type_name -> gpubill.metering.v1.Renter
+	26, // 14: gpubill.metering.v1.UpdateRenterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 15: gpubill.metering.v1.UpdateRenterResponse.renter:type_name -> gpubill.metering.v1.Renter
+	1,  // 16: gpubill.metering.v1.ListRentersResponse.renters:type_name -> gpubill.metering.v1.Renter
+	18, // 17: gpubill.metering.v1.IngestUsageEventsRequest.events:type_name -> gpubill.metering.v1.UsageEventInput
+	20, // 18: gpubill.metering.v1.IngestUsageEventsResponse.rejected:type_name -> gpubill.metering.v1.RejectedUsageEvent
+	25, // 19: gpubill.metering.v1.UsageEvent.start_time:type_name -> google.protobuf.Timestamp
+	25, // 20: gpubill.metering.v1.UsageEvent.end_time:type_name -> google.protobuf.Timestamp
+	25, // 21: gpubill.metering.v1.UsageEvent.received_at:type_name -> google.protobuf.Timestamp
+	25, // 22: gpubill.metering.v1.ListUsageEventsRequest.from:type_name -> google.protobuf.Timestamp
+	25, // 23: gpubill.metering.v1.ListUsageEventsRequest.to:type_name -> google.protobuf.Timestamp
+	22, // 24: gpubill.metering.v1.ListUsageEventsResponse.usage_events:type_name -> gpubill.metering.v1.UsageEvent
+	2,  // 25: gpubill.metering.v1.PartyService.CreateProvider:input_type -> gpubill.metering.v1.CreateProviderRequest
+	4,  // 26: gpubill.metering.v1.PartyService.GetProvider:input_type -> gpubill.metering.v1.GetProviderRequest
+	6,  // 27: gpubill.metering.v1.PartyService.UpdateProvider:input_type -> gpubill.metering.v1.UpdateProviderRequest
+	8,  // 28: gpubill.metering.v1.PartyService.ListProviders:input_type -> gpubill.metering.v1.ListProvidersRequest
+	10, // 29: gpubill.metering.v1.PartyService.CreateRenter:input_type -> gpubill.metering.v1.CreateRenterRequest
+	12, // 30: gpubill.metering.v1.PartyService.GetRenter:input_type -> gpubill.metering.v1.GetRenterRequest
+	14, // 31: gpubill.metering.v1.PartyService.UpdateRenter:input_type -> gpubill.metering.v1.UpdateRenterRequest
+	16, // 32: gpubill.metering.v1.PartyService.ListRenters:input_type -> gpubill.metering.v1.ListRentersRequest
+	19, // 33: gpubill.metering.v1.UsageService.IngestUsageEvents:input_type -> gpubill.metering.v1.IngestUsageEventsRequest
+	23, // 34: gpubill.metering.v1.UsageService.ListUsageEvents:input_type -> gpubill.metering.v1.ListUsageEventsRequest
+	3,  // 35: gpubill.metering.v1.PartyService.CreateProvider:output_type -> gpubill.metering.v1.CreateProviderResponse
+	5,  // 36: gpubill.metering.v1.PartyService.GetProvider:output_type -> gpubill.metering.v1.GetProviderResponse
+	7,  // 37: gpubill.metering.v1.PartyService.UpdateProvider:output_type -> gpubill.metering.v1.UpdateProviderResponse
+	9,  // 38: gpubill.metering.v1.PartyService.ListProviders:output_type -> gpubill.metering.v1.ListProvidersResponse
+	11, // 39: gpubill.metering.v1.PartyService.CreateRenter:output_type -> gpubill.metering.v1.CreateRenterResponse
+	13, // 40: gpubill.metering.v1.PartyService.GetRenter:output_type -> gpubill.metering.v1.GetRenterResponse
+	15, // 41: gpubill.metering.v1.PartyService.UpdateRenter:output_type -> gpubill.metering.v1.UpdateRenterResponse
+	17, // 42: gpubill.metering.v1.PartyService.ListRenters:output_type -> gpubill.metering.v1.ListRentersResponse
+	21, // 43: gpubill.metering.v1.UsageService.IngestUsageEvents:output_type -> gpubill.metering.v1.IngestUsageEventsResponse
+	24, // 44: gpubill.metering.v1.UsageService.ListUsageEvents:output_type -> gpubill.metering.v1.ListUsageEventsResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_metering_v1_metering_proto_init() }
@@ -1816,7 +1951,7 @@ func file_gpubill_metering_v1_metering_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_metering_v1_metering_proto_rawDesc), len(file_gpubill_metering_v1_metering_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -283,6 +283,87 @@ func local_request_PartyService_GetRenter_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
+var filter_PartyService_UpdateRenter_0 = &utilities.DoubleArray{Encoding: map[string]int{"renter": 0, "renter_id": 1}, Base: []int{1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3}}
+
+func request_PartyService_UpdateRenter_0(ctx context.Context, marshaler runtime.Marshaler, client PartyServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdateRenterRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	newReader, berr := utilities.IOReaderFactory(req.Body)
+	if berr != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", berr)
+	}
+	if err := marshaler.NewDecoder(newReader()).Decode(&protoReq.Renter); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if protoReq.UpdateMask == nil || len(protoReq.UpdateMask.GetPaths()) == 0 {
+		if fieldMask, err := runtime.FieldMaskFromRequestBody(newReader(), protoReq.Renter); err != nil {
+			return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+		} else {
+			protoReq.UpdateMask = fieldMask
+		}
+	}
+	val, ok := pathParams["renter.renter_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "renter.renter_id")
+	}
+	err = runtime.PopulateFieldFromPath(&protoReq, "renter.renter_id", val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "renter.renter_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_PartyService_UpdateRenter_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.UpdateRenter(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PartyService_UpdateRenter_0(ctx context.Context, marshaler runtime.Marshaler, server PartyServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdateRenterRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	newReader, berr := utilities.IOReaderFactory(req.Body)
+	if berr != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", berr)
+	}
+	if err := marshaler.NewDecoder(newReader()).Decode(&protoReq.Renter); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if protoReq.UpdateMask == nil || len(protoReq.UpdateMask.GetPaths()) == 0 {
+		if fieldMask, err := runtime.FieldMaskFromRequestBody(newReader(), protoReq.Renter); err != nil {
+			return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+		} else {
+			protoReq.UpdateMask = fieldMask
+		}
+	}
+	val, ok := pathParams["renter.renter_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "renter.renter_id")
+	}
+	err = runtime.PopulateFieldFromPath(&protoReq, "renter.renter_id", val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "renter.renter_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_PartyService_UpdateRenter_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.UpdateRenter(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_PartyService_ListRenters_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_PartyService_ListRenters_0(ctx context.Context, marshaler runtime.Marshaler, client PartyServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -506,6 +587,26 @@ func RegisterPartyServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_PartyService_GetRenter_0(annotatedContext, mux, outboundMarshaler, w, req, response_PartyService_GetRenter_0{resp.(*GetRenterResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPatch, pattern_PartyService_UpdateRenter_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.metering.v1.PartyService/UpdateRenter", runtime.WithHTTPPathPattern("/v1/renters/{renter.renter_id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PartyService_UpdateRenter_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PartyService_UpdateRenter_0(annotatedContext, mux, outboundMarshaler, w, req, response_PartyService_UpdateRenter_0{resp.(*UpdateRenterResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PartyService_ListRenters_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -718,6 +819,23 @@ func RegisterPartyServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_PartyService_GetRenter_0(annotatedContext, mux, outboundMarshaler, w, req, response_PartyService_GetRenter_0{resp.(*GetRenterResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPatch, pattern_PartyService_UpdateRenter_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.metering.v1.PartyService/UpdateRenter", runtime.WithHTTPPathPattern("/v1/renters/{renter.renter_id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PartyService_UpdateRenter_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PartyService_UpdateRenter_0(annotatedContext, mux, outboundMarshaler, w, req, response_PartyService_UpdateRenter_0{resp.(*UpdateRenterResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_PartyService_ListRenters_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -783,6 +901,15 @@ func (m response_PartyService_GetRenter_0) XXX_ResponseBody() interface{} {
 	return response.Renter
 }
 
+type response_PartyService_UpdateRenter_0 struct {
+	*UpdateRenterResponse
+}
+
+func (m response_PartyService_UpdateRenter_0) XXX_ResponseBody() interface{} {
+	response := m.UpdateRenterResponse
+	return response.Renter
+}
+
 var (
 	pattern_PartyService_CreateProvider_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "providers"}, ""))
 	pattern_PartyService_GetProvider_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "providers", "provider_id"}, ""))
@@ -790,6 +917,7 @@ var (
 	pattern_PartyService_ListProviders_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "providers"}, ""))
 	pattern_PartyService_CreateRenter_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "renters"}, ""))
 	pattern_PartyService_GetRenter_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "renters", "renter_id"}, ""))
+	pattern_PartyService_UpdateRenter_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "renters", "renter.renter_id"}, ""))
 	pattern_PartyService_ListRenters_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "renters"}, ""))
 )
 
@@ -800,6 +928,7 @@ var (
 	forward_PartyService_ListProviders_0  = runtime.ForwardResponseMessage
 	forward_PartyService_CreateRenter_0   = runtime.ForwardResponseMessage
 	forward_PartyService_GetRenter_0      = runtime.ForwardResponseMessage
+	forward_PartyService_UpdateRenter_0   = runtime.ForwardResponseMessage
 	forward_PartyService_ListRenters_0    = runtime.ForwardResponseMessage
 )
 

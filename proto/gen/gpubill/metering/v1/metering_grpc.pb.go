@@ -34,6 +34,7 @@ const (
 	PartyService_ListProviders_FullMethodName  = "/gpubill.metering.v1.PartyService/ListProviders"
 	PartyService_CreateRenter_FullMethodName   = "/gpubill.metering.v1.PartyService/CreateRenter"
 	PartyService_GetRenter_FullMethodName      = "/gpubill.metering.v1.PartyService/GetRenter"
+	PartyService_UpdateRenter_FullMethodName   = "/gpubill.metering.v1.PartyService/UpdateRenter"
 	PartyService_ListRenters_FullMethodName    = "/gpubill.metering.v1.PartyService/ListRenters"
 )
 
@@ -57,6 +58,12 @@ type PartyServiceClient interface {
 	CreateRenter(ctx context.Context, in *CreateRenterRequest, opts ...grpc.CallOption) (*CreateRenterResponse, error)
 	// Returns one renter.
 	GetRenter(ctx context.Context, in *GetRenterRequest, opts ...grpc.CallOption) (*GetRenterResponse, error)
+	// Partially updates a renter: its name, credit limit, or status "closed".
+	// REST: PATCH /v1/renters/{renter_id} with the (partial) Renter object as
+	// the body; when update_mask is not given, the gateway derives it from the
+	// fields present in the body. A closed renter is final: it cannot be
+	// reopened or changed (a replay of the close answers it as it is).
+	UpdateRenter(ctx context.Context, in *UpdateRenterRequest, opts ...grpc.CallOption) (*UpdateRenterResponse, error)
 	// Lists renters, ordered by renter_id.
 	ListRenters(ctx context.Context, in *ListRentersRequest, opts ...grpc.CallOption) (*ListRentersResponse, error)
 }
@@ -129,6 +136,16 @@ func (c *partyServiceClient) GetRenter(ctx context.Context, in *GetRenterRequest
 	return out, nil
 }
 
+func (c *partyServiceClient) UpdateRenter(ctx context.Context, in *UpdateRenterRequest, opts ...grpc.CallOption) (*UpdateRenterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateRenterResponse)
+	err := c.cc.Invoke(ctx, PartyService_UpdateRenter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *partyServiceClient) ListRenters(ctx context.Context, in *ListRentersRequest, opts ...grpc.CallOption) (*ListRentersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListRentersResponse)
@@ -159,6 +176,12 @@ type PartyServiceServer interface {
 	CreateRenter(context.Context, *CreateRenterRequest) (*CreateRenterResponse, error)
 	// Returns one renter.
 	GetRenter(context.Context, *GetRenterRequest) (*GetRenterResponse, error)
+	// Partially updates a renter: its name, credit limit, or status "closed".
+	// REST: PATCH /v1/renters/{renter_id} with the (partial) Renter object as
+	// the body; when update_mask is not given, the gateway derives it from the
+	// fields present in the body. A closed renter is final: it cannot be
+	// reopened or changed (a replay of the close answers it as it is).
+	UpdateRenter(context.Context, *UpdateRenterRequest) (*UpdateRenterResponse, error)
 	// Lists renters, ordered by renter_id.
 	ListRenters(context.Context, *ListRentersRequest) (*ListRentersResponse, error)
 	mustEmbedUnimplementedPartyServiceServer()
@@ -188,6 +211,9 @@ func (UnimplementedPartyServiceServer) CreateRenter(context.Context, *CreateRent
 }
 func (UnimplementedPartyServiceServer) GetRenter(context.Context, *GetRenterRequest) (*GetRenterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRenter not implemented")
+}
+func (UnimplementedPartyServiceServer) UpdateRenter(context.Context, *UpdateRenterRequest) (*UpdateRenterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateRenter not implemented")
 }
 func (UnimplementedPartyServiceServer) ListRenters(context.Context, *ListRentersRequest) (*ListRentersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRenters not implemented")
@@ -321,6 +347,24 @@ func _PartyService_GetRenter_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PartyService_UpdateRenter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateRenterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartyServiceServer).UpdateRenter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartyService_UpdateRenter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartyServiceServer).UpdateRenter(ctx, req.(*UpdateRenterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PartyService_ListRenters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRentersRequest)
 	if err := dec(in); err != nil {
@@ -369,6 +413,10 @@ var PartyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRenter",
 			Handler:    _PartyService_GetRenter_Handler,
+		},
+		{
+			MethodName: "UpdateRenter",
+			Handler:    _PartyService_UpdateRenter_Handler,
 		},
 		{
 			MethodName: "ListRenters",

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -25,7 +26,9 @@ import (
 // evaluated again for the wallets it has of the renters updated (lc; nil:
 // none): a credit limit or currency that reached the ledger after a charge
 // had stopped a renter within its limit left it stopped until the wallet
-// moved again.
+// moved again. A closed renter's wallet in its own currency is evaluated
+// even when lease control has no record of it yet: a renter closed before
+// its first charge may have GPUs running.
 func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox.ReadModelStore[domain.RenterLimit] {
 	upsert := func(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) error {
 		if err := UpsertRenters(ctx, tx, rs); err != nil || lc == nil {
@@ -43,6 +46,11 @@ func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox
 		if err != nil {
 			return fmt.Errorf("renters' lease control: %w", err)
 		}
+		for _, r := range rs {
+			if k := (domain.WalletKey{RenterID: r.RenterID, Currency: r.Currency}); !r.ClosedAt.IsZero() && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
 		return lc.Evaluate(ctx, &LeaseTx{Tx: tx, Webhooks: webhooks}, keys)
 	}
 	return outbox.ReadModelStore[domain.RenterLimit]{Pool: pool, Schema: Schema, Upsert: upsert}
@@ -52,10 +60,14 @@ func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox
 func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) error {
 	b := &pgx.Batch{}
 	for _, r := range rs {
-		b.Queue(`insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at) values ($1, $2, $3, $4, $5)
+		var closed *time.Time
+		if !r.ClosedAt.IsZero() {
+			closed = &r.ClosedAt
+		}
+		b.Queue(`insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at, closed_at) values ($1, $2, $3, $4, $5, $6)
 			on conflict (renter_id) do update set currency = excluded.currency, credit_limit = excluded.credit_limit,
-				version = excluded.version, updated_at = excluded.updated_at
-			where ledger.renters.version < excluded.version`, r.RenterID, r.Currency, r.CreditLimit, r.Version, r.UpdatedAt)
+				version = excluded.version, updated_at = excluded.updated_at, closed_at = excluded.closed_at
+			where ledger.renters.version < excluded.version`, r.RenterID, r.Currency, r.CreditLimit, r.Version, r.UpdatedAt, closed)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("renters: %w", err)
@@ -67,37 +79,40 @@ func UpsertRenters(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) erro
 // balance row b and its renter's row r (either missing): the balance on the
 // wallet's normal side, the credit limit (in the renter's currency; 0 in
 // any other), whether the renter is known to be billed in another currency,
-// and what is left to spend (domain.Wallet.Available). The sweeps select
+// whether it is closed, and what is left to spend (domain.Wallet.Available). The sweeps select
 // by the same rule the evaluation applies.
 const (
 	walletBalanceSQL   = `coalesce(b.credits - b.debits, 0)`
 	walletLimitSQL     = `case when r.currency = k.currency then r.credit_limit else 0 end`
 	walletForeignSQL   = `coalesce(r.currency <> k.currency, false)`
+	walletClosedSQL    = `(r.closed_at is not null)`
 	walletAvailableSQL = `(` + walletBalanceSQL + ` + ` + walletLimitSQL + `)`
 )
 
 // walletsSQL reads, per (renter, currency, wallet address), the balance,
-// credit limit and whether the renter is billed in another currency.
-const walletsSQL = `select k.renter_id, k.currency, ` + walletBalanceSQL + `, ` + walletLimitSQL + `, ` + walletForeignSQL + `
+// credit limit, whether the renter is billed in another currency and
+// whether it is closed.
+const walletsSQL = `select k.renter_id, k.currency, ` + walletBalanceSQL + `, ` + walletLimitSQL + `, ` + walletForeignSQL + `, ` + walletClosedSQL + `
 	from unnest($1::text[], $2::text[], $3::text[]) as k(renter_id, currency, address)
 	left join ledger.balances b on b.account = k.address collate "C" and b.currency = k.currency
 	left join ledger.renters r on r.renter_id = k.renter_id
 	order by k.renter_id, k.currency`
 
 // resumableSQL lists up to $1 stopped wallets that NextLease resumes: money
-// to spend again, or the renter billed in another currency; oldest stop
-// first. It reads the stopped wallets only (lease_control_stopped,
+// to spend again, or the renter billed in another currency, and the renter
+// not closed; oldest stop first. It reads the stopped wallets only (lease_control_stopped,
 // migration ledger/0023), each with its balance and renter by key; the
 // address is ids.RenterWallet's.
 const resumableSQL = `select k.renter_id, k.currency from ledger.lease_control k
 	left join ledger.balances b on b.account = ('renter:' || k.renter_id || ':wallet') collate "C" and b.currency = k.currency
 	left join ledger.renters r on r.renter_id = k.renter_id
-	where k.state = 'stopped' and (` + walletForeignSQL + ` or ` + walletAvailableSQL + ` > 0)
+	where k.state = 'stopped' and not ` + walletClosedSQL + ` and (` + walletForeignSQL + ` or ` + walletAvailableSQL + ` > 0)
 	order by k.updated_at limit $1`
 
 // exhaustedSQL lists up to $2 renter wallets charged since $1 that NextLease
-// stops and lease control has not: nothing left to spend, billed in their
-// renter's currency, not stopped (or never evaluated). It reads the wallets
+// stops and lease control has not: the renter closed, or nothing left to
+// spend and billed in their renter's currency; not stopped (or never
+// evaluated). It reads the wallets
 // of wallet_burn's minutes since $1 (wallet_burn_minute, migration
 // ledger/0023) and looks each one's balance, renter and lease control up by
 // key: joined plainly, the planner hashed the whole of renters and
@@ -110,7 +125,7 @@ const exhaustedSQL = `select k.renter_id, k.currency from (
 	left join lateral (select * from ledger.balances b where b.account = k.account and b.currency = k.currency limit 1) b on true
 	left join lateral (select * from ledger.renters r where r.renter_id = k.renter_id limit 1) r on true
 	left join lateral (select * from ledger.lease_control c where c.renter_id = k.renter_id and c.currency = k.currency limit 1) c on true
-	where c.state is distinct from 'stopped' and not ` + walletForeignSQL + ` and ` + walletAvailableSQL + ` <= 0
+	where c.state is distinct from 'stopped' and (` + walletClosedSQL + ` or (not ` + walletForeignSQL + ` and ` + walletAvailableSQL + ` <= 0))
 	order by k.renter_id, k.currency limit $2`
 
 // burnSQL sums, per (wallet address, currency), the usage charged to the
@@ -138,7 +153,7 @@ func readWallets(ctx context.Context, q Querier, keys []domain.WalletKey) ([]dom
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Wallet, error) {
 		var w domain.Wallet
-		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit, &w.Foreign)
+		return w, r.Scan(&w.RenterID, &w.Currency, &w.Balance, &w.CreditLimit, &w.Foreign, &w.Closed)
 	})
 }
 

@@ -94,10 +94,14 @@ func (t *Tx) PublishProvider(ctx context.Context, p domain.Provider) error {
 
 // PublishRenter puts party.updated.{id} for r's version into the outbox.
 func (t *Tx) PublishRenter(ctx context.Context, r domain.Renter) error {
-	return t.publishParty(ctx, &eventsv1.PartyUpdated{
+	ev := &eventsv1.PartyUpdated{
 		PartyId: r.ID, Kind: domain.KindRenter, Name: r.Name, Currency: r.Currency,
-		CreditLimit: r.CreditLimit.String(), Version: r.Version, UpdatedAt: timestamppb.New(r.UpdatedAt),
-	})
+		CreditLimit: r.CreditLimit.String(), Version: r.Version, UpdatedAt: timestamppb.New(r.UpdatedAt), Status: r.Status,
+	}
+	if r.Closed() {
+		ev.ClosedAt = timestamppb.New(r.ClosedAt)
+	}
+	return t.publishParty(ctx, ev)
 }
 
 // publishParty adds party.updated.{id} to the outbox; the message id names

@@ -169,28 +169,50 @@ func (s *Store) ListProviders(ctx context.Context, tier, after string, limit int
 	return out, rows.Err()
 }
 
-const renterCols = `renter_id, name, currency, credit_limit, version, created_at, updated_at`
+const renterCols = `renter_id, name, currency, credit_limit, status, closed_at, version, created_at, updated_at`
 
 func scanRenter(row pgx.Row) (domain.Renter, error) {
 	var r domain.Renter
-	if err := row.Scan(&r.ID, &r.Name, &r.Currency, &r.CreditLimit, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
+	var closedAt *time.Time
+	if err := row.Scan(&r.ID, &r.Name, &r.Currency, &r.CreditLimit, &r.Status, &closedAt, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return r, apperr.ErrNotFound
 		}
 		return r, err
 	}
+	if closedAt != nil {
+		r.ClosedAt = *closedAt
+	}
 	return r, nil
+}
+
+// nullTime is t, NULL when zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // InsertRenter inserts r unless its id exists; it reports whether it did.
 func (t *Tx) InsertRenter(ctx context.Context, r domain.Renter) (bool, error) {
 	tag, err := t.tx.Exec(ctx, `insert into metering.renters (`+renterCols+`)
-		values ($1,$2,$3,$4,$5,$6,$7) on conflict (renter_id) do nothing`,
-		r.ID, r.Name, r.Currency, r.CreditLimit, r.Version, r.CreatedAt, r.UpdatedAt)
+		values ($1,$2,$3,$4,$5,$6,$7,$8,$9) on conflict (renter_id) do nothing`,
+		r.ID, r.Name, r.Currency, r.CreditLimit, r.Status, nullTime(r.ClosedAt), r.Version, r.CreatedAt, r.UpdatedAt)
 	if err != nil {
 		return false, fmt.Errorf("insert renter %s: %w", r.ID, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// UpdateRenter writes every mutable field of r.
+func (t *Tx) UpdateRenter(ctx context.Context, r domain.Renter) error {
+	_, err := t.tx.Exec(ctx, `update metering.renters set name=$2, credit_limit=$3, status=$4, closed_at=$5, version=$6, updated_at=$7
+		where renter_id=$1`, r.ID, r.Name, r.CreditLimit, r.Status, nullTime(r.ClosedAt), r.Version, r.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("update renter %s: %w", r.ID, err)
+	}
+	return nil
 }
 
 const renterByID = `select ` + renterCols + ` from metering.renters where renter_id=$1`
@@ -200,9 +222,13 @@ func (s *Store) Renter(ctx context.Context, id string) (domain.Renter, error) {
 	return scanRenter(s.Pool.QueryRow(ctx, renterByID, id))
 }
 
-// Renter reads one renter.
-func (t *Tx) Renter(ctx context.Context, id string) (domain.Renter, error) {
-	return scanRenter(t.tx.QueryRow(ctx, renterByID, id))
+// Renter reads one renter; forUpdate locks its row.
+func (t *Tx) Renter(ctx context.Context, id string, forUpdate bool) (domain.Renter, error) {
+	sql := renterByID
+	if forUpdate {
+		sql += ` for update`
+	}
+	return scanRenter(t.tx.QueryRow(ctx, sql, id))
 }
 
 // ListRenters pages through renters ordered by id.
