@@ -192,7 +192,7 @@ func read(path string, bytesMax int64, fill func(size int64, r io.Reader) error)
 	if err != nil {
 		return Unreadable(err)
 	}
-	defer f.Close() //nolint:errcheck // read only: a close of it loses nothing
+	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return Unreadable(err)
