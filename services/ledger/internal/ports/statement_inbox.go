@@ -51,9 +51,9 @@ type Locker interface {
 }
 
 // StatementInboxLockKey names the lock a replica holds while it reads the
-// inbox. Two replicas reading it at once each parsed every file (a
+// inbox. Two replicas reading it at once would each parse every file (a
 // statement of hundreds of MiB held twice), and one's move to processed/
-// failed the other's read or move of the same file.
+// would fail the other's read or move of the same file.
 const StatementInboxLockKey = "gpubill.ledger.bank_statement_inbox"
 
 // Run reads the inbox every Tick until ctx ends. A pass that fails (the
