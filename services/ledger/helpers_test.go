@@ -42,8 +42,8 @@ func newFixtureAt(t testing.TB, js *testkit.JetStream, clk clock.Clock) *fixture
 }
 
 // newFixtureOn is newFixtureAt on a given database (the report benchmark's
-// kept fixture).
-func newFixtureOn(t testing.TB, pool *pgxpool.Pool, js *testkit.JetStream, clk clock.Clock) *fixture {
+// kept fixture), with the service's options.
+func newFixtureOn(t testing.TB, pool *pgxpool.Pool, js *testkit.JetStream, clk clock.Clock, opts ...ledger.Option) *fixture {
 	t.Helper()
 	ctx := testkit.Context(t)
 	d := svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -51,7 +51,7 @@ func newFixtureOn(t testing.TB, pool *pgxpool.Pool, js *testkit.JetStream, clk c
 	if js != nil {
 		d.JS = js.JS
 	}
-	s, err := ledger.New(ctx, d)
+	s, err := ledger.New(ctx, d, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ type Service struct {
 	invoicing  *invoicing.Invoicing
 	recons     *app.Reconciliations
 	written    *postgres.Written // what the store committed, for the chain worker
+	inboxDir   string            // the bank statement inbox (statement_inbox.go)
 }
 
 // Option adjusts the service.
@@ -101,10 +103,14 @@ func New(ctx context.Context, d svc.Deps, opts ...Option) (*Service, error) {
 	if d.Internal != nil {
 		s.invoicing.Explainer = pricingexplainer.Client{Pricing: pricingv1.NewPricingServiceClient(d.Internal)}
 	}
+	s.inboxDir = os.Getenv(statementInboxEnv)
 	for _, o := range opts {
 		o(s)
 	}
 	if err := s.lcfg.Check(); err != nil {
+		return nil, err
+	}
+	if err := checkStatementInbox(s.inboxDir); err != nil {
 		return nil, err
 	}
 	epoch, err := pg.RestoreEpoch(ctx, d.Pool, postgres.Schema)
@@ -207,7 +213,8 @@ func (s *Service) Policy() auth.Policy {
 	}
 }
 
-// Run consumes charges, relays the outbox and extends the hash chain until
+// Run consumes charges, relays the outbox, extends the hash chain and reads
+// the bank statement inbox (GPUBILL_BANK_STATEMENT_INBOX_DIR) until
 // ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -240,6 +247,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.runCheckpoints(ctx) })
 	g.Go(func() error { return s.runSegregatedFunds(ctx) })
 	g.Go(func() error { return s.runBurnPrune(ctx) })
+	if s.inboxDir != "" {
+		g.Go(func() error { return s.statementInbox().Run(ctx) })
+	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

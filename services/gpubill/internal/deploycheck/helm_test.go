@@ -534,6 +534,31 @@ func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 	}
 }
 
+// TestLedgerStatementInboxRenders: ledger.bankStatementInboxDir is the
+// ledger's GPUBILL_BANK_STATEMENT_INBOX_DIR, and no other process's;
+// unset, no process has it.
+func TestLedgerStatementInboxRenders(t *testing.T) {
+	chart := offlineChart(t)
+	for _, set := range []string{"/srv/bank/statements", ""} {
+		pods := workloads(t, renderChart(t, chart, "--set", "ledger.bankStatementInboxDir="+set))
+		for _, name := range processes {
+			p, ok := pods["Deployment/"+name]
+			if !ok || len(p.Containers) != 1 {
+				t.Fatalf("Deployment %s: %+v", name, p)
+			}
+			dir := ""
+			for _, e := range p.Containers[0].Env {
+				if e.Name == "GPUBILL_BANK_STATEMENT_INBOX_DIR" && e.Value != nil {
+					dir = *e.Value
+				}
+			}
+			if want := map[bool]string{true: set}[name == "ledger"]; dir != want {
+				t.Errorf("Deployment %s with the inbox %q: GPUBILL_BANK_STATEMENT_INBOX_DIR %q, want %q", name, set, dir, want)
+			}
+		}
+	}
+}
+
 // TestTemporalGetsItsNamespaceAndDatabases: Temporal, installed with the
 // chart, creates the namespace payout and settlement work in ("default":
 // the chart creates none unless asked, and the workers failed "namespace

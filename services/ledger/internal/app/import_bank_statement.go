@@ -108,6 +108,21 @@ func (s *Statements) Import(ctx context.Context, in ImportStatementInput) (Store
 	return got, nil
 }
 
+// ImportCamt053 imports a camt.053 that came with no importer to name its
+// currency (a file of the bank statement inbox, by): the currency it
+// states (domain.Camt053Currency), its id and account its own. The same
+// import as an upload's: the same file uploaded too is one statement.
+func (s *Statements) ImportCamt053(ctx context.Context, content, by string) (StoredStatement, error) {
+	if format, _ := NormalizeStatementFormat("", content); format != domain.StatementCamt053 {
+		return StoredStatement{}, apperr.Invalid("content", "not XML: the inbox reads camt.053 (a CSV statement is uploaded with its currency and account)")
+	}
+	ccy, err := domain.Camt053Currency(content)
+	if err != nil {
+		return StoredStatement{}, apperr.Invalid("content", "%s", err.Error())
+	}
+	return s.Import(ctx, ImportStatementInput{Currency: ccy, Format: domain.StatementCamt053, Content: content, ImportedBy: by})
+}
+
 // sha256ChunkBytes is how much of a statement sha256Of copies at a time.
 const sha256ChunkBytes = 64 << 10
 

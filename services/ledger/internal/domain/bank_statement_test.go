@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -161,5 +162,28 @@ func TestParseCamt053NamesTheBadElement(t *testing.T) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A camt.053 read from the inbox states its own currency: the account's,
+// else its first amount's; a document stating none, or not a camt.053,
+// is refused naming where.
+func TestCamt053Currency(t *testing.T) {
+	t.Parallel()
+	const doc = `<Document xmlns="urn:iso:std:iso:20022:tech:xsd:camt.053.001.08"><BkToCstmrStmt><GrpHdr><MsgId>M</MsgId></GrpHdr><Stmt><Id>S</Id>%s</Stmt></BkToCstmrStmt></Document>`
+	for _, tt := range []struct {
+		give, want, wantErr string
+	}{
+		{give: fmt.Sprintf(doc, `<Acct><Id><Othr><Id>A</Id></Othr></Id><Ccy> USD </Ccy></Acct><Bal><Amt Ccy="CNY">1</Amt></Bal>`), want: "USD"},
+		{give: fmt.Sprintf(doc, `<Acct><Id><Othr><Id>A</Id></Othr></Id></Acct><Bal><Amt Ccy="CNY">1</Amt></Bal>`), want: "CNY"},
+		{give: fmt.Sprintf(doc, `<Acct><Id><Othr><Id>A</Id></Othr></Id></Acct><Ntry><Amt Ccy="JPY">1</Amt></Ntry>`), want: "JPY"},
+		{give: fmt.Sprintf(doc, `<Acct><Id><Othr><Id>A</Id></Othr></Id></Acct>`), wantErr: "Stmt/Acct/Ccy: no currency"},
+		{give: `<Document xmlns="urn:iso:std:iso:20022:tech:xsd:camt.054.001.08"/>`, wantErr: "want a camt.053 Document"},
+		{give: "date,reference,amount,balance\n", wantErr: "Document"},
+	} {
+		got, err := domain.Camt053Currency(tt.give)
+		if got != tt.want || (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("Camt053Currency(%.80q) = %q, %v; want %q, %q", tt.give, got, err, tt.want, tt.wantErr)
+		}
 	}
 }

@@ -148,6 +148,65 @@ func parseCamt053(cur money.Currency, content string) (*BankStatement, error) {
 	return r.finish()
 }
 
+// Camt053Currency is the currency a camt.053 states its one statement in:
+// its account's (Stmt/Acct/Ccy), else its first balance's or entry's
+// amount's (Amt/@Ccy). A statement read from the inbox has no importer to
+// name it; parseCamt053 then refuses any amount in another.
+func Camt053Currency(content string) (string, error) {
+	lim := &camtDepthLimit{raw: xml.NewDecoder(strings.NewReader(content))}
+	dec := xml.NewTokenDecoder(lim)
+	at := func() string { l, _ := lim.raw.InputPos(); return fmt.Sprintf(" (line %d)", l) }
+	root, inStmt := false, false
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", stmtErr("XML"+at(), "%s", xmlReason(err))
+		}
+		t, ok := tok.(xml.StartElement)
+		switch {
+		case !ok:
+			continue
+		case !root:
+			root = true
+			if t.Name.Local != "Document" || !strings.Contains(t.Name.Space, "camt.053") {
+				return "", stmtErr("Document"+at(), "root <%s xmlns=%q>: want a camt.053 Document", t.Name.Local, t.Name.Space)
+			}
+			continue
+		case !inStmt:
+			inStmt = t.Name.Local == "Stmt"
+			continue
+		}
+		where := "Stmt/" + t.Name.Local + at()
+		var ccy string
+		switch t.Name.Local {
+		case "Acct":
+			var a camtAcct
+			err, ccy = dec.DecodeElement(&a, &t), a.Ccy
+		case "Bal":
+			var b camtBal
+			err, ccy = dec.DecodeElement(&b, &t), b.Amt.Ccy
+		case "Ntry":
+			var e camtEntry
+			err, ccy = dec.DecodeElement(&e, &t), e.Amt.Ccy
+		default:
+			err = dec.Skip()
+		}
+		if err != nil {
+			return "", stmtErr(where, "%s", xmlReason(err))
+		}
+		if ccy = strings.TrimSpace(ccy); ccy != "" {
+			return ccy, nil
+		}
+	}
+	if !root {
+		return "", stmtErr("Document", "no XML element: want a camt.053 Document")
+	}
+	return "", stmtErr("Stmt/Acct/Ccy", "no currency: neither the account nor an amount states one")
+}
+
 // camtDepthMax bounds how deep a camt.053's elements nest. A statement's
 // deepest path (Document/BkToCstmrStmt/Stmt/Ntry/NtryDtls/TxDtls/
 // RltdPties/Cdtr/Pty/PstlAdr/AdrLine) is 11 deep, its supplementary data

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -685,29 +683,6 @@ func TestScanInboxCountsARejectedFile(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(inboxFilesRejected) - before; n != 1 {
 		t.Errorf("gpubill_bank_inbox_files_rejected_total rose by %v, want 1 (the file, once)", n)
-	}
-}
-
-// Only a file's own failures are skipped: the database down (a
-// connection refused) stops the pass, and the file stays for the next.
-func TestInboxFailureIsTheFiles(t *testing.T) {
-	t.Parallel()
-	for i, c := range []struct {
-		err  error
-		file bool
-	}{
-		{fmt.Errorf("%w: %w", errUnreadable, &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), true},
-		{fmt.Errorf("import: %w", &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), true}, // unmarked too: an errno of a file is no outage
-		{fmt.Errorf("import: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), false},
-		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "23514"}), true},
-		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "22021"}), true},
-		{fmt.Errorf("import: %w", &pgconn.PgError{Code: "57P03"}), false},
-		{fmt.Errorf("import: %w", &pgconn.ConnectError{}), false},
-		{fmt.Errorf("import: %w", context.Canceled), false},
-	} {
-		if got := filesOwnFailure(c.err); got != c.file {
-			t.Errorf("case %d: filesOwnFailure = %v, want %v", i, got, c.file)
-		}
 	}
 }
 

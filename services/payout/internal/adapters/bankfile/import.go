@@ -6,27 +6,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/shopspring/decimal"
 
-	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/bankinbox"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/iso20022"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
-
-// inboxFilesMax bounds one pass over the inbox; the rest wait a tick.
-const inboxFilesMax = 100
 
 // action is what one status or movement in a bank file asks of a transfer.
 type action struct {
@@ -64,7 +58,7 @@ func (r *Rail) Import(ctx context.Context, source, name string, file []byte) (ap
 	case ok:
 		return prev, nil
 	}
-	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: storedName(name), Source: source, ImportedAt: r.Clock.Now()}
+	rep := app.BankFileImport{FileID: ids.New("bf"), Kind: string(kind), Name: bankinbox.StoredName(name), Source: source, ImportedAt: r.Clock.Now()}
 	acts, err := r.actions(ctx, r.Pool, kind, file, &rep)
 	if err != nil {
 		return rep, err
@@ -744,112 +738,27 @@ func (r *Rail) applyDuplicate(ctx context.Context, tx pgx.Tx, a action, e app.Ba
 }
 
 // ScanInbox imports the files in the inbox directory, oldest name first
-// (importInboxFile); a failure that is not the file's own (the database
-// down) stops the pass, every file left for the next one.
+// (bankinbox.Inbox: imported, to processed/; malformed or over
+// inboxFileBytesMax, to rejected/ with a .error file saying why; failing
+// for its own reason, left for the next pass while the files after it are
+// read); a failure that is not the file's own (the database down) stops
+// the pass, every file left for the next one.
 func (r *Rail) ScanInbox(ctx context.Context) error {
-	dir := r.Cfg.InboxDir
-	if dir == "" {
-		return nil
-	}
-	des, err := os.ReadDir(dir)
+	in := bankinbox.Inbox{Dir: r.Cfg.InboxDir, What: "bank inbox", Import: r.importInboxFile,
+		Malformed: func(err error) bool { var me *MalformedError; return errors.As(err, &me) },
+		Failed:    inboxFilesFailed, Rejected: inboxFilesRejected, Log: r.Log}
+	return in.Scan(ctx)
+}
+
+// importInboxFile reads and imports the inbox file at path.
+func (r *Rail) importInboxFile(ctx context.Context, name, path string) error {
+	b, err := readInboxFile(path)
 	if err != nil {
-		return fmt.Errorf("bank inbox: %w", err)
+		return bankinbox.Unreadable(err)
 	}
-	n := 0
-	for _, de := range des {
-		if !de.Type().IsRegular() || strings.HasPrefix(de.Name(), ".") {
-			continue // subdirectories, and files the bank's client is still writing under a dot name
-		}
-		if n++; n > inboxFilesMax {
-			break
-		}
-		if err := r.importInboxFile(ctx, dir, de.Name()); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = r.Import(ctx, app.SourceInbox, name, b)
+	return err
 }
-
-// importInboxFile imports dir/name: imported (a duplicate too), it moves
-// to processed/; malformed, to rejected/ with a .error file saying why,
-// counted (inboxFilesRejected).
-// A failure of the file's own (filesOwnFailure: unreadable, or refused by
-// the database for what it holds) is logged and counted, and the file
-// left where it is: the pass goes on to the next file. Returned, it
-// stopped every pass at the same file, the directory read in name order:
-// no bank file sorted after it was ever imported, so rejections put no
-// money back and bookings never reached paid. Left, not rejected: a
-// failure that is no one file's (a schema not migrated) would have
-// rejected every file; once its cause is fixed the next pass imports it.
-func (r *Rail) importInboxFile(ctx context.Context, dir, name string) error {
-	b, err := readInboxFile(filepath.Join(dir, name))
-	switch {
-	case err == nil:
-		_, err = r.Import(ctx, app.SourceInbox, name, b)
-	case !errors.Is(err, errTooBig):
-		err = fmt.Errorf("%w: %w", errUnreadable, err)
-	}
-	var me *MalformedError
-	switch {
-	case err == nil:
-		return moveAside(dir, "processed", name, nil)
-	case errors.As(err, &me) || errors.Is(err, errTooBig):
-		r.Log.Warn("bank inbox file rejected", "file", storedName(name), "err", err)
-		if err := moveAside(dir, "rejected", name, []byte(err.Error()+"\n")); err != nil {
-			return err
-		}
-		inboxFilesRejected.Inc() // once: it left the inbox
-		return nil
-	case filesOwnFailure(err):
-		inboxFilesFailed.Inc()
-		r.Log.Warn("bank inbox file not imported: left in the inbox, the next files read", "file", storedName(name), "err", err)
-		return nil
-	}
-	return fmt.Errorf("bank inbox %s: %w", storedName(name), err)
-}
-
-// errUnreadable marks an inbox file that could not be read (EACCES: the
-// inbox itself was listed).
-var errUnreadable = errors.New("unreadable")
-
-// filesOwnFailure reports whether err, met importing one inbox file, is
-// that file's own: unreadable, or anything but the database or the
-// network refusing the work (apperr.Transient) and the rail stopping (ctx
-// ended). Those stop the pass: every other file would meet them too.
-// Unreadable first: a read that failed is the file's own failure whatever
-// its errno (apperr.Transient takes a network's, EAGAIN or EINTR for an
-// outage, and one of those on a file would stop the pass).
-func filesOwnFailure(err error) bool {
-	if errors.Is(err, errUnreadable) {
-		return true
-	}
-	return !apperr.Transient(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
-// storedName is the name a bank file is recorded under (bank_files.name,
-// text): its own when it is UTF-8 without NUL, else its bytes escaped,
-// every one outside printable ASCII (and the backslash) as \xNN:
-// 01-\xbb\xd8\xb5\xa5.xml for GBK 01-回单.xml, what printf(1) turns back
-// into the name of the file in processed/. PostgreSQL refuses the bytes
-// themselves (22021): a GBK name from a Chinese bank's SFTP client failed
-// every import of its file. Every byte, not strconv.Quote's runes: GBK
-// bytes that happen to be UTF-8 came out as an Arabic letter.
-func storedName(name string) string {
-	if utf8.ValidString(name) && !strings.ContainsRune(name, 0) {
-		return name
-	}
-	var b strings.Builder
-	for i := range len(name) {
-		if c := name[i]; c >= 0x20 && c < 0x7f && c != '\\' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, `\x%02x`, c)
-		}
-	}
-	return b.String()
-}
-
-var errTooBig = errors.New("bank file over the size limit")
 
 // readInboxFile reads an inbox file (tests make one fail).
 var readInboxFile = readLimited
@@ -877,35 +786,7 @@ var inboxFilesRejected = promauto.NewCounter(prometheus.CounterOpts{
 // inboxFileBytesMax bounds a file read from the inbox (as iso20022 does).
 const inboxFileBytesMax = 64 << 20
 
-func readLimited(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > inboxFileBytesMax {
-		return nil, fmt.Errorf("%s: %d bytes: %w", path, st.Size(), errTooBig)
-	}
-	return os.ReadFile(path)
-}
-
-// moveAside moves dir/name into dir/sub (a name taken gets a time suffix),
-// with an optional note beside it.
-func moveAside(dir, sub, name string, note []byte) error {
-	to := filepath.Join(dir, sub)
-	if err := os.MkdirAll(to, 0o750); err != nil {
-		return err
-	}
-	dst := filepath.Join(to, name)
-	if _, err := os.Stat(dst); err == nil {
-		dst = filepath.Join(to, fmt.Sprintf("%s.%d", name, time.Now().UnixNano()))
-	}
-	if note != nil {
-		if err := os.WriteFile(dst+".error", note, 0o640); err != nil {
-			return err
-		}
-	}
-	return os.Rename(filepath.Join(dir, name), dst)
-}
+func readLimited(path string) ([]byte, error) { return bankinbox.ReadFile(path, inboxFileBytesMax) }
 
 // Run builds each cutoff's batch when it passes, delivers batches and
 // reads the inbox every tick, until ctx ends (a restore hold stops the
