@@ -536,11 +536,38 @@ func TestPayoutRailAndRailSecretsRender(t *testing.T) {
 
 // TestLedgerStatementInboxRenders: ledger.bankStatementInboxDir is the
 // ledger's GPUBILL_BANK_STATEMENT_INBOX_DIR, and no other process's;
-// unset, no process has it.
+// unset, no process has it. Its volume (ledger.bankVolume) is mounted in
+// the ledger's pods alone, with an fsGroup that lets uid 65532 write it:
+// through the global extraVolumes every service mounted it, as the rails'
+// volume once was.
 func TestLedgerStatementInboxRenders(t *testing.T) {
 	chart := offlineChart(t)
 	for _, set := range []string{"/srv/bank/statements", ""} {
-		pods := workloads(t, renderChart(t, chart, "--set", "ledger.bankStatementInboxDir="+set))
+		pods := workloads(t, renderChart(t, chart, "--set", "ledger.bankStatementInboxDir="+set,
+			"--set", "ledger.bankVolume.existingClaim=gpubill-statements", "--set", "ledger.bankVolume.mountPath=/srv/bank"))
+		for _, name := range processes {
+			p := pods["Deployment/"+name]
+			var claims []string
+			for _, v := range p.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+			mounted := len(p.Containers) == 1 && slices.ContainsFunc(p.Containers[0].VolumeMounts,
+				func(m struct {
+					Name      string `yaml:"name"`
+					MountPath string `yaml:"mountPath"`
+				}) bool {
+					return m.MountPath == "/srv/bank"
+				})
+			isLedger := name == "ledger"
+			if want := map[bool][]string{true: {"gpubill-statements"}}[isLedger]; !slices.Equal(claims, want) || mounted != isLedger {
+				t.Errorf("Deployment %s: claims %v, /srv/bank mounted %v; want %v and %v", name, claims, mounted, want, isLedger)
+			}
+			if isLedger && (p.SecurityContext == nil || p.SecurityContext.FSGroup == nil || *p.SecurityContext.FSGroup == 0) {
+				t.Errorf("Deployment ledger: pod securityContext %+v, want an fsGroup so uid 65532 writes processed/", p.SecurityContext)
+			}
+		}
 		for _, name := range processes {
 			p, ok := pods["Deployment/"+name]
 			if !ok || len(p.Containers) != 1 {
