@@ -187,12 +187,89 @@ func (s *Store) GetMethod(ctx context.Context, provider string) (domain.Provider
 	return m, err
 }
 
-// PutKYC sets a provider's KYC status.
-func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error {
-	_, err := s.Pool.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ($1, $2, $3, $4)
-		on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at`,
-		provider, status, reference, at)
-	return err
+// PutKYC sets a provider's KYC status. The provider's own (byProvider) is
+// refused over finance's rejection: its "pending" wiped the verdict, and
+// its payouts went to the gate again.
+//
+// A rejection stops the provider's payouts as a hold does (PutHold), under
+// the same locks: the bank-file rail's batch lock (shared), then the
+// payouts' rows, so the gate either reads the rejection or has marked the
+// payout submitting before this reads it (answered in flight), and a cut
+// either reads it (its queued transfers stay out of the bank file) or
+// batched them before (answered in flight). It returns the payouts it
+// stops (waiting: not yet past the gate, or their bank transfer queued for
+// a cutoff, each such payout noted) and those it cannot (inFlight). A
+// rejection changed by finance answers the same and notes the queued ones
+// released. Any other change answers none.
+func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error) {
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		waiting, inFlight = nil, nil
+		if err := s.LockBankQueue(ctx, tx); err != nil {
+			return err
+		}
+		var was string
+		err := tx.QueryRow(ctx, `select status from payout.kyc where provider_id = $1 for update`, provider).Scan(&was)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if byProvider && was == domain.KYCRejected {
+			return fmt.Errorf("KYC of %s is rejected by finance: only finance can change its verdict: %w", provider, apperr.ErrPrecondition)
+		}
+		var queued []domain.Payout
+		stops := status == domain.KYCRejected || was == domain.KYCRejected
+		if stops {
+			if waiting, inFlight, queued, err = s.lockProvider(ctx, tx, provider); err != nil {
+				return err
+			}
+		}
+		// Guarded as well for a provider's first KYC written as finance
+		// rejects it (no row to lock above).
+		tag, err := tx.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ($1, $2, $3, $4)
+			on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at
+			where not $5 or payout.kyc.status <> 'rejected'`, provider, status, reference, at, byProvider)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("KYC of %s is rejected by finance: only finance can change its verdict: %w", provider, apperr.ErrPrecondition)
+		}
+		if !stops {
+			return nil
+		}
+		released := status != domain.KYCRejected
+		if released && len(queued) > 0 {
+			// Its queued transfers wait for a cutoff from now
+			// (gpubill_bank_transfers_queued_age_seconds).
+			if _, err := tx.Exec(ctx, `update payout.bank_transfers set hold_released_at = $2 where provider_id = $1 and state = 'queued'`,
+				provider, at); err != nil {
+				return err
+			}
+		}
+		for _, p := range queued {
+			waiting = append(waiting, p.ID)
+			note := domain.KYCRejectedQueuedNote
+			switch {
+			case released && p.Reason != domain.KYCRejectedQueuedNote:
+				continue // noted otherwise (a hold's): nothing to say
+			case released:
+				note = domain.KYCReleasedQueuedNote
+			case p.Reason == note:
+				continue // rejected already
+			}
+			if err := s.noteQueued(ctx, tx, &p, note, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return waiting, inFlight, err
+}
+
+// KYCStatus reads a provider's KYC status ("" when none).
+func (s *Store) KYCStatus(ctx context.Context, provider string) (string, error) {
+	var st string
+	err := s.Pool.QueryRow(ctx, `select coalesce((select status from payout.kyc where provider_id = $1), '')`, provider).Scan(&st)
+	return st, err
 }
 
 // PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts
@@ -220,25 +297,8 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		if err := s.LockBankQueue(ctx, tx); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
-			where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
-		if err != nil {
-			return err
-		}
-		var id string
-		var busy bool
-		if _, err := pgx.ForEachRow(rows, []any{&id, &busy}, func() error {
-			if busy {
-				inFlight = append(inFlight, id)
-			} else {
-				waiting = append(waiting, id)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		queued, err := s.lockSent(ctx, tx, provider, &inFlight)
-		if err != nil {
+		var queued []domain.Payout
+		if waiting, inFlight, queued, err = s.lockProvider(ctx, tx, provider); err != nil {
 			return err
 		}
 		if reason == "" {
@@ -274,6 +334,33 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		return nil
 	})
 	return waiting, inFlight, err
+}
+
+// lockProvider locks a provider's payouts, as a hold or a KYC rejection
+// needs them: those not yet past the gate (waiting), then those past it
+// (inFlight: being submitted, or submitted or in transit but for those
+// whose bank transfer is queued for a cutoff, returned as queued). The
+// caller holds the batch lock (LockBankQueue).
+func (s *Store) lockProvider(ctx context.Context, tx pgx.Tx, provider string) (waiting, inFlight []string, queued []domain.Payout, err error) {
+	rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
+		where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var id string
+	var busy bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &busy}, func() error {
+		if busy {
+			inFlight = append(inFlight, id)
+		} else {
+			waiting = append(waiting, id)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	queued, err = s.lockSent(ctx, tx, provider, &inFlight)
+	return waiting, inFlight, queued, err
 }
 
 // noteQueued records note, a hold or its release, as the reason of a
