@@ -35,6 +35,13 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	ref := domain.RailReference(p.ID, p.Attempt)
 	rs, err := a.Rail.Query(ctx, ref)
 	if errors.Is(err, ErrUnknownReference) {
+		rejected, kerr := a.kycRejectedBeforeRail(ctx, p)
+		if kerr != nil {
+			return "", kerr
+		}
+		if rejected {
+			return a.stopKYCRejected(ctx, p, ref)
+		}
 		rs, err = a.Rail.Submit(ctx, Transfer{Reference: ref, ProviderID: p.ProviderID, Currency: p.Currency, Amount: p.Net, Method: m.Method})
 	}
 	if err != nil {
