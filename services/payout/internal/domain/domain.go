@@ -316,6 +316,11 @@ const HoldReleasedQueuedNote = "hold released by finance: its queued bank transf
 // does (HeldQueuedNote).
 const KYCRejectedQueuedNote = "kyc rejected by finance (its bank transfer stays queued, out of the bank file, until finance changes the verdict)"
 
+// KYCRejectedHeld is what the bank-file rail answers as the hold (the
+// rail status's Held) of a transfer queued for a provider whose KYC
+// finance rejected and does not hold otherwise: the cut leaves it out.
+const KYCRejectedHeld = "kyc rejected"
+
 // KYCReleasedQueuedNote is the note of a submitted payout whose queued
 // bank transfer finance's change of a rejected KYC lets go.
 const KYCReleasedQueuedNote = "kyc no longer rejected by finance: its queued bank transfer goes in the next bank file"

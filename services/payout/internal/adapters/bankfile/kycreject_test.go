@@ -33,6 +33,11 @@ func TestKYCRejectedKeepsAQueuedTransferOutOfTheCut(t *testing.T) {
 	if err != nil || !slices.Equal(waiting, []string{"po-rej"}) || len(inFlight) != 0 {
 		t.Fatalf("KYC rejection answered waiting %v, in flight %v (%v); want po-rej waiting", waiting, inFlight, err)
 	}
+	// Its payout's workflow, woken, reads it held: no arrival date (the
+	// cutoff after its queuing, which the cut will not carry it in).
+	if st := f.state(t, "po-rej"); st.Held == "" || !st.ExpectedArrival.IsZero() {
+		t.Fatalf("rail answers the transfer of a rejected KYC held %q, arriving %v; want held, no arrival date", st.Held, st.ExpectedArrival)
+	}
 	carried := func(id string) string {
 		t.Helper()
 		file, err := f.r.BatchFile(ctx, id)

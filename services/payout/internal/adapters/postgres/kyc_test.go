@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
@@ -131,5 +132,34 @@ func TestProviderCannotUndoARejectedKYC(t *testing.T) {
 	}
 	if got := status(); got != "pending re-review" {
 		t.Fatalf("KYC reads %q; want finance's pending", got)
+	}
+}
+
+// A payout being submitted when its provider's KYC was rejected (answered
+// in flight) whose bank transfer lands in the queue is noted by its
+// workflow (HoldQueued) as kept out by the rejection, as one queued before
+// it (PutKYC): the cut left it out without a word.
+func TestHoldQueuedNotesARejectedKYC(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Store{Pool: pool}
+	sentPayout(t, pool, "po-q", "cyc-20260101", "bank", "queued")
+	if _, err := pool.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ('p-s', 'rejected', 'fraud', now())`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx app.Tx) error {
+		if err := tx.LockBankQueue(ctx); err != nil {
+			return err
+		}
+		p, err := tx.Lock(ctx, "po-q")
+		if err != nil {
+			return err
+		}
+		return tx.HoldQueued(ctx, &p, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if reason, notes := reasonAndHistory(t, pool, "po-q"); reason != domain.KYCRejectedQueuedNote || !slices.Equal(notes, []string{domain.KYCRejectedQueuedNote}) {
+		t.Fatalf("queued payout of a rejected KYC reads %q, history %q", reason, notes)
 	}
 }

@@ -391,17 +391,32 @@ func (s *Store) LockBankQueue(ctx context.Context, tx pgx.Tx) error {
 // was placed was answered in flight and held by the cut without a word.
 // The caller holds the batch lock (LockBankQueue) and p's lock, so the
 // hold and the transfer's state read here stand until it commits.
+//
+// A KYC rejected by finance keeps it out likewise (noted so when its
+// provider is not held): a payout being submitted when the KYC was
+// rejected (answered in flight) whose rail had it before Submit read the
+// KYC.
 func (s *Store) HoldQueued(ctx context.Context, tx pgx.Tx, p *domain.Payout, at time.Time) error {
 	var reason string
-	err := tx.QueryRow(ctx, `select h.reason from payout.holds h join payout.bank_transfers t on t.provider_id = h.provider_id
-		where h.provider_id = $1 and t.reference = $2 and t.state = 'queued'`, p.ProviderID, p.RailRef).Scan(&reason)
+	var rejected bool
+	err := tx.QueryRow(ctx, `select coalesce((select reason from payout.holds where provider_id = t.provider_id), ''),
+			exists (select 1 from payout.kyc where provider_id = t.provider_id and status = 'rejected')
+		from payout.bank_transfers t where t.provider_id = $1 and t.reference = $2 and t.state = 'queued'`, p.ProviderID, p.RailRef).Scan(&reason, &rejected)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // released meanwhile, or no longer queued
+		return nil // no longer queued
 	}
 	if err != nil {
 		return err
 	}
-	note := domain.HeldQueuedNote(reason)
+	var note string
+	switch {
+	case reason != "":
+		note = domain.HeldQueuedNote(reason)
+	case rejected:
+		note = domain.KYCRejectedQueuedNote
+	default:
+		return nil // released meanwhile
+	}
 	if p.Status != domain.StatusSubmitted || (p.Reason == note && p.ExpectedArrival == nil) {
 		return nil
 	}
