@@ -163,3 +163,27 @@ func TestHoldQueuedNotesARejectedKYC(t *testing.T) {
 		t.Fatalf("queued payout of a rejected KYC reads %q, history %q", reason, notes)
 	}
 }
+
+// A hold released while the provider's KYC stays rejected does not tell
+// the queued payout it goes in the next bank file: the cut still leaves
+// it out, and its reason says why.
+func TestHoldReleasedUnderARejectedKYC(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Store{Pool: pool}
+	sentPayout(t, pool, "po-q", "cyc-20260101", "bank", "queued")
+	if _, _, err := s.PutKYC(ctx, "p-s", domain.KYCRejected, "sanctions hit", false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutHold(ctx, "p-s", "fraud dispute", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutHold(ctx, "p-s", "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	held := domain.HeldQueuedNote("fraud dispute")
+	reason, notes := reasonAndHistory(t, pool, "po-q")
+	if want := []string{domain.KYCRejectedQueuedNote, held, domain.KYCRejectedQueuedNote}; reason != domain.KYCRejectedQueuedNote || !slices.Equal(notes, want) {
+		t.Fatalf("hold released under a rejected KYC: reads %q, history %q; want %q", reason, notes, want)
+	}
+}

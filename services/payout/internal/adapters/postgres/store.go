@@ -316,12 +316,24 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		if err != nil {
 			return err
 		}
+		// Released, its provider's KYC rejected by finance still keeps
+		// its queued transfers out of the cut (PutKYC): said so, not that
+		// they go in the next bank file.
+		var rejected bool
+		if reason == "" && len(queued) > 0 {
+			if err := tx.QueryRow(ctx, `select exists (select 1 from payout.kyc where provider_id = $1 and status = 'rejected')`,
+				provider).Scan(&rejected); err != nil {
+				return err
+			}
+		}
 		for _, p := range queued {
 			waiting = append(waiting, p.ID)
 			note := domain.HeldQueuedNote(reason)
 			switch {
 			case reason == "" && !strings.HasPrefix(p.Reason, domain.HeldReasonPrefix):
 				continue // not held: nothing to say
+			case reason == "" && rejected:
+				note = domain.KYCRejectedQueuedNote
 			case reason == "":
 				note = domain.HoldReleasedQueuedNote
 			case p.Reason == note:
