@@ -48,18 +48,20 @@ func Metrics() []obs.SQLMetric {
 		// flight again, from the resolution (its last change).
 		Name: "gpubill_payout_in_flight_age_seconds", Type: obs.Gauge,
 		//
-		// A payout whose bank transfer a payout hold keeps queued waits for
-		// finance, not for its rail: not counted while held; the release
-		// is its last change (its history notes it).
+		// A payout whose bank transfer a payout hold (or its provider's KYC
+		// rejected) keeps queued waits for finance, not for its rail: not
+		// counted while held; the release is its last change (its history
+		// notes it).
 		Help: "Age of the oldest payout submitted or in transit since its last status change, not counting those flagged " +
-			"rail_amount_mismatch and not resolved, nor those whose queued bank transfer a payout hold keeps out of the bank " +
+			"rail_amount_mismatch and not resolved, nor those whose queued bank transfer a payout hold or a rejected KYC keeps out of the bank " +
 			"file (0: none): a rail that never answers with an outcome.",
 		Query: `select coalesce(extract(epoch from now() - min(p.updated_at)), 0)::float8 from payout.payouts p
 			where p.status in ('submitted', 'in_transit') and (p.failure_code <> 'rail_amount_mismatch' or exists (
 				select 1 from payout.rail_amount_flags f
 				where f.payout_id = p.payout_id and f.attempt = p.attempt and f.resolved_at is not null))
-			  and not exists (select 1 from payout.holds h join payout.bank_transfers t on t.provider_id = h.provider_id
-				where h.provider_id = p.provider_id and t.reference = p.rail_reference and t.state = 'queued')`,
+			  and not exists (select 1 from payout.bank_transfers t where t.provider_id = p.provider_id and t.reference = p.rail_reference
+				and t.state = 'queued' and (exists (select 1 from payout.holds h where h.provider_id = t.provider_id)
+					or exists (select 1 from payout.kyc k where k.provider_id = t.provider_id and k.status = 'rejected')))`,
 	}, {
 		// GpubillPayoutRailAmountMismatch is a rise over an hour: it
 		// clears an hour after the flag, and a flag finance never
@@ -207,12 +209,14 @@ func bankFileMetrics() []obs.SQLMetric {
 		// A transfer of a provider finance holds is left queued by every
 		// cut: not counted while held (its payout says it is held), and
 		// counted from the release (hold_released_at), not from when it
-		// was queued days before.
+		// was queued days before. Likewise one of a provider whose KYC
+		// finance rejected (postgres.Store.PutKYC).
 		Name: "gpubill_bank_transfers_queued_age_seconds", Type: obs.Gauge,
 		Help: "Age of the oldest bank transfer queued for a cutoff and not in a batch yet, since it was queued or its provider's " +
-			"payout hold was released, not counting those a payout hold keeps queued (0: none); past a day a cutoff was not built.",
+			"payout hold or KYC rejection was released, not counting those a payout hold or a rejected KYC keeps queued (0: none); past a day a cutoff was not built.",
 		Query: `select coalesce(extract(epoch from now() - min(greatest(t.queued_at, t.hold_released_at))), 0)::float8 from payout.bank_transfers t
-			where t.state = 'queued' and not exists (select 1 from payout.holds h where h.provider_id = t.provider_id)`,
+			where t.state = 'queued' and not exists (select 1 from payout.holds h where h.provider_id = t.provider_id)
+			  and not exists (select 1 from payout.kyc k where k.provider_id = t.provider_id and k.status = 'rejected')`,
 	}, {
 		Name: "gpubill_bank_batches_undelivered_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest bank batch built and not written to the outbox directory yet (0: none).",

@@ -565,6 +565,22 @@ func TestPayoutRailAmountFlagOpenAges(t *testing.T) {
 // release. A day-old hold paged as a cutoff not built.
 func TestHeldBankTransferNotCountedStuck(t *testing.T) {
 	t.Parallel()
+	heldBankTransferNotCountedStuck(t, `insert into payout.holds (provider_id, reason, held_at) values ('p-h', 'fraud dispute', now() - interval '6 days')`,
+		`delete from payout.holds`)
+}
+
+// So does a provider's KYC rejected by finance (the cut leaves its queued
+// transfers out likewise): a rejection a day old paged as a cutoff not
+// built.
+func TestRejectedKYCBankTransferNotCountedStuck(t *testing.T) {
+	t.Parallel()
+	heldBankTransferNotCountedStuck(t, `insert into payout.kyc (provider_id, status, reference, updated_at) values ('p-h', 'rejected', 'fraud', now() - interval '6 days')`,
+		`update payout.kyc set status = 'verified'`)
+}
+
+// heldBankTransferNotCountedStuck checks the ages of a queued transfer
+// held by hold and released by release.
+func heldBankTransferNotCountedStuck(t *testing.T, hold, release string) {
 	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
 	ctx := context.Background()
 	metric := func(name string) float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), name) }
@@ -575,7 +591,7 @@ func TestHeldBankTransferNotCountedStuck(t *testing.T) {
 		`insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name, creditor_account,
 			creditor_agent, state, queued_at, updated_at) values
 			('po-h', 'po-h', 'p-h', 'CNY', 60, 'P H', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '6 days', now() - interval '6 days')`,
-		`insert into payout.holds (provider_id, reason, held_at) values ('p-h', 'fraud dispute', now() - interval '6 days')`,
+		hold,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -589,7 +605,7 @@ func TestHeldBankTransferNotCountedStuck(t *testing.T) {
 	// Released an hour ago (PutHold sets the transfer's hold_released_at
 	// and notes the release on the payout).
 	for _, q := range []string{
-		`delete from payout.holds`,
+		release,
 		`update payout.bank_transfers set hold_released_at = now() - interval '1 hour'`,
 		`update payout.payouts set updated_at = now() - interval '1 hour'`,
 	} {

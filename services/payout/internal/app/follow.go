@@ -148,7 +148,8 @@ func (a *Payouts) advance(ctx context.Context, p domain.Payout, rs RailStatus) (
 // store reads the hold again under the bank queue's lock, taken before
 // the payout's as a hold takes them: one released meanwhile is not noted.
 func (a *Payouts) holdQueued(ctx context.Context, p domain.Payout, rs RailStatus) (string, error) {
-	if p.Reason == domain.HeldQueuedNote(rs.Held) && p.ExpectedArrival == nil {
+	if (p.Reason == domain.HeldQueuedNote(rs.Held) || p.Reason == domain.KYCRejectedQueuedNote && rs.Held == domain.KYCRejectedHeld) &&
+		p.ExpectedArrival == nil {
 		return p.Status, nil
 	}
 	err := a.Store.Update(ctx, func(tx Tx) error {

@@ -53,7 +53,14 @@ type Store interface {
 	PutMethod(ctx context.Context, m domain.ProviderMethod) (stored domain.ProviderMethod, changed bool, inFlight []string, err error)
 	GetMethod(ctx context.Context, provider string) (domain.ProviderMethod, error)
 	MethodHistory(ctx context.Context, provider string) ([]domain.Change, error)
-	PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error
+	// PutKYC sets a provider's KYC status (byProvider: the provider's own,
+	// refused over finance's rejection) and returns, for a rejection (or
+	// its change by finance), the payouts it stops (waiting) and those
+	// being submitted, submitted or in transit it cannot (inFlight), as
+	// PutHold does.
+	PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error)
+	// KYCStatus reads a provider's KYC status ("" when none).
+	KYCStatus(ctx context.Context, provider string) (string, error)
 	// PutHold holds (reason ≠ "") or releases a provider's payouts and
 	// returns its payouts not yet past the gate (waiting) and those being
 	// submitted to their rail (inFlight), which the hold does not stop.

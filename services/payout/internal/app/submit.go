@@ -36,6 +36,13 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 	// Only the rail the gate handed the attempt to is asked, and given it.
 	rs, err := a.query(ctx, p, ref)
 	if errors.Is(err, ErrUnknownReference) {
+		rejected, kerr := a.kycRejectedBeforeRail(ctx, p)
+		if kerr != nil {
+			return "", kerr
+		}
+		if rejected {
+			return a.stopKYCRejected(ctx, p, ref)
+		}
 		rs, err = a.submit(ctx, p, Transfer{Reference: ref, ProviderID: p.ProviderID, Currency: p.Currency, Amount: p.Net, Method: m.Method})
 	}
 	if err != nil {

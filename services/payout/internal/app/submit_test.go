@@ -26,6 +26,11 @@ type readStore struct {
 }
 
 func (s *readStore) GetPayout(context.Context, string) (domain.Payout, error) { return s.p, s.err }
+
+// KYCStatus answers verified: the provider's KYC does not stop Submit.
+func (s *readStore) KYCStatus(context.Context, string) (string, error) {
+	return domain.KYCVerified, nil
+}
 func (s *readStore) GetMethod(context.Context, string) (domain.ProviderMethod, error) {
 	return domain.ProviderMethod{ProviderID: "p-1", Method: domain.Method{Type: domain.MethodAlipay, AlipayID: "13800000001", AccountName: "X"}}, nil
 }

@@ -27,6 +27,12 @@ const (
 	FailPlatformAccount  = "platform_account_refused"
 	FailPlatformLimit    = "platform_limit_exceeded"
 	FailPlatformApproval = "platform_not_approved"
+
+	// FailKYCRejected: the provider's KYC was rejected by finance after
+	// its payout passed the gate, before its rail had the transfer
+	// (Submit): never sent. Retried once finance verified the KYC again
+	// (the new attempt goes through the gate), not after a method change.
+	FailKYCRejected = "kyc_rejected"
 )
 
 // PayeeFailure reports whether a failure code is about the payee (its
@@ -40,7 +46,7 @@ const (
 func PayeeFailure(code string) bool {
 	switch code {
 	case FailInsufficientFunds, FailUnsupported, FailBankRejected,
-		FailPlatformAccount, FailPlatformLimit, FailPlatformApproval:
+		FailPlatformAccount, FailPlatformLimit, FailPlatformApproval, FailKYCRejected:
 		return false
 	}
 	return true

@@ -310,6 +310,21 @@ func HeldQueuedNote(reason string) string {
 // bank transfer a released hold lets go.
 const HoldReleasedQueuedNote = "hold released by finance: its queued bank transfer goes in the next bank file"
 
+// KYCRejectedQueuedNote is the status reason (and history note) of a
+// submitted payout whose bank transfer, queued for a cutoff, its
+// provider's KYC rejected by finance keeps out of the bank file, as a hold
+// does (HeldQueuedNote).
+const KYCRejectedQueuedNote = "kyc rejected by finance (its bank transfer stays queued, out of the bank file, until finance changes the verdict)"
+
+// KYCRejectedHeld is what the bank-file rail answers as the hold (the
+// rail status's Held) of a transfer queued for a provider whose KYC
+// finance rejected and does not hold otherwise: the cut leaves it out.
+const KYCRejectedHeld = "kyc rejected"
+
+// KYCReleasedQueuedNote is the note of a submitted payout whose queued
+// bank transfer finance's change of a rejected KYC lets go.
+const KYCReleasedQueuedNote = "kyc no longer rejected by finance: its queued bank transfer goes in the next bank file"
+
 // BankBatchLockKey is the Postgres advisory lock (transaction-scoped)
 // under which the bank-file rail cuts a batch (exclusive) and a hold is
 // placed or released (shared): a hold placed as a batch is cut is either

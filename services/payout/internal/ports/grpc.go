@@ -270,7 +270,10 @@ func (s *Server) GetPayoutMethod(ctx context.Context, req *payoutv1.GetPayoutMet
 	return resp, nil
 }
 
-// PutKyc implements PayoutService. A provider may not verify itself.
+// PutKyc implements PayoutService. A provider may not verify itself, nor
+// set its KYC over finance's rejection. A rejection stops the provider's
+// payouts as a hold does (Store.PutKYC): the answer names those it stops
+// and those already in flight, which it cannot recall.
 func (s *Server) PutKyc(ctx context.Context, req *payoutv1.PutKycRequest) (*payoutv1.PutKycResponse, error) {
 	if err := auth.CheckOwner(ctx, auth.RoleProvider, req.ProviderId); err != nil {
 		return nil, err
@@ -282,18 +285,31 @@ func (s *Server) PutKyc(ctx context.Context, req *payoutv1.PutKycRequest) (*payo
 	default:
 		v.Add("status", "want verified, rejected or pending")
 	}
-	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleProvider && req.Status != domain.KYCPending {
+	p, ok := auth.FromContext(ctx)
+	byProvider := ok && p.Role == auth.RoleProvider
+	if byProvider && req.Status != domain.KYCPending {
 		v.Add("status", "a provider may only submit its KYC (pending); finance verifies it")
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	now := s.Clock.Now()
-	if err := s.Store.PutKYC(ctx, req.ProviderId, req.Status, req.Reference, now); err != nil {
+	waiting, inFlight, err := s.Store.PutKYC(ctx, req.ProviderId, req.Status, req.Reference, byProvider, now)
+	if err != nil {
 		return nil, err
 	}
-	s.wakeProvider(ctx, req.ProviderId)
-	return &payoutv1.PutKycResponse{Kyc: &payoutv1.Kyc{ProviderId: req.ProviderId, Status: req.Status, Reference: req.Reference, UpdatedAt: timestamppb.New(now)}}, nil
+	switch {
+	case s.Flow == nil:
+	case req.Status == domain.KYCRejected || len(waiting) > 0:
+		// As a hold: those at the gate and those whose bank transfer is
+		// queued (held, or released with its date), not only the former
+		// (wakeProvider).
+		s.Flow.Wake(context.WithoutCancel(ctx), waiting...)
+	default:
+		s.wakeProvider(ctx, req.ProviderId)
+	}
+	return &payoutv1.PutKycResponse{Kyc: &payoutv1.Kyc{ProviderId: req.ProviderId, Status: req.Status, Reference: req.Reference,
+		UpdatedAt: timestamppb.New(now), PayoutsWaiting: waiting, PayoutsInFlight: inFlight}}, nil
 }
 
 func (s *Server) wakeProvider(ctx context.Context, provider string) {

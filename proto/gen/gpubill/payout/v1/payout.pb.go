@@ -1059,13 +1059,25 @@ func (x *PayoutMethod) GetPayoutsToPreviousMethod() []string {
 
 // A provider's KYC state.
 type Kyc struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // verified | rejected | pending
-	Reference     string                 `protobuf:"bytes,3,opt,name=reference,proto3" json:"reference,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Status     string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // verified | rejected | pending
+	Reference  string                 `protobuf:"bytes,3,opt,name=reference,proto3" json:"reference,omitempty"`
+	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Answered to a rejection (and to finance's change of one), as a payout
+	// hold answers: the provider's payouts it stops (or, changed, lets go):
+	// those not yet past the gate, now waiting, and those submitted whose
+	// bank transfer is queued for a cutoff not yet cut (the cut leaves it
+	// queued, out of the bank file, while the KYC stays rejected; the
+	// payout's status_reason says so).
+	PayoutsWaiting []string `protobuf:"bytes,5,rep,name=payouts_waiting,json=payoutsWaiting,proto3" json:"payouts_waiting,omitempty"`
+	// Payouts the rejection cannot recall: submitted or in transit (sent to
+	// Alipay or WeChat Pay, in a bank file already cut), and those past the
+	// gate being submitted (one whose rail has not yet had it is stopped,
+	// failed kyc_rejected); their status says how they end.
+	PayoutsInFlight []string `protobuf:"bytes,6,rep,name=payouts_in_flight,json=payoutsInFlight,proto3" json:"payouts_in_flight,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Kyc) Reset() {
@@ -1122,6 +1134,20 @@ func (x *Kyc) GetReference() string {
 func (x *Kyc) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Kyc) GetPayoutsWaiting() []string {
+	if x != nil {
+		return x.PayoutsWaiting
+	}
+	return nil
+}
+
+func (x *Kyc) GetPayoutsInFlight() []string {
+	if x != nil {
+		return x.PayoutsInFlight
 	}
 	return nil
 }
@@ -4142,14 +4168,16 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\tbank_code\x18\a \x01(\tR\bbankCode\x129\n" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
-	"\x1apayouts_to_previous_method\x18\t \x03(\tR\x17payoutsToPreviousMethod\"\x97\x01\n" +
+	"\x1apayouts_to_previous_method\x18\t \x03(\tR\x17payoutsToPreviousMethod\"\xec\x01\n" +
 	"\x03Kyc\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1c\n" +
 	"\treference\x18\x03 \x01(\tR\treference\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"/\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12'\n" +
+	"\x0fpayouts_waiting\x18\x05 \x03(\tR\x0epayoutsWaiting\x12*\n" +
+	"\x11payouts_in_flight\x18\x06 \x03(\tR\x0fpayoutsInFlight\"/\n" +
 	"\x10GetPayoutRequest\x12\x1b\n" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\"F\n" +
 	"\x11GetPayoutResponse\x121\n" +

@@ -66,7 +66,7 @@ func (r *Rail) fileID(cutoff time.Time, seq int) string {
 // Cut builds the batch of a cutoff from every transfer queued at or before
 // it and not yet in a batch, but those of a provider finance holds
 // (payout.holds: they stay queued, and go in the first cut after the
-// release): as many files as they need (each of at most fileTransfersMax
+// release) or whose KYC finance rejected (payout.kyc, likewise): as many files as they need (each of at most fileTransfersMax
 // transfers and a control sum ISO 20022 carries, the oldest first, under
 // ids fileID 1, 2 …), all in one transaction, once per cutoff (a second
 // call answers the files already built, built false), each transfer in at
@@ -205,13 +205,15 @@ func lockedBatchAt(ctx context.Context, tx pgx.Tx, cutoff time.Time) ([]string, 
 // queuedTransfers locks the transfers queued at or before cutoff (oldest
 // first, at most fileTransfersMax: one file's) and returns their references and
 // credit transfers executed on exec. A transfer of a provider finance
-// holds is left queued: the hold is placed under the batch lock (shared,
-// postgres.Store.PutHold), which the cut holds, so one placed as the cut
-// runs is read here or finds the transfer batched (answered in flight).
+// holds, or whose KYC finance rejected, is left queued: the hold is placed
+// and the KYC rejected under the batch lock (shared, postgres.Store.PutHold
+// and PutKYC), which the cut holds, so one placed as the cut runs is read
+// here or finds the transfer batched (answered in flight).
 func (r *Rail) queuedTransfers(ctx context.Context, tx pgx.Tx, cutoff, exec time.Time) ([]string, []iso20022.CreditTransfer, error) {
 	rows, err := tx.Query(ctx, `select t.reference, t.end_to_end_id, t.currency, t.amount, t.creditor_name, t.creditor_account, t.creditor_agent
 		from payout.bank_transfers t where t.state = 'queued' and t.queued_at <= $1
 		  and not exists (select 1 from payout.holds h where h.provider_id = t.provider_id)
+		  and not exists (select 1 from payout.kyc k where k.provider_id = t.provider_id and k.status = 'rejected')
 		order by t.queued_at, t.reference limit $2 for update of t`,
 		cutoff, r.fileTransfersMax())
 	if err != nil {

@@ -269,14 +269,16 @@ func (r *Rail) Query(ctx context.Context, ref string) (app.RailStatus, error) {
 	// first cutoff after the later of its queuing and its provider's last
 	// release, and for none while its provider is held (the cut leaves it
 	// out): a held transfer read the cutoff after its queuing, passed days
-	// before the release.
+	// before the release. So does one whose provider's KYC finance
+	// rejected (domain.KYCRejectedHeld).
 	err := r.Pool.QueryRow(ctx, `select t.state, t.failure_code, t.failure_message, greatest(t.queued_at, t.hold_released_at),
-			b.execution_date, t.currency, v.paid_amount, coalesce(h.reason, '')
+			b.execution_date, t.currency, v.paid_amount, coalesce(h.reason, case when k.provider_id is not null then $2 end, '')
 		from payout.bank_transfers t left join payout.bank_batches b using (batch_id)
 		left join lateral (select paid_amount from payout.bank_transfer_reviews v
 			where v.reference = t.reference and v.resolution = 'paid' order by v.review_id desc limit 1) v on true
 		left join payout.holds h on h.provider_id = t.provider_id and t.state = 'queued'
-		where t.reference = $1`, ref).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid, &held)
+		left join payout.kyc k on k.provider_id = t.provider_id and k.status = 'rejected' and t.state = 'queued'
+		where t.reference = $1`, ref, domain.KYCRejectedHeld).Scan(&state, &code, &msg, &queued, &exec, &ccy, &paid, &held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.RailStatus{}, fmt.Errorf("bank-file %s: %w", ref, app.ErrUnknownReference)
 	}

@@ -187,12 +187,89 @@ func (s *Store) GetMethod(ctx context.Context, provider string) (domain.Provider
 	return m, err
 }
 
-// PutKYC sets a provider's KYC status.
-func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, at time.Time) error {
-	_, err := s.Pool.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ($1, $2, $3, $4)
-		on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at`,
-		provider, status, reference, at)
-	return err
+// PutKYC sets a provider's KYC status. The provider's own (byProvider) is
+// refused over finance's rejection: its "pending" wiped the verdict, and
+// its payouts went to the gate again.
+//
+// A rejection stops the provider's payouts as a hold does (PutHold), under
+// the same locks: the bank-file rail's batch lock (shared), then the
+// payouts' rows, so the gate either reads the rejection or has marked the
+// payout submitting before this reads it (answered in flight), and a cut
+// either reads it (its queued transfers stay out of the bank file) or
+// batched them before (answered in flight). It returns the payouts it
+// stops (waiting: not yet past the gate, or their bank transfer queued for
+// a cutoff, each such payout noted) and those it cannot (inFlight). A
+// rejection changed by finance answers the same and notes the queued ones
+// released. Any other change answers none.
+func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error) {
+	err = s.Tx(ctx, func(tx pgx.Tx) error {
+		waiting, inFlight = nil, nil
+		if err := s.LockBankQueue(ctx, tx); err != nil {
+			return err
+		}
+		var was string
+		err := tx.QueryRow(ctx, `select status from payout.kyc where provider_id = $1 for update`, provider).Scan(&was)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if byProvider && was == domain.KYCRejected {
+			return fmt.Errorf("KYC of %s is rejected by finance: only finance can change its verdict: %w", provider, apperr.ErrPrecondition)
+		}
+		var queued []domain.Payout
+		stops := status == domain.KYCRejected || was == domain.KYCRejected
+		if stops {
+			if waiting, inFlight, queued, err = s.lockProvider(ctx, tx, provider); err != nil {
+				return err
+			}
+		}
+		// Guarded as well for a provider's first KYC written as finance
+		// rejects it (no row to lock above).
+		tag, err := tx.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ($1, $2, $3, $4)
+			on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at
+			where not $5 or payout.kyc.status <> 'rejected'`, provider, status, reference, at, byProvider)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("KYC of %s is rejected by finance: only finance can change its verdict: %w", provider, apperr.ErrPrecondition)
+		}
+		if !stops {
+			return nil
+		}
+		released := status != domain.KYCRejected
+		if released && len(queued) > 0 {
+			// Its queued transfers wait for a cutoff from now
+			// (gpubill_bank_transfers_queued_age_seconds).
+			if _, err := tx.Exec(ctx, `update payout.bank_transfers set hold_released_at = $2 where provider_id = $1 and state = 'queued'`,
+				provider, at); err != nil {
+				return err
+			}
+		}
+		for _, p := range queued {
+			waiting = append(waiting, p.ID)
+			note := domain.KYCRejectedQueuedNote
+			switch {
+			case released && p.Reason != domain.KYCRejectedQueuedNote:
+				continue // noted otherwise (a hold's): nothing to say
+			case released:
+				note = domain.KYCReleasedQueuedNote
+			case p.Reason == note:
+				continue // rejected already
+			}
+			if err := s.noteQueued(ctx, tx, &p, note, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return waiting, inFlight, err
+}
+
+// KYCStatus reads a provider's KYC status ("" when none).
+func (s *Store) KYCStatus(ctx context.Context, provider string) (string, error) {
+	var st string
+	err := s.Pool.QueryRow(ctx, `select coalesce((select status from payout.kyc where provider_id = $1), '')`, provider).Scan(&st)
+	return st, err
 }
 
 // PutHold holds (reason ≠ "") or releases (reason "") a provider's payouts
@@ -220,25 +297,8 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		if err := s.LockBankQueue(ctx, tx); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
-			where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
-		if err != nil {
-			return err
-		}
-		var id string
-		var busy bool
-		if _, err := pgx.ForEachRow(rows, []any{&id, &busy}, func() error {
-			if busy {
-				inFlight = append(inFlight, id)
-			} else {
-				waiting = append(waiting, id)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		queued, err := s.lockSent(ctx, tx, provider, &inFlight)
-		if err != nil {
+		var queued []domain.Payout
+		if waiting, inFlight, queued, err = s.lockProvider(ctx, tx, provider); err != nil {
 			return err
 		}
 		if reason == "" {
@@ -256,12 +316,24 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		if err != nil {
 			return err
 		}
+		// Released, its provider's KYC rejected by finance still keeps
+		// its queued transfers out of the cut (PutKYC): said so, not that
+		// they go in the next bank file.
+		var rejected bool
+		if reason == "" && len(queued) > 0 {
+			if err := tx.QueryRow(ctx, `select exists (select 1 from payout.kyc where provider_id = $1 and status = 'rejected')`,
+				provider).Scan(&rejected); err != nil {
+				return err
+			}
+		}
 		for _, p := range queued {
 			waiting = append(waiting, p.ID)
 			note := domain.HeldQueuedNote(reason)
 			switch {
 			case reason == "" && !strings.HasPrefix(p.Reason, domain.HeldReasonPrefix):
 				continue // not held: nothing to say
+			case reason == "" && rejected:
+				note = domain.KYCRejectedQueuedNote
 			case reason == "":
 				note = domain.HoldReleasedQueuedNote
 			case p.Reason == note:
@@ -274,6 +346,33 @@ func (s *Store) PutHold(ctx context.Context, provider, reason string, at time.Ti
 		return nil
 	})
 	return waiting, inFlight, err
+}
+
+// lockProvider locks a provider's payouts, as a hold or a KYC rejection
+// needs them: those not yet past the gate (waiting), then those past it
+// (inFlight: being submitted, or submitted or in transit but for those
+// whose bank transfer is queued for a cutoff, returned as queued). The
+// caller holds the batch lock (LockBankQueue).
+func (s *Store) lockProvider(ctx context.Context, tx pgx.Tx, provider string) (waiting, inFlight []string, queued []domain.Payout, err error) {
+	rows, err := tx.Query(ctx, `select payout_id, status = 'created' and submitting from payout.payouts
+		where provider_id = $1 and status in ('action_required', 'created') order by payout_id for update`, provider)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var id string
+	var busy bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &busy}, func() error {
+		if busy {
+			inFlight = append(inFlight, id)
+		} else {
+			waiting = append(waiting, id)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	queued, err = s.lockSent(ctx, tx, provider, &inFlight)
+	return waiting, inFlight, queued, err
 }
 
 // noteQueued records note, a hold or its release, as the reason of a
@@ -304,17 +403,32 @@ func (s *Store) LockBankQueue(ctx context.Context, tx pgx.Tx) error {
 // was placed was answered in flight and held by the cut without a word.
 // The caller holds the batch lock (LockBankQueue) and p's lock, so the
 // hold and the transfer's state read here stand until it commits.
+//
+// A KYC rejected by finance keeps it out likewise (noted so when its
+// provider is not held): a payout being submitted when the KYC was
+// rejected (answered in flight) whose rail had it before Submit read the
+// KYC.
 func (s *Store) HoldQueued(ctx context.Context, tx pgx.Tx, p *domain.Payout, at time.Time) error {
 	var reason string
-	err := tx.QueryRow(ctx, `select h.reason from payout.holds h join payout.bank_transfers t on t.provider_id = h.provider_id
-		where h.provider_id = $1 and t.reference = $2 and t.state = 'queued'`, p.ProviderID, p.RailRef).Scan(&reason)
+	var rejected bool
+	err := tx.QueryRow(ctx, `select coalesce((select reason from payout.holds where provider_id = t.provider_id), ''),
+			exists (select 1 from payout.kyc where provider_id = t.provider_id and status = 'rejected')
+		from payout.bank_transfers t where t.provider_id = $1 and t.reference = $2 and t.state = 'queued'`, p.ProviderID, p.RailRef).Scan(&reason, &rejected)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // released meanwhile, or no longer queued
+		return nil // no longer queued
 	}
 	if err != nil {
 		return err
 	}
-	note := domain.HeldQueuedNote(reason)
+	var note string
+	switch {
+	case reason != "":
+		note = domain.HeldQueuedNote(reason)
+	case rejected:
+		note = domain.KYCRejectedQueuedNote
+	default:
+		return nil // released meanwhile
+	}
 	if p.Status != domain.StatusSubmitted || (p.Reason == note && p.ExpectedArrival == nil) {
 		return nil
 	}
