@@ -348,6 +348,28 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
 }
 
+// SettlePayoutOutside implements PayoutService (finance): a failed or
+// returned payout finance paid by hand, naming the ledger transaction that
+// paid it, is final (settled_outside).
+func (s *Server) SettlePayoutOutside(ctx context.Context, req *payoutv1.SettlePayoutOutsideRequest) (*payoutv1.SettlePayoutOutsideResponse, error) {
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
+	if len(req.TransactionId) > transactionIDLenMax {
+		return nil, apperr.Invalid("transaction_id", "at most %d characters", transactionIDLenMax)
+	}
+	p, err := s.App.SettleOutside(ctx, app.OutsideSettlement{PayoutID: req.PayoutId, TransactionID: req.TransactionId,
+		Reason: req.Reason, By: actor(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.SettlePayoutOutsideResponse{Payout: toProto(p)}, nil
+}
+
+// transactionIDLenMax bounds the ledger transaction id a settlement
+// outside names (a UUID is 36): it is read from the ledger and kept.
+const transactionIDLenMax = 64
+
 // committedPayout reads, for its answer, the payout a write (a cancel, a
 // retry) has committed a change to, with a context its caller's leaving
 // does not end (bounded by answerReadMax): read with the caller's, a
