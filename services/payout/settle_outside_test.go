@@ -76,12 +76,16 @@ func TestFailedPayoutSettledOutside(t *testing.T) {
 		t.Fatalf("gpubill_payouts{status=failed} %v before, want 2", n)
 	}
 	journal := entries{
-		"tx-p9":       manualPayment("tx-p9", "p-9", "600.00", "CNY"),
-		"tx-p8":       manualPayment("tx-p8", "p-9", "600.00", "CNY"),
-		"tx-other":    manualPayment("tx-other", "p-7", "600.00", "CNY"),
-		"tx-short":    manualPayment("tx-short", "p-9", "599.99", "CNY"),
-		"tx-usd":      manualPayment("tx-usd", "p-9", "600.00", "USD"),
-		"tx-reversed": func() domain.LedgerEntry { e := manualPayment("tx-reversed", "p-9", "600.00", "CNY"); e.ReversedBy = "tx-r"; return e }(),
+		"tx-p9":    manualPayment("tx-p9", "p-9", "600.00", "CNY"),
+		"tx-p8":    manualPayment("tx-p8", "p-9", "600.00", "CNY"),
+		"tx-other": manualPayment("tx-other", "p-7", "600.00", "CNY"),
+		"tx-short": manualPayment("tx-short", "p-9", "599.99", "CNY"),
+		"tx-usd":   manualPayment("tx-usd", "p-9", "600.00", "USD"),
+		"tx-reversed": func() domain.LedgerEntry {
+			e := manualPayment("tx-reversed", "p-9", "600.00", "CNY")
+			e.ReversedBy = "tx-r"
+			return e
+		}(),
 		"tx-submit": {ID: "tx-submit", Metadata: map[string]string{"kind": "payout", "payout_id": "po-10"}, Postings: []domain.LedgerPosting{
 			{Account: domain.AvailableAccount("p-9"), Direction: "debit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")},
 			{Account: domain.InTransitAccount("p-9"), Direction: "credit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")}}},
