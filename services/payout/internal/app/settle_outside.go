@@ -48,6 +48,9 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 	case a.Entries == nil:
 		return domain.Payout{}, fmt.Errorf("settle payout %s outside: no ledger reader configured", s.PayoutID)
 	}
+	if _, err := a.Store.GetPayout(ctx, s.PayoutID); err != nil {
+		return domain.Payout{}, err // an unknown payout is a 404 whatever it names
+	}
 	e, err := a.Entries.Entry(ctx, s.TransactionID)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return domain.Payout{}, apperr.Invalid("transaction_id", "the ledger holds no transaction %s", s.TransactionID)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -355,10 +356,13 @@ func (s *Server) SettlePayoutOutside(ctx context.Context, req *payoutv1.SettlePa
 	if err := checkReason(req.Reason); err != nil {
 		return nil, err
 	}
-	if len(req.TransactionId) > transactionIDLenMax {
-		return nil, apperr.Invalid("transaction_id", "at most %d characters", transactionIDLenMax)
+	txID, err := uuid.Parse(req.TransactionId)
+	if err != nil || len(req.TransactionId) != uuidLen {
+		return nil, apperr.Invalid("transaction_id", "required: the id of the ledger transaction that paid the net (a UUID)")
 	}
-	p, err := s.App.SettleOutside(ctx, app.OutsideSettlement{PayoutID: req.PayoutId, TransactionID: req.TransactionId,
+	// Its canonical form: the claim is unique on it, and one upper-cased
+	// named the same entry again for another payout.
+	p, err := s.App.SettleOutside(ctx, app.OutsideSettlement{PayoutID: req.PayoutId, TransactionID: txID.String(),
 		Reason: req.Reason, By: actor(ctx)})
 	if err != nil {
 		return nil, err
@@ -366,9 +370,9 @@ func (s *Server) SettlePayoutOutside(ctx context.Context, req *payoutv1.SettlePa
 	return &payoutv1.SettlePayoutOutsideResponse{Payout: toProto(p)}, nil
 }
 
-// transactionIDLenMax bounds the ledger transaction id a settlement
-// outside names (a UUID is 36): it is read from the ledger and kept.
-const transactionIDLenMax = 64
+// uuidLen is a ledger transaction id's length, in its canonical form (the
+// one the ledger answers and the claim is unique on).
+const uuidLen = 36
 
 // committedPayout reads, for its answer, the payout a write (a cancel, a
 // retry) has committed a change to, with a context its caller's leaving
