@@ -133,6 +133,10 @@ const (
 	BankClient         = "bank:client"
 	BankOperating      = "bank:operating"
 	PlatformCommission = "platform:revenue:commission"
+	// PlatformBadDebt is the house's expense of a renter's debt written
+	// off: the only account a write-off debits (a departed renter's debit
+	// balance can be cleared only against the house's own money).
+	PlatformBadDebt = "platform:expense:bad_debt"
 )
 
 // RenterWallet is renter:{id}:wallet.
@@ -223,10 +227,10 @@ func ParseAddress(addr string) (Address, error) {
 		}
 		return Address{Class: ClassTax, Party: parts[2]}, nil
 	case ClassPlatform:
-		if addr == PlatformCommission {
+		if addr == PlatformCommission || addr == PlatformBadDebt {
 			return Address{Class: ClassPlatform}, nil
 		}
-		return bad("want platform:revenue:commission")
+		return bad("want platform:revenue:commission or platform:expense:bad_debt")
 	}
 	return bad("unknown account class (bank, renter, provider, tax, platform)")
 }

@@ -189,7 +189,7 @@ func (s *Service) Policy() auth.Policy {
 		ls + "ListAccounts":             own,
 		ls + "GetAccount":               slices.Concat(own, internal), // payout reads provider available at its gate
 		ls + "ListTransactions":         slices.Concat(own, internal),
-		ls + "GetTransaction":           own,
+		ls + "GetTransaction":           slices.Concat(own, internal), // payout reads the entry a payout settled outside names
 		ls + "CreateTransaction":        slices.Concat(write, internal),
 		ls + "ReverseTransaction":       write,
 		ls + "ListCycleBalances":        internal,

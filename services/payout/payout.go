@@ -293,8 +293,8 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 		return nil, err
 	}
 	rail := s.wireRails(cfg)
-	s.payouts = &app.Payouts{Store: st, Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Rail: rail,
-		Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	lc := ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}
+	s.payouts = &app.Payouts{Store: st, Ledger: lc, Entries: lc, Rail: rail, Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
 	s.topups = &app.TopUps{Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
 	s.wireTopUps(cfg)
 	s.acts = &ports.Activities{App: s.payouts}
@@ -459,6 +459,7 @@ func (s *Service) Policy() auth.Policy {
 		p + "CancelPayout":                finance,
 		p + "RetryPayout":                 finance,
 		p + "ResolvePayoutAmountMismatch": finance,
+		p + "SettlePayoutOutside":         finance,
 		p + "HoldProviderPayouts":         finance,
 		p + "CreateWebhook":               own,
 		p + "ListWebhooks":                own,

@@ -169,6 +169,9 @@ func seedParties() error {
 	if err != nil {
 		return err
 	}
+	if seededSettleTx, err = seedSettledOutside(); err != nil {
+		return err
+	}
 	for i := range writeRoutes {
 		switch writeRoutes[i].name {
 		case "ReverseTransaction":
@@ -184,6 +187,8 @@ func seedParties() error {
 			writeRoutes[i].arg = run
 		case "ReplayDeadLetter":
 			writeRoutes[i].arg = letter
+		case "SettlePayoutOutside":
+			writeRoutes[i].body = `{"transaction_id":"` + seededSettleTx + `","reason":"hostile walk: paid by hand, ICBC ref 7"}`
 		case "VoidReconciliationResolution":
 			writeRoutes[i].path = "/v1/reconciliations/" + run + "/resolutions/%s:void"
 			writeRoutes[i].arg = resolution
@@ -220,7 +225,13 @@ const (
 	seedRailAmount = "612.34"
 	seedTransfer   = "po-hw-bank" // a bank transfer in review (amount_mismatch), end to end id seedE2E
 	seedE2E        = "E2E-HW-1"
+	// seedSettle is failed (account_frozen), its net paid by hand by the
+	// ledger entry seededSettleTx: settled by SettlePayoutOutside.
+	seedSettle = "po-hw-settle"
 )
+
+// seededSettleTx is the ledger entry paying seedSettle's net by hand.
+var seededSettleTx string
 
 // oneTimeSet names the payouts one seedPayouts call makes (see the
 // constants above), in cycles of their own.
@@ -257,6 +268,46 @@ func seedOneTimeWrites() (string, error) {
 		return "", fmt.Errorf("seed dead letter: %w", err)
 	}
 	return fmt.Sprintf("pricing-%d", letter), nil
+}
+
+// seedSettledOutside makes seedSettle, a failed payout of seedProvider,
+// and the ledger entries finance posts paying it by hand: its net into
+// provider:{p-hw}:available (as its failure put it back) and out to
+// bank:client. It returns the latter's id.
+func seedSettledOutside() (string, error) {
+	var paid string
+	for _, e := range []struct{ key, debit, credit string }{
+		{"hw-settle-available", "bank:client", "provider:" + seedProvider + ":available"},
+		{"hw-settle-paid", "provider:" + seedProvider + ":available", "bank:client"},
+	} {
+		res := send(http.MethodPost, "/v1/transactions", tokens[auth.RoleFinance], []byte(fmt.Sprintf(`{"idempotency_key":%q,"description":"seed","postings":[`+
+			`{"account":%q,"direction":"debit","amount":"600.00","currency":"CNY"},{"account":%q,"direction":"credit","amount":"600.00","currency":"CNY"}]}`,
+			e.key, e.debit, e.credit)))
+		var tx struct {
+			TransactionID string `json:"transaction_id"`
+		}
+		if err := json.Unmarshal(res.raw, &tx); err != nil || res.code != http.StatusOK || tx.TransactionID == "" {
+			return "", fmt.Errorf("seed %s: HTTP %d %s", e.key, res.code, res.raw)
+		}
+		paid = tx.TransactionID
+	}
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close(ctx)
+	at := stackNow.Add(-48 * time.Hour)
+	if _, err := db.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status,
+			status_reason, method, method_summary, failure_code, failure_message, rail_reference, workflow_started, version, created_at, updated_at)
+		values ($1, $2, 'cyc-20261227', 'CNY', 1000, 250, 150, 600, 'failed', 'failed', 'bank', '', 'account_frozen', 'the account is closed', $1, true, 1, $3, $3)`,
+		seedSettle, seedProvider, at); err != nil {
+		return "", fmt.Errorf("seed payout %s: %w", seedSettle, err)
+	}
+	if _, err := db.Exec(ctx, `insert into payout.status_history (payout_id, seq, status, at) values ($1, 1, 'failed', $2)`, seedSettle, at); err != nil {
+		return "", fmt.Errorf("seed payout %s: %w", seedSettle, err)
+	}
+	return paid, nil
 }
 
 // openRestoreHold opens the bank-file rail's restore hold, as gpubill

@@ -53,6 +53,8 @@ func payoutWrites() []payoutWrite {
 		{name: "ResolvePayoutAmountMismatch", method: "POST", path: "/v1/payouts/" + seedMismatch + ":resolve-amount-mismatch",
 			body: routeNamed("ResolvePayoutAmountMismatch").body, bad: `{"rail_amount":"","reason":" "}`, finance: true,
 			missing: "/v1/payouts/po-nobody:resolve-amount-mismatch", reason: true, seeded: true},
+		{name: "SettlePayoutOutside", method: "POST", path: "/v1/payouts/" + seedSettle + ":settle-outside", body: routeNamed("SettlePayoutOutside").body,
+			bad: `{"transaction_id":"tx-1","reason":"paid"}`, finance: true, missing: "/v1/payouts/po-nobody:settle-outside", reason: true, seeded: true},
 		{name: "ResolveBankTransfer", method: "POST", path: "/v1/bank-transfers/" + seedE2E + ":resolve", body: routeNamed("ResolveBankTransfer").body,
 			bad: `{"resolution":"refund","reason":""}`, finance: true, missing: "/v1/bank-transfers/E2E-nobody:resolve", reason: true, seeded: true},
 		{name: "ReleaseBankFileRestoreHold", method: "POST", path: "/v1/bank-files:release-restore-hold", body: `{}`, finance: true},

@@ -156,6 +156,11 @@ var writeRoutes = []route{
 		body: `{"reason":"duplicate"}`},
 	{name: "RetryPayout", method: "POST", path: "/v1/payouts/%s:retry", param: "payout_id", arg: seedRetry, role: auth.RoleFinance,
 		body: `{"reason":"new account"}`},
+	// A failed payout paid by hand (seeded with the ledger entry that paid
+	// it, whose id the seeding puts in the body): the same request again
+	// answers the payout as it is.
+	{name: "SettlePayoutOutside", method: "POST", path: "/v1/payouts/%s:settle-outside", param: "payout_id", arg: seedSettle, role: auth.RoleFinance,
+		body: `{"transaction_id":"00000000-0000-4000-8000-000000000000","reason":"hostile walk: paid by hand, ICBC ref 7"}`},
 	// The resolution of a payout flagged rail_amount_mismatch, of a bank
 	// transfer held for review, the release of the restore hold (all
 	// seeded): the same request again answers the first.

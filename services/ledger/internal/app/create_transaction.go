@@ -70,6 +70,8 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	postings, pvs := domain.ParsePostings(in.Postings)
 	vs = append(vs, pvs...)
 	vs = append(vs, a.checkCycles(postings)...)
+	kind, kvs := houseEntryKind(in.Metadata, postings)
+	vs = append(vs, kvs...)
 	if err := invalid(vs); err != nil {
 		return nil, err
 	}
@@ -84,14 +86,81 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 		return nil, err
 	}
 	t := &domain.Transaction{
-		ID: ids.New(""), IdempotencyKey: key, Kind: domain.TxManual, Description: in.Description,
+		ID: ids.New(""), IdempotencyKey: key, Kind: kind, Description: in.Description,
 		EffectiveAt: eff, CreatedAt: now, Metadata: in.Metadata, Postings: postings, RequestHash: hash,
 	}
 	// Its audit record, as the interceptor would store it for this
 	// answer (CreateTransactionResponse: the request's ids and the
 	// transaction's id), goes into the write's own transaction when the
 	// group commits in one (PostNew).
-	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
+	au := audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID)
+	if kind == domain.TxBadDebtWriteOff {
+		// Alone, not in a group: the wallet's balance is judged before the
+		// commit, which a group's one-round-trip write (PostNew) does not
+		// do for a credit.
+		return a.postOne(ctx, t, au, nil)
+	}
+	return a.postGrouped(ctx, t, au)
+}
+
+// reasonMax bounds the reason finance gives for an entry of the house's
+// own money into the client pool.
+const reasonMax = 1024
+
+// houseEntryKind is the transaction kind of a finance entry: the house's
+// own money into the client pool when its metadata kind names one and its
+// postings have that shape, with a reason (metadata.reason); else manual.
+// platform:expense:bad_debt takes a write-off's postings only, so its
+// balance is what the house wrote off.
+func houseEntryKind(md map[string]string, ps []domain.Posting) (domain.TxKind, []domain.Violation) {
+	var vs []domain.Violation
+	kind := domain.TxManual
+	switch md["kind"] {
+	case domain.KindClientMoneyFunding:
+		kind = domain.TxClientMoneyFunding
+		if !domain.IsClientMoneyFunding(ps) {
+			vs = append(vs, domain.Violation{Field: "postings", Reason: "client_money_funding moves house money into the client pool only: debits on bank:client, credits on bank:operating"})
+		}
+	case domain.KindBadDebtWriteOff:
+		kind = domain.TxBadDebtWriteOff
+		if !domain.IsBadDebtWriteOff(ps) {
+			vs = append(vs, domain.Violation{Field: "postings", Reason: "bad_debt_write_off debits platform:expense:bad_debt and credits renter wallets only"})
+		}
+	default:
+		for i, p := range ps {
+			if p.Account.Address == domain.PlatformBadDebt {
+				vs = append(vs, domain.Violation{Field: fmt.Sprintf("postings[%d].account", i),
+					Reason: "platform:expense:bad_debt takes a bad_debt_write_off entry only (metadata.kind)"})
+			}
+		}
+		return kind, vs
+	}
+	if r := strings.TrimSpace(md["reason"]); r == "" || len(r) > reasonMax {
+		vs = append(vs, domain.Violation{Field: "metadata.reason", Reason: fmt.Sprintf("required for %s, at most %d bytes", md["kind"], reasonMax)})
+	}
+	return kind, vs
+}
+
+// checkWriteOffs refuses a bad debt write-off that takes a renter wallet
+// above zero: only a debit balance (the renter's debt) is written off; more
+// would hand the house's money to the renter.
+func checkWriteOffs(txs []*domain.Transaction, changes []domain.BalanceChange) error {
+	written := false
+	for _, t := range txs {
+		written = written || t.Kind == domain.TxBadDebtWriteOff
+	}
+	if !written {
+		return nil
+	}
+	var vs []domain.Violation
+	for _, c := range changes {
+		if c.Account.Class == domain.ClassRenter && c.Delta.IsPositive() && c.After.IsPositive() {
+			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
+				"%s would be %s in %s after this write-off (%s before): a write-off clears at most the renter's debit balance",
+				c.Account.Address, c.After.String(), c.Currency, c.Before().String())})
+		}
+	}
+	return invalid(vs)
 }
 
 // checkCycles refuses a posting to a provider's pending account of a cycle

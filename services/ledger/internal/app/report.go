@@ -37,6 +37,11 @@ type ReportStore interface {
 	// BreachTotals returns the recorded breaches in currency posted at or
 	// before asOf (nil: all), summed per house-pool account and direction.
 	BreachTotals(ctx context.Context, currency string, asOf *time.Time) ([]domain.Breach, error)
+	// HouseFundingNet returns the house-pool debits - credits in currency,
+	// posted at or before asOf (nil: all), of finance's sanctioned entries
+	// of house money into the client pool (client money funding, bad debt
+	// write-offs) that recorded no breach.
+	HouseFundingNet(ctx context.Context, currency string, asOf *time.Time) (decimal.Decimal, error)
 
 	// LatestCheckpoint returns the latest checkpoint at or before asOf
 	// (nil: of all), nil when there is none.
@@ -155,7 +160,11 @@ func (rp *Reports) SegregatedFunds(ctx context.Context, asOf *time.Time, currenc
 	if err != nil {
 		return nil, err
 	}
-	r.UnsweptCommission = unsweptCommission(t.houseNetDebit, bts)
+	funded, err := rp.Store.HouseFundingNet(ctx, cur.Code, asOf)
+	if err != nil {
+		return nil, err
+	}
+	r.UnsweptCommission = unsweptCommission(t.houseNetDebit.Sub(funded), bts)
 	if err := r.checkClientLines(); err != nil {
 		return nil, err
 	}
@@ -296,7 +305,8 @@ func (ps *providerSections) addSections(s *clientSums) {
 // cannot fund is deferred, and bank:client holds the commission until it
 // runs). Money crosses between the client and the house pools only by a
 // settlement (commission credited out of provider pending), its sweep
-// (bank:client to bank:operating) and their reversals, or by a breach; a
+// (bank:client to bank:operating) and their reversals, by finance's
+// funding and write-offs (taken out by the caller), or by a breach; a
 // posting within the house pool nets to zero in it. So the house pool's
 // debits - credits, less the breaches', are swept - earned, from the
 // balances alone (no scan of the journal). An entry between the house and

@@ -19,6 +19,9 @@ const (
 	KindAsset     Kind = "asset"
 	KindLiability Kind = "liability"
 	KindIncome    Kind = "income"
+	// KindExpense is the house's expense (a renter's debt written off):
+	// like an asset, its normal side is debits.
+	KindExpense Kind = "expense"
 )
 
 // Pool is the fund pool an account's money belongs to.
@@ -49,6 +52,7 @@ const (
 	BankClient         = ids.BankClient
 	BankOperating      = ids.BankOperating
 	PlatformCommission = ids.PlatformCommission
+	PlatformBadDebt    = ids.PlatformBadDebt
 )
 
 // Provider sub-accounts.
@@ -94,6 +98,9 @@ func ParseAddress(addr string) (Account, error) {
 		acc.Kind, acc.Pool = KindLiability, PoolTax
 	case ClassPlatform:
 		acc.Kind, acc.Pool = KindIncome, PoolHouse
+		if addr == PlatformBadDebt {
+			acc.Kind = KindExpense
+		}
 	default:
 		return Account{}, fmt.Errorf("address %q: class %q has no place in the chart", addr, a.Class)
 	}
@@ -115,11 +122,15 @@ func ProviderPendingAddr(provider, cycle string) string {
 // owes a client (liability) or has earned (income) is credits − debits; cash
 // held (asset) is debits − credits.
 func (a Account) NormalBalance(debits, credits decimal.Decimal) decimal.Decimal {
-	if a.Kind == KindAsset {
+	if a.DebitNormal() {
 		return debits.Sub(credits)
 	}
 	return credits.Sub(debits)
 }
+
+// DebitNormal tells whether the account's normal side is debits (an asset,
+// an expense).
+func (a Account) DebitNormal() bool { return a.Kind == KindAsset || a.Kind == KindExpense }
 
 // MayGoNegative is the overdraft policy: only renter wallets may go negative
 // (usage keeps accruing until the scheduler stops the renter's leases); every

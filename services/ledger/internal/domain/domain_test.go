@@ -23,6 +23,8 @@ func TestParseAddress(t *testing.T) {
 		{"provider:p-001:in_transit", ClassProvider, KindLiability, PoolClient, true},
 		{"tax:withheld:CN", ClassTax, KindLiability, PoolTax, true},
 		{"platform:revenue:commission", ClassPlatform, KindIncome, PoolHouse, true},
+		{"platform:expense:bad_debt", ClassPlatform, KindExpense, PoolHouse, true},
+		{"platform:expense:other", "", "", "", false},
 		{"bank:other", "", "", "", false},
 		{"renter::wallet", "", "", "", false},
 		{"renter:r 1:wallet", "", "", "", false},
@@ -59,6 +61,8 @@ func TestSegregationBreaches(t *testing.T) {
 		return &Transaction{Kind: kind, Metadata: map[string]string{"kind": mdKind}, Postings: ps}
 	}
 	both := append(append([]Posting{}, settle...), sweep...)
+	funding := []Posting{p(BankClient, Debit, 300), p(BankOperating, Credit, 300)}
+	writeOff := []Posting{p(PlatformBadDebt, Debit, 300), p("renter:r-2:wallet", Credit, 300)}
 	tests := []struct {
 		name string
 		give *Transaction
@@ -83,6 +87,19 @@ func TestSegregationBreaches(t *testing.T) {
 		{"fee from wallet", tx(TxManual, "", []Posting{p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5)}), 1},
 		{"settlement with a sweep larger than its commission", tx(TxManual, KindSettlement, append(append([]Posting{}, settle...), p(BankOperating, Debit, 30), p(BankClient, Credit, 30))), 2},
 		{"settlement with a sweep the wrong way", tx(TxManual, KindSettlement, append(append([]Posting{}, settle...), p(BankOperating, Credit, 20), p(BankClient, Debit, 20))), 2},
+		// The house funds a client-money shortfall (house → client only),
+		// and writes off a departed renter's debt: sanctioned by their
+		// kinds, breaches in any other shape, without them, or mirrored.
+		{"client money funding", tx(TxClientMoneyFunding, KindClientMoneyFunding, funding), 0},
+		{"client money funding's shape without its kind", tx(TxManual, "", funding), 1},
+		{"client money funding's shape named by metadata only", tx(TxManual, KindClientMoneyFunding, funding), 1},
+		{"client money funding the other way", tx(TxClientMoneyFunding, KindClientMoneyFunding, sweep), 1},
+		{"client money funding reversed", tx(TxReversal, "", Mirror(funding)), 1},
+		{"client money funding into a wallet", tx(TxClientMoneyFunding, KindClientMoneyFunding, []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankClient, Debit, 10), p(BankOperating, Credit, 10)}), 2},
+		{"bad debt write-off", tx(TxBadDebtWriteOff, KindBadDebtWriteOff, writeOff), 0},
+		{"bad debt write-off's shape without its kind", tx(TxManual, "", writeOff), 1},
+		{"bad debt write-off reversed", tx(TxReversal, "", Mirror(writeOff)), 1},
+		{"bad debt write-off to a provider", tx(TxBadDebtWriteOff, KindBadDebtWriteOff, []Posting{p(PlatformBadDebt, Debit, 5), p("provider:p:available", Credit, 5)}), 1},
 		{"operating funds a wallet", tx(TxManual, "", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}), 2},
 	}
 	for _, tt := range tests {

@@ -30,7 +30,16 @@ type Breach struct {
 //     follows on its own and the report's memo names the commission until
 //     it does), the sweep legs equal per currency to the commission credited;
 //
-// and by a reversal, the exact mirror of a transaction. Anything else
+// by finance's two entries of the house's own money into the client pool,
+// named by their transaction kind (which CreateTransaction gives only to
+// an entry of the shape, with a reason):
+//   - client money funding (TxClientMoneyFunding): Dr bank:client, Cr
+//     bank:operating, the house making good a client-money shortfall;
+//   - a bad debt write-off (TxBadDebtWriteOff): Dr platform:expense:bad_debt,
+//     Cr renter:*:wallet, a renter's debt the house bears;
+//
+// and by a reversal, the exact mirror of a transaction (not of those two:
+// money back from the client pool to the house stays a breach). Anything else
 // touching both pools is a breach, reported per house-pool posting: by
 // shape alone, a finance entry Dr bank:operating / Cr bank:client of any
 // amount passed as a sweep, and one taking a whole gross as commission as
@@ -114,6 +123,10 @@ func sanctioned(t *Transaction) bool {
 		return isSettlement(ps, false) || isSettlementWithSweep(ps, false)
 	case t.Metadata["kind"] == KindCommissionSweep:
 		return isSweep(ps, false)
+	case t.Kind == TxClientMoneyFunding:
+		return IsClientMoneyFunding(ps)
+	case t.Kind == TxBadDebtWriteOff:
+		return IsBadDebtWriteOff(ps)
 	}
 	return false
 }
@@ -124,6 +137,27 @@ const (
 	KindSettlement      = "settlement"
 	KindCommissionSweep = "commission_sweep"
 )
+
+// The metadata kinds of finance's entries of house money into the client
+// pool (CreateTransaction gives them their transaction kinds).
+const (
+	KindClientMoneyFunding = "client_money_funding"
+	KindBadDebtWriteOff    = "bad_debt_write_off"
+)
+
+// IsClientMoneyFunding: Dr bank:client, Cr bank:operating only (house →
+// client; isSweep's mirror).
+func IsClientMoneyFunding(ps []Posting) bool { return len(ps) > 0 && isSweep(ps, true) }
+
+// IsBadDebtWriteOff: Dr platform:expense:bad_debt, Cr renter wallets only.
+func IsBadDebtWriteOff(ps []Posting) bool {
+	for _, p := range ps {
+		if p.Direction == Debit && p.Account.Address != PlatformBadDebt || p.Direction == Credit && p.Account.Class != ClassRenter {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
 
 // isSettlement: debits only on provider pending; credits only on commission,
 // tax withheld or provider available (mirror swaps the sides).

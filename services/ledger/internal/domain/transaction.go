@@ -40,6 +40,15 @@ const (
 	TxDeposit  TxKind = "deposit"
 	TxCharge   TxKind = "charge"
 	TxReversal TxKind = "reversal"
+	// TxClientMoneyFunding is finance's entry funding a client-money
+	// shortfall from the house's own money (metadata kind
+	// client_money_funding; CreateTransaction gives it). A kind of its own,
+	// not metadata alone: a finance entry posted before it existed could
+	// name any metadata, and was recorded as the breach it then was.
+	TxClientMoneyFunding TxKind = "client_money_funding"
+	// TxBadDebtWriteOff is finance's entry writing off a renter's debt
+	// (metadata kind bad_debt_write_off).
+	TxBadDebtWriteOff TxKind = "bad_debt_write_off"
 )
 
 // Posting is one leg of a transaction.
@@ -244,7 +253,7 @@ func CanonicalPostings(ps []Posting) []string {
 
 // Signed returns the posting's effect on its account's normal-side balance.
 func (p Posting) Signed() decimal.Decimal {
-	if (p.Account.Kind == KindAsset) == (p.Direction == Debit) {
+	if p.Account.DebitNormal() == (p.Direction == Debit) {
 		return p.Amount
 	}
 	return p.Amount.Neg()

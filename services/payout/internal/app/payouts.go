@@ -15,8 +15,10 @@ import (
 // submission), a payout created from a settlement, and finance's cancel and
 // retry.
 type Payouts struct {
-	Store    Store
-	Ledger   Ledger
+	Store  Store
+	Ledger Ledger
+	// Entries reads the ledger transaction a payout settled outside names.
+	Entries  LedgerEntries
 	Rail     Rail
 	Minimums domain.Minimums
 	Clock    clock.Clock

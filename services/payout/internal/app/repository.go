@@ -163,6 +163,13 @@ type Tx interface {
 	// submitted (the rail's answer in, when a change is first allowed), or,
 	// for an attempt never submitted, after t.
 	MethodChangedSince(ctx context.Context, provider, payoutID string, t time.Time) (bool, error)
+	// ClaimSettledOutside records that ledger transaction txID paid payout
+	// id by hand (apperr.ErrConflict naming the payout when another claims
+	// it already).
+	ClaimSettledOutside(ctx context.Context, id, txID, reason, by string, at time.Time) error
+	// SettledOutsideBy is the ledger transaction a payout settled outside
+	// names.
+	SettledOutsideBy(ctx context.Context, id string) (string, error)
 	// ResetWorkflow makes the starter start the payout's workflow again.
 	ResetWorkflow(ctx context.Context, id string) error
 	// CreateFromSettled creates the payout of a settled provider, cycle

@@ -20,7 +20,9 @@ func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 			return err
 		}
 		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
-			if p.Attempt > 1 && p.Status != domain.StatusCanceled {
+			// Settled outside, its net was paid by hand: a retry paid it
+			// again, out of a newer cycle's money.
+			if p.Attempt > 1 && p.Status != domain.StatusCanceled && p.Status != domain.StatusSettledOutside {
 				// A retry sent again (its answer lost): the attempt it
 				// asked for is on its way or done; the caller reads it.
 				return nil

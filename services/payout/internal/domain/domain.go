@@ -26,6 +26,9 @@ const (
 	StatusFailed         = "failed"
 	StatusCanceled       = "canceled"
 	StatusReturned       = "returned"
+	// StatusSettledOutside: a failed or returned payout finance paid by
+	// hand, outside any rail (a ledger entry of its own); final.
+	StatusSettledOutside = "settled_outside"
 )
 
 // KYC statuses.
@@ -43,16 +46,18 @@ var ErrIllegalTransition = errors.New("illegal payout transition")
 // or be canceled; once submitted only the rail moves it, but for a cancel
 // while its bank transfer still waits in the bank-file queue (nothing sent
 // to the bank: CanceledInQueue); a failed or returned payout may be
-// retried (back to created, a new attempt).
+// retried (back to created, a new attempt) or recorded as paid by hand
+// outside gpubill (settled_outside).
 var transitions = map[string][]string{
 	StatusActionRequired: {StatusCreated, StatusCanceled},
 	StatusCreated:        {StatusActionRequired, StatusSubmitted, StatusFailed, StatusCanceled},
 	StatusSubmitted:      {StatusInTransit, StatusPaid, StatusFailed, StatusCanceled},
 	StatusInTransit:      {StatusPaid, StatusFailed},
 	StatusPaid:           {StatusReturned},
-	StatusFailed:         {StatusCreated},
-	StatusReturned:       {StatusCreated},
+	StatusFailed:         {StatusCreated, StatusSettledOutside},
+	StatusReturned:       {StatusCreated, StatusSettledOutside},
 	StatusCanceled:       nil,
+	StatusSettledOutside: nil,
 }
 
 // Statuses lists every payout status.
@@ -100,7 +105,7 @@ func CanceledInQueue(p Payout) bool {
 // Final reports whether the workflow of a payout in status s has nothing
 // left to do (a paid payout still watches for a return).
 func Final(s string) bool {
-	return s == StatusFailed || s == StatusCanceled || s == StatusReturned
+	return s == StatusFailed || s == StatusCanceled || s == StatusReturned || s == StatusSettledOutside
 }
 
 // Minimums are the minimum payout per currency: a smaller amount stays in

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -363,6 +364,31 @@ func (s *Server) RetryPayout(ctx context.Context, req *payoutv1.RetryPayoutReque
 	}
 	return &payoutv1.RetryPayoutResponse{Payout: toProto(p)}, nil
 }
+
+// SettlePayoutOutside implements PayoutService (finance): a failed or
+// returned payout finance paid by hand, naming the ledger transaction that
+// paid it, is final (settled_outside).
+func (s *Server) SettlePayoutOutside(ctx context.Context, req *payoutv1.SettlePayoutOutsideRequest) (*payoutv1.SettlePayoutOutsideResponse, error) {
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
+	txID, err := uuid.Parse(req.TransactionId)
+	if err != nil || len(req.TransactionId) != uuidLen {
+		return nil, apperr.Invalid("transaction_id", "required: the id of the ledger transaction that paid the net (a UUID)")
+	}
+	// Its canonical form: the claim is unique on it, and one upper-cased
+	// named the same entry again for another payout.
+	p, err := s.App.SettleOutside(ctx, app.OutsideSettlement{PayoutID: req.PayoutId, TransactionID: txID.String(),
+		Reason: req.Reason, By: actor(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	return &payoutv1.SettlePayoutOutsideResponse{Payout: toProto(p)}, nil
+}
+
+// uuidLen is a ledger transaction id's length, in its canonical form (the
+// one the ledger answers and the claim is unique on).
+const uuidLen = 36
 
 // committedPayout reads, for its answer, the payout a write (a cancel, a
 // retry) has committed a change to, with a context its caller's leaving

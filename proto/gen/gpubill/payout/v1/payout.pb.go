@@ -708,6 +708,111 @@ func (x *RetryPayoutResponse) GetPayout() *Payout {
 	return nil
 }
 
+type SettlePayoutOutsideRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PayoutId string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
+	// Required: the ledger transaction finance posted paying the net by hand.
+	TransactionId string `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // required: how it was paid (the bank, its reference)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettlePayoutOutsideRequest) Reset() {
+	*x = SettlePayoutOutsideRequest{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettlePayoutOutsideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettlePayoutOutsideRequest) ProtoMessage() {}
+
+func (x *SettlePayoutOutsideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettlePayoutOutsideRequest.ProtoReflect.Descriptor instead.
+func (*SettlePayoutOutsideRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SettlePayoutOutsideRequest) GetPayoutId() string {
+	if x != nil {
+		return x.PayoutId
+	}
+	return ""
+}
+
+func (x *SettlePayoutOutsideRequest) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *SettlePayoutOutsideRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SettlePayoutOutsideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payout        *Payout                `protobuf:"bytes,1,opt,name=payout,proto3" json:"payout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettlePayoutOutsideResponse) Reset() {
+	*x = SettlePayoutOutsideResponse{}
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettlePayoutOutsideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettlePayoutOutsideResponse) ProtoMessage() {}
+
+func (x *SettlePayoutOutsideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettlePayoutOutsideResponse.ProtoReflect.Descriptor instead.
+func (*SettlePayoutOutsideResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SettlePayoutOutsideResponse) GetPayout() *Payout {
+	if x != nil {
+		return x.Payout
+	}
+	return nil
+}
+
 type ResolvePayoutAmountMismatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	PayoutId string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
@@ -721,7 +826,7 @@ type ResolvePayoutAmountMismatchRequest struct {
 
 func (x *ResolvePayoutAmountMismatchRequest) Reset() {
 	*x = ResolvePayoutAmountMismatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +838,7 @@ func (x *ResolvePayoutAmountMismatchRequest) String() string {
 func (*ResolvePayoutAmountMismatchRequest) ProtoMessage() {}
 
 func (x *ResolvePayoutAmountMismatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[10]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +851,7 @@ func (x *ResolvePayoutAmountMismatchRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ResolvePayoutAmountMismatchRequest.ProtoReflect.Descriptor instead.
 func (*ResolvePayoutAmountMismatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{10}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolvePayoutAmountMismatchRequest) GetPayoutId() string {
@@ -779,7 +884,7 @@ type ResolvePayoutAmountMismatchResponse struct {
 
 func (x *ResolvePayoutAmountMismatchResponse) Reset() {
 	*x = ResolvePayoutAmountMismatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +896,7 @@ func (x *ResolvePayoutAmountMismatchResponse) String() string {
 func (*ResolvePayoutAmountMismatchResponse) ProtoMessage() {}
 
 func (x *ResolvePayoutAmountMismatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[11]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +909,7 @@ func (x *ResolvePayoutAmountMismatchResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ResolvePayoutAmountMismatchResponse.ProtoReflect.Descriptor instead.
 func (*ResolvePayoutAmountMismatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{11}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolvePayoutAmountMismatchResponse) GetPayout() *Payout {
@@ -824,7 +929,7 @@ type HoldProviderPayoutsRequest struct {
 
 func (x *HoldProviderPayoutsRequest) Reset() {
 	*x = HoldProviderPayoutsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +941,7 @@ func (x *HoldProviderPayoutsRequest) String() string {
 func (*HoldProviderPayoutsRequest) ProtoMessage() {}
 
 func (x *HoldProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[12]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +954,7 @@ func (x *HoldProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldProviderPayoutsRequest.ProtoReflect.Descriptor instead.
 func (*HoldProviderPayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{12}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HoldProviderPayoutsRequest) GetProviderId() string {
@@ -885,7 +990,7 @@ type HoldProviderPayoutsResponse struct {
 
 func (x *HoldProviderPayoutsResponse) Reset() {
 	*x = HoldProviderPayoutsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1002,7 @@ func (x *HoldProviderPayoutsResponse) String() string {
 func (*HoldProviderPayoutsResponse) ProtoMessage() {}
 
 func (x *HoldProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[13]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1015,7 @@ func (x *HoldProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldProviderPayoutsResponse.ProtoReflect.Descriptor instead.
 func (*HoldProviderPayoutsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{13}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HoldProviderPayoutsResponse) GetProviderId() string {
@@ -966,7 +1071,7 @@ type PayoutMethod struct {
 
 func (x *PayoutMethod) Reset() {
 	*x = PayoutMethod{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1083,7 @@ func (x *PayoutMethod) String() string {
 func (*PayoutMethod) ProtoMessage() {}
 
 func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[14]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1096,7 @@ func (x *PayoutMethod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutMethod.ProtoReflect.Descriptor instead.
 func (*PayoutMethod) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{14}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PayoutMethod) GetProviderId() string {
@@ -1082,7 +1187,7 @@ type Kyc struct {
 
 func (x *Kyc) Reset() {
 	*x = Kyc{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1199,7 @@ func (x *Kyc) String() string {
 func (*Kyc) ProtoMessage() {}
 
 func (x *Kyc) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[15]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1212,7 @@ func (x *Kyc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kyc.ProtoReflect.Descriptor instead.
 func (*Kyc) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{15}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Kyc) GetProviderId() string {
@@ -1161,7 +1266,7 @@ type GetPayoutRequest struct {
 
 func (x *GetPayoutRequest) Reset() {
 	*x = GetPayoutRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1278,7 @@ func (x *GetPayoutRequest) String() string {
 func (*GetPayoutRequest) ProtoMessage() {}
 
 func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[16]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1291,7 @@ func (x *GetPayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{16}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPayoutRequest) GetPayoutId() string {
@@ -1205,7 +1310,7 @@ type GetPayoutResponse struct {
 
 func (x *GetPayoutResponse) Reset() {
 	*x = GetPayoutResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1322,7 @@ func (x *GetPayoutResponse) String() string {
 func (*GetPayoutResponse) ProtoMessage() {}
 
 func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[17]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1335,7 @@ func (x *GetPayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{17}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetPayoutResponse) GetPayout() *Payout {
@@ -1253,7 +1358,7 @@ type ListProviderPayoutsRequest struct {
 
 func (x *ListProviderPayoutsRequest) Reset() {
 	*x = ListProviderPayoutsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1370,7 @@ func (x *ListProviderPayoutsRequest) String() string {
 func (*ListProviderPayoutsRequest) ProtoMessage() {}
 
 func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[18]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1383,7 @@ func (x *ListProviderPayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsRequest.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{18}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListProviderPayoutsRequest) GetProviderId() string {
@@ -1326,7 +1431,7 @@ type ListProviderPayoutsResponse struct {
 
 func (x *ListProviderPayoutsResponse) Reset() {
 	*x = ListProviderPayoutsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1443,7 @@ func (x *ListProviderPayoutsResponse) String() string {
 func (*ListProviderPayoutsResponse) ProtoMessage() {}
 
 func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[19]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1456,7 @@ func (x *ListProviderPayoutsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProviderPayoutsResponse.ProtoReflect.Descriptor instead.
 func (*ListProviderPayoutsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{19}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListProviderPayoutsResponse) GetPayouts() []*Payout {
@@ -1383,7 +1488,7 @@ type PutPayoutMethodRequest struct {
 
 func (x *PutPayoutMethodRequest) Reset() {
 	*x = PutPayoutMethodRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1500,7 @@ func (x *PutPayoutMethodRequest) String() string {
 func (*PutPayoutMethodRequest) ProtoMessage() {}
 
 func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[20]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1513,7 @@ func (x *PutPayoutMethodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodRequest.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{20}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutPayoutMethodRequest) GetProviderId() string {
@@ -1469,7 +1574,7 @@ type PutPayoutMethodResponse struct {
 
 func (x *PutPayoutMethodResponse) Reset() {
 	*x = PutPayoutMethodResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1586,7 @@ func (x *PutPayoutMethodResponse) String() string {
 func (*PutPayoutMethodResponse) ProtoMessage() {}
 
 func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[21]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1599,7 @@ func (x *PutPayoutMethodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPayoutMethodResponse.ProtoReflect.Descriptor instead.
 func (*PutPayoutMethodResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{21}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutPayoutMethodResponse) GetPayoutMethod() *PayoutMethod {
@@ -1515,7 +1620,7 @@ type PutKycRequest struct {
 
 func (x *PutKycRequest) Reset() {
 	*x = PutKycRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1632,7 @@ func (x *PutKycRequest) String() string {
 func (*PutKycRequest) ProtoMessage() {}
 
 func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[22]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1645,7 @@ func (x *PutKycRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycRequest.ProtoReflect.Descriptor instead.
 func (*PutKycRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{22}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PutKycRequest) GetProviderId() string {
@@ -1573,7 +1678,7 @@ type PutKycResponse struct {
 
 func (x *PutKycResponse) Reset() {
 	*x = PutKycResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1690,7 @@ func (x *PutKycResponse) String() string {
 func (*PutKycResponse) ProtoMessage() {}
 
 func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[23]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1703,7 @@ func (x *PutKycResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutKycResponse.ProtoReflect.Descriptor instead.
 func (*PutKycResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{23}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutKycResponse) GetKyc() *Kyc {
@@ -1625,7 +1730,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1742,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[24]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1755,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{24}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -1713,7 +1818,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1830,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[25]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1843,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{25}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateWebhookRequest) GetProviderId() string {
@@ -1771,7 +1876,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1888,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[26]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1901,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{26}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -1822,7 +1927,7 @@ type PayoutSettings struct {
 
 func (x *PayoutSettings) Reset() {
 	*x = PayoutSettings{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1939,7 @@ func (x *PayoutSettings) String() string {
 func (*PayoutSettings) ProtoMessage() {}
 
 func (x *PayoutSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[27]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1952,7 @@ func (x *PayoutSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutSettings.ProtoReflect.Descriptor instead.
 func (*PayoutSettings) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{27}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PayoutSettings) GetMinimums() []*PayoutMinimum {
@@ -1889,7 +1994,7 @@ type PayoutMinimum struct {
 
 func (x *PayoutMinimum) Reset() {
 	*x = PayoutMinimum{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2006,7 @@ func (x *PayoutMinimum) String() string {
 func (*PayoutMinimum) ProtoMessage() {}
 
 func (x *PayoutMinimum) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[28]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2019,7 @@ func (x *PayoutMinimum) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutMinimum.ProtoReflect.Descriptor instead.
 func (*PayoutMinimum) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{28}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PayoutMinimum) GetCurrency() string {
@@ -1952,7 +2057,7 @@ type PayoutSettingChange struct {
 
 func (x *PayoutSettingChange) Reset() {
 	*x = PayoutSettingChange{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2069,7 @@ func (x *PayoutSettingChange) String() string {
 func (*PayoutSettingChange) ProtoMessage() {}
 
 func (x *PayoutSettingChange) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[29]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2082,7 @@ func (x *PayoutSettingChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutSettingChange.ProtoReflect.Descriptor instead.
 func (*PayoutSettingChange) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{29}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PayoutSettingChange) GetSetting() string {
@@ -2030,7 +2135,7 @@ type GetPayoutSettingsRequest struct {
 
 func (x *GetPayoutSettingsRequest) Reset() {
 	*x = GetPayoutSettingsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2147,7 @@ func (x *GetPayoutSettingsRequest) String() string {
 func (*GetPayoutSettingsRequest) ProtoMessage() {}
 
 func (x *GetPayoutSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[30]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2160,7 @@ func (x *GetPayoutSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{30}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
 }
 
 type GetPayoutSettingsResponse struct {
@@ -2067,7 +2172,7 @@ type GetPayoutSettingsResponse struct {
 
 func (x *GetPayoutSettingsResponse) Reset() {
 	*x = GetPayoutSettingsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2184,7 @@ func (x *GetPayoutSettingsResponse) String() string {
 func (*GetPayoutSettingsResponse) ProtoMessage() {}
 
 func (x *GetPayoutSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[31]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2197,7 @@ func (x *GetPayoutSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{31}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetPayoutSettingsResponse) GetSettings() *PayoutSettings {
@@ -2115,7 +2220,7 @@ type UpdatePayoutSettingsRequest struct {
 
 func (x *UpdatePayoutSettingsRequest) Reset() {
 	*x = UpdatePayoutSettingsRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2232,7 @@ func (x *UpdatePayoutSettingsRequest) String() string {
 func (*UpdatePayoutSettingsRequest) ProtoMessage() {}
 
 func (x *UpdatePayoutSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[32]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2245,7 @@ func (x *UpdatePayoutSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePayoutSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePayoutSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{32}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdatePayoutSettingsRequest) GetMinimums() map[string]string {
@@ -2173,7 +2278,7 @@ type UpdatePayoutSettingsResponse struct {
 
 func (x *UpdatePayoutSettingsResponse) Reset() {
 	*x = UpdatePayoutSettingsResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2290,7 @@ func (x *UpdatePayoutSettingsResponse) String() string {
 func (*UpdatePayoutSettingsResponse) ProtoMessage() {}
 
 func (x *UpdatePayoutSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[33]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2303,7 @@ func (x *UpdatePayoutSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePayoutSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePayoutSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{33}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdatePayoutSettingsResponse) GetSettings() *PayoutSettings {
@@ -2220,7 +2325,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2337,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[34]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2350,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{34}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RotateWebhookSecretRequest) GetProviderId() string {
@@ -2285,7 +2390,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2402,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[35]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2415,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{35}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RotateWebhookSecretResponse) GetWebhook() *Webhook {
@@ -2329,7 +2434,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2446,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[36]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2459,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{36}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListWebhooksRequest) GetProviderId() string {
@@ -2373,7 +2478,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2490,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[37]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2503,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{37}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -2431,7 +2536,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2548,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[38]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2561,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{38}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WebhookDelivery) GetDeliveryId() string {
@@ -2555,7 +2660,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2672,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[39]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2685,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{39}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetProviderId() string {
@@ -2621,7 +2726,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2738,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[40]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2751,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{40}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -2673,7 +2778,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2790,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[41]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2803,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{41}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteWebhookRequest) GetProviderId() string {
@@ -2723,7 +2828,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2840,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[42]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2853,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{42}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
 }
 
 type RedeliverWebhookDeliveryRequest struct {
@@ -2762,7 +2867,7 @@ type RedeliverWebhookDeliveryRequest struct {
 
 func (x *RedeliverWebhookDeliveryRequest) Reset() {
 	*x = RedeliverWebhookDeliveryRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2879,7 @@ func (x *RedeliverWebhookDeliveryRequest) String() string {
 func (*RedeliverWebhookDeliveryRequest) ProtoMessage() {}
 
 func (x *RedeliverWebhookDeliveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[43]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2892,7 @@ func (x *RedeliverWebhookDeliveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverWebhookDeliveryRequest.ProtoReflect.Descriptor instead.
 func (*RedeliverWebhookDeliveryRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{43}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedeliverWebhookDeliveryRequest) GetProviderId() string {
@@ -2820,7 +2925,7 @@ type RedeliverWebhookDeliveryResponse struct {
 
 func (x *RedeliverWebhookDeliveryResponse) Reset() {
 	*x = RedeliverWebhookDeliveryResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2937,7 @@ func (x *RedeliverWebhookDeliveryResponse) String() string {
 func (*RedeliverWebhookDeliveryResponse) ProtoMessage() {}
 
 func (x *RedeliverWebhookDeliveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[44]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2950,7 @@ func (x *RedeliverWebhookDeliveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverWebhookDeliveryResponse.ProtoReflect.Descriptor instead.
 func (*RedeliverWebhookDeliveryResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{44}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RedeliverWebhookDeliveryResponse) GetDelivery() *WebhookDelivery {
@@ -2865,7 +2970,7 @@ type ListPayoutBatchesRequest struct {
 
 func (x *ListPayoutBatchesRequest) Reset() {
 	*x = ListPayoutBatchesRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2982,7 @@ func (x *ListPayoutBatchesRequest) String() string {
 func (*ListPayoutBatchesRequest) ProtoMessage() {}
 
 func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[45]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +2995,7 @@ func (x *ListPayoutBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{45}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListPayoutBatchesRequest) GetPageSize() int32 {
@@ -2917,7 +3022,7 @@ type ListPayoutBatchesResponse struct {
 
 func (x *ListPayoutBatchesResponse) Reset() {
 	*x = ListPayoutBatchesResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3034,7 @@ func (x *ListPayoutBatchesResponse) String() string {
 func (*ListPayoutBatchesResponse) ProtoMessage() {}
 
 func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[46]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3047,7 @@ func (x *ListPayoutBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPayoutBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListPayoutBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{46}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListPayoutBatchesResponse) GetBatches() []*PayoutBatch {
@@ -2971,7 +3076,7 @@ type PayoutBatchTotal struct {
 
 func (x *PayoutBatchTotal) Reset() {
 	*x = PayoutBatchTotal{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3088,7 @@ func (x *PayoutBatchTotal) String() string {
 func (*PayoutBatchTotal) ProtoMessage() {}
 
 func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[47]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3101,7 @@ func (x *PayoutBatchTotal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatchTotal.ProtoReflect.Descriptor instead.
 func (*PayoutBatchTotal) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{47}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PayoutBatchTotal) GetCurrency() string {
@@ -3041,7 +3146,7 @@ type PayoutBatch struct {
 
 func (x *PayoutBatch) Reset() {
 	*x = PayoutBatch{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3158,7 @@ func (x *PayoutBatch) String() string {
 func (*PayoutBatch) ProtoMessage() {}
 
 func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[48]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3171,7 @@ func (x *PayoutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayoutBatch.ProtoReflect.Descriptor instead.
 func (*PayoutBatch) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{48}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PayoutBatch) GetBatchId() string {
@@ -3148,7 +3253,7 @@ type GetPayoutBatchRequest struct {
 
 func (x *GetPayoutBatchRequest) Reset() {
 	*x = GetPayoutBatchRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3265,7 @@ func (x *GetPayoutBatchRequest) String() string {
 func (*GetPayoutBatchRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[49]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3278,7 @@ func (x *GetPayoutBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{49}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetPayoutBatchRequest) GetBatchId() string {
@@ -3192,7 +3297,7 @@ type GetPayoutBatchResponse struct {
 
 func (x *GetPayoutBatchResponse) Reset() {
 	*x = GetPayoutBatchResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3309,7 @@ func (x *GetPayoutBatchResponse) String() string {
 func (*GetPayoutBatchResponse) ProtoMessage() {}
 
 func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[50]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3322,7 @@ func (x *GetPayoutBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{50}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPayoutBatchResponse) GetBatch() *PayoutBatch {
@@ -3236,7 +3341,7 @@ type GetPayoutBatchFileRequest struct {
 
 func (x *GetPayoutBatchFileRequest) Reset() {
 	*x = GetPayoutBatchFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3353,7 @@ func (x *GetPayoutBatchFileRequest) String() string {
 func (*GetPayoutBatchFileRequest) ProtoMessage() {}
 
 func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[51]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3366,7 @@ func (x *GetPayoutBatchFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPayoutBatchFileRequest.ProtoReflect.Descriptor instead.
 func (*GetPayoutBatchFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{51}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPayoutBatchFileRequest) GetBatchId() string {
@@ -3281,7 +3386,7 @@ type ImportBankFileRequest struct {
 
 func (x *ImportBankFileRequest) Reset() {
 	*x = ImportBankFileRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3398,7 @@ func (x *ImportBankFileRequest) String() string {
 func (*ImportBankFileRequest) ProtoMessage() {}
 
 func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[52]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3411,7 @@ func (x *ImportBankFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileRequest.ProtoReflect.Descriptor instead.
 func (*ImportBankFileRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{52}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ImportBankFileRequest) GetContent() string {
@@ -3342,7 +3447,7 @@ type BankFileEntry struct {
 
 func (x *BankFileEntry) Reset() {
 	*x = BankFileEntry{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3459,7 @@ func (x *BankFileEntry) String() string {
 func (*BankFileEntry) ProtoMessage() {}
 
 func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[53]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3472,7 @@ func (x *BankFileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileEntry.ProtoReflect.Descriptor instead.
 func (*BankFileEntry) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{53}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BankFileEntry) GetElement() string {
@@ -3427,7 +3532,7 @@ type GetBankFileRestoreHoldRequest struct {
 
 func (x *GetBankFileRestoreHoldRequest) Reset() {
 	*x = GetBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3544,7 @@ func (x *GetBankFileRestoreHoldRequest) String() string {
 func (*GetBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[54]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3557,7 @@ func (x *GetBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{54}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
 }
 
 type GetBankFileRestoreHoldResponse struct {
@@ -3464,7 +3569,7 @@ type GetBankFileRestoreHoldResponse struct {
 
 func (x *GetBankFileRestoreHoldResponse) Reset() {
 	*x = GetBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3581,7 @@ func (x *GetBankFileRestoreHoldResponse) String() string {
 func (*GetBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[55]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3594,7 @@ func (x *GetBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*GetBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{55}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3507,7 +3612,7 @@ type ReleaseBankFileRestoreHoldRequest struct {
 
 func (x *ReleaseBankFileRestoreHoldRequest) Reset() {
 	*x = ReleaseBankFileRestoreHoldRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3624,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) String() string {
 func (*ReleaseBankFileRestoreHoldRequest) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[56]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3637,7 @@ func (x *ReleaseBankFileRestoreHoldRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ReleaseBankFileRestoreHoldRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{56}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{58}
 }
 
 type ReleaseBankFileRestoreHoldResponse struct {
@@ -3544,7 +3649,7 @@ type ReleaseBankFileRestoreHoldResponse struct {
 
 func (x *ReleaseBankFileRestoreHoldResponse) Reset() {
 	*x = ReleaseBankFileRestoreHoldResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3661,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) String() string {
 func (*ReleaseBankFileRestoreHoldResponse) ProtoMessage() {}
 
 func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[57]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3674,7 @@ func (x *ReleaseBankFileRestoreHoldResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ReleaseBankFileRestoreHoldResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBankFileRestoreHoldResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{57}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReleaseBankFileRestoreHoldResponse) GetHold() *BankFileRestoreHold {
@@ -3596,7 +3701,7 @@ type BankFileRestoreHold struct {
 
 func (x *BankFileRestoreHold) Reset() {
 	*x = BankFileRestoreHold{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3713,7 @@ func (x *BankFileRestoreHold) String() string {
 func (*BankFileRestoreHold) ProtoMessage() {}
 
 func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[58]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3726,7 @@ func (x *BankFileRestoreHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankFileRestoreHold.ProtoReflect.Descriptor instead.
 func (*BankFileRestoreHold) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{58}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BankFileRestoreHold) GetHeld() bool {
@@ -3698,7 +3803,7 @@ type ResolveBankTransferRequest struct {
 
 func (x *ResolveBankTransferRequest) Reset() {
 	*x = ResolveBankTransferRequest{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3815,7 @@ func (x *ResolveBankTransferRequest) String() string {
 func (*ResolveBankTransferRequest) ProtoMessage() {}
 
 func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[59]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3828,7 @@ func (x *ResolveBankTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferRequest.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferRequest) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{59}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ResolveBankTransferRequest) GetEndToEndId() string {
@@ -3777,7 +3882,7 @@ type ResolveBankTransferResponse struct {
 
 func (x *ResolveBankTransferResponse) Reset() {
 	*x = ResolveBankTransferResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +3894,7 @@ func (x *ResolveBankTransferResponse) String() string {
 func (*ResolveBankTransferResponse) ProtoMessage() {}
 
 func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[60]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +3907,7 @@ func (x *ResolveBankTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveBankTransferResponse.ProtoReflect.Descriptor instead.
 func (*ResolveBankTransferResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{60}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ResolveBankTransferResponse) GetReview() *BankTransferReview {
@@ -3836,7 +3941,7 @@ type BankTransferReview struct {
 
 func (x *BankTransferReview) Reset() {
 	*x = BankTransferReview{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +3953,7 @@ func (x *BankTransferReview) String() string {
 func (*BankTransferReview) ProtoMessage() {}
 
 func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[61]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +3966,7 @@ func (x *BankTransferReview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BankTransferReview.ProtoReflect.Descriptor instead.
 func (*BankTransferReview) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{61}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BankTransferReview) GetEndToEndId() string {
@@ -3986,7 +4091,7 @@ type ImportBankFileResponse struct {
 
 func (x *ImportBankFileResponse) Reset() {
 	*x = ImportBankFileResponse{}
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4103,7 @@ func (x *ImportBankFileResponse) String() string {
 func (*ImportBankFileResponse) ProtoMessage() {}
 
 func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[62]
+	mi := &file_gpubill_payout_v1_payout_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4116,7 @@ func (x *ImportBankFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBankFileResponse.ProtoReflect.Descriptor instead.
 func (*ImportBankFileResponse) Descriptor() ([]byte, []int) {
-	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{62}
+	return file_gpubill_payout_v1_payout_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ImportBankFileResponse) GetFileId() string {
@@ -4139,6 +4244,12 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"H\n" +
 	"\x13RetryPayoutResponse\x121\n" +
+	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"x\n" +
+	"\x1aSettlePayoutOutsideRequest\x12\x1b\n" +
+	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"P\n" +
+	"\x1bSettlePayoutOutsideResponse\x121\n" +
 	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"z\n" +
 	"\"ResolvePayoutAmountMismatchRequest\x12\x1b\n" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x1f\n" +
@@ -4430,7 +4541,7 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2 .gpubill.payout.v1.BankFileEntryR\aentries\x12\x18\n" +
 	"\aapplied\x18\b \x01(\x05R\aapplied\x12\x1f\n" +
 	"\vnot_applied\x18\t \x01(\x05R\n" +
-	"notApplied2\x81\x1f\n" +
+	"notApplied2\xb3 \n" +
 	"\rPayoutService\x12\x7f\n" +
 	"\tGetPayout\x12#.gpubill.payout.v1.GetPayoutRequest\x1a$.gpubill.payout.v1.GetPayoutResponse\"'\x82\xd3\xe4\x93\x02!b\x06payout\x12\x17/v1/payouts/{payout_id}\x12\xa1\x01\n" +
 	"\x13ListProviderPayouts\x12-.gpubill.payout.v1.ListProviderPayoutsRequest\x1a..gpubill.payout.v1.ListProviderPayoutsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/providers/{provider_id}/payouts\x12\xad\x01\n" +
@@ -4438,7 +4549,8 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\x06PutKyc\x12 .gpubill.payout.v1.PutKycRequest\x1a!.gpubill.payout.v1.PutKycResponse\"/\x82\xd3\xe4\x93\x02):\x01*b\x03kyc\x1a\x1f/v1/providers/{provider_id}/kyc\x12\x9b\x01\n" +
 	"\x0fGetPayoutMethod\x12).gpubill.payout.v1.GetPayoutMethodRequest\x1a*.gpubill.payout.v1.GetPayoutMethodResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/providers/{provider_id}/payout-method\x12\x92\x01\n" +
 	"\fCancelPayout\x12&.gpubill.payout.v1.CancelPayoutRequest\x1a'.gpubill.payout.v1.CancelPayoutResponse\"1\x82\xd3\xe4\x93\x02+:\x01*b\x06payout\"\x1e/v1/payouts/{payout_id}:cancel\x12\x8e\x01\n" +
-	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xd0\x01\n" +
+	"\vRetryPayout\x12%.gpubill.payout.v1.RetryPayoutRequest\x1a&.gpubill.payout.v1.RetryPayoutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x06payout\"\x1d/v1/payouts/{payout_id}:retry\x12\xaf\x01\n" +
+	"\x13SettlePayoutOutside\x12-.gpubill.payout.v1.SettlePayoutOutsideRequest\x1a..gpubill.payout.v1.SettlePayoutOutsideResponse\"9\x82\xd3\xe4\x93\x023:\x01*b\x06payout\"&/v1/payouts/{payout_id}:settle-outside\x12\xd0\x01\n" +
 	"\x1bResolvePayoutAmountMismatch\x125.gpubill.payout.v1.ResolvePayoutAmountMismatchRequest\x1a6.gpubill.payout.v1.ResolvePayoutAmountMismatchResponse\"B\x82\xd3\xe4\x93\x02<:\x01*b\x06payout\"//v1/payouts/{payout_id}:resolve-amount-mismatch\x12\xa8\x01\n" +
 	"\x13HoldProviderPayouts\x12-.gpubill.payout.v1.HoldProviderPayoutsRequest\x1a..gpubill.payout.v1.HoldProviderPayoutsResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\x1a'/v1/providers/{provider_id}/payout-hold\x12\x9c\x01\n" +
 	"\rCreateWebhook\x12'.gpubill.payout.v1.CreateWebhookRequest\x1a(.gpubill.payout.v1.CreateWebhookResponse\"8\x82\xd3\xe4\x93\x022:\x01*b\awebhook\"$/v1/providers/{provider_id}/webhooks\x12\xc9\x01\n" +
@@ -4469,7 +4581,7 @@ func file_gpubill_payout_v1_payout_proto_rawDescGZIP() []byte {
 	return file_gpubill_payout_v1_payout_proto_rawDescData
 }
 
-var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_gpubill_payout_v1_payout_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*PayoutStatusChange)(nil),                  // 0: gpubill.payout.v1.PayoutStatusChange
 	(*Payout)(nil),                              // 1: gpubill.payout.v1.Payout
@@ -4481,170 +4593,175 @@ var file_gpubill_payout_v1_payout_proto_goTypes = []any{
 	(*CancelPayoutResponse)(nil),                // 7: gpubill.payout.v1.CancelPayoutResponse
 	(*RetryPayoutRequest)(nil),                  // 8: gpubill.payout.v1.RetryPayoutRequest
 	(*RetryPayoutResponse)(nil),                 // 9: gpubill.payout.v1.RetryPayoutResponse
-	(*ResolvePayoutAmountMismatchRequest)(nil),  // 10: gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
-	(*ResolvePayoutAmountMismatchResponse)(nil), // 11: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
-	(*HoldProviderPayoutsRequest)(nil),          // 12: gpubill.payout.v1.HoldProviderPayoutsRequest
-	(*HoldProviderPayoutsResponse)(nil),         // 13: gpubill.payout.v1.HoldProviderPayoutsResponse
-	(*PayoutMethod)(nil),                        // 14: gpubill.payout.v1.PayoutMethod
-	(*Kyc)(nil),                                 // 15: gpubill.payout.v1.Kyc
-	(*GetPayoutRequest)(nil),                    // 16: gpubill.payout.v1.GetPayoutRequest
-	(*GetPayoutResponse)(nil),                   // 17: gpubill.payout.v1.GetPayoutResponse
-	(*ListProviderPayoutsRequest)(nil),          // 18: gpubill.payout.v1.ListProviderPayoutsRequest
-	(*ListProviderPayoutsResponse)(nil),         // 19: gpubill.payout.v1.ListProviderPayoutsResponse
-	(*PutPayoutMethodRequest)(nil),              // 20: gpubill.payout.v1.PutPayoutMethodRequest
-	(*PutPayoutMethodResponse)(nil),             // 21: gpubill.payout.v1.PutPayoutMethodResponse
-	(*PutKycRequest)(nil),                       // 22: gpubill.payout.v1.PutKycRequest
-	(*PutKycResponse)(nil),                      // 23: gpubill.payout.v1.PutKycResponse
-	(*Webhook)(nil),                             // 24: gpubill.payout.v1.Webhook
-	(*CreateWebhookRequest)(nil),                // 25: gpubill.payout.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),               // 26: gpubill.payout.v1.CreateWebhookResponse
-	(*PayoutSettings)(nil),                      // 27: gpubill.payout.v1.PayoutSettings
-	(*PayoutMinimum)(nil),                       // 28: gpubill.payout.v1.PayoutMinimum
-	(*PayoutSettingChange)(nil),                 // 29: gpubill.payout.v1.PayoutSettingChange
-	(*GetPayoutSettingsRequest)(nil),            // 30: gpubill.payout.v1.GetPayoutSettingsRequest
-	(*GetPayoutSettingsResponse)(nil),           // 31: gpubill.payout.v1.GetPayoutSettingsResponse
-	(*UpdatePayoutSettingsRequest)(nil),         // 32: gpubill.payout.v1.UpdatePayoutSettingsRequest
-	(*UpdatePayoutSettingsResponse)(nil),        // 33: gpubill.payout.v1.UpdatePayoutSettingsResponse
-	(*RotateWebhookSecretRequest)(nil),          // 34: gpubill.payout.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),         // 35: gpubill.payout.v1.RotateWebhookSecretResponse
-	(*ListWebhooksRequest)(nil),                 // 36: gpubill.payout.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),                // 37: gpubill.payout.v1.ListWebhooksResponse
-	(*WebhookDelivery)(nil),                     // 38: gpubill.payout.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),        // 39: gpubill.payout.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil),       // 40: gpubill.payout.v1.ListWebhookDeliveriesResponse
-	(*DeleteWebhookRequest)(nil),                // 41: gpubill.payout.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),               // 42: gpubill.payout.v1.DeleteWebhookResponse
-	(*RedeliverWebhookDeliveryRequest)(nil),     // 43: gpubill.payout.v1.RedeliverWebhookDeliveryRequest
-	(*RedeliverWebhookDeliveryResponse)(nil),    // 44: gpubill.payout.v1.RedeliverWebhookDeliveryResponse
-	(*ListPayoutBatchesRequest)(nil),            // 45: gpubill.payout.v1.ListPayoutBatchesRequest
-	(*ListPayoutBatchesResponse)(nil),           // 46: gpubill.payout.v1.ListPayoutBatchesResponse
-	(*PayoutBatchTotal)(nil),                    // 47: gpubill.payout.v1.PayoutBatchTotal
-	(*PayoutBatch)(nil),                         // 48: gpubill.payout.v1.PayoutBatch
-	(*GetPayoutBatchRequest)(nil),               // 49: gpubill.payout.v1.GetPayoutBatchRequest
-	(*GetPayoutBatchResponse)(nil),              // 50: gpubill.payout.v1.GetPayoutBatchResponse
-	(*GetPayoutBatchFileRequest)(nil),           // 51: gpubill.payout.v1.GetPayoutBatchFileRequest
-	(*ImportBankFileRequest)(nil),               // 52: gpubill.payout.v1.ImportBankFileRequest
-	(*BankFileEntry)(nil),                       // 53: gpubill.payout.v1.BankFileEntry
-	(*GetBankFileRestoreHoldRequest)(nil),       // 54: gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	(*GetBankFileRestoreHoldResponse)(nil),      // 55: gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	(*ReleaseBankFileRestoreHoldRequest)(nil),   // 56: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	(*ReleaseBankFileRestoreHoldResponse)(nil),  // 57: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	(*BankFileRestoreHold)(nil),                 // 58: gpubill.payout.v1.BankFileRestoreHold
-	(*ResolveBankTransferRequest)(nil),          // 59: gpubill.payout.v1.ResolveBankTransferRequest
-	(*ResolveBankTransferResponse)(nil),         // 60: gpubill.payout.v1.ResolveBankTransferResponse
-	(*BankTransferReview)(nil),                  // 61: gpubill.payout.v1.BankTransferReview
-	(*ImportBankFileResponse)(nil),              // 62: gpubill.payout.v1.ImportBankFileResponse
-	nil,                                         // 63: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	(*timestamppb.Timestamp)(nil),               // 64: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                 // 65: google.protobuf.Duration
-	(*httpbody.HttpBody)(nil),                   // 66: google.api.HttpBody
+	(*SettlePayoutOutsideRequest)(nil),          // 10: gpubill.payout.v1.SettlePayoutOutsideRequest
+	(*SettlePayoutOutsideResponse)(nil),         // 11: gpubill.payout.v1.SettlePayoutOutsideResponse
+	(*ResolvePayoutAmountMismatchRequest)(nil),  // 12: gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
+	(*ResolvePayoutAmountMismatchResponse)(nil), // 13: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
+	(*HoldProviderPayoutsRequest)(nil),          // 14: gpubill.payout.v1.HoldProviderPayoutsRequest
+	(*HoldProviderPayoutsResponse)(nil),         // 15: gpubill.payout.v1.HoldProviderPayoutsResponse
+	(*PayoutMethod)(nil),                        // 16: gpubill.payout.v1.PayoutMethod
+	(*Kyc)(nil),                                 // 17: gpubill.payout.v1.Kyc
+	(*GetPayoutRequest)(nil),                    // 18: gpubill.payout.v1.GetPayoutRequest
+	(*GetPayoutResponse)(nil),                   // 19: gpubill.payout.v1.GetPayoutResponse
+	(*ListProviderPayoutsRequest)(nil),          // 20: gpubill.payout.v1.ListProviderPayoutsRequest
+	(*ListProviderPayoutsResponse)(nil),         // 21: gpubill.payout.v1.ListProviderPayoutsResponse
+	(*PutPayoutMethodRequest)(nil),              // 22: gpubill.payout.v1.PutPayoutMethodRequest
+	(*PutPayoutMethodResponse)(nil),             // 23: gpubill.payout.v1.PutPayoutMethodResponse
+	(*PutKycRequest)(nil),                       // 24: gpubill.payout.v1.PutKycRequest
+	(*PutKycResponse)(nil),                      // 25: gpubill.payout.v1.PutKycResponse
+	(*Webhook)(nil),                             // 26: gpubill.payout.v1.Webhook
+	(*CreateWebhookRequest)(nil),                // 27: gpubill.payout.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),               // 28: gpubill.payout.v1.CreateWebhookResponse
+	(*PayoutSettings)(nil),                      // 29: gpubill.payout.v1.PayoutSettings
+	(*PayoutMinimum)(nil),                       // 30: gpubill.payout.v1.PayoutMinimum
+	(*PayoutSettingChange)(nil),                 // 31: gpubill.payout.v1.PayoutSettingChange
+	(*GetPayoutSettingsRequest)(nil),            // 32: gpubill.payout.v1.GetPayoutSettingsRequest
+	(*GetPayoutSettingsResponse)(nil),           // 33: gpubill.payout.v1.GetPayoutSettingsResponse
+	(*UpdatePayoutSettingsRequest)(nil),         // 34: gpubill.payout.v1.UpdatePayoutSettingsRequest
+	(*UpdatePayoutSettingsResponse)(nil),        // 35: gpubill.payout.v1.UpdatePayoutSettingsResponse
+	(*RotateWebhookSecretRequest)(nil),          // 36: gpubill.payout.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),         // 37: gpubill.payout.v1.RotateWebhookSecretResponse
+	(*ListWebhooksRequest)(nil),                 // 38: gpubill.payout.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),                // 39: gpubill.payout.v1.ListWebhooksResponse
+	(*WebhookDelivery)(nil),                     // 40: gpubill.payout.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),        // 41: gpubill.payout.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),       // 42: gpubill.payout.v1.ListWebhookDeliveriesResponse
+	(*DeleteWebhookRequest)(nil),                // 43: gpubill.payout.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),               // 44: gpubill.payout.v1.DeleteWebhookResponse
+	(*RedeliverWebhookDeliveryRequest)(nil),     // 45: gpubill.payout.v1.RedeliverWebhookDeliveryRequest
+	(*RedeliverWebhookDeliveryResponse)(nil),    // 46: gpubill.payout.v1.RedeliverWebhookDeliveryResponse
+	(*ListPayoutBatchesRequest)(nil),            // 47: gpubill.payout.v1.ListPayoutBatchesRequest
+	(*ListPayoutBatchesResponse)(nil),           // 48: gpubill.payout.v1.ListPayoutBatchesResponse
+	(*PayoutBatchTotal)(nil),                    // 49: gpubill.payout.v1.PayoutBatchTotal
+	(*PayoutBatch)(nil),                         // 50: gpubill.payout.v1.PayoutBatch
+	(*GetPayoutBatchRequest)(nil),               // 51: gpubill.payout.v1.GetPayoutBatchRequest
+	(*GetPayoutBatchResponse)(nil),              // 52: gpubill.payout.v1.GetPayoutBatchResponse
+	(*GetPayoutBatchFileRequest)(nil),           // 53: gpubill.payout.v1.GetPayoutBatchFileRequest
+	(*ImportBankFileRequest)(nil),               // 54: gpubill.payout.v1.ImportBankFileRequest
+	(*BankFileEntry)(nil),                       // 55: gpubill.payout.v1.BankFileEntry
+	(*GetBankFileRestoreHoldRequest)(nil),       // 56: gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	(*GetBankFileRestoreHoldResponse)(nil),      // 57: gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	(*ReleaseBankFileRestoreHoldRequest)(nil),   // 58: gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	(*ReleaseBankFileRestoreHoldResponse)(nil),  // 59: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	(*BankFileRestoreHold)(nil),                 // 60: gpubill.payout.v1.BankFileRestoreHold
+	(*ResolveBankTransferRequest)(nil),          // 61: gpubill.payout.v1.ResolveBankTransferRequest
+	(*ResolveBankTransferResponse)(nil),         // 62: gpubill.payout.v1.ResolveBankTransferResponse
+	(*BankTransferReview)(nil),                  // 63: gpubill.payout.v1.BankTransferReview
+	(*ImportBankFileResponse)(nil),              // 64: gpubill.payout.v1.ImportBankFileResponse
+	nil,                                         // 65: gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	(*timestamppb.Timestamp)(nil),               // 66: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                 // 67: google.protobuf.Duration
+	(*httpbody.HttpBody)(nil),                   // 68: google.api.HttpBody
 }
 var file_gpubill_payout_v1_payout_proto_depIdxs = []int32{
-	64, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
+	66, // 0: gpubill.payout.v1.PayoutStatusChange.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: gpubill.payout.v1.Payout.status_history:type_name -> gpubill.payout.v1.PayoutStatusChange
-	64, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
-	64, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
+	66, // 2: gpubill.payout.v1.Payout.created_at:type_name -> google.protobuf.Timestamp
+	66, // 3: gpubill.payout.v1.Payout.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: gpubill.payout.v1.Payout.statements:type_name -> gpubill.payout.v1.PayoutStatement
-	64, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
-	14, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	66, // 5: gpubill.payout.v1.PayoutMethodChange.at:type_name -> google.protobuf.Timestamp
+	16, // 6: gpubill.payout.v1.GetPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
 	3,  // 7: gpubill.payout.v1.GetPayoutMethodResponse.history:type_name -> gpubill.payout.v1.PayoutMethodChange
 	1,  // 8: gpubill.payout.v1.CancelPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
 	1,  // 9: gpubill.payout.v1.RetryPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	1,  // 10: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse.payout:type_name -> gpubill.payout.v1.Payout
-	64, // 11: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
-	64, // 12: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
-	1,  // 14: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
-	14, // 15: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
-	15, // 16: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
-	64, // 17: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	64, // 18: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
-	64, // 19: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 20: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	28, // 21: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
-	29, // 22: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
-	64, // 23: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
-	27, // 24: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	63, // 25: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
-	27, // 26: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
-	65, // 27: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	24, // 28: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
-	24, // 29: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
-	64, // 30: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	64, // 31: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	64, // 32: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	64, // 33: gpubill.payout.v1.WebhookDelivery.redelivered_at:type_name -> google.protobuf.Timestamp
-	38, // 34: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
-	38, // 35: gpubill.payout.v1.RedeliverWebhookDeliveryResponse.delivery:type_name -> gpubill.payout.v1.WebhookDelivery
-	48, // 36: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
-	64, // 37: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
-	47, // 38: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
-	64, // 39: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
-	64, // 40: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
-	48, // 41: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
-	58, // 42: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	58, // 43: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
-	64, // 44: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
-	64, // 45: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
-	61, // 46: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
-	61, // 47: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
-	64, // 48: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
-	64, // 49: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
-	64, // 50: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
-	53, // 51: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
-	16, // 52: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
-	18, // 53: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
-	20, // 54: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
-	22, // 55: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
-	4,  // 56: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
-	6,  // 57: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
-	8,  // 58: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
-	10, // 59: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:input_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
-	12, // 60: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
-	25, // 61: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
-	34, // 62: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
-	30, // 63: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
-	32, // 64: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
-	36, // 65: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
-	39, // 66: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
-	41, // 67: gpubill.payout.v1.PayoutService.DeleteWebhook:input_type -> gpubill.payout.v1.DeleteWebhookRequest
-	43, // 68: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:input_type -> gpubill.payout.v1.RedeliverWebhookDeliveryRequest
-	45, // 69: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
-	49, // 70: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
-	51, // 71: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
-	52, // 72: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
-	54, // 73: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
-	56, // 74: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
-	59, // 75: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
-	17, // 76: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
-	19, // 77: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
-	21, // 78: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
-	23, // 79: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
-	5,  // 80: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
-	7,  // 81: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
-	9,  // 82: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
-	11, // 83: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:output_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
-	13, // 84: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
-	26, // 85: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
-	35, // 86: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
-	31, // 87: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
-	33, // 88: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
-	37, // 89: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
-	40, // 90: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
-	42, // 91: gpubill.payout.v1.PayoutService.DeleteWebhook:output_type -> gpubill.payout.v1.DeleteWebhookResponse
-	44, // 92: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:output_type -> gpubill.payout.v1.RedeliverWebhookDeliveryResponse
-	46, // 93: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
-	50, // 94: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
-	66, // 95: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
-	62, // 96: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
-	55, // 97: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
-	57, // 98: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
-	60, // 99: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
-	76, // [76:100] is the sub-list for method output_type
-	52, // [52:76] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	1,  // 10: gpubill.payout.v1.SettlePayoutOutsideResponse.payout:type_name -> gpubill.payout.v1.Payout
+	1,  // 11: gpubill.payout.v1.ResolvePayoutAmountMismatchResponse.payout:type_name -> gpubill.payout.v1.Payout
+	66, // 12: gpubill.payout.v1.PayoutMethod.updated_at:type_name -> google.protobuf.Timestamp
+	66, // 13: gpubill.payout.v1.Kyc.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: gpubill.payout.v1.GetPayoutResponse.payout:type_name -> gpubill.payout.v1.Payout
+	1,  // 15: gpubill.payout.v1.ListProviderPayoutsResponse.payouts:type_name -> gpubill.payout.v1.Payout
+	16, // 16: gpubill.payout.v1.PutPayoutMethodResponse.payout_method:type_name -> gpubill.payout.v1.PayoutMethod
+	17, // 17: gpubill.payout.v1.PutKycResponse.kyc:type_name -> gpubill.payout.v1.Kyc
+	66, // 18: gpubill.payout.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	66, // 19: gpubill.payout.v1.Webhook.secret_rotated_at:type_name -> google.protobuf.Timestamp
+	66, // 20: gpubill.payout.v1.Webhook.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	26, // 21: gpubill.payout.v1.CreateWebhookResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	30, // 22: gpubill.payout.v1.PayoutSettings.minimums:type_name -> gpubill.payout.v1.PayoutMinimum
+	31, // 23: gpubill.payout.v1.PayoutSettings.changes:type_name -> gpubill.payout.v1.PayoutSettingChange
+	66, // 24: gpubill.payout.v1.PayoutSettingChange.at:type_name -> google.protobuf.Timestamp
+	29, // 25: gpubill.payout.v1.GetPayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	65, // 26: gpubill.payout.v1.UpdatePayoutSettingsRequest.minimums:type_name -> gpubill.payout.v1.UpdatePayoutSettingsRequest.MinimumsEntry
+	29, // 27: gpubill.payout.v1.UpdatePayoutSettingsResponse.settings:type_name -> gpubill.payout.v1.PayoutSettings
+	67, // 28: gpubill.payout.v1.RotateWebhookSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	26, // 29: gpubill.payout.v1.RotateWebhookSecretResponse.webhook:type_name -> gpubill.payout.v1.Webhook
+	26, // 30: gpubill.payout.v1.ListWebhooksResponse.webhooks:type_name -> gpubill.payout.v1.Webhook
+	66, // 31: gpubill.payout.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	66, // 32: gpubill.payout.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	66, // 33: gpubill.payout.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	66, // 34: gpubill.payout.v1.WebhookDelivery.redelivered_at:type_name -> google.protobuf.Timestamp
+	40, // 35: gpubill.payout.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> gpubill.payout.v1.WebhookDelivery
+	40, // 36: gpubill.payout.v1.RedeliverWebhookDeliveryResponse.delivery:type_name -> gpubill.payout.v1.WebhookDelivery
+	50, // 37: gpubill.payout.v1.ListPayoutBatchesResponse.batches:type_name -> gpubill.payout.v1.PayoutBatch
+	66, // 38: gpubill.payout.v1.PayoutBatch.cutoff_at:type_name -> google.protobuf.Timestamp
+	49, // 39: gpubill.payout.v1.PayoutBatch.totals:type_name -> gpubill.payout.v1.PayoutBatchTotal
+	66, // 40: gpubill.payout.v1.PayoutBatch.created_at:type_name -> google.protobuf.Timestamp
+	66, // 41: gpubill.payout.v1.PayoutBatch.delivered_at:type_name -> google.protobuf.Timestamp
+	50, // 42: gpubill.payout.v1.GetPayoutBatchResponse.batch:type_name -> gpubill.payout.v1.PayoutBatch
+	60, // 43: gpubill.payout.v1.GetBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	60, // 44: gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse.hold:type_name -> gpubill.payout.v1.BankFileRestoreHold
+	66, // 45: gpubill.payout.v1.BankFileRestoreHold.held_since:type_name -> google.protobuf.Timestamp
+	66, // 46: gpubill.payout.v1.BankFileRestoreHold.released_at:type_name -> google.protobuf.Timestamp
+	63, // 47: gpubill.payout.v1.BankFileRestoreHold.in_review:type_name -> gpubill.payout.v1.BankTransferReview
+	63, // 48: gpubill.payout.v1.ResolveBankTransferResponse.review:type_name -> gpubill.payout.v1.BankTransferReview
+	66, // 49: gpubill.payout.v1.BankTransferReview.since:type_name -> google.protobuf.Timestamp
+	66, // 50: gpubill.payout.v1.BankTransferReview.resolved_at:type_name -> google.protobuf.Timestamp
+	66, // 51: gpubill.payout.v1.ImportBankFileResponse.imported_at:type_name -> google.protobuf.Timestamp
+	55, // 52: gpubill.payout.v1.ImportBankFileResponse.entries:type_name -> gpubill.payout.v1.BankFileEntry
+	18, // 53: gpubill.payout.v1.PayoutService.GetPayout:input_type -> gpubill.payout.v1.GetPayoutRequest
+	20, // 54: gpubill.payout.v1.PayoutService.ListProviderPayouts:input_type -> gpubill.payout.v1.ListProviderPayoutsRequest
+	22, // 55: gpubill.payout.v1.PayoutService.PutPayoutMethod:input_type -> gpubill.payout.v1.PutPayoutMethodRequest
+	24, // 56: gpubill.payout.v1.PayoutService.PutKyc:input_type -> gpubill.payout.v1.PutKycRequest
+	4,  // 57: gpubill.payout.v1.PayoutService.GetPayoutMethod:input_type -> gpubill.payout.v1.GetPayoutMethodRequest
+	6,  // 58: gpubill.payout.v1.PayoutService.CancelPayout:input_type -> gpubill.payout.v1.CancelPayoutRequest
+	8,  // 59: gpubill.payout.v1.PayoutService.RetryPayout:input_type -> gpubill.payout.v1.RetryPayoutRequest
+	10, // 60: gpubill.payout.v1.PayoutService.SettlePayoutOutside:input_type -> gpubill.payout.v1.SettlePayoutOutsideRequest
+	12, // 61: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:input_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchRequest
+	14, // 62: gpubill.payout.v1.PayoutService.HoldProviderPayouts:input_type -> gpubill.payout.v1.HoldProviderPayoutsRequest
+	27, // 63: gpubill.payout.v1.PayoutService.CreateWebhook:input_type -> gpubill.payout.v1.CreateWebhookRequest
+	36, // 64: gpubill.payout.v1.PayoutService.RotateWebhookSecret:input_type -> gpubill.payout.v1.RotateWebhookSecretRequest
+	32, // 65: gpubill.payout.v1.PayoutService.GetPayoutSettings:input_type -> gpubill.payout.v1.GetPayoutSettingsRequest
+	34, // 66: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:input_type -> gpubill.payout.v1.UpdatePayoutSettingsRequest
+	38, // 67: gpubill.payout.v1.PayoutService.ListWebhooks:input_type -> gpubill.payout.v1.ListWebhooksRequest
+	41, // 68: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:input_type -> gpubill.payout.v1.ListWebhookDeliveriesRequest
+	43, // 69: gpubill.payout.v1.PayoutService.DeleteWebhook:input_type -> gpubill.payout.v1.DeleteWebhookRequest
+	45, // 70: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:input_type -> gpubill.payout.v1.RedeliverWebhookDeliveryRequest
+	47, // 71: gpubill.payout.v1.PayoutService.ListPayoutBatches:input_type -> gpubill.payout.v1.ListPayoutBatchesRequest
+	51, // 72: gpubill.payout.v1.PayoutService.GetPayoutBatch:input_type -> gpubill.payout.v1.GetPayoutBatchRequest
+	53, // 73: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:input_type -> gpubill.payout.v1.GetPayoutBatchFileRequest
+	54, // 74: gpubill.payout.v1.PayoutService.ImportBankFile:input_type -> gpubill.payout.v1.ImportBankFileRequest
+	56, // 75: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:input_type -> gpubill.payout.v1.GetBankFileRestoreHoldRequest
+	58, // 76: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:input_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldRequest
+	61, // 77: gpubill.payout.v1.PayoutService.ResolveBankTransfer:input_type -> gpubill.payout.v1.ResolveBankTransferRequest
+	19, // 78: gpubill.payout.v1.PayoutService.GetPayout:output_type -> gpubill.payout.v1.GetPayoutResponse
+	21, // 79: gpubill.payout.v1.PayoutService.ListProviderPayouts:output_type -> gpubill.payout.v1.ListProviderPayoutsResponse
+	23, // 80: gpubill.payout.v1.PayoutService.PutPayoutMethod:output_type -> gpubill.payout.v1.PutPayoutMethodResponse
+	25, // 81: gpubill.payout.v1.PayoutService.PutKyc:output_type -> gpubill.payout.v1.PutKycResponse
+	5,  // 82: gpubill.payout.v1.PayoutService.GetPayoutMethod:output_type -> gpubill.payout.v1.GetPayoutMethodResponse
+	7,  // 83: gpubill.payout.v1.PayoutService.CancelPayout:output_type -> gpubill.payout.v1.CancelPayoutResponse
+	9,  // 84: gpubill.payout.v1.PayoutService.RetryPayout:output_type -> gpubill.payout.v1.RetryPayoutResponse
+	11, // 85: gpubill.payout.v1.PayoutService.SettlePayoutOutside:output_type -> gpubill.payout.v1.SettlePayoutOutsideResponse
+	13, // 86: gpubill.payout.v1.PayoutService.ResolvePayoutAmountMismatch:output_type -> gpubill.payout.v1.ResolvePayoutAmountMismatchResponse
+	15, // 87: gpubill.payout.v1.PayoutService.HoldProviderPayouts:output_type -> gpubill.payout.v1.HoldProviderPayoutsResponse
+	28, // 88: gpubill.payout.v1.PayoutService.CreateWebhook:output_type -> gpubill.payout.v1.CreateWebhookResponse
+	37, // 89: gpubill.payout.v1.PayoutService.RotateWebhookSecret:output_type -> gpubill.payout.v1.RotateWebhookSecretResponse
+	33, // 90: gpubill.payout.v1.PayoutService.GetPayoutSettings:output_type -> gpubill.payout.v1.GetPayoutSettingsResponse
+	35, // 91: gpubill.payout.v1.PayoutService.UpdatePayoutSettings:output_type -> gpubill.payout.v1.UpdatePayoutSettingsResponse
+	39, // 92: gpubill.payout.v1.PayoutService.ListWebhooks:output_type -> gpubill.payout.v1.ListWebhooksResponse
+	42, // 93: gpubill.payout.v1.PayoutService.ListWebhookDeliveries:output_type -> gpubill.payout.v1.ListWebhookDeliveriesResponse
+	44, // 94: gpubill.payout.v1.PayoutService.DeleteWebhook:output_type -> gpubill.payout.v1.DeleteWebhookResponse
+	46, // 95: gpubill.payout.v1.PayoutService.RedeliverWebhookDelivery:output_type -> gpubill.payout.v1.RedeliverWebhookDeliveryResponse
+	48, // 96: gpubill.payout.v1.PayoutService.ListPayoutBatches:output_type -> gpubill.payout.v1.ListPayoutBatchesResponse
+	52, // 97: gpubill.payout.v1.PayoutService.GetPayoutBatch:output_type -> gpubill.payout.v1.GetPayoutBatchResponse
+	68, // 98: gpubill.payout.v1.PayoutService.GetPayoutBatchFile:output_type -> google.api.HttpBody
+	64, // 99: gpubill.payout.v1.PayoutService.ImportBankFile:output_type -> gpubill.payout.v1.ImportBankFileResponse
+	57, // 100: gpubill.payout.v1.PayoutService.GetBankFileRestoreHold:output_type -> gpubill.payout.v1.GetBankFileRestoreHoldResponse
+	59, // 101: gpubill.payout.v1.PayoutService.ReleaseBankFileRestoreHold:output_type -> gpubill.payout.v1.ReleaseBankFileRestoreHoldResponse
+	62, // 102: gpubill.payout.v1.PayoutService.ResolveBankTransfer:output_type -> gpubill.payout.v1.ResolveBankTransferResponse
+	78, // [78:103] is the sub-list for method output_type
+	53, // [53:78] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_payout_v1_payout_proto_init() }
@@ -4652,14 +4769,14 @@ func file_gpubill_payout_v1_payout_proto_init() {
 	if File_gpubill_payout_v1_payout_proto != nil {
 		return
 	}
-	file_gpubill_payout_v1_payout_proto_msgTypes[32].OneofWrappers = []any{}
+	file_gpubill_payout_v1_payout_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_payout_v1_payout_proto_rawDesc), len(file_gpubill_payout_v1_payout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

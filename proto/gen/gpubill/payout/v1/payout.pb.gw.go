@@ -346,6 +346,51 @@ func local_request_PayoutService_RetryPayout_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
+func request_PayoutService_SettlePayoutOutside_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SettlePayoutOutsideRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["payout_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "payout_id")
+	}
+	protoReq.PayoutId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "payout_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SettlePayoutOutside(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PayoutService_SettlePayoutOutside_0(ctx context.Context, marshaler runtime.Marshaler, server PayoutServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SettlePayoutOutsideRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["payout_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "payout_id")
+	}
+	protoReq.PayoutId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "payout_id", err)
+	}
+	msg, err := server.SettlePayoutOutside(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PayoutService_ResolvePayoutAmountMismatch_0(ctx context.Context, marshaler runtime.Marshaler, client PayoutServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ResolvePayoutAmountMismatchRequest
@@ -1209,6 +1254,26 @@ func RegisterPayoutServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RetryPayout_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RetryPayout_0{resp.(*RetryPayoutResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_SettlePayoutOutside_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/SettlePayoutOutside", runtime.WithHTTPPathPattern("/v1/payouts/{payout_id}:settle-outside"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PayoutService_SettlePayoutOutside_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_SettlePayoutOutside_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_SettlePayoutOutside_0{resp.(*SettlePayoutOutsideResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_PayoutService_ResolvePayoutAmountMismatch_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1708,6 +1773,23 @@ func RegisterPayoutServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_PayoutService_RetryPayout_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_RetryPayout_0{resp.(*RetryPayoutResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PayoutService_SettlePayoutOutside_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.payout.v1.PayoutService/SettlePayoutOutside", runtime.WithHTTPPathPattern("/v1/payouts/{payout_id}:settle-outside"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PayoutService_SettlePayoutOutside_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PayoutService_SettlePayoutOutside_0(annotatedContext, mux, outboundMarshaler, w, req, response_PayoutService_SettlePayoutOutside_0{resp.(*SettlePayoutOutsideResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_PayoutService_ResolvePayoutAmountMismatch_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2045,6 +2127,15 @@ func (m response_PayoutService_RetryPayout_0) XXX_ResponseBody() interface{} {
 	return response.Payout
 }
 
+type response_PayoutService_SettlePayoutOutside_0 struct {
+	*SettlePayoutOutsideResponse
+}
+
+func (m response_PayoutService_SettlePayoutOutside_0) XXX_ResponseBody() interface{} {
+	response := m.SettlePayoutOutsideResponse
+	return response.Payout
+}
+
 type response_PayoutService_ResolvePayoutAmountMismatch_0 struct {
 	*ResolvePayoutAmountMismatchResponse
 }
@@ -2143,6 +2234,7 @@ var (
 	pattern_PayoutService_GetPayoutMethod_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-method"}, ""))
 	pattern_PayoutService_CancelPayout_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "cancel"))
 	pattern_PayoutService_RetryPayout_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "retry"))
+	pattern_PayoutService_SettlePayoutOutside_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "settle-outside"))
 	pattern_PayoutService_ResolvePayoutAmountMismatch_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "payouts", "payout_id"}, "resolve-amount-mismatch"))
 	pattern_PayoutService_HoldProviderPayouts_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "payout-hold"}, ""))
 	pattern_PayoutService_CreateWebhook_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "providers", "provider_id", "webhooks"}, ""))
@@ -2170,6 +2262,7 @@ var (
 	forward_PayoutService_GetPayoutMethod_0             = runtime.ForwardResponseMessage
 	forward_PayoutService_CancelPayout_0                = runtime.ForwardResponseMessage
 	forward_PayoutService_RetryPayout_0                 = runtime.ForwardResponseMessage
+	forward_PayoutService_SettlePayoutOutside_0         = runtime.ForwardResponseMessage
 	forward_PayoutService_ResolvePayoutAmountMismatch_0 = runtime.ForwardResponseMessage
 	forward_PayoutService_HoldProviderPayouts_0         = runtime.ForwardResponseMessage
 	forward_PayoutService_CreateWebhook_0               = runtime.ForwardResponseMessage

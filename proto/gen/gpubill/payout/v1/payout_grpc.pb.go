@@ -32,6 +32,7 @@ const (
 	PayoutService_GetPayoutMethod_FullMethodName             = "/gpubill.payout.v1.PayoutService/GetPayoutMethod"
 	PayoutService_CancelPayout_FullMethodName                = "/gpubill.payout.v1.PayoutService/CancelPayout"
 	PayoutService_RetryPayout_FullMethodName                 = "/gpubill.payout.v1.PayoutService/RetryPayout"
+	PayoutService_SettlePayoutOutside_FullMethodName         = "/gpubill.payout.v1.PayoutService/SettlePayoutOutside"
 	PayoutService_ResolvePayoutAmountMismatch_FullMethodName = "/gpubill.payout.v1.PayoutService/ResolvePayoutAmountMismatch"
 	PayoutService_HoldProviderPayouts_FullMethodName         = "/gpubill.payout.v1.PayoutService/HoldProviderPayouts"
 	PayoutService_CreateWebhook_FullMethodName               = "/gpubill.payout.v1.PayoutService/CreateWebhook"
@@ -75,6 +76,17 @@ type PayoutServiceClient interface {
 	// provider changed its payout method: a new attempt under a new rail
 	// reference (payout id-attempt).
 	RetryPayout(ctx context.Context, in *RetryPayoutRequest, opts ...grpc.CallOption) (*RetryPayoutResponse, error)
+	// Records a failed or returned payout as paid outside gpubill (finance):
+	// its provider can no longer be paid through a rail (a departed
+	// provider's closed account) and finance paid the net by hand, posting a
+	// ledger entry that debits provider:{id}:available by the payout's net in
+	// its currency and credits bank:client as much (a manual transaction).
+	// transaction_id names that entry: it must exist, not be reversed, move
+	// exactly that, and be claimed by no other payout (409 otherwise). The
+	// payout moves to settled_outside, final, its history naming the entry
+	// and the reason; it can no longer be retried or canceled. The same call
+	// again answers the payout as it is; another transaction is a 409.
+	SettlePayoutOutside(ctx context.Context, in *SettlePayoutOutsideRequest, opts ...grpc.CallOption) (*SettlePayoutOutsideResponse, error)
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made
 	// again after a restore or a recovery at another net). Once finance has
@@ -262,6 +274,16 @@ func (c *payoutServiceClient) RetryPayout(ctx context.Context, in *RetryPayoutRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RetryPayoutResponse)
 	err := c.cc.Invoke(ctx, PayoutService_RetryPayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *payoutServiceClient) SettlePayoutOutside(ctx context.Context, in *SettlePayoutOutsideRequest, opts ...grpc.CallOption) (*SettlePayoutOutsideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettlePayoutOutsideResponse)
+	err := c.cc.Invoke(ctx, PayoutService_SettlePayoutOutside_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -462,6 +484,17 @@ type PayoutServiceServer interface {
 	// provider changed its payout method: a new attempt under a new rail
 	// reference (payout id-attempt).
 	RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error)
+	// Records a failed or returned payout as paid outside gpubill (finance):
+	// its provider can no longer be paid through a rail (a departed
+	// provider's closed account) and finance paid the net by hand, posting a
+	// ledger entry that debits provider:{id}:available by the payout's net in
+	// its currency and credits bank:client as much (a manual transaction).
+	// transaction_id names that entry: it must exist, not be reversed, move
+	// exactly that, and be claimed by no other payout (409 otherwise). The
+	// payout moves to settled_outside, final, its history naming the entry
+	// and the reason; it can no longer be retried or canceled. The same call
+	// again answers the payout as it is; another transaction is a 409.
+	SettlePayoutOutside(context.Context, *SettlePayoutOutsideRequest) (*SettlePayoutOutsideResponse, error)
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made
 	// again after a restore or a recovery at another net). Once finance has
@@ -605,6 +638,9 @@ func (UnimplementedPayoutServiceServer) CancelPayout(context.Context, *CancelPay
 }
 func (UnimplementedPayoutServiceServer) RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryPayout not implemented")
+}
+func (UnimplementedPayoutServiceServer) SettlePayoutOutside(context.Context, *SettlePayoutOutsideRequest) (*SettlePayoutOutsideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettlePayoutOutside not implemented")
 }
 func (UnimplementedPayoutServiceServer) ResolvePayoutAmountMismatch(context.Context, *ResolvePayoutAmountMismatchRequest) (*ResolvePayoutAmountMismatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolvePayoutAmountMismatch not implemented")
@@ -800,6 +836,24 @@ func _PayoutService_RetryPayout_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PayoutServiceServer).RetryPayout(ctx, req.(*RetryPayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PayoutService_SettlePayoutOutside_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettlePayoutOutsideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PayoutServiceServer).SettlePayoutOutside(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PayoutService_SettlePayoutOutside_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PayoutServiceServer).SettlePayoutOutside(ctx, req.(*SettlePayoutOutsideRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1144,6 +1198,10 @@ var PayoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryPayout",
 			Handler:    _PayoutService_RetryPayout_Handler,
+		},
+		{
+			MethodName: "SettlePayoutOutside",
+			Handler:    _PayoutService_SettlePayoutOutside_Handler,
 		},
 		{
 			MethodName: "ResolvePayoutAmountMismatch",

@@ -85,7 +85,7 @@ func judgedArgs(keys []balKey, aggs map[balKey]*agg, draws map[domain.BalanceKey
 			continue
 		}
 		side := int32(-1)
-		if a.acc.Kind == domain.KindAsset {
+		if a.acc.DebitNormal() {
 			side = 1
 		}
 		dip := decimal.Zero

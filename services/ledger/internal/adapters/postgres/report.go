@@ -95,6 +95,28 @@ func (r *Reports) Breaches(ctx context.Context, currency string, asOf *time.Time
 	return out, total, rows.Err()
 }
 
+// HouseFundingNet returns the house-pool debits - credits in currency of
+// the client money funding and bad debt write-offs posted at or before
+// asOf (nil: all) that recorded no breach (app.ReportStore).
+func (r *Reports) HouseFundingNet(ctx context.Context, currency string, asOf *time.Time) (decimal.Decimal, error) {
+	var net string
+	err := r.Pool.QueryRow(ctx, `select coalesce(sum(case p.direction when 'debit' then p.amount else -p.amount end), 0)::text
+		from ledger.transactions t join ledger.postings p on p.tx_id = t.id
+		where t.kind in ('client_money_funding', 'bad_debt_write_off') -- literal: the partial index's predicate
+			and ($2::timestamptz is null or t.created_at <= $2)
+			and p.currency = $1 and (p.account = $3 or p.account like 'platform:%')
+			and not exists (select 1 from ledger.segregation_breaches b where b.tx_id = t.id)`,
+		currency, asOf, domain.BankOperating).Scan(&net)
+	if err != nil {
+		return decimal.Zero, fmt.Errorf("house funding: %w", err)
+	}
+	d, err := decimal.NewFromString(net)
+	if err != nil {
+		return decimal.Zero, fmt.Errorf("house funding %q: %w", net, err)
+	}
+	return d, nil
+}
+
 // BreachTotals returns the breaches in currency posted at or before asOf
 // (nil: all) summed per house-pool account and direction (few rows,
 // however many breaches): what the report takes out of the house pool's

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/money"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
@@ -96,4 +97,33 @@ func (l Ledger) Deposit(ctx context.Context, renterID, currency string, amount d
 		return "", fmt.Errorf("deposit %s: %w: %w", externalRef, app.ErrDepositRefused, err)
 	}
 	return "", fmt.Errorf("deposit %s: %w", externalRef, err)
+}
+
+var _ app.LedgerEntries = Ledger{}
+
+// Entry implements app.LedgerEntries over the ledger's GetTransaction (the
+// service identity reads every entry whole).
+func (l Ledger) Entry(ctx context.Context, id string) (domain.LedgerEntry, error) {
+	resp, err := l.Client.GetTransaction(ctx, &ledgerv1.GetTransactionRequest{TransactionId: id})
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.NotFound, codes.InvalidArgument:
+		// InvalidArgument: not a transaction id at all.
+		return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, apperr.ErrNotFound)
+	default:
+		return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, err)
+	}
+	t := resp.GetTransaction()
+	if t.GetPostingsWithheld() {
+		return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: its postings withheld from payout's identity", id)
+	}
+	e := domain.LedgerEntry{ID: t.GetTransactionId(), Reverses: t.GetReverses(), ReversedBy: t.GetReversedBy(), Metadata: t.GetMetadata()}
+	for _, p := range t.GetPostings() {
+		amt, err := decimal.NewFromString(p.GetAmount())
+		if err != nil {
+			return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: amount %q: %w", id, p.GetAmount(), err)
+		}
+		e.Postings = append(e.Postings, domain.LedgerPosting{Account: p.GetAccount(), Direction: p.GetDirection(), Currency: p.GetCurrency(), Amount: amt})
+	}
+	return e, nil
 }

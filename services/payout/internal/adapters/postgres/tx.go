@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/outbox"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -95,4 +98,37 @@ func (t txStore) CreateFromSettled(ctx context.Context, p domain.Payout, min dom
 		return nil, err
 	}
 	return t.s.CreateFromSettled(ctx, t.tx, p, min)
+}
+
+// ClaimSettledOutside implements app.Tx: a transaction already claimed
+// (by another payout: the caller holds this one's lock and found it not
+// settled) is a conflict naming that payout.
+func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by string, at time.Time) error {
+	tag, err := t.tx.Exec(ctx, `insert into payout.settled_outside (payout_id, transaction_id, reason, settled_by, settled_at)
+		values ($1, $2, $3, $4, $5) on conflict do nothing`, id, txID, reason, by, at)
+	if err != nil {
+		return fmt.Errorf("payout %s settled outside by %s: %w", id, txID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var other string
+	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where transaction_id = $1 or payout_id = $2
+		order by payout_id = $2 limit 1`, txID, id).Scan(&other); err != nil {
+		return fmt.Errorf("payout %s settled outside by %s: the claim refused, its holder not read: %w", id, txID, err)
+	}
+	return fmt.Errorf("ledger transaction %s already settles payout %s: %w", txID, other, apperr.ErrConflict)
+}
+
+// SettledOutsideBy implements app.Tx.
+func (t txStore) SettledOutsideBy(ctx context.Context, id string) (string, error) {
+	var txID string
+	err := t.tx.QueryRow(ctx, `select transaction_id from payout.settled_outside where payout_id = $1`, id).Scan(&txID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("payout %s is settled_outside with no transaction recorded: %w", id, apperr.ErrConflict)
+	}
+	if err != nil {
+		return "", fmt.Errorf("payout %s settled outside: %w", id, err)
+	}
+	return txID, nil
 }

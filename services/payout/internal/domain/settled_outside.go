@@ -1,0 +1,61 @@
+package domain
+
+import (
+	"fmt"
+
+	"github.com/shopspring/decimal"
+)
+
+// LedgerEntry is a ledger transaction as the payout service reads it: the
+// entry finance posted paying a payout by hand.
+type LedgerEntry struct {
+	ID, Reverses, ReversedBy string
+	Metadata                 map[string]string
+	Postings                 []LedgerPosting
+}
+
+// LedgerPosting is one leg of a LedgerEntry.
+type LedgerPosting struct {
+	Account, Direction, Currency string
+	Amount                       decimal.Decimal
+}
+
+// CheckSettledOutside says why e is not the entry paying p by hand ("" when
+// it is): a manual entry, not reversed, whose net effect in p's currency is
+// p's net out of its provider's available and out of bank:client (what a
+// paid payout moves, in_transit aside), and in no other currency. A
+// payout's own steps (their metadata kind payout) are not: a later payout's
+// submission debits available too.
+func CheckSettledOutside(p Payout, e LedgerEntry) string {
+	switch {
+	case e.Reverses != "":
+		return fmt.Sprintf("transaction %s reverses %s: name the entry that paid the net", e.ID, e.Reverses)
+	case e.ReversedBy != "":
+		return fmt.Sprintf("transaction %s was reversed by %s: its money did not leave", e.ID, e.ReversedBy)
+	case e.Metadata["kind"] == "payout":
+		return fmt.Sprintf("transaction %s is payout %s's own step, not a payment by hand", e.ID, e.Metadata["payout_id"])
+	}
+	available := AvailableAccount(p.ProviderID)
+	var availableOut, bankOut decimal.Decimal
+	for _, q := range e.Postings {
+		if q.Currency != p.Currency {
+			return fmt.Sprintf("transaction %s moves %s; payout %s is in %s", e.ID, q.Currency, p.ID, p.Currency)
+		}
+		signed := q.Amount
+		if q.Direction != "debit" {
+			signed = signed.Neg()
+		}
+		switch q.Account {
+		case available:
+			availableOut = availableOut.Add(signed)
+		case ClientBank:
+			bankOut = bankOut.Sub(signed)
+		}
+	}
+	if !availableOut.Equal(p.Net) || !bankOut.Equal(p.Net) {
+		return fmt.Sprintf("transaction %s takes %s out of %s and %s out of %s; payout %s's net is %s",
+			e.ID, FormatAmount(availableOut, p.Currency), available, FormatAmount(bankOut, p.Currency), ClientBank,
+			p.ID, FormatAmount(p.Net, p.Currency))
+	}
+	return ""
+}

@@ -1,0 +1,156 @@
+package payout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/payout/internal/app"
+	"github.com/gpubill/gpubill/services/payout/internal/domain"
+)
+
+// entries is the ledger's journal as payout reads it.
+type entries map[string]domain.LedgerEntry
+
+func (e entries) Entry(_ context.Context, id string) (domain.LedgerEntry, error) {
+	if x, ok := e[id]; ok {
+		return x, nil
+	}
+	return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, apperr.ErrNotFound)
+}
+
+// manualPayment is finance's entry paying amount by hand: Dr
+// provider:{provider}:available, Cr bank:client.
+func manualPayment(id, provider, amount, currency string) domain.LedgerEntry {
+	a := decimal.RequireFromString(amount)
+	return domain.LedgerEntry{ID: id, Postings: []domain.LedgerPosting{
+		{Account: domain.AvailableAccount(provider), Direction: "debit", Currency: currency, Amount: a},
+		{Account: domain.ClientBank, Direction: "credit", Currency: currency, Amount: a},
+	}}
+}
+
+// p-9 closed its bank account: its last payout failed account_frozen, its
+// net back in available. Nobody will give a new payout method, so :retry
+// cannot send it and :cancel refuses a failed payout; finance pays it by
+// hand (a manual entry, Dr available / Cr bank:client) and settles the
+// payout outside, naming that entry. The payout is final (settled_outside,
+// in its history), the failed gauge drops to 0, and :retry is refused:
+// one would pay the net again out of a newer cycle's money. An entry of
+// another provider, another amount or currency, one unknown, or one another
+// payout claims, is refused, and the payout stays failed.
+func TestFailedPayoutSettledOutside(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-9', 'p-9', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_frozen', 2, true, now() - interval '3 days', now() - interval '2 days'),
+		('po-8', 'p-9', 'cyc-20260215', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_frozen', 1, true, now() - interval '3 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	failed := func() float64 {
+		t.Helper()
+		var q string
+		for _, m := range Metrics() {
+			if m.Name == "gpubill_payouts" {
+				q = m.Query
+			}
+		}
+		var n float64
+		if err := pool.QueryRow(ctx, `select coalesce(sum(g.n), 0) from (`+q+`) as g(status, currency, n) where g.status = 'failed'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := failed(); n != 2 {
+		t.Fatalf("gpubill_payouts{status=failed} %v before, want 2", n)
+	}
+	journal := entries{
+		"tx-p9":    manualPayment("tx-p9", "p-9", "600.00", "CNY"),
+		"tx-p8":    manualPayment("tx-p8", "p-9", "600.00", "CNY"),
+		"tx-other": manualPayment("tx-other", "p-7", "600.00", "CNY"),
+		"tx-short": manualPayment("tx-short", "p-9", "599.99", "CNY"),
+		"tx-usd":   manualPayment("tx-usd", "p-9", "600.00", "USD"),
+		"tx-reversed": func() domain.LedgerEntry {
+			e := manualPayment("tx-reversed", "p-9", "600.00", "CNY")
+			e.ReversedBy = "tx-r"
+			return e
+		}(),
+		"tx-submit": {ID: "tx-submit", Metadata: map[string]string{"kind": "payout", "payout_id": "po-10"}, Postings: []domain.LedgerPosting{
+			{Account: domain.AvailableAccount("p-9"), Direction: "debit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")},
+			{Account: domain.InTransitAccount("p-9"), Direction: "credit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")}}},
+	}
+	s := &postgres.Store{Pool: pool}
+	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now())}
+	settle := func(payout, txID string) (domain.Payout, error) {
+		return a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: payout, TransactionID: txID, Reason: "paid by hand, ICBC ref 77", By: "fin-1"})
+	}
+	for _, tt := range []struct{ give, want string }{
+		{"tx-other", "409"},
+		{"tx-short", "409"},
+		{"tx-usd", "409"},
+		{"tx-reversed", "409"},
+		{"tx-submit", "409"},
+		{"tx-unknown", "400"},
+	} {
+		_, err := settle("po-9", tt.give)
+		var inv *apperr.InvalidError
+		got := map[bool]string{true: "409", false: "?"}[errors.Is(err, apperr.ErrConflict)]
+		if errors.As(err, &inv) {
+			got = "400"
+		}
+		if got != tt.want {
+			t.Fatalf("settle po-9 by %s: %v, want %s", tt.give, err, tt.want)
+		}
+	}
+	if n := failed(); n != 2 {
+		t.Fatalf("gpubill_payouts{status=failed} %v after refused settlements, want 2", n)
+	}
+
+	p, err := settle("po-9", "tx-p9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.History[len(p.History)-1]
+	if p.Status != domain.StatusSettledOutside || last.Status != domain.StatusSettledOutside || !strings.Contains(last.Note, "tx-p9") {
+		t.Fatalf("settled: %s, last history %+v; want settled_outside naming tx-p9", p.Status, last)
+	}
+	if n := failed(); n != 1 {
+		t.Fatalf("gpubill_payouts{status=failed} %v after po-9 settled outside, want 1 (po-8)", n)
+	}
+	if _, err := settle("po-9", "tx-p9"); err != nil {
+		t.Fatalf("the same settlement again: %v, want it answered as it is", err)
+	}
+	if _, err := settle("po-9", "tx-p8"); !errors.Is(err, apperr.ErrConflict) {
+		t.Fatalf("po-9 settled again by another transaction: %v, want a conflict", err)
+	}
+	// Attempt 2: a retry sent again after a lost answer is a no-op for a
+	// payout on its way; one settled outside is refused.
+	if err := a.Retry(ctx, "po-9", "new account"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("retry of a payout settled outside: %v, want refused", err)
+	}
+	if err := a.Cancel(ctx, "po-9", "gone"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("cancel of a payout settled outside: %v, want refused", err)
+	}
+	// One entry pays one payout: po-8, p-9's other failed payout of the
+	// same net, may not claim po-9's.
+	if _, err := settle("po-8", "tx-p9"); !errors.Is(err, apperr.ErrConflict) {
+		t.Fatalf("po-8 settled by po-9's transaction: %v, want a conflict", err)
+	}
+	if _, err := settle("po-8", "tx-p8"); err != nil {
+		t.Fatal(err)
+	}
+	if n := failed(); n != 0 {
+		t.Fatalf("gpubill_payouts{status=failed} %v after both settled outside, want 0", n)
+	}
+}
