@@ -21,8 +21,10 @@ func TestTransitions(t *testing.T) {
 		"in_transit→paid": true, "in_transit→failed": true,
 		"paid→returned":  true,
 		"failed→created": true, "returned→created": true,
+		"failed→settled_outside": true, "returned→settled_outside": true,
 	}
-	all := []string{StatusActionRequired, StatusCreated, StatusSubmitted, StatusInTransit, StatusPaid, StatusFailed, StatusCanceled, StatusReturned}
+	all := []string{StatusActionRequired, StatusCreated, StatusSubmitted, StatusInTransit, StatusPaid, StatusFailed, StatusCanceled, StatusReturned,
+		StatusSettledOutside}
 	if got := Statuses(); len(got) != len(all) {
 		t.Fatalf("statuses %v, want %d", got, len(all))
 	}
