@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,11 +46,14 @@ func padded(valid string, n int) []byte {
 // JSON body (code 8, RESOURCE_EXHAUSTED) and the request id, whether or not
 // the client announced its length; ingest takes bodies other routes refuse.
 func TestBodyLimits(t *testing.T) {
-	quote := writeRoutes[5]
-	ingest := writeRoutes[3]
-	if quote.name != "CreateQuote" || ingest.name != "IngestUsageEvents" {
-		t.Fatal("writeRoutes order changed")
+	byName := func(name string) route {
+		i := slices.IndexFunc(writeRoutes, func(r route) bool { return r.name == name })
+		if i < 0 {
+			t.Fatalf("no write route %s", name)
+		}
+		return writeRoutes[i]
 	}
+	quote, ingest := byName("CreateQuote"), byName("IngestUsageEvents")
 	tests := []struct {
 		name    string
 		r       route
