@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -13,9 +15,9 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// kycStore is gateStore whose provider's KYC reads kyc.
+// kycStore is failureStore whose provider's KYC reads kyc.
 type kycStore struct {
-	gateStore
+	failureStore
 	kyc string
 }
 
@@ -39,7 +41,7 @@ func (l *keyLedger) Transfer(_ context.Context, t domain.LedgerTransfer) error {
 // fraud.
 func TestSubmitStopsAPayoutOfARejectedKYC(t *testing.T) {
 	ctx := context.Background()
-	st := &kycStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}, kyc: domain.KYCVerified}
+	st := &kycStore{failureStore: failureStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}}, kyc: domain.KYCVerified}
 	l := &keyLedger{}
 	rail := &bookRail{name: "alipay", refs: map[string]bool{}, down: true}
 	a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -63,5 +65,60 @@ func TestSubmitStopsAPayoutOfARejectedKYC(t *testing.T) {
 	}
 	if domain.PayeeFailure(domain.FailKYCRejected) {
 		t.Fatal("kyc_rejected waits for a method change to be retried; want a retry once finance verified the KYC again")
+	}
+}
+
+// crashKYCStore is failureStore whose provider's KYC reads kyc and whose
+// first Update after the ledger took a failed posting fails (the process
+// dying, the database failing over, between the posting and its record).
+type crashKYCStore struct {
+	failureStore
+	kyc     string
+	ledger  *keyLedger
+	crashed bool
+}
+
+func (s *crashKYCStore) KYCStatus(context.Context, string) (string, error) { return s.kyc, nil }
+func (s *crashKYCStore) Update(_ context.Context, fn func(Tx) error) error {
+	if !s.crashed && slices.ContainsFunc(s.ledger.keys, func(k string) bool { return strings.HasSuffix(k, "-failed") }) {
+		s.crashed = true
+		return errors.New("conn closed")
+	}
+	return fn(s)
+}
+
+// A payout Submit stopped as kyc_rejected, its amount posted back to
+// available but the payout not yet recorded failed when the process died,
+// is stopped again on the retry even though finance verified the KYC
+// meanwhile: it is not handed to the rail. It was paid by the rail while
+// the same net also sat in available (paid twice).
+func TestSubmitStopKYCRejectedSurvivesACrashAfterItsPosting(t *testing.T) {
+	ctx := context.Background()
+	l := &keyLedger{}
+	st := &crashKYCStore{failureStore: failureStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}},
+		kyc: domain.KYCRejected, ledger: l}
+	rail := &bookRail{name: "alipay", refs: map[string]bool{}}
+	a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if got, err := a.Submit(ctx, "po_1"); err == nil {
+		t.Fatalf("Submit with the store failing after the posting answered %q, no error", got)
+	}
+	st.kyc = domain.KYCVerified
+	got, err := a.Submit(ctx, "po_1")
+	if err != nil || got != domain.StatusFailed {
+		t.Fatalf("retry answered %q, %v; want failed (the stop was decided before its posting)", got, err)
+	}
+	if len(rail.refs) != 0 {
+		t.Fatalf("the rail has %v; want nothing: the net went back to available", rail.refs)
+	}
+	if st.p.Status != domain.StatusFailed || st.p.FailureCode != domain.FailKYCRejected || st.p.Submitting {
+		t.Fatalf("payout %s, failure %q (submitting %v); want failed %s", st.p.Status, st.p.FailureCode, st.p.Submitting, domain.FailKYCRejected)
+	}
+	for _, k := range l.keys {
+		if strings.HasSuffix(k, "-submitted") && k != "payout-po_1-1-submitted" {
+			t.Fatalf("ledger keys %q; want only attempt 1's", l.keys)
+		}
+	}
+	if n := len(l.keys); n == 0 || l.keys[n-1] != "payout-po_1-1-failed" {
+		t.Fatalf("ledger keys %q; want the last the failed posting (net back in available)", l.keys)
 	}
 }

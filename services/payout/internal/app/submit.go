@@ -33,6 +33,11 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 		return st, err
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
+	if p.FailureCode == domain.FailKYCRejected {
+		// Stopped already, not yet recorded failed (stopKYCRejected): the
+		// rail never had ref; the KYC is not read again.
+		return a.stopKYCRejected(ctx, p, ref)
+	}
 	// Only the rail the gate handed the attempt to is asked, and given it.
 	rs, err := a.query(ctx, p, ref)
 	if errors.Is(err, ErrUnknownReference) {
