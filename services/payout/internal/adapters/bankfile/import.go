@@ -844,13 +844,16 @@ const (
 // another amount: resolved paid at the bank's) is not behind: it stays
 // where it is for finance, and woken every tick, the oldest first, a
 // hundred of them crowded out the payouts that are; only the bank
-// rejecting or returning its transfer moves it on.
+// rejecting or returning its transfer moves it on. Only a payout that can
+// still follow its transfer's state is behind: a returned transfer whose
+// payout was settled outside (or failed, canceled) was announced again
+// every tick forever, crowding out the others as well.
 func (r *Rail) resync(ctx context.Context) error {
 	if r.Notify == nil {
 		return nil
 	}
 	rows, err := r.Pool.Query(ctx, `select t.reference from payout.bank_transfers t join payout.payouts p on p.rail_reference = t.reference
-		where t.updated_at < $1 and ((t.state = 'returned' and p.status <> 'returned')
+		where t.updated_at < $1 and ((t.state = 'returned' and p.status in ('submitted', 'in_transit', 'paid'))
 			or (t.state = 'rejected' and p.status in ('submitted', 'in_transit'))
 			or (t.state = 'booked' and p.status in ('submitted', 'in_transit') and p.failure_code <> $3)
 			or (t.state = 'accepted' and p.status = 'submitted' and p.failure_code <> $3))

@@ -956,3 +956,63 @@ func TestPayoutQueuedAfterTheReleaseOfALostBatchIsReviewed(t *testing.T) {
 		t.Errorf("po-new, created after the release: %s, want %s", got, stateQueued)
 	}
 }
+
+// A payout whose bank transfer was returned but that can no longer follow
+// the return (settled outside by finance, or failed) is not behind:
+// resync leaves it alone. Re-announced every tick forever, the oldest
+// first, a hundred of them crowded out the payouts that are behind.
+func TestResyncSkipsAReturnedTransferWhosePayoutIsFinal(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	for _, ref := range []string{"po-so", "po-failed", "po-behind", "po-behind-paid"} {
+		f.submit(t, ref, "CNY", "50.00", bank("6222000011110001"))
+	}
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set state = 'returned',
+		updated_at = case reference when 'po-behind' then $1::timestamptz + interval '1 minute' else $1::timestamptz end`, day1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, failure_code, rail_reference)
+		values ('p1', 'p-po-so', 'c1', 'CNY', 50, 0, 0, 50, 'settled_outside', '', 'po-so'),
+			('p2', 'p-po-failed', 'c1', 'CNY', 50, 0, 0, 50, 'failed', 'account_closed', 'po-failed'),
+			('p3', 'p-po-behind', 'c1', 'CNY', 50, 0, 0, 50, 'in_transit', '', 'po-behind'),
+			('p4', 'p-po-behind-paid', 'c1', 'CNY', 50, 0, 0, 50, 'paid', '', 'po-behind-paid')`); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(day1.Add(time.Hour))
+	if err := f.r.resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.notify, []string{"po-behind-paid", "po-behind"}) {
+		t.Errorf("resync woke %v, want po-behind-paid and po-behind only (po-so's payout was settled outside, po-failed's failed)", f.notify)
+	}
+}
+
+// More than a resync's worth of settled-outside payouts whose transfers
+// were returned does not keep a payout that is behind from being woken.
+func TestResyncWakesALaggingPayoutBehindManySettledOutside(t *testing.T) {
+	t.Parallel()
+	f := newRail(t, "", "")
+	ctx := context.Background()
+	for i := range resyncMax + 1 {
+		f.submit(t, fmt.Sprintf("po-so-%03d", i), "CNY", "50.00", bank("6222000011110001"))
+	}
+	f.submit(t, "po-behind", "CNY", "50.00", bank("6222000011110002"))
+	if _, err := f.r.Pool.Exec(ctx, `update payout.bank_transfers set state = 'returned',
+		updated_at = case reference when 'po-behind' then $1::timestamptz + interval '1 minute' else $1::timestamptz end`, day1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission, tax_withheld, net, status, failure_code, rail_reference)
+		select 'p-' || reference, 'p-' || reference, 'c1', 'CNY', 50, 0, 0, 50,
+			case reference when 'po-behind' then 'paid' else 'settled_outside' end, '', reference
+		from payout.bank_transfers`); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Set(day1.Add(time.Hour))
+	if err := f.r.resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.notify, []string{"po-behind"}) {
+		t.Errorf("resync woke %d references (%v...), want po-behind only", len(f.notify), f.notify[:min(3, len(f.notify))])
+	}
+}
