@@ -512,6 +512,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.flow.Run(ctx) })
 	g.Go(func() error { return s.hooks.Run(ctx) })
 	g.Go(func() error { return s.store.Cache.Run(ctx) })
+	g.Go(func() error { return s.payouts.RunSettledOutsideCheck(ctx, app.SettledOutsideCheckEvery) })
 	if s.bankOn {
 		g.Go(func() error { return s.bank.Run(ctx) })
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +154,103 @@ func TestFailedPayoutSettledOutside(t *testing.T) {
 	}
 	if n := failed(); n != 0 {
 		t.Fatalf("gpubill_payouts{status=failed} %v after both settled outside, want 0", n)
+	}
+}
+
+// reversingEntries answers each entry as journal holds it, and from the
+// second read on as reversed by reversedBy: finance reversing the entry
+// while :settle-outside checks it.
+type reversingEntries struct {
+	journal    entries
+	reversedBy string
+	reads      int
+}
+
+func (r *reversingEntries) Entry(ctx context.Context, id string) (domain.LedgerEntry, error) {
+	e, err := r.journal.Entry(ctx, id)
+	r.reads++
+	if r.reads > 1 {
+		e.ReversedBy = r.reversedBy
+	}
+	return e, err
+}
+
+// A payout settled outside whose ledger entry finance later reverses
+// (POST /v1/transactions/{id}:reverse) is no longer paid: its net is back
+// in provider:{id}:available. The periodic check moves it back to failed
+// (its failure code kept, its history naming both transactions), the
+// failed gauge (GpubillPayoutFailed) counts it again, and it can be
+// settled outside again or retried. It read paid by hand forever, :retry
+// refused, nothing watching the net. An entry reversed while
+// :settle-outside checks it (read before the payout's lock) is refused.
+func TestSettledOutsideEntryReversedFailsThePayoutAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-9', 'p-9', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_frozen', 2, true, now() - interval '3 days', now() - interval '2 days'),
+		('po-7', 'p-7', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'returned', 'account_closed', 1, true, now() - interval '3 days', now() - interval '2 days'),
+		('po-6', 'p-6', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_closed', 1, true, now() - interval '3 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	journal := entries{
+		"tx-p9":   manualPayment("tx-p9", "p-9", "600.00", "CNY"),
+		"tx-p9b":  manualPayment("tx-p9b", "p-9", "600.00", "CNY"),
+		"tx-p7":   manualPayment("tx-p7", "p-7", "600.00", "CNY"),
+		"tx-p6":   manualPayment("tx-p6", "p-6", "600.00", "CNY"),
+	}
+	s := &postgres.Store{Pool: pool}
+	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	settle := func(payout, txID string) (domain.Payout, error) {
+		return a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: payout, TransactionID: txID, Reason: "paid by hand, ICBC ref 77", By: "fin-1"})
+	}
+	for _, x := range [][2]string{{"po-9", "tx-p9"}, {"po-7", "tx-p7"}} {
+		if _, err := settle(x[0], x[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatalf("check with nothing reversed: %v", err)
+	}
+	if p, err := s.GetPayout(ctx, "po-9"); err != nil || p.Status != domain.StatusSettledOutside {
+		t.Fatalf("po-9 after a check with nothing reversed: %s %v, want settled_outside", p.Status, err)
+	}
+	e := journal["tx-p9"]
+	e.ReversedBy = "tx-rev"
+	journal["tx-p9"] = e
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	p, err := s.GetPayout(ctx, "po-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.History[len(p.History)-1]
+	if p.Status != domain.StatusFailed || p.FailureCode != "account_frozen" || last.Status != domain.StatusFailed ||
+		!strings.Contains(last.Note, "tx-p9") || !strings.Contains(last.Note, "tx-rev") {
+		t.Fatalf("po-9 after its entry was reversed: %s (%s), last history %+v; want failed account_frozen naming tx-p9 and tx-rev",
+			p.Status, p.FailureCode, last)
+	}
+	if q, err := s.GetPayout(ctx, "po-7"); err != nil || q.Status != domain.StatusSettledOutside {
+		t.Fatalf("po-7, its entry not reversed: %s %v, want settled_outside", q.Status, err)
+	}
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatalf("check again: %v", err)
+	}
+	if n := len(p.History); func() int { q, _ := s.GetPayout(ctx, "po-9"); return len(q.History) }() != n {
+		t.Fatal("a second check moved po-9 again")
+	}
+	if _, err := settle("po-9", "tx-p9b"); err != nil {
+		t.Fatalf("po-9 settled outside again by another entry: %v", err)
+	}
+
+	// Reversed between :settle-outside's read and the payout's lock.
+	a.Entries = &reversingEntries{journal: journal, reversedBy: "tx-rev2"}
+	if _, err := settle("po-6", "tx-p6"); !errors.Is(err, apperr.ErrConflict) {
+		t.Fatalf("po-6 settled by an entry reversed while it was checked: %v, want a conflict", err)
+	}
+	if q, err := s.GetPayout(ctx, "po-6"); err != nil || q.Status != domain.StatusFailed {
+		t.Fatalf("po-6: %s %v, want still failed", q.Status, err)
 	}
 }

@@ -61,6 +61,9 @@ type Store interface {
 	PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error)
 	// KYCStatus reads a provider's KYC status ("" when none).
 	KYCStatus(ctx context.Context, provider string) (string, error)
+	// SettledOutsideClaims lists the ledger transactions the payouts
+	// settled outside claim (one row each, by payout).
+	SettledOutsideClaims(ctx context.Context) ([]SettledOutsideClaim, error)
 	// PutHold holds (reason ≠ "") or releases a provider's payouts and
 	// returns its payouts not yet past the gate (waiting) and those being
 	// submitted to their rail (inFlight), which the hold does not stop.
@@ -167,6 +170,11 @@ type Tx interface {
 	// id by hand (apperr.ErrConflict naming the payout when another claims
 	// it already).
 	ClaimSettledOutside(ctx context.Context, id, txID, reason, by string, at time.Time) error
+	// ReleaseSettledOutside moves every claim of payout id (each ledger
+	// transaction it was settled outside by) out of the claims, kept with
+	// the transaction reversing it (reversed by transaction id; none for a
+	// claim not reversed), and answers the transactions released, sorted.
+	ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error)
 	// SettledOutsideBy is the ledger transaction a payout settled outside
 	// names.
 	SettledOutsideBy(ctx context.Context, id string) (string, error)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -51,7 +52,7 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 	if _, err := a.Store.GetPayout(ctx, s.PayoutID); err != nil {
 		return domain.Payout{}, err // an unknown payout is a 404 whatever it names
 	}
-	e, err := a.Entries.Entry(ctx, s.TransactionID)
+	_, err := a.Entries.Entry(ctx, s.TransactionID)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return domain.Payout{}, apperr.Invalid("transaction_id", "the ledger holds no transaction %s", s.TransactionID)
 	}
@@ -73,6 +74,13 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be settled outside: %w", p.ID, p.Status, apperr.ErrPrecondition)
 		}
+		// Read again under the payout's lock: an entry reversed since the
+		// read above was taken (CheckSettledOutside catches one reversed
+		// after the commit).
+		e, err := a.Entries.Entry(ctx, s.TransactionID)
+		if err != nil {
+			return fmt.Errorf("read transaction %s again: %w", s.TransactionID, err)
+		}
 		if why := domain.CheckSettledOutside(p, e); why != "" {
 			return fmt.Errorf("%s: %w", why, apperr.ErrConflict)
 		}
@@ -87,4 +95,115 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		return domain.Payout{}, fmt.Errorf("settle payout %s outside: %w", s.PayoutID, err)
 	}
 	return a.Store.GetPayout(ctx, s.PayoutID)
+}
+
+// SettledOutsideClaim is one ledger transaction a payout settled outside
+// claims.
+type SettledOutsideClaim struct {
+	PayoutID      string
+	TransactionID string
+}
+
+// SettledOutsideCheckEvery is how often RunSettledOutsideCheck asks the
+// ledger about the entries of the payouts settled outside.
+const SettledOutsideCheckEvery = 5 * time.Minute
+
+// RunSettledOutsideCheck runs CheckSettledOutside every interval until ctx
+// ends; a pass that fails is logged (level ERROR) and run again on the next.
+func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := a.CheckSettledOutside(ctx); err != nil && ctx.Err() == nil {
+			a.Log.Error("settled-outside check: the ledger entries of payouts settled outside not all read", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// CheckSettledOutside asks the ledger about every transaction a payout
+// settled outside claims: a payout one of whose transactions was reversed
+// (POST /v1/transactions/{id}:reverse) is no longer paid, its net back in
+// provider:{id}:available, and moves back to failed (failedAgain). It read
+// paid by hand forever, :retry refused, the net in available watched by
+// nothing. Its claims are released (kept with the reversal in
+// payout.settled_outside_released), so finance can settle it outside
+// again with another entry, or retry it; failed, GpubillPayoutFailed
+// counts it again. A transaction not read is an error (the others are
+// still checked).
+func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
+	if a.Entries == nil {
+		return errors.New("settled-outside check: no ledger reader configured")
+	}
+	claims, err := a.Store.SettledOutsideClaims(ctx)
+	if err != nil {
+		return err
+	}
+	reversed := map[string]map[string]string{} // payout → transaction → reversed by
+	var order []string
+	var errs []error
+	for _, c := range claims {
+		e, err := a.Entries.Entry(ctx, c.TransactionID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("payout %s settled outside by %s: %w", c.PayoutID, c.TransactionID, err))
+			continue
+		}
+		if e.ReversedBy == "" {
+			continue
+		}
+		if reversed[c.PayoutID] == nil {
+			reversed[c.PayoutID] = map[string]string{}
+			order = append(order, c.PayoutID)
+		}
+		reversed[c.PayoutID][c.TransactionID] = e.ReversedBy
+	}
+	for _, id := range order {
+		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failedAgain moves payout id, settled outside, back to failed: reversed
+// (transaction → the one reversing it) names its claims the ledger
+// reversed. Its failure code and message stay the ones it failed with.
+func (a *Payouts) failedAgain(ctx context.Context, id string, reversed map[string]string) error {
+	var p domain.Payout
+	var released []string
+	err := a.Store.Update(ctx, func(tx Tx) error {
+		var err error
+		p, err = tx.Lock(ctx, id)
+		if err != nil || p.Status != domain.StatusSettledOutside {
+			return err // moved meanwhile: nothing to undo
+		}
+		now := a.Clock.Now()
+		released, err = tx.ReleaseSettledOutside(ctx, id, reversed, now)
+		if err != nil {
+			return err
+		}
+		var why []string
+		for _, t := range released {
+			if by, ok := reversed[t]; ok {
+				why = append(why, fmt.Sprintf("ledger transaction %s was reversed by %s", t, by))
+			} else {
+				why = append(why, fmt.Sprintf("ledger transaction %s released with it", t))
+			}
+		}
+		note := fmt.Sprintf("settlement outside gpubill undone: %s; the net is back in %s: retry the payout or settle it outside again",
+			strings.Join(why, "; "), domain.AvailableAccount(p.ProviderID))
+		return tx.Move(ctx, &p, domain.StatusFailed, note, now)
+	})
+	if err != nil {
+		return fmt.Errorf("payout %s settled outside, its entry reversed: back to failed: %w", id, err)
+	}
+	if p.Status == domain.StatusFailed && len(released) > 0 {
+		a.Log.Error("payout settled outside failed again: its ledger entry was reversed", "payout_id", id, "provider_id", p.ProviderID,
+			"net", p.Net.String(), "currency", p.Currency, "released", strings.Join(released, ","))
+	}
+	return nil
 }

@@ -27,7 +27,8 @@ const (
 	StatusCanceled       = "canceled"
 	StatusReturned       = "returned"
 	// StatusSettledOutside: a failed or returned payout finance paid by
-	// hand, outside any rail (a ledger entry of its own); final.
+	// hand, outside any rail (a ledger entry of its own); final but for
+	// that entry being reversed in the ledger: failed again.
 	StatusSettledOutside = "settled_outside"
 )
 
@@ -57,7 +58,7 @@ var transitions = map[string][]string{
 	StatusFailed:         {StatusCreated, StatusSettledOutside},
 	StatusReturned:       {StatusCreated, StatusSettledOutside},
 	StatusCanceled:       nil,
-	StatusSettledOutside: nil,
+	StatusSettledOutside: {StatusFailed}, // its ledger entry reversed (app.CheckSettledOutside)
 }
 
 // Statuses lists every payout status.

@@ -22,6 +22,7 @@ func TestTransitions(t *testing.T) {
 		"paid→returned":  true,
 		"failed→created": true, "returned→created": true,
 		"failed→settled_outside": true, "returned→settled_outside": true,
+		"settled_outside→failed": true,
 	}
 	all := []string{StatusActionRequired, StatusCreated, StatusSubmitted, StatusInTransit, StatusPaid, StatusFailed, StatusCanceled, StatusReturned,
 		StatusSettledOutside}

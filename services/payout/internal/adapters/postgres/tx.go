@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +122,29 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 	return fmt.Errorf("ledger transaction %s already settles payout %s: %w", txID, other, apperr.ErrConflict)
 }
 
+// ReleaseSettledOutside implements app.Tx: every claim of payout id moves
+// to payout.settled_outside_released, each with the transaction reversing
+// it (reversed; '' for one not reversed).
+func (t txStore) ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error) {
+	rev, err := json.Marshal(reversed)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.Query(ctx, `with gone as (delete from payout.settled_outside where payout_id = $1 returning *)
+		insert into payout.settled_outside_released (payout_id, transaction_id, reason, settled_by, settled_at, reversed_by, released_at)
+		select payout_id, transaction_id, reason, settled_by, settled_at, coalesce($2::jsonb ->> transaction_id, ''), $3 from gone
+		returning transaction_id`, id, rev, at)
+	if err != nil {
+		return nil, fmt.Errorf("payout %s: release its settlement outside: %w", id, err)
+	}
+	released, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("payout %s: release its settlement outside: %w", id, err)
+	}
+	sort.Strings(released)
+	return released, nil
+}
+
 // SettledOutsideBy implements app.Tx.
 func (t txStore) SettledOutsideBy(ctx context.Context, id string) (string, error) {
 	var txID string
@@ -131,4 +156,19 @@ func (t txStore) SettledOutsideBy(ctx context.Context, id string) (string, error
 		return "", fmt.Errorf("payout %s settled outside: %w", id, err)
 	}
 	return txID, nil
+}
+
+// SettledOutsideClaims implements app.Store.
+func (s *Store) SettledOutsideClaims(ctx context.Context) ([]app.SettledOutsideClaim, error) {
+	rows, err := s.Pool.Query(ctx, `select c.payout_id, c.transaction_id from payout.settled_outside c
+		join payout.payouts p on p.payout_id = c.payout_id where p.status = 'settled_outside'
+		order by c.payout_id, c.transaction_id`)
+	if err != nil {
+		return nil, fmt.Errorf("settled-outside claims: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[app.SettledOutsideClaim])
+	if err != nil {
+		return nil, fmt.Errorf("settled-outside claims: %w", err)
+	}
+	return out, nil
 }
