@@ -195,10 +195,10 @@ func TestSettledOutsideEntryReversedFailsThePayoutAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	journal := entries{
-		"tx-p9":   manualPayment("tx-p9", "p-9", "600.00", "CNY"),
-		"tx-p9b":  manualPayment("tx-p9b", "p-9", "600.00", "CNY"),
-		"tx-p7":   manualPayment("tx-p7", "p-7", "600.00", "CNY"),
-		"tx-p6":   manualPayment("tx-p6", "p-6", "600.00", "CNY"),
+		"tx-p9":  manualPayment("tx-p9", "p-9", "600.00", "CNY"),
+		"tx-p9b": manualPayment("tx-p9b", "p-9", "600.00", "CNY"),
+		"tx-p7":  manualPayment("tx-p7", "p-7", "600.00", "CNY"),
+		"tx-p6":  manualPayment("tx-p6", "p-6", "600.00", "CNY"),
 	}
 	s := &postgres.Store{Pool: pool}
 	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
