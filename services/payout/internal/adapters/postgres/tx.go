@@ -124,7 +124,7 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 
 // ReleaseSettledOutside implements app.Tx: every claim of payout id moves
 // to payout.settled_outside_released, each with the transaction reversing
-// it (reversed; ” for one not reversed).
+// it (reversed; empty for one not reversed).
 func (t txStore) ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error) {
 	rev, err := json.Marshal(reversed)
 	if err != nil {
