@@ -7,7 +7,9 @@
 // Payouts: payout methods (bank, Alipay, WeChat Pay), the KYC gate, payouts
 // and their status. Status: created -> submitted -> in_transit -> paid, or
 // failed | canceled | returned; action_required while KYC or a payout method
-// is missing. Decimals are strings.
+// is missing; settled_outside once finance paid a failed or returned payout
+// by hand (failed again if that ledger entry is reversed). Decimals are
+// strings.
 
 package payoutv1
 
@@ -97,15 +99,21 @@ type Payout struct {
 	ProviderId string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	CycleId    string                 `protobuf:"bytes,3,opt,name=cycle_id,json=cycleId,proto3" json:"cycle_id,omitempty"`
 	// created | action_required | submitted | in_transit | paid | failed |
-	// canceled | returned
-	Status              string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	Gross               string                 `protobuf:"bytes,5,opt,name=gross,proto3" json:"gross,omitempty"`
-	Commission          string                 `protobuf:"bytes,6,opt,name=commission,proto3" json:"commission,omitempty"`
-	TaxWithheld         string                 `protobuf:"bytes,7,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
-	Net                 string                 `protobuf:"bytes,8,opt,name=net,proto3" json:"net,omitempty"` // the amount paid out
-	Currency            string                 `protobuf:"bytes,9,opt,name=currency,proto3" json:"currency,omitempty"`
-	Method              string                 `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"`                              // bank | alipay | wechat; "" until a method is set
-	FailureCode         string                 `protobuf:"bytes,11,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"` // e.g. "account_frozen"; "" unless failed/returned
+	// canceled | returned | settled_outside (a failed or returned payout
+	// finance paid by hand, outside any rail: final, but failed again if the
+	// ledger entry that paid it is reversed)
+	Status      string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Gross       string `protobuf:"bytes,5,opt,name=gross,proto3" json:"gross,omitempty"`
+	Commission  string `protobuf:"bytes,6,opt,name=commission,proto3" json:"commission,omitempty"`
+	TaxWithheld string `protobuf:"bytes,7,opt,name=tax_withheld,json=taxWithheld,proto3" json:"tax_withheld,omitempty"`
+	Net         string `protobuf:"bytes,8,opt,name=net,proto3" json:"net,omitempty"` // the amount paid out
+	Currency    string `protobuf:"bytes,9,opt,name=currency,proto3" json:"currency,omitempty"`
+	Method      string `protobuf:"bytes,10,opt,name=method,proto3" json:"method,omitempty"` // bank | alipay | wechat; "" until a method is set
+	// e.g. "account_frozen": why a failed or returned payout failed (kept
+	// once it is settled_outside); also on a submitted or in_transit payout
+	// held as rail_amount_mismatch, and on a created payout being stopped
+	// as kyc_rejected; "" otherwise
+	FailureCode         string                 `protobuf:"bytes,11,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
 	StatusHistory       []*PayoutStatusChange  `protobuf:"bytes,12,rep,name=status_history,json=statusHistory,proto3" json:"status_history,omitempty"`
 	CreatedAt           *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt           *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`

@@ -7,7 +7,9 @@
 // Payouts: payout methods (bank, Alipay, WeChat Pay), the KYC gate, payouts
 // and their status. Status: created -> submitted -> in_transit -> paid, or
 // failed | canceled | returned; action_required while KYC or a payout method
-// is missing. Decimals are strings.
+// is missing; settled_outside once finance paid a failed or returned payout
+// by hand (failed again if that ledger entry is reversed). Decimals are
+// strings.
 
 package payoutv1
 
