@@ -41,7 +41,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	// Paged gauges first, the bank-file rail's next: a scrape's reads are
 	// bounded in all (obs.SQLCollector); a slow group-by ahead hid them.
-	ms := append(pagedMetrics(), bankFileMetrics()...)
+	ms := append(append(pagedMetrics(), bankFileMetrics()...), kycRejectedMetrics()...)
 	return append(append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
 		// holds another amount) and its own alert until finance resolves
@@ -266,7 +266,12 @@ func bankFileMetrics() []obs.SQLMetric {
 		Query: `select o.outcome, count(e.outcome)::float8
 			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch', 'review', 'lost_batch', 'unreadable']) as o(outcome)
 			left join payout.bank_file_entries e on e.outcome = o.outcome group by o.outcome`,
-	}, {
+	}}
+}
+
+// kycRejectedMetrics are the bank transfers a rejected KYC keeps queued.
+func kycRejectedMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
 		// Counted by neither the queued nor the in-flight age: a
 		// transfer a rejected KYC keeps queued waits for finance's
 		// verdict, not for a cutoff. Its net stays in

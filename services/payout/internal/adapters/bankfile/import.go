@@ -790,7 +790,7 @@ func (r *Rail) lockInbox(ctx context.Context) (release func(), mine bool, err er
 			// replica would skip the inbox: the connection is closed,
 			// and the lock with it.
 			r.Log.Warn("bank inbox lock not released: closing its connection", "err", err)
-			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing is the remedy; its error leaves nothing to do
+			conn.Conn().Close(context.WithoutCancel(ctx))
 		}
 	}, true, nil
 }
