@@ -1,6 +1,9 @@
 package payout
 
 import (
+	"strings"
+
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/obs"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/alipay"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/bankfile"
@@ -38,7 +41,7 @@ func (s *Service) Metrics() []obs.SQLMetric { return Metrics() }
 func Metrics() []obs.SQLMetric {
 	// Paged gauges first, the bank-file rail's next: a scrape's reads are
 	// bounded in all (obs.SQLCollector); a slow group-by ahead hid them.
-	ms := append(pagedMetrics(), bankFileMetrics()...)
+	ms := append(append(pagedMetrics(), bankFileMetrics()...), kycRejectedMetrics()...)
 	return append(append(ms, []obs.SQLMetric{{
 		// A payout flagged rail_amount_mismatch has its answer (the rail
 		// holds another amount) and its own alert until finance resolves
@@ -263,5 +266,32 @@ func bankFileMetrics() []obs.SQLMetric {
 		Query: `select o.outcome, count(e.outcome)::float8
 			from unnest(array['unknown_reference', 'conflict', 'amount_mismatch', 'review', 'lost_batch', 'unreadable']) as o(outcome)
 			left join payout.bank_file_entries e on e.outcome = o.outcome group by o.outcome`,
+	}}
+}
+
+// kycRejectedMetrics are the bank transfers a rejected KYC keeps queued.
+func kycRejectedMetrics() []obs.SQLMetric {
+	return []obs.SQLMetric{{
+		// Counted by neither the queued nor the in-flight age: a
+		// transfer a rejected KYC keeps queued waits for finance's
+		// verdict, not for a cutoff. Its net stays in
+		// provider:{id}:in_transit meanwhile, out of every bank file,
+		// and nothing showed it: finance changes the verdict (the next
+		// file takes it) or cancels the payout (its net back in
+		// available). From the rejection, or the queuing if later.
+		Name: "gpubill_payout_kyc_rejected_queued_age_seconds", Type: obs.Gauge,
+		Help: "Age of the oldest bank transfer kept queued, out of every bank file, by its provider's KYC rejected by finance, since " +
+			"the rejection or its queuing, whichever is later (0: none): its payout's net waits in provider:{id}:in_transit.",
+		Query: `select coalesce(extract(epoch from now() - min(greatest(t.queued_at, k.updated_at))), 0)::float8 from payout.bank_transfers t
+			join payout.kyc k on k.provider_id = t.provider_id and k.status = 'rejected' where t.state = 'queued'`,
+	}, {
+		// Every currency from 0: a series first seen when finance
+		// rejects a provider is no series before it.
+		Name: "gpubill_payout_kyc_rejected_queued_amount", Type: obs.Gauge, Labels: []string{"currency"},
+		Help: "Amount of the bank transfers kept queued by their provider's KYC rejected by finance, by currency, in currency units: " +
+			"money held in provider in_transit accounts while nothing is sent.",
+		Query: `select c.currency, coalesce(sum(t.amount), 0)::float8 from unnest(array['` + strings.Join(money.Codes(), `', '`) + `']) as c(currency)
+			left join (payout.bank_transfers t join payout.kyc k on k.provider_id = t.provider_id and k.status = 'rejected' and t.state = 'queued')
+				on t.currency = c.currency group by c.currency`,
 	}}
 }

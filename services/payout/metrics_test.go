@@ -10,13 +10,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gpubill/gpubill/migrations"
 	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/money"
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 	"github.com/gpubill/gpubill/services/payout/internal/adapters/postgres"
@@ -576,6 +580,87 @@ func TestRejectedKYCBankTransferNotCountedStuck(t *testing.T) {
 	t.Parallel()
 	heldBankTransferNotCountedStuck(t, `insert into payout.kyc (provider_id, status, reference, updated_at) values ('p-h', 'rejected', 'fraud', now() - interval '6 days')`,
 		`update payout.kyc set status = 'verified'`)
+}
+
+// A bank transfer a rejected KYC keeps queued holds its payout's net in
+// provider:{id}:in_transit, out of every bank file, until finance changes
+// the verdict or cancels the payout; the queued and in-flight ages leave
+// it out (above), and nothing else counted it. Its age since the
+// rejection (or its queuing, if later) and the money held, by currency,
+// are on /metrics (GpubillPayoutKYCRejectedTransferQueued); a transfer a
+// payout hold alone keeps, one already batched, or one of a verified
+// provider is not counted.
+func TestRejectedKYCQueuedTransferCounted(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	const age, amount = "gpubill_payout_kyc_rejected_queued_age_seconds", "gpubill_payout_kyc_rejected_queued_amount"
+	if _, err := pool.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name,
+			creditor_account, creditor_agent, state, queued_at, updated_at) values
+			('po-r1', 'po-r1', 'p-r', 'CNY', 60, 'P R', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '6 days', now() - interval '6 days'),
+			('po-r2', 'po-r2', 'p-r', 'CNY', 15.5, 'P R', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '5 days', now() - interval '5 days'),
+			('po-r3', 'po-r3', 'p-r', 'USD', 40, 'P R', 'DE89370400440532013000', 'COBADEFF', 'queued', now() - interval '3 days', now() - interval '3 days'),
+			('po-rb', 'po-rb', 'p-r', 'CNY', 900, 'P R', '6222000011110001', 'ICBKCNBJ', 'batched', now() - interval '9 days', now() - interval '8 days'),
+			('po-h', 'po-h', 'p-h', 'CNY', 700, 'P H', '6222000011110002', 'ICBKCNBJ', 'queued', now() - interval '9 days', now() - interval '9 days'),
+			('po-v', 'po-v', 'p-v', 'CNY', 800, 'P V', '6222000011110005', 'ICBKCNBJ', 'queued', now() - interval '9 days', now() - interval '9 days');
+		insert into payout.holds (provider_id, reason, held_at) values ('p-h', 'fraud dispute', now() - interval '9 days');
+		insert into payout.kyc (provider_id, status, reference, updated_at) values
+			('p-r', 'rejected', 'sanctions', now() - interval '2 days'), ('p-v', 'verified', 'kyc-1', now() - interval '20 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), age); v < 2*86400 || v > 2*86400+600 {
+		t.Errorf("%s: %v, want about 2 days (since the rejection)", age, v)
+	}
+	none := map[string]float64{}
+	for _, c := range money.Codes() {
+		none[c] = 0 // every currency's series from 0
+	}
+	want := maps.Clone(none)
+	want["CNY"], want["USD"] = 75.5, 40
+	if got := amountsByCurrency(t, pool, amount); !maps.Equal(got, want) {
+		t.Errorf("%s: %v, want %v (p-r's queued transfers)", amount, got, want)
+	}
+	if _, err := pool.Exec(ctx, `update payout.kyc set status = 'verified', updated_at = now() where provider_id = 'p-r'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), age); v != 0 {
+		t.Errorf("%s once verified again: %v, want 0", age, v)
+	}
+	if got := amountsByCurrency(t, pool, amount); !maps.Equal(got, none) {
+		t.Errorf("%s once verified again: %v, want %v", amount, got, none)
+	}
+}
+
+// amountsByCurrency reads the gauge name, labelled by currency alone.
+func amountsByCurrency(t *testing.T, pool *pgxpool.Pool, name string) map[string]float64 {
+	t.Helper()
+	for _, m := range Metrics() {
+		if m.Name != name {
+			continue
+		}
+		if !slices.Equal(m.Labels, []string{"currency"}) {
+			t.Fatalf("%s labels %v, want [currency]", name, m.Labels)
+		}
+		rows, err := pool.Query(context.Background(), m.Query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for rows.Next() {
+			var currency string
+			var v float64
+			if err := rows.Scan(&currency, &v); err != nil {
+				t.Fatal(err)
+			}
+			got[currency] = v
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	t.Fatalf("no metric %s", name)
+	return nil
 }
 
 // heldBankTransferNotCountedStuck checks the ages of a queued transfer

@@ -72,6 +72,7 @@ func (a *Payouts) stopKYCRejected(ctx context.Context, p domain.Payout, ref stri
 	if err != nil {
 		return "", err
 	}
+	kycRejectedStops.Inc()
 	a.Log.Warn("payout stopped before its rail: the provider's KYC is rejected", "payout_id", p.ID, "provider_id", p.ProviderID,
 		"net", p.Net.String(), "currency", p.Currency, "reference", ref)
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 
 	"github.com/gpubill/gpubill/pkg/clock"
@@ -38,9 +39,12 @@ func (l *keyLedger) Transfer(_ context.Context, t domain.LedgerTransfer) error {
 // rejected is not handed to the rail once it recovers: the rail never had
 // its reference, so it fails kyc_rejected, its amount posted back to
 // available. It was paid hours after finance rejected the provider for
-// fraud.
+// fraud. Each stop is counted (gpubill_payout_kyc_rejected_total): it read
+// as any other failed payout, and only a WARN line said why. Not parallel:
+// the counter is the process's.
 func TestSubmitStopsAPayoutOfARejectedKYC(t *testing.T) {
 	ctx := context.Background()
+	before := counterValue(t, "gpubill_payout_kyc_rejected_total")
 	st := &kycStore{failureStore: failureStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}}, kyc: domain.KYCVerified}
 	l := &keyLedger{}
 	rail := &bookRail{name: "alipay", refs: map[string]bool{}, down: true}
@@ -62,6 +66,9 @@ func TestSubmitStopsAPayoutOfARejectedKYC(t *testing.T) {
 	want := []string{"payout-po_1-1-submitted", "payout-po_1-1-submitted", "payout-po_1-1-failed"}
 	if !slices.Equal(l.keys, want) {
 		t.Fatalf("ledger posted %q; want %q (its submission returned to available)", l.keys, want)
+	}
+	if n := counterValue(t, "gpubill_payout_kyc_rejected_total") - before; n != 1 {
+		t.Fatalf("gpubill_payout_kyc_rejected_total rose by %v; want 1 (the payout stopped)", n)
 	}
 	if domain.PayeeFailure(domain.FailKYCRejected) {
 		t.Fatal("kyc_rejected waits for a method change to be retried; want a retry once finance verified the KYC again")
@@ -121,4 +128,21 @@ func TestSubmitStopKYCRejectedSurvivesACrashAfterItsPosting(t *testing.T) {
 	if n := len(l.keys); n == 0 || l.keys[n-1] != "payout-po_1-1-failed" {
 		t.Fatalf("ledger keys %q; want the last the failed posting (net back in available)", l.keys)
 	}
+}
+
+// counterValue reads the counter named name (no labels) from the
+// process's registry, as /metrics serves it.
+func counterValue(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s on /metrics", name)
+	return 0
 }

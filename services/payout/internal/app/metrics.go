@@ -29,6 +29,17 @@ var railAmountMismatches = promauto.NewCounterVec(prometheus.CounterOpts{
 		"at another net): neither recorded paid nor sent again, they stay submitted with failure_code rail_amount_mismatch for finance.",
 }, []string{"rail"})
 
+// kycRejectedStops counts the payouts stopped before their rail as
+// kyc_rejected (stopKYCRejected), each once, after the commit: finance
+// rejected the provider (fraud, sanctions) while the payout was past the
+// gate, and it would have been paid. Only a WARN line said so; failed,
+// it read as any other failed payout (gpubill_payouts).
+var kycRejectedStops = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "gpubill_payout_kyc_rejected_total",
+	Help: "Payouts past the gate stopped before their rail because finance rejected their provider's KYC (failed kyc_rejected, " +
+		"their net back in available); the payout log (payout stopped before its rail) names each.",
+})
+
 // RailAmountMismatches is the counter of one rail: the composition root
 // makes each rail's series at 0 (a first increase from nothing is no
 // increase to Prometheus).

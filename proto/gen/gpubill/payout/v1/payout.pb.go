@@ -1818,7 +1818,7 @@ func (x *Webhook) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
 type CreateWebhookRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`       // http(s)
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`       // https; http, and private or loopback hosts, only where GPUBILL_WEBHOOK_ALLOW_PRIVATE is set
 	Secret        string                 `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"` // at least 16 characters; signs every delivery
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

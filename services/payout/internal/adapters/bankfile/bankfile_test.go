@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -1314,5 +1315,72 @@ func TestRestoreHoldOfASnapshotBeforeTheHold(t *testing.T) {
 	f.submit(t, "po-a", "CNY", "620.00", bank("6222000011110001"))
 	if _, _, err := cutOne(f.r.Cut(ctx, f.r.LastCutoff(day1.Add(5*time.Hour)))); !errors.Is(err, ErrHeld) {
 		t.Errorf("Cut after the restore of an older snapshot: %v, want ErrHeld", err)
+	}
+}
+
+// Two payout replicas read one inbox directory (a shared volume): while
+// one reads, the other's pass does nothing, so a file is imported and
+// moved once. Without a lock both read the same file: one moved it to
+// processed/ while the other was reading it (a failure counted, a WARN
+// logged, every tick of two replicas). The second replica here scans
+// while the first is inside its read of the file. Not parallel: the
+// counter and the read hook are the process's.
+func TestScanInboxOneReplicaAtATime(t *testing.T) {
+	f, fb, report := inboxWithReport(t)
+	in := f.r.Cfg.InboxDir
+	other, err := pgxpool.New(context.Background(), f.r.Pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	replica2 := &Rail{Pool: other, Clock: f.clk, Log: f.r.Log, Cfg: f.r.Cfg}
+	var otherErr error
+	otherRan := false
+	t.Cleanup(func() { readInboxFile = readLimited })
+	readInboxFile = func(path string) ([]byte, error) {
+		if !otherRan {
+			otherRan = true
+			otherErr = replica2.ScanInbox(context.Background())
+		}
+		return readLimited(path)
+	}
+	if err := fb.Drop("01-status.xml", report); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(inboxFilesFailed)
+	if err := f.r.ScanInbox(context.Background()); err != nil {
+		t.Fatalf("first replica's scan: %v", err)
+	}
+	if !otherRan || otherErr != nil {
+		t.Fatalf("second replica's scan during the first's: ran %v, %v", otherRan, otherErr)
+	}
+	if n := testutil.ToFloat64(inboxFilesFailed) - before; n != 0 {
+		t.Errorf("gpubill_bank_inbox_files_failed_total rose by %v with two replicas, want 0", n)
+	}
+	des, err := os.ReadDir(filepath.Join(in, "processed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	if !slices.Equal(names, []string{"01-status.xml"}) {
+		t.Errorf("processed/ holds %v, want [01-status.xml] (the file moved once)", names)
+	}
+	if st := f.state(t, "po-a"); st.State != app.RailInTransit {
+		t.Errorf("po-a after the inbox: %+v", st)
+	}
+	// The first pass over, the lock is free: the other replica reads
+	// the next file.
+	readInboxFile = readLimited
+	if err := fb.Drop("02-status.xml", report); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica2.ScanInbox(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(in, "processed/02-status.xml")); err != nil {
+		t.Errorf("the second replica's own pass: %v", err)
 	}
 }

@@ -742,12 +742,57 @@ func (r *Rail) applyDuplicate(ctx context.Context, tx pgx.Tx, a action, e app.Ba
 // inboxFileBytesMax, to rejected/ with a .error file saying why; failing
 // for its own reason, left for the next pass while the files after it are
 // read); a failure that is not the file's own (the database down) stops
-// the pass, every file left for the next one.
+// the pass, every file left for the next one. One replica reads the
+// inbox at a time (inboxLockKey): while another holds it, this pass does
+// nothing.
 func (r *Rail) ScanInbox(ctx context.Context) error {
+	if r.Cfg.InboxDir == "" {
+		return nil
+	}
+	release, mine, err := r.lockInbox(ctx)
+	if err != nil || !mine {
+		return err
+	}
+	defer release()
 	in := bankinbox.Inbox{Dir: r.Cfg.InboxDir, What: "bank inbox", Import: r.importInboxFile,
 		Malformed: func(err error) bool { var me *MalformedError; return errors.As(err, &me) },
 		Failed:    inboxFilesFailed, Rejected: inboxFilesRejected, Log: r.Log}
 	return in.Scan(ctx)
+}
+
+// inboxLockKey names the session advisory lock a replica holds while it
+// reads the inbox (pg_try_advisory_lock(hashtext(key))). Two replicas
+// reading one inbox directory at once each read every file, and one's
+// move to processed/ failed the other's read or move of the same file
+// (counted in gpubill_bank_inbox_files_failed_total, every tick). The
+// ledger's statement inbox holds a lock of its own name.
+const inboxLockKey = "gpubill.payout.bank_inbox"
+
+// lockInbox takes inboxLockKey on a connection of its own unless another
+// session holds it (mine false); release frees it and the connection. A
+// replica that dies lets it go with its connection.
+func (r *Rail) lockInbox(ctx context.Context) (release func(), mine bool, err error) {
+	conn, err := r.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("bank inbox lock: %w", err)
+	}
+	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, inboxLockKey).Scan(&mine); err != nil || !mine {
+		conn.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("bank inbox lock: %w", err)
+		}
+		return nil, false, nil
+	}
+	return func() {
+		defer conn.Release()
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, inboxLockKey); err != nil {
+			// Held by a session still open, the next pass of every
+			// replica would skip the inbox: the connection is closed,
+			// and the lock with it.
+			r.Log.Warn("bank inbox lock not released: closing its connection", "err", err)
+			conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}, true, nil
 }
 
 // importInboxFile reads and imports the inbox file at path.
