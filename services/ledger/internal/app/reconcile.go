@@ -134,7 +134,10 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 // reconKeyRetention: another request under it, or any after that, is
 // apperr.ErrConflict naming the key and the run holding it (a reuse
 // answered the old run silently, or stored a second run of another
-// currency under the key). Statements imported since do not refuse it: a
+// currency under the key). The caller is part of the request, as a
+// ledger transaction's body is of its key's: another caller's request
+// under the key (another finance user, the service identity) is refused
+// too; it was answered the run of the caller that stored it. Statements imported since do not refuse it: a
 // retry must answer the run its lost answer stored.
 func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
 	if len(key) > domain.IdempotencyKeyMax {
@@ -176,7 +179,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigg
 	if key != "" {
 		// Under the currency's run lock and the key's: a run with the key
 		// is committed or not, and none other takes it meanwhile.
-		if err := r.checkKey(ctx, rd, key, requested); err != nil {
+		if err := r.checkKey(ctx, rd, key, requested, requestedBy); err != nil {
 			return nil, err
 		}
 		if run, err := rd.Keyed(ctx, key); err != nil || run != nil {
@@ -198,9 +201,9 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigg
 }
 
 // checkKey refuses key (apperr.ErrConflict) when a run holds it for
-// another request than one of requested, or for longer than
+// another request than one of requested by requestedBy, or for longer than
 // reconKeyRetention.
-func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested string) error {
+func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested, requestedBy string) error {
 	h, err := rd.KeyHolder(ctx, key)
 	if err != nil || h == nil {
 		return err
@@ -214,6 +217,12 @@ func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requ
 	if h.RequestedCurrency != nil && *h.RequestedCurrency != requested {
 		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for a request of %s: a request of %s needs a key of its own: %w",
 			key, h.RunID, scope(*h.RequestedCurrency), scope(requested), apperr.ErrConflict)
+	}
+	if h.RequestedBy != requestedBy {
+		// The holder's identity is not named: the key is all the caller
+		// sent, and a key says nothing of who else uses it.
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for another caller: a request needs a key of its own: %w",
+			key, h.RunID, apperr.ErrConflict)
 	}
 	if age := r.now().Sub(h.CreatedAt); age > reconKeyRetention {
 		return fmt.Errorf("idempotency key %q is held by reconciliation %s of %s, older than the %s a key answers its run: a new run needs a new key: %w",

@@ -485,7 +485,9 @@ type ReconKeyHolder struct {
 	// RequestedCurrency is the currency of the request that stored it (""
 	// every one); nil for a run stored before requests were kept.
 	RequestedCurrency *string
-	CreatedAt         time.Time
+	// RequestedBy is the caller that stored it (role and subject).
+	RequestedBy string
+	CreatedAt   time.Time
 }
 
 // ReconRun is one kept reconciliation run of one currency.

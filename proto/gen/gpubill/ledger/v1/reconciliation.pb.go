@@ -439,9 +439,10 @@ type RunReconciliationRequest struct {
 	// Optional, at most 256 bytes: a currency's run with this key answers
 	// again as it was instead of running anew (the daily schedule's retries
 	// store one run, not one each), whatever was imported since. Only for the
-	// request that stored it (the same currency, or every currency) and for
-	// 24 h: another request under the key, or any later, is refused (409,
-	// naming the key and the run holding it). Empty: every request runs.
+	// request that stored it (the same caller, and the same currency or every
+	// currency) and for 24 h: another request under the key, another
+	// caller's among them, or any later, is refused (409, naming the key and
+	// the run holding it). Empty: every request runs.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -385,8 +385,8 @@ func (r *ReconRunTx) KeyHolder(ctx context.Context, key string) (*domain.ReconKe
 		return nil, fmt.Errorf("reconciliation key lock: %w", err)
 	}
 	var h domain.ReconKeyHolder
-	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, created_at from ledger.reconciliations
-		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.CreatedAt)
+	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, requested_by, created_at from ledger.reconciliations
+		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.RequestedBy, &h.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
