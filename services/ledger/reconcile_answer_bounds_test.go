@@ -107,7 +107,9 @@ func TestReconciliationAnswersBoundTheirOtherLists(t *testing.T) {
 			}
 			token = ""
 			if raw, ok := page["next_page_token"]; ok {
-				_ = json.Unmarshal(raw, &token)
+				if err := json.Unmarshal(raw, &token); err != nil {
+					t.Fatalf("%s page %d: next_page_token %s: %v", name, pages, raw, err)
+				}
 			}
 		}
 		return keys
