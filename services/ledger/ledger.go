@@ -204,12 +204,15 @@ func (s *Service) Policy() auth.Policy {
 		is + "GetInvoice":               slices.Concat(read, []string{auth.RoleRenter}),
 		is + "IssueInvoices":            internal,
 		// The daily schedule runs it as the stack's service identity.
-		rc + "RunReconciliation":            {auth.RoleFinance, auth.RoleService},
-		rc + "ListReconciliations":          {auth.RoleFinance, auth.RoleAuditor},
-		rc + "GetReconciliation":            {auth.RoleFinance, auth.RoleAuditor},
-		rc + "ListReconciliationItems":      {auth.RoleFinance, auth.RoleAuditor},
-		rc + "ResolveReconciliationItems":   {auth.RoleFinance},
-		rc + "VoidReconciliationResolution": {auth.RoleFinance},
+		rc + "RunReconciliation":                 {auth.RoleFinance, auth.RoleService},
+		rc + "ListReconciliations":               {auth.RoleFinance, auth.RoleAuditor},
+		rc + "GetReconciliation":                 {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationItems":           {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationStatementBreaks": {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationCashDifferences": {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationResolutions":     {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ResolveReconciliationItems":        {auth.RoleFinance},
+		rc + "VoidReconciliationResolution":      {auth.RoleFinance},
 	}
 }
 

@@ -146,3 +146,55 @@ func TestReconciliationKeyTakenOnceAcrossCurrencies(t *testing.T) {
 		t.Fatalf("%d ran, %d refused, %d runs hold k-both; want one of each and one run", ran, refused, n)
 	}
 }
+
+// A reconciliation key answers only the caller that stored it: another
+// finance user, or the stack's service identity, sending the same key
+// (the same currency, within the day) is refused (409) naming the key, and
+// no run is stored; the caller that stored it still gets its run. As a
+// ledger transaction's key answers only its own request, the caller is
+// part of the request. Before, another caller's key answered that
+// caller's run as if it were the asker's (a finance user believing she
+// had reconciled was shown a colleague's run of hours before).
+func TestReconciliationKeyOfAnotherCallerIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	rec := f.svc.Reconciliations()
+	f.deposit(t, "r-1", "100.00", "CNY", "bank-ref-1")
+	chainAll(t, f)
+	importCSV(t, f, "st-1", "date,reference,amount,balance\n2026-11-30,bank-ref-1,100.00,100.00\n")
+	runs, err := rec.RunKeyed(f.ctx, "CNY", domain.ReconByRequest, "finance:alice", "k-1")
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("keyed run: %v %v", runs, err)
+	}
+	r1 := runs[0]
+	for _, by := range []string{"finance:bob", "finance", "service:settlement"} {
+		trigger := domain.ReconByRequest
+		if strings.HasPrefix(by, "service") {
+			trigger = domain.ReconBySchedule
+		}
+		got, err := rec.RunKeyed(f.ctx, "CNY", trigger, by, "k-1")
+		if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), `"k-1"`) {
+			t.Fatalf("k-1 sent by %s: %v %v; want a conflict naming k-1", by, got, err)
+		}
+	}
+	if n := f.count(t, `select count(*) from ledger.reconciliations`); n != 1 {
+		t.Fatalf("%d runs stored, want alice's alone", n)
+	}
+	runs, err = rec.RunKeyed(f.ctx, "CNY", domain.ReconByRequest, "finance:alice", "k-1")
+	if err != nil || len(runs) != 1 || runs[0].ID != r1.ID {
+		t.Fatalf("alice's retry: %v %v; want %s again", runs, err, r1.ID)
+	}
+
+	// Over REST: bob's token, alice's key: a 409 naming the key, nothing
+	// internal.
+	base, secret := startServer(t, f)
+	tok, err := auth.Issue(secret, auth.RoleFinance, "bob", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := restClient{t: t, base: base, token: tok}
+	code, body := c.do("POST", "/v1/reconciliations", `{"currency":"CNY","idempotency_key":"k-1"}`)
+	if code != 409 || !strings.Contains(body, "k-1") || strings.Contains(body, "ledger.") {
+		t.Fatalf("POST /v1/reconciliations k-1 as bob: %d %s; want 409 naming k-1", code, body)
+	}
+}

@@ -146,10 +146,13 @@ var expectedAccess = func() map[string][]string {
 		wl + "GetRenterWallet":                                        with(read, "renter"),
 		ch + "ListRenterCharges":                                      with(read, "renter"),
 		// The bank reconciliation (the daily schedule runs as service).
-		"/gpubill.ledger.v1.ReconciliationService/RunReconciliation":       {"finance", "service"},
-		"/gpubill.ledger.v1.ReconciliationService/ListReconciliations":     {"finance", "auditor"},
-		"/gpubill.ledger.v1.ReconciliationService/GetReconciliation":       {"finance", "auditor"},
-		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationItems": {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/RunReconciliation":                 {"finance", "service"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliations":               {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/GetReconciliation":                 {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationItems":           {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationStatementBreaks": {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationCashDifferences": {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutions":     {"finance", "auditor"},
 		// Resolving items by hand is finance's; an auditor reads them on the run.
 		"/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems": {"finance"},
 		// So is voiding a resolution (its items open again in the next run).

@@ -42,7 +42,26 @@ const (
 	// Pages of ListItems.
 	reconItemsPageDefault = 500
 	reconItemsPageMax     = 1000
+	// reconFindingsAnswerMax bounds the statement breaks and the cash
+	// differences a run's answer carries (Findings pages the rest): a
+	// statement of a year of daily closes, each proof of cash failing, made
+	// 365 of each (~500 B apiece in JSON), and a run taking years of them
+	// answered megabytes.
+	reconFindingsAnswerMax = 100
+	reconFindingsPageMax   = 1000
+	// reconResolutionsAnswerMax bounds the resolutions, and apart the
+	// reopened ones, a run's answer carries (ResolutionPage pages the
+	// rest): each holds up to resolveItemsMax items (~28 KB at most in
+	// JSON), and finance may resolve a year's exceptions one by one.
+	reconResolutionsAnswerMax = 50
+	reconResolutionsPageMax   = 100
 )
+
+// reconAnswerRead is what an answer of a kept run reads of it: one more
+// item than it carries (whether to give a token), the first of each
+// other list (their counts say whether more are left).
+var reconAnswerRead = domain.ReconRead{Items: reconItemsAnswerMax + 1, Breaks: reconFindingsAnswerMax,
+	CashDifferences: reconFindingsAnswerMax, Resolutions: reconResolutionsAnswerMax}
 
 // ReconciliationStore keeps reconciliation runs (adapters/postgres).
 type ReconciliationStore interface {
@@ -54,14 +73,22 @@ type ReconciliationStore interface {
 	// ListRuns pages runs newest first ("" currency: any), before seq when
 	// beforeSeq > 0, without their items.
 	ListRuns(ctx context.Context, currency string, beforeSeq int64, limit int) ([]domain.ReconRun, error)
-	// GetRun returns a run with its items, of its matched and unmatched
-	// ones only the first itemsMax when itemsMax > 0 (apperr.ErrNotFound if
-	// none).
-	GetRun(ctx context.Context, id string, itemsMax int) (*domain.ReconRun, error)
+	// GetRun returns a run with its items and resolutions as bounded by b
+	// (apperr.ErrNotFound if none).
+	GetRun(ctx context.Context, id string, b domain.ReconRead) (*domain.ReconRun, error)
 	// ListItems returns up to limit of a run's matched and unmatched items
 	// in the run's order, after the one numbered afterNo, and the run's
 	// currency (apperr.ErrNotFound if no run).
 	ListItems(ctx context.Context, id string, afterNo, limit int) (string, []domain.ReconItem, error)
+	// ListFindings returns a run (its id and currency) holding up to limit
+	// of its statement breaks (kind domain.ReconItemStatementBreak) or cash
+	// differences (domain.ReconItemCashDifference) in the run's order,
+	// after the first skip (apperr.ErrNotFound if no run).
+	ListFindings(ctx context.Context, id, kind string, skip, limit int) (*domain.ReconRun, error)
+	// ListResolutions returns up to limit of a run's resolutions (reopened:
+	// its reopened ones) oldest first, after after (nil: from the first),
+	// and the run's currency (apperr.ErrNotFound if no run).
+	ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit int) (string, []domain.ReconResolution, error)
 }
 
 // ReconRunTx reads what a run needs and stores it, in one transaction.
@@ -73,8 +100,8 @@ type ReconRunTx interface {
 	// run of any currency stored with it (nil: none).
 	KeyHolder(ctx context.Context, key string) (*domain.ReconKeyHolder, error)
 	// Keyed is the currency's run stored with the idempotency key, with its
-	// items (nil: none).
-	Keyed(ctx context.Context, key string) (*domain.ReconRun, error)
+	// items as bounded by b (nil: none).
+	Keyed(ctx context.Context, key string, b domain.ReconRead) (*domain.ReconRun, error)
 	// FreshLines returns the statements of the currency no run has taken,
 	// oldest closing first, and their lines in statement and line order.
 	FreshLines(ctx context.Context) ([]string, []domain.BankLine, error)
@@ -134,7 +161,10 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 // reconKeyRetention: another request under it, or any after that, is
 // apperr.ErrConflict naming the key and the run holding it (a reuse
 // answered the old run silently, or stored a second run of another
-// currency under the key). Statements imported since do not refuse it: a
+// currency under the key). The caller is part of the request, as a
+// ledger transaction's body is of its key's: another caller's request
+// under the key (another finance user, the service identity) is refused
+// too; it was answered the run of the caller that stored it. Statements imported since do not refuse it: a
 // retry must answer the run its lost answer stored.
 func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
 	if len(key) > domain.IdempotencyKeyMax {
@@ -159,7 +189,7 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 		if err != nil {
 			return out, fmt.Errorf("reconcile %s: %w", c, err)
 		}
-		keepItems(run)
+		bound(run)
 		out = append(out, run)
 	}
 	return out, nil
@@ -176,10 +206,12 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigg
 	if key != "" {
 		// Under the currency's run lock and the key's: a run with the key
 		// is committed or not, and none other takes it meanwhile.
-		if err := r.checkKey(ctx, rd, key, requested); err != nil {
+		if err := r.checkKey(ctx, rd, key, requested, requestedBy); err != nil {
 			return nil, err
 		}
-		if run, err := rd.Keyed(ctx, key); err != nil || run != nil {
+		// Only what the answer carries: a replay of a run of a year's
+		// statement read every item of it to answer its first.
+		if run, err := rd.Keyed(ctx, key, reconAnswerRead); err != nil || run != nil {
 			return run, err
 		}
 	}
@@ -198,9 +230,9 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigg
 }
 
 // checkKey refuses key (apperr.ErrConflict) when a run holds it for
-// another request than one of requested, or for longer than
+// another request than one of requested by requestedBy, or for longer than
 // reconKeyRetention.
-func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested string) error {
+func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requested, requestedBy string) error {
 	h, err := rd.KeyHolder(ctx, key)
 	if err != nil || h == nil {
 		return err
@@ -214,6 +246,12 @@ func (r *Reconciliations) checkKey(ctx context.Context, rd ReconRunTx, key, requ
 	if h.RequestedCurrency != nil && *h.RequestedCurrency != requested {
 		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for a request of %s: a request of %s needs a key of its own: %w",
 			key, h.RunID, scope(*h.RequestedCurrency), scope(requested), apperr.ErrConflict)
+	}
+	if h.RequestedBy != requestedBy {
+		// The holder's identity is not named: the key is all the caller
+		// sent, and a key says nothing of who else uses it.
+		return fmt.Errorf("idempotency key %q is held by reconciliation %s, run for another caller: a request needs a key of its own: %w",
+			key, h.RunID, apperr.ErrConflict)
 	}
 	if age := r.now().Sub(h.CreatedAt); age > reconKeyRetention {
 		return fmt.Errorf("idempotency key %q is held by reconciliation %s of %s, older than the %s a key answers its run: a new run needs a new key: %w",
@@ -386,17 +424,17 @@ func (r *Reconciliations) List(ctx context.Context, currency string, pageSize in
 	return runs, next, nil
 }
 
-// Get returns one run with its first reconItemsAnswerMax matched and
-// unmatched items (Items pages the rest) and every other item.
+// Get returns one run with the first of each of its lists (bound; Items,
+// Findings and ResolutionPage page the rest).
 func (r *Reconciliations) Get(ctx context.Context, id string) (*domain.ReconRun, error) {
 	if id == "" {
 		return nil, apperr.Invalid("reconciliation_id", "required")
 	}
-	run, err := r.Store.GetRun(ctx, id, reconItemsAnswerMax+1)
+	run, err := r.Store.GetRun(ctx, id, reconAnswerRead)
 	if err != nil {
 		return nil, err
 	}
-	keepItems(run)
+	bound(run)
 	return run, nil
 }
 
@@ -404,12 +442,143 @@ func (r *Reconciliations) Get(ctx context.Context, id string) (*domain.ReconRun,
 // scoped by the run's id.
 const reconItemsListing = "ledger.reconciliation_items"
 
-// keepItems bounds an answered run to its first reconItemsAnswerMax
-// matched and unmatched items, with the page token of the rest.
-func keepItems(run *domain.ReconRun) {
+// Listings of a run's statement breaks, cash differences, resolutions and
+// reopened resolutions in their page tokens, each scoped by the run's id.
+const (
+	reconBreaksListing      = "ledger.reconciliation_statement_breaks"
+	reconCashListing        = "ledger.reconciliation_cash_differences"
+	reconResolutionsListing = "ledger.reconciliation_resolutions"
+	reconReopenedListing    = "ledger.reconciliation_reopened_resolutions"
+)
+
+// findingsListing names the listing of a kind of ListFindings.
+func findingsListing(kind, id string) string {
+	if kind == domain.ReconItemStatementBreak {
+		return cursor.Scoped(reconBreaksListing, id)
+	}
+	return cursor.Scoped(reconCashListing, id)
+}
+
+// resolutionsListing names the listing of a run's resolutions (reopened:
+// its reopened ones).
+func resolutionsListing(id string, reopened bool) string {
+	if reopened {
+		return cursor.Scoped(reconReopenedListing, id)
+	}
+	return cursor.Scoped(reconResolutionsListing, id)
+}
+
+// bound bounds an answered run to its first reconItemsAnswerMax matched
+// and unmatched items, reconFindingsAnswerMax statement breaks and cash
+// differences and reconResolutionsAnswerMax resolutions and reopened ones,
+// with the page token of each list's rest.
+func bound(run *domain.ReconRun) {
 	if run.KeepItems(reconItemsAnswerMax) {
 		run.ItemsNext = cursor.Encode(cursor.Scoped(reconItemsListing, run.ID), cursor.FormatInt64(reconItemsAnswerMax))
 	}
+	res := &run.Result
+	if n := len(res.Breaks); n > reconFindingsAnswerMax || (n > 0 && run.BreakN > n) {
+		res.Breaks = res.Breaks[:min(n, reconFindingsAnswerMax)]
+		run.BreaksNext = cursor.Encode(findingsListing(domain.ReconItemStatementBreak, run.ID), cursor.FormatInt64(int64(len(res.Breaks))))
+	}
+	if n := len(res.CashDifferences); n > reconFindingsAnswerMax || (n > 0 && run.CashDifferenceN > n) {
+		res.CashDifferences = res.CashDifferences[:min(n, reconFindingsAnswerMax)]
+		run.CashDifferencesNext = cursor.Encode(findingsListing(domain.ReconItemCashDifference, run.ID), cursor.FormatInt64(int64(len(res.CashDifferences))))
+	}
+	run.ResolutionN, run.ReopenedN = max(run.ResolutionN, len(run.Resolutions)), max(run.ReopenedN, len(run.Reopened))
+	if n := len(run.Resolutions); n > reconResolutionsAnswerMax || (n > 0 && run.ResolutionN > n) {
+		run.Resolutions = run.Resolutions[:min(n, reconResolutionsAnswerMax)]
+		run.ResolutionsNext = resolutionToken(run.ID, false, run.Resolutions[len(run.Resolutions)-1])
+	}
+	if n := len(run.Reopened); n > reconResolutionsAnswerMax || (n > 0 && run.ReopenedN > n) {
+		run.Reopened = run.Reopened[:min(n, reconResolutionsAnswerMax)]
+		run.ReopenedNext = resolutionToken(run.ID, true, run.Reopened[len(run.Reopened)-1])
+	}
+}
+
+// resolutionToken is the page token of a run's resolutions after last.
+func resolutionToken(id string, reopened bool, last domain.ReconResolution) string {
+	return cursor.Encode(resolutionsListing(id, reopened), cursor.FormatTime(last.CreatedAt), last.ID)
+}
+
+// pageLimit checks a page size against its default and most.
+func pageLimit(v *apperr.Validator, pageSize int32, def, most int) int {
+	v.Check(pageSize >= 0 && int(pageSize) <= most, "page_size", "want 0..%d", most)
+	if pageSize == 0 {
+		return def
+	}
+	return int(pageSize)
+}
+
+// Findings pages a run's statement breaks (kind
+// domain.ReconItemStatementBreak) or cash differences
+// (domain.ReconItemCashDifference) in the run's order, in a run holding
+// only them (and its id and currency); the token counts those read.
+func (r *Reconciliations) Findings(ctx context.Context, id, kind string, pageSize int32, pageToken string) (*domain.ReconRun, string, error) {
+	var v apperr.Validator
+	v.Check(id != "", "reconciliation_id", "required")
+	limit := pageLimit(&v, pageSize, reconFindingsAnswerMax, reconFindingsPageMax)
+	if err := v.Err(); err != nil {
+		return nil, "", err
+	}
+	listing := findingsListing(kind, id)
+	var skip int64
+	if pageToken != "" {
+		pos, err := cursor.Decode(listing, pageToken, 1)
+		if err != nil {
+			return nil, "", err
+		}
+		if skip, err = pos.Int64(0); err != nil || skip <= 0 || skip > math.MaxInt32 {
+			return nil, "", cursor.Malformed()
+		}
+	}
+	run, err := r.Store.ListFindings(ctx, id, kind, int(skip), limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	res, next := &run.Result, ""
+	if len(res.Breaks) > limit {
+		res.Breaks, next = res.Breaks[:limit], cursor.Encode(listing, cursor.FormatInt64(skip+int64(limit)))
+	}
+	if len(res.CashDifferences) > limit {
+		res.CashDifferences, next = res.CashDifferences[:limit], cursor.Encode(listing, cursor.FormatInt64(skip+int64(limit)))
+	}
+	return run, next, nil
+}
+
+// ResolutionPage pages a run's resolutions (reopened: its reopened ones)
+// oldest first, with the run's currency; the token is the last one's
+// place.
+func (r *Reconciliations) ResolutionPage(ctx context.Context, id string, reopened bool, pageSize int32, pageToken string) (string, []domain.ReconResolution, string, error) {
+	var v apperr.Validator
+	v.Check(id != "", "reconciliation_id", "required")
+	limit := pageLimit(&v, pageSize, reconResolutionsAnswerMax, reconResolutionsPageMax)
+	if err := v.Err(); err != nil {
+		return "", nil, "", err
+	}
+	listing := resolutionsListing(id, reopened)
+	var after *domain.ResolutionPos
+	if pageToken != "" {
+		pos, err := cursor.Decode(listing, pageToken, 2)
+		if err != nil {
+			return "", nil, "", err
+		}
+		at, err := pos.Time(0)
+		if err != nil || pos.String(1) == "" {
+			return "", nil, "", cursor.Malformed()
+		}
+		after = &domain.ResolutionPos{CreatedAt: at, ID: pos.String(1)}
+	}
+	currency, out, err := r.Store.ListResolutions(ctx, id, reopened, after, limit+1)
+	if err != nil {
+		return "", nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = resolutionToken(id, reopened, out[limit-1])
+	}
+	return currency, out, next, nil
 }
 
 // Items pages a run's matched and unmatched items in the run's order, with

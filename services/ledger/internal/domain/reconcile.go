@@ -485,7 +485,9 @@ type ReconKeyHolder struct {
 	// RequestedCurrency is the currency of the request that stored it (""
 	// every one); nil for a run stored before requests were kept.
 	RequestedCurrency *string
-	CreatedAt         time.Time
+	// RequestedBy is the caller that stored it (role and subject).
+	RequestedBy string
+	CreatedAt   time.Time
 }
 
 // ReconRun is one kept reconciliation run of one currency.
@@ -515,14 +517,23 @@ type ReconRun struct {
 	UnmatchedBankN   int
 	UnmatchedLedgerN int
 	OutstandingN     int // of UnmatchedLedgerN
-	BreakN           int // len(Result.Breaks)
-	CashDifferenceN  int // len(Result.CashDifferences)
+	BreakN           int // len(Result.Breaks) of a run holding every one
+	CashDifferenceN  int // len(Result.CashDifferences) of a run holding every one
+	// ResolutionN and ReopenedN count Resolutions and Reopened (a read
+	// run's, which may hold only the first of them).
+	ResolutionN int
+	ReopenedN   int
 	// Result holds the items; a listed run carries only the counts, an
 	// answered one its first items when ItemsNext is set.
 	Result Reconciliation
 	// ItemsNext is the page token of the matched and unmatched items Result
 	// leaves out (KeepItems), "" when it holds every one.
 	ItemsNext string
+	// BreaksNext, CashDifferencesNext, ResolutionsNext and ReopenedNext are
+	// the page tokens of the statement breaks, cash differences,
+	// resolutions and reopened resolutions an answered run leaves out, ""
+	// when it holds every one.
+	BreaksNext, CashDifferencesNext, ResolutionsNext, ReopenedNext string
 	// Resolutions of its unmatched items by hand (a read run's only).
 	Resolutions []ReconResolution
 	// Voided: resolutions (of this run or an earlier one) voided while this
@@ -554,12 +565,35 @@ func (r *ReconRun) KeepItems(n int) bool {
 	return true
 }
 
+// ReconRead bounds what a read of a kept run holds (0: every one): of its
+// matched and unmatched items the first Items in the run's order, of its
+// statement breaks and cash differences the first Breaks and
+// CashDifferences, of its resolutions and reopened resolutions the first
+// Resolutions of each, oldest first. An answer's read (a GET, a keyed
+// replay) reads no more than it answers.
+type ReconRead struct {
+	Items, Breaks, CashDifferences, Resolutions int
+}
+
+// ResolutionPos is a resolution's place in a run's resolutions (oldest
+// first, then by id): a page of them continues after it.
+type ResolutionPos struct {
+	CreatedAt time.Time
+	ID        string
+}
+
 // Statuses of a run's matched and unmatched items (ReconItem), in the
 // run's order.
 const (
 	ReconItemMatched           = "matched"
 	ReconItemUnmatchedInBank   = "unmatched_in_bank"
 	ReconItemUnmatchedInLedger = "unmatched_in_ledger"
+)
+
+// Kinds of a run's other findings, paged apart from its items.
+const (
+	ReconItemStatementBreak = "statement_break"
+	ReconItemCashDifference = "cash_difference"
 )
 
 // ReconItem is one matched or unmatched item of a kept run, numbered from

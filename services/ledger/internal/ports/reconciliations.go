@@ -125,6 +125,40 @@ func (s *ReconciliationServer) ListReconciliationItems(ctx context.Context, r *l
 	return out, nil
 }
 
+// ListReconciliationStatementBreaks implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliationStatementBreaks(ctx context.Context, r *ledgerv1.ListReconciliationStatementBreaksRequest) (*ledgerv1.ListReconciliationStatementBreaksResponse, error) {
+	run, next, err := s.Reconciliations.Findings(ctx, r.GetReconciliationId(), domain.ReconItemStatementBreak, r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.ListReconciliationStatementBreaksResponse{StatementBreaks: protoBreaks(run.Result.Breaks, amountIn(run.Currency)),
+		NextPageToken: next}, nil
+}
+
+// ListReconciliationCashDifferences implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliationCashDifferences(ctx context.Context, r *ledgerv1.ListReconciliationCashDifferencesRequest) (*ledgerv1.ListReconciliationCashDifferencesResponse, error) {
+	run, next, err := s.Reconciliations.Findings(ctx, r.GetReconciliationId(), domain.ReconItemCashDifference, r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerv1.ListReconciliationCashDifferencesResponse{CashDifferences: protoCashDifferences(run.Result.CashDifferences, amountIn(run.Currency)),
+		NextPageToken: next}, nil
+}
+
+// ListReconciliationResolutions implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliationResolutions(ctx context.Context, r *ledgerv1.ListReconciliationResolutionsRequest) (*ledgerv1.ListReconciliationResolutionsResponse, error) {
+	currency, res, next, err := s.Reconciliations.ResolutionPage(ctx, r.GetReconciliationId(), r.GetReopened(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	f := amountIn(currency)
+	out := &ledgerv1.ListReconciliationResolutionsResponse{Resolutions: make([]*ledgerv1.ReconciliationResolution, 0, len(res)), NextPageToken: next}
+	for i := range res {
+		out.Resolutions = append(out.Resolutions, toProtoResolution(&res[i], f))
+	}
+	return out, nil
+}
+
 func protoLine(it *ledgerv1.ReconciliationItem, l domain.BankLine, f func(decimal.Decimal) string) {
 	it.StatementId, it.LineNo, it.Reference, it.BankAmount = l.StatementID, int32(l.LineNo), l.Reference, f(l.Amount)
 	if !l.BookedOn.IsZero() {
@@ -157,6 +191,9 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		return out
 	}
 	out.ItemsNextPageToken = r.ItemsNext
+	out.StatementBreaksNextPageToken, out.CashDifferencesNextPageToken = r.BreaksNext, r.CashDifferencesNext
+	out.ResolutionsNextPageToken, out.ReopenedResolutionsNextPageToken = r.ResolutionsNext, r.ReopenedNext
+	out.ResolutionCount, out.ReopenedResolutionCount = int32(max(r.ResolutionN, len(r.Resolutions))), int32(max(r.ReopenedN, len(r.Reopened)))
 	line := func(it *ledgerv1.ReconciliationItem, l domain.BankLine) { protoLine(it, l, f) }
 	move := func(it *ledgerv1.ReconciliationItem, m domain.Movement) { protoMove(it, m, f) }
 	out.Matched = make([]*ledgerv1.ReconciliationItem, 0, len(r.Result.Matched))
@@ -178,17 +215,8 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 		move(it, x.Movement)
 		out.UnmatchedInLedger = append(out.UnmatchedInLedger, it)
 	}
-	out.StatementBreaks = make([]*ledgerv1.StatementBreak, 0, len(r.Result.Breaks))
-	for _, b := range r.Result.Breaks {
-		out.StatementBreaks = append(out.StatementBreaks, &ledgerv1.StatementBreak{Account: b.Account, PreviousStatementId: b.PreviousID,
-			PreviousClosingBalance: f(b.PreviousClosing), StatementId: b.StatementID, OpeningBalance: f(b.Opening), Difference: f(b.Difference), Reason: b.Reason})
-	}
-	out.CashDifferences = make([]*ledgerv1.CashDifference, 0, len(r.Result.CashDifferences))
-	for _, d := range r.Result.CashDifferences {
-		out.CashDifferences = append(out.CashDifferences, &ledgerv1.CashDifference{StatementId: d.StatementID, Account: d.Account,
-			ClosingAt: timestamppb.New(d.ClosingAt), BankClosingBalance: f(d.Bank), LedgerBankClient: f(d.Ledger),
-			InTransitBank: f(d.InBank), InTransitLedger: f(d.InLedger), Difference: f(d.Difference), Reason: d.Reason})
-	}
+	out.StatementBreaks = protoBreaks(r.Result.Breaks, f)
+	out.CashDifferences = protoCashDifferences(r.Result.CashDifferences, f)
 	out.Resolutions = make([]*ledgerv1.ReconciliationResolution, 0, len(r.Resolutions))
 	for i := range r.Resolutions {
 		out.Resolutions = append(out.Resolutions, toProtoResolution(&r.Resolutions[i], f))
@@ -196,6 +224,25 @@ func toProtoRun(r *domain.ReconRun, items bool) *ledgerv1.Reconciliation {
 	out.ReopenedResolutions = make([]*ledgerv1.ReconciliationResolution, 0, len(r.Reopened))
 	for i := range r.Reopened {
 		out.ReopenedResolutions = append(out.ReopenedResolutions, toProtoResolution(&r.Reopened[i], f))
+	}
+	return out
+}
+
+func protoBreaks(bs []domain.StatementBreak, f func(decimal.Decimal) string) []*ledgerv1.StatementBreak {
+	out := make([]*ledgerv1.StatementBreak, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, &ledgerv1.StatementBreak{Account: b.Account, PreviousStatementId: b.PreviousID,
+			PreviousClosingBalance: f(b.PreviousClosing), StatementId: b.StatementID, OpeningBalance: f(b.Opening), Difference: f(b.Difference), Reason: b.Reason})
+	}
+	return out
+}
+
+func protoCashDifferences(ds []domain.CashDifference, f func(decimal.Decimal) string) []*ledgerv1.CashDifference {
+	out := make([]*ledgerv1.CashDifference, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, &ledgerv1.CashDifference{StatementId: d.StatementID, Account: d.Account,
+			ClosingAt: timestamppb.New(d.ClosingAt), BankClosingBalance: f(d.Bank), LedgerBankClient: f(d.Ledger),
+			InTransitBank: f(d.InBank), InTransitLedger: f(d.InLedger), Difference: f(d.Difference), Reason: d.Reason})
 	}
 	return out
 }

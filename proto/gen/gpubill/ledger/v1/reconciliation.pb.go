@@ -439,9 +439,10 @@ type RunReconciliationRequest struct {
 	// Optional, at most 256 bytes: a currency's run with this key answers
 	// again as it was instead of running anew (the daily schedule's retries
 	// store one run, not one each), whatever was imported since. Only for the
-	// request that stored it (the same currency, or every currency) and for
-	// 24 h: another request under the key, or any later, is refused (409,
-	// naming the key and the run holding it). Empty: every request runs.
+	// request that stored it (the same caller, and the same currency or every
+	// currency) and for 24 h: another request under the key, another
+	// caller's among them, or any later, is refused (409, naming the key and
+	// the run holding it). Empty: every request runs.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -609,8 +610,22 @@ type Reconciliation struct {
 	// ledger; the counts above say how many there are), and
 	// ListReconciliationItems with this token answers the rest.
 	ItemsNextPageToken string `protobuf:"bytes,26,opt,name=items_next_page_token,json=itemsNextPageToken,proto3" json:"items_next_page_token,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How many resolutions and reopened_resolutions the run has (the lists
+	// hold at most 50 of each).
+	ResolutionCount         int32 `protobuf:"varint,27,opt,name=resolution_count,json=resolutionCount,proto3" json:"resolution_count,omitempty"`
+	ReopenedResolutionCount int32 `protobuf:"varint,28,opt,name=reopened_resolution_count,json=reopenedResolutionCount,proto3" json:"reopened_resolution_count,omitempty"`
+	// Set when the run holds more than an answer carries of the list:
+	// statement_breaks and cash_differences then hold their first 100 in the
+	// run's order (ListReconciliationStatementBreaks and
+	// ListReconciliationCashDifferences with the token answer the rest),
+	// resolutions and reopened_resolutions their first 50, oldest first
+	// (ListReconciliationResolutions, reopened for the latter).
+	StatementBreaksNextPageToken     string `protobuf:"bytes,29,opt,name=statement_breaks_next_page_token,json=statementBreaksNextPageToken,proto3" json:"statement_breaks_next_page_token,omitempty"`
+	CashDifferencesNextPageToken     string `protobuf:"bytes,30,opt,name=cash_differences_next_page_token,json=cashDifferencesNextPageToken,proto3" json:"cash_differences_next_page_token,omitempty"`
+	ResolutionsNextPageToken         string `protobuf:"bytes,31,opt,name=resolutions_next_page_token,json=resolutionsNextPageToken,proto3" json:"resolutions_next_page_token,omitempty"`
+	ReopenedResolutionsNextPageToken string `protobuf:"bytes,32,opt,name=reopened_resolutions_next_page_token,json=reopenedResolutionsNextPageToken,proto3" json:"reopened_resolutions_next_page_token,omitempty"`
+	unknownFields                    protoimpl.UnknownFields
+	sizeCache                        protoimpl.SizeCache
 }
 
 func (x *Reconciliation) Reset() {
@@ -821,6 +836,48 @@ func (x *Reconciliation) GetReopenedResolutions() []*ReconciliationResolution {
 func (x *Reconciliation) GetItemsNextPageToken() string {
 	if x != nil {
 		return x.ItemsNextPageToken
+	}
+	return ""
+}
+
+func (x *Reconciliation) GetResolutionCount() int32 {
+	if x != nil {
+		return x.ResolutionCount
+	}
+	return 0
+}
+
+func (x *Reconciliation) GetReopenedResolutionCount() int32 {
+	if x != nil {
+		return x.ReopenedResolutionCount
+	}
+	return 0
+}
+
+func (x *Reconciliation) GetStatementBreaksNextPageToken() string {
+	if x != nil {
+		return x.StatementBreaksNextPageToken
+	}
+	return ""
+}
+
+func (x *Reconciliation) GetCashDifferencesNextPageToken() string {
+	if x != nil {
+		return x.CashDifferencesNextPageToken
+	}
+	return ""
+}
+
+func (x *Reconciliation) GetResolutionsNextPageToken() string {
+	if x != nil {
+		return x.ResolutionsNextPageToken
+	}
+	return ""
+}
+
+func (x *Reconciliation) GetReopenedResolutionsNextPageToken() string {
+	if x != nil {
+		return x.ReopenedResolutionsNextPageToken
 	}
 	return ""
 }
@@ -1671,6 +1728,359 @@ func (x *ListReconciliationItemsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListReconciliationStatementBreaksRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ReconciliationId string                 `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	PageSize         int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 100, at most 1000
+	// next_page_token of the page before, or a run's
+	// statement_breaks_next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationStatementBreaksRequest) Reset() {
+	*x = ListReconciliationStatementBreaksRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationStatementBreaksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationStatementBreaksRequest) ProtoMessage() {}
+
+func (x *ListReconciliationStatementBreaksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationStatementBreaksRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationStatementBreaksRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListReconciliationStatementBreaksRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ListReconciliationStatementBreaksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationStatementBreaksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListReconciliationStatementBreaksResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	StatementBreaks []*StatementBreak      `protobuf:"bytes,1,rep,name=statement_breaks,json=statementBreaks,proto3" json:"statement_breaks,omitempty"` // in the run's order
+	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ListReconciliationStatementBreaksResponse) Reset() {
+	*x = ListReconciliationStatementBreaksResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationStatementBreaksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationStatementBreaksResponse) ProtoMessage() {}
+
+func (x *ListReconciliationStatementBreaksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationStatementBreaksResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationStatementBreaksResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListReconciliationStatementBreaksResponse) GetStatementBreaks() []*StatementBreak {
+	if x != nil {
+		return x.StatementBreaks
+	}
+	return nil
+}
+
+func (x *ListReconciliationStatementBreaksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListReconciliationCashDifferencesRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ReconciliationId string                 `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	PageSize         int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 100, at most 1000
+	// next_page_token of the page before, or a run's
+	// cash_differences_next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationCashDifferencesRequest) Reset() {
+	*x = ListReconciliationCashDifferencesRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationCashDifferencesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationCashDifferencesRequest) ProtoMessage() {}
+
+func (x *ListReconciliationCashDifferencesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationCashDifferencesRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationCashDifferencesRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListReconciliationCashDifferencesRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ListReconciliationCashDifferencesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationCashDifferencesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListReconciliationCashDifferencesResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	CashDifferences []*CashDifference      `protobuf:"bytes,1,rep,name=cash_differences,json=cashDifferences,proto3" json:"cash_differences,omitempty"` // in the run's order
+	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ListReconciliationCashDifferencesResponse) Reset() {
+	*x = ListReconciliationCashDifferencesResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationCashDifferencesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationCashDifferencesResponse) ProtoMessage() {}
+
+func (x *ListReconciliationCashDifferencesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationCashDifferencesResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationCashDifferencesResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListReconciliationCashDifferencesResponse) GetCashDifferences() []*CashDifference {
+	if x != nil {
+		return x.CashDifferences
+	}
+	return nil
+}
+
+func (x *ListReconciliationCashDifferencesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListReconciliationResolutionsRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ReconciliationId string                 `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	// The run's reopened_resolutions (voided since the previous run) instead
+	// of its own resolutions.
+	Reopened bool  `protobuf:"varint,2,opt,name=reopened,proto3" json:"reopened,omitempty"`
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 50, at most 100 (each of at most 100 items)
+	// next_page_token of the page before, or a run's
+	// resolutions_next_page_token (reopened_resolutions_next_page_token with
+	// reopened).
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationResolutionsRequest) Reset() {
+	*x = ListReconciliationResolutionsRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationResolutionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationResolutionsRequest) ProtoMessage() {}
+
+func (x *ListReconciliationResolutionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationResolutionsRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationResolutionsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListReconciliationResolutionsRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ListReconciliationResolutionsRequest) GetReopened() bool {
+	if x != nil {
+		return x.Reopened
+	}
+	return false
+}
+
+func (x *ListReconciliationResolutionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationResolutionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListReconciliationResolutionsResponse struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Resolutions   []*ReconciliationResolution `protobuf:"bytes,1,rep,name=resolutions,proto3" json:"resolutions,omitempty"` // oldest first
+	NextPageToken string                      `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationResolutionsResponse) Reset() {
+	*x = ListReconciliationResolutionsResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationResolutionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationResolutionsResponse) ProtoMessage() {}
+
+func (x *ListReconciliationResolutionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationResolutionsResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationResolutionsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListReconciliationResolutionsResponse) GetResolutions() []*ReconciliationResolution {
+	if x != nil {
+		return x.Resolutions
+	}
+	return nil
+}
+
+func (x *ListReconciliationResolutionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_gpubill_ledger_v1_reconciliation_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
@@ -1717,7 +2127,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\fsummary_only\x18\x02 \x01(\bR\vsummaryOnly\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"h\n" +
 	"\x19RunReconciliationResponse\x12K\n" +
-	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xb5\v\n" +
+	"\x0freconciliations\x18\x01 \x03(\v2!.gpubill.ledger.v1.ReconciliationR\x0freconciliations\"\xbb\x0e\n" +
 	"\x0eReconciliation\x12+\n" +
 	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
 	"\bcurrency\x18\x02 \x01(\tR\bcurrency\x12\x18\n" +
@@ -1746,7 +2156,13 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x10cash_differences\x18\x17 \x03(\v2!.gpubill.ledger.v1.CashDifferenceR\x0fcashDifferences\x122\n" +
 	"\x15cash_difference_count\x18\x18 \x01(\x05R\x13cashDifferenceCount\x12^\n" +
 	"\x14reopened_resolutions\x18\x19 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\x13reopenedResolutions\x121\n" +
-	"\x15items_next_page_token\x18\x1a \x01(\tR\x12itemsNextPageToken\"\xf4\x02\n" +
+	"\x15items_next_page_token\x18\x1a \x01(\tR\x12itemsNextPageToken\x12)\n" +
+	"\x10resolution_count\x18\x1b \x01(\x05R\x0fresolutionCount\x12:\n" +
+	"\x19reopened_resolution_count\x18\x1c \x01(\x05R\x17reopenedResolutionCount\x12F\n" +
+	" statement_breaks_next_page_token\x18\x1d \x01(\tR\x1cstatementBreaksNextPageToken\x12F\n" +
+	" cash_differences_next_page_token\x18\x1e \x01(\tR\x1ccashDifferencesNextPageToken\x12=\n" +
+	"\x1bresolutions_next_page_token\x18\x1f \x01(\tR\x18resolutionsNextPageToken\x12N\n" +
+	"$reopened_resolutions_next_page_token\x18  \x01(\tR reopenedResolutionsNextPageToken\"\xf4\x02\n" +
 	"\x0eCashDifference\x12!\n" +
 	"\fstatement_id\x18\x01 \x01(\tR\vstatementId\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x129\n" +
@@ -1825,12 +2241,40 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x86\x01\n" +
 	"\x1fListReconciliationItemsResponse\x12;\n" +
 	"\x05items\x18\x01 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xdb\b\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x01\n" +
+	"(ListReconciliationStatementBreaksRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xa1\x01\n" +
+	")ListReconciliationStatementBreaksResponse\x12L\n" +
+	"\x10statement_breaks\x18\x01 \x03(\v2!.gpubill.ledger.v1.StatementBreakR\x0fstatementBreaks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x01\n" +
+	"(ListReconciliationCashDifferencesRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xa1\x01\n" +
+	")ListReconciliationCashDifferencesResponse\x12L\n" +
+	"\x10cash_differences\x18\x01 \x03(\v2!.gpubill.ledger.v1.CashDifferenceR\x0fcashDifferences\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xab\x01\n" +
+	"$ListReconciliationResolutionsRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12\x1a\n" +
+	"\breopened\x18\x02 \x01(\bR\breopened\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x9e\x01\n" +
+	"%ListReconciliationResolutionsResponse\x12M\n" +
+	"\vresolutions\x18\x01 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xf3\r\n" +
 	"\x15ReconciliationService\x12\x8e\x01\n" +
 	"\x11RunReconciliation\x12+.gpubill.ledger.v1.RunReconciliationRequest\x1a,.gpubill.ledger.v1.RunReconciliationResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/reconciliations\x12\x91\x01\n" +
 	"\x13ListReconciliations\x12-.gpubill.ledger.v1.ListReconciliationsRequest\x1a..gpubill.ledger.v1.ListReconciliationsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/reconciliations\x12\xaf\x01\n" +
 	"\x11GetReconciliation\x12+.gpubill.ledger.v1.GetReconciliationRequest\x1a,.gpubill.ledger.v1.GetReconciliationResponse\"?\x82\xd3\xe4\x93\x029b\x0ereconciliation\x12'/v1/reconciliations/{reconciliation_id}\x12\xb7\x01\n" +
-	"\x17ListReconciliationItems\x121.gpubill.ledger.v1.ListReconciliationItemsRequest\x1a2.gpubill.ledger.v1.ListReconciliationItemsResponse\"5\x82\xd3\xe4\x93\x02/\x12-/v1/reconciliations/{reconciliation_id}/items\x12\xc9\x01\n" +
+	"\x17ListReconciliationItems\x121.gpubill.ledger.v1.ListReconciliationItemsRequest\x1a2.gpubill.ledger.v1.ListReconciliationItemsResponse\"5\x82\xd3\xe4\x93\x02/\x12-/v1/reconciliations/{reconciliation_id}/items\x12\xe0\x01\n" +
+	"!ListReconciliationStatementBreaks\x12;.gpubill.ledger.v1.ListReconciliationStatementBreaksRequest\x1a<.gpubill.ledger.v1.ListReconciliationStatementBreaksResponse\"@\x82\xd3\xe4\x93\x02:\x128/v1/reconciliations/{reconciliation_id}/statement_breaks\x12\xe0\x01\n" +
+	"!ListReconciliationCashDifferences\x12;.gpubill.ledger.v1.ListReconciliationCashDifferencesRequest\x1a<.gpubill.ledger.v1.ListReconciliationCashDifferencesResponse\"@\x82\xd3\xe4\x93\x02:\x128/v1/reconciliations/{reconciliation_id}/cash_differences\x12\xcf\x01\n" +
+	"\x1dListReconciliationResolutions\x127.gpubill.ledger.v1.ListReconciliationResolutionsRequest\x1a8.gpubill.ledger.v1.ListReconciliationResolutionsResponse\";\x82\xd3\xe4\x93\x025\x123/v1/reconciliations/{reconciliation_id}/resolutions\x12\xc9\x01\n" +
 	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutions\x12\xe4\x01\n" +
 	"\x1cVoidReconciliationResolution\x126.gpubill.ledger.v1.VoidReconciliationResolutionRequest\x1a7.gpubill.ledger.v1.VoidReconciliationResolutionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*\"H/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:voidBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
 
@@ -1846,38 +2290,44 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
-	(*VoidReconciliationResolutionRequest)(nil),  // 0: gpubill.ledger.v1.VoidReconciliationResolutionRequest
-	(*VoidReconciliationResolutionResponse)(nil), // 1: gpubill.ledger.v1.VoidReconciliationResolutionResponse
-	(*ResolveReconciliationItemsRequest)(nil),    // 2: gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	(*StatementLineRef)(nil),                     // 3: gpubill.ledger.v1.StatementLineRef
-	(*ResolveReconciliationItemsResponse)(nil),   // 4: gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	(*ReconciliationResolution)(nil),             // 5: gpubill.ledger.v1.ReconciliationResolution
-	(*RunReconciliationRequest)(nil),             // 6: gpubill.ledger.v1.RunReconciliationRequest
-	(*RunReconciliationResponse)(nil),            // 7: gpubill.ledger.v1.RunReconciliationResponse
-	(*Reconciliation)(nil),                       // 8: gpubill.ledger.v1.Reconciliation
-	(*CashDifference)(nil),                       // 9: gpubill.ledger.v1.CashDifference
-	(*StatementBreak)(nil),                       // 10: gpubill.ledger.v1.StatementBreak
-	(*ReconciliationItem)(nil),                   // 11: gpubill.ledger.v1.ReconciliationItem
-	(*ListReconciliationsRequest)(nil),           // 12: gpubill.ledger.v1.ListReconciliationsRequest
-	(*ReconciliationSummary)(nil),                // 13: gpubill.ledger.v1.ReconciliationSummary
-	(*ListReconciliationsResponse)(nil),          // 14: gpubill.ledger.v1.ListReconciliationsResponse
-	(*GetReconciliationRequest)(nil),             // 15: gpubill.ledger.v1.GetReconciliationRequest
-	(*GetReconciliationResponse)(nil),            // 16: gpubill.ledger.v1.GetReconciliationResponse
-	(*ListReconciliationItemsRequest)(nil),       // 17: gpubill.ledger.v1.ListReconciliationItemsRequest
-	(*ListReconciliationItemsResponse)(nil),      // 18: gpubill.ledger.v1.ListReconciliationItemsResponse
-	(*timestamppb.Timestamp)(nil),                // 19: google.protobuf.Timestamp
+	(*VoidReconciliationResolutionRequest)(nil),       // 0: gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	(*VoidReconciliationResolutionResponse)(nil),      // 1: gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	(*ResolveReconciliationItemsRequest)(nil),         // 2: gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	(*StatementLineRef)(nil),                          // 3: gpubill.ledger.v1.StatementLineRef
+	(*ResolveReconciliationItemsResponse)(nil),        // 4: gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	(*ReconciliationResolution)(nil),                  // 5: gpubill.ledger.v1.ReconciliationResolution
+	(*RunReconciliationRequest)(nil),                  // 6: gpubill.ledger.v1.RunReconciliationRequest
+	(*RunReconciliationResponse)(nil),                 // 7: gpubill.ledger.v1.RunReconciliationResponse
+	(*Reconciliation)(nil),                            // 8: gpubill.ledger.v1.Reconciliation
+	(*CashDifference)(nil),                            // 9: gpubill.ledger.v1.CashDifference
+	(*StatementBreak)(nil),                            // 10: gpubill.ledger.v1.StatementBreak
+	(*ReconciliationItem)(nil),                        // 11: gpubill.ledger.v1.ReconciliationItem
+	(*ListReconciliationsRequest)(nil),                // 12: gpubill.ledger.v1.ListReconciliationsRequest
+	(*ReconciliationSummary)(nil),                     // 13: gpubill.ledger.v1.ReconciliationSummary
+	(*ListReconciliationsResponse)(nil),               // 14: gpubill.ledger.v1.ListReconciliationsResponse
+	(*GetReconciliationRequest)(nil),                  // 15: gpubill.ledger.v1.GetReconciliationRequest
+	(*GetReconciliationResponse)(nil),                 // 16: gpubill.ledger.v1.GetReconciliationResponse
+	(*ListReconciliationItemsRequest)(nil),            // 17: gpubill.ledger.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil),           // 18: gpubill.ledger.v1.ListReconciliationItemsResponse
+	(*ListReconciliationStatementBreaksRequest)(nil),  // 19: gpubill.ledger.v1.ListReconciliationStatementBreaksRequest
+	(*ListReconciliationStatementBreaksResponse)(nil), // 20: gpubill.ledger.v1.ListReconciliationStatementBreaksResponse
+	(*ListReconciliationCashDifferencesRequest)(nil),  // 21: gpubill.ledger.v1.ListReconciliationCashDifferencesRequest
+	(*ListReconciliationCashDifferencesResponse)(nil), // 22: gpubill.ledger.v1.ListReconciliationCashDifferencesResponse
+	(*ListReconciliationResolutionsRequest)(nil),      // 23: gpubill.ledger.v1.ListReconciliationResolutionsRequest
+	(*ListReconciliationResolutionsResponse)(nil),     // 24: gpubill.ledger.v1.ListReconciliationResolutionsResponse
+	(*timestamppb.Timestamp)(nil),                     // 25: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 0: gpubill.ledger.v1.VoidReconciliationResolutionResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
 	5,  // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	19, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	25, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
 	11, // 4: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
-	19, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
+	25, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
 	8,  // 6: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	19, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	25, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
 	11, // 8: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 9: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 10: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
@@ -1885,28 +2335,37 @@ var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 12: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	9,  // 13: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
 	5,  // 14: gpubill.ledger.v1.Reconciliation.reopened_resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	19, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
-	19, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	25, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
+	25, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
 	13, // 17: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
 	8,  // 18: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
 	11, // 19: gpubill.ledger.v1.ListReconciliationItemsResponse.items:type_name -> gpubill.ledger.v1.ReconciliationItem
-	6,  // 20: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	12, // 21: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	15, // 22: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	17, // 23: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:input_type -> gpubill.ledger.v1.ListReconciliationItemsRequest
-	2,  // 24: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	0,  // 25: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
-	7,  // 26: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	14, // 27: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	16, // 28: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	18, // 29: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:output_type -> gpubill.ledger.v1.ListReconciliationItemsResponse
-	4,  // 30: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	1,  // 31: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
-	26, // [26:32] is the sub-list for method output_type
-	20, // [20:26] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 20: gpubill.ledger.v1.ListReconciliationStatementBreaksResponse.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
+	9,  // 21: gpubill.ledger.v1.ListReconciliationCashDifferencesResponse.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
+	5,  // 22: gpubill.ledger.v1.ListReconciliationResolutionsResponse.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
+	6,  // 23: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	12, // 24: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	15, // 25: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	17, // 26: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:input_type -> gpubill.ledger.v1.ListReconciliationItemsRequest
+	19, // 27: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:input_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksRequest
+	21, // 28: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:input_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesRequest
+	23, // 29: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:input_type -> gpubill.ledger.v1.ListReconciliationResolutionsRequest
+	2,  // 30: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	0,  // 31: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	7,  // 32: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	14, // 33: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	16, // 34: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	18, // 35: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:output_type -> gpubill.ledger.v1.ListReconciliationItemsResponse
+	20, // 36: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:output_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksResponse
+	22, // 37: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:output_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesResponse
+	24, // 38: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:output_type -> gpubill.ledger.v1.ListReconciliationResolutionsResponse
+	4,  // 39: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	1,  // 40: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -1920,7 +2379,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReconciliationService_RunReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
-	ReconciliationService_ListReconciliations_FullMethodName          = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
-	ReconciliationService_GetReconciliation_FullMethodName            = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
-	ReconciliationService_ListReconciliationItems_FullMethodName      = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationItems"
-	ReconciliationService_ResolveReconciliationItems_FullMethodName   = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
-	ReconciliationService_VoidReconciliationResolution_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution"
+	ReconciliationService_RunReconciliation_FullMethodName                 = "/gpubill.ledger.v1.ReconciliationService/RunReconciliation"
+	ReconciliationService_ListReconciliations_FullMethodName               = "/gpubill.ledger.v1.ReconciliationService/ListReconciliations"
+	ReconciliationService_GetReconciliation_FullMethodName                 = "/gpubill.ledger.v1.ReconciliationService/GetReconciliation"
+	ReconciliationService_ListReconciliationItems_FullMethodName           = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationItems"
+	ReconciliationService_ListReconciliationStatementBreaks_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationStatementBreaks"
+	ReconciliationService_ListReconciliationCashDifferences_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationCashDifferences"
+	ReconciliationService_ListReconciliationResolutions_FullMethodName     = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutions"
+	ReconciliationService_ResolveReconciliationItems_FullMethodName        = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
+	ReconciliationService_VoidReconciliationResolution_FullMethodName      = "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution"
 )
 
 // ReconciliationServiceClient is the client API for ReconciliationService service.
@@ -48,13 +51,26 @@ type ReconciliationServiceClient interface {
 	// Lists runs, newest first, as summaries (counts, no items).
 	ListReconciliations(ctx context.Context, in *ListReconciliationsRequest, opts ...grpc.CallOption) (*ListReconciliationsResponse, error)
 	// One run with its matched and unmatched items, at most 1000 of them
-	// (items_next_page_token: ListReconciliationItems has the rest). Returns
+	// (items_next_page_token: ListReconciliationItems has the rest), and at
+	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
+	// reopened resolutions (each list's *_next_page_token: its List route has
+	// the rest). Returns
 	// the bare Reconciliation over REST.
 	GetReconciliation(ctx context.Context, in *GetReconciliationRequest, opts ...grpc.CallOption) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
 	// answer carries its first 1000 and the token to read the rest here.
 	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
+	// Lists a run's statement breaks in the run's order, a page at a time: a
+	// run's answer carries its first 100 and the token to read the rest here.
+	ListReconciliationStatementBreaks(ctx context.Context, in *ListReconciliationStatementBreaksRequest, opts ...grpc.CallOption) (*ListReconciliationStatementBreaksResponse, error)
+	// Lists a run's cash differences in the run's order, a page at a time: a
+	// run's answer carries its first 100 and the token to read the rest here.
+	ListReconciliationCashDifferences(ctx context.Context, in *ListReconciliationCashDifferencesRequest, opts ...grpc.CallOption) (*ListReconciliationCashDifferencesResponse, error)
+	// Lists a run's resolutions (or, reopened, its reopened_resolutions)
+	// oldest first, a page at a time: a run's answer carries the first 50 of
+	// each and the token to read the rest here.
+	ListReconciliationResolutions(ctx context.Context, in *ListReconciliationResolutionsRequest, opts ...grpc.CallOption) (*ListReconciliationResolutionsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -122,6 +138,36 @@ func (c *reconciliationServiceClient) ListReconciliationItems(ctx context.Contex
 	return out, nil
 }
 
+func (c *reconciliationServiceClient) ListReconciliationStatementBreaks(ctx context.Context, in *ListReconciliationStatementBreaksRequest, opts ...grpc.CallOption) (*ListReconciliationStatementBreaksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationStatementBreaksResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ListReconciliationStatementBreaks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reconciliationServiceClient) ListReconciliationCashDifferences(ctx context.Context, in *ListReconciliationCashDifferencesRequest, opts ...grpc.CallOption) (*ListReconciliationCashDifferencesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationCashDifferencesResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ListReconciliationCashDifferences_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reconciliationServiceClient) ListReconciliationResolutions(ctx context.Context, in *ListReconciliationResolutionsRequest, opts ...grpc.CallOption) (*ListReconciliationResolutionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationResolutionsResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ListReconciliationResolutions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *reconciliationServiceClient) ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveReconciliationItemsResponse)
@@ -163,13 +209,26 @@ type ReconciliationServiceServer interface {
 	// Lists runs, newest first, as summaries (counts, no items).
 	ListReconciliations(context.Context, *ListReconciliationsRequest) (*ListReconciliationsResponse, error)
 	// One run with its matched and unmatched items, at most 1000 of them
-	// (items_next_page_token: ListReconciliationItems has the rest). Returns
+	// (items_next_page_token: ListReconciliationItems has the rest), and at
+	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
+	// reopened resolutions (each list's *_next_page_token: its List route has
+	// the rest). Returns
 	// the bare Reconciliation over REST.
 	GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
 	// answer carries its first 1000 and the token to read the rest here.
 	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
+	// Lists a run's statement breaks in the run's order, a page at a time: a
+	// run's answer carries its first 100 and the token to read the rest here.
+	ListReconciliationStatementBreaks(context.Context, *ListReconciliationStatementBreaksRequest) (*ListReconciliationStatementBreaksResponse, error)
+	// Lists a run's cash differences in the run's order, a page at a time: a
+	// run's answer carries its first 100 and the token to read the rest here.
+	ListReconciliationCashDifferences(context.Context, *ListReconciliationCashDifferencesRequest) (*ListReconciliationCashDifferencesResponse, error)
+	// Lists a run's resolutions (or, reopened, its reopened_resolutions)
+	// oldest first, a page at a time: a run's answer carries the first 50 of
+	// each and the token to read the rest here.
+	ListReconciliationResolutions(context.Context, *ListReconciliationResolutionsRequest) (*ListReconciliationResolutionsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -208,6 +267,15 @@ func (UnimplementedReconciliationServiceServer) GetReconciliation(context.Contex
 }
 func (UnimplementedReconciliationServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ListReconciliationStatementBreaks(context.Context, *ListReconciliationStatementBreaksRequest) (*ListReconciliationStatementBreaksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationStatementBreaks not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ListReconciliationCashDifferences(context.Context, *ListReconciliationCashDifferencesRequest) (*ListReconciliationCashDifferencesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationCashDifferences not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ListReconciliationResolutions(context.Context, *ListReconciliationResolutionsRequest) (*ListReconciliationResolutionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationResolutions not implemented")
 }
 func (UnimplementedReconciliationServiceServer) ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItems not implemented")
@@ -308,6 +376,60 @@ func _ReconciliationService_ListReconciliationItems_Handler(srv interface{}, ctx
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconciliationService_ListReconciliationStatementBreaks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationStatementBreaksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ListReconciliationStatementBreaks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ListReconciliationStatementBreaks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ListReconciliationStatementBreaks(ctx, req.(*ListReconciliationStatementBreaksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReconciliationService_ListReconciliationCashDifferences_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationCashDifferencesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ListReconciliationCashDifferences(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ListReconciliationCashDifferences_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ListReconciliationCashDifferences(ctx, req.(*ListReconciliationCashDifferencesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReconciliationService_ListReconciliationResolutions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationResolutionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ListReconciliationResolutions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ListReconciliationResolutions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ListReconciliationResolutions(ctx, req.(*ListReconciliationResolutionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ReconciliationService_ResolveReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveReconciliationItemsRequest)
 	if err := dec(in); err != nil {
@@ -366,6 +488,18 @@ var ReconciliationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReconciliationItems",
 			Handler:    _ReconciliationService_ListReconciliationItems_Handler,
+		},
+		{
+			MethodName: "ListReconciliationStatementBreaks",
+			Handler:    _ReconciliationService_ListReconciliationStatementBreaks_Handler,
+		},
+		{
+			MethodName: "ListReconciliationCashDifferences",
+			Handler:    _ReconciliationService_ListReconciliationCashDifferences_Handler,
+		},
+		{
+			MethodName: "ListReconciliationResolutions",
+			Handler:    _ReconciliationService_ListReconciliationResolutions_Handler,
 		},
 		{
 			MethodName: "ResolveReconciliationItems",

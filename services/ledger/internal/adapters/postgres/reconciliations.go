@@ -184,8 +184,8 @@ func (s *Reconciliations) ListRuns(ctx context.Context, currency string, beforeS
 }
 
 // GetRun implements app.ReconciliationStore.
-func (s *Reconciliations) GetRun(ctx context.Context, id string, itemsMax int) (*domain.ReconRun, error) {
-	r, err := getRun(ctx, s.Pool, `r.reconciliation_id = $1`, id, "", itemsMax)
+func (s *Reconciliations) GetRun(ctx context.Context, id string, b domain.ReconRead) (*domain.ReconRun, error) {
+	r, err := getRun(ctx, s.Pool, `r.reconciliation_id = $1`, id, "", b)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
 	}
@@ -193,22 +193,72 @@ func (s *Reconciliations) GetRun(ctx context.Context, id string, itemsMax int) (
 }
 
 // getRun reads one run and its items, but for those of status when status
-// is set (what the next run takes over: not the matched ones), and of its
-// matched and unmatched items only the first itemsMax when itemsMax > 0
-// (an answer's).
-func getRun(ctx context.Context, q Querier, where string, arg any, status string, itemsMax int) (*domain.ReconRun, error) {
+// is set (what the next run takes over: not the matched ones), bounded by
+// b (an answer's read: each list's first; ReconRead's 0, every one). Each
+// list is read by its own bounded scan of the run's items (the index
+// reconciliation_items_status_idx): a run's answer reads no more rows than
+// it answers, however large the run.
+func getRun(ctx context.Context, q Querier, where string, arg any, status string, b domain.ReconRead) (*domain.ReconRun, error) {
 	r, err := scanRun(q.QueryRow(ctx, `select `+runCols+` from ledger.reconciliations r where `+where+` order by r.seq desc limit 1`, arg))
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
+	const cols = `item_no, status, statement_id, line_no, booked_on, reference, bank_amount::text,
 			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
 			account, previous_statement_id, previous_closing_balance, opening_balance,
 			closing_at, closing_balance, ledger_balance, in_transit_bank, in_transit_ledger
-		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2)
-		  and ($3 = 0 or item_no <= $3 or status <> all($4)) order by item_no`, r.ID, status, itemsMax, listedItems)
+		from ledger.reconciliation_items where reconciliation_id = $1 and ($2 = '' or status <> $2)`
+	// limit null: every one.
+	rows, err := q.Query(ctx, `select * from (
+			(select `+cols+` and status = any($3) order by item_no limit nullif($4, 0))
+			union all (select `+cols+` and status = $5 order by item_no limit nullif($6, 0))
+			union all (select `+cols+` and status = $7 order by item_no limit nullif($8, 0))) i
+		order by item_no`, r.ID, status, listedItems, b.Items, itemStatementBreak, b.Breaks, itemCashDifference, b.CashDifferences)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation items: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var no int
+		if err := scanItem(rows, &r, &no); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := runResolutions(ctx, q, &r, b.Resolutions); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ListFindings implements app.ReconciliationStore: a run (its currency
+// and id) holding up to limit of its statement breaks (domain's
+// ReconItemStatementBreak) or cash differences, after the first skip of
+// them in the run's order (apperr.ErrNotFound if no run). A run's items
+// never change: a position by count names the same one on every read.
+func (s *Reconciliations) ListFindings(ctx context.Context, id, kind string, skip, limit int) (*domain.ReconRun, error) {
+	st, ok := findingStatus[kind]
+	if !ok {
+		return nil, fmt.Errorf("reconciliation findings of kind %q", kind)
+	}
+	r := domain.ReconRun{ID: id}
+	err := s.Pool.QueryRow(ctx, `select currency from ledger.reconciliations where reconciliation_id = $1`, id).Scan(&r.Currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation %s: %w", id, err)
+	}
+	rows, err := s.Pool.Query(ctx, `select status, statement_id, line_no, booked_on, reference, bank_amount::text,
+			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
+			account, previous_statement_id, previous_closing_balance, opening_balance,
+			closing_at, closing_balance, ledger_balance, in_transit_bank, in_transit_ledger
+		from ledger.reconciliation_items where reconciliation_id = $1 and status = $2
+		order by item_no offset $3 limit $4`, id, st, skip, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reconciliation %s %s: %w", id, kind, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -216,13 +266,53 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 			return nil, err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return &r, rows.Err()
+}
+
+// findingStatus: the stored status of each kind ListFindings reads.
+var findingStatus = map[string]string{domain.ReconItemStatementBreak: itemStatementBreak, domain.ReconItemCashDifference: itemCashDifference}
+
+// ListResolutions implements app.ReconciliationStore: up to limit of a
+// run's resolutions (reopened: those voided while its previous run was the
+// latest, its reopened ones) oldest first, after after (nil: from the
+// first), with the run's currency (apperr.ErrNotFound if no run).
+func (s *Reconciliations) ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit int) (string, []domain.ReconResolution, error) {
+	var currency, prev string
+	err := s.Pool.QueryRow(ctx, `select currency, previous_id from ledger.reconciliations where reconciliation_id = $1`, id).Scan(&currency, &prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, fmt.Errorf("reconciliation %s: %w", id, apperr.ErrNotFound)
 	}
-	if err := runResolutions(ctx, q, &r); err != nil {
-		return nil, err
+	if err != nil {
+		return "", nil, fmt.Errorf("reconciliation %s: %w", id, err)
 	}
-	return &r, nil
+	of := id
+	if reopened {
+		if prev == "" {
+			return currency, nil, nil
+		}
+		of = prev
+	}
+	pos := domain.ResolutionPos{CreatedAt: time.Unix(0, 0).UTC()}
+	if after != nil {
+		pos = *after
+	}
+	out, err := resolutions(ctx, s.Pool, resolutionPage(reopened), of, pos.CreatedAt, pos.ID, limit)
+	return currency, out, err
+}
+
+// resolutionPage is resolutions' where of a page of a run's ($1)
+// resolutions or (voided) those voided while it was the latest, after
+// ($2, $3) in their order, at most $4 (null: every one).
+func resolutionPage(voided bool) string {
+	if voided {
+		return `s.resolution_id in (select x.resolution_id from ledger.reconciliation_resolution_voids vx
+			join ledger.reconciliation_resolutions x on x.resolution_id = vx.resolution_id
+			where vx.reconciliation_id = $1 and (x.created_at, x.resolution_id) > ($2, $3)
+			order by x.created_at, x.resolution_id limit $4)`
+	}
+	return `s.resolution_id in (select x.resolution_id from ledger.reconciliation_resolutions x
+		where x.reconciliation_id = $1 and (x.created_at, x.resolution_id) > ($2, $3)
+		order by x.created_at, x.resolution_id limit $4)`
 }
 
 // ListItems implements app.ReconciliationStore.
@@ -277,7 +367,7 @@ func (s *Reconciliations) ListItems(ctx context.Context, id string, afterNo, lim
 
 // scanItem reads one item of run r (a row of getRun's items query) into
 // its Result.
-func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
+func scanItem(rows pgx.Rows, r *domain.ReconRun, first ...any) error {
 	var st, reason string
 	var l domain.BankLine
 	var m domain.Movement
@@ -287,9 +377,9 @@ func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
 	var b domain.StatementBreak
 	var prevClosing, opening, cashBank, cashLedger, inBank, inLedger pgtype.Numeric
 	var closingAt *time.Time
-	err := rows.Scan(&st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
+	err := rows.Scan(append(first, &st, &l.StatementID, &l.LineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs, &reason,
 		&recorded, &outstanding, &b.Account, &b.PreviousID, &prevClosing, &opening,
-		&closingAt, &cashBank, &cashLedger, &inBank, &inLedger)
+		&closingAt, &cashBank, &cashLedger, &inBank, &inLedger)...)
 	if err != nil {
 		return err
 	}
@@ -347,9 +437,29 @@ func scanItem(rows pgx.Rows, r *domain.ReconRun) error {
 
 // runResolutions reads a run's resolutions, those voided while it was the
 // latest (the next run carries their items again) and those voided while
-// its previous run was (whose items it carried again).
-func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun) error {
+// its previous run was (whose items it carried again). With limit > 0 (an
+// answer's read) only the first limit of its resolutions and reopened ones,
+// oldest first, and their counts; not the voided ones, which no answer
+// shows.
+func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun, limit int) error {
 	var err error
+	if limit > 0 {
+		if err := q.QueryRow(ctx, `select (select count(*) from ledger.reconciliation_resolutions where reconciliation_id = $1),
+				(select count(*) from ledger.reconciliation_resolution_voids where $2 <> '' and reconciliation_id = $2)`,
+			r.ID, r.PreviousID).Scan(&r.ResolutionN, &r.ReopenedN); err != nil {
+			return fmt.Errorf("reconciliation %s resolutions: %w", r.ID, err)
+		}
+		start := time.Unix(0, 0).UTC()
+		if r.Resolutions, err = resolutions(ctx, q, resolutionPage(false), r.ID, start, "", limit); err != nil {
+			return err
+		}
+		if r.PreviousID != "" {
+			if r.Reopened, err = resolutions(ctx, q, resolutionPage(true), r.PreviousID, start, "", limit); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
 		return err
 	}
@@ -361,6 +471,7 @@ func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun) error {
 			return err
 		}
 	}
+	r.ResolutionN, r.ReopenedN = len(r.Resolutions), len(r.Reopened)
 	return nil
 }
 
@@ -385,8 +496,8 @@ func (r *ReconRunTx) KeyHolder(ctx context.Context, key string) (*domain.ReconKe
 		return nil, fmt.Errorf("reconciliation key lock: %w", err)
 	}
 	var h domain.ReconKeyHolder
-	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, created_at from ledger.reconciliations
-		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.CreatedAt)
+	err := r.tx.QueryRow(ctx, `select reconciliation_id, currency, requested_currency, requested_by, created_at from ledger.reconciliations
+		where idempotency_key = $1 order by seq limit 1`, key).Scan(&h.RunID, &h.Currency, &h.RequestedCurrency, &h.RequestedBy, &h.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -398,8 +509,8 @@ func (r *ReconRunTx) KeyHolder(ctx context.Context, key string) (*domain.ReconKe
 }
 
 // Keyed implements app.ReconRunTx: the currency's run stored with the
-// idempotency key, with its items (nil: none).
-func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, error) {
+// idempotency key, with its items as bounded by b (nil: none).
+func (r *ReconRunTx) Keyed(ctx context.Context, key string, b domain.ReconRead) (*domain.ReconRun, error) {
 	var id string
 	err := r.tx.QueryRow(ctx, `select reconciliation_id from ledger.reconciliations where currency = $1 and idempotency_key = $2`,
 		r.currency, key).Scan(&id)
@@ -409,7 +520,7 @@ func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, e
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation keyed %q: %w", key, err)
 	}
-	run, err := getRun(ctx, r.tx, `r.reconciliation_id = $1`, id, "", 0)
+	run, err := getRun(ctx, r.tx, `r.reconciliation_id = $1`, id, "", b)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +529,7 @@ func (r *ReconRunTx) Keyed(ctx context.Context, key string) (*domain.ReconRun, e
 }
 
 func (r *ReconRunTx) Previous(ctx context.Context) (*domain.ReconRun, error) {
-	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched, 0)
+	run, err := getRun(ctx, r.tx, `r.currency = $1`, r.currency, itemMatched, domain.ReconRead{})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

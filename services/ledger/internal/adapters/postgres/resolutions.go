@@ -42,7 +42,7 @@ func (s *Reconciliations) Resolve(ctx context.Context, runID string, lines []dom
 	if latest != runID {
 		return nil, false, fmt.Errorf("%s is not the latest run of %s (%s is): %w", runID, currency, latest, apperr.ErrPrecondition)
 	}
-	run, err := getRun(ctx, tx, `r.reconciliation_id = $1`, runID, itemMatched, 0)
+	run, err := getRun(ctx, tx, `r.reconciliation_id = $1`, runID, itemMatched, domain.ReconRead{})
 	if err != nil {
 		return nil, false, err
 	}
@@ -190,7 +190,7 @@ func insertResolution(ctx context.Context, tx pgx.Tx, res *domain.ReconResolutio
 
 // resolutions reads the resolutions where holds (of s), oldest first,
 // with their items.
-func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domain.ReconResolution, error) {
+func resolutions(ctx context.Context, q Querier, where string, args ...any) ([]domain.ReconResolution, error) {
 	rows, err := q.Query(ctx, `select s.resolution_id, s.reconciliation_id, r.currency, s.action, s.reason, s.resolved_by, s.created_at,
 			i.statement_id, i.line_no, i.booked_on, i.reference, i.bank_amount, i.movement_kind, i.movement_key,
 			i.ledger_amount, i.transaction_ids, v.reconciliation_id, v.reason, v.voided_by, v.voided_at,
@@ -198,7 +198,7 @@ func resolutions(ctx context.Context, q Querier, where string, arg any) ([]domai
 		from ledger.reconciliation_resolutions s join ledger.reconciliation_resolution_items i using (resolution_id)
 		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
 		left join ledger.reconciliation_resolution_voids v on v.resolution_id = s.resolution_id
-		where `+where+` order by s.created_at, s.resolution_id, i.item_no`, arg)
+		where `+where+` order by s.created_at, s.resolution_id, i.item_no`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation resolutions: %w", err)
 	}
