@@ -34,6 +34,10 @@ type Store interface {
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 
+	// LockRuns takes the remittance runs' lock (one database-wide, across
+	// replicas), waiting for it until ctx ends, and returns its release:
+	// RemitTax and RemitReversed each run whole under it.
+	LockRuns(ctx context.Context) (unlock func(), err error)
 	// Unremitted pages (by id, after `after`) through the unremitted
 	// withholdings recorded before end.
 	Unremitted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)

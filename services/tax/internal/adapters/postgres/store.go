@@ -394,6 +394,47 @@ func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]strin
 	return nil
 }
 
+// runLockPoll is how long a remittance run or reversal check waiting for
+// another sleeps between two tries of the runs' lock.
+const runLockPoll = 50 * time.Millisecond
+
+// LockRuns implements app.Store: the session advisory lock
+// gpubill.tax.remit.run on a connection of its own, kept until unlock. It
+// is tried every runLockPoll until it is free or ctx ends, never waited for
+// inside pg_advisory_lock (a statement blocked there holds a snapshot, which
+// create index concurrently waits for: pg.Migrate's lockMigrations); between
+// tries no connection is held. The connection holding it is idle outside
+// any transaction while the run asks the ledger. unlock releases it; a
+// connection whose unlock fails is closed, which ends its session and the
+// lock with it.
+func (s *Store) LockRuns(ctx context.Context) (unlock func(), err error) {
+	for {
+		conn, err := s.Pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("remittance runs' lock: %w", err)
+		}
+		var locked bool
+		if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext('gpubill.tax.remit.run'))`).Scan(&locked); err != nil {
+			conn.Release()
+			return nil, fmt.Errorf("remittance runs' lock: %w", err)
+		}
+		if locked {
+			return func() {
+				if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('gpubill.tax.remit.run'))`); err != nil {
+					_ = conn.Conn().Close(context.WithoutCancel(ctx)) // its session, and the lock, end with it
+				}
+				conn.Release()
+			}, nil
+		}
+		conn.Release()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for another tax remittance run: %w", context.Cause(ctx))
+		case <-time.After(runLockPoll):
+		}
+	}
+}
+
 // MarkRemitted records the ledger transaction of a remittance.
 func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time) error {
 	_, err := s.Pool.Exec(ctx, `update tax.remittances set status = 'remitted', transaction_id = $2, reference = $1, remitted_at = $3
