@@ -51,8 +51,9 @@ type Store interface {
 	// end whose settlement was posted to a remittance of the period per
 	// jurisdiction and currency made with it (never to one planned before;
 	// one reversed does not count), and returns the period's remittances.
-	// A period filed already (its run recorded, or a remittance of it made)
-	// takes only the withholdings a reversed remittance of it gave back.
+	// A period filed already (its run recorded, or a remittance of it or of
+	// a later period made) takes only the withholdings a reversed remittance
+	// of it gave back.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
 	// RemittedUpTo pages (by id, after `after`) through the remittances of

@@ -314,11 +314,16 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 // yet (or exist reversed only), each of the unremitted, posted withholdings
 // recorded before $2 in its jurisdiction and currency, and attaches exactly
 // those to it. A month already filed (its run recorded, or a remittance of
-// it made) takes only the withholdings a reversed remittance of it gave
+// it made, or of a later month: periods are YYYY-MM, text order is time
+// order) takes only the withholdings a reversed remittance of it gave
 // back (released_from): a late one (posted after the filing) waits for the
 // first month filed after it, as a tax authority takes it in the next
 // filing; a re-run of a filed month made a new remittance of it for them,
-// and a reversed one was paid again with them. The n-th remittance of a period, jurisdiction and currency
+// and a reversed one was paid again with them. A later month's filing took
+// every withholding of the month posted by then, so the month is filed too:
+// a month before tax/0008 (its run never recorded) where nothing was owed,
+// or one whose run never happened, read open, and a run of it by hand filed
+// a late withholding under it, long past. The n-th remittance of a period, jurisdiction and currency
 // (the n−1 before it reversed) has the id of the first with -{n} added; a
 // currency is three letters, so no other's id can be it.
 const planRemittancesSQL = `with fresh as (
@@ -327,8 +332,8 @@ const planRemittancesSQL = `with fresh as (
 		  and not exists (select 1 from tax.remittances r
 			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency and r.status <> 'reversed')
 		  and (w.released_from in (select r.remittance_id from tax.remittances r where r.period = $1 and r.status = 'reversed')
-			or not (exists (select 1 from tax.remittance_runs rr where rr.period = $1)
-				or exists (select 1 from tax.remittances r where r.period = $1)))),
+			or not (exists (select 1 from tax.remittance_runs rr where rr.period >= $1)
+				or exists (select 1 from tax.remittances r where r.period >= $1)))),
 	made as (
 		insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
 		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency || coalesce('-' || nullif((select count(*) + 1 from tax.remittances r
