@@ -83,12 +83,17 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 		return Remitted{}, err
 	}
 	defer unlock()
+	return a.remitPeriod(ctx, period, p.End, now, linesMax)
+}
+
+// remitPeriod is RemitTax of period (ending at end) under the runs' lock.
+func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time, linesMax int) (Remitted, error) {
 	// Before confirmPosted: the withholdings a reversed remittance gives
 	// back have their settlements looked up again with the others.
 	if err := a.releaseReversed(ctx, period, now); err != nil {
 		return Remitted{}, err
 	}
-	notPosted, err := a.confirmPosted(ctx, p.End)
+	notPosted, err := a.confirmPosted(ctx, end)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -107,7 +112,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if err != nil {
 		return Remitted{}, err
 	}
-	rems, err := a.Store.PlanRemittances(ctx, period, p.End, now)
+	rems, err := a.Store.PlanRemittances(ctx, period, end, now)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -137,7 +142,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
-	outstanding, err := a.Store.Outstanding(ctx, p.End)
+	outstanding, err := a.Store.Outstanding(ctx, end)
 	if err != nil {
 		return Remitted{}, err
 	}
