@@ -100,3 +100,55 @@ func wantPostedOnce(t *testing.T, s *Service, l *ledgerConn, want []string) {
 		t.Errorf("%d withholdings in no remittance (%v); want 0", unremitted, err)
 	}
 }
+
+// A month is filed once a later month is: the later month's filing took
+// every withholding of it posted by then. A month before tax/0008 (its run
+// never recorded) where nothing was owed read open, and a run of it by hand
+// (GpubillTaxNotRemitted's runbook) filed under that month, long past, a
+// withholding whose settlement the ledger posted after February's filing:
+// rem-2026-01-CN-CNY, where March's filing was due to take it. February is
+// filed by its remittance (its run not recorded either), or by its run
+// where nothing was owed.
+func TestRemitTaxMonthBeforeAFiledMonthTakesNoLateWithholding(t *testing.T) {
+	t.Parallel()
+	for _, febFiledBy := range []string{"remittance", "run"} {
+		t.Run(febFiledBy, func(t *testing.T) {
+			t.Parallel()
+			s, l, clk := newTax(t)
+			clk.Set(time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC))
+			jan := record(t, s, "p-jan", "1000.00", "0.25", "individual", "k-jan") // 150.00, its settlement not posted yet
+			clk.Set(time.Date(2026, 2, 2, 0, 0, 0, 0, time.UTC))
+			if got := remIDs(remitted(t, s, "2026-01").Remittances); len(got) != 0 {
+				t.Fatalf("January = %v; want nothing (k-jan not posted)", got)
+			}
+			want := []string{"150.00"}
+			if febFiledBy == "remittance" {
+				clk.Set(time.Date(2026, 2, 20, 0, 0, 0, 0, time.UTC))
+				compute(t, s, "p-feb", "1000.00", "0.20", "individual", "k-feb") // 160.00
+				want = []string{"160.00", "150.00"}
+			}
+			clk.Set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+			remitted(t, s, "2026-02")
+			// January's run was before tax/0008, and February's too when
+			// its remittance files it: not recorded.
+			unrecorded := "2026-01"
+			if febFiledBy == "remittance" {
+				unrecorded = "2026-02"
+			}
+			if _, err := s.d.Pool.Exec(context.Background(), `delete from tax.remittance_runs where period <= $1`, unrecorded); err != nil {
+				t.Fatal(err)
+			}
+			l.settle("k-jan", jan.Jurisdiction, jan.Currency, jan.TaxWithheld) // posted after February's filing
+			clk.Set(time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC))
+			if got := remitted(t, s, "2026-01"); len(got.Remittances) != 0 || got.WithholdingsOutstanding != 1 {
+				t.Fatalf("January run by hand = %v (outstanding %d), posted %v; want nothing: k-jan goes with March's filing",
+					remIDs(got.Remittances), got.WithholdingsOutstanding, l.postedKeys())
+			}
+			clk.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+			if got := remIDs(remitted(t, s, "2026-03").Remittances); !slices.Equal(got, []string{"rem-2026-03-CN-CNY 150.00 remitted"}) {
+				t.Fatalf("March = %v; want k-jan's 150.00", got)
+			}
+			wantPostedOnce(t, s, l, want)
+		})
+	}
+}

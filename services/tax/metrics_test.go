@@ -2,9 +2,12 @@ package tax
 
 import (
 	"context"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/taxperiod"
 	"github.com/gpubill/gpubill/pkg/testkit"
 )
 
@@ -64,5 +67,69 @@ func TestReversedRemittanceNotRemittedAgain(t *testing.T) {
 	}
 	if v := metric("gpubill_tax_remittance_reversed_age_seconds"); v < 3*3600 || v > 3*3600+600 {
 		t.Errorf("gpubill_tax_remittance_reversed_age_seconds: %v, want about 3 hours (February's)", v)
+	}
+}
+
+// The withholdings of a filed month that no remittance holds (their
+// settlements posted after the month's run) are on /metrics: counted and
+// totalled by jurisdiction and currency, and by how long past their
+// month's end the oldest is. Finance could not see tax withheld and not
+// remitted past its month until GpubillTaxNotRemitted paged at 33 days.
+func TestLateWithholdingsOfAFiledMonth(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "tax", migrations.For("tax"))
+	ctx := context.Background()
+	// January is filed by its recorded run (nothing owed), February by its
+	// remittance; March is not filed. Times are Shanghai's (the default
+	// tax zone): wh-jan is January's there, wh-mar March's.
+	for _, q := range []string{
+		`insert into tax.remittance_runs (period, completed_at, remittances, not_posted) values ('2026-01', '2026-02-01 02:00+08', 0, 1)`,
+		`insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
+			values ('rem-2026-02-CN-CNY', '2026-02', 'CN', 'CNY', 15, 'remitted', '2026-03-01 02:00+08')`,
+		`insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency, gross, commission, taxable_base,
+			tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id, settlement_tx_id, remittance_id, created_at) values
+			('wh-jan', 'k-jan', 'p-1', 'cyc-20260131', 'CNY', 100, 25, 75, 15.50, 60, 'individual', 'CN', 'flat20', '1', 'c-1', 'tx-1', null, '2026-01-31 23:00+08'),
+			('wh-feb', 'k-feb', 'p-2', 'cyc-20260210', 'CNY', 100, 25, 75, 15, 60, 'individual', 'CN', 'flat20', '1', 'c-2', 'tx-2', 'rem-2026-02-CN-CNY', '2026-02-10 09:00+08'),
+			('wh-feb-late', 'k-feb-late', 'p-3', 'cyc-20260228', 'CNY', 100, 25, 75, 15.25, 60, 'individual', 'CN', 'flat20', '1', 'c-3', null, null, '2026-02-28 23:00+08'),
+			('wh-feb-us', 'k-feb-us', 'p-4', 'cyc-20260228', 'USD', 100, 25, 75, 7, 60, 'individual', 'US', 'flat20', '1', 'c-4', null, null, '2026-02-28 23:30+08'),
+			('wh-mar', 'k-mar', 'p-5', 'cyc-20260301', 'CNY', 100, 25, 75, 15, 60, 'individual', 'CN', 'flat20', '1', 'c-5', null, null, '2026-03-01 01:00+08')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byLabels := func(name string) map[string]float64 {
+		t.Helper()
+		for _, m := range Metrics() {
+			if m.Name != name {
+				continue
+			}
+			rows, err := pool.Query(ctx, m.Query)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got := map[string]float64{}
+			for rows.Next() {
+				var j, c string
+				var v float64
+				if err := rows.Scan(&j, &c, &v); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				got[j+" "+c] = v
+			}
+			return got
+		}
+		t.Fatalf("no metric %s", name)
+		return nil
+	}
+	if got, want := byLabels("gpubill_tax_late_withholdings"), map[string]float64{"CN CNY": 2, "US USD": 1}; !maps.Equal(got, want) {
+		t.Errorf("gpubill_tax_late_withholdings = %v; want %v (wh-jan, wh-feb-late; wh-feb-us)", got, want)
+	}
+	if got, want := byLabels("gpubill_tax_late_withholdings_amount"), map[string]float64{"CN CNY": 30.75, "US USD": 7}; !maps.Equal(got, want) {
+		t.Errorf("gpubill_tax_late_withholdings_amount = %v; want %v", got, want)
+	}
+	janEnd := time.Date(2026, 2, 1, 0, 0, 0, 0, taxperiod.Default().Location())
+	if v, want := testkit.SQLMetric(t, pool, Metrics(), "gpubill_tax_late_withholding_age_seconds"), time.Since(janEnd).Seconds(); v < want-600 || v > want+600 {
+		t.Errorf("gpubill_tax_late_withholding_age_seconds = %v; want about %v (since January's end in Shanghai)", v, want)
 	}
 }

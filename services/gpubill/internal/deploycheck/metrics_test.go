@@ -95,6 +95,12 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		`insert into payout.bank_file_entries (file_id, seq, element, end_to_end_id, bank_status, outcome) values ('bf-1', 1, 'x', 'nobody', 'ACCP', 'unknown_reference')`,
 		`insert into pricing.pending_rating (event_id, message_id, renter_id, currency, gpu_model, payload, reason, created_at, last_attempt_at)
 			values ('ev-1', 'm-1', 'r-1', 'CNY', 'T4', 'x', 'rate card rc-1 has no price for GPU model T4', now() - interval '1 hour', now())`,
+		// A withholding of a filed month (January's run recorded) that no
+		// remittance holds: its settlement was posted after the filing.
+		`insert into tax.remittance_runs (period, completed_at, remittances, not_posted) values ('2026-01', '2026-02-01 02:00+08', 0, 1)`,
+		`insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency, gross, commission, taxable_base,
+			tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id, created_at)
+			values ('wh-1', 'k-1', 'p-1', 'cyc-20260120', 'CNY', 100, 25, 75, 15, 60, 'individual', 'CN', 'flat20', '1', 'c-1', '2026-01-20 09:00+08')`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -200,6 +206,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_bank_inbox_files_failed_total", "gpubill_bank_inbox_files_rejected_total", "gpubill_ledger_write_group_timeouts_total",
 		"gpubill_payout_webhook_deliveries_total", "gpubill_payout_webhook_delivery_lag_seconds",
 		"gpubill_tax_remittances_reversed_unremitted", "gpubill_tax_remittance_reversed_age_seconds", "gpubill_tax_reversal_check_failures_total",
+		"gpubill_tax_late_withholdings", "gpubill_tax_late_withholdings_amount",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)

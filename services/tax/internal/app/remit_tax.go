@@ -71,12 +71,29 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 		return Remitted{}, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
 			p.End.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
+	// One run (or reversal check) at a time: a month's plan decides what it
+	// files, and only the first one's may. Two first runs of a month where
+	// nothing was owed both planned (the run is recorded after the posts),
+	// the second filing what the ledger posted since under the month the
+	// first filed empty; and a check marking an earlier month's remittance
+	// reversed while a run planned its own month gave that month the
+	// reversed one's withholdings, its tax filed under the wrong month.
+	unlock, err := a.Store.LockRuns(ctx)
+	if err != nil {
+		return Remitted{}, err
+	}
+	defer unlock()
+	return a.remitPeriod(ctx, period, p.End, now, linesMax)
+}
+
+// remitPeriod is RemitTax of period (ending at end) under the runs' lock.
+func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time, linesMax int) (Remitted, error) {
 	// Before confirmPosted: the withholdings a reversed remittance gives
 	// back have their settlements looked up again with the others.
 	if err := a.releaseReversed(ctx, period, now); err != nil {
 		return Remitted{}, err
 	}
-	notPosted, err := a.confirmPosted(ctx, p.End)
+	notPosted, err := a.confirmPosted(ctx, end)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -95,7 +112,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if err != nil {
 		return Remitted{}, err
 	}
-	rems, err := a.Store.PlanRemittances(ctx, period, p.End, now)
+	rems, err := a.Store.PlanRemittances(ctx, period, end, now)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -107,7 +124,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if reversedOnPost {
 		// Its tax is remitted again now, not by the next check: the run's
 		// answer shows the new remittance with the reversed one.
-		again, err := a.RemitReversed(ctx)
+		again, err := a.remitReversed(ctx, now)
 		if err != nil {
 			return Remitted{}, err
 		}
@@ -125,7 +142,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
-	outstanding, err := a.Store.Outstanding(ctx, p.End)
+	outstanding, err := a.Store.Outstanding(ctx, end)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -216,12 +233,21 @@ const RemitReversedEvery = 10 * time.Minute
 // month, or POST /v1/tax-remittances), the tax owed to the authority back
 // in tax:withheld and unpaid until then. It plans no month's first
 // remittance (the run does), and a check and a run side by side remit
-// nothing twice: marking, planning (under the remittance runs' lock, one
-// remittance of a period, jurisdiction and currency not reversed) and
-// posting (the remittance id is the ledger key) are each idempotent. It
-// returns the remittances it posted or left pending.
+// nothing twice: a check waits for a run (and a run for a check) under the
+// remittance runs' lock (Store.LockRuns), and marking, planning and posting
+// (the remittance id is the ledger key) are each idempotent. It returns the
+// remittances it posted or left pending.
 func (a *App) RemitReversed(ctx context.Context) ([]domain.Remittance, error) {
-	now := a.Clock.Now()
+	unlock, err := a.Store.LockRuns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return a.remitReversed(ctx, a.Clock.Now())
+}
+
+// remitReversed is RemitReversed under the runs' lock, which RemitTax holds.
+func (a *App) remitReversed(ctx context.Context, now time.Time) ([]domain.Remittance, error) {
 	current := a.TaxPeriods.At(now).ID
 	if err := a.releaseReversed(ctx, current, now); err != nil {
 		return nil, err

@@ -34,6 +34,10 @@ type Store interface {
 	Rules(ctx context.Context, ruleSet, jurisdiction string) ([]domain.Rule, error)
 	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 
+	// LockRuns takes the remittance runs' lock (one database-wide, across
+	// replicas), waiting for it until ctx ends, and returns its release:
+	// RemitTax and RemitReversed each run whole under it.
+	LockRuns(ctx context.Context) (unlock func(), err error)
 	// Unremitted pages (by id, after `after`) through the unremitted
 	// withholdings recorded before end.
 	Unremitted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)
@@ -47,8 +51,9 @@ type Store interface {
 	// end whose settlement was posted to a remittance of the period per
 	// jurisdiction and currency made with it (never to one planned before;
 	// one reversed does not count), and returns the period's remittances.
-	// A period filed already (its run recorded, or a remittance of it made)
-	// takes only the withholdings a reversed remittance of it gave back.
+	// A period filed already (its run recorded, or a remittance of it or of
+	// a later period made) takes only the withholdings a reversed remittance
+	// of it gave back.
 	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
 	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
 	// RemittedUpTo pages (by id, after `after`) through the remittances of

@@ -314,11 +314,16 @@ func (s *Store) PlanRemittances(ctx context.Context, period string, end, now tim
 // yet (or exist reversed only), each of the unremitted, posted withholdings
 // recorded before $2 in its jurisdiction and currency, and attaches exactly
 // those to it. A month already filed (its run recorded, or a remittance of
-// it made) takes only the withholdings a reversed remittance of it gave
+// it made, or of a later month: periods are YYYY-MM, text order is time
+// order) takes only the withholdings a reversed remittance of it gave
 // back (released_from): a late one (posted after the filing) waits for the
 // first month filed after it, as a tax authority takes it in the next
 // filing; a re-run of a filed month made a new remittance of it for them,
-// and a reversed one was paid again with them. The n-th remittance of a period, jurisdiction and currency
+// and a reversed one was paid again with them. A later month's filing took
+// every withholding of the month posted by then, so the month is filed too:
+// a month before tax/0008 (its run never recorded) where nothing was owed,
+// or one whose run never happened, read open, and a run of it by hand filed
+// a late withholding under it, long past. The n-th remittance of a period, jurisdiction and currency
 // (the n−1 before it reversed) has the id of the first with -{n} added; a
 // currency is three letters, so no other's id can be it.
 const planRemittancesSQL = `with fresh as (
@@ -327,8 +332,8 @@ const planRemittancesSQL = `with fresh as (
 		  and not exists (select 1 from tax.remittances r
 			where r.period = $1 and r.jurisdiction = w.jurisdiction and r.currency = w.currency and r.status <> 'reversed')
 		  and (w.released_from in (select r.remittance_id from tax.remittances r where r.period = $1 and r.status = 'reversed')
-			or not (exists (select 1 from tax.remittance_runs rr where rr.period = $1)
-				or exists (select 1 from tax.remittances r where r.period = $1)))),
+			or not (exists (select 1 from tax.remittance_runs rr where rr.period >= $1)
+				or exists (select 1 from tax.remittances r where r.period >= $1)))),
 	made as (
 		insert into tax.remittances (remittance_id, period, jurisdiction, currency, amount, status, created_at)
 		select 'rem-' || $1 || '-' || jurisdiction || '-' || currency || coalesce('-' || nullif((select count(*) + 1 from tax.remittances r
@@ -392,6 +397,47 @@ func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]strin
 		return fmt.Errorf("mark withholdings posted: %w", err)
 	}
 	return nil
+}
+
+// runLockPoll is how long a remittance run or reversal check waiting for
+// another sleeps between two tries of the runs' lock.
+const runLockPoll = 50 * time.Millisecond
+
+// LockRuns implements app.Store: the session advisory lock
+// gpubill.tax.remit.run on a connection of its own, kept until unlock. It
+// is tried every runLockPoll until it is free or ctx ends, never waited for
+// inside pg_advisory_lock (a statement blocked there holds a snapshot, which
+// create index concurrently waits for: pg.Migrate's lockMigrations); between
+// tries no connection is held. The connection holding it is idle outside
+// any transaction while the run asks the ledger. unlock releases it; a
+// connection whose unlock fails is closed, which ends its session and the
+// lock with it.
+func (s *Store) LockRuns(ctx context.Context) (unlock func(), err error) {
+	for {
+		conn, err := s.Pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("remittance runs' lock: %w", err)
+		}
+		var locked bool
+		if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext('gpubill.tax.remit.run'))`).Scan(&locked); err != nil {
+			conn.Release()
+			return nil, fmt.Errorf("remittance runs' lock: %w", err)
+		}
+		if locked {
+			return func() {
+				if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('gpubill.tax.remit.run'))`); err != nil {
+					_ = conn.Conn().Close(context.WithoutCancel(ctx)) // its session, and the lock, end with it
+				}
+				conn.Release()
+			}, nil
+		}
+		conn.Release()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for another tax remittance run: %w", context.Cause(ctx))
+		case <-time.After(runLockPoll):
+		}
+	}
 }
 
 // MarkRemitted records the ledger transaction of a remittance.
