@@ -166,6 +166,24 @@ const (
 	KindBadDebtWriteOff    = "bad_debt_write_off"
 )
 
+// KindRailRefund is the metadata kind of finance's entry recording a
+// refund a rail (Alipay, WeChat Pay) already made of a renter's top-up:
+// Dr renter:{id}:wallet / Cr bank:client, naming the deposit's
+// external_ref. The money has left, so it may take the wallet below zero;
+// any other refund may not (app.checkRefunds).
+const KindRailRefund = "rail_refund"
+
+// IsRenterRefund: money paid out of client money to a renter, Dr renter
+// wallets / Cr bank:client only.
+func IsRenterRefund(ps []Posting) bool {
+	for _, p := range ps {
+		if p.Direction == Debit && p.Account.Class != ClassRenter || p.Direction == Credit && p.Account.Address != BankClient {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
+
 // IsClientMoneyFunding: Dr bank:client, Cr bank:operating only (house →
 // client; isSweep's mirror).
 func IsClientMoneyFunding(ps []Posting) bool { return len(ps) > 0 && isSweep(ps, true) }
