@@ -95,3 +95,82 @@ func TestDepartedRenterDebtFundedAndWrittenOff(t *testing.T) {
 		t.Fatalf("a plain Dr bank:client / Cr bank:operating: %d breaches (%v), want 1", rep.BreachesTotal, err)
 	}
 }
+
+// Reversing finance's funding or write-off (a mistaken amount, the wrong
+// renter) is the exact mirror of a sanctioned entry and no breach: it was
+// recorded as one and paged (GpubillSegregationBreach). The report reads
+// the reversals as it reads the entries: no commission left unswept. A
+// manual entry of the mirrored shape, or naming the original's kind in its
+// metadata, and the reversal of a plain (breaching) funding, stay breaches.
+func TestReversedFundingAndWriteOffAreNoBreach(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	cyc := f.app.Calendar.At(time.Now()).ID
+	for _, in := range []app.CreateTransactionInput{
+		transfer("r3-usage", "renter:r-3:wallet", domain.ProviderPendingAddr("p-1", cyc), "300.00", "CNY"),
+		transfer("house-cash", "bank:operating", "platform:revenue:commission", "1000.00", "CNY"),
+	} {
+		if _, err := f.app.CreateTransaction(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fundIn := transfer("fund-r3", "bank:client", "bank:operating", "300.00", "CNY")
+	fundIn.Metadata = map[string]string{"kind": domain.KindClientMoneyFunding, "reason": "r-3 offboarded owing 300.00"}
+	woIn := transfer("wo-r3", domain.PlatformBadDebt, "renter:r-3:wallet", "300.00", "CNY")
+	woIn.Metadata = map[string]string{"kind": domain.KindBadDebtWriteOff, "reason": "r-3 offboarded owing 300.00"}
+	var posted []*domain.Transaction
+	for _, in := range []app.CreateTransactionInput{fundIn, woIn} {
+		tx, err := f.app.CreateTransaction(f.ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, tx)
+	}
+	// The write-off reversed: r-3 owes 300.00 again, the funding still
+	// covers it.
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: posted[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.BreachesTotal != 0 || rep.Verdict != app.VerdictBalanced || !rep.UnsweptCommission.IsZero() {
+		t.Fatalf("write-off reversed: %d breaches, verdict %v unswept commission %v; want none, balanced, 0",
+			rep.BreachesTotal, rep.Verdict, rep.UnsweptCommission)
+	}
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: posted[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	wantBalance(t, f, "renter:r-3:wallet", "CNY", "-300.00")
+	wantBalance(t, f, domain.PlatformBadDebt, "CNY", "0")
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.BreachesTotal != 0 || rep.Verdict != app.VerdictShortfall || !rep.Difference.Equal(dec("-300")) || !rep.UnsweptCommission.IsZero() {
+		t.Fatalf("funding and write-off reversed: %d breaches, verdict %v difference %v unswept commission %v (%v); want none, shortfall -300, 0",
+			rep.BreachesTotal, rep.Verdict, rep.Difference, rep.UnsweptCommission, err)
+	}
+
+	// Not a reversal of a sanctioned entry: each is one breach more.
+	posing := transfer("posing", "bank:operating", "bank:client", "1.00", "CNY")
+	posing.Metadata = map[string]string{"reverses_kind": domain.KindClientMoneyFunding, "reverses": posted[0].ID}
+	plain, err := f.app.CreateTransaction(f.ctx, transfer("fund-plain", "bank:client", "bank:operating", "2.00", "CNY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.CreateTransaction(f.ctx, posing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: plain.ID}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.svc.Reports().SegregatedFunds(f.ctx, nil, "CNY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.BreachesTotal != 3 {
+		t.Fatalf("a plain funding, its reversal and an entry posing as a funding's reversal: %d breaches (%v), want 3", rep.BreachesTotal, err)
+	}
+}

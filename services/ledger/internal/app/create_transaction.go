@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/jsonplain"
@@ -75,6 +77,14 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	if err := invalid(vs); err != nil {
 		return nil, err
 	}
+	refund := domain.IsRenterRefund(postings)
+	if refund && in.Metadata["kind"] == domain.KindRailRefund {
+		if err := a.checkRailRefund(ctx, in.Metadata["external_ref"], postings); err != nil {
+			return nil, err
+		}
+	} else if in.Metadata["kind"] == domain.KindRailRefund {
+		return nil, invalid([]domain.Violation{{Field: "postings", Reason: "rail_refund debits renter wallets and credits bank:client only"}})
+	}
 	now := a.now()
 	eff, effStr := now, ""
 	if in.EffectiveAt != nil {
@@ -94,10 +104,11 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// transaction's id), goes into the write's own transaction when the
 	// group commits in one (PostNew).
 	au := audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID)
-	if kind == domain.TxBadDebtWriteOff {
+	if kind == domain.TxBadDebtWriteOff || refund {
 		// Alone, not in a group: the wallet's balance is judged before the
-		// commit, which a group's one-round-trip write (PostNew) does not
-		// do for a credit.
+		// commit (checkWriteOffs, checkRefunds), which a group's
+		// one-round-trip write (PostNew) does not do for a credit, nor
+		// for a wallet, which may go negative.
 		return a.postOne(ctx, t, au, nil)
 	}
 	return a.postGrouped(ctx, t, au)
@@ -161,6 +172,64 @@ func checkWriteOffs(txs []*domain.Transaction, changes []domain.BalanceChange) e
 		}
 	}
 	return invalid(vs)
+}
+
+// checkRefunds refuses a renter's refund (domain.IsRenterRefund) that
+// takes a wallet it debits below zero: it pays out at most what the
+// wallet holds, so a second refund of the same balance (two operators,
+// two keys) is refused, not paid from other clients' money. Judged on the
+// balance after the post, under the balance row's lock: two refunds at
+// once are judged one after the other. A rail_refund records money a rail
+// already returned, and may.
+func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) error {
+	debited := map[string]bool{}
+	for _, t := range txs {
+		if t.Kind != domain.TxManual || t.Metadata["kind"] == domain.KindRailRefund || !domain.IsRenterRefund(t.Postings) {
+			continue
+		}
+		for _, p := range t.Postings {
+			if p.Account.Class == domain.ClassRenter && p.Direction == domain.Debit {
+				debited[p.Account.Address+"|"+p.Currency] = true
+			}
+		}
+	}
+	var vs []domain.Violation
+	for _, c := range changes {
+		if debited[c.Account.Address+"|"+c.Currency] && c.Delta.IsNegative() && c.After.IsNegative() {
+			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
+				"%s holds %s %s: a refund pays out at most what the wallet holds (%s after it); a refund the rail already made is recorded as metadata.kind rail_refund",
+				c.Account.Address, c.Before().String(), c.Currency, c.After.String())})
+		}
+	}
+	return invalid(vs)
+}
+
+// checkRailRefund: a rail_refund names, by external_ref, a deposit to a
+// renter whose wallet it debits (the top-up the rail refunded).
+func (a *App) checkRailRefund(ctx context.Context, ref string, ps []domain.Posting) error {
+	bad := func(reason string) error {
+		return invalid([]domain.Violation{{Field: "metadata.external_ref", Reason: reason}})
+	}
+	if strings.TrimSpace(ref) == "" {
+		return bad("required for rail_refund: the refunded deposit's external_ref (alipay:<trade_no>, wechatpay:<transaction_id>)")
+	}
+	id, _, err := a.Store.TxByKey(ctx, domain.DepositKeyPrefix+ref)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return bad(fmt.Sprintf("no deposit has external_ref %q", ref))
+	}
+	if err != nil {
+		return fmt.Errorf("rail refund of %s: %w", ref, err)
+	}
+	dep, err := a.getTransaction(ctx, id)
+	if err != nil {
+		return fmt.Errorf("rail refund of %s: %w", ref, err)
+	}
+	for _, p := range ps {
+		if p.Direction == domain.Debit && p.Account.Address != domain.RenterWallet(dep.Metadata["renter_id"]) {
+			return bad(fmt.Sprintf("deposit %q is to %s, not %s", ref, dep.Metadata["renter_id"], p.Account.Address))
+		}
+	}
+	return nil
 }
 
 // checkCycles refuses a posting to a provider's pending account of a cycle

@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/money"
@@ -20,7 +23,7 @@ type DepositInput struct {
 }
 
 // Deposit posts Dr bank:client, Cr renter:{id}:wallet, idempotent on the
-// external reference.
+// external reference. A closed renter takes no new deposit (checkRenterOpen).
 func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction, error) {
 	var vs []domain.Violation
 	var wallet domain.Account
@@ -56,6 +59,9 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkRenterOpen(ctx, in.RenterID, domain.DepositKeyPrefix+ref); err != nil {
+		return nil, err
+	}
 	now := a.now()
 	t := &domain.Transaction{
 		ID: ids.New(""), IdempotencyKey: domain.DepositKeyPrefix + ref, Kind: domain.TxDeposit,
@@ -73,4 +79,30 @@ func (a *App) Deposit(ctx context.Context, in DepositInput) (*domain.Transaction
 	// group commits after its caller stopped waiting is recorded as what it
 	// did, not only as the caller's Canceled.
 	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID, "idempotency_key="+t.IdempotencyKey))
+}
+
+// checkRenterOpen refuses a new deposit to a closed renter's wallet (a
+// conflict naming the renter and its close): the renter has left, its
+// balance is refunded by finance, and money credited after that would sit
+// in a wallet nobody spends or returns. Money that did arrive for it stays
+// outside the ledger where finance sees it: a bank transfer as an
+// unmatched line of the reconciliation (returned to its payer), a rail
+// top-up as a rejected notification (GpubillTopUpNotApplied; refunded at
+// the rail). A deposit posted under key before the close is answered as
+// any replay is. The close reaches the ledger by party.updated: a deposit
+// posted before it arrives was taken while the ledger knew the renter open.
+func (a *App) checkRenterOpen(ctx context.Context, renterID, key string) error {
+	closedAt, err := a.Store.RenterClosedAt(ctx, renterID)
+	if err != nil || closedAt.IsZero() {
+		return err
+	}
+	_, _, err = a.Store.TxByKey(ctx, key)
+	switch {
+	case err == nil:
+		return nil // posted before: the group answers the replay (or the key's conflict)
+	case !errors.Is(err, apperr.ErrNotFound):
+		return fmt.Errorf("deposit %s: %w", key, err)
+	}
+	return fmt.Errorf("renter %s is closed (since %s): a closed renter's wallet takes no deposit; return the money to its payer: %w",
+		renterID, closedAt.UTC().Format(time.RFC3339), apperr.ErrConflict)
 }

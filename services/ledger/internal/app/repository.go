@@ -35,6 +35,9 @@ type Store interface {
 	// TxByKey is the id and request hash stored under an idempotency key.
 	TxByKey(ctx context.Context, key string) (string, []byte, error)
 	AccountExists(ctx context.Context, address string) (bool, error)
+	// RenterClosedAt is when the renter was closed (ledger.renters, from
+	// party.updated); the zero time when it is open or not known.
+	RenterClosedAt(ctx context.Context, renterID string) (time.Time, error)
 	// AccountTotals are accounts' totals per currency, now (asOf nil) or as of an instant.
 	AccountTotals(ctx context.Context, accounts []string, asOf *time.Time) (map[string][]domain.Totals, error)
 	// ListAccountAddresses pages through addresses starting with prefix, after `after`.

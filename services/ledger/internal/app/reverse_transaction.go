@@ -70,6 +70,11 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		EffectiveAt: eff, CreatedAt: now, Metadata: map[string]string{"reverses": orig.ID},
 		Postings: domain.Mirror(orig.Postings), Reverses: orig.ID, RequestHash: hash,
 	}
+	if orig.Kind == domain.TxClientMoneyFunding || orig.Kind == domain.TxBadDebtWriteOff {
+		// The segregation rule sanctions the mirror of finance's funding
+		// or write-off by the reversed entry's kind, from the journal.
+		t.Metadata[domain.MetaReversesKind] = string(orig.Kind)
+	}
 	if orig.ReversedBy != "" {
 		// Already reversed: a replay returns the reversal, anything else
 		// conflicts. A failed read of the key is neither: the database

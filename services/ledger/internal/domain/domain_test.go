@@ -61,6 +61,9 @@ func TestSegregationBreaches(t *testing.T) {
 		return &Transaction{Kind: kind, Metadata: map[string]string{"kind": mdKind}, Postings: ps}
 	}
 	both := append(append([]Posting{}, settle...), sweep...)
+	reversing := func(kind string, ps []Posting) *Transaction {
+		return &Transaction{Kind: TxReversal, Metadata: map[string]string{MetaReversesKind: kind}, Postings: ps}
+	}
 	funding := []Posting{p(BankClient, Debit, 300), p(BankOperating, Credit, 300)}
 	writeOff := []Posting{p(PlatformBadDebt, Debit, 300), p("renter:r-2:wallet", Credit, 300)}
 	tests := []struct {
@@ -101,6 +104,15 @@ func TestSegregationBreaches(t *testing.T) {
 		{"bad debt write-off reversed", tx(TxReversal, "", Mirror(writeOff)), 1},
 		{"bad debt write-off to a provider", tx(TxBadDebtWriteOff, KindBadDebtWriteOff, []Posting{p(PlatformBadDebt, Debit, 5), p("provider:p:available", Credit, 5)}), 1},
 		{"operating funds a wallet", tx(TxManual, "", []Posting{p(BankOperating, Credit, 5), p("renter:r:wallet", Credit, 5), p(BankOperating, Debit, 10)}), 2},
+		// Their reversals, marked by the ledger with the reversed entry's
+		// kind: sanctioned as that entry's exact mirror only.
+		{"client money funding reversed, marked", reversing(KindClientMoneyFunding, Mirror(funding)), 0},
+		{"bad debt write-off reversed, marked", reversing(KindBadDebtWriteOff, Mirror(writeOff)), 0},
+		{"a write-off's mirror marked as a funding's", reversing(KindClientMoneyFunding, Mirror(writeOff)), 1},
+		{"a funding's mirror marked as a write-off's", reversing(KindBadDebtWriteOff, Mirror(funding)), 1},
+		{"a write-off not mirrored, marked", reversing(KindBadDebtWriteOff, writeOff), 1},
+		{"a funding's mirror with a fee, marked", reversing(KindClientMoneyFunding, append(Mirror(funding), p("renter:r:wallet", Debit, 5), p(PlatformCommission, Credit, 5))), 2},
+		{"a funding's mirror marked, not a reversal", &Transaction{Kind: TxManual, Metadata: map[string]string{MetaReversesKind: KindClientMoneyFunding}, Postings: Mirror(funding)}, 1},
 	}
 	for _, tt := range tests {
 		got := SegregationBreaches(tt.give)

@@ -38,8 +38,12 @@ type Breach struct {
 //   - a bad debt write-off (TxBadDebtWriteOff): Dr platform:expense:bad_debt,
 //     Cr renter:*:wallet, a renter's debt the house bears;
 //
-// and by a reversal, the exact mirror of a transaction (not of those two:
-// money back from the client pool to the house stays a breach). Anything else
+// and by a reversal, the exact mirror of a transaction: of a settlement or a
+// sweep by its shape, of finance's funding or write-off by the kind of the
+// entry it reverses (MetaReversesKind, which the ledger alone gives a
+// reversal) and that entry's shape mirrored; the same movement posted
+// otherwise, money back from the client pool to the house, stays a
+// breach. Anything else
 // touching both pools is a breach, reported per house-pool posting: by
 // shape alone, a finance entry Dr bank:operating / Cr bank:client of any
 // amount passed as a sweep, and one taking a whole gross as commission as
@@ -118,7 +122,7 @@ func sanctioned(t *Transaction) bool {
 	ps, mirror := t.Postings, t.Kind == TxReversal
 	switch {
 	case mirror:
-		return isSettlement(ps, true) || isSweep(ps, true) || isSettlementWithSweep(ps, true)
+		return isSettlement(ps, true) || isSweep(ps, true) || isSettlementWithSweep(ps, true) || reversesHouseEntry(t)
 	case t.Metadata["kind"] == KindSettlement:
 		return isSettlement(ps, false) || isSettlementWithSweep(ps, false)
 	case t.Metadata["kind"] == KindCommissionSweep:
@@ -127,6 +131,23 @@ func sanctioned(t *Transaction) bool {
 		return IsClientMoneyFunding(ps)
 	case t.Kind == TxBadDebtWriteOff:
 		return IsBadDebtWriteOff(ps)
+	}
+	return false
+}
+
+// MetaReversesKind is the metadata key of a reversal of finance's funding
+// or write-off: the reversed entry's kind. ReverseTransaction sets it from
+// the journal; on any entry but a reversal it sanctions nothing.
+const MetaReversesKind = "reverses_kind"
+
+// reversesHouseEntry: t, a reversal, mirrors a client money funding or a
+// bad debt write-off, as its MetaReversesKind says, exactly.
+func reversesHouseEntry(t *Transaction) bool {
+	switch t.Metadata[MetaReversesKind] {
+	case KindClientMoneyFunding:
+		return IsClientMoneyFunding(Mirror(t.Postings))
+	case KindBadDebtWriteOff:
+		return IsBadDebtWriteOff(Mirror(t.Postings))
 	}
 	return false
 }
@@ -144,6 +165,24 @@ const (
 	KindClientMoneyFunding = "client_money_funding"
 	KindBadDebtWriteOff    = "bad_debt_write_off"
 )
+
+// KindRailRefund is the metadata kind of finance's entry recording a
+// refund a rail (Alipay, WeChat Pay) already made of a renter's top-up:
+// Dr renter:{id}:wallet / Cr bank:client, naming the deposit's
+// external_ref. The money has left, so it may take the wallet below zero;
+// any other refund may not (app.checkRefunds).
+const KindRailRefund = "rail_refund"
+
+// IsRenterRefund: money paid out of client money to a renter, Dr renter
+// wallets / Cr bank:client only.
+func IsRenterRefund(ps []Posting) bool {
+	for _, p := range ps {
+		if p.Direction == Debit && p.Account.Class != ClassRenter || p.Direction == Credit && p.Account.Address != BankClient {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
 
 // IsClientMoneyFunding: Dr bank:client, Cr bank:operating only (house →
 // client; isSweep's mirror).

@@ -370,6 +370,20 @@ func (s *Store) TxByKey(ctx context.Context, key string) (string, []byte, error)
 	return TxByKey(ctx, s.Pool, key)
 }
 
+// RenterClosedAt implements app.Store: ledger.renters' closed_at (the zero
+// time for an open renter or one the ledger has no record of).
+func (s *Store) RenterClosedAt(ctx context.Context, renterID string) (time.Time, error) {
+	var at *time.Time
+	err := s.Pool.QueryRow(ctx, `select closed_at from ledger.renters where renter_id = $1`, renterID).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && at == nil {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("renter %s: %w", renterID, err)
+	}
+	return *at, nil
+}
+
 // AccountExists implements app.Store.
 func (s *Store) AccountExists(ctx context.Context, address string) (bool, error) {
 	return AccountExists(ctx, s.Pool, address)

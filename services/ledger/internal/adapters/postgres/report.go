@@ -96,14 +96,24 @@ func (r *Reports) Breaches(ctx context.Context, currency string, asOf *time.Time
 }
 
 // HouseFundingNet returns the house-pool debits - credits in currency of
-// the client money funding and bad debt write-offs posted at or before
-// asOf (nil: all) that recorded no breach (app.ReportStore).
+// the client money funding and bad debt write-offs, and of their
+// reversals, posted at or before asOf (nil: all) that recorded no breach
+// (app.ReportStore). The reversals are found through the entries they
+// reverse (the partial index), by their links.
 func (r *Reports) HouseFundingNet(ctx context.Context, currency string, asOf *time.Time) (decimal.Decimal, error) {
 	var net string
-	err := r.Pool.QueryRow(ctx, `select coalesce(sum(case p.direction when 'debit' then p.amount else -p.amount end), 0)::text
-		from ledger.transactions t join ledger.postings p on p.tx_id = t.id
-		where t.kind in ('client_money_funding', 'bad_debt_write_off') -- literal: the partial index's predicate
-			and ($2::timestamptz is null or t.created_at <= $2)
+	err := r.Pool.QueryRow(ctx, `with funding as (
+			select t.id, t.created_at from ledger.transactions t
+			where t.kind in ('client_money_funding', 'bad_debt_write_off') -- literal: the partial index's predicate
+		), moved as (
+			select id, created_at from funding
+			union all
+			select t.id, t.created_at from funding f join ledger.reversals l on l.original_id = f.id
+				join ledger.transactions t on t.id = l.reversal_id
+		)
+		select coalesce(sum(case p.direction when 'debit' then p.amount else -p.amount end), 0)::text
+		from moved t join ledger.postings p on p.tx_id = t.id
+		where ($2::timestamptz is null or t.created_at <= $2)
 			and p.currency = $1 and (p.account = $3 or p.account like 'platform:%')
 			and not exists (select 1 from ledger.segregation_breaches b where b.tx_id = t.id)`,
 		currency, asOf, domain.BankOperating).Scan(&net)
