@@ -107,16 +107,19 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// Its audit record, as the interceptor would store it for this
 	// answer (CreateTransactionResponse: the request's ids and the
 	// transaction's id), goes into the write's own transaction when the
-	// group commits in one (PostNew).
-	au := audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID)
-	if kind == domain.TxBadDebtWriteOff || refund {
-		// Alone, not in a group: the wallet's balance is judged before the
-		// commit (checkWriteOffs, checkRefunds), which a group's
-		// one-round-trip write (PostNew) does not do for a credit, nor
-		// for a wallet, which may go negative.
-		return a.postOne(ctx, t, au, nil)
-	}
-	return a.postGrouped(ctx, t, au)
+	// group commits in one (PostNew). A write-off or a refund is posted
+	// alone (postsAlone).
+	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
+}
+
+// postsAlone: t is posted alone, never in a group (postGrouped diverts
+// it): a bad debt write-off or a renter's refund has its wallet's balance
+// judged before the commit (checkWriteOffs, checkRefunds), which postOne
+// alone does; a group's one-round-trip write (PostNew) does not for a
+// credit, nor for a wallet, which may go negative, and commitGroup's Post
+// judges overdrafts only.
+func postsAlone(t *domain.Transaction) bool {
+	return t.Kind == domain.TxBadDebtWriteOff || domain.IsRenterRefund(t.Postings)
 }
 
 // reasonMax bounds the reason finance gives for an entry of the house's
