@@ -19,6 +19,7 @@ import (
 func TestDepartedRenterDebtFundedAndWrittenOff(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
+	closeRenter(t, f, "r-2")
 	cyc := f.app.Calendar.At(time.Now()).ID
 	if _, err := f.app.CreateTransaction(f.ctx, transfer("r2-usage", "renter:r-2:wallet", domain.ProviderPendingAddr("p-1", cyc), "300.00", "CNY")); err != nil {
 		t.Fatal(err)
@@ -96,6 +97,17 @@ func TestDepartedRenterDebtFundedAndWrittenOff(t *testing.T) {
 	}
 }
 
+// closeRenter records renter as closed in the ledger's read model, as its
+// party.updated with status closed would: a write-off is of a closed
+// renter's debt (TestWriteOffOfAnOpenRenterRefused).
+func closeRenter(t *testing.T, f *fixture, renter string) {
+	t.Helper()
+	if _, err := f.pool.Exec(f.ctx, `insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at, closed_at)
+		values ($1, 'CNY', 0, 1, now(), now() - interval '1 minute')`, renter); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Reversing finance's funding or write-off (a mistaken amount, the wrong
 // renter) is the exact mirror of a sanctioned entry and no breach: it was
 // recorded as one and paged (GpubillSegregationBreach). The report reads
@@ -105,6 +117,7 @@ func TestDepartedRenterDebtFundedAndWrittenOff(t *testing.T) {
 func TestReversedFundingAndWriteOffAreNoBreach(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
+	closeRenter(t, f, "r-3")
 	cyc := f.app.Calendar.At(time.Now()).ID
 	for _, in := range []app.CreateTransactionInput{
 		transfer("r3-usage", "renter:r-3:wallet", domain.ProviderPendingAddr("p-1", cyc), "300.00", "CNY"),

@@ -77,6 +77,11 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	if err := invalid(vs); err != nil {
 		return nil, err
 	}
+	if kind == domain.TxBadDebtWriteOff {
+		if err := a.checkWriteOffClosed(ctx, key, postings); err != nil {
+			return nil, err
+		}
+	}
 	refund := domain.IsRenterRefund(postings)
 	if refund && in.Metadata["kind"] == domain.KindRailRefund {
 		if err := a.checkRailRefund(ctx, in.Metadata["external_ref"], postings); err != nil {
@@ -102,16 +107,19 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 	// Its audit record, as the interceptor would store it for this
 	// answer (CreateTransactionResponse: the request's ids and the
 	// transaction's id), goes into the write's own transaction when the
-	// group commits in one (PostNew).
-	au := audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID)
-	if kind == domain.TxBadDebtWriteOff || refund {
-		// Alone, not in a group: the wallet's balance is judged before the
-		// commit (checkWriteOffs, checkRefunds), which a group's
-		// one-round-trip write (PostNew) does not do for a credit, nor
-		// for a wallet, which may go negative.
-		return a.postOne(ctx, t, au, nil)
-	}
-	return a.postGrouped(ctx, t, au)
+	// group commits in one (PostNew). A write-off or a refund is posted
+	// alone (postsAlone).
+	return a.postGrouped(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID))
+}
+
+// postsAlone: t is posted alone, never in a group (postGrouped diverts
+// it): a bad debt write-off or a renter's refund has its wallet's balance
+// judged before the commit (checkWriteOffs, checkRefunds), which postOne
+// alone does; a group's one-round-trip write (PostNew) does not for a
+// credit, nor for a wallet, which may go negative, and commitGroup's Post
+// judges overdrafts only.
+func postsAlone(t *domain.Transaction) bool {
+	return t.Kind == domain.TxBadDebtWriteOff || domain.IsRenterRefund(t.Postings)
 }
 
 // reasonMax bounds the reason finance gives for an entry of the house's
@@ -170,6 +178,46 @@ func checkWriteOffs(txs []*domain.Transaction, changes []domain.BalanceChange) e
 				"%s would be %s in %s after this write-off (%s before): a write-off clears at most the renter's debit balance",
 				c.Account.Address, c.After.String(), c.Currency, c.Before().String())})
 		}
+	}
+	return invalid(vs)
+}
+
+// checkWriteOffClosed refuses a bad debt write-off crediting the wallet of
+// a renter the ledger does not know as closed (ledger.renters, from
+// party.updated; one it has no record of is not closed): the credit puts
+// the wallet back within its credit limit, and lease control resumes a
+// stopped renter that is not closed (the sweep's resumableSQL), which then
+// runs GPUs and builds the debt anew. A closed renter stays stopped, and
+// closing is final (metering), so the check holds at the post. A
+// write-off posted under key before is answered as any replay is.
+func (a *App) checkWriteOffClosed(ctx context.Context, key string, ps []domain.Posting) error {
+	var vs []domain.Violation
+	seen := map[string]bool{}
+	for _, p := range ps {
+		r := p.Account.Party
+		if p.Direction != domain.Credit || p.Account.Class != domain.ClassRenter || seen[r] {
+			continue
+		}
+		seen[r] = true
+		closedAt, err := a.Store.RenterClosedAt(ctx, r)
+		if err != nil {
+			return fmt.Errorf("bad debt write-off %s: %w", key, err)
+		}
+		if closedAt.IsZero() {
+			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
+				"renter %s is not closed in the ledger: a bad_debt_write_off clears a closed renter's debt only (an open renter written off runs GPUs again); "+
+					"close the renter first (PATCH /v1/renters/%s, status closed), and if it was just closed, retry once the close has reached the ledger", r, r)})
+		}
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	_, _, err := a.Store.TxByKey(ctx, key)
+	switch {
+	case err == nil:
+		return nil // posted before: postOne answers the replay (or the key's conflict)
+	case !errors.Is(err, apperr.ErrNotFound):
+		return fmt.Errorf("bad debt write-off %s: %w", key, err)
 	}
 	return invalid(vs)
 }

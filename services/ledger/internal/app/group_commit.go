@@ -75,7 +75,12 @@ func (a *App) newGroups() *group.Queue[*groupReq] {
 	return &group.Queue[*groupReq]{Max: groupMax, Run: a.commitBatch, Detach: true}
 }
 
+// postGrouped posts t in a group commit, or alone when postsAlone: its
+// checks are postOne's only, whoever queues it.
 func (a *App) postGrouped(ctx context.Context, t *domain.Transaction, au Audited) (*domain.Transaction, error) {
+	if postsAlone(t) {
+		return a.postOne(ctx, t, au, nil)
+	}
 	r := &groupReq{t: t, audit: au, gone: ctx.Err, until: time.Now().Add(a.groupTimeout())}
 	done := a.group.Add(ctx, r)
 	select {
