@@ -109,7 +109,8 @@ type SettledOutsideClaim struct {
 const SettledOutsideCheckEvery = 5 * time.Minute
 
 // RunSettledOutsideCheck runs CheckSettledOutside every interval until ctx
-// ends; a pass that fails is logged (level ERROR) and run again on the next.
+// ends; a pass that fails is logged (level ERROR), counted on /metrics by
+// CheckSettledOutside, and run again on the next.
 func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -134,14 +135,19 @@ func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duratio
 // payout.settled_outside_released), so finance can settle it outside
 // again with another entry, or retry it; failed, GpubillPayoutFailed
 // counts it again. A transaction not read is an error (the others are
-// still checked).
+// still checked). Each failure is counted by step
+// (gpubill_payout_settled_outside_check_failures_total,
+// GpubillPayoutSettledOutsideCheckFailing): only logged, a payout whose
+// hand payment was reversed read paid forever, unseen.
 func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	if a.Entries == nil {
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
 		return errors.New("settled-outside check: no ledger reader configured")
 	}
 	claims, err := a.Store.SettledOutsideClaims(ctx)
 	if err != nil {
-		return err
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+		return fmt.Errorf("settled-outside check: list claims: %w", err)
 	}
 	reversed := map[string]map[string]string{} // payout → transaction → reversed by
 	var order []string
@@ -149,6 +155,7 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	for _, c := range claims {
 		e, err := a.Entries.Entry(ctx, c.TransactionID)
 		if err != nil {
+			settledOutsideCheckFailures.WithLabelValues("read").Inc()
 			errs = append(errs, fmt.Errorf("payout %s settled outside by %s: %w", c.PayoutID, c.TransactionID, err))
 			continue
 		}
@@ -163,6 +170,7 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	}
 	for _, id := range order {
 		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
+			settledOutsideCheckFailures.WithLabelValues("move").Inc()
 			errs = append(errs, err)
 		}
 	}
