@@ -254,3 +254,100 @@ func TestSettledOutsideEntryReversedFailsThePayoutAgain(t *testing.T) {
 		t.Fatalf("po-6: %s %v, want still failed", q.Status, err)
 	}
 }
+
+// Finance paid p-5's failed payout (600.00) by hand in two bank transfers
+// (350.00 and 250.00), each posted as its own ledger entry: the payout is
+// settled outside by both, each claimed for it, in one database
+// transaction. Refused, the payout staying failed with nothing claimed:
+// a sum 0.01 short (a 409 naming the sum and the net), one entry another
+// payout claims (409), a duplicate in the list (400), both forms at once
+// (400). The same request again answers the payout as it is.
+func TestFailedPayoutSettledOutsideBySeveralEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-5', 'p-5', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_closed', 1, true, now() - interval '3 days', now() - interval '2 days'),
+		('po-4', 'p-5', 'cyc-20260215', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_closed', 1, true, now() - interval '3 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	journal := entries{
+		"tx-a":     manualPayment("tx-a", "p-5", "350.00", "CNY"),
+		"tx-b":     manualPayment("tx-b", "p-5", "250.00", "CNY"),
+		"tx-b-low": manualPayment("tx-b-low", "p-5", "249.99", "CNY"),
+		"tx-c":     manualPayment("tx-c", "p-5", "600.00", "CNY"),
+		"tx-d":     manualPayment("tx-d", "p-5", "350.00", "CNY"),
+	}
+	s := &postgres.Store{Pool: pool}
+	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	settle := func(payout string, single string, several ...string) (domain.Payout, error) {
+		return a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: payout, TransactionID: single, TransactionIDs: several,
+			Reason: "paid by hand in two transfers, ICBC refs 77 and 78", By: "fin-1"})
+	}
+	claims := func(payout string) string {
+		t.Helper()
+		var got string
+		if err := pool.QueryRow(ctx, `select coalesce(string_agg(transaction_id, ',' order by transaction_id), '')
+			from payout.settled_outside where payout_id = $1`, payout).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// po-4 claims tx-d, settled by the whole net in tx-c first.
+	if _, err := settle("po-4", "tx-c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `update payout.settled_outside set transaction_id = 'tx-d' where payout_id = 'po-4'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := settle("po-5", "", "tx-a", "tx-b-low")
+	if !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "599.99") || !strings.Contains(err.Error(), "600.00") {
+		t.Fatalf("po-5 settled by entries summing 599.99: %v, want a conflict naming the sum 599.99 and the net 600.00", err)
+	}
+	if _, err := settle("po-5", "", "tx-d", "tx-b"); !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "po-4") {
+		t.Fatalf("po-5 settled by tx-d, which po-4 claims: %v, want a conflict naming po-4", err)
+	}
+	var inv *apperr.InvalidError
+	if _, err := settle("po-5", "", "tx-a", "tx-a"); !errors.As(err, &inv) {
+		t.Fatalf("po-5 settled by tx-a twice: %v, want a 400", err)
+	}
+	if _, err := settle("po-5", "tx-c", "tx-a", "tx-b"); !errors.As(err, &inv) {
+		t.Fatalf("po-5 settled by both forms at once: %v, want a 400", err)
+	}
+	if p, err := s.GetPayout(ctx, "po-5"); err != nil || p.Status != domain.StatusFailed || claims("po-5") != "" {
+		t.Fatalf("po-5 after refused settlements: %s %v, claims %q; want failed, nothing claimed", p.Status, err, claims("po-5"))
+	}
+
+	p, err := settle("po-5", "", "tx-a", "tx-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.History[len(p.History)-1]
+	if p.Status != domain.StatusSettledOutside || !strings.Contains(last.Note, "tx-a") || !strings.Contains(last.Note, "tx-b") {
+		t.Fatalf("po-5 settled by tx-a and tx-b: %s, last history %+v; want settled_outside naming both", p.Status, last)
+	}
+	if got := claims("po-5"); got != "tx-a,tx-b" {
+		t.Fatalf("po-5's claims %q, want tx-a,tx-b", got)
+	}
+	for _, again := range [][]string{{"tx-a", "tx-b"}, {"tx-b", "tx-a"}} {
+		q, err := settle("po-5", "", again...)
+		if err != nil || q.Status != domain.StatusSettledOutside || len(q.History) != len(p.History) {
+			t.Fatalf("the same settlement again (%v): %s, %d history rows, %v; want answered as it is", again, q.Status, len(q.History), err)
+		}
+	}
+	if _, err := settle("po-5", "", "tx-a"); !errors.Is(err, apperr.ErrConflict) {
+		t.Fatalf("po-5 settled again by tx-a alone: %v, want a conflict", err)
+	}
+	// The check reads every claim: tx-b reversed fails po-5 again, both
+	// claims released.
+	e := journal["tx-b"]
+	e.ReversedBy = "tx-rev"
+	journal["tx-b"] = e
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := s.GetPayout(ctx, "po-5"); err != nil || q.Status != domain.StatusFailed || claims("po-5") != "" {
+		t.Fatalf("po-5 after tx-b was reversed: %s %v, claims %q; want failed, nothing claimed", q.Status, err, claims("po-5"))
+	}
+}

@@ -3,6 +3,7 @@ package hostile
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -19,11 +20,12 @@ import (
 // takes, the roles it refuses and, for a route on an id, an id no one has.
 type payoutWrite struct {
 	name, method, path, body string
-	bad                      string // a well-formed body the route's validation refuses
-	finance                  bool   // finance and admin only: a provider is refused
-	missing                  string // path of a payout or webhook that does not exist ("": the route names a provider)
-	bodiless                 bool   // the rule takes no body (DELETE): one sent is not read
-	reason                   bool   // the body's reason is kept with the payout: bounded
+	bad                      string   // a well-formed body the route's validation refuses
+	bads                     []string // more such bodies (each a 400)
+	finance                  bool     // finance and admin only: a provider is refused
+	missing                  string   // path of a payout or webhook that does not exist ("": the route names a provider)
+	bodiless                 bool     // the rule takes no body (DELETE): one sent is not read
+	reason                   bool     // the body's reason is kept with the payout: bounded
 	// outside are paths naming the route's id outside its grammar (a
 	// number's other spellings): each a 400, never the id it parses to.
 	outside []string
@@ -54,7 +56,17 @@ func payoutWrites() []payoutWrite {
 			body: routeNamed("ResolvePayoutAmountMismatch").body, bad: `{"rail_amount":"","reason":" "}`, finance: true,
 			missing: "/v1/payouts/po-nobody:resolve-amount-mismatch", reason: true, seeded: true},
 		{name: "SettlePayoutOutside", method: "POST", path: "/v1/payouts/" + seedSettle + ":settle-outside", body: routeNamed("SettlePayoutOutside").body,
-			bad: `{"transaction_id":"tx-1","reason":"paid"}`, finance: true, missing: "/v1/payouts/po-nobody:settle-outside", reason: true, seeded: true},
+			bad: `{"transaction_id":"tx-1","reason":"paid"}`, finance: true, missing: "/v1/payouts/po-nobody:settle-outside", reason: true, seeded: true,
+			bads: []string{
+				// The seeded entry paying it named twice, the second
+				// upper-cased: the same transaction once canonical (taken
+				// twice, a 409 against the claim of one).
+				`{"transaction_ids":["` + seededSettleTx + `","` + strings.ToUpper(seededSettleTx) + `"],"reason":"paid"}`,
+				`{"transaction_id":"00000000-0000-4000-8000-000000000000","transaction_ids":["00000000-0000-4000-8000-00000000000b"],"reason":"paid"}`,
+				`{"transaction_ids":["00000000-0000-4000-8000-00000000000b","tx-1"],"reason":"paid"}`,
+				`{"transaction_ids":[""],"reason":"paid"}`,
+				`{"transaction_ids":[` + strings.Repeat(`"00000000-0000-4000-8000-00000000000b",`, 20) + `"00000000-0000-4000-8000-00000000000c"],"reason":"paid"}`,
+			}},
 		{name: "ResolveBankTransfer", method: "POST", path: "/v1/bank-transfers/" + seedE2E + ":resolve", body: routeNamed("ResolveBankTransfer").body,
 			bad: `{"resolution":"refund","reason":""}`, finance: true, missing: "/v1/bank-transfers/E2E-nobody:resolve", reason: true, seeded: true},
 		{name: "ReleaseBankFileRestoreHold", method: "POST", path: "/v1/bank-files:release-restore-hold", body: `{}`, finance: true},
@@ -125,6 +137,9 @@ func TestPayoutWritesRefuseHostileInput(t *testing.T) {
 			}
 			if r.bad != "" {
 				probes = append(probes, probe{"a body the route's checks refuse", r.method, r.path, tokens[auth.RoleFinance], []byte(r.bad), http.StatusBadRequest})
+			}
+			for i, b := range r.bads {
+				probes = append(probes, probe{fmt.Sprintf("a body the route's checks refuse (%d)", i), r.method, r.path, tokens[auth.RoleFinance], []byte(b), http.StatusBadRequest})
 			}
 			if r.finance {
 				probes = append(probes, probe{"the provider itself", r.method, r.path, tokens[auth.RoleProvider], []byte(r.body), http.StatusForbidden})

@@ -40,6 +40,22 @@ var kycRejectedStops = promauto.NewCounter(prometheus.CounterOpts{
 		"their net back in available); the payout log (payout stopped before its rail) names each.",
 })
 
+// settledOutsideCheckFailures counts what the periodic settled-outside
+// check (CheckSettledOutside) failed at, by step: claims (the claims not
+// listed, or no ledger reader), read (a claimed ledger transaction not
+// read, each claim) and move (a payout whose entry was reversed not moved
+// back to failed). Only an ERROR line said so: a payout whose hand payment
+// was reversed read paid forever, unseen.
+var settledOutsideCheckFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "gpubill_payout_settled_outside_check_failures_total",
+	Help: "Failures of the periodic check of the ledger transactions claimed by payouts settled outside, by step: claims (the claims " +
+		"not listed), read (a claimed transaction not read from the ledger, each claim), move (a payout whose transaction was reversed " +
+		"not moved back to failed); the payout log (settled-outside check) names each.",
+}, []string{"step"})
+
+// settledOutsideCheckSteps are the steps settledOutsideCheckFailures counts.
+var settledOutsideCheckSteps = []string{"claims", "read", "move"}
+
 // RailAmountMismatches is the counter of one rail: the composition root
 // makes each rail's series at 0 (a first increase from nothing is no
 // increase to Prometheus).
@@ -51,5 +67,8 @@ func RailAmountMismatches(rail string) prometheus.Counter {
 func init() {
 	for _, s := range []string{domain.StatusSubmitted, domain.StatusPaid, domain.StatusFailed, domain.StatusReturned, domain.StatusCanceled} {
 		ledgerRefusals.WithLabelValues(s)
+	}
+	for _, s := range settledOutsideCheckSteps {
+		settledOutsideCheckFailures.WithLabelValues(s)
 	}
 }

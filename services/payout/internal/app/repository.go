@@ -175,9 +175,9 @@ type Tx interface {
 	// the transaction reversing it (reversed by transaction id; none for a
 	// claim not reversed), and answers the transactions released, sorted.
 	ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error)
-	// SettledOutsideBy is the ledger transaction a payout settled outside
-	// names.
-	SettledOutsideBy(ctx context.Context, id string) (string, error)
+	// SettledOutsideBy are the ledger transactions a payout settled
+	// outside claims, sorted.
+	SettledOutsideBy(ctx context.Context, id string) ([]string, error)
 	// ResetWorkflow makes the starter start the payout's workflow again.
 	ResetWorkflow(ctx context.Context, id string) error
 	// CreateFromSettled creates the payout of a settled provider, cycle

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,10 +22,14 @@ type LedgerEntries interface {
 // OutsideSettlement is finance recording a failed or returned payout as
 // paid by hand: the ledger transaction it posted, why, and who.
 type OutsideSettlement struct {
-	PayoutID      string
-	TransactionID string
-	Reason        string
-	By            string
+	PayoutID string
+	// TransactionID names the one transaction that paid the whole net;
+	// TransactionIDs the several ones (bank transfers) whose sum did.
+	// Exactly one of the two is given.
+	TransactionID  string
+	TransactionIDs []string
+	Reason         string
+	By             string
 }
 
 // SettleOutside moves a failed or returned payout to settled_outside, final:
@@ -40,10 +45,11 @@ type OutsideSettlement struct {
 // money. The same settlement again answers as it is; another transaction
 // is a conflict.
 func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domain.Payout, error) {
-	s.Reason, s.TransactionID = strings.TrimSpace(s.Reason), strings.TrimSpace(s.TransactionID)
+	s.Reason = strings.TrimSpace(s.Reason)
+	ids, err := settlementIDs(s)
 	switch {
-	case s.TransactionID == "":
-		return domain.Payout{}, apperr.Invalid("transaction_id", "required: the ledger transaction that paid the net by hand")
+	case err != nil:
+		return domain.Payout{}, err
 	case s.Reason == "":
 		return domain.Payout{}, apperr.Invalid("reason", "required: how the net was paid (the bank, its reference)")
 	case a.Entries == nil:
@@ -52,12 +58,14 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 	if _, err := a.Store.GetPayout(ctx, s.PayoutID); err != nil {
 		return domain.Payout{}, err // an unknown payout is a 404 whatever it names
 	}
-	_, err := a.Entries.Entry(ctx, s.TransactionID)
-	if errors.Is(err, apperr.ErrNotFound) {
-		return domain.Payout{}, apperr.Invalid("transaction_id", "the ledger holds no transaction %s", s.TransactionID)
-	}
-	if err != nil {
-		return domain.Payout{}, fmt.Errorf("settle payout %s outside: read transaction %s: %w", s.PayoutID, s.TransactionID, err)
+	for _, id := range ids {
+		_, err := a.Entries.Entry(ctx, id)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return domain.Payout{}, apperr.Invalid(settlementField(s), "the ledger holds no transaction %s", id)
+		}
+		if err != nil {
+			return domain.Payout{}, fmt.Errorf("settle payout %s outside: read transaction %s: %w", s.PayoutID, id, err)
+		}
 	}
 	err = a.Store.Update(ctx, func(tx Tx) error {
 		p, err := tx.Lock(ctx, s.PayoutID)
@@ -66,10 +74,10 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		}
 		if p.Status == domain.StatusSettledOutside {
 			by, err := tx.SettledOutsideBy(ctx, p.ID)
-			if err != nil || by == s.TransactionID {
+			if err != nil || slices.Equal(by, sorted(ids)) {
 				return err // settled by the same call already: answered as it is
 			}
-			return fmt.Errorf("payout %s was settled outside by transaction %s: %w", p.ID, by, apperr.ErrConflict)
+			return fmt.Errorf("payout %s was settled outside by transaction %s: %w", p.ID, strings.Join(by, ", "), apperr.ErrConflict)
 		}
 		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be settled outside: %w", p.ID, p.Status, apperr.ErrPrecondition)
@@ -77,17 +85,23 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		// Read again under the payout's lock: an entry reversed since the
 		// read above was taken (CheckSettledOutside catches one reversed
 		// after the commit).
-		e, err := a.Entries.Entry(ctx, s.TransactionID)
-		if err != nil {
-			return fmt.Errorf("read transaction %s again: %w", s.TransactionID, err)
+		es := make([]domain.LedgerEntry, 0, len(ids))
+		for _, id := range ids {
+			e, err := a.Entries.Entry(ctx, id)
+			if err != nil {
+				return fmt.Errorf("read transaction %s again: %w", id, err)
+			}
+			es = append(es, e)
 		}
-		if why := domain.CheckSettledOutside(p, e); why != "" {
+		if why := domain.CheckSettledOutsideAll(p, es); why != "" {
 			return fmt.Errorf("%s: %w", why, apperr.ErrConflict)
 		}
-		note := fmt.Sprintf("settled outside gpubill by finance: net paid by ledger transaction %s: %s", e.ID, s.Reason)
+		note := fmt.Sprintf("settled outside gpubill by finance: net paid by ledger transaction %s: %s", strings.Join(ids, ", "), s.Reason)
 		now := a.Clock.Now()
-		if err := tx.ClaimSettledOutside(ctx, p.ID, e.ID, s.Reason, s.By, now); err != nil {
-			return err
+		for _, id := range ids {
+			if err := tx.ClaimSettledOutside(ctx, p.ID, id, s.Reason, s.By, now); err != nil {
+				return err
+			}
 		}
 		return tx.Move(ctx, &p, domain.StatusSettledOutside, note, now)
 	})
@@ -95,6 +109,55 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		return domain.Payout{}, fmt.Errorf("settle payout %s outside: %w", s.PayoutID, err)
 	}
 	return a.Store.GetPayout(ctx, s.PayoutID)
+}
+
+// SettleOutsideTransactionsMax bounds the ledger transactions one
+// settlement outside names (each read from the ledger twice).
+const SettleOutsideTransactionsMax = 20
+
+// settlementIDs are the transactions s names, trimmed, in its order:
+// exactly one of its two forms, none empty, none twice.
+func settlementIDs(s OutsideSettlement) ([]string, error) {
+	one := strings.TrimSpace(s.TransactionID)
+	switch {
+	case one != "" && len(s.TransactionIDs) > 0:
+		return nil, apperr.Invalid("transaction_ids", "give transaction_id (one transaction paid the net) or transaction_ids (several did), not both")
+	case one != "":
+		return []string{one}, nil
+	case len(s.TransactionIDs) == 0:
+		return nil, apperr.Invalid("transaction_id", "required: the ledger transaction that paid the net by hand (or transaction_ids, several)")
+	case len(s.TransactionIDs) > SettleOutsideTransactionsMax:
+		return nil, apperr.Invalid("transaction_ids", "at most %d transactions", SettleOutsideTransactionsMax)
+	}
+	ids := make([]string, 0, len(s.TransactionIDs))
+	seen := map[string]bool{}
+	for _, id := range s.TransactionIDs {
+		id = strings.TrimSpace(id)
+		switch {
+		case id == "":
+			return nil, apperr.Invalid("transaction_ids", "an empty transaction id")
+		case seen[id]:
+			return nil, apperr.Invalid("transaction_ids", "transaction %s named twice", id)
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// settlementField is the request field s names its transactions in.
+func settlementField(s OutsideSettlement) string {
+	if len(s.TransactionIDs) > 0 {
+		return "transaction_ids"
+	}
+	return "transaction_id"
+}
+
+// sorted is a sorted copy of ids.
+func sorted(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
 }
 
 // SettledOutsideClaim is one ledger transaction a payout settled outside
@@ -109,7 +172,8 @@ type SettledOutsideClaim struct {
 const SettledOutsideCheckEvery = 5 * time.Minute
 
 // RunSettledOutsideCheck runs CheckSettledOutside every interval until ctx
-// ends; a pass that fails is logged (level ERROR) and run again on the next.
+// ends; a pass that fails is logged (level ERROR), counted on /metrics by
+// CheckSettledOutside, and run again on the next.
 func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -134,14 +198,19 @@ func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duratio
 // payout.settled_outside_released), so finance can settle it outside
 // again with another entry, or retry it; failed, GpubillPayoutFailed
 // counts it again. A transaction not read is an error (the others are
-// still checked).
+// still checked). Each failure is counted by step
+// (gpubill_payout_settled_outside_check_failures_total,
+// GpubillPayoutSettledOutsideCheckFailing): only logged, a payout whose
+// hand payment was reversed read paid forever, unseen.
 func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	if a.Entries == nil {
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
 		return errors.New("settled-outside check: no ledger reader configured")
 	}
 	claims, err := a.Store.SettledOutsideClaims(ctx)
 	if err != nil {
-		return err
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+		return fmt.Errorf("settled-outside check: list claims: %w", err)
 	}
 	reversed := map[string]map[string]string{} // payout → transaction → reversed by
 	var order []string
@@ -149,6 +218,7 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	for _, c := range claims {
 		e, err := a.Entries.Entry(ctx, c.TransactionID)
 		if err != nil {
+			settledOutsideCheckFailures.WithLabelValues("read").Inc()
 			errs = append(errs, fmt.Errorf("payout %s settled outside by %s: %w", c.PayoutID, c.TransactionID, err))
 			continue
 		}
@@ -163,6 +233,7 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	}
 	for _, id := range order {
 		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
+			settledOutsideCheckFailures.WithLabelValues("move").Inc()
 			errs = append(errs, err)
 		}
 	}

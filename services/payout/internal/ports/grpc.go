@@ -372,14 +372,31 @@ func (s *Server) SettlePayoutOutside(ctx context.Context, req *payoutv1.SettlePa
 	if err := checkReason(req.Reason); err != nil {
 		return nil, err
 	}
-	txID, err := uuid.Parse(req.TransactionId)
-	if err != nil || len(req.TransactionId) != uuidLen {
-		return nil, apperr.Invalid("transaction_id", "required: the id of the ledger transaction that paid the net (a UUID)")
+	o := app.OutsideSettlement{PayoutID: req.PayoutId, Reason: req.Reason, By: actor(ctx)}
+	switch {
+	case req.TransactionId != "" && len(req.TransactionIds) > 0:
+		return nil, apperr.Invalid("transaction_ids", "give transaction_id (one transaction paid the net) or transaction_ids (several did), not both")
+	case len(req.TransactionIds) > app.SettleOutsideTransactionsMax:
+		return nil, apperr.Invalid("transaction_ids", "at most %d transactions", app.SettleOutsideTransactionsMax)
+	case len(req.TransactionIds) > 0:
+		for _, id := range req.TransactionIds {
+			txID, err := uuid.Parse(id)
+			if err != nil || len(id) != uuidLen {
+				return nil, apperr.Invalid("transaction_ids", "each the id of a ledger transaction that paid part of the net (a UUID)")
+			}
+			o.TransactionIDs = append(o.TransactionIDs, txID.String())
+		}
+	default:
+		txID, err := uuid.Parse(req.TransactionId)
+		if err != nil || len(req.TransactionId) != uuidLen {
+			return nil, apperr.Invalid("transaction_id", "required: the id of the ledger transaction that paid the net (a UUID)")
+		}
+		o.TransactionID = txID.String()
 	}
-	// Its canonical form: the claim is unique on it, and one upper-cased
-	// named the same entry again for another payout.
-	p, err := s.App.SettleOutside(ctx, app.OutsideSettlement{PayoutID: req.PayoutId, TransactionID: txID.String(),
-		Reason: req.Reason, By: actor(ctx)})
+	// Their canonical form: the claim is unique on it, and one upper-cased
+	// named the same entry again for another payout (or twice in the list:
+	// the app refuses a duplicate).
+	p, err := s.App.SettleOutside(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -719,11 +719,19 @@ func (x *RetryPayoutResponse) GetPayout() *Payout {
 type SettlePayoutOutsideRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	PayoutId string                 `protobuf:"bytes,1,opt,name=payout_id,json=payoutId,proto3" json:"payout_id,omitempty"`
-	// Required: the ledger transaction finance posted paying the net by hand.
+	// The ledger transaction finance posted paying the whole net by hand;
+	// exactly one of transaction_id and transaction_ids is given.
 	TransactionId string `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // required: how it was paid (the bank, its reference)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The ledger transactions finance posted paying the net by hand in
+	// several transfers (at most 20, none twice: a 400): each moves its
+	// amount out of provider:{id}:available and out of bank:client, is not
+	// reversed and is claimed by no other payout (409), and their sum is
+	// exactly the payout's net (409 naming the sum and the net). All are
+	// claimed together; the same list again answers the payout as it is.
+	TransactionIds []string `protobuf:"bytes,4,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SettlePayoutOutsideRequest) Reset() {
@@ -775,6 +783,13 @@ func (x *SettlePayoutOutsideRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *SettlePayoutOutsideRequest) GetTransactionIds() []string {
+	if x != nil {
+		return x.TransactionIds
+	}
+	return nil
 }
 
 type SettlePayoutOutsideResponse struct {
@@ -4252,11 +4267,12 @@ const file_gpubill_payout_v1_payout_proto_rawDesc = "" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"H\n" +
 	"\x13RetryPayoutResponse\x121\n" +
-	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"x\n" +
+	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"\xa1\x01\n" +
 	"\x1aSettlePayoutOutsideRequest\x12\x1b\n" +
 	"\tpayout_id\x18\x01 \x01(\tR\bpayoutId\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"P\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
+	"\x0ftransaction_ids\x18\x04 \x03(\tR\x0etransactionIds\"P\n" +
 	"\x1bSettlePayoutOutsideResponse\x121\n" +
 	"\x06payout\x18\x01 \x01(\v2\x19.gpubill.payout.v1.PayoutR\x06payout\"z\n" +
 	"\"ResolvePayoutAmountMismatchRequest\x12\x1b\n" +

@@ -84,7 +84,8 @@ type PayoutServiceClient interface {
 	// ledger entry that debits provider:{id}:available by the payout's net in
 	// its currency and credits bank:client as much (a manual transaction).
 	// transaction_id names that entry: it must exist, not be reversed, move
-	// exactly that, and be claimed by no other payout (409 otherwise). The
+	// exactly that, and be claimed by no other payout (409 otherwise); a net
+	// paid in several transfers names their entries in transaction_ids. The
 	// payout moves to settled_outside, final, its history naming the entry
 	// and the reason; it can no longer be retried or canceled. The same call
 	// again answers the payout as it is; another transaction is a 409.
@@ -492,7 +493,8 @@ type PayoutServiceServer interface {
 	// ledger entry that debits provider:{id}:available by the payout's net in
 	// its currency and credits bank:client as much (a manual transaction).
 	// transaction_id names that entry: it must exist, not be reversed, move
-	// exactly that, and be claimed by no other payout (409 otherwise). The
+	// exactly that, and be claimed by no other payout (409 otherwise); a net
+	// paid in several transfers names their entries in transaction_ids. The
 	// payout moves to settled_outside, final, its history naming the entry
 	// and the reason; it can no longer be retried or canceled. The same call
 	// again answers the payout as it is; another transaction is a 409.

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -115,8 +114,9 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 		return nil
 	}
 	var other string
-	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where transaction_id = $1 or payout_id = $2
-		order by payout_id = $2 limit 1`, txID, id).Scan(&other); err != nil {
+	// Unique on transaction_id (payout/0033 keys a claim on both): only
+	// another payout's claim of it refuses this one.
+	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where transaction_id = $1`, txID).Scan(&other); err != nil {
 		return fmt.Errorf("payout %s settled outside by %s: the claim refused, its holder not read: %w", id, txID, err)
 	}
 	return fmt.Errorf("ledger transaction %s already settles payout %s: %w", txID, other, apperr.ErrConflict)
@@ -146,16 +146,19 @@ func (t txStore) ReleaseSettledOutside(ctx context.Context, id string, reversed 
 }
 
 // SettledOutsideBy implements app.Tx.
-func (t txStore) SettledOutsideBy(ctx context.Context, id string) (string, error) {
-	var txID string
-	err := t.tx.QueryRow(ctx, `select transaction_id from payout.settled_outside where payout_id = $1`, id).Scan(&txID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("payout %s is settled_outside with no transaction recorded: %w", id, apperr.ErrConflict)
-	}
+func (t txStore) SettledOutsideBy(ctx context.Context, id string) ([]string, error) {
+	rows, err := t.tx.Query(ctx, `select transaction_id from payout.settled_outside where payout_id = $1 order by transaction_id`, id)
 	if err != nil {
-		return "", fmt.Errorf("payout %s settled outside: %w", id, err)
+		return nil, fmt.Errorf("payout %s settled outside: %w", id, err)
 	}
-	return txID, nil
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("payout %s settled outside: %w", id, err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("payout %s is settled_outside with no transaction recorded: %w", id, apperr.ErrConflict)
+	}
+	return ids, nil
 }
 
 // SettledOutsideClaims implements app.Store.
