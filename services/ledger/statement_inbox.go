@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/gpubill/gpubill/pkg/bankinbox"
-	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
@@ -57,7 +57,7 @@ func checkStatementInbox(dir string) error {
 // statementInbox is the inbox's reader.
 func (s *Service) statementInbox() *ports.StatementInbox {
 	return &ports.StatementInbox{Dir: s.inboxDir, Statements: s.statements, Read: readStatementInboxFile,
-		Lock: postgres.SessionLock{Pool: s.deps.Pool, Key: ports.StatementInboxLockKey},
+		Lock: pg.SessionLock{Pool: s.deps.Pool, Key: ports.StatementInboxLockKey},
 		Log:  s.deps.Log.With("component", "bank-statement-inbox")}
 }
 

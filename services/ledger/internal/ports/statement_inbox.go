@@ -42,7 +42,7 @@ type StatementInbox struct {
 // inbox's tick).
 const StatementInboxTick = 30 * time.Second
 
-// Locker is a lock one replica holds at a time (adapters/postgres
+// Locker is a lock one replica holds at a time (pkg/pg
 // SessionLock).
 type Locker interface {
 	// TryLock takes the lock unless another holds it (ok false);

@@ -18,6 +18,7 @@ import (
 	"github.com/gpubill/gpubill/pkg/bankinbox"
 	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/pkg/iso20022"
+	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/services/payout/internal/app"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
@@ -749,7 +750,7 @@ func (r *Rail) ScanInbox(ctx context.Context) error {
 	if r.Cfg.InboxDir == "" {
 		return nil
 	}
-	release, mine, err := r.lockInbox(ctx)
+	release, mine, err := pg.SessionLock{Pool: r.Pool, Key: inboxLockKey}.TryLock(ctx)
 	if err != nil || !mine {
 		return err
 	}
@@ -767,33 +768,6 @@ func (r *Rail) ScanInbox(ctx context.Context) error {
 // (counted in gpubill_bank_inbox_files_failed_total, every tick). The
 // ledger's statement inbox holds a lock of its own name.
 const inboxLockKey = "gpubill.payout.bank_inbox"
-
-// lockInbox takes inboxLockKey on a connection of its own unless another
-// session holds it (mine false); release frees it and the connection. A
-// replica that dies lets it go with its connection.
-func (r *Rail) lockInbox(ctx context.Context) (release func(), mine bool, err error) {
-	conn, err := r.Pool.Acquire(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("bank inbox lock: %w", err)
-	}
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext($1))`, inboxLockKey).Scan(&mine); err != nil || !mine {
-		conn.Release()
-		if err != nil {
-			return nil, false, fmt.Errorf("bank inbox lock: %w", err)
-		}
-		return nil, false, nil
-	}
-	return func() {
-		defer conn.Release()
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext($1))`, inboxLockKey); err != nil {
-			// Held by a session still open, the next pass of every
-			// replica would skip the inbox: the connection is closed,
-			// and the lock with it.
-			r.Log.Warn("bank inbox lock not released: closing its connection", "err", err)
-			conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}, true, nil
-}
 
 // importInboxFile reads and imports the inbox file at path.
 func (r *Rail) importInboxFile(ctx context.Context, name, path string) error {

@@ -413,31 +413,11 @@ const runLockPoll = 50 * time.Millisecond
 // connection whose unlock fails is closed, which ends its session and the
 // lock with it.
 func (s *Store) LockRuns(ctx context.Context) (unlock func(), err error) {
-	for {
-		conn, err := s.Pool.Acquire(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("remittance runs' lock: %w", err)
-		}
-		var locked bool
-		if err := conn.QueryRow(ctx, `select pg_try_advisory_lock(hashtext('gpubill.tax.remit.run'))`).Scan(&locked); err != nil {
-			conn.Release()
-			return nil, fmt.Errorf("remittance runs' lock: %w", err)
-		}
-		if locked {
-			return func() {
-				if _, err := conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('gpubill.tax.remit.run'))`); err != nil {
-					_ = conn.Conn().Close(context.WithoutCancel(ctx)) // its session, and the lock, end with it
-				}
-				conn.Release()
-			}, nil
-		}
-		conn.Release()
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for another tax remittance run: %w", context.Cause(ctx))
-		case <-time.After(runLockPoll):
-		}
+	unlock, err = pg.SessionLock{Pool: s.Pool, Key: "gpubill.tax.remit.run"}.Lock(ctx, runLockPoll)
+	if err != nil {
+		return nil, fmt.Errorf("remittance runs' lock (another tax remittance run): %w", err)
 	}
+	return unlock, nil
 }
 
 // MarkRemitted records the ledger transaction of a remittance.
