@@ -146,3 +146,112 @@ func counterValue(t *testing.T, name string) float64 {
 	t.Fatalf("no counter %s on /metrics", name)
 	return 0
 }
+
+// crashStore is crashKYCStore for a verified KYC: the provider may be paid.
+func crashStore(l *keyLedger) *crashKYCStore {
+	return &crashKYCStore{failureStore: failureStore{gateStore: gateStore{readStore: readStore{p: submittingPayout(domain.StatusCreated)}}},
+		kyc: domain.KYCVerified, ledger: l}
+}
+
+// A payout its rail refuses at once, never having taken its reference (the
+// strict router with no rail for the method's type, for a payout from
+// before submit_rail was recorded or handed to none; Alipay's and WeChat
+// Pay's own refusals: a currency they do not pay, a payee they cannot
+// build), whose failed posting put its net back in available before the
+// process died, ends failed on the retry, its net posted back once and
+// nothing handed to a rail. Recorded submitted before its posting, the
+// retry read it past submission and followed it: every rail answered its
+// reference unknown, each Follow failed and was tried again for good, the
+// payout submitted with its net in available, never failed, never
+// retryable.
+func TestSubmitRailRefusalSurvivesACrashAfterItsPosting(t *testing.T) {
+	for _, rail := range []string{"", NoRail, "alipay"} {
+		t.Run("submit_rail "+rail, func(t *testing.T) {
+			ctx := context.Background()
+			l := &keyLedger{}
+			st := crashStore(l)
+			st.p.SubmitRail = rail
+			wechat := &bookRail{name: "wechatpay", refs: map[string]bool{}}
+			sandbox := &bookRail{name: "sandbox", refs: map[string]bool{}}
+			r := Router{Default: sandbox, ByType: map[string]Rail{domain.MethodWechat: wechat}, Strict: true}
+			if rail == "alipay" { // Alipay refusing a currency it does not pay: it keeps no order
+				r.ByType[domain.MethodAlipay] = refusingRail{name: "alipay"}
+			}
+			a := &Payouts{Store: st, Ledger: l, Rail: r, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			if got, err := a.Submit(ctx, "po_1"); err == nil {
+				t.Fatalf("Submit with the store failing after the posting answered %q, no error", got)
+			}
+			got, err := a.Submit(ctx, "po_1")
+			if err == nil && got == domain.StatusSubmitted {
+				got, err = a.Follow(ctx, "po_1") // the workflow's next step
+			}
+			if err != nil || got != domain.StatusFailed {
+				t.Fatalf("retry answered %q, %v; want failed (the rail refused it at once)", got, err)
+			}
+			if len(sandbox.refs)+len(wechat.refs) != 0 {
+				t.Fatalf("rails have %v %v; want nothing", sandbox.refs, wechat.refs)
+			}
+			if st.p.Status != domain.StatusFailed || st.p.FailureCode != domain.FailUnsupported || st.p.Submitting {
+				t.Fatalf("payout %s, failure %q (submitting %v); want failed %s", st.p.Status, st.p.FailureCode, st.p.Submitting, domain.FailUnsupported)
+			}
+			if n := len(l.keys); n == 0 || l.keys[n-1] != "payout-po_1-1-failed" {
+				t.Fatalf("ledger keys %q; want the last the failed posting (net back in available)", l.keys)
+			}
+		})
+	}
+}
+
+// refusingRail refuses every transfer at once (unsupported_by_rail) and
+// keeps nothing of it: Alipay's and WeChat Pay's own refusals, made before
+// any call to the platform.
+type refusingRail struct{ name string }
+
+func (r refusingRail) Name() string { return r.name }
+func (r refusingRail) Submit(_ context.Context, t Transfer) (RailStatus, error) {
+	return RailStatus{Reference: t.Reference, State: RailFailed, FailureCode: domain.FailUnsupported, Message: "pays CNY only"}, nil
+}
+func (r refusingRail) Query(context.Context, string) (RailStatus, error) {
+	return RailStatus{}, ErrUnknownReference
+}
+
+// thenPaysRail refuses its first transfer at once (the platform's balance
+// short: insufficient_funds), keeping nothing of it, and takes the next.
+type thenPaysRail struct{ bookRail }
+
+func (r *thenPaysRail) Submit(ctx context.Context, t Transfer) (RailStatus, error) {
+	if !r.down {
+		r.down = true // refused once
+		return RailStatus{Reference: t.Reference, State: RailFailed, FailureCode: domain.FailInsufficientFunds, Message: "NOT_ENOUGH"}, nil
+	}
+	return r.bookRail.Submit(ctx, t)
+}
+func (r *thenPaysRail) Query(_ context.Context, ref string) (RailStatus, error) {
+	if !r.refs[ref] {
+		return RailStatus{}, ErrUnknownReference
+	}
+	return RailStatus{Reference: ref, State: RailAccepted}, nil
+}
+
+// A rail's refusal is the payout's decision from the moment it is
+// answered: its failed posting made (net back in available) and the process
+// dying before the payout was recorded failed, the retry does not hand the
+// attempt to the rail again, which takes it now (finance topped the
+// merchant account up meanwhile): paid at the rail with its net in
+// available too.
+func TestSubmitRailRefusalIsNotSentAgainAfterACrash(t *testing.T) {
+	ctx := context.Background()
+	l := &keyLedger{}
+	st := crashStore(l)
+	rail := &thenPaysRail{bookRail{name: "wechatpay", refs: map[string]bool{}}}
+	a := &Payouts{Store: st, Ledger: l, Rail: rail, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if got, err := a.Submit(ctx, "po_1"); err == nil {
+		t.Fatalf("Submit with the store failing after the posting answered %q, no error", got)
+	}
+	got, err := a.Submit(ctx, "po_1")
+	if err != nil || got != domain.StatusFailed || len(rail.refs) != 0 {
+		t.Fatalf("retry answered %q, %v, the rail holding %v; want failed, nothing sent (its net is back in available)", got, err, rail.refs)
+	}
+	if st.p.FailureCode != domain.FailInsufficientFunds || st.p.Submitting {
+		t.Fatalf("payout failed %q (submitting %v); want %s", st.p.FailureCode, st.p.Submitting, domain.FailInsufficientFunds)
+	}
+}

@@ -33,10 +33,10 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 		return st, err
 	}
 	ref := domain.RailReference(p.ID, p.Attempt)
-	if p.FailureCode == domain.FailKYCRejected {
-		// Stopped already, not yet recorded failed (stopKYCRejected): the
-		// rail never had ref; the KYC is not read again.
-		return a.stopKYCRejected(ctx, p, ref)
+	if s, ok := recordedStop(p, ref, m.Summary()); ok {
+		// Stopped already, not yet recorded failed (stopUnsent): neither
+		// the KYC nor the rail is asked again.
+		return a.stopUnsent(ctx, p, s)
 	}
 	// Only the rail the gate handed the attempt to is asked, and given it.
 	rs, err := a.query(ctx, p, ref)
@@ -49,6 +49,13 @@ func (a *Payouts) Submit(ctx context.Context, id string) (string, error) {
 			return a.stopKYCRejected(ctx, p, ref)
 		}
 		rs, err = a.submit(ctx, p, Transfer{Reference: ref, ProviderID: p.ProviderID, Currency: p.Currency, Amount: p.Net, Method: m.Method})
+		if err == nil && rs.State == RailFailed && rs.FailureCode != "" {
+			// Refused at once, perhaps kept by no rail (asked again, none
+			// knows ref): recorded before its posting (a refusal without a
+			// code, which recordedStop could not tell, is advanced as
+			// before).
+			return a.stopUnsent(ctx, p, unsent{code: rs.FailureCode, msg: rs.Message, ref: ref, methodSum: m.Summary(), refused: true})
+		}
 	}
 	if err != nil {
 		// The outcome is unknown: the retry queries the same reference.
