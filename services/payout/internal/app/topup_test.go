@@ -119,3 +119,63 @@ func TestTopUpApply(t *testing.T) {
 		t.Errorf("deposits %v, want one of 88.80 under wechatpay:4200001", ledger.byRef)
 	}
 }
+
+// refusingNotifications is memNotifications whose RecordNotification
+// answers err when set.
+type refusingNotifications struct {
+	memNotifications
+	err error
+}
+
+func (m *refusingNotifications) RecordNotification(ctx context.Context, rail, key, kind, ref string, t *TopUp, tx string, at time.Time) (Recorded, error) {
+	if m.err != nil {
+		return Recorded{}, m.err
+	}
+	return m.memNotifications.RecordNotification(ctx, rail, key, kind, ref, t, tx, at)
+}
+
+// A refund made at the rail that cannot be recorded is refused to the rail,
+// never acknowledged: its payment's deposit refused by the ledger for good
+// (the trade deposited under its reference at another amount), counted
+// rejected (GpubillTopUpNotApplied pages); its refund id recorded with other
+// content, a replay; the database failing, failed, so the rail sends it
+// again. Acknowledged (refunded, duplicate or accepted), the rail never
+// sends it again (WeChat Pay's REFUND.SUCCESS is sent until acknowledged,
+// then never): the refund is in no payout.rail_refunds row, no page, and
+// the wallet keeps the money the renter got back.
+func TestTopUpRefundRefusedIsNotAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	ledger := &memDeposits{byRef: map[string]decimal.Decimal{"wechatpay:4200009": decimal.RequireFromString("50.00")}}
+	store := &refusingNotifications{memNotifications: memNotifications{keys: map[string]string{}, topups: map[string]int{}, refunds: map[string]bool{}}}
+	a := &TopUps{Ledger: ledger, Store: store, Clock: clock.System{}, Log: slog.New(slog.DiscardHandler)}
+	refund := TopUp{Rail: "wechatpay", PaymentID: "4200009", RenterID: "r-1", Currency: "CNY", Amount: decimal.RequireFromString("88.80"),
+		NotificationKey: "rf-1", Refunded: decimal.RequireFromString("8.80"), RefundID: "50302", RefundDigest: "d1"}
+	for _, tc := range []struct {
+		name      string
+		give      func() TopUp
+		storeErr  error
+		want      string
+		wantErrIs error
+	}{
+		{"its payment's deposit refused by the ledger", func() TopUp { return refund }, nil, NotifyRejected, ErrDepositRefused},
+		{"its refund id recorded with other content", func() TopUp {
+			r := refund
+			r.PaymentID, r.Amount, r.NotificationKey = "4200010", decimal.RequireFromString("50.00"), "rf-2"
+			return r
+		}, fmt.Errorf("refund 50302 of wechatpay:4200010: %w", ErrReplay), NotifyReplay, ErrReplay},
+		{"the database failing as it is recorded", func() TopUp {
+			r := refund
+			r.PaymentID, r.Amount, r.NotificationKey = "4200011", decimal.RequireFromString("50.00"), "rf-3"
+			return r
+		}, errors.New("conn closed"), NotifyFailed, nil},
+	} {
+		store.err = tc.storeErr
+		got, err := a.Apply(ctx, tc.give())
+		if got != tc.want || err == nil || (tc.wantErrIs != nil && !errors.Is(err, tc.wantErrIs)) {
+			t.Errorf("%s: answered %s (%v); want %s with its error (%v): the rail sends a refund again only when it is refused", tc.name, got, err, tc.want, tc.wantErrIs)
+		}
+	}
+	if len(store.refunds) != 0 || len(store.keys) != 0 {
+		t.Errorf("recorded refunds %v, keys %v; want none: none was applied", store.refunds, store.keys)
+	}
+}
