@@ -14,6 +14,16 @@ import (
 // committed after this read answered the payout in flight
 // (postgres.Store.PutKYC: created and submitting), and a bank transfer it
 // queues is left out of every cut while the KYC stays rejected.
+//
+// The window left is this read (no lock: the rail call cannot be in the
+// transaction) to the rail taking the transfer: an Alipay or WeChat Pay
+// payout whose provider finance rejects then is paid, and finance's
+// answer names it in flight. Read under the payout's lock, or the KYC row
+// locked FOR SHARE, in a transaction committed before the call, leaves
+// the same window; held across the call, a rejection only waits for the
+// platform's answer (up to its client's timeout) and is answered the same,
+// the payout paid all the same, while PutKYC's locks (the bank queue, the
+// KYC row, then the payouts) meet the bank-file rail's own transaction.
 func (a *Payouts) kycRejectedBeforeRail(ctx context.Context, p domain.Payout) (bool, error) {
 	kyc, err := a.Store.KYCStatus(ctx, p.ProviderID)
 	if err != nil {
