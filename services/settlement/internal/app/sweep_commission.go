@@ -31,8 +31,9 @@ const unsweptPageSize = 500
 
 // sweepRunMax bounds a run: it starts no sweep after it, well within
 // sweepActivity's StartToCloseTimeout (10 minutes), and returns what it did
-// (Unfinished); the next run starts again from the oldest. A refused sweep
-// costs one ledger call, so a run goes through tens of thousands of them.
+// (Unfinished, logged at WARN); the next run starts again from the oldest.
+// A refused sweep costs one ledger call, so only a backlog far past what
+// settlement has held (a few rows) reaches it.
 const sweepRunMax = 8 * time.Minute
 
 var sweepActivity = workflow.ActivityOptions{
