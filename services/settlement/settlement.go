@@ -120,7 +120,7 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, op
 	s.acts = &ports.Activities{
 		Steps: &app.Steps{
 			Store: s.store, Ledger: grpcclients.NewLedger(d.Internal), Tax: grpcclients.NewTax(d.Internal),
-			Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock,
+			Commission: s.commission, Calendar: d.Calendar, Clock: d.Clock, Log: d.Log,
 		},
 		Temporal: tc, TaskQueue: taskQueue,
 		Page:     &app.PageSettler{States: s.store, Runner: ports.WorkflowRunner{Temporal: tc, TaskQueue: taskQueue}, Clock: clock.System{}, Log: d.Log},

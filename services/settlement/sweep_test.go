@@ -2,9 +2,13 @@ package settlement
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
@@ -125,4 +129,75 @@ func exactKey(txs []*ledgerv1.Transaction, key string) []*ledgerv1.Transaction {
 		}
 	}
 	return out
+}
+
+// The hourly sweep over the real store and the ledger's gRPC answers: 500
+// USD sweeps the ledger refuses (bank:client short, FailedPrecondition), and
+// before them one whose key holds another body (Aborted), do not keep the
+// CNY sweep settled after them from being swept. Before, a run read the
+// oldest 500 once and failed at the conflicting one, every hour.
+func TestSweepRunReachesEveryUnsweptStatement(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	at := time.Date(2026, 2, 16, 1, 0, 0, 0, time.UTC)
+	if _, err := f.s.d.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'settled', $2, $2, $2)`, cycle1.ID, cycle1.Closes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.d.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, status,
+			commission, tax_withheld, net, settled_at)
+		select $1, 'p-' || lpad(i::text, 5, '0'), 'USD', 10, 'settled', 2.50, 0, 7.50, $2::timestamptz + i * interval '1 second'
+		from generate_series(1, 500) i
+		union all select $1, 'p-old', 'USD', 10, 'settled', 2.50, 0, 7.50, $2
+		union all select $1, 'p-new', 'CNY', 10, 'settled', 2.50, 0, 7.50, $2::timestamptz + interval '1 hour'`, cycle1.ID, at); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 500; i++ {
+		f.ledger.Refuse(domain.SweepKey(cycle1.ID, fmt.Sprintf("p-%05d", i), "USD"), status.Error(codes.FailedPrecondition, "bank:client USD would overdraw"))
+	}
+	// p-old's key holds a sweep of another amount.
+	oldKey := domain.SweepKey(cycle1.ID, "p-old", "USD")
+	if _, err := f.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{IdempotencyKey: oldKey, Description: "another body",
+		Postings: []*ledgerv1.Posting{
+			{Account: domain.AccountBankOperating, Direction: "debit", Amount: "9.99", Currency: "USD"},
+			{Account: domain.AccountBankClient, Direction: "credit", Amount: "9.99", Currency: "USD"},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	newKey := domain.SweepKey(cycle1.ID, "p-new", "CNY")
+	for run, want := range []app.SweepSummary{{Swept: 1, Deferred: 500, Conflicts: 1}, {Deferred: 500, Conflicts: 1}} {
+		got, err := f.s.acts.SweepCommission(ctx)
+		if err != nil {
+			t.Fatalf("run %d: %v", run+1, err)
+		}
+		if got != want {
+			t.Errorf("run %d: %+v, want %+v", run+1, got, want)
+		}
+	}
+	txs := exactKey(f.ledger.Transactions(newKey), newKey)
+	if len(txs) != 1 {
+		t.Fatalf("p-new: %d sweeps under %s, want 1", len(txs), newKey)
+	}
+	if op, client := sweepLegs(txs[0]); op != "2.50" || client != "2.50" {
+		t.Errorf("p-new's sweep Dr bank:operating %q, Cr bank:client %q; want 2.50 both", op, client)
+	}
+	rows, err := f.s.d.Pool.Query(ctx, `select provider_id, sweep_transaction_id from settlement.settlements where sweep_transaction_id <> ''`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps := map[string]string{}
+	for rows.Next() {
+		var p, id string
+		if err := rows.Scan(&p, &id); err != nil {
+			t.Fatal(err)
+		}
+		sweeps[p] = id
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if len(sweeps) != 1 || sweeps["p-new"] != txs[0].TransactionId {
+		t.Errorf("statements naming a sweep %v, want p-new's alone (%s)", sweeps, txs[0].TransactionId)
+	}
 }

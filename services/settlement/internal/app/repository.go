@@ -37,8 +37,9 @@ type Store interface {
 	Prepare(ctx context.Context, cycle, provider string) (held bool, tier string, rate decimal.NullDecimal, closedAt time.Time, items []domain.PreparedItem, err error)
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 	// UnsweptCommission lists up to limit settled statements with a
-	// commission and no sweep, oldest first.
-	UnsweptCommission(ctx context.Context, limit int) ([]domain.Unswept, error)
+	// commission and no sweep, oldest first (by settled_at, cycle,
+	// provider, currency), after the statement after when it is set.
+	UnsweptCommission(ctx context.Context, after *domain.Unswept, limit int) ([]domain.Unswept, error)
 	// RecordSweep names the sweep transaction on a statement that had none.
 	RecordSweep(ctx context.Context, u domain.Unswept, sweepID string) error
 }

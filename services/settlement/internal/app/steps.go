@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
@@ -26,6 +27,14 @@ type Steps struct {
 	Commission split.CommissionPolicy
 	Calendar   cycles.Calendar
 	Clock      clock.Clock
+	Log        *slog.Logger // nil: slog.Default()
+}
+
+func (s *Steps) logger() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
 }
 
 // EnsureCycle records the cycle (open) and returns its status.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/gpubill/gpubill/services/settlement/internal/domain"
 )
 
 // The deferred commission sweeps (PostSettlement defers a sweep bank:client
@@ -19,9 +21,20 @@ const (
 	ActSweepCommission          = "SweepCommission"
 )
 
-// unsweptBatchMax bounds the settlements one run tries to sweep; the
-// oldest go first and the next run takes the rest.
-const unsweptBatchMax = 500
+// unsweptPageSize is how many unswept statements one read lists; a run
+// reads page after page, each after the last statement of the one before
+// (settled_at, cycle, provider, currency), to the end of the backlog. One
+// read of the oldest 500 a run left the statements behind 500 refused ones
+// unswept for as long as those were refused: a fundable CNY sweep waited
+// behind 500 USD ones bank:client could not fund.
+const unsweptPageSize = 500
+
+// sweepRunMax bounds a run: it starts no sweep after it, well within
+// sweepActivity's StartToCloseTimeout (10 minutes), and returns what it did
+// (Unfinished, logged at WARN); the next run starts again from the oldest.
+// A refused sweep costs one ledger call, so only a backlog far past what
+// settlement has held (a few rows) reaches it.
+const sweepRunMax = 8 * time.Minute
 
 var sweepActivity = workflow.ActivityOptions{
 	StartToCloseTimeout:    10 * time.Minute,
@@ -29,10 +42,13 @@ var sweepActivity = workflow.ActivityOptions{
 	RetryPolicy:            scheduledRetry,
 }
 
-// SweepSummary is what one run did: settlements swept, and those whose
-// sweep bank:client still cannot fund.
+// SweepSummary is what one run did: settlements swept, those whose sweep
+// bank:client still cannot fund, those whose sweep key the ledger holds
+// with another body (Conflicts: counted and logged, tried again next run),
+// and whether the run ran out of time before the end of the backlog.
 type SweepSummary struct {
-	Swept, Deferred int
+	Swept, Deferred, Conflicts int
+	Unfinished                 bool
 }
 
 // CommissionSweepWorkflow sweeps the deferred commissions bank:client can
@@ -46,32 +62,65 @@ func CommissionSweepWorkflow(ctx workflow.Context) (SweepSummary, error) {
 	return out, nil
 }
 
-// SweepCommission posts the deferred sweeps, oldest first, each under its
-// sweep key (a replay after a crash posts nothing twice) and records it on
-// the statement. Only statements with a commission and no sweep are
-// listed: a settlement that carried its sweep (the joint form) names it as
-// its sweep and is never swept again. A sweep the ledger refuses
-// (bank:client still cannot fund it) is left for the next run; any other
-// error ends the run, to be retried.
+// SweepCommission posts the deferred sweeps, oldest first, page after page
+// to the end of the backlog (or sweepRunMax), each under its sweep key (a
+// replay after a crash posts nothing twice) and records it on the
+// statement. Only statements with a commission and no sweep are listed: a
+// settlement that carried its sweep (the joint form) names it as its sweep
+// and is never swept again. A sweep the ledger refuses (bank:client still
+// cannot fund it) is left for the next run, and so is one whose key holds
+// another body (a Conflict: counted in
+// gpubill_settlement_commission_sweep_conflicts_total and logged, it no
+// longer stops the run at that statement every hour); any other error ends
+// the run, to be retried.
 func (s *Steps) SweepCommission(ctx context.Context) (SweepSummary, error) {
-	us, err := s.Store.UnsweptCommission(ctx, unsweptBatchMax)
-	if err != nil {
-		return SweepSummary{}, err
-	}
 	var out SweepSummary
-	for _, u := range us {
-		id, err := s.postSweep(ctx, u)
-		if IsRejected(err) && !IsConflict(err) {
-			out.Deferred++
-			continue
-		}
+	stop := s.Clock.Now().Add(sweepRunMax)
+	var after *domain.Unswept
+	for {
+		us, err := s.Store.UnsweptCommission(ctx, after, unsweptPageSize)
 		if err != nil {
-			return out, fmt.Errorf("sweep of %s %s %s: %w", u.CycleID, u.ProviderID, u.Currency, err)
-		}
-		if err := s.Store.RecordSweep(ctx, u, id); err != nil {
 			return out, err
 		}
-		out.Swept++
+		for i, u := range us {
+			if !s.Clock.Now().Before(stop) {
+				out.Unfinished = true
+				s.logger().Warn("commission sweep run out of time: the rest waits for the next run, which starts from the oldest",
+					"swept", out.Swept, "deferred", out.Deferred, "conflicts", out.Conflicts, "next_cycle", u.CycleID,
+					"next_provider", u.ProviderID, "next_currency", u.Currency)
+				return out, nil
+			}
+			if err := s.sweepOne(ctx, u, &out); err != nil {
+				return out, err
+			}
+			after = &us[i]
+		}
+		if len(us) < unsweptPageSize {
+			return out, nil
+		}
 	}
-	return out, nil
+}
+
+// sweepOne posts one deferred sweep and records it, or counts why not.
+func (s *Steps) sweepOne(ctx context.Context, u domain.Unswept, out *SweepSummary) error {
+	id, err := s.postSweep(ctx, u)
+	switch {
+	case IsConflict(err):
+		out.Conflicts++
+		sweepConflicts.WithLabelValues(u.Currency).Inc()
+		s.logger().Error("commission sweep conflicts with the ledger: its key holds another transaction; the statement stays unswept",
+			"cycle", u.CycleID, "provider", u.ProviderID, "currency", u.Currency, "commission", u.Commission.String(),
+			"key", domain.SweepKey(u.CycleID, u.ProviderID, u.Currency), "err", err)
+		return nil
+	case IsRejected(err):
+		out.Deferred++
+		return nil
+	case err != nil:
+		return fmt.Errorf("sweep of %s %s %s: %w", u.CycleID, u.ProviderID, u.Currency, err)
+	}
+	if err := s.Store.RecordSweep(ctx, u, id); err != nil {
+		return err
+	}
+	out.Swept++
+	return nil
 }

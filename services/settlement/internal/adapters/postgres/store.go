@@ -346,14 +346,29 @@ func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time) 
 	return nil
 }
 
+// unsweptSQL lists the settled statements with a commission and no sweep
+// transaction (their sweep deferred), oldest first (settlements_unswept);
+// unsweptAfterSQL those after a position in that order (keyset).
+const (
+	unsweptCols = `select cycle_id, provider_id, currency, commission, settled_at from settlement.settlements
+		where status = 'settled' and commission > 0 and sweep_transaction_id = ''`
+	unsweptOrder    = ` order by settled_at, cycle_id, provider_id, currency`
+	unsweptSQL      = unsweptCols + unsweptOrder + ` limit $1`
+	unsweptAfterSQL = unsweptCols + ` and (settled_at, cycle_id, provider_id, currency) > ($2, $3, $4, $5)` +
+		unsweptOrder + ` limit $1`
+)
+
 // UnsweptCommission lists up to limit settled statements with a commission
 // and no sweep transaction (their sweep deferred), oldest first
-// (settlements_unswept).
-func (s *Store) UnsweptCommission(ctx context.Context, limit int) ([]domain.Unswept, error) {
-	rows, err := s.Pool.Query(ctx, `select cycle_id, provider_id, currency, commission, settled_at
-		from settlement.settlements
-		where status = 'settled' and commission > 0 and sweep_transaction_id = ''
-		order by settled_at, cycle_id, provider_id, currency limit $1`, limit)
+// (settlements_unswept), after the statement after when it is set.
+func (s *Store) UnsweptCommission(ctx context.Context, after *domain.Unswept, limit int) ([]domain.Unswept, error) {
+	var rows pgx.Rows
+	var err error
+	if after == nil {
+		rows, err = s.Pool.Query(ctx, unsweptSQL, limit)
+	} else {
+		rows, err = s.Pool.Query(ctx, unsweptAfterSQL, limit, after.SettledAt, after.CycleID, after.ProviderID, after.Currency)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("unswept commission: %w", err)
 	}
