@@ -115,6 +115,13 @@ func TestVoidReconciliationResolutionReopensItems(t *testing.T) {
 	if re := asList(got3["reopened_resolutions"]); len(re) != 1 || fmt.Sprint(re[0]) != fmt.Sprint(v1) {
 		t.Fatalf("run 3 lists the voided resolution whose items it opened again: %v, want %v", got3["reopened_resolutions"], v1)
 	}
+	// The run's own answer (POST) carries them as GET does: it carried
+	// none, the void showing only on a later read.
+	for _, k := range []string{"reopened_resolutions", "reopened_resolution_count", "reopened_resolutions_next_page_token"} {
+		if fmt.Sprint(r3[k]) != fmt.Sprint(got3[k]) {
+			t.Fatalf("run 3's POST answer: %s %v; GET answers %v", k, r3[k], got3[k])
+		}
+	}
 	// Resolved anew, then voided before the next run: carried once.
 	again := resolve(r3ID, "written off again, in error again")
 	call(fin, "POST", "/v1/reconciliations/"+r3ID+"/resolutions/"+again["resolution_id"].(string)+":void", map[string]any{"reason": reason}, 200)

@@ -278,11 +278,14 @@ func kycRejectedMetrics() []obs.SQLMetric {
 		// provider:{id}:in_transit meanwhile, out of every bank file,
 		// and nothing showed it: finance changes the verdict (the next
 		// file takes it) or cancels the payout (its net back in
-		// available). From the rejection, or the queuing if later.
+		// available). From the rejection, or the queuing if later: the
+		// rejection's first save (rejected_at), not its last (updated_at),
+		// or finance re-saving it daily kept the age under a day for ever.
 		Name: "gpubill_payout_kyc_rejected_queued_age_seconds", Type: obs.Gauge,
 		Help: "Age of the oldest bank transfer kept queued, out of every bank file, by its provider's KYC rejected by finance, since " +
-			"the rejection or its queuing, whichever is later (0: none): its payout's net waits in provider:{id}:in_transit.",
-		Query: `select coalesce(extract(epoch from now() - min(greatest(t.queued_at, k.updated_at))), 0)::float8 from payout.bank_transfers t
+			"the rejection (its first save: saving it again does not restart it) or its queuing, whichever is later (0: none): " +
+			"its payout's net waits in provider:{id}:in_transit.",
+		Query: `select coalesce(extract(epoch from now() - min(greatest(t.queued_at, k.rejected_at))), 0)::float8 from payout.bank_transfers t
 			join payout.kyc k on k.provider_id = t.provider_id and k.status = 'rejected' where t.state = 'queued'`,
 	}, {
 		// Every currency from 0: a series first seen when finance

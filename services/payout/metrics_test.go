@@ -578,8 +578,9 @@ func TestHeldBankTransferNotCountedStuck(t *testing.T) {
 // built.
 func TestRejectedKYCBankTransferNotCountedStuck(t *testing.T) {
 	t.Parallel()
-	heldBankTransferNotCountedStuck(t, `insert into payout.kyc (provider_id, status, reference, updated_at) values ('p-h', 'rejected', 'fraud', now() - interval '6 days')`,
-		`update payout.kyc set status = 'verified'`)
+	heldBankTransferNotCountedStuck(t, `insert into payout.kyc (provider_id, status, reference, updated_at, rejected_at) values
+			('p-h', 'rejected', 'fraud', now() - interval '6 days', now() - interval '6 days')`,
+		`update payout.kyc set status = 'verified', rejected_at = null`)
 }
 
 // A bank transfer a rejected KYC keeps queued holds its payout's net in
@@ -604,8 +605,9 @@ func TestRejectedKYCQueuedTransferCounted(t *testing.T) {
 			('po-h', 'po-h', 'p-h', 'CNY', 700, 'P H', '6222000011110002', 'ICBKCNBJ', 'queued', now() - interval '9 days', now() - interval '9 days'),
 			('po-v', 'po-v', 'p-v', 'CNY', 800, 'P V', '6222000011110005', 'ICBKCNBJ', 'queued', now() - interval '9 days', now() - interval '9 days');
 		insert into payout.holds (provider_id, reason, held_at) values ('p-h', 'fraud dispute', now() - interval '9 days');
-		insert into payout.kyc (provider_id, status, reference, updated_at) values
-			('p-r', 'rejected', 'sanctions', now() - interval '2 days'), ('p-v', 'verified', 'kyc-1', now() - interval '20 days')`); err != nil {
+		insert into payout.kyc (provider_id, status, reference, updated_at, rejected_at) values
+			('p-r', 'rejected', 'sanctions', now() - interval '2 days', now() - interval '2 days'),
+			('p-v', 'verified', 'kyc-1', now() - interval '20 days', null)`); err != nil {
 		t.Fatal(err)
 	}
 	if v := testkit.SQLMetric(t, pool, Metrics(), age); v < 2*86400 || v > 2*86400+600 {
@@ -620,7 +622,7 @@ func TestRejectedKYCQueuedTransferCounted(t *testing.T) {
 	if got := amountsByCurrency(t, pool, amount); !maps.Equal(got, want) {
 		t.Errorf("%s: %v, want %v (p-r's queued transfers)", amount, got, want)
 	}
-	if _, err := pool.Exec(ctx, `update payout.kyc set status = 'verified', updated_at = now() where provider_id = 'p-r'`); err != nil {
+	if _, err := pool.Exec(ctx, `update payout.kyc set status = 'verified', updated_at = now(), rejected_at = null where provider_id = 'p-r'`); err != nil {
 		t.Fatal(err)
 	}
 	if v := testkit.SQLMetric(t, pool, Metrics(), age); v != 0 {
@@ -628,6 +630,48 @@ func TestRejectedKYCQueuedTransferCounted(t *testing.T) {
 	}
 	if got := amountsByCurrency(t, pool, amount); !maps.Equal(got, none) {
 		t.Errorf("%s once verified again: %v, want %v", amount, got, none)
+	}
+}
+
+// Finance re-saving a rejected KYC (the same verdict, PUT .../kyc rejected
+// again) is no new rejection: the queued transfer's age counts from the
+// first one. It counted from the KYC's last save, so a rejection re-saved
+// every day never reached GpubillPayoutKYCRejectedTransferQueued's day. A
+// rejection after the verdict changed is a new one and counts from itself.
+func TestRejectedKYCReSavedKeepsItsAge(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	ctx := context.Background()
+	s := &postgres.Store{Pool: pool}
+	const age = "gpubill_payout_kyc_rejected_queued_age_seconds"
+	if _, err := pool.Exec(ctx, `insert into payout.bank_transfers (reference, end_to_end_id, provider_id, currency, amount, creditor_name,
+			creditor_account, creditor_agent, state, queued_at, updated_at) values
+			('po-r1', 'po-r1', 'p-r', 'CNY', 60, 'P R', '6222000011110001', 'ICBKCNBJ', 'queued', now() - interval '6 days', now() - interval '6 days')`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, put := range []struct {
+		status, reference string
+		at                time.Time
+	}{
+		{domain.KYCRejected, "sanctions", now.Add(-3 * 24 * time.Hour)},
+		{domain.KYCRejected, "sanctions", now.Add(-2 * 24 * time.Hour)},
+		{domain.KYCRejected, "sanctions, confirmed", now},
+	} {
+		if _, _, err := s.PutKYC(ctx, "p-r", put.status, put.reference, false, put.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), age); v < 3*86400 || v > 3*86400+600 {
+		t.Errorf("%s after the rejection re-saved twice: %v, want about 3 days (since the first rejection)", age, v)
+	}
+	for _, status := range []string{domain.KYCVerified, domain.KYCRejected} {
+		if _, _, err := s.PutKYC(ctx, "p-r", status, "appeal", false, now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), age); v < 3600 || v > 3600+600 {
+		t.Errorf("%s rejected again after verified: %v, want about an hour (since the new rejection)", age, v)
 	}
 }
 

@@ -63,6 +63,11 @@ const (
 var reconAnswerRead = domain.ReconRead{Items: reconItemsAnswerMax + 1, Breaks: reconFindingsAnswerMax,
 	CashDifferences: reconFindingsAnswerMax, Resolutions: reconResolutionsAnswerMax}
 
+// reconSummaryRead is what a summary answer of a kept run reads of it: its
+// counts, none of its lists (a keyed replay read an answer's page of each,
+// then dropped them).
+var reconSummaryRead = domain.ReconRead{CountsOnly: true}
+
 // ReconciliationStore keeps reconciliation runs (adapters/postgres).
 type ReconciliationStore interface {
 	// StatementCurrencies lists the currencies with an imported statement.
@@ -167,6 +172,18 @@ func (r *Reconciliations) Run(ctx context.Context, currency, trigger, requestedB
 // too; it was answered the run of the caller that stored it. Statements imported since do not refuse it: a
 // retry must answer the run its lost answer stored.
 func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
+	return r.runKeyed(ctx, currency, trigger, requestedBy, key, reconAnswerRead)
+}
+
+// RunKeyedSummary is RunKeyed for an answer of each run's counts alone
+// (summary_only): a run the key holds is read without its lists. A new
+// run is answered as RunKeyed's, its lists for the caller to drop.
+func (r *Reconciliations) RunKeyedSummary(ctx context.Context, currency, trigger, requestedBy, key string) ([]*domain.ReconRun, error) {
+	return r.runKeyed(ctx, currency, trigger, requestedBy, key, reconSummaryRead)
+}
+
+// runKeyed is RunKeyed reading a run the key holds as read says.
+func (r *Reconciliations) runKeyed(ctx context.Context, currency, trigger, requestedBy, key string, read domain.ReconRead) ([]*domain.ReconRun, error) {
 	if len(key) > domain.IdempotencyKeyMax {
 		return nil, apperr.Invalid("idempotency_key", "at most %d bytes", domain.IdempotencyKeyMax)
 	}
@@ -185,7 +202,7 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 	}
 	out := make([]*domain.ReconRun, 0, len(curs))
 	for _, c := range curs {
-		run, err := r.runOne(ctx, c, currency, trigger, requestedBy, key)
+		run, err := r.runOne(ctx, c, currency, trigger, requestedBy, key, read)
 		if err != nil {
 			return out, fmt.Errorf("reconcile %s: %w", c, err)
 		}
@@ -196,8 +213,9 @@ func (r *Reconciliations) RunKeyed(ctx context.Context, currency, trigger, reque
 }
 
 // runOne runs currency's reconciliation for a request of requested ("":
-// every currency), under key ("" none).
-func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigger, requestedBy, key string) (*domain.ReconRun, error) {
+// every currency), under key ("" none), a run the key holds read as read
+// says.
+func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigger, requestedBy, key string, read domain.ReconRead) (*domain.ReconRun, error) {
 	rd, err := r.Store.BeginRun(ctx, currency)
 	if err != nil {
 		return nil, err
@@ -211,7 +229,7 @@ func (r *Reconciliations) runOne(ctx context.Context, currency, requested, trigg
 		}
 		// Only what the answer carries: a replay of a run of a year's
 		// statement read every item of it to answer its first.
-		if run, err := rd.Keyed(ctx, key, reconAnswerRead); err != nil || run != nil {
+		if run, err := rd.Keyed(ctx, key, read); err != nil || run != nil {
 			return run, err
 		}
 	}
@@ -281,6 +299,11 @@ func (r *Reconciliations) reconcile(ctx context.Context, rd ReconRunTx, currency
 		// Less what finance resolved by hand: carried, a line no
 		// reference matches stayed an exception in every run.
 		lines, moves = prev.Carried()
+		// What the run takes over again of the resolutions voided while
+		// prev was the latest, as a read of the run lists them
+		// (runResolutions; bound keeps an answer's first): its own
+		// answer carried none.
+		run.Reopened, run.ReopenedN = prev.Voided, len(prev.Voided)
 	}
 	stIDs, fresh, err := rd.FreshLines(ctx)
 	if err != nil {

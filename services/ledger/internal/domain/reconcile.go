@@ -573,6 +573,9 @@ func (r *ReconRun) KeepItems(n int) bool {
 // replay) reads no more than it answers.
 type ReconRead struct {
 	Items, Breaks, CashDifferences, Resolutions int
+	// CountsOnly reads the run and its counts, none of its lists: a
+	// summary answer's read (the lists above are then ignored).
+	CountsOnly bool
 }
 
 // ResolutionPos is a resolution's place in a run's resolutions (oldest

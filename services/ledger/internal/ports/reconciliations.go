@@ -28,7 +28,11 @@ func (s *ReconciliationServer) RunReconciliation(ctx context.Context, r *ledgerv
 	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleService {
 		trigger = domain.ReconBySchedule
 	}
-	runs, err := s.Reconciliations.RunKeyed(ctx, r.GetCurrency(), trigger, by, strings.TrimSpace(r.GetIdempotencyKey()))
+	run := s.Reconciliations.RunKeyed
+	if r.GetSummaryOnly() {
+		run = s.Reconciliations.RunKeyedSummary
+	}
+	runs, err := run(ctx, r.GetCurrency(), trigger, by, strings.TrimSpace(r.GetIdempotencyKey()))
 	if err != nil {
 		return nil, err
 	}

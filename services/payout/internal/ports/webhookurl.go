@@ -172,7 +172,12 @@ func (g WebhookGuard) checkAddr(host string, a netip.Addr) error {
 func (g WebhookGuard) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || len(raw) > webhookURLLenMax {
-		return errors.New("want an http(s) URL of at most 2048 characters")
+		// Named as accepted: http only where AllowPrivate lets it in
+		// (below); "http(s)" told a provider an http URL would do.
+		if g.AllowPrivate {
+			return fmt.Errorf("want an http(s) URL of at most %d characters", webhookURLLenMax)
+		}
+		return fmt.Errorf("want an https URL of at most %d characters", webhookURLLenMax)
 	}
 	if u.User != nil {
 		return errors.New("credentials in the URL are not allowed")

@@ -47,11 +47,12 @@ func TestWebhookGuardCheckURL(t *testing.T) {
 		{"http://hooks.example.com:8080/x", false, "https"}, // a payout's status unencrypted
 		{"http://93.184.216.34/x", false, "https"},
 		{"HTTP://hooks.example.com/x", false, "https"},
-		{"ftp://hooks.example.com/x", false, "http(s)"},
-		{"file:///etc/passwd", false, "http(s)"},
-		{"gopher://127.0.0.1:25/", true, "http(s)"},
-		{"https:///nohost", false, "http(s)"},
-		{"not a url", false, "http(s)"},
+		{"ftp://hooks.example.com/x", false, "want an https URL of at most"},
+		{"file:///etc/passwd", false, "want an https URL of at most"},
+		{"gopher://127.0.0.1:25/", true, "http(s)"}, // http is allowed then
+		{"https://hooks.example.com/" + strings.Repeat("x", 2048), false, "want an https URL of at most 2048"},
+		{"https:///nohost", false, "want an https URL of at most"},
+		{"not a url", false, "want an https URL of at most"},
 		{"https://user:pw@hooks.example.com/", false, "credentials"},
 		{"http://127.0.0.1:8080/hook", false, "loopback"},
 		{"http://127.9.9.9/hook", false, "loopback"},

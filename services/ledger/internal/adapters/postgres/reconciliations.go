@@ -203,6 +203,9 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	if err != nil {
 		return nil, err
 	}
+	if b.CountsOnly {
+		return &r, nil
+	}
 	const cols = `item_no, status, statement_id, line_no, booked_on, reference, bank_amount::text,
 			movement_kind, movement_key, ledger_amount::text, transaction_ids, reason, recorded_at, outstanding,
 			account, previous_statement_id, previous_closing_balance, opening_balance,

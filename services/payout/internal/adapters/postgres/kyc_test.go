@@ -144,7 +144,7 @@ func TestHoldQueuedNotesARejectedKYC(t *testing.T) {
 	pool := migratedPool(t)
 	s := &Store{Pool: pool}
 	sentPayout(t, pool, "po-q", "cyc-20260101", "bank", "queued")
-	if _, err := pool.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ('p-s', 'rejected', 'fraud', now())`); err != nil {
+	if _, err := pool.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at, rejected_at) values ('p-s', 'rejected', 'fraud', now(), now())`); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Update(ctx, func(tx app.Tx) error {

@@ -223,9 +223,16 @@ func (s *Store) PutKYC(ctx context.Context, provider, status, reference string, 
 			}
 		}
 		// Guarded as well for a provider's first KYC written as finance
-		// rejects it (no row to lock above).
-		tag, err := tx.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at) values ($1, $2, $3, $4)
-			on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at
+		// rejects it (no row to lock above). rejected_at is the first save
+		// of a rejection, kept while it stays rejected: a rejection saved
+		// again is no new one, and the age of the transfers it keeps
+		// queued counts from it (gpubill_payout_kyc_rejected_queued_age_seconds);
+		// from the last save, re-saving it daily hid them for ever.
+		tag, err := tx.Exec(ctx, `insert into payout.kyc (provider_id, status, reference, updated_at, rejected_at)
+			values ($1, $2, $3, $4, case when $2 = 'rejected' then $4::timestamptz end)
+			on conflict (provider_id) do update set status = excluded.status, reference = excluded.reference, updated_at = excluded.updated_at,
+				rejected_at = case when excluded.status <> 'rejected' then null
+					when payout.kyc.status = 'rejected' then payout.kyc.rejected_at else excluded.rejected_at end
 			where not $5 or payout.kyc.status <> 'rejected'`, provider, status, reference, at, byProvider)
 		if err != nil {
 			return err
