@@ -339,9 +339,19 @@ func (t *tokenCmd) Run(e *env) error {
 	if err != nil {
 		return cmdline.UsageError{Err: err}
 	}
+	if t.Sub == "" && personRoles[t.Role] {
+		// Audit fields (a reconciliation's requester, a resolution's
+		// resolved_by and voided_by, a statement's imported_by, a bank
+		// file's release) name the caller as role and subject: every
+		// subject-less token of a role is one caller there.
+		fmt.Fprintf(e.stderr, "gpubill: warning: no --sub: every %s token without a subject is the same caller %q in audit fields (a reconciliation's requester, resolved_by, voided_by, imported_by) and shares its reconciliation keys; give each person --sub\n", t.Role, t.Role) //nolint:errcheck // stderr: a warning; the token is the answer
+	}
 	e.stdout.println(tok)
 	return nil
 }
+
+// personRoles are the roles a person holds, whose actions audit fields name.
+var personRoles = map[string]bool{auth.RoleFinance: true, auth.RoleAuditor: true, auth.RoleAdmin: true}
 
 func (s *simulateCmd) Run(e *env) error {
 	secret, err := secretFor(s.AuthSecret, s.DataDir)

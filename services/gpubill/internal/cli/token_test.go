@@ -32,6 +32,13 @@ func TestTokenCommand(t *testing.T) {
 			t.Fatalf("token --role %s --sub %q verifies as %+v, %v", tt.role, tt.sub, p, err)
 		}
 	}
+	// A person's role without a subject is told that it shares its caller.
+	if code, _, stderr := run("--role", auth.RoleFinance, "--auth-secret", secret); code != 0 || !strings.Contains(stderr, "give each person --sub") {
+		t.Errorf("token --role finance without --sub: exit %d, stderr %q; want a warning naming --sub", code, stderr)
+	}
+	if code, _, stderr := run("--role", auth.RoleFinance, "--sub", "alice", "--auth-secret", secret); code != 0 || stderr != "" {
+		t.Errorf("token --role finance --sub alice: exit %d, stderr %q; want no warning", code, stderr)
+	}
 	for _, tt := range []struct {
 		name string
 		args []string
