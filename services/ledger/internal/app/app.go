@@ -98,6 +98,9 @@ func (a *App) postOne(ctx context.Context, t *domain.Transaction, au Audited, ex
 		if err := checkRefunds(fresh, ch); err != nil {
 			return err
 		}
+		if err := checkRailRefunds(ctx, tx, fresh); err != nil {
+			return err
+		}
 		if extra != nil {
 			if err := extra(tx); err != nil {
 				return err

@@ -245,7 +245,7 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 	for _, c := range changes {
 		if debited[c.Account.Address+"|"+c.Currency] && c.Delta.IsNegative() && c.After.IsNegative() {
 			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
-				"%s holds %s %s: a refund pays out at most what the wallet holds (%s after it); a refund the rail already made is recorded as metadata.kind rail_refund",
+				"%s holds %s %s: a refund pays out at most what the wallet holds (%s after it); metadata.kind rail_refund is only for a top-up the rail itself has already returned to its payer (naming that deposit), not a way past this check",
 				c.Account.Address, c.Before().String(), c.Currency, c.After.String())})
 		}
 	}
@@ -253,7 +253,9 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 }
 
 // checkRailRefund: a rail_refund names, by external_ref, a deposit to a
-// renter whose wallet it debits (the top-up the rail refunded).
+// renter whose wallet it debits, in the deposit's currency (the top-up
+// the rail refunded); what it takes of the deposit is judged with the
+// post (checkRailRefunds).
 func (a *App) checkRailRefund(ctx context.Context, ref string, ps []domain.Posting) error {
 	bad := func(reason string) error {
 		return invalid([]domain.Violation{{Field: "metadata.external_ref", Reason: reason}})
@@ -275,6 +277,9 @@ func (a *App) checkRailRefund(ctx context.Context, ref string, ps []domain.Posti
 	for _, p := range ps {
 		if p.Direction == domain.Debit && p.Account.Address != domain.RenterWallet(dep.Metadata["renter_id"]) {
 			return bad(fmt.Sprintf("deposit %q is to %s, not %s", ref, dep.Metadata["renter_id"], p.Account.Address))
+		}
+		if len(dep.Postings) > 0 && p.Currency != dep.Postings[0].Currency {
+			return bad(fmt.Sprintf("deposit %q is in %s, not %s", ref, dep.Postings[0].Currency, p.Currency))
 		}
 	}
 	return nil

@@ -122,6 +122,10 @@ type Tx interface {
 	// and returns their claims, to be marked stored once the transaction
 	// has committed.
 	AddAuditRecords(ctx context.Context, audited []Audited) ([]*audit.Claim, error)
+	// DepositRefunds is the deposit of external_ref ref with its reversal
+	// and the unreversed rail_refunds naming it, as committed when read
+	// (apperr.ErrNotFound: no deposit has ref).
+	DepositRefunds(ctx context.Context, ref string) (domain.DepositRefunds, error)
 	// RecordUnbilled keeps charges billed at 0.00 (a charge id recorded
 	// before is left as it is).
 	RecordUnbilled(ctx context.Context, cs []domain.UnbilledCharge) error

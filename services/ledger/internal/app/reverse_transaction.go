@@ -91,13 +91,14 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
 	}
-	return a.postReversal(ctx, t)
+	return a.postReversal(ctx, t, orig)
 }
 
-// postReversal posts t, the reversal of t.Reverses, and links the two.
+// postReversal posts t, the reversal of orig, and links the two; a
+// deposit a rail_refund names is not reversed (checkDepositReversal).
 // Its audit record, as the interceptor would store it for this answer,
 // commits with the reversal (addAudited), as a manual entry's does.
-func (a *App) postReversal(ctx context.Context, t *domain.Transaction) (*domain.Transaction, error) {
+func (a *App) postReversal(ctx context.Context, t, orig *domain.Transaction) (*domain.Transaction, error) {
 	rev, err := a.postOne(ctx, t, audited(audit.ClaimFrom(ctx), "transaction_id="+t.ID, "idempotency_key="+t.IdempotencyKey), func(tx Tx) error {
 		linked, err := tx.LinkReversal(ctx, t.Reverses, t.ID, t.CreatedAt)
 		if err != nil {
@@ -106,7 +107,7 @@ func (a *App) postReversal(ctx context.Context, t *domain.Transaction) (*domain.
 		if !linked {
 			return fmt.Errorf("transaction %s was reversed concurrently: %w", t.Reverses, apperr.ErrConflict)
 		}
-		return nil
+		return checkDepositReversal(ctx, tx, orig)
 	})
 	if err != nil {
 		return nil, err
