@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,51 +17,6 @@ import (
 	"github.com/gpubill/gpubill/pkg/pg"
 	"github.com/gpubill/gpubill/pkg/testkit"
 )
-
-// blackholeProxy forwards TCP to upstream until hole is set, then stops
-// forwarding without closing anything: a network partition as both ends
-// see it (no FIN, no RST; the proxy's kernel still acknowledges what
-// arrives, so not even TCP keepalives notice).
-func blackholeProxy(t *testing.T, upstream string) (string, *atomic.Bool) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var hole atomic.Bool
-	pipe := func(dst, src net.Conn) {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if err != nil {
-				return
-			}
-			for hole.Load() {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go pipe(u, c)
-			go pipe(c, u)
-		}
-	}()
-	return ln.Addr().String(), &hole
-}
 
 // relayLockHolder is the application_name of the session holding schema
 // t's relay lock ("" when none does).
@@ -88,7 +42,7 @@ func TestPartitionedRelayLeaderHandsOver(t *testing.T) {
 	ctx, pool, js := newOutboxDB(t, natsx.StreamUsage)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cc := pool.Config().ConnConfig
-	addr, hole := blackholeProxy(t, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	addr, hole := testkit.BlackholeProxy(t, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
 	cfgA := pool.Config().Copy()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

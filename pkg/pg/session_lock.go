@@ -36,12 +36,21 @@ func (l SessionLock) TryLock(ctx context.Context) (release func(), ok bool, err 
 	}
 	return func() {
 		defer conn.Release()
-		bg := context.WithoutCancel(ctx)
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), UnlockTimeout)
+		defer cancel()
 		if _, err := conn.Exec(bg, `select pg_advisory_unlock(hashtext($1))`, l.Key); err != nil {
 			_ = conn.Conn().Close(bg) // its session, and the lock, end with it; Release then drops the closed connection
 		}
 	}, true, nil
 }
+
+// UnlockTimeout bounds a release's unlock: on a connection the network has
+// silently cut, it would otherwise wait for the kernel to give up on its
+// retransmissions (~15 minutes), and the pass that released with it
+// (a bank inbox's, a tax run's) with it. Past it the connection is closed;
+// the server ends the session, and the lock, when its keepalives find the
+// peer gone (pkg/pg's tcp_keepalives_*, ~25 s).
+var UnlockTimeout = 10 * time.Second
 
 // Lock takes the lock, trying again every poll until ctx ends; it holds no
 // connection while it waits.

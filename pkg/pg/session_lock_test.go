@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -53,4 +54,43 @@ func TestSessionLockOneHolderAtATime(t *testing.T) {
 		t.Fatalf("TryLock after both released: %v, %v; want the lock", ok, err)
 	}
 	release3() // a pool closes only once its connections are back
+}
+
+// A release on a connection the network has silently cut returns within
+// UnlockTimeout: the unlock used to wait for the kernel to give up on its
+// retransmissions (~15 minutes), the pass that released with it stalled
+// that long.
+func TestSessionLockReleaseOnACutConnectionReturns(t *testing.T) {
+	ctx := context.Background()
+	u, err := url.Parse(testkit.BaseDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, hole := testkit.BlackholeProxy(t, u.Host)
+	u.Host = addr
+	pool, err := pg.Open(ctx, u.String(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	was := pg.UnlockTimeout
+	pg.UnlockTimeout = time.Second
+	defer func() { pg.UnlockTimeout = was }()
+	l := pg.SessionLock{Pool: pool, Key: "gpubill.test.session_lock." + t.Name()}
+	release, ok, err := l.TryLock(ctx)
+	if err != nil || !ok {
+		t.Fatalf("TryLock: %v, %v; want the lock", ok, err)
+	}
+	hole.Store(true)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { release(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("release on a cut connection still waiting after %s; want it back within UnlockTimeout (%s)", time.Since(start).Round(time.Second), pg.UnlockTimeout)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("release on a cut connection took %s; want about UnlockTimeout (%s)", d.Round(time.Millisecond), pg.UnlockTimeout)
+	}
 }
