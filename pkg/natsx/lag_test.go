@@ -128,3 +128,108 @@ func TestLagCollectorReportsTheAckFloor(t *testing.T) {
 		}
 	}
 }
+
+// The age of a consumer's oldest unacknowledged message is how stale what
+// it feeds is: the ledger's renters (ledger-renters on PARTY) see a renter
+// closed in metering as open until its party.updated is applied, and a
+// pending count says nothing of how long that has been. The oldest is the
+// first message after the ack floor on the consumer's own subjects: a
+// message of another subject of the stream sitting there (older) is not
+// its backlog. Caught up, 0.
+func TestLagCollectorReportsTheOldestUnackedAge(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t)
+	js := testkit.NewJetStream(t).JS
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamParty); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamParty, jetstream.ConsumerConfig{Durable: "ledger-renters",
+		FilterSubject: "party.updated.*", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := func(n int) {
+		t.Helper()
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != n {
+			t.Fatalf("fetched %d; want %d", got, n)
+		}
+	}
+	for _, subj := range []string{"party.updated.r-1", "party.other.x"} {
+		if _, err := js.Publish(ctx, subj, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack(1)
+	noiseAt := time.Now()
+	testkit.Eventually(t, 5*time.Second, func() bool { return time.Since(noiseAt) > 1500*time.Millisecond }, "1.5 s never passed")
+	ackPub, err := js.Publish(ctx, "party.updated.r-2", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := js.Stream(ctx, natsx.StreamParty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := pending.GetMsg(ctx, ackPub.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagOf := func() natsx.Lag {
+		t.Helper()
+		lags, err := natsx.ConsumerLags(ctx, js, natsx.StreamParty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lags {
+			if l.Consumer == "ledger-renters" {
+				return l
+			}
+		}
+		t.Fatal("ledger-renters not listed")
+		return natsx.Lag{}
+	}
+	if l := lagOf(); l.OldestUnacked == nil || !l.OldestUnacked.Equal(msg.Time) {
+		t.Fatalf("oldest unacknowledged of ledger-renters: %v; want party.updated.r-2's arrival %v (not party.other.x's)", l.OldestUnacked, msg.Time)
+	}
+	gauge := func() (float64, bool) {
+		t.Helper()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(&natsx.LagCollector{JS: js})
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				if f.GetName() == "gpubill_consumer_oldest_unacked_age_seconds" && m.GetLabel()[0].GetValue() == "ledger-renters" {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	before := time.Since(msg.Time).Seconds()
+	age, ok := gauge()
+	after := time.Since(msg.Time).Seconds()
+	if !ok || age < before || age > after {
+		t.Fatalf("gpubill_consumer_oldest_unacked_age_seconds{consumer=ledger-renters} = %v (reported %t); want between %v and %v", age, ok, before, after)
+	}
+	ack(1)
+	if l := lagOf(); l.OldestUnacked != nil {
+		t.Fatalf("caught up, oldest unacknowledged %v; want none", l.OldestUnacked)
+	}
+	if age, ok := gauge(); !ok || age != 0 {
+		t.Fatalf("caught up, gpubill_consumer_oldest_unacked_age_seconds = %v (reported %t); want 0", age, ok)
+	}
+}

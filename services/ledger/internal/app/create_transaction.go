@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/audit"
 	"github.com/gpubill/gpubill/pkg/ids"
@@ -82,6 +84,11 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 			return nil, err
 		}
 	}
+	if kind == domain.TxManual {
+		if err := a.checkClosedCredits(ctx, key, postings); err != nil {
+			return nil, err
+		}
+	}
 	refund := domain.IsRenterRefund(postings)
 	if refund && in.Metadata["kind"] == domain.KindRailRefund {
 		if err := a.checkRailRefund(ctx, in.Metadata["external_ref"], postings); err != nil {
@@ -119,7 +126,53 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 // credit, nor for a wallet, which may go negative, and commitGroup's Post
 // judges overdrafts only.
 func postsAlone(t *domain.Transaction) bool {
-	return t.Kind == domain.TxBadDebtWriteOff || domain.IsRenterRefund(t.Postings)
+	return t.Kind == domain.TxBadDebtWriteOff || domain.IsRenterRefund(t.Postings) || len(paidFromWallets(t)) > 0
+}
+
+// paidFromWallets are the renter wallets (address|currency) a finance
+// entry t takes money out of, on its net, by any shape but a charge's
+// (credits on providers' pending accounts only, which may take a wallet
+// below zero: its credit limit): a refund (Dr wallets / Cr bank:client),
+// a move to another renter's wallet, a payout with a fee to the house, a
+// charge mixed with any of these. Each pays out at most what the wallet
+// holds (checkRefunds): taken below zero, the wallet's draw was other
+// renters' money in bank:client, handed to whoever was credited (a
+// second wallet then refunded, the rail, the house). A rail_refund
+// records money already gone and is not judged; nor is a reversal, nor
+// a service's posting (settlement's touch no wallet).
+func paidFromWallets(t *domain.Transaction) map[string]bool {
+	if t.Kind != domain.TxManual || t.Metadata["kind"] == domain.KindRailRefund {
+		return nil
+	}
+	net := map[string]decimal.Decimal{}
+	charge := true
+	for _, p := range t.Postings {
+		if p.Direction == domain.Credit && (p.Account.Class != domain.ClassProvider || p.Account.Cycle == "") {
+			charge = false // credits something other than a provider's pending account
+		}
+		if p.Account.Class != domain.ClassRenter {
+			continue
+		}
+		k := p.Account.Address + "|" + p.Currency
+		if p.Direction == domain.Debit {
+			net[k] = net[k].Sub(p.Amount)
+		} else {
+			net[k] = net[k].Add(p.Amount)
+		}
+	}
+	if charge {
+		return nil
+	}
+	var out map[string]bool
+	for k, d := range net {
+		if d.IsNegative() {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // reasonMax bounds the reason finance gives for an entry of the house's
@@ -222,34 +275,82 @@ func (a *App) checkWriteOffClosed(ctx context.Context, key string, ps []domain.P
 	return invalid(vs)
 }
 
-// checkRefunds refuses a renter's refund (domain.IsRenterRefund) that
-// takes a wallet it debits below zero: it pays out at most what the
-// wallet holds, so a second refund of the same balance (two operators,
-// two keys) is refused, not paid from other clients' money. Judged on the
-// balance after the post, under the balance row's lock: two refunds at
-// once are judged one after the other. A rail_refund records money a rail
-// already returned, and may.
+// checkRefunds refuses a renter's refund (domain.IsRenterRefund), or any
+// finance entry paying money out of a wallet by another shape
+// (paidFromWallets), that takes a wallet it debits below zero: it pays
+// out at most what the wallet holds, so a second refund of the same
+// balance (two operators, two keys) is refused, not paid from other
+// clients' money. Judged on the balance after the post, under the balance
+// row's lock: two refunds at once are judged one after the other. A
+// rail_refund records money a rail already returned, and may.
 func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) error {
 	debited := map[string]bool{}
 	for _, t := range txs {
-		if t.Kind != domain.TxManual || t.Metadata["kind"] == domain.KindRailRefund || !domain.IsRenterRefund(t.Postings) {
-			continue
-		}
-		for _, p := range t.Postings {
-			if p.Account.Class == domain.ClassRenter && p.Direction == domain.Debit {
-				debited[p.Account.Address+"|"+p.Currency] = true
-			}
+		for k := range paidFromWallets(t) {
+			debited[k] = true
 		}
 	}
 	var vs []domain.Violation
 	for _, c := range changes {
 		if debited[c.Account.Address+"|"+c.Currency] && c.Delta.IsNegative() && c.After.IsNegative() {
 			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
-				"%s holds %s %s: a refund pays out at most what the wallet holds (%s after it); metadata.kind rail_refund is only for a top-up the rail itself has already returned to its payer (naming that deposit), not a way past this check",
+				"%s holds %s %s: a refund, or any entry paying out of a renter's wallet but a charge, pays out at most what the wallet holds (%s after it); metadata.kind rail_refund is only for a top-up the rail itself has already returned to its payer (naming that deposit), not a way past this check",
 				c.Account.Address, c.Before().String(), c.Currency, c.After.String())})
 		}
 	}
 	return invalid(vs)
+}
+
+// checkClosedCredits refuses (409, naming the renter) a finance entry
+// whose net credits the wallet of a renter the ledger knows as closed
+// (ledger.renters, from party.updated), as a deposit is refused
+// (checkRenterOpen): the renter has left and its balance was refunded, and
+// money credited after that (from bank:client, another wallet, a
+// provider) is client money in a wallet nobody spends or claims. A closed
+// wallet is credited by a bad_debt_write_off (up to 0: checkWriteOffs)
+// and by a reversal, which restores the reversed entry's state exactly (a
+// refund the bank returned is owed to the renter again, with its money
+// back in bank:client); neither comes here. An entry posted under key
+// before the close is answered as any replay is.
+func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Posting) error {
+	net := map[string]decimal.Decimal{}
+	for _, p := range ps {
+		if p.Account.Class != domain.ClassRenter {
+			continue
+		}
+		k := p.Account.Party + "|" + p.Currency
+		if p.Direction == domain.Credit {
+			net[k] = net[k].Add(p.Amount)
+		} else {
+			net[k] = net[k].Sub(p.Amount)
+		}
+	}
+	asked := map[string]bool{}
+	for _, p := range ps {
+		r := p.Account.Party
+		if p.Account.Class != domain.ClassRenter || asked[r] || !net[r+"|"+p.Currency].IsPositive() {
+			continue
+		}
+		asked[r] = true
+		closedAt, err := a.Store.RenterClosedAt(ctx, r)
+		if err != nil {
+			return fmt.Errorf("entry %s: %w", key, err)
+		}
+		if closedAt.IsZero() {
+			continue
+		}
+		_, _, err = a.Store.TxByKey(ctx, key)
+		switch {
+		case err == nil:
+			return nil // posted before: the post answers the replay (or the key's conflict)
+		case !errors.Is(err, apperr.ErrNotFound):
+			return fmt.Errorf("entry %s: %w", key, err)
+		}
+		return fmt.Errorf("renter %s is closed (since %s): a finance entry may not credit a closed renter's wallet "+
+			"(its debt is cleared by a bad_debt_write_off, a wrong entry by its reversal); return the money to where it came from: %w",
+			r, closedAt.UTC().Format(time.RFC3339), apperr.ErrConflict)
+	}
+	return nil
 }
 
 // checkRailRefund: a rail_refund names, by external_ref, a deposit to a
