@@ -162,7 +162,10 @@ func TestUnremittedOverdue(t *testing.T) {
 		}
 	}
 	near := func(got, want float64) bool { return got >= want-600 && got <= want+600 }
-	overdue := func() float64 { t.Helper(); return testkit.SQLMetric(t, pool, Metrics(), "gpubill_tax_unremitted_overdue_seconds") }
+	overdue := func() float64 {
+		t.Helper()
+		return testkit.SQLMetric(t, pool, Metrics(), "gpubill_tax_unremitted_overdue_seconds")
+	}
 
 	// Last month's withholding, its month not filed: due with last month's
 	// filing, at this month's start.
