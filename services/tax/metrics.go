@@ -25,19 +25,19 @@ func metricsIn(taxPeriods taxperiod.Calendar) []obs.SQLMetric {
 		Name: "gpubill_tax_remittance_pending_age_seconds", Type: obs.Gauge,
 		Help:  "Age of the oldest tax remittance planned and not posted to the ledger (0: none): the ledger refused it, or its run stopped.",
 		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.remittances where status = 'pending'`,
-	}, {
-		Name: "gpubill_tax_unremitted_age_seconds", Type: obs.Gauge,
-		// Not only those a run has found posted (settlement_tx_id): a run
-		// that never came found none.
-		Help: "Age of the oldest withholding no remittance holds yet (0: none); a month's are remitted on the 1st after it, so " +
-			"past about 33 days a remittance did not run, or the withholding's settlement was never posted.",
-		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.withholdings where remittance_id is null`,
-	}, {
+	}, unremittedOverdue(zone), {
 		Name: "gpubill_tax_remittance_reversed_age_seconds", Type: obs.Gauge,
 		Help: "Age, since the tax service found it reversed, of the oldest tax remittance reversed in the ledger whose tax is not " +
 			"remitted again (0: none); the check every 10 minutes remits it again at once unless the ledger refuses it.",
 		Query: `select coalesce(extract(epoch from now() - min(r.reversed_at)), 0)::float8 from tax.remittances r where ` + reversedUnremitted,
 	}, unremittedMonth(zone), {
+		Name: "gpubill_tax_unremitted_age_seconds", Type: obs.Gauge,
+		// Not only those a run has found posted (settlement_tx_id): a run
+		// that never came found none.
+		Help: "Age of the oldest withholding no remittance holds yet (0: none); a month's are remitted on the 1st after it, one " +
+			"posted after its month was filed with the next month's (gpubill_tax_unremitted_overdue_seconds says when one is due).",
+		Query: `select coalesce(extract(epoch from now() - min(created_at)), 0)::float8 from tax.withholdings where remittance_id is null`,
+	}, {
 		Name: "gpubill_tax_remittances_reversed_unremitted", Type: obs.Gauge,
 		Help: "Tax remittances reversed in the ledger whose tax is not remitted again (no remittance of their period, jurisdiction and " +
 			"currency remitted since): the new one is refused or pending, or none is planned.",
@@ -78,6 +78,35 @@ func lateWithholdings(zone string) string {
 	return `tax.withholdings w where w.remittance_id is null and w.created_at <
 		(select (to_date(max(f.period), 'YYYY-MM') + interval '1 month')::timestamp at time zone ` + zone + `
 		 from (select max(period) as period from tax.remittance_runs union all select max(period) from tax.remittances) f)`
+}
+
+// unremittedOverdue reads how long ago the filing that should have taken
+// the oldest withholding no remittance holds was due. A withholding of a
+// month not filed yet is due with its month's filing (the run on the 1st
+// after it); one of a month filed already (a late one: its settlement
+// posted after the filing) goes with the next month's filing, due at that
+// month's end. GpubillTaxNotRemitted paged on the withholding's age (33
+// days), so a late one waiting, rightly, for the next month's filing paged
+// before that filing was due: a withholding of 1 February posted on
+// 5 March paged on 6 March, March's filing due on 1 April. The due instant
+// only grows with created_at (a month up to the latest filed is due at the
+// end of the month after it, those after it at their own end), so the
+// oldest unremitted withholding (the index withholdings_unremitted) has the
+// earliest. A month is filed as Store.PlanRemittances decides: its run
+// recorded, or a remittance of it or of a later month made.
+func unremittedOverdue(zone string) obs.SQLMetric {
+	return obs.SQLMetric{
+		Name: "gpubill_tax_unremitted_overdue_seconds", Type: obs.Gauge,
+		Help: "Time since the filing that should have taken the oldest withholding no remittance holds was due (0: none due yet): its " +
+			"month's (at the month's end in the tax zone), or for one of a month filed already (its settlement posted after the " +
+			"filing) the next month's.",
+		Query: `select coalesce(greatest(extract(epoch from now() - ((o.month + interval '1 month'
+				+ case when to_char(o.month, 'YYYY-MM') <= f.period then interval '1 month' else interval '0' end) at time zone ` + zone + `)), 0), 0)::float8
+			from (select date_trunc('month', min(created_at) at time zone ` + zone + `) as month
+				from tax.withholdings where remittance_id is null) o,
+				(select max(period) as period from (select max(period) as period from tax.remittance_runs
+					union all select max(period) from tax.remittances) x) f`,
+	}
 }
 
 // unremittedMonth reads the months whose remittance run completed

@@ -133,3 +133,60 @@ func TestLateWithholdingsOfAFiledMonth(t *testing.T) {
 		t.Errorf("gpubill_tax_late_withholding_age_seconds = %v; want about %v (since January's end in Shanghai)", v, want)
 	}
 }
+
+// A withholding no remittance holds is overdue once the filing that
+// should take it was due: its month's, or, for one of a month filed
+// already (its settlement posted after the filing), the next month's.
+// GpubillTaxNotRemitted read its age: one of 1 November posted after
+// November's filing, waiting for December's filing (due on 1 January),
+// paged on 4 December at 33 days.
+func TestUnremittedOverdue(t *testing.T) {
+	t.Parallel()
+	pool := testkit.NewMigratedPool(t, "tax", migrations.For("tax"))
+	ctx := context.Background()
+	zone := taxperiod.Default().Location()
+	var now time.Time
+	if err := pool.QueryRow(ctx, `select now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.In(zone)
+	cur := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, zone) // the month now, in the tax zone
+	prev, prev2 := cur.AddDate(0, -1, 0), cur.AddDate(0, -2, 0)
+	insert := func(id string, at time.Time) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `insert into tax.withholdings (withholding_id, idempotency_key, provider_id, cycle_id, currency,
+				gross, commission, taxable_base, tax_withheld, net, tax_profile, jurisdiction, rule_set, rule_version, certificate_id,
+				created_at) values ($1, $1, 'p-1', 'cyc-20260101', 'CNY', 100, 25, 75, 15, 60, 'individual', 'CN', 'flat20', '1', $1, $2)`,
+			id, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	near := func(got, want float64) bool { return got >= want-600 && got <= want+600 }
+	overdue := func() float64 {
+		t.Helper()
+		return testkit.SQLMetric(t, pool, Metrics(), "gpubill_tax_unremitted_overdue_seconds")
+	}
+
+	// Last month's withholding, its month not filed: due with last month's
+	// filing, at this month's start.
+	insert("wh-prev", prev.Add(time.Hour))
+	if v, want := overdue(), now.Sub(cur).Seconds(); !near(v, want) {
+		t.Errorf("last month not filed: overdue %v; want about %v (since this month's start)", v, want)
+	}
+	// Last month filed without it (settlement posted since): it waits for
+	// this month's filing, not due yet, though older than 33 days.
+	if _, err := pool.Exec(ctx, `insert into tax.remittance_runs (period, completed_at, remittances, not_posted) values ($1, $2, 0, 1)`,
+		prev.Format("2006-01"), cur.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if v := overdue(); v != 0 {
+		t.Errorf("last month filed, its late withholding waiting for this month's filing: overdue %v; want 0 (age %v days)", v,
+			testkit.SQLMetric(t, pool, Metrics(), "gpubill_tax_unremitted_age_seconds")/86400)
+	}
+	// A withholding of the month before, which last month's filing did
+	// not take either: overdue since last month's filing was due.
+	insert("wh-prev2", prev2.Add(time.Hour))
+	if v, want := overdue(), now.Sub(cur).Seconds(); !near(v, want) {
+		t.Errorf("a withholding two months back missed last month's filing: overdue %v; want about %v", v, want)
+	}
+}

@@ -66,8 +66,7 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	if err != nil {
 		return Remitted{}, apperr.Invalid("period", "want YYYY-MM")
 	}
-	now := a.Clock.Now()
-	if now.Before(p.End) {
+	if now := a.Clock.Now(); now.Before(p.End) {
 		return Remitted{}, fmt.Errorf("period %s has not ended yet (it ends at %s): %w", period,
 			p.End.Format(time.RFC3339), apperr.ErrPrecondition)
 	}
@@ -78,22 +77,31 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 	// first filed empty; and a check marking an earlier month's remittance
 	// reversed while a run planned its own month gave that month the
 	// reversed one's withholdings, its tax filed under the wrong month.
-	unlock, err := a.Store.LockRuns(ctx)
+	// The lock lives on one session, which may end mid-run: each write of
+	// the run checks its fence (f), and a run that lost the lock to
+	// another fails (ErrRunsLockLost) at its next write, the other's plan
+	// the month's only one.
+	f, unlock, err := a.Store.LockRuns(ctx)
 	if err != nil {
 		return Remitted{}, err
 	}
 	defer unlock()
-	return a.remitPeriod(ctx, period, p.End, now, linesMax)
+	// The clock is read once the lock is held: the run's times (its
+	// remittances' created_at and remitted_at, reversals' reversed_at, its
+	// record's completed_at) are those of its writes. Read before the
+	// wait, they were as old as the wait was long, older than the writes
+	// of the run or check it waited for.
+	return a.remitPeriod(ctx, f, period, p.End, a.Clock.Now(), linesMax)
 }
 
 // remitPeriod is RemitTax of period (ending at end) under the runs' lock.
-func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time, linesMax int) (Remitted, error) {
+func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, now time.Time, linesMax int) (Remitted, error) {
 	// Before confirmPosted: the withholdings a reversed remittance gives
 	// back have their settlements looked up again with the others.
-	if err := a.releaseReversed(ctx, period, now); err != nil {
+	if err := a.releaseReversed(ctx, f, period, now); err != nil {
 		return Remitted{}, err
 	}
-	notPosted, err := a.confirmPosted(ctx, end)
+	notPosted, err := a.confirmPosted(ctx, f, end)
 	if err != nil {
 		return Remitted{}, err
 	}
@@ -101,7 +109,7 @@ func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time
 	if err != nil {
 		return Remitted{}, err
 	}
-	if err := a.replanReversed(ctx, reversed, now); err != nil {
+	if err := a.replanReversed(ctx, f, reversed, now); err != nil {
 		return Remitted{}, err
 	}
 	// An earlier month's remittance still pending (its post refused, the
@@ -112,19 +120,19 @@ func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time
 	if err != nil {
 		return Remitted{}, err
 	}
-	rems, err := a.Store.PlanRemittances(ctx, period, end, now)
+	rems, err := a.Store.PlanRemittances(ctx, f, period, end, now)
 	if err != nil {
 		return Remitted{}, err
 	}
 	rems = append(earlier, rems...)
-	reversedOnPost, err := a.post(ctx, rems, now)
+	reversedOnPost, err := a.post(ctx, f, rems, now)
 	if err != nil {
 		return Remitted{}, err
 	}
 	if reversedOnPost {
 		// Its tax is remitted again now, not by the next check: the run's
 		// answer shows the new remittance with the reversed one.
-		again, err := a.remitReversed(ctx, now)
+		again, err := a.remitReversed(ctx, f, now)
 		if err != nil {
 			return Remitted{}, err
 		}
@@ -139,7 +147,7 @@ func (a *App) remitPeriod(ctx context.Context, period string, end, now time.Time
 	}
 	// Planned and posted: the month's run is complete (GpubillTaxMonthNotRemitted
 	// reads the months that are not), with nothing owed too.
-	if err := a.Store.RecordRun(ctx, period, now, len(rems), notPosted); err != nil {
+	if err := a.Store.RecordRun(ctx, f, period, now, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
 	outstanding, err := a.Store.Outstanding(ctx, end)
@@ -185,7 +193,7 @@ func (a *App) reportHead(ctx context.Context, rems []domain.Remittance, linesMax
 // tax:withheld, until a later run's releaseReversed. It is recorded
 // remitted, then reversed at once (markReversed), and post reports that
 // it met one (reversed): its tax waits for its period's next plan.
-func (a *App) post(ctx context.Context, rems []domain.Remittance, now time.Time) (reversed bool, err error) {
+func (a *App) post(ctx context.Context, f Fence, rems []domain.Remittance, now time.Time) (reversed bool, err error) {
 	var refused []error
 	for i, r := range rems {
 		if r.Status != domain.RemittancePending {
@@ -198,14 +206,14 @@ func (a *App) post(ctx context.Context, rems []domain.Remittance, now time.Time)
 				continue
 			}
 		}
-		if err := a.Store.MarkRemitted(ctx, r.ID, tx.ID, now); err != nil {
+		if err := a.Store.MarkRemitted(ctx, f, r.ID, tx.ID, now); err != nil {
 			return false, err
 		}
 		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, tx.ID, &now
 		if !tx.Reversed {
 			continue
 		}
-		marked, err := a.markReversed(ctx, rems[i], tx.ReversedBy, now)
+		marked, err := a.markReversed(ctx, f, rems[i], tx.ReversedBy, now)
 		if err != nil {
 			return false, err
 		}
@@ -234,22 +242,23 @@ const RemitReversedEvery = 10 * time.Minute
 // in tax:withheld and unpaid until then. It plans no month's first
 // remittance (the run does), and a check and a run side by side remit
 // nothing twice: a check waits for a run (and a run for a check) under the
-// remittance runs' lock (Store.LockRuns), and marking, planning and posting
+// remittance runs' lock (Store.LockRuns, whose fence each of their writes
+// checks: one that lost the lock writes nothing more), and marking, planning and posting
 // (the remittance id is the ledger key) are each idempotent. It returns the
 // remittances it posted or left pending.
 func (a *App) RemitReversed(ctx context.Context) ([]domain.Remittance, error) {
-	unlock, err := a.Store.LockRuns(ctx)
+	f, unlock, err := a.Store.LockRuns(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return a.remitReversed(ctx, a.Clock.Now())
+	return a.remitReversed(ctx, f, a.Clock.Now())
 }
 
 // remitReversed is RemitReversed under the runs' lock, which RemitTax holds.
-func (a *App) remitReversed(ctx context.Context, now time.Time) ([]domain.Remittance, error) {
+func (a *App) remitReversed(ctx context.Context, f Fence, now time.Time) ([]domain.Remittance, error) {
 	current := a.TaxPeriods.At(now).ID
-	if err := a.releaseReversed(ctx, current, now); err != nil {
+	if err := a.releaseReversed(ctx, f, current, now); err != nil {
 		return nil, err
 	}
 	reversed, err := a.Store.ReversedUnplanned(ctx, current)
@@ -263,10 +272,10 @@ func (a *App) remitReversed(ctx context.Context, now time.Time) ([]domain.Remitt
 		if err != nil {
 			return nil, fmt.Errorf("period %q of a reversed remittance: %w", reversed[len(reversed)-1], err)
 		}
-		if _, err := a.confirmPosted(ctx, last.End); err != nil {
+		if _, err := a.confirmPosted(ctx, f, last.End); err != nil {
 			return nil, err
 		}
-		if err := a.replanReversed(ctx, reversed, now); err != nil {
+		if err := a.replanReversed(ctx, f, reversed, now); err != nil {
 			return nil, err
 		}
 	}
@@ -274,7 +283,7 @@ func (a *App) remitReversed(ctx context.Context, now time.Time) ([]domain.Remitt
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.post(ctx, pending, now); err != nil {
+	if _, err := a.post(ctx, f, pending, now); err != nil {
 		return nil, err
 	}
 	return pending, nil
@@ -289,7 +298,7 @@ func (a *App) remitReversed(ctx context.Context, now time.Time) ([]domain.Remitt
 // unpaid. A remittance's key that holds no transaction, or another than
 // the one recorded, is logged at ERROR and left as it is: the two services
 // disagree on money.
-func (a *App) releaseReversed(ctx context.Context, period string, now time.Time) error {
+func (a *App) releaseReversed(ctx context.Context, f Fence, period string, now time.Time) error {
 	after := ""
 	for {
 		rs, err := a.Store.RemittedUpTo(ctx, period, after, MaxLookupKeys)
@@ -312,7 +321,7 @@ func (a *App) releaseReversed(ctx context.Context, period string, now time.Time)
 				a.Log.Error("a remitted tax remittance's key holds no ledger transaction, or another than the one it recorded: left as it is",
 					"remittance_id", r.ID, "transaction_id", r.TransactionID, "found", tx.ID)
 			case tx.Reversed:
-				if _, err := a.markReversed(ctx, r, tx.ReversedBy, now); err != nil {
+				if _, err := a.markReversed(ctx, f, r, tx.ReversedBy, now); err != nil {
 					return err
 				}
 			}
@@ -324,8 +333,8 @@ func (a *App) releaseReversed(ctx context.Context, period string, now time.Time)
 // transaction reversedBy and gives its withholdings back to its period
 // (Store.MarkReversed), logging it; false when another run or check marked
 // it first.
-func (a *App) markReversed(ctx context.Context, r domain.Remittance, reversedBy string, now time.Time) (bool, error) {
-	marked, err := a.Store.MarkReversed(ctx, r.ID, reversedBy, now)
+func (a *App) markReversed(ctx context.Context, f Fence, r domain.Remittance, reversedBy string, now time.Time) (bool, error) {
+	marked, err := a.Store.MarkReversed(ctx, f, r.ID, reversedBy, now)
 	if marked {
 		a.Log.Warn("a tax remittance's ledger transaction was reversed: marked reversed, its tax remitted again by a new remittance of its period",
 			"remittance_id", r.ID, "period", r.Period, "transaction_id", r.TransactionID, "reversed_by", reversedBy,
@@ -342,13 +351,13 @@ func (a *App) markReversed(ctx context.Context, r domain.Remittance, reversedBy 
 // month, it was reported as that month's tax. A month is planned again as
 // long as a reversed remittance of it has no other (a run that stopped
 // after the reversal was marked, settlements not posted yet).
-func (a *App) replanReversed(ctx context.Context, reversed []string, now time.Time) error {
+func (a *App) replanReversed(ctx context.Context, f Fence, reversed []string, now time.Time) error {
 	for _, q := range reversed {
 		qp, err := a.TaxPeriods.Parse(q)
 		if err != nil {
 			return fmt.Errorf("period %q of a reversed remittance: %w", q, err)
 		}
-		if _, err := a.Store.PlanRemittances(ctx, q, qp.End, now); err != nil {
+		if _, err := a.Store.PlanRemittances(ctx, f, q, qp.End, now); err != nil {
 			return err
 		}
 	}
@@ -366,7 +375,7 @@ func (a *App) replanReversed(ctx context.Context, reversed []string, now time.Ti
 // tax:withheld the withholding's tax (another write took the key) is left
 // out too, logged at ERROR: the two services disagree on money. It returns
 // how many it left out.
-func (a *App) confirmPosted(ctx context.Context, end time.Time) (int, error) {
+func (a *App) confirmPosted(ctx context.Context, f Fence, end time.Time) (int, error) {
 	notPosted, after := 0, ""
 	for {
 		ws, err := a.Store.Unremitted(ctx, end, after, MaxLookupKeys)
@@ -401,7 +410,7 @@ func (a *App) confirmPosted(ctx context.Context, end time.Time) (int, error) {
 				notPosted++
 			}
 		}
-		if err := a.Store.MarkPosted(ctx, posted); err != nil {
+		if err := a.Store.MarkPosted(ctx, f, posted); err != nil {
 			return notPosted, err
 		}
 	}

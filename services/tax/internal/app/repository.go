@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/gpubill/gpubill/pkg/apperr"
 
 	"github.com/gpubill/gpubill/services/tax/internal/domain"
 )
@@ -35,15 +38,21 @@ type Store interface {
 	SetSelection(ctx context.Context, scope, ruleSet string, from time.Time) (time.Time, error)
 
 	// LockRuns takes the remittance runs' lock (one database-wide, across
-	// replicas), waiting for it until ctx ends, and returns its release:
-	// RemitTax and RemitReversed each run whole under it.
-	LockRuns(ctx context.Context) (unlock func(), err error)
+	// replicas), waiting for it until ctx ends, and returns its fence and
+	// its release: RemitTax and RemitReversed each run whole under it. The
+	// lock lives on one database session, which may end mid-run (its
+	// connection killed, an idle timeout): another run may then take it
+	// while this one goes on. Each of a run's writes (MarkPosted,
+	// PlanRemittances, MarkRemitted, MarkReversed, RecordRun) takes its
+	// fence and commits only while no later run has taken the lock, else
+	// fails with ErrRunsLockLost and writes nothing.
+	LockRuns(ctx context.Context) (f Fence, unlock func(), err error)
 	// Unremitted pages (by id, after `after`) through the unremitted
 	// withholdings recorded before end.
 	Unremitted(ctx context.Context, end time.Time, after string, limit int) ([]domain.Withholding, error)
 	// MarkPosted records unremitted withholdings' (by id) settlement
 	// transactions ("": none).
-	MarkPosted(ctx context.Context, txByWithholding map[string]string) error
+	MarkPosted(ctx context.Context, f Fence, txByWithholding map[string]string) error
 	// Outstanding counts the withholdings recorded before end that no
 	// remittance holds.
 	Outstanding(ctx context.Context, end time.Time) (int, error)
@@ -54,15 +63,15 @@ type Store interface {
 	// A period filed already (its run recorded, or a remittance of it or of
 	// a later period made) takes only the withholdings a reversed remittance
 	// of it gave back.
-	PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error)
-	MarkRemitted(ctx context.Context, id, txID string, at time.Time) error
+	PlanRemittances(ctx context.Context, f Fence, period string, end, now time.Time) ([]domain.Remittance, error)
+	MarkRemitted(ctx context.Context, f Fence, id, txID string, at time.Time) error
 	// RemittedUpTo pages (by id, after `after`) through the remittances of
 	// periods up to period remitted with a ledger transaction.
 	RemittedUpTo(ctx context.Context, period, after string, limit int) ([]domain.Remittance, error)
 	// MarkReversed marks a remitted remittance reversed by the ledger
 	// transaction reversedBy and gives its withholdings back to its
 	// period (unremitted); false when it was not remitted.
-	MarkReversed(ctx context.Context, id, reversedBy string, at time.Time) (bool, error)
+	MarkReversed(ctx context.Context, f Fence, id, reversedBy string, at time.Time) (bool, error)
 	// ReversedUnplanned lists the periods before period (oldest first)
 	// with a reversed remittance and no other of its jurisdiction and
 	// currency: their withholdings wait for the period's next plan.
@@ -78,7 +87,7 @@ type Store interface {
 	// (its remittances, as many as answered, all posted; notPosted
 	// withholdings left out), once: a month recorded already keeps its
 	// first record.
-	RecordRun(ctx context.Context, period string, completedAt time.Time, remittances, notPosted int) error
+	RecordRun(ctx context.Context, f Fence, period string, completedAt time.Time, remittances, notPosted int) error
 	// Report totals the withholdings of the remittances (by id) per
 	// remittance and provider, in the order of remittanceIDs and then by
 	// provider: the first limit lines.
@@ -89,6 +98,17 @@ type Store interface {
 	// limit after afterProvider; false when no remittance has the id.
 	ReportPage(ctx context.Context, remittanceID, afterProvider string, limit int) ([]domain.ReportLine, bool, error)
 }
+
+// Fence is one taking of the remittance runs' lock (Store.LockRuns): the
+// token a run's writes are checked against.
+type Fence int64
+
+// ErrRunsLockLost is the error of a run's write after another run took the
+// runs' lock from it (its session ended mid-run): the run stops, writing
+// nothing more, and the other's writes stand. It is unavailable (503, a
+// Temporal activity retries it): a month run again posts nothing twice.
+var ErrRunsLockLost = fmt.Errorf("the tax remittance run lost the runs' lock to another run (its database session ended); run it again: %w",
+	apperr.ErrUnavailable)
 
 // RemittanceFilter selects remittances: an empty field selects any.
 type RemittanceFilter struct {

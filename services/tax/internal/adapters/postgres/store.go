@@ -296,9 +296,12 @@ func scanRem(r pgx.CollectableRow) (domain.Remittance, error) {
 // withholdings the reversal gave back, under the id of the first with
 // -{n} added (rem-2026-02-CN-CNY-2 after rem-2026-02-CN-CNY): the id is the
 // ledger key, and the reversed one's would answer the reversed transaction.
-func (s *Store) PlanRemittances(ctx context.Context, period string, end, now time.Time) ([]domain.Remittance, error) {
+func (s *Store) PlanRemittances(ctx context.Context, f app.Fence, period string, end, now time.Time) ([]domain.Remittance, error) {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		if err := checkFence(ctx, tx, f); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, planRemittancesSQL, period, end, now)
@@ -370,7 +373,7 @@ func (s *Store) Outstanding(ctx context.Context, end time.Time) (int, error) {
 
 // MarkPosted records each unremitted withholding's (by id) settlement
 // transaction ("": none).
-func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]string) error {
+func (s *Store) MarkPosted(ctx context.Context, f app.Fence, txByWithholding map[string]string) error {
 	if len(txByWithholding) == 0 {
 		return nil
 	}
@@ -385,6 +388,9 @@ func (s *Store) MarkPosted(ctx context.Context, txByWithholding map[string]strin
 	// run a 500.
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		if err := checkFence(ctx, tx, f); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `update tax.withholdings w set settlement_tx_id = nullif(p.tx, '')
@@ -412,25 +418,70 @@ const runLockPoll = 50 * time.Millisecond
 // any transaction while the run asks the ledger. unlock releases it; a
 // connection whose unlock fails is closed, which ends its session and the
 // lock with it.
-func (s *Store) LockRuns(ctx context.Context) (unlock func(), err error) {
-	unlock, err = pg.SessionLock{Pool: s.Pool, Key: "gpubill.tax.remit.run"}.Lock(ctx, runLockPoll)
+//
+// That session may end while the run goes on (its connection killed,
+// idle_session_timeout, the network): another replica's run then takes the
+// lock. Each taking draws the next token of tax.remittance_run_fence (the
+// fence returned), and each write of a run checks its token in its own
+// transaction (checkFence): the taking's update waits for a write holding
+// the row, and a write after it finds a later token and fails with
+// app.ErrRunsLockLost. A run that lost the lock writes nothing once the
+// next has taken it, and the next reads everything it wrote before.
+func (s *Store) LockRuns(ctx context.Context) (app.Fence, func(), error) {
+	unlock, err := pg.SessionLock{Pool: s.Pool, Key: "gpubill.tax.remit.run"}.Lock(ctx, runLockPoll)
 	if err != nil {
-		return nil, fmt.Errorf("remittance runs' lock (another tax remittance run): %w", err)
+		return 0, nil, fmt.Errorf("remittance runs' lock (another tax remittance run): %w", err)
 	}
-	return unlock, nil
+	var token int64
+	if err := s.Pool.QueryRow(ctx, `update tax.remittance_run_fence set token = token + 1 returning token`).Scan(&token); err != nil {
+		unlock()
+		return 0, nil, fmt.Errorf("remittance runs' fence: %w", err)
+	}
+	return app.Fence(token), unlock, nil
 }
 
-// MarkRemitted records the ledger transaction of a remittance.
-func (s *Store) MarkRemitted(ctx context.Context, id, txID string, at time.Time) error {
-	_, err := s.Pool.Exec(ctx, `update tax.remittances set status = 'remitted', transaction_id = $2, reference = $1, remitted_at = $3
-		where remittance_id = $1 and status = 'pending'`, id, txID, at)
-	return err
+// checkFence fails with app.ErrRunsLockLost unless f is the latest taking
+// of the runs' lock, and holds the fence's row (share) until tx ends: a
+// later taking waits for tx (LockRuns).
+func checkFence(ctx context.Context, tx pgx.Tx, f app.Fence) error {
+	var token int64
+	if err := tx.QueryRow(ctx, `select token from tax.remittance_run_fence for share`).Scan(&token); err != nil {
+		return fmt.Errorf("remittance runs' fence: %w", err)
+	}
+	if app.Fence(token) != f {
+		return fmt.Errorf("fence %d, the lock taken since as %d: %w", f, token, app.ErrRunsLockLost)
+	}
+	return nil
 }
 
-// RecordRun implements app.Store.
-func (s *Store) RecordRun(ctx context.Context, period string, completedAt time.Time, remittances, notPosted int) error {
-	if _, err := s.Pool.Exec(ctx, `insert into tax.remittance_runs (period, completed_at, remittances, not_posted)
-		values ($1, $2, $3, $4) on conflict (period) do nothing`, period, completedAt, remittances, notPosted); err != nil {
+// MarkRemitted records the ledger transaction of a remittance, if f is
+// still the runs' latest fence.
+func (s *Store) MarkRemitted(ctx context.Context, f app.Fence, id, txID string, at time.Time) error {
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := checkFence(ctx, tx, f); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `update tax.remittances set status = 'remitted', transaction_id = $2, reference = $1, remitted_at = $3
+			where remittance_id = $1 and status = 'pending'`, id, txID, at)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("mark remittance %s remitted: %w", id, err)
+	}
+	return nil
+}
+
+// RecordRun implements app.Store, if f is still the runs' latest fence.
+func (s *Store) RecordRun(ctx context.Context, f app.Fence, period string, completedAt time.Time, remittances, notPosted int) error {
+	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := checkFence(ctx, tx, f); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `insert into tax.remittance_runs (period, completed_at, remittances, not_posted)
+			values ($1, $2, $3, $4) on conflict (period) do nothing`, period, completedAt, remittances, notPosted)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("record remittance run of %s: %w", period, err)
 	}
 	return nil
@@ -479,11 +530,14 @@ func (s *Store) RemittedUpTo(ctx context.Context, period, after string, limit in
 // back (unremitted: the next plan of its period takes those still posted),
 // in one transaction under the remittance runs' lock. It reports whether it
 // did: false when the remittance is not remitted (another run marked it).
-func (s *Store) MarkReversed(ctx context.Context, id, reversedBy string, at time.Time) (bool, error) {
+func (s *Store) MarkReversed(ctx context.Context, f app.Fence, id, reversedBy string, at time.Time) (bool, error) {
 	var marked bool
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		marked = false
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('gpubill.tax.remit'))`); err != nil {
+			return err
+		}
+		if err := checkFence(ctx, tx, f); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `update tax.remittances set status = 'reversed', reversed_by = $2, reversed_at = $3
