@@ -260,6 +260,14 @@ func TestRESTPartiesSeeOnlyTheirOwnPostings(t *testing.T) {
 			t.Errorf("GET /v1/transactions%s as r-1: %d %s; want 403, the same for any key", q, code, body)
 		}
 	}
+	// By ids, finance's and the services' alone: a party reads its entries
+	// one at a time (GET /v1/transactions/{id}).
+	for _, q := range []string{"?transaction_ids=" + refund, "?account=renter:r-1:wallet&transaction_ids=" + refund} {
+		r1.t = t
+		if code, body := r1.do("GET", "/v1/transactions"+q, ""); code != 403 || strings.Contains(body, "refund-r-1") {
+			t.Errorf("GET /v1/transactions%s as r-1: %d %s; want 403", q, code, body)
+		}
+	}
 	// Staff read the entry whole, hash and text included.
 	for _, c := range []restClient{fin, token(auth.RoleAuditor, "")} {
 		for _, id := range []string{refund, charge} {

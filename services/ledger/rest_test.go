@@ -283,3 +283,47 @@ func TestRESTListsTransactionsByIdempotencyKey(t *testing.T) {
 		}
 	}
 }
+
+// A service reads many entries in one call by their ids (payout's
+// settled-outside check asked GetTransaction once per claimed entry, every
+// pass): the transactions named, in the journal's order, each with its
+// reversed_by, ids the journal holds nothing under left out. A listing of
+// its own: with an account, keys or a page token, more than MaxLookupKeys
+// ids, or an id that is none, it is a 400 naming the field.
+func TestRESTListsTransactionsByID(t *testing.T) {
+	t.Parallel()
+	f, c := financeREST(t)
+	a := f.deposit(t, "r-1", "10", "CNY", "ref-a")
+	b := f.deposit(t, "r-2", "10", "CNY", "ref-b")
+	code, body := c.do("POST", "/v1/transactions/"+a.ID+":reverse", `{}`)
+	if code != 200 {
+		t.Fatalf("reverse: %d %s", code, body)
+	}
+	var resp struct {
+		Transactions []struct {
+			TransactionID string `json:"transaction_id"`
+			ReversedBy    string `json:"reversed_by"`
+		} `json:"transactions"`
+	}
+	nobody := "0190a4c2-0000-7000-8000-000000000000"
+	q := "/v1/transactions?transaction_ids=" + b.ID + "&transaction_ids=" + nobody + "&transaction_ids=" + strings.ToUpper(a.ID)
+	code, body = c.do("GET", q, "")
+	if err := json.Unmarshal([]byte(body), &resp); code != 200 || err != nil || len(resp.Transactions) != 2 {
+		t.Fatalf("by ids: %d %s %v; want %s and %s", code, body, err, a.ID, b.ID)
+	}
+	reversedBy := map[string]string{}
+	for _, x := range resp.Transactions {
+		reversedBy[x.TransactionID] = x.ReversedBy
+	}
+	if rb, ok := reversedBy[b.ID]; !ok || rb != "" || reversedBy[a.ID] == "" {
+		t.Fatalf("by ids: %+v; want %s reversed, %s not", resp.Transactions, a.ID, b.ID)
+	}
+	many := strings.Repeat("&transaction_ids="+b.ID, app.MaxLookupKeys+1)[1:]
+	for _, bad := range []string{"?" + many, "?transaction_ids=x", "?transaction_ids=" + b.ID + "&account=renter:r-2:wallet",
+		"?transaction_ids=" + b.ID + "&idempotency_keys=k", "?transaction_ids=" + b.ID + "&page_token=x"} {
+		if code, body := c.do("GET", "/v1/transactions"+bad, ""); code != 400 ||
+			!strings.Contains(body, "transaction_ids") && !strings.Contains(body, "account") && !strings.Contains(body, "idempotency_keys") && !strings.Contains(body, "page_token") {
+			t.Errorf("GET /v1/transactions%.60s: %d %s; want 400 naming the field", bad, code, body)
+		}
+	}
+}

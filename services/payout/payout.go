@@ -294,7 +294,8 @@ func New(ctx context.Context, d svc.Deps, tc client.Client, taskQueue string, cf
 	}
 	rail := s.wireRails(cfg)
 	lc := ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}
-	s.payouts = &app.Payouts{Store: st, Ledger: lc, Entries: lc, Rail: rail, Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log}
+	s.payouts = &app.Payouts{Store: st, Ledger: lc, Entries: lc, Rail: rail, Minimums: cfg.Minimums, Clock: d.Clock, Log: d.Log,
+		SettledOutsideCheckLock: pg.SessionLock{Pool: d.Pool, Key: app.SettledOutsideCheckLockKey}}
 	s.topups = &app.TopUps{Ledger: ledgerclient.Ledger{Client: ledgerv1.NewLedgerServiceClient(d.Internal)}, Store: st, Clock: d.Clock, Log: d.Log}
 	s.wireTopUps(cfg)
 	s.acts = &ports.Activities{App: s.payouts}

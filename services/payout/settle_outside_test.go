@@ -31,6 +31,16 @@ func (e entries) Entry(_ context.Context, id string) (domain.LedgerEntry, error)
 	return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, apperr.ErrNotFound)
 }
 
+func (e entries) Entries(ctx context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	var out []domain.LedgerEntry
+	for _, id := range ids {
+		if x, ok := e[id]; ok {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
 // manualPayment is finance's entry paying amount by hand: Dr
 // provider:{provider}:available, Cr bank:client.
 func manualPayment(id, provider, amount, currency string) domain.LedgerEntry {
@@ -164,6 +174,10 @@ type reversingEntries struct {
 	journal    entries
 	reversedBy string
 	reads      int
+}
+
+func (r *reversingEntries) Entries(ctx context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	return r.journal.Entries(ctx, ids)
 }
 
 func (r *reversingEntries) Entry(ctx context.Context, id string) (domain.LedgerEntry, error) {
@@ -339,15 +353,166 @@ func TestFailedPayoutSettledOutsideBySeveralEntries(t *testing.T) {
 	if _, err := settle("po-5", "", "tx-a"); !errors.Is(err, apperr.ErrConflict) {
 		t.Fatalf("po-5 settled again by tx-a alone: %v, want a conflict", err)
 	}
-	// The check reads every claim: tx-b reversed fails po-5 again, both
-	// claims released.
+	// The check reads every claim: tx-b reversed fails po-5 again, tx-b
+	// released, tx-a (350.00 paid by hand, standing) still claimed
+	// (TestSettledOutsideBySeveralOneReversedNeverPaysTwice).
 	e := journal["tx-b"]
 	e.ReversedBy = "tx-rev"
 	journal["tx-b"] = e
 	if err := a.CheckSettledOutside(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if q, err := s.GetPayout(ctx, "po-5"); err != nil || q.Status != domain.StatusFailed || claims("po-5") != "" {
-		t.Fatalf("po-5 after tx-b was reversed: %s %v, claims %q; want failed, nothing claimed", q.Status, err, claims("po-5"))
+	if q, err := s.GetPayout(ctx, "po-5"); err != nil || q.Status != domain.StatusFailed || claims("po-5") != "tx-a" {
+		t.Fatalf("po-5 after tx-b was reversed: %s %v, claims %q; want failed, tx-a still claimed", q.Status, err, claims("po-5"))
+	}
+}
+
+// balances sums the journal's postings on provider p's available and on
+// bank:client (each on its normal side: credit positive for available, a
+// liability; debit positive for bank:client, an asset), reversals
+// included.
+func balances(journal entries, reversals []domain.LedgerEntry, p string) (available, bank decimal.Decimal) {
+	all := make([]domain.LedgerEntry, 0, len(journal)+len(reversals))
+	for _, e := range journal {
+		all = append(all, e)
+	}
+	for _, e := range append(all, reversals...) {
+		for _, x := range e.Postings {
+			sign := map[string]int64{"credit": 1, "debit": -1}[x.Direction]
+			switch x.Account {
+			case domain.AvailableAccount(p):
+				available = available.Add(x.Amount.Mul(decimal.NewFromInt(sign)))
+			case domain.ClientBank:
+				bank = bank.Sub(x.Amount.Mul(decimal.NewFromInt(sign)))
+			}
+		}
+	}
+	return available, bank
+}
+
+// reverse is the ledger reversing journal[id] by rid (every posting
+// mirrored, the two linked).
+func reverse(journal entries, id, rid string) domain.LedgerEntry {
+	e := journal[id]
+	e.ReversedBy = rid
+	journal[id] = e
+	r := domain.LedgerEntry{ID: rid, Reverses: id}
+	for _, x := range e.Postings {
+		x.Direction = map[string]string{"debit": "credit", "credit": "debit"}[x.Direction]
+		r.Postings = append(r.Postings, x)
+	}
+	return r
+}
+
+// Finance paid p-3's failed payout (net 600.00, failed bank_rejected, its
+// net back in available) by hand in two transfers, tx-a 350.00 and tx-b
+// 250.00, and settled it outside by both; then reversed tx-b (that
+// transfer bounced). Balances: available 0.00 → 250.00; bank:client
+// −600.00 → −350.00: the provider holds 350.00 of the net, paid by tx-a,
+// which stands. All claims were released and the payout failed, its note
+// saying "the net is back in available" (250.00 of 600.00 is), and :retry
+// was accepted: the retry posts the whole net (600.00) from available to
+// in_transit, waits at the gate for 350.00 of a newer cycle's money, and
+// pays 600.00 by rail: 950.00 for a 600.00 net, the newer cycle's payout
+// short by 350.00. The payout now keeps tx-a claimed, fails again naming
+// what stands, refuses :retry while tx-a stands, and is settled outside
+// again only by tx-a with entries for the rest (a settlement leaving tx-a
+// out is a conflict); tx-a reversed too, the payout holds nothing and a
+// retry pays the whole net, which is then back in available.
+func TestSettledOutsideBySeveralOneReversedNeverPaysTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-3', 'p-3', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'bank_rejected', 1, true, now() - interval '3 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	journal := entries{
+		// The failed payout's net back in available (Dr in_transit, Cr available).
+		"tx-failed": {ID: "tx-failed", Postings: []domain.LedgerPosting{
+			{Account: domain.InTransitAccount("p-3"), Direction: "debit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")},
+			{Account: domain.AvailableAccount("p-3"), Direction: "credit", Currency: "CNY", Amount: decimal.RequireFromString("600.00")}}},
+		"tx-a": manualPayment("tx-a", "p-3", "350.00", "CNY"),
+		"tx-b": manualPayment("tx-b", "p-3", "250.00", "CNY"),
+		"tx-c": manualPayment("tx-c", "p-3", "250.00", "CNY"),
+	}
+	var reversals []domain.LedgerEntry
+	s := &postgres.Store{Pool: pool}
+	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	settle := func(ids ...string) (domain.Payout, error) {
+		return a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: "po-3", TransactionIDs: ids, Reason: "two transfers, ICBC 77/78", By: "fin-1"})
+	}
+	claims := func() string {
+		t.Helper()
+		var got string
+		if err := pool.QueryRow(ctx, `select coalesce(string_agg(transaction_id, ',' order by transaction_id), '')
+			from payout.settled_outside where payout_id = 'po-3'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// The journal as settled: two entries, available 0, bank:client out 600.
+	delete(journal, "tx-c")
+	if _, err := settle("tx-a", "tx-b"); err != nil {
+		t.Fatal(err)
+	}
+	if av, bank := balances(journal, reversals, "p-3"); !av.Equal(decimal.Zero) || !bank.Equal(decimal.RequireFromString("-600")) {
+		t.Fatalf("after settling by tx-a and tx-b: available %s, bank:client %s; want 0, -600", av, bank)
+	}
+	reversals = append(reversals, reverse(journal, "tx-b", "tx-rev-b"))
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatal(err)
+	}
+	av, bank := balances(journal, reversals, "p-3")
+	if !av.Equal(decimal.RequireFromString("250")) || !bank.Equal(decimal.RequireFromString("-350")) {
+		t.Fatalf("after tx-b reversed: available %s, bank:client %s; want 250, -350 (350.00 paid by tx-a, standing)", av, bank)
+	}
+	p, err := s.GetPayout(ctx, "po-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.History[len(p.History)-1]
+	if p.Status != domain.StatusFailed || !strings.Contains(last.Note, "tx-rev-b") || !strings.Contains(last.Note, "tx-a") {
+		t.Fatalf("po-3 after tx-b reversed: %s, last history %q; want failed naming tx-rev-b and tx-a, which stands", p.Status, last.Note)
+	}
+	if err := a.Retry(ctx, "po-3", "new account"); !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("retry of po-3 while tx-a (350.00 paid by hand) stands: %v; want refused: a retry pays the whole net "+
+			"(600.00) out of available (%s): 350.00 + 600.00 = 950.00 paid for a net of 600.00", err, av)
+	}
+	if got := claims(); got != "tx-a" {
+		t.Fatalf("po-3's claims after tx-b reversed: %q; want tx-a (it stands: 350.00 of the net paid by hand)", got)
+	}
+	journal["tx-c"] = manualPayment("tx-c", "p-3", "250.00", "CNY")
+	journal["tx-full"] = manualPayment("tx-full", "p-3", "600.00", "CNY")
+	for _, alone := range []string{"tx-full", "tx-c"} {
+		if _, err := settle(alone); !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "tx-a") {
+			t.Fatalf("po-3 settled by %s alone while it still claims tx-a: %v; want a conflict naming tx-a", alone, err)
+		}
+	}
+	delete(journal, "tx-full")
+	if p, err := settle("tx-a", "tx-c"); err != nil || p.Status != domain.StatusSettledOutside {
+		t.Fatalf("po-3 settled again by tx-a (standing) and tx-c (the rest): %v; want settled_outside", err)
+	}
+	if got := claims(); got != "tx-a,tx-c" {
+		t.Fatalf("po-3's claims: %q, want tx-a,tx-c", got)
+	}
+	if av, bank := balances(journal, reversals, "p-3"); !av.Equal(decimal.Zero) || !bank.Equal(decimal.RequireFromString("-600")) {
+		t.Fatalf("after settling again: available %s, bank:client %s; want 0, -600 (the net paid once)", av, bank)
+	}
+	// Both reversed: nothing stands, the payout holds nothing and a retry
+	// pays the net, all of it back in available.
+	reversals = append(reversals, reverse(journal, "tx-a", "tx-rev-a"), reverse(journal, "tx-c", "tx-rev-c"))
+	if err := a.CheckSettledOutside(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := claims(); got != "" {
+		t.Fatalf("po-3's claims after every entry was reversed: %q, want none", got)
+	}
+	if av, _ := balances(journal, reversals, "p-3"); !av.Equal(decimal.RequireFromString("600")) {
+		t.Fatalf("available after every entry reversed: %s, want 600", av)
+	}
+	if err := a.Retry(ctx, "po-3", "new account"); err != nil {
+		t.Fatalf("retry of po-3, every hand payment reversed: %v", err)
 	}
 }

@@ -208,8 +208,8 @@ func (l *Ledger) CloseLedgerCycle(_ context.Context, req *ledgerv1.CloseLedgerCy
 	return &ledgerv1.CloseLedgerCycleResponse{CycleId: req.CycleId, ClosedAt: timestamppb.New(l.closed[req.CycleId])}, nil
 }
 
-// ListTransactions implements LedgerService (one page, by account or by
-// idempotency keys).
+// ListTransactions implements LedgerService (one page, by account, by
+// idempotency keys or by transaction ids).
 func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -217,6 +217,14 @@ func (l *Ledger) ListTransactions(_ context.Context, req *ledgerv1.ListTransacti
 	txs := l.txs
 	if req.Account != "" {
 		txs = l.byAcct[req.Account]
+	}
+	if len(req.TransactionIds) > 0 {
+		for _, tx := range l.txs {
+			if slices.Contains(req.TransactionIds, tx.TransactionId) {
+				resp.Transactions = append(resp.Transactions, tx)
+			}
+		}
+		return resp, nil
 	}
 	if len(req.IdempotencyKeys) > 0 {
 		for _, tx := range txs {

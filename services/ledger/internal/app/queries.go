@@ -314,6 +314,31 @@ func (a *App) transactionsByKeys(ctx context.Context, account string, keys []str
 	return out, nil
 }
 
+// TransactionsByIDs answers the transactions ids name (at most
+// MaxLookupKeys, each a transaction id), in id order, each with its
+// reverses / reversed_by links: an id the journal holds nothing under is
+// left out. One query for a service reading many entries at once (payout's
+// settled-outside check asked GetTransaction once per claimed entry, every
+// pass, on every replica).
+func (a *App) TransactionsByIDs(ctx context.Context, ids []string) ([]*domain.Transaction, error) {
+	var v apperr.Validator
+	v.Check(len(ids) <= MaxLookupKeys, "transaction_ids", "at most %d ids, got %d", MaxLookupKeys, len(ids))
+	norm := make([]string, 0, len(ids))
+	for i, id := range ids {
+		n, err := transactionID(id)
+		if err != nil {
+			v.Add(fmt.Sprintf("transaction_ids[%d]", i), "%q is not a transaction id", id)
+			break
+		}
+		norm = append(norm, n)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(norm)
+	return a.Store.LoadTransactions(ctx, slices.Compact(norm))
+}
+
 // CycleBalanceView is one provider's pending balance in a cycle.
 type CycleBalanceView struct {
 	ProviderID string

@@ -93,6 +93,9 @@ func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTra
 	if scoped && len(r.GetIdempotencyKeys()) > 0 {
 		return nil, denied(ctx, "transactions by idempotency key (list ?account= alone)")
 	}
+	if ids := r.GetTransactionIds(); len(ids) > 0 {
+		return s.transactionsByIDs(ctx, r)
+	}
 	if err := checkOwnAccount(ctx, r.GetAccount()); err != nil {
 		return nil, err
 	}
@@ -107,6 +110,33 @@ func (s *LedgerServer) ListTransactions(ctx context.Context, r *ledgerv1.ListTra
 		if pt, ok := partyTx(ctx, t); ok {
 			out.Transactions = append(out.Transactions, pt)
 		}
+	}
+	return out, nil
+}
+
+// transactionsByIDs answers ListTransactions by transaction_ids: a listing
+// of its own (no account, key or page token with it), finance's, the
+// auditors' and the services' alone. A provider or renter reads its
+// entries one at a time (GetTransaction, which answers another party's
+// entry as a missing one).
+func (s *LedgerServer) transactionsByIDs(ctx context.Context, r *ledgerv1.ListTransactionsRequest) (*ledgerv1.ListTransactionsResponse, error) {
+	if _, scoped := partyPrefix(ctx); scoped {
+		return nil, denied(ctx, "transactions by transaction_ids (read each by GET /v1/transactions/{id})")
+	}
+	var v apperr.Validator
+	v.Check(r.GetAccount() == "", "account", "not with transaction_ids")
+	v.Check(len(r.GetIdempotencyKeys()) == 0, "idempotency_keys", "not with transaction_ids")
+	v.Check(r.GetPageToken() == "", "page_token", "a listing by transaction_ids is one page")
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	txs, err := s.App.TransactionsByIDs(ctx, r.GetTransactionIds())
+	if err != nil {
+		return nil, err
+	}
+	out := &ledgerv1.ListTransactionsResponse{Transactions: make([]*ledgerv1.Transaction, 0, len(txs))}
+	for _, t := range txs {
+		out.Transactions = append(out.Transactions, toProtoTx(t))
 	}
 	return out, nil
 }

@@ -42,14 +42,15 @@ var kycRejectedStops = promauto.NewCounter(prometheus.CounterOpts{
 
 // settledOutsideCheckFailures counts what the periodic settled-outside
 // check (CheckSettledOutside) failed at, by step: claims (the claims not
-// listed, or no ledger reader), read (a claimed ledger transaction not
-// read, each claim) and move (a payout whose entry was reversed not moved
-// back to failed). Only an ERROR line said so: a payout whose hand payment
+// listed, the check's lock not taken, or no ledger reader), read (a
+// claimed ledger transaction not read, each claim: a failed call counts
+// every claim it named) and move (a payout whose entry was reversed not
+// moved back to failed). Only an ERROR line said so: a payout whose hand payment
 // was reversed read paid forever, unseen.
 var settledOutsideCheckFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_payout_settled_outside_check_failures_total",
 	Help: "Failures of the periodic check of the ledger transactions claimed by payouts settled outside, by step: claims (the claims " +
-		"not listed), read (a claimed transaction not read from the ledger, each claim), move (a payout whose transaction was reversed " +
+		"not listed, or the check's lock not taken), read (a claimed transaction not read from the ledger, each claim), move (a payout whose transaction was reversed " +
 		"not moved back to failed); the payout log (settled-outside check) names each.",
 }, []string{"step"})
 

@@ -18,11 +18,14 @@ type Payouts struct {
 	Store  Store
 	Ledger Ledger
 	// Entries reads the ledger transaction a payout settled outside names.
-	Entries  LedgerEntries
-	Rail     Rail
-	Minimums domain.Minimums
-	Clock    clock.Clock
-	Log      *slog.Logger
+	Entries LedgerEntries
+	// SettledOutsideCheckLock lets one replica at a time run
+	// CheckSettledOutside (none: every caller runs it).
+	SettledOutsideCheckLock SessionLock
+	Rail                    Rail
+	Minimums                domain.Minimums
+	Clock                   clock.Clock
+	Log                     *slog.Logger
 }
 
 // railFor names the rail a payout of methodType is handed to ("" when the

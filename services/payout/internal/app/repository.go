@@ -61,8 +61,9 @@ type Store interface {
 	PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error)
 	// KYCStatus reads a provider's KYC status ("" when none).
 	KYCStatus(ctx context.Context, provider string) (string, error)
-	// SettledOutsideClaims lists the ledger transactions the payouts
-	// settled outside claim (one row each, by payout).
+	// SettledOutsideClaims lists the ledger transactions payouts claim
+	// (one row each, by payout): the payouts settled outside, and those
+	// failed again holding the entries of their settlement that stand.
 	SettledOutsideClaims(ctx context.Context) ([]SettledOutsideClaim, error)
 	// PutHold holds (reason ≠ "") or releases a provider's payouts and
 	// returns its payouts not yet past the gate (waiting) and those being
@@ -170,13 +171,14 @@ type Tx interface {
 	// id by hand (apperr.ErrConflict naming the payout when another claims
 	// it already).
 	ClaimSettledOutside(ctx context.Context, id, txID, reason, by string, at time.Time) error
-	// ReleaseSettledOutside moves every claim of payout id (each ledger
-	// transaction it was settled outside by) out of the claims, kept with
-	// the transaction reversing it (reversed by transaction id; none for a
-	// claim not reversed), and answers the transactions released, sorted.
+	// ReleaseSettledOutside moves the claims of payout id on the ledger
+	// transactions reversed names out of the claims, kept with the
+	// transaction reversing each (reversed by transaction id), and answers
+	// the transactions released, sorted; its claims on the others stay.
 	ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error)
-	// SettledOutsideBy are the ledger transactions a payout settled
-	// outside claims, sorted.
+	// SettledOutsideBy are the ledger transactions payout id claims,
+	// sorted (none for a payout never settled outside): a payout settled
+	// outside, or one failed again whose other entries stand.
 	SettledOutsideBy(ctx context.Context, id string) ([]string, error)
 	// ResetWorkflow makes the starter start the payout's workflow again.
 	ResetWorkflow(ctx context.Context, id string) error

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
@@ -28,6 +29,17 @@ func (a *Payouts) Retry(ctx context.Context, id, why string) error {
 				return nil
 			}
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be retried: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		// Failed again after a settlement outside by several entries, one
+		// of them reversed: the others stand, paid by hand, and a retry
+		// paid the whole net again (failedAgain).
+		standing, err := tx.SettledOutsideBy(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		if len(standing) > 0 {
+			return fmt.Errorf("payout %s is still paid in part by hand by ledger transaction %s: settle it outside again naming it "+
+				"with entries for the rest, or reverse it, before a retry: %w", p.ID, strings.Join(standing, ", "), apperr.ErrPrecondition)
 		}
 		// Since the attempt was submitted, not since it failed: a method
 		// corrected while the payout was in transit, before the bank

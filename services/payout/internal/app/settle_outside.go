@@ -12,11 +12,26 @@ import (
 	"github.com/gpubill/gpubill/services/payout/internal/domain"
 )
 
-// LedgerEntries reads ledger transactions (the ledger's GetTransaction).
+// LedgerEntries reads ledger transactions (the ledger's GetTransaction,
+// and ListTransactions by transaction_ids).
 type LedgerEntries interface {
 	// Entry returns the transaction id names (apperr.ErrNotFound when the
 	// ledger holds none).
 	Entry(ctx context.Context, id string) (domain.LedgerEntry, error)
+	// Entries returns the transactions ids name (at most
+	// LedgerEntriesPerRead), in one call: an id the ledger holds nothing
+	// under is left out of the answer.
+	Entries(ctx context.Context, ids []string) ([]domain.LedgerEntry, error)
+}
+
+// LedgerEntriesPerRead is how many transactions one Entries call names
+// (the ledger's MaxLookupKeys).
+const LedgerEntriesPerRead = 100
+
+// SessionLock is a lock one replica holds at a time (pkg/pg.SessionLock).
+type SessionLock interface {
+	// TryLock takes the lock unless another holds it (ok false).
+	TryLock(ctx context.Context) (release func(), ok bool, err error)
 }
 
 // OutsideSettlement is finance recording a failed or returned payout as
@@ -72,15 +87,29 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		if err != nil {
 			return err
 		}
+		by, err := tx.SettledOutsideBy(ctx, p.ID)
+		if err != nil {
+			return err
+		}
 		if p.Status == domain.StatusSettledOutside {
-			by, err := tx.SettledOutsideBy(ctx, p.ID)
-			if err != nil || slices.Equal(by, sorted(ids)) {
-				return err // settled by the same call already: answered as it is
+			switch {
+			case len(by) == 0:
+				return fmt.Errorf("payout %s is settled_outside with no transaction recorded: %w", p.ID, apperr.ErrConflict)
+			case slices.Equal(by, sorted(ids)):
+				return nil // settled by the same call already: answered as it is
 			}
 			return fmt.Errorf("payout %s was settled outside by transaction %s: %w", p.ID, strings.Join(by, ", "), apperr.ErrConflict)
 		}
 		if p.Status != domain.StatusFailed && p.Status != domain.StatusReturned {
 			return fmt.Errorf("payout %s is %s: only a failed or returned payout can be settled outside: %w", p.ID, p.Status, apperr.ErrPrecondition)
+		}
+		// Failed again holding entries of its settlement that stand (paid
+		// by hand, not reversed): they are named again with the entries
+		// for the rest. Left out, they stayed paid and claimed, and the
+		// new entries paid the whole net again.
+		if missing := slices.DeleteFunc(slices.Clone(by), func(t string) bool { return slices.Contains(ids, t) }); len(missing) > 0 {
+			return fmt.Errorf("payout %s still claims ledger transaction %s (paid by hand, not reversed): name it with the entries paying the rest: %w",
+				p.ID, strings.Join(missing, ", "), apperr.ErrConflict)
 		}
 		// Read again under the payout's lock: an entry reversed since the
 		// read above was taken (CheckSettledOutside catches one reversed
@@ -173,12 +202,17 @@ const SettledOutsideCheckEvery = 5 * time.Minute
 
 // RunSettledOutsideCheck runs CheckSettledOutside every interval until ctx
 // ends; a pass that fails is logged (level ERROR), counted on /metrics by
-// CheckSettledOutside, and run again on the next.
+// CheckSettledOutside, and run again on the next. A pass is cut at the
+// interval: one hung on a ledger call held the check's lock, and no
+// replica ran a pass again, nothing counted.
 func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := a.CheckSettledOutside(ctx); err != nil && ctx.Err() == nil {
+		pass, cancel := context.WithTimeout(ctx, every)
+		err := a.CheckSettledOutside(pass)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			a.Log.Error("settled-outside check: the ledger entries of payouts settled outside not all read", "err", err)
 		}
 		select {
@@ -190,22 +224,37 @@ func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duratio
 }
 
 // CheckSettledOutside asks the ledger about every transaction a payout
-// settled outside claims: a payout one of whose transactions was reversed
-// (POST /v1/transactions/{id}:reverse) is no longer paid, its net back in
-// provider:{id}:available, and moves back to failed (failedAgain). It read
-// paid by hand forever, :retry refused, the net in available watched by
-// nothing. Its claims are released (kept with the reversal in
-// payout.settled_outside_released), so finance can settle it outside
-// again with another entry, or retry it; failed, GpubillPayoutFailed
-// counts it again. A transaction not read is an error (the others are
+// holds a claim on (payout.settled_outside: a payout settled outside, or
+// one failed again still holding the entries of its settlement that were
+// not reversed), LedgerEntriesPerRead at a time: a pass costs one ledger
+// call per LedgerEntriesPerRead claims, on the one replica holding
+// SettledOutsideCheckLock (it asked once per claim, every pass, on every
+// replica). A payout one of whose transactions was reversed
+// (POST /v1/transactions/{id}:reverse) is no longer paid, that entry's
+// amount back in provider:{id}:available, and moves back to failed
+// (failedAgain). It read paid by hand forever, :retry refused, the net in
+// available watched by nothing. A transaction not read (the call failing,
+// or the ledger answering nothing for it) is an error (the others are
 // still checked). Each failure is counted by step
 // (gpubill_payout_settled_outside_check_failures_total,
 // GpubillPayoutSettledOutsideCheckFailing): only logged, a payout whose
-// hand payment was reversed read paid forever, unseen.
+// hand payment was reversed read paid forever, unseen. A pass another
+// replica runs is skipped here (nil).
 func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	if a.Entries == nil {
 		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
 		return errors.New("settled-outside check: no ledger reader configured")
+	}
+	if a.SettledOutsideCheckLock != nil {
+		release, mine, err := a.SettledOutsideCheckLock.TryLock(ctx)
+		if err != nil {
+			settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+			return fmt.Errorf("settled-outside check: %w", err)
+		}
+		if !mine {
+			return nil // another replica runs this pass
+		}
+		defer release()
 	}
 	claims, err := a.Store.SettledOutsideClaims(ctx)
 	if err != nil {
@@ -215,21 +264,38 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	reversed := map[string]map[string]string{} // payout → transaction → reversed by
 	var order []string
 	var errs []error
-	for _, c := range claims {
-		e, err := a.Entries.Entry(ctx, c.TransactionID)
+	for page := range slices.Chunk(claims, LedgerEntriesPerRead) {
+		ids := make([]string, 0, len(page))
+		for _, c := range page {
+			ids = append(ids, c.TransactionID)
+		}
+		es, err := a.Entries.Entries(ctx, ids)
 		if err != nil {
-			settledOutsideCheckFailures.WithLabelValues("read").Inc()
-			errs = append(errs, fmt.Errorf("payout %s settled outside by %s: %w", c.PayoutID, c.TransactionID, err))
+			settledOutsideCheckFailures.WithLabelValues("read").Add(float64(len(page)))
+			errs = append(errs, fmt.Errorf("settled-outside check: read %d claimed transactions (%s ...): %w", len(page), ids[0], err))
 			continue
 		}
-		if e.ReversedBy == "" {
-			continue
+		byID := make(map[string]domain.LedgerEntry, len(es))
+		for _, e := range es {
+			byID[strings.ToLower(e.ID)] = e
 		}
-		if reversed[c.PayoutID] == nil {
-			reversed[c.PayoutID] = map[string]string{}
-			order = append(order, c.PayoutID)
+		for _, c := range page {
+			e, ok := byID[strings.ToLower(c.TransactionID)]
+			if !ok {
+				settledOutsideCheckFailures.WithLabelValues("read").Inc()
+				errs = append(errs, fmt.Errorf("payout %s settled outside by %s: the ledger answered no such transaction: %w",
+					c.PayoutID, c.TransactionID, apperr.ErrNotFound))
+				continue
+			}
+			if e.ReversedBy == "" {
+				continue
+			}
+			if reversed[c.PayoutID] == nil {
+				reversed[c.PayoutID] = map[string]string{}
+				order = append(order, c.PayoutID)
+			}
+			reversed[c.PayoutID][c.TransactionID] = e.ReversedBy
 		}
-		reversed[c.PayoutID][c.TransactionID] = e.ReversedBy
 	}
 	for _, id := range order {
 		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
@@ -240,16 +306,28 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// SettledOutsideCheckLockKey names the session advisory lock the replica
+// running a settled-outside check holds (pg_try_advisory_lock(hashtext)).
+const SettledOutsideCheckLockKey = "gpubill.payout.settled_outside_check"
+
 // failedAgain moves payout id, settled outside, back to failed: reversed
 // (transaction → the one reversing it) names its claims the ledger
-// reversed. Its failure code and message stay the ones it failed with.
+// reversed. Only those are released: an entry of its settlement that
+// stands (paid part of the net by hand, not reversed) stays claimed, and
+// :retry is refused while the payout holds one (a retry paid the whole
+// net again: settled by 350.00 and 250.00, the 250.00 reversed, it paid
+// 600.00 more out of available, 950.00 for a net of 600.00); finance
+// settles it outside again naming the standing entries with entries for
+// the rest, or reverses them. A payout already failed again whose
+// standing entry is now reversed releases it alone. Its failure code and
+// message stay the ones it failed with.
 func (a *Payouts) failedAgain(ctx context.Context, id string, reversed map[string]string) error {
 	var p domain.Payout
-	var released []string
+	var released, standing []string
 	err := a.Store.Update(ctx, func(tx Tx) error {
 		var err error
 		p, err = tx.Lock(ctx, id)
-		if err != nil || p.Status != domain.StatusSettledOutside {
+		if err != nil || (p.Status != domain.StatusSettledOutside && p.Status != domain.StatusFailed) {
 			return err // moved meanwhile: nothing to undo
 		}
 		now := a.Clock.Now()
@@ -257,24 +335,32 @@ func (a *Payouts) failedAgain(ctx context.Context, id string, reversed map[strin
 		if err != nil {
 			return err
 		}
+		if standing, err = tx.SettledOutsideBy(ctx, id); err != nil {
+			return err
+		}
+		if p.Status == domain.StatusFailed {
+			return nil // failed again already: its reversed entries released
+		}
 		var why []string
 		for _, t := range released {
-			if by, ok := reversed[t]; ok {
-				why = append(why, fmt.Sprintf("ledger transaction %s was reversed by %s", t, by))
-			} else {
-				why = append(why, fmt.Sprintf("ledger transaction %s released with it", t))
-			}
+			why = append(why, fmt.Sprintf("ledger transaction %s was reversed by %s", t, reversed[t]))
 		}
-		note := fmt.Sprintf("settlement outside gpubill undone: %s; the net is back in %s: retry the payout or settle it outside again",
-			strings.Join(why, "; "), domain.AvailableAccount(p.ProviderID))
+		next := "retry the payout or settle it outside again"
+		if len(standing) > 0 {
+			next = fmt.Sprintf("ledger transaction %s stands (paid part of the net by hand, still claimed): "+
+				"settle the payout outside again naming it with entries for the rest, or reverse it; a retry is refused while it stands",
+				strings.Join(standing, ", "))
+		}
+		note := fmt.Sprintf("settlement outside gpubill undone: %s; what they paid is back in %s: %s",
+			strings.Join(why, "; "), domain.AvailableAccount(p.ProviderID), next)
 		return tx.Move(ctx, &p, domain.StatusFailed, note, now)
 	})
 	if err != nil {
 		return fmt.Errorf("payout %s settled outside, its entry reversed: back to failed: %w", id, err)
 	}
-	if p.Status == domain.StatusFailed && len(released) > 0 {
+	if len(released) > 0 {
 		a.Log.Error("payout settled outside failed again: its ledger entry was reversed", "payout_id", id, "provider_id", p.ProviderID,
-			"net", p.Net.String(), "currency", p.Currency, "released", strings.Join(released, ","))
+			"net", p.Net.String(), "currency", p.Currency, "released", strings.Join(released, ","), "standing", strings.Join(standing, ","))
 	}
 	return nil
 }

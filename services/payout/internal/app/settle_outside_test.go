@@ -43,6 +43,129 @@ func (e someEntries) Entry(_ context.Context, id string) (domain.LedgerEntry, er
 	return domain.LedgerEntry{}, e.err
 }
 
+func (e someEntries) Entries(_ context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	var out []domain.LedgerEntry
+	for _, id := range ids {
+		x, ok := e.held[id]
+		if !ok && e.err != nil && !errors.Is(e.err, apperr.ErrNotFound) {
+			return nil, e.err
+		}
+		if ok {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// countingEntries answers the entries it holds and counts the ledger
+// calls made (one per Entry, one per Entries).
+type countingEntries struct {
+	held  map[string]domain.LedgerEntry
+	calls int
+}
+
+func (e *countingEntries) Entry(_ context.Context, id string) (domain.LedgerEntry, error) {
+	e.calls++
+	if x, ok := e.held[id]; ok {
+		return x, nil
+	}
+	return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, apperr.ErrNotFound)
+}
+
+func (e *countingEntries) Entries(_ context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	e.calls++
+	if len(ids) > LedgerEntriesPerRead {
+		return nil, fmt.Errorf("%d ids in one read, the ledger takes %d", len(ids), LedgerEntriesPerRead)
+	}
+	var out []domain.LedgerEntry
+	for _, id := range ids {
+		if x, ok := e.held[id]; ok {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// A settled-outside pass asks the ledger once per LedgerEntriesPerRead
+// claims: it asked once per claim (GetTransaction), every five minutes, on
+// every replica, a cost growing with every payout ever settled outside.
+// 250 claims (one reversed) are 3 calls, and the reversed one still fails
+// its payout again.
+func TestSettledOutsideCheckReadsTheLedgerInPages(t *testing.T) {
+	var claims []SettledOutsideClaim
+	held := map[string]domain.LedgerEntry{}
+	for i := range 250 {
+		c := SettledOutsideClaim{PayoutID: fmt.Sprintf("po-%03d", i), TransactionID: fmt.Sprintf("tx-%03d", i)}
+		claims = append(claims, c)
+		held[c.TransactionID] = domain.LedgerEntry{ID: c.TransactionID}
+	}
+	held["tx-123"] = domain.LedgerEntry{ID: "tx-123", ReversedBy: "tx-r"}
+	moved := &movesStore{claimsStore: claimsStore{claims: claims}}
+	e := &countingEntries{held: held}
+	a := &Payouts{Store: moved, Entries: e, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := a.CheckSettledOutside(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := 3; e.calls != want {
+		t.Errorf("a pass over %d claims made %d ledger calls; want %d (one per %d claims)", len(claims), e.calls, want, LedgerEntriesPerRead)
+	}
+	if moved.updates != 1 {
+		t.Errorf("%d payouts moved back to failed; want 1 (po-123, its tx-123 reversed)", moved.updates)
+	}
+}
+
+// movesStore is claimsStore counting its Updates (each succeeding, doing
+// nothing).
+type movesStore struct {
+	claimsStore
+	updates int
+}
+
+func (s *movesStore) Update(context.Context, func(Tx) error) error { s.updates++; return nil }
+
+// heldLock is a SessionLock another replica holds (held) or free.
+type heldLock struct {
+	held     bool
+	err      error
+	released int
+}
+
+func (l *heldLock) TryLock(context.Context) (func(), bool, error) {
+	if l.err != nil || l.held {
+		return nil, false, l.err
+	}
+	l.held = true
+	return func() { l.held = false; l.released++ }, true, nil
+}
+
+// One replica at a time runs the settled-outside pass
+// (SettledOutsideCheckLock): while another holds the lock, a pass lists no
+// claim and asks the ledger nothing; the replica holding it runs the pass
+// and lets the lock go. A lock not taken for an error is counted (step
+// claims) and the pass not run.
+func TestSettledOutsideCheckRunsOnOneReplica(t *testing.T) {
+	claims := []SettledOutsideClaim{{PayoutID: "po-1", TransactionID: "tx-1"}}
+	e := &countingEntries{held: map[string]domain.LedgerEntry{"tx-1": {ID: "tx-1"}}}
+	lock := &heldLock{held: true}
+	a := &Payouts{Store: &claimsStore{claims: claims}, Entries: e, SettledOutsideCheckLock: lock, Clock: clock.System{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := a.CheckSettledOutside(context.Background()); err != nil || e.calls != 0 {
+		t.Fatalf("a pass while another replica holds the lock: %v, %d ledger calls; want nil, 0", err, e.calls)
+	}
+	lock.held = false
+	if err := a.CheckSettledOutside(context.Background()); err != nil || e.calls != 1 || lock.held || lock.released != 1 {
+		t.Fatalf("a pass holding the lock: %v, %d ledger calls, lock held after: %v; want nil, 1 call, released", err, e.calls, lock.held)
+	}
+	before := testutil.ToFloat64(settledOutsideCheckFailures.WithLabelValues("claims"))
+	lock.err = errors.New("lock gpubill.payout.settled_outside_check: conn refused")
+	if err := a.CheckSettledOutside(context.Background()); err == nil || e.calls != 1 {
+		t.Fatalf("a pass whose lock failed: %v, %d ledger calls; want an error, no call", err, e.calls)
+	}
+	if got := testutil.ToFloat64(settledOutsideCheckFailures.WithLabelValues("claims")) - before; got != 1 {
+		t.Fatalf("a lock not taken rose step=claims by %v, want 1", got)
+	}
+}
+
 // A settled-outside check that cannot read the ledger, cannot list the
 // claims or cannot move a payout whose entry was reversed back to failed
 // is counted on /metrics, by step (GpubillPayoutSettledOutsideCheckFailing):
@@ -62,8 +185,10 @@ func TestSettledOutsideCheckFailuresAreCounted(t *testing.T) {
 		{"claims not listed", &claimsStore{listErr: fmt.Errorf("list claims: %w", errors.New("conn refused"))},
 			someEntries{}, map[string]float64{"claims": 1}},
 		{"no ledger reader", &claimsStore{claims: claims}, nil, map[string]float64{"claims": 1}},
-		{"two entries not read", &claimsStore{claims: claims},
-			someEntries{held: map[string]domain.LedgerEntry{"tx-3": {ID: "tx-3"}}, err: down}, map[string]float64{"read": 2}},
+		{"the ledger down: every claim of the read not read", &claimsStore{claims: claims},
+			someEntries{held: map[string]domain.LedgerEntry{"tx-3": {ID: "tx-3"}}, err: down}, map[string]float64{"read": 3}},
+		{"two entries not answered", &claimsStore{claims: claims},
+			someEntries{held: map[string]domain.LedgerEntry{"tx-3": {ID: "tx-3"}}, err: apperr.ErrNotFound}, map[string]float64{"read": 2}},
 		{"one entry not found", &claimsStore{claims: claims[:1]},
 			someEntries{err: fmt.Errorf("ledger transaction tx-1: %w", apperr.ErrNotFound)}, map[string]float64{"read": 1}},
 		{"reversed, not moved back", &claimsStore{claims: claims[2:], updateErr: errors.New("deadlock detected")},

@@ -692,8 +692,17 @@ type ListTransactionsRequest struct {
 	// transaction holds is left out of the answer: "did my write land?".
 	// REST: ?idempotency_keys=a&idempotency_keys=b.
 	IdempotencyKeys []string `protobuf:"bytes,4,rep,name=idempotency_keys,json=idempotencyKeys,proto3" json:"idempotency_keys,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Optional: only these transactions (at most 100, one page: no page
+	// token, no account, no idempotency_keys), in the journal's order, each
+	// with its reverses / reversed_by links. An id the journal holds no
+	// transaction under is left out of the answer. A service reading many
+	// entries in one call (payout's settled-outside check: which of the
+	// entries its payouts claim were reversed). Finance, auditors and the
+	// services only: a provider or renter reads one entry at a time.
+	// REST: ?transaction_ids=a&transaction_ids=b.
+	TransactionIds []string `protobuf:"bytes,5,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListTransactionsRequest) Reset() {
@@ -750,6 +759,13 @@ func (x *ListTransactionsRequest) GetPageToken() string {
 func (x *ListTransactionsRequest) GetIdempotencyKeys() []string {
 	if x != nil {
 		return x.IdempotencyKeys
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetTransactionIds() []string {
+	if x != nil {
+		return x.TransactionIds
 	}
 	return nil
 }
@@ -2224,13 +2240,14 @@ const file_gpubill_ledger_v1_ledger_proto_rawDesc = "" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\x05as_of\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\"J\n" +
 	"\x12GetAccountResponse\x124\n" +
-	"\aaccount\x18\x01 \x01(\v2\x1a.gpubill.ledger.v1.AccountR\aaccount\"\x9a\x01\n" +
+	"\aaccount\x18\x01 \x01(\v2\x1a.gpubill.ledger.v1.AccountR\aaccount\"\xc3\x01\n" +
 	"\x17ListTransactionsRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12)\n" +
-	"\x10idempotency_keys\x18\x04 \x03(\tR\x0fidempotencyKeys\"\x86\x01\n" +
+	"\x10idempotency_keys\x18\x04 \x03(\tR\x0fidempotencyKeys\x12'\n" +
+	"\x0ftransaction_ids\x18\x05 \x03(\tR\x0etransactionIds\"\x86\x01\n" +
 	"\x18ListTransactionsResponse\x12B\n" +
 	"\ftransactions\x18\x01 \x03(\v2\x1e.gpubill.ledger.v1.TransactionR\ftransactions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\">\n" +

@@ -76,7 +76,10 @@ type PayoutServiceClient interface {
 	CancelPayout(ctx context.Context, in *CancelPayoutRequest, opts ...grpc.CallOption) (*CancelPayoutResponse, error)
 	// Retries a failed or returned payout (finance), typically after the
 	// provider changed its payout method: a new attempt under a new rail
-	// reference (payout id-attempt).
+	// reference (payout id-attempt). Refused (412) while the payout still
+	// holds an entry of a settlement outside that stands: settled by several
+	// entries and one of them reversed, it failed again, and a retry paid
+	// the whole net on top of what the standing entries paid by hand.
 	RetryPayout(ctx context.Context, in *RetryPayoutRequest, opts ...grpc.CallOption) (*RetryPayoutResponse, error)
 	// Records a failed or returned payout as paid outside gpubill (finance):
 	// its provider can no longer be paid through a rail (a departed
@@ -89,6 +92,9 @@ type PayoutServiceClient interface {
 	// payout moves to settled_outside, final, its history naming the entry
 	// and the reason; it can no longer be retried or canceled. The same call
 	// again answers the payout as it is; another transaction is a 409.
+	// Settled by several entries and one reversed, the payout fails again
+	// holding the others (they stand, paid by hand): it is settled outside
+	// again only naming them with entries for the rest (409 otherwise).
 	SettlePayoutOutside(ctx context.Context, in *SettlePayoutOutsideRequest, opts ...grpc.CallOption) (*SettlePayoutOutsideResponse, error)
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made
@@ -485,7 +491,10 @@ type PayoutServiceServer interface {
 	CancelPayout(context.Context, *CancelPayoutRequest) (*CancelPayoutResponse, error)
 	// Retries a failed or returned payout (finance), typically after the
 	// provider changed its payout method: a new attempt under a new rail
-	// reference (payout id-attempt).
+	// reference (payout id-attempt). Refused (412) while the payout still
+	// holds an entry of a settlement outside that stands: settled by several
+	// entries and one of them reversed, it failed again, and a retry paid
+	// the whole net on top of what the standing entries paid by hand.
 	RetryPayout(context.Context, *RetryPayoutRequest) (*RetryPayoutResponse, error)
 	// Records a failed or returned payout as paid outside gpubill (finance):
 	// its provider can no longer be paid through a rail (a departed
@@ -498,6 +507,9 @@ type PayoutServiceServer interface {
 	// payout moves to settled_outside, final, its history naming the entry
 	// and the reason; it can no longer be retried or canceled. The same call
 	// again answers the payout as it is; another transaction is a 409.
+	// Settled by several entries and one reversed, the payout fails again
+	// holding the others (they stand, paid by hand): it is settled outside
+	// again only naming them with entries for the rest (409 otherwise).
 	SettlePayoutOutside(context.Context, *SettlePayoutOutsideRequest) (*SettlePayoutOutsideResponse, error)
 	// Resolves a payout flagged rail_amount_mismatch (finance): its rail
 	// holds its reference at another amount than its net (a payout made

@@ -113,7 +113,33 @@ func (l Ledger) Entry(ctx context.Context, id string) (domain.LedgerEntry, error
 	default:
 		return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: %w", id, err)
 	}
-	t := resp.GetTransaction()
+	return entry(resp.GetTransaction())
+}
+
+// Entries implements app.LedgerEntries over the ledger's ListTransactions
+// by transaction_ids: one call for up to app.LedgerEntriesPerRead entries.
+func (l Ledger) Entries(ctx context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	resp, err := l.Client.ListTransactions(ctx, &ledgerv1.ListTransactionsRequest{TransactionIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("ledger transactions %s ... (%d): %w", ids[0], len(ids), err)
+	}
+	out := make([]domain.LedgerEntry, 0, len(resp.GetTransactions()))
+	for _, t := range resp.GetTransactions() {
+		e, err := entry(t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// entry is the ledger's transaction t as payout reads it.
+func entry(t *ledgerv1.Transaction) (domain.LedgerEntry, error) {
+	id := t.GetTransactionId()
 	if t.GetPostingsWithheld() {
 		return domain.LedgerEntry{}, fmt.Errorf("ledger transaction %s: its postings withheld from payout's identity", id)
 	}

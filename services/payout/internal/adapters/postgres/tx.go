@@ -119,18 +119,22 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where transaction_id = $1`, txID).Scan(&other); err != nil {
 		return fmt.Errorf("payout %s settled outside by %s: the claim refused, its holder not read: %w", id, txID, err)
 	}
+	if other == id {
+		return nil // its own already: an entry that stood when the payout failed again
+	}
 	return fmt.Errorf("ledger transaction %s already settles payout %s: %w", txID, other, apperr.ErrConflict)
 }
 
-// ReleaseSettledOutside implements app.Tx: every claim of payout id moves
-// to payout.settled_outside_released, each with the transaction reversing
-// it (reversed; empty for one not reversed).
+// ReleaseSettledOutside implements app.Tx: the claims of payout id on the
+// transactions reversed names move to payout.settled_outside_released,
+// each with the transaction reversing it; its other claims stay.
 func (t txStore) ReleaseSettledOutside(ctx context.Context, id string, reversed map[string]string, at time.Time) ([]string, error) {
 	rev, err := json.Marshal(reversed)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.Query(ctx, `with gone as (delete from payout.settled_outside where payout_id = $1 returning *)
+	rows, err := t.tx.Query(ctx, `with gone as (delete from payout.settled_outside
+			where payout_id = $1 and transaction_id in (select jsonb_object_keys($2::jsonb)) returning *)
 		insert into payout.settled_outside_released (payout_id, transaction_id, reason, settled_by, settled_at, reversed_by, released_at)
 		select payout_id, transaction_id, reason, settled_by, settled_at, coalesce($2::jsonb ->> transaction_id, ''), $3 from gone
 		returning transaction_id`, id, rev, at)
@@ -155,17 +159,15 @@ func (t txStore) SettledOutsideBy(ctx context.Context, id string) ([]string, err
 	if err != nil {
 		return nil, fmt.Errorf("payout %s settled outside: %w", id, err)
 	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("payout %s is settled_outside with no transaction recorded: %w", id, apperr.ErrConflict)
-	}
 	return ids, nil
 }
 
 // SettledOutsideClaims implements app.Store.
 func (s *Store) SettledOutsideClaims(ctx context.Context) ([]app.SettledOutsideClaim, error) {
-	rows, err := s.Pool.Query(ctx, `select c.payout_id, c.transaction_id from payout.settled_outside c
-		join payout.payouts p on p.payout_id = c.payout_id where p.status = 'settled_outside'
-		order by c.payout_id, c.transaction_id`)
+	// Every claim: a payout settled outside, or one failed again holding
+	// the entries of its settlement that stand.
+	rows, err := s.Pool.Query(ctx, `select payout_id, transaction_id from payout.settled_outside
+		order by payout_id, transaction_id`)
 	if err != nil {
 		return nil, fmt.Errorf("settled-outside claims: %w", err)
 	}
