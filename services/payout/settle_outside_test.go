@@ -516,3 +516,68 @@ func TestSettledOutsideBySeveralOneReversedNeverPaysTwice(t *testing.T) {
 		t.Fatalf("retry of po-3, every hand payment reversed: %v", err)
 	}
 }
+
+// hookedEntries runs hook once, before the first batch read it answers.
+type hookedEntries struct {
+	entries
+	hook func()
+}
+
+func (h *hookedEntries) Entries(ctx context.Context, ids []string) ([]domain.LedgerEntry, error) {
+	if f := h.hook; f != nil {
+		h.hook = nil
+		f()
+	}
+	return h.entries.Entries(ctx, ids)
+}
+
+// A replica's pass that read a claim reversed moves nothing once that
+// claim is no longer held: replica B read tx-p9 reversed; meanwhile
+// replica A's pass failed po-9 and released tx-p9, and finance settled it
+// outside again by tx-p9b, a real payment. B used to fail po-9 again with
+// tx-p9b standing ("the net is back in available", a retry paying it twice).
+func TestSettledOutsideStalePassLeavesAFreshSettlement(t *testing.T) {
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, failure_code, attempt, workflow_started, created_at, updated_at) values
+		('po-9', 'p-9', 'cyc-20260101', 'CNY', 1000, 250, 150, 600.00, 'failed', 'account_frozen', 2, true, now() - interval '3 days', now() - interval '2 days')`); err != nil {
+		t.Fatal(err)
+	}
+	journal := entries{
+		"tx-p9":  manualPayment("tx-p9", "p-9", "600.00", "CNY"),
+		"tx-p9b": manualPayment("tx-p9b", "p-9", "600.00", "CNY"),
+	}
+	s := &postgres.Store{Pool: pool}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := &app.Payouts{Store: s, Entries: journal, Clock: clock.NewManual(time.Now()), Log: log}
+	if _, err := a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: "po-9", TransactionID: "tx-p9", Reason: "by hand", By: "fin"}); err != nil {
+		t.Fatal(err)
+	}
+	e := journal["tx-p9"]
+	e.ReversedBy = "tx-r"
+	journal["tx-p9"] = e
+	hb := &hookedEntries{entries: journal}
+	b := &app.Payouts{Store: s, Entries: hb, Clock: clock.NewManual(time.Now()), Log: log}
+	hb.hook = func() {
+		if err := a.CheckSettledOutside(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.SettleOutside(ctx, app.OutsideSettlement{PayoutID: "po-9", TransactionID: "tx-p9b", Reason: "by hand again", By: "fin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.CheckSettledOutside(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.GetPayout(ctx, "po-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != domain.StatusSettledOutside {
+		t.Errorf("po-9 settled again by tx-p9b (not reversed), after replica B's stale pass: %s (%q); want settled_outside", p.Status, p.History[len(p.History)-1].Note)
+	}
+	if err := a.Retry(ctx, "po-9", "new account"); err == nil {
+		t.Error(":retry of po-9 accepted while tx-p9b paid its net by hand")
+	}
+}

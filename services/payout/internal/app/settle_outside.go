@@ -332,7 +332,10 @@ func (a *Payouts) failedAgain(ctx context.Context, id string, reversed map[strin
 		}
 		now := a.Clock.Now()
 		released, err = tx.ReleaseSettledOutside(ctx, id, reversed, now)
-		if err != nil {
+		if err != nil || len(released) == 0 {
+			// None of the entries this pass read reversed is claimed now:
+			// another replica's pass released them, and the payout may be
+			// settled outside again by entries this pass never read.
 			return err
 		}
 		if standing, err = tx.SettledOutsideBy(ctx, id); err != nil {
