@@ -55,8 +55,9 @@ type ReconciliationServiceClient interface {
 	// (items_next_page_token: ListReconciliationItems has the rest), and at
 	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
 	// reopened resolutions (each list's *_next_page_token: its List route has
-	// the rest). Returns
-	// the bare Reconciliation over REST.
+	// the rest), each resolution with at most its first 10 items
+	// (items_next_page_token: ListReconciliationResolutionItems has the
+	// rest). Returns the bare Reconciliation over REST.
 	GetReconciliation(ctx context.Context, in *GetReconciliationRequest, opts ...grpc.CallOption) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
@@ -230,8 +231,9 @@ type ReconciliationServiceServer interface {
 	// (items_next_page_token: ListReconciliationItems has the rest), and at
 	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
 	// reopened resolutions (each list's *_next_page_token: its List route has
-	// the rest). Returns
-	// the bare Reconciliation over REST.
+	// the rest), each resolution with at most its first 10 items
+	// (items_next_page_token: ListReconciliationResolutionItems has the
+	// rest). Returns the bare Reconciliation over REST.
 	GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
