@@ -211,6 +211,7 @@ func (s *Service) Policy() auth.Policy {
 		rc + "ListReconciliationStatementBreaks": {auth.RoleFinance, auth.RoleAuditor},
 		rc + "ListReconciliationCashDifferences": {auth.RoleFinance, auth.RoleAuditor},
 		rc + "ListReconciliationResolutions":     {auth.RoleFinance, auth.RoleAuditor},
+		rc + "ListReconciliationResolutionItems": {auth.RoleFinance, auth.RoleAuditor},
 		rc + "ResolveReconciliationItems":        {auth.RoleFinance},
 		rc + "VoidReconciliationResolution":      {auth.RoleFinance},
 	}

@@ -153,6 +153,7 @@ var expectedAccess = func() map[string][]string {
 		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationStatementBreaks": {"finance", "auditor"},
 		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationCashDifferences": {"finance", "auditor"},
 		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutions":     {"finance", "auditor"},
+		"/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutionItems": {"finance", "auditor"},
 		// Resolving items by hand is finance's; an auditor reads them on the run.
 		"/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems": {"finance"},
 		// So is voiding a resolution (its items open again in the next run).

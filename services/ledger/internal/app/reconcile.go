@@ -55,13 +55,21 @@ const (
 	// JSON), and finance may resolve a year's exceptions one by one.
 	reconResolutionsAnswerMax = 50
 	reconResolutionsPageMax   = 100
+	// reconResolutionItemsAnswerMax bounds the items each resolution in
+	// any answer carries (ResolutionItems pages the rest): a resolution
+	// holds up to resolveItemsMax, and a run's answer of 50 such weighed
+	// 1.6 MB in JSON (a page of 100 resolutions, ~3.2 MB). Ten keep a
+	// typical match (a line and its few movements) whole.
+	reconResolutionItemsAnswerMax = 10
+	// Pages of ResolutionItems: a resolution's every item at most.
+	reconResolutionItemsPageMax = resolveItemsMax
 )
 
 // reconAnswerRead is what an answer of a kept run reads of it: one more
 // item than it carries (whether to give a token), the first of each
 // other list (their counts say whether more are left).
 var reconAnswerRead = domain.ReconRead{Items: reconItemsAnswerMax + 1, Breaks: reconFindingsAnswerMax,
-	CashDifferences: reconFindingsAnswerMax, Resolutions: reconResolutionsAnswerMax}
+	CashDifferences: reconFindingsAnswerMax, Resolutions: reconResolutionsAnswerMax, ResolutionItems: reconResolutionItemsAnswerMax}
 
 // reconSummaryRead is what a summary answer of a kept run reads of it: its
 // counts, none of its lists (a keyed replay read an answer's page of each,
@@ -92,8 +100,14 @@ type ReconciliationStore interface {
 	ListFindings(ctx context.Context, id, kind string, skip, limit int) (*domain.ReconRun, error)
 	// ListResolutions returns up to limit of a run's resolutions (reopened:
 	// its reopened ones) oldest first, after after (nil: from the first),
-	// and the run's currency (apperr.ErrNotFound if no run).
-	ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit int) (string, []domain.ReconResolution, error)
+	// and the run's currency (apperr.ErrNotFound if no run), each with its
+	// first itemsUpTo items (0: every one) and its item count.
+	ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit, itemsUpTo int) (string, []domain.ReconResolution, error)
+	// ListResolutionItems returns up to limit of the items of run id's
+	// resolution resID in their order, after the one numbered afterNo, and
+	// the run's currency (apperr.ErrNotFound if the run has no such
+	// resolution).
+	ListResolutionItems(ctx context.Context, id, resID string, afterNo, limit int) (string, []domain.ReconItem, error)
 }
 
 // ReconRunTx reads what a run needs and stores it, in one transaction.
@@ -472,6 +486,8 @@ const (
 	reconCashListing        = "ledger.reconciliation_cash_differences"
 	reconResolutionsListing = "ledger.reconciliation_resolutions"
 	reconReopenedListing    = "ledger.reconciliation_reopened_resolutions"
+	// A resolution's items, scoped by its run's id and its own.
+	reconResolutionItemsListing = "ledger.reconciliation_resolution_items"
 )
 
 // findingsListing names the listing of a kind of ListFindings.
@@ -509,6 +525,12 @@ func bound(run *domain.ReconRun) {
 		run.CashDifferencesNext = cursor.Encode(findingsListing(domain.ReconItemCashDifference, run.ID), cursor.FormatInt64(int64(len(res.CashDifferences))))
 	}
 	run.ResolutionN, run.ReopenedN = max(run.ResolutionN, len(run.Resolutions)), max(run.ReopenedN, len(run.Reopened))
+	for i := range run.Resolutions {
+		BoundResolution(&run.Resolutions[i])
+	}
+	for i := range run.Reopened {
+		BoundResolution(&run.Reopened[i])
+	}
 	if n := len(run.Resolutions); n > reconResolutionsAnswerMax || (n > 0 && run.ResolutionN > n) {
 		run.Resolutions = run.Resolutions[:min(n, reconResolutionsAnswerMax)]
 		run.ResolutionsNext = resolutionToken(run.ID, false, run.Resolutions[len(run.Resolutions)-1])
@@ -517,6 +539,67 @@ func bound(run *domain.ReconRun) {
 		run.Reopened = run.Reopened[:min(n, reconResolutionsAnswerMax)]
 		run.ReopenedNext = resolutionToken(run.ID, true, run.Reopened[len(run.Reopened)-1])
 	}
+}
+
+// BoundResolution bounds an answered resolution to its first
+// reconResolutionItemsAnswerMax items (its lines, then its movements, in
+// their order), with its item count and, when it has more, the page token
+// of the rest. Whole or read bounded (ReconRead.ResolutionItems), and
+// again: the same.
+func BoundResolution(res *domain.ReconResolution) {
+	n := len(res.Lines) + len(res.Movements)
+	res.ItemN = max(res.ItemN, n)
+	if len(res.Lines) >= reconResolutionItemsAnswerMax {
+		res.Lines, res.Movements = res.Lines[:reconResolutionItemsAnswerMax], nil
+	} else if n > reconResolutionItemsAnswerMax {
+		res.Movements = res.Movements[:reconResolutionItemsAnswerMax-len(res.Lines)]
+	}
+	// Items are numbered from 1 in this order (insertResolution): the
+	// token is the last one answered.
+	if kept := len(res.Lines) + len(res.Movements); res.ItemN > kept {
+		res.ItemsNext = cursor.Encode(resolutionItemsListing(res.ReconciliationID, res.ID), cursor.FormatInt64(int64(kept)))
+	}
+}
+
+// resolutionItemsListing names the listing of run id's resolution resID's
+// items.
+func resolutionItemsListing(id, resID string) string {
+	return cursor.Scoped(reconResolutionItemsListing, id, resID)
+}
+
+// ResolutionItems pages the items of run id's resolution resID in their
+// order (lines, then movements), with the run's currency; the token is the
+// last item's number. A line's Status is domain.ReconItemUnmatchedInBank,
+// a movement's domain.ReconItemUnmatchedInLedger.
+func (r *Reconciliations) ResolutionItems(ctx context.Context, id, resID string, pageSize int32, pageToken string) (string, []domain.ReconItem, string, error) {
+	var v apperr.Validator
+	v.Check(id != "", "reconciliation_id", "required")
+	v.Check(resID != "", "resolution_id", "required")
+	limit := pageLimit(&v, pageSize, reconResolutionItemsPageMax, reconResolutionItemsPageMax)
+	if err := v.Err(); err != nil {
+		return "", nil, "", err
+	}
+	listing := resolutionItemsListing(id, resID)
+	var after int64
+	if pageToken != "" {
+		pos, err := cursor.Decode(listing, pageToken, 1)
+		if err != nil {
+			return "", nil, "", err
+		}
+		if after, err = pos.Int64(0); err != nil || after <= 0 || after > math.MaxInt32 {
+			return "", nil, "", cursor.Malformed()
+		}
+	}
+	currency, items, err := r.Store.ListResolutionItems(ctx, id, resID, int(after), limit+1)
+	if err != nil {
+		return "", nil, "", err
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		next = cursor.Encode(listing, cursor.FormatInt64(int64(items[limit-1].No)))
+	}
+	return currency, items, next, nil
 }
 
 // resolutionToken is the page token of a run's resolutions after last.
@@ -592,9 +675,12 @@ func (r *Reconciliations) ResolutionPage(ctx context.Context, id string, reopene
 		}
 		after = &domain.ResolutionPos{CreatedAt: at, ID: pos.String(1)}
 	}
-	currency, out, err := r.Store.ListResolutions(ctx, id, reopened, after, limit+1)
+	currency, out, err := r.Store.ListResolutions(ctx, id, reopened, after, limit+1, reconResolutionItemsAnswerMax)
 	if err != nil {
 		return "", nil, "", err
+	}
+	for i := range out {
+		BoundResolution(&out[i])
 	}
 	next := ""
 	if len(out) > limit {

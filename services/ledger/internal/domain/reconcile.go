@@ -573,6 +573,9 @@ func (r *ReconRun) KeepItems(n int) bool {
 // replay) reads no more than it answers.
 type ReconRead struct {
 	Items, Breaks, CashDifferences, Resolutions int
+	// ResolutionItems bounds the items read of each resolution and
+	// reopened one (their first, in their order; 0: every one).
+	ResolutionItems int
 	// CountsOnly reads the run and its counts, none of its lists: a
 	// summary answer's read (the lists above are then ignored).
 	CountsOnly bool
@@ -643,6 +646,11 @@ type ReconResolution struct {
 	Movements        []Movement
 	// Void is set once it is voided: its items are open again.
 	Void *ReconVoid
+	// ItemN is how many lines and movements it has: Lines and Movements
+	// may hold only its first (an answer's read), ItemsNext the page
+	// token of the rest.
+	ItemN     int
+	ItemsNext string
 }
 
 // ReconVoid undoes a resolution by hand: finance resolved the wrong items.

@@ -65,6 +65,7 @@ func (s *ReconciliationServer) ResolveReconciliationItems(ctx context.Context, r
 	if err != nil {
 		return nil, err
 	}
+	app.BoundResolution(res)
 	return &ledgerv1.ResolveReconciliationItemsResponse{Resolution: toProtoResolution(res, amountIn(res.Currency))}, nil
 }
 
@@ -74,6 +75,7 @@ func (s *ReconciliationServer) VoidReconciliationResolution(ctx context.Context,
 	if err != nil {
 		return nil, err
 	}
+	app.BoundResolution(res)
 	return &ledgerv1.VoidReconciliationResolutionResponse{Resolution: toProtoResolution(res, amountIn(res.Currency))}, nil
 }
 
@@ -159,6 +161,27 @@ func (s *ReconciliationServer) ListReconciliationResolutions(ctx context.Context
 	out := &ledgerv1.ListReconciliationResolutionsResponse{Resolutions: make([]*ledgerv1.ReconciliationResolution, 0, len(res)), NextPageToken: next}
 	for i := range res {
 		out.Resolutions = append(out.Resolutions, toProtoResolution(&res[i], f))
+	}
+	return out, nil
+}
+
+// ListReconciliationResolutionItems implements ReconciliationService.
+func (s *ReconciliationServer) ListReconciliationResolutionItems(ctx context.Context, r *ledgerv1.ListReconciliationResolutionItemsRequest) (*ledgerv1.ListReconciliationResolutionItemsResponse, error) {
+	currency, items, next, err := s.Reconciliations.ResolutionItems(ctx, r.GetReconciliationId(), r.GetResolutionId(), r.GetPageSize(), r.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	f := amountIn(currency)
+	out := &ledgerv1.ListReconciliationResolutionItemsResponse{Items: make([]*ledgerv1.ReconciliationItem, 0, len(items)), NextPageToken: next}
+	for _, x := range items {
+		// As a resolution lists them: a line, or a movement; no status.
+		it := &ledgerv1.ReconciliationItem{}
+		if x.Status == domain.ReconItemUnmatchedInBank {
+			protoLine(it, x.Line, f)
+		} else {
+			protoMove(it, x.Movement, f)
+		}
+		out.Items = append(out.Items, it)
 	}
 	return out, nil
 }
@@ -253,7 +276,8 @@ func protoCashDifferences(ds []domain.CashDifference, f func(decimal.Decimal) st
 
 func toProtoResolution(r *domain.ReconResolution, f func(decimal.Decimal) string) *ledgerv1.ReconciliationResolution {
 	out := &ledgerv1.ReconciliationResolution{ResolutionId: r.ID, ReconciliationId: r.ReconciliationID, Action: r.Action, Reason: r.Reason,
-		ResolvedBy: r.ResolvedBy, CreatedAt: timestamppb.New(r.CreatedAt), Items: make([]*ledgerv1.ReconciliationItem, 0, len(r.Lines)+len(r.Movements))}
+		ResolvedBy: r.ResolvedBy, CreatedAt: timestamppb.New(r.CreatedAt), Items: make([]*ledgerv1.ReconciliationItem, 0, len(r.Lines)+len(r.Movements)),
+		ItemCount: int32(max(r.ItemN, len(r.Lines)+len(r.Movements))), ItemsNextPageToken: r.ItemsNext}
 	if r.Void != nil {
 		out.VoidedAt, out.VoidedBy, out.VoidReason = timestamppb.New(r.Void.VoidedAt), r.Void.VoidedBy, r.Void.Reason
 	}

@@ -319,14 +319,19 @@ type ReconciliationResolution struct {
 	Reason           string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	ResolvedBy       string                 `protobuf:"bytes,5,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"` // role and subject of the caller
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// The lines and movements resolved, as the run listed them.
+	// The lines and movements resolved, as the run listed them: at most the
+	// first 10 (lines first, then movements, as resolved); item_count says
+	// how many it has and items_next_page_token, set when it has more,
+	// continues on ListReconciliationResolutionItems.
 	Items []*ReconciliationItem `protobuf:"bytes,7,rep,name=items,proto3" json:"items,omitempty"`
 	// Set once voided: its items are open again from the next run on.
-	VoidedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=voided_at,json=voidedAt,proto3" json:"voided_at,omitempty"`
-	VoidedBy      string                 `protobuf:"bytes,9,opt,name=voided_by,json=voidedBy,proto3" json:"voided_by,omitempty"` // role and subject of the caller
-	VoidReason    string                 `protobuf:"bytes,10,opt,name=void_reason,json=voidReason,proto3" json:"void_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	VoidedAt           *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=voided_at,json=voidedAt,proto3" json:"voided_at,omitempty"`
+	VoidedBy           string                 `protobuf:"bytes,9,opt,name=voided_by,json=voidedBy,proto3" json:"voided_by,omitempty"` // role and subject of the caller
+	VoidReason         string                 `protobuf:"bytes,10,opt,name=void_reason,json=voidReason,proto3" json:"void_reason,omitempty"`
+	ItemCount          int32                  `protobuf:"varint,11,opt,name=item_count,json=itemCount,proto3" json:"item_count,omitempty"`
+	ItemsNextPageToken string                 `protobuf:"bytes,12,opt,name=items_next_page_token,json=itemsNextPageToken,proto3" json:"items_next_page_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReconciliationResolution) Reset() {
@@ -425,6 +430,20 @@ func (x *ReconciliationResolution) GetVoidedBy() string {
 func (x *ReconciliationResolution) GetVoidReason() string {
 	if x != nil {
 		return x.VoidReason
+	}
+	return ""
+}
+
+func (x *ReconciliationResolution) GetItemCount() int32 {
+	if x != nil {
+		return x.ItemCount
+	}
+	return 0
+}
+
+func (x *ReconciliationResolution) GetItemsNextPageToken() string {
+	if x != nil {
+		return x.ItemsNextPageToken
 	}
 	return ""
 }
@@ -1962,7 +1981,7 @@ type ListReconciliationResolutionsRequest struct {
 	// The run's reopened_resolutions (voided since the previous run) instead
 	// of its own resolutions.
 	Reopened bool  `protobuf:"varint,2,opt,name=reopened,proto3" json:"reopened,omitempty"`
-	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 50, at most 100 (each of at most 100 items)
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 50, at most 100 (each carrying at most 10 items)
 	// next_page_token of the page before, or a run's
 	// resolutions_next_page_token (reopened_resolutions_next_page_token with
 	// reopened).
@@ -2081,6 +2100,129 @@ func (x *ListReconciliationResolutionsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListReconciliationResolutionItemsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run whose items the resolution resolved.
+	ReconciliationId string `protobuf:"bytes,1,opt,name=reconciliation_id,json=reconciliationId,proto3" json:"reconciliation_id,omitempty"`
+	ResolutionId     string `protobuf:"bytes,2,opt,name=resolution_id,json=resolutionId,proto3" json:"resolution_id,omitempty"`
+	PageSize         int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 100, at most 100 (a resolution holds at most 100)
+	// next_page_token of the page before, or the resolution's
+	// items_next_page_token.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationResolutionItemsRequest) Reset() {
+	*x = ListReconciliationResolutionItemsRequest{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationResolutionItemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationResolutionItemsRequest) ProtoMessage() {}
+
+func (x *ListReconciliationResolutionItemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationResolutionItemsRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationResolutionItemsRequest) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListReconciliationResolutionItemsRequest) GetReconciliationId() string {
+	if x != nil {
+		return x.ReconciliationId
+	}
+	return ""
+}
+
+func (x *ListReconciliationResolutionItemsRequest) GetResolutionId() string {
+	if x != nil {
+		return x.ResolutionId
+	}
+	return ""
+}
+
+func (x *ListReconciliationResolutionItemsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationResolutionItemsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListReconciliationResolutionItemsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*ReconciliationItem  `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"` // in the resolution's order
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationResolutionItemsResponse) Reset() {
+	*x = ListReconciliationResolutionItemsResponse{}
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationResolutionItemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationResolutionItemsResponse) ProtoMessage() {}
+
+func (x *ListReconciliationResolutionItemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gpubill_ledger_v1_reconciliation_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationResolutionItemsResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationResolutionItemsResponse) Descriptor() ([]byte, []int) {
+	return file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListReconciliationResolutionItemsResponse) GetItems() []*ReconciliationItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListReconciliationResolutionItemsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_gpubill_ledger_v1_reconciliation_proto protoreflect.FileDescriptor
 
 const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
@@ -2106,7 +2248,7 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\"ResolveReconciliationItemsResponse\x12K\n" +
 	"\n" +
 	"resolution\x18\x01 \x01(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\n" +
-	"resolution\"\xac\x03\n" +
+	"resolution\"\xfe\x03\n" +
 	"\x18ReconciliationResolution\x12#\n" +
 	"\rresolution_id\x18\x01 \x01(\tR\fresolutionId\x12+\n" +
 	"\x11reconciliation_id\x18\x02 \x01(\tR\x10reconciliationId\x12\x16\n" +
@@ -2121,7 +2263,10 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\tvoided_by\x18\t \x01(\tR\bvoidedBy\x12\x1f\n" +
 	"\vvoid_reason\x18\n" +
 	" \x01(\tR\n" +
-	"voidReason\"\x82\x01\n" +
+	"voidReason\x12\x1d\n" +
+	"\n" +
+	"item_count\x18\v \x01(\x05R\titemCount\x121\n" +
+	"\x15items_next_page_token\x18\f \x01(\tR\x12itemsNextPageToken\"\x82\x01\n" +
 	"\x18RunReconciliationRequest\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12!\n" +
 	"\fsummary_only\x18\x02 \x01(\bR\vsummaryOnly\x12'\n" +
@@ -2266,7 +2411,16 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x9e\x01\n" +
 	"%ListReconciliationResolutionsResponse\x12M\n" +
 	"\vresolutions\x18\x01 \x03(\v2+.gpubill.ledger.v1.ReconciliationResolutionR\vresolutions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xf3\r\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb8\x01\n" +
+	"(ListReconciliationResolutionItemsRequest\x12+\n" +
+	"\x11reconciliation_id\x18\x01 \x01(\tR\x10reconciliationId\x12#\n" +
+	"\rresolution_id\x18\x02 \x01(\tR\fresolutionId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x90\x01\n" +
+	")ListReconciliationResolutionItemsResponse\x12;\n" +
+	"\x05items\x18\x01 \x03(\v2%.gpubill.ledger.v1.ReconciliationItemR\x05items\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe7\x0f\n" +
 	"\x15ReconciliationService\x12\x8e\x01\n" +
 	"\x11RunReconciliation\x12+.gpubill.ledger.v1.RunReconciliationRequest\x1a,.gpubill.ledger.v1.RunReconciliationResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/reconciliations\x12\x91\x01\n" +
 	"\x13ListReconciliations\x12-.gpubill.ledger.v1.ListReconciliationsRequest\x1a..gpubill.ledger.v1.ListReconciliationsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/reconciliations\x12\xaf\x01\n" +
@@ -2274,7 +2428,8 @@ const file_gpubill_ledger_v1_reconciliation_proto_rawDesc = "" +
 	"\x17ListReconciliationItems\x121.gpubill.ledger.v1.ListReconciliationItemsRequest\x1a2.gpubill.ledger.v1.ListReconciliationItemsResponse\"5\x82\xd3\xe4\x93\x02/\x12-/v1/reconciliations/{reconciliation_id}/items\x12\xe0\x01\n" +
 	"!ListReconciliationStatementBreaks\x12;.gpubill.ledger.v1.ListReconciliationStatementBreaksRequest\x1a<.gpubill.ledger.v1.ListReconciliationStatementBreaksResponse\"@\x82\xd3\xe4\x93\x02:\x128/v1/reconciliations/{reconciliation_id}/statement_breaks\x12\xe0\x01\n" +
 	"!ListReconciliationCashDifferences\x12;.gpubill.ledger.v1.ListReconciliationCashDifferencesRequest\x1a<.gpubill.ledger.v1.ListReconciliationCashDifferencesResponse\"@\x82\xd3\xe4\x93\x02:\x128/v1/reconciliations/{reconciliation_id}/cash_differences\x12\xcf\x01\n" +
-	"\x1dListReconciliationResolutions\x127.gpubill.ledger.v1.ListReconciliationResolutionsRequest\x1a8.gpubill.ledger.v1.ListReconciliationResolutionsResponse\";\x82\xd3\xe4\x93\x025\x123/v1/reconciliations/{reconciliation_id}/resolutions\x12\xc9\x01\n" +
+	"\x1dListReconciliationResolutions\x127.gpubill.ledger.v1.ListReconciliationResolutionsRequest\x1a8.gpubill.ledger.v1.ListReconciliationResolutionsResponse\";\x82\xd3\xe4\x93\x025\x123/v1/reconciliations/{reconciliation_id}/resolutions\x12\xf1\x01\n" +
+	"!ListReconciliationResolutionItems\x12;.gpubill.ledger.v1.ListReconciliationResolutionItemsRequest\x1a<.gpubill.ledger.v1.ListReconciliationResolutionItemsResponse\"Q\x82\xd3\xe4\x93\x02K\x12I/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}/items\x12\xc9\x01\n" +
 	"\x1aResolveReconciliationItems\x124.gpubill.ledger.v1.ResolveReconciliationItemsRequest\x1a5.gpubill.ledger.v1.ResolveReconciliationItemsResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/reconciliations/{reconciliation_id}/resolutions\x12\xe4\x01\n" +
 	"\x1cVoidReconciliationResolution\x126.gpubill.ledger.v1.VoidReconciliationResolutionRequest\x1a7.gpubill.ledger.v1.VoidReconciliationResolutionResponse\"S\x82\xd3\xe4\x93\x02M:\x01*\"H/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}:voidBAZ?github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1;ledgerv1b\x06proto3"
 
@@ -2290,7 +2445,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_rawDescGZIP() []byte {
 	return file_gpubill_ledger_v1_reconciliation_proto_rawDescData
 }
 
-var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_gpubill_ledger_v1_reconciliation_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*VoidReconciliationResolutionRequest)(nil),       // 0: gpubill.ledger.v1.VoidReconciliationResolutionRequest
 	(*VoidReconciliationResolutionResponse)(nil),      // 1: gpubill.ledger.v1.VoidReconciliationResolutionResponse
@@ -2317,17 +2472,19 @@ var file_gpubill_ledger_v1_reconciliation_proto_goTypes = []any{
 	(*ListReconciliationCashDifferencesResponse)(nil), // 22: gpubill.ledger.v1.ListReconciliationCashDifferencesResponse
 	(*ListReconciliationResolutionsRequest)(nil),      // 23: gpubill.ledger.v1.ListReconciliationResolutionsRequest
 	(*ListReconciliationResolutionsResponse)(nil),     // 24: gpubill.ledger.v1.ListReconciliationResolutionsResponse
-	(*timestamppb.Timestamp)(nil),                     // 25: google.protobuf.Timestamp
+	(*ListReconciliationResolutionItemsRequest)(nil),  // 25: gpubill.ledger.v1.ListReconciliationResolutionItemsRequest
+	(*ListReconciliationResolutionItemsResponse)(nil), // 26: gpubill.ledger.v1.ListReconciliationResolutionItemsResponse
+	(*timestamppb.Timestamp)(nil),                     // 27: google.protobuf.Timestamp
 }
 var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 0: gpubill.ledger.v1.VoidReconciliationResolutionResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	3,  // 1: gpubill.ledger.v1.ResolveReconciliationItemsRequest.lines:type_name -> gpubill.ledger.v1.StatementLineRef
 	5,  // 2: gpubill.ledger.v1.ResolveReconciliationItemsResponse.resolution:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	25, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
+	27, // 3: gpubill.ledger.v1.ReconciliationResolution.created_at:type_name -> google.protobuf.Timestamp
 	11, // 4: gpubill.ledger.v1.ReconciliationResolution.items:type_name -> gpubill.ledger.v1.ReconciliationItem
-	25, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
+	27, // 5: gpubill.ledger.v1.ReconciliationResolution.voided_at:type_name -> google.protobuf.Timestamp
 	8,  // 6: gpubill.ledger.v1.RunReconciliationResponse.reconciliations:type_name -> gpubill.ledger.v1.Reconciliation
-	25, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
+	27, // 7: gpubill.ledger.v1.Reconciliation.created_at:type_name -> google.protobuf.Timestamp
 	11, // 8: gpubill.ledger.v1.Reconciliation.matched:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 9: gpubill.ledger.v1.Reconciliation.unmatched_in_bank:type_name -> gpubill.ledger.v1.ReconciliationItem
 	11, // 10: gpubill.ledger.v1.Reconciliation.unmatched_in_ledger:type_name -> gpubill.ledger.v1.ReconciliationItem
@@ -2335,37 +2492,40 @@ var file_gpubill_ledger_v1_reconciliation_proto_depIdxs = []int32{
 	5,  // 12: gpubill.ledger.v1.Reconciliation.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
 	9,  // 13: gpubill.ledger.v1.Reconciliation.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
 	5,  // 14: gpubill.ledger.v1.Reconciliation.reopened_resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	25, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
-	25, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
+	27, // 15: gpubill.ledger.v1.CashDifference.closing_at:type_name -> google.protobuf.Timestamp
+	27, // 16: gpubill.ledger.v1.ReconciliationSummary.created_at:type_name -> google.protobuf.Timestamp
 	13, // 17: gpubill.ledger.v1.ListReconciliationsResponse.reconciliations:type_name -> gpubill.ledger.v1.ReconciliationSummary
 	8,  // 18: gpubill.ledger.v1.GetReconciliationResponse.reconciliation:type_name -> gpubill.ledger.v1.Reconciliation
 	11, // 19: gpubill.ledger.v1.ListReconciliationItemsResponse.items:type_name -> gpubill.ledger.v1.ReconciliationItem
 	10, // 20: gpubill.ledger.v1.ListReconciliationStatementBreaksResponse.statement_breaks:type_name -> gpubill.ledger.v1.StatementBreak
 	9,  // 21: gpubill.ledger.v1.ListReconciliationCashDifferencesResponse.cash_differences:type_name -> gpubill.ledger.v1.CashDifference
 	5,  // 22: gpubill.ledger.v1.ListReconciliationResolutionsResponse.resolutions:type_name -> gpubill.ledger.v1.ReconciliationResolution
-	6,  // 23: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
-	12, // 24: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
-	15, // 25: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
-	17, // 26: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:input_type -> gpubill.ledger.v1.ListReconciliationItemsRequest
-	19, // 27: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:input_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksRequest
-	21, // 28: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:input_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesRequest
-	23, // 29: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:input_type -> gpubill.ledger.v1.ListReconciliationResolutionsRequest
-	2,  // 30: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
-	0,  // 31: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
-	7,  // 32: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
-	14, // 33: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
-	16, // 34: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
-	18, // 35: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:output_type -> gpubill.ledger.v1.ListReconciliationItemsResponse
-	20, // 36: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:output_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksResponse
-	22, // 37: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:output_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesResponse
-	24, // 38: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:output_type -> gpubill.ledger.v1.ListReconciliationResolutionsResponse
-	4,  // 39: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
-	1,  // 40: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 23: gpubill.ledger.v1.ListReconciliationResolutionItemsResponse.items:type_name -> gpubill.ledger.v1.ReconciliationItem
+	6,  // 24: gpubill.ledger.v1.ReconciliationService.RunReconciliation:input_type -> gpubill.ledger.v1.RunReconciliationRequest
+	12, // 25: gpubill.ledger.v1.ReconciliationService.ListReconciliations:input_type -> gpubill.ledger.v1.ListReconciliationsRequest
+	15, // 26: gpubill.ledger.v1.ReconciliationService.GetReconciliation:input_type -> gpubill.ledger.v1.GetReconciliationRequest
+	17, // 27: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:input_type -> gpubill.ledger.v1.ListReconciliationItemsRequest
+	19, // 28: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:input_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksRequest
+	21, // 29: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:input_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesRequest
+	23, // 30: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:input_type -> gpubill.ledger.v1.ListReconciliationResolutionsRequest
+	25, // 31: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutionItems:input_type -> gpubill.ledger.v1.ListReconciliationResolutionItemsRequest
+	2,  // 32: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:input_type -> gpubill.ledger.v1.ResolveReconciliationItemsRequest
+	0,  // 33: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:input_type -> gpubill.ledger.v1.VoidReconciliationResolutionRequest
+	7,  // 34: gpubill.ledger.v1.ReconciliationService.RunReconciliation:output_type -> gpubill.ledger.v1.RunReconciliationResponse
+	14, // 35: gpubill.ledger.v1.ReconciliationService.ListReconciliations:output_type -> gpubill.ledger.v1.ListReconciliationsResponse
+	16, // 36: gpubill.ledger.v1.ReconciliationService.GetReconciliation:output_type -> gpubill.ledger.v1.GetReconciliationResponse
+	18, // 37: gpubill.ledger.v1.ReconciliationService.ListReconciliationItems:output_type -> gpubill.ledger.v1.ListReconciliationItemsResponse
+	20, // 38: gpubill.ledger.v1.ReconciliationService.ListReconciliationStatementBreaks:output_type -> gpubill.ledger.v1.ListReconciliationStatementBreaksResponse
+	22, // 39: gpubill.ledger.v1.ReconciliationService.ListReconciliationCashDifferences:output_type -> gpubill.ledger.v1.ListReconciliationCashDifferencesResponse
+	24, // 40: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutions:output_type -> gpubill.ledger.v1.ListReconciliationResolutionsResponse
+	26, // 41: gpubill.ledger.v1.ReconciliationService.ListReconciliationResolutionItems:output_type -> gpubill.ledger.v1.ListReconciliationResolutionItemsResponse
+	4,  // 42: gpubill.ledger.v1.ReconciliationService.ResolveReconciliationItems:output_type -> gpubill.ledger.v1.ResolveReconciliationItemsResponse
+	1,  // 43: gpubill.ledger.v1.ReconciliationService.VoidReconciliationResolution:output_type -> gpubill.ledger.v1.VoidReconciliationResolutionResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_gpubill_ledger_v1_reconciliation_proto_init() }
@@ -2379,7 +2539,7 @@ func file_gpubill_ledger_v1_reconciliation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpubill_ledger_v1_reconciliation_proto_rawDesc), len(file_gpubill_ledger_v1_reconciliation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

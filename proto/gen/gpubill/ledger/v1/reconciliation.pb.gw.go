@@ -348,6 +348,75 @@ func local_request_ReconciliationService_ListReconciliationResolutions_0(ctx con
 	return msg, metadata, err
 }
 
+var filter_ReconciliationService_ListReconciliationResolutionItems_0 = &utilities.DoubleArray{Encoding: map[string]int{"reconciliation_id": 0, "resolution_id": 1}, Base: []int{1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 2, 3}}
+
+func request_ReconciliationService_ListReconciliationResolutionItems_0(ctx context.Context, marshaler runtime.Marshaler, client ReconciliationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListReconciliationResolutionItemsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["reconciliation_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "reconciliation_id")
+	}
+	protoReq.ReconciliationId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "reconciliation_id", err)
+	}
+	val, ok = pathParams["resolution_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "resolution_id")
+	}
+	protoReq.ResolutionId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "resolution_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ReconciliationService_ListReconciliationResolutionItems_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListReconciliationResolutionItems(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ReconciliationService_ListReconciliationResolutionItems_0(ctx context.Context, marshaler runtime.Marshaler, server ReconciliationServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListReconciliationResolutionItemsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["reconciliation_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "reconciliation_id")
+	}
+	protoReq.ReconciliationId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "reconciliation_id", err)
+	}
+	val, ok = pathParams["resolution_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "resolution_id")
+	}
+	protoReq.ResolutionId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "resolution_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ReconciliationService_ListReconciliationResolutionItems_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListReconciliationResolutionItems(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_ReconciliationService_ResolveReconciliationItems_0(ctx context.Context, marshaler runtime.Marshaler, client ReconciliationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ResolveReconciliationItemsRequest
@@ -600,6 +669,26 @@ func RegisterReconciliationServiceHandlerServer(ctx context.Context, mux *runtim
 		}
 		forward_ReconciliationService_ListReconciliationResolutions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ReconciliationService_ListReconciliationResolutionItems_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutionItems", runtime.WithHTTPPathPattern("/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}/items"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ReconciliationService_ListReconciliationResolutionItems_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ReconciliationService_ListReconciliationResolutionItems_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_ReconciliationService_ResolveReconciliationItems_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -799,6 +888,23 @@ func RegisterReconciliationServiceHandlerClient(ctx context.Context, mux *runtim
 		}
 		forward_ReconciliationService_ListReconciliationResolutions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ReconciliationService_ListReconciliationResolutionItems_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutionItems", runtime.WithHTTPPathPattern("/v1/reconciliations/{reconciliation_id}/resolutions/{resolution_id}/items"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ReconciliationService_ListReconciliationResolutionItems_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ReconciliationService_ListReconciliationResolutionItems_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_ReconciliationService_ResolveReconciliationItems_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -853,6 +959,7 @@ var (
 	pattern_ReconciliationService_ListReconciliationStatementBreaks_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "statement_breaks"}, ""))
 	pattern_ReconciliationService_ListReconciliationCashDifferences_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "cash_differences"}, ""))
 	pattern_ReconciliationService_ListReconciliationResolutions_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions"}, ""))
+	pattern_ReconciliationService_ListReconciliationResolutionItems_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions", "resolution_id", "items"}, ""))
 	pattern_ReconciliationService_ResolveReconciliationItems_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions"}, ""))
 	pattern_ReconciliationService_VoidReconciliationResolution_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "reconciliations", "reconciliation_id", "resolutions", "resolution_id"}, "void"))
 )
@@ -865,6 +972,7 @@ var (
 	forward_ReconciliationService_ListReconciliationStatementBreaks_0 = runtime.ForwardResponseMessage
 	forward_ReconciliationService_ListReconciliationCashDifferences_0 = runtime.ForwardResponseMessage
 	forward_ReconciliationService_ListReconciliationResolutions_0     = runtime.ForwardResponseMessage
+	forward_ReconciliationService_ListReconciliationResolutionItems_0 = runtime.ForwardResponseMessage
 	forward_ReconciliationService_ResolveReconciliationItems_0        = runtime.ForwardResponseMessage
 	forward_ReconciliationService_VoidReconciliationResolution_0      = runtime.ForwardResponseMessage
 )

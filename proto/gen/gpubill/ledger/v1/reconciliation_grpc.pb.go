@@ -26,6 +26,7 @@ const (
 	ReconciliationService_ListReconciliationStatementBreaks_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationStatementBreaks"
 	ReconciliationService_ListReconciliationCashDifferences_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationCashDifferences"
 	ReconciliationService_ListReconciliationResolutions_FullMethodName     = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutions"
+	ReconciliationService_ListReconciliationResolutionItems_FullMethodName = "/gpubill.ledger.v1.ReconciliationService/ListReconciliationResolutionItems"
 	ReconciliationService_ResolveReconciliationItems_FullMethodName        = "/gpubill.ledger.v1.ReconciliationService/ResolveReconciliationItems"
 	ReconciliationService_VoidReconciliationResolution_FullMethodName      = "/gpubill.ledger.v1.ReconciliationService/VoidReconciliationResolution"
 )
@@ -54,8 +55,9 @@ type ReconciliationServiceClient interface {
 	// (items_next_page_token: ListReconciliationItems has the rest), and at
 	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
 	// reopened resolutions (each list's *_next_page_token: its List route has
-	// the rest). Returns
-	// the bare Reconciliation over REST.
+	// the rest), each resolution with at most its first 10 items
+	// (items_next_page_token: ListReconciliationResolutionItems has the
+	// rest). Returns the bare Reconciliation over REST.
 	GetReconciliation(ctx context.Context, in *GetReconciliationRequest, opts ...grpc.CallOption) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
@@ -71,6 +73,13 @@ type ReconciliationServiceClient interface {
 	// oldest first, a page at a time: a run's answer carries the first 50 of
 	// each and the token to read the rest here.
 	ListReconciliationResolutions(ctx context.Context, in *ListReconciliationResolutionsRequest, opts ...grpc.CallOption) (*ListReconciliationResolutionsResponse, error)
+	// Lists a resolution's items in its order (its lines, then its
+	// movements, as resolved), a page at a time: a resolution in any answer
+	// carries its first 10 and the token to read the rest here
+	// (items_next_page_token). reconciliation_id is the run whose items it
+	// resolved (the resolution's own reconciliation_id, also for a reopened
+	// resolution answered with a later run).
+	ListReconciliationResolutionItems(ctx context.Context, in *ListReconciliationResolutionItemsRequest, opts ...grpc.CallOption) (*ListReconciliationResolutionItemsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -168,6 +177,16 @@ func (c *reconciliationServiceClient) ListReconciliationResolutions(ctx context.
 	return out, nil
 }
 
+func (c *reconciliationServiceClient) ListReconciliationResolutionItems(ctx context.Context, in *ListReconciliationResolutionItemsRequest, opts ...grpc.CallOption) (*ListReconciliationResolutionItemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationResolutionItemsResponse)
+	err := c.cc.Invoke(ctx, ReconciliationService_ListReconciliationResolutionItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *reconciliationServiceClient) ResolveReconciliationItems(ctx context.Context, in *ResolveReconciliationItemsRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveReconciliationItemsResponse)
@@ -212,8 +231,9 @@ type ReconciliationServiceServer interface {
 	// (items_next_page_token: ListReconciliationItems has the rest), and at
 	// most 100 statement breaks, 100 cash differences, 50 resolutions and 50
 	// reopened resolutions (each list's *_next_page_token: its List route has
-	// the rest). Returns
-	// the bare Reconciliation over REST.
+	// the rest), each resolution with at most its first 10 items
+	// (items_next_page_token: ListReconciliationResolutionItems has the
+	// rest). Returns the bare Reconciliation over REST.
 	GetReconciliation(context.Context, *GetReconciliationRequest) (*GetReconciliationResponse, error)
 	// Lists a run's matched and unmatched items in the run's order (matched,
 	// unmatched in bank, unmatched in ledger), a page at a time: a run's
@@ -229,6 +249,13 @@ type ReconciliationServiceServer interface {
 	// oldest first, a page at a time: a run's answer carries the first 50 of
 	// each and the token to read the rest here.
 	ListReconciliationResolutions(context.Context, *ListReconciliationResolutionsRequest) (*ListReconciliationResolutionsResponse, error)
+	// Lists a resolution's items in its order (its lines, then its
+	// movements, as resolved), a page at a time: a resolution in any answer
+	// carries its first 10 and the token to read the rest here
+	// (items_next_page_token). reconciliation_id is the run whose items it
+	// resolved (the resolution's own reconciliation_id, also for a reopened
+	// resolution answered with a later run).
+	ListReconciliationResolutionItems(context.Context, *ListReconciliationResolutionItemsRequest) (*ListReconciliationResolutionItemsResponse, error)
 	// Resolves items of a run by hand, with a reason, for what no reference
 	// can match (an Alipay T+1 settlement line for several top-ups keyed
 	// alipay:<trade_no>, a bank fee, a manual entry): match one statement line
@@ -276,6 +303,9 @@ func (UnimplementedReconciliationServiceServer) ListReconciliationCashDifference
 }
 func (UnimplementedReconciliationServiceServer) ListReconciliationResolutions(context.Context, *ListReconciliationResolutionsRequest) (*ListReconciliationResolutionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationResolutions not implemented")
+}
+func (UnimplementedReconciliationServiceServer) ListReconciliationResolutionItems(context.Context, *ListReconciliationResolutionItemsRequest) (*ListReconciliationResolutionItemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationResolutionItems not implemented")
 }
 func (UnimplementedReconciliationServiceServer) ResolveReconciliationItems(context.Context, *ResolveReconciliationItemsRequest) (*ResolveReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItems not implemented")
@@ -430,6 +460,24 @@ func _ReconciliationService_ListReconciliationResolutions_Handler(srv interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconciliationService_ListReconciliationResolutionItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationResolutionItemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconciliationServiceServer).ListReconciliationResolutionItems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconciliationService_ListReconciliationResolutionItems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconciliationServiceServer).ListReconciliationResolutionItems(ctx, req.(*ListReconciliationResolutionItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ReconciliationService_ResolveReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveReconciliationItemsRequest)
 	if err := dec(in); err != nil {
@@ -500,6 +548,10 @@ var ReconciliationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReconciliationResolutions",
 			Handler:    _ReconciliationService_ListReconciliationResolutions_Handler,
+		},
+		{
+			MethodName: "ListReconciliationResolutionItems",
+			Handler:    _ReconciliationService_ListReconciliationResolutionItems_Handler,
 		},
 		{
 			MethodName: "ResolveReconciliationItems",

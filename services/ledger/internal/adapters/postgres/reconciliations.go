@@ -230,7 +230,7 @@ func getRun(ctx context.Context, q Querier, where string, arg any, status string
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if err := runResolutions(ctx, q, &r, b.Resolutions); err != nil {
+	if err := runResolutions(ctx, q, &r, b.Resolutions, b.ResolutionItems); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -279,7 +279,7 @@ var findingStatus = map[string]string{domain.ReconItemStatementBreak: itemStatem
 // run's resolutions (reopened: those voided while its previous run was the
 // latest, its reopened ones) oldest first, after after (nil: from the
 // first), with the run's currency (apperr.ErrNotFound if no run).
-func (s *Reconciliations) ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit int) (string, []domain.ReconResolution, error) {
+func (s *Reconciliations) ListResolutions(ctx context.Context, id string, reopened bool, after *domain.ResolutionPos, limit, itemsUpTo int) (string, []domain.ReconResolution, error) {
 	var currency, prev string
 	err := s.Pool.QueryRow(ctx, `select currency, previous_id from ledger.reconciliations where reconciliation_id = $1`, id).Scan(&currency, &prev)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -299,8 +299,68 @@ func (s *Reconciliations) ListResolutions(ctx context.Context, id string, reopen
 	if after != nil {
 		pos = *after
 	}
-	out, err := resolutions(ctx, s.Pool, resolutionPage(reopened), of, pos.CreatedAt, pos.ID, limit)
+	out, err := resolutions(ctx, s.Pool, itemsUpTo, resolutionPage(reopened), of, pos.CreatedAt, pos.ID, limit)
 	return currency, out, err
+}
+
+// ListResolutionItems implements app.ReconciliationStore: up to limit of
+// the items of run id's resolution resID in their order, after the one
+// numbered afterNo, with the run's currency (apperr.ErrNotFound if the run
+// has no such resolution): a line's Status is domain's
+// ReconItemUnmatchedInBank, a movement's ReconItemUnmatchedInLedger (the
+// side it was on). A resolution's items never change.
+func (s *Reconciliations) ListResolutionItems(ctx context.Context, id, resID string, afterNo, limit int) (string, []domain.ReconItem, error) {
+	var currency string
+	err := s.Pool.QueryRow(ctx, `select r.currency from ledger.reconciliation_resolutions s
+		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
+		where s.resolution_id = $1 and s.reconciliation_id = $2`, resID, id).Scan(&currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, fmt.Errorf("resolution %s of reconciliation %s: %w", resID, id, apperr.ErrNotFound)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("resolution %s: %w", resID, err)
+	}
+	rows, err := s.Pool.Query(ctx, `select i.item_no, i.statement_id, i.line_no, i.booked_on, i.reference, i.bank_amount,
+			i.movement_kind, i.movement_key, i.ledger_amount, i.transaction_ids
+		from ledger.reconciliation_resolution_items i where i.resolution_id = $1 and i.item_no > $2
+		order by i.item_no limit $3`, resID, afterNo, limit)
+	if err != nil {
+		return "", nil, fmt.Errorf("resolution %s items: %w", resID, err)
+	}
+	defer rows.Close()
+	var out []domain.ReconItem
+	for rows.Next() {
+		var it domain.ReconItem
+		var stID *string
+		var lineNo *int
+		var booked *time.Time
+		var bank, led pgtype.Numeric
+		if err := rows.Scan(&it.No, &stID, &lineNo, &booked, &it.Line.Reference, &bank,
+			&it.Movement.Kind, &it.Movement.Key, &led, &it.Movement.TransactionIDs); err != nil {
+			return "", nil, fmt.Errorf("resolution %s items: %w", resID, err)
+		}
+		if stID != nil {
+			// A line.
+			it.Status, it.Line.StatementID = domain.ReconItemUnmatchedInBank, *stID
+			if lineNo != nil {
+				it.Line.LineNo = *lineNo
+			}
+			if booked != nil {
+				it.Line.BookedOn = booked.UTC()
+			}
+			if it.Line.Amount, err = decimalOf(bank); err != nil {
+				return "", nil, fmt.Errorf("resolution %s: %w", resID, err)
+			}
+			it.Movement = domain.Movement{}
+		} else {
+			it.Status = domain.ReconItemUnmatchedInLedger
+			if it.Movement.Amount, err = decimalOf(led); err != nil {
+				return "", nil, fmt.Errorf("resolution %s: %w", resID, err)
+			}
+		}
+		out = append(out, it)
+	}
+	return currency, out, rows.Err()
 }
 
 // resolutionPage is resolutions' where of a page of a run's ($1)
@@ -443,8 +503,8 @@ func scanItem(rows pgx.Rows, r *domain.ReconRun, first ...any) error {
 // its previous run was (whose items it carried again). With limit > 0 (an
 // answer's read) only the first limit of its resolutions and reopened ones,
 // oldest first, and their counts; not the voided ones, which no answer
-// shows.
-func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun, limit int) error {
+// shows. Each with its first itemsUpTo items (0: every one).
+func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun, limit, itemsUpTo int) error {
 	var err error
 	if limit > 0 {
 		if err := q.QueryRow(ctx, `select (select count(*) from ledger.reconciliation_resolutions where reconciliation_id = $1),
@@ -453,24 +513,24 @@ func runResolutions(ctx context.Context, q Querier, r *domain.ReconRun, limit in
 			return fmt.Errorf("reconciliation %s resolutions: %w", r.ID, err)
 		}
 		start := time.Unix(0, 0).UTC()
-		if r.Resolutions, err = resolutions(ctx, q, resolutionPage(false), r.ID, start, "", limit); err != nil {
+		if r.Resolutions, err = resolutions(ctx, q, itemsUpTo, resolutionPage(false), r.ID, start, "", limit); err != nil {
 			return err
 		}
 		if r.PreviousID != "" {
-			if r.Reopened, err = resolutions(ctx, q, resolutionPage(true), r.PreviousID, start, "", limit); err != nil {
+			if r.Reopened, err = resolutions(ctx, q, itemsUpTo, resolutionPage(true), r.PreviousID, start, "", limit); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if r.Resolutions, err = resolutions(ctx, q, `s.reconciliation_id = $1`, r.ID); err != nil {
+	if r.Resolutions, err = resolutions(ctx, q, 0, `s.reconciliation_id = $1`, r.ID); err != nil {
 		return err
 	}
-	if r.Voided, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.ID); err != nil {
+	if r.Voided, err = resolutions(ctx, q, 0, `v.reconciliation_id = $1`, r.ID); err != nil {
 		return err
 	}
 	if r.PreviousID != "" {
-		if r.Reopened, err = resolutions(ctx, q, `v.reconciliation_id = $1`, r.PreviousID); err != nil {
+		if r.Reopened, err = resolutions(ctx, q, 0, `v.reconciliation_id = $1`, r.PreviousID); err != nil {
 			return err
 		}
 	}

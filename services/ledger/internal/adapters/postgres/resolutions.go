@@ -154,7 +154,7 @@ func priorResolution(ctx context.Context, tx pgx.Tx, lines []domain.LineRef, txI
 
 // readResolution reads one resolution with its items and void.
 func readResolution(ctx context.Context, q Querier, id string) (*domain.ReconResolution, error) {
-	got, err := resolutions(ctx, q, `s.resolution_id = $1`, id)
+	got, err := resolutions(ctx, q, 0, `s.resolution_id = $1`, id)
 	if err != nil {
 		return nil, fmt.Errorf("resolution %s: %w", id, err)
 	}
@@ -189,16 +189,23 @@ func insertResolution(ctx context.Context, tx pgx.Tx, res *domain.ReconResolutio
 }
 
 // resolutions reads the resolutions where holds (of s), oldest first,
-// with their items.
-func resolutions(ctx context.Context, q Querier, where string, args ...any) ([]domain.ReconResolution, error) {
+// with their items (itemsUpTo > 0: only each one's first itemsUpTo, in
+// their order) and how many items each has.
+func resolutions(ctx context.Context, q Querier, itemsUpTo int, where string, args ...any) ([]domain.ReconResolution, error) {
+	// Every item read: count them as read; the first alone: count them all.
+	count, firstItems := `count(*) over (partition by s.resolution_id)`, ``
+	if itemsUpTo > 0 {
+		count = `(select count(*) from ledger.reconciliation_resolution_items c where c.resolution_id = s.resolution_id)`
+		firstItems = fmt.Sprintf(` and i.item_no <= %d`, itemsUpTo)
+	}
 	rows, err := q.Query(ctx, `select s.resolution_id, s.reconciliation_id, r.currency, s.action, s.reason, s.resolved_by, s.created_at,
 			i.statement_id, i.line_no, i.booked_on, i.reference, i.bank_amount, i.movement_kind, i.movement_key,
 			i.ledger_amount, i.transaction_ids, v.reconciliation_id, v.reason, v.voided_by, v.voided_at,
-			(select min(t.created_at) from ledger.transactions t where t.id = any(i.transaction_ids::uuid[]))
+			(select min(t.created_at) from ledger.transactions t where t.id = any(i.transaction_ids::uuid[])), `+count+`
 		from ledger.reconciliation_resolutions s join ledger.reconciliation_resolution_items i using (resolution_id)
 		join ledger.reconciliations r on r.reconciliation_id = s.reconciliation_id
 		left join ledger.reconciliation_resolution_voids v on v.resolution_id = s.resolution_id
-		where `+where+` order by s.created_at, s.resolution_id, i.item_no`, args...)
+		where (`+where+`)`+firstItems+` order by s.created_at, s.resolution_id, i.item_no`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reconciliation resolutions: %w", err)
 	}
@@ -216,7 +223,7 @@ func resolutions(ctx context.Context, q Querier, where string, args ...any) ([]d
 		var voidedAt, recorded *time.Time
 		if err := rows.Scan(&res.ID, &res.ReconciliationID, &res.Currency, &res.Action, &res.Reason, &res.ResolvedBy, &res.CreatedAt,
 			&stID, &lineNo, &booked, &l.Reference, &bank, &m.Kind, &m.Key, &led, &m.TransactionIDs,
-			&voidRun, &voidReason, &voidedBy, &voidedAt, &recorded); err != nil {
+			&voidRun, &voidReason, &voidedBy, &voidedAt, &recorded, &res.ItemN); err != nil {
 			return nil, err
 		}
 		if n := len(out); n == 0 || out[n-1].ID != res.ID {
