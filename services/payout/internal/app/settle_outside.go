@@ -61,26 +61,9 @@ type OutsideSettlement struct {
 // is a conflict.
 func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domain.Payout, error) {
 	s.Reason = strings.TrimSpace(s.Reason)
-	ids, err := settlementIDs(s)
-	switch {
-	case err != nil:
+	ids, err := a.settlementEntries(ctx, s)
+	if err != nil {
 		return domain.Payout{}, err
-	case s.Reason == "":
-		return domain.Payout{}, apperr.Invalid("reason", "required: how the net was paid (the bank, its reference)")
-	case a.Entries == nil:
-		return domain.Payout{}, fmt.Errorf("settle payout %s outside: no ledger reader configured", s.PayoutID)
-	}
-	if _, err := a.Store.GetPayout(ctx, s.PayoutID); err != nil {
-		return domain.Payout{}, err // an unknown payout is a 404 whatever it names
-	}
-	for _, id := range ids {
-		_, err := a.Entries.Entry(ctx, id)
-		if errors.Is(err, apperr.ErrNotFound) {
-			return domain.Payout{}, apperr.Invalid(settlementField(s), "the ledger holds no transaction %s", id)
-		}
-		if err != nil {
-			return domain.Payout{}, fmt.Errorf("settle payout %s outside: read transaction %s: %w", s.PayoutID, id, err)
-		}
 	}
 	err = a.Store.Update(ctx, func(tx Tx) error {
 		p, err := tx.Lock(ctx, s.PayoutID)
@@ -138,6 +121,34 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		return domain.Payout{}, fmt.Errorf("settle payout %s outside: %w", s.PayoutID, err)
 	}
 	return a.Store.GetPayout(ctx, s.PayoutID)
+}
+
+// settlementEntries checks s's request (its reason, its transaction ids,
+// a payout that exists, transactions the ledger holds) and answers its
+// transaction ids.
+func (a *Payouts) settlementEntries(ctx context.Context, s OutsideSettlement) ([]string, error) {
+	ids, err := settlementIDs(s)
+	switch {
+	case err != nil:
+		return nil, err
+	case s.Reason == "":
+		return nil, apperr.Invalid("reason", "required: how the net was paid (the bank, its reference)")
+	case a.Entries == nil:
+		return nil, fmt.Errorf("settle payout %s outside: no ledger reader configured", s.PayoutID)
+	}
+	if _, err := a.Store.GetPayout(ctx, s.PayoutID); err != nil {
+		return nil, err // an unknown payout is a 404 whatever it names
+	}
+	for _, id := range ids {
+		_, err := a.Entries.Entry(ctx, id)
+		if errors.Is(err, apperr.ErrNotFound) {
+			return nil, apperr.Invalid(settlementField(s), "the ledger holds no transaction %s", id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("settle payout %s outside: read transaction %s: %w", s.PayoutID, id, err)
+		}
+	}
+	return ids, nil
 }
 
 // SettleOutsideTransactionsMax bounds the ledger transactions one
