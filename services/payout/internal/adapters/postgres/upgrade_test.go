@@ -2,15 +2,18 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 
 	"github.com/gpubill/gpubill/migrations"
+	"github.com/gpubill/gpubill/pkg/apperr"
 	"github.com/gpubill/gpubill/pkg/pg"
 )
 
@@ -119,5 +122,74 @@ func TestKYCWrittenByAnEarlierVersionAfter0034(t *testing.T) {
 	put("p-a", "verified", t0.Add(5*time.Hour))
 	if err := pg.Migrate(ctx, pool, Schema, migrations.For(Schema)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A payout failed again while a claim of its settlement outside stands
+// (paid in part by hand) cannot be retried (app.Retry). A replica of a
+// version before that rule, during a rolling upgrade, moved it to created
+// all the same and paid its net again: the database refuses the move.
+func TestRetryRefusedByTheDatabaseWhileAClaimStands(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	for _, id := range []string{"po-claimed", "po-free", "po-returned"} {
+		sentPayout(t, pool, id, "cyc-"+id, "bank", "")
+	}
+	if _, err := pool.Exec(ctx, `update payout.payouts set status = case when payout_id = 'po-returned' then 'returned' else 'failed' end`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.settled_outside (payout_id, transaction_id, reason, settled_by, settled_at)
+		values ('po-claimed', 'tx-hand-1', 'paid by hand', 'finance', now()), ('po-returned', 'tx-hand-2', 'paid by hand', 'finance', now())`); err != nil {
+		t.Fatal(err)
+	}
+	// The earlier version's retry (its Move), but for the columns.
+	retry := `update payout.payouts set status = 'created', status_reason = 'retry (attempt 2)', attempt = attempt + 1, version = version + 1
+		where payout_id = $1 and status = $2`
+	for _, c := range []struct{ id, from string }{{"po-claimed", "failed"}, {"po-returned", "returned"}} {
+		_, err := pool.Exec(ctx, retry, c.id, c.from)
+		if err == nil {
+			t.Fatalf("%s (%s, a claim standing) moved to created: paid its net again", c.id, c.from)
+		}
+		if !pg.HasCode(err, SQLStateSettledOutsideStands) {
+			t.Fatalf("%s: %v; want SQLSTATE %s", c.id, err, SQLStateSettledOutsideStands)
+		}
+	}
+	if _, err := pool.Exec(ctx, retry, "po-free", "failed"); err != nil {
+		t.Fatalf("po-free (no claim) retried: %v", err)
+	}
+	// Its claim released (reversed), the payout can be retried.
+	if _, err := pool.Exec(ctx, `delete from payout.settled_outside where payout_id = 'po-claimed'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, retry, "po-claimed", "failed"); err != nil {
+		t.Fatalf("po-claimed, its claim released: %v", err)
+	}
+
+	// This version's Move answers it a failed precondition (412), not a 500.
+	s := &Store{Pool: pool}
+	err := s.Tx(ctx, func(tx pgx.Tx) error {
+		p, err := s.Lock(ctx, tx, "po-returned")
+		if err != nil {
+			return err
+		}
+		return s.Move(ctx, tx, &p, "created", "retry (attempt 2)", time.Now())
+	})
+	if !errors.Is(err, apperr.ErrPrecondition) {
+		t.Fatalf("Move of po-returned to created, a claim standing: %v; want a failed precondition", err)
+	}
+	// Its down migration leaves nothing of it behind.
+	if _, err := gooseOn(t, pool).DownTo(ctx, 34); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `select (select count(*) from pg_trigger where tgrelid = 'payout.payouts'::regclass and tgname = 'payouts_retry_claim_stands')
+		+ (select count(*) from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'payout' and p.proname = 'refuse_retry_claim_stands')`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("after payout/0035's down: %d of its trigger and function left", left)
+	}
+	if _, err := pool.Exec(ctx, retry, "po-returned", "returned"); err != nil {
+		t.Fatalf("before payout/0035: %v", err)
 	}
 }
