@@ -27,6 +27,13 @@ import (
 // Schema is payout's Postgres schema.
 const Schema = "payout"
 
+// SQLStateSettledOutsideStands is the error payout/0035's trigger raises
+// for a failed or returned payout moved to created (retried) while a claim
+// of its settlement outside stands (payout.settled_outside). Move answers
+// it a failed precondition; app.Retry refuses such a retry before it, so
+// only a replica of a version before that rule meets it (a 500 there).
+const SQLStateSettledOutsideStands = "GBP01"
+
 // unstartedBatchMax bounds one pass of the workflow starter.
 const unstartedBatchMax = 500
 
@@ -594,6 +601,9 @@ func (s *Store) Move(ctx context.Context, tx pgx.Tx, p *domain.Payout, to, note 
 		where payout_id = $1 and status = $2`,
 		p.ID, from, to, note, p.FailureCode, p.FailureMessage, p.RailRef, p.ExpectedArrival, p.PaidAt, p.Attempt, p.Submitting,
 		p.Method, p.MethodSum, at, p.SubmitRail)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == SQLStateSettledOutsideStands {
+		return fmt.Errorf("%s: %w", pe.Message, apperr.ErrPrecondition)
+	}
 	if err != nil {
 		return err
 	}
