@@ -66,8 +66,8 @@ func Metrics() []obs.SQLMetric {
 			// settlement-commission-sweep sweeps it once it can. Until then
 			// the commission (house money) is still in bank:client.
 			Name: "gpubill_settlement_commission_unswept", Type: obs.Gauge, Labels: []string{"currency"},
-			Help: "Commission of settled providers not yet swept from bank:client to bank:operating (the sweep deferred: " +
-				"bank:client could not fund it), by currency, in currency units; no series when none.",
+			Help: "Commission of settled providers not yet swept from bank:client to bank:operating (deferred: bank:client " +
+				"could not fund it; or conflicting or refused: the sweep conflicts and refused counters), by currency, in currency units; no series when none.",
 			Query: `select currency, sum(commission)::float8 from settlement.settlements
 				where status = 'settled' and commission > 0 and sweep_transaction_id = '' group by currency`,
 		},

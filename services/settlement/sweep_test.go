@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpubill/gpubill/pkg/apperr"
 	ledgerv1 "github.com/gpubill/gpubill/proto/gen/gpubill/ledger/v1"
 	"github.com/gpubill/gpubill/services/settlement/internal/app"
 	"github.com/gpubill/gpubill/services/settlement/internal/domain"
@@ -132,7 +133,7 @@ func exactKey(txs []*ledgerv1.Transaction, key string) []*ledgerv1.Transaction {
 }
 
 // The hourly sweep over the real store and the ledger's gRPC answers: 500
-// USD sweeps the ledger refuses (bank:client short, FailedPrecondition), and
+// USD sweeps the ledger refuses (bank:client short, as the ledger says it), and
 // before them one whose key holds another body (Aborted), do not keep the
 // CNY sweep settled after them from being swept. Before, a run read the
 // oldest 500 once and failed at the conflicting one, every hour.
@@ -154,7 +155,7 @@ func TestSweepRunReachesEveryUnsweptStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 500; i++ {
-		f.ledger.Refuse(domain.SweepKey(cycle1.ID, fmt.Sprintf("p-%05d", i), "USD"), status.Error(codes.FailedPrecondition, "bank:client USD would overdraw"))
+		f.ledger.Refuse(domain.SweepKey(cycle1.ID, fmt.Sprintf("p-%05d", i), "USD"), bankClientShort("USD"))
 	}
 	// p-old's key holds a sweep of another amount.
 	oldKey := domain.SweepKey(cycle1.ID, "p-old", "USD")
@@ -199,5 +200,60 @@ func TestSweepRunReachesEveryUnsweptStatement(t *testing.T) {
 	}
 	if len(sweeps) != 1 || sweeps["p-new"] != txs[0].TransactionId {
 		t.Errorf("statements naming a sweep %v, want p-new's alone (%s)", sweeps, txs[0].TransactionId)
+	}
+}
+
+// bankClientShort is the ledger's refusal of a sweep bank:client cannot
+// fund, as the ledger answers it (checkOverdraft: InvalidArgument with a
+// BadRequest field violation on postings naming bank:client).
+func bankClientShort(currency string) error {
+	return apperr.ToStatus(&apperr.InvalidError{Violations: []apperr.FieldViolation{{Field: "postings", Reason: fmt.Sprintf(
+		"bank:client would go negative in %s (balance -2.50 after this transaction): bank accounts may not be overdrawn except by a reversal", currency)}}})
+}
+
+// Only the ledger's bank:client shortfall defers a sweep. A sweep refused
+// for another reason (settlement's token lost its role: PermissionDenied; a
+// posting the ledger finds bad: InvalidArgument on another field) never
+// fixes itself by the next hour and is not client money short: it is
+// counted as refused, not deferred, and the run goes on.
+func TestSweepRefusalIsNotADeferral(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	at := time.Date(2026, 2, 16, 1, 0, 0, 0, time.UTC)
+	if _, err := f.s.d.Pool.Exec(ctx, `insert into settlement.cycles (cycle_id, status, starts_at, ends_at, closes_at)
+		values ($1, 'settled', $2, $2, $2)`, cycle1.ID, cycle1.Closes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.d.Pool.Exec(ctx, `insert into settlement.settlements (cycle_id, provider_id, currency, gross, status,
+			commission, tax_withheld, net, settled_at)
+		select $1, p, c, 10, 'settled', 2.50, 0, 7.50, $2::timestamptz + n * interval '1 second'
+		from (values ('p-denied', 'USD', 1), ('p-invalid', 'USD', 2), ('p-short', 'USD', 3), ('p-other', 'USD', 4), ('p-ok', 'CNY', 5)) v(p, c, n)`,
+		cycle1.ID, at); err != nil {
+		t.Fatal(err)
+	}
+	key := func(p, c string) string { return domain.SweepKey(cycle1.ID, p, c) }
+	f.ledger.Refuse(key("p-denied", "USD"), status.Error(codes.PermissionDenied, "settlement token lacks role ledger:settlement"))
+	f.ledger.Refuse(key("p-invalid", "USD"), apperr.ToStatus(&apperr.InvalidError{Violations: []apperr.FieldViolation{
+		{Field: "metadata", Reason: "kind commission_sweep is not a settlement kind"}}}))
+	f.ledger.Refuse(key("p-short", "USD"), bankClientShort("USD"))
+	// Another account's overdraft on the same field is not bank:client short.
+	f.ledger.Refuse(key("p-other", "USD"), apperr.ToStatus(&apperr.InvalidError{Violations: []apperr.FieldViolation{
+		{Field: "postings", Reason: "bank:operating would go negative in USD (balance -2.50 after this transaction): bank accounts may not be overdrawn except by a reversal"}}}))
+	for run := 1; run <= 2; run++ {
+		got, err := f.s.acts.SweepCommission(ctx)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		wantSwept := 0
+		if run == 1 {
+			wantSwept = 1
+		}
+		if want := (app.SweepSummary{Swept: wantSwept, Deferred: 1, Refused: 3}); got != want {
+			t.Errorf("run %d: %+v, want %+v (p-short alone deferred: bank:client short; p-denied, p-invalid, p-other refused; p-ok swept once)", run, got, want)
+		}
+	}
+	if txs := exactKey(f.ledger.Transactions(key("p-ok", "CNY")), key("p-ok", "CNY")); len(txs) != 1 {
+		t.Errorf("p-ok: %d sweeps, want 1", len(txs))
 	}
 }

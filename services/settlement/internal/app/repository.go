@@ -103,7 +103,11 @@ type Tax interface {
 // Rejected marks err as a failure retrying cannot fix (bad input, a
 // conflict, a refusal): the activity that meets it fails for good. The
 // message stays err's.
-func Rejected(err error) error { return rejected{err} }
+func Rejected(err error) error { return rejected{err: err} }
+
+// RejectedAs is Rejected naming the refusal's code (the ledger's gRPC code,
+// such as PermissionDenied; RefusalCode answers it).
+func RejectedAs(code string, err error) error { return rejected{err: err, code: code} }
 
 // IsRejected tells whether err, or an error it wraps, is Rejected.
 func IsRejected(err error) bool {
@@ -111,14 +115,27 @@ func IsRejected(err error) bool {
 	return errors.As(err, &r)
 }
 
-type rejected struct{ err error }
+// RefusalCode is the code a Rejected err was marked with (RejectedAs,
+// Unfunded, Conflict), "Unclassified" when none.
+func RefusalCode(err error) string {
+	var r rejected
+	if errors.As(err, &r) && r.code != "" {
+		return r.code
+	}
+	return "Unclassified"
+}
+
+type rejected struct {
+	err  error
+	code string
+}
 
 func (r rejected) Error() string { return r.err.Error() }
 func (r rejected) Unwrap() error { return r.err }
 
 // Conflict marks err as the ledger's refusal of a transaction whose key
 // holds another body (itself Rejected).
-func Conflict(err error) error { return rejected{conflict{err}} }
+func Conflict(err error) error { return rejected{err: conflict{err}, code: "Conflict"} }
 
 // IsConflict tells whether err, or an error it wraps, is a Conflict.
 func IsConflict(err error) bool {
@@ -130,3 +147,21 @@ type conflict struct{ err error }
 
 func (c conflict) Error() string { return c.err.Error() }
 func (c conflict) Unwrap() error { return c.err }
+
+// Unfunded marks err as the ledger's refusal of a transaction that would
+// take bank:client below zero (itself Rejected): the one refusal of a
+// commission sweep that client money coming in fixes, so the only one the
+// sweep defers to its next run. Every other refusal (bad input, a lost
+// role, an unknown account or currency) is the sweep's own outcome.
+func Unfunded(err error) error { return rejected{err: unfunded{err}, code: "Unfunded"} }
+
+// IsUnfunded tells whether err, or an error it wraps, is Unfunded.
+func IsUnfunded(err error) bool {
+	var u unfunded
+	return errors.As(err, &u)
+}
+
+type unfunded struct{ err error }
+
+func (u unfunded) Error() string { return u.err.Error() }
+func (u unfunded) Unwrap() error { return u.err }

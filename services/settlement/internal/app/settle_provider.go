@@ -190,7 +190,7 @@ func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint
 func (s *Steps) postSweep(ctx context.Context, u domain.Unswept) (string, error) {
 	cur, err := money.Lookup(u.Currency)
 	if err != nil {
-		return "", Rejected(err)
+		return "", RejectedAs(RefusedUnknownCurrency, err)
 	}
 	return s.Ledger.CreateTransaction(ctx, LedgerTx{
 		Key:         domain.SweepKey(u.CycleID, u.ProviderID, cur.Code),

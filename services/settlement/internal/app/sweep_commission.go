@@ -13,9 +13,12 @@ import (
 // The deferred commission sweeps (PostSettlement defers a sweep bank:client
 // cannot fund): schedule settlement-commission-sweep fires hourly and runs
 // CommissionSweepWorkflowName, whose one activity sweeps what bank:client
-// can fund now. A sweep still refused waits for the next run; its
-// commission is counted, with its age, in gpubill_settlement_commission_unswept
-// (alert GpubillCommissionSweepDeferred).
+// can fund now. A sweep bank:client still cannot fund waits for the next
+// run; its commission is counted, with its age, in
+// gpubill_settlement_commission_unswept (alert
+// GpubillCommissionSweepDeferred). A sweep the ledger refuses for any other
+// reason is refused, not deferred (gpubill_settlement_commission_sweep_refused_total,
+// alert GpubillCommissionSweepRefused).
 const (
 	CommissionSweepWorkflowName = "SettlementCommissionSweep"
 	ActSweepCommission          = "SweepCommission"
@@ -43,12 +46,16 @@ var sweepActivity = workflow.ActivityOptions{
 }
 
 // SweepSummary is what one run did: settlements swept, those whose sweep
-// bank:client still cannot fund, those whose sweep key the ledger holds
-// with another body (Conflicts: counted and logged, tried again next run),
-// and whether the run ran out of time before the end of the backlog.
+// bank:client still cannot fund (Deferred: the ledger's overdraft refusal
+// of bank:client, app.Unfunded, alone), those whose sweep key the ledger
+// holds with another body (Conflicts: counted and logged, tried again next
+// run), those the ledger refused for any other reason (Refused: bad input,
+// settlement's token without its role, an unknown account or currency;
+// counted and logged, tried again next run, but no hour fixes them), and
+// whether the run ran out of time before the end of the backlog.
 type SweepSummary struct {
-	Swept, Deferred, Conflicts int
-	Unfinished                 bool
+	Swept, Deferred, Conflicts, Refused int
+	Unfinished                          bool
 }
 
 // CommissionSweepWorkflow sweeps the deferred commissions bank:client can
@@ -67,12 +74,17 @@ func CommissionSweepWorkflow(ctx workflow.Context) (SweepSummary, error) {
 // replay after a crash posts nothing twice) and records it on the
 // statement. Only statements with a commission and no sweep are listed: a
 // settlement that carried its sweep (the joint form) names it as its sweep
-// and is never swept again. A sweep the ledger refuses (bank:client still
-// cannot fund it) is left for the next run, and so is one whose key holds
-// another body (a Conflict: counted in
+// and is never swept again. A sweep the ledger refuses because bank:client
+// still cannot fund it (Unfunded) is deferred to the next run, and so is
+// one whose key holds another body (a Conflict: counted in
 // gpubill_settlement_commission_sweep_conflicts_total and logged, it no
-// longer stops the run at that statement every hour); any other error ends
-// the run, to be retried.
+// longer stops the run at that statement every hour). Any other refusal
+// (Rejected: the ledger's InvalidArgument on another field or account,
+// PermissionDenied, NotFound, FailedPrecondition, or a currency settlement
+// does not know) is Refused: counted in
+// gpubill_settlement_commission_sweep_refused_total{currency,code}, logged
+// at ERROR, the run going on; it once counted as Deferred, read as
+// bank:client short. Any other error ends the run, to be retried.
 func (s *Steps) SweepCommission(ctx context.Context) (SweepSummary, error) {
 	var out SweepSummary
 	stop := s.Clock.Now().Add(sweepRunMax)
@@ -86,7 +98,7 @@ func (s *Steps) SweepCommission(ctx context.Context) (SweepSummary, error) {
 			if !s.Clock.Now().Before(stop) {
 				out.Unfinished = true
 				s.logger().Warn("commission sweep run out of time: the rest waits for the next run, which starts from the oldest",
-					"swept", out.Swept, "deferred", out.Deferred, "conflicts", out.Conflicts, "next_cycle", u.CycleID,
+					"swept", out.Swept, "deferred", out.Deferred, "conflicts", out.Conflicts, "refused", out.Refused, "next_cycle", u.CycleID,
 					"next_provider", u.ProviderID, "next_currency", u.Currency)
 				return out, nil
 			}
@@ -112,8 +124,16 @@ func (s *Steps) sweepOne(ctx context.Context, u domain.Unswept, out *SweepSummar
 			"cycle", u.CycleID, "provider", u.ProviderID, "currency", u.Currency, "commission", u.Commission.String(),
 			"key", domain.SweepKey(u.CycleID, u.ProviderID, u.Currency), "err", err)
 		return nil
-	case IsRejected(err):
+	case IsUnfunded(err):
 		out.Deferred++
+		return nil
+	case IsRejected(err):
+		out.Refused++
+		code := RefusalCode(err)
+		sweepRefused.WithLabelValues(u.Currency, code).Inc()
+		s.logger().Error("commission sweep refused by the ledger for a reason other than bank:client funding; the statement stays unswept and no later run fixes it by itself",
+			"cycle", u.CycleID, "provider", u.ProviderID, "currency", u.Currency, "commission", u.Commission.String(),
+			"key", domain.SweepKey(u.CycleID, u.ProviderID, u.Currency), "code", code, "err", err)
 		return nil
 	case err != nil:
 		return fmt.Errorf("sweep of %s %s %s: %w", u.CycleID, u.ProviderID, u.Currency, err)

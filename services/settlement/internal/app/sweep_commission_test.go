@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,15 +63,16 @@ func (s *unsweptStore) RecordSweep(_ context.Context, u domain.Unswept, sweepID 
 	return nil
 }
 
-// sweepLedger answers a sweep as the ledger does: refused (Rejected) in a
+// sweepLedger answers a sweep as the ledger does: refused (Unfunded) in a
 // currency whose bank:client cannot fund it, Conflict for a key holding
-// another body, else posted under its key.
+// another body, the refusal set for a key, else posted under its key.
 type sweepLedger struct {
 	Ledger
-	short     map[string]bool // currency whose bank:client is short
-	conflicts map[string]bool // sweep key holding another body
-	tried     map[string]int  // sweep key → calls
-	each      func()          // called on every call (a clock's step)
+	short     map[string]bool  // currency whose bank:client is short
+	conflicts map[string]bool  // sweep key holding another body
+	refused   map[string]error // sweep key → the ledger's other refusal
+	tried     map[string]int   // sweep key → calls
+	each      func()           // called on every call (a clock's step)
 }
 
 func (l *sweepLedger) CreateTransaction(_ context.Context, tx LedgerTx) (string, error) {
@@ -81,14 +84,16 @@ func (l *sweepLedger) CreateTransaction(_ context.Context, tx LedgerTx) (string,
 	case l.conflicts[tx.Key]:
 		return "", Conflict(fmt.Errorf("idempotency key %s holds another transaction", tx.Key))
 	case l.short[tx.Currency.Code]:
-		return "", Rejected(fmt.Errorf("bank:client %s cannot fund %s", tx.Currency.Code, tx.Key))
+		return "", Unfunded(fmt.Errorf("bank:client would go negative in %s: %s", tx.Currency.Code, tx.Key))
+	case l.refused[tx.Key] != nil:
+		return "", l.refused[tx.Key]
 	}
 	return "tx-" + tx.Key, nil
 }
 
 func newSweepFixture(rows []domain.Unswept, short ...string) (*Steps, *unsweptStore, *sweepLedger) {
 	st := &unsweptStore{rows: rows, swept: map[string]string{}}
-	l := &sweepLedger{short: map[string]bool{}, conflicts: map[string]bool{}, tried: map[string]int{}}
+	l := &sweepLedger{short: map[string]bool{}, conflicts: map[string]bool{}, refused: map[string]error{}, tried: map[string]int{}}
 	for _, c := range short {
 		l.short[c] = true
 	}
@@ -242,4 +247,82 @@ type failingLedger struct{ *sweepLedger }
 
 func (failingLedger) CreateTransaction(context.Context, LedgerTx) (string, error) {
 	return "", errors.New("ledger unavailable")
+}
+
+// A sweep the ledger refuses for a reason other than bank:client's funding
+// (settlement's token without its role, a posting refused on another
+// field, a currency settlement does not know) is Refused, not Deferred:
+// counted by currency and code and logged, each run, the run going on to
+// the sweeps behind it. It once counted as Deferred, which reads as
+// bank:client short.
+func TestSweepCountsOtherRefusalsApartFromDeferrals(t *testing.T) {
+	denied := unsweptRow("p-denied", "USD", t0)
+	invalid := unsweptRow("p-invalid", "USD", t0.Add(time.Second))
+	short := unsweptRow("p-short", "USD", t0.Add(2*time.Second))
+	odd := unsweptRow("p-odd", "XXQ", t0.Add(3*time.Second))
+	fresh := unsweptRow("p-new", "CNY", t0.Add(time.Minute))
+	steps, st, l := newSweepFixture([]domain.Unswept{denied, invalid, short, odd, fresh})
+	l.refused[unsweptKey(denied)] = RejectedAs("PermissionDenied", errors.New("create transaction: rpc error: code = PermissionDenied desc = no role"))
+	l.refused[unsweptKey(invalid)] = RejectedAs("InvalidArgument", errors.New("create transaction: rpc error: code = InvalidArgument desc = metadata: bad kind"))
+	l.refused[unsweptKey(short)] = Unfunded(errors.New("bank:client would go negative in USD"))
+	var logs logBuffer
+	steps.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	metric := func(cur, code string) float64 { return testutil.ToFloat64(sweepRefused.WithLabelValues(cur, code)) }
+	for run := 1; run <= 2; run++ {
+		before := [3]float64{metric("USD", "PermissionDenied"), metric("USD", "InvalidArgument"), metric("XXQ", RefusedUnknownCurrency)}
+		got, err := steps.SweepCommission(context.Background())
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		want := SweepSummary{Deferred: 1, Refused: 3}
+		if run == 1 {
+			want.Swept = 1
+		}
+		if got != want {
+			t.Errorf("run %d: %+v, want %+v", run, got, want)
+		}
+		after := [3]float64{metric("USD", "PermissionDenied"), metric("USD", "InvalidArgument"), metric("XXQ", RefusedUnknownCurrency)}
+		for i, name := range []string{`{currency="USD",code="PermissionDenied"}`, `{currency="USD",code="InvalidArgument"}`, `{currency="XXQ",code="UnknownCurrency"}`} {
+			if after[i] != before[i]+1 {
+				t.Errorf("run %d: gpubill_settlement_commission_sweep_refused_total%s went %v → %v, want one more", run, name, before[i], after[i])
+			}
+		}
+		if c := metric("USD", "Unfunded"); c != 0 {
+			t.Errorf("run %d: the bank:client shortfall counted as refused (%v)", run, c)
+		}
+	}
+	for _, want := range []string{"level=ERROR", "cycle=2026-11", "provider=p-denied", "currency=USD", "commission=2.5",
+		"code=PermissionDenied", "no role", "provider=p-invalid", "metadata: bad kind", "provider=p-odd", "code=UnknownCurrency"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "provider=p-short") {
+		t.Errorf("the bank:client shortfall logged as a refusal:\n%s", logs.String())
+	}
+	if _, ok := st.swept[unsweptKey(fresh)]; !ok {
+		t.Errorf("p-new not swept behind the refused sweeps")
+	}
+	for _, u := range []domain.Unswept{denied, invalid, short, odd} {
+		if id, ok := st.swept[unsweptKey(u)]; ok {
+			t.Errorf("%s recorded as swept by %q", u.ProviderID, id)
+		}
+	}
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
