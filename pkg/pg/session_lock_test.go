@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -77,7 +78,9 @@ func TestSessionLockReleaseOnACutConnectionReturns(t *testing.T) {
 	was := pg.UnlockTimeout
 	pg.UnlockTimeout = time.Second
 	defer func() { pg.UnlockTimeout = was }()
-	l := pg.SessionLock{Pool: pool, Key: "gpubill.test.session_lock." + t.Name()}
+	// A key of this run's own: a run stopped while its release waited
+	// leaves its lock to the server's keepalives (~25 s).
+	l := pg.SessionLock{Pool: pool, Key: fmt.Sprintf("gpubill.test.session_lock.%s.%d", t.Name(), time.Now().UnixNano())}
 	release, ok, err := l.TryLock(ctx)
 	if err != nil || !ok {
 		t.Fatalf("TryLock: %v, %v; want the lock", ok, err)

@@ -106,6 +106,12 @@ func TestConcurrentHotAccounts(t *testing.T) {
 	const writers, each = 16, 40
 	var mu sync.Mutex
 	want := map[string]decimal.Decimal{}
+	// Funded beyond any draw (16 × 40 × 4 legs of at most 100.00): a
+	// manual entry may not take a wallet below zero (checkRefunds).
+	for i, a := range hot {
+		f.deposit(t, fmt.Sprintf("r-%d", i+1), "1000000.00", "USD", "fund-"+a)
+		want[a] = decimal.RequireFromString("1000000.00")
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -204,9 +210,10 @@ func TestGroupCommitJudgesADrawBeforeACreditInQueueOrder(t *testing.T) {
 	if _, err := f.app.CreateTransaction(f.ctx, transfer("earn", "renter:r-1:wallet", "provider:p-1:available", "50", "USD")); err != nil {
 		t.Fatal(err)
 	}
+	fundP2(t, f)
 	errs := queueBehindDeposit(t, f,
 		transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "80", "USD"),
-		transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "40", "USD"))
+		transfer("settle", "provider:p-2:available", "provider:p-1:available", "40", "USD"))
 	if errs[0] != nil || errs[2] != nil || !isInvalid(errs[1]) || !strings.Contains(errs[1].Error(), "would go negative") {
 		t.Fatalf("deposit %v, draw of 80 from 50 %v, credit of 40 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
 	}
@@ -233,8 +240,9 @@ func TestGroupCommitRefusesADrawFromANegativeAccountBehindASmallCredit(t *testin
 		t.Fatal(err)
 	}
 	wantBalance(t, f, "provider:p-1:available", "USD", "-50")
+	fundP2(t, f)
 	errs := queueBehindDeposit(t, f,
-		transfer("settle", "renter:r-1:wallet", "provider:p-1:available", "20", "USD"),
+		transfer("settle", "provider:p-2:available", "provider:p-1:available", "20", "USD"),
 		transfer("payout", "provider:p-1:available", "provider:p-1:in_transit", "10", "USD"))
 	if errs[0] != nil || errs[1] != nil || !isInvalid(errs[2]) || !strings.Contains(errs[2].Error(), "would go negative") {
 		t.Fatalf("deposit %v, credit of 20 to -50 %v, draw of 10 from -30 %v; want the draw alone refused (would go negative)", errs[0], errs[1], errs[2])
@@ -242,6 +250,16 @@ func TestGroupCommitRefusesADrawFromANegativeAccountBehindASmallCredit(t *testin
 	wantBalance(t, f, "provider:p-1:available", "USD", "-30")
 	wantBalance(t, f, "renter:r-2:wallet", "USD", "1")
 	checkInvariants(t, f)
+}
+
+// fundP2 moves 40 USD from r-1's wallet to provider:p-2:available, the
+// source of the queued credits: a manual entry out of a renter's wallet
+// posts alone (postsAlone), never in the group these tests queue.
+func fundP2(t *testing.T, f *fixture) {
+	t.Helper()
+	if _, err := f.app.CreateTransaction(f.ctx, transfer("fund-p2", "renter:r-1:wallet", "provider:p-2:available", "40", "USD")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // queueBehindDeposit sends a deposit of 1 to renter r-2 and then ins, one

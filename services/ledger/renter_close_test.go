@@ -63,15 +63,18 @@ func TestLeaseControlStopsALoweredLimitAndAClosedRenter(t *testing.T) {
 	stops := func(renter string) int { // each stop is one crossing
 		return f.count(t, `select coalesce(sum(crossings), 0)::int from ledger.lease_control where renter_id = $1`, renter)
 	}
+	refunds := map[string]string{}
 	for _, r := range []string{"r-lim", "r-cls"} {
 		publishRenter(t, js, "", &eventsv1.PartyUpdated{PartyId: r, Currency: "CNY", CreditLimit: "500", Version: 1})
 		testkit.Eventually(t, 20*time.Second, func() bool {
 			return f.count(t, `select count(*) from ledger.renters where renter_id = $1`, r) == 1
 		}, r+"'s limit of 500 known")
 		f.deposit(t, r, "200.00", "CNY", "top-up-"+r)
-		if _, err := f.app.CreateTransaction(f.ctx, transfer("refund-"+r, "renter:"+r+":wallet", "bank:client", "200.00", "CNY")); err != nil {
+		refund, err := f.app.CreateTransaction(f.ctx, transfer("refund-"+r, "renter:"+r+":wallet", "bank:client", "200.00", "CNY"))
+		if err != nil {
 			t.Fatal(err)
 		}
+		refunds[r] = refund.ID
 		testkit.Eventually(t, 20*time.Second, func() bool {
 			return f.count(t, `select count(*) from ledger.inbox where consumer = 'ledger-lease-control'`) >= 2 && state(r) == "ok"
 		}, r+" refunded to 0, still ok with 500 of credit")
@@ -92,9 +95,11 @@ func TestLeaseControlStopsALoweredLimitAndAClosedRenter(t *testing.T) {
 		return f.count(t, `select count(*) from ledger.inbox where consumer = 'ledger-lease-control'`)
 	}
 	before := evaluated()
-	// A closed renter takes no deposit (TestDepositToAClosedRenterRefused):
-	// finance's credit, e.g. a charge given back, is money all the same.
-	if _, err := f.app.CreateTransaction(f.ctx, transfer("late-credit-r-cls", "bank:client", "renter:r-cls:wallet", "50.00", "CNY")); err != nil {
+	// A closed renter takes no deposit (TestDepositToAClosedRenterRefused)
+	// nor a finance entry's credit (TestFinanceEntryCreditingAClosedRenterRefused);
+	// a reversal still credits it (its refund returned by the bank), money
+	// all the same.
+	if _, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: refunds["r-cls"], IdempotencyKey: "late-credit-r-cls", Description: "refund returned by the bank"}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, func() bool { return evaluated() > before }, "the credit evaluated")

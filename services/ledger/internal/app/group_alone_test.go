@@ -57,7 +57,8 @@ func TestWriteOffAndRenterRefundNeverGrouped(t *testing.T) {
 		{entry("write-off", map[string]string{"kind": domain.KindBadDebtWriteOff, "reason": "left owing"}, domain.PlatformBadDebt, "renter:r-1:wallet"), false},
 		{entry("refund", nil, "renter:r-1:wallet", domain.BankClient), false},
 		{entry("rail-refund", map[string]string{"kind": domain.KindRailRefund, "external_ref": "alipay:T1"}, "renter:r-1:wallet", domain.BankClient), false},
-		{entry("manual", nil, "renter:r-1:wallet", "renter:r-2:wallet"), true},
+		{entry("wallet-move", nil, "renter:r-1:wallet", "renter:r-2:wallet"), false},
+		{entry("manual", nil, "provider:p-1:available", "provider:p-1:in_transit"), true},
 		{entry("deposit", nil, domain.BankClient, "renter:r-1:wallet"), true},
 	} {
 		store := &routeStore{}
