@@ -59,6 +59,9 @@ func TestFinanceEntryCreditingAClosedRenterRefused(t *testing.T) {
 		values ('r-shut', 'CNY', 0, 2, now(), $1), ('r-live', 'CNY', 0, 1, now(), null)`, time.Now().Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	// The check's "open" answer for r-shut, read by credit-before, stands
+	// for up to 2 s (openRenterTTL), as the close's own news lags.
+	time.Sleep(2100 * time.Millisecond)
 
 	for _, in := range []app.CreateTransactionInput{
 		transfer("shut-from-bank", "bank:client", "renter:r-shut:wallet", "50.00", "CNY"),

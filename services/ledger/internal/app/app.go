@@ -33,7 +33,8 @@ type App struct {
 	// DefaultGroupTimeout. Set before the first write.
 	GroupTimeout time.Duration
 
-	group *group.Queue[*groupReq] // API writes waiting for their group commit
+	group   *group.Queue[*groupReq] // API writes waiting for their group commit
+	renters renterStates            // renters' states as finance entries' checks last read them
 }
 
 // New wires the use cases.

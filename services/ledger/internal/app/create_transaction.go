@@ -332,7 +332,7 @@ func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Po
 			continue
 		}
 		asked[r] = true
-		closedAt, err := a.Store.RenterClosedAt(ctx, r)
+		closedAt, err := a.renterClosedAt(ctx, r)
 		if err != nil {
 			return fmt.Errorf("entry %s: %w", key, err)
 		}
