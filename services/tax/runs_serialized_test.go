@@ -21,11 +21,11 @@ type hookedStore struct {
 	beforeReversedUnplanned func(period string)
 }
 
-func (h *hookedStore) RecordRun(ctx context.Context, f app.Fence, period string, at time.Time, remittances, notPosted int) error {
+func (h *hookedStore) RecordRun(ctx context.Context, f app.Fence, period string, started, completed time.Time, remittances, notPosted int) error {
 	if h.beforeRecordRun != nil {
 		h.beforeRecordRun(period)
 	}
-	return h.Store.RecordRun(ctx, f, period, at, remittances, notPosted)
+	return h.Store.RecordRun(ctx, f, period, started, completed, remittances, notPosted)
 }
 
 func (h *hookedStore) PendingBefore(ctx context.Context, period string) ([]domain.Remittance, error) {

@@ -86,19 +86,25 @@ func (a *App) RemitTax(ctx context.Context, period string, linesMax int) (Remitt
 		return Remitted{}, err
 	}
 	defer unlock()
-	// The clock is read once the lock is held: the run's times (its
-	// remittances' created_at and remitted_at, reversals' reversed_at, its
-	// record's completed_at) are those of its writes. Read before the
-	// wait, they were as old as the wait was long, older than the writes
-	// of the run or check it waited for.
+	// The run starts once the lock is held: read before the wait, its
+	// times were as old as the wait was long, older than the writes of the
+	// run or check it waited for. Each of its writes reads the clock
+	// again (a remittance's created_at when it is planned, remitted_at
+	// when the ledger's answer is recorded, a reversal's reversed_at when
+	// it is found, the run's completed_at when its record, its last write,
+	// is made): stamped with the start, a run that waited minutes on the
+	// ledger was recorded completed before its remittances were posted.
+	// No month depends on them: the period is the request's and the
+	// cut-off of its withholdings the period's end.
 	return a.remitPeriod(ctx, f, period, p.End, a.Clock.Now(), linesMax)
 }
 
-// remitPeriod is RemitTax of period (ending at end) under the runs' lock.
-func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, now time.Time, linesMax int) (Remitted, error) {
+// remitPeriod is RemitTax of period (ending at end) under the runs' lock,
+// taken at started.
+func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, started time.Time, linesMax int) (Remitted, error) {
 	// Before confirmPosted: the withholdings a reversed remittance gives
 	// back have their settlements looked up again with the others.
-	if err := a.releaseReversed(ctx, f, period, now); err != nil {
+	if err := a.releaseReversed(ctx, f, period); err != nil {
 		return Remitted{}, err
 	}
 	notPosted, err := a.confirmPosted(ctx, f, end)
@@ -109,7 +115,7 @@ func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, now 
 	if err != nil {
 		return Remitted{}, err
 	}
-	if err := a.replanReversed(ctx, f, reversed, now); err != nil {
+	if err := a.replanReversed(ctx, f, reversed); err != nil {
 		return Remitted{}, err
 	}
 	// An earlier month's remittance still pending (its post refused, the
@@ -120,19 +126,19 @@ func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, now 
 	if err != nil {
 		return Remitted{}, err
 	}
-	rems, err := a.Store.PlanRemittances(ctx, f, period, end, now)
+	rems, err := a.Store.PlanRemittances(ctx, f, period, end, a.Clock.Now())
 	if err != nil {
 		return Remitted{}, err
 	}
 	rems = append(earlier, rems...)
-	reversedOnPost, err := a.post(ctx, f, rems, now)
+	reversedOnPost, err := a.post(ctx, f, rems)
 	if err != nil {
 		return Remitted{}, err
 	}
 	if reversedOnPost {
 		// Its tax is remitted again now, not by the next check: the run's
 		// answer shows the new remittance with the reversed one.
-		again, err := a.remitReversed(ctx, f, now)
+		again, err := a.remitReversed(ctx, f, started)
 		if err != nil {
 			return Remitted{}, err
 		}
@@ -146,8 +152,14 @@ func (a *App) remitPeriod(ctx context.Context, f Fence, period string, end, now 
 		return Remitted{}, err
 	}
 	// Planned and posted: the month's run is complete (GpubillTaxMonthNotRemitted
-	// reads the months that are not), with nothing owed too.
-	if err := a.Store.RecordRun(ctx, f, period, now, len(rems), notPosted); err != nil {
+	// reads the months that are not), with nothing owed too. Its record is
+	// its last write: completed now (never before it started, which
+	// tax/0012 refuses, should the wall clock step back).
+	completed := a.Clock.Now()
+	if completed.Before(started) {
+		completed = started
+	}
+	if err := a.Store.RecordRun(ctx, f, period, started, completed, len(rems), notPosted); err != nil {
 		return Remitted{}, err
 	}
 	outstanding, err := a.Store.Outstanding(ctx, end)
@@ -192,8 +204,9 @@ func (a *App) reportHead(ctx context.Context, rems []domain.Remittance, linesMax
 // reversed it before this try; it was recorded remitted, the tax back in
 // tax:withheld, until a later run's releaseReversed. It is recorded
 // remitted, then reversed at once (markReversed), and post reports that
-// it met one (reversed): its tax waits for its period's next plan.
-func (a *App) post(ctx context.Context, f Fence, rems []domain.Remittance, now time.Time) (reversed bool, err error) {
+// it met one (reversed): its tax waits for its period's next plan. Each is
+// recorded remitted at the instant the ledger's answer is recorded.
+func (a *App) post(ctx context.Context, f Fence, rems []domain.Remittance) (reversed bool, err error) {
 	var refused []error
 	for i, r := range rems {
 		if r.Status != domain.RemittancePending {
@@ -206,19 +219,20 @@ func (a *App) post(ctx context.Context, f Fence, rems []domain.Remittance, now t
 				continue
 			}
 		}
-		if err := a.Store.MarkRemitted(ctx, f, r.ID, tx.ID, now); err != nil {
+		remittedAt := a.Clock.Now()
+		if err := a.Store.MarkRemitted(ctx, f, r.ID, tx.ID, remittedAt); err != nil {
 			return false, err
 		}
-		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, tx.ID, &now
+		rems[i].Status, rems[i].TransactionID, rems[i].RemittedAt = domain.RemittanceRemitted, tx.ID, &remittedAt
 		if !tx.Reversed {
 			continue
 		}
-		marked, err := a.markReversed(ctx, f, rems[i], tx.ReversedBy, now)
+		marked, reversedAt, err := a.markReversed(ctx, f, rems[i], tx.ReversedBy)
 		if err != nil {
 			return false, err
 		}
 		if marked {
-			rems[i].Status, rems[i].ReversedBy, rems[i].ReversedAt = domain.RemittanceReversed, tx.ReversedBy, &now
+			rems[i].Status, rems[i].ReversedBy, rems[i].ReversedAt = domain.RemittanceReversed, tx.ReversedBy, &reversedAt
 			reversed = true
 		}
 	}
@@ -255,10 +269,12 @@ func (a *App) RemitReversed(ctx context.Context) ([]domain.Remittance, error) {
 	return a.remitReversed(ctx, f, a.Clock.Now())
 }
 
-// remitReversed is RemitReversed under the runs' lock, which RemitTax holds.
-func (a *App) remitReversed(ctx context.Context, f Fence, now time.Time) ([]domain.Remittance, error) {
-	current := a.TaxPeriods.At(now).ID
-	if err := a.releaseReversed(ctx, f, current, now); err != nil {
+// remitReversed is RemitReversed under the runs' lock (which RemitTax
+// holds), taken at started: the current month is that instant's, whatever
+// the clock reads at its writes.
+func (a *App) remitReversed(ctx context.Context, f Fence, started time.Time) ([]domain.Remittance, error) {
+	current := a.TaxPeriods.At(started).ID
+	if err := a.releaseReversed(ctx, f, current); err != nil {
 		return nil, err
 	}
 	reversed, err := a.Store.ReversedUnplanned(ctx, current)
@@ -275,7 +291,7 @@ func (a *App) remitReversed(ctx context.Context, f Fence, now time.Time) ([]doma
 		if _, err := a.confirmPosted(ctx, f, last.End); err != nil {
 			return nil, err
 		}
-		if err := a.replanReversed(ctx, f, reversed, now); err != nil {
+		if err := a.replanReversed(ctx, f, reversed); err != nil {
 			return nil, err
 		}
 	}
@@ -283,7 +299,7 @@ func (a *App) remitReversed(ctx context.Context, f Fence, now time.Time) ([]doma
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.post(ctx, f, pending, now); err != nil {
+	if _, err := a.post(ctx, f, pending); err != nil {
 		return nil, err
 	}
 	return pending, nil
@@ -297,8 +313,8 @@ func (a *App) remitReversed(ctx context.Context, f Fence, now time.Time) ([]doma
 // read remitted for good: no run paid it again, and no alert saw the tax
 // unpaid. A remittance's key that holds no transaction, or another than
 // the one recorded, is logged at ERROR and left as it is: the two services
-// disagree on money.
-func (a *App) releaseReversed(ctx context.Context, f Fence, period string, now time.Time) error {
+// disagree on money. Each is marked reversed at the instant it is found.
+func (a *App) releaseReversed(ctx context.Context, f Fence, period string) error {
 	after := ""
 	for {
 		rs, err := a.Store.RemittedUpTo(ctx, period, after, MaxLookupKeys)
@@ -321,7 +337,7 @@ func (a *App) releaseReversed(ctx context.Context, f Fence, period string, now t
 				a.Log.Error("a remitted tax remittance's key holds no ledger transaction, or another than the one it recorded: left as it is",
 					"remittance_id", r.ID, "transaction_id", r.TransactionID, "found", tx.ID)
 			case tx.Reversed:
-				if _, err := a.markReversed(ctx, f, r, tx.ReversedBy, now); err != nil {
+				if _, _, err := a.markReversed(ctx, f, r, tx.ReversedBy); err != nil {
 					return err
 				}
 			}
@@ -330,17 +346,18 @@ func (a *App) releaseReversed(ctx context.Context, f Fence, period string, now t
 }
 
 // markReversed marks a remitted remittance reversed by the ledger
-// transaction reversedBy and gives its withholdings back to its period
-// (Store.MarkReversed), logging it; false when another run or check marked
-// it first.
-func (a *App) markReversed(ctx context.Context, f Fence, r domain.Remittance, reversedBy string, now time.Time) (bool, error) {
-	marked, err := a.Store.MarkReversed(ctx, f, r.ID, reversedBy, now)
+// transaction reversedBy, found now (the instant it answers), and gives its
+// withholdings back to its period (Store.MarkReversed), logging it; false
+// when another run or check marked it first.
+func (a *App) markReversed(ctx context.Context, f Fence, r domain.Remittance, reversedBy string) (bool, time.Time, error) {
+	at := a.Clock.Now()
+	marked, err := a.Store.MarkReversed(ctx, f, r.ID, reversedBy, at)
 	if marked {
 		a.Log.Warn("a tax remittance's ledger transaction was reversed: marked reversed, its tax remitted again by a new remittance of its period",
 			"remittance_id", r.ID, "period", r.Period, "transaction_id", r.TransactionID, "reversed_by", reversedBy,
 			"amount", r.Amount.String(), "currency", r.Currency)
 	}
-	return marked, err
+	return marked, at, err
 }
 
 // replanReversed plans again the months (Store.ReversedUnplanned) holding
@@ -351,13 +368,13 @@ func (a *App) markReversed(ctx context.Context, f Fence, r domain.Remittance, re
 // month, it was reported as that month's tax. A month is planned again as
 // long as a reversed remittance of it has no other (a run that stopped
 // after the reversal was marked, settlements not posted yet).
-func (a *App) replanReversed(ctx context.Context, f Fence, reversed []string, now time.Time) error {
+func (a *App) replanReversed(ctx context.Context, f Fence, reversed []string) error {
 	for _, q := range reversed {
 		qp, err := a.TaxPeriods.Parse(q)
 		if err != nil {
 			return fmt.Errorf("period %q of a reversed remittance: %w", q, err)
 		}
-		if _, err := a.Store.PlanRemittances(ctx, f, q, qp.End, now); err != nil {
+		if _, err := a.Store.PlanRemittances(ctx, f, q, qp.End, a.Clock.Now()); err != nil {
 			return err
 		}
 	}

@@ -83,11 +83,12 @@ type Store interface {
 	// then by jurisdiction and currency: at most f.Limit (0: all), after
 	// f.After when it is set.
 	Remittances(ctx context.Context, f RemittanceFilter) ([]domain.Remittance, error)
-	// RecordRun records that the period's run completed at completedAt
-	// (its remittances, as many as answered, all posted; notPosted
-	// withholdings left out), once: a month recorded already keeps its
-	// first record.
-	RecordRun(ctx context.Context, f Fence, period string, completedAt time.Time, remittances, notPosted int) error
+	// RecordRun records that the period's run, started at startedAt (when
+	// it took the runs' lock), completed at completedAt (this record, its
+	// last write) (its remittances, as many as answered, all posted;
+	// notPosted withholdings left out), once: a month recorded already
+	// keeps its first record.
+	RecordRun(ctx context.Context, f Fence, period string, startedAt, completedAt time.Time, remittances, notPosted int) error
 	// Report totals the withholdings of the remittances (by id) per
 	// remittance and provider, in the order of remittanceIDs and then by
 	// provider: the first limit lines.

@@ -472,13 +472,13 @@ func (s *Store) MarkRemitted(ctx context.Context, f app.Fence, id, txID string, 
 }
 
 // RecordRun implements app.Store, if f is still the runs' latest fence.
-func (s *Store) RecordRun(ctx context.Context, f app.Fence, period string, completedAt time.Time, remittances, notPosted int) error {
+func (s *Store) RecordRun(ctx context.Context, f app.Fence, period string, startedAt, completedAt time.Time, remittances, notPosted int) error {
 	err := pg.InTx(ctx, s.Pool, func(tx pgx.Tx) error {
 		if err := checkFence(ctx, tx, f); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `insert into tax.remittance_runs (period, completed_at, remittances, not_posted)
-			values ($1, $2, $3, $4) on conflict (period) do nothing`, period, completedAt, remittances, notPosted)
+		_, err := tx.Exec(ctx, `insert into tax.remittance_runs (period, started_at, completed_at, remittances, not_posted)
+			values ($1, $2, $3, $4, $5) on conflict (period) do nothing`, period, startedAt, completedAt, remittances, notPosted)
 		return err
 	})
 	if err != nil {
