@@ -93,13 +93,19 @@ func lateWithholdings(zone string) string {
 // end of the month after it, those after it at their own end), so the
 // oldest unremitted withholding (the index withholdings_unremitted) has the
 // earliest. A month is filed as Store.PlanRemittances decides: its run
-// recorded, or a remittance of it or of a later month made.
+// recorded, or a remittance of it or of a later month made. A withholding
+// whose settlement is never posted is left out of its month's filing and
+// of the next; it is overdue from the next one's due date on, and stays so
+// (TestUnpostedWithholdingBecomesOverdue): it does not move on to each
+// later filing. Due earlier, it would page for one posted after its
+// month's filing and rightly waiting for the next: the gauge cannot tell
+// the two apart until the next run asks the ledger.
 func unremittedOverdue(zone string) obs.SQLMetric {
 	return obs.SQLMetric{
 		Name: "gpubill_tax_unremitted_overdue_seconds", Type: obs.Gauge,
 		Help: "Time since the filing that should have taken the oldest withholding no remittance holds was due (0: none due yet): its " +
-			"month's (at the month's end in the tax zone), or for one of a month filed already (its settlement posted after the " +
-			"filing) the next month's.",
+			"month's (at the month's end in the tax zone), or for one of a month filed already (its settlement not posted when it was " +
+			"filed: posted since, or never) the next month's.",
 		Query: `select coalesce(greatest(extract(epoch from now() - ((o.month + interval '1 month'
 				+ case when to_char(o.month, 'YYYY-MM') <= f.period then interval '1 month' else interval '0' end) at time zone ` + zone + `)), 0), 0)::float8
 			from (select date_trunc('month', min(created_at) at time zone ` + zone + `) as month
