@@ -78,6 +78,7 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 		{"renter may not create providers", "POST", "/v1/providers", renter, provider, 403, "", ""},
 		{"bad tier", "POST", "/v1/providers", finance, strings.Replace(provider, `"pro"`, `"gold"`, 1), 400, "", ""},
 		{"bad pue", "POST", "/v1/providers", finance, strings.Replace(provider, `"1.6"`, `"0.9"`, 1), 400, "", ""},
+		{"pue above 10", "POST", "/v1/providers", finance, strings.Replace(provider, `"1.6"`, `"1e64"`, 1), 400, "", ""},
 		{"create provider", "POST", "/v1/providers", finance, provider, 200, "tier", "pro"},
 		{"replay provider", "POST", "/v1/providers", finance, provider, 200, "version", "1"},
 		{"conflicting provider", "POST", "/v1/providers", finance, strings.Replace(provider, `"Lab"`, `"Other"`, 1), 409, "", ""},

@@ -29,6 +29,10 @@ var (
 	tiers       = []string{"standard", "pro", "partner"}
 	taxProfiles = []string{"individual", "enterprise"}
 	pueMin      = decimal.NewFromInt(1)
+	// pueMax bounds a PUE: real data centres are near 1.1 to 3. Unbounded,
+	// "1e64" was taken and published on every usage event as its 65
+	// digits, which pricing's parse refuses (over 64 characters).
+	pueMax = decimal.NewFromInt(10)
 )
 
 // Violation names one bad field.
@@ -154,6 +158,8 @@ func ParseProvider(in ProviderInput) (Provider, []Violation) {
 			add("pue", "%q is not a decimal number", in.PUE)
 		case d.LessThan(pueMin):
 			add("pue", "%s is below 1 (a PUE is total facility power over IT power)", s)
+		case d.GreaterThan(pueMax):
+			add("pue", "%s is above 10 (a PUE is total facility power over IT power)", s)
 		default:
 			p.PUE = &d
 		}

@@ -95,9 +95,10 @@ func (a *App) RetryPending(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		since, after = lastSince, lastID
+		pues := pueReads{}
 		for i := range rows {
 			ev := &rows[i].Event
-			if _, why := priceable(book, ev); why != "" {
+			if _, _, why := rateable(book, ev, pues); why != "" {
 				continue
 			}
 			ready = append(ready, item{source: "pending:" + ev.ID, ev: ev})
@@ -153,6 +154,52 @@ func priceable(book *domain.Book, ev *domain.UsageEvent) (*domain.Card, string) 
 			"waits for a card that replaces it", card.ID, ev.GPUCount, ev.GPUModel, ev.End.Sub(ev.Start), domain.EventAmountMax, cur.Code)
 	}
 	return card, ""
+}
+
+// pueRead is a provider PUE string as read: the PUE (nil: unknown, "") or
+// why it cannot be read.
+type pueRead struct {
+	pue *decimal.Decimal
+	why string
+}
+
+// pueReads caches the reads of the PUE strings of one pass (a fetch's
+// events carry a few providers' PUEs).
+type pueReads map[string]pueRead
+
+// read returns an event's provider PUE (nil: unknown), or why it cannot be
+// read. An unreadable PUE is never taken as unknown: that rated the usage
+// without its PUE surcharge (metering took "1e64" and published its 65
+// digits, which ParseDecimal refuses).
+func (c pueReads) read(s string) (*decimal.Decimal, string) {
+	if s == "" {
+		return nil, ""
+	}
+	r, ok := c[s]
+	if !ok {
+		if d, err := money.ParseDecimal(s); err != nil {
+			r.why = fmt.Sprintf("provider PUE %.70q cannot be read (%v): rated without it, the usage would miss its PUE surcharge; "+
+				"it waits, uncharged (no rate card makes it readable)", s, err)
+		} else {
+			r.pue = &d
+		}
+		c[s] = r
+	}
+	return r.pue, r.why
+}
+
+// rateable returns the card that prices an event and the event's provider
+// PUE, or why it cannot be rated.
+func rateable(book *domain.Book, ev *domain.UsageEvent, pues pueReads) (*domain.Card, *decimal.Decimal, string) {
+	card, why := priceable(book, ev)
+	if why != "" {
+		return nil, nil, why
+	}
+	pue, why := pues.read(ev.ProviderPUE)
+	if why != "" {
+		return nil, nil, why
+	}
+	return card, pue, ""
 }
 
 // groupKey is a charge's: a lease's usage in one currency and cycle of one
@@ -253,7 +300,7 @@ func (a *App) apply(ctx context.Context, tx Tx, book *domain.Book, items []item,
 func classify(book *domain.Book, items []item) ([]rated, []domain.PendingUsage, []domain.RenterMonth, []domain.LeaseCurrency) {
 	var pending []domain.PendingUsage
 	toRate := make([]rated, 0, len(items))
-	pues := map[string]*decimal.Decimal{}
+	pues := pueReads{}
 	monthSet := map[domain.RenterMonth]bool{}
 	leaseSet := map[domain.LeaseCurrency]bool{}
 	// The events of a fetch come in runs of one lease and renter: an event
@@ -264,17 +311,10 @@ func classify(book *domain.Book, items []item) ([]rated, []domain.PendingUsage, 
 	var lastFrom, lastTo time.Time // the months [from, to) lastRenter's last event added (Months: up to the one holding its end's last instant)
 	for _, it := range items {
 		ev := it.ev
-		card, why := priceable(book, ev)
+		card, pue, why := rateable(book, ev, pues)
 		if why != "" {
 			pending = append(pending, domain.PendingUsage{Event: *ev, MessageID: it.source, Reason: why})
 			continue
-		}
-		pue, ok := pues[ev.ProviderPUE]
-		if !ok && ev.ProviderPUE != "" {
-			if d, err := money.ParseDecimal(ev.ProviderPUE); err == nil {
-				pue = &d
-			}
-			pues[ev.ProviderPUE] = pue
 		}
 		u := domain.Usage{Model: ev.GPUModel, Region: ev.Region, GPUCount: ev.GPUCount, Start: ev.Start, End: ev.End, PUE: pue}
 		toRate = append(toRate, rated{it: it, card: card, usage: u, cur: card.Currency})

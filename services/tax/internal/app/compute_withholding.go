@@ -45,9 +45,9 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 	if found {
 		return replay(r, cur, cy.ID, w0)
 	}
-	gross, err := cur.Parse(r.Gross)
-	if err != nil || gross.IsNegative() {
-		return domain.Withholding{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+	gross, err := parseGross(cur, r.Gross)
+	if err != nil {
+		return domain.Withholding{}, err
 	}
 	var known *domain.Profile
 	if ok {
@@ -92,6 +92,20 @@ func (a *App) ComputeWithholding(ctx context.Context, r WithholdingRequest) (dom
 		return got, err
 	}
 	return replay(r, cur, cy.ID, got) // another request took the key first
+}
+
+// parseGross reads a gross in cur, refusing it with the parse's reason: a
+// gross of 10^18 or more was refused as "want a non-negative amount", not
+// as too large.
+func parseGross(cur money.Currency, s string) (decimal.Decimal, error) {
+	gross, err := cur.Parse(s)
+	if err != nil {
+		return decimal.Decimal{}, apperr.Invalid("gross", "%v (want a non-negative amount in %s minor units)", err, cur.Code)
+	}
+	if gross.IsNegative() {
+		return decimal.Decimal{}, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+	}
+	return gross, nil
 }
 
 // ruleTime is the instant whose rules withhold a cycle's payments: its
@@ -223,7 +237,10 @@ func splitGross(r WithholdingRequest, cur money.Currency, w *domain.Withholding)
 		}
 	} else {
 		commission, err := cur.Parse(r.Commission)
-		if err != nil || commission.IsNegative() || commission.GreaterThan(w.Gross) {
+		if err != nil {
+			return apperr.Invalid("commission", "%v (want an amount in 0..gross, or commission_rate)", err)
+		}
+		if commission.IsNegative() || commission.GreaterThan(w.Gross) {
 			return apperr.Invalid("commission", "want an amount in 0..gross, or commission_rate")
 		}
 		if err := w.SplitByCommission(cur, commission, rule); err != nil {

@@ -55,9 +55,9 @@ func (a *App) QuoteWithholding(ctx context.Context, r QuoteRequest) (w domain.Wi
 	if err := v.Err(); err != nil {
 		return domain.Withholding{}, false, err
 	}
-	gross, err := cur.Parse(r.Gross)
-	if err != nil || gross.IsNegative() {
-		return domain.Withholding{}, false, apperr.Invalid("gross", "want a non-negative amount in %s minor units", cur.Code)
+	gross, err := parseGross(cur, r.Gross)
+	if err != nil {
+		return domain.Withholding{}, false, err
 	}
 	if profile, jurisdiction, onRecord, err = a.quotedTaxpayer(ctx, r, profile, jurisdiction); err != nil {
 		return domain.Withholding{}, false, err
