@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -256,4 +257,106 @@ func TestSweepRefusalIsNotADeferral(t *testing.T) {
 	if txs := exactKey(f.ledger.Transactions(key("p-ok", "CNY")), key("p-ok", "CNY")); len(txs) != 1 {
 		t.Errorf("p-ok: %d sweeps, want 1", len(txs))
 	}
+}
+
+// A provider's settlement whose own commission sweep meets a Conflict (the
+// sweep key holds another body) completes: the statement is settled without
+// a sweep (deferred to the hourly sweep, which meets and counts the Conflict
+// again), the conflict is counted and the commission still reads as unswept.
+// Before, the Conflict failed the provider's settlement, every retry.
+func TestSettlementWhoseSweepConflictsCompletes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	f.seed(t, cycle1.ID, 1) // p-00000 standard: CNY 1033.33, USD 10.01
+	// Held through the close (its gross snapshotted), then settled on release.
+	if _, err := f.s.api.HoldProvider(ctx, holdReq(cycle1.ID, "p-00000")); err != nil {
+		t.Fatal(err)
+	}
+	runCycle(t, f, app.CycleInput{CycleID: cycle1.ID, ClosesAt: cycle1.Closes, CloseNow: true}, nil)
+	// p-00000's CNY settlement as the two-transaction code posted it, and
+	// under its sweep key another body (a sweep of another amount).
+	if _, err := f.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{
+		IdempotencyKey: domain.SettlementKey(cycle1.ID, "p-00000", "CNY"),
+		Description:    "settlement of p-00000 for " + cycle1.ID,
+		Metadata: map[string]string{"kind": "settlement", "cycle_id": cycle1.ID, "provider_id": "p-00000",
+			"commission_rate": "0.25", "jurisdiction": "CN"},
+		Postings: []*ledgerv1.Posting{
+			{Account: domain.PendingAccount("p-00000", cycle1.ID), Direction: "debit", Amount: "1033.33", Currency: "CNY"},
+			{Account: domain.AccountCommission, Direction: "credit", Amount: "258.33", Currency: "CNY"},
+			{Account: "tax:withheld:CN", Direction: "credit", Amount: "155.00", Currency: "CNY"},
+			{Account: domain.AvailableAccount("p-00000"), Direction: "credit", Amount: "620.00", Currency: "CNY"},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sweepKey := domain.SweepKey(cycle1.ID, "p-00000", "CNY")
+	if _, err := f.ledger.CreateTransaction(ctx, &ledgerv1.CreateTransactionRequest{IdempotencyKey: sweepKey, Description: "another body",
+		Postings: []*ledgerv1.Posting{
+			{Account: domain.AccountBankOperating, Direction: "debit", Amount: "9.99", Currency: "CNY"},
+			{Account: domain.AccountBankClient, Direction: "credit", Amount: "9.99", Currency: "CNY"},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	before := sweepConflictsCounted(t, "CNY")
+	releaseAndSettle(t, f, "p-00000") // fails the test on the provider workflow's error
+	if n := f.count(t, `select count(*) from settlement.settlements where provider_id = 'p-00000' and status = 'settled'`); n != 2 {
+		t.Errorf("p-00000: %d statements settled, want 2 (CNY, its sweep conflicting, and USD)", n)
+	}
+	if c := sweepConflictsCounted(t, "CNY"); c != before+1 {
+		t.Errorf("gpubill_settlement_commission_sweep_conflicts_total{currency=\"CNY\"} went %v → %v over the settlement, want one more", before, c)
+	}
+	// Nothing lost: the CNY commission reads as unswept (the
+	// gpubill_settlement_commission_unswept gauge's query), the USD one swept.
+	var unswept string
+	if err := f.s.d.Pool.QueryRow(ctx, `select coalesce(sum(commission), 0)::text from settlement.settlements
+		where status = 'settled' and commission > 0 and sweep_transaction_id = '' and currency = 'CNY'`).Scan(&unswept); err != nil {
+		t.Fatal(err)
+	}
+	if unswept != "258.33" {
+		t.Errorf("CNY commission unswept %s, want 258.33", unswept)
+	}
+	if n := f.count(t, `select count(*) from settlement.settlements where currency = 'USD' and sweep_transaction_id <> ''`); n != 1 {
+		t.Errorf("USD statements swept %d, want 1", n)
+	}
+	// The hourly sweep meets it, counts it and leaves it unswept.
+	got, err := f.s.acts.SweepCommission(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (app.SweepSummary{Conflicts: 1}); got != want {
+		t.Errorf("hourly sweep after the settlement: %+v, want %+v", got, want)
+	}
+	if c := sweepConflictsCounted(t, "CNY"); c != before+2 {
+		t.Errorf("gpubill_settlement_commission_sweep_conflicts_total{currency=\"CNY\"} went %v → %v, want two more", before, c)
+	}
+	if txs := exactKey(f.ledger.Transactions(sweepKey), sweepKey); len(txs) != 1 || txs[0].Description != "another body" {
+		t.Errorf("under %s: %v, want the other body alone", sweepKey, txs)
+	}
+}
+
+// sweepConflictsCounted reads
+// gpubill_settlement_commission_sweep_conflicts_total{currency}. Only
+// TestSettlementWhoseSweepConflictsCompletes meets a CNY conflict in this
+// package.
+func sweepConflictsCounted(t *testing.T, currency string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpubill_settlement_commission_sweep_conflicts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "currency" && l.GetValue() == currency {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no gpubill_settlement_commission_sweep_conflicts_total{currency=%q}", currency)
+	return 0
 }

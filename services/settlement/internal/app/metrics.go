@@ -9,14 +9,16 @@ import (
 
 // sweepConflicts counts the commission sweeps the ledger refused as a
 // conflict (the sweep key holds another body), by currency, each time a
-// run meets one: the statement is not recorded as swept, its commission
-// stays in bank:client, and every hourly run meets it again until someone
-// resolves it (alert GpubillCommissionSweepConflict). Before, such a sweep
-// failed the whole run, every hour, and the sweeps behind it waited too.
+// run or a provider's own settlement meets one: the statement is not
+// recorded as swept, its commission stays in bank:client, and every hourly
+// run meets it again until someone resolves it (alert
+// GpubillCommissionSweepConflict). Before, such a sweep failed the whole
+// run, every hour, and the sweeps behind it waited too; met by a
+// provider's settlement, it failed the provider's settlement.
 var sweepConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "gpubill_settlement_commission_sweep_conflicts_total",
 	Help: "Commission sweeps the ledger refused because their idempotency key holds another transaction, by currency, " +
-		"each run that met one (tried again each hour); the settlement log (commission sweep conflicts with the ledger) names each statement.",
+		"each run or provider settlement that met one (tried again each hour); the settlement log (commission sweep conflicts with the ledger) names each statement.",
 }, []string{"currency"})
 
 // sweepRefused counts the commission sweeps refused for any reason but

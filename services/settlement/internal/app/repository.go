@@ -38,8 +38,10 @@ type Store interface {
 	Finalize(ctx context.Context, st domain.Settled, now time.Time) error
 	// UnsweptCommission lists up to limit settled statements with a
 	// commission and no sweep, oldest first (by settled_at, cycle,
-	// provider, currency), after the statement after when it is set.
-	UnsweptCommission(ctx context.Context, after *domain.Unswept, limit int) ([]domain.Unswept, error)
+	// provider, currency), after the statement after when it is set and up
+	// to and with the statement through when it is set (the store compares
+	// positions, in its own order).
+	UnsweptCommission(ctx context.Context, after, through *domain.Unswept, limit int) ([]domain.Unswept, error)
 	// RecordSweep names the sweep transaction on a statement that had none.
 	RecordSweep(ctx context.Context, u domain.Unswept, sweepID string) error
 }

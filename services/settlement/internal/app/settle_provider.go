@@ -126,7 +126,8 @@ func (s *Steps) computeTax(ctx context.Context, in TaxInput) (TaxResult, error) 
 // without the sweep (the same form as the begun one above, so a retry
 // replays it) and the sweep deferred: SweepID "" on the statement, swept
 // later under its own key by SweepCommission. A refusal that is not the
-// sweep's refuses the settlement alone too, and is returned.
+// sweep's refuses the settlement alone too, and is returned. A sweep whose
+// key holds another body is deferred the same way (and counted).
 func (s *Steps) PostSettlement(ctx context.Context, in PostInput) (Posted, error) {
 	sp := in.Split
 	if err := sp.Check(); err != nil {
@@ -165,7 +166,11 @@ func (s *Steps) PostSettlement(ctx context.Context, in PostInput) (Posted, error
 // postSettlementThenSweep is the two-transaction settlement of earlier code,
 // kept for a settlement it had begun and for one whose sweep bank:client
 // cannot fund yet: the settlement posted (or replayed) under its key, then
-// the sweep under its own, deferred (SweepID "") when the ledger refuses it.
+// the sweep under its own, deferred (SweepID "") when the ledger refuses it
+// or its key holds another body (a Conflict: counted in
+// gpubill_settlement_commission_sweep_conflicts_total and logged here, and
+// again by each hourly run that meets it). A Conflict once failed the
+// provider's settlement, its net already posted to available, every retry.
 func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint LedgerTx, settlement []domain.Leg) (Posted, error) {
 	old := joint
 	old.Legs = settlement
@@ -173,9 +178,18 @@ func (s *Steps) postSettlementThenSweep(ctx context.Context, in PostInput, joint
 	if err != nil {
 		return Posted{}, err
 	}
-	sw, err := s.postSweep(ctx, domain.Unswept{CycleID: in.CycleID, ProviderID: in.ProviderID,
-		Currency: joint.Currency.Code, Commission: in.Split.Commission})
-	if IsRejected(err) && !IsConflict(err) {
+	u := domain.Unswept{CycleID: in.CycleID, ProviderID: in.ProviderID,
+		Currency: joint.Currency.Code, Commission: in.Split.Commission}
+	sw, err := s.postSweep(ctx, u)
+	if IsConflict(err) {
+		// The sweep key holds another body: the settlement is the
+		// provider's and is posted, so it goes on; the sweep is left
+		// unswept (SweepID ""), counted and logged as the hourly run
+		// does, which meets it, counts it and alerts on it each run.
+		s.sweepConflicted(u, err)
+		return Posted{TransactionID: id}, nil
+	}
+	if IsRejected(err) {
 		return Posted{TransactionID: id}, nil // deferred: SweepCommission sweeps it
 	}
 	if err != nil {

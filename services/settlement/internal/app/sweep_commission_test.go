@@ -36,7 +36,7 @@ func unsweptOrder(a, b domain.Unswept) int {
 		cmp.Compare(a.ProviderID, b.ProviderID), cmp.Compare(a.Currency, b.Currency))
 }
 
-func (s *unsweptStore) UnsweptCommission(_ context.Context, after *domain.Unswept, limit int) ([]domain.Unswept, error) {
+func (s *unsweptStore) UnsweptCommission(_ context.Context, after, through *domain.Unswept, limit int) ([]domain.Unswept, error) {
 	s.reads++
 	rows := slices.Clone(s.rows)
 	slices.SortFunc(rows, unsweptOrder)
@@ -47,6 +47,9 @@ func (s *unsweptStore) UnsweptCommission(_ context.Context, after *domain.Unswep
 		}
 		if after != nil && unsweptOrder(u, *after) <= 0 {
 			continue
+		}
+		if through != nil && unsweptOrder(u, *through) > 0 {
+			break
 		}
 		if len(out) == limit {
 			break
@@ -226,6 +229,98 @@ func TestSweepStopsWithinItsTimeBound(t *testing.T) {
 	}
 	if k := unsweptKey(rows[n]); l.tried[k] != 0 {
 		t.Errorf("%s tried after the run's time ran out", k)
+	}
+}
+
+// A backlog larger than one run's budget: the next run resumes after the
+// last statement the run before tried, not from the oldest again, and wraps
+// around to the oldest once it reaches the tail, so every unswept statement
+// is tried within a bounded number of runs. Before, every run tried the
+// same oldest sweepRunMax-worth and the tail was never reached.
+func TestSweepRunResumesWhereTheLastStopped(t *testing.T) {
+	n := int(sweepRunMax / time.Second) // statements one run tries
+	var rows []domain.Unswept
+	for i := range n + n/2 {
+		rows = append(rows, unsweptRow(fmt.Sprintf("p-%05d", i), "USD", t0.Add(time.Duration(i)*time.Second)))
+	}
+	steps, _, l := newSweepFixture(rows, "USD")
+	c := steps.Clock.(*clock.Manual)
+	l.each = func() { c.Advance(time.Second) } // each refusal takes a second
+	for run := 1; run <= 2; run++ {
+		got, err := steps.SweepCommission(context.Background())
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if want := (SweepSummary{Deferred: n, Unfinished: true}); got != want {
+			t.Errorf("run %d: %+v, want %+v", run, got, want)
+		}
+	}
+	var never []string
+	for _, u := range rows {
+		if l.tried[unsweptKey(u)] == 0 {
+			never = append(never, u.ProviderID)
+		}
+	}
+	if len(never) > 0 {
+		t.Fatalf("after 2 runs of %d over %d statements, %d never tried (first %s)", n, len(rows), len(never), never[0])
+	}
+	// Run 2 went from the tail round to the oldest: rows [n, len) then
+	// [0, n/2), each once; run 3 goes on after those.
+	for i, u := range rows {
+		want := 1
+		if i < n/2 {
+			want = 2
+		}
+		if got := l.tried[unsweptKey(u)]; got != want {
+			t.Fatalf("%s tried %d times in 2 runs, want %d", u.ProviderID, got, want)
+		}
+	}
+	clear(l.tried)
+	if _, err := steps.SweepCommission(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k := unsweptKey(rows[n/2]); l.tried[k] != 1 {
+		t.Errorf("run 3 did not start at %s, after where run 2 stopped (tried %v)", rows[n/2].ProviderID, l.tried[k])
+	}
+}
+
+// A run that starts from a kept position and reaches the tail wraps round
+// and ends where it began: each statement tried once, the run finished. A
+// position whose statement left the backlog meanwhile (swept) does not stop
+// it.
+func TestSweepRunWrapsRoundOnceAndEnds(t *testing.T) {
+	n := int(sweepRunMax / time.Second)
+	var rows []domain.Unswept
+	for i := range n + 10 {
+		rows = append(rows, unsweptRow(fmt.Sprintf("p-%05d", i), "USD", t0.Add(time.Duration(i)*time.Second)))
+	}
+	steps, st, l := newSweepFixture(rows, "USD")
+	c := steps.Clock.(*clock.Manual)
+	l.each = func() { c.Advance(time.Second) }
+	if got, err := steps.SweepCommission(context.Background()); err != nil || !got.Unfinished {
+		t.Fatalf("run 1: %+v, %v; want unfinished", got, err)
+	}
+	// The statement the run stopped after is swept by hand meanwhile, and
+	// bank:client can fund USD again.
+	st.swept[unsweptKey(rows[n-1])] = "tx-by-hand"
+	delete(l.short, "USD")
+	clear(l.tried)
+	l.each = nil // this run has time for all of them
+	got, err := steps.SweepCommission(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (SweepSummary{Swept: len(rows) - 1}); got != want {
+		t.Errorf("run 2: %+v, want %+v", got, want)
+	}
+	for i, u := range rows {
+		want := 1
+		if i == n-1 {
+			want = 0
+		}
+		if got := l.tried[unsweptKey(u)]; got != want {
+			t.Errorf("%s tried %d times in run 2, want %d", u.ProviderID, got, want)
+		}
 	}
 }
 

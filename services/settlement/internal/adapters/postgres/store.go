@@ -346,29 +346,37 @@ func (s *Store) Finalize(ctx context.Context, st domain.Settled, now time.Time) 
 	return nil
 }
 
-// unsweptSQL lists the settled statements with a commission and no sweep
-// transaction (their sweep deferred), oldest first (settlements_unswept);
-// unsweptAfterSQL those after a position in that order (keyset).
+// unsweptCols lists the settled statements with a commission and no sweep
+// transaction (their sweep deferred); UnsweptCommission adds the keyset's
+// bounds and reads them oldest first (settlements_unswept). The bounds are
+// compared by PostgreSQL, in the order it sorts by (the database's
+// collation), never in Go.
 const (
 	unsweptCols = `select cycle_id, provider_id, currency, commission, settled_at from settlement.settlements
 		where status = 'settled' and commission > 0 and sweep_transaction_id = ''`
-	unsweptOrder    = ` order by settled_at, cycle_id, provider_id, currency`
-	unsweptSQL      = unsweptCols + unsweptOrder + ` limit $1`
-	unsweptAfterSQL = unsweptCols + ` and (settled_at, cycle_id, provider_id, currency) > ($2, $3, $4, $5)` +
-		unsweptOrder + ` limit $1`
+	unsweptKey   = `(settled_at, cycle_id, provider_id, currency)`
+	unsweptOrder = ` order by settled_at, cycle_id, provider_id, currency`
 )
 
 // UnsweptCommission lists up to limit settled statements with a commission
 // and no sweep transaction (their sweep deferred), oldest first
-// (settlements_unswept), after the statement after when it is set.
-func (s *Store) UnsweptCommission(ctx context.Context, after *domain.Unswept, limit int) ([]domain.Unswept, error) {
-	var rows pgx.Rows
-	var err error
-	if after == nil {
-		rows, err = s.Pool.Query(ctx, unsweptSQL, limit)
-	} else {
-		rows, err = s.Pool.Query(ctx, unsweptAfterSQL, limit, after.SettledAt, after.CycleID, after.ProviderID, after.Currency)
+// (settlements_unswept), after the statement after when it is set and up
+// to and with the statement through when it is set.
+func (s *Store) UnsweptCommission(ctx context.Context, after, through *domain.Unswept, limit int) ([]domain.Unswept, error) {
+	q := unsweptCols
+	args := []any{limit}
+	bound := func(op string, u *domain.Unswept) {
+		n := len(args)
+		q += fmt.Sprintf(` and %s %s ($%d, $%d, $%d, $%d)`, unsweptKey, op, n+1, n+2, n+3, n+4)
+		args = append(args, u.SettledAt, u.CycleID, u.ProviderID, u.Currency)
 	}
+	if after != nil {
+		bound(">", after)
+	}
+	if through != nil {
+		bound("<=", through)
+	}
+	rows, err := s.Pool.Query(ctx, q+unsweptOrder+` limit $1`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("unswept commission: %w", err)
 	}

@@ -52,7 +52,7 @@ func TestUnsweptCommissionPagesOnTheKeyset(t *testing.T) {
 		var got []string
 		var after *domain.Unswept
 		for range 20 {
-			page, err := s.UnsweptCommission(ctx, after, limit)
+			page, err := s.UnsweptCommission(ctx, after, nil, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,6 +66,41 @@ func TestUnsweptCommissionPagesOnTheKeyset(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("pages of %d: %v\nwant %v", limit, got, want)
+		}
+	}
+	// A bound through a statement (a run's round back to where it started)
+	// lists up to and with it, alone or with after, in pages too.
+	all, err := s.UnsweptCommission(ctx, nil, nil, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(us []domain.Unswept) (out []string) {
+		for _, u := range us {
+			out = append(out, u.CycleID+" "+u.ProviderID+" "+u.Currency)
+		}
+		return out
+	}
+	for k := range all {
+		for i := -1; i < k; i++ {
+			var after *domain.Unswept
+			if i >= 0 {
+				after = &all[i]
+			}
+			var got []domain.Unswept
+			for range 20 {
+				page, err := s.UnsweptCommission(ctx, after, &all[k], 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, page...)
+				if len(page) < 2 {
+					break
+				}
+				after = &page[len(page)-1]
+			}
+			if w := name(all[i+1 : k+1]); fmt.Sprint(name(got)) != fmt.Sprint(w) {
+				t.Errorf("after %d through %d: %v\nwant %v", i, k, name(got), w)
+			}
 		}
 	}
 }
