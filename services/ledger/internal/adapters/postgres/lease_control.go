@@ -28,15 +28,22 @@ import (
 // had stopped a renter within its limit left it stopped until the wallet
 // moved again. A closed renter's wallet in its own currency is evaluated
 // even when lease control has no record of it yet: a renter closed before
-// its first charge may have GPUs running.
+// its first charge may have GPUs running. It takes the renters' locks
+// (lockRenters) before it stores them, as every evaluation does before it
+// reads them.
 func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox.ReadModelStore[domain.RenterLimit] {
 	upsert := func(ctx context.Context, tx pgx.Tx, rs []domain.RenterLimit) error {
-		if err := UpsertRenters(ctx, tx, rs); err != nil || lc == nil {
-			return err
-		}
 		ids := make([]string, len(rs))
 		for i, r := range rs {
 			ids[i] = r.RenterID
+		}
+		if lc != nil {
+			if err := lockRenters(ctx, tx, ids); err != nil {
+				return err
+			}
+		}
+		if err := UpsertRenters(ctx, tx, rs); err != nil || lc == nil {
+			return err
 		}
 		rows, err := tx.Query(ctx, `select renter_id, currency from ledger.lease_control where renter_id = any($1)`, ids)
 		if err != nil {
@@ -54,6 +61,28 @@ func RenterStore(pool *pgxpool.Pool, lc *app.LeaseControl, webhooks bool) outbox
 		return lc.Evaluate(ctx, &LeaseTx{Tx: tx, Webhooks: webhooks}, keys)
 	}
 	return outbox.ReadModelStore[domain.RenterLimit]{Pool: pool, Schema: Schema, Upsert: upsert}
+}
+
+// lockRenters takes, until the transaction ends, the lock of each renter
+// named (a transaction-scoped advisory lock, in the order of its key, so
+// two transactions taking several never deadlock). A lease control
+// evaluation takes it before it reads the renters' credit limits, and the
+// renters' read model before it stores them and looks for the wallets to
+// evaluate again: in READ COMMITTED neither saw the other's uncommitted
+// rows, so a credit limit that arrived while a charge was being evaluated
+// was missed by both, and the renter stayed stopped with its limit to spend
+// until the sweep (leaseSweepEvery) found it. Now the second to take the
+// lock waits for the first to commit and its next statement sees what the
+// first wrote (TestLeaseControlSeesACreditLimitArrivingMidEvaluation).
+func lockRenters(ctx context.Context, tx pgx.Tx, renterIDs []string) error {
+	if len(renterIDs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `select count(pg_advisory_xact_lock(hashtext('gpubill.ledger.renter'), h))
+		from (select distinct hashtext(r) as h from unnest($1::text[]) as r order by h) s`, renterIDs); err != nil {
+		return fmt.Errorf("lock renters: %w", err)
+	}
+	return nil
 }
 
 // UpsertRenters stores renter versions newer than those held.
@@ -262,14 +291,17 @@ func (l *LeaseTx) Claim(ctx context.Context, consumer string, ids []string) (map
 	return outbox.Claim(ctx, l.Tx, Schema, consumer, ids)
 }
 
-// LoadWallets locks the wallets' lease control rows (made when missing, in
-// key order) and reads the wallets, their burn rate only where
-// domain.BurnMatters.
+// LoadWallets takes the wallets' renters' locks (lockRenters), locks their
+// lease control rows (made when missing, in key order) and reads the
+// wallets, their burn rate only where domain.BurnMatters.
 func (l *LeaseTx) LoadWallets(ctx context.Context, keys []domain.WalletKey, burnSince, at time.Time) ([]domain.WalletStatus, error) {
 	keys = sortKeys(keys)
 	rs, cs := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		rs[i], cs[i] = k.RenterID, k.Currency
+	}
+	if err := lockRenters(ctx, l.Tx, rs); err != nil {
+		return nil, err
 	}
 	if _, err := l.Tx.Exec(ctx, `insert into ledger.lease_control (renter_id, currency, state, updated_at)
 		select r, c, 'ok', $3 from unnest($1::text[], $2::text[]) as k(r, c) order by r, c on conflict do nothing`, rs, cs, at); err != nil {
