@@ -89,13 +89,10 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 			return nil, err
 		}
 	}
-	refund := domain.IsRenterRefund(postings)
-	if refund && in.Metadata["kind"] == domain.KindRailRefund {
-		if err := a.checkRailRefund(ctx, in.Metadata["external_ref"], postings); err != nil {
+	if in.Metadata["kind"] == domain.KindRailRefund {
+		if err := a.checkRailRefund(ctx, key, in.Metadata["external_ref"], postings); err != nil {
 			return nil, err
 		}
-	} else if in.Metadata["kind"] == domain.KindRailRefund {
-		return nil, invalid([]domain.Violation{{Field: "postings", Reason: "rail_refund debits renter wallets and credits bank:client only"}})
 	}
 	now := a.now()
 	eff, effStr := now, ""
@@ -265,14 +262,26 @@ func (a *App) checkWriteOffClosed(ctx context.Context, key string, ps []domain.P
 	if len(vs) == 0 {
 		return nil
 	}
+	if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+		return err // posted before: postOne answers the replay (or the key's conflict)
+	}
+	return invalid(vs)
+}
+
+// keyPosted tells whether a transaction is stored under the idempotency
+// key: posted before, its replay is answered by the post (the original,
+// or the key's conflict for another request), not judged again by rules
+// for new writes that may have come after it, nor against a state (a
+// renter closed since) that has changed.
+func (a *App) keyPosted(ctx context.Context, key string) (bool, error) {
 	_, _, err := a.Store.TxByKey(ctx, key)
 	switch {
 	case err == nil:
-		return nil // posted before: postOne answers the replay (or the key's conflict)
-	case !errors.Is(err, apperr.ErrNotFound):
-		return fmt.Errorf("bad debt write-off %s: %w", key, err)
+		return true, nil
+	case errors.Is(err, apperr.ErrNotFound):
+		return false, nil
 	}
-	return invalid(vs)
+	return false, fmt.Errorf("idempotency key %q: %w", key, err)
 }
 
 // checkRefunds refuses a renter's refund (domain.IsRenterRefund), or any
@@ -339,12 +348,8 @@ func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Po
 		if closedAt.IsZero() {
 			continue
 		}
-		_, _, err = a.Store.TxByKey(ctx, key)
-		switch {
-		case err == nil:
-			return nil // posted before: the post answers the replay (or the key's conflict)
-		case !errors.Is(err, apperr.ErrNotFound):
-			return fmt.Errorf("entry %s: %w", key, err)
+		if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+			return err // posted before: the post answers the replay (or the key's conflict)
 		}
 		return fmt.Errorf("renter %s is closed (since %s): a finance entry may not credit a closed renter's wallet "+
 			"(its debt is cleared by a bad_debt_write_off, a wrong entry by its reversal); return the money to where it came from: %w",
@@ -353,11 +358,20 @@ func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Po
 	return nil
 }
 
-// checkRailRefund: a rail_refund names, by external_ref, a deposit to a
-// renter whose wallet it debits, in the deposit's currency (the top-up
-// the rail refunded); what it takes of the deposit is judged with the
-// post (checkRailRefunds).
-func (a *App) checkRailRefund(ctx context.Context, ref string, ps []domain.Posting) error {
+// checkRailRefund: a rail_refund debits renter wallets and credits
+// bank:client only, and names, by external_ref, a deposit to a renter
+// whose wallet it debits, in the deposit's currency (the top-up the rail
+// refunded); what it takes of the deposit is judged with the post
+// (checkRailRefunds). A rail_refund posted under key before is answered
+// as any replay is, looked up first: one accepted before a rule of these
+// (the currency's, 27b6e2c2) answers as it did, not 400.
+func (a *App) checkRailRefund(ctx context.Context, key, ref string, ps []domain.Posting) error {
+	if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+		return err // posted before: postOne answers the replay (or the key's conflict)
+	}
+	if !domain.IsRenterRefund(ps) {
+		return invalid([]domain.Violation{{Field: "postings", Reason: "rail_refund debits renter wallets and credits bank:client only"}})
+	}
 	bad := func(reason string) error {
 		return invalid([]domain.Violation{{Field: "metadata.external_ref", Reason: reason}})
 	}
