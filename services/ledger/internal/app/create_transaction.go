@@ -141,27 +141,17 @@ func paidFromWallets(t *domain.Transaction) map[string]bool {
 	if t.Kind != domain.TxManual || t.Metadata["kind"] == domain.KindRailRefund {
 		return nil
 	}
-	net := map[string]decimal.Decimal{}
 	charge := true
 	for _, p := range t.Postings {
 		if p.Direction == domain.Credit && (p.Account.Class != domain.ClassProvider || p.Account.Cycle == "") {
 			charge = false // credits something other than a provider's pending account
-		}
-		if p.Account.Class != domain.ClassRenter {
-			continue
-		}
-		k := p.Account.Address + "|" + p.Currency
-		if p.Direction == domain.Debit {
-			net[k] = net[k].Sub(p.Amount)
-		} else {
-			net[k] = net[k].Add(p.Amount)
 		}
 	}
 	if charge {
 		return nil
 	}
 	var out map[string]bool
-	for k, d := range net {
+	for k, d := range renterNets(t.Postings) {
 		if d.IsNegative() {
 			if out == nil {
 				out = map[string]bool{}
@@ -171,6 +161,29 @@ func paidFromWallets(t *domain.Transaction) map[string]bool {
 	}
 	return out
 }
+
+// renterNets is what postings net to on each renter wallet, credits less
+// debits, by walletKey: positive, the entry credits the wallet; negative,
+// it takes money out of it.
+func renterNets(ps []domain.Posting) map[string]decimal.Decimal {
+	net := map[string]decimal.Decimal{}
+	for _, p := range ps {
+		if p.Account.Class != domain.ClassRenter {
+			continue
+		}
+		k := walletKey(p.Account.Address, p.Currency)
+		if p.Direction == domain.Credit {
+			net[k] = net[k].Add(p.Amount)
+		} else {
+			net[k] = net[k].Sub(p.Amount)
+		}
+	}
+	return net
+}
+
+// walletKey names a renter wallet's balance in a currency, as
+// paidFromWallets names them and checkRefunds looks them up.
+func walletKey(address, currency string) string { return address + "|" + currency }
 
 // reasonMax bounds the reason finance gives for an entry of the house's
 // own money into the client pool.
@@ -301,7 +314,7 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 	}
 	var vs []domain.Violation
 	for _, c := range changes {
-		if debited[c.Account.Address+"|"+c.Currency] && c.Delta.IsNegative() && c.After.IsNegative() {
+		if debited[walletKey(c.Account.Address, c.Currency)] && c.Delta.IsNegative() && c.After.IsNegative() {
 			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
 				"%s holds %s %s: a refund, or any entry paying out of a renter's wallet but a charge, pays out at most what the wallet holds (%s after it); metadata.kind rail_refund is only for a top-up the rail itself has already returned to its payer (naming that deposit), not a way past this check",
 				c.Account.Address, c.Before().String(), c.Currency, c.After.String())})
@@ -322,22 +335,11 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 // back in bank:client); neither comes here. An entry posted under key
 // before the close is answered as any replay is.
 func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Posting) error {
-	net := map[string]decimal.Decimal{}
-	for _, p := range ps {
-		if p.Account.Class != domain.ClassRenter {
-			continue
-		}
-		k := p.Account.Party + "|" + p.Currency
-		if p.Direction == domain.Credit {
-			net[k] = net[k].Add(p.Amount)
-		} else {
-			net[k] = net[k].Sub(p.Amount)
-		}
-	}
+	net := renterNets(ps)
 	asked := map[string]bool{}
 	for _, p := range ps {
 		r := p.Account.Party
-		if p.Account.Class != domain.ClassRenter || asked[r] || !net[r+"|"+p.Currency].IsPositive() {
+		if p.Account.Class != domain.ClassRenter || asked[r] || !net[walletKey(p.Account.Address, p.Currency)].IsPositive() {
 			continue
 		}
 		asked[r] = true
