@@ -2,10 +2,13 @@ package ledger_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
@@ -121,4 +124,66 @@ func TestDepositWithRailRefundIsNotReversed(t *testing.T) {
 		t.Fatalf("reversal of alipay:T13 after a rail refund of 30.00: %v; want a conflict", err)
 	}
 	wantBalance(t, f, "renter:r-t13:wallet", "CNY", "70.00")
+}
+
+// A rail_refund accepted before the rule that it is in its deposit's
+// currency (27b6e2c2) answers its replay as it did when sent again under
+// its key: the replay is looked up before the rules for new writes. A new
+// rail_refund of that shape is still refused, and the key with another
+// request is a conflict.
+func TestRailRefundAcceptedBeforeTheCurrencyRuleReplays(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.deposit(t, "r-other", "1000.00", "USD", "bank-other-usd")
+	f.deposit(t, "r-t14", "100.00", "CNY", "alipay:T14")
+	f.deposit(t, "r-t14", "100.00", "USD", "bank-t14-usd")
+	// As an earlier version posted it: CreateTransaction's entry, its
+	// checks before the post (checkRailRefund) as they were then.
+	in := railRefundOf("rail-t14-usd", "r-t14", "alipay:T14", "50.00", "USD")
+	early := earlierEntry(t, in)
+	if err := f.app.Store.WithTx(f.ctx, func(tx app.Tx) error {
+		fresh, _, err := tx.Post(f.ctx, []*domain.Transaction{early})
+		if err == nil && len(fresh) != 1 {
+			err = fmt.Errorf("%d of 1 posted", len(fresh))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantBalance(t, f, "renter:r-t14:wallet", "USD", "50.00")
+
+	again, err := f.app.CreateTransaction(f.ctx, in)
+	if err != nil || again.ID != early.ID {
+		t.Fatalf("replay of rail-t14-usd (posted before the currency rule): %v, %v; want %s", again, err, early.ID)
+	}
+	_, err = f.app.CreateTransaction(f.ctx, railRefundOf("rail-t14-usd", "r-t14", "alipay:T14", "60.00", "USD"))
+	if !errors.Is(err, apperr.ErrConflict) {
+		t.Fatalf("rail-t14-usd with another amount: %v; want a conflict", err)
+	}
+	_, err = f.app.CreateTransaction(f.ctx, railRefundOf("rail-t14-usd-2", "r-t14", "alipay:T14", "50.00", "USD"))
+	wantInvalid(t, err, `deposit "alipay:T14" is in CNY, not USD`)
+	wantBalance(t, f, "renter:r-t14:wallet", "USD", "50.00")
+}
+
+// earlierEntry is the transaction CreateTransaction builds for in (a
+// manual entry, effective now), with the request hash a replay of in
+// carries.
+func earlierEntry(t *testing.T, in app.CreateTransactionInput) *domain.Transaction {
+	t.Helper()
+	ps := make([]domain.Posting, len(in.Postings))
+	for i, r := range in.Postings {
+		a, err := domain.ParseAddress(r.Account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = domain.Posting{Account: a, Direction: domain.Direction(r.Direction), Amount: dec(r.Amount), Currency: r.Currency}
+	}
+	h, err := domain.RequestHash("transaction", map[string]any{"description": in.Description, "effective_at": "",
+		"metadata": in.Metadata, "postings": domain.CanonicalPostings(ps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	return &domain.Transaction{ID: ids.New(""), IdempotencyKey: in.IdempotencyKey, Kind: domain.TxManual,
+		EffectiveAt: now, CreatedAt: now, Metadata: in.Metadata, Postings: ps, RequestHash: h}
 }

@@ -110,6 +110,13 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 	if _, err := ledger.ExportSegregatedFunds(ctx, pool, nil, "CNY", "json", nil); err != nil {
 		t.Fatal(err)
 	}
+	// A closed renter whose wallet holds money (a reversal of its refund),
+	// after the report (the empty ledger's verdict is checked below).
+	if _, err := pool.Exec(ctx, `insert into ledger.renters (renter_id, currency, credit_limit, version, updated_at, closed_at)
+		values ('r-gone', 'CNY', 0, 2, now(), now());
+		insert into ledger.balances (account, currency, debits, credits) values ('renter:r-gone:wallet', 'CNY', 100, 150)`); err != nil {
+		t.Fatal(err)
+	}
 	js := testkit.NewJetStream(t)
 	if err := natsx.EnsureStreams(ctx, js.JS, natsx.StreamUsage); err != nil {
 		t.Fatal(err)
@@ -207,7 +214,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_bank_inbox_files_failed_total", "gpubill_bank_inbox_files_rejected_total", "gpubill_ledger_write_group_timeouts_total",
 		"gpubill_payout_webhook_deliveries_total", "gpubill_payout_webhook_delivery_lag_seconds",
 		"gpubill_tax_remittances_reversed_unremitted", "gpubill_tax_remittance_reversed_age_seconds", "gpubill_tax_reversal_check_failures_total",
-		"gpubill_tax_late_withholdings", "gpubill_tax_late_withholdings_amount",
+		"gpubill_tax_late_withholdings", "gpubill_tax_late_withholdings_amount", "gpubill_ledger_closed_renter_wallets",
 	} {
 		if _, ok := served[name]; !ok {
 			t.Errorf("GET /metrics lacks %s", name)

@@ -89,13 +89,10 @@ func (a *App) CreateTransaction(ctx context.Context, in CreateTransactionInput) 
 			return nil, err
 		}
 	}
-	refund := domain.IsRenterRefund(postings)
-	if refund && in.Metadata["kind"] == domain.KindRailRefund {
-		if err := a.checkRailRefund(ctx, in.Metadata["external_ref"], postings); err != nil {
+	if in.Metadata["kind"] == domain.KindRailRefund {
+		if err := a.checkRailRefund(ctx, key, in.Metadata["external_ref"], postings); err != nil {
 			return nil, err
 		}
-	} else if in.Metadata["kind"] == domain.KindRailRefund {
-		return nil, invalid([]domain.Violation{{Field: "postings", Reason: "rail_refund debits renter wallets and credits bank:client only"}})
 	}
 	now := a.now()
 	eff, effStr := now, ""
@@ -144,27 +141,17 @@ func paidFromWallets(t *domain.Transaction) map[string]bool {
 	if t.Kind != domain.TxManual || t.Metadata["kind"] == domain.KindRailRefund {
 		return nil
 	}
-	net := map[string]decimal.Decimal{}
 	charge := true
 	for _, p := range t.Postings {
 		if p.Direction == domain.Credit && (p.Account.Class != domain.ClassProvider || p.Account.Cycle == "") {
 			charge = false // credits something other than a provider's pending account
-		}
-		if p.Account.Class != domain.ClassRenter {
-			continue
-		}
-		k := p.Account.Address + "|" + p.Currency
-		if p.Direction == domain.Debit {
-			net[k] = net[k].Sub(p.Amount)
-		} else {
-			net[k] = net[k].Add(p.Amount)
 		}
 	}
 	if charge {
 		return nil
 	}
 	var out map[string]bool
-	for k, d := range net {
+	for k, d := range renterNets(t.Postings) {
 		if d.IsNegative() {
 			if out == nil {
 				out = map[string]bool{}
@@ -174,6 +161,29 @@ func paidFromWallets(t *domain.Transaction) map[string]bool {
 	}
 	return out
 }
+
+// renterNets is what postings net to on each renter wallet, credits less
+// debits, by walletKey: positive, the entry credits the wallet; negative,
+// it takes money out of it.
+func renterNets(ps []domain.Posting) map[string]decimal.Decimal {
+	net := map[string]decimal.Decimal{}
+	for _, p := range ps {
+		if p.Account.Class != domain.ClassRenter {
+			continue
+		}
+		k := walletKey(p.Account.Address, p.Currency)
+		if p.Direction == domain.Credit {
+			net[k] = net[k].Add(p.Amount)
+		} else {
+			net[k] = net[k].Sub(p.Amount)
+		}
+	}
+	return net
+}
+
+// walletKey names a renter wallet's balance in a currency, as
+// paidFromWallets names them and checkRefunds looks them up.
+func walletKey(address, currency string) string { return address + "|" + currency }
 
 // reasonMax bounds the reason finance gives for an entry of the house's
 // own money into the client pool.
@@ -265,14 +275,26 @@ func (a *App) checkWriteOffClosed(ctx context.Context, key string, ps []domain.P
 	if len(vs) == 0 {
 		return nil
 	}
+	if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+		return err // posted before: postOne answers the replay (or the key's conflict)
+	}
+	return invalid(vs)
+}
+
+// keyPosted tells whether a transaction is stored under the idempotency
+// key: posted before, its replay is answered by the post (the original,
+// or the key's conflict for another request), not judged again by rules
+// for new writes that may have come after it, nor against a state (a
+// renter closed since) that has changed.
+func (a *App) keyPosted(ctx context.Context, key string) (bool, error) {
 	_, _, err := a.Store.TxByKey(ctx, key)
 	switch {
 	case err == nil:
-		return nil // posted before: postOne answers the replay (or the key's conflict)
-	case !errors.Is(err, apperr.ErrNotFound):
-		return fmt.Errorf("bad debt write-off %s: %w", key, err)
+		return true, nil
+	case errors.Is(err, apperr.ErrNotFound):
+		return false, nil
 	}
-	return invalid(vs)
+	return false, fmt.Errorf("idempotency key %q: %w", key, err)
 }
 
 // checkRefunds refuses a renter's refund (domain.IsRenterRefund), or any
@@ -292,7 +314,7 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 	}
 	var vs []domain.Violation
 	for _, c := range changes {
-		if debited[c.Account.Address+"|"+c.Currency] && c.Delta.IsNegative() && c.After.IsNegative() {
+		if debited[walletKey(c.Account.Address, c.Currency)] && c.Delta.IsNegative() && c.After.IsNegative() {
 			vs = append(vs, domain.Violation{Field: "postings", Reason: fmt.Sprintf(
 				"%s holds %s %s: a refund, or any entry paying out of a renter's wallet but a charge, pays out at most what the wallet holds (%s after it); metadata.kind rail_refund is only for a top-up the rail itself has already returned to its payer (naming that deposit), not a way past this check",
 				c.Account.Address, c.Before().String(), c.Currency, c.After.String())})
@@ -313,22 +335,11 @@ func checkRefunds(txs []*domain.Transaction, changes []domain.BalanceChange) err
 // back in bank:client); neither comes here. An entry posted under key
 // before the close is answered as any replay is.
 func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Posting) error {
-	net := map[string]decimal.Decimal{}
-	for _, p := range ps {
-		if p.Account.Class != domain.ClassRenter {
-			continue
-		}
-		k := p.Account.Party + "|" + p.Currency
-		if p.Direction == domain.Credit {
-			net[k] = net[k].Add(p.Amount)
-		} else {
-			net[k] = net[k].Sub(p.Amount)
-		}
-	}
+	net := renterNets(ps)
 	asked := map[string]bool{}
 	for _, p := range ps {
 		r := p.Account.Party
-		if p.Account.Class != domain.ClassRenter || asked[r] || !net[r+"|"+p.Currency].IsPositive() {
+		if p.Account.Class != domain.ClassRenter || asked[r] || !net[walletKey(p.Account.Address, p.Currency)].IsPositive() {
 			continue
 		}
 		asked[r] = true
@@ -339,12 +350,8 @@ func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Po
 		if closedAt.IsZero() {
 			continue
 		}
-		_, _, err = a.Store.TxByKey(ctx, key)
-		switch {
-		case err == nil:
-			return nil // posted before: the post answers the replay (or the key's conflict)
-		case !errors.Is(err, apperr.ErrNotFound):
-			return fmt.Errorf("entry %s: %w", key, err)
+		if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+			return err // posted before: the post answers the replay (or the key's conflict)
 		}
 		return fmt.Errorf("renter %s is closed (since %s): a finance entry may not credit a closed renter's wallet "+
 			"(its debt is cleared by a bad_debt_write_off, a wrong entry by its reversal); return the money to where it came from: %w",
@@ -353,11 +360,20 @@ func (a *App) checkClosedCredits(ctx context.Context, key string, ps []domain.Po
 	return nil
 }
 
-// checkRailRefund: a rail_refund names, by external_ref, a deposit to a
-// renter whose wallet it debits, in the deposit's currency (the top-up
-// the rail refunded); what it takes of the deposit is judged with the
-// post (checkRailRefunds).
-func (a *App) checkRailRefund(ctx context.Context, ref string, ps []domain.Posting) error {
+// checkRailRefund: a rail_refund debits renter wallets and credits
+// bank:client only, and names, by external_ref, a deposit to a renter
+// whose wallet it debits, in the deposit's currency (the top-up the rail
+// refunded); what it takes of the deposit is judged with the post
+// (checkRailRefunds). A rail_refund posted under key before is answered
+// as any replay is, looked up first: one accepted before a rule of these
+// (the currency's, 27b6e2c2) answers as it did, not 400.
+func (a *App) checkRailRefund(ctx context.Context, key, ref string, ps []domain.Posting) error {
+	if posted, err := a.keyPosted(ctx, key); err != nil || posted {
+		return err // posted before: postOne answers the replay (or the key's conflict)
+	}
+	if !domain.IsRenterRefund(ps) {
+		return invalid([]domain.Violation{{Field: "postings", Reason: "rail_refund debits renter wallets and credits bank:client only"}})
+	}
 	bad := func(reason string) error {
 		return invalid([]domain.Violation{{Field: "metadata.external_ref", Reason: reason}})
 	}

@@ -580,26 +580,43 @@ func (r *Reconciliations) ResolutionItems(ctx context.Context, id, resID string,
 		return "", nil, "", err
 	}
 	listing := resolutionItemsListing(id, resID)
-	var after int64
-	if pageToken != "" {
-		pos, err := cursor.Decode(listing, pageToken, 1)
-		if err != nil {
-			return "", nil, "", err
-		}
-		if after, err = pos.Int64(0); err != nil || after <= 0 || after > math.MaxInt32 {
-			return "", nil, "", cursor.Malformed()
-		}
-	}
-	currency, items, err := r.Store.ListResolutionItems(ctx, id, resID, int(after), limit+1)
+	after, err := itemAfter(listing, pageToken)
 	if err != nil {
 		return "", nil, "", err
 	}
-	next := ""
-	if len(items) > limit {
-		items = items[:limit]
-		next = cursor.Encode(listing, cursor.FormatInt64(int64(items[limit-1].No)))
+	currency, items, err := r.Store.ListResolutionItems(ctx, id, resID, after, limit+1)
+	if err != nil {
+		return "", nil, "", err
 	}
+	items, next := itemsPage(listing, items, limit)
 	return currency, items, next, nil
+}
+
+// itemAfter is the item number a page token of an item listing (Items,
+// ResolutionItems) names, the last one its page held; 0 for no token.
+func itemAfter(listing, pageToken string) (int, error) {
+	if pageToken == "" {
+		return 0, nil
+	}
+	pos, err := cursor.Decode(listing, pageToken, 1)
+	if err != nil {
+		return 0, err
+	}
+	after, err := pos.Int64(0)
+	if err != nil || after <= 0 || after > math.MaxInt32 {
+		return 0, cursor.Malformed()
+	}
+	return int(after), nil
+}
+
+// itemsPage cuts items, read one past a page of limit, to the page and
+// the token of the page after it (its last item's number; "" when none).
+func itemsPage(listing string, items []domain.ReconItem, limit int) ([]domain.ReconItem, string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	items = items[:limit]
+	return items, cursor.Encode(listing, cursor.FormatInt64(int64(items[limit-1].No)))
 }
 
 // resolutionToken is the page token of a run's resolutions after last.
@@ -695,33 +712,19 @@ func (r *Reconciliations) ResolutionPage(ctx context.Context, id string, reopene
 func (r *Reconciliations) Items(ctx context.Context, id string, pageSize int32, pageToken string) (string, []domain.ReconItem, string, error) {
 	var v apperr.Validator
 	v.Check(id != "", "reconciliation_id", "required")
-	v.Check(pageSize >= 0 && pageSize <= reconItemsPageMax, "page_size", "want 0..%d", reconItemsPageMax)
+	limit := pageLimit(&v, pageSize, reconItemsPageDefault, reconItemsPageMax)
 	if err := v.Err(); err != nil {
 		return "", nil, "", err
 	}
-	limit := int(pageSize)
-	if limit == 0 {
-		limit = reconItemsPageDefault
-	}
 	listing := cursor.Scoped(reconItemsListing, id)
-	var after int64
-	if pageToken != "" {
-		pos, err := cursor.Decode(listing, pageToken, 1)
-		if err != nil {
-			return "", nil, "", err
-		}
-		if after, err = pos.Int64(0); err != nil || after <= 0 || after > math.MaxInt32 {
-			return "", nil, "", cursor.Malformed()
-		}
-	}
-	currency, items, err := r.Store.ListItems(ctx, id, int(after), limit+1)
+	after, err := itemAfter(listing, pageToken)
 	if err != nil {
 		return "", nil, "", err
 	}
-	next := ""
-	if len(items) > limit {
-		items = items[:limit]
-		next = cursor.Encode(listing, cursor.FormatInt64(int64(items[limit-1].No)))
+	currency, items, err := r.Store.ListItems(ctx, id, after, limit+1)
+	if err != nil {
+		return "", nil, "", err
 	}
+	items, next := itemsPage(listing, items, limit)
 	return currency, items, next, nil
 }
