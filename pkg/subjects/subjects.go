@@ -18,6 +18,7 @@ const (
 	UsageRecorded       Family = "usage.recorded"          // {provider}: UsageRecordedBatch, metering
 	ChargesRated        Family = "charges.rated"           // {provider}: ChargesRatedBatch, pricing
 	LedgerPosted        Family = "ledger.posted"           // {account class}: LedgerPostedBatch, ledger
+	LedgerReversed      Family = "ledger.reversed"         // {reversed transaction}: LedgerPosted of its reversal, ledger
 	WalletDepleted      Family = "billing.wallet.depleted" // {renter}: WalletDepleted, ledger
 	PartyUpdated        Family = "party.updated"           // {party}: PartyUpdated, metering
 	GPUModelUpdated     Family = "gpu_model.updated"       // {model}: GpuModelUpdated, metering

@@ -500,7 +500,9 @@ func (s *Service) NewWorker() worker.Worker {
 
 // Run hosts the payout worker, the workflow starter, the webhook
 // deliverer, the listener that keeps the poll cache current, the consumer of settlement.settled.*, the wake of payouts
-// waiting for available (ledger.posted.provider) and the outbox relay
+// waiting for available (ledger.posted.provider), the consumer of the
+// ledger's reversals (ledger.reversed.*: payouts settled outside by a
+// reversed entry fail again) and the outbox relay
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	w := s.NewWorker()
@@ -522,6 +524,9 @@ func (s *Service) Run(ctx context.Context) error {
 			return ports.ConsumeSettled(ctx, s.d.JS, s.payouts, s.d.Log, s.flow, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
 		})
 		g.Go(func() error { return ports.WakeOnCredits(ctx, s.d.JS, s.store, s.flow, s.d.Log) })
+		g.Go(func() error {
+			return ports.ConsumeReversals(ctx, s.d.JS, s.payouts, s.d.Log, deadletter.New(s.d.Pool, postgres.Schema, s.d.Log))
+		})
 		g.Go(func() error {
 			return (&outbox.Relay{Pool: s.d.Pool, JS: s.d.JS, Schema: postgres.Schema, Log: s.d.Log}).Run(ctx)
 		})

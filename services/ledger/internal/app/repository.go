@@ -115,6 +115,9 @@ type Tx interface {
 	// LinkReversal links a reversal to its original; false if the original
 	// already has one.
 	LinkReversal(ctx context.Context, originalID, reversalID string, at time.Time) (bool, error)
+	// PublishReversed publishes ledger.reversed.{the reversed transaction}
+	// of rev, a reversal: one message per reversal, with it.
+	PublishReversed(ctx context.Context, rev *domain.Transaction) error
 	// PublishDepletions publishes billing.wallet.depleted.{renter}.
 	PublishDepletions(ctx context.Context, ds []domain.WalletDepletion) error
 	// AddAuditRecords stores, with the write, the audit records the writes

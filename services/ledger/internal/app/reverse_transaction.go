@@ -95,7 +95,8 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 }
 
 // postReversal posts t, the reversal of orig, and links the two; a
-// deposit a rail_refund names is not reversed (checkDepositReversal).
+// deposit a rail_refund names is not reversed (checkDepositReversal). Its
+// ledger.reversed.{orig} message commits with it (the outbox).
 // Its audit record, as the interceptor would store it for this answer,
 // commits with the reversal (addAudited), as a manual entry's does.
 func (a *App) postReversal(ctx context.Context, t, orig *domain.Transaction) (*domain.Transaction, error) {
@@ -107,7 +108,12 @@ func (a *App) postReversal(ctx context.Context, t, orig *domain.Transaction) (*d
 		if !linked {
 			return fmt.Errorf("transaction %s was reversed concurrently: %w", t.Reverses, apperr.ErrConflict)
 		}
-		return checkDepositReversal(ctx, tx, orig)
+		if err := checkDepositReversal(ctx, tx, orig); err != nil {
+			return err
+		}
+		// ledger.reversed.{orig}: payout fails again a payout settled
+		// outside by orig on it, without reading every claim it holds.
+		return tx.PublishReversed(ctx, t)
 	})
 	if err != nil {
 		return nil, err

@@ -61,10 +61,19 @@ type Store interface {
 	PutKYC(ctx context.Context, provider, status, reference string, byProvider bool, at time.Time) (waiting, inFlight []string, err error)
 	// KYCStatus reads a provider's KYC status ("" when none).
 	KYCStatus(ctx context.Context, provider string) (string, error)
-	// SettledOutsideClaims lists the ledger transactions payouts claim
-	// (one row each, by payout): the payouts settled outside, and those
-	// failed again holding the entries of their settlement that stand.
-	SettledOutsideClaims(ctx context.Context) ([]SettledOutsideClaim, error)
+	// SettledOutsideClaimsDue lists at most limit of the ledger
+	// transactions payouts claim (the payouts settled outside, and those
+	// failed again holding the entries of their settlement that stand),
+	// those never checked first, then the least recently checked.
+	SettledOutsideClaimsDue(ctx context.Context, limit int) ([]SettledOutsideClaim, error)
+	// MarkSettledOutsideChecked records that the claims of ids were read
+	// from the ledger at at (a later SettledOutsideClaimsDue lists them
+	// after the others).
+	MarkSettledOutsideChecked(ctx context.Context, ids []string, at time.Time) error
+	// ClaimHolders lists the claims of the ledger transactions ids
+	// (matched without regard to case), read under each one's claim lock
+	// (Tx.LockClaimEntries): a claim in flight is waited for and seen.
+	ClaimHolders(ctx context.Context, ids []string) ([]SettledOutsideClaim, error)
 	// PutHold holds (reason ≠ "") or releases a provider's payouts and
 	// returns its payouts not yet past the gate (waiting) and those being
 	// submitted to their rail (inFlight), which the hold does not stop.
@@ -167,6 +176,13 @@ type Tx interface {
 	// submitted (the rail's answer in, when a change is first allowed), or,
 	// for an attempt never submitted, after t.
 	MethodChangedSince(ctx context.Context, provider, payoutID string, t time.Time) (bool, error)
+	// LockClaimEntries takes the claim lock of each ledger transaction of
+	// ids (without regard to case) until the transaction ends: a claim
+	// takes it before its last ledger read of the entries, and
+	// Store.ClaimHolders reads under it, so a reversal's consumer either
+	// sees the claim or runs before that read (which then sees the
+	// reversal).
+	LockClaimEntries(ctx context.Context, ids []string) error
 	// ClaimSettledOutside records that ledger transaction txID paid payout
 	// id by hand (apperr.ErrConflict naming the payout when another claims
 	// it already).

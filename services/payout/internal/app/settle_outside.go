@@ -94,9 +94,15 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 			return fmt.Errorf("payout %s still claims ledger transaction %s (paid by hand, not reversed): name it with the entries paying the rest: %w",
 				p.ID, strings.Join(missing, ", "), apperr.ErrConflict)
 		}
-		// Read again under the payout's lock: an entry reversed since the
-		// read above was taken (CheckSettledOutside catches one reversed
-		// after the commit).
+		// Read again under the payout's lock and the entries' claim locks:
+		// an entry reversed since the read above was taken. One reversed
+		// after this read is acted on by ReleaseReversedClaims (its
+		// ledger.reversed message), whose read of the claims waits for
+		// these locks, so it sees this claim once committed (or, taken
+		// first, ran before this read, which then sees the reversal).
+		if err := tx.LockClaimEntries(ctx, ids); err != nil {
+			return err
+		}
 		es := make([]domain.LedgerEntry, 0, len(ids))
 		for _, id := range ids {
 			e, err := a.Entries.Entry(ctx, id)
@@ -208,8 +214,20 @@ type SettledOutsideClaim struct {
 }
 
 // SettledOutsideCheckEvery is how often RunSettledOutsideCheck asks the
-// ledger about the entries of the payouts settled outside.
+// ledger about a window of the entries of the payouts settled outside.
 const SettledOutsideCheckEvery = 5 * time.Minute
+
+// SettledOutsideCheckWindow is how many claims one settled-outside pass
+// reads (SettledOutsideCheckWindow/LedgerEntriesPerRead ledger calls), the
+// least recently read first: a claim is read again within
+// ceil(claims/SettledOutsideCheckWindow) passes (100 000 claims: 200
+// passes, under 17 hours). A pass read every claim ever made (claims of
+// final payouts stay for good), its cost growing without bound; a
+// reversal is acted on at once through its ledger.reversed message
+// (ReleaseReversedClaims), and the pass is the backstop for a message
+// never sent (a ledger replica of a version before it during a rolling
+// upgrade) or aged out of the stream while payout was down.
+const SettledOutsideCheckWindow = 500
 
 // RunSettledOutsideCheck runs CheckSettledOutside every interval until ctx
 // ends; a pass that fails is logged (level ERROR), counted on /metrics by
@@ -234,19 +252,21 @@ func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duratio
 	}
 }
 
-// CheckSettledOutside asks the ledger about every transaction a payout
-// holds a claim on (payout.settled_outside: a payout settled outside, or
-// one failed again still holding the entries of its settlement that were
-// not reversed), LedgerEntriesPerRead at a time: a pass costs one ledger
-// call per LedgerEntriesPerRead claims, on the one replica holding
-// SettledOutsideCheckLock (it asked once per claim, every pass, on every
-// replica). A payout one of whose transactions was reversed
-// (POST /v1/transactions/{id}:reverse) is no longer paid, that entry's
-// amount back in provider:{id}:available, and moves back to failed
-// (failedAgain). It read paid by hand forever, :retry refused, the net in
-// available watched by nothing. A transaction not read (the call failing,
-// or the ledger answering nothing for it) is an error (the others are
-// still checked). Each failure is counted by step
+// CheckSettledOutside asks the ledger about a window of the transactions
+// payouts hold a claim on (payout.settled_outside: a payout settled
+// outside, or one failed again still holding the entries of its
+// settlement that were not reversed): SettledOutsideCheckWindow claims,
+// those never read first, then the least recently read,
+// LedgerEntriesPerRead to a ledger call, on the one replica holding
+// SettledOutsideCheckLock. A pass costs the same however many payouts were
+// ever settled outside (it read them all, every pass). A payout one of
+// whose transactions was reversed (POST /v1/transactions/{id}:reverse) is
+// no longer paid, that entry's amount back in provider:{id}:available, and
+// moves back to failed (failedAgain); ReleaseReversedClaims does it as
+// soon as the reversal's ledger.reversed message comes, this pass is the
+// backstop. A transaction not read (the call failing, or the ledger
+// answering nothing for it) is an error (the others are still checked)
+// and stays first for the next pass. Each failure is counted by step
 // (gpubill_payout_settled_outside_check_failures_total,
 // GpubillPayoutSettledOutsideCheckFailing): only logged, a payout whose
 // hand payment was reversed read paid forever, unseen. A pass another
@@ -267,13 +287,13 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 		}
 		defer release()
 	}
-	claims, err := a.Store.SettledOutsideClaims(ctx)
+	claims, err := a.Store.SettledOutsideClaimsDue(ctx, SettledOutsideCheckWindow)
 	if err != nil {
 		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
 		return fmt.Errorf("settled-outside check: list claims: %w", err)
 	}
 	reversed := map[string]map[string]string{} // payout → transaction → reversed by
-	var order []string
+	var order, read []string
 	var errs []error
 	for page := range slices.Chunk(claims, LedgerEntriesPerRead) {
 		ids := make([]string, 0, len(page))
@@ -298,6 +318,7 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 					c.PayoutID, c.TransactionID, apperr.ErrNotFound))
 				continue
 			}
+			read = append(read, c.TransactionID)
 			if e.ReversedBy == "" {
 				continue
 			}
@@ -308,6 +329,67 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 			reversed[c.PayoutID][c.TransactionID] = e.ReversedBy
 		}
 	}
+	for _, id := range order {
+		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
+			settledOutsideCheckFailures.WithLabelValues("move").Inc()
+			errs = append(errs, err)
+			// Not marked read: its reversed entries come first next pass.
+			read = slices.DeleteFunc(read, func(t string) bool { _, ok := reversed[id][t]; return ok })
+		}
+	}
+	if len(read) > 0 {
+		if err := a.Store.MarkSettledOutsideChecked(ctx, read, a.Clock.Now()); err != nil {
+			settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+			errs = append(errs, fmt.Errorf("settled-outside check: mark %d claims read: %w", len(read), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reversal is a ledger.reversed message: transaction TransactionID
+// reversed by ReversedBy.
+type Reversal struct {
+	TransactionID string
+	ReversedBy    string
+}
+
+// ReleaseReversedClaims acts on reversals the ledger published
+// (ledger.reversed.{transaction}, one message per reversal, through its
+// outbox with the reversal): a payout claiming a reversed transaction
+// moves back to failed, those claims released (failedAgain), without
+// waiting for a settled-outside pass. The claims are read under the
+// entries' claim locks (Store.ClaimHolders), so a claim committing meanwhile
+// is seen. A reversal of a transaction no payout claims changes nothing;
+// one applied again (a redelivery) finds its claim released and changes
+// nothing. An error leaves the messages to be delivered again.
+func (a *Payouts) ReleaseReversedClaims(ctx context.Context, rs []Reversal) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	by := make(map[string]string, len(rs)) // lower(transaction) → reversed by
+	ids := make([]string, 0, len(rs))
+	for _, r := range rs {
+		k := strings.ToLower(r.TransactionID)
+		if _, ok := by[k]; !ok {
+			ids = append(ids, r.TransactionID)
+		}
+		by[k] = r.ReversedBy
+	}
+	claims, err := a.Store.ClaimHolders(ctx, ids)
+	if err != nil {
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+		return fmt.Errorf("reversals of %d ledger transactions: their claims: %w", len(ids), err)
+	}
+	reversed := map[string]map[string]string{}
+	var order []string
+	for _, c := range claims {
+		if reversed[c.PayoutID] == nil {
+			reversed[c.PayoutID] = map[string]string{}
+			order = append(order, c.PayoutID)
+		}
+		reversed[c.PayoutID][c.TransactionID] = by[strings.ToLower(c.TransactionID)]
+	}
+	var errs []error
 	for _, id := range order {
 		if err := a.failedAgain(ctx, id, reversed[id]); err != nil {
 			settledOutsideCheckFailures.WithLabelValues("move").Inc()

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -22,10 +24,31 @@ type claimsStore struct {
 	claims    []SettledOutsideClaim
 	listErr   error
 	updateErr error
+	checked   map[string]int // transaction → the pass that last read it
+	pass      int
 }
 
-func (s *claimsStore) SettledOutsideClaims(context.Context) ([]SettledOutsideClaim, error) {
-	return s.claims, s.listErr
+// SettledOutsideClaimsDue answers the claims least recently checked (as
+// payout.settled_outside's checked_at orders them), at most limit.
+func (s *claimsStore) SettledOutsideClaimsDue(_ context.Context, limit int) ([]SettledOutsideClaim, error) {
+	if s.listErr != nil {
+		return nil, s.listErr
+	}
+	out := slices.Clone(s.claims)
+	slices.SortStableFunc(out, func(a, b SettledOutsideClaim) int { return s.checked[a.TransactionID] - s.checked[b.TransactionID] })
+	return out[:min(limit, len(out))], nil
+}
+
+// MarkSettledOutsideChecked records ids read (a later pass reads them last).
+func (s *claimsStore) MarkSettledOutsideChecked(_ context.Context, ids []string, _ time.Time) error {
+	if s.checked == nil {
+		s.checked = map[string]int{}
+	}
+	s.pass++
+	for _, id := range ids {
+		s.checked[id] = s.pass
+	}
+	return nil
 }
 
 func (s *claimsStore) Update(context.Context, func(Tx) error) error { return s.updateErr }
@@ -111,6 +134,50 @@ func TestSettledOutsideCheckReadsTheLedgerInPages(t *testing.T) {
 	}
 	if moved.updates != 1 {
 		t.Errorf("%d payouts moved back to failed; want 1 (po-123, its tx-123 reversed)", moved.updates)
+	}
+}
+
+// A settled-outside pass reads a window of the claims, the least recently
+// read first, not every claim ever made: claims of final payouts stay for
+// good, and a pass asking the ledger once per 100 of them cost more every
+// cycle, without bound (a reversal of a claimed entry is acted on at once
+// through ledger.reversed, ConsumeReversals; the pass is the backstop).
+// Over 5 000 claims a pass makes at most SettledOutsideCheckWindow/100
+// calls, and passes in turn read every claim: the reversed one, read by
+// the last of them, fails its payout again.
+func TestSettledOutsideCheckReadsAWindowNotAllHistory(t *testing.T) {
+	const n = 5000
+	var claims []SettledOutsideClaim
+	held := map[string]domain.LedgerEntry{}
+	for i := range n {
+		c := SettledOutsideClaim{PayoutID: fmt.Sprintf("po-%04d", i), TransactionID: fmt.Sprintf("tx-%04d", i)}
+		claims = append(claims, c)
+		held[c.TransactionID] = domain.LedgerEntry{ID: c.TransactionID}
+	}
+	held["tx-4999"] = domain.LedgerEntry{ID: "tx-4999", ReversedBy: "tx-r"}
+	moved := &movesStore{claimsStore: claimsStore{claims: claims}}
+	e := &countingEntries{held: held}
+	a := &Payouts{Store: moved, Entries: e, Clock: clock.System{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	const window = 500 // SettledOutsideCheckWindow
+	for pass := 1; pass <= n/window; pass++ {
+		before := e.calls
+		if err := a.CheckSettledOutside(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e.calls-before, window/LedgerEntriesPerRead; got > want {
+			t.Fatalf("pass %d over %d claims made %d ledger calls; want at most %d (a window of %d claims)", pass, n, got, want, window)
+		}
+		if pass < n/window && moved.updates != 0 {
+			t.Fatalf("pass %d moved %d payouts; want 0 (tx-4999 read by the last pass)", pass, moved.updates)
+		}
+	}
+	if moved.updates != 1 {
+		t.Errorf("after %d passes %d payouts moved back to failed; want 1 (po-4999, its tx-4999 reversed)", n/window, moved.updates)
+	}
+	for _, c := range claims {
+		if moved.checked[c.TransactionID] == 0 {
+			t.Fatalf("claim %s never read in %d passes", c.TransactionID, n/window)
+		}
 	}
 }
 

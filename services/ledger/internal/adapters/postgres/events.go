@@ -41,6 +41,18 @@ func (t *Tx) PublishDepletions(ctx context.Context, ds []domain.WalletDepletion)
 	return outbox.Add(ctx, t.tx, Schema, depletedEvents(ds)...)
 }
 
+// PublishReversed implements app.Tx: ledger.reversed.{rev.Reverses}, the
+// reversal's LedgerPosted (its postings as ledger.posted carries them),
+// under ledger-reversed-{rev.ID}. The reversed transaction is the
+// subject's key: a consumer filters on it and needs no other field.
+func (t *Tx) PublishReversed(ctx context.Context, rev *domain.Transaction) error {
+	if rev.Reverses == "" {
+		return fmt.Errorf("ledger.reversed of %s: it reverses nothing", rev.ID)
+	}
+	return outbox.Add(ctx, t.tx, Schema, outbox.Message{ID: "ledger-reversed-" + rev.ID,
+		Subject: subjects.LedgerReversed.Of(rev.Reverses), Payload: appendPosted(nil, rev)})
+}
+
 // AddAuditRecords implements app.Tx: the records of audited for this
 // schema's outbox, joined as PostNew joins them (auditMessages).
 func (t *Tx) AddAuditRecords(ctx context.Context, audited []app.Audited) ([]*audit.Claim, error) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,18 +164,83 @@ func (t txStore) SettledOutsideBy(ctx context.Context, id string) ([]string, err
 	return ids, nil
 }
 
-// SettledOutsideClaims implements app.Store.
-func (s *Store) SettledOutsideClaims(ctx context.Context) ([]app.SettledOutsideClaim, error) {
-	// Every claim: a payout settled outside, or one failed again holding
-	// the entries of its settlement that stand.
+// SettledOutsideClaimsDue implements app.Store: never checked first
+// (checked_at null), then the least recently checked, on
+// settled_outside_due (payout/0036), so a pass reads limit rows however
+// many claims there are.
+func (s *Store) SettledOutsideClaimsDue(ctx context.Context, limit int) ([]app.SettledOutsideClaim, error) {
 	rows, err := s.Pool.Query(ctx, `select payout_id, transaction_id from payout.settled_outside
-		order by payout_id, transaction_id`)
+		order by checked_at nulls first, transaction_id limit $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("settled-outside claims: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[app.SettledOutsideClaim])
 	if err != nil {
 		return nil, fmt.Errorf("settled-outside claims: %w", err)
+	}
+	return out, nil
+}
+
+// MarkSettledOutsideChecked implements app.Store.
+func (s *Store) MarkSettledOutsideChecked(ctx context.Context, ids []string, at time.Time) error {
+	if _, err := s.Pool.Exec(ctx, `update payout.settled_outside set checked_at = $2 where transaction_id = any($1)`, ids, at); err != nil {
+		return fmt.Errorf("settled-outside claims checked: %w", err)
+	}
+	return nil
+}
+
+// claimLockClass is the first key of a claim lock
+// (pg_advisory_xact_lock(int, int)): hashtext of this, then of the
+// transaction id in lower case.
+const claimLockClass = "gpubill.payout.settled_outside_claim"
+
+// lockClaimEntries takes the claim lock of each of ids, in order (sorted,
+// lower case): two claims naming the same entries never wait on each other
+// in a circle.
+func lockClaimEntries(ctx context.Context, q pgx.Tx, ids []string) error {
+	keys := make([]string, 0, len(ids))
+	for _, id := range ids {
+		keys = append(keys, strings.ToLower(id))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if _, err := q.Exec(ctx, `select pg_advisory_xact_lock(hashtext($1), hashtext(k)) from unnest($2::text[]) as k`,
+		claimLockClass, keys); err != nil {
+		return fmt.Errorf("lock the claims of ledger transactions %s: %w", strings.Join(keys, ", "), err)
+	}
+	return nil
+}
+
+// LockClaimEntries implements app.Tx.
+func (t txStore) LockClaimEntries(ctx context.Context, ids []string) error {
+	return lockClaimEntries(ctx, t.tx, ids)
+}
+
+// ClaimHolders implements app.Store: the claims are read after the claim
+// locks are taken (a statement of its own: under read committed it sees a
+// claim that committed while it waited), on settled_outside_lower
+// (payout/0036). The locks are let go at once: the caller moves the
+// payouts in transactions of its own, which lock the payout first.
+func (s *Store) ClaimHolders(ctx context.Context, ids []string) ([]app.SettledOutsideClaim, error) {
+	var out []app.SettledOutsideClaim
+	err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := lockClaimEntries(ctx, tx, ids); err != nil {
+			return err
+		}
+		lower := make([]string, 0, len(ids))
+		for _, id := range ids {
+			lower = append(lower, strings.ToLower(id))
+		}
+		rows, err := tx.Query(ctx, `select payout_id, transaction_id from payout.settled_outside
+			where lower(transaction_id) = any($1) order by payout_id, transaction_id`, lower)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[app.SettledOutsideClaim])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claims of ledger transactions %s: %w", strings.Join(ids, ", "), err)
 	}
 	return out, nil
 }
