@@ -318,7 +318,7 @@ const openWritersSQL = `select count(*) from pg_snapshot_xip($1::text::pg_snapsh
 // plus the postings created since, and reports whether it did. A posting's
 // created_at is its writer's clock, and the write may commit long after,
 // so first the horizon is raised to `at`: a writer that inserts postings
-// created at or before it from then on marks them late (migration 0039's
+// created at or before it from then on marks them late (migration 0040's
 // trigger) and the checkpoint is rebuilt at a later step; then every writer
 // open when the horizon was raised (it may have looked before) is waited
 // for. Once they have ended, the postings up to `at` are summed: every one

@@ -46,7 +46,7 @@ type asOfBase struct {
 
 // freshCheckpointsBefore selects since: the checkpoints at or after it are
 // stale (a posting created at or before them committed after they were
-// made: migration 0039) until the checkpoint step rebuilds them, and no
+// made: migration 0040) until the checkpoint step rebuilds them, and no
 // figure starts from them; infinity when none is.
 const freshCheckpointsBefore = `select coalesce(min(since), 'infinity'::timestamptz) as since from ledger.checkpoint_late`
 
