@@ -458,8 +458,8 @@ func buildReportJournal(t *testing.T, f *fixture) {
 	var last time.Time
 	for d := benchReportCheckEvery; d < benchReportDays; d += benchReportCheckEvery {
 		last = start.Add(time.Duration(d) * 24 * time.Hour)
-		if err := rp.Store.MakeCheckpoint(ctx, last); err != nil {
-			t.Fatal(err)
+		if made, err := rp.Store.MakeCheckpoint(ctx, last); err != nil || !made {
+			t.Fatalf("checkpoint at %s: made %v, %v", last, made, err)
 		}
 	}
 	if _, err := conn.Exec(ctx, `vacuum analyze ledger.checkpoint_balances`); err != nil {

@@ -485,12 +485,13 @@ const auditChainProbe = "1000"
 // checkpoint is due (app.Reports.CheckpointStep decides).
 const checkpointTick = time.Minute
 
-// checkpointFailures counts failed checkpoint steps: logged only, a late
-// posting in the latest checkpoint was left out of as-of reports until a
-// step succeeded, and nothing said so but a manual ledger verify.
+// checkpointFailures counts failed checkpoint steps: logged only, no
+// checkpoint was made or rebuilt and nothing said so (as-of reports leave
+// out the checkpoints a posting committed late into, so they stay exact,
+// but read more of the journal the longer the step fails).
 var checkpointFailures = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "gpubill_ledger_checkpoint_failures_total",
-	Help: "Balance checkpoint steps that failed (the ledger's log says why); as-of reports may miss a late posting until one succeeds.",
+	Help: "Balance checkpoint steps that failed (the ledger's log says why); until one succeeds no checkpoint is made or rebuilt and as-of reports read more postings.",
 })
 
 func (s *Service) runCheckpoints(ctx context.Context) error {

@@ -114,8 +114,8 @@ func TestVerifyDetectsAlteredCheckpoint(t *testing.T) {
 			f.deposit(t, "r-1", "20", "CNY", "b")
 			clk.Advance(time.Hour)
 			first := clk.Now().Add(-time.Minute)
-			if err := rp.Store.MakeCheckpoint(f.ctx, first); err != nil {
-				t.Fatal(err)
+			if made, err := rp.Store.MakeCheckpoint(f.ctx, first); err != nil || !made {
+				t.Fatalf("checkpoint: made %v, %v", made, err)
 			}
 			chainAll(t, f)
 			if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
@@ -127,8 +127,8 @@ func TestVerifyDetectsAlteredCheckpoint(t *testing.T) {
 			// The next checkpoint is built on the altered one, so agrees with it.
 			f.deposit(t, "r-2", "5", "CNY", "c")
 			clk.Advance(time.Hour)
-			if err := rp.Store.MakeCheckpoint(f.ctx, clk.Now().Add(-time.Minute)); err != nil {
-				t.Fatal(err)
+			if made, err := rp.Store.MakeCheckpoint(f.ctx, clk.Now().Add(-time.Minute)); err != nil || !made {
+				t.Fatalf("checkpoint: made %v, %v", made, err)
 			}
 			chainAll(t, f)
 			res, err := ledger.VerifyChain(f.ctx, f.pool)

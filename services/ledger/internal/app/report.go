@@ -48,8 +48,14 @@ type ReportStore interface {
 	LatestCheckpoint(ctx context.Context, asOf *time.Time) (*domain.Checkpoint, error)
 	// PostingsSince counts the postings created in (after, upTo], up to limit.
 	PostingsSince(ctx context.Context, after *time.Time, upTo time.Time, limit int64) (int64, error)
-	// MakeCheckpoint writes the checkpoint at an instant.
-	MakeCheckpoint(ctx context.Context, at time.Time) error
+	// MakeCheckpoint writes the checkpoint at an instant once no writer
+	// that could still commit a posting created at or before it without
+	// saying it is late is open, and reports whether it did.
+	MakeCheckpoint(ctx context.Context, at time.Time) (bool, error)
+	// RebuildLateCheckpoints rebuilds the checkpoints that postings
+	// committed after them, created at or before them, made stale (reports
+	// and verify leave those out meanwhile) and returns how many.
+	RebuildLateCheckpoints(ctx context.Context) (int, error)
 	// BackfillBreaches records, once, the breaches of transactions posted
 	// before breaches were recorded at posting time.
 	BackfillBreaches(ctx context.Context) error
@@ -393,19 +399,24 @@ func (r *SegregatedFundsReport) summaryLines(t *balanceTally) []ReportLine {
 }
 
 // Checkpoint pacing: a checkpoint covers instants at least checkpointSettle
-// old (the writers' commits behind them are done), and is made once
-// checkpointPostingsMax postings or checkpointEvery have passed since the
-// last one, so a report as of any instant adds at most about that many
-// postings to its checkpoint.
+// old (most writers' commits behind them are done: one that commits later
+// is marked late and the checkpoints it is late into are rebuilt), and is
+// made once checkpointPostingsMax postings or checkpointEvery have passed
+// since the last one, so a report as of any instant adds at most about that
+// many postings to its checkpoint.
 const (
 	checkpointSettle      = 2 * time.Minute
 	checkpointEvery       = 24 * time.Hour
 	checkpointPostingsMax = 500_000
 )
 
-// CheckpointStep makes the next balance checkpoint when one is due and
-// reports whether it did.
+// CheckpointStep rebuilds the checkpoints postings committed late made
+// stale, then makes the next balance checkpoint when one is due, and
+// reports whether it made one.
 func (rp *Reports) CheckpointStep(ctx context.Context) (bool, error) {
+	if _, err := rp.Store.RebuildLateCheckpoints(ctx); err != nil {
+		return false, fmt.Errorf("rebuild balance checkpoints: %w", err)
+	}
 	upTo := rp.Now().UTC().Add(-checkpointSettle).Truncate(time.Microsecond)
 	last, err := rp.Store.LatestCheckpoint(ctx, nil)
 	if err != nil {
@@ -425,10 +436,11 @@ func (rp *Reports) CheckpointStep(ctx context.Context) (bool, error) {
 	if n == 0 || (n < checkpointPostingsMax && last != nil && upTo.Sub(last.At) < checkpointEvery) {
 		return false, nil
 	}
-	if err := rp.Store.MakeCheckpoint(ctx, upTo); err != nil {
+	made, err := rp.Store.MakeCheckpoint(ctx, upTo)
+	if err != nil {
 		return false, fmt.Errorf("balance checkpoint at %s: %w", upTo, err)
 	}
-	return true, nil
+	return made, nil
 }
 
 func plural(n int, what string) string {

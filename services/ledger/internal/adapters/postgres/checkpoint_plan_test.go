@@ -65,13 +65,13 @@ func TestCheckpointsReadTheirIntervalUnderAGenericPlan(t *testing.T) {
 	}
 
 	for _, d := range []int{50, 51} { // the interval before the one timed is small too
-		if err := r.MakeCheckpoint(ctx, at(d)); err != nil {
-			t.Fatal(err)
+		if made, err := r.MakeCheckpoint(ctx, at(d)); err != nil || !made {
+			t.Fatalf("checkpoint at day %d: made %v, %v", d, made, err)
 		}
 	}
 	touched = testkit.HeapPagesRead(t, ctx, pool, generic, "ledger", "postings", func() {
-		if err := r.MakeCheckpoint(ctx, at(52)); err != nil {
-			t.Fatal(err)
+		if made, err := r.MakeCheckpoint(ctx, at(52)); err != nil || !made {
+			t.Fatalf("checkpoint at day 52: made %v, %v", made, err)
 		}
 	})
 	if err := pool.QueryRow(ctx, `select postings from ledger.balance_checkpoints where at = $1`, at(52)).Scan(&n); err != nil || n != checkpointPerDay {

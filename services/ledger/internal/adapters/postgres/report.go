@@ -296,14 +296,82 @@ func since(after *time.Time) pgtype.Timestamptz {
 // xid to end) and a checkpoint is hundreds of thousands of rows.
 const checkpointCopyRows = 20_000
 
+// Waiting for the writers open when a checkpoint is fenced off: polled
+// every checkpointWaitPoll, for at most checkpointWaitMax (a writer still
+// open then, a charge batch of minutes, puts the checkpoint off to a later
+// step rather than holding the checkpointer).
+const (
+	checkpointWaitPoll = 50 * time.Millisecond
+	checkpointWaitMax  = 20 * time.Second
+)
+
+// openWritersSQL counts the transactions of this database that the
+// snapshot $1 saw in progress and that still are (a prepared one too):
+// those of other databases on the cluster write no postings here.
+const openWritersSQL = `select count(*) from pg_snapshot_xip($1::text::pg_snapshot) x
+	where pg_xact_status(x) = 'in progress' and (
+		exists (select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
+			where l.locktype = 'transactionid' and l.transactionid = xid(x) and a.datname = current_database())
+		or exists (select 1 from pg_prepared_xacts p where p.transaction = xid(x) and p.database = current_database()))`
+
 // MakeCheckpoint writes the checkpoint at `at` from the latest one before it
-// plus the postings created since. A checkpoint whose interval has since
-// received a posting (one committed late, its created_at already folded
-// past) is dropped with every later one and rebuilt first. The sums are
-// read without a write transaction and written in batches; the header row,
-// written last, makes the checkpoint visible (readers start from it). One
-// checkpointer at a time (a session advisory lock); another gets nothing done.
-func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) error {
+// plus the postings created since, and reports whether it did. A posting's
+// created_at is its writer's clock, and the write may commit long after,
+// so first the horizon is raised to `at`: a writer that inserts postings
+// created at or before it from then on marks them late (migration 0040's
+// trigger) and the checkpoint is rebuilt at a later step; then every writer
+// open when the horizon was raised (it may have looked before) is waited
+// for. Once they have ended, the postings up to `at` are summed: every one
+// committed by then is in the sums, every later one is marked late. Not made
+// (false, nil) when a writer stays open past checkpointWaitMax or another
+// checkpointer holds the lock. The sums are read without a write
+// transaction and written in batches; the header row, written last, makes
+// the checkpoint visible (readers start from it).
+func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) (bool, error) {
+	made := false
+	err := r.withCheckpointLock(ctx, func(conn *pgxpool.Conn) error {
+		if _, err := rebuildLate(ctx, conn); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, `insert into ledger.checkpoint_horizon (at) values ($1)
+			on conflict (one) do update set at = greatest(ledger.checkpoint_horizon.at, excluded.at)`, at); err != nil {
+			return fmt.Errorf("checkpoint horizon: %w", err)
+		}
+		settled, err := waitForOpenWriters(ctx, conn)
+		if err != nil || !settled {
+			return err
+		}
+		var prev *time.Time
+		err = conn.QueryRow(ctx, `select max(at) from ledger.balance_checkpoints where at < $1`, at).Scan(&prev)
+		if err != nil {
+			return fmt.Errorf("previous checkpoint: %w", err)
+		}
+		if err := dropCheckpoints(ctx, conn, at); err != nil {
+			return err
+		}
+		if err := buildCheckpoint(ctx, conn, prev, at); err != nil {
+			return err
+		}
+		made = true
+		return nil
+	})
+	return made, err
+}
+
+// RebuildLateCheckpoints rebuilds the checkpoints that postings committed
+// late made stale and returns how many it rebuilt.
+func (r *Reports) RebuildLateCheckpoints(ctx context.Context) (int, error) {
+	n := 0
+	err := r.withCheckpointLock(ctx, func(conn *pgxpool.Conn) (err error) {
+		n, err = rebuildLate(ctx, conn)
+		return err
+	})
+	return n, err
+}
+
+// withCheckpointLock runs fn on a connection holding the checkpointers'
+// session advisory lock: one at a time; another gets nothing done.
+func (r *Reports) withCheckpointLock(ctx context.Context, fn func(*pgxpool.Conn) error) error {
 	conn, err := r.Pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -317,31 +385,78 @@ func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) error {
 		return nil
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `select pg_advisory_unlock(hashtext('gpubill.ledger.checkpoint'))`) //nolint:errcheck // the session ends with the connection anyway
-	var prev, prevPrev *time.Time
-	var prevN int64
-	err = conn.QueryRow(ctx, `select at, prev_at, postings from ledger.balance_checkpoints where at < $1 order by at desc limit 1`, at).
-		Scan(&prev, &prevPrev, &prevN)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("previous checkpoint: %w", err)
+	return fn(conn)
+}
+
+// waitForOpenWriters takes a snapshot (after the horizon was raised) and
+// waits until none of this database's transactions in progress in it still
+// is; false when one still is after checkpointWaitMax.
+func waitForOpenWriters(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
+	var snap string
+	if err := conn.QueryRow(ctx, `select pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return false, fmt.Errorf("checkpoint snapshot: %w", err)
 	}
-	if prev != nil {
-		n, err := countPostings(ctx, conn, prevPrev, *prev)
-		if err != nil {
-			return err
+	deadline := time.Now().Add(checkpointWaitMax)
+	for {
+		var open int
+		if err := conn.QueryRow(ctx, openWritersSQL, snap).Scan(&open); err != nil {
+			return false, fmt.Errorf("writers open at the checkpoint: %w", err)
 		}
-		if n != prevN { // a late posting: rebuild from the one before
-			if err := dropCheckpoints(ctx, conn, *prev); err != nil {
-				return err
-			}
-			if err := buildCheckpoint(ctx, conn, prevPrev, *prev); err != nil {
-				return err
-			}
+		if open == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(checkpointWaitPoll):
 		}
 	}
-	if err := dropCheckpoints(ctx, conn, at); err != nil {
-		return err
+}
+
+// rebuildLate rebuilds, at the same instants and in order, every checkpoint
+// at or after the earliest created_at that a writer marked late, then
+// deletes the marks it read (one written meanwhile stays for the next
+// round: its postings may have committed after the sums were read). A
+// failure midway leaves the marks, and the next round rebuilds again.
+// Returns how many checkpoints it rebuilt.
+func rebuildLate(ctx context.Context, conn *pgxpool.Conn) (int, error) {
+	var ids []int64
+	var since *time.Time
+	err := conn.QueryRow(ctx, `select coalesce(array_agg(id), '{}'), min(since) from ledger.checkpoint_late`).Scan(&ids, &since)
+	if err != nil {
+		return 0, fmt.Errorf("late postings: %w", err)
 	}
-	return buildCheckpoint(ctx, conn, prev, at)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var prev *time.Time
+	if err := conn.QueryRow(ctx, `select max(at) from ledger.balance_checkpoints where at < $1`, *since).Scan(&prev); err != nil {
+		return 0, fmt.Errorf("checkpoint before the late postings: %w", err)
+	}
+	rows, err := conn.Query(ctx, `select at from ledger.balance_checkpoints where at >= $1 order by at`, *since)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints after the late postings: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints after the late postings: %w", err)
+	}
+	if err := dropCheckpoints(ctx, conn, *since); err != nil {
+		return 0, err
+	}
+	for _, at := range stale {
+		if err := buildCheckpoint(ctx, conn, prev, at); err != nil {
+			return 0, fmt.Errorf("rebuild: %w", err)
+		}
+		prev = &at
+	}
+	if _, err := conn.Exec(ctx, `delete from ledger.checkpoint_late where id = any($1)`, ids); err != nil {
+		return 0, fmt.Errorf("late postings rebuilt: %w", err)
+	}
+	return len(stale), nil
 }
 
 // dropCheckpoints removes the checkpoints at or after from (headers first,

@@ -44,7 +44,13 @@ type asOfBase struct {
 	now, before bool
 }
 
-// nearestBase picks, of the checkpoints either side of asOf and the
+// freshCheckpointsBefore selects since: the checkpoints at or after it are
+// stale (a posting created at or before them committed after they were
+// made: migration 0040) until the checkpoint step rebuilds them, and no
+// figure starts from them; infinity when none is.
+const freshCheckpointsBefore = `select coalesce(min(since), 'infinity'::timestamptz) as since from ledger.checkpoint_late`
+
+// nearestBase picks, of the fresh checkpoints either side of asOf and the
 // maintained balances (as of r.Now), the one nearest asOf in time, so
 // that the fewest postings lie between: a report as of a recent instant
 // takes the postings since away from the balances now rather than adding
@@ -52,8 +58,9 @@ type asOfBase struct {
 // figures (TestSegregatedFundsAsOfFromCheckpoints).
 func (r *Reports) nearestBase(ctx context.Context, q pgx.Tx, asOf time.Time) (asOfBase, error) {
 	var prev, next *time.Time
-	if err := q.QueryRow(ctx, `select (select max(at) from ledger.balance_checkpoints where at <= $1),
-		(select min(at) from ledger.balance_checkpoints where at > $1)`, asOf).Scan(&prev, &next); err != nil {
+	if err := q.QueryRow(ctx, `select (select max(at) from ledger.balance_checkpoints where at <= $1 and at < s.since),
+			(select min(at) from ledger.balance_checkpoints where at > $1 and at < s.since)
+		from (`+freshCheckpointsBefore+`) s`, asOf).Scan(&prev, &next); err != nil {
 		return asOfBase{}, fmt.Errorf("checkpoints around: %w", err)
 	}
 	now := time.Now()
