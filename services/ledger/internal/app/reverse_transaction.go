@@ -24,7 +24,12 @@ type ReverseInput struct {
 
 // ReverseTransaction posts the mirror of a transaction and links the two. A
 // transaction is reversed at most once: asking again with the same key
-// returns the reversal, with another key is a conflict.
+// returns the reversal, with another key is a conflict. A transaction a
+// service posted and still tracks, which would not see its reversal (a
+// payout's own step, a commission sweep posted alone), is not reversed: a
+// FailedPrecondition names what to do instead (checkServiceOwned; checked
+// after the replay, so a reversal made before the refusal existed still
+// answers its own repeat).
 func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.Transaction, error) {
 	id, err := transactionID(in.TransactionID)
 	if err != nil {
@@ -90,6 +95,9 @@ func (a *App) ReverseTransaction(ctx context.Context, in ReverseInput) (*domain.
 			return a.getTransaction(ctx, id)
 		}
 		return nil, fmt.Errorf("transaction %s is already reversed by %s: %w", orig.ID, orig.ReversedBy, apperr.ErrConflict)
+	}
+	if err := checkServiceOwned(orig); err != nil {
+		return nil, err
 	}
 	return a.postReversal(ctx, t, orig)
 }
