@@ -272,21 +272,11 @@ func (a *Payouts) RunSettledOutsideCheck(ctx context.Context, every time.Duratio
 // hand payment was reversed read paid forever, unseen. A pass another
 // replica runs is skipped here (nil).
 func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
-	if a.Entries == nil {
-		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
-		return errors.New("settled-outside check: no ledger reader configured")
+	release, mine, err := a.settledOutsidePass(ctx)
+	if err != nil || !mine {
+		return err // !mine: another replica runs this pass
 	}
-	if a.SettledOutsideCheckLock != nil {
-		release, mine, err := a.SettledOutsideCheckLock.TryLock(ctx)
-		if err != nil {
-			settledOutsideCheckFailures.WithLabelValues("claims").Inc()
-			return fmt.Errorf("settled-outside check: %w", err)
-		}
-		if !mine {
-			return nil // another replica runs this pass
-		}
-		defer release()
-	}
+	defer release()
 	claims, err := a.Store.SettledOutsideClaimsDue(ctx, SettledOutsideCheckWindow)
 	if err != nil {
 		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
@@ -344,6 +334,25 @@ func (a *Payouts) CheckSettledOutside(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// settledOutsidePass takes the settled-outside check's lock for a pass:
+// mine false (and no error) when another replica holds it. Each failure is
+// counted.
+func (a *Payouts) settledOutsidePass(ctx context.Context) (release func(), mine bool, err error) {
+	if a.Entries == nil {
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+		return nil, false, errors.New("settled-outside check: no ledger reader configured")
+	}
+	if a.SettledOutsideCheckLock == nil {
+		return func() {}, true, nil
+	}
+	release, mine, err = a.SettledOutsideCheckLock.TryLock(ctx)
+	if err != nil {
+		settledOutsideCheckFailures.WithLabelValues("claims").Inc()
+		return nil, false, fmt.Errorf("settled-outside check: %w", err)
+	}
+	return release, mine, nil
 }
 
 // Reversal is a ledger.reversed message: transaction TransactionID
