@@ -37,6 +37,7 @@ import (
 	"github.com/gpubill/gpubill/services/ledger/internal/adapters/pricingexplainer"
 	"github.com/gpubill/gpubill/services/ledger/internal/app"
 	"github.com/gpubill/gpubill/services/ledger/internal/app/invoicing"
+	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 	"github.com/gpubill/gpubill/services/ledger/internal/ports"
 )
 
@@ -494,13 +495,37 @@ var checkpointFailures = promauto.NewCounter(prometheus.CounterOpts{
 	Help: "Balance checkpoint steps that failed (the ledger's log says why); until one succeeds no checkpoint is made or rebuilt and as-of reports read more postings.",
 })
 
+// checkpointDeferred counts the checkpoints put off because a writer open
+// when the checkpoint was fenced off stayed open past the wait (a charge
+// batch of minutes: normal, not a failure; the next step tries again). As-of
+// reports stay exact, but a checkpoint put off step after step leaves them
+// reading more of the journal.
+var checkpointDeferred = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "gpubill_ledger_checkpoint_deferred_total",
+	Help: "Balance checkpoints put off because a write transaction stayed open past the checkpoint's wait (the ledger's log says when and how many); the next step tries again.",
+})
+
 func (s *Service) runCheckpoints(ctx context.Context) error {
-	return svc.Every(ctx, checkpointTick, func() {
-		if _, err := s.reports.CheckpointStep(ctx); err != nil && ctx.Err() == nil {
-			checkpointFailures.Inc()
-			s.deps.Log.Error("balance checkpoint", "err", err)
-		}
-	})
+	return svc.Every(ctx, checkpointTick, func() { s.checkpointStep(ctx) })
+}
+
+// checkpointStep is one checkpoint step of runCheckpoints: a checkpoint put
+// off by a writer open past the wait is counted and a warning, not a failure
+// (a charge batch of minutes is normal; another checkpointer holding the
+// lock says nothing).
+func (s *Service) checkpointStep(ctx context.Context) {
+	_, err := s.reports.CheckpointStep(ctx)
+	var deferred *domain.CheckpointDeferred
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.As(err, &deferred):
+		checkpointDeferred.Inc()
+		s.deps.Log.Warn("balance checkpoint put off: write transactions still open", "at", deferred.At,
+			"open_writers", deferred.OpenWriters, "waited", deferred.Waited)
+	default:
+		checkpointFailures.Inc()
+		s.deps.Log.Error("balance checkpoint", "err", err)
+	}
 }
 
 func newReports(pool *pgxpool.Pool, now func() time.Time) *app.Reports {

@@ -105,6 +105,8 @@ func TestRESTPartiesCardsIngestQuote(t *testing.T) {
 			"currency":"CNY","provider_tier":"pro","tax_profile":"individual","provider_pue":"1.6"}`, 200, "renter_price", "4.53"},
 		{"quote with bad PUE", "POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"2.5","start_time":"2026-11-18T14:00:00Z",
 			"currency":"CNY","provider_pue":"0.5"}`, 400, "", ""},
+		{"quote with PUE above 10", "POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":1,"hours":"2.5","start_time":"2026-11-18T14:00:00Z",
+			"currency":"CNY","provider_pue":"11"}`, 400, "", ""},
 		{"quote without token", "POST", "/v1/quotes", "", `{}`, 401, "", ""},
 		{"bad quote", "POST", "/v1/quotes", renter, `{"gpu_model":"RTX_4090","gpu_count":0,"hours":"x","currency":"CNY"}`, 400, "", ""},
 	}

@@ -50,7 +50,9 @@ type ReportStore interface {
 	PostingsSince(ctx context.Context, after *time.Time, upTo time.Time, limit int64) (int64, error)
 	// MakeCheckpoint writes the checkpoint at an instant once no writer
 	// that could still commit a posting created at or before it without
-	// saying it is late is open, and reports whether it did.
+	// saying it is late is open, and reports whether it did: not made,
+	// (false, nil) when another checkpointer holds the lock, (false,
+	// *domain.CheckpointDeferred) when a writer stayed open past the wait.
 	MakeCheckpoint(ctx context.Context, at time.Time) (bool, error)
 	// RebuildLateCheckpoints rebuilds the checkpoints that postings
 	// committed after them, created at or before them, made stale (reports
@@ -412,7 +414,9 @@ const (
 
 // CheckpointStep rebuilds the checkpoints postings committed late made
 // stale, then makes the next balance checkpoint when one is due, and
-// reports whether it made one.
+// reports whether it made one. A checkpoint put off because a writer stayed
+// open past the wait is a *domain.CheckpointDeferred error (errors.As): not
+// a failure, a later step makes it.
 func (rp *Reports) CheckpointStep(ctx context.Context) (bool, error) {
 	if _, err := rp.Store.RebuildLateCheckpoints(ctx); err != nil {
 		return false, fmt.Errorf("rebuild balance checkpoints: %w", err)

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -27,4 +28,17 @@ type Checkpoint struct {
 	At       time.Time
 	PrevAt   *time.Time
 	Postings int64
+}
+
+// CheckpointDeferred is the error of a checkpoint put off because writers
+// open when it was fenced off were still open after the wait (a charge batch
+// of minutes): not a failure, nothing was written, a later step makes it.
+type CheckpointDeferred struct {
+	At          time.Time     // the checkpoint's instant
+	OpenWriters int           // the writers still open
+	Waited      time.Duration // how long the checkpoint waited for them
+}
+
+func (e *CheckpointDeferred) Error() string {
+	return fmt.Sprintf("checkpoint at %s put off: %d write transactions still open after %s", e.At.Format(time.RFC3339Nano), e.OpenWriters, e.Waited)
 }

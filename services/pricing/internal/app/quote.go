@@ -279,7 +279,10 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 	var pue *decimal.Decimal
 	if in.ProviderPUE != "" {
 		d, err := money.ParseDecimal(in.ProviderPUE)
-		v.Check(err == nil && d.GreaterThanOrEqual(decimal.NewFromInt(1)), "provider_pue", "%q is not a decimal >= 1", in.ProviderPUE)
+		// Bounded as metering bounds a provider's PUE (ParseProvider: 1 to
+		// 10): no provider on record carries one outside.
+		v.Check(err == nil && d.GreaterThanOrEqual(pueMin) && d.LessThanOrEqual(pueMax), "provider_pue",
+			"%q is not a decimal from 1 to 10 (a PUE is total facility power over IT power)", in.ProviderPUE)
 		pue = &d
 	}
 	if in.ProviderID != "" {
@@ -296,6 +299,12 @@ func checkQuote(in QuoteInput, commission split.CommissionPolicy) (quoteRequest,
 		End: start.Add(time.Duration(micros) * time.Microsecond), PUE: pue}
 	return quoteRequest{cur: cur, usage: u, rate: rate, tier: tier, profile: profile, juris: in.Jurisdiction}, nil
 }
+
+// The range of a quote's provider PUE: metering's (its ParseProvider).
+var (
+	pueMin = decimal.NewFromInt(1)
+	pueMax = decimal.NewFromInt(10)
+)
 
 // quoteMicros is hours in whole microseconds, as usage is timed.
 func quoteMicros(hours decimal.Decimal) int64 {

@@ -25,6 +25,9 @@ type Reports struct {
 	// Now is the journal writer's clock (postings' created_at), to pick
 	// the nearest base of as-of balances; nil: the system clock.
 	Now func() time.Time
+	// WaitMax bounds how long a checkpoint waits for the writers open
+	// when it is fenced off (tests shorten it); 0: checkpointWaitMax.
+	WaitMax time.Duration
 }
 
 // LatestCheckpoint returns the latest checkpoint at or before asOf (nil:
@@ -322,9 +325,10 @@ const openWritersSQL = `select count(*) from pg_snapshot_xip($1::text::pg_snapsh
 // trigger) and the checkpoint is rebuilt at a later step; then every writer
 // open when the horizon was raised (it may have looked before) is waited
 // for. Once they have ended, the postings up to `at` are summed: every one
-// committed by then is in the sums, every later one is marked late. Not made
-// (false, nil) when a writer stays open past checkpointWaitMax or another
-// checkpointer holds the lock. The sums are read without a write
+// committed by then is in the sums, every later one is marked late. Not made:
+// (false, nil) when another checkpointer holds the lock; (false,
+// *domain.CheckpointDeferred) when a writer stays open past the wait (put
+// off, not failed: a later step makes it). The sums are read without a write
 // transaction and written in batches; the header row, written last, makes
 // the checkpoint visible (readers start from it).
 func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) (bool, error) {
@@ -337,9 +341,12 @@ func (r *Reports) MakeCheckpoint(ctx context.Context, at time.Time) (bool, error
 			on conflict (one) do update set at = greatest(ledger.checkpoint_horizon.at, excluded.at)`, at); err != nil {
 			return fmt.Errorf("checkpoint horizon: %w", err)
 		}
-		settled, err := waitForOpenWriters(ctx, conn)
-		if err != nil || !settled {
+		open, err := waitForOpenWriters(ctx, conn, r.waitMax())
+		if err != nil {
 			return err
+		}
+		if open > 0 {
+			return &domain.CheckpointDeferred{At: at, OpenWriters: open, Waited: r.waitMax()}
 		}
 		var prev *time.Time
 		err = conn.QueryRow(ctx, `select max(at) from ledger.balance_checkpoints where at < $1`, at).Scan(&prev)
@@ -388,29 +395,35 @@ func (r *Reports) withCheckpointLock(ctx context.Context, fn func(*pgxpool.Conn)
 	return fn(conn)
 }
 
+// waitMax is how long a checkpoint waits for the writers open when it is
+// fenced off.
+func (r *Reports) waitMax() time.Duration {
+	if r.WaitMax > 0 {
+		return r.WaitMax
+	}
+	return checkpointWaitMax
+}
+
 // waitForOpenWriters takes a snapshot (after the horizon was raised) and
 // waits until none of this database's transactions in progress in it still
-// is; false when one still is after checkpointWaitMax.
-func waitForOpenWriters(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
+// is; returns how many still are after waitMax (0: none).
+func waitForOpenWriters(ctx context.Context, conn *pgxpool.Conn, waitMax time.Duration) (int, error) {
 	var snap string
 	if err := conn.QueryRow(ctx, `select pg_current_snapshot()::text`).Scan(&snap); err != nil {
-		return false, fmt.Errorf("checkpoint snapshot: %w", err)
+		return 0, fmt.Errorf("checkpoint snapshot: %w", err)
 	}
-	deadline := time.Now().Add(checkpointWaitMax)
+	deadline := time.Now().Add(waitMax)
 	for {
 		var open int
 		if err := conn.QueryRow(ctx, openWritersSQL, snap).Scan(&open); err != nil {
-			return false, fmt.Errorf("writers open at the checkpoint: %w", err)
+			return 0, fmt.Errorf("writers open at the checkpoint: %w", err)
 		}
-		if open == 0 {
-			return true, nil
-		}
-		if time.Now().After(deadline) {
-			return false, nil
+		if open == 0 || time.Now().After(deadline) {
+			return open, nil
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(checkpointWaitPoll):
 		}
 	}

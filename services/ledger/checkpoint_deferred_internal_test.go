@@ -1,0 +1,77 @@
+package ledger
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubill/gpubill/pkg/clock"
+	"github.com/gpubill/gpubill/pkg/cycles"
+	"github.com/gpubill/gpubill/pkg/svc"
+	"github.com/gpubill/gpubill/pkg/testkit"
+	"github.com/gpubill/gpubill/services/ledger/internal/adapters/postgres"
+	"github.com/gpubill/gpubill/services/ledger/internal/app"
+)
+
+// A checkpoint put off because a writer stayed open past the wait (a
+// charge batch of minutes) was as silent as one another checkpointer
+// took: MakeCheckpoint said (false, nil) for both, and a checkpoint put
+// off step after step showed nowhere. It is counted and logged at WARN
+// with the instant and how many writers were open, and not as a failure.
+// Not parallel: the counters are the process's.
+func TestCheckpointPutOffByAnOpenWriterIsCounted(t *testing.T) {
+	pool, _ := testkit.NewPool(t)
+	ctx := testkit.Context(t)
+	var logs bytes.Buffer
+	clk := clock.NewManual(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	s, err := New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(&logs, nil)), Clock: clk, Calendar: cycles.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.reports.Store.(*postgres.Reports).WaitMax = 200 * time.Millisecond
+	if _, err := s.app.Deposit(ctx, app.DepositInput{RenterID: "r-1", Amount: "10.00", Currency: "CNY", ExternalRef: "d-1"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(25 * time.Hour) // a checkpoint is due
+	writer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	if _, err := writer.Exec(ctx, `select pg_current_xact_id()`); err != nil { // holds an xid: a writer
+		t.Fatal(err)
+	}
+	deferred, failed := counterValue(t, "gpubill_ledger_checkpoint_deferred_total"), counterValue(t, "gpubill_ledger_checkpoint_failures_total")
+	s.checkpointStep(ctx)
+	if got := counterValue(t, "gpubill_ledger_checkpoint_deferred_total") - deferred; got != 1 {
+		t.Errorf("gpubill_ledger_checkpoint_deferred_total rose by %v with a writer open past the wait; want 1", got)
+	}
+	if got := counterValue(t, "gpubill_ledger_checkpoint_failures_total") - failed; got != 0 {
+		t.Errorf("gpubill_ledger_checkpoint_failures_total rose by %v; a checkpoint put off is no failure", got)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "checkpoint") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "at=2026-11-02T00:58:00") || !strings.Contains(line, "open_writers=1") {
+		t.Errorf("log %q; want a WARN naming the checkpoint's instant and open_writers=1", line)
+	}
+	if c, err := s.reports.Store.LatestCheckpoint(ctx, nil); err != nil || c != nil {
+		t.Fatalf("checkpoint %+v, %v; want none while the writer is open", c, err)
+	}
+	// The writer ends: the next step makes the checkpoint, nothing more counted.
+	if err := writer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.checkpointStep(ctx)
+	if got := counterValue(t, "gpubill_ledger_checkpoint_deferred_total") - deferred; got != 1 {
+		t.Errorf("gpubill_ledger_checkpoint_deferred_total rose by %v after the writer ended; want 1", got)
+	}
+	if c, err := s.reports.Store.LatestCheckpoint(ctx, nil); err != nil || c == nil {
+		t.Fatalf("checkpoint %+v, %v after the writer ended; want one", c, err)
+	}
+}
