@@ -706,3 +706,35 @@ func TestReplicaMapsAnAliasAsTheCatalogueNowSays(t *testing.T) {
 		t.Errorf("the same event resent to the replica that wrote the catalogue: %+v, want a duplicate", res)
 	}
 }
+
+// An event is late when its cycle has closed on arrival: at the cycle's
+// End plus the grace (Closes), not at its End. Usage of cycle
+// cyc-20260928 ([Sep 28, Nov 12), closing Nov 13) arriving during the
+// grace day is accepted; arriving after Nov 13 it is late.
+func TestIngestLateJudgedAtTheCycleClose(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	status := func(id string) string {
+		t.Helper()
+		var s string
+		if err := poolOf(a).QueryRow(ctx, `select status from metering.usage_events where id = $1`, id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a.Clock.(*clock.Manual).Advance(10 * 24 * time.Hour) // 2026-11-12T12:00Z: past End, before Closes
+	if res, err := a.Ingest(ctx, []domain.EventInput{ev("g-1", "lease-g", "2026-11-11T22:00:00Z", "2026-11-11T23:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("in grace: %+v %v", res, err)
+	}
+	if got := status("g-1"); got != domain.StatusAccepted {
+		t.Fatalf("usage of cyc-20260928 arriving in its grace day: status %q, want %q", got, domain.StatusAccepted)
+	}
+	a.Clock.(*clock.Manual).Advance(24 * time.Hour) // 2026-11-13T12:00Z: past Closes
+	if res, err := a.Ingest(ctx, []domain.EventInput{ev("g-2", "lease-g", "2026-11-11T23:00:00Z", "2026-11-12T00:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("after close: %+v %v", res, err)
+	}
+	if got := status("g-2"); got != domain.StatusLate {
+		t.Fatalf("usage of cyc-20260928 arriving after it closed: status %q, want %q", got, domain.StatusLate)
+	}
+}
