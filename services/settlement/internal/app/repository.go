@@ -44,6 +44,16 @@ type Store interface {
 	UnsweptCommission(ctx context.Context, after, through *domain.Unswept, limit int) ([]domain.Unswept, error)
 	// RecordSweep names the sweep transaction on a statement that had none.
 	RecordSweep(ctx context.Context, u domain.Unswept, sweepID string) error
+	// TakeSweepPosition makes the caller's run the one that moves the
+	// hourly commission sweep's position, shared by every replica and kept
+	// across restarts (a run that took it before no longer moves it), and
+	// answers the run's number and the position: the last statement a run
+	// tried, nil to start from the oldest.
+	TakeSweepPosition(ctx context.Context) (run int64, at *domain.Unswept, err error)
+	// MoveSweepPosition records at (nil: from the oldest) as the position
+	// if run still holds it, and answers whether it did (false: a later
+	// run took it).
+	MoveSweepPosition(ctx context.Context, run int64, at *domain.Unswept) (bool, error)
 }
 
 // Queries is what settlement's API reads and sets outside the cycle's steps

@@ -28,11 +28,6 @@ type Steps struct {
 	Calendar   cycles.Calendar
 	Clock      clock.Clock
 	Log        *slog.Logger // nil: slog.Default()
-
-	// sweepAt is where the hourly commission sweep resumes on this
-	// replica (SweepCommission): the last statement a run tried, nil to
-	// start from the oldest. Kept in memory, one per replica.
-	sweepAt sweepCursor
 }
 
 func (s *Steps) logger() *slog.Logger {

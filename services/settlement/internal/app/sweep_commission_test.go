@@ -21,12 +21,29 @@ import (
 
 // unsweptStore is settlement's table of unswept statements as the sweep
 // reads it: oldest first (settled_at, cycle, provider, currency), at most
-// limit a call; a recorded sweep leaves the list.
+// limit a call; a recorded sweep leaves the list. It keeps the sweep's
+// position as the database does: taken by each run, moved by the run that
+// holds it.
 type unsweptStore struct {
 	Store
 	rows  []domain.Unswept
 	swept map[string]string // sweep key → sweep transaction id
 	reads int
+	run   int64
+	pos   *domain.Unswept
+}
+
+func (s *unsweptStore) TakeSweepPosition(context.Context) (int64, *domain.Unswept, error) {
+	s.run++
+	return s.run, s.pos, nil
+}
+
+func (s *unsweptStore) MoveSweepPosition(_ context.Context, run int64, at *domain.Unswept) (bool, error) {
+	if run != s.run {
+		return false, nil
+	}
+	s.pos = at
+	return true, nil
 }
 
 func unsweptKey(u domain.Unswept) string { return domain.SweepKey(u.CycleID, u.ProviderID, u.Currency) }

@@ -402,6 +402,48 @@ func (s *Store) RecordSweep(ctx context.Context, u domain.Unswept, sweepID strin
 	return nil
 }
 
+// TakeSweepPosition makes the caller's run the one that moves the hourly
+// commission sweep's shared position (commission_sweep_position, one row:
+// its run number goes up by one, so a run that took it before is
+// superseded) and answers the run's number and the position (nil: from the
+// oldest). The row is made again if it is missing.
+func (s *Store) TakeSweepPosition(ctx context.Context) (int64, *domain.Unswept, error) {
+	var (
+		run                       int64
+		settled                   *time.Time
+		cycle, provider, currency *string
+	)
+	if err := s.Pool.QueryRow(ctx, `insert into settlement.commission_sweep_position as p (id, run) values (true, 1)
+		on conflict (id) do update set run = p.run + 1, updated_at = now()
+		returning run, settled_at, cycle_id, provider_id, currency`).Scan(&run, &settled, &cycle, &provider, &currency); err != nil {
+		return 0, nil, fmt.Errorf("take the commission sweep position: %w", err)
+	}
+	if settled == nil || cycle == nil || provider == nil || currency == nil { // the table's check: all or none
+		return run, nil, nil
+	}
+	return run, &domain.Unswept{SettledAt: *settled, CycleID: *cycle, ProviderID: *provider, Currency: *currency}, nil
+}
+
+// MoveSweepPosition records at (nil: from the oldest) as the commission
+// sweep's position if run still holds it (no later run took it), and
+// answers whether it did.
+func (s *Store) MoveSweepPosition(ctx context.Context, run int64, at *domain.Unswept) (bool, error) {
+	var (
+		settled                   *time.Time
+		cycle, provider, currency *string
+	)
+	if at != nil {
+		settled, cycle, provider, currency = &at.SettledAt, &at.CycleID, &at.ProviderID, &at.Currency
+	}
+	tag, err := s.Pool.Exec(ctx, `update settlement.commission_sweep_position
+		set settled_at = $2, cycle_id = $3, provider_id = $4, currency = $5, updated_at = now()
+		where id and run = $1`, run, settled, cycle, provider, currency)
+	if err != nil {
+		return false, fmt.Errorf("move the commission sweep position (run %d): %w", run, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 const cycleCols = `cycle_id, status, starts_at, ends_at, closes_at, closed_at, settled_at`
 
 func scanCycle(r pgx.CollectableRow) (domain.Cycle, error) {
