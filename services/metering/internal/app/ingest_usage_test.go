@@ -590,6 +590,43 @@ func TestIngestJudgedAtMostTwice(t *testing.T) {
 	}
 }
 
+// In a re-judged round recorded usage alone refuses events first
+// (againstRecorded's probe), and GPU time is [start, end): an event
+// starting exactly when a recorded one ends abuts it and is accepted. e-1
+// overlaps recorded x-1 and a-1 in the batch; pass 3 refuses e-1, and the
+// round judged again must not refuse a-1 against x-1, whose end is a-1's
+// start.
+func TestIngestRejudgedAbuttingEventAccepted(t *testing.T) {
+	t.Parallel()
+	a := newApp(t)
+	ctx := context.Background()
+	if res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("x-1", "lease-c", "2026-11-01T10:00:00Z", "2026-11-01T10:10:00Z"),
+	}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("recording: %+v %v", res, err)
+	}
+	pool := poolOf(a)
+	st := &countingStore{Store: a.Store}
+	a.Store = st
+	res, err := a.Ingest(ctx, []domain.EventInput{
+		ev("e-1", "lease-c", "2026-11-01T10:05:00Z", "2026-11-01T10:15:00Z"), // overlaps x-1
+		ev("a-1", "lease-c", "2026-11-01T10:10:00Z", "2026-11-01T10:12:00Z"), // overlaps e-1; abuts x-1
+	}, app.IngestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.txs != 2 {
+		t.Fatalf("%d write transactions, want 2: the batch was not judged again, so the probe was not tried", st.txs)
+	}
+	if res.Accepted != 1 || len(res.Rejected) != 1 || res.Rejected[0].ID != "e-1" || res.Rejected[0].Reason != "overlaps x-1 on lease lease-c" {
+		t.Fatalf("got %+v; want e-1 rejected (overlaps x-1 on lease lease-c), a-1 accepted", res)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `select count(*) from metering.usage_events where id = 'a-1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a-1 recorded %d times (%v), want once", n, err)
+	}
+}
+
 // A repeat of a recorded event is a duplicate forever, also once its start
 // has passed the late-arrival limit (an agent resending its spool after an
 // outage was told billed usage had been refused as too late); another body
@@ -730,7 +767,16 @@ func TestIngestLateJudgedAtTheCycleClose(t *testing.T) {
 	if got := status("g-1"); got != domain.StatusAccepted {
 		t.Fatalf("usage of cyc-20260928 arriving in its grace day: status %q, want %q", got, domain.StatusAccepted)
 	}
-	a.Clock.(*clock.Manual).Advance(24 * time.Hour) // 2026-11-13T12:00Z: past Closes
+	// The cycle closes after Closes, not at it: usage arriving at the
+	// instant itself still accrues to it.
+	a.Clock.(*clock.Manual).Set(time.Date(2026, 11, 13, 0, 0, 0, 0, time.UTC)) // Closes exactly
+	if res, err := a.Ingest(ctx, []domain.EventInput{ev("g-3", "lease-h", "2026-11-11T22:00:00Z", "2026-11-11T23:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
+		t.Fatalf("at the close: %+v %v", res, err)
+	}
+	if got := status("g-3"); got != domain.StatusAccepted {
+		t.Fatalf("usage of cyc-20260928 arriving at its close instant: status %q, want %q", got, domain.StatusAccepted)
+	}
+	a.Clock.(*clock.Manual).Set(time.Date(2026, 11, 13, 12, 0, 0, 0, time.UTC)) // past Closes
 	if res, err := a.Ingest(ctx, []domain.EventInput{ev("g-2", "lease-g", "2026-11-11T23:00:00Z", "2026-11-12T00:00:00Z")}, app.IngestOptions{}); err != nil || res.Accepted != 1 {
 		t.Fatalf("after close: %+v %v", res, err)
 	}

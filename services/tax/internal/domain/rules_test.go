@@ -13,25 +13,31 @@ import (
 func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 
 // The split by a given commission: tax by the rule on gross − commission,
-// rounded in the currency, net the rest; expected values worked by hand
-// (flat 20 %).
+// rounded in the currency (half away from zero, DESIGN §3: one rounding
+// function per currency), net the rest; expected values worked by hand.
+// 100.01 at 20 % is 20.002 exactly: rounded, never raised to 20.01. The
+// production rules (flat 20 %, cn_labour) never land on a half cent in
+// CNY, so a flat 25 % rule pins the tie: 0.10 × 25 % = 0.025 is 0.03 half
+// away from zero (0.02 half to even, or truncated).
 func TestSplitByCommission(t *testing.T) {
 	cny, err := money.Lookup("CNY")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := split.Flat{Rate: d("0.20")}
+	type give struct{ gross, commission, rate string }
 	for _, tt := range []struct {
-		give             struct{ gross, commission string }
+		give             give
 		wantTax, wantNet string
 		wantTaxable      string
 	}{
-		{give: struct{ gross, commission string }{"100.00", "15.00"}, wantTax: "17.00", wantNet: "68.00", wantTaxable: "85.00"},
-		{give: struct{ gross, commission string }{"0.05", "0.02"}, wantTax: "0.01", wantNet: "0.02", wantTaxable: "0.03"},
-		{give: struct{ gross, commission string }{"10.00", "10.00"}, wantTax: "0", wantNet: "0", wantTaxable: "0"},
+		{give: give{"100.00", "15.00", "0.20"}, wantTax: "17.00", wantNet: "68.00", wantTaxable: "85.00"},
+		{give: give{"0.05", "0.02", "0.20"}, wantTax: "0.01", wantNet: "0.02", wantTaxable: "0.03"},
+		{give: give{"10.00", "10.00", "0.20"}, wantTax: "0", wantNet: "0", wantTaxable: "0"},
+		{give: give{"100.01", "0.00", "0.20"}, wantTax: "20.00", wantNet: "80.01", wantTaxable: "100.01"},
+		{give: give{"0.10", "0.00", "0.25"}, wantTax: "0.03", wantNet: "0.07", wantTaxable: "0.10"},
 	} {
 		w := Withholding{Gross: d(tt.give.gross), TaxProfile: split.ProfileIndividual}
-		if err := w.SplitByCommission(cny, d(tt.give.commission), rule); err != nil {
+		if err := w.SplitByCommission(cny, d(tt.give.commission), split.Flat{Rate: d(tt.give.rate)}); err != nil {
 			t.Fatal(err)
 		}
 		if !w.Tax.Equal(d(tt.wantTax)) || !w.Net.Equal(d(tt.wantNet)) || !w.TaxableBase.Equal(d(tt.wantTaxable)) {
