@@ -40,7 +40,8 @@ func TestCheckpointPutOffByAnOpenWriterIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer writer.Rollback(ctx)
-	if _, err := writer.Exec(ctx, `select pg_current_xact_id()`); err != nil { // holds an xid: a writer
+	if _, err := writer.Exec(ctx, `insert into ledger.postings (tx_id, idx, account, currency, direction, amount, created_at)
+		values ('6b0f5e1c-0000-4000-8000-0000000000d1', 0, 'bank:client', 'CNY', 'debit', 1, $1)`, clk.Now().Add(-time.Hour)); err != nil { // a ledger writer
 		t.Fatal(err)
 	}
 	deferred, failed := counterValue(t, "gpubill_ledger_checkpoint_deferred_total"), counterValue(t, "gpubill_ledger_checkpoint_failures_total")
@@ -73,5 +74,40 @@ func TestCheckpointPutOffByAnOpenWriterIsCounted(t *testing.T) {
 	}
 	if c, err := s.reports.Store.LatestCheckpoint(ctx, nil); err != nil || c == nil {
 		t.Fatalf("checkpoint %+v, %v after the writer ended; want one", c, err)
+	}
+}
+
+// Every service keeps its schema in the one database (README), so a
+// transaction open in payout or settlement, or a session idle in one, is
+// no ledger writer: a checkpoint waits only for transactions that write
+// ledger.postings.
+func TestCheckpointDoesNotWaitForAnotherServicesTransaction(t *testing.T) {
+	pool, _ := testkit.NewPool(t)
+	ctx := testkit.Context(t)
+	clk := clock.NewManual(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	s, err := New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cycles.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.reports.Store.(*postgres.Reports).WaitMax = 200 * time.Millisecond
+	if _, err := s.app.Deposit(ctx, app.DepositInput{RenterID: "r-1", Amount: "10.00", Currency: "CNY", ExternalRef: "d-1"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(25 * time.Hour) // a checkpoint is due
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := other.Exec(ctx, `select pg_current_xact_id()`); err != nil { // holds an xid, writes no posting
+		t.Fatal(err)
+	}
+	deferred := counterValue(t, "gpubill_ledger_checkpoint_deferred_total")
+	s.checkpointStep(ctx)
+	if got := counterValue(t, "gpubill_ledger_checkpoint_deferred_total") - deferred; got != 0 {
+		t.Errorf("gpubill_ledger_checkpoint_deferred_total rose by %v while only another service's transaction was open; want 0", got)
+	}
+	if c, err := s.reports.Store.LatestCheckpoint(ctx, nil); err != nil || c == nil {
+		t.Fatalf("checkpoint %+v, %v with only another service's transaction open; want one made", c, err)
 	}
 }

@@ -308,13 +308,22 @@ const (
 	checkpointWaitMax  = 20 * time.Second
 )
 
-// openWritersSQL counts the transactions of this database that the
-// snapshot $1 saw in progress and that still are (a prepared one too):
-// those of other databases on the cluster write no postings here.
+// openWritersSQL counts the transactions that the snapshot $1 saw in
+// progress, that still are, and whose session holds ledger.postings open
+// for writing (RowExclusiveLock, taken when an INSERT or COPY into it
+// starts and held to the end of the transaction), or that are prepared in
+// this database. Every service keeps its schema in the one database, so a
+// transaction of payout or settlement, or a session idle in one, is no
+// ledger writer to wait for. Only a writer whose trigger read the horizon
+// before it was raised can have postings the mark misses, and such a
+// writer had begun its insert, so holds the lock; one that has not begun
+// it reads the raised horizon when it does.
 const openWritersSQL = `select count(*) from pg_snapshot_xip($1::text::pg_snapshot) x
 	where pg_xact_status(x) = 'in progress' and (
-		exists (select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
-			where l.locktype = 'transactionid' and l.transactionid = xid(x) and a.datname = current_database())
+		exists (select 1 from pg_locks l join pg_locks w on w.pid = l.pid
+			where l.locktype = 'transactionid' and l.transactionid = xid(x) and l.mode = 'ExclusiveLock' and l.granted
+				and w.locktype = 'relation' and w.relation = 'ledger.postings'::regclass and w.mode = 'RowExclusiveLock'
+				and w.database = (select oid from pg_database where datname = current_database()))
 		or exists (select 1 from pg_prepared_xacts p where p.transaction = xid(x) and p.database = current_database()))`
 
 // MakeCheckpoint writes the checkpoint at `at` from the latest one before it
