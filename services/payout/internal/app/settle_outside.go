@@ -74,6 +74,12 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		if err != nil {
 			return err
 		}
+		// In the ledger's form, as ids are: a claim made before payout/0037
+		// (or by a replica of an earlier version) keeps the id as typed.
+		for i := range by {
+			by[i] = domain.LedgerTransactionID(by[i])
+		}
+		slices.Sort(by)
 		if p.Status == domain.StatusSettledOutside {
 			switch {
 			case len(by) == 0:
@@ -161,10 +167,14 @@ func (a *Payouts) settlementEntries(ctx context.Context, s OutsideSettlement) ([
 // settlement outside names (each read from the ledger twice).
 const SettleOutsideTransactionsMax = 20
 
-// settlementIDs are the transactions s names, trimmed, in its order:
-// exactly one of its two forms, none empty, none twice.
+// settlementIDs are the transactions s names, in the ledger's form
+// (domain.LedgerTransactionID), in its order: exactly one of its two
+// forms, none empty, none twice. The duplicate check, the claims and the
+// comparisons with the claims held all use that form: compared as typed,
+// one entry named twice in two cases was read twice and its amount
+// counted twice towards the net.
 func settlementIDs(s OutsideSettlement) ([]string, error) {
-	one := strings.TrimSpace(s.TransactionID)
+	one := domain.LedgerTransactionID(s.TransactionID)
 	switch {
 	case one != "" && len(s.TransactionIDs) > 0:
 		return nil, apperr.Invalid("transaction_ids", "give transaction_id (one transaction paid the net) or transaction_ids (several did), not both")
@@ -178,7 +188,7 @@ func settlementIDs(s OutsideSettlement) ([]string, error) {
 	ids := make([]string, 0, len(s.TransactionIDs))
 	seen := map[string]bool{}
 	for _, id := range s.TransactionIDs {
-		id = strings.TrimSpace(id)
+		id = domain.LedgerTransactionID(id)
 		switch {
 		case id == "":
 			return nil, apperr.Invalid("transaction_ids", "an empty transaction id")
