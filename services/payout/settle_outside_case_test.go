@@ -167,9 +167,11 @@ func TestSettledOutsideOneEntryNamedTwiceInAnotherCase(t *testing.T) {
 }
 
 // Through the API (gRPC, and REST through its gateway), the ids are read
-// as UUIDs and passed on in the ledger's form (2b0997d5): an id in upper
-// case names the entry another payout claims, a conflict, and the same
-// entry twice is a 400.
+// as UUIDs and passed on in the ledger's form (transaction_id since
+// 5ea9bf0d, transaction_ids since 2b0997d5): an id in upper case names the
+// entry another payout claims, a conflict, and the same entry twice is a
+// 400. This passed before the app and the claim's key compared ids in
+// the ledger's form: the port was the only guard.
 func TestSettledOutsideAPIReadsIDsInAnyCase(t *testing.T) {
 	t.Parallel()
 	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
