@@ -110,6 +110,18 @@ func TestSettledOutsideOneEntryInAnotherCaseSettlesOnePayout(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "23505") {
 		t.Fatalf("a claim of %s in upper case written straight to the table: %v; want a unique violation", tx, err)
 	}
+	// po-b settled by a claim kept as typed (before payout/0037, in upper
+	// case): the same settlement, sent in lower case, answers as it is.
+	const v = "0193e0a4-7c1d-7b2e-9f00-00000000000c"
+	journal[v] = manualPayment(v, "p-1", "600.00", "CNY")
+	if _, err := pool.Exec(ctx, `with c as (insert into payout.settled_outside (payout_id, transaction_id, reason, settled_by, settled_at)
+			values ('po-b', upper($1), 'paid by hand', 'fin-1', now()))
+		update payout.payouts set status = 'settled_outside' where payout_id = 'po-b'`, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := settle("po-b", v); err != nil {
+		t.Fatalf("po-b's settlement by %s again, its claim kept in upper case: %v; want answered as it is", v, err)
+	}
 }
 
 // A 600.00 net settled by transaction_ids [T, UPPER(T)], T a 300.00 hand

@@ -70,16 +70,10 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		if err != nil {
 			return err
 		}
-		by, err := tx.SettledOutsideBy(ctx, p.ID)
+		by, err := claimedBy(ctx, tx, p.ID)
 		if err != nil {
 			return err
 		}
-		// In the ledger's form, as ids are: a claim made before payout/0037
-		// (or by a replica of an earlier version) keeps the id as typed.
-		for i := range by {
-			by[i] = domain.LedgerTransactionID(by[i])
-		}
-		slices.Sort(by)
 		if p.Status == domain.StatusSettledOutside {
 			switch {
 			case len(by) == 0:
@@ -133,6 +127,21 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		return domain.Payout{}, fmt.Errorf("settle payout %s outside: %w", s.PayoutID, err)
 	}
 	return a.Store.GetPayout(ctx, s.PayoutID)
+}
+
+// claimedBy are the transactions payout id claims, sorted, in the ledger's
+// form, as settlementIDs answers ids: a claim made before payout/0037 keeps
+// its id as typed.
+func claimedBy(ctx context.Context, tx Tx, id string) ([]string, error) {
+	by, err := tx.SettledOutsideBy(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for i := range by {
+		by[i] = domain.LedgerTransactionID(by[i])
+	}
+	slices.Sort(by)
+	return by, nil
 }
 
 // settlementEntries checks s's request (its reason, its transaction ids,
