@@ -70,7 +70,7 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 		if err != nil {
 			return err
 		}
-		by, err := tx.SettledOutsideBy(ctx, p.ID)
+		by, err := claimedBy(ctx, tx, p.ID)
 		if err != nil {
 			return err
 		}
@@ -129,6 +129,21 @@ func (a *Payouts) SettleOutside(ctx context.Context, s OutsideSettlement) (domai
 	return a.Store.GetPayout(ctx, s.PayoutID)
 }
 
+// claimedBy are the transactions payout id claims, sorted, in the ledger's
+// form, as settlementIDs answers ids: a claim made before payout/0037 keeps
+// its id as typed.
+func claimedBy(ctx context.Context, tx Tx, id string) ([]string, error) {
+	by, err := tx.SettledOutsideBy(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for i := range by {
+		by[i] = domain.LedgerTransactionID(by[i])
+	}
+	slices.Sort(by)
+	return by, nil
+}
+
 // settlementEntries checks s's request (its reason, its transaction ids,
 // a payout that exists, transactions the ledger holds) and answers its
 // transaction ids.
@@ -161,10 +176,14 @@ func (a *Payouts) settlementEntries(ctx context.Context, s OutsideSettlement) ([
 // settlement outside names (each read from the ledger twice).
 const SettleOutsideTransactionsMax = 20
 
-// settlementIDs are the transactions s names, trimmed, in its order:
-// exactly one of its two forms, none empty, none twice.
+// settlementIDs are the transactions s names, in the ledger's form
+// (domain.LedgerTransactionID), in its order: exactly one of its two
+// forms, none empty, none twice. The duplicate check, the claims and the
+// comparisons with the claims held all use that form: compared as typed,
+// one entry named twice in two cases was read twice and its amount
+// counted twice towards the net.
 func settlementIDs(s OutsideSettlement) ([]string, error) {
-	one := strings.TrimSpace(s.TransactionID)
+	one := domain.LedgerTransactionID(s.TransactionID)
 	switch {
 	case one != "" && len(s.TransactionIDs) > 0:
 		return nil, apperr.Invalid("transaction_ids", "give transaction_id (one transaction paid the net) or transaction_ids (several did), not both")
@@ -178,7 +197,7 @@ func settlementIDs(s OutsideSettlement) ([]string, error) {
 	ids := make([]string, 0, len(s.TransactionIDs))
 	seen := map[string]bool{}
 	for _, id := range s.TransactionIDs {
-		id = strings.TrimSpace(id)
+		id = domain.LedgerTransactionID(id)
 		switch {
 		case id == "":
 			return nil, apperr.Invalid("transaction_ids", "an empty transaction id")

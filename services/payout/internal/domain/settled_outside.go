@@ -7,6 +7,16 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// LedgerTransactionID is ledger transaction id in the form the ledger
+// keeps and answers it: trimmed, in lower case. The ledger reads an id in
+// any letter case (its transactionID: a UUID of 36 characters, answered in
+// lower case; at that length case is the only other spelling), so a claim
+// compared as typed let one entry typed twice, once in upper case, pay two
+// payouts, or the same part of one net twice.
+func LedgerTransactionID(id string) string {
+	return strings.ToLower(strings.TrimSpace(id))
+}
+
 // LedgerEntry is a ledger transaction as the payout service reads it: the
 // entry finance posted paying a payout by hand.
 type LedgerEntry struct {

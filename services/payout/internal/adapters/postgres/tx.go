@@ -105,7 +105,9 @@ func (t txStore) CreateFromSettled(ctx context.Context, p domain.Payout, min dom
 
 // ClaimSettledOutside implements app.Tx: a transaction already claimed
 // (by another payout: the caller holds this one's lock and found it not
-// settled) is a conflict naming that payout.
+// settled) is a conflict naming that payout. The claim is unique on
+// lower(transaction_id) (payout/0037): the ledger reads an id in any case,
+// and a claim typed in another case named the same entry.
 func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by string, at time.Time) error {
 	tag, err := t.tx.Exec(ctx, `insert into payout.settled_outside (payout_id, transaction_id, reason, settled_by, settled_at)
 		values ($1, $2, $3, $4, $5) on conflict do nothing`, id, txID, reason, by, at)
@@ -116,9 +118,13 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 		return nil
 	}
 	var other string
-	// Unique on transaction_id (payout/0033 keys a claim on both): only
-	// another payout's claim of it refuses this one.
-	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where transaction_id = $1`, txID).Scan(&other); err != nil {
+	// Unique on lower(transaction_id) (payout/0037; payout/0033 keys a
+	// claim on both): only another payout's claim of it, in any case,
+	// refuses this one. Read by lower case (settled_outside_lower): read
+	// as typed, a claim in another case refused the insert and was not
+	// found, a 500.
+	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where lower(transaction_id) = lower($1)
+		order by case_duplicate_of nulls first limit 1`, txID).Scan(&other); err != nil {
 		return fmt.Errorf("payout %s settled outside by %s: the claim refused, its holder not read: %w", id, txID, err)
 	}
 	if other == id {
