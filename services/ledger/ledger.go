@@ -572,6 +572,17 @@ func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) 
 	return postgres.Verify(ctx, q)
 }
 
+// MarkCheckpointsStale marks the balance checkpoints at or after since to
+// be rebuilt, as the late-posting trigger (ledger/0040) does for a posting
+// committed late: reports and verify leave them out at once, and the next
+// checkpoint step rebuilds them from the checkpoint before since. For
+// checkpoints made stale with no trigger to mark them (before ledger/0040,
+// or with it disabled): `gpubill ledger checkpoints rebuild --since`.
+// Returns how many checkpoints are marked.
+func MarkCheckpointsStale(ctx context.Context, q postgres.Querier, since time.Time) (int, error) {
+	return postgres.MarkStale(ctx, q, since)
+}
+
 // ChainLinkHash is the hex hash of the chain's link at position (not found:
 // an error naming it).
 func ChainLinkHash(ctx context.Context, q postgres.Querier, position int64) (string, error) {
