@@ -563,6 +563,11 @@ func (s *Service) Statements() *app.Statements { return s.statements }
 // Reports exposes the report use cases to tests and the CLI in this module.
 func (s *Service) Reports() *app.Reports { return s.reports }
 
+// CheckpointDeferred is the error of a checkpoint step that put its
+// checkpoint off because a writer stayed open past the wait (errors.As): not
+// a failure, a later step makes it.
+type CheckpointDeferred = domain.CheckpointDeferred
+
 // VerifyResult is the outcome of `gpubill ledger verify`.
 type VerifyResult = postgres.VerifyResult
 
