@@ -799,7 +799,8 @@ func TestCompletion(t *testing.T) {
 	}{
 		{"gpubill ", []string{"after-recovery", "backup", "completion", "dev", "ledger", "report", "restore", "simulate", "token", "version"}},
 		{"gpubill led", []string{"ledger"}},
-		{"gpubill ledger ", []string{"verify"}},
+		{"gpubill ledger ", []string{"checkpoints", "verify"}},
+		{"gpubill ledger checkpoints ", []string{"rebuild"}},
 		{"gpubill token --ro", []string{"--role"}},
 	}
 	for _, tt := range tests {
