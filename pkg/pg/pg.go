@@ -121,11 +121,24 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 // missing one is ErrNoDatabase), and every session is read-only, so the
 // command cannot write even by mistake.
 func OpenReadOnly(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return openExisting(ctx, dsn, maxConns, true)
+}
+
+// OpenExisting returns a pool on an existing database for a maintenance
+// command that writes (ledger checkpoints rebuild): it never creates the
+// database (a missing one is ErrNoDatabase).
+func OpenExisting(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return openExisting(ctx, dsn, maxConns, false)
+}
+
+func openExisting(ctx context.Context, dsn string, maxConns int32, readOnly bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
-	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	if readOnly {
+		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
 	pool, err := open(ctx, cfg, maxConns)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name

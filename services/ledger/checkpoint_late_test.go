@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +164,71 @@ func TestCheckpointWaitsForAWriterOpenBeforeIt(t *testing.T) {
 		where at = $1 and currency = 'CNY' and account = 'renter:r-open:wallet'), 'none')`, upTo).Scan(&got)
 	if err != nil || got != "-5.55" {
 		t.Fatalf("the checkpoint at %s holds %s (%v) for the writer's renter, want -5.55", upTo, got, err)
+	}
+}
+
+// A checkpoint made stale before ledger/0040 (a posting committed late into
+// it, with no trigger to mark it) is named by verify, which says how to
+// repair it; once marked for a rebuild from its instant (what `gpubill
+// ledger checkpoints rebuild --since` does), verify is ok at once, and after
+// one checkpoint step the checkpoint is rebuilt and every as-of report holds
+// the posting. Nothing repaired such a checkpoint: the posting was left out
+// of every report based on it, and verify called it altered, for good.
+func TestStaleCheckpointMarkedIsRebuilt(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	f := newFixtureAt(t, nil, clk)
+	rp := f.svc.Reports()
+	var cs []*domain.Checkpoint
+	for i := range 3 {
+		f.deposit(t, "r-1", "10.00", "CNY", fmt.Sprintf("d-%d", i))
+		clk.Advance(25 * time.Hour)
+		if made, err := rp.CheckpointStep(f.ctx); err != nil || !made {
+			t.Fatalf("checkpoint %d: made %v, %v", i, made, err)
+		}
+		c, err := rp.Store.LatestCheckpoint(f.ctx, nil)
+		if err != nil || c == nil {
+			t.Fatalf("checkpoint %d: %v %v", i, c, err)
+		}
+		cs = append(cs, c)
+	}
+	// Committed after c2, created inside (c0, c1], as before ledger/0040:
+	// the trigger off, nothing marks it late.
+	if _, err := f.pool.Exec(f.ctx, `alter table ledger.postings disable trigger postings_late_for_checkpoint`); err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now()
+	clk.Set(cs[1].At.Add(-time.Minute))
+	f.deposit(t, "r-late", "7.77", "CNY", "late")
+	clk.Set(now)
+	if _, err := f.pool.Exec(f.ctx, `alter table ledger.postings enable trigger postings_late_for_checkpoint`); err != nil {
+		t.Fatal(err)
+	}
+	chainAll(t, f)
+	stamp := cs[1].At.UTC().Format(time.RFC3339Nano)
+	res, err := ledger.VerifyChain(f.ctx, f.pool)
+	if err != nil || res.OK || !strings.HasPrefix(res.BadReportRecord, "checkpoint "+stamp+" ") ||
+		!strings.Contains(res.Reason, "gpubill ledger checkpoints rebuild --since "+stamp) {
+		t.Fatalf("verify of a checkpoint a posting committed late into, unmarked: %+v, %v; want checkpoint %s named and how to rebuild it", res, err, stamp)
+	}
+	n, err := ledger.MarkCheckpointsStale(f.ctx, f.pool, cs[1].At)
+	if err != nil || n != 2 {
+		t.Fatalf("mark the checkpoints from %s stale: %d, %v; want 2 (c1, c2)", stamp, n, err)
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+		t.Fatalf("verify once marked, before the checkpoint step: %+v, %v; want ok", res, err)
+	}
+	if _, err := rp.CheckpointStep(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pending int
+	if err := f.pool.QueryRow(f.ctx, `select count(*) from ledger.checkpoint_late`).Scan(&pending); err != nil || pending != 0 {
+		t.Fatalf("%d marks left after the checkpoint step (%v), want 0: the checkpoints were not rebuilt", pending, err)
+	}
+	if res, err := ledger.VerifyChain(f.ctx, f.pool); err != nil || !res.OK {
+		t.Fatalf("verify after the checkpoint step: %+v, %v; want ok", res, err)
+	}
+	for _, at := range []time.Time{cs[1].At.Add(-time.Minute), cs[1].At, cs[1].At.Add(time.Second), cs[2].At, cs[2].At.Add(time.Second), clk.Now().Add(-time.Second)} {
+		wantReportAsOf(t, f, at, "r-late")
 	}
 }

@@ -563,6 +563,11 @@ func (s *Service) Statements() *app.Statements { return s.statements }
 // Reports exposes the report use cases to tests and the CLI in this module.
 func (s *Service) Reports() *app.Reports { return s.reports }
 
+// CheckpointDeferred is the error of a checkpoint step that put its
+// checkpoint off because a writer stayed open past the wait (errors.As): not
+// a failure, a later step makes it.
+type CheckpointDeferred = domain.CheckpointDeferred
+
 // VerifyResult is the outcome of `gpubill ledger verify`.
 type VerifyResult = postgres.VerifyResult
 
@@ -570,6 +575,17 @@ type VerifyResult = postgres.VerifyResult
 // and names the first transaction whose content no longer matches.
 func VerifyChain(ctx context.Context, q postgres.Querier) (VerifyResult, error) {
 	return postgres.Verify(ctx, q)
+}
+
+// MarkCheckpointsStale marks the balance checkpoints at or after since to
+// be rebuilt, as the late-posting trigger (ledger/0040) does for a posting
+// committed late: reports and verify leave them out at once, and the next
+// checkpoint step rebuilds them from the checkpoint before since. For
+// checkpoints made stale with no trigger to mark them (before ledger/0040,
+// or with it disabled): `gpubill ledger checkpoints rebuild --since`.
+// Returns how many checkpoints are marked.
+func MarkCheckpointsStale(ctx context.Context, q postgres.Querier, since time.Time) (int, error) {
+	return postgres.MarkStale(ctx, q, since)
 }
 
 // ChainLinkHash is the hex hash of the chain's link at position (not found:

@@ -62,6 +62,9 @@ func TestServiceOwnedTransactionsAreNotReversed(t *testing.T) {
 		{post(payoutStep("po_1", 2, "failed", inTransit, available)), ":retry"},
 		{post(payoutStep("po_2", 1, "submitted", available, inTransit)), ":cancel"},
 		{post(payoutStep("po_2", 1, "canceled", inTransit, available)), "next payout"},
+		// Its metadata without provider_id: the provider read from its postings.
+		{post(serviceTransfer("payout-po_3-1-submitted", available, inTransit, "10.00",
+			map[string]string{"kind": "payout", "payout_id": "po_3", "step": "submitted"})), ":cancel"},
 	}
 	sweep := post(serviceTransfer("settle-cyc-20261112-p-1:USD:sweep", domain.BankOperating, domain.BankClient, "3.00",
 		map[string]string{"kind": "commission_sweep", "cycle_id": "cyc-20261112", "provider_id": "p-1"}))
@@ -72,7 +75,11 @@ func TestServiceOwnedTransactionsAreNotReversed(t *testing.T) {
 	}
 	for _, s := range steps {
 		_, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: s.tx.ID, IdempotencyKey: "rev-" + s.tx.ID})
-		wantPrecondition(t, err, s.tx.ID, "po_", "payout", s.route)
+		// The provider's own accounts, not the placeholder.
+		wantPrecondition(t, err, s.tx.ID, "po_", "payout", s.route, inTransit, available)
+		if strings.Contains(err.Error(), "{id}") {
+			t.Fatalf("error %q names the provider's accounts by placeholder, want %s and %s", err, inTransit, available)
+		}
 	}
 	_, err := f.app.ReverseTransaction(f.ctx, app.ReverseInput{TransactionID: sweep.ID})
 	wantPrecondition(t, err, sweep.ID, "commission sweep", "settlement", "treasury")

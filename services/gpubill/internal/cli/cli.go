@@ -1,7 +1,7 @@
 // Package cli is gpubill's command line: `dev` (every service in one
-// process), `token`, `simulate`, `ledger verify`, `report
-// segregated-funds`, `backup`, `restore`, `after-recovery`, `version` and
-// `completion`. Config comes from the environment and flags (kong), as
+// process), `token`, `simulate`, `ledger verify`, `ledger checkpoints
+// rebuild`, `report segregated-funds`, `backup`, `restore`,
+// `after-recovery`, `version` and `completion`. Config comes from the environment and flags (kong), as
 // listed in DESIGN §10. --help anywhere prints and starts nothing; only
 // `dev` may create the database.
 package cli
@@ -86,7 +86,17 @@ type simulateCmd struct {
 }
 
 type ledgerCmd struct {
-	Verify verifyCmd `cmd:"" help:"Walk the journal hash chain and name the first altered transaction; check every balance against its postings; walk the audit log's hash chain and name the first altered record."`
+	Verify      verifyCmd      `cmd:"" help:"Walk the journal hash chain and name the first altered transaction; check every balance against its postings; walk the audit log's hash chain and name the first altered record."`
+	Checkpoints checkpointsCmd `cmd:"" help:"Balance checkpoints (the starting points of as-of reports)."`
+}
+
+type checkpointsCmd struct {
+	Rebuild checkpointsRebuildCmd `cmd:"" help:"Mark the balance checkpoints at or after --since to be rebuilt from the postings: as-of reports and ledger verify leave them out at once, and the ledger's next checkpoint step (every minute) rebuilds them. For a checkpoint ledger verify names (BROKEN report record (checkpoint …)) because a posting committed late into it with no late-posting mark (before migration ledger/0040, or with its trigger disabled), once its postings are known good."`
+}
+
+type checkpointsRebuildCmd struct {
+	Since       time.Time `required:"" name:"since" format:"2006-01-02T15:04:05Z07:00" help:"The instant, RFC 3339: the checkpoints at or after it are rebuilt, from the one before it (the checkpoint ledger verify names)."`
+	DatabaseURL string    `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/gpubill?sslmode=disable" help:"PostgreSQL; never created (a missing database or ledger schema fails)."`
 }
 
 type verifyCmd struct {
@@ -458,6 +468,39 @@ func (v *verifyCmd) Run(e *env) error {
 		return fmt.Errorf("%w: %s", pg.ErrRestorePending, pg.RestorePendingRemedy)
 	}
 	return nil
+}
+
+// Run marks the checkpoints from --since stale, as the late-posting
+// trigger marks those a late posting makes stale: the ledger's checkpoint
+// step rebuilds them; until then every reader leaves them out.
+func (c *checkpointsRebuildCmd) Run(e *env) error {
+	pool, err := pg.OpenExisting(e.ctx, c.DatabaseURL, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
+		return err
+	}
+	if err := pg.RestoreFinished(e.ctx, pool); err != nil {
+		return err
+	}
+	n, err := ledger.MarkCheckpointsStale(e.ctx, pool, c.Since)
+	if err != nil {
+		return err
+	}
+	e.stdout.printf("marked %s at or after %s to rebuild: reports and ledger verify leave them out from now on, "+
+		"and the ledger's next checkpoint step (every minute) rebuilds them from the postings\n",
+		countOf(n, "balance checkpoint"), c.Since.UTC().Format(time.RFC3339Nano))
+	return nil
+}
+
+// countOf is "1 what" or "n whats".
+func countOf(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // broken prints what res found broken, and says so; nil when res is OK.

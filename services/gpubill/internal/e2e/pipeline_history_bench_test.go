@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -487,10 +488,43 @@ func buildHistory(t *testing.T, dsn string) {
 	// it the ledger's first CheckpointStep would fold the whole journal
 	// while the pipeline is timed.
 	tCk := time.Now()
-	if _, err := led.Reports().CheckpointStep(ctx); err != nil {
+	if err := checkpointPuttingUpWithDeferrals(ctx, led.Reports().CheckpointStep, t.Logf); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("balance checkpoint (%s)", time.Since(tCk).Round(time.Second))
+}
+
+// The history's checkpoint, put off by a writer open past the step's own
+// wait (20 s), is tried again after historyCheckpointPause, for up to
+// historyCheckpointGiveUp.
+const (
+	historyCheckpointPause  = time.Second
+	historyCheckpointGiveUp = 10 * time.Minute
+)
+
+// checkpointPuttingUpWithDeferrals runs the checkpoint step, again while it
+// puts its checkpoint off (a *ledger.CheckpointDeferred: a writer stayed
+// open past the wait, which the ledger counts and retries, no failure);
+// any other error is returned at once, and a checkpoint still put off
+// after historyCheckpointGiveUp is an error.
+func checkpointPuttingUpWithDeferrals(ctx context.Context, step func(context.Context) (bool, error), logf func(string, ...any)) error {
+	giveUp := time.Now().Add(historyCheckpointGiveUp)
+	for {
+		_, err := step(ctx)
+		var deferred *ledger.CheckpointDeferred
+		if !errors.As(err, &deferred) {
+			return err
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("still put off after %s: %w", historyCheckpointGiveUp, err)
+		}
+		logf("balance checkpoint put off (%v); trying again", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(historyCheckpointPause):
+		}
+	}
 }
 
 // savedIndex is an index dropped for the load: a constraint's (re-added

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
+	"github.com/gpubill/gpubill/pkg/ids"
 	"github.com/gpubill/gpubill/services/ledger/internal/domain"
 )
 
@@ -41,9 +42,11 @@ func checkServiceOwned(orig *domain.Transaction) error {
 	switch {
 	case strings.HasPrefix(key, PayoutKeyPrefix):
 		id, attempt, step := payoutStep(orig)
+		inTransit, available := payoutAccounts(orig)
 		return fmt.Errorf("transaction %s is payout %s's own %s step (attempt %s, key %s): the payout service posted it and "+
-			"would not see its reversal (the payout, provider:{id}:in_transit and available would disagree for good); "+
-			"it is not reversed: %s: %w", orig.ID, id, step, attempt, key, payoutRoute(id, step), apperr.ErrPrecondition)
+			"would not see its reversal (the payout, %s and %s would disagree for good); "+
+			"it is not reversed: %s: %w", orig.ID, id, step, attempt, key, inTransit, available,
+			payoutRoute(id, step, available), apperr.ErrPrecondition)
 	case orig.Metadata["kind"] == domain.KindCommissionSweep || strings.HasPrefix(key, "settle-") && strings.HasSuffix(key, ":sweep"):
 		return fmt.Errorf("transaction %s is the commission sweep settlement posted for provider %s in %s (key %s): it records "+
 			"the transfer of that commission from bank:client to bank:operating, which settlement owns (the provider's statement "+
@@ -78,9 +81,29 @@ func payoutStep(t *domain.Transaction) (id, attempt, step string) {
 	return id, attempt, step
 }
 
+// payoutAccounts names the in_transit and available accounts of the
+// payout step's provider: its metadata's provider_id (payout gives one),
+// else the provider of its postings; the placeholders when neither names
+// one.
+func payoutAccounts(t *domain.Transaction) (inTransit, available string) {
+	provider := t.Metadata["provider_id"]
+	for _, p := range t.Postings {
+		if provider != "" {
+			break
+		}
+		if a := p.Account; a.Class == domain.ClassProvider && (a.Sub == domain.ProviderInTransit || a.Sub == domain.ProviderAvailable) {
+			provider = a.Party
+		}
+	}
+	if provider == "" {
+		return "provider:{id}:in_transit", "provider:{id}:available"
+	}
+	return ids.ProviderInTransit(provider), ids.ProviderAvailable(provider)
+}
+
 // payoutRoute is what finance does about a payout instead of reversing
-// its step.
-func payoutRoute(id, step string) string {
+// its step (available: the provider's available account).
+func payoutRoute(id, step, available string) string {
 	p := "POST /v1/payouts/" + id
 	settle := p + ":retry pays it again, " + p + ":settle-outside records it paid by hand"
 	switch step {
@@ -92,7 +115,7 @@ func payoutRoute(id, step string) string {
 		return "money the rail sends back is the payout's return, which the payout service posts when the rail reports it; " +
 			"once returned, " + settle
 	case "canceled":
-		return "its net is back in provider:{id}:available and joins the provider's next payout; correct an amount there " +
+		return "its net is back in " + available + " and joins the provider's next payout; correct an amount there " +
 			"by an entry on available"
 	}
 	return settle

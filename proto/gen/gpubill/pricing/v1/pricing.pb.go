@@ -725,9 +725,12 @@ type CreateQuoteRequest struct {
 	// individual | enterprise; "" = the named provider's on record, else
 	// individual. A provider on record given another is INVALID_ARGUMENT
 	// naming tax_profile.
-	TaxProfile  string `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
-	Region      string `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"`                              // optional
-	ProviderPue string `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"` // optional decimal ≥ 1: adds the PUE surcharge line the rate card defines
+	TaxProfile string `protobuf:"bytes,7,opt,name=tax_profile,json=taxProfile,proto3" json:"tax_profile,omitempty"`
+	Region     string `protobuf:"bytes,8,opt,name=region,proto3" json:"region,omitempty"` // optional
+	// optional decimal from 1 to 10 (a PUE is total facility power over IT
+	// power, as metering bounds a provider's): adds the PUE surcharge line the
+	// rate card defines. Outside them INVALID_ARGUMENT naming provider_pue.
+	ProviderPue string `protobuf:"bytes,9,opt,name=provider_pue,json=providerPue,proto3" json:"provider_pue,omitempty"`
 	// optional: the provider's tax jurisdiction (selects its rule set); "" =
 	// the named provider's on record, else CN. A provider on record given
 	// another is INVALID_ARGUMENT naming jurisdiction.

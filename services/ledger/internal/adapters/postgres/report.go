@@ -385,6 +385,21 @@ func (r *Reports) RebuildLateCheckpoints(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// MarkStale records a mark as the late-posting trigger does, for the
+// checkpoints at or after since (one made stale with no trigger to mark
+// it): reports and verify leave them out from the mark's commit on, and the
+// next checkpoint step rebuilds them from the checkpoint before since.
+// Returns how many checkpoints are at or after since.
+func MarkStale(ctx context.Context, q Querier, since time.Time) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `with m as (insert into ledger.checkpoint_late (since) values ($1) returning since)
+		select count(*) from ledger.balance_checkpoints c, m where c.at >= m.since`, since).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("mark the checkpoints from %s stale: %w", since.UTC().Format(time.RFC3339Nano), err)
+	}
+	return n, nil
+}
+
 // withCheckpointLock runs fn on a connection holding the checkpointers'
 // session advisory lock: one at a time; another gets nothing done.
 func (r *Reports) withCheckpointLock(ctx context.Context, fn func(*pgxpool.Conn) error) error {

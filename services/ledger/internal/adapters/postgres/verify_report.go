@@ -152,6 +152,8 @@ func verifyCheckpoints(ctx context.Context, q Querier, res VerifyResult) (Verify
 	stamp := at.UTC().Format(time.RFC3339Nano)
 	res.OK, res.BadReportRecord = false, "checkpoint "+stamp+" "+account+" "+currency
 	res.Reason = fmt.Sprintf("balance checkpoint at %s holds a net debit of %s for %s in %s; the postings up to it sum to %s "+
-		"(ledger.checkpoint_balances altered, or a posting inserted into its interval with the late-posting trigger disabled)", stamp, have, account, currency, want)
+		"(ledger.checkpoint_balances altered, or a posting committed late into its interval with no late-posting mark: before "+
+		"migration ledger/0040, or with its trigger disabled; once the postings are known good, rebuild it and the checkpoints after it: "+
+		"gpubill ledger checkpoints rebuild --since %s)", stamp, have, account, currency, want, stamp)
 	return res, nil
 }
