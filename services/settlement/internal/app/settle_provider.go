@@ -26,7 +26,7 @@ func (s *Steps) SettleProvider(ctx context.Context, in ProviderInput) (ProviderR
 	}
 	var res ProviderResult
 	for _, it := range prep.Items {
-		if it.Status == domain.ItemSettled || !it.Gross.IsPositive() {
+		if it.Status == domain.ItemSettled || it.Gross.IsNegative() {
 			continue
 		}
 		if err := s.settleCurrency(ctx, in, prep, it); err != nil {
@@ -38,7 +38,10 @@ func (s *Steps) SettleProvider(ctx context.Context, in ProviderInput) (ProviderR
 }
 
 // settleCurrency settles one currency of a prepared provider: the tax
-// split, the ledger transaction and the statement.
+// split, the ledger transaction and the statement. A gross of 0 (only
+// charges billed at 0.00 in the cycle) posts nothing, there being nothing
+// to move (the ledger refuses a posting of 0): its statement of 0.00
+// carries their GPU-hours.
 func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepared, it Item) error {
 	tax, err := s.computeTax(ctx, TaxInput{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
@@ -48,9 +51,11 @@ func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepa
 	if err != nil {
 		return step("tax of "+it.Currency, err)
 	}
-	posted, err := s.PostSettlement(ctx, PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split})
-	if err != nil {
-		return step("post settlement of "+it.Currency, err)
+	var posted Posted
+	if !tax.Split.Gross.IsZero() {
+		if posted, err = s.PostSettlement(ctx, PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split}); err != nil {
+			return step("post settlement of "+it.Currency, err)
+		}
 	}
 	if err := s.finalizeSettlement(ctx, FinalizeInput{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: prep.Tier, Tax: tax,
