@@ -14,8 +14,8 @@ import (
 // account at 0.00, and the close settled only positive balances, so that
 // usage was on no statement, and the provider had none for the cycle. It
 // gets a statement of 0.00 (commission, tax and net 0.00) whose lines
-// carry the GPU-hours, and nothing is posted (there is nothing to move: a
-// posting of 0 is refused); the cycle settles.
+// carry the GPU-hours; nothing is withheld or posted (there is nothing to
+// move: a posting of 0 is refused); the cycle settles.
 func TestProviderChargedOnlyZeroGetsAZeroStatement(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -45,6 +45,10 @@ func TestProviderChargedOnlyZeroGetsAZeroStatement(t *testing.T) {
 	key := domain.SettlementKey(cycle1.ID, "p-free", "CNY")
 	if n := f.ledger.Requests(key); n != 0 || st.TransactionID != "" {
 		t.Errorf("p-free: %d ledger requests under %s, statement's transaction %q; want none (nothing to move)", n, key, st.TransactionID)
+	}
+	// No withholding: one no settlement posts would stay unremitted for good.
+	if _, asked := f.tax.ClosedAt(key); asked || st.WithholdingID != "" {
+		t.Errorf("p-free: tax service asked %v, statement's withholding %q; want neither (nothing to withhold)", asked, st.WithholdingID)
 	}
 	paid, err := f.s.store.ListStatements(context.Background(), "p-paid", cycle1.ID, nil, 10)
 	if err != nil || len(paid) != 1 || paid[0].Split.Gross.String() != "100" || paid[0].TransactionID == "" {

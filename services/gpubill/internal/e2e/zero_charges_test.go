@@ -215,6 +215,11 @@ func TestProviderChargedOnlyZeroHasAZeroStatement(t *testing.T) {
 		t.Errorf("statement line %v; want %s's %s GPU-hours for 0.00", l, lease, minute.StringFixed(6))
 	}
 	f.waitBalance("renter:"+renter+":wallet", "CNY", "1.00")
+	// Nothing withheld: a withholding no settlement posts stays unremitted.
+	code, out = f.do(http.MethodGet, "/v1/providers/"+provider+"/tax-withholdings", f.finance, nil)
+	if whs, _ := out["tax_withholdings"].([]any); code != http.StatusOK || len(whs) != 0 {
+		t.Errorf("tax withholdings of %s: HTTP %d %v; want none", provider, code, out)
+	}
 	_, rep := f.do(http.MethodGet, "/v1/reports/segregated-funds?currency=CNY", f.finance, nil)
 	if rep["verdict"] != "balanced" || rep["difference"] != "0.00" {
 		t.Errorf("segregated funds: %v", rep)
