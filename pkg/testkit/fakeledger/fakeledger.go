@@ -283,11 +283,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	type sum struct {
-		line   *ledgerv1.StatementLine
-		amount decimal.Decimal
-		hours  *decimal.Decimal
-	}
+	type sum = lineSum
 	var order []*sum
 	byLease := map[[3]string]*sum{}
 	own, _, _ := strings.Cut(req.Account, "pending:") // "provider:{id}:"
@@ -329,14 +325,37 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 			}
 		}
 	}
-	for _, u := range l.unbilled[req.Account] { // no amount, no posting
-		if u.currency != cur.Code {
+	order = l.addUnbilled(req.Account, cur.Code, byLease, order)
+	resp := &ledgerv1.ListStatementLinesResponse{}
+	for _, s := range order {
+		s.line.Amount = cur.Format(s.amount)
+		if s.hours != nil {
+			s.line.GpuHours = s.hours.String()
+		}
+		resp.Lines = append(resp.Lines, s.line)
+	}
+	return resp, nil
+}
+
+// lineSum is one statement line being summed.
+type lineSum struct {
+	line   *ledgerv1.StatementLine
+	amount decimal.Decimal
+	hours  *decimal.Decimal
+}
+
+// addUnbilled adds the GPU-hours of account's charges billed at 0.00 in
+// currency to their leases' lines (no amount, no posting), new lines after
+// order's.
+func (l *Ledger) addUnbilled(account, currency string, byLease map[[3]string]*lineSum, order []*lineSum) []*lineSum {
+	for _, u := range l.unbilled[account] {
+		if u.currency != currency {
 			continue
 		}
 		k := [3]string{u.lease, "r-1", "RTX_4090"}
 		s := byLease[k]
 		if s == nil {
-			s = &sum{line: &ledgerv1.StatementLine{LeaseId: k[0], RenterId: k[1], GpuModel: k[2]}}
+			s = &lineSum{line: &ledgerv1.StatementLine{LeaseId: k[0], RenterId: k[1], GpuModel: k[2]}}
 			byLease[k] = s
 			order = append(order, s)
 		}
@@ -348,15 +367,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 			s.hours = &total
 		}
 	}
-	resp := &ledgerv1.ListStatementLinesResponse{}
-	for _, s := range order {
-		s.line.Amount = cur.Format(s.amount)
-		if s.hours != nil {
-			s.line.GpuHours = s.hours.String()
-		}
-		resp.Lines = append(resp.Lines, s.line)
-	}
-	return resp, nil
+	return order
 }
 
 // Balance returns an account's credits − debits in a currency.
