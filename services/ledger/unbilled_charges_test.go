@@ -142,3 +142,45 @@ func TestChargeBilledAtZeroAloneListsItsPendingAccount(t *testing.T) {
 	}
 	checkInvariants(t, f)
 }
+
+// A renter whose month held only charges billed at 0.00 (and no deposit:
+// a free tier) moved no money in it, and the month's run invoiced only the
+// wallets with a posting in the month, so that usage was on no invoice. It
+// gets an invoice of 0.00 whose line carries the GPU-hours; so does a
+// renter that never had a posting at all.
+func TestRenterChargedOnlyZeroInAMonthIsInvoiced(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewManual(sh(9, 20, 9, 0, 0))
+	f := newFixtureAt(t, nil, clk)
+	ex := &fakeExplainer{}
+	f.svc.Invoicing().Explainer = ex
+	const cur, cycle = "CNY", "cyc-20260928"
+	f.deposit(t, "r-topped", "1.00", cur, "bank-topped") // in September: October has no posting of it
+	clk.Set(sh(10, 12, 9, 0, 0))
+	for _, renter := range []string{"r-topped", "r-never"} {
+		id := "chg-free-" + renter
+		m := app.ChargeMessage{ID: "b-" + id, Charges: []app.RatedCharge{{ChargeID: id, LeaseID: "lease-" + renter,
+			RenterID: renter, ProviderID: "p-1", CycleID: cycle, Currency: cur, Amount: "0.00", EffectiveAt: clk.Now(),
+			Lines: []app.ChargeLine{{Kind: "usage", GPUModel: "RTX_4090", GPUHours: "0.25"}}}}}
+		ex.add(id, cur, "0.00", domain.ExplainedLine{Kind: "usage", GPUModel: "RTX_4090", GPUHours: dec("0.25"), Amount: dec("0.00")})
+		if _, err := f.app.PostCharges(f.ctx, []app.ChargeMessage{m}); err != nil {
+			t.Fatalf("post charge %s: %v", id, err)
+		}
+	}
+	clk.Set(sh(11, 1, 1, 0, 0))
+	if res, err := f.svc.Invoicing().IssueMonth(f.ctx, "2026-10"); err != nil || res.Issued != 2 {
+		t.Fatalf("issue 2026-10: %+v, %v; want 2 issued (r-never, r-topped)", res, err)
+	}
+	for renter, balance := range map[string]string{"r-topped": "1.00", "r-never": "0.00"} {
+		invs, _, err := f.svc.Invoicing().RenterInvoices(f.ctx, renter, cur, 10, "")
+		if err != nil || len(invs) != 1 {
+			t.Fatalf("%s's invoices %+v, %v; want one", renter, invs, err)
+		}
+		inv := invs[0]
+		if !inv.Charges.IsZero() || inv.Closing.StringFixed(2) != balance || len(inv.Lines) != 1 ||
+			inv.Lines[0].Kind != "usage" || !inv.Lines[0].GPUHours.Equal(dec("0.25")) || !inv.Lines[0].Amount.IsZero() {
+			t.Errorf("%s's invoice: charges %s, closing %s, lines %+v; want 0.00, %s, one usage line of 0.25 GPU-hours for 0.00",
+				renter, inv.Charges, inv.Closing, inv.Lines, balance)
+		}
+	}
+}
