@@ -46,8 +46,10 @@ type Ledger struct {
 	// keys), sorted when a ListCycleBalances page needs it: sorting every
 	// balance on every page made a 100 000-provider snapshot quadratic.
 	pending map[string]*cyclePending
-	Delay   time.Duration    // added to every CreateTransaction (to stretch a close)
-	refused map[string]error // CreateTransaction's answer for a key, until Refuse(key, nil)
+	// unbilled is each pending account's charges billed at 0.00 (Unbilled).
+	unbilled map[string][]unbilledCharge
+	Delay    time.Duration    // added to every CreateTransaction (to stretch a close)
+	refused  map[string]error // CreateTransaction's answer for a key, until Refuse(key, nil)
 }
 
 // Refuse makes CreateTransaction answer err for key (nil: post it again).
@@ -93,6 +95,29 @@ func (l *Ledger) Charge(provider, cycle, currency, amount string) {
 	if err != nil {
 		panic(err)
 	}
+}
+
+type unbilledCharge struct{ currency, lease, gpuHours string }
+
+// Unbilled records a usage charge billed at 0.00 as the ledger does: no
+// transaction (nothing moves), its provider's pending account listed in the
+// cycle (at 0 without a posting) and its GPU-hours on its lease's statement
+// line.
+func (l *Ledger) Unbilled(provider, cycle, currency, gpuHours string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	account := ids.ProviderPending(provider, cycle)
+	if _, ok := l.balances[account][currency]; !ok {
+		if l.balances[account] == nil {
+			l.balances[account] = map[string]decimal.Decimal{}
+		}
+		l.balances[account][currency] = decimal.Zero
+		l.notePending(account, currency)
+	}
+	if l.unbilled == nil {
+		l.unbilled = map[string][]unbilledCharge{}
+	}
+	l.unbilled[account] = append(l.unbilled[account], unbilledCharge{currency: currency, lease: "lease-" + provider, gpuHours: gpuHours})
 }
 
 // CreateTransaction implements LedgerService.
@@ -258,11 +283,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	type sum struct {
-		line   *ledgerv1.StatementLine
-		amount decimal.Decimal
-		hours  *decimal.Decimal
-	}
+	type sum = lineSum
 	var order []*sum
 	byLease := map[[3]string]*sum{}
 	own, _, _ := strings.Cut(req.Account, "pending:") // "provider:{id}:"
@@ -304,6 +325,7 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 			}
 		}
 	}
+	order = l.addUnbilled(req.Account, cur.Code, byLease, order)
 	resp := &ledgerv1.ListStatementLinesResponse{}
 	for _, s := range order {
 		s.line.Amount = cur.Format(s.amount)
@@ -313,6 +335,39 @@ func (l *Ledger) ListStatementLines(_ context.Context, req *ledgerv1.ListStateme
 		resp.Lines = append(resp.Lines, s.line)
 	}
 	return resp, nil
+}
+
+// lineSum is one statement line being summed.
+type lineSum struct {
+	line   *ledgerv1.StatementLine
+	amount decimal.Decimal
+	hours  *decimal.Decimal
+}
+
+// addUnbilled adds the GPU-hours of account's charges billed at 0.00 in
+// currency to their leases' lines (no amount, no posting), new lines after
+// order's.
+func (l *Ledger) addUnbilled(account, currency string, byLease map[[3]string]*lineSum, order []*lineSum) []*lineSum {
+	for _, u := range l.unbilled[account] {
+		if u.currency != currency {
+			continue
+		}
+		k := [3]string{u.lease, "r-1", "RTX_4090"}
+		s := byLease[k]
+		if s == nil {
+			s = &lineSum{line: &ledgerv1.StatementLine{LeaseId: k[0], RenterId: k[1], GpuModel: k[2]}}
+			byLease[k] = s
+			order = append(order, s)
+		}
+		if h, err := decimal.NewFromString(u.gpuHours); err == nil {
+			total := h
+			if s.hours != nil {
+				total = s.hours.Add(h)
+			}
+			s.hours = &total
+		}
+	}
+	return order
 }
 
 // Balance returns an account's credits − debits in a currency.

@@ -51,7 +51,8 @@ type Store interface {
 	// with the late ones from `from` that sort at or before after (domain.TxLate).
 	ListTxIDsByAccount(ctx context.Context, account string, after *domain.TxCursor, from domain.TxLate, limit int) (domain.TxPage, error)
 	// ListCycleBalances pages through a cycle's non-zero provider pending
-	// balances in (account, currency) order.
+	// balances, and at 0 the pending accounts only charges billed at 0.00
+	// went to, in (account, currency) order.
 	ListCycleBalances(ctx context.Context, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error)
 	// StatementLines are a pending account's statement lines in a
 	// currency, the transactions excluded left out (domain.ProviderLine).

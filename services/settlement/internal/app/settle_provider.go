@@ -26,7 +26,7 @@ func (s *Steps) SettleProvider(ctx context.Context, in ProviderInput) (ProviderR
 	}
 	var res ProviderResult
 	for _, it := range prep.Items {
-		if it.Status == domain.ItemSettled || !it.Gross.IsPositive() {
+		if it.Status == domain.ItemSettled || it.Gross.IsNegative() {
 			continue
 		}
 		if err := s.settleCurrency(ctx, in, prep, it); err != nil {
@@ -38,19 +38,28 @@ func (s *Steps) SettleProvider(ctx context.Context, in ProviderInput) (ProviderR
 }
 
 // settleCurrency settles one currency of a prepared provider: the tax
-// split, the ledger transaction and the statement.
+// split, the ledger transaction and the statement. A gross of 0 (only
+// charges billed at 0.00 in the cycle) has nothing to split, withhold or
+// move: its statement of 0.00, which carries their GPU-hours, is written
+// alone. The tax service is not asked (a withholding no settlement posts
+// stays unremitted, and late, for good) and nothing is posted (the ledger
+// refuses a posting of 0).
 func (s *Steps) settleCurrency(ctx context.Context, in ProviderInput, prep Prepared, it Item) error {
-	tax, err := s.computeTax(ctx, TaxInput{
-		CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
-		CommissionRate: prep.CommissionRate, ClosedAt: prep.ClosedAt,
-		IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, it.Currency),
-	})
-	if err != nil {
-		return step("tax of "+it.Currency, err)
-	}
-	posted, err := s.PostSettlement(ctx, PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split})
-	if err != nil {
-		return step("post settlement of "+it.Currency, err)
+	tax := TaxResult{Split: domain.Split{Currency: it.Currency, Gross: it.Gross, CommissionRate: prep.CommissionRate}}
+	var posted Posted
+	if !it.Gross.IsZero() {
+		var err error
+		tax, err = s.computeTax(ctx, TaxInput{
+			CycleID: in.CycleID, ProviderID: in.ProviderID, Currency: it.Currency, Gross: it.Gross,
+			CommissionRate: prep.CommissionRate, ClosedAt: prep.ClosedAt,
+			IdempotencyKey: domain.SettlementKey(in.CycleID, in.ProviderID, it.Currency),
+		})
+		if err != nil {
+			return step("tax of "+it.Currency, err)
+		}
+		if posted, err = s.PostSettlement(ctx, PostInput{CycleID: in.CycleID, ProviderID: in.ProviderID, Split: tax.Split}); err != nil {
+			return step("post settlement of "+it.Currency, err)
+		}
 	}
 	if err := s.finalizeSettlement(ctx, FinalizeInput{
 		CycleID: in.CycleID, ProviderID: in.ProviderID, Tier: prep.Tier, Tax: tax,

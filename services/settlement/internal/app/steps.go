@@ -61,8 +61,11 @@ func (s *Steps) BeginClose(ctx context.Context, in BeginCloseInput) error {
 
 // SnapshotCycle pages through the ledger's pending balances of the cycle
 // (frozen: the ledger has closed the cycle) from the page token (""
-// first) and records each provider's positive gross per currency, so the
-// close pages through its own stable table. beat is called with the next
+// first) and records each provider's gross per currency, so the close
+// pages through its own stable table. A gross of 0 is the ledger's listing
+// of a pending account that only charges billed at 0.00 went to: it is
+// settled as a statement of 0.00 that carries their GPU-hours (left out,
+// they were on no statement). beat is called with the next
 // page's token after each page is recorded (recording a page twice writes
 // the same rows, so a retry may start from any token beat saw).
 func (s *Steps) SnapshotCycle(ctx context.Context, cycleID, token string, beat func(token string)) (int, error) {
@@ -78,7 +81,7 @@ func (s *Steps) SnapshotCycle(ctx context.Context, cycleID, token string, beat f
 		}
 		rows := make([]domain.Balance, 0, len(page))
 		for _, b := range page {
-			if b.Amount.IsPositive() { // a negative pending balance is the ledger's to explain
+			if !b.Amount.IsNegative() { // a negative pending balance is the ledger's to explain
 				rows = append(rows, b)
 			}
 		}

@@ -29,15 +29,22 @@ var _ invoicing.Repository = (*Store)(nil)
 
 // Uninvoiced implements invoicing.Repository: renter wallets (from the
 // balances table, one row per account and currency) with a posting in the
-// window (the postings index by account and time) and no invoice for period.
+// window (the postings index by account and time), and those of the
+// renters with a charge billed at 0.00 in it (ledger.unbilled_charges: a
+// month of only those moved no money, and its usage was on no invoice),
+// with no invoice for period.
 func (s *Store) Uninvoiced(ctx context.Context, period string, start, end time.Time) ([]invoicing.Wallet, error) {
-	rows, err := s.Pool.Query(ctx, `select b.account, b.currency from ledger.balances b
-		where b.account like 'renter:%:wallet'
-		  and exists (select 1 from ledger.postings p where p.account = b.account and p.currency = b.currency
-		              and p.created_at >= $1 and p.created_at < $2)
-		  and not exists (select 1 from ledger.invoices i where i.renter_id = split_part(b.account, ':', 2)
-		              and i.currency = b.currency and i.period = $3)
-		order by b.account, b.currency`, start, end, period)
+	rows, err := s.Pool.Query(ctx, `select w.account, w.currency from (
+			select b.account, b.currency from ledger.balances b
+			where b.account like 'renter:%:wallet'
+			  and exists (select 1 from ledger.postings p where p.account = b.account and p.currency = b.currency
+			              and p.created_at >= $1 and p.created_at < $2)
+			union
+			select ('renter:' || u.renter_id || ':wallet') collate "C", u.currency from ledger.unbilled_charges u
+			where u.created_at >= $1 and u.created_at < $2) w
+		where not exists (select 1 from ledger.invoices i where i.renter_id = split_part(w.account, ':', 2)
+		              and i.currency = w.currency and i.period = $3)
+		order by w.account, w.currency`, start, end, period)
 	if err != nil {
 		return nil, fmt.Errorf("uninvoiced wallets: %w", err)
 	}

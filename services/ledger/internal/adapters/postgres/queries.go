@@ -334,12 +334,34 @@ func TxIDsByKeys(ctx context.Context, q Querier, keys []string) ([]string, error
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// ListCycleBalances pages through the non-zero provider pending balances of a
-// cycle in (account, currency) order.
-func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
-	rows, err := q.Query(ctx, `select account, currency, (credits - debits)::text from ledger.balances
+// cycleBalancesSQL pages through a cycle's provider pending balances: the
+// non-zero ones, and at 0 those of the pending accounts that only charges
+// billed at 0.00 went to (ledger.unbilled_charges; a balance, if any, of
+// 0): nothing was posted to them, and settlement, which settles whom this
+// lists, left their GPU-hours on no statement. Each part stops at its page
+// (balances_cycle_idx, unbilled_charges_cycle: in the C collation the
+// cursor compares by), and an account's balance is looked up once, after
+// its charges are made one (written NOT EXISTS, it was a hash anti-join
+// over every balance, each page), so a page reads about twice its size,
+// however large the cycle.
+const cycleBalancesSQL = `select account, currency, amount::text from (
+		(select account, currency, credits - debits as amount from ledger.balances
 		where cycle_id = $1 and (account, currency) > ($2, $3) and credits <> debits
-		order by account, currency limit $4`, cycle, afterAccount, afterCurrency, limit)
+		order by account, currency limit $4)
+		union all
+		(select account, currency, 0::numeric from (select distinct u.account collate "C" as account, u.currency
+			from ledger.unbilled_charges u
+			where u.cycle_id = $1 and (u.account collate "C", u.currency) > ($2, $3)) d
+		where not coalesce((select b.credits <> b.debits from ledger.balances b
+			where b.account = d.account and b.currency = d.currency), false)
+		order by 1, 2 limit $4)) l
+	order by account, currency limit $4`
+
+// ListCycleBalances pages through the provider pending balances of a cycle
+// in (account, currency) order: the non-zero ones, and at 0 the accounts
+// only charges billed at 0.00 went to (cycleBalancesSQL).
+func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
+	rows, err := q.Query(ctx, cycleBalancesSQL, cycle, afterAccount, afterCurrency, limit)
 	if err != nil {
 		return nil, fmt.Errorf("cycle balances: %w", err)
 	}
