@@ -78,6 +78,17 @@ func Metrics() []obs.SQLMetric {
 			join payout.payouts p on p.payout_id = f.payout_id and p.attempt = f.attempt
 			where f.resolved_at is null and p.failure_code = 'rail_amount_mismatch' and p.status in ('submitted', 'in_transit')`,
 	}, {
+		// Claims a payout holds on an entry another claim of the same
+		// entry, typed in another letter case, held first: marked by
+		// migration payout/0037 (case_duplicate_of), which could not
+		// make them unique. Each is a payout read paid by an entry that
+		// pays another payout too, or counted twice towards its own net.
+		Name: "gpubill_payout_settled_outside_case_duplicates", Type: obs.Gauge,
+		Help: "Settled-outside claims marked case_duplicate_of by migration payout/0037: the same ledger entry, typed in another " +
+			"letter case, already settles the payout it names (select payout_id, transaction_id, case_duplicate_of from " +
+			"payout.settled_outside where case_duplicate_of is not null).",
+		Query: `select count(*)::float8 from payout.settled_outside where case_duplicate_of is not null`,
+	}, {
 		Name: "gpubill_payouts", Type: obs.Gauge, Labels: []string{"status", "currency"},
 		Help:  "Payouts by current status and currency (failed and returned ones wait for finance's retry).",
 		Query: `select status, currency, count(*)::float8 from payout.payouts group by status, currency`,

@@ -994,3 +994,38 @@ func TestPayoutWebhooksInUseAllUnansweredWhenEgressFails(t *testing.T) {
 		t.Errorf("%s with DNS failing: %v, want %d", inUseName, v, len(inUse))
 	}
 }
+
+// Claims migration payout/0037 marked case_duplicate_of (an entry another
+// claim held in another letter case) are counted, each a payout read paid
+// that may not be (GpubillPayoutSettledOutsideCaseDuplicate); one
+// released (its entry reversed) is not.
+func TestSettledOutsideCaseDuplicatesCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.NewMigratedPool(t, "payout", migrations.For("payout"))
+	const name = "gpubill_payout_settled_outside_case_duplicates"
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Fatalf("%s with no claims: %v, want 0", name, v)
+	}
+	const entry = "0193e0a4-7c1d-7000-8000-00000000000a"
+	if _, err := pool.Exec(ctx, `insert into payout.payouts (payout_id, provider_id, cycle_id, currency, gross, commission,
+			tax_withheld, net, status, attempt, workflow_started, created_at, updated_at) values
+		('po-a', 'p-1', 'cyc-20260101', 'CNY', 100, 25, 15, 60, 'settled_outside', 1, true, now(), now()),
+		('po-b', 'p-1', 'cyc-20260215', 'CNY', 100, 25, 15, 60, 'settled_outside', 1, true, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into payout.settled_outside (payout_id, transaction_id, reason, settled_by, settled_at, case_duplicate_of) values
+		('po-a', $1, 'by hand', 'fin-1', now(), null),
+		('po-b', upper($1), 'by hand', 'fin-1', now(), 'po-a')`, entry); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 1 {
+		t.Errorf("%s with po-b's claim marked: %v, want 1", name, v)
+	}
+	if _, err := pool.Exec(ctx, `delete from payout.settled_outside where payout_id = 'po-b'`); err != nil { // released
+		t.Fatal(err)
+	}
+	if v := testkit.SQLMetric(t, pool, Metrics(), name); v != 0 {
+		t.Errorf("%s with po-b's claim released: %v, want 0", name, v)
+	}
+}

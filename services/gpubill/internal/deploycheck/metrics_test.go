@@ -210,7 +210,7 @@ func TestAlertsNameServedMetrics(t *testing.T) {
 		"gpubill_consumer_handler_timeouts_total", "gpubill_consumer_handler_panics_total", "gpubill_usage_pending_rating", "gpubill_usage_pending_rating_oldest_age_seconds",
 		"gpubill_payout_ledger_refusals_total", "gpubill_payout_rail_amount_mismatches_total", "gpubill_stream_retention_deferred_total",
 		"gpubill_stream_retention_still_deferred",
-		"gpubill_payout_workflow_unstarted_age_seconds", "gpubill_payout_rail_amount_flags_open_age_seconds",
+		"gpubill_payout_workflow_unstarted_age_seconds", "gpubill_payout_rail_amount_flags_open_age_seconds", "gpubill_payout_settled_outside_case_duplicates",
 		"gpubill_bank_inbox_files_failed_total", "gpubill_bank_inbox_files_rejected_total", "gpubill_ledger_write_group_timeouts_total",
 		"gpubill_payout_webhook_deliveries_total", "gpubill_payout_webhook_delivery_lag_seconds",
 		"gpubill_tax_remittances_reversed_unremitted", "gpubill_tax_remittance_reversed_age_seconds", "gpubill_tax_reversal_check_failures_total",

@@ -317,7 +317,8 @@ const (
 // ledger writer to wait for. Only a writer whose trigger read the horizon
 // before it was raised can have postings the mark misses, and such a
 // writer had begun its insert, so holds the lock; one that has not begun
-// it reads the raised horizon when it does.
+// it reads the raised horizon when it does. A ROLLBACK TO SAVEPOINT (as
+// CopyUnlessRepeated's) drops the lock with the rows and their mark.
 const openWritersSQL = `select count(*) from pg_snapshot_xip($1::text::pg_snapshot) x
 	where pg_xact_status(x) = 'in progress' and (
 		exists (select 1 from pg_locks l join pg_locks w on w.pid = l.pid
@@ -429,8 +430,9 @@ func (r *Reports) waitMax() time.Duration {
 }
 
 // waitForOpenWriters takes a snapshot (after the horizon was raised) and
-// waits until none of this database's transactions in progress in it still
-// is; returns how many still are after waitMax (0: none).
+// waits until none of the transactions in progress in it that write
+// ledger.postings (or are prepared: openWritersSQL) still is; returns how
+// many still are after waitMax (0: none).
 func waitForOpenWriters(ctx context.Context, conn *pgxpool.Conn, waitMax time.Duration) (int, error) {
 	var snap string
 	if err := conn.QueryRow(ctx, `select pg_current_snapshot()::text`).Scan(&snap); err != nil {
