@@ -22,6 +22,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/willabides/kongplete"
 
 	"github.com/gpubill/gpubill/pkg/apperr"
@@ -474,17 +475,11 @@ func (v *verifyCmd) Run(e *env) error {
 // trigger marks those a late posting makes stale: the ledger's checkpoint
 // step rebuilds them; until then every reader leaves them out.
 func (c *checkpointsRebuildCmd) Run(e *env) error {
-	pool, err := pg.OpenExisting(e.ctx, c.DatabaseURL, 1)
+	pool, err := openFinishedLedger(e.ctx, pg.OpenExisting, c.DatabaseURL, 1)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
-		return err
-	}
-	if err := pg.RestoreFinished(e.ctx, pool); err != nil {
-		return err
-	}
 	n, err := ledger.MarkCheckpointsStale(e.ctx, pool, c.Since)
 	if err != nil {
 		return err
@@ -574,20 +569,32 @@ func (a *auditHead) check(out *output, last int64) error {
 	return errors.New("audit head does not match")
 }
 
+// openFinishedLedger opens the database at dsn with open (never creating
+// it) and refuses one without the ledger's schema or whose restore did not
+// finish: its figures would read as a ready ledger's (the services refuse
+// to start on it; so does ledger verify).
+func openFinishedLedger(ctx context.Context, open func(context.Context, string, int32) (*pgxpool.Pool, error), dsn string, conns int32) (*pgxpool.Pool, error) {
+	pool, err := open(ctx, dsn, conns)
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.RequireSchema(ctx, pool, "ledger"); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := pg.RestoreFinished(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
 func (c *segregatedFundsCmd) Run(e *env) error {
-	pool, err := pg.OpenReadOnly(e.ctx, c.DatabaseURL, 2)
+	pool, err := openFinishedLedger(e.ctx, pg.OpenReadOnly, c.DatabaseURL, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := pg.RequireSchema(e.ctx, pool, "ledger"); err != nil {
-		return err
-	}
-	// A restore that did not finish: its figures would read as a ready
-	// ledger's (the services refuse to start on it; so does ledger verify).
-	if err := pg.RestoreFinished(e.ctx, pool); err != nil {
-		return err
-	}
 	var asOf *time.Time
 	if !c.AsOf.IsZero() {
 		asOf = &c.AsOf
