@@ -2,10 +2,13 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpubill/gpubill/pkg/clock"
 	"github.com/gpubill/gpubill/pkg/cycles"
@@ -22,19 +25,8 @@ import (
 // with the instant and how many writers were open, and not as a failure.
 // Not parallel: the counters are the process's.
 func TestCheckpointPutOffByAnOpenWriterIsCounted(t *testing.T) {
-	pool, _ := testkit.NewPool(t)
-	ctx := testkit.Context(t)
 	var logs bytes.Buffer
-	clk := clock.NewManual(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(&logs, nil)), Clock: clk, Calendar: cycles.Default()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.reports.Store.(*postgres.Reports).WaitMax = 200 * time.Millisecond
-	if _, err := s.app.Deposit(ctx, app.DepositInput{RenterID: "r-1", Amount: "10.00", Currency: "CNY", ExternalRef: "d-1"}); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(25 * time.Hour) // a checkpoint is due
+	s, pool, ctx, clk := checkpointDue(t, slog.New(slog.NewTextHandler(&logs, nil)))
 	writer, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -77,15 +69,15 @@ func TestCheckpointPutOffByAnOpenWriterIsCounted(t *testing.T) {
 	}
 }
 
-// Every service keeps its schema in the one database (README), so a
-// transaction open in payout or settlement, or a session idle in one, is
-// no ledger writer: a checkpoint waits only for transactions that write
-// ledger.postings.
-func TestCheckpointDoesNotWaitForAnotherServicesTransaction(t *testing.T) {
+// checkpointDue is a ledger service on its own database, logging to log,
+// whose checkpoint waits 200 ms for open writers, holding one deposit made
+// a day before its clock: a checkpoint is due.
+func checkpointDue(t *testing.T, log *slog.Logger) (*Service, *pgxpool.Pool, context.Context, *clock.Manual) {
+	t.Helper()
 	pool, _ := testkit.NewPool(t)
 	ctx := testkit.Context(t)
 	clk := clock.NewManual(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(ctx, svc.Deps{Pool: pool, Log: slog.New(slog.DiscardHandler), Clock: clk, Calendar: cycles.Default()})
+	s, err := New(ctx, svc.Deps{Pool: pool, Log: log, Clock: clk, Calendar: cycles.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +85,16 @@ func TestCheckpointDoesNotWaitForAnotherServicesTransaction(t *testing.T) {
 	if _, err := s.app.Deposit(ctx, app.DepositInput{RenterID: "r-1", Amount: "10.00", Currency: "CNY", ExternalRef: "d-1"}); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(25 * time.Hour) // a checkpoint is due
+	clk.Advance(25 * time.Hour)
+	return s, pool, ctx, clk
+}
+
+// Every service keeps its schema in the one database (README), so a
+// transaction open in payout or settlement, or a session idle in one, is
+// no ledger writer: a checkpoint waits only for transactions that write
+// ledger.postings.
+func TestCheckpointDoesNotWaitForAnotherServicesTransaction(t *testing.T) {
+	s, pool, ctx, _ := checkpointDue(t, slog.New(slog.DiscardHandler))
 	other, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
