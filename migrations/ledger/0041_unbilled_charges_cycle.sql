@@ -4,14 +4,20 @@
 -- out: its GPU-hours were on no statement. The cycle's listing
 -- (ListCycleBalances) reads those pending accounts here, by cycle: the
 -- cycle is the last part of the account the charge went to (after any
--- redirect from a closed cycle). Generated, so a replica of the version
--- before this one, which does not write it, records it all the same.
+-- redirect from a closed cycle), this index's expression, which the
+-- listing names as written here.
+--
+-- An expression index, built concurrently: a stored generated column
+-- rewrote the whole table under an exclusive lock (~7 s a million rows,
+-- every 0.00 charge's insert waiting), and a small event's charge is often
+-- 0.00. An index a failed build left invalid is dropped first. Replicas of
+-- the version before this one neither read nor mind it.
 
+-- +goose NO TRANSACTION
 -- +goose Up
-alter table ledger.unbilled_charges
-    add column cycle_id text generated always as (substring(account from ':pending:([^:]+)$')) stored;
-create index unbilled_charges_cycle on ledger.unbilled_charges (cycle_id, account collate "C", currency);
+drop index concurrently if exists ledger.unbilled_charges_cycle;
+create index concurrently unbilled_charges_cycle on ledger.unbilled_charges
+    ((substring(account from ':pending:([^:]+)$')), (account collate "C"), currency);
 
 -- +goose Down
-drop index ledger.unbilled_charges_cycle;
-alter table ledger.unbilled_charges drop column cycle_id;
+drop index concurrently if exists ledger.unbilled_charges_cycle;

@@ -43,6 +43,24 @@ func GenericPlanPool(t testing.TB, ctx context.Context, pool *pgxpool.Pool) *pgx
 // connections, such as a test's setup, report within one).
 func HeapPagesRead(t testing.TB, ctx context.Context, pool, on *pgxpool.Pool, schema, table string, run func()) int64 {
 	t.Helper()
+	return statRead(t, ctx, pool, on, schema+"."+table, `select coalesce(heap_blks_hit + heap_blks_read, 0) from pg_statio_user_tables
+		where schemaname = $1 and relname = $2`, schema, table, run)
+}
+
+// IndexTuplesRead is how many entries of index (schema.index) run's index
+// scans read, run's statements all on on's one connection, counted as
+// HeapPagesRead counts.
+func IndexTuplesRead(t testing.TB, ctx context.Context, pool, on *pgxpool.Pool, schema, index string, run func()) int64 {
+	t.Helper()
+	return statRead(t, ctx, pool, on, schema+"."+index, `select coalesce(idx_tup_read, 0) from pg_stat_user_indexes
+		where schemaname = $1 and indexrelname = $2`, schema, index, run)
+}
+
+// statRead is how much the statistic query (of schema and name) reads grew
+// over run, read once it has not moved for over a second after on was
+// asked to report.
+func statRead(t testing.TB, ctx context.Context, pool, on *pgxpool.Pool, what, query, schema, name string, run func()) int64 {
+	t.Helper()
 	read := func() int64 {
 		t.Helper()
 		if _, err := on.Exec(ctx, `select pg_stat_force_next_flush()`); err != nil {
@@ -51,12 +69,11 @@ func HeapPagesRead(t testing.TB, ctx context.Context, pool, on *pgxpool.Pool, sc
 		n, same := int64(-1), 0
 		for tries := 0; same < 12; tries++ {
 			if tries == 100 {
-				t.Fatalf("the counts of %s.%s never settled", schema, table)
+				t.Fatalf("the counts of %s never settled", what)
 			}
 			time.Sleep(100 * time.Millisecond)
 			var got int64
-			if err := pool.QueryRow(ctx, `select coalesce(heap_blks_hit + heap_blks_read, 0) from pg_statio_user_tables
-				where schemaname = $1 and relname = $2`, schema, table).Scan(&got); err != nil {
+			if err := pool.QueryRow(ctx, query, schema, name).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			if got == n {

@@ -334,34 +334,67 @@ func TxIDsByKeys(ctx context.Context, q Querier, keys []string) ([]string, error
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// cycleBalancesSQL pages through a cycle's provider pending balances: the
-// non-zero ones, and at 0 those of the pending accounts that only charges
-// billed at 0.00 went to (ledger.unbilled_charges; a balance, if any, of
-// 0): nothing was posted to them, and settlement, which settles whom this
-// lists, left their GPU-hours on no statement. Each part stops at its page
-// (balances_cycle_idx, unbilled_charges_cycle: in the C collation the
-// cursor compares by), and an account's balance is looked up once, after
-// its charges are made one (written NOT EXISTS, it was a hash anti-join
-// over every balance, each page), so a page reads about twice its size,
-// however large the cycle.
-const cycleBalancesSQL = `select account, currency, amount::text from (
-		(select account, currency, credits - debits as amount from ledger.balances
-		where cycle_id = $1 and (account, currency) > ($2, $3) and credits <> debits
-		order by account, currency limit $4)
-		union all
-		(select account, currency, 0::numeric from (select distinct u.account collate "C" as account, u.currency
-			from ledger.unbilled_charges u
-			where u.cycle_id = $1 and (u.account collate "C", u.currency) > ($2, $3)) d
-		where not coalesce((select b.credits <> b.debits from ledger.balances b
-			where b.account = d.account and b.currency = d.currency), false)
-		order by 1, 2 limit $4)) l
+// cycleNonZeroSQL is a page of a cycle's non-zero provider pending
+// balances after a cursor (balances_cycle_idx).
+const cycleNonZeroSQL = `select account, currency, (credits - debits)::text from ledger.balances
+	where cycle_id = $1 and (account, currency) > ($2, $3) and credits <> debits
 	order by account, currency limit $4`
+
+// cycleZeroSQL is a page of the cycle's pending accounts that only charges
+// billed at 0.00 went to (ledger.unbilled_charges; a balance, if any, of
+// 0) after a cursor, read on unbilled_charges_cycle (ledger/0041: the
+// cycle expression is the index's, as written there), each account's
+// balance looked up once; %s is cycleZeroUpTo or nothing.
+const cycleZeroSQL = `select d.account, d.currency from (select distinct (u.account collate "C") as account, u.currency
+		from ledger.unbilled_charges u
+		where substring(u.account from ':pending:([^:]+)$') = $1 and (u.account collate "C", u.currency) > ($2, $3)%s) d
+	where not coalesce((select b.credits <> b.debits from ledger.balances b
+		where b.account = d.account and b.currency = d.currency), false)
+	order by 1, 2 limit $4`
+
+// cycleZeroUpTo bounds cycleZeroSQL's read at the last non-zero balance of
+// a full page: the accounts after it are the next pages'.
+const cycleZeroUpTo = ` and (u.account collate "C", u.currency) <= ($5, $6)`
 
 // ListCycleBalances pages through the provider pending balances of a cycle
 // in (account, currency) order: the non-zero ones, and at 0 the accounts
-// only charges billed at 0.00 went to (cycleBalancesSQL).
+// only charges billed at 0.00 went to (nothing was posted to them, and
+// settlement, which settles whom this lists, left their GPU-hours on no
+// statement). Read together as one page (a union), the 0.00 accounts' part
+// read every 0.00 charge of the cycle after the cursor on every page until
+// it had a page of accounts with no balance: where most providers with a
+// balance also had 0.00 charges, a close paged with the square of the
+// cycle's size (34 s against 0.06 s for 100 000 providers and 2 million
+// 0.00 charges). Now the non-zero page is read first, and the 0.00
+// accounts only up to its last key when it is full, so each 0.00 charge is
+// read by one page.
 func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
-	rows, err := q.Query(ctx, cycleBalancesSQL, cycle, afterAccount, afterCurrency, limit)
+	nonZero, err := cycleNonZero(ctx, q, cycle, afterAccount, afterCurrency, limit)
+	if err != nil {
+		return nil, err
+	}
+	query, args := fmt.Sprintf(cycleZeroSQL, ""), []any{cycle, afterAccount, afterCurrency, limit}
+	if len(nonZero) == limit {
+		last := nonZero[len(nonZero)-1]
+		query, args = fmt.Sprintf(cycleZeroSQL, cycleZeroUpTo), append(args, last.Account, last.Currency)
+	}
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("cycle balances billed at 0.00: %w", err)
+	}
+	zero, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.CycleBalance, error) {
+		b := domain.CycleBalance{Amount: decimal.Zero}
+		return b, r.Scan(&b.Account, &b.Currency)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cycle balances billed at 0.00: %w", err)
+	}
+	return mergeCycleBalances(nonZero, zero, limit), nil
+}
+
+// cycleNonZero is a page of cycleNonZeroSQL.
+func cycleNonZero(ctx context.Context, q Querier, cycle, afterAccount, afterCurrency string, limit int) ([]domain.CycleBalance, error) {
+	rows, err := q.Query(ctx, cycleNonZeroSQL, cycle, afterAccount, afterCurrency, limit)
 	if err != nil {
 		return nil, fmt.Errorf("cycle balances: %w", err)
 	}
@@ -378,6 +411,20 @@ func ListCycleBalances(ctx context.Context, q Querier, cycle, afterAccount, afte
 		out = append(out, b)
 	}
 	return out, rows.Err()
+}
+
+// mergeCycleBalances merges two lists in (account, currency) order, the C
+// collation's (bytes), that share no key, and keeps the first limit.
+func mergeCycleBalances(a, b []domain.CycleBalance, limit int) []domain.CycleBalance {
+	out := make([]domain.CycleBalance, 0, min(limit, len(a)+len(b)))
+	for len(out) < limit && (len(a) > 0 || len(b) > 0) {
+		if len(b) == 0 || (len(a) > 0 && (a[0].Account < b[0].Account || a[0].Account == b[0].Account && a[0].Currency < b[0].Currency)) {
+			out, a = append(out, a[0]), a[1:]
+			continue
+		}
+		out, b = append(out, b[0]), b[1:]
+	}
+	return out
 }
 
 // The read queries, on the pool, as app.Store.
