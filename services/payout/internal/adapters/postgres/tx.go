@@ -120,7 +120,7 @@ func (t txStore) ClaimSettledOutside(ctx context.Context, id, txID, reason, by s
 	var other string
 	// Unique on lower(transaction_id) (payout/0037; payout/0033 keys a
 	// claim on both): only another payout's claim of it, in any case,
-	// refuses this one. Read by lower case (settled_outside_lower): read
+	// refuses this one. Read by lower case (as the index compares): read
 	// as typed, a claim in another case refused the insert and was not
 	// found, a 500.
 	if err := t.tx.QueryRow(ctx, `select payout_id from payout.settled_outside where lower(transaction_id) = lower($1)
